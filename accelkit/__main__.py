@@ -1,0 +1,3 @@
+from accelkit.cli.app import main
+
+main()

@@ -1,0 +1,1 @@
+"""Measurement: the timing loop (phases, stopping rule) shared by probes and benchmarks."""

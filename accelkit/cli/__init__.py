@@ -1,0 +1,1 @@
+"""Command line (typer + rich). The library never imports this package."""

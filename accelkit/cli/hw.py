@@ -1,0 +1,161 @@
+"""`accelkit hw list|show|detect|probe`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, status, table
+from accelkit.core import DeviceSpec
+from accelkit.core.units import parse_size
+from accelkit.hardware import get_device, list_devices
+
+app = typer.Typer(help="Accelerator catalog, local detection and the measured roofline.", no_args_is_help=True)
+
+
+def _tf(spec: DeviceSpec, dtype: str) -> float | None:
+    peak = spec.peak(dtype)
+    return peak / 1e12 if peak else None
+
+
+def device_json(spec: DeviceSpec) -> dict[str, Any]:
+    """The spec in SI bytes/FLOP/s plus the datasheet units people read (GB, TB/s, TFLOP/s)."""
+    return {
+        **spec.to_dict(),
+        "memory_gb": spec.memory_bytes / 1e9,
+        "memory_bandwidth_tb_per_s": spec.memory_bandwidth_bytes_per_s / 1e12,
+        "peak_tflops": {d: v / 1e12 for d, v in spec.peak_flops.items()},
+        "units": "bytes, bytes/s, FLOP/s (GB/TB = 10^9/10^12; peaks dense, sparsity excluded)",
+    }
+
+
+@app.command("list")
+def list_cmd(as_json: bool = JsonOption) -> None:
+    """List the catalog: memory, bandwidth, dense peaks, power, fabric, and how the figures were checked."""
+    specs = list_devices()
+
+    def render() -> None:
+        rows = [
+            (
+                s.name, s.vendor, f"{s.memory_bytes / 1e9:g}", f"{s.memory_bandwidth_bytes_per_s / 1e12:g}",
+                fmt_num(_tf(s, "bf16"), 1), fmt_num(_tf(s, "fp8"), 1), fmt_num(s.tdp_w, 0), s.scaleup_fabric,
+                s.status,
+            )
+            for s in specs
+        ]
+        out.print(table(
+            "Accelerator catalog (dense peaks)",
+            ["name", "vendor", "mem GB", "TB/s", "bf16 TF", "fp8 TF", "TDP W", "fabric", "status"],
+            rows, right=(2, 3, 4, 5, 6),
+        ))
+        out.print("status: V vendor-checked · V2 two secondary sources agree · R recalled, unverified")
+
+    emit([device_json(s) for s in specs], as_json, render)
+
+
+@app.command("show")
+def show_cmd(name: str = typer.Argument(..., help="Name or alias, e.g. h200, mi300x, tpu-v5p."), as_json: bool = JsonOption) -> None:
+    """Show one accelerator's facts with their source."""
+    spec = get_device(name)
+
+    def render() -> None:
+        rows: list[tuple[str, Any]] = [
+            ("name", spec.name), ("aliases", ", ".join(spec.aliases) or "-"), ("vendor", spec.vendor),
+            ("memory", f"{spec.memory_bytes / 1e9:g} GB {spec.memory_type}"),
+            ("bandwidth", f"{spec.memory_bandwidth_bytes_per_s / 1e12:g} TB/s"),
+        ]
+        rows += [(f"dense {d}", f"{v / 1e12:g} T{'OP' if d == 'int8' else 'FLOP'}/s") for d, v in spec.peak_flops.items()]
+        rows += [
+            ("TDP", f"{spec.tdp_w:g} W" if spec.tdp_w else "-"),
+            ("scale-up", f"{spec.scaleup_fabric}, {spec.scaleup_bandwidth_bytes_per_s / 1e9:g} GB/s per direction,"
+                         f" domain {spec.scaleup_domain}"
+                         + (f", {spec.per_peer_bandwidth_bytes_per_s / 1e9:g} GB/s per peer (mesh)"
+                            if spec.per_peer_bandwidth_bytes_per_s else "")),
+            ("status", spec.status), ("source", spec.source),
+        ]
+        out.print(table(spec.name, ["field", "value"], rows))
+
+    emit(device_json(spec), as_json, render)
+
+
+@app.command("detect")
+def detect_cmd(as_json: bool = JsonOption) -> None:
+    """Describe this machine: GPUs (torch + NVML) or the CPU (model, cores, threads, vector extensions)."""
+    from accelkit.hardware.detect import detect
+
+    info = detect()
+
+    def render() -> None:
+        cpu = info["cpu"]
+        rows = [
+            ("host", info["hostname"]), ("os", info["os"]), ("cpu", cpu["model"]),
+            ("cores", f"{cpu['physical_cores']} physical, {cpu['logical_cores']} logical,"
+                      f" {cpu['usable_cores']} usable, torch uses {cpu['torch_threads']} threads"),
+            ("memory", f"{cpu['memory_bytes'] / 2**30:.1f} GiB"),
+            ("vector ext.", " ".join(cpu["vector_extensions"]) or "-"),
+        ]
+        for dev in info["accelerators"]:
+            rows.append((f"gpu {dev['index']}", f"{dev['name']} · {dev['memory_bytes'] / 2**30:.1f} GiB · "
+                         f"cc {dev['compute_capability']} · driver {dev.get('driver', '-')} · "
+                         f"catalog {dev['catalog_name'] or 'no match'}"))
+        if not info["accelerators"]:
+            rows.append(("accelerators", "none found (torch sees no CUDA/ROCm device)"))
+        sw = info["software"]
+        rows.append(("software", f"python {sw['python']} · torch {sw['torch']} · transformers {sw['transformers']}"))
+        out.print(table("This machine", ["", ""], rows))
+
+    emit(info, as_json, render)
+
+
+@app.command("probe")
+def probe_cmd(
+    quick: bool = typer.Option(False, "--quick", help="Short loops: a smoke run in seconds."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
+    dtype: str = typer.Option(None, "--dtype", help="Comma list of fp32,tf32,bf16,fp16,fp8 (default: fp32,bf16 on CPU; all supported on GPU)."),
+    size: int = typer.Option(None, "--size", min=64, help="Square matmul side (default 2048 CPU, 8192 GPU)."),
+    copy_size: str = typer.Option(None, "--copy-size", help="Copy buffer, e.g. 256MiB (default 256 MiB CPU, 2 GiB GPU)."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Store the result in the results store."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Measure this device's matmul peak per dtype and its memory bandwidth (the measured roofline)."""
+    from accelkit.hardware.probe import ProbeConfig, probe
+
+    with flag_values():
+        dtypes = csv_list(dtype, field="--dtype", choices=("fp32", "tf32", "bf16", "fp16", "fp8"))
+        config = ProbeConfig(
+            device=device, dtypes=tuple(dtypes) if dtypes else None, quick=quick, matmul_size=size,
+            copy_bytes=parse_size(copy_size, field="--copy-size") if copy_size else None,
+        )
+    with status("probing") as update:
+        result = probe(config, on_step=update)
+    result_id = None
+    if save:
+        from accelkit.results import ResultStore
+
+        with ResultStore() as store:
+            result_id = store.add(result)
+
+    def render() -> None:
+        d = result.details
+        rows = []
+        for dt, m in d["matmul"].items():
+            s = m["stats"]
+            rows.append((f"matmul {dt} ({m['size']}²)", fmt_num(m["tflops"], 3), "TFLOP/s",
+                         fmt_num(m["catalog_peak_tflops"], 1), _pct(m["fraction_of_peak"]),
+                         f"{s['cv'] * 100:.1f}%", s["n"]))
+        bw = d["bandwidth"]
+        rows.append(("copy (read+write)", fmt_num(bw["gbps"], 1), "GB/s", fmt_num(bw["catalog_gbps"], 0),
+                     _pct(bw["fraction_of_peak"]), f"{bw['stats']['cv'] * 100:.1f}%", bw["stats"]["n"]))
+        out.print(table(f"Measured roofline — {result.hardware} ({d['timer']})",
+                        ["what", "median", "unit", "catalog peak", "of peak", "CV", "n"], rows, right=(1, 3, 4, 5, 6)))
+        if d["note"]:
+            out.print(d["note"])
+        if result_id is not None:
+            err.print(f"stored as result {result_id}")
+
+    emit({**result.to_dict(), "result_id": result_id}, as_json, render)
+
+
+def _pct(fraction: float | None) -> str | None:
+    return None if fraction is None else f"{fraction * 100:.0f}%"

@@ -1,0 +1,71 @@
+"""`accelkit models list|show`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from accelkit.cli.output import JsonOption, emit, out, table
+from accelkit.core import ModelSpec
+from accelkit.core.units import fmt_count
+from accelkit.models import PRESETS, resolve_model
+
+app = typer.Typer(help="Architecture presets and Hugging Face config import.", no_args_is_help=True)
+
+
+def model_json(spec: ModelSpec) -> dict[str, Any]:
+    """The spec plus its derived counts."""
+    return {
+        **spec.to_dict(),
+        "params": spec.num_params(),
+        "active_params": spec.num_active_params(),
+        "embedding_params": spec.num_embedding_params(),
+        "kv_bytes_per_token_bf16": spec.kv_bytes_per_token(2.0),
+    }
+
+
+def _shape(s: ModelSpec) -> str:
+    if s.kind == "cnn":
+        return f"stages {'-'.join(map(str, s.stage_depths))}, widths {s.stage_widths[0]}…{s.stage_widths[-1]}"
+    heads = f"{s.num_heads}/{s.kv_heads}" if s.kv_heads != s.num_heads else str(s.num_heads)
+    moe = f", {s.num_experts}×top{s.experts_per_token}" if s.num_experts else ""
+    return f"L{s.num_layers} h{s.hidden_size} heads {heads} ffn {s.ffn_hidden_size}{moe}"
+
+
+@app.command("list")
+def list_cmd(as_json: bool = JsonOption) -> None:
+    """List the presets with their exact parameter counts."""
+    specs = [f() for f in PRESETS.values()]
+
+    def render() -> None:
+        rows = [(s.name, s.kind, s.family, fmt_count(s.num_params()),
+                 fmt_count(s.num_active_params()) if s.num_experts else "", _shape(s)) for s in specs]
+        out.print(table("Model presets", ["name", "kind", "family", "params", "active", "shape"], rows, right=(3, 4)))
+
+    emit([model_json(s) for s in specs], as_json, render)
+
+
+@app.command("show")
+def show_cmd(
+    model: str = typer.Argument(..., help="Preset name, a config.json, or a directory holding one."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Show one architecture: dimensions, exact parameter count (total and active), KV bytes per token."""
+    spec = resolve_model(model)
+    data = model_json(spec)
+
+    def render() -> None:
+        rows: list[tuple[str, Any]] = [
+            ("params", f"{data['params']:,} ({fmt_count(data['params'])})"),
+        ]
+        if spec.num_experts:
+            rows.append(("active params", f"{data['active_params']:,} ({fmt_count(data['active_params'])})"))
+        if spec.kind in ("decoder", "moe"):
+            rows.append(("KV cache / token", f"{data['kv_bytes_per_token_bf16'] / 1024:.0f} KiB in bf16"))
+        vision_only = () if spec.family in ("vit", "resnet") else ("num_channels", "stem_width")
+        rows += [(k, v) for k, v in spec.to_dict().items()
+                 if v not in (None, (), [], False, 0) and k != "name" and k not in vision_only]
+        out.print(table(spec.name, ["field", "value"], rows))
+
+    emit(data, as_json, render)

@@ -1,0 +1,187 @@
+"""The one mechanism behind every vocabulary type: typed fields, validation, JSON round trip.
+
+A spec is a frozen, slotted, keyword-only dataclass. Each field is declared with :func:`spec_field`,
+which carries its help text and numeric bounds; ``Literal[...]`` annotations carry the accepted choices.
+``__post_init__`` checks every field against its annotation, so a bad value fails at construction with a
+``ValueError`` that names the field and what it accepts. ``to_dict``/``from_dict`` are lossless for the
+types used here (bool, int, float, str, None, Literal, tuples, lists, dicts and nested specs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+__all__ = ["Spec", "field_docs", "spec_field"]
+
+T = TypeVar("T", bound="Spec")
+_MISSING = dataclasses.MISSING
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def spec_field(
+    default: Any = _MISSING,
+    *,
+    doc: str,
+    min: float | None = None,
+    max: float | None = None,
+    default_factory: Any = _MISSING,
+) -> Any:
+    """Declare a spec field with its help text and optional inclusive numeric bounds."""
+    meta = {"doc": doc, "min": min, "max": max}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name → help text, for ``--help`` and documentation."""
+    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls)}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(tp))
+    if tp is type(None):
+        return "None"
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp)
+
+
+def _check(name: str, value: Any, tp: Any) -> Any:
+    """Return ``value`` (possibly normalised, e.g. int → float, list → tuple) or raise ValueError."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        for choice in get_args(tp):
+            # `is`-style match for bools so that 0/1 never pass as False/True and vice versa
+            if type(choice) is type(value) and choice == value:
+                return value
+        raise ValueError(f"{name}={value!r} is not valid; expected {_describe(tp)}")
+    if origin in (Union, types.UnionType):
+        if type(value) in get_args(tp):  # exact arm first: an int in `float | int` stays an int
+            return _check(name, value, type(value))
+        for arm in get_args(tp):
+            try:
+                return _check(name, value, arm)
+            except ValueError:
+                continue
+        raise ValueError(f"{name}={value!r} is not valid; expected {_describe(tp)}")
+    if tp is type(None):
+        if value is None:
+            return None
+        raise ValueError(f"{name}={value!r} is not valid; expected None")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"{name}={value!r} is not valid; expected true or false")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ValueError(f"{name}={value!r} is not valid; expected an integer")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, float) and math.isnan(value):
+                raise ValueError(f"{name} is NaN; expected a number")
+            return float(value)
+        raise ValueError(f"{name}={value!r} is not valid; expected a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ValueError(f"{name}={value!r} is not valid; expected a string")
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            raise ValueError(f"{name}={value!r} is not valid; expected a sequence")
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_check(f"{name}[{i}]", v, args[0]) for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise ValueError(f"{name} has {len(value)} items; expected {len(args)}")
+        return tuple(_check(f"{name}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args, strict=True)))
+    if origin is list:
+        if not isinstance(value, (tuple, list)):
+            raise ValueError(f"{name}={value!r} is not valid; expected a list")
+        (arg,) = get_args(tp)
+        return [_check(f"{name}[{i}]", v, arg) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{name}={value!r} is not valid; expected a mapping")
+        key_tp, val_tp = get_args(tp)
+        return {
+            _check(f"{name} key", k, key_tp): _check(f"{name}[{k!r}]", v, val_tp)
+            for k, v in value.items()
+        }
+    if isinstance(tp, type) and issubclass(tp, Spec):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, dict):
+            return tp.from_dict(value)
+        raise ValueError(f"{name}={value!r} is not valid; expected {tp.__name__}")
+    raise TypeError(f"spec field {name} has an unsupported annotation {tp!r}")
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, Spec):
+        return value.to_dict()
+    if isinstance(value, (tuple, list)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_json(v) for k, v in value.items()}
+    return value
+
+
+class Spec:
+    """Base of the vocabulary types. Subclasses are ``@dataclass(frozen=True, slots=True, kw_only=True)``."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        hints = _hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = _check(f.name, getattr(self, f.name), hints[f.name])
+            lo, hi = f.metadata.get("min"), f.metadata.get("max")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if lo is not None and value < lo:
+                    raise ValueError(f"{f.name}={value!r} is out of range; expected >= {lo}")
+                if hi is not None and value > hi:
+                    raise ValueError(f"{f.name}={value!r} is out of range; expected <= {hi}")
+            object.__setattr__(self, f.name, value)
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-field checks; subclasses override. Raise ValueError naming the fields."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``from_dict(to_dict())`` gives back an equal object."""
+        return {f.name: _to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        """Build from a dict; unknown keys are an error that names them and lists the known ones."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__} expects a mapping, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"{cls.__name__} has no field {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
+            )
+        return cls(**data)
+
+    def replace(self: T, **changes: Any) -> T:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]

@@ -1,0 +1,191 @@
+"""`accelkit hw probe`: measure this device's roofline — dense matmul throughput per dtype and memory
+bandwidth — and compare it with the catalog peak. On a CPU there is no datasheet, so the measured
+matmul peak is the only "peak" there is; MFU on CPU divides by it (methodology.md, "MFU")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from accelkit.bench.timing import LoopConfig, time_loop
+from accelkit.core import DeviceSpec, Measurement, UserError, summarize
+from accelkit.core.spec import Spec, spec_field
+from accelkit.hardware.catalog import match_device_name
+from accelkit.hardware.detect import cpu_info, environment
+
+CPU_DTYPES = ("fp32", "bf16", "fp16")
+CUDA_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeConfig(Spec):
+    """What `hw probe` measures and for how long."""
+
+    device: str = spec_field("auto", doc="'auto' (first GPU, else CPU), 'cpu', or 'cuda[:N]'.")
+    dtypes: tuple[str, ...] | None = spec_field(
+        None, doc="Matmul dtypes; None = fp32 and bf16 on CPU, every supported one on GPUs."
+    )
+    quick: bool = spec_field(False, doc="Short loops (a smoke run in seconds; percentiles unbacked).")
+    matmul_size: int | None = spec_field(None, min=64, doc="Square matmul side; None = 2048 CPU, 8192 GPU.")
+    copy_bytes: int | None = spec_field(None, min=1 << 20, doc="Copy buffer bytes; None = 256 MiB CPU, 2 GiB GPU.")
+
+    @property
+    def loop(self) -> LoopConfig:
+        return LoopConfig.quick() if self.quick else LoopConfig(min_time_s=3.0, min_iterations=20)
+
+
+def _resolve_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} was asked for but torch sees no CUDA/ROCm device; use --device cpu")
+    if name != "cpu" and not name.startswith("cuda"):
+        raise UserError(f"device {name!r} is not valid; use auto, cpu or cuda[:N]")
+    return name
+
+
+def supported_dtypes(device: str) -> dict[str, str | None]:
+    """dtype → None if this device can run it, else the reason it cannot."""
+    import torch
+
+    if device == "cpu":
+        reasons: dict[str, str | None] = {d: None for d in CPU_DTYPES}
+        reasons["tf32"] = "tf32 is a tensor-core mode of NVIDIA Ampere and newer GPUs; a CPU has no tf32"
+        reasons["fp8"] = "fp8 matmuls need an NVIDIA SM89+ or AMD MI300-class GPU; this is a CPU"
+        return reasons
+    props = torch.cuda.get_device_properties(device)
+    is_rocm = torch.version.hip is not None
+    cc = (props.major, props.minor)
+    arch = getattr(props, "gcnArchName", "") or ""
+    return {
+        "fp32": None,
+        "fp16": None,
+        "bf16": None if is_rocm or cc >= (8, 0) else f"bf16 needs SM80+; {props.name} is SM{cc[0]}{cc[1]}",
+        "tf32": None if not is_rocm and cc >= (8, 0) else "tf32 needs an NVIDIA SM80+ GPU",
+        "fp8": None
+        if (not is_rocm and cc >= (8, 9)) or (is_rocm and "gfx94" in arch)
+        else f"fp8 matmul needs SM89+ (Ada/Hopper/Blackwell) or MI300-class; {props.name} is not",
+    }
+
+
+def _matmul_fn(dtype: str, n: int, device: str) -> Callable[[], object]:
+    import torch
+
+    if dtype == "fp8":
+        is_rocm = torch.version.hip is not None
+        f8 = torch.float8_e4m3fnuz if is_rocm else torch.float8_e4m3fn
+        a = torch.randn(n, n, device=device).to(f8)
+        b = torch.randn(n, n, device=device).to(f8).t()  # _scaled_mm wants column-major B
+        one = torch.ones((), device=device)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    torch_dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    a = torch.randn(n, n, device=device, dtype=torch_dtype)
+    b = torch.randn(n, n, device=device, dtype=torch_dtype)
+    return lambda: torch.mm(a, b)
+
+
+def _tf32(enabled: bool) -> Callable[[], None]:
+    """Set torch's TF32 matmul flag; returns the function that restores the previous value."""
+    import torch
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    return lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", before)
+
+
+def _fraction(measured: float, peak: float | None) -> float | None:
+    return measured / peak if peak else None
+
+
+def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] | None = None) -> Measurement:
+    """Measure matmul TFLOP/s per dtype and copy bandwidth on one device; return a Measurement."""
+    import torch
+
+    config = config or ProbeConfig()
+    device = _resolve_device(config.device)
+    support = supported_dtypes(device)
+    if config.dtypes is None:
+        dtypes = [d for d in (("fp32", "bf16") if device == "cpu" else CUDA_DTYPES) if support.get(d) is None]
+    else:
+        dtypes = list(config.dtypes)
+        for d in dtypes:
+            if d not in support:
+                raise UserError(f"dtype {d!r} is not probed; choose from {', '.join(sorted(support))}")
+            if support[d] is not None:
+                raise UserError(f"cannot probe {d} on {device}: {support[d]}")
+
+    catalog: DeviceSpec | None = None
+    if device == "cpu":
+        hardware = "cpu: " + str(cpu_info()["model"])
+    else:
+        gpu_name = torch.cuda.get_device_properties(device).name
+        catalog = match_device_name(gpu_name)
+        hardware = catalog.name if catalog else gpu_name
+
+    size = config.matmul_size or (2048 if device == "cpu" else 8192)
+    matmul: dict[str, Any] = {}
+    samples: dict[str, list[float]] = {}
+    for dtype in dtypes:
+        if on_step:
+            on_step(f"matmul {dtype} {size}×{size}")
+        restore = _tf32(dtype == "tf32") if device != "cpu" else (lambda: None)
+        try:
+            result = time_loop(_matmul_fn(dtype, size, device), config.loop, device=device)
+        finally:
+            restore()
+        flops = 2 * size**3
+        tflops = [flops / t / 1e12 for t in result.samples_s]
+        stats = summarize(tflops)
+        peak = catalog.peak(dtype) if catalog else None
+        matmul[dtype] = {
+            "tflops": stats.median,
+            "stats": stats.to_dict(),
+            "size": size,
+            "catalog_peak_tflops": peak / 1e12 if peak else None,
+            "fraction_of_peak": _fraction(stats.median * 1e12, peak),
+            "warmup_iterations": result.warmup_iterations,
+        }
+        samples[f"matmul_{dtype}_tflops"] = tflops
+
+    copy_bytes = config.copy_bytes or ((256 << 20) if device == "cpu" else (2 << 30))
+    if on_step:
+        on_step(f"copy {copy_bytes >> 20} MiB")
+    src = torch.ones(copy_bytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    result = time_loop(lambda: dst.copy_(src), config.loop, device=device)
+    moved = 2 * src.numel() * 4  # read + write
+    gbps = [moved / t / 1e9 for t in result.samples_s]
+    stats = summarize(gbps)
+    catalog_bw = catalog.memory_bandwidth_bytes_per_s if catalog else None
+    bandwidth = {
+        "gbps": stats.median,
+        "stats": stats.to_dict(),
+        "bytes_per_iteration": moved,
+        "catalog_gbps": catalog_bw / 1e9 if catalog_bw else None,
+        "fraction_of_peak": _fraction(stats.median * 1e9, catalog_bw),
+    }
+    samples["copy_gbps"] = gbps
+
+    return Measurement(
+        kind="probe",
+        name=f"hw probe {hardware}" + (" (quick)" if config.quick else ""),
+        hardware=hardware,
+        throughput=max(m["tflops"] for m in matmul.values()) if matmul else None,
+        throughput_unit="TFLOP/s (best matmul dtype)",
+        details={
+            "device": device,
+            "catalog_name": catalog.name if catalog else None,
+            "quick": config.quick,
+            "timer": result.timer,
+            "matmul": matmul,
+            "bandwidth": bandwidth,
+            "note": None
+            if catalog
+            else "no datasheet peak for this device: these measured figures are its peak (MFU on it uses them)",
+        },
+        environment=environment(with_torch=True),
+        samples=samples,
+    )

@@ -1,0 +1,253 @@
+"""Hugging Face ``config.json`` ⇄ ModelSpec, in pure Python (no transformers import).
+
+``from_hf_config`` reads the fields each supported ``model_type`` needs and names any that is missing
+or malformed; ``to_hf_config`` writes a config transformers builds the same architecture from.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from accelkit.core import ModelSpec, UserError
+
+SUPPORTED = ("llama", "mistral", "qwen2", "mixtral", "gpt2", "bert", "vit", "resnet")
+_TRANSFORMER = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+REQUIRED = {
+    "llama": (*_TRANSFORMER, "vocab_size"), "mistral": (*_TRANSFORMER, "vocab_size"),
+    "qwen2": (*_TRANSFORMER, "vocab_size"), "mixtral": (*_TRANSFORMER, "vocab_size"),
+    "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size"), "bert": (*_TRANSFORMER, "vocab_size"),
+    "vit": _TRANSFORMER, "resnet": (),
+}
+
+
+class _Reader:
+    """Typed access to a config dict; every error names the file and the field."""
+
+    def __init__(self, data: dict[str, Any], source: str):
+        self.data, self.source = data, source
+
+    def _fail(self, key: str, msg: str) -> UserError:
+        return UserError(f"{self.source}: field {key!r} {msg}")
+
+    def int(self, key: str, default: Any = ...) -> Any:
+        if key not in self.data or self.data[key] is None:
+            if default is ...:
+                mt = self.data.get("model_type")
+                raise self._fail(key, f"is missing (required for model_type {mt!r})")
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._fail(key, f"must be a non-negative integer, got {value!r}")
+        return value
+
+    def float(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._fail(key, f"must be a number, got {value!r}")
+        return float(value)
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def int_list(self, key: str, default: list[int]) -> tuple[int, ...]:
+        value = self.data.get(key, default)
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise self._fail(key, f"must be a list of integers, got {value!r}")
+        return tuple(value)
+
+
+def _rope(r: _Reader) -> tuple[float, dict[str, Any] | None]:
+    """RoPE base and scaling, from transformers v4 (rope_theta/rope_scaling) or v5 (rope_parameters)."""
+    params = r.data.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise r._fail("rope_parameters", "must be an object")
+    theta = params.get("rope_theta", r.data.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+        raise r._fail("rope_theta", f"must be a number, got {theta!r}")
+    scaling = {k: v for k, v in params.items() if k != "rope_theta"} or r.data.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise r._fail("rope_scaling", "must be an object or null")
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "default":
+        scaling = None
+    return float(theta), scaling or None
+
+
+def from_hf_config(data: dict[str, Any], *, name: str | None = None, source: str = "config.json") -> ModelSpec:
+    """ModelSpec from a parsed Hugging Face config dict."""
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: expected a JSON object at the top level")
+    r = _Reader(data, source)
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise UserError(f"{source}: field 'model_type' is missing; expected one of {', '.join(SUPPORTED)}")
+    if model_type not in SUPPORTED:
+        raise UserError(
+            f"{source}: model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}"
+        )
+    missing = [key for key in REQUIRED[model_type] if data.get(key) is None]
+    if missing:
+        raise UserError(
+            f"{source}: {'fields' if len(missing) > 1 else 'field'} {', '.join(repr(m) for m in missing)} "
+            f"{'are' if len(missing) > 1 else 'is'} missing (required for model_type {model_type!r})"
+        )
+    name = name or str(data.get("_name_or_path") or model_type)
+    try:
+        return _BUILDERS[model_type](r, name)
+    except ValueError as exc:
+        if isinstance(exc, UserError):
+            raise
+        raise UserError(f"{source}: {exc}") from exc
+
+
+def _decoder(r: _Reader, name: str) -> ModelSpec:
+    mt = r.data["model_type"]
+    theta, scaling = _rope(r)
+    heads, hidden = r.int("num_attention_heads"), r.int("hidden_size")
+    head_dim = r.int("head_dim", None)
+    moe = mt == "mixtral"
+    return ModelSpec(
+        name=name,
+        kind="moe" if moe else "decoder",
+        family=mt,
+        num_layers=r.int("num_hidden_layers"),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=r.int("num_key_value_heads", heads),
+        head_dim=None if heads and head_dim == hidden // heads else head_dim,  # None = the default split
+        ffn_hidden_size=r.int("intermediate_size"),
+        vocab_size=r.int("vocab_size"),
+        max_seq_len=r.int("max_position_embeddings", 2048),
+        num_experts=r.int("num_local_experts", 8) if moe else None,
+        experts_per_token=r.int("num_experts_per_tok", 2) if moe else None,
+        gated_mlp=True,
+        tied_embeddings=r.bool("tie_word_embeddings", False),
+        qkv_bias=mt == "qwen2" or r.bool("attention_bias", False),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        norm_eps=r.float("rms_norm_eps", 1e-6),
+    )
+
+
+def _gpt2(r: _Reader, name: str) -> ModelSpec:
+    h = r.int("n_embd")
+    return ModelSpec(
+        name=name, kind="decoder", family="gpt2", num_layers=r.int("n_layer"), hidden_size=h,
+        num_heads=r.int("n_head"), ffn_hidden_size=r.int("n_inner", 4 * h), vocab_size=r.int("vocab_size"),
+        max_seq_len=r.int("n_positions", 1024), linear_bias=True, norm="layernorm", position="learned",
+        tied_embeddings=r.bool("tie_word_embeddings", True), norm_eps=r.float("layer_norm_epsilon", 1e-5),
+    )
+
+
+def _bert(r: _Reader, name: str) -> ModelSpec:
+    return ModelSpec(
+        name=name, kind="encoder", family="bert", num_layers=r.int("num_hidden_layers"),
+        hidden_size=r.int("hidden_size"), num_heads=r.int("num_attention_heads"),
+        ffn_hidden_size=r.int("intermediate_size"), vocab_size=r.int("vocab_size"),
+        max_seq_len=r.int("max_position_embeddings", 512), linear_bias=True, norm="layernorm",
+        position="learned", type_vocab_size=r.int("type_vocab_size", 2), pooler=True,
+        norm_eps=r.float("layer_norm_eps", 1e-12),
+    )
+
+
+def _vit(r: _Reader, name: str) -> ModelSpec:
+    image, patch = r.int("image_size", 224), r.int("patch_size", 16)
+    if not r.bool("qkv_bias", True):
+        raise UserError(f"{r.source}: field 'qkv_bias' = false is not supported for ViT (standard ViTs use it)")
+    return ModelSpec(
+        name=name, kind="encoder", family="vit", num_layers=r.int("num_hidden_layers"),
+        hidden_size=r.int("hidden_size"), num_heads=r.int("num_attention_heads"),
+        ffn_hidden_size=r.int("intermediate_size"), max_seq_len=(image // max(patch, 1)) ** 2 + 1,
+        linear_bias=True, norm="layernorm", position="learned", image_size=image, patch_size=patch,
+        num_channels=r.int("num_channels", 3), pooler=True, norm_eps=r.float("layer_norm_eps", 1e-12),
+    )
+
+
+def _resnet(r: _Reader, name: str) -> ModelSpec:
+    if r.data.get("layer_type", "bottleneck") != "bottleneck":
+        raise UserError(f"{r.source}: field 'layer_type' = {r.data['layer_type']!r}; only 'bottleneck' is supported")
+    labels = r.data.get("id2label")
+    num_labels = len(labels) if isinstance(labels, dict) and labels else r.int("num_labels", None)
+    return ModelSpec(
+        name=name, kind="cnn", family="resnet", stage_depths=r.int_list("depths", [3, 4, 6, 3]),
+        stage_widths=r.int_list("hidden_sizes", [256, 512, 1024, 2048]), stem_width=r.int("embedding_size", 64),
+        num_channels=r.int("num_channels", 3), image_size=r.int("image_size", 224), num_labels=num_labels,
+    )
+
+
+_BUILDERS = {
+    "llama": _decoder, "mistral": _decoder, "qwen2": _decoder, "mixtral": _decoder,
+    "gpt2": _gpt2, "bert": _bert, "vit": _vit, "resnet": _resnet,
+}
+
+
+def load_config(path: str | Path) -> ModelSpec:
+    """ModelSpec from a ``config.json`` file or a directory holding one."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise UserError(f"no config.json at {path}; pass a preset name, a config.json, or a directory holding one")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from exc
+    name = p.parent.name if p.parent.name not in ("", ".") else None
+    return from_hf_config(data, name=name, source=str(p))
+
+
+def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
+    """A config dict (``model_type`` included) that transformers builds this architecture from."""
+    if spec.family in ("llama", "mistral", "qwen2", "mixtral"):
+        cfg: dict[str, Any] = {
+            "model_type": spec.family, "vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
+            "intermediate_size": spec.ffn_hidden_size, "num_hidden_layers": spec.num_layers,
+            "num_attention_heads": spec.num_heads, "num_key_value_heads": spec.kv_heads,
+            "head_dim": spec.head_size, "max_position_embeddings": spec.max_seq_len,
+            "rms_norm_eps": spec.norm_eps, "tie_word_embeddings": spec.tied_embeddings,
+            "rope_parameters": {"rope_type": "default", **(spec.rope_scaling or {}), "rope_theta": spec.rope_theta},
+        }
+        if spec.family == "llama":
+            cfg["attention_bias"] = spec.qkv_bias
+        if spec.family == "mixtral":
+            cfg["num_local_experts"] = spec.num_experts
+            cfg["num_experts_per_tok"] = spec.experts_per_token
+        return cfg
+    if spec.family == "gpt2":
+        return {
+            "model_type": "gpt2", "vocab_size": spec.vocab_size, "n_embd": spec.hidden_size,
+            "n_layer": spec.num_layers, "n_head": spec.num_heads, "n_inner": spec.ffn_hidden_size,
+            "n_positions": spec.max_seq_len, "layer_norm_epsilon": spec.norm_eps,
+            "tie_word_embeddings": spec.tied_embeddings,
+            "bos_token_id": min(50256, spec.vocab_size - 1), "eos_token_id": min(50256, spec.vocab_size - 1),
+        }
+    if spec.family == "bert":
+        return {
+            "model_type": "bert", "vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
+            "num_hidden_layers": spec.num_layers, "num_attention_heads": spec.num_heads,
+            "intermediate_size": spec.ffn_hidden_size, "max_position_embeddings": spec.max_seq_len,
+            "type_vocab_size": spec.type_vocab_size, "layer_norm_eps": spec.norm_eps,
+        }
+    if spec.family == "vit":
+        return {
+            "model_type": "vit", "hidden_size": spec.hidden_size, "num_hidden_layers": spec.num_layers,
+            "num_attention_heads": spec.num_heads, "intermediate_size": spec.ffn_hidden_size,
+            "image_size": spec.image_size, "patch_size": spec.patch_size, "num_channels": spec.num_channels,
+            "layer_norm_eps": spec.norm_eps, "qkv_bias": True,
+        }
+    cfg = {
+        "model_type": "resnet", "depths": list(spec.stage_depths), "hidden_sizes": list(spec.stage_widths),
+        "embedding_size": spec.stem_width, "num_channels": spec.num_channels, "layer_type": "bottleneck",
+        "image_size": spec.image_size,
+    }
+    if spec.num_labels is not None:
+        cfg["id2label"] = {str(i): f"LABEL_{i}" for i in range(spec.num_labels)}
+    return cfg

@@ -1,0 +1,74 @@
+import csv
+from pathlib import Path
+
+import pytest
+
+from accelkit.core import UnknownNameError
+from accelkit.hardware import get_device, list_devices, match_device_name
+
+SHARED_CSV = Path(__file__).resolve().parents[3] / "shared" / "reference" / "hardware.csv"
+PACKAGED_CSV = Path(__file__).resolve().parents[2] / "accelkit" / "hardware" / "data" / "hardware.csv"
+
+
+def _rows(path):
+    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def test_every_reference_row_is_in_the_catalog_with_status_and_source():
+    rows = _rows(PACKAGED_CSV)
+    names = [d.name for d in list_devices()]
+    assert names == [r["name"] for r in rows]
+    for row in rows:
+        spec = get_device(row["name"])
+        assert spec.status == row["status"] and spec.source == row["source"]
+        assert spec.memory_bytes == int(float(row["memory_GB"]) * 1e9)
+
+
+@pytest.mark.skipif(not SHARED_CSV.exists(), reason="shared/reference is not beside this checkout")
+def test_packaged_copy_matches_shared_reference():
+    assert _rows(PACKAGED_CSV) == _rows(SHARED_CSV)
+
+
+@pytest.mark.parametrize(
+    ("alias", "name"),
+    [("h200", "H200-SXM-141GB"), ("H200-SXM", "H200-SXM-141GB"), ("mi300x", "MI300X"), ("tpu-v5p", "TPU-v5p"),
+     ("a100", "A100-SXM4-80GB"), ("A100-PCIe", "A100-PCIe-80GB"), ("h100", "H100-SXM5-80GB"), ("B200", "B200-SXM-180GB"),
+     ("rtx 4090", "RTX-4090"), ("gaudi3", "Gaudi3"), ("MI250X", "MI250X-GCD")],
+)
+def test_lookup_by_alias_case_insensitive(alias, name):
+    assert get_device(alias).name == name
+
+
+def test_acceptance_figures():
+    h200 = get_device("h200")
+    assert h200.memory_bytes == 141e9 and h200.memory_bandwidth_bytes_per_s == 4.8e12
+    assert h200.peak("bf16") == 989e12 and h200.peak("fp8") == 1979e12
+    mi = get_device("mi300x")
+    assert mi.memory_bytes == 192e9 and mi.memory_bandwidth_bytes_per_s == 5.3e12 and mi.peak("bf16") == 1307.4e12
+    assert get_device("a100").peak("fp8") is None  # not published = unsupported, not zero
+
+
+def test_mesh_fabric_group_bandwidth():
+    mi = get_device("mi300x")
+    assert mi.scaleup_group_bandwidth(2) == pytest.approx(64e9)  # one peer link, not the headline
+    assert mi.scaleup_group_bandwidth(8) == pytest.approx(448e9)
+    assert get_device("h100").scaleup_group_bandwidth(2) == pytest.approx(450e9)
+
+
+def test_unknown_suggests_close_names():
+    with pytest.raises(UnknownNameError, match="did you mean.*H200"):
+        get_device("h300")
+
+
+@pytest.mark.parametrize(
+    ("reported", "name"),
+    [("NVIDIA H200", "H200-SXM-141GB"), ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"), ("NVIDIA H100 PCIe", "H100-PCIe-80GB"),
+     ("AMD Instinct MI300X", "MI300X"), ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"), ("NVIDIA GeForce RTX 4090", "RTX-4090")],
+)
+def test_match_driver_names(reported, name):
+    assert match_device_name(reported).name == name
+
+
+def test_match_unknown_device():
+    assert match_device_name("NVIDIA Tesla T4") is None

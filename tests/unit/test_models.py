@@ -1,0 +1,89 @@
+import json
+
+import pytest
+
+from accelkit.core import UserError
+from accelkit.models import PRESETS, from_hf_config, get_preset, load_config, resolve_model, to_hf_config
+
+# exact transformers counts (acceptance criteria of the foundation issue)
+EXPECTED = {
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "qwen2.5-7b": 7_615_616_512,
+    "mixtral-8x7b": 46_702_792_704,
+    "bert-large": 335_141_888,
+    "resnet-50": 25_557_032,
+}
+
+
+@pytest.mark.parametrize(("name", "params"), EXPECTED.items())
+def test_published_parameter_counts(name, params):
+    assert get_preset(name).num_params() == params
+
+
+def test_mixtral_active_params():
+    spec = get_preset("mixtral-8x7b")
+    # 2 of 8 experts per layer: total − 32 layers · 6 idle experts · 3·4096·14336
+    assert spec.num_active_params() == 46_702_792_704 - 32 * 6 * 3 * 4096 * 14336 == 12_879_925_248
+
+
+def test_kv_bytes_per_token():
+    # 2 · 80 layers · 8 kv heads · 128 · 2 bytes = 320 KiB per token for Llama 3.1 70B in bf16
+    assert get_preset("llama-3.1-70b").kv_bytes_per_token(2) == 327_680
+    assert get_preset("bert-base").kv_bytes_per_token(2) == 0
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_hf_config_roundtrip(name):
+    spec = get_preset(name)
+    again = from_hf_config(json.loads(json.dumps(to_hf_config(spec))), name=name)
+    assert again.num_params() == spec.num_params()
+    assert again.replace(max_seq_len=spec.max_seq_len) == spec.replace(max_seq_len=spec.max_seq_len)
+
+
+def test_load_config_from_dir_and_file(tmp_path):
+    cfg = to_hf_config(get_preset("qwen2.5-7b"))
+    model_dir = tmp_path / "qwen"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(cfg))
+    assert load_config(model_dir).num_params() == 7_615_616_512
+    assert resolve_model(str(model_dir / "config.json")).num_params() == 7_615_616_512
+
+
+def test_v4_style_rope_fields_are_read():
+    cfg = {**to_hf_config(get_preset("llama-3.1-8b")), "rope_theta": 500000.0,
+           "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    cfg.pop("rope_parameters")
+    spec = from_hf_config(cfg)
+    assert spec.rope_theta == 500000.0 and spec.rope_scaling["factor"] == 8.0
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda c: c.pop("hidden_size"), "field 'hidden_size' is missing"),
+        (lambda c: c.update(num_hidden_layers="32"), "field 'num_hidden_layers' must be a non-negative integer"),
+        (lambda c: c.update(num_hidden_layers=-1), "num_hidden_layers"),
+        (lambda c: c.update(tie_word_embeddings="yes"), "tie_word_embeddings"),
+        (lambda c: c.update(model_type="gptj"), "model_type 'gptj' is not supported"),
+        (lambda c: c.pop("model_type"), "field 'model_type' is missing"),
+        (lambda c: c.update(num_key_value_heads=5), "num_kv_heads"),
+    ],
+)
+def test_malformed_config_names_the_field(tmp_path, mutate, message):
+    cfg = to_hf_config(get_preset("llama-3.1-8b"))
+    mutate(cfg)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match=message) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_invalid_json_and_missing_file(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON.*line 1"):
+        load_config(bad)
+    with pytest.raises(UserError, match="no config.json"):
+        load_config(tmp_path / "nowhere")
