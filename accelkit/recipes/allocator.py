@@ -1,0 +1,43 @@
+"""CUDA caching-allocator warm-up: run one step, read the peak, reserve that much once and free it, so
+the first measured steps do not pay for cudaMalloc and the pool is not fragmented by growth."""
+
+from __future__ import annotations
+
+import torch
+
+from accelkit.core import Recipe
+from accelkit.recipes.base import ApplyContext, Technique
+
+
+class WarmAllocator(Technique):
+    """warm_allocator = True."""
+
+    name = "warm-allocator"
+
+    def wanted(self, recipe: Recipe) -> bool:
+        return recipe.warm_allocator
+
+    def refusal(self, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        if not ctx.device.is_cuda:
+            return "warm_allocator=True warms the CUDA caching allocator; this is a CPU run — drop it"
+        if ctx.example_inputs is None:
+            return "warm_allocator=True needs example_inputs to run one step and measure the peak"
+        return None
+
+    def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        with torch.set_grad_enabled(ctx.training):
+            out = model(*ctx.example_inputs)  # type: ignore[misc]
+            if ctx.training:
+                loss = (out if isinstance(out, torch.Tensor) else out[0]).float().sum()
+                loss.backward()
+                model.zero_grad(set_to_none=True)
+        del out
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+        block = torch.empty(max(peak, 1), dtype=torch.uint8, device="cuda")
+        del block  # freed to the cache, which keeps the segment reserved
+        ctx.notes.append(f"reserved {peak / 2**20:.0f} MiB in the caching allocator")
+        return model

@@ -1,0 +1,124 @@
+"""``apply(model, recipe)``: the techniques a Recipe asks for, checked up front and applied in one order.
+
+Order (each step sees the model the previous one produced):
+
+1. fold_bn          — merge BatchNorm into convolutions (inference)
+2. channels_last    — NHWC weights for convolutions
+3. quantization     — int8/int4/fp8 weights (before autocast and compile, so compile sees the new ops)
+4. sparsity         — 2:4 semi-structured weights
+5. fp8 training     — Float8Linear swap (torchao.float8)
+6. checkpointing    — per-block full/selective recompute
+7. mixed precision  — autocast wrapper (outermost numerics)
+8. compile          — torch.compile over all of the above
+9. warm allocator   — one step to size the CUDA caching allocator, on the final model
+
+Every wanted technique is checked before any is applied, so a refusal leaves the model untouched. The
+parallel layout (dp/tp/pp, ZeRO) is not a single-device transform: ``accelkit.dist`` applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from accelkit.core import Recipe
+from accelkit.recipes.allocator import WarmAllocator
+from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique, device_info
+from accelkit.recipes.checkpointing import ActivationCheckpointing
+from accelkit.recipes.cnn import ChannelsLast, FoldBatchNorm
+from accelkit.recipes.compiler import Compile
+from accelkit.recipes.fp8 import Float8Training
+from accelkit.recipes.precision import MixedPrecision
+from accelkit.recipes.quantize import Backend, Quantization
+from accelkit.recipes.sparsity import SemiStructuredSparsity
+
+if TYPE_CHECKING:
+    import torch
+
+
+def techniques(*, quant_backend: Backend = "auto", fp8_scaling: str = "tensorwise") -> list[Technique]:
+    """The techniques in application order."""
+    return [
+        FoldBatchNorm(), ChannelsLast(), Quantization(quant_backend), SemiStructuredSparsity(),
+        Float8Training(fp8_scaling), ActivationCheckpointing(), MixedPrecision(), Compile(), WarmAllocator(),
+    ]
+
+
+def _layout_refusal(recipe: Recipe) -> str | None:
+    if recipe.num_devices > 1 or recipe.zero > 0 or recipe.ep > 1:
+        return ("the parallel layout (dp/tp/pp/ep, zero) is applied by accelkit.dist across processes, not by "
+                "recipes.apply on one module; pass a single-device Recipe here")
+    return None
+
+
+def _mode_refusal(recipe: Recipe, training: bool) -> str | None:
+    if recipe.precision == "fp8" and not training:
+        return ("precision='fp8' means FP8 training (torchao.float8); for FP8 inference use "
+                "quantization='fp8-dynamic' or 'fp8-weight'")
+    if recipe.recompute != "none" and not training:
+        return f"recompute={recipe.recompute!r} trades compute for training memory; inference saves no activations"
+    return None
+
+
+def refusal(
+    recipe: Recipe,
+    device: str | None = None,
+    *,
+    training: bool = False,
+    emulate: bool = False,
+    example_inputs: tuple | None = None,
+    steps: Sequence[Technique] | None = None,
+) -> str | None:
+    """Why ``recipe`` cannot run on ``device`` (None if it can) — the same checks ``apply`` makes."""
+    ctx = ApplyContext(device=device_info(device), example_inputs=example_inputs, training=training, emulate_fp8=emulate)
+    return _first_refusal(recipe, ctx, steps or techniques())
+
+
+def _first_refusal(recipe: Recipe, ctx: ApplyContext, steps: Sequence[Technique]) -> str | None:
+    reason = _layout_refusal(recipe) or _mode_refusal(recipe, ctx.training)
+    if reason:
+        return reason
+    for step in steps:
+        if step.wanted(recipe):
+            reason = step.refusal(recipe, ctx)
+            if reason:
+                return reason
+    return None
+
+
+def apply(
+    model: torch.nn.Module,
+    recipe: Recipe,
+    *,
+    example_inputs: tuple | None = None,
+    device: str | None = None,
+    training: bool | None = None,
+    emulate: bool = False,
+    quant_backend: Backend = "auto",
+    fp8_scaling: str = "tensorwise",
+    notes: list[str] | None = None,
+) -> torch.nn.Module:
+    """Apply ``recipe`` to ``model`` and return the model to run.
+
+    ``device`` defaults to where the model's parameters are; ``training`` to ``model.training``.
+    ``emulate=True`` lets fp8 training run without FP8 hardware (numerics only, for tests).
+    ``notes``, if given, receives one line per technique applied. Raises ``RecipeRefused`` (a
+    ``UserError``) naming what is missing and what to change; the model is then left as it was.
+    """
+    if device is None:
+        param = next(model.parameters(), None)
+        device = str(param.device) if param is not None else "cpu"
+    ctx = ApplyContext(
+        device=device_info(device), example_inputs=example_inputs,
+        training=model.training if training is None else training, emulate_fp8=emulate,
+    )
+    steps = techniques(quant_backend=quant_backend, fp8_scaling=fp8_scaling)
+    reason = _first_refusal(recipe, ctx, steps)
+    if reason:
+        raise RecipeRefused(reason)
+    for step in steps:
+        if step.wanted(recipe):
+            model = step.apply(model, recipe, ctx)
+    if notes is not None:
+        notes.extend(ctx.notes)
+    return model

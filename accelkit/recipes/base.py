@@ -1,0 +1,85 @@
+"""The shape every optimization technique shares: it says whether the recipe asks for it, what it needs
+from the device (a refusal names what is missing and what to change), and how it transforms a model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from accelkit.core import Recipe, UserError
+
+if TYPE_CHECKING:
+    import torch
+
+
+class RecipeRefused(UserError):
+    """A technique cannot run on this device/model; the message says why and what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """What the techniques need to know about the target device."""
+
+    type: str  # "cpu" or "cuda"
+    name: str
+    capability: tuple[int, int] | None = None  # CUDA compute capability; None on CPU
+    is_rocm: bool = False
+    arch: str = ""  # ROCm gcnArchName, e.g. gfx942 for MI300
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.type == "cuda"
+
+    def sm_at_least(self, major: int, minor: int = 0) -> bool:
+        return self.is_cuda and not self.is_rocm and self.capability is not None and self.capability >= (major, minor)
+
+    @property
+    def is_mi300_class(self) -> bool:
+        return self.is_rocm and self.arch.startswith("gfx94")
+
+    @property
+    def torch_device(self) -> str:
+        return "cuda" if self.is_cuda else "cpu"
+
+
+def device_info(device: str | torch.device | None = None) -> DeviceInfo:
+    """Describe ``device`` (default: the first GPU if any, else the CPU)."""
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type != "cuda":
+        return DeviceInfo(type="cpu", name="cpu")
+    props = torch.cuda.get_device_properties(dev)
+    return DeviceInfo(
+        type="cuda", name=props.name, capability=(props.major, props.minor),
+        is_rocm=torch.version.hip is not None, arch=getattr(props, "gcnArchName", "") or "",
+    )
+
+
+@dataclass(slots=True)
+class ApplyContext:
+    """Everything a technique may use while applying: the device, example inputs, the mode."""
+
+    device: DeviceInfo
+    example_inputs: tuple | None = None
+    training: bool = False
+    emulate_fp8: bool = False
+    notes: list[str] = field(default_factory=list)  # what was done, in order, for logs and reports
+
+
+class Technique:
+    """One optimization. Subclasses set ``name`` and override the three methods."""
+
+    name: str = "technique"
+
+    def wanted(self, recipe: Recipe) -> bool:
+        """Does this recipe ask for the technique?"""
+        raise NotImplementedError
+
+    def refusal(self, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        """None if it can run here, else one sentence: what is missing and what to change."""
+        return None
+
+    def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
+        """Transform ``model`` (in place or by wrapping) and return the model to use."""
+        raise NotImplementedError

@@ -1,0 +1,107 @@
+"""Activation checkpointing per block: ``full`` (keep only each block's input, recompute the rest),
+``selective`` (keep matmul/attention outputs, recompute the cheap element-wise ops), and ``budget``
+(compiled models: let the partitioner keep what fits a memory budget). Always ``use_reentrant=False``.
+
+Blocks are found structurally: the largest ``nn.ModuleList`` of same-type modules (transformer layers,
+ResNet stages' blocks …) — no per-architecture code.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from accelkit.core import Recipe
+from accelkit.recipes.base import ApplyContext, Technique
+
+#: ops whose outputs selective recompute keeps (the expensive ones to redo)
+_SAVE_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
+    torch.ops.aten.baddbmm.default,
+    torch.ops.aten.convolution.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+#: fraction of activation memory the min-cut partitioner may keep under recompute='budget'
+DEFAULT_BUDGET = 0.5
+
+
+def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in _SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class CheckpointedBlock(torch.nn.Module):
+    """Runs ``block`` under non-reentrant checkpointing (full or selective)."""
+
+    def __init__(self, block: torch.nn.Module, *, selective: bool):
+        super().__init__()
+        self.block = block
+        self.selective = selective
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return self.block(*args, **kwargs)  # inference: nothing to save, nothing to recompute
+        context_fn = functools.partial(create_selective_checkpoint_contexts, _selective_policy) if self.selective else None
+        extra = {"context_fn": context_fn} if context_fn else {}
+        return checkpoint(self.block, *args, use_reentrant=False, **extra, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:  # transformers reads attributes such as attention_type off its layers
+            return getattr(super().__getattr__("block"), name)
+
+
+def find_blocks(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList] | None:
+    """The largest ModuleList whose children share one type (the repeated blocks), with its name."""
+    best: tuple[str, torch.nn.ModuleList] | None = None
+    for name, module in model.named_modules():
+        is_blocks = isinstance(module, torch.nn.ModuleList) and len({type(m) for m in module}) == 1
+        if is_blocks and (best is None or len(module) > len(best[1])):
+            best = (name, module)
+    return best
+
+
+class ActivationCheckpointing(Technique):
+    """recompute = full | selective | budget."""
+
+    name = "activation-checkpointing"
+
+    def wanted(self, recipe: Recipe) -> bool:
+        return recipe.recompute != "none"
+
+    def refusal(self, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        if recipe.recompute == "budget" and recipe.compile is False:
+            return ("recompute='budget' works through torch.compile's partitioner; set compile='default' "
+                    "or choose recompute='selective' or 'full'")
+        return None
+
+    def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
+        if recipe.recompute == "budget":
+            ctx.notes.append(f"activation memory budget {DEFAULT_BUDGET} (compile partitioner)")
+            return model  # applied by the compile technique, which patches the functorch config
+        found = find_blocks(model)
+        if found is None:
+            from accelkit.recipes.base import RecipeRefused
+
+            raise RecipeRefused(
+                f"recompute={recipe.recompute!r} found no repeated blocks (an nn.ModuleList of one module type) "
+                f"in {type(model).__name__}; checkpoint inside your model or use recompute='none'"
+            )
+        name, blocks = found
+        config = getattr(model, "config", None)
+        if getattr(config, "use_cache", False):
+            # a KV cache filled during forward would be filled again during recompute, so the recomputed
+            # region would differ from the original; training never needs the cache
+            config.use_cache = False
+            ctx.notes.append("model.config.use_cache set to False (a cache is state that recompute would change)")
+        for i, block in enumerate(blocks):
+            blocks[i] = CheckpointedBlock(block, selective=recipe.recompute == "selective")
+        ctx.notes.append(f"{recipe.recompute} checkpointing of {len(blocks)} blocks in {name or 'model'}")
+        return model

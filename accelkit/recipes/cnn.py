@@ -1,0 +1,84 @@
+"""CNN inference transforms: Conv-BN folding (the BatchNorm's affine map merged into the conv weights)
+and channels_last (NHWC) memory format, which oneDNN and cuDNN convolutions run faster in."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from accelkit.core import Recipe
+from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
+
+
+def fold_conv_bn(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> torch.nn.Conv2d:
+    """A conv equal to bn(conv(x)) in eval mode: w' = w·γ/σ, b' = (b − μ)·γ/σ + β, σ = sqrt(var + eps)."""
+    fused = torch.nn.Conv2d(
+        conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+        conv.groups, bias=True, padding_mode=conv.padding_mode,
+    ).to(device=conv.weight.device, dtype=conv.weight.dtype)
+    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)  # (C_out,)
+    with torch.no_grad():
+        fused.weight.copy_(conv.weight * scale.reshape(-1, 1, 1, 1))
+        bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
+        fused.bias.copy_((bias - bn.running_mean) * scale + bn.bias)
+    return fused
+
+
+def fold_all(model: torch.nn.Module) -> int:
+    """Fold every Conv2d directly followed by a BatchNorm2d inside the same parent; returns the count.
+
+    "Followed" means consecutive children in registration order, which is how Sequential blocks and
+    transformers' ResNet conv layers (convolution, normalization, activation) are written.
+    """
+    folded = 0
+    for parent in list(model.modules()):
+        names = list(parent._modules)
+        for first, second in itertools.pairwise(names):
+            conv, bn = parent._modules[first], parent._modules[second]
+            if isinstance(conv, torch.nn.Conv2d) and isinstance(bn, torch.nn.BatchNorm2d) and bn.track_running_stats:
+                parent._modules[first] = fold_conv_bn(conv, bn)
+                parent._modules[second] = torch.nn.Identity()
+                folded += 1
+    return folded
+
+
+class FoldBatchNorm(Technique):
+    """fold_bn = True (inference only)."""
+
+    name = "fold-bn"
+
+    def wanted(self, recipe: Recipe) -> bool:
+        return recipe.fold_bn
+
+    def refusal(self, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        if ctx.training:
+            return "fold_bn=True is for inference: folded BatchNorm no longer normalises batches; drop it for training"
+        return None
+
+    def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
+        count = fold_all(model.eval())
+        if count == 0:
+            raise RecipeRefused(f"fold_bn=True found no Conv2d followed by BatchNorm2d in {type(model).__name__}")
+        ctx.notes.append(f"folded {count} Conv-BN pairs")
+        return model
+
+
+class ChannelsLast(Technique):
+    """channels_last = True: NHWC weights; inputs are converted by the caller (see ``to_channels_last``)."""
+
+    name = "channels-last"
+
+    def wanted(self, recipe: Recipe) -> bool:
+        return recipe.channels_last
+
+    def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
+        if not any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
+            raise RecipeRefused(f"channels_last=True helps convolutions; {type(model).__name__} has none — drop it")
+        ctx.notes.append("channels_last memory format")
+        return model.to(memory_format=torch.channels_last)
+
+
+def to_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """NCHW input → channels_last (a no-op for tensors that are not 4-D)."""
+    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x

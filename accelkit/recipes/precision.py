@@ -1,0 +1,83 @@
+"""Mixed precision: bf16/fp16 autocast around the model's forward, tf32 matmuls on GPUs that have them.
+
+Autocast is a context, not a weight change, so the model is wrapped: ``AutocastModule.forward`` enters
+``torch.autocast`` (and, for tf32, sets and restores the matmul flags) around the inner forward. Global
+flags are never left changed. fp16 training needs loss scaling: ``grad_scaler()`` gives the GradScaler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from accelkit.core import Recipe
+from accelkit.recipes.base import ApplyContext, Technique
+
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@contextlib.contextmanager
+def tf32_enabled(enabled: bool):
+    """Set torch's TF32 flags for the block and restore them after (no global state leaks)."""
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+class AutocastModule(torch.nn.Module):
+    """Runs ``inner`` under autocast to ``dtype`` (or fp32 with TF32 when ``tf32``)."""
+
+    def __init__(self, inner: torch.nn.Module, *, device_type: str, dtype: torch.dtype | None, tf32: bool = False):
+        super().__init__()
+        self.inner = inner
+        self.device_type, self.dtype, self.tf32 = device_type, dtype, tf32
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            if self.dtype is not None:
+                stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
+            if self.tf32:
+                stack.enter_context(tf32_enabled(True))
+            return self.inner(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:  # reach through to the wrapped model's attributes (config, generate …)
+            return getattr(super().__getattr__("inner"), name)
+
+
+class MixedPrecision(Technique):
+    """precision = bf16 | fp16 (autocast) or tf32 (TF32 tensor-core matmuls)."""
+
+    name = "mixed-precision"
+
+    def wanted(self, recipe: Recipe) -> bool:
+        return recipe.precision in ("bf16", "fp16", "tf32")
+
+    def refusal(self, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        dev = ctx.device
+        if recipe.precision == "tf32" and not dev.sm_at_least(8, 0):
+            return (f"precision='tf32' needs an NVIDIA Ampere (SM80) or newer GPU; {dev.name} has no TF32 "
+                    "tensor cores — use precision='bf16' or 'fp32'")
+        if recipe.precision == "bf16" and dev.is_cuda and not dev.is_rocm and not dev.sm_at_least(8, 0):
+            return f"precision='bf16' needs SM80+ for tensor-core bf16; {dev.name} is older — use precision='fp16'"
+        return None
+
+    def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
+        ctx.notes.append(f"autocast {recipe.precision}" if recipe.precision != "tf32" else "tf32 matmuls")
+        return AutocastModule(
+            model, device_type=ctx.device.torch_device, dtype=_AUTOCAST.get(recipe.precision),
+            tf32=recipe.precision == "tf32",
+        )
+
+
+def grad_scaler(recipe: Recipe, device_type: str) -> torch.amp.GradScaler:
+    """The loss scaler fp16 training needs (a disabled no-op scaler for every other precision)."""
+    return torch.amp.GradScaler(device_type, enabled=recipe.precision == "fp16")
