@@ -1,0 +1,112 @@
+"""Accuracy gates: how far an optimized model's outputs drift from the fp32 reference, and whether that
+passes. The default gate is MLPerf's "99% of FP32" rule: a task metric within ``max_drop`` (1%) of the
+reference's; without a task metric, top-1 agreement (classifiers, language models) or cosine
+similarity (other outputs) of at least ``1 − max_drop``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from accelkit.core.spec import Spec, spec_field
+
+
+def output_tensor(output: Any) -> torch.Tensor:
+    """The tensor to compare from a model's output: ``logits``, else ``last_hidden_state``, else the first tensor."""
+    if isinstance(output, torch.Tensor):
+        return output
+    for name in ("logits", "last_hidden_state"):
+        value = getattr(output, name, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    if isinstance(output, dict):
+        for value in output.values():
+            if isinstance(value, torch.Tensor):
+                return value
+    raise TypeError(f"cannot find an output tensor in {type(output).__name__}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Drift(Spec):
+    """Output drift of a candidate against the reference on the same batch."""
+
+    max_abs_error: float = spec_field(doc="max |candidate − reference|")
+    cosine: float = spec_field(doc="cosine similarity of the flattened outputs")
+    sqnr_db: float = spec_field(doc="signal-to-quantization-noise ratio, 10·log10(‖ref‖² / ‖cand − ref‖²)")
+    top1_agreement: float | None = spec_field(None, doc="fraction of positions with the same argmax (logits)")
+
+
+def drift(reference: torch.Tensor, candidate: torch.Tensor, *, logits: bool) -> Drift:
+    """Compare two outputs of the same shape (computed in fp32)."""
+    ref, cand = reference.detach().float(), candidate.detach().float()
+    if ref.shape != cand.shape:
+        raise ValueError(f"output shapes differ: reference {tuple(ref.shape)} vs candidate {tuple(cand.shape)}")
+    noise = (cand - ref).pow(2).sum().item()
+    signal = ref.pow(2).sum().item()
+    return Drift(
+        max_abs_error=(cand - ref).abs().max().item(),
+        cosine=torch.nn.functional.cosine_similarity(ref.flatten(), cand.flatten(), dim=0).item(),
+        sqnr_db=math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal > 0 else -math.inf,
+        top1_agreement=(ref.argmax(-1) == cand.argmax(-1)).float().mean().item() if logits else None,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateConfig(Spec):
+    """When an optimized model is accurate enough."""
+
+    max_drop: float = spec_field(0.01, min=0.0, max=1.0, doc="Allowed relative drop (0.01 = within 1% of reference).")
+    criterion: Literal["auto", "task", "top1", "cosine"] = spec_field(
+        "auto", doc="auto: task metric if given, else top-1 agreement for logits, else cosine."
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateResult(Spec):
+    """The verdict with the numbers it rests on."""
+
+    passed: bool = spec_field(doc="True if within the allowed drop.")
+    criterion: str = spec_field(doc="What was compared.")
+    reference_value: float = spec_field(doc="Reference's value of the criterion.")
+    candidate_value: float = spec_field(doc="Candidate's value.")
+    threshold: float = spec_field(doc="Candidate must reach at least this.")
+    drift: Drift = spec_field(doc="Output drift figures.")
+
+
+def check(
+    reference_output: Any,
+    candidate_output: Any,
+    *,
+    logits: bool,
+    config: GateConfig | None = None,
+    metric: Callable[[torch.Tensor], float] | None = None,
+) -> GateResult:
+    """Gate a candidate's outputs against the reference's. ``metric`` maps an output tensor to a task
+    score where higher is better (e.g. accuracy against labels)."""
+    config = config or GateConfig()
+    ref, cand = output_tensor(reference_output), output_tensor(candidate_output)
+    d = drift(ref, cand, logits=logits)
+    criterion = config.criterion
+    if criterion == "auto":
+        criterion = "task" if metric is not None else ("top1" if logits else "cosine")
+    if criterion == "task":
+        if metric is None:
+            raise ValueError("criterion='task' needs a metric function")
+        ref_value, cand_value = float(metric(ref)), float(metric(cand))
+        threshold = ref_value * (1 - config.max_drop)
+    elif criterion == "top1":
+        if d.top1_agreement is None:
+            raise ValueError("criterion='top1' needs logits outputs")
+        ref_value, cand_value, threshold = 1.0, d.top1_agreement, 1 - config.max_drop
+    else:
+        ref_value, cand_value, threshold = 1.0, d.cosine, 1 - config.max_drop
+    return GateResult(
+        passed=cand_value >= threshold - 1e-12, criterion=criterion, reference_value=ref_value,
+        candidate_value=cand_value, threshold=threshold, drift=d,
+    )

@@ -1,0 +1,177 @@
+"""Every recipe that can run on this CPU, applied to tiny real models; every refusal where it cannot."""
+
+import copy
+
+import pytest
+import torch
+
+from accelkit.core import Recipe, UserError
+from accelkit.models import get_preset
+from accelkit.models.build import build_model
+from accelkit.recipes import RecipeRefused, apply, refusal
+from accelkit.recipes.gates import GateConfig, check, output_tensor
+from accelkit.recipes.memory import saved_activation_bytes
+
+TOKENS = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return build_model(get_preset("tiny-llama"), seed=0)
+
+
+def _logits(model, x=TOKENS):
+    with torch.no_grad():
+        return output_tensor(model(x))
+
+
+@pytest.mark.parametrize(
+    ("recipe", "backend", "note"),
+    [
+        (Recipe(precision="bf16"), "auto", "autocast bf16"),
+        (Recipe(precision="fp16"), "auto", "autocast fp16"),
+        (Recipe(quantization="int8-dynamic"), "auto", "torch.ao quantize_dynamic"),
+        (Recipe(quantization="int8-dynamic"), "torchao", "Int8DynamicActivationInt8WeightConfig"),
+        (Recipe(quantization="int8-weight"), "auto", "Int8WeightOnlyConfig"),
+        (Recipe(quantization="int4-weight"), "auto", "IntxWeightOnlyConfig"),
+    ],
+)
+def test_inference_recipes_run_and_pass_a_loose_gate(llama, recipe, backend, note):
+    ref = _logits(llama)
+    notes: list[str] = []
+    model = apply(copy.deepcopy(llama), recipe, quant_backend=backend, notes=notes)
+    assert any(note in n for n in notes), notes
+    out = _logits(model)
+    result = check(ref, out, logits=True, config=GateConfig(max_drop=0.5, criterion="cosine"))
+    assert result.passed and result.drift.cosine > 0.95, result
+    assert result.drift.max_abs_error > 0  # it really changed the numerics
+    if recipe.quantization:  # every linear layer now holds quantized weights
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        dynamic = [m for m in model.modules() if type(m).__module__.startswith("torch.ao.nn.quantized")]
+        assert dynamic if note == "torch.ao quantize_dynamic" else linears
+        assert all(type(m.weight) is not torch.nn.Parameter for m in linears)
+
+
+def test_compile_matches_eager(llama):
+    model = apply(copy.deepcopy(llama), Recipe(compile="default"))
+    torch.testing.assert_close(_logits(model), _logits(llama), rtol=1e-4, atol=1e-4)
+
+
+def test_cnn_fold_bn_and_channels_last_keep_outputs():
+    resnet = build_model(get_preset("tiny-resnet"), seed=0).eval()
+    with torch.no_grad():  # give BatchNorm non-trivial statistics
+        for m in resnet.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 64, 64)
+    notes: list[str] = []
+    fast = apply(copy.deepcopy(resnet), Recipe(fold_bn=True, channels_last=True), notes=notes)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in fast.modules())
+    assert notes[0].startswith("folded") and "channels_last" in notes[1]
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x.contiguous(memory_format=torch.channels_last)).logits, resnet(x).logits,
+                                   rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("policy", ["full", "selective"])
+def test_checkpointing_same_gradients_less_saved_memory(policy):
+    base = build_model(get_preset("tiny-llama"), seed=0).train()
+    x = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(1))
+    ref_bytes, ref_out = saved_activation_bytes(lambda: base(x, labels=x, use_cache=False), exclude=base)
+    ref_out.loss.backward()
+    ckpt = apply(copy.deepcopy(base), Recipe(recompute=policy))
+    ckpt.zero_grad()
+    bytes_, out = saved_activation_bytes(lambda: ckpt(x, labels=x), exclude=ckpt)
+    out.loss.backward()
+    assert bytes_ < ref_bytes * (0.5 if policy == "full" else 0.95), (bytes_, ref_bytes)
+    for p, q in zip(base.parameters(), ckpt.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_budget_recompute_with_compile_trains():
+    model = apply(build_model(get_preset("tiny-llama"), seed=0).train(), Recipe(recompute="budget", compile="default"))
+    out = model(TOKENS, labels=TOKENS, use_cache=False)
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+
+
+def test_fp8_refused_on_cpu_without_emulate_and_trains_with_it():
+    reason = refusal(Recipe(precision="fp8"), "cpu", training=True)
+    assert "FP8 tensor cores" in reason and "emulate=True" in reason
+    model = build_model(get_preset("tiny-llama"), seed=0).train()
+    with pytest.raises(RecipeRefused, match="SM89"):
+        apply(model, Recipe(precision="fp8"))
+    assert not any("Float8" in type(m).__name__ for m in model.modules())  # the refusal changed nothing
+    model = apply(model, Recipe(precision="fp8"), emulate=True)
+    assert any("Float8" in type(m).__name__ for m in model.modules())
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    data = torch.randint(0, 512, (8, 32), generator=torch.Generator().manual_seed(2))
+    losses = []
+    for _ in range(20):
+        loss = model(data, labels=data, use_cache=False).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] * 0.8, losses
+
+
+@pytest.mark.parametrize(
+    ("recipe", "kwargs", "needle"),
+    [
+        (Recipe(precision="tf32"), {}, "Ampere"),
+        (Recipe(quantization="fp8-weight"), {}, "SM89"),
+        (Recipe(quantization="fp8-dynamic"), {}, "SM89"),
+        (Recipe(sparsity="2:4", precision="bf16"), {}, "SM80"),
+        (Recipe(compile="reduce-overhead"), {}, "CUDA graphs"),
+        (Recipe(warm_allocator=True), {}, "CUDA caching allocator"),
+        (Recipe(recompute="budget"), {"training": True}, "compile='default'"),
+        (Recipe(quantization="int8-dynamic"), {"training": True}, "post-training"),
+        (Recipe(precision="fp8"), {}, "fp8-dynamic"),
+        (Recipe(recompute="full"), {}, "inference saves no activations"),
+        (Recipe(dp=2), {}, "accelkit.dist"),
+        (Recipe(fold_bn=True), {"training": True}, "for inference"),
+        (Recipe(quantization="int8-dynamic", precision="bf16"), {}, "precision='fp32'"),
+    ],
+)
+def test_refusals_say_what_to_change(recipe, kwargs, needle):
+    reason = refusal(recipe, "cpu", **kwargs)
+    assert reason is not None and needle in reason, reason
+
+
+def test_refusal_is_a_user_error_and_leaves_model_untouched(llama):
+    model = copy.deepcopy(llama)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(UserError):
+        apply(model, Recipe(quantization="int8-weight", compile="reduce-overhead"))
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_structural_refusals():
+    with pytest.raises(RecipeRefused, match="no repeated blocks"):
+        apply(torch.nn.Linear(4, 4).train(), Recipe(recompute="full"))
+    with pytest.raises(RecipeRefused, match="has none"):
+        apply(build_model(get_preset("tiny-bert")), Recipe(channels_last=True))
+
+
+def _global_state():
+    import torch._functorch.config as fc
+    import torch._inductor.config as ic
+
+    return (
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.get_default_dtype(),
+        torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"), fc.activation_memory_budget,
+        tuple(sorted((k, repr(v)) for k, v in ic.get_config_copy().items())), torch.backends.quantized.engine,
+        torch.get_float32_matmul_precision(),
+    )
+
+
+def test_apply_restores_global_state(llama):
+    before = _global_state()
+    for recipe in (Recipe(precision="bf16"), Recipe(quantization="int8-dynamic"), Recipe(quantization="int8-weight"),
+                   Recipe(quantization="int8-dynamic", compile="default"), Recipe(quantization="int4-weight")):
+        _logits(apply(copy.deepcopy(llama), recipe))
+    assert _global_state() == before

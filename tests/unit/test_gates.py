@@ -1,0 +1,55 @@
+import math
+
+import pytest
+import torch
+
+from accelkit.recipes.gates import GateConfig, check, drift, output_tensor
+
+
+def test_identical_outputs():
+    x = torch.randn(4, 10)
+    d = drift(x, x.clone(), logits=True)
+    assert d.max_abs_error == 0 and d.cosine == pytest.approx(1.0) and d.sqnr_db == math.inf and d.top1_agreement == 1.0
+
+
+def test_sqnr_of_known_noise():
+    ref = torch.ones(1000)
+    cand = ref + 0.1  # noise power 0.01 per element, signal 1 → 20 dB
+    assert drift(ref, cand, logits=False).sqnr_db == pytest.approx(20.0, abs=1e-4)
+
+
+def test_top1_gate_counts_disagreements():
+    ref = torch.eye(100)
+    cand = ref.clone()
+    cand[0] = torch.tensor([0.0, 2.0] + [0.0] * 98)  # one of 100 rows now picks another class
+    assert check(ref, cand, logits=True).passed  # 99% agreement is within 1%
+    cand[1] = torch.tensor([3.0] + [0.0] * 99)
+    result = check(ref, cand, logits=True)
+    assert not result.passed and result.candidate_value == pytest.approx(0.98) and result.criterion == "top1"
+
+
+def test_task_metric_gate_is_relative():
+    labels = torch.tensor([0, 1, 2, 3])
+    ref = torch.eye(4)
+    cand = torch.eye(4)
+    cand[3] = torch.tensor([1.0, 0, 0, 0])
+
+    def accuracy(t):
+        return (t.argmax(-1) == labels).float().mean().item()
+
+    result = check(ref, cand, logits=True, metric=accuracy)
+    assert result.criterion == "task" and result.reference_value == 1.0 and result.candidate_value == 0.75
+    assert not result.passed
+    assert check(ref, cand, logits=True, metric=accuracy, config=GateConfig(max_drop=0.3)).passed
+
+
+def test_cosine_gate_and_output_extraction():
+    class Out:
+        last_hidden_state = torch.ones(2, 3)
+
+    assert output_tensor(Out()) is Out.last_hidden_state
+    assert check(Out(), torch.ones(2, 3) * 2, logits=False).passed  # same direction, cosine 1
+    with pytest.raises(ValueError, match="shapes differ"):
+        drift(torch.ones(2), torch.ones(3), logits=False)
+    with pytest.raises(ValueError, match="max_drop"):
+        GateConfig(max_drop=2.0)
