@@ -8,7 +8,7 @@ import sys
 import typer
 
 import accelkit
-from accelkit.cli import hw, models, results
+from accelkit.cli import hw, models, monitor, plan, results
 from accelkit.cli.output import err
 from accelkit.core import AccelkitError, UserError
 
@@ -23,6 +23,9 @@ app = typer.Typer(
 app.add_typer(hw.app, name="hw")
 app.add_typer(models.app, name="models")
 app.add_typer(results.app, name="results")
+app.command("plan")(plan.plan_cmd)
+app.command("monitor")(monitor.monitor_cmd)
+app.command("profile")(monitor.profile_cmd)
 
 
 def _version(value: bool) -> None:

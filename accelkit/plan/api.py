@@ -1,0 +1,106 @@
+"""The planner's public calls: ``plan`` (one given layout → Estimate) and the JSON document the CLI
+prints (field names fixed by issue 3; other tools rely on them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelkit.core import Cluster, Estimate, UserError, Workload
+from accelkit.plan.context import PlanContext, make_context
+from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
+from accelkit.plan.layout import Layout, check_user_layout
+from accelkit.plan.options import PlanOptions
+
+
+def layout_of(workload: Workload) -> Layout:
+    r = workload.recipe
+    return Layout(dp=r.dp, tp=r.tp, pp=r.pp, ep=r.ep, zero=r.zero, micro_batch=r.micro_batch,
+                  grad_accum=r.grad_accum, recompute=r.recompute, sequence_parallel=r.sequence_parallel)
+
+
+def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = None) -> Estimate:
+    """Predict the layout written in ``workload.recipe`` on ``cluster`` (dp·tp·pp must equal its size).
+
+    Training takes the global batch from the layout (dp · micro_batch · grad_accum); inference plans
+    ``workload.batch_size`` sequences per model replica. Use ``accelkit.plan.search`` to choose a layout.
+    """
+    layout = layout_of(workload)
+    if layout.recompute == "budget":
+        raise UserError("recompute 'budget' is not modelled by the planner; use none, selective or full")
+    if layout.num_devices != cluster.num_devices:
+        raise UserError(f"the recipe's dp·tp·pp = {layout.num_devices} but the cluster has {cluster.num_devices} "
+                        "devices; make them equal")
+    ctx = make_context(workload, cluster, options)
+    check_user_layout(workload.model, cluster, layout.to_dict(), cluster.num_devices)
+    batch = workload.batch_size if workload.task != "train" else None
+    return to_estimate(evaluate(ctx, layout, batch), ctx)
+
+
+def _bytes(x: float | None) -> int | None:
+    return None if x is None else round(x)
+
+
+def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
+    """The issue-3 document for one candidate."""
+    m, w = ctx.model, ctx.workload
+    lay = c.layout
+    mem = {k: _bytes(c.memory[k]) for k in MEMORY_KEYS}
+    mem["total"] = _bytes(c.memory["total"])
+    doc: dict[str, Any] = {
+        "model": {"name": m.name, "params": m.num_params(), "active_params": m.num_active_params()},
+        "task": w.task,
+        "hardware": {"name": ctx.device.name, "num_devices": lay.num_devices},
+        "layout": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "zero": lay.zero,
+                   "micro_batch": lay.micro_batch, "grad_accum": lay.grad_accum, "recompute": lay.recompute,
+                   "sequence_parallel": lay.sequence_parallel},
+        "memory_per_device_bytes": mem,
+        "memory_capacity_bytes": int(c.memory["capacity"]),
+        "fits": c.fits,
+        "overflow": c.overflow,
+        "flops_per_step": c.flops_per_step,
+        "step_time_s": c.step_time_s,
+        "tokens_per_s": None if m.kind == "cnn" else c.tokens_per_s,
+        "tokens_per_s_per_device": None if m.kind == "cnn" else c.tokens_per_s / lay.num_devices,
+        "mfu": c.mfu,
+        "time_breakdown_s": dict(c.time_breakdown),
+        "bottleneck": c.bottleneck,
+        "energy_j_per_token": None if m.kind == "cnn" else c.energy_j_per_token,
+        "assumptions": list(ctx.assumptions),
+    }
+    if m.kind == "cnn":
+        doc["samples_per_s"] = c.tokens_per_s
+        doc["energy_j_per_sample"] = c.energy_j_per_token
+    if w.task == "train":
+        doc["global_batch"] = c.batch
+        doc["seq_len"] = w.seq_len
+        if c.memory.get("host_optimizer"):
+            doc["host_memory_bytes"] = {"optimizer": _bytes(c.memory["host_optimizer"])}
+    else:
+        doc.update(prefill_time_s=c.prefill_time_s, decode_time_per_token_s=c.decode_time_per_token_s,
+                   max_batch=c.max_batch, batch=c.batch)
+        if m.kind in ("decoder", "moe"):
+            doc.update(prompt_len=w.prompt_len, output_len=w.output_len, kv_cache_dtype=w.recipe.kv_cache_dtype)
+    if ctx.options.price_per_device_hour is not None and c.cost_per_step is not None:
+        per_token = c.cost_per_step / c.tokens_per_step if c.tokens_per_step else None
+        doc["cost"] = {"price_per_device_hour": ctx.options.price_per_device_hour, "per_step": c.cost_per_step,
+                       "per_hour": c.cost_per_step / c.step_time_s * 3600 if c.step_time_s else None,
+                       "per_million_tokens": None if per_token is None else per_token * 1e6}
+    return doc
+
+
+def to_estimate(c: Candidate, ctx: PlanContext) -> Estimate:
+    """The candidate as an Estimate for the results store (``details`` holds the JSON document)."""
+    doc = to_json(c, ctx)
+    w = ctx.workload
+    lay = c.layout
+    recipe = w.recipe.replace(dp=lay.dp, tp=lay.tp, pp=lay.pp, ep=lay.ep, zero=lay.zero, micro_batch=lay.micro_batch,
+                              grad_accum=lay.grad_accum, recompute=lay.recompute,
+                              sequence_parallel=lay.sequence_parallel)
+    workload = w.replace(recipe=recipe, batch_size=c.batch or w.batch_size)
+    unit = "samples/s" if ctx.model.kind == "cnn" else ("tokens/s" if w.task == "train" else "output tokens/s")
+    return Estimate(
+        kind="plan", name=f"{ctx.model.name} {w.task} on {lay.num_devices}×{ctx.device.name}", workload=workload,
+        hardware=ctx.device.name, num_devices=lay.num_devices, throughput=c.tokens_per_s, throughput_unit=unit,
+        memory_bytes={k: int(v) for k, v in doc["memory_per_device_bytes"].items()}, mfu=c.mfu,
+        energy_j_per_item=c.energy_j_per_token, details=doc,
+    )

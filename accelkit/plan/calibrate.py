@@ -1,0 +1,91 @@
+"""Calibration: turn this machine's `accelkit hw probe` results (in the results store) into the
+efficiencies the planner uses instead of its published priors, and describe the local CPU as a device.
+
+A probe is used when planning for the local CPU (``--hardware cpu``) or when the probe's
+``details['catalog_name']`` is the planned hardware; the plan says so in ``assumptions``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelkit.core import DeviceSpec, UserError
+from accelkit.hardware import get_device
+from accelkit.plan.priors import COMM, DEFAULT_COMM, Efficiency, prior_efficiency
+
+LOCAL_NAMES = ("cpu", "local", "local-cpu")
+
+
+def _probes(limit: int = 200) -> list[Any]:
+    from accelkit.results import ResultStore
+
+    try:
+        with ResultStore() as store:
+            return [r.result for r in store.query(kind="probe", limit=limit)]
+    except Exception:  # an unreadable store must not stop a plan; the plan then uses the priors
+        return []
+
+
+def latest_probe(device_name: str | None) -> Any | None:
+    """Newest probe of the local CPU (``device_name`` None) or of the catalog device ``device_name``."""
+    for result in _probes():
+        details = result.details or {}
+        if device_name is None and details.get("device") == "cpu":
+            return result
+        if device_name is not None and details.get("catalog_name") == device_name:
+            return result
+    return None
+
+
+def local_cpu_device() -> tuple[DeviceSpec, Any]:
+    """The host CPU as a DeviceSpec whose peaks are its measured matmul throughput and copy bandwidth."""
+    import psutil
+
+    probe = latest_probe(None)
+    if probe is None:
+        raise UserError("no probe of this CPU in the results store; run `accelkit hw probe --device cpu` first, "
+                        "then plan with --hardware cpu")
+    d = probe.details
+    peaks = {dt: m["tflops"] * 1e12 for dt, m in d["matmul"].items() if m.get("tflops")}
+    device = DeviceSpec(
+        name=probe.hardware or "cpu", vendor="cpu", memory_bytes=int(psutil.virtual_memory().total),
+        memory_type="DRAM", memory_bandwidth_bytes_per_s=d["bandwidth"]["gbps"] * 1e9, peak_flops=peaks,
+        tdp_w=None, scaleup_domain=1, status="M", source=f"accelkit hw probe ({probe.created_at})",
+    )
+    return device, probe
+
+
+def resolve_hardware(name: str) -> DeviceSpec:
+    """A catalog device, or the probed local CPU for 'cpu'/'local'."""
+    if name.strip().lower() in LOCAL_NAMES:
+        return local_cpu_device()[0]
+    return get_device(name)
+
+
+def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) -> Efficiency:
+    """Measured efficiencies when a matching probe exists (and ``use_calibration``), else the priors."""
+    if device.vendor == "cpu":  # the device's peaks are already the measured, achieved figures
+        return Efficiency(
+            compute=1.0, memory=1.0, comm=COMM.get(device.vendor, DEFAULT_COMM), calibrated=True,
+            sources=(f"calibrated: peaks are this CPU's measured matmul and copy bandwidth ({device.source}); "
+                     "compute and memory efficiency 1.0 of those",),
+        )
+    prior = prior_efficiency(device, dtype)
+    probe = latest_probe(device.name) if use_calibration else None
+    if probe is None:
+        return prior
+    d = probe.details
+    matmul = d.get("matmul", {}).get(dtype)
+    compute, memory, notes = prior.compute, prior.memory, []
+    if matmul and matmul.get("fraction_of_peak"):
+        compute = float(matmul["fraction_of_peak"])
+        notes.append(f"compute efficiency {compute:.2f} measured by `hw probe` {dtype} matmul on this machine "
+                     f"({probe.created_at})")
+    if d.get("bandwidth", {}).get("fraction_of_peak"):
+        memory = float(d["bandwidth"]["fraction_of_peak"])
+        notes.append(f"memory efficiency {memory:.2f} measured by `hw probe` copy on this machine ({probe.created_at})")
+    if not notes:
+        return prior
+    replaced = {n.split(' ')[0] for n in notes}  # 'compute' / 'memory'
+    kept = tuple(s for s in prior.sources if s.split(' ')[0] not in replaced)
+    return Efficiency(compute=compute, memory=memory, comm=prior.comm, sources=(*notes, *kept), calibrated=True)

@@ -1,0 +1,180 @@
+"""Evaluate one layout: memory per device (and whether it fits), step time, throughput, MFU, energy.
+This is the search's inner loop: plain floats and dicts, no validated specs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelkit.plan import energy as E
+from accelkit.plan import flops as F
+from accelkit.plan.context import PlanContext, kv_element_bytes
+from accelkit.plan.layout import Layout
+from accelkit.plan.memory import (
+    head_activation_bytes,
+    kv_cache_bytes,
+    layer_activation_bytes,
+    model_state_bytes,
+)
+from accelkit.plan.time import infer_time, stage_params, train_time
+
+MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "other")
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A layout with everything the planner predicts for it."""
+
+    layout: Layout
+    memory: dict[str, float]
+    fits: bool
+    flops_per_step: float
+    step_time_s: float
+    time_breakdown: dict[str, float]
+    tokens_per_step: float
+    mfu: float
+    energy_j_per_token: float | None
+    cost_per_step: float | None
+    batch: int | None = None
+    prefill_time_s: float | None = None
+    decode_time_per_token_s: float | None = None
+    max_batch: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s if self.step_time_s > 0 else 0.0
+
+    @property
+    def bottleneck(self) -> str:
+        return max(self.time_breakdown, key=self.time_breakdown.__getitem__)
+
+    @property
+    def overflow(self) -> dict[str, Any] | None:
+        """When it does not fit: how much over, and the components in order of size."""
+        if self.fits:
+            return None
+        parts = sorted(((k, v) for k, v in self.memory.items() if k in MEMORY_KEYS and v > 0), key=lambda kv: -kv[1])
+        return {"over_by_bytes": self.memory["total"] - self.memory["capacity"], "largest": [k for k, _ in parts[:3]]}
+
+
+def _finish_memory(ctx: PlanContext, parts: dict[str, float]) -> tuple[dict[str, float], bool]:
+    total = sum(parts[k] for k in MEMORY_KEYS)
+    capacity = float(ctx.device.memory_bytes)
+    return {**parts, "total": total, "capacity": capacity}, total <= capacity
+
+
+def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
+    """Bytes on one device of the heaviest pipeline stage."""
+    w, o = ctx.workload, ctx.options
+    params = stage_params(ctx, layout)
+    states = model_state_bytes(params, precision=w.recipe.precision, optimizer=w.optimizer, zero=layout.zero,
+                               dp=layout.dp, offload=w.recipe.offload)
+    other = float(o.overhead_bytes)
+    if ctx.cnn is not None:
+        acts = ctx.cnn["saved_bytes"] * layout.micro_batch
+    else:
+        m, tokens = ctx.model, layout.micro_batch * w.seq_len
+        kw = dict(tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels, attention=o.attention)
+        per_layer = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, **kw)
+        head = head_activation_bytes(m, tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels,
+                                     sequence_parallel=layout.sequence_parallel)
+        layers = -(-m.num_layers // layout.pp)
+        inflight = min(layout.pp, layout.grad_accum)  # 1F1B: the first stage holds pp micro-batches
+        first = inflight * (layers * per_layer + head["first"])
+        last = layers * per_layer + head["last"] + (head["first"] if layout.pp == 1 else 0.0)
+        acts = max(first, last)
+        if layout.recompute == "full":  # backward rebuilds one layer's activations at a time
+            acts += layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, **kw)
+        if layout.zero >= 3:  # the gathered weights of the current and the prefetched layer
+            other += 2 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / layout.tp * ctx.weight_bytes
+    return {"weights": states["weights"], "gradients": states["gradients"], "optimizer": states["optimizer"],
+            "activations": acts, "kv_cache": 0.0, "other": other, "host_optimizer": states["optimizer_offloaded"]}
+
+
+def evaluate_train(ctx: PlanContext, layout: Layout) -> Candidate:
+    w = ctx.workload
+    memory, fits = _finish_memory(ctx, train_memory(ctx, layout))
+    times = train_time(ctx, layout)
+    step = sum(times.values())
+    global_batch = layout.dp * layout.micro_batch * layout.grad_accum
+    if ctx.cnn is not None:
+        model_flops = 3.0 * ctx.cnn["forward_flops"] * global_batch
+        items = float(global_batch)
+    else:
+        model_flops = F.training_flops(ctx.model, batch=global_batch, seq=w.seq_len)
+        items = float(global_batch * w.seq_len)
+    n = layout.num_devices
+    mfu = model_flops / (step * n * ctx.peak) if step > 0 else 0.0
+    joules = E.energy_j(ctx.device, num_devices=n, seconds=step, activity_factor=ctx.options.activity_factor)
+    return Candidate(
+        layout=layout, memory=memory, fits=fits, flops_per_step=model_flops, step_time_s=step, time_breakdown=times,
+        tokens_per_step=items, mfu=mfu, energy_j_per_token=None if joules is None else joules / items,
+        cost_per_step=E.cost(n, step, ctx.options.price_per_device_hour), batch=global_batch,
+    )
+
+
+def infer_memory(ctx: PlanContext, layout: Layout, batch: int) -> tuple[dict[str, float], float]:
+    """Bytes per device at ``batch`` sequences, and the KV-cache bytes one more sequence costs."""
+    m, w, o = ctx.model, ctx.workload, ctx.options
+    weights = stage_params(ctx, layout) * ctx.weight_bytes
+    if ctx.cnn is not None:
+        acts = 2 * ctx.cnn["largest_output_bytes"] * batch
+        return {"weights": weights, "gradients": 0.0, "optimizer": 0.0, "activations": acts, "kv_cache": 0.0,
+                "other": float(o.overhead_bytes)}, 0.0
+    is_lm = m.kind in ("decoder", "moe")
+    seq = w.prompt_len + w.output_len if is_lm else w.seq_len
+    per_seq = kv_cache_bytes(m, batch=1, seq=seq, bytes_per_element=kv_element_bytes(w), tp=layout.tp, pp=layout.pp)
+    # the largest step: one prefill chunk through one layer (residual, q/k/v, MLP intermediates) + last logits
+    tokens = min(batch * (w.prompt_len if is_lm else w.seq_len), o.prefill_chunk_tokens)
+    q, kv = m.num_heads * m.head_size, max(m.kv_heads / layout.tp, 1) * m.head_size
+    width = 2 * m.hidden_size + q / layout.tp + 2 * kv + (3 if m.gated_mlp else 2) * m.ffn_hidden_size / layout.tp
+    acts = tokens * ctx.e * width + batch * 4 * m.vocab_size / layout.tp
+    return {"weights": weights, "gradients": 0.0, "optimizer": 0.0, "activations": acts,
+            "kv_cache": per_seq * batch, "other": float(o.overhead_bytes)}, per_seq
+
+
+def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candidate:
+    w, m = ctx.workload, ctx.model
+    probe, per_seq = infer_memory(ctx, layout, 1)
+    free = ctx.device.memory_bytes - sum(probe[k] for k in MEMORY_KEYS) + probe["kv_cache"]
+    max_batch = max(0, int(free // per_seq)) if per_seq > 0 else None
+    if batch is None:
+        cap = ctx.options.max_serving_batch
+        batch = max(1, min(cap, max_batch if max_batch is not None else cap))
+    parts, _ = infer_memory(ctx, layout, batch)
+    memory, fits = _finish_memory(ctx, parts)
+    t = infer_time(ctx, layout, batch)
+    is_lm = m.kind in ("decoder", "moe") and w.output_len > 0
+    step = t["prefill"] + (w.output_len * t["decode"] if is_lm else 0.0)
+    per_replica = batch * (w.output_len if is_lm else (w.seq_len if m.kind != "cnn" else 1))
+    items = float(per_replica * layout.dp)
+    if ctx.cnn is not None:
+        model_flops = ctx.cnn["forward_flops"] * batch
+    elif m.kind in ("decoder", "moe"):
+        model_flops = F.prefill_flops(m, batch=batch, prompt_len=w.prompt_len) + w.output_len * F.decode_flops(
+            m, batch=batch, context=w.prompt_len + w.output_len // 2)
+    else:
+        model_flops = F.forward_flops(m, batch=batch, seq=w.seq_len)
+    n_replica = layout.tp * layout.pp
+    mfu = model_flops / (step * n_replica * ctx.peak) if step > 0 else 0.0
+    times = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "bubble": 0.0}
+    for phase, count in (("prefill", 1.0), ("decode", float(w.output_len) if is_lm else 0.0)):
+        bound = "compute" if t[f"{phase}_compute"] >= t[f"{phase}_memory"] else "memory"
+        times[bound] += count * max(t[f"{phase}_compute"], t[f"{phase}_memory"])
+        times["communication"] += count * t[f"{phase}_comm"]
+    n = layout.num_devices
+    joules = E.energy_j(ctx.device, num_devices=n, seconds=step, activity_factor=ctx.options.activity_factor)
+    return Candidate(
+        layout=layout, memory=memory, fits=fits, flops_per_step=model_flops * layout.dp, step_time_s=step,
+        time_breakdown=times, tokens_per_step=items, mfu=mfu,
+        energy_j_per_token=None if joules is None or items == 0 else joules / items,
+        cost_per_step=E.cost(n, step, ctx.options.price_per_device_hour), batch=batch,
+        prefill_time_s=t["prefill"], decode_time_per_token_s=t["decode"] if is_lm else None, max_batch=max_batch,
+    )
+
+
+def evaluate(ctx: PlanContext, layout: Layout, batch: int | None = None) -> Candidate:
+    if ctx.workload.task == "train":
+        return evaluate_train(ctx, layout)
+    return evaluate_infer(ctx, layout, batch)

@@ -1,0 +1,96 @@
+"""FLOPs: model FLOPs (what MFU divides, PaLM Appendix B / Megatron convention) and the hardware FLOPs
+a layout really executes (recomputation, causal attention kernels).
+
+Model FLOPs count every matmul at 2 FLOPs per multiply-add — the same rule as
+``torch.utils.flop_counter.FlopCounterMode`` — so for a GPT they reduce exactly to Megatron's
+``72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h))`` per training step:
+
+* forward  = 2 · tokens · (matmul weights) + 4 · b · s² · H · Q · L   (attention scores and values, full
+  square as PaLM and FlopCounterMode count it; no causal halving)
+* training = 3 × forward (backward: gradients of inputs and of weights).
+"""
+
+from __future__ import annotations
+
+from accelkit.core import ModelSpec
+
+
+def layer_matmul_params(model: ModelSpec, *, active: bool = True) -> int:
+    """Weights one layer multiplies per token (biases and norms excluded: they are not matmuls).
+    MoE: the router plus ``experts_per_token`` experts (``active``) or all of them."""
+    h, q, kv, f = model.hidden_size, model.num_heads * model.head_size, model.kv_heads * model.head_size, model.ffn_hidden_size
+    attn = h * q + 2 * h * kv + q * h
+    expert = (3 if model.gated_mlp else 2) * h * f
+    if model.num_experts is None:
+        return attn + expert
+    experts = model.experts_per_token if active else model.num_experts
+    return attn + expert * experts + h * model.num_experts  # type: ignore[operator]
+
+
+def head_matmul_params(model: ModelSpec) -> int:
+    """The output projection to the vocabulary (tied or not, the matmul happens)."""
+    return model.vocab_size * model.hidden_size if model.kind in ("decoder", "moe") else 0
+
+
+def attention_flops(model: ModelSpec, *, batch: int, q_len: int, kv_len: int) -> float:
+    """QKᵀ and A·V over all layers, forward: 2·2·b·q·k·H·Q·L (full rectangle)."""
+    return 4.0 * batch * q_len * kv_len * model.num_heads * model.head_size * model.num_layers
+
+
+def _extra_forward(model: ModelSpec, batch: int) -> float:
+    """Per-sequence matmuls outside the blocks: the encoder pooler (first token) and ViT patch embedding."""
+    h = model.hidden_size
+    extra = 2.0 * batch * h * h if model.pooler else 0.0
+    if model.family == "vit":
+        extra += 2.0 * batch * model.num_patches * model.num_channels * model.patch_size**2 * h  # type: ignore[operator]
+    return extra
+
+
+def forward_flops(model: ModelSpec, *, batch: int, seq: int, logits: bool = True) -> float:
+    """Model FLOPs of one forward pass over ``batch`` sequences of ``seq`` tokens."""
+    tokens = batch * seq
+    weights = model.num_layers * layer_matmul_params(model) + (head_matmul_params(model) if logits else 0)
+    return 2.0 * tokens * weights + attention_flops(model, batch=batch, q_len=seq, kv_len=seq) + _extra_forward(model, batch)
+
+
+def training_flops(model: ModelSpec, *, batch: int, seq: int) -> float:
+    """Model FLOPs of one training step (forward + backward = 3 × forward)."""
+    return 3.0 * forward_flops(model, batch=batch, seq=seq)
+
+
+def recompute_flops(model: ModelSpec, *, batch: int, seq: int, recompute: str, attention: str) -> float:
+    """Extra FLOPs recomputation executes: ``full`` reruns every block's forward; ``selective`` reruns
+    the attention core (QKᵀ, softmax, A·V) of unfused attention (Korthikanti et al. 2022)."""
+    core = attention_flops(model, batch=batch, q_len=seq, kv_len=seq)
+    if recompute == "full":
+        return 2.0 * batch * seq * model.num_layers * layer_matmul_params(model) + core
+    if recompute == "selective" and attention == "math":
+        return core
+    return 0.0
+
+
+def executed_attention_factor(model: ModelSpec, attention: str) -> float:
+    """Fraction of the counted attention FLOPs a kernel executes in a training step: a causal flash kernel
+    skips masked blocks (½) but recomputes QKᵀ in backward (7 matmuls' work instead of 6); unfused
+    attention computes the whole square."""
+    if attention != "flash":
+        return 1.0
+    causal = 0.5 if model.kind in ("decoder", "moe") else 1.0
+    return causal * 7.0 / 6.0
+
+
+def prefill_flops(model: ModelSpec, *, batch: int, prompt_len: int) -> float:
+    """Forward over the prompt, logits for the last position only (what serving engines compute)."""
+    body = forward_flops(model, batch=batch, seq=prompt_len, logits=False)
+    return body + 2.0 * batch * head_matmul_params(model)
+
+
+def decode_flops(model: ModelSpec, *, batch: int, context: int) -> float:
+    """One generated token for ``batch`` sequences that attend to ``context`` cached tokens."""
+    weights = model.num_layers * layer_matmul_params(model) + head_matmul_params(model)
+    return 2.0 * batch * weights + attention_flops(model, batch=batch, q_len=1, kv_len=context)
+
+
+def model_flops_per_token(model: ModelSpec, *, seq: int) -> float:
+    """Training model FLOPs per token (6·N_matmul + 12·L·H·Q·s, PaLM Appendix B with the LM head)."""
+    return training_flops(model, batch=1, seq=seq) / seq

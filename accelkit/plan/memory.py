@@ -1,0 +1,133 @@
+"""Memory per device: model states (weights, gradients, optimizer; ZeRO 0-3, offload), activations
+(Korthikanti et al. 2022 accounting, term by term), KV cache, and the framework allowance.
+
+Byte counts are per element of what is really stored. The transformer activation terms follow the
+tensors autograd saves for backward in the modules accelkit builds (checked against
+``saved_tensors_hooks`` on a tiny Llama in fp32 and bf16) and reduce to Korthikanti's
+``s·b·h·(34 + 5·a·s/h)`` for a 16-bit GPT layer with fused LayerNorm and unfused attention.
+"""
+
+from __future__ import annotations
+
+from accelkit.core import ModelSpec
+
+GiB = 2**30
+
+#: activation element size for a compute precision (fp8 training keeps bf16 activations: torchao.float8)
+ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+#: training weight copy (mixed precision keeps an fp32 master copy in the optimizer states)
+TRAIN_WEIGHT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+#: inference weight bytes per parameter by precision or quantization (int4: 0.5 + a bf16 scale and
+#: zero point per group of 128 = 4/128)
+INFER_WEIGHT_BYTES = {
+    "fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0,
+    "int8-weight": 1.0, "int8-dynamic": 1.0, "fp8-weight": 1.0, "fp8-dynamic": 1.0, "int4-weight": 0.5 + 4 / 128,
+}
+#: families whose HF modules use dropout in training (BERT/GPT-2/ViT configs default to 0.1)
+DROPOUT_FAMILIES = ("gpt2", "bert", "vit")
+#: framework allowance per device: CUDA/ROCm context, communicator buffers, allocator fragmentation
+OVERHEAD_BYTES = 2 * GiB
+
+
+def is_mixed(precision: str) -> bool:
+    return precision not in ("fp32", "tf32")
+
+
+def optimizer_bytes_per_param(optimizer: str, precision: str) -> int:
+    """Adam: m and v in fp32 (8), plus an fp32 master copy when mixed (ZeRO paper K = 12).
+    SGD is taken with momentum: one fp32 buffer (4), plus the master copy when mixed."""
+    states = 8 if optimizer == "adam" else 4
+    return states + (4 if is_mixed(precision) else 0)
+
+
+def model_state_bytes(
+    params: float, *, precision: str, optimizer: str, zero: int, dp: int, offload: bool = False
+) -> dict[str, float]:
+    """Weights, gradients and optimizer states per device for ``params`` parameters on this device's
+    model-parallel shard, ZeRO stage ``zero`` over ``dp`` ranks (Rajbhandari et al. 2020, Figure 1)."""
+    w = TRAIN_WEIGHT_BYTES[precision] * params
+    g = TRAIN_WEIGHT_BYTES[precision] * params  # gradients in the weight dtype, as the ZeRO paper counts
+    o = optimizer_bytes_per_param(optimizer, precision) * params
+    if zero >= 1:
+        o /= dp
+    if zero >= 2:
+        g /= dp
+    if zero >= 3:
+        w /= dp
+    return {"weights": w, "gradients": g, "optimizer": 0.0 if offload else o, "optimizer_offloaded": o if offload else 0.0}
+
+
+def _norm_bytes(model: ModelSpec, e: int, kernels: str) -> float:
+    """Per token, one normalisation and the matmul input it feeds: input + output (+ stats). HF's
+    RMSNorm upcasts to fp32 and keeps that copy too (``kernels='eager'``)."""
+    h = model.hidden_size
+    stats = 4 if model.norm == "rmsnorm" else 8
+    upcast = 4 * h if (kernels == "eager" and model.norm == "rmsnorm") else 0
+    return 2 * e * h + stats + upcast
+
+
+def layer_activation_parts(
+    model: ModelSpec, *, seq: int, e: int, tp: int = 1, kernels: str = "eager", attention: str = "flash",
+    training_dropout: bool | None = None,
+) -> dict[str, float]:
+    """Bytes per token per layer saved for backward, split by what tensor parallelism shards.
+
+    ``replicated``: norms, their outputs (the q/k/v and fc1 inputs) and dropout masks — split only by
+    sequence parallelism; ``sharded``: everything inside the tensor-parallel regions, already ÷ tp;
+    ``scores``: the s-proportional softmax/dropout terms of unfused attention (dropped by selective
+    recompute), ÷ tp.
+    """
+    h, q_dim, a = model.hidden_size, model.num_heads * model.head_size, model.num_heads
+    kv_dim = max(model.kv_heads / tp, 1) * model.head_size  # a rank holds at least one KV head
+    dropout = model.family in DROPOUT_FAMILIES if training_dropout is None else training_dropout
+    f = model.ffn_hidden_size
+    k = model.experts_per_token or 1
+    replicated = 2 * _norm_bytes(model, e, kernels) + (2 * h if dropout else 0)  # + masks after proj / MLP
+    attn = e * (q_dim / tp + 2 * kv_dim) + e * q_dim / tp  # q, k, v for the attention; its output
+    if attention == "flash":
+        attn += 4 * a / tp  # logsumexp, fp32
+        scores = 0.0
+    else:  # softmax output (+ dropout mask and output): Korthikanti's 5·a·s with e = 2
+        scores = (e + ((1 + e) if dropout else 0)) * a * seq / tp
+    mlp = (4 if model.gated_mlp else 2) * e * f * k / tp
+    if model.num_experts:
+        mlp += 4 * model.num_experts  # router probabilities, fp32
+    return {"replicated": replicated, "sharded": attn + mlp, "scores": scores}
+
+
+def layer_activation_bytes(
+    model: ModelSpec, *, tokens: int, seq: int, e: int, tp: int = 1, sequence_parallel: bool = False,
+    recompute: str = "none", kernels: str = "eager", attention: str = "flash",
+) -> float:
+    """Bytes one layer keeps for backward for ``tokens`` = micro-batch × seq tokens on one tp rank."""
+    sp = tp if sequence_parallel else 1
+    if recompute == "full":  # only the layer input (Korthikanti: 2·s·b·h at 16 bit)
+        return tokens * e * model.hidden_size / sp
+    parts = layer_activation_parts(model, seq=seq, e=e, tp=tp, kernels=kernels, attention=attention)
+    per_token = parts["replicated"] / sp + parts["sharded"]
+    if recompute != "selective":
+        per_token += parts["scores"]
+    return tokens * per_token
+
+
+def head_activation_bytes(model: ModelSpec, *, tokens: int, seq: int, e: int, tp: int = 1, kernels: str = "eager",
+                          sequence_parallel: bool = False) -> dict[str, float]:
+    """Per micro-batch: token ids and RoPE tables (first stage); final norm, fp32 log-softmax of the
+    logits and labels (last stage). Logits are vocab-parallel (÷ tp)."""
+    first = 8.0 * tokens  # int64 ids kept by the embedding backward
+    if model.position == "rope" and model.kind != "cnn":
+        first += 2 * seq * model.head_size * e  # cos, sin
+    last = 0.0
+    if model.kind in ("decoder", "moe"):
+        sp = tp if sequence_parallel else 1
+        last = tokens * (_norm_bytes(model, e, kernels) / sp + 4 * model.vocab_size / tp + 8)
+    return {"first": first, "last": last}
+
+
+def kv_cache_bytes(model: ModelSpec, *, batch: int, seq: int, bytes_per_element: float, tp: int = 1, pp: int = 1) -> float:
+    """2 · layers · kv_heads · head_dim · seq · batch · bytes, per rank: max(kv_heads/tp, 1) heads, layers/pp."""
+    if model.kind not in ("decoder", "moe"):
+        return 0.0
+    heads = max(model.kv_heads / tp, 1)
+    layers = -(-model.num_layers // pp)
+    return 2 * layers * heads * model.head_size * seq * batch * bytes_per_element

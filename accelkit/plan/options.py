@@ -1,0 +1,38 @@
+"""PlanOptions: what the planner assumes beyond the workload and the cluster. Each default is stated in
+the plan's ``assumptions``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from accelkit.core.spec import Spec, spec_field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanOptions(Spec):
+    """Knobs of the planner's model of the system (not of the workload)."""
+
+    attention: Literal["flash", "math"] = spec_field(
+        "flash", doc="Attention kernel: flash (fused, no s² scores kept) or math (unfused, e.g. Megatron 2022)."
+    )
+    kernels: Literal["eager", "fused"] = spec_field(
+        "eager", doc="eager: HF modules (RMSNorm keeps an fp32 copy); fused: Megatron-style fused norms."
+    )
+    activity_factor: float = spec_field(
+        0.75, min=0.0, max=1.0, doc="Average power as a fraction of TDP (energy = TDP × factor × time)."
+    )
+    price_per_device_hour: float | None = spec_field(None, min=0.0, doc="Price of one device-hour, for cost.")
+    target_tokens_per_s: float | None = spec_field(
+        None, min=0.0, doc="Without a device count: the smallest count that also reaches this throughput."
+    )
+    max_decode_latency_s: float | None = spec_field(
+        None, min=0.0, doc="Inference search: drop layouts whose per-token decode time exceeds this."
+    )
+    overhead_bytes: int = spec_field(2 * 2**30, min=0, doc="Framework allowance per device (context, buffers).")
+    max_serving_batch: int = spec_field(
+        256, min=1, doc="Inference without --batch: plan at the largest batch that fits, capped here (vLLM max_num_seqs)."
+    )
+    prefill_chunk_tokens: int = spec_field(8192, min=1, doc="Prefill tokens processed per step (chunked prefill).")
+    use_calibration: bool = spec_field(True, doc="Use this machine's `hw probe` results when they match the hardware.")
+    max_devices: int = spec_field(65536, min=1, doc="Largest device count the minimum-count search tries.")

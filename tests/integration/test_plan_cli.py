@@ -1,0 +1,90 @@
+"""`accelkit plan` end to end in a subprocess. The command is registered in accelkit/cli/app.py by its
+owner; until then these tests register it the same way (``app.command("plan")(plan_cmd)``) and run the
+real entry point ``accelkit.cli.app.main``, so error handling and exit codes are the real ones."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+SHIM = ("import sys; from accelkit.cli import app as a; from accelkit.cli.plan import plan_cmd; "
+        "a.app.registered_commands = [c for c in a.app.registered_commands if c.name != 'plan']; "
+        "a.app.command('plan')(plan_cmd); a.main(sys.argv[1:])")
+KEYS = {"model", "task", "hardware", "layout", "memory_per_device_bytes", "fits", "flops_per_step", "step_time_s",
+        "tokens_per_s", "mfu", "time_breakdown_s", "energy_j_per_token", "assumptions"}
+
+
+def run_plan(*args):
+    import os
+
+    return subprocess.run([sys.executable, "-c", SHIM, "plan", *args], capture_output=True, text=True, timeout=300,
+                          cwd=REPO, env=dict(os.environ))
+
+
+def test_train_json_has_the_issue_fields():
+    proc = run_plan("--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "8", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert set(doc) >= KEYS
+    assert set(doc["model"]) == {"name", "params", "active_params"}
+    assert set(doc["hardware"]) == {"name", "num_devices"} and doc["hardware"]["num_devices"] == 8
+    assert set(doc["layout"]) == {"dp", "tp", "pp", "ep", "zero", "micro_batch", "grad_accum", "recompute",
+                                  "sequence_parallel"}
+    assert set(doc["memory_per_device_bytes"]) == {"weights", "gradients", "optimizer", "activations", "kv_cache",
+                                                   "other", "total"}
+    assert set(doc["time_breakdown_s"]) == {"compute", "memory", "communication", "bubble"}
+    assert doc["fits"] is True and 0 < doc["mfu"] < 1
+
+
+def test_infer_json_adds_prefill_decode_and_max_batch():
+    proc = run_plan("--model", "llama-3.1-8b", "--task", "infer", "--hardware", "h100", "--num-devices", "1",
+                    "--prompt-len", "32768", "--output-len", "256", "--kv-dtype", "fp8", "--json",
+                    "--price-per-device-hour", "2.5")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {"prefill_time_s", "decode_time_per_token_s", "max_batch"} <= set(doc)
+    assert doc["max_batch"] >= doc["batch"] >= 1 and doc["cost"]["per_million_tokens"] > 0
+
+
+def test_compare_prints_one_row_per_hardware():
+    proc = run_plan("--model", "llama-3.1-70b", "--task", "train", "--compare", "h100,h200,mi300x,b200", "--json")
+    assert proc.returncode == 0, proc.stderr
+    docs = json.loads(proc.stdout)
+    assert [d["hardware"]["name"] for d in docs] == ["H100-SXM5-80GB", "H200-SXM-141GB", "MI300X", "B200-SXM-180GB"]
+    table = run_plan("--model", "llama-3.1-70b", "--compare", "h100,b200")
+    assert table.returncode == 0 and "B200-SXM-180GB" in table.stdout and "bottleneck" in table.stdout
+
+
+def test_top_k_lists_layouts():
+    proc = run_plan("--model", "llama-3.1-8b", "--hardware", "h200", "--num-devices", "16", "--top", "3", "--json")
+    docs = json.loads(proc.stdout)
+    assert len(docs) == 3 and docs[0]["step_time_s"] <= docs[1]["step_time_s"] <= docs[2]["step_time_s"]
+
+
+def test_not_fitting_layout_is_reported_not_an_error():
+    proc = run_plan("--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "8", "--tp", "8",
+                    "--zero", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["fits"] is False and doc["overflow"]["over_by_bytes"] > 0 and doc["overflow"]["largest"]
+    human = run_plan("--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "8", "--tp", "8", "--zero", "0")
+    assert "NO — over by" in human.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "8", "--tp", "3"], "does not divide the 64"),
+    (["--model", "llama-3.1-70b", "--hardware", "h999"], "unknown hardware 'h999'"),
+    (["--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "-4"], "--num-devices"),
+    (["--model", "llama-3.1-70b", "--hardware", "h100", "--global-batch", "-1"], "--global-batch"),
+    (["--model", "llama-3.1-70b", "--hardware", "h100", "--recompute", "most"], "--recompute 'most'"),
+    (["--model", "no-such-model", "--hardware", "h100"], "no-such-model"),
+])
+def test_bad_input_exits_2_with_one_line(args, needle):
+    proc = run_plan(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""

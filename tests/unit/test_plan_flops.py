@@ -1,0 +1,45 @@
+"""FLOPs formulas (calibration.md, "FLOPs")."""
+
+import pytest
+
+from accelkit.models import get_preset
+from accelkit.models.presets import gpt3_175b
+from accelkit.plan import flops as F
+
+
+@pytest.mark.parametrize("b,s", [(1, 2048), (64, 2048), (8, 4096)])
+def test_megatron_formula(b, s):
+    # calibration.md FLOPs row 2: 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)) for a GPT without biases counted
+    m = gpt3_175b().replace(vocab_size=51200)
+    h, L, V = m.hidden_size, m.num_layers, m.vocab_size
+    want = 72 * b * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert F.training_flops(m, batch=b, seq=s) == pytest.approx(want, rel=1e-9)
+
+
+def test_palm_formula_plus_lm_head():
+    # calibration.md FLOPs row 1: 6N + 12·L·H·Q·T per token, N without embeddings; we also count the LM head
+    m, s = get_preset("llama-3.1-8b"), 8192
+    n_matmul = m.num_layers * F.layer_matmul_params(m) + F.head_matmul_params(m)
+    want = 6 * n_matmul + 12 * m.num_layers * m.num_heads * m.head_size * s
+    assert F.model_flops_per_token(m, seq=s) == pytest.approx(want, rel=1e-12)
+
+
+def test_decode_flops_per_token():
+    # forward per generated token: 2·N_matmul + attention over the context (QKᵀ and A·V: 4·L·H·Q·T)
+    m, ctx = get_preset("llama-3.1-8b"), 1000
+    n_matmul = m.num_layers * F.layer_matmul_params(m) + F.head_matmul_params(m)
+    assert F.decode_flops(m, batch=1, context=ctx) == 2 * n_matmul + 4 * m.num_layers * m.num_heads * m.head_size * ctx
+
+
+def test_moe_counts_active_experts_only():
+    m = get_preset("mixtral-8x7b")
+    dense_like = m.replace(kind="decoder", family="mistral", num_experts=None, experts_per_token=None)
+    expert = 3 * m.hidden_size * m.ffn_hidden_size
+    assert F.layer_matmul_params(m) == F.layer_matmul_params(dense_like) + expert + m.hidden_size * 8
+
+
+def test_recompute_adds_hardware_flops_not_model_flops():
+    m = gpt3_175b()
+    full = F.recompute_flops(m, batch=1, seq=2048, recompute="full", attention="math")
+    assert full == pytest.approx(F.forward_flops(m, batch=1, seq=2048, logits=False), rel=1e-12)
+    assert F.recompute_flops(m, batch=1, seq=2048, recompute="selective", attention="flash") == 0

@@ -1,0 +1,156 @@
+"""Layout search, hardware comparison, bad input and calibration."""
+
+import pytest
+
+from accelkit.core import Cluster, Measurement, Recipe, UnknownNameError, UserError, Workload
+from accelkit.hardware import get_device
+from accelkit.models import get_preset
+from accelkit.plan import PlanOptions, compare, make_context, plan, search
+from accelkit.plan.search import enumerate_layouts
+
+TRAIN_70B = Workload(model=get_preset("llama-3.1-70b"), task="train", seq_len=4096, recipe=Recipe(precision="bf16"))
+
+
+def test_search_enumerates_over_1000_valid_layouts():
+    model = TRAIN_70B.model
+    ctx = make_context(TRAIN_70B, Cluster(device=get_device("h100"), num_devices=64), PlanOptions(attention="math"))
+    layouts = list(enumerate_layouts(ctx, 64, {}, 1024))
+    assert len(layouts) >= 1000
+    for lay in layouts:
+        assert lay.dp * lay.tp * lay.pp == 64
+        assert model.num_heads % lay.tp == 0 and lay.tp <= 8  # tp inside the NVLink domain
+        assert model.num_layers % lay.pp == 0
+        assert lay.dp * lay.micro_batch * lay.grad_accum == 1024
+        assert not (lay.sequence_parallel and lay.tp == 1)
+
+
+def test_search_ranks_fitting_layouts_by_step_time():
+    found = search(TRAIN_70B, Cluster(device=get_device("h100"), num_devices=64), global_batch=512)
+    fitting = [c for c in found if c.fits]
+    assert fitting and found[0].fits
+    times = [c.step_time_s for c in fitting]
+    assert times == sorted(times)
+
+
+def test_compare_ordering_facts_llama_70b_training():
+    # issue 3: MI300X and H200 need fewer devices than H100 to fit (memory); B200 fastest per device
+    rows = {ctx.device.name: c for c, ctx in compare(TRAIN_70B, ["h100", "h200", "mi300x", "b200"])}
+    devices = {name: c.layout.num_devices for name, c in rows.items()}
+    assert devices["MI300X"] < devices["H100-SXM5-80GB"]
+    assert devices["H200-SXM-141GB"] < devices["H100-SXM5-80GB"]
+    per_device = {name: c.tokens_per_s / c.layout.num_devices for name, c in rows.items()}
+    assert max(per_device, key=per_device.get) == "B200-SXM-180GB"
+    assert all(c.fits for c in rows.values())
+
+
+def test_minimum_devices_meets_target_throughput():
+    w = Workload(model=get_preset("llama-3.1-8b"), task="train", seq_len=4096, recipe=Recipe(precision="bf16"))
+    cluster = Cluster(device=get_device("h100"))
+    smallest = search(w, cluster, minimize_devices=True, top=1)[0]
+    target = 4 * smallest.tokens_per_s
+    faster = search(w, cluster, options=PlanOptions(target_tokens_per_s=target), minimize_devices=True, top=1)[0]
+    assert faster.layout.num_devices > smallest.layout.num_devices and faster.tokens_per_s >= target
+
+
+def test_inference_search_respects_latency_bound():
+    w = Workload(model=get_preset("llama-3.1-70b"), task="infer", prompt_len=2048, output_len=256,
+                 recipe=Recipe(precision="bf16"))
+    cluster = Cluster(device=get_device("h100"), num_devices=8)
+    best = search(w, cluster, options=PlanOptions(max_decode_latency_s=0.05), top=1)[0]
+    assert best.fits and best.decode_time_per_token_s <= 0.05
+    assert best.max_batch >= best.batch
+
+
+@pytest.mark.parametrize("fixed,needle", [
+    ({"tp": 3}, "does not divide the 64 attention heads"),
+    ({"tp": 16}, "exceeds the scale-up domain"),
+    ({"pp": 81}, "exceeds the 80 layers"),
+    ({"dp": 1, "tp": 8, "pp": 1}, "must be equal"),
+    ({"dp": 3, "tp": 8, "pp": 1}, "does not divide --num-devices"),
+    ({"ep": 2}, "needs a mixture-of-experts model"),
+])
+def test_bad_layout_is_one_user_error(fixed, needle):
+    with pytest.raises(UserError, match=needle) as info:
+        search(TRAIN_70B, Cluster(device=get_device("h100"), num_devices=16), fixed=fixed)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_hardware_and_negative_sizes():
+    from accelkit.plan import resolve_hardware
+
+    with pytest.raises(UnknownNameError, match="unknown hardware"):
+        resolve_hardware("h999")
+    with pytest.raises(ValueError, match="batch_size"):
+        Workload(model=get_preset("llama-3.1-8b"), batch_size=-1)
+
+
+def test_plan_requires_matching_device_count():
+    w = TRAIN_70B.replace(recipe=Recipe(precision="bf16", tp=8, dp=2))
+    with pytest.raises(UserError, match="dp·tp·pp = 16"):
+        plan(w, Cluster(device=get_device("h100"), num_devices=8))
+
+
+def test_assumptions_name_every_prior_with_a_source():
+    est = plan(TRAIN_70B.replace(recipe=Recipe(precision="bf16", tp=8, pp=2, dp=4, zero=1, grad_accum=8)),
+               Cluster(device=get_device("h100"), num_devices=64))
+    text = "\n".join(est.details["assumptions"])
+    assert "compute efficiency 0.80" in text and "MAMF" in text
+    assert "memory efficiency 0.76" in text and "kipply" in text
+    assert "communication efficiency 0.80" in text and "ml-engineering" in text
+    assert "ESTIMATED from TDP 700 W" in text
+
+
+def test_no_published_prior_is_labelled_assumed():
+    w = TRAIN_70B.replace(recipe=Recipe(precision="bf16", tp=8, dp=4, zero=3, grad_accum=8))
+    est = plan(w, Cluster(device=get_device("Gaudi3"), num_devices=32))
+    assert any("ASSUMED" in a for a in est.details["assumptions"])
+
+
+def _probe(catalog_name, hardware, fraction, device="cuda:0"):
+    return Measurement(
+        kind="probe", name="hw probe", hardware=hardware,
+        details={"device": device, "catalog_name": catalog_name,
+                 "matmul": {"bf16": {"tflops": 989 * fraction, "fraction_of_peak": fraction},
+                            "fp32": {"tflops": 1.0, "fraction_of_peak": None}},
+                 "bandwidth": {"gbps": 2500.0, "fraction_of_peak": 0.7}},
+    )
+
+
+def test_calibration_from_probe_in_store():
+    from accelkit.results import ResultStore
+
+    with ResultStore() as store:  # the autouse fixture gives each test its own store
+        store.add(_probe("H100-SXM5-80GB", "H100-SXM5-80GB", 0.6))
+    w = TRAIN_70B.replace(recipe=Recipe(precision="bf16", tp=8, pp=2, dp=4, zero=1, grad_accum=8))
+    cluster = Cluster(device=get_device("h100"), num_devices=64)
+    calibrated = plan(w, cluster)
+    prior = plan(w, cluster, PlanOptions(use_calibration=False))
+    assert any("measured by `hw probe`" in a for a in calibrated.details["assumptions"])
+    assert calibrated.details["step_time_s"] > prior.details["step_time_s"]  # 0.60 < 0.80 prior
+
+
+def test_local_cpu_plan_uses_probe():
+    from accelkit.plan import resolve_hardware
+    from accelkit.results import ResultStore
+
+    with pytest.raises(UserError, match="hw probe"):
+        resolve_hardware("cpu")
+    with ResultStore() as store:
+        store.add(_probe(None, "cpu: test", 1.0, device="cpu"))
+    cpu = resolve_hardware("cpu")
+    assert cpu.vendor == "cpu" and cpu.peak("bf16") == 989e12 and cpu.memory_bandwidth_bytes_per_s == 2500e9
+    w = Workload(model=get_preset("tiny-llama"), task="train", seq_len=128, recipe=Recipe(precision="fp32"))
+    est = plan(w, Cluster(device=cpu, num_devices=1))
+    assert any("calibrated" in a for a in est.details["assumptions"])
+
+
+def test_planner_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from accelkit.plan import search; from accelkit.core import Cluster, Workload, Recipe; "
+            "from accelkit.models import get_preset; from accelkit.hardware import get_device; "
+            "search(Workload(model=get_preset('llama-3.1-8b'), recipe=Recipe(precision='bf16')), "
+            "Cluster(device=get_device('h100'), num_devices=8)); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
