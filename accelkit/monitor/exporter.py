@@ -1,0 +1,121 @@
+"""`accelkit monitor`: serve ``/metrics`` for Prometheus — device collectors (NVML, amdsmi), the host,
+job metrics from ``track()`` and anything else in accelkit's registry.
+
+A sampler thread reads the hardware every ``interval`` seconds; scrapes return the latest sample, so a
+scrape never waits on NVML and CPU utilisation is averaged over the interval. Device families from
+several backends are merged, so each DCGM name appears once per scrape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.metrics_core import Metric
+
+from accelkit.core.spec import Spec, spec_field
+from accelkit.monitor.collectors import AmdSmiCollector, Collector, HostCollector, NvmlCollector
+from accelkit.monitor.registry import REGISTRY
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExporterConfig(Spec):
+    """Where and how often."""
+
+    host: str = spec_field("127.0.0.1", doc="Address to bind; 0.0.0.0 exposes it beyond this machine.")
+    port: int = spec_field(9400, min=0, max=65535, doc="Port (9400 is the DCGM exporter's; 0 picks a free one).")
+    interval: float = spec_field(1.0, min=0.05, doc="Seconds between hardware samples.")
+
+
+def exposition_of(families: list[Metric]) -> bytes:
+    """Prometheus text format of some families (outside any registry)."""
+
+    class _Fixed:
+        def collect(self) -> Iterator[Metric]:
+            return iter(families)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed())
+    return generate_latest(registry)
+
+
+class _DeviceMetrics:
+    """Merges the DCGM-named families of every active device backend (one family per name)."""
+
+    def __init__(self, backends: list[Collector]):
+        self.backends = backends
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for backend in self.backends:
+            for family in backend.collect():
+                if family.name in merged:
+                    merged[family.name].samples.extend(family.samples)
+                else:
+                    merged[family.name] = family
+        yield from merged.values()
+
+
+class Exporter:
+    """Samples collectors in a background thread and serves them through ``registry``."""
+
+    def __init__(self, config: ExporterConfig | None = None, *, registry: CollectorRegistry = REGISTRY):
+        self.config = config or ExporterConfig()
+        self.registry = registry
+        self.host = HostCollector()
+        candidates: list[Collector] = [NvmlCollector(), AmdSmiCollector()]
+        active = [c for c in candidates if c.available() is None]
+        #: why each device library is not in use — printed once by the CLI, never on every scrape
+        self.notes = [f"{c.name}: {c.available()}" for c in candidates if c.available() is not None]
+        if self.host.rapl_note:
+            self.notes.append(f"host: {self.host.rapl_note}")
+        for c in candidates:
+            if c not in active:
+                c.close()
+        # with no GPU the (inactive) NVML collector still declares the DCGM families, without series
+        self.devices = active or [candidates[0]]
+        self.has_gpu = bool(active)
+        self._collectors = [self.host, *self.devices]
+        self._device_view = _DeviceMetrics(self.devices)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._server = None
+        self.port: int | None = None
+
+    def sample_once(self) -> None:
+        for c in self._collectors:
+            c.sample()
+
+    def collect_once(self) -> list[Metric]:
+        """Sample now and return the host and device families (``--once``; no server)."""
+        self.sample_once()
+        return [*self.host.collect(), *self._device_view.collect()]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.config.interval):
+            self.sample_once()
+
+    def start(self) -> int:
+        """Register the collectors, start sampling and the HTTP server; returns the bound port."""
+        self.sample_once()
+        self.registry.register(self.host)
+        self.registry.register(self._device_view)
+        self._thread = threading.Thread(target=self._loop, name="accelkit-monitor-sampler", daemon=True)
+        self._thread.start()
+        self._server, _ = start_http_server(self.config.port, addr=self.config.host, registry=self.registry)
+        self.port = self._server.server_port
+        return self.port
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        for c in (self.host, self._device_view):
+            with contextlib.suppress(KeyError):
+                self.registry.unregister(c)
+        for c in self.devices:
+            c.close()

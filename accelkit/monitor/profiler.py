@@ -1,0 +1,96 @@
+"""`accelkit profile`: run a step under ``torch.profiler`` with a wait / warm-up / active schedule, write
+the Chrome/Perfetto trace, and summarise it — top operators by self time (CPU and device), the temporal
+breakdown and compute/communication overlap (``trace_analysis``), and peak memory."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accelkit.core.spec import Spec, spec_field
+from accelkit.monitor.trace_analysis import analyze_trace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileConfig(Spec):
+    """Profiler schedule and output."""
+
+    wait: int = spec_field(1, min=0, doc="Steps run before the profiler starts recording.")
+    warmup: int = spec_field(2, min=0, doc="Steps recorded then discarded (tracing warm-up).")
+    steps: int = spec_field(5, min=1, doc="Steps profiled (the active window).")
+    top: int = spec_field(15, min=1, doc="Operators listed per table.")
+    out_dir: str = spec_field("accelkit-profile", doc="Directory for trace.json and summary.json.")
+    record_shapes: bool = spec_field(False, doc="Record input shapes (bigger trace).")
+
+
+def _top_ops(averages: Any, key: str, top: int, steps: int) -> list[dict[str, Any]]:
+    rows = sorted(averages, key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
+    total = sum(getattr(e, key, 0.0) for e in averages) or 1.0
+    return [
+        {
+            "name": e.key,
+            "self_ms_per_step": getattr(e, key, 0.0) / 1e3 / steps,
+            "share": getattr(e, key, 0.0) / total,
+            "calls_per_step": e.count / steps,
+        }
+        for e in rows
+        if getattr(e, key, 0.0) > 0
+    ]
+
+
+def profile_step(step: Callable[[], object], config: ProfileConfig | None = None, *, device: str = "cpu") -> dict[str, Any]:
+    """Profile ``step`` and return the summary (also written to ``out_dir/summary.json``)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    config = config or ProfileConfig()
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    trace_path = out / "trace.json"
+    on_cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    total_steps = config.wait + config.warmup + config.steps
+    t0 = time.perf_counter()
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=config.wait, warmup=config.warmup, active=config.steps, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
+        record_shapes=config.record_shapes,
+        profile_memory=True,
+    ) as prof:
+        for _ in range(total_steps):
+            step()
+            if on_cuda:
+                torch.cuda.synchronize()
+            prof.step()
+    wall_s = time.perf_counter() - t0
+    averages = prof.key_averages()
+    trace = json.loads(trace_path.read_text())
+    summary: dict[str, Any] = {
+        "device": device,
+        "schedule": {"wait": config.wait, "warmup": config.warmup, "active": config.steps},
+        "wall_s": wall_s,
+        "top_cpu_ops": _top_ops(averages, "self_cpu_time_total", config.top, config.steps),
+        "top_device_ops": _top_ops(averages, "self_device_time_total", config.top, config.steps) if on_cuda else [],
+        "breakdown": analyze_trace(trace),
+        "peak_memory": (
+            {"cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(), "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved()}
+            if on_cuda
+            else {"process_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "peak_rss_increase_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before,
+                  "note": "CPU: peak resident set size of this process (ru_maxrss)"}
+        ),
+        "trace": str(trace_path),
+        "python": sys.version.split()[0],
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,42 @@
+"""Serving metrics under vLLM's names and meanings (methodology.md, "Serving metrics (server side)"),
+so dashboards built for vLLM work against ``accelkit serve``. The server updates them; they live in
+accelkit's registry beside the device, host and job metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from accelkit.monitor.registry import REGISTRY
+
+_LATENCY = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+
+
+class ServingMetrics:
+    """The vLLM-named families, labelled by ``model_name``. One instance per registry and process."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY):
+        kw = {"registry": registry}
+        m = ["model_name"]
+        self.num_requests_running = Gauge("vllm:num_requests_running", "Requests in the running batch.", m, **kw)
+        self.num_requests_waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", m, **kw)
+        self.kv_cache_usage_perc = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", m, **kw)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed.", m, **kw)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens.", m, **kw)
+        self.request_success = Counter("vllm:request_success", "Finished requests by reason.", [*m, "finished_reason"], **kw)
+        self.num_preemptions = Counter("vllm:num_preemptions", "Preemptions (KV blocks ran out).", m, **kw)
+        self.prefix_cache_queries = Counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", m, **kw)
+        self.prefix_cache_hits = Counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", m, **kw)
+        self.time_to_first_token = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", m, buckets=_LATENCY, **kw)
+        self.inter_token_latency = Histogram("vllm:inter_token_latency_seconds", "Time between output tokens.", m,
+                                             buckets=_LATENCY, **kw)
+        self.e2e_request_latency = Histogram("vllm:e2e_request_latency_seconds", "Request latency, arrival to finish.", m,
+                                             buckets=_LATENCY, **kw)
+        self.request_queue_time = Histogram("vllm:request_queue_time_seconds", "Time waiting before first scheduled.", m,
+                                            buckets=_LATENCY, **kw)
+        self.request_prefill_time = Histogram("vllm:request_prefill_time_seconds", "Time in prefill.", m, buckets=_LATENCY, **kw)
+        self.request_decode_time = Histogram("vllm:request_decode_time_seconds", "Time in decode.", m, buckets=_LATENCY, **kw)
+        self.request_prompt_tokens = Histogram("vllm:request_prompt_tokens", "Prompt tokens per request.", m, buckets=_TOKENS, **kw)
+        self.request_generation_tokens = Histogram("vllm:request_generation_tokens", "Generated tokens per request.", m,
+                                                   buckets=_TOKENS, **kw)
+        self.iteration_tokens_total = Histogram("vllm:iteration_tokens_total", "Tokens per engine step.", m, buckets=_TOKENS, **kw)

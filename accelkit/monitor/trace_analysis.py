@@ -1,0 +1,148 @@
+"""Where the time goes, from a Chrome/Perfetto trace (what ``torch.profiler`` exports) — pure Python.
+
+Events are sorted into compute, communication and memory copies; each category's intervals are merged
+(nested or concurrent events count once). Over the profiled span:
+
+- ``busy`` = |compute ∪ communication ∪ memcpy|, ``idle`` = span − busy;
+- an exclusive split (compute first, then communication, then memcpy) whose shares plus idle sum to 1;
+- overlap = |compute ∩ communication| and the overlap percentage = overlap / communication time, as
+  Holistic Trace Analysis defines compute/communication overlap.
+
+GPU traces are analysed on the device timeline (kernels, memcpy/memset); CPU-only traces on the
+``cpu_op`` timeline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Category = Literal["compute", "communication", "memcpy"]
+Span = tuple[float, float]
+
+_COMM = re.compile(r"nccl|rccl|c10d|gloo|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send|recv", re.I)
+_CPU_MEMCPY = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "aten::empty_like"}
+_DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One event on a timeline, in microseconds (Chrome trace units)."""
+
+    start: float
+    end: float
+    category: Category
+
+
+def merge(spans: Iterable[Span]) -> list[Span]:
+    """Union of intervals as sorted, disjoint spans."""
+    out: list[Span] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def total(spans: Iterable[Span]) -> float:
+    return sum(end - start for start, end in spans)
+
+
+def intersect(a: list[Span], b: list[Span]) -> list[Span]:
+    """Intersection of two merged span lists (two-pointer sweep)."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if start < end:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a: list[Span], b: list[Span]) -> list[Span]:
+    """a − b for merged span lists."""
+    out: list[Span] = []
+    j = 0
+    for start, end in a:
+        cur = start
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < end:
+            out.append((cur, end))
+    return out
+
+
+def breakdown(intervals: list[Interval], span: Span | None = None) -> dict[str, Any]:
+    """Temporal breakdown of ``intervals`` over ``span`` (default: first start to last end), seconds."""
+    if not intervals:
+        raise ValueError("no events to analyse")
+    by_cat = {c: merge((i.start, i.end) for i in intervals if i.category == c) for c in ("compute", "communication", "memcpy")}
+    lo, hi = span or (min(i.start for i in intervals), max(i.end for i in intervals))
+    length = hi - lo
+    busy = merge(s for spans in by_cat.values() for s in spans)
+    compute, comm, memcpy = by_cat["compute"], by_cat["communication"], by_cat["memcpy"]
+    comm_only = subtract(comm, compute)
+    memcpy_only = subtract(subtract(memcpy, compute), comm)
+    overlap = total(intersect(compute, comm))
+    us = 1e-6
+    return {
+        "span_s": length * us,
+        "busy_s": total(busy) * us,
+        "idle_s": (length - total(busy)) * us,
+        "compute_s": total(compute) * us,
+        "communication_s": total(comm) * us,
+        "memcpy_s": total(memcpy) * us,
+        "exclusive_fraction": {
+            "compute": total(compute) / length if length else 0.0,
+            "communication": total(comm_only) / length if length else 0.0,
+            "memcpy": total(memcpy_only) / length if length else 0.0,
+            "idle": (length - total(busy)) / length if length else 0.0,
+        },
+        "overlap_s": overlap * us,
+        "overlap_pct": 100.0 * overlap / total(comm) if comm else None,
+    }
+
+
+def classify(event: dict[str, Any], timeline: str) -> Category | None:
+    """Category of one trace event on the chosen timeline, or None to ignore it."""
+    if event.get("ph") != "X" or "dur" not in event:
+        return None
+    name, cat = str(event.get("name", "")), event.get("cat")
+    if timeline == "device":
+        if cat not in _DEVICE_CATS:
+            return None
+        if cat in ("gpu_memcpy", "gpu_memset"):
+            return "memcpy"
+        return "communication" if _COMM.search(name) else "compute"
+    if cat != "cpu_op":
+        return None
+    if _COMM.search(name):
+        return "communication"
+    return "memcpy" if name in _CPU_MEMCPY else "compute"
+
+
+def analyze_trace(trace: dict[str, Any]) -> dict[str, Any]:
+    """Breakdown of a Chrome trace dict; picks the device timeline when the trace has device events."""
+    events = trace.get("traceEvents", trace if isinstance(trace, list) else [])
+    timeline = "device" if any(e.get("cat") in _DEVICE_CATS for e in events) else "cpu"
+    intervals = []
+    for e in events:
+        category = classify(e, timeline)
+        if category is not None:
+            start = float(e["ts"])
+            intervals.append(Interval(start, start + float(e["dur"]), category))
+    if not intervals:
+        raise ValueError("the trace has no operator or kernel events")
+    return {"timeline": timeline, **breakdown(intervals)}

@@ -1,0 +1,132 @@
+"""The exporter on a real port (no GPU here: the NVML branch reports why, once), job metrics, the
+shipped dashboard against a live scrape, and `accelkit profile`."""
+
+import json
+import re
+import time
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from accelkit.monitor import Exporter, ExporterConfig, track
+from accelkit.monitor.collectors import DCGM_METRICS, NvmlCollector
+from accelkit.monitor.dashboard import dashboard, expressions
+from accelkit.monitor.serving import ServingMetrics
+
+PROMQL_WORDS = {"rate", "irate", "increase", "sum", "avg", "max", "min", "by", "without", "histogram_quantile", "le",
+                "job_name", "finished_reason", "m", "s"}
+
+
+def _scrape(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+
+def _exposed_names(text: str) -> set[str]:
+    names = set()
+    for family in text_string_to_metric_families(text):
+        names.add(family.name)
+        suffixes = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("_total",)}.get(family.type, ())
+        names.update(family.name + s for s in suffixes)
+        names.update(s.name for s in family.samples)
+    return names
+
+
+@pytest.fixture
+def live():
+    registry = CollectorRegistry()
+    exporter = Exporter(ExporterConfig(port=0, interval=0.1), registry=registry)
+    port = exporter.start()
+    yield exporter, registry, port
+    exporter.stop()
+
+
+def test_no_gpu_library_is_reported_once_and_not_fatal(live):
+    exporter, _, port = live
+    assert not exporter.has_gpu
+    assert any(note.startswith("nvml:") for note in exporter.notes)
+    assert NvmlCollector().available() is not None  # the no-library branch, with its reason
+    text = _scrape(port)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    cores = families["accelkit_host_cpu_utilization_percent"].samples
+    assert len(cores) >= 1 and all(0 <= s.value <= 100 for s in cores)
+    assert families["accelkit_host_memory_total_bytes"].samples[0].value > 1e8
+    for name in DCGM_METRICS:  # declared under DCGM's exact names, with no series on a CPU machine
+        assert name in families and families[name].samples == []
+    assert text.count("# HELP DCGM_FI_DEV_GPU_UTIL ") == 1
+
+
+def test_track_exports_step_metrics(live):
+    _, registry, port = live
+    with track("unit-job", samples_per_step=4, tokens_per_step=512, flops_per_step=2e9, peak_flops=1e12,
+               registry=registry) as job:
+        for i in range(5):
+            time.sleep(0.02)
+            record = job.step(loss=1.0 / (i + 1))
+    assert 0.015 < record.seconds < 1.0 and record.mfu == pytest.approx(2e9 / record.seconds / 1e12)
+    families = {f.name: f for f in text_string_to_metric_families(_scrape(port))}
+    count = [s for s in families["accelkit_job_step_seconds"].samples if s.name.endswith("_count")]
+    assert count[0].value == 5 and count[0].labels["job_name"] == "unit-job"
+    assert families["accelkit_job_tokens_per_second"].samples[0].value == pytest.approx(512 / record.seconds, rel=1e-6)
+    loss = [s for s in families["accelkit_job_scalar"].samples if s.labels["scalar"] == "loss"]
+    assert loss[0].value == pytest.approx(0.2)
+    assert any(s.labels["kind"] == "rss" for s in families["accelkit_job_device_memory_bytes"].samples)
+
+
+def test_track_counts_flops_with_the_planner():
+    from accelkit.models import get_preset
+    from accelkit.plan.flops import training_flops
+
+    spec = get_preset("llama-3.1-8b")
+    with track("planned", model=spec, samples_per_step=8, seq_len=4096, peak_flops=989e12, registry=CollectorRegistry()) as job:
+        assert job.flops_per_step == training_flops(spec, batch=8, seq=4096)
+        assert job.tokens_per_step == 8 * 4096
+    with pytest.raises(ValueError, match="seq_len"), track("bad", model=spec):
+        pass
+
+
+def test_dashboard_queries_only_exposed_names(live):
+    _, registry, port = live
+    ServingMetrics(registry)  # what `accelkit serve` registers
+    with track("dash", samples_per_step=1, tokens_per_step=1, flops_per_step=1.0, peak_flops=1.0, registry=registry) as job:
+        job.step(loss=1.0)
+    exposed = _exposed_names(_scrape(port))
+    board = json.loads(json.dumps(dashboard()))  # what --dashboard prints
+    exprs = expressions(board)
+    assert len(exprs) >= 25
+    referenced = set()
+    for expr in exprs:
+        bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\"[^\"]*\"", "", expr)  # drop label matchers, ranges, strings
+        bare = re.sub(r"\b(by|without)\s*\([^)]*\)", "", bare)
+        for token in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", bare):
+            if token not in PROMQL_WORDS:
+                referenced.add(token)
+    missing = referenced - exposed
+    assert not missing, f"dashboard queries names nobody exposes: {sorted(missing)}"
+    assert {"DCGM_FI_DEV_GPU_UTIL", "accelkit_job_step_seconds_bucket", "vllm:kv_cache_usage_perc"} <= referenced
+
+
+def test_monitor_cli_once_and_dashboard(cli):
+    proc = cli("monitor", "--once", "--json", check=True)
+    data = json.loads(proc.stdout)
+    assert "accelkit_host_memory_used_bytes" in data["families"] and any("nvml" in n for n in data["notes"])
+    board = json.loads(cli("monitor", "--dashboard", check=True).stdout)
+    assert board["uid"] == "accelkit-overview" and len(board["panels"]) > 20
+
+
+def test_profile_cli_writes_a_trace_and_summary(cli, tmp_path):
+    out = tmp_path / "prof"
+    proc = cli("profile", "bert", "--size", "tiny", "--seq-len", "32", "--steps", "3", "--out", str(out), "--json", check=True)
+    summary = json.loads(proc.stdout)
+    with open(out / "trace.json") as f:
+        trace = json.load(f)  # a valid Chrome trace
+    assert any(e.get("cat") == "cpu_op" for e in trace["traceEvents"])
+    assert summary["top_cpu_ops"] and summary["top_cpu_ops"][0]["self_ms_per_step"] > 0
+    ex = summary["breakdown"]["exclusive_fraction"]
+    assert sum(ex.values()) == pytest.approx(1.0) and ex["compute"] > 0.5
+    assert summary["result_id"] is not None
+    human = cli("profile", "bert", "--size", "tiny", "--seq-len", "32", "--steps", "2", "--out", str(out), check=True)
+    assert "Top operators by self CPU time" in human.stdout and "Time breakdown" in human.stdout
+    bad = cli("profile")
+    assert bad.returncode == 2 and "WORKLOAD" in bad.stderr
