@@ -70,7 +70,7 @@ def _nvml_info() -> dict[int, dict[str, Any]]:
         return {}
     try:
         pynvml.nvmlInit()
-    except Exception:
+    except Exception:  # no driver / no GPU: NVML raises its own error types
         return {}
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -84,7 +84,7 @@ def _nvml_info() -> dict[int, dict[str, Any]]:
             ):
                 try:
                     entry[key] = fn(handle)
-                except Exception:
+                except Exception:  # not every board exposes every field
                     entry[key] = None
             out[i] = entry
         return out
