@@ -1,0 +1,185 @@
+"""Ref-counted fixed-size KV blocks with prefix caching (pure Python).
+
+A block holds the K/V of ``block_size`` consecutive tokens of a sequence. Blocks are shared by
+reference count: with prefix caching, a *full* block whose tokens are computed is registered under a
+chained hash ``hash((hash of the previous block, its token ids))``, so a later sequence whose prefix
+has the same tokens reuses it instead of recomputing it. Only full, computed blocks are ever shared,
+so a shared block is never written again.
+
+Freed blocks go to an LRU free list: registered (hashed) blocks at the back, keeping their contents so
+that a later request can still hit them; unregistered ones at the front, reused first. Taking a free
+block for new tokens evicts the least recently freed one and drops its hash.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from accelkit.serve.sequence import Sequence
+
+_ROOT_HASH = 0x5EED  # parent hash of a sequence's first block
+
+
+class Block:
+    __slots__ = ("block_hash", "block_id", "ref_count", "token_ids")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_count = 0
+        self.block_hash: int | None = None  # set while registered in the prefix cache
+        self.token_ids: tuple[int, ...] | None = None  # the tokens behind block_hash (guards against collisions)
+
+
+class BlockManager:
+    """Owns the ``num_blocks`` KV blocks; the scheduler asks it for room and hands finished sequences back."""
+
+    def __init__(self, *, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks={num_blocks} must be >= 1")
+        if block_size < 1:
+            raise ValueError(f"block_size={block_size} must be >= 1")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_block_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # front = evict first
+        self.cached_block_ids: dict[int, int] = {}  # block hash → block id
+        self.num_evictions = 0
+
+    # ---- queries -----------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks no sequence holds (cached-but-unused ones count as free: they are evictable)."""
+        return len(self.free_block_ids)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks held by sequences — ``vllm:kv_cache_usage_perc``."""
+        return 1.0 - self.num_free_blocks / self.num_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
+        """Chained hashes of the first ``num_blocks`` full blocks of ``seq`` (memoised on the sequence)."""
+        hashes, bs = seq.block_hashes, self.block_size
+        while len(hashes) < num_blocks:
+            i = len(hashes)
+            parent = hashes[-1] if hashes else _ROOT_HASH
+            hashes.append(hash((parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]))))
+        return hashes[:num_blocks]
+
+    def find_cached_prefix(self, seq: Sequence) -> list[int]:
+        """Block ids holding the longest cached prefix of ``seq`` (no side effects).
+
+        At most ``num_tokens - 1`` tokens are taken from the cache: the last token is always computed,
+        because its logits are what the step samples from.
+        """
+        if not self.enable_prefix_caching:
+            return []
+        bs = self.block_size
+        num_candidates = (seq.num_tokens - 1) // bs
+        found: list[int] = []
+        for i, block_hash in enumerate(self._block_hashes(seq, num_candidates)):
+            block_id = self.cached_block_ids.get(block_hash)
+            if block_id is None or self.blocks[block_id].token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
+                break
+            found.append(block_id)
+        return found
+
+    # ---- allocation --------------------------------------------------------------------------------
+    def allocate(self, seq: Sequence, cached_block_ids: list[int], num_tokens: int) -> bool:
+        """Give a sequence without blocks the cached prefix blocks plus fresh blocks up to ``num_tokens``.
+
+        All or nothing: returns False (changing nothing) when there is not enough room.
+        """
+        assert not seq.block_table, f"{seq} already holds blocks"
+        num_new = self.blocks_for(num_tokens) - len(cached_block_ids)
+        num_cached_free = sum(1 for b in cached_block_ids if self.blocks[b].ref_count == 0)
+        if num_new > self.num_free_blocks - num_cached_free:
+            return False
+        for block_id in cached_block_ids:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self.free_block_ids[block_id]
+            block.ref_count += 1
+            seq.block_table.append(block_id)
+        seq.num_hashed_blocks = len(cached_block_ids)
+        for _ in range(max(num_new, 0)):
+            seq.block_table.append(self._take_free_block())
+        return True
+
+    def append_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
+        """Grow a running sequence's table to hold ``num_new_tokens`` more computed tokens; False if full."""
+        num_new = self.blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
+        if num_new > self.num_free_blocks:
+            return False
+        for _ in range(num_new):
+            seq.block_table.append(self._take_free_block())
+        return True
+
+    def _take_free_block(self) -> int:
+        block_id, _ = self.free_block_ids.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.ref_count != 0:
+            raise RuntimeError(f"block {block_id} is on the free list with ref_count {block.ref_count}")
+        if block.block_hash is not None:  # evict its cached contents
+            if self.cached_block_ids.get(block.block_hash) == block_id:
+                del self.cached_block_ids[block.block_hash]
+            block.block_hash = block.token_ids = None
+            self.num_evictions += 1
+        block.ref_count = 1
+        return block_id
+
+    def free(self, seq: Sequence) -> None:
+        """Drop a sequence's references (finish, abort or preemption). Tail blocks are evicted first."""
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            if block.ref_count <= 0:
+                raise RuntimeError(f"double free of block {block_id} by {seq}")
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free_block_ids[block_id] = None
+                if block.block_hash is None:
+                    self.free_block_ids.move_to_end(block_id, last=False)
+        seq.block_table.clear()
+        seq.num_hashed_blocks = 0
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Register the blocks of ``seq`` that became full and computed, so later prefixes can hit them."""
+        if not self.enable_prefix_caching:
+            return
+        num_full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
+        if num_full <= seq.num_hashed_blocks:
+            return
+        bs = self.block_size
+        hashes = self._block_hashes(seq, num_full)
+        for i in range(seq.num_hashed_blocks, num_full):
+            block = self.blocks[seq.block_table[i]]
+            if block.block_hash is None and hashes[i] not in self.cached_block_ids:
+                block.block_hash = hashes[i]
+                block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+                self.cached_block_ids[hashes[i]] = block.block_id
+            # else: same content already cached in another block — this copy stays private
+        seq.num_hashed_blocks = num_full
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block that no sequence holds (e.g. after weights change)."""
+        for block_id in self.free_block_ids:
+            block = self.blocks[block_id]
+            if block.block_hash is not None and self.cached_block_ids.get(block.block_hash) == block_id:
+                del self.cached_block_ids[block.block_hash]
+            block.block_hash = block.token_ids = None
+
+    def check_invariants(self, live: list[Sequence]) -> None:
+        """Raise AssertionError when bookkeeping is inconsistent (tests call this after every operation)."""
+        refs = [0] * self.num_blocks
+        for seq in live:
+            assert len(set(seq.block_table)) == len(seq.block_table), f"{seq} holds a block twice"
+            for block_id in seq.block_table:
+                refs[block_id] += 1
+        for block in self.blocks:
+            assert block.ref_count == refs[block.block_id], f"block {block.block_id}: {block.ref_count} != {refs[block.block_id]}"
+            assert (block.ref_count == 0) == (block.block_id in self.free_block_ids), f"block {block.block_id} free list"
+        for block_hash, block_id in self.cached_block_ids.items():
+            assert self.blocks[block_id].block_hash == block_hash, f"hash map points at block {block_id} wrongly"

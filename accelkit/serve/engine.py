@@ -1,0 +1,275 @@
+"""LLMEngine: continuous batching over a paged KV cache. ``step()`` is schedule → run → postprocess.
+
+``add_request`` and ``abort_request`` may be called from any thread at any time: they validate in the
+caller's thread (a bad request raises ``ValueError`` there and touches nothing else) and leave the request
+in an inbox that the next ``step()`` drains, so the scheduler itself is only ever used by one thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accelkit.serve.block_manager import BlockManager
+from accelkit.serve.config import EngineConfig
+from accelkit.serve.detokenizer import IncrementalDetokenizer
+from accelkit.serve.models.llama import LlamaArgs
+from accelkit.serve.outputs import EngineStats, RequestMetrics, RequestOutput
+from accelkit.serve.sampling import SamplingParams
+from accelkit.serve.scheduler import Scheduler, SchedulerConfig
+from accelkit.serve.sequence import Sequence
+
+log = logging.getLogger("accelkit.serve")
+
+
+@dataclass(slots=True)
+class _Request:
+    seq: Sequence
+    detokenizer: IncrementalDetokenizer | None
+    text: str = ""
+    num_returned_tokens: int = 0
+
+
+def _read_config(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "config.json"
+    if not path.is_file():
+        raise ValueError(f"model={str(model_dir)!r} has no config.json; give a Hugging Face-format model directory")
+    return json.loads(path.read_text())
+
+
+def _eos_token_ids(model_dir: Path, cfg: dict[str, Any], tokenizer: Any) -> frozenset[int]:
+    """EOS ids as ``generate`` uses them: generation_config.json first, then config.json, then the tokenizer."""
+    gen_path = model_dir / "generation_config.json"
+    eos = json.loads(gen_path.read_text()).get("eos_token_id") if gen_path.is_file() else None
+    if eos is None:
+        eos = cfg.get("eos_token_id")
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return frozenset()
+    return frozenset(eos if isinstance(eos, list) else [eos])
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        from transformers import AutoTokenizer
+
+        from accelkit.serve.model_runner import ModelRunner  # torch: imported when an engine is built
+
+        self.config = config
+        model_dir = Path(config.model)
+        hf_config = _read_config(model_dir)
+        self.model_args = LlamaArgs.from_config(hf_config)
+        self.max_model_len = config.max_model_len or self.model_args.max_position_embeddings
+        if self.max_model_len > self.model_args.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
+                f"{self.model_args.max_position_embeddings}"
+            )
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
+        self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len)
+        self.block_manager = BlockManager(
+            num_blocks=self.runner.num_blocks, block_size=config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+        )
+        sched_cfg = SchedulerConfig(
+            max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
+            policy=config.scheduling_policy,
+        )
+        self.scheduler = Scheduler(sched_cfg, self.block_manager, eos_token_ids=self.eos_token_ids)
+        self._requests: dict[str, _Request] = {}
+        self._lock = threading.Lock()
+        self._inbox: list[_Request] = []
+        self._aborts: list[str] = []
+        self._known_ids: set[str] = set()  # accepted and not yet finished (inbox included)
+        self._prompt_tokens = self._generation_tokens = self._num_steps = self._last_step_tokens = 0
+        self._finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
+
+    @classmethod
+    def from_model(cls, model: str, **kwargs: Any) -> LLMEngine:
+        return cls(EngineConfig(model=str(model), **kwargs))
+
+    # ---- requests (any thread) ---------------------------------------------------------------------
+    def make_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        *,
+        request_id: str | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> Sequence:
+        """Validate and tokenize a request (ValueError naming the field) without queueing it."""
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"sampling_params={params!r} is not valid; expected SamplingParams")
+        if isinstance(prompt, str):
+            text: str | None = prompt
+            token_ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, (list, tuple)):
+            text = None
+            token_ids = list(prompt)
+            vocab = self.model_args.vocab_size
+            for i, t in enumerate(token_ids):
+                if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:
+                    raise ValueError(f"prompt_token_ids[{i}]={t!r} is not a token id; expected an int in [0, {vocab})")
+        else:
+            raise ValueError(f"prompt={prompt!r} is not valid; expected a string or a list of token ids")
+        if not token_ids:
+            raise ValueError("prompt is empty; give at least one token")
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt has {len(token_ids)} tokens; the context holds max_model_len={self.max_model_len} "
+                "(prompt plus at least one output token)"
+            )
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError(f"priority={priority!r} is not valid; expected an integer")
+        rid = request_id if request_id is not None else uuid.uuid4().hex
+        return Sequence(
+            rid, token_ids, params, prompt=text, priority=priority,
+            arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+        )
+
+    def add_sequence(self, seq: Sequence) -> str:
+        """Queue a request made by :meth:`make_request`."""
+        with self._lock:
+            if seq.request_id in self._known_ids:
+                raise ValueError(f"request_id={seq.request_id!r} is already in use")
+            self._known_ids.add(seq.request_id)
+            detok = IncrementalDetokenizer(self.tokenizer, seq.token_ids) if self.tokenizer is not None else None
+            self._inbox.append(_Request(seq, detok))
+        return seq.request_id
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, **kwargs: Any) -> str:
+        """Validate and queue one request; returns its id. Keywords: request_id, priority, arrival_time."""
+        return self.add_sequence(self.make_request(prompt, params, **kwargs))
+
+    def abort_request(self, request_id: str) -> None:
+        """Abort a request wherever it is; its blocks are freed at the next step (unknown ids are ignored)."""
+        with self._lock:
+            self._aborts.append(request_id)
+
+    def has_unfinished_requests(self) -> bool:
+        with self._lock:
+            return bool(self._inbox or self._aborts) or self.scheduler.has_unfinished()
+
+    # ---- the loop ----------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """One iteration: schedule → run → postprocess. Returns an output per request that changed."""
+        outputs = self._drain_inbox()
+        batch = self.scheduler.schedule()
+        self._num_steps += 1
+        self._last_step_tokens = batch.total_tokens
+        if not batch.seqs:
+            return outputs
+        now = time.monotonic()
+        for seq in batch.seqs:
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = now
+        sampled = self.runner.execute(batch)
+        return outputs + self._postprocess(self.scheduler.update(batch, sampled))
+
+    def _drain_inbox(self) -> list[RequestOutput]:
+        with self._lock:
+            inbox, self._inbox = self._inbox, []
+            aborts, self._aborts = self._aborts, []
+        for req in inbox:
+            self._requests[req.seq.request_id] = req
+            self.scheduler.add(req.seq)
+        outputs = []
+        for request_id in aborts:
+            seq = self.scheduler.abort(request_id)
+            if seq is not None:
+                outputs.append(self._finish(self._requests[request_id], time.monotonic()))
+        return outputs
+
+    def _postprocess(self, seqs: list[Sequence]) -> list[RequestOutput]:
+        now = time.monotonic()
+        outputs = []
+        for seq in seqs:
+            req = self._requests[seq.request_id]
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+                self._prompt_tokens += seq.num_prompt_tokens
+            seq.last_token_time = now
+            self._generation_tokens += 1
+            new_text = self._detokenize(req, seq)
+            if seq.is_finished:
+                outputs.append(self._finish(req, now, new_text))
+            else:
+                outputs.append(self._output(req, new_text))
+        return outputs
+
+    def _detokenize(self, req: _Request, seq: Sequence) -> str:
+        if req.detokenizer is None:
+            return ""
+        new_ids = seq.token_ids[seq.num_prompt_tokens + req.num_returned_tokens :]
+        delta = req.detokenizer.add(new_ids, final=seq.is_finished)
+        stops = seq.params.stop
+        if stops and delta:
+            start = max(0, len(req.text) - max(len(s) for s in stops) + 1)
+            text = req.text + delta
+            hits = [j for j in (text.find(s, start) for s in stops) if j >= 0]
+            if hits:
+                cut = min(hits)
+                delta = text[len(req.text) : cut] if cut >= len(req.text) else ""
+                req.text = text[:cut]
+                if not seq.is_finished:
+                    self.scheduler.finish(seq, "stop")
+                else:
+                    seq.finish_reason = "stop"
+                return delta
+        req.text += delta
+        return delta
+
+    def _output(self, req: _Request, new_text: str) -> RequestOutput:
+        seq = req.seq
+        new_ids = seq.token_ids[seq.num_prompt_tokens + req.num_returned_tokens :]
+        req.num_returned_tokens = seq.num_output_tokens
+        return RequestOutput(
+            request_id=seq.request_id, prompt=seq.prompt, prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
+            text=req.text, token_ids=seq.output_token_ids, new_text=new_text, new_token_ids=new_ids,
+            finished=seq.is_finished, finish_reason=seq.finish_reason, metrics=self._metrics(seq),
+        )
+
+    def _finish(self, req: _Request, now: float, new_text: str = "") -> RequestOutput:
+        seq = req.seq
+        seq.finished_time = now
+        self.runner.release(seq)
+        del self._requests[seq.request_id]
+        with self._lock:
+            self._known_ids.discard(seq.request_id)
+        self._finished[seq.finish_reason or "abort"] += 1
+        return self._output(req, new_text)
+
+    @staticmethod
+    def _metrics(seq: Sequence) -> RequestMetrics:
+        return RequestMetrics(
+            arrival_time=seq.arrival_time, num_prompt_tokens=seq.num_prompt_tokens,
+            first_scheduled_time=seq.first_scheduled_time, first_token_time=seq.first_token_time,
+            last_token_time=seq.last_token_time, finished_time=seq.finished_time,
+            num_cached_tokens=seq.num_cached_tokens, num_generation_tokens=seq.num_output_tokens,
+            num_preemptions=seq.num_preemptions,
+        )
+
+    # ---- observability -----------------------------------------------------------------------------
+    def get_stats(self) -> EngineStats:
+        c = self.scheduler.counters
+        with self._lock:
+            num_inbox = len(self._inbox)
+        return EngineStats(
+            num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting) + num_inbox,
+            kv_cache_usage=self.block_manager.usage, num_preemptions=c.num_preemptions,
+            prefix_cache_queries=c.prefix_cache_queries, prefix_cache_hits=c.prefix_cache_hits,
+            prompt_tokens=self._prompt_tokens, generation_tokens=self._generation_tokens, num_steps=self._num_steps,
+            last_step_num_tokens=self._last_step_tokens, num_blocks=self.block_manager.num_blocks,
+            block_size=self.block_manager.block_size, requests_finished=dict(self._finished),
+        )

@@ -1,0 +1,147 @@
+"""Paged KV storage for all layers, full precision or quantized (fp8 e4m3 / int8 with scales).
+
+Layout per layer: ``[num_blocks, block_size, num_kv_heads, head_dim]`` — a token's slot is
+``block_id * block_size + offset``, so writing a step's new K/V is one ``index_copy_`` over a slot
+mapping and reading a batch of sequences is one gather over their block tables.
+
+Quantized caches keep one scale per token and KV head (``amax / qmax`` over ``head_dim``, stored as
+float16): a new token never changes the scales of older ones, so writes stay a single scatter, and an
+outlier in one head or token does not cost the others their precision. Storage is ``head_dim + 2`` bytes
+per token and head instead of ``2 * head_dim`` for bf16 — about half (``(D + 2) / 2D``: 0.52 at D = 64).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from accelkit.serve.config import KVCacheDType
+
+_SCALE_DTYPE = torch.float16
+_MIN_SCALE = 1e-7  # an all-zero vector still gets a finite scale
+
+
+class KVCache:
+    """Full-precision cache: K/V stored in the model dtype."""
+
+    kind: ClassVar[str] = "auto"
+
+    def __init__(
+        self, *, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+        dtype: torch.dtype, device: torch.device,
+    ) -> None:
+        self.num_layers, self.num_blocks, self.block_size = num_layers, num_blocks, block_size
+        self.num_kv_heads, self.head_dim, self.dtype = num_kv_heads, head_dim, dtype
+        shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
+        # zeros, not empty: padded gathers read unused slots, and NaN garbage times a zero weight is NaN
+        self.k = torch.zeros(shape, dtype=self.storage_dtype(dtype), device=device)
+        self.v = torch.zeros(shape, dtype=self.storage_dtype(dtype), device=device)
+
+    @staticmethod
+    def storage_dtype(dtype: torch.dtype) -> torch.dtype:
+        return dtype
+
+    @classmethod
+    def bytes_per_token(cls, *, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+        """K and V bytes of one token over all layers (scales included)."""
+        return 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize
+
+    def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store the K/V of a step's tokens; ``k, v``: (T, Hkv, D), ``slot_mapping``: (T,)."""
+        self.k[layer].view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slot_mapping, k.to(self.dtype))
+        self.v[layer].view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slot_mapping, v.to(self.dtype))
+
+    def gather(self, layer: int, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V of whole blocks: ``block_ids`` (..., nb) → two (..., nb * block_size, Hkv, D) tensors."""
+        shape = (*block_ids.shape[:-1], block_ids.shape[-1] * self.block_size, self.num_kv_heads, self.head_dim)
+        flat = block_ids.reshape(-1)  # index_select on dim 0 is far faster than advanced indexing on CPU
+        return self.k[layer].index_select(0, flat).view(shape), self.v[layer].index_select(0, flat).view(shape)
+
+
+class _QuantizedKVCache(KVCache):
+    """Shared by fp8 and int8: codes in ``k``/``v``, one float16 scale per token and head."""
+
+    qmax: ClassVar[float]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        scale_shape = self.k.shape[:-1]
+        self.k_scale = torch.ones(scale_shape, dtype=_SCALE_DTYPE, device=self.k.device)
+        self.v_scale = torch.ones(scale_shape, dtype=_SCALE_DTYPE, device=self.k.device)
+
+    @classmethod
+    def bytes_per_token(cls, *, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+        return 2 * num_layers * num_kv_heads * (head_dim + _SCALE_DTYPE.itemsize)
+
+    def _encode(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _decode(self, codes: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x.float()
+        scale = (x.abs().amax(-1) / self.qmax).clamp_min(_MIN_SCALE).to(_SCALE_DTYPE)  # (T, Hkv)
+        scaled = (x / scale.float().unsqueeze(-1)).clamp(-self.qmax, self.qmax)
+        return self._encode(scaled), scale
+
+    def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        h, d = self.num_kv_heads, self.head_dim
+        for x, codes, scales in ((k, self.k, self.k_scale), (v, self.v, self.v_scale)):
+            q, s = self._quantize(x)
+            codes[layer].view(-1, h, d).index_copy_(0, slot_mapping, q)
+            scales[layer].view(-1, h).index_copy_(0, slot_mapping, s)
+
+    def gather(self, layer: int, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lead = (*block_ids.shape[:-1], block_ids.shape[-1] * self.block_size, self.num_kv_heads)
+        out = []
+        flat = block_ids.reshape(-1)
+        for codes, scales in ((self.k, self.k_scale), (self.v, self.v_scale)):
+            x = self._decode(codes[layer].index_select(0, flat)).to(self.dtype).view(*lead, self.head_dim)
+            out.append(x * scales[layer].index_select(0, flat).to(self.dtype).view(*lead, 1))
+        return out[0], out[1]
+
+
+class Fp8KVCache(_QuantizedKVCache):
+    """e4m3 codes (max 448), stored as uint8 so that every backend can index them."""
+
+    kind = "fp8"
+    qmax = 448.0
+
+    @staticmethod
+    def storage_dtype(dtype: torch.dtype) -> torch.dtype:
+        return torch.uint8
+
+    def _encode(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.float8_e4m3fn).view(torch.uint8)
+
+    def _decode(self, codes: torch.Tensor) -> torch.Tensor:
+        return codes.view(torch.float8_e4m3fn)
+
+
+class Int8KVCache(_QuantizedKVCache):
+    """Symmetric int8 codes in [-127, 127]."""
+
+    kind = "int8"
+    qmax = 127.0
+
+    @staticmethod
+    def storage_dtype(dtype: torch.dtype) -> torch.dtype:
+        return torch.int8
+
+    def _encode(self, x: torch.Tensor) -> torch.Tensor:
+        return x.round().to(torch.int8)
+
+    def _decode(self, codes: torch.Tensor) -> torch.Tensor:
+        return codes
+
+
+KV_CACHE_CLASSES: dict[str, type[KVCache]] = {"auto": KVCache, "fp8": Fp8KVCache, "int8": Int8KVCache}
+
+
+def kv_cache_class(kind: KVCacheDType) -> type[KVCache]:
+    """The cache implementation for ``kv_cache_dtype``; fp8 needs torch's float8_e4m3fn dtype."""
+    if kind == "fp8" and not hasattr(torch, "float8_e4m3fn"):
+        raise ValueError("kv_cache_dtype='fp8' needs torch >= 2.1 (float8_e4m3fn); use kv_cache_dtype='int8'")
+    return KV_CACHE_CLASSES[kind]

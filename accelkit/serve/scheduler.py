@@ -1,0 +1,220 @@
+"""Iteration-level scheduler: which sequences run in the next step, and how many tokens each (pure Python).
+
+Every step has a token budget (``max_num_batched_tokens``) and a seat limit (``max_num_seqs``):
+
+1. running sequences first — decodes (one token each), then unfinished (chunked) prefills; when a
+   sequence needs a block and none is free, the lowest-priority running sequence not yet scheduled in
+   this step is *preempted by recompute*: its blocks are freed and it waits again with
+   ``num_computed_tokens = 0`` (its full blocks stay in the prefix cache, so the recompute may be cheap);
+2. then waiting sequences in FCFS (or priority) order, each starting after its longest cached prefix,
+   as long as budget, seats and blocks allow (none are admitted in a step that had to preempt).
+
+``update`` then advances the computed counts, registers newly full blocks in the prefix cache and
+appends the sampled tokens; ``finish`` frees a sequence (stop, length or abort) at any time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Literal
+
+from accelkit.core.spec import Spec, spec_field
+from accelkit.serve.block_manager import BlockManager
+from accelkit.serve.sequence import Sequence, SequenceStatus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig(Spec):
+    """Limits of one scheduling step."""
+
+    max_num_seqs: int = spec_field(256, min=1, doc="Most sequences in one step (decodes + prefills).")
+    max_num_batched_tokens: int = spec_field(2048, min=1, doc="Token budget of one step (1 per decode + prefill chunks).")
+    max_model_len: int = spec_field(2048, min=2, doc="Context length: prompt + output tokens of one sequence.")
+    enable_chunked_prefill: bool = spec_field(True, doc="Split long prompts across steps to fit the token budget.")
+    policy: Literal["fcfs", "priority"] = spec_field("fcfs", doc="Order of waiting requests; priority: lower value first, then FCFS.")
+
+    def validate(self) -> None:
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} is below max_model_len={self.max_model_len}; "
+                "without chunked prefill a whole prompt must fit one step — raise it or enable_chunked_prefill"
+            )
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    """What one step runs: ``seqs[i]`` computes ``num_tokens[i]`` tokens starting at its computed count."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    num_tokens: list[int] = field(default_factory=list)
+    num_preempted: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.num_tokens)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+
+@dataclass(slots=True)
+class SchedulerCounters:
+    """Monotonic counters behind vLLM's metrics of the same names."""
+
+    num_preemptions: int = 0
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of those, tokens found
+
+
+class Scheduler:
+    def __init__(
+        self, config: SchedulerConfig, block_manager: BlockManager, *, eos_token_ids: frozenset[int] = frozenset()
+    ) -> None:
+        self.config = config
+        self.block_manager = block_manager
+        self.eos_token_ids = eos_token_ids
+        self.waiting: list[Sequence] = []  # kept sorted by _order
+        self.running: list[Sequence] = []  # admission order
+        self.counters = SchedulerCounters()
+        self._by_request: dict[str, Sequence] = {}
+
+    def _order(self, seq: Sequence) -> tuple[int, int]:
+        if self.config.policy == "priority":
+            return (seq.priority, seq.arrival_order)
+        return (0, seq.arrival_order)
+
+    # ---- queue -------------------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        if seq.request_id in self._by_request:
+            raise ValueError(f"request_id={seq.request_id!r} is already in use")
+        self._by_request[seq.request_id] = seq
+        seq.status = SequenceStatus.WAITING
+        bisect.insort(self.waiting, seq, key=self._order)
+
+    def get(self, request_id: str) -> Sequence | None:
+        return self._by_request.get(request_id)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- one step ----------------------------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch:
+        cfg, bm = self.config, self.block_manager
+        batch = ScheduledBatch()
+        budget = cfg.max_num_batched_tokens
+        scheduled: set[int] = set()
+        preempted: set[int] = set()
+
+        # 1. running: decodes first, then unfinished prefills, each group in scheduling order
+        for seq in sorted(self.running, key=lambda s: (not s.is_decoding, self._order(s))):
+            if budget == 0:
+                break
+            if seq.seq_id in preempted:
+                continue
+            num_new = seq.num_uncomputed_tokens
+            if num_new > budget:
+                if not cfg.enable_chunked_prefill:
+                    continue
+                num_new = budget
+            while not bm.append_slots(seq, num_new):
+                victim = max(
+                    (s for s in self.running if s.seq_id not in scheduled and s.seq_id not in preempted),
+                    key=self._order,
+                )
+                self._preempt(victim)
+                preempted.add(victim.seq_id)
+                batch.num_preempted += 1
+                if victim is seq:
+                    break
+            if seq.seq_id in preempted:
+                continue
+            batch.seqs.append(seq)
+            batch.num_tokens.append(num_new)
+            scheduled.add(seq.seq_id)
+            budget -= num_new
+
+        # 2. waiting, unless this step already had to preempt
+        while self.waiting and not preempted and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting[0]
+            cached = bm.find_cached_prefix(seq)
+            num_cached = len(cached) * bm.block_size
+            num_new = seq.num_tokens - num_cached
+            if num_new > budget:
+                if not cfg.enable_chunked_prefill:
+                    break
+                num_new = budget
+            if not bm.allocate(seq, cached, num_cached + num_new):
+                break
+            self.waiting.pop(0)
+            self.counters.prefix_cache_queries += seq.num_tokens
+            self.counters.prefix_cache_hits += num_cached
+            if seq.num_preemptions == 0:
+                seq.num_cached_tokens = num_cached
+            seq.num_computed_tokens = num_cached
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            batch.seqs.append(seq)
+            batch.num_tokens.append(num_new)
+            budget -= num_new
+        return batch
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.block_manager.free(seq)
+        self.running.remove(seq)
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        seq.status = SequenceStatus.WAITING
+        self.counters.num_preemptions += 1
+        bisect.insort(self.waiting, seq, key=self._order)
+
+    def update(self, batch: ScheduledBatch, sampled: list[int | None]) -> list[Sequence]:
+        """Account for a finished step; ``sampled[i]`` is the new token of ``batch.seqs[i]`` (None for a
+        prefill chunk that did not reach the end of its prompt). Returns the sequences that got a token,
+        already finished when a length or token-id stop condition was met."""
+        got_token = []
+        for seq, num_tokens, token_id in zip(batch.seqs, batch.num_tokens, sampled, strict=True):
+            if seq.is_finished:  # aborted while the step ran
+                continue
+            seq.num_computed_tokens += num_tokens
+            self.block_manager.cache_full_blocks(seq)
+            if token_id is None:
+                continue
+            seq.append_token(token_id)
+            got_token.append(seq)
+            reason = self._stop_reason(seq, token_id)
+            if reason is not None:
+                self.finish(seq, reason)
+        return got_token
+
+    def _stop_reason(self, seq: Sequence, token_id: int) -> str | None:
+        params = seq.params
+        if token_id in params.stop_token_ids or (not params.ignore_eos and token_id in self.eos_token_ids):
+            return "stop"
+        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.config.max_model_len:
+            return "length"
+        return None
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """End a sequence for ``reason`` (stop, length, abort) wherever it is; its blocks go back."""
+        if seq.is_finished:
+            return
+        if seq.status is SequenceStatus.RUNNING:
+            self.block_manager.free(seq)
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        del self._by_request[seq.request_id]
+
+    def abort(self, request_id: str) -> Sequence | None:
+        """Abort a request at any point; returns its sequence, or None if unknown or already finished."""
+        seq = self._by_request.get(request_id)
+        if seq is not None:
+            self.finish(seq, "abort")
+        return seq

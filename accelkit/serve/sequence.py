@@ -1,0 +1,98 @@
+"""One request's tokens and bookkeeping as the scheduler and block manager see it (pure Python)."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+
+from accelkit.serve.sampling import SamplingParams
+
+_seq_counter = itertools.count()
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"  # queued, or preempted: holds no KV blocks
+    RUNNING = "running"  # admitted: holds KV blocks for its computed tokens
+    FINISHED = "finished"
+
+
+class Sequence:
+    """Prompt + generated tokens, the KV blocks that hold them, and how many of them are computed.
+
+    ``num_computed_tokens`` counts tokens whose K/V are in the cache. A step schedules
+    ``num_tokens - num_computed_tokens`` of them (all of a prompt, a chunk of it, or the one new token of a
+    decode) — prefill, chunked prefill, decode and recompute after preemption are the same arithmetic.
+    """
+
+    __slots__ = (
+        "arrival_order", "arrival_time", "block_hashes", "block_table", "finish_reason", "finished_time",
+        "first_scheduled_time", "first_token_time", "last_token_time", "num_cached_tokens", "num_computed_tokens",
+        "num_hashed_blocks", "num_preemptions", "num_prompt_tokens", "params", "priority", "prompt",
+        "request_id", "seq_id", "status", "token_ids",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        prompt: str | None = None,
+        priority: int = 0,
+        arrival_time: float = 0.0,
+    ) -> None:
+        self.seq_id = next(_seq_counter)
+        self.request_id = request_id
+        self.prompt = prompt
+        self.token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.priority = priority
+        self.arrival_order = self.seq_id  # FCFS tie-breaker
+        self.arrival_time = arrival_time
+        self.status = SequenceStatus.WAITING
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # chained hash of each full block of token_ids (prefix caching)
+        self.num_hashed_blocks = 0  # leading blocks of block_table already registered in the prefix cache
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
+        self.num_preemptions = 0
+        self.finish_reason: str | None = None  # "stop" | "length" | "abort"
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.last_token_time: float | None = None
+        self.finished_time: float | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id!r}, tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
+            f"blocks={self.block_table}, {self.status.value})"
+        )
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_decoding(self) -> bool:
+        """Only the newest token lacks K/V: a one-token step that samples the next one."""
+        return self.num_computed_tokens > 0 and self.num_uncomputed_tokens == 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)

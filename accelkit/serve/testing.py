@@ -1,0 +1,179 @@
+"""Fixtures for tests and benchmarks: tiny models and a tokenizer built locally (nothing is downloaded).
+
+``save_tiny_model(dir, "tiny-llama")`` writes a random-init transformers model with ``save_pretrained``
+plus a word-level tokenizer whose vocabulary matches it; ``train_tiny_model`` first fits the model for a
+few hundred steps on synthetic Markov-chain text, so that its predictions are peaked (what KV-cache
+quantization quality is measured on). The HTTP server tests reuse these.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3: bos=1, eos=2 as the tiny presets say
+
+
+def word(i: int) -> str:
+    return f"w{i}"
+
+
+def build_tokenizer(vocab_size: int = 512) -> Any:
+    """A word-level tokenizer: ``<unk> <s> </s> <pad> w4 w5 …``; text is words separated by spaces."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    vocab.update({word(i): i for i in range(len(SPECIAL_TOKENS), vocab_size)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        chat_template=(
+            "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+            "{% if add_generation_prompt %}assistant{% endif %}"
+        ),
+    )
+
+
+def hf_model(preset: str = "tiny-llama", *, seed: int = 0, **overrides: Any) -> Any:
+    """A random-init transformers model for an accelkit preset (``overrides`` go to its config)."""
+    import torch
+    import transformers
+
+    from accelkit.models import get_preset
+    from accelkit.models.build import _CLASSES, hf_config
+
+    spec = get_preset(preset)
+    config = hf_config(spec, **overrides)
+    if config.eos_token_id is None:
+        config.bos_token_id, config.eos_token_id = 1, 2
+    torch.manual_seed(seed)
+    model = getattr(transformers, _CLASSES[spec.family][1])(config)
+    model.generation_config.bos_token_id = config.bos_token_id
+    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.pad_token_id = 3
+    return model.eval()
+
+
+def save_tiny_model(
+    path: str | Path, preset: str = "tiny-llama", *, seed: int = 0, max_shard_size: str | None = None, **overrides: Any
+) -> Path:
+    """Save a random-init model + matching tokenizer to ``path`` (a Hugging Face-format directory)."""
+    path = Path(path)
+    model = hf_model(preset, seed=seed, **overrides)
+    save_model_dir(model, path, max_shard_size=max_shard_size)
+    return path
+
+
+def save_model_dir(model: Any, path: str | Path, *, max_shard_size: str | None = None) -> Path:
+    path = Path(path)
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(path, **kwargs)
+    build_tokenizer(model.config.vocab_size).save_pretrained(path)
+    return path
+
+
+def markov_corpus(
+    num_sequences: int, length: int, *, vocab_size: int = 512, seed: int = 0, p_main: float = 0.9
+) -> list[list[int]]:
+    """Token sequences from a fixed random Markov chain: each word's next word is one fixed successor with
+    probability ``p_main`` and one of three others otherwise — learnable, so a trained model is peaked."""
+    rng = random.Random(1234)  # the chain itself is fixed; ``seed`` only picks the walks
+    first = len(SPECIAL_TOKENS)
+    words = range(first, vocab_size)
+    succ = {w: [rng.randrange(first, vocab_size) for _ in range(4)] for w in words}
+    walk = random.Random(seed)
+    out = []
+    for _ in range(num_sequences):
+        w = walk.randrange(first, vocab_size)
+        seq = [w]
+        for _ in range(length - 1):
+            nxt = succ[w]
+            w = nxt[0] if walk.random() < p_main else walk.choice(nxt[1:])
+            seq.append(w)
+        out.append(seq)
+    return out
+
+
+def train_tiny_model(
+    path: str | Path, preset: str = "tiny-llama", *, steps: int = 300, seed: int = 0, batch_size: int = 16,
+    seq_len: int = 64, lr: float = 3e-3, **overrides: Any,
+) -> Path:
+    """Fit a tiny model on :func:`markov_corpus` for ``steps`` AdamW steps, then save it with its tokenizer."""
+    import torch
+
+    model = hf_model(preset, seed=seed, **overrides).train()
+    data = torch.tensor(markov_corpus(steps * batch_size, seq_len, vocab_size=model.config.vocab_size, seed=seed))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    for i in range(steps):
+        batch = data[i * batch_size : (i + 1) * batch_size]
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()
+    return save_model_dir(model, path)
+
+
+def random_prompts(num: int, *, min_len: int, max_len: int, vocab_size: int = 512, seed: int = 0) -> list[list[int]]:
+    """Prompts of uniformly random lengths over the word ids (no special tokens)."""
+    rng = random.Random(seed)
+    first = len(SPECIAL_TOKENS)
+    return [[rng.randrange(first, vocab_size) for _ in range(rng.randint(min_len, max_len))] for _ in range(num)]
+
+
+def hf_greedy(model: Any, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """The reference: ``transformers`` greedy ``generate`` on one unpadded prompt → new token ids."""
+    import torch
+
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+            do_sample=False, max_new_tokens=max_new_tokens,
+        )
+    return out[0, len(prompt_ids) :].tolist()
+
+
+def forced_top1_agreement(engine: Any, prompts: list[list[int]], continuations: list[list[int]]) -> tuple[int, int]:
+    """Teacher-forced decoding through ``engine``'s real steps: every request is fed the tokens of its
+    reference continuation, and at each *decode* step (the first token comes from the prefill) the engine's
+    own argmax is compared with the reference token. Returns ``(num_agreeing, num_decode_steps)``.
+
+    Forcing keeps the comparison per step: one early disagreement does not make every later step differ.
+    """
+    from accelkit.serve.sampling import SamplingParams
+
+    runner = engine.runner
+    real_sampler = runner.sampler
+    forced: dict[int, list[int]] = {}
+    position: dict[int, int] = {}
+    counts = [0, 0]
+
+    def sampler(logits: Any, params: Any, seq_ids: list[int]) -> list[int]:
+        top1 = logits.argmax(dim=-1).tolist()
+        out = []
+        for seq_id, token in zip(seq_ids, top1, strict=True):
+            i = position[seq_id]
+            ref = forced[seq_id]
+            if i > 0:
+                counts[0] += int(token == ref[i])
+                counts[1] += 1
+            position[seq_id] = i + 1
+            out.append(ref[i])
+        return out
+
+    sampler.forget = real_sampler.forget  # type: ignore[attr-defined]
+    runner.sampler = sampler
+    try:
+        for prompt, cont in zip(prompts, continuations, strict=True):
+            seq = engine.make_request(prompt, SamplingParams.greedy(len(cont), ignore_eos=True))
+            forced[seq.seq_id], position[seq.seq_id] = cont, 0
+            engine.add_sequence(seq)
+        while engine.has_unfinished_requests():
+            engine.step()
+    finally:
+        runner.sampler = real_sampler
+    return counts[0], counts[1]

@@ -1,0 +1,201 @@
+"""Engine behaviour around the model: bad input, abort, stop strings, sampling, timings, the background loop."""
+
+import json
+import threading
+
+import pytest
+
+from accelkit.serve import LLM, EngineLoop, SamplingParams
+from accelkit.serve.testing import random_prompts, save_tiny_model
+
+KV_BYTES = 8 * 2**20
+PROMPTS = random_prompts(6, min_len=4, max_len=40, seed=3)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("engine") / "m", "tiny-llama", seed=5)
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir):
+    return LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128)
+
+
+@pytest.fixture(scope="module")
+def greedy_ref(llm):
+    return [o.token_ids for o in llm.generate(PROMPTS, SamplingParams.greedy(12))]
+
+
+# ---- bad input ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"max_tokens": 0}, "max_tokens"), ({"temperature": -0.5}, "temperature"), ({"top_p": 0.0}, "top_p"),
+     ({"top_p": 1.5}, "top_p"), ({"top_k": 0}, "top_k"), ({"stop": ("",)}, "stop")],
+)
+def test_bad_sampling_params_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+
+
+def test_unknown_architecture_names_the_field(tmp_path, model_dir):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    cfg = json.loads((model_dir / "config.json").read_text())
+    cfg["architectures"] = ["GPTBigCodeForCausalLM"]
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="architectures"):
+        LLM(str(bad))
+    with pytest.raises(ValueError, match="config.json"):
+        LLM(str(tmp_path / "missing"))
+
+
+def test_engine_config_errors_name_the_field(model_dir):
+    for kwargs, field in [({"kv_cache_dtype": "fp4"}, "kv_cache_dtype"), ({"block_size": 0}, "block_size"),
+                          ({"max_model_len": 4096}, "max_model_len"), ({"kv_cache_memory_bytes": 1000}, "kv_cache_memory_bytes")]:
+        with pytest.raises(ValueError, match=field):
+            LLM(str(model_dir), **kwargs)
+
+
+def test_bad_requests_fail_alone(llm, greedy_ref):
+    engine = llm.engine
+    ids = [engine.add_request(p, SamplingParams.greedy(12)) for p in PROMPTS[:3]]
+    engine.step()  # the good requests are in flight
+    for prompt, field in [(list(range(4, 4 + 128)), "max_model_len"), ([], "prompt"), ([5, 99999], "prompt_token_ids"),
+                          (3.5, "prompt")]:
+        with pytest.raises(ValueError, match=field):
+            engine.add_request(prompt, SamplingParams.greedy(4))
+    with pytest.raises(ValueError, match="request_id"):
+        engine.add_request(PROMPTS[0], request_id=ids[0])
+    with pytest.raises(ValueError, match="max_tokens"):
+        engine.add_request(PROMPTS[0], SamplingParams(max_tokens=0))
+    final = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                final[out.request_id] = out.token_ids
+    assert [final[i] for i in ids] == greedy_ref[:3]
+    # LLM.generate validates the whole batch first: a bad prompt raises and nothing is queued
+    with pytest.raises(ValueError, match=r"prompts\[1\].*max_model_len"):
+        llm.generate([PROMPTS[0], list(range(4, 200))], SamplingParams.greedy(4))
+    assert not engine.has_unfinished_requests()
+
+
+# ---- abort, stop, lengths ------------------------------------------------------------------------------
+def test_abort_at_any_point_frees_blocks(llm, greedy_ref):
+    engine = llm.engine
+    ids = [engine.add_request(p, SamplingParams.greedy(12)) for p in PROMPTS]
+    engine.abort_request(ids[0])  # still in the inbox
+    outs = engine.step() + engine.step()
+    engine.abort_request(ids[1])  # running
+    engine.abort_request("no-such-request")
+    while engine.has_unfinished_requests():
+        outs += engine.step()
+    final = {out.request_id: out for out in outs if out.finished}
+    assert final[ids[0]].finish_reason == "abort" and final[ids[0]].token_ids == []
+    assert final[ids[1]].finish_reason == "abort"
+    assert [final[i].token_ids for i in ids[2:]] == greedy_ref[2:]
+    assert engine.block_manager.usage == 0.0
+
+
+def test_stop_strings_stop_tokens_and_eos(llm, greedy_ref):
+    ref = greedy_ref[0]
+    stop_word = llm.tokenizer.decode([ref[4]])
+    full = llm.generate(PROMPTS[0], SamplingParams.greedy(12))[0]
+    first = full.text.find(stop_word)
+    out = llm.generate(PROMPTS[0], SamplingParams.greedy(12, stop=(stop_word,)))[0]
+    assert out.finish_reason == "stop" and out.text == full.text[:first]
+    out = llm.generate(PROMPTS[0], SamplingParams.greedy(12, stop_token_ids=(ref[3],)))[0]
+    assert out.finish_reason == "stop" and out.token_ids == ref[: ref.index(ref[3]) + 1]
+    out = llm.generate(PROMPTS[0], SamplingParams.greedy(5))[0]
+    assert out.finish_reason == "length" and len(out.token_ids) == 5
+    # the text of the whole output equals decoding its token ids
+    assert full.text.strip() == llm.tokenizer.decode(full.token_ids).strip()
+
+
+def test_max_model_len_caps_generation(llm):
+    prompt = list(range(4, 4 + 120))
+    out = llm.generate(prompt, SamplingParams.greedy(50, ignore_eos=True))[0]
+    assert out.finish_reason == "length" and len(prompt) + len(out.token_ids) == 128
+
+
+def test_text_prompts_and_timings(llm):
+    out = llm.generate("w10 w11 w12 w13", SamplingParams.greedy(6, ignore_eos=True))[0]
+    assert out.prompt_token_ids == [10, 11, 12, 13] and out.text
+    m = out.metrics
+    assert m.arrival_time <= m.first_scheduled_time <= m.first_token_time <= m.last_token_time <= m.finished_time
+    assert m.ttft_s > 0 and m.e2e_s >= m.ttft_s and m.num_generation_tokens == 6 and m.queue_time_s >= 0
+
+
+# ---- sampling ----------------------------------------------------------------------------------------
+def test_seeded_sampling_is_reproducible_whatever_the_batch(llm):
+    params = SamplingParams(temperature=0.8, top_p=0.9, top_k=50, max_tokens=10, seed=1234)
+    alone = llm.generate(PROMPTS[0], params)[0].token_ids
+    batched = llm.generate(PROMPTS, [params] + [SamplingParams(temperature=1.0, max_tokens=10)] * 5)[0].token_ids
+    assert alone == batched
+    other = llm.generate(PROMPTS[0], params.replace(seed=99))[0].token_ids
+    assert other != alone
+
+
+def test_top_k_1_is_greedy_and_top_p_tiny_is_greedy(llm, greedy_ref):
+    outs = llm.generate(PROMPTS, SamplingParams(temperature=1.0, top_k=1, max_tokens=12))
+    assert [o.token_ids for o in outs] == greedy_ref
+    outs = llm.generate(PROMPTS, SamplingParams(temperature=0.7, top_p=1e-6, max_tokens=12))
+    assert [o.token_ids for o in outs] == greedy_ref
+
+
+def test_priority_policy_serves_urgent_requests_first(model_dir):
+    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_num_seqs=1, scheduling_policy="priority")
+    outs = llm.generate(PROMPTS[:3], SamplingParams.greedy(3), priority=[5, 0, -5])
+    order = sorted(range(3), key=lambda i: outs[i].metrics.first_token_time)
+    assert order == [2, 1, 0]
+
+
+# ---- background loop (what the HTTP server uses) ---------------------------------------------------------
+def test_engine_loop_streams_from_many_threads_and_aborts(llm, greedy_ref):
+    steps = []
+    with EngineLoop(llm.engine, on_step=steps.append) as loop:
+        results = {}
+
+        def client(i):
+            stream = loop.add_request(PROMPTS[i], SamplingParams.greedy(12))
+            chunks = [out.new_token_ids for out in stream]
+            results[i] = [t for c in chunks for t in c]
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(PROMPTS))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert [results[i] for i in range(len(PROMPTS))] == greedy_ref
+
+        # abort mid-stream: the stream ends with finish_reason abort and the blocks come back
+        stream = loop.add_request(PROMPTS[0], SamplingParams.greedy(100, ignore_eos=True))
+        it = iter(stream)
+        next(it)
+        stream.abort()
+        last = list(it)[-1]
+        assert last.finished and last.finish_reason == "abort"
+        with pytest.raises(ValueError, match="max_tokens"):
+            loop.add_request(PROMPTS[0], SamplingParams(max_tokens=0))
+        assert loop.is_alive
+    stats = llm.engine.get_stats()
+    assert stats.kv_cache_usage == 0.0 and stats.num_running == 0 and stats.num_waiting == 0
+    assert stats.requests_finished["abort"] >= 1 and stats.generation_tokens > 0 and steps
+    assert not loop.is_alive
+
+
+def test_engine_loop_death_fails_open_streams(model_dir):
+    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES)
+
+    def broken(batch):
+        raise RuntimeError("device lost")
+
+    llm.engine.runner.execute = broken
+    with EngineLoop(llm.engine) as loop:
+        stream = loop.add_request(PROMPTS[0], SamplingParams.greedy(4))
+        with pytest.raises(RuntimeError, match="device lost"):
+            stream.result()
+        assert not loop.is_alive and "device lost" in str(loop.error)
+        with pytest.raises(RuntimeError, match="dead"):
+            loop.add_request(PROMPTS[0], SamplingParams.greedy(4))
