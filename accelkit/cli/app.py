@@ -8,7 +8,7 @@ import sys
 import typer
 
 import accelkit
-from accelkit.cli import hw, models, monitor, plan, results
+from accelkit.cli import hw, models, monitor, plan, results, serve
 from accelkit.cli.output import err
 from accelkit.core import AccelkitError, UserError
 
@@ -24,6 +24,7 @@ app.add_typer(hw.app, name="hw")
 app.add_typer(models.app, name="models")
 app.add_typer(results.app, name="results")
 app.command("plan")(plan.plan_cmd)
+app.command("serve")(serve.serve_cmd)
 app.command("monitor")(monitor.monitor_cmd)
 app.command("profile")(monitor.profile_cmd)
 

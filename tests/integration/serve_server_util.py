@@ -1,0 +1,53 @@
+"""A real `accelkit serve` HTTP server on 127.0.0.1 in a background thread, for the server tests."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+import urllib.request
+from contextlib import contextmanager
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from accelkit.serve.server import EngineConfig, ServerConfig, build_server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running_server(model_dir: str, *, name: str = "tiny", api_key: str | None = None, max_queue: int = 256,
+                   **engine: Any):
+    import uvicorn
+
+    engine.setdefault("kv_cache_memory_bytes", 8 << 20)
+    app, state = build_server(EngineConfig(model=str(model_dir), **engine),
+                              ServerConfig(served_model_name=name, api_key=api_key, max_queue=max_queue),
+                              registry=CollectorRegistry())
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", state
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def metric(base_url: str, name: str) -> float:
+    """Sum of a metric's samples in /metrics (0 when absent)."""
+    text = urllib.request.urlopen(f"{base_url}/metrics", timeout=10).read().decode()
+    values = [float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    return sum(values)

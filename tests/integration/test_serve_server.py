@@ -1,0 +1,265 @@
+"""`accelkit serve` over real HTTP on 127.0.0.1: the official openai client, concurrency, overload,
+disconnects, bad input, auth, health, SIGTERM, and a schema-driven fuzz."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from accelkit.serve import LLM, SamplingParams
+from accelkit.serve.testing import save_tiny_model
+from tests.integration.serve_server_util import free_port, metric, running_server
+
+PROMPTS = [" ".join(f"w{(7 * i + 3 * k) % 500 + 4}" for k in range(1 + i % 23)) for i in range(240)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(save_tiny_model(tmp_path_factory.mktemp("serve") / "tiny", "tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    with running_server(model_dir, max_num_seqs=64, max_queue=256) as (url, state):
+        yield url, state
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    """The engine's offline greedy outputs for PROMPTS (8 tokens each, EOS ignored)."""
+    llm = LLM(model_dir, kv_cache_memory_bytes=8 << 20)
+    outs = llm.generate(PROMPTS, SamplingParams.greedy(8, ignore_eos=True))
+    return [o.text for o in outs]
+
+
+def test_openai_client_completions_and_chat(server, reference):
+    url, _ = server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    done = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+    assert done.choices[0].text == reference[0] and done.usage.completion_tokens == 8
+    stream = client.completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=8, temperature=0, stream=True,
+                                       stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == reference[1]
+    assert chunks[-1].usage.completion_tokens == 8 and chunks[-1].usage.prompt_tokens > 0
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "w5 w6"}], max_tokens=4,
+                                          temperature=0)
+    assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens == chat.usage.completion_tokens
+    assert chat.choices[0].finish_reason in ("stop", "length") and chat.choices[0].message.content
+    streamed = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "w5 w6"}], max_tokens=4,
+                                              temperature=0, stream=True, stream_options={"include_usage": True})
+    parts = list(streamed)
+    assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == chat.choices[0].message.content
+    assert parts[-1].usage.total_tokens == chat.usage.total_tokens
+
+
+async def _stream_one(client: httpx.AsyncClient, url: str, prompt: str) -> tuple[int, str, int | None]:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    text, usage = [], None
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as resp:
+        if resp.status_code != 200:
+            return resp.status_code, (await resp.aread()).decode(), None
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            data = json.loads(line[6:])
+            if data["choices"]:
+                text.append(data["choices"][0]["text"])
+            if data.get("usage"):
+                usage = data["usage"]["completion_tokens"]
+    return 200, "".join(text), usage
+
+
+def test_200_concurrent_streams_match_offline_greedy(server, reference):
+    url, state = server
+
+    async def run():
+        limits = httpx.Limits(max_connections=300, max_keepalive_connections=300)
+        async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+            return await asyncio.gather(*(_stream_one(client, url, p) for p in PROMPTS[:220]))
+
+    results = asyncio.run(run())
+    assert [r[0] for r in results] == [200] * 220
+    assert [r[1] for r in results] == reference[:220]  # nothing lost, duplicated or reordered
+    assert all(r[2] == 8 for r in results)
+    deadline = time.monotonic() + 10
+    while metric(url, "vllm:kv_cache_usage_perc") != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert metric(url, "vllm:kv_cache_usage_perc") == 0
+    assert metric(url, "vllm:num_requests_running") == 0 and state.admission.in_flight == 0
+
+
+def test_overload_beyond_max_queue_gets_429_never_500(model_dir):
+    with running_server(model_dir, max_num_seqs=2, max_queue=3) as (url, state):
+        async def run():
+            async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=100)) as client:
+                return await asyncio.gather(*(_stream_one(client, url, p) for p in PROMPTS[:40]))
+
+        results = asyncio.run(run())
+        codes = [r[0] for r in results]
+        assert codes.count(429) >= 20 and codes.count(200) >= 5 and set(codes) <= {200, 429}
+        rejected = json.loads(next(r[1] for r in results if r[0] == 429))
+        assert rejected["error"]["code"] == "queue_full" and rejected["error"]["type"] == "rate_limit_error"
+        assert state.admission.in_flight == 0
+
+
+def test_disconnecting_clients_free_their_blocks(server):
+    url, state = server
+    body = {"model": "tiny", "prompt": PROMPTS[5], "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    aborted_before = metric(url, 'vllm:request_success_total{finished_reason="abort",model_name="tiny"}')
+
+    async def run():
+        async with httpx.AsyncClient(timeout=60) as client:
+            for _ in range(5):
+                async with client.stream("POST", f"{url}/v1/completions", json=body) as resp:
+                    seen = 0
+                    async for line in resp.aiter_lines():
+                        seen += line.startswith("data: ")
+                        if seen >= 3:
+                            break  # leave mid-stream: closes the connection
+
+    asyncio.run(run())
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (metric(url, "vllm:kv_cache_usage_perc") > 0 or state.admission.in_flight):
+        time.sleep(0.1)
+    assert metric(url, "vllm:kv_cache_usage_perc") == 0 and state.admission.in_flight == 0
+    assert metric(url, "vllm:num_requests_running") == 0
+    text = httpx.get(f"{url}/metrics").text
+    aborted = sum(float(line.split()[-1]) for line in text.splitlines()
+                  if line.startswith('vllm:request_success_total{finished_reason="abort"'))
+    assert aborted - aborted_before >= 5
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ("{not json", None),
+        ({"model": "tiny", "prompt": 5}, "prompt"),
+        ({"model": "tiny", "prompt": "w5", "max_tokens": "many"}, "max_tokens"),
+        ({"model": "gpt-4", "prompt": "w5"}, "model"),
+        ({"model": "tiny", "prompt": " ".join(["w5"] * 2100)}, "prompt"),
+        ({"model": "tiny", "prompt": "w5", "max_tokens": 0}, "max_tokens"),
+        ({"model": "tiny", "prompt": "w5", "max_tokens": 5000}, "max_tokens"),
+        ({"model": "tiny", "prompt": "w5", "temperature": -0.1}, "temperature"),
+        ({"model": "tiny", "prompt": "w5", "top_p": 0}, "top_p"),
+        ({"model": "tiny", "prompt": "w5", "top_p": 1.5}, "top_p"),
+        ({"model": "tiny", "prompt": "w5", "n": 3}, "n"),
+        ({"model": "tiny", "prompt": ""}, "prompt"),
+        ({"model": "tiny"}, "prompt"),
+    ],
+)
+def test_invalid_requests_get_400_openai_errors(server, body, param):
+    url, state = server
+    content = body if isinstance(body, str) else json.dumps(body)
+    resp = httpx.post(f"{url}/v1/completions", content=content, headers={"content-type": "application/json"})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+    assert error["param"] == param and error["message"]
+    assert state.loop.is_alive
+
+
+def test_chat_validation_and_request_id(server):
+    url, _ = server
+    resp = httpx.post(f"{url}/v1/chat/completions", json={"model": "tiny", "messages": []}, headers={"x-request-id": "r-42"})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages"
+    assert resp.headers["x-request-id"] == "r-42"
+    ok = httpx.post(f"{url}/v1/chat/completions", headers={"x-request-id": "r-43"},
+                    json={"model": "tiny", "messages": [{"role": "user", "content": "w9"}], "max_tokens": 2})
+    assert ok.status_code == 200 and ok.headers["x-request-id"] == "r-43"
+    assert httpx.get(f"{url}/version").json()["version"]
+    assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_api_key(model_dir):
+    with running_server(model_dir, api_key="s3cret") as (url, _):
+        body = {"model": "tiny", "prompt": "w5", "max_tokens": 2}
+        assert httpx.post(f"{url}/v1/completions", json=body).status_code == 401
+        wrong = httpx.post(f"{url}/v1/completions", json=body, headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.post(f"{url}/v1/completions", json=body, headers={"authorization": "Bearer s3cret"}).status_code == 200
+        assert httpx.get(f"{url}/health").status_code == 200  # health and metrics stay open for probes
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="s3cret")
+        assert client.completions.create(model="tiny", prompt="w5", max_tokens=2).usage.completion_tokens >= 1
+
+
+def test_health_is_503_when_the_engine_loop_dies(model_dir):
+    with running_server(model_dir) as (url, state):
+        def broken_step():
+            raise RuntimeError("simulated device failure")
+
+        state.engine.step = broken_step  # the next step crashes the loop thread
+        resp = httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": "w5", "max_tokens": 2}, timeout=30)
+        assert resp.status_code in (500, 503) and "simulated device failure" in resp.json()["error"]["message"]
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503 and health.json()["error"]["code"] == "engine_dead"
+
+
+def test_sigterm_finishes_in_flight_requests_and_exits_0(model_dir, tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "accelkit", "serve", "--model", model_dir, "--port", str(port), "--served-model-name", "tiny",
+         "--kv-cache-memory", "8MiB", "--shutdown-timeout", "20"],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "ACCELKIT_HOME": str(tmp_path)},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 300, "ignore_eos": True, "stream": True}
+        received = []
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    received.append(line)
+                    if len(received) == 3:
+                        proc.send_signal(signal.SIGTERM)  # mid-stream
+        assert received[-1] == "data: [DONE]"
+        finished = [json.loads(r[6:]) for r in received[:-1]]
+        assert finished[-1]["choices"][0]["finish_reason"] == "length"  # it was allowed to finish
+        assert proc.wait(timeout=60) == 0
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{url}/health", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_fuzz_from_openapi_schema(server):
+    """Every operation of the server's own OpenAPI schema, driven by schemathesis: no 5xx responses."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    url, state = server
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+    failures, calls = [], []
+
+    def fuzz(operation):
+        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(operation.as_strategy())
+        def check(case):
+            response = case.call(timeout=30)
+            calls.append(response.status_code)
+            if response.status_code >= 500:
+                failures.append((operation.label, response.status_code, response.text[:200]))
+
+        return check
+
+    for result in schema.get_all_operations():
+        fuzz(result.ok())()
+    assert len(calls) >= 60 and not failures, failures[:5]  # 40 per POST route, one per parameterless GET
+    assert state.loop.is_alive and metric(url, "vllm:num_requests_running") == 0
