@@ -26,8 +26,11 @@ dev: $(VENV)/.dev
 demo: $(VENV)/.base
 	$(BIN)/accelkit hw detect
 	$(BIN)/accelkit hw probe --quick
+	$(BIN)/accelkit bench --suite quick
 	$(BIN)/accelkit models show llama-3.1-70b
+	$(BIN)/accelkit plan --model llama-3.1-70b --task train --compare h100,h200,mi300x,b200
 	$(BIN)/accelkit results list
+	$(BIN)/accelkit report --out report.html
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check accelkit tests benchmarks scripts

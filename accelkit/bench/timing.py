@@ -3,13 +3,22 @@
 Warm-up runs on the exact measured shapes until both a minimum count and a minimum time have passed;
 the steady state runs until ``iterations >= min_iterations`` and ``elapsed >= min_time_s`` (or a hard
 ``max_iterations``). On CPU each iteration is timed with ``perf_counter_ns``; on CUDA with a pair of
-device events per iteration and a single synchronize at the end, so timing adds no host stalls.
+device events per iteration and a single synchronize at the end of a block, so timing adds no host
+stalls inside a block.
+
+Two ways to run the steady state, both built from the same :func:`time_block`:
+
+- :func:`time_loop` — one function, one block that ends when the stopping rule is met (the probe);
+- :func:`interleaved_blocks` — several functions (variants) in rounds of blocks, A B A B …, each block
+  long enough to be timed well and short enough that slow drifts (thermal, other tenants) hit every
+  variant alike. Counters that need a synchronize (memory, energy) are read once per block.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from accelkit.core.spec import Spec, spec_field
@@ -41,6 +50,18 @@ class LoopResult:
     timer: str
 
 
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One timed block: per-iteration seconds and the host wall time of the whole block (after its sync)."""
+
+    samples_s: list[float]
+    wall_s: float
+
+
+def timer_name(device: str) -> str:
+    return "cuda events" if device.startswith("cuda") else "perf_counter_ns"
+
+
 def _cuda_sync_fn(device: str) -> Callable[[], None] | None:
     if not device.startswith("cuda"):
         return None
@@ -49,10 +70,9 @@ def _cuda_sync_fn(device: str) -> Callable[[], None] | None:
     return torch.cuda.synchronize
 
 
-def time_loop(fn: Callable[[], object], config: LoopConfig, *, device: str = "cpu") -> LoopResult:
-    """Run ``fn`` through warm-up and steady state; return the raw per-iteration times."""
+def warm_up(fn: Callable[[], object], config: LoopConfig, *, device: str = "cpu") -> tuple[int, float]:
+    """Run ``fn`` until both warm-up thresholds are met; returns (iterations, seconds)."""
     sync = _cuda_sync_fn(device)
-    # warm-up: discarded, but both thresholds must be met
     start = time.perf_counter()
     warm = 0
     while warm < config.warmup_iterations or time.perf_counter() - start < config.warmup_time_s:
@@ -62,18 +82,32 @@ def time_loop(fn: Callable[[], object], config: LoopConfig, *, device: str = "cp
             sync()  # keep the host from running far ahead of the device during warm-up
     if sync is not None:
         sync()
-    warmup_s = time.perf_counter() - start
+    return warm, time.perf_counter() - start
 
+
+def time_block(
+    fn: Callable[[], object], *, device: str = "cpu", iterations: int | None = None, until: LoopConfig | None = None
+) -> Block:
+    """Time ``iterations`` calls of ``fn`` (or until ``until``'s stopping rule holds) as one block."""
+    if (iterations is None) == (until is None):
+        raise ValueError("time_block needs exactly one of iterations= or until=")
+
+    def done(count: int, elapsed_s: float) -> bool:
+        if iterations is not None:
+            return count >= iterations
+        return _done(count, elapsed_s, until)  # type: ignore[arg-type]
+
+    sync = _cuda_sync_fn(device)
     if sync is None:
         samples: list[float] = []
         start_ns = time.perf_counter_ns()
         while True:
             t0 = time.perf_counter_ns()
             fn()
-            samples.append((time.perf_counter_ns() - t0) * 1e-9)
-            if _done(len(samples), (time.perf_counter_ns() - start_ns) * 1e-9, config):
-                break
-        return LoopResult(samples, warm, warmup_s, "perf_counter_ns")
+            t1 = time.perf_counter_ns()
+            samples.append((t1 - t0) * 1e-9)
+            if done(len(samples), (t1 - start_ns) * 1e-9):
+                return Block(samples, (time.perf_counter_ns() - start_ns) * 1e-9)
 
     import torch
 
@@ -86,10 +120,54 @@ def time_loop(fn: Callable[[], object], config: LoopConfig, *, device: str = "cp
         end.record()
         events.append((begin, end))
         # the host's clock only decides when to stop issuing work; the samples come from the events
-        if _done(len(events), time.perf_counter() - host_start, config):
+        if done(len(events), time.perf_counter() - host_start):
             break
-    sync()  # the one synchronize
-    return LoopResult([b.elapsed_time(e) * 1e-3 for b, e in events], warm, warmup_s, "cuda events")
+    sync()  # the one synchronize of the block
+    wall_s = time.perf_counter() - host_start
+    return Block([b.elapsed_time(e) * 1e-3 for b, e in events], wall_s)
+
+
+def time_loop(fn: Callable[[], object], config: LoopConfig, *, device: str = "cpu") -> LoopResult:
+    """Run ``fn`` through warm-up and steady state; return the raw per-iteration times."""
+    warm, warmup_s = warm_up(fn, config, device=device)
+    block = time_block(fn, device=device, until=config)
+    return LoopResult(block.samples_s, warm, warmup_s, timer_name(device))
+
+
+def block_iterations(config: LoopConfig, seconds_per_iteration: float, *, target_blocks: int = 10) -> int:
+    """Iterations per block so that about ``target_blocks`` rounds fill ``min_time_s`` (at least 1)."""
+    by_time = config.min_time_s / target_blocks / max(seconds_per_iteration, 1e-9)
+    by_count = config.min_iterations / target_blocks
+    n = max(1, math.ceil(max(by_time, by_count)))
+    return min(n, config.max_iterations) if config.max_iterations is not None else n
+
+
+def lane_done(count: int, measured_s: float, config: LoopConfig) -> bool:
+    """The stopping rule for one variant of an interleaved run."""
+    return _done(count, measured_s, config)
+
+
+def interleaved_blocks(
+    fns: Sequence[Callable[[], object]],
+    config: LoopConfig,
+    *,
+    device: str = "cpu",
+    iterations: Sequence[int],
+    before: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, Block]]:
+    """Rounds of blocks over ``fns`` (A B A B …) until every one meets the stopping rule; yields
+    ``(index, block)`` after each block. ``before(index)`` runs just before a block (start counters);
+    the consumer reads them when the block is yielded (the block has synchronized by then)."""
+    counts = [0] * len(fns)
+    measured = [0.0] * len(fns)
+    while not all(lane_done(c, m, config) for c, m in zip(counts, measured, strict=True)):
+        for i, fn in enumerate(fns):
+            if before is not None:
+                before(i)
+            block = time_block(fn, device=device, iterations=iterations[i])
+            counts[i] += len(block.samples_s)
+            measured[i] += block.wall_s
+            yield i, block
 
 
 def _done(count: int, elapsed_s: float, config: LoopConfig) -> bool:

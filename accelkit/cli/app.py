@@ -8,7 +8,7 @@ import sys
 import typer
 
 import accelkit
-from accelkit.cli import hw, models, monitor, plan, results, serve
+from accelkit.cli import bench, hw, loadtest, models, monitor, plan, report, results, serve
 from accelkit.cli.output import err
 from accelkit.core import AccelkitError, UserError
 
@@ -24,7 +24,10 @@ app.add_typer(hw.app, name="hw")
 app.add_typer(models.app, name="models")
 app.add_typer(results.app, name="results")
 app.command("plan")(plan.plan_cmd)
+app.command("bench")(bench.bench_cmd)
+app.command("report")(report.report_cmd)
 app.command("serve")(serve.serve_cmd)
+app.command("loadtest")(loadtest.loadtest_cmd)
 app.command("monitor")(monitor.monitor_cmd)
 app.command("profile")(monitor.profile_cmd)
 

@@ -1,0 +1,163 @@
+"""Derived metrics of a benchmark: MFU (with the peak and the FLOPs formula it rests on), accuracy drift
+against fp32, and the A/B comparison of interleaved variants.
+
+MFU = achieved model FLOP/s ÷ dense peak FLOP/s of the dtype used (PaLM, Appendix B). Model FLOPs are
+counted once per workload on the fp32 eager reference with ``torch.utils.flop_counter.FlopCounterMode``
+(matmuls, convolutions and attention; optimizer and elementwise work are not model FLOPs), so
+recomputation (``--recompute``) never inflates them — counting it would be HFU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from accelkit.core.stats import percentile
+
+if TYPE_CHECKING:
+    import torch
+
+    from accelkit.results import ResultStore
+
+FLOPS_SOURCE = (
+    "torch.utils.flop_counter.FlopCounterMode on one fp32 eager call of the measured step "
+    "(matmul/conv/attention; forward + backward for training steps; recomputation not counted)"
+)
+PALM_TRAIN_FORMULA = "6N + 12·L·H·Q·T per token (PaLM, Appendix B; N without embeddings)"
+
+
+# ---- FLOPs -----------------------------------------------------------------------------------------
+def _attention_flops(q: Sequence[int], k: Sequence[int], v: Sequence[int]) -> int:
+    """QKᵀ and PV of one SDPA call: q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv). GQA heads
+    count with the query heads, as the math they stand for does."""
+    b, h, t_q, d = q[0], q[1], q[-2], q[-1]
+    t_k, d_v = k[-2], v[-1]
+    return 2 * b * h * t_q * t_k * d + 2 * b * h * t_q * t_k * d_v
+
+
+def _cpu_flash_forward(query, key, value, *args, out_shape=None, **kwargs) -> int:  # type: ignore[no-untyped-def]
+    return _attention_flops(query, key, value)
+
+
+def _cpu_flash_backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:  # type: ignore[no-untyped-def]
+    return 2 * _attention_flops(query, key, value)  # dQ, dK, dV, dP: four matmuls of the forward's size
+
+
+def count_flops(fn: Callable[[], object], *, calls: int = 1) -> float:
+    """Model FLOPs per call of ``fn``, averaged over ``calls`` calls (a decode step's context grows)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    aten = torch.ops.aten
+    # torch's counter has no formula for the CPU flash-attention kernel that SDPA picks on a CPU
+    custom = {
+        aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_forward,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward,
+    }
+    with FlopCounterMode(display=False, custom_mapping=custom) as counter:
+        for _ in range(calls):
+            fn()
+    return counter.get_total_flops() / calls
+
+
+# ---- MFU ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Peak:
+    """A dense peak in FLOP/s and where it came from, or why there is none."""
+
+    flops: float | None
+    source: str
+
+
+def catalog_peak(catalog_name: str, dtype: str) -> Peak:
+    from accelkit.hardware import get_device
+
+    spec = get_device(catalog_name)
+    key = "int8" if dtype == "int8" else dtype
+    value = spec.peak(key)
+    if value is None:
+        return Peak(None, f"the catalog lists no dense {key} peak for {spec.name}")
+    return Peak(value, f"catalog: {spec.name} dense {key} ({spec.status}; {spec.source})")
+
+
+def probe_peak(store: ResultStore, hardware: str, dtype: str) -> tuple[Peak, int | None]:
+    """The newest ``hw probe`` matmul figure for ``dtype`` on ``hardware``; (Peak(None, why), None) if none."""
+    probes = store.query(kind="probe", hardware=hardware, limit=50)
+    if not probes:
+        return Peak(None, f"no `accelkit hw probe` result for {hardware!r} in the store"), None
+    found = next((p for p in probes if dtype in p.result.details.get("matmul", {})), None)
+    if found is None:
+        return Peak(None, f"no stored probe of {hardware!r} measured a {dtype} matmul"), None
+    m = found.result.details["matmul"][dtype]
+    tflops, size = float(m["tflops"]), m.get("size")
+    quick = " (a --quick probe: a full `accelkit hw probe` on a quiet machine gives a firmer peak)" \
+        if found.result.details.get("quick") else ""
+    return Peak(
+        tflops * 1e12,
+        f"measured: `accelkit hw probe` result {found.id} ({found.result.created_at}), median {dtype} "
+        f"matmul {size}×{size} = {tflops:.3f} TFLOP/s{quick}",
+    ), found.id
+
+
+def mfu_block(flops_per_item: float | None, items_per_s: float | None, peak: Peak, flops_source: str) -> dict[str, Any]:
+    """The JSON ``mfu`` object: value, the peak and its source, and the FLOPs and their formula."""
+    value = None
+    if flops_per_item and items_per_s and peak.flops:
+        value = flops_per_item * items_per_s / peak.flops
+    return {
+        "value": value,
+        "achieved_flops": flops_per_item * items_per_s if flops_per_item and items_per_s else None,
+        "peak_flops": peak.flops,
+        "peak_source": peak.source,
+        "flops_per_item": flops_per_item,
+        "flops_source": flops_source,
+    }
+
+
+# ---- accuracy drift --------------------------------------------------------------------------------
+def drift(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float | bool | None]:
+    """How far ``output`` is from the fp32 ``reference`` on the same batch: max abs error, cosine
+    similarity, SQNR in dB (10·log10(‖ref‖² / ‖ref − out‖²); null with ``identical: true`` when there is
+    no error, so the JSON stays strict) and, for outputs whose last dim is a class/vocab axis, top-1
+    agreement."""
+    import torch
+
+    ref = reference.detach().float().flatten(0, -2) if reference.dim() > 1 else reference.detach().float()[None]
+    out = output.detach().float().reshape(ref.shape)
+    err = ref - out
+    noise = float(err.pow(2).sum())
+    signal = float(ref.pow(2).sum())
+    cosine = float(torch.nn.functional.cosine_similarity(ref.flatten(), out.flatten(), dim=0))
+    return {
+        "max_abs_error": float(err.abs().max()),
+        "cosine": cosine,
+        "sqnr_db": None if noise == 0 or signal == 0 else 10 * math.log10(signal / noise),
+        "identical": noise == 0,
+        "top1_agreement": float((ref.argmax(-1) == out.argmax(-1)).float().mean()) if ref.shape[-1] > 1 else None,
+    }
+
+
+# ---- A/B comparison ----------------------------------------------------------------------------------
+def compare(base_rates: Sequence[float], rates: Sequence[float], *, interleaved: bool) -> dict[str, Any]:
+    """Throughput ratio of a variant to the baseline. Interleaved: one ratio per round (pair of blocks),
+    reported as median with p25–p75; a ratio whose spread includes 1 is "no difference". Sequential:
+    ratio of medians with the spread of the two sets of blocks."""
+    if not base_rates or not rates:
+        return {"ratio": None, "p25": None, "p75": None, "pairs": 0, "verdict": "not measured"}
+    if interleaved:
+        pairs = [r / b for r, b in zip(rates, base_rates, strict=False) if b > 0]
+        xs = sorted(pairs)
+        ratio, lo, hi = percentile(xs, 50), percentile(xs, 25), percentile(xs, 75)
+    else:
+        b, r = sorted(base_rates), sorted(rates)
+        ratio = percentile(r, 50) / percentile(b, 50)
+        lo = percentile(r, 25) / percentile(b, 75)
+        hi = percentile(r, 75) / percentile(b, 25)
+        pairs = []
+    if lo <= 1.0 <= hi:
+        verdict = "no difference (within the run-to-run spread)"
+    else:
+        verdict = "faster" if ratio > 1 else "slower"
+    return {"ratio": ratio, "p25": lo, "p75": hi, "pairs": len(pairs), "interleaved": interleaved, "verdict": verdict}

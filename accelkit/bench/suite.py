@@ -1,0 +1,168 @@
+"""Named suites: ``quick`` (tiny models, about a minute on two CPU cores — what `make demo` runs) and
+``reference`` (BERT-large inference, ResNet-50 training, Llama-3.1-8B-shaped decode: the workloads of
+the published comparison tables, printed next to ours on a catalog accelerator)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelkit.bench.runner import BenchConfig, BenchRun, Reporter, resolve_device, run_benchmark
+from accelkit.bench.timing import LoopConfig
+from accelkit.bench.variants import matrix
+from accelkit.bench.workloads import make_workload
+from accelkit.core import UnknownNameError, UserError
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteItem:
+    """One workload of a suite: its config and the precisions per device type."""
+
+    key: str
+    workload: str
+    config: dict[str, Any]
+    cpu_precisions: tuple[str, ...] = ("fp32", "bf16")
+    gpu_precisions: tuple[str, ...] = ("bf16", "fp16", "fp8")
+    gpu_config: dict[str, Any] = field(default_factory=dict)  # overrides on a GPU (bigger batches)
+
+
+@dataclass(frozen=True, slots=True)
+class Suite:
+    name: str
+    summary: str
+    items: tuple[SuiteItem, ...]
+    loop: LoopConfig
+
+
+def quick() -> Suite:
+    """Tiny sizes of every workload; short loops (percentiles above p50 are flagged as not backed)."""
+    return Suite(
+        "quick", "tiny sizes of every workload, short loops (about a minute on 2 CPU cores)",
+        (
+            SuiteItem("bert-tiny", "bert", {"size": "tiny", "batch_size": 8, "seq_len": 128}),
+            SuiteItem("resnet-tiny-train", "resnet", {"size": "tiny", "batch_size": 16}),
+            SuiteItem("llm-tiny", "llm", {"model": "tiny-llama", "prompt_len": 64, "output_len": 32}),
+            SuiteItem("llm-train-tiny", "llm-train", {"model": "tiny-llama", "batch_size": 2, "seq_len": 128}),
+            SuiteItem("dataloader-synthetic", "dataloader", {"image_size": 64, "batch_size": 32, "num_workers": [0, 2]},
+                      cpu_precisions=(), gpu_precisions=()),
+        ),
+        LoopConfig(warmup_iterations=5, warmup_time_s=0.3, min_iterations=10, min_time_s=1.5),
+    )
+
+
+def reference() -> Suite:
+    """The published comparison workloads, with the methodology's default loops."""
+    return Suite(
+        "reference", "BERT-large inference (s384), ResNet-50 training, Llama-3.1-8B-shaped decode",
+        (
+            SuiteItem("bert-large-infer", "bert", {"size": "large", "batch_size": 8, "seq_len": 384},
+                      gpu_config={"batch_size": 64}),
+            SuiteItem("resnet50-train", "resnet", {"size": "50", "batch_size": 32},
+                      gpu_precisions=("tf32", "bf16", "fp16"), gpu_config={"batch_size": 256}),
+            SuiteItem("llama3-8b-decode", "llm", {"model": "llama-3.1-8b", "prompt_len": 128, "output_len": 64},
+                      gpu_precisions=("bf16", "fp8"), gpu_config={"batch_size": 16}),
+        ),
+        LoopConfig(),
+    )
+
+
+SUITES: dict[str, Callable[[], Suite]] = {"quick": quick, "reference": reference}
+
+#: calibration.md, "Measured throughput references (per device)": (suite item, catalog device) → figures
+PUBLISHED: dict[tuple[str, str], list[dict[str, str | float]]] = {
+    ("resnet50-train", "A100-SXM4-80GB"): [
+        {"value": 938, "unit": "images/s", "what": "TF32", "source": "NVIDIA DeepLearningExamples, PyTorch ResNet50 README"},
+        {"value": 2470, "unit": "images/s", "what": "AMP", "source": "NVIDIA DeepLearningExamples, PyTorch ResNet50 README"},
+    ],
+    ("resnet50-train", "H100-SXM5-80GB"): [
+        {"value": 7160, "unit": "images/s", "what": "per GPU of an 8-GPU system", "source": "MLPerf Training v4.0"}],
+    ("resnet50-train", "H200-SXM-141GB"): [
+        {"value": 7950, "unit": "images/s", "what": "per GPU of an 8-GPU system", "source": "MLPerf Training v4.0"}],
+    ("bert-large-infer", "A100-SXM4-80GB"): [
+        {"value": 3590, "unit": "samples/s", "what": "BERT-99 Offline", "source": "MLPerf Inference v3.0"}],
+    ("bert-large-infer", "H100-SXM5-80GB"): [
+        {"value": 9369, "unit": "samples/s", "what": "BERT-99 Offline", "source": "MLPerf Inference v3.0"}],
+    ("llama3-8b-decode", "H100-SXM5-80GB"): [
+        {"value": 3066, "unit": "tokens/s", "what": "Llama2-70B Offline — a larger model: scale, not a target",
+         "source": "MLPerf Inference v4.1"}],
+    ("llama3-8b-decode", "H200-SXM-141GB"): [
+        {"value": 3913, "unit": "tokens/s", "what": "Llama2-70B Offline — a larger model: scale, not a target",
+         "source": "MLPerf Inference v4.1"}],
+    ("llama3-8b-decode", "MI300X"): [
+        {"value": 2939, "unit": "tokens/s", "what": "Llama2-70B Offline — a larger model: scale, not a target",
+         "source": "MLPerf Inference v4.1"}],
+}
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise UnknownNameError("suite", name, SUITES)
+    return SUITES[name]()
+
+
+@dataclass
+class SuiteRun:
+    suite: str
+    run_id: str
+    runs: list[BenchRun] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    published: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def result_ids(self) -> list[int]:
+        return [i for r in self.runs for i in r.result_ids]
+
+    def to_json(self) -> dict[str, Any]:
+        runs = [r.to_json() for r in self.runs]
+        environment = runs[0].pop("environment") if runs else {}
+        for r in runs[1:]:
+            r.pop("environment")
+        return {"suite": self.suite, "run_id": self.run_id, "interrupted": self.interrupted, "runs": runs,
+                "skipped": self.skipped, "published": self.published, "environment": environment,
+                "result_ids": self.result_ids}
+
+
+def run_suite(
+    name: str,
+    config: BenchConfig | None = None,
+    *,
+    loop: LoopConfig | None = None,
+    store: Any = None,
+    reporter: Reporter | None = None,
+) -> SuiteRun:
+    """Run every workload of suite ``name``; one that cannot run here is skipped with its reason."""
+    suite = get_suite(name)
+    config = (config or BenchConfig()).replace(loop=loop or suite.loop)
+    device = resolve_device(config.device)
+    config = config.replace(device=device)
+    on_gpu = device.startswith("cuda")
+    out = SuiteRun(suite=suite.name, run_id=uuid.uuid4().hex[:12])
+    reporter = reporter or Reporter()
+    for item in suite.items:
+        workload = make_workload(item.workload, {**item.config, **(item.gpu_config if on_gpu else {})})
+        precisions = item.gpu_precisions if on_gpu else item.cpu_precisions
+        variants = matrix(precisions or ("fp32",))
+        reporter.note(f"suite {suite.name}: {item.key} ({workload.label})")
+        try:
+            run = run_benchmark(workload, variants, config, store=store, reporter=reporter, run_id=out.run_id)
+        except UserError as exc:
+            out.skipped.append({"key": item.key, "reason": str(exc)})
+            reporter.note(f"skipped {item.key}: {exc}")
+            continue
+        out.runs.append(run)
+        for figure in PUBLISHED.get((item.key, run.hardware), []):
+            headline = [v for v in run.variants if v["step"] == "decode"] or run.variants  # decode tokens/s for LLMs
+            best = max(headline, key=lambda v: v["throughput"]["value"] or 0.0, default=None)
+            out.published.append({
+                "key": item.key, "hardware": run.hardware, **figure,
+                "ours_best": best["throughput"]["value"] if best else None,
+                "ours_variant": best["name"] if best else None,
+                "ours_unit": best["throughput"]["unit"] if best else None,
+            })
+        if run.interrupted:
+            out.interrupted = True
+            break
+    return out

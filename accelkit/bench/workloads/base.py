@@ -1,0 +1,204 @@
+"""The workload plug-in shape: a config (a Spec), a class that builds one variant of the model and
+returns the timed steps, and a registry at the edge (``workloads/__init__.py``).
+
+A workload never times anything itself: it returns :class:`Step` objects (a callable plus what one call
+produces) and the runner puts them through the phases and the timing loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from accelkit.bench.variants import Variant, needs_context, numerics
+from accelkit.core import UserError
+from accelkit.core import Workload as WorkloadSpec
+from accelkit.core.spec import Spec
+
+if TYPE_CHECKING:
+    import torch
+
+Task = Literal["infer", "train", "input"]
+
+
+@dataclass(slots=True)
+class Step:
+    """One timed operation of a workload (a forward, a training step, a prefill, one decode step)."""
+
+    name: str
+    fn: Callable[[], object]
+    items: int  # items one call produces (samples, images, tokens)
+    unit: str  # "samples", "images", "tokens"
+    latency_name: str = "step latency"
+    cycle: int = 1  # calls after which the shapes repeat (decode: output_len); FLOPs average over it
+    analytic_flops_per_item: float | None = None
+    analytic_formula: str | None = None
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A variant ready to run: its steps, the output on the fixed evaluation batch, and a cleanup."""
+
+    steps: list[Step]
+    evaluate: Callable[[], torch.Tensor] | None = None
+    close: Callable[[], None] = lambda: None
+    notes: list[str] = field(default_factory=list)
+
+
+class BenchWorkload(ABC):
+    """Base of every workload. Subclasses set ``name``, ``config_cls``, ``task`` and ``summary``."""
+
+    name: ClassVar[str]
+    config_cls: ClassVar[type[Spec]]
+    task: ClassVar[Task]
+    summary: ClassVar[str]
+    #: False where interleaving would be unfair (the data loader's idle workers keep prefetching)
+    can_interleave: ClassVar[bool] = True
+    is_cnn: ClassVar[bool] = False
+
+    def __init__(self, config: Spec):
+        if not isinstance(config, self.config_cls):
+            raise TypeError(f"{self.name} takes a {self.config_cls.__name__}")
+        self.config: Any = config
+
+    @property
+    @abstractmethod
+    def label(self) -> str:
+        """Short human label with the shapes, e.g. 'bert tiny-bert b8 s384'."""
+
+    def spec(self) -> WorkloadSpec | None:
+        """The workload in the planner's vocabulary (None when it has no architecture, e.g. custom)."""
+        return None
+
+    def variants(self, requested: list[Variant]) -> list[Variant]:
+        """The variants to run; most workloads run the precision matrix as asked."""
+        return requested
+
+    def refusal(self, variant: Variant, device: str) -> str | None:
+        """Workload-level reasons a variant cannot run (device reasons are checked separately)."""
+        if self.task != "train" and variant.recompute:
+            return "activation checkpointing only changes training; this workload is inference"
+        if self.task == "train" and variant.precision == "int8":
+            return "int8 dynamic quantization is inference-only; train with bf16, fp16 or fp8"
+        if variant.channels_last and not self.is_cnn:
+            return f"channels_last is a layout for 4-D CNN inputs; {self.name} has none"
+        return None
+
+    def check(self, device: str) -> None:
+        """Raise UserError when the workload as configured cannot run on ``device`` at all."""
+        return None
+
+    @abstractmethod
+    def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
+        """Build the model for ``variant`` on ``device`` (random weights from ``seed``) and its steps."""
+
+
+# ---- helpers shared by the workloads -------------------------------------------------------------------
+def run_in(variant: Variant, device: str, fn: Callable[[], object], *, inference: bool) -> Callable[[], object]:
+    """``fn`` wrapped in the variant's math mode (and inference mode); bare when neither is needed, so
+    the harness adds nothing to a plain fp32 step."""
+    ctx = needs_context(variant, device)
+    if not ctx and not inference:
+        return fn
+    import torch
+
+    def wrapped() -> object:
+        with contextlib.ExitStack() as stack:
+            if inference:
+                stack.enter_context(torch.inference_mode())
+            if ctx:
+                stack.enter_context(numerics(variant, device))
+            return fn()
+
+    return wrapped
+
+
+def first_tensor(output: Any) -> torch.Tensor:
+    """The tensor a model output stands for: logits, last hidden state, or the first tensor in it."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    for key in ("logits", "last_hidden_state"):
+        value = getattr(output, key, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    items = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    for value in items:
+        if isinstance(value, torch.Tensor):
+            return value
+    raise UserError(f"cannot find a tensor in the model output of type {type(output).__name__}")
+
+
+def check_fits(num_params: int, device: str, what: str) -> None:
+    """Refuse up front when fp32 weights alone cannot fit (weights are built in fp32)."""
+    needed = num_params * 4
+    if device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        where = f"{device} has {free / 1e9:.1f} GB free"
+    else:
+        import psutil
+
+        free = psutil.virtual_memory().available
+        where = f"this machine has {free / 1e9:.1f} GB of RAM available"
+    if needed * 1.2 > free:
+        raise UserError(
+            f"{what} needs {needed / 1e9:.1f} GB for fp32 weights alone and {where}; "
+            "pick a smaller --model (e.g. tiny-llama) or a bigger device"
+        )
+
+
+def model_seed(seed: int) -> Any:
+    """A torch generator for inputs, separate from the weights' seed."""
+    import torch
+
+    return torch.Generator().manual_seed(seed + 1)
+
+
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    compute_loss: Callable[[], torch.Tensor],
+    variant: Variant,
+    device: str,
+) -> Callable[[], object]:
+    """One optimizer step: zero grads → forward + loss (in the variant's math mode) → backward → step.
+    fp16 uses a GradScaler (its dynamic range needs loss scaling); bf16 and fp8 do not."""
+    import torch
+
+    scaler = torch.amp.GradScaler(device.split(":")[0]) if variant.precision == "fp16" else None
+    forward = run_in(variant, device, compute_loss, inference=False)
+
+    def step() -> object:
+        optimizer.zero_grad(set_to_none=True)
+        loss: torch.Tensor = forward()  # type: ignore[assignment]
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        return loss
+
+    return step
+
+
+def evaluate_fn(model: torch.nn.Module, variant: Variant, device: str, forward: Callable[[], Any]) -> Callable[[], Any]:
+    """The model's output on the fixed batch in eval mode, for the accuracy drift (training workloads
+    flip back to train mode afterwards)."""
+
+    def evaluate() -> Any:
+        was_training = model.training
+        model.eval()
+        try:
+            return first_tensor(run_in(variant, device, forward, inference=True)())
+        finally:
+            model.train(was_training)
+
+    return evaluate

@@ -1,0 +1,74 @@
+"""`bert`: encoder inference (MLPerf's BERT, default sequence 384), random weights, synthetic tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from accelkit.bench.variants import Variant, apply
+from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step, check_fits, model_seed, run_in
+from accelkit.core import ModelSpec, UserError
+from accelkit.core import Workload as WorkloadSpec
+from accelkit.core.spec import Spec, spec_field
+
+SIZES = {"tiny": "tiny-bert", "base": "bert-base", "large": "bert-large"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BertConfig(Spec):
+    """BERT encoder inference."""
+
+    size: Literal["tiny", "base", "large"] = spec_field("base", doc="tiny (2 layers, h 64), base or large.")
+    model: str | None = spec_field(None, doc="Any encoder preset or config.json instead of --size.")
+    batch_size: int = spec_field(8, min=1, doc="Sequences per forward.")
+    seq_len: int = spec_field(384, min=1, doc="Tokens per sequence (MLPerf BERT uses 384).")
+
+
+class Bert(BenchWorkload):
+    name = "bert"
+    config_cls = BertConfig
+    task = "infer"
+    summary = "encoder inference (BERT tiny/base/large), samples/s"
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        from accelkit.models import resolve_model
+
+        spec = resolve_model(self.config.model or SIZES[self.config.size])
+        if spec.family != "bert":
+            raise UserError(f"bert needs a BERT-family model; {spec.name} is {spec.family}")
+        if self.config.seq_len > spec.max_seq_len:
+            raise UserError(f"--seq-len {self.config.seq_len} exceeds {spec.name}'s {spec.max_seq_len} positions")
+        return spec
+
+    @property
+    def label(self) -> str:
+        c = self.config
+        return f"bert {self.model_spec.name} b{c.batch_size} s{c.seq_len}"
+
+    def spec(self) -> WorkloadSpec:
+        c = self.config
+        return WorkloadSpec(model=self.model_spec, task="infer", batch_size=c.batch_size, prompt_len=c.seq_len, output_len=0)
+
+    def check(self, device: str) -> None:
+        spec = self.model_spec
+        check_fits(spec.num_params(), device, spec.name)
+
+    def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
+        import torch
+
+        from accelkit.models.build import build_model
+
+        spec, c = self.model_spec, self.config
+        ids = torch.randint(0, spec.vocab_size, (c.batch_size, c.seq_len), generator=model_seed(seed)).to(device)
+        mask = torch.ones_like(ids)
+        model = apply(build_model(spec, device=device, seed=seed), variant, example_inputs=(ids,), device=device)
+
+        def forward() -> torch.Tensor:
+            return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+        step = run_in(variant, device, forward, inference=True)
+        return Prepared(
+            steps=[Step("forward", step, c.batch_size, "samples")],
+            evaluate=step,  # type: ignore[arg-type]
+        )

@@ -1,0 +1,119 @@
+"""`custom`: any model from ``--module package.module:factory``.
+
+The factory takes no arguments and returns ``(model, example_inputs)`` or ``(model, example_inputs,
+loss_fn)`` (or a dict with those keys). ``example_inputs`` is a tensor, a tuple of positional tensors or a
+dict of keyword tensors; with a ``loss_fn(output) -> scalar`` the step is a training step (SGD), without
+one it is inference. Items per step default to the first input's batch dimension.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from accelkit.bench.variants import Variant, apply
+from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step, evaluate_fn, run_in, train_step
+from accelkit.core import UserError
+from accelkit.core.spec import Spec, spec_field
+
+
+def load_factory(target: str, *, what: str = "--module") -> Callable[[], Any]:
+    """'package.module:function' → the function; a bad target is a UserError that says what to write."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"{what} {target!r} is not valid; write package.module:factory")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"{what} {target!r}: cannot import {module_name!r} ({exc})") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UserError(f"{what} {target!r}: {module_name} has no callable {attr!r}")
+    return factory  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CustomConfig(Spec):
+    """A user model."""
+
+    module: str = spec_field(doc="'package.module:factory' returning (model, example_inputs[, loss_fn]).")
+    items_per_step: int | None = spec_field(None, min=1, doc="Items one step processes; None = first input's dim 0.")
+    lr: float = spec_field(1e-3, min=0.0, doc="SGD learning rate when a loss_fn makes it a training step.")
+
+
+def _unpack(made: Any, target: str) -> tuple[Any, Any, Any]:
+    if isinstance(made, dict):
+        return made.get("model"), made.get("inputs", made.get("example_inputs")), made.get("loss_fn")
+    if isinstance(made, (tuple, list)) and len(made) in (2, 3):
+        return made[0], made[1], made[2] if len(made) == 3 else None
+    raise UserError(f"--module {target!r} must return (model, example_inputs[, loss_fn]); got {type(made).__name__}")
+
+
+class Custom(BenchWorkload):
+    name = "custom"
+    config_cls = CustomConfig
+    summary = "your model: --module package.module:factory"
+
+    def __init__(self, config: Spec):
+        super().__init__(config)
+        self._made: tuple[Any, Any, Any] | None = None
+
+    def _make(self) -> tuple[Any, Any, Any]:
+        import torch
+
+        model, inputs, loss_fn = _unpack(load_factory(self.config.module)(), self.config.module)
+        if not isinstance(model, torch.nn.Module):
+            raise UserError(f"--module {self.config.module!r} returned a {type(model).__name__}, not a torch nn.Module")
+        return model, inputs, loss_fn
+
+    @property
+    def is_training(self) -> bool:
+        if self._made is None:
+            self._made = self._make()
+        return self._made[2] is not None
+
+    @property
+    def task(self) -> str:  # type: ignore[override]
+        """train when the factory gave a loss_fn, else infer."""
+        return "train" if self.is_training else "infer"
+
+    @property
+    def label(self) -> str:
+        return f"custom {self.config.module}" + (" train" if self.is_training else "")
+
+    def refusal(self, variant: Variant, device: str) -> str | None:
+        if variant.channels_last:
+            return None  # the user's model may well be a CNN
+        return super().refusal(variant, device)
+
+    def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
+        import torch
+
+        torch.manual_seed(seed)
+        model, inputs, loss_fn = self._make()  # a fresh model per variant
+        model = model.to(device)
+        to = (lambda t: t.to(device).contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t.to(device)) \
+            if variant.channels_last else (lambda t: t.to(device))
+        if isinstance(inputs, torch.Tensor):
+            args, kwargs = (to(inputs),), {}
+        elif isinstance(inputs, dict):
+            args, kwargs = (), {k: to(v) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        else:
+            args, kwargs = tuple(to(v) if isinstance(v, torch.Tensor) else v for v in inputs), {}
+        tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+        items = self.config.items_per_step or (int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 1)
+        training = loss_fn is not None
+        model = apply(model.train(training), variant, example_inputs=args or None, device=device, train=training)
+
+        def forward() -> Any:
+            return model(*args, **kwargs)
+
+        if training:
+            optimizer = torch.optim.SGD(model.parameters(), lr=self.config.lr)
+            step = Step("train step", train_step(model, optimizer, lambda: loss_fn(forward()), variant, device),
+                        items, "samples")
+        else:
+            step = Step("forward", run_in(variant, device, forward, inference=True), items, "samples")
+        return Prepared(steps=[step], evaluate=evaluate_fn(model, variant, device, forward))

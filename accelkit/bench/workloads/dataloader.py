@@ -1,0 +1,140 @@
+"""`dataloader`: input-pipeline throughput of a dataset across DataLoader settings, and whether a training
+step of a given length would wait for its input.
+
+Each setting is one variant. They run one after another, not interleaved: an idle loader's workers keep
+prefetching while another is timed, which would flatter whichever runs second.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from accelkit.bench.variants import Variant
+from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
+from accelkit.bench.workloads.custom import load_factory
+from accelkit.core.spec import Spec, spec_field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataLoaderConfig(Spec):
+    """torch DataLoader throughput over a grid of settings."""
+
+    dataset: str | None = spec_field(
+        None, doc="'package.module:factory' returning a map-style torch Dataset; None = synthetic images."
+    )
+    batch_size: int = spec_field(64, min=1, doc="Samples per batch.")
+    num_workers: tuple[int, ...] = spec_field((0, 2), doc="Worker process counts to try.")
+    pin_memory: tuple[bool, ...] = spec_field((False,), doc="pin_memory settings to try (pinning helps GPU copies).")
+    prefetch_factor: tuple[int, ...] = spec_field((2,), doc="Batches prefetched per worker (with workers > 0).")
+    step_time_s: float | None = spec_field(
+        None, min=0.0, doc="Seconds one training step takes at this batch size; says whether it would be input-bound."
+    )
+    image_size: int = spec_field(224, min=8, doc="Side of the synthetic images.")
+
+    def validate(self) -> None:
+        for name in ("num_workers", "prefetch_factor", "pin_memory"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} needs at least one value")
+        if any(w < 0 for w in self.num_workers) or any(p < 1 for p in self.prefetch_factor):
+            raise ValueError("num_workers must be >= 0 and prefetch_factor >= 1")
+
+
+class SyntheticImages:
+    """Decoded-JPEG-sized uint8 images → float, random crop + flip, normalised: the CPU work of a typical
+    ImageNet pipeline without files. Deterministic per index; picklable for worker processes."""
+
+    def __init__(self, size: int, length: int = 1 << 20):
+        self.size, self.length = size, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        import torch
+
+        gen = torch.Generator().manual_seed(index)
+        big = self.size + self.size // 7  # e.g. 256 → crop 224
+        raw = torch.randint(0, 256, (3, big, big), dtype=torch.uint8, generator=gen)
+        top, left = (int(v) for v in torch.randint(0, big - self.size + 1, (2,), generator=gen))
+        img = raw[:, top : top + self.size, left : left + self.size].float().div_(255)
+        if index % 2:
+            img = img.flip(-1)
+        mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+        std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+        return (img - mean) / std, index % 1000
+
+
+class DataLoaderBench(BenchWorkload):
+    name = "dataloader"
+    config_cls = DataLoaderConfig
+    task = "input"
+    summary = "input-pipeline throughput across num_workers / pin_memory / prefetch_factor"
+    can_interleave = False
+
+    @property
+    def label(self) -> str:
+        source = self.config.dataset or f"synthetic {self.config.image_size}px images"
+        return f"dataloader {source} b{self.config.batch_size}"
+
+    def variants(self, requested: list[Variant]) -> list[Variant]:
+        c = self.config
+        out: dict[str, Variant] = {}
+        for workers, pin, prefetch in itertools.product(c.num_workers, c.pin_memory, c.prefetch_factor):
+            settings = {"num_workers": workers, "pin_memory": pin, "prefetch_factor": prefetch if workers else None}
+            label = f"workers={workers} pin={'on' if pin else 'off'}" + (f" prefetch={prefetch}" if workers else "")
+            out.setdefault(label, Variant(label=label, settings=settings))
+        return list(out.values())
+
+    def refusal(self, variant: Variant, device: str) -> str | None:
+        if variant.settings.get("pin_memory") and not device.startswith("cuda"):
+            return "pin_memory pins host memory for faster copies to a GPU; there is no GPU here"
+        return None
+
+    def dataset(self) -> Any:
+        if self.config.dataset is None:
+            return SyntheticImages(self.config.image_size)
+        return load_factory(self.config.dataset, what="--dataset")()
+
+    def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
+        import torch
+        from torch.utils.data import DataLoader, RandomSampler
+
+        dataset = self.dataset()
+        # sampling with replacement never runs out, so no iterator restarts (worker spawns) are timed
+        sampler = RandomSampler(dataset, replacement=True, num_samples=1 << 40,
+                                generator=torch.Generator().manual_seed(seed))
+        s = variant.settings
+        loader = DataLoader(
+            dataset, batch_size=self.config.batch_size, sampler=sampler, num_workers=s["num_workers"],
+            pin_memory=s["pin_memory"], prefetch_factor=s["prefetch_factor"],
+            persistent_workers=s["num_workers"] > 0,
+        )
+        iterator = iter(loader)
+
+        def next_batch() -> object:
+            return next(iterator)
+
+        def close() -> None:
+            nonlocal iterator
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            del iterator
+
+        return Prepared(steps=[Step("next batch", next_batch, self.config.batch_size, "samples",
+                                    latency_name="batch latency")], close=close)
+
+    def input_bound(self, batch_time_s: float) -> dict[str, Any] | None:
+        """Compare the loader's median time per batch with the given training-step time."""
+        step = self.config.step_time_s
+        if step is None:
+            return None
+        bound = batch_time_s > step
+        return {
+            "step_time_s": step,
+            "batch_time_s": batch_time_s,
+            "headroom": step / batch_time_s if batch_time_s > 0 else None,
+            "verdict": "input-bound: the step would wait for data" if bound else "not input-bound",
+        }

@@ -1,0 +1,75 @@
+"""`llm-train`: a decoder training step (AdamW, next-token loss on random tokens): tokens/s and MFU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accelkit.bench.variants import Variant, apply
+from accelkit.bench.workloads.base import (
+    BenchWorkload,
+    Prepared,
+    Step,
+    check_fits,
+    evaluate_fn,
+    model_seed,
+    train_step,
+)
+from accelkit.bench.workloads.llm import matmul_params, resolve_decoder
+from accelkit.core import ModelSpec, UserError
+from accelkit.core import Workload as WorkloadSpec
+from accelkit.core.spec import Spec, spec_field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMTrainConfig(Spec):
+    """Decoder training step."""
+
+    model: str = spec_field("llama-3.1-8b", doc="Decoder preset or config.json (random weights).")
+    batch_size: int = spec_field(1, min=1, doc="Sequences per step.")
+    seq_len: int = spec_field(512, min=2, doc="Tokens per sequence.")
+    lr: float = spec_field(1e-4, min=0.0, doc="AdamW learning rate.")
+
+
+class LLMTrain(BenchWorkload):
+    name = "llm-train"
+    config_cls = LLMTrainConfig
+    task = "train"
+    summary = "decoder training step (AdamW): tokens/s and MFU"
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        spec = resolve_decoder(self.config.model)
+        if spec.max_seq_len and self.config.seq_len > spec.max_seq_len:
+            raise UserError(f"--seq-len {self.config.seq_len} exceeds {spec.name}'s {spec.max_seq_len} positions")
+        return spec
+
+    @property
+    def label(self) -> str:
+        return f"llm-train {self.model_spec.name} b{self.config.batch_size} s{self.config.seq_len}"
+
+    def spec(self) -> WorkloadSpec:
+        return WorkloadSpec(model=self.model_spec, task="train", batch_size=self.config.batch_size,
+                            seq_len=self.config.seq_len, optimizer="adam")
+
+    def check(self, device: str) -> None:
+        check_fits(self.model_spec.num_params() * 4, device, self.model_spec.name)  # weights, grads, 2 Adam moments
+
+    def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
+        import torch
+
+        from accelkit.models.build import build_model
+
+        spec, c = self.model_spec, self.config
+        ids = torch.randint(0, spec.vocab_size, (c.batch_size, c.seq_len), generator=model_seed(seed)).to(device)
+        model = build_model(spec, device=device, seed=seed).train()
+        model = apply(model, variant, example_inputs=(ids,), device=device, train=True)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr)
+
+        def loss() -> torch.Tensor:
+            return model(input_ids=ids, labels=ids).loss
+
+        palm = 6 * matmul_params(spec) + 12 * spec.num_layers * spec.num_heads * spec.head_size * c.seq_len
+        step = Step("train step", train_step(model, optimizer, loss, variant, device), c.batch_size * c.seq_len,
+                    "tokens", analytic_flops_per_item=palm,
+                    analytic_formula="6N + 12·L·H·Q·T per token (PaLM, Appendix B; N without embeddings)")
+        return Prepared(steps=[step], evaluate=evaluate_fn(model, variant, device, lambda: model(input_ids=ids).logits))

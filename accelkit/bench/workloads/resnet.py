@@ -1,0 +1,98 @@
+"""`resnet`: an image-classification training step with SGD on synthetic images (ResNet-50/152/tiny)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from accelkit.bench.variants import Variant, apply
+from accelkit.bench.workloads.base import (
+    BenchWorkload,
+    Prepared,
+    Step,
+    check_fits,
+    evaluate_fn,
+    model_seed,
+    train_step,
+)
+from accelkit.core import ModelSpec, UserError
+from accelkit.core import Workload as WorkloadSpec
+from accelkit.core.spec import Spec, spec_field
+
+SIZES = {"tiny": "tiny-resnet", "50": "resnet-50", "152": "resnet-152"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResNetConfig(Spec):
+    """ResNet training step (forward, cross-entropy, backward, SGD with momentum)."""
+
+    size: Literal["tiny", "50", "152"] = spec_field("50", doc="tiny (stages 1-1-1-1 on 64² images), 50 or 152.")
+    model: str | None = spec_field(None, doc="Any CNN preset or config.json instead of --size.")
+    batch_size: int = spec_field(32, min=1, doc="Images per step.")
+    image_size: int | None = spec_field(None, min=8, doc="Image side in pixels; None = the model's (224, tiny 64).")
+    lr: float = spec_field(0.1, min=0.0, doc="SGD learning rate (momentum 0.9).")
+
+
+class ResNet(BenchWorkload):
+    name = "resnet"
+    config_cls = ResNetConfig
+    task = "train"
+    summary = "image-classification training step with SGD (ResNet-50/152/tiny), images/s"
+    is_cnn = True
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        from accelkit.models import resolve_model
+
+        spec = resolve_model(self.config.model or SIZES[self.config.size])
+        if spec.family != "resnet":
+            raise UserError(f"resnet needs a ResNet model; {spec.name} is {spec.family}")
+        return spec
+
+    @property
+    def image_size(self) -> int:
+        return self.config.image_size or self.model_spec.image_size or 224
+
+    @property
+    def label(self) -> str:
+        return f"resnet {self.model_spec.name} train b{self.config.batch_size} {self.image_size}px"
+
+    def spec(self) -> WorkloadSpec:
+        return WorkloadSpec(
+            model=self.model_spec, task="train", batch_size=self.config.batch_size, seq_len=self.image_size,
+            optimizer="sgd",
+        )
+
+    def check(self, device: str) -> None:
+        check_fits(self.model_spec.num_params() * 4, device, self.model_spec.name)  # weights, grads, momentum
+
+    def refusal(self, variant: Variant, device: str) -> str | None:
+        from accelkit.bench.variants import _recipes
+
+        if variant.recompute and _recipes() is None:
+            return "transformers' ResNet has no gradient checkpointing; --recompute on a CNN needs accelkit.recipes"
+        return super().refusal(variant, device)
+
+    def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
+        import torch
+
+        from accelkit.models.build import build_model
+
+        spec, c, side = self.model_spec, self.config, self.image_size
+        gen = model_seed(seed)
+        images = torch.randn(c.batch_size, spec.num_channels, side, side, generator=gen).to(device)
+        labels = torch.randint(0, spec.num_labels or 1000, (c.batch_size,), generator=gen).to(device)
+        if variant.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        model = build_model(spec, device=device, seed=seed).train()
+        model = apply(model, variant, example_inputs=(images,), device=device, train=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=0.9)
+
+        def loss() -> torch.Tensor:
+            logits = model(pixel_values=images).logits
+            return torch.nn.functional.cross_entropy(logits.float(), labels)
+
+        return Prepared(
+            steps=[Step("train step", train_step(model, optimizer, loss, variant, device), c.batch_size, "images")],
+            evaluate=evaluate_fn(model, variant, device, lambda: model(pixel_values=images).logits),
+        )

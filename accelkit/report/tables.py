@@ -1,0 +1,117 @@
+"""Terminal tables for benchmark results (rich). Pure formatting of the JSON documents the runner
+returns, so that `accelkit bench` and `accelkit results` print the same thing; no torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from accelkit.core.units import fmt_bytes
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if value != 0 and abs(value) < 10 ** -digits:
+        return f"{value:.2e}"
+    return f"{value:,.{digits}f}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def _ratio(cmp: dict[str, Any] | None) -> str:
+    if not cmp or cmp.get("ratio") is None:
+        return "-"
+    if cmp.get("verdict") == "baseline":
+        return "1.00 (baseline)"
+    text = f"{cmp['ratio']:.2f}×"
+    if cmp.get("p25") is not None:
+        text += f" [{cmp['p25']:.2f}–{cmp['p75']:.2f}]"
+    if str(cmp.get("verdict", "")).startswith("no difference"):
+        text += " ≈"
+    return text
+
+
+def _drift(acc: dict[str, Any] | None) -> str:
+    if not acc or "sqnr_db" not in acc:
+        return "-"
+    if acc.get("identical"):
+        return "exact"
+    return "-" if acc["sqnr_db"] is None else f"SQNR {acc['sqnr_db']:.1f} dB"
+
+
+def bench_table(run: dict[str, Any]) -> Table:
+    """One row per (variant, step): throughput, latency, spread, ratio to the baseline, MFU, memory, energy,
+    drift and measured ÷ predicted."""
+    t = Table(title=f"{run['label']} on {run['hardware']} ({run['device']})", title_justify="left", header_style="bold")
+    columns = ["variant", "step", "throughput", "latency p50", "p90", "CV", "vs first [p25–p75]", "MFU",
+               "peak mem", "J/item", "drift vs fp32", "meas/pred"]
+    for i, col in enumerate(columns):
+        t.add_column(col, justify="left" if i < 2 or i == 10 else "right")
+    for v in run["variants"]:
+        lat = v["latency_s"]
+        p90 = _seconds(lat["p90"]) + ("*" if "p90" in v["unbacked_percentiles"] else "")
+        mfu = v["mfu"]["value"]
+        pred = (v.get("predicted") or {}).get("ratio")
+        mem = v["memory_bytes"].get("peak")
+        noise = {"noisy": " (noisy)", "unstable": " (unstable)"}.get(v["noise"], "")
+        t.add_row(
+            v["name"], v["step"], f"{_num(v['throughput']['value'])} {v['throughput']['unit']}",
+            _seconds(lat["median"]), p90, f"{lat['cv'] * 100:.1f}%{noise}", _ratio(v.get("comparison")),
+            "-" if mfu is None else f"{mfu * 100:.2f}%", fmt_bytes(mem) if mem is not None else "-",
+            _num(v["energy_j_per_item"], 4), _drift(v.get("accuracy")), "-" if pred is None else f"{pred:.2f}",
+        )
+    return t
+
+
+def bench_footnotes(run: dict[str, Any]) -> list[str]:
+    """The lines under the table: refusals, MFU peak and FLOPs source, energy, noise and percentile notes."""
+    lines = [f"refused {r['name']}: {r['reason']}" for r in run["refused"]]
+    lines += run.get("notes", [])
+    seen: set[str] = set()
+    for v in run["variants"]:
+        for text in (f"MFU peak ({v['precision'] or '-'}): {v['mfu']['peak_source']}",):
+            if text not in seen:
+                seen.add(text)
+                lines.append(text)
+    if run["variants"]:
+        v = run["variants"][0]
+        lines.append(f"MFU FLOPs: {v['mfu']['flops_source']}")
+        energy = v["energy"]
+        lines.append(f"energy: {energy['scope']}" if energy["scope"] else f"energy: null — {energy['reason']}")
+        lines.append(f"memory: {v['memory_scope']}")
+        pred = v.get("predicted_reason")
+        if pred:
+            lines.append(f"predicted: {pred}")
+        if any(x["unbacked_percentiles"] for x in run["variants"]):
+            n = min(x["latency_s"]["n"] for x in run["variants"])
+            lines.append(f"* not backed: p90 needs ≥ 44 samples, p99 ≥ 459 (LoadGen rule); fewest here n={n}")
+        noisy = [f"{x['name']} · {x['step']}" for x in run["variants"] if x["noise"] != "ok"]
+        if noisy:
+            lines.append("noise: IQR/median above 10% for " + ", ".join(noisy) + " — close other work or run longer")
+        lines.append(f"timer: {v['timer']}; ≈ marks a ratio within the run-to-run spread (no difference)")
+    for v in run["variants"]:
+        if v.get("input_bound"):
+            ib = v["input_bound"]
+            lines.append(f"{v['name']}: {ib['verdict']} (batch {ib['batch_time_s'] * 1e3:.1f} ms vs step "
+                         f"{ib['step_time_s'] * 1e3:.1f} ms)")
+    return lines
+
+
+def published_table(published: list[dict[str, Any]]) -> Table:
+    t = Table(title="Published per-device figures (calibration.md) next to ours", title_justify="left",
+              header_style="bold")
+    for col in ("workload", "device", "published", "what", "source", "ours (best variant)"):
+        t.add_column(col)
+    for p in published:
+        ours = f"{_num(p['ours_best'])} {p['ours_unit']} ({p['ours_variant']})" if p["ours_best"] else "-"
+        t.add_row(p["key"], p["hardware"], f"{p['value']:,} {p['unit']}", str(p["what"]), str(p["source"]), ours)
+    return t

@@ -1,0 +1,185 @@
+"""`accelkit bench` end to end in a subprocess, on tiny models, with short loops: the acceptance commands
+(bert, resnet, llm, llm-train, custom), refusals, the data loader and usage errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+# registers `bench` and `report` on the app when app.py does not yet (idempotent once it does)
+SHIM = """
+import sys
+from accelkit.cli import app as A
+if "bench" not in {c.name for c in A.app.registered_commands}:
+    from accelkit.cli import bench, report
+    A.app.command("bench")(bench.bench_cmd)
+    A.app.command("report")(report.report_cmd)
+A.main(sys.argv[1:])
+"""
+FAST = ("--warmup", "2", "--warmup-time", "0", "--min-iterations", "5", "--min-time", "0.2")
+
+
+def accelkit(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real CLI (as a user runs it) in a subprocess."""
+    return subprocess.run([sys.executable, "-c", SHIM, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, env={**os.environ, **(env or {})})
+
+
+def accelkit_popen(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", SHIM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, bufsize=1, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def probe_db(tmp_path_factory) -> Path:
+    """One quick `hw probe` (fp32, bf16) shared by the tests, so MFU has a measured CPU peak."""
+    home = tmp_path_factory.mktemp("probe-home")
+    proc = accelkit("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32,bf16", "--size", "512",
+                    "--copy-size", "16MiB", env={"ACCELKIT_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr
+    return home / "results.db"
+
+
+@pytest.fixture
+def probed(probe_db, _isolated_home) -> Path:
+    """This test's store, starting with the shared probe."""
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(probe_db, _isolated_home / "results.db")
+    return _isolated_home
+
+
+def bench_json(*args: str) -> dict:
+    proc = accelkit("bench", *args, *FAST, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def stored_bench(home: Path) -> list:
+    from accelkit.results import ResultStore
+
+    with ResultStore(home / "results.db") as store:
+        return store.query(kind="bench")
+
+
+def test_bert_precision_matrix_json(probed):
+    doc = bench_json("bert", "--size", "tiny", "--precision", "fp32,bf16", "--seq-len", "64", "--batch-size", "2")
+    assert doc["workload"] == "bert" and doc["config"]["size"] == "tiny"
+    assert [v["name"] for v in doc["variants"]] == ["fp32", "bf16"]
+    for v in doc["variants"]:
+        assert set(v["phases"]) >= {"load_s", "first_call_s", "warmup_iterations"}
+        assert set(v["latency_s"]) >= {"median", "p50", "p90", "p95", "p99", "mean", "stdev", "cv", "n"}
+        assert v["throughput"]["unit"] == "samples/s" and v["throughput"]["value"] > 0
+        assert set(v["mfu"]) >= {"value", "peak_flops", "peak_source", "flops_per_item", "flops_source"}
+        assert v["mfu"]["peak_source"].startswith("measured: `accelkit hw probe`") and v["mfu"]["value"] > 0
+        assert "peak" in v["memory_bytes"]
+        assert v["energy_j_per_item"] is None or v["energy_j_per_item"] > 0
+        if v["energy_j_per_item"] is None:
+            assert v["energy"]["reason"]  # null always comes with the reason
+        assert "predicted" in v
+    bf16 = doc["variants"][1]
+    assert bf16["comparison"]["baseline"] == "fp32" and bf16["comparison"]["pairs"] >= 1
+    assert 0.9 < bf16["accuracy"]["cosine"] <= 1.0 + 1e-6 and bf16["accuracy"]["sqnr_db"] > 10
+    assert doc["environment"]["torch_threads"] >= 1 and doc["environment"]["timer"] == "perf_counter_ns"
+    rows = stored_bench(probed)
+    assert sorted(r.id for r in rows) == sorted(v["result_id"] for v in doc["variants"])
+    assert set(doc["result_ids"]) >= {r.id for r in rows}
+    assert len(rows[0].result.samples["latency_s"]) == rows[0].result.latency_s.n
+
+
+def test_resnet_tiny_training_prints_table_and_mfu(probed):
+    proc = accelkit("bench", "resnet", "--size", "tiny", "--batch-size", "4", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "resnet tiny-resnet train" in proc.stdout and "images/s" in proc.stdout
+    assert "MFU peak (fp32): measured: `accelkit hw probe`" in proc.stdout
+    assert len(stored_bench(probed)) == 1
+
+
+def test_llm_prefill_and_decode(probed):
+    doc = bench_json("llm", "--model", "tiny-llama", "--prompt-len", "64", "--output-len", "32")
+    steps = {v["step"]: v for v in doc["variants"]}
+    assert set(steps) == {"prefill", "decode"}
+    assert steps["prefill"]["latency_name"] == "TTFT" and steps["decode"]["latency_name"] == "per-token latency"
+    assert steps["decode"]["throughput"]["unit"] == "tokens/s"
+    # decode tokens/s ≈ batch / per-token latency; prefill processes 64 tokens per call
+    assert steps["prefill"]["mfu"]["flops_per_item"] > 0 and steps["decode"]["mfu"]["value"] > 0
+    assert len(stored_bench(probed)) == 2
+
+
+def test_llm_train_mfu_matches_palm_formula(probed):
+    doc = bench_json("llm-train", "--model", "tiny-llama", "--seq-len", "64", "--batch-size", "2")
+    mfu = doc["variants"][0]["mfu"]
+    assert mfu["value"] > 0 and "PaLM" in mfu["analytic_formula"]
+    assert mfu["flops_per_item"] == pytest.approx(mfu["analytic_flops_per_item"], rel=0.05)
+
+
+def make_mlp():
+    """A custom factory: (model, example_inputs) → inference."""
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)), torch.randn(16, 32)
+
+
+def make_mlp_train():
+    """(model, inputs, loss_fn) → a training step."""
+    model, x = make_mlp()
+    return {"model": model, "inputs": x, "loss_fn": lambda out: out.square().mean()}
+
+
+@pytest.mark.parametrize(("factory", "step"), [("make_mlp", "forward"), ("make_mlp_train", "train step")])
+def test_custom_module(probed, factory, step):
+    doc = bench_json("custom", "--module", f"tests.integration.test_bench_cli:{factory}", "--precision", "fp32,bf16")
+    assert [v["step"] for v in doc["variants"]] == [step, step]
+    assert doc["variants"][0]["throughput"]["value"] > 0 and doc["variants"][0]["mfu"]["value"] > 0
+    assert doc["variants"][1]["accuracy"]["sqnr_db"] > 10
+
+
+def test_unrunnable_variant_is_refused_with_one_line_and_never_substituted(probed):
+    proc = accelkit("bench", "bert", "--size", "tiny", "--seq-len", "32", "--precision", "fp32,fp8", *FAST, "--json")
+    assert proc.returncode == 0, proc.stderr
+    refused = [line for line in proc.stderr.splitlines() if line.startswith("refused")]
+    assert refused == ["refused fp8: fp8 matmuls need an NVIDIA SM89+ or AMD MI300-class GPU; this is a CPU"]
+    doc = json.loads(proc.stdout)
+    assert [v["name"] for v in doc["variants"]] == ["fp32"] and doc["refused"][0]["name"] == "fp8"
+
+
+def test_all_refused_is_a_usage_error(probed):
+    proc = accelkit("bench", "bert", "--size", "tiny", "--precision", "tf32,fp8", *FAST)
+    assert proc.returncode == 2
+    assert "nothing to run" in proc.stderr and "a CPU has no tf32" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_dataloader_throughput_and_input_bound(probed):
+    doc = bench_json("dataloader", "--image-size", "32", "--batch-size", "8", "--num-workers", "0,1",
+                     "--step-time", "0.5")
+    assert [v["name"] for v in doc["variants"]] == ["workers=0 pin=off", "workers=1 pin=off prefetch=2"]
+    for v in doc["variants"]:
+        assert v["throughput"]["unit"] == "samples/s" and v["input_bound"]["verdict"]
+        assert v["mfu"]["value"] is None and "not applicable" in v["mfu"]["peak_source"]
+    assert any("one after another" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("bench", "bert", "--prompt-len", "5"), "--prompt-len does not apply to `bench bert`"),
+        (("bench", "bertt"), "did you mean bert"),
+        (("bench",), "give a workload"),
+        (("bench", "bert", "--precision", "fp64"), "--precision 'fp64' is not valid"),
+        (("bench", "custom"), "needs --module"),
+        (("bench", "custom", "--module", "nosuchmod:f"), "cannot import 'nosuchmod'"),
+        (("bench", "llm", "--model", "llama-3.1-405b"), "needs"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args, needle):
+    proc = accelkit(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert len([line for line in proc.stderr.strip().splitlines() if line.startswith("error")]) == 1

@@ -1,0 +1,25 @@
+"""`accelkit bench --suite quick`: every workload of the suite runs and lands in the store (loops shortened
+here; `make demo` runs the real suite)."""
+
+import json
+
+from tests.integration.test_bench_cli import FAST, accelkit, probe_db, probed, stored_bench  # noqa: F401
+
+
+def test_quick_suite_runs_every_workload(probed):  # noqa: F811
+    proc = accelkit("bench", "--suite", "quick", *FAST, "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["suite"] == "quick" and not doc["interrupted"] and not doc["skipped"]
+    assert [r["workload"] for r in doc["runs"]] == ["bert", "resnet", "llm", "llm-train", "dataloader"]
+    assert doc["environment"]["torch"] and all("environment" not in r for r in doc["runs"])
+    assert len(stored_bench(probed)) == sum(len(r["variants"]) for r in doc["runs"])
+
+
+def test_reference_suite_skips_what_does_not_fit_with_the_reason():
+    from accelkit.bench.suite import PUBLISHED, get_suite
+
+    suite = get_suite("reference")
+    assert [i.key for i in suite.items] == ["bert-large-infer", "resnet50-train", "llama3-8b-decode"]
+    assert suite.items[0].config["seq_len"] == 384
+    assert {v["value"] for v in PUBLISHED[("resnet50-train", "A100-SXM4-80GB")]} == {938, 2470}

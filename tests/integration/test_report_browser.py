@@ -1,0 +1,99 @@
+"""`accelkit report` in a real browser: Debian's chromium driven by Playwright opens the self-contained
+HTML built from real benchmark results; no console errors, no network requests, every plot rendered,
+the filters work; a screenshot is kept under test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.integration.test_bench_cli import accelkit, probe_db, probed  # noqa: F401
+
+CHROMIUM = os.environ.get("ACCELKIT_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = REPO / "test-artifacts"
+
+
+def _browser_or_skip():
+    """Playwright + chromium, or a skip with the reason — a failure in CI, where .ci/run installs both."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        reason = "playwright is not installed (pip install -e '.[dev]')"
+    else:
+        if Path(CHROMIUM).exists():
+            return sync_playwright
+        reason = f"no chromium at {CHROMIUM} (apt-get install chromium)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def report_file(probed, tmp_path) -> Path:  # noqa: F811
+    """A report of real results: a bert precision pair and an LLM run, plus the probe."""
+    fast = ("--warmup", "2", "--warmup-time", "0", "--min-iterations", "8", "--min-time", "0.3")
+    for args in (("bert", "--size", "tiny", "--seq-len", "32", "--batch-size", "2", "--precision", "fp32,bf16"),
+                 ("llm", "--model", "tiny-llama", "--prompt-len", "32", "--output-len", "8")):
+        proc = accelkit("bench", *args, *fast)
+        assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "report.html"
+    proc = accelkit("report", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["path"] == str(out.resolve())
+    return out
+
+
+def test_report_never_imports_torch(probed, tmp_path):  # noqa: F811
+    code = ("import sys; from accelkit.report import write_report; write_report(sys.argv[1]); "
+            "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r.html")], capture_output=True, text=True,
+                          cwd=REPO, env=os.environ.copy(), timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_report_renders_in_chromium(report_file):
+    sync_playwright = _browser_or_skip()
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("request", lambda req: None if req.url.startswith(("file:", "data:", "blob:"))
+                    else requests.append(req.url))
+            page.goto(report_file.resolve().as_uri())
+            page.wait_for_function("window.accelkitPlotsRendered === window.accelkitPlotsExpected", timeout=60_000)
+            # self-contained: no external script, stylesheet or image, and (below) no request left the page
+            assert page.evaluate("document.querySelectorAll('script[src], link[href], img[src]').length") == 0
+            plots = page.locator("div.plot")
+            assert plots.count() == 5
+            for i in range(plots.count()):  # every plot drew its SVG
+                assert plots.nth(i).locator(".main-svg").count() >= 1, plots.nth(i).get_attribute("id")
+            # the comparison, latency and MFU plots have data (not the "no data" placeholder)
+            for pid in ("plot-comparison", "plot-latency", "plot-mfu", "plot-roofline"):
+                assert page.evaluate(f"document.getElementById('{pid}').data.length") >= 1, pid
+            rows = page.locator("#runs-table tbody tr[data-hardware]")
+            total = rows.count()
+            assert total == 4  # bert fp32, bf16; llm prefill, decode
+            page.fill("#filter-text", "decode")
+            assert page.locator("#runs-table tbody tr[data-hardware]:visible").count() == 1
+            page.fill("#filter-text", "")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+        finally:
+            browser.close()
+    assert errors == []
+    assert requests == []
+    assert (ARTIFACTS / "report.png").stat().st_size > 10_000
+    shutil.copy(report_file, ARTIFACTS / "report.html")

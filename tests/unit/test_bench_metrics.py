@@ -1,0 +1,63 @@
+"""MFU arithmetic, peak resolution from a stored probe, accuracy drift, the A/B comparison, FLOP counting."""
+
+import pytest
+
+from accelkit.bench.metrics import Peak, catalog_peak, compare, count_flops, drift, mfu_block, probe_peak
+from accelkit.core import Measurement
+from accelkit.results import ResultStore
+
+
+def test_mfu_block_names_peak_and_formula():
+    block = mfu_block(2e9, 100.0, Peak(1e12, "measured: probe 3"), "FlopCounterMode")
+    assert block["value"] == pytest.approx(0.2)
+    assert block["peak_source"] == "measured: probe 3" and block["flops_source"] == "FlopCounterMode"
+    missing = mfu_block(2e9, 100.0, Peak(None, "MFU unavailable: run accelkit hw probe"), "x")
+    assert missing["value"] is None and "hw probe" in missing["peak_source"]
+
+
+def test_catalog_peak_is_dense_datasheet_figure():
+    peak = catalog_peak("h200", "bf16")
+    assert peak.flops == 989e12 and peak.source.startswith("catalog: H200")
+    assert catalog_peak("h200", "fp4").flops is None
+
+
+def _probe(dtypes):
+    matmul = {d: {"tflops": 0.5, "size": 2048} for d in dtypes}
+    return Measurement(kind="probe", name="hw probe", hardware="cpu: test", details={"matmul": matmul})
+
+
+def test_probe_peak_uses_newest_probe_that_has_the_dtype(tmp_path):
+    with ResultStore(tmp_path / "r.db") as store:
+        assert probe_peak(store, "cpu: test", "fp32")[0].flops is None
+        first = store.add(_probe(["fp32", "bf16"]))
+        store.add(_probe(["fp16"]))  # newer, but without fp32
+        peak, pid = probe_peak(store, "cpu: test", "fp32")
+        assert peak.flops == 0.5e12 and pid == first and "hw probe` result" in peak.source
+
+
+def test_drift_figures():
+    torch = pytest.importorskip("torch")
+    ref = torch.randn(4, 10)
+    same = drift(ref, ref.clone())
+    assert same["max_abs_error"] == 0 and same["identical"] and same["sqnr_db"] is None
+    assert same["top1_agreement"] == 1.0
+    noisy = drift(ref, ref + 0.01 * torch.randn(4, 10))
+    assert 20 < noisy["sqnr_db"] < 60 and noisy["cosine"] > 0.99
+
+
+def test_compare_interleaved_pairs_and_verdicts():
+    faster = compare([100, 100, 100, 100], [200, 210, 190, 200], interleaved=True)
+    assert faster["ratio"] == pytest.approx(2.0) and faster["verdict"] == "faster" and faster["pairs"] == 4
+    same = compare([100, 110, 90, 100], [105, 95, 100, 100], interleaved=True)
+    assert same["verdict"].startswith("no difference")
+    seq = compare([100, 100], [50, 50], interleaved=False)
+    assert seq["ratio"] == pytest.approx(0.5) and seq["verdict"] == "slower" and seq["pairs"] == 0
+
+
+def test_count_flops_matmul_and_cpu_attention():
+    torch = pytest.importorskip("torch")
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    assert count_flops(lambda: a @ b) == 2 * 8 * 16 * 4
+    q = k = v = torch.randn(1, 2, 8, 4)  # (B, H, T, D)
+    flops = count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    assert flops == 2 * (2 * 1 * 2 * 8 * 8 * 4)  # QKᵀ + PV, counted although SDPA takes the CPU flash kernel
