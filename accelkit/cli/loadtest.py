@@ -1,0 +1,138 @@
+"""`accelkit loadtest`: load-test any OpenAI-compatible server, measuring as `vllm bench serve` does.
+Thin: parse flags → ``accelkit.loadtest.run_loadtest`` → render (and store)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, status, table
+from accelkit.core import UserError
+
+
+def _floats(value: str, flag: str, *, rates: bool = False) -> tuple[float, ...]:
+    from accelkit.loadtest import parse_rate
+
+    items = csv_list(value, field=flag) or []
+    if not items:
+        raise UserError(f"{flag} {value!r} is empty; give a comma list, e.g. {'1,2,4,8' if rates else '50,90,99'}")
+    if rates:
+        return tuple(parse_rate(v, field=flag) for v in items)
+    result = []
+    for v in items:
+        try:
+            q = float(v)
+        except ValueError:
+            raise UserError(f"{flag} {v!r} is not a number; e.g. {flag} 50,90,99") from None
+        if not 0 < q <= 100:
+            raise UserError(f"{flag} {v} is out of range; each percentile must be in (0, 100]")
+        result.append(q)
+    return tuple(result)
+
+
+def loadtest_cmd(
+    base_url: str = typer.Option(..., "--base-url", help="Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)."),
+    model: str = typer.Option(..., "--model", help="Model name the server serves (GET /v1/models)."),
+    endpoint: str = typer.Option("completions", "--endpoint", help="completions (/v1/completions) or chat (/v1/chat/completions)."),
+    dataset: str = typer.Option("random", "--dataset", help="random, sharegpt:PATH or jsonl:PATH (one {\"prompt\", \"output_len\"?} per line)."),
+    num_prompts: int = typer.Option(1000, "--num-prompts", min=1, help="Requests per pass."),
+    request_rate: str = typer.Option("inf", "--request-rate", help="Mean requests/s (gamma arrivals), or inf: all at once."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of the gaps: 1.0 Poisson, < 1 burstier, > 1 steadier."),
+    max_concurrency: int = typer.Option(None, "--max-concurrency", min=1, help="Most requests in flight (default: no cap)."),
+    random_input_len: int = typer.Option(1024, "--random-input-len", min=1, help="random: prompt length in words (≈ tokens)."),
+    random_output_len: int = typer.Option(128, "--random-output-len", min=1, help="random: max_tokens per request."),
+    random_range_ratio: float = typer.Option(0.0, "--random-range-ratio", help="random: lengths uniform in L·[1−x, 1+x], 0 <= x < 1."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Send ignore_eos=true (vLLM/SGLang) so every request runs to max_tokens."),
+    slo: str = typer.Option(None, "--slo", help="Per-request SLOs for goodput, e.g. ttft_ms=200,tpot_ms=50,e2e_ms=5000."),
+    percentiles: str = typer.Option("50,90,99", "--percentiles", help="Percentiles to report."),
+    sweep_rates: str = typer.Option(None, "--sweep-rates", help="One pass per rate, e.g. 1,2,4,8,inf (replaces --request-rate)."),
+    warmup: int = typer.Option(1, "--warmup", min=0, help="Warm-up requests before measuring (not counted)."),
+    api_key: str = typer.Option(None, "--api-key", help="Bearer token for the server (never stored)."),
+    seed: int = typer.Option(0, "--seed", help="Seeds the prompts and the arrival gaps."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Per-request limit in seconds."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Store the result in the results store."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Load-test an OpenAI-compatible server: TTFT, TPOT, ITL, E2E, throughput and goodput per request rate."""
+    from accelkit.loadtest import SLO, LoadTestConfig, parse_rate, run_loadtest
+    from accelkit.loadtest.datasets import parse_dataset
+
+    with flag_values():
+        if endpoint not in ("completions", "chat"):
+            raise UserError(f"--endpoint {endpoint!r} is not valid; choose completions or chat")
+        parse_dataset(dataset)  # a bad --dataset is a usage error before anything is sent
+        config = LoadTestConfig(
+            base_url=base_url, model=model, endpoint=endpoint, dataset=dataset, num_prompts=num_prompts,  # type: ignore[arg-type]
+            request_rate=parse_rate(request_rate), burstiness=burstiness, max_concurrency=max_concurrency,
+            random_input_len=random_input_len, random_output_len=random_output_len,
+            random_range_ratio=random_range_ratio, ignore_eos=ignore_eos, slo=SLO.parse(slo),
+            percentiles=_floats(percentiles, "--percentiles"),
+            sweep_rates=_floats(sweep_rates, "--sweep-rates", rates=True) if sweep_rates is not None else None,
+            warmup=warmup, api_key=api_key, seed=seed, timeout_s=timeout,
+        )
+    with status("load test", quiet=as_json) as update:
+        result = run_loadtest(config, on_progress=update)
+    result_id = None
+    if save:
+        from accelkit.results import ResultStore
+
+        with ResultStore() as store:
+            result_id = store.add(result)
+    emit({**result.to_dict(), "result_id": result_id}, as_json, lambda: _render(result.details, result_id))
+
+
+def _ms(value: float | None) -> str | None:
+    return fmt_num(value, 2)
+
+
+def _rate(rate: float | str) -> str:
+    return rate if isinstance(rate, str) else f"{rate:g}"
+
+
+def _render(d: dict[str, Any], result_id: int | None) -> None:
+    qs = [f"p{q:g}" for q in d["percentiles"]]
+    passes = d["passes"]
+    for p in passes if len(passes) == 1 else []:
+        rows: list[tuple[Any, ...]] = [
+            ("successful requests", p["completed"], ""), ("failed requests", p["failed"], ""),
+            ("duration", fmt_num(p["duration_s"], 2), "s"),
+            ("total input tokens", p["total_input_tokens"], "tokens"),
+            ("total generated tokens", p["total_output_tokens"], "tokens"),
+            ("request throughput", fmt_num(p["request_throughput"], 2), "req/s"),
+            ("output token throughput", fmt_num(p["output_throughput"], 2), "tokens/s"),
+            ("total token throughput", fmt_num(p["total_token_throughput"], 2), "tokens/s"),
+            ("goodput (per request)", fmt_num(p["goodput"], 2), "req/s"),
+            ("peak concurrency", p["peak_concurrency"], "requests"),
+        ]
+        out.print(table(f"Load test — {d['config']['model']} via {d['url']} · {d['arrivals']['per_rate'][0]}"
+                        f" · ignore_eos={d['ignore_eos']}", ["metric", "value", "unit"], rows, right=(1,)))
+        lat = [(name, _ms(p[key]["mean"]), _ms(p[key]["median"]), _ms(p[key]["std"]), *(_ms(p[key][q]) for q in qs))
+               for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms"))]
+        out.print(table("Latency (ms)", ["", "mean", "median", "std", *qs], lat, right=tuple(range(1, 4 + len(qs)))))
+        lengths = p["lengths"]
+        len_rows = [(name, fmt_num(lengths[key]["mean"], 1), *(fmt_num(lengths[key][q], 0) for q in qs))
+                    for name, key in (("prompt tokens (usage)", "prompt_tokens"), ("completion tokens", "completion_tokens"),
+                                      ("max_tokens sent", "max_tokens"))]
+        out.print(table(f"Lengths actually sent — dataset {d['dataset']['dataset']}", ["", "mean", *qs], len_rows,
+                        right=tuple(range(1, 2 + len(qs)))))
+    if len(passes) > 1:
+        rows = [(_rate(pt["rate"]), pt["completed"], pt["failed"], fmt_num(pt["request_throughput"], 2),
+                 fmt_num(pt["output_throughput"], 1), fmt_num(pt["goodput"], 2),
+                 _ms(pt["ttft_ms"]["p50"]), _ms(pt["ttft_ms"]["p99"]), _ms(pt["tpot_ms"]["p50"]), _ms(pt["tpot_ms"]["p99"]),
+                 _ms(pt["e2e_ms"]["p50"]))
+                for pt in d["curve"]]
+        out.print(table(f"Latency-throughput curve — {d['config']['model']} via {d['url']} · ignore_eos={d['ignore_eos']}",
+                        ["rate", "ok", "failed", "req/s", "out tok/s", "goodput", "TTFT p50", "TTFT p99",
+                         "TPOT p50", "TPOT p99", "E2E p50"], rows, right=tuple(range(0, 11))))
+    failures = [(_rate(p["rate"]), f["count"], f["error"]) for p in passes for f in p["failures"]]
+    if failures:
+        out.print(table("Failed requests", ["rate", "count", "error"], failures, right=(1,)))
+    if d["slo"] and any(v is not None for v in d["slo"].values()):
+        out.print(f"goodput: {d['goodput_definition']}; SLOs " +
+                  ", ".join(f"{k}<={v:g}" for k, v in d["slo"].items() if v is not None))
+    missing = sum(p["lengths"]["requests_without_usage"] for p in passes)
+    if missing:
+        err.print(f"warning: {missing} requests came without usage; their token counts are chunk counts")
+    if result_id is not None:
+        err.print(f"stored as result {result_id}")

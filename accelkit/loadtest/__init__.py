@@ -1,0 +1,24 @@
+"""Load tester for any OpenAI-compatible server (accelkit serve, vLLM, TGI, SGLang), measuring as
+`vllm bench serve` does. No torch import.
+
+``run_loadtest(LoadTestConfig(...)) -> Measurement`` · ``plot_data(result)`` for the report ·
+``compute_metrics(records, duration_s)`` for the pure aggregation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelkit.loadtest.config import SLO, LoadTestConfig, parse_rate
+from accelkit.loadtest.metrics import RequestRecord, compute_metrics
+from accelkit.loadtest.plot import plot_data
+
+__all__ = ["SLO", "LoadTestConfig", "RequestRecord", "compute_metrics", "parse_rate", "plot_data", "run_loadtest"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "run_loadtest":  # imports httpx: only when a test is run
+        from accelkit.loadtest.runner import run_loadtest
+
+        return run_loadtest
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,147 @@
+"""A streaming client for the public OpenAI API (`/v1/completions`, `/v1/chat/completions`) that times
+every output-bearing chunk.
+
+Each request streams (``stream: true``) with ``stream_options: {"include_usage": true}`` so that the
+server's own token counts arrive in the last chunk. A chunk is *output-bearing* when its first choice
+carries text (``text`` for completions; ``delta.content`` or ``delta.reasoning_content`` for chat); a
+role-only first chat delta or a usage-only chunk is not, so it does not start the TTFT clock's stop.
+Timestamps are ``time.perf_counter()`` taken as each SSE line is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from accelkit.loadtest.config import LoadTestConfig
+from accelkit.loadtest.datasets import SampleRequest
+from accelkit.loadtest.metrics import RequestRecord
+
+__all__ = ["OpenAIStreamClient", "chunk_text"]
+
+_MAX_ERROR_CHARS = 300
+
+
+def chunk_text(data: dict[str, Any], endpoint: str) -> str | None:
+    """The output text a streamed chunk carries, or None when it carries none."""
+    choices = data.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        return None
+    choice = choices[0]
+    if endpoint == "completions":
+        text = choice.get("text")
+    else:
+        delta = choice.get("delta") or {}
+        text = delta.get("content") or delta.get("reasoning_content")
+    return text if isinstance(text, str) and text else None
+
+
+def _error_text(body: bytes | str, status: int) -> str:
+    """'HTTP 429: <the OpenAI error message>' from an error response."""
+    raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    message = raw.strip()
+    try:
+        obj = json.loads(raw)
+        if isinstance(obj, dict):
+            err = obj.get("error", obj)
+            message = str(err.get("message") or err.get("detail") or err) if isinstance(err, dict) else str(err)
+    except ValueError:
+        pass
+    return f"HTTP {status}: {message[:_MAX_ERROR_CHARS] or httpx.codes.get_reason_phrase(status)}"
+
+
+class OpenAIStreamClient:
+    """One ``httpx.AsyncClient`` for a whole load test (connections are reused across requests)."""
+
+    def __init__(self, config: LoadTestConfig):
+        self.config = config
+        self.url = config.url
+        headers = {"Content-Type": "application/json", "User-Agent": "accelkit-loadtest"}
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        # httpx caps a pool at 100 connections by default, which would silently cap concurrency
+        limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
+        self._client = httpx.AsyncClient(headers=headers, limits=limits, timeout=httpx.Timeout(config.timeout_s))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> OpenAIStreamClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def payload(self, request: SampleRequest) -> dict[str, Any]:
+        """The request body: greedy, streamed, usage included; ``ignore_eos`` only when asked for
+        (it is a vLLM/SGLang extension that a strict server may reject)."""
+        body: dict[str, Any] = {"model": self.config.model, "max_tokens": request.output_len, "temperature": 0.0,
+                                "stream": True, "stream_options": {"include_usage": True}}
+        if self.config.endpoint == "completions":
+            body["prompt"] = request.prompt
+        else:
+            body["messages"] = [{"role": "user", "content": request.prompt}]
+        if self.config.ignore_eos:
+            body["ignore_eos"] = True
+        return body
+
+    async def send(self, request: SampleRequest, record: RequestRecord, t0: float, *, request_id: str | None = None) -> RequestRecord:
+        """Send one request and fill ``record``; never raises for a server or network failure (the
+        error text goes into ``record.error``). ``t0`` is the pass's start on the perf_counter clock."""
+        headers = {"x-request-id": request_id} if request_id else None
+        body = self.payload(request)
+        st = time.perf_counter()
+        record.send_s = st - t0
+        try:
+            async with asyncio.timeout(self.config.timeout_s):  # the whole request, not each read
+                async with self._client.stream("POST", self.url, json=body, headers=headers) as response:
+                    record.status_code = response.status_code
+                    if response.status_code != 200:
+                        record.error = _error_text(await response.aread(), response.status_code)
+                        return record
+                    await self._read_stream(response, record, st)
+        except (TimeoutError, httpx.TimeoutException):
+            record.error = f"timed out after {self.config.timeout_s:g} s (--timeout)"
+        except httpx.ConnectError as exc:
+            record.error = f"cannot connect to {self.url}: {exc}"[:_MAX_ERROR_CHARS]
+        except httpx.HTTPError as exc:
+            record.error = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS] or type(exc).__name__
+        finally:
+            record.done_s = time.perf_counter() - t0
+        if record.error is None and not record.chunk_times_s:
+            record.error = "the stream ended without an output-bearing chunk (nothing to time)"
+        return record
+
+    async def _read_stream(self, response: httpx.Response, record: RequestRecord, st: float) -> None:
+        endpoint = self.config.endpoint
+        async for line in response.aiter_lines():
+            now = time.perf_counter()  # stamp before parsing: JSON decoding is not the server's time
+            if not line.startswith("data:"):
+                continue  # blank separators, ': keep-alive' comments, 'event:' lines
+            data_str = line[5:].strip()
+            if data_str == "[DONE]":
+                break
+            try:
+                data = json.loads(data_str)
+            except ValueError:
+                record.error = f"malformed SSE data: {data_str[:100]!r}"
+                return
+            if not isinstance(data, dict):
+                continue
+            if "error" in data:  # vLLM/SGLang report mid-stream failures this way
+                err = data["error"]
+                message = err.get("message", err) if isinstance(err, dict) else err
+                record.error = f"error in stream: {str(message)[:_MAX_ERROR_CHARS]}"
+                return
+            if chunk_text(data, endpoint) is not None:
+                record.chunk_times_s.append(now - st)
+            usage = data.get("usage")
+            if isinstance(usage, dict):
+                if isinstance(usage.get("prompt_tokens"), int):
+                    record.prompt_tokens = usage["prompt_tokens"]
+                if isinstance(usage.get("completion_tokens"), int):
+                    record.completion_tokens = usage["completion_tokens"]

@@ -1,0 +1,149 @@
+"""What a load test runs: the endpoint, the dataset, the arrival model, the SLOs and the sweep.
+
+Defaults follow `vllm bench serve` (1000 prompts, rate inf, burstiness 1.0, random 1024 in / 128 out,
+greedy sampling) so that a run with the same flags measures the same thing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from accelkit.core.spec import Spec, spec_field
+
+Endpoint = Literal["completions", "chat"]
+
+#: path of each endpoint under the server's base URL (the public OpenAI API, nothing else)
+ENDPOINT_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SLO(Spec):
+    """Per-request service-level objectives in milliseconds; None means not checked. A request is
+    "good" when it meets every SLO given (measured value <= the SLO), as `vllm bench serve --goodput`."""
+
+    ttft_ms: float | None = spec_field(None, min=0.0, doc="Time to first output-bearing chunk, ms.")
+    tpot_ms: float | None = spec_field(None, min=0.0, doc="Time per output token after the first, ms.")
+    e2e_ms: float | None = spec_field(None, min=0.0, doc="Send to last output-bearing chunk, ms.")
+
+    @property
+    def is_empty(self) -> bool:
+        return self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None
+
+    @classmethod
+    def parse(cls, text: str | None, *, field: str = "--slo") -> SLO:
+        """'ttft_ms=200,tpot_ms=50' → SLO; a bad key or value raises ValueError naming ``field``."""
+        if text is None or not text.strip():
+            return cls()
+        values: dict[str, float] = {}
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep:
+                raise ValueError(f"{field} item {item!r} is not key=value; e.g. {field} ttft_ms=200,tpot_ms=50")
+            if key not in SLO_KEYS:
+                raise ValueError(f"{field} key {key!r} is not known; use {', '.join(SLO_KEYS)}")
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ValueError(f"{field} {key}={raw.strip()!r} is not a number of milliseconds") from None
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{field} {key}={raw.strip()} must be a positive number of milliseconds")
+            values[key] = value
+        return cls(**values)
+
+
+def parse_rate(text: str, *, field: str = "--request-rate") -> float:
+    """'4' → 4.0, 'inf' → math.inf; anything else (or <= 0) raises ValueError naming ``field``."""
+    raw = text.strip().lower()
+    if raw in ("inf", "infinity"):
+        return math.inf
+    try:
+        rate = float(raw)
+    except ValueError:
+        raise ValueError(f"{field} {text!r} is not valid; give requests per second (> 0) or inf") from None
+    if not rate > 0 or math.isnan(rate):
+        raise ValueError(f"{field} {text!r} is not valid; give requests per second (> 0) or inf")
+    return rate
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadTestConfig(Spec):
+    """One load test: a pass per request rate, each sending the same prompts."""
+
+    base_url: str = spec_field(doc="Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted).")
+    model: str = spec_field(doc="Model name the server knows (`GET /v1/models`).")
+    endpoint: Endpoint = spec_field("completions", doc="completions (/v1/completions) or chat (/v1/chat/completions).")
+    dataset: str = spec_field("random", doc="random, sharegpt:PATH or jsonl:PATH.")
+    num_prompts: int = spec_field(1000, min=1, doc="Requests per pass (warm-up requests not included).")
+    request_rate: float = spec_field(math.inf, doc="Mean arrivals per second; inf sends every request at once.")
+    burstiness: float = spec_field(1.0, doc="Gamma shape of the gaps: 1.0 Poisson, < 1 burstier, > 1 steadier.")
+    max_concurrency: int | None = spec_field(None, min=1, doc="Most requests in flight; None: no cap.")
+    random_input_len: int = spec_field(1024, min=1, doc="random dataset: prompt length target (words ≈ tokens).")
+    random_output_len: int = spec_field(128, min=1, doc="random dataset (and jsonl lines without output_len): max_tokens.")
+    random_range_ratio: float = spec_field(0.0, min=0.0, doc="random dataset: lengths uniform in L·[1−x, 1+x], x < 1.")
+    ignore_eos: bool = spec_field(False, doc="Send ignore_eos=true (vLLM/SGLang extension) so every request runs to max_tokens.")
+    slo: SLO = spec_field(default_factory=SLO, doc="Per-request SLOs for goodput.")
+    percentiles: tuple[float, ...] = spec_field((50.0, 90.0, 99.0), doc="Percentiles to report, each in (0, 100].")
+    sweep_rates: tuple[float, ...] | None = spec_field(None, doc="One pass per rate (replaces request_rate).")
+    warmup: int = spec_field(1, min=0, doc="Requests sent before the measured passes and excluded from metrics.")
+    warmup_timeout_s: float = spec_field(120.0, min=0.0, doc="Warm-up stops (requests cancelled) after this long.")
+    api_key: str | None = spec_field(None, doc="Sent as 'Authorization: Bearer KEY'; never stored.")
+    seed: int = spec_field(0, doc="Seeds the dataset sample and the arrival gaps.")
+    timeout_s: float = spec_field(600.0, min=0.0, doc="Per-request limit; a request past it fails with that text.")
+
+    def validate(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url={self.base_url!r} is not valid; expected http://HOST:PORT or https://…")
+        if not self.model.strip():
+            raise ValueError("model is empty; give the name the server serves (see GET /v1/models)")
+        for name, rate in [("request_rate", self.request_rate)] + [
+            (f"sweep_rates[{i}]", r) for i, r in enumerate(self.sweep_rates or ())
+        ]:
+            if not rate > 0:
+                raise ValueError(f"{name}={rate!r} is out of range; expected > 0 requests/s or inf")
+        if self.sweep_rates is not None and not self.sweep_rates:
+            raise ValueError("sweep_rates is empty; give at least one rate or leave it out")
+        if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
+            raise ValueError(f"burstiness={self.burstiness!r} is out of range; expected a finite number > 0")
+        if self.random_range_ratio >= 1.0:
+            raise ValueError(f"random_range_ratio={self.random_range_ratio!r} is out of range; expected 0 <= x < 1")
+        for i, q in enumerate(self.percentiles):
+            if not 0 < q <= 100:
+                raise ValueError(f"percentiles[{i}]={q!r} is out of range; expected 0 < q <= 100")
+        if not self.percentiles:
+            raise ValueError("percentiles is empty; e.g. 50,90,99")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s={self.timeout_s!r} is out of range; expected > 0 seconds")
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """The request rate of each pass, in run order."""
+        return self.sweep_rates if self.sweep_rates is not None else (self.request_rate,)
+
+    @property
+    def url(self) -> str:
+        """The full endpoint URL."""
+        root = self.base_url.rstrip("/")
+        root = root[: -len("/v1")] if root.endswith("/v1") else root
+        return root + ENDPOINT_PATHS[self.endpoint]
+
+    def public_dict(self) -> dict[str, Any]:
+        """``to_dict`` for storage: the API key redacted, inf rates as the string 'inf' (valid JSON)."""
+        data = self.to_dict()
+        data["api_key"] = None if self.api_key is None else "<redacted>"
+        data["request_rate"] = rate_json(self.request_rate)
+        if self.sweep_rates is not None:
+            data["sweep_rates"] = [rate_json(r) for r in self.sweep_rates]
+        return data
+
+
+def rate_json(rate: float) -> float | str:
+    """JSON has no infinity: a rate of inf is stored as the string 'inf'."""
+    return "inf" if math.isinf(rate) else rate

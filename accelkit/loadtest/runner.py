@@ -1,0 +1,184 @@
+"""The load test: load the dataset → warm up → one pass per rate (schedule → send → aggregate) → one
+Measurement.
+
+A pass draws the arrival times first, then starts every request at its time; with a concurrency cap a
+request that arrives while the cap is full waits, and its send time (the TTFT clock's start) is when it
+really goes out, as in `vllm bench serve`. Warm-up requests use the first prompts of the dataset, at most
+``warmup`` of them and for at most ``warmup_timeout_s``; they are never counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+from accelkit.core import AccelkitError, Measurement, summarize
+from accelkit.loadtest.arrivals import arrival_offsets, describe_arrivals
+from accelkit.loadtest.client import OpenAIStreamClient
+from accelkit.loadtest.config import LoadTestConfig, rate_json
+from accelkit.loadtest.datasets import SampleRequest, load_dataset
+from accelkit.loadtest.metrics import RequestRecord, compute_metrics, pkey
+
+__all__ = ["run_loadtest", "run_pass"]
+
+Progress = Callable[[str], None]
+
+GOODPUT_DEFINITION = (
+    "per-request goodput (vLLM bench serve): requests meeting every given SLO / duration; "
+    "not DistServe's highest rate at a target SLO attainment"
+)
+
+
+async def run_pass(
+    client: OpenAIStreamClient, requests: list[SampleRequest], *, rate: float, burstiness: float, seed: int,
+    max_concurrency: int | None, tag: str = "run", on_progress: Progress | None = None,
+) -> tuple[list[RequestRecord], float]:
+    """Send ``requests`` at gamma arrivals of ``rate`` req/s; returns the records and the wall duration."""
+    offsets = arrival_offsets(len(requests), rate, burstiness, seed=seed)
+    records = [RequestRecord(index=i, input_len=r.input_len, max_tokens=r.output_len, scheduled_s=offsets[i])
+               for i, r in enumerate(requests)]
+    cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    done = 0
+    loop = asyncio.get_running_loop()
+    t0 = time.perf_counter()
+    start = loop.time()
+
+    async def fire(i: int) -> None:
+        nonlocal done
+        delay = start + offsets[i] - loop.time()  # absolute schedule: no drift from sleep overshoot
+        if delay > 0:
+            await asyncio.sleep(delay)
+        async with cap if cap is not None else nullcontext():
+            await client.send(requests[i], records[i], t0, request_id=f"accelkit-{tag}-{i}")
+        done += 1
+        if on_progress is not None:
+            on_progress(f"{tag}: {done}/{len(requests)} done")
+
+    await asyncio.gather(*(fire(i) for i in range(len(requests))))
+    return records, time.perf_counter() - t0
+
+
+async def _warmup(client: OpenAIStreamClient, requests: list[SampleRequest], config: LoadTestConfig,
+                  on_progress: Progress | None) -> dict[str, Any]:
+    """Warm the server with the first prompts; bounded in count and in time. All failing is an error."""
+    n = min(config.warmup, len(requests))
+    info: dict[str, Any] = {"requests": n, "completed": 0, "failed": 0, "timed_out": False, "duration_s": 0.0}
+    if n == 0:
+        return info
+    t = time.perf_counter()
+    try:
+        records, _ = await asyncio.wait_for(
+            run_pass(client, requests[:n], rate=math.inf, burstiness=1.0, seed=config.seed,
+                     max_concurrency=config.max_concurrency, tag="warmup", on_progress=on_progress),
+            timeout=config.warmup_timeout_s,
+        )
+    except TimeoutError:
+        info.update(timed_out=True, duration_s=time.perf_counter() - t)
+        return info
+    info.update(completed=sum(r.success for r in records), failed=sum(not r.success for r in records),
+                duration_s=time.perf_counter() - t)
+    if info["completed"] == 0:
+        first = next(r.error for r in records if r.error)
+        raise AccelkitError(f"warm-up: none of {n} requests to {config.url} succeeded; first error: {first}")
+    return info
+
+
+async def _run(config: LoadTestConfig, on_progress: Progress | None) -> tuple[dict[str, Any], list[tuple[float, list[RequestRecord], dict[str, Any]]], dict[str, Any]]:
+    requests, dataset_info = load_dataset(
+        config.dataset, config.num_prompts + config.warmup, input_len=config.random_input_len,
+        output_len=config.random_output_len, range_ratio=config.random_range_ratio, seed=config.seed,
+    )
+    warm, measured = requests[: config.warmup], requests[config.warmup:]
+    passes = []
+    async with OpenAIStreamClient(config) as client:
+        warmup_info = await _warmup(client, warm, config, on_progress)
+        for i, rate in enumerate(config.rates):
+            records, duration = await run_pass(
+                client, measured, rate=rate, burstiness=config.burstiness, seed=config.seed + i,
+                max_concurrency=config.max_concurrency, tag=f"rate {rate:g}", on_progress=on_progress,
+            )
+            metrics = compute_metrics(records, duration, percentiles=config.percentiles, slo=config.slo)
+            passes.append((rate, records, metrics))
+    return dataset_info, passes, warmup_info
+
+
+def run_loadtest(config: LoadTestConfig, *, on_progress: Progress | None = None) -> Measurement:
+    """Run the whole load test and return it as a Measurement (kind 'loadtest'); see :func:`to_measurement`."""
+    dataset_info, passes, warmup_info = asyncio.run(_run(config, on_progress))
+    if all(m["completed"] == 0 for _, _, m in passes):
+        first = passes[0][2]["failures"][0]["error"] if passes[0][2]["failures"] else "unknown"
+        raise AccelkitError(f"no request to {config.url} completed; first error: {first}")
+    return to_measurement(config, dataset_info, passes, warmup_info)
+
+
+def curve_point(rate: float, metrics: dict[str, Any]) -> dict[str, Any]:
+    """One point of the latency-throughput curve."""
+    keep = [pkey(q) for q in (50, 90, 99)]
+    return {
+        "rate": rate_json(rate), "request_throughput": metrics["request_throughput"],
+        "output_throughput": metrics["output_throughput"], "total_token_throughput": metrics["total_token_throughput"],
+        "goodput": metrics["goodput"], "completed": metrics["completed"], "failed": metrics["failed"],
+        **{name: {k: metrics[name][k] for k in keep} for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")},
+    }
+
+
+def to_measurement(config: LoadTestConfig, dataset_info: dict[str, Any],
+                   passes: list[tuple[float, list[RequestRecord], dict[str, Any]]], warmup_info: dict[str, Any]) -> Measurement:
+    """details: config, arrival model, dataset, warm-up, ``curve`` (one point per rate), ``passes`` (full
+    metrics and per-request records); samples: ``ttft_s``/``tpot_s``/``itl_s``/``e2e_s`` of the last pass
+    and, for a sweep, ``<name>@<rate>`` for every pass."""
+    sweep = len(passes) > 1
+    samples: dict[str, list[float]] = {}
+    for rate, records, _ in passes:
+        series = _series(records)
+        if sweep:
+            samples.update({f"{k}@{rate:g}": v for k, v in series.items()})
+    samples.update(_series(passes[-1][1]))
+    last_rate, _, last = passes[-1]
+    rates = ",".join(f"{r:g}" for r, _, _ in passes)
+    return Measurement(
+        kind="loadtest",
+        name=f"{config.model} {config.endpoint} @ {rates} req/s",
+        throughput=last["output_throughput"],
+        throughput_unit="output tokens/s",
+        latency_s=summarize(samples["e2e_s"]) if samples["e2e_s"] else None,
+        details={
+            "config": config.public_dict(),
+            "url": config.url,
+            "arrivals": {"distribution": "gamma", "burstiness": config.burstiness,
+                         "per_rate": [describe_arrivals(r, config.burstiness) for r, _, _ in passes]},
+            "max_concurrency": config.max_concurrency,
+            "ignore_eos": config.ignore_eos,
+            "dataset": dataset_info,
+            "slo": config.slo.to_dict(),
+            "goodput_definition": GOODPUT_DEFINITION,
+            "percentiles": list(config.percentiles),
+            "warmup": warmup_info,
+            "curve": [curve_point(rate, m) for rate, _, m in passes],
+            "passes": [{"rate": rate_json(rate), **m, "requests": [r.to_dict() for r in records]}
+                       for rate, records, m in passes],
+            "summary_rate": rate_json(last_rate),
+        },
+        samples=samples,
+        environment=_environment(),
+    )
+
+
+def _series(records: list[RequestRecord]) -> dict[str, list[float]]:
+    ok = [r for r in records if r.success]
+    return {
+        "ttft_s": [r.ttft_s for r in ok],  # type: ignore[misc]
+        "tpot_s": [t for r in ok if (t := r.tpot_s) is not None],
+        "itl_s": [g for r in ok for g in r.itl_s],
+        "e2e_s": [r.e2e_s for r in ok],  # type: ignore[misc]
+    }
+
+
+def _environment() -> dict[str, Any]:
+    from accelkit.hardware.detect import environment
+
+    return {**environment(with_torch=False), "client": "accelkit loadtest (httpx)"}

@@ -1,0 +1,80 @@
+"""`accelkit loadtest` end to end in a subprocess: --json, --save, the tables, usage errors (exit 2)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
+from accelkit.results import ResultStore
+from tests.conftest import REPO
+
+# The command is registered in accelkit/cli/app.py by its owner; register it here too so this test
+# does not depend on that line (a second registration of the same name simply replaces the first).
+_ENTRY = ("import sys; from accelkit.cli.app import app, main; from accelkit.cli import loadtest; "
+          "app.command('loadtest')(loadtest.loadtest_cmd); main(sys.argv[1:])")
+
+
+def loadtest(*args, timeout=120):
+    return subprocess.run([sys.executable, "-c", _ENTRY, "loadtest", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ), cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.05, itl_s=0.01, fail_every=5)) as s:
+        yield s
+
+
+def test_json_and_save(server, _isolated_home):
+    proc = loadtest("--base-url", server.base_url, "--model", "fake-model", "--num-prompts", "10",
+                    "--random-input-len", "20", "--random-output-len", "5", "--request-rate", "50",
+                    "--slo", "ttft_ms=2000,tpot_ms=500", "--percentiles", "50,99", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # the whole of stdout is one JSON document
+    p = doc["details"]["passes"][0]
+    assert doc["kind"] == "loadtest" and p["completed"] + p["failed"] == 10 and p["failed"] >= 1
+    assert p["failures"][0]["error"] == "HTTP 500: injected failure"
+    assert p["goodput"] is not None and "per-request" in doc["details"]["goodput_definition"]
+    with ResultStore(_isolated_home / "results.db") as store:
+        stored = store.get(doc["result_id"]).result
+    assert stored.kind == "loadtest" and stored.details["curve"][0]["rate"] == 50.0
+    assert {"ttft_s", "tpot_s", "itl_s", "e2e_s"} <= set(stored.samples)
+
+
+def test_sweep_prints_curve(server):
+    proc = loadtest("--base-url", server.base_url, "--model", "fake-model", "--num-prompts", "4", "--endpoint", "chat",
+                    "--random-input-len", "8", "--random-output-len", "3", "--sweep-rates", "10,inf", "--no-save")
+    assert proc.returncode == 0, proc.stderr
+    assert "Latency-throughput curve" in proc.stdout and "inf" in proc.stdout
+    assert "Failed requests" in proc.stdout and "injected failure" in proc.stdout
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("--slo", "ttft=100"), "--slo key 'ttft' is not known"),
+    (("--slo", "ttft_ms=fast"), "--slo ttft_ms='fast' is not a number"),
+    (("--dataset", "parquet:x"), "--dataset 'parquet:x' is not valid"),
+    (("--dataset", "jsonl:/no/such.jsonl"), "no such file"),
+    (("--request-rate", "-2"), "--request-rate '-2' is not valid"),
+    (("--sweep-rates", "1,x"), "--sweep-rates 'x' is not valid"),
+    (("--endpoint", "embeddings"), "--endpoint 'embeddings' is not valid"),
+])
+def test_usage_errors_exit_2(server, args, needle):
+    proc = loadtest("--base-url", server.base_url, "--model", "fake-model", *args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_bad_jsonl_line_exit_2(server, tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "hi"}\n{"prompt": 3}\n')
+    proc = loadtest("--base-url", server.base_url, "--model", "fake-model", "--dataset", f"jsonl:{path}")
+    assert proc.returncode == 2 and "line 2: field 'prompt'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unknown_model_exit_1(server):
+    proc = loadtest("--base-url", server.base_url, "--model", "nope", "--num-prompts", "2")
+    assert proc.returncode == 1 and "HTTP 404" in proc.stderr and "does not exist" in proc.stderr
