@@ -1,19 +1,14 @@
 """The precision and optimization matrix of `accelkit bench`, and a thin adapter to the recipes.
 
 A :class:`Variant` is one cell of the matrix (a precision plus optional compile / recompute /
-channels-last). :func:`apply` turns a finished model into that variant through
-``accelkit.recipes.apply`` when the recipes package is installed, and otherwise through the few
-transforms below (this fallback exists only until ``accelkit.recipes`` lands; delete it then).
-:func:`refusal` says in one line why a variant cannot run here — it is never run as something else.
+channels-last), or an explicit :class:`Recipe` (what `accelkit tune` measures). :func:`apply` turns a
+finished model into that variant through ``accelkit.recipes.apply``; :func:`device_refusal` says in one
+line why a variant cannot run here — it is never run as something else.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
-import inspect
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,6 +32,9 @@ class Variant(Spec):
     recompute: bool = spec_field(False, doc="Full activation checkpointing (training only).")
     channels_last: bool = spec_field(False, doc="NHWC memory format (CNNs only).")
     label: str | None = spec_field(None, doc="Name override (e.g. a data-loader setting); None = derived.")
+    explicit_recipe: Recipe | None = spec_field(
+        None, doc="A Recipe to apply as it is (accelkit tune); None = the one precision and options mean."
+    )
     settings: dict[str, Any] = spec_field(default_factory=dict, doc="Workload-specific settings of this variant.")
 
     @property
@@ -59,6 +57,8 @@ class Variant(Spec):
         """The Recipe this variant means. int8 is dynamic int8 quantization with fp32 compute; fp8 is
         FP8 training (torchao.float8) for a training step and dynamic fp8 quantization under bf16
         autocast for inference — the recipes package draws the same line."""
+        if self.explicit_recipe is not None:
+            return self.explicit_recipe
         quantization = {"int8": "int8-dynamic", "fp8": None if training else "fp8-dynamic"}.get(self.precision)
         precision = {"int8": "fp32", "fp8": "fp8" if training else "bf16"}.get(self.precision, self.precision)
         return Recipe(
@@ -89,81 +89,28 @@ def matrix(
     return out
 
 
-def _recipes() -> Any | None:
-    try:
-        return importlib.import_module("accelkit.recipes")
-    except ImportError:
-        return None
-
-
-def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn`` with the keyword arguments its signature accepts (the recipes API is young)."""
-    params = inspect.signature(fn).parameters
-    return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
-
-
 def device_refusal(variant: Variant, device: str, *, training: bool = False) -> str | None:
     """Why this device cannot run ``variant`` (None if it can)."""
     from accelkit.hardware.probe import supported_dtypes
 
     if variant.precision in ("tf32", "fp8") and supported_dtypes(device).get(variant.precision):
         return supported_dtypes(device)[variant.precision]
-    recipes = _recipes()
-    if recipes is not None and hasattr(recipes, "refusal"):
-        reason = _call(recipes.refusal, variant.recipe(training=training), device, training=training)
-        return str(reason) if reason else None
-    # fallback checks, until accelkit.recipes is importable everywhere
-    if variant.precision != "int8" and supported_dtypes(device).get(variant.precision):
-        return supported_dtypes(device)[variant.precision]
-    if variant.precision in ("fp8", "int8") and importlib.util.find_spec("torchao") is None:
-        return f"{variant.precision} needs torchao (pip install torchao)"
-    if variant.compile and device == "cpu" and not (shutil.which("c++") or shutil.which("g++")):
-        return "torch.compile on a CPU needs a C++ compiler (install g++), or drop --compile"
-    return None
+    from accelkit.recipes import refusal
+
+    reason = refusal(variant.recipe(training=training), device, training=training)
+    return str(reason) if reason else None
 
 
-# ---- applying a variant (fallback adapter) ------------------------------------------------------------
+# ---- applying a variant ---------------------------------------------------------------------------------
 def apply(
     model: torch.nn.Module, variant: Variant, *, example_inputs: Any = None, device: str = "cpu", train: bool = False
 ) -> torch.nn.Module:
-    """``model`` transformed into ``variant``. bf16/fp16 keep fp32 weights and run under :func:`numerics`
-    (autocast); int8 and fp8 go through torchao (fp8 inference casts the model to bf16 first)."""
-    recipes = _recipes()
-    if recipes is not None and hasattr(recipes, "apply"):
-        recipe = variant.recipe(training=train)
-        return _call(recipes.apply, model, recipe, example_inputs=example_inputs, device=device, training=train)
-    import torch
+    """``model`` transformed into ``variant`` by ``accelkit.recipes.apply`` (bf16/fp16 keep fp32 weights and
+    also run under :func:`numerics`; int8 and fp8 go through the recipes' quantization)."""
+    from accelkit.recipes import apply as apply_recipe
 
-    if variant.precision == "int8":
-        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
-
-        quantize_(model, Int8DynamicActivationInt8WeightConfig())
-    elif variant.precision == "fp8":
-        if train:
-            from torchao.float8 import convert_to_float8_training
-
-            convert_to_float8_training(model, module_filter_fn=_fp8_filter)
-        else:
-            from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_
-
-            model.to(torch.bfloat16)
-            quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()), filter_fn=_fp8_filter)
-    if variant.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    if variant.recompute:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # type: ignore[operator]
-    if variant.compile:
-        model = torch.compile(model)  # type: ignore[assignment]
-    return model
-
-
-def _fp8_filter(module: Any, fqn: str) -> bool:
-    """fp8 kernels need both linear dims divisible by 16; skip the LM head (accuracy) and odd shapes."""
-    import torch
-
-    if not isinstance(module, torch.nn.Linear):
-        return False
-    return module.in_features % 16 == 0 and module.out_features % 16 == 0 and "lm_head" not in fqn
+    return apply_recipe(model, variant.recipe(training=train), example_inputs=example_inputs, device=device,
+                        training=train)
 
 
 @contextlib.contextmanager

@@ -66,13 +66,6 @@ class ResNet(BenchWorkload):
     def check(self, device: str) -> None:
         check_fits(self.model_spec.num_params() * 4, device, self.model_spec.name)  # weights, grads, momentum
 
-    def refusal(self, variant: Variant, device: str) -> str | None:
-        from accelkit.bench.variants import _recipes
-
-        if variant.recompute and _recipes() is None:
-            return "transformers' ResNet has no gradient checkpointing; --recompute on a CNN needs accelkit.recipes"
-        return super().refusal(variant, device)
-
     def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
         import torch
 
