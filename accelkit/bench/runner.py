@@ -201,7 +201,10 @@ class Peaks:
 
 
 # ---- prediction ----------------------------------------------------------------------------------------
-def _predict(workload: BenchWorkload, variant: Variant, device: str, catalog: str | None) -> tuple[Estimate | None, str | None]:
+def predict_variant(
+    workload: BenchWorkload, variant: Variant, device: str, catalog: str | None
+) -> tuple[Estimate | None, str | None]:
+    """The planner's estimate for one variant of a workload (None with the reason when it has none)."""
     spec = workload.spec()
     if spec is None:
         return None, f"{workload.name}: no architecture the planner can model"
@@ -371,7 +374,7 @@ class _Session:
         self.interleaved = interleave
         for v in variants:
             self.predictions[v.name] = (
-                _predict(self.workload, v, self.device, catalog) if self.config.predict
+                predict_variant(self.workload, v, self.device, catalog) if self.config.predict
                 else (None, "prediction turned off (--no-predict)"))
         needs_reference = self.workload.task != "input" and not any(v.is_plain and v.precision == "fp32" for v in variants)
         if needs_reference:

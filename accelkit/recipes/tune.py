@@ -1,0 +1,245 @@
+"""`accelkit tune`: find the fastest (or leanest) recipe for a workload that keeps accuracy.
+
+    enumerate the recipes that make sense for the workload → refuse what this device cannot run →
+    prune by the planner's memory estimate (--memory-budget) → keep --max-trials → measure the rest with
+    the bench runner, interleaved → gate accuracy against fp32 → Pareto frontier → winner + snippet
+
+Every candidate ends in one status: measured (passed or failed the gate), refused (with the reason),
+pruned (over the memory budget, with the estimate) or skipped (beyond --max-trials).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from accelkit.core import Recipe, UserError
+from accelkit.core.spec import Spec, spec_field
+
+if TYPE_CHECKING:
+    from accelkit.bench.workloads.base import BenchWorkload
+    from accelkit.results import ResultStore
+
+Objective = Literal["throughput", "latency", "memory"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TuneConfig(Spec):
+    """What `tune` optimizes and within which limits."""
+
+    objective: Objective = spec_field("throughput", doc="throughput (max items/s), latency (min median), memory (min peak).")
+    max_accuracy_drop: float = spec_field(0.01, min=0.0, max=1.0, doc="Gate: allowed relative drop (0.01 = within 1%).")
+    memory_budget_bytes: int | None = spec_field(None, min=1, doc="Prune recipes whose planner estimate exceeds this.")
+    max_trials: int = spec_field(8, min=1, doc="Most recipes measured (the fp32 baseline included).")
+    device: str = spec_field("auto", doc="auto, cpu or cuda[:N].")
+    quick: bool = spec_field(True, doc="Short measurement loops (seconds per recipe); False = the bench defaults.")
+    compile: bool = spec_field(True, doc="Include torch.compile recipes (each costs a compilation).")
+
+
+@dataclass(slots=True)
+class Trial:
+    """One candidate recipe and what became of it."""
+
+    name: str
+    recipe: Recipe
+    status: str = "pending"  # measured | refused | pruned | skipped | failed
+    reason: str | None = None
+    estimated_bytes: int | None = None
+    throughput: float | None = None
+    unit: str | None = None
+    latency_s: float | None = None
+    memory_bytes: int | None = None
+    accuracy: dict[str, Any] | None = None
+    gate: dict[str, Any] | None = None
+    passed: bool = False
+    pareto: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "recipe": self.recipe.to_dict(), "status": self.status, "reason": self.reason,
+            "estimated_bytes": self.estimated_bytes, "throughput": self.throughput, "unit": self.unit,
+            "latency_s": self.latency_s, "memory_bytes": self.memory_bytes, "accuracy": self.accuracy,
+            "gate": self.gate, "passed": self.passed, "pareto": self.pareto,
+        }
+
+
+@dataclass(slots=True)
+class TuneResult:
+    workload: str
+    objective: str
+    device: str
+    trials: list[Trial]
+    winner: Trial | None
+    snippet: str | None
+    run_id: str
+    notes: list[str] = field(default_factory=list)
+    result_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload, "objective": self.objective, "device": self.device, "run_id": self.run_id,
+            "winner": self.winner.to_json() if self.winner else None, "snippet": self.snippet,
+            "pareto": [t.name for t in self.trials if t.pareto], "trials": [t.to_json() for t in self.trials],
+            "notes": self.notes, "result_id": self.result_id,
+        }
+
+
+def candidate_recipes(workload: BenchWorkload, *, compile: bool = True) -> list[tuple[str, Recipe]]:
+    """The recipes worth trying for this kind of workload, fp32 first, most promising next."""
+    if workload.task == "train":
+        out = [
+            ("fp32", Recipe()), ("bf16", Recipe(precision="bf16")), ("fp16", Recipe(precision="fp16")),
+            ("fp8", Recipe(precision="fp8")), ("tf32", Recipe(precision="tf32")),
+            ("bf16+recompute=selective", Recipe(precision="bf16", recompute="selective")),
+            ("recompute=full", Recipe(recompute="full")),
+        ]
+        if compile:
+            out += [("bf16+compile", Recipe(precision="bf16", compile="default")), ("compile", Recipe(compile="default"))]
+        return out
+    out = [
+        ("fp32", Recipe()), ("bf16", Recipe(precision="bf16")), ("int8-dynamic", Recipe(quantization="int8-dynamic")),
+        ("fp16", Recipe(precision="fp16")), ("fp8-dynamic", Recipe(precision="bf16", quantization="fp8-dynamic")),
+        ("tf32", Recipe(precision="tf32")), ("int8-weight", Recipe(quantization="int8-weight")),
+        ("int4-weight", Recipe(quantization="int4-weight")),
+        ("bf16+2:4", Recipe(precision="bf16", sparsity="2:4")),
+    ]
+    if workload.is_cnn:
+        out[1:1] = [("bf16+channels_last+fold_bn", Recipe(precision="bf16", channels_last=True, fold_bn=True)),
+                    ("channels_last+fold_bn", Recipe(channels_last=True, fold_bn=True))]
+    if compile:
+        out += [("bf16+compile", Recipe(precision="bf16", compile="default")), ("compile", Recipe(compile="default"))]
+    return out
+
+
+def _objective_key(trial: Trial, objective: str) -> float:
+    if objective == "throughput":
+        return -(trial.throughput or 0.0)
+    if objective == "latency":
+        return trial.latency_s if trial.latency_s is not None else float("inf")
+    return float(trial.memory_bytes) if trial.memory_bytes is not None else float("inf")
+
+
+def _dominates(a: Trial, b: Trial) -> bool:
+    """a is at least as good on speed, memory and accuracy drop, and better on one."""
+    def axes(t: Trial) -> tuple[float, float, float]:
+        drop = 1.0 - (t.gate or {}).get("candidate_value", 0.0)
+        return (-(t.throughput or 0.0), float(t.memory_bytes or 0), drop)
+
+    xa, xb = axes(a), axes(b)
+    return all(p <= q for p, q in zip(xa, xb, strict=True)) and xa != xb
+
+
+def _gate(accuracy: dict[str, Any] | None, max_drop: float) -> dict[str, Any]:
+    """The default gate on the bench's drift figures: top-1 agreement (class/vocab outputs) or cosine
+    similarity of at least 1 − max_drop against the fp32 output on the same batch."""
+    if not accuracy or "cosine" not in accuracy:
+        return {"passed": False, "criterion": "none", "reason": "no fp32 reference output to compare with"}
+    if accuracy.get("identical"):
+        return {"passed": True, "criterion": "identical", "candidate_value": 1.0, "threshold": 1 - max_drop}
+    top1 = accuracy.get("top1_agreement")
+    criterion, value = ("top1", top1) if top1 is not None else ("cosine", accuracy["cosine"])
+    threshold = 1 - max_drop
+    return {"passed": value >= threshold, "criterion": criterion, "candidate_value": value, "threshold": threshold}
+
+
+def snippet(recipe: Recipe) -> str:
+    """Paste-ready code for a recipe (only the fields that differ from the defaults)."""
+    defaults = Recipe().to_dict()
+    fields = ", ".join(f"{k}={v!r}" for k, v in recipe.to_dict().items() if defaults[k] != v)
+    return (
+        "from accelkit.core import Recipe\n"
+        "from accelkit.recipes import apply\n\n"
+        f"model = apply(model, Recipe({fields}))  # model.eval() first for inference"
+    )
+
+
+def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: ResultStore | None = None,
+         reporter: Any = None) -> TuneResult:
+    """Search recipes for ``workload``; measures with the bench runner and stores every trial."""
+    import uuid
+
+    from accelkit.bench.runner import BenchConfig, identify, predict_variant, resolve_device, run_benchmark
+    from accelkit.bench.timing import LoopConfig
+    from accelkit.bench.variants import Variant, device_refusal
+    from accelkit.core import Measurement
+    from accelkit.hardware.detect import environment
+
+    config = config or TuneConfig()
+    device = resolve_device(config.device)
+    training = workload.task == "train"
+    if workload.task == "input":
+        raise UserError("tune searches model recipes; the dataloader workload has none — use `accelkit bench dataloader`")
+    _, catalog = identify(device)
+    trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile)]
+    run_id = uuid.uuid4().hex[:12]
+    notes: list[str] = []
+
+    # 1. what this device (and this workload) cannot run
+    for t in trials:
+        variant = Variant(explicit_recipe=t.recipe, label=t.name)
+        reason = device_refusal(variant, device, training=training) or workload.refusal(variant, device)
+        if reason:
+            t.status, t.reason = "refused", reason
+    # 2. the planner's memory estimate against the budget
+    for t in trials:
+        if t.status != "pending":
+            continue
+        estimate, why = predict_variant(workload, Variant(explicit_recipe=t.recipe, label=t.name), device, catalog)
+        if estimate is not None:
+            t.estimated_bytes = int(estimate.memory_bytes.get("total", 0)) or None
+        if config.memory_budget_bytes is not None and t.estimated_bytes and t.estimated_bytes > config.memory_budget_bytes:
+            t.status = "pruned"
+            t.reason = f"planner estimates {t.estimated_bytes / 2**20:.1f} MiB > budget {config.memory_budget_bytes / 2**20:.1f} MiB"
+        elif estimate is None and config.memory_budget_bytes is not None:
+            notes.append(f"{t.name}: no memory estimate ({why}); measured instead of pruned")
+    # 3. the trial budget (the baseline always runs: it is the accuracy and speed reference)
+    runnable = [t for t in trials if t.status == "pending"]
+    if not runnable or runnable[0].name != "fp32":
+        raise UserError("the fp32 baseline cannot run here; nothing to compare against")
+    for t in runnable[config.max_trials:]:
+        t.status, t.reason = "skipped", f"beyond --max-trials {config.max_trials}"
+    measured = runnable[: config.max_trials]
+
+    # 4. measure, interleaved, with the fp32 output as the accuracy reference
+    loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick else LoopConfig()
+    bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False, save=store is not None)
+    variants = [Variant(explicit_recipe=t.recipe, label=t.name) for t in measured]
+    run = run_benchmark(workload, variants, bench, store=store, reporter=reporter, run_id=run_id)
+    entries = {e["name"]: e for e in run.variants}
+    for refused in run.refused:
+        t = next(x for x in measured if x.name == refused["name"])
+        t.status, t.reason = "refused", refused["reason"]
+    for t in measured:
+        entry = entries.get(t.name)
+        if entry is None:
+            if t.status == "pending":
+                t.status, t.reason = "failed", "not measured (interrupted)" if run.interrupted else "not measured"
+            continue
+        t.status = "measured"
+        t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
+        t.latency_s = entry["latency_s"]["median"]
+        measured_peak = entry["memory_bytes"].get("peak")
+        t.memory_bytes = measured_peak if device.startswith("cuda") or t.estimated_bytes is None else t.estimated_bytes
+        t.accuracy = entry.get("accuracy")
+        t.gate = _gate(t.accuracy, config.max_accuracy_drop) if t.name != "fp32" else {
+            "passed": True, "criterion": "reference", "candidate_value": 1.0, "threshold": 1 - config.max_accuracy_drop}
+        t.passed = bool(t.gate["passed"])
+
+    # 5. Pareto frontier (speed, memory, accuracy) among the passing, and the winner by objective
+    notes.append("memory axis: " + ("measured CUDA peak (max allocated)" if device.startswith("cuda") else
+                 "the planner's estimate per recipe (on a CPU the RSS deltas of a small model are mostly noise; "
+                 "the bench rows keep the measured RSS)"))
+    passing = [t for t in trials if t.passed]
+    for t in passing:
+        t.pareto = not any(_dominates(o, t) for o in passing if o is not t)
+    winner = min(passing, key=lambda t: _objective_key(t, config.objective)) if passing else None
+    result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
+                        winner=winner, snippet=snippet(winner.recipe) if winner else None, run_id=run_id,
+                        notes=notes + run.notes)
+    if store is not None:
+        result.result_id = store.add(Measurement(
+            kind="tune", name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
+            throughput=winner.throughput if winner else None, throughput_unit=winner.unit if winner else None,
+            details={**result.to_json(), "config": config.to_dict()}, environment=environment(with_torch=True),
+        ), run_id=run_id)
+    return result

@@ -1,0 +1,39 @@
+"""`accelkit tune` end to end on a tiny BERT: every candidate ends in a status, refusals say why, the
+winner passes the gate and is the fastest passing recipe."""
+
+import json
+
+
+def test_tune_bert_tiny(cli):
+    proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "5", "--json", check=True)
+    data = json.loads(proc.stdout)
+    trials = {t["name"]: t for t in data["trials"]}
+    assert trials["fp32"]["status"] == "measured" and trials["fp32"]["passed"]
+    assert trials["fp8-dynamic"]["status"] == "refused" and "FP8 tensor cores" in trials["fp8-dynamic"]["reason"]
+    assert trials["tf32"]["status"] == "refused"
+    measured = [t for t in data["trials"] if t["status"] == "measured"]
+    assert len(measured) == 5 and all(t["throughput"] > 0 for t in measured)
+    assert [t for t in data["trials"] if t["status"] == "skipped"]  # beyond --max-trials
+    winner = data["winner"]
+    assert winner["passed"]
+    assert winner["throughput"] == max(t["throughput"] for t in measured if t["passed"])
+    assert "from accelkit.recipes import apply" in data["snippet"] and data["result_id"] is not None
+    assert data["pareto"] and winner["name"] in data["pareto"]
+    stored = json.loads(cli("results", "show", str(data["result_id"]), "--json", check=True).stdout)
+    assert stored["kind"] == "tune" and stored["details"]["winner"]["name"] == winner["name"]
+
+
+def test_tune_memory_budget_prunes_with_the_planner(cli):
+    cli("hw", "probe", "--quick", check=True)  # the planner models this CPU from its probe
+    proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "3",
+               "--memory-budget", "1KiB", "--json")
+    assert proc.returncode == 2 and "fp32 baseline cannot run" in proc.stderr  # even fp32 is over 1 KiB
+    proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "2",
+               "--memory-budget", "1GiB", "--json", check=True)
+    trials = json.loads(proc.stdout)["trials"]
+    assert all(t["estimated_bytes"] and t["estimated_bytes"] < 2**30 for t in trials if t["status"] == "measured")
+
+
+def test_tune_bad_objective(cli):
+    proc = cli("tune", "bert", "--size", "tiny", "--objective", "speed")
+    assert proc.returncode == 2 and "objective" in proc.stderr

@@ -1,0 +1,44 @@
+from accelkit.core import Recipe
+from accelkit.recipes.tune import Trial, _dominates, _gate, _objective_key, snippet
+
+
+def _trial(name, tput, mem, agreement):
+    t = Trial(name, Recipe())
+    t.throughput, t.memory_bytes, t.gate, t.passed = tput, mem, {"candidate_value": agreement, "passed": True}, True
+    return t
+
+
+def test_gate_uses_top1_for_logits_and_cosine_otherwise():
+    assert _gate({"cosine": 0.999, "top1_agreement": 0.995, "identical": False}, 0.01)["passed"]
+    g = _gate({"cosine": 0.9999, "top1_agreement": 0.98, "identical": False}, 0.01)
+    assert not g["passed"] and g["criterion"] == "top1" and g["threshold"] == 0.99
+    assert _gate({"cosine": 0.995, "top1_agreement": None, "identical": False}, 0.01)["criterion"] == "cosine"
+    assert not _gate({"cosine": 0.98, "top1_agreement": None, "identical": False}, 0.01)["passed"]
+    assert not _gate(None, 0.01)["passed"]
+
+
+def test_pareto_dominance():
+    fast = _trial("fast", 100, 50, 0.999)
+    slow_lean = _trial("slow_lean", 50, 10, 0.999)
+    worse = _trial("worse", 90, 60, 0.995)
+    assert _dominates(fast, worse) and not _dominates(fast, slow_lean) and not _dominates(slow_lean, fast)
+    assert not _dominates(fast, fast)
+
+
+def test_objective_keys():
+    a, b = _trial("a", 100, 50, 1.0), _trial("b", 80, 20, 1.0)
+    a.latency_s, b.latency_s = 0.01, 0.02
+    assert min([a, b], key=lambda t: _objective_key(t, "throughput")) is a
+    assert min([a, b], key=lambda t: _objective_key(t, "latency")) is a
+    assert min([a, b], key=lambda t: _objective_key(t, "memory")) is b
+
+
+def test_snippet_is_runnable_python():
+    code = snippet(Recipe(precision="bf16", compile="default"))
+    assert "Recipe(precision='bf16', compile='default')" in code
+    namespace: dict = {"model": None}
+    try:
+        exec(code.replace("model = apply(model, ", "recipe = ("), namespace)
+    except Exception as exc:  # pragma: no cover - the assertion below explains
+        raise AssertionError(code) from exc
+    assert namespace["recipe"] == Recipe(precision="bf16", compile="default")
