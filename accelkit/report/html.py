@@ -2,7 +2,8 @@
 
 Sections: the runs table (with filters), precision/optimization comparison bars with their spread,
 latency distributions from the raw samples, MFU against the peak it was divided by, predicted vs
-measured, and the measured roofline from `hw probe`. plotly.js is inlined, so the file opens with no
+measured, the measured roofline from `hw probe`, and the serving latency-throughput curves and
+TTFT/TPOT distributions from `loadtest`. plotly.js is inlined, so the file opens with no
 network. No torch import: this reads the store and draws.
 """
 
@@ -161,6 +162,43 @@ def roofline_figure(store: ResultStore) -> dict[str, Any]:
                 empty="no `accelkit hw probe` result yet")
 
 
+def _loadtests(store: ResultStore, run_id: str | None) -> list[StoredResult]:
+    return store.query(kind="loadtest", run_id=run_id, limit=20)
+
+
+def serving_curve_figure(results: list[StoredResult]) -> dict[str, Any]:
+    """Latency against achieved request throughput, one line per load test (a sweep gives a curve)."""
+    from accelkit.loadtest import plot_data
+
+    data = []
+    for s in results:
+        curve = plot_data(s.result)["curve"]
+        x = [p["request_throughput"] for p in curve]
+        labels = [f"rate {p['rate']}" for p in curve]
+        for metric, q, dash in (("ttft_ms", "p50", None), ("ttft_ms", "p99", "dot"), ("tpot_ms", "p50", "dash")):
+            y = [(p.get(metric) or {}).get(q) for p in curve]
+            data.append({"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "text": labels,
+                         "line": {"dash": dash} if dash else {},
+                         "name": f"#{s.id} {metric.split('_')[0].upper()} {q}"})
+    return _fig(data, {"xaxis": {"title": "achieved request throughput (req/s)"}, "yaxis": {"title": "ms"}},
+                empty="no `accelkit loadtest` result yet")
+
+
+def serving_distribution_figure(results: list[StoredResult]) -> dict[str, Any]:
+    """TTFT and TPOT distributions per request rate of the newest load test."""
+    from accelkit.loadtest import plot_data
+
+    data = []
+    if results:
+        newest = results[0]
+        for rate, series in plot_data(newest.result)["distributions"].items():
+            for metric in ("ttft_ms", "tpot_ms"):
+                if series.get(metric):
+                    data.append({"type": "box", "y": series[metric], "boxpoints": False,
+                                 "name": f"{metric.split('_')[0].upper()} @ rate {rate}"})
+    return _fig(data, {"yaxis": {"title": "ms"}}, empty="no `accelkit loadtest` result yet")
+
+
 def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 500) -> str:
     """The report as an HTML string."""
     from jinja2 import Environment
@@ -168,6 +206,7 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
 
     rows = _bench_rows(store, run_id, limit)
     plotted = rows[:MAX_PLOTTED]
+    loadtests = _loadtests(store, run_id)
     figures = [
         ("comparison", "Precision and optimization comparison", "Throughput of each variant divided by the first "
          "variant of its run (interleaved runs: the median of per-round ratios, bars p25–p75).", comparison_figure(plotted)),
@@ -178,6 +217,10 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
          predicted_figure(plotted)),
         ("roofline", "Measured roofline", "From the newest `accelkit hw probe` of each device: min(peak, "
          "bandwidth × intensity).", roofline_figure(store)),
+        ("serving", "Serving: latency vs throughput", "Each `accelkit loadtest` (a `--sweep-rates` run gives a "
+         "curve): TTFT p50/p99 and TPOT p50 against the request throughput achieved.", serving_curve_figure(loadtests)),
+        ("serving-dist", "Serving: TTFT and TPOT distributions", "Per request rate, newest load test.",
+         serving_distribution_figure(loadtests)),
     ]
     hardware = sorted({s.result.hardware or "" for s in rows})
     env = Environment(autoescape=True)

@@ -45,6 +45,12 @@ def report_file(probed, tmp_path) -> Path:  # noqa: F811
                  ("llm", "--model", "tiny-llama", "--prompt-len", "32", "--output-len", "8")):
         proc = accelkit("bench", *args, *fast)
         assert proc.returncode == 0, proc.stderr
+    from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
+
+    with FakeOpenAIServer(FakeServerConfig(model="fake", ttft_s=0.02, itl_s=0.005)) as fake:  # a small sweep: curves
+        proc = accelkit("loadtest", "--base-url", fake.base_url, "--model", "fake", "--num-prompts", "12",
+                        "--random-output-len", "6", "--sweep-rates", "20,inf", "--warmup", "0")
+        assert proc.returncode == 0, proc.stderr
     out = tmp_path / "report.html"
     proc = accelkit("report", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -77,11 +83,12 @@ def test_report_renders_in_chromium(report_file):
             # self-contained: no external script, stylesheet or image, and (below) no request left the page
             assert page.evaluate("document.querySelectorAll('script[src], link[href], img[src]').length") == 0
             plots = page.locator("div.plot")
-            assert plots.count() == 5
+            assert plots.count() == 7
             for i in range(plots.count()):  # every plot drew its SVG
                 assert plots.nth(i).locator(".main-svg").count() >= 1, plots.nth(i).get_attribute("id")
             # the comparison, latency and MFU plots have data (not the "no data" placeholder)
-            for pid in ("plot-comparison", "plot-latency", "plot-mfu", "plot-roofline"):
+            for pid in ("plot-comparison", "plot-latency", "plot-mfu", "plot-roofline", "plot-serving",
+                        "plot-serving-dist"):
                 assert page.evaluate(f"document.getElementById('{pid}').data.length") >= 1, pid
             rows = page.locator("#runs-table tbody tr[data-hardware]")
             total = rows.count()

@@ -263,3 +263,23 @@ def test_fuzz_from_openapi_schema(server):
         fuzz(result.ok())()
     assert len(calls) >= 60 and not failures, failures[:5]  # 40 per POST route, one per parameterless GET
     assert state.loop.is_alive and metric(url, "vllm:num_requests_running") == 0
+
+
+def test_loadtest_against_accelkit_serve_stores_and_reports(server, cli, tmp_path):
+    url, _ = server
+    proc = cli("loadtest", "--base-url", url, "--model", "tiny", "--num-prompts", "24", "--random-input-len", "16",
+               "--random-output-len", "8", "--ignore-eos", "--sweep-rates", "8,inf", "--warmup", "1",
+               "--slo", "ttft_ms=5000,tpot_ms=1000", check=True)
+    assert "TTFT" in proc.stdout and "TPOT" in proc.stdout  # the metrics table and the curve
+    listed = json.loads(cli("results", "list", "--kind", "loadtest", "--json", check=True).stdout)
+    assert len(listed) == 1
+    stored = json.loads(cli("results", "show", str(listed[0]["id"]), "--json", check=True).stdout)
+    curve = stored["details"]["curve"]
+    assert [p["rate"] for p in curve] == [8.0, "inf"] and all(p["request_throughput"] > 0 for p in curve)
+    assert all(p["goodput"] is not None for p in curve)
+    from accelkit.report.html import serving_curve_figure
+    from accelkit.results import ResultStore
+
+    with ResultStore() as store:
+        figure = serving_curve_figure(store.query(kind="loadtest"))
+    assert figure["data"] and all(len(trace["x"]) == 2 for trace in figure["data"])
