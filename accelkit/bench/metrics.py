@@ -9,7 +9,6 @@ recomputation (``--recompute``) never inflates them — counting it would be HFU
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -118,25 +117,12 @@ def mfu_block(flops_per_item: float | None, items_per_s: float | None, peak: Pea
 
 # ---- accuracy drift --------------------------------------------------------------------------------
 def drift(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float | bool | None]:
-    """How far ``output`` is from the fp32 ``reference`` on the same batch: max abs error, cosine
-    similarity, SQNR in dB (10·log10(‖ref‖² / ‖ref − out‖²); null with ``identical: true`` when there is
-    no error, so the JSON stays strict) and, for outputs whose last dim is a class/vocab axis, top-1
-    agreement."""
-    import torch
+    """How far ``output`` is from the fp32 ``reference`` on the same batch (``accelkit.recipes.gates.drift``:
+    max abs error, cosine, SQNR in dB — null with ``identical: true`` when there is no error, so the JSON
+    stays strict — and top-1 agreement for outputs whose last dim is a class/vocab axis)."""
+    from accelkit.recipes.gates import drift as output_drift
 
-    ref = reference.detach().float().flatten(0, -2) if reference.dim() > 1 else reference.detach().float()[None]
-    out = output.detach().float().reshape(ref.shape)
-    err = ref - out
-    noise = float(err.pow(2).sum())
-    signal = float(ref.pow(2).sum())
-    cosine = float(torch.nn.functional.cosine_similarity(ref.flatten(), out.flatten(), dim=0))
-    return {
-        "max_abs_error": float(err.abs().max()),
-        "cosine": cosine,
-        "sqnr_db": None if noise == 0 or signal == 0 else 10 * math.log10(signal / noise),
-        "identical": noise == 0,
-        "top1_agreement": float((ref.argmax(-1) == out.argmax(-1)).float().mean()) if ref.shape[-1] > 1 else None,
-    }
+    return output_drift(reference, output.reshape(reference.shape)).to_dict()
 
 
 # ---- A/B comparison ----------------------------------------------------------------------------------

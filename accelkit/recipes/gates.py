@@ -38,21 +38,28 @@ class Drift(Spec):
 
     max_abs_error: float = spec_field(doc="max |candidate − reference|")
     cosine: float = spec_field(doc="cosine similarity of the flattened outputs")
-    sqnr_db: float = spec_field(doc="signal-to-quantization-noise ratio, 10·log10(‖ref‖² / ‖cand − ref‖²)")
+    sqnr_db: float | None = spec_field(
+        doc="signal-to-quantization-noise ratio, 10·log10(‖ref‖² / ‖cand − ref‖²); None when identical (no noise)"
+    )
+    identical: bool = spec_field(False, doc="True when the outputs are bit-for-bit equal")
     top1_agreement: float | None = spec_field(None, doc="fraction of positions with the same argmax (logits)")
 
 
-def drift(reference: torch.Tensor, candidate: torch.Tensor, *, logits: bool) -> Drift:
-    """Compare two outputs of the same shape (computed in fp32)."""
+def drift(reference: torch.Tensor, candidate: torch.Tensor, *, logits: bool | None = None) -> Drift:
+    """Compare two outputs of the same shape (computed in fp32). ``logits=None`` treats a last dim > 1
+    as a class/vocab axis (top-1 agreement reported)."""
     ref, cand = reference.detach().float(), candidate.detach().float()
     if ref.shape != cand.shape:
         raise ValueError(f"output shapes differ: reference {tuple(ref.shape)} vs candidate {tuple(cand.shape)}")
     noise = (cand - ref).pow(2).sum().item()
     signal = ref.pow(2).sum().item()
+    if logits is None:
+        logits = ref.dim() > 0 and ref.shape[-1] > 1
     return Drift(
         max_abs_error=(cand - ref).abs().max().item(),
         cosine=torch.nn.functional.cosine_similarity(ref.flatten(), cand.flatten(), dim=0).item(),
-        sqnr_db=math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal > 0 else -math.inf,
+        sqnr_db=None if noise == 0 or signal == 0 else 10 * math.log10(signal / noise),
+        identical=noise == 0,
         top1_agreement=(ref.argmax(-1) == cand.argmax(-1)).float().mean().item() if logits else None,
     )
 
