@@ -8,7 +8,7 @@ import sys
 import typer
 
 import accelkit
-from accelkit.cli import bench, hw, loadtest, models, monitor, plan, report, results, serve, tune
+from accelkit.cli import bench, hw, loadtest, models, monitor, plan, report, results, serve, sweep, tune
 from accelkit.cli.output import err
 from accelkit.core import AccelkitError, UserError
 
@@ -27,6 +27,7 @@ app.command("plan")(plan.plan_cmd)
 app.command("bench")(bench.bench_cmd)
 app.command("report")(report.report_cmd)
 app.command("tune")(tune.tune_cmd)
+app.command("sweep")(sweep.sweep_cmd)
 app.command("serve")(serve.serve_cmd)
 app.command("loadtest")(loadtest.loadtest_cmd)
 app.command("monitor")(monitor.monitor_cmd)

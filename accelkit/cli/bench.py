@@ -157,6 +157,11 @@ def bench_cmd(
     probe: bool = typer.Option(True, "--probe/--no-probe", help="On a CPU without a stored probe, run a quick one for MFU."),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the results."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random weights and inputs."),
+    nproc_per_node: int = typer.Option(None, "--nproc-per-node", min=1, help="Distributed: processes per node, launched by torchrun (llm-train, resnet)."),
+    zero: int = typer.Option(None, "--zero", help="Distributed: 0 = DDP, 2 = FSDP2 without reshard after forward, 3 = FSDP2 full shard."),
+    nnodes: str = typer.Option(None, "--nnodes", help="Distributed: nodes, N or MIN:MAX (torchrun elastic)."),
+    node_rank: int = typer.Option(None, "--node-rank", min=0, help="Distributed: this node's rank with a fixed --nnodes (static rendezvous)."),
+    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="Distributed: HOST:PORT of the rendezvous (multi-node)."),
     as_json: bool = JsonOption,
 ) -> None:
     """Measure what this machine delivers on a reference workload or your model, across precisions."""
@@ -193,6 +198,9 @@ def bench_cmd(
             config = config.replace(loop=loop)
     from accelkit.results import ResultStore
 
+    dist_flags = {"nproc_per_node": nproc_per_node, "zero": zero, "nnodes": nnodes, "node_rank": node_rank,
+                  "rdzv_endpoint": rdzv_endpoint}
+    dist_config = _dist_config(dist_flags, suite)
     reporter = _reporter(quiet=False)
     try:
         with ResultStore() as store:
@@ -210,10 +218,28 @@ def bench_cmd(
                     wl = make_workload(workload, cfg)
                     variants = matrix(precisions or ["fp32"], compile=compile_, recompute=recompute,
                                       channels_last=channels_last)
-                result = run_benchmark(wl, variants, config, store=store, reporter=reporter)
+                if dist_config is not None:
+                    from accelkit.dist.bench import run_distributed_bench
+
+                    result = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter)
+                else:
+                    result = run_benchmark(wl, variants, config, store=store, reporter=reporter)
     finally:
         reporter.close()
     _render(result, as_json)
+
+
+def _dist_config(flags: dict[str, Any], suite: str | None) -> Any:
+    """The torchrun layout when any distributed flag is given (else None: one process)."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    if not given:
+        return None
+    if suite is not None:
+        raise UserError("--nproc-per-node/--zero/--nnodes apply to one workload (llm-train, resnet), not --suite")
+    from accelkit.dist.launch import DistConfig
+
+    with flag_values():
+        return DistConfig.from_dict(given)
 
 
 def _render(result: Any, as_json: bool) -> None:

@@ -116,9 +116,14 @@ def probe_cmd(
     size: int = typer.Option(None, "--size", min=64, help="Square matmul side (default 2048 CPU, 8192 GPU)."),
     copy_size: str = typer.Option(None, "--copy-size", help="Copy buffer, e.g. 256MiB (default 256 MiB CPU, 2 GiB GPU)."),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the result in the results store."),
+    collectives: bool = typer.Option(False, "--collectives", help="Measure all-reduce/all-gather/reduce-scatter bandwidth instead (torchrun)."),
+    nproc_per_node: int = typer.Option(2, "--nproc-per-node", min=1, help="--collectives: ranks on this node (one per GPU)."),
     as_json: bool = JsonOption,
 ) -> None:
     """Measure this device's matmul peak per dtype and its memory bandwidth (the measured roofline)."""
+    if collectives:
+        _collectives(quick=quick, device=device, nproc_per_node=nproc_per_node, save=save, as_json=as_json)
+        return
     from accelkit.hardware.probe import ProbeConfig, probe
 
     with flag_values():
@@ -159,3 +164,30 @@ def probe_cmd(
 
 def _pct(fraction: float | None) -> str | None:
     return None if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def _collectives(*, quick: bool, device: str, nproc_per_node: int, save: bool, as_json: bool) -> None:
+    """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
+    from accelkit.dist.collectives import CollectiveConfig, probe_collectives
+    from accelkit.dist.launch import DistConfig
+
+    with flag_values():
+        config = CollectiveConfig(quick=quick, device="cpu" if device == "cpu" else "auto")
+        dist = DistConfig(nproc_per_node=nproc_per_node)
+    with status("probing collectives") as update:
+        result = probe_collectives(config, dist, save=save, on_line=update)
+    assert result is not None  # one node: rank 0 is here
+
+    def render() -> None:
+        d = result["details"]
+        rows = [(r["op"], f"{r['size_bytes']:,}", f"{r['time_s'] * 1e6:,.1f}", fmt_num(r["algbw_gbps"], 3),
+                 fmt_num(r["busbw_gbps"], 3), f"{r['cv'] * 100:.1f}%", r["iterations"]) for r in d["results"]]
+        out.print(table(f"Collectives — {d['world_size']} ranks × {result['hardware']} ({d['backend']})",
+                        ["op", "size B", "time µs", "algbw GB/s", "busbw GB/s", "CV", "n"], rows,
+                        right=(1, 2, 3, 4, 5, 6)))
+        out.print(f"busbw: {d['definitions']['busbw']}; GB = 10^9 B")
+        if result["result_id"] is not None:
+            err.print(f"stored as result {result['result_id']}; `accelkit plan --hardware …` on this hardware now "
+                      "uses the all-reduce bus bandwidth")
+
+    emit(result, as_json, render)

@@ -1,5 +1,7 @@
 """Calibration: turn this machine's `accelkit hw probe` results (in the results store) into the
 efficiencies the planner uses instead of its published priors, and describe the local CPU as a device.
+A collective probe (`hw probe --collectives`) replaces the communication prior: its all-reduce bus
+bandwidth is the link figure for the local CPU, and ÷ the scale-up link the efficiency on a catalog device.
 
 A probe is used when planning for the local CPU (``--hardware cpu``) or when the probe's
 ``details['catalog_name']`` is the planned hardware; the plan says so in ``assumptions``.
@@ -37,6 +39,35 @@ def latest_probe(device_name: str | None) -> Any | None:
     return None
 
 
+def latest_collectives(device_name: str | None) -> Any | None:
+    """Newest `hw probe --collectives` of the local CPU (``device_name`` None) or of catalog device
+    ``device_name``; its ``details['bus_bandwidth_gbps']['all_reduce']`` is the measured bus bandwidth."""
+    from accelkit.results import ResultStore
+
+    try:
+        with ResultStore() as store:
+            found = [r.result for r in store.query(kind="collectives", limit=50)]
+    except Exception:  # an unreadable store must not stop a plan; the plan then uses the priors
+        return None
+    for result in found:
+        details = result.details or {}
+        if not (details.get("bus_bandwidth_gbps") or {}).get("all_reduce"):
+            continue
+        if (device_name is None and details.get("device") == "cpu") or (
+                device_name is not None and details.get("catalog_name") == device_name):
+            return result
+    return None
+
+
+def _busbw_note(result: Any) -> tuple[float, str]:
+    """(all-reduce bus bandwidth in bytes/s, the sentence a plan's assumptions carry)."""
+    d = result.details
+    gbps = float(d["bus_bandwidth_gbps"]["all_reduce"])
+    return gbps * 1e9, (f"measured all-reduce bus bandwidth {gbps:.3f} GB/s ({d['backend']}, {d['world_size']} ranks, "
+                        f"{d['largest_size_bytes'] / 2**20:g} MiB message; `accelkit hw probe --collectives`, "
+                        f"{result.created_at})")
+
+
 def local_cpu_device() -> tuple[DeviceSpec, Any]:
     """The host CPU as a DeviceSpec whose peaks are its measured matmul throughput and copy bandwidth."""
     import psutil
@@ -47,10 +78,16 @@ def local_cpu_device() -> tuple[DeviceSpec, Any]:
                         "then plan with --hardware cpu")
     d = probe.details
     peaks = {dt: m["tflops"] * 1e12 for dt, m in d["matmul"].items() if m.get("tflops")}
+    fabric: dict[str, Any] = {"scaleup_domain": 1}
+    coll = latest_collectives(None)
+    if coll is not None:  # processes on this host talk over shared memory: the measured bus bandwidth is the link
+        fabric = {"scaleup_fabric": f"{coll.details['backend']} (measured)", "scaleup_domain": max(
+            int(coll.details["world_size"]), psutil.cpu_count() or 1),
+            "scaleup_bandwidth_bytes_per_s": _busbw_note(coll)[0]}
     device = DeviceSpec(
         name=probe.hardware or "cpu", vendor="cpu", memory_bytes=int(psutil.virtual_memory().total),
         memory_type="DRAM", memory_bandwidth_bytes_per_s=d["bandwidth"]["gbps"] * 1e9, peak_flops=peaks,
-        tdp_w=None, scaleup_domain=1, status="M", source=f"accelkit hw probe ({probe.created_at})",
+        tdp_w=None, status="M", source=f"accelkit hw probe ({probe.created_at})", **fabric,
     )
     return device, probe
 
@@ -65,12 +102,25 @@ def resolve_hardware(name: str) -> DeviceSpec:
 def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) -> Efficiency:
     """Measured efficiencies when a matching probe exists (and ``use_calibration``), else the priors."""
     if device.vendor == "cpu":  # the device's peaks are already the measured, achieved figures
+        coll = latest_collectives(None)
+        comm, comm_notes = COMM.get(device.vendor, DEFAULT_COMM), ()
+        if coll is not None and device.scaleup_fabric.endswith("(measured)"):
+            comm, comm_notes = 1.0, (f"communication: {_busbw_note(coll)[1]} taken as the link bandwidth between "
+                                     "ranks on this host, efficiency 1.0 of it (busbw already is the achieved figure)",)
         return Efficiency(
-            compute=1.0, memory=1.0, comm=COMM.get(device.vendor, DEFAULT_COMM), calibrated=True,
+            compute=1.0, memory=1.0, comm=comm, calibrated=True,
             sources=(f"calibrated: peaks are this CPU's measured matmul and copy bandwidth ({device.source}); "
-                     "compute and memory efficiency 1.0 of those",),
+                     "compute and memory efficiency 1.0 of those", *comm_notes),
         )
     prior = prior_efficiency(device, dtype)
+    coll = latest_collectives(device.name) if use_calibration else None
+    if coll is not None and device.scaleup_bandwidth_bytes_per_s > 0:
+        busbw, note = _busbw_note(coll)
+        comm = busbw / device.scaleup_bandwidth_bytes_per_s  # busbw is what a ring achieves per link
+        kept = tuple(s for s in prior.sources if not s.startswith("communication"))
+        prior = Efficiency(compute=prior.compute, memory=prior.memory, comm=comm, calibrated=True, sources=(
+            *kept, f"communication efficiency {comm:.2f} = {note} ÷ scale-up link "
+                   f"{device.scaleup_bandwidth_bytes_per_s / 1e9:g} GB/s (also applied to scale-out: assumed)"))
     probe = latest_probe(device.name) if use_calibration else None
     if probe is None:
         return prior

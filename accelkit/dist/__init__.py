@@ -1,0 +1,15 @@
+"""Multi-process and multi-node runs on engines people already operate — never a home-made launcher or
+transport:
+
+- ``launch.py``  — builds and runs the ``torch.distributed.run`` (torchrun) command line: one node
+  (``--standalone``), several (static or c10d rendezvous) or elastic ``--nnodes MIN:MAX``;
+- ``worker.py``  — the per-rank entry point torchrun starts: process group (gloo on CPU, NCCL on GPU),
+  the job (a training bench or the collective probe), results gathered to rank 0 and stored once;
+- ``parallel.py`` — the training step of a bench workload wrapped by DDP (ZeRO 0) or FSDP2
+  ``fully_shard`` (ZeRO 2/3), and the local-shard memory accounting;
+- ``loop.py``    — the bench timing helpers with a stopping rule every rank agrees on;
+- ``collectives.py`` — all-reduce / all-gather / reduce-scatter bandwidth (nccl-tests definitions);
+- ``sweep.py``   — a grid of bench/plan/loadtest points in a local process pool or as Ray tasks.
+
+Only ``launch``, ``collectives`` (arithmetic) and ``sweep`` (grid expansion) import without torch.
+"""

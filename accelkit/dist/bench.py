@@ -1,0 +1,106 @@
+"""`accelkit bench WORKLOAD --nproc-per-node N [--zero 0|2|3] [--nnodes …]`: the launching side.
+
+    refuse → peak for MFU (catalog, or the stored probe; a quick probe when allowed) → torchrun → rank 0's
+    document (already stored by rank 0, under this run id)
+
+Everything that can be said to the user before any rank starts is checked here, so that a mistake is one
+sentence, not a traceback from every rank.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants, resolve_device
+from accelkit.core import UserError
+from accelkit.dist.launch import DistConfig, launch
+from accelkit.dist.parallel import refusal
+
+if TYPE_CHECKING:
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads.base import BenchWorkload
+    from accelkit.results import ResultStore
+
+
+class DistBenchRun:
+    """Rank 0's document, shaped as ``BenchRun.to_json()`` plus ``world_size``, ``num_nodes``, ``layout``,
+    ``zero`` and ``ranks`` (each variant entry also carries its ``ranks`` and ``memory_check``)."""
+
+    def __init__(self, document: dict[str, Any]):
+        self.document = document
+
+    def to_json(self) -> dict[str, Any]:
+        return self.document
+
+
+def run_distributed_bench(
+    workload: BenchWorkload,
+    requested: list[Variant],
+    config: BenchConfig,
+    dist: DistConfig,
+    *,
+    store: ResultStore | None = None,
+    reporter: Reporter | None = None,
+    run_id: str | None = None,
+) -> DistBenchRun:
+    """Run ``workload``'s training step on ``dist.nproc_per_node`` ranks per node (× nodes)."""
+    reporter = reporter or Reporter()
+    device = resolve_device(config.device)  # this node's device type; each rank takes cuda:LOCAL_RANK
+    runnable, refused = plan_variants(workload, requested, device)
+    for v in list(runnable):
+        reason = refusal(workload, v)
+        if reason:
+            runnable.remove(v)
+            refused.append({"name": v.name, "reason": reason})
+    for r in refused:
+        reporter.refused(r["name"], r["reason"])
+    if not runnable:
+        raise UserError("nothing to run: every variant was refused (" + "; ".join(
+            f"{r['name']}: {r['reason']}" for r in refused) + ")")
+    workload.check(device)
+    if device.startswith("cuda"):
+        import torch
+
+        if dist.nproc_per_node > torch.cuda.device_count():
+            raise UserError(f"--nproc-per-node {dist.nproc_per_node} exceeds the {torch.cuda.device_count()} GPUs "
+                            "this node has; use one process per GPU")
+    hardware, catalog = identify(device)
+    peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter)
+    dtypes = list(dict.fromkeys(v.matmul_dtype for v in runnable))
+    peaks.prefetch(dtypes)
+    run_id = run_id or uuid.uuid4().hex[:12]
+    notes = []
+    if len(runnable) > 1:
+        notes.append("distributed variants run one after another (one torchrun launch each, not interleaved)")
+    docs = []
+    for v in runnable:  # one launch per variant: each gets the peak of its own dtype
+        peak = peaks.get(v.matmul_dtype)
+        job = {
+            "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
+            "run_id": run_id, "save": config.save and store is not None,
+            "store_path": str(store.path) if store is not None else None, "predict": config.predict,
+            "workload": workload.name, "config": workload.config.to_dict(), "variants": [v.to_dict()],
+            "loop": config.loop.to_dict(), "seed": config.seed, "zero": dist.zero,
+            "layout": f"{dist.nproc_per_node}×{dist.nnodes} nodes, zero {dist.zero}",
+            "peak": {"flops": peak.flops, "source": peak.source}, "bench_config": config.to_dict(),
+            "rendezvous": dist.rendezvous, "refused": refused, "notes": notes,
+        }
+        reporter.phase(v.name, f"torchrun: {dist.nproc_per_node} per node × {dist.nnodes} node(s), "
+                               f"{dist.rendezvous} rendezvous, zero {dist.zero}")
+        result = launch(job, dist, on_line=reporter.note)
+        if result.document is not None:
+            docs.append(result.document)
+            reporter.stored(v.name, [e["result_id"] for e in result.document["variants"] if e.get("result_id")])
+    if not docs:  # this node did not host global rank 0
+        return DistBenchRun({
+            "workload": workload.name, "label": workload.label, "config": workload.config.to_dict(),
+            "device": device, "hardware": hardware, "run_id": run_id, "interrupted": False, "unfinished": [],
+            "refused": refused, "variants": [], "environment": {}, "result_ids": [], "world_size": None,
+            "ranks": [], "notes": [*notes, "global rank 0 ran on another node: the result is stored there"],
+        })
+    first = docs[0]
+    for doc in docs[1:]:
+        first["variants"] += doc["variants"]
+        first["result_ids"] += doc["result_ids"]
+    return DistBenchRun(first)

@@ -1,0 +1,161 @@
+"""Launch a job on every rank through torchrun (``python -m torch.distributed.run``).
+
+The rendezvous is torchrun's, chosen from the flags:
+
+- one node, no endpoint → ``--standalone`` (a local c10d store on a free port; nothing hard-coded);
+- a fixed ``--nnodes M`` with ``--node-rank R`` → static rendezvous at ``--rdzv-endpoint HOST:PORT``
+  (the address of node 0; every node runs the same command with its own rank);
+- otherwise (``--nnodes M`` without a rank, or elastic ``--nnodes MIN:MAX``) → c10d rendezvous at the
+  endpoint under ``--rdzv-id``; ranks are assigned when the nodes meet, and torchrun's elastic agent
+  restarts the worker group (``--max-restarts``) when membership changes.
+
+The job travels as a JSON file; global rank 0 writes the result document to ``job['out']``. On a
+multi-node run only the node that hosts global rank 0 gets that file; the other nodes' launchers return
+``None`` (the result is stored on that node).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from accelkit.core import AccelkitError
+from accelkit.core.spec import Spec, spec_field
+
+WORKER_MODULE = "accelkit.dist.worker"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DistConfig(Spec):
+    """Where the ranks run and how the model is sharded across them."""
+
+    nproc_per_node: int = spec_field(1, min=1, doc="Processes per node (one per GPU; on a CPU, per socket or core group).")
+    nnodes: str = spec_field("1", doc="Nodes: N, or MIN:MAX for torchrun's elastic mode (c10d rendezvous).")
+    node_rank: int | None = spec_field(
+        None, min=0, doc="This node's rank with a fixed --nnodes (static rendezvous); None: assigned at rendezvous.")
+    rdzv_endpoint: str | None = spec_field(
+        None, doc="HOST:PORT every node can reach (node 0, or a c10d store); None on one node (--standalone).")
+    rdzv_id: str = spec_field("accelkit", doc="Job id, the same on every node of one run (c10d rendezvous).")
+    max_restarts: int = spec_field(0, min=0, doc="Worker-group restarts torchrun allows (elastic membership changes).")
+    zero: Literal[0, 2, 3] = spec_field(
+        0, doc="0: DDP; 2: FSDP2 fully_shard(reshard_after_forward=False); 3: fully_shard(reshard_after_forward=True).")
+    backend: Literal["auto", "gloo", "nccl"] = spec_field("auto", doc="auto: NCCL on CUDA/ROCm, gloo on CPU.")
+
+    def validate(self) -> None:
+        lo, hi = self.nnodes_range
+        if self.rdzv_endpoint is None and hi > 1:
+            raise ValueError(f"nnodes={self.nnodes!r} needs rdzv_endpoint HOST:PORT (a node every node can reach)")
+        if self.rdzv_endpoint is not None:
+            host, sep, port = self.rdzv_endpoint.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"rdzv_endpoint={self.rdzv_endpoint!r} is not valid; expected HOST:PORT")
+        if self.node_rank is not None:
+            if lo != hi:
+                raise ValueError(f"node_rank applies to a fixed nnodes (static rendezvous); with nnodes={self.nnodes!r}"
+                                 " (elastic) torchrun assigns ranks when the nodes meet — drop node_rank")
+            if self.node_rank >= hi:
+                raise ValueError(f"node_rank={self.node_rank} is out of range; expected 0..{hi - 1} for nnodes={hi}")
+
+    @property
+    def nnodes_range(self) -> tuple[int, int]:
+        """(min, max) nodes; equal unless elastic."""
+        lo, sep, hi = self.nnodes.partition(":")
+        try:
+            low, high = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise ValueError(f"nnodes={self.nnodes!r} is not valid; expected N or MIN:MAX") from None
+        if low < 1 or high < low:
+            raise ValueError(f"nnodes={self.nnodes!r} is out of range; expected 1 <= MIN <= MAX")
+        return low, high
+
+    @property
+    def is_elastic(self) -> bool:
+        lo, hi = self.nnodes_range
+        return lo != hi
+
+    @property
+    def rendezvous(self) -> str:
+        """standalone, static or c10d."""
+        if self.rdzv_endpoint is None:
+            return "standalone"
+        return "static" if self.node_rank is not None else "c10d"
+
+
+def torchrun_command(config: DistConfig, *args: str, module: str = WORKER_MODULE,
+                     python: str = sys.executable) -> list[str]:
+    """The torchrun command line that starts ``python -m module *args`` on every rank of this node."""
+    cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(config.nproc_per_node),
+           "--nnodes", config.nnodes]
+    if config.rendezvous == "standalone":
+        cmd.append("--standalone")
+    elif config.rendezvous == "static":
+        cmd += ["--rdzv-backend", "static", "--rdzv-endpoint", str(config.rdzv_endpoint),
+                "--node-rank", str(config.node_rank)]
+    else:
+        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", str(config.rdzv_endpoint), "--rdzv-id", config.rdzv_id]
+    if config.max_restarts:
+        cmd += ["--max-restarts", str(config.max_restarts)]
+    return [*cmd, "-m", module, *args]
+
+
+def worker_env(config: DistConfig, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The ranks' environment. torchrun sets OMP_NUM_THREADS=1 when it is unset; on a CPU that starves a
+    rank of the cores it has, so give each local rank an equal share of this process's usable cores."""
+    env = dict(os.environ if base is None else base)
+    if "OMP_NUM_THREADS" not in env:
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        env["OMP_NUM_THREADS"] = str(max(1, usable // config.nproc_per_node))
+    return env
+
+
+@dataclass(slots=True)
+class LaunchResult:
+    """What came back: rank 0's document (None when rank 0 ran on another node) and torchrun's output tail."""
+
+    document: dict[str, Any] | None
+    command: list[str]
+    output_tail: list[str]
+
+
+def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], None] | None = None,
+           timeout_s: float | None = None) -> LaunchResult:
+    """Run ``job`` (a JSON-ready dict the worker understands) on every rank; wait for torchrun.
+
+    torchrun's and the ranks' output (stdout and stderr, merged) goes line by line to ``on_line``, never
+    to this process's stdout (which `--json` keeps for the one document). A failed rank makes torchrun
+    stop the group and exit non-zero: that is an AccelkitError carrying the last lines it printed."""
+    with tempfile.TemporaryDirectory(prefix="accelkit-dist-") as tmp:
+        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job_path.write_text(json.dumps({**job, "out": str(out_path)}))
+        cmd = torchrun_command(config, str(job_path))
+        tail: collections.deque[str] = collections.deque(maxlen=60)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                env=worker_env(config))
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                tail.append(line)
+                if on_line is not None:
+                    on_line(line)
+            rc = proc.wait(timeout=timeout_s)
+        except BaseException:
+            proc.terminate()  # torchrun forwards SIGTERM to its ranks
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+        if rc != 0:
+            shown = "\n".join(list(tail)[-25:])
+            raise AccelkitError(f"torchrun exited with code {rc} ({' '.join(cmd[1:4])} …); its last lines:\n{shown}")
+        document = json.loads(out_path.read_text()) if out_path.exists() else None
+        return LaunchResult(document, cmd, list(tail))

@@ -1,0 +1,202 @@
+"""Rank 0's side of a distributed bench: the per-rank results gathered → one entry per variant (the same
+shape ``accelkit bench`` prints, plus ``world_size``, ``ranks`` and the memory check) → the planner's
+estimate for the same layout (dp = world size, the ZeRO stage) and ONE Measurement in the store.
+
+Timing: every rank runs the same iterations (the agreed loop), a step is bulk-synchronous, so the step
+latency of iteration i is the slowest rank's; throughput = world items per step × iterations ÷ the
+slowest rank's measured time.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from accelkit.bench.metrics import FLOPS_SOURCE, Peak, mfu_block
+from accelkit.bench.runner import identify, predicted_block
+from accelkit.bench.timing import timer_name
+from accelkit.core import Cluster, Estimate, Measurement, summarize
+
+if TYPE_CHECKING:
+    from accelkit.dist.worker import RankContext
+
+MEMORY_SCOPE = ("model states per rank = bytes of this rank's local tensors (FSDP2 DTensor.to_local()) of "
+                "parameters, gradients and optimizer states — what the planner's weights+gradients+optimizer "
+                "predict; peak is reported separately")
+TOLERANCE = 0.10
+
+_ZERO_NOTES = {
+    0: "DDP: every rank holds full states; its gradient buckets (a second copy of the gradients used for the "
+       "all-reduce) are not model states and are not counted",
+    2: "FSDP2 with reshard_after_forward=False re-shards the parameters after backward, so at rest (when they "
+       "are counted) they are sharded like ZeRO-3; the planner's ZeRO-2 counts whole parameters (their in-step "
+       "peak) — expect measured below predicted",
+    3: "FSDP2 fully_shard: parameters, gradients and optimizer states sharded over the ranks (ZeRO-3)",
+}
+
+
+def layout_name(world_size: int, zero: int) -> str:
+    return f"dp{world_size} zero{zero} ({'DDP' if zero == 0 else 'FSDP2'})"
+
+
+def plan_layout(workload: Any, variant: Any, *, world_size: int, local_world_size: int, zero: int,
+                device: str, catalog: str | None) -> tuple[Estimate | None, str | None]:
+    """The planner's estimate for this layout, or (None, why not)."""
+    spec = workload.spec()
+    if spec is None:
+        return None, f"{workload.name}: no architecture the planner can model"
+    from accelkit.plan import plan, resolve_hardware
+
+    recipe = variant.recipe(training=True).replace(micro_batch=spec.batch_size, dp=world_size, zero=zero)
+    try:
+        hw = resolve_hardware(catalog or "cpu")
+        per_node = local_world_size if device.startswith("cuda") and local_world_size <= hw.scaleup_domain else None
+        return plan(spec.replace(recipe=recipe), Cluster(device=hw, num_devices=world_size,
+                                                         devices_per_node=per_node)), None
+    except Exception as exc:  # a planner gap must not lose a measurement
+        return None, f"the planner could not estimate this layout ({type(exc).__name__}: {exc})"
+
+
+def memory_check(ranks: list[dict[str, Any]], estimate: Estimate | None, zero: int) -> dict[str, Any]:
+    """Measured model states per rank beside the planner's ZeRO-stage figure for the same layout."""
+    measured = [r["memory_bytes"]["model_states"] for r in ranks]
+    check: dict[str, Any] = {"zero": zero, "measured_model_states_bytes": measured, "scope": MEMORY_SCOPE,
+                             "note": _ZERO_NOTES.get(zero), "tolerance": TOLERANCE}
+    if estimate is None:
+        return {**check, "predicted": None, "ratio_per_rank": None, "within_tolerance": None}
+    pred = {k: int(estimate.memory_bytes.get(k, 0)) for k in ("weights", "gradients", "optimizer")}
+    total = sum(pred.values())
+    ratios = [m / total if total else None for m in measured]
+    return {**check, "predicted": {**pred, "model_states": total}, "ratio_per_rank": ratios,
+            "within_tolerance": all(r is not None and abs(r - 1) <= TOLERANCE for r in ratios)}
+
+
+def rank_detail(r: dict[str, Any]) -> dict[str, Any]:
+    samples = r["samples_s"]
+    measured = sum(r["block_walls_s"])
+    return {
+        "rank": r["rank"], "local_rank": r["local_rank"], "host": r["host"], "device": r["device"],
+        "iterations": len(samples), "measured_s": measured,
+        "latency_median_s": summarize(samples).median if samples else None,
+        "throughput": len(samples) * r["items"] / measured if measured else None,
+        "load_s": r["load_s"], "first_call_s": r["first_call_s"], "flops_per_step": r["flops_per_call"],
+        "memory_bytes": r["memory_bytes"], "peak_scope": r["peak_scope"],
+    }
+
+
+def variant_entry(ctx: RankContext, variant: Any, ranks: list[dict[str, Any]], job: dict[str, Any],
+                  estimate: Estimate | None, reason: str | None, estimate_id: int | None) -> dict[str, Any]:
+    latency = [max(xs) for xs in zip(*(r["samples_s"] for r in ranks), strict=True)]  # slowest rank per step
+    stats = summarize(latency)
+    measured_s = sum(ranks[0]["agreed_walls_s"])
+    items_per_step = sum(r["items"] for r in ranks)
+    throughput = len(latency) * items_per_step / measured_s if measured_s > 0 else None
+    unit = f"{ranks[0]['unit']}/s"
+    flops_per_item = ranks[0]["flops_per_call"] / ranks[0]["items"] if ranks[0]["flops_per_call"] else None
+    peak = Peak(job["peak"]["flops"], job["peak"]["source"])
+    per_device = throughput / ctx.world_size if throughput else None
+    mfu = mfu_block(flops_per_item, per_device, peak, FLOPS_SOURCE + " on rank 0; MFU per device = "
+                    "world throughput ÷ world_size ÷ peak" if flops_per_item else "not counted")
+    if ranks[0]["analytic_flops_per_item"]:
+        mfu["analytic_flops_per_item"] = ranks[0]["analytic_flops_per_item"]
+        mfu["analytic_formula"] = ranks[0]["analytic_formula"]
+    lane = SimpleNamespace(step=SimpleNamespace(name="train step", items=items_per_step))
+    peak_bytes = max(r["memory_bytes"]["peak"] for r in ranks)
+    return {
+        "name": variant.name, "step": "train step",
+        "precision": variant.precision if not variant.settings else None,
+        "options": {**variant.options, **variant.settings},
+        "world_size": ctx.world_size, "num_nodes": ctx.num_nodes, "layout": layout_name(ctx.world_size, job["zero"]),
+        "backend": ctx.backend,
+        "phases": {"load_s": max(r["load_s"] for r in ranks), "first_call_s": max(r["first_call_s"] for r in ranks),
+                   "warmup_iterations": ranks[0]["warmup_iterations"], "warmup_s": ranks[0]["warmup_s"],
+                   "measured_iterations": len(latency), "measured_s": measured_s,
+                   "blocks": len(ranks[0]["agreed_walls_s"])},
+        "latency_s": {k: getattr(stats, k) for k in ("median", "p50", "p90", "p95", "p99", "mean", "stdev", "cv",
+                                                    "n", "min", "max", "iqr_over_median")},
+        "latency_name": "step latency (slowest rank)",
+        "unbacked_percentiles": list(stats.unbacked), "noise": stats.noise,
+        "throughput": {"value": throughput, "unit": unit, "per_device": per_device},
+        "mfu": mfu,
+        "memory_bytes": {"peak": peak_bytes, "load": None, "step_peak_increase": None,
+                         "model_states": max(r["memory_bytes"]["model_states"] for r in ranks)},
+        "memory_scope": ranks[0]["peak_scope"] + "; model states: " + MEMORY_SCOPE,
+        "memory_check": memory_check(ranks, estimate, job["zero"]),
+        "energy_j_per_item": None,
+        "energy": {"j_per_item": None, "items_per_j": None, "scope": None,
+                   "reason": "not measured on distributed runs yet (one counter per node would be needed)"},
+        "accuracy": {"note": "no fp32 drift on distributed runs (each rank trains on its own batch)"},
+        "predicted": predicted_block(estimate, reason, lane, throughput, unit, estimate_id),  # type: ignore[arg-type]
+        "predicted_reason": reason,
+        "comparison": None,
+        "timer": timer_name(ctx.device) + ", per rank; the step is the slowest rank's",
+        "ranks": [rank_detail(r) for r in ranks],
+        "samples": {"latency_s": latency, "block_wall_s": ranks[0]["agreed_walls_s"]},
+    }
+
+
+def measurement(label: str, workload: Any, variant: Any, entry: dict[str, Any], hardware: str,
+                details: dict[str, Any], environment: dict[str, Any], zero: int, world_size: int) -> Measurement:
+    spec = workload.spec()
+    if spec is not None:
+        recipe = variant.recipe(training=True).replace(micro_batch=spec.batch_size, dp=world_size, zero=zero)
+        spec = spec.replace(recipe=recipe)
+    ranks = entry["ranks"]
+    mem = {k: max(int(r["memory_bytes"][k]) for r in ranks) for k in ("parameters", "gradients", "optimizer")}
+    samples = {**entry["samples"],
+               **{f"rank{r['rank']}_latency_s": r["samples_s"] for r in details.pop("_raw_ranks")}}
+    return Measurement(
+        kind="bench", name=f"{label} · {entry['name']} · train step · {entry['layout']}", workload=spec,
+        hardware=hardware, num_devices=world_size, throughput=entry["throughput"]["value"],
+        throughput_unit=entry["throughput"]["unit"], latency_s=summarize(entry["samples"]["latency_s"]),
+        memory_bytes={**mem, "total": int(entry["memory_bytes"]["peak"])}, mfu=entry["mfu"]["value"],
+        details={**details, **{k: v for k, v in entry.items() if k not in ("latency_s", "samples")}},
+        environment=environment, samples=samples,
+    )
+
+
+def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, list[dict[str, Any]]]],
+                   job: dict[str, Any]) -> dict[str, Any]:
+    """Store one Measurement (+ Estimate) per variant; return the document `accelkit bench --json` prints."""
+    from accelkit.hardware.detect import environment
+    from accelkit.results import ResultStore
+
+    hardware, catalog = identify(ctx.device)
+    env = {**environment(with_torch=True), "timer": timer_name(ctx.device), "bench": job["bench_config"],
+           "distributed": {"backend": ctx.backend, "world_size": ctx.world_size, "num_nodes": ctx.num_nodes,
+                           "nproc_per_node": ctx.local_world_size, "launcher": "torchrun",
+                           "rendezvous": job.get("rendezvous")}}
+    store = ResultStore(job["store_path"]) if job["save"] and job.get("store_path") else (
+        ResultStore() if job["save"] else None)
+    run_id, entries, result_ids = job["run_id"], [], []
+    try:
+        for variant, ranks in variants:
+            estimate, reason = (None, "prediction turned off (--no-predict)")
+            if job["predict"]:
+                estimate, reason = plan_layout(workload, variant, world_size=ctx.world_size,
+                                               local_world_size=ctx.local_world_size, zero=job["zero"],
+                                               device=ctx.device, catalog=catalog)
+            estimate_id = store.add(estimate, run_id=run_id) if store is not None and estimate is not None else None
+            if estimate_id is not None:
+                result_ids.append(estimate_id)
+            entry = variant_entry(ctx, variant, ranks, job, estimate, reason, estimate_id)
+            details = {"workload": workload.name, "label": workload.label, "config": workload.config.to_dict(),
+                       "device": ctx.device, "_raw_ranks": ranks}
+            m = measurement(workload.label, workload, variant, entry, hardware, details, env, job["zero"],
+                            ctx.world_size)
+            entry.pop("samples")
+            entry["result_id"] = store.add(m, run_id=run_id) if store is not None else None
+            if entry["result_id"] is not None:
+                result_ids.append(entry["result_id"])
+            entries.append(entry)
+    finally:
+        if store is not None:
+            store.close()
+    return {
+        "workload": workload.name, "label": workload.label, "config": workload.config.to_dict(),
+        "device": ctx.device, "hardware": hardware, "run_id": run_id, "interrupted": False, "unfinished": [],
+        "refused": job.get("refused", []), "notes": job.get("notes", []), "variants": entries,
+        "environment": env, "result_ids": result_ids, "world_size": ctx.world_size, "num_nodes": ctx.num_nodes,
+        "layout": layout_name(ctx.world_size, job["zero"]), "zero": job["zero"],
+        "ranks": entries[0]["ranks"] if entries else [],
+    }

@@ -1,0 +1,397 @@
+"""`accelkit sweep sweep.yaml`: a grid of ordinary bench / plan / loadtest runs, every result in the store
+under the sweep's run id.
+
+    load (YAML → SweepSpec; errors name the field) → expand (product of the axes) → run each point
+    (local process pool, or Ray tasks with ``ray``) → collect (store; a failed point is a 'sweep-error'
+    row with its error) → summary (one 'sweep' row listing every point)
+
+A point runs in a worker process (pool or Ray) exactly as the command would: ``run_benchmark`` (or the
+torchrun launcher when its layout has ``nproc_per_node``), ``plan`` or ``run_loadtest``, writing to that
+machine's results store. When the point ran against another store (another Ray node), the driver copies
+its rows into its own. A point never raises: its error comes back as data, and the sweep goes on.
+
+Example::
+
+    name: tiny-grid
+    kind: bench                      # bench | plan | loadtest
+    workloads:                       # name → that workload's config fields
+      llm-train: {model: tiny-llama, seq_len: 32}
+      resnet: {size: tiny, image_size: 32}
+    precisions: [fp32, bf16]
+    batch_sizes: [1, 2]
+    layouts: [{}, {nproc_per_node: 2, zero: 3}]
+    loop: {warmup_iterations: 2, warmup_time_s: 0, min_iterations: 5, min_time_s: 0.2}
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import socket
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from accelkit.core import UserError
+from accelkit.core.spec import Spec, spec_field
+
+if TYPE_CHECKING:
+    from accelkit.results import ResultStore
+
+Kind = Literal["bench", "plan", "loadtest"]
+BENCH_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+PLAN_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+BENCH_LAYOUT_KEYS = ("nproc_per_node", "zero", "nnodes", "rdzv_endpoint", "node_rank")
+PLAN_LAYOUT_KEYS = ("dp", "tp", "pp", "ep", "zero", "grad_accum", "recompute", "sequence_parallel")
+PLAN_CONFIG_KEYS = ("task", "seq_len", "prompt_len", "output_len", "optimizer")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepSpec(Spec):
+    """A sweep file. An axis left out has one value (the workload's or the command's default)."""
+
+    name: str = spec_field(doc="Sweep name (stored with every point).")
+    kind: Kind = spec_field("bench", doc="What each point runs: bench, plan or loadtest.")
+    workloads: dict[str, dict[str, Any]] = spec_field(
+        doc="bench: workload name → config fields; plan: model preset → task/seq_len/…; loadtest: served model → "
+            "LoadTestConfig fields.")
+    precisions: tuple[str, ...] | None = spec_field(None, doc="bench/plan: precisions (default fp32 bench, bf16 plan).")
+    batch_sizes: tuple[int, ...] | None = spec_field(
+        None, doc="bench: batch_size; plan: micro-batch (train) or batch (infer). Default: the workload's.")
+    layouts: tuple[dict[str, Any], ...] | None = spec_field(
+        None, doc="bench: {nproc_per_node, zero, …} ({} = one process); plan: {dp, tp, pp, ep, zero, …}.")
+    rates: tuple[float | str, ...] | None = spec_field(None, doc="loadtest: request rates (req/s, or inf).")
+    loop: dict[str, Any] = spec_field(default_factory=dict, doc="bench: LoopConfig fields (warm-up, stopping rule).")
+    bench: dict[str, Any] = spec_field(default_factory=dict, doc="bench: BenchConfig fields (device, accuracy, …).")
+    hardware: str | None = spec_field(None, doc="plan: catalog name, or cpu (uses this machine's probe).")
+    loadtest: dict[str, Any] = spec_field(default_factory=dict, doc="loadtest: LoadTestConfig fields for every point.")
+    workers: int = spec_field(1, min=1, doc="Local pool size. Timed points on one machine should not overlap: 1.")
+    resources: dict[str, float] = spec_field(
+        default_factory=lambda: {"num_cpus": 1}, doc="Ray: resources each point asks for (num_cpus, num_gpus).")
+
+    def validate(self) -> None:
+        if not self.workloads:
+            raise ValueError("workloads is empty; give at least one (name: {config fields})")
+        for name, axis in (("precisions", self.precisions), ("batch_sizes", self.batch_sizes),
+                           ("layouts", self.layouts), ("rates", self.rates)):
+            if axis is not None and not axis:
+                raise ValueError(f"{name} is empty; leave it out for the default, or give values")
+        if self.kind == "loadtest":
+            for name in ("precisions", "batch_sizes", "layouts"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} does not apply to kind loadtest (its axes: workloads, rates)")
+        elif self.rates is not None:
+            raise ValueError(f"rates applies to kind loadtest, not {self.kind}")
+        if self.kind == "plan" and not self.hardware:
+            raise ValueError("hardware is required for kind plan (a catalog name such as h100, or cpu)")
+        choices = PLAN_PRECISIONS if self.kind == "plan" else BENCH_PRECISIONS
+        for i, p in enumerate(self.precisions or ()):
+            if p not in choices:
+                raise ValueError(f"precisions[{i}]={p!r} is not valid; choose from {', '.join(choices)}")
+        for i, b in enumerate(self.batch_sizes or ()):
+            if b < 1:
+                raise ValueError(f"batch_sizes[{i}]={b} is out of range; expected >= 1")
+        keys = PLAN_LAYOUT_KEYS if self.kind == "plan" else BENCH_LAYOUT_KEYS
+        for i, layout in enumerate(self.layouts or ()):
+            if not isinstance(layout, dict):
+                raise ValueError(f"layouts[{i}]={layout!r} is not valid; expected a mapping such as {{{keys[0]}: 2}}")
+            unknown = sorted(set(layout) - set(keys))
+            if unknown:
+                raise ValueError(f"layouts[{i}] has no field {', '.join(unknown)}; known: {', '.join(keys)}")
+        for i, r in enumerate(self.rates or ()):
+            _rate(r, f"rates[{i}]")
+        if self.kind == "plan":
+            for name, config in self.workloads.items():
+                unknown = sorted(set(config or {}) - set(PLAN_CONFIG_KEYS))
+                if unknown:
+                    raise ValueError(f"workloads[{name!r}] has no field {', '.join(unknown)}; known: "
+                                     + ", ".join(PLAN_CONFIG_KEYS))
+
+
+def _rate(value: float | str, field_name: str) -> float:
+    from accelkit.loadtest.config import parse_rate
+
+    return parse_rate(str(value), field=field_name)
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read a sweep file; a YAML syntax error names the line and column, a bad value names the field."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"sweep file {str(path)!r} does not exist") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise UserError(f"{path}:{where} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of fields (name, kind, workloads, …), got {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    for key in ("workloads",):  # `llm-train:` with no config parses as None
+        if isinstance(data.get(key), dict):
+            data[key] = {k: (v or {}) for k, v in data[key].items()}
+    try:
+        return SweepSpec.from_dict(data)
+    except ValueError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+# ---- the grid ------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One cell of the grid."""
+
+    index: int
+    kind: str
+    workload: str
+    config: dict[str, Any]
+    precision: str | None
+    batch_size: int | None
+    layout: dict[str, Any]
+    rate: float | None
+
+    @property
+    def key(self) -> str:
+        """A stable label: the same grid gives the same keys, whatever ran it."""
+        parts = [self.workload + "".join(f" {k}={v}" for k, v in sorted(self.config.items()))]
+        if self.precision:
+            parts.append(self.precision)
+        if self.batch_size is not None:
+            parts.append(f"b{self.batch_size}")
+        if self.layout:
+            parts.append(",".join(f"{k}={v}" for k, v in sorted(self.layout.items())))
+        if self.rate is not None:
+            parts.append(f"rate {self.rate:g}")
+        return " · ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "kind": self.kind, "workload": self.workload, "config": self.config,
+                "precision": self.precision, "batch_size": self.batch_size, "layout": self.layout,
+                "rate": None if self.rate is None else ("inf" if math.isinf(self.rate) else self.rate),
+                "key": self.key}
+
+
+def expand(spec: SweepSpec) -> list[Point]:
+    """The product workloads × precisions × batch sizes × layouts × rates, in that nesting order."""
+    default_precision = {"bench": "fp32", "plan": "bf16", "loadtest": None}[spec.kind]
+    precisions = spec.precisions or (default_precision,)
+    batches = spec.batch_sizes or (None,)
+    layouts = spec.layouts or ({},)
+    rates = [_rate(r, f"rates[{i}]") for i, r in enumerate(spec.rates)] if spec.rates else [None]
+    cells = itertools.product(spec.workloads.items(), precisions, batches, layouts, rates)
+    return [Point(i, spec.kind, name, dict(config), p, b, dict(layout), r)
+            for i, ((name, config), p, b, layout, r) in enumerate(cells)]
+
+
+# ---- one point (runs in a pool process or a Ray task) ---------------------------------------------------------
+def store_identity() -> dict[str, str]:
+    """Which results store a point wrote to (host + path)."""
+    from accelkit.results.store import default_path
+
+    return {"host": socket.gethostname(), "store": str(default_path().resolve())}
+
+
+def run_point(point: dict[str, Any], spec: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """Run one point against this machine's store. Never raises: the outcome says ok or error."""
+    from accelkit.results import ResultStore
+
+    try:
+        sweep = SweepSpec.from_dict(spec)
+        p = Point(**{k: v for k, v in point.items() if k != "key"} | {"rate": None if point["rate"] is None
+                                                                       else float(point["rate"])})
+        with ResultStore() as store:
+            ids = {"bench": _bench_point, "plan": _plan_point, "loadtest": _loadtest_point}[p.kind](p, sweep, store, run_id)
+            results = [store.get(i).to_dict() for i in ids]
+        return {"status": "ok", "result_ids": ids, "results": results, **store_identity()}
+    except Exception as exc:  # a point's failure is data, not the end of the sweep
+        return {"status": "error", "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=8), **store_identity()}
+
+
+def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str) -> list[int]:
+    from accelkit.bench.runner import BenchConfig, run_benchmark
+    from accelkit.bench.timing import LoopConfig
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+
+    config = {**p.config, **({"batch_size": p.batch_size} if p.batch_size is not None else {})}
+    workload = make_workload(p.workload, config)
+    bench = BenchConfig.from_dict({**sweep.bench, "loop": LoopConfig.from_dict(sweep.loop).to_dict()})
+    variants = [Variant(precision=p.precision)]  # type: ignore[arg-type]
+    if p.layout:
+        from accelkit.dist.bench import run_distributed_bench
+        from accelkit.dist.launch import DistConfig
+
+        doc = run_distributed_bench(workload, variants, bench, DistConfig.from_dict(p.layout), store=store,
+                                    run_id=run_id).to_json()
+        return list(doc["result_ids"])
+    return list(run_benchmark(workload, variants, bench, store=store, run_id=run_id).result_ids)
+
+
+def _plan_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str) -> list[int]:
+    from accelkit.core import Cluster, Recipe, Workload
+    from accelkit.models import resolve_model
+    from accelkit.plan import plan, resolve_hardware
+
+    model = resolve_model(p.workload)
+    c = dict(p.config)
+    task = c.pop("task", "train")
+    seq = c.pop("seq_len", None) or min(4096, model.max_seq_len or 4096)
+    layout = dict(p.layout)
+    batch = p.batch_size or 1
+    recipe = Recipe(precision=p.precision, micro_batch=batch if task == "train" else 1, **layout)  # type: ignore[arg-type]
+    workload = Workload(model=model, task=task, seq_len=seq, batch_size=batch, recipe=recipe, **c)
+    estimate = plan(workload, Cluster(device=resolve_hardware(str(sweep.hardware)), num_devices=recipe.num_devices))
+    return [store.add(estimate, run_id=run_id)]
+
+
+def _loadtest_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str) -> list[int]:
+    from accelkit.loadtest import LoadTestConfig, run_loadtest
+
+    config = LoadTestConfig.from_dict({**sweep.loadtest, "model": p.workload, **p.config,
+                                       "request_rate": p.rate if p.rate is not None else math.inf})
+    return [store.add(run_loadtest(config), run_id=run_id)]
+
+
+# ---- executors ---------------------------------------------------------------------------------------------
+Outcome = tuple[Point, dict[str, Any]]
+
+
+def _local(points: list[Point], spec: SweepSpec, run_id: str, workers: int) -> Any:
+    """A spawn-context process pool (no fork of a process that may hold torch threads)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(run_point, p.to_dict(), spec.to_dict(), run_id): p for p in points}
+        for future in as_completed(futures):
+            try:
+                outcome = future.result()
+            except Exception as exc:  # the worker process died (BrokenProcessPool): that point failed
+                outcome = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": None,
+                           "host": socket.gethostname(), "store": None}
+            yield futures[future], outcome
+
+
+def _ray(points: list[Point], spec: SweepSpec, run_id: str, address: str) -> Any:
+    """One Ray task per point (``spec.resources`` each). Connects to ``address`` (auto, ray://…, HOST:PORT),
+    or starts a local runtime for ``local``; a runtime already initialised in this process is used as is."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--ray needs Ray: pip install 'accelkit[ray]' (or pip install 'ray[default]')") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=None if address == "local" else address, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    try:
+        task = ray.remote(run_point).options(**spec.resources)
+        refs = {task.remote(p.to_dict(), spec.to_dict(), run_id): p for p in points}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                outcome = ray.get(done[0])
+            except Exception as exc:  # the task's worker died or Ray could not run it
+                outcome = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": None,
+                           "host": None, "store": None}
+            yield refs[done[0]], outcome
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ---- collecting ------------------------------------------------------------------------------------------
+def _remap(obj: Any, ids: dict[int, int]) -> Any:
+    """Rewrite stored-id cross references (``estimate_id``, ``result_id``) after copying rows."""
+    if isinstance(obj, dict):
+        return {k: (ids.get(v, v) if k in ("estimate_id", "result_id") and isinstance(v, int) else _remap(v, ids))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_remap(v, ids) for v in obj]
+    return obj
+
+
+def collect(point: Point, outcome: dict[str, Any], store: ResultStore, run_id: str, sweep: str) -> dict[str, Any]:
+    """Land a point's outcome in ``store``: its rows (copied when it ran against another store), or a
+    'sweep-error' row. Returns the point's line of the summary."""
+    from accelkit.core import Estimate, Measurement
+
+    line = {**point.to_dict(), "status": outcome["status"], "host": outcome.get("host"), "result_ids": [],
+            "error": outcome.get("error")}
+    if outcome["status"] == "ok":
+        here = {"host": socket.gethostname(), "store": str(store.path.resolve())}
+        if {"host": outcome["host"], "store": outcome["store"]} == here:
+            line["result_ids"] = list(outcome["result_ids"])
+            return line
+        mapping: dict[int, int] = {}
+        for row in outcome["results"]:  # in id order: estimates come before the measurements that cite them
+            data = {k: v for k, v in row.items() if k not in ("id", "run_id", "type")}
+            data["details"] = _remap(data.get("details", {}), mapping)
+            result = Measurement.from_dict(data) if row["type"] == "measurement" else Estimate.from_dict(data)
+            mapping[row["id"]] = store.add(result, run_id=run_id)
+        line["result_ids"] = [mapping[i] for i in outcome["result_ids"]]
+        return line
+    error = Measurement(kind="sweep-error", name=f"{sweep} · point {point.index} · {point.key}", details={
+        "sweep": sweep, "point": point.to_dict(), "error": outcome.get("error"),
+        "traceback": outcome.get("traceback"), "host": outcome.get("host")})
+    line["result_ids"] = [store.add(error, run_id=run_id)]
+    return line
+
+
+@dataclass(slots=True)
+class SweepRun:
+    """What ``run_sweep`` returns; ``points`` are in grid order."""
+
+    name: str
+    kind: str
+    run_id: str
+    executor: str
+    points: list[dict[str, Any]] = field(default_factory=list)
+    summary_id: int | None = None
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [p for p in self.points if p["status"] != "ok"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "run_id": self.run_id, "executor": self.executor,
+                "num_points": len(self.points), "num_failed": len(self.failed), "summary_id": self.summary_id,
+                "points": self.points}
+
+
+def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = None,
+              store: ResultStore | None = None, run_id: str | None = None,
+              on_point: Callable[[dict[str, Any]], None] | None = None) -> SweepRun:
+    """Run every point of ``spec``; each lands in ``store`` (default: this machine's) under one run id."""
+    from accelkit.core import Measurement
+    from accelkit.results import ResultStore
+
+    points = expand(spec)
+    run = SweepRun(spec.name, spec.kind, run_id or uuid.uuid4().hex[:12], f"ray ({ray})" if ray else
+                   f"local process pool ({workers or spec.workers} workers)")
+    own = store is None
+    store = store or ResultStore()
+    try:
+        outcomes = (_ray(points, spec, run.run_id, ray) if ray else
+                    _local(points, spec, run.run_id, workers or spec.workers))
+        lines = {}
+        for point, outcome in outcomes:
+            lines[point.index] = collect(point, outcome, store, run.run_id, spec.name)
+            if on_point is not None:
+                on_point(lines[point.index])
+        run.points = [lines[i] for i in sorted(lines)]
+        summary = Measurement(kind="sweep", name=f"sweep {spec.name}: {len(points)} points, {len(run.failed)} failed",
+                              details={"sweep": spec.name, "executor": run.executor, "grid": spec.to_dict(),
+                                       "points": run.points})
+        run.summary_id = store.add(summary, run_id=run.run_id)
+    finally:
+        if own:
+            store.close()
+    return run

@@ -1,0 +1,199 @@
+"""The per-rank entry point torchrun starts: ``python -m accelkit.dist.worker JOB.json``.
+
+    init process group (NCCL on GPU, gloo on CPU) → run the job on every rank → gather per-rank results
+    to rank 0 → rank 0 stores ONE Measurement (and the planner's Estimate) and writes the document
+
+Jobs: ``bench`` (a training workload under DDP / FSDP2, see ``parallel.py``) and ``collectives`` (see
+``collectives.py``). Progress goes to stderr from rank 0 only; stdout stays empty.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+@dataclass(frozen=True, slots=True)
+class RankContext:
+    """Who this process is in the job (torchrun's environment) and what it runs on."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: str
+    backend: str
+    host: str
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.world_size // max(self.local_world_size, 1))
+
+    def say(self, text: str) -> None:
+        if self.rank == 0:
+            print(f"[rank 0/{self.world_size}] {text}", file=sys.stderr, flush=True)
+
+    def info(self) -> dict[str, Any]:
+        return {"rank": self.rank, "local_rank": self.local_rank, "host": self.host, "device": self.device}
+
+
+def pick_device(requested: str, local_rank: int) -> str:
+    """auto: this rank's GPU (cuda:LOCAL_RANK) when there is one, else the CPU."""
+    import torch
+
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {requested!r} was asked for but this rank sees no CUDA/ROCm device")
+    return f"cuda:{local_rank}"
+
+
+def start(job: dict[str, Any]) -> RankContext:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    device = pick_device(job.get("device", "auto"), local_rank)
+    backend = job.get("backend", "auto")
+    if backend == "auto":
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend, device_id=torch.device(device))
+    else:
+        dist.init_process_group(backend)
+    return RankContext(rank, world, local_rank, local_world, device, backend, socket.gethostname())
+
+
+def gather_to_rank0(obj: Any) -> list[Any] | None:
+    """Every rank's ``obj`` on rank 0 (None elsewhere)."""
+    import torch.distributed as dist
+
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def peak_memory(device: str) -> tuple[int, str]:
+    """(bytes, what they are): the allocator's peak on a GPU; the process's peak RSS on a CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(device)), "torch.cuda.max_memory_allocated (this rank's GPU)"
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, \
+        "peak resident set size of this rank's process (ru_maxrss; includes the Python runtime and torch)"
+
+
+# ---- the bench job -----------------------------------------------------------------------------------------
+def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """This rank's measurements of one variant (the timing loop agreed with the other ranks)."""
+    import gc
+
+    from accelkit.bench.metrics import count_flops
+    from accelkit.bench.timing import LoopConfig
+    from accelkit.bench.workloads.base import train_step
+    from accelkit.dist.loop import AgreedRun, agreed_steady_state, agreed_warm_up
+    from accelkit.dist.parallel import model_state_bytes, parallelize, train_parts
+
+    loop = LoopConfig.from_dict(job["loop"])
+    ctx.say(f"{variant.name}: load (build, {job['layout']})")
+    t0 = time.perf_counter()
+    parts = train_parts(workload, variant, ctx.device, seed=job["seed"], rank=ctx.rank)
+    model = parallelize(parts.model, zero=job["zero"], device=ctx.device)
+    optimizer = parts.make_optimizer(model.parameters())
+    step = train_step(model, optimizer, lambda: parts.loss(model), variant, ctx.device)
+    load_s = time.perf_counter() - t0
+    ctx.say(f"{variant.name}: first call")
+    t0 = time.perf_counter()
+    step()
+    sync(ctx.device)
+    first_call_s = time.perf_counter() - t0
+    flops_per_call = count_flops(step)  # an extra, untimed step (before warm-up); this rank's model FLOPs
+    run = AgreedRun()
+    ctx.say(f"{variant.name}: warm-up")
+    agreed_warm_up(step, loop, device=ctx.device, run=run)
+    ctx.say(f"{variant.name}: steady state")
+    agreed_steady_state(step, loop, device=ctx.device, run=run,
+                        on_block=lambda r: ctx.say(f"{variant.name}: {len(r.samples_s)} it, {r.measured_s:.1f} s"))
+    sync(ctx.device)
+    states = model_state_bytes(model, optimizer)
+    peak, peak_scope = peak_memory(ctx.device)
+    items, unit = parts.items, parts.unit
+    analytic = (parts.analytic_flops_per_item, parts.analytic_formula)
+    step = optimizer = model = parts = None  # type: ignore[assignment]  # free before the next variant
+    gc.collect()
+    return {
+        **ctx.info(), "items": items, "unit": unit, "analytic_flops_per_item": analytic[0],
+        "analytic_formula": analytic[1], "load_s": load_s, "first_call_s": first_call_s, "flops_per_call": flops_per_call,
+        "warmup_iterations": run.warmup_iterations, "warmup_s": run.warmup_s, "samples_s": run.samples_s,
+        "block_walls_s": run.block_walls_s, "agreed_walls_s": run.agreed_walls_s,
+        "memory_bytes": {**states, "model_states": sum(states.values()), "peak": peak}, "peak_scope": peak_scope,
+    }
+
+
+def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
+    import torch
+
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+
+    workload = make_workload(job["workload"], job["config"])
+    docs: list[tuple[Any, list[dict[str, Any]]]] = []
+    for v in job["variants"]:
+        variant = Variant.from_dict(v)
+        torch.manual_seed(job["seed"])
+        mine = bench_variant(ctx, workload, variant, job)
+        ranks = gather_to_rank0(mine)
+        if ranks is not None:
+            docs.append((variant, ranks))
+    if ctx.rank != 0:
+        return None
+    from accelkit.dist.results import bench_document
+
+    return bench_document(ctx, workload, docs, job)
+
+
+# ---- entry point -------------------------------------------------------------------------------------------
+@record
+def main(argv: list[str] | None = None) -> None:
+    import torch.distributed as dist
+
+    argv = sys.argv[1:] if argv is None else argv
+    job = json.loads(Path(argv[0]).read_text())
+    ctx = start(job)
+    try:
+        if job["task"] == "bench":
+            doc = run_bench(ctx, job)
+        elif job["task"] == "collectives":
+            from accelkit.dist.collectives import run_collectives
+
+            doc = run_collectives(ctx, job)
+        else:
+            raise ValueError(f"unknown job task {job['task']!r}")
+        if ctx.rank == 0 and doc is not None:
+            Path(job["out"]).write_text(json.dumps(doc, default=str))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""The collective probe on 2 CPU processes (gloo, torchrun) and the plan that takes its bus bandwidth."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.test_dist_bench import accelkit, dist_probe_db, dist_probed  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.usefixtures("dist_probed")  # a matmul probe: the planner's description of this CPU
+
+
+def test_collective_probe_feeds_the_plan():
+    proc = accelkit("hw", "probe", "--collectives", "--nproc-per-node", "2", "--device", "cpu", "--quick", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    probe = json.loads(proc.stdout)
+    d = probe["details"]
+    assert probe["kind"] == "collectives" and d["world_size"] == 2 and d["backend"] == "gloo"
+    assert {r["op"] for r in d["results"]} == {"all_reduce", "all_gather", "reduce_scatter"}
+    for r in d["results"]:  # nccl-tests definitions on n = 2: all-reduce ×1, gather/scatter ×½
+        factor = 1.0 if r["op"] == "all_reduce" else 0.5
+        assert abs(r["busbw_gbps"] - r["algbw_gbps"] * factor) < 1e-9
+        assert abs(r["algbw_gbps"] - r["size_bytes"] / r["time_s"] / 1e9) < 1e-9
+    busbw = d["bus_bandwidth_gbps"]["all_reduce"]
+    assert busbw > 0 and probe["result_id"] is not None
+
+    plan = accelkit("plan", "--model", "tiny-llama", "--hardware", "cpu", "--num-devices", "2", "--dp", "2",
+                    "--tp", "1", "--pp", "1", "--zero", "3", "--precision", "fp32", "--global-batch", "4",
+                    "--seq-len", "32", "--json")
+    assert plan.returncode == 0, plan.stderr
+    assumptions = json.loads(plan.stdout)["assumptions"]
+    named = [a for a in assumptions if f"measured all-reduce bus bandwidth {busbw:.3f} GB/s" in a]
+    assert named, assumptions
+    assert "hw probe --collectives" in named[0]

@@ -1,0 +1,162 @@
+"""accelkit.dist without torch: bus-bandwidth arithmetic (nccl-tests), the torchrun command line, sweep
+files and grid expansion, copying a remote point's rows, and calibration from a collective probe."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from accelkit.core import Estimate, Measurement, UserError
+from accelkit.dist.collectives import bus_bandwidth, bus_factor, headline, message_elements
+from accelkit.dist.launch import DistConfig, torchrun_command
+from accelkit.dist.sweep import Point, SweepSpec, collect, expand, load_sweep
+
+
+# ---- bus bandwidth --------------------------------------------------------------------------------------
+def test_bus_factors_follow_nccl_tests():
+    assert bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("all_gather", 8) == pytest.approx(7 / 8)
+    assert bus_factor("reduce_scatter", 4) == pytest.approx(3 / 4)
+    assert bus_factor("all_reduce", 2) == 1.0
+    # 1 GB all-reduce in 0.5 s on 4 ranks: algbw 2 GB/s, busbw 2 · 2·3/4 = 3 GB/s
+    assert bus_bandwidth("all_reduce", 1e9, 0.5, 4) == pytest.approx(3e9)
+    assert bus_bandwidth("all_gather", 1e9, 0.5, 4) == pytest.approx(1.5e9)
+    with pytest.raises(ValueError, match="op='broadcast'"):
+        bus_factor("broadcast", 2)
+
+
+def test_message_elements_split_evenly_and_headline_is_largest():
+    assert message_elements(1024, 2) == 256
+    assert message_elements(1000, 3) % 3 == 0
+    assert message_elements(4, 8) == 8  # never fewer than one element per rank
+    rows = [{"op": "all_reduce", "size_bytes": s, "busbw_gbps": s / 10} for s in (10, 1000, 100)]
+    assert headline(rows)["size_bytes"] == 1000
+    assert headline(rows, "all_gather") is None
+
+
+# ---- torchrun command line --------------------------------------------------------------------------------
+def _flags(cmd: list[str]) -> list[str]:
+    return cmd[3:cmd.index("-m", 3)]
+
+
+def test_one_node_is_standalone():
+    cmd = torchrun_command(DistConfig(nproc_per_node=2), "job.json", python="py")
+    assert cmd[:3] == ["py", "-m", "torch.distributed.run"]
+    assert _flags(cmd) == ["--nproc-per-node", "2", "--nnodes", "1", "--standalone"]
+    assert cmd[-3:] == ["-m", "accelkit.dist.worker", "job.json"]
+
+
+def test_fixed_nodes_with_rank_use_static_rendezvous():
+    cfg = DistConfig(nproc_per_node=8, nnodes="4", node_rank=2, rdzv_endpoint="node0:29400")
+    assert cfg.rendezvous == "static"
+    assert _flags(torchrun_command(cfg, "j")) == [
+        "--nproc-per-node", "8", "--nnodes", "4", "--rdzv-backend", "static", "--rdzv-endpoint", "node0:29400",
+        "--node-rank", "2"]
+
+
+def test_elastic_range_passes_through_to_c10d():
+    cfg = DistConfig(nproc_per_node=8, nnodes="2:4", rdzv_endpoint="head:29400", rdzv_id="job7", max_restarts=3)
+    assert cfg.is_elastic and cfg.rendezvous == "c10d"
+    assert _flags(torchrun_command(cfg, "j")) == [
+        "--nproc-per-node", "8", "--nnodes", "2:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29400",
+        "--rdzv-id", "job7", "--max-restarts", "3"]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"nnodes": "2"}, "needs rdzv_endpoint"),
+    ({"nnodes": "2:4", "rdzv_endpoint": "h:1", "node_rank": 0}, "elastic"),
+    ({"nnodes": "2", "rdzv_endpoint": "h:1", "node_rank": 2}, "node_rank=2 is out of range"),
+    ({"nnodes": "4:2", "rdzv_endpoint": "h:1"}, "1 <= MIN <= MAX"),
+    ({"nnodes": "two"}, "expected N or MIN:MAX"),
+    ({"nnodes": "2", "rdzv_endpoint": "nohost"}, "HOST:PORT"),
+    ({"zero": 1}, "zero=1 is not valid"),
+])
+def test_bad_layouts_name_the_field(fields, message):
+    with pytest.raises(ValueError, match=message):
+        DistConfig.from_dict(fields)
+
+
+# ---- sweep files and the grid -------------------------------------------------------------------------------
+def test_grid_is_the_product_in_order():
+    spec = SweepSpec(name="g", workloads={"llm-train": {"model": "tiny-llama"}, "resnet": {"size": "tiny"}},
+                     precisions=("fp32", "bf16"), batch_sizes=(2, 4), layouts=({}, {"nproc_per_node": 2, "zero": 3}))
+    points = expand(spec)
+    assert len(points) == 16
+    assert [p.index for p in points] == list(range(16))
+    assert len({p.key for p in points}) == 16
+    first = points[0]
+    assert (first.workload, first.precision, first.batch_size, first.layout) == ("llm-train", "fp32", 2, {})
+    assert points[1].layout == {"nproc_per_node": 2, "zero": 3}
+    assert points[-1].key == "resnet size=tiny · bf16 · b4 · nproc_per_node=2,zero=3"
+
+
+def test_loadtest_rates_axis():
+    spec = SweepSpec(name="l", kind="loadtest", workloads={"m": {}}, rates=(1, "4", "inf"),
+                     loadtest={"base_url": "http://127.0.0.1:9"})
+    assert [p.rate for p in expand(spec)] == [1.0, 4.0, math.inf]
+    assert expand(spec)[2].to_dict()["rate"] == "inf"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("workloads: {bert: {}}\nprecisions: [fp32, fp9]\n", r"precisions\[1\]='fp9' is not valid"),
+    ("workloads: {bert: {}}\nlayouts: [{}, {nproc: 2}]\n", r"layouts\[1\] has no field nproc"),
+    ("workloads: {bert: {}}\nrates: [1]\n", "rates applies to kind loadtest"),
+    ("kind: loadtest\nworkloads: {m: {}}\nrates: [1, fast]\n", r"rates\[1\]"),
+    ("workloads: {bert: {}}\nbatch_size: [1]\n", "has no field batch_size"),
+    ("kind: plan\nworkloads: {tiny-llama: {}}\n", "hardware is required"),
+    ("workloads: {bert: {}\nprecisions: [fp32]\n", "line 2, column"),
+    ("- a\n- b\n", "expected a mapping"),
+])
+def test_sweep_file_errors_name_the_field(tmp_path, text, message):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=message):
+        load_sweep(path)
+
+
+def test_sweep_name_defaults_to_the_file(tmp_path):
+    path = tmp_path / "night.yaml"
+    path.write_text("workloads:\n  bert:\n")
+    spec = load_sweep(path)
+    assert spec.name == "night" and spec.workloads == {"bert": {}}
+
+
+# ---- a point that ran against another store is copied, ids remapped ---------------------------------------------
+def test_remote_rows_are_copied_with_cross_references_remapped():
+    from accelkit.results import ResultStore
+
+    point = Point(0, "bench", "bert", {}, "fp32", None, {}, None)
+    est = {"id": 41, "run_id": "r", "type": "estimate", **Estimate(kind="plan", name="e").to_dict()}
+    meas = {"id": 42, "run_id": "r", "type": "measurement",
+            **Measurement(kind="bench", name="m", details={"predicted": {"estimate_id": 41}}).to_dict()}
+    outcome = {"status": "ok", "result_ids": [41, 42], "results": [est, meas], "host": "elsewhere", "store": "/x"}
+    with ResultStore() as store:
+        store.add(Measurement(kind="probe", name="occupies id 1"))
+        line = collect(point, outcome, store, "sweep-run", "s")
+        new_est, new_meas = line["result_ids"]
+        assert (new_est, new_meas) == (2, 3)
+        stored = store.get(new_meas)
+        assert stored.run_id == "sweep-run"
+        assert stored.result.details["predicted"]["estimate_id"] == new_est
+        err = collect(point, {"status": "error", "error": "ValueError: boom", "host": "h"}, store, "sweep-run", "s")
+        assert store.get(err["result_ids"][0]).result.kind == "sweep-error"
+
+
+# ---- calibration: a stored collective probe replaces the communication prior -------------------------------------
+def test_collective_probe_feeds_the_comm_efficiency_of_a_catalog_device():
+    from accelkit.hardware import get_device
+    from accelkit.plan.calibrate import efficiency
+    from accelkit.results import ResultStore
+
+    h100 = get_device("h100")
+    prior = efficiency(h100, "bf16")
+    with ResultStore() as store:
+        store.add(Measurement(kind="collectives", name="c", hardware=h100.name, details={
+            "device": "cuda", "catalog_name": h100.name, "backend": "nccl", "world_size": 8,
+            "largest_size_bytes": 2**30, "bus_bandwidth_gbps": {"all_reduce": 315.0}}))
+    eff = efficiency(h100, "bf16")
+    assert eff.comm == pytest.approx(315e9 / h100.scaleup_bandwidth_bytes_per_s)
+    assert eff.comm != prior.comm
+    assert any("measured all-reduce bus bandwidth 315.000 GB/s" in s for s in eff.sources)
+    assert not any("stas00/ml-engineering network" in s for s in eff.sources)
