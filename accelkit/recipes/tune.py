@@ -49,6 +49,7 @@ class Trial:
     unit: str | None = None
     latency_s: float | None = None
     memory_bytes: int | None = None
+    memory_basis: str | None = None  # "planner estimate" or "measured peak"
     accuracy: dict[str, Any] | None = None
     gate: dict[str, Any] | None = None
     passed: bool = False
@@ -58,7 +59,7 @@ class Trial:
         return {
             "name": self.name, "recipe": self.recipe.to_dict(), "status": self.status, "reason": self.reason,
             "estimated_bytes": self.estimated_bytes, "throughput": self.throughput, "unit": self.unit,
-            "latency_s": self.latency_s, "memory_bytes": self.memory_bytes, "accuracy": self.accuracy,
+            "latency_s": self.latency_s, "memory_bytes": self.memory_bytes, "memory_basis": self.memory_basis, "accuracy": self.accuracy,
             "gate": self.gate, "passed": self.passed, "pareto": self.pareto,
         }
 
@@ -123,7 +124,8 @@ def _dominates(a: Trial, b: Trial) -> bool:
     """a is at least as good on speed, memory and accuracy drop, and better on one."""
     def axes(t: Trial) -> tuple[float, float, float]:
         drop = 1.0 - (t.gate or {}).get("candidate_value", 0.0)
-        return (-(t.throughput or 0.0), float(t.memory_bytes or 0), drop)
+        memory = float(t.memory_bytes) if t.memory_bytes is not None else float("inf")  # unknown is not lean
+        return (-(t.throughput or 0.0), memory, drop)
 
     xa, xb = axes(a), axes(b)
     return all(p <= q for p, q in zip(xa, xb, strict=True)) and xa != xb
@@ -169,10 +171,16 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     training = workload.task == "train"
     if workload.task == "input":
         raise UserError("tune searches model recipes; the dataloader workload has none — use `accelkit bench dataloader`")
-    _, catalog = identify(device)
+    hardware, catalog = identify(device)
+    notes: list[str] = []
+    if device == "cpu" and store is not None and store.latest("probe", hardware=hardware) is None:
+        # the planner models a CPU from its probe; without one every memory estimate would be missing
+        from accelkit.hardware.probe import ProbeConfig, probe
+
+        store.add(probe(ProbeConfig(device="cpu", quick=True)))
+        notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")
     trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile)]
     run_id = uuid.uuid4().hex[:12]
-    notes: list[str] = []
 
     # 1. what this device (and this workload) cannot run
     for t in trials:
@@ -218,17 +226,27 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         t.status = "measured"
         t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
         t.latency_s = entry["latency_s"]["median"]
-        measured_peak = entry["memory_bytes"].get("peak")
-        t.memory_bytes = measured_peak if device.startswith("cuda") or t.estimated_bytes is None else t.estimated_bytes
+        t.memory_bytes = entry["memory_bytes"].get("peak")
+        t.memory_basis = "measured peak"
         t.accuracy = entry.get("accuracy")
         t.gate = _gate(t.accuracy, config.max_accuracy_drop) if t.name != "fp32" else {
             "passed": True, "criterion": "reference", "candidate_value": 1.0, "threshold": 1 - config.max_accuracy_drop}
         t.passed = bool(t.gate["passed"])
+    # one basis for every trial, so the memory axis compares like with like: CUDA → the measured peak;
+    # a CPU → the planner's estimate when it has one for every trial (RSS deltas of a small model are noise)
+    done = [t for t in measured if t.status == "measured"]
+    if not device.startswith("cuda") and done and all(t.estimated_bytes for t in done):
+        for t in done:
+            t.memory_bytes, t.memory_basis = t.estimated_bytes, "planner estimate"
 
     # 5. Pareto frontier (speed, memory, accuracy) among the passing, and the winner by objective
-    notes.append("memory axis: " + ("measured CUDA peak (max allocated)" if device.startswith("cuda") else
-                 "the planner's estimate per recipe (on a CPU the RSS deltas of a small model are mostly noise; "
-                 "the bench rows keep the measured RSS)"))
+    basis = next((t.memory_basis for t in trials if t.memory_basis), None)
+    if basis == "planner estimate":
+        notes.append("memory column: the planner's estimate (on a CPU the RSS deltas of a small model are mostly "
+                     "noise; the bench rows keep the measured RSS)")
+    elif basis is not None and not device.startswith("cuda"):
+        notes.append("memory column: measured RSS peak (the planner had no estimate for every recipe); on a CPU "
+                     "it is noisy for small models")
     passing = [t for t in trials if t.passed]
     for t in passing:
         t.pareto = not any(_dominates(o, t) for o in passing if o is not t)
