@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -329,17 +330,28 @@ def run_benchmark(
 def _catch_sigint(session: _Session) -> Callable[[], None]:
     """Ctrl-C raises KeyboardInterrupt at once *and* sets a flag that the run checks between blocks and
     phases: an interrupt that lands inside a finalizer (``__del__``) is swallowed by Python, the flag is
-    not. Returns the function that puts the previous handler back (main thread only)."""
+    not. While the run lasts, such a swallowed interrupt is also kept off stderr (Python would print it
+    as an "ignored exception" traceback); other unraisable errors still print. Returns the function that
+    puts the previous handler and hook back (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    previous = signal.getsignal(signal.SIGINT)
+    previous, previous_hook = signal.getsignal(signal.SIGINT), sys.unraisablehook
 
     def handler(signum: int, frame: Any) -> None:
         session.interrupt_requested = True
         raise KeyboardInterrupt
 
+    def unraisable(info: Any) -> None:
+        if not issubclass(info.exc_type, KeyboardInterrupt):
+            previous_hook(info)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = previous_hook
+
     signal.signal(signal.SIGINT, handler)
-    return lambda: signal.signal(signal.SIGINT, previous)
+    sys.unraisablehook = unraisable
+    return restore
 
 
 class _Session:

@@ -45,3 +45,27 @@ def test_block_iterations_target_about_ten_rounds():
     assert block_iterations(loop, 0.01) == 10  # 0.1 s blocks
     assert block_iterations(loop, 5.0) == 1  # never zero
     assert block_iterations(LoopConfig(min_iterations=10, min_time_s=1.0, max_iterations=4), 0.001) == 4
+
+
+def test_interrupt_inside_a_finalizer_is_kept_off_stderr(capsys):
+    """Ctrl-C that lands in a __del__ is swallowed by Python; the flag still says so and no traceback prints."""
+    import os
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from accelkit.bench.runner import _catch_sigint
+
+    session = SimpleNamespace(interrupt_requested=False)
+    restore = _catch_sigint(session)  # type: ignore[arg-type]
+    try:
+        class Finalizer:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)  # the handler runs here, inside __del__
+
+        Finalizer()  # collected at once (refcount): __del__ runs now
+    finally:
+        restore()
+    assert session.interrupt_requested
+    assert "Traceback" not in capsys.readouterr().err
