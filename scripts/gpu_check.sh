@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GPU checks of the bench harness, in under 5 minutes on one GPU: the `gpu`-marked tests (CUDA events,
-# fp8 via torchao on SM89+, NVML energy, CUDA memory) and a small precision matrix through the real CLI.
+# GPU checks in under 5 minutes on one GPU: the `gpu`-marked tests (CUDA events, fp8 via torchao on SM89+,
+# NVML energy, CUDA memory; the exporter's NVML path with DCGM names) and a small precision matrix
+# through the real CLI.
 # Everything lands as files under $OUT (default ./gpu-check-out): pytest results and bench JSON.
 #   OUT=/tmp/out scripts/gpu_check.sh
 set -euo pipefail
@@ -32,17 +33,11 @@ timeout 200 "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider --junitxml="
   > "$OUT/pytest-gpu.txt" 2>&1 || status=$?
 tail -5 "$OUT/pytest-gpu.txt"
 
-# the real CLI (registering `bench` when app.py does not yet), short loops
-SHIM='import sys
-from accelkit.cli import app as A
-if "bench" not in {c.name for c in A.app.registered_commands}:
-    from accelkit.cli import bench, report
-    A.app.command("bench")(bench.bench_cmd); A.app.command("report")(report.report_cmd)
-A.main(sys.argv[1:])'
+# the real CLI, short loops
 LOOP=(--warmup 5 --warmup-time 1 --min-iterations 20 --min-time 3)
-timeout 150 "$PY" -c "$SHIM" bench bert --size base --batch-size 32 --seq-len 128 \
+timeout 150 "$PY" -m accelkit bench bert --size base --batch-size 32 --seq-len 128 \
   --precision fp32,tf32,bf16,fp16,fp8 "${LOOP[@]}" --json > "$OUT/bench_bert_matrix.json" 2> "$OUT/bench_bert_matrix.err" || status=$?
-timeout 60 "$PY" -c "$SHIM" report --out "$OUT/report.html" --json > "$OUT/report.json" 2>&1 || status=$?
+timeout 60 "$PY" -m accelkit report --out "$OUT/report.html" --json > "$OUT/report.json" 2>&1 || status=$?
 
 "$PY" - "$OUT" "$status" "$start" <<'PYEOF'
 import json, pathlib, sys, time
