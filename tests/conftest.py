@@ -27,6 +27,17 @@ def run_cli(*args: str, check: bool = False, env: dict | None = None, timeout: f
     return proc
 
 
+def accelkit(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real CLI (as a user runs it) in a subprocess; the exit code is the caller's to check."""
+    return run_cli(*args, timeout=timeout, env=env)
+
+
+def accelkit_popen(*args: str) -> subprocess.Popen:
+    """The real CLI as a running process, with line-buffered text pipes (progress is on stderr)."""
+    return subprocess.Popen([sys.executable, "-m", "accelkit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, bufsize=1, cwd=REPO)
+
+
 @pytest.fixture
 def cli():
     return run_cli

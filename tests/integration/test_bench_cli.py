@@ -4,38 +4,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, accelkit, accelkit_popen  # noqa: F401 (re-exported)
 
-# registers `bench` and `report` on the app when app.py does not yet (idempotent once it does)
-SHIM = """
-import sys
-from accelkit.cli import app as A
-if "bench" not in {c.name for c in A.app.registered_commands}:
-    from accelkit.cli import bench, report
-    A.app.command("bench")(bench.bench_cmd)
-    A.app.command("report")(report.report_cmd)
-A.main(sys.argv[1:])
-"""
 FAST = ("--warmup", "2", "--warmup-time", "0", "--min-iterations", "5", "--min-time", "0.2")
-
-
-def accelkit(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The real CLI (as a user runs it) in a subprocess."""
-    return subprocess.run([sys.executable, "-c", SHIM, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env={**os.environ, **(env or {})})
-
-
-def accelkit_popen(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", SHIM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, bufsize=1, cwd=REPO)
 
 
 @pytest.fixture(scope="session")

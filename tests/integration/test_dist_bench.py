@@ -5,31 +5,14 @@ planner's ZeRO-3 estimate for the same layout."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, accelkit  # noqa: F401 (re-exported)
 
-# registers `sweep` on the app when app.py does not yet (idempotent once it does)
-SHIM = """
-import sys
-from accelkit.cli import app as A
-if "sweep" not in {c.name for c in A.app.registered_commands}:
-    from accelkit.cli import sweep
-    A.app.command("sweep")(sweep.sweep_cmd)
-A.main(sys.argv[1:])
-"""
 FAST = ("--warmup", "2", "--warmup-time", "0", "--min-iterations", "4", "--min-time", "0.1")
-
-
-def accelkit(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SHIM, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="session")

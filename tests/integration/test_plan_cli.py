@@ -3,25 +3,17 @@ owner; until then these tests register it the same way (``app.command("plan")(pl
 real entry point ``accelkit.cli.app.main``, so error handling and exit codes are the real ones."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import accelkit
 
-SHIM = ("import sys; from accelkit.cli import app as a; from accelkit.cli.plan import plan_cmd; "
-        "a.app.registered_commands = [c for c in a.app.registered_commands if c.name != 'plan']; "
-        "a.app.command('plan')(plan_cmd); a.main(sys.argv[1:])")
 KEYS = {"model", "task", "hardware", "layout", "memory_per_device_bytes", "fits", "flops_per_step", "step_time_s",
         "tokens_per_s", "mfu", "time_breakdown_s", "energy_j_per_token", "assumptions"}
 
 
 def run_plan(*args):
-    import os
-
-    return subprocess.run([sys.executable, "-c", SHIM, "plan", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env=dict(os.environ))
+    return accelkit("plan", *args)
 
 
 def test_train_json_has_the_issue_fields():
