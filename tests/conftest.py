@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,22 @@ def accelkit_popen(*args: str) -> subprocess.Popen:
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def probe_db(tmp_path_factory) -> Path:
+    """One quick `hw probe` (fp32, bf16) shared by the tests, so MFU has a measured CPU peak and the
+    planner a description of this CPU."""
+    home = tmp_path_factory.mktemp("probe-home")
+    proc = accelkit("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32,bf16", "--size", "512",
+                    "--copy-size", "16MiB", env={"ACCELKIT_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr
+    return home / "results.db"
+
+
+@pytest.fixture
+def probed(probe_db, _isolated_home) -> Path:
+    """This test's store, starting with the shared probe."""
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(probe_db, _isolated_home / "results.db")
+    return _isolated_home

@@ -264,17 +264,32 @@ def _same_unit(a: str | None, b: str) -> bool:
 
 
 # ---- the run ---------------------------------------------------------------------------------------------
-def plan_variants(workload: BenchWorkload, requested: list[Variant], device: str) -> tuple[list[Variant], list[dict[str, str]]]:
-    """Split the variants into runnable and refused (with one line each)."""
+def plan_variants(
+    workload: BenchWorkload,
+    requested: list[Variant],
+    device: str,
+    reporter: Reporter,
+    *,
+    extra_refusal: Callable[[Variant], str | None] | None = None,
+) -> tuple[list[Variant], list[dict[str, str]]]:
+    """Split the variants into runnable and refused (one line each, told to ``reporter``); ``extra_refusal``
+    adds a caller's own reasons (e.g. what a distributed run cannot do). Nothing runnable is a UserError."""
     runnable, refused = [], []
     for v in workload.variants(requested):
         reason = workload.refusal(v, device)
         if reason is None and workload.task != "input":
             reason = device_refusal(v, device, training=workload.task == "train")
+        if reason is None and extra_refusal is not None:
+            reason = extra_refusal(v)
         if reason:
             refused.append({"name": v.name, "reason": reason})
         else:
             runnable.append(v)
+    for r in refused:
+        reporter.refused(r["name"], r["reason"])
+    if not runnable:
+        raise UserError("nothing to run: every variant was refused (" + "; ".join(
+            f"{r['name']}: {r['reason']}" for r in refused) + ")")
     return runnable, refused
 
 
@@ -295,12 +310,7 @@ def run_benchmark(
     config = config or BenchConfig()
     reporter = reporter or Reporter()
     device = resolve_device(config.device)
-    runnable, refused = plan_variants(workload, requested, device)
-    for r in refused:
-        reporter.refused(r["name"], r["reason"])
-    if not runnable:
-        raise UserError("nothing to run: every variant was refused (" + "; ".join(
-            f"{r['name']}: {r['reason']}" for r in refused) + ")")
+    runnable, refused = plan_variants(workload, requested, device, reporter)
     workload.check(device)
     hardware, catalog = identify(device)
     run = BenchRun(workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=device,

@@ -47,17 +47,8 @@ def run_distributed_bench(
     """Run ``workload``'s training step on ``dist.nproc_per_node`` ranks per node (× nodes)."""
     reporter = reporter or Reporter()
     device = resolve_device(config.device)  # this node's device type; each rank takes cuda:LOCAL_RANK
-    runnable, refused = plan_variants(workload, requested, device)
-    for v in list(runnable):
-        reason = refusal(workload, v)
-        if reason:
-            runnable.remove(v)
-            refused.append({"name": v.name, "reason": reason})
-    for r in refused:
-        reporter.refused(r["name"], r["reason"])
-    if not runnable:
-        raise UserError("nothing to run: every variant was refused (" + "; ".join(
-            f"{r['name']}: {r['reason']}" for r in refused) + ")")
+    runnable, refused = plan_variants(workload, requested, device, reporter,
+                                      extra_refusal=lambda v: refusal(workload, v))
     workload.check(device)
     if device.startswith("cuda"):
         import torch

@@ -4,32 +4,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, accelkit, accelkit_popen  # noqa: F401 (re-exported)
+from tests.conftest import accelkit
 
 FAST = ("--warmup", "2", "--warmup-time", "0", "--min-iterations", "5", "--min-time", "0.2")
-
-
-@pytest.fixture(scope="session")
-def probe_db(tmp_path_factory) -> Path:
-    """One quick `hw probe` (fp32, bf16) shared by the tests, so MFU has a measured CPU peak."""
-    home = tmp_path_factory.mktemp("probe-home")
-    proc = accelkit("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32,bf16", "--size", "512",
-                    "--copy-size", "16MiB", env={"ACCELKIT_HOME": str(home)})
-    assert proc.returncode == 0, proc.stderr
-    return home / "results.db"
-
-
-@pytest.fixture
-def probed(probe_db, _isolated_home) -> Path:
-    """This test's store, starting with the shared probe."""
-    _isolated_home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(probe_db, _isolated_home / "results.db")
-    return _isolated_home
 
 
 def bench_json(*args: str) -> dict:

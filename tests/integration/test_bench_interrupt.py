@@ -4,10 +4,11 @@ cleanly (exit 130, no traceback), keeps that variant in the store and says so.""
 import signal
 import time
 
-from tests.integration.test_bench_cli import accelkit_popen, probe_db, probed, stored_bench  # noqa: F401
+from tests.conftest import accelkit_popen
+from tests.integration.test_bench_cli import stored_bench
 
 
-def test_sigint_keeps_finished_variants(probed):  # noqa: F811
+def test_sigint_keeps_finished_variants(probed):
     proc = accelkit_popen("bench", "bert", "--size", "tiny", "--seq-len", "32", "--batch-size", "2",
                           "--precision", "fp32,bf16", "--no-interleave", "--warmup", "2", "--warmup-time", "1",
                           "--min-iterations", "5", "--min-time", "3")

@@ -3,10 +3,11 @@ here; `make demo` runs the real suite)."""
 
 import json
 
-from tests.integration.test_bench_cli import FAST, accelkit, probe_db, probed, stored_bench  # noqa: F401
+from tests.conftest import accelkit
+from tests.integration.test_bench_cli import FAST, stored_bench
 
 
-def test_quick_suite_runs_every_workload(probed):  # noqa: F811
+def test_quick_suite_runs_every_workload(probed):
     proc = accelkit("bench", "--suite", "quick", *FAST, "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

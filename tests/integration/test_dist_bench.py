@@ -5,31 +5,10 @@ planner's ZeRO-3 estimate for the same layout."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
-import pytest
-
-from tests.conftest import REPO, accelkit  # noqa: F401 (re-exported)
+from tests.conftest import accelkit
 
 FAST = ("--warmup", "2", "--warmup-time", "0", "--min-iterations", "4", "--min-time", "0.1")
-
-
-@pytest.fixture(scope="session")
-def dist_probe_db(tmp_path_factory) -> Path:
-    """One small quick `hw probe` (fp32) so the planner can describe this CPU."""
-    home = tmp_path_factory.mktemp("dist-probe-home")
-    proc = accelkit("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32", "--size", "256",
-                    "--copy-size", "16MiB", env={"ACCELKIT_HOME": str(home)})
-    assert proc.returncode == 0, proc.stderr
-    return home / "results.db"
-
-
-@pytest.fixture
-def dist_probed(dist_probe_db, _isolated_home) -> Path:
-    _isolated_home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(dist_probe_db, _isolated_home / "results.db")
-    return _isolated_home
 
 
 def dist_bench(*args: str) -> dict:
@@ -45,7 +24,7 @@ def _stored(result_id: int):
         return store.get(result_id)
 
 
-def test_fsdp2_zero3_memory_matches_the_planner(dist_probed):
+def test_fsdp2_zero3_memory_matches_the_planner(probed):
     doc = dist_bench("llm-train", "--model", "tiny-llama", "--batch-size", "2", "--seq-len", "32", "--zero", "3")
     assert doc["world_size"] == 2 and doc["zero"] == 3 and "FSDP2" in doc["layout"]
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
@@ -70,7 +49,7 @@ def test_fsdp2_zero3_memory_matches_the_planner(dist_probed):
     assert estimate.kind == "plan" and estimate.details["layout"]["zero"] == 3 and estimate.details["layout"]["dp"] == 2
 
 
-def test_ddp_resnet_two_ranks(dist_probed):
+def test_ddp_resnet_two_ranks(probed):
     doc = dist_bench("resnet", "--size", "tiny", "--batch-size", "4", "--image-size", "32", "--zero", "0")
     (entry,) = doc["variants"]
     assert doc["world_size"] == 2 and "DDP" in entry["layout"]

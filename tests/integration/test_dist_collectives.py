@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from tests.integration.test_dist_bench import accelkit, dist_probe_db, dist_probed  # noqa: F401 (fixtures)
+from tests.conftest import accelkit
 
-pytestmark = pytest.mark.usefixtures("dist_probed")  # a matmul probe: the planner's description of this CPU
+pytestmark = pytest.mark.usefixtures("probed")  # a matmul probe: the planner's description of this CPU
 
 
 def test_collective_probe_feeds_the_plan():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_dist_bench import accelkit
+from tests.conftest import accelkit
 
 GRID = """
 name: tiny-grid

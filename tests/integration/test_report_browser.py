@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.integration.test_bench_cli import accelkit, probe_db, probed  # noqa: F401
+from tests.conftest import REPO, accelkit
 
 CHROMIUM = os.environ.get("ACCELKIT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -38,7 +37,7 @@ def _browser_or_skip():
 
 
 @pytest.fixture
-def report_file(probed, tmp_path) -> Path:  # noqa: F811
+def report_file(probed, tmp_path) -> Path:
     """A report of real results: a bert precision pair and an LLM run, plus the probe."""
     fast = ("--warmup", "2", "--warmup-time", "0", "--min-iterations", "8", "--min-time", "0.3")
     for args in (("bert", "--size", "tiny", "--seq-len", "32", "--batch-size", "2", "--precision", "fp32,bf16"),
@@ -58,7 +57,7 @@ def report_file(probed, tmp_path) -> Path:  # noqa: F811
     return out
 
 
-def test_report_never_imports_torch(probed, tmp_path):  # noqa: F811
+def test_report_never_imports_torch(probed, tmp_path):
     code = ("import sys; from accelkit.report import write_report; write_report(sys.argv[1]); "
             "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r.html")], capture_output=True, text=True,
