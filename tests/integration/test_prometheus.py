@@ -4,7 +4,6 @@ tracks a job, and its HTTP API returns the host metrics and the job's step-time 
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,8 @@ import urllib.parse
 import urllib.request
 
 import pytest
+
+from tests.integration.serve_server_util import free_port
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(
@@ -35,12 +36,6 @@ JOB = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _query(port: int, promql: str) -> list:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     with urllib.request.urlopen(url, timeout=5) as resp:
@@ -51,7 +46,7 @@ def _query(port: int, promql: str) -> list:
 
 def test_prometheus_scrapes_host_and_job_metrics(tmp_path):
     assert PROMETHEUS, "prometheus must be installed in CI"
-    exporter_port, prom_port = _free_port(), _free_port()
+    exporter_port, prom_port = free_port(), free_port()
     job = subprocess.Popen([sys.executable, "-c", JOB, str(exporter_port), "90"], stdout=subprocess.PIPE, text=True)
     config = tmp_path / "prometheus.yml"
     config.write_text(textwrap.dedent(f"""
