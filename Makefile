@@ -33,7 +33,7 @@ demo: $(VENV)/.base
 	$(BIN)/accelkit report --out report.html
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check accelkit tests benchmarks scripts
+	$(BIN)/ruff check .
 
 ## test: set up with the dev extras, then ruff and the whole test suite
 test: lint

@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 
 from accelkit.bench.runner import BenchConfig, run_benchmark
-from accelkit.bench.timing import LoopConfig, time_block
 from accelkit.bench.trackers import energy_tracker, memory_tracker
 from accelkit.bench.variants import Variant
 from accelkit.bench.workloads import make_workload
 from accelkit.bench.workloads.bert import Bert
 from accelkit.core.stats import percentile
 from accelkit.hardware.detect import environment
+from accelkit.timing import LoopConfig, time_block
 
 OUT = Path(__file__).resolve().parent / "results" / "harness_overhead.json"
 
@@ -105,7 +105,7 @@ def main() -> None:
     doc = {
         "benchmark": "harness_overhead",
         "method": ("blocks of k calls of one prebuilt tiny-bert fp32 forward, timed bare (one perf_counter pair) and "
-                   "through the harness's measured-phase path (memory/energy counters + accelkit.bench.timing."
+                   "through the harness's measured-phase path (memory/energy counters + accelkit.timing."
                    "time_block), interleaved ABBA; overhead per pair = 1 − harness throughput / bare throughput"),
         "workload": workload.label,
         "iterations_per_block": k,

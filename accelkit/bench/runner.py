@@ -23,7 +23,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.metrics import FLOPS_SOURCE, Peak, catalog_peak, compare, count_flops, drift, mfu_block, probe_peak
-from accelkit.bench.timing import (
+from accelkit.bench.variants import Variant, device_refusal
+from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
+from accelkit.core import Estimate, Measurement, UserError, summarize
+from accelkit.core.spec import Spec, spec_field
+from accelkit.timing import (
     Block,
     LoopConfig,
     block_iterations,
@@ -32,10 +36,6 @@ from accelkit.bench.timing import (
     timer_name,
     warm_up,
 )
-from accelkit.bench.variants import Variant, device_refusal
-from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
-from accelkit.core import Estimate, Measurement, UserError, summarize
-from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
     from accelkit.results import ResultStore

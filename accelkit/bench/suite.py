@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accelkit.bench.runner import BenchConfig, BenchRun, Reporter, resolve_device, run_benchmark
-from accelkit.bench.timing import LoopConfig
 from accelkit.bench.variants import matrix
 from accelkit.bench.workloads import make_workload
 from accelkit.core import UnknownNameError, UserError
+from accelkit.timing import LoopConfig
 
 
 @dataclass(frozen=True, slots=True)

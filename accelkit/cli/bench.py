@@ -165,7 +165,7 @@ def bench_cmd(
     as_json: bool = JsonOption,
 ) -> None:
     """Measure what this machine delivers on a reference workload or your model, across precisions."""
-    from accelkit.bench.timing import LoopConfig
+    from accelkit.timing import LoopConfig
 
     if (workload is None) == (suite is None):
         raise UserError("give a workload (bert, resnet, llm, llm-train, dataloader, custom) or --suite quick|reference")
@@ -219,7 +219,7 @@ def bench_cmd(
                     variants = matrix(precisions or ["fp32"], compile=compile_, recompute=recompute,
                                       channels_last=channels_last)
                 if dist_config is not None:
-                    from accelkit.dist.bench import run_distributed_bench
+                    from accelkit.distributed.bench_launch import run_distributed_bench
 
                     result = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter)
                 else:
@@ -236,7 +236,7 @@ def _dist_config(flags: dict[str, Any], suite: str | None) -> Any:
         return None
     if suite is not None:
         raise UserError("--nproc-per-node/--zero/--nnodes apply to one workload (llm-train, resnet), not --suite")
-    from accelkit.dist.launch import DistConfig
+    from accelkit.distributed.launch import DistConfig
 
     with flag_values():
         return DistConfig.from_dict(given)

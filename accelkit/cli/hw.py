@@ -168,8 +168,8 @@ def _pct(fraction: float | None) -> str | None:
 
 def _collectives(*, quick: bool, device: str, nproc_per_node: int, save: bool, as_json: bool) -> None:
     """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
-    from accelkit.dist.collectives import CollectiveConfig, probe_collectives
-    from accelkit.dist.launch import DistConfig
+    from accelkit.distributed.collectives import CollectiveConfig, probe_collectives
+    from accelkit.distributed.launch import DistConfig
 
     with flag_values():
         config = CollectiveConfig(quick=quick, device="cpu" if device == "cpu" else "auto")

@@ -1,5 +1,5 @@
 """`accelkit sweep SWEEP.yaml [--ray auto|ADDRESS|local] [--workers N]`: a thin shell over
-``accelkit.dist.sweep``."""
+``accelkit.sweep``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def sweep_cmd(
     as_json: bool = JsonOption,
 ) -> None:
     """Run a grid of bench / plan / loadtest points; every result lands in the store under one run id."""
-    from accelkit.dist.sweep import load_sweep, run_sweep
     from accelkit.results import ResultStore
+    from accelkit.sweep import load_sweep, run_sweep
 
     spec = load_sweep(path)
 

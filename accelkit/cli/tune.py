@@ -30,8 +30,8 @@ def tune_cmd(
 ) -> None:
     """Find the fastest recipe for a workload that stays within the accuracy gate (Pareto frontier + snippet)."""
     from accelkit.bench.workloads import make_workload
-    from accelkit.recipes.tune import TuneConfig, tune
     from accelkit.results import ResultStore
+    from accelkit.tune import TuneConfig, tune
 
     if (workload is None) == (module is None):
         raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory")

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from accelkit.bench.timing import LoopConfig, time_loop
 from accelkit.core import DeviceSpec, Measurement, UserError, summarize
 from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.catalog import match_device_name
 from accelkit.hardware.detect import cpu_info, environment
+from accelkit.timing import LoopConfig, time_loop
 
 CPU_DTYPES = ("fp32", "bf16", "fp16")
 CUDA_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")

@@ -13,7 +13,7 @@ Order (each step sees the model the previous one produced):
 9. warm allocator   — one step to size the CUDA caching allocator, on the final model
 
 Every wanted technique is checked before any is applied, so a refusal leaves the model untouched. The
-parallel layout (dp/tp/pp, ZeRO) is not a single-device transform: ``accelkit.dist`` applies it.
+parallel layout (dp/tp/pp, ZeRO) is not a single-device transform: ``accelkit.distributed`` applies it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def techniques(*, quant_backend: Backend = "auto", fp8_scaling: str = "tensorwis
 
 def _layout_refusal(recipe: Recipe) -> str | None:
     if recipe.num_devices > 1 or recipe.zero > 0 or recipe.ep > 1:
-        return ("the parallel layout (dp/tp/pp/ep, zero) is applied by accelkit.dist across processes, not by "
+        return ("the parallel layout (dp/tp/pp/ep, zero) is applied by accelkit.distributed across processes, not by "
                 "recipes.apply on one module; pass a single-device Recipe here")
     return None
 

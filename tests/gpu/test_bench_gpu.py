@@ -18,10 +18,10 @@ LOOP = {"warmup_iterations": 5, "warmup_time_s": 0.5, "min_iterations": 20, "min
 
 def _run(workload: str, config: dict, precisions: list[str]):
     from accelkit.bench.runner import BenchConfig, run_benchmark
-    from accelkit.bench.timing import LoopConfig
     from accelkit.bench.variants import matrix
     from accelkit.bench.workloads import make_workload
     from accelkit.results import ResultStore
+    from accelkit.timing import LoopConfig
 
     with ResultStore() as store:
         return run_benchmark(make_workload(workload, config), matrix(precisions),

@@ -47,7 +47,7 @@ def test_eight_point_grid_locally_and_on_ray(tmp_path: Path):
     assert len(local_set) == 8 and all(status == "ok" and "bench" in kinds for _, status, kinds in local_set)
 
     ray = pytest.importorskip("ray")
-    from accelkit.dist.sweep import load_sweep, run_sweep
+    from accelkit.sweep import load_sweep, run_sweep
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:

@@ -145,7 +145,7 @@ def test_fp8_refused_on_cpu_without_emulate_and_trains_with_it():
         (Recipe(quantization="int8-dynamic"), {"training": True}, "post-training"),
         (Recipe(precision="fp8"), {}, "fp8-dynamic"),
         (Recipe(recompute="full"), {}, "inference saves no activations"),
-        (Recipe(dp=2), {}, "accelkit.dist"),
+        (Recipe(dp=2), {}, "accelkit.distributed"),
         (Recipe(fold_bn=True), {"training": True}, "for inference"),
         (Recipe(quantization="int8-dynamic", precision="bf16"), {}, "precision='fp32'"),
     ],

@@ -1,6 +1,6 @@
 """The timing loop: warm-up thresholds, the stopping rule, interleaved rounds (pure Python callables)."""
 
-from accelkit.bench.timing import LoopConfig, block_iterations, interleaved_blocks, time_block, time_loop, warm_up
+from accelkit.timing import LoopConfig, block_iterations, interleaved_blocks, time_block, time_loop, warm_up
 
 
 def test_warm_up_meets_both_thresholds():

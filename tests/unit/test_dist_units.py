@@ -1,4 +1,4 @@
-"""accelkit.dist without torch: bus-bandwidth arithmetic (nccl-tests), the torchrun command line, sweep
+"""accelkit.distributed without torch: bus-bandwidth arithmetic (nccl-tests), the torchrun command line, sweep
 files and grid expansion, copying a remote point's rows, and calibration from a collective probe."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import pytest
 
 from accelkit.core import Estimate, Measurement, UserError
-from accelkit.dist.collectives import bus_bandwidth, bus_factor, headline, message_elements
-from accelkit.dist.launch import DistConfig, torchrun_command
-from accelkit.dist.sweep import Point, SweepSpec, collect, expand, load_sweep
+from accelkit.distributed.collectives import bus_bandwidth, bus_factor, headline, message_elements
+from accelkit.distributed.launch import DistConfig, torchrun_command
+from accelkit.sweep import Point, SweepSpec, collect, expand, load_sweep
 
 
 # ---- bus bandwidth --------------------------------------------------------------------------------------
@@ -44,7 +44,7 @@ def test_one_node_is_standalone():
     cmd = torchrun_command(DistConfig(nproc_per_node=2), "job.json", python="py")
     assert cmd[:3] == ["py", "-m", "torch.distributed.run"]
     assert _flags(cmd) == ["--nproc-per-node", "2", "--nnodes", "1", "--standalone"]
-    assert cmd[-3:] == ["-m", "accelkit.dist.worker", "job.json"]
+    assert cmd[-3:] == ["-m", "accelkit.distributed.worker", "job.json"]
 
 
 def test_fixed_nodes_with_rank_use_static_rendezvous():

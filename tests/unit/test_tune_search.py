@@ -1,5 +1,5 @@
 from accelkit.core import Recipe
-from accelkit.recipes.tune import Trial, _dominates, _gate, _objective_key, snippet
+from accelkit.tune.search import Trial, _dominates, _gate, _objective_key, snippet
 
 
 def _trial(name, tput, mem, agreement):

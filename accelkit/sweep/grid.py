@@ -216,17 +216,17 @@ def run_point(point: dict[str, Any], spec: dict[str, Any], run_id: str) -> dict[
 
 def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str) -> list[int]:
     from accelkit.bench.runner import BenchConfig, run_benchmark
-    from accelkit.bench.timing import LoopConfig
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads import make_workload
+    from accelkit.timing import LoopConfig
 
     config = {**p.config, **({"batch_size": p.batch_size} if p.batch_size is not None else {})}
     workload = make_workload(p.workload, config)
     bench = BenchConfig.from_dict({**sweep.bench, "loop": LoopConfig.from_dict(sweep.loop).to_dict()})
     variants = [Variant(precision=p.precision)]  # type: ignore[arg-type]
     if p.layout:
-        from accelkit.dist.bench import run_distributed_bench
-        from accelkit.dist.launch import DistConfig
+        from accelkit.distributed.bench_launch import run_distributed_bench
+        from accelkit.distributed.launch import DistConfig
 
         doc = run_distributed_bench(workload, variants, bench, DistConfig.from_dict(p.layout), store=store,
                                     run_id=run_id).to_json()

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.metrics import FLOPS_SOURCE, Peak, mfu_block
 from accelkit.bench.runner import identify, predicted_block
-from accelkit.bench.timing import timer_name
 from accelkit.core import Cluster, Estimate, Measurement, summarize
+from accelkit.timing import timer_name
 
 if TYPE_CHECKING:
-    from accelkit.dist.worker import RankContext
+    from accelkit.distributed.worker import RankContext
 
 MEMORY_SCOPE = ("model states per rank = bytes of this rank's local tensors (FSDP2 DTensor.to_local()) of "
                 "parameters, gradients and optimizer states — what the planner's weights+gradients+optimizer "

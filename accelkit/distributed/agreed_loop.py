@@ -1,4 +1,4 @@
-"""The bench timing loop (``accelkit.bench.timing``) run by every rank at once.
+"""The bench timing loop (``accelkit.timing``) run by every rank at once.
 
 A distributed step contains collectives, so every rank must run exactly as many iterations as the others
 — a rank that stops early leaves the rest waiting in an all-reduce forever. Each rank therefore times
@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from accelkit.bench.timing import LoopConfig, block_iterations, lane_done, time_block, warm_up
+from accelkit.timing import LoopConfig, block_iterations, lane_done, time_block, warm_up
 
 
 def agree_max(values: list[float], device: str) -> list[float]:

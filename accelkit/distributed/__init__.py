@@ -3,13 +3,14 @@ transport:
 
 - ``launch.py``  — builds and runs the ``torch.distributed.run`` (torchrun) command line: one node
   (``--standalone``), several (static or c10d rendezvous) or elastic ``--nnodes MIN:MAX``;
+- ``bench_launch.py`` — the launching side of ``accelkit bench … --nproc-per-node``: refusals, peak, torchrun;
+- ``rank_results.py`` — rank 0 turns the gathered per-rank results into one bench result;
 - ``worker.py``  — the per-rank entry point torchrun starts: process group (gloo on CPU, NCCL on GPU),
   the job (a training bench or the collective probe), results gathered to rank 0 and stored once;
 - ``parallel.py`` — the training step of a bench workload wrapped by DDP (ZeRO 0) or FSDP2
   ``fully_shard`` (ZeRO 2/3), and the local-shard memory accounting;
-- ``loop.py``    — the bench timing helpers with a stopping rule every rank agrees on;
+- ``agreed_loop.py`` — the bench timing helpers with a stopping rule every rank agrees on;
 - ``collectives.py`` — all-reduce / all-gather / reduce-scatter bandwidth (nccl-tests definitions);
-- ``sweep.py``   — a grid of bench/plan/loadtest points in a local process pool or as Ray tasks.
 
-Only ``launch``, ``collectives`` (arithmetic) and ``sweep`` (grid expansion) import without torch.
+Only ``launch`` and ``collectives`` (arithmetic) import without torch. Sweeps live in ``accelkit.sweep``.
 """

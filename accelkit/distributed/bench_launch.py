@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants, resolve_device
 from accelkit.core import UserError
-from accelkit.dist.launch import DistConfig, launch
-from accelkit.dist.parallel import refusal
+from accelkit.distributed.launch import DistConfig, launch
+from accelkit.distributed.parallel import refusal
 
 if TYPE_CHECKING:
     from accelkit.bench.variants import Variant

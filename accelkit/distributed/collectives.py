@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
-    from accelkit.dist.launch import DistConfig
-    from accelkit.dist.worker import RankContext
+    from accelkit.distributed.launch import DistConfig
+    from accelkit.distributed.worker import RankContext
     from accelkit.results import ResultStore
 
 Op = Literal["all_reduce", "all_gather", "reduce_scatter"]
@@ -86,7 +86,7 @@ class CollectiveConfig(Spec):
                 raise ValueError(f"sizes_bytes[{i}]={s} is out of range; expected >= 4 bytes")
 
     def loop(self) -> Any:
-        from accelkit.bench.timing import LoopConfig
+        from accelkit.timing import LoopConfig
 
         if self.quick:
             return LoopConfig(warmup_iterations=2, warmup_time_s=0.0, min_iterations=5, min_time_s=0.05)
@@ -123,8 +123,8 @@ def _op_fn(op: str, size_bytes: int, n: int, device: str) -> tuple[Callable[[], 
 def run_collectives(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
     """Every rank times every (op, size) with the agreed loop; rank 0 builds and stores the Measurement."""
     from accelkit.core import summarize
-    from accelkit.dist.loop import agreed_loop
-    from accelkit.dist.worker import gather_to_rank0
+    from accelkit.distributed.agreed_loop import agreed_loop
+    from accelkit.distributed.worker import gather_to_rank0
 
     config = CollectiveConfig.from_dict(job["collectives"])
     loop = config.loop()
@@ -188,7 +188,7 @@ def probe_collectives(config: CollectiveConfig, dist: DistConfig, *, store: Resu
                       save: bool = True, on_line: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """Launch the probe on ``dist.nproc_per_node`` ranks per node; rank 0 stores it (when ``save``).
     Returns the Measurement as a dict plus ``result_id`` (None on a node that did not host rank 0)."""
-    from accelkit.dist.launch import launch
+    from accelkit.distributed.launch import launch
 
     if dist.nproc_per_node * dist.nnodes_range[0] < 2:
         from accelkit.core import UserError

@@ -1,4 +1,4 @@
-"""The per-rank entry point torchrun starts: ``python -m accelkit.dist.worker JOB.json``.
+"""The per-rank entry point torchrun starts: ``python -m accelkit.distributed.worker JOB.json``.
 
     init process group (NCCL on GPU, gloo on CPU) → run the job on every rank → gather per-rank results
     to rank 0 → rank 0 stores ONE Measurement (and the planner's Estimate) and writes the document
@@ -108,10 +108,10 @@ def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, 
     import gc
 
     from accelkit.bench.metrics import count_flops
-    from accelkit.bench.timing import LoopConfig
     from accelkit.bench.workloads.base import train_step
-    from accelkit.dist.loop import AgreedRun, agreed_steady_state, agreed_warm_up
-    from accelkit.dist.parallel import model_state_bytes, parallelize, train_parts
+    from accelkit.distributed.agreed_loop import AgreedRun, agreed_steady_state, agreed_warm_up
+    from accelkit.distributed.parallel import model_state_bytes, parallelize, train_parts
+    from accelkit.timing import LoopConfig
 
     loop = LoopConfig.from_dict(job["loop"])
     ctx.say(f"{variant.name}: load (build, {job['layout']})")
@@ -166,7 +166,7 @@ def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
             docs.append((variant, ranks))
     if ctx.rank != 0:
         return None
-    from accelkit.dist.results import bench_document
+    from accelkit.distributed.rank_results import bench_document
 
     return bench_document(ctx, workload, docs, job)
 
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         if job["task"] == "bench":
             doc = run_bench(ctx, job)
         elif job["task"] == "collectives":
-            from accelkit.dist.collectives import run_collectives
+            from accelkit.distributed.collectives import run_collectives
 
             doc = run_collectives(ctx, job)
         else:

@@ -161,10 +161,10 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     import uuid
 
     from accelkit.bench.runner import BenchConfig, identify, predict_variant, resolve_device, run_benchmark
-    from accelkit.bench.timing import LoopConfig
     from accelkit.bench.variants import Variant, device_refusal
     from accelkit.core import Measurement
     from accelkit.hardware.detect import environment
+    from accelkit.timing import LoopConfig
 
     config = config or TuneConfig()
     device = resolve_device(config.device)

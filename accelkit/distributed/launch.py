@@ -30,7 +30,7 @@ from typing import Any, Literal
 from accelkit.core import AccelkitError
 from accelkit.core.spec import Spec, spec_field
 
-WORKER_MODULE = "accelkit.dist.worker"
+WORKER_MODULE = "accelkit.distributed.worker"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
