@@ -1,4 +1,5 @@
-"""The engine's one config: model, precision, KV cache, scheduling limits (validated at construction)."""
+"""The engine's config (model, precision, KV cache, scheduling limits) and the HTTP server's, validated at
+construction; no torch here, so the CLI can build its flags from them without importing torch."""
 
 from __future__ import annotations
 
@@ -35,3 +36,14 @@ class EngineConfig(Spec):
     enable_chunked_prefill: bool = spec_field(True, doc="Split long prompts across steps to fit max_num_batched_tokens.")
     scheduling_policy: Literal["fcfs", "priority"] = spec_field("fcfs", doc="Order of waiting requests.")
     seed: int = spec_field(0, doc="Seed of the engine's sampling stream (requests without their own seed).")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig(Spec):
+    """HTTP-side settings (the engine has its own EngineConfig)."""
+
+    served_model_name: str = spec_field(doc="The model id clients send and /v1/models lists.")
+    api_key: str | None = spec_field(None, doc="When set, /v1/* require 'Authorization: Bearer KEY'.")
+    max_queue: int = spec_field(256, min=0, doc="Requests allowed to wait beyond the running batch; more get 429.")
+    shutdown_timeout_s: float = spec_field(30.0, min=0.0, doc="On SIGTERM, time in-flight requests get to finish.")
+    chat_template: str | None = spec_field(None, doc="Jinja chat template overriding the tokenizer's.")

@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from accelkit.monitor.registry import REGISTRY
 from accelkit.monitor.serving import ServingMetrics
-from accelkit.serve.config import EngineConfig
-from accelkit.serve.server.state import ServerConfig, ServingState
+from accelkit.serve.config import EngineConfig, ServerConfig
+from accelkit.serve.server.state import ServingState
 
 
 def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,

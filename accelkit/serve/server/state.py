@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
-from accelkit.core.spec import Spec, spec_field
 from accelkit.monitor.serving import ServingMetrics
+from accelkit.serve.config import ServerConfig
 from accelkit.serve.loop import EngineLoop
 from accelkit.serve.outputs import EngineStats, RequestOutput
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerConfig(Spec):
-    """HTTP-side settings (the engine has its own EngineConfig)."""
-
-    served_model_name: str = spec_field(doc="The model id clients send and /v1/models lists.")
-    api_key: str | None = spec_field(None, doc="When set, /v1/* require 'Authorization: Bearer KEY'.")
-    max_queue: int = spec_field(256, min=0, doc="Requests allowed to wait beyond the running batch; more get 429.")
-    shutdown_timeout_s: float = spec_field(30.0, min=0.0, doc="On SIGTERM, time in-flight requests get to finish.")
-    chat_template: str | None = spec_field(None, doc="Jinja chat template overriding the tokenizer's.")
 
 
 class Admission:

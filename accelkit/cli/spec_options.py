@@ -1,0 +1,152 @@
+"""CLI options generated from a ``Spec``'s fields, so a flag can never drift from the config it fills.
+
+Each field becomes ``--field-name`` with the field's type (``Literal`` → choices, ``int | None`` → an optional
+int), its default, its doc as the help text and its ``min``/``max`` as click's range check — the same
+facts ``Spec.__post_init__`` validates. A command declares its own options as usual and names the specs it
+fills::
+
+    @spec_options(EngineConfig, into="engine", exclude=("model",), names={"enable_prefix_caching": "--prefix-caching"})
+    def serve_cmd(port: int = typer.Option(8000, "--port"), *, engine: dict[str, Any]) -> None:
+        config = EngineConfig(model=..., **engine)
+
+The command receives the generated options' values as one dict (field name → value, every field present,
+defaults included). Fields typed as containers (tuples, lists, dicts, nested specs) are not generated unless a
+``parse`` function turns the flag's text into the value; ``parse`` also serves scalar fields whose flag takes
+another notation (``--kv-cache-memory 2GiB`` for ``kv_cache_memory_bytes``): such a flag defaults to ``None``
+and the field keeps its spec default when the flag is not given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import typer
+
+from accelkit.core.spec import Spec
+
+F = TypeVar("F", bound=Callable[..., Any])
+_SCALARS = (bool, int, float, str)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GeneratedOption:
+    """One generated flag: the field it fills and how it was declared."""
+
+    field: str
+    flag: str  # the primary flag, e.g. --max-num-seqs
+    param: str  # the Python parameter name typer sees
+    default: Any
+    help: str
+    parse: Callable[[str], Any] | None
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _is_scalar(tp: Any) -> bool:
+    """bool/int/float/str, a Literal of scalars, or one of those | None."""
+    origin = get_origin(tp)
+    if origin is Literal:
+        return all(isinstance(a, _SCALARS) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        arms = [a for a in get_args(tp) if a is not type(None)]
+        return len(arms) == 1 and _is_scalar(arms[0])
+    return tp in _SCALARS
+
+
+def generated_options(
+    spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
+    parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
+) -> list[GeneratedOption]:
+    """The options :func:`spec_options` adds for ``spec`` (also what the consistency test checks)."""
+    names, parse, helps = dict(names or {}), dict(parse or {}), dict(helps or {})
+    excluded = set(exclude)
+    hints = typing.get_type_hints(spec)
+    known = {f.name for f in dataclasses.fields(spec)}  # type: ignore[arg-type]
+    for extra in (set(names) | set(parse) | set(helps) | excluded) - known:
+        raise TypeError(f"{spec.__name__} has no field {extra!r} (spec_options)")
+    options = []
+    for f in dataclasses.fields(spec):  # type: ignore[arg-type]
+        if f.name in excluded or not f.init:
+            continue
+        parser = parse.get(f.name)
+        if parser is None and not _is_scalar(hints[f.name]):
+            continue
+        if f.default is dataclasses.MISSING:
+            raise TypeError(f"{spec.__name__}.{f.name} has no default; exclude it and pass it from the command")
+        options.append(GeneratedOption(
+            field=f.name, flag=names.get(f.name, _flag(f.name)), param=f"{into}__{f.name}",
+            default=None if parser is not None else f.default,
+            help=helps.get(f.name, f.metadata.get("doc", "")),
+            parse=parser,
+        ))
+    return options
+
+
+def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
+    f = next(x for x in dataclasses.fields(spec) if x.name == opt.field)  # type: ignore[arg-type]
+    tp = typing.get_type_hints(spec)[opt.field]
+    decls = [opt.flag]
+    kwargs: dict[str, Any] = {"help": opt.help}
+    if opt.parse is not None:
+        tp = str | None
+    else:
+        if f.metadata.get("min") is not None:
+            kwargs["min"] = f.metadata["min"]
+        if f.metadata.get("max") is not None:
+            kwargs["max"] = f.metadata["max"]
+        if tp is bool and "/" not in opt.flag:
+            decls = [f"{opt.flag}/--no-{opt.flag.removeprefix('--')}"]
+    option = typer.Option(opt.default, *decls, **kwargs)
+    return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=tp)
+
+
+def spec_options(
+    spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
+    parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
+) -> Callable[[F], F]:
+    """Add one option per scalar field of ``spec`` to a typer command; it receives them as the dict ``into``.
+
+    ``exclude``: fields the command fills itself; ``names``: flag spellings other than ``--field-name`` (a bool
+    field gets ``--x/--no-x`` unless its name already holds a ``/``); ``parse``: text → value for fields whose flag
+    uses another notation; ``helps``: help text other than the field's doc.
+    """
+    options = generated_options(spec, into=into, exclude=exclude, names=names, parse=parse, helps=helps)
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+        if into not in sig.parameters:
+            raise TypeError(f"{fn.__name__} must take a keyword parameter {into!r} for the {spec.__name__} options")
+        own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values() if p.name != into]
+        generated = [_parameter(spec, o) for o in options]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            values: dict[str, Any] = dict(kwargs.pop(into, None) or {})
+            for o in options:
+                value = kwargs.pop(o.param, o.default)
+                if o.parse is not None:
+                    if value is None:
+                        continue  # flag not given: the spec's own default applies
+                    value = o.parse(value)
+                values[o.field] = value
+            return fn(*args, **kwargs, **{into: values})
+
+        params = own + generated
+        # typer reads the signature (and get_type_hints of the function): both describe the generated options
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        keyword = [p.replace(kind=p.KEYWORD_ONLY) for p in params if p not in positional]
+        wrapper.__signature__ = sig.replace(parameters=positional + keyword)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
+        wrapper.spec_options = [*getattr(fn, "spec_options", []), (spec, options)]  # type: ignore[attr-defined]
+        return typing.cast(F, wrapper)
+
+    return decorate
