@@ -1,4 +1,4 @@
-"""The benchmark runner: one workload × its variants through the phases of methodology.md.
+"""The benchmark runner: one workload × its variants through the phases of docs/methodology.md.
 
     refuse → predict → for each variant: load → first call → (reference: drift, FLOPs) → warm-up
            → steady state (interleaved blocks A B A B …, or one variant after another) → store

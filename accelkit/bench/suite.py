@@ -70,7 +70,7 @@ def reference() -> Suite:
 
 SUITES: dict[str, Callable[[], Suite]] = {"quick": quick, "reference": reference}
 
-#: calibration.md, "Measured throughput references (per device)": (suite item, catalog device) → figures
+#: published per-device throughput (docs/methodology.md, "Published figures"): (suite item, catalog device) → figures
 PUBLISHED: dict[tuple[str, str], list[dict[str, str | float]]] = {
     ("resnet50-train", "A100-SXM4-80GB"): [
         {"value": 938, "unit": "images/s", "what": "TF32", "source": "NVIDIA DeepLearningExamples, PyTorch ResNet50 README"},

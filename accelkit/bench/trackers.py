@@ -1,4 +1,4 @@
-"""Trackers read counters around each timed block: peak memory and energy (methodology.md, "Energy").
+"""Trackers read counters around each timed block: peak memory and energy (docs/methodology.md, "Energy").
 
 One shape for the family: ``start()`` just before a block, ``stop() -> value`` just after it (the block
 has synchronized by then). The factories return ``(tracker, None)`` or ``(None, reason)`` — a counter

@@ -1,4 +1,4 @@
-"""The accelerator catalog: ``data/hardware.csv`` (a copy of shared/reference/hardware.csv, sources and
+"""The accelerator catalog: ``data/hardware.csv`` (sources and
 status kept per row) turned into DeviceSpecs, looked up by name or alias, case-insensitively."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`accelkit hw probe`: measure this device's roofline — dense matmul throughput per dtype and memory
 bandwidth — and compare it with the catalog peak. On a CPU there is no datasheet, so the measured
-matmul peak is the only "peak" there is; MFU on CPU divides by it (methodology.md, "MFU")."""
+matmul peak is the only "peak" there is; MFU on CPU divides by it (docs/methodology.md, "MFU")."""
 
 from __future__ import annotations
 

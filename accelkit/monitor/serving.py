@@ -1,4 +1,4 @@
-"""Serving metrics under vLLM's names and meanings (methodology.md, "Serving metrics (server side)"),
+"""Serving metrics under vLLM's names and meanings (docs/methodology.md, "Serving metrics (server side)"),
 so dashboards built for vLLM work against ``accelkit serve``. The server updates them; they live in
 accelkit's registry beside the device, host and job metrics."""
 

@@ -1,5 +1,5 @@
 """Energy and cost from device-seconds. Energy is an ESTIMATE (TDP × activity factor × time), never a
-measurement; methodology.md asks that it be labelled so."""
+measurement; docs/methodology.md asks that it be labelled so."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Published efficiency priors: the fraction of a datasheet peak that real kernels reach.
 
-Every figure carries its source (``shared/reference/calibration.md``); a plan lists the ones it used in
+Every figure carries its source (summarised in docs/methodology.md, "Published figures"); a plan lists the ones it used in
 ``assumptions``. ``calibrate.py`` replaces them with this machine's measurements when a probe exists.
 """
 

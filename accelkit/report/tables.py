@@ -107,7 +107,7 @@ def bench_footnotes(run: dict[str, Any]) -> list[str]:
 
 
 def published_table(published: list[dict[str, Any]]) -> Table:
-    t = Table(title="Published per-device figures (calibration.md) next to ours", title_justify="left",
+    t = Table(title="Published per-device figures next to ours", title_justify="left",
               header_style="bold")
     for col in ("workload", "device", "published", "what", "source", "ours (best variant)"):
         t.add_column(col)

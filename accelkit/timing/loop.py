@@ -1,4 +1,4 @@
-"""The timing loop every measurement in accelkit goes through (methodology.md, "Warm-up and stopping").
+"""The timing loop every measurement in accelkit goes through (docs/methodology.md, "Warm-up and stopping").
 
 Warm-up runs on the exact measured shapes until both a minimum count and a minimum time have passed;
 the steady state runs until ``iterations >= min_iterations`` and ``elapsed >= min_time_s`` (or a hard
