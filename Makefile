@@ -2,8 +2,11 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# torch is pinned to the CPU build for this project's machines; any 2.11–2.15 works with accelkit
+# any torch 2.11–2.15 works with accelkit. PyPI's Linux wheel is the CUDA build (several GB); for the CPU build
+# give its index: TORCH_INDEX=https://download.pytorch.org/whl/cpu make demo
 TORCH  ?= torch==2.13.0
+TORCH_INDEX ?=
+TORCH_PIP_ARGS := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
 .PHONY: demo test lint venv dev clean
 
@@ -11,7 +14,10 @@ $(VENV)/.base: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "accelkit needs Python 3.11+; run with PYTHON=python3.11 (or newer)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
+	@if [ -z "$(TORCH_INDEX)" ] && [ "$$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then \
+	  echo "note: no NVIDIA GPU seen; pip may pull the CUDA build of $(TORCH) (several GB)." \
+	       "For the CPU build: TORCH_INDEX=https://download.pytorch.org/whl/cpu make $(or $(MAKECMDGOALS),demo)"; fi
+	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH)"
 	$(BIN)/python -m pip install -q -e .
 	@touch $@
 
@@ -37,7 +43,7 @@ lint: $(VENV)/.dev
 
 ## test: set up with the dev extras, then ruff and the whole test suite
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
