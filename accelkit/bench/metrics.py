@@ -24,7 +24,6 @@ FLOPS_SOURCE = (
     "torch.utils.flop_counter.FlopCounterMode on one fp32 eager call of the measured step "
     "(matmul/conv/attention; forward + backward for training steps; recomputation not counted)"
 )
-PALM_TRAIN_FORMULA = "6N + 12·L·H·Q·T per token (PaLM, Appendix B; N without embeddings)"
 
 
 # ---- FLOPs -----------------------------------------------------------------------------------------

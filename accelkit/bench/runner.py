@@ -209,11 +209,8 @@ def predict_variant(
     spec = workload.spec()
     if spec is None:
         return None, f"{workload.name}: no architecture the planner can model"
-    try:
-        from accelkit.plan import plan, resolve_hardware  # type: ignore[attr-defined]
-    except ImportError:
-        return None, "the planner (accelkit.plan.plan) is not installed yet; no prediction stored"
     from accelkit.core import Cluster
+    from accelkit.plan import plan, resolve_hardware
 
     training = workload.task == "train"
     recipe = variant.recipe(training=training)

@@ -10,8 +10,6 @@ from accelkit.core.spec import Spec, spec_field
 from accelkit.core.stats import Stats
 from accelkit.core.workload import Workload
 
-JSONScalar = str | int | float | bool | None
-
 
 def utc_now() -> str:
     """ISO-8601 UTC timestamp with seconds, e.g. '2026-11-29T15:04:05Z'."""

@@ -15,7 +15,7 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-__all__ = ["Spec", "field_docs", "spec_field"]
+__all__ = ["Spec", "spec_field"]
 
 T = TypeVar("T", bound="Spec")
 _MISSING = dataclasses.MISSING
@@ -35,11 +35,6 @@ def spec_field(
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """Field name → help text, for ``--help`` and documentation."""
-    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls)}
 
 
 def _hints(cls: type) -> dict[str, Any]:

@@ -7,7 +7,6 @@ import re
 
 KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
 KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
-TFLOPS = 10**12
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -46,16 +45,6 @@ def fmt_bytes(num_bytes: float | None, *, binary: bool = True) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= base
     raise AssertionError("unreachable")
-
-
-def fmt_flops(flops_per_s: float | None) -> str:
-    """FLOP/s with an SI prefix (10^12 = TFLOP/s)."""
-    if flops_per_s is None:
-        return "-"
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
-        if abs(flops_per_s) >= scale:
-            return f"{flops_per_s / scale:.2f} {prefix}FLOP/s"
-    return f"{flops_per_s:.0f} FLOP/s"
 
 
 def fmt_count(n: float | None) -> str:

@@ -6,8 +6,6 @@ from typing import NamedTuple
 
 from accelkit.core import Cluster, ModelSpec, UserError
 
-RECOMPUTE = ("none", "selective", "full")
-
 
 class Layout(NamedTuple):
     """How a step is split: dp·tp·pp devices, experts over ep of the dp ranks, ZeRO stage over dp,

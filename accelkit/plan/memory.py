@@ -26,7 +26,6 @@ INFER_WEIGHT_BYTES = {
 #: families whose HF modules use dropout in training (BERT/GPT-2/ViT configs default to 0.1)
 DROPOUT_FAMILIES = ("gpt2", "bert", "vit")
 #: framework allowance per device: CUDA/ROCm context, communicator buffers, allocator fragmentation
-OVERHEAD_BYTES = 2 * GiB
 
 
 def is_mixed(precision: str) -> bool:

@@ -37,7 +37,6 @@ DEFAULT_COMM = 0.80
 
 #: per-collective start-up latency (decode-size messages are latency-bound)
 COLLECTIVE_LATENCY_S = 10e-6
-COLLECTIVE_LATENCY_SOURCE = "assumed 10 µs per collective (order of NCCL small-message latency in nccl-tests)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,6 @@ from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate, infer_memor
 from accelkit.plan.layout import Layout, check_user_layout, ep_choices, pp_choices, tp_choices
 from accelkit.plan.options import PlanOptions
 
-LAYOUT_FIELDS = ("dp", "tp", "pp", "ep", "zero", "micro_batch", "recompute", "sequence_parallel")
 MICRO_BATCHES = (1, 2, 4, 8)
 
 

@@ -65,7 +65,7 @@ class FoldBatchNorm(Technique):
 
 
 class ChannelsLast(Technique):
-    """channels_last = True: NHWC weights; inputs are converted by the caller (see ``to_channels_last``)."""
+    """channels_last = True: NHWC weights; the workload converts its inputs."""
 
     name = "channels-last"
 
@@ -77,8 +77,3 @@ class ChannelsLast(Technique):
             raise RecipeRefused(f"channels_last=True helps convolutions; {type(model).__name__} has none — drop it")
         ctx.notes.append("channels_last memory format")
         return model.to(memory_format=torch.channels_last)
-
-
-def to_channels_last(x: torch.Tensor) -> torch.Tensor:
-    """NCHW input → channels_last (a no-op for tensors that are not 4-D)."""
-    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x

@@ -163,14 +163,6 @@ class BlockManager:
             # else: same content already cached in another block — this copy stays private
         seq.num_hashed_blocks = num_full
 
-    def reset_prefix_cache(self) -> None:
-        """Forget every cached block that no sequence holds (e.g. after weights change)."""
-        for block_id in self.free_block_ids:
-            block = self.blocks[block_id]
-            if block.block_hash is not None and self.cached_block_ids.get(block.block_hash) == block_id:
-                del self.cached_block_ids[block.block_hash]
-            block.block_hash = block.token_ids = None
-
     def check_invariants(self, live: list[Sequence]) -> None:
         """Raise AssertionError when bookkeeping is inconsistent (tests call this after every operation)."""
         refs = [0] * self.num_blocks

@@ -95,10 +95,6 @@ class Scheduler:
     def get(self, request_id: str) -> Sequence | None:
         return self._by_request.get(request_id)
 
-    @property
-    def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running)
-
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 

@@ -260,7 +260,6 @@ def _loadtest_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str)
 
 
 # ---- executors ---------------------------------------------------------------------------------------------
-Outcome = tuple[Point, dict[str, Any]]
 
 
 def _local(points: list[Point], spec: SweepSpec, run_id: str, workers: int) -> Any:
