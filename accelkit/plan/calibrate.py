@@ -103,7 +103,8 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
     """Measured efficiencies when a matching probe exists (and ``use_calibration``), else the priors."""
     if device.vendor == "cpu":  # the device's peaks are already the measured, achieved figures
         coll = latest_collectives(None)
-        comm, comm_notes = COMM.get(device.vendor, DEFAULT_COMM), ()
+        comm = COMM.get(device.vendor, DEFAULT_COMM)
+        comm_notes: tuple[str, ...] = ()
         if coll is not None and device.scaleup_fabric.endswith("(measured)"):
             comm, comm_notes = 1.0, (f"communication: {_busbw_note(coll)[1]} taken as the link bandwidth between "
                                      "ranks on this host, efficiency 1.0 of it (busbw already is the achieved figure)",)
