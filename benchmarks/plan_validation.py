@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plan_validation_runs import SOURCES, TRAINING, Run
+from plan_validation_runs import SERVING, SOURCES, TRAINING, Run, ServingRun
 
 from accelkit.core import Cluster, Recipe, Workload
 from accelkit.hardware import get_device
@@ -86,6 +86,30 @@ def evaluate_all(runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+def predict_serving(run: ServingRun) -> dict[str, Any]:
+    recipe = Recipe(precision="bf16", quantization=run.quantization, tp=run.tp)  # type: ignore[arg-type]
+    workload = Workload(model=run.model, task="infer", prompt_len=run.prompt_len, output_len=run.output_len,
+                        batch_size=run.concurrency, recipe=recipe)
+    est = plan(workload, Cluster(device=get_device(run.device), num_devices=run.tp), PlanOptions(use_calibration=False))
+    d = est.details
+    return {"ttft_s": d["prefill_time_s"], "itl_s": d["serving_itl_s"], "decode_step_s": d["decode_time_per_token_s"],
+            "fits": d["fits"]}
+
+
+def evaluate_serving(runs: list[ServingRun]) -> list[dict[str, Any]]:
+    rows = []
+    for run in runs:
+        pred = predict_serving(run)
+        rows.append({
+            "id": run.id, "source": run.source, "row": run.row, "metric": run.metric, "device": run.device,
+            "tp": run.tp, "prompt_len": run.prompt_len, "output_len": run.output_len, "concurrency": run.concurrency,
+            "quantization": run.quantization, "published_s": run.published_s, "predicted": pred,
+            # a speed error, like training's: positive = the planner is optimistic (predicts a shorter time)
+            "error": run.published_s / pred[run.metric] - 1, "assumed": list(run.assumed),
+        })
+    return rows
+
+
 def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     errs = [abs(r["error"]) for r in rows]
     if not errs:
@@ -140,6 +164,8 @@ def main() -> None:
                 "tokens/s per device / published − 1",
         "free_parameters": fitted.FREE_PARAMETERS, "fitted_on": fitted.FIT_SOURCE,
         "summary": summary(rows), "sources": SOURCES, "training": rows,
+        "serving": {"summary": _stats(serving := evaluate_serving(SERVING)), "runs": serving,
+                    "error": "published time / predicted time − 1 (positive = the planner predicts too fast)"},
         "reproduce": "PYTHONPATH=. python benchmarks/plan_validation.py",
         "environment": environment(with_torch=False),
     }
@@ -154,6 +180,11 @@ def main() -> None:
         st = s[key]
         print(f"{key:11} n={st['n']:2} mean |err| {st['mean_abs_error']:.1%} worst {st['worst_abs_error']:.1%} "
               f"mean signed {st['mean_signed_error']:+.1%}")
+    for r in serving:
+        print(f"serve {r['id']:44} pub {r['published_s'] * 1e3:8.2f} ms pred {r['predicted'][r['metric']] * 1e3:8.2f} ms "
+              f"{r['error']:+.1%}")
+    st = result["serving"]["summary"]  # type: ignore[index]
+    print(f"serving     n={st['n']:2} mean |err| {st['mean_abs_error']:.1%} worst {st['worst_abs_error']:.1%}")
     print(f"→ {OUT}")
 
 

@@ -268,3 +268,57 @@ TRAINING: list[Run] = [
                  "pipeline schedule's virtual stages are not in the source: plain 1F1B (vp 1)",
                  "TFLOPS/GPU converted with accelkit's FLOPs per token (convention not stated in the source)")),
 ]
+
+
+# ---- serving (prefill and decode) ---------------------------------------------------------------------------
+SOURCES["nim"] = {
+    "name": "NVIDIA NIM LLM benchmarking (TensorRT-LLM engine), AIPerf client",
+    "where": "docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance (.md): Llama-3.3-70b-instruct, Version 1.8.0, "
+             "2 x H100 80G, fp8 TP2, '5000 Input Tokens / 500 Output Tokens' and '500 Input Tokens / 2000 Output "
+             "Tokens' tables (Concurrency, TTFT (ms), ITL (ms))",
+}
+
+
+@dataclass(frozen=True)
+class ServingRun:
+    """One row of a serving table: the time to first token at concurrency 1 (prefill of one prompt) or the
+    inter-token latency at a concurrency below saturation (continuous batching: a decode step of
+    ``concurrency`` sequences plus the prefills that arrive per step)."""
+
+    id: str
+    source: str
+    row: str
+    metric: str  # "ttft_s" or "itl_s"
+    published_s: float
+    model: ModelSpec
+    device: str
+    tp: int
+    prompt_len: int
+    output_len: int
+    concurrency: int
+    quantization: str | None = None
+    assumed: tuple[str, ...] = ()
+
+
+_NIM_ASSUMED = ("fp8 weights and fp8 matmuls (TensorRT-LLM fp8 profile); the KV cache is not stated: bf16 assumed",
+                "TTFT at concurrency 1 is one prompt's prefill; ITL averages decode steps and the interleaved "
+                "prefills of arriving requests (rows past saturation, where TTFT grows with queueing, are not used)")
+
+
+def _nim(prompt: int, out: int, conc: int, metric: str, ms: float) -> ServingRun:
+    return ServingRun(id=f"nim-llama3.3-70b-fp8-tp2-{prompt}in{out}out-c{conc}-{metric.split('_')[0]}", source="nim",
+                      row=f"{prompt} in / {out} out, concurrency {conc}: {metric.split('_')[0].upper()} {ms} ms",
+                      metric=metric, published_s=ms / 1e3, model=get_preset("llama-3.1-70b").replace(name="llama-3.3-70b"),
+                      device="H100-SXM5-80GB", tp=2, prompt_len=prompt, output_len=out, concurrency=conc,
+                      quantization="fp8-dynamic", assumed=_NIM_ASSUMED)
+
+
+SERVING: list[ServingRun] = [
+    _nim(5000, 500, 1, "ttft_s", 406.77),
+    _nim(5000, 500, 1, "itl_s", 18.58),
+    _nim(5000, 500, 5, "itl_s", 21.83),
+    _nim(5000, 500, 25, "itl_s", 38.75),
+    _nim(5000, 500, 50, "itl_s", 59.73),
+    _nim(500, 2000, 1, "ttft_s", 47.77),
+    _nim(500, 2000, 1, "itl_s", 18.91),
+]

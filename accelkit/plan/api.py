@@ -85,7 +85,7 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
             doc["host_memory_bytes"] = {"optimizer": _bytes(c.memory["host_optimizer"])}
     else:
         doc.update(prefill_time_s=c.prefill_time_s, decode_time_per_token_s=c.decode_time_per_token_s,
-                   max_batch=c.max_batch, batch=c.batch)
+                   max_batch=c.max_batch, batch=c.batch, serving_itl_s=c.itl_s)
         if m.kind in ("decoder", "moe"):
             doc.update(prompt_len=w.prompt_len, output_len=w.output_len, kv_cache_dtype=kv_cache_dtype(w),
                        kv_cache_dtype_requested=w.recipe.kv_cache_dtype)

@@ -161,5 +161,9 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
     else:
         out.append("inference: pipeline stages run one batch after another (pp adds capacity, not speed); "
                    f"prefill in chunks of {o.prefill_chunk_tokens} tokens; decode time at the mean context "
-                   "prompt + output/2; roofline max(compute, memory) per phase")
+                   "prompt + output/2; per layer a roofline of the matmuls against the weight reads and of attention "
+                   "against the KV reads, plus the memory-bound kernels (fused, CUDA graphs: no launch cost); "
+                   "serving_itl_s adds the prefills continuous batching interleaves (batch/output_len per step); "
+                   f"KV cache {kv_cache_dtype(w)}"
+                   + (" (kv_cache_dtype auto = the activation dtype)" if w.recipe.kv_cache_dtype == "auto" else ""))
     return out

@@ -39,6 +39,7 @@ class Candidate:
     prefill_time_s: float | None = None
     decode_time_per_token_s: float | None = None
     max_batch: int | None = None
+    itl_s: float | None = None  # serving: decode step + the prefills continuous batching interleaves per step
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -131,7 +132,11 @@ def infer_memory(ctx: PlanContext, layout: Layout, batch: int) -> tuple[dict[str
     tokens = min(batch * (w.prompt_len if is_lm else w.seq_len), o.prefill_chunk_tokens)
     q, kv = m.num_heads * m.head_size, max(m.kv_heads / layout.tp, 1) * m.head_size
     width = 2 * m.hidden_size + q / layout.tp + 2 * kv + (3 if m.gated_mlp else 2) * m.ffn_hidden_size / layout.tp
-    acts = tokens * ctx.e * width + (batch * 4 * m.vocab_size / layout.tp if is_lm else 0.0)  # fp32 last logits
+    acts = tokens * ctx.e * width
+    if is_lm:  # fp32 logits of each sequence's last position
+        acts += batch * 4 * m.vocab_size / layout.tp
+    else:  # an encoder returns every position's hidden state: the whole batch's output stays in memory
+        acts += batch * w.seq_len * m.hidden_size * ctx.e
     return {"weights": weights, "gradients": 0.0, "optimizer": 0.0, "activations": acts,
             "kv_cache": per_seq * batch, "other": float(o.overhead_bytes)}, per_seq
 
@@ -171,6 +176,10 @@ def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candi
     memory, fits = _finish_memory(ctx, parts)
     t = infer_time(ctx, layout, batch)
     is_lm = m.kind in ("decoder", "moe") and w.output_len > 0
+    itl = None
+    if is_lm:  # each request is prefilled once per output_len decode steps: batch/output_len prefills per step
+        one = t["prefill"] if batch == 1 else infer_time(ctx, layout, 1)["prefill"]
+        itl = t["decode"] + batch / w.output_len * one
     step = t["prefill"] + (w.output_len * t["decode"] if is_lm else 0.0)
     per_replica = batch * (w.output_len if is_lm else (w.seq_len if m.kind != "cnn" else 1))
     items = float(per_replica * layout.dp)
@@ -196,6 +205,7 @@ def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candi
         energy_j_per_token=None if joules is None or items == 0 else joules / items,
         cost_per_step=E.cost(n, step, ctx.options.price_per_device_hour), batch=batch,
         prefill_time_s=t["prefill"], decode_time_per_token_s=t["decode"] if is_lm else None, max_batch=max_batch,
+        itl_s=itl,
     )
 
 

@@ -49,4 +49,4 @@ class PlanOptions(Spec):
     )
     prefill_chunk_tokens: int = spec_field(8192, min=1, doc="Prefill tokens processed per step (chunked prefill).")
     use_calibration: bool = spec_field(True, doc="Use this machine's `hw probe` results when they match the hardware.")
-    max_devices: int = spec_field(65536, min=1, doc="Largest device count the minimum-count search tries.")
+    max_devices: int = spec_field(65536, min=1, max=1 << 20, doc="Largest device count the minimum-count search tries.")
