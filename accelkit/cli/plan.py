@@ -57,7 +57,8 @@ def plan_cmd(
             optimizer=req.optimizer, batch_size=req.batch or 1,
             recipe=Recipe(precision=req.precision, kv_cache_dtype=req.kv_dtype, offload=req.offload),
         )
-    common = dict(fixed=choice.fixed(), global_batch=req.global_batch, batch=req.batch, num_devices=req.num_devices)
+    common: dict[str, Any] = dict(fixed=choice.fixed(), global_batch=req.global_batch, batch=req.batch,
+                                  num_devices=req.num_devices)
     top = req.top
     if names:
         rows = compare_hw(workload, names, options=plan_options, **common)
