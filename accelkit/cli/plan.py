@@ -45,7 +45,7 @@ def plan_cmd(
         plan_options = PlanOptions(**options)
         names = csv_list(req.compare, field="--compare")
         spec = resolve_model(model)
-        if spec.kind == "vit" or spec.family == "vit":
+        if spec.family == "vit":
             seq = spec.num_patches + 1
         else:
             seq = req.seq_len or min(4096, spec.max_seq_len or 4096)
