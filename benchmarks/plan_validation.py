@@ -120,7 +120,7 @@ def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     counted = [r for r in rows if r["split"] != "not-counted"]
-    by_source = {s: _stats([r for r in counted if r["source"] == s]) for s in SOURCES}
+    by_source = {s: _stats([r for r in counted if r["source"] == s]) for s in dict.fromkeys(r["source"] for r in counted)}
     return {"all": _stats(counted), "not_counted": [r["id"] for r in rows if r["split"] == "not-counted"], "calibration": _stats([r for r in rows if r["split"] == "calibration"]),
             "holdout": _stats([r for r in rows if r["split"] == "holdout"]), "by_source": by_source}
 
@@ -149,10 +149,36 @@ def fit(runs: list[Run]) -> dict[str, float]:
     return found
 
 
+def _layout_text(lay: dict[str, Any]) -> str:
+    parts = [f"dp{lay['dp']}", f"tp{lay['tp']}", f"pp{lay['pp']}"]
+    parts += [f"{k}{lay[k]}" for k in ("cp", "vp") if lay[k] > 1]
+    parts += [f"zero{lay['zero']}", f"mb{lay['micro_batch']}×{lay['grad_accum']}", f"rc={lay['recompute']}"]
+    return " ".join(parts) + (" sp" if lay["sequence_parallel"] else "")
+
+
+def markdown(rows: list[dict[str, Any]], serving: list[dict[str, Any]]) -> str:
+    """The tables docs/validation.md shows (a test keeps them in step with the JSON)."""
+    out = ["| run | source | set | devices | seq | layout | published tok/s/dev | predicted | error |",
+           "|---|---|---|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| `{r['id']}` | {r['source']} | {r['split']} | {r['num_devices']} × {r['device']} | {r['seq_len']} "
+                   f"| {_layout_text(r['layout'])} | {r['published']['tokens_per_s_per_device']:,.0f} "
+                   f"| {r['predicted']['tokens_per_s_per_device']:,.0f} | {r['error']:+.1%} |")
+    out += ["", "| run | metric | published | predicted | error |", "|---|---|---:|---:|---:|"]
+    for r in serving:
+        out.append(f"| `{r['id']}` | {r['metric']} | {r['published_s'] * 1e3:.2f} ms "
+                   f"| {r['predicted'][r['metric']] * 1e3:.2f} ms | {r['error']:+.1%} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fit", action="store_true", help="re-fit the free parameter on the calibration runs")
+    parser.add_argument("--markdown", action="store_true", help="print the per-run tables of docs/validation.md")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(evaluate_all(TRAINING), evaluate_serving(SERVING)))
+        return
     if args.fit:
         print(f"SUSTAINED_TENSOR fitted on {sum(r.split == 'calibration' for r in TRAINING)} calibration runs: "
               f"{fit(TRAINING)} (accelkit/plan/fitted.py has {fitted.SUSTAINED_TENSOR})")
