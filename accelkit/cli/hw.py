@@ -152,6 +152,11 @@ def probe_cmd(
         bw = d["bandwidth"]
         rows.append(("copy (read+write)", fmt_num(bw["gbps"], 1), "GB/s", fmt_num(bw["catalog_gbps"], 0),
                      _pct(bw["fraction_of_peak"]), f"{bw['stats']['cv'] * 100:.1f}%", bw["stats"]["n"]))
+        for key, label, unit in (("elementwise", "elementwise add", "GB/s"), ("attention", "causal attention", "TFLOP/s")):
+            if k := d.get(key):  # the planner's kernel classes (accelkit/hardware/kernel_probe.py)
+                rows.append((label, fmt_num(k.get("gbps", k.get("tflops")), 3), unit,
+                             fmt_num(k.get("reference_gbps", k.get("reference_tflops")), 1), _pct(k["fraction_of_peak"]),
+                             f"{k['stats']['cv'] * 100:.1f}%", k["stats"]["n"]))
         out.print(table(f"Measured roofline — {result.hardware} ({d['timer']})",
                         ["what", "median", "unit", "catalog peak", "of peak", "CV", "n"], rows, right=(1, 3, 4, 5, 6)))
         if d["note"]:

@@ -8,90 +8,66 @@ from typing import Any
 import typer
 
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, table
-from accelkit.core import Cluster, Recipe, UserError, Workload
-from accelkit.core.units import fmt_bytes, fmt_count
-
-_TASKS = ("train", "infer")
-_RECOMPUTE = ("none", "selective", "full")
-_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
-
-
-def _choice(value: str | None, flag: str, choices: tuple[str, ...]) -> str | None:
-    if value is not None and value not in choices:
-        raise UserError(f"{flag} {value!r} is not valid; choose one of {', '.join(choices)}")
-    return value
+from accelkit.cli.spec_options import spec_options
+from accelkit.core import Cluster, Recipe, Workload
+from accelkit.core.units import fmt_bytes, fmt_count, parse_size
+from accelkit.plan.options import PlanOptions
+from accelkit.plan.request import LayoutChoice, PlanRequest
 
 
+def _bytes(text: str) -> int:
+    return parse_size(text, field="--overhead")
+
+
+@spec_options(PlanOptions, into="options", names={"overhead_bytes": "--overhead", "dropout": "--dropout/--no-dropout"},
+              parse={"overhead_bytes": _bytes},
+              helps={"overhead_bytes": "Framework allowance per device, e.g. 2GiB (context, communicator buffers)."})
+@spec_options(LayoutChoice, into="layout",
+              names={"sequence_parallel": "--sequence-parallel/--no-sequence-parallel"})
+@spec_options(PlanRequest, into="request")
 def plan_cmd(
     model: str = typer.Option(..., "--model", help="Preset name or a Hugging Face config.json path."),
-    task: str = typer.Option("train", "--task", help="train or infer."),
-    hardware: str = typer.Option(None, "--hardware", help="Catalog name (h100, mi300x …) or 'cpu' (uses `hw probe`)."),
-    num_devices: int = typer.Option(None, "--num-devices", min=1, help="Devices; omitted: the smallest count that fits."),
-    tp: int = typer.Option(None, "--tp", min=1, help="Tensor-parallel degree (searched if omitted)."),
-    pp: int = typer.Option(None, "--pp", min=1, help="Pipeline stages (searched if omitted)."),
-    dp: int = typer.Option(None, "--dp", min=1, help="Data-parallel degree (searched if omitted)."),
-    ep: int = typer.Option(None, "--ep", min=1, help="Expert-parallel degree, MoE (searched if omitted)."),
-    zero: int = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3 (searched if omitted)."),
-    recompute: str = typer.Option(None, "--recompute", help="none, selective or full (searched if omitted)."),
-    sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
-                                           help="Megatron sequence parallelism (searched if omitted)."),
-    micro_batch: int = typer.Option(None, "--micro-batch", min=1, help="Sequences per micro-batch (searched if omitted)."),
-    global_batch: int = typer.Option(None, "--global-batch", min=1, help="Sequences per step (default ≈ 4 Mi tokens)."),
-    seq_len: int = typer.Option(None, "--seq-len", min=1, help="Training sequence length (default min(4096, model max))."),
-    precision: str = typer.Option("bf16", "--precision", help="fp32, bf16, fp16 or fp8."),
-    optimizer: str = typer.Option("adam", "--optimizer", help="adam or sgd (with momentum)."),
-    offload: bool = typer.Option(False, "--offload", help="Optimizer states in host memory (ZeRO-Offload)."),
-    batch: int = typer.Option(None, "--batch", min=1, help="Inference: concurrent sequences per replica (default: most that fit, ≤ 256)."),
-    prompt_len: int = typer.Option(512, "--prompt-len", min=1, help="Inference prompt tokens."),
-    output_len: int = typer.Option(128, "--output-len", min=0, help="Inference generated tokens."),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache: auto (model dtype), fp8 or int8."),
-    compare: str = typer.Option(None, "--compare", help="Comma list of hardware: one row each (e.g. h100,h200,mi300x,b200)."),
-    top: int = typer.Option(None, "--top", min=1, help="Show the best K layouts."),
-    price_per_device_hour: float = typer.Option(None, "--price-per-device-hour", min=0.0, help="Price of a device-hour, for cost."),
-    activity_factor: float = typer.Option(0.75, "--activity-factor", min=0.0, max=1.0, help="Power as a fraction of TDP (energy estimate)."),
-    target_tokens_per_s: float = typer.Option(None, "--target-tokens-per-s", min=0.0, help="Without --num-devices: also reach this throughput."),
     as_json: bool = JsonOption,
+    *,
+    request: dict[str, Any],
+    layout: dict[str, Any],
+    options: dict[str, Any],
 ) -> None:
     """Plan a workload: will it fit, on how many devices, in which layout, how fast, at what energy."""
     from accelkit.models import resolve_model
-    from accelkit.plan import PlanOptions, resolve_hardware, search_ctx, to_estimate, to_json
     from accelkit.plan import compare as compare_hw
+    from accelkit.plan import resolve_hardware, search_ctx, to_estimate, to_json
     from accelkit.plan.context import make_context
 
     with flag_values():
-        _choice(task, "--task", _TASKS)
-        _choice(recompute, "--recompute", _RECOMPUTE)
-        _choice(precision, "--precision", _PRECISIONS)
-        _choice(optimizer, "--optimizer", ("adam", "sgd"))
-        _choice(kv_dtype, "--kv-dtype", ("auto", "fp8", "int8"))
-        names = csv_list(compare, field="--compare")
-        if not names and not hardware:
-            raise UserError("give --hardware NAME (e.g. h100) or --compare A,B,…")
+        req = PlanRequest(**request)
+        choice = LayoutChoice(**layout)
+        plan_options = PlanOptions(**options)
+        names = csv_list(req.compare, field="--compare")
         spec = resolve_model(model)
-        if spec.kind == "vit" or spec.family == "vit":
+        if spec.family == "vit":
             seq = spec.num_patches + 1
         else:
-            seq = seq_len or min(4096, spec.max_seq_len or 4096)
-        if seq_len and spec.max_seq_len and seq_len > spec.max_seq_len:
-            err.print(f"note: --seq-len {seq_len} exceeds {spec.name}'s context of {spec.max_seq_len}", highlight=False)
+            seq = req.seq_len or min(4096, spec.max_seq_len or 4096)
+        if req.seq_len and spec.max_seq_len and req.seq_len > spec.max_seq_len:
+            err.print(f"note: --seq-len {req.seq_len} exceeds {spec.name}'s context of {spec.max_seq_len}",
+                      highlight=False)
         workload = Workload(
-            model=spec, task=task, seq_len=seq, prompt_len=prompt_len, output_len=output_len, optimizer=optimizer,
-            batch_size=batch or 1,
-            recipe=Recipe(precision=precision, kv_cache_dtype=kv_dtype, offload=offload),
+            model=spec, task=req.task, seq_len=seq, prompt_len=req.prompt_len, output_len=req.output_len,
+            optimizer=req.optimizer, batch_size=req.batch or 1,
+            recipe=Recipe(precision=req.precision, kv_cache_dtype=req.kv_dtype, offload=req.offload),
         )
-        options = PlanOptions(activity_factor=activity_factor, price_per_device_hour=price_per_device_hour,
-                              target_tokens_per_s=target_tokens_per_s)
-        fixed: dict[str, Any] = dict(dp=dp, tp=tp, pp=pp, ep=ep, zero=zero, micro_batch=micro_batch,
-                                     recompute=recompute, sequence_parallel=sequence_parallel)
-    common = dict(fixed=fixed, global_batch=global_batch, batch=batch, num_devices=num_devices)
+    common: dict[str, Any] = dict(fixed=choice.fixed(), global_batch=req.global_batch, batch=req.batch,
+                                  num_devices=req.num_devices)
+    top = req.top
     if names:
-        rows = compare_hw(workload, names, options=options, **common)
-        docs = [to_json(c, ctx) for c, ctx in rows]
+        rows = compare_hw(workload, names, options=plan_options, **common)
     else:
-        ctx = make_context(workload, Cluster(device=resolve_hardware(hardware), num_devices=num_devices or 1), options)
+        ctx = make_context(workload, Cluster(device=resolve_hardware(str(req.hardware)), num_devices=req.num_devices or 1),
+                           plan_options)
         found = search_ctx(ctx, top=top or 1, **common)
         rows = [(c, c.extra["context"]) for c in found]
-        docs = [to_json(c, ctx) for c, ctx in rows]
+    docs = [to_json(c, ctx) for c, ctx in rows]
     _store([to_estimate(c, ctx) for c, ctx in rows])
 
     def render() -> None:
@@ -115,8 +91,9 @@ def _store(estimates: list[Any]) -> None:
 
 def _layout_str(lay: dict[str, Any]) -> str:
     s = f"dp{lay['dp']} tp{lay['tp']} pp{lay['pp']}"
-    if lay["ep"] > 1:
-        s += f" ep{lay['ep']}"
+    for key in ("cp", "vp", "ep"):
+        if lay.get(key, 1) > 1:
+            s += f" {key}{lay[key]}"
     s += f" zero{lay['zero']} mb{lay['micro_batch']}×{lay['grad_accum']} rc={lay['recompute']}"
     return s + (" sp" if lay["sequence_parallel"] else "")
 
@@ -170,7 +147,8 @@ def _render_one(d: dict[str, Any]) -> None:
         rows += [("step", f"{d['step_time_s']:.3f} s for {d['global_batch']} × {d['seq_len']} tokens")]
     else:
         dec = d["decode_time_per_token_s"]
-        rows += [("batch", f"{d['batch']} (max that fits: {d['max_batch']})"),
+        rows += [("batch", f"{d['batch']} (max that fits: {d['max_batch']})"
+                           + (f", KV cache {d['kv_cache_dtype']}" if d.get("kv_cache_dtype") else "")),
                  ("prefill (TTFT)", f"{d['prefill_time_s']:.4f} s"),
                  ("decode", f"{dec * 1e3:.3f} ms/token" if dec else "-")]
     tps = d["tokens_per_s"] if d["tokens_per_s"] is not None else d.get("samples_per_s")

@@ -12,6 +12,7 @@ from accelkit.core import DeviceSpec, Measurement, UserError, summarize
 from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.catalog import match_device_name
 from accelkit.hardware.detect import cpu_info, environment
+from accelkit.hardware.kernel_probe import probe_kernels
 from accelkit.timing import LoopConfig, time_loop
 
 CPU_DTYPES = ("fp32", "bf16", "fp16")
@@ -168,6 +169,10 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
         "fraction_of_peak": _fraction(stats.median * 1e9, catalog_bw),
     }
     samples["copy_gbps"] = gbps
+    # elementwise bandwidth and attention efficiency: the planner's other kernel classes
+    kernels, kernel_samples = probe_kernels(device, config.loop, catalog=catalog, copy_gbps=stats.median,
+                                            matmul=matmul, elementwise_bytes=copy_bytes, on_step=on_step)
+    samples.update(kernel_samples)
 
     return Measurement(
         kind="probe",
@@ -182,6 +187,7 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
             "timer": result.timer,
             "matmul": matmul,
             "bandwidth": bandwidth,
+            **kernels,
             "note": None
             if catalog
             else "no datasheet peak for this device: these measured figures are its peak (MFU on it uses them)",

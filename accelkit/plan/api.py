@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelkit.core import Cluster, Estimate, UserError, Workload
-from accelkit.plan.context import PlanContext, make_context
+from accelkit.plan.context import PlanContext, kv_cache_dtype, make_context
 from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
 from accelkit.plan.layout import Layout, check_user_layout
 from accelkit.plan.options import PlanOptions
@@ -18,17 +18,25 @@ def layout_of(workload: Workload) -> Layout:
                   grad_accum=r.grad_accum, recompute=r.recompute, sequence_parallel=r.sequence_parallel)
 
 
-def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = None) -> Estimate:
+def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = None, *,
+         layout: Layout | None = None) -> Estimate:
     """Predict the layout written in ``workload.recipe`` on ``cluster`` (dp·tp·pp must equal its size).
 
     Training takes the global batch from the layout (dp · micro_batch · grad_accum); inference plans
-    ``workload.batch_size`` sequences per model replica. Use ``accelkit.plan.search`` to choose a layout.
+    ``workload.batch_size`` sequences per model replica. ``layout`` replaces the recipe's layout when the run
+    uses what a Recipe cannot say (context parallelism ``cp``, interleaved stages ``vp``); ``options`` carries
+    the software stack (attention kernel, eager or fused kernels, dropout, tensor-parallel overlap). This is
+    the one time model: `accelkit plan`, the bench's predicted-vs-measured and docs/validation.md all call it.
+    Use ``accelkit.plan.search`` to choose a layout.
     """
-    layout = layout_of(workload)
+    if layout is None:
+        layout = layout_of(workload)
     if layout.recompute == "budget":
         raise UserError("recompute 'budget' is not modelled by the planner; use none, selective or full")
     if layout.num_devices != cluster.num_devices:
         raise UserError(f"the recipe's dp·tp·pp = {layout.num_devices} but the cluster has {cluster.num_devices} "
+                        "devices; make them equal" if layout.cp == 1 else
+                        f"the layout's dp·tp·pp·cp = {layout.num_devices} but the cluster has {cluster.num_devices} "
                         "devices; make them equal")
     ctx = make_context(workload, cluster, options)
     check_user_layout(workload.model, cluster, layout.to_dict(), cluster.num_devices)
@@ -52,7 +60,7 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
         "hardware": {"name": ctx.device.name, "num_devices": lay.num_devices},
         "layout": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "zero": lay.zero,
                    "micro_batch": lay.micro_batch, "grad_accum": lay.grad_accum, "recompute": lay.recompute,
-                   "sequence_parallel": lay.sequence_parallel},
+                   "sequence_parallel": lay.sequence_parallel, "cp": lay.cp, "vp": lay.vp},
         "memory_per_device_bytes": mem,
         "memory_capacity_bytes": int(c.memory["capacity"]),
         "fits": c.fits,
@@ -77,9 +85,10 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
             doc["host_memory_bytes"] = {"optimizer": _bytes(c.memory["host_optimizer"])}
     else:
         doc.update(prefill_time_s=c.prefill_time_s, decode_time_per_token_s=c.decode_time_per_token_s,
-                   max_batch=c.max_batch, batch=c.batch)
+                   max_batch=c.max_batch, batch=c.batch, serving_itl_s=c.itl_s)
         if m.kind in ("decoder", "moe"):
-            doc.update(prompt_len=w.prompt_len, output_len=w.output_len, kv_cache_dtype=w.recipe.kv_cache_dtype)
+            doc.update(prompt_len=w.prompt_len, output_len=w.output_len, kv_cache_dtype=kv_cache_dtype(w),
+                       kv_cache_dtype_requested=w.recipe.kv_cache_dtype)
     if ctx.options.price_per_device_hour is not None and c.cost_per_step is not None:
         per_token = c.cost_per_step / c.tokens_per_step if c.tokens_per_step else None
         doc["cost"] = {"price_per_device_hour": ctx.options.price_per_device_hour, "per_step": c.cost_per_step,

@@ -9,11 +9,12 @@ A probe is used when planning for the local CPU (``--hardware cpu``) or when the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from accelkit.core import DeviceSpec, UserError
 from accelkit.hardware import get_device
-from accelkit.plan.priors import COMM, DEFAULT_COMM, Efficiency, prior_efficiency
+from accelkit.plan.priors import COMM, DEFAULT_ATTENTION_OF_COMPUTE, DEFAULT_COMM, Efficiency, prior_efficiency
 
 LOCAL_NAMES = ("cpu", "local", "local-cpu")
 
@@ -99,18 +100,45 @@ def resolve_hardware(name: str) -> DeviceSpec:
     return get_device(name)
 
 
+def _kernel_notes(details: dict[str, Any], created_at: str) -> tuple[dict[str, float], list[str]]:
+    """Efficiencies the kernel probes measured (elementwise bandwidth, attention), with their sentences."""
+    found: dict[str, float] = {}
+    notes = []
+    ew = details.get("elementwise") or {}
+    if ew.get("fraction_of_peak"):
+        found["memory"] = min(1.0, float(ew["fraction_of_peak"]))
+        notes.append(f"memory efficiency {found['memory']:.2f} measured by `hw probe` elementwise add on this machine "
+                     f"(of the {ew.get('reference', 'reference')}; {created_at})")
+    attn = details.get("attention") or {}
+    if attn.get("fraction_at_long_sequence"):
+        found["attention"] = float(attn["fraction_at_long_sequence"])
+        shape = attn.get("shape", {})
+        notes.append(f"attention efficiency {found['attention']:.2f} measured by `hw probe` causal attention fwd+bwd "
+                     f"(seq {shape.get('seq')}, head dim {shape.get('head_dim')}, ÷ the causal block factor; "
+                     f"{created_at})")
+    return found, notes
+
+
 def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) -> Efficiency:
     """Measured efficiencies when a matching probe exists (and ``use_calibration``), else the priors."""
     if device.vendor == "cpu":  # the device's peaks are already the measured, achieved figures
         coll = latest_collectives(None)
-        comm, comm_notes = COMM.get(device.vendor, DEFAULT_COMM), ()
+        comm = COMM.get(device.vendor, DEFAULT_COMM)
+        comm_notes: tuple[str, ...] = ()
         if coll is not None and device.scaleup_fabric.endswith("(measured)"):
             comm, comm_notes = 1.0, (f"communication: {_busbw_note(coll)[1]} taken as the link bandwidth between "
                                      "ranks on this host, efficiency 1.0 of it (busbw already is the achieved figure)",)
+        cpu = latest_probe(None)
+        found, notes = _kernel_notes(cpu.details, cpu.created_at) if cpu is not None else ({}, [])
+        attention = found.get("attention", DEFAULT_ATTENTION_OF_COMPUTE)
+        if "attention" not in found:
+            notes.append(f"attention efficiency {attention:.2f} of the measured matmul: ASSUMED (the probe has no "
+                         "attention figure; rerun `accelkit hw probe`)")
         return Efficiency(
-            compute=1.0, memory=1.0, comm=comm, calibrated=True,
+            compute=1.0, memory=found.get("memory", 1.0), comm=comm, calibrated=True, attention=attention,
+            flash2=attention,
             sources=(f"calibrated: peaks are this CPU's measured matmul and copy bandwidth ({device.source}); "
-                     "compute and memory efficiency 1.0 of those", *comm_notes),
+                     "matmul efficiency 1.0 of those", *notes, *comm_notes),
         )
     prior = prior_efficiency(device, dtype)
     coll = latest_collectives(device.name) if use_calibration else None
@@ -118,24 +146,32 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
         busbw, note = _busbw_note(coll)
         comm = busbw / device.scaleup_bandwidth_bytes_per_s  # busbw is what a ring achieves per link
         kept = tuple(s for s in prior.sources if not s.startswith("communication"))
-        prior = Efficiency(compute=prior.compute, memory=prior.memory, comm=comm, calibrated=True, sources=(
+        prior = replace(prior, comm=comm, calibrated=True, sources=(
             *kept, f"communication efficiency {comm:.2f} = {note} ÷ scale-up link "
-                   f"{device.scaleup_bandwidth_bytes_per_s / 1e9:g} GB/s (also applied to scale-out: assumed)"))
+                   f"{device.scaleup_bandwidth_bytes_per_s / 1e9:g} GB/s"))
     probe = latest_probe(device.name) if use_calibration else None
     if probe is None:
         return prior
     d = probe.details
     matmul = d.get("matmul", {}).get(dtype)
-    compute, memory, notes = prior.compute, prior.memory, []
+    changes: dict[str, float] = {}
+    notes = []
     if matmul and matmul.get("fraction_of_peak"):
-        compute = float(matmul["fraction_of_peak"])
-        notes.append(f"compute efficiency {compute:.2f} measured by `hw probe` {dtype} matmul on this machine "
-                     f"({probe.created_at})")
+        changes["compute"] = float(matmul["fraction_of_peak"])
+        notes.append(f"compute efficiency {changes['compute']:.2f} measured by `hw probe` {dtype} matmul on this "
+                     f"machine ({probe.created_at})")
     if d.get("bandwidth", {}).get("fraction_of_peak"):
-        memory = float(d["bandwidth"]["fraction_of_peak"])
-        notes.append(f"memory efficiency {memory:.2f} measured by `hw probe` copy on this machine ({probe.created_at})")
+        changes["memory"] = float(d["bandwidth"]["fraction_of_peak"])
+        notes.append(f"memory efficiency {changes['memory']:.2f} measured by `hw probe` copy on this machine "
+                     f"({probe.created_at})")
+    found, kernel_notes = _kernel_notes(d, probe.created_at)
+    if found:  # the elementwise figure is the memory-bound kernels' own class: it wins over the copy
+        notes = [n for n in notes if not (n.startswith("memory") and "memory" in found)] + kernel_notes
+        changes.update(found)
+        if "attention" in found:
+            changes["flash2"] = min(prior.flash2, found["attention"])
     if not notes:
         return prior
-    replaced = {n.split(' ')[0] for n in notes}  # 'compute' / 'memory'
+    replaced = {n.split(' ')[0] for n in notes}  # 'compute' / 'memory' / 'attention'
     kept = tuple(s for s in prior.sources if s.split(' ')[0] not in replaced)
-    return Efficiency(compute=compute, memory=memory, comm=prior.comm, sources=(*notes, *kept), calibrated=True)
+    return replace(prior, **changes, sources=(*notes, *kept), calibrated=True)

@@ -9,9 +9,10 @@ from typing import Any
 from accelkit.core import Cluster, DeviceSpec, ModelSpec, UserError, Workload
 from accelkit.plan import flops as F
 from accelkit.plan.calibrate import efficiency
+from accelkit.plan.fitted import FIT_SOURCE, sustained_tensor
 from accelkit.plan.memory import ACT_BYTES, INFER_WEIGHT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
-from accelkit.plan.priors import Efficiency
+from accelkit.plan.priors import Efficiency, family
 
 #: tokens per training step when no global batch is given (~4 Mi tokens; GPT-3 175B used 3.2 M)
 DEFAULT_STEP_TOKENS = 4 * 2**20
@@ -26,11 +27,18 @@ def peak_dtype(precision: str, quantization: str | None, task: str) -> str:
     return precision
 
 
-def kv_element_bytes(workload: Workload) -> float:
+def kv_cache_dtype(workload: Workload) -> str:
+    """The KV-cache dtype actually used: 'auto' is the model's activation dtype (fp8 compute keeps bf16
+    activations, so its cache is bf16 unless fp8 is asked for)."""
     kv = workload.recipe.kv_cache_dtype
-    if kv in ("fp8", "int8"):
-        return 1.0
-    return 4.0 if workload.recipe.precision in ("fp32", "tf32") else 2.0
+    if kv != "auto":
+        return kv
+    precision = workload.recipe.precision
+    return {"fp32": "fp32", "tf32": "fp32", "fp16": "fp16"}.get(precision, "bf16")
+
+
+def kv_element_bytes(workload: Workload) -> float:
+    return {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}[kv_cache_dtype(workload)]
 
 
 @dataclass(slots=True)
@@ -49,6 +57,9 @@ class PlanContext:
     head_params: float = 0.0
     layer_matmul_active: float = 0.0
     cnn: dict[str, Any] | None = None  # traced per-sample figures for CNNs
+    peak_16: float = 0.0  # dense 16-bit peak: attention runs in bf16/fp16 even when matmuls run in fp8
+    sustained: float = 1.0  # fitted.py: sustained tensor-core factor of this device's generation
+    sustained_source: str = ""
     assumptions: list[str] = field(default_factory=list)
 
     @property
@@ -93,8 +104,12 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
     else:
         wbytes = INFER_WEIGHT_BYTES[recipe.quantization or recipe.precision]
     eff = efficiency(cluster.device, dtype, use_calibration=options.use_calibration)
+    peak_16 = cluster.device.peak("bf16") or cluster.device.peak("fp16") or peak
+    sustained, sustained_source = (1.0, "a CPU's peak is its measured matmul") if cluster.device.vendor == "cpu" \
+        else sustained_tensor(family(cluster.device))
     ctx = PlanContext(workload=workload, cluster=cluster, options=options, efficiency=eff, peak_dtype=dtype,
-                      peak=peak, e=ACT_BYTES[recipe.precision], weight_bytes=wbytes)
+                      peak=peak, e=ACT_BYTES[recipe.precision], weight_bytes=wbytes, peak_16=peak_16,
+                      sustained=sustained, sustained_source=sustained_source)
     if model.kind == "cnn":
         from accelkit.plan.cnn import trace_cnn  # imports torch: only CNN plans pay for it
 
@@ -117,14 +132,22 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         "model FLOPs: 2 FLOPs per multiply-add over every matmul incl. the LM head, attention 4·b·s²·H·Q per layer "
         "(full square, PaLM App. B / FlopCounterMode convention), training = 3 × forward; MFU divides these by the "
         "dense peak (recomputation excluded)",
-        f"attention kernel: {o.attention}" + (" (causal flash executes ½ of the counted attention FLOPs, "
-                                             "backward recomputes QKᵀ)" if o.attention == "flash" else " (unfused, full s² scores)"),
+        f"attention kernel: {o.attention}" + (" (unfused, full s² scores through memory)" if o.attention == "math" else
+                                             " (causal flash executes ½ of the counted attention FLOPs, backward "
+                                             "recomputes QKᵀ: 3.5× the forward FLOPs per step)"),
+        f"sustained tensor-core factor {ctx.sustained:.3f} × the matmul and attention efficiencies above (free "
+        f"parameter, {ctx.sustained_source}: {FIT_SOURCE})",
+        f"memory-bound kernels: {o.kernels} stack (accelkit/plan/kernels.py: bytes per token of every norm, residual "
+        "add, rotary, activation, dropout and copy, forward ×(1 + 2 eager | 1.5 fused) for backward; the loss over "
+        "the logits; the optimizer step reads and writes its states once) at HBM bandwidth × memory efficiency",
         f"framework allowance {o.overhead_bytes / 2**30:g} GiB per device (context, communicator buffers, "
         "fragmentation): assumed",
-        f"communication: ring collectives, one-direction link bandwidth × efficiency, scale-out "
-        f"{ctx.cluster.scaleout_bandwidth_bytes_per_s / 1e9:g} GB/s per device across nodes; "
-        "tensor-parallel and pipeline transfers are not overlapped with compute; data-parallel gradient "
-        "reduction overlaps the last micro-batch's backward, only the excess is exposed",
+        f"communication: ring collectives inside a node (one-direction link bandwidth × efficiency); groups that span "
+        f"nodes run two-level, pipelined, every GPU on its own NIC at {ctx.cluster.scaleout_bandwidth_bytes_per_s / 1e9:g} "
+        "GB/s; tensor-parallel collectives " + ("overlap the layer's matmuls" if o.tp_comm_overlap else "are exposed")
+        + "; pipeline sends are exposed, the interleaved 1F1B bubble is (pp−1)/vp stage-micro-batches; context-"
+        "parallel K/V exchange hides behind attention; ZeRO 0-2 gradient reduction overlaps the last micro-batch's "
+        "backward, ZeRO-3 gathers/scatters every micro-batch one layer ahead — only the excess is exposed",
     ]
     if d.tdp_w:
         out.append(f"energy ESTIMATED from TDP {d.tdp_w:g} W × activity factor {o.activity_factor:g} (assumed, "
@@ -138,5 +161,9 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
     else:
         out.append("inference: pipeline stages run one batch after another (pp adds capacity, not speed); "
                    f"prefill in chunks of {o.prefill_chunk_tokens} tokens; decode time at the mean context "
-                   "prompt + output/2; roofline max(compute, memory) per phase")
+                   "prompt + output/2; per layer a roofline of the matmuls against the weight reads and of attention "
+                   "against the KV reads, plus the memory-bound kernels (fused, CUDA graphs: no launch cost); "
+                   "serving_itl_s adds the prefills continuous batching interleaves (batch/output_len per step); "
+                   f"KV cache {kv_cache_dtype(w)}"
+                   + (" (kv_cache_dtype auto = the activation dtype)" if w.recipe.kv_cache_dtype == "auto" else ""))
     return out

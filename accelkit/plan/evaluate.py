@@ -39,6 +39,7 @@ class Candidate:
     prefill_time_s: float | None = None
     decode_time_per_token_s: float | None = None
     max_batch: int | None = None
+    itl_s: float | None = None  # serving: decode step + the prefills continuous batching interleaves per step
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -69,14 +70,16 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     w, o = ctx.workload, ctx.options
     params = stage_params(ctx, layout)
     states = model_state_bytes(params, precision=w.recipe.precision, optimizer=w.optimizer, zero=layout.zero,
-                               dp=layout.dp, offload=w.recipe.offload)
+                               dp=layout.dp * layout.cp, offload=w.recipe.offload)
     other = float(o.overhead_bytes)
     if ctx.cnn is not None:
         acts = ctx.cnn["saved_bytes"] * layout.micro_batch
     else:
-        m, tokens = ctx.model, layout.micro_batch * w.seq_len
-        kw = dict(tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels, attention=o.attention)
-        per_layer = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, **kw)
+        m, tokens = ctx.model, layout.micro_batch * w.seq_len // layout.cp  # the part of the sequence this rank holds
+        kw = dict(tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels, attention=o.attention,
+                  dropout=o.dropout)
+        per_layer = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, recompute=layout.recompute,
+                                           **kw)  # type: ignore[arg-type]
         head = head_activation_bytes(m, tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels,
                                      sequence_parallel=layout.sequence_parallel)
         layers = -(-m.num_layers // layout.pp)
@@ -85,7 +88,7 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
         last = layers * per_layer + head["last"] + (head["first"] if layout.pp == 1 else 0.0)
         acts = max(first, last)
         if layout.recompute == "full":  # backward rebuilds one layer's activations at a time
-            acts += layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, **kw)
+            acts += layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, **kw)  # type: ignore[arg-type]
         if layout.zero >= 3:  # the gathered weights of the current and the prefetched layer
             other += 2 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / layout.tp * ctx.weight_bytes
     return {"weights": states["weights"], "gradients": states["gradients"], "optimizer": states["optimizer"],
@@ -129,23 +132,54 @@ def infer_memory(ctx: PlanContext, layout: Layout, batch: int) -> tuple[dict[str
     tokens = min(batch * (w.prompt_len if is_lm else w.seq_len), o.prefill_chunk_tokens)
     q, kv = m.num_heads * m.head_size, max(m.kv_heads / layout.tp, 1) * m.head_size
     width = 2 * m.hidden_size + q / layout.tp + 2 * kv + (3 if m.gated_mlp else 2) * m.ffn_hidden_size / layout.tp
-    acts = tokens * ctx.e * width + batch * 4 * m.vocab_size / layout.tp
+    acts = tokens * ctx.e * width
+    if is_lm:  # fp32 logits of each sequence's last position
+        acts += batch * 4 * m.vocab_size / layout.tp
+    else:  # an encoder returns every position's hidden state: the whole batch's output stays in memory
+        acts += batch * w.seq_len * m.hidden_size * ctx.e
     return {"weights": weights, "gradients": 0.0, "optimizer": 0.0, "activations": acts,
             "kv_cache": per_seq * batch, "other": float(o.overhead_bytes)}, per_seq
 
 
+#: the largest batch ``max_fitting_batch`` looks for (a reported maximum at this bound means "at least")
+MAX_BATCH_SEARCHED = 1 << 24
+
+
+def _infer_fits(ctx: PlanContext, layout: Layout, batch: int) -> bool:
+    parts, _ = infer_memory(ctx, layout, batch)
+    return sum(parts[k] for k in MEMORY_KEYS) <= ctx.device.memory_bytes
+
+
+def max_fitting_batch(ctx: PlanContext, layout: Layout) -> int:
+    """The largest batch whose memory fits on the device (0 when not even one sequence does). Memory grows
+    with the batch (KV cache, the prefill chunk's activations, the last logits), so a bisection finds it;
+    it is exactly the largest batch for which ``evaluate_infer(...).fits`` is true."""
+    if not _infer_fits(ctx, layout, 1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= MAX_BATCH_SEARCHED and _infer_fits(ctx, layout, hi):
+        lo, hi = hi, hi * 2
+    if hi > MAX_BATCH_SEARCHED:
+        return lo
+    while hi - lo > 1:  # invariant: lo fits, hi does not
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _infer_fits(ctx, layout, mid) else (lo, mid)
+    return lo
+
+
 def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candidate:
     w, m = ctx.workload, ctx.model
-    probe, per_seq = infer_memory(ctx, layout, 1)
-    free = ctx.device.memory_bytes - sum(probe[k] for k in MEMORY_KEYS) + probe["kv_cache"]
-    max_batch = max(0, int(free // per_seq)) if per_seq > 0 else None
-    if batch is None:
-        cap = ctx.options.max_serving_batch
-        batch = max(1, min(cap, max_batch if max_batch is not None else cap))
+    max_batch = max_fitting_batch(ctx, layout)
+    if batch is None:  # the default fits by construction (when anything fits at all)
+        batch = max(1, min(ctx.options.max_serving_batch, max_batch))
     parts, _ = infer_memory(ctx, layout, batch)
     memory, fits = _finish_memory(ctx, parts)
     t = infer_time(ctx, layout, batch)
     is_lm = m.kind in ("decoder", "moe") and w.output_len > 0
+    itl = None
+    if is_lm:  # each request is prefilled once per output_len decode steps: batch/output_len prefills per step
+        one = t["prefill"] if batch == 1 else infer_time(ctx, layout, 1)["prefill"]
+        itl = t["decode"] + batch / w.output_len * one
     step = t["prefill"] + (w.output_len * t["decode"] if is_lm else 0.0)
     per_replica = batch * (w.output_len if is_lm else (w.seq_len if m.kind != "cnn" else 1))
     items = float(per_replica * layout.dp)
@@ -158,10 +192,10 @@ def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candi
         model_flops = F.forward_flops(m, batch=batch, seq=w.seq_len)
     n_replica = layout.tp * layout.pp
     mfu = model_flops / (step * n_replica * ctx.peak) if step > 0 else 0.0
-    times = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "bubble": 0.0}
+    times = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "bubble": 0.0, "launch": 0.0}
     for phase, count in (("prefill", 1.0), ("decode", float(w.output_len) if is_lm else 0.0)):
-        bound = "compute" if t[f"{phase}_compute"] >= t[f"{phase}_memory"] else "memory"
-        times[bound] += count * max(t[f"{phase}_compute"], t[f"{phase}_memory"])
+        times["compute"] += count * t[f"{phase}_compute"]
+        times["memory"] += count * t[f"{phase}_memory"]
         times["communication"] += count * t[f"{phase}_comm"]
     n = layout.num_devices
     joules = E.energy_j(ctx.device, num_devices=n, seconds=step, activity_factor=ctx.options.activity_factor)
@@ -171,6 +205,7 @@ def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candi
         energy_j_per_token=None if joules is None or items == 0 else joules / items,
         cost_per_step=E.cost(n, step, ctx.options.price_per_device_hour), batch=batch,
         prefill_time_s=t["prefill"], decode_time_per_token_s=t["decode"] if is_lm else None, max_batch=max_batch,
+        itl_s=itl,
     )
 
 

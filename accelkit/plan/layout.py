@@ -8,8 +8,13 @@ from accelkit.core import Cluster, ModelSpec, UserError
 
 
 class Layout(NamedTuple):
-    """How a step is split: dp·tp·pp devices, experts over ep of the dp ranks, ZeRO stage over dp,
-    ``micro_batch`` sequences per micro-batch and ``grad_accum`` micro-batches per step and dp rank."""
+    """How a step is split: dp·tp·pp·cp devices, experts over ep of the dp ranks, ZeRO stage over dp,
+    ``micro_batch`` sequences per micro-batch and ``grad_accum`` micro-batches per step and dp rank;
+    ``cp`` splits each sequence over that many ranks (context parallelism, ring attention) and ``vp``
+    cuts every pipeline stage into that many interleaved chunks (Narayanan et al. 2021's interleaved 1F1B).
+
+    Ranks are placed tp innermost, then cp, then dp, then pp (Megatron's order), which decides which
+    groups share a node."""
 
     dp: int
     tp: int
@@ -20,17 +25,34 @@ class Layout(NamedTuple):
     grad_accum: int = 1
     recompute: str = "none"
     sequence_parallel: bool = False
+    cp: int = 1
+    vp: int = 1
 
     @property
     def num_devices(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     def to_dict(self) -> dict[str, object]:
         return self._asdict()
 
 
+#: the largest device count the planner accepts (2^20): trial division stays under a millisecond
+MAX_DEVICES = 1 << 20
+
+
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of ``n`` in increasing order, by trial division up to √n (n ≤ MAX_DEVICES, so ≤ 1,024 steps)."""
+    if n < 1 or n > MAX_DEVICES:
+        raise UserError(f"device count {n} is outside 1 … {MAX_DEVICES:,}; give a count in that range")
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def tp_choices(model: ModelSpec, cluster: Cluster, num_devices: int) -> list[int]:
@@ -54,35 +76,52 @@ def ep_choices(model: ModelSpec, dp: int) -> list[int]:
     return [e for e in divisors(dp) if model.num_experts % e == 0]
 
 
+def _int(fixed: dict[str, object], key: str) -> int | None:
+    value = fixed.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UserError(f"--{key.replace('_', '-')} {value!r} is not valid; give a positive integer")
+    return value
+
+
 def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, object], num_devices: int) -> None:
     """Raise UserError for a layout field the user gave that can never work (one sentence, with the fix)."""
-    tp, pp, dp, ep = (fixed.get(k) for k in ("tp", "pp", "dp", "ep"))
+    tp, pp, dp, ep, cp, vp = (_int(fixed, k) for k in ("tp", "pp", "dp", "ep", "cp", "vp"))
     heads, layers = model.num_heads, model.num_layers
     if not model.is_transformer:
         for name, value in (("tp", tp), ("pp", pp)):
             if value not in (None, 1):
                 raise UserError(f"--{name} {value} is not supported for the CNN {model.name}; it trains data-parallel only")
     if tp is not None:
-        if model.is_transformer and heads % tp:  # type: ignore[operator]
+        if model.is_transformer and heads % tp:
             ok = ", ".join(str(d) for d in divisors(heads))
             raise UserError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}; use one of {ok}")
-        if tp > cluster.device.scaleup_domain:  # type: ignore[operator]
+        if tp > cluster.device.scaleup_domain:
             raise UserError(f"--tp {tp} exceeds the scale-up domain of {cluster.device.name} "
                             f"({cluster.device.scaleup_domain} devices); tensor parallelism needs the fast fabric")
-    if pp is not None and model.is_transformer and pp > layers:  # type: ignore[operator]
+    if pp is not None and model.is_transformer and pp > layers:
         raise UserError(f"--pp {pp} exceeds the {layers} layers of {model.name}; a stage needs at least one layer")
     if ep is not None and ep > 1:
         if model.num_experts is None:
             raise UserError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense")
-        if model.num_experts % ep:  # type: ignore[operator]
+        if model.num_experts % ep:
             raise UserError(f"--ep {ep} does not divide the {model.num_experts} experts of {model.name}")
-    given = [v for v in (dp, tp, pp) if v is not None]
+    if cp not in (None, 1) and not model.is_transformer:
+        raise UserError(f"--cp {cp} needs a transformer; {model.name} has no sequence to split")
+    if vp not in (None, 1):
+        if pp is None or pp == 1:
+            raise UserError(f"--vp {vp} needs --pp > 1 (virtual stages interleave a pipeline)")
+        if model.is_transformer and layers % (pp * vp):
+            raise UserError(f"--pp {pp} × --vp {vp} = {pp * vp} stage chunks do not divide the {layers} layers of "
+                            f"{model.name}; choose a vp that does")
+    given = [v for v in (dp, tp, pp, cp) if v is not None]
     product = 1
     for v in given:
-        product *= v  # type: ignore[operator]
+        product *= v
     if num_devices % product:
-        raise UserError(f"dp·tp·pp = {product} does not divide --num-devices {num_devices}")
-    if len(given) == 3 and product != num_devices:
-        raise UserError(f"dp·tp·pp = {product} but --num-devices is {num_devices}; they must be equal")
+        raise UserError(f"dp·tp·pp·cp = {product} does not divide --num-devices {num_devices}")
+    if dp is not None and tp is not None and pp is not None and product != num_devices:  # cp not given: searched as 1
+        raise UserError(f"dp·tp·pp·cp = {product} but --num-devices is {num_devices}; they must be equal")
     if fixed.get("sequence_parallel") and tp == 1:
         raise UserError("--sequence-parallel needs --tp > 1 (it splits the tensor-parallel group's work)")

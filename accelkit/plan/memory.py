@@ -83,7 +83,7 @@ def layer_activation_parts(
     k = model.experts_per_token or 1
     replicated = 2 * _norm_bytes(model, e, kernels) + (2 * h if dropout else 0)  # + masks after proj / MLP
     attn = e * (q_dim / tp + 2 * kv_dim) + e * q_dim / tp  # q, k, v for the attention; its output
-    if attention == "flash":
+    if attention != "math":  # flash kernels
         attn += 4 * a / tp  # logsumexp, fp32
         scores = 0.0
     else:  # softmax output (+ dropout mask and output): Korthikanti's 5·a·s with e = 2
@@ -96,13 +96,15 @@ def layer_activation_parts(
 
 def layer_activation_bytes(
     model: ModelSpec, *, tokens: int, seq: int, e: int, tp: int = 1, sequence_parallel: bool = False,
-    recompute: str = "none", kernels: str = "eager", attention: str = "flash",
+    recompute: str = "none", kernels: str = "eager", attention: str = "flash", dropout: bool | None = None,
 ) -> float:
-    """Bytes one layer keeps for backward for ``tokens`` = micro-batch × seq tokens on one tp rank."""
+    """Bytes one layer keeps for backward for ``tokens`` = micro-batch × seq tokens on one tp rank (÷ cp when
+    the sequence is split: pass the tokens this rank holds)."""
     sp = tp if sequence_parallel else 1
     if recompute == "full":  # only the layer input (Korthikanti: 2·s·b·h at 16 bit)
         return tokens * e * model.hidden_size / sp
-    parts = layer_activation_parts(model, seq=seq, e=e, tp=tp, kernels=kernels, attention=attention)
+    parts = layer_activation_parts(model, seq=seq, e=e, tp=tp, kernels=kernels, attention=attention,
+                                   training_dropout=dropout)
     per_token = parts["replicated"] / sp + parts["sharded"]
     if recompute != "selective":
         per_token += parts["scores"]

@@ -13,11 +13,25 @@ from accelkit.core.spec import Spec, spec_field
 class PlanOptions(Spec):
     """Knobs of the planner's model of the system (not of the workload)."""
 
-    attention: Literal["flash", "math"] = spec_field(
-        "flash", doc="Attention kernel: flash (fused, no s² scores kept) or math (unfused, e.g. Megatron 2022)."
+    attention: Literal["flash", "flash2", "math"] = spec_field(
+        "flash", doc="Attention kernel: flash (the device generation's best fused kernel: FlashAttention-3/cuDNN on "
+                     "Hopper, FlashAttention-2 on Ampere), flash2 (FlashAttention-2 everywhere) or math (unfused, "
+                     "s² scores in memory, e.g. Megatron 2022)."
     )
     kernels: Literal["eager", "fused"] = spec_field(
-        "eager", doc="eager: HF modules (RMSNorm keeps an fp32 copy); fused: Megatron-style fused norms."
+        "eager", doc="eager: PyTorch eager modules (HF, torchtitan: RMSNorm upcasts in 6 kernels, rotate_half rotary); "
+                     "fused: Megatron / Transformer Engine / compiled kernels (one kernel per norm, rotary, activation)."
+    )
+    dropout: bool | None = spec_field(
+        None, doc="Dropout in training; None = the architecture's Hugging Face default (GPT-2, BERT, ViT: on)."
+    )
+    autocast_fp32_params: bool = spec_field(
+        False, doc="Autocast over fp32 parameters (PyTorch AMP; Composer amp_bf16 with FSDP mixed precision DEFAULT): "
+                   "each forward casts every weight (read 4 B, write 2 B) and FSDP gathers fp32."
+    )
+    tp_comm_overlap: bool = spec_field(
+        False, doc="Tensor-parallel collectives overlap the neighbouring matmuls (Transformer Engine userbuffers); "
+                   "off: they are exposed."
     )
     activity_factor: float = spec_field(
         0.75, min=0.0, max=1.0, doc="Average power as a fraction of TDP (energy = TDP × factor × time)."
@@ -35,4 +49,4 @@ class PlanOptions(Spec):
     )
     prefill_chunk_tokens: int = spec_field(8192, min=1, doc="Prefill tokens processed per step (chunked prefill).")
     use_calibration: bool = spec_field(True, doc="Use this machine's `hw probe` results when they match the hardware.")
-    max_devices: int = spec_field(65536, min=1, doc="Largest device count the minimum-count search tries.")
+    max_devices: int = spec_field(65536, min=1, max=1 << 20, doc="Largest device count the minimum-count search tries.")

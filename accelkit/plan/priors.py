@@ -1,7 +1,10 @@
-"""Published efficiency priors: the fraction of a datasheet peak that real kernels reach.
+"""Published efficiency priors, one per device and kernel class: the fraction of a datasheet peak that
+real kernels reach. Every figure carries its source; a plan lists the ones it used in ``assumptions``.
+``calibrate.py`` replaces them with this machine's `hw probe` measurements when the device matches.
 
-Every figure carries its source (summarised in docs/methodology.md, "Published figures"); a plan lists the ones it used in
-``assumptions``. ``calibrate.py`` replaces them with this machine's measurements when a probe exists.
+Kernel classes: dense matmuls (GEMM), fused attention (flash), memory-bound kernels (elementwise,
+normalisation, softmax, rotary, the optimizer step, decode's weight and KV reads), collectives inside a
+node (scale-up) and across nodes (scale-out), and the host-side cost of launching one kernel.
 """
 
 from __future__ import annotations
@@ -23,35 +26,79 @@ _MAMF: dict[str, dict[str, float]] = {
 #: no published figure for the device/dtype: an assumption, said so in the plan
 DEFAULT_COMPUTE = 0.75
 
-#: decode achieved / ideal (weights ÷ HBM bandwidth): FasterTransformer 13B on A100, 16.7 ms ideal vs 22.0
+#: flash attention, forward + backward, as a fraction of the dense 16-bit peak at long sequences, by GPU
+#: generation and kernel. "flash" is the best kernel of the generation (FlashAttention-3 / cuDNN on
+#: Hopper, FlashAttention-2 on Ampere); "flash2" is FlashAttention-2 everywhere.
+_ATTENTION: dict[str, dict[str, float]] = {
+    # FA2 paper (Dao 2023, arXiv 2307.08691): "50-73% of the theoretical maximum FLOPs/s on A100"; the
+    # backward pass is the slower one, so fwd+bwd takes the low end
+    "A100": {"flash": 0.50, "flash2": 0.50},
+    # FA3 paper (Shah et al. 2024, arXiv 2407.08608): FA2 reaches 35% of H100; FA3 is 1.5-2.0x faster
+    # (up to 75% forward); fwd+bwd takes FA2's 35% × the low end 1.5 of the speed-up
+    "H100": {"flash": 0.35 * 1.5, "flash2": 0.35},
+    "H200": {"flash": 0.35 * 1.5, "flash2": 0.35},
+}
+ATTENTION_SOURCE = {
+    "A100": "FlashAttention-2 paper (arXiv 2307.08691): 50-73% of A100 peak; fwd+bwd at the low end 0.50",
+    "H100": "FlashAttention-3 paper (arXiv 2407.08608): FA2 35% of H100 peak, FA3 1.5-2.0x faster; "
+            "flash = 0.35 × 1.5, flash2 = 0.35",
+}
+ATTENTION_SOURCE["H200"] = ATTENTION_SOURCE["H100"] + " (H200 has H100's tensor cores)"
+#: flash kernels tile the sequence in 128-row blocks (FA2 and FA3): a causal kernel computes the blocks on
+#: the diagonal in full, so it executes s/2 + 64 of every s key positions (useful fraction s/(s+128))
+FLASH_BLOCK = 128
+#: no published figure: half the matmul efficiency, labelled ASSUMED in the plan
+DEFAULT_ATTENTION_OF_COMPUTE = 0.5
+
+#: memory-bound kernels achieved / ideal HBM bandwidth: FasterTransformer 13B on A100, 16.7 ms ideal vs 22.0
 MEMORY = 16.7 / 22.0
 MEMORY_SOURCE = "kipply's inference arithmetic via llm-analysis: FT 13B A100 decode 16.7 ms ideal / 22.0 ms measured"
 
-#: collective bus bandwidth / one-direction link bandwidth
+#: collective bus bandwidth / one-direction link bandwidth inside a node
 COMM = {"nvidia": 0.80, "amd": 312.9 / 448.0}
 COMM_SOURCE = {
     "nvidia": "stas00/ml-engineering network chapter: NCCL ring all-reduce bus bw ≈ 0.78-0.82 of the link",
     "amd": "hardware.csv MI300X note: 8-GPU RCCL all-reduce 312.9 GB/s of 448 GB/s xGMI",
 }
+#: NVLink4 (H100/H200 HGX): nccl-tests all_reduce on one DGX H100, 8 GPUs, 128 MiB: busbw 400.53 GB/s of
+#: the 450 GB/s link (NVIDIA/dgxc-benchmarking nccl/README.md sample output)
+_COMM_BY_FABRIC = {"NVLink4": 400.53 / 450.0}
+COMM_FABRIC_SOURCE = {"NVLink4": "NVIDIA dgxc-benchmarking nccl/README.md: 8×H100 all_reduce busbw 400.53 GB/s "
+                                 "at 128 MiB of 450 GB/s NVLink4"}
 DEFAULT_COMM = 0.80
+#: across nodes NCCL runs two-level (hierarchical) collectives that pipeline the scale-up and scale-out
+#: stages (Intel Gaudi network guide: "implemented in a hierarchical manner, thus pipelining scale-up and
+#: scale-out communication in parallel"); the NIC reaches this fraction of its line rate: ASSUMED, the
+#: same as a ring over NVLink (checked against nccl-tests in docs/validation.md)
+SCALEOUT = 0.80
 
-#: per-collective start-up latency (decode-size messages are latency-bound)
-COLLECTIVE_LATENCY_S = 10e-6
+#: host time to launch one kernel from eager PyTorch (dispatch + cudaLaunchKernel); a layer whose kernels
+#: are shorter than this is bound by the host: ASSUMED (no published figure in our sources)
+LAUNCH_S = 5e-6
+
+#: per-collective start-up latency (decode-size messages are latency-bound): nccl-tests all_reduce of 8 B on
+#: 8×H100 takes 13.0-13.7 µs (dgxc-benchmarking nccl/README.md); 10 µs was used before that source
+COLLECTIVE_LATENCY_S = 13e-6
 
 
 @dataclass(frozen=True, slots=True)
 class Efficiency:
-    """Achieved fractions of the peaks, with where each came from."""
+    """Achieved fractions of the peaks, per kernel class, with where each came from."""
 
-    compute: float
-    memory: float
-    comm: float
+    compute: float  # GEMM: best achieved / dense peak (MAMF, or the probe's matmul)
+    memory: float  # memory-bound kernels: achieved / HBM bandwidth
+    comm: float  # collectives inside a node: bus bandwidth / one-direction link bandwidth
     sources: tuple[str, ...]
     calibrated: bool = False
+    attention: float = 0.5  # flash attention fwd+bwd / dense peak at long sequences
+    flash2: float = 0.35  # the same for FlashAttention-2 (options.attention == "flash2")
+    scaleout: float = SCALEOUT  # NIC achieved / line rate
+    launch_s: float = LAUNCH_S
 
 
-def _family(device: DeviceSpec) -> str | None:
-    for key in sorted(_MAMF, key=len, reverse=True):
+def family(device: DeviceSpec) -> str | None:
+    """The catalog family a device's priors are filed under ('H100', 'A100' …), or None."""
+    for key in sorted({*_MAMF, *_ATTENTION}, key=len, reverse=True):
         if device.name.upper().startswith(key):
             return key
     return None
@@ -59,24 +106,36 @@ def _family(device: DeviceSpec) -> str | None:
 
 def prior_efficiency(device: DeviceSpec, dtype: str) -> Efficiency:
     """Published priors for ``device`` computing in ``dtype`` (matmul dtype: bf16, fp8 …)."""
-    family = _family(device)
-    table = _MAMF.get(family or "", {})
+    fam = family(device)
+    table = _MAMF.get(fam or "", {})
     if dtype in table:
         compute = table[dtype]
-        csrc = f"compute efficiency {compute:.2f} of dense {dtype} peak ({family}): {MAMF_SOURCE}"
+        csrc = f"compute efficiency {compute:.2f} of dense {dtype} peak ({fam}): {MAMF_SOURCE}"
     else:
         compute = DEFAULT_COMPUTE
         csrc = (f"compute efficiency {compute:.2f} of dense {dtype} peak: ASSUMED — no published MAMF figure "
                 f"for {device.name} {dtype}")
-    comm = COMM.get(device.vendor, DEFAULT_COMM)
-    comm_src = COMM_SOURCE.get(device.vendor, "ASSUMED 0.80 (no published collective efficiency for this vendor)")
+    attn = _ATTENTION.get(fam or "")
+    if attn is not None:
+        attention, flash2 = attn["flash"], attn["flash2"]
+        asrc = (f"attention efficiency {attention:.2f} (flash) / {flash2:.2f} (flash2) of dense 16-bit peak, fwd+bwd, "
+                f"× s/(s+{FLASH_BLOCK}) for causal masking: {ATTENTION_SOURCE[fam or '']}")
+    else:
+        attention = flash2 = DEFAULT_ATTENTION_OF_COMPUTE * compute
+        asrc = (f"attention efficiency {attention:.2f} of dense peak: ASSUMED — half the matmul efficiency "
+                f"(no published flash-attention figure for {device.name})")
+    comm = _COMM_BY_FABRIC.get(device.scaleup_fabric, COMM.get(device.vendor, DEFAULT_COMM))
+    comm_src = COMM_FABRIC_SOURCE.get(device.scaleup_fabric) or COMM_SOURCE.get(
+        device.vendor, "ASSUMED 0.80 (no published collective efficiency for this vendor)")
     return Efficiency(
-        compute=compute,
-        memory=MEMORY,
-        comm=comm,
+        compute=compute, memory=MEMORY, comm=comm, attention=attention, flash2=flash2,
         sources=(
             csrc,
-            f"memory efficiency {MEMORY:.2f} of HBM bandwidth: {MEMORY_SOURCE}",
+            asrc,
+            f"memory efficiency {MEMORY:.2f} of HBM bandwidth (elementwise, norm, softmax, rotary, optimizer, decode "
+            f"reads): {MEMORY_SOURCE}",
             f"communication efficiency {comm:.2f} of link bandwidth: {comm_src}",
+            f"scale-out efficiency {SCALEOUT:.2f} of NIC line rate: ASSUMED (two-level collectives, see comm.py)",
+            f"kernel launch {LAUNCH_S * 1e6:g} µs of host time per kernel: ASSUMED",
         ),
     )

@@ -22,8 +22,9 @@ def compare(workload: Workload, hardware: list[str], *, options: PlanOptions | N
     rows = []
     for name in hardware:
         device = resolve_hardware(name)
-        kw = {} if scaleout_bandwidth_bytes_per_s is None else {"scaleout_bandwidth_bytes_per_s": scaleout_bandwidth_bytes_per_s}
-        cluster = Cluster(device=device, num_devices=num_devices or 1, **kw)
+        cluster = Cluster(device=device, num_devices=num_devices or 1)
+        if scaleout_bandwidth_bytes_per_s is not None:
+            cluster = cluster.replace(scaleout_bandwidth_bytes_per_s=scaleout_bandwidth_bytes_per_s)
         ctx = make_context(workload, cluster, options)
         best = search_ctx(ctx, fixed=fixed, global_batch=global_batch, batch=batch, num_devices=num_devices, top=1)[0]
         rows.append((best, best.extra["context"]))

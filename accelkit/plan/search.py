@@ -39,14 +39,20 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
         ["none", "selective", "full"] if ctx.options.attention == "math" else ["none", "full"])
     if fixed.get("recompute") == "selective" and "selective" not in recomputes:
         recomputes.append("selective")
-    for tp in _pick(fixed, "tp", tp_choices(model, cluster, num_devices)):
-        for pp in _pick(fixed, "pp", pp_choices(model, num_devices // tp)):
-            dp = num_devices // (tp * pp)
+    cp = fixed.get("cp") or 1  # context parallelism and virtual stages are the user's choice, not searched
+    vp = fixed.get("vp") or 1
+    if num_devices % cp:
+        return
+    for tp in _pick(fixed, "tp", tp_choices(model, cluster, num_devices // cp)):
+        for pp in _pick(fixed, "pp", pp_choices(model, num_devices // (tp * cp))):
+            if vp > 1 and (pp == 1 or model.num_layers % (pp * vp)):
+                continue
+            dp = num_devices // (tp * pp * cp)
             if fixed.get("dp") not in (None, dp):
                 continue
             for ep in _pick(fixed, "ep", ep_choices(model, dp)):
                 if not train:
-                    yield Layout(dp=dp, tp=tp, pp=pp, ep=ep)
+                    yield Layout(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, vp=vp)
                     continue
                 if global_batch is None or global_batch % dp:
                     continue
@@ -54,13 +60,13 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
                 mbs = [mb for mb in MICRO_BATCHES if per_rank % mb == 0]
                 if fixed.get("micro_batch") is not None:
                     mbs = [fixed["micro_batch"]] if per_rank % fixed["micro_batch"] == 0 else []
-                zeros = _pick(fixed, "zero", [0, 1, 2, 3] if dp > 1 else [0])
+                zeros = _pick(fixed, "zero", [0, 1, 2, 3] if dp * cp > 1 else [0])
                 sps = _pick(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
                 for zero in zeros:
                     for mb in mbs:
                         for rc in _pick(fixed, "recompute", recomputes):
                             for sp in sps:
-                                yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp)
+                                yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp)
 
 
 def _rank_key(ctx: PlanContext, c: Candidate) -> tuple[Any, ...]:

@@ -1,28 +1,60 @@
-"""Step time: a roofline per phase (compute at peak × efficiency, memory traffic at bandwidth ×
-efficiency, the larger one bounds a kernel), plus communication and the pipeline bubble.
+"""Step time, kernel class by kernel class (docs/plan.md, "The time model").
 
-Training, per pipeline stage and micro-batch (Narayanan et al. 2021 1F1B schedule):
-``step = (m + p − 1) · t_stage + exposed data-parallel time + optimizer step``, bubble ``(p−1)/(m+p−1)``.
-Inference: prefill (TTFT) and one decode step at the mean context; decode reads every weight and the
-KV cache once per token, so it is bandwidth-bound at small batch.
+Per layer and micro-batch, on one device, the kernels of a stream run one after another:
+
+* **matmuls** at dense peak × GEMM efficiency (MAMF or the probe) × the sustained factor (fitted.py);
+* **attention** (flash) at dense peak × the flash-attention efficiency of the device generation, with the
+  causal kernel's diagonal blocks computed in full (useful fraction s/(s+128)); unfused ("math") attention
+  runs its two score matmuls at GEMM efficiency and moves the s² scores through memory;
+* **memory-bound kernels** (norms, residual adds, rotary, activation, dropout, copies; the loss over the
+  logits; the optimizer step) move their bytes (kernels.py) at HBM bandwidth × memory efficiency;
+* the **host** launches every kernel; a layer whose kernels run shorter than their launch cost waits for it.
+
+Communication, with what overlaps it:
+
+* tensor parallel: 2 all-reduces (or all-gather + reduce-scatter under sequence parallelism) forward and 2
+  backward per layer (+2 with full recompute); exposed, unless ``tp_comm_overlap`` hides them behind the
+  layer's matmuls;
+* context parallel (ring attention): K and V chunks travel cp−1 hops forward, K, V and their gradients
+  backward; hidden behind the attention kernels, only the excess is exposed;
+* pipeline: one activation send forward and one gradient send backward per chunk boundary (not overlapped);
+  the interleaved 1F1B bubble is (pp−1)/vp stage-micro-batches (Narayanan et al. 2021);
+* data parallel, ZeRO 0-2: gradients are reduced (all-reduce, or reduce-scatter + all-gather of the updated
+  weights) once per step, bucketed during the last micro-batch's backward — only the part longer than
+  that backward is exposed (the all-gather of ZeRO 1/2 hides behind the next forward the same way);
+* ZeRO 3 / FSDP: every micro-batch all-gathers each layer's weights for forward and again for backward and
+  reduce-scatters its gradients, prefetched one layer ahead — exposed are the layers whose traffic outlasts
+  their compute, plus the first gather and the last reduce-scatter, which nothing hides.
+
+Collectives inside a node run over the scale-up fabric, groups that span nodes run two-level (comm.py).
+
+Inference: prefill runs the same kernels forward only; a decode step reads every weight once and every
+cached token's K and V (roofline max against the matmul time, per layer) and is latency-bound in its
+tensor-parallel all-reduces. Serving engines capture decode in CUDA graphs: no host launch cost there.
 """
 
 from __future__ import annotations
 
 import math
 
-from accelkit.plan import comm
 from accelkit.plan import flops as F
+from accelkit.plan.comm import Links
 from accelkit.plan.context import PlanContext, kv_element_bytes
+from accelkit.plan.kernels import layer_traffic, loss_bytes_per_token, math_attention_bytes
 from accelkit.plan.layout import Layout
-from accelkit.plan.memory import TRAIN_WEIGHT_BYTES, layer_activation_bytes, optimizer_bytes_per_param
-from accelkit.plan.priors import COLLECTIVE_LATENCY_S
+from accelkit.plan.memory import DROPOUT_FAMILIES, TRAIN_WEIGHT_BYTES, optimizer_bytes_per_param
+from accelkit.plan.priors import COLLECTIVE_LATENCY_S, FLASH_BLOCK
 
-#: each byte a layer saves for backward is touched ~6 times by non-matmul kernels: written and read
-#: once in forward, read in backward, its gradient written and read, and the input gradient written
-TRAFFIC_PER_SAVED_BYTE = 6.0
 #: host link for optimizer offload (PCIe 4.0 x16 ≈ 25 GB/s effective per direction): assumed
 OFFLOAD_BANDWIDTH = 25e9
+#: flash backward executes 2.5× the forward FLOPs (it recomputes QKᵀ): the convention of the FlashAttention
+#: benchmarks, whose fwd+bwd figures are what the efficiency priors quote
+FLASH_BACKWARD = 2.5
+#: the share of a micro-batch's compute that is backward (2 of 3 matmul passes), the window in which
+#: bucketed gradient reduction can overlap
+BACKWARD_SHARE = 2.0 / 3.0
+
+TIME_KEYS = ("compute", "memory", "communication", "bubble", "launch")
 
 
 def stage_params(ctx: PlanContext, layout: Layout) -> float:
@@ -35,157 +67,233 @@ def stage_params(ctx: PlanContext, layout: Layout) -> float:
     return (layers * per_layer + ends) / layout.tp
 
 
+def tensor_flop_s(ctx: PlanContext) -> float:
+    """Matmul FLOP/s a full step sustains: dense peak × GEMM efficiency × the sustained factor."""
+    return ctx.peak * ctx.efficiency.compute * ctx.sustained
+
+
+def attention_flop_s(ctx: PlanContext, seq: int, *, causal: bool) -> float:
+    """Flash-attention FLOP/s (useful FLOPs) at query/key length ``seq``."""
+    eff = ctx.efficiency
+    base = eff.flash2 if ctx.options.attention == "flash2" else eff.attention
+    useful = seq / (seq + FLASH_BLOCK) if causal else 1.0
+    return ctx.peak_16 * base * ctx.sustained * useful
+
+
+def byte_s(ctx: PlanContext) -> float:
+    return ctx.device.memory_bandwidth_bytes_per_s * ctx.efficiency.memory
+
+
+def links(ctx: PlanContext, size: int, stride: int) -> Links:
+    eff = ctx.efficiency
+    return Links(ctx.cluster, size, stride, comm_eff=eff.comm, scaleout_eff=eff.scaleout,
+                 latency_s=COLLECTIVE_LATENCY_S)
+
+
+def _dropout(ctx: PlanContext) -> bool:
+    d = ctx.options.dropout
+    return ctx.model.family in DROPOUT_FAMILIES if d is None else d
+
+
+def _is_causal(ctx: PlanContext) -> bool:
+    return ctx.model.kind in ("decoder", "moe")
+
+
+# ---- training -------------------------------------------------------------------------------------------
 def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
-    """Seconds per optimizer step, split into compute, memory, communication and bubble."""
+    """Seconds per optimizer step by kernel class: compute (matmuls, attention), memory (memory-bound
+    kernels, loss, optimizer), communication (exposed), bubble (pipeline), launch (host-bound excess)."""
     if ctx.cnn is not None:
         return _cnn_train_time(ctx, layout)
-    m, w, o, eff = ctx.model, ctx.workload, ctx.options, ctx.efficiency
-    tp, pp, e, seq = layout.tp, layout.pp, ctx.e, w.seq_len
-    flop_s = ctx.peak * eff.compute
-    byte_s = ctx.device.memory_bandwidth_bytes_per_s * eff.memory
-    tokens = layout.micro_batch * seq
+    m, w, o = ctx.model, ctx.workload, ctx.options
+    tp, pp, cp, vp, e, seq = layout.tp, layout.pp, layout.cp, layout.vp, ctx.e, w.seq_len
+    sp = tp if layout.sequence_parallel else 1
+    flop_s, bw = tensor_flop_s(ctx), byte_s(ctx)
+    tokens = layout.micro_batch * seq / cp  # tokens this rank holds per micro-batch
+    full, selective = layout.recompute == "full", layout.recompute == "selective"
+    causal = _is_causal(ctx)
 
-    # ---- one layer, one micro-batch, one tp rank
-    att = F.attention_flops(m, batch=layout.micro_batch, q_len=seq, kv_len=seq) / m.num_layers
-    factor = F.executed_attention_factor(m, o.attention)
-    layer_flops = 6.0 * tokens * ctx.layer_matmul_active + 3.0 * att * factor
-    if layout.recompute == "full":
-        layer_flops += 2.0 * tokens * ctx.layer_matmul_active + att * factor
-    elif layout.recompute == "selective" and o.attention == "math":
-        layer_flops += att
-    compute = layer_flops / tp / flop_s
-    weight_bytes = 3.0 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / tp * e  # fwd, dgrad, wgrad
-    weight_s = weight_bytes / byte_s
-    saved = layer_activation_bytes(m, tokens=tokens, seq=seq, e=e, tp=tp, sequence_parallel=layout.sequence_parallel,
-                                   kernels=o.kernels, attention=o.attention)
-    traffic = TRAFFIC_PER_SAVED_BYTE * saved
-    if layout.recompute == "full":
-        traffic += 2.0 * saved  # the forward's traffic once more
-    elif layout.recompute == "selective":
-        kept = layer_activation_bytes(m, tokens=tokens, seq=seq, e=e, tp=tp, sequence_parallel=layout.sequence_parallel,
-                                      recompute="selective", kernels=o.kernels, attention=o.attention)
-        traffic += 2.0 * (saved - kept)
-    memory = traffic / byte_s + max(0.0, weight_s - compute)
-    lat = COLLECTIVE_LATENCY_S
-    tp_bw, _ = comm.group_bandwidth(ctx.cluster, tp)
-    n_tp = 4 + (2 if layout.recompute == "full" else 0)  # 2 in forward, 2 in backward (AG+RS under SP)
-    communication = n_tp * comm.all_reduce_s(e * tokens * m.hidden_size, tp, tp_bw * eff.comm, lat)
+    # ---- one layer, one micro-batch
+    matmul_fwd = 2.0 * tokens * ctx.layer_matmul_active / tp
+    gemm = matmul_fwd * (3 + (1 if full else 0)) / flop_s
+    attn_full = F.attention_flops(m, batch=layout.micro_batch, q_len=seq, kv_len=seq) / m.num_layers / (tp * cp)
+    traffic = layer_traffic(m, e=e, stack=o.kernels, dropout=_dropout(ctx))
+    ew_fwd = tokens * (traffic.replicated_bytes / sp + traffic.sharded_bytes / tp)
+    if o.attention == "math":  # two score matmuls (full square) and the s² scores through memory
+        attention = attn_full * (3 + (1 if full or selective else 0)) / flop_s
+        ew_fwd += tokens * math_attention_bytes(m, seq=seq, e=e, dropout=_dropout(ctx)) / tp
+    else:
+        useful = attn_full * (0.5 if causal else 1.0)
+        attention = useful * (1 + FLASH_BACKWARD + (1 if full else 0)) / attention_flop_s(ctx, int(seq / cp), causal=causal)
+    memory = ew_fwd * (1 + traffic.backward_factor + (1 if full else 0)) / bw
+    if o.autocast_fp32_params:  # every forward (and recompute) casts each fp32 weight to the compute dtype
+        memory += (1 + (1 if full else 0)) * 6.0 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / tp / bw
+    kernels = traffic.forward_kernels + traffic.backward_kernels + (traffic.forward_kernels if full else 0)
+    gpu = gemm + attention + memory
+    host = kernels * ctx.efficiency.launch_s if o.kernels == "eager" else kernels * ctx.efficiency.launch_s / 2
+    launch = max(0.0, host - gpu)
+
+    tp_links = links(ctx, tp, 1)
+    tp_comm = (4 + (2 if full else 0)) * tp_links.all_reduce_s(e * tokens * m.hidden_size)
+    if o.tp_comm_overlap:
+        tp_comm = max(0.0, tp_comm - gemm)
+    cp_comm = 0.0
+    if cp > 1:
+        kv_local = max(m.kv_heads / tp, 1) * m.head_size
+        hop = tokens * 2 * kv_local * e  # this rank's K and V chunk
+        cp_links = links(ctx, cp, tp)
+        ring = (cp - 1) * cp_links.p2p_s(hop) * (1 + 2 + (1 if full else 0))  # fwd; bwd: K,V and dK,dV
+        cp_comm = max(0.0, ring - attention)
+    ep_comm = 0.0
     if layout.ep > 1:
-        ep_bw, _ = comm.group_bandwidth(ctx.cluster, layout.ep, tp)
+        ep_links = links(ctx, layout.ep, tp * cp)
         routed = e * tokens * (m.experts_per_token or 1) * m.hidden_size / tp
-        communication += 4 * comm.all_to_all_s(routed, layout.ep, ep_bw * eff.comm, lat)
+        ep_comm = 4 * ep_links.all_to_all_s(routed)
 
-    # ---- one stage (the last one carries the LM head), one micro-batch
+    # ---- one stage (the heaviest: ceil(L/pp) layers, plus the LM head on the last), one micro-batch
     layers = -(-m.num_layers // pp)
-    head_flops = 6.0 * tokens * F.head_matmul_params(m) / tp
-    head_traffic = 4.0 * 4 * tokens * m.vocab_size / tp if m.kind in ("decoder", "moe") else 0.0  # fp32 logits
-    st_compute = layers * compute + head_flops / flop_s
-    st_memory = layers * memory + head_traffic / byte_s
-    st_comm = layers * communication
+    head_gemm = 6.0 * tokens * F.head_matmul_params(m) / tp / flop_s
+    head_mem = tokens * (loss_bytes_per_token(m, e=e, stack=o.kernels) / tp + 4 * e * m.hidden_size / sp) / bw
+    st_compute = layers * (gemm + attention) + head_gemm
+    st_memory = layers * memory + head_mem
+    st_launch = layers * launch
+    st_comm = layers * (tp_comm + cp_comm + ep_comm)
     if pp > 1:
-        pp_bw, _ = comm.group_bandwidth(ctx.cluster, 2, tp * layout.dp)
-        st_comm += 2 * comm.p2p_s(e * tokens * m.hidden_size / tp, pp_bw * eff.comm, lat)
-    stage = st_compute + st_memory + st_comm
+        pp_links = links(ctx, pp, tp * cp * layout.dp)
+        st_comm += 2 * vp * pp_links.p2p_s(e * tokens * m.hidden_size / sp)
+    stage = st_compute + st_memory + st_launch + st_comm
     mb = layout.grad_accum
 
     # ---- data parallel and the optimizer
     params = stage_params(ctx, layout)
-    dp_exposed = _dp_exposed(ctx, layout, params, st_compute, stage)
-    optimizer = _optimizer_s(ctx, layout, params, byte_s)
+    dp_exposed = _dp_exposed(ctx, layout, params, layers, stage, st_compute)
+    optimizer = _optimizer_s(ctx, layout, params, bw)
     return {
         "compute": mb * st_compute,
         "memory": mb * st_memory + optimizer,
         "communication": mb * st_comm + dp_exposed,
-        "bubble": (pp - 1) * stage,
+        "bubble": (pp - 1) / vp * stage,
+        "launch": mb * st_launch,
     }
 
 
-def _dp_exposed(ctx: PlanContext, layout: Layout, params: float, st_compute: float, stage: float) -> float:
-    dp = layout.dp
-    if dp <= 1:
+def _dp_exposed(ctx: PlanContext, layout: Layout, params: float, layers: int, stage: float, st_compute: float) -> float:
+    """Exposed data-parallel time per step (the overlap model in the module docstring). Gradients are
+    reduced over dp·cp ranks (context-parallel ranks hold the same weights)."""
+    group = layout.dp * layout.cp
+    if group <= 1:
         return 0.0
-    eff, lat = ctx.efficiency, COLLECTIVE_LATENCY_S
-    bw, _ = comm.group_bandwidth(ctx.cluster, dp, layout.tp)
-    bw *= eff.comm
-    gbytes = params * TRAIN_WEIGHT_BYTES[ctx.workload.recipe.precision]
-    if layout.zero >= 3:  # every micro-batch: gather weights for forward and backward, reduce-scatter grads
-        per_mb = 2 * comm.all_gather_s(params * ctx.weight_bytes, dp, bw, lat) + comm.reduce_scatter_s(gbytes, dp, bw, lat)
-        return layout.grad_accum * max(0.0, per_mb - stage)
-    # ZeRO 0/1: all-reduce; ZeRO 2: reduce-scatter + all-gather of updated weights — the same volume
-    return max(0.0, comm.all_reduce_s(gbytes, dp, bw, lat) - 2.0 / 3.0 * st_compute)
+    dp_links = links(ctx, group, layout.tp)
+    grad_bytes = params * TRAIN_WEIGHT_BYTES[ctx.workload.recipe.precision]
+    if layout.zero >= 3:  # per micro-batch: gather for forward and backward, reduce-scatter the gradients
+        gather = dp_links.all_gather_s(params * (4.0 if ctx.options.autocast_fp32_params else ctx.weight_bytes))
+        scatter = dp_links.reduce_scatter_s(grad_bytes)
+        per_mb = 2 * gather + scatter
+        units = max(1, layers)
+        exposed = max(0.0, per_mb - stage) + (gather + scatter) / units  # the first gather, the last scatter
+        return layout.grad_accum * exposed
+    backward = BACKWARD_SHARE * st_compute
+    if layout.zero == 0:
+        return max(0.0, dp_links.all_reduce_s(grad_bytes) - backward)
+    # ZeRO 1/2: reduce-scatter during the last backward, all-gather of updated weights before the next forward
+    forward = st_compute - backward
+    return (max(0.0, dp_links.reduce_scatter_s(grad_bytes) - backward)
+            + max(0.0, dp_links.all_gather_s(params * ctx.weight_bytes) - forward))
 
 
-def _optimizer_s(ctx: PlanContext, layout: Layout, params: float, byte_s: float) -> float:
+def _optimizer_s(ctx: PlanContext, layout: Layout, params: float, bw: float) -> float:
     recipe = ctx.workload.recipe
-    local = params / layout.dp if layout.zero >= 1 else params
+    local = params / (layout.dp * layout.cp) if layout.zero >= 1 else params
     wb = TRAIN_WEIGHT_BYTES[recipe.precision]
     if recipe.offload:  # gradients to the host, updated weights back
         return local * 2 * wb / OFFLOAD_BANDWIDTH
     states = optimizer_bytes_per_param(ctx.workload.optimizer, recipe.precision)
-    return local * (2 * (states + wb) + wb) / byte_s  # read+write states and weights, read gradients
+    return local * (2 * (states + wb) + wb) / bw  # read+write states and weights, read gradients
 
 
 def _cnn_train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
-    cnn, eff = ctx.cnn, ctx.efficiency
+    cnn = ctx.cnn
     assert cnn is not None
     n = layout.micro_batch
     flops = 3.0 * cnn["forward_flops"] * n + (cnn["forward_flops"] * n if layout.recompute == "full" else 0.0)
-    compute = flops / (ctx.peak * eff.compute)
+    compute = flops / tensor_flop_s(ctx)
     saved = cnn["saved_bytes"] * n
-    memory = TRAFFIC_PER_SAVED_BYTE * saved / (ctx.device.memory_bandwidth_bytes_per_s * eff.memory)
+    bw = byte_s(ctx)
+    memory = 6.0 * saved / bw  # each saved byte: written, read forward and backward, gradient written and read
     params = float(ctx.model.num_params())
     stage = compute + memory
-    dp_exposed = _dp_exposed(ctx, layout, params, compute, stage)
-    opt = _optimizer_s(ctx, layout, params, ctx.device.memory_bandwidth_bytes_per_s * eff.memory)
+    dp_exposed = _dp_exposed(ctx, layout, params, 1, stage, compute)
+    opt = _optimizer_s(ctx, layout, params, bw)
     return {"compute": layout.grad_accum * compute, "memory": layout.grad_accum * memory + opt,
-            "communication": dp_exposed, "bubble": 0.0}
+            "communication": dp_exposed, "bubble": 0.0, "launch": 0.0}
 
 
+# ---- inference ------------------------------------------------------------------------------------------
 def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]:
-    """Prefill (TTFT) and decode-per-token seconds for ``batch`` sequences on one model replica."""
-    m, w, eff = ctx.model, ctx.workload, ctx.efficiency
-    tp, pp = layout.tp, layout.pp
-    flop_s = ctx.peak * eff.compute
-    byte_s = ctx.device.memory_bandwidth_bytes_per_s * eff.memory
-    lat = COLLECTIVE_LATENCY_S
-    tp_bw, _ = comm.group_bandwidth(ctx.cluster, tp)
-    tp_bw *= eff.comm
-    pp_bw, _ = comm.group_bandwidth(ctx.cluster, 2, tp * layout.dp)
-    pp_bw *= eff.comm
+    """Prefill (TTFT) and decode-per-token seconds for ``batch`` sequences on one model replica, each split
+    into compute (matmuls, attention), memory (weights, KV, memory-bound kernels) and communication."""
+    m, w, o = ctx.model, ctx.workload, ctx.options
+    tp, pp, e = layout.tp, layout.pp, ctx.e
+    flop_s, bw = tensor_flop_s(ctx), byte_s(ctx)
+    tp_links = links(ctx, tp, 1)
+    pp_links = links(ctx, max(pp, 1), tp * layout.dp)
     weights = (m.num_params() * ctx.weight_bytes) / tp  # a batch passes every stage in turn
     if ctx.cnn is not None:
         fl = ctx.cnn["forward_flops"] * batch
-        mem = weights + ctx.cnn["saved_bytes"] * batch * 2
-        t = max(fl / flop_s, mem / byte_s)
-        return {"prefill": t, "decode": 0.0, "prefill_compute": fl / flop_s, "prefill_memory": mem / byte_s,
+        compute = fl / flop_s
+        mem = (weights + ctx.cnn["saved_bytes"] * batch * 2) / bw
+        return {"prefill": compute + mem, "decode": 0.0, "prefill_compute": compute, "prefill_memory": mem,
                 "prefill_comm": 0.0, "decode_compute": 0.0, "decode_memory": 0.0, "decode_comm": 0.0}
-    is_lm = m.kind in ("decoder", "moe")
+    is_lm = _is_causal(ctx)
     prompt = w.prompt_len if is_lm else w.seq_len
     tokens = batch * prompt
-    chunks = math.ceil(tokens / ctx.options.prefill_chunk_tokens)
-    fl = F.prefill_flops(m, batch=batch, prompt_len=prompt) if is_lm else F.forward_flops(m, batch=batch, seq=prompt)
-    att = F.attention_flops(m, batch=batch, q_len=prompt, kv_len=prompt)
-    causal = 0.5 if (is_lm and ctx.options.attention == "flash") else 1.0
-    fl_exec = fl - att * (1 - causal)
-    kv_tok_rank = 2 * m.num_layers * max(m.kv_heads / tp, 1) * m.head_size * kv_element_bytes(w) if is_lm else 0.0
-    p_compute = fl_exec / tp / flop_s
-    p_memory = (chunks * weights + tokens * kv_tok_rank) / byte_s
-    h_bytes = ctx.e * m.hidden_size
-    p_comm = 2 * m.num_layers * comm.all_reduce_s(h_bytes * tokens, tp, tp_bw, lat)
-    p_comm += (pp - 1) * comm.p2p_s(h_bytes * tokens / tp, pp_bw, lat)
-    out = {"prefill": max(p_compute, p_memory) + p_comm, "prefill_compute": p_compute, "prefill_memory": p_memory,
+    chunks = math.ceil(tokens / o.prefill_chunk_tokens)
+    traffic = layer_traffic(m, e=e, stack="fused", dropout=False)
+    kv_tok = 2 * max(m.kv_heads / tp, 1) * m.head_size * kv_element_bytes(w) if is_lm else 0.0
+    layer_w = (ctx.layer_params + ctx.layer_expert_params) * ctx.weight_bytes / tp
+
+    # prefill, per layer: matmuls (or the weight reads of every chunk, whichever is longer), attention,
+    # memory-bound kernels and the KV-cache write
+    gemm = 2.0 * tokens * ctx.layer_matmul_active / tp / flop_s
+    attn_full = F.attention_flops(m, batch=batch, q_len=prompt, kv_len=prompt) / m.num_layers / tp
+    if o.attention == "math":
+        attention = attn_full / flop_s
+    else:
+        attention = attn_full * (0.5 if is_lm else 1.0) / attention_flop_s(ctx, prompt, causal=is_lm)
+    head = 2.0 * batch * F.head_matmul_params(m) / tp / flop_s  # logits of the last position only
+    mm_c, mm_m = _roofline(gemm, chunks * layer_w / bw)
+    p_compute = m.num_layers * (mm_c + attention) + head
+    p_memory = m.num_layers * (mm_m + tokens * (traffic.replicated_bytes + traffic.sharded_bytes / tp + kv_tok) / bw)
+    h_bytes = e * m.hidden_size
+    p_comm = 2 * m.num_layers * tp_links.all_reduce_s(h_bytes * tokens)
+    p_comm += (pp - 1) * pp_links.p2p_s(h_bytes * tokens / tp)
+    out = {"prefill": p_compute + p_memory + p_comm, "prefill_compute": p_compute, "prefill_memory": p_memory,
            "prefill_comm": p_comm, "decode": 0.0, "decode_compute": 0.0, "decode_memory": 0.0, "decode_comm": 0.0}
     if not is_lm or w.output_len == 0:
         return out
+
+    # decode, per layer: matmuls against the weight reads, attention FLOPs against the KV reads (each pair
+    # a roofline), plus the memory-bound kernels of `batch` tokens
     context = prompt + w.output_len / 2
-    d_compute = F.decode_flops(m, batch=batch, context=int(context)) / tp / flop_s
-    read = weights
+    read = layer_w
     if m.num_experts:  # a decode step touches only the experts its tokens are routed to
-        experts = ctx.layer_expert_params * m.num_layers * ctx.weight_bytes / tp
+        experts = ctx.layer_expert_params * ctx.weight_bytes / tp
         read -= experts * (1 - min(1.0, batch * (m.experts_per_token or 1) / m.num_experts))
-    d_memory = (read + batch * context * kv_tok_rank) / byte_s
-    d_comm = 2 * m.num_layers * comm.all_reduce_s(h_bytes * batch, tp, tp_bw, lat)
-    d_comm += (pp - 1) * comm.p2p_s(h_bytes * batch / tp, pp_bw, lat)
-    out.update(decode=max(d_compute, d_memory) + d_comm, decode_compute=d_compute, decode_memory=d_memory,
+    mm_c, mm_m = _roofline(2.0 * batch * ctx.layer_matmul_active / tp / flop_s, read / bw)
+    at_c, at_m = _roofline(F.attention_flops(m, batch=batch, q_len=1, kv_len=int(context)) / m.num_layers / tp / flop_s,
+                           batch * context * kv_tok / bw)
+    ew = batch * (traffic.replicated_bytes + traffic.sharded_bytes / tp + kv_tok) / bw
+    hd_c, hd_m = _roofline(2.0 * batch * F.head_matmul_params(m) / tp / flop_s,
+                           F.head_matmul_params(m) * ctx.weight_bytes / tp / bw)
+    d_compute = m.num_layers * (mm_c + at_c) + hd_c
+    d_memory = m.num_layers * (mm_m + at_m + ew) + hd_m
+    d_comm = 2 * m.num_layers * tp_links.all_reduce_s(h_bytes * batch)
+    d_comm += (pp - 1) * pp_links.p2p_s(h_bytes * batch / tp)
+    out.update(decode=d_compute + d_memory + d_comm, decode_compute=d_compute, decode_memory=d_memory,
                decode_comm=d_comm)
     return out
+
+
+def _roofline(compute_s: float, memory_s: float) -> tuple[float, float]:
+    """A kernel bound by the larger of its compute and memory time: (compute part, memory part)."""
+    return (compute_s, 0.0) if compute_s >= memory_s else (0.0, memory_s)

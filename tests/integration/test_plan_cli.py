@@ -1,8 +1,9 @@
-"""`accelkit plan` end to end in a subprocess. The command is registered in accelkit/cli/app.py by its
-owner; until then these tests register it the same way (``app.command("plan")(plan_cmd)``) and run the
-real entry point ``accelkit.cli.app.main``, so error handling and exit codes are the real ones."""
+"""`accelkit plan` end to end in a subprocess (the real entry point, so error handling and exit codes are
+the real ones)."""
 
 import json
+import re
+import time
 
 import pytest
 
@@ -24,10 +25,10 @@ def test_train_json_has_the_issue_fields():
     assert set(doc["model"]) == {"name", "params", "active_params"}
     assert set(doc["hardware"]) == {"name", "num_devices"} and doc["hardware"]["num_devices"] == 8
     assert set(doc["layout"]) == {"dp", "tp", "pp", "ep", "zero", "micro_batch", "grad_accum", "recompute",
-                                  "sequence_parallel"}
+                                  "sequence_parallel", "cp", "vp"}
     assert set(doc["memory_per_device_bytes"]) == {"weights", "gradients", "optimizer", "activations", "kv_cache",
                                                    "other", "total"}
-    assert set(doc["time_breakdown_s"]) == {"compute", "memory", "communication", "bubble"}
+    assert set(doc["time_breakdown_s"]) == {"compute", "memory", "communication", "bubble", "launch"}
     assert doc["fits"] is True and 0 < doc["mfu"] < 1
 
 
@@ -71,7 +72,7 @@ def test_not_fitting_layout_is_reported_not_an_error():
     (["--model", "llama-3.1-70b", "--hardware", "h999"], "unknown hardware 'h999'"),
     (["--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "-4"], "--num-devices"),
     (["--model", "llama-3.1-70b", "--hardware", "h100", "--global-batch", "-1"], "--global-batch"),
-    (["--model", "llama-3.1-70b", "--hardware", "h100", "--recompute", "most"], "--recompute 'most'"),
+    (["--model", "llama-3.1-70b", "--hardware", "h100", "--recompute", "most"], "--recompute': Value error, 'most' is not one of"),
     (["--model", "no-such-model", "--hardware", "h100"], "no-such-model"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
@@ -80,3 +81,62 @@ def test_bad_input_exits_2_with_one_line(args, needle):
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+# ---- issue 18, item 1: the first inference plan must not contradict itself
+@pytest.mark.parametrize("hardware", ["h100", "mi300x"])
+def test_default_inference_batch_fits_and_max_is_consistent(hardware):
+    human = run_plan("--model", "llama-3.1-70b", "--task", "infer", "--hardware", hardware)
+    assert human.returncode == 0, human.stderr
+    assert "NO — over by" not in human.stdout
+    batch, most = map(int, re.search(r"batch\s+│ (\d+) \(max that fits: (\d+)\)", human.stdout).groups())
+    assert batch <= most
+    doc = json.loads(run_plan("--model", "llama-3.1-70b", "--task", "infer", "--hardware", hardware, "--json").stdout)
+    n = doc["hardware"]["num_devices"]
+    over = run_plan("--model", "llama-3.1-70b", "--task", "infer", "--hardware", hardware, "--num-devices", str(n),
+                    "--batch", str(doc["max_batch"] + 1), "--tp", str(doc["layout"]["tp"]), "--json")
+    assert json.loads(over.stdout)["fits"] is False  # one more sequence than "max that fits" does not fit
+    at_max = run_plan("--model", "llama-3.1-70b", "--task", "infer", "--hardware", hardware, "--num-devices", str(n),
+                      "--batch", str(doc["max_batch"]), "--tp", str(doc["layout"]["tp"]), "--json")
+    assert json.loads(at_max.stdout)["fits"] is True
+
+
+def test_encoder_inference_has_max_batch_and_memory_time():
+    doc = json.loads(run_plan("--model", "bert-base", "--task", "infer", "--hardware", "h100", "--json").stdout)
+    assert isinstance(doc["max_batch"], int) and doc["max_batch"] >= doc["batch"]
+    assert doc["time_breakdown_s"]["memory"] > 0
+    human = run_plan("--model", "bert-base", "--task", "infer", "--hardware", "h100")
+    assert "max that fits: None" not in human.stdout
+
+
+def test_kv_cache_dtype_auto_is_resolved_to_the_dtype_used():
+    doc = json.loads(run_plan("--model", "llama-3.1-8b", "--task", "infer", "--hardware", "h100", "--json").stdout)
+    assert doc["kv_cache_dtype"] == "bf16" and doc["kv_cache_dtype_requested"] == "auto"
+
+
+# ---- issue 15: a device count of 10^20 must not hang (divisors() tried every integer)
+def test_huge_device_count_is_a_range_error_not_a_hang():
+    t0 = time.monotonic()
+    proc = run_plan("--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "100000000000000000000")
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "--num-devices" in lines[0] and "1048576" in lines[0]
+    big = run_plan("--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "1048576", "--tp", "8",
+                   "--pp", "4", "--global-batch", "32768", "--json")
+    assert big.returncode == 0, big.stderr
+    assert time.monotonic() - t0 < 20
+
+
+def test_context_parallel_and_virtual_stages_from_the_command_line():
+    doc = json.loads(run_plan("--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "64", "--tp", "4",
+                              "--pp", "4", "--cp", "2", "--vp", "5", "--global-batch", "128", "--seq-len", "8192",
+                              "--kernels", "fused", "--json").stdout)
+    assert doc["layout"]["cp"] == 2 and doc["layout"]["vp"] == 5 and doc["layout"]["dp"] == 2
+    bad = run_plan("--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "64", "--pp", "4", "--vp", "3")
+    assert bad.returncode == 2 and "do not divide the 80 layers" in bad.stderr
+
+
+def test_cnn_inference_batch_fits():
+    doc = json.loads(run_plan("--model", "resnet-50", "--task", "infer", "--hardware", "h100", "--json").stdout)
+    assert doc["fits"] and isinstance(doc["max_batch"], int) and doc["max_batch"] >= doc["batch"]

@@ -96,7 +96,9 @@ def test_assumptions_name_every_prior_with_a_source():
     text = "\n".join(est.details["assumptions"])
     assert "compute efficiency 0.80" in text and "MAMF" in text
     assert "memory efficiency 0.76" in text and "kipply" in text
-    assert "communication efficiency 0.80" in text and "ml-engineering" in text
+    assert "communication efficiency 0.89" in text and "nccl" in text  # nccl-tests on 8×H100 (dgxc-benchmarking)
+    assert "attention efficiency 0.52 (flash) / 0.35 (flash2)" in text and "FlashAttention-3" in text
+    assert "sustained tensor-core factor" in text and "fitted on the H100 calibration runs" in text
     assert "ESTIMATED from TDP 700 W" in text
 
 

@@ -1,70 +1,26 @@
-"""Step time and MFU against published runs (calibration.md, "Achieved efficiency")."""
+"""The time model's mechanics, each against what could break it: interleaved pipeline bubble, two-level
+collectives checked against published nccl-tests bus bandwidths, the memory-bound kernels, attention
+efficiency by sequence length, FSDP overlap, launch overhead, inference phases."""
 
 import pytest
 
 from accelkit.core import Cluster, Recipe, Workload
 from accelkit.hardware import get_device
 from accelkit.models import get_preset
-from accelkit.models.presets import gpt3_175b
-from accelkit.plan import PlanOptions, comm, plan
+from accelkit.plan import Layout, PlanOptions, comm, make_context, plan
+from accelkit.plan.comm import Links
+from accelkit.plan.kernels import layer_traffic
+from accelkit.plan.time import train_time
 
-# Korthikanti et al. 2022, Table 3 configurations (GPT, seq 2048, vocab 51200, A100-SXM4-80GB) and the
-# Table 5 MFU with sequence parallel + selective recompute (calibration.md, Achieved efficiency row 4).
-KORTHIKANTI = [
-    # name, heads, hidden, layers, tp, pp, GPUs, global batch, micro-batch, published MFU
-    ("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 0.415),
-    ("175B", 96, 12288, 96, 8, 8, 64, 64, 1, 0.514),
-    ("530B", 128, 20480, 105, 8, 35, 280, 280, 1, 0.560),
-    ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, 0.563),
-]
+H100 = get_device("h100")
+NO_CAL = PlanOptions(use_calibration=False)
 
 
-def _published_step_s(heads, h, layers, gpus, batch, mfu):
-    """Table 5's iteration time, recovered from its MFU: Megatron model FLOPs / (MFU · GPUs · 312 TFLOP/s).
-    (Gives 1.10 / 13.75 / 37.86 / 71.45 s — the paper prints 1.10 / 13.75 / 37.83 / 71.49 s.)"""
-    s, v = 2048, 51200
-    model_flops = 72 * batch * s * layers * h * h * (1 + s / (6 * h) + v / (12 * layers * h))
-    return model_flops / (mfu * gpus * 312e12)
-
-
-@pytest.mark.parametrize("row", KORTHIKANTI, ids=[r[0] for r in KORTHIKANTI])
-def test_korthikanti_table5_step_time_within_20pct(row):
-    name, heads, h, layers, tp, pp, gpus, batch, mb, mfu = row
-    model = gpt3_175b().replace(name=f"gpt-{name}", num_heads=heads, hidden_size=h, num_layers=layers,
-                                ffn_hidden_size=4 * h, vocab_size=51200)
-    recipe = Recipe(precision="bf16", tp=tp, pp=pp, dp=gpus // (tp * pp), micro_batch=mb, grad_accum=batch // mb,
-                    recompute="selective", sequence_parallel=True)
-    workload = Workload(model=model, task="train", recipe=recipe, seq_len=2048, batch_size=batch)
-    # Megatron in 2022: fused LayerNorm kernels, unfused (non-flash) attention
-    est = plan(workload, Cluster(device=get_device("A100-SXM4-80GB"), num_devices=gpus),
-               PlanOptions(attention="math", kernels="fused", use_calibration=False))
-    published = _published_step_s(heads, h, layers, gpus, batch, mfu)
-    assert est.details["step_time_s"] == pytest.approx(published, rel=0.20)
-    assert est.details["fits"] is True
-
-
-def _llama3_405b(dp, accum):
-    # Llama 3 paper Table 4: TP 8, PP 16, seq 8192, 16 M tokens per batch, bf16 on H100; FSDP shards
-    # optimizer states and gradients (ZeRO-2); 400 Gb/s RoCE per GPU = the default 50 GB/s scale-out
-    recipe = Recipe(precision="bf16", tp=8, pp=16, dp=dp, zero=2, micro_batch=1, grad_accum=accum,
-                    sequence_parallel=True)
-    workload = Workload(model=get_preset("llama-3.1-405b"), task="train", recipe=recipe, seq_len=8192,
-                        batch_size=dp * accum)
-    return plan(workload, Cluster(device=get_device("H100-SXM5-80GB"), num_devices=8 * 16 * dp),
-                PlanOptions(use_calibration=False))
-
-
-def test_llama3_405b_mfu_8k_gpus():
-    # calibration.md, Achieved efficiency row 3: MFU 0.43 at 8K GPUs (Llama 3 paper, Table 4)
-    assert _llama3_405b(dp=64, accum=32).mfu == pytest.approx(0.43, abs=0.1)
-
-
-def test_llama3_405b_mfu_16k_gpus_within_published_range():
-    # 16K GPUs, batch 16 per DP rank: published 0.41. The planner models the plain 1F1B schedule, whose
-    # bubble (15/31) is larger than that of Llama 3's interleaved schedule, so it lands lower; the issue's
-    # criterion is "within 0.1 of the published 0.38–0.43".
-    mfu = _llama3_405b(dp=128, accum=16).mfu
-    assert 0.38 - 0.1 <= mfu <= 0.43 + 0.1
+def _train(model="llama-3.1-8b", n=8, seq=4096, options=NO_CAL, **lay):
+    layout = Layout(**{"dp": n, "tp": 1, "pp": 1, **lay})
+    w = Workload(model=get_preset(model), task="train", seq_len=seq, recipe=Recipe(precision="bf16"))
+    ctx = make_context(w, Cluster(device=H100, num_devices=layout.num_devices), options)
+    return ctx, layout
 
 
 def test_ring_collectives():
@@ -79,19 +35,101 @@ def test_mesh_fabric_group_bandwidth():
     mi = get_device("mi300x")
     assert comm.group_bandwidth(Cluster(device=mi, num_devices=8), 2)[0] == 64e9
     assert comm.group_bandwidth(Cluster(device=mi, num_devices=8), 8)[0] == 448e9
-    h100 = Cluster(device=get_device("h100"), num_devices=16)
+    h100 = Cluster(device=H100, num_devices=16)
     assert comm.group_bandwidth(h100, 2)[0] == 450e9  # switched NVLink: full link for any group
     assert comm.group_bandwidth(h100, 16)[1] == "scale-out"
 
 
+def test_intra_node_all_reduce_matches_published_nccl_tests():
+    # NVIDIA dgxc-benchmarking nccl/README.md: 8×H100 all_reduce, 128 MiB: busbw 400.53 GB/s (the prior is
+    # taken from this row, so this checks the bus-bandwidth arithmetic, not the prior)
+    ctx, _ = _train()
+    links = Links(ctx.cluster, 8, 1, comm_eff=ctx.efficiency.comm, scaleout_eff=ctx.efficiency.scaleout, latency_s=0)
+    assert comm.bus_bandwidth("all_reduce", 134217728, links) / 1e9 == pytest.approx(400.53, rel=0.01)
+
+
+def test_two_level_collective_across_nodes_matches_published_nccl_tests():
+    # 2 nodes × 8 H100 (GCP A3 Mega, 8 NICs of 200 Gb/s per node: ASSUMED, not in our sources), nccl-tests
+    # all_reduce_perf 8 GiB: busbw 338.82 GB/s (lessizzmore/create-a3mega-ztan-fork ztan-NCCL-test-result).
+    # A flat ring over one NIC would give 25 GB/s × 0.8; two-level pipelined stages give ~k × the NIC.
+    cluster = Cluster(device=H100, num_devices=16, devices_per_node=8, scaleout_bandwidth_bytes_per_s=25e9)
+    links = Links(cluster, 16, 1, comm_eff=400.53 / 450, scaleout_eff=0.8, latency_s=13e-6)
+    assert links.k == 8 and links.m == 2
+    busbw = comm.bus_bandwidth("all_reduce", 8589934592, links) / 1e9
+    assert busbw == pytest.approx(338.82, rel=0.15)
+    flat = 2 * 15 / 16 * 8589934592 / (25e9 * 0.8)
+    assert links.all_reduce_s(8589934592) < flat / 4
+
+
+def test_group_placement_decides_the_links():
+    cluster = Cluster(device=H100, num_devices=64)
+    assert comm.placement(cluster, 8, 1) == (8, 1)  # one node
+    assert comm.placement(cluster, 8, 8) == (1, 8)  # one rank per node: every byte over the NIC
+    assert comm.placement(cluster, 16, 4) == (2, 8)  # tp 4 inside: 2 data-parallel peers share a node
+
+
+def test_interleaved_pipeline_divides_the_bubble_by_vp():
+    ctx, lay = _train("llama-3.1-70b", n=1, tp=8, pp=4, grad_accum=8, zero=1, sequence_parallel=True)
+    plain = train_time(ctx, lay)
+    inter = train_time(ctx, lay._replace(vp=5))
+    assert inter["bubble"] < plain["bubble"] / 4.5  # (pp−1)/vp, the stage itself is unchanged but p2p grows
+    assert inter["communication"] > plain["communication"]  # vp× more pipeline sends
+
+
+def test_non_gemm_kernels_cost_time_and_eager_costs_more_than_fused():
+    ctx, lay = _train(micro_batch=1, grad_accum=4, zero=3)
+    eager = train_time(ctx, lay)
+    fused_ctx, _ = _train(options=PlanOptions(use_calibration=False, kernels="fused"))
+    fused = train_time(fused_ctx, lay)
+    assert eager["memory"] > fused["memory"] > 0
+    # eager RMSNorm (6 kernels, fp32 upcast) moves more bytes than one fused kernel
+    m = get_preset("llama-3.1-8b")
+    assert layer_traffic(m, e=2, stack="eager", dropout=False).replicated_bytes > \
+        2 * layer_traffic(m, e=2, stack="fused", dropout=False).replicated_bytes
+
+
+def test_attention_share_grows_with_sequence_length():
+    def attn_share(seq):
+        ctx, lay = _train(seq=seq, micro_batch=1, grad_accum=1, zero=3)
+        t = train_time(ctx, lay)
+        return t["compute"] / (seq * lay.dp)  # seconds per token
+
+    assert attn_share(32768) > 1.3 * attn_share(4096)
+
+
+def test_fsdp_communication_hides_behind_compute_unless_the_network_is_slow():
+    w = Workload(model=get_preset("llama-3.1-8b"), task="train", seq_len=4096,
+                 recipe=Recipe(precision="bf16", dp=64, zero=3, micro_batch=1))
+    fast = plan(w, Cluster(device=H100, num_devices=64), NO_CAL).details["time_breakdown_s"]
+    slow = plan(w, Cluster(device=H100, num_devices=64, scaleout_bandwidth_bytes_per_s=1e9), NO_CAL).details
+    assert fast["communication"] < 0.05 * sum(fast.values())
+    assert slow["time_breakdown_s"]["communication"] > 10 * fast["communication"]
+
+
+def test_launch_overhead_dominates_a_tiny_model():
+    w = Workload(model=get_preset("tiny-llama"), task="train", seq_len=64,
+                 recipe=Recipe(precision="bf16", micro_batch=1))
+    t = plan(w, Cluster(device=H100, num_devices=1), NO_CAL).details["time_breakdown_s"]
+    assert t["launch"] > t["compute"] + t["memory"]
+
+
+def test_context_parallel_splits_the_sequence():
+    ctx, lay = _train(seq=32768, micro_batch=1, grad_accum=1, zero=1)
+    one = train_time(ctx, lay)
+    ctx2, lay2 = _train(n=4, seq=32768, micro_batch=1, grad_accum=1, zero=1, cp=2)
+    two = train_time(ctx2, lay2)
+    assert two["compute"] == pytest.approx(one["compute"] / 2, rel=0.1)
+
+
 def test_decode_is_bandwidth_bound_and_fp8_kv_helps_at_long_context():
     base = dict(model=get_preset("llama-3.1-8b"), task="infer", prompt_len=32768, output_len=256, batch_size=16)
-    cluster = Cluster(device=get_device("h100"), num_devices=1)
+    cluster = Cluster(device=H100, num_devices=1)
     auto = plan(Workload(recipe=Recipe(precision="bf16"), **base), cluster).details
     fp8 = plan(Workload(recipe=Recipe(precision="bf16", kv_cache_dtype="fp8"), **base), cluster).details
     small = plan(Workload(model=base["model"], task="infer", prompt_len=128, output_len=512, batch_size=1,
                           recipe=Recipe(precision="bf16")), cluster).details
     assert small["bottleneck"] == "memory"  # batch-1 decode reads every weight per token
-    assert fp8["max_batch"] >= 2 * auto["max_batch"] - 1  # calibration.md Serving row 3: 2x KV capacity
+    assert fp8["max_batch"] >= 2 * auto["max_batch"] - 1  # 2x KV capacity
     assert fp8["decode_time_per_token_s"] < auto["decode_time_per_token_s"]
     assert fp8["memory_per_device_bytes"]["kv_cache"] == auto["memory_per_device_bytes"]["kv_cache"] // 2
+    assert auto["kv_cache_dtype"] == "bf16" and auto["kv_cache_dtype_requested"] == "auto"

@@ -1,0 +1,67 @@
+"""What a user asks the planner for, as specs: the workload around the model (``PlanRequest``) and the layout
+fields they pin (``LayoutChoice``; every field left None is searched). `accelkit plan` generates its flags
+from these two and from ``PlanOptions`` (accelkit/cli/spec_options.py), so a flag's default, help and range
+are the field's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from accelkit.core.spec import Spec, spec_field
+from accelkit.plan.layout import MAX_DEVICES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRequest(Spec):
+    """The workload and the question (one hardware or a comparison)."""
+
+    task: Literal["train", "infer"] = spec_field("train", doc="train or infer.")
+    hardware: str | None = spec_field(
+        None, doc="Catalog name (h100, mi300x …) or 'cpu' (uses `hw probe`).")
+    compare: str | None = spec_field(
+        None, doc="Comma list of hardware: one row each (e.g. h100,h200,mi300x,b200).")
+    num_devices: int | None = spec_field(
+        None, min=1, max=MAX_DEVICES, doc="Devices; omitted: the smallest count that fits.")
+    seq_len: int | None = spec_field(
+        None, min=1, max=1 << 24, doc="Training sequence length (default min(4096, model max)).")
+    global_batch: int | None = spec_field(
+        None, min=1, max=1 << 30, doc="Sequences per step (default ≈ 4 Mi tokens).")
+    precision: Literal["fp32", "bf16", "fp16", "fp8"] = spec_field("bf16", doc="Compute precision.")
+    optimizer: Literal["adam", "sgd"] = spec_field("adam", doc="adam or sgd (with momentum).")
+    offload: bool = spec_field(False, doc="Optimizer states in host memory (ZeRO-Offload).")
+    batch: int | None = spec_field(
+        None, min=1, max=1 << 24, doc="Inference: concurrent sequences per replica (default: most that fit, ≤ 256).")
+    prompt_len: int = spec_field(512, min=1, max=1 << 24, doc="Inference prompt tokens.")
+    output_len: int = spec_field(128, min=0, max=1 << 24, doc="Inference generated tokens.")
+    kv_dtype: Literal["auto", "fp8", "int8"] = spec_field("auto", doc="KV cache: auto (model dtype), fp8 or int8.")
+    top: int | None = spec_field(None, min=1, max=10_000, doc="Show the best K layouts.")
+
+    def validate(self) -> None:
+        if not self.hardware and not self.compare:
+            raise ValueError("give --hardware NAME (e.g. h100) or --compare A,B,…")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayoutChoice(Spec):
+    """Layout fields the user pins; None = searched."""
+
+    dp: int | None = spec_field(None, min=1, max=MAX_DEVICES, doc="Data-parallel degree (searched if omitted).")
+    tp: int | None = spec_field(None, min=1, max=MAX_DEVICES, doc="Tensor-parallel degree (searched if omitted).")
+    pp: int | None = spec_field(None, min=1, max=MAX_DEVICES, doc="Pipeline stages (searched if omitted).")
+    ep: int | None = spec_field(None, min=1, max=MAX_DEVICES, doc="Expert-parallel degree, MoE (searched if omitted).")
+    cp: int | None = spec_field(
+        None, min=1, max=MAX_DEVICES, doc="Context-parallel degree: ranks one sequence is split over (default 1).")
+    vp: int | None = spec_field(
+        None, min=1, max=1024, doc="Virtual pipeline stages per rank, interleaved 1F1B (default 1).")
+    zero: int | None = spec_field(None, min=0, max=3, doc="ZeRO stage 0-3 (searched if omitted).")
+    micro_batch: int | None = spec_field(
+        None, min=1, max=1 << 20, doc="Sequences per micro-batch (searched if omitted).")
+    recompute: Literal["none", "selective", "full"] | None = spec_field(
+        None, doc="Activation recomputation: none, selective or full (searched if omitted).")
+    sequence_parallel: bool | None = spec_field(
+        None, doc="Megatron sequence parallelism (searched if omitted).")
+
+    def fixed(self) -> dict[str, Any]:
+        """The pinned fields, as ``search(fixed=...)`` takes them."""
+        return {k: v for k, v in self.to_dict().items() if v is not None}
