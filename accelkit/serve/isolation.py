@@ -34,8 +34,8 @@ class EngineDeadError(RuntimeError):
 
 
 def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, cut to a length fit for an HTTP error body."""
-    text = f"{type(exc).__name__}: {exc}"
+    """``Type: message`` of an exception on one line, cut to a length fit for an HTTP error body or a CLI error."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 

@@ -250,7 +250,7 @@ def check_memory(
     needed = weight_bytes + rope_bytes + max(kv_bytes or 0, full_context)
     if needed > device_available:
         raise ValueError(
-            f"serving needs at least {fmt_bytes(needed)} of {where} (weights {fmt_bytes(weight_bytes)}, RoPE tables "
+            f"this model needs at least {fmt_bytes(needed)} of {where} to serve (weights {fmt_bytes(weight_bytes)}, RoPE tables "
             f"for {context} {fmt_bytes(rope_bytes)}, KV cache "
             f"{fmt_bytes(max(kv_bytes or 0, full_context))}) but {fmt_bytes(device_available)} is available; lower "
             "max_model_len (--max-model-len) or kv_cache_memory_bytes (--kv-cache-memory), or pick a smaller dtype"
