@@ -14,8 +14,42 @@ from accelkit.core.units import parse_size
 from accelkit.serve.config import EngineConfig, ServerConfig
 
 
+def _size(text: str, flag: str) -> int:
+    try:
+        size = parse_size(text, field=flag)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if size < 1:
+        raise UserError(f"{flag} {text!r} is not a positive size; write e.g. 512MiB or 2GiB")
+    return size
+
+
 def _kv_memory(text: str) -> int:
-    return parse_size(text, field="--kv-cache-memory")
+    return _size(text, "--kv-cache-memory")
+
+
+def _body_size(text: str) -> int:
+    return _size(text, "--max-body-size")
+
+
+def _chat_template(path: Path) -> str:
+    """The template's text, checked to compile — a broken one would otherwise fail every chat request."""
+    if not path.is_file():
+        what = "a directory" if path.is_dir() else "missing"
+        raise UserError(f"--chat-template {path} is {what}; give a Jinja template file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"--chat-template {path} is not UTF-8 text (byte {exc.start}); give a Jinja template file") from None
+    except OSError as exc:
+        raise UserError(f"--chat-template {path} cannot be read ({exc.strerror})") from None
+    import jinja2
+
+    try:
+        jinja2.Environment().parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise UserError(f"--chat-template {path}: line {exc.lineno}: {exc.message}; fix the template") from None
+    return text
 
 
 @spec_options(
@@ -27,7 +61,9 @@ def _kv_memory(text: str) -> int:
 )
 @spec_options(
     ServerConfig, into="server", exclude=("served_model_name", "api_key", "chat_template"),
-    names={"shutdown_timeout_s": "--shutdown-timeout"},
+    names={"shutdown_timeout_s": "--shutdown-timeout", "max_body_bytes": "--max-body-size"},
+    parse={"max_body_bytes": _body_size},
+    helps={"max_body_bytes": "Largest request body, e.g. 8MiB (default); a larger one gets 413 before it is read."},
 )
 def serve_cmd(
     model: Path = typer.Option(..., "--model", help="Hugging Face-format directory (config.json, *.safetensors, tokenizer)."),
@@ -41,19 +77,26 @@ def serve_cmd(
     server: dict[str, Any],
 ) -> None:
     """Serve a model behind an OpenAI-compatible API (completions, chat, SSE streaming, /metrics)."""
-    from accelkit.serve.server import build_server, run_server
+    from accelkit.serve.server import bind_socket, build_server, run_server
 
     if not (model / "config.json").is_file():
         raise UserError(f"--model {model} has no config.json; give a Hugging Face-format model directory")
+    template = _chat_template(chat_template) if chat_template is not None else None
     with flag_values():
         engine_config = EngineConfig(model=str(model), **engine)
         server_config = ServerConfig(
-            served_model_name=served_model_name or model.resolve().name, api_key=api_key,
-            chat_template=chat_template.read_text() if chat_template else None, **server,
+            served_model_name=served_model_name or model.resolve().name, api_key=api_key, chat_template=template,
+            **server,
         )
-        app, state = build_server(engine_config, server_config)
-    err.print(f"serving {server_config.served_model_name!r} on http://{host}:{port}/v1 "
-              f"(context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "
-              f"{engine_config.block_size} tokens); Ctrl-C or SIGTERM stops")
-    run_server(app, state, host=host, port=port)
+        sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
+    try:
+        with flag_values():
+            app, state = build_server(engine_config, server_config)
+        bound_port = sock.getsockname()[1]
+        err.print(f"serving {server_config.served_model_name!r} on http://{host}:{bound_port}/v1 "
+                  f"(context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "
+                  f"{engine_config.block_size} tokens); Ctrl-C or SIGTERM stops")
+        run_server(app, state, sock)
+    finally:
+        sock.close()
     err.print("stopped")

@@ -43,7 +43,19 @@ class ServerConfig(Spec):
     """HTTP-side settings (the engine has its own EngineConfig)."""
 
     served_model_name: str = spec_field(doc="The model id clients send and /v1/models lists.")
-    api_key: str | None = spec_field(None, doc="When set, /v1/* require 'Authorization: Bearer KEY'.")
+    api_key: str | None = spec_field(
+        None, doc="When set, every route but /health and /metrics requires 'Authorization: Bearer KEY'."
+    )
     max_queue: int = spec_field(256, min=0, doc="Requests allowed to wait beyond the running batch; more get 429.")
-    shutdown_timeout_s: float = spec_field(30.0, min=0.0, doc="On SIGTERM, time in-flight requests get to finish.")
+    max_body_bytes: int = spec_field(
+        8 * 2**20, min=1, doc="Largest request body accepted; a larger one gets 413 before it is read or parsed."
+    )
+    shutdown_timeout_s: float = spec_field(
+        30.0, min=0.0, max=86400.0,
+        doc="On SIGTERM, seconds in-flight requests get to finish before they are aborted (0 = abort at once).",
+    )
     chat_template: str | None = spec_field(None, doc="Jinja chat template overriding the tokenizer's.")
+
+    def validate(self) -> None:
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key is empty; give a non-empty key or none at all")

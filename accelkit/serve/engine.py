@@ -3,11 +3,14 @@
 ``add_request`` and ``abort_request`` may be called from any thread at any time: they validate in the
 caller's thread (a bad request raises ``ValueError`` there and touches nothing else) and leave the request
 in an inbox that the next ``step()`` drains, so the scheduler itself is only ever used by one thread.
+
+A request that fails inside a step (an exception from the model runner, the sampler or the detokenizer)
+finishes alone with ``finish_reason="error"``; the others go on (``accelkit/serve/isolation.py``). ``step()``
+raises only :class:`EngineDeadError`, when the engine itself can no longer compute.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -16,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelkit.serve import preflight
 from accelkit.serve.block_manager import BlockManager
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.detokenizer import IncrementalDetokenizer
+from accelkit.serve.isolation import EngineDeadError, canary_ok, describe, execute_isolating
 from accelkit.serve.models.llama import LlamaArgs
 from accelkit.serve.outputs import EngineStats, RequestMetrics, RequestOutput
-from accelkit.serve.sampling import SamplingParams
+from accelkit.serve.sampling import SEED_MAX, SEED_MIN, SamplingParams
 from accelkit.serve.scheduler import Scheduler, SchedulerConfig
 from accelkit.serve.sequence import Sequence
 
@@ -36,43 +41,59 @@ class _Request:
     num_returned_tokens: int = 0
 
 
-def _read_config(model_dir: Path) -> dict[str, Any]:
-    path = model_dir / "config.json"
-    if not path.is_file():
-        raise ValueError(f"model={str(model_dir)!r} has no config.json; give a Hugging Face-format model directory")
-    return json.loads(path.read_text())
-
-
 def _eos_token_ids(model_dir: Path, cfg: dict[str, Any], tokenizer: Any) -> frozenset[int]:
     """EOS ids as ``generate`` uses them: generation_config.json first, then config.json, then the tokenizer."""
     gen_path = model_dir / "generation_config.json"
-    eos = json.loads(gen_path.read_text()).get("eos_token_id") if gen_path.is_file() else None
+    gen = preflight.read_json(gen_path, what="generation_config.json") if gen_path.is_file() else {}
+    eos = gen.get("eos_token_id") if isinstance(gen, dict) else None
+    source = gen_path
     if eos is None:
-        eos = cfg.get("eos_token_id")
+        eos, source = cfg.get("eos_token_id"), model_dir / "config.json"
     if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
+        eos, source = tokenizer.eos_token_id, model_dir
     if eos is None:
         return frozenset()
-    return frozenset(eos if isinstance(eos, list) else [eos])
+    ids = eos if isinstance(eos, list) else [eos]
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise ValueError(f"eos_token_id={eos!r} in {source} is not valid; expected a token id or a list of them")
+    return frozenset(ids)
+
+
+def _load_tokenizer(model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir))
+    except Exception as exc:  # transformers raises OSError, ValueError, its own validation errors …
+        raise ValueError(
+            f"cannot load the tokenizer of {model_dir} ({describe(exc)}); the directory needs tokenizer.json or "
+            "tokenizer_config.json with its vocabulary files"
+        ) from None
 
 
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
-        from transformers import AutoTokenizer
-
         from accelkit.serve.model_runner import ModelRunner  # torch: imported when an engine is built
 
         self.config = config
         model_dir = Path(config.model)
-        hf_config = _read_config(model_dir)
-        self.model_args = LlamaArgs.from_config(hf_config)
+        hf_config = preflight.read_config(model_dir)
+        try:
+            self.model_args = LlamaArgs.from_config(hf_config)
+        except ValueError as exc:  # names the field and what is supported
+            raise ValueError(f"{model_dir / 'config.json'}: {exc}") from None
+        except (KeyError, TypeError, AttributeError) as exc:  # a field missing or of the wrong type
+            raise ValueError(f"{model_dir / 'config.json'}: {describe(exc)}; fix the file or re-download it") from None
         self.max_model_len = config.max_model_len or self.model_args.max_position_embeddings
         if self.max_model_len > self.model_args.max_position_embeddings:
             raise ValueError(
                 f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
                 f"{self.model_args.max_position_embeddings}"
             )
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        if not SEED_MIN <= config.seed <= SEED_MAX:
+            raise ValueError(f"seed={config.seed} is out of range; expected an integer in [-2**63, 2**64 - 1]")
+        self._preflight(model_dir, hf_config)
+        self.tokenizer = _load_tokenizer(model_dir)
         self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
         self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len)
         self.block_manager = BlockManager(
@@ -91,7 +112,21 @@ class LLMEngine:
         self._aborts: list[str] = []
         self._known_ids: set[str] = set()  # accepted and not yet finished (inbox included)
         self._prompt_tokens = self._generation_tokens = self._num_steps = self._last_step_tokens = 0
-        self._finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
+        self._finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0}
+
+    def _preflight(self, model_dir: Path, hf_config: dict[str, Any]) -> None:
+        """Refuse, before allocating anything, a checkpoint that does not match its config or cannot fit."""
+        tensors = preflight.checkpoint_tensors(model_dir)
+        preflight.check_checkpoint(hf_config, tensors, model_dir)
+        where, device_available = preflight.available_memory(self.config.device)
+        host_available = device_available if where == "host memory" else preflight.available_memory("cpu")[1]
+        dtype = self.config.dtype if self.config.dtype != "auto" else (self.model_args.torch_dtype or "float32")
+        preflight.check_memory(
+            model_dir, hf_config, tensors, dtype=dtype, kv_cache_dtype=self.config.kv_cache_dtype,
+            kv_cache_memory_bytes=self.config.kv_cache_memory_bytes, max_model_len=self.max_model_len,
+            block_size=self.config.block_size, host_available=host_available, device_available=device_available,
+            where=where, max_model_len_is_default=self.config.max_model_len is None,
+        )
 
     @classmethod
     def from_model(cls, model: str, **kwargs: Any) -> LLMEngine:
@@ -163,9 +198,17 @@ class LLMEngine:
 
     # ---- the loop ----------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """One iteration: schedule → run → postprocess. Returns an output per request that changed."""
+        """One iteration: schedule → run → postprocess. Returns an output per request that changed.
+
+        A failure is charged to the requests that caused it (see ``isolation``): they finish with
+        ``finish_reason="error"`` and the step goes on for everyone else. Only a failure the engine cannot
+        recover from raises (:class:`EngineDeadError`).
+        """
         outputs = self._drain_inbox()
-        batch = self.scheduler.schedule()
+        try:
+            batch = self.scheduler.schedule()
+        except Exception as exc:
+            return outputs + self._recover(exc)
         self._num_steps += 1
         self._last_step_tokens = batch.total_tokens
         if not batch.seqs:
@@ -174,17 +217,61 @@ class LLMEngine:
         for seq in batch.seqs:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = now
-        sampled = self.runner.execute(batch)
-        return outputs + self._postprocess(self.scheduler.update(batch, sampled))
+        sampled, failures = execute_isolating(self.runner.execute, batch)
+        if failures:
+            for row, error in failures.items():
+                outputs.append(self._fail(batch.seqs[row], error))
+            if len(failures) == len(batch.seqs):
+                self._check_device(next(iter(failures.values())))
+        try:
+            updated = self.scheduler.update(batch, sampled)
+        except Exception as exc:
+            return outputs + self._recover(exc)
+        return outputs + self._postprocess(updated)
+
+    def _fail(self, seq: Sequence, exc: BaseException) -> RequestOutput:
+        """End one request because of ``exc`` (logged with its id); its KV blocks go back now."""
+        log.error("request %s failed; the engine goes on without it: %s", seq.request_id, describe(exc), exc_info=exc)
+        if not seq.is_finished:
+            self.scheduler.finish(seq, "error")
+        return self._finish(self._requests[seq.request_id], time.monotonic(), error=describe(exc))
+
+    def _check_device(self, exc: BaseException) -> None:
+        """Every request of a step failed: is it the requests or the device? A one-token canary decides."""
+        ok = canary_ok(self.runner.execute, self.runner.release, self.block_manager)
+        if ok is False:
+            raise EngineDeadError(f"the device failed a one-token test step after {describe(exc)}") from exc
+
+    def _recover(self, exc: Exception) -> list[RequestOutput]:
+        """The bookkeeping itself raised, so no single request can be blamed: fail every request in flight,
+        then check that every KV block came back and that the device still computes."""
+        log.error("engine step failed outside the model (%s); failing every request in flight", describe(exc),
+                  exc_info=exc)
+        outputs = []
+        try:
+            for req in list(self._requests.values()):
+                outputs.append(self._fail(req.seq, exc))
+        except Exception as inner:
+            raise EngineDeadError(f"cannot recover from {describe(exc)}: {describe(inner)}") from inner
+        if self.block_manager.num_free_blocks != self.block_manager.num_blocks:
+            raise EngineDeadError(
+                f"{self.block_manager.num_blocks - self.block_manager.num_free_blocks} KV blocks are still held "
+                f"after failing every request ({describe(exc)})"
+            ) from exc
+        self._check_device(exc)
+        return outputs
 
     def _drain_inbox(self) -> list[RequestOutput]:
         with self._lock:
             inbox, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, []
+        outputs = []
         for req in inbox:
             self._requests[req.seq.request_id] = req
-            self.scheduler.add(req.seq)
-        outputs = []
+            try:
+                self.scheduler.add(req.seq)
+            except Exception as exc:
+                outputs.append(self._fail(req.seq, exc))
         for request_id in aborts:
             seq = self.scheduler.abort(request_id)
             if seq is not None:
@@ -201,7 +288,11 @@ class LLMEngine:
                 self._prompt_tokens += seq.num_prompt_tokens
             seq.last_token_time = now
             self._generation_tokens += 1
-            new_text = self._detokenize(req, seq)
+            try:
+                new_text = self._detokenize(req, seq)
+            except Exception as exc:  # e.g. a tokenizer that cannot decode a sampled id: this request only
+                outputs.append(self._fail(seq, exc))
+                continue
             if seq.is_finished:
                 outputs.append(self._finish(req, now, new_text))
             else:
@@ -230,25 +321,28 @@ class LLMEngine:
         req.text += delta
         return delta
 
-    def _output(self, req: _Request, new_text: str) -> RequestOutput:
+    def _output(self, req: _Request, new_text: str, error: str | None = None) -> RequestOutput:
         seq = req.seq
         new_ids = seq.token_ids[seq.num_prompt_tokens + req.num_returned_tokens :]
         req.num_returned_tokens = seq.num_output_tokens
         return RequestOutput(
             request_id=seq.request_id, prompt=seq.prompt, prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
             text=req.text, token_ids=seq.output_token_ids, new_text=new_text, new_token_ids=new_ids,
-            finished=seq.is_finished, finish_reason=seq.finish_reason, metrics=self._metrics(seq),
+            finished=seq.is_finished, finish_reason=seq.finish_reason, metrics=self._metrics(seq), error=error,
         )
 
-    def _finish(self, req: _Request, now: float, new_text: str = "") -> RequestOutput:
+    def _finish(self, req: _Request, now: float, new_text: str = "", *, error: str | None = None) -> RequestOutput:
         seq = req.seq
         seq.finished_time = now
-        self.runner.release(seq)
         del self._requests[seq.request_id]
         with self._lock:
             self._known_ids.discard(seq.request_id)
         self._finished[seq.finish_reason or "abort"] += 1
-        return self._output(req, new_text)
+        try:
+            self.runner.release(seq)
+        except Exception as exc:  # per-request device state only; the request is over either way
+            log.warning("releasing request %s failed: %s", seq.request_id, describe(exc))
+        return self._output(req, new_text, error)
 
     @staticmethod
     def _metrics(seq: Sequence) -> RequestMetrics:

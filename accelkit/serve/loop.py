@@ -3,12 +3,18 @@
 The HTTP server uses this: ``EngineLoop(engine).start()``, then ``add_request(...)`` returns a
 :class:`RequestStream` (iterate it for outputs, or pass ``callback=`` to be called from the loop thread —
 with asyncio, ``callback=lambda out: loop.call_soon_threadsafe(queue.put_nowait, out)``). The thread sleeps
-on a condition variable while there is nothing to do (no polling). If a step raises, the loop records the
-error, fails every open stream with it and stops: ``is_alive`` turns False (``/health`` answers 503).
+on a condition variable while there is nothing to do (no polling).
+
+A request that fails inside a step ends alone (its output has ``finish_reason="error"`` and ``error``); the
+loop goes on. A callback that raises costs only its own request (which is aborted), and a failing ``on_step``
+is logged and skipped. Only when ``engine.step()`` itself raises — the engine says it cannot compute any more
+(``EngineDeadError``) — does the loop record the error, log it, fail every open stream with it and stop:
+``is_alive`` turns False and ``/health`` answers 503 with the reason.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import uuid
@@ -16,10 +22,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from accelkit.serve.engine import LLMEngine
+from accelkit.serve.isolation import describe
 from accelkit.serve.outputs import EngineStats, RequestOutput
 from accelkit.serve.sampling import SamplingParams
 
 OutputCallback = Callable[[RequestOutput | BaseException], None]
+log = logging.getLogger("accelkit.serve")
 
 
 class RequestStream:
@@ -66,6 +74,15 @@ class EngineLoop:
     def is_alive(self) -> bool:
         return self._thread.is_alive() and self.error is None
 
+    @property
+    def dead_reason(self) -> str | None:
+        """Why the loop is not running (None while it is)."""
+        if self.error is not None:
+            return describe(self.error)
+        if self._stop:
+            return "the engine loop was stopped"
+        return None if self._thread.is_alive() else "the engine loop has not started"
+
     def start(self) -> EngineLoop:
         self._thread.start()
         return self
@@ -105,6 +122,16 @@ class EngineLoop:
         with self._cond:
             self._cond.notify()
 
+    def abort_all(self) -> int:
+        """Abort every request in flight (each stream ends with ``finish_reason="abort"``); how many."""
+        with self._cond:
+            pending = list(self._sinks)
+        for request_id in pending:
+            self.engine.abort_request(request_id)
+        with self._cond:
+            self._cond.notify()
+        return len(pending)
+
     def stop(self, timeout: float | None = None) -> None:
         """Abort what is in flight and join the thread."""
         with self._cond:
@@ -124,7 +151,10 @@ class EngineLoop:
                 for out in self.engine.step():
                     self._deliver(out)
                 if self.on_step is not None:
-                    self.on_step(self.engine.get_stats())
+                    try:
+                        self.on_step(self.engine.get_stats())
+                    except Exception as exc:  # metrics are not worth a request, let alone the engine
+                        log.warning("on_step callback failed: %s", describe(exc))
             # stopping: abort everything still open so that every stream ends
             with self._cond:
                 pending = list(self._sinks)
@@ -132,18 +162,30 @@ class EngineLoop:
                 self.engine.abort_request(request_id)
             for out in self.engine.step():
                 self._deliver(out)
-        except BaseException as e:  # the loop dies; every open request learns why
+        except BaseException as e:  # the engine cannot go on; every open request learns why
             self.error = e
+            log.error("engine loop stopped; every request in flight fails: %s", describe(e), exc_info=e)
             with self._cond:
                 sinks, self._sinks = list(self._sinks.values()), {}
             for sink in sinks:
-                sink(e)
+                try:
+                    sink(e)
+                except Exception as exc:
+                    log.warning("telling a request that the engine stopped failed: %s", describe(exc))
 
     def _deliver(self, out: RequestOutput) -> None:
         with self._cond:
             sink = self._sinks.pop(out.request_id, None) if out.finished else self._sinks.get(out.request_id)
-        if sink is not None:
+        if sink is None:
+            return
+        try:
             sink(out)
+        except Exception as exc:  # e.g. the receiving event loop is closed: only this request is lost
+            log.warning("delivering output of request %s failed (%s); aborting it", out.request_id, describe(exc))
+            if not out.finished:
+                with self._cond:
+                    self._sinks.pop(out.request_id, None)
+                self.engine.abort_request(out.request_id)
 
     def __enter__(self) -> EngineLoop:
         return self.start()

@@ -47,7 +47,8 @@ class RequestMetrics:
 @dataclass(slots=True)
 class RequestOutput:
     """The state of one request after a step. ``new_*`` is what this step added (for streaming);
-    ``text``/``token_ids`` are everything generated so far. ``finish_reason``: stop | length | abort."""
+    ``text``/``token_ids`` are everything generated so far. ``finish_reason``: stop | length | abort | error;
+    with ``error``, the request failed inside the engine (``error`` says why) and only this request ended."""
 
     request_id: str
     prompt: str | None
@@ -59,6 +60,7 @@ class RequestOutput:
     finished: bool
     finish_reason: str | None
     metrics: RequestMetrics
+    error: str | None = None
 
 
 @dataclass(slots=True)

@@ -23,26 +23,27 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(model_dir: str, *, name: str = "tiny", api_key: str | None = None, max_queue: int = 256,
-                   **engine: Any):
-    import uvicorn
+                   server: dict[str, Any] | None = None, **engine: Any):
+    """(base URL, ServingState) of a server with accelkit's own shutdown (``ServeServer``) on a free port."""
+    from accelkit.serve.server.lifecycle import ServeServer, server_config
 
     engine.setdefault("kv_cache_memory_bytes", 8 << 20)
     app, state = build_server(EngineConfig(model=str(model_dir), **engine),
-                              ServerConfig(served_model_name=name, api_key=api_key, max_queue=max_queue),
+                              ServerConfig(served_model_name=name, api_key=api_key, max_queue=max_queue, **(server or {})),
                               registry=CollectorRegistry())
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
+    server_ = ServeServer(server_config(app, state, host="127.0.0.1", port=port, log_level="warning"), state)
+    thread = threading.Thread(target=server_.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
-    while not server.started:
+    while not server_.started:
         if time.monotonic() > deadline:
             raise RuntimeError("server did not start")
         time.sleep(0.05)
     try:
         yield f"http://127.0.0.1:{port}", state
     finally:
-        server.should_exit = True
+        server_.should_exit = True
         thread.join(timeout=30)
 
 

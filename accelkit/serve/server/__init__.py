@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +13,8 @@ from accelkit.monitor.registry import REGISTRY
 from accelkit.monitor.serving import ServingMetrics
 from accelkit.serve.config import EngineConfig, ServerConfig
 from accelkit.serve.server.state import ServingState
+
+_LOOP_JOIN_S = 10.0  # a step is milliseconds; this is for one stuck in a device call
 
 
 def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
@@ -33,29 +36,33 @@ def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
     async def lifespan(_: Any) -> AsyncIterator[None]:
         yield
         state.accepting = False
-        loop.stop(timeout=server_config.shutdown_timeout_s)  # aborts what is still in flight
+        loop.stop(timeout=_LOOP_JOIN_S)  # every handler has ended by now; aborts whatever is left
 
     app.router.lifespan_context = lifespan
     return app, state
 
 
-def run_server(app: Any, state: ServingState, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
-    """Serve until SIGINT/SIGTERM: stop accepting, let in-flight requests finish within
-    ``shutdown_timeout_s``, abort the rest, stop the engine loop, return."""
+def run_server(app: Any, state: ServingState, sock: socket.socket, *, log_level: str = "warning") -> None:
+    """Serve on ``sock`` (from :func:`bind_socket`) until SIGINT/SIGTERM, then shut down as ``lifecycle`` says."""
     import signal
 
-    import uvicorn
+    from accelkit.serve.server.lifecycle import ServeServer, server_config
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=int(state.config.shutdown_timeout_s) or None)
+    server = ServeServer(server_config(app, state, log_level=log_level), state)
     # uvicorn re-raises the captured signal once it has shut down gracefully; with these no-op handlers
     # in place that re-raise is harmless and the process exits 0 after a clean shutdown
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        uvicorn.Server(config).run()
+        server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-__all__ = ["EngineConfig", "ServerConfig", "ServingState", "build_server", "run_server"]
+def bind_socket(host: str, port: int) -> socket.socket:
+    from accelkit.serve.server.lifecycle import bind_socket as bind
+
+    return bind(host, port)
+
+
+__all__ = ["EngineConfig", "ServerConfig", "ServingState", "bind_socket", "build_server", "run_server"]

@@ -2,14 +2,18 @@
 
 Routes: GET /v1/models · POST /v1/completions · POST /v1/chat/completions (streaming by SSE, with
 ``stream_options.include_usage``) · GET /health · GET /metrics · GET /version. The engine runs on its own
-thread; each request gets an asyncio queue that the engine thread feeds with
-``call_soon_threadsafe``. A client that disconnects aborts its request, which frees its KV blocks.
+thread; each request gets an asyncio queue that the engine thread feeds with ``call_soon_threadsafe``.
+Tokenization and chat templating run in worker threads, never on the event loop. A client that disconnects
+— streaming or not — aborts its request, which frees its KV blocks. A request that fails inside the engine
+gets a 500 naming the error; the engine and every other request go on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,15 +23,25 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import accelkit
+from accelkit.serve.engine import LLMEngine
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.sampling import SamplingParams
 from accelkit.serve.server.errors import APIError, error_response
+from accelkit.serve.server.middleware import ServerMiddleware
 from accelkit.serve.server.protocol import ChatCompletionRequest, CompletionRequest
 from accelkit.serve.server.state import ServingState
 
-_DONE = object()
+log = logging.getLogger("accelkit.serve")
+
+# A text prompt longer than PROBE_CHARS_PER_TOKEN × max_model_len characters is first tokenized on its first
+# that-many characters only: when those alone exceed the context (with slack for the word cut at the end), the
+# prompt is refused without tokenizing megabytes that could never run.
+PROBE_CHARS_PER_TOKEN = 16
+PROBE_SLACK_TOKENS = 64
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
 def _usage(outs: list[RequestOutput]) -> dict[str, int]:
@@ -40,16 +54,50 @@ def _sse(data: Any) -> str:
     return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
+def prompt_token_ids(engine: LLMEngine, prompt: str | list[int]) -> list[int]:
+    """Tokenize and validate one prompt (ValueError naming the problem). Runs in a worker thread."""
+    limit = engine.max_model_len
+    probe = PROBE_CHARS_PER_TOKEN * limit
+    if isinstance(prompt, str) and len(prompt) > probe:
+        num_head = len(engine.tokenizer.encode(prompt[:probe]))
+        if num_head > limit + PROBE_SLACK_TOKENS:
+            raise ValueError(
+                f"prompt has more than {num_head - PROBE_SLACK_TOKENS} tokens (its first {probe} characters alone "
+                f"make {num_head}); the context holds max_model_len={limit} (prompt plus at least one output token)"
+            )
+    return engine.make_request(prompt, SamplingParams(max_tokens=1)).token_ids
+
+
+def _number(name: str, value: int | float) -> float:
+    """A JSON number as a float; an integer too large for one is the client's mistake, not a 500."""
+    try:
+        number = float(value)
+    except OverflowError:
+        raise APIError(400, f"{name}={value} is too large; expected a finite number", param=name) from None
+    if not math.isfinite(number):
+        raise APIError(400, f"{name}={value!r} is not finite; expected a finite number", param=name)
+    return number
+
+
 def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     """The FastAPI application for one engine loop."""
     app = FastAPI(title="accelkit serve", version=accelkit.__version__)
     app.state.serving = state
     name = state.config.served_model_name
+    app.add_middleware(ServerMiddleware, api_key=state.config.api_key, max_body_bytes=state.config.max_body_bytes,
+                       is_shutting_down=lambda: not state.accepting)
 
     # ---- errors: every failure is an OpenAI error object ---------------------------------------------
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
         return error_response(exc.status, exc.message, param=exc.param, code=exc.code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = {404: f"no route {request.url.path}; see GET /v1/models and the POST /v1/* routes",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, message, code=_HTTP_CODES.get(exc.status_code),
+                              headers=dict(exc.headers) if exc.headers else None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -57,34 +105,26 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         if err.get("type") == "json_invalid":
             return error_response(400, f"the request body is not valid JSON: {err.get('msg')}", code="invalid_json")
+        if not loc and err.get("type") in ("model_attributes_type", "dict_type"):
+            return error_response(400, "the request body must be a JSON object, sent with 'Content-Type: application/json'",
+                                  code="invalid_json")
         # loc is (field, union-member tag, index …): the field is the param, the full path goes in the message
         path = ".".join(loc) or "body"
         return error_response(400, f"{path}: {err.get('msg', 'invalid value')}", param=loc[0] if loc else None,
                               code="invalid_value")
 
     @app.exception_handler(Exception)
-    async def _internal(_: Request, exc: Exception) -> JSONResponse:  # never a bare 500 page
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:  # never a bare 500 page
+        log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc, exc_info=exc)
         return error_response(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
-
-    @app.middleware("http")
-    async def _request_id_and_auth(request: Request, call_next: Any) -> Response:
-        key = state.config.api_key
-        protected = bool(key) and request.url.path.startswith("/v1/")
-        if protected and request.headers.get("authorization", "") != f"Bearer {key}":
-            response: Response = error_response(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                                                 code="invalid_api_key")
-            _echo_id(request, response)
-            return response
-        response = await call_next(request)
-        _echo_id(request, response)
-        return response
 
     # ---- plain routes -------------------------------------------------------------------------------
     @app.get("/health")
     async def health() -> Response:
         if state.loop.is_alive:
             return Response(status_code=200)
-        return error_response(503, f"engine loop is not running: {state.loop.error!r}", code="engine_dead")
+        return error_response(503, f"the engine is not running: {state.loop.dead_reason}; restart the server",
+                              code="engine_dead")
 
     @app.get("/version")
     async def version() -> dict[str, str]:
@@ -96,9 +136,9 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{
-            "id": name, "object": "model", "created": state.created, "owned_by": "accelkit",
-            "root": state.engine.config.model, "max_model_len": state.engine.max_model_len,
+        return {"object": "list", "data": [{  # root is the served name: the weights' path is the host's business
+            "id": name, "object": "model", "created": state.created, "owned_by": "accelkit", "root": name,
+            "parent": None, "max_model_len": state.engine.max_model_len,
         }]}
 
     # ---- generation ---------------------------------------------------------------------------------
@@ -120,13 +160,26 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
         check_model(body)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        try:
-            prompt = state.engine.tokenizer.apply_chat_template(
+
+        def render() -> str:
+            return str(state.engine.tokenizer.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=False, chat_template=state.config.chat_template,
-            )
+            ))
+
+        try:
+            prompt = await asyncio.to_thread(render)
         except Exception as exc:  # no template, or the template rejects these messages
             raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
         return await _generate(request, body, [prompt], body.token_limit, chat=True)
+
+    def sampling_params(body: Any, max_tokens: int) -> SamplingParams:
+        temperature, top_p = _number("temperature", body.temperature), _number("top_p", body.top_p)
+        try:
+            return SamplingParams(temperature=temperature, top_p=top_p, top_k=body.top_k, max_tokens=max_tokens,
+                                  stop=body.stop_list(), seed=body.seed, ignore_eos=body.ignore_eos)
+        except ValueError as exc:
+            field = str(exc).split("=")[0].split()[0]
+            raise APIError(400, str(exc), param=field) from exc
 
     async def _generate(request: Request, body: Any, prompts: list[Any], limit: int | None, *, chat: bool) -> Response:
         unsupported = body.unsupported()
@@ -134,12 +187,18 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             raise APIError(400, unsupported[1], param=unsupported[0], code="unsupported")
         if not state.accepting:
             raise APIError(503, "the server is shutting down", code="shutting_down")
+        if not state.loop.is_alive:
+            raise APIError(503, f"the engine is not running: {state.loop.dead_reason}", code="engine_dead")
+        if len(prompts) > state.admission.capacity:
+            raise APIError(400, f"prompt holds {len(prompts)} prompts; this server runs at most "
+                           f"{state.admission.capacity} at once", param="prompt")
+        param = "messages" if chat else "prompt"
         seqs = []
         for p in prompts:  # validate every prompt before queueing any
             try:
-                ids = state.engine.make_request(p, SamplingParams(max_tokens=1)).token_ids
+                ids = await asyncio.to_thread(prompt_token_ids, state.engine, p)
             except ValueError as exc:
-                raise APIError(400, str(exc), param="messages" if chat else "prompt") from exc
+                raise APIError(400, str(exc), param=param) from exc
             room = state.engine.max_model_len - len(ids)
             max_tokens = limit if limit is not None else room
             if max_tokens < 1:
@@ -148,15 +207,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 raise APIError(400, f"max_tokens={max_tokens} plus the prompt's {len(ids)} tokens exceed the context "
                                f"(max_model_len={state.engine.max_model_len}); ask for at most {room}",
                                param="max_tokens")
-            try:
-                params = SamplingParams(
-                    temperature=float(body.temperature), top_p=float(body.top_p), top_k=body.top_k,
-                    max_tokens=max_tokens, stop=body.stop_list(), seed=body.seed, ignore_eos=body.ignore_eos,
-                )
-            except ValueError as exc:
-                field = str(exc).split("=")[0].split()[0]
-                raise APIError(400, str(exc), param=field) from exc
-            seqs.append((ids, params))
+            seqs.append((ids, sampling_params(body, max_tokens)))
         if not state.admission.try_enter(len(seqs)):
             raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
                            f"{state.engine.config.max_num_seqs} running); retry later", code="queue_full")
@@ -167,9 +218,12 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         finished: set[str] = set()
 
         def sink(index: int):  # type: ignore[no-untyped-def]
-            def deliver(item: RequestOutput | BaseException) -> None:
+            def deliver(item: RequestOutput | BaseException) -> None:  # on the engine thread
                 if isinstance(item, RequestOutput):
-                    state.bridge.on_output(item)
+                    try:
+                        state.bridge.on_output(item)
+                    except Exception as exc:  # metrics must not cost the request
+                        log.warning("metrics for request %s failed: %s", item.request_id, exc)
                 aloop.call_soon_threadsafe(queue.put_nowait, (index, item))
             return deliver
 
@@ -186,9 +240,16 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             while len(finished) < len(seqs):
                 index, item = await queue.get()
                 if isinstance(item, BaseException):
-                    raise APIError(500, f"engine failed: {item}", code="engine_error")
+                    raise APIError(503, f"the engine stopped: {item}", code="engine_dead")
                 if item.finished:
                     finished.add(item.request_id)
+                    if item.error is not None:
+                        raise APIError(500, f"this request failed inside the engine ({item.error}); other requests "
+                                       "are not affected", code="engine_error")
+                    if item.finish_reason == "abort" and state.aborted_for_shutdown:
+                        raise APIError(503, "the server shut down before this request finished "
+                                       f"(--shutdown-timeout {state.config.shutdown_timeout_s:g} s)",
+                                       code="shutting_down")
                 yield index, item
 
         def cleanup() -> None:
@@ -204,15 +265,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage),
                 media_type="text/event-stream",
             )
+        last: dict[int, RequestOutput] = {}
         try:
-            last: dict[int, RequestOutput] = {}
-            waiter = asyncio.ensure_future(_collect(outputs(), last))
-            while not waiter.done():
-                done, _ = await asyncio.wait({waiter}, timeout=0.25)
-                if not done and await request.is_disconnected():
-                    waiter.cancel()
-                    return Response(status_code=499)
-            waiter.result()
+            if not await _until_done_or_disconnected(_collect(outputs(), last), request):
+                return Response(status_code=499)  # nobody is listening; the request is aborted in cleanup
         finally:
             cleanup()
         outs = [last[i] for i in range(len(seqs))]
@@ -255,8 +311,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             if include_usage:
                 yield chunk([], _usage([last[i] for i in sorted(last)]))
             yield "data: [DONE]\n\n"
-        except APIError as exc:
-            yield _sse({"error": {"message": exc.message, "type": "internal_error", "param": None, "code": exc.code}})
+        except APIError as exc:  # the status line is long gone: the error travels as the stream's last event
+            yield _sse({"error": {"message": exc.message, "type": "internal_error" if exc.status == 500
+                                  else "service_unavailable", "param": None, "code": exc.code}})
+            yield "data: [DONE]\n\n"
         finally:
             cleanup()
 
@@ -268,8 +326,26 @@ async def _collect(outputs: AsyncIterator[tuple[int, RequestOutput]], last: dict
         last[index] = out
 
 
-def _echo_id(request: Request, response: Response) -> None:
-    rid = request.headers.get("x-request-id")
-    if rid is not None:
-        response.headers["x-request-id"] = rid
+async def _until_done_or_disconnected(work: Any, request: Request) -> bool:
+    """Run ``work`` unless the client leaves first: True when it finished (its exception, if any, is raised),
+    False when the client disconnected (``work`` is cancelled).
 
+    The body has been read, so the next ASGI message can only be ``http.disconnect`` — waiting for it costs
+    nothing while the engine generates (no polling).
+    """
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, watch):
+            if not t.done():
+                t.cancel()
+    if task.done() and not task.cancelled():
+        task.result()
+        return True
+    return False

@@ -74,11 +74,13 @@ class CompletionRequest(_Sampling):
             return [p]
         if not p:
             return []
-        if all(isinstance(x, str) for x in p):
-            return list(p)  # type: ignore[arg-type]
-        if all(isinstance(x, int) for x in p):
-            return [list(p)]  # type: ignore[list-item]
-        return [list(x) for x in p]  # type: ignore[union-attr]
+        texts = [x for x in p if isinstance(x, str)]
+        if len(texts) == len(p):
+            return list(texts)
+        ids = [x for x in p if isinstance(x, int)]
+        if len(ids) == len(p):
+            return [ids]
+        return [list(x) for x in p if isinstance(x, list)]  # pydantic admits only list[list[int]] here
 
     def unsupported(self) -> tuple[str, str] | None:
         for name, neutral in (("echo", False), ("logprobs", None), ("suffix", None)):

@@ -97,4 +97,12 @@ class ServingState:
         self.admission = Admission(engine.config.max_num_seqs, config.max_queue)
         self.bridge = MetricsBridge(metrics, config.served_model_name)
         self.created = int(time.time())
-        self.accepting = True
+        self.accepting = True  # False once shutdown began: new requests get 503
+        self.aborted_for_shutdown = False
+
+    def abort_in_flight(self) -> int:
+        """Shutdown's deadline passed: abort every request still running (each client gets a 503 or, mid-stream,
+        an error event), so that every handler ends on its own. Returns how many were aborted."""
+        self.accepting = False
+        self.aborted_for_shutdown = True
+        return self.loop.abort_all()

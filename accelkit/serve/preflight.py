@@ -1,0 +1,257 @@
+"""Checks before the engine allocates anything: the model directory parses, its config agrees with its
+checkpoint, and the weights, RoPE tables and KV cache fit in the memory this machine has free.
+
+Without them a bad directory fails late and loudly: a JSON list as ``config.json`` is an ``AttributeError``,
+``vocab_size`` 10¹² a size mismatch deep in ``load_state_dict``, ``num_hidden_layers`` 10⁹ builds a billion
+modules, ``max_position_embeddings`` 10¹² asks the allocator for 4 TB of RoPE table, and a KV budget of
+100 TiB for 55 TB of zeros. Here each is one ``ValueError`` that names the file or setting and the fix,
+raised before a byte is allocated. Only headers are read (safetensors keep their shapes in a JSON header).
+
+Memory checks use lower bounds — what the engine will certainly hold — so they never refuse a model that fits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accelkit.core.units import fmt_bytes
+
+_MAX_DIM = 2**31 - 1  # no dimension of a real model comes near; beyond it every tensor index overflows int32
+_MAX_HEADER_BYTES = 100 * 2**20  # safetensors' own limit on the JSON header
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4, "I16": 2,
+                "I8": 1, "U8": 1, "BOOL": 1}
+_TORCH_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def read_json(path: Path, *, what: str) -> Any:
+    """Parse a JSON file; an unreadable, non-UTF-8 or malformed one is a ValueError naming it and the fix."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            f"{what} must be a UTF-8 JSON file — re-download or re-save it"
+        ) from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}; {what} must be a readable file") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+            f"fix {what} or re-download it"
+        ) from None
+
+
+def read_config(model_dir: Path) -> dict[str, Any]:
+    """``config.json`` as a dict whose size fields are positive integers (ValueError otherwise)."""
+    path = model_dir / "config.json"
+    if not path.is_file():
+        raise ValueError(f"model={str(model_dir)!r} has no config.json; give a Hugging Face-format model directory")
+    cfg = read_json(path, what="the model's config.json")
+    if not isinstance(cfg, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(cfg).__name__}; expected an object of model settings "
+            '({"architectures": [...], "hidden_size": ...}) — re-download the model\'s config.json'
+        )
+    required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    optional = ("num_key_value_heads", "head_dim", "sliding_window")
+    for key in (*required, *optional):
+        value = cfg.get(key)
+        if value is None:
+            if key in required:
+                raise ValueError(f"{path} has no {key!r}; the engine needs it to build the model")
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_DIM:
+            raise ValueError(
+                f"{key}={value!r} in {path} is not valid; expected an integer in [1, {_MAX_DIM}] — fix the file "
+                "or re-download it"
+            )
+    max_pos = cfg.get("max_position_embeddings")
+    if max_pos is not None and (isinstance(max_pos, bool) or not isinstance(max_pos, int) or max_pos < 2):
+        raise ValueError(f"max_position_embeddings={max_pos!r} in {path} is not valid; expected an integer >= 2")
+    for key in ("rms_norm_eps", "rope_theta"):
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"{key}={value!r} in {path} is not valid; expected a positive number")
+    heads, kv_heads = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    if heads % kv_heads:
+        raise ValueError(f"num_attention_heads={heads} in {path} is not a multiple of num_key_value_heads={kv_heads}")
+    if cfg.get("head_dim") is None and cfg["hidden_size"] % heads:
+        raise ValueError(f"hidden_size={cfg['hidden_size']} in {path} is not a multiple of num_attention_heads={heads}")
+    return cfg
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    dtype: str
+    shape: tuple[int, ...]
+    num_bytes: int
+
+
+def checkpoint_tensors(model_dir: Path) -> dict[str, TensorInfo]:
+    """Name → dtype, shape and size of every tensor of the safetensors checkpoint, from the headers only."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        data = read_json(index, what="the checkpoint index")
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{index} has no weight_map of tensor → file; re-download the checkpoint index")
+        files = [model_dir / name for name in sorted(set(weight_map.values()))]
+    else:
+        files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"model={str(model_dir)!r} has no *.safetensors weights")
+    tensors: dict[str, TensorInfo] = {}
+    for path in files:
+        tensors.update(_header(path))
+    return tensors
+
+
+def _header(path: Path) -> dict[str, TensorInfo]:
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{path} is not a safetensors file ({why}); re-download or re-save the weights")
+
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise bad(f"{size} bytes, shorter than a header")
+            (length,) = struct.unpack("<Q", head)
+            if length > min(size - 8, _MAX_HEADER_BYTES):
+                raise bad(f"its header claims {length} bytes in a {size}-byte file")
+            raw = f.read(length)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise bad("its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise bad("its header is not a JSON object")
+    out = {}
+    data_bytes = size - 8 - length
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+            ok = (dtype in _DTYPE_BYTES and all(isinstance(d, int) and d >= 0 for d in shape)
+                  and 0 <= begin <= end <= data_bytes and end - begin == math.prod(shape) * _DTYPE_BYTES[dtype])
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise bad(f"the entry of tensor {name!r} is malformed or points outside the file")
+        out[name] = TensorInfo(dtype, shape, end - begin)
+    return out
+
+
+def expected_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Checkpoint name pattern (layer index as ``{i}``) → the shape config.json implies for it."""
+    hidden, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    heads = cfg["num_attention_heads"]
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or hidden // heads
+    q, kv = heads * head_dim, kv_heads * head_dim
+    layer = "model.layers.{i}."
+    return {
+        "model.embed_tokens.weight": (vocab, hidden), "lm_head.weight": (vocab, hidden), "model.norm.weight": (hidden,),
+        layer + "self_attn.q_proj.weight": (q, hidden), layer + "self_attn.k_proj.weight": (kv, hidden),
+        layer + "self_attn.v_proj.weight": (kv, hidden), layer + "self_attn.o_proj.weight": (hidden, q),
+        layer + "self_attn.q_proj.bias": (q,), layer + "self_attn.k_proj.bias": (kv,),
+        layer + "self_attn.v_proj.bias": (kv,), layer + "self_attn.o_proj.bias": (hidden,),
+        layer + "mlp.gate_proj.weight": (inter, hidden), layer + "mlp.up_proj.weight": (inter, hidden),
+        layer + "mlp.down_proj.weight": (hidden, inter), layer + "mlp.gate_proj.bias": (inter,),
+        layer + "mlp.up_proj.bias": (inter,), layer + "mlp.down_proj.bias": (hidden,),
+        layer + "input_layernorm.weight": (hidden,), layer + "post_attention_layernorm.weight": (hidden,),
+    }
+
+
+def check_checkpoint(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_dir: Path) -> None:
+    """The checkpoint's layer count and known tensor shapes are those config.json describes."""
+    shapes = expected_shapes(cfg)
+    num_layers = cfg["num_hidden_layers"]
+    found_layers = {int(m.group(1)) for name in tensors if (m := _LAYER.match(name))}
+    num_found = max(found_layers) + 1 if found_layers else 0
+    if num_found != num_layers:
+        raise ValueError(
+            f"num_hidden_layers={num_layers} in {model_dir / 'config.json'} but the checkpoint holds {num_found} "
+            "layers: config.json and the weights do not belong together — re-download one of them"
+        )
+    for name, info in tensors.items():
+        key = _LAYER.sub("model.layers.{i}.", name)
+        want = shapes.get(key)
+        if want is not None and info.shape != want:
+            raise ValueError(
+                f"config.json in {model_dir} implies {name} of shape {list(want)}, but the checkpoint holds "
+                f"{list(info.shape)}: config.json and the weights do not belong together — re-download one of them"
+            )
+
+
+def available_memory(device: str) -> tuple[str, int]:
+    """(where, free bytes) of ``device`` ('cpu', 'cuda', 'cuda:N', 'auto')."""
+    import psutil
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(dev)
+        return str(dev), int(free)
+    return "host memory", int(psutil.virtual_memory().available)
+
+
+def check_memory(
+    model_dir: Path, cfg: dict[str, Any], tensors: dict[str, TensorInfo], *, dtype: str, kv_cache_dtype: str,
+    kv_cache_memory_bytes: int | None, max_model_len: int, block_size: int, host_available: int,
+    device_available: int, where: str, max_model_len_is_default: bool = False,
+) -> None:
+    """Refuse, before allocating, what cannot fit: checkpoint in host memory (it is read there first), then
+    weights + RoPE tables + KV cache on the device, and a KV budget too small for one full context."""
+    ckpt_bytes = sum(t.num_bytes for t in tensors.values())
+    if ckpt_bytes > host_available:
+        raise ValueError(
+            f"the checkpoint in {model_dir} is {fmt_bytes(ckpt_bytes)}, more than the "
+            f"{fmt_bytes(host_available)} of host memory available; free memory or use a machine with more"
+        )
+    itemsize = _TORCH_BYTES.get(dtype, 4)
+    weight_bytes = sum(math.prod(t.shape) for t in tensors.values()) * itemsize
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    rope_bytes = 2 * max_model_len * head_dim * 4  # cos and sin, float32, one row per position
+    element_bytes = itemsize if kv_cache_dtype == "auto" else 1
+    kv_per_token = 2 * cfg["num_hidden_layers"] * kv_heads * head_dim * element_bytes
+    full_context = -(-max_model_len // block_size) * block_size * kv_per_token
+    kv_bytes = kv_cache_memory_bytes
+    context = (f"max_model_len={max_model_len} (the model's max_position_embeddings)" if max_model_len_is_default
+               else f"max_model_len={max_model_len}")
+    if kv_bytes is not None and kv_bytes > device_available:
+        raise ValueError(
+            f"kv_cache_memory_bytes (--kv-cache-memory) = {fmt_bytes(kv_bytes)} is more than the "
+            f"{fmt_bytes(device_available)} of {where} available; lower it"
+        )
+    if kv_bytes is not None and kv_bytes < full_context:
+        raise ValueError(
+            f"{context} needs at least {fmt_bytes(full_context)} of KV cache for one full "
+            f"context, more than the KV budget of {fmt_bytes(kv_bytes)}; lower max_model_len (--max-model-len) "
+            "or raise kv_cache_memory_bytes (--kv-cache-memory)"
+        )
+    needed = weight_bytes + rope_bytes + max(kv_bytes or 0, full_context)
+    if needed > device_available:
+        raise ValueError(
+            f"this model needs at least {fmt_bytes(needed)} of {where} to serve (weights {fmt_bytes(weight_bytes)}, RoPE tables "
+            f"for {context} {fmt_bytes(rope_bytes)}, KV cache "
+            f"{fmt_bytes(max(kv_bytes or 0, full_context))}) but {fmt_bytes(device_available)} is available; lower "
+            "max_model_len (--max-model-len) or kv_cache_memory_bytes (--kv-cache-memory), or pick a smaller dtype"
+        )

@@ -1,0 +1,100 @@
+"""The server's one middleware, plain ASGI: API key, body-size limit, ``x-request-id`` echo, quiet shutdown.
+
+Plain ASGI rather than Starlette's ``BaseHTTPMiddleware`` on purpose: that class wraps ``receive`` so that a
+route can never see ``http.disconnect`` — a non-streaming request would keep generating for a client that has
+left. Here ``receive`` reaches the route as uvicorn gives it (wrapped only to count body bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+
+from accelkit.serve.server.errors import error_body
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = frozenset({"/health", "/metrics"})  # probes and scrapers: never behind the key
+
+
+def authorized(header: bytes | None, key: bytes) -> bool:
+    """``Authorization: Bearer KEY`` — the scheme in any case (RFC 9110), the key compared in constant time."""
+    if header is None:
+        return False
+    scheme, _, token = header.strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), key)
+
+
+class ServerMiddleware:
+    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int,
+                 is_shutting_down: Callable[[], bool]) -> None:
+        self.app = app
+        self.key = api_key.encode() if api_key else None
+        self.max_body_bytes = max_body_bytes
+        self.is_shutting_down = is_shutting_down
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        request_id = headers.get(b"x-request-id")
+
+        async def send_with_id(message: Message) -> None:
+            if request_id is not None and message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id)]
+            await send(message)
+
+        if self.key is not None and scope["path"] not in OPEN_PATHS and not authorized(headers.get(b"authorization"),
+                                                                                        self.key):
+            await _reply(send_with_id, 401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                         code="invalid_api_key", extra_headers=[(b"www-authenticate", b"Bearer")])
+            return
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
+            # answered before a byte of the body is read or parsed; the connection closes after this response
+            await _reply(send_with_id, 413, self._too_large(declared.decode(errors="replace")),
+                         code="request_too_large")
+            return
+        received = 0
+
+        async def counting_receive() -> Message:  # a chunked body has no length up front: count as it comes
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise HTTPException(413, self._too_large(f"more than {received}"))
+            return message
+
+        try:
+            await self.app(scope, counting_receive, send_with_id)
+        except asyncio.CancelledError:
+            if not self.is_shutting_down():
+                raise
+            # uvicorn cancels what outlived the shutdown grace period; the request was already aborted and its
+            # client told so — end quietly instead of one traceback per request
+
+    def _too_large(self, size: str) -> str:
+        return (f"the request body is {size} bytes; this server accepts at most {self.max_body_bytes} "
+                "(--max-body-size)")
+
+
+async def _reply(send: Send, status: int, message: str, *, code: str,
+                 extra_headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps(error_body(status, message, code=code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               *(extra_headers or [])]
+    if status == 413:
+        headers.append((b"connection", b"close"))  # the unread body cannot be skipped on a kept-alive connection
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,125 @@
+"""One request's failure inside a step fails that request only: the engine bisects the batch, the others get
+exactly the tokens they would have got, KV blocks come back, and only a dead device stops the engine."""
+
+import logging
+
+import pytest
+
+from accelkit.serve import LLM, EngineLoop, SamplingParams
+from accelkit.serve.testing import save_tiny_model
+
+PROMPTS = [[5 + 7 * i, 6 + i, 9, 11 + i] for i in range(7)]
+GREEDY = SamplingParams.greedy(6, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    return LLM(str(save_tiny_model(tmp_path_factory.mktemp("iso") / "tiny")), kv_cache_memory_bytes=4 << 20,
+               max_num_seqs=16)
+
+
+@pytest.fixture(scope="module")
+def reference(llm):
+    return [o.text for o in llm.generate(PROMPTS, GREEDY)]
+
+
+@pytest.fixture
+def poisoned(llm, monkeypatch):
+    """Make the model runner raise for any batch holding a request whose id is in the returned set."""
+    engine = llm.engine
+    real = engine.runner.execute
+    poison: set[str] = set()
+
+    def execute(batch):
+        if any(seq.request_id in poison for seq in batch.seqs):
+            raise RuntimeError("simulated kernel failure on a poisoned request")
+        return real(batch)
+
+    monkeypatch.setattr(engine.runner, "execute", execute)
+    yield poison
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks  # every block came back
+
+
+def _run(engine, ids):
+    final = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                final[out.request_id] = out
+    assert set(final) == set(ids)
+    return final
+
+
+def test_a_request_failing_inside_a_step_fails_alone(llm, reference, poisoned, caplog):
+    engine = llm.engine
+    errors_before = engine.get_stats().requests_finished["error"]
+    poisoned.add("bad-3")
+    ids = [engine.add_request(p, GREEDY, request_id="bad-3" if i == 3 else f"ok-{i}") for i, p in enumerate(PROMPTS)]
+    with caplog.at_level(logging.ERROR, logger="accelkit.serve"):
+        final = _run(engine, ids)
+    bad = final.pop("bad-3")
+    assert bad.finish_reason == "error" and "simulated kernel failure" in bad.error
+    assert {rid: out.text for rid, out in final.items()} == {f"ok-{i}": reference[i] for i in range(7) if i != 3}
+    assert all(out.finish_reason == "length" and out.error is None for out in final.values())
+    assert "bad-3" in caplog.text and "simulated kernel failure" in caplog.text  # logged with its id
+    assert engine.get_stats().requests_finished["error"] == errors_before + 1
+
+
+def test_when_every_request_of_a_step_fails_but_the_device_works_the_engine_goes_on(llm, reference, poisoned):
+    engine = llm.engine
+    poisoned.update({"bad-a", "bad-b"})
+    final = _run(engine, [engine.add_request(PROMPTS[0], GREEDY, request_id=r) for r in ("bad-a", "bad-b")])
+    assert {o.finish_reason for o in final.values()} == {"error"}
+    assert _run(engine, [engine.add_request(PROMPTS[1], GREEDY, request_id="after")])["after"].text == reference[1]
+
+
+def test_a_failing_detokenizer_fails_its_request_only(llm, reference):
+    engine = llm.engine
+    engine.add_request(PROMPTS[0], GREEDY, request_id="detok-bad")
+    engine.add_request(PROMPTS[1], GREEDY, request_id="detok-ok")
+
+    class Broken:
+        def add(self, *_args, **_kwargs):
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "simulated")
+
+    engine._inbox[0].detokenizer = Broken()  # the request is still in the inbox: swap in a broken detokenizer
+    final = _run(engine, ["detok-bad", "detok-ok"])
+    assert final["detok-bad"].finish_reason == "error" and "UnicodeDecodeError" in final["detok-bad"].error
+    assert final["detok-ok"].text == reference[1]
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_a_dead_device_stops_the_engine_with_the_reason(tmp_path, monkeypatch):
+    from accelkit.serve.isolation import EngineDeadError
+
+    llm = LLM(str(save_tiny_model(tmp_path / "tiny")), kv_cache_memory_bytes=1 << 20)
+
+    def lost(batch):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(llm.engine.runner, "execute", lost)
+    loop = EngineLoop(llm.engine).start()
+    stream = loop.add_request(PROMPTS[0], GREEDY)
+    with pytest.raises(RuntimeError, match="engine loop failed"):
+        list(stream)
+    loop._thread.join(10)
+    assert not loop.is_alive and isinstance(loop.error, EngineDeadError)
+    assert "one-token test step" in loop.dead_reason and "illegal memory access" in loop.dead_reason
+
+
+def test_the_loop_survives_callbacks_that_raise(llm, reference):
+    calls = []
+
+    def on_step(stats):
+        calls.append(stats)
+        raise ValueError("metrics backend down")
+
+    def bad_callback(out):
+        raise RuntimeError("Event loop is closed")
+
+    with EngineLoop(llm.engine, on_step=on_step) as loop:
+        loop.add_request(PROMPTS[2], GREEDY, request_id="cb-bad", callback=bad_callback)
+        good = loop.add_request(PROMPTS[3], GREEDY, request_id="cb-good")
+        assert good.result().text == reference[3]
+        assert loop.is_alive and calls
+    assert llm.engine.block_manager.num_free_blocks == llm.engine.block_manager.num_blocks

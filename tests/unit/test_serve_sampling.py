@@ -1,0 +1,37 @@
+"""SamplingParams refuses, in the caller's thread, every value the sampler would choke on in the engine thread."""
+
+import math
+
+import pytest
+
+from accelkit.serve.sampling import GREEDY_BELOW, MAX_STOP_STRINGS, SEED_MAX, SEED_MIN, SamplingParams
+
+
+@pytest.mark.parametrize("seed", [SEED_MIN, -1, 0, 2**63, SEED_MAX])
+def test_every_seed_manual_seed_accepts_is_valid(seed):
+    assert SamplingParams(seed=seed).seed == seed
+
+
+@pytest.mark.parametrize("seed", [SEED_MIN - 1, SEED_MAX + 1, 10**30])
+def test_a_seed_manual_seed_refuses_is_a_value_error_naming_seed(seed):
+    with pytest.raises(ValueError, match=r"^seed="):
+        SamplingParams(seed=seed, temperature=1.0)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"temperature": math.inf}, "temperature"), ({"temperature": math.nan}, "temperature"),
+    ({"temperature": -1e-9}, "temperature"), ({"top_p": math.nan}, "top_p"), ({"top_p": 0.0}, "top_p"),
+    ({"top_p": 1.0 + 1e-12}, "top_p"), ({"top_k": 0}, "top_k"), ({"max_tokens": 0}, "max_tokens"),
+    ({"stop": ("",)}, "stop"), ({"stop": ("x",) * (MAX_STOP_STRINGS + 1)}, "stop"),
+    ({"stop_token_ids": (-1,)}, "stop_token_ids"), ({"stop_token_ids": tuple(range(1025))}, "stop_token_ids"),
+])
+def test_values_past_the_limits_name_their_field(kwargs, field):
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**kwargs)
+    assert str(info.value).split("=")[0].split()[0] == field  # what the server turns into the 400's param
+
+
+def test_a_temperature_too_small_for_float32_is_greedy():
+    assert SamplingParams(temperature=GREEDY_BELOW / 10).is_greedy
+    assert not SamplingParams(temperature=GREEDY_BELOW).is_greedy
+    assert SamplingParams(temperature=1e300, top_k=10**30, max_tokens=10**30).top_k == 10**30  # extreme but valid
