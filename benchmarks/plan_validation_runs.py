@@ -4,14 +4,19 @@ Every run gives its source (repository path at a commit, or page), the table and
 as published, and the published figure. Where the source leaves a setting out, ``assumed`` says what the
 planner was told and why; nothing here was read from memory. ``split`` is "calibration" for the runs the
 free parameters (accelkit/plan/fitted.py) were fitted on and "holdout" for the others, which were never
-used to set anything.
+used to set anything. The rule, fixed before any error was looked at: one source per GPU generation
+calibrates that generation's factor (NVIDIA DGX Cloud for H100, torchtitan for A100); every other run, and
+every run added later, is hold-out. A run's software stack (attention kernel, FSDP prefetch, overlap of
+the gradient reduction, pipeline partition …) is part of its recipe and is read from its source.
 
 Published figures are converted to tokens/s per device:
 
 * ``step_time_s``: global batch × sequence length ÷ step time ÷ devices;
 * ``tokens_per_s_per_device``: as published;
 * ``tflops_per_device``: TFLOP/s ÷ the model FLOPs per token of accelkit's own convention (6·N + 12·L·h·s,
-  full attention square) — the source's convention is not stated, which is noted per run.
+  full attention square) — the source's convention is not stated, which is noted per run;
+* ``megatron_pflops_total``: aggregate PFLOP/s ÷ devices ÷ the FLOPs per token of Narayanan et al. 2021,
+  Equation 3 (the convention the figure was computed with).
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from accelkit.plan import Layout
 # ---- sources ----------------------------------------------------------------------------------------------
 SOURCES: dict[str, dict[str, str]] = {
     "nvidia-dgxc": {
+        "organisation": "NVIDIA",
         "name": "NVIDIA DGX Cloud benchmarking recipes (NeMo 24.09 on DGX H100)",
         "where": "github.com/NVIDIA/dgxc-benchmarking @143b90dd llama3.1/README_8b.md, README_70b.md, "
                  "README_405b.md ('Expected Performance' tables, BF16 rows); configure.sh sets NVTE_FUSED_ATTN=1",
     },
     "torchtitan": {
+        "organisation": "Meta (PyTorch)",
         "name": "PyTorch torchtitan performance tables (FSDP2 on 64 × A100 80GB)",
         "where": "github.com/pytorch/torchtitan @04133643 docs/performance.md ('Llama 3 performance numbers', "
                  "'Llama 2 performance numbers'); model sizes from torchtrain's llama_configs (13B: dim 5120, "
@@ -38,23 +45,54 @@ SOURCES: dict[str, dict[str, str]] = {
                  "multiple_of 4096)",
     },
     "llm-foundry": {
+        "organisation": "MosaicML (Databricks)",
         "name": "MosaicML llm-foundry MPT training benchmarks (Composer FSDP FULL_SHARD)",
         "where": "github.com/mosaicml/llm-foundry @061f2c7c scripts/train/benchmarking/README.md ('H100 80GB BF16', "
                  "'A100 80GB with 1600 Gbps node-node interconnect (RoCE)'); MPT dims from "
                  "scripts/train/yamls/pretrain/mpt-7b.yaml and mpt-70b.yaml (d_model, n_layers, expansion 4, "
                  "vocab 50368), the other sizes checked against the table's NumParams; submit_benchmarks.py sets "
-                 "low_precision_layernorm and attn_impl triton",
+                 "low_precision_layernorm and attn_impl triton; the stack: setup.py @061f2c7c (mosaicml>=0.16.3,<0.17, "
+                 "triton-pre-mlir), llmfoundry/models/layers/flash_attn_triton.py (FlashAttention in pre-MLIR "
+                 "Triton), github.com/mosaicml/composer v0.16.3 composer/trainer/mosaic_fsdp_utils.py "
+                 "(mixed_precision DEFAULT: param_dtype = buffer_dtype = bf16, reduce_dtype None) and "
+                 "dist_strategy.py (backward_prefetch default BACKWARD_POST), llmfoundry/models/mpt/modeling_mpt.py "
+                 "(loss_fn default fused_crossentropy)",
     },
     "megatron-sc21": {
+        "organisation": "NVIDIA",
         "name": "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using "
                 "Megatron-LM (SC21, NVIDIA ADLR; A100 Selene)",
-        "where": "abstract (arXiv 2104.04473, e.g. tldr.takara.ai/p/2104.04473): 1T parameters at 502 petaFLOP/s on "
-                 "3072 GPUs; layout from github.com/NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (1T: TP 8, PP 64, "
-                 "MBS 1, GBS 3072, 128 layers, hidden 25600, 160 heads, --recompute-method uniform); FLOPs per "
-                 "iteration by the paper's Equation 3 as quoted in Megatron-DeepSpeed's throughput calculator: "
-                 "24·4·B·s·l·h²·(1 + s/6h + V/16lh) with activation checkpointing",
+        "where": "the paper (arXiv 2104.04473) Table 1 'Weak-scaling throughput for GPT models ranging from 1 billion "
+                 "to 1 trillion parameters' (heads, hidden, layers, TP, PP, GPUs, batch, achieved aggregate "
+                 "petaFLOP/s) with FLOPs per iteration by its Equation 3, F = 96·B·s·l·h²·(1 + s/6h + V/16lh) "
+                 "(activation recomputation included); micro-batch, virtual stages, recompute and DDP per row from "
+                 "github.com/NVIDIA/Megatron-LM examples/sc21/run_table_1.sh; Megatron's train_step all-reduces the "
+                 "gradients after the backward when DDP_impl is 'local' (megatron/training.py)",
+    },
+    "megatron-2022": {
+        "organisation": "NVIDIA",
+        "name": "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models (NVIDIA "
+                "ADLR; A100 Selene)",
+        "where": "the paper (arXiv 2205.05198): Table 3 (heads, hidden, layers, TP, PP, GPUs, global and micro batch), "
+                 "§6 (interleaved schedule m = 3 for 175B and 530B, s = 2048, V = 51200, 8 × 200 Gb/s HDR "
+                 "InfiniBand per 8-GPU node, no data parallelism), Table 5 (iteration time with full recompute "
+                 "without sequence parallelism, and with sequence parallelism + selective recompute), §6.3 (530B "
+                 "at 8-way data parallelism on 2240 GPUs: 39.15 s, gradient all-reduce not overlapped), §6.2 "
+                 "(backward tensor-parallel all-reduce overlapped with the weight-gradient matmuls)",
+    },
+    "bigscience": {
+        "organisation": "BigScience (Hugging Face, Microsoft DeepSpeed, IDRIS)",
+        "name": "BigScience BLOOM 176B training (Megatron-DeepSpeed on 384 A100 80GB, Jean Zay)",
+        "where": "github.com/bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm (TP 4, PP 12, 48 "
+                 "nodes × 8 GPUs, MBS 2, GBS 2048, seq 2048, hidden 14336, 70 layers, 112 heads, vocabulary padded "
+                 "to 250880, bf16, ALiBi, --checkpoint-activations, pp partition 'type:transformer|embedding', "
+                 "DeepSpeed BF16_Optimizer = ZeRO-1) and README.md (log line at iteration 85376: 104.70 s per "
+                 "iteration at global batch 2048; 8 GPUs per node on NVLink, 4 Omni-Path 100 Gb/s links per node; "
+                 "Megatron-LM dropout defaults 0.1 inherited; CUDA_LAUNCH_BLOCKING=1 'makes a tiny impact or no "
+                 "impact at all to the throughput')",
     },
     "llama3": {
+        "organisation": "Meta",
         "name": "Meta, The Llama 3 Herd of Models (2024), Table 4 (as shown in Balaji, SC'24)",
         "where": "glennklockwood.com/garden/llama-3.1 (GPUs, TP, CP, PP, tokens/batch, TFLOPS/GPU); "
                  "ai-papers.xuzou.cn/papers/llama3_2024 (H100 700 W 80 GB HBM3, 8 GPUs per server on NVLink, "
@@ -129,17 +167,28 @@ _NEMO_ASSUMED = ("NeMo 24.09 launcher config llama3.1_*.yaml is not in the sourc
 _TT = dict(kernels="eager", attention="flash", dropout=False)
 _TT_ASSUMED = ("torchtitan at the time ran eager (no torch.compile) with SDPA flash attention (FlashAttention-2 on "
                "A100); 8 GPUs per node; the inter-node network is not stated: 200 Gb/s per GPU assumed",)
-_MPT_H100 = dict(kernels="eager", attention="flash2", dropout=False)
-_MPT_A100 = dict(kernels="eager", attention="flash", dropout=False)
-_MPT_ASSUMED = ("Composer FSDP FULL_SHARD = ZeRO-3 over all GPUs; eager PyTorch modules with triton flash attention "
-                "(FlashAttention-2-class kernel); 8 GPUs per node",)
+# The stack of both llm-foundry tables (PR #543, Oct 2023): llm-foundry @061f2c7c setup.py pins mosaicml (Composer)
+# >=0.16.3,<0.17 and triton-pre-mlir; the MPT yamls set attn_impl: triton (flash_attn_triton.py); Composer
+# 0.16.3 mosaic_fsdp_utils.get_mixed_precision maps DEFAULT to param_dtype = buffer_dtype = the autocast dtype
+# and leaves reduce_dtype None, which FSDP takes as param_dtype (torch.distributed.fsdp.MixedPrecision): bf16
+# gathers and reduce-scatters, no per-forward weight cast; Composer 0.16.3 dist_strategy.py defaults
+# backward_prefetch to BACKWARD_POST; MPT's loss_fn defaults to fused_crossentropy (flash-attn xentropy).
+_MPT = dict(kernels="eager", attention="flash-triton", dropout=False, autocast_fp32_params=False,
+            fsdp_backward_prefetch="post", fused_loss=True)
+_MPT_ASSUMED = ("Composer FSDP FULL_SHARD = ZeRO-3 over all GPUs; eager PyTorch modules (low-precision LayerNorm, "
+                "GELU); 8 GPUs per node",
+                "stack read from the sources, not assumed: attn_impl triton = FlashAttention in pre-MLIR Triton "
+                "(yamls/pretrain/mpt-*.yaml, setup.py triton-pre-mlir); Composer 0.16.3 (setup.py) maps FSDP mixed "
+                "precision DEFAULT and PURE to bf16 parameters, gathers and reduce-scatters (mosaic_fsdp_utils.py) "
+                "and defaults backward_prefetch to BACKWARD_POST (dist_strategy.py); loss_fn fused_crossentropy "
+                "(models/mpt/modeling_mpt.py)")
 _MPT_H100_NET = ("the H100 cluster's network is not stated: 400 Gb/s per GPU assumed",)
 _MPT_A100_NET = ("1600 Gbps node-node interconnect (the table's title) = 200 Gb/s per GPU",)
 
 
 def _mpt(gpu: str, size: str, seq: int, n: int, mb: int, ga: int, ac: bool, tps: float, *, pure: bool) -> Run:
-    """One row of an llm-foundry table; ``pure``: Precision bf16 with MP Mode PURE (bf16 parameters), else
-    amp_bf16 with MP Mode DEFAULT (fp32 parameters under autocast, FSDP gathers fp32)."""
+    """One row of an llm-foundry table; ``pure``: Precision bf16 with MP Mode PURE, else amp_bf16 with MP Mode
+    DEFAULT (in Composer 0.16 both gather and reduce in bf16: _MPT)."""
     h100 = gpu == "h100"
     table = "H100 80GB BF16" if h100 else "A100 80GB"
     mode = "bf16 PURE" if pure else "amp_bf16 DEFAULT"
@@ -148,7 +197,7 @@ def _mpt(gpu: str, size: str, seq: int, n: int, mb: int, ga: int, ac: bool, tps:
                model=mpt(size, seq), device="H100-SXM5-80GB" if h100 else "A100-SXM4-80GB", num_devices=n,
                seq_len=seq, layout=_lay(n, mb, ga, recompute="full" if ac else "none"),
                published=("tokens_per_s_per_device", tps),
-               options={**(_MPT_H100 if h100 else _MPT_A100), "autocast_fp32_params": not pure},
+               options=dict(_MPT),
                scaleout_gbps=400.0 if h100 else 200.0,
                assumed=_MPT_ASSUMED + (_MPT_H100_NET if h100 else _MPT_A100_NET))
 
@@ -159,6 +208,85 @@ def _mpt_h100(size: str, seq: int, n: int, mb: int, ga: int, ac: bool, tps: floa
 
 def _mpt_a100(size: str, seq: int, n: int, mb: int, ga: int, ac: bool, tps: float, pure: bool = False) -> Run:
     return _mpt("a100", size, seq, n, mb, ga, ac, tps, pure=pure)
+
+
+def gpt(name: str, heads: int, hidden: int, layers: int) -> ModelSpec:
+    """A GPT-3-style model as Megatron-LM builds it: LayerNorm, GELU MLP 4h, learned positions, biases, tied
+    embeddings, vocabulary 51200, context 2048 (the papers' s and V)."""
+    return get_preset("gpt3-175b").replace(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
+                                           ffn_hidden_size=4 * hidden, vocab_size=51200, max_seq_len=2048)
+
+
+#: Narayanan et al. 2021 Table 1 + examples/sc21/run_table_1.sh: (size, heads, hidden, layers, TP, PP, GPUs, GBS,
+#: MBS, layers per virtual stage or None, DDP_impl, aggregate PFLOP/s)
+_SC21_TABLE_1 = [
+    ("1.7b", 24, 2304, 24, 1, 1, 32, 512, 16, None, "torch", 4.4),
+    ("3.6b", 32, 3072, 30, 2, 1, 64, 512, 16, None, "torch", 8.8),
+    ("7.5b", 32, 4096, 36, 4, 1, 128, 512, 16, None, "torch", 18.2),
+    ("18b", 48, 6144, 40, 8, 1, 256, 1024, 8, None, "torch", 34.6),
+    ("39b", 64, 8192, 48, 8, 2, 512, 1536, 4, None, "local", 70.8),
+    ("76b", 80, 10240, 60, 8, 4, 1024, 1792, 2, 5, "local", 143.8),
+    ("145b", 96, 12288, 80, 8, 8, 1536, 2304, 2, 5, "local", 227.1),
+    ("310b", 128, 16384, 96, 8, 16, 1920, 2160, 1, 3, "local", 297.4),
+    ("530b", 128, 20480, 105, 8, 35, 2520, 2520, 1, 1, "local", 410.2),
+    ("1t", 160, 25600, 128, 8, 64, 3072, 3072, 1, None, "local", 502.0),
+]
+_MEGATRON_2021 = ("Megatron-LM 2021 stack: unfused (math) attention with the fused scale-mask-softmax, fused "
+                  "LayerNorm and bias-GeLU kernels, dropout 0.1; tensor-parallel all-reduces exposed; pipeline "
+                  "sends between nodes use the scatter/gather optimization (on by default, §4.1)",
+                  "Selene: 8 A100 per node on NVSwitch, 8 × 200 Gb/s HDR InfiniBand per node (Korthikanti et al. "
+                  "2022 §6) = 200 Gb/s per GPU")
+
+
+def _sc21(size: str, heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, gbs: int, mbs: int,
+          per_virtual: int | None, ddp: str, pflops: float) -> Run:
+    dp = gpus // (tp * pp)
+    vp = 1 if per_virtual is None else layers // pp // per_virtual
+    return Run(id=f"megatron-{size}-{gpus}xa100", source="megatron-sc21", split="holdout",
+               row=f"Table 1: {size} ({layers} layers, h {hidden}, {heads} heads), TP {tp}, PP {pp}, {gpus} GPUs, "
+                   f"batch {gbs}: {pflops} PFLOP/s; run_table_1.sh MBS {mbs}"
+                   + (f", {per_virtual} layers per virtual stage" if per_virtual else "") + f", DDP {ddp}",
+               model=gpt(f"gpt-{size}", heads, hidden, layers), device="A100-SXM4-80GB", num_devices=gpus,
+               seq_len=2048, layout=_lay(dp, mbs, gbs // (dp * mbs), tp=tp, pp=pp, vp=vp, zero=0, recompute="full"),
+               published=("megatron_pflops_total", pflops), scaleout_gbps=200.0,
+               options=dict(kernels="fused", attention="math", dropout=True, pp_scatter_gather=True,
+                            grad_reduce_overlap=ddp == "torch"),
+               assumed=(*_MEGATRON_2021, "DDP torch overlaps the gradient all-reduce with the last backward (buckets); "
+                        "DDP local all-reduces after it", "plain 1F1B where run_table_1.sh sets no virtual stages"))
+
+
+#: Korthikanti et al. 2022 Table 3 + Table 5: (size, heads, hidden, layers, PP, GPUs, interleaving m, iteration s
+#: with full recompute, iteration s with sequence parallelism + selective recompute); TP 8, MBS 1 (22B: 4),
+#: global batch = GPUs (22B: 4), no data parallelism
+_K22_TABLE_5 = [
+    ("22b", 64, 6144, 48, 1, 8, 1, 1.42, 1.10),
+    ("175b", 96, 12288, 96, 8, 64, 3, 18.13, 13.75),
+    ("530b", 128, 20480, 105, 35, 280, 3, 49.05, 37.83),
+    ("1t", 160, 25600, 128, 64, 512, 1, 94.42, 71.49),
+]
+
+
+def _k22(size: str, heads: int, hidden: int, layers: int, pp: int, gpus: int, vp: int, seconds: float, *,
+         present: bool, dp: int = 1) -> Run:
+    mbs = 4 if size == "22b" else 1
+    gbs = 4 if size == "22b" else gpus  # per model replica
+    how = "sequence parallelism + selective recompute" if present else "full recompute, no sequence parallelism"
+    row = (f"Table 3/5: {size}, TP 8, PP {pp}, {gpus} GPUs, global batch {gbs}, micro-batch {mbs}"
+           + (f", interleaved m = {vp}" if vp > 1 else "") + f", {how}: {seconds} s/iteration")
+    if dp > 1:
+        row = (f"§6.3: {size} at {dp}-way data parallelism on {gpus * dp} GPUs, batch {gbs * dp} per iteration "
+               f"({how}, gradient all-reduce not overlapped): {seconds} s/iteration")
+    return Run(id=f"korthikanti-{size}-{'sp-sel' if present else 'full'}-{gpus * dp}xa100", source="megatron-2022",
+               split="holdout", row=row, model=gpt(f"gpt-{size}", heads, hidden, layers), device="A100-SXM4-80GB",
+               num_devices=gpus * dp, seq_len=2048,
+               layout=_lay(dp, mbs, gbs // mbs, tp=8, pp=pp, vp=vp, zero=0, recompute="selective" if present else "full",
+                           sp=present),
+               published=("step_time_s", seconds), scaleout_gbps=200.0,
+               options=dict(kernels="fused", attention="math", dropout=True, tp_backward_overlap=True,
+                            pp_scatter_gather=True, grad_reduce_overlap=False),
+               assumed=("Megatron-LM 2022 stack: unfused (math) attention with the fused softmax, fused LayerNorm/"
+                        "bias-GeLU/bias-dropout-add, dropout 0.1; selective recompute = the attention core (§5)",
+                        _MEGATRON_2021[1]))
 
 
 _LLAMA3_WHY = ("the layout is incomplete in our sources: the pipeline schedule (virtual stages, the uneven split of "
@@ -235,18 +363,26 @@ TRAINING: list[Run] = [
     _mpt_a100("7b", 8192, 8, 8, 2, True, 3206),
     _mpt_a100("7b", 2048, 8, 6, 2, False, 4641),
     _mpt_a100("1b", 2048, 8, 14, 4, False, 20513),
-    # ---- Megatron-LM SC21 (holdout)
-    Run(id="megatron-1t-3072xa100", source="megatron-sc21", split="holdout",
-        row="1T (128 layers, h 25600, 160 heads), TP 8, PP 64, DP 6, MBS 1, GBS 3072, seq 2048: 502 PFLOP/s on 3072 GPUs",
-        model=get_preset("gpt3-175b").replace(name="gpt-1t", num_layers=128, hidden_size=25600, num_heads=160,
-                                             ffn_hidden_size=4 * 25600, vocab_size=51200, max_seq_len=2048),
-        device="A100-SXM4-80GB", num_devices=3072, seq_len=2048,
-        layout=_lay(6, 1, 512, tp=8, pp=64, zero=0, recompute="full"),
-        published=("megatron_pflops_total", 502.0), scaleout_gbps=200.0,
-        options=dict(kernels="fused", attention="math", dropout=True),
-        assumed=("2021 Megatron: unfused (math) attention with fused softmax, fused LayerNorm/bias-GeLU kernels, "
-                 "dropout 0.1, plain 1F1B (no virtual stages for 1T in run_table_1.sh), gradient all-reduce (no ZeRO)",
-                 "Selene's network is not in our sources: 200 Gb/s per GPU assumed; 8 GPUs per node")),
+    # ---- Megatron-LM SC21 Table 1 and Korthikanti et al. 2022 (holdout)
+    *[_sc21(*row) for row in _SC21_TABLE_1],
+    *[_k22(*row[:7], row[7 + present], present=present) for row in _K22_TABLE_5 for present in (False, True)],
+    _k22("530b", 128, 20480, 105, 35, 280, 3, 39.15, present=True, dp=8),
+    # ---- BigScience BLOOM 176B (holdout)
+    Run(id="bloom-176b-384xa100", source="bigscience", split="holdout",
+        row="tr11-176B-ml: TP 4, PP 12, DP 8, MBS 2, GBS 2048, iteration 85376: 104.70 s/iteration (149.77 TFLOPs)",
+        model=get_preset("gpt3-175b").replace(name="bloom-176b", num_layers=70, hidden_size=14336, num_heads=112,
+                                              ffn_hidden_size=4 * 14336, vocab_size=250880, max_seq_len=2048),
+        device="A100-SXM4-80GB", num_devices=384, seq_len=2048,
+        layout=_lay(8, 2, 128, tp=4, pp=12, zero=1, recompute="full"), published=("step_time_s", 104.70),
+        scaleout_gbps=50.0,
+        options=dict(kernels="fused", attention="math", dropout=True, pp_embedding_as_layer=True,
+                     grad_reduce_overlap=False),
+        assumed=("Megatron-DeepSpeed 2022 stack: unfused (math) attention with the fused softmax, fused LayerNorm and "
+                 "bias-GeLU kernels; tensor-parallel all-reduces exposed; DeepSpeed's pipeline engine reduces the "
+                 "gradients after the last micro-batch (not overlapped); no pipeline scatter/gather",
+                 "ALiBi modelled as learned positions (2048·h = 0.02% more parameters; ALiBi's bias add is inside "
+                 "the fused softmax); the embedding LayerNorm is left out (one norm per sequence position)",
+                 "4 × 100 Gb/s Omni-Path per 8-GPU node = 50 Gb/s per GPU")),
     # ---- Llama 3 paper, Table 4 (holdout)
     Run(id="llama3-405b-8192xh100", source="llama3", split="not-counted", why=_LLAMA3_WHY,
         row="8,192 GPUs, TP 8, CP 1, PP 16, 16M tokens/batch: 430 TFLOPS/GPU",
@@ -272,6 +408,7 @@ TRAINING: list[Run] = [
 
 # ---- serving (prefill and decode) ---------------------------------------------------------------------------
 SOURCES["nim"] = {
+    "organisation": "NVIDIA",
     "name": "NVIDIA NIM LLM benchmarking (TensorRT-LLM engine), AIPerf client",
     "where": "docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance (.md): Llama-3.3-70b-instruct, Version 1.8.0, "
              "2 x H100 80G, fp8 TP2, '5000 Input Tokens / 500 Output Tokens' and '500 Input Tokens / 2000 Output "

@@ -12,7 +12,7 @@ from accelkit.plan.calibrate import efficiency
 from accelkit.plan.fitted import FIT_SOURCE, sustained_tensor
 from accelkit.plan.memory import ACT_BYTES, INFER_WEIGHT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
-from accelkit.plan.priors import Efficiency, family
+from accelkit.plan.priors import FLASH_TRITON_SOURCE, OVERLAP_SOURCE, Efficiency, family
 
 #: tokens per training step when no global batch is given (~4 Mi tokens; GPT-3 175B used 3.2 M)
 DEFAULT_STEP_TOKENS = 4 * 2**20
@@ -56,6 +56,7 @@ class PlanContext:
     embedding_params: float = 0.0
     head_params: float = 0.0
     layer_matmul_active: float = 0.0
+    column_share: float = 0.5  # of a layer's matmul weights in column-parallel layers (QKV, MLP in): their dW window
     cnn: dict[str, Any] | None = None  # traced per-sample figures for CNNs
     peak_16: float = 0.0  # dense 16-bit peak: attention runs in bf16/fp16 even when matmuls run in fp8
     sustained: float = 1.0  # fitted.py: sustained tensor-core factor of this device's generation
@@ -119,6 +120,7 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
     else:
         ctx.layer_params, ctx.layer_expert_params, ctx.embedding_params, ctx.head_params = _split_params(model)
         ctx.layer_matmul_active = float(F.layer_matmul_params(model))
+        ctx.column_share = F.column_parallel_params(model) / ctx.layer_matmul_active
     ctx.assumptions += _base_assumptions(ctx)
     return ctx
 
@@ -134,7 +136,8 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         "dense peak (recomputation excluded)",
         f"attention kernel: {o.attention}" + (" (unfused, full s² scores through memory)" if o.attention == "math" else
                                              " (causal flash executes ½ of the counted attention FLOPs, backward "
-                                             "recomputes QKᵀ: 3.5× the forward FLOPs per step)"),
+                                             "recomputes QKᵀ: 3.5× the forward FLOPs per step)")
+        + (f"; {FLASH_TRITON_SOURCE}" if o.attention == "flash-triton" else ""),
         f"sustained tensor-core factor {ctx.sustained:.3f} × the matmul and attention efficiencies above (free "
         f"parameter, {ctx.sustained_source}: {FIT_SOURCE})",
         f"memory-bound kernels: {o.kernels} stack (accelkit/plan/kernels.py: bytes per token of every norm, residual "
@@ -145,9 +148,15 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         f"communication: ring collectives inside a node (one-direction link bandwidth × efficiency); groups that span "
         f"nodes run two-level, pipelined, every GPU on its own NIC at {ctx.cluster.scaleout_bandwidth_bytes_per_s / 1e9:g} "
         "GB/s; tensor-parallel collectives " + ("overlap the layer's matmuls" if o.tp_comm_overlap else "are exposed")
-        + "; pipeline sends are exposed, the interleaved 1F1B bubble is (pp−1)/vp stage-micro-batches; context-"
-        "parallel K/V exchange hides behind attention; ZeRO 0-2 gradient reduction overlaps the last micro-batch's "
-        "backward, ZeRO-3 gathers/scatters every micro-batch one layer ahead — only the excess is exposed",
+        + ("" if o.tp_comm_overlap or not o.tp_backward_overlap else " (the backward ones behind the "
+                                                                      "weight-gradient matmuls)")
+        + "; pipeline sends are exposed" + (" (scatter/gather: 1/tp across nodes)" if o.pp_scatter_gather else "")
+        + ", the interleaved 1F1B bubble is (pp−1)/vp stage-micro-batches; context-parallel K/V exchange hides "
+        "behind attention; ZeRO 0-2 gradient reduction " + ("overlaps the last micro-batch's backward"
+                                                            if o.grad_reduce_overlap else "runs after the backward")
+        + ", ZeRO-3 gathers/scatters every micro-batch one layer ahead"
+        + (" (backward gathers exposed: BACKWARD_POST)" if o.fsdp_backward_prefetch == "post" else "")
+        + f" — only the excess is exposed; {OVERLAP_SOURCE}",
     ]
     if d.tdp_w:
         out.append(f"energy ESTIMATED from TDP {d.tdp_w:g} W × activity factor {o.activity_factor:g} (assumed, "

@@ -1,8 +1,9 @@
 """The time model's free parameters: the only numbers set from training runs rather than from a datasheet,
 a paper's kernel benchmark or a probe. Each is one global constant — not per model, not per run — and
 was fitted by ``benchmarks/plan_validation.py --fit`` on the runs marked ``"calibration"`` in that script
-(NVIDIA's DGX Cloud benchmarks and torchtitan's published tables). The runs marked ``"holdout"`` (MosaicML
-llm-foundry, Llama 3) were never used to set them; docs/validation.md reports the error on each set and
+(NVIDIA's DGX Cloud benchmarks for H100, torchtitan's published tables for A100: one source per GPU
+generation). The runs marked ``"holdout"`` (MosaicML llm-foundry, Megatron-LM SC21 and 2022, BLOOM) were
+never used to set them; docs/validation.md reports the error on each set and
 ``tests/unit/test_plan_validation.py`` checks that these values are what the fit returns.
 """
 
@@ -11,11 +12,12 @@ from __future__ import annotations
 #: sustained tensor-core efficiency inside a full step / the isolated best (MAMF or the probe's matmul, and
 #: the flash-attention papers' kernel figures), per GPU generation: clocks that drop under a whole step's
 #: power draw (a 700 W H100 throttles more than a 400 W A100), real GEMM shapes and layouts (transposed
-#: operands in backward), SMs shared with overlapped collectives. Fitted per generation on that
-#: generation's calibration runs; H200 shares H100's chip; other devices take DEFAULT_SUSTAINED (ASSUMED).
-SUSTAINED_TENSOR: dict[str, float] = {"A100": 0.84, "H100": 0.745}
+#: operands in backward). (Compute slowed by overlapped collectives is a sourced prior of its own,
+#: priors.OVERLAP_SLOWDOWN.) Fitted per generation on that generation's calibration runs; H200 shares
+#: H100's chip; other devices take DEFAULT_SUSTAINED (ASSUMED).
+SUSTAINED_TENSOR: dict[str, float] = {"A100": 0.86, "H100": 0.765}
 SUSTAINED_TENSOR_ALIASES = {"H200": "H100", "GH200": "H100"}
-DEFAULT_SUSTAINED = 0.745
+DEFAULT_SUSTAINED = 0.765
 
 
 def sustained_tensor(family: str | None) -> tuple[float, str]:

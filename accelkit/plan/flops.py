@@ -27,6 +27,13 @@ def layer_matmul_params(model: ModelSpec, *, active: bool = True) -> int:
     return attn + expert * experts + h * model.num_experts  # type: ignore[operator]
 
 
+def column_parallel_params(model: ModelSpec) -> int:
+    """Weights of the layers Megatron splits by columns (Q, K, V and the MLP's input projections): in backward
+    their weight-gradient matmuls run while the input gradient is all-reduced."""
+    h, q, kv, f = model.hidden_size, model.num_heads * model.head_size, model.kv_heads * model.head_size, model.ffn_hidden_size
+    return h * q + 2 * h * kv + (2 if model.gated_mlp else 1) * h * f * (model.experts_per_token or 1)
+
+
 def head_matmul_params(model: ModelSpec) -> int:
     """The output projection to the vocabulary (tied or not, the matmul happens)."""
     return model.vocab_size * model.hidden_size if model.kind in ("decoder", "moe") else 0

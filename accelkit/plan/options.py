@@ -13,10 +13,11 @@ from accelkit.core.spec import Spec, spec_field
 class PlanOptions(Spec):
     """Knobs of the planner's model of the system (not of the workload)."""
 
-    attention: Literal["flash", "flash2", "math"] = spec_field(
+    attention: Literal["flash", "flash2", "flash-triton", "math"] = spec_field(
         "flash", doc="Attention kernel: flash (the device generation's best fused kernel: FlashAttention-3/cuDNN on "
-                     "Hopper, FlashAttention-2 on Ampere), flash2 (FlashAttention-2 everywhere) or math (unfused, "
-                     "s² scores in memory, e.g. Megatron 2022)."
+                     "Hopper, FlashAttention-2 on Ampere), flash2 (FlashAttention-2 everywhere), flash-triton "
+                     "(FlashAttention in pre-MLIR Triton, e.g. MPT's attn_impl triton: FA2 ÷ 1.83) or math "
+                     "(unfused, s² scores in memory, e.g. Megatron 2022)."
     )
     kernels: Literal["eager", "fused"] = spec_field(
         "eager", doc="eager: PyTorch eager modules (HF, torchtitan: RMSNorm upcasts in 6 kernels, rotate_half rotary); "
@@ -26,12 +27,39 @@ class PlanOptions(Spec):
         None, doc="Dropout in training; None = the architecture's Hugging Face default (GPT-2, BERT, ViT: on)."
     )
     autocast_fp32_params: bool = spec_field(
-        False, doc="Autocast over fp32 parameters (PyTorch AMP; Composer amp_bf16 with FSDP mixed precision DEFAULT): "
-                   "each forward casts every weight (read 4 B, write 2 B) and FSDP gathers fp32."
+        False, doc="Autocast over fp32 parameters (PyTorch AMP without FSDP param_dtype; Composer ≤ 0.13 FSDP mixed "
+                   "precision DEFAULT): each forward casts every weight (read 4 B, write 2 B) and FSDP gathers fp32."
+    )
+    fsdp_backward_prefetch: Literal["pre", "post"] = spec_field(
+        "pre", doc="ZeRO-3/FSDP backward all-gather: pre (BACKWARD_PRE, FSDP1's default; FSDP2) overlaps the next "
+                   "gather with the current gradient computation; post (BACKWARD_POST, Composer's FSDP default) "
+                   "issues it after, so backward waits for every gather (torch.distributed.fsdp.BackwardPrefetch)."
+    )
+    fused_loss: bool | None = spec_field(
+        None, doc="Cross-entropy in one fused kernel (read logits, write their gradient); None = as the kernel stack "
+                  "(fused: yes, eager: fp32 log-softmax in separate kernels)."
     )
     tp_comm_overlap: bool = spec_field(
         False, doc="Tensor-parallel collectives overlap the neighbouring matmuls (Transformer Engine userbuffers); "
                    "off: they are exposed."
+    )
+    tp_backward_overlap: bool = spec_field(
+        False, doc="Only the backward tensor-parallel collectives overlap, with the weight-gradient matmuls of the "
+                   "column-parallel layers (Megatron-LM's async all-reduce, Korthikanti et al. 2022 §6.2)."
+    )
+    pp_scatter_gather: bool = spec_field(
+        False, doc="Pipeline sends between nodes carry 1/tp of the activation each and are all-gathered over the "
+                   "scale-up fabric (Megatron-LM's scatter/gather, Narayanan et al. 2021 §4.1); sequence "
+                   "parallelism already splits them."
+    )
+    pp_embedding_as_layer: bool = spec_field(
+        False, doc="The pipeline partition counts the embedding and the LM head as one block each, so the first and "
+                   "last stages hold one block fewer (Megatron-DeepSpeed --pp-partition-method "
+                   "'type:transformer|embedding'); off: L/pp blocks per stage, the head added to the last."
+    )
+    grad_reduce_overlap: bool = spec_field(
+        True, doc="ZeRO 0-2: the gradient reduction overlaps the last micro-batch's backward (bucketed, PyTorch DDP); "
+                  "off: it runs after the backward, exposed (Megatron-LM 2021-22 local DDP)."
     )
     activity_factor: float = spec_field(
         0.75, min=0.0, max=1.0, doc="Average power as a fraction of TDP (energy = TDP × factor × time)."

@@ -50,6 +50,27 @@ FLASH_BLOCK = 128
 #: no published figure: half the matmul efficiency, labelled ASSUMED in the plan
 DEFAULT_ATTENTION_OF_COMPUTE = 0.5
 
+#: FlashAttention written in Triton before Triton's MLIR backend (flash_attn_triton.py of the flash-attention
+#: repository, "tested with triton==2.0.0.dev20221202", "only tested on A100"; MosaicML llm-foundry's
+#: ``attn_impl: triton`` runs it through the triton-pre-mlir package, on Ampere and Hopper alike: no
+#: Hopper instructions). The FA2 paper (arXiv 2307.08691, §4.1) measures FlashAttention-2 "around
+#: 1.3-1.5× faster than FlashAttention in Triton in the forward pass and around 2× faster in the backward
+#: pass". With the backward at 2.5× the forward FLOPs, the fwd+bwd time ratio is 1/3.5·1.4 + 2.5/3.5·2 =
+#: 1.83 whatever the two passes' own rates (±0.03 over 1.3-1.5 and forward/backward rates 0.63-0.73 of
+#: peak): the kernel runs at FlashAttention-2's efficiency of the same generation ÷ 1.83.
+FLASH_TRITON_SLOWDOWN = (1.4 + 2.5 * 2.0) / 3.5
+FLASH_TRITON_SOURCE = ("FlashAttention in pre-MLIR Triton (flash_attn_triton.py; llm-foundry attn_impl triton): "
+                       "FlashAttention-2's efficiency ÷ 1.83 — the FA2 paper (arXiv 2307.08691 §4.1) measures FA2 "
+                       "1.3-1.5× faster forward and ~2× faster backward than it")
+
+#: compute that runs while a collective runs beside it is slower: NCCL kernels take SMs and HBM bandwidth.
+#: Lee et al. 2025 (arXiv 2507.03114, "Characterizing Compute-Communication Overlap in GPU-Accelerated
+#: Distributed Deep Learning", A100/H100/MI250/MI210, GPT and LLaMA): "overlapping computation and
+#: communication can result in an average computational slowdown of 18.9%, with a maximum of 40.0%"
+OVERLAP_SLOWDOWN = 0.189
+OVERLAP_SOURCE = ("compute overlapped with a collective runs 18.9% slower (Lee et al. 2025, arXiv 2507.03114: "
+                  "average over A100/H100/MI250/MI210, GPT and LLaMA; max 40%)")
+
 #: memory-bound kernels achieved / ideal HBM bandwidth: FasterTransformer 13B on A100, 16.7 ms ideal vs 22.0
 MEMORY = 16.7 / 22.0
 MEMORY_SOURCE = "kipply's inference arithmetic via llm-analysis: FT 13B A100 decode 16.7 ms ideal / 22.0 ms measured"

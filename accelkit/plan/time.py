@@ -3,28 +3,34 @@
 Per layer and micro-batch, on one device, the kernels of a stream run one after another:
 
 * **matmuls** at dense peak × GEMM efficiency (MAMF or the probe) × the sustained factor (fitted.py);
-* **attention** (flash) at dense peak × the flash-attention efficiency of the device generation, with the
-  causal kernel's diagonal blocks computed in full (useful fraction s/(s+128)); unfused ("math") attention
-  runs its two score matmuls at GEMM efficiency and moves the s² scores through memory;
+* **attention** (flash) at dense peak × the flash-attention efficiency of the device generation and kernel
+  (``options.attention``: the generation's best, FlashAttention-2, or the pre-MLIR Triton kernel at FA2 ÷ 1.83),
+  with the causal kernel's diagonal blocks computed in full (useful fraction s/(s+128)); unfused ("math")
+  attention runs its two score matmuls at GEMM efficiency and moves the s² scores through memory;
 * **memory-bound kernels** (norms, residual adds, rotary, activation, dropout, copies; the loss over the
   logits; the optimizer step) move their bytes (kernels.py) at HBM bandwidth × memory efficiency;
 * the **host** launches every kernel; a layer whose kernels run shorter than their launch cost waits for it.
 
-Communication, with what overlaps it:
+Communication, with what overlaps it. A collective hidden behind compute is not free: the compute beside it
+runs slower (NCCL takes SMs and HBM bandwidth), by priors.OVERLAP_SLOWDOWN of the hidden time (``overlapped``):
 
 * tensor parallel: 2 all-reduces (or all-gather + reduce-scatter under sequence parallelism) forward and 2
   backward per layer (+2 with full recompute); exposed, unless ``tp_comm_overlap`` hides them behind the
-  layer's matmuls;
+  layer's matmuls, or ``tp_backward_overlap`` hides the 2 backward ones behind the column-parallel layers'
+  weight-gradient matmuls (Megatron-LM 2022);
 * context parallel (ring attention): K and V chunks travel cp−1 hops forward, K, V and their gradients
   backward; hidden behind the attention kernels, only the excess is exposed;
-* pipeline: one activation send forward and one gradient send backward per chunk boundary (not overlapped);
-  the interleaved 1F1B bubble is (pp−1)/vp stage-micro-batches (Narayanan et al. 2021);
+* pipeline: one activation send forward and one gradient send backward per chunk boundary (not overlapped;
+  with ``pp_scatter_gather`` 1/tp of it crosses nodes and is all-gathered inside the node); the interleaved
+  1F1B bubble is (pp−1)/vp stage-micro-batches (Narayanan et al. 2021);
 * data parallel, ZeRO 0-2: gradients are reduced (all-reduce, or reduce-scatter + all-gather of the updated
   weights) once per step, bucketed during the last micro-batch's backward — only the part longer than
-  that backward is exposed (the all-gather of ZeRO 1/2 hides behind the next forward the same way);
+  that backward is exposed (the all-gather of ZeRO 1/2 hides behind the next forward the same way); with
+  ``grad_reduce_overlap`` off (Megatron's local DDP, DeepSpeed's pipeline engine) all of it is exposed;
 * ZeRO 3 / FSDP: every micro-batch all-gathers each layer's weights for forward and again for backward and
   reduce-scatters its gradients, prefetched one layer ahead — exposed are the layers whose traffic outlasts
-  their compute, plus the first gather and the last reduce-scatter, which nothing hides.
+  their compute, plus the first gather and the last reduce-scatter, which nothing hides; with
+  ``fsdp_backward_prefetch="post"`` (FSDP1 BACKWARD_POST) every backward gather waits in the open.
 
 Collectives inside a node run over the scale-up fabric, groups that span nodes run two-level (comm.py).
 
@@ -43,7 +49,7 @@ from accelkit.plan.context import PlanContext, kv_element_bytes
 from accelkit.plan.kernels import layer_traffic, loss_bytes_per_token, math_attention_bytes
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import DROPOUT_FAMILIES, TRAIN_WEIGHT_BYTES, optimizer_bytes_per_param
-from accelkit.plan.priors import COLLECTIVE_LATENCY_S, FLASH_BLOCK
+from accelkit.plan.priors import COLLECTIVE_LATENCY_S, FLASH_BLOCK, FLASH_TRITON_SLOWDOWN, OVERLAP_SLOWDOWN
 
 #: host link for optimizer offload (PCIe 4.0 x16 ≈ 25 GB/s effective per direction): assumed
 OFFLOAD_BANDWIDTH = 25e9
@@ -57,13 +63,25 @@ BACKWARD_SHARE = 2.0 / 3.0
 TIME_KEYS = ("compute", "memory", "communication", "bubble", "launch")
 
 
+def stage_layers(ctx: PlanContext, layout: Layout) -> int:
+    """Transformer blocks on the most loaded pipeline stage: ceil(L/pp), or with the embedding and the head each
+    counted as one block in the partition (``options.pp_embedding_as_layer``) ceil((L+2)/pp) on a middle stage and
+    one fewer beside the embedding or the head."""
+    pp = layout.pp
+    if pp > 1 and ctx.options.pp_embedding_as_layer:
+        return -(-(ctx.model.num_layers + 2) // pp)
+    return -(-ctx.model.num_layers // pp)
+
+
 def stage_params(ctx: PlanContext, layout: Layout) -> float:
     """Parameters on one device of the heaviest pipeline stage."""
     if ctx.cnn is not None:
         return float(ctx.model.num_params())
-    layers = -(-ctx.model.num_layers // layout.pp)  # uneven stages: the heaviest has ceil(L/pp)
+    layers = stage_layers(ctx, layout)  # uneven stages: the heaviest
     per_layer = ctx.layer_params + ctx.layer_expert_params / layout.ep
     ends = ctx.embedding_params + ctx.head_params if layout.pp == 1 else max(ctx.embedding_params, ctx.head_params)
+    if layout.pp > 1 and ctx.options.pp_embedding_as_layer:
+        return max(layers * per_layer, (layers - 1) * per_layer + ends) / layout.tp
     return (layers * per_layer + ends) / layout.tp
 
 
@@ -74,10 +92,19 @@ def tensor_flop_s(ctx: PlanContext) -> float:
 
 def attention_flop_s(ctx: PlanContext, seq: int, *, causal: bool) -> float:
     """Flash-attention FLOP/s (useful FLOPs) at query/key length ``seq``."""
-    eff = ctx.efficiency
-    base = eff.flash2 if ctx.options.attention == "flash2" else eff.attention
+    eff, kernel = ctx.efficiency, ctx.options.attention
+    base = eff.attention if kernel == "flash" else eff.flash2
+    if kernel == "flash-triton":
+        base /= FLASH_TRITON_SLOWDOWN
     useful = seq / (seq + FLASH_BLOCK) if causal else 1.0
     return ctx.peak_16 * base * ctx.sustained * useful
+
+
+def overlapped(comm_s: float, window_s: float) -> float:
+    """Time a collective of ``comm_s`` adds when it runs beside ``window_s`` of compute: the part longer than the
+    window, plus the slowdown of the compute it shares the GPU with (priors.OVERLAP_SLOWDOWN)."""
+    hidden = min(comm_s, window_s)
+    return comm_s - hidden + OVERLAP_SLOWDOWN * hidden
 
 
 def byte_s(ctx: PlanContext) -> float:
@@ -134,16 +161,19 @@ def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     launch = max(0.0, host - gpu)
 
     tp_links = links(ctx, tp, 1)
-    tp_comm = (4 + (2 if full else 0)) * tp_links.all_reduce_s(e * tokens * m.hidden_size)
+    tp_one = tp_links.all_reduce_s(e * tokens * m.hidden_size)  # or its all-gather + reduce-scatter under sp
+    tp_comm = (4 + (2 if full else 0)) * tp_one
     if o.tp_comm_overlap:
-        tp_comm = max(0.0, tp_comm - gemm)
+        tp_comm = overlapped(tp_comm, gemm)
+    elif o.tp_backward_overlap and tp > 1:  # the 2 backward collectives hide behind the column-parallel dW matmuls
+        tp_comm = (2 + (2 if full else 0)) * tp_one + overlapped(2 * tp_one, ctx.column_share * matmul_fwd / flop_s)
     cp_comm = 0.0
     if cp > 1:
         kv_local = max(m.kv_heads / tp, 1) * m.head_size
         hop = tokens * 2 * kv_local * e  # this rank's K and V chunk
         cp_links = links(ctx, cp, tp)
         ring = (cp - 1) * cp_links.p2p_s(hop) * (1 + 2 + (1 if full else 0))  # fwd; bwd: K,V and dK,dV
-        cp_comm = max(0.0, ring - attention)
+        cp_comm = overlapped(ring, attention)
     ep_comm = 0.0
     if layout.ep > 1:
         ep_links = links(ctx, layout.ep, tp * cp)
@@ -151,16 +181,30 @@ def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
         ep_comm = 4 * ep_links.all_to_all_s(routed)
 
     # ---- one stage (the heaviest: ceil(L/pp) layers, plus the LM head on the last), one micro-batch
-    layers = -(-m.num_layers // pp)
+    layers = stage_layers(ctx, layout)
     head_gemm = 6.0 * tokens * F.head_matmul_params(m) / tp / flop_s
-    head_mem = tokens * (loss_bytes_per_token(m, e=e, stack=o.kernels) / tp + 4 * e * m.hidden_size / sp) / bw
-    st_compute = layers * (gemm + attention) + head_gemm
-    st_memory = layers * memory + head_mem
-    st_launch = layers * launch
-    st_comm = layers * (tp_comm + cp_comm + ep_comm)
+    fused_loss = o.kernels == "fused" if o.fused_loss is None else o.fused_loss
+    head_mem = tokens * (loss_bytes_per_token(m, e=e, stack="fused" if fused_loss else "eager") / tp
+                         + 4 * e * m.hidden_size / sp) / bw
+    blocks = layers
+    if pp > 1 and o.pp_embedding_as_layer:  # the head shares its stage with one block fewer: the heavier one runs
+        block = gemm + attention + memory + launch + tp_comm + cp_comm + ep_comm
+        if block >= head_gemm + head_mem:
+            head_gemm = head_mem = 0.0
+        else:
+            blocks = layers - 1
+    st_compute = blocks * (gemm + attention) + head_gemm
+    st_memory = blocks * memory + head_mem
+    st_launch = blocks * launch
+    st_comm = blocks * (tp_comm + cp_comm + ep_comm)
     if pp > 1:
         pp_links = links(ctx, pp, tp * cp * layout.dp)
-        st_comm += 2 * vp * pp_links.p2p_s(e * tokens * m.hidden_size / sp)
+        act = e * tokens * m.hidden_size / sp
+        if o.pp_scatter_gather and sp == 1 and tp > 1 and pp_links.spans_nodes:
+            send = pp_links.p2p_s(act / tp) + tp_links.all_gather_s(act)
+        else:
+            send = pp_links.p2p_s(act)
+        st_comm += 2 * vp * send
     stage = st_compute + st_memory + st_launch + st_comm
     mb = layout.grad_accum
 
@@ -188,17 +232,22 @@ def _dp_exposed(ctx: PlanContext, layout: Layout, params: float, layers: int, st
     if layout.zero >= 3:  # per micro-batch: gather for forward and backward, reduce-scatter the gradients
         gather = dp_links.all_gather_s(params * (4.0 if ctx.options.autocast_fp32_params else ctx.weight_bytes))
         scatter = dp_links.reduce_scatter_s(grad_bytes)
-        per_mb = 2 * gather + scatter
         units = max(1, layers)
-        exposed = max(0.0, per_mb - stage) + (gather + scatter) / units  # the first gather, the last scatter
+        edges = (gather + scatter) / units  # the first gather and the last scatter: nothing to hide behind
+        if ctx.options.fsdp_backward_prefetch == "post":
+            # BACKWARD_POST: a layer's backward gather is issued after the next layer's gradient computation and
+            # queues on the one NCCL stream behind its reduce-scatter: every backward gather waits in the open
+            exposed = gather + overlapped(gather + scatter, stage) + edges
+        else:
+            exposed = overlapped(2 * gather + scatter, stage) + edges
         return layout.grad_accum * exposed
-    backward = BACKWARD_SHARE * st_compute
+    backward = BACKWARD_SHARE * st_compute if ctx.options.grad_reduce_overlap else 0.0
     if layout.zero == 0:
-        return max(0.0, dp_links.all_reduce_s(grad_bytes) - backward)
+        return overlapped(dp_links.all_reduce_s(grad_bytes), backward)
     # ZeRO 1/2: reduce-scatter during the last backward, all-gather of updated weights before the next forward
-    forward = st_compute - backward
-    return (max(0.0, dp_links.reduce_scatter_s(grad_bytes) - backward)
-            + max(0.0, dp_links.all_gather_s(params * ctx.weight_bytes) - forward))
+    forward = st_compute - BACKWARD_SHARE * st_compute if ctx.options.grad_reduce_overlap else 0.0
+    return (overlapped(dp_links.reduce_scatter_s(grad_bytes), backward)
+            + overlapped(dp_links.all_gather_s(params * ctx.weight_bytes), forward))
 
 
 def _optimizer_s(ctx: PlanContext, layout: Layout, params: float, bw: float) -> float:

@@ -10,7 +10,8 @@ from accelkit.models import get_preset
 from accelkit.plan import Layout, PlanOptions, comm, make_context, plan
 from accelkit.plan.comm import Links
 from accelkit.plan.kernels import layer_traffic
-from accelkit.plan.time import train_time
+from accelkit.plan.priors import FLASH_TRITON_SLOWDOWN, OVERLAP_SLOWDOWN
+from accelkit.plan.time import attention_flop_s, links, overlapped, stage_params, train_time
 
 H100 = get_device("h100")
 NO_CAL = PlanOptions(use_calibration=False)
@@ -102,8 +103,80 @@ def test_fsdp_communication_hides_behind_compute_unless_the_network_is_slow():
                  recipe=Recipe(precision="bf16", dp=64, zero=3, micro_batch=1))
     fast = plan(w, Cluster(device=H100, num_devices=64), NO_CAL).details["time_breakdown_s"]
     slow = plan(w, Cluster(device=H100, num_devices=64, scaleout_bandwidth_bytes_per_s=1e9), NO_CAL).details
-    assert fast["communication"] < 0.05 * sum(fast.values())
+    # hidden, the collectives still slow the compute beside them (OVERLAP_SLOWDOWN of their time)
+    assert 0 < fast["communication"] < 0.08 * sum(fast.values())
     assert slow["time_breakdown_s"]["communication"] > 10 * fast["communication"]
+
+
+def test_overlapped_collective_costs_its_excess_plus_the_contention():
+    assert overlapped(1.0, 3.0) == pytest.approx(OVERLAP_SLOWDOWN * 1.0)  # hidden: only the slowed compute
+    assert overlapped(3.0, 1.0) == pytest.approx(2.0 + OVERLAP_SLOWDOWN * 1.0)  # the excess is exposed
+    assert overlapped(0.0, 1.0) == 0.0
+
+
+def test_triton_flash_attention_is_fa2_over_the_published_speedup():
+    # FA2 paper §4.1: FA2 1.3-1.5× faster forward, ~2× backward than FlashAttention in Triton
+    assert abs(FLASH_TRITON_SLOWDOWN - 1.83) < 0.01
+    ctx2, _ = _train(options=PlanOptions(use_calibration=False, attention="flash2"))
+    ctx_t, _ = _train(options=PlanOptions(use_calibration=False, attention="flash-triton"))
+    ratio = attention_flop_s(ctx2, 4096, causal=True) / attention_flop_s(ctx_t, 4096, causal=True)
+    assert ratio == pytest.approx(FLASH_TRITON_SLOWDOWN)
+    slow = train_time(ctx_t, Layout(dp=8, tp=1, pp=1, micro_batch=1))["compute"]
+    assert slow > train_time(ctx2, Layout(dp=8, tp=1, pp=1, micro_batch=1))["compute"]
+
+
+def test_fsdp_backward_post_exposes_the_backward_gathers():
+    def comm_s(prefetch):
+        opts = PlanOptions(use_calibration=False, fsdp_backward_prefetch=prefetch)
+        ctx, lay = _train(n=64, seq=2048, options=opts, micro_batch=2, zero=3)
+        return train_time(ctx, lay)["communication"], ctx, lay
+
+    pre, ctx, lay = comm_s("pre")
+    post, _, _ = comm_s("post")
+    gather = links(ctx, 64, 1).all_gather_s(stage_params(ctx, lay) * ctx.weight_bytes)
+    assert post - pre == pytest.approx(gather * (1 - OVERLAP_SLOWDOWN), rel=0.05)
+
+
+def test_gradient_reduction_after_the_backward_is_exposed():
+    def comm_s(overlap):
+        ctx, lay = _train(n=64, options=PlanOptions(use_calibration=False, grad_reduce_overlap=overlap),
+                          micro_batch=1, grad_accum=4, zero=0)
+        return train_time(ctx, lay)["communication"], ctx, lay
+
+    hidden, ctx, lay = comm_s(True)
+    exposed, _, _ = comm_s(False)
+    all_reduce = links(ctx, 64, 1).all_reduce_s(stage_params(ctx, lay) * 2)
+    assert exposed == pytest.approx(all_reduce)
+    assert hidden < exposed
+
+
+def test_megatron_stack_options_cut_tensor_and_pipeline_exposure():
+    def comm_s(**opts):
+        ctx, lay = _train(n=64, seq=2048, options=PlanOptions(use_calibration=False, **opts), tp=8, pp=8,
+                          micro_batch=1, grad_accum=16, zero=1)
+        return train_time(ctx, lay)["communication"]
+
+    base = comm_s()
+    assert comm_s(tp_backward_overlap=True) < base  # 2 of the 4 TP collectives hide behind dW matmuls
+    assert comm_s(pp_scatter_gather=True) < base  # 1/tp of each send crosses nodes
+
+
+def test_embedding_counted_in_the_pipeline_partition_lightens_the_last_stage():
+    # BLOOM: a 250k vocabulary makes the LM head ~1.5 blocks; Megatron-DeepSpeed counts it as one block
+    def step(as_layer):
+        ctx, lay = _train(n=48, seq=2048, options=PlanOptions(use_calibration=False, pp_embedding_as_layer=as_layer),
+                          tp=4, pp=12, micro_batch=1, grad_accum=24, zero=1)
+        return sum(train_time(ctx, lay).values())
+
+    assert step(True) < step(False)
+
+
+def test_fused_loss_moves_fewer_bytes_than_eager():
+    def memory(fused):
+        ctx, lay = _train(options=PlanOptions(use_calibration=False, fused_loss=fused), micro_batch=1)
+        return train_time(ctx, lay)["memory"]
+
+    assert memory(True) < memory(False)
 
 
 def test_launch_overhead_dominates_a_tiny_model():
