@@ -101,7 +101,7 @@ class NvmlEnergy:
         self._start_mj = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
 
     def stop(self) -> float:
-        return (self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) - self._start_mj) / 1000.0
+        return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) - self._start_mj) / 1000.0
 
 
 class RaplEnergy:
