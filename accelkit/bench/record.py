@@ -54,13 +54,16 @@ class RunRecord:
     interrupted: bool = False
     unfinished: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
+    peak_memory_bytes: int | None = None
+    peak_memory_scope: str | None = None
 
     def result(self) -> BenchRunResult:
         return BenchRunResult(
             workload=self.workload, label=self.label, config=self.config, device=self.device, hardware=self.hardware,
             run_id=self.run_id, interrupted=self.interrupted, unfinished=self.unfinished, refused=self.refused,
             failed=self.failed, notes=self.notes, verdicts=self.verdicts, variants=self.entries,
-            environment=self.environment, result_ids=self.result_ids,
+            environment=self.environment, result_ids=self.result_ids, peak_memory_bytes=self.peak_memory_bytes,
+            peak_memory_scope=self.peak_memory_scope,
         )
 
 
@@ -145,7 +148,10 @@ class Recorder:
             latency_s=stats, latency_name=lane.step.latency_name, unbacked_percentiles=list(stats.unbacked),
             noise=stats.noise, throughput=Throughput(value=throughput, unit=unit), mfu=self._mfu(lane, throughput),
             memory_bytes=MemoryUse(
-                peak=None if lane.step_peak_bytes is None else int((lane.load_bytes or 0) + lane.step_peak_bytes),
+                # what the variant holds in its steady state (weights, optimizer state, caches) + a block's peak rise
+                peak=None if lane.step_peak_bytes is None else int(
+                    (lane.resident_bytes if lane.resident_bytes is not None else lane.load_bytes or 0)
+                    + lane.step_peak_bytes),
                 load=lane.load_bytes,
                 step_peak_increase=None if lane.step_peak_bytes is None else int(lane.step_peak_bytes),
                 reserved_peak=None if lane.reserved_peak_bytes is None else int(lane.reserved_peak_bytes)),

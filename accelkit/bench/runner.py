@@ -25,6 +25,7 @@ from accelkit.bench.predict import predict_variant
 from accelkit.bench.record import Recorder, RunRecord
 from accelkit.bench.reference import build_reference
 from accelkit.bench.session import Measurer
+from accelkit.bench.trackers import run_peak_bytes
 from accelkit.bench.variants import Variant, device_refusal
 from accelkit.bench.workloads.base import BenchWorkload
 from accelkit.core import UserError
@@ -161,7 +162,12 @@ def run_benchmark(
         reporter.status(f"{v.name}: the planner's estimate")
         predictions[v.name] = (predict_variant(workload, v, device, catalog) if config.predict
                                else (None, "prediction turned off (--no-predict)"))
+    if interleave and (why := _too_big_together(predictions, device)):
+        interleave = False
+        record.notes.append(f"variants ran one after another, not interleaved: {why}")
     torch.manual_seed(config.seed)
+    if device.startswith("cuda"):  # the run's own peak (the probe above is not part of the workload)
+        torch.cuda.reset_peak_memory_stats(device)
     if workload.task != "input":
         reporter.status("fp32 reference: FLOPs on the meta device" + (
             ", drift output on a slice of the batch" if config.accuracy else ""))
@@ -186,7 +192,29 @@ def run_benchmark(
         restore()
         measurer.close_all()
         record.failed = list(measurer.failures)
+        record.peak_memory_bytes, record.peak_memory_scope = run_peak_bytes(device, measurer.memory)
     return record.result()
+
+
+def _too_big_together(predictions: dict[str, Any], device: str) -> str | None:
+    """Why the variants cannot all be resident at once (interleaving keeps every one loaded), from the planner's
+    memory estimates; None when they fit or there is no estimate to go by."""
+    totals = [e.memory_bytes.get("total") for e, _ in predictions.values() if e is not None]
+    if len(totals) != len(predictions) or not all(totals):
+        return None
+    if device.startswith("cuda"):
+        import torch
+
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        import psutil
+
+        free = psutil.virtual_memory().available
+    need = sum(totals)
+    if need <= 0.9 * free:
+        return None
+    return (f"together they need about {need / 1e9:.1f} GB by the planner's estimate and {device} has "
+            f"{free / 1e9:.1f} GB free, so each is measured and freed before the next")
 
 
 def _run(measurer: Measurer, recorder: Recorder, variants: list[Variant], *, interleave: bool) -> None:

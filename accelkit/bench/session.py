@@ -34,6 +34,8 @@ class Lane:
     step: Step
     load_s: float
     load_bytes: int | None
+    base_bytes: int | None = None  # resident before the variant loaded
+    resident_bytes: int | None = None  # what the variant holds after its warm-up (weights, optimizer state, caches)
     first_call_s: float | None = None
     warmup_iterations: int = 0
     warmup_s: float = 0.0
@@ -123,7 +125,7 @@ class Measurer:
         after = self._resident()
         self.prepared[name] = prepared
         lanes = [Lane(variant, step, load_s, None if before is None or after is None else max(0, after - before),
-                      losses=[] if step.returns_loss else None)
+                      base_bytes=before, losses=[] if step.returns_loss else None)
                  for step in prepared.steps]
         self.lanes.extend(lanes)
         output = self._output(prepared, before_first_call=True)
@@ -175,6 +177,9 @@ class Measurer:
 
         lane.warmup_iterations, lane.warmup_s = warm_up(fn, self.loop, device=self.device)
         lane.per_iteration_s = lane.warmup_s / max(lane.warmup_iterations, 1)
+        now = self._resident()
+        if now is not None and lane.base_bytes is not None:
+            lane.resident_bytes = max(0, now - lane.base_bytes)
         if losses is not None:
             lane.losses = [finite(float(x)) for x in losses]
 

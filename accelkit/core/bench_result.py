@@ -272,6 +272,9 @@ class BenchRunResult(Spec):
     variants: list[BenchResult] = spec_field(default_factory=list, doc="One entry per (variant, step).")
     environment: dict[str, Any] = spec_field(default_factory=dict, doc="Versions, device, threads, the bench config.")
     result_ids: list[int] = spec_field(default_factory=list, doc="Stored rows (estimates and measurements).")
+    peak_memory_bytes: int | None = spec_field(
+        None, min=0, doc="The whole run's peak (reference pass included), bytes; see peak_memory_scope.")
+    peak_memory_scope: str | None = spec_field(None, doc="What peak_memory_bytes covers.")
     world_size: int | None = spec_field(None, min=1, doc="Distributed: ranks.")
     num_nodes: int | None = spec_field(None, min=1, doc="Distributed: nodes.")
     layout: str | None = spec_field(None, doc="Distributed: the layout.")

@@ -1,9 +1,9 @@
 """FP8 training through ``torchao.float8`` (tensorwise or rowwise scaling).
 
-What runs: every ``nn.Linear`` whose dims are multiples of 16 becomes a ``Float8Linear`` whose GEMM operands are
-bf16 copies — the fp32 master weight stays the parameter the optimizer updates, and forward casts it (and the
-input) to bf16 with autocast off — while everything else runs under bf16 autocast (``MixedPrecision`` wraps the
-model for ``precision='fp8'``). That is what torchtitan's FSDP2 ``param_dtype=bfloat16`` feeds torchao on one
+What runs: every ``nn.Linear`` whose dims are multiples of 16 (output heads excepted: ``HEADS``) becomes a
+``Float8Linear`` whose GEMM operands are bf16 copies — the fp32 master weight stays the parameter the optimizer
+updates, and forward casts it (and the input) to bf16 with autocast off — while everything else runs under bf16
+autocast (``MixedPrecision`` wraps the model for ``precision='fp8'``). That is what torchtitan's FSDP2 ``param_dtype=bfloat16`` feeds torchao on one
 device, and it keeps autocast's own casts away from float8 tensors: torchao's ``Float8TrainingTensor`` supports
 no ``aten.to`` (the first H200 run died there with fp32 weights under CUDA autocast), and rowwise scaling takes
 bf16 operands only.
@@ -30,9 +30,15 @@ SCALINGS = ("tensorwise", "rowwise")
 OPERAND_DTYPE = torch.bfloat16
 
 
+#: output layers stay in high precision, as torchtitan's float8 filter keeps its "output": the logits feed the loss
+#: directly, and an LM head is often tied to the (high-precision) embedding
+HEADS = ("lm_head", "output", "classifier", "fc")
+
+
 def _fp8_linear_filter(module: torch.nn.Module, fqn: str) -> bool:
     # FP8 GEMMs need both dims divisible by 16; tiny heads (e.g. a 2-class classifier) stay in high precision
-    return isinstance(module, torch.nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+    return (isinstance(module, torch.nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+            and fqn.rsplit(".", 1)[-1] not in HEADS)
 
 
 class _CastTo(torch.nn.Module):

@@ -67,9 +67,10 @@ def _axis(title: str, **extra: Any) -> dict[str, Any]:
 
 def _fig(data: list[dict[str, Any]], layout: dict[str, Any], *, rows: int = 0) -> dict[str, Any]:
     height = max(380, 140 + ROW_PX * rows) if rows else 420
-    base = {"margin": {"l": 20, "r": 20, "t": 30, "b": 20}, "height": height, "template": None,
+    # the legend sits above the plot area, so it never covers the x-axis title below it
+    base = {"margin": {"l": 20, "r": 20, "t": 40, "b": 20}, "height": height, "template": None,
             "font": {"family": "system-ui, sans-serif", "size": 12}, "showlegend": True,
-            "legend": {"orientation": "h", "y": -0.15, "yanchor": "top"}}
+            "legend": {"orientation": "h", "x": 0, "y": 1.02, "xanchor": "left", "yanchor": "bottom"}}
     base.update(layout)
     return {"data": data, "layout": base}
 

@@ -106,6 +106,8 @@ def bench_footnotes(run: BenchRunResult) -> list[str]:
         energy = v.energy
         lines.append(f"energy: {energy.scope}" if energy.scope else f"energy: null — {energy.reason}")
         lines.append(f"memory: {v.memory_scope}")
+        if run.peak_memory_bytes is not None:
+            lines.append(f"whole run's peak memory: {fmt_bytes(run.peak_memory_bytes)} ({run.peak_memory_scope})")
         if v.predicted_reason:
             lines.append(f"predicted: {v.predicted_reason}")
         if v.predicted and v.predicted.explanation:

@@ -109,6 +109,15 @@ def test_report_renders_in_chromium(report_file):
                 }).map(t => d.id + ': ' + t.textContent);
             })""")
             assert clipped == [], clipped
+            # no legend covers an axis title
+            covered = page.evaluate("""() => [...document.querySelectorAll('div.plot')].filter(d => {
+                const legend = d.querySelector('.legend'), titles = d.querySelectorAll('.xtitle, .ytitle');
+                if (!legend) return false;
+                const a = legend.getBoundingClientRect();
+                return [...titles].some(t => { const b = t.getBoundingClientRect();
+                    return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom; });
+            }).map(d => d.id)""")
+            assert covered == [], covered
             verdicts = page.locator("ul.verdicts").inner_text()
             assert "forward:" in verdicts and "fp32" in verdicts  # what won the bert fp32/bf16 run, in words
             # the comparison, latency and MFU plots have data (not the "no data" placeholder)

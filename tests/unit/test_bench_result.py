@@ -80,3 +80,31 @@ def test_verdict_names_the_winner_the_ratio_mfu_and_the_loss():
     assert lines == ["train step: fp8 fastest at 1.31× [1.18–1.44] bf16 (131 vs 100 tokens/s); MFU 39.3% vs 30.0%; "
                      "loss after 3 steps 7.6 vs 7.5"]
     assert verdicts([entry("fp32", 100.0)]) == []  # one variant: nothing to say
+
+
+def test_results_export_reads_bench_rows_typed(tmp_path):
+    import csv
+    import io
+
+    from accelkit.results import ResultStore, export
+
+    m = entry().to_measurement(label="l", workload="w", config={}, device="cpu", hardware="h", environment={},
+                               spec=None, samples={"latency_s": [0.01]})
+    with ResultStore(tmp_path / "r.db") as store:
+        store.add(m)
+        rows = list(csv.DictReader(io.StringIO(export(store.query(), "csv"))))
+    assert rows[0]["variant"] == "bf16" and rows[0]["step"] == "train step"
+    assert float(rows[0]["mfu_vs_probe"]) == pytest.approx(0.42) and float(rows[0]["measured_over_predicted"]) > 1
+
+
+def test_variants_that_would_not_fit_together_run_one_after_another():
+    from accelkit.bench.runner import _too_big_together
+    from accelkit.core import Estimate
+
+    def est(total: int):
+        return Estimate(kind="plan", name="p", memory_bytes={"total": total}), None
+
+    assert _too_big_together({"a": est(10**6), "b": est(10**6)}, "cpu") is None
+    why = _too_big_together({"a": est(10**15), "b": est(10**15)}, "cpu")
+    assert why is not None and "one after another" not in why and "free" in why
+    assert _too_big_together({"a": est(10**15), "b": (None, "no planner")}, "cpu") is None  # nothing to go by
