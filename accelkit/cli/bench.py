@@ -366,6 +366,9 @@ def bench_root(
 
     `accelkit bench WORKLOAD --help` lists what each workload takes; `accelkit bench suite quick` runs them all."""
     if ctx.invoked_subcommand is not None:
+        if suite is not None:
+            raise UserError(f"--suite {suite} and `bench {ctx.invoked_subcommand}` are two runs; give one "
+                            f"(`accelkit bench suite {suite}` or `accelkit bench {ctx.invoked_subcommand} …`)")
         given = [p.opts[0] for p in ctx.command.params if p.name is not None
                  and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"]
         if given:

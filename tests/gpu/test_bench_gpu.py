@@ -5,6 +5,7 @@ Skipped without a CUDA device (with the reason); `scripts/gpu_check.sh` runs the
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,24 @@ pytestmark = [
 LOOP = {"warmup_iterations": 5, "warmup_time_s": 0.5, "min_iterations": 20, "min_time_s": 2.0}
 LLAMA_1B = Path(__file__).resolve().parents[2] / "benchmarks" / "configs" / "llama-1b-shape.json"
 CATALOG_GPUS = {"H100-SXM5-80GB", "H200-SXM-141GB", "A100-SXM4-80GB", "B200-SXM-180GB"}
+
+
+@pytest.fixture(scope="module")
+def gpu_probe_db(tmp_path_factory) -> Path:
+    """One quick `hw probe` of this GPU (every dtype it runs), shared by the tests: MFU's second peak."""
+    from tests.conftest import accelkit
+
+    home = tmp_path_factory.mktemp("gpu-probe-home")
+    dtypes = "fp32,tf32,bf16,fp16" + (",fp8" if _sm() >= (8, 9) else "")
+    proc = accelkit("hw", "probe", "--quick", "--device", "cuda:0", "--dtype", dtypes, env={"ACCELKIT_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr
+    return home / "results.db"
+
+
+@pytest.fixture(autouse=True)
+def _probed(gpu_probe_db, _isolated_home):
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(gpu_probe_db, _isolated_home / "results.db")
 
 
 def _run(workload: str, config: dict, precisions: list[str], *, scalings=("tensorwise",), device="cuda:0", **bench):
