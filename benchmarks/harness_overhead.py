@@ -100,7 +100,7 @@ def main() -> None:
     loop = LoopConfig(warmup_iterations=10, warmup_time_s=1.0, min_iterations=20, min_time_s=3.0)
     run = run_benchmark(_Prebuilt(workload, prepared), [Variant()],
                         BenchConfig(device="cpu", loop=loop, predict=False, auto_probe=False, accuracy=False))
-    full = run.variants[0]
+    full = run.variants[0].to_json()
 
     doc = {
         "benchmark": "harness_overhead",

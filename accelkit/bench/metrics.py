@@ -1,18 +1,21 @@
 """Derived metrics of a benchmark: MFU (with the peak and the FLOPs formula it rests on), accuracy drift
 against fp32, and the A/B comparison of interleaved variants.
 
-MFU = achieved model FLOP/s ÷ dense peak FLOP/s of the dtype used (PaLM, Appendix B). Model FLOPs are
-counted once per workload on the fp32 eager reference with ``torch.utils.flop_counter.FlopCounterMode``
-(matmuls, convolutions and attention; optimizer and elementwise work are not model FLOPs), so
-recomputation (``--recompute``) never inflates them — counting it would be HFU.
+MFU = achieved model FLOP/s ÷ dense peak FLOP/s of the dtype used (PaLM, Appendix B), given twice on a catalog
+GPU: against the datasheet peak and against the peak this device's matmul reached in ``hw probe``. Model FLOPs are
+counted once per workload on the fp32 eager model with ``torch.utils.flop_counter.FlopCounterMode`` — on the meta
+device, so the count costs no memory at any size (``accelkit.bench.reference``) — (matmuls, convolutions and
+attention; optimizer and elementwise work are not model FLOPs), so recomputation (``--recompute``) never inflates
+them — counting it would be HFU.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from accelkit.core.bench_result import Accuracy, Comparison, MfuResult, PeakShare
 from accelkit.core.stats import percentile
 
 if TYPE_CHECKING:
@@ -21,7 +24,12 @@ if TYPE_CHECKING:
     from accelkit.results import ResultStore
 
 FLOPS_SOURCE = (
-    "torch.utils.flop_counter.FlopCounterMode on one fp32 eager call of the measured step "
+    "torch.utils.flop_counter.FlopCounterMode on one fp32 eager call of the measured step on the meta device "
+    "(the same shapes, no memory; matmul/conv/attention; forward + backward for training steps; recomputation not "
+    "counted)"
+)
+FLOPS_SOURCE_ON_DEVICE = (
+    "torch.utils.flop_counter.FlopCounterMode on one fp32 eager call of the measured step on this device "
     "(matmul/conv/attention; forward + backward for training steps; recomputation not counted)"
 )
 
@@ -57,7 +65,7 @@ def count_flops(fn: Callable[[], object], *, calls: int = 1) -> float:
     with FlopCounterMode(display=False, custom_mapping=custom) as counter:
         for _ in range(calls):
             fn()
-    return counter.get_total_flops() / calls
+    return float(counter.get_total_flops()) / calls
 
 
 # ---- MFU ---------------------------------------------------------------------------------------------
@@ -99,38 +107,48 @@ def probe_peak(store: ResultStore, hardware: str, dtype: str) -> tuple[Peak, int
     ), found.id
 
 
-def mfu_block(flops_per_item: float | None, items_per_s: float | None, peak: Peak, flops_source: str) -> dict[str, Any]:
-    """The JSON ``mfu`` object: value, the peak and its source, and the FLOPs and their formula."""
-    value = None
-    if flops_per_item and items_per_s and peak.flops:
-        value = flops_per_item * items_per_s / peak.flops
-    return {
-        "value": value,
-        "achieved_flops": flops_per_item * items_per_s if flops_per_item and items_per_s else None,
-        "peak_flops": peak.flops,
-        "peak_source": peak.source,
-        "flops_per_item": flops_per_item,
-        "flops_source": flops_source,
-    }
+def peak_share(flops_per_item: float | None, items_per_s: float | None, peak: Peak) -> PeakShare:
+    value = flops_per_item * items_per_s / peak.flops if flops_per_item and items_per_s and peak.flops else None
+    return PeakShare(value=value, peak_flops=peak.flops, source=peak.source)
+
+
+def mfu_result(
+    flops_per_item: float | None, items_per_s: float | None, peak: Peak, flops_source: str, *,
+    datasheet: Peak | None = None, probe: Peak | None = None,
+    analytic_flops_per_item: float | None = None, analytic_formula: str | None = None,
+) -> MfuResult:
+    """The typed ``mfu``: the value against ``peak`` (the datasheet on a catalog device, else the probe), the
+    FLOPs and their source, and — where there are both — MFU against the datasheet and against the probe."""
+    main = peak_share(flops_per_item, items_per_s, peak)
+    return MfuResult(
+        value=main.value,
+        achieved_flops=flops_per_item * items_per_s if flops_per_item and items_per_s else None,
+        peak_flops=peak.flops, peak_source=peak.source, flops_per_item=flops_per_item, flops_source=flops_source,
+        analytic_flops_per_item=analytic_flops_per_item, analytic_formula=analytic_formula,
+        datasheet=None if datasheet is None else peak_share(flops_per_item, items_per_s, datasheet),
+        probe=None if probe is None else peak_share(flops_per_item, items_per_s, probe),
+    )
 
 
 # ---- accuracy drift --------------------------------------------------------------------------------
-def drift(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float | bool | None]:
-    """How far ``output`` is from the fp32 ``reference`` on the same batch (``accelkit.recipes.gates.drift``:
+def drift(reference: torch.Tensor, output: torch.Tensor) -> Accuracy:
+    """How far ``output`` is from the fp32 ``reference`` on the same slice (``accelkit.recipes.gates.drift``:
     max abs error, cosine, SQNR in dB — null with ``identical: true`` when there is no error, so the JSON
     stays strict — and top-1 agreement for outputs whose last dim is a class/vocab axis)."""
     from accelkit.recipes.gates import drift as output_drift
 
-    return output_drift(reference, output.reshape(reference.shape)).to_dict()
+    d = output_drift(reference, output.reshape(reference.shape))
+    return Accuracy(max_abs_error=d.max_abs_error, cosine=d.cosine, sqnr_db=d.sqnr_db, identical=d.identical,
+                    top1_agreement=d.top1_agreement, rows=int(reference.shape[0]) if reference.dim() else None)
 
 
 # ---- A/B comparison ----------------------------------------------------------------------------------
-def compare(base_rates: Sequence[float], rates: Sequence[float], *, interleaved: bool) -> dict[str, Any]:
+def compare(baseline: str, base_rates: Sequence[float], rates: Sequence[float], *, interleaved: bool) -> Comparison:
     """Throughput ratio of a variant to the baseline. Interleaved: one ratio per round (pair of blocks),
     reported as median with p25–p75; a ratio whose spread includes 1 is "no difference". Sequential:
     ratio of medians with the spread of the two sets of blocks."""
     if not base_rates or not rates:
-        return {"ratio": None, "p25": None, "p75": None, "pairs": 0, "verdict": "not measured"}
+        return Comparison(baseline=baseline, verdict="not measured", interleaved=interleaved)
     if interleaved:
         pairs = [r / b for r, b in zip(rates, base_rates, strict=False) if b > 0]
         xs = sorted(pairs)
@@ -145,4 +163,5 @@ def compare(base_rates: Sequence[float], rates: Sequence[float], *, interleaved:
         verdict = "no difference (within the run-to-run spread)"
     else:
         verdict = "faster" if ratio > 1 else "slower"
-    return {"ratio": ratio, "p25": lo, "p75": hi, "pairs": len(pairs), "interleaved": interleaved, "verdict": verdict}
+    return Comparison(baseline=baseline, ratio=ratio, p25=lo, p75=hi, pairs=len(pairs), interleaved=interleaved,
+                      verdict=verdict)

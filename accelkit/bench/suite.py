@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelkit.bench.runner import BenchConfig, BenchRun, Reporter, resolve_device, run_benchmark
+from accelkit.bench.runner import BenchConfig, Reporter, resolve_device, run_benchmark
 from accelkit.bench.variants import matrix
 from accelkit.bench.workloads import make_workload
 from accelkit.core import UnknownNameError, UserError
+from accelkit.core.bench_result import BenchRunResult
 from accelkit.timing import LoopConfig
 
 
@@ -106,8 +107,9 @@ def get_suite(name: str) -> Suite:
 class SuiteRun:
     suite: str
     run_id: str
-    runs: list[BenchRun] = field(default_factory=list)
+    runs: list[BenchRunResult] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    failed: list[dict[str, str]] = field(default_factory=list)  # a workload that raised outside its variants
     published: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
 
@@ -115,14 +117,32 @@ class SuiteRun:
     def result_ids(self) -> list[int]:
         return [i for r in self.runs for i in r.result_ids]
 
+    @property
+    def any_failed(self) -> bool:
+        return bool(self.failed) or any(r.failed for r in self.runs)
+
     def to_json(self) -> dict[str, Any]:
         runs = [r.to_json() for r in self.runs]
         environment = runs[0].pop("environment") if runs else {}
         for r in runs[1:]:
             r.pop("environment")
         return {"suite": self.suite, "run_id": self.run_id, "interrupted": self.interrupted, "runs": runs,
-                "skipped": self.skipped, "published": self.published, "environment": environment,
-                "result_ids": self.result_ids}
+                "skipped": self.skipped, "failed": self.failed, "published": self.published,
+                "environment": environment, "result_ids": self.result_ids}
+
+
+def check_precisions(precisions: list[str], device: str) -> None:
+    """Refuse up front (exit 2) when none of ``precisions`` can run on ``device`` — before any model is built."""
+    from accelkit.bench.variants import Variant, device_refusal
+
+    reasons = {}
+    for p in precisions:
+        variant = Variant.from_dict({"precision": p})
+        infer, train = device_refusal(variant, device), device_refusal(variant, device, training=True)
+        if infer and train:
+            reasons[p] = infer
+    if len(reasons) == len(precisions):
+        raise UserError("nothing to run: " + "; ".join(f"--precision {p}: {r}" for p, r in reasons.items()))
 
 
 def run_suite(
@@ -132,37 +152,53 @@ def run_suite(
     loop: LoopConfig | None = None,
     store: Any = None,
     reporter: Reporter | None = None,
+    precisions: list[str] | None = None,
 ) -> SuiteRun:
-    """Run every workload of suite ``name``; one that cannot run here is skipped with its reason."""
+    """Run every workload of suite ``name``; one that cannot run here is skipped with its reason, one that fails
+    is recorded with its error and the suite goes on. ``precisions`` replaces the suite's own per device."""
     suite = get_suite(name)
     config = (config or BenchConfig()).replace(loop=loop or suite.loop)
     device = resolve_device(config.device)
     config = config.replace(device=device)
+    if precisions:
+        check_precisions(precisions, device)
     on_gpu = device.startswith("cuda")
     out = SuiteRun(suite=suite.name, run_id=uuid.uuid4().hex[:12])
     reporter = reporter or Reporter()
     for item in suite.items:
-        workload = make_workload(item.workload, {**item.config, **(item.gpu_config if on_gpu else {})})
-        precisions = item.gpu_precisions if on_gpu else item.cpu_precisions
-        variants = matrix(precisions or ("fp32",))
-        reporter.note(f"suite {suite.name}: {item.key} ({workload.label})")
+        own = item.gpu_precisions if on_gpu else item.cpu_precisions
+        variants = matrix((precisions or own or ("fp32",)) if own else ("fp32",))
         try:
+            workload = make_workload(item.workload, {**item.config, **(item.gpu_config if on_gpu else {})})
+            reporter.note(f"suite {suite.name}: {item.key} ({workload.label})")
             run = run_benchmark(workload, variants, config, store=store, reporter=reporter, run_id=out.run_id)
         except UserError as exc:
             out.skipped.append({"key": item.key, "reason": str(exc)})
             reporter.note(f"skipped {item.key}: {exc}")
             continue
+        except Exception as exc:  # one workload's failure must not lose the others' results
+            error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            out.failed.append({"key": item.key, "error": error})
+            reporter.failed(item.key, "setup", error)
+            continue
         out.runs.append(run)
-        for figure in PUBLISHED.get((item.key, run.hardware), []):
-            headline = [v for v in run.variants if v["step"] == "decode"] or run.variants  # decode tokens/s for LLMs
-            best = max(headline, key=lambda v: v["throughput"]["value"] or 0.0, default=None)
-            out.published.append({
-                "key": item.key, "hardware": run.hardware, **figure,
-                "ours_best": best["throughput"]["value"] if best else None,
-                "ours_variant": best["name"] if best else None,
-                "ours_unit": best["throughput"]["unit"] if best else None,
-            })
+        out.published.extend(published_next_to(item.key, run))
         if run.interrupted:
             out.interrupted = True
             break
+    return out
+
+
+def published_next_to(key: str, run: BenchRunResult) -> list[dict[str, Any]]:
+    """The published per-device figures for this suite item on this hardware, with our best variant beside."""
+    out = []
+    for figure in PUBLISHED.get((key, run.hardware), []):
+        headline = [v for v in run.variants if v.step == "decode"] or run.variants  # decode tokens/s for LLMs
+        best = max(headline, key=lambda v: v.throughput.value or 0.0, default=None)
+        out.append({
+            "key": key, "hardware": run.hardware, **figure,
+            "ours_best": best.throughput.value if best else None,
+            "ours_variant": best.name if best else None,
+            "ours_unit": best.throughput.unit if best else None,
+        })
     return out

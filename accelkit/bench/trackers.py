@@ -25,18 +25,25 @@ class Tracker(Protocol):
 
 # ---- memory ----------------------------------------------------------------------------------------
 class CudaMemory:
-    """Peak bytes the caching allocator handed out during the block (``max_memory_allocated``); the
-    reserved peak is kept in ``reserved``."""
+    """Peak increase of the bytes the caching allocator handed out during the block (``max_memory_allocated``
+    minus what was allocated when it started: other variants resident beside it are not counted); the
+    reserved peak (whole device) is kept in ``reserved``."""
 
-    scope = "CUDA max_memory_allocated over the block (reserved peak in peak_reserved)"
+    scope = ("CUDA: bytes the variant holds after its warm-up (weights, optimizer state, caches) + the peak increase "
+             "of max_memory_allocated over a block (reserved_peak: the caching allocator's reserve, whole device)")
 
     def __init__(self, device: str):
         self.device = device
         self.reserved = 0
+        self.run_peak = 0  # max_memory_allocated over everything since the run began (kept across the resets)
+        self._before = 0
 
     def start(self) -> None:
         import torch
 
+        torch.cuda.synchronize(self.device)
+        self.run_peak = max(self.run_peak, torch.cuda.max_memory_allocated(self.device))
+        self._before = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
 
     def stop(self) -> float:
@@ -44,7 +51,9 @@ class CudaMemory:
 
         torch.cuda.synchronize(self.device)
         self.reserved = max(self.reserved, torch.cuda.max_memory_reserved(self.device))
-        return float(torch.cuda.max_memory_allocated(self.device))
+        peak = torch.cuda.max_memory_allocated(self.device)
+        self.run_peak = max(self.run_peak, peak)
+        return float(max(0, peak - self._before))
 
 
 def _status_kib(field: str) -> int:
@@ -59,7 +68,8 @@ class CpuRssPeak:
     """Peak RSS increase over the block: reset the kernel's high-water mark (``/proc/self/clear_refs``,
     value 5), then ``VmHWM`` after minus ``VmRSS`` before. Exact, and no sampling thread."""
 
-    scope = "CPU: peak RSS increase over the block (VmHWM after − VmRSS before; /proc/self/clear_refs)"
+    scope = ("CPU: RSS the variant added by the end of its warm-up + the peak RSS increase over a block "
+             "(VmHWM after − VmRSS before; /proc/self/clear_refs)")
 
     def __init__(self) -> None:
         self._before = 0
@@ -70,6 +80,21 @@ class CpuRssPeak:
 
     def stop(self) -> float:
         return float(max(0, _status_kib("VmHWM") - self._before))
+
+
+def run_peak_bytes(device: str, tracker: Tracker | None) -> tuple[int | None, str]:
+    """The whole run's peak memory and what it covers: on CUDA, max_memory_allocated since the run began (the
+    reference pass, every load, warm-up and block); on a CPU, the process's peak RSS (ru_maxrss — the Python
+    runtime and its imports included)."""
+    if device.startswith("cuda"):
+        import torch
+
+        peak = max(getattr(tracker, "run_peak", 0), torch.cuda.max_memory_allocated(device))
+        return int(peak), "CUDA max_memory_allocated over the whole run (reference pass, loads, warm-up, blocks)"
+    import resource
+
+    return (int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
+            "peak RSS of this process (ru_maxrss; includes the Python runtime, imports and earlier work)")
 
 
 def memory_tracker(device: str) -> tuple[Tracker | None, str | None]:
@@ -101,7 +126,7 @@ class NvmlEnergy:
         self._start_mj = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
 
     def stop(self) -> float:
-        return (self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) - self._start_mj) / 1000.0
+        return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) - self._start_mj) / 1000.0
 
 
 class RaplEnergy:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 BenchPrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+Fp8Scaling = Literal["tensorwise", "rowwise"]
+FP8_SCALINGS: tuple[str, ...] = ("tensorwise", "rowwise")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,17 +33,23 @@ class Variant(Spec):
     compile: bool = spec_field(False, doc="torch.compile (default mode).")
     recompute: bool = spec_field(False, doc="Full activation checkpointing (training only).")
     channels_last: bool = spec_field(False, doc="NHWC memory format (CNNs only).")
+    fp8_scaling: Fp8Scaling = spec_field(
+        "tensorwise", doc="fp8 training: torchao's tensorwise (SM89+) or rowwise (SM90+) scaling recipe.")
     label: str | None = spec_field(None, doc="Name override (e.g. a data-loader setting); None = derived.")
     explicit_recipe: Recipe | None = spec_field(
         None, doc="A Recipe to apply as it is (accelkit tune); None = the one precision and options mean."
     )
     settings: dict[str, Any] = spec_field(default_factory=dict, doc="Workload-specific settings of this variant.")
 
+    def validate(self) -> None:
+        if self.fp8_scaling != "tensorwise" and self.precision != "fp8":
+            raise ValueError(f"fp8_scaling={self.fp8_scaling!r} applies to precision='fp8', not {self.precision!r}")
+
     @property
     def name(self) -> str:
         if self.label is not None:
             return self.label
-        parts = [self.precision]
+        parts: list[str] = [self.precision if self.fp8_scaling == "tensorwise" else f"{self.precision}-{self.fp8_scaling}"]
         parts += [opt for opt, on in self.options.items() if on]
         return "+".join(parts)
 
@@ -53,10 +61,18 @@ class Variant(Spec):
     def is_plain(self) -> bool:
         return not any(self.options.values())
 
+    @property
+    def is_reference(self) -> bool:
+        """Plain fp32 eager: the variant the others' drift and FLOPs are measured against."""
+        if self.explicit_recipe is not None:
+            return self.explicit_recipe == Recipe()
+        return self.is_plain and self.precision == "fp32" and not self.settings
+
     def recipe(self, *, training: bool = False) -> Recipe:
         """The Recipe this variant means. int8 is dynamic int8 quantization with fp32 compute; fp8 is
-        FP8 training (torchao.float8) for a training step and dynamic fp8 quantization under bf16
-        autocast for inference — the recipes package draws the same line."""
+        FP8 training (torchao.float8, ``fp8_scaling``) for a training step and dynamic fp8 quantization of a
+        bf16-cast model for inference — the recipes package draws the same line. The planner's view of the same
+        variant (batch layout) is ``accelkit.bench.predict.variant_spec``."""
         if self.explicit_recipe is not None:
             return self.explicit_recipe
         quantization = {"int8": "int8-dynamic", "fp8": None if training else "fp8-dynamic"}.get(self.precision)
@@ -75,17 +91,42 @@ class Variant(Spec):
         return self.precision
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Matrix(Spec):
+    """The variants a bench runs: each precision plain, then with the options (what `--precision`,
+    `--compile` … ask for)."""
+
+    precisions: tuple[BenchPrecision, ...] = spec_field(
+        ("fp32",), doc="Comma list of fp32, tf32, bf16, fp16, fp8, int8; the first is the baseline of the comparison.")
+    compile: bool = spec_field(False, doc="Add torch.compile variants.")
+    recompute: bool = spec_field(False, doc="Add activation-checkpointing variants (training).")
+    channels_last: bool = spec_field(False, doc="Add channels-last variants (CNNs).")
+    fp8_scalings: tuple[Fp8Scaling, ...] = spec_field(
+        ("tensorwise",), doc="fp8 training recipes to run, comma list of tensorwise (SM89+) and rowwise (SM90+).")
+
+    def validate(self) -> None:
+        if not self.precisions or not self.fp8_scalings:
+            raise ValueError("precisions and fp8_scalings need at least one value each")
+
+    def variants(self) -> list[Variant]:
+        return matrix(self.precisions, compile=self.compile, recompute=self.recompute,
+                      channels_last=self.channels_last, fp8_scalings=self.fp8_scalings)
+
+
 def matrix(
-    precisions: Sequence[str], *, compile: bool = False, recompute: bool = False, channels_last: bool = False
+    precisions: Sequence[str], *, compile: bool = False, recompute: bool = False, channels_last: bool = False,
+    fp8_scalings: Sequence[str] = ("tensorwise",),
 ) -> list[Variant]:
     """Each precision plain, and — when options are given — each precision with them too, so the table
-    shows what the options buy. The first variant is the baseline of the comparison."""
+    shows what the options buy; fp8 once per scaling in ``fp8_scalings``. The first variant is the baseline
+    of the comparison."""
     opts = {"compile": compile, "recompute": recompute, "channels_last": channels_last}
     out: list[Variant] = []
     for p in dict.fromkeys(precisions):  # keep order, drop repeats
-        out.append(Variant(precision=p))  # type: ignore[arg-type]
-        if any(opts.values()):
-            out.append(Variant(precision=p, **opts))  # type: ignore[arg-type]
+        for scaling in dict.fromkeys(fp8_scalings) if p == "fp8" else ("tensorwise",):
+            out.append(Variant.from_dict({"precision": p, "fp8_scaling": scaling}))
+            if any(opts.values()):
+                out.append(Variant.from_dict({"precision": p, "fp8_scaling": scaling, **opts}))
     return out
 
 
@@ -96,8 +137,10 @@ def device_refusal(variant: Variant, device: str, *, training: bool = False) -> 
     if variant.precision in ("tf32", "fp8") and supported_dtypes(device).get(variant.precision):
         return supported_dtypes(device)[variant.precision]
     from accelkit.recipes import refusal
+    from accelkit.recipes.apply import techniques
 
-    reason = refusal(variant.recipe(training=training), device, training=training)
+    reason = refusal(variant.recipe(training=training), device, training=training,
+                     steps=techniques(fp8_scaling=variant.fp8_scaling))
     return str(reason) if reason else None
 
 
@@ -110,7 +153,7 @@ def apply(
     from accelkit.recipes import apply as apply_recipe
 
     return apply_recipe(model, variant.recipe(training=train), example_inputs=example_inputs, device=device,
-                        training=train)
+                        training=train, fp8_scaling=variant.fp8_scaling)
 
 
 @contextlib.contextmanager

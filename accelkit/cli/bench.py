@@ -1,82 +1,175 @@
-"""`accelkit bench WORKLOAD | --suite quick|reference`: a thin shell over ``accelkit.bench``."""
+"""`accelkit bench WORKLOAD [options]` and `accelkit bench suite quick|reference`: a thin shell over
+``accelkit.bench``. One subcommand per workload, its options generated from the workload's config Spec (and from
+``Matrix``, ``BenchConfig`` and ``LoopConfig``), so `--help` shows only what applies. `accelkit bench --suite NAME`
+still works as the older spelling of `accelkit bench suite NAME`.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
+from accelkit.bench.runner import BenchConfig
+from accelkit.bench.variants import Matrix
+from accelkit.bench.workloads import BertConfig, CustomConfig, DataLoaderConfig, LLMConfig, LLMTrainConfig, ResNetConfig
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out
-from accelkit.core import UserError
+from accelkit.cli.spec_options import spec_options
+from accelkit.core import UnknownNameError, UserError
+from accelkit.timing import LoopConfig
 
 WORKLOAD_NAMES = ("bert", "resnet", "llm", "llm-train", "dataloader", "custom")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 
-def _bools(value: str | None, field: str) -> list[bool] | None:
-    items = csv_list(value, field=field, choices=("off", "on", "false", "true"))
-    return None if items is None else [v in ("on", "true") for v in items]
+# ---- flag notations ------------------------------------------------------------------------------------
+def _list(field: str, choices: tuple[str, ...] | None = None) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        items = csv_list(text, field=field, choices=choices) or []
+        if not items:
+            raise UserError(f"{field} {text!r} is empty; give at least one value")
+        return tuple(items)
+    return parse
 
 
-def _ints(value: str | None, field: str) -> list[int] | None:
-    items = csv_list(value, field=field)
-    if items is None:
-        return None
-    try:
-        return [int(v) for v in items]
-    except ValueError:
-        raise UserError(f"{field} {value!r} is not valid; give whole numbers such as 0,2,4") from None
+def _ints(field: str) -> Callable[[str], tuple[int, ...]]:
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(v) for v in _list(field)(text))
+        except ValueError:
+            raise UserError(f"{field} {text!r} is not valid; give whole numbers such as 0,2,4") from None
+    return parse
 
 
-def _workload_config(name: str, flags: dict[str, Any]) -> dict[str, Any]:
-    """Flags given on the command line → the workload's config fields; a flag the workload does not
-    take is a usage error that lists the ones it does."""
-    import dataclasses
-
-    from accelkit.bench.workloads import get_workload
-
-    fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}
-    given = {k: v for k, v in flags.items() if v is not None}
-    unknown = sorted(set(given) - fields)
-    if unknown:
-        flag = lambda f: "--" + f.replace("_", "-").replace("step-time-s", "step-time")  # noqa: E731
-        raise UserError(f"{', '.join(flag(u) for u in unknown)} does not apply to `bench {name}`; it takes "
-                        f"{', '.join(flag(f) for f in sorted(fields))}")
-    if name == "custom" and "module" not in given:
-        raise UserError("`bench custom` needs --module package.module:factory")
-    return given
+def _bools(field: str) -> Callable[[str], tuple[bool, ...]]:
+    def parse(text: str) -> tuple[bool, ...]:
+        return tuple(v in ("on", "true") for v in _list(field, ("off", "on", "false", "true"))(text))
+    return parse
 
 
+def _number(field: str, kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            raise UserError(f"{field} {text!r} is not valid; give a {'whole ' if kind is int else ''}number") from None
+    return parse
+
+
+# ---- the options every run takes -----------------------------------------------------------------------
+LOOP_FLAGS = {"warmup_iterations": "--warmup", "warmup_time_s": "--warmup-time", "min_iterations": "--min-iterations",
+              "min_time_s": "--min-time", "max_iterations": "--max-iterations"}
+#: loop flags are "not given" unless given: their default depends on --quick and on the suite
+LOOP_PARSE = {f: _number(flag, int if "iterations" in f else float) for f, flag in LOOP_FLAGS.items()}
+LOOP_HELPS = {"warmup_iterations": "Minimum warm-up iterations (default 10; --quick 3).",
+              "warmup_time_s": "Minimum warm-up seconds (default 2; --quick 0.2).",
+              "min_iterations": "Measure at least N iterations (default 10; --quick 5) …",
+              "min_time_s": "… and at least S seconds (default 10; --quick 1).",
+              "max_iterations": "Hard cap on measured iterations (default none)."}
+MATRIX_PARSE = {"precisions": _list("--precision", PRECISIONS), "fp8_scalings": _list("--fp8-scaling",
+                                                                                      ("tensorwise", "rowwise"))}
+MATRIX_NAMES = {"precisions": "--precision", "fp8_scalings": "--fp8-scaling"}
+MATRIX_HELPS = {"precisions": "Comma list of fp32, tf32, bf16, fp16, fp8, int8 (default fp32); the first is the "
+                              "baseline.",
+                "fp8_scalings": "fp8 training recipes, comma list of tensorwise (SM89+), rowwise (SM90+) "
+                                "(default tensorwise)."}
+QuickOption = typer.Option(False, "--quick", help="Short loops (seconds); percentiles flagged as not backed.")
+ProgressOption = typer.Option(False, "--progress", help="Progress lines on stderr when it is not a terminal "
+                                                        "(a terminal always gets the live bar).")
+
+
+def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """BenchConfig and LoopConfig options (every bench run takes them)."""
+    fn = spec_options(LoopConfig, into="loop", names=LOOP_FLAGS, parse=LOOP_PARSE, helps=LOOP_HELPS)(fn)
+    return spec_options(BenchConfig, into="bench", names={"auto_probe": "--probe/--no-probe"})(fn)
+
+
+def _matrix(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return spec_options(Matrix, into="matrix", names=MATRIX_NAMES, parse=MATRIX_PARSE, helps=MATRIX_HELPS,
+                        exclude=exclude)
+
+
+# ---- click classes: one-line usage errors that name what does apply -----------------------------------
+class BenchCommand(TyperCommand):
+    """A bench subcommand: an option it does not take is one line naming the subcommands that do."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except Exception as exc:
+            if type(exc).__name__ != "NoSuchOption":
+                raise
+            option = getattr(exc, "option_name", "?")
+            group = ctx.parent.command if ctx.parent is not None else None
+            takers = [name for name, cmd in getattr(group, "commands", {}).items()
+                      if any(option in p.opts or option in getattr(p, "secondary_opts", ()) for p in cmd.params)]
+            where = f"; it applies to {', '.join(f'`bench {t}`' for t in takers)}" if takers else ""
+            raise UserError(f"{option} does not apply to `bench {ctx.info_name}`{where} "
+                            f"(`accelkit bench {ctx.info_name} --help` lists its options)") from None
+
+
+class BenchGroup(TyperGroup):
+    """`bench`: an unknown workload gets a suggestion."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name = args[0] if args else None
+        if name is not None and not name.startswith("-") and name not in self.commands:
+            raise UnknownNameError("workload", name, [*WORKLOAD_NAMES, "suite"])
+        return super().resolve_command(ctx, args)
+
+
+app = typer.Typer(cls=BenchGroup, invoke_without_command=True, no_args_is_help=False, rich_markup_mode=None,
+                  help="Measure what this machine delivers: one workload across precisions, or a suite.")
+
+
+# ---- progress on stderr --------------------------------------------------------------------------------
 class _CliReporter:
-    """Progress on stderr: a live bar on a terminal, one line per phase otherwise (logs, pipes)."""
+    """Progress on stderr: a live bar (one line per lane, one status line) on a terminal; with ``progress``
+    one line per phase when stderr is not a terminal (logs, pipes), else quiet. Refusals and failures always
+    print. ``progress=None``: lines whenever stderr is not a terminal (the older behaviour other commands use)."""
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool, progress: bool | None = None):
         self.quiet = quiet
         self.live = err.is_terminal and not quiet
+        self.lines = not self.live and not quiet and (progress is None or progress)
         self.progress: Any = None
         self.tasks: dict[str, Any] = {}
         if self.live:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                                     TimeElapsedColumn(), console=err, transient=True)
+            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err,
+                                     transient=True)
             self.progress.start()
+            self.tasks["·"] = self.progress.add_task("starting", total=None, info="")
 
-    def _line(self, text: str) -> None:
+    def _line(self, text: str, *, always: bool = False) -> None:
         if self.live:
             self.progress.console.print(text, highlight=False, markup=False)
-        elif not self.quiet:
+        elif self.lines or always:
             err.print(text, highlight=False, markup=False, soft_wrap=True)
 
     def refused(self, variant: str, reason: str) -> None:
-        err.print(f"refused {variant}: {reason}", highlight=False, markup=False, soft_wrap=True)
+        self._line(f"refused {variant}: {reason}", always=True)
+
+    def failed(self, variant: str, phase: str, error: str) -> None:
+        self._line(f"FAILED {variant} ({phase}): {error}", always=True)
+
+    def status(self, text: str) -> None:
+        if self.live:
+            self.progress.update(self.tasks["·"], description=text)
+        else:
+            self._line(text)
 
     def phase(self, lane: str, text: str) -> None:
         if self.live:
             if lane not in self.tasks:
                 self.tasks[lane] = self.progress.add_task(lane, total=1.0, info=text)
             self.progress.update(self.tasks[lane], info=text)
+            self.progress.update(self.tasks["·"], description=f"{lane}: {text}")
         else:
             self._line(f"{lane}: {text}")
 
@@ -98,14 +191,20 @@ class _CliReporter:
             self.progress.stop()
 
 
-def _reporter(quiet: bool) -> Any:
+def _reporter(quiet: bool = False, progress: bool | None = None) -> Any:
     from accelkit.bench.runner import Reporter
 
-    cli = _CliReporter(quiet)
+    cli = _CliReporter(quiet, progress)
 
     class Adapter(Reporter):
         def refused(self, variant: str, reason: str) -> None:
             cli.refused(variant, reason)
+
+        def failed(self, variant: str, phase: str, error: str) -> None:
+            cli.failed(variant, phase, error)
+
+        def status(self, text: str) -> None:
+            cli.status(text)
 
         def phase(self, lane: str, text: str) -> None:
             cli.phase(lane, text)
@@ -124,139 +223,105 @@ def _reporter(quiet: bool) -> Any:
     return adapter
 
 
-def bench_cmd(
-    workload: str = typer.Argument(None, help="bert | resnet | llm | llm-train | dataloader | custom (or use --suite)."),
-    suite: str = typer.Option(None, "--suite", help="quick (tiny models, ~1 min on a CPU) or reference."),
-    size: str = typer.Option(None, "--size", help="bert: tiny|base|large; resnet: tiny|50|152."),
-    model: str = typer.Option(None, "--model", help="Model preset or config.json (llm, llm-train; also bert/resnet)."),
-    batch_size: int = typer.Option(None, "--batch-size", min=1, help="Batch size (per workload default)."),
-    seq_len: int = typer.Option(None, "--seq-len", min=1, help="Sequence length (bert: 384; llm-train: 512)."),
-    prompt_len: int = typer.Option(None, "--prompt-len", min=1, help="llm: prompt tokens (prefill)."),
-    output_len: int = typer.Option(None, "--output-len", min=1, help="llm: generated tokens (decode)."),
-    image_size: int = typer.Option(None, "--image-size", min=8, help="resnet/dataloader: image side in pixels."),
-    module: str = typer.Option(None, "--module", help="custom: package.module:factory → (model, inputs[, loss_fn])."),
-    items_per_step: int = typer.Option(None, "--items-per-step", min=1, help="custom: items per step (default: batch dim)."),
-    dataset: str = typer.Option(None, "--dataset", help="dataloader: package.module:factory → Dataset (default synthetic)."),
-    num_workers: str = typer.Option(None, "--num-workers", help="dataloader: comma list, e.g. 0,2,4."),
-    pin_memory: str = typer.Option(None, "--pin-memory", help="dataloader: comma list of off,on."),
-    prefetch_factor: str = typer.Option(None, "--prefetch-factor", help="dataloader: comma list, e.g. 2,4."),
-    step_time: float = typer.Option(None, "--step-time", min=0.0, help="dataloader: training-step seconds → input-bound?"),
-    precision: str = typer.Option(None, "--precision", help="Comma list of fp32,tf32,bf16,fp16,fp8,int8 (default fp32)."),
-    compile_: bool = typer.Option(False, "--compile", help="Add torch.compile variants."),
-    recompute: bool = typer.Option(False, "--recompute", help="Add activation-checkpointing variants (training)."),
-    channels_last: bool = typer.Option(False, "--channels-last", help="Add channels-last variants (CNNs)."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
-    quick: bool = typer.Option(False, "--quick", help="Short loops (seconds); percentiles flagged as not backed."),
-    warmup: int = typer.Option(None, "--warmup", min=0, help="Minimum warm-up iterations (default 10)."),
-    warmup_time: float = typer.Option(None, "--warmup-time", min=0.0, help="Minimum warm-up seconds (default 2)."),
-    min_iterations: int = typer.Option(None, "--min-iterations", min=1, help="Measure at least N iterations (default 10)."),
-    min_time: float = typer.Option(None, "--min-time", min=0.0, help="… and at least S seconds (default 10)."),
-    max_iterations: int = typer.Option(None, "--max-iterations", min=1, help="Hard cap on measured iterations."),
-    interleave: bool = typer.Option(True, "--interleave/--no-interleave", help="Variants in rounds A B A B … (default) or one after another."),
-    accuracy: bool = typer.Option(True, "--accuracy/--no-accuracy", help="Output drift of each variant against fp32."),
-    probe: bool = typer.Option(True, "--probe/--no-probe", help="On a CPU without a stored probe, run a quick one for MFU."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Store the results."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random weights and inputs."),
-    nproc_per_node: int = typer.Option(None, "--nproc-per-node", min=1, help="Distributed: processes per node, launched by torchrun (llm-train, resnet)."),
-    zero: int = typer.Option(None, "--zero", help="Distributed: 0 = DDP, 2 = FSDP2 without reshard after forward, 3 = FSDP2 full shard."),
-    nnodes: str = typer.Option(None, "--nnodes", help="Distributed: nodes, N or MIN:MAX (torchrun elastic)."),
-    node_rank: int = typer.Option(None, "--node-rank", min=0, help="Distributed: this node's rank with a fixed --nnodes (static rendezvous)."),
-    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="Distributed: HOST:PORT of the rendezvous (multi-node)."),
-    as_json: bool = JsonOption,
-) -> None:
-    """Measure what this machine delivers on a reference workload or your model, across precisions."""
-    from accelkit.timing import LoopConfig
+def _workload_config(name: str, flags: dict[str, Any]) -> dict[str, Any]:
+    """Flags given on the command line → the workload's config fields (`accelkit tune` builds its workloads
+    with it); a flag the workload does not take is a usage error that lists the ones it does."""
+    import dataclasses
 
-    if (workload is None) == (suite is None):
-        raise UserError("give a workload (bert, resnet, llm, llm-train, dataloader, custom) or --suite quick|reference")
-    if workload is not None and workload not in WORKLOAD_NAMES:
-        from accelkit.core import UnknownNameError
+    from accelkit.bench.workloads import get_workload
 
-        raise UnknownNameError("workload", workload, WORKLOAD_NAMES)
+    fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
+    given = {k: v for k, v in flags.items() if v is not None}
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        def flag(f: str) -> str:
+            return "--" + f.replace("_", "-").replace("step-time-s", "step-time")
+
+        raise UserError(f"{', '.join(flag(u) for u in unknown)} does not apply to `bench {name}`; it takes "
+                        f"{', '.join(flag(f) for f in sorted(fields))}")
+    if name == "custom" and "module" not in given:
+        raise UserError("`bench custom` needs --module package.module:factory")
+    return given
+
+
+# ---- running ---------------------------------------------------------------------------------------------
+def _configs(bench: dict[str, Any], loop: dict[str, Any], quick: bool, default_loop: LoopConfig) -> BenchConfig:
     with flag_values():
-        precisions = csv_list(precision, field="--precision", choices=PRECISIONS)
-        base = LoopConfig.quick() if quick else None
-        loop_flags = {"warmup_iterations": warmup, "warmup_time_s": warmup_time, "min_iterations": min_iterations,
-                      "min_time_s": min_time, "max_iterations": max_iterations}
-        loop_given = {k: v for k, v in loop_flags.items() if v is not None}
-        from accelkit.bench.runner import BenchConfig
+        base = LoopConfig.quick() if quick else default_loop
+        return BenchConfig(**bench, loop=base.replace(**loop))
 
-        config = BenchConfig(device=device, interleave=interleave, accuracy=accuracy, auto_probe=probe, save=save,
-                             seed=seed)
-        if workload is not None:
-            cfg = _workload_config(workload, {
-                "size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "prompt_len": prompt_len,
-                "output_len": output_len, "image_size": image_size, "module": module, "items_per_step": items_per_step,
-                "dataset": dataset, "num_workers": _ints(num_workers, "--num-workers"),
-                "pin_memory": _bools(pin_memory, "--pin-memory"),
-                "prefetch_factor": _ints(prefetch_factor, "--prefetch-factor"), "step_time_s": step_time,
-            })
-            if workload == "dataloader" and (precisions or compile_ or recompute or channels_last):
-                raise UserError("--precision/--compile/--recompute/--channels-last do not apply to `bench dataloader`;"
-                                " it varies --num-workers, --pin-memory and --prefetch-factor")
-            loop = (base or LoopConfig()).replace(**loop_given)
-            config = config.replace(loop=loop)
+
+def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | None, bench: dict[str, Any],
+                  loop: dict[str, Any], *, quick: bool, progress: bool, as_json: bool,
+                  dist: dict[str, Any] | None = None) -> None:
+    from accelkit.bench.workloads import make_workload
     from accelkit.results import ResultStore
 
-    dist_flags = {"nproc_per_node": nproc_per_node, "zero": zero, "nnodes": nnodes, "node_rank": node_rank,
-                  "rdzv_endpoint": rdzv_endpoint}
-    dist_config = _dist_config(dist_flags, suite)
-    reporter = _reporter(quiet=False)
+    config = _configs(bench, loop, quick, LoopConfig())
+    with flag_values():
+        wl = make_workload(name, workload)
+        variants = Matrix(**matrix).variants() if matrix is not None else []
+        dist_config = _dist_config(dist)
+    reporter = _reporter(progress=progress)
     try:
         with ResultStore() as store:
-            if suite is not None:
-                from accelkit.bench.suite import get_suite, run_suite
+            if dist_config is not None:
+                from accelkit.distributed.bench_launch import run_distributed_bench
 
-                loop = (base or get_suite(suite).loop).replace(**loop_given)
-                result: Any = run_suite(suite, config, loop=loop, store=store, reporter=reporter)
+                result: Any = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter)
             else:
                 from accelkit.bench.runner import run_benchmark
-                from accelkit.bench.variants import matrix
-                from accelkit.bench.workloads import make_workload
 
-                with flag_values():
-                    wl = make_workload(workload, cfg)
-                    variants = matrix(precisions or ["fp32"], compile=compile_, recompute=recompute,
-                                      channels_last=channels_last)
-                if dist_config is not None:
-                    from accelkit.distributed.bench_launch import run_distributed_bench
-
-                    result = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter)
-                else:
-                    result = run_benchmark(wl, variants, config, store=store, reporter=reporter)
+                result = run_benchmark(wl, variants, config, store=store, reporter=reporter)
     finally:
         reporter.close()
     _render(result, as_json)
 
 
-def _dist_config(flags: dict[str, Any], suite: str | None) -> Any:
-    """The torchrun layout when any distributed flag is given (else None: one process)."""
-    given = {k: v for k, v in flags.items() if v is not None}
-    if not given:
+def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: dict[str, Any], *, quick: bool,
+               progress: bool, as_json: bool) -> None:
+    from accelkit.bench.suite import get_suite, run_suite
+    from accelkit.results import ResultStore
+
+    suite = get_suite(name)
+    config = _configs(bench, loop, quick, suite.loop)
+    precisions = list(_list("--precision", PRECISIONS)(precision)) if precision is not None else None
+    reporter = _reporter(progress=progress)
+    try:
+        with ResultStore() as store:
+            result = run_suite(name, config, loop=config.loop, store=store, reporter=reporter, precisions=precisions)
+    finally:
+        reporter.close()
+    _render(result, as_json)
+
+
+def _dist_config(dist: dict[str, Any] | None) -> Any:
+    """The torchrun layout when any distributed flag differs from one process (else None)."""
+    if dist is None:
         return None
-    if suite is not None:
-        raise UserError("--nproc-per-node/--zero/--nnodes apply to one workload (llm-train, resnet), not --suite")
     from accelkit.distributed.launch import DistConfig
 
-    with flag_values():
-        return DistConfig.from_dict(given)
+    config = DistConfig.from_dict(dist)
+    return None if config == DistConfig() else config
 
 
 def _render(result: Any, as_json: bool) -> None:
     from accelkit.report.tables import bench_footnotes, bench_table, published_table
 
     data = result.to_json()
-    runs = data.get("runs", [data])
+    runs = getattr(result, "runs", None) or [result]
 
     def render() -> None:
         for run in runs:
-            if run["variants"]:
+            if run.variants:
                 out.print(bench_table(run))
             for line in bench_footnotes(run):
                 out.print(line, highlight=False, markup=False, soft_wrap=True)
             out.print()
         for skipped in data.get("skipped", []):
             out.print(f"skipped {skipped['key']}: {skipped['reason']}", highlight=False, markup=False)
+        for failed in data.get("failed", []) if "suite" in data else []:
+            out.print(f"FAILED {failed['key']}: {failed['error']}", highlight=False, markup=False)
         if data.get("published"):
             out.print(published_table(data["published"]))
         if data["result_ids"]:
@@ -265,9 +330,154 @@ def _render(result: Any, as_json: bool) -> None:
 
     emit(data, as_json, render)
     if data["interrupted"]:
-        finished = sum(len({v["name"] for v in r["variants"]}) for r in runs)
-        unfinished = [u for r in runs for u in r.get("unfinished", [])]
+        finished = sum(len({v.name for v in r.variants}) for r in runs)
+        unfinished = [u for r in runs for u in r.unfinished]
         err.print(f"interrupted: kept {finished} finished variant(s) in the store "
                   f"(result ids {', '.join(map(str, data['result_ids'])) or 'none'}); not finished: "
                   f"{', '.join(unfinished) or 'the rest of the suite'}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(130)
+    failed = [f"{f.name} ({f.phase})" for r in runs for f in r.failed] + [f["key"] for f in data.get("failed", [])
+                                                                          if isinstance(f, dict) and "key" in f]
+    if failed:
+        err.print(f"error: {len(failed)} variant(s) failed: {', '.join(failed)} — their errors are above; the "
+                  "others were measured and stored", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(1)
+
+
+# ---- the commands ----------------------------------------------------------------------------------------
+SuiteOption = typer.Option(None, "--suite", help="quick or reference: the same as `accelkit bench suite NAME`.")
+SuitePrecision = typer.Option(None, "--precision", help="Comma list replacing the suite's own precisions.")
+
+
+@app.callback()
+@_run_options
+def bench_root(
+    ctx: typer.Context,
+    suite: str = SuiteOption,
+    precision: str = SuitePrecision,
+    quick: bool = QuickOption,
+    progress: bool = ProgressOption,
+    as_json: bool = JsonOption,
+    *,
+    bench: dict[str, Any],
+    loop: dict[str, Any],
+) -> None:
+    """Measure what this machine delivers on a reference workload or your model, across precisions.
+
+    `accelkit bench WORKLOAD --help` lists what each workload takes; `accelkit bench suite quick` runs them all."""
+    if ctx.invoked_subcommand is not None:
+        if suite is not None:
+            raise UserError(f"--suite {suite} and `bench {ctx.invoked_subcommand}` are two runs; give one "
+                            f"(`accelkit bench suite {suite}` or `accelkit bench {ctx.invoked_subcommand} …`)")
+        given = [p.opts[0] for p in ctx.command.params if p.name is not None
+                 and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"]
+        if given:
+            raise UserError(f"put {', '.join(given)} after the workload: "
+                            f"`accelkit bench {ctx.invoked_subcommand} {' '.join(given)} …`")
+        return
+    if suite is None:
+        raise UserError("give a workload (bert, resnet, llm, llm-train, dataloader, custom) or a suite: "
+                        "`accelkit bench suite quick|reference`")
+    _run_suite(suite, precision, bench, loop, quick=quick, progress=progress, as_json=as_json)
+
+
+@app.command("suite", cls=BenchCommand)
+@_run_options
+def suite_cmd(
+    name: str = typer.Argument(..., help="quick (tiny sizes of every workload, about a minute on a CPU) or reference "
+                                         "(BERT-large, ResNet-50 training, Llama-3.1-8B decode; published figures "
+                                         "beside ours on a catalog GPU)."),
+    precision: str = SuitePrecision,
+    quick: bool = QuickOption,
+    progress: bool = ProgressOption,
+    as_json: bool = JsonOption,
+    *,
+    bench: dict[str, Any],
+    loop: dict[str, Any],
+) -> None:
+    """Run a named suite: every workload in it, each with the precisions that suit the device."""
+    _run_suite(name, precision, bench, loop, quick=quick, progress=progress, as_json=as_json)
+
+
+@app.command("bert", cls=BenchCommand)
+@_run_options
+@_matrix(exclude=("recompute", "channels_last", "fp8_scalings"))
+@spec_options(BertConfig, into="workload")
+def bert_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+             workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
+    """Encoder inference (BERT tiny/base/large): samples/s."""
+    _run_workload("bert", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
+
+
+@app.command("llm", cls=BenchCommand)
+@_run_options
+@_matrix(exclude=("recompute", "channels_last", "fp8_scalings"))
+@spec_options(LLMConfig, into="workload")
+def llm_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+            workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
+    """Decoder inference: prefill (TTFT) and decode (per-token latency, tokens/s)."""
+    _run_workload("llm", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
+
+
+def _dist_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    from accelkit.distributed.launch import DistConfig
+
+    return spec_options(DistConfig, into="dist")(fn)
+
+
+@app.command("llm-train", cls=BenchCommand)
+@_run_options
+@_dist_options
+@_matrix(exclude=("channels_last",))
+@spec_options(LLMTrainConfig, into="workload")
+def llm_train_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+                  workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any], bench: dict[str, Any],
+                  loop: dict[str, Any]) -> None:
+    """Decoder training step (AdamW): tokens/s, MFU and the loss of the first steps; distributed with
+    --nproc-per-node (DDP, or FSDP2 with --zero 2|3)."""
+    _run_workload("llm-train", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json,
+                  dist=dist)
+
+
+@app.command("resnet", cls=BenchCommand)
+@_run_options
+@_dist_options
+@_matrix()
+@spec_options(ResNetConfig, into="workload")
+def resnet_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+               workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any], bench: dict[str, Any],
+               loop: dict[str, Any]) -> None:
+    """Image-classification training step with SGD (ResNet-50/152/tiny): images/s; distributed with
+    --nproc-per-node."""
+    _run_workload("resnet", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json,
+                  dist=dist)
+
+
+@app.command("custom", cls=BenchCommand)
+@_run_options
+@_matrix()
+@spec_options(CustomConfig, into="workload", exclude=("module",))
+def custom_cmd(
+    module: str = typer.Option(None, "--module", help=CustomConfig.__dataclass_fields__["module"].metadata["doc"]),
+    quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+    workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any],
+) -> None:
+    """Your model: --module package.module:factory → (model, example_inputs[, loss_fn])."""
+    if module is None:
+        raise UserError("`bench custom` needs --module package.module:factory")
+    _run_workload("custom", {**workload, "module": module}, matrix, bench, loop, quick=quick, progress=progress,
+                  as_json=as_json)
+
+
+@app.command("dataloader", cls=BenchCommand)
+@_run_options
+@spec_options(DataLoaderConfig, into="workload", names={"step_time_s": "--step-time"},
+              parse={"num_workers": _ints("--num-workers"), "pin_memory": _bools("--pin-memory"),
+                     "prefetch_factor": _ints("--prefetch-factor")},
+              helps={"num_workers": "Worker process counts to try, comma list (default 0,2).",
+                     "pin_memory": "pin_memory settings to try, comma list of off,on (default off).",
+                     "prefetch_factor": "Batches prefetched per worker, comma list (default 2)."})
+def dataloader_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+                   workload: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
+    """Input-pipeline throughput across DataLoader settings, and whether --step-time would be input-bound."""
+    _run_workload("dataloader", workload, None, bench, loop, quick=quick, progress=progress, as_json=as_json)

@@ -7,6 +7,21 @@ from pathlib import Path
 import typer
 
 from accelkit.cli.output import JsonOption, emit, err, out
+from accelkit.core import UserError
+
+
+def check_out_path(path: Path) -> None:
+    """Refuse, before any work, an --out that is a directory, lies in a directory that does not exist, or cannot
+    be written — one line naming the path and the fix (nothing is created on the way)."""
+    if path.is_dir():
+        raise UserError(f"--out {path} is a directory; give a file path such as {path / 'report.html'}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"--out {path}: the directory {parent} does not exist; create it first or choose another path")
+    import os
+
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"--out {path} cannot be written (permission denied); choose a path you can write")
 
 
 def report_cmd(
@@ -19,8 +34,13 @@ def report_cmd(
     from accelkit.report import write_report
     from accelkit.results import ResultStore
 
+    check_out_path(out_path)
     with ResultStore() as store:
-        path = write_report(out_path, store=store, run_id=run)
+        try:
+            path = write_report(out_path, store=store, run_id=run)
+        except OSError as exc:  # e.g. a full disk (/dev/full): the report is rebuilt from the store on a rerun
+            raise UserError(f"--out {out_path}: cannot write the report ({exc.strerror or exc}); "
+                            "choose another path") from exc
         total = store.count()
     data = {"path": str(path.resolve()), "bytes": path.stat().st_size, "results_in_store": total}
 

@@ -10,10 +10,11 @@ sentence, not a traceback from every rank.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants, resolve_device
 from accelkit.core import UserError
+from accelkit.core.bench_result import BenchRunResult, Refusal
 from accelkit.distributed.launch import DistConfig, launch
 from accelkit.distributed.parallel import refusal
 
@@ -21,17 +22,6 @@ if TYPE_CHECKING:
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads.base import BenchWorkload
     from accelkit.results import ResultStore
-
-
-class DistBenchRun:
-    """Rank 0's document, shaped as ``BenchRun.to_json()`` plus ``world_size``, ``num_nodes``, ``layout``,
-    ``zero`` and ``ranks`` (each variant entry also carries its ``ranks`` and ``memory_check``)."""
-
-    def __init__(self, document: dict[str, Any]):
-        self.document = document
-
-    def to_json(self) -> dict[str, Any]:
-        return self.document
 
 
 def run_distributed_bench(
@@ -43,8 +33,10 @@ def run_distributed_bench(
     store: ResultStore | None = None,
     reporter: Reporter | None = None,
     run_id: str | None = None,
-) -> DistBenchRun:
-    """Run ``workload``'s training step on ``dist.nproc_per_node`` ranks per node (× nodes)."""
+) -> BenchRunResult:
+    """Run ``workload``'s training step on ``dist.nproc_per_node`` ranks per node (× nodes); rank 0's typed result
+    (with ``world_size``, ``num_nodes``, ``layout``, ``zero`` and ``ranks`` filled; each variant entry carries its
+    ``ranks`` and ``memory_check``)."""
     reporter = reporter or Reporter()
     device = resolve_device(config.device)  # this node's device type; each rank takes cuda:LOCAL_RANK
     runnable, refused = plan_variants(workload, requested, device, reporter,
@@ -66,7 +58,7 @@ def run_distributed_bench(
         notes.append("distributed variants run one after another (one torchrun launch each, not interleaved)")
     docs = []
     for v in runnable:  # one launch per variant: each gets the peak of its own dtype
-        peak = peaks.get(v.matmul_dtype)
+        peak, datasheet, probe = peaks.get(v.matmul_dtype), peaks.datasheet(v.matmul_dtype), peaks.probe(v.matmul_dtype)
         job = {
             "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
             "run_id": run_id, "save": config.save and store is not None,
@@ -75,6 +67,8 @@ def run_distributed_bench(
             "loop": config.loop.to_dict(), "seed": config.seed, "zero": dist.zero,
             "layout": f"{dist.nproc_per_node}×{dist.nnodes} nodes, zero {dist.zero}",
             "peak": {"flops": peak.flops, "source": peak.source}, "bench_config": config.to_dict(),
+            "datasheet": None if datasheet is None else {"flops": datasheet.flops, "source": datasheet.source},
+            "probe": {"flops": probe.flops, "source": probe.source},
             "rendezvous": dist.rendezvous, "refused": refused, "notes": notes,
         }
         reporter.phase(v.name, f"torchrun: {dist.nproc_per_node} per node × {dist.nnodes} node(s), "
@@ -84,14 +78,12 @@ def run_distributed_bench(
             docs.append(result.document)
             reporter.stored(v.name, [e["result_id"] for e in result.document["variants"] if e.get("result_id")])
     if not docs:  # this node did not host global rank 0
-        return DistBenchRun({
-            "workload": workload.name, "label": workload.label, "config": workload.config.to_dict(),
-            "device": device, "hardware": hardware, "run_id": run_id, "interrupted": False, "unfinished": [],
-            "refused": refused, "variants": [], "environment": {}, "result_ids": [], "world_size": None,
-            "ranks": [], "notes": [*notes, "global rank 0 ran on another node: the result is stored there"],
-        })
+        return BenchRunResult(
+            workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=device,
+            hardware=hardware, run_id=run_id, refused=[Refusal.from_dict(r) for r in refused], ranks=[],
+            notes=[*notes, "global rank 0 ran on another node: the result is stored there"])
     first = docs[0]
     for doc in docs[1:]:
         first["variants"] += doc["variants"]
         first["result_ids"] += doc["result_ids"]
-    return DistBenchRun(first)
+    return BenchRunResult.from_dict(first)

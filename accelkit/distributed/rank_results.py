@@ -1,6 +1,6 @@
-"""Rank 0's side of a distributed bench: the per-rank results gathered → one entry per variant (the same
-shape ``accelkit bench`` prints, plus ``world_size``, ``ranks`` and the memory check) → the planner's
-estimate for the same layout (dp = world size, the ZeRO stage) and ONE Measurement in the store.
+"""Rank 0's side of a distributed bench: the per-rank results gathered → one typed :class:`BenchResult` per
+variant (the type ``accelkit bench`` builds, with ``world_size``, ``ranks`` and the memory check filled) → the
+planner's estimate for the same layout (dp = world size, the ZeRO stage) and ONE Measurement in the store.
 
 Timing: every rank runs the same iterations (the agreed loop), a step is bulk-synchronous, so the step
 latency of iteration i is the slowest rank's; throughput = world items per step × iterations ÷ the
@@ -9,12 +9,22 @@ slowest rank's measured time.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from accelkit.bench.metrics import FLOPS_SOURCE, Peak, mfu_block
-from accelkit.bench.runner import identify, predicted_block
-from accelkit.core import Cluster, Estimate, Measurement, summarize
+from accelkit.bench.metrics import FLOPS_SOURCE_ON_DEVICE, Peak, mfu_result
+from accelkit.bench.predict import predict_variant, prediction, variant_spec
+from accelkit.bench.runner import identify
+from accelkit.core import Estimate, Measurement, summarize
+from accelkit.core.bench_result import (
+    Accuracy,
+    BenchResult,
+    BenchRunResult,
+    Energy,
+    MemoryUse,
+    Phases,
+    Refusal,
+    Throughput,
+)
 from accelkit.timing import timer_name
 
 if TYPE_CHECKING:
@@ -41,20 +51,15 @@ def layout_name(world_size: int, zero: int) -> str:
 
 def plan_layout(workload: Any, variant: Any, *, world_size: int, local_world_size: int, zero: int,
                 device: str, catalog: str | None) -> tuple[Estimate | None, str | None]:
-    """The planner's estimate for this layout, or (None, why not)."""
-    spec = workload.spec()
-    if spec is None:
-        return None, f"{workload.name}: no architecture the planner can model"
-    from accelkit.plan import plan, resolve_hardware
+    """The planner's estimate for this layout (``accelkit.bench.predict``, as a single-process bench), or
+    (None, why not)."""
+    per_node = None
+    if device.startswith("cuda") and catalog is not None:
+        from accelkit.plan import resolve_hardware
 
-    recipe = variant.recipe(training=True).replace(micro_batch=spec.batch_size, dp=world_size, zero=zero)
-    try:
-        hw = resolve_hardware(catalog or "cpu")
-        per_node = local_world_size if device.startswith("cuda") and local_world_size <= hw.scaleup_domain else None
-        return plan(spec.replace(recipe=recipe), Cluster(device=hw, num_devices=world_size,
-                                                         devices_per_node=per_node)), None
-    except Exception as exc:  # a planner gap must not lose a measurement
-        return None, f"the planner could not estimate this layout ({type(exc).__name__}: {exc})"
+        per_node = local_world_size if local_world_size <= resolve_hardware(catalog).scaleup_domain else None
+    return predict_variant(workload, variant, device, catalog if device.startswith("cuda") else None,
+                           dp=world_size, zero=zero, devices_per_node=per_node)
 
 
 def memory_check(ranks: list[dict[str, Any]], estimate: Estimate | None, zero: int) -> dict[str, Any]:
@@ -84,8 +89,10 @@ def rank_detail(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def variant_entry(ctx: RankContext, variant: Any, ranks: list[dict[str, Any]], job: dict[str, Any],
-                  estimate: Estimate | None, reason: str | None, estimate_id: int | None) -> dict[str, Any]:
+def variant_entry(ctx: RankContext, workload: Any, variant: Any, ranks: list[dict[str, Any]], job: dict[str, Any],
+                  estimate: Estimate | None, reason: str | None, estimate_id: int | None) -> BenchResult:
+    """The typed result of one variant, from every rank's measurements (the same type a single-process bench
+    builds in ``accelkit.bench.record``)."""
     latency = [max(xs) for xs in zip(*(r["samples_s"] for r in ranks), strict=True)]  # slowest rank per step
     stats = summarize(latency)
     measured_s = sum(ranks[0]["agreed_walls_s"])
@@ -93,71 +100,56 @@ def variant_entry(ctx: RankContext, variant: Any, ranks: list[dict[str, Any]], j
     throughput = len(latency) * items_per_step / measured_s if measured_s > 0 else None
     unit = f"{ranks[0]['unit']}/s"
     flops_per_item = ranks[0]["flops_per_call"] / ranks[0]["items"] if ranks[0]["flops_per_call"] else None
-    peak = Peak(job["peak"]["flops"], job["peak"]["source"])
     per_device = throughput / ctx.world_size if throughput else None
-    mfu = mfu_block(flops_per_item, per_device, peak, FLOPS_SOURCE + " on rank 0; MFU per device = "
-                    "world throughput ÷ world_size ÷ peak" if flops_per_item else "not counted")
-    if ranks[0]["analytic_flops_per_item"]:
-        mfu["analytic_flops_per_item"] = ranks[0]["analytic_flops_per_item"]
-        mfu["analytic_formula"] = ranks[0]["analytic_formula"]
-    lane = SimpleNamespace(step=SimpleNamespace(name="train step", items=items_per_step))
-    peak_bytes = max(r["memory_bytes"]["peak"] for r in ranks)
-    return {
-        "name": variant.name, "step": "train step",
-        "precision": variant.precision if not variant.settings else None,
-        "options": {**variant.options, **variant.settings},
-        "world_size": ctx.world_size, "num_nodes": ctx.num_nodes, "layout": layout_name(ctx.world_size, job["zero"]),
-        "backend": ctx.backend,
-        "phases": {"load_s": max(r["load_s"] for r in ranks), "first_call_s": max(r["first_call_s"] for r in ranks),
-                   "warmup_iterations": ranks[0]["warmup_iterations"], "warmup_s": ranks[0]["warmup_s"],
-                   "measured_iterations": len(latency), "measured_s": measured_s,
-                   "blocks": len(ranks[0]["agreed_walls_s"])},
-        "latency_s": {k: getattr(stats, k) for k in ("median", "p50", "p90", "p95", "p99", "mean", "stdev", "cv",
-                                                    "n", "min", "max", "iqr_over_median")},
-        "latency_name": "step latency (slowest rank)",
-        "unbacked_percentiles": list(stats.unbacked), "noise": stats.noise,
-        "throughput": {"value": throughput, "unit": unit, "per_device": per_device},
-        "mfu": mfu,
-        "memory_bytes": {"peak": peak_bytes, "load": None, "step_peak_increase": None,
-                         "model_states": max(r["memory_bytes"]["model_states"] for r in ranks)},
-        "memory_scope": ranks[0]["peak_scope"] + "; model states: " + MEMORY_SCOPE,
-        "memory_check": memory_check(ranks, estimate, job["zero"]),
-        "energy_j_per_item": None,
-        "energy": {"j_per_item": None, "items_per_j": None, "scope": None,
-                   "reason": "not measured on distributed runs yet (one counter per node would be needed)"},
-        "accuracy": {"note": "no fp32 drift on distributed runs (each rank trains on its own batch)"},
-        "predicted": predicted_block(estimate, reason, lane, throughput, unit, estimate_id),  # type: ignore[arg-type]
-        "predicted_reason": reason,
-        "comparison": None,
-        "timer": timer_name(ctx.device) + ", per rank; the step is the slowest rank's",
-        "ranks": [rank_detail(r) for r in ranks],
-        "samples": {"latency_s": latency, "block_wall_s": ranks[0]["agreed_walls_s"]},
-    }
+    peak = Peak(job["peak"]["flops"], job["peak"]["source"])
+    datasheet = Peak(**job["datasheet"]) if job.get("datasheet") else None
+    probe = Peak(**job["probe"]) if job.get("probe") else None
+    source = (FLOPS_SOURCE_ON_DEVICE + " on rank 0; MFU per device = world throughput ÷ world_size ÷ peak"
+              if flops_per_item else "not counted")
+    mfu = mfu_result(flops_per_item, per_device, peak, source, datasheet=datasheet, probe=probe,
+                     analytic_flops_per_item=ranks[0]["analytic_flops_per_item"],
+                     analytic_formula=ranks[0]["analytic_formula"])
+    spec = variant_spec(workload, variant, dp=ctx.world_size, zero=job["zero"])
+    return BenchResult(
+        name=variant.name, step="train step", precision=variant.precision if not variant.settings else None,
+        options={**variant.options, **variant.settings}, recipe=spec.recipe if spec is not None else None,
+        world_size=ctx.world_size, num_nodes=ctx.num_nodes, layout=layout_name(ctx.world_size, job["zero"]),
+        backend=ctx.backend,
+        phases=Phases(load_s=max(r["load_s"] for r in ranks), first_call_s=max(r["first_call_s"] for r in ranks),
+                      warmup_iterations=ranks[0]["warmup_iterations"], warmup_s=ranks[0]["warmup_s"],
+                      measured_iterations=len(latency), measured_s=measured_s, blocks=len(ranks[0]["agreed_walls_s"])),
+        latency_s=stats, latency_name="step latency (slowest rank)", unbacked_percentiles=list(stats.unbacked),
+        noise=stats.noise, throughput=Throughput(value=throughput, unit=unit, per_device=per_device), mfu=mfu,
+        memory_bytes=MemoryUse(peak=max(r["memory_bytes"]["peak"] for r in ranks),
+                               model_states=max(r["memory_bytes"]["model_states"] for r in ranks)),
+        memory_scope=ranks[0]["peak_scope"] + "; model states: " + MEMORY_SCOPE,
+        memory_check=memory_check(ranks, estimate, job["zero"]),
+        energy=Energy(reason="not measured on distributed runs yet (one counter per node would be needed)"),
+        accuracy=Accuracy(note="no fp32 drift on distributed runs (each rank trains on its own batch)"),
+        predicted=prediction(estimate, "train step", items_per_step, unit, throughput, estimate_id),
+        predicted_reason=reason, timer=timer_name(ctx.device) + ", per rank; the step is the slowest rank's",
+        ranks=[rank_detail(r) for r in ranks],
+    )
 
 
-def measurement(label: str, workload: Any, variant: Any, entry: dict[str, Any], hardware: str,
-                details: dict[str, Any], environment: dict[str, Any], zero: int, world_size: int) -> Measurement:
-    spec = workload.spec()
-    if spec is not None:
-        recipe = variant.recipe(training=True).replace(micro_batch=spec.batch_size, dp=world_size, zero=zero)
-        spec = spec.replace(recipe=recipe)
-    ranks = entry["ranks"]
+def measurement(label: str, workload: Any, variant: Any, entry: BenchResult, hardware: str,
+                details: dict[str, Any], ranks: list[dict[str, Any]], environment: dict[str, Any], zero: int,
+                world_size: int) -> Measurement:
     mem = {k: max(int(r["memory_bytes"][k]) for r in ranks) for k in ("parameters", "gradients", "optimizer")}
-    samples = {**entry["samples"],
-               **{f"rank{r['rank']}_latency_s": r["samples_s"] for r in details.pop("_raw_ranks")}}
-    return Measurement(
-        kind="bench", name=f"{label} · {entry['name']} · train step · {entry['layout']}", workload=spec,
-        hardware=hardware, num_devices=world_size, throughput=entry["throughput"]["value"],
-        throughput_unit=entry["throughput"]["unit"], latency_s=summarize(entry["samples"]["latency_s"]),
-        memory_bytes={**mem, "total": int(entry["memory_bytes"]["peak"])}, mfu=entry["mfu"]["value"],
-        details={**details, **{k: v for k, v in entry.items() if k not in ("latency_s", "samples")}},
-        environment=environment, samples=samples,
+    latency = [max(xs) for xs in zip(*(r["samples_s"] for r in ranks), strict=True)]
+    samples = {"latency_s": latency, "block_wall_s": ranks[0]["agreed_walls_s"],
+               **{f"rank{r['rank']}_latency_s": r["samples_s"] for r in ranks}}
+    return entry.to_measurement(
+        label=label, workload=workload.name, config=details["config"], device=details["device"], hardware=hardware,
+        environment=environment, spec=variant_spec(workload, variant, dp=world_size, zero=zero), samples=samples,
+        num_devices=world_size, memory={**mem, "total": int(entry.memory_bytes.peak or 0)},
     )
 
 
 def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, list[dict[str, Any]]]],
                    job: dict[str, Any]) -> dict[str, Any]:
-    """Store one Measurement (+ Estimate) per variant; return the document `accelkit bench --json` prints."""
+    """Store one Measurement (+ Estimate) per variant; return the document `accelkit bench --json` prints
+    (a :class:`BenchRunResult` with the distributed fields)."""
     from accelkit.hardware.detect import environment
     from accelkit.results import ResultStore
 
@@ -171,7 +163,8 @@ def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, li
     run_id, entries, result_ids = job["run_id"], [], []
     try:
         for variant, ranks in variants:
-            estimate, reason = (None, "prediction turned off (--no-predict)")
+            estimate: Estimate | None = None
+            reason: str | None = "prediction turned off (--no-predict)"
             if job["predict"]:
                 estimate, reason = plan_layout(workload, variant, world_size=ctx.world_size,
                                                local_world_size=ctx.local_world_size, zero=job["zero"],
@@ -179,24 +172,21 @@ def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, li
             estimate_id = store.add(estimate, run_id=run_id) if store is not None and estimate is not None else None
             if estimate_id is not None:
                 result_ids.append(estimate_id)
-            entry = variant_entry(ctx, variant, ranks, job, estimate, reason, estimate_id)
-            details = {"workload": workload.name, "label": workload.label, "config": workload.config.to_dict(),
-                       "device": ctx.device, "_raw_ranks": ranks}
-            m = measurement(workload.label, workload, variant, entry, hardware, details, env, job["zero"],
+            entry = variant_entry(ctx, workload, variant, ranks, job, estimate, reason, estimate_id)
+            details = {"config": workload.config.to_dict(), "device": ctx.device}
+            m = measurement(workload.label, workload, variant, entry, hardware, details, ranks, env, job["zero"],
                             ctx.world_size)
-            entry.pop("samples")
-            entry["result_id"] = store.add(m, run_id=run_id) if store is not None else None
-            if entry["result_id"] is not None:
-                result_ids.append(entry["result_id"])
-            entries.append(entry)
+            result_id = store.add(m, run_id=run_id) if store is not None else None
+            if result_id is not None:
+                result_ids.append(result_id)
+            entries.append(entry.replace(result_id=result_id))
     finally:
         if store is not None:
             store.close()
-    return {
-        "workload": workload.name, "label": workload.label, "config": workload.config.to_dict(),
-        "device": ctx.device, "hardware": hardware, "run_id": run_id, "interrupted": False, "unfinished": [],
-        "refused": job.get("refused", []), "notes": job.get("notes", []), "variants": entries,
-        "environment": env, "result_ids": result_ids, "world_size": ctx.world_size, "num_nodes": ctx.num_nodes,
-        "layout": layout_name(ctx.world_size, job["zero"]), "zero": job["zero"],
-        "ranks": entries[0]["ranks"] if entries else [],
-    }
+    return BenchRunResult(
+        workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=ctx.device,
+        hardware=hardware, run_id=run_id, refused=[Refusal.from_dict(r) for r in job.get("refused", [])],
+        notes=job.get("notes", []), variants=entries, environment=env, result_ids=result_ids,
+        world_size=ctx.world_size, num_nodes=ctx.num_nodes, layout=layout_name(ctx.world_size, job["zero"]),
+        zero=job["zero"], ranks=entries[0].ranks if entries else [],
+    ).to_json()

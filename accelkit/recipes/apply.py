@@ -4,11 +4,12 @@ Order (each step sees the model the previous one produced):
 
 1. fold_bn          — merge BatchNorm into convolutions (inference)
 2. channels_last    — NHWC weights for convolutions
-3. quantization     — int8/int4/fp8 weights (before autocast and compile, so compile sees the new ops)
+3. quantization     — int8/int4/fp8 weights (before autocast and compile, so compile sees the new ops); for fp8
+                      the model is cast to bf16/fp16 first (fp8 GEMMs take 16-bit activations and biases)
 4. sparsity         — 2:4 semi-structured weights
-5. fp8 training     — Float8Linear swap (torchao.float8)
+5. fp8 training     — Float8Linear swap (torchao.float8), fed bf16 copies of the fp32 master weights
 6. checkpointing    — per-block full/selective recompute
-7. mixed precision  — autocast wrapper (outermost numerics)
+7. mixed precision  — autocast wrapper (outermost numerics; bf16 around the fp8 linears for precision='fp8')
 8. compile          — torch.compile over all of the above
 9. warm allocator   — one step to size the CUDA caching allocator, on the final model
 
@@ -19,7 +20,7 @@ parallel layout (dp/tp/pp, ZeRO) is not a single-device transform: ``accelkit.di
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accelkit.core import Recipe
 from accelkit.recipes.allocator import WarmAllocator
@@ -66,7 +67,7 @@ def refusal(
     *,
     training: bool = False,
     emulate: bool = False,
-    example_inputs: tuple | None = None,
+    example_inputs: tuple[Any, ...] | None = None,
     steps: Sequence[Technique] | None = None,
 ) -> str | None:
     """Why ``recipe`` cannot run on ``device`` (None if it can) — the same checks ``apply`` makes."""
@@ -90,7 +91,7 @@ def apply(
     model: torch.nn.Module,
     recipe: Recipe,
     *,
-    example_inputs: tuple | None = None,
+    example_inputs: tuple[Any, ...] | None = None,
     device: str | None = None,
     training: bool | None = None,
     emulate: bool = False,
@@ -101,7 +102,8 @@ def apply(
     """Apply ``recipe`` to ``model`` and return the model to run.
 
     ``device`` defaults to where the model's parameters are; ``training`` to ``model.training``.
-    ``emulate=True`` lets fp8 training run without FP8 hardware (numerics only, for tests).
+    ``emulate=True`` lets fp8 training and fp8 inference run without FP8 hardware (numerics only, for tests).
+    ``fp8_scaling`` picks torchao's fp8 training recipe: ``tensorwise`` (SM89+) or ``rowwise`` (SM90+).
     ``notes``, if given, receives one line per technique applied. Raises ``RecipeRefused`` (a
     ``UserError``) naming what is missing and what to change; the model is then left as it was.
     """

@@ -4,7 +4,7 @@ from the device (a refusal names what is missing and what to change), and how it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accelkit.core import Recipe, UserError
 
@@ -61,7 +61,7 @@ class ApplyContext:
     """Everything a technique may use while applying: the device, example inputs, the mode."""
 
     device: DeviceInfo
-    example_inputs: tuple | None = None
+    example_inputs: tuple[Any, ...] | None = None
     training: bool = False
     emulate_fp8: bool = False
     notes: list[str] = field(default_factory=list)  # what was done, in order, for logs and reports

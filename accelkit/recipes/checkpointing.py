@@ -47,9 +47,10 @@ class CheckpointedBlock(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return self.block(*args, **kwargs)  # inference: nothing to save, nothing to recompute
-        context_fn = functools.partial(create_selective_checkpoint_contexts, _selective_policy) if self.selective else None
-        extra = {"context_fn": context_fn} if context_fn else {}
-        return checkpoint(self.block, *args, use_reentrant=False, **extra, **kwargs)
+        if self.selective:
+            context_fn = functools.partial(create_selective_checkpoint_contexts, _selective_policy)
+            return checkpoint(self.block, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -96,7 +97,7 @@ class ActivationCheckpointing(Technique):
             )
         name, blocks = found
         config = getattr(model, "config", None)
-        if getattr(config, "use_cache", False):
+        if config is not None and getattr(config, "use_cache", False):
             # a KV cache filled during forward would be filled again during recompute, so the recomputed
             # region would differ from the original; training never needs the cache
             config.use_cache = False

@@ -13,15 +13,19 @@ from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
 
 def fold_conv_bn(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> torch.nn.Conv2d:
     """A conv equal to bn(conv(x)) in eval mode: w' = w·γ/σ, b' = (b − μ)·γ/σ + β, σ = sqrt(var + eps)."""
+    # torch types a conv's kernel_size/stride/padding/dilation as tuple[int, ...] but takes tuple[int, int]
     fused = torch.nn.Conv2d(
-        conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
-        conv.groups, bias=True, padding_mode=conv.padding_mode,
+        conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,  # type: ignore[arg-type]
+        conv.dilation, conv.groups, bias=True, padding_mode=conv.padding_mode,  # type: ignore[arg-type]
     ).to(device=conv.weight.device, dtype=conv.weight.dtype)
-    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)  # (C_out,)
+    mean, var = bn.running_mean, bn.running_var
+    assert mean is not None and var is not None, "fold_all only folds BatchNorms that track running stats"
+    scale = bn.weight / torch.sqrt(var + bn.eps)  # (C_out,)
     with torch.no_grad():
         fused.weight.copy_(conv.weight * scale.reshape(-1, 1, 1, 1))
-        bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
-        fused.bias.copy_((bias - bn.running_mean) * scale + bn.bias)
+        bias = conv.bias if conv.bias is not None else torch.zeros_like(mean)
+        assert fused.bias is not None
+        fused.bias.copy_((bias - mean) * scale + bn.bias)
     return fused
 
 
@@ -76,4 +80,4 @@ class ChannelsLast(Technique):
         if not any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
             raise RecipeRefused(f"channels_last=True helps convolutions; {type(model).__name__} has none — drop it")
         ctx.notes.append("channels_last memory format")
-        return model.to(memory_format=torch.channels_last)
+        return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload,no-any-return]  # Module.to takes it

@@ -40,7 +40,8 @@ class Compile(Technique):
         return None
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
-        compiled = torch.compile(model, mode=recipe.compile)
+        assert recipe.compile is not False  # wanted() said so
+        compiled: torch.nn.Module = torch.compile(model, mode=recipe.compile)  # type: ignore[assignment]  # a module in, an OptimizedModule out
         ctx.notes.append(f"torch.compile mode={recipe.compile}")
         if recipe.recompute == "budget":
             return _BudgetedModule(compiled, DEFAULT_BUDGET)

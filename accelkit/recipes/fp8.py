@@ -1,5 +1,13 @@
 """FP8 training through ``torchao.float8`` (tensorwise or rowwise scaling).
 
+What runs: every ``nn.Linear`` whose dims are multiples of 16 (output heads excepted: ``HEADS``) becomes a
+``Float8Linear`` whose GEMM operands are bf16 copies — the fp32 master weight stays the parameter the optimizer
+updates, and forward casts it (and the input) to bf16 with autocast off — while everything else runs under bf16
+autocast (``MixedPrecision`` wraps the model for ``precision='fp8'``). That is what torchtitan's FSDP2 ``param_dtype=bfloat16`` feeds torchao on one
+device, and it keeps autocast's own casts away from float8 tensors: torchao's ``Float8TrainingTensor`` supports
+no ``aten.to`` (the first H200 run died there with fp32 weights under CUDA autocast), and rowwise scaling takes
+bf16 operands only.
+
 It pays off only on FP8 tensor cores: SM89+ for tensorwise, SM90+ for rowwise, or MI300-class GPUs.
 Anywhere else it is refused, unless ``emulate=True`` (tests): torchao then runs the same casts and
 scales in emulation — numerically FP8, no speed-up.
@@ -7,24 +15,74 @@ scales in emulation — numerically FP8, no speed-up.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from typing import Any
+
 import torch
+from torch.nn.utils import parametrize
 
 from accelkit.core import Recipe
 from accelkit.recipes.base import ApplyContext, Technique
 
+SCALINGS = ("tensorwise", "rowwise")
+#: the dtype of the GEMM operands fed to the fp8 casts (torchao's rowwise recipe accepts only this one)
+OPERAND_DTYPE = torch.bfloat16
+
+
+#: output layers stay in high precision, as torchtitan's float8 filter keeps its "output": the logits feed the loss
+#: directly, and an LM head is often tied to the (high-precision) embedding
+HEADS = ("lm_head", "output", "classifier", "fc")
+
 
 def _fp8_linear_filter(module: torch.nn.Module, fqn: str) -> bool:
     # FP8 GEMMs need both dims divisible by 16; tiny heads (e.g. a 2-class classifier) stay in high precision
-    return isinstance(module, torch.nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+    return (isinstance(module, torch.nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+            and fqn.rsplit(".", 1)[-1] not in HEADS)
+
+
+class _CastTo(torch.nn.Module):
+    """A parametrization: the parameter as seen by forward is a ``dtype`` copy of the stored (master) one."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, master: torch.Tensor) -> torch.Tensor:
+        return master.to(self.dtype)
+
+
+@functools.cache
+def bf16_operand_linear() -> type[torch.nn.Module]:
+    """``Float8Linear`` with bf16 operands (built on first use: importing torchao is slow)."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    class Float8LinearBf16Operands(Float8Linear):  # type: ignore[misc]
+        """Float8Linear fed bf16: the input is cast here and the weight by a parametrization, with autocast off,
+        so torchao casts bf16 → fp8 and no autocast cast reaches a float8 tensor. Output: bf16."""
+
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            with torch.autocast(input.device.type, enabled=False):
+                return super().forward(input.to(OPERAND_DTYPE))  # type: ignore[no-any-return]
+
+    return Float8LinearBf16Operands
+
+
+def float8_config(scaling: str, *, emulate: bool) -> Any:
+    """torchao's ``Float8LinearConfig`` for ``scaling`` (its named recipes), emulated when asked."""
+    from torchao.float8 import Float8LinearConfig
+
+    config = Float8LinearConfig.from_recipe_name(scaling)
+    return dataclasses.replace(config, emulate=True) if emulate else config
 
 
 class Float8Training(Technique):
-    """precision = fp8 in training: swap nn.Linear for torchao's Float8Linear."""
+    """precision = fp8 in training: nn.Linear → Float8Linear with bf16 operands over fp32 master weights."""
 
     name = "fp8-training"
 
     def __init__(self, scaling: str = "tensorwise"):
-        if scaling not in ("tensorwise", "rowwise"):
+        if scaling not in SCALINGS:
             raise ValueError(f"scaling={scaling!r} is not valid; expected 'tensorwise' or 'rowwise'")
         self.scaling = scaling
 
@@ -44,11 +102,19 @@ class Float8Training(Technique):
                 "use precision='bf16', or pass emulate=True to test the numerics without a speed-up")
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
-        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        from torchao.float8 import convert_to_float8_training
+        from torchao.float8.float8_linear import Float8Linear
 
-        config = Float8LinearConfig.from_recipe_name(self.scaling) if self.scaling == "rowwise" else Float8LinearConfig()
-        if ctx.emulate_fp8:
-            config = Float8LinearConfig(emulate=True) if self.scaling == "tensorwise" else config
+        config = float8_config(self.scaling, emulate=ctx.emulate_fp8)
         convert_to_float8_training(model, config=config, module_filter_fn=_fp8_linear_filter)
-        ctx.notes.append(f"fp8 training ({self.scaling}{', emulated' if ctx.emulate_fp8 else ''})")
+        operand_cls = bf16_operand_linear()
+        converted = 0
+        for module in model.modules():
+            if type(module) is Float8Linear:
+                module.__class__ = operand_cls
+                # unsafe: the whole point is a dtype change (fp32 master → bf16 operand); shapes are unchanged
+                parametrize.register_parametrization(module, "weight", _CastTo(OPERAND_DTYPE), unsafe=True)
+                converted += 1
+        ctx.notes.append(f"fp8 training ({self.scaling}{', emulated' if ctx.emulate_fp8 else ''}): {converted} linear "
+                         "layers as Float8Linear on bf16 copies of fp32 master weights")
         return model

@@ -1,4 +1,5 @@
 """Mixed precision: bf16/fp16 autocast around the model's forward, tf32 matmuls on GPUs that have them.
+FP8 training (``precision='fp8'``) runs everything but its Float8Linear layers under bf16 autocast too.
 
 Autocast is a context, not a weight change, so the model is wrapped: ``AutocastModule.forward`` enters
 ``torch.autocast`` (and, for tf32, sets and restores the matmul flags) around the inner forward. Global
@@ -8,6 +9,7 @@ flags are never left changed. fp16 training needs loss scaling: ``grad_scaler()`
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,11 +17,11 @@ import torch
 from accelkit.core import Recipe
 from accelkit.recipes.base import ApplyContext, Technique
 
-_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 
 
 @contextlib.contextmanager
-def tf32_enabled(enabled: bool):
+def tf32_enabled(enabled: bool) -> Iterator[None]:
     """Set torch's TF32 flags for the block and restore them after (no global state leaks)."""
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = enabled
@@ -54,24 +56,26 @@ class AutocastModule(torch.nn.Module):
 
 
 class MixedPrecision(Technique):
-    """precision = bf16 | fp16 (autocast) or tf32 (TF32 tensor-core matmuls)."""
+    """precision = bf16 | fp16 (autocast), tf32 (TF32 tensor-core matmuls), or fp8 (bf16 autocast around the
+    fp8 linears)."""
 
     name = "mixed-precision"
 
     def wanted(self, recipe: Recipe) -> bool:
-        return recipe.precision in ("bf16", "fp16", "tf32")
+        return recipe.precision in ("bf16", "fp16", "tf32", "fp8")
 
     def refusal(self, recipe: Recipe, ctx: ApplyContext) -> str | None:
         dev = ctx.device
         if recipe.precision == "tf32" and not dev.sm_at_least(8, 0):
             return (f"precision='tf32' needs an NVIDIA Ampere (SM80) or newer GPU; {dev.name} has no TF32 "
                     "tensor cores — use precision='bf16' or 'fp32'")
-        if recipe.precision == "bf16" and dev.is_cuda and not dev.is_rocm and not dev.sm_at_least(8, 0):
+        if recipe.precision in ("bf16", "fp8") and dev.is_cuda and not dev.is_rocm and not dev.sm_at_least(8, 0):
             return f"precision='bf16' needs SM80+ for tensor-core bf16; {dev.name} is older — use precision='fp16'"
         return None
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
-        ctx.notes.append(f"autocast {recipe.precision}" if recipe.precision != "tf32" else "tf32 matmuls")
+        ctx.notes.append({"tf32": "tf32 matmuls", "fp8": "autocast bf16 around the fp8 linears"}.get(
+            recipe.precision, f"autocast {recipe.precision}"))
         return AutocastModule(
             model, device_type=ctx.device.torch_device, dtype=_AUTOCAST.get(recipe.precision),
             tf32=recipe.precision == "tf32",

@@ -7,15 +7,21 @@ Backends, chosen per device because the fastest path differs (measured in benchm
 - ``int4-weight``: CPU → torchao ``IntxWeightOnlyConfig(int4, PerGroup(32))``; CUDA SM80+ →
   ``Int4WeightOnlyConfig(group_size=128)`` (bf16 models).
 - ``fp8-weight`` / ``fp8-dynamic``: torchao ``Float8WeightOnlyConfig`` /
-  ``Float8DynamicActivationFloat8WeightConfig`` on SM89+ or MI300-class GPUs.
+  ``Float8DynamicActivationFloat8WeightConfig`` on SM89+ or MI300-class GPUs. The model is cast to the recipe's
+  16-bit precision (bf16 or fp16) *first*: torchao's fp8 GEMMs take bf16/fp16 activations and biases
+  (``_scaled_mm`` refuses an fp32 checkpoint's fp32 bias: "Bias must be BFloat16 or Half"), and its rowwise
+  weights must be bf16. ``emulate=True`` runs torch's own ``_scaled_mm`` (``KernelPreference.TORCH``, which has a
+  CPU implementation) with torchao's hardware assertion lifted — the same fp8 numerics on any device, for tests.
 torchao configs are built with ``set_inductor_config=False`` wherever they accept it, so quantizing
 never flips global Inductor flags.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import warnings
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
@@ -25,6 +31,9 @@ from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
 
 Backend = Literal["auto", "torchao", "torch.ao"]
 INT4_GROUP_CPU, INT4_GROUP_GPU = 32, 128
+FP8 = ("fp8-weight", "fp8-dynamic")
+#: fp8 inference runs its GEMMs on these activations: the model is cast to the dtype first
+FP8_COMPUTE = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _config(cls: Any, **kwargs: Any) -> Any:
@@ -33,7 +42,7 @@ def _config(cls: Any, **kwargs: Any) -> Any:
     return cls(**kwargs)
 
 
-def _linear_filter(multiple: int):
+def _linear_filter(multiple: int) -> Callable[[torch.nn.Module, str], bool]:
     def keep(module: torch.nn.Module, fqn: str) -> bool:
         return isinstance(module, torch.nn.Linear) and module.in_features % multiple == 0
     return keep
@@ -57,9 +66,12 @@ class Quantization(Technique):
         if ctx.training:
             return (f"quantization={q!r} is post-training (inference) quantization; for low-precision training "
                     "use precision='fp8' or 'bf16'")
-        if q in ("fp8-weight", "fp8-dynamic") and not (dev.sm_at_least(8, 9) or dev.is_mi300_class):
+        if q in FP8 and not (dev.sm_at_least(8, 9) or dev.is_mi300_class or ctx.emulate_fp8):
             return (f"quantization={q!r} needs FP8 tensor cores (NVIDIA SM89+ or MI300-class); {dev.name} has none "
                     "— use quantization='int8-dynamic' or 'int8-weight'")
+        if q in FP8 and recipe.precision not in FP8_COMPUTE:
+            return (f"quantization={q!r} computes on 16-bit activations (the model is cast before its weights become "
+                    f"fp8); set precision='bf16' (or 'fp16') instead of {recipe.precision!r}")
         if q == "int4-weight" and dev.is_cuda and not dev.sm_at_least(8, 0):
             return f"quantization='int4-weight' on CUDA needs SM80+ (tinygemm kernels); {dev.name} is older"
         if q == "int8-dynamic" and self._backend(recipe, ctx) == "torch.ao" and recipe.precision in ("bf16", "fp16"):
@@ -82,7 +94,8 @@ class Quantization(Technique):
                 raise RecipeRefused(f"backend 'torch.ao' only does int8-dynamic, not {q!r}; use backend='torchao'")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # its deprecation notice; the kernels are what we measured
-                model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+                model = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]  # torch.ao is untyped
+                    model, {torch.nn.Linear}, dtype=torch.qint8)
             ctx.notes.append("int8 dynamic quantization (torch.ao quantize_dynamic)")
             return model
 
@@ -99,12 +112,53 @@ class Quantization(Technique):
             else:
                 from torchao.quantization.granularity import PerGroup
 
-                config = _config(tq.IntxWeightOnlyConfig, weight_dtype=torch.int4, granularity=PerGroup(INT4_GROUP_CPU))
+                config = _config(tq.IntxWeightOnlyConfig, weight_dtype=torch.int4,  # type: ignore[attr-defined]  # torch ≥ 2.6 has it; its stubs lag
+                                  granularity=PerGroup(INT4_GROUP_CPU))
                 filter_fn = _linear_filter(INT4_GROUP_CPU)
-        elif q == "fp8-weight":
-            config = _config(tq.Float8WeightOnlyConfig)
         else:
-            config = _config(tq.Float8DynamicActivationFloat8WeightConfig)
+            return _fp8(model, recipe, ctx)
         tq.quantize_(model, config, filter_fn=filter_fn)
         ctx.notes.append(f"{q} quantization (torchao {type(config).__name__})")
         return model
+
+
+def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
+    """fp8 weights (and, for fp8-dynamic, activations) on a model cast to the recipe's 16-bit dtype first."""
+    from torchao import quantization as tq
+
+    dtype = FP8_COMPUTE[recipe.precision]
+    model = model.to(dtype)  # biases and norms too: the fp8 GEMM adds a bf16/fp16 bias to a bf16/fp16 output
+    kwargs: dict[str, Any] = {}
+    if ctx.emulate_fp8:
+        from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+
+        kwargs["kernel_preference"] = KernelPreference.TORCH
+    cls = tq.Float8WeightOnlyConfig if recipe.quantization == "fp8-weight" else tq.Float8DynamicActivationFloat8WeightConfig
+    if "kernel_preference" not in inspect.signature(cls).parameters:
+        kwargs.pop("kernel_preference", None)  # weight-only: dequantize + matmul, no fp8 kernel to emulate
+    config = _config(cls, **kwargs)
+    with _emulated_hardware(ctx.emulate_fp8 and not (ctx.device.sm_at_least(8, 9) or ctx.device.is_mi300_class)):
+        tq.quantize_(model, config, filter_fn=_linear_filter(16))
+    ctx.notes.append(f"cast to {recipe.precision}, then {recipe.quantization} quantization (torchao {cls.__name__}"
+                     f"{', emulated' if ctx.emulate_fp8 else ''})")
+    return model
+
+
+@contextlib.contextmanager
+def _emulated_hardware(active: bool) -> Iterator[None]:
+    """torchao asserts FP8 hardware while quantizing although torch's ``_scaled_mm`` also runs elsewhere (a CPU);
+    lift that one check for the call (emulate=True only — same numerics, nothing is claimed about speed)."""
+    if not active:
+        yield
+        return
+    from torchao.quantization import quant_api
+
+    check = getattr(quant_api, "_check_hardware_support", None)
+    if check is None:
+        yield
+        return
+    quant_api._check_hardware_support = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        quant_api._check_hardware_support = check

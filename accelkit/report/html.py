@@ -1,150 +1,184 @@
 """`accelkit report`: one self-contained HTML file built from the results store.
 
-Sections: the runs table (with filters), precision/optimization comparison bars with their spread,
-latency distributions from the raw samples, MFU against the peak it was divided by, predicted vs
-measured, the measured roofline from `hw probe`, and the serving latency-throughput curves and
-TTFT/TPOT distributions from `loadtest`. plotly.js is inlined, so the file opens with no
-network. No torch import: this reads the store and draws.
+Sections (each only when it has data): the runs table (with filters), what won each run (the verdicts),
+precision/optimization comparison bars with their spread, latency distributions from the raw samples, MFU
+against the datasheet peak and against the measured `hw probe` peak, predicted vs measured in each workload's own
+unit, the measured roofline from `hw probe`, and the serving latency-throughput curves and TTFT/TPOT distributions
+from `loadtest`. Every chart has titled axes with units. plotly.js is inlined, so the file opens with no network.
+No torch import: this reads the store (bench rows typed, as :class:`BenchResult`) and draws.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelkit.core.bench_result import BenchResult, verdicts
 from accelkit.report.template import TEMPLATE
 from accelkit.results import ResultStore, StoredResult
 
 #: at most this many benchmark rows are drawn (newest first); the table lists them all
 MAX_PLOTTED = 60
+#: pixels per category row of a horizontal chart (labels stay horizontal and readable, never rotated)
+ROW_PX = 26
 
 
-def _fig(data: list[dict[str, Any]], layout: dict[str, Any], *, empty: str | None = None) -> dict[str, Any]:
-    base = {"margin": {"l": 60, "r": 20, "t": 30, "b": 120}, "height": 420, "template": None,
-            "font": {"family": "system-ui, sans-serif", "size": 12}, "showlegend": True}
+@dataclass(frozen=True, slots=True)
+class BenchRow:
+    """A stored bench measurement read back typed."""
+
+    id: int
+    run_id: str | None
+    label: str
+    hardware: str
+    created_at: str
+    result: BenchResult
+    samples: dict[str, list[float]]
+
+    @property
+    def key(self) -> str:
+        return f"{self.label} · {self.result.step}"
+
+    @property
+    def short(self) -> str:
+        """A category label: '#12 bf16 · bert tiny-bert b8 s384 · forward'."""
+        return f"#{self.id} {self.result.name} · {self.key}"
+
+
+def bench_rows(store: ResultStore, run_id: str | None, limit: int) -> list[BenchRow]:
+    rows = []
+    for s in store.query(kind="bench", run_id=run_id, limit=limit):
+        m = s.result
+        rows.append(BenchRow(id=s.id, run_id=s.run_id, label=str(m.details.get("label", m.name)),
+                             hardware=m.hardware or "", created_at=m.created_at,
+                             result=BenchResult.from_measurement(m),  # type: ignore[arg-type]
+                             samples=getattr(m, "samples", {})))
+    return rows
+
+
+# ---- figures ---------------------------------------------------------------------------------------------
+def _axis(title: str, **extra: Any) -> dict[str, Any]:
+    """A plotly axis with its title (plotly wants {"text": …}; a bare string is ignored) and room for its ticks."""
+    return {"title": {"text": title}, "automargin": True, **extra}
+
+
+def _fig(data: list[dict[str, Any]], layout: dict[str, Any], *, rows: int = 0) -> dict[str, Any]:
+    height = max(380, 140 + ROW_PX * rows) if rows else 420
+    # the legend sits above the plot area, so it never covers the x-axis title below it
+    base = {"margin": {"l": 20, "r": 20, "t": 40, "b": 20}, "height": height, "template": None,
+            "font": {"family": "system-ui, sans-serif", "size": 12}, "showlegend": True,
+            "legend": {"orientation": "h", "x": 0, "y": 1.02, "xanchor": "left", "yanchor": "bottom"}}
     base.update(layout)
-    if empty and not data:
-        base["annotations"] = [{"text": empty, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5,
-                                "y": 0.5, "font": {"size": 14}}]
-        base["xaxis"] = {"visible": False}
-        base["yaxis"] = {"visible": False}
     return {"data": data, "layout": base}
 
 
-def _bench_rows(store: ResultStore, run_id: str | None, limit: int) -> list[StoredResult]:
-    return store.query(kind="bench", run_id=run_id, limit=limit)
-
-
-def _key(s: StoredResult) -> str:
-    d = s.result.details
-    return f"{d.get('label', s.result.name)} · {d.get('step', '')}"
-
-
-def _table_rows(rows: list[StoredResult]) -> list[dict[str, Any]]:
-    out = []
-    for s in rows:
-        r, d = s.result, s.result.details
-        acc = d.get("accuracy") or {}
-        sqnr = acc.get("sqnr_db")
-        pred = (d.get("predicted") or {}).get("ratio")
-        out.append({
-            "id": s.id, "created": r.created_at, "run": s.run_id or "", "hardware": r.hardware or "",
-            "workload": d.get("label", r.name), "variant": d.get("name", ""), "step": d.get("step", ""),
-            "throughput": f"{r.throughput:,.2f} {r.throughput_unit}" if r.throughput is not None else "-",
-            "p50": f"{r.latency_s.median * 1e3:.3f} ms" if r.latency_s else "-",
-            "cv": f"{r.latency_s.cv * 100:.1f}%" if r.latency_s else "-",
-            "mfu": f"{r.mfu * 100:.2f}%" if r.mfu is not None else "-",
-            "memory": f"{r.memory_bytes['peak'] / 2**20:.1f} MiB" if "peak" in r.memory_bytes else "-",
-            "energy": f"{r.energy_j_per_item:.4g}" if r.energy_j_per_item is not None else "-",
-            "drift": "exact" if acc.get("identical") or (isinstance(sqnr, float) and math.isinf(sqnr))
-            else (f"{sqnr:.1f} dB" if isinstance(sqnr, (int, float)) else "-"),
-            "predicted": f"{pred:.2f}" if pred is not None else "-",
-        })
-    return out
-
-
-def comparison_figure(rows: list[StoredResult]) -> dict[str, Any]:
-    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for s in rows:
-        cmp = s.result.details.get("comparison")
-        if cmp and cmp.get("ratio") is not None:
-            groups.setdefault(f"{s.run_id} {_key(s)}", []).append((s.result.details.get("name", "?"), cmp))
+def comparison_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
+    groups: dict[str, list[BenchRow]] = {}
+    for r in rows:
+        cmp = r.result.comparison
+        if cmp is not None and cmp.ratio is not None:
+            groups.setdefault(f"{r.run_id} {r.key}", []).append(r)
     data = []
-    for group, items in groups.items():
+    for items in groups.values():
         if len(items) < 2:
             continue
-        items.reverse()  # query is newest first; variants in run order
-        ratios = [c["ratio"] for _, c in items]
+        items = list(reversed(items))  # query is newest first; variants in run order
+        cmps = [r.result.comparison for r in items]
+        ratios = [c.ratio for c in cmps if c is not None]
         data.append({
-            "type": "bar", "name": group.split(" ", 1)[1], "x": [n for n, _ in items], "y": ratios,
-            "error_y": {"type": "data", "symmetric": False,
-                        "array": [max(0.0, (c.get("p75") or c["ratio"]) - c["ratio"]) for _, c in items],
-                        "arrayminus": [max(0.0, c["ratio"] - (c.get("p25") or c["ratio"])) for _, c in items]},
-            "hovertemplate": "%{x}: %{y:.2f}× of the first variant<extra>%{fullData.name}</extra>",
+            "type": "bar", "orientation": "h", "name": items[0].key, "y": [r.result.name for r in items], "x": ratios,
+            "error_x": {"type": "data", "symmetric": False,
+                        "array": [max(0.0, (c.p75 or c.ratio or 0) - (c.ratio or 0)) for c in cmps if c is not None],
+                        "arrayminus": [max(0.0, (c.ratio or 0) - (c.p25 or c.ratio or 0)) for c in cmps if c is not None]},
+            "hovertemplate": "%{y}: %{x:.2f}× the first variant<extra>%{fullData.name}</extra>",
         })
-    return _fig(data, {"barmode": "group", "yaxis": {"title": "throughput ÷ first variant (p25–p75 bars)"},
-                       "shapes": [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
-                                   "line": {"dash": "dot", "color": "#888"}}]},
-                empty="no run with two or more variants yet: accelkit bench bert --size tiny --precision fp32,bf16")
+    if not data:
+        return None
+    categories = sum(len(d["y"]) for d in data)
+    return _fig(data, {"barmode": "group",
+                       "xaxis": _axis("throughput ÷ first variant of the run (×; bars p25–p75)"),
+                       "yaxis": _axis("variant", autorange="reversed"),
+                       "shapes": [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": 1, "x1": 1,
+                                   "line": {"dash": "dot", "color": "#888"}}]}, rows=categories)
 
 
-def latency_figure(rows: list[StoredResult]) -> dict[str, Any]:
+def latency_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
     data = []
-    for s in reversed(rows):
-        samples = getattr(s.result, "samples", {}).get("latency_s") or []
+    for r in reversed(rows):
+        samples = r.samples.get("latency_s") or []
         if samples:
-            data.append({"type": "box", "name": f"#{s.id} {s.result.details.get('name', '')} · {_key(s)}",
-                         "y": [x * 1e3 for x in samples], "boxpoints": False, "showlegend": False})
-    return _fig(data, {"yaxis": {"title": "latency per iteration (ms, log)", "type": "log"}},
-                empty="no benchmark results yet")
+            data.append({"type": "box", "orientation": "h", "name": r.short, "x": [x * 1e3 for x in samples],
+                         "boxpoints": False, "showlegend": False})
+    if not data:
+        return None
+    return _fig(data, {"xaxis": _axis("latency per iteration (ms, log scale)", type="log"),
+                       "yaxis": _axis("result", autorange="reversed")}, rows=len(data))
 
 
-def mfu_figure(rows: list[StoredResult]) -> dict[str, Any]:
-    xs, ys, hover = [], [], []
-    for s in reversed(rows):
-        mfu = s.result.details.get("mfu") or {}
-        if mfu.get("value") is not None:
-            xs.append(f"#{s.id} {s.result.details.get('name', '')} · {_key(s)}")
-            ys.append(mfu["value"] * 100)
-            hover.append(f"peak {mfu['peak_flops'] / 1e12:.3g} TFLOP/s — {mfu['peak_source']}")
-    data = [{"type": "bar", "x": xs, "y": ys, "text": hover, "textposition": "none", "name": "MFU",
-             "hovertemplate": "%{y:.2f}% of peak<br>%{text}<extra></extra>"}] if xs else []
-    return _fig(data, {"yaxis": {"title": "MFU (% of the dense peak of the dtype used)"}, "showlegend": False},
-                empty="no MFU yet (run `accelkit hw probe` on a CPU, or bench on a catalog GPU)")
+def mfu_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
+    """MFU against the datasheet peak and against the probe's measured peak, side by side where both exist."""
+    names, primary, probe, hover_primary, hover_probe = [], [], [], [], []
+    for r in reversed(rows):
+        mfu = r.result.mfu
+        if mfu.value is None:
+            continue
+        names.append(r.short)
+        primary.append(mfu.value * 100)
+        hover_primary.append(f"{mfu.peak_flops / 1e12:.4g} TFLOP/s peak — {mfu.peak_source}" if mfu.peak_flops else "")
+        share = mfu.probe if mfu.datasheet is not None else None
+        probe.append(share.value * 100 if share is not None and share.value is not None else None)
+        hover_probe.append(share.source if share is not None else "")
+    if not names:
+        return None
+    data: list[dict[str, Any]] = [
+        {"type": "bar", "orientation": "h", "y": names, "x": primary, "text": hover_primary, "textposition": "none",
+         "name": "of the dense peak (datasheet on a catalog GPU; the measured probe peak on a CPU)",
+         "hovertemplate": "%{x:.2f}%<br>%{text}<extra></extra>"}]
+    if any(v is not None for v in probe):
+        data.append({"type": "bar", "orientation": "h", "y": names, "x": probe, "text": hover_probe,
+                     "textposition": "none", "name": "of the peak this device's matmul reached (`hw probe`)",
+                     "hovertemplate": "%{x:.2f}%<br>%{text}<extra></extra>"})
+    return _fig(data, {"barmode": "group", "xaxis": _axis("MFU (% of the dense peak of the dtype used)"),
+                       "yaxis": _axis("result", autorange="reversed")}, rows=len(names) * len(data))
 
 
-def predicted_figure(rows: list[StoredResult]) -> dict[str, Any]:
-    xs, ys, names = [], [], []
-    for s in rows:
-        pred = s.result.details.get("predicted") or {}
-        if pred.get("throughput") and s.result.throughput:
-            xs.append(pred["throughput"])
-            ys.append(s.result.throughput)
-            names.append(f"#{s.id} {s.result.name}")
+def predicted_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
+    """Measured against the planner's figure, one trace per unit (samples/s, images/s, tokens/s), the diagonal
+    where they agree; hover says what the ratio means."""
+    by_unit: dict[str, list[BenchRow]] = {}
+    for r in rows:
+        pred = r.result.predicted
+        if pred is not None and pred.throughput and r.result.throughput.value:
+            by_unit.setdefault(pred.unit, []).append(r)
+    if not by_unit:
+        return None
     data: list[dict[str, Any]] = []
-    if xs:
-        lo, hi = min(xs + ys) / 2, max(xs + ys) * 2
-        data = [
-            {"type": "scatter", "mode": "markers", "x": xs, "y": ys, "text": names, "name": "results",
-             "hovertemplate": "%{text}<br>predicted %{x:.3g}, measured %{y:.3g}<extra></extra>"},
-            {"type": "scatter", "mode": "lines", "x": [lo, hi], "y": [lo, hi], "name": "measured = predicted",
-             "line": {"dash": "dot"}},
-        ]
-    return _fig(data, {"xaxis": {"title": "predicted throughput (planner)", "type": "log"},
-                       "yaxis": {"title": "measured throughput", "type": "log"}},
-                empty="no planner estimates stored beside measurements yet (accelkit.plan)")
+    values: list[float] = []
+    for unit, items in by_unit.items():
+        xs = [r.result.predicted.throughput for r in items if r.result.predicted]
+        ys = [r.result.throughput.value for r in items]
+        values += [v for v in (*xs, *ys) if v]
+        data.append({"type": "scatter", "mode": "markers", "name": unit, "x": xs, "y": ys,
+                     "text": [f"{r.short}<br>{r.result.predicted.explanation or ''}" for r in items if r.result.predicted],
+                     "hovertemplate": "%{text}<br>predicted %{x:.4g}, measured %{y:.4g} " + unit + "<extra></extra>"})
+    lo, hi = min(values) / 2, max(values) * 2
+    data.append({"type": "scatter", "mode": "lines", "x": [lo, hi], "y": [lo, hi], "name": "measured = predicted",
+                 "line": {"dash": "dot", "color": "#888"}, "hoverinfo": "skip"})
+    return _fig(data, {"xaxis": _axis("predicted by `accelkit plan` (items/s in the step's unit, log scale)", type="log"),
+                       "yaxis": _axis("measured (items/s in the same unit, log scale)", type="log")})
 
 
-def roofline_figure(store: ResultStore) -> dict[str, Any]:
+def roofline_figure(store: ResultStore) -> dict[str, Any] | None:
     """Attainable FLOP/s = min(peak, bandwidth × arithmetic intensity), per probed dtype, for the newest
     probe of each hardware; the catalog roofline (dashed) where the device is in the catalog."""
     latest: dict[str, StoredResult] = {}
     for s in store.query(kind="probe", limit=50):
         latest.setdefault(s.result.hardware or "?", s)
     intensities = [10 ** (k / 8) for k in range(-8, 33)]  # 0.1 … 10^4 FLOP/byte
-    data = []
+    data: list[dict[str, Any]] = []
     for hardware, s in latest.items():
         d = s.result.details
         bw = d["bandwidth"]["gbps"] * 1e9
@@ -157,22 +191,23 @@ def roofline_figure(store: ResultStore) -> dict[str, Any]:
                 data.append({"type": "scatter", "mode": "lines", "line": {"dash": "dash"},
                              "name": f"{hardware} {dtype} (catalog)",
                              "x": intensities, "y": [min(cat_peak * 1e12, cat_bw * 1e9 * i) / 1e12 for i in intensities]})
-    return _fig(data, {"xaxis": {"title": "arithmetic intensity (FLOP/byte, log)", "type": "log"},
-                       "yaxis": {"title": "attainable TFLOP/s (log)", "type": "log"}},
-                empty="no `accelkit hw probe` result yet")
+    if not data:
+        return None
+    return _fig(data, {"xaxis": _axis("arithmetic intensity (FLOP/byte, log scale)", type="log"),
+                       "yaxis": _axis("attainable TFLOP/s (log scale)", type="log")})
 
 
 def _loadtests(store: ResultStore, run_id: str | None) -> list[StoredResult]:
     return store.query(kind="loadtest", run_id=run_id, limit=20)
 
 
-def serving_curve_figure(results: list[StoredResult]) -> dict[str, Any]:
+def serving_curve_figure(results: list[StoredResult]) -> dict[str, Any] | None:
     """Latency against achieved request throughput, one line per load test (a sweep gives a curve)."""
     from accelkit.loadtest import plot_data
 
     data = []
     for s in results:
-        curve = plot_data(s.result)["curve"]
+        curve = plot_data(s.result)["curve"]  # type: ignore[arg-type]
         x = [p["request_throughput"] for p in curve]
         labels = [f"rate {p['rate']}" for p in curve]
         for metric, q, dash in (("ttft_ms", "p50", None), ("ttft_ms", "p99", "dot"), ("tpot_ms", "p50", "dash")):
@@ -180,23 +215,69 @@ def serving_curve_figure(results: list[StoredResult]) -> dict[str, Any]:
             data.append({"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "text": labels,
                          "line": {"dash": dash} if dash else {},
                          "name": f"#{s.id} {metric.split('_')[0].upper()} {q}"})
-    return _fig(data, {"xaxis": {"title": "achieved request throughput (req/s)"}, "yaxis": {"title": "ms"}},
-                empty="no `accelkit loadtest` result yet")
+    if not data:
+        return None
+    return _fig(data, {"xaxis": _axis("achieved request throughput (requests/s)"),
+                       "yaxis": _axis("latency (ms)")})
 
 
-def serving_distribution_figure(results: list[StoredResult]) -> dict[str, Any]:
+def serving_distribution_figure(results: list[StoredResult]) -> dict[str, Any] | None:
     """TTFT and TPOT distributions per request rate of the newest load test."""
     from accelkit.loadtest import plot_data
 
     data = []
     if results:
         newest = results[0]
-        for rate, series in plot_data(newest.result)["distributions"].items():
+        for rate, series in plot_data(newest.result)["distributions"].items():  # type: ignore[arg-type]
             for metric in ("ttft_ms", "tpot_ms"):
                 if series.get(metric):
                     data.append({"type": "box", "y": series[metric], "boxpoints": False,
-                                 "name": f"{metric.split('_')[0].upper()} @ rate {rate}"})
-    return _fig(data, {"yaxis": {"title": "ms"}}, empty="no `accelkit loadtest` result yet")
+                                 "name": f"{metric.split('_')[0].upper()} @ {rate} req/s"})
+    if not data:
+        return None
+    return _fig(data, {"xaxis": _axis("metric @ offered request rate"), "yaxis": _axis("latency (ms)"),
+                       "showlegend": False})
+
+
+# ---- tables ----------------------------------------------------------------------------------------------
+def _table_rows(rows: list[BenchRow]) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        b = r.result
+        acc = b.accuracy
+        sqnr = acc.sqnr_db if acc is not None else None
+        pred = b.predicted.ratio if b.predicted else None
+        mfu = "-" if b.mfu.value is None else f"{b.mfu.value * 100:.2f}%"
+        if b.mfu.datasheet is not None and b.mfu.probe is not None and b.mfu.probe.value is not None:
+            mfu += f" ({b.mfu.probe.value * 100:.1f}% of probe)"
+        out.append({
+            "id": r.id, "created": r.created_at, "run": r.run_id or "", "hardware": r.hardware,
+            "workload": r.label, "variant": b.name, "step": b.step,
+            "throughput": f"{b.throughput.value:,.2f} {b.throughput.unit}" if b.throughput.value is not None else "-",
+            "p50": f"{b.latency_s.median * 1e3:.3f} ms" if b.latency_s else "-",
+            "cv": f"{b.latency_s.cv * 100:.1f}%" if b.latency_s else "-",
+            "mfu": mfu,
+            "memory": f"{b.memory_bytes.peak / 2**20:.1f} MiB" if b.memory_bytes.peak is not None else "-",
+            "energy": f"{b.energy_j_per_item:.4g}" if b.energy_j_per_item is not None else "-",
+            "drift": "exact" if acc is not None and (acc.identical or (isinstance(sqnr, float) and math.isinf(sqnr)))
+            else (f"{sqnr:.1f} dB" if isinstance(sqnr, (int, float)) else "-"),
+            "predicted": f"{pred:.2f}" if pred is not None else "-",
+            "predicted_title": b.predicted.explanation if b.predicted and b.predicted.explanation else "",
+        })
+    return out
+
+
+def run_verdicts(rows: list[BenchRow]) -> list[dict[str, Any]]:
+    """What won each run with two or more variants (the same sentences `accelkit bench` prints)."""
+    runs: dict[tuple[str | None, str], list[BenchRow]] = {}
+    for r in reversed(rows):  # oldest first: variants in run order
+        runs.setdefault((r.run_id, r.label), []).append(r)
+    out = []
+    for (run_id, label), items in runs.items():
+        lines = verdicts([r.result for r in items])
+        if lines:
+            out.append({"run": run_id or "", "label": label, "hardware": items[0].hardware, "lines": lines})
+    return out
 
 
 def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 500) -> str:
@@ -204,17 +285,21 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
     from jinja2 import Environment
     from plotly.offline import get_plotlyjs
 
-    rows = _bench_rows(store, run_id, limit)
+    rows = bench_rows(store, run_id, limit)
     plotted = rows[:MAX_PLOTTED]
     loadtests = _loadtests(store, run_id)
-    figures = [
+    sections = [
         ("comparison", "Precision and optimization comparison", "Throughput of each variant divided by the first "
          "variant of its run (interleaved runs: the median of per-round ratios, bars p25–p75).", comparison_figure(plotted)),
         ("latency", "Latency distributions", "Raw per-iteration samples of the measured phase.", latency_figure(plotted)),
-        ("mfu", "MFU against peak", "Model FLOP/s ÷ dense peak of the dtype used; hover for the peak and its "
-         "source (catalog datasheet, or the measured `hw probe` peak on a CPU).", mfu_figure(plotted)),
-        ("predicted", "Predicted vs measured", "The planner's estimate stored beside each measurement.",
-         predicted_figure(plotted)),
+        ("mfu", "MFU against peak", "Model FLOP/s ÷ dense peak of the dtype used. On a catalog GPU twice: against "
+         "the datasheet peak and against the peak this GPU's matmul reached in `accelkit hw probe`; on a CPU the "
+         "probe's peak is the only one. Hover for the peak and its source.", mfu_figure(plotted)),
+        ("predicted", "Predicted vs measured", "The planner's estimate (the same `accelkit plan` call) stored beside "
+         "each measurement, in the step's own unit: samples/s for an encoder, images/s for a CNN, tokens/s for a "
+         "decoder. Points on the dotted diagonal agree; above it this machine did better than the planner "
+         "expected (its efficiency for the device or shape is too low), below it worse (overheads the planner does "
+         "not model: small kernels, Python, launch latency). Hover for each ratio in words.", predicted_figure(plotted)),
         ("roofline", "Measured roofline", "From the newest `accelkit hw probe` of each device: min(peak, "
          "bandwidth × intensity).", roofline_figure(store)),
         ("serving", "Serving: latency vs throughput", "Each `accelkit loadtest` (a `--sweep-rates` run gives a "
@@ -222,21 +307,19 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
         ("serving-dist", "Serving: TTFT and TPOT distributions", "Per request rate, newest load test.",
          serving_distribution_figure(loadtests)),
     ]
-    hardware = sorted({s.result.hardware or "" for s in rows})
+    figures = [{"id": fid, "title": title, "caption": caption, "json": json.dumps(fig, default=str).replace("</", "<\\/")}
+               for fid, title, caption, fig in sections if fig is not None]
+    hardware = sorted({r.hardware for r in rows})
     env = Environment(autoescape=True)
     template = env.from_string(TEMPLATE)
     return template.render(
-        plotly_js=get_plotlyjs(),
-        figures=[{"id": fid, "title": title, "caption": caption,
-                  "json": json.dumps(fig, default=str).replace("</", "<\\/")}
-                 for fid, title, caption, fig in figures],
-        rows=_table_rows(rows), hardware=hardware, store_path=str(store.path), total=store.count(),
-        run_id=run_id,
+        plotly_js=get_plotlyjs(), figures=figures, rows=_table_rows(rows), verdicts=run_verdicts(rows),
+        hardware=hardware, store_path=str(store.path), total=store.count(), run_id=run_id,
     )
 
 
 def write_report(path: str | Path, *, store: ResultStore | None = None, run_id: str | None = None) -> Path:
-    """Write the report to ``path`` and return it."""
+    """Write the report to ``path`` (its directory must exist) and return it."""
     path = Path(path)
     own = store is None
     store = store or ResultStore()
@@ -245,6 +328,5 @@ def write_report(path: str | Path, *, store: ResultStore | None = None, run_id: 
     finally:
         if own:
             store.close()
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")
     return path

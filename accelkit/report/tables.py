@@ -1,5 +1,5 @@
-"""Terminal tables for benchmark results (rich). Pure formatting of the JSON documents the runner
-returns, so that `accelkit bench` and `accelkit results` print the same thing; no torch."""
+"""Terminal tables for benchmark results (rich): pure formatting of the typed
+:class:`~accelkit.core.bench_result.BenchRunResult` the runner returns; no torch."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from accelkit.core.bench_result import Accuracy, BenchResult, BenchRunResult, Comparison
 from accelkit.core.units import fmt_bytes
 
 
@@ -27,82 +28,102 @@ def _seconds(value: float | None) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
-def _ratio(cmp: dict[str, Any] | None) -> str:
-    if not cmp or cmp.get("ratio") is None:
+def _ratio(cmp: Comparison | None) -> str:
+    if cmp is None or cmp.ratio is None:
         return "-"
-    if cmp.get("verdict") == "baseline":
+    if cmp.verdict == "baseline":
         return "1.00 (baseline)"
-    text = f"{cmp['ratio']:.2f}×"
-    if cmp.get("p25") is not None:
-        text += f" [{cmp['p25']:.2f}–{cmp['p75']:.2f}]"
-    if str(cmp.get("verdict", "")).startswith("no difference"):
+    text = f"{cmp.ratio:.2f}×"
+    if cmp.p25 is not None and cmp.p75 is not None:
+        text += f" [{cmp.p25:.2f}–{cmp.p75:.2f}]"
+    if cmp.verdict.startswith("no difference"):
         text += " ≈"
     return text
 
 
-def _drift(acc: dict[str, Any] | None) -> str:
-    if not acc or "sqnr_db" not in acc:
+def _drift(acc: Accuracy | None) -> str:
+    if acc is None or acc.cosine is None:
         return "-"
-    if acc.get("identical"):
+    if acc.identical:
         return "exact"
-    return "-" if acc["sqnr_db"] is None else f"SQNR {acc['sqnr_db']:.1f} dB"
+    return "-" if acc.sqnr_db is None else f"SQNR {acc.sqnr_db:.1f} dB"
 
 
-def bench_table(run: dict[str, Any]) -> Table:
+def _mfu(v: BenchResult) -> str:
+    """MFU against the datasheet, and against the probe's measured peak where there are both."""
+    if v.mfu.value is None:
+        return "-"
+    text = f"{v.mfu.value * 100:.2f}%"
+    probe = v.mfu.probe
+    if v.mfu.datasheet is not None and probe is not None and probe.value is not None:
+        text += f" ({probe.value * 100:.1f}% of probe)"
+    return text
+
+
+def bench_table(run: BenchRunResult) -> Table:
     """One row per (variant, step): throughput, latency, spread, ratio to the baseline, MFU, memory, energy,
     drift and measured ÷ predicted."""
-    t = Table(title=f"{run['label']} on {run['hardware']} ({run['device']})", title_justify="left", header_style="bold")
+    t = Table(title=f"{run.label} on {run.hardware} ({run.device})", title_justify="left", header_style="bold")
     columns = ["variant", "step", "throughput", "latency p50", "p90", "CV", "vs first [p25–p75]", "MFU",
                "peak mem", "J/item", "drift vs fp32", "meas/pred"]
     for i, col in enumerate(columns):
         t.add_column(col, justify="left" if i < 2 or i == 10 else "right")
-    for v in run["variants"]:
-        lat = v["latency_s"]
-        p90 = _seconds(lat["p90"]) + ("*" if "p90" in v["unbacked_percentiles"] else "")
-        mfu = v["mfu"]["value"]
-        pred = (v.get("predicted") or {}).get("ratio")
-        mem = v["memory_bytes"].get("peak")
-        noise = {"noisy": " (noisy)", "unstable": " (unstable)"}.get(v["noise"], "")
+    for v in run.variants:
+        lat = v.latency_s
+        assert lat is not None
+        p90 = _seconds(lat.p90) + ("*" if "p90" in v.unbacked_percentiles else "")
+        pred = v.predicted.ratio if v.predicted else None
+        mem = v.memory_bytes.peak
+        noise = {"noisy": " (noisy)", "unstable": " (unstable)"}.get(v.noise, "")
         t.add_row(
-            v["name"], v["step"], f"{_num(v['throughput']['value'])} {v['throughput']['unit']}",
-            _seconds(lat["median"]), p90, f"{lat['cv'] * 100:.1f}%{noise}", _ratio(v.get("comparison")),
-            "-" if mfu is None else f"{mfu * 100:.2f}%", fmt_bytes(mem) if mem is not None else "-",
-            _num(v["energy_j_per_item"], 4), _drift(v.get("accuracy")), "-" if pred is None else f"{pred:.2f}",
+            v.name, v.step, f"{_num(v.throughput.value)} {v.throughput.unit}",
+            _seconds(lat.median), p90, f"{lat.cv * 100:.1f}%{noise}", _ratio(v.comparison), _mfu(v),
+            fmt_bytes(mem) if mem is not None else "-", _num(v.energy_j_per_item, 4), _drift(v.accuracy),
+            "-" if pred is None else f"{pred:.2f}",
         )
     return t
 
 
-def bench_footnotes(run: dict[str, Any]) -> list[str]:
-    """The lines under the table: refusals, MFU peak and FLOPs source, energy, noise and percentile notes."""
-    lines = [f"refused {r['name']}: {r['reason']}" for r in run["refused"]]
-    lines += run.get("notes", [])
+def bench_footnotes(run: BenchRunResult) -> list[str]:
+    """The lines under the table: refusals, failures, verdicts, MFU peaks and FLOPs source, energy, noise and
+    percentile notes."""
+    lines = [f"refused {r.name}: {r.reason}" for r in run.refused]
+    lines += [f"FAILED {f.name} ({f.phase}): {f.error}" for f in run.failed]
+    lines += run.verdicts
+    lines += run.notes
     seen: set[str] = set()
-    for v in run["variants"]:
-        for text in (f"MFU peak ({v['precision'] or '-'}): {v['mfu']['peak_source']}",):
+    for v in run.variants:
+        texts = [f"MFU peak ({v.precision or '-'}): {v.mfu.peak_source}"]
+        if v.mfu.datasheet is not None and v.mfu.probe is not None:
+            texts.append(f"MFU vs probe ({v.precision or '-'}): {v.mfu.probe.source}")
+        for text in texts:
             if text not in seen:
                 seen.add(text)
                 lines.append(text)
-    if run["variants"]:
-        v = run["variants"][0]
-        lines.append(f"MFU FLOPs: {v['mfu']['flops_source']}")
-        energy = v["energy"]
-        lines.append(f"energy: {energy['scope']}" if energy["scope"] else f"energy: null — {energy['reason']}")
-        lines.append(f"memory: {v['memory_scope']}")
-        pred = v.get("predicted_reason")
-        if pred:
-            lines.append(f"predicted: {pred}")
-        if any(x["unbacked_percentiles"] for x in run["variants"]):
-            n = min(x["latency_s"]["n"] for x in run["variants"])
+    if run.variants:
+        v = run.variants[0]
+        lines.append(f"MFU FLOPs: {v.mfu.flops_source}")
+        energy = v.energy
+        lines.append(f"energy: {energy.scope}" if energy.scope else f"energy: null — {energy.reason}")
+        lines.append(f"memory: {v.memory_scope}")
+        if run.peak_memory_bytes is not None:
+            lines.append(f"whole run's peak memory: {fmt_bytes(run.peak_memory_bytes)} ({run.peak_memory_scope})")
+        if v.predicted_reason:
+            lines.append(f"predicted: {v.predicted_reason}")
+        if v.predicted and v.predicted.explanation:
+            lines.append(f"predicted ({v.key}): {v.predicted.explanation}")
+        if any(x.unbacked_percentiles for x in run.variants):
+            n = min(x.latency_s.n for x in run.variants if x.latency_s)
             lines.append(f"* not backed: p90 needs ≥ 44 samples, p99 ≥ 459 (LoadGen rule); fewest here n={n}")
-        noisy = [f"{x['name']} · {x['step']}" for x in run["variants"] if x["noise"] != "ok"]
+        noisy = [x.key for x in run.variants if x.noise != "ok"]
         if noisy:
             lines.append("noise: IQR/median above 10% for " + ", ".join(noisy) + " — close other work or run longer")
-        lines.append(f"timer: {v['timer']}; ≈ marks a ratio within the run-to-run spread (no difference)")
-    for v in run["variants"]:
-        if v.get("input_bound"):
-            ib = v["input_bound"]
-            lines.append(f"{v['name']}: {ib['verdict']} (batch {ib['batch_time_s'] * 1e3:.1f} ms vs step "
-                         f"{ib['step_time_s'] * 1e3:.1f} ms)")
+        lines.append(f"timer: {v.timer}; ≈ marks a ratio within the run-to-run spread (no difference)")
+    for v in run.variants:
+        if v.input_bound is not None:
+            ib = v.input_bound
+            lines.append(f"{v.name}: {ib.verdict} (batch {ib.batch_time_s * 1e3:.1f} ms vs step "
+                         f"{ib.step_time_s * 1e3:.1f} ms)")
     return lines
 
 

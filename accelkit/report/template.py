@@ -20,13 +20,15 @@ TEMPLATE = r"""<!doctype html>
   th, td { padding: 4px 8px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
   th { background: #f6f6f6; position: sticky; top: 0; }
   td.num { text-align: right; font-variant-numeric: tabular-nums; }
-  .plot { width: 100%; min-height: 420px; }
+  .plot { width: 100%; min-height: 380px; }
+  ul.verdicts { font-size: 0.9rem; }
 </style>
 </head>
 <body>
 <h1>accelkit report</h1>
 <p class="meta">{{ rows|length }} benchmark results{% if run_id %} of run {{ run_id }}{% endif %} · {{ total }} results
-in <code>{{ store_path }}</code> · figures drawn from the newest 60 · self-contained (plotly.js inlined)</p>
+in <code>{{ store_path }}</code> · figures drawn from the newest 60 · sections without data are left out ·
+self-contained (plotly.js inlined)</p>
 
 <h2 id="runs">Runs</h2>
 <div class="filters">
@@ -45,12 +47,23 @@ in <code>{{ store_path }}</code> · figures drawn from the newest 60 · self-con
 <td class="num">{{ r.id }}</td><td>{{ r.created }}</td><td>{{ r.run }}</td><td>{{ r.hardware }}</td><td>{{ r.workload }}</td>
 <td>{{ r.variant }}</td><td>{{ r.step }}</td><td class="num">{{ r.throughput }}</td><td class="num">{{ r.p50 }}</td>
 <td class="num">{{ r.cv }}</td><td class="num">{{ r.mfu }}</td><td class="num">{{ r.memory }}</td>
-<td class="num">{{ r.energy }}</td><td>{{ r.drift }}</td><td class="num">{{ r.predicted }}</td></tr>
+<td class="num">{{ r.energy }}</td><td>{{ r.drift }}</td><td class="num" title="{{ r.predicted_title }}">{{ r.predicted }}</td></tr>
 {% else %}<tr><td colspan="15">No benchmark results yet: run <code>accelkit bench --suite quick</code>.</td></tr>
 {% endfor %}
 </tbody>
 </table>
 </div>
+
+{% if verdicts %}
+<h2 id="verdicts">What won each run</h2>
+<p class="caption">Per run with two or more variants: the fastest against the first (the baseline), with the
+interleaved ratio and its p25–p75, MFU, and for training the loss after the first steps on the same batch.</p>
+<ul class="verdicts">
+{% for v in verdicts %}<li><b>{{ v.label }}</b> on {{ v.hardware }} (run {{ v.run }}):
+<ul>{% for line in v.lines %}<li>{{ line }}</li>{% endfor %}</ul></li>
+{% endfor %}
+</ul>
+{% endif %}
 
 {% for f in figures %}
 <h2 id="h-{{ f.id }}">{{ f.title }}</h2>

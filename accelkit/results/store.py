@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.core import AccelkitError, Estimate, Measurement, UserError
+from accelkit.core.bench_result import BenchResult
 
 MIGRATIONS: list[str] = [
     # 0 → 1: the results table
@@ -180,7 +181,8 @@ class ResultStore:
         newest_first: bool = True,
     ) -> list[StoredResult]:
         """Results filtered by producer kind, hardware and run, newest first by default."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         for column, value in (("kind", kind), ("hardware", hardware), ("run_id", run_id)):
             if value is not None:
                 where.append(f"{column} = ?")
@@ -203,7 +205,7 @@ class ResultStore:
         return int(self._conn.execute("SELECT COUNT(*) FROM results").fetchone()[0])
 
     def integrity_ok(self) -> bool:
-        return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return bool(self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok")
 
 
 # ---- export ----------------------------------------------------------------------------------------
@@ -211,7 +213,17 @@ CSV_COLUMNS = (
     "id", "run_id", "type", "kind", "name", "hardware", "num_devices", "created_at", "throughput",
     "throughput_unit", "latency_median_s", "latency_p90_s", "latency_p99_s", "latency_n", "mfu",
     "memory_total_bytes", "energy_j_per_item",
+    # bench rows, read typed (accelkit.core.bench_result.BenchResult); empty for other kinds
+    "variant", "step", "mfu_vs_probe", "measured_over_predicted",
 )
+
+
+def _bench_columns(r: Estimate | Measurement) -> dict[str, Any]:
+    if r.kind != "bench" or not isinstance(r, Measurement):
+        return {}
+    b = BenchResult.from_measurement(r)
+    return {"variant": b.name, "step": b.step, "mfu_vs_probe": b.mfu.probe.value if b.mfu.probe else None,
+            "measured_over_predicted": b.predicted.ratio if b.predicted else None}
 
 
 def flat_row(stored: StoredResult) -> dict[str, Any]:
@@ -220,6 +232,7 @@ def flat_row(stored: StoredResult) -> dict[str, Any]:
     lat = r.latency_s
     memory_total = r.memory_bytes.get("total", sum(r.memory_bytes.values()) if r.memory_bytes else None)
     return {
+        **dict.fromkeys(CSV_COLUMNS), **_bench_columns(r),
         "id": stored.id, "run_id": stored.run_id, "type": _type_of(r), "kind": r.kind, "name": r.name,
         "hardware": r.hardware, "num_devices": r.num_devices, "created_at": r.created_at,
         "throughput": r.throughput, "throughput_unit": r.throughput_unit,

@@ -3,7 +3,8 @@
 Warm-up runs on the exact measured shapes until both a minimum count and a minimum time have passed;
 the steady state runs until ``iterations >= min_iterations`` and ``elapsed >= min_time_s`` (or a hard
 ``max_iterations``). On CPU each iteration is timed with ``perf_counter_ns``; on CUDA with a pair of
-device events per iteration and a single synchronize at the end of a block, so timing adds no host
+device events per iteration, recorded on the current stream of the measured device (``cuda:N`` is honoured, not
+the current device), and a single synchronize of that device at the end of a block, so timing adds no host
 stalls inside a block.
 
 Two ways to run the steady state, both built from the same :func:`time_block`:
@@ -20,6 +21,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from accelkit.core.spec import Spec, spec_field
 
@@ -63,11 +65,20 @@ def timer_name(device: str) -> str:
 
 
 def _cuda_sync_fn(device: str) -> Callable[[], None] | None:
+    """A synchronize of ``device`` itself (``cuda:1`` waits for cuda:1, not the current device), or None on CPU."""
     if not device.startswith("cuda"):
         return None
     import torch
 
-    return torch.cuda.synchronize
+    target = torch.device(device)
+    return lambda: torch.cuda.synchronize(target)
+
+
+def _cuda_stream(device: str) -> Any:
+    """The current stream of ``device``: the events of a block are recorded there, where its kernels run."""
+    import torch
+
+    return torch.cuda.current_stream(torch.device(device))
 
 
 def warm_up(fn: Callable[[], object], config: LoopConfig, *, device: str = "cpu") -> tuple[int, float]:
@@ -111,13 +122,15 @@ def time_block(
 
     import torch
 
-    events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+    stream = _cuda_stream(device)
+    events: list[tuple[Any, Any]] = []
     host_start = time.perf_counter()
     while True:
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
+        begin = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        begin.record(stream)
         fn()
-        end.record()
+        end.record(stream)
         events.append((begin, end))
         # the host's clock only decides when to stop issuing work; the samples come from the events
         if done(len(events), time.perf_counter() - host_start):
@@ -154,17 +167,34 @@ def interleaved_blocks(
     device: str = "cpu",
     iterations: Sequence[int],
     before: Callable[[int], None] | None = None,
+    on_error: Callable[[int, Exception], None] | None = None,
 ) -> Iterator[tuple[int, Block]]:
     """Rounds of blocks over ``fns`` (A B A B …) until every one meets the stopping rule; yields
     ``(index, block)`` after each block. ``before(index)`` runs just before a block (start counters);
-    the consumer reads them when the block is yielded (the block has synchronized by then)."""
+    the consumer reads them when the block is yielded (the block has synchronized by then).
+    ``on_error(index, exc)``: a function that raises is reported there and dropped from the rounds, the
+    others go on (without it the exception propagates)."""
     counts = [0] * len(fns)
     measured = [0.0] * len(fns)
-    while not all(lane_done(c, m, config) for c, m in zip(counts, measured, strict=True)):
+    dropped: set[int] = set()
+
+    def finished(i: int) -> bool:
+        return i in dropped or lane_done(counts[i], measured[i], config)
+
+    while not all(finished(i) for i in range(len(fns))):
         for i, fn in enumerate(fns):
+            if i in dropped:
+                continue
             if before is not None:
                 before(i)
-            block = time_block(fn, device=device, iterations=iterations[i])
+            try:
+                block = time_block(fn, device=device, iterations=iterations[i])
+            except Exception as exc:
+                if on_error is None:
+                    raise
+                dropped.add(i)
+                on_error(i, exc)
+                continue
             counts[i] += len(block.samples_s)
             measured[i] += block.wall_s
             yield i, block

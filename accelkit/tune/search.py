@@ -213,15 +213,18 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False, save=store is not None)
     variants = [Variant(explicit_recipe=t.recipe, label=t.name) for t in measured]
     run = run_benchmark(workload, variants, bench, store=store, reporter=reporter, run_id=run_id)
-    entries = {e["name"]: e for e in run.variants}
-    for refused in run.refused:
+    doc = run.to_json()
+    entries = {e["name"]: e for e in doc["variants"]}
+    failures = {f["name"]: f"{f['phase']}: {f['error']}" for f in doc["failed"]}
+    for refused in doc["refused"]:
         t = next(x for x in measured if x.name == refused["name"])
         t.status, t.reason = "refused", refused["reason"]
     for t in measured:
         entry = entries.get(t.name)
         if entry is None:
             if t.status == "pending":
-                t.status, t.reason = "failed", "not measured (interrupted)" if run.interrupted else "not measured"
+                t.status = "failed"
+                t.reason = failures.get(t.name, "not measured (interrupted)" if run.interrupted else "not measured")
             continue
         t.status = "measured"
         t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]

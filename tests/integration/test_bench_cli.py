@@ -126,7 +126,7 @@ def test_dataloader_throughput_and_input_bound(probed):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("bench", "bert", "--prompt-len", "5"), "--prompt-len does not apply to `bench bert`"),
+        (("bench", "bert", "--prompt-len", "5"), "--prompt-len does not apply to `bench bert`; it applies to `bench llm`"),
         (("bench", "bertt"), "did you mean bert"),
         (("bench",), "give a workload"),
         (("bench", "bert", "--precision", "fp64"), "--precision 'fp64' is not valid"),
@@ -140,3 +140,63 @@ def test_usage_errors_are_one_line_exit_2(args, needle):
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr and "Traceback" not in proc.stderr
     assert len([line for line in proc.stderr.strip().splitlines() if line.startswith("error")]) == 1
+
+
+def test_a_factory_that_raises_is_one_line_not_a_traceback():
+    """Issue 15: `bench custom --module json:loads` printed a traceback (loads() needs an argument)."""
+    proc = accelkit("bench", "custom", "--module", "json:loads", "--device", "cpu")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "calling loads() raised TypeError" in proc.stderr and "takes no arguments" in proc.stderr
+
+
+def test_a_suite_whose_precisions_cannot_run_here_is_refused_before_it_starts(_isolated_home):
+    """Issue 15: `bench --suite quick --precision fp8 --device cpu` ran for 65 s instead of refusing."""
+    for args in (("bench", "--suite", "quick"), ("bench", "suite", "quick")):
+        proc = accelkit(*args, "--precision", "fp8", "--device", "cpu", "--json")
+        assert proc.returncode == 2, proc.stderr
+        assert "nothing to run: --precision fp8" in proc.stderr and proc.stdout == ""
+    assert not (_isolated_home / "results.db").exists() or stored_bench(_isolated_home) == []
+
+
+def test_progress_is_on_stderr_only_when_asked_or_on_a_terminal(probed):
+    """Issue 18: every long phase shows progress on stderr; not on a pipe unless --progress; never on stdout."""
+    args = ("bench", "bert", "--size", "tiny", "--seq-len", "16", "--batch-size", "2", "--no-save", *FAST, "--json")
+    quiet = accelkit(*args)
+    assert quiet.returncode == 0 and json.loads(quiet.stdout)["variants"]
+    assert "fp32 reference" not in quiet.stderr and "warm-up" not in quiet.stderr
+    loud = accelkit(*args, "--progress")
+    assert loud.returncode == 0 and json.loads(loud.stdout)["variants"]  # stdout: the JSON and nothing else
+    for phase in ("MFU peaks", "the planner's estimate", "fp32 reference: FLOPs on the meta device", "fp32: load",
+                  "fp32 · forward: first call", "fp32 · forward: warm-up"):
+        assert phase in loud.stderr, (phase, loud.stderr)
+
+
+def test_a_terminal_gets_the_live_progress_bar(probed):
+    """stderr on a pseudo-terminal (stdout a pipe): rich draws its live display there."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "accelkit", "bench", "bert", "--size", "tiny", "--seq-len", "16",
+                             "--batch-size", "2", "--no-save", *FAST, "--json"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=slave, env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    stdout = proc.stdout.read()
+    proc.wait(timeout=300)
+    os.close(master)
+    shown = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0 and json.loads(stdout)["variants"]
+    assert "\x1b[" in shown and "fp32 · forward" in shown  # a live (ANSI) display with the lane

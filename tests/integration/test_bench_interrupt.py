@@ -9,7 +9,7 @@ from tests.integration.test_bench_cli import stored_bench
 
 
 def test_sigint_keeps_finished_variants(probed):
-    proc = accelkit_popen("bench", "bert", "--size", "tiny", "--seq-len", "32", "--batch-size", "2",
+    proc = accelkit_popen("bench", "bert", "--progress", "--size", "tiny", "--seq-len", "32", "--batch-size", "2",
                           "--precision", "fp32,bf16", "--no-interleave", "--warmup", "2", "--warmup-time", "1",
                           "--min-iterations", "5", "--min-time", "3")
     lines = []

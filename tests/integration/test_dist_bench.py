@@ -62,7 +62,7 @@ def test_ddp_resnet_two_ranks(probed):
 
 def test_distributed_flags_are_checked_before_launch(_isolated_home):
     proc = accelkit("bench", "bert", "--size", "tiny", "--nproc-per-node", "2", "--device", "cpu", *FAST)
-    assert proc.returncode == 2 and "llm-train, resnet" in proc.stderr
+    assert proc.returncode == 2 and "applies to `bench llm-train`, `bench resnet`" in proc.stderr
     proc = accelkit("bench", "llm-train", "--model", "tiny-llama", "--nproc-per-node", "2", "--nnodes", "2:4")
     assert proc.returncode == 2 and "rdzv_endpoint" in proc.stderr
     assert "Traceback" not in proc.stderr

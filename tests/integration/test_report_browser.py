@@ -19,6 +19,16 @@ CHROMIUM = os.environ.get("ACCELKIT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = REPO / "test-artifacts"
+EXPECTED_AXIS_TITLES = {
+    "plot-comparison": ["throughput ÷ first variant of the run (×; bars p25–p75)", "variant"],
+    "plot-latency": ["latency per iteration (ms, log scale)", "result"],
+    "plot-mfu": ["MFU (% of the dense peak of the dtype used)", "result"],
+    "plot-predicted": ["predicted by `accelkit plan` (items/s in the step's unit, log scale)",
+                       "measured (items/s in the same unit, log scale)"],
+    "plot-roofline": ["arithmetic intensity (FLOP/byte, log scale)", "attainable TFLOP/s (log scale)"],
+    "plot-serving": ["achieved request throughput (requests/s)", "latency (ms)"],
+    "plot-serving-dist": ["metric @ offered request rate", "latency (ms)"],
+}
 
 
 def _browser_or_skip():
@@ -85,6 +95,31 @@ def test_report_renders_in_chromium(report_file):
             assert plots.count() == 7
             for i in range(plots.count()):  # every plot drew its SVG
                 assert plots.nth(i).locator(".main-svg").count() >= 1, plots.nth(i).get_attribute("id")
+            # every chart's axes carry a rendered title with its unit (plotly drops a bare-string title silently)
+            titles = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('div.plot')].map(d => [
+                d.id, [d.querySelector('.xtitle')?.textContent || '', d.querySelector('.ytitle')?.textContent || '']]))""")
+            assert titles == EXPECTED_AXIS_TITLES, titles
+            # tick labels are drawn inside their chart (none clipped off the edge)
+            clipped = page.evaluate("""() => [...document.querySelectorAll('div.plot')].flatMap(d => {
+                const box = d.getBoundingClientRect();
+                return [...d.querySelectorAll('.xtick text, .ytick text')].filter(t => {
+                    const r = t.getBoundingClientRect();
+                    return r.width > 0 && (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1
+                                           || r.bottom > box.bottom + 1);
+                }).map(t => d.id + ': ' + t.textContent);
+            })""")
+            assert clipped == [], clipped
+            # no legend covers an axis title
+            covered = page.evaluate("""() => [...document.querySelectorAll('div.plot')].filter(d => {
+                const legend = d.querySelector('.legend'), titles = d.querySelectorAll('.xtitle, .ytitle');
+                if (!legend) return false;
+                const a = legend.getBoundingClientRect();
+                return [...titles].some(t => { const b = t.getBoundingClientRect();
+                    return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom; });
+            }).map(d => d.id)""")
+            assert covered == [], covered
+            verdicts = page.locator("ul.verdicts").inner_text()
+            assert "forward:" in verdicts and "fp32" in verdicts  # what won the bert fp32/bf16 run, in words
             # the comparison, latency and MFU plots have data (not the "no data" placeholder)
             for pid in ("plot-comparison", "plot-latency", "plot-mfu", "plot-roofline", "plot-serving",
                         "plot-serving-dist"):
@@ -103,3 +138,23 @@ def test_report_renders_in_chromium(report_file):
     assert requests == []
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000
     shutil.copy(report_file, ARTIFACTS / "report.html")
+
+
+def test_report_leaves_out_sections_without_data(_isolated_home, tmp_path):
+    """Nothing measured yet: no chart placeholders, only the empty runs table that says what to run."""
+    out = tmp_path / "empty.html"
+    proc = accelkit("report", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    html = out.read_text()
+    assert 'data-plot="' not in html and "What won each run" not in html
+    assert "No benchmark results yet" in html
+
+
+@pytest.mark.parametrize("where", ["dir", "missing-parent"])
+def test_report_out_must_be_a_file_in_an_existing_directory(_isolated_home, tmp_path, where):
+    target = tmp_path if where == "dir" else tmp_path / "no" / "such" / "r.html"
+    proc = accelkit("report", "--out", str(target))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and str(target) in proc.stderr
+    assert ("is a directory" if where == "dir" else "does not exist") in proc.stderr
+    assert not (tmp_path / "no").exists()  # nothing was created on the way

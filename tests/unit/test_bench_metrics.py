@@ -2,17 +2,27 @@
 
 import pytest
 
-from accelkit.bench.metrics import Peak, catalog_peak, compare, count_flops, drift, mfu_block, probe_peak
+from accelkit.bench.metrics import Peak, catalog_peak, compare, count_flops, drift, mfu_result, probe_peak
 from accelkit.core import Measurement
 from accelkit.results import ResultStore
 
 
-def test_mfu_block_names_peak_and_formula():
-    block = mfu_block(2e9, 100.0, Peak(1e12, "measured: probe 3"), "FlopCounterMode")
-    assert block["value"] == pytest.approx(0.2)
-    assert block["peak_source"] == "measured: probe 3" and block["flops_source"] == "FlopCounterMode"
-    missing = mfu_block(2e9, 100.0, Peak(None, "MFU unavailable: run accelkit hw probe"), "x")
-    assert missing["value"] is None and "hw probe" in missing["peak_source"]
+def test_mfu_names_peak_and_formula():
+    mfu = mfu_result(2e9, 100.0, Peak(1e12, "measured: probe 3"), "FlopCounterMode")
+    assert mfu.value == pytest.approx(0.2)
+    assert mfu.peak_source == "measured: probe 3" and mfu.flops_source == "FlopCounterMode"
+    missing = mfu_result(2e9, 100.0, Peak(None, "MFU unavailable: run accelkit hw probe"), "x")
+    assert missing.value is None and "hw probe" in missing.peak_source
+
+
+def test_mfu_against_the_datasheet_and_the_probe():
+    """A catalog GPU: "39% of the datasheet, 57% of what this GPU's matmul reaches" — both, in the JSON."""
+    datasheet, probe = Peak(989e12, "catalog: H200 dense bf16"), Peak(679e12, "measured: hw probe 7")
+    mfu = mfu_result(1e9, 386_000.0, datasheet, "meta", datasheet=datasheet, probe=probe)
+    assert mfu.value == pytest.approx(386e12 / 989e12) and mfu.datasheet.value == mfu.value
+    assert mfu.probe.value == pytest.approx(386e12 / 679e12) and mfu.probe.source == "measured: hw probe 7"
+    doc = mfu.to_dict()
+    assert doc["datasheet"]["peak_flops"] == 989e12 and doc["probe"]["peak_flops"] == 679e12
 
 
 def test_catalog_peak_is_dense_datasheet_figure():
@@ -39,19 +49,19 @@ def test_drift_figures():
     torch = pytest.importorskip("torch")
     ref = torch.randn(4, 10)
     same = drift(ref, ref.clone())
-    assert same["max_abs_error"] == 0 and same["identical"] and same["sqnr_db"] is None
-    assert same["top1_agreement"] == 1.0
+    assert same.max_abs_error == 0 and same.identical and same.sqnr_db is None
+    assert same.top1_agreement == 1.0 and same.rows == 4
     noisy = drift(ref, ref + 0.01 * torch.randn(4, 10))
-    assert 20 < noisy["sqnr_db"] < 60 and noisy["cosine"] > 0.99
+    assert 20 < noisy.sqnr_db < 60 and noisy.cosine > 0.99
 
 
 def test_compare_interleaved_pairs_and_verdicts():
-    faster = compare([100, 100, 100, 100], [200, 210, 190, 200], interleaved=True)
-    assert faster["ratio"] == pytest.approx(2.0) and faster["verdict"] == "faster" and faster["pairs"] == 4
-    same = compare([100, 110, 90, 100], [105, 95, 100, 100], interleaved=True)
-    assert same["verdict"].startswith("no difference")
-    seq = compare([100, 100], [50, 50], interleaved=False)
-    assert seq["ratio"] == pytest.approx(0.5) and seq["verdict"] == "slower" and seq["pairs"] == 0
+    faster = compare("a", [100, 100, 100, 100], [200, 210, 190, 200], interleaved=True)
+    assert faster.ratio == pytest.approx(2.0) and faster.verdict == "faster" and faster.pairs == 4
+    same = compare("a", [100, 110, 90, 100], [105, 95, 100, 100], interleaved=True)
+    assert same.verdict.startswith("no difference")
+    seq = compare("a", [100, 100], [50, 50], interleaved=False)
+    assert seq.ratio == pytest.approx(0.5) and seq.verdict == "slower" and seq.pairs == 0 and seq.baseline == "a"
 
 
 def test_count_flops_matmul_and_cpu_attention():

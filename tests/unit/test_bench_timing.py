@@ -73,3 +73,51 @@ def test_interrupt_inside_a_finalizer_is_kept_off_stderr(monkeypatch):
         restore()
     assert session.interrupt_requested
     assert reached == []
+
+
+def test_a_lane_that_raises_is_dropped_and_the_others_go_on():
+    calls = {"ok": 0, "bad": 0}
+
+    def bad():
+        calls["bad"] += 1
+        if calls["bad"] > 3:
+            raise RuntimeError("Bias must be BFloat16 or Half, but got Float")
+
+    errors = []
+    loop = LoopConfig(min_iterations=8, min_time_s=0.0)
+    blocks = list(interleaved_blocks([lambda: calls.__setitem__("ok", calls["ok"] + 1), bad], loop, iterations=[2, 2],
+                                     on_error=lambda i, exc: errors.append((i, str(exc)))))
+    assert errors == [(1, "Bias must be BFloat16 or Half, but got Float")]
+    assert sum(len(b.samples_s) for i, b in blocks if i == 0) >= 8  # the healthy lane met the rule
+
+
+def test_cuda_timing_uses_the_named_device_not_the_current_one(monkeypatch):
+    """`--device cuda:1`: events are recorded on cuda:1's stream and cuda:1 is synchronized (fakes stand in
+    for torch.cuda, so this runs without a GPU; tests/gpu checks it for real)."""
+    torch = __import__("pytest").importorskip("torch")
+    log = []
+
+    class FakeStream:
+        def __init__(self, device):
+            self.device = device
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            self.stream = None
+
+        def record(self, stream=None):
+            log.append(("record", None if stream is None else str(stream.device)))
+
+        def elapsed_time(self, other):
+            return 1.0
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream(device))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: log.append(("sync", str(device))))
+    block = time_block(lambda: None, device="cuda:1", iterations=3)
+    assert block.samples_s == [1e-3] * 3
+    assert log.count(("record", "cuda:1")) == 6 and ("sync", "cuda:1") in log
+    assert all(entry[1] == "cuda:1" for entry in log), log
+    log.clear()
+    warm_up(lambda: None, LoopConfig(warmup_iterations=8, warmup_time_s=0.0), device="cuda:1")
+    assert log and all(entry == ("sync", "cuda:1") for entry in log)

@@ -3,6 +3,8 @@ module with a config and a BenchWorkload subclass, and a line here."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
 from accelkit.bench.workloads.bert import Bert, BertConfig
 from accelkit.bench.workloads.custom import Custom, CustomConfig
@@ -25,7 +27,7 @@ def get_workload(name: str) -> type[BenchWorkload]:
     return WORKLOADS[name]
 
 
-def make_workload(name: str, config: Spec | dict | None = None) -> BenchWorkload:
+def make_workload(name: str, config: Spec | dict[str, Any] | None = None) -> BenchWorkload:
     """``make_workload("bert", {"size": "tiny"})`` — the config as a Spec or a dict of its fields."""
     cls = get_workload(name)
     if config is None or isinstance(config, dict):

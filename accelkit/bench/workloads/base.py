@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     import torch
 
 Task = Literal["infer", "train", "input"]
+#: rows of the batch the accuracy drift is computed on: a small fixed slice, so the fp32 reference output costs
+#: a forward of these rows, not of the whole batch (the first H200 run's reference of a 1B model at b8 × s2048
+#: died out of memory)
+EVAL_ROWS = 2
 
 
 @dataclass(slots=True)
@@ -34,13 +38,15 @@ class Step:
     unit: str  # "samples", "images", "tokens"
     latency_name: str = "step latency"
     cycle: int = 1  # calls after which the shapes repeat (decode: output_len); FLOPs average over it
+    returns_loss: bool = False  # a training step: fn() returns the loss (the bench keeps the first steps')
     analytic_flops_per_item: float | None = None
     analytic_formula: str | None = None
 
 
 @dataclass(slots=True)
 class Prepared:
-    """A variant ready to run: its steps, the output on the fixed evaluation batch, and a cleanup."""
+    """A variant ready to run: its steps, the output on the fixed evaluation slice (the first ``EVAL_ROWS``
+    rows of the batch), and a cleanup."""
 
     steps: list[Step]
     evaluate: Callable[[], torch.Tensor] | None = None
@@ -85,6 +91,9 @@ class BenchWorkload(ABC):
             return "int8 dynamic quantization is inference-only; train with bf16, fp16 or fp8"
         if variant.channels_last and not self.is_cnn:
             return f"channels_last is a layout for 4-D CNN inputs; {self.name} has none"
+        if variant.fp8_scaling != "tensorwise" and self.task != "train":
+            return (f"fp8 {variant.fp8_scaling} scaling is a training recipe (torchao.float8); fp8 inference is dynamic "
+                    "per-tensor quantization — drop --fp8-scaling for this workload")
         return None
 
     def check(self, device: str) -> None:
@@ -167,8 +176,8 @@ def train_step(
     variant: Variant,
     device: str,
 ) -> Callable[[], object]:
-    """One optimizer step: zero grads → forward + loss (in the variant's math mode) → backward → step.
-    fp16 uses a GradScaler (its dynamic range needs loss scaling); bf16 and fp8 do not."""
+    """One optimizer step: zero grads → forward + loss (in the variant's math mode) → backward → step; returns
+    the loss. fp16 uses a GradScaler (its dynamic range needs loss scaling); bf16 and fp8 do not."""
     import torch
 
     scaler = torch.amp.GradScaler(device.split(":")[0]) if variant.precision == "fp16" else None
@@ -178,11 +187,11 @@ def train_step(
         optimizer.zero_grad(set_to_none=True)
         loss: torch.Tensor = forward()  # type: ignore[assignment]
         if scaler is not None:
-            scaler.scale(loss).backward()
+            scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
             scaler.step(optimizer)
             scaler.update()
         else:
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
         return loss
 

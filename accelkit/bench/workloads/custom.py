@@ -63,7 +63,15 @@ class Custom(BenchWorkload):
     def _make(self) -> tuple[Any, Any, Any]:
         import torch
 
-        model, inputs, loss_fn = _unpack(load_factory(self.config.module)(), self.config.module)
+        target = self.config.module
+        factory = load_factory(target)
+        try:
+            made = factory()
+        except Exception as exc:  # the user's code: one line naming the target and what a factory must be
+            raise UserError(f"--module {target!r}: calling {target.partition(':')[2]}() raised {type(exc).__name__}: "
+                            f"{exc}; the factory takes no arguments and returns (model, example_inputs[, loss_fn])"
+                            ) from exc
+        model, inputs, loss_fn = _unpack(made, target)
         if not isinstance(model, torch.nn.Module):
             raise UserError(f"--module {self.config.module!r} returned a {type(model).__name__}, not a torch nn.Module")
         return model, inputs, loss_fn
@@ -94,14 +102,24 @@ class Custom(BenchWorkload):
         torch.manual_seed(seed)
         model, inputs, loss_fn = self._make()  # a fresh model per variant
         model = model.to(device)
-        to = (lambda t: t.to(device).contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t.to(device)) \
-            if variant.channels_last else (lambda t: t.to(device))
+        def to(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor):
+                return value
+            if variant.channels_last and value.dim() == 4:
+                return value.to(device).contiguous(memory_format=torch.channels_last)
+            return value.to(device)
+
+        args: tuple[Any, ...] = ()
+        kwargs: dict[str, Any] = {}
         if isinstance(inputs, torch.Tensor):
-            args, kwargs = (to(inputs),), {}
+            args = (to(inputs),)
         elif isinstance(inputs, dict):
-            args, kwargs = (), {k: to(v) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+            kwargs = {k: to(v) for k, v in inputs.items()}
+        elif isinstance(inputs, (tuple, list)):
+            args = tuple(to(v) for v in inputs)
         else:
-            args, kwargs = tuple(to(v) if isinstance(v, torch.Tensor) else v for v in inputs), {}
+            raise UserError(f"--module {self.config.module!r}: example_inputs is a {type(inputs).__name__}; give a "
+                            "tensor, a tuple of tensors or a dict of keyword tensors")
         tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
         items = self.config.items_per_step or (int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 1)
         training = loss_fn is not None
@@ -113,7 +131,7 @@ class Custom(BenchWorkload):
         if training:
             optimizer = torch.optim.SGD(model.parameters(), lr=self.config.lr)
             step = Step("train step", train_step(model, optimizer, lambda: loss_fn(forward()), variant, device),
-                        items, "samples")
+                        items, "samples", returns_loss=True)
         else:
             step = Step("forward", run_in(variant, device, forward, inference=True), items, "samples")
         return Prepared(steps=[step], evaluate=evaluate_fn(model, variant, device, forward))

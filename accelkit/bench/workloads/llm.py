@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelkit.bench.variants import Variant, apply
-from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step, check_fits, model_seed, run_in
+from accelkit.bench.workloads.base import EVAL_ROWS, BenchWorkload, Prepared, Step, check_fits, model_seed, run_in
 from accelkit.core import ModelSpec, UserError
 from accelkit.core import Workload as WorkloadSpec
 from accelkit.core.spec import Spec, spec_field
@@ -122,5 +122,5 @@ class LLM(BenchWorkload):
                  latency_name="per-token latency", cycle=c.output_len,
                  analytic_flops_per_item=forward_flops_per_token(spec, mean_decode_context), analytic_formula=formula),
         ]
-        evaluate = run_in(variant, device, lambda: model(input_ids=prompt).logits, inference=True)
+        evaluate = run_in(variant, device, lambda: model(input_ids=prompt[:EVAL_ROWS]).logits, inference=True)
         return Prepared(steps=steps, evaluate=evaluate, close=state.clear)  # type: ignore[arg-type]

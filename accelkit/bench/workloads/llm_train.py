@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from accelkit.bench.variants import Variant, apply
 from accelkit.bench.workloads.base import (
+    EVAL_ROWS,
     BenchWorkload,
     Prepared,
     Step,
@@ -66,10 +67,11 @@ class LLMTrain(BenchWorkload):
         optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr)
 
         def loss() -> torch.Tensor:
-            return model(input_ids=ids, labels=ids).loss
+            return model(input_ids=ids, labels=ids).loss  # type: ignore[no-any-return]
 
         palm = 6 * matmul_params(spec) + 12 * spec.num_layers * spec.num_heads * spec.head_size * c.seq_len
         step = Step("train step", train_step(model, optimizer, loss, variant, device), c.batch_size * c.seq_len,
-                    "tokens", analytic_flops_per_item=palm,
+                    "tokens", analytic_flops_per_item=palm, returns_loss=True,
                     analytic_formula="6N + 12·L·H·Q·T per token (PaLM, Appendix B; N without embeddings)")
-        return Prepared(steps=[step], evaluate=evaluate_fn(model, variant, device, lambda: model(input_ids=ids).logits))
+        return Prepared(steps=[step], evaluate=evaluate_fn(model, variant, device,
+                                                           lambda: model(input_ids=ids[:EVAL_ROWS]).logits))

@@ -7,6 +7,7 @@ from typing import Literal
 
 from accelkit.bench.variants import Variant, apply
 from accelkit.bench.workloads.base import (
+    EVAL_ROWS,
     BenchWorkload,
     Prepared,
     Step,
@@ -86,6 +87,7 @@ class ResNet(BenchWorkload):
             return torch.nn.functional.cross_entropy(logits.float(), labels)
 
         return Prepared(
-            steps=[Step("train step", train_step(model, optimizer, loss, variant, device), c.batch_size, "images")],
-            evaluate=evaluate_fn(model, variant, device, lambda: model(pixel_values=images).logits),
+            steps=[Step("train step", train_step(model, optimizer, loss, variant, device), c.batch_size, "images",
+                        returns_loss=True)],
+            evaluate=evaluate_fn(model, variant, device, lambda: model(pixel_values=images[:EVAL_ROWS]).logits),
         )

@@ -1,0 +1,136 @@
+"""The fp32 reference of a run, at no more memory than the variants themselves (issue 13: the first H200 run of a
+1B model at batch 8 × 2048 died in this phase with 129.8 GB allocated, before any variant ran).
+
+- **FLOPs** are counted on the **meta device**: the fp32 eager model built without storage, its step run once
+  under ``FlopCounterMode`` at the measured shapes — exact, and free at any size. A model the meta device cannot
+  run (data-dependent Python, an op without a meta kernel) is counted on the fp32 variant when the run measures
+  one, else once on this device (guarded: a count that does not fit leaves a note and MFU falls back to the
+  workload's analytic formula).
+- **The drift reference** is the fp32 model's output on a small fixed slice of the batch (``EVAL_ROWS`` rows),
+  under ``inference_mode``: fp32 weights plus one forward of two rows. Built only when accuracy is asked for and
+  no plain fp32 variant is measured (that variant is then its own reference), and freed before any variant loads.
+
+Neither touches what a variant measures: every variant builds its own model from the same seed.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from accelkit.bench.metrics import FLOPS_SOURCE, FLOPS_SOURCE_ON_DEVICE, count_flops
+from accelkit.bench.variants import Variant
+
+if TYPE_CHECKING:
+    from accelkit.bench.workloads.base import BenchWorkload, Prepared
+
+
+@dataclass(slots=True)
+class Reference:
+    """What the variants are compared with: the fp32 output on the evaluation slice, and FLOPs per item."""
+
+    output: Any = None  # torch.Tensor on the CPU, or None
+    flops: dict[str, float] = field(default_factory=dict)  # step name → model FLOPs per item
+    flops_source: str = FLOPS_SOURCE
+    notes: list[str] = field(default_factory=list)
+
+
+def free(device: str) -> None:
+    """Return what was freed to the device (the CUDA caching allocator keeps it otherwise)."""
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, (MemoryError, torch.OutOfMemoryError))
+
+
+def step_flops(prepared: Prepared) -> dict[str, float]:
+    """Model FLOPs per item of each step: one first call (seeds caches, e.g. a decode's KV cache), then
+    ``step.cycle`` counted calls."""
+    out = {}
+    for step in prepared.steps:
+        step.fn()
+        out[step.name] = count_flops(step.fn, calls=step.cycle) / step.items
+    return out
+
+
+def count_on_meta(workload: BenchWorkload, seed: int) -> tuple[dict[str, float], str | None]:
+    """FLOPs per item of every step at the measured shapes, on the meta device; ({}, why) when it cannot run."""
+    prepared = None
+    try:
+        prepared = workload.prepare(Variant(), "meta", seed=seed)
+        return step_flops(prepared), None
+    except Exception as exc:  # the meta device cannot run every model; the caller falls back
+        return {}, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    finally:
+        if prepared is not None:
+            prepared.close()
+
+
+def count_on_device(workload: BenchWorkload, device: str, seed: int) -> tuple[dict[str, float], str | None]:
+    """FLOPs per item counted on the fp32 model on ``device`` (the fallback); ({}, why) when it does not fit."""
+    prepared = None
+    try:
+        prepared = workload.prepare(Variant(), device, seed=seed)
+        return step_flops(prepared), None
+    except Exception as exc:
+        if not _is_oom(exc):
+            raise
+        return {}, f"the fp32 model does not fit on {device} to count its FLOPs ({type(exc).__name__})"
+    finally:
+        if prepared is not None:
+            prepared.close()
+        del prepared
+        free(device)
+
+
+def output_on_slice(workload: BenchWorkload, device: str, seed: int) -> tuple[Any, str | None]:
+    """The fp32 eager output on the evaluation slice (on the CPU), or (None, why not)."""
+    import torch
+
+    prepared = None
+    try:
+        prepared = workload.prepare(Variant(), device, seed=seed)
+        if prepared.evaluate is None:
+            return None, None
+        with torch.inference_mode():
+            return prepared.evaluate().detach().float().cpu(), None
+    except Exception as exc:
+        if not _is_oom(exc):
+            raise
+        return None, (f"no fp32 drift reference: the fp32 model does not fit on {device} beside nothing else "
+                      f"({type(exc).__name__}); the variants' accuracy is not compared")
+    finally:
+        if prepared is not None:
+            prepared.close()
+        del prepared
+        free(device)
+
+
+def build_reference(workload: BenchWorkload, variants: list[Variant], device: str, *, seed: int,
+                    accuracy: bool) -> Reference:
+    """FLOPs (meta device) and, when needed, the fp32 output on the slice — everything freed on return."""
+    ref = Reference()
+    if workload.task == "input":
+        return ref
+    ref.flops, why = count_on_meta(workload, seed)
+    fp32_runs = any(v.is_reference for v in variants)
+    if not ref.flops:
+        ref.flops_source = FLOPS_SOURCE_ON_DEVICE
+        ref.notes.append(f"FLOPs counted on {device}, not on the meta device ({why})")
+        if not fp32_runs:  # otherwise the fp32 variant counts its own, at no extra memory
+            ref.flops, oom = count_on_device(workload, device, seed)
+            if oom:
+                ref.notes.append(f"FLOPs not counted: {oom}; MFU uses the analytic formula where there is one")
+    if accuracy and not fp32_runs:
+        ref.output, note = output_on_slice(workload, device, seed)
+        if note:
+            ref.notes.append(note)
+    return ref

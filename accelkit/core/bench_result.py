@@ -1,0 +1,333 @@
+"""The typed result of a benchmark: one :class:`BenchResult` per (variant, step), one :class:`BenchRunResult` per
+run. Built in one place (``accelkit.bench.record``; the distributed bench builds the same type from its ranks),
+stored as a ``Measurement`` by :meth:`BenchResult.to_measurement`, read back by :meth:`BenchResult.from_measurement`
+(the report and ``results export`` read it typed). ``to_json()`` is the document ``accelkit bench --json`` prints;
+its field names are those docs/bench.md documents.
+
+Like optimum-benchmark's typed reports: every figure carries its unit in its name or a sibling field, and every
+null carries the reason next to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from accelkit.core.recipe import Recipe
+from accelkit.core.result import Measurement
+from accelkit.core.spec import Spec, spec_field
+from accelkit.core.stats import Stats
+from accelkit.core.workload import Workload
+
+__all__ = [
+    "Accuracy", "BenchResult", "BenchRunResult", "Comparison", "Energy", "Failure", "InputBound", "MemoryUse",
+    "MfuResult", "PeakShare", "Phases", "Prediction", "Refusal", "Throughput", "finite", "verdicts",
+]
+
+
+def finite(value: float | None) -> float | None:
+    """``value``, or None when it is not a finite number (a NaN loss is an observation, but not JSON)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Phases(Spec):
+    """Time spent in each phase of docs/methodology.md, recorded separately."""
+
+    load_s: float | None = spec_field(None, min=0.0, doc="Building the model and applying the variant.")
+    first_call_s: float | None = spec_field(None, min=0.0, doc="The cold first call (includes any compilation).")
+    warmup_iterations: int = spec_field(0, min=0, doc="Warm-up iterations run and discarded.")
+    warmup_s: float = spec_field(0.0, min=0.0, doc="Warm-up wall time.")
+    measured_iterations: int = spec_field(0, min=0, doc="Iterations in the measured steady state.")
+    measured_s: float = spec_field(0.0, min=0.0, doc="Wall time of the measured blocks.")
+    blocks: int = spec_field(0, min=0, doc="Measured blocks (rounds of an interleaved run).")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Throughput(Spec):
+    value: float | None = spec_field(None, min=0.0, doc="Items ÷ total measured wall time (not a mean of rates).")
+    unit: str = spec_field("items/s", doc="'samples/s', 'images/s' or 'tokens/s'.")
+    per_device: float | None = spec_field(None, min=0.0, doc="Distributed runs: value ÷ world size.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeakShare(Spec):
+    """MFU against one peak: the datasheet's dense peak, or what this device's matmul reached in `hw probe`."""
+
+    value: float | None = spec_field(None, min=0.0, doc="Achieved model FLOP/s ÷ this peak; None without a peak.")
+    peak_flops: float | None = spec_field(None, min=0.0, doc="The peak, FLOP/s.")
+    source: str = spec_field(doc="Where the peak comes from, or why there is none.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MfuResult(Spec):
+    """Model FLOPs utilisation with the FLOPs and the peak it rests on."""
+
+    value: float | None = spec_field(None, min=0.0, doc="MFU against peak_flops (datasheet on a catalog device, else probe).")
+    achieved_flops: float | None = spec_field(None, min=0.0, doc="Model FLOP/s achieved.")
+    peak_flops: float | None = spec_field(None, min=0.0, doc="The dense peak of the dtype used, FLOP/s.")
+    peak_source: str = spec_field("", doc="Where peak_flops comes from.")
+    flops_per_item: float | None = spec_field(None, min=0.0, doc="Model FLOPs per item (sample, image, token).")
+    flops_source: str = spec_field("", doc="How the FLOPs were counted.")
+    analytic_flops_per_item: float | None = spec_field(None, min=0.0, doc="The closed-form figure, where there is one.")
+    analytic_formula: str | None = spec_field(None, doc="Its formula.")
+    datasheet: PeakShare | None = spec_field(None, doc="MFU against the catalog's dense datasheet peak (GPUs).")
+    probe: PeakShare | None = spec_field(None, doc="MFU against the `hw probe` matmul peak of the same dtype.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryUse(Spec):
+    peak: int | None = spec_field(None, min=0, doc="Resident after load + the peak increase during a block, bytes.")
+    load: int | None = spec_field(None, min=0, doc="Resident bytes the load added.")
+    step_peak_increase: int | None = spec_field(None, min=0, doc="Peak increase during a measured block, bytes.")
+    reserved_peak: int | None = spec_field(None, min=0, doc="CUDA: the caching allocator's reserved peak, bytes.")
+    model_states: int | None = spec_field(None, min=0, doc="Distributed: parameters + gradients + optimizer per rank.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Energy(Spec):
+    j_per_item: float | None = spec_field(None, min=0.0, doc="Joules per item; None with the reason.")
+    items_per_j: float | None = spec_field(None, min=0.0, doc="Items per joule.")
+    scope: str | None = spec_field(None, doc="What the counter covers (GPU board, CPU package).")
+    reason: str | None = spec_field(None, doc="Why energy is null.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accuracy(Spec):
+    """Output drift against the fp32 eager reference on the same fixed slice of the batch."""
+
+    max_abs_error: float | None = spec_field(None, doc="max |output − reference|.")
+    cosine: float | None = spec_field(None, doc="Cosine similarity of the flattened outputs.")
+    sqnr_db: float | None = spec_field(None, doc="10·log10(‖ref‖² / ‖out − ref‖²); None when identical.")
+    identical: bool | None = spec_field(None, doc="Bit-for-bit equal outputs.")
+    top1_agreement: float | None = spec_field(None, doc="Fraction of positions with the same argmax (logits).")
+    rows: int | None = spec_field(None, min=1, doc="Rows of the batch compared (a small fixed slice).")
+    note: str | None = spec_field(None, doc="Why there is no drift figure.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction(Spec):
+    """The planner's figure for the same workload and recipe, in the step's own unit."""
+
+    estimate_id: int | None = spec_field(None, doc="The stored Estimate's id.")
+    throughput: float | None = spec_field(None, min=0.0, doc="Predicted items/s of this step, in `unit`.")
+    unit: str = spec_field("items/s", doc="The measured step's unit (samples/s, images/s, tokens/s).")
+    mfu: float | None = spec_field(None, min=0.0, doc="The planner's MFU.")
+    ratio: float | None = spec_field(None, min=0.0, doc="Measured ÷ predicted throughput.")
+    seconds_per_call: float | None = spec_field(None, min=0.0, doc="Predicted seconds per call of the step.")
+    bottleneck: str | None = spec_field(None, doc="The planner's bottleneck (compute, memory, …).")
+    note: str | None = spec_field(None, doc="Why there is no predicted throughput.")
+    explanation: str | None = spec_field(None, doc="What the ratio says, in one sentence.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison(Spec):
+    """Throughput against the run's first variant of the same step."""
+
+    baseline: str = spec_field(doc="The baseline variant.")
+    ratio: float | None = spec_field(None, min=0.0, doc="Throughput ÷ the baseline's.")
+    p25: float | None = spec_field(None, min=0.0, doc="25th percentile of the per-round ratios (or the spread).")
+    p75: float | None = spec_field(None, min=0.0, doc="75th percentile.")
+    pairs: int = spec_field(0, min=0, doc="Interleaved rounds the ratio rests on.")
+    interleaved: bool | None = spec_field(None, doc="Whether the variants ran in rounds.")
+    verdict: str = spec_field("baseline", doc="baseline, faster, slower, or no difference.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputBound(Spec):
+    step_time_s: float = spec_field(min=0.0, doc="The training step time given (--step-time).")
+    batch_time_s: float = spec_field(min=0.0, doc="The loader's median seconds per batch.")
+    headroom: float | None = spec_field(None, min=0.0, doc="step ÷ batch time; below 1 the step waits for data.")
+    verdict: str = spec_field(doc="input-bound or not.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refusal(Spec):
+    name: str = spec_field(doc="The variant.")
+    reason: str = spec_field(doc="Why it cannot run here, and what to change.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failure(Spec):
+    name: str = spec_field(doc="The variant that raised.")
+    phase: str = spec_field(doc="The phase it raised in (load, first call, warm-up, measure).")
+    error: str = spec_field(doc="The exception, 'Type: message'.")
+
+
+#: fields of a BenchResult that only some runs have; ``to_json`` leaves them out when they are empty
+_OPTIONAL = ("input_bound", "loss_first_steps", "world_size", "num_nodes", "layout", "backend", "memory_check",
+             "ranks")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchResult(Spec):
+    """What was measured for one (variant, step)."""
+
+    name: str = spec_field(doc="The variant, e.g. 'bf16+compile'.")
+    step: str = spec_field(doc="The timed step: forward, train step, prefill, decode, next batch.")
+    precision: str | None = spec_field(None, doc="The variant's precision (None for loader settings).")
+    options: dict[str, Any] = spec_field(default_factory=dict, doc="compile / recompute / channels_last / settings.")
+    recipe: Recipe | None = spec_field(None, doc="The Recipe this variant ran (None for the data loader).")
+    phases: Phases = spec_field(default_factory=Phases, doc="Phase timings.")
+    latency_s: Stats | None = spec_field(None, doc="Per-iteration latency statistics, seconds.")
+    latency_name: str = spec_field("step latency", doc="What one iteration is: TTFT, per-token latency …")
+    unbacked_percentiles: list[str] = spec_field(default_factory=list, doc="Percentiles too few samples back.")
+    noise: str = spec_field("ok", doc="ok, noisy (IQR/median > 10%) or unstable (> 25%).")
+    throughput: Throughput = spec_field(default_factory=Throughput, doc="Items per second.")
+    mfu: MfuResult = spec_field(default_factory=MfuResult, doc="Model FLOPs utilisation.")
+    memory_bytes: MemoryUse = spec_field(default_factory=MemoryUse, doc="Memory, bytes.")
+    memory_scope: str | None = spec_field(None, doc="What the memory figures cover, or why there are none.")
+    energy_j_per_item: float | None = spec_field(None, min=0.0, doc="= energy.j_per_item.")
+    energy: Energy = spec_field(default_factory=Energy, doc="Energy per item with its scope.")
+    accuracy: Accuracy | None = spec_field(None, doc="Drift against fp32; None for an input pipeline.")
+    loss_first_steps: list[float | None] | None = spec_field(
+        None, doc="Training: the loss of the first steps (first call + warm-up) on the fixed batch.")
+    predicted: Prediction | None = spec_field(None, doc="The planner's figure; None with predicted_reason.")
+    predicted_reason: str | None = spec_field(None, doc="Why there is no prediction.")
+    comparison: Comparison | None = spec_field(None, doc="Against the first variant of the run.")
+    timer: str = spec_field("perf_counter_ns", doc="cuda events or perf_counter_ns.")
+    result_id: int | None = spec_field(None, doc="The stored Measurement's id.")
+    input_bound: InputBound | None = spec_field(None, doc="Data loader: would the given step wait for data?")
+    world_size: int | None = spec_field(None, min=1, doc="Distributed: ranks.")
+    num_nodes: int | None = spec_field(None, min=1, doc="Distributed: nodes.")
+    layout: str | None = spec_field(None, doc="Distributed: e.g. 'dp2 zero3 (FSDP2)'.")
+    backend: str | None = spec_field(None, doc="Distributed: gloo or nccl.")
+    memory_check: dict[str, Any] | None = spec_field(None, doc="Distributed: model states per rank vs the planner.")
+    ranks: list[dict[str, Any]] | None = spec_field(None, doc="Distributed: per-rank detail.")
+
+    @property
+    def key(self) -> str:
+        return f"{self.name} · {self.step}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of ``accelkit bench --json`` (optional fields only where the run has them)."""
+        data = self.to_dict()
+        for name in _OPTIONAL:
+            if data[name] is None:
+                del data[name]
+        return data
+
+    def to_measurement(
+        self, *, label: str, workload: str, config: dict[str, Any], device: str, hardware: str,
+        environment: dict[str, Any], spec: Workload | None, samples: dict[str, list[float]],
+        num_devices: int = 1, memory: dict[str, int] | None = None, extra: dict[str, Any] | None = None,
+    ) -> Measurement:
+        """This result as the store keeps it: the headline fields typed, the rest under ``details``."""
+        details = {"workload": workload, "label": label, "config": config, "device": device, **(extra or {}),
+                   **{k: v for k, v in self.to_json().items() if k != "latency_s"}}
+        name = f"{label} · {self.name} · {self.step}" + (f" · {self.layout}" if self.layout else "")
+        return Measurement(
+            kind="bench", name=name, workload=spec, hardware=hardware, num_devices=num_devices,
+            throughput=self.throughput.value, throughput_unit=self.throughput.unit, latency_s=self.latency_s,
+            memory_bytes=memory if memory is not None else {
+                k: v for k, v in self.memory_bytes.to_dict().items() if isinstance(v, int)},
+            mfu=self.mfu.value, energy_j_per_item=self.energy_j_per_item, details=details,
+            environment=environment, samples=samples,
+        )
+
+    @classmethod
+    def from_measurement(cls, measurement: Measurement) -> BenchResult:
+        """Read a stored bench row back, typed. Keys this version does not know (rows written by another
+        version) are dropped; the ones it knows are validated."""
+        data = _known(cls, measurement.details)
+        data["latency_s"] = measurement.latency_s
+        data.setdefault("name", measurement.name)
+        data.setdefault("step", "")
+        nested: dict[str, type[Spec]] = {"phases": Phases, "throughput": Throughput, "mfu": MfuResult,
+                                         "memory_bytes": MemoryUse, "energy": Energy, "accuracy": Accuracy,
+                                         "predicted": Prediction, "comparison": Comparison}
+        for name, tp in nested.items():
+            if isinstance(data.get(name), dict):
+                data[name] = _known(tp, data[name])
+        return cls.from_dict(data)
+
+
+def _known(cls: type[Spec], data: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``data`` that are fields of ``cls``."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # every Spec is a dataclass
+    return {k: v for k, v in data.items() if k in names}
+
+
+_RUN_OPTIONAL = ("world_size", "num_nodes", "layout", "zero", "ranks")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchRunResult(Spec):
+    """One `accelkit bench` run of one workload: every variant's results, and what did not run."""
+
+    workload: str = spec_field(doc="The workload's name.")
+    label: str = spec_field(doc="Short label with the shapes.")
+    config: dict[str, Any] = spec_field(default_factory=dict, doc="The workload config.")
+    device: str = spec_field(doc="cpu or cuda:N.")
+    hardware: str = spec_field(doc="The catalog name, or the detected device.")
+    run_id: str = spec_field(doc="Groups the stored rows of this run.")
+    interrupted: bool = spec_field(False, doc="Stopped by Ctrl-C.")
+    unfinished: list[str] = spec_field(default_factory=list, doc="Variants not finished when interrupted.")
+    refused: list[Refusal] = spec_field(default_factory=list, doc="Variants this device cannot run, with why.")
+    failed: list[Failure] = spec_field(default_factory=list, doc="Variants that raised, with the error.")
+    notes: list[str] = spec_field(default_factory=list, doc="What the reader should know.")
+    verdicts: list[str] = spec_field(default_factory=list, doc="Which variant won each step, and by how much.")
+    variants: list[BenchResult] = spec_field(default_factory=list, doc="One entry per (variant, step).")
+    environment: dict[str, Any] = spec_field(default_factory=dict, doc="Versions, device, threads, the bench config.")
+    result_ids: list[int] = spec_field(default_factory=list, doc="Stored rows (estimates and measurements).")
+    peak_memory_bytes: int | None = spec_field(
+        None, min=0, doc="The whole run's peak (reference pass included), bytes; see peak_memory_scope.")
+    peak_memory_scope: str | None = spec_field(None, doc="What peak_memory_bytes covers.")
+    world_size: int | None = spec_field(None, min=1, doc="Distributed: ranks.")
+    num_nodes: int | None = spec_field(None, min=1, doc="Distributed: nodes.")
+    layout: str | None = spec_field(None, doc="Distributed: the layout.")
+    zero: int | None = spec_field(None, min=0, max=3, doc="Distributed: the ZeRO stage.")
+    ranks: list[dict[str, Any]] | None = spec_field(None, doc="Distributed: per-rank detail of the first variant.")
+
+    @property
+    def status(self) -> Literal["ok", "failed", "interrupted"]:
+        return "interrupted" if self.interrupted else ("failed" if self.failed else "ok")
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.to_dict()
+        data["variants"] = [v.to_json() for v in self.variants]
+        for name in _RUN_OPTIONAL:
+            if data[name] is None:
+                del data[name]
+        return data
+
+
+def _ratio_text(entry: BenchResult, base: BenchResult) -> str:
+    """'1.31× [1.27–1.35]' against ``base`` (the interleaved comparison when there is one)."""
+    cmp = entry.comparison
+    if cmp is not None and cmp.ratio is not None:
+        spread = f" [{cmp.p25:.2f}–{cmp.p75:.2f}]" if cmp.p25 is not None and cmp.p75 is not None else ""
+        same = ", within the run-to-run spread" if cmp.verdict.startswith("no difference") else ""
+        return f"{cmp.ratio:.2f}×{spread}{same}"
+    return f"{(entry.throughput.value or 0.0) / (base.throughput.value or 1.0):.2f}×"
+
+
+def verdicts(entries: list[BenchResult]) -> list[str]:
+    """Per step with two or more variants: which was fastest and by how much against the first, with MFU and,
+    for training, the loss after the first steps — what `bench` prints under its table and the report shows."""
+    out: list[str] = []
+    for step in dict.fromkeys(e.step for e in entries):
+        group = [e for e in entries if e.step == step and e.throughput.value]
+        if len(group) < 2:
+            continue
+        base = group[0]
+        best = max(group, key=lambda e: e.throughput.value or 0.0)
+        unit = base.throughput.unit
+        if best is base:
+            second = max(group[1:], key=lambda e: e.throughput.value or 0.0)
+            out.append(f"{step}: the baseline {base.name} was fastest ({base.throughput.value:,.4g} {unit}); next "
+                       f"{second.name} at {_ratio_text(second, base)}")
+            continue
+        parts = [f"{step}: {best.name} fastest at {_ratio_text(best, base)} {base.name} "
+                 f"({best.throughput.value:,.4g} vs {base.throughput.value:,.4g} {unit})"]
+        if best.mfu.value is not None and base.mfu.value is not None:
+            parts.append(f"MFU {best.mfu.value:.1%} vs {base.mfu.value:.1%}")
+        if best.loss_first_steps and base.loss_first_steps:
+            n = min(len(best.loss_first_steps), len(base.loss_first_steps))
+            ours, theirs = best.loss_first_steps[n - 1], base.loss_first_steps[n - 1]
+            if ours is not None and theirs is not None:
+                parts.append(f"loss after {n} steps {ours:.4g} vs {theirs:.4g}")
+        out.append("; ".join(parts))
+    return out

@@ -1,0 +1,91 @@
+"""FP8 on real modules, run on this CPU where torch can (issue 13): fp8 inference over an fp32 BERT-shaped
+checkpoint with biases is cast to bf16 first (the H200 raised "Bias must be BFloat16 or Half, but got Float"),
+and fp8 training never lets an autocast cast reach a float8 tensor (the H200 raised
+"attempting to run aten.to.dtype"), for both of torchao's scalings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accelkit.core import Recipe
+from accelkit.models import get_preset
+from accelkit.models.build import build_model
+from accelkit.recipes import apply, refusal
+
+pytest.importorskip("torchao")
+
+
+def _bert():
+    # BERT-base's width (fp32, nn.Linear with biases) at two layers, so the test stays quick
+    return build_model(get_preset("bert-base").replace(num_layers=2), seed=0)
+
+
+@pytest.mark.parametrize("quantization", ["fp8-dynamic", "fp8-weight"])
+def test_fp8_inference_on_an_fp32_checkpoint_with_biases(quantization):
+    ids = torch.randint(0, 1000, (2, 32), generator=torch.Generator().manual_seed(0))
+    reference = _bert()
+    with torch.inference_mode():
+        ref = reference(input_ids=ids).last_hidden_state
+    model = _bert()
+    assert all(m.bias.dtype == torch.float32 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    notes: list[str] = []
+    model = apply(model, Recipe(precision="bf16", quantization=quantization), emulate=True, notes=notes)
+    assert notes[0].startswith(f"cast to bf16, then {quantization}")
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    # what torchao's fp8 GEMM (torch._scaled_mm) requires on a GPU: fp8 weights with bf16/fp16 biases
+    assert linears and all(type(m.weight).__name__ == "Float8Tensor" for m in linears)
+    assert all(m.bias.dtype == torch.bfloat16 for m in linears)
+    seen: list[torch.dtype] = []
+    hooks = [m.register_forward_pre_hook(lambda mod, args: seen.append(args[0].dtype)) for m in linears]
+    with torch.inference_mode():
+        out = model(input_ids=ids).last_hidden_state
+    for h in hooks:
+        h.remove()
+    assert set(seen) == {torch.bfloat16}  # every fp8 GEMM was fed bf16 activations
+    cosine = torch.nn.functional.cosine_similarity(out.float().flatten(), ref.flatten(), dim=0).item()
+    assert cosine > 0.99, cosine
+
+
+def test_fp8_inference_needs_a_16_bit_precision():
+    reason = refusal(Recipe(quantization="fp8-dynamic"), "cpu", emulate=True)
+    assert reason is not None and "precision='bf16'" in reason
+
+
+@pytest.fixture
+def float8_dispatch_spy(monkeypatch):
+    """Every aten op that reaches a torchao Float8TrainingTensor."""
+    from torchao.float8.float8_training_tensor import Float8TrainingTensor
+
+    seen: list[str] = []
+    original = Float8TrainingTensor.__torch_dispatch__.__func__
+
+    def spy(cls, func, types, args, kwargs=None):
+        seen.append(str(func))
+        return original(cls, func, types, args, kwargs)
+
+    monkeypatch.setattr(Float8TrainingTensor, "__torch_dispatch__", classmethod(spy))
+    return seen
+
+
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+def test_fp8_training_keeps_autocast_casts_away_from_float8_tensors(float8_dispatch_spy, scaling):
+    model = build_model(get_preset("tiny-llama"), seed=0).train()
+    notes: list[str] = []
+    model = apply(model, Recipe(precision="fp8"), emulate=True, fp8_scaling=scaling, notes=notes)
+    assert f"fp8 training ({scaling}, emulated)" in notes[0] and "autocast bf16" in notes[1]
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # the optimizer keeps fp32 master weights
+    ids = torch.randint(0, 512, (4, 32), generator=torch.Generator().manual_seed(1))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # the bench's numerics() around the step, as on a GPU
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert "aten.mm.default" in float8_dispatch_spy  # the fp8 GEMMs ran
+    casts = [op for op in float8_dispatch_spy if "_to_copy" in op or op.startswith("aten.to")]
+    assert casts == []  # on a GPU, such a cast is the NotImplementedError that killed the first H200 run
+    assert losses[-1] < losses[0] * 0.9, losses

@@ -1,0 +1,110 @@
+"""The one typed bench result: built once, stored as a Measurement, read back typed (by the report and
+`results export`), and printed as the JSON docs/bench.md documents."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelkit.core import Recipe, summarize
+from accelkit.core.bench_result import (
+    Accuracy,
+    BenchResult,
+    BenchRunResult,
+    Comparison,
+    MfuResult,
+    PeakShare,
+    Prediction,
+    Throughput,
+    verdicts,
+)
+
+#: the per-variant fields docs/bench.md documents for `accelkit bench --json`
+DOCUMENTED = {"name", "step", "precision", "options", "phases", "latency_s", "latency_name", "unbacked_percentiles",
+              "noise", "throughput", "mfu", "memory_bytes", "memory_scope", "energy_j_per_item", "energy", "accuracy",
+              "predicted", "predicted_reason", "comparison", "timer", "result_id"}
+
+
+def entry(name: str = "bf16", tput: float = 200.0, *, losses=None, ratio: float | None = None, mfu: float = 0.3):
+    return BenchResult(
+        name=name, step="train step", precision=name, recipe=Recipe(precision="bf16"),
+        latency_s=summarize([0.01, 0.011, 0.012]), throughput=Throughput(value=tput, unit="tokens/s"),
+        mfu=MfuResult(value=mfu, peak_flops=1e12, peak_source="catalog", flops_source="meta",
+                      datasheet=PeakShare(value=mfu, peak_flops=1e12, source="catalog"),
+                      probe=PeakShare(value=mfu * 1.4, peak_flops=0.7e12, source="probe")),
+        accuracy=Accuracy(cosine=0.999, sqnr_db=30.0, identical=False, rows=2),
+        loss_first_steps=losses,
+        predicted=Prediction(throughput=150.0, unit="tokens/s", ratio=tput / 150.0, explanation="x"),
+        comparison=Comparison(baseline="fp32", ratio=ratio, p25=ratio and ratio * 0.9, p75=ratio and ratio * 1.1,
+                              pairs=5, interleaved=True, verdict="faster") if ratio else None,
+    )
+
+
+def test_json_keeps_the_documented_fields_and_leaves_out_what_a_run_has_not():
+    doc = entry().to_json()
+    assert set(doc) >= DOCUMENTED
+    assert "world_size" not in doc and "input_bound" not in doc and "ranks" not in doc
+    assert doc["mfu"]["datasheet"]["value"] == 0.3 and doc["mfu"]["probe"]["peak_flops"] == 0.7e12
+    assert doc["recipe"]["precision"] == "bf16" and doc["latency_s"]["median"] == pytest.approx(0.011)
+
+
+def test_measurement_round_trip_is_typed_and_lossless():
+    e = entry(losses=[5.0, 4.5, 4.1]).replace(result_id=None)
+    m = e.to_measurement(label="llm-train tiny b2 s64", workload="llm-train", config={"model": "tiny-llama"},
+                         device="cpu", hardware="cpu: x", environment={"torch": "2"}, spec=None,
+                         samples={"latency_s": [0.01, 0.011, 0.012]})
+    assert m.kind == "bench" and m.throughput == 200.0 and m.throughput_unit == "tokens/s" and m.mfu == 0.3
+    assert m.details["label"] == "llm-train tiny b2 s64" and "latency_s" not in m.details
+    back = BenchResult.from_measurement(type(m).from_dict(m.to_dict()))
+    assert back == e
+
+
+def test_a_row_written_by_another_version_still_reads():
+    e = entry()
+    m = e.to_measurement(label="l", workload="w", config={}, device="cpu", hardware="h", environment={}, spec=None,
+                         samples={})
+    old = m.replace(details={**m.details, "retired_key": 1, "mfu": {**m.details["mfu"], "retired": True}})
+    assert BenchResult.from_measurement(old).mfu.value == 0.3
+
+
+def test_run_result_json_round_trip():
+    run = BenchRunResult(workload="llm-train", label="l", device="cpu", hardware="h", run_id="r",
+                         variants=[entry("fp32"), entry("bf16")])
+    doc = run.to_json()
+    assert "world_size" not in doc and doc["failed"] == [] and len(doc["variants"]) == 2
+    assert BenchRunResult.from_dict(doc) == run
+
+
+def test_verdict_names_the_winner_the_ratio_mfu_and_the_loss():
+    lines = verdicts([entry("bf16", 100.0, losses=[9.0, 8.0, 7.5], mfu=0.30),
+                      entry("fp8", 131.0, losses=[9.0, 8.1, 7.6], ratio=1.31, mfu=0.393)])
+    assert lines == ["train step: fp8 fastest at 1.31× [1.18–1.44] bf16 (131 vs 100 tokens/s); MFU 39.3% vs 30.0%; "
+                     "loss after 3 steps 7.6 vs 7.5"]
+    assert verdicts([entry("fp32", 100.0)]) == []  # one variant: nothing to say
+
+
+def test_results_export_reads_bench_rows_typed(tmp_path):
+    import csv
+    import io
+
+    from accelkit.results import ResultStore, export
+
+    m = entry().to_measurement(label="l", workload="w", config={}, device="cpu", hardware="h", environment={},
+                               spec=None, samples={"latency_s": [0.01]})
+    with ResultStore(tmp_path / "r.db") as store:
+        store.add(m)
+        rows = list(csv.DictReader(io.StringIO(export(store.query(), "csv"))))
+    assert rows[0]["variant"] == "bf16" and rows[0]["step"] == "train step"
+    assert float(rows[0]["mfu_vs_probe"]) == pytest.approx(0.42) and float(rows[0]["measured_over_predicted"]) > 1
+
+
+def test_variants_that_would_not_fit_together_run_one_after_another():
+    from accelkit.bench.runner import _too_big_together
+    from accelkit.core import Estimate
+
+    def est(total: int):
+        return Estimate(kind="plan", name="p", memory_bytes={"total": total}), None
+
+    assert _too_big_together({"a": est(10**6), "b": est(10**6)}, "cpu") is None
+    why = _too_big_together({"a": est(10**15), "b": est(10**15)}, "cpu")
+    assert why is not None and "one after another" not in why and "free" in why
+    assert _too_big_together({"a": est(10**15), "b": (None, "no planner")}, "cpu") is None  # nothing to go by

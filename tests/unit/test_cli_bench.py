@@ -1,0 +1,48 @@
+"""`accelkit bench` is one subcommand per workload; each one's options are its config's fields (generated, so
+their defaults and help cannot drift) and nothing that does not apply to it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import typer
+
+from accelkit.bench.workloads import WORKLOADS
+from accelkit.cli.app import app
+from accelkit.cli.spec_options import _is_scalar
+
+
+def _bench_commands():
+    root = typer.main.get_command(app)
+    return root.commands["bench"].commands
+
+
+def _flags(cmd) -> set[str]:
+    return {opt for p in cmd.params for opt in (*p.opts, *getattr(p, "secondary_opts", ()))}
+
+
+def test_every_workload_is_a_subcommand_with_its_config_fields():
+    import typing
+
+    commands = _bench_commands()
+    assert set(commands) == {*WORKLOADS, "suite"}
+    for name, cls in WORKLOADS.items():
+        params = {p.name: p for p in commands[name].params}
+        hints = typing.get_type_hints(cls.config_cls)
+        for f in dataclasses.fields(cls.config_cls):
+            param = params.get(f"workload__{f.name}") or params.get(f.name)
+            assert param is not None, (name, f.name)
+            if param.name.startswith("workload__") and _is_scalar(hints[f.name]):
+                assert param.default == f.default and param.help == f.metadata["doc"], (name, f.name)
+
+
+def test_help_shows_only_what_applies():
+    commands = _bench_commands()
+    assert "--prompt-len" in _flags(commands["llm"]) and "--prompt-len" not in _flags(commands["bert"])
+    assert "--recompute" in _flags(commands["llm-train"]) and "--recompute" not in _flags(commands["bert"])
+    assert "--channels-last" in _flags(commands["resnet"]) and "--channels-last" not in _flags(commands["llm-train"])
+    assert "--fp8-scaling" in _flags(commands["llm-train"]) and "--fp8-scaling" not in _flags(commands["llm"])
+    assert "--nproc-per-node" in _flags(commands["resnet"]) and "--nproc-per-node" not in _flags(commands["bert"])
+    assert "--precision" not in _flags(commands["dataloader"]) and "--num-workers" in _flags(commands["dataloader"])
+    for cmd in commands.values():  # every run takes the loop and the bench config
+        assert {"--warmup", "--min-time", "--device", "--no-accuracy", "--progress", "--json"} <= _flags(cmd)
