@@ -75,6 +75,7 @@ def _click_errors() -> tuple[type[BaseException], ...]:
 def _usage_message(exc: BaseException) -> str:
     """The parser's message, plus the value given when typer's validator (pydantic) dropped it."""
     message: str = exc.format_message()  # type: ignore[attr-defined]
+    message = message.replace(": Value error, ", ": ")  # pydantic's prefix for a failed check says nothing
     errors = getattr(exc.__cause__, "errors", None)
     if callable(errors):
         try:

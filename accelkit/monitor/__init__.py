@@ -26,5 +26,9 @@ __all__ = ["REGISTRY", "Exporter", "ExporterConfig", "JobTracker", "exposition",
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        # cache it; for `track` this also replaces the submodule `accelkit.monitor.track`, which the import just
+        # bound to the same name, with the function the package exports
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'accelkit.monitor' has no attribute {name!r}")

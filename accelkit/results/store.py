@@ -278,6 +278,9 @@ class ResultStore:
         if code == 26 or (code is None and "not a database" in str(exc)):  # SQLITE_NOTADB
             return (f"the results store {self.path} is not an SQLite database ({exc}): another file, or its first "
                     f"page is damaged; move it aside (mv {self.path} {self.path}.bad) and a new store is created")
+        if action == "write" and code in (10, 13):  # SQLITE_IOERR, SQLITE_FULL while writing: space, not damage
+            return (f"cannot write the results store {self.path} ({exc}): is its disk full? Free some space, or set "
+                    "ACCELKIT_HOME to a folder on another disk")
         if _is_damage(exc):
             return (f"the results store {self.path} is damaged ({exc}); reading it still works row by row: "
                     f"`accelkit results export --out backup.json` saves every intact result; then move the file "
