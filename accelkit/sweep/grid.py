@@ -139,6 +139,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise UserError(f"{path}:{where} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of fields (name, kind, workloads, …), got {type(data).__name__}")
+    odd = [k for k in data if not isinstance(k, str)]
+    if odd:
+        raise UserError(f"{path}: {odd[0]!r} is not a field name; a sweep file's keys are name, kind, workloads, "
+                        "precisions, batch_sizes, layouts, rates, …")
     data.setdefault("name", path.stem)
     for key in ("workloads",):  # `llm-train:` with no config parses as None
         if isinstance(data.get(key), dict):

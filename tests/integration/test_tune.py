@@ -5,8 +5,13 @@ import json
 
 
 def test_tune_bert_tiny(cli):
-    proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "5", "--json", check=True)
-    data = json.loads(proc.stdout)
+    proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "5", "--json",
+               "--progress", check=True)
+    data = json.loads(proc.stdout)  # stdout: the document only; progress went to stderr (issue #18 item 6)
+    for step in ("tune bert: no stored probe of this CPU", "tune bert: checking which of", "tune bert: estimating",
+                 "tune bert: measuring 5 recipes", "tune bert: fp32: warm-up", "tune bert: measuring fp32:",
+                 "tune bert: gating accuracy", "finished fp32: stored as result"):
+        assert step in proc.stderr, (step, proc.stderr)
     trials = {t["name"]: t for t in data["trials"]}
     assert trials["fp32"]["status"] == "measured" and trials["fp32"]["passed"]
     assert trials["fp8-dynamic"]["status"] == "refused" and "FP8 tensor cores" in trials["fp8-dynamic"]["reason"]
