@@ -8,6 +8,7 @@ import sys
 from typing import NoReturn
 
 import typer
+from rich.markup import escape
 
 import accelkit
 from accelkit.cli import bench, hw, loadtest, models, monitor, plan, report, results, serve, sweep, tune
@@ -50,7 +51,8 @@ def _root(
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    message = " ".join(message.split())  # one line, whatever the message was built from (YAML errors span lines)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
     sys.exit(code)
 
 

@@ -70,13 +70,12 @@ def status(message: str, *, quiet: bool = False) -> Iterator[Callable[[str], Non
 class Progress:
     """A long step's progress, on stderr only (stdout stays the command's output or JSON document).
 
-    On a terminal: a live line — spinner, what is happening, a bar when the total is known, elapsed time.
+    On a terminal: a live line — spinner, what is happening, elapsed time.
     Forced with --progress where stderr is a file or pipe: one plain line per step (``[ 12.3 s] text``),
     at most one every ``min_interval_s`` unless the step changes. Otherwise nothing.
     """
 
-    def __init__(self, title: str, *, show: bool | None = None, total: float | None = None,
-                 min_interval_s: float = 2.0):
+    def __init__(self, title: str, *, show: bool | None = None, min_interval_s: float = 2.0):
         self.title = title
         self.live = err.is_terminal and show is not False
         self.lines = show is True and not self.live
@@ -87,14 +86,12 @@ class Progress:
         self._bar: Any = None
         self._task: Any = None
         if self.live:
-            from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as Bar
+            from rich.progress import Progress as Live
+            from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            columns = [SpinnerColumn(), TextColumn("{task.description}")]
-            if total is not None:
-                columns += [BarColumn(), TextColumn("{task.completed:g}/{task.total:g}")]
-            self._bar = Bar(*columns, TimeElapsedColumn(), console=err, transient=True)
-            self._task = self._bar.add_task(title, total=total)
+            self._bar = Live(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                             console=err, transient=True)
+            self._task = self._bar.add_task(title, total=None)
             self._bar.start()
         elif self.lines:
             self._line(f"{title} …")
@@ -104,11 +101,11 @@ class Progress:
         err.print(f"[{elapsed:6.1f} s] {text}", highlight=False, markup=False, soft_wrap=True)
         self._last_line = time.perf_counter()
 
-    def update(self, text: str, *, completed: float | None = None, step: str | None = None) -> None:
-        """``text``: what runs now; ``completed``: progress towards ``total``; ``step``: a name that, when it
-        changes, always gets its own line (e.g. the dtype being probed)."""
+    def update(self, text: str, *, step: str | None = None) -> None:
+        """``text``: what runs now; ``step``: a name that, when it changes, always gets its own line (e.g. the
+        dtype being probed); other updates are thinned to one line every ``min_interval_s``."""
         if self.live:
-            self._bar.update(self._task, description=f"{self.title}: {text}", completed=completed)
+            self._bar.update(self._task, description=f"{self.title}: {text}")
         elif self.lines:
             new_step = step is not None and step != self._last_step
             if new_step or time.perf_counter() - self._last_line >= self.min_interval_s:
@@ -122,12 +119,6 @@ class Progress:
             self._bar.console.print(text, highlight=False, markup=False, soft_wrap=True)
         elif self.lines:
             self._line(text)
-
-    def close(self) -> None:
-        if self.live:
-            self._bar.stop()
-        elif self.lines:
-            self._line(f"{self.title}: done")
 
     def __enter__(self) -> Progress:
         return self

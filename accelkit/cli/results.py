@@ -16,7 +16,7 @@ from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
 from accelkit.cli.store import reading
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.results import ResultStore, export, flat_row
-from accelkit.results.store import RESULT_KINDS
+from accelkit.results.store import MAX_ROW_ID, RESULT_KINDS
 
 app = typer.Typer(help="The results store: every estimate and measurement.", no_args_is_help=True)
 
@@ -83,7 +83,7 @@ def _hardware(store: ResultStore, name: str) -> list[str]:
 def list_cmd(
     kind: str | None = KindOption,
     hardware: str | None = HardwareOption,
-    limit: int = typer.Option(20, "--limit", min=1, help="Newest N results."),
+    limit: int = typer.Option(20, "--limit", min=1, max=MAX_ROW_ID, help="Newest N results."),
     as_json: bool = JsonOption,
 ) -> None:
     """List stored results, newest first."""

@@ -11,7 +11,7 @@ import typer
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
-from accelkit.core import UnknownNameError, UserError
+from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, parse_size
 from accelkit.tune.search import TuneConfig
 
@@ -105,6 +105,8 @@ def tune_cmd(
             "size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "prompt_len": prompt_len,
             "output_len": output_len, "module": module,
         }))
+    if name == "custom":
+        _build_custom(wl, module)
     store = open_for_saving(save)  # before the search: an unwritable store fails now, not after it
     try:
         with Progress(f"tune {name}", show=progress) as bar:
@@ -143,6 +145,17 @@ def tune_cmd(
             err.print(f"stored as result {result.result_id} (run {result.run_id})")
 
     emit(data, as_json, render)
+
+
+def _build_custom(wl: Any, module: str | None) -> None:
+    """Call the user's factory now (the workload keeps what it made): when it fails, that is their code —
+    one line naming --module, not a traceback from inside the bench runner."""
+    try:
+        wl.label  # noqa: B018 — builds the model through the factory
+    except AccelkitError:
+        raise
+    except Exception as exc:
+        raise AccelkitError(f"--module {module}: building the model failed ({type(exc).__name__}: {exc})") from exc
 
 
 def _reporter(bar: Progress) -> Any:

@@ -123,6 +123,9 @@ class LoadTestConfig(Spec):
                 raise ValueError(f"percentiles[{i}]={q!r} is out of range; expected 0 < q <= 100")
         if not self.percentiles:
             raise ValueError("percentiles is empty; e.g. 50,90,99")
+        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable() and self.api_key):
+            raise ValueError("api_key holds characters an HTTP Authorization header cannot carry (it must be printable "
+                             "ASCII and not empty); check the key")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s={self.timeout_s!r} is out of range; expected > 0 seconds")
         words = (self.num_prompts + self.warmup) * self.random_input_len * (1 + self.random_range_ratio)

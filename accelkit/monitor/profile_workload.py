@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from accelkit.core import Measurement
+from accelkit.core import AccelkitError, Measurement
 from accelkit.monitor.profiler import ProfileConfig, profile_step
 
 
@@ -32,11 +32,20 @@ def profile_workload(
     step_note = on_step or (lambda text: None)
     fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
     cfg = {k: v for k, v in options.items() if v is not None and k in fields}
-    workload = make_workload(name, cfg)
     dev = ("cuda:0" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    workload.check(dev)
-    step_note(f"building {workload.label} ({precision}) on {dev}")
-    prepared = workload.prepare(Variant(precision=precision), dev, seed=seed)  # type: ignore[arg-type]
+    try:
+        workload = make_workload(name, cfg)
+        workload.check(dev)
+        step_note(f"building {workload.label} ({precision}) on {dev}")  # .label calls a custom factory
+        prepared = workload.prepare(Variant(precision=precision), dev, seed=seed)  # type: ignore[arg-type]
+    except AccelkitError:
+        raise
+    except Exception as exc:
+        if name != "custom":
+            raise
+        # the user's factory (or what it returned) failed: their code, so one line that names it, not a traceback
+        raise AccelkitError(f"--module {options.get('module')}: building the model failed "
+                            f"({type(exc).__name__}: {exc})") from exc
     try:
         step = prepared.steps[0]
         step_note(f"profiling {config.wait} + {config.warmup} + {config.steps} steps of {step.name}")

@@ -505,7 +505,7 @@ class ResultStore:
         sql = f"SELECT {self._COLUMNS} FROM results{where} ORDER BY id {'DESC' if newest_first else 'ASC'}"
         if limit is not None:
             sql += " LIMIT ?"
-            params.append(limit)
+            params.append(min(max(limit, 0), MAX_ROW_ID))  # SQLite's INTEGER: a larger limit would not bind
         rows = self._select(sql, params)
         if rows is None:
             rows = [r for r in self._scan() if self._matches(r, kinds, hardware_names, run_id)]

@@ -124,6 +124,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"sweep file {str(path)!r} is a directory; give the YAML file itself (e.g. {path / 'sweep.yaml'})")
+    if path.exists() and not path.is_file():  # /dev/zero, a FIFO: reading would never end
+        raise UserError(f"sweep file {str(path)!r} is not a regular file; give a YAML file")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -56,3 +56,12 @@ def test_an_unexpected_error_is_one_line_unless_debugging():
     proc = subprocess.run([sys.executable, "-c", code, "boom"], capture_output=True, text=True, cwd=REPO, timeout=60,
                           env={**__import__("os").environ, "ACCELKIT_DEBUG": "1"})
     assert "Traceback" in proc.stderr and "RuntimeError: kaboom" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["profile", "tune"])
+def test_a_failing_module_factory_is_one_line(cli, command):
+    """`--module json:loads`: the user's factory raises TypeError — their code, reported as one line, exit 1."""
+    proc = cli(command, "--module", "json:loads", "--no-save")
+    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("error: --module json:loads: building the model failed (TypeError: loads() missing "
+                                   "1 required positional argument: 's')")

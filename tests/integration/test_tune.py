@@ -9,7 +9,8 @@ def test_tune_bert_tiny(cli):
                "--progress", check=True)
     data = json.loads(proc.stdout)  # stdout: the document only; progress went to stderr (issue #18 item 6)
     for step in ("tune bert: no stored probe of this CPU", "tune bert: checking which of", "tune bert: estimating",
-                 "tune bert: measuring 5 recipes", "tune bert: fp32: warm-up", "tune bert: measuring fp32:",
+                 "tune bert: measuring 5 recipes", "tune bert: fp32: load", "tune bert: fp32 · forward: warm-up",
+                 "tune bert: measuring fp32 · forward:",
                  "tune bert: gating accuracy", "finished fp32: stored as result"):
         assert step in proc.stderr, (step, proc.stderr)
     trials = {t["name"]: t for t in data["trials"]}
