@@ -59,7 +59,7 @@ class _Reporter:
         self.done[lane] = min(1.0, min(need))
         finished = sum(1 for v in self.done.values() if v >= 1.0)
         self.bar.update(f"measuring {lane}: {iterations} it, {measured_s:.1f} s ({finished}/{len(self.done)} recipes "
-                        "have enough samples)")
+                        "have enough samples)", step="measuring")  # the first round always gets a line
 
     def note(self, text: str) -> None:
         self.bar.log(text)
