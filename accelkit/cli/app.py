@@ -3,9 +3,12 @@ stderr and exit code 2; runtime failures exit 1; never a traceback for a user mi
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from typing import NoReturn
 
 import typer
+from rich.markup import escape
 
 import accelkit
 from accelkit.cli import bench, hw, loadtest, models, monitor, plan, report, results, serve, sweep, tune
@@ -47,9 +50,16 @@ def _root(
     """accelkit — plan · measure · optimize · serve."""
 
 
-def _fail(message: str, code: int) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+def _fail(message: str, code: int) -> NoReturn:
+    message = " ".join(message.split())  # one line, whatever the message was built from (YAML errors span lines)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
     sys.exit(code)
+
+
+#: set to 1 to see the traceback of an unexpected error (a bug) instead of its one-line summary
+DEBUG_ENV = "ACCELKIT_DEBUG"
+#: how an unexpected exception is summed up; the CLI fuzz test counts these as failures
+INTERNAL_ERROR = "internal error"
 
 
 def _click_errors() -> tuple[type[BaseException], ...]:
@@ -64,8 +74,32 @@ def _click_errors() -> tuple[type[BaseException], ...]:
     return tuple(classes)
 
 
+def _usage_message(exc: BaseException) -> str:
+    """The parser's message, plus the value given when typer's validator (pydantic) dropped it."""
+    message: str = exc.format_message()  # type: ignore[attr-defined]
+    message = message.replace(": Value error, ", ": ")  # pydantic's prefix for a failed check says nothing
+    errors = getattr(exc.__cause__, "errors", None)
+    if callable(errors):
+        try:
+            given = errors()[0].get("input")
+        except (IndexError, TypeError, AttributeError):
+            given = None
+        if given is not None and repr(given) not in message:
+            message += f" (got {given!r})"
+    return message
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    """stdout's reader went away (`| head`): stop quietly, as Unix tools do."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point."""
+    """Console-script entry point: user mistakes exit 2, runtime failures 1, each with one ``error:`` line."""
     try:
         app(args=argv, standalone_mode=False, prog_name="accelkit")
     except typer.Exit as exc:
@@ -76,10 +110,19 @@ def main(argv: list[str] | None = None) -> None:
         if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()  # type: ignore[attr-defined]
             sys.exit(0)
-        _fail(exc.format_message(), getattr(exc, "exit_code", 2))  # type: ignore[attr-defined]
+        _fail(_usage_message(exc), getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         _fail("interrupted; finished results are kept in the store", 130)
     except UserError as exc:
         _fail(str(exc), 2)
     except AccelkitError as exc:
         _fail(str(exc), 1)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except Exception as exc:  # a bug: one line for the user, the traceback on request
+        import os
+
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _fail(f"{INTERNAL_ERROR} ({type(exc).__name__}: {exc}) — a bug in accelkit; rerun with {DEBUG_ENV}=1 "
+              "to see the traceback, and please report it", 1)

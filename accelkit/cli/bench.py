@@ -354,7 +354,7 @@ SuitePrecision = typer.Option(None, "--precision", help="Comma list replacing th
 def bench_root(
     ctx: typer.Context,
     suite: str = SuiteOption,
-    precision: str = SuitePrecision,
+    precision: str | None = SuitePrecision,
     quick: bool = QuickOption,
     progress: bool = ProgressOption,
     as_json: bool = JsonOption,
@@ -387,7 +387,7 @@ def suite_cmd(
     name: str = typer.Argument(..., help="quick (tiny sizes of every workload, about a minute on a CPU) or reference "
                                          "(BERT-large, ResNet-50 training, Llama-3.1-8B decode; published figures "
                                          "beside ours on a catalog GPU)."),
-    precision: str = SuitePrecision,
+    precision: str | None = SuitePrecision,
     quick: bool = QuickOption,
     progress: bool = ProgressOption,
     as_json: bool = JsonOption,
@@ -458,7 +458,7 @@ def resnet_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_js
 @_matrix()
 @spec_options(CustomConfig, into="workload", exclude=("module",))
 def custom_cmd(
-    module: str = typer.Option(None, "--module", help=CustomConfig.__dataclass_fields__["module"].metadata["doc"]),
+    module: str | None = typer.Option(None, "--module", help=CustomConfig.__dataclass_fields__["module"].metadata["doc"]),
     quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
     workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any],
 ) -> None:

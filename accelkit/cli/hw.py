@@ -6,10 +6,26 @@ from typing import Any
 
 import typer
 
-from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, status, table
-from accelkit.core import DeviceSpec
+from accelkit.cli.output import (
+    JsonOption,
+    Progress,
+    ProgressOption,
+    csv_list,
+    emit,
+    err,
+    flag_values,
+    fmt_num,
+    out,
+    table,
+)
+from accelkit.cli.spec_options import spec_options
+from accelkit.cli.store import open_for_saving, save_or_print
+from accelkit.core import DeviceSpec, UserError
 from accelkit.core.units import parse_size
 from accelkit.hardware import get_device, list_devices
+from accelkit.hardware.probe import ProbeConfig
+
+PROBE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 app = typer.Typer(help="Accelerator catalog, local detection and the measured roofline.", no_args_is_help=True)
 
@@ -108,38 +124,53 @@ def detect_cmd(as_json: bool = JsonOption) -> None:
     emit(info, as_json, render)
 
 
+def _dtypes(text: str) -> tuple[str, ...]:
+    dtypes = csv_list(text, field="--dtype", choices=PROBE_DTYPES)
+    if not dtypes:
+        raise UserError(f"--dtype {text!r} names no dtype; give a comma list of {','.join(PROBE_DTYPES)}")
+    return tuple(dtypes)
+
+
+def _copy_size(text: str) -> int:
+    size = parse_size(text, field="--copy-size")
+    if not (1 << 20) <= size <= (1 << 36):
+        raise UserError(f"--copy-size {text} is out of range; give 1MiB to 64GiB")
+    return size
+
+
 @app.command("probe")
+@spec_options(
+    ProbeConfig, into="probe", names={"matmul_size": "--size", "copy_bytes": "--copy-size", "dtypes": "--dtype"},
+    parse={"dtypes": _dtypes, "copy_bytes": _copy_size},
+    helps={"dtypes": "Comma list of fp32,tf32,bf16,fp16,fp8 (default: fp32,bf16 on CPU; all supported on GPU).",
+           "copy_bytes": "Copy buffer, e.g. 256MiB: 1MiB to 64GiB (default 256 MiB CPU, 2 GiB GPU)."},
+)
 def probe_cmd(
-    quick: bool = typer.Option(False, "--quick", help="Short loops: a smoke run in seconds."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
-    dtype: str = typer.Option(None, "--dtype", help="Comma list of fp32,tf32,bf16,fp16,fp8 (default: fp32,bf16 on CPU; all supported on GPU)."),
-    size: int = typer.Option(None, "--size", min=64, help="Square matmul side (default 2048 CPU, 8192 GPU)."),
-    copy_size: str = typer.Option(None, "--copy-size", help="Copy buffer, e.g. 256MiB (default 256 MiB CPU, 2 GiB GPU)."),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the result in the results store."),
     collectives: bool = typer.Option(False, "--collectives", help="Measure all-reduce/all-gather/reduce-scatter bandwidth instead (torchrun)."),
-    nproc_per_node: int = typer.Option(2, "--nproc-per-node", min=1, help="--collectives: ranks on this node (one per GPU)."),
+    nproc_per_node: int = typer.Option(2, "--nproc-per-node", min=1, max=4096, help="--collectives: ranks on this node (one per GPU)."),
     as_json: bool = JsonOption,
+    progress: bool | None = ProgressOption,
+    *,
+    probe: dict[str, Any],
 ) -> None:
     """Measure this device's matmul peak per dtype and its memory bandwidth (the measured roofline)."""
     if collectives:
-        _collectives(quick=quick, device=device, nproc_per_node=nproc_per_node, save=save, as_json=as_json)
+        _collectives(quick=probe["quick"], device=probe["device"], nproc_per_node=nproc_per_node, save=save,
+                     as_json=as_json, progress=progress)
         return
-    from accelkit.hardware.probe import ProbeConfig, probe
+    from accelkit.hardware.probe import probe as run_probe
 
     with flag_values():
-        dtypes = csv_list(dtype, field="--dtype", choices=("fp32", "tf32", "bf16", "fp16", "fp8"))
-        config = ProbeConfig(
-            device=device, dtypes=tuple(dtypes) if dtypes else None, quick=quick, matmul_size=size,
-            copy_bytes=parse_size(copy_size, field="--copy-size") if copy_size else None,
-        )
-    with status("probing") as update:
-        result = probe(config, on_step=update)
-    result_id = None
-    if save:
-        from accelkit.results import ResultStore
-
-        with ResultStore() as store:
-            result_id = store.add(result)
+        config = ProbeConfig(**probe)
+    store = open_for_saving(save)  # before measuring: an unwritable store fails now, not after the probe
+    try:
+        with Progress("probing", show=progress) as bar:
+            result = run_probe(config, on_step=lambda text: bar.update(text, step=text))
+        result_id = save_or_print(store, result)
+    finally:
+        if store is not None:
+            store.close()
 
     def render() -> None:
         d = result.details
@@ -171,7 +202,8 @@ def _pct(fraction: float | None) -> str | None:
     return None if fraction is None else f"{fraction * 100:.0f}%"
 
 
-def _collectives(*, quick: bool, device: str, nproc_per_node: int, save: bool, as_json: bool) -> None:
+def _collectives(*, quick: bool, device: str, nproc_per_node: int, save: bool, as_json: bool,
+                 progress: bool | None) -> None:
     """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
     from accelkit.distributed.collectives import CollectiveConfig, probe_collectives
     from accelkit.distributed.launch import DistConfig
@@ -179,8 +211,13 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, save: bool, a
     with flag_values():
         config = CollectiveConfig(quick=quick, device="cpu" if device == "cpu" else "auto")
         dist = DistConfig(nproc_per_node=nproc_per_node)
-    with status("probing collectives") as update:
-        result = probe_collectives(config, dist, save=save, on_line=update)
+    store = open_for_saving(save)  # checked before torchrun starts; rank 0 writes to the same file
+    try:
+        with Progress("probing collectives", show=progress) as bar:
+            result = probe_collectives(config, dist, store=store, save=save, on_line=bar.update)
+    finally:
+        if store is not None:
+            store.close()
     assert result is not None  # one node: rank 0 is here
 
     def render() -> None:

@@ -7,8 +7,22 @@ from typing import Any
 
 import typer
 
-from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, status, table
+from accelkit.cli.output import (
+    JsonOption,
+    Progress,
+    ProgressOption,
+    csv_list,
+    emit,
+    err,
+    flag_values,
+    fmt_num,
+    out,
+    table,
+)
+from accelkit.cli.spec_options import spec_options
+from accelkit.cli.store import open_for_saving, save_or_print
 from accelkit.core import UserError
+from accelkit.loadtest.config import SLO, LoadTestConfig, parse_rate
 
 
 def _floats(value: str, flag: str, *, rates: bool = False) -> tuple[float, ...]:
@@ -31,54 +45,51 @@ def _floats(value: str, flag: str, *, rates: bool = False) -> tuple[float, ...]:
     return tuple(result)
 
 
-def loadtest_cmd(
-    base_url: str = typer.Option(..., "--base-url", help="Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)."),
-    model: str = typer.Option(..., "--model", help="Model name the server serves (GET /v1/models)."),
-    endpoint: str = typer.Option("completions", "--endpoint", help="completions (/v1/completions) or chat (/v1/chat/completions)."),
-    dataset: str = typer.Option("random", "--dataset", help="random, sharegpt:PATH or jsonl:PATH (one {\"prompt\", \"output_len\"?} per line)."),
-    num_prompts: int = typer.Option(1000, "--num-prompts", min=1, help="Requests per pass."),
-    request_rate: str = typer.Option("inf", "--request-rate", help="Mean requests/s (gamma arrivals), or inf: all at once."),
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of the gaps: 1.0 Poisson, < 1 burstier, > 1 steadier."),
-    max_concurrency: int = typer.Option(None, "--max-concurrency", min=1, help="Most requests in flight (default: no cap)."),
-    random_input_len: int = typer.Option(1024, "--random-input-len", min=1, help="random: prompt length in words (≈ tokens)."),
-    random_output_len: int = typer.Option(128, "--random-output-len", min=1, help="random: max_tokens per request."),
-    random_range_ratio: float = typer.Option(0.0, "--random-range-ratio", help="random: lengths uniform in L·[1−x, 1+x], 0 <= x < 1."),
-    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Send ignore_eos=true (vLLM/SGLang) so every request runs to max_tokens."),
-    slo: str = typer.Option(None, "--slo", help="Per-request SLOs for goodput, e.g. ttft_ms=200,tpot_ms=50,e2e_ms=5000."),
-    percentiles: str = typer.Option("50,90,99", "--percentiles", help="Percentiles to report."),
-    sweep_rates: str = typer.Option(None, "--sweep-rates", help="One pass per rate, e.g. 1,2,4,8,inf (replaces --request-rate)."),
-    warmup: int = typer.Option(1, "--warmup", min=0, help="Warm-up requests before measuring (not counted)."),
-    api_key: str = typer.Option(None, "--api-key", help="Bearer token for the server (never stored)."),
-    seed: int = typer.Option(0, "--seed", help="Seeds the prompts and the arrival gaps."),
-    timeout: float = typer.Option(600.0, "--timeout", help="Per-request limit in seconds."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Store the result in the results store."),
-    as_json: bool = JsonOption,
-) -> None:
-    """Load-test an OpenAI-compatible server: TTFT, TPOT, ITL, E2E, throughput and goodput per request rate."""
-    from accelkit.loadtest import SLO, LoadTestConfig, parse_rate, run_loadtest
+def _dataset(text: str) -> str:
     from accelkit.loadtest.datasets import parse_dataset
 
-    with flag_values():
-        if endpoint not in ("completions", "chat"):
-            raise UserError(f"--endpoint {endpoint!r} is not valid; choose completions or chat")
-        parse_dataset(dataset)  # a bad --dataset is a usage error before anything is sent
-        config = LoadTestConfig(
-            base_url=base_url, model=model, endpoint=endpoint, dataset=dataset, num_prompts=num_prompts,  # type: ignore[arg-type]
-            request_rate=parse_rate(request_rate), burstiness=burstiness, max_concurrency=max_concurrency,
-            random_input_len=random_input_len, random_output_len=random_output_len,
-            random_range_ratio=random_range_ratio, ignore_eos=ignore_eos, slo=SLO.parse(slo),
-            percentiles=_floats(percentiles, "--percentiles"),
-            sweep_rates=_floats(sweep_rates, "--sweep-rates", rates=True) if sweep_rates is not None else None,
-            warmup=warmup, api_key=api_key, seed=seed, timeout_s=timeout,
-        )
-    with status("load test", quiet=as_json) as update:
-        result = run_loadtest(config, on_progress=update)
-    result_id = None
-    if save:
-        from accelkit.results import ResultStore
+    parse_dataset(text)  # a bad --dataset is a usage error before anything is sent
+    return text
 
-        with ResultStore() as store:
-            result_id = store.add(result)
+
+def _slo(text: str) -> SLO:
+    return SLO.parse(text)
+
+
+@spec_options(
+    LoadTestConfig, into="load",
+    names={"timeout_s": "--timeout", "warmup_timeout_s": "--warmup-timeout", "ignore_eos": "--ignore-eos/--no-ignore-eos"},
+    parse={"request_rate": lambda text: parse_rate(text), "slo": _slo, "dataset": _dataset,
+           "percentiles": lambda text: _floats(text, "--percentiles"),
+           "sweep_rates": lambda text: _floats(text, "--sweep-rates", rates=True)},
+    helps={"base_url": "Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine).",
+           "dataset": "random, sharegpt:PATH or jsonl:PATH (one {\"prompt\", \"output_len\"?} per line).",
+           "request_rate": "Mean requests/s (gamma arrivals), or inf: all at once (default inf).",
+           "slo": "Per-request SLOs for goodput, e.g. ttft_ms=200,tpot_ms=50,e2e_ms=5000.",
+           "percentiles": "Percentiles to report (default 50,90,99).",
+           "sweep_rates": "One pass per rate, e.g. 1,2,4,8,inf (replaces --request-rate).",
+           "api_key": "Bearer token for the server (never stored)."},
+)
+def loadtest_cmd(
+    save: bool = typer.Option(True, "--save/--no-save", help="Store the result in the results store."),
+    as_json: bool = JsonOption,
+    progress: bool | None = ProgressOption,
+    *,
+    load: dict[str, Any],
+) -> None:
+    """Load-test an OpenAI-compatible server: TTFT, TPOT, ITL, E2E, throughput and goodput per request rate."""
+    from accelkit.loadtest import run_loadtest
+
+    with flag_values():
+        config = LoadTestConfig(**load)
+    store = open_for_saving(save)  # before sending: an unwritable store fails now, not after the test
+    try:
+        with Progress("load test", show=progress) as bar:
+            result = run_loadtest(config, on_progress=lambda text: bar.update(text, step=text.split(":")[0]))
+        result_id = save_or_print(store, result)
+    finally:
+        if store is not None:
+            store.close()
     emit({**result.to_dict(), "result_id": result_id}, as_json, lambda: _render(result.details, result_id))
 
 

@@ -5,20 +5,38 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from pathlib import Path
+from typing import Any, Literal
 
 import typer
 
-from accelkit.cli.output import JsonOption, emit, err, flag_values, fmt_num, out, status, table
+from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
+from accelkit.cli.spec_options import spec_options
+from accelkit.cli.store import open_for_saving, save_or_print
 from accelkit.core import UserError
+from accelkit.monitor.config import ExporterConfig
+from accelkit.monitor.profiler import ProfileConfig
+
+#: the precisions a bench variant takes (accelkit.bench.variants.BenchPrecision)
+BenchPrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 
 
+def _check_out_dir(path: Path) -> None:
+    """--out is a folder the trace goes into: refused before anything runs when it cannot be one."""
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"--out {path}: {parent} is a file, not a folder; give a folder for trace.json")
+            break
+
+
+@spec_options(ExporterConfig, into="exporter")
 def monitor_cmd(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to expose beyond this machine)."),
-    port: int = typer.Option(9400, "--port", min=0, max=65535, help="Port for /metrics (9400, as the DCGM exporter)."),
-    interval: float = typer.Option(1.0, "--interval", help="Seconds between hardware samples."),
     dashboard: bool = typer.Option(False, "--dashboard", help="Print the Grafana dashboard JSON and exit."),
     once: bool = typer.Option(False, "--once", help="Sample once, print the exposition (or --json families) and exit."),
     as_json: bool = JsonOption,
+    *,
+    exporter: dict[str, Any],
 ) -> None:
     """Serve device (DCGM names), host and job metrics for Prometheus on /metrics."""
     if dashboard:
@@ -28,31 +46,31 @@ def monitor_cmd(
         return
     from prometheus_client import CollectorRegistry
 
-    from accelkit.monitor import Exporter, ExporterConfig
+    from accelkit.monitor import Exporter
     from accelkit.monitor.exporter import exposition_of
     from accelkit.monitor.registry import REGISTRY
 
     with flag_values():
-        config = ExporterConfig(host=host, port=port, interval=interval)
+        config = ExporterConfig(**exporter)
     if once:
-        registry = CollectorRegistry()
-        exporter = Exporter(config, registry=registry)
-        families = exporter.collect_once()
+        sampler = Exporter(config, registry=CollectorRegistry())
+        families = sampler.collect_once()
         if as_json:
             data = {f.name: [{"labels": s.labels, "value": s.value} for s in f.samples] for f in families}
-            emit({"notes": exporter.notes, "families": data}, True, lambda: None)
+            emit({"notes": sampler.notes, "families": data}, True, lambda: None)
         else:
             typer.echo(exposition_of(families).decode(), nl=False)
-        exporter.stop()
+        sampler.stop()
         return
-    exporter = Exporter(config, registry=REGISTRY)
-    for note in exporter.notes:  # said once, at start; scrapes stay quiet
+    server = Exporter(config, registry=REGISTRY)
+    for note in server.notes:  # said once, at start; scrapes stay quiet
         err.print(f"note: {note}")
     try:
-        bound = exporter.start()
-    except OSError as exc:
-        raise UserError(f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port") from exc
-    err.print(f"serving metrics on http://{host}:{bound}/metrics (every {interval:g} s); Ctrl-C stops")
+        bound = server.start()
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a --host the resolver cannot encode
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise UserError(f"cannot listen on {config.host}:{config.port} ({why}); pick another --host or --port") from exc
+    err.print(f"serving metrics on http://{config.host}:{bound}/metrics (every {config.interval:g} s); Ctrl-C stops")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -60,25 +78,24 @@ def monitor_cmd(
     except KeyboardInterrupt:
         pass
     finally:
-        exporter.stop()
+        server.stop()
 
 
+@spec_options(ProfileConfig, into="profiler", names={"out_dir": "--out", "record_shapes": "--record-shapes/--no-record-shapes"})
 def profile_cmd(
-    workload: str = typer.Argument(None, help="bert, resnet, llm, llm-train … (or use --module)."),
-    module: str = typer.Option(None, "--module", help="package.module:factory returning (model, example_inputs[, loss_fn])."),
-    size: str = typer.Option(None, "--size", help="Workload size (e.g. tiny, base, large)."),
-    model: str = typer.Option(None, "--model", help="Model preset or config.json for the workload."),
-    batch_size: int = typer.Option(None, "--batch-size", min=1),
-    seq_len: int = typer.Option(None, "--seq-len", min=1),
-    precision: str = typer.Option("fp32", "--precision", help="fp32, bf16, fp16 … (a bench variant)."),
+    workload: str | None = typer.Argument(None, help="bert, resnet, llm, llm-train … (or use --module)."),
+    module: str | None = typer.Option(None, "--module", help="package.module:factory returning (model, example_inputs[, loss_fn])."),
+    size: str | None = typer.Option(None, "--size", help="Workload size (e.g. tiny, base, large)."),
+    model: str | None = typer.Option(None, "--model", help="Model preset or config.json for the workload."),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1),
+    precision: BenchPrecision = typer.Option("fp32", "--precision", help="Numerics of the profiled step (a bench variant)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
-    steps: int = typer.Option(5, "--steps", min=1, help="Profiled (active) steps."),
-    wait: int = typer.Option(1, "--wait", min=0, help="Steps before recording."),
-    warmup: int = typer.Option(2, "--warmup", min=0, help="Recorded-then-discarded warm-up steps."),
-    top: int = typer.Option(15, "--top", min=1, help="Operators per table."),
-    out_dir: str = typer.Option("accelkit-profile", "--out", help="Directory for trace.json and summary.json."),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the summary in the results store."),
     as_json: bool = JsonOption,
+    progress: bool | None = ProgressOption,
+    *,
+    profiler: dict[str, Any],
 ) -> None:
     """Profile one workload step: top operators, time breakdown, overlap, peak memory, and a trace."""
     from accelkit.monitor.profile_workload import profile_workload
@@ -87,16 +104,22 @@ def profile_cmd(
         raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory, not both")
     options = {"size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "module": module}
     with flag_values():
-        from accelkit.monitor.profiler import ProfileConfig
-
-        config = ProfileConfig(wait=wait, warmup=warmup, steps=steps, top=top, out_dir=out_dir)
-    with status("profiling"):
-        summary, result_id = profile_workload(workload or "custom", options, config, precision=precision, device=device, save=save)
+        config = ProfileConfig(**profiler)
+    _check_out_dir(Path(config.out_dir))
+    store = open_for_saving(save)  # before profiling: an unwritable store fails now, not after the run
+    try:
+        with Progress("profiling", show=progress) as bar:
+            summary, measurement = profile_workload(workload or "custom", options, config, precision=precision,
+                                                    device=device, on_step=bar.update)
+        result_id = save_or_print(store, measurement)
+    finally:
+        if store is not None:
+            store.close()
 
     def render() -> None:
         for key, title in (("top_cpu_ops", "Top operators by self CPU time"), ("top_device_ops", "Top kernels by self device time")):
             if summary[key]:
-                rows = [(o["name"], fmt_num(o["self_ms_per_step"], 3), f"{o['share'] * 100:.1f}%", fmt_num(o["calls_per_step"], 1))
+                rows: list[tuple[Any, ...]] = [(o["name"], fmt_num(o["self_ms_per_step"], 3), f"{o['share'] * 100:.1f}%", fmt_num(o["calls_per_step"], 1))
                         for o in summary[key]]
                 out.print(table(title, ["operator", "ms / step", "share", "calls / step"], rows, right=(1, 2, 3)))
         b = summary["breakdown"]

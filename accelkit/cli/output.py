@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -17,6 +18,10 @@ out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 150)
 err = Console(stderr=True, soft_wrap=True)
 
 JsonOption = typer.Option(False, "--json", help="Print one JSON document on stdout and nothing else there.")
+ProgressOption = typer.Option(
+    None, "--progress/--no-progress",
+    help="Progress on stderr: shown on a terminal, off when stderr is a file or pipe; --progress forces it (one "
+         "line per step), --no-progress silences it.")
 
 
 def emit(data: Any, as_json: bool, render: Callable[[], None]) -> None:
@@ -60,6 +65,69 @@ def status(message: str, *, quiet: bool = False) -> Iterator[Callable[[str], Non
         return
     with err.status(message) as st:
         yield lambda text: st.update(f"{message}: {text}")
+
+
+class Progress:
+    """A long step's progress, on stderr only (stdout stays the command's output or JSON document).
+
+    On a terminal: a live line — spinner, what is happening, elapsed time.
+    Forced with --progress where stderr is a file or pipe: one plain line per step (``[ 12.3 s] text``),
+    at most one every ``min_interval_s`` unless the step changes. Otherwise nothing.
+    """
+
+    def __init__(self, title: str, *, show: bool | None = None, min_interval_s: float = 2.0):
+        self.title = title
+        self.live = err.is_terminal and show is not False
+        self.lines = show is True and not self.live
+        self.min_interval_s = min_interval_s
+        self._t0 = time.perf_counter()
+        self._last_line = -float("inf")
+        self._last_step: str | None = None
+        self._bar: Any = None
+        self._task: Any = None
+        if self.live:
+            from rich.progress import Progress as Live
+            from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._bar = Live(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                             console=err, transient=True)
+            self._task = self._bar.add_task(title, total=None)
+            self._bar.start()
+        elif self.lines:
+            self._line(f"{title} …")
+
+    def _line(self, text: str) -> None:
+        elapsed = time.perf_counter() - self._t0
+        err.print(f"[{elapsed:6.1f} s] {text}", highlight=False, markup=False, soft_wrap=True)
+        self._last_line = time.perf_counter()
+
+    def update(self, text: str, *, step: str | None = None) -> None:
+        """``text``: what runs now; ``step``: a name that, when it changes, always gets its own line (e.g. the
+        dtype being probed); other updates are thinned to one line every ``min_interval_s``."""
+        if self.live:
+            self._bar.update(self._task, description=f"{self.title}: {text}")
+        elif self.lines:
+            new_step = step is not None and step != self._last_step
+            if new_step or time.perf_counter() - self._last_line >= self.min_interval_s:
+                self._line(f"{self.title}: {text}")
+            if step is not None:
+                self._last_step = step
+
+    def log(self, text: str) -> None:
+        """A line that stays (a finished step, a note), shown whenever progress is shown."""
+        if self.live:
+            self._bar.console.print(text, highlight=False, markup=False, soft_wrap=True)
+        elif self.lines:
+            self._line(text)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self._bar.stop()
+        elif self.lines and exc[0] is None:
+            self._line(f"{self.title}: done")
 
 
 @contextmanager

@@ -26,7 +26,7 @@ def check_out_path(path: Path) -> None:
 
 def report_cmd(
     out_path: Path = typer.Option(Path("report.html"), "--out", help="Where to write the HTML file."),
-    run: str = typer.Option(None, "--run", help="Only the results of this run id (default: all)."),
+    run: str | None = typer.Option(None, "--run", help="Only the results of this run id (default: all)."),
     open_: bool = typer.Option(False, "--open", help="Open it in the default browser afterwards."),
     as_json: bool = JsonOption,
 ) -> None:

@@ -1,32 +1,102 @@
-"""`accelkit results list|show|export`."""
+"""`accelkit results list|show|export`: read the store (read-only: a store on read-only media lists fine);
+--kind and --hardware accept what the rest of the CLI accepts and say so when nothing matches."""
 
 from __future__ import annotations
 
+import difflib
+import errno
+import os
+import tempfile
 from pathlib import Path
+from typing import Literal
 
 import typer
 
 from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
-from accelkit.core import UserError
+from accelkit.cli.store import reading
+from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.results import ResultStore, export, flat_row
+from accelkit.results.store import MAX_ROW_ID, RESULT_KINDS
 
 app = typer.Typer(help="The results store: every estimate and measurement.", no_args_is_help=True)
 
-KindOption = typer.Option(None, "--kind", help="Only results of this kind (plan, probe, bench …).")
-HardwareOption = typer.Option(None, "--hardware", help="Only results on this hardware name.")
+KindOption = typer.Option(None, "--kind", help=f"Only results of this kind ({', '.join(RESULT_KINDS)}).")
+HardwareOption = typer.Option(
+    None, "--hardware", help="Only results on this hardware: a catalog name or alias (h100, mi300x), cpu, or the name "
+                             "as stored.")
+
+
+class Filters:
+    """--kind / --hardware resolved against the catalog and the store: the stored names they select."""
+
+    def __init__(self, store: ResultStore, kind: str | None, hardware: str | None):
+        self.kind = _kind(store, kind) if kind is not None else None
+        self.hardware_flag = hardware
+        self.hardware = _hardware(store, hardware) if hardware is not None else None
+
+    @property
+    def given(self) -> bool:
+        return self.kind is not None or self.hardware is not None
+
+    def describe(self) -> str:
+        parts = []
+        if self.kind is not None:
+            parts.append(f"--kind {self.kind}")
+        if self.hardware is not None:
+            shown = f" ({', '.join(self.hardware)})" if self.hardware and self.hardware != [self.hardware_flag] else ""
+            parts.append(f"--hardware {self.hardware_flag}{shown}")
+        return " ".join(parts)
+
+
+def _kind(store: ResultStore, kind: str) -> str:
+    known = sorted(set(RESULT_KINDS) | set(store.distinct("kind")))
+    if kind in known:
+        return kind
+    close = difflib.get_close_matches(kind, known, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise UserError(f"--kind {kind!r} is not a result kind; {hint}choose from {', '.join(known)}")
+
+
+def _hardware(store: ResultStore, name: str) -> list[str]:
+    """The stored hardware names that ``name`` means: every CPU for 'cpu', a catalog device under any of its
+    names or aliases (and as drivers report it), else a stored name containing ``name``."""
+    from accelkit.hardware import get_device
+    from accelkit.hardware.catalog import list_devices, match_device_name
+
+    stored = store.distinct("hardware")
+    key = name.strip().lower()
+    if key == "cpu" or key.startswith("cpu:"):
+        return [s for s in stored if s.lower().startswith(key)]
+    try:
+        spec = get_device(name)
+    except UnknownNameError as exc:
+        found = [s for s in stored if key and key in s.lower()]
+        if found:
+            return found
+        known = [d.name for d in list_devices()] + [a for d in list_devices() for a in d.aliases]
+        raise UnknownNameError("hardware", name, [*known, "cpu", *stored],
+                               listing=["cpu", *stored, *(d.name for d in list_devices())]) from exc
+    return [s for s in stored if s == spec.name or match_device_name(s) is spec]
 
 
 @app.command("list")
 def list_cmd(
-    kind: str = KindOption,
-    hardware: str = HardwareOption,
-    limit: int = typer.Option(20, "--limit", min=1, help="Newest N results."),
+    kind: str | None = KindOption,
+    hardware: str | None = HardwareOption,
+    limit: int = typer.Option(20, "--limit", min=1, max=MAX_ROW_ID, help="Newest N results."),
     as_json: bool = JsonOption,
 ) -> None:
     """List stored results, newest first."""
-    with ResultStore() as store:
-        found = store.query(kind=kind, hardware=hardware, limit=limit)
-        path, total = store.path, store.count()
+    with reading() as store:
+        filters = Filters(store, kind, hardware)
+        found = store.query(kind=filters.kind, hardware=filters.hardware, limit=limit)
+        total = store.count()
+        matching = store.count(kind=filters.kind, hardware=filters.hardware) if filters.given else total
+        on = store.distinct("hardware") if filters.given and not matching else []
+        path = store.path
+    shown = f"{len(found)} of {matching} shown, newest first; --limit {matching} shows all"
+    if as_json and len(found) < matching:
+        err.print(shown, highlight=False)  # stdout is the JSON document
 
     def render() -> None:
         rows = []
@@ -35,10 +105,18 @@ def list_cmd(
             headline = f"{fmt_num(f['throughput'], 3)} {f['throughput_unit']}" if f["throughput"] is not None else None
             rows.append((s.id, f["created_at"], f["type"], f["kind"], f["name"], f["hardware"], headline,
                          fmt_num(f["mfu"], 3)))
-        out.print(table(f"Results in {path} ({total} in all)",
-                        ["id", "created (UTC)", "type", "kind", "name", "hardware", "headline", "MFU"], rows))
-        if not found:
-            out.print("No results yet: `accelkit hw probe --quick` makes one.")
+        where = f" matching {filters.describe()}" if filters.given else ""
+        if found:
+            out.print(table(f"Results in {path}{where}: {len(found)} of {matching}"
+                            + (f" ({total} in all)" if filters.given else ""),
+                            ["id", "created (UTC)", "type", "kind", "name", "hardware", "headline", "MFU"], rows))
+        if found and len(found) < matching:
+            out.print(shown)
+        if total == 0:
+            out.print(f"No results yet in {path}: `accelkit hw probe --quick` makes one.")
+        elif not matching:
+            out.print(f"No result matches {filters.describe()}; {total} results in {path}, on hardware: "
+                      f"{', '.join(on) or '-'}.", highlight=False)
 
     emit([flat_row(s) for s in found], as_json, render)
 
@@ -46,7 +124,7 @@ def list_cmd(
 @app.command("show")
 def show_cmd(result_id: int = typer.Argument(..., help="Result id from `accelkit results list`."), as_json: bool = JsonOption) -> None:
     """Show one result in full (payload, environment, sample counts)."""
-    with ResultStore() as store:
+    with reading() as store:
         stored = store.get(result_id)
     data = stored.to_dict()
 
@@ -62,18 +140,65 @@ def show_cmd(result_id: int = typer.Argument(..., help="Result id from `accelkit
 
 @app.command("export")
 def export_cmd(
-    fmt: str = typer.Option("json", "--format", help="json (full records with raw samples) or csv (one row each)."),
-    kind: str = KindOption,
-    hardware: str = HardwareOption,
-    output: Path = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+    fmt: Literal["json", "csv"] = typer.Option("json", "--format", help="json (full records with raw samples) or csv (one row each)."),
+    kind: str | None = KindOption,
+    hardware: str | None = HardwareOption,
+    output: Path | None = typer.Option(None, "--out", help="Write to this file instead of stdout."),
 ) -> None:
     """Export results as JSON or CSV."""
-    if fmt not in ("json", "csv"):
-        raise UserError(f"--format {fmt!r} is not supported; use json or csv")
-    with ResultStore() as store:
-        text = export(store.query(kind=kind, hardware=hardware, newest_first=False), fmt)
+    if output is not None:
+        _check_out(output)
+    with reading() as store:
+        filters = Filters(store, kind, hardware)
+        results = store.query(kind=filters.kind, hardware=filters.hardware, newest_first=False)
+        skipped = len(store.skipped)
+    text = export(results, fmt)
     if output is None:
         typer.echo(text, nl=not text.endswith("\n"))
-    else:
-        output.write_text(text)
-        err.print(f"wrote {output}")
+        return
+    _write(output, text)
+    err.print(f"wrote {len(results)} results to {output}" + (f" ({skipped} unreadable skipped)" if skipped else ""),
+              highlight=False)
+
+
+def _check_out(path: Path) -> None:
+    """--out must name a file in an existing folder: checked before anything is read."""
+    if path.is_dir():
+        raise UserError(f"--out {path} is a directory; give a file name, e.g. --out {path / 'results.json'}")
+    parent = path.parent
+    if not parent.exists():
+        raise UserError(f"--out {path}: the folder {parent} does not exist; create it (mkdir -p {parent}) or pick "
+                        "another path")
+    if not parent.is_dir():
+        raise UserError(f"--out {path}: {parent} is not a folder; pick another path")
+
+
+def _write(path: Path, text: str) -> None:
+    """A regular file is written whole or not at all (temporary file + rename); a device or pipe
+    (/dev/stdout, a FIFO) is written in place."""
+    try:
+        if path.exists() and not path.is_file():
+            with open(path, "w") as f:
+                f.write(text)
+            return
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+            raise AccelkitError(f"cannot write --out {path} ({why}); nothing was written — free some space or pick "
+                                "another path") from exc
+        raise UserError(f"cannot write --out {path} ({why}); pick another path") from exc
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

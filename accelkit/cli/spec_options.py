@@ -13,7 +13,9 @@ The command receives the generated options' values as one dict (field name → v
 defaults included). Fields typed as containers (tuples, lists, dicts, nested specs) are not generated unless a
 ``parse`` function turns the flag's text into the value; ``parse`` also serves scalar fields whose flag takes
 another notation (``--kv-cache-memory 2GiB`` for ``kv_cache_memory_bytes``): such a flag defaults to ``None``
-and the field keeps its spec default when the flag is not given.
+and the field keeps its spec default when the flag is not given. A ``ValueError`` from ``parse``, or a parsed
+number outside the field's bounds, is a usage error (exit 2) that names the flag and the text given. A field
+without a default becomes a required flag.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class GeneratedOption:
     default: Any
     help: str
     parse: Callable[[str], Any] | None
+    required: bool = False  # the field has no default: the flag must be given
+    optional: bool = False  # the flag defaults to None (not given: the field keeps its own default)
+    custom_help: bool = False  # the command gave its own help text (``helps``) instead of the field's doc
 
 
 def _flag(name: str) -> str:
@@ -64,28 +69,32 @@ def _is_scalar(tp: Any) -> bool:
 def generated_options(
     spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
     parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
+    only: Iterable[str] | None = None, optional: Iterable[str] = (),
 ) -> list[GeneratedOption]:
     """The options :func:`spec_options` adds for ``spec`` (also what the consistency test checks)."""
     names, parse, helps = dict(names or {}), dict(parse or {}), dict(helps or {})
-    excluded = set(exclude)
+    excluded, overrides = set(exclude), set(optional)
     hints = typing.get_type_hints(spec)
     known = {f.name for f in dataclasses.fields(spec)}  # type: ignore[arg-type]
-    for extra in (set(names) | set(parse) | set(helps) | excluded) - known:
+    chosen = known if only is None else set(only)
+    for extra in (set(names) | set(parse) | set(helps) | excluded | chosen | overrides) - known:
         raise TypeError(f"{spec.__name__} has no field {extra!r} (spec_options)")
     options = []
     for f in dataclasses.fields(spec):  # type: ignore[arg-type]
-        if f.name in excluded or not f.init:
+        if f.name in excluded or f.name not in chosen or not f.init:
             continue
         parser = parse.get(f.name)
         if parser is None and not _is_scalar(hints[f.name]):
             continue
-        if f.default is dataclasses.MISSING:
-            raise TypeError(f"{spec.__name__}.{f.name} has no default; exclude it and pass it from the command")
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.default is dataclasses.MISSING and not required and parser is None:
+            raise TypeError(f"{spec.__name__}.{f.name} has a default_factory; give it a parse function or exclude it")
+        is_optional = f.name in overrides and not required
         options.append(GeneratedOption(
             field=f.name, flag=names.get(f.name, _flag(f.name)), param=f"{into}__{f.name}",
-            default=None if parser is not None else f.default,
+            default=None if parser is not None or required or is_optional else f.default,
             help=helps.get(f.name, f.metadata.get("doc", "")),
-            parse=parser,
+            parse=parser, required=required, optional=is_optional, custom_help=f.name in helps,
         ))
     return options
 
@@ -104,21 +113,52 @@ def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
             kwargs["max"] = f.metadata["max"]
         if tp is bool and "/" not in opt.flag:
             decls = [f"{opt.flag}/--no-{opt.flag.removeprefix('--')}"]
-    option = typer.Option(opt.default, *decls, **kwargs)
+    option = typer.Option(... if opt.required else opt.default, *decls, **kwargs)
+    if opt.default is None and not opt.required and get_origin(tp) not in (Union, types.UnionType):
+        tp = tp | None  # the flag is optional: typer reads `str | None` as "no value given"
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=tp)
+
+
+def _num(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+def _parsed(spec: type[Spec], opt: GeneratedOption, text: str) -> Any:
+    """``opt.parse(text)``, with its ValueError and the field's bounds turned into a usage error naming the flag."""
+    from accelkit.core import UserError
+
+    flag = opt.flag.split("/")[0]
+    try:
+        value = opt.parse(text)  # type: ignore[misc]
+    except UserError:
+        raise
+    except (ValueError, OverflowError) as exc:
+        raise UserError(str(exc) if flag in str(exc) else f"{flag} {text!r} is not valid: {exc}") from exc
+    f = next(x for x in dataclasses.fields(spec) if x.name == opt.field)  # type: ignore[arg-type]
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if lo is not None and value < lo:
+            raise UserError(f"{flag} {text!r} is out of range; the least is {_num(lo)}")
+        if hi is not None and value > hi:
+            raise UserError(f"{flag} {text!r} is out of range; the most is {_num(hi)}")
+    return value
 
 
 def spec_options(
     spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
     parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
+    only: Iterable[str] | None = None, optional: Iterable[str] = (),
 ) -> Callable[[F], F]:
     """Add one option per scalar field of ``spec`` to a typer command; it receives them as the dict ``into``.
 
-    ``exclude``: fields the command fills itself; ``names``: flag spellings other than ``--field-name`` (a bool
-    field gets ``--x/--no-x`` unless its name already holds a ``/``); ``parse``: text → value for fields whose flag
-    uses another notation; ``helps``: help text other than the field's doc.
+    ``exclude``: fields the command fills itself; ``only``: generate just these fields; ``names``: flag spellings
+    other than ``--field-name`` (a bool field gets ``--x/--no-x`` unless its name already holds a ``/``);
+    ``parse``: text → value for fields whose flag uses another notation; ``helps``: help text other than the
+    field's doc; ``optional``: fields whose flag defaults to None and, when not given, is left out of the dict
+    (an override of a value that comes from elsewhere, e.g. a file), keeping its type and bounds.
     """
-    options = generated_options(spec, into=into, exclude=exclude, names=names, parse=parse, helps=helps)
+    options = generated_options(spec, into=into, exclude=exclude, names=names, parse=parse, helps=helps, only=only,
+                                optional=optional)
 
     def decorate(fn: F) -> F:
         sig = inspect.signature(fn)
@@ -133,10 +173,11 @@ def spec_options(
             values: dict[str, Any] = dict(kwargs.pop(into, None) or {})
             for o in options:
                 value = kwargs.pop(o.param, o.default)
-                if o.parse is not None:
+                if o.parse is not None or o.optional:
                     if value is None:
                         continue  # flag not given: the spec's own default applies
-                    value = o.parse(value)
+                    if o.parse is not None:
+                        value = _parsed(spec, o, value)
                 values[o.field] = value
             return fn(*args, **kwargs, **{into: values})
 

@@ -1,5 +1,5 @@
 """`accelkit sweep SWEEP.yaml [--ray auto|ADDRESS|local] [--workers N]`: a thin shell over
-``accelkit.sweep``."""
+``accelkit.sweep``; --workers overrides the file's ``workers`` (a flag generated from SweepSpec)."""
 
 from __future__ import annotations
 
@@ -8,28 +8,42 @@ from typing import Any
 
 import typer
 
-from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
+from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, fmt_num, out, table
+from accelkit.cli.spec_options import spec_options
+from accelkit.cli.store import open_for_saving, print_unsaved
+from accelkit.sweep.grid import SweepSpec
 
 
+@spec_options(SweepSpec, into="override", only=("workers",), optional=("workers",),
+              helps={"workers": "Local process-pool size (default: the file's workers, 1); timed points should not "
+                                "overlap on one machine."})
 def sweep_cmd(
     path: Path = typer.Argument(..., help="Sweep file (YAML): name, kind, workloads, precisions, batch_sizes, layouts, rates."),
-    ray: str = typer.Option(None, "--ray", help="Run the points as Ray tasks: auto (the running cluster), ADDRESS, or local."),
-    workers: int = typer.Option(None, "--workers", min=1, help="Local process-pool size (default: the file's workers, 1)."),
+    ray: str | None = typer.Option(None, "--ray", help="Run the points as Ray tasks: auto (the running cluster), ADDRESS, or local."),
     as_json: bool = JsonOption,
+    progress: bool | None = ProgressOption,
+    *,
+    override: dict[str, Any],
 ) -> None:
     """Run a grid of bench / plan / loadtest points; every result lands in the store under one run id."""
-    from accelkit.results import ResultStore
     from accelkit.sweep import load_sweep, run_sweep
 
     spec = load_sweep(path)
+    store = open_for_saving(True)  # before the first point; a sweep always stores (its run id groups the rows)
+    assert store is not None
+    try:
+        with Progress(f"sweep {spec.name}", show=progress) as bar:
+            def on_point(line: dict[str, Any]) -> None:
+                what = (f"stored {', '.join(map(str, line['result_ids']))}" if line["status"] == "ok"
+                        else f"FAILED: {line['error']}")
+                bar.log(f"point {line['index']} ({line['key']}): {what}")
 
-    def progress(line: dict[str, Any]) -> None:
-        what = f"stored {', '.join(map(str, line['result_ids']))}" if line["status"] == "ok" else f"FAILED: {line['error']}"
-        err.print(f"point {line['index']} ({line['key']}): {what}", highlight=False, markup=False, soft_wrap=True)
-
-    with ResultStore() as store:
-        run = run_sweep(spec, ray=ray, workers=workers, store=store, on_point=progress)
+            run = run_sweep(spec, ray=ray, workers=override.get("workers"), store=store, on_point=on_point)
         rows_by_id = {i: store.get(i).result for p in run.points for i in p["result_ids"]}
+    finally:
+        store.close()
+    if run.store_error is not None:
+        print_unsaved(run.to_json(), Exception(run.store_error))
 
     def render() -> None:
         by_workload: dict[str, list[dict[str, Any]]] = {}

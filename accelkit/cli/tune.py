@@ -1,60 +1,122 @@
-"""`accelkit tune`."""
+"""`accelkit tune`: the search settings are flags generated from TuneConfig; the workload flags go to the
+workload's own config (a flag it does not take is a usage error that lists the ones it does)."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import typer
 
-from accelkit.cli.bench import WORKLOAD_NAMES, _reporter, _workload_config
-from accelkit.cli.output import JsonOption, emit, err, flag_values, fmt_num, out, table
-from accelkit.core import UnknownNameError, UserError
+from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
+from accelkit.cli.spec_options import spec_options
+from accelkit.cli.store import open_for_saving, print_unsaved
+from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, parse_size
+from accelkit.tune.search import TuneConfig
+
+#: workloads with model recipes to search (the dataloader has none)
+TUNE_WORKLOADS = ("bert", "resnet", "llm", "llm-train", "custom")
 
 
+def _memory_budget(text: str) -> int:
+    return parse_size(text, field="--memory-budget")
+
+
+def _workload_flags(name: str, flags: dict[str, Any]) -> dict[str, Any]:
+    """The given workload flags, checked against the fields of that workload's config."""
+    from accelkit.bench.workloads import get_workload
+
+    fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
+    given = {k: v for k, v in flags.items() if v is not None}
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        def flag(field: str) -> str:
+            return "--" + field.replace("_", "-")
+
+        raise UserError(f"{', '.join(flag(u) for u in unknown)} does not apply to `tune {name}`; it takes "
+                        f"{', '.join(flag(f) for f in sorted(fields) if f in flags)}")
+    return given
+
+
+class _Reporter:
+    """The bench runner's progress callbacks, drawn on one Progress: a line per recipe phase, then the
+    measuring rounds (how many recipes already meet their stopping rule)."""
+
+    def __init__(self, bar: Progress):
+        self.bar = bar
+        self.done: dict[str, float] = {}
+
+    def refused(self, variant: str, reason: str) -> None:
+        self.bar.log(f"refused {variant}: {reason}")
+
+    def phase(self, lane: str, text: str) -> None:
+        self.bar.update(f"{lane}: {text}", step=f"{lane}: {text}")
+
+    def progress(self, lane: str, iterations: int, measured_s: float, loop: Any) -> None:
+        need = [iterations / loop.min_iterations if loop.min_iterations else 1.0,
+                measured_s / loop.min_time_s if loop.min_time_s else 1.0]
+        self.done[lane] = min(1.0, min(need))
+        finished = sum(1 for v in self.done.values() if v >= 1.0)
+        self.bar.update(f"measuring {lane}: {iterations} it, {measured_s:.1f} s ({finished}/{len(self.done)} recipes "
+                        "have enough samples)", step="measuring")  # the first round always gets a line
+
+    def note(self, text: str) -> None:
+        self.bar.log(text)
+
+    def stored(self, variant: str, result_ids: list[int]) -> None:
+        self.bar.log(f"finished {variant}" + (f": stored as result {', '.join(map(str, result_ids))}" if result_ids else ""))
+
+
+@spec_options(
+    TuneConfig, into="search",
+    names={"memory_budget_bytes": "--memory-budget", "quick": "--quick/--thorough", "compile": "--compile/--no-compile"},
+    parse={"memory_budget_bytes": _memory_budget},
+    helps={"memory_budget_bytes": "Prune recipes the planner says exceed it, e.g. 2GiB.",
+           "quick": "Short measurement loops (seconds per recipe), or --thorough: the bench's full loops."},
+)
 def tune_cmd(
-    workload: str = typer.Argument(None, help="bert | resnet | llm | llm-train | custom (or use --module)."),
-    module: str = typer.Option(None, "--module", help="package.module:factory → (model, inputs[, loss_fn])."),
-    size: str = typer.Option(None, "--size", help="bert: tiny|base|large; resnet: tiny|50|152."),
-    model: str = typer.Option(None, "--model", help="Model preset or config.json."),
-    batch_size: int = typer.Option(None, "--batch-size", min=1),
-    seq_len: int = typer.Option(None, "--seq-len", min=1),
-    prompt_len: int = typer.Option(None, "--prompt-len", min=1),
-    output_len: int = typer.Option(None, "--output-len", min=1),
-    objective: str = typer.Option("throughput", "--objective", help="throughput, latency or memory."),
-    max_accuracy_drop: float = typer.Option(0.01, "--max-accuracy-drop", help="Allowed relative drop vs fp32 (0.01 = 1%)."),
-    memory_budget: str = typer.Option(None, "--memory-budget", help="Prune recipes the planner says exceed it, e.g. 2GiB."),
-    max_trials: int = typer.Option(8, "--max-trials", min=1, help="Most recipes measured, the fp32 baseline included."),
-    compile_: bool = typer.Option(True, "--compile/--no-compile", help="Include torch.compile recipes."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
-    thorough: bool = typer.Option(False, "--thorough", help="The bench's full loops instead of quick ones."),
+    workload: str | None = typer.Argument(None, help="bert | resnet | llm | llm-train | custom (or use --module)."),
+    module: str | None = typer.Option(None, "--module", help="package.module:factory → (model, inputs[, loss_fn])."),
+    size: str | None = typer.Option(None, "--size", help="bert: tiny|base|large; resnet: tiny|50|152."),
+    model: str | None = typer.Option(None, "--model", help="Model preset or config.json."),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1),
+    prompt_len: int | None = typer.Option(None, "--prompt-len", min=1),
+    output_len: int | None = typer.Option(None, "--output-len", min=1),
+    save: bool = typer.Option(True, "--save/--no-save", help="Store every trial and the summary."),
     as_json: bool = JsonOption,
+    progress: bool | None = ProgressOption,
+    *,
+    search: dict[str, Any],
 ) -> None:
     """Find the fastest recipe for a workload that stays within the accuracy gate (Pareto frontier + snippet)."""
-    from accelkit.bench.workloads import make_workload
-    from accelkit.results import ResultStore
-    from accelkit.tune import TuneConfig, tune
-
     if (workload is None) == (module is None):
         raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory")
     name = workload or "custom"
-    if name not in WORKLOAD_NAMES or name == "dataloader":
-        raise UnknownNameError("workload", name, [w for w in WORKLOAD_NAMES if w != "dataloader"])
+    if name not in TUNE_WORKLOADS:
+        raise UnknownNameError("workload", name, TUNE_WORKLOADS)
+    from accelkit.bench.workloads import make_workload
+    from accelkit.tune import tune
+
     with flag_values():
-        config = TuneConfig(
-            objective=objective, max_accuracy_drop=max_accuracy_drop, max_trials=max_trials, device=device,
-            quick=not thorough, compile=compile_,
-            memory_budget_bytes=parse_size(memory_budget, field="--memory-budget") if memory_budget else None,
-        )
-        wl = make_workload(name, _workload_config(name, {
+        config = TuneConfig(**search)
+        wl = make_workload(name, _workload_flags(name, {
             "size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "prompt_len": prompt_len,
             "output_len": output_len, "module": module,
         }))
-    reporter = _reporter(quiet=False)
+    if name == "custom":
+        _build_custom(wl, module)
+    store = open_for_saving(save)  # before the search: an unwritable store fails now, not after it
     try:
-        with ResultStore() as store:
-            result = tune(wl, config, store=store, reporter=reporter)
+        with Progress(f"tune {name}", show=progress) as bar:
+            result = tune(wl, config, store=store, reporter=_reporter(bar), on_step=lambda text: bar.update(text, step=text))
     finally:
-        reporter.close()
+        if store is not None:
+            store.close()
     data = result.to_json()
+    if result.store_error is not None:
+        print_unsaved(data, Exception(result.store_error))
 
     def render() -> None:
         rows = []
@@ -83,3 +145,39 @@ def tune_cmd(
             err.print(f"stored as result {result.result_id} (run {result.run_id})")
 
     emit(data, as_json, render)
+
+
+def _build_custom(wl: Any, module: str | None) -> None:
+    """Call the user's factory now (the workload keeps what it made): when it fails, that is their code —
+    one line naming --module, not a traceback from inside the bench runner."""
+    try:
+        wl.label  # noqa: B018 — builds the model through the factory
+    except AccelkitError:
+        raise
+    except Exception as exc:
+        raise AccelkitError(f"--module {module}: building the model failed ({type(exc).__name__}: {exc})") from exc
+
+
+def _reporter(bar: Progress) -> Any:
+    """A bench ``Reporter`` (so callbacks the runner adds later keep their do-nothing default) that draws on ``bar``."""
+    from accelkit.bench.runner import Reporter
+
+    cli = _Reporter(bar)
+
+    class Adapter(Reporter):
+        def refused(self, variant: str, reason: str) -> None:
+            cli.refused(variant, reason)
+
+        def phase(self, lane: str, text: str) -> None:
+            cli.phase(lane, text)
+
+        def progress(self, lane: str, iterations: int, measured_s: float, config: Any) -> None:
+            cli.progress(lane, iterations, measured_s, config)
+
+        def note(self, text: str) -> None:
+            cli.note(text)
+
+        def stored(self, variant: str, result_ids: list[int]) -> None:
+            cli.stored(variant, result_ids)
+
+    return Adapter()

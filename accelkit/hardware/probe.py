@@ -28,8 +28,9 @@ class ProbeConfig(Spec):
         None, doc="Matmul dtypes; None = fp32 and bf16 on CPU, every supported one on GPUs."
     )
     quick: bool = spec_field(False, doc="Short loops (a smoke run in seconds; percentiles unbacked).")
-    matmul_size: int | None = spec_field(None, min=64, doc="Square matmul side; None = 2048 CPU, 8192 GPU.")
-    copy_bytes: int | None = spec_field(None, min=1 << 20, doc="Copy buffer bytes; None = 256 MiB CPU, 2 GiB GPU.")
+    matmul_size: int | None = spec_field(None, min=64, max=32768, doc="Square matmul side; None = 2048 CPU, 8192 GPU.")
+    copy_bytes: int | None = spec_field(None, min=1 << 20, max=1 << 36,
+                                        doc="Copy buffer bytes; None = 256 MiB CPU, 2 GiB GPU.")
 
     @property
     def loop(self) -> LoopConfig:
@@ -46,6 +47,22 @@ def _resolve_device(name: str) -> str:
     if name != "cpu" and not name.startswith("cuda"):
         raise UserError(f"device {name!r} is not valid; use auto, cpu or cuda[:N]")
     return name
+
+
+def _check_memory(device: str, size: int, copy_bytes: int) -> None:
+    """Refuse sizes the device cannot hold before allocating (an OOM kill would lose the whole probe)."""
+    import torch
+
+    need = max(3 * size * size * 4, 2 * copy_bytes)  # a, b, out in fp32 (the widest dtype); copy src + dst
+    if device == "cpu":
+        import psutil
+
+        free = psutil.virtual_memory().available
+    else:
+        free = torch.cuda.mem_get_info(device)[0]
+    if need > 0.9 * free:
+        raise UserError(f"--size {size} / --copy-size {copy_bytes >> 20} MiB need {need / 2**30:.1f} GiB but {device} has "
+                        f"{free / 2**30:.1f} GiB free; use a smaller --size or --copy-size")
 
 
 def supported_dtypes(device: str) -> dict[str, str | None]:
@@ -127,6 +144,8 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
         hardware = catalog.name if catalog else gpu_name
 
     size = config.matmul_size or (2048 if device == "cpu" else 8192)
+    copy_bytes = config.copy_bytes or ((256 << 20) if device == "cpu" else (2 << 30))
+    _check_memory(device, size, copy_bytes)
     matmul: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
     for dtype in dtypes:
@@ -151,7 +170,6 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
         }
         samples[f"matmul_{dtype}_tflops"] = tflops
 
-    copy_bytes = config.copy_bytes or ((256 << 20) if device == "cpu" else (2 << 30))
     if on_step:
         on_step(f"copy {copy_bytes >> 20} MiB")
     src = torch.ones(copy_bytes // 4, dtype=torch.float32, device=device)

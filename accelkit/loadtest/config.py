@@ -19,6 +19,9 @@ ENDPOINT_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
+#: the random dataset's prompts are built in memory before the first request: ~6 bytes a word, so ~1.2 GB here
+MAX_RANDOM_WORDS = 200_000_000
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SLO(Spec):
@@ -81,18 +84,19 @@ class LoadTestConfig(Spec):
     model: str = spec_field(doc="Model name the server knows (`GET /v1/models`).")
     endpoint: Endpoint = spec_field("completions", doc="completions (/v1/completions) or chat (/v1/chat/completions).")
     dataset: str = spec_field("random", doc="random, sharegpt:PATH or jsonl:PATH.")
-    num_prompts: int = spec_field(1000, min=1, doc="Requests per pass (warm-up requests not included).")
+    num_prompts: int = spec_field(1000, min=1, max=1_000_000, doc="Requests per pass (warm-up requests not included).")
     request_rate: float = spec_field(math.inf, doc="Mean arrivals per second; inf sends every request at once.")
     burstiness: float = spec_field(1.0, doc="Gamma shape of the gaps: 1.0 Poisson, < 1 burstier, > 1 steadier.")
-    max_concurrency: int | None = spec_field(None, min=1, doc="Most requests in flight; None: no cap.")
-    random_input_len: int = spec_field(1024, min=1, doc="random dataset: prompt length target (words ≈ tokens).")
-    random_output_len: int = spec_field(128, min=1, doc="random dataset (and jsonl lines without output_len): max_tokens.")
+    max_concurrency: int | None = spec_field(None, min=1, max=1_000_000, doc="Most requests in flight; None: no cap.")
+    random_input_len: int = spec_field(1024, min=1, max=1_000_000, doc="random dataset: prompt length target (words ≈ tokens).")
+    random_output_len: int = spec_field(128, min=1, max=1_000_000,
+                                        doc="random dataset (and jsonl lines without output_len): max_tokens.")
     random_range_ratio: float = spec_field(0.0, min=0.0, doc="random dataset: lengths uniform in L·[1−x, 1+x], x < 1.")
     ignore_eos: bool = spec_field(False, doc="Send ignore_eos=true (vLLM/SGLang extension) so every request runs to max_tokens.")
     slo: SLO = spec_field(default_factory=SLO, doc="Per-request SLOs for goodput.")
     percentiles: tuple[float, ...] = spec_field((50.0, 90.0, 99.0), doc="Percentiles to report, each in (0, 100].")
     sweep_rates: tuple[float, ...] | None = spec_field(None, doc="One pass per rate (replaces request_rate).")
-    warmup: int = spec_field(1, min=0, doc="Requests sent before the measured passes and excluded from metrics.")
+    warmup: int = spec_field(1, min=0, max=1_000_000, doc="Requests sent before the measured passes and excluded from metrics.")
     warmup_timeout_s: float = spec_field(120.0, min=0.0, doc="Warm-up stops (requests cancelled) after this long.")
     api_key: str | None = spec_field(None, doc="Sent as 'Authorization: Bearer KEY'; never stored.")
     seed: int = spec_field(0, doc="Seeds the dataset sample and the arrival gaps.")
@@ -119,8 +123,15 @@ class LoadTestConfig(Spec):
                 raise ValueError(f"percentiles[{i}]={q!r} is out of range; expected 0 < q <= 100")
         if not self.percentiles:
             raise ValueError("percentiles is empty; e.g. 50,90,99")
+        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable() and self.api_key):
+            raise ValueError("api_key holds characters an HTTP Authorization header cannot carry (it must be printable "
+                             "ASCII and not empty); check the key")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s={self.timeout_s!r} is out of range; expected > 0 seconds")
+        words = (self.num_prompts + self.warmup) * self.random_input_len * (1 + self.random_range_ratio)
+        if self.dataset == "random" and words > MAX_RANDOM_WORDS:
+            raise ValueError(f"num_prompts × random_input_len = {words:,.0f} words of prompts to build in memory (at "
+                             f"most {MAX_RANDOM_WORDS:,}); lower --num-prompts or --random-input-len")
 
     @property
     def rates(self) -> tuple[float, ...]:

@@ -223,7 +223,8 @@ class FakeOpenAIServer:
         """Server-side counts: received, failed, max_in_flight, last_payload."""
         import httpx
 
-        return httpx.get(f"{self.base_url}/fake/stats", timeout=10).json()
+        stats: dict[str, Any] = httpx.get(f"{self.base_url}/fake/stats", timeout=10).json()
+        return stats
 
 
 def _bound_socket() -> socket.socket:

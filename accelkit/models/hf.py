@@ -6,6 +6,7 @@ or malformed; ``to_hf_config`` writes a config transformers builds the same arch
 
 from __future__ import annotations
 
+import builtins
 import json
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ class _Reader:
             raise self._fail(key, f"must be true or false, got {value!r}")
         return value
 
-    def int_list(self, key: str, default: list[int]) -> tuple[int, ...]:
+    def int_list(self, key: str, default: list[builtins.int]) -> tuple[builtins.int, ...]:
         value = self.data.get(key, default)
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             raise self._fail(key, f"must be a list of integers, got {value!r}")
@@ -197,9 +198,18 @@ def load_config(path: str | Path) -> ModelSpec:
     if not p.is_file():
         raise UserError(f"no config.json at {path}; pass a preset name, a config.json, or a directory holding one")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise UserError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason}); a config.json is UTF-8 JSON — "
+                        "save it as UTF-8") from None
+    except RecursionError:
+        raise UserError(f"{p}: JSON nested too deeply to be a model config") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise UserError(f"{p}: not a usable JSON document ({exc})") from None
+    except OSError as exc:
+        raise UserError(f"{p}: cannot be read ({exc.strerror or exc})") from None
     name = p.parent.name if p.parent.name not in ("", ".") else None
     return from_hf_config(data, name=name, source=str(p))
 

@@ -1,8 +1,34 @@
 """Monitoring: a Prometheus exporter with DCGM-compatible device names, host metrics, job metrics
-(``track``), a shipped Grafana dashboard, and a profiler summary."""
+(``track``), a shipped Grafana dashboard, and a profiler summary.
 
-from accelkit.monitor.exporter import Exporter, ExporterConfig
-from accelkit.monitor.registry import REGISTRY, exposition
-from accelkit.monitor.track import JobTracker, track
+The names below load on first use, so importing ``accelkit.monitor.config`` (the CLI does, to build its
+flags) does not import prometheus_client."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelkit.monitor.config import ExporterConfig
+    from accelkit.monitor.exporter import Exporter
+    from accelkit.monitor.registry import REGISTRY, exposition
+    from accelkit.monitor.track import JobTracker, track
+
+_EXPORTS = {
+    "Exporter": "accelkit.monitor.exporter", "ExporterConfig": "accelkit.monitor.config",
+    "REGISTRY": "accelkit.monitor.registry", "exposition": "accelkit.monitor.registry",
+    "JobTracker": "accelkit.monitor.track", "track": "accelkit.monitor.track",
+}
 
 __all__ = ["REGISTRY", "Exporter", "ExporterConfig", "JobTracker", "exposition", "track"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        # cache it; for `track` this also replaces the submodule `accelkit.monitor.track`, which the import just
+        # bound to the same name, with the function the package exports
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'accelkit.monitor' has no attribute {name!r}")

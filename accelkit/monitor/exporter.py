@@ -11,23 +11,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.metrics_core import Metric
 
-from accelkit.core.spec import Spec, spec_field
 from accelkit.monitor.collectors import AmdSmiCollector, Collector, HostCollector, NvmlCollector
+from accelkit.monitor.config import ExporterConfig
 from accelkit.monitor.registry import REGISTRY
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExporterConfig(Spec):
-    """Where and how often."""
-
-    host: str = spec_field("127.0.0.1", doc="Address to bind; 0.0.0.0 exposes it beyond this machine.")
-    port: int = spec_field(9400, min=0, max=65535, doc="Port (9400 is the DCGM exporter's; 0 picks a free one).")
-    interval: float = spec_field(1.0, min=0.05, doc="Seconds between hardware samples.")
 
 
 def exposition_of(families: list[Metric]) -> bytes:
@@ -82,7 +73,7 @@ class Exporter:
         self._device_view = _DeviceMetrics(self.devices)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._server = None
+        self._server: WSGIServer | None = None
         self.port: int | None = None
 
     def sample_once(self) -> None:
@@ -114,8 +105,8 @@ class Exporter:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-        for c in (self.host, self._device_view):
+        for view in (self.host, self._device_view):
             with contextlib.suppress(KeyError):
-                self.registry.unregister(c)
+                self.registry.unregister(view)
         for c in self.devices:
             c.close()

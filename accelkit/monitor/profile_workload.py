@@ -1,11 +1,12 @@
-"""Profile a benchmark workload (or a user's ``--module``) step and store the summary."""
+"""Profile a benchmark workload (or a user's ``--module``) step; the caller stores the summary."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
-from accelkit.core import Measurement
+from accelkit.core import AccelkitError, Measurement
 from accelkit.monitor.profiler import ProfileConfig, profile_step
 
 
@@ -17,32 +18,42 @@ def profile_workload(
     precision: str = "fp32",
     device: str = "auto",
     seed: int = 0,
-    save: bool = True,
-) -> tuple[dict[str, Any], int | None]:
-    """Build the workload's first step (the bench workloads' own ``prepare``), profile it, store it."""
+    on_step: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any], Measurement]:
+    """Build the workload's first step (the bench workloads' own ``prepare``), profile it; returns the summary
+    and the Measurement to store (kind 'profile', hardware named as `hw probe` and `bench` name it)."""
     import torch
 
+    from accelkit.bench.runner import identify
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads import get_workload, make_workload
     from accelkit.hardware.detect import environment
 
-    fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}
+    step_note = on_step or (lambda text: None)
+    fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
     cfg = {k: v for k, v in options.items() if v is not None and k in fields}
-    workload = make_workload(name, cfg)
     dev = ("cuda:0" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    workload.check(dev)
-    prepared = workload.prepare(Variant(precision=precision), dev, seed=seed)
+    try:
+        workload = make_workload(name, cfg)
+        workload.check(dev)
+        step_note(f"building {workload.label} ({precision}) on {dev}")  # .label calls a custom factory
+        prepared = workload.prepare(Variant(precision=precision), dev, seed=seed)  # type: ignore[arg-type]
+    except AccelkitError:
+        raise
+    except Exception as exc:
+        if name != "custom":
+            raise
+        # the user's factory (or what it returned) failed: their code, so one line that names it, not a traceback
+        raise AccelkitError(f"--module {options.get('module')}: building the model failed "
+                            f"({type(exc).__name__}: {exc})") from exc
     try:
         step = prepared.steps[0]
+        step_note(f"profiling {config.wait} + {config.warmup} + {config.steps} steps of {step.name}")
         summary = profile_step(step.fn, config, device=dev)
     finally:
         prepared.close()
     summary = {"workload": workload.label, "step": step.name, **summary}
-    result_id = None
-    if save:
-        from accelkit.results import ResultStore
-
-        with ResultStore() as store:
-            result_id = store.add(Measurement(kind="profile", name=f"profile {workload.label}", hardware=dev,
-                                              details=summary, environment=environment(with_torch=True)))
-    return summary, result_id
+    hardware, _ = identify(dev)
+    measurement = Measurement(kind="profile", name=f"profile {workload.label}", hardware=hardware,
+                              details=summary, environment=environment(with_torch=True))
+    return summary, measurement

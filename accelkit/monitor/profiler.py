@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelkit.core import UserError
 from accelkit.core.spec import Spec, spec_field
 from accelkit.monitor.trace_analysis import analyze_trace
 
@@ -21,10 +22,10 @@ from accelkit.monitor.trace_analysis import analyze_trace
 class ProfileConfig(Spec):
     """Profiler schedule and output."""
 
-    wait: int = spec_field(1, min=0, doc="Steps run before the profiler starts recording.")
-    warmup: int = spec_field(2, min=0, doc="Steps recorded then discarded (tracing warm-up).")
-    steps: int = spec_field(5, min=1, doc="Steps profiled (the active window).")
-    top: int = spec_field(15, min=1, doc="Operators listed per table.")
+    wait: int = spec_field(1, min=0, max=10_000, doc="Steps run before the profiler starts recording.")
+    warmup: int = spec_field(2, min=0, max=10_000, doc="Steps recorded then discarded (tracing warm-up).")
+    steps: int = spec_field(5, min=1, max=10_000, doc="Steps profiled (the active window).")
+    top: int = spec_field(15, min=1, max=10_000, doc="Operators listed per table.")
     out_dir: str = spec_field("accelkit-profile", doc="Directory for trace.json and summary.json.")
     record_shapes: bool = spec_field(False, doc="Record input shapes (bigger trace).")
 
@@ -51,7 +52,10 @@ def profile_step(step: Callable[[], object], config: ProfileConfig | None = None
 
     config = config or ProfileConfig()
     out = Path(config.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"the profile folder {out} cannot be created ({exc.strerror or exc}); give another (--out)") from exc
     trace_path = out / "trace.json"
     on_cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])

@@ -16,27 +16,26 @@ class ServingMetrics:
     """The vLLM-named families, labelled by ``model_name``. One instance per registry and process."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY):
-        kw = {"registry": registry}
         m = ["model_name"]
-        self.num_requests_running = Gauge("vllm:num_requests_running", "Requests in the running batch.", m, **kw)
-        self.num_requests_waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", m, **kw)
-        self.kv_cache_usage_perc = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", m, **kw)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed.", m, **kw)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens.", m, **kw)
-        self.request_success = Counter("vllm:request_success", "Finished requests by reason.", [*m, "finished_reason"], **kw)
-        self.num_preemptions = Counter("vllm:num_preemptions", "Preemptions (KV blocks ran out).", m, **kw)
-        self.prefix_cache_queries = Counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", m, **kw)
-        self.prefix_cache_hits = Counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", m, **kw)
-        self.time_to_first_token = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", m, buckets=_LATENCY, **kw)
+        self.num_requests_running = Gauge("vllm:num_requests_running", "Requests in the running batch.", m, registry=registry)
+        self.num_requests_waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", m, registry=registry)
+        self.kv_cache_usage_perc = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", m, registry=registry)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed.", m, registry=registry)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens.", m, registry=registry)
+        self.request_success = Counter("vllm:request_success", "Finished requests by reason.", [*m, "finished_reason"], registry=registry)
+        self.num_preemptions = Counter("vllm:num_preemptions", "Preemptions (KV blocks ran out).", m, registry=registry)
+        self.prefix_cache_queries = Counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", m, registry=registry)
+        self.prefix_cache_hits = Counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", m, registry=registry)
+        self.time_to_first_token = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", m, buckets=_LATENCY, registry=registry)
         self.inter_token_latency = Histogram("vllm:inter_token_latency_seconds", "Time between output tokens.", m,
-                                             buckets=_LATENCY, **kw)
+                                             buckets=_LATENCY, registry=registry)
         self.e2e_request_latency = Histogram("vllm:e2e_request_latency_seconds", "Request latency, arrival to finish.", m,
-                                             buckets=_LATENCY, **kw)
+                                             buckets=_LATENCY, registry=registry)
         self.request_queue_time = Histogram("vllm:request_queue_time_seconds", "Time waiting before first scheduled.", m,
-                                            buckets=_LATENCY, **kw)
-        self.request_prefill_time = Histogram("vllm:request_prefill_time_seconds", "Time in prefill.", m, buckets=_LATENCY, **kw)
-        self.request_decode_time = Histogram("vllm:request_decode_time_seconds", "Time in decode.", m, buckets=_LATENCY, **kw)
-        self.request_prompt_tokens = Histogram("vllm:request_prompt_tokens", "Prompt tokens per request.", m, buckets=_TOKENS, **kw)
+                                            buckets=_LATENCY, registry=registry)
+        self.request_prefill_time = Histogram("vllm:request_prefill_time_seconds", "Time in prefill.", m, buckets=_LATENCY, registry=registry)
+        self.request_decode_time = Histogram("vllm:request_decode_time_seconds", "Time in decode.", m, buckets=_LATENCY, registry=registry)
+        self.request_prompt_tokens = Histogram("vllm:request_prompt_tokens", "Prompt tokens per request.", m, buckets=_TOKENS, registry=registry)
         self.request_generation_tokens = Histogram("vllm:request_generation_tokens", "Generated tokens per request.", m,
-                                                   buckets=_TOKENS, **kw)
-        self.iteration_tokens_total = Histogram("vllm:iteration_tokens_total", "Tokens per engine step.", m, buckets=_TOKENS, **kw)
+                                                   buckets=_TOKENS, registry=registry)
+        self.iteration_tokens_total = Histogram("vllm:iteration_tokens_total", "Tokens per engine step.", m, buckets=_TOKENS, registry=registry)

@@ -4,7 +4,18 @@ per estimate or measurement — its JSON payload, raw samples and environment.
 Durability: WAL journal, every write in its own ``BEGIN IMMEDIATE`` transaction, so concurrent writers
 queue on the lock (``busy_timeout``) instead of failing, and a writer killed mid-run leaves either all of
 a transaction or none of it. The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[i]``
-takes version i to i+1 and runs inside the same transaction as the version bump.
+takes version i to i+1 and runs inside the same transaction as the version bump. A new store is built in a
+temporary file and linked into place, so a store file is never seen half-made: an empty (0-byte) file at
+the store's path is somebody else's doing (a truncated copy, a full disk) and is refused, not overwritten.
+
+Recovery (reading never needs write access, and one bad row never hides the others):
+  * ``ResultStore(readonly=True)`` opens ``mode=ro`` and never sets WAL or migrates; on a read-only folder,
+    where SQLite cannot create the WAL index, it falls back to ``immutable=1`` (rows still only in the WAL
+    are then not visible, which ``notes`` says).
+  * a row whose JSON (or UTF-8) cannot be decoded is skipped and recorded in ``skipped`` (id → reason);
+  * a damaged page (``database disk image is malformed``) switches reading to one row at a time, by the
+    ids the index or the id sequence still know, so every row on an intact page is still read; a read-only
+    open also gets past a truncated file (``writable_schema``), which SQLite otherwise refuses outright.
 """
 
 from __future__ import annotations
@@ -14,8 +25,10 @@ import io
 import json
 import os
 import sqlite3
+import urllib.parse
+import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +57,9 @@ MIGRATIONS: list[str] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
+#: what produces rows (the ``kind`` column); `results list --kind` also accepts any kind already stored
+RESULT_KINDS = ("plan", "probe", "collectives", "bench", "tune", "profile", "loadtest", "sweep", "sweep-error")
+
 
 def accelkit_home() -> Path:
     """``$ACCELKIT_HOME`` or ``~/.accelkit``."""
@@ -70,20 +86,65 @@ def _type_of(result: Estimate | Measurement) -> str:
     return "measurement" if isinstance(result, Measurement) else "estimate"
 
 
-class ResultStore:
-    """Open (creating and migrating as needed) the store at ``path``."""
 
-    def __init__(self, path: str | Path | None = None, *, timeout_s: float = 60.0):
+DEFAULT_TIMEOUT_S = 60.0  # how long a write waits for another writer's lock
+MAX_ROW_ID = 2**63 - 1  # SQLite's INTEGER range; a larger id cannot name a row
+
+# SQLite's primary result codes that mean "this file (or a page of it) is damaged", not "busy" or "denied"
+_DAMAGE_CODES = (10, 11, 26)  # SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_NOTADB
+_DENIED_CODES = (8, 14, 23)  # SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_AUTH
+
+
+class _Undecodable(bytes):
+    """A TEXT value that is not valid UTF-8: decoding it fails that row, not the whole query."""
+
+
+def _text(raw: bytes) -> str | bytes:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return _Undecodable(raw)
+
+
+def _code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def _is_damage(exc: sqlite3.Error) -> bool:
+    code = _code(exc)
+    if code is not None:
+        return code in _DAMAGE_CODES
+    return "malformed" in str(exc) or "not a database" in str(exc)
+
+
+def _names(value: str | Iterable[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+class ResultStore:
+    """The store at ``path`` (default ``$ACCELKIT_HOME/results.db``).
+
+    Writable (the default): created and migrated as needed, and the write lock is taken once on opening, so
+    a store that cannot be written fails here — before a measurement starts, not after it ends.
+    ``readonly=True``: reads what is there without writing anything (a missing file reads as empty and is not
+    created). Rows that cannot be read are skipped and listed in ``skipped``; ``notes`` says how it was opened
+    when that matters (immutable, damaged).
+    """
+
+    def __init__(self, path: str | Path | None = None, *, timeout_s: float | None = None, readonly: bool = False):
         self.path = Path(path) if path is not None else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
-            self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: safe against process death
-            self._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise AccelkitError(f"cannot open the results store {self.path}: {exc}") from exc
+        self.readonly = readonly
+        self.timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+        self.skipped: dict[int, str] = {}  # row id → why it could not be read
+        self.notes: list[str] = []
+        self._damaged = False
+        self._scan_cache: list[tuple[Any, ...]] | None = None
+        self._check_file()
+        self._conn = self._open_readonly() if readonly else self._open_writable()
+        self._conn.text_factory = _text
 
     def close(self) -> None:
         self._conn.close()
@@ -94,24 +155,170 @@ class ResultStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+    # ---- opening ----------------------------------------------------------------------------------
+    def _check_file(self) -> None:
+        """Refuse what SQLite would silently take as a new database (an empty file) or fail on obscurely."""
+        if self.path.is_dir():
+            raise AccelkitError(f"the results store {self.path} is a directory, not a file; move it away or set "
+                                "ACCELKIT_HOME to another folder")
+        if self.path.is_file() and self.path.stat().st_size == 0:
+            raise AccelkitError(
+                f"the results store {self.path} is an empty (0-byte) file, not a database: a truncated copy or a full "
+                f"disk? accelkit does not start a new store over it; restore it from a backup, or move it aside "
+                f"(mv {self.path} {self.path}.empty) and a new store is created")
 
-    def _migrate(self) -> None:
-        with self._write() as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
+    def _open_writable(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AccelkitError(f"cannot create the results store's folder {self.path.parent} "
+                                f"({exc.strerror or exc}); set ACCELKIT_HOME to a writable folder") from exc
+        if not self.path.exists():
+            self._create()
+        conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: safe against process death
+            self._migrate(conn)  # takes the write lock: an unwritable store fails here
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise AccelkitError(self._failure("open", exc)) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _create(self) -> None:
+        """Build a new store in a temporary file and link it into place: never a half-made file at ``path``,
+        and two processes creating it at once end with one store (the second one's link fails)."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.new")
+        try:
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                self._migrate(conn)
+            finally:
+                conn.close()
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                pass  # another process created it first: use theirs
+            except OSError:  # a filesystem without hard links
+                if not self.path.exists():
+                    os.replace(tmp, self.path)
+        except (OSError, sqlite3.DatabaseError) as exc:
+            raise AccelkitError(f"cannot create the results store {self.path} ({exc}); set ACCELKIT_HOME to a "
+                                "writable folder") from exc
+        finally:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with suppress(OSError):
+                    os.unlink(f"{tmp}{suffix}")
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        if not self.path.is_file():
+            return self._empty()  # nothing stored yet; reading creates nothing
+        uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
+        immutable = writable_schema = False
+        while True:
+            conn = sqlite3.connect(uri + ("&immutable=1" if immutable else ""), uri=True, timeout=self.timeout_s,
+                                   isolation_level=None)
+            try:
+                if writable_schema:  # lets SQLite open a truncated file; harmless on a read-only connection
+                    conn.execute("PRAGMA writable_schema = ON")
+                version, tables = self._schema(conn)
+                break
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                if _code(exc) in _DENIED_CODES and not immutable:
+                    # a WAL store in a folder we cannot write: SQLite cannot create the WAL index there
+                    immutable = True
+                    wal = Path(f"{self.path}-wal")
+                    if wal.is_file() and wal.stat().st_size > 0:
+                        self.notes.append(f"{self.path.parent} is read-only: the store was opened immutable, so the "
+                                          f"rows still in {wal.name} (not yet checkpointed) are not visible")
+                    continue
+                if _is_damage(exc) and not writable_schema:
+                    writable_schema = True
+                    continue
+                raise AccelkitError(self._failure("read", exc)) from exc
+        if writable_schema:
+            self._mark_damaged("truncated: the file is shorter than its header says")
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise AccelkitError(self._newer(version))
+        if "results" not in tables:
+            conn.close()
+            self._not_ours(tables)
+            return self._empty()
+        return conn
+
+    def _empty(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        self._migrate(conn)
+        return conn
+
+    @staticmethod
+    def _schema(conn: sqlite3.Connection) -> tuple[int, set[str]]:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        return version, tables - {"sqlite_sequence"}
+
+    def _not_ours(self, tables: set[str]) -> None:
+        if tables - {"results"}:
+            raise AccelkitError(f"{self.path} is an SQLite file but not an accelkit results store (its tables: "
+                                f"{', '.join(sorted(tables))}); set ACCELKIT_HOME to another folder")
+
+    def _newer(self, version: int) -> str:
+        return (f"{self.path} has schema version {version}, newer than this accelkit knows ({SCHEMA_VERSION}); "
+                "upgrade accelkit or point ACCELKIT_HOME elsewhere")
+
+    def _failure(self, action: str, exc: sqlite3.Error) -> str:
+        """One sentence for an SQLite error: what happened to which file, and what to do."""
+        code = _code(exc)
+        if code == 26 or (code is None and "not a database" in str(exc)):  # SQLITE_NOTADB
+            return (f"the results store {self.path} is not an SQLite database ({exc}): another file, or its first "
+                    f"page is damaged; move it aside (mv {self.path} {self.path}.bad) and a new store is created")
+        if action == "write" and code in (10, 13):  # SQLITE_IOERR, SQLITE_FULL while writing: space, not damage
+            return (f"cannot write the results store {self.path} ({exc}): is its disk full? Free some space, or set "
+                    "ACCELKIT_HOME to a folder on another disk")
+        if _is_damage(exc):
+            return (f"the results store {self.path} is damaged ({exc}); reading it still works row by row: "
+                    f"`accelkit results export --out backup.json` saves every intact result; then move the file "
+                    f"aside (mv {self.path} {self.path}.damaged) and a new store is created")
+        if code == 5:  # SQLITE_BUSY
+            return (f"the results store {self.path} stayed locked by another process for {self.timeout_s:g} s "
+                    f"({exc}); let that process finish and retry")
+        if action == "read":
+            return f"cannot read the results store {self.path} ({exc}); check that it is readable"
+        if code in _DENIED_CODES or code == 13:  # 13: SQLITE_FULL
+            return (f"cannot {action} the results store {self.path} ({exc}); set ACCELKIT_HOME to a writable "
+                    "folder with free space (`accelkit results list` can still read this one)")
+        return f"cannot {action} the results store {self.path}: {exc}"
+
+    @contextmanager
+    def _write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        conn = conn or self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        with self._write(conn):
+            version, tables = self._schema(conn)
             if version > SCHEMA_VERSION:
-                raise AccelkitError(
-                    f"{self.path} has schema version {version}, newer than this accelkit knows "
-                    f"({SCHEMA_VERSION}); upgrade accelkit or point ACCELKIT_HOME elsewhere"
-                )
+                raise AccelkitError(self._newer(version))
+            if version == 0:
+                self._not_ours(tables)
             for step in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step].split(";"):
                     if statement.strip():
@@ -128,17 +335,23 @@ class ResultStore:
         return self.add_many([result], run_id=run_id)[0]
 
     def add_many(self, results: Iterable[Estimate | Measurement], *, run_id: str | None = None) -> list[int]:
-        """Store several results in one transaction: all of them land, or none."""
+        """Store several results in one transaction: all of them land, or none (then AccelkitError)."""
+        if self.readonly:
+            raise AccelkitError(f"the results store {self.path} was opened read-only; nothing can be stored")
         rows = [self._row(r, run_id) for r in results]
         ids = []
-        with self._write() as conn:
-            for row in rows:
-                cur = conn.execute(
-                    "INSERT INTO results (type, kind, name, hardware, created_at, run_id, payload, samples,"
-                    " environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    row,
-                )
-                ids.append(int(cur.lastrowid))  # type: ignore[arg-type]
+        try:
+            with self._write() as conn:
+                for row in rows:
+                    cur = conn.execute(
+                        "INSERT INTO results (type, kind, name, hardware, created_at, run_id, payload, samples,"
+                        " environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        row,
+                    )
+                    ids.append(int(cur.lastrowid))  # type: ignore[arg-type]
+        except sqlite3.DatabaseError as exc:
+            raise AccelkitError(self._failure("write", exc)) from exc
+        self._scan_cache = None
         return ids
 
     @staticmethod
@@ -152,57 +365,178 @@ class ResultStore:
         )
 
     # ---- reading ----------------------------------------------------------------------------------
-    _COLUMNS = "id, type, run_id, payload, samples, environment"
+    _COLUMNS = "id, type, run_id, payload, samples, environment, kind, hardware"
 
     @staticmethod
     def _from_row(row: tuple[Any, ...]) -> StoredResult:
-        rid, rtype, run_id, payload, samples, environment = row
-        data = json.loads(payload)
-        data["environment"] = json.loads(environment)
-        if rtype == "measurement":
-            data["samples"] = json.loads(samples)
-            return StoredResult(rid, run_id, Measurement.from_dict(data))
-        return StoredResult(rid, run_id, Estimate.from_dict(data))
+        """Decode one row; a ValueError names the column that is wrong."""
+        rid, rtype, run_id, payload, samples, environment = row[:6]
+
+        def load(column: str, text: Any) -> Any:
+            if not isinstance(text, str):
+                raise ValueError(f"{column} is not valid UTF-8 text")
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{column} is not valid JSON ({exc.msg} at character {exc.pos})") from None
+
+        data = load("payload", payload)
+        if not isinstance(data, dict):
+            raise ValueError(f"payload is a JSON {type(data).__name__}, not an object")
+        data["environment"] = load("environment", environment)
+        try:
+            if rtype == "measurement":
+                data["samples"] = load("samples", samples)
+                return StoredResult(rid, run_id if isinstance(run_id, str) else None, Measurement.from_dict(data))
+            if rtype == "estimate":
+                return StoredResult(rid, run_id if isinstance(run_id, str) else None, Estimate.from_dict(data))
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"payload does not describe a result ({exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"payload: {exc}") from None
+        raise ValueError(f"type {rtype!r} is neither measurement nor estimate")
+
+    def _decode(self, row: tuple[Any, ...]) -> StoredResult | None:
+        try:
+            return self._from_row(row)
+        except ValueError as exc:
+            self.skipped[int(row[0])] = str(exc)
+            return None
+
+    def _mark_damaged(self, why: str) -> None:
+        if not self._damaged:
+            self._damaged = True
+            self.notes.append(f"the store is damaged ({why}); read row by row: every row on an intact page is "
+                              f"listed, the others are reported as skipped")
+
+    def _select(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]] | None:
+        """``sql`` fetched in one go, or None when the store is damaged (the caller scans row by row)."""
+        if self._damaged:
+            return None
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):
+                raise AccelkitError(self._failure("read", exc)) from exc
+            self._mark_damaged(str(exc))
+            return None
+
+    def _ids_from(self, sql: str) -> set[int]:
+        """Ids a query yields before it hits a damaged page."""
+        ids: set[int] = set()
+        try:
+            for (rid,) in self._conn.execute(sql):
+                ids.add(int(rid))
+        except sqlite3.DatabaseError:
+            pass
+        return ids
+
+    def _scan(self) -> list[tuple[Any, ...]]:
+        """Every readable row, read one id at a time; an unreadable id goes into ``skipped``. The ids come from
+        both indexes (they live on their own pages) and from the AUTOINCREMENT sequence (every id ever given)."""
+        if self._scan_cache is not None:
+            return self._scan_cache
+        ids = self._ids_from("SELECT id FROM results INDEXED BY results_kind_time")
+        ids |= self._ids_from("SELECT id FROM results INDEXED BY results_run")
+        try:
+            seq = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'results'").fetchone()
+            ids |= set(range(1, int(seq[0]) + 1)) if seq else set()
+        except sqlite3.DatabaseError:
+            pass
+        rows = []
+        for rid in sorted(ids):
+            try:
+                row = self._conn.execute(f"SELECT {self._COLUMNS} FROM results WHERE id = ?", (rid,)).fetchone()
+            except sqlite3.DatabaseError as exc:
+                self.skipped[rid] = f"unreadable ({exc})"
+                continue
+            if row is not None:
+                rows.append(row)
+        self._scan_cache = rows
+        return rows
+
+    @staticmethod
+    def _where(kinds: list[str] | None, hardware: list[str] | None, run_id: str | None) -> tuple[str, list[Any]]:
+        where, params = [], []
+        for column, values in (("kind", kinds), ("hardware", hardware), ("run_id", [run_id] if run_id else None)):
+            if values is not None:
+                where.append(f"{column} IN ({', '.join('?' * len(values))})")
+                params.extend(values)
+        return (" WHERE " + " AND ".join(where)) if where else "", params
+
+    @staticmethod
+    def _matches(row: tuple[Any, ...], kinds: list[str] | None, hardware: list[str] | None, run_id: str | None) -> bool:
+        return ((kinds is None or row[6] in kinds) and (hardware is None or row[7] in hardware)
+                and (run_id is None or row[2] == run_id))
 
     def get(self, result_id: int) -> StoredResult:
-        """One result by id; a missing id is a UserError that says how to list them."""
-        row = self._conn.execute(f"SELECT {self._COLUMNS} FROM results WHERE id = ?", (result_id,)).fetchone()
-        if row is None:
+        """One result by id; a missing id is a UserError that says how to list them, an unreadable one an
+        AccelkitError that names it."""
+        if not 1 <= result_id <= MAX_ROW_ID:
+            raise UserError(f"no result with id {result_id} in {self.path} (ids are 1 … {MAX_ROW_ID}); "
+                            "`accelkit results list` shows the ids")
+        found = self._select(f"SELECT {self._COLUMNS} FROM results WHERE id = ?", [result_id])
+        if found is None:
+            found = [r for r in self._scan() if r[0] == result_id]
+        if not found:
+            why = self.skipped.get(result_id)
+            if why is not None:
+                raise AccelkitError(f"result {result_id} in {self.path} cannot be read: {why}; the other results are "
+                                    "intact (`accelkit results list`)")
             raise UserError(f"no result with id {result_id} in {self.path}; `accelkit results list` shows the ids")
-        return self._from_row(row)
+        stored = self._decode(found[0])
+        if stored is None:
+            raise AccelkitError(f"result {result_id} in {self.path} cannot be decoded: {self.skipped[result_id]}; "
+                                "the other results are intact (`accelkit results list`)")
+        return stored
 
     def query(
         self,
         *,
-        kind: str | None = None,
-        hardware: str | None = None,
+        kind: str | Iterable[str] | None = None,
+        hardware: str | Iterable[str] | None = None,
         run_id: str | None = None,
         limit: int | None = None,
         newest_first: bool = True,
     ) -> list[StoredResult]:
-        """Results filtered by producer kind, hardware and run, newest first by default."""
-        where: list[str] = []
-        params: list[Any] = []
-        for column, value in (("kind", kind), ("hardware", hardware), ("run_id", run_id)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        sql = f"SELECT {self._COLUMNS} FROM results"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'}"
+        """Results filtered by producer kind(s), hardware name(s) and run, newest first by default. Rows that
+        cannot be decoded are left out and recorded in ``skipped``."""
+        kinds, hardware_names = _names(kind), _names(hardware)
+        where, params = self._where(kinds, hardware_names, run_id)
+        sql = f"SELECT {self._COLUMNS} FROM results{where} ORDER BY id {'DESC' if newest_first else 'ASC'}"
         if limit is not None:
             sql += " LIMIT ?"
-            params.append(limit)
-        return [self._from_row(r) for r in self._conn.execute(sql, params).fetchall()]
+            params.append(min(max(limit, 0), MAX_ROW_ID))  # SQLite's INTEGER: a larger limit would not bind
+        rows = self._select(sql, params)
+        if rows is None:
+            rows = [r for r in self._scan() if self._matches(r, kinds, hardware_names, run_id)]
+            rows = (rows[::-1] if newest_first else rows)[:limit]
+        return [s for s in map(self._decode, rows) if s is not None]
 
     def latest(self, kind: str, *, hardware: str | None = None) -> StoredResult | None:
         """The newest result of ``kind`` (e.g. the last probe of this CPU), or None."""
         found = self.query(kind=kind, hardware=hardware, limit=1)
         return found[0] if found else None
 
-    def count(self) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+    def count(self, *, kind: str | Iterable[str] | None = None, hardware: str | Iterable[str] | None = None,
+              run_id: str | None = None) -> int:
+        """Rows matching the filters (all rows without filters), readable or not."""
+        kinds, hardware_names = _names(kind), _names(hardware)
+        where, params = self._where(kinds, hardware_names, run_id)
+        rows = self._select(f"SELECT COUNT(*) FROM results{where}", params)
+        if rows is None:
+            return sum(self._matches(r, kinds, hardware_names, run_id) for r in self._scan())
+        return int(rows[0][0])
+
+    def distinct(self, column: str) -> list[str]:
+        """The distinct non-null values of ``kind`` or ``hardware``, sorted."""
+        if column not in ("kind", "hardware"):
+            raise ValueError(f"distinct() takes kind or hardware, not {column!r}")
+        rows = self._select(f"SELECT DISTINCT {column} FROM results WHERE {column} IS NOT NULL", [])
+        if rows is None:
+            index = 6 if column == "kind" else 7
+            rows = [(r[index],) for r in self._scan() if r[index] is not None]
+        return sorted({r[0] for r in rows if isinstance(r[0], str)})
 
     def integrity_ok(self) -> bool:
         return bool(self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from accelkit.core import UserError
+from accelkit.core import AccelkitError, UserError
 from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class SweepSpec(Spec):
     bench: dict[str, Any] = spec_field(default_factory=dict, doc="bench: BenchConfig fields (device, accuracy, …).")
     hardware: str | None = spec_field(None, doc="plan: catalog name, or cpu (uses this machine's probe).")
     loadtest: dict[str, Any] = spec_field(default_factory=dict, doc="loadtest: LoadTestConfig fields for every point.")
-    workers: int = spec_field(1, min=1, doc="Local pool size. Timed points on one machine should not overlap: 1.")
+    workers: int = spec_field(1, min=1, max=1024, doc="Local pool size. Timed points on one machine should not overlap: 1.")
     resources: dict[str, float] = spec_field(
         default_factory=lambda: {"num_cpus": 1}, doc="Ray: resources each point asks for (num_cpus, num_gpus).")
 
@@ -122,23 +122,36 @@ def load_sweep(path: str | Path) -> SweepSpec:
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"sweep file {str(path)!r} is a directory; give the YAML file itself (e.g. {path / 'sweep.yaml'})")
+    if path.exists() and not path.is_file():  # /dev/zero, a FIFO: reading would never end
+        raise UserError(f"sweep file {str(path)!r} is not a regular file; give a YAML file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"sweep file {str(path)!r} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"sweep file {str(path)!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as "
+                        "UTF-8 YAML") from None
+    except OSError as exc:
+        raise UserError(f"sweep file {str(path)!r} cannot be read ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise UserError(f"{path}:{where} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of fields (name, kind, workloads, …), got {type(data).__name__}")
+    odd = [k for k in data if not isinstance(k, str)]
+    if odd:
+        raise UserError(f"{path}: {odd[0]!r} is not a field name; a sweep file's keys are name, kind, workloads, "
+                        "precisions, batch_sizes, layouts, rates, …")
     data.setdefault("name", path.stem)
     for key in ("workloads",):  # `llm-train:` with no config parses as None
         if isinstance(data.get(key), dict):
             data[key] = {k: (v or {}) for k, v in data[key].items()}
     try:
         return SweepSpec.from_dict(data)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # TypeError: a key that is not a string (`1: x`)
         raise UserError(f"{path}: {exc}") from None
 
 
@@ -354,6 +367,7 @@ class SweepRun:
     executor: str
     points: list[dict[str, Any]] = field(default_factory=list)
     summary_id: int | None = None
+    store_error: str | None = None  # why the summary row could not be stored
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -389,7 +403,10 @@ def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = 
         summary = Measurement(kind="sweep", name=f"sweep {spec.name}: {len(points)} points, {len(run.failed)} failed",
                               details={"sweep": spec.name, "executor": run.executor, "grid": spec.to_dict(),
                                        "points": run.points})
-        run.summary_id = store.add(summary, run_id=run.run_id)
+        try:
+            run.summary_id = store.add(summary, run_id=run.run_id)
+        except AccelkitError as exc:  # the points are done (and stored): hand the summary back rather than lose it
+            run.store_error = str(exc)
     finally:
         if own:
             store.close()

@@ -10,10 +10,11 @@ pruned (over the memory budget, with the estimate) or skipped (beyond --max-tria
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from accelkit.core import Recipe, UserError
+from accelkit.core import AccelkitError, Recipe, UserError
 from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class TuneResult:
     run_id: str
     notes: list[str] = field(default_factory=list)
     result_id: int | None = None
+    store_error: str | None = None  # why the summary could not be stored (the trials' rows may be)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,8 +158,12 @@ def snippet(recipe: Recipe) -> str:
 
 
 def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: ResultStore | None = None,
-         reporter: Any = None) -> TuneResult:
-    """Search recipes for ``workload``; measures with the bench runner and stores every trial."""
+         reporter: Any = None, on_step: Callable[[str], None] | None = None) -> TuneResult:
+    """Search recipes for ``workload``; measures with the bench runner and stores every trial.
+
+    ``reporter`` receives the bench runner's progress (per recipe: load, first call, warm-up, measuring);
+    ``on_step`` the search's own steps around it. If the summary row cannot be stored the result is still
+    returned, with ``store_error`` set."""
     import uuid
 
     from accelkit.bench.runner import BenchConfig, identify, predict_variant, resolve_device, run_benchmark
@@ -167,6 +173,7 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     from accelkit.timing import LoopConfig
 
     config = config or TuneConfig()
+    step = on_step or (lambda text: None)
     device = resolve_device(config.device)
     training = workload.task == "train"
     if workload.task == "input":
@@ -177,18 +184,21 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         # the planner models a CPU from its probe; without one every memory estimate would be missing
         from accelkit.hardware.probe import ProbeConfig, probe
 
-        store.add(probe(ProbeConfig(device="cpu", quick=True)))
+        step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
+        store.add(probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}")))
         notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")
     trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile)]
     run_id = uuid.uuid4().hex[:12]
 
     # 1. what this device (and this workload) cannot run
+    step(f"checking which of {len(trials)} recipes {device} can run")
     for t in trials:
         variant = Variant(explicit_recipe=t.recipe, label=t.name)
         reason = device_refusal(variant, device, training=training) or workload.refusal(variant, device)
         if reason:
             t.status, t.reason = "refused", reason
     # 2. the planner's memory estimate against the budget
+    step("estimating each recipe's memory with the planner")
     for t in trials:
         if t.status != "pending":
             continue
@@ -212,7 +222,9 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick else LoopConfig()
     bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False, save=store is not None)
     variants = [Variant(explicit_recipe=t.recipe, label=t.name) for t in measured]
+    step(f"measuring {len(measured)} recipes ({', '.join(t.name for t in measured)}), interleaved")
     run = run_benchmark(workload, variants, bench, store=store, reporter=reporter, run_id=run_id)
+    step("gating accuracy against fp32 and finding the Pareto frontier")
     doc = run.to_json()
     entries = {e["name"]: e for e in doc["variants"]}
     failures = {f["name"]: f"{f['phase']}: {f['error']}" for f in doc["failed"]}
@@ -258,9 +270,12 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
                         winner=winner, snippet=snippet(winner.recipe) if winner else None, run_id=run_id,
                         notes=notes + run.notes)
     if store is not None:
-        result.result_id = store.add(Measurement(
-            kind="tune", name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
-            throughput=winner.throughput if winner else None, throughput_unit=winner.unit if winner else None,
-            details={**result.to_json(), "config": config.to_dict()}, environment=environment(with_torch=True),
-        ), run_id=run_id)
+        try:
+            result.result_id = store.add(Measurement(
+                kind="tune", name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
+                throughput=winner.throughput if winner else None, throughput_unit=winner.unit if winner else None,
+                details={**result.to_json(), "config": config.to_dict()}, environment=environment(with_torch=True),
+            ), run_id=run_id)
+        except AccelkitError as exc:  # the search is done: hand it back rather than lose it
+            result.store_error = str(exc)
     return result

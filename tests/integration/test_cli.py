@@ -62,7 +62,7 @@ def test_models_show_config_json(cli, tmp_path):
         (("hw", "probe", "--dtype", "int4"), "'int4' is not valid"),
         (("hw", "probe", "--copy-size", "lots"), "--copy-size='lots' is not a size"),
         (("results", "show", "12345"), "no result with id 12345"),
-        (("results", "export", "--format", "xml"), "use json or csv"),
+        (("results", "export", "--format", "xml"), "'xml' is not one of 'json', 'csv'"),
         (("hw", "list", "--bogus"), "No such option"),
     ],
 )

@@ -59,7 +59,7 @@ def test_sweep_prints_curve(server):
     (("--dataset", "jsonl:/no/such.jsonl"), "no such file"),
     (("--request-rate", "-2"), "--request-rate '-2' is not valid"),
     (("--sweep-rates", "1,x"), "--sweep-rates 'x' is not valid"),
-    (("--endpoint", "embeddings"), "--endpoint 'embeddings' is not valid"),
+    (("--endpoint", "embeddings"), "'embeddings' is not one of 'completions', 'chat'"),
 ])
 def test_usage_errors_exit_2(server, args, needle):
     proc = loadtest("--base-url", server.base_url, "--model", "fake-model", *args)

@@ -89,8 +89,9 @@ def test_newer_schema_is_refused_clearly(tmp_path):
 def test_not_a_database_is_a_clear_error(tmp_path):
     path = tmp_path / "r.db"
     path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(AccelkitError, match="cannot open the results store"):
-        ResultStore(path)
+    for readonly in (False, True):
+        with pytest.raises(AccelkitError, match="is not an SQLite database.*move it aside"):
+            ResultStore(path, readonly=readonly)
 
 
 def test_two_processes_writing_at_once_lose_nothing(tmp_path):

@@ -2,11 +2,19 @@
 winner passes the gate and is the fastest passing recipe."""
 
 import json
+import re
 
 
 def test_tune_bert_tiny(cli):
-    proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "5", "--json", check=True)
-    data = json.loads(proc.stdout)
+    proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "5", "--json",
+               "--progress", check=True)
+    data = json.loads(proc.stdout)  # stdout: the document only; progress went to stderr (issue #18 item 6)
+    for step in ("tune bert: no stored probe of this CPU", "tune bert: checking which of", "tune bert: estimating",
+                 "tune bert: measuring 5 recipes", "tune bert: fp32: load", "tune bert: fp32 · forward: warm-up",
+                 "tune bert: gating accuracy", "finished fp32: stored as result"):
+        assert step in proc.stderr, (step, proc.stderr)
+    # the measuring rounds (thinned to a line every 2 s, so which recipe shows depends on the machine's speed)
+    assert re.search(r"tune bert: measuring \S+ · forward: \d+ it, [\d.]+ s \(\d/5 recipes", proc.stderr), proc.stderr
     trials = {t["name"]: t for t in data["trials"]}
     assert trials["fp32"]["status"] == "measured" and trials["fp32"]["passed"]
     assert trials["fp8-dynamic"]["status"] == "refused" and "FP8 tensor cores" in trials["fp8-dynamic"]["reason"]

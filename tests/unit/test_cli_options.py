@@ -40,15 +40,18 @@ def test_generated_flags_match_their_spec_fields():
             for o in options:
                 param = params[o.flag.split("/")[0]]
                 f = fields[o.field]
-                expected_default = None if o.parse is not None else f.default
-                assert param.default == expected_default, (path, o.flag, param.default, f.default)
-                if o.parse is None:
-                    assert param.help == f.metadata["doc"], (path, o.flag)
+                if o.required:  # a field without a default: a required flag
+                    assert f.default is dataclasses.MISSING and param.required, (path, o.flag)
+                else:
+                    expected_default = None if o.parse is not None or o.optional else f.default
+                    assert param.default == expected_default, (path, o.flag, param.default, f.default)
+                assert param.help == (o.help if o.custom_help else f.metadata["doc"]), (path, o.flag)
                 lo, hi = f.metadata.get("min"), f.metadata.get("max")
                 if o.parse is None and (lo is not None or hi is not None):
                     assert (param.min, param.max) == (lo, hi), (path, o.flag)
                 checked += 1
-    assert checked >= 15  # serve alone generates 17
+    # serve 15, loadtest 20, tune 7, profile 6, hw probe 5, monitor 3, sweep 1 — and more as other commands move over
+    assert checked >= 57, checked
 
 
 def test_serve_flags_are_the_engine_defaults():
@@ -68,3 +71,87 @@ def test_a_spec_option_naming_an_unknown_field_is_refused():
 
     with pytest.raises(TypeError, match="no field 'max_seqs'"):
         generated_options(EngineConfig, into="engine", names={"max_seqs": "--x"})
+
+
+# commands of other areas still declaring `x: str = typer.Option(None)` (#16 item 3): listed so that the check below
+# covers every other command now and fails once one of these is fixed (then remove it from the list)
+NOT_YET_TYPED: set[tuple[str, ...]] = set()
+
+
+def _untyped_optionals(fn):
+    """Parameters whose default is None while the annotation does not admit None (`str = typer.Option(None)`)."""
+    import inspect
+    import types
+    import typing
+
+    hints = typing.get_type_hints(fn)
+    bad = []
+    for name, p in inspect.signature(fn).parameters.items():
+        default = getattr(p.default, "default", p.default)
+        if default is not None:
+            continue
+        tp = hints.get(name, p.annotation)
+        if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp):
+            continue
+        bad.append(name)
+    return bad
+
+
+def test_optional_options_are_typed_optional():
+    """`str = typer.Option(None)` lies about the type (mypy and typer both read it): optional flags are `T | None`."""
+    untyped, fixed = {}, []
+    for path, _, fn in _commands():
+        bad = _untyped_optionals(fn)
+        if bad and path not in NOT_YET_TYPED:
+            untyped[path] = bad
+        if not bad and path in NOT_YET_TYPED:
+            fixed.append(path)
+    assert not untyped, untyped
+    assert not fixed, f"typed now: remove {fixed} from NOT_YET_TYPED"
+
+
+def test_spec_options_required_optional_and_only():
+    """The extensions the measuring commands use: a field without a default is a required flag; ``optional``
+    flags default to None and stay out of the dict when not given; ``only`` picks fields; parse errors and
+    bounds name the flag."""
+    from dataclasses import dataclass
+
+    import pytest
+    from typer.testing import CliRunner
+
+    from accelkit.cli.spec_options import spec_options
+    from accelkit.core import UserError
+    from accelkit.core.spec import Spec, spec_field
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Demo(Spec):
+        url: str = spec_field(doc="Where.")
+        workers: int = spec_field(1, min=1, max=8, doc="Pool size.")
+        size_bytes: int = spec_field(1024, min=1024, doc="Bytes.")
+        other: int = spec_field(3, doc="Not generated.")
+
+    def size(text):
+        return int(text.rstrip("B"))
+
+    seen = {}
+    app = typer.Typer()
+
+    @app.command()
+    @spec_options(Demo, into="demo", only=("url", "workers", "size_bytes"), optional=("workers",),
+                  names={"size_bytes": "--size"}, parse={"size_bytes": size})
+    def cmd(*, demo):
+        seen.update(demo)
+
+    runner = CliRunner()
+    assert runner.invoke(app, []).exit_code == 2  # --url is required
+    assert runner.invoke(app, ["--url", "x"]).exit_code == 0
+    assert seen == {"url": "x"}  # workers and size not given: left to the spec's defaults
+    assert runner.invoke(app, ["--url", "x", "--workers", "9"]).exit_code == 2  # bounds kept on an optional flag
+    assert runner.invoke(app, ["--url", "x", "--workers", "4", "--size", "2048B"]).exit_code == 0
+    assert seen == {"url": "x", "workers": 4, "size_bytes": 2048}
+    result = runner.invoke(app, ["--url", "x", "--size", "12B"])
+    assert isinstance(result.exception, UserError) and "--size '12B' is out of range" in str(result.exception)
+    result = runner.invoke(app, ["--url", "x", "--size", "lots"])
+    assert isinstance(result.exception, UserError) and "--size 'lots' is not valid" in str(result.exception)
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        generated_options(Demo, into="d", only=("nope",))

@@ -1,0 +1,84 @@
+"""How commands use the results store: reading never writes (a read-only store lists fine) and says which
+rows it had to skip; measuring commands open the store *before* measuring (an unwritable store fails in a
+second, not after an hour of measuring), and a result that still cannot be stored is printed, not lost."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+from accelkit.cli.output import err
+from accelkit.core import AccelkitError, Estimate, Measurement
+from accelkit.results import ResultStore
+
+#: skipped rows named one by one before the rest are summed up
+MAX_NAMED_SKIPS = 10
+
+
+def report(store: ResultStore) -> None:
+    """Notes and skipped rows on stderr (stdout stays the command's document)."""
+    for note in store.notes:
+        err.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
+    skipped = sorted(store.skipped.items())
+    for rid, why in skipped[:MAX_NAMED_SKIPS]:
+        err.print(f"warning: skipped result {rid}: {why}", highlight=False, markup=False, soft_wrap=True)
+    if len(skipped) > MAX_NAMED_SKIPS:
+        rest = [rid for rid, _ in skipped[MAX_NAMED_SKIPS:]]
+        err.print(f"warning: skipped {len(rest)} more results that cannot be read (ids {_ranges(rest)})",
+                  highlight=False, markup=False, soft_wrap=True)
+
+
+def _ranges(ids: list[int]) -> str:
+    """[3, 4, 5, 9] → '3-5, 9'."""
+    parts: list[str] = []
+    start = prev = ids[0]
+    for i in [*ids[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(parts)
+
+
+@contextmanager
+def reading() -> Iterator[ResultStore]:
+    """The store opened read-only; what could not be read is reported when the block ends."""
+    store = ResultStore(readonly=True)
+    try:
+        yield store
+        report(store)  # not after an error: its one line says what went wrong
+    finally:
+        store.close()
+
+
+def open_for_saving(save: bool) -> ResultStore | None:
+    """The writable store for a measuring command, opened before it measures (None with --no-save)."""
+    if not save:
+        return None
+    try:
+        return ResultStore()
+    except AccelkitError as exc:
+        raise AccelkitError(f"{exc}; or pass --no-save to measure without storing") from exc
+
+
+def save_or_print(store: ResultStore | None, result: Estimate | Measurement, *, run_id: str | None = None) -> int | None:
+    """Store ``result``; when that fails, print its JSON on stdout (so the measurement survives) and fail."""
+    if store is None:
+        return None
+    try:
+        return store.add(result, run_id=run_id)
+    except AccelkitError as exc:
+        print_unsaved(result.to_dict(), exc)
+
+
+def print_unsaved(document: dict[str, Any], exc: Exception) -> NoReturn:
+    """The measurement could not be stored: its JSON goes to stdout, the reason to stderr, exit 1."""
+    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+    raise AccelkitError(f"{exc}. The measurement was not stored; its JSON is printed on stdout above "
+                        "(redirect stdout to keep it)")

@@ -1,0 +1,211 @@
+"""The results store when things go wrong, on real SQLite files and the real CLI (issue #15, "Results store"):
+a corrupt row or page hides only itself, a read-only store reads, a 0-byte file is refused, and a measuring
+command never throws a finished measurement away because the store cannot take it."""
+
+import ctypes
+import json
+import os
+import resource
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelkit.core import AccelkitError, Estimate, Measurement
+from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
+from accelkit.results import ResultStore
+from tests.conftest import REPO
+
+PAGE = 4096
+
+
+def _fill(path: Path, n: int, samples: int = 4) -> None:
+    with ResultStore(path) as store:
+        for i in range(n):
+            store.add(Measurement(kind="bench", name=f"m{i + 1}", hardware="cpu: test",
+                                  samples={"s": [float(i)] * samples}))
+
+
+def _listed(cli, *extra):
+    proc = cli("results", "list", "--limit", "100000", "--json", *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return [r["id"] for r in json.loads(proc.stdout)], proc.stderr
+
+
+def test_a_corrupt_row_is_skipped_with_a_warning_naming_it(cli, _isolated_home):
+    path = _isolated_home / "results.db"
+    _fill(path, 5)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE results SET payload = '{\"kind\": \"bench\", ' WHERE id = 3")  # cut-off JSON
+    conn.execute("UPDATE results SET environment = CAST(X'FFFE' AS TEXT) WHERE id = 4")  # not UTF-8
+    conn.commit()
+    conn.close()
+
+    ids, stderr = _listed(cli)
+    assert ids == [5, 2, 1]
+    assert "skipped result 3: payload is not valid JSON" in stderr
+    assert "skipped result 4: environment is not valid UTF-8" in stderr
+
+    proc = cli("results", "export", "--format", "csv")
+    assert proc.returncode == 0 and len(proc.stdout.strip().splitlines()) == 1 + 3
+    assert "skipped result 3" in proc.stderr
+
+    proc = cli("results", "show", "3")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]  # one line
+    assert "result 3" in proc.stderr and "cannot be decoded" in proc.stderr and "Traceback" not in proc.stderr
+    assert cli("results", "show", "2", "--json").returncode == 0
+
+
+def test_a_damaged_page_hides_only_the_rows_on_it(cli, _isolated_home):
+    path = _isolated_home / "results.db"
+    _fill(path, 300, samples=200)  # ~1 row per 2 KB: ~150 pages
+    with open(path, "r+b") as f:  # garble one leaf page in the middle of the table
+        f.seek(60 * PAGE)
+        f.write(b"\xde\xad" * (PAGE // 2))
+
+    with pytest.raises(sqlite3.DatabaseError, match="malformed"):  # the damage is real: a plain scan fails
+        sqlite3.connect(path).execute("SELECT id, payload FROM results").fetchall()
+    ids, stderr = _listed(cli)
+    skipped = {int(line.split("skipped result ")[1].split(":")[0]) for line in stderr.splitlines()
+               if "skipped result " in line}
+    assert 250 <= len(ids) < 300 and skipped and not skipped & set(ids)
+    assert set(ids) | skipped == set(range(1, 301))  # every row is either listed or named
+    export = json.loads(cli("results", "export").stdout)
+    assert len(export) == len(ids) and all(len(r["samples"]["s"]) == 200 for r in export)
+
+
+def test_a_truncated_store_is_read_row_by_row_and_refused_for_writing(cli, _isolated_home):
+    path = _isolated_home / "results.db"
+    _fill(path, 300, samples=200)
+    size = path.stat().st_size
+    os.truncate(path, size // 2)
+
+    ids, stderr = _listed(cli)
+    assert 100 <= len(ids) < 300 and "the store is damaged" in stderr
+    proc = cli("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--copy-size", "1MiB", "--progress")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "is damaged" in proc.stderr and "results export" in proc.stderr and "Traceback" not in proc.stderr
+    assert "probing:" not in proc.stderr  # refused before measuring
+    assert path.stat().st_size == size // 2  # and nothing written
+
+
+def test_an_empty_file_is_refused_not_taken_as_a_new_store(cli, _isolated_home):
+    path = _isolated_home / "results.db"
+    _isolated_home.mkdir(parents=True)
+    path.touch()
+    for args in (("results", "list"), ("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--progress")):
+        proc = cli(*args)
+        assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
+        assert "empty (0-byte) file" in proc.stderr and "move it aside" in proc.stderr
+        assert "probing:" not in proc.stderr
+    assert path.stat().st_size == 0  # left as it was
+
+
+def test_new_stores_created_at_once_by_several_processes_lose_nothing(tmp_path):
+    """A new store is made in a temporary file and linked into place; racing creators end with one store."""
+    path = tmp_path / "new" / "results.db"
+    code = ("import sys; from accelkit.core import Estimate; from accelkit.results import ResultStore\n"
+            "with ResultStore(sys.argv[1]) as s:\n    s.add(Estimate(kind='plan', name=sys.argv[2]))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path), f"p{i}"], cwd=REPO) for i in range(6)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 6
+    with ResultStore(path, readonly=True) as store:
+        assert sorted(s.result.name for s in store.query()) == [f"p{i}" for i in range(6)]
+    assert not [p.name for p in path.parent.iterdir() if p.name.endswith(".new")]  # no temporary file left behind
+
+
+# ---- a store we may not write ------------------------------------------------------------------------------
+def _without_dac_override() -> None:
+    """Run as root would run without its override of file modes: tests often run as root, and root ignores
+    chmod. Dropping CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set (PR_CAPBSET_DROP) before
+    exec makes the modes apply to the child exactly as to any other user."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def _accelkit_unprivileged(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "accelkit", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ACCELKIT_HOME": str(home)}, cwd=REPO, preexec_fn=_without_dac_override)
+
+
+@pytest.fixture
+def readonly_home(_isolated_home):
+    """A store of 3 rows in a folder and file that are read-only for the command (mode 555 / 444)."""
+    _fill(_isolated_home / "results.db", 3)
+    (_isolated_home / "results.db").chmod(0o444)
+    _isolated_home.chmod(0o555)
+    probe = subprocess.run([sys.executable, "-c", f"open({str(_isolated_home / 'x')!r}, 'w')"], capture_output=True,
+                           preexec_fn=_without_dac_override)
+    try:
+        if probe.returncode == 0:  # the condition could not be made real here; say so instead of passing
+            pytest.skip("cannot make a folder read-only for a child process here (root without CAP_SETPCAP?)")
+        yield _isolated_home
+    finally:
+        _isolated_home.chmod(0o755)
+
+
+def test_a_read_only_store_can_be_read(readonly_home, tmp_path):
+    proc = _accelkit_unprivileged(readonly_home, "results", "list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["id"] for r in json.loads(proc.stdout)] == [3, 2, 1]
+    proc = _accelkit_unprivileged(readonly_home, "results", "show", "2", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["name"] == "m2"
+    out = tmp_path / "export.csv"
+    proc = _accelkit_unprivileged(readonly_home, "results", "export", "--format", "csv", "--out", str(out))
+    assert proc.returncode == 0 and len(out.read_text().splitlines()) == 4
+    assert sorted(p.name for p in readonly_home.iterdir()) == ["results.db"]  # no -wal/-shm could appear
+
+
+def test_a_measuring_command_checks_the_store_before_measuring(readonly_home):
+    proc = _accelkit_unprivileged(readonly_home, "hw", "probe", "--quick", "--device", "cpu", "--size", "64",
+                                  "--copy-size", "1MiB", "--progress", "--json")
+    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert str(readonly_home / "results.db") in proc.stderr and "--no-save" in proc.stderr
+    assert "probing:" not in proc.stderr  # nothing was measured, so nothing was thrown away
+    proc = _accelkit_unprivileged(readonly_home, "hw", "probe", "--quick", "--device", "cpu", "--size", "64",
+                                  "--copy-size", "1MiB", "--no-save", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["kind"] == "probe"
+
+
+def test_a_result_the_store_cannot_take_is_printed_not_lost(_isolated_home):
+    """`loadtest` with the store's disk 'full' when it writes (RLIMIT_FSIZE: the same EFBIG a full quota gives):
+    the store opened fine before the test, the write fails after it, and the measurement comes out on stdout."""
+    ResultStore(_isolated_home / "results.db").close()
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))  # the store is 20 KiB; the row is ~200
+
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.001, itl_s=0.001)) as server:
+        proc = subprocess.run(
+            [sys.executable, "-m", "accelkit", "loadtest", "--base-url", server.base_url, "--model", "fake-model",
+             "--num-prompts", "300", "--random-input-len", "10", "--random-output-len", "4", "--json"],
+            capture_output=True, text=True, timeout=300, env=dict(os.environ), cwd=REPO, preexec_fn=small_files)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "was not stored; its JSON is printed on stdout" in proc.stderr and "disk full" in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["kind"] == "loadtest" and doc["details"]["passes"][0]["completed"] == 300
+    with ResultStore(_isolated_home / "results.db", readonly=True) as store:
+        assert store.count() == 0  # nothing half-written
+
+
+def test_store_api_reads_and_writes_fail_as_accelkit_errors(tmp_path):
+    """The library behind it: a read-only handle refuses writes; a huge id is 'no such result'."""
+    path = tmp_path / "r.db"
+    with ResultStore(path) as store:
+        store.add(Estimate(kind="plan", name="e"))
+    with ResultStore(path, readonly=True) as store:
+        with pytest.raises(AccelkitError, match="opened read-only"):
+            store.add(Estimate(kind="plan", name="x"))
+        with pytest.raises(AccelkitError, match="no result with id 99999999999999999999999"):
+            store.get(99999999999999999999999)
+        assert store.distinct("kind") == ["plan"]
+    with ResultStore(tmp_path / "missing" / "r.db", readonly=True) as store:  # reading creates nothing
+        assert store.count() == 0
+    assert not (tmp_path / "missing").exists()
