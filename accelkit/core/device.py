@@ -43,7 +43,7 @@ class DeviceSpec(Spec):
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak for ``dtype`` in FLOP/s, or None when the device does not support it."""
-        return self.peak_flops.get(dtype)  # type: ignore[call-overload]
+        return next((v for k, v in self.peak_flops.items() if k == dtype), None)
 
     def scaleup_group_bandwidth(self, group: int) -> float:
         """One-direction bandwidth a device has toward a group of ``group`` peers incl. itself.

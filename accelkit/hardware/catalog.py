@@ -10,8 +10,9 @@ import re
 from importlib import resources
 
 from accelkit.core import DeviceSpec, UnknownNameError
+from accelkit.core.device import Dtype
 
-_TFLOP_COLUMNS = {
+_TFLOP_COLUMNS: dict[Dtype, str] = {
     "fp64": "fp64_TF", "fp32": "fp32_TF", "tf32": "tf32_TF", "bf16": "bf16_TF",
     "fp16": "fp16_TF", "fp8": "fp8_TF", "int8": "int8_TOPS", "fp4": "fp4_TF",
 }

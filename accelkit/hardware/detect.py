@@ -9,6 +9,7 @@ import os
 import platform
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,11 @@ def _nvml_info() -> dict[int, dict[str, Any]]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             entry: dict[str, Any] = {"driver": driver, "uuid": pynvml.nvmlDeviceGetUUID(handle)}
-            for key, fn in (
+            readers: tuple[tuple[str, Callable[[Any], Any]], ...] = (
                 ("power_limit_w", lambda h: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000),
                 ("sm_clock_max_mhz", lambda h: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
-            ):
+            )
+            for key, fn in readers:
                 try:
                     entry[key] = fn(handle)
                 except Exception:  # not every board exposes every field

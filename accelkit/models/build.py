@@ -53,7 +53,8 @@ def build_model(
         model = model_cls(config)
     if dtype is not None:
         model = model.to(dtype)
-    return model.eval()
+    module: torch.nn.Module = model.eval()
+    return module
 
 
 def count_parameters(module: torch.nn.Module) -> int:

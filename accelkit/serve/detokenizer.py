@@ -20,7 +20,7 @@ class IncrementalDetokenizer:
         self.read_offset = len(self.ids)
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def add(self, token_ids: list[int], *, final: bool = False) -> str:
         self.ids.extend(token_ids)
