@@ -18,8 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accelkit.serve.attention import AttentionMetadata, paged_attention
-from accelkit.serve.kv_cache import KVCache
+from accelkit.serve.attention import AttentionContext
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 _ROPE_TYPES = ("default", "linear", "llama3")
@@ -151,9 +150,7 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(args.hidden_size, q_size + 2 * kv_size, bias=args.qkv_bias)
         self.o_proj = nn.Linear(q_size, args.hidden_size, bias=args.o_bias)
 
-    def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, meta: AttentionMetadata
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
         num_tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)
@@ -161,7 +158,8 @@ class Attention(nn.Module):
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         q = q * cos + rotate_half(q) * sin  # cos, sin: (T, 1, D)
         k = k * cos + rotate_half(k) * sin
-        return self.o_proj(paged_attention(q, k, v, cache=cache, layer=self.layer, meta=meta))
+        out: torch.Tensor = self.o_proj(attn(q, k, v, self.layer))
+        return out
 
 
 class MLP(nn.Module):
@@ -173,7 +171,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        out: torch.Tensor = self.down_proj(F.silu(gate) * up)
+        return out
 
 
 class DecoderLayer(nn.Module):
@@ -184,9 +183,10 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = MLP(args)
 
-    def forward(self, h, cos, sin, cache, meta):
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, cache, meta)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, attn)
+        out: torch.Tensor = h + self.mlp(self.post_attention_layernorm(h))
+        return out
 
 
 class LlamaForCausalLM(nn.Module):
@@ -197,14 +197,20 @@ class LlamaForCausalLM(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(args, i) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.lm_head = None if args.tie_word_embeddings else nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.rope_cos = self.rope_sin = torch.empty(0)  # (max_len, D) tables, set by init_rope
 
-    def forward(
-        self, input_ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, meta: AttentionMetadata
-    ) -> torch.Tensor:
-        """``input_ids``: (T,); ``cos, sin``: (T, 1, D) for the tokens' positions → hidden (T, hidden)."""
-        h = self.embed_tokens(input_ids)
+    def init_rope(self, max_len: int, *, dtype: torch.dtype, device: torch.device) -> None:
+        """RoPE tables for positions [0, max_len), in the model dtype as transformers applies them."""
+        cos, sin = rope_cache(self.args, max_len)
+        self.rope_cos, self.rope_sin = cos.to(device, dtype), sin.to(device, dtype)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
+        """``input_ids, positions``: (T,) → hidden (T, hidden). Device work only, so it can be graph-captured."""
+        cos = self.rope_cos[positions].unsqueeze(1)  # (T, 1, D)
+        sin = self.rope_sin[positions].unsqueeze(1)
+        h: torch.Tensor = self.embed_tokens(input_ids)
         for layer in self.layers:
-            h = layer(h, cos, sin, cache, meta)
+            h = layer(h, cos, sin, attn)
         return h
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
