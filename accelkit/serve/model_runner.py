@@ -89,6 +89,8 @@ class ModelRunner:
             self.attention_backend, self.kv_cache, num_heads=args.num_heads, head_dim=args.head_dim,
             sliding_window=args.sliding_window,
         )
+        if self.attention_backend == "triton":  # the Triton path: RMSNorm and SiLU·mul fused as well
+            self.model.use_fused_kernels()
         limit = config.max_cuda_graph_batch_size or MAX_GRAPH_BATCH_SIZE
         self.max_graph_batch_size = min(config.max_num_seqs, limit)
         self.buffers = InputBuffers(
@@ -252,7 +254,7 @@ class ModelRunner:
             num_tokens=layout.num_tokens, num_seqs=num_seqs, num_decodes=num_seqs if graph_size else nd,
             max_query_len=max((counts[i] for i in multi), default=0),
             seq_lens_np=seq_lens, query_start_np=query_start, block_tables_np=tables,
-            slot_mapping=d["slot_mapping"], seq_lens=d["seq_lens"], query_start=d["query_start"],
+            positions=d["positions"], slot_mapping=d["slot_mapping"], seq_lens=d["seq_lens"], query_start=d["query_start"],
             block_tables=d["block_tables"],
         )
         return Step(

@@ -38,6 +38,7 @@ class StepTensors:
     seq_lens_np: np.ndarray  # (S,) context length after this step (cached tokens + this step's)
     query_start_np: np.ndarray  # (S + 1,) first token row of each sequence; the last entry is T
     block_tables_np: np.ndarray  # (S, W) block ids; entries past a sequence's blocks are 0
+    positions: torch.Tensor  # (T,) position of each token in its sequence
     slot_mapping: torch.Tensor  # (T,) cache slot of each token
     seq_lens: torch.Tensor
     query_start: torch.Tensor
@@ -51,6 +52,7 @@ class AttentionBackend(ABC):
     name: ClassVar[str]
     supports_cuda_graphs: ClassVar[bool]  # forward launches only from device tensors and fixed host ints
     sorts_decodes: ClassVar[bool]  # wants single-token rows ordered by context length
+    fuses_rope: ClassVar[bool] = False  # takes the q/k/v projection before RoPE (``forward_qkv``)
 
     def __init__(self, cache: KVCache, *, num_heads: int, head_dim: int, sliding_window: int | None) -> None:
         self.cache = cache
@@ -66,6 +68,10 @@ class AttentionBackend(ABC):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, meta: Any) -> torch.Tensor:
         """``q``: (T, Hq, D); ``k, v``: (T, Hkv, D) of this step's tokens → (T, Hq * D)."""
 
+    def forward_qkv(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layer: int, meta: Any) -> torch.Tensor:
+        """``qkv``: (T, (Hq + 2 Hkv) D) before RoPE; ``cos, sin``: (max_len, D) tables → (T, Hq * D)."""
+        raise NotImplementedError(f"attention backend {self.name!r} does not fuse RoPE")
+
 
 @dataclass(slots=True)
 class AttentionContext:
@@ -74,8 +80,15 @@ class AttentionContext:
     backend: AttentionBackend
     meta: Any
 
+    @property
+    def fuses_rope(self) -> bool:
+        return self.backend.fuses_rope
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
         return self.backend.forward(q, k, v, layer, self.meta)
+
+    def forward_qkv(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layer: int) -> torch.Tensor:
+        return self.backend.forward_qkv(qkv, cos, sin, layer, self.meta)
 
 
 def triton_available() -> bool:

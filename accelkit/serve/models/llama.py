@@ -132,12 +132,19 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.fused = False  # one Triton kernel (kernels/fused.py) instead of the PyTorch ops
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(h), h)`` with ``h = residual + x`` — the residual add of the layer before, fused."""
+        if self.fused:
+            from accelkit.serve.kernels.fused import rms_norm
+
+            return rms_norm(x, self.weight, self.eps, residual)
+        h = x if residual is None else residual + x
+        dtype = h.dtype
+        y = h.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(dtype), h
 
 
 class Attention(nn.Module):
@@ -151,14 +158,20 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(q_size, args.hidden_size, bias=args.o_bias)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
+        """``cos, sin``: (T, 1, D) rows of the tokens' positions — or, for a backend that fuses RoPE, the
+        whole (max_len, D) tables."""
+        qkv = self.qkv_proj(x)
+        if attn.fuses_rope:
+            out: torch.Tensor = self.o_proj(attn.forward_qkv(qkv, cos, sin, self.layer))
+            return out
         num_tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
+        q, k, v = qkv.split(self.split, dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        q = q * cos + rotate_half(q) * sin  # cos, sin: (T, 1, D)
+        q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        out: torch.Tensor = self.o_proj(attn(q, k, v, self.layer))
+        out = self.o_proj(attn(q, k, v, self.layer))
         return out
 
 
@@ -168,10 +181,18 @@ class MLP(nn.Module):
         self.intermediate_size = args.intermediate_size
         self.gate_up_proj = nn.Linear(args.hidden_size, 2 * args.intermediate_size, bias=args.mlp_bias)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=args.mlp_bias)
+        self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        out: torch.Tensor = self.down_proj(F.silu(gate) * up)
+        gate_up = self.gate_up_proj(x)
+        if self.fused:
+            from accelkit.serve.kernels.fused import silu_mul
+
+            act = silu_mul(gate_up)
+        else:
+            gate, up = gate_up.split(self.intermediate_size, dim=-1)
+            act = F.silu(gate) * up
+        out: torch.Tensor = self.down_proj(act)
         return out
 
 
@@ -183,10 +204,15 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = MLP(args)
 
-    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, attn)
-        out: torch.Tensor = h + self.mlp(self.post_attention_layernorm(h))
-        return out
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``residual + x`` is the hidden state entering the layer (``residual`` None for the first):
+        each residual add happens inside the next norm. Returns the MLP output and the residual stream."""
+        h, residual = self.input_layernorm(x, residual)
+        h = self.self_attn(h, cos, sin, attn)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -204,19 +230,32 @@ class LlamaForCausalLM(nn.Module):
         cos, sin = rope_cache(self.args, max_len)
         self.rope_cos, self.rope_sin = cos.to(device, dtype), sin.to(device, dtype)
 
+    def use_fused_kernels(self, enabled: bool = True) -> None:
+        """RMSNorm (+ residual add) and SiLU·mul as Triton kernels (the CUDA path; RoPE is fused by the
+        attention backend that asks for it)."""
+        for module in self.modules():
+            if isinstance(module, (RMSNorm, MLP)):
+                module.fused = enabled
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
-        """``input_ids, positions``: (T,) → hidden (T, hidden). Device work only, so it can be graph-captured."""
-        cos = self.rope_cos[positions].unsqueeze(1)  # (T, 1, D)
-        sin = self.rope_sin[positions].unsqueeze(1)
-        h: torch.Tensor = self.embed_tokens(input_ids)
+        """``input_ids, positions``: (T,) → hidden (T, hidden) before the final norm. Device work only, so
+        it can be graph-captured."""
+        if attn.fuses_rope:  # the backend gathers each token's row inside its kernel
+            cos, sin = self.rope_cos, self.rope_sin
+        else:
+            cos = self.rope_cos[positions].unsqueeze(1)  # (T, 1, D)
+            sin = self.rope_sin[positions].unsqueeze(1)
+        x: torch.Tensor = self.embed_tokens(input_ids)
+        residual = None
         for layer in self.layers:
-            h = layer(h, cos, sin, attn)
-        return h
+            x, residual = layer(x, residual, cos, sin, attn)
+        assert residual is not None
+        return residual + x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head for the rows that sample only: (N, hidden) → (N, vocab)."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(self.norm(hidden), weight)
+        return F.linear(self.norm(hidden)[0], weight)
 
 
 # ---- loading ----------------------------------------------------------------------------------------
