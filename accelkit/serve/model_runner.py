@@ -71,13 +71,10 @@ class ModelRunner:
         self.args = args
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, args)
-        self.attention_backend = resolve_attention_backend(config.attention_backend, self.device)
+        self.attention_backend = resolve_attention_backend(
+            config.attention_backend, self.device, enforce_eager=config.enforce_eager
+        )
         self.use_cuda_graphs = self.device.type == "cuda" and not config.enforce_eager
-        if self.use_cuda_graphs and self.attention_backend == "sdpa":
-            raise ValueError(
-                "attention_backend='sdpa' plans every step on the host and cannot be replayed from a CUDA graph; "
-                "set enforce_eager=True (--enforce-eager) or attention_backend='auto'"
-            )
         self.block_size = config.block_size
         self.max_model_len = max_model_len
         self.max_blocks_per_seq = -(-max_model_len // self.block_size)

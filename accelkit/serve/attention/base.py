@@ -95,8 +95,14 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def resolve_attention_backend(name: str, device: torch.device) -> str:
-    """The backend ``attention_backend=name`` means on ``device``; ValueError naming the field when it cannot run."""
+def resolve_attention_backend(name: str, device: torch.device, *, enforce_eager: bool = True) -> str:
+    """The backend ``attention_backend=name`` means on ``device``; ValueError naming the field when it cannot
+    run — also when CUDA graphs are on (``enforce_eager=False`` on CUDA) and the backend cannot be captured."""
+    if name == "sdpa" and device.type == "cuda" and not enforce_eager:
+        raise ValueError(
+            "attention_backend='sdpa' plans every step on the host and cannot be replayed from a CUDA graph; "
+            "set enforce_eager=True (--enforce-eager) or attention_backend='auto'"
+        )
     if name == "auto":
         if device.type != "cuda":
             return "sdpa"

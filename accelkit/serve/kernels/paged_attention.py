@@ -23,8 +23,6 @@ captured CUDA graph replays with new ones.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -193,7 +191,7 @@ def paged_attention(
         part_lse = torch.empty((rows, num_heads, num_splits), dtype=torch.float32, device=q.device)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     # Triton's interpreter multiplies bfloat16 tiles as raw uint16: there, and only there, dot in float32
-    upcast = q.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
+    upcast = q.dtype == torch.bfloat16 and type(_paged_attention_kernel).__name__ == "InterpretedFunction"
     _paged_attention_kernel[(num_seqs, num_kv_heads, num_tiles * num_splits)](
         q, out, k_cache, v_cache, k_scale, v_scale, block_tables, seq_lens, query_start, part_o, part_lse,
         seq_offset, block_tables.stride(0), scale * _LOG2E, sliding_window or 0,

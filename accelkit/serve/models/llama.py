@@ -246,7 +246,7 @@ class LlamaForCausalLM(nn.Module):
             cos = self.rope_cos[positions].unsqueeze(1)  # (T, 1, D)
             sin = self.rope_sin[positions].unsqueeze(1)
         x: torch.Tensor = self.embed_tokens(input_ids)
-        residual = None
+        residual: torch.Tensor | None = None
         for layer in self.layers:
             x, residual = layer(x, residual, cos, sin, attn)
         assert residual is not None
