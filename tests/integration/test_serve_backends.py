@@ -13,9 +13,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are first imported (they read it then)
 
-from accelkit.serve import LLM, SamplingParams  # noqa: E402
-from accelkit.serve.attention import resolve_attention_backend  # noqa: E402
-from accelkit.serve.testing import hf_greedy, random_prompts, save_tiny_model  # noqa: E402
+from accelkit.serve import LLM, SamplingParams
+from accelkit.serve.attention import resolve_attention_backend
+from accelkit.serve.testing import hf_greedy, random_prompts, save_tiny_model
 
 pytest.importorskip("triton")
 

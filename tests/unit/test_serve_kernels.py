@@ -15,12 +15,12 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
-from accelkit.serve.kernels.fused import rms_norm, rope_kv_write, silu_mul  # noqa: E402
-from accelkit.serve.kernels.kv_write import kv_write  # noqa: E402
-from accelkit.serve.kernels.paged_attention import decode_num_splits, paged_attention  # noqa: E402
-from accelkit.serve.kernels.quant import fp8_e4m3_decode, fp8_e4m3_encode, int8_encode  # noqa: E402
-from accelkit.serve.kv_cache import Fp8KVCache, Int8KVCache, KVCache  # noqa: E402
-from accelkit.serve.models.llama import RMSNorm, rotate_half  # noqa: E402
+from accelkit.serve.kernels.fused import rms_norm, rope_kv_write, silu_mul
+from accelkit.serve.kernels.kv_write import kv_write
+from accelkit.serve.kernels.paged_attention import decode_num_splits, paged_attention
+from accelkit.serve.kernels.quant import fp8_e4m3_decode, fp8_e4m3_encode, int8_encode
+from accelkit.serve.kv_cache import Fp8KVCache, Int8KVCache, KVCache
+from accelkit.serve.models.llama import RMSNorm, rotate_half
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 # Under the interpreter, bfloat16 tiles are multiplied in float32 (its bf16 dot is broken) and float32 →
