@@ -261,33 +261,29 @@ class ModelRunner:
             meta=self.backend.prepare(tensors),
         )
 
-    def forward(self, step: Step) -> torch.Tensor:
-        """Logits of the rows that sample: (N, vocab)."""
+    def forward(self, step: Step) -> torch.Tensor | None:
+        """Logits of the rows that sample, (N, vocab); None when no row samples (the K/V are written)."""
+        num_sampled = len(step.sample_batch_rows)
         if step.graph_size is not None:
             assert self.graphs is not None
             logits = self.graphs.run(step.graph_size, step.meta)
-        else:
-            hidden = self.model(step.input_ids, step.positions, AttentionContext(self.backend, step.meta))
-            if not step.rows_are_prefix:
-                hidden = hidden[step.logits_indices]
-            logits = self.model.compute_logits(hidden[: len(step.sample_batch_rows)])
-            return logits
-        if step.rows_are_prefix:
-            return logits[: len(step.sample_batch_rows)]
-        return logits[step.logits_indices]
+            if not num_sampled:
+                return None
+            return logits[:num_sampled] if step.rows_are_prefix else logits[step.logits_indices]
+        hidden = self.model(step.input_ids, step.positions, AttentionContext(self.backend, step.meta))
+        if not num_sampled:
+            return None
+        hidden = hidden[:num_sampled] if step.rows_are_prefix else hidden[step.logits_indices]
+        return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
         """Run ``batch``; the sampled token of each sequence that finished its prompt or decoded, else None."""
         step = self.prepare(batch)
         sampled: list[int | None] = [None] * len(batch.seqs)
-        if not step.sample_batch_rows:
-            if step.graph_size is None:  # nothing samples: run the layers for their K/V only
-                self.model(step.input_ids, step.positions, AttentionContext(self.backend, step.meta))
-            else:
-                self.forward(step)
-            return sampled
         logits = self.forward(step)
+        if logits is None:
+            return sampled
         tokens = self.sample(logits, [batch.seqs[i] for i in step.sample_batch_rows])
         for row, token in zip(step.sample_batch_rows, tokens, strict=True):
             sampled[row] = token

@@ -33,20 +33,21 @@ _LOG2E = 1.4426950408889634
 _NEG_BIG = tl.constexpr(-1.0e30)  # the running max starts finite: a fully masked tile then gives exp2(-inf) = 0, not NaN
 
 
-@triton.jit
+# integers that change from step to step are not specialized on (no recompilation per value)
+@triton.jit(do_not_specialize=["seq_offset", "bt_stride", "window", "num_splits", "stride_pt", "stride_ph"])
 def _paged_attention_kernel(
     Q, OUT, K_CACHE, V_CACHE, K_SCALE, V_SCALE, BLOCK_TABLES, SEQ_LENS, QUERY_START, PART_O, PART_LSE,
-    seq_offset, bt_stride, qk_scale, window,
+    seq_offset, bt_stride, qk_scale, window, num_splits,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cs, stride_ss, stride_pt, stride_ph,
     HEAD_DIM: tl.constexpr, DIM_P2: tl.constexpr, REP: tl.constexpr, REP_P2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, KV_QUANT: tl.constexpr,
-    SLIDING: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    SLIDING: tl.constexpr, SPLIT_K: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     BLOCK_Q: tl.constexpr = BLOCK_M // REP_P2
     seq = seq_offset + tl.program_id(0)
     kvh = tl.program_id(1)
-    tile = tl.program_id(2) // NUM_SPLITS
-    split = tl.program_id(2) % NUM_SPLITS
+    tile = tl.program_id(2) // num_splits
+    split = tl.program_id(2) % num_splits
     q_start = tl.load(QUERY_START + seq)
     q_len = tl.load(QUERY_START + seq + 1) - q_start
     if tile * BLOCK_Q >= q_len:
@@ -72,8 +73,8 @@ def _paged_attention_kernel(
     lo = hi * 0
     if SLIDING:
         lo = tl.maximum(ctx + tile * BLOCK_Q - window + 1, 0)
-    if NUM_SPLITS > 1:
-        per = tl.cdiv(tl.cdiv(hi - lo, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    if SPLIT_K:
+        per = tl.cdiv(tl.cdiv(hi - lo, num_splits), BLOCK_N) * BLOCK_N
         lo = lo + split * per
         hi = tl.minimum(hi, lo + per)
 
@@ -114,7 +115,7 @@ def _paged_attention_kernel(
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # l_i == 0 only for a split that got no keys
     mask = row_ok[:, None] & d_ok[None, :]
-    if NUM_SPLITS == 1:
+    if not SPLIT_K:
         tl.store(OUT + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
                  out.to(OUT.dtype.element_ty), mask=mask)
     else:
@@ -124,21 +125,24 @@ def _paged_attention_kernel(
         tl.store(PART_LSE + part, lse, mask=row_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits", "stride_pt", "stride_ph"])
 def _merge_splits_kernel(
-    OUT, PART_O, PART_LSE, stride_ot, stride_oh, stride_pt, stride_ph, NUM_HEADS: tl.constexpr,
-    HEADS_P2: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_P2: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    OUT, PART_O, PART_LSE, num_splits, stride_ot, stride_oh, stride_pt, stride_ph, NUM_HEADS: tl.constexpr,
+    HEADS_P2: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_P2: tl.constexpr, MAX_SPLITS: tl.constexpr,
 ):
     t = tl.program_id(0)  # one program per decode token: all its query heads
     offs_h = tl.arange(0, HEADS_P2)
-    offs_s = tl.arange(0, NUM_SPLITS)
+    offs_s = tl.arange(0, MAX_SPLITS)
     offs_d = tl.arange(0, DIM_P2)
     h_ok = offs_h < NUM_HEADS
+    s_ok = offs_s < num_splits
     base = t.to(tl.int64) * stride_pt + offs_h * stride_ph
-    lse = tl.load(PART_LSE + base[:, None] + offs_s[None, :], mask=h_ok[:, None], other=0.0)  # (H, S)
-    w = tl.exp2(lse - tl.max(lse, 1)[:, None])  # a split without keys has lse -inf: weight 0
-    w = w / tl.sum(w, 1)[:, None]
-    mask = h_ok[:, None, None] & (offs_d < HEAD_DIM)[None, None, :]
+    # a split without keys (or past num_splits) has lse -inf: weight 0
+    lse = tl.load(PART_LSE + base[:, None] + offs_s[None, :], mask=h_ok[:, None] & s_ok[None, :],
+                  other=float("-inf"))  # (H, S)
+    w = tl.exp2(lse - tl.max(lse, 1)[:, None])
+    w = tl.where(h_ok[:, None], w / tl.sum(w, 1)[:, None], 0.0)
+    mask = h_ok[:, None, None] & s_ok[None, :, None] & (offs_d < HEAD_DIM)[None, None, :]
     parts = tl.load(PART_O + (base[:, None, None] + offs_s[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
                     mask=mask, other=0.0)  # (H, S, D)
     out = tl.sum(parts * w[:, :, None], 1)
@@ -146,10 +150,13 @@ def _merge_splits_kernel(
              out.to(OUT.dtype.element_ty), mask=h_ok[:, None] & (offs_d < HEAD_DIM)[None, :])
 
 
-def decode_num_splits(num_seqs: int, num_kv_heads: int, num_sms: int, max_splits: int = 16) -> int:
+MAX_SPLITS = 16
+
+
+def decode_num_splits(num_seqs: int, num_kv_heads: int, num_sms: int) -> int:
     """Context splits per decode sequence: enough programs for about two waves of the GPU's SMs."""
     want = -(-2 * num_sms // max(1, num_seqs * num_kv_heads))
-    return min(max_splits, triton.next_power_of_2(want)) if want > 1 else 1
+    return min(MAX_SPLITS, triton.next_power_of_2(want)) if want > 1 else 1
 
 
 def paged_attention(
@@ -172,8 +179,8 @@ def paged_attention(
     rep = num_heads // num_kv_heads
     rep_p2 = triton.next_power_of_2(rep)
     quant = {"auto": KV_NONE, "fp8": KV_FP8, "int8": KV_INT8}[kind]
-    if num_splits > 1 and (max_query_len != 1 or seq_offset != 0):
-        raise ValueError("num_splits > 1 is for the single-token rows at the start of a step")
+    if num_splits > 1 and (max_query_len != 1 or seq_offset != 0 or num_splits > MAX_SPLITS):
+        raise ValueError(f"num_splits > 1 (at most {MAX_SPLITS}) is for the single-token rows at the start of a step")
     dim_p2 = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs K >= 16
     if max_query_len == 1:  # decode: one token's query heads are the tile's rows
         block_m, block_n, num_warps = max(16, rep_p2), 64, 4
@@ -194,16 +201,16 @@ def paged_attention(
     upcast = q.dtype == torch.bfloat16 and type(_paged_attention_kernel).__name__ == "InterpretedFunction"
     _paged_attention_kernel[(num_seqs, num_kv_heads, num_tiles * num_splits)](
         q, out, k_cache, v_cache, k_scale, v_scale, block_tables, seq_lens, query_start, part_o, part_lse,
-        seq_offset, block_tables.stride(0), scale * _LOG2E, sliding_window or 0,
+        seq_offset, block_tables.stride(0), scale * _LOG2E, sliding_window or 0, num_splits,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), num_kv_heads * head_dim, num_kv_heads,
         num_heads * num_splits if num_splits > 1 else 0, num_splits,
         HEAD_DIM=head_dim, DIM_P2=dim_p2, REP=rep, REP_P2=rep_p2, BLOCK_M=block_m,
-        BLOCK_N=block_n, PAGE=page, KV_QUANT=quant, SLIDING=sliding_window is not None, NUM_SPLITS=num_splits,
+        BLOCK_N=block_n, PAGE=page, KV_QUANT=quant, SLIDING=sliding_window is not None, SPLIT_K=num_splits > 1,
         DOT_PRECISION=precision, UPCAST=upcast, num_warps=num_warps,
     )
     if num_splits > 1:  # single-token rows at the start of the step: sequence i is token row i
         _merge_splits_kernel[(num_seqs,)](
-            out, part_o, part_lse, out.stride(0), out.stride(1), num_heads * num_splits, num_splits,
+            out, part_o, part_lse, num_splits, out.stride(0), out.stride(1), num_heads * num_splits, num_splits,
             NUM_HEADS=num_heads, HEADS_P2=triton.next_power_of_2(num_heads), HEAD_DIM=head_dim,
-            DIM_P2=dim_p2, NUM_SPLITS=num_splits,
+            DIM_P2=dim_p2, MAX_SPLITS=MAX_SPLITS,
         )
