@@ -22,7 +22,7 @@ from accelkit.core.units import GiB, fmt_bytes
 from accelkit.serve.attention import AttentionContext, StepTensors, make_attention_backend, resolve_attention_backend
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.cuda_graphs import MAX_GRAPH_BATCH_SIZE, DecodeGraphs
-from accelkit.serve.input_buffers import InputBuffers, Layout
+from accelkit.serve.input_buffers import HostBlockTables, InputBuffers, Layout
 from accelkit.serve.kv_cache import KVCache, kv_cache_class
 from accelkit.serve.models.llama import LlamaArgs, load_model
 from accelkit.serve.sampler import Sampler
@@ -95,6 +95,7 @@ class ModelRunner:
             max_seqs=max(config.max_num_seqs, self.max_graph_batch_size),
             max_width=self.max_blocks_per_seq, device=self.device,
         )
+        self.host_tables = HostBlockTables(max_rows=config.max_num_seqs, max_blocks=self.max_blocks_per_seq)
         self.sampler = Sampler(self.device, config.seed)
         self.graphs: DecodeGraphs | None = None
         if self.use_cuda_graphs:
@@ -192,26 +193,27 @@ class ModelRunner:
         h = self.buffers.host_views(layout)
         ids, positions, slots = h["input_ids"], h["positions"], h["slot_mapping"]
         seq_lens, query_start, tables = h["seq_lens"], h["query_start"], h["block_tables"]
-        tables.fill(0)
         logits_rows: list[int] = []
         sample_rows: list[int] = []
 
-        # single-token rows: token at position num_computed_tokens, one slot each
+        # single-token rows: token at position num_computed_tokens, one slot each; block tables from the
+        # persistent host rows (only new block ids are copied), gathered in one indexing
         nd = len(single)
-        for r, i in enumerate(single):
-            seq = seqs[i]
-            pos = seq.num_computed_tokens
-            ids[r] = seq.token_ids[pos]
-            positions[r] = pos
-            table = seq.block_table
-            tables[r, : len(table)] = table
-            if pos + 1 == seq.num_tokens:  # else a one-token chunk in the middle of a prompt
-                logits_rows.append(r)
-                sample_rows.append(i)
         if nd:
+            d_seqs = [seqs[i] for i in single]
+            d_pos = [s.num_computed_tokens for s in d_seqs]
+            ids[:nd] = [s.token_ids[p] for s, p in zip(d_seqs, d_pos, strict=True)]
+            positions[:nd] = d_pos
+            rows = [self.host_tables.row(s) for s in d_seqs]
+            tables[:nd] = self.host_tables.pool[rows, : layout.width]
             dpos = positions[:nd]
             seq_lens[:nd] = dpos + 1
             slots[:nd] = tables[np.arange(nd), dpos // bs] * bs + dpos % bs
+            for r, (i, s, p) in enumerate(zip(single, d_seqs, d_pos, strict=True)):
+                if p + 1 == s.num_tokens:  # else a one-token chunk in the middle of a prompt
+                    logits_rows.append(r)
+                    sample_rows.append(i)
+        tables[nd:] = 0
         query_start[: nd + 1] = np.arange(nd + 1)
 
         # prompt chunks
@@ -219,8 +221,7 @@ class ModelRunner:
         for r, i in enumerate(multi, start=nd):
             seq, n = seqs[i], counts[i]
             begin, end = seq.num_computed_tokens, seq.num_computed_tokens + n
-            table = seq.block_table
-            tables[r, : len(table)] = table
+            tables[r] = self.host_tables.pool[self.host_tables.row(seq), : layout.width]
             ids[t : t + n] = seq.token_ids[begin:end]
             cpos = np.arange(begin, end)
             positions[t : t + n] = cpos
@@ -293,5 +294,6 @@ class ModelRunner:
         return self.sampler(logits, [s.params for s in seqs], [s.seq_id for s in seqs])
 
     def release(self, seq: Sequence) -> None:
-        """Forget per-request device state (a seeded generator) of a finished sequence."""
+        """Forget per-request state (a seeded generator, its host block-table row) of a finished sequence."""
         self.sampler.forget(seq.seq_id)
+        self.host_tables.release(seq.seq_id)
