@@ -1,5 +1,7 @@
 """Batch-size buckets of the decode CUDA graphs (the capture itself is tested in tests/gpu)."""
 
+import itertools
+
 import pytest
 
 from accelkit.serve.cuda_graphs import DecodeGraphs, graph_batch_sizes
@@ -9,7 +11,7 @@ from accelkit.serve.cuda_graphs import DecodeGraphs, graph_batch_sizes
 def test_bucket_sizes_cover_every_batch_with_little_padding(max_size):
     sizes = graph_batch_sizes(max_size)
     assert sizes == sorted(set(sizes)) and sizes[0] == 1 and sizes[-1] == max_size
-    assert all(b - a <= 16 for a, b in zip(sizes, sizes[1:]))
+    assert all(b - a <= 16 for a, b in itertools.pairwise(sizes))
     graphs = DecodeGraphs(lambda size, meta: None, lambda size: None, max_batch_size=max_size, capture=False)
     for n in range(1, max_size + 1):
         bucket = graphs.bucket(n)

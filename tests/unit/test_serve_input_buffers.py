@@ -17,7 +17,7 @@ def test_layout_packs_the_fields_back_to_back():
                             "block_tables"]
     sizes = [s.stop - s.start for s in slices.values()]
     assert sizes == [5, 5, 5, 2, 3, 2, 6] and layout.size == sum(sizes)
-    assert all(a.stop == b.start for a, b in zip(list(slices.values()), list(slices.values())[1:]))
+    assert all(a.stop == b.start for a, b in zip(list(slices.values()), list(slices.values())[1:], strict=False))
 
 
 def test_views_share_memory_and_are_reused_per_layout():
