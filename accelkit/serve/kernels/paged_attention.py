@@ -48,11 +48,12 @@ def _paged_attention_kernel(
     kvh = tl.program_id(1)
     tile = tl.program_id(2) // num_splits
     split = tl.program_id(2) % num_splits
-    q_start = tl.load(QUERY_START + seq)
-    q_len = tl.load(QUERY_START + seq + 1) - q_start
+    # token counts fit int32 (loop bounds and masks stay 32-bit); addresses are computed in int64
+    q_start = tl.load(QUERY_START + seq).to(tl.int32)
+    q_len = tl.load(QUERY_START + seq + 1).to(tl.int32) - q_start
     if tile * BLOCK_Q >= q_len:
         return
-    seq_len = tl.load(SEQ_LENS + seq)
+    seq_len = tl.load(SEQ_LENS + seq).to(tl.int32)
     ctx = seq_len - q_len  # tokens in the cache before this step's first query token
 
     offs_m = tl.arange(0, BLOCK_M)
@@ -128,26 +129,28 @@ def _paged_attention_kernel(
 @triton.jit(do_not_specialize=["num_splits", "stride_pt", "stride_ph"])
 def _merge_splits_kernel(
     OUT, PART_O, PART_LSE, num_splits, stride_ot, stride_oh, stride_pt, stride_ph, NUM_HEADS: tl.constexpr,
-    HEADS_P2: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_P2: tl.constexpr, MAX_SPLITS: tl.constexpr,
+    HEADS_P2: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_P2: tl.constexpr,
 ):
-    t = tl.program_id(0)  # one program per decode token: all its query heads
+    t = tl.program_id(0)  # one program per decode token: all its query heads, split by split
     offs_h = tl.arange(0, HEADS_P2)
-    offs_s = tl.arange(0, MAX_SPLITS)
     offs_d = tl.arange(0, DIM_P2)
     h_ok = offs_h < NUM_HEADS
-    s_ok = offs_s < num_splits
+    mask = h_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
     base = t.to(tl.int64) * stride_pt + offs_h * stride_ph
-    # a split without keys (or past num_splits) has lse -inf: weight 0
-    lse = tl.load(PART_LSE + base[:, None] + offs_s[None, :], mask=h_ok[:, None] & s_ok[None, :],
-                  other=float("-inf"))  # (H, S)
-    w = tl.exp2(lse - tl.max(lse, 1)[:, None])
-    w = tl.where(h_ok[:, None], w / tl.sum(w, 1)[:, None], 0.0)
-    mask = h_ok[:, None, None] & s_ok[None, :, None] & (offs_d < HEAD_DIM)[None, None, :]
-    parts = tl.load(PART_O + (base[:, None, None] + offs_s[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
-                    mask=mask, other=0.0)  # (H, S, D)
-    out = tl.sum(parts * w[:, :, None], 1)
+    lse_max = tl.full([HEADS_P2], float("-inf"), tl.float32)
+    for s in range(0, num_splits):  # a split without keys has lse -inf
+        lse_max = tl.maximum(lse_max, tl.load(PART_LSE + base + s, mask=h_ok, other=float("-inf")))
+    lse_max = tl.where(h_ok, lse_max, 0.0)
+    total = tl.zeros([HEADS_P2], tl.float32)
+    acc = tl.zeros([HEADS_P2, DIM_P2], tl.float32)
+    for s in range(0, num_splits):
+        w = tl.exp2(tl.load(PART_LSE + base + s, mask=h_ok, other=float("-inf")) - lse_max)
+        part = tl.load(PART_O + (base + s)[:, None] * HEAD_DIM + offs_d[None, :], mask=mask, other=0.0)
+        acc += part * w[:, None]
+        total += w
+    out = acc / tl.where(total > 0, total, 1.0)[:, None]
     tl.store(OUT + t.to(tl.int64) * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :],
-             out.to(OUT.dtype.element_ty), mask=h_ok[:, None] & (offs_d < HEAD_DIM)[None, :])
+             out.to(OUT.dtype.element_ty), mask=mask)
 
 
 MAX_SPLITS = 16
@@ -211,6 +214,5 @@ def paged_attention(
     if num_splits > 1:  # single-token rows at the start of the step: sequence i is token row i
         _merge_splits_kernel[(num_seqs,)](
             out, part_o, part_lse, num_splits, out.stride(0), out.stride(1), num_heads * num_splits, num_splits,
-            NUM_HEADS=num_heads, HEADS_P2=triton.next_power_of_2(num_heads), HEAD_DIM=head_dim,
-            DIM_P2=dim_p2, MAX_SPLITS=MAX_SPLITS,
+            NUM_HEADS=num_heads, HEADS_P2=triton.next_power_of_2(num_heads), HEAD_DIM=head_dim, DIM_P2=dim_p2,
         )
