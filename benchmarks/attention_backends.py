@@ -10,7 +10,8 @@ paged cache (block size 16, blocks scattered at random), with a bf16 or an fp8 c
 
 Timed per call with CUDA events (``accelkit.timing``), the K/V cache write included (it is part of
 every backend's call), so an eager launch-bound path pays for its launches; kernels per call counted with
-``torch.profiler``. Writes ``results/serve_attention_backends.json``. This is what the choice of the
+``torch.profiler``. For decode at B = 16 and 128 and the prefill chunk, the attention kernel alone is also
+timed per tile shape (keys per iteration × warps), to check ``DECODE_TILE`` / ``PREFILL_TILE``. Writes ``results/serve_attention_backends.json``. This is what the choice of the
 Triton backend (docs/engine.md) is checked against on each GPU run.
 
     .venv/bin/python benchmarks/attention_backends.py                       # CUDA
@@ -82,7 +83,7 @@ def count_kernels(fn: Any) -> int:
 
 
 def run_case(name: str, q_lens: list[int], ctx_lens: list[int], *, kind: str, device: torch.device,
-             loop: LoopConfig, dtype: torch.dtype) -> dict[str, Any]:
+             loop: LoopConfig, dtype: torch.dtype, sweep: bool = False) -> dict[str, Any]:
     total_tokens = sum(q + c for q, c in zip(q_lens, ctx_lens, strict=True))
     num_blocks = -(-total_tokens // BLOCK) + len(q_lens) + 1
     cache = kv_cache_class(kind)(num_layers=1, num_blocks=num_blocks, block_size=BLOCK, num_kv_heads=KV_HEADS,
@@ -117,7 +118,31 @@ def run_case(name: str, q_lens: list[int], ctx_lens: list[int], *, kind: str, de
         print(f"[attention_backends] {name:<34} {kind:<4} {backend_name:<6} {median * 1e3:8.3f} ms"
               f"  (max |diff| vs sdpa {err:.2e})", file=sys.stderr, flush=True)
     out["speedup_triton_vs_sdpa"] = round(out["sdpa"]["median_ms"] / out["triton"]["median_ms"], 2)
+    if sweep:  # the attention kernel alone, per (keys per iteration, warps)
+        out["triton_tiles"] = sweep_tiles(step, q, cache, kind=kind, device=device, loop=loop)
     return out
+
+
+def sweep_tiles(step: StepTensors, q: torch.Tensor, cache: Any, *, kind: str, device: torch.device,
+                loop: LoopConfig) -> list[dict[str, Any]]:
+    from accelkit.serve.kernels.paged_attention import decode_num_splits, paged_attention
+
+    decode = step.num_decodes == step.num_seqs
+    num_sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    splits = decode_num_splits(step.num_seqs, KV_HEADS, num_sms) if decode else 1
+    out = torch.empty_like(q)
+    k_scale, v_scale = cache.scales(0)
+    rows = []
+    for block_n, warps in ((32, 2), (32, 4), (64, 2), (64, 4), (64, 8), (128, 4), (128, 8)):
+        def call(block_n: int = block_n, warps: int = warps) -> None:
+            paged_attention(q, out, cache.k[0], cache.v[0], k_scale, v_scale, block_tables=step.block_tables,
+                            seq_lens=step.seq_lens, query_start=step.query_start, seq_offset=0,
+                            num_seqs=step.num_seqs, max_query_len=1 if decode else step.max_query_len,
+                            scale=HEAD_DIM**-0.5, kind=kind, num_splits=splits, tile=(block_n, warps))
+
+        timed = time_loop(call, loop, device=str(device))
+        rows.append({"block_n": block_n, "num_warps": warps, "median_ms": round(float(np.median(timed.samples_s)) * 1e3, 4)})
+    return rows
 
 
 def main() -> None:
@@ -142,7 +167,8 @@ def main() -> None:
             "fresh prompts 8 x 1024": ([1024] * 8, [0] * 8),
         }
         loop = LoopConfig(warmup_iterations=5, warmup_time_s=0.2, min_iterations=20, min_time_s=0.5)
-    results = [run_case(name, q, c, kind=kind, device=device, loop=loop, dtype=dtype)
+    sweep = {"decode B=128 L=1024", "decode B=16 L=1024", "prefill chunk 512 after 1536", "decode B=2 L=40"}
+    results = [run_case(name, q, c, kind=kind, device=device, loop=loop, dtype=dtype, sweep=name in sweep)
                for kind in ("auto", "fp8") for name, (q, c) in cases.items()]
     doc = {
         "benchmark": "serve_attention_backends",

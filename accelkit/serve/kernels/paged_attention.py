@@ -154,6 +154,10 @@ def _merge_splits_kernel(
 
 
 MAX_SPLITS = 16
+# (keys per loop iteration, warps); chosen without a GPU to measure on — benchmarks/attention_backends.py
+# sweeps alternatives on each GPU run
+DECODE_TILE = (64, 4)
+PREFILL_TILE = (64, 4)
 
 
 def decode_num_splits(num_seqs: int, num_kv_heads: int, num_sms: int) -> int:
@@ -167,6 +171,7 @@ def paged_attention(
     k_scale: torch.Tensor | None, v_scale: torch.Tensor | None, *, block_tables: torch.Tensor,
     seq_lens: torch.Tensor, query_start: torch.Tensor, seq_offset: int, num_seqs: int, max_query_len: int,
     scale: float, sliding_window: int | None = None, kind: str = "auto", num_splits: int = 1,
+    tile: tuple[int, int] | None = None,
 ) -> None:
     """Attention of ``num_seqs`` sequences starting at ``seq_offset`` into ``out``.
 
@@ -174,6 +179,7 @@ def paged_attention(
     ``(num_blocks, block_size, Hkv)`` float16 for fp8/int8; ``block_tables``: (S, W) int64 (row stride
     any); ``seq_lens``: (S,) context length including this step's tokens; ``query_start``: (S + 1,) token
     offsets of each sequence's queries in ``q``. ``num_splits > 1`` only for single-token rows.
+    ``tile``: (keys per iteration, warps) instead of the defaults (``benchmarks/attention_backends.py`` sweeps it).
     """
     if num_seqs == 0:
         return
@@ -186,9 +192,9 @@ def paged_attention(
         raise ValueError(f"num_splits > 1 (at most {MAX_SPLITS}) is for the single-token rows at the start of a step")
     dim_p2 = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs K >= 16
     if max_query_len == 1:  # decode: one token's query heads are the tile's rows
-        block_m, block_n, num_warps = max(16, rep_p2), 64, 4
+        block_m, (block_n, num_warps) = max(16, rep_p2), tile or DECODE_TILE
     else:
-        block_m, block_n, num_warps = max(64, rep_p2), 64, 4
+        block_m, (block_n, num_warps) = max(64, rep_p2), tile or PREFILL_TILE
         num_splits = 1
     block_q = block_m // rep_p2
     num_tiles = -(-max_query_len // block_q)
