@@ -12,6 +12,8 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are first imported (they read it then)
+# on a machine with CUDA the same tests run there (eagerly: the graphs themselves are tested in tests/gpu)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.attention import resolve_attention_backend
@@ -23,7 +25,8 @@ MAX_TOKENS = 6
 PROMPTS = random_prompts(3, min_len=3, max_len=30, seed=11)  # the interpreter is slow: few, short requests
 SHARED = [list(range(10, 30)) + p[:5] for p in PROMPTS[:2]]  # a 20-token common prefix
 KV_BYTES = 2 * 2**20
-TRITON = {"attention_backend": "triton", "enforce_eager": True}
+TRITON = {"attention_backend": "triton"}
+COMMON = {"kv_cache_memory_bytes": KV_BYTES, "max_model_len": 128, "device": DEVICE, "enforce_eager": True}
 interpreted = pytest.mark.slow  # each Triton-backend run takes 5-10 s under the interpreter
 
 
@@ -35,7 +38,7 @@ def reference(model_dir, prompts):
 
 
 def generate(model_dir, prompts, **kwargs):
-    llm = LLM(str(model_dir), **{"kv_cache_memory_bytes": KV_BYTES, "max_model_len": 128, **kwargs})
+    llm = LLM(str(model_dir), **{**COMMON, **kwargs})
     return [o.token_ids for o in llm.generate(prompts, SamplingParams.greedy(MAX_TOKENS))], llm
 
 
@@ -60,7 +63,7 @@ def test_triton_backend_greedy_equals_transformers(llama, config):
 @interpreted
 def test_triton_backend_prefix_cache_hits_stay_exact(llama):
     model_dir, _, ref = llama
-    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128, **TRITON)
+    llm = LLM(str(model_dir), **COMMON, **TRITON)
     first = llm.generate(SHARED[:1], SamplingParams.greedy(MAX_TOKENS))
     second = llm.generate(SHARED[1:], SamplingParams.greedy(MAX_TOKENS))
     assert second[0].metrics.num_cached_tokens >= 16  # its first block came from the cache
@@ -89,8 +92,7 @@ def test_triton_backend_quantized_cache_agrees_with_the_sdpa_reference(llama, ki
 @pytest.mark.parametrize("backend", ["sdpa", "triton"])
 def test_padded_decode_path_gives_the_same_tokens(llama, backend):
     model_dir, ref, _ = llama
-    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128, attention_backend=backend,
-              max_num_seqs=8)
+    llm = LLM(str(model_dir), **COMMON, attention_backend=backend, max_num_seqs=8)
     runner = llm.engine.runner
     graphs = runner.enable_decode_graphs(capture=False)
     assert graphs.sizes == [1, 2, 4, 8]
@@ -104,7 +106,7 @@ def test_padded_decode_path_gives_the_same_tokens(llama, backend):
 
 def test_padding_rows_write_only_the_scratch_block(llama):
     model_dir, _, _ = llama
-    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128, max_num_seqs=8)
+    llm = LLM(str(model_dir), **COMMON, max_num_seqs=8)
     engine, runner = llm.engine, llm.engine.runner
     runner.enable_decode_graphs(capture=False)
     assert engine.block_manager.num_blocks == runner.kv_cache.num_blocks - 1  # the scratch block is never handed out
