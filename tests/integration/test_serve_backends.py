@@ -12,14 +12,15 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are first imported (they read it then)
-# on a machine with CUDA the same tests run there (eagerly: the graphs themselves are tested in tests/gpu)
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.attention import resolve_attention_backend
 from accelkit.serve.testing import hf_greedy, random_prompts, save_tiny_model
 
 pytest.importorskip("triton")
+
+# on a machine with CUDA the same tests run there (eagerly: the graphs themselves are tested in tests/gpu)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 MAX_TOKENS = 6
 PROMPTS = random_prompts(3, min_len=3, max_len=30, seed=11)  # the interpreter is slow: few, short requests
