@@ -10,6 +10,7 @@ from accelkit.core.spec import Spec, spec_field
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 KVCacheDType = Literal["auto", "fp8", "int8"]
+AttentionBackendName = Literal["auto", "sdpa", "triton"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +37,16 @@ class EngineConfig(Spec):
     enable_chunked_prefill: bool = spec_field(True, doc="Split long prompts across steps to fit max_num_batched_tokens.")
     scheduling_policy: Literal["fcfs", "priority"] = spec_field("fcfs", doc="Order of waiting requests.")
     seed: int = spec_field(0, doc="Seed of the engine's sampling stream (requests without their own seed).")
+    attention_backend: AttentionBackendName = spec_field(
+        "auto", doc="Paged attention: triton = kernels reading K/V in place from the cache (CUDA); sdpa = gather + "
+        "PyTorch SDPA (the CPU reference); auto = triton on CUDA, sdpa on CPU.",
+    )
+    enforce_eager: bool = spec_field(
+        False, doc="Run every step eagerly; by default decode-only steps on CUDA replay CUDA graphs captured per batch size.",
+    )
+    max_cuda_graph_batch_size: int | None = spec_field(
+        None, min=1, doc="Largest decode batch replayed from a CUDA graph (larger ones run eagerly); None = max_num_seqs, at most 512.",
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,7 +12,7 @@ per token and head instead of ``2 * head_dim`` for bf16 — about half (``(D + 2
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -26,6 +26,8 @@ class KVCache:
     """Full-precision cache: K/V stored in the model dtype."""
 
     kind: ClassVar[str] = "auto"
+    qmax: ClassVar[float] = 1.0  # largest code magnitude (quantized caches)
+    min_scale: ClassVar[float] = _MIN_SCALE
 
     def __init__(
         self, *, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
@@ -52,6 +54,10 @@ class KVCache:
         self.k[layer].view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slot_mapping, k.to(self.dtype))
         self.v[layer].view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slot_mapping, v.to(self.dtype))
 
+    def scales(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Per-token-per-head scales of one layer ``(num_blocks, block_size, Hkv)``; None when unquantized."""
+        return None, None
+
     def gather(self, layer: int, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of whole blocks: ``block_ids`` (..., nb) → two (..., nb * block_size, Hkv, D) tensors."""
         shape = (*block_ids.shape[:-1], block_ids.shape[-1] * self.block_size, self.num_kv_heads, self.head_dim)
@@ -62,9 +68,7 @@ class KVCache:
 class _QuantizedKVCache(KVCache):
     """Shared by fp8 and int8: codes in ``k``/``v``, one float16 scale per token and head."""
 
-    qmax: ClassVar[float]
-
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         scale_shape = self.k.shape[:-1]
         self.k_scale = torch.ones(scale_shape, dtype=_SCALE_DTYPE, device=self.k.device)
@@ -73,6 +77,9 @@ class _QuantizedKVCache(KVCache):
     @classmethod
     def bytes_per_token(cls, *, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
         return 2 * num_layers * num_kv_heads * (head_dim + _SCALE_DTYPE.itemsize)
+
+    def scales(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        return self.k_scale[layer], self.v_scale[layer]
 
     def _encode(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

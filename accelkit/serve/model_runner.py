@@ -1,21 +1,30 @@
 """Runs one scheduled step on the device: lay out the tokens, forward the model, sample.
 
-Also owns the weights and the KV cache, whose number of blocks comes from a memory budget taken after
-the weights are loaded (bytes on CPU; a fraction of the free device memory on CUDA).
+Also owns the weights, the KV cache (its number of blocks comes from a memory budget taken after the
+weights are loaded: bytes on CPU, a fraction of the free device memory on CUDA), the attention backend,
+the persistent input buffers and, on CUDA, the decode CUDA graphs.
+
+A step's layout is ``[single-token rows | prompt chunks]``; its integers are written with numpy into the
+pinned host buffer and reach the device in one copy (``input_buffers.py``). Decode-only steps that fit a
+captured batch size replay a CUDA graph (``cuda_graphs.py``); everything else runs eagerly.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from accelkit.core.units import GiB, fmt_bytes
-from accelkit.serve.attention import AttentionMetadata, DecodeGroup, PrefillChunk
+from accelkit.serve.attention import AttentionContext, StepTensors, make_attention_backend, resolve_attention_backend
 from accelkit.serve.config import EngineConfig
+from accelkit.serve.cuda_graphs import MAX_GRAPH_BATCH_SIZE, DecodeGraphs
+from accelkit.serve.input_buffers import HostBlockTables, InputBuffers, Layout
 from accelkit.serve.kv_cache import KVCache, kv_cache_class
-from accelkit.serve.models.llama import LlamaArgs, load_model, rope_cache
+from accelkit.serve.models.llama import LlamaArgs, load_model
 from accelkit.serve.sampler import Sampler
 from accelkit.serve.scheduler import ScheduledBatch
 from accelkit.serve.sequence import Sequence
@@ -24,12 +33,6 @@ log = logging.getLogger("accelkit.serve")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CPU_DEFAULT_KV_BYTES = 1 * GiB
-_MAX_PADDING = 1.25  # a decode group is cut when padding would exceed 25% of its real context
-
-
-def _padded(table: list[int], length: int) -> list[int]:
-    """The first ``length`` block ids, padded with block 0 (masked out, never attended)."""
-    return table[:length] + [0] * (length - len(table))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -48,12 +51,18 @@ def resolve_dtype(name: str, args: LlamaArgs) -> torch.dtype:
 
 
 @dataclass(slots=True)
-class StepInputs:
-    input_ids: torch.Tensor  # (T,)
-    positions: torch.Tensor  # (T,)
-    meta: AttentionMetadata
-    logits_indices: torch.Tensor  # (N,) rows of the step whose logits are sampled
+class Step:
+    """A prepared step: where its inputs are, how attention runs, which rows sample."""
+
+    layout: Layout
+    tensors: StepTensors
+    input_ids: torch.Tensor  # (T,) device view
+    positions: torch.Tensor
+    logits_indices: torch.Tensor  # (N,) rows whose logits are sampled
     sample_batch_rows: list[int]  # for each of those rows, its index in the ScheduledBatch
+    rows_are_prefix: bool  # the sampled rows are exactly rows 0..N-1 (no gather needed)
+    graph_size: int | None  # decode-only step padded to this captured batch size
+    meta: Any = None  # the backend's metadata
 
 
 class ModelRunner:
@@ -62,13 +71,35 @@ class ModelRunner:
         self.args = args
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, args)
+        self.attention_backend = resolve_attention_backend(
+            config.attention_backend, self.device, enforce_eager=config.enforce_eager
+        )
+        self.use_cuda_graphs = self.device.type == "cuda" and not config.enforce_eager
         self.block_size = config.block_size
         self.max_model_len = max_model_len
+        self.max_blocks_per_seq = -(-max_model_len // self.block_size)
         self.model = load_model(config.model, args, dtype=self.dtype, device=self.device)
-        cos, sin = rope_cache(args, max_model_len)
-        self.cos, self.sin = cos.to(self.device, self.dtype), sin.to(self.device, self.dtype)
+        self.model.init_rope(max_model_len, dtype=self.dtype, device=self.device)
         self.kv_cache = self._allocate_kv_cache()
+        self.scratch_block = self.kv_cache.num_blocks - 1  # padding rows write here; never handed out
+        self.backend = make_attention_backend(
+            self.attention_backend, self.kv_cache, num_heads=args.num_heads, head_dim=args.head_dim,
+            sliding_window=args.sliding_window,
+        )
+        if self.attention_backend == "triton":  # the Triton path: RMSNorm and SiLU·mul fused as well
+            self.model.use_fused_kernels()
+        limit = config.max_cuda_graph_batch_size or MAX_GRAPH_BATCH_SIZE
+        self.max_graph_batch_size = min(config.max_num_seqs, limit)
+        self.buffers = InputBuffers(
+            max_tokens=max(config.max_num_batched_tokens, self.max_graph_batch_size),
+            max_seqs=max(config.max_num_seqs, self.max_graph_batch_size),
+            max_width=self.max_blocks_per_seq, device=self.device,
+        )
+        self.host_tables = HostBlockTables(max_rows=config.max_num_seqs, max_blocks=self.max_blocks_per_seq)
         self.sampler = Sampler(self.device, config.seed)
+        self.graphs: DecodeGraphs | None = None
+        if self.use_cuda_graphs:
+            self.enable_decode_graphs(capture=True)
 
     # ---- sizing ------------------------------------------------------------------------------------
     def kv_bytes_per_token(self) -> int:
@@ -88,16 +119,16 @@ class ModelRunner:
     def _allocate_kv_cache(self) -> KVCache:
         per_token = self.kv_bytes_per_token()
         budget = self.kv_budget_bytes()
-        num_blocks = budget // (per_token * self.block_size)
+        num_blocks = budget // (per_token * self.block_size) - 1  # one block of the budget is the scratch block
         if num_blocks * self.block_size < self.max_model_len:
             raise ValueError(
-                f"kv_cache_memory_bytes={budget} holds {num_blocks * self.block_size} tokens "
-                f"({per_token} bytes each), fewer than max_model_len={self.max_model_len}; "
+                f"kv_cache_memory_bytes={budget} holds {max(0, num_blocks) * self.block_size} tokens "
+                f"({per_token} bytes each, one block kept for padding), fewer than max_model_len={self.max_model_len}; "
                 "raise the KV budget or lower max_model_len"
             )
         a = self.args
         cache = kv_cache_class(self.config.kv_cache_dtype)(
-            num_layers=a.num_layers, num_blocks=num_blocks, block_size=self.block_size,
+            num_layers=a.num_layers, num_blocks=num_blocks + 1, block_size=self.block_size,
             num_kv_heads=a.num_kv_heads, head_dim=a.head_dim, dtype=self.dtype, device=self.device,
         )
         log.info(
@@ -109,112 +140,160 @@ class ModelRunner:
 
     @property
     def num_blocks(self) -> int:
-        return self.kv_cache.num_blocks
+        """Blocks the block manager may hand out (the scratch block is not one of them)."""
+        return self.kv_cache.num_blocks - 1
+
+    # ---- decode graphs -----------------------------------------------------------------------------
+    def enable_decode_graphs(self, *, capture: bool) -> DecodeGraphs:
+        """Route decode-only steps through batch-size buckets; ``capture=False`` runs that padded path
+        eagerly (what the CPU tests use to check it)."""
+        if capture and not self.backend.supports_cuda_graphs:
+            raise ValueError(f"attention_backend={self.attention_backend!r} cannot be captured in a CUDA graph")
+        self.graphs = DecodeGraphs(self._graph_forward, self._graph_prepare, max_batch_size=self.max_graph_batch_size,
+                                   capture=capture)
+        with torch.inference_mode():
+            self.graphs.capture_all()
+        return self.graphs
+
+    def _graph_prepare(self, size: int) -> Any:
+        """Buffers holding ``size`` padding rows (what a graph is captured on) → the backend's metadata."""
+        step = self.prepare(ScheduledBatch(), pad_to=size)
+        return step.meta
+
+    def _graph_forward(self, size: int, meta: Any) -> torch.Tensor:
+        views = self.buffers.device_views(self._graph_layout(size))
+        hidden = self.model(views["input_ids"], views["positions"], AttentionContext(self.backend, meta))
+        return self.model.compute_logits(hidden)
+
+    def _graph_layout(self, size: int) -> Layout:
+        return Layout(size, size, self.max_blocks_per_seq)
 
     # ---- one step ----------------------------------------------------------------------------------
-    def prepare(self, batch: ScheduledBatch) -> StepInputs:
-        """Token layout ``[decodes by context length | prefill chunks]`` and the attention metadata."""
+    def prepare(self, batch: ScheduledBatch, *, pad_to: int | None = None) -> Step:
+        """Write the step's inputs into the host buffer, copy them to the device, plan attention.
+
+        Layout ``[single-token rows | prompt chunks]``. A decode-only step that fits a graph bucket (or
+        ``pad_to``) is padded to that many rows at the bucket's fixed layout.
+        """
         bs = self.block_size
-        window = self.args.sliding_window
-        decodes = sorted(
-            (i for i, s in enumerate(batch.seqs) if batch.num_tokens[i] == 1 and s.num_computed_tokens > 0),
-            key=lambda i: batch.seqs[i].num_computed_tokens,
-        )
-        decode_set = set(decodes)
-        prefills = [i for i in range(len(batch.seqs)) if i not in decode_set]
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
+        seqs, counts = batch.seqs, batch.num_tokens
+        single = [i for i, n in enumerate(counts) if n == 1]
+        multi = [i for i, n in enumerate(counts) if n != 1]
+        if self.backend.sorts_decodes:
+            single.sort(key=lambda i: seqs[i].num_computed_tokens)
+        graph_size = pad_to
+        if graph_size is None and self.graphs is not None and not multi:
+            graph_size = self.graphs.bucket(len(seqs))
+        if graph_size is not None:
+            layout = self._graph_layout(graph_size)
+        else:
+            width = max(len(s.block_table) for s in seqs)
+            layout = Layout(sum(counts), len(seqs), width)
+        self.buffers.wait_for_copy()
+        h = self.buffers.host_views(layout)
+        ids, positions, slots = h["input_ids"], h["positions"], h["slot_mapping"]
+        seq_lens, query_start, tables = h["seq_lens"], h["query_start"], h["block_tables"]
         logits_rows: list[int] = []
         sample_rows: list[int] = []
-        meta = AttentionMetadata(slot_mapping=torch.empty(0))
 
-        # decodes: one token each, grouped so that each group's padded context stays close to its real one
-        groups: list[list[int]] = []
-        for i in decodes:
-            ctx = batch.seqs[i].num_computed_tokens + 1
-            if groups:
-                group = groups[-1]
-                real = sum(batch.seqs[j].num_computed_tokens + 1 for j in group) + ctx
-                if (len(group) + 1) * ctx <= _MAX_PADDING * real or len(group) < 4:
-                    group.append(i)
-                    continue
-            groups.append([i])
-        for group in groups:
-            start = len(input_ids)
-            ctx_lens = []
-            for i in group:
-                seq = batch.seqs[i]
-                pos = seq.num_computed_tokens
-                input_ids.append(seq.token_ids[pos])
-                positions.append(pos)
-                slots.append(seq.block_table[pos // bs] * bs + pos % bs)
-                if pos + 1 == seq.num_tokens:  # else a one-token prefill chunk in the middle of a prompt
-                    logits_rows.append(len(input_ids) - 1)
+        # single-token rows: token at position num_computed_tokens, one slot each; block tables from the
+        # persistent host rows (only new block ids are copied), gathered in one indexing
+        nd = len(single)
+        if nd:
+            d_seqs = [seqs[i] for i in single]
+            d_pos = [s.num_computed_tokens for s in d_seqs]
+            ids[:nd] = [s.token_ids[p] for s, p in zip(d_seqs, d_pos, strict=True)]
+            positions[:nd] = d_pos
+            rows = [self.host_tables.row(s) for s in d_seqs]
+            tables[:nd] = self.host_tables.pool[rows, : layout.width]
+            dpos = positions[:nd]
+            seq_lens[:nd] = dpos + 1
+            slots[:nd] = tables[np.arange(nd), dpos // bs] * bs + dpos % bs
+            for r, (i, s, p) in enumerate(zip(single, d_seqs, d_pos, strict=True)):
+                if p + 1 == s.num_tokens:  # else a one-token chunk in the middle of a prompt
+                    logits_rows.append(r)
                     sample_rows.append(i)
-                ctx_lens.append(pos + 1)
-            nb = -(-max(ctx_lens) // bs)
-            tables = [_padded(batch.seqs[i].block_table, nb) for i in group]
-            lens = torch.tensor(ctx_lens)[:, None]
-            key_pos = torch.arange(nb * bs)[None, :]
-            mask = key_pos < lens
-            if window is not None:
-                mask &= key_pos > lens - 1 - window
-            meta.decode_groups.append(
-                DecodeGroup(start, len(input_ids), torch.tensor(tables, device=self.device),
-                            mask[:, None, None, :].to(self.device))
-            )
+        tables[nd:] = 0
+        query_start[: nd + 1] = np.arange(nd + 1)
 
-        for i in prefills:
-            seq, n = batch.seqs[i], batch.num_tokens[i]
+        # prompt chunks
+        t = nd
+        for r, i in enumerate(multi, start=nd):
+            seq, n = seqs[i], counts[i]
             begin, end = seq.num_computed_tokens, seq.num_computed_tokens + n
-            start = len(input_ids)
-            input_ids.extend(seq.token_ids[begin:end])
-            positions.extend(range(begin, end))
-            table = seq.block_table
-            slots.extend(table[p // bs] * bs + p % bs for p in range(begin, end))
+            tables[r] = self.host_tables.pool[self.host_tables.row(seq), : layout.width]
+            ids[t : t + n] = seq.token_ids[begin:end]
+            cpos = np.arange(begin, end)
+            positions[t : t + n] = cpos
+            slots[t : t + n] = tables[r, cpos // bs] * bs + cpos % bs
+            seq_lens[r] = end
+            t += n
+            query_start[r + 1] = t
             if end == seq.num_tokens:
-                logits_rows.append(len(input_ids) - 1)
+                logits_rows.append(t - 1)
                 sample_rows.append(i)
-            block_ids = mask = None
-            if begin > 0 or (window is not None and n > window):
-                q_pos = torch.arange(begin, end)[:, None]
-                k_pos = torch.arange(end)[None, :]
-                mask = k_pos <= q_pos
-                if window is not None:
-                    mask &= k_pos > q_pos - window
-                mask = mask.to(self.device)
-            if begin > 0:
-                block_ids = torch.tensor(table[: -(-end // bs)], device=self.device)
-            meta.prefills.append(PrefillChunk(start, len(input_ids), begin, block_ids, mask))
 
-        meta.slot_mapping = torch.tensor(slots, device=self.device)
-        return StepInputs(
-            input_ids=torch.tensor(input_ids, device=self.device),
-            positions=torch.tensor(positions, device=self.device),
-            meta=meta,
-            logits_indices=torch.tensor(logits_rows, device=self.device),
-            sample_batch_rows=sample_rows,
+        # padding rows of a graph bucket: token 0 at position 0 in the scratch block, attending to itself
+        num_seqs = layout.num_seqs
+        if num_seqs > nd + len(multi):
+            pad = slice(nd, num_seqs)
+            ids[pad] = 0
+            positions[pad] = 0
+            seq_lens[pad] = 1
+            slots[pad] = self.scratch_block * bs
+            tables[pad, 0] = self.scratch_block
+            query_start[nd + 1 :] = np.arange(nd + 1, num_seqs + 1)
+        num_logits = len(logits_rows)
+        h["logits_indices"][:num_logits] = logits_rows
+        self.buffers.upload(layout)
+
+        d = self.buffers.device_views(layout)
+        tensors = StepTensors(
+            num_tokens=layout.num_tokens, num_seqs=num_seqs, num_decodes=num_seqs if graph_size else nd,
+            max_query_len=max((counts[i] for i in multi), default=0),
+            seq_lens_np=seq_lens, query_start_np=query_start, block_tables_np=tables,
+            positions=d["positions"], slot_mapping=d["slot_mapping"], seq_lens=d["seq_lens"], query_start=d["query_start"],
+            block_tables=d["block_tables"],
         )
+        return Step(
+            layout=layout, tensors=tensors, input_ids=d["input_ids"], positions=d["positions"],
+            logits_indices=d["logits_indices"][:num_logits], sample_batch_rows=sample_rows,
+            rows_are_prefix=bool(logits_rows) and logits_rows[-1] == num_logits - 1, graph_size=graph_size,
+            meta=self.backend.prepare(tensors),
+        )
+
+    def forward(self, step: Step) -> torch.Tensor | None:
+        """Logits of the rows that sample, (N, vocab); None when no row samples (the K/V are written)."""
+        num_sampled = len(step.sample_batch_rows)
+        if step.graph_size is not None:
+            assert self.graphs is not None
+            logits = self.graphs.run(step.graph_size, step.meta)
+            if not num_sampled:
+                return None
+            return logits[:num_sampled] if step.rows_are_prefix else logits[step.logits_indices]
+        hidden = self.model(step.input_ids, step.positions, AttentionContext(self.backend, step.meta))
+        if not num_sampled:
+            return None
+        hidden = hidden[:num_sampled] if step.rows_are_prefix else hidden[step.logits_indices]
+        return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
         """Run ``batch``; the sampled token of each sequence that finished its prompt or decoded, else None."""
-        inputs = self.prepare(batch)
-        cos = self.cos[inputs.positions].unsqueeze(1)  # (T, 1, D)
-        sin = self.sin[inputs.positions].unsqueeze(1)
-        hidden = self.model(inputs.input_ids, cos, sin, self.kv_cache, inputs.meta)
+        step = self.prepare(batch)
         sampled: list[int | None] = [None] * len(batch.seqs)
-        if inputs.sample_batch_rows:
-            logits = self.model.compute_logits(hidden[inputs.logits_indices])
-            tokens = self.sample(logits, [batch.seqs[i] for i in inputs.sample_batch_rows])
-            for row, token in zip(inputs.sample_batch_rows, tokens, strict=True):
-                sampled[row] = token
+        logits = self.forward(step)
+        if logits is None:
+            return sampled
+        tokens = self.sample(logits, [batch.seqs[i] for i in step.sample_batch_rows])
+        for row, token in zip(step.sample_batch_rows, tokens, strict=True):
+            sampled[row] = token
         return sampled
 
     def sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         return self.sampler(logits, [s.params for s in seqs], [s.seq_id for s in seqs])
 
     def release(self, seq: Sequence) -> None:
-        """Forget per-request device state (a seeded generator) of a finished sequence."""
+        """Forget per-request state (a seeded generator, its host block-table row) of a finished sequence."""
         self.sampler.forget(seq.seq_id)
+        self.host_tables.release(seq.seq_id)

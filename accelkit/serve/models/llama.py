@@ -18,8 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accelkit.serve.attention import AttentionMetadata, paged_attention
-from accelkit.serve.kv_cache import KVCache
+from accelkit.serve.attention import AttentionContext
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 _ROPE_TYPES = ("default", "linear", "llama3")
@@ -133,12 +132,19 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.fused = False  # one Triton kernel (kernels/fused.py) instead of the PyTorch ops
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(h), h)`` with ``h = residual + x`` — the residual add of the layer before, fused."""
+        if self.fused:
+            from accelkit.serve.kernels.fused import rms_norm
+
+            return rms_norm(x, self.weight, self.eps, residual)
+        h = x if residual is None else residual + x
+        dtype = h.dtype
+        y = h.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(dtype), h
 
 
 class Attention(nn.Module):
@@ -151,17 +157,22 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(args.hidden_size, q_size + 2 * kv_size, bias=args.qkv_bias)
         self.o_proj = nn.Linear(q_size, args.hidden_size, bias=args.o_bias)
 
-    def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, meta: AttentionMetadata
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
+        """``cos, sin``: (T, 1, D) rows of the tokens' positions — or, for a backend that fuses RoPE, the
+        whole (max_len, D) tables."""
+        qkv = self.qkv_proj(x)
+        if attn.fuses_rope:
+            out: torch.Tensor = self.o_proj(attn.forward_qkv(qkv, cos, sin, self.layer))
+            return out
         num_tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
+        q, k, v = qkv.split(self.split, dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        q = q * cos + rotate_half(q) * sin  # cos, sin: (T, 1, D)
+        q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        return self.o_proj(paged_attention(q, k, v, cache=cache, layer=self.layer, meta=meta))
+        out = self.o_proj(attn(q, k, v, self.layer))
+        return out
 
 
 class MLP(nn.Module):
@@ -170,10 +181,19 @@ class MLP(nn.Module):
         self.intermediate_size = args.intermediate_size
         self.gate_up_proj = nn.Linear(args.hidden_size, 2 * args.intermediate_size, bias=args.mlp_bias)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=args.mlp_bias)
+        self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        gate_up = self.gate_up_proj(x)
+        if self.fused:
+            from accelkit.serve.kernels.fused import silu_mul
+
+            act = silu_mul(gate_up)
+        else:
+            gate, up = gate_up.split(self.intermediate_size, dim=-1)
+            act = F.silu(gate) * up
+        out: torch.Tensor = self.down_proj(act)
+        return out
 
 
 class DecoderLayer(nn.Module):
@@ -184,9 +204,15 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = MLP(args)
 
-    def forward(self, h, cos, sin, cache, meta):
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, cache, meta)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``residual + x`` is the hidden state entering the layer (``residual`` None for the first):
+        each residual add happens inside the next norm. Returns the MLP output and the residual stream."""
+        h, residual = self.input_layernorm(x, residual)
+        h = self.self_attn(h, cos, sin, attn)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -197,20 +223,39 @@ class LlamaForCausalLM(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(args, i) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.lm_head = None if args.tie_word_embeddings else nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.rope_cos = self.rope_sin = torch.empty(0)  # (max_len, D) tables, set by init_rope
 
-    def forward(
-        self, input_ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, meta: AttentionMetadata
-    ) -> torch.Tensor:
-        """``input_ids``: (T,); ``cos, sin``: (T, 1, D) for the tokens' positions → hidden (T, hidden)."""
-        h = self.embed_tokens(input_ids)
+    def init_rope(self, max_len: int, *, dtype: torch.dtype, device: torch.device) -> None:
+        """RoPE tables for positions [0, max_len), in the model dtype as transformers applies them."""
+        cos, sin = rope_cache(self.args, max_len)
+        self.rope_cos, self.rope_sin = cos.to(device, dtype), sin.to(device, dtype)
+
+    def use_fused_kernels(self, enabled: bool = True) -> None:
+        """RMSNorm (+ residual add) and SiLU·mul as Triton kernels (the CUDA path; RoPE is fused by the
+        attention backend that asks for it)."""
+        for module in self.modules():
+            if isinstance(module, (RMSNorm, MLP)):
+                module.fused = enabled
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
+        """``input_ids, positions``: (T,) → hidden (T, hidden) before the final norm. Device work only, so
+        it can be graph-captured."""
+        if attn.fuses_rope:  # the backend gathers each token's row inside its kernel
+            cos, sin = self.rope_cos, self.rope_sin
+        else:
+            cos = self.rope_cos[positions].unsqueeze(1)  # (T, 1, D)
+            sin = self.rope_sin[positions].unsqueeze(1)
+        x: torch.Tensor = self.embed_tokens(input_ids)
+        residual: torch.Tensor | None = None
         for layer in self.layers:
-            h = layer(h, cos, sin, cache, meta)
-        return h
+            x, residual = layer(x, residual, cos, sin, attn)
+        assert residual is not None
+        return residual + x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head for the rows that sample only: (N, hidden) → (N, vocab)."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(self.norm(hidden), weight)
+        return F.linear(self.norm(hidden)[0], weight)
 
 
 # ---- loading ----------------------------------------------------------------------------------------

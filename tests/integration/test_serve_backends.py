@@ -1,0 +1,150 @@
+"""The engine's CUDA path, checked on a CPU: the Triton backend (under Triton's interpreter) gives greedy
+outputs token-identical to transformers in fp32 — decodes, chunked prefill (chunks read their context from
+the cache), prefix-cache hits, GQA, block size 5, a Mistral sliding window, fp8/int8 caches close to the
+reference — and the CUDA-graph path (decode steps padded to a batch-size bucket at the fixed layout of the
+persistent buffers) run eagerly gives the same tokens as the plain path, its padding rows touching nothing
+but the scratch block. Plus the configuration errors of the backend seam."""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are first imported (they read it then)
+
+from accelkit.serve import LLM, SamplingParams
+from accelkit.serve.attention import resolve_attention_backend
+from accelkit.serve.testing import hf_greedy, random_prompts, save_tiny_model
+
+pytest.importorskip("triton")
+
+# on a machine with CUDA the same tests run there (eagerly: the graphs themselves are tested in tests/gpu)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+MAX_TOKENS = 6
+PROMPTS = random_prompts(3, min_len=3, max_len=30, seed=11)  # the interpreter is slow: few, short requests
+SHARED = [list(range(10, 30)) + p[:5] for p in PROMPTS[:2]]  # a 20-token common prefix
+KV_BYTES = 2 * 2**20
+TRITON = {"attention_backend": "triton"}
+COMMON = {"kv_cache_memory_bytes": KV_BYTES, "max_model_len": 128, "device": DEVICE, "enforce_eager": True}
+interpreted = pytest.mark.slow  # each Triton-backend run takes 5-10 s under the interpreter
+
+
+def reference(model_dir, prompts):
+    import transformers
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return [hf_greedy(hf, p, MAX_TOKENS) for p in prompts]
+
+
+def generate(model_dir, prompts, **kwargs):
+    llm = LLM(str(model_dir), **{**COMMON, **kwargs})
+    return [o.token_ids for o in llm.generate(prompts, SamplingParams.greedy(MAX_TOKENS))], llm
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    d = save_tiny_model(tmp_path_factory.mktemp("llama") / "m", "tiny-llama", seed=1)
+    return d, reference(d, PROMPTS), reference(d, SHARED)
+
+
+# ---- the Triton backend -------------------------------------------------------------------------------
+@interpreted
+@pytest.mark.parametrize(
+    "config", [{}, {"max_num_batched_tokens": 16}, {"block_size": 5, "max_num_seqs": 2}], ids=["default", "chunked", "block5"]
+)
+def test_triton_backend_greedy_equals_transformers(llama, config):
+    model_dir, ref, _ = llama
+    got, llm = generate(model_dir, PROMPTS, **TRITON, **config)
+    assert llm.engine.runner.backend.name == "triton"
+    assert got == ref
+
+
+@interpreted
+def test_triton_backend_prefix_cache_hits_stay_exact(llama):
+    model_dir, _, ref = llama
+    llm = LLM(str(model_dir), **COMMON, **TRITON)
+    first = llm.generate(SHARED[:1], SamplingParams.greedy(MAX_TOKENS))
+    second = llm.generate(SHARED[1:], SamplingParams.greedy(MAX_TOKENS))
+    assert second[0].metrics.num_cached_tokens >= 16  # its first block came from the cache
+    assert [o.token_ids for o in first + second] == ref
+
+
+@interpreted
+def test_triton_backend_mistral_sliding_window(tmp_path):
+    d = save_tiny_model(tmp_path / "mistral", "tiny-mistral", seed=3, sliding_window=8)
+    got, _ = generate(d, PROMPTS, max_num_batched_tokens=16, **TRITON)
+    assert got == reference(d, PROMPTS)
+
+
+@interpreted
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+def test_triton_backend_quantized_cache_agrees_with_the_sdpa_reference(llama, kind):
+    """Same codes and scales on both paths; the kernels dequantize in place, SDPA after a gather."""
+    model_dir, _, _ = llama
+    sdpa, _ = generate(model_dir, PROMPTS, kv_cache_dtype=kind)
+    triton, _ = generate(model_dir, PROMPTS, kv_cache_dtype=kind, **TRITON)
+    same = sum(a == b for a, b in zip(sdpa, triton, strict=True))
+    assert same >= len(PROMPTS) - 1, (sdpa, triton)
+
+
+# ---- the CUDA-graph path, run eagerly -------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["sdpa", "triton"])
+def test_padded_decode_path_gives_the_same_tokens(llama, backend):
+    model_dir, ref, _ = llama
+    llm = LLM(str(model_dir), **COMMON, attention_backend=backend, max_num_seqs=8)
+    runner = llm.engine.runner
+    graphs = runner.enable_decode_graphs(capture=False)
+    assert graphs.sizes == [1, 2, 4, 8]
+    used = []
+    run = graphs.run
+    graphs.run = lambda size, meta: used.append(size) or run(size, meta)
+    outs = llm.generate(PROMPTS, SamplingParams.greedy(MAX_TOKENS))
+    assert [o.token_ids for o in outs] == ref
+    assert 4 in used  # 3 decoding sequences padded to the bucket of 4
+
+
+def test_padding_rows_write_only_the_scratch_block(llama):
+    model_dir, _, _ = llama
+    llm = LLM(str(model_dir), **COMMON, max_num_seqs=8)
+    engine, runner = llm.engine, llm.engine.runner
+    runner.enable_decode_graphs(capture=False)
+    assert engine.block_manager.num_blocks == runner.kv_cache.num_blocks - 1  # the scratch block is never handed out
+    for p in PROMPTS:
+        engine.add_request(p, SamplingParams.greedy(MAX_TOKENS))
+    engine.step()  # the prompts
+    checked = []
+    execute = runner.execute
+
+    def checking(batch):
+        before = runner.kv_cache.k.clone()
+        tokens = execute(batch)
+        changed = (runner.kv_cache.k != before).flatten(2).any(-1).nonzero().tolist()  # [layer, block]
+        step_blocks = {s.block_table[s.num_computed_tokens // runner.block_size] for s in batch.seqs}
+        assert {b for _, b in changed} <= step_blocks | {runner.scratch_block}
+        # 3 real rows + 1 padding row; it writes the same K (token 0, position 0) every time after the first
+        checked.append(any(b == runner.scratch_block for _, b in changed))
+        return tokens
+
+    runner.execute = checking
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert len(checked) == MAX_TOKENS - 1 and checked[0]
+
+
+# ---- configuration ------------------------------------------------------------------------------------
+def test_backend_resolution_and_its_errors(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_attention_backend("auto", cpu) == "sdpa"
+    assert resolve_attention_backend("auto", cuda, enforce_eager=False) == "triton"
+    with pytest.raises(ValueError, match=r"attention_backend='sdpa'.*enforce_eager=True"):
+        resolve_attention_backend("sdpa", cuda, enforce_eager=False)
+    assert resolve_attention_backend("sdpa", cuda, enforce_eager=True) == "sdpa"
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match=r"attention_backend='triton' runs on CUDA"):
+        resolve_attention_backend("triton", cpu)
+    with pytest.raises(ValueError, match="attention_backend"):
+        from accelkit.serve.config import EngineConfig
+
+        EngineConfig(model="m", attention_backend="flash")
