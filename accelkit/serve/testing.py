@@ -134,7 +134,8 @@ def hf_greedy(model: Any, prompt_ids: list[int], max_new_tokens: int) -> list[in
             torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
             do_sample=False, max_new_tokens=max_new_tokens,
         )
-    return out[0, len(prompt_ids) :].tolist()
+    tokens: list[int] = out[0, len(prompt_ids) :].tolist()
+    return tokens
 
 
 def forced_top1_agreement(engine: Any, prompts: list[list[int]], continuations: list[list[int]]) -> tuple[int, int]:

@@ -92,7 +92,7 @@ def test_a_failing_detokenizer_fails_its_request_only(llm, reference):
 def test_a_dead_device_stops_the_engine_with_the_reason(tmp_path, monkeypatch):
     from accelkit.serve.isolation import EngineDeadError
 
-    llm = LLM(str(save_tiny_model(tmp_path / "tiny")), kv_cache_memory_bytes=1 << 20)
+    llm = LLM(str(save_tiny_model(tmp_path / "tiny")), kv_cache_memory_bytes=2 << 20)
 
     def lost(batch):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
