@@ -26,6 +26,8 @@ def tune_cmd(
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="Include torch.compile recipes."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
     thorough: bool = typer.Option(False, "--thorough", help="The bench's full loops instead of quick ones."),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", min=1, help="2+: tune the gradient compression of a "
+                                       "training workload on that many processes (DDP), gated on its loss."),
     as_json: bool = JsonOption,
 ) -> None:
     """Find the fastest recipe for a workload that stays within the accuracy gate (Pareto frontier + snippet)."""
@@ -51,7 +53,12 @@ def tune_cmd(
     reporter = _reporter(quiet=False)
     try:
         with ResultStore() as store:
-            result = tune(wl, config, store=store, reporter=reporter)
+            if nproc_per_node > 1:
+                from accelkit.tune.compression import tune_compression
+
+                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, store=store, reporter=reporter)
+            else:
+                result = tune(wl, config, store=store, reporter=reporter)
     finally:
         reporter.close()
     data = result.to_json()
