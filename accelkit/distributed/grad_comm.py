@@ -120,13 +120,14 @@ class CommCounter:
         }
 
 
-def counted_hook(hook: Callable[[Any, Any], Any], counter: CommCounter) -> Callable[[Any, Any], Any]:
-    """torch's ``hook`` as DDP calls it, recording each bucket it is given."""
+def counted_hook(hook: Callable[[Any, Any], Any], counter: CommCounter | None) -> Callable[[Any, Any], Any]:
+    """torch's ``hook`` as DDP calls it, recording each bucket it is given (nothing without a ``counter``)."""
 
     def accelkit_counted_hook(state: Any, bucket: Any) -> Any:
-        buffer = bucket.buffer()
-        counter.add("gradient_bytes", int(buffer.numel() * buffer.element_size()))
-        counter.add("buckets", 1)
+        if counter is not None:
+            buffer = bucket.buffer()
+            counter.add("gradient_bytes", int(buffer.numel() * buffer.element_size()))
+            counter.add("buckets", 1)
         return hook(state, bucket)
 
     import torch
@@ -161,8 +162,10 @@ def check_backend(recipe: Recipe, backend: str) -> None:
                            f"{probe.float().tolist()}, expected {expected}); use --grad-compression none")
 
 
-def register_ddp_hook(model: Any, recipe: Recipe, counter: CommCounter) -> Any:
-    """Register the DDP hook ``recipe.grad_compression`` names (counted); returns the hook's state."""
+def register_ddp_hook(model: Any, recipe: Recipe, counter: CommCounter | None = None) -> Any:
+    """Register the DDP hook ``recipe.grad_compression`` names (counted with a ``counter``); returns the hook's
+    state. Without a counter the wrapper only passes the call on (it keeps DDP's name check off torch's bf16 hook,
+    see the module docstring)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     kind = recipe.grad_compression
@@ -177,7 +180,8 @@ def register_ddp_hook(model: Any, recipe: Recipe, counter: CommCounter) -> Any:
     else:
         hook = {"none": default_hooks.allreduce_hook, "bf16": default_hooks.bf16_compress_hook,
                 "fp16": default_hooks.fp16_compress_hook}[kind]
-    counter.install()
+    if counter is not None:
+        counter.install()
     model.register_comm_hook(state, counted_hook(hook, counter))
     return state
 

@@ -141,9 +141,7 @@ def parallelize(model: torch.nn.Module, *, zero: int, device: str, recipe: Recip
         ids = [torch.device(device).index] if device.startswith("cuda") else None
         ddp = DistributedDataParallel(model, device_ids=ids)
         if recipe is not None and (compression != "none" or counter is not None):
-            from accelkit.distributed.grad_comm import CommCounter
-
-            ddp.powersgd_state = register_ddp_hook(ddp, recipe, counter or CommCounter())
+            ddp.powersgd_state = register_ddp_hook(ddp, recipe, counter)
         return ddp
     if zero not in (2, 3):
         raise UserError(f"--zero {zero} is not supported; use 0 (DDP), 2 or 3 (FSDP2)")
