@@ -102,15 +102,18 @@ def plan_variants(
     reporter: Reporter,
     *,
     extra_refusal: Callable[[Variant], str | None] | None = None,
+    world_size: int = 1,
+    zero: int = 0,
 ) -> tuple[list[Variant], list[dict[str, str]]]:
     """Split the variants into runnable and refused (one line each, told to ``reporter``); ``extra_refusal``
-    adds a caller's own reasons (e.g. what a distributed run cannot do). Nothing runnable is a UserError."""
+    adds a caller's own reasons (e.g. what a distributed run cannot do); ``world_size`` and ``zero`` are the
+    layout (gradient compression needs more than one process). Nothing runnable is a UserError."""
     runnable: list[Variant] = []
     refused: list[dict[str, str]] = []
     for v in workload.variants(requested):
         reason = workload.refusal(v, device)
         if reason is None and workload.task != "input":
-            reason = device_refusal(v, device, training=workload.task == "train")
+            reason = device_refusal(v, device, training=workload.task == "train", world_size=world_size, zero=zero)
         if reason is None and extra_refusal is not None:
             reason = extra_refusal(v)
         if reason:
