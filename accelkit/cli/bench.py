@@ -310,7 +310,15 @@ def _dist_config(dist: dict[str, Any] | None) -> Any:
     from accelkit.distributed.launch import DistConfig
 
     config = DistConfig.from_dict(dist)
-    return None if config == DistConfig() else config
+    default = DistConfig()
+    if config == default:
+        return None
+    if config.nproc_per_node == 1 and config.nnodes_range == (1, 1) and config.zero == 0:
+        # one rank of plain data parallelism is the in-process run: torchrun would only add its start-up
+        given = [f"--{f.replace('_', '-')}" for f in config.__dataclass_fields__ if getattr(config, f) != getattr(default, f)]
+        raise UserError(f"{', '.join(given)} {'sets' if len(given) == 1 else 'set'} up a torchrun launch, but this run is one process on one node; add "
+                        "--nproc-per-node N (or --nnodes M, or --zero 2|3) for a distributed run, or drop them")
+    return config
 
 
 def _quality_config(quality: dict[str, Any] | None) -> Any:

@@ -9,6 +9,7 @@ sentence, not a traceback from every rank.
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,10 @@ def run_distributed_bench(
         if dist.nproc_per_node > torch.cuda.device_count():
             raise UserError(f"--nproc-per-node {dist.nproc_per_node} exceeds the {torch.cuda.device_count()} GPUs "
                             "this node has; use one process per GPU")
+    elif dist.nproc_per_node > (cores := len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                else (os.cpu_count() or 1)):
+        raise UserError(f"--nproc-per-node {dist.nproc_per_node} exceeds the {cores} CPU cores this process may use; "
+                        "a CPU rank needs a core of its own — give at most that many")
     hardware, catalog = identify(device)
     peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter)
     dtypes = list(dict.fromkeys(v.matmul_dtype for v in runnable))
