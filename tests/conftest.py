@@ -5,8 +5,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The engine's Triton kernels read TRITON_INTERPRET once, when their module is first imported: a test that
+# imports the engine before the kernel tests do would leave them compiled for a GPU this machine lacks. Set it
+# here, before any test module is imported; on a machine with CUDA the kernels compile for it.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

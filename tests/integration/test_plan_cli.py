@@ -72,7 +72,7 @@ def test_not_fitting_layout_is_reported_not_an_error():
     (["--model", "llama-3.1-70b", "--hardware", "h999"], "unknown hardware 'h999'"),
     (["--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "-4"], "--num-devices"),
     (["--model", "llama-3.1-70b", "--hardware", "h100", "--global-batch", "-1"], "--global-batch"),
-    (["--model", "llama-3.1-70b", "--hardware", "h100", "--recompute", "most"], "--recompute': Value error, 'most' is not one of"),
+    (["--model", "llama-3.1-70b", "--hardware", "h100", "--recompute", "most"], "'--recompute': 'most' is not one of 'none', 'selective', 'full'"),
     (["--model", "no-such-model", "--hardware", "h100"], "no-such-model"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
