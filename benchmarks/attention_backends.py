@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from accelkit.hardware.detect import environment
+from accelkit.hardware.device import resolve_device
 from accelkit.serve.attention import StepTensors, make_attention_backend
 from accelkit.serve.kv_cache import kv_cache_class
 from accelkit.timing import LoopConfig, time_loop
@@ -150,7 +151,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (runs on a CPU under TRITON_INTERPRET=1)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(resolve_device("auto"))
     if device.type != "cuda" and not args.smoke:
         ap.error("needs a CUDA device (or --smoke with TRITON_INTERPRET=1 for a smoke run on a CPU)")
     dtype = torch.bfloat16

@@ -31,6 +31,7 @@ from accelkit.bench.workloads.base import BenchWorkload
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
 from accelkit.core.spec import Spec, spec_field
+from accelkit.hardware.device import resolve_device
 from accelkit.timing import LoopConfig, timer_name
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 #: the largest seed ``torch.manual_seed`` / ``torch.Generator.manual_seed`` accept (an unsigned 64-bit integer)
 SEED_MAX = 2**64 - 1
 
-__all__ = ["SEED_MAX", "BenchConfig", "Peaks", "Reporter", "identify", "plan_variants", "predict_variant", "resolve_device",
+__all__ = ["SEED_MAX", "BenchConfig", "Peaks", "Reporter", "identify", "plan_variants", "predict_variant",
            "run_benchmark"]
 
 
@@ -76,12 +77,6 @@ class Reporter:
 
 
 # ---- device ------------------------------------------------------------------------------------------
-def resolve_device(name: str) -> str:
-    from accelkit.hardware.probe import _resolve_device
-
-    return _resolve_device(name)
-
-
 def identify(device: str) -> tuple[str, str | None]:
     """(hardware name as the store spells it, catalog name or None) — the same names `hw probe` uses."""
     from accelkit.hardware.detect import cpu_info

@@ -9,11 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelkit.bench.runner import BenchConfig, Reporter, resolve_device, run_benchmark
+from accelkit.bench.runner import BenchConfig, Reporter, run_benchmark
 from accelkit.bench.variants import matrix
 from accelkit.bench.workloads import make_workload
 from accelkit.core import UnknownNameError, UserError
 from accelkit.core.bench_result import BenchRunResult
+from accelkit.hardware.device import resolve_device
 from accelkit.timing import LoopConfig
 
 

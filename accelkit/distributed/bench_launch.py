@@ -13,12 +13,13 @@ import os
 import uuid
 from typing import TYPE_CHECKING
 
-from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants, resolve_device
+from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
 from accelkit.distributed.launch import DistConfig, launch
 from accelkit.distributed.parallel import refusal
 from accelkit.distributed.quality import QualityConfig
+from accelkit.hardware.device import resolve_device
 
 if TYPE_CHECKING:
     from accelkit.bench.variants import Variant

@@ -20,6 +20,8 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from accelkit.hardware.device import resolve_device
+
 
 @dataclass(frozen=True, slots=True)
 class RankContext:
@@ -45,24 +47,15 @@ class RankContext:
         return {"rank": self.rank, "local_rank": self.local_rank, "host": self.host, "device": self.device}
 
 
-def pick_device(requested: str, local_rank: int) -> str:
-    """auto: this rank's GPU (cuda:LOCAL_RANK) when there is one, else the CPU."""
-    import torch
-
-    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
-        return "cpu"
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"device {requested!r} was asked for but this rank sees no CUDA/ROCm device")
-    return f"cuda:{local_rank}"
-
-
 def start(job: dict[str, Any]) -> RankContext:
     import torch
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    device = pick_device(job.get("device", "auto"), local_rank)
+    requested = str(job.get("device", "auto"))
+    # every rank takes its own GPU (cuda:LOCAL_RANK) whatever index the launcher was given
+    device = resolve_device("cuda" if requested.startswith("cuda") else requested, index=local_rank)
     backend = job.get("backend", "auto")
     if backend == "auto":
         backend = "nccl" if device.startswith("cuda") else "gloo"

@@ -12,6 +12,7 @@ from accelkit.core import DeviceSpec, Measurement, UserError, summarize
 from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.catalog import match_device_name
 from accelkit.hardware.detect import cpu_info, environment
+from accelkit.hardware.device import resolve_device
 from accelkit.hardware.kernel_probe import probe_kernels
 from accelkit.timing import LoopConfig, time_loop
 
@@ -35,18 +36,6 @@ class ProbeConfig(Spec):
     @property
     def loop(self) -> LoopConfig:
         return LoopConfig.quick() if self.quick else LoopConfig(min_time_s=3.0, min_iterations=20)
-
-
-def _resolve_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} was asked for but torch sees no CUDA/ROCm device; use --device cpu")
-    if name != "cpu" and not name.startswith("cuda"):
-        raise UserError(f"device {name!r} is not valid; use auto, cpu or cuda[:N]")
-    return name
 
 
 def _check_memory(device: str, size: int, copy_bytes: int) -> None:
@@ -123,7 +112,7 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
     import torch
 
     config = config or ProbeConfig()
-    device = _resolve_device(config.device)
+    device = resolve_device(config.device)
     support = supported_dtypes(device)
     if config.dtypes is None:
         dtypes = [d for d in (("fp32", "bf16") if device == "cpu" else CUDA_DTYPES) if support.get(d) is None]

@@ -22,17 +22,17 @@ def profile_workload(
 ) -> tuple[dict[str, Any], Measurement]:
     """Build the workload's first step (the bench workloads' own ``prepare``), profile it; returns the summary
     and the Measurement to store (kind 'profile', hardware named as `hw probe` and `bench` name it)."""
-    import torch
 
     from accelkit.bench.runner import identify
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads import get_workload, make_workload
     from accelkit.hardware.detect import environment
+    from accelkit.hardware.device import resolve_device
 
     step_note = on_step or (lambda text: None)
     fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
     cfg = {k: v for k, v in options.items() if v is not None and k in fields}
-    dev = ("cuda:0" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    dev = resolve_device(device)
     try:
         workload = make_workload(name, cfg)
         workload.check(dev)

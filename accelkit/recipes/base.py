@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from accelkit.core import Recipe, UserError
+from accelkit.hardware.device import resolve_device
 
 if TYPE_CHECKING:
     import torch
@@ -46,7 +47,7 @@ def device_info(device: str | torch.device | None = None) -> DeviceInfo:
     """Describe ``device`` (default: the first GPU if any, else the CPU)."""
     import torch
 
-    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device if device is not None else resolve_device("auto"))
     if dev.type != "cuda":
         return DeviceInfo(type="cpu", name="cpu")
     props = torch.cuda.get_device_properties(dev)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from accelkit.core.units import GiB, fmt_bytes
+from accelkit.hardware.device import resolve_device
 from accelkit.serve.attention import AttentionContext, StepTensors, make_attention_backend, resolve_attention_backend
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.cuda_graphs import MAX_GRAPH_BATCH_SIZE, DecodeGraphs
@@ -33,15 +34,6 @@ log = logging.getLogger("accelkit.serve")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CPU_DEFAULT_KV_BYTES = 1 * GiB
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={name!r} but torch sees no CUDA device; use device='cpu'")
-    return device
 
 
 def resolve_dtype(name: str, args: LlamaArgs) -> torch.dtype:
@@ -69,7 +61,7 @@ class ModelRunner:
     def __init__(self, config: EngineConfig, args: LlamaArgs, *, max_model_len: int) -> None:
         self.config = config
         self.args = args
-        self.device = resolve_device(config.device)
+        self.device = torch.device(resolve_device(config.device))
         self.dtype = resolve_dtype(config.dtype, args)
         self.attention_backend = resolve_attention_backend(
             config.attention_backend, self.device, enforce_eager=config.enforce_eager

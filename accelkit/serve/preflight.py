@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.core.units import fmt_bytes
+from accelkit.hardware.device import resolve_device
 
 _MAX_DIM = 2**31 - 1  # no dimension of a real model comes near; beyond it every tensor index overflows int32
 _MAX_HEADER_BYTES = 100 * 2**20  # safetensors' own limit on the JSON header
@@ -202,9 +203,7 @@ def available_memory(device: str) -> tuple[str, int]:
     import psutil
     import torch
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    dev = torch.device(resolve_device(device))
     if dev.type == "cuda" and torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info(dev)
         return str(dev), int(free)

@@ -58,7 +58,7 @@ def _gate(entry: dict[str, Any]) -> dict[str, Any]:
 def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, *, nproc_per_node: int,
                      store: ResultStore | None = None, reporter: Any = None) -> TuneResult:
     """Search the gradient compressions of ``workload``'s training step on ``nproc_per_node`` ranks (DDP)."""
-    from accelkit.bench.runner import BenchConfig, resolve_device
+    from accelkit.bench.runner import BenchConfig
     from accelkit.bench.variants import Variant, device_refusal
     from accelkit.core import Measurement
     from accelkit.distributed.bench_launch import run_distributed_bench
@@ -66,6 +66,7 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     from accelkit.distributed.parallel import SUPPORTED
     from accelkit.distributed.quality import QualityConfig
     from accelkit.hardware.detect import environment
+    from accelkit.hardware.device import resolve_device
     from accelkit.timing import LoopConfig
 
     config = config or TuneConfig()

@@ -166,10 +166,11 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     returned, with ``store_error`` set."""
     import uuid
 
-    from accelkit.bench.runner import BenchConfig, identify, predict_variant, resolve_device, run_benchmark
+    from accelkit.bench.runner import BenchConfig, identify, predict_variant, run_benchmark
     from accelkit.bench.variants import Variant, device_refusal
     from accelkit.core import Measurement
     from accelkit.hardware.detect import environment
+    from accelkit.hardware.device import resolve_device
     from accelkit.timing import LoopConfig
 
     config = config or TuneConfig()

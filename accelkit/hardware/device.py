@@ -1,0 +1,33 @@
+"""Which torch device a command runs on: the one place ``--device`` values are read.
+
+``auto`` takes the first GPU torch sees (CUDA, or ROCm through the same API), else the CPU; ``cuda`` without an
+index takes ``index`` (a distributed rank passes its LOCAL_RANK); ``cuda:N`` is checked against the devices
+torch sees. Anything else is refused with the values that work — before a model is built or memory allocated.
+"""
+
+from __future__ import annotations
+
+from accelkit.core.errors import UserError
+
+
+def resolve_device(name: str, *, index: int = 0) -> str:
+    """``name`` ('auto', 'cpu', 'cuda', 'cuda:N') → the device string torch takes, e.g. 'cuda:0' or 'cpu'."""
+    import torch
+
+    name = name.strip().lower()
+    has_gpu = torch.cuda.is_available()
+    if name == "auto":
+        name = "cuda" if has_gpu else "cpu"
+    if name == "cpu":
+        return "cpu"
+    kind, _, number = name.partition(":")
+    if kind != "cuda" or (number and not number.isdigit()):
+        raise UserError(f"device {name!r} is not valid; use auto, cpu, cuda or cuda:N")
+    if not has_gpu:
+        raise UserError(f"device {name!r} was asked for but torch sees no CUDA/ROCm device; use --device cpu "
+                        "(or install a CUDA/ROCm build of torch)")
+    count = torch.cuda.device_count()
+    n = int(number) if number else index
+    if n >= count:
+        raise UserError(f"device 'cuda:{n}' does not exist: torch sees {count} GPU(s) (cuda:0 … cuda:{count - 1})")
+    return f"cuda:{n}"
