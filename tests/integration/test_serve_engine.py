@@ -127,6 +127,33 @@ def test_text_prompts_and_timings(llm):
     assert m.ttft_s > 0 and m.e2e_s >= m.ttft_s and m.num_generation_tokens == 6 and m.queue_time_s >= 0
 
 
+def test_streamed_outputs_are_snapshots_and_final_only_gives_the_same_result(llm, greedy_ref):
+    """Per-step outputs keep what they held when made (their lists are not copied by the engine but must not
+    grow afterwards); a final-only request (what LLM.generate uses) gets one output equal to the stream's end."""
+    engine = llm.engine
+    params = SamplingParams.greedy(12, stop=("w9999",))  # a stop string that never hits: incremental text checked
+    engine.add_request(PROMPTS[0], params, request_id="streamed")
+    engine.add_request(PROMPTS[0], params, request_id="final", final_only=True)
+    streamed, final = [], []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            (streamed if out.request_id == "streamed" else final).append(out)
+    assert len(final) == 1 and final[0].finished and len(streamed) == len(greedy_ref[0])
+    ids, text = [], ""
+    for i, out in enumerate(streamed):  # read only now, after the request finished
+        ids += out.new_token_ids
+        text += out.new_text
+        assert out.token_ids == ids == greedy_ref[0][: i + 1] and out.text == text
+        assert out.num_new_tokens == 1 and out.metrics.num_generation_tokens == i + 1
+        assert out.finished == (i == len(streamed) - 1)
+        assert (out.metrics.finished_time is None) == (not out.finished)
+        assert out.prompt_token_ids == streamed[0].prompt_token_ids
+    assert [o.metrics.last_token_time for o in streamed] == sorted(o.metrics.last_token_time for o in streamed)
+    last, only = streamed[-1], final[0]
+    assert (only.token_ids, only.text, only.finish_reason) == (last.token_ids, last.text, last.finish_reason)
+    assert (only.new_token_ids, only.new_text) == (last.new_token_ids, last.new_text)  # as before final_only existed
+
+
 # ---- sampling ----------------------------------------------------------------------------------------
 def test_seeded_sampling_is_reproducible_whatever_the_batch(llm):
     params = SamplingParams(temperature=0.8, top_p=0.9, top_k=50, max_tokens=10, seed=1234)
