@@ -40,8 +40,9 @@ demo: $(VENV)/.base
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
-## test: set up with the dev extras, then ruff and the whole test suite
+## test: set up with the dev extras, then ruff, mypy and the whole test suite
 test: lint
 	$(BIN)/python -m pytest -q -rs
 

@@ -47,11 +47,13 @@ def predict_variant(
     if spec is None:
         return None, f"{workload.name}: no architecture the planner can model"
     from accelkit.core import Cluster
-    from accelkit.plan import plan, resolve_hardware
+    from accelkit.plan import PlanOptions, plan, resolve_hardware
 
     try:
         hw = resolve_hardware(catalog or ("cpu" if device == "cpu" else device))
-        return plan(spec, Cluster(device=hw, num_devices=dp, devices_per_node=devices_per_node)), None
+        # the bench keeps fp32 parameters (autocast over them), so its gradients reduce in fp32 at any precision
+        return plan(spec, Cluster(device=hw, num_devices=dp, devices_per_node=devices_per_node),
+                    PlanOptions(grad_reduce_fp32=dp > 1)), None
     except Exception as exc:  # a planner gap must not lose a measurement
         return None, f"the planner could not estimate this workload ({type(exc).__name__}: {exc})"
 

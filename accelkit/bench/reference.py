@@ -56,8 +56,11 @@ def step_flops(prepared: Prepared) -> dict[str, float]:
     ``step.cycle`` counted calls."""
     out = {}
     for step in prepared.steps:
-        step.fn()
-        out[step.name] = count_flops(step.fn, calls=step.cycle) / step.items
+        per_call = step.flops_per_call() if step.flops_per_call is not None else None
+        if per_call is None:
+            step.fn()
+            per_call = count_flops(step.fn, calls=step.cycle)
+        out[step.name] = per_call / step.items
     return out
 
 

@@ -36,7 +36,10 @@ from accelkit.timing import LoopConfig, timer_name
 if TYPE_CHECKING:
     from accelkit.results import ResultStore
 
-__all__ = ["BenchConfig", "Peaks", "Reporter", "identify", "plan_variants", "predict_variant", "resolve_device",
+#: the largest seed ``torch.manual_seed`` / ``torch.Generator.manual_seed`` accept (an unsigned 64-bit integer)
+SEED_MAX = 2**64 - 1
+
+__all__ = ["SEED_MAX", "BenchConfig", "Peaks", "Reporter", "identify", "plan_variants", "predict_variant", "resolve_device",
            "run_benchmark"]
 
 
@@ -47,7 +50,7 @@ class BenchConfig(Spec):
     device: str = spec_field("auto", doc="'auto' (first GPU, else CPU), 'cpu' or 'cuda[:N]'.")
     loop: LoopConfig = spec_field(default_factory=LoopConfig, doc="Warm-up and stopping rule per variant.")
     interleave: bool = spec_field(True, doc="Run the variants' measured blocks in rounds (A B A B …).")
-    seed: int = spec_field(0, min=0, doc="Seed of the random weights and inputs.")
+    seed: int = spec_field(0, min=0, max=SEED_MAX, doc="Seed of the random weights and inputs (0 to 2**64 - 1).")
     accuracy: bool = spec_field(True, doc="Compare each variant's output with fp32 on a fixed slice of the batch.")
     predict: bool = spec_field(True, doc="Store the planner's estimate beside each measurement.")
     auto_probe: bool = spec_field(True, doc="Without a stored `hw probe` of this device, run a quick one for MFU.")
@@ -102,15 +105,18 @@ def plan_variants(
     reporter: Reporter,
     *,
     extra_refusal: Callable[[Variant], str | None] | None = None,
+    world_size: int = 1,
+    zero: int = 0,
 ) -> tuple[list[Variant], list[dict[str, str]]]:
     """Split the variants into runnable and refused (one line each, told to ``reporter``); ``extra_refusal``
-    adds a caller's own reasons (e.g. what a distributed run cannot do). Nothing runnable is a UserError."""
+    adds a caller's own reasons (e.g. what a distributed run cannot do); ``world_size`` and ``zero`` are the
+    layout (gradient compression needs more than one process). Nothing runnable is a UserError."""
     runnable: list[Variant] = []
     refused: list[dict[str, str]] = []
     for v in workload.variants(requested):
         reason = workload.refusal(v, device)
         if reason is None and workload.task != "input":
-            reason = device_refusal(v, device, training=workload.task == "train")
+            reason = device_refusal(v, device, training=workload.task == "train", world_size=world_size, zero=zero)
         if reason is None and extra_refusal is not None:
             reason = extra_refusal(v)
         if reason:

@@ -1,9 +1,10 @@
 """The precision and optimization matrix of `accelkit bench`, and a thin adapter to the recipes.
 
 A :class:`Variant` is one cell of the matrix (a precision plus optional compile / recompute /
-channels-last), or an explicit :class:`Recipe` (what `accelkit tune` measures). :func:`apply` turns a
-finished model into that variant through ``accelkit.recipes.apply``; :func:`device_refusal` says in one
-line why a variant cannot run here — it is never run as something else.
+channels-last / gradient compression), or an explicit :class:`Recipe` (what `accelkit tune` measures).
+:func:`apply` turns a finished model into that variant through ``accelkit.recipes.apply`` (gradient
+compression is not a single-module transform: ``accelkit.distributed`` applies it when it wraps the model);
+:func:`device_refusal` says in one line why a variant cannot run here — it is never run as something else.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from accelkit.core import Recipe
+from accelkit.core.recipe import POWERSGD_FIELDS, GradCompression
 from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
@@ -23,6 +25,14 @@ BenchPrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 Fp8Scaling = Literal["tensorwise", "rowwise"]
 FP8_SCALINGS: tuple[str, ...] = ("tensorwise", "rowwise")
+GRAD_COMPRESSIONS: tuple[str, ...] = ("none", "bf16", "fp16", "powersgd")
+_RECIPE_FIELDS = Recipe.__dataclass_fields__
+
+
+def _recipe_field(name: str) -> Any:
+    """The same field as the Recipe's (default, doc, bounds)."""
+    f = _RECIPE_FIELDS[name]
+    return spec_field(f.default, doc=f.metadata["doc"], min=f.metadata["min"], max=f.metadata["max"])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,10 +50,43 @@ class Variant(Spec):
         None, doc="A Recipe to apply as it is (accelkit tune); None = the one precision and options mean."
     )
     settings: dict[str, Any] = spec_field(default_factory=dict, doc="Workload-specific settings of this variant.")
+    grad_compression: GradCompression = _recipe_field("grad_compression")
+    powersgd_rank: int = _recipe_field("powersgd_rank")
+    powersgd_start_iter: int = _recipe_field("powersgd_start_iter")
+    powersgd_error_feedback: bool = _recipe_field("powersgd_error_feedback")
+    powersgd_warm_start: bool = _recipe_field("powersgd_warm_start")
+    powersgd_min_compression_rate: float = _recipe_field("powersgd_min_compression_rate")
 
     def validate(self) -> None:
         if self.fp8_scaling != "tensorwise" and self.precision != "fp8":
             raise ValueError(f"fp8_scaling={self.fp8_scaling!r} applies to precision='fp8', not {self.precision!r}")
+        if self.explicit_recipe is None:
+            Recipe(grad_compression=self.grad_compression, **self.powersgd)  # the Recipe's own rules
+
+    @property
+    def powersgd(self) -> dict[str, Any]:
+        """The PowerSGD settings (Recipe field → value)."""
+        return {f: getattr(self, f) for f in POWERSGD_FIELDS}
+
+    @property
+    def compression(self) -> str:
+        """The gradient compression this variant runs ('none' without one)."""
+        if self.explicit_recipe is not None:
+            return self.explicit_recipe.grad_compression
+        return self.grad_compression
+
+    @property
+    def compression_name(self) -> str | None:
+        """How the name shows the compression: bf16-grads, powersgd-r4[-no-ef][-no-warm][-start10] (None for none)."""
+        if self.grad_compression == "none":
+            return None
+        if self.grad_compression != "powersgd":
+            return f"{self.grad_compression}-grads"
+        name = f"powersgd-r{self.powersgd_rank}"
+        name += "" if self.powersgd_error_feedback else "-no-ef"
+        name += "" if self.powersgd_warm_start else "-no-warm"
+        default_start = _RECIPE_FIELDS["powersgd_start_iter"].default
+        return name + ("" if self.powersgd_start_iter == default_start else f"-start{self.powersgd_start_iter}")
 
     @property
     def name(self) -> str:
@@ -51,7 +94,16 @@ class Variant(Spec):
             return self.label
         parts: list[str] = [self.precision if self.fp8_scaling == "tensorwise" else f"{self.precision}-{self.fp8_scaling}"]
         parts += [opt for opt, on in self.options.items() if on]
+        if self.compression_name:
+            parts.append(self.compression_name)
         return "+".join(parts)
+
+    def without_compression(self) -> Variant:
+        """The same variant with plain gradient communication (the quality gate's reference)."""
+        defaults = {f: _RECIPE_FIELDS[f].default for f in ("grad_compression", *POWERSGD_FIELDS)}
+        if self.explicit_recipe is not None:
+            return self.replace(explicit_recipe=self.explicit_recipe.replace(**defaults))
+        return self.replace(**defaults)
 
     @property
     def options(self) -> dict[str, bool]:
@@ -66,7 +118,7 @@ class Variant(Spec):
         """Plain fp32 eager: the variant the others' drift and FLOPs are measured against."""
         if self.explicit_recipe is not None:
             return self.explicit_recipe == Recipe()
-        return self.is_plain and self.precision == "fp32" and not self.settings
+        return self.is_plain and self.precision == "fp32" and not self.settings and self.grad_compression == "none"
 
     def recipe(self, *, training: bool = False) -> Recipe:
         """The Recipe this variant means. int8 is dynamic int8 quantization with fp32 compute; fp8 is
@@ -83,6 +135,8 @@ class Variant(Spec):
             compile="default" if self.compile else False,
             recompute="full" if self.recompute else "none",
             channels_last=self.channels_last,
+            grad_compression=self.grad_compression,
+            **self.powersgd,
         )
 
     @property
@@ -103,45 +157,77 @@ class Matrix(Spec):
     channels_last: bool = spec_field(False, doc="Add channels-last variants (CNNs).")
     fp8_scalings: tuple[Fp8Scaling, ...] = spec_field(
         ("tensorwise",), doc="fp8 training recipes to run, comma list of tensorwise (SM89+) and rowwise (SM90+).")
+    grad_compressions: tuple[GradCompression, ...] = spec_field(
+        ("none",), doc="Data-parallel gradient compressions to run (with --nproc-per-node), comma list of none, bf16, "
+                       "fp16, powersgd; each compressed variant is gated on its loss against none.")
+    powersgd_rank: int = _recipe_field("powersgd_rank")
+    powersgd_start_iter: int = _recipe_field("powersgd_start_iter")
+    powersgd_error_feedback: bool = _recipe_field("powersgd_error_feedback")
+    powersgd_warm_start: bool = _recipe_field("powersgd_warm_start")
+    powersgd_min_compression_rate: float = _recipe_field("powersgd_min_compression_rate")
 
     def validate(self) -> None:
-        if not self.precisions or not self.fp8_scalings:
-            raise ValueError("precisions and fp8_scalings need at least one value each")
+        if not self.precisions or not self.fp8_scalings or not self.grad_compressions:
+            raise ValueError("precisions, fp8_scalings and grad_compressions need at least one value each")
+        if "powersgd" not in self.grad_compressions:
+            changed = [f for f in POWERSGD_FIELDS if getattr(self, f) != _RECIPE_FIELDS[f].default]
+            if changed:
+                raise ValueError(f"{changed[0]} applies to grad_compressions with powersgd, not "
+                                 f"{','.join(self.grad_compressions)}")
+        else:
+            Recipe(grad_compression="powersgd", **{f: getattr(self, f) for f in POWERSGD_FIELDS})
 
     def variants(self) -> list[Variant]:
         return matrix(self.precisions, compile=self.compile, recompute=self.recompute,
-                      channels_last=self.channels_last, fp8_scalings=self.fp8_scalings)
+                      channels_last=self.channels_last, fp8_scalings=self.fp8_scalings,
+                      grad_compressions=self.grad_compressions,
+                      powersgd={f: getattr(self, f) for f in POWERSGD_FIELDS})
 
 
 def matrix(
     precisions: Sequence[str], *, compile: bool = False, recompute: bool = False, channels_last: bool = False,
-    fp8_scalings: Sequence[str] = ("tensorwise",),
+    fp8_scalings: Sequence[str] = ("tensorwise",), grad_compressions: Sequence[str] = ("none",),
+    powersgd: dict[str, Any] | None = None,
 ) -> list[Variant]:
     """Each precision plain, and — when options are given — each precision with them too, so the table
-    shows what the options buy; fp8 once per scaling in ``fp8_scalings``. The first variant is the baseline
-    of the comparison."""
+    shows what the options buy; fp8 once per scaling in ``fp8_scalings``; each of those once per gradient
+    compression (PowerSGD with the ``powersgd`` settings). The first variant is the baseline of the comparison."""
     opts = {"compile": compile, "recompute": recompute, "channels_last": channels_last}
     out: list[Variant] = []
     for p in dict.fromkeys(precisions):  # keep order, drop repeats
         for scaling in dict.fromkeys(fp8_scalings) if p == "fp8" else ("tensorwise",):
-            out.append(Variant.from_dict({"precision": p, "fp8_scaling": scaling}))
+            cells: list[dict[str, Any]] = [{"precision": p, "fp8_scaling": scaling}]
             if any(opts.values()):
-                out.append(Variant.from_dict({"precision": p, "fp8_scaling": scaling, **opts}))
+                cells.append({**cells[0], **opts})
+            for cell in cells:
+                for kind in dict.fromkeys(grad_compressions):
+                    extra = dict(powersgd or {}) if kind == "powersgd" else {}
+                    out.append(Variant.from_dict({**cell, "grad_compression": kind, **extra}))
     return out
 
 
-def device_refusal(variant: Variant, device: str, *, training: bool = False) -> str | None:
-    """Why this device cannot run ``variant`` (None if it can)."""
+def device_refusal(variant: Variant, device: str, *, training: bool = False, world_size: int = 1,
+                   zero: int = 0) -> str | None:
+    """Why this device (and layout: ``world_size`` processes, ZeRO stage ``zero``) cannot run ``variant`` (None if
+    it can)."""
     from accelkit.hardware.probe import supported_dtypes
 
     if variant.precision in ("tf32", "fp8") and supported_dtypes(device).get(variant.precision):
         return supported_dtypes(device)[variant.precision]
     from accelkit.recipes import refusal
     from accelkit.recipes.apply import techniques
+    from accelkit.recipes.grad_compression import compression_refusal
 
-    reason = refusal(variant.recipe(training=training), device, training=training,
-                     steps=techniques(fp8_scaling=variant.fp8_scaling))
+    recipe = variant.recipe(training=training)
+    reason = compression_refusal(recipe, world_size=world_size, zero=zero, training=training) or refusal(
+        single_device(recipe), device, training=training, steps=techniques(fp8_scaling=variant.fp8_scaling))
     return str(reason) if reason else None
+
+
+def single_device(recipe: Recipe) -> Recipe:
+    """``recipe`` without its data-parallel communication settings (what ``recipes.apply`` transforms)."""
+    defaults = {f: _RECIPE_FIELDS[f].default for f in ("grad_compression", *POWERSGD_FIELDS)}
+    return recipe.replace(**defaults)
 
 
 # ---- applying a variant ---------------------------------------------------------------------------------
@@ -152,8 +238,8 @@ def apply(
     also run under :func:`numerics`; int8 and fp8 go through the recipes' quantization)."""
     from accelkit.recipes import apply as apply_recipe
 
-    return apply_recipe(model, variant.recipe(training=train), example_inputs=example_inputs, device=device,
-                        training=train, fp8_scaling=variant.fp8_scaling)
+    return apply_recipe(model, single_device(variant.recipe(training=train)), example_inputs=example_inputs,
+                        device=device, training=train, fp8_scaling=variant.fp8_scaling)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from accelkit.bench.runner import BenchConfig
-from accelkit.bench.variants import Matrix
+from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
 from accelkit.bench.workloads import BertConfig, CustomConfig, DataLoaderConfig, LLMConfig, LLMTrainConfig, ResNetConfig
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out
 from accelkit.cli.spec_options import spec_options
@@ -70,12 +70,18 @@ LOOP_HELPS = {"warmup_iterations": "Minimum warm-up iterations (default 10; --qu
               "min_time_s": "… and at least S seconds (default 10; --quick 1).",
               "max_iterations": "Hard cap on measured iterations (default none)."}
 MATRIX_PARSE = {"precisions": _list("--precision", PRECISIONS), "fp8_scalings": _list("--fp8-scaling",
-                                                                                      ("tensorwise", "rowwise"))}
-MATRIX_NAMES = {"precisions": "--precision", "fp8_scalings": "--fp8-scaling"}
+                                                                                      ("tensorwise", "rowwise")),
+                "grad_compressions": _list("--grad-compression", GRAD_COMPRESSIONS)}
+MATRIX_NAMES = {"precisions": "--precision", "fp8_scalings": "--fp8-scaling", "grad_compressions": "--grad-compression"}
 MATRIX_HELPS = {"precisions": "Comma list of fp32, tf32, bf16, fp16, fp8, int8 (default fp32); the first is the "
                               "baseline.",
                 "fp8_scalings": "fp8 training recipes, comma list of tensorwise (SM89+), rowwise (SM90+) "
-                                "(default tensorwise)."}
+                                "(default tensorwise).",
+                "grad_compressions": "Data-parallel gradient compressions (with --nproc-per-node), comma list of none, "
+                                     "bf16, fp16, powersgd (default none); each is gated on its loss against none."}
+#: the Matrix fields of gradient compression: only the distributed training benches take them
+COMPRESSION_FIELDS = ("grad_compressions", "powersgd_rank", "powersgd_start_iter", "powersgd_error_feedback",
+                      "powersgd_warm_start", "powersgd_min_compression_rate")
 QuickOption = typer.Option(False, "--quick", help="Short loops (seconds); percentiles flagged as not backed.")
 ProgressOption = typer.Option(False, "--progress", help="Progress lines on stderr when it is not a terminal "
                                                         "(a terminal always gets the live bar).")
@@ -253,7 +259,7 @@ def _configs(bench: dict[str, Any], loop: dict[str, Any], quick: bool, default_l
 
 def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | None, bench: dict[str, Any],
                   loop: dict[str, Any], *, quick: bool, progress: bool, as_json: bool,
-                  dist: dict[str, Any] | None = None) -> None:
+                  dist: dict[str, Any] | None = None, quality: dict[str, Any] | None = None) -> None:
     from accelkit.bench.workloads import make_workload
     from accelkit.results import ResultStore
 
@@ -262,13 +268,15 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
         wl = make_workload(name, workload)
         variants = Matrix(**matrix).variants() if matrix is not None else []
         dist_config = _dist_config(dist)
+        quality_config = _quality_config(quality)
     reporter = _reporter(progress=progress)
     try:
         with ResultStore() as store:
             if dist_config is not None:
                 from accelkit.distributed.bench_launch import run_distributed_bench
 
-                result: Any = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter)
+                result: Any = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter,
+                                                    quality=quality_config)
             else:
                 from accelkit.bench.runner import run_benchmark
 
@@ -302,7 +310,21 @@ def _dist_config(dist: dict[str, Any] | None) -> Any:
     from accelkit.distributed.launch import DistConfig
 
     config = DistConfig.from_dict(dist)
-    return None if config == DistConfig() else config
+    default = DistConfig()
+    if config == default:
+        return None
+    if config.nproc_per_node == 1 and config.nnodes_range == (1, 1) and config.zero == 0:
+        # one rank of plain data parallelism is the in-process run: torchrun would only add its start-up
+        given = [f"--{f.replace('_', '-')}" for f in config.__dataclass_fields__ if getattr(config, f) != getattr(default, f)]
+        raise UserError(f"{', '.join(given)} {'sets' if len(given) == 1 else 'set'} up a torchrun launch, but this run is one process on one node; add "
+                        "--nproc-per-node N (or --nnodes M, or --zero 2|3) for a distributed run, or drop them")
+    return config
+
+
+def _quality_config(quality: dict[str, Any] | None) -> Any:
+    from accelkit.distributed.quality import QualityConfig
+
+    return QualityConfig(**(quality or {}))
 
 
 def _render(result: Any, as_json: bool) -> None:
@@ -315,6 +337,7 @@ def _render(result: Any, as_json: bool) -> None:
         for run in runs:
             if run.variants:
                 out.print(bench_table(run))
+            _grad_comm_table(run)
             for line in bench_footnotes(run):
                 out.print(line, highlight=False, markup=False, soft_wrap=True)
             out.print()
@@ -342,6 +365,38 @@ def _render(result: Any, as_json: bool) -> None:
         err.print(f"error: {len(failed)} variant(s) failed: {', '.join(failed)} — their errors are above; the "
                   "others were measured and stored", highlight=False, markup=False, soft_wrap=True)
         sys.exit(1)
+
+
+def _grad_comm_table(run: Any) -> None:
+    """With --grad-compression: bytes per step per rank (counted vs the planner) and the quality gate per variant."""
+    from accelkit.cli.output import fmt_num, table
+    from accelkit.core.units import fmt_bytes
+
+    rows = []
+    for v in run.variants:
+        comm, quality = v.grad_comm, v.quality
+        if comm is None and quality is None:
+            continue
+        measured = (comm or {}).get("measured_bytes_per_step") or []
+        ratios = [r for r in (comm or {}).get("ratio_per_rank") or [] if r is not None]
+        sent = [r for r in (comm or {}).get("sent_over_gradient") or [] if r is not None]
+        gate = "reference" if (quality or {}).get("role") == "reference" else (
+            None if not quality or "passed" not in quality else ("pass" if quality["passed"] else "FAIL"))
+        loss = (quality or {}).get("final_loss") if quality and quality.get("role") == "candidate" else None
+        rows.append([v.name, fmt_bytes(max(measured)) if measured else None,
+                     f"{max(sent):.3f}" if sent else None,
+                     fmt_bytes(comm["predicted_bytes_per_step"]) if comm and comm.get("predicted_bytes_per_step") else None,
+                     f"{max(ratios, key=lambda r: abs(r - 1)):.3f}" if ratios else None,
+                     fmt_num(loss, 4), None if not quality or quality.get("ratio") is None else f"{quality['ratio']:.4f}",
+                     gate])
+    if not rows:
+        return
+    out.print(table("gradient communication per step per rank (counted in the hook) and the quality gate",
+                    ["variant", "bytes/step", "× plain", "planned", "counted ÷ planned", "final loss", "loss × none", "gate"],
+                    rows, right=(1, 2, 3, 4, 5, 6)))
+    for v in run.variants:
+        if v.quality and v.quality.get("message"):
+            out.print(v.quality["message"], highlight=False, markup=False, soft_wrap=True)
 
 
 # ---- the commands ----------------------------------------------------------------------------------------
@@ -401,7 +456,7 @@ def suite_cmd(
 
 @app.command("bert", cls=BenchCommand)
 @_run_options
-@_matrix(exclude=("recompute", "channels_last", "fp8_scalings"))
+@_matrix(exclude=("recompute", "channels_last", "fp8_scalings", *COMPRESSION_FIELDS))
 @spec_options(BertConfig, into="workload")
 def bert_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
              workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
@@ -411,7 +466,7 @@ def bert_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json
 
 @app.command("llm", cls=BenchCommand)
 @_run_options
-@_matrix(exclude=("recompute", "channels_last", "fp8_scalings"))
+@_matrix(exclude=("recompute", "channels_last", "fp8_scalings", *COMPRESSION_FIELDS))
 @spec_options(LLMConfig, into="workload")
 def llm_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
             workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
@@ -421,8 +476,9 @@ def llm_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json:
 
 def _dist_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     from accelkit.distributed.launch import DistConfig
+    from accelkit.distributed.quality import QualityConfig
 
-    return spec_options(DistConfig, into="dist")(fn)
+    return spec_options(QualityConfig, into="quality")(spec_options(DistConfig, into="dist")(fn))
 
 
 @app.command("llm-train", cls=BenchCommand)
@@ -431,12 +487,12 @@ def _dist_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_matrix(exclude=("channels_last",))
 @spec_options(LLMTrainConfig, into="workload")
 def llm_train_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
-                  workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any], bench: dict[str, Any],
-                  loop: dict[str, Any]) -> None:
+                  workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any], quality: dict[str, Any],
+                  bench: dict[str, Any], loop: dict[str, Any]) -> None:
     """Decoder training step (AdamW): tokens/s, MFU and the loss of the first steps; distributed with
-    --nproc-per-node (DDP, or FSDP2 with --zero 2|3)."""
+    --nproc-per-node (DDP, or FSDP2 with --zero 2|3), gradient compression with --grad-compression."""
     _run_workload("llm-train", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json,
-                  dist=dist)
+                  dist=dist, quality=quality)
 
 
 @app.command("resnet", cls=BenchCommand)
@@ -445,17 +501,17 @@ def llm_train_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as
 @_matrix()
 @spec_options(ResNetConfig, into="workload")
 def resnet_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
-               workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any], bench: dict[str, Any],
-               loop: dict[str, Any]) -> None:
+               workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any], quality: dict[str, Any],
+               bench: dict[str, Any], loop: dict[str, Any]) -> None:
     """Image-classification training step with SGD (ResNet-50/152/tiny): images/s; distributed with
-    --nproc-per-node."""
+    --nproc-per-node, gradient compression with --grad-compression."""
     _run_workload("resnet", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json,
-                  dist=dist)
+                  dist=dist, quality=quality)
 
 
 @app.command("custom", cls=BenchCommand)
 @_run_options
-@_matrix()
+@_matrix(exclude=COMPRESSION_FIELDS)
 @spec_options(CustomConfig, into="workload", exclude=("module",))
 def custom_cmd(
     module: str | None = typer.Option(None, "--module", help=CustomConfig.__dataclass_fields__["module"].metadata["doc"]),

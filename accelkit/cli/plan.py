@@ -55,18 +55,26 @@ def plan_cmd(
         workload = Workload(
             model=spec, task=req.task, seq_len=seq, prompt_len=req.prompt_len, output_len=req.output_len,
             optimizer=req.optimizer, batch_size=req.batch or 1,
-            recipe=Recipe(precision=req.precision, kv_cache_dtype=req.kv_dtype, offload=req.offload),
+            recipe=Recipe(precision=req.precision, kv_cache_dtype=req.kv_dtype, offload=req.offload,
+                          grad_compression=req.grad_compression,
+                          powersgd_rank=req.powersgd_rank if req.grad_compression == "powersgd" else 4),
         )
     common: dict[str, Any] = dict(fixed=choice.fixed(), global_batch=req.global_batch, batch=req.batch,
                                   num_devices=req.num_devices)
     top = req.top
     if names:
-        rows = compare_hw(workload, names, options=plan_options, **common)
+        rows = compare_hw(workload, names, options=plan_options,
+                          scaleout_bandwidth_bytes_per_s=req.scaleout_bandwidth_bytes_per_s, **common)
     else:
-        ctx = make_context(workload, Cluster(device=resolve_hardware(str(req.hardware)), num_devices=req.num_devices or 1),
-                           plan_options)
+        cluster = Cluster(device=resolve_hardware(str(req.hardware)), num_devices=req.num_devices or 1)
+        if req.scaleout_bandwidth_bytes_per_s is not None:
+            cluster = cluster.replace(scaleout_bandwidth_bytes_per_s=req.scaleout_bandwidth_bytes_per_s)
+        ctx = make_context(workload, cluster, plan_options)
         found = search_ctx(ctx, top=top or 1, **common)
         rows = [(c, c.extra["context"]) for c in found]
+        if req.compare_compression:
+            _compare_compression(workload, rows[0], plan_options, req.powersgd_rank, as_json)
+            return
     docs = [to_json(c, ctx) for c, ctx in rows]
     _store([to_estimate(c, ctx) for c, ctx in rows])
 
@@ -77,6 +85,36 @@ def plan_cmd(
             _render_one(docs[0])
 
     emit(docs if (names or top) else docs[0], as_json, render)
+
+
+def _compare_compression(workload: Workload, best: tuple[Any, Any], options: PlanOptions, rank: int,
+                         as_json: bool) -> None:
+    from accelkit.plan.compression import compare_compression
+
+    candidate, ctx = best
+    with flag_values():
+        doc = compare_compression(workload, ctx.cluster, candidate.layout, options, powersgd_rank=rank)
+
+    def render() -> None:
+        rows = []
+        for r in doc["rows"]:
+            if "refused" in r:
+                rows.append([r["compression"], None, None, None, None, None, None, r["refused"]])
+                continue
+            rows.append([r["compression"], fmt_num(r["step_time_s"], 3), f"{r['step_vs_none']:.3f}",
+                         fmt_bytes(r["buffer_bytes_per_step"]),
+                         None if r["bytes_vs_none"] is None else f"{r['bytes_vs_none']:.3f}",
+                         fmt_num(r["collective_s"], 3), fmt_num(r["compress_s"], 3), r.get("note")])
+        gbps = doc["scaleout_bandwidth_bytes_per_s"] * 8 / 1e9
+        title = (f"{doc['model']} on {doc['num_devices']}×{doc['hardware']} ({doc['num_nodes']} node(s), {gbps:g} Gb/s "
+                 f"scale-out), {_layout_str(doc['layout'])}")
+        out.print(table(title, ["compression", "step s", "× none", "grad bytes/step/rank", "× none", "collective s",
+                                "compress s", "note"], rows, right=(1, 2, 3, 4, 5, 6)))
+        out.print(doc["verdict"], highlight=False)
+        out.print("collective s: the gradient collectives' own time (partly hidden behind the backward); "
+                  "`--json` has every figure", highlight=False)
+
+    emit(doc, as_json, render)
 
 
 def _store(estimates: list[Any]) -> None:

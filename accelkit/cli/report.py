@@ -36,6 +36,9 @@ def report_cmd(
 
     check_out_path(out_path)
     with ResultStore() as store:
+        if run is not None and not store.count(run_id=run):
+            raise UserError(f"--run {run!r}: no result in {store.path} has this run id; `accelkit bench` prints the "
+                            "run id of what it stores (leave --run out to report every result)")
         try:
             path = write_report(out_path, store=store, run_id=run)
         except OSError as exc:  # e.g. a full disk (/dev/full): the report is rebuilt from the store on a rerun

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -136,6 +137,8 @@ def _parsed(spec: type[Spec], opt: GeneratedOption, text: str) -> Any:
         raise UserError(str(exc) if flag in str(exc) else f"{flag} {text!r} is not valid: {exc}") from exc
     f = next(x for x in dataclasses.fields(spec) if x.name == opt.field)  # type: ignore[arg-type]
     lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if isinstance(value, float) and math.isnan(value):  # compares false with any bound: name it here
+        raise UserError(f"{flag} {text!r} is not a number; give one such as 0.5")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if lo is not None and value < lo:
             raise UserError(f"{flag} {text!r} is out of range; the least is {_num(lo)}")

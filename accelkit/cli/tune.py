@@ -85,6 +85,8 @@ def tune_cmd(
     prompt_len: int | None = typer.Option(None, "--prompt-len", min=1),
     output_len: int | None = typer.Option(None, "--output-len", min=1),
     save: bool = typer.Option(True, "--save/--no-save", help="Store every trial and the summary."),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", min=1, help="2+: tune the gradient compression of a "
+                                       "training workload on that many processes (DDP), gated on its loss."),
     as_json: bool = JsonOption,
     progress: bool | None = ProgressOption,
     *,
@@ -110,7 +112,13 @@ def tune_cmd(
     store = open_for_saving(save)  # before the search: an unwritable store fails now, not after it
     try:
         with Progress(f"tune {name}", show=progress) as bar:
-            result = tune(wl, config, store=store, reporter=_reporter(bar), on_step=lambda text: bar.update(text, step=text))
+            if nproc_per_node > 1:
+                from accelkit.tune.compression import tune_compression
+
+                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, store=store, reporter=_reporter(bar))
+            else:
+                result = tune(wl, config, store=store, reporter=_reporter(bar),
+                              on_step=lambda text: bar.update(text, step=text))
     finally:
         if store is not None:
             store.close()

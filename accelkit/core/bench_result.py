@@ -158,7 +158,7 @@ class Failure(Spec):
 
 #: fields of a BenchResult that only some runs have; ``to_json`` leaves them out when they are empty
 _OPTIONAL = ("input_bound", "loss_first_steps", "world_size", "num_nodes", "layout", "backend", "memory_check",
-             "ranks")
+             "ranks", "grad_comm", "quality")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +196,10 @@ class BenchResult(Spec):
     backend: str | None = spec_field(None, doc="Distributed: gloo or nccl.")
     memory_check: dict[str, Any] | None = spec_field(None, doc="Distributed: model states per rank vs the planner.")
     ranks: list[dict[str, Any]] | None = spec_field(None, doc="Distributed: per-rank detail.")
+    grad_comm: dict[str, Any] | None = spec_field(
+        None, doc="Distributed with --grad-compression: gradient bytes per step per rank, counted, vs the planner.")
+    quality: dict[str, Any] | None = spec_field(
+        None, doc="Distributed with --grad-compression: the loss gate against the uncompressed run.")
 
     @property
     def key(self) -> str:

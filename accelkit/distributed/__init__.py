@@ -9,8 +9,11 @@ transport:
   the job (a training bench or the collective probe), results gathered to rank 0 and stored once;
 - ``parallel.py`` — the training step of a bench workload wrapped by DDP (ZeRO 0) or FSDP2
   ``fully_shard`` (ZeRO 2/3), and the local-shard memory accounting;
+- ``grad_comm.py`` — gradient compression through torch's DDP communication hooks / FSDP2's reduce dtype, and
+  the bytes of every gradient collective counted per step;
+- ``quality.py`` — the quality check of a compression: K steps on a learnable synthetic task, evaluation loss;
 - ``agreed_loop.py`` — the bench timing helpers with a stopping rule every rank agrees on;
 - ``collectives.py`` — all-reduce / all-gather / reduce-scatter bandwidth (nccl-tests definitions);
 
-Only ``launch`` and ``collectives`` (arithmetic) import without torch. Sweeps live in ``accelkit.sweep``.
+Only ``launch``, ``collectives`` (arithmetic) and ``quality`` (its config) import without torch. Sweeps live in ``accelkit.sweep``.
 """

@@ -9,6 +9,7 @@ sentence, not a traceback from every rank.
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
 from accelkit.distributed.launch import DistConfig, launch
 from accelkit.distributed.parallel import refusal
+from accelkit.distributed.quality import QualityConfig
 
 if TYPE_CHECKING:
     from accelkit.bench.variants import Variant
@@ -33,14 +35,18 @@ def run_distributed_bench(
     store: ResultStore | None = None,
     reporter: Reporter | None = None,
     run_id: str | None = None,
+    quality: QualityConfig | None = None,
 ) -> BenchRunResult:
     """Run ``workload``'s training step on ``dist.nproc_per_node`` ranks per node (× nodes); rank 0's typed result
     (with ``world_size``, ``num_nodes``, ``layout``, ``zero`` and ``ranks`` filled; each variant entry carries its
-    ``ranks`` and ``memory_check``)."""
+    ``ranks`` and ``memory_check``, and with gradient compression ``grad_comm`` and ``quality``)."""
     reporter = reporter or Reporter()
+    quality = quality or QualityConfig()
     device = resolve_device(config.device)  # this node's device type; each rank takes cuda:LOCAL_RANK
+    world_size = dist.nproc_per_node * dist.nnodes_range[0]
     runnable, refused = plan_variants(workload, requested, device, reporter,
-                                      extra_refusal=lambda v: refusal(workload, v))
+                                      extra_refusal=lambda v: refusal(workload, v), world_size=world_size,
+                                      zero=dist.zero)
     workload.check(device)
     if device.startswith("cuda"):
         import torch
@@ -48,22 +54,44 @@ def run_distributed_bench(
         if dist.nproc_per_node > torch.cuda.device_count():
             raise UserError(f"--nproc-per-node {dist.nproc_per_node} exceeds the {torch.cuda.device_count()} GPUs "
                             "this node has; use one process per GPU")
+    elif dist.nproc_per_node > (cores := len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                else (os.cpu_count() or 1)):
+        raise UserError(f"--nproc-per-node {dist.nproc_per_node} exceeds the {cores} CPU cores this process may use; "
+                        "a CPU rank needs a core of its own — give at most that many")
     hardware, catalog = identify(device)
     peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter)
     dtypes = list(dict.fromkeys(v.matmul_dtype for v in runnable))
     peaks.prefetch(dtypes)
     run_id = run_id or uuid.uuid4().hex[:12]
     notes = []
+    compressed = any(v.compression != "none" for v in runnable)
+    # one launch per dtype (each gets the peak of its own dtype); a compressed variant runs in the same launch as
+    # its uncompressed twin, so that rank 0 can gate its loss before it stores the result
+    launches: dict[str, list[Variant]] = {}
+    for v in runnable:
+        launches.setdefault(v.matmul_dtype, []).append(v)
     if len(runnable) > 1:
-        notes.append("distributed variants run one after another (one torchrun launch each, not interleaved)")
+        notes.append("distributed variants run one after another (one torchrun launch per precision, not interleaved)")
+    if compressed:
+        notes.append("with --grad-compression every variant's gradient bytes are counted: " + (
+            "the none variant runs torch's allreduce_hook (the built-in reducer's all-reduce, in Python) instead of "
+            "DDP's C++ reducer" if dist.zero == 0 else "FSDP2's reduce-scatter runs through a counting "
+            "FSDPModule.set_custom_reduce_scatter (torch's DefaultReduceScatter underneath)"))
+        if quality.quality_steps:
+            notes.append(f"quality check: each variant trains {quality.quality_steps} more steps on a learnable "
+                         "synthetic task from the same weights; a compressed variant's final loss must be within "
+                         f"{quality.max_loss_increase:.0%} of its uncompressed twin's")
     docs = []
-    for v in runnable:  # one launch per variant: each gets the peak of its own dtype
-        peak, datasheet, probe = peaks.get(v.matmul_dtype), peaks.datasheet(v.matmul_dtype), peaks.probe(v.matmul_dtype)
+    for dtype, group in launches.items():
+        peak, datasheet, probe = peaks.get(dtype), peaks.datasheet(dtype), peaks.probe(dtype)
+        names = ", ".join(v.name for v in group)
         job = {
             "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
             "run_id": run_id, "save": config.save and store is not None,
             "store_path": str(store.path) if store is not None else None, "predict": config.predict,
-            "workload": workload.name, "config": workload.config.to_dict(), "variants": [v.to_dict()],
+            "workload": workload.name, "config": workload.config.to_dict(), "variants": [v.to_dict() for v in group],
+            "grad_comm": compressed, "quality_steps": quality.quality_steps if compressed else 0,
+            "max_loss_increase": quality.max_loss_increase,
             "loop": config.loop.to_dict(), "seed": config.seed, "zero": dist.zero,
             "layout": f"{dist.nproc_per_node}×{dist.nnodes} nodes, zero {dist.zero}",
             "peak": {"flops": peak.flops, "source": peak.source}, "bench_config": config.to_dict(),
@@ -71,12 +99,12 @@ def run_distributed_bench(
             "probe": {"flops": probe.flops, "source": probe.source},
             "rendezvous": dist.rendezvous, "refused": refused, "notes": notes,
         }
-        reporter.phase(v.name, f"torchrun: {dist.nproc_per_node} per node × {dist.nnodes} node(s), "
-                               f"{dist.rendezvous} rendezvous, zero {dist.zero}")
+        reporter.phase(names, f"torchrun: {dist.nproc_per_node} per node × {dist.nnodes} node(s), "
+                              f"{dist.rendezvous} rendezvous, zero {dist.zero}")
         result = launch(job, dist, on_line=reporter.note)
         if result.document is not None:
             docs.append(result.document)
-            reporter.stored(v.name, [e["result_id"] for e in result.document["variants"] if e.get("result_id")])
+            reporter.stored(names, [e["result_id"] for e in result.document["variants"] if e.get("result_id")])
     if not docs:  # this node did not host global rank 0
         return BenchRunResult(
             workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=device,

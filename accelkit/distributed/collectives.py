@@ -144,12 +144,12 @@ def run_collectives(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | N
         return None
     results, samples = [], {}
     for key, s in moved.items():
-        op = key.split("@")[0]
+        op_name = key.split("@")[0]
         slowest = [max(xs) for xs in zip(*(g[key] for g in gathered), strict=True)]
         stats = summarize(slowest)
         algbw = algorithm_bandwidth(s, stats.median)
-        results.append({"op": op, "size_bytes": s, "time_s": stats.median, "algbw_gbps": algbw / 1e9,
-                        "busbw_gbps": algbw * bus_factor(op, n) / 1e9, "iterations": stats.n, "cv": stats.cv})
+        results.append({"op": op_name, "size_bytes": s, "time_s": stats.median, "algbw_gbps": algbw / 1e9,
+                        "busbw_gbps": algbw * bus_factor(op_name, n) / 1e9, "iterations": stats.n, "cv": stats.cv})
         samples[f"{key}_s"] = slowest
     return _store(ctx, job, config, results, samples)
 

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads.base import BenchWorkload
+    from accelkit.core import Recipe
+    from accelkit.distributed.grad_comm import CommCounter
 
 SUPPORTED = ("llm-train", "resnet")
 
@@ -34,12 +36,18 @@ class TrainParts:
     """What one rank needs to run the workload's training step."""
 
     model: torch.nn.Module
-    loss: Callable[[torch.nn.Module], torch.Tensor]  # forward + loss through the (wrapped) model
+    loss_on: Callable[[torch.nn.Module, Any], torch.Tensor]  # forward + loss of a batch through the (wrapped) model
+    batch: Any  # this rank's fixed batch of the timed steps
+    quality_batch: Callable[[int], Any]  # the batch of step k of the quality check (quality.py)
     make_optimizer: Callable[[Iterable[Any]], torch.optim.Optimizer]
     items: int  # per rank and step
     unit: str
     analytic_flops_per_item: float | None = None
     analytic_formula: str | None = None
+
+    def loss(self, model: torch.nn.Module) -> torch.Tensor:
+        """Forward + loss of the fixed batch."""
+        return self.loss_on(model, self.batch)
 
 
 def refusal(workload: BenchWorkload, variant: Variant) -> str | None:
@@ -59,6 +67,7 @@ def train_parts(workload: BenchWorkload, variant: Variant, device: str, *, seed:
 
     from accelkit.bench.variants import apply
     from accelkit.bench.workloads.base import model_seed
+    from accelkit.distributed.quality import markov_tokens, template_images
     from accelkit.models.build import build_model
 
     spec, c = workload.model_spec, workload.config  # type: ignore[attr-defined]
@@ -71,7 +80,9 @@ def train_parts(workload: BenchWorkload, variant: Variant, device: str, *, seed:
         model = apply(model, variant, example_inputs=(ids,), device=device, train=True)
         palm = 6 * matmul_params(spec) + 12 * spec.num_layers * spec.num_heads * spec.head_size * c.seq_len
         return TrainParts(
-            model=model, loss=lambda m: m(input_ids=ids, labels=ids).loss,
+            model=model, loss_on=lambda m, b: m(input_ids=b, labels=b).loss, batch=ids,
+            quality_batch=lambda k: markov_tokens(spec.vocab_size, c.batch_size, c.seq_len, seed=seed, step=k,
+                                                  rank=rank).to(device),
             make_optimizer=lambda params: torch.optim.AdamW(params, lr=c.lr),
             items=c.batch_size * c.seq_len, unit="tokens", analytic_flops_per_item=palm,
             analytic_formula="6N + 12·L·H·Q·T per token (PaLM, Appendix B; N without embeddings)",
@@ -79,12 +90,18 @@ def train_parts(workload: BenchWorkload, variant: Variant, device: str, *, seed:
     side = workload.image_size  # type: ignore[attr-defined]
     images = torch.randn(c.batch_size, spec.num_channels, side, side, generator=gen).to(device)
     labels = torch.randint(0, spec.num_labels or 1000, (c.batch_size,), generator=gen).to(device)
-    if variant.channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
+    fmt = torch.channels_last if variant.channels_last else torch.contiguous_format
     model = apply(model, variant, example_inputs=(images,), device=device, train=True)
+
+    def quality_batch(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = template_images(spec.num_labels or 1000, c.batch_size, spec.num_channels, side, seed=seed, step=k,
+                               rank=rank)
+        return x.to(device).contiguous(memory_format=fmt), y.to(device)
+
     return TrainParts(
         model=model,
-        loss=lambda m: torch.nn.functional.cross_entropy(m(pixel_values=images).logits.float(), labels),
+        loss_on=lambda m, b: torch.nn.functional.cross_entropy(m(pixel_values=b[0]).logits.float(), b[1]),
+        batch=(images.contiguous(memory_format=fmt), labels), quality_batch=quality_batch,
         make_optimizer=lambda params: torch.optim.SGD(params, lr=c.lr, momentum=0.9),
         items=c.batch_size, unit="images",
     )
@@ -104,25 +121,43 @@ def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
     return units
 
 
-def parallelize(model: torch.nn.Module, *, zero: int, device: str) -> torch.nn.Module:
+def parallelize(model: torch.nn.Module, *, zero: int, device: str, recipe: Recipe | None = None,
+                counter: CommCounter | None = None) -> torch.nn.Module:
     """ZeRO 0 → DDP (replicated states, gradients all-reduced in buckets); ZeRO 2 → FSDP2 with
     ``reshard_after_forward=False`` (parameters stay gathered from forward to backward: no second
-    all-gather); ZeRO 3 → ``reshard_after_forward=True`` (gathered per block, freed after use)."""
+    all-gather); ZeRO 3 → ``reshard_after_forward=True`` (gathered per block, freed after use).
+
+    ``recipe.grad_compression`` is applied here (grad_comm.py): a DDP communication hook, or FSDP2's reduce
+    dtype. With a ``counter`` the gradient collectives' bytes are counted (DDP then runs torch's
+    ``allreduce_hook`` for plain communication, so that its bytes are counted like a compressed variant's)."""
     import torch
 
+    from accelkit.distributed.grad_comm import count_fsdp, fsdp_policy, register_ddp_hook
+
+    compression = recipe.grad_compression if recipe is not None else "none"
     if zero == 0:
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.device(device).index] if device.startswith("cuda") else None
-        return DistributedDataParallel(model, device_ids=ids)
+        ddp = DistributedDataParallel(model, device_ids=ids)
+        if recipe is not None and (compression != "none" or counter is not None):
+            ddp.powersgd_state = register_ddp_hook(ddp, recipe, counter)
+        return ddp
     if zero not in (2, 3):
         raise UserError(f"--zero {zero} is not supported; use 0 (DDP), 2 or 3 (FSDP2)")
-    from torch.distributed.fsdp import fully_shard
+    if compression == "powersgd":
+        raise UserError("PowerSGD is a DDP communication hook (--zero 0); FSDP2 can only change its reduce dtype")
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     reshard = zero == 3
+    policy = fsdp_policy(recipe) if recipe is not None else MixedPrecisionPolicy()
     for block in shard_units(model):
-        fully_shard(block, reshard_after_forward=reshard)
-    fully_shard(model, reshard_after_forward=reshard)
+        fully_shard(block, reshard_after_forward=reshard, mp_policy=policy)
+    fully_shard(model, reshard_after_forward=reshard, mp_policy=policy)
+    if counter is not None:
+        why = count_fsdp(model, counter)
+        if why:
+            counter.note = why
     return model
 
 

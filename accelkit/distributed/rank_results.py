@@ -76,6 +76,55 @@ def memory_check(ranks: list[dict[str, Any]], estimate: Estimate | None, zero: i
             "within_tolerance": all(r is not None and abs(r - 1) <= TOLERANCE for r in ratios)}
 
 
+GRAD_COMM_TOLERANCE = 0.05
+GRAD_COMM_SCOPE = ("bytes of the buffers each rank hands to its gradient collectives per training step (nccl-tests' "
+                   "size S; a ring moves 2(n−1)/n · S), counted inside torch's DDP communication hook / FSDP2's "
+                   "reduce-scatter over the warm-up and measured steps; gradient_bytes = the plain buckets the hook "
+                   "was given (what none sends)")
+
+
+def grad_comm_check(ranks: list[dict[str, Any]], estimate: Estimate | None, compression: str) -> dict[str, Any] | None:
+    """Counted gradient bytes per step per rank beside the planner's ``grad_reduction`` for the same layout."""
+    counted = [r.get("grad_comm") for r in ranks]
+    if not all(counted):
+        return None
+    measured = [int(c["sent_bytes_per_step"]) for c in counted]  # type: ignore[index]
+    plain = [int(c["gradient_bytes_per_step"]) for c in counted]  # type: ignore[index]
+    reduction = (estimate.details or {}).get("grad_reduction") if estimate is not None else None
+    predicted = reduction["buffer_bytes_per_step"] if reduction else None
+    ratios = [m / predicted if predicted else None for m in measured]
+    return {
+        "compression": compression, "scope": GRAD_COMM_SCOPE, "tolerance": GRAD_COMM_TOLERANCE,
+        "measured_bytes_per_step": measured, "gradient_bytes_per_step": plain,
+        "sent_over_gradient": [m / g if g else None for m, g in zip(measured, plain, strict=True)],
+        "constant_over_steps": all(c["min_sent_bytes"] == c["max_sent_bytes"] for c in counted),  # type: ignore[index]
+        "predicted_bytes_per_step": predicted, "ratio_per_rank": ratios,
+        "within_tolerance": None if predicted is None else all(abs(r - 1) <= GRAD_COMM_TOLERANCE for r in ratios
+                                                               if r is not None),
+        "predicted": reduction, "per_rank": counted,
+    }
+
+
+def quality_check(variant: Any, quality: dict[str, dict[str, Any] | None] | None,
+                  job: dict[str, Any]) -> dict[str, Any] | None:
+    """The loss gate of a compressed variant against its uncompressed twin (or the reference's own curve)."""
+    mine = (quality or {}).get(variant.name)
+    if mine is None:
+        return None
+    from accelkit.recipes.grad_compression import gate_document, loss_gate
+
+    if variant.compression == "none":
+        return {"role": "reference", "steps": len(mine["losses"]), **mine}
+    reference = variant.without_compression().name
+    ref = (quality or {}).get(reference)
+    if ref is None:
+        return {"role": "candidate", **mine, "note": f"no reference run {reference} to compare with"}
+    gate = loss_gate(ref["losses"], mine["losses"], reference_eval=ref["eval_loss"], candidate_eval=mine["eval_loss"],
+                     max_loss_increase=job["max_loss_increase"], reference_name=reference, name=variant.name)
+    return {"role": "candidate", **gate_document(gate, mine["losses"]), "eval_loss": mine["eval_loss"],
+            "reference_losses": ref["losses"], "reference_eval_loss": ref["eval_loss"]}
+
+
 def rank_detail(r: dict[str, Any]) -> dict[str, Any]:
     samples = r["samples_s"]
     measured = sum(r["block_walls_s"])
@@ -86,11 +135,13 @@ def rank_detail(r: dict[str, Any]) -> dict[str, Any]:
         "throughput": len(samples) * r["items"] / measured if measured else None,
         "load_s": r["load_s"], "first_call_s": r["first_call_s"], "flops_per_step": r["flops_per_call"],
         "memory_bytes": r["memory_bytes"], "peak_scope": r["peak_scope"],
+        **({"grad_comm": r["grad_comm"]} if r.get("grad_comm") else {}),
     }
 
 
 def variant_entry(ctx: RankContext, workload: Any, variant: Any, ranks: list[dict[str, Any]], job: dict[str, Any],
-                  estimate: Estimate | None, reason: str | None, estimate_id: int | None) -> BenchResult:
+                  estimate: Estimate | None, reason: str | None, estimate_id: int | None,
+                  losses: dict[str, dict[str, Any] | None] | None = None) -> BenchResult:
     """The typed result of one variant, from every rank's measurements (the same type a single-process bench
     builds in ``accelkit.bench.record``)."""
     latency = [max(xs) for xs in zip(*(r["samples_s"] for r in ranks), strict=True)]  # slowest rank per step
@@ -129,6 +180,8 @@ def variant_entry(ctx: RankContext, workload: Any, variant: Any, ranks: list[dic
         predicted=prediction(estimate, "train step", items_per_step, unit, throughput, estimate_id),
         predicted_reason=reason, timer=timer_name(ctx.device) + ", per rank; the step is the slowest rank's",
         ranks=[rank_detail(r) for r in ranks],
+        grad_comm=grad_comm_check(ranks, estimate, variant.compression),
+        quality=quality_check(variant, losses, job),
     )
 
 
@@ -147,7 +200,7 @@ def measurement(label: str, workload: Any, variant: Any, entry: BenchResult, har
 
 
 def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, list[dict[str, Any]]]],
-                   job: dict[str, Any]) -> dict[str, Any]:
+                   job: dict[str, Any], *, losses: dict[str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """Store one Measurement (+ Estimate) per variant; return the document `accelkit bench --json` prints
     (a :class:`BenchRunResult` with the distributed fields)."""
     from accelkit.hardware.detect import environment
@@ -172,7 +225,7 @@ def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, li
             estimate_id = store.add(estimate, run_id=run_id) if store is not None and estimate is not None else None
             if estimate_id is not None:
                 result_ids.append(estimate_id)
-            entry = variant_entry(ctx, workload, variant, ranks, job, estimate, reason, estimate_id)
+            entry = variant_entry(ctx, workload, variant, ranks, job, estimate, reason, estimate_id, losses)
             details = {"config": workload.config.to_dict(), "device": ctx.device}
             m = measurement(workload.label, workload, variant, entry, hardware, details, ranks, env, job["zero"],
                             ctx.world_size)

@@ -104,49 +104,78 @@ def peak_memory(device: str) -> tuple[int, str]:
 
 # ---- the bench job -----------------------------------------------------------------------------------------
 def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any]) -> dict[str, Any]:
-    """This rank's measurements of one variant (the timing loop agreed with the other ranks)."""
+    """This rank's measurements of one variant (the timing loop agreed with the other ranks); with gradient
+    compression in the run, the bytes of every gradient collective counted per step (grad_comm.py)."""
     import gc
 
     from accelkit.bench.metrics import count_flops
     from accelkit.bench.workloads.base import train_step
     from accelkit.distributed.agreed_loop import AgreedRun, agreed_steady_state, agreed_warm_up
+    from accelkit.distributed.grad_comm import CommCounter, check_backend
     from accelkit.distributed.parallel import model_state_bytes, parallelize, train_parts
     from accelkit.timing import LoopConfig
 
     loop = LoopConfig.from_dict(job["loop"])
+    recipe = variant.recipe(training=True)
+    counter = CommCounter() if job.get("grad_comm") else None
     ctx.say(f"{variant.name}: load (build, {job['layout']})")
     t0 = time.perf_counter()
+    check_backend(recipe, ctx.backend)
     parts = train_parts(workload, variant, ctx.device, seed=job["seed"], rank=ctx.rank)
-    model = parallelize(parts.model, zero=job["zero"], device=ctx.device)
+    model = parallelize(parts.model, zero=job["zero"], device=ctx.device, recipe=recipe, counter=counter)
     optimizer = parts.make_optimizer(model.parameters())
     step = train_step(model, optimizer, lambda: parts.loss(model), variant, ctx.device)
+    if counter is not None:
+        step = counter.step(step)
     load_s = time.perf_counter() - t0
-    ctx.say(f"{variant.name}: first call")
-    t0 = time.perf_counter()
-    step()
-    sync(ctx.device)
-    first_call_s = time.perf_counter() - t0
-    flops_per_call = count_flops(step)  # an extra, untimed step (before warm-up); this rank's model FLOPs
-    run = AgreedRun()
-    ctx.say(f"{variant.name}: warm-up")
-    agreed_warm_up(step, loop, device=ctx.device, run=run)
-    ctx.say(f"{variant.name}: steady state")
-    agreed_steady_state(step, loop, device=ctx.device, run=run,
-                        on_block=lambda r: ctx.say(f"{variant.name}: {len(r.samples_s)} it, {r.measured_s:.1f} s"))
-    sync(ctx.device)
+    try:
+        ctx.say(f"{variant.name}: first call")
+        t0 = time.perf_counter()
+        step()
+        sync(ctx.device)
+        first_call_s = time.perf_counter() - t0
+        flops_per_call = count_flops(step)  # an extra, untimed step (before warm-up); this rank's model FLOPs
+        state = getattr(model, "powersgd_state", None)
+        if state is not None and state.iter < state.start_powerSGD_iter:  # plain all-reduce until then: not timed
+            ctx.say(f"{variant.name}: {state.start_powerSGD_iter - state.iter} untimed step(s) to start_powerSGD_iter")
+            while state.iter < state.start_powerSGD_iter:
+                step()
+        counted_from = len(counter.steps) if counter is not None else 0
+        run = AgreedRun()
+        ctx.say(f"{variant.name}: warm-up")
+        agreed_warm_up(step, loop, device=ctx.device, run=run)
+        ctx.say(f"{variant.name}: steady state")
+        agreed_steady_state(step, loop, device=ctx.device, run=run,
+                            on_block=lambda r: ctx.say(f"{variant.name}: {len(r.samples_s)} it, {r.measured_s:.1f} s"))
+        sync(ctx.device)
+    finally:
+        if counter is not None:
+            counter.uninstall()
     states = model_state_bytes(model, optimizer)
     peak, peak_scope = peak_memory(ctx.device)
     items, unit = parts.items, parts.unit
     analytic = (parts.analytic_flops_per_item, parts.analytic_formula)
     step = optimizer = model = parts = None  # type: ignore[assignment]  # free before the next variant
     gc.collect()
-    return {
+    out = {
         **ctx.info(), "items": items, "unit": unit, "analytic_flops_per_item": analytic[0],
         "analytic_formula": analytic[1], "load_s": load_s, "first_call_s": first_call_s, "flops_per_call": flops_per_call,
         "warmup_iterations": run.warmup_iterations, "warmup_s": run.warmup_s, "samples_s": run.samples_s,
         "block_walls_s": run.block_walls_s, "agreed_walls_s": run.agreed_walls_s,
         "memory_bytes": {**states, "model_states": sum(states.values()), "peak": peak}, "peak_scope": peak_scope,
     }
+    if counter is not None:
+        out["grad_comm"] = counter.summary(skip=counted_from)
+    return out
+
+
+def _quality(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The ranks' mean loss per step of the quality check and their evaluation loss (rank 0; None elsewhere)."""
+    from accelkit.distributed.quality import mean_over_ranks, quality_losses
+
+    ctx.say(f"{variant.name}: quality check, {job['quality_steps']} steps on the task's data")
+    losses = gather_to_rank0(quality_losses(ctx, workload, variant, job, job["quality_steps"]))
+    return mean_over_ranks(losses) if losses is not None else None
 
 
 def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
@@ -157,18 +186,27 @@ def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
 
     workload = make_workload(job["workload"], job["config"])
     docs: list[tuple[Any, list[dict[str, Any]]]] = []
-    for v in job["variants"]:
-        variant = Variant.from_dict(v)
+    variants = [Variant.from_dict(v) for v in job["variants"]]
+    gated = job.get("quality_steps", 0) > 0 and any(v.compression != "none" for v in variants)
+    losses: dict[str, dict[str, Any] | None] = {}
+    for variant in variants:
         torch.manual_seed(job["seed"])
         mine = bench_variant(ctx, workload, variant, job)
         ranks = gather_to_rank0(mine)
         if ranks is not None:
             docs.append((variant, ranks))
+        if gated:
+            losses[variant.name] = _quality(ctx, workload, variant, job)
+    if gated:  # the uncompressed reference of each compressed variant, where the run did not time it
+        for variant in variants:
+            reference = variant.without_compression()
+            if variant.compression != "none" and reference.name not in losses:
+                losses[reference.name] = _quality(ctx, workload, reference, job)
     if ctx.rank != 0:
         return None
     from accelkit.distributed.rank_results import bench_document
 
-    return bench_document(ctx, workload, docs, job)
+    return bench_document(ctx, workload, docs, job, losses=losses if gated else None)
 
 
 # ---- entry point -------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 from accelkit.core import Cluster, Estimate, UserError, Workload
 from accelkit.plan.context import PlanContext, kv_cache_dtype, make_context
 from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
-from accelkit.plan.layout import Layout, check_user_layout
+from accelkit.plan.layout import Layout, check_compression, check_user_layout
 from accelkit.plan.options import PlanOptions
 
 
@@ -40,6 +40,7 @@ def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = Non
                         "devices; make them equal")
     ctx = make_context(workload, cluster, options)
     check_user_layout(workload.model, cluster, layout.to_dict(), cluster.num_devices)
+    check_compression(workload.recipe, layout.zero)
     batch = workload.batch_size if workload.task != "train" else None
     return to_estimate(evaluate(ctx, layout, batch), ctx)
 
@@ -81,6 +82,7 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
     if w.task == "train":
         doc["global_batch"] = c.batch
         doc["seq_len"] = w.seq_len
+        doc["grad_reduction"] = grad_reduction_doc(ctx, lay)
         if c.memory.get("host_optimizer"):
             doc["host_memory_bytes"] = {"optimizer": _bytes(c.memory["host_optimizer"])}
     else:
@@ -95,6 +97,21 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
                        "per_hour": c.cost_per_step / c.step_time_s * 3600 if c.step_time_s else None,
                        "per_million_tokens": None if per_token is None else per_token * 1e6}
     return doc
+
+
+def grad_reduction_doc(ctx: PlanContext, layout: Layout) -> dict[str, Any] | None:
+    """The data-parallel gradient reduction of a training plan: bytes per reduction and rank, its collective
+    time, the compression compute (plan/grad_comm.py); None without data parallelism."""
+    from accelkit.plan.grad_comm import compress_s, describe
+    from accelkit.plan.time import dp_reduction, links, reduce_s, stage_params
+
+    red = dp_reduction(ctx, layout, stage_params(ctx, layout))
+    if red is None:
+        return None
+    per_step = layout.grad_accum if layout.zero >= 3 else 1
+    return {**describe(red), "reductions_per_step": per_step, "buffer_bytes_per_step": round(red.sent_bytes * per_step),
+            "collective_s": reduce_s(links(ctx, layout.dp * layout.cp, layout.tp), red) * per_step,
+            "compress_s": compress_s(ctx, red) * per_step}
 
 
 def to_estimate(c: Candidate, ctx: PlanContext) -> Estimate:

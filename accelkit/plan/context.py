@@ -158,6 +158,8 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         + (" (backward gathers exposed: BACKWARD_POST)" if o.fsdp_backward_prefetch == "post" else "")
         + f" — only the excess is exposed; {OVERLAP_SOURCE}",
     ]
+    if w.task == "train" and (w.recipe.grad_compression != "none" or o.grad_reduce_fp32):
+        out.append(_compression_assumption(ctx))
     if d.tdp_w:
         out.append(f"energy ESTIMATED from TDP {d.tdp_w:g} W × activity factor {o.activity_factor:g} (assumed, "
                    "--activity-factor) × time; not measured")
@@ -176,3 +178,23 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
                    f"KV cache {kv_cache_dtype(w)}"
                    + (" (kv_cache_dtype auto = the activation dtype)" if w.recipe.kv_cache_dtype == "auto" else ""))
     return out
+
+
+def _compression_assumption(ctx: PlanContext) -> str:
+    r, o = ctx.workload.recipe, ctx.options
+    plain = 4 if o.grad_reduce_fp32 else TRAIN_WEIGHT_BYTES[r.precision]
+    text = (f"data-parallel gradients reduced in {plain} B per element"
+            + (" (grad_reduce_fp32: fp32 gradients under mixed precision)" if o.grad_reduce_fp32 else ""))
+    if r.grad_compression in ("bf16", "fp16"):
+        text += (f"; {r.grad_compression} compression: 2 B per element (DDP: torch's {r.grad_compression}_compress_hook, "
+                 "+8 B of cast traffic per element; ZeRO/FSDP2: reduce_dtype, the reduced shard cast back)")
+        if plain <= 2:
+            text += " — no change here: the gradients already reduce in 2 B (see --grad-reduce-fp32)"
+    elif r.grad_compression == "powersgd":
+        text += (f"; PowerSGD rank {r.powersgd_rank} (torch's powerSGD_hook): an n×m gradient is sent as P (n×r) + Q "
+                 f"(m×r) when (n+m)·r·{r.powersgd_min_compression_rate:g} < n·m, the rest (every 1-D tensor) as it "
+                 "is; three all-reduces per 25 MiB DDP bucket; compression traffic and FLOPs at the device's "
+                 "bandwidth and fp32 peak (or its kernel launches)"
+                 + ("; error feedback keeps a copy of the gradients" if r.powersgd_error_feedback else "")
+                 + f"; planned in the steady state after start_powerSGD_iter={r.powersgd_start_iter}")
+    return text + " (accelkit/plan/grad_comm.py)"

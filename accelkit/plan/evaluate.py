@@ -9,6 +9,7 @@ from typing import Any
 from accelkit.plan import energy as E
 from accelkit.plan import flops as F
 from accelkit.plan.context import PlanContext, kv_element_bytes
+from accelkit.plan.grad_comm import powersgd_memory_bytes
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import (
     head_activation_bytes,
@@ -72,6 +73,8 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     states = model_state_bytes(params, precision=w.recipe.precision, optimizer=w.optimizer, zero=layout.zero,
                                dp=layout.dp * layout.cp, offload=w.recipe.offload)
     other = float(o.overhead_bytes)
+    if layout.dp * layout.cp > 1:
+        other += powersgd_memory_bytes(ctx, params)  # PowerSGD's error-feedback copy of the gradients
     if ctx.cnn is not None:
         acts = ctx.cnn["saved_bytes"] * layout.micro_batch
     else:

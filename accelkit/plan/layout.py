@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from accelkit.core import Cluster, ModelSpec, UserError
+from accelkit.core import Cluster, ModelSpec, Recipe, UserError
 
 
 class Layout(NamedTuple):
@@ -125,3 +125,11 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
         raise UserError(f"dp·tp·pp·cp = {product} but --num-devices is {num_devices}; they must be equal")
     if fixed.get("sequence_parallel") and tp == 1:
         raise UserError("--sequence-parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
+
+
+def check_compression(recipe: Recipe, zero: int) -> None:
+    """PowerSGD is a DDP communication hook: it cannot compress a ZeRO reduce-scatter."""
+    if recipe.grad_compression == "powersgd" and zero > 0:
+        raise UserError(f"--grad-compression powersgd is a DDP communication hook (ZeRO 0); --zero {zero} reduce-scatters "
+                        "the gradients (FSDP/ZeRO), which torch's PowerSGD hook cannot compress — use --zero 0, or "
+                        "--grad-compression bf16 (a reduce dtype) with ZeRO")

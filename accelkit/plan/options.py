@@ -61,6 +61,12 @@ class PlanOptions(Spec):
         True, doc="ZeRO 0-2: the gradient reduction overlaps the last micro-batch's backward (bucketed, PyTorch DDP); "
                   "off: it runs after the backward, exposed (Megatron-LM 2021-22 local DDP)."
     )
+    grad_reduce_fp32: bool = spec_field(
+        False, doc="Mixed precision reduces the gradients in fp32: PyTorch DDP over fp32 parameters with autocast, FSDP2 "
+                   "MixedPrecisionPolicy(reduce_dtype=float32) (torchtitan's default), Megatron's fp32 gradient "
+                   "accumulation; off: in the weight dtype, as the ZeRO paper counts them. --grad-compression "
+                   "bf16/fp16 halves what is reduced only when this is on (or the precision is fp32)."
+    )
     activity_factor: float = spec_field(
         0.75, min=0.0, max=1.0, doc="Average power as a fraction of TDP (energy = TDP × factor × time)."
     )

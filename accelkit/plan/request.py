@@ -36,10 +36,27 @@ class PlanRequest(Spec):
     output_len: int = spec_field(128, min=0, max=1 << 24, doc="Inference generated tokens.")
     kv_dtype: Literal["auto", "fp8", "int8"] = spec_field("auto", doc="KV cache: auto (model dtype), fp8 or int8.")
     top: int | None = spec_field(None, min=1, max=10_000, doc="Show the best K layouts.")
+    scaleout_gbps: float | None = spec_field(
+        None, min=0.001, doc="Scale-out network per device in Gb/s, e.g. 100 (default 400: one 400 Gb/s NIC per GPU).")
+    grad_compression: Literal["none", "bf16", "fp16", "powersgd"] = spec_field(
+        "none", doc="Data-parallel gradient compression: none, bf16/fp16 (2 B per element: DDP compress hook, FSDP2 "
+                    "reduce_dtype) or powersgd (rank-r P and Q per gradient matrix; DDP, zero 0).")
+    powersgd_rank: int = spec_field(4, min=1, max=1024, doc="PowerSGD rank r (with --grad-compression powersgd).")
+    compare_compression: bool = spec_field(
+        False, doc="One row per gradient compression (none, bf16, fp16, powersgd) on the chosen layout.")
 
     def validate(self) -> None:
         if not self.hardware and not self.compare:
             raise ValueError("give --hardware NAME (e.g. h100) or --compare A,B,…")
+        if self.compare_compression and (self.compare or self.task != "train" or (self.top or 1) > 1):
+            raise ValueError("--compare-compression compares one training layout on one --hardware; drop --compare, "
+                             "--top and --task infer")
+        if self.powersgd_rank != 4 and self.grad_compression != "powersgd" and not self.compare_compression:
+            raise ValueError(f"--powersgd-rank applies to --grad-compression powersgd, not {self.grad_compression}")
+
+    @property
+    def scaleout_bandwidth_bytes_per_s(self) -> float | None:
+        return None if self.scaleout_gbps is None else self.scaleout_gbps * 1e9 / 8
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

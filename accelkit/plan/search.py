@@ -13,7 +13,7 @@ from typing import Any
 from accelkit.core import Cluster, DeviceSpec, UserError, Workload
 from accelkit.plan.context import DEFAULT_STEP_TOKENS, PlanContext, make_context
 from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate, infer_memory, train_memory
-from accelkit.plan.layout import Layout, check_user_layout, ep_choices, pp_choices, tp_choices
+from accelkit.plan.layout import Layout, check_compression, check_user_layout, ep_choices, pp_choices, tp_choices
 from accelkit.plan.options import PlanOptions
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -60,7 +60,8 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
                 mbs = [mb for mb in MICRO_BATCHES if per_rank % mb == 0]
                 if fixed.get("micro_batch") is not None:
                     mbs = [fixed["micro_batch"]] if per_rank % fixed["micro_batch"] == 0 else []
-                zeros = _pick(fixed, "zero", [0, 1, 2, 3] if dp * cp > 1 else [0])
+                zeros = _pick(fixed, "zero", [0] if dp * cp == 1 or ctx.workload.recipe.grad_compression == "powersgd"
+                              else [0, 1, 2, 3])
                 sps = _pick(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
                 for zero in zeros:
                     for mb in mbs:
@@ -91,6 +92,7 @@ def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] 
     """Evaluate and rank every layout on ``num_devices`` (best first)."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
     check_user_layout(ctx.model, ctx.cluster, fixed, num_devices)
+    check_compression(ctx.workload.recipe, fixed.get("zero", 0))
     if ctx.workload.task == "train" and global_batch is None:
         global_batch = default_global_batch(ctx.workload)
     found = [evaluate(ctx, layout, batch) for layout in enumerate_layouts(ctx, num_devices, fixed, global_batch)]

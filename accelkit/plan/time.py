@@ -46,6 +46,7 @@ import math
 from accelkit.plan import flops as F
 from accelkit.plan.comm import Links
 from accelkit.plan.context import PlanContext, kv_element_bytes
+from accelkit.plan.grad_comm import GradReduction, buckets, compress_s, grad_reduction
 from accelkit.plan.kernels import layer_traffic, loss_bytes_per_token, math_attention_bytes
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import DROPOUT_FAMILIES, TRAIN_WEIGHT_BYTES, optimizer_bytes_per_param
@@ -210,8 +211,9 @@ def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
 
     # ---- data parallel and the optimizer
     params = stage_params(ctx, layout)
-    dp_exposed = _dp_exposed(ctx, layout, params, layers, stage, st_compute)
-    optimizer = _optimizer_s(ctx, layout, params, bw)
+    red = dp_reduction(ctx, layout, params)
+    dp_exposed = _dp_exposed(ctx, layout, params, red, layers, stage, st_compute)
+    optimizer = _optimizer_s(ctx, layout, params, bw) + compression_s(ctx, layout, red)
     return {
         "compute": mb * st_compute,
         "memory": mb * st_memory + optimizer,
@@ -221,17 +223,39 @@ def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     }
 
 
-def _dp_exposed(ctx: PlanContext, layout: Layout, params: float, layers: int, stage: float, st_compute: float) -> float:
+def dp_reduction(ctx: PlanContext, layout: Layout, params: float) -> GradReduction | None:
+    """What the data-parallel gradient reduction sends (grad_comm.py); None without data parallelism."""
+    return grad_reduction(ctx, layout, params) if layout.dp * layout.cp > 1 else None
+
+
+def reduce_s(dp_links: Links, red: GradReduction) -> float:
+    """Seconds of the gradient collective(s): one all-reduce or reduce-scatter of the buffer; PowerSGD's three
+    all-reduces (uncompressed, P, Q) one after another, three latencies per DDP bucket."""
+    if red.powersgd is None:
+        return dp_links.all_reduce_s(red.sent_bytes) if red.collective == "all-reduce" \
+            else dp_links.reduce_scatter_s(red.sent_bytes)
+    latency = dp_links.all_reduce_s(1.0)  # one all-reduce of nothing but its start-up
+    return sum(dp_links.all_reduce_s(b) for b in red.phases) + 3 * (buckets(red) - 1) * latency
+
+
+def compression_s(ctx: PlanContext, layout: Layout, red: GradReduction | None) -> float:
+    """Compression compute per step: once per reduction (every micro-batch under ZeRO 3)."""
+    if red is None:
+        return 0.0
+    return compress_s(ctx, red) * (layout.grad_accum if layout.zero >= 3 else 1)
+
+
+def _dp_exposed(ctx: PlanContext, layout: Layout, params: float, red: GradReduction | None, layers: int,
+                stage: float, st_compute: float) -> float:
     """Exposed data-parallel time per step (the overlap model in the module docstring). Gradients are
-    reduced over dp·cp ranks (context-parallel ranks hold the same weights)."""
+    reduced over dp·cp ranks (context-parallel ranks hold the same weights), in the bytes ``red`` says."""
     group = layout.dp * layout.cp
-    if group <= 1:
+    if group <= 1 or red is None:
         return 0.0
     dp_links = links(ctx, group, layout.tp)
-    grad_bytes = params * TRAIN_WEIGHT_BYTES[ctx.workload.recipe.precision]
     if layout.zero >= 3:  # per micro-batch: gather for forward and backward, reduce-scatter the gradients
         gather = dp_links.all_gather_s(params * (4.0 if ctx.options.autocast_fp32_params else ctx.weight_bytes))
-        scatter = dp_links.reduce_scatter_s(grad_bytes)
+        scatter = reduce_s(dp_links, red)
         units = max(1, layers)
         edges = (gather + scatter) / units  # the first gather and the last scatter: nothing to hide behind
         if ctx.options.fsdp_backward_prefetch == "post":
@@ -243,10 +267,10 @@ def _dp_exposed(ctx: PlanContext, layout: Layout, params: float, layers: int, st
         return layout.grad_accum * exposed
     backward = BACKWARD_SHARE * st_compute if ctx.options.grad_reduce_overlap else 0.0
     if layout.zero == 0:
-        return overlapped(dp_links.all_reduce_s(grad_bytes), backward)
+        return overlapped(reduce_s(dp_links, red), backward)
     # ZeRO 1/2: reduce-scatter during the last backward, all-gather of updated weights before the next forward
     forward = st_compute - BACKWARD_SHARE * st_compute if ctx.options.grad_reduce_overlap else 0.0
-    return (overlapped(dp_links.reduce_scatter_s(grad_bytes), backward)
+    return (overlapped(reduce_s(dp_links, red), backward)
             + overlapped(dp_links.all_gather_s(params * ctx.weight_bytes), forward))
 
 
@@ -271,8 +295,9 @@ def _cnn_train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     memory = 6.0 * saved / bw  # each saved byte: written, read forward and backward, gradient written and read
     params = float(ctx.model.num_params())
     stage = compute + memory
-    dp_exposed = _dp_exposed(ctx, layout, params, 1, stage, compute)
-    opt = _optimizer_s(ctx, layout, params, bw)
+    red = dp_reduction(ctx, layout, params)
+    dp_exposed = _dp_exposed(ctx, layout, params, red, 1, stage, compute)
+    opt = _optimizer_s(ctx, layout, params, bw) + compression_s(ctx, layout, red)
     return {"compute": layout.grad_accum * compute, "memory": layout.grad_accum * memory + opt,
             "communication": dp_exposed, "bubble": 0.0, "launch": 0.0}
 

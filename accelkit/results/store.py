@@ -118,6 +118,14 @@ def _is_damage(exc: sqlite3.Error) -> bool:
     return "malformed" in str(exc) or "not a database" in str(exc)
 
 
+def _has_utf8(value: Any) -> bool:
+    try:
+        str(value).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _names(value: str | Iterable[str] | None) -> list[str] | None:
     if value is None:
         return None
@@ -460,7 +468,10 @@ class ResultStore:
         where, params = [], []
         for column, values in (("kind", kinds), ("hardware", hardware), ("run_id", [run_id] if run_id else None)):
             if values is not None:
-                where.append(f"{column} IN ({', '.join('?' * len(values))})")
+                # SQLite keeps text as UTF-8: a value without a UTF-8 form (argv bytes that were not UTF-8, decoded
+                # with surrogates) matches no row — and cannot be bound
+                values = [v for v in values if _has_utf8(v)]
+                where.append(f"{column} IN ({', '.join('?' * len(values))})" if values else "0")
                 params.extend(values)
         return (" WHERE " + " AND ".join(where)) if where else "", params
 

@@ -25,16 +25,23 @@ from typing import Any
 
 from accelkit.core.spec import Spec, spec_field
 
+#: every measured iteration keeps its time (a Python float in a list, ~32 bytes): 10 million are ~320 MB per lane, and
+#: more than a loop asks for in practice (a loop of 10 million 1 µs steps already runs 10 s). Bounds the counts.
+MAX_ITERATIONS = 10_000_000
+#: a loop phase of more than a day is a typo (and an infinite one never ends)
+MAX_TIME_S = 86_400.0
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoopConfig(Spec):
     """Warm-up and stopping rule for one timed loop."""
 
-    warmup_iterations: int = spec_field(10, min=0, doc="Minimum warm-up iterations (discarded).")
-    warmup_time_s: float = spec_field(2.0, min=0.0, doc="Minimum warm-up wall time in seconds.")
-    min_iterations: int = spec_field(10, min=1, doc="Measure at least this many iterations …")
-    min_time_s: float = spec_field(10.0, min=0.0, doc="… and for at least this long (seconds).")
-    max_iterations: int | None = spec_field(None, min=1, doc="Hard cap on measured iterations; None = none.")
+    warmup_iterations: int = spec_field(10, min=0, max=MAX_ITERATIONS, doc="Minimum warm-up iterations (discarded).")
+    warmup_time_s: float = spec_field(2.0, min=0.0, max=MAX_TIME_S, doc="Minimum warm-up wall time in seconds.")
+    min_iterations: int = spec_field(10, min=1, max=MAX_ITERATIONS, doc="Measure at least this many iterations …")
+    min_time_s: float = spec_field(10.0, min=0.0, max=MAX_TIME_S, doc="… and for at least this long (seconds).")
+    max_iterations: int | None = spec_field(
+        None, min=1, max=MAX_ITERATIONS, doc="Hard cap on measured iterations; None = none.")
 
     @classmethod
     def quick(cls) -> LoopConfig:

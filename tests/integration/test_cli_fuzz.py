@@ -43,6 +43,9 @@ CASE_TIMEOUT_S = 10.0
 MIN_CASES = 1000
 RANDOM_CASES = 700  # hypothesis draws, on top of the systematic pass over every option
 
+#: every bench run of a case: the CPU, nothing stored, no probe, no warm-up, one measured iteration
+BENCH_RUN = ("--device", "cpu", "--no-save", "--no-probe", "--warmup", "0", "--warmup-time", "0",
+             "--min-iterations", "1", "--min-time", "0", "--max-iterations", "1")
 # command path → (arguments that make a run cheap or make it fail late, text of that deliberate failure or None)
 # {t} is the fixture folder. A command not listed here runs with only the fuzzed option.
 BASE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
@@ -52,8 +55,16 @@ BASE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
     ("models", "show"): (("llama-3.1-8b",), None),
     ("results", "show"): (("1",), "no result with id 1"),
     ("plan",): (("--model", "llama-3.1-8b", "--hardware", "h100"), None),
-    ("bench",): (("custom", "--module", "accelkit_fuzz_missing:factory", "--no-save", "--no-probe"),
-                 "cannot import 'accelkit_fuzz_missing'"),
+    # bench: the root and `suite` fail late on purpose (fp8 on a CPU is refused once every flag was read: a suite
+    # run takes a minute); each workload runs for real on a tiny size with one measured iteration
+    ("bench",): (("--suite", "quick", "--precision", "fp8", *BENCH_RUN), "nothing to run"),
+    ("bench", "suite"): (("quick", "--precision", "fp8", *BENCH_RUN), "nothing to run"),
+    ("bench", "bert"): (("--size", "tiny", "--batch-size", "1", "--seq-len", "8", *BENCH_RUN), None),
+    ("bench", "resnet"): (("--size", "tiny", "--batch-size", "2", "--image-size", "32", *BENCH_RUN), None),
+    ("bench", "llm"): (("--model", "tiny-llama", "--prompt-len", "4", "--output-len", "2", *BENCH_RUN), None),
+    ("bench", "llm-train"): (("--model", "tiny-llama", "--seq-len", "8", *BENCH_RUN), None),
+    ("bench", "dataloader"): (("--num-workers", "0", "--batch-size", "2", "--image-size", "8", *BENCH_RUN), None),
+    ("bench", "custom"): (("--module", "accelkit_fuzz_model:factory", *BENCH_RUN), None),
     ("report",): (("--out", "{t}/report.html"), None),
     ("tune",): (("--module", "accelkit_fuzz_missing:factory", "--no-save"), "cannot import 'accelkit_fuzz_missing'"),
     ("profile",): (("--module", "accelkit_fuzz_missing:factory", "--no-save"), "cannot import 'accelkit_fuzz_missing'"),
@@ -105,6 +116,8 @@ def _fixture_files(t: Path) -> None:
     (t / "nan-config" / "config.json").write_text('{"model_type": "llama", "hidden_size": NaN, "vocab_size": -1}')
     (t / "no-model").mkdir()
     (t / "sweep-without-workloads.yaml").write_text("name: fuzz\nkind: plan\nhardware: h100\n")
+    (t / "accelkit_fuzz_model.py").write_text(  # `bench custom --module accelkit_fuzz_model:factory`
+        "import torch\n\ndef factory():\n    return torch.nn.Linear(4, 2), torch.randn(2, 4)\n")
 
 
 # ---- the app's commands and options ------------------------------------------------------------------------
@@ -140,11 +153,34 @@ def _kind(p) -> str:
     return "text"
 
 
+def _spec_kinds(cmd) -> dict[str, str]:
+    """Flags generated from a Spec field through a parse function (``--warmup-time``, ``--kv-cache-memory``): click
+    sees text, the field is a number — such a flag gets the number pool (from the field's type) as well."""
+    import typing
+
+    fn = cmd.callback
+    while fn is not None and not hasattr(fn, "spec_options"):
+        fn = getattr(fn, "__wrapped__", None)
+    kinds = {}
+    for spec, options in getattr(fn, "spec_options", ()):
+        hints = typing.get_type_hints(spec)
+        for o in options:
+            if o.parse is None:
+                continue
+            tp = hints[o.field]
+            args = [a for a in typing.get_args(tp) if a not in (type(None), Ellipsis)]
+            tp = args[0] if len(args) == 1 else tp  # int | None → int, tuple[int, ...] → int (a one-item list)
+            if tp in (int, float):
+                kinds[o.flag.split("/")[0]] = tp.__name__
+    return kinds
+
+
 def discover() -> list[Param]:
     root = typer.main.get_command(app)
     found: list[Param] = []
 
     def walk(cmd, path):
+        spec_kinds = _spec_kinds(cmd)
         for p in cmd.params:
             if p.name == "help":
                 continue
@@ -153,7 +189,8 @@ def discover() -> list[Param]:
             names = {*opts, p.name, p.name.replace("_", "-"), *(o.lstrip("-").replace("-", "_") for o in opts)}
             if getattr(p, "metavar", None):
                 names.add(str(p.metavar))
-            found.append(Param(path, p.opts[0] if is_option else None, p.name, _kind(p),
+            kind = spec_kinds.get(p.opts[0], _kind(p)) if is_option else _kind(p)
+            found.append(Param(path, p.opts[0] if is_option else None, p.name, kind,
                                tuple(n for n in names if n), bool(getattr(p, "required", False))))
         for name, sub in getattr(cmd, "commands", {}).items():
             walk(sub, (*path, name))
@@ -321,11 +358,25 @@ def fuzz_dir(tmp_path_factory) -> Path:
     return t
 
 
-def test_cli_fuzz(fuzz_dir, capsys, record_property, monkeypatch):
+@pytest.fixture
+def one_thread():
+    """torch on one thread while the cases run: the bench cases' tiny models take ~1 ms a step on one thread, and
+    ~20-50x that with two threads on a loaded 2-core machine (the threads spin against each other and the other
+    tenants). Behaviour is the same; the thread count is put back after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_cli_fuzz(fuzz_dir, capsys, record_property, monkeypatch, one_thread):
     import torch  # noqa: F401 — import the heavy libraries once, outside any case's time
     import torchao.quantization  # noqa: F401
 
     monkeypatch.chdir(fuzz_dir)  # relative paths a case writes land in the fixture folder (wiped before each case)
+    monkeypatch.syspath_prepend(str(fuzz_dir))  # the tiny `bench custom --module` factory lives there
     params = discover()
     covered_commands = {p.path for p in params}
     assert {("hw", "probe"), ("results", "export"), ("loadtest",), ("tune",)} <= covered_commands

@@ -60,8 +60,10 @@ def test_an_unexpected_error_is_one_line_unless_debugging():
 
 @pytest.mark.parametrize("command", ["profile", "tune"])
 def test_a_failing_module_factory_is_one_line(cli, command):
-    """`--module json:loads`: the user's factory raises TypeError — their code, reported as one line, exit 1."""
+    """`--module json:loads`: the user's factory raises TypeError — a --module that is not a factory, reported as one
+    line naming it and what a factory must be, exit 2 (the same as `bench custom`, tests/integration/test_bench_cli.py)."""
     proc = cli(command, "--module", "json:loads", "--no-save")
-    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == ("error: --module json:loads: building the model failed (TypeError: loads() missing "
-                                   "1 required positional argument: 's')")
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("error: --module 'json:loads': calling loads() raised TypeError: loads() missing 1 "
+                                   "required positional argument: 's'; the factory takes no arguments and returns "
+                                   "(model, example_inputs[, loss_fn])")

@@ -71,3 +71,22 @@ def test_count_flops_matmul_and_cpu_attention():
     q = k = v = torch.randn(1, 2, 8, 4)  # (B, H, T, D)
     flops = count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
     assert flops == 2 * (2 * 1 * 2 * 8 * 8 * 4)  # QKᵀ + PV, counted although SDPA takes the CPU flash kernel
+
+
+def test_decode_flops_from_three_contexts_equal_counting_every_call():
+    """The decode step's FLOPs on the meta device come from three contexts (first, middle, last) instead of every
+    call of the cycle; for a dense decoder they are affine in the context, so the mean is exact — the same number."""
+    from accelkit.bench.reference import step_flops
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+
+    workload = make_workload("llm", {"model": "tiny-llama", "batch_size": 2, "prompt_len": 5, "output_len": 12})
+    fast = workload.prepare(Variant(), "meta", seed=0)
+    decode = next(s for s in fast.steps if s.name == "decode")
+    assert decode.flops_per_call is not None and decode.flops_per_call() is not None
+    every = workload.prepare(Variant(), "meta", seed=0)
+    for step in every.steps:
+        step.flops_per_call = None  # count all 12 calls of the cycle
+    assert step_flops(fast) == step_flops(every)
+    on_cpu = workload.prepare(Variant(), "cpu", seed=0)
+    assert next(s for s in on_cpu.steps if s.name == "decode").flops_per_call() is None  # real tokens: count them

@@ -46,3 +46,25 @@ def test_help_shows_only_what_applies():
     assert "--precision" not in _flags(commands["dataloader"]) and "--num-workers" in _flags(commands["dataloader"])
     for cmd in commands.values():  # every run takes the loop and the bench config
         assert {"--warmup", "--min-time", "--device", "--no-accuracy", "--progress", "--json"} <= _flags(cmd)
+
+
+def test_launch_flags_on_one_process_are_refused_and_ranks_need_cores():
+    """--rdzv-id, --max-restarts, --node-rank … on one process on one node would start torchrun for nothing: one
+    line naming them; more CPU ranks than cores is refused before torchrun starts."""
+    import pytest
+
+    from accelkit.bench.runner import BenchConfig
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+    from accelkit.cli.bench import _dist_config
+    from accelkit.core import UserError
+    from accelkit.distributed.bench_launch import run_distributed_bench
+    from accelkit.distributed.launch import DistConfig
+
+    assert _dist_config(DistConfig().to_dict()) is None
+    assert _dist_config({**DistConfig().to_dict(), "nproc_per_node": 2}) == DistConfig(nproc_per_node=2)
+    with pytest.raises(UserError, match="--rdzv-id, --max-restarts set up a torchrun launch, but this run is one proc"):
+        _dist_config({**DistConfig().to_dict(), "rdzv_id": "job", "max_restarts": 3})
+    with pytest.raises(UserError, match="--nproc-per-node 100000 exceeds the .* CPU cores"):
+        run_distributed_bench(make_workload("resnet", {"size": "tiny"}), [Variant()], BenchConfig(device="cpu"),
+                              DistConfig(nproc_per_node=100_000))

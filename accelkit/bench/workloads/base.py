@@ -26,6 +26,11 @@ Task = Literal["infer", "train", "input"]
 #: a forward of these rows, not of the whole batch (the first H200 run's reference of a 1B model at b8 × s2048
 #: died out of memory)
 EVAL_ROWS = 2
+#: the most a size flag (batch, sequence, image side) may ask for: torch tensor sizes are signed 64-bit integers
+MAX_SIZE = 2**63 - 1
+#: bytes of one activation value at the narrowest precision a variant computes in (bf16/fp16): memory lower bounds
+#: use it so that a refusal holds for every variant
+ACT_BYTES = 2
 
 
 @dataclass(slots=True)
@@ -41,6 +46,9 @@ class Step:
     returns_loss: bool = False  # a training step: fn() returns the loss (the bench keeps the first steps')
     analytic_flops_per_item: float | None = None
     analytic_formula: str | None = None
+    #: model FLOPs of one call averaged over the cycle, counted more cheaply than ``cycle`` calls under the counter
+    #: (a decode step: three contexts instead of every one); None from it, or no function: count the whole cycle
+    flops_per_call: Callable[[], float | None] | None = None
 
 
 @dataclass(slots=True)
@@ -142,31 +150,52 @@ def first_tensor(output: Any) -> torch.Tensor:
     raise UserError(f"cannot find a tensor in the model output of type {type(output).__name__}")
 
 
-def check_fits(num_params: int, device: str, what: str) -> None:
-    """Refuse up front when fp32 weights alone cannot fit (weights are built in fp32)."""
-    needed = num_params * 4
+def free_bytes(device: str) -> tuple[int, str]:
+    """(bytes the workload may use on ``device``, how to say so in an error)."""
     if device.startswith("cuda"):
         import torch
 
         free, _ = torch.cuda.mem_get_info(device)
-        where = f"{device} has {free / 1e9:.1f} GB free"
-    else:
-        import psutil
+        return int(free), f"{device} has {free / 1e9:.1f} GB free"
+    import psutil
 
-        free = psutil.virtual_memory().available
-        where = f"this machine has {free / 1e9:.1f} GB of RAM available"
-    if needed * 1.2 > free:
+    free = psutil.virtual_memory().available
+    return int(free), f"this machine has {free / 1e9:.1f} GB of RAM available"
+
+
+def gb(num_bytes: float) -> str:
+    """Bytes as GB in one short token, however absurd the size (a fuzzed 10**40 stays one word)."""
+    return f"{num_bytes / 1e9:.1f} GB" if num_bytes < 1e15 else f"{num_bytes / 1e9:.3g} GB"
+
+
+def check_fits(num_params: int, device: str, what: str, *, data_bytes: int = 0,
+               shape: dict[str, int] | None = None) -> None:
+    """Refuse up front when the run cannot fit: fp32 weights alone (weights are built in fp32), or those plus
+    ``data_bytes`` — a lower bound of the inputs and activations that one step at ``shape`` (flag → value) must hold
+    at once, so a refusal never turns away a run that would have fitted; it names the flags to lower."""
+    needed = num_params * 4
+    free, where = free_bytes(device)
+    if needed * 6 > free * 5:  # 20% headroom; integers, since a fuzzed size can exceed a float
         raise UserError(
-            f"{what} needs {needed / 1e9:.1f} GB for fp32 weights alone and {where}; "
+            f"{what} needs {gb(needed)} for fp32 weights alone and {where}; "
             "pick a smaller --model (e.g. tiny-llama) or a bigger device"
+        )
+    if data_bytes and (needed + data_bytes) * 6 > free * 5:
+        given = list((shape or {}).items())
+        flags = " ".join(f"{flag} {value}" for flag, value in given)
+        lower = ", ".join(flag for flag, _ in given[:-1]) + (" or " if len(given) > 1 else "") + given[-1][0]
+        raise UserError(
+            f"{what} at {flags} needs at least {gb(data_bytes)} for one step's inputs and activations (beside "
+            f"{gb(needed)} of fp32 weights) and {where}; lower {lower}"
         )
 
 
 def model_seed(seed: int) -> Any:
-    """A torch generator for inputs, separate from the weights' seed."""
+    """A torch generator for inputs, separate from the weights' seed. Wrapped to 64 bits: torch takes seeds up to
+    2**64 - 1 and the largest seed (or a rank added to it) would otherwise overflow."""
     import torch
 
-    return torch.Generator().manual_seed(seed + 1)
+    return torch.Generator().manual_seed((seed + 1) % 2**64)
 
 
 def train_step(

@@ -6,7 +6,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from accelkit.bench.variants import Variant, apply
-from accelkit.bench.workloads.base import EVAL_ROWS, BenchWorkload, Prepared, Step, check_fits, model_seed, run_in
+from accelkit.bench.workloads.base import (
+    ACT_BYTES,
+    EVAL_ROWS,
+    MAX_SIZE,
+    BenchWorkload,
+    Prepared,
+    Step,
+    check_fits,
+    model_seed,
+    run_in,
+)
 from accelkit.core import ModelSpec, UserError
 from accelkit.core import Workload as WorkloadSpec
 from accelkit.core.spec import Spec, spec_field
@@ -20,8 +30,8 @@ class BertConfig(Spec):
 
     size: Literal["tiny", "base", "large"] = spec_field("base", doc="tiny (2 layers, h 64), base or large.")
     model: str | None = spec_field(None, doc="Any encoder preset or config.json instead of --size.")
-    batch_size: int = spec_field(8, min=1, doc="Sequences per forward.")
-    seq_len: int = spec_field(384, min=1, doc="Tokens per sequence (MLPerf BERT uses 384).")
+    batch_size: int = spec_field(8, min=1, max=MAX_SIZE, doc="Sequences per forward.")
+    seq_len: int = spec_field(384, min=1, max=MAX_SIZE, doc="Tokens per sequence (MLPerf BERT uses 384).")
 
 
 class Bert(BenchWorkload):
@@ -51,8 +61,11 @@ class Bert(BenchWorkload):
         return WorkloadSpec(model=self.model_spec, task="infer", batch_size=c.batch_size, prompt_len=c.seq_len, output_len=0)
 
     def check(self, device: str) -> None:
-        spec = self.model_spec
-        check_fits(spec.num_params(), device, spec.name)
+        spec, c = self.model_spec, self.config
+        tokens = c.batch_size * c.seq_len  # int64 ids, and a block's input beside its MLP's inner activation
+        check_fits(spec.num_params(), device, spec.name,
+                   data_bytes=tokens * 8 + tokens * (spec.hidden_size + spec.ffn_hidden_size) * ACT_BYTES,
+                   shape={"--batch-size": c.batch_size, "--seq-len": c.seq_len})
 
     def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
         import torch

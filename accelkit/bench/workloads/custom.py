@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelkit.bench.variants import Variant, apply
-from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step, evaluate_fn, run_in, train_step
+from accelkit.bench.workloads.base import MAX_SIZE, BenchWorkload, Prepared, Step, evaluate_fn, run_in, train_step
 from accelkit.core import UserError
 from accelkit.core.spec import Spec, spec_field
 
@@ -39,7 +39,7 @@ class CustomConfig(Spec):
     """A user model."""
 
     module: str = spec_field(doc="'package.module:factory' returning (model, example_inputs[, loss_fn]).")
-    items_per_step: int | None = spec_field(None, min=1, doc="Items one step processes; None = first input's dim 0.")
+    items_per_step: int | None = spec_field(None, min=1, max=MAX_SIZE, doc="Items one step processes; None = first input's dim 0.")
     lr: float = spec_field(1e-3, min=0.0, doc="SGD learning rate when a loss_fn makes it a training step.")
 
 

@@ -8,12 +8,14 @@ prefetching while another is timed, which would flatter whichever runs second.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from accelkit.bench.variants import Variant
-from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
+from accelkit.bench.workloads.base import MAX_SIZE, BenchWorkload, Prepared, Step, free_bytes, gb
 from accelkit.bench.workloads.custom import load_factory
+from accelkit.core import UserError
 from accelkit.core.spec import Spec, spec_field
 
 
@@ -24,14 +26,15 @@ class DataLoaderConfig(Spec):
     dataset: str | None = spec_field(
         None, doc="'package.module:factory' returning a map-style torch Dataset; None = synthetic images."
     )
-    batch_size: int = spec_field(64, min=1, doc="Samples per batch.")
+    batch_size: int = spec_field(64, min=1, max=MAX_SIZE, doc="Samples per batch.")
     num_workers: tuple[int, ...] = spec_field((0, 2), doc="Worker process counts to try.")
     pin_memory: tuple[bool, ...] = spec_field((False,), doc="pin_memory settings to try (pinning helps GPU copies).")
     prefetch_factor: tuple[int, ...] = spec_field((2,), doc="Batches prefetched per worker (with workers > 0).")
     step_time_s: float | None = spec_field(
-        None, min=0.0, doc="Seconds one training step takes at this batch size; says whether it would be input-bound."
+        None, min=0.0, max=86_400.0,
+        doc="Seconds one training step takes at this batch size (at most a day); says whether it would be input-bound."
     )
-    image_size: int = spec_field(224, min=8, doc="Side of the synthetic images.")
+    image_size: int = spec_field(224, min=8, max=MAX_SIZE, doc="Side of the synthetic images.")
 
     def validate(self) -> None:
         for name in ("num_workers", "prefetch_factor", "pin_memory"):
@@ -39,6 +42,21 @@ class DataLoaderConfig(Spec):
                 raise ValueError(f"{name} needs at least one value")
         if any(w < 0 for w in self.num_workers) or any(p < 1 for p in self.prefetch_factor):
             raise ValueError("num_workers must be >= 0 and prefetch_factor >= 1")
+
+
+#: worker processes per usable core above which a setting is refused (torch's DataLoader warns above one per core)
+MAX_WORKERS_PER_CORE = 4
+
+
+def _nbytes(sample: Any) -> int:
+    """Bytes of the tensors in one sample (a tensor, or tuples / lists / dicts of them); other values count 0."""
+    if hasattr(sample, "element_size") and hasattr(sample, "nelement"):
+        return int(sample.element_size() * sample.nelement())
+    if isinstance(sample, dict):
+        return sum(_nbytes(v) for v in sample.values())
+    if isinstance(sample, (tuple, list)):
+        return sum(_nbytes(v) for v in sample)
+    return 0
 
 
 class SyntheticImages:
@@ -91,6 +109,37 @@ class DataLoaderBench(BenchWorkload):
         if variant.settings.get("pin_memory") and not device.startswith("cuda"):
             return "pin_memory pins host memory for faster copies to a GPU; there is no GPU here"
         return None
+
+    def check(self, device: str) -> None:
+        """Refuse up front what would only thrash: more worker processes than the cores can run, or batches in
+        flight (the one being read, plus prefetch_factor per worker) that do not fit in RAM — before any is made."""
+        c = self.config
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        most = MAX_WORKERS_PER_CORE * cores
+        if max(c.num_workers) > most:
+            raise UserError(f"--num-workers {max(c.num_workers)} is more than {MAX_WORKERS_PER_CORE} worker processes "
+                            f"per usable CPU core ({cores} here, so at most {most}); more only measures contention — "
+                            "give fewer")
+        if c.dataset is None:
+            sample, what = 3 * c.image_size**2 * 4, f"3×{c.image_size}×{c.image_size} float32 images"
+        else:
+            try:
+                first = self.dataset()[0]
+            except UserError:
+                raise
+            except Exception as exc:  # the user's code: one line naming the target and what it must return
+                raise UserError(f"--dataset {c.dataset!r}: reading its first sample raised {type(exc).__name__}: {exc}; "
+                                "the factory takes no arguments and returns a map-style torch Dataset") from exc
+            sample, what = _nbytes(first), f"samples of {c.dataset}"
+        in_flight = 1 + max((w * p for w in c.num_workers for p in c.prefetch_factor), default=0)
+        needed = c.batch_size * sample * in_flight
+        free, where = free_bytes("cpu")
+        if needed * 6 > free * 5:  # 20% headroom; integers, since a fuzzed size can exceed a float
+            fix = ", ".join(["--batch-size", *(["--image-size"] if c.dataset is None else []), "--num-workers"])
+            raise UserError(
+                f"--batch-size {c.batch_size} of {what} is {gb(c.batch_size * sample)} a batch, and the {in_flight} "
+                f"batch(es) in flight (the one read, plus --num-workers × --prefetch-factor) need {gb(needed)}; {where}; "
+                f"lower {fix} or --prefetch-factor")
 
     def dataset(self) -> Any:
         if self.config.dataset is None:

@@ -12,7 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelkit.bench.variants import Variant, apply
-from accelkit.bench.workloads.base import EVAL_ROWS, BenchWorkload, Prepared, Step, check_fits, model_seed, run_in
+from accelkit.bench.workloads.base import (
+    ACT_BYTES,
+    EVAL_ROWS,
+    MAX_SIZE,
+    BenchWorkload,
+    Prepared,
+    Step,
+    check_fits,
+    model_seed,
+    run_in,
+)
 from accelkit.core import ModelSpec, UserError
 from accelkit.core import Workload as WorkloadSpec
 from accelkit.core.spec import Spec, spec_field
@@ -23,9 +33,9 @@ class LLMConfig(Spec):
     """Decoder inference: prefill and decode measured separately."""
 
     model: str = spec_field("llama-3.1-8b", doc="Decoder preset or config.json (random weights).")
-    batch_size: int = spec_field(1, min=1, doc="Sequences decoded together.")
-    prompt_len: int = spec_field(128, min=1, doc="Prompt tokens per sequence (prefill).")
-    output_len: int = spec_field(64, min=1, doc="Generated tokens per sequence (decode steps per cycle).")
+    batch_size: int = spec_field(1, min=1, max=MAX_SIZE, doc="Sequences decoded together.")
+    prompt_len: int = spec_field(128, min=1, max=MAX_SIZE, doc="Prompt tokens per sequence (prefill).")
+    output_len: int = spec_field(64, min=1, max=MAX_SIZE, doc="Generated tokens per sequence (decode steps per cycle).")
 
 
 def matmul_params(spec: ModelSpec) -> int:
@@ -79,7 +89,12 @@ class LLM(BenchWorkload):
                             output_len=c.output_len)
 
     def check(self, device: str) -> None:
-        check_fits(self.model_spec.num_params(), device, self.model_spec.name)
+        spec, c = self.model_spec, self.config
+        prompt = c.batch_size * c.prompt_len  # int64 ids, the prefill's logits at every position, the KV cache
+        data = prompt * 8 + prompt * spec.vocab_size * ACT_BYTES
+        data += int(spec.kv_bytes_per_token(ACT_BYTES) * c.batch_size * (c.prompt_len + c.output_len - 1))
+        check_fits(spec.num_params(), device, spec.name, data_bytes=data,
+                   shape={"--batch-size": c.batch_size, "--prompt-len": c.prompt_len, "--output-len": c.output_len})
 
     def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
         import torch
@@ -113,13 +128,37 @@ class LLM(BenchWorkload):
             state["pos"] += 1
             return state["token"]
 
+        def decode_flops_at(cached: int) -> float:
+            """FLOPs of one decode call while the cache holds ``cached`` tokens (the cache filled by an uncounted
+            prefill; token values do not change a dense model's FLOPs)."""
+            from accelkit.bench.metrics import count_flops
+
+            with torch.inference_mode():
+                ids = torch.zeros((c.batch_size, cached + 1), dtype=torch.long, device=device)
+                out = model(input_ids=ids[:, :cached], use_cache=True)
+                cache = out.get(kw)
+                cache = cache if cache is not None else out.get("past_key_values")
+                return count_flops(lambda: model(input_ids=ids[:, cached:], use_cache=True, **{kw: cache}))
+
+        def decode_flops_per_call() -> float | None:
+            """The mean over the cycle (caches of prompt_len … prompt_len + output_len − 1 tokens) from three counted
+            calls, not output_len: a dense decoder's FLOPs are affine in the keys attended (2N + 4·L·H·Q·T), so the
+            mean is that of the first and last, checked on the middle one. Not affine (sliding-window attention) →
+            None: every call is counted. Only on the meta device, where a call costs the same at any length."""
+            first, last = c.prompt_len, c.prompt_len + c.output_len - 1
+            if device != "meta" or c.output_len < 4:
+                return None
+            lo, mid, hi = decode_flops_at(first), decode_flops_at((first + last) // 2), decode_flops_at(last)
+            line = lo + (hi - lo) * ((first + last) // 2 - first) / (last - first)
+            return (lo + hi) / 2 if abs(mid - line) <= 1e-9 * max(hi, 1.0) else None
+
         mean_decode_context = c.prompt_len + (c.output_len + 1) / 2
         formula = "2N + 4·L·H·Q·T (N without embeddings, T = keys attended)"
         steps = [
             Step("prefill", run_prefill, c.batch_size * c.prompt_len, "tokens", latency_name="TTFT",
                  analytic_flops_per_item=forward_flops_per_token(spec, c.prompt_len), analytic_formula=formula),
             Step("decode", run_in(variant, device, decode, inference=True), c.batch_size, "tokens",
-                 latency_name="per-token latency", cycle=c.output_len,
+                 latency_name="per-token latency", cycle=c.output_len, flops_per_call=decode_flops_per_call,
                  analytic_flops_per_item=forward_flops_per_token(spec, mean_decode_context), analytic_formula=formula),
         ]
         evaluate = run_in(variant, device, lambda: model(input_ids=prompt[:EVAL_ROWS]).logits, inference=True)

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from accelkit.bench.variants import Variant, apply
 from accelkit.bench.workloads.base import (
+    ACT_BYTES,
     EVAL_ROWS,
+    MAX_SIZE,
     BenchWorkload,
     Prepared,
     Step,
@@ -26,8 +28,8 @@ class LLMTrainConfig(Spec):
     """Decoder training step."""
 
     model: str = spec_field("llama-3.1-8b", doc="Decoder preset or config.json (random weights).")
-    batch_size: int = spec_field(1, min=1, doc="Sequences per step.")
-    seq_len: int = spec_field(512, min=2, doc="Tokens per sequence.")
+    batch_size: int = spec_field(1, min=1, max=MAX_SIZE, doc="Sequences per step.")
+    seq_len: int = spec_field(512, min=2, max=MAX_SIZE, doc="Tokens per sequence.")
     lr: float = spec_field(1e-4, min=0.0, doc="AdamW learning rate.")
 
 
@@ -53,7 +55,11 @@ class LLMTrain(BenchWorkload):
                             seq_len=self.config.seq_len, optimizer="adam")
 
     def check(self, device: str) -> None:
-        check_fits(self.model_spec.num_params() * 4, device, self.model_spec.name)  # weights, grads, 2 Adam moments
+        spec, c = self.model_spec, self.config
+        tokens = c.batch_size * c.seq_len  # int64 ids, the logits, each block's input kept for the backward
+        data = tokens * 8 + tokens * (spec.vocab_size + spec.num_layers * spec.hidden_size) * ACT_BYTES
+        check_fits(spec.num_params() * 4, device, spec.name, data_bytes=data,  # weights, grads, 2 Adam moments
+                   shape={"--batch-size": c.batch_size, "--seq-len": c.seq_len})
 
     def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
         import torch

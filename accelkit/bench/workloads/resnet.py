@@ -7,7 +7,9 @@ from typing import Literal
 
 from accelkit.bench.variants import Variant, apply
 from accelkit.bench.workloads.base import (
+    ACT_BYTES,
     EVAL_ROWS,
+    MAX_SIZE,
     BenchWorkload,
     Prepared,
     Step,
@@ -29,8 +31,8 @@ class ResNetConfig(Spec):
 
     size: Literal["tiny", "50", "152"] = spec_field("50", doc="tiny (stages 1-1-1-1 on 64² images), 50 or 152.")
     model: str | None = spec_field(None, doc="Any CNN preset or config.json instead of --size.")
-    batch_size: int = spec_field(32, min=1, doc="Images per step.")
-    image_size: int | None = spec_field(None, min=8, doc="Image side in pixels; None = the model's (224, tiny 64).")
+    batch_size: int = spec_field(32, min=1, max=MAX_SIZE, doc="Images per step.")
+    image_size: int | None = spec_field(None, min=8, max=MAX_SIZE, doc="Image side in pixels; None = the model's (224, tiny 64).")
     lr: float = spec_field(0.1, min=0.0, doc="SGD learning rate (momentum 0.9).")
 
 
@@ -65,7 +67,11 @@ class ResNet(BenchWorkload):
         )
 
     def check(self, device: str) -> None:
-        check_fits(self.model_spec.num_params() * 4, device, self.model_spec.name)  # weights, grads, momentum
+        spec, c, side = self.model_spec, self.config, self.image_size
+        # fp32 input images, and the stem's output (half the side) kept for the backward
+        data = c.batch_size * spec.num_channels * side * side * 4 + c.batch_size * spec.stem_width * (side // 2) ** 2 * ACT_BYTES
+        check_fits(spec.num_params() * 4, device, spec.name, data_bytes=data,  # weights, grads, momentum
+                   shape={"--batch-size": c.batch_size, "--image-size": side})
 
     def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
         import torch

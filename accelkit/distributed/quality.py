@@ -1,0 +1,121 @@
+"""The quality check of gradient compression: the same K training steps, on the same data, from the same initial
+weights, with and without compression — then ``accelkit.recipes.grad_compression.loss_gate`` compares the final
+losses.
+
+The data must be learnable, or every variant ends at the same loss and the gate cannot tell them apart (random
+tokens only teach the unigram distribution). So each step draws a fresh batch from a fixed synthetic task:
+
+* ``llm-train``: a first-order Markov chain over the vocabulary in which every token has 4 possible successors
+  (one table, drawn from the seed): the loss can fall from ln(V) to ln(4);
+* ``resnet``: one random image template per class; an image is its class's template plus Gaussian noise (σ 0.5),
+  and 30% of the labels are drawn at random — a loss floor well above zero (about 1.2 nats with 10 classes), so
+  that a ratio of final losses means something.
+
+Step k on rank r draws from a generator seeded by (seed, k, r): every variant sees exactly the same batches, and
+the ranks see different ones (as data parallelism does). The reported loss of a step is the mean over the ranks.
+After the K steps every variant is evaluated (no gradients) on ``EVAL_BATCHES`` batches per rank that no training
+step drew, the same for every variant: that evaluation loss (mean over the ranks) is what the gate compares — a
+training step's loss moves with its batch, the evaluation loss only with the weights.
+This module imports torch only inside its functions (the CLI reads :class:`QualityConfig` without it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from accelkit.core.spec import Spec, spec_field
+
+if TYPE_CHECKING:
+    import torch
+
+#: successors per token of the Markov task
+SUCCESSORS = 4
+#: noise σ of the image task, and the share of its labels drawn at random
+IMAGE_NOISE = 0.5
+LABEL_NOISE = 0.3
+#: the evaluation set: this many batches, drawn from steps EVAL_STEP, EVAL_STEP − 1, … (no training step draws them)
+EVAL_BATCHES = 4
+EVAL_STEP = -1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QualityConfig(Spec):
+    """The quality check of compressed variants (distributed training benches with --grad-compression)."""
+
+    quality_steps: int = spec_field(
+        50, min=0, max=100_000, doc="Training steps of the quality check: each compressed variant and none train this "
+                                    "many steps on the same data from the same weights; 0 turns it off.")
+    max_loss_increase: float = spec_field(
+        0.02, min=0.0, max=10.0, doc="Quality gate: a compressed variant's final loss may exceed none's by this "
+                                     "fraction (0.02 = within 2%).")
+
+
+def _generator(seed: int, step: int, rank: int) -> torch.Generator:
+    import torch
+
+    return torch.Generator().manual_seed(((seed + 1) * 1_000_003 + step) * 1009 + rank)
+
+
+def markov_tokens(vocab_size: int, batch: int, seq_len: int, *, seed: int, step: int, rank: int) -> torch.Tensor:
+    """[batch, seq_len] token ids of the Markov task (int64, on the CPU)."""
+    import torch
+
+    table = torch.randint(0, vocab_size, (vocab_size, SUCCESSORS), generator=_generator(seed, -1, -1))
+    gen = _generator(seed, step, rank)
+    ids = torch.empty(batch, seq_len, dtype=torch.long)
+    ids[:, 0] = torch.randint(0, vocab_size, (batch,), generator=gen)
+    picks = torch.randint(0, SUCCESSORS, (batch, seq_len), generator=gen)
+    for t in range(1, seq_len):
+        ids[:, t] = table[ids[:, t - 1], picks[:, t]]
+    return ids
+
+
+def template_images(num_labels: int, batch: int, channels: int, side: int, *, seed: int, step: int,
+                    rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images [batch, channels, side, side], labels [batch]) of the template task, on the CPU."""
+    import torch
+
+    templates = torch.randn(num_labels, channels, side, side, generator=_generator(seed, -1, -1))
+    gen = _generator(seed, step, rank)
+    classes = torch.randint(0, num_labels, (batch,), generator=gen)
+    images = templates[classes] + IMAGE_NOISE * torch.randn(batch, channels, side, side, generator=gen)
+    noisy = torch.rand(batch, generator=gen) < LABEL_NOISE
+    labels = torch.where(noisy, torch.randint(0, num_labels, (batch,), generator=gen), classes)
+    return images, labels
+
+
+def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], steps: int) -> dict[str, Any]:
+    """This rank's loss at each of ``steps`` training steps of ``variant`` on the task's batches (fresh model from
+    the job's seed, fresh optimizer, fresh compression state), and then its mean loss on its evaluation batches
+    (``EVAL_BATCHES`` batches of this rank that no training step drew, the same for every variant)."""
+    import gc
+
+    import torch
+
+    from accelkit.bench.workloads.base import run_in, train_step
+    from accelkit.distributed.parallel import parallelize, train_parts
+
+    torch.manual_seed(job["seed"])
+    parts = train_parts(workload, variant, ctx.device, seed=job["seed"], rank=ctx.rank)
+    model = parallelize(parts.model, zero=job["zero"], device=ctx.device, recipe=variant.recipe(training=True))
+    optimizer = parts.make_optimizer(model.parameters())
+    batch: list[Any] = [None]
+    step = train_step(model, optimizer, lambda: parts.loss_on(model, batch[0]), variant, ctx.device)
+    losses = []
+    for k in range(steps):
+        batch[0] = parts.quality_batch(k)
+        losses.append(float(step().detach()))  # type: ignore[attr-defined]
+    evaluate = run_in(variant, ctx.device, lambda: [float(parts.loss_on(model, parts.quality_batch(EVAL_STEP - i)))
+                                                    for i in range(EVAL_BATCHES)], inference=False)
+    with torch.no_grad():  # not inference_mode: FSDP2 and DDP run their forward collectives as in training
+        eval_losses: list[float] = evaluate()  # type: ignore[assignment]
+    batch[0] = None
+    gc.collect()
+    return {"losses": losses, "eval_loss": sum(eval_losses) / len(eval_losses)}
+
+
+def mean_over_ranks(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ranks' training losses averaged step by step, and the mean of their evaluation losses."""
+    losses = [sum(xs) / len(xs) for xs in zip(*(r["losses"] for r in per_rank), strict=True)]
+    return {"losses": losses, "eval_loss": sum(r["eval_loss"] for r in per_rank) / len(per_rank)}

@@ -1,0 +1,128 @@
+"""`accelkit tune … --nproc-per-node N`: the gradient compressions of a multi-process training run, measured on
+N ranks (``accelkit.distributed``) and each gated on its loss against the uncompressed run.
+
+    none, bf16, fp16, PowerSGD rank 4 and 1 → refuse what this layout cannot run → one torchrun launch (DDP) →
+    the quality gate of each compressed variant (evaluation loss within --max-accuracy-drop of none's) → Pareto
+    frontier (speed, memory, loss) → the winner and the code that registers it
+
+A distributed run measures no fp32 output drift (each rank trains its own batch), so precisions and the other
+recipes are tuned on one process (`accelkit tune WORKLOAD`); this searches the communication only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from accelkit.core import Recipe, UserError
+from accelkit.tune.search import Trial, TuneConfig, TuneResult, _dominates, _objective_key
+
+if TYPE_CHECKING:
+    from accelkit.bench.workloads.base import BenchWorkload
+    from accelkit.results import ResultStore
+
+#: (grad_compression, PowerSGD rank) tried, plain first
+CANDIDATES: tuple[tuple[str, int], ...] = (("none", 4), ("bf16", 4), ("fp16", 4), ("powersgd", 4), ("powersgd", 1))
+
+
+def compression_snippet(recipe: Recipe) -> str:
+    """Paste-ready code that registers the compression on a DDP model."""
+    head = "# ddp_model = torch.nn.parallel.DistributedDataParallel(model, ...)\n"
+    if recipe.grad_compression == "none":
+        return head + "# no compression: keep DDP's built-in all-reduce (register no hook)"
+    if recipe.grad_compression in ("bf16", "fp16"):
+        hook = f"{recipe.grad_compression}_compress_hook"
+        return (head + "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n\n"
+                f"ddp_model.register_comm_hook(None, default_hooks.{hook})")
+    return (head + "from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook\n\n"
+            f"state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank={recipe.powersgd_rank}, "
+            f"start_powerSGD_iter={recipe.powersgd_start_iter}, use_error_feedback={recipe.powersgd_error_feedback}, "
+            f"warm_start={recipe.powersgd_warm_start}, min_compression_rate={recipe.powersgd_min_compression_rate:g}, "
+            "orthogonalization_epsilon=1e-8)\n"
+            "ddp_model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)")
+
+
+def _gate(entry: dict[str, Any]) -> dict[str, Any]:
+    quality = entry.get("quality") or {}
+    if quality.get("role") == "reference":
+        return {"passed": True, "criterion": "reference", "candidate_value": 1.0}
+    if "passed" not in quality:
+        return {"passed": False, "criterion": "none", "reason": quality.get("note") or "no quality check ran"}
+    ratio = quality.get("ratio")
+    # the accuracy axis of the Pareto frontier: none's loss ÷ this loss (1 = as good, lower = worse)
+    return {"passed": bool(quality["passed"]), "criterion": "loss vs none",
+            "candidate_value": 1.0 / ratio if ratio else 0.0, "threshold": 1.0 / quality["threshold"],
+            "message": quality.get("message")}
+
+
+def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, *, nproc_per_node: int,
+                     store: ResultStore | None = None, reporter: Any = None) -> TuneResult:
+    """Search the gradient compressions of ``workload``'s training step on ``nproc_per_node`` ranks (DDP)."""
+    from accelkit.bench.runner import BenchConfig, resolve_device
+    from accelkit.bench.variants import Variant, device_refusal
+    from accelkit.core import Measurement
+    from accelkit.distributed.bench_launch import run_distributed_bench
+    from accelkit.distributed.launch import DistConfig
+    from accelkit.distributed.parallel import SUPPORTED
+    from accelkit.distributed.quality import QualityConfig
+    from accelkit.hardware.detect import environment
+    from accelkit.timing import LoopConfig
+
+    config = config or TuneConfig()
+    if workload.task != "train" or workload.name not in SUPPORTED:
+        raise UserError(f"--nproc-per-node tunes the gradient compression of a training workload ({', '.join(SUPPORTED)}); "
+                        f"{workload.name} is not one — drop --nproc-per-node")
+    if nproc_per_node < 2:
+        raise UserError("--nproc-per-node must be 2 or more to tune gradient compression")
+    device = resolve_device(config.device)
+    variants = [Variant(grad_compression=kind, **({"powersgd_rank": rank} if kind == "powersgd" else {}))  # type: ignore[arg-type]
+                for kind, rank in CANDIDATES]
+    trials = [Trial(v.name, v.recipe(training=True)) for v in variants]
+    for t, v in zip(trials, variants, strict=True):
+        reason = device_refusal(v, device, training=True, world_size=nproc_per_node)
+        if reason:
+            t.status, t.reason = "refused", reason
+    measured = [(t, v) for t, v in zip(trials, variants, strict=True) if t.status == "pending"][: config.max_trials]
+    for t in trials:
+        if t.status == "pending" and all(t is not m for m, _ in measured):
+            t.status, t.reason = "skipped", f"beyond --max-trials {config.max_trials}"
+    loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick \
+        else LoopConfig()
+    bench = BenchConfig(device=device, loop=loop, save=store is not None)
+    run_id = uuid.uuid4().hex[:12]
+    run = run_distributed_bench(workload, [v for _, v in measured], bench, DistConfig(nproc_per_node=nproc_per_node),
+                                store=store, reporter=reporter, run_id=run_id,
+                                quality=QualityConfig(max_loss_increase=config.max_accuracy_drop))
+    entries = {e["name"]: e for e in run.to_json()["variants"]}
+    for t, _ in measured:
+        entry = entries.get(t.name)
+        if entry is None:
+            t.status, t.reason = "failed", "not measured"
+            continue
+        t.status = "measured"
+        t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
+        t.latency_s = entry["latency_s"]["median"]
+        t.memory_bytes, t.memory_basis = entry["memory_bytes"].get("peak"), "measured peak"
+        t.accuracy = {"grad_comm": entry.get("grad_comm"), "quality": entry.get("quality")}
+        t.gate = _gate(entry)
+        t.passed = bool(t.gate["passed"])
+        _, caution, why = (t.gate.get("message") or "").partition(" — caution: ")
+        if caution:
+            t.reason = f"caution: {why}"  # the gate could not tell this variant from none
+    passing = [t for t in trials if t.passed]
+    for t in passing:
+        t.pareto = not any(_dominates(o, t) for o in passing if o is not t)
+    winner = min(passing, key=lambda t: _objective_key(t, config.objective)) if passing else None
+    notes = [f"gradient compression on {nproc_per_node} ranks (DDP); each compressed variant is gated on its "
+             f"evaluation loss within {config.max_accuracy_drop:.0%} of none's (--max-accuracy-drop)", *run.notes]
+    result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
+                        winner=winner, snippet=compression_snippet(winner.recipe) if winner else None, run_id=run_id,
+                        notes=notes)
+    if store is not None:
+        result.result_id = store.add(Measurement(
+            kind="tune", name=f"tune {workload.label} gradient compression ×{nproc_per_node} ({config.objective})",
+            hardware=run.hardware, throughput=winner.throughput if winner else None,
+            throughput_unit=winner.unit if winner else None,
+            details={**result.to_json(), "config": config.to_dict(), "nproc_per_node": nproc_per_node},
+            environment=environment(with_torch=True)), run_id=run_id)
+    return result
