@@ -212,6 +212,32 @@ def test_engine_loop_streams_from_many_threads_and_aborts(llm, greedy_ref):
     assert not loop.is_alive
 
 
+def test_engine_loop_flush_hooks_follow_each_steps_outputs_and_a_failing_one_stops_nothing(llm, greedy_ref):
+    """A flush hook (the HTTP server's mailbox) runs after every step's outputs were handed out, so nothing
+    waits in a buffer; one that raises (its event loop closed) is logged and the loop serves on."""
+    events: list = []
+    done = threading.Event()
+
+    def sink(out):
+        events.append(out)
+        if out.finished:
+            done.set()
+
+    def closed():
+        raise RuntimeError("Event loop is closed")
+
+    with EngineLoop(llm.engine) as loop:
+        loop.add_flush_hook(closed)
+        loop.add_flush_hook(lambda: events.append("flush"))
+        loop.add_request(PROMPTS[1], SamplingParams.greedy(12), callback=sink)
+        assert done.wait(60)
+        assert loop.add_request(PROMPTS[2], SamplingParams.greedy(12)).result().token_ids == greedy_ref[2]
+        assert loop.is_alive
+    outs = [e for e in events if e != "flush"]
+    assert [t for o in outs for t in o.new_token_ids] == greedy_ref[1] and outs[-1].finished
+    assert all(events[i + 1] == "flush" for i, e in enumerate(events) if e != "flush")
+
+
 def test_engine_loop_death_fails_open_streams(model_dir):
     llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES)
 
