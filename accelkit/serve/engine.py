@@ -22,13 +22,13 @@ from typing import Any
 from accelkit.serve import preflight
 from accelkit.serve.block_manager import BlockManager
 from accelkit.serve.config import EngineConfig
-from accelkit.serve.detokenizer import IncrementalDetokenizer
+from accelkit.serve.detokenizer import IncrementalDetokenizer, TokenDecoder
 from accelkit.serve.isolation import EngineDeadError, canary_ok, describe, execute_isolating
 from accelkit.serve.models.llama import LlamaArgs
-from accelkit.serve.outputs import EngineStats, RequestMetrics, RequestOutput
+from accelkit.serve.outputs import EngineStats, RequestOutput
 from accelkit.serve.sampling import SEED_MAX, SEED_MIN, SamplingParams
 from accelkit.serve.scheduler import Scheduler, SchedulerConfig
-from accelkit.serve.sequence import Sequence
+from accelkit.serve.sequence import Sequence, SequenceStatus
 
 log = logging.getLogger("accelkit.serve")
 
@@ -37,8 +37,10 @@ log = logging.getLogger("accelkit.serve")
 class _Request:
     seq: Sequence
     detokenizer: IncrementalDetokenizer | None
+    final_only: bool = False  # no output until it finishes (LLM.generate); else one per step with a token
     text: str = ""
-    num_returned_tokens: int = 0
+    num_returned_tokens: int = 0  # output tokens handed out in outputs so far (new_token_ids start after them)
+    num_detokenized: int = 0  # output tokens the detokenizer has seen
 
 
 def _eos_token_ids(model_dir: Path, cfg: dict[str, Any], tokenizer: Any) -> frozenset[int]:
@@ -94,6 +96,7 @@ class LLMEngine:
             raise ValueError(f"seed={config.seed} is out of range; expected an integer in [-2**63, 2**64 - 1]")
         self._preflight(model_dir, hf_config)
         self.tokenizer = _load_tokenizer(model_dir)
+        self._decoder = TokenDecoder(self.tokenizer) if self.tokenizer is not None else None
         self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
         self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len)
         self.block_manager = BlockManager(
@@ -173,19 +176,24 @@ class LLMEngine:
             arrival_time=time.monotonic() if arrival_time is None else arrival_time,
         )
 
-    def add_sequence(self, seq: Sequence) -> str:
-        """Queue a request made by :meth:`make_request`."""
+    def add_sequence(self, seq: Sequence, *, final_only: bool = False) -> str:
+        """Queue a request made by :meth:`make_request`. By default ``step()`` returns an output for it after
+        every step that gave it a token (streaming); with ``final_only`` only when it finishes (the same final
+        output as streaming gives: ``new_text``/``new_token_ids`` are its last step's)."""
         with self._lock:
             if seq.request_id in self._known_ids:
                 raise ValueError(f"request_id={seq.request_id!r} is already in use")
             self._known_ids.add(seq.request_id)
-            detok = IncrementalDetokenizer(self.tokenizer, seq.token_ids) if self.tokenizer is not None else None
-            self._inbox.append(_Request(seq, detok))
+            detok = IncrementalDetokenizer(self._decoder, seq.token_ids) if self._decoder is not None else None
+            self._inbox.append(_Request(seq, detok, final_only))
         return seq.request_id
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, **kwargs: Any) -> str:
-        """Validate and queue one request; returns its id. Keywords: request_id, priority, arrival_time."""
-        return self.add_sequence(self.make_request(prompt, params, **kwargs))
+    def add_request(
+        self, prompt: str | list[int], params: SamplingParams | None = None, *, final_only: bool = False, **kwargs: Any
+    ) -> str:
+        """Validate and queue one request; returns its id. Keywords: request_id, priority, arrival_time,
+        final_only (see :meth:`add_sequence`)."""
+        return self.add_sequence(self.make_request(prompt, params, **kwargs), final_only=final_only)
 
     def abort_request(self, request_id: str) -> None:
         """Abort a request wherever it is; its blocks are freed at the next step (unknown ids are ignored)."""
@@ -279,31 +287,41 @@ class LLMEngine:
         return outputs
 
     def _postprocess(self, seqs: list[Sequence]) -> list[RequestOutput]:
+        """Timestamps, detokenization and stop strings of the sequences that got a token; an output for each
+        streaming request and each finished one. Runs for every sequence of every step: kept to a few
+        attribute updates, one detokenizer call and (only where one is due) one output object."""
         now = time.monotonic()
         outputs = []
+        requests = self._requests
+        finished = SequenceStatus.FINISHED
+        self._generation_tokens += len(seqs)
         for seq in seqs:
-            req = self._requests[seq.request_id]
+            req = requests[seq.request_id]
             if seq.first_token_time is None:
                 seq.first_token_time = now
                 self._prompt_tokens += seq.num_prompt_tokens
             seq.last_token_time = now
-            self._generation_tokens += 1
-            try:
-                new_text = self._detokenize(req, seq)
-            except Exception as exc:  # e.g. a tokenizer that cannot decode a sampled id: this request only
-                outputs.append(self._fail(seq, exc))
-                continue
-            if seq.is_finished:
+            new_text = ""
+            if req.detokenizer is not None:
+                try:
+                    new_text = self._detokenize(req, seq)
+                except Exception as exc:  # e.g. a tokenizer that cannot decode a sampled id: this request only
+                    outputs.append(self._fail(seq, exc))
+                    continue
+            if seq.status is finished:
                 outputs.append(self._finish(req, now, new_text))
-            else:
+            elif not req.final_only:
                 outputs.append(self._output(req, new_text))
+            else:  # no output now; as if it had been handed out, so the final one's new_* are its last step's
+                req.num_returned_tokens = len(seq.token_ids) - seq.num_prompt_tokens
         return outputs
 
     def _detokenize(self, req: _Request, seq: Sequence) -> str:
-        if req.detokenizer is None:
-            return ""
-        new_ids = seq.token_ids[seq.num_prompt_tokens + req.num_returned_tokens :]
-        delta = req.detokenizer.add(new_ids, final=seq.is_finished)
+        assert req.detokenizer is not None
+        start = seq.num_prompt_tokens + req.num_detokenized
+        new_ids = seq.token_ids[start:]
+        req.num_detokenized += len(new_ids)
+        delta = req.detokenizer.add(new_ids, final=seq.status is SequenceStatus.FINISHED)
         stops = seq.params.stop
         if stops and delta:
             start = max(0, len(req.text) - max(len(s) for s in stops) + 1)
@@ -322,14 +340,12 @@ class LLMEngine:
         return delta
 
     def _output(self, req: _Request, new_text: str, error: str | None = None) -> RequestOutput:
+        """A snapshot of the request (no token list is copied here: see ``RequestOutput``)."""
         seq = req.seq
-        new_ids = seq.token_ids[seq.num_prompt_tokens + req.num_returned_tokens :]
-        req.num_returned_tokens = seq.num_output_tokens
-        return RequestOutput(
-            request_id=seq.request_id, prompt=seq.prompt, prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
-            text=req.text, token_ids=seq.output_token_ids, new_text=new_text, new_token_ids=new_ids,
-            finished=seq.is_finished, finish_reason=seq.finish_reason, metrics=self._metrics(seq), error=error,
-        )
+        out = RequestOutput.of(seq, text=req.text, new_text=new_text, num_returned_tokens=req.num_returned_tokens,
+                               error=error)
+        req.num_returned_tokens = len(seq.token_ids) - seq.num_prompt_tokens
+        return out
 
     def _finish(self, req: _Request, now: float, new_text: str = "", *, error: str | None = None) -> RequestOutput:
         seq = req.seq
@@ -343,16 +359,6 @@ class LLMEngine:
         except Exception as exc:  # per-request device state only; the request is over either way
             log.warning("releasing request %s failed: %s", seq.request_id, describe(exc))
         return self._output(req, new_text, error)
-
-    @staticmethod
-    def _metrics(seq: Sequence) -> RequestMetrics:
-        return RequestMetrics(
-            arrival_time=seq.arrival_time, num_prompt_tokens=seq.num_prompt_tokens,
-            first_scheduled_time=seq.first_scheduled_time, first_token_time=seq.first_token_time,
-            last_token_time=seq.last_token_time, finished_time=seq.finished_time,
-            num_cached_tokens=seq.num_cached_tokens, num_generation_tokens=seq.num_output_tokens,
-            num_preemptions=seq.num_preemptions,
-        )
 
     # ---- observability -----------------------------------------------------------------------------
     def get_stats(self) -> EngineStats:

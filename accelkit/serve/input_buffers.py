@@ -131,6 +131,20 @@ class HostBlockTables:
         entry[1], entry[2], entry[3] = n, seq.num_preemptions, last
         return entry[0]
 
+    def rows(self, seqs: list[Sequence]) -> list[int]:
+        """:meth:`row` of each sequence; the unchanged ones (most of them, most steps) checked inline."""
+        entries = self._entries
+        out = []
+        for seq in seqs:
+            table = seq.block_table
+            entry = entries.get(seq.seq_id)
+            if (entry is not None and entry[1] == len(table) and entry[2] == seq.num_preemptions
+                    and entry[3] == (table[-1] if table else -1)):
+                out.append(entry[0])
+            else:
+                out.append(self.row(seq))
+        return out
+
     def release(self, seq_id: int) -> None:
         entry = self._entries.pop(seq_id, None)
         if entry is not None:

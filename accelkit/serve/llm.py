@@ -55,13 +55,13 @@ class LLM:
             except ValueError as e:
                 raise ValueError(f"prompts[{i}]: {e}") from None
         self._counter += len(prompts)
-        for seq in seqs:
-            self.engine.add_sequence(seq)
+        for seq in seqs:  # only the final outputs are wanted: the engine builds no per-step ones
+            self.engine.add_sequence(seq, final_only=True)
         final: dict[str, RequestOutput] = {}
         try:
             while len(final) < len(seqs):
                 for out in self.engine.step():
-                    if out.finished:
+                    if out.finished:  # (outputs of requests added to the engine by others stream past)
                         final[out.request_id] = out
         except BaseException:
             for seq in seqs:  # leave the engine clean for the next call

@@ -68,6 +68,7 @@ class EngineLoop:
         self._cond = threading.Condition()
         self._stop = False
         self._sinks: dict[str, OutputCallback] = {}
+        self._flush_hooks: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name="accelkit-engine", daemon=True)
 
     @property
@@ -148,8 +149,7 @@ class EngineLoop:
                         self._cond.wait()
                     if self._stop:
                         break
-                for out in self.engine.step():
-                    self._deliver(out)
+                self._deliver_all(self.engine.step())
                 if self.on_step is not None:
                     try:
                         self.on_step(self.engine.get_stats())
@@ -160,8 +160,7 @@ class EngineLoop:
                 pending = list(self._sinks)
             for request_id in pending:
                 self.engine.abort_request(request_id)
-            for out in self.engine.step():
-                self._deliver(out)
+            self._deliver_all(self.engine.step())
         except BaseException as e:  # the engine cannot go on; every open request learns why
             self.error = e
             log.error("engine loop stopped; every request in flight fails: %s", describe(e), exc_info=e)
@@ -172,20 +171,50 @@ class EngineLoop:
                     sink(e)
                 except Exception as exc:
                     log.warning("telling a request that the engine stopped failed: %s", describe(exc))
+            self._flush()
 
-    def _deliver(self, out: RequestOutput) -> None:
+    def add_flush_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` on the loop thread after each step's outputs have all been handed to their callbacks:
+        where a callback that only buffers (the HTTP server's ``Mailbox``) passes its buffer on, once a step."""
         with self._cond:
-            sink = self._sinks.pop(out.request_id, None) if out.finished else self._sinks.get(out.request_id)
-        if sink is None:
+            self._flush_hooks.append(hook)
+
+    def remove_flush_hook(self, hook: Callable[[], None]) -> None:
+        with self._cond:
+            if hook in self._flush_hooks:
+                self._flush_hooks.remove(hook)
+
+    def _flush(self) -> None:
+        with self._cond:
+            hooks = list(self._flush_hooks)
+        for hook in hooks:
+            try:
+                hook()
+            except Exception as exc:  # e.g. its event loop closed: its requests cannot be told any more
+                log.warning("flushing outputs failed: %s", describe(exc))
+
+    def _deliver_all(self, outputs: list[RequestOutput]) -> None:
+        """Hand a step's outputs to their sinks: one lock for all the look-ups, then the calls, unlocked;
+        then the flush hooks."""
+        if not outputs:
             return
-        try:
-            sink(out)
-        except Exception as exc:  # e.g. the receiving event loop is closed: only this request is lost
-            log.warning("delivering output of request %s failed (%s); aborting it", out.request_id, describe(exc))
-            if not out.finished:
-                with self._cond:
-                    self._sinks.pop(out.request_id, None)
-                self.engine.abort_request(out.request_id)
+        with self._cond:
+            sinks = self._sinks
+            targets = [(sinks.pop(out.request_id, None) if out.finished else sinks.get(out.request_id), out)
+                       for out in outputs]
+        for sink, out in targets:
+            if sink is None:
+                continue
+            try:
+                sink(out)
+            except Exception as exc:  # e.g. the receiving event loop is closed: only this request is lost
+                log.warning("delivering output of request %s failed (%s); aborting it", out.request_id, describe(exc))
+                if not out.finished:
+                    with self._cond:
+                        self._sinks.pop(out.request_id, None)
+                    self.engine.abort_request(out.request_id)
+        if self._flush_hooks:
+            self._flush()
 
     def __enter__(self) -> EngineLoop:
         return self.start()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -169,8 +169,11 @@ class ModelRunner:
         """
         bs = self.block_size
         seqs, counts = batch.seqs, batch.num_tokens
-        single = [i for i, n in enumerate(counts) if n == 1]
-        multi = [i for i, n in enumerate(counts) if n != 1]
+        if sum(counts) == len(counts):  # every row computes one token (each count is >= 1): a decode step
+            single, multi = list(range(len(counts))), []
+        else:
+            single = [i for i, n in enumerate(counts) if n == 1]
+            multi = [i for i, n in enumerate(counts) if n != 1]
         if self.backend.sorts_decodes:
             single.sort(key=lambda i: seqs[i].num_computed_tokens)
         graph_size = pad_to
@@ -192,19 +195,21 @@ class ModelRunner:
         # persistent host rows (only new block ids are copied), gathered in one indexing
         nd = len(single)
         if nd:
-            d_seqs = [seqs[i] for i in single]
+            d_seqs = seqs if nd == len(seqs) and not self.backend.sorts_decodes else [seqs[i] for i in single]
             d_pos = [s.num_computed_tokens for s in d_seqs]
             ids[:nd] = [s.token_ids[p] for s, p in zip(d_seqs, d_pos, strict=True)]
             positions[:nd] = d_pos
-            rows = [self.host_tables.row(s) for s in d_seqs]
-            tables[:nd] = self.host_tables.pool[rows, : layout.width]
+            tables[:nd] = self.host_tables.pool[self.host_tables.rows(d_seqs), : layout.width]
             dpos = positions[:nd]
             seq_lens[:nd] = dpos + 1
             slots[:nd] = tables[np.arange(nd), dpos // bs] * bs + dpos % bs
-            for r, (i, s, p) in enumerate(zip(single, d_seqs, d_pos, strict=True)):
-                if p + 1 == s.num_tokens:  # else a one-token chunk in the middle of a prompt
-                    logits_rows.append(r)
-                    sample_rows.append(i)
+            if all(p + 1 == len(s.token_ids) for s, p in zip(d_seqs, d_pos, strict=True)):  # decodes: all sample
+                logits_rows, sample_rows = list(range(nd)), list(single)
+            else:
+                for r, (i, s, p) in enumerate(zip(single, d_seqs, d_pos, strict=True)):
+                    if p + 1 == s.num_tokens:  # else a one-token chunk in the middle of a prompt
+                        logits_rows.append(r)
+                        sample_rows.append(i)
         tables[nd:] = 0
         query_start[: nd + 1] = np.arange(nd + 1)
 
@@ -273,12 +278,15 @@ class ModelRunner:
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
         """Run ``batch``; the sampled token of each sequence that finished its prompt or decoded, else None."""
         step = self.prepare(batch)
-        sampled: list[int | None] = [None] * len(batch.seqs)
         logits = self.forward(step)
         if logits is None:
-            return sampled
-        tokens = self.sample(logits, [batch.seqs[i] for i in step.sample_batch_rows])
-        for row, token in zip(step.sample_batch_rows, tokens, strict=True):
+            return [None] * len(batch.seqs)
+        rows = step.sample_batch_rows
+        if len(rows) == len(batch.seqs) and rows == list(range(len(rows))):  # a decode step: every row, in order
+            return cast("list[int | None]", self.sample(logits, batch.seqs))
+        sampled: list[int | None] = [None] * len(batch.seqs)
+        tokens = self.sample(logits, [batch.seqs[i] for i in rows])
+        for row, token in zip(rows, tokens, strict=True):
             sampled[row] = token
         return sampled
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from accelkit.serve.sequence import Sequence, SequenceStatus
+
 
 @dataclass(slots=True)
 class RequestMetrics:
@@ -44,23 +46,97 @@ class RequestMetrics:
         return None if self.finished_time is None else self.finished_time - self.arrival_time
 
 
-@dataclass(slots=True)
 class RequestOutput:
     """The state of one request after a step. ``new_*`` is what this step added (for streaming);
     ``text``/``token_ids`` are everything generated so far. ``finish_reason``: stop | length | abort | error;
-    with ``error``, the request failed inside the engine (``error`` says why) and only this request ended."""
+    with ``error``, the request failed inside the engine (``error`` says why) and only this request ended.
 
-    request_id: str
-    prompt: str | None
-    prompt_token_ids: list[int]
-    text: str
-    token_ids: list[int]
-    new_text: str
-    new_token_ids: list[int]
-    finished: bool
-    finish_reason: str | None
-    metrics: RequestMetrics
-    error: str | None = None
+    The engine builds one per request and step, so it copies nothing long: its token lists and metrics are
+    taken from the request's sequence when first read, as they were when the output was made (a sequence's
+    tokens only grow by appends, so remembering the length is a snapshot). Built by hand, from keywords,
+    it holds exactly what it was given.
+    """
+
+    __slots__ = (
+        "_end", "_last_token_time", "_metrics", "_new_start", "_new_token_ids", "_num_preemptions", "_prompt_token_ids",
+        "_seq", "_token_ids", "error", "finish_reason", "finished", "new_text", "prompt", "request_id", "text",
+    )
+
+    def __init__(
+        self, *, request_id: str, prompt: str | None, prompt_token_ids: list[int], text: str, token_ids: list[int],
+        new_text: str, new_token_ids: list[int], finished: bool, finish_reason: str | None, metrics: RequestMetrics,
+        error: str | None = None,
+    ) -> None:
+        self.request_id, self.prompt, self.text, self.new_text = request_id, prompt, text, new_text
+        self.finished, self.finish_reason, self.error = finished, finish_reason, error
+        self._prompt_token_ids: list[int] | None = prompt_token_ids
+        self._token_ids: list[int] | None = token_ids
+        self._new_token_ids: list[int] | None = new_token_ids
+        self._metrics: RequestMetrics | None = metrics
+        self._seq: Sequence | None = None
+        self._end = self._new_start = self._num_preemptions = 0
+        self._last_token_time: float | None = None
+
+    @classmethod
+    def of(cls, seq: Sequence, *, text: str, new_text: str, num_returned_tokens: int,
+           error: str | None = None) -> RequestOutput:
+        """The engine's snapshot of ``seq`` now: the output tokens past ``num_returned_tokens`` are new."""
+        out = cls.__new__(cls)
+        out.request_id, out.prompt, out.text, out.new_text = seq.request_id, seq.prompt, text, new_text
+        out.finished, out.finish_reason, out.error = seq.status is SequenceStatus.FINISHED, seq.finish_reason, error
+        out._seq, out._end, out._new_start = seq, len(seq.token_ids), seq.num_prompt_tokens + num_returned_tokens
+        out._last_token_time, out._num_preemptions = seq.last_token_time, seq.num_preemptions
+        out._prompt_token_ids = out._token_ids = out._new_token_ids = None
+        out._metrics = None
+        return out
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        if self._prompt_token_ids is None:
+            assert self._seq is not None
+            self._prompt_token_ids = self._seq.token_ids[: self._seq.num_prompt_tokens]
+        return self._prompt_token_ids
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Every output token so far."""
+        if self._token_ids is None:
+            assert self._seq is not None
+            self._token_ids = self._seq.token_ids[self._seq.num_prompt_tokens : self._end]
+        return self._token_ids
+
+    @property
+    def new_token_ids(self) -> list[int]:
+        """The output tokens this step added."""
+        if self._new_token_ids is None:
+            assert self._seq is not None
+            self._new_token_ids = self._seq.token_ids[self._new_start : self._end]
+        return self._new_token_ids
+
+    @property
+    def num_new_tokens(self) -> int:
+        return len(self.new_token_ids) if self._seq is None else self._end - self._new_start
+
+    @property
+    def metrics(self) -> RequestMetrics:
+        if self._metrics is None:
+            seq = self._seq
+            assert seq is not None
+            self._metrics = RequestMetrics(
+                arrival_time=seq.arrival_time, num_prompt_tokens=seq.num_prompt_tokens,
+                first_scheduled_time=seq.first_scheduled_time, first_token_time=seq.first_token_time,
+                last_token_time=self._last_token_time, finished_time=seq.finished_time if self.finished else None,
+                num_cached_tokens=seq.num_cached_tokens, num_generation_tokens=self._end - seq.num_prompt_tokens,
+                num_preemptions=self._num_preemptions,
+            )
+        return self._metrics
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestOutput(request_id={self.request_id!r}, text={self.text!r}, token_ids={self.token_ids!r}, "
+            f"new_text={self.new_text!r}, finished={self.finished}, finish_reason={self.finish_reason!r}, "
+            f"error={self.error!r})"
+        )
 
 
 @dataclass(slots=True)

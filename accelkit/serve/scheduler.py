@@ -74,15 +74,13 @@ class Scheduler:
         self.config = config
         self.block_manager = block_manager
         self.eos_token_ids = eos_token_ids
-        self.waiting: list[Sequence] = []  # kept sorted by _order
-        self.running: list[Sequence] = []  # admission order
+        self.waiting: list[Sequence] = []  # kept sorted by order_key
+        self.running: list[Sequence] = []  # kept sorted by order_key: decodes-first is then a stable partition
         self.counters = SchedulerCounters()
         self._by_request: dict[str, Sequence] = {}
 
     def _order(self, seq: Sequence) -> tuple[int, int]:
-        if self.config.policy == "priority":
-            return (seq.priority, seq.arrival_order)
-        return (0, seq.arrival_order)
+        return seq.order_key
 
     # ---- queue -------------------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -90,7 +88,11 @@ class Scheduler:
             raise ValueError(f"request_id={seq.request_id!r} is already in use")
         self._by_request[seq.request_id] = seq
         seq.status = SequenceStatus.WAITING
-        bisect.insort(self.waiting, seq, key=self._order)
+        params = seq.params
+        seq.order_key = (seq.priority if self.config.policy == "priority" else 0, seq.arrival_order)
+        seq.stop_token_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
+        seq.max_num_tokens = min(seq.num_prompt_tokens + params.max_tokens, self.config.max_model_len)
+        bisect.insort(self.waiting, seq, key=_order_key)
 
     def get(self, request_id: str) -> Sequence | None:
         return self._by_request.get(request_id)
@@ -106,8 +108,23 @@ class Scheduler:
         scheduled: set[int] = set()
         preempted: set[int] = set()
 
-        # 1. running: decodes first, then unfinished prefills, each group in scheduling order
-        for seq in sorted(self.running, key=lambda s: (not s.is_decoding, self._order(s))):
+        # 1. running: decodes first, then unfinished prefills, each group in scheduling order (``running`` is
+        # kept in that order, so this is a stable partition rather than a sort)
+        decodes: list[Sequence] = []
+        prefills: list[Sequence] = []
+        for s in self.running:  # is_decoding, inlined: this loop sees every running sequence every step
+            (decodes if s.num_computed_tokens and len(s.token_ids) - s.num_computed_tokens == 1 else prefills).append(s)
+        order = decodes + prefills
+        if decodes and len(decodes) <= budget and self._grow_decodes(decodes):
+            # the common step: every decode fits (one token each, at most one new block each, enough free
+            # blocks for all), so none can trigger a preemption — the per-sequence loop below would admit
+            # them all in this order and take the same blocks
+            batch.seqs.extend(decodes)
+            batch.num_tokens.extend([1] * len(decodes))
+            scheduled.update(s.seq_id for s in decodes)
+            budget -= len(decodes)
+            order = order[len(decodes) :]
+        for seq in order:
             if budget == 0:
                 break
             if seq.seq_id in preempted:
@@ -120,7 +137,7 @@ class Scheduler:
             while not bm.append_slots(seq, num_new):
                 victim = max(
                     (s for s in self.running if s.seq_id not in scheduled and s.seq_id not in preempted),
-                    key=self._order,
+                    key=_order_key,
                 )
                 self._preempt(victim)
                 preempted.add(victim.seq_id)
@@ -153,11 +170,25 @@ class Scheduler:
                 seq.num_cached_tokens = num_cached
             seq.num_computed_tokens = num_cached
             seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
+            bisect.insort(self.running, seq, key=_order_key)
             batch.seqs.append(seq)
             batch.num_tokens.append(num_new)
             budget -= num_new
         return batch
+
+    def _grow_decodes(self, decodes: list[Sequence]) -> bool:
+        """Give each decoding sequence whose blocks are full its next block, if there are enough free blocks
+        for all of them; False (changing nothing) otherwise."""
+        bm = self.block_manager
+        bs = bm.block_size
+        # a decode computes one token at slot num_computed_tokens; it needs a block when that slot is past
+        # its table (the table covers its computed tokens, so it is then exactly one block short)
+        full = [s for s in decodes if s.num_computed_tokens >= len(s.block_table) * bs]
+        if len(full) > bm.num_free_blocks:
+            return False
+        for seq in full:
+            bm.append_slots(seq, 1)
+        return True
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free(seq)
@@ -166,32 +197,37 @@ class Scheduler:
         seq.num_preemptions += 1
         seq.status = SequenceStatus.WAITING
         self.counters.num_preemptions += 1
-        bisect.insort(self.waiting, seq, key=self._order)
+        bisect.insort(self.waiting, seq, key=_order_key)
 
     def update(self, batch: ScheduledBatch, sampled: list[int | None]) -> list[Sequence]:
         """Account for a finished step; ``sampled[i]`` is the new token of ``batch.seqs[i]`` (None for a
         prefill chunk that did not reach the end of its prompt). Returns the sequences that got a token,
         already finished when a length or token-id stop condition was met."""
+        bm = self.block_manager
+        caching, bs = bm.enable_prefix_caching, bm.block_size
+        finished = SequenceStatus.FINISHED
         got_token = []
         for seq, num_tokens, token_id in zip(batch.seqs, batch.num_tokens, sampled, strict=True):
-            if seq.is_finished:  # aborted while the step ran
+            if seq.status is finished:  # aborted while the step ran
                 continue
-            seq.num_computed_tokens += num_tokens
-            self.block_manager.cache_full_blocks(seq)
+            computed = seq.num_computed_tokens = seq.num_computed_tokens + num_tokens
+            if caching and computed >= (seq.num_hashed_blocks + 1) * bs:  # a block became full: register it
+                bm.cache_full_blocks(seq)
             if token_id is None:
                 continue
-            seq.append_token(token_id)
+            seq.token_ids.append(token_id)
             got_token.append(seq)
-            reason = self._stop_reason(seq, token_id)
-            if reason is not None:
-                self.finish(seq, reason)
+            if token_id in seq.stop_token_ids:
+                self.finish(seq, "stop")
+            elif len(seq.token_ids) >= seq.max_num_tokens:
+                self.finish(seq, "length")
         return got_token
 
     def _stop_reason(self, seq: Sequence, token_id: int) -> str | None:
-        params = seq.params
-        if token_id in params.stop_token_ids or (not params.ignore_eos and token_id in self.eos_token_ids):
+        """Why ``seq`` stops after sampling ``token_id`` (the check ``update`` makes inline)."""
+        if token_id in seq.stop_token_ids:
             return "stop"
-        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.config.max_model_len:
+        if seq.num_tokens >= seq.max_num_tokens:
             return "length"
         return None
 
@@ -214,3 +250,7 @@ class Scheduler:
         if seq is not None:
             self.finish(seq, "abort")
         return seq
+
+
+def _order_key(seq: Sequence) -> tuple[int, int]:
+    return seq.order_key

@@ -22,13 +22,16 @@ class Sequence:
     ``num_computed_tokens`` counts tokens whose K/V are in the cache. A step schedules
     ``num_tokens - num_computed_tokens`` of them (all of a prompt, a chunk of it, or the one new token of a
     decode) — prefill, chunked prefill, decode and recompute after preemption are the same arithmetic.
+
+    ``token_ids`` only ever grows by appends (a preemption keeps it; only the KV is recomputed): outputs
+    snapshot a request by remembering its length instead of copying it (``outputs.py``).
     """
 
     __slots__ = (
         "arrival_order", "arrival_time", "block_hashes", "block_table", "finish_reason", "finished_time",
-        "first_scheduled_time", "first_token_time", "last_token_time", "num_cached_tokens", "num_computed_tokens",
-        "num_hashed_blocks", "num_preemptions", "num_prompt_tokens", "params", "priority", "prompt",
-        "request_id", "seq_id", "status", "token_ids",
+        "first_scheduled_time", "first_token_time", "last_token_time", "max_num_tokens", "num_cached_tokens",
+        "num_computed_tokens", "num_hashed_blocks", "num_preemptions", "num_prompt_tokens", "order_key", "params",
+        "priority", "prompt", "request_id", "seq_id", "status", "stop_token_ids", "token_ids",
     )
 
     def __init__(
@@ -62,6 +65,11 @@ class Sequence:
         self.first_token_time: float | None = None
         self.last_token_time: float | None = None
         self.finished_time: float | None = None
+        # the stop conditions as one set lookup and one length compare per sampled token; the scheduler
+        # folds in the EOS ids and the context limit when the sequence is added
+        self.stop_token_ids: frozenset[int] = frozenset(params.stop_token_ids)
+        self.max_num_tokens = self.num_prompt_tokens + params.max_tokens
+        self.order_key: tuple[int, int] = (0, self.arrival_order)  # the scheduler's order (set by its policy)
 
     def __repr__(self) -> str:
         return (

@@ -127,6 +127,33 @@ def test_text_prompts_and_timings(llm):
     assert m.ttft_s > 0 and m.e2e_s >= m.ttft_s and m.num_generation_tokens == 6 and m.queue_time_s >= 0
 
 
+def test_streamed_outputs_are_snapshots_and_final_only_gives_the_same_result(llm, greedy_ref):
+    """Per-step outputs keep what they held when made (their lists are not copied by the engine but must not
+    grow afterwards); a final-only request (what LLM.generate uses) gets one output equal to the stream's end."""
+    engine = llm.engine
+    params = SamplingParams.greedy(12, stop=("w9999",))  # a stop string that never hits: incremental text checked
+    engine.add_request(PROMPTS[0], params, request_id="streamed")
+    engine.add_request(PROMPTS[0], params, request_id="final", final_only=True)
+    streamed, final = [], []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            (streamed if out.request_id == "streamed" else final).append(out)
+    assert len(final) == 1 and final[0].finished and len(streamed) == len(greedy_ref[0])
+    ids, text = [], ""
+    for i, out in enumerate(streamed):  # read only now, after the request finished
+        ids += out.new_token_ids
+        text += out.new_text
+        assert out.token_ids == ids == greedy_ref[0][: i + 1] and out.text == text
+        assert out.num_new_tokens == 1 and out.metrics.num_generation_tokens == i + 1
+        assert out.finished == (i == len(streamed) - 1)
+        assert (out.metrics.finished_time is None) == (not out.finished)
+        assert out.prompt_token_ids == streamed[0].prompt_token_ids
+    assert [o.metrics.last_token_time for o in streamed] == sorted(o.metrics.last_token_time for o in streamed)
+    last, only = streamed[-1], final[0]
+    assert (only.token_ids, only.text, only.finish_reason) == (last.token_ids, last.text, last.finish_reason)
+    assert (only.new_token_ids, only.new_text) == (last.new_token_ids, last.new_text)  # as before final_only existed
+
+
 # ---- sampling ----------------------------------------------------------------------------------------
 def test_seeded_sampling_is_reproducible_whatever_the_batch(llm):
     params = SamplingParams(temperature=0.8, top_p=0.9, top_k=50, max_tokens=10, seed=1234)
@@ -183,6 +210,32 @@ def test_engine_loop_streams_from_many_threads_and_aborts(llm, greedy_ref):
     assert stats.kv_cache_usage == 0.0 and stats.num_running == 0 and stats.num_waiting == 0
     assert stats.requests_finished["abort"] >= 1 and stats.generation_tokens > 0 and steps
     assert not loop.is_alive
+
+
+def test_engine_loop_flush_hooks_follow_each_steps_outputs_and_a_failing_one_stops_nothing(llm, greedy_ref):
+    """A flush hook (the HTTP server's mailbox) runs after every step's outputs were handed out, so nothing
+    waits in a buffer; one that raises (its event loop closed) is logged and the loop serves on."""
+    events: list = []
+    done = threading.Event()
+
+    def sink(out):
+        events.append(out)
+        if out.finished:
+            done.set()
+
+    def closed():
+        raise RuntimeError("Event loop is closed")
+
+    with EngineLoop(llm.engine) as loop:
+        loop.add_flush_hook(closed)
+        loop.add_flush_hook(lambda: events.append("flush"))
+        loop.add_request(PROMPTS[1], SamplingParams.greedy(12), callback=sink)
+        assert done.wait(60)
+        assert loop.add_request(PROMPTS[2], SamplingParams.greedy(12)).result().token_ids == greedy_ref[2]
+        assert loop.is_alive
+    outs = [e for e in events if e != "flush"]
+    assert [t for o in outs for t in o.new_token_ids] == greedy_ref[1] and outs[-1].finished
+    assert all(events[i + 1] == "flush" for i, e in enumerate(events) if e != "flush")
 
 
 def test_engine_loop_death_fails_open_streams(model_dir):

@@ -196,3 +196,156 @@ TestSchedulerMachine = SchedulerMachine.TestCase
 TestSchedulerMachine.settings = settings(
     max_examples=200, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+# ---- the fast paths schedule exactly what the plain algorithm does -----------------------------------
+class ReferenceScheduler(Scheduler):
+    """The plain algorithm the fast paths must reproduce: sort the running sequences every step, grow and
+    admit them one at a time, and evaluate every stop condition from the sampling params."""
+
+    def schedule(self):
+        cfg, bm = self.config, self.block_manager
+        from accelkit.serve.scheduler import ScheduledBatch
+
+        batch = ScheduledBatch()
+        budget = cfg.max_num_batched_tokens
+        scheduled, preempted = set(), set()
+
+        def order(s):
+            return (s.priority if cfg.policy == "priority" else 0, s.arrival_order)
+
+        for seq in sorted(self.running, key=lambda s: (not s.is_decoding, order(s))):
+            if budget == 0:
+                break
+            if seq.seq_id in preempted:
+                continue
+            num_new = seq.num_uncomputed_tokens
+            if num_new > budget:
+                if not cfg.enable_chunked_prefill:
+                    continue
+                num_new = budget
+            while not bm.append_slots(seq, num_new):
+                victim = max((s for s in self.running if s.seq_id not in scheduled and s.seq_id not in preempted),
+                             key=order)
+                self._preempt(victim)
+                preempted.add(victim.seq_id)
+                batch.num_preempted += 1
+                if victim is seq:
+                    break
+            if seq.seq_id in preempted:
+                continue
+            batch.seqs.append(seq)
+            batch.num_tokens.append(num_new)
+            scheduled.add(seq.seq_id)
+            budget -= num_new
+        while self.waiting and not preempted and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting[0]
+            cached = bm.find_cached_prefix(seq)
+            num_cached = len(cached) * bm.block_size
+            num_new = seq.num_tokens - num_cached
+            if num_new > budget:
+                if not cfg.enable_chunked_prefill:
+                    break
+                num_new = budget
+            if not bm.allocate(seq, cached, num_cached + num_new):
+                break
+            self.waiting.pop(0)
+            self.counters.prefix_cache_queries += seq.num_tokens
+            self.counters.prefix_cache_hits += num_cached
+            if seq.num_preemptions == 0:
+                seq.num_cached_tokens = num_cached
+            seq.num_computed_tokens = num_cached
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            batch.seqs.append(seq)
+            batch.num_tokens.append(num_new)
+            budget -= num_new
+        return batch
+
+    def update(self, batch, sampled):
+        got = []
+        for seq, n, token in zip(batch.seqs, batch.num_tokens, sampled, strict=True):
+            if seq.is_finished:
+                continue
+            seq.num_computed_tokens += n
+            self.block_manager.cache_full_blocks(seq)
+            if token is None:
+                continue
+            seq.append_token(token)
+            got.append(seq)
+            p = seq.params
+            if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
+                self.finish(seq, "stop")
+            elif seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.config.max_model_len:
+                self.finish(seq, "length")
+        return got
+
+
+class FastPathMachine(RuleBasedStateMachine):
+    """The scheduler and the reference, fed the same requests, tokens and aborts, make the same steps: the
+    same sequences with the same token counts, the same block tables, preemptions and finish reasons."""
+
+    def __init__(self):
+        super().__init__()
+        self.rng = random.Random(1)
+        self.pair = None
+        self.n = 0
+
+    @rule(num_blocks=st.integers(6, 40), budget=st.integers(1, 48), seats=st.integers(1, 8), block_size=st.sampled_from([1, 2, 4]),
+          chunked=st.booleans(), policy=st.sampled_from(["fcfs", "priority"]), caching=st.booleans())
+    @precondition(lambda self: self.pair is None)
+    def configure(self, num_blocks, budget, seats, block_size, chunked, policy, caching):
+        def build(cls):
+            bm = BlockManager(num_blocks=num_blocks, block_size=block_size, enable_prefix_caching=caching)
+            cfg = SchedulerConfig(max_num_seqs=seats, max_num_batched_tokens=budget if chunked else max(budget, 32),
+                                  max_model_len=32, enable_chunked_prefill=chunked, policy=policy)
+            return cls(cfg, bm, eos_token_ids=frozenset({EOS}))
+
+        self.pair = (build(Scheduler), build(ReferenceScheduler))
+
+    @precondition(lambda self: self.pair is not None)
+    @rule(tail=st.integers(1, 14), max_tokens=st.integers(1, 20), priority=st.integers(-2, 2), ignore_eos=st.booleans(),
+          stop=st.sampled_from([(), (6,)]))
+    def add(self, tail, max_tokens, priority, ignore_eos, stop):
+        tokens = [100, 101, 102, 103] + [self.rng.randrange(4, 9) for _ in range(tail)]
+        for sched in self.pair:
+            params = SamplingParams.greedy(max_tokens, ignore_eos=ignore_eos, stop_token_ids=stop)
+            sched.add(Sequence(f"r{self.n}", tokens, params, priority=priority))
+        self.n += 1
+
+    @precondition(lambda self: self.pair is not None)
+    @rule()
+    def step(self):
+        fast, ref = self.pair
+        a, b = fast.schedule(), ref.schedule()
+        assert [s.request_id for s in a.seqs] == [s.request_id for s in b.seqs]
+        assert a.num_tokens == b.num_tokens and a.num_preempted == b.num_preempted
+        assert [s.block_table for s in a.seqs] == [s.block_table for s in b.seqs]
+        sampled = [self.rng.choice([5, 6, 7, 8, EOS]) if s.num_computed_tokens + n == s.num_tokens else None
+                   for s, n in zip(a.seqs, a.num_tokens, strict=True)]
+        got_a, got_b = fast.update(a, sampled), ref.update(b, sampled)
+        assert [(s.request_id, s.finish_reason, s.token_ids) for s in got_a] == \
+               [(s.request_id, s.finish_reason, s.token_ids) for s in got_b]
+
+    @precondition(lambda self: self.pair is not None and self.n > 0)
+    @rule(i=st.integers(0, 1000))
+    def abort(self, i):
+        for sched in self.pair:
+            sched.abort(f"r{i % self.n}")
+
+    @invariant()
+    def same_state(self):
+        if self.pair is None:
+            return
+        fast, ref = self.pair
+        assert sorted(s.request_id for s in fast.running) == sorted(s.request_id for s in ref.running)
+        assert [s.request_id for s in fast.waiting] == [s.request_id for s in ref.waiting]
+        assert fast.counters == ref.counters
+        assert fast.block_manager.num_free_blocks == ref.block_manager.num_free_blocks
+        fast.block_manager.check_invariants(fast.running)
+
+
+TestFastPathMachine = FastPathMachine.TestCase
+TestFastPathMachine.settings = settings(
+    max_examples=200, stateful_step_count=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

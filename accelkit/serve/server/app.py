@@ -2,7 +2,8 @@
 
 Routes: GET /v1/models · POST /v1/completions · POST /v1/chat/completions (streaming by SSE, with
 ``stream_options.include_usage``) · GET /health · GET /metrics · GET /version. The engine runs on its own
-thread; each request gets an asyncio queue that the engine thread feeds with ``call_soon_threadsafe``.
+thread; each request gets an asyncio queue that the engine thread feeds through the event loop's
+``Mailbox`` (one ``call_soon_threadsafe`` per engine step, not per output).
 Tokenization and chat templating run in worker threads, never on the event loop. A client that disconnects
 — streaming or not — aborts its request, which frees its KV blocks. A request that fails inside the engine
 gets a 500 naming the error; the engine and every other request go on.
@@ -212,7 +213,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
                            f"{state.engine.config.max_num_seqs} running); retry later", code="queue_full")
         base_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        aloop = asyncio.get_running_loop()
+        mailbox = state.mailbox(asyncio.get_running_loop())
         queue: asyncio.Queue[Any] = asyncio.Queue()
         request_ids = [f"{base_id}-{i}" for i in range(len(seqs))]
         finished: set[str] = set()
@@ -224,7 +225,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                         state.bridge.on_output(item)
                     except Exception as exc:  # metrics must not cost the request
                         log.warning("metrics for request %s failed: %s", item.request_id, exc)
-                aloop.call_soon_threadsafe(queue.put_nowait, (index, item))
+                mailbox.put(queue, (index, item))  # one event-loop wake-up per engine step, not per output
             return deliver
 
         try:

@@ -3,8 +3,10 @@ waiting queue, and the bridge from engine counters to the vLLM-named Prometheus 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 from accelkit.monitor.serving import ServingMetrics
 from accelkit.serve.config import ServerConfig
@@ -48,6 +50,8 @@ class MetricsBridge:
         self.m, self.model = metrics, model_name
         self._last: EngineStats | None = None
         self._last_token_time: dict[str, float] = {}
+        # the labelled children, looked up once: on_output runs for every request on every step
+        self._itl = metrics.inter_token_latency.labels(model_name)
 
     def _inc(self, counter, now: int, before: int, *labels: str) -> None:  # type: ignore[no-untyped-def]
         if now > before:
@@ -69,10 +73,10 @@ class MetricsBridge:
 
     def on_output(self, out: RequestOutput) -> None:
         now = time.monotonic()
-        if out.new_token_ids:
+        if out.num_new_tokens:
             before = self._last_token_time.get(out.request_id)
             if before is not None:
-                self.m.inter_token_latency.labels(self.model).observe(now - before)
+                self._itl.observe(now - before)
             self._last_token_time[out.request_id] = now
         if not out.finished:
             return
@@ -87,6 +91,52 @@ class MetricsBridge:
         m.request_generation_tokens.labels(name).observe(r.num_generation_tokens)
 
 
+class Mailbox:
+    """Items from the engine thread to asyncio queues of one event loop, with one wake-up of the loop per
+    engine step instead of one per item.
+
+    ``call_soon_threadsafe`` per output would write to the loop's self-pipe (a system call) and wake the
+    event loop — and contend for the GIL with the engine thread — once per request and step: at batch 128,
+    128 times a step. Here the engine thread's callbacks only append (``put``), and ``flush`` — an
+    ``EngineLoop`` flush hook, run after each step's outputs — schedules one drain, which moves everything
+    into the queues in order on the event loop.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._items: list[tuple[asyncio.Queue[Any], Any]] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def put(self, queue: asyncio.Queue[Any], item: Any) -> None:
+        """From the engine thread. Raises (like ``call_soon_threadsafe``) when the event loop is closed, so
+        that the engine loop aborts the request nobody can receive any more."""
+        if self.loop.is_closed():
+            raise RuntimeError("Event loop is closed")
+        with self._lock:
+            self._items.append((queue, item))
+
+    def flush(self) -> None:
+        """Wake the event loop for what ``put`` collected (nothing when a drain is already due)."""
+        with self._lock:
+            if not self._items or self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except BaseException:
+            with self._lock:
+                self._scheduled = False
+            raise
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+            self._scheduled = False
+        for queue, item in items:
+            queue.put_nowait(item)
+
+
 class ServingState:
     """The engine loop plus everything the routes need."""
 
@@ -99,6 +149,20 @@ class ServingState:
         self.created = int(time.time())
         self.accepting = True  # False once shutdown began: new requests get 503
         self.aborted_for_shutdown = False
+        self._mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
+        self._mailboxes_lock = threading.Lock()
+
+    def mailbox(self, loop: asyncio.AbstractEventLoop) -> Mailbox:
+        """The mailbox of ``loop``, flushed by the engine loop after every step (the server runs one event
+        loop; tests may start several over time)."""
+        with self._mailboxes_lock:
+            box = self._mailboxes.get(loop)
+            if box is None:
+                for old in [lp for lp in self._mailboxes if lp.is_closed()]:
+                    self.loop.remove_flush_hook(self._mailboxes.pop(old).flush)
+                box = self._mailboxes[loop] = Mailbox(loop)
+                self.loop.add_flush_hook(box.flush)
+            return box
 
     def abort_in_flight(self) -> int:
         """Shutdown's deadline passed: abort every request still running (each client gets a 503 or, mid-stream,
