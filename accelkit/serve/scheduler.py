@@ -223,14 +223,6 @@ class Scheduler:
                 self.finish(seq, "length")
         return got_token
 
-    def _stop_reason(self, seq: Sequence, token_id: int) -> str | None:
-        """Why ``seq`` stops after sampling ``token_id`` (the check ``update`` makes inline)."""
-        if token_id in seq.stop_token_ids:
-            return "stop"
-        if seq.num_tokens >= seq.max_num_tokens:
-            return "length"
-        return None
-
     def finish(self, seq: Sequence, reason: str) -> None:
         """End a sequence for ``reason`` (stop, length, abort) wherever it is; its blocks go back."""
         if seq.is_finished:
