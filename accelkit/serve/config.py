@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from accelkit.core.spec import Spec, spec_field
+from accelkit.serve.sampling import SEED_MAX, SEED_MIN
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 KVCacheDType = Literal["auto", "fp8", "int8"]
@@ -36,7 +37,9 @@ class EngineConfig(Spec):
     enable_prefix_caching: bool = spec_field(True, doc="Reuse KV blocks of identical prompt prefixes.")
     enable_chunked_prefill: bool = spec_field(True, doc="Split long prompts across steps to fit max_num_batched_tokens.")
     scheduling_policy: Literal["fcfs", "priority"] = spec_field("fcfs", doc="Order of waiting requests.")
-    seed: int = spec_field(0, doc="Seed of the engine's sampling stream (requests without their own seed).")
+    seed: int = spec_field(
+        0, min=SEED_MIN, max=SEED_MAX, doc="Seed of the engine's sampling stream (requests without their own seed)."
+    )
     attention_backend: AttentionBackendName = spec_field(
         "auto", doc="Paged attention: triton = kernels reading K/V in place from the cache (CUDA); sdpa = gather + "
         "PyTorch SDPA (the CPU reference); auto = triton on CUDA, sdpa on CPU.",

@@ -47,10 +47,9 @@ class TokenDecoder:
     """``decode(ids)`` is ``tokenizer.decode(ids, skip_special_tokens=True)`` as a string, cheaper (see the
     module doc). One per engine; used from the engine thread only."""
 
-    __slots__ = ("decode", "is_fast", "tokenizer")
+    __slots__ = ("decode", "is_fast")
 
     def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
         fast = _fast_backend(tokenizer)
         self.is_fast = fast is not None
         single: dict[int, str] = {}  # token id → its text alone (bounded by the vocabulary)

@@ -26,7 +26,7 @@ from accelkit.serve.detokenizer import IncrementalDetokenizer, TokenDecoder
 from accelkit.serve.isolation import EngineDeadError, canary_ok, describe, execute_isolating
 from accelkit.serve.models.llama import LlamaArgs
 from accelkit.serve.outputs import EngineStats, RequestOutput
-from accelkit.serve.sampling import SEED_MAX, SEED_MIN, SamplingParams
+from accelkit.serve.sampling import SamplingParams
 from accelkit.serve.scheduler import Scheduler, SchedulerConfig
 from accelkit.serve.sequence import Sequence, SequenceStatus
 
@@ -92,8 +92,6 @@ class LLMEngine:
                 f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
                 f"{self.model_args.max_position_embeddings}"
             )
-        if not SEED_MIN <= config.seed <= SEED_MAX:
-            raise ValueError(f"seed={config.seed} is out of range; expected an integer in [-2**63, 2**64 - 1]")
         self._preflight(model_dir, hf_config)
         self.tokenizer = _load_tokenizer(model_dir)
         self._decoder = TokenDecoder(self.tokenizer) if self.tokenizer is not None else None

@@ -155,11 +155,7 @@ class EngineLoop:
                         self.on_step(self.engine.get_stats())
                     except Exception as exc:  # metrics are not worth a request, let alone the engine
                         log.warning("on_step callback failed: %s", describe(exc))
-            # stopping: abort everything still open so that every stream ends
-            with self._cond:
-                pending = list(self._sinks)
-            for request_id in pending:
-                self.engine.abort_request(request_id)
+            self.abort_all()  # stopping: abort everything still open so that every stream ends
             self._deliver_all(self.engine.step())
         except BaseException as e:  # the engine cannot go on; every open request learns why
             self.error = e

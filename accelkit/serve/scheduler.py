@@ -79,9 +79,6 @@ class Scheduler:
         self.counters = SchedulerCounters()
         self._by_request: dict[str, Sequence] = {}
 
-    def _order(self, seq: Sequence) -> tuple[int, int]:
-        return seq.order_key
-
     # ---- queue -------------------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         if seq.request_id in self._by_request:

@@ -1,15 +1,21 @@
-"""A real `accelkit serve` HTTP server on 127.0.0.1 in a background thread, for the server tests."""
+"""A real `accelkit serve` HTTP server on 127.0.0.1 for the server tests: in a background thread, or as the
+CLI in its own process."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 from prometheus_client import CollectorRegistry
 
 from accelkit.serve.server import EngineConfig, ServerConfig, build_server
@@ -45,6 +51,26 @@ def running_server(model_dir: str, *, name: str = "tiny", api_key: str | None = 
     finally:
         server_.should_exit = True
         thread.join(timeout=30)
+
+
+def serve_process(model_dir: str, home: Path, *args: str) -> subprocess.Popen[str]:
+    """`accelkit serve` of the tiny model as its own process (8 MiB of KV, results under ``home``); stderr piped."""
+    return subprocess.Popen([sys.executable, "-m", "accelkit", "serve", "--model", model_dir, "--served-model-name",
+                             "tiny", "--kv-cache-memory", "8MiB", *args], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "ACCELKIT_HOME": str(home)})
+
+
+def wait_healthy(base_url: str, timeout_s: float) -> None:
+    """Poll /health until it answers 200 (a server process loading its model refuses connections first)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{base_url}/health did not answer 200 within {timeout_s} s")
 
 
 def metric(base_url: str, name: str) -> float:

@@ -4,11 +4,8 @@ work or misbehaved before; each runs against a real server on 127.0.0.1 with a t
 import asyncio
 import json
 import logging
-import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +14,7 @@ import pytest
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import free_port, running_server
+from tests.integration.serve_server_util import free_port, running_server, serve_process, wait_healthy
 
 PROMPTS = ["w5 w6 w7", "w8 w9", "w10 w11 w12 w13", "w14"]
 
@@ -238,24 +235,12 @@ def test_numbers_past_every_limit_are_400_naming_the_field(server, extra, param)
 
 
 # ---- 4, 5. the process: bounded quiet shutdown, bind before loading -------------------------------------
-def _serve(model_dir, tmp_path, *args):
-    return subprocess.Popen([sys.executable, "-m", "accelkit", "serve", "--model", model_dir, "--served-model-name",
-                             "tiny", "--kv-cache-memory", "8MiB", *args], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "ACCELKIT_HOME": str(tmp_path)})
-
-
 def test_shutdown_aborts_what_outlives_the_timeout_quietly_and_exits_0(model_dir, tmp_path):
     port = free_port()
-    proc = _serve(model_dir, tmp_path, "--port", str(port), "--shutdown-timeout", "0.5")
+    proc = serve_process(model_dir, tmp_path, "--port", str(port), "--shutdown-timeout", "0.5")
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_healthy(url, 120)
         body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 2000, "ignore_eos": True}
 
         async def stream(client):
@@ -292,7 +277,7 @@ def test_a_busy_port_or_a_bad_host_is_one_line_before_loading(model_dir, tmp_pat
         for args, words in ((["--port", str(port)], "cannot listen on 127.0.0.1"),
                             (["--host", "999.1.1.1"], "--host '999.1.1.1' is not an address"),
                             (["--host", "192.0.2.1"], "use an address of this machine")):
-            proc = _serve(model_dir, tmp_path, *args)
+            proc = serve_process(model_dir, tmp_path, *args)
             _, stderr = proc.communicate(timeout=120)
             lines = [line for line in stderr.splitlines() if line.strip()]
             assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), stderr

@@ -3,10 +3,7 @@ disconnects, bad input, auth, health, SIGTERM, and a schema-driven fuzz."""
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import httpx
@@ -15,7 +12,7 @@ import pytest
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import free_port, metric, running_server
+from tests.integration.serve_server_util import free_port, metric, running_server, serve_process, wait_healthy
 
 PROMPTS = [" ".join(f"w{(7 * i + 3 * k) % 500 + 4}" for k in range(1 + i % 23)) for i in range(240)]
 
@@ -206,20 +203,10 @@ def test_health_is_503_when_the_engine_loop_dies(model_dir):
 
 def test_sigterm_finishes_in_flight_requests_and_exits_0(model_dir, tmp_path):
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "accelkit", "serve", "--model", model_dir, "--port", str(port), "--served-model-name", "tiny",
-         "--kv-cache-memory", "8MiB", "--shutdown-timeout", "20"],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "ACCELKIT_HOME": str(tmp_path)},
-    )
+    proc = serve_process(model_dir, tmp_path, "--port", str(port), "--shutdown-timeout", "20")
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_healthy(url, 60)
         body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 300, "ignore_eos": True, "stream": True}
         received = []
         with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as resp:
