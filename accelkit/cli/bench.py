@@ -229,27 +229,6 @@ def _reporter(quiet: bool = False, progress: bool | None = None) -> Any:
     return adapter
 
 
-def _workload_config(name: str, flags: dict[str, Any]) -> dict[str, Any]:
-    """Flags given on the command line → the workload's config fields (`accelkit tune` builds its workloads
-    with it); a flag the workload does not take is a usage error that lists the ones it does."""
-    import dataclasses
-
-    from accelkit.bench.workloads import get_workload
-
-    fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
-    given = {k: v for k, v in flags.items() if v is not None}
-    unknown = sorted(set(given) - fields)
-    if unknown:
-        def flag(f: str) -> str:
-            return "--" + f.replace("_", "-").replace("step-time-s", "step-time")
-
-        raise UserError(f"{', '.join(flag(u) for u in unknown)} does not apply to `bench {name}`; it takes "
-                        f"{', '.join(flag(f) for f in sorted(fields))}")
-    if name == "custom" and "module" not in given:
-        raise UserError("`bench custom` needs --module package.module:factory")
-    return given
-
-
 # ---- running ---------------------------------------------------------------------------------------------
 def _configs(bench: dict[str, Any], loop: dict[str, Any], quick: bool, default_loop: LoopConfig) -> BenchConfig:
     with flag_values():
