@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from accelkit.bench.runner import BenchConfig
+from accelkit.bench.runner import BenchConfig, Reporter
 from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
 from accelkit.bench.workloads import BertConfig, CustomConfig, DataLoaderConfig, LLMConfig, LLMTrainConfig, ResNetConfig
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out
@@ -132,29 +132,29 @@ app = typer.Typer(cls=BenchGroup, invoke_without_command=True, no_args_is_help=F
 
 
 # ---- progress on stderr --------------------------------------------------------------------------------
-class _CliReporter:
+class _CliReporter(Reporter):
     """Progress on stderr: a live bar (one line per lane, one status line) on a terminal; with ``progress``
     one line per phase when stderr is not a terminal (logs, pipes), else quiet. Refusals and failures always
     print. ``progress=None``: lines whenever stderr is not a terminal (the older behaviour other commands use)."""
 
-    def __init__(self, quiet: bool, progress: bool | None = None):
+    def __init__(self, quiet: bool = False, progress: bool | None = None):
         self.quiet = quiet
         self.live = err.is_terminal and not quiet
         self.lines = not self.live and not quiet and (progress is None or progress)
-        self.progress: Any = None
+        self.bar: Any = None
         self.tasks: dict[str, Any] = {}
         if self.live:
             from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err,
-                                     transient=True)
-            self.progress.start()
-            self.tasks["·"] = self.progress.add_task("starting", total=None, info="")
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err,
+                                transient=True)
+            self.bar.start()
+            self.tasks["·"] = self.bar.add_task("starting", total=None, info="")
 
     def _line(self, text: str, *, always: bool = False) -> None:
         if self.live:
-            self.progress.console.print(text, highlight=False, markup=False)
+            self.bar.console.print(text, highlight=False, markup=False)
         elif self.lines or always:
             err.print(text, highlight=False, markup=False, soft_wrap=True)
 
@@ -166,24 +166,24 @@ class _CliReporter:
 
     def status(self, text: str) -> None:
         if self.live:
-            self.progress.update(self.tasks["·"], description=text)
+            self.bar.update(self.tasks["·"], description=text)
         else:
             self._line(text)
 
     def phase(self, lane: str, text: str) -> None:
         if self.live:
             if lane not in self.tasks:
-                self.tasks[lane] = self.progress.add_task(lane, total=1.0, info=text)
-            self.progress.update(self.tasks[lane], info=text)
-            self.progress.update(self.tasks["·"], description=f"{lane}: {text}")
+                self.tasks[lane] = self.bar.add_task(lane, total=1.0, info=text)
+            self.bar.update(self.tasks[lane], info=text)
+            self.bar.update(self.tasks["·"], description=f"{lane}: {text}")
         else:
             self._line(f"{lane}: {text}")
 
-    def progress_(self, lane: str, iterations: int, measured_s: float, loop: Any) -> None:
+    def progress(self, lane: str, iterations: int, measured_s: float, loop: Any) -> None:
         if not self.live or lane not in self.tasks:
             return
         frac = min(iterations / loop.min_iterations, measured_s / loop.min_time_s if loop.min_time_s else 1.0)
-        self.progress.update(self.tasks[lane], completed=min(frac, 1.0), info=f"{iterations} it, {measured_s:.1f} s")
+        self.bar.update(self.tasks[lane], completed=min(frac, 1.0), info=f"{iterations} it, {measured_s:.1f} s")
 
     def note(self, text: str) -> None:
         self._line(text)
@@ -194,60 +194,7 @@ class _CliReporter:
 
     def close(self) -> None:
         if self.live:
-            self.progress.stop()
-
-
-def _reporter(quiet: bool = False, progress: bool | None = None) -> Any:
-    from accelkit.bench.runner import Reporter
-
-    cli = _CliReporter(quiet, progress)
-
-    class Adapter(Reporter):
-        def refused(self, variant: str, reason: str) -> None:
-            cli.refused(variant, reason)
-
-        def failed(self, variant: str, phase: str, error: str) -> None:
-            cli.failed(variant, phase, error)
-
-        def status(self, text: str) -> None:
-            cli.status(text)
-
-        def phase(self, lane: str, text: str) -> None:
-            cli.phase(lane, text)
-
-        def progress(self, lane: str, iterations: int, measured_s: float, config: Any) -> None:
-            cli.progress_(lane, iterations, measured_s, config)
-
-        def note(self, text: str) -> None:
-            cli.note(text)
-
-        def stored(self, variant: str, result_ids: list[int]) -> None:
-            cli.stored(variant, result_ids)
-
-    adapter = Adapter()
-    adapter.close = cli.close  # type: ignore[attr-defined]
-    return adapter
-
-
-def _workload_config(name: str, flags: dict[str, Any]) -> dict[str, Any]:
-    """Flags given on the command line → the workload's config fields (`accelkit tune` builds its workloads
-    with it); a flag the workload does not take is a usage error that lists the ones it does."""
-    import dataclasses
-
-    from accelkit.bench.workloads import get_workload
-
-    fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
-    given = {k: v for k, v in flags.items() if v is not None}
-    unknown = sorted(set(given) - fields)
-    if unknown:
-        def flag(f: str) -> str:
-            return "--" + f.replace("_", "-").replace("step-time-s", "step-time")
-
-        raise UserError(f"{', '.join(flag(u) for u in unknown)} does not apply to `bench {name}`; it takes "
-                        f"{', '.join(flag(f) for f in sorted(fields))}")
-    if name == "custom" and "module" not in given:
-        raise UserError("`bench custom` needs --module package.module:factory")
-    return given
+            self.bar.stop()
 
 
 # ---- running ---------------------------------------------------------------------------------------------
@@ -269,7 +216,7 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
         variants = Matrix(**matrix).variants() if matrix is not None else []
         dist_config = _dist_config(dist)
         quality_config = _quality_config(quality)
-    reporter = _reporter(progress=progress)
+    reporter = _CliReporter(progress=progress)
     try:
         with ResultStore() as store:
             if dist_config is not None:
@@ -294,7 +241,7 @@ def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: di
     suite = get_suite(name)
     config = _configs(bench, loop, quick, suite.loop)
     precisions = list(_list("--precision", PRECISIONS)(precision)) if precision is not None else None
-    reporter = _reporter(progress=progress)
+    reporter = _CliReporter(progress=progress)
     try:
         with ResultStore() as store:
             result = run_suite(name, config, loop=config.loop, store=store, reporter=reporter, precisions=precisions)

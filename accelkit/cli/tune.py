@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from accelkit.bench.runner import Reporter
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
@@ -39,9 +40,10 @@ def _workload_flags(name: str, flags: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-class _Reporter:
-    """The bench runner's progress callbacks, drawn on one Progress: a line per recipe phase, then the
-    measuring rounds (how many recipes already meet their stopping rule)."""
+class _Reporter(Reporter):
+    """The bench runner's progress callbacks (those not drawn keep Reporter's do-nothing default), drawn on one
+    Progress: a line per recipe phase, then the measuring rounds (how many recipes already meet their stopping
+    rule)."""
 
     def __init__(self, bar: Progress):
         self.bar = bar
@@ -115,9 +117,9 @@ def tune_cmd(
             if nproc_per_node > 1:
                 from accelkit.tune.compression import tune_compression
 
-                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, store=store, reporter=_reporter(bar))
+                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, store=store, reporter=_Reporter(bar))
             else:
-                result = tune(wl, config, store=store, reporter=_reporter(bar),
+                result = tune(wl, config, store=store, reporter=_Reporter(bar),
                               on_step=lambda text: bar.update(text, step=text))
     finally:
         if store is not None:
@@ -164,28 +166,3 @@ def _build_custom(wl: Any, module: str | None) -> None:
         raise
     except Exception as exc:
         raise AccelkitError(f"--module {module}: building the model failed ({type(exc).__name__}: {exc})") from exc
-
-
-def _reporter(bar: Progress) -> Any:
-    """A bench ``Reporter`` (so callbacks the runner adds later keep their do-nothing default) that draws on ``bar``."""
-    from accelkit.bench.runner import Reporter
-
-    cli = _Reporter(bar)
-
-    class Adapter(Reporter):
-        def refused(self, variant: str, reason: str) -> None:
-            cli.refused(variant, reason)
-
-        def phase(self, lane: str, text: str) -> None:
-            cli.phase(lane, text)
-
-        def progress(self, lane: str, iterations: int, measured_s: float, config: Any) -> None:
-            cli.progress(lane, iterations, measured_s, config)
-
-        def note(self, text: str) -> None:
-            cli.note(text)
-
-        def stored(self, variant: str, result_ids: list[int]) -> None:
-            cli.stored(variant, result_ids)
-
-    return Adapter()
