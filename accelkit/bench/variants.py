@@ -29,6 +29,10 @@ GRAD_COMPRESSIONS: tuple[str, ...] = ("none", "bf16", "fp16", "powersgd")
 _RECIPE_FIELDS = Recipe.__dataclass_fields__
 
 
+#: the Recipe's gradient-communication fields at their defaults: no compression (what one device runs)
+_NO_COMPRESSION: dict[str, Any] = {f: _RECIPE_FIELDS[f].default for f in ("grad_compression", *POWERSGD_FIELDS)}
+
+
 def _recipe_field(name: str) -> Any:
     """The same field as the Recipe's (default, doc, bounds)."""
     f = _RECIPE_FIELDS[name]
@@ -100,10 +104,9 @@ class Variant(Spec):
 
     def without_compression(self) -> Variant:
         """The same variant with plain gradient communication (the quality gate's reference)."""
-        defaults = {f: _RECIPE_FIELDS[f].default for f in ("grad_compression", *POWERSGD_FIELDS)}
         if self.explicit_recipe is not None:
-            return self.replace(explicit_recipe=self.explicit_recipe.replace(**defaults))
-        return self.replace(**defaults)
+            return self.replace(explicit_recipe=single_device(self.explicit_recipe))
+        return self.replace(**_NO_COMPRESSION)
 
     @property
     def options(self) -> dict[str, bool]:
@@ -175,13 +178,18 @@ class Matrix(Spec):
                 raise ValueError(f"{changed[0]} applies to grad_compressions with powersgd, not "
                                  f"{','.join(self.grad_compressions)}")
         else:
-            Recipe(grad_compression="powersgd", **{f: getattr(self, f) for f in POWERSGD_FIELDS})
+            Recipe(grad_compression="powersgd", **self.powersgd)
+
+    @property
+    def powersgd(self) -> dict[str, Any]:
+        """The PowerSGD settings (Recipe field → value)."""
+        return {f: getattr(self, f) for f in POWERSGD_FIELDS}
 
     def variants(self) -> list[Variant]:
         return matrix(self.precisions, compile=self.compile, recompute=self.recompute,
                       channels_last=self.channels_last, fp8_scalings=self.fp8_scalings,
                       grad_compressions=self.grad_compressions,
-                      powersgd={f: getattr(self, f) for f in POWERSGD_FIELDS})
+                      powersgd=self.powersgd)
 
 
 def matrix(
@@ -226,8 +234,7 @@ def device_refusal(variant: Variant, device: str, *, training: bool = False, wor
 
 def single_device(recipe: Recipe) -> Recipe:
     """``recipe`` without its data-parallel communication settings (what ``recipes.apply`` transforms)."""
-    defaults = {f: _RECIPE_FIELDS[f].default for f in ("grad_compression", *POWERSGD_FIELDS)}
-    return recipe.replace(**defaults)
+    return recipe.replace(**_NO_COMPRESSION)
 
 
 # ---- applying a variant ---------------------------------------------------------------------------------
