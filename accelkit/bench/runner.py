@@ -31,7 +31,7 @@ from accelkit.bench.workloads.base import BenchWorkload
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
 from accelkit.core.spec import Spec, spec_field
-from accelkit.hardware.device import resolve_device
+from accelkit.hardware.device import free_memory_bytes, resolve_device
 from accelkit.timing import LoopConfig, timer_name
 
 if TYPE_CHECKING:
@@ -203,14 +203,7 @@ def _too_big_together(predictions: dict[str, Any], device: str) -> str | None:
     totals = [e.memory_bytes.get("total") for e, _ in predictions.values() if e is not None]
     if len(totals) != len(predictions) or not all(totals):
         return None
-    if device.startswith("cuda"):
-        import torch
-
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        import psutil
-
-        free = psutil.virtual_memory().available
+    free = free_memory_bytes(device)
     need = sum(totals)
     if need <= 0.9 * free:
         return None

@@ -31,3 +31,15 @@ def resolve_device(name: str, *, index: int = 0) -> str:
     if n >= count:
         raise UserError(f"device 'cuda:{n}' does not exist: torch sees {count} GPU(s) (cuda:0 … cuda:{count - 1})")
     return f"cuda:{n}"
+
+
+def free_memory_bytes(device: str) -> int:
+    """Bytes free on ``device`` (a resolved name: 'cpu', 'cuda', 'cuda:N'): the GPU's free memory, or the host's
+    available RAM for the CPU — what a run may still allocate there."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)

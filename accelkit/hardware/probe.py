@@ -12,7 +12,7 @@ from accelkit.core import DeviceSpec, Measurement, UserError, summarize
 from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.catalog import match_device_name
 from accelkit.hardware.detect import cpu_info, environment
-from accelkit.hardware.device import resolve_device
+from accelkit.hardware.device import free_memory_bytes, resolve_device
 from accelkit.hardware.kernel_probe import probe_kernels
 from accelkit.timing import LoopConfig, time_loop
 
@@ -40,15 +40,8 @@ class ProbeConfig(Spec):
 
 def _check_memory(device: str, size: int, copy_bytes: int) -> None:
     """Refuse sizes the device cannot hold before allocating (an OOM kill would lose the whole probe)."""
-    import torch
-
     need = max(3 * size * size * 4, 2 * copy_bytes)  # a, b, out in fp32 (the widest dtype); copy src + dst
-    if device == "cpu":
-        import psutil
-
-        free = psutil.virtual_memory().available
-    else:
-        free = torch.cuda.mem_get_info(device)[0]
+    free = free_memory_bytes(device)
     if need > 0.9 * free:
         raise UserError(f"--size {size} / --copy-size {copy_bytes >> 20} MiB need {need / 2**30:.1f} GiB but {device} has "
                         f"{free / 2**30:.1f} GiB free; use a smaller --size or --copy-size")

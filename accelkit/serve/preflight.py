@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.core.units import fmt_bytes
-from accelkit.hardware.device import resolve_device
+from accelkit.hardware.device import free_memory_bytes, resolve_device
 
 _MAX_DIM = 2**31 - 1  # no dimension of a real model comes near; beyond it every tensor index overflows int32
 _MAX_HEADER_BYTES = 100 * 2**20  # safetensors' own limit on the JSON header
@@ -200,14 +200,8 @@ def check_checkpoint(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_
 
 def available_memory(device: str) -> tuple[str, int]:
     """(where, free bytes) of ``device`` ('cpu', 'cuda', 'cuda:N', 'auto')."""
-    import psutil
-    import torch
-
-    dev = torch.device(resolve_device(device))
-    if dev.type == "cuda" and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info(dev)
-        return str(dev), int(free)
-    return "host memory", int(psutil.virtual_memory().available)
+    dev = resolve_device(device)
+    return ("host memory" if dev == "cpu" else dev), free_memory_bytes(dev)
 
 
 def check_memory(

@@ -17,6 +17,7 @@ from accelkit.bench.variants import Variant, needs_context, numerics
 from accelkit.core import UserError
 from accelkit.core import Workload as WorkloadSpec
 from accelkit.core.spec import Spec
+from accelkit.hardware.device import free_memory_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -152,15 +153,10 @@ def first_tensor(output: Any) -> torch.Tensor:
 
 def free_bytes(device: str) -> tuple[int, str]:
     """(bytes the workload may use on ``device``, how to say so in an error)."""
+    free = free_memory_bytes(device)
     if device.startswith("cuda"):
-        import torch
-
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free), f"{device} has {free / 1e9:.1f} GB free"
-    import psutil
-
-    free = psutil.virtual_memory().available
-    return int(free), f"this machine has {free / 1e9:.1f} GB of RAM available"
+        return free, f"{device} has {free / 1e9:.1f} GB free"
+    return free, f"this machine has {free / 1e9:.1f} GB of RAM available"
 
 
 def gb(num_bytes: float) -> str:
