@@ -10,6 +10,7 @@ from accelkit.core import Cluster, DeviceSpec, ModelSpec, UserError, Workload
 from accelkit.plan import flops as F
 from accelkit.plan.calibrate import efficiency
 from accelkit.plan.fitted import FIT_SOURCE, sustained_tensor
+from accelkit.plan.grad_comm import gradient_element_bytes
 from accelkit.plan.memory import ACT_BYTES, INFER_WEIGHT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.priors import FLASH_TRITON_SOURCE, OVERLAP_SOURCE, Efficiency, family
@@ -182,8 +183,8 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
 
 def _compression_assumption(ctx: PlanContext) -> str:
     r, o = ctx.workload.recipe, ctx.options
-    plain = 4 if o.grad_reduce_fp32 else TRAIN_WEIGHT_BYTES[r.precision]
-    text = (f"data-parallel gradients reduced in {plain} B per element"
+    plain = gradient_element_bytes(ctx)  # the rule grad_comm.py plans with
+    text = (f"data-parallel gradients reduced in {plain:g} B per element"
             + (" (grad_reduce_fp32: fp32 gradients under mixed precision)" if o.grad_reduce_fp32 else ""))
     if r.grad_compression in ("bf16", "fp16"):
         text += (f"; {r.grad_compression} compression: 2 B per element (DDP: torch's {r.grad_compression}_compress_hook, "
