@@ -102,16 +102,16 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
 def grad_reduction_doc(ctx: PlanContext, layout: Layout) -> dict[str, Any] | None:
     """The data-parallel gradient reduction of a training plan: bytes per reduction and rank, its collective
     time, the compression compute (plan/grad_comm.py); None without data parallelism."""
-    from accelkit.plan.grad_comm import compress_s, describe
-    from accelkit.plan.time import dp_reduction, links, reduce_s, stage_params
+    from accelkit.plan.grad_comm import describe
+    from accelkit.plan.time import compression_s, dp_reduction, links, reduce_s, reductions_per_step, stage_params
 
     red = dp_reduction(ctx, layout, stage_params(ctx, layout))
     if red is None:
         return None
-    per_step = layout.grad_accum if layout.zero >= 3 else 1
+    per_step = reductions_per_step(layout)
     return {**describe(red), "reductions_per_step": per_step, "buffer_bytes_per_step": round(red.sent_bytes * per_step),
             "collective_s": reduce_s(links(ctx, layout.dp * layout.cp, layout.tp), red) * per_step,
-            "compress_s": compress_s(ctx, red) * per_step}
+            "compress_s": compression_s(ctx, layout, red)}
 
 
 def to_estimate(c: Candidate, ctx: PlanContext) -> Estimate:

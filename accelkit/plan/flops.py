@@ -76,16 +76,6 @@ def recompute_flops(model: ModelSpec, *, batch: int, seq: int, recompute: str, a
     return 0.0
 
 
-def executed_attention_factor(model: ModelSpec, attention: str) -> float:
-    """Fraction of the counted attention FLOPs a kernel executes in a training step: a causal flash kernel
-    skips masked blocks (½) but recomputes QKᵀ in backward (7 matmuls' work instead of 6); unfused
-    attention computes the whole square."""
-    if attention == "math":
-        return 1.0
-    causal = 0.5 if model.kind in ("decoder", "moe") else 1.0
-    return causal * 7.0 / 6.0
-
-
 def prefill_flops(model: ModelSpec, *, batch: int, prompt_len: int) -> float:
     """Forward over the prompt, logits for the last position only (what serving engines compute)."""
     body = forward_flops(model, batch=batch, seq=prompt_len, logits=False)

@@ -25,6 +25,11 @@ INFER_WEIGHT_BYTES = {
 }
 #: families whose HF modules use dropout in training (BERT/GPT-2/ViT configs default to 0.1)
 DROPOUT_FAMILIES = ("gpt2", "bert", "vit")
+
+
+def uses_dropout(model: ModelSpec, option: bool | None) -> bool:
+    """Whether training runs dropout: ``option`` when given, else the family's HF default."""
+    return model.family in DROPOUT_FAMILIES if option is None else option
 #: framework allowance per device: CUDA/ROCm context, communicator buffers, allocator fragmentation
 
 
@@ -78,7 +83,7 @@ def layer_activation_parts(
     """
     h, q_dim, a = model.hidden_size, model.num_heads * model.head_size, model.num_heads
     kv_dim = max(model.kv_heads / tp, 1) * model.head_size  # a rank holds at least one KV head
-    dropout = model.family in DROPOUT_FAMILIES if training_dropout is None else training_dropout
+    dropout = uses_dropout(model, training_dropout)
     f = model.ffn_hidden_size
     k = model.experts_per_token or 1
     replicated = 2 * _norm_bytes(model, e, kernels) + (2 * h if dropout else 0)  # + masks after proj / MLP

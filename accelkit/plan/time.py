@@ -49,7 +49,7 @@ from accelkit.plan.context import PlanContext, kv_element_bytes
 from accelkit.plan.grad_comm import GradReduction, buckets, compress_s, grad_reduction
 from accelkit.plan.kernels import layer_traffic, loss_bytes_per_token, math_attention_bytes
 from accelkit.plan.layout import Layout
-from accelkit.plan.memory import DROPOUT_FAMILIES, TRAIN_WEIGHT_BYTES, optimizer_bytes_per_param
+from accelkit.plan.memory import TRAIN_WEIGHT_BYTES, optimizer_bytes_per_param, uses_dropout
 from accelkit.plan.priors import COLLECTIVE_LATENCY_S, FLASH_BLOCK, FLASH_TRITON_SLOWDOWN, OVERLAP_SLOWDOWN
 
 #: host link for optimizer offload (PCIe 4.0 x16 ≈ 25 GB/s effective per direction): assumed
@@ -119,8 +119,7 @@ def links(ctx: PlanContext, size: int, stride: int) -> Links:
 
 
 def _dropout(ctx: PlanContext) -> bool:
-    d = ctx.options.dropout
-    return ctx.model.family in DROPOUT_FAMILIES if d is None else d
+    return uses_dropout(ctx.model, ctx.options.dropout)
 
 
 def _is_causal(ctx: PlanContext) -> bool:
@@ -238,11 +237,16 @@ def reduce_s(dp_links: Links, red: GradReduction) -> float:
     return sum(dp_links.all_reduce_s(b) for b in red.phases) + 3 * (buckets(red) - 1) * latency
 
 
+def reductions_per_step(layout: Layout) -> int:
+    """How often a step reduces the gradients over data parallelism: every micro-batch under ZeRO 3, else once."""
+    return layout.grad_accum if layout.zero >= 3 else 1
+
+
 def compression_s(ctx: PlanContext, layout: Layout, red: GradReduction | None) -> float:
-    """Compression compute per step: once per reduction (every micro-batch under ZeRO 3)."""
+    """Compression compute per step: once per reduction."""
     if red is None:
         return 0.0
-    return compress_s(ctx, red) * (layout.grad_accum if layout.zero >= 3 else 1)
+    return compress_s(ctx, red) * reductions_per_step(layout)
 
 
 def _dp_exposed(ctx: PlanContext, layout: Layout, params: float, red: GradReduction | None, layers: int,
