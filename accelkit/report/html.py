@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.core.bench_result import BenchResult, verdicts
+from accelkit.report.tables import mfu_text
 from accelkit.report.template import TEMPLATE
 from accelkit.results import ResultStore, StoredResult
 
@@ -247,9 +248,7 @@ def _table_rows(rows: list[BenchRow]) -> list[dict[str, Any]]:
         acc = b.accuracy
         sqnr = acc.sqnr_db if acc is not None else None
         pred = b.predicted.ratio if b.predicted else None
-        mfu = "-" if b.mfu.value is None else f"{b.mfu.value * 100:.2f}%"
-        if b.mfu.datasheet is not None and b.mfu.probe is not None and b.mfu.probe.value is not None:
-            mfu += f" ({b.mfu.probe.value * 100:.1f}% of probe)"
+        mfu = mfu_text(b)
         out.append({
             "id": r.id, "created": r.created_at, "run": r.run_id or "", "hardware": r.hardware,
             "workload": r.label, "variant": b.name, "step": b.step,

@@ -49,7 +49,7 @@ def _drift(acc: Accuracy | None) -> str:
     return "-" if acc.sqnr_db is None else f"SQNR {acc.sqnr_db:.1f} dB"
 
 
-def _mfu(v: BenchResult) -> str:
+def mfu_text(v: BenchResult) -> str:
     """MFU against the datasheet, and against the probe's measured peak where there are both."""
     if v.mfu.value is None:
         return "-"
@@ -77,7 +77,7 @@ def bench_table(run: BenchRunResult) -> Table:
         noise = {"noisy": " (noisy)", "unstable": " (unstable)"}.get(v.noise, "")
         t.add_row(
             v.name, v.step, f"{_num(v.throughput.value)} {v.throughput.unit}",
-            _seconds(lat.median), p90, f"{lat.cv * 100:.1f}%{noise}", _ratio(v.comparison), _mfu(v),
+            _seconds(lat.median), p90, f"{lat.cv * 100:.1f}%{noise}", _ratio(v.comparison), mfu_text(v),
             fmt_bytes(mem) if mem is not None else "-", _num(v.energy_j_per_item, 4), _drift(v.accuracy),
             "-" if pred is None else f"{pred:.2f}",
         )
