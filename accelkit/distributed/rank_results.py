@@ -139,12 +139,17 @@ def rank_detail(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def slowest_rank_latency(ranks: list[dict[str, Any]]) -> list[float]:
+    """Each measured step's latency: the slowest rank's time for it (the step ends when every rank is done)."""
+    return [max(xs) for xs in zip(*(r["samples_s"] for r in ranks), strict=True)]
+
+
 def variant_entry(ctx: RankContext, workload: Any, variant: Any, ranks: list[dict[str, Any]], job: dict[str, Any],
                   estimate: Estimate | None, reason: str | None, estimate_id: int | None,
                   losses: dict[str, dict[str, Any] | None] | None = None) -> BenchResult:
     """The typed result of one variant, from every rank's measurements (the same type a single-process bench
     builds in ``accelkit.bench.record``)."""
-    latency = [max(xs) for xs in zip(*(r["samples_s"] for r in ranks), strict=True)]  # slowest rank per step
+    latency = slowest_rank_latency(ranks)
     stats = summarize(latency)
     measured_s = sum(ranks[0]["agreed_walls_s"])
     items_per_step = sum(r["items"] for r in ranks)
@@ -189,7 +194,7 @@ def measurement(label: str, workload: Any, variant: Any, entry: BenchResult, har
                 details: dict[str, Any], ranks: list[dict[str, Any]], environment: dict[str, Any], zero: int,
                 world_size: int) -> Measurement:
     mem = {k: max(int(r["memory_bytes"][k]) for r in ranks) for k in ("parameters", "gradients", "optimizer")}
-    latency = [max(xs) for xs in zip(*(r["samples_s"] for r in ranks), strict=True)]
+    latency = slowest_rank_latency(ranks)
     samples = {"latency_s": latency, "block_wall_s": ranks[0]["agreed_walls_s"],
                **{f"rank{r['rank']}_latency_s": r["samples_s"] for r in ranks}}
     return entry.to_measurement(
