@@ -17,7 +17,11 @@ Measured per decode step at batch 1/32/128/256 (prompts of 960–1087 tokens, so
   what the server's does (``MetricsBridge.on_output`` for the Prometheus metrics, then the hand-over to an
   asyncio loop running in another thread that consumes the outputs: the server's ``Mailbox`` where the tree
   has one, else ``call_soon_threadsafe`` per output as the server did before it), and ``on_step`` feeding
-  ``MetricsBridge.on_step``.
+  ``MetricsBridge.on_step``;
+- ``offline-overlap`` / ``streaming-overlap``: the same with ``overlap_postprocess=True`` (the engine's default
+  on CUDA), where a step's postprocessing runs inside the next step, between the sampler's launch and its
+  host read. ``host_us_outside_device_window`` is the host time a device step cannot hide: everything but
+  that postprocessing (all of it without overlap). What the device then waits for per step.
 
 ``--compare REF`` runs the same measurement on the ``accelkit`` package of git revision REF (exported with
 ``git archive``) in interleaved worker processes (REF, this tree, this tree, REF, ...) and reports the ratio
@@ -47,13 +51,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "results" / "engine_host_overhead.json"
 BATCH_SIZES = (1, 32, 128, 256)
-PATHS = ("offline", "streaming")
+PATHS = ("offline", "streaming", "offline-overlap", "streaming-overlap")
 PROMPT_RANGE = (960, 1088)  # ~1K context
 MAX_NUM_BATCHED_TOKENS = 8192  # the issue's engine settings
 MAX_NUM_SEQS = 256
 LOGITS_ROWS = 4096  # rows of the stand-in logits table, walked through step by step
 # phases, in step order; a phase missing from a revision's engine is simply absent from its record
-PHASES = ("schedule", "prepare", "forward_standin", "sample", "update", "postprocess", "outputs", "deliver", "on_step")
+# deliver_in_window: delivery from inside a step (overlapped postprocessing hands its outputs over there)
+PHASES = ("schedule", "prepare", "forward_standin", "sample", "update", "postprocess", "outputs", "deliver_in_window",
+          "deliver", "on_step")
 
 
 # ---- the worker: one process, one accelkit tree ------------------------------------------------------
@@ -67,8 +73,11 @@ class Recorder:
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
         self.active = False
+        self.in_step = False
 
     def _add(self, name: str, wall: float, cpu: float) -> None:
+        if name == "deliver" and self.in_step:
+            name = "deliver_in_window"
         if self.active and self.records:
             rec = self.records[-1]
             w, c = rec["phases"].get(name, (0.0, 0.0))
@@ -92,11 +101,15 @@ class Recorder:
     def wrap_step(self, engine: Any) -> None:
         fn = engine.step
 
-        def step() -> Any:
+        def step(*args: Any, **kwargs: Any) -> Any:
             if self.active:
                 self.records.append({"phases": {}, "num_seqs": 0, "num_tokens": 0})
             w0, c0 = time.perf_counter(), time.thread_time()
-            out = fn()
+            self.in_step = True
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                self.in_step = False
             if self.active:
                 rec = self.records[-1]
                 rec["step"] = (time.perf_counter() - w0, time.thread_time() - c0)
@@ -139,11 +152,13 @@ def install_standin_forward(runner: Any, vocab: int) -> None:
     runner.forward = forward
 
 
-def build_llm(model_dir: str, kv_bytes: int) -> Any:
+def build_llm(model_dir: str, kv_bytes: int, *, overlap: bool) -> Any:
     from accelkit.serve import LLM
 
+    extra = {"overlap_postprocess": True} if overlap else {}  # (a tree before it has no such field)
     llm = LLM(model_dir, attention_backend="triton", max_num_seqs=MAX_NUM_SEQS,
-              max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, kv_cache_memory_bytes=kv_bytes, max_model_len=2048)
+              max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, kv_cache_memory_bytes=kv_bytes, max_model_len=2048,
+              **extra)
     # the decode path a CUDA run takes: batch-size buckets, padded rows, the fixed layout (run eagerly here;
     # the forward is the stand-in anyway)
     llm.engine.runner.enable_decode_graphs(capture=False)
@@ -164,7 +179,9 @@ def instrument(llm: Any, rec: Recorder) -> None:
     rec.wrap_schedule(engine.scheduler)
     rec.wrap(engine.runner, "prepare", "prepare")
     rec.wrap(engine.runner, "forward", "forward_standin")
-    rec.wrap(engine.runner, "sample", "sample")
+    # the sampler's launch (argmax on the device); its host read is the step's sync, counted in "other"
+    if not rec.wrap(engine.runner.sampler, "launch", "sample"):
+        rec.wrap(engine.runner, "sample", "sample")  # a tree before the launch/read split
     rec.wrap(engine.scheduler, "update", "update")
     rec.wrap(engine, "_postprocess", "postprocess")
     rec.wrap(engine, "_output", "outputs")
@@ -246,7 +263,7 @@ def run_streaming(llm: Any, batch: int, max_tokens: int, rec: Recorder) -> dict[
     return {"wall_s": wall, "num_outputs": counts["outputs"], "text_chars": counts["chars"]}
 
 
-def summarize(records: list[dict[str, Any]], batch: int, skip: int, steps: int) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], batch: int, skip: int, steps: int, *, overlap: bool) -> dict[str, Any]:
     """Medians per phase over steady-state decode steps (all ``batch`` sequences, one token each)."""
     decode = [r for r in records if "step" in r and r["num_seqs"] == batch and r["num_tokens"] == batch]
     chosen = decode[skip : skip + steps]
@@ -255,7 +272,7 @@ def summarize(records: list[dict[str, Any]], batch: int, skip: int, steps: int) 
     out: dict[str, Any] = {"num_steps": len(chosen), "num_decode_steps_seen": len(decode), "phases_us": {}}
     for i, kind in enumerate(("wall", "cpu")):
         per_phase: dict[str, list[float]] = defaultdict(list)
-        totals = []
+        totals, outside = [], []
         for r in chosen:
             ph = {k: v[i] for k, v in r["phases"].items()}
             if "outputs" in ph and "postprocess" in ph:  # nested: report postprocess without output building
@@ -267,9 +284,14 @@ def summarize(records: list[dict[str, Any]], batch: int, skip: int, steps: int) 
                 per_phase[k].append(v)
             total = step + ph.get("deliver", 0.0) + ph.get("on_step", 0.0)
             totals.append(total - ph.get("forward_standin", 0.0))  # the forward is excluded
+            # with overlap, postprocessing runs between the sampler's launch and its read: a device step at
+            # least that long hides it; everything else is host time the device waits for
+            hidden = ph.get("postprocess", 0.0) + ph.get("outputs", 0.0) + ph.get("deliver_in_window", 0.0) if overlap else 0.0
+            outside.append(totals[-1] - hidden)
         out["phases_us"][kind] = {k: round(statistics.median(v) * 1e6, 1) for k, v in per_phase.items()}
         out[f"host_us_per_step_{kind}"] = round(statistics.median(totals) * 1e6, 1)
         out[f"host_us_per_step_{kind}_p10_p90"] = [round(v * 1e6, 1) for v in _quantiles(totals)]
+        out[f"host_us_outside_device_window_{kind}"] = round(statistics.median(outside) * 1e6, 1)
     return out
 
 
@@ -289,20 +311,26 @@ def worker(args: argparse.Namespace) -> None:
         for path in args.paths:
             max_tokens = -(-batch * PROMPT_RANGE[1] // MAX_NUM_BATCHED_TOKENS) + args.skip + args.steps + 16
             kv_bytes = 4 * 2**20 + batch * (PROMPT_RANGE[1] + max_tokens + 32) * 512  # tiny-llama fp32: 512 B/token
-            llm = build_llm(args.model_dir, kv_bytes)
+            overlap = path.endswith("-overlap")
+            try:
+                llm = build_llm(args.model_dir, kv_bytes, overlap=overlap)
+            except TypeError:  # EngineConfig without overlap_postprocess: a tree before it
+                print(f"  [{args.label}] {path}: this tree cannot overlap postprocessing; skipped", file=sys.stderr)
+                continue
             rec = Recorder()
             instrument(llm, rec)
-            run = run_offline if path == "offline" else run_streaming
+            run = run_offline if path.startswith("offline") else run_streaming
             # a short warm-up run of the same path (first-call costs: numpy views, layouts, imports)
             run(llm, min(batch, 8), 8, Recorder())
             rec.records.clear()
             whole = run(llm, batch, max_tokens, rec)
-            cell = summarize(rec.records, batch, args.skip, args.steps)
+            cell = summarize(rec.records, batch, args.skip, args.steps, overlap=overlap)
             cell.update(whole)
             cell["max_tokens"] = max_tokens
             result["cells"][f"{path}/{batch}"] = cell
-            print(f"  [{args.label}] {path:9s} batch {batch:3d}: host {cell['host_us_per_step_cpu']:8.1f} µs/step (cpu), "
-                  f"{cell['host_us_per_step_wall']:8.1f} µs (wall)", file=sys.stderr, flush=True)
+            print(f"  [{args.label}] {path:17s} batch {batch:3d}: host {cell['host_us_per_step_cpu']:8.1f} µs/step (cpu), "
+                  f"{cell['host_us_per_step_wall']:8.1f} µs (wall), outside the device window "
+                  f"{cell['host_us_outside_device_window_wall']:8.1f} µs (wall)", file=sys.stderr, flush=True)
             del llm
     Path(args.json_out).write_text(json.dumps(result))
 
@@ -332,11 +360,14 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per cell: the median over repeats of each figure (repeats are whole worker runs)."""
     cells: dict[str, Any] = {}
     for key in runs[0]["cells"]:
-        items = [r["cells"][key] for r in runs]
+        items = [r["cells"][key] for r in runs if key in r["cells"]]
         merged: dict[str, Any] = {"repeats": len(items)}
         for kind in ("wall", "cpu"):
             merged[f"host_us_per_step_{kind}"] = round(statistics.median(i[f"host_us_per_step_{kind}"] for i in items), 1)
             merged[f"host_us_per_step_{kind}_each_repeat"] = [i[f"host_us_per_step_{kind}"] for i in items]
+            merged[f"host_us_outside_device_window_{kind}"] = round(
+                statistics.median(i.get(f"host_us_outside_device_window_{kind}", i[f"host_us_per_step_{kind}"])
+                                  for i in items), 1)
             names = sorted({k for i in items for k in i["phases_us"][kind]}, key=(*PHASES, "other").index)
             merged.setdefault("phases_us", {})[kind] = {
                 k: round(statistics.median(i["phases_us"][kind].get(k, 0.0) for i in items), 1) for k in names}
@@ -400,7 +431,11 @@ def main() -> None:
             "repeats (whole worker processes, one torch thread). host_us_per_step = step time + deliver + on_step "
             "- the stand-in forward. offline = LLM.generate; streaming = EngineLoop with the HTTP server's per-output "
             "work (MetricsBridge.on_output + the tree's server hand-over into an asyncio consumer thread: Mailbox, or "
-            "call_soon_threadsafe per output before it) and on_step"),
+            "call_soon_threadsafe per output before it) and on_step. *-overlap: the same with overlap_postprocess=True "
+            "(the default on CUDA): a step's postprocessing (detokenizing, stop strings, outputs) runs inside the next "
+            "step, between the sampler's launch and its host read. host_us_outside_device_window = host_us_per_step "
+            "minus that postprocessing (0 subtracted without overlap): the host time a device step cannot hide, "
+            "provided the device step lasts at least as long as the postprocessing"),
         "model": "tiny-llama preset (2 layers, vocab 512, word-level tokenizer built locally), fp32, CPU",
         "engine": {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
                    "attention_backend": "triton (prepare only; TRITON_INTERPRET=1)", "decode_graph_buckets": True,
@@ -414,7 +449,7 @@ def main() -> None:
         before, after = results["before"]["cells"], results["this tree"]["cells"]
         doc["ratio_before_over_after"] = {
             key: {kind: round(before[key][f"host_us_per_step_{kind}"] / after[key][f"host_us_per_step_{kind}"], 2)
-                  for kind in ("cpu", "wall")} for key in after}
+                  for kind in ("cpu", "wall")} for key in after if key in before}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     _print_table(doc)
@@ -431,12 +466,16 @@ def _head() -> str:
 def _print_table(doc: dict[str, Any]) -> None:
     results = doc["results"]
     labels = list(results)
-    print(f"{'path/batch':16s}" + "".join(f"{label + ' µs/step (cpu)':>26s}" for label in labels)
-          + ("   ratio" if len(labels) == 2 else ""))
-    for key in results[labels[-1]]["cells"]:
-        row = f"{key:16s}" + "".join(f"{results[label]['cells'][key]['host_us_per_step_cpu']:26.1f}" for label in labels)
-        if len(labels) == 2:
-            row += f"   {doc['ratio_before_over_after'][key]['cpu']:.2f}×"
+    ratios = doc.get("ratio_before_over_after", {})
+    print(f"{'path/batch':22s}" + "".join(f"{label + ' µs/step (cpu)':>26s}" for label in labels)
+          + f"{'outside device window':>24s}" + ("   ratio" if len(labels) == 2 else ""))
+    for key, cell in results[labels[-1]]["cells"].items():
+        row = f"{key:22s}" + "".join(
+            f"{results[label]['cells'][key]['host_us_per_step_cpu']:26.1f}" if key in results[label]["cells"]
+            else f"{'-':>26s}" for label in labels)
+        row += f"{cell['host_us_outside_device_window_cpu']:24.1f}"
+        if key in ratios:
+            row += f"   {ratios[key]['cpu']:.2f}×"
         print(row)
 
 

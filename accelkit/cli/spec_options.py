@@ -112,7 +112,7 @@ def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
             kwargs["min"] = f.metadata["min"]
         if f.metadata.get("max") is not None:
             kwargs["max"] = f.metadata["max"]
-        if tp is bool and "/" not in opt.flag:
+        if (tp is bool or set(typing.get_args(tp)) == {bool, type(None)}) and "/" not in opt.flag:  # bool | None too
             decls = [f"{opt.flag}/--no-{opt.flag.removeprefix('--')}"]
     option = typer.Option(... if opt.required else opt.default, *decls, **kwargs)
     if opt.default is None and not opt.required and get_origin(tp) not in (Union, types.UnionType):

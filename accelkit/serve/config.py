@@ -47,6 +47,10 @@ class EngineConfig(Spec):
     enforce_eager: bool = spec_field(
         False, doc="Run every step eagerly; by default decode-only steps on CUDA replay CUDA graphs captured per batch size.",
     )
+    overlap_postprocess: bool | None = spec_field(
+        None, doc="Detokenize and build step N's outputs while step N+1 runs on the device (its outputs arrive one "
+        "step later); None = on for CUDA, off on CPU (where the forward runs in the same thread, so nothing overlaps).",
+    )
     max_cuda_graph_batch_size: int | None = spec_field(
         None, min=1, doc="Largest decode batch replayed from a CUDA graph (larger ones run eagerly); None = max_num_seqs, at most 512.",
     )

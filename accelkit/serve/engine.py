@@ -15,7 +15,9 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +116,13 @@ class LLMEngine:
         self._known_ids: set[str] = set()  # accepted and not yet finished (inbox included)
         self._prompt_tokens = self._generation_tokens = self._num_steps = self._last_step_tokens = 0
         self._finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0}
+        overlap = config.overlap_postprocess
+        self.overlap_postprocess = self.runner.device.type == "cuda" if overlap is None else overlap
+        # with overlap: the sequences that got a token in the last step, postprocessed during the next one
+        self._deferred: list[Sequence] | None = None
+        self._deferred_outputs: list[RequestOutput] = []
+        self._deferred_error: Exception | None = None
+        self._deliver: Callable[[list[RequestOutput]], None] | None = None  # step()'s, while it runs
 
     def _preflight(self, model_dir: Path, hf_config: dict[str, Any]) -> None:
         """Refuse, before allocating anything, a checkpoint that does not match its config or cannot fit."""
@@ -200,16 +209,29 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         with self._lock:
-            return bool(self._inbox or self._aborts) or self.scheduler.has_unfinished()
+            return bool(self._inbox or self._aborts) or self.scheduler.has_unfinished() or self._deferred is not None
 
     # ---- the loop ----------------------------------------------------------------------------------
-    def step(self) -> list[RequestOutput]:
+    def step(self, deliver: Callable[[list[RequestOutput]], None] | None = None) -> list[RequestOutput]:
         """One iteration: schedule → run → postprocess. Returns an output per request that changed.
+
+        With ``overlap_postprocess`` (on CUDA by default) the postprocessing of a step's tokens (detokenizing,
+        stop strings, output objects) runs while the *next* step computes on the device, so those outputs are
+        returned by the next call; a step with nothing to run returns what is still pending. ``deliver``: where
+        those outputs go as soon as they exist, inside the device's window, instead of being returned (the
+        serving loop's delivery to its clients; it must not raise).
 
         A failure is charged to the requests that caused it (see ``isolation``): they finish with
         ``finish_reason="error"`` and the step goes on for everyone else. Only a failure the engine cannot
         recover from raises (:class:`EngineDeadError`).
         """
+        self._deliver = deliver
+        try:
+            return self._step()
+        finally:
+            self._deliver = None
+
+    def _step(self) -> list[RequestOutput]:
         outputs = self._drain_inbox()
         try:
             batch = self.scheduler.schedule()
@@ -218,14 +240,19 @@ class LLMEngine:
         self._num_steps += 1
         self._last_step_tokens = batch.total_tokens
         if not batch.seqs:
-            return outputs
+            return outputs + self._run_deferred()
         now = time.monotonic()
         for seq in batch.seqs:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = now
-        sampled, failures = execute_isolating(self.runner.execute, batch)
+        # the last step's postprocessing, if any, while this one runs on the device
+        overlap = self._overlap_deferred if self._deferred is not None else None
+        sampled, failures = execute_isolating(partial(self.runner.execute, overlap=overlap), batch)
+        outputs += self._run_deferred()  # (its outputs; it runs here if the step failed before it could)
         if failures:
             for row, error in failures.items():
+                if batch.seqs[row].is_finished:  # ended by the postprocessing above (a stop string)
+                    continue
                 outputs.append(self._fail(batch.seqs[row], error))
             if len(failures) == len(batch.seqs):
                 self._check_device(next(iter(failures.values())))
@@ -233,7 +260,38 @@ class LLMEngine:
             updated = self.scheduler.update(batch, sampled)
         except Exception as exc:
             return outputs + self._recover(exc)
+        if self.overlap_postprocess:
+            self._deferred = updated
+            return outputs
         return outputs + self._postprocess(updated)
+
+    def _overlap_deferred(self) -> None:
+        """The runner's ``overlap`` callback: postprocess the last step's tokens now; never raises into the
+        runner (an error there is not the running step's: it is kept for ``step`` to recover from)."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is None:
+            return
+        try:
+            outputs = self._postprocess(deferred)
+        except Exception as exc:
+            self._deferred_error = exc
+            return
+        if self._deliver is None:
+            self._deferred_outputs += outputs
+            return
+        try:
+            self._deliver(outputs)
+        except Exception as exc:  # the caller's delivery failed: its outputs are lost, not the step
+            log.warning("delivering %d outputs failed: %s", len(outputs), describe(exc))
+
+    def _run_deferred(self) -> list[RequestOutput]:
+        """The outputs of the last step's postprocessing (running it now if it has not run yet)."""
+        self._overlap_deferred()
+        outputs, self._deferred_outputs = self._deferred_outputs, []
+        if self._deferred_error is not None:  # the bookkeeping raised: nobody in particular to blame
+            exc, self._deferred_error = self._deferred_error, None
+            outputs += self._recover(exc)
+        return outputs
 
     def _fail(self, seq: Sequence, exc: BaseException) -> RequestOutput:
         """End one request because of ``exc`` (logged with its id); its KV blocks go back now."""
@@ -253,6 +311,7 @@ class LLMEngine:
         then check that every KV block came back and that the device still computes."""
         log.error("engine step failed outside the model (%s); failing every request in flight", describe(exc),
                   exc_info=exc)
+        self._deferred = None  # (their requests are failed below)
         outputs = []
         try:
             for req in list(self._requests.values()):
@@ -271,7 +330,8 @@ class LLMEngine:
         with self._lock:
             inbox, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, []
-        outputs = []
+        # an abort ends its request now: the last step's tokens of that request are postprocessed first
+        outputs = self._run_deferred() if aborts else []
         for req in inbox:
             self._requests[req.seq.request_id] = req
             try:

@@ -149,7 +149,8 @@ class EngineLoop:
                         self._cond.wait()
                     if self._stop:
                         break
-                self._deliver_all(self.engine.step())
+                # (with overlapped postprocessing, outputs are delivered while the next step runs on the device)
+                self._deliver_all(self.engine.step(deliver=self._deliver_all))
                 if self.on_step is not None:
                     try:
                         self.on_step(self.engine.get_stats())

@@ -12,6 +12,7 @@ captured batch size replay a CUDA graph (``cuda_graphs.py``); everything else ru
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -199,7 +200,8 @@ class ModelRunner:
             d_pos = [s.num_computed_tokens for s in d_seqs]
             ids[:nd] = [s.token_ids[p] for s, p in zip(d_seqs, d_pos, strict=True)]
             positions[:nd] = d_pos
-            tables[:nd] = self.host_tables.pool[self.host_tables.rows(d_seqs), : layout.width]
+            rows = self.host_tables.rows(d_seqs)  # first: taking a row may grow (replace) the pool
+            tables[:nd] = self.host_tables.pool[rows, : layout.width]
             dpos = positions[:nd]
             seq_lens[:nd] = dpos + 1
             slots[:nd] = tables[np.arange(nd), dpos // bs] * bs + dpos % bs
@@ -218,7 +220,8 @@ class ModelRunner:
         for r, i in enumerate(multi, start=nd):
             seq, n = seqs[i], counts[i]
             begin, end = seq.num_computed_tokens, seq.num_computed_tokens + n
-            tables[r] = self.host_tables.pool[self.host_tables.row(seq), : layout.width]
+            row = self.host_tables.row(seq)  # first: taking a row may grow (replace) the pool
+            tables[r] = self.host_tables.pool[row, : layout.width]
             ids[t : t + n] = seq.token_ids[begin:end]
             cpos = np.arange(begin, end)
             positions[t : t + n] = cpos
@@ -275,17 +278,28 @@ class ModelRunner:
         return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
-    def execute(self, batch: ScheduledBatch) -> list[int | None]:
-        """Run ``batch``; the sampled token of each sequence that finished its prompt or decoded, else None."""
+    def execute(self, batch: ScheduledBatch, *, overlap: Callable[[], None] | None = None) -> list[int | None]:
+        """Run ``batch``; the sampled token of each sequence that finished its prompt or decoded, else None.
+
+        ``overlap``: host work to do while the device computes — called once the step's forward and sampling
+        are queued, before the sampled ids are read back (on a CPU the forward has already run by then).
+        """
         step = self.prepare(batch)
         logits = self.forward(step)
         if logits is None:
+            if overlap is not None:
+                overlap()
             return [None] * len(batch.seqs)
         rows = step.sample_batch_rows
-        if len(rows) == len(batch.seqs) and rows == list(range(len(rows))):  # a decode step: every row, in order
-            return cast("list[int | None]", self.sample(logits, batch.seqs))
+        every_row = len(rows) == len(batch.seqs) and rows == list(range(len(rows)))  # a decode step, in order
+        seqs = batch.seqs if every_row else [batch.seqs[i] for i in rows]
+        pending = self.sampler.launch(logits, [s.params for s in seqs], [s.seq_id for s in seqs])
+        if overlap is not None:
+            overlap()
+        tokens: list[int] = pending.tolist()  # the step's one host sync
+        if every_row:
+            return cast("list[int | None]", tokens)
         sampled: list[int | None] = [None] * len(batch.seqs)
-        tokens = self.sample(logits, [batch.seqs[i] for i in rows])
         for row, token in zip(rows, tokens, strict=True):
             sampled[row] = token
         return sampled

@@ -52,11 +52,17 @@ class Sampler:
         rows[3] = np.fromiter((p.is_greedy for p in params), dtype=np.float32, count=n)
         return host.to(self.device, non_blocking=True) if self._pinned else host
 
-    @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int]) -> list[int]:
         """``logits``: (N, V) → N token ids (one host sync)."""
+        tokens: list[int] = self.launch(logits, params, seq_ids).tolist()
+        return tokens
+
+    @torch.inference_mode()
+    def launch(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int]) -> torch.Tensor:
+        """``logits``: (N, V) → (N,) int64 token ids on the device, without waiting for them (no host sync:
+        the caller reads them when it has nothing else to do)."""
         if all(p.is_greedy for p in params):
-            return logits.argmax(dim=-1).tolist()
+            return logits.argmax(dim=-1)
         logits = logits.float()
         vocab = logits.shape[-1]
         settings = self._upload(params, vocab)
@@ -78,4 +84,4 @@ class Sampler:
             if p.seed is not None and not p.is_greedy:
                 noise[i].exponential_(generator=self._generator(seq_id, p.seed))
         sampled = (probs / noise).argmax(dim=-1)
-        return torch.where(greedy, logits.argmax(dim=-1), sampled).tolist()
+        return torch.where(greedy, logits.argmax(dim=-1), sampled)

@@ -153,21 +153,26 @@ def forced_top1_agreement(engine: Any, prompts: list[list[int]], continuations: 
     position: dict[int, int] = {}
     counts = [0, 0]
 
-    def sampler(logits: Any, params: Any, seq_ids: list[int]) -> list[int]:
-        top1 = logits.argmax(dim=-1).tolist()
-        out = []
-        for seq_id, token in zip(seq_ids, top1, strict=True):
-            i = position[seq_id]
-            ref = forced[seq_id]
-            if i > 0:
-                counts[0] += int(token == ref[i])
-                counts[1] += 1
-            position[seq_id] = i + 1
-            out.append(ref[i])
-        return out
+    class ForcedSampler:  # the runner's sampler interface: launch() → device tensor of ids, forget()
+        def forget(self, seq_id: int) -> None:
+            real_sampler.forget(seq_id)
 
-    sampler.forget = real_sampler.forget  # type: ignore[attr-defined]
-    runner.sampler = sampler
+        def launch(self, logits: Any, params: Any, seq_ids: list[int]) -> Any:
+            import torch
+
+            top1 = logits.argmax(dim=-1).tolist()
+            out = []
+            for seq_id, token in zip(seq_ids, top1, strict=True):
+                i = position[seq_id]
+                ref = forced[seq_id]
+                if i > 0:
+                    counts[0] += int(token == ref[i])
+                    counts[1] += 1
+                position[seq_id] = i + 1
+                out.append(ref[i])
+            return torch.tensor(out)
+
+    runner.sampler = ForcedSampler()
     try:
         for prompt, cont in zip(prompts, continuations, strict=True):
             seq = engine.make_request(prompt, SamplingParams.greedy(len(cont), ignore_eos=True))

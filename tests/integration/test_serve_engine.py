@@ -17,9 +17,10 @@ def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("engine") / "m", "tiny-llama", seed=5)
 
 
-@pytest.fixture(scope="module")
-def llm(model_dir):
-    return LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128)
+@pytest.fixture(scope="module", params=[False, True], ids=["serial", "overlapped-postprocess"])
+def llm(model_dir, request):
+    """Both ways of postprocessing: after each step, and during the next step (the default on CUDA)."""
+    return LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128, overlap_postprocess=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +172,10 @@ def test_top_k_1_is_greedy_and_top_p_tiny_is_greedy(llm, greedy_ref):
     assert [o.token_ids for o in outs] == greedy_ref
 
 
-def test_priority_policy_serves_urgent_requests_first(model_dir):
-    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_num_seqs=1, scheduling_policy="priority")
+@pytest.mark.parametrize("overlap", [False, True])
+def test_priority_policy_serves_urgent_requests_first(model_dir, overlap):
+    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_num_seqs=1, scheduling_policy="priority",
+              overlap_postprocess=overlap)  # one sequence at a time: with overlap, a row is taken before one is freed
     outs = llm.generate(PROMPTS[:3], SamplingParams.greedy(3), priority=[5, 0, -5])
     order = sorted(range(3), key=lambda i: outs[i].metrics.first_token_time)
     assert order == [2, 1, 0]
@@ -241,7 +244,7 @@ def test_engine_loop_flush_hooks_follow_each_steps_outputs_and_a_failing_one_sto
 def test_engine_loop_death_fails_open_streams(model_dir):
     llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES)
 
-    def broken(batch):
+    def broken(batch, **kw):
         raise RuntimeError("device lost")
 
     llm.engine.runner.execute = broken

@@ -12,10 +12,11 @@ PROMPTS = [[5 + 7 * i, 6 + i, 9, 11 + i] for i in range(7)]
 GREEDY = SamplingParams.greedy(6, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
-def llm(tmp_path_factory):
+@pytest.fixture(scope="module", params=[False, True], ids=["serial", "overlapped-postprocess"])
+def llm(tmp_path_factory, request):
+    """Both ways of postprocessing: after each step, and during the next step (the default on CUDA)."""
     return LLM(str(save_tiny_model(tmp_path_factory.mktemp("iso") / "tiny")), kv_cache_memory_bytes=4 << 20,
-               max_num_seqs=16)
+               max_num_seqs=16, overlap_postprocess=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +31,10 @@ def poisoned(llm, monkeypatch):
     real = engine.runner.execute
     poison: set[str] = set()
 
-    def execute(batch):
+    def execute(batch, **kw):  # kw: the engine's overlap callback
         if any(seq.request_id in poison for seq in batch.seqs):
             raise RuntimeError("simulated kernel failure on a poisoned request")
-        return real(batch)
+        return real(batch, **kw)
 
     monkeypatch.setattr(engine.runner, "execute", execute)
     yield poison

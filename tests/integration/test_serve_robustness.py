@@ -75,10 +75,10 @@ def test_a_request_failing_inside_the_engine_gets_500_and_no_one_else_notices(se
     real = runner.execute
     poison = 400  # the first token id of the poisoned prompt (w400)
 
-    def execute(batch):
+    def execute(batch, **kw):  # kw: the engine's overlap callback
         if any(seq.token_ids[0] == poison for seq in batch.seqs):
             raise RuntimeError("simulated failure of one request's kernel")
-        return real(batch)
+        return real(batch, **kw)
 
     monkeypatch.setattr(runner, "execute", execute)
 

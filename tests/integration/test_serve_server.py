@@ -191,7 +191,7 @@ def test_api_key(model_dir):
 
 def test_health_is_503_when_the_engine_loop_dies(model_dir):
     with running_server(model_dir) as (url, state):
-        def broken_step():
+        def broken_step(**_kw):
             raise RuntimeError("simulated device failure")
 
         state.engine.step = broken_step  # the next step crashes the loop thread

@@ -155,3 +155,31 @@ def test_spec_options_required_optional_and_only():
     assert isinstance(result.exception, UserError) and "--size 'lots' is not valid" in str(result.exception)
     with pytest.raises(TypeError, match="no field 'nope'"):
         generated_options(Demo, into="d", only=("nope",))
+
+
+def test_an_optional_bool_field_gets_both_flags_and_none_when_absent():
+    """``bool | None`` (None = decide automatically, e.g. EngineConfig.overlap_postprocess): ``--x`` and
+    ``--no-x`` both exist, so a user can force either way, and leaving both out keeps the automatic choice."""
+    from dataclasses import dataclass
+
+    from typer.testing import CliRunner
+
+    from accelkit.cli.spec_options import spec_options
+    from accelkit.core.spec import Spec, spec_field
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Demo(Spec):
+        overlap: bool | None = spec_field(None, doc="None = automatic.")
+
+    seen = []
+    app = typer.Typer()
+
+    @app.command()
+    @spec_options(Demo, into="demo")
+    def run(demo: dict) -> None:
+        seen.append(Demo(**demo).overlap)
+
+    for args in ([], ["--overlap"], ["--no-overlap"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+    assert seen == [None, True, False]
