@@ -51,8 +51,8 @@ def parts(out: Path) -> dict[str, dict[str, Any]]:
     table = out / "parts.tsv"
     if table.exists():
         for name, rc, seconds in csv.reader(table.read_text().splitlines(), delimiter="\t"):
-            status = "absent" if rc == "absent" else ("ok" if rc == "0" else ("timed out" if rc in ("124", "137")
-                                                                               else f"failed (exit {rc})"))
+            status = ("absent" if rc == "absent" else "skipped (time budget)" if rc == "skipped" else "ok" if rc == "0"
+                      else "timed out" if rc in ("124", "137") else f"failed (exit {rc})")
             found[name] = {"status": status, "seconds": int(seconds)}
     return found
 
