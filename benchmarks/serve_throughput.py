@@ -413,9 +413,52 @@ def main() -> None:
         "hf-continuous": lambda d: run_hf_continuous(d, trace, warmup, setup=setup, device=device),
     }
     results: dict[str, Any] = {}
+    outputs: dict[str, list[list[int]]] = {}
+    failed: dict[str, str] = {}
     elapsed: dict[str, float] = {}
     load_before = os.getloadavg()
     t_start = time.perf_counter()
+
+    def document() -> dict[str, Any]:
+        """The JSON of what is measured so far (written after every system: a timeout keeps the rest)."""
+        ref = outputs.get("accelkit")
+        for name, outs in outputs.items():
+            if ref is not None and name != "accelkit":
+                results[name]["identical_to_accelkit"] = sum(a == b for a, b in zip(outs, ref, strict=True))
+        doc = {
+            "benchmark": "serve_throughput",
+            "device": device,
+            "definition": "output tokens/s = sum of requested output tokens / wall time of the whole trace (all requests at t=0)",
+            "trace": {
+                "num_requests": num, "seed": args.seed, "prompt_len_range": list(setup["prompt_range"]),
+                "output_len_range": list(setup["output_range"]), "prompt_tokens": sum(len(r["prompt"]) for r in trace),
+                "output_tokens": output_tokens, "arrival": "all at once", "ignore_eos": True, "sampling": "greedy",
+            },
+            "model": {"architecture": "LlamaForCausalLM", "dtype": setup["dtype"], "random_init_seed": 0, **setup["model"]},
+            "engine_config": setup["engine"],
+            "systems": systems,
+            "results": {k: {kk: (round(vv, 3) if isinstance(vv, float) else vv) for kk, vv in v.items()} for k, v in results.items()},
+            "failed": failed,
+            "goals": goals(device, results),
+            "elapsed_s": elapsed,
+            "load_average": {"before": load_before, "after": os.getloadavg(),
+                             "note": "1/5/15-minute load averages; on the shared 2-core CPU machine other jobs may run"},
+            "environment": environment(with_torch=True),
+        }
+        if "accelkit" in results and "accelkit-fp8" in results:
+            bf16, fp8 = results["accelkit"], results["accelkit-fp8"]
+            doc["kv_capacity"] = {
+                "budget_bytes": setup["engine"]["kv_cache_memory_bytes"], "bf16_tokens": bf16["kv_tokens"],
+                "fp8_tokens": fp8["kv_tokens"], "ratio": round(fp8["kv_tokens"] / bf16["kv_tokens"], 3),
+                "bf16_bytes_per_token": bf16["kv_bytes_per_token"], "fp8_bytes_per_token": fp8["kv_bytes_per_token"],
+            }
+        return doc
+
+    def write(doc: dict[str, Any]) -> None:
+        if out_path is not None:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            out_path.write_text(json.dumps(doc, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         model_dir = build_model(Path(tmp) / "model", setup, device)
@@ -424,57 +467,40 @@ def main() -> None:
             label = f"hf-static-{setup['hf_batch']}" if name == "hf-static" else name
             log(f"{label} …")
             t0 = time.perf_counter()
-            r = runners[name](model_dir)
+            r = None
+            try:
+                r = runners[name](model_dir)
+                lengths = [len(o) for o in r["outputs"]]
+                if lengths != [t["max_tokens"] for t in trace]:
+                    raise RuntimeError(f"{label}: output lengths differ from the trace")
+            except Exception as exc:  # one system failing (an OOM, an API change) keeps the others' numbers
+                failed[label] = f"{type(exc).__name__}: {exc}"[:500]
+                log(f"{label} FAILED: {failed[label]}")
+                r = None
             elapsed[label] = round(time.perf_counter() - t0, 1)
-            lengths = [len(o) for o in r["outputs"]]
-            assert lengths == [t["max_tokens"] for t in trace], f"{label}: output lengths differ from the trace"
+            if r is None:
+                free_device_memory()  # outside the except: its traceback no longer holds the failed system's model
+                write(document())
+                continue
+            outputs[label] = r.pop("outputs")
             r["output_tokens"] = output_tokens
             r["output_tokens_per_s"] = output_tokens / r["wall_s"]
             results[label] = r
             log(f"{label}: {r['wall_s']:.2f} s, {r['output_tokens_per_s']:.1f} output tok/s "
                 f"({elapsed[label]:.0f} s with start-up and warm-up)")
+            write(document())
     elapsed["total"] = round(time.perf_counter() - t_start, 1)
-    load_after = os.getloadavg()
-
-    ref = results.get("accelkit", {}).get("outputs")
-    for name, r in results.items():
-        outs = r.pop("outputs")
-        if ref is not None and name != "accelkit":
-            r["identical_to_accelkit"] = sum(a == b for a, b in zip(outs, ref, strict=True))
-    met = goals(device, results)
-    doc = {
-        "benchmark": "serve_throughput",
-        "device": device,
-        "definition": "output tokens/s = sum of requested output tokens / wall time of the whole trace (all requests at t=0)",
-        "trace": {
-            "num_requests": num, "seed": args.seed, "prompt_len_range": list(setup["prompt_range"]),
-            "output_len_range": list(setup["output_range"]), "prompt_tokens": sum(len(r["prompt"]) for r in trace),
-            "output_tokens": output_tokens, "arrival": "all at once", "ignore_eos": True, "sampling": "greedy",
-        },
-        "model": {"architecture": "LlamaForCausalLM", "dtype": setup["dtype"], "random_init_seed": 0, **setup["model"]},
-        "engine_config": setup["engine"],
-        "results": {k: {kk: (round(vv, 3) if isinstance(vv, float) else vv) for kk, vv in v.items()} for k, v in results.items()},
-        "goals": met,
-        "elapsed_s": elapsed,
-        "load_average": {"before": load_before, "after": load_after,
-                         "note": "1/5/15-minute load averages; on the shared 2-core CPU machine other jobs may run"},
-        "environment": environment(with_torch=True),
-    }
-    if "accelkit" in results and "accelkit-fp8" in results:
-        bf16, fp8 = results["accelkit"], results["accelkit-fp8"]
-        doc["kv_capacity"] = {
-            "budget_bytes": setup["engine"]["kv_cache_memory_bytes"], "bf16_tokens": bf16["kv_tokens"],
-            "fp8_tokens": fp8["kv_tokens"], "ratio": round(fp8["kv_tokens"] / bf16["kv_tokens"], 3),
-            "bf16_bytes_per_token": bf16["kv_bytes_per_token"], "fp8_bytes_per_token": fp8["kv_bytes_per_token"],
-        }
+    doc = document()
+    met = doc["goals"]
     print(json.dumps({"results": {k: {kk: v.get(kk) for kk in ("wall_s", "output_tokens_per_s")} for k, v in doc["results"].items()},
-                      "goals": met, "elapsed_s": elapsed}, indent=2))
+                      "goals": met, "failed": failed, "elapsed_s": elapsed}, indent=2))
     for name, g in met.items():
         log(f"{'PASS' if g['met'] else 'FAIL'}  {name}: {g['value']} (goal {g['goal']})")
+    write(doc)
     if out_path is not None:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(doc, indent=2) + "\n")
         log(f"wrote {out_path}")
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,21 @@
 # then one summary, $OUT/gpu_check.json (scripts/gpu_results.py summarize), printed at the end.
 #
 #   OUT=/tmp/out scripts/gpu_check.sh            # PY=python3 by default (a Python whose torch sees the GPU)
+#   GPU_CHECK_PARTS=serve_throughput,report ...   # only these parts (hw_probe pytest_gpu serve_throughput
+#                                                # llm_train_1b_fp8 reference_quick report); a rerun into the
+#                                                # same OUT replaces their rows and keeps the others'
+#   GPU_CHECK_BUDGET_S=540 (default)             # the whole script's seconds: one device command is capped at
+#                                                # 600 s, so each part's timeout is cut to what is left of the
+#                                                # budget and a part with < 30 s left is skipped — the summary
+#                                                # is always written (the part timeouts alone add up to 860 s)
 #   python3 scripts/gpu_results.py commit $OUT   # afterwards: the results as files under benchmarks/results/gpu/
 #
 # Carried wheels: when .whl/*.whl exists (see /work/shared/tools/offline-wheels.sh) they are installed into
 # /tmp/site first, for images without torchao, fastapi, uvicorn, pydantic or plotly.
 set -uo pipefail
+script_start=$(date +%s)
+BUDGET_S="${GPU_CHECK_BUDGET_S:-540}"
+PARTS="${GPU_CHECK_PARTS:-hw_probe,pytest_gpu,serve_throughput,llm_train_1b_fp8,reference_quick,report}"
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
@@ -43,10 +53,25 @@ fi
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv > "$OUT/nvidia-smi.csv" 2>&1 || true
 
 start=$(date +%s)
-: > "$OUT/parts.tsv"   # name, exit status, seconds (the summary reads it)
+# name, exit status, seconds (the summary reads it); a GPU_CHECK_PARTS rerun into the same OUT keeps the other rows
+if [ -n "${GPU_CHECK_PARTS:-}" ] && [ -f "$OUT/parts.tsv" ]; then
+  awk -F'\t' -v rerun=",$PARTS," 'index(rerun, "," $1 ",") == 0' "$OUT/parts.tsv" > "$OUT/parts.tsv.kept"
+  mv "$OUT/parts.tsv.kept" "$OUT/parts.tsv"
+else
+  : > "$OUT/parts.tsv"
+fi
 part() {  # part NAME TIMEOUT_S CMD... — stdout to $OUT/NAME.out, stderr to $OUT/NAME.err
-  local name=$1 limit=$2 t0 rc
+  local name=$1 limit=$2 t0 rc left
   shift 2
+  case ",$PARTS," in *",$name,"*) ;; *) return 0 ;; esac
+  # what the budget leaves, less timeout's 15 s kill grace and ~5 s for the summary
+  left=$(( BUDGET_S - ($(date +%s) - script_start) - 20 ))
+  if [ "$left" -lt 30 ]; then
+    echo "gpu_check: $name skipped: ${left}s left of GPU_CHECK_BUDGET_S=${BUDGET_S}" >&2
+    printf '%s\tskipped\t0\n' "$name" >> "$OUT/parts.tsv"
+    return 0
+  fi
+  [ "$left" -lt "$limit" ] && limit=$left
   t0=$(date +%s)
   echo "gpu_check: $name (timeout ${limit}s)" >&2
   timeout --kill-after=15 "$limit" "$@" > "$OUT/$name.out" 2> "$OUT/$name.err"
@@ -61,12 +86,8 @@ cp "$OUT/hw_probe.out" "$OUT/hw_probe.json" 2>/dev/null || true
 
 part pytest_gpu 150 "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider -rs --junitxml="$OUT/pytest-gpu.xml"
 
-if "$PY" benchmarks/serve_throughput.py --help 2>/dev/null | grep -q -- "--device"; then
-  part serve_throughput 210 "$PY" benchmarks/serve_throughput.py --device cuda --out "$OUT/serve_throughput_cuda.json"
-else
-  echo "gpu_check: benchmarks/serve_throughput.py has no --device flag yet (the engine's GPU benchmark); skipped" >&2
-  printf 'serve_throughput\tabsent\t0\n' >> "$OUT/parts.tsv"
-fi
+# writes its JSON after each system, so a timeout keeps the systems already measured
+part serve_throughput 210 "$PY" benchmarks/serve_throughput.py --device cuda --out "$OUT/serve_throughput_cuda.json"
 
 part llm_train_1b_fp8 180 "$PY" -m accelkit bench llm-train --model benchmarks/configs/llama-1b-shape.json \
   --batch-size 8 --seq-len 2048 --precision bf16,fp8 --fp8-scaling tensorwise,rowwise --device cuda \

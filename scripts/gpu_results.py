@@ -51,8 +51,8 @@ def parts(out: Path) -> dict[str, dict[str, Any]]:
     table = out / "parts.tsv"
     if table.exists():
         for name, rc, seconds in csv.reader(table.read_text().splitlines(), delimiter="\t"):
-            status = "absent" if rc == "absent" else ("ok" if rc == "0" else ("timed out" if rc in ("124", "137")
-                                                                               else f"failed (exit {rc})"))
+            status = ("absent" if rc == "absent" else "skipped (time budget)" if rc == "skipped" else "ok" if rc == "0"
+                      else "timed out" if rc in ("124", "137") else f"failed (exit {rc})")
             found[name] = {"status": status, "seconds": int(seconds)}
     return found
 
@@ -122,7 +122,7 @@ def summarize(out: Path, seconds: int | None) -> dict[str, Any]:
         "hw_probe": (_json(out / "hw_probe.json") or {}).get("details", {}).get("matmul"),
         "fp8_vs_bf16_training_1b": training(_json(out / "bench_llm_train_1b_fp8.json")),
         "reference_suite_quick": suite(_json(out / "bench_reference_quick.json")),
-        "serve_throughput_cuda": {k: serve[k] for k in ("summary", "results", "headline") if k in serve}
+        "serve_throughput_cuda": {k: serve[k] for k in ("summary", "results", "headline", "goals", "failed") if k in serve}
         if isinstance(serve, dict) else None,
         "gpu": (out / "nvidia-smi.csv").read_text().strip() if (out / "nvidia-smi.csv").exists() else None,
     }

@@ -25,9 +25,11 @@ class WarmAllocator(Technique):
         return None
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
+        # the model's GPU, not the current one: with --device cuda:1 the current device is still cuda:0
+        device = next((p.device for p in model.parameters() if p.device.type == "cuda"), torch.device("cuda"))
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
         with torch.set_grad_enabled(ctx.training):
             out = model(*ctx.example_inputs)  # type: ignore[misc]
             if ctx.training:
@@ -35,9 +37,9 @@ class WarmAllocator(Technique):
                 loss.backward()
                 model.zero_grad(set_to_none=True)
         del out
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - before
-        block = torch.empty(max(peak, 1), dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - before
+        block = torch.empty(max(peak, 1), dtype=torch.uint8, device=device)
         del block  # freed to the cache, which keeps the segment reserved
-        ctx.notes.append(f"reserved {peak / 2**20:.0f} MiB in the caching allocator")
+        ctx.notes.append(f"reserved {peak / 2**20:.0f} MiB in the caching allocator of {device}")
         return model

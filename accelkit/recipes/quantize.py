@@ -5,7 +5,8 @@ Backends, chosen per device because the fastest path differs (measured in benchm
   GEMMs); on GPUs or compiled models → torchao ``Int8DynamicActivationInt8WeightConfig``.
 - ``int8-weight``: torchao ``Int8WeightOnlyConfig``.
 - ``int4-weight``: CPU → torchao ``IntxWeightOnlyConfig(int4, PerGroup(32))``; CUDA SM80+ →
-  ``Int4WeightOnlyConfig(group_size=128)`` (bf16 models).
+  ``Int4WeightOnlyConfig(group_size=128)`` in tinygemm's ``tile_packed_to_4d`` layout (torch's own int4 kernels;
+  torchao's default ``plain`` layout needs the separate ``mslk`` package) on a model cast to bf16 first.
 - ``fp8-weight`` / ``fp8-dynamic``: torchao ``Float8WeightOnlyConfig`` /
   ``Float8DynamicActivationFloat8WeightConfig`` on SM89+ or MI300-class GPUs. The model is cast to the recipe's
   16-bit precision (bf16 or fp16) *first*: torchao's fp8 GEMMs take bf16/fp16 activations and biases
@@ -31,6 +32,8 @@ from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
 
 Backend = Literal["auto", "torchao", "torch.ao"]
 INT4_GROUP_CPU, INT4_GROUP_GPU = 32, 128
+#: int4 weights on CUDA: tinygemm's layout, which packs bf16 weights only
+INT4_GPU_PACKING, INT4_GPU_DTYPE = "tile_packed_to_4d", torch.bfloat16
 FP8 = ("fp8-weight", "fp8-dynamic")
 #: fp8 inference runs its GEMMs on these activations: the model is cast to the dtype first
 FP8_COMPUTE = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -74,6 +77,9 @@ class Quantization(Technique):
                     f"fp8); set precision='bf16' (or 'fp16') instead of {recipe.precision!r}")
         if q == "int4-weight" and dev.is_cuda and not dev.sm_at_least(8, 0):
             return f"quantization='int4-weight' on CUDA needs SM80+ (tinygemm kernels); {dev.name} is older"
+        if q == "int4-weight" and dev.is_cuda and recipe.precision != "bf16":
+            return (f"quantization='int4-weight' on CUDA runs tinygemm's bf16 kernels (the model is cast to bf16 before "
+                    f"its weights are packed); set precision='bf16' instead of {recipe.precision!r}")
         if q == "int8-dynamic" and self._backend(recipe, ctx) == "torch.ao" and recipe.precision in ("bf16", "fp16"):
             return ("quantization='int8-dynamic' on a CPU runs torch.ao's fp32-activation int8 kernels; combine it with "
                     "precision='fp32', or use precision='bf16' without quantization")
@@ -108,7 +114,8 @@ class Quantization(Technique):
             config = _config(tq.Int8WeightOnlyConfig)
         elif q == "int4-weight":
             if ctx.device.is_cuda:
-                config, filter_fn = _config(tq.Int4WeightOnlyConfig, group_size=INT4_GROUP_GPU), _linear_filter(INT4_GROUP_GPU)
+                model = model.to(INT4_GPU_DTYPE)
+                config, filter_fn = int4_gpu_config(), _linear_filter(INT4_GROUP_GPU)
             else:
                 from torchao.quantization.granularity import PerGroup
 
@@ -120,6 +127,16 @@ class Quantization(Technique):
         tq.quantize_(model, config, filter_fn=filter_fn)
         ctx.notes.append(f"{q} quantization (torchao {type(config).__name__})")
         return model
+
+
+def int4_gpu_config() -> Any:
+    """torchao's int4 weight-only config for CUDA: groups of 128 in tinygemm's layout (no mslk needed)."""
+    from torchao import quantization as tq
+
+    kwargs: dict[str, Any] = {"group_size": INT4_GROUP_GPU}
+    if "int4_packing_format" in inspect.signature(tq.Int4WeightOnlyConfig).parameters:
+        kwargs["int4_packing_format"] = INT4_GPU_PACKING  # a str enum: the string is the value
+    return _config(tq.Int4WeightOnlyConfig, **kwargs)
 
 
 def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:

@@ -51,3 +51,54 @@ def test_summary_and_commit_of_a_real_bench_document(tmp_path):
     assert written[0].parent.name == "nvidia-h200"
     md = (written[0].parent / "SUMMARY.md").read_text()
     assert "| bf16 |" in md and "timed out" in md
+
+
+def _fake_gpu_python(tmp_path):
+    """A stand-in for the GPU image's python: 'torch sees a GPU', every part exits 0 at once, and the summary step
+    runs for real — what is left to check is the script's own bookkeeping (parts chosen, timeouts, budget)."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"""#!/usr/bin/env bash
+case "$1" in
+  -c) exit 0 ;;
+  scripts/gpu_results.py) exec {sys.executable} "$@" ;;
+  *) echo "$*" >> "$OUT/calls.txt"; echo '{{}}' ;;
+esac
+""")
+    fake.chmod(0o755)
+    return fake
+
+
+def _gpu_check(tmp_path, out, **env):
+    env = {**os.environ, "OUT": str(out), "PY": str(_fake_gpu_python(tmp_path)), **env}
+    return subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh")], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_gpu_check_parts_are_selectable_and_a_rerun_keeps_the_other_rows(tmp_path):
+    out = tmp_path / "out"
+    proc = _gpu_check(tmp_path, out, GPU_CHECK_PARTS="hw_probe,report")
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split("\t")[0] for line in (out / "parts.tsv").read_text().splitlines()] == ["hw_probe", "report"]
+    assert len((out / "calls.txt").read_text().splitlines()) == 2
+    proc = _gpu_check(tmp_path, out, GPU_CHECK_PARTS="serve_throughput")
+    assert proc.returncode == 0, proc.stderr
+    assert "--device cuda --out" in (out / "calls.txt").read_text().splitlines()[-1]
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert set(summary["parts"]) == {"hw_probe", "report", "serve_throughput"} and summary["ok"]
+
+
+def test_gpu_check_fits_every_part_into_one_device_command(tmp_path):
+    """The part timeouts add up to more than a device command's 600 s: each is cut to what the budget leaves, and
+    a part with too little left is skipped (and reported), so the summary is always written within the budget."""
+    out = tmp_path / "out"
+    proc = _gpu_check(tmp_path, out, GPU_CHECK_BUDGET_S="75")
+    limits = [int(line.rsplit("timeout ", 1)[1].rstrip("s)")) for line in proc.stderr.splitlines()
+              if "(timeout " in line]
+    assert limits and all(limit <= 75 - 20 for limit in limits), proc.stderr
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert summary["parts"]["hw_probe"]["status"] == "ok"
+    proc = _gpu_check(tmp_path, out, GPU_CHECK_BUDGET_S="45")
+    assert proc.returncode == 1
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert {p["status"] for p in summary["parts"].values()} == {"skipped (time budget)"} and not summary["ok"]
+    assert len(summary["parts"]) == 6

@@ -189,3 +189,18 @@ def test_apply_restores_global_state(llama):
                    Recipe(quantization="int8-dynamic", compile="default"), Recipe(quantization="int4-weight")):
         _logits(apply(copy.deepcopy(llama), recipe))
     assert _global_state() == before
+
+
+def test_int4_on_cuda_uses_tinygemm_layout_on_bf16_and_refuses_other_precisions():
+    """torchao >= 0.14's default int4 layout ('plain') needs the separate mslk package (ImportError on a GPU image
+    without it); the CUDA path packs bf16 weights in tinygemm's layout, so other precisions are refused up front."""
+    from accelkit.recipes.base import ApplyContext, DeviceInfo
+    from accelkit.recipes.quantize import INT4_GROUP_GPU, Quantization, int4_gpu_config
+
+    config = int4_gpu_config()
+    assert config.group_size == INT4_GROUP_GPU and config.int4_packing_format == "tile_packed_to_4d"
+    h200 = ApplyContext(device=DeviceInfo(type="cuda", name="NVIDIA H200", capability=(9, 0)))
+    quant = Quantization()
+    reason = quant.refusal(Recipe(quantization="int4-weight"), h200)
+    assert reason is not None and "precision='bf16'" in reason
+    assert quant.refusal(Recipe(precision="bf16", quantization="int4-weight"), h200) is None
