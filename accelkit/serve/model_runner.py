@@ -63,6 +63,7 @@ class ModelRunner:
         self.config = config
         self.args = args
         self.device = torch.device(resolve_device(config.device))
+        self._select_device()  # kernels launch, and graphs capture, on the current device: make it ours
         self.dtype = resolve_dtype(config.dtype, args)
         self.attention_backend = resolve_attention_backend(
             config.attention_backend, self.device, enforce_eager=config.enforce_eager
@@ -284,6 +285,7 @@ class ModelRunner:
         ``overlap``: host work to do while the device computes — called once the step's forward and sampling
         are queued, before the sampled ids are read back (on a CPU the forward has already run by then).
         """
+        self._select_device()  # the current device is per thread: the serving loop steps on its own thread
         step = self.prepare(batch)
         logits = self.forward(step)
         if logits is None:
@@ -306,6 +308,12 @@ class ModelRunner:
 
     def sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         return self.sampler(logits, [s.params for s in seqs], [s.seq_id for s in seqs])
+
+    def _select_device(self) -> None:
+        """Make this engine's GPU the thread's current device (``--device cuda:1``): Triton launches, CUDA-graph
+        capture and the input copy's stream all use the current device. Free when it already is."""
+        if self.device.type == "cuda" and torch.cuda.current_device() != self.device.index:
+            torch.cuda.set_device(self.device)
 
     def release(self, seq: Sequence) -> None:
         """Forget per-request state (a seeded generator, its host block-table row) of a finished sequence."""

@@ -42,9 +42,11 @@ class Sampler:
     def _upload(self, params: list[SamplingParams], vocab: int) -> torch.Tensor:
         """(4, N) float32 on the device: temperature (1 for greedy rows), top_k, top_p, is_greedy."""
         n = len(params)
-        if self._host.shape[-1] < n:  # grown rarely; the previous step's sync has finished any copy from it
-            self._host = torch.empty((_PARAM_ROWS, max(n, 64)), dtype=torch.float32, pin_memory=self._pinned)
-        host = self._host[:, :n]
+        if self._host.numel() < _PARAM_ROWS * n:  # grown rarely; the previous step's sync finished any copy from it
+            self._host = torch.empty(_PARAM_ROWS * max(n, 64), dtype=torch.float32, pin_memory=self._pinned)
+        # a contiguous (4, n) view of the flat buffer: a strided slice would be staged through an unpinned copy,
+        # which makes the non-blocking copy synchronous
+        host = self._host[: _PARAM_ROWS * n].view(_PARAM_ROWS, n)
         rows = host.numpy()
         rows[0] = [p.temperature if p.temperature > 0 else 1.0 for p in params]
         rows[1] = [min(p.top_k or vocab, vocab) for p in params]

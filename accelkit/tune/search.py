@@ -87,8 +87,9 @@ class TuneResult:
         }
 
 
-def candidate_recipes(workload: BenchWorkload, *, compile: bool = True) -> list[tuple[str, Recipe]]:
-    """The recipes worth trying for this kind of workload, fp32 first, most promising next."""
+def candidate_recipes(workload: BenchWorkload, *, compile: bool = True, cuda: bool = False) -> list[tuple[str, Recipe]]:
+    """The recipes worth trying for this kind of workload, fp32 first, most promising next. ``cuda``: the
+    int4 candidate runs on a bf16 model there (tinygemm's kernels pack bf16 weights only)."""
     if workload.task == "train":
         out = [
             ("fp32", Recipe()), ("bf16", Recipe(precision="bf16")), ("fp16", Recipe(precision="fp16")),
@@ -103,7 +104,8 @@ def candidate_recipes(workload: BenchWorkload, *, compile: bool = True) -> list[
         ("fp32", Recipe()), ("bf16", Recipe(precision="bf16")), ("int8-dynamic", Recipe(quantization="int8-dynamic")),
         ("fp16", Recipe(precision="fp16")), ("fp8-dynamic", Recipe(precision="bf16", quantization="fp8-dynamic")),
         ("tf32", Recipe(precision="tf32")), ("int8-weight", Recipe(quantization="int8-weight")),
-        ("int4-weight", Recipe(quantization="int4-weight")),
+        ("bf16+int4-weight", Recipe(precision="bf16", quantization="int4-weight")) if cuda
+        else ("int4-weight", Recipe(quantization="int4-weight")),
         ("bf16+2:4", Recipe(precision="bf16", sparsity="2:4")),
     ]
     if workload.is_cnn:
@@ -188,7 +190,8 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
         store.add(probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}")))
         notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")
-    trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile)]
+    trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile,
+                                                                        cuda=device.startswith("cuda"))]
     run_id = uuid.uuid4().hex[:12]
 
     # 1. what this device (and this workload) cannot run

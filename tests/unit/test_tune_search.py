@@ -42,3 +42,15 @@ def test_snippet_is_runnable_python():
     except Exception as exc:  # pragma: no cover - the assertion below explains
         raise AssertionError(code) from exc
     assert namespace["recipe"] == Recipe(precision="bf16", compile="default")
+
+
+def test_the_int4_candidate_runs_on_a_bf16_model_on_cuda():
+    """tinygemm (int4 weights on CUDA) packs bf16 weights only: an fp32 int4 trial would always be refused there."""
+    from accelkit.bench.workloads import make_workload
+    from accelkit.tune.search import candidate_recipes
+
+    workload = make_workload("bert")
+    int4 = {dev: [r for _, r in candidate_recipes(workload, cuda=dev == "cuda") if r.quantization == "int4-weight"]
+            for dev in ("cpu", "cuda")}
+    assert [r.precision for r in int4["cuda"]] == ["bf16"]
+    assert [r.precision for r in int4["cpu"]] == ["fp32"]  # the CPU path quantizes fp32 weights
