@@ -148,7 +148,7 @@ class PhaseTimer:
         self.wrap(engine.scheduler, "schedule", "schedule")
         self.wrap(engine.runner, "prepare", "prepare_inputs")
         self.wrap(engine.runner, "forward", "forward")  # graph replay or eager layers, + LM head
-        self.wrap(engine.runner, "sample", "sample")
+        self.wrap(engine.runner.sampler, "launch", "sample")  # (its host read is the step's sync, in "other")
         self.wrap(engine, "_postprocess", "postprocess")
 
 

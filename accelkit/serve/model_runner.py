@@ -306,9 +306,6 @@ class ModelRunner:
             sampled[row] = token
         return sampled
 
-    def sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-        return self.sampler(logits, [s.params for s in seqs], [s.seq_id for s in seqs])
-
     def _select_device(self) -> None:
         """Make this engine's GPU the thread's current device (``--device cuda:1``): Triton launches, CUDA-graph
         capture and the input copy's stream all use the current device. Free when it already is."""
