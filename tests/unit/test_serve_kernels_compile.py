@@ -88,3 +88,22 @@ def test_every_kernel_variant_compiles_for_sm90_and_sm80():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not result["failed"], "\n".join(result["failed"])
     assert len(result["done"]) == 2 * (4 * 6 + 2 * 4)  # per arch: 4 dtype/KV kinds x 6, + 4 per unquantized dtype
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PTXAS.exists(), reason=f"this triton wheel has no ptxas ({PTXAS})")
+def test_every_launch_the_engine_makes_compiles_as_the_jit_would_for_sm90():
+    """scripts/kernel_jit_check.py: the real engine (1B widths, one layer; bf16 with KV bf16/fp8/int8, fp32)
+    steps through prefill chunks, prefix-cache hits, bucket-padded decodes and split-K, and each launch goes
+    through Triton's own binding and specialization to a cubin — with the arguments the engine really passes."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "kernel_jit_check.py"), "--arch", "90", "--json"],
+                          capture_output=True, text=True, env=env, timeout=900, cwd=REPO)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not result["failed"], "\n".join(result["failed"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernels = {v["kernel"] for v in result["variants"].values()}
+    assert kernels == {"_paged_attention_kernel", "_merge_splits_kernel", "_rope_kv_write_kernel", "_rms_norm_kernel",
+                       "_silu_mul_kernel"}
+    assert all(row["new_variants"] > 0 for row in result["configs"])  # each dtype/KV kind compiled its own
