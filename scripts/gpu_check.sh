@@ -20,7 +20,7 @@
 #                                                # is always written (the part timeouts alone add up to 860 s)
 #   python3 scripts/gpu_results.py commit $OUT   # afterwards: the results as files under benchmarks/results/gpu/
 #
-# Carried wheels: when .whl/*.whl exists (see /work/shared/tools/offline-wheels.sh) they are installed into
+# Carried wheels: when .whl/*.whl exists (made by scripts/gpu_wheels.sh) they are installed into
 # /tmp/site first, for images without torchao, fastapi, uvicorn, pydantic or plotly.
 set -uo pipefail
 script_start=$(date +%s)
