@@ -1,4 +1,6 @@
-"""LLMEngine: continuous batching over a paged KV cache. ``step()`` is schedule → run → postprocess.
+"""LLMEngine: continuous batching over a paged KV cache. ``step()`` is schedule → run → postprocess; with
+``overlap_postprocess`` (the default on CUDA) a step's postprocessing runs inside the next step, while the
+device computes it (its outputs come one step later).
 
 ``add_request`` and ``abort_request`` may be called from any thread at any time: they validate in the
 caller's thread (a bad request raises ``ValueError`` there and touches nothing else) and leave the request
@@ -246,8 +248,9 @@ class LLMEngine:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = now
         # the last step's postprocessing, if any, while this one runs on the device
-        overlap = self._overlap_deferred if self._deferred is not None else None
-        sampled, failures = execute_isolating(partial(self.runner.execute, overlap=overlap), batch)
+        execute = self.runner.execute if self._deferred is None else partial(self.runner.execute,
+                                                                            overlap=self._overlap_deferred)
+        sampled, failures = execute_isolating(execute, batch)
         outputs += self._run_deferred()  # (its outputs; it runs here if the step failed before it could)
         if failures:
             for row, error in failures.items():
@@ -261,7 +264,7 @@ class LLMEngine:
         except Exception as exc:
             return outputs + self._recover(exc)
         if self.overlap_postprocess:
-            self._deferred = updated
+            self._deferred = updated or None
             return outputs
         return outputs + self._postprocess(updated)
 

@@ -95,7 +95,7 @@ def test_a_dead_device_stops_the_engine_with_the_reason(tmp_path, monkeypatch):
 
     llm = LLM(str(save_tiny_model(tmp_path / "tiny")), kv_cache_memory_bytes=2 << 20)
 
-    def lost(batch):
+    def lost(batch, **kw):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     monkeypatch.setattr(llm.engine.runner, "execute", lost)
