@@ -12,7 +12,8 @@ Timed per call with CUDA events (``accelkit.timing``), the K/V cache write inclu
 every backend's call), so an eager launch-bound path pays for its launches; kernels per call counted with
 ``torch.profiler``. For decode at B = 16 and 128 and the prefill chunk, the attention kernel alone is also
 timed per tile shape (keys per iteration × warps), to check ``DECODE_TILE`` / ``PREFILL_TILE``. Writes ``results/serve_attention_backends.json``. This is what the choice of the
-Triton backend (docs/engine.md) is checked against on each GPU run.
+Triton backend (docs/engine.md) is checked against: on a GPU run directly, or as the optional last part of
+``GPU_CHECK_PARTS=...,attention_backends scripts/gpu_check.sh``.
 
     .venv/bin/python benchmarks/attention_backends.py                       # CUDA
     TRITON_INTERPRET=1 .venv/bin/python benchmarks/attention_backends.py --smoke   # tiny shapes, CPU (a smoke run)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 13, in about 6 minutes on one GPU; every part under its own timeout, writing its JSON to
+# The GPU checks of issue 13 on one GPU, within GPU_CHECK_BUDGET_S; every part under its own timeout, writing its JSON to
 # $OUT, and the run goes on when one part fails:
 #   probe  `accelkit hw probe --quick` (the measured peak MFU is also divided by)                      ~20 s
 #   (a)    `pytest -m gpu tests/gpu` (bench, fp8 inference/training, reference memory, NVML, serve)     ~90 s
@@ -8,6 +8,8 @@
 #          batch 8 × seq 2048: bf16, fp8 tensorwise, fp8 rowwise, one after another                    ~60 s
 #   (d)    `accelkit bench suite reference --quick` (published per-GPU figures beside ours)            ≤ 180 s
 #   report `accelkit report` of everything above
+#   attention_backends (only when GPU_CHECK_PARTS names it): benchmarks/attention_backends.py, SDPA vs the
+#          Triton kernels per layer call and the kernels' tile-shape sweep                               ~90 s
 # then one summary, $OUT/gpu_check.json (scripts/gpu_results.py summarize), printed at the end.
 #
 #   OUT=/tmp/out scripts/gpu_check.sh            # PY=python3 by default (a Python whose torch sees the GPU)
@@ -98,6 +100,8 @@ part reference_quick 200 "$PY" -m accelkit bench suite reference --quick --devic
 cp "$OUT/reference_quick.out" "$OUT/bench_reference_quick.json" 2>/dev/null || true
 
 part report 60 "$PY" -m accelkit report --out "$OUT/report.html" --json
+
+part attention_backends 120 "$PY" benchmarks/attention_backends.py --out "$OUT/attention_backends.json"
 
 "$PY" scripts/gpu_results.py summarize "$OUT" --seconds "$(( $(date +%s) - start ))"
 status=$?

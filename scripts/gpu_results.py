@@ -34,6 +34,7 @@ KEEP = {
     "bench_llm_train_1b_fp8.json": "bench_llm_train_1b_fp8.json",
     "bench_reference_quick.json": "bench_reference_quick.json",
     "serve_throughput_cuda.json": "serve_throughput_cuda.json",
+    "attention_backends.json": "serve_attention_backends.json",
     "nvidia-smi.csv": "nvidia-smi.csv",
     "pytest_gpu.out": "pytest_gpu.txt",
 }

@@ -155,7 +155,7 @@ def _merge_splits_kernel(
 
 MAX_SPLITS = 16
 # (keys per loop iteration, warps); chosen without a GPU to measure on — benchmarks/attention_backends.py
-# sweeps alternatives on each GPU run
+# sweeps alternatives on a GPU
 DECODE_TILE = (64, 4)
 PREFILL_TILE = (64, 4)
 
