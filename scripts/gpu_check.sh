@@ -22,7 +22,7 @@
 #                                                # is always written (the part timeouts alone add up to 860 s)
 #   python3 scripts/gpu_results.py commit $OUT   # afterwards: the results as files under benchmarks/results/gpu/
 #
-# Carried wheels: when .whl/*.whl exists (made by scripts/gpu_wheels.sh) they are installed into
+# Carried wheels: when .whl/*.whl exists (made by scripts/gpu_wheels.sh; GPU_CHECK_WHEELS=DIR elsewhere) they are installed into
 # /tmp/site first, for images without torchao, fastapi, uvicorn, pydantic or plotly.
 set -uo pipefail
 script_start=$(date +%s)
@@ -47,9 +47,10 @@ if [ -z "$PY" ]; then
   echo "gpu_check: no CUDA-enabled torch found; set PY=/path/to/python" >&2
   exit 1
 fi
-if ls .whl/*.whl >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="/tmp/site:$PYTHONPATH" && echo "gpu_check: installed $(ls .whl/*.whl | wc -l) carried wheels into /tmp/site"
+WHEELS="${GPU_CHECK_WHEELS:-.whl}"
+if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$WHEELS"/*.whl \
+    && export PYTHONPATH="/tmp/site:$PYTHONPATH" && echo "gpu_check: installed $(ls "$WHEELS"/*.whl | wc -l) carried wheels into /tmp/site"
 fi
 "$PY" -c 'import accelkit' || { echo "gpu_check: accelkit does not import with PYTHONPATH=$PYTHONPATH" >&2; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv > "$OUT/nvidia-smi.csv" 2>&1 || true

@@ -69,7 +69,8 @@ esac
 
 
 def _gpu_check(tmp_path, out, **env):
-    env = {**os.environ, "OUT": str(out), "PY": str(_fake_gpu_python(tmp_path)), **env}
+    env = {**os.environ, "OUT": str(out), "PY": str(_fake_gpu_python(tmp_path)),
+           "GPU_CHECK_WHEELS": str(tmp_path / "no-wheels"), **env}  # not the checkout's .whl/, if it has one
     return subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh")], env=env, capture_output=True, text=True,
                           timeout=120)
 
