@@ -365,9 +365,11 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for kind in ("wall", "cpu"):
             merged[f"host_us_per_step_{kind}"] = round(statistics.median(i[f"host_us_per_step_{kind}"] for i in items), 1)
             merged[f"host_us_per_step_{kind}_each_repeat"] = [i[f"host_us_per_step_{kind}"] for i in items]
-            merged[f"host_us_outside_device_window_{kind}"] = round(
-                statistics.median(i.get(f"host_us_outside_device_window_{kind}", i[f"host_us_per_step_{kind}"])
-                                  for i in items), 1)
+            outside = [i.get(f"host_us_outside_device_window_{kind}", i[f"host_us_per_step_{kind}"]) for i in items]
+            merged[f"host_us_outside_device_window_{kind}"] = round(statistics.median(outside), 1)
+            # the share the device waits for, per repeat: robust to a machine slower in one repeat than another
+            merged[f"outside_device_window_share_{kind}"] = round(statistics.median(
+                o / i[f"host_us_per_step_{kind}"] for o, i in zip(outside, items, strict=True)), 3)
             names = sorted({k for i in items for k in i["phases_us"][kind]}, key=(*PHASES, "other").index)
             merged.setdefault("phases_us", {})[kind] = {
                 k: round(statistics.median(i["phases_us"][kind].get(k, 0.0) for i in items), 1) for k in names}
@@ -473,7 +475,7 @@ def _print_table(doc: dict[str, Any]) -> None:
         row = f"{key:22s}" + "".join(
             f"{results[label]['cells'][key]['host_us_per_step_cpu']:26.1f}" if key in results[label]["cells"]
             else f"{'-':>26s}" for label in labels)
-        row += f"{cell['host_us_outside_device_window_cpu']:24.1f}"
+        row += f"{cell['host_us_outside_device_window_cpu']:14.1f} ({cell['outside_device_window_share_cpu']:.0%})"
         if key in ratios:
             row += f"   {ratios[key]['cpu']:.2f}×"
         print(row)
