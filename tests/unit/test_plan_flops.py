@@ -1,4 +1,5 @@
-"""FLOPs formulas (calibration.md, "FLOPs")."""
+"""FLOPs formulas against their published forms (Narayanan et al. 2021, Megatron-LM at scale; Chowdhery et al.
+2022, PaLM, appendix B)."""
 
 import pytest
 
@@ -9,7 +10,7 @@ from accelkit.plan import flops as F
 
 @pytest.mark.parametrize("b,s", [(1, 2048), (64, 2048), (8, 4096)])
 def test_megatron_formula(b, s):
-    # calibration.md FLOPs row 2: 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)) for a GPT without biases counted
+    # Narayanan et al. 2021, without recomputation (their Eq. 3 is the 96· form with it): 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)) for a GPT without biases counted
     m = gpt3_175b().replace(vocab_size=51200)
     h, L, V = m.hidden_size, m.num_layers, m.vocab_size
     want = 72 * b * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
@@ -17,7 +18,7 @@ def test_megatron_formula(b, s):
 
 
 def test_palm_formula_plus_lm_head():
-    # calibration.md FLOPs row 1: 6N + 12·L·H·Q·T per token, N without embeddings; we also count the LM head
+    # PaLM (Chowdhery et al. 2022), appendix B: 6N + 12·L·H·Q·T per token, N without embeddings; we also count the LM head
     m, s = get_preset("llama-3.1-8b"), 8192
     n_matmul = m.num_layers * F.layer_matmul_params(m) + F.head_matmul_params(m)
     want = 6 * n_matmul + 12 * m.num_layers * m.num_heads * m.head_size * s

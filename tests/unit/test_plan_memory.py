@@ -1,4 +1,5 @@
-"""Memory formulas against published anchors (shared/reference/calibration.md, "Memory anchors")."""
+"""Memory formulas against published anchors (the ZeRO paper; Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models"; the standard KV-cache size)."""
 
 import pytest
 
@@ -12,7 +13,7 @@ from accelkit.plan.memory import kv_cache_bytes, layer_activation_bytes, model_s
 
 @pytest.mark.parametrize("zero,expected_gb", [(0, 120), (1, 31.4), (2, 16.6), (3, 1.88)])
 def test_zero_paper_figure_1(zero, expected_gb):
-    # calibration.md, Memory anchors row 1: ZeRO paper Figure 1 — 7.5B params, 64 devices, K = 12
+    # Rajbhandari et al. 2020 (ZeRO), Figure 1 — 7.5B params, 64 devices, K = 12
     states = model_state_bytes(7.5e9, precision="fp16", optimizer="adam", zero=zero, dp=64)
     total = states["weights"] + states["gradients"] + states["optimizer"]
     assert total / 1e9 == pytest.approx(expected_gb, rel=0.01)
@@ -28,7 +29,7 @@ def _gpt(h=12288, a=96):
 
 
 def test_korthikanti_eq1_no_parallelism():
-    # calibration.md, Memory anchors row 2: s·b·h·(34 + 5·a·s/h) bytes per layer, 16-bit, no recompute
+    # Korthikanti et al. 2022, Eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer, 16-bit, no recompute
     m, s, b = _gpt(), 2048, 1
     got = layer_activation_bytes(m, tokens=s * b, seq=s, e=2, kernels="fused", attention="math")
     want = s * b * m.hidden_size * (34 + 5 * m.num_heads * s / m.hidden_size)
@@ -36,7 +37,7 @@ def test_korthikanti_eq1_no_parallelism():
 
 
 def test_korthikanti_table2_tp_sp_selective():
-    # calibration.md, Memory anchors row 3: 34·s·b·h/t with tensor + sequence parallel and selective recompute
+    # Korthikanti et al. 2022, Table 2: 34·s·b·h/t with tensor + sequence parallel and selective recompute
     m, s, b, t = _gpt(), 2048, 1, 8
     got = layer_activation_bytes(m, tokens=s * b, seq=s, e=2, tp=t, sequence_parallel=True, recompute="selective",
                                  kernels="fused", attention="math")
@@ -44,14 +45,14 @@ def test_korthikanti_table2_tp_sp_selective():
 
 
 def test_korthikanti_full_recompute_keeps_layer_input():
-    # calibration.md, Memory anchors row 4: 2·s·b·h bytes per layer with full recompute
+    # Korthikanti et al. 2022, Table 2 (full recompute): 2·s·b·h bytes per layer with full recompute
     m, s, b = _gpt(), 2048, 4
     got = layer_activation_bytes(m, tokens=s * b, seq=s, e=2, recompute="full")
     assert got == 2 * s * b * m.hidden_size
 
 
 def test_kv_cache_formula_and_tp_floor():
-    # calibration.md, Memory anchors row 5: 2·L·kv_heads·head_dim·seq·batch·bytes; per rank max(kv/t, 1) heads
+    # the KV cache: 2·L·kv_heads·head_dim·seq·batch·bytes; per rank max(kv/t, 1) heads
     m = get_preset("llama-3.1-70b")  # 80 layers, 8 KV heads of 128
     assert kv_cache_bytes(m, batch=3, seq=1000, bytes_per_element=2) == 2 * 80 * 8 * 128 * 1000 * 3 * 2
     assert kv_cache_bytes(m, batch=1, seq=1000, bytes_per_element=2, tp=4) == 2 * 80 * 2 * 128 * 1000 * 2
