@@ -8,6 +8,7 @@ import torch
 from accelkit.serve.sampling import SamplingParams
 
 _PARAM_ROWS = 4  # temperature, top_k, top_p, is_greedy
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class Sampler:
@@ -48,7 +49,8 @@ class Sampler:
         # which makes the non-blocking copy synchronous
         host = self._host[: _PARAM_ROWS * n].view(_PARAM_ROWS, n)
         rows = host.numpy()
-        rows[0] = [p.temperature if p.temperature > 0 else 1.0 for p in params]
+        # (a finite temperature past float32's range is uniform sampling either way: clamp it, no overflow warning)
+        rows[0] = [min(p.temperature, _FLOAT32_MAX) if p.temperature > 0 else 1.0 for p in params]
         rows[1] = [min(p.top_k or vocab, vocab) for p in params]
         rows[2] = [p.top_p for p in params]
         rows[3] = np.fromiter((p.is_greedy for p in params), dtype=np.float32, count=n)

@@ -35,3 +35,22 @@ def test_a_temperature_too_small_for_float32_is_greedy():
     assert SamplingParams(temperature=GREEDY_BELOW / 10).is_greedy
     assert not SamplingParams(temperature=GREEDY_BELOW).is_greedy
     assert SamplingParams(temperature=1e300, top_k=10**30, max_tokens=10**30).top_k == 10**30  # extreme but valid
+
+
+def test_a_temperature_past_float32_samples_uniformly_without_overflow():
+    """SamplingParams takes any finite temperature; past float32's range the row is uniform (as it would be
+    at infinity), with no overflow in the settings' float32 buffer."""
+    import warnings
+
+    import torch
+
+    from accelkit.serve.sampler import Sampler
+    from accelkit.serve.sampling import SamplingParams
+
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    logits = torch.tensor([[10.0, 0.0, 0.0, 0.0]]).repeat(400, 1)  # at temperature 1, token 0 nearly always
+    params = [SamplingParams(temperature=1e300, max_tokens=1)] * 400
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tokens = sampler(logits, params, list(range(400)))
+    assert set(tokens) == {0, 1, 2, 3} and tokens.count(0) < 200
