@@ -365,7 +365,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for kind in ("wall", "cpu"):
             merged[f"host_us_per_step_{kind}"] = round(statistics.median(i[f"host_us_per_step_{kind}"] for i in items), 1)
             merged[f"host_us_per_step_{kind}_each_repeat"] = [i[f"host_us_per_step_{kind}"] for i in items]
-            outside = [i.get(f"host_us_outside_device_window_{kind}", i[f"host_us_per_step_{kind}"]) for i in items]
+            outside = [i[f"host_us_outside_device_window_{kind}"] for i in items]
             merged[f"host_us_outside_device_window_{kind}"] = round(statistics.median(outside), 1)
             # the share the device waits for, per repeat: robust to a machine slower in one repeat than another
             merged[f"outside_device_window_share_{kind}"] = round(statistics.median(

@@ -418,6 +418,7 @@ def main() -> None:
     elapsed: dict[str, float] = {}
     load_before = os.getloadavg()
     t_start = time.perf_counter()
+    env = environment(with_torch=True)  # once: the document is rewritten after every system
 
     def document() -> dict[str, Any]:
         """The JSON of what is measured so far (written after every system: a timeout keeps the rest)."""
@@ -443,7 +444,7 @@ def main() -> None:
             "elapsed_s": elapsed,
             "load_average": {"before": load_before, "after": os.getloadavg(),
                              "note": "1/5/15-minute load averages; on the shared 2-core CPU machine other jobs may run"},
-            "environment": environment(with_torch=True),
+            "environment": env,
         }
         if "accelkit" in results and "accelkit-fp8" in results:
             bf16, fp8 = results["accelkit"], results["accelkit-fp8"]

@@ -78,8 +78,7 @@ def main() -> None:
 
     # the kernels are imported as JIT functions (TRITON_INTERPRET unset) before the engine is built; the
     # backend refuses Triton on a CPU unless TRITON_INTERPRET=1, which is only read at construction from here on
-    import accelkit.serve.attention.triton_backend as triton_backend
-    import accelkit.serve.kernels.fused  # noqa: F401
+    import accelkit.serve.attention.triton_backend as triton_backend  # (imports every kernel module)
     from accelkit.serve import LLM, SamplingParams
     from accelkit.serve.testing import save_tiny_model
 

@@ -30,7 +30,6 @@ DROPOUT_FAMILIES = ("gpt2", "bert", "vit")
 def uses_dropout(model: ModelSpec, option: bool | None) -> bool:
     """Whether training runs dropout: ``option`` when given, else the family's HF default."""
     return model.family in DROPOUT_FAMILIES if option is None else option
-#: framework allowance per device: CUDA/ROCm context, communicator buffers, allocator fragmentation
 
 
 def is_mixed(precision: str) -> bool:

@@ -77,11 +77,17 @@ print(json.dumps({"done": done, "failed": failed}))
 '''
 
 
+def _compile_env() -> dict[str, str]:
+    """This environment without TRITON_INTERPRET: the kernels must be compiled, not interpreted."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns when unset; 1 = what 3.6 does
+    return env
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not PTXAS.exists(), reason=f"this triton wheel has no ptxas ({PTXAS})")
 def test_every_kernel_variant_compiles_for_sm90_and_sm80():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns when unset; 1 = what 3.6 does
+    env = _compile_env()
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -96,10 +102,8 @@ def test_every_launch_the_engine_makes_compiles_as_the_jit_would_for_sm90():
     """scripts/kernel_jit_check.py: the real engine (1B widths, one layer; bf16 with KV bf16/fp8/int8, fp32)
     steps through prefill chunks, prefix-cache hits, bucket-padded decodes and split-K, and each launch goes
     through Triton's own binding and specialization to a cubin — with the arguments the engine really passes."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "kernel_jit_check.py"), "--arch", "90", "--json"],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=REPO)
+                          capture_output=True, text=True, env=_compile_env(), timeout=900, cwd=REPO)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not result["failed"], "\n".join(result["failed"])
     assert proc.returncode == 0, proc.stderr[-3000:]

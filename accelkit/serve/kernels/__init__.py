@@ -23,6 +23,5 @@ def _interpreter_problem() -> str | None:
     return None
 
 
-_problem = _interpreter_problem()
-if _problem is not None:
+if (_problem := _interpreter_problem()) is not None:
     raise ImportError(_problem)
