@@ -3,7 +3,9 @@ outputs token-identical to transformers in fp32 — decodes, chunked prefill (ch
 the cache), prefix-cache hits, GQA, block size 5, a Mistral sliding window, fp8/int8 caches close to the
 reference — and the CUDA-graph path (decode steps padded to a batch-size bucket at the fixed layout of the
 persistent buffers) run eagerly gives the same tokens as the plain path, its padding rows touching nothing
-but the scratch block. Plus the configuration errors of the backend seam."""
+but the scratch block; the decode region obeys what a capture demands (no host sync, no host data) and gives
+the same tokens when every step reuses the metadata fixed at capture, as a replay does. Plus the
+configuration errors of the backend seam."""
 
 import os
 
@@ -16,6 +18,7 @@ if not torch.cuda.is_available():
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.attention import resolve_attention_backend
 from accelkit.serve.testing import hf_greedy, random_prompts, save_tiny_model
+from tests.integration.graph_capture import CaptureRules
 
 pytest.importorskip("triton")
 
@@ -131,6 +134,45 @@ def test_padding_rows_write_only_the_scratch_block(llama):
     while engine.has_unfinished_requests():
         engine.step()
     assert len(checked) == MAX_TOKENS - 1 and checked[0]
+
+
+@interpreted
+@pytest.mark.parametrize("kind", ["auto", "fp8", "int8"])
+def test_decode_graph_region_obeys_capture_and_replays_its_captured_metadata(llama, kind):
+    """What capture and replay demand of the decode forward, short of a GPU. The region is run once per
+    bucket at capture time on padding rows, under CaptureRules (no host sync, no host data). Every later
+    decode step then runs it with *that* metadata — host integers and tensor views fixed at capture, as a
+    replayed graph has them — on the buffers this step filled, and must give the tokens of the plain path."""
+    model_dir, ref, _ = llama
+    expected = ref if kind == "auto" else generate(model_dir, PROMPTS, kv_cache_dtype=kind, **TRITON)[0]
+    llm = LLM(str(model_dir), **COMMON, **TRITON, kv_cache_dtype=kind, max_num_seqs=8)
+    runner = llm.engine.runner
+    graphs = runner.enable_decode_graphs(capture=False)
+    rules = CaptureRules()
+    captured: dict[int, tuple] = {}
+    with torch.inference_mode():
+        for size in sorted(graphs.sizes, reverse=True):  # as capture_all does
+            meta = runner._graph_prepare(size)
+            with rules:
+                runner._graph_forward(size, meta)
+            views = runner.buffers.device_views(runner._graph_layout(size))
+            captured[size] = (meta, {name: t.data_ptr() for name, t in views.items()})
+    assert rules.violations == []
+    replayed = []
+
+    def replay(size, meta):
+        captured_meta, pointers = captured[size]
+        views = runner.buffers.device_views(runner._graph_layout(size))
+        assert {name: t.data_ptr() for name, t in views.items()} == pointers  # the inputs never move
+        replayed.append(size)
+        with rules:
+            return runner._graph_forward(size, captured_meta)
+
+    graphs.run = replay
+    outs = llm.generate(PROMPTS, SamplingParams.greedy(MAX_TOKENS))
+    assert rules.violations == []
+    assert [o.token_ids for o in outs] == expected
+    assert 4 in replayed
 
 
 # ---- configuration ------------------------------------------------------------------------------------

@@ -31,3 +31,26 @@ def test_without_capture_the_forward_runs_eagerly():
                           max_batch_size=4, capture=False)
     graphs.capture_all()  # nothing to capture
     assert graphs.run(4, "m") == 4 and calls == [(4, "m")]
+
+
+def test_capture_rules_flag_what_a_capture_refuses_and_nothing_else():
+    import torch
+
+    from tests.integration.graph_capture import CaptureRules
+
+    x = torch.randn(6)
+    refused = {
+        "item": lambda: x.sum().item(), "int": lambda: int(x[0] > 0), "tolist": lambda: x.tolist(),
+        "numpy": lambda: x.numpy(), "mask": lambda: x[x > 0], "host data": lambda: torch.tensor([1, 2]),
+        "nonzero": lambda: (x > 0).nonzero(), "repeat": lambda: x[:3].repeat_interleave(torch.arange(3) + 1),
+    }
+    for name, region in refused.items():
+        with torch.inference_mode(), CaptureRules() as rules:
+            region()
+        assert rules.violations, name
+    with torch.inference_mode(), CaptureRules() as rules:
+        (x * 2).softmax(0)[torch.arange(3)].index_add_(0, torch.arange(2), x[:2])
+        x[:3].repeat_interleave(torch.arange(3) + 1, output_size=6)
+    assert rules.violations == []
+    x.tolist()  # after the block: Tensor.tolist is itself again
+    assert rules.violations == []
