@@ -131,7 +131,7 @@ class PhaseTimer:
             try:
                 return fn(*args, **kwargs)
             finally:
-                if self.sync:
+                if self.sync and torch.cuda.is_available():
                     torch.cuda.synchronize()
                 self.total_s[name] += time.perf_counter() - t0
 
@@ -186,27 +186,69 @@ def run_accelkit(model_dir: Path, trace: list[dict], warmup: list[dict], *, setu
         result["profile_s"] = {k: round(v, 3) for k, v in timer.total_s.items()}
         result["profile_s"]["other"] = round(wall - sum(timer.total_s.values()), 3)  # the phases do not nest
     if device == "cuda":
-        if profile:
-            result["phase_split"] = phase_split(llm, trace[:64])
-        result["decode_step"] = {"cuda_graphs": profile_decode_steps(llm)}
-        if profile and engine.runner.graphs is not None:
-            graphs, engine.runner.graphs = engine.runner.graphs, None  # the same engine, every step eager
-            result["decode_step"]["eager"] = profile_decode_steps(llm)
-            engine.runner.graphs = graphs
+        result.update(engine_extras(llm, trace[:64], profile=profile))
     del llm, engine
     free_device_memory()
     return result
+
+
+def engine_extras(llm: LLM, reqs: list[dict], *, profile: bool, batch: int = 128, prompt_len: int = 1024
+                  ) -> dict[str, Any]:
+    """The secondary measurements of a GPU run, after its trace: the phase split of ``reqs`` (when ``profile``)
+    and a decode step at ``batch`` profiled with CUDA graphs (and, when ``profile``, eagerly). One that fails is
+    recorded under ``extras_failed`` with its error and the engine is cleared of its requests: it never costs
+    the throughput already measured, nor the next measurement."""
+    extras: dict[str, Any] = {}
+    runner = llm.engine.runner
+
+    def attempt(key: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception as exc:
+            extras.setdefault("extras_failed", {})[key] = f"{type(exc).__name__}: {exc}"[:500]
+            log(f"{key} FAILED: {extras['extras_failed'][key]}")
+            engine = llm.engine
+            for seq in [*engine.scheduler.running, *engine.scheduler.waiting]:
+                engine.abort_request(seq.request_id)
+            while engine.has_unfinished_requests():
+                engine.step()
+            return None
+
+    if profile and (split := attempt("phase_split", lambda: phase_split(llm, reqs))) is not None:
+        extras["phase_split"] = split
+    step: dict[str, Any] = {}
+    if (graphs := attempt("decode_step.cuda_graphs", lambda: profile_decode_steps(llm, batch=batch,
+                                                                                     prompt_len=prompt_len))) is not None:
+        step["cuda_graphs"] = graphs
+    if profile and runner.graphs is not None:
+        saved, runner.graphs = runner.graphs, None  # the same engine, every step eager
+        try:
+            if (eager := attempt("decode_step.eager", lambda: profile_decode_steps(llm, batch=batch,
+                                                                                  prompt_len=prompt_len))) is not None:
+                step["eager"] = eager
+        finally:
+            runner.graphs = saved
+    if step:
+        extras["decode_step"] = step
+    return extras
+
+
+def synchronize(llm: LLM) -> None:
+    if llm.engine.runner.device.type == "cuda":
+        torch.cuda.synchronize(llm.engine.runner.device)
 
 
 def phase_split(llm: LLM, reqs: list[dict]) -> dict[str, Any]:
     """Where the time of a synchronized run goes (the GPU is waited for after each phase)."""
     timer = PhaseTimer(sync=True)
     timer.wrap_engine(llm)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    serve_accelkit(llm, reqs)
-    wall = time.perf_counter() - t0
-    timer.unwrap()
+    try:
+        synchronize(llm)
+        t0 = time.perf_counter()
+        serve_accelkit(llm, reqs)
+        wall = time.perf_counter() - t0
+    finally:
+        timer.unwrap()
     split = {k: round(v, 4) for k, v in timer.total_s.items()}
     split["other"] = round(wall - sum(timer.total_s.values()), 4)
     return {"num_requests": len(reqs), "wall_s": round(wall, 3), "phases_s": split}
@@ -242,17 +284,18 @@ def profile_decode_steps(llm: LLM, *, batch: int = 128, prompt_len: int = 1024, 
             break
     for _ in range(2):
         engine.step()
-    torch.cuda.synchronize()
+    synchronize(llm)
     t0 = time.perf_counter()
     for _ in range(steps):
         engine.step()
     wall = (time.perf_counter() - t0) / steps
     assert engine.get_stats().last_step_num_tokens == batch, "the measured steps were not pure decode steps"
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    on_cuda = engine.runner.device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_cuda else [])]) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
             engine.step()
-        torch.cuda.synchronize()
+        synchronize(llm)
         wall_profiled = (time.perf_counter() - t0) / steps
     device_events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
     kernels = [e for e in device_events if not e.name.startswith(("Memcpy", "Memset"))]
