@@ -23,6 +23,9 @@ Each system first serves a small warm-up trace (discarded), then the full trace 
 The process CPU time of each timed trace is recorded too: on a shared CPU with one torch thread, the ratio
 of CPU seconds is the speed-up that other jobs cannot distort (reported beside the wall-time ratio).
 Engine start-up (weights, KV allocation, CUDA-graph capture, kernel compilation) is reported, not timed in.
+A system that fails is recorded under ``failed`` and the others still run; a secondary measurement (phase
+split, profiled decode step) that fails is recorded under the system's ``extras_failed`` and its throughput
+is kept. The JSON is rewritten after every system, so a timeout keeps what was measured.
 
     .venv/bin/python benchmarks/serve_throughput.py --threads 2        # CPU → results/serve_throughput.json
     .venv/bin/python benchmarks/serve_throughput.py --device cuda      # GPU → results/serve_throughput_cuda.json
