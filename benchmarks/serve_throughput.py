@@ -504,7 +504,9 @@ def main() -> None:
     def write(doc: dict[str, Any]) -> None:
         if out_path is not None:
             out_path.parent.mkdir(parents=True, exist_ok=True)
-            out_path.write_text(json.dumps(doc, indent=2) + "\n")
+            partial = out_path.with_name(out_path.name + ".partial")
+            partial.write_text(json.dumps(doc, indent=2) + "\n")
+            partial.replace(out_path)  # atomic: a timeout's kill mid-write keeps the last whole document
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
