@@ -110,7 +110,8 @@ def profile_cmd(
     try:
         with Progress("profiling", show=progress) as bar:
             summary, measurement = profile_workload(workload or "custom", options, config, precision=precision,
-                                                    device=device, on_step=bar.update)
+                                                    device=device,
+                                                    on_step=lambda text: bar.update(text, step=text))  # a phase: a line
         result_id = save_or_print(store, measurement)
     finally:
         if store is not None:
