@@ -202,19 +202,28 @@ def engine_extras(llm: LLM, reqs: list[dict], *, profile: bool, batch: int = 128
     recorded under ``extras_failed`` with its error and the engine is cleared of its requests: it never costs
     the throughput already measured, nor the next measurement."""
     extras: dict[str, Any] = {}
+    failed: dict[str, str] = {}
     runner = llm.engine.runner
+    broken: list[str] = []  # the engine could not be cleared after a failure: the later extras are skipped
 
     def attempt(key: str, fn: Any) -> Any:
+        if broken:
+            failed[key] = f"skipped: the engine was left unusable by {broken[0]}"
+            return None
         try:
             return fn()
         except Exception as exc:
-            extras.setdefault("extras_failed", {})[key] = f"{type(exc).__name__}: {exc}"[:500]
-            log(f"{key} FAILED: {extras['extras_failed'][key]}")
+            failed[key] = f"{type(exc).__name__}: {exc}"[:500]
+            log(f"{key} FAILED: {failed[key]}")
             engine = llm.engine
-            for seq in [*engine.scheduler.running, *engine.scheduler.waiting]:
-                engine.abort_request(seq.request_id)
-            while engine.has_unfinished_requests():
-                engine.step()
+            try:
+                for seq in [*engine.scheduler.running, *engine.scheduler.waiting]:
+                    engine.abort_request(seq.request_id)
+                while engine.has_unfinished_requests():
+                    engine.step()
+            except Exception as again:
+                failed[key] += f"; clearing the engine then failed too ({type(again).__name__}: {again})"[:300]
+                broken.append(key)
             return None
 
     if profile and (split := attempt("phase_split", lambda: phase_split(llm, reqs))) is not None:
@@ -233,6 +242,8 @@ def engine_extras(llm: LLM, reqs: list[dict], *, profile: bool, batch: int = 128
             runner.graphs = saved
     if step:
         extras["decode_step"] = step
+    if failed:
+        extras["extras_failed"] = failed
     return extras
 
 

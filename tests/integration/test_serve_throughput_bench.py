@@ -65,3 +65,24 @@ def test_a_failing_extra_is_recorded_and_the_rest_still_measured(model_dir, monk
     assert llm.engine.runner.graphs is not None and not llm.engine.has_unfinished_requests()
     outs = llm.generate([REQS[0]["prompt"]], SamplingParams.greedy(3, ignore_eos=True))
     assert len(outs[0].token_ids) == 3
+
+
+def test_an_engine_left_unusable_skips_the_later_extras(model_dir, monkeypatch):
+    llm = _llm(model_dir)
+
+    def dead_engine(llm, **kwargs):
+        llm.engine.add_request(REQS[0]["prompt"], SamplingParams.greedy(50, ignore_eos=True))
+
+        def step(*args, **kwargs):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        llm.engine.step = step
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(serve_throughput, "profile_decode_steps", dead_engine)
+    extras = serve_throughput.engine_extras(llm, REQS, profile=True, batch=4, prompt_len=12)
+    failed = extras["extras_failed"]
+    assert "phase_split" in extras and "decode_step" not in extras
+    assert "clearing the engine then failed too" in failed["decode_step.cuda_graphs"]
+    assert failed["decode_step.eager"] == "skipped: the engine was left unusable by decode_step.cuda_graphs"
+    assert llm.engine.runner.graphs is not None  # restored all the same
