@@ -22,14 +22,15 @@ def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("bench") / "m", "tiny-llama", seed=4)
 
 
-def _llm(model_dir):
-    llm = LLM(str(model_dir), kv_cache_memory_bytes=4 << 20, max_num_seqs=8)
+def _llm(model_dir, **kwargs):
+    llm = LLM(str(model_dir), kv_cache_memory_bytes=4 << 20, max_num_seqs=8, **kwargs)
     llm.engine.runner.enable_decode_graphs(capture=False)  # the padded graph path, run eagerly
     return llm
 
 
-def test_extras_measure_the_phase_split_and_a_decode_step_both_ways(model_dir):
-    llm = _llm(model_dir)
+@pytest.mark.parametrize("overlap", [False, True], ids=["serial", "overlap"])  # overlap: the CUDA default
+def test_extras_measure_the_phase_split_and_a_decode_step_both_ways(model_dir, overlap):
+    llm = _llm(model_dir, overlap_postprocess=overlap)
     extras = serve_throughput.engine_extras(llm, REQS, profile=True, batch=4, prompt_len=12)
     assert "extras_failed" not in extras
     split = extras["phase_split"]
