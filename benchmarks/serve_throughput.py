@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,9 +120,10 @@ def free_device_memory() -> None:
 
 # ---- accelkit ----------------------------------------------------------------------------------------
 class PhaseTimer:
-    """Wraps methods with perf_counter accumulators; ``sync`` waits for the GPU before reading the clock."""
+    """Wraps methods with perf_counter accumulators; ``sync``, when given, waits for the device before each
+    reading of the clock."""
 
-    def __init__(self, *, sync: bool) -> None:
+    def __init__(self, *, sync: Callable[[], None] | None) -> None:
         self.total_s: dict[str, float] = defaultdict(float)
         self.sync = sync
         self._restore: list[tuple[Any, str]] = []
@@ -134,8 +136,8 @@ class PhaseTimer:
             try:
                 return fn(*args, **kwargs)
             finally:
-                if self.sync and torch.cuda.is_available():
-                    torch.cuda.synchronize()
+                if self.sync is not None:
+                    self.sync()
                 self.total_s[name] += time.perf_counter() - t0
 
         setattr(obj, attr, timed)
@@ -168,7 +170,7 @@ def run_accelkit(model_dir: Path, trace: list[dict], warmup: list[dict], *, setu
     startup = time.perf_counter() - t0
     engine = llm.engine
     serve_accelkit(llm, warmup)
-    timer = PhaseTimer(sync=False)
+    timer = PhaseTimer(sync=None)
     if device == "cpu":
         timer.wrap_engine(llm)
     steps0 = engine.get_stats().num_steps
@@ -215,12 +217,8 @@ def engine_extras(llm: LLM, reqs: list[dict], *, profile: bool, batch: int = 128
         except Exception as exc:
             failed[key] = f"{type(exc).__name__}: {exc}"[:500]
             log(f"{key} FAILED: {failed[key]}")
-            engine = llm.engine
             try:
-                for seq in [*engine.scheduler.running, *engine.scheduler.waiting]:
-                    engine.abort_request(seq.request_id)
-                while engine.has_unfinished_requests():
-                    engine.step()
+                clear_engine(llm)
             except Exception as again:
                 failed[key] += f"; clearing the engine then failed too ({type(again).__name__}: {again})"[:300]
                 broken.append(key)
@@ -228,15 +226,16 @@ def engine_extras(llm: LLM, reqs: list[dict], *, profile: bool, batch: int = 128
 
     if profile and (split := attempt("phase_split", lambda: phase_split(llm, reqs))) is not None:
         extras["phase_split"] = split
+    def decode_step() -> dict[str, Any]:
+        return profile_decode_steps(llm, batch=batch, prompt_len=prompt_len)
+
     step: dict[str, Any] = {}
-    if (graphs := attempt("decode_step.cuda_graphs", lambda: profile_decode_steps(llm, batch=batch,
-                                                                                     prompt_len=prompt_len))) is not None:
+    if (graphs := attempt("decode_step.cuda_graphs", decode_step)) is not None:
         step["cuda_graphs"] = graphs
     if profile and runner.graphs is not None:
         saved, runner.graphs = runner.graphs, None  # the same engine, every step eager
         try:
-            if (eager := attempt("decode_step.eager", lambda: profile_decode_steps(llm, batch=batch,
-                                                                                  prompt_len=prompt_len))) is not None:
+            if (eager := attempt("decode_step.eager", decode_step)) is not None:
                 step["eager"] = eager
         finally:
             runner.graphs = saved
@@ -247,6 +246,15 @@ def engine_extras(llm: LLM, reqs: list[dict], *, profile: bool, batch: int = 128
     return extras
 
 
+def clear_engine(llm: LLM) -> None:
+    """Abort every request still in the engine and step until it holds none (their blocks freed)."""
+    engine = llm.engine
+    for seq in [*engine.scheduler.running, *engine.scheduler.waiting]:
+        engine.abort_request(seq.request_id)
+    while engine.has_unfinished_requests():
+        engine.step()
+
+
 def synchronize(llm: LLM) -> None:
     if llm.engine.runner.device.type == "cuda":
         torch.cuda.synchronize(llm.engine.runner.device)
@@ -254,7 +262,7 @@ def synchronize(llm: LLM) -> None:
 
 def phase_split(llm: LLM, reqs: list[dict]) -> dict[str, Any]:
     """Where the time of a synchronized run goes (the GPU is waited for after each phase)."""
-    timer = PhaseTimer(sync=True)
+    timer = PhaseTimer(sync=lambda: synchronize(llm))
     timer.wrap_engine(llm)
     try:
         synchronize(llm)
@@ -290,7 +298,8 @@ def profile_decode_steps(llm: LLM, *, batch: int = 128, prompt_len: int = 1024, 
     rng = random.Random(7)
     vocab = engine.model_args.vocab_size
     params = SamplingParams.greedy(64, ignore_eos=True)  # outlives prefill (~16 steps) + the steps measured
-    ids = [engine.add_request([rng.randrange(4, vocab) for _ in range(prompt_len)], params) for _ in range(batch)]
+    for _ in range(batch):
+        engine.add_request([rng.randrange(4, vocab) for _ in range(prompt_len)], params)
     for _ in range(200):  # until a step decodes exactly the whole batch
         engine.step()
         stats = engine.get_stats()
@@ -315,9 +324,7 @@ def profile_decode_steps(llm: LLM, *, batch: int = 128, prompt_len: int = 1024, 
     kernels = [e for e in device_events if not e.name.startswith(("Memcpy", "Memset"))]
     busy = _busy_us([(e.time_range.start, e.time_range.end) for e in device_events]) / 1e6 / steps
     context = engine.scheduler.running[0].num_tokens if engine.scheduler.running else None
-    for rid in ids:
-        engine.abort_request(rid)
-    engine.step()
+    clear_engine(llm)
     return {
         "batch_size": batch, "context_tokens": context, "steps": steps,
         "wall_s_per_step": round(wall, 6), "wall_s_per_step_profiled": round(wall_profiled, 6),

@@ -150,20 +150,22 @@ def test_decode_graph_region_obeys_capture_and_replays_its_captured_metadata(lla
     graphs = runner.enable_decode_graphs(capture=False)
     rules = CaptureRules()
     captured: dict[int, tuple] = {}
+
+    def pointers(size):  # where the bucket's input views live: a graph keeps reading those addresses
+        return {name: t.data_ptr() for name, t in runner.buffers.device_views(runner._graph_layout(size)).items()}
+
     with torch.inference_mode():
         for size in sorted(graphs.sizes, reverse=True):  # as capture_all does
             meta = runner._graph_prepare(size)
             with rules:
                 runner._graph_forward(size, meta)
-            views = runner.buffers.device_views(runner._graph_layout(size))
-            captured[size] = (meta, {name: t.data_ptr() for name, t in views.items()})
+            captured[size] = (meta, pointers(size))
     assert rules.violations == []
     replayed = []
 
     def replay(size, meta):
-        captured_meta, pointers = captured[size]
-        views = runner.buffers.device_views(runner._graph_layout(size))
-        assert {name: t.data_ptr() for name, t in views.items()} == pointers  # the inputs never move
+        captured_meta, at_capture = captured[size]
+        assert pointers(size) == at_capture  # the inputs never move
         replayed.append(size)
         with rules:
             return runner._graph_forward(size, captured_meta)
