@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,9 +29,12 @@ STEP_BUCKETS = (*tuple(10.0 ** e for e in (-3, -2.5, -2, -1.5, -1, -0.5, 0, 0.5,
 
 class _JobMetrics:
     """The job metric families, registered once per registry. The job's label is ``job_name``: a plain
-    ``job`` label would clash with the one Prometheus attaches to every scraped target."""
+    ``job`` label would clash with the one Prometheus attaches to every scraped target.
 
-    _by_registry: ClassVar[dict[int, _JobMetrics]] = {}
+    Keyed by the registry itself, weakly: an ``id()`` key outlives its registry, and a new registry at the
+    recycled address would get the dead one's families, so its scrapes would lack every job metric."""
+
+    _by_registry: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, _JobMetrics]] = weakref.WeakKeyDictionary()
     _lock = threading.Lock()
 
     def __init__(self, registry: CollectorRegistry):
@@ -48,9 +52,10 @@ class _JobMetrics:
     @classmethod
     def get(cls, registry: CollectorRegistry) -> _JobMetrics:
         with cls._lock:
-            if id(registry) not in cls._by_registry:
-                cls._by_registry[id(registry)] = cls(registry)
-            return cls._by_registry[id(registry)]
+            metrics = cls._by_registry.get(registry)
+            if metrics is None:
+                metrics = cls._by_registry[registry] = cls(registry)
+            return metrics
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,15 @@
 """The exporter on a real port (no GPU here: the NVML branch reports why, once), job metrics, the
 shipped dashboard against a live scrape, and `accelkit profile`."""
 
+import gc
 import json
 import re
 import time
 import urllib.request
+import weakref
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from accelkit.monitor import Exporter, ExporterConfig, track
@@ -72,6 +74,22 @@ def test_track_exports_step_metrics(live):
     loss = [s for s in families["accelkit_job_scalar"].samples if s.labels["scalar"] == "loss"]
     assert loss[0].value == pytest.approx(0.2)
     assert any(s.labels["kind"] == "rss" for s in families["accelkit_job_device_memory_bytes"].samples)
+
+
+def test_track_exports_into_each_new_registry_and_keeps_none_alive():
+    # registries made and dropped one after another often reuse an address: each must still get its own
+    # job families (keyed by id(), the second and later ones got none — the dashboard test's old flake)
+    refs = []
+    for i in range(20):
+        registry = CollectorRegistry()
+        with track(f"job{i}", registry=registry) as job:
+            job.step(loss=float(i))
+        text = generate_latest(registry).decode()
+        assert f'accelkit_job_steps_total{{job_name="job{i}"}} 1.0' in text, f"registry {i} lacks its job metrics"
+        refs.append(weakref.ref(registry))
+        del registry, job
+    gc.collect()
+    assert all(ref() is None for ref in refs)  # tracking never keeps a registry alive
 
 
 def test_track_counts_flops_with_the_planner():
