@@ -250,14 +250,15 @@ class LLMEngine:
         # the last step's postprocessing, if any, while this one runs on the device
         execute = self.runner.execute if self._deferred is None else partial(self.runner.execute,
                                                                             overlap=self._overlap_deferred)
-        sampled, failures = execute_isolating(execute, batch)
+        # a failed step is re-run in parts without the overlap, after the postprocessing it may not have reached
+        # (which can end some of its sequences: those are not re-run)
+        sampled, failures = execute_isolating(execute, batch, retry=self.runner.execute, settle=self._overlap_deferred)
         outputs += self._run_deferred()  # (its outputs; it runs here if the step failed before it could)
         if failures:
+            ran = sum(not seq.is_finished for seq in batch.seqs)  # (failed rows are not finished yet)
             for row, error in failures.items():
-                if batch.seqs[row].is_finished:  # ended by the postprocessing above (a stop string)
-                    continue
                 outputs.append(self._fail(batch.seqs[row], error))
-            if len(failures) == len(batch.seqs):
+            if len(failures) == ran:
                 self._check_device(next(iter(failures.values())))
         try:
             updated = self.scheduler.update(batch, sampled)

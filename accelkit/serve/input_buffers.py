@@ -121,6 +121,8 @@ class HostBlockTables:
         entry = self._entries.get(seq.seq_id)
         if entry is not None and entry[1] == n and entry[2] == seq.num_preemptions and entry[3] == last:
             return entry[0]  # unchanged since the last step (the common case: 15 of 16 decode steps)
+        if not n:  # finished (its blocks freed, its row released) or never allocated: its row would hold another's
+            raise ValueError(f"request {seq.request_id} has no KV blocks (finished or never allocated); it cannot run")
         if entry is None:
             entry = self._entries[seq.seq_id] = [self._take_row(), 0, seq.num_preemptions, -1]
         have = entry[1]

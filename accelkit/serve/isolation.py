@@ -7,6 +7,10 @@ safe because a step writes only the K/V slots of its own new tokens (private blo
 full and never written) and no bookkeeping advances until ``execute`` returns — the retry recomputes the same
 slots. A failing batch of N requests costs at most ``2N - 1`` extra runs, and only when something failed.
 
+A sequence that ended while the failed attempt ran (the engine's overlapped postprocessing of the previous
+step met a stop string) is never re-run: its blocks and its host block-table row are already back in their
+pools, possibly another sequence's by now, so a re-run would write its K/V into someone else's blocks.
+
 When no request of a step succeeded, the failure may be the device's rather than a request's (a CUDA
 "sticky" error such as an illegal memory access fails every later call). :func:`canary_ok` then runs one
 token of a fresh one-token sequence: if even that fails, the engine is dead (:class:`EngineDeadError`, and
@@ -39,18 +43,35 @@ def describe(exc: BaseException) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
-def execute_isolating(execute: Execute, batch: ScheduledBatch) -> tuple[list[int | None], dict[int, Exception]]:
+def execute_isolating(execute: Execute, batch: ScheduledBatch, *, retry: Execute | None = None,
+                      settle: Callable[[], None] | None = None) -> tuple[list[int | None], dict[int, Exception]]:
     """Run ``batch``; on an exception, bisect it to find the requests that fail on their own.
 
     Returns ``(sampled, failures)``: ``sampled[i]`` as ``execute`` gives it for every row that ran (None for
-    failed rows), and ``failures`` maps a failed row of ``batch`` to its exception. Never raises
-    ``Exception`` (``KeyboardInterrupt`` and friends still propagate).
+    failed rows, and for rows whose sequence had finished before they could be re-run), and ``failures`` maps
+    a failed row of ``batch`` to its exception. Never raises ``Exception`` (``KeyboardInterrupt`` and friends
+    still propagate).
+
+    After a failed first attempt, ``settle`` runs once (the engine finishes the previous step's postprocessing
+    there, if the failure came before it ran); the re-runs then go through ``retry`` (default ``execute``) and
+    leave out every sequence finished by then.
     """
     tokens, first = _attempt(execute, batch)
     if first is None:
         return tokens, {}
+    if settle is not None:
+        settle()
+    retry = retry or execute
     sampled: list[int | None] = [None] * len(batch.seqs)
     failures: dict[int, Exception] = {}
+
+    def run(rows: list[int]) -> Exception | None:
+        sub = ScheduledBatch(seqs=[batch.seqs[i] for i in rows], num_tokens=[batch.num_tokens[i] for i in rows])
+        tokens, exc = _attempt(retry, sub)
+        if exc is None:
+            for i, token in zip(rows, tokens, strict=True):
+                sampled[i] = token
+        return exc
 
     def bisect(rows: list[int], exc: Exception) -> None:
         """``rows`` failed together with ``exc``; run each half on its own."""
@@ -59,15 +80,16 @@ def execute_isolating(execute: Execute, batch: ScheduledBatch) -> tuple[list[int
             return
         mid = len(rows) // 2
         for part in (rows[:mid], rows[mid:]):
-            sub = ScheduledBatch(seqs=[batch.seqs[i] for i in part], num_tokens=[batch.num_tokens[i] for i in part])
-            tokens, sub_exc = _attempt(execute, sub)
+            sub_exc = run(part)
             if sub_exc is not None:
                 bisect(part, sub_exc)  # outside the except clause: no chained tracebacks in the log
-                continue
-            for i, token in zip(part, tokens, strict=True):
-                sampled[i] = token
 
-    bisect(list(range(len(batch.seqs))), first)
+    rows = [i for i, seq in enumerate(batch.seqs) if not seq.is_finished]
+    if len(rows) < len(batch.seqs):  # the batch that failed is not the one left: try what is left first
+        first = run(rows) if rows else None
+        if first is None:
+            return sampled, failures
+    bisect(rows, first)
     return sampled, failures
 
 

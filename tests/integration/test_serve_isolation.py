@@ -74,6 +74,44 @@ def test_when_every_request_of_a_step_fails_but_the_device_works_the_engine_goes
     assert _run(engine, [engine.add_request(PROMPTS[1], GREEDY, request_id="after")])["after"].text == reference[1]
 
 
+def test_a_request_ended_by_a_stop_string_during_a_failed_step_is_never_re_run(llm, reference, poisoned):
+    """Overlapped: the failed step's re-runs are where the previous step's postprocessing finishes requests
+    (stop strings). A finished request's blocks and host table row are already free — another's, perhaps — so
+    running it again would write its K/V into someone else's blocks. It must not run again."""
+    engine = llm.engine
+    runner_execute = engine.runner.execute  # the poisoned one
+    ran_finished: list[str] = []
+
+    def execute(batch, **kw):
+        ran_finished.extend(seq.request_id for seq in batch.seqs if seq.is_finished)
+        return runner_execute(batch, **kw)
+
+    engine.runner.execute = execute
+    words = [reference[i].split() for i in (2, 4)]
+    assert all(w[2] not in w[:2] for w in words)  # each stops at its third token, not before
+    long = SamplingParams.greedy(12, ignore_eos=True)
+    engine.add_request(PROMPTS[0], long, request_id="live-0")
+    engine.add_request(PROMPTS[1], long, request_id="live-1")
+    for i, w in zip((2, 4), words, strict=True):
+        engine.add_request(PROMPTS[i], SamplingParams.greedy(6, ignore_eos=True, stop=(" " + w[2],)),
+                           request_id=f"stop-{i}")
+    final = {}
+    for _ in range(3):  # prefill and two decodes: the stop strings' tokens are sampled in the third step
+        final.update({o.request_id: o for o in engine.step() if o.finished})
+    poisoned.add("bad")
+    engine.add_request(PROMPTS[5], GREEDY, request_id="bad")  # joins the next step, which fails
+    final.update(_run(engine, (set(engine._requests) | {"bad"}) - set(final)))
+    assert ran_finished == []
+    assert final["bad"].finish_reason == "error"
+    assert final["stop-2"].finish_reason == final["stop-4"].finish_reason == "stop"
+    assert [final[f"stop-{i}"].text.split() for i in (2, 4)] == [w[:2] for w in words]  # cut before the stop
+    for i in (0, 1):  # their K/V was never overwritten
+        assert final[f"live-{i}"].text.split()[:6] == reference[i].split()
+    assert not engine.runner.host_tables._entries  # every host block-table row came back
+    again = llm.generate([PROMPTS[2]], GREEDY)[0]  # the prefix cache still holds what it says
+    assert again.text == reference[2]
+
+
 def test_a_failing_detokenizer_fails_its_request_only(llm, reference):
     engine = llm.engine
     engine.add_request(PROMPTS[0], GREEDY, request_id="detok-bad")

@@ -60,3 +60,15 @@ def test_host_block_tables_follow_appends_preemptions_and_releases():
     assert tables.row(third) == row  # a released row is reused
     rows = [tables.row(other), tables.row(third)]
     assert np.array_equal(tables.pool[rows, :2], [[1, 2], [8, 9]])  # stale tail entries past a table's length
+
+
+def test_a_sequence_without_blocks_gets_no_row():
+    """A finished sequence (blocks freed, row released) must not be handed a recycled row: it holds another's table."""
+    tables = HostBlockTables(max_rows=2, max_blocks=4)
+    done = _seq([3, 6])
+    tables.row(done)
+    tables.release(done.seq_id)
+    done.block_table = []
+    with pytest.raises(ValueError, match="no KV blocks"):
+        tables.rows([done])
+    assert not tables._entries
