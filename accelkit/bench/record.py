@@ -138,9 +138,9 @@ class Recorder:
         input_bound = bound(stats.median) if bound is not None else None
         return BenchResult(
             name=variant.name, step=lane.step.name,
-            precision=variant.precision if not variant.settings else None,
+            precision=variant.effective_precision if not variant.settings else None,
             options={**variant.options, **variant.settings,
-                     **({"fp8_scaling": variant.fp8_scaling} if variant.precision == "fp8" else {})},
+                     **({"fp8_scaling": variant.fp8_scaling} if variant.effective_precision == "fp8" else {})},
             recipe=None if self.workload.task == "input" else variant.recipe(training=self.workload.task == "train"),
             phases=Phases(load_s=lane.load_s, first_call_s=lane.first_call_s, warmup_iterations=lane.warmup_iterations,
                           warmup_s=lane.warmup_s, measured_iterations=len(lane.samples), measured_s=measured_s,

@@ -143,9 +143,21 @@ class Variant(Spec):
         )
 
     @property
+    def effective_precision(self) -> BenchPrecision:
+        """The precision this variant runs at — what every reader of "the precision" (loss scaling, autocast, the
+        MFU peak, the stored row) must use, never the ``precision`` field itself: an explicit recipe (`accelkit
+        tune`) leaves that field at its fp32 default. For a recipe it is the inverse of :meth:`recipe`: dynamic
+        int8 quantization is int8, dynamic fp8 is fp8; weight-only quantization computes in the recipe's
+        precision."""
+        if self.explicit_recipe is None:
+            return self.precision
+        quantized = {"int8-dynamic": "int8", "fp8-dynamic": "fp8"}.get(self.explicit_recipe.quantization or "")
+        return quantized or self.explicit_recipe.precision  # type: ignore[return-value]
+
+    @property
     def matmul_dtype(self) -> str:
         """The dtype whose dense peak MFU divides by."""
-        return self.precision
+        return self.effective_precision
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,7 +232,9 @@ def device_refusal(variant: Variant, device: str, *, training: bool = False, wor
     it can)."""
     from accelkit.hardware.probe import supported_dtypes
 
-    if variant.precision in ("tf32", "fp8") and supported_dtypes(device).get(variant.precision):
+    # an explicit recipe is refused below in the recipe's own terms (the field of it that cannot run here)
+    if variant.explicit_recipe is None and variant.precision in ("tf32", "fp8") and supported_dtypes(device).get(
+            variant.precision):
         return supported_dtypes(device)[variant.precision]
     from accelkit.recipes import refusal
     from accelkit.recipes.apply import techniques
@@ -256,11 +270,12 @@ def numerics(variant: Variant, device: str) -> Iterator[None]:
     import torch
 
     dev_type = "cuda" if device.startswith("cuda") else "cpu"
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(variant.precision)
+    precision = variant.effective_precision
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision)
     with contextlib.ExitStack() as stack:
         if dev_type == "cuda":
             before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-            on = variant.precision == "tf32"
+            on = precision == "tf32"
             torch.backends.cuda.matmul.allow_tf32 = on
             torch.backends.cudnn.allow_tf32 = on
             stack.callback(_restore_tf32, before)
@@ -277,4 +292,4 @@ def _restore_tf32(before: tuple[bool, bool]) -> None:
 
 def needs_context(variant: Variant, device: str) -> bool:
     """False when :func:`numerics` would change nothing (plain fp32/int8 on a CPU): the step then runs bare."""
-    return device.startswith("cuda") or variant.precision in ("bf16", "fp16", "fp8")
+    return device.startswith("cuda") or variant.effective_precision in ("bf16", "fp16", "fp8")

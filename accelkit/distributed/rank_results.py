@@ -167,7 +167,7 @@ def variant_entry(ctx: RankContext, workload: Any, variant: Any, ranks: list[dic
                      analytic_formula=ranks[0]["analytic_formula"])
     spec = variant_spec(workload, variant, dp=ctx.world_size, zero=job["zero"])
     return BenchResult(
-        name=variant.name, step="train step", precision=variant.precision if not variant.settings else None,
+        name=variant.name, step="train step", precision=variant.effective_precision if not variant.settings else None,
         options={**variant.options, **variant.settings}, recipe=spec.recipe if spec is not None else None,
         world_size=ctx.world_size, num_nodes=ctx.num_nodes, layout=layout_name(ctx.world_size, job["zero"]),
         backend=ctx.backend,

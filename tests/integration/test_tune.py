@@ -45,3 +45,25 @@ def test_tune_memory_budget_prunes_with_the_planner(cli):
 def test_tune_bad_objective(cli):
     proc = cli("tune", "bert", "--size", "tiny", "--objective", "speed")
     assert proc.returncode == 2 and "objective" in proc.stderr
+
+
+def test_a_tune_trial_is_stored_and_scored_at_its_recipes_precision(probed):
+    """tune's trials are Variant(explicit_recipe=…): the stored precision and the MFU peak are the recipe's
+    (bf16: the probe's bf16 matmul peak), not the fp32 default of the variant's own precision field."""
+    from accelkit.bench.runner import BenchConfig, run_benchmark
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+    from accelkit.core import Recipe
+    from accelkit.results import ResultStore
+    from accelkit.timing import LoopConfig
+
+    workload = make_workload("bert", {"size": "tiny", "batch_size": 2, "seq_len": 16})
+    variants = [Variant(precision="bf16"), Variant(explicit_recipe=Recipe(precision="bf16"), label="bf16 (tune)")]
+    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    with ResultStore() as store:
+        run = run_benchmark(workload, variants, BenchConfig(device="cpu", loop=loop, predict=False, auto_probe=False),
+                            store=store)
+        stored = [r.result.details["precision"] for r in store.query(kind="bench")]
+    bench, tuned = run.variants
+    assert tuned.precision == bench.precision == "bf16" and stored == ["bf16", "bf16"]
+    assert tuned.mfu.peak_source == bench.mfu.peak_source and "bf16 matmul" in tuned.mfu.peak_source

@@ -96,7 +96,7 @@ class BenchWorkload(ABC):
         """Workload-level reasons a variant cannot run (device reasons are checked separately)."""
         if self.task != "train" and variant.recompute:
             return "activation checkpointing only changes training; this workload is inference"
-        if self.task == "train" and variant.precision == "int8":
+        if self.task == "train" and variant.effective_precision == "int8":
             return "int8 dynamic quantization is inference-only; train with bf16, fp16 or fp8"
         if variant.channels_last and not self.is_cnn:
             return f"channels_last is a layout for 4-D CNN inputs; {self.name} has none"
@@ -205,7 +205,7 @@ def train_step(
     the loss. fp16 uses a GradScaler (its dynamic range needs loss scaling); bf16 and fp8 do not."""
     import torch
 
-    scaler = torch.amp.GradScaler(device.split(":")[0]) if variant.precision == "fp16" else None
+    scaler = torch.amp.GradScaler(device.split(":")[0]) if variant.effective_precision == "fp16" else None
     forward = run_in(variant, device, compute_loss, inference=False)
 
     def step() -> object:
