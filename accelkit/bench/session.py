@@ -176,7 +176,10 @@ class Measurer:
                 return out
 
         lane.warmup_iterations, lane.warmup_s = warm_up(fn, self.loop, device=self.device)
-        lane.per_iteration_s = lane.warmup_s / max(lane.warmup_iterations, 1)
+        # sizes the measured blocks; with no warm-up iterations (--warmup 0) the first call is the only timing
+        # there is: an overestimate (it may include compilation), so the blocks come out short rather than huge
+        lane.per_iteration_s = (lane.warmup_s / lane.warmup_iterations if lane.warmup_iterations
+                                else lane.first_call_s or 0.0)
         now = self._resident()
         if now is not None and lane.base_bytes is not None:
             lane.resident_bytes = max(0, now - lane.base_bytes)

@@ -30,6 +30,8 @@ from accelkit.core.spec import Spec, spec_field
 MAX_ITERATIONS = 10_000_000
 #: a loop phase of more than a day is a typo (and an infinite one never ends)
 MAX_TIME_S = 86_400.0
+#: interleaved rounds fill ``min_time_s`` in about this many blocks per variant
+TARGET_BLOCKS = 10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,15 +106,17 @@ def warm_up(fn: Callable[[], object], config: LoopConfig, *, device: str = "cpu"
 
 
 def time_block(
-    fn: Callable[[], object], *, device: str = "cpu", iterations: int | None = None, until: LoopConfig | None = None
+    fn: Callable[[], object], *, device: str = "cpu", iterations: int | None = None, until: LoopConfig | None = None,
+    max_s: float | None = None,
 ) -> Block:
-    """Time ``iterations`` calls of ``fn`` (or until ``until``'s stopping rule holds) as one block."""
+    """Time ``iterations`` calls of ``fn`` (or until ``until``'s stopping rule holds) as one block. ``max_s`` also
+    ends a block of ``iterations`` once it has run that long (host clock; at least one call is timed)."""
     if (iterations is None) == (until is None):
         raise ValueError("time_block needs exactly one of iterations= or until=")
 
     def done(count: int, elapsed_s: float) -> bool:
         if iterations is not None:
-            return count >= iterations
+            return count >= iterations or (max_s is not None and elapsed_s >= max_s)
         return _done(count, elapsed_s, until)  # type: ignore[arg-type]
 
     sync = _cuda_sync_fn(device)
@@ -154,12 +158,22 @@ def time_loop(fn: Callable[[], object], config: LoopConfig, *, device: str = "cp
     return LoopResult(block.samples_s, warm, warmup_s, timer_name(device))
 
 
-def block_iterations(config: LoopConfig, seconds_per_iteration: float, *, target_blocks: int = 10) -> int:
-    """Iterations per block so that about ``target_blocks`` rounds fill ``min_time_s`` (at least 1)."""
+def block_iterations(config: LoopConfig, seconds_per_iteration: float, *, target_blocks: int = TARGET_BLOCKS) -> int:
+    """Iterations per block so that about ``target_blocks`` rounds fill ``min_time_s`` (at least 1, at most
+    ``max_iterations`` and ``MAX_ITERATIONS``). The estimate can be far off (a warm-up of no iterations measures
+    nothing), so an interleaved block also ends by time: :func:`block_time_limit`."""
     by_time = config.min_time_s / target_blocks / max(seconds_per_iteration, 1e-9)
     by_count = config.min_iterations / target_blocks
-    n = max(1, math.ceil(max(by_time, by_count)))
+    n = min(max(1, math.ceil(max(by_time, by_count))), MAX_ITERATIONS)
     return min(n, config.max_iterations) if config.max_iterations is not None else n
+
+
+def block_time_limit(config: LoopConfig, *, target_blocks: int = TARGET_BLOCKS) -> float | None:
+    """The longest an interleaved block runs: twice its target of ``min_time_s / target_blocks``, so that a block
+    sized from a per-iteration estimate that is too low by any factor still ends, and the rounds still pair
+    (``--warmup 0`` once sized a 0.5 s run as one block of 15,000 iterations that took 38 s). None when
+    ``min_time_s`` is 0 (blocks are then sized by count alone, with no time to overshoot)."""
+    return 2 * config.min_time_s / target_blocks if config.min_time_s > 0 else None
 
 
 def lane_done(count: int, measured_s: float, config: LoopConfig) -> bool:
@@ -177,13 +191,15 @@ def interleaved_blocks(
     on_error: Callable[[int, Exception], None] | None = None,
 ) -> Iterator[tuple[int, Block]]:
     """Rounds of blocks over ``fns`` (A B A B …) until every one meets the stopping rule; yields
-    ``(index, block)`` after each block. ``before(index)`` runs just before a block (start counters);
+    ``(index, block)`` after each block. A block is ``iterations[index]`` calls, ended early by
+    :func:`block_time_limit`. ``before(index)`` runs just before a block (start counters);
     the consumer reads them when the block is yielded (the block has synchronized by then).
     ``on_error(index, exc)``: a function that raises is reported there and dropped from the rounds, the
     others go on (without it the exception propagates)."""
     counts = [0] * len(fns)
     measured = [0.0] * len(fns)
     dropped: set[int] = set()
+    max_s = block_time_limit(config)
 
     def finished(i: int) -> bool:
         return i in dropped or lane_done(counts[i], measured[i], config)
@@ -195,7 +211,7 @@ def interleaved_blocks(
             if before is not None:
                 before(i)
             try:
-                block = time_block(fn, device=device, iterations=iterations[i])
+                block = time_block(fn, device=device, iterations=iterations[i], max_s=max_s)
             except Exception as exc:
                 if on_error is None:
                     raise

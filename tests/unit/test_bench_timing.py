@@ -1,6 +1,7 @@
 """The timing loop: warm-up thresholds, the stopping rule, interleaved rounds (pure Python callables)."""
 
 from accelkit.timing import LoopConfig, block_iterations, interleaved_blocks, time_block, time_loop, warm_up
+from accelkit.timing.loop import MAX_ITERATIONS
 
 
 def test_warm_up_meets_both_thresholds():
@@ -45,6 +46,23 @@ def test_block_iterations_target_about_ten_rounds():
     assert block_iterations(loop, 0.01) == 10  # 0.1 s blocks
     assert block_iterations(loop, 5.0) == 1  # never zero
     assert block_iterations(LoopConfig(min_iterations=10, min_time_s=1.0, max_iterations=4), 0.001) == 4
+    assert block_iterations(LoopConfig(min_iterations=1, min_time_s=0.5), 0.0) == MAX_ITERATIONS  # was 50 million
+
+
+def test_a_block_sized_from_a_far_too_low_estimate_still_ends_by_time():
+    """--warmup 0 gave a per-iteration estimate of ~3 µs, and a 0.5 s run became one block of 15,000 calls that
+    took 38 s. A block now also ends at twice its target time (here 2 × 0.05 s / 10 = 10 ms of 1 ms calls)."""
+    import time
+
+    calls = [0]
+
+    def step():
+        calls[0] += 1
+        time.sleep(0.001)
+
+    loop = LoopConfig(min_iterations=2, min_time_s=0.05)
+    blocks = list(interleaved_blocks([step], loop, iterations=[2000]))  # the estimate asked for 2,000 calls a block
+    assert len(blocks) >= 2 and calls[0] < 500  # rounds that fill --min-time, not one block of 2,000
 
 
 def test_interrupt_inside_a_finalizer_is_kept_off_stderr(monkeypatch):

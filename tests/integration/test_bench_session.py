@@ -1,0 +1,50 @@
+"""The measuring session (``accelkit.bench.session``) in-process on real tiny torch models: how blocks are sized,
+capped and paired, which reference each variant's drift is taken against, and what an overflowing output records."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+class Sleepy(torch.nn.Module):
+    """A real Linear that also sleeps 2 ms per call, so that a block's length in calls says how long it ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        time.sleep(0.002)
+        return self.linear(x)
+
+
+def make_sleepy():
+    torch.manual_seed(0)
+    return Sleepy(), torch.randn(2, 8)
+
+
+def run(factory: str, precisions: list[str], loop, **config):
+    from accelkit.bench.runner import BenchConfig, run_benchmark
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+
+    workload = make_workload("custom", {"module": f"tests.integration.test_bench_session:{factory}"})
+    bench = BenchConfig(device="cpu", loop=loop, predict=False, auto_probe=False, save=False, **config)
+    return run_benchmark(workload, [Variant(precision=p) for p in precisions], bench)
+
+
+def test_no_warm_up_still_sizes_blocks_to_fill_min_time_in_rounds():
+    """--warmup 0 --warmup-time 0 measured no warm-up iteration, so the per-iteration estimate was the ~µs of an
+    empty loop and a 0.5 s run became one block of 15,000 calls (38 s). The first call is the estimate now: blocks
+    of about a tenth of --min-time (2 ms calls, 0.2 s → ~10 calls a block, ~10 blocks)."""
+    from accelkit.timing import LoopConfig
+
+    loop = LoopConfig(warmup_iterations=0, warmup_time_s=0, min_iterations=5, min_time_s=0.2)
+    entry = run("make_sleepy", ["fp32"], loop, accuracy=False).variants[0]
+    assert entry.phases.warmup_iterations == 0
+    assert entry.phases.blocks >= 8  # sized from the estimate (the time limit alone would give 5 blocks of 2×)
+    assert entry.phases.measured_iterations < 400  # 0.2 s of 2 ms calls, not thousands
