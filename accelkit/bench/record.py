@@ -135,7 +135,9 @@ class Recorder:
         energy = lane.energy_j / items if lane.energy_j is not None and items else None
         variant = lane.variant
         bound = getattr(self.workload, "input_bound", None)
-        input_bound = bound(stats.median) if bound is not None else None
+        # wall time per batch (1 / batches per second), not the median next(): prefetching workers hand most
+        # batches over at once, so the median call is near zero while a batch still takes its full time to arrive
+        input_bound = bound(measured_s / len(lane.samples)) if bound is not None and lane.samples else None
         return BenchResult(
             name=variant.name, step=lane.step.name,
             precision=variant.effective_precision if not variant.settings else None,

@@ -138,7 +138,9 @@ class Comparison(Spec):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputBound(Spec):
     step_time_s: float = spec_field(min=0.0, doc="The training step time given (--step-time).")
-    batch_time_s: float = spec_field(min=0.0, doc="The loader's median seconds per batch.")
+    batch_time_s: float = spec_field(
+        min=0.0, doc="The loader's wall seconds per batch (measured time ÷ batches; not the median next(), which "
+                     "prefetching hides).")
     headroom: float | None = spec_field(None, min=0.0, doc="step ÷ batch time; below 1 the step waits for data.")
     verdict: str = spec_field(doc="input-bound or not.")
 

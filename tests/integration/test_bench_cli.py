@@ -200,3 +200,22 @@ def test_a_terminal_gets_the_live_progress_bar(probed):
     shown = b"".join(chunks).decode(errors="replace")
     assert proc.returncode == 0 and json.loads(stdout)["variants"]
     assert "\x1b[" in shown and "fp32 · forward" in shown  # a live (ANSI) display with the lane
+
+
+def test_input_bound_compares_the_wall_time_per_batch_with_the_step():
+    """Prefetching workers hand most batches over at once (four finish together, then a 20 ms wait), so the median
+    next() is near zero; the verdict must rest on the wall time per batch. 4 workers × 4 samples × ≥5 ms per sample:
+    over 40 batches with at most 8 prefetched, a batch takes at least (40 - 8) × 5 ms / 40 = 4 ms > the 3 ms step."""
+    from accelkit.bench.runner import BenchConfig, run_benchmark
+    from accelkit.bench.workloads import make_workload
+    from accelkit.timing import LoopConfig
+
+    workload = make_workload("dataloader", {"dataset": "tests.integration.slow_dataset:make", "batch_size": 4,
+                                            "num_workers": [4], "step_time_s": 0.003})
+    loop = LoopConfig(warmup_iterations=5, warmup_time_s=0.5, min_iterations=40, min_time_s=0, max_iterations=40)
+    run = run_benchmark(workload, [], BenchConfig(device="cpu", loop=loop, save=False))
+    (entry,) = run.variants
+    assert entry.phases.measured_iterations == 40
+    bound = entry.input_bound
+    assert bound is not None and bound.batch_time_s >= 0.004 and bound.verdict.startswith("input-bound"), bound
+    assert bound.batch_time_s == pytest.approx(entry.phases.measured_s / 40)

@@ -176,7 +176,7 @@ class DataLoaderBench(BenchWorkload):
                                     latency_name="batch latency")], close=close)
 
     def input_bound(self, batch_time_s: float) -> dict[str, Any] | None:
-        """Compare the loader's median time per batch with the given training-step time."""
+        """Compare the loader's wall time per batch (measured seconds ÷ batches) with the given training-step time."""
         step = self.config.step_time_s
         if step is None:
             return None
