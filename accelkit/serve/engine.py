@@ -153,14 +153,16 @@ class LLMEngine:
         request_id: str | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        add_special_tokens: bool = True,
     ) -> Sequence:
-        """Validate and tokenize a request (ValueError naming the field) without queueing it."""
+        """Validate and tokenize a request (ValueError naming the field) without queueing it.
+        ``add_special_tokens=False`` for text that already has them (a rendered chat template)."""
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise ValueError(f"sampling_params={params!r} is not valid; expected SamplingParams")
         if isinstance(prompt, str):
             text: str | None = prompt
-            token_ids = self.tokenizer.encode(prompt)
+            token_ids = self.encode(prompt, add_special_tokens=add_special_tokens)
         elif isinstance(prompt, (list, tuple)):
             text = None
             token_ids = list(prompt)
@@ -184,6 +186,16 @@ class LLMEngine:
             rid, token_ids, params, prompt=text, priority=priority,
             arrival_time=time.monotonic() if arrival_time is None else arrival_time,
         )
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``; ValueError when it is not Unicode text (a lone surrogate, as JSON's
+        ``"\\ud800"`` gives), which tokenizers reject with other errors."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"prompt is not valid Unicode text: {exc.reason} at character {exc.start} "
+                             f"({text[exc.start:exc.end]!r}); send UTF-8 text") from None
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
     def add_sequence(self, seq: Sequence, *, final_only: bool = False) -> str:
         """Queue a request made by :meth:`make_request`. By default ``step()`` returns an output for it after

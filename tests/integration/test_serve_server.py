@@ -152,6 +152,7 @@ def test_disconnecting_clients_free_their_blocks(server):
         ({"model": "tiny", "prompt": "w5", "n": 3}, "n"),
         ({"model": "tiny", "prompt": ""}, "prompt"),
         ({"model": "tiny"}, "prompt"),
+        ({"model": "tiny", "prompt": "w5 \ud800 w6"}, "prompt"),  # JSON's escape for a lone surrogate: not text
     ],
 )
 def test_invalid_requests_get_400_openai_errors(server, body, param):
@@ -173,8 +174,39 @@ def test_chat_validation_and_request_id(server):
     ok = httpx.post(f"{url}/v1/chat/completions", headers={"x-request-id": "r-43"},
                     json={"model": "tiny", "messages": [{"role": "user", "content": "w9"}], "max_tokens": 2})
     assert ok.status_code == 200 and ok.headers["x-request-id"] == "r-43"
+    lone = httpx.post(f"{url}/v1/chat/completions", headers={"content-type": "application/json"},  # \ud800 escaped
+                      content=json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "w9 \ud800"}]}))
+    assert lone.status_code == 400 and lone.json()["error"]["param"] == "messages", lone.text
+    assert "not valid Unicode" in lone.json()["error"]["message"]
     assert httpx.get(f"{url}/version").json()["version"]
     assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_chat_prompt_keeps_the_templates_bos_and_adds_none(tmp_path):
+    """Llama-style: the tokenizer prepends <s> and the chat template starts with {{ bos_token }} — the rendered
+    template is tokenized without adding special tokens again, as apply_chat_template(tokenize=True) does."""
+    from tokenizers import processors
+
+    from accelkit.serve.testing import build_tokenizer, hf_model
+
+    hf_model("tiny-llama", seed=5).save_pretrained(tmp_path)
+    tok = build_tokenizer(512)
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok.chat_template = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+                         "{% if add_generation_prompt %}assistant{% endif %}")
+    tok.save_pretrained(tmp_path)
+    messages = [{"role": "user", "content": "w5 w6"}]
+    expected = list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+    assert expected[0] == 1 and expected[1] != 1 and tok.encode("w5")[0] == 1  # the premise: one BOS each way
+    with running_server(str(tmp_path)) as (url, _):
+        resp = httpx.post(f"{url}/v1/chat/completions", json={"model": "tiny", "messages": messages, "max_tokens": 4,
+                                                                "temperature": 0, "ignore_eos": True})
+        plain = httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": "w5", "max_tokens": 1})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["usage"]["prompt_tokens"] == len(expected)
+    offline = LLM(str(tmp_path), kv_cache_memory_bytes=4 << 20).generate([expected], SamplingParams.greedy(4, ignore_eos=True))
+    assert resp.json()["choices"][0]["message"]["content"] == offline[0].text  # the engine ran exactly these ids
+    assert plain.json()["usage"]["prompt_tokens"] == 2  # plain completions still get the tokenizer's BOS
 
 
 def test_api_key(model_dir):

@@ -55,18 +55,20 @@ def _sse(data: Any) -> str:
     return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
-def prompt_token_ids(engine: LLMEngine, prompt: str | list[int]) -> list[int]:
-    """Tokenize and validate one prompt (ValueError naming the problem). Runs in a worker thread."""
+def prompt_token_ids(engine: LLMEngine, prompt: str | list[int], *, chat: bool = False) -> list[int]:
+    """Tokenize and validate one prompt (ValueError naming the problem). Runs in a worker thread. A rendered
+    chat template already holds its special tokens (BOS): they are not added again, as in
+    ``apply_chat_template(tokenize=True)``."""
     limit = engine.max_model_len
     probe = PROBE_CHARS_PER_TOKEN * limit
     if isinstance(prompt, str) and len(prompt) > probe:
-        num_head = len(engine.tokenizer.encode(prompt[:probe]))
+        num_head = len(engine.encode(prompt[:probe], add_special_tokens=not chat))
         if num_head > limit + PROBE_SLACK_TOKENS:
             raise ValueError(
                 f"prompt has more than {num_head - PROBE_SLACK_TOKENS} tokens (its first {probe} characters alone "
                 f"make {num_head}); the context holds max_model_len={limit} (prompt plus at least one output token)"
             )
-    return engine.make_request(prompt, SamplingParams(max_tokens=1)).token_ids
+    return engine.make_request(prompt, SamplingParams(max_tokens=1), add_special_tokens=not chat).token_ids
 
 
 def _number(name: str, value: int | float) -> float:
@@ -197,7 +199,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         seqs = []
         for p in prompts:  # validate every prompt before queueing any
             try:
-                ids = await asyncio.to_thread(prompt_token_ids, state.engine, p)
+                ids = await asyncio.to_thread(prompt_token_ids, state.engine, p, chat=chat)
             except ValueError as exc:
                 raise APIError(400, str(exc), param=param) from exc
             room = state.engine.max_model_len - len(ids)
