@@ -105,16 +105,16 @@ class EngineLoop:
         seq = self.engine.make_request(prompt, params, request_id=request_id or uuid.uuid4().hex, priority=priority)
         stream = RequestStream(seq.request_id, self)
         with self._cond:
+            # again, under the lock the loop fails or stops under: the loop may have died or stopped while the
+            # request was tokenized, and a request queued after that would never hear back
+            if self.error is not None:
+                raise RuntimeError(f"engine loop is dead: {self.error}")
+            if self._stop:
+                raise RuntimeError("engine loop is stopped; it accepts no new requests")
             if seq.request_id in self._sinks:
                 raise ValueError(f"request_id={seq.request_id!r} is already in use")
+            self.engine.add_sequence(seq)  # (its outputs are delivered under this lock: none before the sink is in)
             self._sinks[seq.request_id] = callback or stream.put
-        try:
-            self.engine.add_sequence(seq)
-        except BaseException:
-            with self._cond:
-                self._sinks.pop(seq.request_id, None)
-            raise
-        with self._cond:
             self._cond.notify()
         return stream
 
@@ -159,9 +159,9 @@ class EngineLoop:
             self.abort_all()  # stopping: abort everything still open so that every stream ends
             self._deliver_all(self.engine.step())
         except BaseException as e:  # the engine cannot go on; every open request learns why
-            self.error = e
             log.error("engine loop stopped; every request in flight fails: %s", describe(e), exc_info=e)
-            with self._cond:
+            with self._cond:  # with the sinks, so that add_request sees the error or its sink is failed here
+                self.error = e
                 sinks, self._sinks = list(self._sinks.values()), {}
             for sink in sinks:
                 try:

@@ -162,3 +162,37 @@ def test_the_loop_survives_callbacks_that_raise(llm, reference):
         assert good.result().text == reference[3]
         assert loop.is_alive and calls
     assert llm.engine.block_manager.num_free_blocks == llm.engine.block_manager.num_blocks
+
+
+@pytest.mark.parametrize("ending", ["dies", "stops"])
+def test_a_request_made_while_the_loop_ends_is_refused_not_orphaned(tmp_path, monkeypatch, ending):
+    """The loop dies (or is stopped) while a request is being tokenized: add_request must refuse it — a request
+    queued after the loop failed its streams would never hear back (an HTTP handler would wait forever)."""
+    import time
+
+    from accelkit.serve.isolation import EngineDeadError
+
+    engine = LLM(str(save_tiny_model(tmp_path / "tiny")), kv_cache_memory_bytes=2 << 20).engine
+    loop = EngineLoop(engine).start()
+
+    def dead_step(*args, **kwargs):
+        raise EngineDeadError("device lost (simulated)")
+
+    real_make = engine.make_request
+
+    def make_request(*args, **kwargs):  # the loop ends after the request's first checks, while it is tokenized
+        seq = real_make(*args, **kwargs)
+        if ending == "dies":
+            monkeypatch.setattr(engine, "step", dead_step)
+            loop.abort_request("nobody")  # wakes the loop, whose next step dies
+            deadline = time.monotonic() + 30
+            while loop.error is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+        else:
+            loop.stop(timeout=30)
+        return seq
+
+    monkeypatch.setattr(engine, "make_request", make_request)
+    with pytest.raises(RuntimeError, match="dead" if ending == "dies" else "stopped"):
+        loop.add_request(PROMPTS[0], GREEDY)
+    assert not loop._sinks
