@@ -192,7 +192,10 @@ def interleaved_blocks(
 ) -> Iterator[tuple[int, Block]]:
     """Rounds of blocks over ``fns`` (A B A B …) until every one meets the stopping rule; yields
     ``(index, block)`` after each block. A block is ``iterations[index]`` calls, ended early by
-    :func:`block_time_limit`. ``before(index)`` runs just before a block (start counters);
+    :func:`block_time_limit`. A function that met ``min_iterations`` and ``min_time_s`` stays in the rounds
+    while others still run (more pairs to compare); one that reached ``max_iterations`` leaves them — its
+    last block cut to the count remaining — so the cap holds for every function, not only the slowest.
+    ``before(index)`` runs just before a block (start counters);
     the consumer reads them when the block is yielded (the block has synchronized by then).
     ``on_error(index, exc)``: a function that raises is reported there and dropped from the rounds, the
     others go on (without it the exception propagates)."""
@@ -201,17 +204,23 @@ def interleaved_blocks(
     dropped: set[int] = set()
     max_s = block_time_limit(config)
 
+    def remaining(i: int) -> int:
+        """Calls the next block of ``fns[i]`` may make: its block size, cut to what ``max_iterations`` leaves."""
+        if config.max_iterations is None:
+            return iterations[i]
+        return min(iterations[i], config.max_iterations - counts[i])
+
     def finished(i: int) -> bool:
         return i in dropped or lane_done(counts[i], measured[i], config)
 
     while not all(finished(i) for i in range(len(fns))):
         for i, fn in enumerate(fns):
-            if i in dropped:
+            if i in dropped or remaining(i) <= 0:
                 continue
             if before is not None:
                 before(i)
             try:
-                block = time_block(fn, device=device, iterations=iterations[i], max_s=max_s)
+                block = time_block(fn, device=device, iterations=remaining(i), max_s=max_s)
             except Exception as exc:
                 if on_error is None:
                     raise

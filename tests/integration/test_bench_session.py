@@ -27,6 +27,19 @@ def make_sleepy():
     return Sleepy(), torch.randn(2, 8)
 
 
+class SlowUnderAutocast(Sleepy):
+    """2 ms a call in fp32, 20 ms under CPU autocast (bf16): one lane is done long before the other."""
+
+    def forward(self, x):
+        time.sleep(0.02 if torch.is_autocast_enabled("cpu") else 0.002)
+        return self.linear(x)
+
+
+def make_slow_under_autocast():
+    torch.manual_seed(0)
+    return SlowUnderAutocast(), torch.randn(2, 8)
+
+
 def run(factory: str, precisions: list[str], loop, **config):
     from accelkit.bench.runner import BenchConfig, run_benchmark
     from accelkit.bench.variants import Variant
@@ -48,3 +61,17 @@ def test_no_warm_up_still_sizes_blocks_to_fill_min_time_in_rounds():
     assert entry.phases.warmup_iterations == 0
     assert entry.phases.blocks >= 8  # sized from the estimate (the time limit alone would give 5 blocks of 2×)
     assert entry.phases.measured_iterations < 400  # 0.2 s of 2 ms calls, not thousands
+
+
+def test_max_iterations_caps_every_interleaved_variant():
+    """`--precision fp32,bf16 --max-iterations 20` measured fp32 140 times: the rounds went on timing it until the
+    slower bf16 was done. Every variant now stops at the cap."""
+    from accelkit.timing import LoopConfig
+
+    loop = LoopConfig(warmup_iterations=2, warmup_time_s=0, min_iterations=5, min_time_s=0.2, max_iterations=20)
+    run_ = run("make_slow_under_autocast", ["fp32", "bf16"], loop, accuracy=False)
+    entries = {v.name: v for v in run_.variants}
+    assert entries["bf16"].comparison.interleaved
+    assert entries["fp32"].phases.measured_iterations == 20
+    assert 5 <= entries["bf16"].phases.measured_iterations <= 20
+    assert entries["fp32"].phases.blocks >= 5 and entries["bf16"].comparison.pairs >= 5  # the cap spread over rounds

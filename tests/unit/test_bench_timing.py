@@ -139,3 +139,16 @@ def test_cuda_timing_uses_the_named_device_not_the_current_one(monkeypatch):
     log.clear()
     warm_up(lambda: None, LoopConfig(warmup_iterations=8, warmup_time_s=0.0), device="cuda:1")
     assert log and all(entry == ("sync", "cuda:1") for entry in log)
+
+
+def test_max_iterations_is_a_hard_cap_for_every_interleaved_lane():
+    """The rounds went on timing a lane already at --max-iterations while a slower one was not done, and added
+    whole blocks past the cap: max_iterations 20 measured [200, 10]. A lane at its cap leaves the rounds, its
+    last block cut to the count remaining."""
+    calls = [0, 0]
+    loop = LoopConfig(min_iterations=100, min_time_s=0.0, max_iterations=20)  # only the cap ends a lane
+    fns = [lambda: calls.__setitem__(0, calls[0] + 1), lambda: calls.__setitem__(1, calls[1] + 1)]
+    blocks = list(interleaved_blocks(fns, loop, iterations=[7, 1]))
+    assert calls == [20, 20]  # not [140, 20]: lane 0 was not timed again once at 20
+    assert [len(b.samples_s) for i, b in blocks if i == 0] == [7, 7, 6]  # its last block cut to the cap
+    assert [i for i, _ in blocks[:6]] == [0, 1, 0, 1, 0, 1] and [i for i, _ in blocks[6:]] == [1] * 17
