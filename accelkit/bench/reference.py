@@ -4,11 +4,12 @@
 - **FLOPs** are counted on the **meta device**: the fp32 eager model built without storage, its step run once
   under ``FlopCounterMode`` at the measured shapes — exact, and free at any size. A model the meta device cannot
   run (data-dependent Python, an op without a meta kernel) is counted on the fp32 variant when the run measures
-  one, else once on this device (guarded: a count that does not fit leaves a note and MFU falls back to the
+  it first, else once on this device (guarded: a count that does not fit leaves a note and MFU falls back to the
   workload's analytic formula).
 - **The drift reference** is the fp32 model's output on a small fixed slice of the batch (``EVAL_ROWS`` rows),
   under ``inference_mode``: fp32 weights plus one forward of two rows. Built only when accuracy is asked for and
-  no plain fp32 variant is measured (that variant is then its own reference), and freed before any variant loads.
+  the first variant is not plain fp32 (that variant, loaded before the others, is then their reference), and
+  freed before any variant loads.
 
 Neither touches what a variant measures: every variant builds its own model from the same seed.
 """
@@ -124,15 +125,17 @@ def build_reference(workload: BenchWorkload, variants: list[Variant], device: st
     if workload.task == "input":
         return ref
     ref.flops, why = count_on_meta(workload, seed)
-    fp32_runs = any(v.is_reference for v in variants)
+    # the fp32 variant can stand in only when it loads before every other: a variant measured (and, run one after
+    # another, stored) before it would have no drift and no FLOPs (`--precision bf16,fp32` had neither for bf16)
+    fp32_first = bool(variants) and variants[0].is_reference
     if not ref.flops:
         ref.flops_source = FLOPS_SOURCE_ON_DEVICE
         ref.notes.append(f"FLOPs counted on {device}, not on the meta device ({why})")
-        if not fp32_runs:  # otherwise the fp32 variant counts its own, at no extra memory
+        if not fp32_first:  # otherwise the fp32 variant counts its own, at no extra memory
             ref.flops, oom = count_on_device(workload, device, seed)
             if oom:
                 ref.notes.append(f"FLOPs not counted: {oom}; MFU uses the analytic formula where there is one")
-    if accuracy and not fp32_runs:
+    if accuracy and not fp32_first:
         ref.output, note = output_on_slice(workload, device, seed)
         if note:
             ref.notes.append(note)

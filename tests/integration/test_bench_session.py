@@ -40,6 +40,25 @@ def make_slow_under_autocast():
     return SlowUnderAutocast(), torch.randn(2, 8)
 
 
+class DataDependent(torch.nn.Module):
+    """Branches on a value (Python control flow on data), which the meta device cannot run: FLOPs are counted on a
+    real device."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        if float(x.abs().sum()) < 0:  # never true; the meta device cannot read a value
+            x = -x
+        return self.linear(x)
+
+
+def make_data_dependent():
+    torch.manual_seed(0)
+    return DataDependent(), torch.randn(4, 32)
+
+
 def run(factory: str, precisions: list[str], loop, **config):
     from accelkit.bench.runner import BenchConfig, run_benchmark
     from accelkit.bench.variants import Variant
@@ -75,3 +94,20 @@ def test_max_iterations_caps_every_interleaved_variant():
     assert entries["fp32"].phases.measured_iterations == 20
     assert 5 <= entries["bf16"].phases.measured_iterations <= 20
     assert entries["fp32"].phases.blocks >= 5 and entries["bf16"].comparison.pairs >= 5  # the cap spread over rounds
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_variants_listed_before_fp32_get_drift_and_flops(interleave):
+    """`--precision bf16,fp32` gave bf16 no accuracy drift ("no fp32 reference output (the workload has none)"):
+    the separate reference was skipped because an fp32 variant ran, whose output came after bf16 had loaded. Run
+    one after another, bf16 was also stored before the fp32 variant counted the FLOPs the meta device could not."""
+    from accelkit.timing import LoopConfig
+
+    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    entries = {v.name: v for v in run("make_data_dependent", ["bf16", "fp32"], loop, accuracy=True,
+                                      interleave=interleave).variants}
+    bf16, fp32 = entries["bf16"], entries["fp32"]
+    assert bf16.accuracy.note is None and bf16.accuracy.rows == fp32.accuracy.rows == 4  # the whole custom batch
+    assert bf16.accuracy.sqnr_db is not None and bf16.accuracy.cosine > 0.99  # bf16 rounding, measured
+    assert fp32.accuracy.identical  # the same fp32 model from the same seed
+    assert bf16.mfu.flops_per_item == fp32.mfu.flops_per_item == 2 * 32 * 16  # one Linear per row
