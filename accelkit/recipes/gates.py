@@ -43,18 +43,35 @@ class Drift(Spec):
     )
     identical: bool = spec_field(False, doc="True when the outputs are bit-for-bit equal")
     top1_agreement: float | None = spec_field(None, doc="fraction of positions with the same argmax (logits)")
+    num_nonfinite: int = spec_field(
+        0, min=0, doc="values of the candidate that are inf or NaN (an overflow); when any, no figure is finite: "
+                      "max_abs_error is inf, sqnr_db None, cosine and top-1 agreement 0, and every gate fails")
+    num_nonfinite_reference: int = spec_field(
+        0, min=0, doc="values of the reference that are inf or NaN: the same consequences (nothing to compare with)")
+
+    @property
+    def is_finite(self) -> bool:
+        """Both outputs are free of inf/NaN, so the figures above are measurements."""
+        return self.num_nonfinite == 0 and self.num_nonfinite_reference == 0
 
 
 def drift(reference: torch.Tensor, candidate: torch.Tensor, *, logits: bool | None = None) -> Drift:
     """Compare two outputs of the same shape (computed in fp32). ``logits=None`` treats a last dim > 1
-    as a class/vocab axis (top-1 agreement reported)."""
+    as a class/vocab axis (top-1 agreement reported). An output with inf/NaN is counted, not raised on (see
+    ``Drift.num_nonfinite``)."""
     ref, cand = reference.detach().float(), candidate.detach().float()
     if ref.shape != cand.shape:
         raise ValueError(f"output shapes differ: reference {tuple(ref.shape)} vs candidate {tuple(cand.shape)}")
-    noise = (cand - ref).pow(2).sum().item()
-    signal = ref.pow(2).sum().item()
     if logits is None:
         logits = ref.dim() > 0 and ref.shape[-1] > 1
+    bad_cand, bad_ref = int((~torch.isfinite(cand)).sum().item()), int((~torch.isfinite(ref)).sum().item())
+    if bad_cand or bad_ref:
+        # an overflowed output (fp16 past 65504) has no finite error, cosine or SQNR; the figures that gates read
+        # are set to their worst so that every gate fails, and the counts say why
+        return Drift(max_abs_error=math.inf, cosine=0.0, sqnr_db=None, identical=False,
+                     top1_agreement=0.0 if logits else None, num_nonfinite=bad_cand, num_nonfinite_reference=bad_ref)
+    noise = (cand - ref).pow(2).sum().item()
+    signal = ref.pow(2).sum().item()
     return Drift(
         max_abs_error=(cand - ref).abs().max().item(),
         cosine=torch.nn.functional.cosine_similarity(ref.flatten(), cand.flatten(), dim=0).item(),
@@ -78,7 +95,7 @@ class GateConfig(Spec):
 class GateResult(Spec):
     """The verdict with the numbers it rests on."""
 
-    passed: bool = spec_field(doc="True if within the allowed drop.")
+    passed: bool = spec_field(doc="True if within the allowed drop (never when an output has inf/NaN).")
     criterion: str = spec_field(doc="What was compared.")
     reference_value: float = spec_field(doc="Reference's value of the criterion.")
     candidate_value: float = spec_field(doc="Candidate's value.")
@@ -114,6 +131,6 @@ def check(
     else:
         ref_value, cand_value, threshold = 1.0, d.cosine, 1 - config.max_drop
     return GateResult(
-        passed=cand_value >= threshold - 1e-12, criterion=criterion, reference_value=ref_value,
+        passed=d.is_finite and cand_value >= threshold - 1e-12, criterion=criterion, reference_value=ref_value,
         candidate_value=cand_value, threshold=threshold, drift=d,
     )

@@ -59,6 +59,22 @@ def make_data_dependent():
     return DataDependent(), torch.randn(4, 32)
 
 
+class OverflowsInHalf(torch.nn.Module):
+    """Fine in fp32; its output overflows fp16's 65504 (inf)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.linear(x * 1e5)
+
+
+def make_overflowing():
+    torch.manual_seed(0)
+    return OverflowsInHalf(), torch.randn(4, 64)
+
+
 def run(factory: str, precisions: list[str], loop, **config):
     from accelkit.bench.runner import BenchConfig, run_benchmark
     from accelkit.bench.variants import Variant
@@ -111,3 +127,19 @@ def test_variants_listed_before_fp32_get_drift_and_flops(interleave):
     assert bf16.accuracy.sqnr_db is not None and bf16.accuracy.cosine > 0.99  # bf16 rounding, measured
     assert fp32.accuracy.identical  # the same fp32 model from the same seed
     assert bf16.mfu.flops_per_item == fp32.mfu.flops_per_item == 2 * 32 * 16  # one Linear per row
+
+
+def test_an_overflowing_variant_is_measured_and_fails_its_accuracy_gate():
+    """fp16 whose output overflows was recorded as FAILED in its first call ('max_abs_error is NaN') and its timing
+    thrown away. It is measured now, with an accuracy note, and tune's gate reads it as failed."""
+    from accelkit.timing import LoopConfig
+    from accelkit.tune.search import _gate
+
+    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    result = run("make_overflowing", ["fp32", "fp16"], loop, accuracy=True)
+    assert result.failed == []
+    fp16 = next(v for v in result.variants if v.name == "fp16")
+    assert fp16.phases.measured_iterations >= 3 and fp16.throughput.value > 0  # the timing is kept
+    assert "inf/NaN" in fp16.accuracy.note
+    gate = _gate(fp16.accuracy.to_dict(), 0.01)
+    assert gate["passed"] is False

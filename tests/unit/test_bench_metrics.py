@@ -90,3 +90,20 @@ def test_decode_flops_from_three_contexts_equal_counting_every_call():
     assert step_flops(fast) == step_flops(every)
     on_cpu = workload.prepare(Variant(), "cpu", seed=0)
     assert next(s for s in on_cpu.steps if s.name == "decode").flops_per_call() is None  # real tokens: count them
+
+
+def test_drift_of_an_overflowed_output_is_a_failed_figure_with_a_note():
+    """An fp16 overflow raised 'max_abs_error is NaN' out of the first call and the variant's timing was lost; its
+    accuracy now records the overflow (JSON-strict: no inf/NaN) with figures every gate fails."""
+    import math
+
+    import torch
+
+    ref = torch.randn(4, 8)
+    out = ref.clone()
+    out[2] = float("inf")
+    acc = drift(ref, out)
+    assert acc.note is not None and "inf/NaN (8 of 32 values)" in acc.note
+    assert acc.cosine == 0.0 and acc.top1_agreement == 0.0 and acc.identical is False and acc.rows == 4
+    assert acc.max_abs_error is None and acc.sqnr_db is None  # inf is not JSON
+    assert all(not isinstance(v, float) or math.isfinite(v) for v in acc.to_dict().values())

@@ -52,3 +52,21 @@ def test_cosine_gate_and_output_extraction():
         drift(torch.ones(2), torch.ones(3), logits=False)
     with pytest.raises(ValueError, match="max_drop"):
         GateConfig(max_drop=2.0)
+
+
+def test_an_overflowed_output_fails_every_gate_instead_of_raising():
+    """fp16 past 65504 gives inf, and inf − inf NaN: Drift rejected the NaN max error with a ValueError, so the
+    bench recorded the variant as failed and threw its timing away. The overflow is now counted and fails the
+    gate."""
+    ref = torch.eye(8)
+    cand = ref.clone()
+    cand[0, 0] = float("inf")
+    cand[1, 1] = float("nan")
+    d = drift(ref, cand, logits=True)
+    assert d.num_nonfinite == 2 and d.num_nonfinite_reference == 0 and not d.is_finite
+    assert d.max_abs_error == float("inf") and d.cosine == 0.0 and d.top1_agreement == 0.0 and d.sqnr_db is None
+    for criterion in ("top1", "cosine"):
+        assert not check(ref, cand, logits=True, config=GateConfig(criterion=criterion)).passed
+    # even a task metric that ignores the bad values cannot pass an output with inf/NaN
+    assert not check(ref, cand, logits=True, metric=lambda out: 1.0).passed
+    assert drift(cand, ref, logits=False).num_nonfinite_reference == 2  # a bad reference: nothing to compare with
