@@ -9,6 +9,7 @@ several backends are merged, so each DCGM name appears once per scrape.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
@@ -19,6 +20,8 @@ from prometheus_client.metrics_core import Metric
 from accelkit.monitor.collectors import AmdSmiCollector, Collector, HostCollector, NvmlCollector
 from accelkit.monitor.config import ExporterConfig
 from accelkit.monitor.registry import REGISTRY
+
+log = logging.getLogger("accelkit.monitor")
 
 
 def exposition_of(families: list[Metric]) -> bytes:
@@ -43,10 +46,9 @@ class _DeviceMetrics:
         merged: dict[str, Metric] = {}
         for backend in self.backends:
             for family in backend.collect():
-                if family.name in merged:
-                    merged[family.name].samples.extend(family.samples)
-                else:
-                    merged[family.name] = family
+                if family.name not in merged:  # a new family per scrape: the backends' samples stay as they are
+                    merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                merged[family.name].samples.extend(family.samples)
         yield from merged.values()
 
 
@@ -71,14 +73,27 @@ class Exporter:
         self.has_gpu = bool(active)
         self._collectors = [self.host, *self.devices]
         self._device_view = _DeviceMetrics(self.devices)
+        self._failing: set[str] = set()  # collectors whose last sample raised
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._server: WSGIServer | None = None
         self.port: int | None = None
 
     def sample_once(self) -> None:
+        """Sample every collector; one that raises is logged (the first failure, and again after it
+        recovered) and shows no series until it reads again — the sampler thread never dies of it."""
         for c in self._collectors:
-            c.sample()
+            try:
+                c.sample()
+            except Exception as exc:
+                if c.name not in self._failing:
+                    log.warning("monitor: the %s collector failed (%s: %s); its series are left out until it "
+                                "reads again", c.name, type(exc).__name__, exc)
+                self._failing.add(c.name)
+            else:
+                if c.name in self._failing:
+                    log.warning("monitor: the %s collector reads again", c.name)
+                self._failing.discard(c.name)
 
     def collect_once(self) -> list[Metric]:
         """Sample now and return the host and device families (``--once``; no server)."""

@@ -59,6 +59,60 @@ def test_no_gpu_library_is_reported_once_and_not_fatal(live):
     assert text.count("# HELP DCGM_FI_DEV_GPU_UTIL ") == 1
 
 
+def _wait_for(predicate, what: str, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_failing_collector_leaves_a_gap_and_the_sampler_goes_on(live, monkeypatch, caplog):
+    exporter, _, port = live
+    broken = {"on": False}
+    real = exporter.host.families
+
+    def families():
+        if broken["on"]:
+            raise OSError("transient read error")
+        return real()
+
+    monkeypatch.setattr(exporter.host, "families", families)
+    has_host = lambda: "accelkit_host_memory_used_bytes{" in _scrape(port)  # noqa: E731
+    assert has_host()
+    broken["on"] = True
+    _wait_for(lambda: not has_host(), "the failed collector's series to go")  # a gap, not a frozen value
+    broken["on"] = False
+    _wait_for(has_host, "the collector's series to come back")  # the sampler thread survived
+    assert exporter._thread.is_alive()
+    assert "host collector failed (OSError: transient read error)" in caplog.text
+
+
+def test_device_backends_merge_into_one_family_per_scrape_without_growing():
+    from prometheus_client.metrics_core import GaugeMetricFamily
+
+    from accelkit.monitor.collectors.base import Collector
+    from accelkit.monitor.exporter import _DeviceMetrics
+
+    class Backend(Collector):  # two device libraries on one host (NVML and amdsmi), one GPU each
+        def __init__(self, gpu: str):
+            super().__init__()
+            self.gpu = gpu
+
+        def families(self):
+            family = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization.", labels=["gpu"])
+            family.add_metric([self.gpu], 50.0)
+            return [family]
+
+    backends = [Backend("0"), Backend("1")]
+    for b in backends:
+        b.sample()
+    view = _DeviceMetrics(backends)
+    for _ in range(3):  # every scrape the same two series; the backends' own samples untouched
+        (family,) = view.collect()
+        assert [s.labels["gpu"] for s in family.samples] == ["0", "1"]
+    assert [len(next(b.collect()).samples) for b in backends] == [1, 1]
+
+
 def test_track_exports_step_metrics(live):
     _, registry, port = live
     with track("unit-job", samples_per_step=4, tokens_per_step=512, flops_per_step=2e9, peak_flops=1e12,

@@ -28,7 +28,14 @@ class Collector:
         raise NotImplementedError
 
     def sample(self) -> None:
-        families = self.families()
+        """Read the hardware; when that raises, the last sample is dropped (scrapes show no series — a gap,
+        not a frozen value) and the error goes to the caller."""
+        try:
+            families = self.families()
+        except Exception:
+            with self._lock:
+                self._last = []
+            raise
         with self._lock:
             self._last = families
 
