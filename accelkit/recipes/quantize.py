@@ -51,6 +51,29 @@ def _linear_filter(multiple: int) -> Callable[[torch.nn.Module, str], bool]:
     return keep
 
 
+def _quantize_linears(model: torch.nn.Module, config: Any, q: str, *, multiple: int = 1, why: str = "") -> str:
+    """torchao ``quantize_`` on the Linears whose ``in_features`` divide by ``multiple`` (its kernels' group or
+    tile); returns how many were converted and why the others were not. Refuses when none was: a recipe that
+    changed nothing must not be measured as if it had (int4 on a CPU once skipped every Linear of width 20 and
+    still said "int4-weight quantization")."""
+    from torchao import quantization as tq
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if not linears:
+        raise RecipeRefused(f"quantization={q!r} converts nn.Linear layers and {type(model).__name__} has none")
+    weights = {id(m): m.weight for m in linears}
+    tq.quantize_(model, config, filter_fn=_linear_filter(multiple))
+    converted = sum(1 for m in linears if m.weight is not weights[id(m)])  # quantize_ swaps in a quantized weight
+    if not converted:
+        raise RecipeRefused(
+            f"quantization={q!r} converted none of the {len(linears)} Linear layers: in_features must be a multiple "
+            f"of {multiple}{why} (widths here: {', '.join(sorted({str(m.in_features) for m in linears}))}); "
+            "use quantization='int8-weight' or 'int8-dynamic'")
+    skipped = len(linears) - converted
+    return f"{converted} of {len(linears)} Linear layers" + (
+        f"; {skipped} kept in full precision (in_features not a multiple of {multiple}{why})" if skipped else "")
+
+
 class Quantization(Technique):
     """quantization = int8-dynamic | int8-weight | int4-weight | fp8-weight | fp8-dynamic."""
 
@@ -98,16 +121,19 @@ class Quantization(Technique):
         if backend == "torch.ao":
             if q != "int8-dynamic":
                 raise RecipeRefused(f"backend 'torch.ao' only does int8-dynamic, not {q!r}; use backend='torchao'")
+            num_linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+            if not num_linears:
+                raise RecipeRefused(f"quantization={q!r} converts nn.Linear layers and {type(model).__name__} has none")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # its deprecation notice; the kernels are what we measured
                 model = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]  # torch.ao is untyped
                     model, {torch.nn.Linear}, dtype=torch.qint8)
-            ctx.notes.append("int8 dynamic quantization (torch.ao quantize_dynamic)")
+            ctx.notes.append(f"int8 dynamic quantization (torch.ao quantize_dynamic) of {num_linears} Linear layers")
             return model
 
         from torchao import quantization as tq
 
-        filter_fn = _linear_filter(1)
+        multiple, why = 1, ""
         if q == "int8-dynamic":
             config = _config(tq.Int8DynamicActivationInt8WeightConfig)
         elif q == "int8-weight":
@@ -115,17 +141,18 @@ class Quantization(Technique):
         elif q == "int4-weight":
             if ctx.device.is_cuda:
                 model = model.to(INT4_GPU_DTYPE)
-                config, filter_fn = int4_gpu_config(), _linear_filter(INT4_GROUP_GPU)
+                config, multiple = int4_gpu_config(), INT4_GROUP_GPU
             else:
                 from torchao.quantization.granularity import PerGroup
 
                 config = _config(tq.IntxWeightOnlyConfig, weight_dtype=torch.int4,  # type: ignore[attr-defined]  # torch ≥ 2.6 has it; its stubs lag
                                   granularity=PerGroup(INT4_GROUP_CPU))
-                filter_fn = _linear_filter(INT4_GROUP_CPU)
+                multiple = INT4_GROUP_CPU
+            why = ", the int4 group size"
         else:
             return _fp8(model, recipe, ctx)
-        tq.quantize_(model, config, filter_fn=filter_fn)
-        ctx.notes.append(f"{q} quantization (torchao {type(config).__name__})")
+        done = _quantize_linears(model, config, q, multiple=multiple, why=why)
+        ctx.notes.append(f"{q} quantization (torchao {type(config).__name__}) of {done}")
         return model
 
 
@@ -155,9 +182,9 @@ def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.
         kwargs.pop("kernel_preference", None)  # weight-only: dequantize + matmul, no fp8 kernel to emulate
     config = _config(cls, **kwargs)
     with _emulated_hardware(ctx.emulate_fp8 and not (ctx.device.sm_at_least(8, 9) or ctx.device.is_mi300_class)):
-        tq.quantize_(model, config, filter_fn=_linear_filter(16))
+        done = _quantize_linears(model, config, str(recipe.quantization), multiple=16, why=", the fp8 GEMM's tile")
     ctx.notes.append(f"cast to {recipe.precision}, then {recipe.quantization} quantization (torchao {cls.__name__}"
-                     f"{', emulated' if ctx.emulate_fp8 else ''})")
+                     f"{', emulated' if ctx.emulate_fp8 else ''}) of {done}")
     return model
 
 

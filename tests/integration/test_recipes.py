@@ -204,3 +204,19 @@ def test_int4_on_cuda_uses_tinygemm_layout_on_bf16_and_refuses_other_precisions(
     reason = quant.refusal(Recipe(quantization="int4-weight"), h200)
     assert reason is not None and "precision='bf16'" in reason
     assert quant.refusal(Recipe(precision="bf16", quantization="int4-weight"), h200) is None
+
+
+def test_int4_on_a_cpu_counts_the_layers_it_converted_and_refuses_when_none():
+    """int4 on a CPU converts only Linears whose in_features divide by its group of 32; a model of width 20 kept
+    every layer in fp32 and the note still said "int4-weight quantization". The note now counts, and a recipe
+    that converted nothing is refused."""
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).eval()
+    notes: list[str] = []
+    model = apply(model, Recipe(quantization="int4-weight"), device="cpu", training=False, notes=notes)
+    assert type(model[0].weight) is torch.nn.Parameter and type(model[2].weight) is not torch.nn.Parameter
+    assert "of 1 of 2 Linear layers; 1 kept in full precision (in_features not a multiple of 32" in notes[-1]
+
+    narrow = torch.nn.Sequential(torch.nn.Linear(20, 10)).eval()
+    with pytest.raises(RecipeRefused, match=r"converted none of the 1 Linear layers: in_features must be a multiple "
+                                            r"of 32.*widths here: 20"):
+        apply(narrow, Recipe(quantization="int4-weight"), device="cpu", training=False)
