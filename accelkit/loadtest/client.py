@@ -21,23 +21,45 @@ from accelkit.loadtest.config import LoadTestConfig
 from accelkit.loadtest.datasets import SampleRequest
 from accelkit.loadtest.metrics import RequestRecord
 
-__all__ = ["OpenAIStreamClient", "chunk_text"]
+__all__ = ["MalformedChunk", "OpenAIStreamClient", "chunk_text"]
 
 _MAX_ERROR_CHARS = 300
 
 
+class MalformedChunk(ValueError):
+    """A streamed chunk whose fields have the wrong JSON types; the request it came in fails with this text."""
+
+
 def chunk_text(data: dict[str, Any], endpoint: str) -> str | None:
-    """The output text a streamed chunk carries, or None when it carries none."""
+    """The output text a streamed chunk carries, or None when it carries none (no choices, a role-only
+    delta, a null or empty text). A field of the wrong JSON type raises :class:`MalformedChunk`: guessing
+    would time a chunk the server did not mean as output, or drop one it did."""
     choices = data.get("choices")
-    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+    if choices is None or choices == []:
         return None
+    if not isinstance(choices, list):
+        raise MalformedChunk(f"'choices' is {_json_type(choices)}, not an array")
+    if not isinstance(choices[0], dict):
+        raise MalformedChunk(f"'choices[0]' is {_json_type(choices[0])}, not an object")
     choice = choices[0]
     if endpoint == "completions":
-        text = choice.get("text")
+        fields = {"text": choice.get("text")}
     else:
-        delta = choice.get("delta") or {}
-        text = delta.get("content") or delta.get("reasoning_content")
-    return text if isinstance(text, str) and text else None
+        delta = choice.get("delta")
+        if delta is None:
+            return None
+        if not isinstance(delta, dict):
+            raise MalformedChunk(f"'delta' is {_json_type(delta)}, not an object")
+        fields = {key: delta.get(key) for key in ("content", "reasoning_content")}
+    for key, text in fields.items():
+        if text is not None and not isinstance(text, str):
+            raise MalformedChunk(f"{key!r} is {_json_type(text)}, not a string")
+    return next((text for text in fields.values() if text), None)
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), "null" if value is None else type(value).__name__)
 
 
 def _error_text(body: bytes | str, status: int) -> str:
@@ -90,8 +112,9 @@ class OpenAIStreamClient:
         return body
 
     async def send(self, request: SampleRequest, record: RequestRecord, t0: float, *, request_id: str | None = None) -> RequestRecord:
-        """Send one request and fill ``record``; never raises for a server or network failure (the
-        error text goes into ``record.error``). ``t0`` is the pass's start on the perf_counter clock."""
+        """Send one request and fill ``record``; never raises for anything the server or the network does
+        (the error text goes into ``record.error``), so one request cannot sink a pass. ``t0`` is the
+        pass's start on the perf_counter clock."""
         headers = {"x-request-id": request_id} if request_id else None
         body = self.payload(request)
         st = time.perf_counter()
@@ -110,6 +133,8 @@ class OpenAIStreamClient:
             record.error = f"cannot connect to {self.url}: {exc}"[:_MAX_ERROR_CHARS]
         except httpx.HTTPError as exc:
             record.error = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS] or type(exc).__name__
+        except Exception as exc:  # last resort: whatever a server sends fails this request, never the pass
+            record.error = (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)[:_MAX_ERROR_CHARS]
         finally:
             record.done_s = time.perf_counter() - t0
         if record.error is None and not record.chunk_times_s:
@@ -127,7 +152,7 @@ class OpenAIStreamClient:
                 break
             try:
                 data = json.loads(data_str)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: JSON nested too deep for the parser
                 record.error = f"malformed SSE data: {data_str[:100]!r}"
                 return
             if not isinstance(data, dict):
@@ -137,7 +162,12 @@ class OpenAIStreamClient:
                 message = err.get("message", err) if isinstance(err, dict) else err
                 record.error = f"error in stream: {str(message)[:_MAX_ERROR_CHARS]}"
                 return
-            if chunk_text(data, endpoint) is not None:
+            try:
+                text = chunk_text(data, endpoint)
+            except MalformedChunk as exc:
+                record.error = f"malformed chunk ({exc}): {data_str[:100]!r}"
+                return
+            if text is not None:
                 record.chunk_times_s.append(now - st)
             usage = data.get("usage")
             if isinstance(usage, dict):

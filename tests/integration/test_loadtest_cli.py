@@ -10,6 +10,7 @@ import pytest
 from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
 from accelkit.results import ResultStore
 from tests.conftest import REPO
+from tests.integration.loadtest_raw_sse import RawSSEServer, tokens
 
 # The command is registered in accelkit/cli/app.py by its owner; register it here too so this test
 # does not depend on that line (a second registration of the same name simply replaces the first).
@@ -42,6 +43,19 @@ def test_json_and_save(server, _isolated_home):
         stored = store.get(doc["result_id"]).result
     assert stored.kind == "loadtest" and stored.details["curve"][0]["rate"] == 50.0
     assert {"ttft_s", "tpot_s", "itl_s", "e2e_s"} <= set(stored.samples)
+
+
+def test_malformed_chunk_is_one_failed_request():
+    def script(n, body, chat):  # the 3rd request's 2nd chunk has a string for a delta
+        return [{"choices": [{"index": 0, "delta": "oops"}]} if n == 3 and i == 1 else chunk
+                for i, chunk in enumerate(tokens(body, chat))]
+    with RawSSEServer(script) as raw:
+        proc = loadtest("--base-url", raw.base_url, "--model", "m", "--endpoint", "chat", "--num-prompts", "6",
+                        "--random-input-len", "4", "--random-output-len", "4", "--warmup", "0", "--no-save", "--json")
+    assert proc.returncode == 0, proc.stderr
+    p = json.loads(proc.stdout)["details"]["passes"][0]
+    assert (p["completed"], p["failed"]) == (5, 1)
+    assert p["failures"][0]["error"].startswith("malformed chunk ('delta' is a string, not an object)")
 
 
 def test_sweep_prints_curve(server):

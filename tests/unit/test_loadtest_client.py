@@ -3,8 +3,10 @@
 import subprocess
 import sys
 
+import pytest
+
 from accelkit.loadtest import LoadTestConfig, plot_data
-from accelkit.loadtest.client import OpenAIStreamClient, _error_text, chunk_text
+from accelkit.loadtest.client import MalformedChunk, OpenAIStreamClient, _error_text, chunk_text
 from accelkit.loadtest.datasets import SampleRequest
 from accelkit.loadtest.metrics import RequestRecord, compute_metrics
 from accelkit.loadtest.runner import to_measurement
@@ -17,6 +19,22 @@ def test_output_bearing_chunks():
     assert chunk_text({"choices": [{"delta": {"content": "x"}}]}, "chat") == "x"
     assert chunk_text({"choices": [{"delta": {"reasoning_content": "y"}}]}, "chat") == "y"
     assert chunk_text({"choices": [], "usage": {"completion_tokens": 3}}, "chat") is None
+    assert chunk_text({"choices": [{"delta": {"content": None, "reasoning_content": "r"}}]}, "chat") == "r"
+    assert chunk_text({"choices": [{"delta": None}]}, "chat") is None
+    assert chunk_text({"choices": [{"text": None}]}, "completions") is None
+
+
+@pytest.mark.parametrize(("chunk", "endpoint", "reason"), [
+    ({"choices": [{"delta": "oops"}]}, "chat", "'delta' is a string, not an object"),
+    ({"choices": [{"delta": {"content": ["x"]}}]}, "chat", "'content' is an array, not a string"),
+    ({"choices": [{"text": 7}]}, "completions", "'text' is a number, not a string"),
+    ({"choices": "x"}, "completions", "'choices' is a string, not an array"),
+    ({"choices": [None]}, "chat", "'choices[0]' is null, not an object"),
+])
+def test_malformed_chunks_raise(chunk, endpoint, reason):
+    with pytest.raises(MalformedChunk) as info:
+        chunk_text(chunk, endpoint)
+    assert str(info.value) == reason
 
 
 def test_error_text():
