@@ -157,7 +157,7 @@ class OpenAIStreamClient:
                 return
             if not isinstance(data, dict):
                 continue
-            if "error" in data:  # vLLM/SGLang report mid-stream failures this way
+            if data.get("error") is not None:  # vLLM/SGLang report mid-stream failures this way; some servers send null
                 err = data["error"]
                 message = err.get("message", err) if isinstance(err, dict) else err
                 record.error = f"error in stream: {str(message)[:_MAX_ERROR_CHARS]}"

@@ -77,3 +77,12 @@ def test_unexpected_exception_fails_only_its_request(monkeypatch):
         p = _run(server.base_url, "completions")
     assert (p["completed"], p["failed"]) == (5, 1)
     assert p["failures"][0]["error"] == "ZeroDivisionError: nobody foresaw this"
+
+
+def test_error_null_is_not_a_failure():
+    """`"error": null` on every chunk (some OpenAI-compatible servers send it) means no error."""
+    def script(n, body, chat):
+        return [{**chunk, "error": None} for chunk in tokens(body, chat)]
+    with RawSSEServer(script) as server:
+        p = _run(server.base_url, "completions", num_prompts=4)
+    assert (p["completed"], p["failed"]) == (4, 0) and p["failures"] == []
