@@ -14,6 +14,10 @@ from accelkit.core.units import fmt_bytes, fmt_count, parse_size
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.request import LayoutChoice, PlanRequest
 
+#: PlanRequest fields only training reads: their flags default to None so that one given with --task infer
+#: (where it would change nothing) is refused instead of ignored
+TRAIN_ONLY_REQUEST = ("optimizer", "offload", "grad_compression")
+
 
 def _bytes(text: str) -> int:
     return parse_size(text, field="--overhead")
@@ -24,7 +28,12 @@ def _bytes(text: str) -> int:
               helps={"overhead_bytes": "Framework allowance per device, e.g. 2GiB (context, communicator buffers)."})
 @spec_options(LayoutChoice, into="layout",
               names={"sequence_parallel": "--sequence-parallel/--no-sequence-parallel"})
-@spec_options(PlanRequest, into="request")
+@spec_options(PlanRequest, into="request", optional=TRAIN_ONLY_REQUEST,
+              helps={"optimizer": "Training: adam or sgd (with momentum); default adam.",
+                     "offload": "Training: optimizer states in host memory (ZeRO-Offload); default off.",
+                     "grad_compression": "Training: data-parallel gradient compression, default none: bf16/fp16 (2 B "
+                                         "per element: DDP compress hook, FSDP2 reduce_dtype) or powersgd (rank-r P "
+                                         "and Q per gradient matrix; DDP, zero 0)."})
 def plan_cmd(
     model: str = typer.Option(..., "--model", help="Preset name or a Hugging Face config.json path."),
     as_json: bool = JsonOption,
@@ -40,6 +49,8 @@ def plan_cmd(
     from accelkit.plan.context import make_context
 
     with flag_values():
+        if request.get("task") == "infer":
+            _refuse_training_flags(request)
         req = PlanRequest(**request)
         choice = LayoutChoice(**layout)
         plan_options = PlanOptions(**options)
@@ -85,6 +96,20 @@ def plan_cmd(
             _render_one(docs[0])
 
     emit(docs if (names or top) else docs[0], as_json, render)
+
+
+def _refuse_training_flags(request: dict[str, Any]) -> None:
+    from accelkit.core import UserError
+
+    for key in TRAIN_ONLY_REQUEST:
+        if key not in request:
+            continue
+        value, name = request[key], key.replace("_", "-")
+        if isinstance(value, bool):
+            flag = f"--{name}" if value else f"--no-{name}"
+        else:
+            flag = f"--{name} {value}"
+        raise UserError(f"{flag} applies to --task train; inference does not model it — drop it")
 
 
 def _compare_compression(workload: Workload, best: tuple[Any, Any], options: PlanOptions, rank: int,

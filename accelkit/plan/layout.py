@@ -127,6 +127,36 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
         raise UserError("--sequence-parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
 
 
+#: layout fields only training uses: the inference model (plan/evaluate.py infer_memory, plan/time.py infer_time)
+#: has no optimizer states, micro-batches, saved activations or sequence-parallel regions to apply them to
+TRAIN_ONLY_FIELDS = ("zero", "micro_batch", "recompute", "sequence_parallel")
+
+
+def _flag(key: str, value: object) -> str:
+    name = key.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name} {value}"
+
+
+def check_inference_layout(fixed: dict[str, object], global_batch: int | None) -> None:
+    """Raise UserError for a pinned field that inference would ignore (it would be reported but change nothing).
+
+    Context parallelism and interleaved stages are not modelled for inference either: the inference time and
+    memory take neither, so ``cp`` would only take devices from the replicas."""
+    for key in TRAIN_ONLY_FIELDS:
+        if key in fixed:
+            raise UserError(f"{_flag(key, fixed[key])} applies to --task train; inference does not model it — drop it")
+    if global_batch is not None:
+        raise UserError(f"--global-batch {global_batch} applies to --task train; for inference give --batch "
+                        "(concurrent sequences per replica)")
+    for key, what in (("cp", "context-parallel"), ("vp", "interleaved-pipeline")):
+        value = fixed.get(key)
+        if value not in (None, 1):
+            raise UserError(f"--{key} {value}: {what} inference is not modelled (its time and memory ignore it); "
+                            f"drop --{key} or plan --task train")
+
+
 def check_compression(recipe: Recipe, zero: int) -> None:
     """PowerSGD is a DDP communication hook: it cannot compress a ZeRO reduce-scatter."""
     if recipe.grad_compression == "powersgd" and zero > 0:

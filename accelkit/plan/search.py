@@ -13,7 +13,15 @@ from typing import Any
 from accelkit.core import Cluster, DeviceSpec, UserError, Workload
 from accelkit.plan.context import DEFAULT_STEP_TOKENS, PlanContext, make_context
 from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate, infer_memory, train_memory
-from accelkit.plan.layout import Layout, check_compression, check_user_layout, ep_choices, pp_choices, tp_choices
+from accelkit.plan.layout import (
+    Layout,
+    check_compression,
+    check_inference_layout,
+    check_user_layout,
+    ep_choices,
+    pp_choices,
+    tp_choices,
+)
 from accelkit.plan.options import PlanOptions
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -39,7 +47,7 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
         ["none", "selective", "full"] if ctx.options.attention == "math" else ["none", "full"])
     if fixed.get("recompute") == "selective" and "selective" not in recomputes:
         recomputes.append("selective")
-    cp = fixed.get("cp") or 1  # context parallelism and virtual stages are the user's choice, not searched
+    cp = fixed.get("cp") or 1  # context parallelism and virtual stages are the user's choice (training), not searched
     vp = fixed.get("vp") or 1
     if num_devices % cp:
         return
@@ -91,6 +99,8 @@ def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] 
                    global_batch: int | None = None, batch: int | None = None) -> list[Candidate]:
     """Evaluate and rank every layout on ``num_devices`` (best first)."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
+    if ctx.workload.task != "train":
+        check_inference_layout(fixed, global_batch)
     check_user_layout(ctx.model, ctx.cluster, fixed, num_devices)
     check_compression(ctx.workload.recipe, fixed.get("zero", 0))
     if ctx.workload.task == "train" and global_batch is None:
@@ -127,6 +137,8 @@ def min_devices(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global
                 batch: int | None = None) -> tuple[int | None, PlanContext]:
     """Smallest device count with a fitting layout (and meeting the target throughput, if any)."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
+    if ctx.workload.task != "train":
+        check_inference_layout(fixed, global_batch)
     target = ctx.options.target_tokens_per_s
     if ctx.workload.task == "train" and global_batch is None:
         global_batch = default_global_batch(ctx.workload)

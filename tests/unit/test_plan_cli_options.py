@@ -35,3 +35,38 @@ def test_every_former_flag_survives_generation():
 def test_num_devices_is_bounded_like_the_planner():
     param = next(p for p in _plan_command().params if "--num-devices" in p.opts)
     assert (param.min, param.max) == (1, MAX_DEVICES)
+
+
+def _plan_exit(capsys, *args: str) -> tuple[int, str]:
+    import pytest
+
+    from accelkit.cli.app import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "8", *args])
+    return info.value.code, capsys.readouterr().err
+
+
+def test_infer_refuses_training_only_request_flags(capsys):
+    # before: --optimizer sgd, --offload and --grad-compression bf16 under --task infer gave byte-identical plans
+    for flags, named in ((["--optimizer", "sgd"], "--optimizer sgd"), (["--optimizer", "adam"], "--optimizer adam"),
+                         (["--offload"], "--offload"), (["--no-offload"], "--no-offload"),
+                         (["--grad-compression", "bf16"], "--grad-compression bf16")):
+        code, err = _plan_exit(capsys, "--task", "infer", *flags)
+        assert code == 2, err
+        assert err.strip().splitlines() == [f"error: {named} applies to --task train; inference does not model it "
+                                            "— drop it"]
+
+
+def test_training_still_reads_the_training_request_flags(capsys):
+    import json
+
+    from accelkit.cli.app import main
+
+    docs = {}
+    for optimizer in ("adam", "sgd"):
+        main(["plan", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "8", "--dp", "8", "--zero", "0",
+              "--micro-batch", "1", "--recompute", "full", "--optimizer", optimizer, "--json"])
+        docs[optimizer] = json.loads(capsys.readouterr().out)
+    adam, sgd = (docs[k]["memory_per_device_bytes"]["optimizer"] for k in ("adam", "sgd"))
+    assert sgd / adam == 8 / 12  # momentum + fp32 master vs Adam's m, v + master

@@ -156,3 +156,33 @@ def test_planner_imports_no_torch():
             "Cluster(device=get_device('h100'), num_devices=8)); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+INFER_8B = Workload(model=get_preset("llama-3.1-8b"), task="infer", prompt_len=512, output_len=128,
+                    recipe=Recipe(precision="bf16"))
+
+
+@pytest.mark.parametrize("fixed,global_batch,needle", [
+    ({"zero": 3}, None, "--zero 3 applies to --task train"),
+    ({"micro_batch": 4}, None, "--micro-batch 4 applies to --task train"),
+    ({"recompute": "full"}, None, "--recompute full applies to --task train"),
+    ({"tp": 8, "sequence_parallel": True}, None, "--sequence-parallel applies to --task train"),
+    ({"sequence_parallel": False}, None, "--no-sequence-parallel applies to --task train"),
+    ({}, 64, "--global-batch 64 applies to --task train"),
+    ({"cp": 2}, None, "--cp 2: context-parallel inference is not modelled"),
+    ({"pp": 2, "vp": 2}, None, "--vp 2: interleaved-pipeline inference is not modelled"),
+])
+@pytest.mark.parametrize("minimize", [False, True])
+def test_inference_refuses_layout_fields_it_does_not_model(fixed, global_batch, needle, minimize):
+    # before: each was accepted and either changed nothing (zero, micro-batch, recompute, global batch) or was
+    # reported as applied while the model ignored it (cp 2 halved tok/s at the same memory; sp reported false)
+    with pytest.raises(UserError, match=needle) as info:
+        search(INFER_8B, Cluster(device=get_device("h100"), num_devices=8), fixed=fixed, global_batch=global_batch,
+               batch=16, minimize_devices=minimize)
+    assert "\n" not in str(info.value)
+
+
+def test_inference_takes_the_layout_fields_it_models():
+    best = search(INFER_8B, Cluster(device=get_device("h100"), num_devices=8), fixed={"tp": 2, "pp": 2, "cp": 1},
+                  batch=16, top=1)[0]
+    assert (best.layout.tp, best.layout.pp, best.layout.dp, best.layout.cp) == (2, 2, 2, 1)
