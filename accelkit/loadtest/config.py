@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from accelkit.core.spec import Spec, spec_field
 
@@ -103,8 +104,7 @@ class LoadTestConfig(Spec):
     timeout_s: float = spec_field(600.0, min=0.0, doc="Per-request limit; a request past it fails with that text.")
 
     def validate(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url={self.base_url!r} is not valid; expected http://HOST:PORT or https://…")
+        _check_base_url(self.base_url)
         if not self.model.strip():
             raise ValueError("model is empty; give the name the server serves (see GET /v1/models)")
         for name, rate in [("request_rate", self.request_rate)] + [
@@ -153,6 +153,36 @@ class LoadTestConfig(Spec):
         if self.sweep_rates is not None:
             data["sweep_rates"] = [rate_json(r) for r in self.sweep_rates]
         return data
+
+
+def _check_base_url(url: str) -> None:
+    """Parse the base URL now, so that a bad one is one line here and not an exception deep in httpx (a
+    port over 65535 overflowed in the socket layer; 'http://[::1' raised InvalidURL; 'http://' failed
+    every request)."""
+    reason = None
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # urlsplit only checks the [...] of an IPv6 host
+        parts, reason = None, f"the host does not parse ({exc})"
+    if parts is not None:
+        try:
+            port = parts.port
+        except ValueError:  # not a number, or past 65535
+            port, reason = None, "the port must be a whole number in 1-65535"
+        host = parts.hostname
+        if parts.scheme not in ("http", "https") or not url.lower().startswith(parts.scheme + "://"):
+            reason = "it must start with http:// or https://"
+        elif not host:
+            reason = "it has no host"
+        elif any(c.isspace() or not c.isprintable() for c in host):
+            reason = "the host holds a space or a control character"
+        elif port == 0:
+            reason = "the port must be a whole number in 1-65535"
+        elif parts.query or parts.fragment:
+            reason = "a base URL has no ?query or #fragment"
+    if reason is not None:
+        raise ValueError(f"base_url={url!r} is not valid: {reason}; expected http://HOST:PORT or https://HOST[:PORT], "
+                         "e.g. http://127.0.0.1:8000")
 
 
 def rate_json(rate: float) -> float | str:

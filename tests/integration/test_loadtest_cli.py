@@ -82,6 +82,22 @@ def test_usage_errors_exit_2(server, args, needle):
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(("url", "reason"), [
+    ("http://127.0.0.1:99999", "the port must be a whole number in 1-65535"),
+    ("http://127.0.0.1:0", "the port must be a whole number in 1-65535"),
+    ("http://127.0.0.1:x", "the port must be a whole number in 1-65535"),
+    ("http://[::1", "the host does not parse"),
+    ("http://", "it has no host"),
+    ("http://127.0.0.1:8000?x=1", "a base URL has no ?query or #fragment"),
+    ("ftp://127.0.0.1", "it must start with http:// or https://"),
+])
+def test_bad_base_url_exit_2(url, reason):
+    proc = loadtest("--base-url", url, "--model", "m", "--num-prompts", "1", "--warmup", "0", "--no-save", "--json")
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"base_url={url!r} is not valid: {reason}" in lines[0], proc.stderr
+
+
 def test_bad_jsonl_line_exit_2(server, tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "hi"}\n{"prompt": 3}\n')

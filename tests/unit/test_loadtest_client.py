@@ -52,6 +52,15 @@ def test_payload():
     assert plain["prompt"] == "a b" and "ignore_eos" not in plain and plain["temperature"] == 0.0
 
 
+@pytest.mark.parametrize(("base_url", "url"), [
+    ("http://[::1]:8000", "http://[::1]:8000/v1/completions"),
+    ("https://example.com/v1/", "https://example.com/v1/completions"),
+    ("http://h:65535/prefix", "http://h:65535/prefix/v1/completions"),
+])
+def test_good_base_urls(base_url, url):
+    assert LoadTestConfig(base_url=base_url, model="m").url == url
+
+
 def _pass(ttft):
     records = [RequestRecord(index=i, input_len=4, max_tokens=3, send_s=0.0, done_s=1.0,
                              chunk_times_s=[ttft, ttft + 0.1, ttft + 0.2], completion_tokens=3, prompt_tokens=4)
