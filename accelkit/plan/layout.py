@@ -55,13 +55,22 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
+def splits_heads(model: ModelSpec, tp: int) -> bool:
+    """Whether ``tp`` ranks can split the attention: each rank gets whole query heads (heads % tp == 0) and
+    whole KV heads — kv_heads % tp == 0, or tp % kv_heads == 0 with each KV head replicated on tp/kv_heads
+    ranks (vLLM's rule; the memory model's max(kv_heads/tp, 1) heads per rank). Megatron-LM is stricter
+    (query groups % tp == 0) and is not assumed."""
+    kv = model.kv_heads
+    return model.num_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
+
 def tp_choices(model: ModelSpec, cluster: Cluster, num_devices: int) -> list[int]:
-    """tp that divides the heads and the device count and stays inside the scale-up domain."""
+    """tp that splits the heads (``splits_heads``), divides the device count and stays inside the scale-up domain."""
     if not model.is_transformer:
         return [1]
     limit = min(cluster.node_size if cluster.num_devices > 1 else cluster.device.scaleup_domain,
                 cluster.device.scaleup_domain)
-    return [t for t in divisors(num_devices) if t <= limit and model.num_heads % t == 0]
+    return [t for t in divisors(num_devices) if t <= limit and splits_heads(model, t)]
 
 
 def pp_choices(model: ModelSpec, num_devices: int) -> list[int]:
@@ -97,6 +106,11 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
         if model.is_transformer and heads % tp:
             ok = ", ".join(str(d) for d in divisors(heads))
             raise UserError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}; use one of {ok}")
+        if model.is_transformer and not splits_heads(model, tp):
+            kv = model.kv_heads
+            ok = ", ".join(str(d) for d in divisors(heads) if splits_heads(model, d))
+            raise UserError(f"--tp {tp} neither divides nor is a multiple of the {kv} KV heads of {model.name} "
+                            f"(a rank holds whole KV heads: kv_heads % tp == 0 or tp % kv_heads == 0); use one of {ok}")
         if tp > cluster.device.scaleup_domain:
             raise UserError(f"--tp {tp} exceeds the scale-up domain of {cluster.device.name} "
                             f"({cluster.device.scaleup_domain} devices); tensor parallelism needs the fast fabric")

@@ -116,7 +116,8 @@ def _no_layout_message(ctx: PlanContext, n: int, fixed: dict[str, Any], global_b
     given = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in fixed.items()) or "no layout flags"
     extra = f" and global batch {global_batch}" if ctx.workload.task == "train" else ""
     return (f"no valid layout of {ctx.model.name} on {n} × {ctx.device.name} with {given}{extra}: dp·tp·pp must equal "
-            "the device count, tp divide the heads, pp the layers, dp the global batch; change one of them")
+            "the device count, tp divide the heads (and divide or be a multiple of the KV heads), pp the layers, "
+            "dp the global batch; change one of them")
 
 
 def _counts(device: DeviceSpec, limit: int) -> Iterator[int]:

@@ -186,3 +186,22 @@ def test_inference_takes_the_layout_fields_it_models():
     best = search(INFER_8B, Cluster(device=get_device("h100"), num_devices=8), fixed={"tp": 2, "pp": 2, "cp": 1},
                   batch=16, top=1)[0]
     assert (best.layout.tp, best.layout.pp, best.layout.dp, best.layout.cp) == (2, 2, 2, 1)
+
+
+def test_tp_must_divide_or_be_a_multiple_of_the_kv_heads():
+    # qwen2.5-7b: 28 query heads, 4 KV heads. tp 7 divides the query heads but splits KV heads across ranks;
+    # before: pinned it was planned, and searched on 7 devices
+    qwen = Workload(model=get_preset("qwen2.5-7b"), task="infer", recipe=Recipe(precision="bf16"))
+    assert (qwen.model.num_heads, qwen.model.kv_heads) == (28, 4)
+    cluster = Cluster(device=get_device("h100"), num_devices=7)
+    with pytest.raises(UserError, match=r"--tp 7 neither divides nor is a multiple of the 4 KV heads .*"
+                                        r"use one of 1, 2, 4, 28$") as info:
+        search(qwen, cluster, fixed={"tp": 7})
+    assert "\n" not in str(info.value)
+    assert {c.layout.tp for c in search(qwen, cluster)} == {1}
+    ctx = make_context(qwen.replace(task="train", seq_len=4096), Cluster(device=get_device("h100"), num_devices=28),
+                       PlanOptions())
+    assert {lay.tp for lay in enumerate_layouts(ctx, 28, {}, 28)} == {1, 2, 4}
+    # a multiple of the KV heads replicates each KV head (vLLM): llama-3.1-70b has 8, tp 8 holds one each
+    assert search(TRAIN_70B, Cluster(device=get_device("h100"), num_devices=8), fixed={"tp": 8, "pp": 1},
+                  global_batch=8, top=1)[0].layout.tp == 8
