@@ -9,7 +9,7 @@ import typer
 
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
-from accelkit.core import Cluster, Recipe, Workload
+from accelkit.core import Cluster, Recipe, UserError, Workload
 from accelkit.core.units import fmt_bytes, fmt_count, parse_size
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.request import LayoutChoice, PlanRequest
@@ -60,9 +60,16 @@ def plan_cmd(
             seq = spec.num_patches + 1
         else:
             seq = req.seq_len or min(4096, spec.max_seq_len or 4096)
+        if req.hardware and names:
+            raise UserError(f"--hardware {req.hardware} and --compare {req.compare} are exclusive (one plan, or one row "
+                            f"per hardware); drop --hardware, or add {req.hardware} to the --compare list")
         if req.seq_len and spec.max_seq_len and req.seq_len > spec.max_seq_len:
             err.print(f"note: --seq-len {req.seq_len} exceeds {spec.name}'s context of {spec.max_seq_len}",
                       highlight=False)
+        context = req.prompt_len + req.output_len
+        if req.task == "infer" and spec.kind in ("decoder", "moe") and spec.max_seq_len and context > spec.max_seq_len:
+            err.print(f"note: --prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens exceeds "
+                      f"{spec.name}'s context of {spec.max_seq_len}", highlight=False)
         workload = Workload(
             model=spec, task=req.task, seq_len=seq, prompt_len=req.prompt_len, output_len=req.output_len,
             optimizer=req.optimizer, batch_size=req.batch or 1,
@@ -99,8 +106,6 @@ def plan_cmd(
 
 
 def _refuse_training_flags(request: dict[str, Any]) -> None:
-    from accelkit.core import UserError
-
     for key in TRAIN_ONLY_REQUEST:
         if key not in request:
             continue

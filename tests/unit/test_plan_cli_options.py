@@ -70,3 +70,23 @@ def test_training_still_reads_the_training_request_flags(capsys):
         docs[optimizer] = json.loads(capsys.readouterr().out)
     adam, sgd = (docs[k]["memory_per_device_bytes"]["optimizer"] for k in ("adam", "sgd"))
     assert sgd / adam == 8 / 12  # momentum + fp32 master vs Adam's m, v + master
+
+
+def test_hardware_and_compare_together_are_refused(capsys):
+    # before: --hardware b200 --compare h100 printed the h100 row only, b200 silently dropped
+    code, err = _plan_exit(capsys, "--compare", "h100", "--task", "infer")  # _plan_exit gives --hardware h100
+    assert code == 2
+    assert err.strip().splitlines() == ["error: --hardware h100 and --compare h100 are exclusive (one plan, or one row "
+                                        "per hardware); drop --hardware, or add h100 to the --compare list"]
+
+
+def test_inference_context_past_the_model_gets_the_training_note(capsys):
+    # before: training's --seq-len past the model's positions was noted, an inference prompt was not
+    from accelkit.cli.app import main
+
+    base = ["plan", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "8", "--task", "infer", "--json"]
+    main([*base, "--prompt-len", "131000", "--output-len", "72"])  # 131072: exactly the context
+    assert "note:" not in capsys.readouterr().err
+    main([*base, "--prompt-len", "500000"])
+    assert "note: --prompt-len 500000 + --output-len 128 = 500128 tokens exceeds llama-3.1-8b's context of 131072" \
+        in capsys.readouterr().err
