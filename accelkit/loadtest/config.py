@@ -126,8 +126,13 @@ class LoadTestConfig(Spec):
         if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable() and self.api_key):
             raise ValueError("api_key holds characters an HTTP Authorization header cannot carry (it must be printable "
                              "ASCII and not empty); check the key")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s={self.timeout_s!r} is out of range; expected > 0 seconds")
+        # finite: both go into the stored config and --json, and JSON has no Infinity
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ValueError(f"timeout_s={self.timeout_s!r} is out of range; expected a finite number of seconds > 0 "
+                             "(e.g. 3600 for very long requests)")
+        if not math.isfinite(self.warmup_timeout_s):
+            raise ValueError(f"warmup_timeout_s={self.warmup_timeout_s!r} is out of range; expected a finite number "
+                             "of seconds >= 0 (e.g. 3600 for a slow-starting server)")
         words = (self.num_prompts + self.warmup) * self.random_input_len * (1 + self.random_range_ratio)
         if self.dataset == "random" and words > MAX_RANDOM_WORDS:
             raise ValueError(f"num_prompts × random_input_len = {words:,.0f} words of prompts to build in memory (at "

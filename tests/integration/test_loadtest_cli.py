@@ -74,6 +74,9 @@ def test_sweep_prints_curve(server):
     (("--request-rate", "-2"), "--request-rate '-2' is not valid"),
     (("--sweep-rates", "1,x"), "--sweep-rates 'x' is not valid"),
     (("--endpoint", "embeddings"), "'embeddings' is not one of 'completions', 'chat'"),
+    # JSON has no Infinity: these made --json and the stored result invalid JSON
+    (("--timeout", "inf", "--json"), "timeout_s=inf is out of range; expected a finite number of seconds > 0"),
+    (("--warmup-timeout", "inf", "--json"), "warmup_timeout_s=inf is out of range; expected a finite number of seconds"),
 ])
 def test_usage_errors_exit_2(server, args, needle):
     proc = loadtest("--base-url", server.base_url, "--model", "fake-model", *args)

@@ -1,5 +1,6 @@
 """Chunk classification, error text, request bodies, the stored curve and the no-torch rule."""
 
+import math
 import subprocess
 import sys
 
@@ -59,6 +60,12 @@ def test_payload():
 ])
 def test_good_base_urls(base_url, url):
     assert LoadTestConfig(base_url=base_url, model="m").url == url
+
+
+@pytest.mark.parametrize("field", ["timeout_s", "warmup_timeout_s"])
+def test_timeouts_must_be_finite(field):
+    with pytest.raises(ValueError, match=f"^{field}=inf is out of range; expected a finite number of seconds"):
+        LoadTestConfig(base_url="http://h", model="m", **{field: math.inf})
 
 
 def _pass(ttft):
