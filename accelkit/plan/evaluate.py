@@ -17,7 +17,7 @@ from accelkit.plan.memory import (
     layer_activation_bytes,
     model_state_bytes,
 )
-from accelkit.plan.time import infer_time, stage_params, train_time
+from accelkit.plan.time import expert_dp, infer_time, stage_param_split, stage_params, train_time
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "other")
 
@@ -69,9 +69,11 @@ def _finish_memory(ctx: PlanContext, parts: dict[str, float]) -> tuple[dict[str,
 def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     """Bytes on one device of the heaviest pipeline stage."""
     w, o = ctx.workload, ctx.options
-    params = stage_params(ctx, layout)
-    states = model_state_bytes(params, precision=w.recipe.precision, optimizer=w.optimizer, zero=layout.zero,
-                               dp=layout.dp * layout.cp, offload=w.recipe.offload)
+    dense, expert = stage_param_split(ctx, layout)
+    params = dense + expert
+    states = model_state_bytes(dense, precision=w.recipe.precision, optimizer=w.optimizer, zero=layout.zero,
+                               dp=layout.dp * layout.cp, offload=w.recipe.offload, expert_params=expert,
+                               expert_dp=expert_dp(layout))
     other = float(o.overhead_bytes)
     if layout.dp * layout.cp > 1:
         other += powersgd_memory_bytes(ctx, params)  # PowerSGD's error-feedback copy of the gradients

@@ -44,19 +44,24 @@ def optimizer_bytes_per_param(optimizer: str, precision: str) -> int:
 
 
 def model_state_bytes(
-    params: float, *, precision: str, optimizer: str, zero: int, dp: int, offload: bool = False
+    params: float, *, precision: str, optimizer: str, zero: int, dp: int, offload: bool = False,
+    expert_params: float = 0.0, expert_dp: int = 1,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states per device for ``params`` parameters on this device's
-    model-parallel shard, ZeRO stage ``zero`` over ``dp`` ranks (Rajbhandari et al. 2020, Figure 1)."""
-    w = TRAIN_WEIGHT_BYTES[precision] * params
-    g = TRAIN_WEIGHT_BYTES[precision] * params  # gradients in the weight dtype, as the ZeRO paper counts
-    o = optimizer_bytes_per_param(optimizer, precision) * params
-    if zero >= 1:
-        o /= dp
-    if zero >= 2:
-        g /= dp
-    if zero >= 3:
-        w /= dp
+    model-parallel shard, ZeRO stage ``zero`` over ``dp`` ranks (Rajbhandari et al. 2020, Figure 1).
+
+    ``expert_params`` (this device's experts, already ÷ ep) are replicated only over the ``expert_dp`` ranks that
+    hold the same experts (dp·cp/ep), so ZeRO shards their states over that group, not over ``dp``
+    (DeepSpeed-MoE's expert-data-parallel group, Megatron-Core's expert data-parallel group)."""
+    def per_device(bytes_per_param: float, sharded: bool) -> float:
+        if not sharded:
+            return bytes_per_param * (params + expert_params)
+        return bytes_per_param * (params / dp + expert_params / expert_dp)
+
+    wb = TRAIN_WEIGHT_BYTES[precision]
+    w = per_device(wb, zero >= 3)
+    g = per_device(wb, zero >= 2)  # gradients in the weight dtype, as the ZeRO paper counts them
+    o = per_device(optimizer_bytes_per_param(optimizer, precision), zero >= 1)
     return {"weights": w, "gradients": g, "optimizer": 0.0 if offload else o, "optimizer_offloaded": o if offload else 0.0}
 
 

@@ -27,6 +27,8 @@ runs slower (NCCL takes SMs and HBM bandwidth), by priors.OVERLAP_SLOWDOWN of th
   weights) once per step, bucketed during the last micro-batch's backward — only the part longer than
   that backward is exposed (the all-gather of ZeRO 1/2 hides behind the next forward the same way); with
   ``grad_reduce_overlap`` off (Megatron's local DDP, DeepSpeed's pipeline engine) all of it is exposed;
+  a MoE's expert gradients (already ÷ ep) reduce, and ZeRO shards their states, over the expert-data-parallel
+  group of dp·cp/ep ranks only (``dp_groups``), the dense part over dp·cp;
 * ZeRO 3 / FSDP: every micro-batch all-gathers each layer's weights for forward and again for backward and
   reduce-scatters its gradients, prefetched one layer ahead — exposed are the layers whose traffic outlasts
   their compute, plus the first gather and the last reduce-scatter, which nothing hides; with
@@ -74,16 +76,33 @@ def stage_layers(ctx: PlanContext, layout: Layout) -> int:
     return -(-ctx.model.num_layers // pp)
 
 
-def stage_params(ctx: PlanContext, layout: Layout) -> float:
-    """Parameters on one device of the heaviest pipeline stage."""
+def stage_param_split(ctx: PlanContext, layout: Layout) -> tuple[float, float]:
+    """(dense, expert) parameters on one device of the heaviest pipeline stage; the experts already ÷ ep. The two
+    parts are data-parallel over different groups (``expert_dp``), so ZeRO shards and reduces them apart."""
     if ctx.cnn is not None:
-        return float(ctx.model.num_params())
+        return float(ctx.model.num_params()), 0.0
     layers = stage_layers(ctx, layout)  # uneven stages: the heaviest
-    per_layer = ctx.layer_params + ctx.layer_expert_params / layout.ep
+    experts = ctx.layer_expert_params / layout.ep
     ends = ctx.embedding_params + ctx.head_params if layout.pp == 1 else max(ctx.embedding_params, ctx.head_params)
     if layout.pp > 1 and ctx.options.pp_embedding_as_layer:
-        return max(layers * per_layer, (layers - 1) * per_layer + ends) / layout.tp
-    return (layers * per_layer + ends) / layout.tp
+        if ends > ctx.layer_params + experts:  # the stage beside the embedding or the head, one block fewer
+            layers -= 1
+        else:  # a middle stage, all blocks
+            ends = 0.0
+    return (layers * ctx.layer_params + ends) / layout.tp, layers * experts / layout.tp
+
+
+def stage_params(ctx: PlanContext, layout: Layout) -> float:
+    """Parameters on one device of the heaviest pipeline stage."""
+    dense, expert = stage_param_split(ctx, layout)
+    return dense + expert
+
+
+def expert_dp(layout: Layout) -> int:
+    """Ranks that hold the same experts: the expert-data-parallel group, dp·cp/ep (DeepSpeed-MoE's expert-data
+    group, Megatron-Core's expert data-parallel group). ZeRO shards the expert states and the expert gradients
+    are reduced over it, not over dp·cp: ep of the dp ranks already split the experts."""
+    return max(1, layout.dp * layout.cp // layout.ep)
 
 
 def tensor_flop_s(ctx: PlanContext) -> float:
@@ -209,10 +228,10 @@ def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     mb = layout.grad_accum
 
     # ---- data parallel and the optimizer
-    params = stage_params(ctx, layout)
-    red = dp_reduction(ctx, layout, params)
-    dp_exposed = _dp_exposed(ctx, layout, params, red, layers, stage, st_compute)
-    optimizer = _optimizer_s(ctx, layout, params, bw) + compression_s(ctx, layout, red)
+    dense, expert = stage_param_split(ctx, layout)
+    red = dp_reduction(ctx, layout, dense + expert)
+    dp_exposed = _dp_exposed(ctx, layout, dense, expert, layers, stage, st_compute)
+    optimizer = _optimizer_s(ctx, layout, dense, expert, bw) + compression_s(ctx, layout, red)
     return {
         "compute": mb * st_compute,
         "memory": mb * st_memory + optimizer,
@@ -249,17 +268,31 @@ def compression_s(ctx: PlanContext, layout: Layout, red: GradReduction | None) -
     return compress_s(ctx, red) * reductions_per_step(layout)
 
 
-def _dp_exposed(ctx: PlanContext, layout: Layout, params: float, red: GradReduction | None, layers: int,
-                stage: float, st_compute: float) -> float:
-    """Exposed data-parallel time per step (the overlap model in the module docstring). Gradients are
-    reduced over dp·cp ranks (context-parallel ranks hold the same weights), in the bytes ``red`` says."""
-    group = layout.dp * layout.cp
-    if group <= 1 or red is None:
+def dp_groups(ctx: PlanContext, layout: Layout, dense: float, expert: float) -> list[tuple[Links, float]]:
+    """The data-parallel groups one device's parameters are replicated over, each with its links and the parameters
+    it reduces (and, under ZeRO 3, gathers): the dense part over the dp·cp ranks that hold the same shard
+    (context-parallel ranks hold the same weights), the experts over the expert-data-parallel group
+    (``expert_dp``: every ep-th of those ranks, stride tp·ep), none when ep spans all of dp·cp."""
+    group, edp = layout.dp * layout.cp, expert_dp(layout)
+    if edp == group:  # no expert parallelism: one group holds everything
+        return [(links(ctx, group, layout.tp), dense + expert)] if group > 1 else []
+    out = [(links(ctx, group, layout.tp), dense)] if group > 1 else []
+    if edp > 1 and expert > 0:
+        out.append((links(ctx, edp, layout.tp * layout.ep), expert))
+    return out
+
+
+def _dp_exposed(ctx: PlanContext, layout: Layout, dense: float, expert: float, layers: int, stage: float,
+                st_compute: float) -> float:
+    """Exposed data-parallel time per step (the overlap model in the module docstring): the collectives of every
+    group in ``dp_groups``, one after another, each in the bytes ``grad_reduction`` says."""
+    groups = dp_groups(ctx, layout, dense, expert)
+    if not groups:
         return 0.0
-    dp_links = links(ctx, group, layout.tp)
+    scatter = sum(reduce_s(g, grad_reduction(ctx, layout, p)) for g, p in groups)
     if layout.zero >= 3:  # per micro-batch: gather for forward and backward, reduce-scatter the gradients
-        gather = dp_links.all_gather_s(params * (4.0 if ctx.options.autocast_fp32_params else ctx.weight_bytes))
-        scatter = reduce_s(dp_links, red)
+        wb = 4.0 if ctx.options.autocast_fp32_params else ctx.weight_bytes
+        gather = sum(g.all_gather_s(p * wb) for g, p in groups)
         units = max(1, layers)
         edges = (gather + scatter) / units  # the first gather and the last scatter: nothing to hide behind
         if ctx.options.fsdp_backward_prefetch == "post":
@@ -271,16 +304,18 @@ def _dp_exposed(ctx: PlanContext, layout: Layout, params: float, red: GradReduct
         return layout.grad_accum * exposed
     backward = BACKWARD_SHARE * st_compute if ctx.options.grad_reduce_overlap else 0.0
     if layout.zero == 0:
-        return overlapped(reduce_s(dp_links, red), backward)
+        return overlapped(scatter, backward)
     # ZeRO 1/2: reduce-scatter during the last backward, all-gather of updated weights before the next forward
     forward = st_compute - BACKWARD_SHARE * st_compute if ctx.options.grad_reduce_overlap else 0.0
-    return (overlapped(reduce_s(dp_links, red), backward)
-            + overlapped(dp_links.all_gather_s(params * ctx.weight_bytes), forward))
+    gather = sum(g.all_gather_s(p * ctx.weight_bytes) for g, p in groups)
+    return overlapped(scatter, backward) + overlapped(gather, forward)
 
 
-def _optimizer_s(ctx: PlanContext, layout: Layout, params: float, bw: float) -> float:
+def _optimizer_s(ctx: PlanContext, layout: Layout, dense: float, expert: float, bw: float) -> float:
+    """One pass of the optimizer over this device's share: ZeRO 1+ updates the dense part ÷ dp·cp and the
+    experts ÷ the expert-data-parallel group."""
     recipe = ctx.workload.recipe
-    local = params / (layout.dp * layout.cp) if layout.zero >= 1 else params
+    local = dense / (layout.dp * layout.cp) + expert / expert_dp(layout) if layout.zero >= 1 else dense + expert
     wb = TRAIN_WEIGHT_BYTES[recipe.precision]
     if recipe.offload:  # gradients to the host, updated weights back
         return local * 2 * wb / OFFLOAD_BANDWIDTH
@@ -300,8 +335,8 @@ def _cnn_train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     params = float(ctx.model.num_params())
     stage = compute + memory
     red = dp_reduction(ctx, layout, params)
-    dp_exposed = _dp_exposed(ctx, layout, params, red, 1, stage, compute)
-    opt = _optimizer_s(ctx, layout, params, bw) + compression_s(ctx, layout, red)
+    dp_exposed = _dp_exposed(ctx, layout, params, 0.0, 1, stage, compute)
+    opt = _optimizer_s(ctx, layout, params, 0.0, bw) + compression_s(ctx, layout, red)
     return {"compute": layout.grad_accum * compute, "memory": layout.grad_accum * memory + opt,
             "communication": dp_exposed, "bubble": 0.0, "launch": 0.0}
 

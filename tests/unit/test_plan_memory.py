@@ -68,3 +68,32 @@ def test_layout_that_does_not_fit_is_reported_not_raised():
     assert d["overflow"]["over_by_bytes"] > 0
     assert d["overflow"]["largest"][0] == "optimizer"  # 70.6B × 12 B / 8 ranks ≫ 80 GB
     assert d["memory_per_device_bytes"]["total"] > d["memory_capacity_bytes"]
+
+
+def test_moe_expert_states_shard_over_the_expert_data_parallel_group():
+    # ZeRO paper K = 12 (calibration.md, Memory anchors: "mixed-precision Adam ... K=12"). With ep 8 of dp 8 every
+    # rank holds one expert alone: its optimizer states are not sharded again (expert-DP group dp/ep = 1); the dense
+    # part is sharded over all 8. Before the fix both were ÷ 8: 10.12 GiB instead of ≈65.2.
+    from accelkit.plan import make_context
+
+    w = Workload(model=get_preset("mixtral-8x7b"), task="train", seq_len=4096,
+                 recipe=Recipe(precision="bf16", dp=8, ep=8, zero=1, micro_batch=1, grad_accum=1, recompute="full"))
+    cluster = Cluster(device=get_device("h100"), num_devices=8)
+    ctx = make_context(w, cluster)
+    layers = w.model.num_layers
+    dense = layers * ctx.layer_params + ctx.embedding_params + ctx.head_params
+    experts = layers * ctx.layer_expert_params
+    got = plan(w, cluster).details["memory_per_device_bytes"]["optimizer"]
+    assert got == pytest.approx(12 * dense / 8 + 12 * (experts / 8) / 1, rel=1e-6)
+    assert got / 2**30 == pytest.approx(65.2, rel=0.01)
+
+
+def test_model_state_bytes_shards_experts_over_their_own_group():
+    dense, experts = 1e9, 4e9
+    for zero, (w, g, o) in {0: (1, 1, 1), 1: (1, 1, 0), 2: (1, 0, 0), 3: (0, 0, 0)}.items():
+        s = model_state_bytes(dense, precision="bf16", optimizer="adam", zero=zero, dp=8, expert_params=experts,
+                              expert_dp=2)
+        unsharded, sharded = dense + experts, dense / 8 + experts / 2
+        assert s["weights"] == pytest.approx(2 * (unsharded if w else sharded))
+        assert s["gradients"] == pytest.approx(2 * (unsharded if g else sharded))
+        assert s["optimizer"] == pytest.approx(12 * (unsharded if o else sharded))

@@ -206,3 +206,21 @@ def test_decode_is_bandwidth_bound_and_fp8_kv_helps_at_long_context():
     assert fp8["decode_time_per_token_s"] < auto["decode_time_per_token_s"]
     assert fp8["memory_per_device_bytes"]["kv_cache"] == auto["memory_per_device_bytes"]["kv_cache"] // 2
     assert auto["kv_cache_dtype"] == "bf16" and auto["kv_cache_dtype_requested"] == "auto"
+
+
+def test_moe_optimizer_step_and_expert_gradient_reduction_use_the_expert_data_parallel_group():
+    from accelkit.plan.time import byte_s, dp_groups, stage_param_split
+
+    lay = dict(model="mixtral-8x7b", micro_batch=1, grad_accum=1, recompute="full")
+    ctx, all8 = _train(ep=8, zero=1, **lay)
+    dense, expert = stage_param_split(ctx, all8)
+    # ep = dp: each rank's experts live on it alone, nothing to reduce or shard; the dense part over all 8
+    assert [(g.n, p) for g, p in dp_groups(ctx, all8, dense, expert)] == [(8, dense)]
+    ctx2, ep2 = _train(ep=2, zero=1, **lay)
+    d2, e2 = stage_param_split(ctx2, ep2)
+    assert [(g.n, p) for g, p in dp_groups(ctx2, ep2, d2, e2)] == [(8, d2), (4, e2)]
+    # ZeRO 1 shortens the optimizer pass (read+write 12 B of states and 2 B of weights, read 2 B of gradients =
+    # 30 B per parameter) only by the dense part's 7/8: the experts are not sharded again
+    _, z0 = _train(ep=8, zero=0, **lay)
+    saved = train_time(ctx, z0)["memory"] - train_time(ctx, all8)["memory"]
+    assert saved == pytest.approx(dense * (1 - 1 / 8) * 30 / byte_s(ctx), rel=1e-6)
