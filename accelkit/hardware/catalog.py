@@ -58,17 +58,19 @@ def _row_to_spec(row: dict[str, str]) -> DeviceSpec:
 
 
 @functools.cache
-def _catalog() -> tuple[tuple[DeviceSpec, ...], dict[str, DeviceSpec]]:
+def _catalog() -> tuple[tuple[DeviceSpec, ...], dict[str, DeviceSpec], tuple[int, ...]]:
+    """The specs in file order, the lookup index, and each row's nominal memory in GB (the figure names carry)."""
     text = resources.files("accelkit.hardware").joinpath("data/hardware.csv").read_text()
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    specs = tuple(_row_to_spec(row) for row in csv.DictReader(io.StringIO("\n".join(lines))))
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    specs = tuple(_row_to_spec(row) for row in rows)
     index: dict[str, DeviceSpec] = {}
     for spec in specs:  # full names first, so no alias can shadow a real name
         index[_key(spec.name)] = spec
     for spec in specs:  # then aliases; on a clash the first row (e.g. A100-SXM4 over A100-PCIe) wins
         for alias in spec.aliases:
             index.setdefault(_key(alias), spec)
-    return specs, index
+    return specs, index, tuple(round(float(row["memory_GB"])) for row in rows)
 
 
 def list_devices() -> tuple[DeviceSpec, ...]:
@@ -78,7 +80,7 @@ def list_devices() -> tuple[DeviceSpec, ...]:
 
 def get_device(name: str) -> DeviceSpec:
     """Look up by name or alias ('h200', 'H200-SXM', 'mi300x', 'tpu-v5p', 'a100'), case-insensitive."""
-    specs, index = _catalog()
+    specs, index, _ = _catalog()
     spec = index.get(_key(name))
     if spec is None:
         names = [s.name for s in specs]
@@ -86,17 +88,53 @@ def get_device(name: str) -> DeviceSpec:
     return spec
 
 
-def match_device_name(reported: str) -> DeviceSpec | None:
-    """Catalog entry for a name a driver reports ('NVIDIA H200', 'AMD Instinct MI300X'), or None.
+#: memory figures a driver's name may carry other than the GPU's own: 'NVIDIA GH200 480GB' names the
+#: superchip's LPDDR5X (its GPU has 96 GB of HBM3)
+_REPORTED_GB: dict[str, frozenset[int]] = {"GH200-96GB": frozenset({96, 480})}
+_FORM_FACTORS = {"sxm": "sxm", "pcie": "pcie", "nvl": "nvl"}
 
-    Picks the catalog name whose leading model token appears in the reported name, preferring the
-    longest match and the memory size when the driver's name carries one.
+
+def _tokens(name: str) -> list[str]:
+    """'NVIDIA A100-SXM4-40GB' → ['nvidia', 'a100', 'sxm4', '40gb']."""
+    return re.findall(r"[a-z0-9]+", name.lower())
+
+
+def _form_factor(tokens: list[str]) -> str | None:
+    """sxm (SXM, SXM4, SXM5), pcie or nvl (a PCIe card bridged by NVLink, e.g. H100 NVL: 94 GB), if named."""
+    for token in tokens:
+        for prefix, form in _FORM_FACTORS.items():
+            if token == prefix or (prefix == "sxm" and re.fullmatch(r"sxm\d*", token)):
+                return form
+    return None
+
+
+def _agrees(spec: DeviceSpec, nominal_gb: int, tokens: list[str]) -> bool:
+    """Whether the memory size, memory type and form factor a reported name carries (when it does) are the entry's."""
+    sizes = {int(m.group(1)) for t in tokens if (m := re.fullmatch(r"(\d+)gb?", t))}
+    if sizes and not sizes <= _REPORTED_GB.get(spec.name, frozenset({nominal_gb})):
+        return False
+    kinds = {t for t in tokens if re.fullmatch(r"hbm\d*e?|gddr\d+x?", t)}
+    if kinds and kinds != {spec.memory_type.lower()}:
+        return False
+    form = _form_factor(tokens)
+    own = _form_factor(_tokens(spec.name))
+    return form is None or own is None or form == own  # an entry without one comes in one form
+
+
+def match_device_name(reported: str) -> DeviceSpec | None:
+    """Catalog entry for a name a driver reports ('NVIDIA H200', 'NVIDIA A100 80GB PCIe', 'AMD Instinct MI300X'),
+    or None.
+
+    An entry matches when its name or an alias is a run of whole tokens of the reported name ('H200' is not in
+    'GH200') and the memory size, memory type (HBM3, HBM2e …) and form factor (SXM, PCIe, NVL) the reported
+    name carries agree with it — 'NVIDIA A100-SXM4-40GB' and 'NVIDIA H100 NVL' match nothing rather than an
+    80 GB SXM entry. The longest matching name wins, then the earlier catalog row.
     """
-    reported_key = _key(reported)
+    tokens = _tokens(reported)
+    runs = {"".join(tokens[i:j]) for i in range(len(tokens)) for j in range(i + 1, len(tokens) + 1)}
     best: tuple[int, DeviceSpec] | None = None
-    for spec in list_devices():
-        for candidate in (spec.name, *spec.aliases):
-            key = _key(candidate)
-            if key and key in reported_key and (best is None or len(key) > best[0]):
-                best = (len(key), spec)
+    for spec, nominal_gb in zip(list_devices(), _catalog()[2], strict=True):
+        length = max((len(k) for k in map(_key, (spec.name, *spec.aliases)) if k in runs), default=0)
+        if length and (best is None or length > best[0]) and _agrees(spec, nominal_gb, tokens):
+            best = (length, spec)
     return best[1] if best else None

@@ -66,3 +66,32 @@ def test_match_driver_names(reported, name):
 
 def test_match_unknown_device():
     assert match_device_name("NVIDIA Tesla T4") is None
+
+
+# torch.cuda.get_device_name / nvidia-smi / rocm-smi names of real cards
+@pytest.mark.parametrize(("reported", "name"), [
+    ("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB"),  # before: A100-SXM4-80GB (longest alias 'A100' + file order)
+    ("NVIDIA A100-PCIE-80GB", "A100-PCIe-80GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("NVIDIA A100-SXM4-40GB", None),  # before: A100-SXM4-80GB, twice the memory of the card
+    ("NVIDIA A100-PCIE-40GB", None),
+    ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"),  # the PCIe card has HBM2e
+    ("NVIDIA H100 PCIe", "H100-PCIe-80GB"),
+    ("NVIDIA H100 NVL", None),  # 94 GB, PCIe + NVLink bridge: not in the catalog; before: H100-SXM5-80GB
+    ("NVIDIA H200", "H200-SXM-141GB"),
+    ("NVIDIA H200 NVL", None),
+    ("NVIDIA GH200 480GB", "GH200-96GB"),  # 480 GB is the superchip's LPDDR5X; 'H200' is not a token of it
+    ("NVIDIA B200", "B200-SXM-180GB"),
+    ("AMD Instinct MI300X", "MI300X"),
+    ("AMD Instinct MI300X VF", "MI300X"),
+    ("AMD Instinct MI250X/MI250", "MI250X-GCD"),
+    ("NVIDIA L40S", "L40S"),
+])
+def test_match_real_driver_names_by_memory_and_form_factor(reported, name):
+    spec = match_device_name(reported)
+    assert (spec.name if spec else None) == name
+
+
+def test_every_catalog_name_matches_itself():
+    for spec in list_devices():
+        assert match_device_name(spec.name) is spec
