@@ -114,6 +114,14 @@ class LoadTestConfig(Spec):
                 raise ValueError(f"{name}={rate!r} is out of range; expected > 0 requests/s or inf")
         if self.sweep_rates is not None and not self.sweep_rates:
             raise ValueError("sweep_rates is empty; give at least one rate or leave it out")
+        # each pass's samples are stored under '<name>@<rate:g>': two rates with one label would overwrite
+        sweep = self.sweep_rates or ()
+        labels: dict[str, int] = {}
+        for j, rate in enumerate(sweep):
+            i = labels.setdefault(f"{rate:g}", j)
+            if i != j:
+                raise ValueError(f"sweep_rates[{j}]={rate!r} repeats sweep_rates[{i}]={sweep[i]!r} (both label their "
+                                 f"samples '@{rate:g}'); give each rate once, differing in the first 6 significant digits")
         if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
             raise ValueError(f"burstiness={self.burstiness!r} is out of range; expected a finite number > 0")
         if self.random_range_ratio >= 1.0:

@@ -101,6 +101,15 @@ def test_bad_base_url_exit_2(url, reason):
     assert len(lines) == 1 and f"base_url={url!r} is not valid: {reason}" in lines[0], proc.stderr
 
 
+def test_repeated_sweep_rate_exit_2(server):
+    """Two passes at one rate stored their samples under one key ('ttft_s@2'): the first pass's were lost."""
+    proc = loadtest("--base-url", server.base_url, "--model", "fake-model", "--num-prompts", "2", "--warmup", "0",
+                    "--random-input-len", "4", "--random-output-len", "2", "--sweep-rates", "2,2", "--no-save", "--json")
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sweep_rates[1]=2.0 repeats sweep_rates[0]=2.0" in lines[0], proc.stderr
+
+
 def test_bad_jsonl_line_exit_2(server, tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "hi"}\n{"prompt": 3}\n')

@@ -1,6 +1,7 @@
 """Chunk classification, error text, request bodies, the stored curve and the no-torch rule."""
 
 import math
+import re
 import subprocess
 import sys
 
@@ -66,6 +67,13 @@ def test_good_base_urls(base_url, url):
 def test_timeouts_must_be_finite(field):
     with pytest.raises(ValueError, match=f"^{field}=inf is out of range; expected a finite number of seconds"):
         LoadTestConfig(base_url="http://h", model="m", **{field: math.inf})
+
+
+@pytest.mark.parametrize(("rates", "label"), [((1.0, math.inf, math.inf), "@inf"),
+                                             ((1234567.0, 1234568.0), "@1.23457e+06")])  # same to 6 digits
+def test_sweep_rates_with_one_sample_label_refused(rates, label):
+    with pytest.raises(ValueError, match=f"^sweep_rates\\[{len(rates) - 1}\\]=.* repeats .*'{re.escape(label)}'"):
+        LoadTestConfig(base_url="http://h", model="m", sweep_rates=rates)
 
 
 def _pass(ttft):
