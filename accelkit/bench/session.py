@@ -8,7 +8,6 @@ A variant that raises (in any phase) is recorded as failed with its error and fr
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,6 @@ from accelkit.bench.variants import Variant
 from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
 from accelkit.core.bench_result import Accuracy, Failure, finite
 from accelkit.timing import Block, LoopConfig, block_iterations, interleaved_blocks, lane_done, warm_up
-from accelkit.timing.loop import TARGET_BLOCKS
 
 if TYPE_CHECKING:
     from accelkit.bench.runner import BenchConfig, Reporter
@@ -196,8 +194,6 @@ class Measurer:
         if not lanes:
             return
         counts = [block_iterations(self.loop, lane.per_iteration_s) for lane in lanes]
-        if self.loop.max_iterations is not None:  # the cap, too, spread over the rounds: a pair per round to compare
-            counts = [min(n, math.ceil(self.loop.max_iterations / TARGET_BLOCKS)) for n in counts]
         failed: set[str] = set()
 
         def before(i: int) -> None:

@@ -5,6 +5,11 @@ A distributed step contains collectives, so every rank must run exactly as many 
 blocks of a fixed count with the single-device helpers (``warm_up``, ``time_block``), and after each
 block the ranks agree (all-reduce MAX) on the elapsed time of the slowest rank; the stopping rule is
 then evaluated on the same numbers everywhere. The agreement is a collective outside the timed blocks.
+
+Block sizes come from agreed numbers only (:func:`next_block_iterations`), so they are the same on every rank.
+Unlike the single-process rounds, a block cannot also end by time: each rank would stop on its own clock, at its
+own count. Instead every block is re-sized from the slowest rank's measured time per iteration so far, which
+bounds how far a wrong estimate can carry: with no warm-up iterations the first block is a single call.
 """
 
 from __future__ import annotations
@@ -56,14 +61,28 @@ def agreed_warm_up(fn: Callable[[], object], loop: LoopConfig, *, device: str, r
         chunk = max(1, math.ceil((loop.warmup_time_s - run.warmup_s) / max(per_iteration, 1e-9)))
 
 
+def next_block_iterations(loop: LoopConfig, run: AgreedRun) -> int:
+    """Calls in the next block, from agreed numbers only (the same on every rank; every rank has run the same
+    count). Sized by :func:`block_iterations` from the slowest rank's time per iteration: its measured blocks so
+    far, else its warm-up; with neither (no warm-up iterations) the block is one call, whose time is then the
+    estimate — a warm-up of nothing once estimated 0 s per call and sized a block of 10 million. Cut to what
+    ``max_iterations`` leaves, so the last block stops at the cap."""
+    done = len(run.samples_s)
+    if done:
+        n = block_iterations(loop, run.measured_s / done)
+    elif run.warmup_iterations:
+        n = block_iterations(loop, run.warmup_s / run.warmup_iterations)
+    else:
+        n = 1
+    return n if loop.max_iterations is None else min(n, loop.max_iterations - done)
+
+
 def agreed_steady_state(fn: Callable[[], object], loop: LoopConfig, *, device: str, run: AgreedRun,
                         on_block: Callable[[AgreedRun], None] | None = None) -> None:
     """Blocks of the same count on every rank until the stopping rule holds for the slowest rank."""
     sync_device = "cpu" if not device.startswith("cuda") else device
-    per_iteration = run.warmup_s / max(run.warmup_iterations, 1)
-    n = block_iterations(loop, per_iteration)
     while not lane_done(len(run.samples_s), run.measured_s, loop):
-        block = time_block(fn, device=device, iterations=n)
+        block = time_block(fn, device=device, iterations=next_block_iterations(loop, run))
         run.samples_s.extend(block.samples_s)
         run.block_walls_s.append(block.wall_s)
         run.agreed_walls_s.append(agree_max([block.wall_s], sync_device)[0])

@@ -160,12 +160,13 @@ def time_loop(fn: Callable[[], object], config: LoopConfig, *, device: str = "cp
 
 def block_iterations(config: LoopConfig, seconds_per_iteration: float, *, target_blocks: int = TARGET_BLOCKS) -> int:
     """Iterations per block so that about ``target_blocks`` rounds fill ``min_time_s`` (at least 1, at most
-    ``max_iterations`` and ``MAX_ITERATIONS``). The estimate can be far off (a warm-up of no iterations measures
-    nothing), so an interleaved block also ends by time: :func:`block_time_limit`."""
+    ``MAX_ITERATIONS`` and ``max_iterations / target_blocks`` rounded up: the cap, too, is spread over about
+    ``target_blocks`` blocks, a pair per round to compare). The estimate can be far off (a warm-up of no iterations
+    measures nothing), so an interleaved block also ends by time: :func:`block_time_limit`."""
     by_time = config.min_time_s / target_blocks / max(seconds_per_iteration, 1e-9)
     by_count = config.min_iterations / target_blocks
     n = min(max(1, math.ceil(max(by_time, by_count))), MAX_ITERATIONS)
-    return min(n, config.max_iterations) if config.max_iterations is not None else n
+    return n if config.max_iterations is None else min(n, math.ceil(config.max_iterations / target_blocks))
 
 
 def block_time_limit(config: LoopConfig, *, target_blocks: int = TARGET_BLOCKS) -> float | None:

@@ -45,7 +45,8 @@ def test_block_iterations_target_about_ten_rounds():
     loop = LoopConfig(min_iterations=10, min_time_s=1.0)
     assert block_iterations(loop, 0.01) == 10  # 0.1 s blocks
     assert block_iterations(loop, 5.0) == 1  # never zero
-    assert block_iterations(LoopConfig(min_iterations=10, min_time_s=1.0, max_iterations=4), 0.001) == 4
+    assert block_iterations(LoopConfig(min_iterations=10, min_time_s=1.0, max_iterations=40), 0.001) == 4  # a tenth of the cap
+    assert block_iterations(LoopConfig(min_iterations=10, min_time_s=1.0, max_iterations=4), 0.001) == 1
     assert block_iterations(LoopConfig(min_iterations=1, min_time_s=0.5), 0.0) == MAX_ITERATIONS  # was 50 million
 
 

@@ -160,3 +160,25 @@ def test_collective_probe_feeds_the_comm_efficiency_of_a_catalog_device():
     assert eff.comm != prior.comm
     assert any("measured all-reduce bus bandwidth 315.000 GB/s" in s for s in eff.sources)
     assert not any("stas00/ml-engineering network" in s for s in eff.sources)
+
+
+# ---- the agreed timing loop: block sizes from agreed numbers only ------------------------------------------
+def test_agreed_blocks_start_from_one_call_without_warmup_and_stop_at_the_cap():
+    """With no warm-up iterations the loop estimated 0 s per call and sized one block of 10 million; and whole blocks
+    ran past max_iterations (blocks of 10 under a cap of 25 measured 30)."""
+    from accelkit.distributed.agreed_loop import AgreedRun, next_block_iterations
+    from accelkit.timing import LoopConfig
+
+    loop = LoopConfig(warmup_iterations=0, warmup_time_s=0.0, min_iterations=1, min_time_s=1.0)
+    run = AgreedRun()
+    assert next_block_iterations(loop, run) == 1  # no estimate yet: the first call is the estimate
+    run.samples_s, run.agreed_walls_s = [0.01], [0.01]
+    assert next_block_iterations(loop, run) == 10  # 0.1 s at the slowest rank's 10 ms a call
+    run.samples_s, run.agreed_walls_s = [0.01] * 11, [0.01, 0.5]  # it slowed down: the next block shrinks
+    assert next_block_iterations(loop, run) == 3
+
+    capped = LoopConfig(warmup_iterations=5, min_iterations=100, min_time_s=0.0, max_iterations=25)
+    run = AgreedRun(warmup_iterations=5, warmup_s=0.05)
+    assert next_block_iterations(capped, run) == 3  # a tenth of the cap, rounded up
+    run.samples_s, run.agreed_walls_s = [0.01] * 24, [0.03] * 8
+    assert next_block_iterations(capped, run) == 1  # the last block is cut to the count remaining
