@@ -2,7 +2,8 @@
 matmul reached in `accelkit hw probe` for the same dtype (a CPU has only the second).
 
 On a catalog GPU the bench reports MFU against both ("39% of the datasheet, 57% of what this GPU's matmul
-reaches"); the probe runs once per device (``--quick``, stored) when the store has none and ``auto_probe`` allows.
+reaches"); the probe runs once per device (``--quick``, stored) when the store has none and ``auto_probe`` allows
+(with --no-save, or when the store cannot take it, its peaks are used from memory).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from accelkit.bench.metrics import Peak, catalog_peak, probe_peak
+from accelkit.bench.record import StoreWriter
 
 if TYPE_CHECKING:
     from accelkit.bench.runner import Reporter
+    from accelkit.core import Measurement
     from accelkit.results import ResultStore
 
 
@@ -20,10 +23,15 @@ class Peaks:
     """Peaks per dtype for one device, resolved once each."""
 
     def __init__(self, device: str, hardware: str, catalog: str | None, store: ResultStore | None, auto_probe: bool,
-                 reporter: Reporter):
+                 reporter: Reporter, writer: StoreWriter | None = None):
+        """``store`` is read for stored probes (it may be read-only); a probe run here is written through
+        ``writer`` (default: to ``store``; ``StoreWriter(None)`` with --no-save) and, when it is not stored, its
+        peaks are still used from memory."""
         self.device, self.hardware, self.catalog = device, hardware, catalog
         self.store, self.auto_probe, self.reporter = store, auto_probe, reporter
+        self.writer = writer if writer is not None else StoreWriter(store)
         self._probe: dict[str, Peak] = {}
+        self._unstored: list[Measurement] = []  # probes run here that the store did not take
 
     def _how(self, dtype: str) -> str:
         return f"run `accelkit hw probe --device {self.device} --dtype {dtype}` to measure it"
@@ -35,12 +43,30 @@ class Peaks:
         from accelkit.hardware.probe import ProbeConfig, probe, supported_dtypes
 
         support = supported_dtypes(self.device)
-        missing = [d for d in dict.fromkeys(dtypes)
-                   if support.get(d, "no") is None and probe_peak(self.store, self.hardware, d)[0].flops is None]
+        missing = [d for d in dict.fromkeys(dtypes) if support.get(d, "no") is None and self._measured(d).flops is None]
         if missing:
             self.reporter.note(f"no {'/'.join(missing)} matmul peak for {self.hardware} in the store: running "
                                f"`accelkit hw probe --quick --dtype {','.join(missing)}` for MFU")
-            self.store.add(probe(ProbeConfig(device=self.device, dtypes=tuple(missing), quick=True)))
+            self._keep(probe(ProbeConfig(device=self.device, dtypes=tuple(missing), quick=True)))
+
+    def _keep(self, result: Measurement) -> None:
+        """Store a probe run here; one the store does not take (--no-save, a store error) is used from memory."""
+        if self.writer.add(result) is None:
+            self._unstored.append(result)
+
+    def _measured(self, dtype: str) -> Peak:
+        """The newest stored probe's peak for ``dtype``, else one run here and not stored."""
+        assert self.store is not None
+        peak, _ = probe_peak(self.store, self.hardware, dtype)
+        if peak.flops is not None:
+            return peak
+        for result in reversed(self._unstored):
+            m = result.details.get("matmul", {}).get(dtype)
+            if m:
+                tflops, size = float(m["tflops"]), m.get("size")
+                return Peak(tflops * 1e12, f"measured: a quick `accelkit hw probe` run by this bench (not stored), "
+                                           f"median {dtype} matmul {size}×{size} = {tflops:.3f} TFLOP/s")
+        return peak
 
     def datasheet(self, dtype: str) -> Peak | None:
         """The catalog's dense peak (None off the catalog: a CPU, an unknown GPU)."""
@@ -59,7 +85,7 @@ class Peaks:
     def _resolve_probe(self, dtype: str) -> Peak:
         if self.store is None:
             return Peak(None, f"MFU unavailable: no results store to read a probe from; {self._how(dtype)}")
-        peak, _ = probe_peak(self.store, self.hardware, dtype)
+        peak = self._measured(dtype)
         if peak.flops is not None:
             return peak
         from accelkit.hardware.probe import ProbeConfig, probe, supported_dtypes
@@ -69,5 +95,5 @@ class Peaks:
         if not self.auto_probe:
             return Peak(None, f"MFU unavailable: {peak.source}; {self._how(dtype)}")
         self.reporter.note(f"no {dtype} peak for {self.hardware} in the store: running `hw probe --quick --dtype {dtype}`")
-        self.store.add(probe(ProbeConfig(device=self.device, dtypes=(dtype,), quick=True)))
-        return probe_peak(self.store, self.hardware, dtype)[0]
+        self._keep(probe(ProbeConfig(device=self.device, dtypes=(dtype,), quick=True)))
+        return self._measured(dtype)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.metrics import Peak, compare, mfu_result
 from accelkit.bench.predict import prediction, variant_spec
-from accelkit.core import Estimate, summarize
+from accelkit.core import AccelkitError, Estimate, Measurement, summarize
 from accelkit.core.bench_result import (
     Accuracy,
     BenchResult,
@@ -35,6 +35,31 @@ if TYPE_CHECKING:
     from accelkit.results import ResultStore
 
 
+class StoreWriter:
+    """Writes a run's results to the store until the first write fails; then it stops trying (each try could wait
+    out the store's lock timeout) and ``error`` says why. A measurement that cannot be stored is kept in the run's
+    result: the caller prints it (``accelkit.cli.store.print_unsaved``) instead of losing it. ``store=None``
+    (``--no-save``) writes nothing."""
+
+    def __init__(self, store: ResultStore | None):
+        self.store = store
+        self.error: str | None = None
+
+    @property
+    def can_write(self) -> bool:
+        return self.store is not None and self.error is None
+
+    def add(self, result: Estimate | Measurement, *, run_id: str | None = None) -> int | None:
+        """The stored row's id, or None: not saving, or this or an earlier write failed."""
+        if self.store is None or self.error is not None:
+            return None
+        try:
+            return self.store.add(result, run_id=run_id)
+        except AccelkitError as exc:
+            self.error = str(exc)
+            return None
+
+
 @dataclass
 class RunRecord:
     """The run as it is being recorded (Ctrl-C keeps what is here); :meth:`result` freezes it."""
@@ -56,6 +81,7 @@ class RunRecord:
     verdicts: list[str] = field(default_factory=list)
     peak_memory_bytes: int | None = None
     peak_memory_scope: str | None = None
+    store_error: str | None = None
 
     def result(self) -> BenchRunResult:
         return BenchRunResult(
@@ -63,7 +89,7 @@ class RunRecord:
             run_id=self.run_id, interrupted=self.interrupted, unfinished=self.unfinished, refused=self.refused,
             failed=self.failed, notes=self.notes, verdicts=self.verdicts, variants=self.entries,
             environment=self.environment, result_ids=self.result_ids, peak_memory_bytes=self.peak_memory_bytes,
-            peak_memory_scope=self.peak_memory_scope,
+            peak_memory_scope=self.peak_memory_scope, store_error=self.store_error,
         )
 
 
@@ -71,12 +97,11 @@ class Recorder:
     """Builds and stores the results of one run."""
 
     def __init__(self, workload: BenchWorkload, config: BenchConfig, device: str, record: RunRecord,
-                 store: ResultStore | None, reporter: Reporter, peaks: Peaks, reference: Reference,
+                 writer: StoreWriter, reporter: Reporter, peaks: Peaks, reference: Reference,
                  memory_scope: str | None, energy_scope: str | None, energy_reason: str | None):
         self.workload, self.config, self.device, self.record = workload, config, device, record
-        self.store, self.reporter, self.peaks, self.reference = store, reporter, peaks, reference
+        self.writer, self.reporter, self.peaks, self.reference = writer, reporter, peaks, reference
         self.memory_scope, self.energy_scope, self.energy_reason = memory_scope, energy_scope, energy_reason
-        self.saving = store is not None and config.save
         self.predictions: dict[str, tuple[Estimate | None, str | None]] = {}
         self.stored: set[str] = set()
         self.interleaved = False
@@ -110,11 +135,10 @@ class Recorder:
         self.record.verdicts = verdicts(self.record.entries)
 
     def _add(self, result: Any) -> int | None:
-        if not self.saving:
-            return None
-        assert self.store is not None
-        rid = self.store.add(result, run_id=self.record.run_id)
-        self.record.result_ids.append(rid)
+        rid = self.writer.add(result, run_id=self.record.run_id)
+        if rid is not None:
+            self.record.result_ids.append(rid)
+        self.record.store_error = self.writer.error  # the entry keeps result_id None; the run goes on
         return rid
 
     def measurement(self, lane: Lane, entry: BenchResult) -> Any:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.peaks import Peaks
 from accelkit.bench.predict import predict_variant
-from accelkit.bench.record import Recorder, RunRecord
+from accelkit.bench.record import Recorder, RunRecord, StoreWriter
 from accelkit.bench.reference import build_reference
 from accelkit.bench.session import Measurer
 from accelkit.bench.trackers import run_peak_bytes
@@ -135,7 +135,9 @@ def run_benchmark(
     reporter: Reporter | None = None,
     run_id: str | None = None,
 ) -> BenchRunResult:
-    """Benchmark ``workload`` over ``requested`` variants; store each finished variant in ``store``."""
+    """Benchmark ``workload`` over ``requested`` variants; store each finished variant in ``store`` (with
+    ``config.save``). A write the store refuses does not stop the run: the result keeps every measured variant
+    and its ``store_error`` says why they were not stored (no later write is tried)."""
     import torch
 
     from accelkit.hardware.detect import environment
@@ -154,7 +156,10 @@ def run_benchmark(
     interleave = config.interleave and workload.can_interleave and len(runnable) > 1
     if config.interleave and not workload.can_interleave and len(runnable) > 1:
         record.notes.append(f"{workload.name} variants ran one after another (interleaving would be unfair here)")
-    peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter)
+    # one writer for the run: after a failed write nothing more is tried, and the result says why (not raised:
+    # what was measured is kept); ``store`` itself is only read (stored probes), so it may be read-only with --no-save
+    writer = StoreWriter(store if config.save else None)
+    peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter, writer=writer)
     if workload.task != "input":
         reporter.status("MFU peaks (catalog, `hw probe`)")
         peaks.prefetch([v.matmul_dtype for v in runnable])
@@ -175,7 +180,7 @@ def run_benchmark(
     reference = build_reference(workload, runnable, device, seed=config.seed, accuracy=config.accuracy)
     record.notes.extend(reference.notes)
     measurer = Measurer(workload, config, device, reporter, reference)
-    recorder = Recorder(workload, config, device, record, store, reporter, peaks, reference,
+    recorder = Recorder(workload, config, device, record, writer, reporter, peaks, reference,
                         memory_scope=measurer.memory.scope if measurer.memory else measurer.memory_reason,
                         energy_scope=measurer.energy.scope if measurer.energy else None,
                         energy_reason=measurer.energy_reason)
@@ -194,6 +199,7 @@ def run_benchmark(
         measurer.close_all()
         record.failed = list(measurer.failures)
         record.peak_memory_bytes, record.peak_memory_scope = run_peak_bytes(device, measurer.memory)
+        record.store_error = writer.error
     return record.result()
 
 

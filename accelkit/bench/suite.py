@@ -113,6 +113,7 @@ class SuiteRun:
     failed: list[dict[str, str]] = field(default_factory=list)  # a workload that raised outside its variants
     published: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
+    store_error: str | None = None  # the store refused a write: the runs from then on are kept here, not stored
 
     @property
     def result_ids(self) -> list[int]:
@@ -129,7 +130,8 @@ class SuiteRun:
             r.pop("environment")
         return {"suite": self.suite, "run_id": self.run_id, "interrupted": self.interrupted, "runs": runs,
                 "skipped": self.skipped, "failed": self.failed, "published": self.published,
-                "environment": environment, "result_ids": self.result_ids}
+                "environment": environment, "result_ids": self.result_ids,
+                **({"store_error": self.store_error} if self.store_error is not None else {})}
 
 
 def check_precisions(precisions: list[str], device: str) -> None:
@@ -156,7 +158,8 @@ def run_suite(
     precisions: list[str] | None = None,
 ) -> SuiteRun:
     """Run every workload of suite ``name``; one that cannot run here is skipped with its reason, one that fails
-    is recorded with its error and the suite goes on. ``precisions`` replaces the suite's own per device."""
+    is recorded with its error and the suite goes on. ``precisions`` replaces the suite's own per device. When
+    the store refuses a write, the suite goes on without storing and ``store_error`` says why."""
     suite = get_suite(name)
     config = (config or BenchConfig()).replace(loop=loop or suite.loop)
     device = resolve_device(config.device)
@@ -183,6 +186,10 @@ def run_suite(
             reporter.failed(item.key, "setup", error)
             continue
         out.runs.append(run)
+        if run.store_error is not None and out.store_error is None:
+            # measure the rest without storing: each write would wait out the lock timeout and fail again
+            out.store_error = run.store_error
+            config = config.replace(save=False)
         out.published.extend(published_next_to(item.key, run))
         if run.interrupted:
             out.interrupted = True

@@ -18,7 +18,8 @@ from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
 from accelkit.bench.workloads import BertConfig, CustomConfig, DataLoaderConfig, LLMConfig, LLMTrainConfig, ResNetConfig
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out
 from accelkit.cli.spec_options import spec_options
-from accelkit.core import UnknownNameError, UserError
+from accelkit.cli.store import open_for_measuring, print_unsaved
+from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.timing import LoopConfig
 
 WORKLOAD_NAMES = ("bert", "resnet", "llm", "llm-train", "dataloader", "custom")
@@ -137,8 +138,8 @@ class _CliReporter(Reporter):
     one line per phase when stderr is not a terminal (logs, pipes), else quiet. Refusals and failures always
     print. ``progress=None``: lines whenever stderr is not a terminal (the older behaviour other commands use)."""
 
-    def __init__(self, quiet: bool = False, progress: bool | None = None):
-        self.quiet = quiet
+    def __init__(self, quiet: bool = False, progress: bool | None = None, saving: bool = True):
+        self.quiet, self.saving = quiet, saving
         self.live = err.is_terminal and not quiet
         self.lines = not self.live and not quiet and (progress is None or progress)
         self.bar: Any = None
@@ -190,7 +191,8 @@ class _CliReporter(Reporter):
 
     def stored(self, variant: str, result_ids: list[int]) -> None:
         ids = ", ".join(map(str, result_ids))
-        self._line(f"finished {variant}" + (f": stored as result {ids}" if ids else " (not stored: --no-save)"))
+        why = "the store refused it; see the end" if self.saving else "--no-save"
+        self._line(f"finished {variant}" + (f": stored as result {ids}" if ids else f" (not stored: {why})"))
 
     def close(self) -> None:
         if self.live:
@@ -208,7 +210,6 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
                   loop: dict[str, Any], *, quick: bool, progress: bool, as_json: bool,
                   dist: dict[str, Any] | None = None, quality: dict[str, Any] | None = None) -> None:
     from accelkit.bench.workloads import make_workload
-    from accelkit.results import ResultStore
 
     config = _configs(bench, loop, quick, LoopConfig())
     with flag_values():
@@ -216,37 +217,40 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
         variants = Matrix(**matrix).variants() if matrix is not None else []
         dist_config = _dist_config(dist)
         quality_config = _quality_config(quality)
-    reporter = _CliReporter(progress=progress)
+    store = open_for_measuring(config.save)  # before measuring: an unwritable store fails now, not after it
+    reporter = _CliReporter(progress=progress, saving=config.save)
     try:
-        with ResultStore() as store:
-            if dist_config is not None:
-                from accelkit.distributed.bench_launch import run_distributed_bench
+        if dist_config is not None:
+            from accelkit.distributed.bench_launch import run_distributed_bench
 
-                result: Any = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter,
-                                                    quality=quality_config)
-            else:
-                from accelkit.bench.runner import run_benchmark
+            result: Any = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter,
+                                                quality=quality_config)
+        else:
+            from accelkit.bench.runner import run_benchmark
 
-                result = run_benchmark(wl, variants, config, store=store, reporter=reporter)
+            result = run_benchmark(wl, variants, config, store=store, reporter=reporter)
     finally:
         reporter.close()
+        if store is not None:
+            store.close()
     _render(result, as_json)
 
 
 def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: dict[str, Any], *, quick: bool,
                progress: bool, as_json: bool) -> None:
     from accelkit.bench.suite import get_suite, run_suite
-    from accelkit.results import ResultStore
 
     suite = get_suite(name)
     config = _configs(bench, loop, quick, suite.loop)
     precisions = list(_list("--precision", PRECISIONS)(precision)) if precision is not None else None
-    reporter = _CliReporter(progress=progress)
+    store = open_for_measuring(config.save)
+    reporter = _CliReporter(progress=progress, saving=config.save)
     try:
-        with ResultStore() as store:
-            result = run_suite(name, config, loop=config.loop, store=store, reporter=reporter, precisions=precisions)
+        result = run_suite(name, config, loop=config.loop, store=store, reporter=reporter, precisions=precisions)
     finally:
         reporter.close()
+        if store is not None:
+            store.close()
     _render(result, as_json)
 
 
@@ -279,6 +283,8 @@ def _render(result: Any, as_json: bool) -> None:
 
     data = result.to_json()
     runs = getattr(result, "runs", None) or [result]
+    if data.get("store_error"):  # every measured variant is in the document: print it rather than lose it (exit 1)
+        print_unsaved(data, AccelkitError(data["store_error"]))
 
     def render() -> None:
         for run in runs:

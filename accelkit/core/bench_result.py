@@ -256,7 +256,7 @@ def _known(cls: type[Spec], data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
-_RUN_OPTIONAL = ("world_size", "num_nodes", "layout", "zero", "ranks")
+_RUN_OPTIONAL = ("world_size", "num_nodes", "layout", "zero", "ranks", "store_error")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -286,6 +286,9 @@ class BenchRunResult(Spec):
     layout: str | None = spec_field(None, doc="Distributed: the layout.")
     zero: int | None = spec_field(None, min=0, max=3, doc="Distributed: the ZeRO stage.")
     ranks: list[dict[str, Any]] | None = spec_field(None, doc="Distributed: per-rank detail of the first variant.")
+    store_error: str | None = spec_field(
+        None, doc="Why the results store could not take this run's results (absent when it could): the entries "
+                  "from the failed write on have no result_id, and no later write was tried.")
 
     @property
     def status(self) -> Literal["ok", "failed", "interrupted"]:

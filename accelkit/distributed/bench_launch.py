@@ -13,6 +13,7 @@ import os
 import uuid
 from typing import TYPE_CHECKING
 
+from accelkit.bench.record import StoreWriter
 from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
@@ -60,7 +61,8 @@ def run_distributed_bench(
         raise UserError(f"--nproc-per-node {dist.nproc_per_node} exceeds the {cores} CPU cores this process may use; "
                         "a CPU rank needs a core of its own — give at most that many")
     hardware, catalog = identify(device)
-    peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter)
+    writer = StoreWriter(store if config.save else None)  # the quick probe's row (the ranks store their own)
+    peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter, writer=writer)
     dtypes = list(dict.fromkeys(v.matmul_dtype for v in runnable))
     peaks.prefetch(dtypes)
     run_id = run_id or uuid.uuid4().hex[:12]
@@ -115,4 +117,6 @@ def run_distributed_bench(
     for doc in docs[1:]:
         first["variants"] += doc["variants"]
         first["result_ids"] += doc["result_ids"]
+    if writer.error is not None:
+        first["store_error"] = writer.error
     return BenchRunResult.from_dict(first)

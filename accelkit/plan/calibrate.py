@@ -23,7 +23,7 @@ def _probes(limit: int = 200) -> list[Any]:
     from accelkit.results import ResultStore
 
     try:
-        with ResultStore() as store:
+        with ResultStore(readonly=True) as store:  # reading: never waits on a writer's lock, creates nothing
             return [r.result for r in store.query(kind="probe", limit=limit)]
     except Exception:  # an unreadable store must not stop a plan; the plan then uses the priors
         return []
@@ -46,7 +46,7 @@ def latest_collectives(device_name: str | None) -> Any | None:
     from accelkit.results import ResultStore
 
     try:
-        with ResultStore() as store:
+        with ResultStore(readonly=True) as store:  # reading: never waits on a writer's lock, creates nothing
             found = [r.result for r in store.query(kind="collectives", limit=50)]
     except Exception:  # an unreadable store must not stop a plan; the plan then uses the priors
         return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from accelkit.core import Recipe, UserError
+from accelkit.core import AccelkitError, Recipe, UserError
 from accelkit.tune.search import Trial, TuneConfig, TuneResult, _dominates, _objective_key
 
 if TYPE_CHECKING:
@@ -119,11 +119,15 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
                         winner=winner, snippet=compression_snippet(winner.recipe) if winner else None, run_id=run_id,
                         notes=notes)
-    if store is not None:
-        result.result_id = store.add(Measurement(
-            kind="tune", name=f"tune {workload.label} gradient compression ×{nproc_per_node} ({config.objective})",
-            hardware=run.hardware, throughput=winner.throughput if winner else None,
-            throughput_unit=winner.unit if winner else None,
-            details={**result.to_json(), "config": config.to_dict(), "nproc_per_node": nproc_per_node},
-            environment=environment(with_torch=True)), run_id=run_id)
+    result.store_error = run.store_error
+    if store is not None and result.store_error is None:
+        try:
+            result.result_id = store.add(Measurement(
+                kind="tune", name=f"tune {workload.label} gradient compression ×{nproc_per_node} ({config.objective})",
+                hardware=run.hardware, throughput=winner.throughput if winner else None,
+                throughput_unit=winner.unit if winner else None,
+                details={**result.to_json(), "config": config.to_dict(), "nproc_per_node": nproc_per_node},
+                environment=environment(with_torch=True)), run_id=run_id)
+        except AccelkitError as exc:  # the search is done: hand it back rather than lose it
+            result.store_error = str(exc)
     return result

@@ -76,7 +76,7 @@ class TuneResult:
     run_id: str
     notes: list[str] = field(default_factory=list)
     result_id: int | None = None
-    store_error: str | None = None  # why the summary could not be stored (the trials' rows may be)
+    store_error: str | None = None  # why the store refused a write (trials from then on and the summary are unstored)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -164,8 +164,8 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     """Search recipes for ``workload``; measures with the bench runner and stores every trial.
 
     ``reporter`` receives the bench runner's progress (per recipe: load, first call, warm-up, measuring);
-    ``on_step`` the search's own steps around it. If the summary row cannot be stored the result is still
-    returned, with ``store_error`` set."""
+    ``on_step`` the search's own steps around it. If the store refuses a write (the quick probe, a trial, the
+    summary) the search goes on without storing and the result is still returned, with ``store_error`` set."""
     import uuid
 
     from accelkit.bench.runner import BenchConfig, identify, predict_variant, run_benchmark
@@ -183,13 +183,20 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         raise UserError("tune searches model recipes; the dataloader workload has none — use `accelkit bench dataloader`")
     hardware, catalog = identify(device)
     notes: list[str] = []
+    store_error: str | None = None
     if device == "cpu" and store is not None and store.latest("probe", hardware=hardware) is None:
         # the planner models a CPU from its probe; without one every memory estimate would be missing
         from accelkit.hardware.probe import ProbeConfig, probe
 
         step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
-        store.add(probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}")))
-        notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")
+        measured_probe = probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}"))
+        try:
+            store.add(measured_probe)
+            notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")
+        except AccelkitError as exc:  # the search still runs, without the planner's estimates, and stores nothing
+            store_error = str(exc)
+            notes.append("no `hw probe` of this CPU was stored and the quick one run now could not be stored: the "
+                         "planner's memory estimates may be missing")
     trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile,
                                                                         cuda=device.startswith("cuda"))]
     run_id = uuid.uuid4().hex[:12]
@@ -224,7 +231,8 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
 
     # 4. measure, interleaved, with the fp32 output as the accuracy reference
     loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick else LoopConfig()
-    bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False, save=store is not None)
+    bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False,
+                        save=store is not None and store_error is None)
     variants = [Variant(explicit_recipe=t.recipe, label=t.name) for t in measured]
     step(f"measuring {len(measured)} recipes ({', '.join(t.name for t in measured)}), interleaved")
     run = run_benchmark(workload, variants, bench, store=store, reporter=reporter, run_id=run_id)
@@ -273,7 +281,8 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
                         winner=winner, snippet=snippet(winner.recipe) if winner else None, run_id=run_id,
                         notes=notes + run.notes)
-    if store is not None:
+    result.store_error = store_error or run.store_error  # the trials that were measured are all in the result
+    if store is not None and result.store_error is None:
         try:
             result.result_id = store.add(Measurement(
                 kind="tune", name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,

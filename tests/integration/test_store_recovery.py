@@ -16,7 +16,7 @@ import pytest
 from accelkit.core import AccelkitError, Estimate, Measurement
 from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
 from accelkit.results import ResultStore
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 
 PAGE = 4096
 
@@ -209,3 +209,97 @@ def test_store_api_reads_and_writes_fail_as_accelkit_errors(tmp_path):
     with ResultStore(tmp_path / "missing" / "r.db", readonly=True) as store:  # reading creates nothing
         assert store.count() == 0
     assert not (tmp_path / "missing").exists()
+
+
+# ---- a bench whose store stops taking writes mid-run (the measurements must survive) ------------------------
+BENCH_TINY = ("bench", "bert", "--size", "tiny", "--batch-size", "2", "--seq-len", "16", "--precision", "fp32,bf16",
+              "--warmup", "1", "--warmup-time", "0", "--min-iterations", "3", "--min-time", "0")
+
+
+def _held(path: Path) -> sqlite3.Connection:
+    """Another writer holding the store's write lock (as a second accelkit process mid-write would)."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+def test_a_bench_whose_store_is_locked_keeps_every_variant_and_stops_writing(_isolated_home):
+    """The store opened fine; then another process holds its lock for the whole run (a 0.05 s lock timeout here,
+    60 s by default). Every variant is measured and returned, the first refused write is the last one tried."""
+    from accelkit.bench.runner import BenchConfig, run_benchmark
+    from accelkit.bench.variants import matrix
+    from accelkit.bench.workloads import make_workload
+    from accelkit.timing import LoopConfig
+
+    path = _isolated_home / "results.db"
+    store = ResultStore(path, timeout_s=0.05)
+    writes: list[str] = []
+    store._conn.set_trace_callback(lambda sql: writes.append(sql) if sql.startswith("BEGIN") else None)
+    holder = _held(path)
+    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    try:
+        run = run_benchmark(make_workload("bert", {"size": "tiny", "batch_size": 2, "seq_len": 16}),
+                            matrix(["fp32", "bf16"]), BenchConfig(device="cpu", loop=loop, auto_probe=False),
+                            store=store)
+    finally:
+        holder.execute("ROLLBACK")
+    assert [v.name for v in run.variants] == ["fp32", "bf16"] and all(v.throughput.value for v in run.variants)
+    assert run.result_ids == [] and [v.result_id for v in run.variants] == [None, None] and not run.failed
+    assert run.store_error and "stayed locked by another process for 0.05 s" in run.store_error
+    assert run.to_json()["store_error"] == run.store_error
+    assert len(writes) == 1  # not one lock timeout per variant
+    assert store.count() == 0
+    store.close()
+
+
+def test_tune_whose_store_is_locked_returns_every_trial(probed):
+    from accelkit.bench.workloads import make_workload
+    from accelkit.tune import tune
+    from accelkit.tune.search import TuneConfig
+
+    store = ResultStore(probed / "results.db", timeout_s=0.05)  # holds a probe: no quick probe is written first
+    holder = _held(probed / "results.db")
+    try:
+        result = tune(make_workload("bert", {"size": "tiny", "batch_size": 2, "seq_len": 16}),
+                      TuneConfig(max_trials=2, compile=False, device="cpu"), store=store)
+    finally:
+        holder.execute("ROLLBACK")
+        store.close()
+    measured = [t for t in result.trials if t.status == "measured"]
+    assert len(measured) == 2 and all(t.throughput for t in measured)
+    assert result.store_error and "locked" in result.store_error and result.result_id is None
+
+
+def test_bench_prints_what_the_store_cannot_take(_isolated_home):
+    """`bench --json` with the store's disk 'full' when it writes (RLIMIT_FSIZE, as for loadtest above): both
+    variants come out on stdout, stderr says why they were not stored, exit 1."""
+    ResultStore(_isolated_home / "results.db").close()
+
+    def small_files() -> None:  # the store is 20 KiB and its -shm index 32 KiB: the second row fills the WAL
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, 32 * 1024))
+
+    proc = subprocess.run([sys.executable, "-m", "accelkit", *BENCH_TINY, "--no-probe", "--json"], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ), cwd=REPO, preexec_fn=small_files)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "was not stored; its JSON is printed on stdout" in proc.stderr and "disk full" in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [v["name"] for v in doc["variants"]] == ["fp32", "bf16"] and "disk full" in doc["store_error"]
+    assert all(v["throughput"]["value"] > 0 for v in doc["variants"])
+    with ResultStore(_isolated_home / "results.db", readonly=True) as store:
+        assert store.count() == len(doc["result_ids"])  # what was stored before the disk filled, nothing half-written
+
+
+def test_bench_no_save_writes_and_creates_nothing(_isolated_home, cli):
+    """--no-save reads the store (a stored probe is reused) but never writes it: on a fresh home no store appears,
+    and the quick probe run for MFU is used from memory; a store that cannot even be read is not needed."""
+    proc = cli(*BENCH_TINY, "--no-save", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["result_ids"] == [] and "store_error" not in doc
+    assert all("run by this bench (not stored)" in v["mfu"]["peak_source"] for v in doc["variants"])
+    assert not (_isolated_home / "results.db").exists()
+    (_isolated_home / "results.db").mkdir(parents=True)  # not a store at all
+    proc = cli(*BENCH_TINY, "--no-save", "--no-probe", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "is a directory" in proc.stderr and [v["name"] for v in json.loads(proc.stdout)["variants"]] == ["fp32", "bf16"]
+
