@@ -153,23 +153,48 @@ def drift(reference: torch.Tensor, output: torch.Tensor) -> Accuracy:
 
 
 # ---- A/B comparison ----------------------------------------------------------------------------------
+#: the fewest pairs (interleaved) or blocks per variant (one after another) a firm faster/slower verdict rests on.
+#: The verdict asks whether p25–p75 excludes 1; with numpy's linear interpolation p25 sits at position (n − 1)/4 of
+#: the sorted ratios, which first lands on the second-smallest at n = 5: with fewer, a quartile is drawn from the
+#: extreme pair itself, and with one pair there is no spread at all (p25 = p75 = the ratio).
+MIN_PAIRS = 5
+
+
+def _blocks(n: int) -> str:
+    return f"{n} block{'' if n == 1 else 's'}"
+
+
+def _too_few(counted: str) -> str:
+    return (f"inconclusive ({counted}; a spread needs at least {MIN_PAIRS}: a longer --min-time or a larger "
+            f"--min-iterations gives more rounds, and --max-iterations, if set, at least {MIN_PAIRS})")
+
+
 def compare(baseline: str, base_rates: Sequence[float], rates: Sequence[float], *, interleaved: bool) -> Comparison:
     """Throughput ratio of a variant to the baseline. Interleaved: one ratio per round (pair of blocks),
     reported as median with p25–p75; a ratio whose spread includes 1 is "no difference". Sequential:
-    ratio of medians with the spread of the two sets of blocks."""
+    ratio of medians with the spread of the two sets of blocks. Fewer than ``MIN_PAIRS`` pairs (or blocks of
+    either variant) is "inconclusive", with the count and how to get more: no spread to call it on."""
     if not base_rates or not rates:
         return Comparison(baseline=baseline, verdict="not measured", interleaved=interleaved)
+    lo: float | None
+    hi: float | None
     if interleaved:
         pairs = [r / b for r, b in zip(rates, base_rates, strict=False) if b > 0]
         xs = sorted(pairs)
         ratio, lo, hi = percentile(xs, 50), percentile(xs, 25), percentile(xs, 75)
+        n, counted = len(pairs), f"{len(pairs)} pair{'' if len(pairs) == 1 else 's'} of blocks"
     else:
         b, r = sorted(base_rates), sorted(rates)
         ratio = percentile(r, 50) / percentile(b, 50)
         lo = percentile(r, 25) / percentile(b, 75)
         hi = percentile(r, 75) / percentile(b, 25)
         pairs = []
-    if lo <= 1.0 <= hi:
+        n, counted = min(len(b), len(r)), f"{_blocks(len(b))} of {baseline} and {len(r)} of this variant"
+    if n < 2:  # a single ratio has no spread: p25 = p75 = the ratio would claim a precision there is none of
+        lo = hi = None
+    if n < MIN_PAIRS:
+        verdict = _too_few(counted)
+    elif lo is not None and hi is not None and lo <= 1.0 <= hi:
         verdict = "no difference (within the run-to-run spread)"
     else:
         verdict = "faster" if ratio > 1 else "slower"

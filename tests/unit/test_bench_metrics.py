@@ -2,7 +2,7 @@
 
 import pytest
 
-from accelkit.bench.metrics import Peak, catalog_peak, compare, count_flops, drift, mfu_result, probe_peak
+from accelkit.bench.metrics import MIN_PAIRS, Peak, catalog_peak, compare, count_flops, drift, mfu_result, probe_peak
 from accelkit.core import Measurement
 from accelkit.results import ResultStore
 
@@ -56,12 +56,27 @@ def test_drift_figures():
 
 
 def test_compare_interleaved_pairs_and_verdicts():
-    faster = compare("a", [100, 100, 100, 100], [200, 210, 190, 200], interleaved=True)
-    assert faster.ratio == pytest.approx(2.0) and faster.verdict == "faster" and faster.pairs == 4
-    same = compare("a", [100, 110, 90, 100], [105, 95, 100, 100], interleaved=True)
+    faster = compare("a", [100, 100, 100, 100, 100], [200, 210, 190, 200, 205], interleaved=True)
+    assert faster.ratio == pytest.approx(2.0) and faster.verdict == "faster" and faster.pairs == 5
+    same = compare("a", [100, 110, 90, 100, 100], [105, 95, 100, 100, 100], interleaved=True)
     assert same.verdict.startswith("no difference")
-    seq = compare("a", [100, 100], [50, 50], interleaved=False)
+    seq = compare("a", [100] * 5, [50] * 5, interleaved=False)
     assert seq.ratio == pytest.approx(0.5) and seq.verdict == "slower" and seq.pairs == 0 and seq.baseline == "a"
+
+
+def test_a_ratio_on_too_few_pairs_is_inconclusive():
+    """One pair of blocks gave a firm 'faster' (p25 = p75 = the ratio: no spread behind it). The p25–p75 test needs
+    MIN_PAIRS (5) pairs before a quartile stops being drawn from the extreme pair."""
+    one = compare("fp32", [100], [200], interleaved=True)
+    assert one.ratio == pytest.approx(2.0) and one.pairs == 1
+    assert one.verdict.startswith("inconclusive (1 pair of blocks;") and "--min-time" in one.verdict
+    assert "--min-iterations" in one.verdict
+    assert one.p25 is None and one.p75 is None  # one ratio has no spread to show
+    four = compare("fp32", [100] * 4, [200, 210, 190, 200], interleaved=True)
+    assert four.verdict.startswith("inconclusive (4 pairs of blocks;") and four.p25 is not None
+    assert compare("fp32", [100] * MIN_PAIRS, [200] * MIN_PAIRS, interleaved=True).verdict == "faster"
+    seq = compare("fp32", [100, 100], [50, 50, 50, 50, 50], interleaved=False)  # one after another: blocks per variant
+    assert seq.verdict.startswith("inconclusive (2 blocks of fp32 and 5 of this variant;")
 
 
 def test_count_flops_matmul_and_cpu_attention():
