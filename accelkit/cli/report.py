@@ -31,11 +31,11 @@ def report_cmd(
     as_json: bool = JsonOption,
 ) -> None:
     """Write one self-contained HTML report (tables and plots, no network needed) from the results store."""
+    from accelkit.cli.store import reading
     from accelkit.report import write_report
-    from accelkit.results import ResultStore
 
     check_out_path(out_path)
-    with ResultStore() as store:
+    with reading() as store:  # read-only: never waits on a writer's lock, creates no store, reports skipped rows
         if run is not None and not store.count(run_id=run):
             raise UserError(f"--run {run!r}: no result in {store.path} has this run id; `accelkit bench` prints the "
                             "run id of what it stores (leave --run out to report every result)")

@@ -321,7 +321,7 @@ def write_report(path: str | Path, *, store: ResultStore | None = None, run_id: 
     """Write the report to ``path`` (its directory must exist) and return it."""
     path = Path(path)
     own = store is None
-    store = store or ResultStore()
+    store = store or ResultStore(readonly=True)
     try:
         html = build_report(store, run_id=run_id)
     finally:

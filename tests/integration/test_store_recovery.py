@@ -303,3 +303,24 @@ def test_bench_no_save_writes_and_creates_nothing(_isolated_home, cli):
     assert proc.returncode == 0, proc.stderr
     assert "is a directory" in proc.stderr and [v["name"] for v in json.loads(proc.stdout)["variants"]] == ["fp32", "bf16"]
 
+
+def test_report_only_reads_the_store(cli, _isolated_home, tmp_path):
+    """`accelkit report` creates no store, does not queue behind another writer's lock (it took the write lock and
+    waited 60 s), and names the rows it had to skip."""
+    out = tmp_path / "r.html"
+    proc = cli("report", "--out", str(out), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["results_in_store"] == 0, proc.stderr
+    assert not (_isolated_home / "results.db").exists()
+    path = _isolated_home / "results.db"
+    _fill(path, 3)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE results SET payload = '{\"kind\": \"bench\", ' WHERE id = 2")  # cut-off JSON
+    conn.commit()
+    conn.close()
+    holder = _held(path)
+    try:
+        proc = run_cli("report", "--out", str(out), "--json", timeout=30)  # the writable open waited 60 s here
+    finally:
+        holder.execute("ROLLBACK")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["results_in_store"] == 3, proc.stderr
+    assert "skipped result 2: payload is not valid JSON" in proc.stderr
