@@ -38,7 +38,8 @@ Collectives inside a node run over the scale-up fabric, groups that span nodes r
 
 Inference: prefill runs the same kernels forward only; a decode step reads every weight once and every
 cached token's K and V (roofline max against the matmul time, per layer) and is latency-bound in its
-tensor-parallel all-reduces. Serving engines capture decode in CUDA graphs: no host launch cost there.
+tensor-parallel all-reduces. Under expert parallelism a device reads only its E/ep experts and every MoE layer
+adds an all-to-all dispatch and combine of the routed tokens over the ep group. Serving engines capture decode in CUDA graphs: no host launch cost there.
 """
 
 from __future__ import annotations
@@ -363,7 +364,13 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     chunks = math.ceil(tokens / o.prefill_chunk_tokens)
     traffic = layer_traffic(m, e=e, stack="fused", dropout=False)
     kv_tok = 2 * max(m.kv_heads / tp, 1) * m.head_size * kv_element_bytes(w) if is_lm else 0.0
-    layer_w = (ctx.layer_params + ctx.layer_expert_params) * ctx.weight_bytes / tp
+    ep = layout.ep
+    layer_w = (ctx.layer_params + ctx.layer_expert_params / ep) * ctx.weight_bytes / tp  # this device's experts
+    # expert parallelism: per MoE layer each rank sends its tokens' k routed copies to the experts' ranks and gets
+    # the outputs back (dispatch + combine), as training does forward (ep of the dp replicas, placed tp apart)
+    ep_links = links(ctx, ep, tp)
+    moe_layers = m.num_layers if m.num_experts else 0
+    k_routed = m.experts_per_token or 1
 
     # prefill, per layer: matmuls (or the weight reads of every chunk, whichever is longer), attention,
     # memory-bound kernels and the KV-cache write
@@ -380,6 +387,7 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     h_bytes = e * m.hidden_size
     p_comm = 2 * m.num_layers * tp_links.all_reduce_s(h_bytes * tokens)
     p_comm += (pp - 1) * pp_links.p2p_s(h_bytes * tokens / tp)
+    p_comm += 2 * moe_layers * ep_links.all_to_all_s(h_bytes * tokens * k_routed / tp)
     out = {"prefill": p_compute + p_memory + p_comm, "prefill_compute": p_compute, "prefill_memory": p_memory,
            "prefill_comm": p_comm, "decode": 0.0, "decode_compute": 0.0, "decode_memory": 0.0, "decode_comm": 0.0}
     if not is_lm or w.output_len == 0:
@@ -389,9 +397,10 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     # a roofline), plus the memory-bound kernels of `batch` tokens
     context = prompt + w.output_len / 2
     read = layer_w
-    if m.num_experts:  # a decode step touches only the experts its tokens are routed to
-        experts = ctx.layer_expert_params * ctx.weight_bytes / tp
-        read -= experts * (1 - min(1.0, batch * (m.experts_per_token or 1) / m.num_experts))
+    if m.num_experts:  # a decode step touches only the experts its tokens are routed to: this device's E/ep
+        # experts receive the routed tokens of all ep replicas, batch·k·ep/E per expert on average
+        experts = ctx.layer_expert_params / ep * ctx.weight_bytes / tp
+        read -= experts * (1 - min(1.0, batch * k_routed * ep / m.num_experts))
     mm_c, mm_m = _roofline(2.0 * batch * ctx.layer_matmul_active / tp / flop_s, read / bw)
     at_c, at_m = _roofline(F.attention_flops(m, batch=batch, q_len=1, kv_len=int(context)) / m.num_layers / tp / flop_s,
                            batch * context * kv_tok / bw)
@@ -402,6 +411,7 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     d_memory = m.num_layers * (mm_m + at_m + ew) + hd_m
     d_comm = 2 * m.num_layers * tp_links.all_reduce_s(h_bytes * batch)
     d_comm += (pp - 1) * pp_links.p2p_s(h_bytes * batch / tp)
+    d_comm += 2 * moe_layers * ep_links.all_to_all_s(h_bytes * batch * k_routed / tp)
     out.update(decode=d_compute + d_memory + d_comm, decode_compute=d_compute, decode_memory=d_memory,
                decode_comm=d_comm)
     return out

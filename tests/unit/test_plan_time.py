@@ -224,3 +224,25 @@ def test_moe_optimizer_step_and_expert_gradient_reduction_use_the_expert_data_pa
     _, z0 = _train(ep=8, zero=0, **lay)
     saved = train_time(ctx, z0)["memory"] - train_time(ctx, all8)["memory"]
     assert saved == pytest.approx(dense * (1 - 1 / 8) * 30 / byte_s(ctx), rel=1e-6)
+
+
+def test_inference_expert_parallelism_reads_local_experts_and_pays_the_all_to_all():
+    from accelkit.plan.time import infer_time
+
+    def ctx_layout(ep):
+        w = Workload(model=get_preset("mixtral-8x7b"), task="infer", prompt_len=1024, output_len=256, batch_size=64,
+                     recipe=Recipe(precision="bf16"))
+        return make_context(w, Cluster(device=H100, num_devices=8), NO_CAL), Layout(dp=8, tp=1, pp=1, ep=ep)
+
+    ctx1, one = ctx_layout(1)
+    ctx8, eight = ctx_layout(8)
+    t1, t8 = infer_time(ctx1, one, 64), infer_time(ctx8, eight, 64)
+    m = ctx8.model
+    assert t1["decode_comm"] == 0.0 and t1["prefill_comm"] == 0.0
+    # dispatch + combine per MoE layer: each rank's tokens × k routed copies of the hidden state (bf16)
+    a2a = links(ctx8, 8, 1)
+    assert t8["decode_comm"] == pytest.approx(2 * m.num_layers * a2a.all_to_all_s(2 * m.hidden_size * 64 * 2))
+    assert t8["prefill_comm"] == pytest.approx(2 * m.num_layers * a2a.all_to_all_s(2 * m.hidden_size * 64 * 1024 * 2))
+    # batch 64 routes to every expert either way: ep 8 reads 1/8 of the expert weights per device
+    assert t8["decode_memory"] < t1["decode_memory"] / 3
+    assert t8["decode"] < t1["decode"] / 2
