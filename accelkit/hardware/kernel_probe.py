@@ -77,6 +77,7 @@ def probe_kernels(device: str, loop: LoopConfig, *, catalog: DeviceSpec | None, 
         on_step(f"elementwise add, 3 × {elementwise_bytes >> 20} MiB")
     fn, moved = _elementwise_fn(numel, device)
     result = time_loop(fn, loop, device=device)
+    del fn  # its three buffers: freed before the attention probe allocates (hw probe's peak_bytes counts one phase)
     gbps = [moved / t / 1e9 for t in result.samples_s]
     stats = summarize(gbps)
     reference = catalog.memory_bandwidth_bytes_per_s / 1e9 if catalog else copy_gbps

@@ -14,7 +14,7 @@ from accelkit.hardware.catalog import match_device_name
 from accelkit.hardware.detect import cpu_info, environment
 from accelkit.hardware.device import free_memory_bytes, resolve_device
 from accelkit.hardware.kernel_probe import probe_kernels
-from accelkit.timing import LoopConfig, time_loop
+from accelkit.timing import LoopConfig, LoopResult, time_loop
 
 CPU_DTYPES = ("fp32", "bf16", "fp16")
 CUDA_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -38,9 +38,24 @@ class ProbeConfig(Spec):
         return LoopConfig.quick() if self.quick else LoopConfig(min_time_s=3.0, min_iterations=20)
 
 
+def peak_bytes(device: str, size: int, copy_bytes: int) -> int:
+    """The most the probe holds at once: its phases run one after another and each frees its buffers first.
+
+    matmul: a, b and the output in fp32 (the widest dtype); copy: src + dst; elementwise add: a, b, c of
+    ``copy_bytes`` each on a CPU (fp32), half that in bf16 on a GPU (kernel_probe.probe_kernels); attention:
+    q, k, v, their gradients, the output and its gradient (8 tensors of the attention shape)."""
+    from accelkit.hardware.kernel_probe import attention_shape
+
+    wide = 4 if device == "cpu" else 2
+    elementwise = 3 * max(1 << 16, copy_bytes // 4) * wide
+    a = attention_shape(device)
+    attention = 8 * a["batch"] * a["heads"] * a["seq"] * a["head_dim"] * wide
+    return max(3 * size * size * 4, 2 * copy_bytes, elementwise, attention)
+
+
 def _check_memory(device: str, size: int, copy_bytes: int) -> None:
     """Refuse sizes the device cannot hold before allocating (an OOM kill would lose the whole probe)."""
-    need = max(3 * size * size * 4, 2 * copy_bytes)  # a, b, out in fp32 (the widest dtype); copy src + dst
+    need = peak_bytes(device, size, copy_bytes)
     free = free_memory_bytes(device)
     if need > 0.9 * free:
         raise UserError(f"--size {size} / --copy-size {copy_bytes >> 20} MiB need {need / 2**30:.1f} GiB but {device} has "
@@ -100,6 +115,16 @@ def _fraction(measured: float, peak: float | None) -> float | None:
     return measured / peak if peak else None
 
 
+def _time_copy(device: str, copy_bytes: int, loop: LoopConfig) -> tuple[LoopResult, int]:
+    """Time ``dst.copy_(src)``; (timing, bytes moved per iteration). src and dst are freed on return, before
+    the kernel probes allocate three buffers of the same size (peak_bytes counts one phase at a time)."""
+    import torch
+
+    src = torch.ones(copy_bytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    return time_loop(lambda: dst.copy_(src), loop, device=device), 2 * src.numel() * 4  # read + write
+
+
 def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] | None = None) -> Measurement:
     """Measure matmul TFLOP/s per dtype and copy bandwidth on one device; return a Measurement."""
     import torch
@@ -154,10 +179,7 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
 
     if on_step:
         on_step(f"copy {copy_bytes >> 20} MiB")
-    src = torch.ones(copy_bytes // 4, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    result = time_loop(lambda: dst.copy_(src), config.loop, device=device)
-    moved = 2 * src.numel() * 4  # read + write
+    result, moved = _time_copy(device, copy_bytes, config.loop)
     gbps = [moved / t / 1e9 for t in result.samples_s]
     stats = summarize(gbps)
     catalog_bw = catalog.memory_bandwidth_bytes_per_s if catalog else None
