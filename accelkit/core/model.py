@@ -38,7 +38,9 @@ class ModelSpec(Spec):
     experts_per_token: int | None = spec_field(None, min=1, doc="MoE top-k routing; None for dense.")
     gated_mlp: bool = spec_field(False, doc="SwiGLU-style MLP with gate, up and down projections.")
     tied_embeddings: bool = spec_field(False, doc="Output head shares the input embedding matrix.")
-    qkv_bias: bool = spec_field(False, doc="Bias on the q/k/v projections only (Qwen2).")
+    qkv_bias: bool = spec_field(False, doc="Bias on the q/k/v projections (Qwen2; Llama's attention_bias with out_bias).")
+    out_bias: bool = spec_field(False, doc="Bias on the attention output projection o_proj (Llama's attention_bias).")
+    mlp_bias: bool = spec_field(False, doc="Bias on the MLP projections (Llama's mlp_bias).")
     linear_bias: bool = spec_field(False, doc="Bias on every linear layer (GPT-2/3, BERT, ViT).")
     norm: Literal["rmsnorm", "layernorm"] = spec_field("rmsnorm", doc="RMSNorm (weight) or LayerNorm (weight+bias).")
     position: Literal["rope", "learned"] = spec_field("rope", doc="Rotary or learned absolute positions.")
@@ -119,17 +121,15 @@ class ModelSpec(Spec):
     def _attention_params(self) -> int:
         h, q, kv = self.hidden_size, self.num_heads * self.head_size, self.kv_heads * self.head_size
         weights = h * q + 2 * h * kv + q * h  # q, k, v, o projections
-        if self.linear_bias:
-            return weights + q + 2 * kv + h
-        if self.qkv_bias:
-            return weights + q + 2 * kv
-        return weights
+        qkv = q + 2 * kv if self.linear_bias or self.qkv_bias else 0
+        return weights + qkv + (h if self.linear_bias or self.out_bias else 0)
 
     def _expert_params(self) -> int:
         h, f = self.hidden_size, self.ffn_hidden_size
+        bias = self.linear_bias or self.mlp_bias
         if self.gated_mlp:
-            return 3 * h * f + (2 * f + h if self.linear_bias else 0)
-        return 2 * h * f + (f + h if self.linear_bias else 0)
+            return 3 * h * f + (2 * f + h if bias else 0)
+        return 2 * h * f + (f + h if bias else 0)
 
     def _layer_params(self, experts: int) -> int:
         mlp = experts * self._expert_params()

@@ -131,7 +131,11 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
         experts_per_token=r.int("num_experts_per_tok", 2) if moe else None,
         gated_mlp=True,
         tied_embeddings=r.bool("tie_word_embeddings", False),
-        qkv_bias=mt == "qwen2" or r.bool("attention_bias", False),
+        # transformers: Qwen2 has q/k/v biases always; Llama's attention_bias puts one on q, k, v and o, its
+        # mlp_bias on gate/up/down; Mistral and Mixtral build no bias whatever the config says
+        qkv_bias=mt == "qwen2" or (mt == "llama" and r.bool("attention_bias", False)),
+        out_bias=mt == "llama" and r.bool("attention_bias", False),
+        mlp_bias=mt == "llama" and r.bool("mlp_bias", False),
         rope_theta=theta,
         rope_scaling=scaling,
         norm_eps=r.float("rms_norm_eps", 1e-6),
@@ -225,8 +229,12 @@ def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
             "rms_norm_eps": spec.norm_eps, "tie_word_embeddings": spec.tied_embeddings,
             "rope_parameters": {"rope_type": "default", **(spec.rope_scaling or {}), "rope_theta": spec.rope_theta},
         }
-        if spec.family == "llama":
+        if spec.family == "llama":  # one flag for q, k, v and o: a spec with only one of them has no llama config
+            if spec.qkv_bias != spec.out_bias:
+                raise ValueError(f"{spec.name}: Llama's attention_bias puts a bias on q, k, v and o together; "
+                                 "set qkv_bias and out_bias alike")
             cfg["attention_bias"] = spec.qkv_bias
+            cfg["mlp_bias"] = spec.mlp_bias
         if spec.family == "mixtral":
             cfg["num_local_experts"] = spec.num_experts
             cfg["num_experts_per_tok"] = spec.experts_per_token

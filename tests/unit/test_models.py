@@ -87,3 +87,30 @@ def test_invalid_json_and_missing_file(tmp_path):
         load_config(bad)
     with pytest.raises(UserError, match="no config.json"):
         load_config(tmp_path / "nowhere")
+
+
+TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
+
+
+@pytest.mark.parametrize(("model_type", "biases"), [
+    ("llama", {}), ("llama", {"attention_bias": True}), ("llama", {"mlp_bias": True}),
+    ("llama", {"attention_bias": True, "mlp_bias": True}),
+    ("mistral", {"attention_bias": True, "mlp_bias": True}),  # MistralAttention / MLP: bias=False whatever
+    ("mixtral", {"attention_bias": True}), ("qwen2", {}),
+])
+def test_hf_biases_count_like_transformers(model_type, biases):
+    # before: llama's attention_bias left out o_proj's bias, mlp_bias was ignored, and mistral's attention_bias
+    # added q/k/v biases transformers does not build
+    import torch
+    import transformers
+
+    from accelkit.models.build import _CLASSES, build_model, count_parameters
+
+    cfg = {**TINY, **biases}
+    spec = from_hf_config({"model_type": model_type, **cfg})
+    config_cls, model_cls = (getattr(transformers, n) for n in _CLASSES[model_type])
+    with torch.device("meta"):
+        reference = count_parameters(model_cls(config_cls(**cfg)))
+    assert spec.num_params() == reference
+    assert count_parameters(build_model(spec, device="meta")) == reference  # and to_hf_config carries them back
