@@ -41,6 +41,9 @@ class Candidate:
     decode_time_per_token_s: float | None = None
     max_batch: int | None = None
     itl_s: float | None = None  # serving: decode step + the prefills continuous batching interleaves per step
+    #: inference: what ``tokens_per_step`` counts — "output" (generated tokens), "prompt" (a prefill-only LM run,
+    #: output_len 0: prompt tokens/s), "input" (an encoder's sequence tokens); None for training and CNNs
+    tokens_counted: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -180,13 +183,18 @@ def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candi
     parts, _ = infer_memory(ctx, layout, batch)
     memory, fits = _finish_memory(ctx, parts)
     t = infer_time(ctx, layout, batch)
-    is_lm = m.kind in ("decoder", "moe") and w.output_len > 0
+    is_lm = m.kind in ("decoder", "moe")  # the model kind decides what a token is, not the flags
+    decodes = is_lm and w.output_len > 0
     itl = None
-    if is_lm:  # each request is prefilled once per output_len decode steps: batch/output_len prefills per step
+    if decodes:  # each request is prefilled once per output_len decode steps: batch/output_len prefills per step
         one = t["prefill"] if batch == 1 else infer_time(ctx, layout, 1)["prefill"]
         itl = t["decode"] + batch / w.output_len * one
-    step = t["prefill"] + (w.output_len * t["decode"] if is_lm else 0.0)
-    per_replica = batch * (w.output_len if is_lm else (w.seq_len if m.kind != "cnn" else 1))
+    step = t["prefill"] + (w.output_len * t["decode"] if decodes else 0.0)
+    # per sequence: the generated tokens; a prefill-only LM run its prompt (--seq-len is a training flag and says
+    # nothing here); an encoder its seq_len input tokens; a CNN one image
+    counted: str | None = "output" if decodes else "prompt" if is_lm else "input" if m.kind != "cnn" else None
+    per_seq = {"output": w.output_len, "prompt": w.prompt_len, "input": w.seq_len, None: 1}[counted]
+    per_replica = batch * per_seq
     items = float(per_replica * layout.dp)
     if ctx.cnn is not None:
         model_flops = ctx.cnn["forward_flops"] * batch
@@ -198,7 +206,7 @@ def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candi
     n_replica = layout.tp * layout.pp
     mfu = model_flops / (step * n_replica * ctx.peak) if step > 0 else 0.0
     times = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "bubble": 0.0, "launch": 0.0}
-    for phase, count in (("prefill", 1.0), ("decode", float(w.output_len) if is_lm else 0.0)):
+    for phase, count in (("prefill", 1.0), ("decode", float(w.output_len) if decodes else 0.0)):
         times["compute"] += count * t[f"{phase}_compute"]
         times["memory"] += count * t[f"{phase}_memory"]
         times["communication"] += count * t[f"{phase}_comm"]
@@ -209,8 +217,8 @@ def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candi
         time_breakdown=times, tokens_per_step=items, mfu=mfu,
         energy_j_per_token=None if joules is None or items == 0 else joules / items,
         cost_per_step=E.cost(n, step, ctx.options.price_per_device_hour), batch=batch,
-        prefill_time_s=t["prefill"], decode_time_per_token_s=t["decode"] if is_lm else None, max_batch=max_batch,
-        itl_s=itl,
+        prefill_time_s=t["prefill"], decode_time_per_token_s=t["decode"] if decodes else None, max_batch=max_batch,
+        itl_s=itl, tokens_counted=counted,
     )
 
 

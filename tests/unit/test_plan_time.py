@@ -246,3 +246,14 @@ def test_inference_expert_parallelism_reads_local_experts_and_pays_the_all_to_al
     # batch 64 routes to every expert either way: ep 8 reads 1/8 of the expert weights per device
     assert t8["decode_memory"] < t1["decode_memory"] / 3
     assert t8["decode"] < t1["decode"] / 2
+
+
+@pytest.mark.parametrize("seq_len", [100, 8000])
+def test_prefill_only_lm_run_counts_prompt_tokens_not_the_training_seq_len(seq_len):
+    from accelkit.plan.evaluate import evaluate
+
+    w = Workload(model=get_preset("llama-3.1-8b"), task="infer", prompt_len=512, output_len=0, seq_len=seq_len,
+                 batch_size=4, recipe=Recipe(precision="bf16"))
+    c = evaluate(make_context(w, Cluster(device=H100, num_devices=1), NO_CAL), Layout(dp=1, tp=1, pp=1), 4)
+    assert c.tokens_per_s == pytest.approx(4 * 512 / c.step_time_s)  # before: 4 × seq_len / step
+    assert c.tokens_counted == "prompt" and c.decode_time_per_token_s is None
