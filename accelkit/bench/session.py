@@ -84,6 +84,8 @@ class Measurer:
         self.failures: list[Failure] = []
         self.interrupt_requested = False
         self.phase = "load"
+        #: why the run has no fp32 reference output when the fp32 variant, which stands in for it, failed first
+        self.reference_failure: str | None = None
 
     def checkpoint(self) -> None:
         """Raise the Ctrl-C that a finalizer may have swallowed (see ``runner._catch_sigint``)."""
@@ -103,6 +105,8 @@ class Measurer:
             return lanes
         except Exception as exc:  # one variant's failure is data; its siblings go on
             error = _error(exc)  # (not the exception: its traceback would keep the model alive)
+        if variant.is_reference and self.reference.output is None:  # the others' drift had no reference to go on
+            self.reference_failure = f"the reference variant {variant.name} failed in its {self.phase}: {error}"
         self.fail(variant.name, self.phase, error)
         return []
 
@@ -149,6 +153,9 @@ class Measurer:
                 self.reference.flops = step_flops(prepared)
         accuracy = drift(self.reference.output, output) if output is not None and self.reference.output is not None \
             else None
+        if accuracy is None and output is not None and self.reference_failure is not None:
+            # an output to compare, and the reference it would be compared with failed before producing its own
+            accuracy = Accuracy(note=f"no fp32 reference output ({self.reference_failure})")
         for lane in lanes:
             lane.accuracy = accuracy
         return lanes

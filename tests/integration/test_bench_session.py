@@ -75,6 +75,24 @@ def make_overflowing():
     return OverflowsInHalf(), torch.randn(4, 64)
 
 
+class Fp32Fails(torch.nn.Module):
+    """Runs only under CPU autocast (bf16): the fp32 variant fails in its first call, before producing its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        if not torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("no fp32 kernel for this op")
+        return self.linear(x)
+
+
+def make_fp32_fails():
+    torch.manual_seed(0)
+    return Fp32Fails(), torch.randn(2, 8)
+
+
 def run(factory: str, precisions: list[str], loop, **config):
     from accelkit.bench.runner import BenchConfig, run_benchmark
     from accelkit.bench.variants import Variant
@@ -143,3 +161,19 @@ def test_an_overflowing_variant_is_measured_and_fails_its_accuracy_gate():
     assert "inf/NaN" in fp16.accuracy.note
     gate = _gate(fp16.accuracy.to_dict(), 0.01)
     assert gate["passed"] is False
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_a_failed_fp32_reference_is_named_in_the_others_accuracy_note(interleave):
+    """`--precision fp32,bf16` whose fp32 variant failed before producing its output gave bf16 the false note
+    'no fp32 reference output (the workload has none)'. The note now says the reference failed, and why."""
+    from accelkit.timing import LoopConfig
+
+    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    result = run("make_fp32_fails", ["fp32", "bf16"], loop, accuracy=True, interleave=interleave)
+    assert [(f.name, f.phase) for f in result.failed] == [("fp32", "first call")]
+    (bf16,) = result.variants
+    assert bf16.name == "bf16" and bf16.phases.measured_iterations >= 3  # measured all the same
+    note = bf16.accuracy.note
+    assert "the workload has none" not in note
+    assert "the reference variant fp32 failed in its first call: RuntimeError: no fp32 kernel for this op" in note
