@@ -8,7 +8,7 @@ import typer
 
 from accelkit.cli.output import JsonOption, emit, out, table
 from accelkit.core import ModelSpec
-from accelkit.core.units import fmt_count
+from accelkit.core.units import fmt_bytes, fmt_count
 from accelkit.models import PRESETS, resolve_model
 
 app = typer.Typer(help="Architecture presets and Hugging Face config import.", no_args_is_help=True)
@@ -22,6 +22,8 @@ def model_json(spec: ModelSpec) -> dict[str, Any]:
         "active_params": spec.num_active_params(),
         "embedding_params": spec.num_embedding_params(),
         "kv_bytes_per_token_bf16": spec.kv_bytes_per_token(2.0),
+        # one sequence at the full context: a sliding window caps the tokens it keeps
+        "kv_bytes_per_sequence_bf16": spec.kv_bytes_per_token(2.0) * spec.kv_cache_tokens(spec.max_seq_len),
     }
 
 
@@ -63,6 +65,10 @@ def show_cmd(
             rows.append(("active params", f"{data['active_params']:,} ({fmt_count(data['active_params'])})"))
         if spec.kind in ("decoder", "moe"):
             rows.append(("KV cache / token", f"{data['kv_bytes_per_token_bf16'] / 1024:.0f} KiB in bf16"))
+            kept = spec.kv_cache_tokens(spec.max_seq_len)
+            rows.append(("KV cache / sequence", f"{fmt_bytes(data['kv_bytes_per_sequence_bf16'])} in bf16 at "
+                         f"{spec.max_seq_len:,} positions ({kept:,} kept"
+                         + (f": sliding window {spec.sliding_window:,})" if kept < spec.max_seq_len else ")")))
         vision_only = () if spec.family in ("vit", "resnet") else ("num_channels", "stem_width")
         rows += [(k, v) for k, v in spec.to_dict().items()
                  if v not in (None, (), [], False, 0) and k != "name" and k not in vision_only]

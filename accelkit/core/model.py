@@ -34,6 +34,9 @@ class ModelSpec(Spec):
     ffn_hidden_size: int = spec_field(0, min=0, doc="MLP inner width (per expert for MoE).")
     vocab_size: int = spec_field(0, min=0, doc="Token vocabulary (0 for vision models).")
     max_seq_len: int = spec_field(0, min=0, doc="Maximum positions (context length).")
+    sliding_window: int | None = spec_field(
+        None, min=1, doc="Sliding-window attention span in tokens (Mistral's sliding_window): a position attends to "
+                         "the last this many, so a sequence's KV cache holds at most this many; None = full context.")
     num_experts: int | None = spec_field(None, min=1, doc="MoE experts per layer; None for dense models.")
     experts_per_token: int | None = spec_field(None, min=1, doc="MoE top-k routing; None for dense.")
     gated_mlp: bool = spec_field(False, doc="SwiGLU-style MLP with gate, up and down projections.")
@@ -189,6 +192,10 @@ class ModelSpec(Spec):
             return self.num_params()
         idle = self.num_layers * (self.num_experts - self.experts_per_token) * self._expert_params()  # type: ignore[operator]
         return self.num_params() - idle
+
+    def kv_cache_tokens(self, context: int) -> int:
+        """Tokens one sequence keeps in the KV cache at ``context`` positions: min(context, sliding_window)."""
+        return context if self.sliding_window is None else min(context, self.sliding_window)
 
     def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """KV-cache bytes one token occupies: 2 (K and V) · layers · kv_heads · head_dim · bytes."""

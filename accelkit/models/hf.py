@@ -127,6 +127,9 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
         ffn_hidden_size=r.int("intermediate_size"),
         vocab_size=r.int("vocab_size"),
         max_seq_len=r.int("max_position_embeddings", 2048),
+        # Mistral and Mixtral attend over the last sliding_window tokens (null: all). Qwen2's applies only with
+        # use_sliding_window and only to some layers: not read
+        sliding_window=(r.int("sliding_window", None) or None) if mt in ("mistral", "mixtral") else None,
         num_experts=r.int("num_local_experts", 8) if moe else None,
         experts_per_token=r.int("num_experts_per_tok", 2) if moe else None,
         gated_mlp=True,
@@ -235,6 +238,8 @@ def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
                                  "set qkv_bias and out_bias alike")
             cfg["attention_bias"] = spec.qkv_bias
             cfg["mlp_bias"] = spec.mlp_bias
+        if spec.family in ("mistral", "mixtral"):  # written even when None: MistralConfig defaults to 4096
+            cfg["sliding_window"] = spec.sliding_window
         if spec.family == "mixtral":
             cfg["num_local_experts"] = spec.num_experts
             cfg["num_experts_per_tok"] = spec.experts_per_token

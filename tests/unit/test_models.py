@@ -114,3 +114,27 @@ def test_hf_biases_count_like_transformers(model_type, biases):
         reference = count_parameters(model_cls(config_cls(**cfg)))
     assert spec.num_params() == reference
     assert count_parameters(build_model(spec, device="meta")) == reference  # and to_hf_config carries them back
+
+
+def test_sliding_window_is_carried_and_caps_the_kv_cache(tmp_path, capsys):
+    # before: "sliding_window": 4096 was dropped, so a 32k-context Mistral's KV cache was planned over 32k tokens
+    import json as _json
+
+    from accelkit.cli.app import main
+    from accelkit.models.build import hf_config
+
+    cfg = {"model_type": "mistral", **TINY, "max_position_embeddings": 32768, "sliding_window": 4096}
+    spec = from_hf_config(cfg)
+    assert spec.sliding_window == 4096
+    assert (spec.kv_cache_tokens(32768), spec.kv_cache_tokens(1000)) == (4096, 1000)
+    assert to_hf_config(spec)["sliding_window"] == 4096 and hf_config(spec).sliding_window == 4096
+    full = from_hf_config({**cfg, "sliding_window": None})
+    assert full.sliding_window is None and full.kv_cache_tokens(32768) == 32768
+    assert hf_config(full).sliding_window is None  # not MistralConfig's default 4096
+    assert from_hf_config({**cfg, "model_type": "llama"}).sliding_window is None  # Llama has none
+    path = tmp_path / "config.json"
+    path.write_text(_json.dumps(cfg))
+    main(["models", "show", str(path), "--json"])
+    doc = _json.loads(capsys.readouterr().out)
+    assert doc["sliding_window"] == 4096
+    assert doc["kv_bytes_per_sequence_bf16"] == doc["kv_bytes_per_token_bf16"] * 4096
