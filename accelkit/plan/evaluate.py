@@ -69,6 +69,20 @@ def _finish_memory(ctx: PlanContext, parts: dict[str, float]) -> tuple[dict[str,
     return {**parts, "total": total, "capacity": capacity}, total <= capacity
 
 
+def inflight_micro_batches(pp: int, vp: int, grad_accum: int) -> float:
+    """Micro-batches of whole-stage activations the first pipeline stage holds at its peak.
+
+    1F1B: pp (its warm-up forwards plus one), at most the grad_accum there are. Interleaved 1F1B (vp > 1) warms
+    up 2(pp−1) + (vp−1)·pp chunks and runs one more forward before its first backward, each chunk 1/vp of the
+    stage (Megatron-LM's forward_backward_pipelining_with_interleaving), so pp + (pp−1)/vp = pp·(1 + (pp−1)/(pp·vp))
+    — Korthikanti et al. 2022 §4.2.3: the interleaved schedule of Narayanan et al. 2021 multiplies the first
+    stage's activation memory by 1 + (p−1)/(pm), m interleaved stages. Capped at grad_accum (every micro-batch
+    of every chunk at once)."""
+    if vp > 1:
+        return min(float(grad_accum), pp + (pp - 1) / vp)
+    return float(min(pp, grad_accum))
+
+
 def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     """Bytes on one device of the heaviest pipeline stage."""
     w, o = ctx.workload, ctx.options
@@ -91,7 +105,7 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
         head = head_activation_bytes(m, tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels,
                                      sequence_parallel=layout.sequence_parallel)
         layers = -(-m.num_layers // layout.pp)
-        inflight = min(layout.pp, layout.grad_accum)  # 1F1B: the first stage holds pp micro-batches
+        inflight = inflight_micro_batches(layout.pp, layout.vp, layout.grad_accum)
         first = inflight * (layers * per_layer + head["first"])
         last = layers * per_layer + head["last"] + (head["first"] if layout.pp == 1 else 0.0)
         acts = max(first, last)

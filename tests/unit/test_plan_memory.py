@@ -97,3 +97,21 @@ def test_model_state_bytes_shards_experts_over_their_own_group():
         assert s["weights"] == pytest.approx(2 * (unsharded if w else sharded))
         assert s["gradients"] == pytest.approx(2 * (unsharded if g else sharded))
         assert s["optimizer"] == pytest.approx(12 * (unsharded if o else sharded))
+
+
+@pytest.mark.parametrize("vp,factor", [(1, 1.0), (2, 1 + 3 / 8), (4, 1 + 3 / 16)])
+def test_interleaved_pipeline_holds_more_activations(vp, factor):
+    # Korthikanti et al. 2022 §4.2.3: interleaving (Narayanan et al. 2021) multiplies the first stage's activations
+    # by 1 + (p−1)/(p·m), m = vp; here p = 4. Before the fix every vp kept 15.17 GiB.
+    from accelkit.plan import Layout
+
+    w = Workload(model=get_preset("llama-3.1-70b"), task="train", seq_len=4096, recipe=Recipe(precision="bf16"))
+    cluster = Cluster(device=get_device("h100"), num_devices=32)
+    lay = dict(dp=1, tp=8, pp=4, zero=0, micro_batch=1, grad_accum=32, recompute="none", sequence_parallel=True)
+    base = plan(w, cluster, layout=Layout(**lay)).details["memory_per_device_bytes"]["activations"]
+    got = plan(w, cluster, layout=Layout(**lay, vp=vp)).details["memory_per_device_bytes"]["activations"]
+    assert got == pytest.approx(factor * base, rel=1e-9)
+    from accelkit.plan.evaluate import inflight_micro_batches
+
+    assert inflight_micro_batches(4, vp, 32) == pytest.approx(4 * factor)
+    assert inflight_micro_batches(4, vp, 3) == 3  # never more than the micro-batches there are
