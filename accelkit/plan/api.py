@@ -87,7 +87,7 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
             doc["host_memory_bytes"] = {"optimizer": _bytes(c.memory["host_optimizer"])}
     else:
         doc.update(prefill_time_s=c.prefill_time_s, decode_time_per_token_s=c.decode_time_per_token_s,
-                   max_batch=c.max_batch, batch=c.batch, serving_itl_s=c.itl_s)
+                   max_batch=c.max_batch, batch=c.batch, serving_itl_s=c.itl_s, tokens_counted=c.tokens_counted)
         if m.kind in ("decoder", "moe"):
             doc.update(prompt_len=w.prompt_len, output_len=w.output_len, kv_cache_dtype=kv_cache_dtype(w),
                        kv_cache_dtype_requested=w.recipe.kv_cache_dtype)
@@ -101,17 +101,27 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
 
 def grad_reduction_doc(ctx: PlanContext, layout: Layout) -> dict[str, Any] | None:
     """The data-parallel gradient reduction of a training plan: bytes per reduction and rank, its collective
-    time, the compression compute (plan/grad_comm.py); None without data parallelism."""
-    from accelkit.plan.grad_comm import describe
-    from accelkit.plan.time import compression_s, dp_reduction, links, reduce_s, reductions_per_step, stage_params
+    time, the compression compute (plan/grad_comm.py); None without data parallelism. With expert parallelism
+    the experts' gradients are reduced over their own, smaller group (``expert_dp``): the top level describes
+    the dense parameters' reduction over dp·cp, ``expert_group`` the experts' (absent when ep spans dp·cp)."""
+    from accelkit.plan.grad_comm import describe, grad_reduction
+    from accelkit.plan.time import compression_s, dp_groups, reduce_s, reductions_per_step, stage_param_split
 
-    red = dp_reduction(ctx, layout, stage_params(ctx, layout))
-    if red is None:
+    if layout.dp * layout.cp == 1:
         return None
     per_step = reductions_per_step(layout)
-    return {**describe(red), "reductions_per_step": per_step, "buffer_bytes_per_step": round(red.sent_bytes * per_step),
-            "collective_s": reduce_s(links(ctx, layout.dp * layout.cp, layout.tp), red) * per_step,
-            "compress_s": compression_s(ctx, layout, red)}
+    docs = []
+    for group_links, params in dp_groups(ctx, layout, *stage_param_split(ctx, layout)):
+        red = grad_reduction(ctx, layout, params)
+        docs.append({**describe(red), "group_size": group_links.n, "reductions_per_step": per_step,
+                     "buffer_bytes_per_step": round(red.sent_bytes * per_step),
+                     "collective_s": reduce_s(group_links, red) * per_step, "compress_s": compression_s(ctx, layout, red)})
+    if not docs:
+        return None
+    doc = docs[0]
+    if len(docs) > 1:
+        doc["expert_group"] = docs[1]
+    return doc
 
 
 def to_estimate(c: Candidate, ctx: PlanContext) -> Estimate:
@@ -123,7 +133,8 @@ def to_estimate(c: Candidate, ctx: PlanContext) -> Estimate:
                               grad_accum=lay.grad_accum, recompute=lay.recompute,
                               sequence_parallel=lay.sequence_parallel)
     workload = w.replace(recipe=recipe, batch_size=c.batch or w.batch_size)
-    unit = "samples/s" if ctx.model.kind == "cnn" else ("tokens/s" if w.task == "train" else "output tokens/s")
+    unit = "samples/s" if ctx.model.kind == "cnn" else ("tokens/s" if w.task == "train" else
+                                                        f"{c.tokens_counted or 'output'} tokens/s")
     return Estimate(
         kind="plan", name=f"{ctx.model.name} {w.task} on {lay.num_devices}×{ctx.device.name}", workload=workload,
         hardware=ctx.device.name, num_devices=lay.num_devices, throughput=c.tokens_per_s, throughput_unit=unit,

@@ -169,7 +169,8 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
     if w.task == "train":
         out.append("memory: Adam keeps fp32 m and v (+ fp32 master weights under mixed precision, ZeRO paper K=12); "
                    "SGD is taken with momentum; gradients in the weight dtype; activations per Korthikanti et al. "
-                   f"2022 term by term ({o.kernels} kernels); 1F1B pipeline keeps min(pp, micro-batches) in flight")
+                   f"2022 term by term ({o.kernels} kernels); 1F1B pipeline keeps min(pp, micro-batches) in flight, "
+                   "interleaved (vp > 1) pp + (pp−1)/vp (Korthikanti et al. 2022 §4.2.3)")
     else:
         out.append("inference: pipeline stages run one batch after another (pp adds capacity, not speed); "
                    f"prefill in chunks of {o.prefill_chunk_tokens} tokens; decode time at the mean context "

@@ -147,3 +147,30 @@ def test_no_gain_inside_one_nvlink_node():
     assert doc["num_nodes"] == 1
     assert abs(_row(doc, "bf16")["step_vs_none"] - 1) < 0.01, doc
     assert "no compression shortens the step" in doc["verdict"]
+
+
+def test_moe_gradient_reduction_doc_reports_the_expert_group_apart():
+    # dp 4, ep 2: the dense gradients are reduced over 4 ranks, the experts' (already ÷ 2) over the 2 that hold them
+    from accelkit.plan.context import make_context
+    from accelkit.plan.layout import Layout
+    from accelkit.plan.time import stage_param_split
+
+    recipe = Recipe(precision="fp32", dp=4, ep=2, micro_batch=2)
+    w = Workload(model=get_preset("tiny-mixtral"), task="train", seq_len=32, recipe=recipe)
+    cluster, options = Cluster(device=H100, num_devices=4), PlanOptions(use_calibration=False, grad_reduce_fp32=True)
+    red = plan(w, cluster, options).details["grad_reduction"]
+    dense, expert = stage_param_split(make_context(w, cluster, options), Layout(dp=4, tp=1, pp=1, ep=2))
+    assert expert > 0 and red["group_size"] == 4 and red["expert_group"]["group_size"] == 2
+    assert red["buffer_bytes_per_step"] == round(dense * 4)
+    assert red["expert_group"]["buffer_bytes_per_step"] == round(expert * 4)
+    dense_only = _tiny_plan("none", dp=4).details["grad_reduction"]
+    assert "expert_group" not in dense_only and dense_only["group_size"] == 4
+
+
+def test_a_prefill_only_plan_says_it_counts_prompt_tokens():
+    w = Workload(model=get_preset("tiny-llama"), task="infer", prompt_len=64, output_len=0, batch_size=4,
+                 recipe=Recipe(precision="bf16"))
+    est = plan(w, Cluster(device=H100, num_devices=1), PlanOptions(use_calibration=False))
+    assert est.throughput_unit == "prompt tokens/s" and est.details["tokens_counted"] == "prompt"
+    decode = plan(w.replace(output_len=8), Cluster(device=H100, num_devices=1), PlanOptions(use_calibration=False))
+    assert decode.throughput_unit == "output tokens/s" and decode.details["tokens_counted"] == "output"
