@@ -135,8 +135,8 @@ def drift(reference: torch.Tensor, output: torch.Tensor) -> Accuracy:
     """How far ``output`` is from the fp32 ``reference`` on the same slice (``accelkit.recipes.gates.drift``:
     max abs error, cosine, SQNR in dB — null with ``identical: true`` when there is no error, so the JSON
     stays strict — and top-1 agreement for outputs whose last dim is a class/vocab axis). An output with inf/NaN
-    (an fp16 overflow) gives cosine and top-1 agreement 0 with a note saying so, not an exception: the variant is
-    measured and fails its gate."""
+    (an fp16 overflow) has no drift figure: all are None, with a note saying why, not an exception — the variant
+    is measured and fails its gate."""
     from accelkit.recipes.gates import drift as output_drift
 
     d = output_drift(reference, output.reshape(reference.shape))
@@ -144,10 +144,9 @@ def drift(reference: torch.Tensor, output: torch.Tensor) -> Accuracy:
     if not d.is_finite:  # an overflow is an accuracy failure, measured; the variant's timing stands
         where = (f"the output has inf/NaN ({d.num_nonfinite} of {output.numel()} values)" if d.num_nonfinite
                  else f"the fp32 reference has inf/NaN ({d.num_nonfinite_reference} of {reference.numel()} values)")
-        return Accuracy(max_abs_error=None, cosine=d.cosine, sqnr_db=None, identical=False,
-                        top1_agreement=d.top1_agreement, rows=rows,
-                        note=f"{where}: no drift figure is finite, so cosine and top-1 agreement are recorded as 0 "
-                             "and any accuracy gate fails")
+        return Accuracy(max_abs_error=None, cosine=None, sqnr_db=None, identical=False, top1_agreement=None,
+                        rows=rows, note=f"{where}: no drift figure is finite, so none is recorded and any accuracy "
+                                        "gate fails")
     return Accuracy(max_abs_error=d.max_abs_error, cosine=d.cosine, sqnr_db=d.sqnr_db, identical=d.identical,
                     top1_agreement=d.top1_agreement, rows=rows)
 

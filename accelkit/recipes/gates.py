@@ -36,16 +36,18 @@ def output_tensor(output: Any) -> torch.Tensor:
 class Drift(Spec):
     """Output drift of a candidate against the reference on the same batch."""
 
-    max_abs_error: float = spec_field(doc="max |candidate − reference|")
-    cosine: float = spec_field(doc="cosine similarity of the flattened outputs")
+    max_abs_error: float | None = spec_field(doc="max |candidate − reference|; None when an output has inf/NaN")
+    cosine: float | None = spec_field(
+        doc="cosine similarity of the flattened outputs; None when an output has inf/NaN")
     sqnr_db: float | None = spec_field(
-        doc="signal-to-quantization-noise ratio, 10·log10(‖ref‖² / ‖cand − ref‖²); None when identical (no noise)"
+        doc="signal-to-quantization-noise ratio, 10·log10(‖ref‖² / ‖cand − ref‖²); None when identical (no noise) "
+            "or when an output has inf/NaN"
     )
     identical: bool = spec_field(False, doc="True when the outputs are bit-for-bit equal")
     top1_agreement: float | None = spec_field(None, doc="fraction of positions with the same argmax (logits)")
     num_nonfinite: int = spec_field(
-        0, min=0, doc="values of the candidate that are inf or NaN (an overflow); when any, no figure is finite: "
-                      "max_abs_error is inf, sqnr_db None, cosine and top-1 agreement 0, and every gate fails")
+        0, min=0, doc="values of the candidate that are inf or NaN (an overflow); when any, no figure is a "
+                      "measurement: max_abs_error, cosine, sqnr_db and top1_agreement are None, and every gate fails")
     num_nonfinite_reference: int = spec_field(
         0, min=0, doc="values of the reference that are inf or NaN: the same consequences (nothing to compare with)")
 
@@ -66,10 +68,10 @@ def drift(reference: torch.Tensor, candidate: torch.Tensor, *, logits: bool | No
         logits = ref.dim() > 0 and ref.shape[-1] > 1
     bad_cand, bad_ref = int((~torch.isfinite(cand)).sum().item()), int((~torch.isfinite(ref)).sum().item())
     if bad_cand or bad_ref:
-        # an overflowed output (fp16 past 65504) has no finite error, cosine or SQNR; the figures that gates read
-        # are set to their worst so that every gate fails, and the counts say why
-        return Drift(max_abs_error=math.inf, cosine=0.0, sqnr_db=None, identical=False,
-                     top1_agreement=0.0 if logits else None, num_nonfinite=bad_cand, num_nonfinite_reference=bad_ref)
+        # an overflowed output (fp16 past 65504) has no finite error, cosine or SQNR: no figure is recorded (a 0
+        # would read as a measured drift), the counts say why, and check() fails it on is_finite
+        return Drift(max_abs_error=None, cosine=None, sqnr_db=None, identical=False, top1_agreement=None,
+                     num_nonfinite=bad_cand, num_nonfinite_reference=bad_ref)
     noise = (cand - ref).pow(2).sum().item()
     signal = ref.pow(2).sum().item()
     return Drift(
@@ -98,7 +100,8 @@ class GateResult(Spec):
     passed: bool = spec_field(doc="True if within the allowed drop (never when an output has inf/NaN).")
     criterion: str = spec_field(doc="What was compared.")
     reference_value: float = spec_field(doc="Reference's value of the criterion.")
-    candidate_value: float = spec_field(doc="Candidate's value.")
+    candidate_value: float | None = spec_field(
+        doc="Candidate's value; None when an output has inf/NaN and the criterion is a drift figure (there is none).")
     threshold: float = spec_field(doc="Candidate must reach at least this.")
     drift: Drift = spec_field(doc="Output drift figures.")
 
@@ -117,6 +120,7 @@ def check(
     ref, cand = output_tensor(reference_output), output_tensor(candidate_output)
     d = drift(ref, cand, logits=logits)
     criterion = config.criterion
+    cand_value: float | None
     if criterion == "auto":
         criterion = "task" if metric is not None else ("top1" if logits else "cosine")
     if criterion == "task":
@@ -125,12 +129,14 @@ def check(
         ref_value, cand_value = float(metric(ref)), float(metric(cand))
         threshold = ref_value * (1 - config.max_drop)
     elif criterion == "top1":
-        if d.top1_agreement is None:
+        if not logits:
             raise ValueError("criterion='top1' needs logits outputs")
         ref_value, cand_value, threshold = 1.0, d.top1_agreement, 1 - config.max_drop
     else:
         ref_value, cand_value, threshold = 1.0, d.cosine, 1 - config.max_drop
+    # an output with inf/NaN has no drift figure (cand_value None) and never passes, whatever a task metric says
     return GateResult(
-        passed=d.is_finite and cand_value >= threshold - 1e-12, criterion=criterion, reference_value=ref_value,
+        passed=d.is_finite and cand_value is not None and cand_value >= threshold - 1e-12, criterion=criterion,
+        reference_value=ref_value,
         candidate_value=cand_value, threshold=threshold, drift=d,
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.core.bench_result import BenchResult, verdicts
-from accelkit.report.tables import mfu_text
+from accelkit.report.tables import has_nonfinite_output, mfu_text
 from accelkit.report.template import TEMPLATE
 from accelkit.results import ResultStore, StoredResult
 
@@ -258,7 +258,7 @@ def _table_rows(rows: list[BenchRow]) -> list[dict[str, Any]]:
             "mfu": mfu,
             "memory": f"{b.memory_bytes.peak / 2**20:.1f} MiB" if b.memory_bytes.peak is not None else "-",
             "energy": f"{b.energy_j_per_item:.4g}" if b.energy_j_per_item is not None else "-",
-            "drift": "exact" if acc is not None and (acc.identical or (isinstance(sqnr, float) and math.isinf(sqnr)))
+            "drift": "inf/NaN" if has_nonfinite_output(acc) else "exact" if acc is not None and (acc.identical or (isinstance(sqnr, float) and math.isinf(sqnr)))
             else (f"{sqnr:.1f} dB" if isinstance(sqnr, (int, float)) else "-"),
             "predicted": f"{pred:.2f}" if pred is not None else "-",
             "predicted_title": b.predicted.explanation if b.predicted and b.predicted.explanation else "",

@@ -41,7 +41,14 @@ def _ratio(cmp: Comparison | None) -> str:
     return text
 
 
+def has_nonfinite_output(acc: Accuracy | None) -> bool:
+    """Compared, but an output had inf/NaN: no drift figure (all null), the note says which side."""
+    return acc is not None and acc.identical is False and acc.cosine is None
+
+
 def _drift(acc: Accuracy | None) -> str:
+    if has_nonfinite_output(acc):
+        return "inf/NaN"
     if acc is None or acc.cosine is None:
         return "-"
     if acc.identical:
@@ -91,6 +98,8 @@ def bench_footnotes(run: BenchRunResult) -> list[str]:
     lines += [f"FAILED {f.name} ({f.phase}): {f.error}" for f in run.failed]
     lines += run.verdicts
     lines += run.notes
+    lines += [f"drift ({v.key}): {v.accuracy.note}" for v in run.variants
+              if has_nonfinite_output(v.accuracy) and v.accuracy is not None and v.accuracy.note]
     seen: set[str] = set()
     for v in run.variants:
         texts = [f"MFU peak ({v.precision or '-'}): {v.mfu.peak_source}"]

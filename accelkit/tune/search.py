@@ -137,13 +137,16 @@ def _dominates(a: Trial, b: Trial) -> bool:
 
 def _gate(accuracy: dict[str, Any] | None, max_drop: float) -> dict[str, Any]:
     """The default gate on the bench's drift figures: top-1 agreement (class/vocab outputs) or cosine
-    similarity of at least 1 − max_drop against the fp32 output on the same batch."""
-    if not accuracy or "cosine" not in accuracy:
-        return {"passed": False, "criterion": "none", "reason": "no fp32 reference output to compare with"}
+    similarity of at least 1 − max_drop against the fp32 output on the same batch. An accuracy with neither figure
+    (no reference output, or an output with inf/NaN: its note says which) fails, with the note as the reason."""
+    accuracy = accuracy or {}
     if accuracy.get("identical"):
         return {"passed": True, "criterion": "identical", "candidate_value": 1.0, "threshold": 1 - max_drop}
-    top1 = accuracy.get("top1_agreement")
-    criterion, value = ("top1", top1) if top1 is not None else ("cosine", accuracy["cosine"])
+    top1, cosine = accuracy.get("top1_agreement"), accuracy.get("cosine")
+    criterion, value = ("top1", top1) if top1 is not None else ("cosine", cosine)
+    if value is None:
+        return {"passed": False, "criterion": "none",
+                "reason": accuracy.get("note") or "no fp32 reference output to compare with"}
     threshold = 1 - max_drop
     return {"passed": value >= threshold, "criterion": criterion, "candidate_value": value, "threshold": threshold}
 
@@ -259,6 +262,8 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         t.gate = _gate(t.accuracy, config.max_accuracy_drop) if t.name != "fp32" else {
             "passed": True, "criterion": "reference", "candidate_value": 1.0, "threshold": 1 - config.max_accuracy_drop}
         t.passed = bool(t.gate["passed"])
+        if not t.passed and t.gate.get("reason"):  # no figure to gate on: say why in the trial's row
+            t.reason = f"accuracy gate: {t.gate['reason']}"
     # one basis for every trial, so the memory axis compares like with like: CUDA → the measured peak;
     # a CPU → the planner's estimate when it has one for every trial (RSS deltas of a small model are noise)
     done = [t for t in measured if t.status == "measured"]

@@ -108,3 +108,19 @@ def test_variants_that_would_not_fit_together_run_one_after_another():
     why = _too_big_together({"a": est(10**15), "b": est(10**15)}, "cpu")
     assert why is not None and "one after another" not in why and "free" in why
     assert _too_big_together({"a": est(10**15), "b": (None, "no planner")}, "cpu") is None  # nothing to go by
+
+
+def test_an_overflowed_variant_reads_inf_nan_in_the_table_with_its_note():
+    """The drift column of a variant whose output had inf/NaN showed '-' (as if not compared) and its note was
+    printed nowhere; with its figures null the table says inf/NaN and the footnotes carry the note."""
+    from rich.console import Console
+
+    from accelkit.report.tables import bench_footnotes, bench_table
+
+    note = "the output has inf/NaN (8 of 32 values): no drift figure is finite, so none is recorded"
+    bad = entry("fp16").replace(accuracy=Accuracy(identical=False, rows=4, note=note))
+    run = BenchRunResult(workload="w", label="l", device="cpu", hardware="h", run_id="r", variants=[entry("fp32"), bad])
+    console = Console(width=250, record=True)
+    console.print(bench_table(run))
+    assert "inf/NaN" in console.export_text()
+    assert f"drift (fp16 · train step): {note}" in bench_footnotes(run)

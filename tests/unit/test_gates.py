@@ -64,9 +64,24 @@ def test_an_overflowed_output_fails_every_gate_instead_of_raising():
     cand[1, 1] = float("nan")
     d = drift(ref, cand, logits=True)
     assert d.num_nonfinite == 2 and d.num_nonfinite_reference == 0 and not d.is_finite
-    assert d.max_abs_error == float("inf") and d.cosine == 0.0 and d.top1_agreement == 0.0 and d.sqnr_db is None
+    assert d.max_abs_error is None and d.cosine is None and d.top1_agreement is None and d.sqnr_db is None
     for criterion in ("top1", "cosine"):
         assert not check(ref, cand, logits=True, config=GateConfig(criterion=criterion)).passed
     # even a task metric that ignores the bad values cannot pass an output with inf/NaN
     assert not check(ref, cand, logits=True, metric=lambda out: 1.0).passed
     assert drift(cand, ref, logits=False).num_nonfinite_reference == 2  # a bad reference: nothing to compare with
+
+
+def test_an_overflowed_output_records_no_drift_figure_and_the_gate_says_there_is_none():
+    """Cosine and top-1 agreement of an output with inf/NaN were recorded as 0 — a convention that reads as a
+    measured total drift. They are None now, and the gate fails on the missing figure instead of comparing it."""
+    ref = torch.eye(4)
+    cand = ref.clone()
+    cand[2, 2] = float("nan")
+    d = drift(ref, cand, logits=True)
+    assert (d.max_abs_error, d.cosine, d.sqnr_db, d.top1_agreement) == (None, None, None, None)
+    for criterion in ("top1", "cosine"):
+        result = check(ref, cand, logits=True, config=GateConfig(criterion=criterion))
+        assert result.passed is False and result.candidate_value is None
+    with pytest.raises(ValueError, match="needs logits"):
+        check(ref, cand, logits=False, config=GateConfig(criterion="top1"))

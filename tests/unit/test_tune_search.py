@@ -54,3 +54,14 @@ def test_the_int4_candidate_runs_on_a_bf16_model_on_cuda():
             for dev in ("cpu", "cuda")}
     assert [r.precision for r in int4["cuda"]] == ["bf16"]
     assert [r.precision for r in int4["cpu"]] == ["fp32"]  # the CPU path quantizes fp32 weights
+
+
+def test_gate_fails_an_accuracy_without_figures_with_its_note_as_the_reason():
+    """An output with inf/NaN records no drift figure (cosine and top-1 null, not 0): the gate raised TypeError
+    comparing None with the threshold. It fails now and says why; so does an accuracy with no reference output."""
+    overflow = {"max_abs_error": None, "cosine": None, "sqnr_db": None, "identical": False, "top1_agreement": None,
+                "rows": 2, "note": "the output has inf/NaN (3 of 16 values): no drift figure is finite"}
+    gate = _gate(overflow, 0.01)
+    assert gate["passed"] is False and gate["criterion"] == "none" and "inf/NaN" in gate["reason"]
+    no_reference = {"cosine": None, "identical": None, "top1_agreement": None, "note": "no fp32 reference output (x)"}
+    assert _gate(no_reference, 0.01) == {"passed": False, "criterion": "none", "reason": "no fp32 reference output (x)"}
