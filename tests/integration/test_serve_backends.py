@@ -1,8 +1,8 @@
 """The engine's CUDA path, checked on a CPU: the Triton backend (under Triton's interpreter) gives greedy
 outputs token-identical to transformers in fp32 — decodes, chunked prefill (chunks read their context from
-the cache), prefix-cache hits, GQA, block size 5, a Mistral sliding window, fp8/int8 caches close to the
-reference — and the CUDA-graph path (decode steps padded to a batch-size bucket at the fixed layout of the
-persistent buffers) run eagerly gives the same tokens as the plain path, its padding rows touching nothing
+the cache), prefix-cache hits, GQA, block size 5, a Mistral sliding window, Llama's q/k/v/o and MLP biases,
+fp8/int8 caches close to the reference — and the CUDA-graph path (decode steps padded to a batch-size
+bucket at the fixed layout of the persistent buffers) run eagerly gives the same tokens as the plain path, its padding rows touching nothing
 but the scratch block; the decode region obeys what a capture demands (no host sync, no host data) and gives
 the same tokens when every step reuses the metadata fixed at capture, as a replay does. Plus the
 configuration errors of the backend seam."""
@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.attention import resolve_attention_backend
-from accelkit.serve.testing import hf_greedy, random_prompts, save_tiny_model
+from accelkit.serve.testing import hf_greedy, hf_model, random_prompts, save_model_dir, save_tiny_model
 from tests.integration.graph_capture import CaptureRules
 
 pytest.importorskip("triton")
@@ -79,6 +79,23 @@ def test_triton_backend_mistral_sliding_window(tmp_path):
     d = save_tiny_model(tmp_path / "mistral", "tiny-mistral", seed=3, sliding_window=8)
     got, _ = generate(d, PROMPTS, max_num_batched_tokens=16, **TRITON)
     assert got == reference(d, PROMPTS)
+
+
+@interpreted
+def test_triton_backend_and_padded_decode_path_with_llama_biases(tmp_path):
+    """attention_bias (q/k/v/o) and mlp_bias: the fused RoPE + KV write, RMSNorm and SiLU·mul kernels see the
+    biased projections, and the padded decode path gives the same tokens."""
+    hf = hf_model("tiny-llama", seed=4, attention_bias=True, mlp_bias=True)
+    torch.manual_seed(5)
+    with torch.no_grad():  # transformers initialises biases to zero, which would hide a dropped one
+        for name, param in hf.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
+    model_dir = save_model_dir(hf, tmp_path / "m")
+    ref = [hf_greedy(hf, p, MAX_TOKENS) for p in PROMPTS]
+    llm = LLM(str(model_dir), **COMMON, **TRITON, max_num_seqs=4)
+    llm.engine.runner.enable_decode_graphs(capture=False)
+    assert [o.token_ids for o in llm.generate(PROMPTS, SamplingParams.greedy(MAX_TOKENS))] == ref
 
 
 @interpreted

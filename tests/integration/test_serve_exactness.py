@@ -1,6 +1,7 @@
 """Greedy outputs are token-identical to transformers ``generate`` (fp32, same weights) — for mixed prompt
 lengths, with prefix caching on and off, chunked prefill, preemption forced by a tiny KV budget, sharded
-checkpoints, tied (Qwen2) and untied (Llama, Llama-3 rope scaling) embeddings, and a Mistral window."""
+checkpoints, tied (Qwen2) and untied (Llama, Llama-3 rope scaling) embeddings, a Mistral window, and the
+biases config.json's attention_bias / mlp_bias give each family."""
 
 import json
 
@@ -9,7 +10,7 @@ import torch
 import transformers
 
 from accelkit.serve import LLM, SamplingParams
-from accelkit.serve.testing import hf_greedy, random_prompts, save_tiny_model
+from accelkit.serve.testing import hf_greedy, hf_model, random_prompts, save_model_dir, save_tiny_model
 
 MAX_TOKENS = 24
 PROMPTS = random_prompts(8, min_len=1, max_len=90, seed=7)
@@ -88,3 +89,40 @@ def test_sharded_checkpoint_and_mistral_sliding_window(tmp_path):
     ref = reference(d, prompts)
     got, _ = generate(d, prompts, max_num_batched_tokens=16)
     assert got == ref
+
+
+def with_random_biases(model):
+    """transformers initialises biases to zero: a bias the engine dropped would change no output."""
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
+    return model
+
+
+# transformers builds biases from these flags in Llama only (q/k/v/o, gate/up/down); Qwen2 always has q/k/v
+# biases and no others, Mistral none — whatever its config.json says
+BIAS_FLAGS = {"attention_bias": True, "mlp_bias": True}
+BIAS_CASES = {
+    "llama-attention-bias": ("tiny-llama", {"attention_bias": True}, 4 * 2),
+    "llama-mlp-bias": ("tiny-llama", {"mlp_bias": True}, 3 * 2),
+    "llama-both": ("tiny-llama", BIAS_FLAGS, 7 * 2),
+    "mistral-flags-build-none": ("tiny-mistral", BIAS_FLAGS, 0),
+    "qwen2-flags-keep-qkv-only": ("tiny-qwen2", BIAS_FLAGS, 3 * 2),
+}
+
+
+@pytest.mark.parametrize("case", list(BIAS_CASES))
+def test_config_bias_flags_load_the_biases_transformers_builds(case, tmp_path):
+    preset, flags, num_biases = BIAS_CASES[case]
+    hf = with_random_biases(hf_model(preset, seed=4, **flags))
+    hf_params = dict(hf.named_parameters())
+    assert sum(name.endswith(".bias") for name in hf_params) == num_biases  # 2 layers
+    model_dir = save_model_dir(hf, tmp_path / "m")
+    prompts = PROMPTS[:4]
+    ref = [hf_greedy(hf, p, MAX_TOKENS) for p in prompts]
+    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_num_batched_tokens=32)
+    ours = llm.engine.runner.model.parameters()
+    assert sum(p.numel() for p in ours) == sum(p.numel() for p in hf_params.values())
+    assert [o.token_ids for o in llm.generate(prompts, SamplingParams.greedy(MAX_TOKENS))] == ref

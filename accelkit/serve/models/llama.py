@@ -1,9 +1,10 @@
 """Llama-family decoder for the engine: Llama 2/3 (incl. Llama-3 rope scaling), Mistral, Qwen2.
 
 Same math as the ``transformers`` modules — RMSNorm in float32, rotate-half RoPE, GQA, SiLU-gated MLP,
-tied or untied embeddings, q/k/v bias for Qwen2 — laid out for serving: the step's tokens of all
-sequences are one flat ``(T, hidden)`` batch, q/k/v and gate/up are fused into one matmul each, attention
-goes through the paged KV cache, and logits are computed only for the rows that sample.
+tied or untied embeddings, the biases transformers builds (q/k/v for Qwen2; Llama's ``attention_bias`` on
+q/k/v/o and ``mlp_bias`` on gate/up/down) — laid out for serving: the step's tokens of all sequences are one
+flat ``(T, hidden)`` batch, q/k/v and gate/up are fused into one matmul each, attention goes through the
+paged KV cache, and logits are computed only for the rows that sample.
 """
 
 from __future__ import annotations
@@ -70,7 +71,11 @@ class LlamaArgs:
             raise ValueError("use_sliding_window=true (Qwen2 per-layer windows) is not supported")
         heads = cfg["num_attention_heads"]
         window = cfg.get("sliding_window") if arch == "MistralForCausalLM" else None
-        attention_bias = bool(cfg.get("attention_bias", False))
+        # transformers builds biases from these flags in LlamaAttention/LlamaMLP only (attention_bias: q, k, v
+        # and o; mlp_bias: gate, up, down); Qwen2 has q/k/v biases always and Mistral none, whatever config.json
+        # says — honouring the flags there would ask the checkpoint for tensors it never holds
+        is_llama = arch == "LlamaForCausalLM"
+        attention_bias = is_llama and bool(cfg.get("attention_bias", False))
         return cls(
             architecture=arch,
             vocab_size=cfg["vocab_size"],
@@ -86,8 +91,8 @@ class LlamaArgs:
             max_position_embeddings=cfg.get("max_position_embeddings", 2048),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=arch == "Qwen2ForCausalLM" or attention_bias,
-            o_bias=arch == "LlamaForCausalLM" and attention_bias,
-            mlp_bias=bool(cfg.get("mlp_bias", False)),
+            o_bias=attention_bias,
+            mlp_bias=is_llama and bool(cfg.get("mlp_bias", False)),
             sliding_window=window,
             torch_dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
         )
