@@ -197,6 +197,21 @@ class ModelSpec(Spec):
         """Tokens one sequence keeps in the KV cache at ``context`` positions: min(context, sliding_window)."""
         return context if self.sliding_window is None else min(context, self.sliding_window)
 
+    @property
+    def num_window_layers(self) -> int:
+        """Layers that attend over the sliding window only (0 without one)."""
+        return 0 if self.sliding_window is None else self.num_layers
+
+    def kv_cache_layer_tokens(self, context: float, layers: int | None = None) -> float:
+        """Σ over the first ``layers`` layers (default all) of the tokens one sequence keeps in each layer's KV cache
+        at ``context`` positions (a float context: a mean over decode steps): a full-attention layer keeps context,
+        a windowed one min(context, window)."""
+        layers = self.num_layers if layers is None else min(layers, self.num_layers)
+        if self.sliding_window is None:
+            return layers * context
+        windowed = min(layers, self.num_window_layers)
+        return (layers - windowed) * context + windowed * min(context, self.sliding_window)
+
     def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """KV-cache bytes one token occupies: 2 (K and V) · layers · kv_heads · head_dim · bytes."""
         if self.kind not in ("decoder", "moe"):

@@ -58,18 +58,21 @@ def qwen25_72b() -> ModelSpec:
 
 
 def mistral_7b() -> ModelSpec:
-    """Mistral 7B v0.1: 32 layers, h 4096, 32 heads / 8 KV heads, SwiGLU 14336, vocab 32000."""
+    """Mistral 7B v0.1: 32 layers, h 4096, 32 heads / 8 KV heads, SwiGLU 14336, vocab 32000, 4096-token sliding
+    window over a 32768 context (its config.json's sliding_window)."""
     return ModelSpec(
         name="mistral-7b", kind="decoder", family="mistral", num_layers=32, hidden_size=4096, num_heads=32,
-        num_kv_heads=8, ffn_hidden_size=14336, vocab_size=32000, max_seq_len=32768, gated_mlp=True,
-        rope_theta=10000.0, norm_eps=1e-5,
+        num_kv_heads=8, ffn_hidden_size=14336, vocab_size=32000, max_seq_len=32768, sliding_window=4096,
+        gated_mlp=True, rope_theta=10000.0, norm_eps=1e-5,
     )
 
 
 def mixtral_8x7b() -> ModelSpec:
-    """Mixtral 8x7B: Mistral-7B attention, 8 SwiGLU experts of 14336, top-2 routing."""
+    """Mixtral 8x7B: Mistral-7B attention without its sliding window (config.json: null), 8 SwiGLU experts of
+    14336, top-2 routing."""
     return mistral_7b().replace(
-        name="mixtral-8x7b", kind="moe", family="mixtral", num_experts=8, experts_per_token=2, rope_theta=1e6
+        name="mixtral-8x7b", kind="moe", family="mixtral", num_experts=8, experts_per_token=2, rope_theta=1e6,
+        sliding_window=None,
     )
 
 
@@ -137,10 +140,10 @@ def tiny_qwen2() -> ModelSpec:
 
 
 def tiny_mistral() -> ModelSpec:
-    """2-layer Mistral (tests)."""
+    """2-layer Mistral (tests; no sliding window unless a test gives one)."""
     return mistral_7b().replace(
         name="tiny-mistral", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, ffn_hidden_size=128,
-        vocab_size=512, max_seq_len=1024,
+        vocab_size=512, max_seq_len=1024, sliding_window=None,
     )
 
 

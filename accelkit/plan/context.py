@@ -159,6 +159,8 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         + (" (backward gathers exposed: BACKWARD_POST)" if o.fsdp_backward_prefetch == "post" else "")
         + f" — only the excess is exposed; {OVERLAP_SOURCE}",
     ]
+    if ctx.model.sliding_window is not None:
+        out.append(_window_assumption(ctx))
     if w.task == "train" and (w.recipe.grad_compression != "none" or o.grad_reduce_fp32):
         out.append(_compression_assumption(ctx))
     if d.tdp_w:
@@ -180,6 +182,21 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
                    f"KV cache {kv_cache_dtype(w)}"
                    + (" (kv_cache_dtype auto = the activation dtype)" if w.recipe.kv_cache_dtype == "auto" else ""))
     return out
+
+
+def _window_assumption(ctx: PlanContext) -> str:
+    m, w = ctx.model, ctx.workload
+    window = m.sliding_window
+    layers = "every layer attends" if m.num_window_layers == m.num_layers \
+        else f"{m.num_window_layers} of {m.num_layers} layers attend"
+    text = (f"sliding-window attention: {layers} to the last {window:,} tokens, so flash attention executes "
+            f"s·w − w²/2 query-key pairs there (s > w; model FLOPs count s·min(s, w)); unfused (math) attention still "
+            "computes the masked s² scores")
+    if w.task != "train" and m.kind in ("decoder", "moe"):
+        context = w.prompt_len + w.output_len
+        text += (f"; the KV cache keeps min(context, {window:,}) tokens per sequence on those layers "
+                 f"({m.kv_cache_tokens(context):,.0f} of {context:,} here) and a decode step reads only those")
+    return text
 
 
 def _compression_assumption(ctx: PlanContext) -> str:

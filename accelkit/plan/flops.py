@@ -8,6 +8,9 @@ Model FLOPs count every matmul at 2 FLOPs per multiply-add — the same rule as
 * forward  = 2 · tokens · (matmul weights) + 4 · b · s² · H · Q · L   (attention scores and values, full
   square as PaLM and FlopCounterMode count it; no causal halving)
 * training = 3 × forward (backward: gradients of inputs and of weights).
+
+A sliding-window layer (Mistral's ``sliding_window``) lets a query see at most ``window`` keys, so its rectangle is
+q · min(k, window); ``causal_attention_flops`` is what a causal (windowed) flash kernel executes.
 """
 
 from __future__ import annotations
@@ -39,9 +42,21 @@ def head_matmul_params(model: ModelSpec) -> int:
     return model.vocab_size * model.hidden_size if model.kind in ("decoder", "moe") else 0
 
 
-def attention_flops(model: ModelSpec, *, batch: int, q_len: int, kv_len: int) -> float:
-    """QKᵀ and A·V over all layers, forward: 2·2·b·q·k·H·Q·L (full rectangle)."""
-    return 4.0 * batch * q_len * kv_len * model.num_heads * model.head_size * model.num_layers
+def attention_flops(model: ModelSpec, *, batch: int, q_len: int, kv_len: float, windowed: bool = True) -> float:
+    """QKᵀ and A·V over all layers, forward: 2·2·b·q·k·H·Q per layer (full rectangle), k = min(kv_len, window) on a
+    sliding-window layer. ``windowed=False``: every layer over all kv_len keys (unfused attention computes the
+    whole s² score matrix and masks it, window or not)."""
+    keys = model.kv_cache_layer_tokens(kv_len) if windowed else model.num_layers * kv_len
+    return 4.0 * batch * q_len * keys * model.num_heads * model.head_size
+
+
+def causal_attention_flops(model: ModelSpec, *, batch: int, seq: int) -> float:
+    """What a causal flash kernel executes over ``seq`` tokens, forward, all layers: query i sees min(i, window)
+    keys, Σ = s²/2 on a full layer (half the counted square) and s·w − w²/2 on a layer with a window w < s."""
+    w = model.sliding_window
+    windowed = model.num_window_layers if w is not None and w < seq else 0
+    pairs = (model.num_layers - windowed) * seq * seq / 2 + (windowed * (seq * w - w * w / 2) if w else 0.0)
+    return 4.0 * batch * pairs * model.num_heads * model.head_size
 
 
 def _extra_forward(model: ModelSpec, batch: int) -> float:
@@ -68,11 +83,11 @@ def training_flops(model: ModelSpec, *, batch: int, seq: int) -> float:
 def recompute_flops(model: ModelSpec, *, batch: int, seq: int, recompute: str, attention: str) -> float:
     """Extra FLOPs recomputation executes: ``full`` reruns every block's forward; ``selective`` reruns
     the attention core (QKᵀ, softmax, A·V) of unfused attention (Korthikanti et al. 2022)."""
-    core = attention_flops(model, batch=batch, q_len=seq, kv_len=seq)
     if recompute == "full":
+        core = attention_flops(model, batch=batch, q_len=seq, kv_len=seq, windowed=attention != "math")
         return 2.0 * batch * seq * model.num_layers * layer_matmul_params(model) + core
-    if recompute == "selective" and attention == "math":
-        return core
+    if recompute == "selective" and attention == "math":  # unfused: the whole s² scores, window or not
+        return attention_flops(model, batch=batch, q_len=seq, kv_len=seq, windowed=False)
     return 0.0
 
 

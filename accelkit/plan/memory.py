@@ -135,9 +135,11 @@ def head_activation_bytes(model: ModelSpec, *, tokens: int, seq: int, e: int, tp
 
 
 def kv_cache_bytes(model: ModelSpec, *, batch: int, seq: int, bytes_per_element: float, tp: int = 1, pp: int = 1) -> float:
-    """2 · layers · kv_heads · head_dim · seq · batch · bytes, per rank: max(kv_heads/tp, 1) heads, layers/pp."""
+    """2 · Σ_layers tokens kept · kv_heads · head_dim · batch · bytes, per rank: max(kv_heads/tp, 1) heads, the
+    ceil(layers/pp) of the heaviest stage; a layer keeps seq tokens, or min(seq, window) under a sliding window
+    (``ModelSpec.kv_cache_layer_tokens``: Mistral's ring buffer, vLLM's freed out-of-window blocks)."""
     if model.kind not in ("decoder", "moe"):
         return 0.0
     heads = max(model.kv_heads / tp, 1)
     layers = -(-model.num_layers // pp)
-    return 2 * layers * heads * model.head_size * seq * batch * bytes_per_element
+    return 2 * model.kv_cache_layer_tokens(seq, layers) * heads * model.head_size * batch * bytes_per_element

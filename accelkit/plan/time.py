@@ -37,7 +37,8 @@ runs slower (NCCL takes SMs and HBM bandwidth), by priors.OVERLAP_SLOWDOWN of th
 Collectives inside a node run over the scale-up fabric, groups that span nodes run two-level (comm.py).
 
 Inference: prefill runs the same kernels forward only; a decode step reads every weight once and every
-cached token's K and V (roofline max against the matmul time, per layer) and is latency-bound in its
+cached token's K and V (roofline max against the matmul time, per layer; a sliding-window layer keeps and reads
+min(context, window) tokens, and its flash prefill executes s·w − w²/2 query-key pairs, not s²/2) and is latency-bound in its
 tensor-parallel all-reduces. Under expert parallelism a device reads only its E/ep experts and every MoE layer
 adds an all-to-all dispatch and combine of the routed tokens over the ep group. Serving engines capture decode in CUDA graphs: no host launch cost there.
 """
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import math
 
+from accelkit.core import ModelSpec
 from accelkit.plan import flops as F
 from accelkit.plan.comm import Links
 from accelkit.plan.context import PlanContext, kv_element_bytes
@@ -146,6 +148,14 @@ def _is_causal(ctx: PlanContext) -> bool:
     return ctx.model.kind in ("decoder", "moe")
 
 
+def _flash_attention_flops(model: ModelSpec, batch: int, seq: int, *, causal: bool) -> float:
+    """FLOPs a flash kernel executes over ``seq`` tokens, forward, all layers: the causal (and sliding-window)
+    triangle, or the full square of an encoder."""
+    if causal:
+        return F.causal_attention_flops(model, batch=batch, seq=seq)
+    return F.attention_flops(model, batch=batch, q_len=seq, kv_len=seq)
+
+
 # ---- training -------------------------------------------------------------------------------------------
 def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     """Seconds per optimizer step by kernel class: compute (matmuls, attention), memory (memory-bound
@@ -163,14 +173,14 @@ def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     # ---- one layer, one micro-batch
     matmul_fwd = 2.0 * tokens * ctx.layer_matmul_active / tp
     gemm = matmul_fwd * (3 + (1 if full else 0)) / flop_s
-    attn_full = F.attention_flops(m, batch=layout.micro_batch, q_len=seq, kv_len=seq) / m.num_layers / (tp * cp)
     traffic = layer_traffic(m, e=e, stack=o.kernels, dropout=_dropout(ctx))
     ew_fwd = tokens * (traffic.replicated_bytes / sp + traffic.sharded_bytes / tp)
-    if o.attention == "math":  # two score matmuls (full square) and the s² scores through memory
-        attention = attn_full * (3 + (1 if full or selective else 0)) / flop_s
+    if o.attention == "math":  # two score matmuls (full square, masked under a sliding window) and the s² scores
+        square = F.attention_flops(m, batch=layout.micro_batch, q_len=seq, kv_len=seq, windowed=False)
+        attention = square / m.num_layers / (tp * cp) * (3 + (1 if full or selective else 0)) / flop_s
         ew_fwd += tokens * math_attention_bytes(m, seq=seq, e=e, dropout=_dropout(ctx)) / tp
     else:
-        useful = attn_full * (0.5 if causal else 1.0)
+        useful = _flash_attention_flops(m, layout.micro_batch, seq, causal=causal) / m.num_layers / (tp * cp)
         attention = useful * (1 + FLASH_BACKWARD + (1 if full else 0)) / attention_flop_s(ctx, int(seq / cp), causal=causal)
     memory = ew_fwd * (1 + traffic.backward_factor + (1 if full else 0)) / bw
     if o.autocast_fp32_params:  # every forward (and recompute) casts each fp32 weight to the compute dtype
@@ -375,11 +385,12 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     # prefill, per layer: matmuls (or the weight reads of every chunk, whichever is longer), attention,
     # memory-bound kernels and the KV-cache write
     gemm = 2.0 * tokens * ctx.layer_matmul_active / tp / flop_s
-    attn_full = F.attention_flops(m, batch=batch, q_len=prompt, kv_len=prompt) / m.num_layers / tp
-    if o.attention == "math":
-        attention = attn_full / flop_s
-    else:
-        attention = attn_full * (0.5 if is_lm else 1.0) / attention_flop_s(ctx, prompt, causal=is_lm)
+    if o.attention == "math":  # the full square of scores, masked under a sliding window
+        attention = F.attention_flops(m, batch=batch, q_len=prompt, kv_len=prompt, windowed=False) / m.num_layers \
+            / tp / flop_s
+    else:  # causal: query i attends to min(i, window) keys
+        attention = _flash_attention_flops(m, batch, prompt, causal=is_lm) / m.num_layers / tp \
+            / attention_flop_s(ctx, prompt, causal=is_lm)
     head = 2.0 * batch * F.head_matmul_params(m) / tp / flop_s  # logits of the last position only
     mm_c, mm_m = _roofline(gemm, chunks * layer_w / bw)
     p_compute = m.num_layers * (mm_c + attention) + head
@@ -402,8 +413,9 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
         experts = ctx.layer_expert_params / ep * ctx.weight_bytes / tp
         read -= experts * (1 - min(1.0, batch * k_routed * ep / m.num_experts))
     mm_c, mm_m = _roofline(2.0 * batch * ctx.layer_matmul_active / tp / flop_s, read / bw)
+    kept = m.kv_cache_layer_tokens(context) / m.num_layers  # cached tokens a layer reads: min(context, window)
     at_c, at_m = _roofline(F.attention_flops(m, batch=batch, q_len=1, kv_len=int(context)) / m.num_layers / tp / flop_s,
-                           batch * context * kv_tok / bw)
+                           batch * kept * kv_tok / bw)
     ew = batch * (traffic.replicated_bytes + traffic.sharded_bytes / tp + kv_tok) / bw
     hd_c, hd_m = _roofline(2.0 * batch * F.head_matmul_params(m) / tp / flop_s,
                            F.head_matmul_params(m) * ctx.weight_bytes / tp / bw)

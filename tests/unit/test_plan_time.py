@@ -257,3 +257,50 @@ def test_prefill_only_lm_run_counts_prompt_tokens_not_the_training_seq_len(seq_l
     c = evaluate(make_context(w, Cluster(device=H100, num_devices=1), NO_CAL), Layout(dp=1, tp=1, pp=1), 4)
     assert c.tokens_per_s == pytest.approx(4 * 512 / c.step_time_s)  # before: 4 × seq_len / step
     assert c.tokens_counted == "prompt" and c.decode_time_per_token_s is None
+
+
+def test_sliding_window_caps_kv_cache_decode_reads_and_attention(tmp_path, capsys):
+    # before: a Mistral config's sliding_window (4096) reached the ModelSpec but the planner sized the KV cache, the
+    # decode KV reads and the attention FLOPs over the whole 32K context, exactly as without the window
+    import json
+
+    from accelkit.cli.app import main
+    from accelkit.models import load_config
+    from accelkit.plan import flops as F
+    from accelkit.plan.evaluate import evaluate, infer_memory
+    from accelkit.plan.time import infer_time
+
+    cfg = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+           "max_position_embeddings": 32768, "sliding_window": 4096, "rms_norm_eps": 1e-5}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    windowed = load_config(path)
+    assert windowed.sliding_window == 4096 and get_preset("mistral-7b").sliding_window == 4096  # v0.1's config
+
+    def run(model):
+        w = Workload(model=model, task="infer", prompt_len=32768 - 128, output_len=128, batch_size=8,
+                     recipe=Recipe(precision="bf16"))
+        ctx = make_context(w, Cluster(device=H100, num_devices=1), NO_CAL)
+        layout = Layout(dp=1, tp=1, pp=1)
+        return infer_memory(ctx, layout, 8)[1], evaluate(ctx, layout, 8), infer_time(ctx, layout, 8)
+
+    (kv_w, c_w, t_w), (kv_f, c_f, t_f) = run(windowed), run(windowed.replace(sliding_window=None))
+    assert kv_f == 2 * 32 * 8 * 128 * 32768 * 2  # 4 GiB per sequence over the whole context
+    assert kv_w == kv_f / 8  # 4096 of 32768 tokens kept
+    assert c_w.max_batch > 7 * c_f.max_batch  # 14 -> 116 on an H100
+    assert c_w.memory["kv_cache"] == 8 * kv_w
+    assert t_w["decode_memory"] < t_f["decode_memory"] / 2  # KV reads of 4096, not ~32.7K, tokens per step
+    assert t_w["prefill_compute"] < 0.7 * t_f["prefill_compute"]  # each query attends to ≤ 4096 keys
+    # causal flash over s = 32768 with w = 4096: s·w − w²/2 pairs per layer, not s²/2
+    s, w = 32768, 4096
+    per_pair = 4 * 32 * 128 * 32
+    assert F.causal_attention_flops(windowed, batch=1, seq=s) == per_pair * (s * w - w * w / 2)
+    assert F.causal_attention_flops(windowed, batch=1, seq=w) == F.causal_attention_flops(
+        windowed.replace(sliding_window=None), batch=1, seq=w) == per_pair * w * w / 2
+    assert F.attention_flops(windowed, batch=1, q_len=1, kv_len=s) == per_pair * w
+    assert F.attention_flops(windowed, batch=1, q_len=1, kv_len=s, windowed=False) == per_pair * s
+    main(["plan", "--model", str(path), "--task", "infer", "--prompt-len", "32000", "--hardware", "h100",
+          "--num-devices", "1", "--json"])
+    notes = [a for a in json.loads(capsys.readouterr().out)["assumptions"] if "sliding-window" in a]
+    assert notes and "4,096" in notes[0] and "KV cache" in notes[0]
