@@ -132,7 +132,14 @@ class Comparison(Spec):
     p75: float | None = spec_field(None, min=0.0, doc="75th percentile.")
     pairs: int = spec_field(0, min=0, doc="Interleaved rounds the ratio rests on.")
     interleaved: bool | None = spec_field(None, doc="Whether the variants ran in rounds.")
-    verdict: str = spec_field("baseline", doc="baseline, faster, slower, or no difference.")
+    verdict: str = spec_field(
+        "baseline", doc="baseline, faster, slower, no difference (…), inconclusive (N pairs of blocks; …: fewer than "
+                        "5, no spread to call it on, and how to get more) or not measured.")
+
+    @property
+    def is_inconclusive(self) -> bool:
+        """Too few pairs of blocks for a verdict: the ratio is a reading, not a result."""
+        return self.verdict.startswith("inconclusive")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -313,6 +320,12 @@ def _ratio_text(entry: BenchResult, base: BenchResult) -> str:
     return f"{(entry.throughput.value or 0.0) / (base.throughput.value or 1.0):.2f}×"
 
 
+def _inconclusive(entry: BenchResult) -> str:
+    """'; inconclusive (3 pairs of blocks; …)' when ``entry``'s comparison rests on too few pairs, else ''."""
+    cmp = entry.comparison
+    return f" — {cmp.verdict}" if cmp is not None and cmp.is_inconclusive else ""
+
+
 def verdicts(entries: list[BenchResult]) -> list[str]:
     """Per step with two or more variants: which was fastest and by how much against the first, with MFU and,
     for training, the loss after the first steps — what `bench` prints under its table and the report shows."""
@@ -324,13 +337,16 @@ def verdicts(entries: list[BenchResult]) -> list[str]:
         base = group[0]
         best = max(group, key=lambda e: e.throughput.value or 0.0)
         unit = base.throughput.unit
+        # a ratio on too few pairs of blocks names no winner: 'measured fastest', and the verdict says why not
         if best is base:
             second = max(group[1:], key=lambda e: e.throughput.value or 0.0)
-            out.append(f"{step}: the baseline {base.name} was fastest ({base.throughput.value:,.4g} {unit}); next "
-                       f"{second.name} at {_ratio_text(second, base)}")
+            settled = "measured fastest" if _inconclusive(second) else "was fastest"
+            out.append(f"{step}: the baseline {base.name} {settled} ({base.throughput.value:,.4g} {unit}); next "
+                       f"{second.name} at {_ratio_text(second, base)}{_inconclusive(second)}")
             continue
-        parts = [f"{step}: {best.name} fastest at {_ratio_text(best, base)} {base.name} "
-                 f"({best.throughput.value:,.4g} vs {base.throughput.value:,.4g} {unit})"]
+        settled = "measured fastest" if _inconclusive(best) else "fastest"
+        parts = [f"{step}: {best.name} {settled} at {_ratio_text(best, base)} {base.name} "
+                 f"({best.throughput.value:,.4g} vs {base.throughput.value:,.4g} {unit}){_inconclusive(best)}"]
         if best.mfu.value is not None and base.mfu.value is not None:
             parts.append(f"MFU {best.mfu.value:.1%} vs {base.mfu.value:.1%}")
         if best.loss_first_steps and base.loss_first_steps:

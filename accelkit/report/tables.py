@@ -38,6 +38,8 @@ def _ratio(cmp: Comparison | None) -> str:
         text += f" [{cmp.p25:.2f}–{cmp.p75:.2f}]"
     if cmp.verdict.startswith("no difference"):
         text += " ≈"
+    elif cmp.is_inconclusive:
+        text += " ?"
     return text
 
 
@@ -128,6 +130,12 @@ def bench_footnotes(run: BenchRunResult) -> list[str]:
         if noisy:
             lines.append("noise: IQR/median above 10% for " + ", ".join(noisy) + " — close other work or run longer")
         lines.append(f"timer: {v.timer}; ≈ marks a ratio within the run-to-run spread (no difference)")
+        inconclusive: dict[str, list[str]] = {}
+        for x in run.variants:
+            if x.comparison is not None and x.comparison.is_inconclusive:
+                inconclusive.setdefault(x.comparison.verdict, []).append(x.key)
+        for verdict, keys in inconclusive.items():
+            lines.append(f"? {', '.join(keys)}: {verdict}")
     for v in run.variants:
         if v.input_bound is not None:
             ib = v.input_bound

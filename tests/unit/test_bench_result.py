@@ -124,3 +124,29 @@ def test_an_overflowed_variant_reads_inf_nan_in_the_table_with_its_note():
     console.print(bench_table(run))
     assert "inf/NaN" in console.export_text()
     assert f"drift (fp16 · train step): {note}" in bench_footnotes(run)
+
+
+def test_a_comparison_on_too_few_pairs_is_printed_as_inconclusive():
+    """compare() has said 'inconclusive (N pairs of blocks; …)' under 5 pairs since 06a4a46, but the verdict line
+    still read 'bf16 fastest at 2.00× fp32' and the table '2.00× [1.90–2.10]', a firm result with no spread behind
+    it. Both now say it is inconclusive, and why."""
+    from rich.console import Console
+
+    from accelkit.bench.metrics import compare
+    from accelkit.report.tables import bench_footnotes, bench_table
+
+    cmp = compare("fp32", [100.0, 101.0, 99.0], [200.0, 199.0, 201.0], interleaved=True)
+    assert cmp.is_inconclusive and not Comparison(baseline="fp32", verdict="faster").is_inconclusive
+    base = entry("fp32", 100.0).replace(comparison=Comparison(baseline="fp32", ratio=1.0, verdict="baseline"))
+    fast = entry("bf16", 200.0).replace(comparison=cmp)
+    (line,) = verdicts([base, fast])
+    assert "bf16 fastest at" not in line and "bf16 measured fastest at 2.00×" in line
+    assert "inconclusive (3 pairs of blocks; a spread needs at least 5" in line
+    slow = entry("bf16", 50.0).replace(comparison=cmp.replace(ratio=0.5))
+    (line,) = verdicts([base, slow])
+    assert "the baseline fp32 measured fastest" in line and "inconclusive (3 pairs" in line
+    run = BenchRunResult(workload="w", label="l", device="cpu", hardware="h", run_id="r", variants=[base, fast])
+    console = Console(width=250, record=True)
+    console.print(bench_table(run))
+    assert f"{cmp.ratio:.2f}× [{cmp.p25:.2f}–{cmp.p75:.2f}] ?" in console.export_text()
+    assert f"? bf16 · train step: {cmp.verdict}" in bench_footnotes(run)
