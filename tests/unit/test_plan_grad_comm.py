@@ -38,6 +38,22 @@ def test_gradient_tensors_are_the_built_modules_tensors(name):
     assert sum(real[k] * k[0] * k[1] for k in real) == spec.num_params()
 
 
+@pytest.mark.parametrize(
+    "biases", [{"qkv_bias": True, "out_bias": True}, {"mlp_bias": True}, {"qkv_bias": True, "out_bias": True, "mlp_bias": True}],
+    ids=["attention_bias", "mlp_bias", "both"],
+)
+def test_llama_attention_and_mlp_biases_are_gradient_tensors(biases):
+    """Llama's attention_bias gives o_proj a bias too, its mlp_bias gate/up/down ones: each is a 1-D gradient."""
+    from accelkit.models.build import build_model
+
+    spec = get_preset("tiny-llama").replace(**biases)
+    module = build_model(spec, device="meta")
+    real = collections.Counter((p.shape[0], p.numel() // p.shape[0]) for p in module.parameters())
+    assert sum(n for (_, cols), n in real.items() if cols == 1) > 2 * spec.num_layers + 1  # more than the norms
+    assert _views(model_grads(spec).all(spec.num_layers)) == real
+    assert sum(g.numel for g in model_grads(spec).all(spec.num_layers)) == spec.num_params()
+
+
 @pytest.mark.parametrize("rank", [1, 4, 16])
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral", "tiny-gpt", "tiny-resnet"])
 def test_powersgd_split_is_torchs_should_compress(name, rank):
