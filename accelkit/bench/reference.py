@@ -35,6 +35,21 @@ class Reference:
     flops: dict[str, float] = field(default_factory=dict)  # step name → model FLOPs per item
     flops_source: str = FLOPS_SOURCE
     notes: list[str] = field(default_factory=list)
+    #: why the meta device could not count FLOPs, when the fp32 variant (measured first) is to count them instead
+    meta_failure: str | None = None
+
+    def flops_note(self, device: str, variant_failure: str | None) -> str | None:
+        """Once the run is over: where the FLOPs the fp32 variant was to count came from — counted by it, or not at
+        all (``variant_failure``: why that variant failed; None when the run stopped before it counted them).
+        None when the meta device counted them or the fp32 variant was not asked to."""
+        if self.meta_failure is None:
+            return None
+        if self.flops:
+            return f"FLOPs counted on {device} by the fp32 variant, not on the meta device ({self.meta_failure})"
+        why = variant_failure or "the run was interrupted before it counted them"
+        return (f"FLOPs not counted: the meta device could not run the model ({self.meta_failure}) and the fp32 "
+                f"variant, which was to count them on {device}, did not ({why}); MFU uses the analytic formula "
+                "where there is one")
 
 
 def free(device: str) -> None:
@@ -130,11 +145,13 @@ def build_reference(workload: BenchWorkload, variants: list[Variant], device: st
     fp32_first = bool(variants) and variants[0].is_reference
     if not ref.flops:
         ref.flops_source = FLOPS_SOURCE_ON_DEVICE
-        ref.notes.append(f"FLOPs counted on {device}, not on the meta device ({why})")
-        if not fp32_first:  # otherwise the fp32 variant counts its own, at no extra memory
+        if fp32_first:  # the fp32 variant counts its own, at no extra memory; whether it did is known only after it
+            ref.meta_failure = why  # ran (it may fail first): flops_note says which
+        else:
             ref.flops, oom = count_on_device(workload, device, seed)
-            if oom:
-                ref.notes.append(f"FLOPs not counted: {oom}; MFU uses the analytic formula where there is one")
+            ref.notes.append(f"FLOPs not counted: the meta device could not run the model ({why}) and {oom}; MFU "
+                             "uses the analytic formula where there is one" if oom
+                             else f"FLOPs counted on {device}, not on the meta device ({why})")
     if accuracy and not fp32_first:
         ref.output, note = output_on_slice(workload, device, seed)
         if note:

@@ -179,6 +179,7 @@ def run_benchmark(
             ", drift output on a slice of the batch" if config.accuracy else ""))
     reference = build_reference(workload, runnable, device, seed=config.seed, accuracy=config.accuracy)
     record.notes.extend(reference.notes)
+    flops_note_at = len(record.notes)  # where the fp32 variant's FLOPs note goes once it has run
     measurer = Measurer(workload, config, device, reporter, reference)
     recorder = Recorder(workload, config, device, record, writer, reporter, peaks, reference,
                         memory_scope=measurer.memory.scope if measurer.memory else measurer.memory_reason,
@@ -198,6 +199,8 @@ def run_benchmark(
         restore()
         measurer.close_all()
         record.failed = list(measurer.failures)
+        if (note := reference.flops_note(device, measurer.reference_failure)) is not None:
+            record.notes.insert(flops_note_at, note)
         record.peak_memory_bytes, record.peak_memory_scope = run_peak_bytes(device, measurer.memory)
         record.store_error = writer.error
     return record.result()

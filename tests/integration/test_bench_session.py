@@ -177,3 +177,30 @@ def test_a_failed_fp32_reference_is_named_in_the_others_accuracy_note(interleave
     note = bf16.accuracy.note
     assert "the workload has none" not in note
     assert "the reference variant fp32 failed in its first call: RuntimeError: no fp32 kernel for this op" in note
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_flops_the_failed_fp32_variant_was_to_count_are_said_not_counted(interleave):
+    """The meta device cannot run this model, so the fp32 variant listed first was to count the FLOPs; it failed in
+    its first call, yet the run said 'FLOPs counted on cpu, not on the meta device' (the note was written before the
+    variant ran). It now says they were not counted and why."""
+    from accelkit.timing import LoopConfig
+
+    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    result = run("make_fp32_fails", ["fp32", "bf16"], loop, accuracy=True, interleave=interleave)
+    assert not any(n.startswith("FLOPs counted") for n in result.notes), result.notes
+    (note,) = [n for n in result.notes if n.startswith("FLOPs")]
+    assert note.startswith("FLOPs not counted: the meta device could not run the model (RuntimeError: no fp32 kernel")
+    assert "the reference variant fp32 failed in its first call" in note
+    (bf16,) = result.variants
+    assert bf16.mfu.flops_per_item is None and bf16.mfu.flops_source == "not counted"
+
+
+def test_flops_the_fp32_variant_counted_are_said_counted_by_it():
+    from accelkit.timing import LoopConfig
+
+    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    result = run("make_data_dependent", ["fp32", "bf16"], loop, accuracy=False)
+    (note,) = [n for n in result.notes if n.startswith("FLOPs")]
+    assert note.startswith("FLOPs counted on cpu by the fp32 variant, not on the meta device (")
+    assert all(v.mfu.flops_per_item == 2 * 32 * 16 for v in result.variants)
