@@ -37,6 +37,9 @@ class ModelSpec(Spec):
     sliding_window: int | None = spec_field(
         None, min=1, doc="Sliding-window attention span in tokens (Mistral's sliding_window): a position attends to "
                          "the last this many, so a sequence's KV cache holds at most this many; None = full context.")
+    num_full_attention_layers: int = spec_field(
+        0, min=0, doc="With sliding_window: how many layers attend over the whole context anyway (Qwen2's first "
+                      "max_window_layers); the others use the window. 0 (Mistral): every layer is windowed.")
     num_experts: int | None = spec_field(None, min=1, doc="MoE experts per layer; None for dense models.")
     experts_per_token: int | None = spec_field(None, min=1, doc="MoE top-k routing; None for dense.")
     gated_mlp: bool = spec_field(False, doc="SwiGLU-style MLP with gate, up and down projections.")
@@ -89,6 +92,11 @@ class ModelSpec(Spec):
             raise ValueError("a ViT needs image_size and patch_size")
         if self.kind in ("decoder", "moe") and self.vocab_size < 1:
             raise ValueError("vocab_size must be >= 1 for a language model")
+        if self.sliding_window is None and self.num_full_attention_layers:
+            raise ValueError("num_full_attention_layers needs sliding_window (without a window every layer is full)")
+        if self.num_full_attention_layers >= max(self.num_layers, 1):
+            raise ValueError(f"num_full_attention_layers={self.num_full_attention_layers} must be < num_layers="
+                             f"{self.num_layers} (with no windowed layer, set sliding_window None)")
 
     # ---- derived dimensions -------------------------------------------------------------------
     @property
@@ -193,24 +201,29 @@ class ModelSpec(Spec):
         idle = self.num_layers * (self.num_experts - self.experts_per_token) * self._expert_params()  # type: ignore[operator]
         return self.num_params() - idle
 
-    def kv_cache_tokens(self, context: int) -> int:
-        """Tokens one sequence keeps in the KV cache at ``context`` positions: min(context, sliding_window)."""
-        return context if self.sliding_window is None else min(context, self.sliding_window)
+    def kv_cache_tokens(self, context: int) -> float:
+        """Tokens one sequence keeps in the KV cache at ``context`` positions: min(context, sliding_window) when every
+        layer is windowed; with some full-attention layers (Qwen2) the mean over the layers, so that
+        ``kv_bytes_per_token() · kv_cache_tokens(context)`` is the sequence's cache either way."""
+        if self.num_full_attention_layers == 0:
+            return context if self.sliding_window is None else min(context, self.sliding_window)
+        return self.kv_cache_layer_tokens(context) / self.num_layers
 
     @property
     def num_window_layers(self) -> int:
         """Layers that attend over the sliding window only (0 without one)."""
-        return 0 if self.sliding_window is None else self.num_layers
+        return 0 if self.sliding_window is None else self.num_layers - self.num_full_attention_layers
 
     def kv_cache_layer_tokens(self, context: float, layers: int | None = None) -> float:
         """Σ over the first ``layers`` layers (default all) of the tokens one sequence keeps in each layer's KV cache
         at ``context`` positions (a float context: a mean over decode steps): a full-attention layer keeps context,
-        a windowed one min(context, window)."""
+        a windowed one min(context, window). The full-attention layers come first (Qwen2: index < max_window_layers),
+        so the first pipeline stage is the heaviest."""
         layers = self.num_layers if layers is None else min(layers, self.num_layers)
         if self.sliding_window is None:
             return layers * context
-        windowed = min(layers, self.num_window_layers)
-        return (layers - windowed) * context + windowed * min(context, self.sliding_window)
+        full = min(layers, self.num_full_attention_layers)
+        return full * context + (layers - full) * min(context, self.sliding_window)
 
     def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """KV-cache bytes one token occupies: 2 (K and V) · layers · kv_heads · head_dim · bytes."""

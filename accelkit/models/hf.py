@@ -127,9 +127,7 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
         ffn_hidden_size=r.int("intermediate_size"),
         vocab_size=r.int("vocab_size"),
         max_seq_len=r.int("max_position_embeddings", 2048),
-        # Mistral and Mixtral attend over the last sliding_window tokens (null: all). Qwen2's applies only with
-        # use_sliding_window and only to some layers: not read
-        sliding_window=(r.int("sliding_window", None) or None) if mt in ("mistral", "mixtral") else None,
+        **_window(r, mt),
         num_experts=r.int("num_local_experts", 8) if moe else None,
         experts_per_token=r.int("num_experts_per_tok", 2) if moe else None,
         gated_mlp=True,
@@ -143,6 +141,33 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
         rope_scaling=scaling,
         norm_eps=r.float("rms_norm_eps", 1e-6),
     )
+
+
+def _window(r: _Reader, mt: str) -> dict[str, Any]:
+    """sliding_window and num_full_attention_layers as transformers builds them.
+
+    Mistral and Mixtral: every layer attends over the last sliding_window tokens (null: all). Qwen2 (transformers
+    5.x configuration_qwen2.Qwen2Config.__post_init__): sliding_window is kept only when use_sliding_window (default
+    false) is true, and layer_types — when the config does not list them — marks layer i "sliding_attention" iff
+    i >= max_window_layers (default 28); Qwen2Attention gives only those layers the window
+    (modeling_qwen2: ``config.sliding_window if self.layer_type == "sliding_attention" else None``)."""
+    if mt in ("mistral", "mixtral"):
+        return {"sliding_window": r.int("sliding_window", None) or None}
+    if mt != "qwen2" or not r.bool("use_sliding_window", False):
+        return {}
+    # Qwen2Config's default 4096 when the key is absent; null: no window
+    window = (r.int("sliding_window", None) if "sliding_window" in r.data else 4096) or None
+    layers = r.int("num_hidden_layers")
+    types = r.data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
+            raise r._fail("layer_types", f"must be a list of {layers} layer type names, got {types!r}")
+        windowed = sum(t == "sliding_attention" for t in types)  # only the count sizes the KV cache
+    else:
+        windowed = max(0, layers - r.int("max_window_layers", 28))
+    if window is None or windowed == 0:
+        return {}
+    return {"sliding_window": window, "num_full_attention_layers": layers - windowed}
 
 
 def _gpt2(r: _Reader, name: str) -> ModelSpec:
@@ -239,7 +264,15 @@ def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
             cfg["attention_bias"] = spec.qkv_bias
             cfg["mlp_bias"] = spec.mlp_bias
         if spec.family in ("mistral", "mixtral"):  # written even when None: MistralConfig defaults to 4096
+            if spec.num_full_attention_layers:
+                raise ValueError(f"{spec.name}: {spec.family} windows every layer or none; "
+                                 "num_full_attention_layers must be 0")
             cfg["sliding_window"] = spec.sliding_window
+        if spec.family == "qwen2":  # layers at index >= max_window_layers use the window (Qwen2Config)
+            cfg["use_sliding_window"] = spec.sliding_window is not None
+            if spec.sliding_window is not None:
+                cfg["sliding_window"] = spec.sliding_window
+                cfg["max_window_layers"] = spec.num_full_attention_layers
         if spec.family == "mixtral":
             cfg["num_local_experts"] = spec.num_experts
             cfg["num_experts_per_tok"] = spec.experts_per_token

@@ -195,7 +195,8 @@ def _window_assumption(ctx: PlanContext) -> str:
     if w.task != "train" and m.kind in ("decoder", "moe"):
         context = w.prompt_len + w.output_len
         text += (f"; the KV cache keeps min(context, {window:,}) tokens per sequence on those layers "
-                 f"({m.kv_cache_tokens(context):,.0f} of {context:,} here) and a decode step reads only those")
+                 f"({m.kv_cache_tokens(context):,.0f} of {context:,} per layer"
+                 + (" on average" if m.num_full_attention_layers else "") + " here) and a decode step reads only those")
     return text
 
 

@@ -138,3 +138,62 @@ def test_sliding_window_is_carried_and_caps_the_kv_cache(tmp_path, capsys):
     doc = _json.loads(capsys.readouterr().out)
     assert doc["sliding_window"] == 4096
     assert doc["kv_bytes_per_sequence_bf16"] == doc["kv_bytes_per_token_bf16"] * 4096
+
+
+QWEN2_WINDOWS = [  # (config fields beyond TINY's 2 layers, windowed layers): transformers' Qwen2Config decides
+    ({"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 1}, 1),  # layer 1 windowed
+    ({"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 0}, 2),  # both
+    ({"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 2}, 0),  # none: full attention
+    ({"use_sliding_window": True, "sliding_window": 64}, 0),  # max_window_layers defaults to 28 > 2 layers
+    ({"use_sliding_window": False, "sliding_window": 64, "max_window_layers": 0}, 0),  # the flag is off
+    ({"sliding_window": 64, "max_window_layers": 0}, 0),  # use_sliding_window defaults to false
+    ({"use_sliding_window": True, "max_window_layers": 0}, 2),  # sliding_window defaults to 4096
+    ({"use_sliding_window": True, "sliding_window": None, "max_window_layers": 0}, 0),
+    ({"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 0,
+      "layer_types": ["sliding_attention", "full_attention"]}, 1),  # listed layer types win
+]
+
+
+@pytest.mark.parametrize(("fields", "windowed"), QWEN2_WINDOWS)
+def test_qwen2_sliding_window_follows_transformers_per_layer_rule(fields, windowed):
+    # before: from_hf_config ignored Qwen2's use_sliding_window / sliding_window / max_window_layers, so a Qwen2
+    # whose upper layers attend over a window was planned with every layer's KV cache over the whole context
+    import transformers
+
+    cfg = {"model_type": "qwen2", **TINY, "max_position_embeddings": 32768, **fields}
+    spec = from_hf_config(cfg)
+    reference = transformers.Qwen2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    assert reference.layer_types.count("sliding_attention") * (reference.sliding_window is not None) == windowed
+    assert spec.num_window_layers == windowed
+    window = reference.sliding_window if windowed else None
+    assert spec.sliding_window == window
+    # KV tokens one sequence keeps at 32k: full layers × context + windowed layers × window
+    layers = TINY["num_hidden_layers"]
+    assert spec.kv_cache_layer_tokens(32768) == (layers - windowed) * 32768 + windowed * (window or 0)
+    assert spec.kv_bytes_per_token(2) * spec.kv_cache_tokens(32768) == pytest.approx(
+        2 * spec.kv_heads * spec.head_size * 2 * spec.kv_cache_layer_tokens(32768))
+    # and back: transformers builds the same windowed layers from to_hf_config
+    from accelkit.models.build import hf_config
+
+    built = hf_config(spec)
+    assert built.layer_types.count("sliding_attention") * (built.sliding_window is not None) == windowed
+    assert from_hf_config(to_hf_config(spec)) == spec.replace(name="qwen2")
+
+
+def test_qwen2_sliding_window_sizes_the_planned_kv_cache():
+    # 28-layer Qwen2 at 32K context, window 4096 on the 8 layers from max_window_layers 20: 20·32768 + 8·4096
+    from accelkit.plan.memory import kv_cache_bytes
+
+    cfg = {"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+           "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+           "max_position_embeddings": 32768, "use_sliding_window": True, "sliding_window": 4096,
+           "max_window_layers": 20}
+    spec = from_hf_config(cfg)
+    per_layer_token = 2 * 4 * 128 * 2  # K and V, 4 KV heads of 128, bf16
+    full = kv_cache_bytes(spec.replace(sliding_window=None, num_full_attention_layers=0), batch=1, seq=32768,
+                          bytes_per_element=2)
+    assert full == per_layer_token * 28 * 32768
+    assert kv_cache_bytes(spec, batch=1, seq=32768, bytes_per_element=2) == per_layer_token * (20 * 32768 + 8 * 4096)
+    # pp 2: the first stage holds layers 0-13, all full-attention — the heaviest
+    assert kv_cache_bytes(spec, batch=1, seq=32768, bytes_per_element=2, pp=2) == per_layer_token * 14 * 32768
+    assert from_hf_config({**cfg, "use_sliding_window": False}).sliding_window is None
