@@ -17,6 +17,10 @@ from accelkit.plan.request import LayoutChoice, PlanRequest
 #: PlanRequest fields only training reads: their flags default to None so that one given with --task infer
 #: (where it would change nothing) is refused instead of ignored
 TRAIN_ONLY_REQUEST = ("optimizer", "offload", "grad_compression")
+#: PlanRequest and PlanOptions fields only inference reads (evaluate_infer, infer_memory, infer_time, the inference
+#: search): refused with --task train the same way
+INFER_ONLY_REQUEST = ("batch", "prompt_len", "output_len", "kv_dtype")
+INFER_ONLY_OPTIONS = ("max_serving_batch", "prefill_chunk_tokens", "max_decode_latency_s")
 
 
 def _bytes(text: str) -> int:
@@ -24,12 +28,22 @@ def _bytes(text: str) -> int:
 
 
 @spec_options(PlanOptions, into="options", names={"overhead_bytes": "--overhead", "dropout": "--dropout/--no-dropout"},
-              parse={"overhead_bytes": _bytes},
-              helps={"overhead_bytes": "Framework allowance per device, e.g. 2GiB (context, communicator buffers)."})
+              parse={"overhead_bytes": _bytes}, optional=INFER_ONLY_OPTIONS,
+              helps={"overhead_bytes": "Framework allowance per device, e.g. 2GiB (context, communicator buffers).",
+                     "max_serving_batch": "Inference without --batch: plan at the largest batch that fits, capped "
+                                          "here (vLLM max_num_seqs); default 256.",
+                     "prefill_chunk_tokens": "Inference: prefill tokens processed per step (chunked prefill); "
+                                             "default 8192.",
+                     "max_decode_latency_s": "Inference search: drop layouts whose per-token decode time exceeds "
+                                             "this; default none."})
 @spec_options(LayoutChoice, into="layout",
               names={"sequence_parallel": "--sequence-parallel/--no-sequence-parallel"})
-@spec_options(PlanRequest, into="request", optional=TRAIN_ONLY_REQUEST,
-              helps={"optimizer": "Training: adam or sgd (with momentum); default adam.",
+@spec_options(PlanRequest, into="request", optional=TRAIN_ONLY_REQUEST + INFER_ONLY_REQUEST,
+              helps={"batch": "Inference: concurrent sequences per replica; default the most that fit, ≤ 256.",
+                     "prompt_len": "Inference prompt tokens; default 512.",
+                     "output_len": "Inference generated tokens; default 128.",
+                     "kv_dtype": "Inference KV cache: auto (the model dtype), fp8 or int8; default auto.",
+                     "optimizer": "Training: adam or sgd (with momentum); default adam.",
                      "offload": "Training: optimizer states in host memory (ZeRO-Offload); default off.",
                      "grad_compression": "Training: data-parallel gradient compression, default none: bf16/fp16 (2 B "
                                          "per element: DDP compress hook, FSDP2 reduce_dtype) or powersgd (rank-r P "
@@ -51,6 +65,8 @@ def plan_cmd(
     with flag_values():
         if request.get("task") == "infer":
             _refuse_training_flags(request)
+        else:
+            _refuse_inference_flags(request, options)
         req = PlanRequest(**request)
         choice = LayoutChoice(**layout)
         plan_options = PlanOptions(**options)
@@ -105,16 +121,30 @@ def plan_cmd(
     emit(docs if (names or top) else docs[0], as_json, render)
 
 
+def _flag(key: str, value: Any) -> str:
+    name = key.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name} {value}"
+
+
 def _refuse_training_flags(request: dict[str, Any]) -> None:
     for key in TRAIN_ONLY_REQUEST:
-        if key not in request:
-            continue
-        value, name = request[key], key.replace("_", "-")
-        if isinstance(value, bool):
-            flag = f"--{name}" if value else f"--no-{name}"
-        else:
-            flag = f"--{name} {value}"
-        raise UserError(f"{flag} applies to --task train; inference does not model it — drop it")
+        if key in request:
+            raise UserError(f"{_flag(key, request[key])} applies to --task train; inference does not model it — drop it")
+
+
+def _refuse_inference_flags(request: dict[str, Any], options: dict[str, Any]) -> None:
+    """--task train (the default) with a flag only inference reads: one error naming it instead of ignoring it."""
+    if "batch" in request:
+        raise UserError(f"--batch {request['batch']} applies to --task infer (concurrent sequences per replica); for "
+                        "training give --global-batch (sequences per step)")
+    flags = [(k, request[k]) for k in INFER_ONLY_REQUEST if k in request]
+    flags += [(k, options[k]) for k in INFER_ONLY_OPTIONS if k in options]
+    if flags:
+        key, value = flags[0]
+        raise UserError(f"{_flag(key, value)} applies to --task infer; training does not model it — drop it, or "
+                        "add --task infer")
 
 
 def _compare_compression(workload: Workload, best: tuple[Any, Any], options: PlanOptions, rank: int,

@@ -90,3 +90,35 @@ def test_inference_context_past_the_model_gets_the_training_note(capsys):
     main([*base, "--prompt-len", "500000"])
     assert "note: --prompt-len 500000 + --output-len 128 = 500128 tokens exceeds llama-3.1-8b's context of 131072" \
         in capsys.readouterr().err
+
+
+def test_train_refuses_inference_only_flags(capsys):
+    # before: --batch, --prompt-len, --output-len, --kv-dtype and the inference search options under --task train
+    # (the default) were accepted and changed nothing in the training plan
+    for flags, named in ((["--prompt-len", "1000"], "--prompt-len 1000"), (["--output-len", "0"], "--output-len 0"),
+                         (["--kv-dtype", "fp8"], "--kv-dtype fp8"), (["--kv-dtype", "auto"], "--kv-dtype auto"),
+                         (["--max-serving-batch", "4"], "--max-serving-batch 4"),
+                         (["--prefill-chunk-tokens", "100"], "--prefill-chunk-tokens 100"),
+                         (["--max-decode-latency-s", "0.1"], "--max-decode-latency-s 0.1")):
+        for task in ([], ["--task", "train"]):
+            code, err = _plan_exit(capsys, *task, *flags)
+            assert code == 2, err
+            assert err.strip().splitlines() == [f"error: {named} applies to --task infer; training does not model it "
+                                                "— drop it, or add --task infer"]
+    code, err = _plan_exit(capsys, "--batch", "8")
+    assert code == 2
+    assert err.strip().splitlines() == ["error: --batch 8 applies to --task infer (concurrent sequences per replica); "
+                                        "for training give --global-batch (sequences per step)"]
+
+
+def test_inference_still_reads_the_inference_flags(capsys):
+    import json
+
+    from accelkit.cli.app import main
+
+    main(["plan", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "1", "--task", "infer",
+          "--batch", "4", "--prompt-len", "1000", "--output-len", "64", "--kv-dtype", "fp8", "--max-serving-batch", "8",
+          "--prefill-chunk-tokens", "2048", "--max-decode-latency-s", "1", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["batch"], doc["prompt_len"], doc["output_len"], doc["kv_cache_dtype"]) == (4, 1000, 64, "fp8")
+    assert any("prefill in chunks of 2048 tokens" in a for a in doc["assumptions"])
