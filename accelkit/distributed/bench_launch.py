@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.record import StoreWriter
 from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants
@@ -84,13 +84,14 @@ def run_distributed_bench(
             notes.append(f"quality check: each variant trains {quality.quality_steps} more steps on a learnable "
                          "synthetic task from the same weights; a compressed variant's final loss must be within "
                          f"{quality.max_loss_increase:.0%} of its uncompressed twin's")
-    docs = []
+    docs: list[dict[str, Any]] = []
     for dtype, group in launches.items():
         peak, datasheet, probe = peaks.get(dtype), peaks.datasheet(dtype), peaks.probe(dtype)
         names = ", ".join(v.name for v in group)
         job = {
             "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
-            "run_id": run_id, "save": config.save and store is not None,
+            # after a launch whose rank 0 could not store, no later launch tries (its variants are kept unstored)
+            "run_id": run_id, "save": config.save and store is not None and not any(d.get("store_error") for d in docs),
             "store_path": str(store.path) if store is not None else None, "predict": config.predict,
             "workload": workload.name, "config": workload.config.to_dict(), "variants": [v.to_dict() for v in group],
             "grad_comm": compressed, "quality_steps": quality.quality_steps if compressed else 0,
@@ -117,6 +118,7 @@ def run_distributed_bench(
     for doc in docs[1:]:
         first["variants"] += doc["variants"]
         first["result_ids"] += doc["result_ids"]
-    if writer.error is not None:
-        first["store_error"] = writer.error
+    store_error = writer.error or next((d["store_error"] for d in docs if d.get("store_error")), None)
+    if store_error is not None:  # the probe's row, or a rank 0's write: the CLI prints what was not stored
+        first["store_error"] = store_error
     return BenchRunResult.from_dict(first)

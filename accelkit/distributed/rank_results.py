@@ -1,6 +1,7 @@
 """Rank 0's side of a distributed bench: the per-rank results gathered → one typed :class:`BenchResult` per
 variant (the type ``accelkit bench`` builds, with ``world_size``, ``ranks`` and the memory check filled) → the
-planner's estimate for the same layout (dp = world size, the ZeRO stage) and ONE Measurement in the store.
+planner's estimate for the same layout (dp = world size, the ZeRO stage) and ONE Measurement in the store (a
+refused write is kept in the document, never lost: ``store_error``).
 
 Timing: every rank runs the same iterations (the agreed loop), a step is bulk-synchronous, so the step
 latency of iteration i is the slowest rank's; throughput = world items per step × iterations ÷ the
@@ -13,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.metrics import FLOPS_SOURCE_ON_DEVICE, Peak, mfu_result
 from accelkit.bench.predict import predict_variant, prediction, variant_spec
+from accelkit.bench.record import StoreWriter
 from accelkit.bench.runner import identify
-from accelkit.core import Estimate, Measurement, summarize
+from accelkit.core import AccelkitError, Estimate, Measurement, summarize
 from accelkit.core.bench_result import (
     Accuracy,
     BenchResult,
@@ -204,20 +206,35 @@ def measurement(label: str, workload: Any, variant: Any, entry: BenchResult, har
     )
 
 
+def _writer(job: dict[str, Any]) -> StoreWriter:
+    """The run's store writer (``accelkit.bench.record``); a store that cannot even be opened is its first failed
+    write: nothing is tried, the measurements are kept."""
+    from accelkit.results import ResultStore
+
+    if not job["save"]:
+        return StoreWriter(None)
+    try:
+        return StoreWriter(ResultStore(job["store_path"]) if job.get("store_path") else ResultStore())
+    except AccelkitError as exc:
+        writer = StoreWriter(None)
+        writer.error = str(exc)
+        return writer
+
+
 def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, list[dict[str, Any]]]],
                    job: dict[str, Any], *, losses: dict[str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """Store one Measurement (+ Estimate) per variant; return the document `accelkit bench --json` prints
-    (a :class:`BenchRunResult` with the distributed fields)."""
+    (a :class:`BenchRunResult` with the distributed fields). As in a single-process bench, a write the store
+    refuses stops the writing, not the run: every variant is in the document, those not stored without a
+    ``result_id``, and ``store_error`` says why (the CLI prints the document and exits 1)."""
     from accelkit.hardware.detect import environment
-    from accelkit.results import ResultStore
 
     hardware, catalog = identify(ctx.device)
     env = {**environment(with_torch=True), "timer": timer_name(ctx.device), "bench": job["bench_config"],
            "distributed": {"backend": ctx.backend, "world_size": ctx.world_size, "num_nodes": ctx.num_nodes,
                            "nproc_per_node": ctx.local_world_size, "launcher": "torchrun",
                            "rendezvous": job.get("rendezvous")}}
-    store = ResultStore(job["store_path"]) if job["save"] and job.get("store_path") else (
-        ResultStore() if job["save"] else None)
+    writer = _writer(job)
     run_id, entries, result_ids = job["run_id"], [], []
     try:
         for variant, ranks in variants:
@@ -227,24 +244,24 @@ def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, li
                 estimate, reason = plan_layout(workload, variant, world_size=ctx.world_size,
                                                local_world_size=ctx.local_world_size, zero=job["zero"],
                                                device=ctx.device, catalog=catalog)
-            estimate_id = store.add(estimate, run_id=run_id) if store is not None and estimate is not None else None
+            estimate_id = writer.add(estimate, run_id=run_id) if estimate is not None else None
             if estimate_id is not None:
                 result_ids.append(estimate_id)
             entry = variant_entry(ctx, workload, variant, ranks, job, estimate, reason, estimate_id, losses)
             details = {"config": workload.config.to_dict(), "device": ctx.device}
             m = measurement(workload.label, workload, variant, entry, hardware, details, ranks, env, job["zero"],
                             ctx.world_size)
-            result_id = store.add(m, run_id=run_id) if store is not None else None
+            result_id = writer.add(m, run_id=run_id)
             if result_id is not None:
                 result_ids.append(result_id)
             entries.append(entry.replace(result_id=result_id))
     finally:
-        if store is not None:
-            store.close()
+        if writer.store is not None:
+            writer.store.close()
     return BenchRunResult(
         workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=ctx.device,
         hardware=hardware, run_id=run_id, refused=[Refusal.from_dict(r) for r in job.get("refused", [])],
         notes=job.get("notes", []), variants=entries, environment=env, result_ids=result_ids,
         world_size=ctx.world_size, num_nodes=ctx.num_nodes, layout=layout_name(ctx.world_size, job["zero"]),
-        zero=job["zero"], ranks=entries[0].ranks if entries else [],
+        zero=job["zero"], ranks=entries[0].ranks if entries else [], store_error=writer.error,
     ).to_json()

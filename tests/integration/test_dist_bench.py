@@ -66,3 +66,55 @@ def test_distributed_flags_are_checked_before_launch(_isolated_home):
     proc = accelkit("bench", "llm-train", "--model", "tiny-llama", "--nproc-per-node", "2", "--nnodes", "2:4")
     assert proc.returncode == 2 and "rdzv_endpoint" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ---- rank 0's side, in-process: the store refuses a write ------------------------------------------------
+def _rank(rank: int) -> dict:
+    """What one rank gathers to rank 0 for a variant (worker.bench_variant's keys)."""
+    return {"rank": rank, "local_rank": rank, "host": "h", "device": "cpu", "items": 4, "unit": "images",
+            "analytic_flops_per_item": None, "analytic_formula": None, "load_s": 0.1, "first_call_s": 0.2,
+            "flops_per_call": 1e6, "warmup_iterations": 2, "warmup_s": 0.1, "samples_s": [0.01, 0.011, 0.012],
+            "block_walls_s": [0.033], "agreed_walls_s": [0.033], "peak_scope": "RSS",
+            "memory_bytes": {"parameters": 10, "gradients": 10, "optimizer": 20, "model_states": 40, "peak": 100}}
+
+
+def test_rank0_keeps_what_the_store_refuses(_isolated_home, monkeypatch):
+    """Rank 0 stored each variant with a bare store.add: a refused write (disk full, a lock held past its timeout)
+    raised out of bench_document and the whole document — every rank's measurements — was lost. As in a
+    single-process bench, the writing stops, the document keeps every variant (the stored ones with their
+    result_id) and store_error says why; a store that cannot even be opened is the same."""
+    from types import SimpleNamespace
+
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+    from accelkit.core import AccelkitError
+    from accelkit.distributed.rank_results import bench_document
+    from accelkit.results import ResultStore
+
+    ctx = SimpleNamespace(rank=0, world_size=2, local_rank=0, local_world_size=2, num_nodes=1, device="cpu",
+                          backend="gloo", host="h")
+    workload = make_workload("resnet", {"size": "tiny", "batch_size": 4, "image_size": 32})
+    variants = [(Variant(precision=p), [_rank(0), _rank(1)]) for p in ("fp32", "bf16")]
+    job = {"save": True, "store_path": str(_isolated_home / "results.db"), "run_id": "r", "predict": False,
+           "zero": 0, "peak": {"flops": 1e12, "source": "test"}, "datasheet": None, "probe": None,
+           "bench_config": {}, "notes": [], "refused": []}
+    add = ResultStore.add
+    calls: list[int] = []
+
+    def full_after_one(self, result, *, run_id=None):
+        calls.append(1)
+        if len(calls) > 1:
+            raise AccelkitError("the results store is full (disk full)")
+        return add(self, result, run_id=run_id)
+
+    monkeypatch.setattr(ResultStore, "add", full_after_one)
+    doc = bench_document(ctx, workload, variants, job)  # type: ignore[arg-type]
+    assert [v["name"] for v in doc["variants"]] == ["fp32", "bf16"]
+    assert all(v["throughput"]["value"] > 0 for v in doc["variants"])
+    stored_id = doc["variants"][0]["result_id"]
+    assert stored_id is not None and doc["variants"][1]["result_id"] is None and doc["result_ids"] == [stored_id]
+    assert doc["store_error"] == "the results store is full (disk full)" and len(calls) == 2  # no later write
+
+    (_isolated_home / "dir.db").mkdir()  # not a store: it cannot be opened
+    doc = bench_document(ctx, workload, variants, {**job, "store_path": str(_isolated_home / "dir.db")})  # type: ignore[arg-type]
+    assert [v["result_id"] for v in doc["variants"]] == [None, None] and "dir.db" in doc["store_error"]
