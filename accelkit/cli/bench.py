@@ -284,7 +284,11 @@ def _render(result: Any, as_json: bool) -> None:
     data = result.to_json()
     runs = getattr(result, "runs", None) or [result]
     if data.get("store_error"):  # every measured variant is in the document: print it rather than lose it (exit 1)
-        print_unsaved(data, AccelkitError(data["store_error"]))
+        entries = [v for r in runs for v in r.variants]
+        print_unsaved(data, AccelkitError(data["store_error"]),
+                      stored=[f"{v.key} (result {v.result_id})" for v in entries if v.result_id is not None],
+                      unstored=[v.key for v in entries if v.result_id is None],
+                      interrupted=f"not finished: {_unfinished(runs, suite='suite' in data)}" if data["interrupted"] else None)
 
     def render() -> None:
         for run in runs:
@@ -307,10 +311,9 @@ def _render(result: Any, as_json: bool) -> None:
     emit(data, as_json, render)
     if data["interrupted"]:
         finished = sum(len({v.name for v in r.variants}) for r in runs)
-        unfinished = [u for r in runs for u in r.unfinished]
         err.print(f"interrupted: kept {finished} finished variant(s) in the store "
                   f"(result ids {', '.join(map(str, data['result_ids'])) or 'none'}); not finished: "
-                  f"{', '.join(unfinished) or 'the rest of the suite'}", highlight=False, markup=False, soft_wrap=True)
+                  f"{_unfinished(runs, suite='suite' in data)}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(130)
     failed = [f"{f.name} ({f.phase})" for r in runs for f in r.failed] + [f["key"] for f in data.get("failed", [])
                                                                           if isinstance(f, dict) and "key" in f]
@@ -318,6 +321,11 @@ def _render(result: Any, as_json: bool) -> None:
         err.print(f"error: {len(failed)} variant(s) failed: {', '.join(failed)} — their errors are above; the "
                   "others were measured and stored", highlight=False, markup=False, soft_wrap=True)
         sys.exit(1)
+
+
+def _unfinished(runs: list[Any], *, suite: bool) -> str:
+    """The variants Ctrl-C left unfinished, for the interrupted message."""
+    return ", ".join(u for r in runs for u in r.unfinished) or ("the rest of the suite" if suite else "none")
 
 
 def _grad_comm_table(run: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
@@ -90,9 +90,22 @@ def save_or_print(store: ResultStore | None, result: Estimate | Measurement, *, 
         print_unsaved(result.to_dict(), exc)
 
 
-def print_unsaved(document: dict[str, Any], exc: Exception) -> NoReturn:
-    """The measurement could not be stored: its JSON goes to stdout, the reason to stderr, exit 1."""
+def print_unsaved(document: dict[str, Any], exc: Exception, *, stored: Sequence[str] = (),
+                  unstored: Sequence[str] = (), interrupted: str | None = None) -> NoReturn:
+    """The measurement could not be (wholly) stored: its JSON goes to stdout, the reason to stderr, exit 1.
+    ``stored`` names what made it into the store before the failure (e.g. 'fp32 · forward (result 12)') and
+    ``unstored`` what did not; ``interrupted`` (what Ctrl-C left unfinished) makes it exit 130, as an interrupted
+    run whose store took everything does."""
     sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
     sys.stdout.flush()
-    raise AccelkitError(f"{exc}. The measurement was not stored; its JSON is printed on stdout above "
-                        "(redirect stdout to keep it)")
+    if stored:
+        what = (f"Stored before the failure: {', '.join(stored)}; not stored: "
+                f"{', '.join(unstored) or 'the rest of the document'}. The JSON of the whole run is printed on "
+                "stdout above")
+    else:
+        what = "The measurement was not stored; its JSON is printed on stdout above"
+    message = f"{exc}. {what} (redirect stdout to keep it)"
+    if interrupted is not None:
+        err.print(f"interrupted ({interrupted}): {message}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(130)
+    raise AccelkitError(message)

@@ -281,9 +281,15 @@ def test_bench_prints_what_the_store_cannot_take(_isolated_home):
     proc = subprocess.run([sys.executable, "-m", "accelkit", *BENCH_TINY, "--no-probe", "--json"], capture_output=True,
                           text=True, timeout=300, env=dict(os.environ), cwd=REPO, preexec_fn=small_files)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "was not stored; its JSON is printed on stdout" in proc.stderr and "disk full" in proc.stderr
+    assert "disk full" in proc.stderr
     doc = json.loads(proc.stdout)
     assert [v["name"] for v in doc["variants"]] == ["fp32", "bf16"] and "disk full" in doc["store_error"]
+    # stderr names what made it into the store before the disk filled, and what did not
+    stored = [f"{v['name']} · forward (result {v['result_id']})" for v in doc["variants"] if v["result_id"]]
+    if stored:
+        assert f"Stored before the failure: {', '.join(stored)}; not stored: bf16 · forward" in proc.stderr
+    else:
+        assert "was not stored; its JSON is printed on stdout" in proc.stderr
     assert all(v["throughput"]["value"] > 0 for v in doc["variants"])
     with ResultStore(_isolated_home / "results.db", readonly=True) as store:
         assert store.count() == len(doc["result_ids"])  # what was stored before the disk filled, nothing half-written

@@ -68,3 +68,45 @@ def test_launch_flags_on_one_process_are_refused_and_ranks_need_cores():
     with pytest.raises(UserError, match="--nproc-per-node 100000 exceeds the .* CPU cores"):
         run_distributed_bench(make_workload("resnet", {"size": "tiny"}), [Variant()], BenchConfig(device="cpu"),
                               DistConfig(nproc_per_node=100_000))
+
+
+def _run_with_store_error(*, interrupted: bool):
+    from accelkit.core import Recipe, summarize
+    from accelkit.core.bench_result import BenchResult, BenchRunResult, Throughput
+
+    def entry(name: str, result_id: int | None) -> BenchResult:
+        return BenchResult(name=name, step="forward", precision=name, recipe=Recipe(),
+                           latency_s=summarize([0.01, 0.011, 0.012]), throughput=Throughput(value=100.0),
+                           result_id=result_id)
+
+    return BenchRunResult(workload="bert", label="l", device="cpu", hardware="h", run_id="r", result_ids=[7],
+                          variants=[entry("fp32", 7), entry("bf16", None)], interrupted=interrupted,
+                          unfinished=["fp16"] if interrupted else [], store_error="database or disk is full")
+
+
+def test_a_store_failure_after_some_variants_names_what_was_stored_and_an_interrupt_still_exits_130(capsys):
+    """With fp32 stored (result 7) before the disk filled, the message said 'The measurement was not stored'; and a
+    run interrupted by Ctrl-C whose store also failed exited 1, where a plain interrupt exits 130. It now names what
+    was stored (result ids) and what not, and exits 130 when interrupted — after the JSON, in both cases."""
+    import json
+
+    import pytest
+
+    from accelkit.cli.bench import _render
+    from accelkit.core import AccelkitError
+
+    with pytest.raises(AccelkitError) as failure:
+        _render(_run_with_store_error(interrupted=False), as_json=True)
+    message = str(failure.value)
+    assert "The measurement was not stored" not in message
+    assert "Stored before the failure: fp32 · forward (result 7); not stored: bf16 · forward" in message
+    doc = json.loads(capsys.readouterr().out)
+    assert [v["result_id"] for v in doc["variants"]] == [7, None]
+
+    with pytest.raises(SystemExit) as interrupted:
+        _render(_run_with_store_error(interrupted=True), as_json=True)
+    assert interrupted.value.code == 130
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["interrupted"] is True
+    assert "interrupted (not finished: fp16): database or disk is full" in captured.err
+    assert "not stored: bf16 · forward" in captured.err
