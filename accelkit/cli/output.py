@@ -3,7 +3,6 @@ warnings on stderr so that stdout stays parseable."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -13,6 +12,8 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from accelkit.core import strict_json
 
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 150)
 err = Console(stderr=True, soft_wrap=True)
@@ -25,9 +26,10 @@ ProgressOption = typer.Option(
 
 
 def emit(data: Any, as_json: bool, render: Callable[[], None]) -> None:
-    """Print ``data`` as JSON, or call ``render`` for the human view."""
+    """Print ``data`` as JSON, or call ``render`` for the human view. The JSON is strict: an inf or NaN anywhere is
+    written as null (a load test's inf rate as 'inf'), never as ``Infinity``/``NaN`` (``accelkit.core.strict_json``)."""
     if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        sys.stdout.write(strict_json.dumps(data, indent=2, default=str) + "\n")
         sys.stdout.flush()
     else:
         render()

@@ -4,14 +4,13 @@ second, not after an hour of measuring), and a result that still cannot be store
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from accelkit.cli.output import err
-from accelkit.core import AccelkitError, Estimate, Measurement
+from accelkit.core import AccelkitError, Estimate, Measurement, strict_json
 from accelkit.results import ResultStore
 
 #: skipped rows named one by one before the rest are summed up
@@ -96,7 +95,7 @@ def print_unsaved(document: dict[str, Any], exc: Exception, *, stored: Sequence[
     ``stored`` names what made it into the store before the failure (e.g. 'fp32 · forward (result 12)') and
     ``unstored`` what did not; ``interrupted`` (what Ctrl-C left unfinished) makes it exit 130, as an interrupted
     run whose store took everything does."""
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    sys.stdout.write(strict_json.dumps(document, indent=2, default=str) + "\n")
     sys.stdout.flush()
     if stored:
         what = (f"Stored before the failure: {', '.join(stored)}; not stored: "

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accelkit.core import AccelkitError, Estimate, Measurement, UserError
+from accelkit.core import AccelkitError, Estimate, Measurement, UserError, strict_json
 from accelkit.core.bench_result import BenchResult
 
 MIGRATIONS: list[str] = [
@@ -369,6 +369,9 @@ class ResultStore:
         environment = data.pop("environment")
         return (
             _type_of(result), result.kind, result.name, result.hardware, result.created_at, run_id,
+            # Python's JSON (inf/NaN as Infinity/NaN), read back only by this class: a null in their place would make
+            # the row fail its typed read (a latency sample, a Stats field) and lose it; what leaves the store —
+            # `results export`, `--json` — is strict (accelkit.core.strict_json)
             json.dumps(data), json.dumps(samples), json.dumps(environment),
         )
 
@@ -588,9 +591,10 @@ def flat_row(stored: StoredResult) -> dict[str, Any]:
 
 
 def export(results: list[StoredResult], fmt: str) -> str:
-    """``json`` (full records, raw samples included) or ``csv`` (one flat row per result)."""
+    """``json`` (full records, raw samples included; strict JSON: an inf/NaN is null) or ``csv`` (one flat row per
+    result)."""
     if fmt == "json":
-        return json.dumps([s.to_dict() for s in results], indent=2)
+        return strict_json.dumps([s.to_dict() for s in results], indent=2)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
