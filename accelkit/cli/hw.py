@@ -35,14 +35,25 @@ def _tf(spec: DeviceSpec, dtype: str) -> float | None:
     return peak / 1e12 if peak else None
 
 
+def _datasheet_gb(spec: DeviceSpec) -> float:
+    return spec.memory_datasheet_gb if spec.memory_datasheet_gb is not None else spec.memory_bytes / 1e9
+
+
+def _from_driver(spec: DeviceSpec) -> bool:
+    """Whether memory_bytes is the driver's total (the catalog's memory_MiB) rather than the datasheet's GB."""
+    return spec.memory_datasheet_gb is not None and spec.memory_bytes != int(spec.memory_datasheet_gb * 1e9)
+
+
 def device_json(spec: DeviceSpec) -> dict[str, Any]:
     """The spec in SI bytes/FLOP/s plus the datasheet units people read (GB, TB/s, TFLOP/s)."""
     return {
         **spec.to_dict(),
-        "memory_gb": spec.memory_bytes / 1e9,
+        "memory_gb": _datasheet_gb(spec),
+        "memory_gib": spec.memory_bytes / 2**30,
         "memory_bandwidth_tb_per_s": spec.memory_bandwidth_bytes_per_s / 1e12,
         "peak_tflops": {d: v / 1e12 for d, v in spec.peak_flops.items()},
-        "units": "bytes, bytes/s, FLOP/s (GB/TB = 10^9/10^12; peaks dense, sparsity excluded)",
+        "units": "bytes, bytes/s, FLOP/s (GB/TB = 10^9/10^12, GiB = 2^30; memory_gb is the datasheet's figure, "
+                 "memory_bytes the driver's total where known; peaks dense, sparsity excluded)",
     }
 
 
@@ -54,7 +65,8 @@ def list_cmd(as_json: bool = JsonOption) -> None:
     def render() -> None:
         rows = [
             (
-                s.name, s.vendor, f"{s.memory_bytes / 1e9:g}", f"{s.memory_bandwidth_bytes_per_s / 1e12:g}",
+                s.name, s.vendor, f"{_datasheet_gb(s):g}", f"{s.memory_bytes / 2**30:.1f}",
+                f"{s.memory_bandwidth_bytes_per_s / 1e12:g}",
                 fmt_num(_tf(s, "bf16"), 1), fmt_num(_tf(s, "fp8"), 1), fmt_num(s.tdp_w, 0), s.scaleup_fabric,
                 s.status,
             )
@@ -62,8 +74,8 @@ def list_cmd(as_json: bool = JsonOption) -> None:
         ]
         out.print(table(
             "Accelerator catalog (dense peaks)",
-            ["name", "vendor", "mem GB", "TB/s", "bf16 TF", "fp8 TF", "TDP W", "fabric", "status"],
-            rows, right=(2, 3, 4, 5, 6),
+            ["name", "vendor", "mem GB", "GiB", "TB/s", "bf16 TF", "fp8 TF", "TDP W", "fabric", "status"],
+            rows, right=(2, 3, 4, 5, 6, 7),
         ))
         out.print("status: V vendor-checked · V2 two secondary sources agree · R recalled, unverified")
 
@@ -78,7 +90,8 @@ def show_cmd(name: str = typer.Argument(..., help="Name or alias, e.g. h200, mi3
     def render() -> None:
         rows: list[tuple[str, Any]] = [
             ("name", spec.name), ("aliases", ", ".join(spec.aliases) or "-"), ("vendor", spec.vendor),
-            ("memory", f"{spec.memory_bytes / 1e9:g} GB {spec.memory_type}"),
+            ("memory", f"{_datasheet_gb(spec):g} GB {spec.memory_type} ({spec.memory_bytes / 2**30:.2f} GiB "
+                       f"{'as the driver reports it' if _from_driver(spec) else 'from the datasheet'})"),
             ("bandwidth", f"{spec.memory_bandwidth_bytes_per_s / 1e12:g} TB/s"),
         ]
         rows += [(f"dense {d}", f"{v / 1e12:g} T{'OP' if d == 'int8' else 'FLOP'}/s") for d, v in spec.peak_flops.items()]

@@ -13,11 +13,16 @@ DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceSpec(Spec):
-    """One accelerator. Bytes are decimal (GB = 10^9) as datasheets give them; peaks are dense."""
+    """One accelerator. Datasheet units are decimal (GB = 10^9, TB/s = 10^12); ``memory_bytes`` is what the
+    driver reports where known (HBM is sold in binary units: an "80 GB" H100 holds 81,559 MiB); peaks are dense."""
 
     name: str = spec_field(doc="Canonical catalog name, e.g. 'H200-SXM-141GB'.")
     vendor: str = spec_field(doc="nvidia, amd, google, intel, or 'cpu' for a probed host.")
-    memory_bytes: int = spec_field(min=0, doc="Device memory in bytes (datasheet GB × 10^9).")
+    memory_bytes: int = spec_field(
+        min=0, doc="Device memory in bytes: the total the driver reports (nvidia-smi, rocm-smi) where the catalog has "
+                   "it, else the datasheet's GB × 10^9.")
+    memory_datasheet_gb: float | None = spec_field(
+        None, min=0.0, doc="The memory figure the datasheet gives, in GB as marketed (80, 141, 192 …).")
     memory_type: str = spec_field("", doc="HBM3, HBM3e, GDDR6, DDR5 …")
     memory_bandwidth_bytes_per_s: float = spec_field(min=0.0, doc="Peak memory bandwidth, bytes/s.")
     peak_flops: dict[Dtype, float] = spec_field(

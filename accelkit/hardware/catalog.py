@@ -42,7 +42,9 @@ def _row_to_spec(row: dict[str, str]) -> DeviceSpec:
     return DeviceSpec(
         name=row["name"],
         vendor=row["vendor"],
-        memory_bytes=int(float(row["memory_GB"]) * 1e9),
+        # the driver's total where known (HBM comes in binary units), else the datasheet's decimal GB
+        memory_bytes=int(mib) * 2**20 if (mib := row.get("memory_MiB")) else int(float(row["memory_GB"]) * 1e9),
+        memory_datasheet_gb=float(row["memory_GB"]),
         memory_type=row["memory_type"],
         memory_bandwidth_bytes_per_s=float(row["memory_BW_TBps"]) * 1e12,
         peak_flops=peaks,

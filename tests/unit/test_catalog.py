@@ -21,7 +21,10 @@ def test_every_reference_row_is_in_the_catalog_with_status_and_source():
     for row in rows:
         spec = get_device(row["name"])
         assert spec.status == row["status"] and spec.source == row["source"]
-        assert spec.memory_bytes == int(float(row["memory_GB"]) * 1e9)
+        # the driver's total where the catalog has it (memory_MiB), else the datasheet's decimal GB
+        expected = int(row["memory_MiB"]) * 2**20 if row["memory_MiB"] else int(float(row["memory_GB"]) * 1e9)
+        assert spec.memory_bytes == expected and spec.memory_datasheet_gb == float(row["memory_GB"])
+        assert spec.memory_bytes >= 0.93 * spec.memory_datasheet_gb * 1e9  # never far from what is marketed
 
 
 @pytest.mark.parametrize(
@@ -36,10 +39,14 @@ def test_lookup_by_alias_case_insensitive(alias, name):
 
 def test_acceptance_figures():
     h200 = get_device("h200")
-    assert h200.memory_bytes == 141e9 and h200.memory_bandwidth_bytes_per_s == 4.8e12
+    # nvidia-smi's memory.total on an H200 and an H100 SXM; rocm-smi's VRAM total on an MI300X (bytes)
+    assert h200.memory_bytes == 143_771 * 2**20 and h200.memory_datasheet_gb == 141
+    assert get_device("h100").memory_bytes == 81_559 * 2**20
+    assert h200.memory_bandwidth_bytes_per_s == 4.8e12
     assert h200.peak("bf16") == 989e12 and h200.peak("fp8") == 1979e12
     mi = get_device("mi300x")
-    assert mi.memory_bytes == 192e9 and mi.memory_bandwidth_bytes_per_s == 5.3e12 and mi.peak("bf16") == 1307.4e12
+    assert mi.memory_bytes == 206_158_430_208 and mi.memory_bandwidth_bytes_per_s == 5.3e12 and mi.peak("bf16") == 1307.4e12
+    assert get_device("tpu-v5e").memory_bytes == 16e9  # no driver figure in the catalog: the datasheet's
     assert get_device("a100").peak("fp8") is None  # not published = unsupported, not zero
 
 
