@@ -48,6 +48,18 @@ def list_cmd(as_json: bool = JsonOption) -> None:
     emit([model_json(s) for s in specs], as_json, render)
 
 
+
+def _kept(spec: ModelSpec) -> str:
+    """What a sliding window keeps of one sequence, in words ('' without one)."""
+    window = spec.sliding_window
+    if window is None or window >= spec.max_seq_len:
+        return ""
+    windowed = spec.num_window_layers
+    if windowed == spec.num_layers:
+        return f" ({window:,} kept: sliding window {window:,})"
+    return (f" (sliding window {window:,} on {windowed} of {spec.num_layers} layers; the other "
+            f"{spec.num_layers - windowed} keep every position)")
+
 @app.command("show")
 def show_cmd(
     model: str = typer.Argument(..., help="Preset name, a config.json, or a directory holding one."),
@@ -65,10 +77,8 @@ def show_cmd(
             rows.append(("active params", f"{data['active_params']:,} ({fmt_count(data['active_params'])})"))
         if spec.kind in ("decoder", "moe"):
             rows.append(("KV cache / token", f"{data['kv_bytes_per_token_bf16'] / 1024:.0f} KiB in bf16"))
-            kept = spec.kv_cache_tokens(spec.max_seq_len)
             rows.append(("KV cache / sequence", f"{fmt_bytes(data['kv_bytes_per_sequence_bf16'])} in bf16 at "
-                         f"{spec.max_seq_len:,} positions ({kept:,} kept"
-                         + (f": sliding window {spec.sliding_window:,})" if kept < spec.max_seq_len else ")")))
+                         f"{spec.max_seq_len:,} positions{_kept(spec)}"))
         vision_only = () if spec.family in ("vit", "resnet") else ("num_channels", "stem_width")
         rows += [(k, v) for k, v in spec.to_dict().items()
                  if v not in (None, (), [], False, 0) and k != "name" and k not in vision_only]

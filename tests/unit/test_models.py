@@ -197,3 +197,21 @@ def test_qwen2_sliding_window_sizes_the_planned_kv_cache():
     # pp 2: the first stage holds layers 0-13, all full-attention — the heaviest
     assert kv_cache_bytes(spec, batch=1, seq=32768, bytes_per_element=2, pp=2) == per_layer_token * 14 * 32768
     assert from_hf_config({**cfg, "use_sliding_window": False}).sliding_window is None
+
+
+def test_models_show_says_which_layers_a_sliding_window_covers(tmp_path, capsys, monkeypatch):
+    import json as _json
+
+    from accelkit.cli.app import main
+
+    monkeypatch.setenv("COLUMNS", "250")
+    shown = {}
+    for name, extra in (("mistral", {"sliding_window": 4096}),
+                        ("qwen2", {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 1})):
+        path = tmp_path / f"{name}.json"
+        path.write_text(_json.dumps({"model_type": name, **TINY, "max_position_embeddings": 32768, **extra}))
+        main(["models", "show", str(path)])
+        shown[name] = next(line for line in capsys.readouterr().out.splitlines() if "KV cache / sequence" in line)
+    assert "(4,096 kept: sliding window 4,096)" in shown["mistral"]
+    # Qwen2: the first max_window_layers layers keep every position — no fractional mean "kept" figure
+    assert "sliding window 4,096 on 1 of 2 layers; the other 1 keep every position" in shown["qwen2"]
