@@ -115,7 +115,9 @@ def check(
     metric: Callable[[torch.Tensor], float] | None = None,
 ) -> GateResult:
     """Gate a candidate's outputs against the reference's. ``metric`` maps an output tensor to a task
-    score where higher is better (e.g. accuracy against labels)."""
+    score where higher is better (e.g. accuracy against labels, a mean log-likelihood); the candidate must reach
+    ``ref − max_drop·|ref|``, so a negative score works too. For a lower-is-better one (a loss, a perplexity) pass
+    its negation: −cand ≥ −ref − max_drop·|ref| is cand ≤ ref + max_drop·|ref|, the same relative allowance."""
     config = config or GateConfig()
     ref, cand = output_tensor(reference_output), output_tensor(candidate_output)
     d = drift(ref, cand, logits=logits)
@@ -127,7 +129,9 @@ def check(
         if metric is None:
             raise ValueError("criterion='task' needs a metric function")
         ref_value, cand_value = float(metric(ref)), float(metric(cand))
-        threshold = ref_value * (1 - config.max_drop)
+        # the allowed drop is a fraction of the reference's magnitude: ref·(1 − max_drop) lies *above* a negative
+        # reference (a mean log-likelihood), which failed even an identical candidate
+        threshold = ref_value - config.max_drop * abs(ref_value)
     elif criterion == "top1":
         if not logits:
             raise ValueError("criterion='top1' needs logits outputs")

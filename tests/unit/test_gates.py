@@ -85,3 +85,31 @@ def test_an_overflowed_output_records_no_drift_figure_and_the_gate_says_there_is
         assert result.passed is False and result.candidate_value is None
     with pytest.raises(ValueError, match="needs logits"):
         check(ref, cand, logits=False, config=GateConfig(criterion="top1"))
+
+
+def test_task_gate_allows_the_same_relative_drop_for_a_negative_metric():
+    """The threshold was ref·(1 − max_drop), which lies above a negative reference (a mean log-likelihood): an
+    identical candidate failed. It is ref − max_drop·|ref| now; a lower-is-better metric passed negated gets the
+    symmetric allowance ref + max_drop·|ref|."""
+    labels = torch.tensor([0, 1, 2, 3])
+    ref = torch.eye(4) * 2.0
+
+    def log_likelihood(t):  # higher is better, always ≤ 0
+        return torch.log_softmax(t.float(), -1).gather(1, labels[:, None]).mean().item()
+
+    result = check(ref, ref.clone(), logits=True, metric=log_likelihood)
+    assert result.passed and result.threshold == pytest.approx(result.reference_value * 1.01)
+    ref_ll = log_likelihood(ref)
+    within, beyond = ref * 0.995, ref * 0.9  # flatter logits: a lower log-likelihood
+    assert ref_ll * 1.01 < log_likelihood(within) < ref_ll  # less than 1% worse …
+    assert check(ref, within, logits=True, metric=log_likelihood).passed
+    assert log_likelihood(beyond) < ref_ll * 1.01  # … and more than 1% worse
+    assert not check(ref, beyond, logits=True, metric=log_likelihood).passed
+
+    def loss(t):  # lower is better, passed negated
+        return -torch.nn.functional.cross_entropy(t.float(), labels).item()
+
+    ref_loss = -loss(ref)
+    negated = check(ref, within, logits=True, metric=loss)
+    assert negated.passed and -negated.threshold == pytest.approx(ref_loss * 1.01)  # cand loss ≤ ref + 1%·|ref|
+    assert not check(ref, beyond, logits=True, metric=loss).passed
