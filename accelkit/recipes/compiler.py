@@ -14,6 +14,8 @@ from accelkit.recipes.checkpointing import DEFAULT_BUDGET
 
 
 class _BudgetedModule(torch.nn.Module):
+    """Runs the compiled ``inner`` with functorch's ``activation_memory_budget`` patched for the call."""
+
     def __init__(self, inner: torch.nn.Module, budget: float):
         super().__init__()
         self.inner, self.budget = inner, budget
@@ -23,6 +25,12 @@ class _BudgetedModule(torch.nn.Module):
 
         with functorch_config.patch(activation_memory_budget=self.budget):
             return self.inner(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:  # reach through to the model's attributes (config, generate …), as the other wrappers
+            return getattr(super().__getattr__("inner"), name)
 
 
 class Compile(Technique):

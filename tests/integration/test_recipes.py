@@ -111,6 +111,18 @@ def test_budget_recompute_with_compile_trains():
     assert torch.isfinite(out.loss)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_budget_recompute_wrapper_reaches_the_model_attributes(llama, precision):
+    """compile + recompute='budget' returned a wrapper without attribute pass-through: model.config raised
+    AttributeError where the plain compiled model (and every other wrapper) reached the model's."""
+    model = apply(copy.deepcopy(llama).train(), Recipe(precision=precision, compile="default", recompute="budget"))
+    assert type(model).__name__ == "_BudgetedModule"  # the wrapper under test, not compile's OptimizedModule
+    assert model.config.vocab_size == llama.config.vocab_size
+    assert model.get_input_embeddings().weight.shape == llama.get_input_embeddings().weight.shape
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        model.no_such_attribute
+
+
 def test_fp8_refused_on_cpu_without_emulate_and_trains_with_it():
     reason = refusal(Recipe(precision="fp8"), "cpu", training=True)
     assert "FP8 tensor cores" in reason and "emulate=True" in reason
