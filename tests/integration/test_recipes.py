@@ -120,7 +120,7 @@ def test_budget_recompute_wrapper_reaches_the_model_attributes(llama, precision)
     assert model.config.vocab_size == llama.config.vocab_size
     assert model.get_input_embeddings().weight.shape == llama.get_input_embeddings().weight.shape
     with pytest.raises(AttributeError, match="no_such_attribute"):
-        model.no_such_attribute
+        _ = model.no_such_attribute
 
 
 def test_fp8_refused_on_cpu_without_emulate_and_trains_with_it():
