@@ -12,6 +12,7 @@ import functools
 from typing import Any
 
 import torch
+from torch.nn.utils import parametrize
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from accelkit.core import Recipe
@@ -60,9 +61,14 @@ class CheckpointedBlock(torch.nn.Module):
 
 
 def find_blocks(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList] | None:
-    """The largest ModuleList whose children share one type (the repeated blocks), with its name."""
+    """The largest ModuleList whose children share one type (the repeated blocks), with its name.
+
+    torch's parametrizations are ModuleLists too (``layer.parametrizations.weight``, e.g. the bf16 weight cast of
+    fp8 training): they are not blocks, and checkpointing one wrapped a weight cast instead of refusing."""
     best: tuple[str, torch.nn.ModuleList] | None = None
     for name, module in model.named_modules():
+        if isinstance(module, parametrize.ParametrizationList) or "parametrizations" in name.split("."):
+            continue
         is_blocks = isinstance(module, torch.nn.ModuleList) and len({type(m) for m in module}) == 1
         if is_blocks and (best is None or len(module) > len(best[1])):
             best = (name, module)

@@ -144,6 +144,23 @@ def test_fp8_refused_on_cpu_without_emulate_and_trains_with_it():
     assert losses[-1] < losses[0] * 0.8, losses
 
 
+def test_checkpointing_never_takes_an_fp8_weight_cast_for_the_blocks():
+    """fp8 training puts each Float8Linear's bf16 weight cast in a parametrization (a ModuleList of one module
+    under ``parametrizations``); with no repeated blocks, recompute='full' checkpointed that cast ("full
+    checkpointing of 1 blocks in 0.parametrizations.weight") instead of refusing as it does without fp8."""
+    from accelkit.recipes.checkpointing import CheckpointedBlock
+
+    plain = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32)).train()
+    with pytest.raises(RecipeRefused, match="no repeated blocks"):
+        apply(plain, Recipe(precision="fp8", recompute="full"), emulate=True)
+    notes: list[str] = []
+    model = apply(build_model(get_preset("tiny-llama"), seed=0).train(), Recipe(precision="fp8", recompute="full"),
+                  emulate=True, notes=notes)
+    wrapped = [n for n, m in model.named_modules() if isinstance(m, CheckpointedBlock)]
+    assert wrapped and all(n.startswith("inner.model.layers.") and n.count(".") == 3 for n in wrapped), wrapped
+    assert "full checkpointing of 2 blocks in model.layers" in notes, notes
+
+
 @pytest.mark.parametrize(
     ("recipe", "kwargs", "needle"),
     [
