@@ -1,6 +1,6 @@
 """2:4 semi-structured sparsity: in every group of 4 weights along the input dim keep the 2 largest,
 then store them with ``torch.sparse.to_sparse_semi_structured`` so sparse tensor cores run the GEMM.
-CUDA SM80+ only, fp16/bf16 weights; layers whose shape the kernels reject stay dense."""
+CUDA SM80+ only, fp16/bf16 weights, inference only; layers whose shape the kernels reject stay dense."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ class SemiStructuredSparsity(Technique):
         return recipe.sparsity == "2:4"
 
     def refusal(self, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        if ctx.training:
+            # the sparse weights are frozen Parameters (a semi-structured tensor has no dense gradient to step):
+            # a training run would update none of the sparsified layers
+            return ("sparsity='2:4' is inference-only (the pruned weights are stored frozen, so training would update "
+                    "none of those layers); drop it for training, or prune a trained model for inference")
         if not ctx.device.sm_at_least(8, 0):
             return (f"sparsity='2:4' needs sparse tensor cores (NVIDIA SM80+ GPU); {ctx.device.name} has none "
                     "— drop sparsity or run on an A100/H100-class GPU")

@@ -184,6 +184,20 @@ def test_refusals_say_what_to_change(recipe, kwargs, needle):
     assert reason is not None and needle in reason, reason
 
 
+def test_sparsity_is_refused_for_training_even_where_the_kernels_exist():
+    """2:4 sparsity stores its weights as frozen Parameters; in training nothing refused it, so on an SM80+ GPU
+    every sparsified layer silently stopped learning. It is inference-only now, on any device."""
+    from accelkit.recipes.apply import _first_refusal, techniques
+    from accelkit.recipes.base import ApplyContext, DeviceInfo
+
+    recipe = Recipe(sparsity="2:4", precision="bf16")
+    h100 = DeviceInfo(type="cuda", name="NVIDIA H100", capability=(9, 0))
+    assert _first_refusal(recipe, ApplyContext(device=h100), techniques()) is None  # inference: the kernels run
+    reason = _first_refusal(recipe, ApplyContext(device=h100, training=True), techniques())
+    assert reason is not None and "inference-only" in reason and "sparsity" in reason, reason
+    assert "inference-only" in str(refusal(recipe, "cpu", training=True))
+
+
 def test_refusal_is_a_user_error_and_leaves_model_untouched(llama):
     model = copy.deepcopy(llama)
     before = {k: v.clone() for k, v in model.state_dict().items()}
