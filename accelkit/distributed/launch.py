@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from accelkit.core import AccelkitError
 from accelkit.core.spec import Spec, spec_field
+from accelkit.distributed.rank_failures import failed_ranks, failure_message
 
 WORKER_MODULE = "accelkit.distributed.worker"
 
@@ -90,10 +91,13 @@ class DistConfig(Spec):
 
 
 def torchrun_command(config: DistConfig, *args: str, module: str = WORKER_MODULE,
-                     python: str = sys.executable) -> list[str]:
-    """The torchrun command line that starts ``python -m module *args`` on every rank of this node."""
+                     python: str = sys.executable, log_dir: str | None = None) -> list[str]:
+    """The torchrun command line that starts ``python -m module *args`` on every rank of this node (with
+    ``log_dir``: torchrun's ``--log-dir``, where each rank's error file is written)."""
     cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(config.nproc_per_node),
            "--nnodes", config.nnodes]
+    if log_dir is not None:
+        cmd += ["--log-dir", log_dir]
     if config.rendezvous == "standalone":
         cmd.append("--standalone")
     elif config.rendezvous == "static":
@@ -131,12 +135,15 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
 
     torchrun's and the ranks' output (stdout and stderr, merged) goes line by line to ``on_line``, never
     to this process's stdout (which `--json` keeps for the one document). A failed rank makes torchrun
-    stop the group and exit non-zero: that is an AccelkitError carrying the last lines it printed."""
+    stop the group and exit non-zero: that is an AccelkitError naming every failed rank with its error, the
+    first failure first (``rank_failures.py``)."""
     with tempfile.TemporaryDirectory(prefix="accelkit-dist-") as tmp:
-        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job_path, out_path, log_dir = Path(tmp) / "job.json", Path(tmp) / "result.json", Path(tmp) / "logs"
         job_path.write_text(json.dumps({**job, "out": str(out_path)}))
-        cmd = torchrun_command(config, str(job_path))
+        # --log-dir: the ranks' error files (TORCHELASTIC_ERROR_FILE) land here, and go with the directory
+        cmd = torchrun_command(config, str(job_path), log_dir=str(log_dir))
         tail: collections.deque[str] = collections.deque(maxlen=60)
+        output: list[str] = []  # all of it: torchrun's failure summary can sit above a long traceback
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                 env=worker_env(config))
         try:
@@ -144,6 +151,7 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
             for line in proc.stdout:
                 line = line.rstrip("\n")
                 tail.append(line)
+                output.append(line)
                 if on_line is not None:
                     on_line(line)
             rc = proc.wait(timeout=timeout_s)
@@ -155,6 +163,9 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
                 proc.kill()
             raise
         if rc != 0:
+            failures = failed_ranks(log_dir, output)
+            if failures:
+                raise AccelkitError(f"torchrun exited with code {rc}: {failure_message(failures)}")
             shown = "\n".join(list(tail)[-25:])
             raise AccelkitError(f"torchrun exited with code {rc} ({' '.join(cmd[1:4])} …); its last lines:\n{shown}")
         document = json.loads(out_path.read_text()) if out_path.exists() else None

@@ -15,10 +15,11 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
 from accelkit.hardware.device import resolve_device
 
@@ -203,7 +204,29 @@ def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
 
 
 # ---- entry point -------------------------------------------------------------------------------------------
-@record
+class RankErrorHandler(ErrorHandler):
+    """torch's error file (``TORCHELASTIC_ERROR_FILE``, which torchrun sets per rank) plus what the launcher needs
+    to name the rank that failed first (``rank_failures.py``): the global rank, local rank, host, and the time in
+    nanoseconds — torch's timestamp is in whole seconds, and a rank's peers fail in the same second."""
+
+    failed_at_ns: int | None = None  # set by main() when the job raises, before the process group is destroyed
+
+    def record_exception(self, e: BaseException) -> None:
+        super().record_exception(e)
+        path = self._get_error_file_path()
+        if not path:
+            return
+        data = json.loads(Path(path).read_text())
+        data["message"]["extraInfo"].update(
+            rank=os.environ.get("RANK"), local_rank=os.environ.get("LOCAL_RANK"), host=socket.gethostname(),
+            time_ns=self.failed_at_ns or time.time_ns())
+        Path(path).write_text(json.dumps(data))
+
+
+ERROR_HANDLER = RankErrorHandler()
+
+
+@partial(record, error_handler=ERROR_HANDLER)
 def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
@@ -222,6 +245,11 @@ def main(argv: list[str] | None = None) -> None:
         if ctx.rank == 0 and doc is not None:
             Path(job["out"]).write_text(json.dumps(doc, default=str))
         dist.barrier()
+    except Exception:
+        # the time of the failure: destroying the process group (below) is what makes the peers fail, before
+        # @record writes this rank's error file
+        ERROR_HANDLER.failed_at_ns = time.time_ns()
+        raise
     finally:
         dist.destroy_process_group()
 

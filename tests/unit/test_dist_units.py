@@ -182,3 +182,52 @@ def test_agreed_blocks_start_from_one_call_without_warmup_and_stop_at_the_cap():
     assert next_block_iterations(capped, run) == 3  # a tenth of the cap, rounded up
     run.samples_s, run.agreed_walls_s = [0.01] * 24, [0.03] * 8
     assert next_block_iterations(capped, run) == 1  # the last block is cut to the count remaining
+
+
+# ---- which rank failed first ---------------------------------------------------------------------------------
+SUMMARY = """\
+  RuntimeError: [pair.cc:537] Read error [127.0.0.1]:1705: Connection reset by peer.
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_11:12:49
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 25169)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 25169
+============================================================""".splitlines()
+
+
+def test_a_killed_rank_comes_from_torchruns_summary_and_before_its_peer(tmp_path):
+    import json
+    import time
+
+    from accelkit.distributed.rank_failures import failed_ranks, failure_message
+
+    when = int(time.mktime(time.strptime("2026-12-01_11:12:49", "%Y-%m-%d_%H:%M:%S")))
+    peer = tmp_path / "run_x" / "attempt_0" / "0"
+    peer.mkdir(parents=True)
+    (peer / "error.json").write_text(json.dumps({"message": {"message": "RuntimeError: Connection reset by peer", "extraInfo": {
+        "timestamp": str(when), "rank": "0", "local_rank": "0", "host": "h", "time_ns": when * 10**9 + 5}}}))
+    failures = failed_ranks(tmp_path, SUMMARY)
+    assert [f.rank for f in failures] == [1, 0]  # same second: the rank without an exception was lost first
+    assert failure_message(failures) == (
+        "first failure — rank 1 (host localhost, local rank 1): killed by SIGKILL (exit code -9), no Python exception; "
+        "then 1 more — rank 0 (host h, local rank 0): RuntimeError: Connection reset by peer")
+
+
+def test_error_files_order_ranks_by_nanoseconds_within_a_second(tmp_path):
+    import json
+
+    from accelkit.distributed.rank_failures import failed_ranks
+
+    for rank, ns in ((0, 900), (1, 100), (2, 500)):
+        d = tmp_path / "attempt_0" / str(rank)
+        d.mkdir(parents=True)
+        (d / "error.json").write_text(json.dumps({"message": {"message": f"ValueError: r{rank}", "extraInfo": {
+            "timestamp": "1000", "rank": str(rank + 8), "time_ns": 1000 * 10**9 + ns}}}))
+    (tmp_path / "attempt_0" / "3").mkdir()
+    (tmp_path / "attempt_0" / "3" / "error.json").write_text("{trunc")  # a rank killed while writing it: skipped
+    assert [(f.rank, f.what) for f in failed_ranks(tmp_path, [])] == [(9, "ValueError: r1"), (10, "ValueError: r2"),
+                                                                     (8, "ValueError: r0")]

@@ -1,0 +1,123 @@
+"""Which ranks failed, and why — read back after torchrun exits non-zero (pure Python, no torch).
+
+torchrun's own summary ("Root Cause (first observed failure)") orders the failures by a timestamp in whole
+seconds, and when one rank raises, its peers fail within the same second with "Connection reset by peer": the
+summary, and the last lines of the output, often name a victim. So each rank's entry point is wrapped with
+torch's ``@record`` (``worker.py``), which writes the exception to the rank's ``TORCHELASTIC_ERROR_FILE`` under
+torchrun's ``--log-dir``; accelkit's error handler adds the global rank, the host and a nanosecond timestamp.
+Ranks that died without a Python exception (a signal, ``os._exit``) have no error file: they come from torchrun's
+summary (rank, exit code, signal, time in seconds).
+
+Order, first failure first: by the second it happened; within one second a rank that died without an exception
+comes before one that raised (a killed rank's peers raise because they lost it); then by nanoseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+#: the longest exception message quoted per rank (gloo's and NCCL's run to several hundred characters)
+MAX_MESSAGE_CHARS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class RankFailure:
+    """One failed rank: ``what`` is ``Type: message`` for an exception, else how the process ended."""
+
+    rank: int
+    local_rank: int | None
+    host: str | None
+    what: str
+    time_s: int
+    time_ns: int | None = None  # only from an error file written by accelkit's handler
+    is_exception: bool = True
+
+    @property
+    def order(self) -> tuple[int, int, int]:
+        return self.time_s, int(self.is_exception), self.time_ns or 0
+
+    def describe(self) -> str:
+        where = ", ".join(p for p in (f"host {self.host}" if self.host else "",
+                                      f"local rank {self.local_rank}" if self.local_rank is not None else "") if p)
+        return f"rank {self.rank}{f' ({where})' if where else ''}: {self.what}"
+
+
+def _shorten(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def from_error_files(log_dir: Path) -> list[RankFailure]:
+    """The failures recorded in the ranks' error files (``error.json``) anywhere under ``log_dir``."""
+    failures = []
+    for path in sorted(log_dir.rglob("error.json")):
+        try:
+            message = json.loads(path.read_text())["message"]
+            info = message.get("extraInfo", {})
+            rank = int(info["rank"]) if "rank" in info else int(path.parent.name)  # torch's own file: local rank
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # a rank killed while writing it: torchrun's summary still names the rank
+        time_ns = int(info["time_ns"]) if "time_ns" in info else None
+        failures.append(RankFailure(
+            rank=rank, local_rank=int(info["local_rank"]) if "local_rank" in info else None, host=info.get("host"),
+            what=_shorten(str(message.get("message", "unknown error"))),
+            time_s=time_ns // 1_000_000_000 if time_ns is not None else int(info.get("timestamp", 0)), time_ns=time_ns))
+    return failures
+
+
+_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*:\s*(.*?)\s*$")
+_RANK = re.compile(r"(\d+)(?: \(local_rank: (\d+)\))?")
+_EXIT = re.compile(r"(-?\d+)(?: \(pid: \d+\))?\s*(?:\((SIG\w+)\))?")
+
+
+def from_torchrun_summary(lines: Iterable[str]) -> list[RankFailure]:
+    """The failures torchrun's ChildFailedError summary lists (``[i]:`` blocks of ``time``, ``host``, ``rank``,
+    ``exitcode``, ``error_file``)."""
+    failures: dict[int, RankFailure] = {}
+    block: dict[str, str] = {}
+
+    def close() -> None:
+        if "rank" in block and (m := _RANK.match(block["rank"])):
+            rank, local = int(m.group(1)), int(m.group(2)) if m.group(2) is not None else None
+            code = _EXIT.match(block.get("exitcode", ""))
+            if code and code.group(2):
+                what = f"killed by {code.group(2)} (exit code {code.group(1)}), no Python exception"
+            else:
+                what = f"exited with code {code.group(1) if code else '?'} without a Python exception"
+            try:
+                when = int(time.mktime(time.strptime(block.get("time", ""), "%Y-%m-%d_%H:%M:%S")))
+            except ValueError:
+                when = 0
+            failures.setdefault(rank, RankFailure(rank=rank, local_rank=local, host=block.get("host"), what=what,
+                                                  time_s=when, is_exception=False))
+        block.clear()
+
+    for line in lines:
+        if re.match(r"^\s*\[\d+\]:\s*$", line) or line.startswith(("=====", "-----")):
+            close()
+        elif m := _FIELD.match(line):
+            block.setdefault(m.group(1), m.group(2))
+    close()
+    return list(failures.values())
+
+
+def failed_ranks(log_dir: Path, output: Iterable[str]) -> list[RankFailure]:
+    """Every failed rank, first failure first: the error files' exceptions, and the summary's ranks that left none."""
+    recorded = {f.rank: f for f in from_error_files(log_dir)}
+    for f in from_torchrun_summary(output):
+        recorded.setdefault(f.rank, f)
+    return sorted(recorded.values(), key=lambda f: f.order)
+
+
+def failure_message(failures: list[RankFailure]) -> str:
+    """One line: the first failed rank and its error, then the others."""
+    first, *rest = failures
+    text = f"first failure — {first.describe()}"
+    if rest:
+        text += f"; then {len(rest)} more — " + "; ".join(f.describe() for f in rest)
+    return text

@@ -1,0 +1,26 @@
+"""Fault injection for the distributed failure tests (after the review's /tmp/review_dist/inject): with this folder
+on PYTHONPATH, the torchrun rank ACCELKIT_TEST_FAIL_RANK (default 1) of a collective probe raises, hangs or
+SIGKILLs itself when it builds its first collective (ACCELKIT_TEST_FAIL=raise|hang|kill). Other processes —
+pytest, the CLI, torchrun — are left alone (they have no LOCAL_RANK)."""
+
+import os
+
+_mode = os.environ.get("ACCELKIT_TEST_FAIL")
+if _mode and "LOCAL_RANK" in os.environ and os.environ.get("RANK") == os.environ.get("ACCELKIT_TEST_FAIL_RANK", "1"):
+    import signal
+    import threading
+
+    import accelkit.distributed.collectives as collectives
+
+    _real_op_fn = collectives._op_fn
+
+    def _faulty_op_fn(op, size_bytes, n, device):  # type: ignore[no-untyped-def]
+        if _mode == "raise":
+            raise RuntimeError("injected failure in _op_fn")
+        if _mode == "hang":
+            threading.Event().wait()  # forever: only a signal ends this rank
+        if _mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _real_op_fn(op, size_bytes, n, device)
+
+    collectives._op_fn = _faulty_op_fn
