@@ -13,7 +13,10 @@ Order (each step sees the model the previous one produced):
 8. compile          — torch.compile over all of the above
 9. warm allocator   — one step to size the CUDA caching allocator, on the final model
 
-Every wanted technique is checked before any is applied, so a refusal leaves the model untouched. The
+Every wanted technique is checked before any is applied — against the recipe and device (``refusal``), then
+against the model as given (``model_refusal``: no Conv-BN pair, no Linear the kernels take, no repeated blocks)
+— so a refusal leaves the model untouched. No step changes what a later step looks for (folding keeps the
+Linears; the fp8 swap keeps the block lists). The
 parallel layout (dp/tp/pp, ZeRO) is not a single-device transform: ``accelkit.distributed`` applies it.
 """
 
@@ -87,6 +90,16 @@ def _first_refusal(recipe: Recipe, ctx: ApplyContext, steps: Sequence[Technique]
     return None
 
 
+def _first_model_refusal(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext,
+                         steps: Sequence[Technique]) -> str | None:
+    for step in steps:
+        if step.wanted(recipe):
+            reason = step.model_refusal(model, recipe, ctx)
+            if reason:
+                return reason
+    return None
+
+
 def apply(
     model: torch.nn.Module,
     recipe: Recipe,
@@ -115,7 +128,7 @@ def apply(
         training=model.training if training is None else training, emulate_fp8=emulate,
     )
     steps = techniques(quant_backend=quant_backend, fp8_scaling=fp8_scaling)
-    reason = _first_refusal(recipe, ctx, steps)
+    reason = _first_refusal(recipe, ctx, steps) or _first_model_refusal(model, recipe, ctx, steps)
     if reason:
         raise RecipeRefused(reason)
     for step in steps:

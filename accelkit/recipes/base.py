@@ -81,6 +81,11 @@ class Technique:
         """None if it can run here, else one sentence: what is missing and what to change."""
         return None
 
+    def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        """None if ``model`` has something this technique transforms, else why not. ``apply`` asks every wanted
+        technique before it applies any, so a model that would change nothing is refused while still untouched."""
+        return None
+
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
         """Transform ``model`` (in place or by wrapping) and return the model to use."""
         raise NotImplementedError

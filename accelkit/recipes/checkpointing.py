@@ -89,18 +89,19 @@ class ActivationCheckpointing(Technique):
                     "or choose recompute='selective' or 'full'")
         return None
 
+    def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        if recipe.recompute != "budget" and find_blocks(model) is None:
+            return (f"recompute={recipe.recompute!r} found no repeated blocks (an nn.ModuleList of one module type) "
+                    f"in {type(model).__name__}; checkpoint inside your model or use recompute='none'")
+        return None
+
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
         if recipe.recompute == "budget":
             ctx.notes.append(f"activation memory budget {DEFAULT_BUDGET} (compile partitioner)")
             return model  # applied by the compile technique, which patches the functorch config
         found = find_blocks(model)
-        if found is None:
-            from accelkit.recipes.base import RecipeRefused
-
-            raise RecipeRefused(
-                f"recompute={recipe.recompute!r} found no repeated blocks (an nn.ModuleList of one module type) "
-                f"in {type(model).__name__}; checkpoint inside your model or use recompute='none'"
-            )
+        # model_refusal found blocks in the model as given, and the earlier steps keep its block lists
+        assert found is not None, "checked by model_refusal"
         name, blocks = found
         config = getattr(model, "config", None)
         if config is not None and getattr(config, "use_cache", False):

@@ -8,7 +8,7 @@ import itertools
 import torch
 
 from accelkit.core import Recipe
-from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
+from accelkit.recipes.base import ApplyContext, Technique
 
 
 def fold_conv_bn(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> torch.nn.Conv2d:
@@ -29,22 +29,29 @@ def fold_conv_bn(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> torch.nn.Co
     return fused
 
 
-def fold_all(model: torch.nn.Module) -> int:
-    """Fold every Conv2d directly followed by a BatchNorm2d inside the same parent; returns the count.
+def conv_bn_pairs(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, str]]:
+    """(parent, conv name, bn name) of every Conv2d directly followed by a BatchNorm2d that tracks running stats.
 
     "Followed" means consecutive children in registration order, which is how Sequential blocks and
     transformers' ResNet conv layers (convolution, normalization, activation) are written.
     """
-    folded = 0
-    for parent in list(model.modules()):
-        names = list(parent._modules)
-        for first, second in itertools.pairwise(names):
+    pairs = []
+    for parent in model.modules():
+        for first, second in itertools.pairwise(list(parent._modules)):
             conv, bn = parent._modules[first], parent._modules[second]
             if isinstance(conv, torch.nn.Conv2d) and isinstance(bn, torch.nn.BatchNorm2d) and bn.track_running_stats:
-                parent._modules[first] = fold_conv_bn(conv, bn)
-                parent._modules[second] = torch.nn.Identity()
-                folded += 1
-    return folded
+                pairs.append((parent, first, second))
+    return pairs
+
+
+def fold_all(model: torch.nn.Module) -> int:
+    """Fold every pair :func:`conv_bn_pairs` finds; returns the count."""
+    pairs = conv_bn_pairs(model)
+    for parent, first, second in pairs:
+        conv, bn = parent._modules[first], parent._modules[second]
+        parent._modules[first] = fold_conv_bn(conv, bn)  # type: ignore[arg-type]  # conv_bn_pairs checked the types
+        parent._modules[second] = torch.nn.Identity()
+    return len(pairs)
 
 
 class FoldBatchNorm(Technique):
@@ -60,10 +67,13 @@ class FoldBatchNorm(Technique):
             return "fold_bn=True is for inference: folded BatchNorm no longer normalises batches; drop it for training"
         return None
 
+    def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        if not conv_bn_pairs(model):
+            return f"fold_bn=True found no Conv2d followed by BatchNorm2d in {type(model).__name__} — drop it"
+        return None
+
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
         count = fold_all(model.eval())
-        if count == 0:
-            raise RecipeRefused(f"fold_bn=True found no Conv2d followed by BatchNorm2d in {type(model).__name__}")
         ctx.notes.append(f"folded {count} Conv-BN pairs")
         return model
 
@@ -76,8 +86,11 @@ class ChannelsLast(Technique):
     def wanted(self, recipe: Recipe) -> bool:
         return recipe.channels_last
 
-    def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
+    def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
         if not any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
-            raise RecipeRefused(f"channels_last=True helps convolutions; {type(model).__name__} has none — drop it")
+            return f"channels_last=True helps convolutions; {type(model).__name__} has none — drop it"
+        return None
+
+    def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
         ctx.notes.append("channels_last memory format")
         return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload,no-any-return]  # Module.to takes it

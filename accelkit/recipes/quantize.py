@@ -51,24 +51,46 @@ def _linear_filter(multiple: int) -> Callable[[torch.nn.Module, str], bool]:
     return keep
 
 
+def _kernel_multiple(q: str, ctx: ApplyContext) -> tuple[int, str]:
+    """What a Linear's ``in_features`` must divide by for torchao's kernels of ``q`` here, and why."""
+    if q == "int4-weight":
+        return (INT4_GROUP_GPU if ctx.device.is_cuda else INT4_GROUP_CPU), ", the int4 group size"
+    if q in FP8:
+        return 16, ", the fp8 GEMM's tile"
+    return 1, ""
+
+
+def _none_converted(linears: list[torch.nn.Linear], q: str, multiple: int, why: str) -> str:
+    return (f"quantization={q!r} converted none of the {len(linears)} Linear layers: in_features must be a multiple "
+            f"of {multiple}{why} (widths here: {', '.join(sorted({str(m.in_features) for m in linears}))}); "
+            "use quantization='int8-weight' or 'int8-dynamic'")
+
+
+def _linears_refusal(model: torch.nn.Module, q: str, multiple: int, why: str) -> str | None:
+    """Why ``model`` has no Linear that ``q`` would convert (None if it has one): checked before anything is cast
+    or quantized, so the refusal leaves the model as it was."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if not linears:
+        return f"quantization={q!r} converts nn.Linear layers and {type(model).__name__} has none"
+    if not any(m.in_features % multiple == 0 for m in linears):
+        return _none_converted(linears, q, multiple, why)
+    return None
+
+
 def _quantize_linears(model: torch.nn.Module, config: Any, q: str, *, multiple: int = 1, why: str = "") -> str:
     """torchao ``quantize_`` on the Linears whose ``in_features`` divide by ``multiple`` (its kernels' group or
-    tile); returns how many were converted and why the others were not. Refuses when none was: a recipe that
-    changed nothing must not be measured as if it had (int4 on a CPU once skipped every Linear of width 20 and
-    still said "int4-weight quantization")."""
+    tile); returns how many were converted and why the others were not. A model where none qualifies was refused
+    before (``Quantization.model_refusal``): a recipe that changed nothing must not be measured as if it had (int4
+    on a CPU once skipped every Linear of width 20 and still said "int4-weight quantization"). Should torchao
+    still convert none, that is refused too — after the fact, the model already changed."""
     from torchao import quantization as tq
 
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    if not linears:
-        raise RecipeRefused(f"quantization={q!r} converts nn.Linear layers and {type(model).__name__} has none")
     weights = {id(m): m.weight for m in linears}
     tq.quantize_(model, config, filter_fn=_linear_filter(multiple))
     converted = sum(1 for m in linears if m.weight is not weights[id(m)])  # quantize_ swaps in a quantized weight
     if not converted:
-        raise RecipeRefused(
-            f"quantization={q!r} converted none of the {len(linears)} Linear layers: in_features must be a multiple "
-            f"of {multiple}{why} (widths here: {', '.join(sorted({str(m.in_features) for m in linears}))}); "
-            "use quantization='int8-weight' or 'int8-dynamic'")
+        raise RecipeRefused(_none_converted(linears, q, multiple, why))
     skipped = len(linears) - converted
     return f"{converted} of {len(linears)} Linear layers" + (
         f"; {skipped} kept in full precision (in_features not a multiple of {multiple}{why})" if skipped else "")
@@ -108,7 +130,14 @@ class Quantization(Technique):
                     "precision='fp32', or use precision='bf16' without quantization")
         if recipe.sparsity is not None:
             return "quantization and sparsity='2:4' are separate weight formats; choose one of them"
+        if self.backend == "torch.ao" and q != "int8-dynamic":
+            return f"backend 'torch.ao' only does int8-dynamic, not {q!r}; use backend='torchao'"
         return None
+
+    def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        q = str(recipe.quantization)
+        multiple, why = (1, "") if self._backend(recipe, ctx) == "torch.ao" else _kernel_multiple(q, ctx)
+        return _linears_refusal(model, q, multiple, why)
 
     def _backend(self, recipe: Recipe, ctx: ApplyContext) -> str:
         if self.backend != "auto":
@@ -119,11 +148,7 @@ class Quantization(Technique):
         q = recipe.quantization
         backend = self._backend(recipe, ctx)
         if backend == "torch.ao":
-            if q != "int8-dynamic":
-                raise RecipeRefused(f"backend 'torch.ao' only does int8-dynamic, not {q!r}; use backend='torchao'")
             num_linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
-            if not num_linears:
-                raise RecipeRefused(f"quantization={q!r} converts nn.Linear layers and {type(model).__name__} has none")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # its deprecation notice; the kernels are what we measured
                 model = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]  # torch.ao is untyped
@@ -133,7 +158,7 @@ class Quantization(Technique):
 
         from torchao import quantization as tq
 
-        multiple, why = 1, ""
+        multiple, why = _kernel_multiple(str(q), ctx)
         if q == "int8-dynamic":
             config = _config(tq.Int8DynamicActivationInt8WeightConfig)
         elif q == "int8-weight":
@@ -141,14 +166,12 @@ class Quantization(Technique):
         elif q == "int4-weight":
             if ctx.device.is_cuda:
                 model = model.to(INT4_GPU_DTYPE)
-                config, multiple = int4_gpu_config(), INT4_GROUP_GPU
+                config = int4_gpu_config()
             else:
                 from torchao.quantization.granularity import PerGroup
 
                 config = _config(tq.IntxWeightOnlyConfig, weight_dtype=torch.int4,  # type: ignore[attr-defined]  # torch ≥ 2.6 has it; its stubs lag
                                   granularity=PerGroup(INT4_GROUP_CPU))
-                multiple = INT4_GROUP_CPU
-            why = ", the int4 group size"
         else:
             return _fp8(model, recipe, ctx)
         done = _quantize_linears(model, config, q, multiple=multiple, why=why)
@@ -181,8 +204,9 @@ def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.
     if "kernel_preference" not in inspect.signature(cls).parameters:
         kwargs.pop("kernel_preference", None)  # weight-only: dequantize + matmul, no fp8 kernel to emulate
     config = _config(cls, **kwargs)
+    multiple, why = _kernel_multiple(str(recipe.quantization), ctx)
     with _emulated_hardware(ctx.emulate_fp8 and not (ctx.device.sm_at_least(8, 9) or ctx.device.is_mi300_class)):
-        done = _quantize_linears(model, config, str(recipe.quantization), multiple=16, why=", the fp8 GEMM's tile")
+        done = _quantize_linears(model, config, str(recipe.quantization), multiple=multiple, why=why)
     ctx.notes.append(f"cast to {recipe.precision}, then {recipe.quantization} quantization (torchao {cls.__name__}"
                      f"{', emulated' if ctx.emulate_fp8 else ''}) of {done}")
     return model

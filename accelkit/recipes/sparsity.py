@@ -9,6 +9,13 @@ import torch
 from accelkit.core import Recipe
 from accelkit.recipes.base import ApplyContext, Technique
 
+#: both dims of a Linear must divide by this for the semi-structured kernels; other layers stay dense
+SPARSE_MULTIPLE = 64
+
+
+def _sparse_shape(linear: torch.nn.Linear) -> bool:
+    return linear.in_features % SPARSE_MULTIPLE == 0 and linear.out_features % SPARSE_MULTIPLE == 0
+
 
 def prune_2_of_4(weight: torch.Tensor) -> torch.Tensor:
     """Zero the 2 smallest-magnitude values in each group of 4 along the last dim; shape unchanged."""
@@ -40,17 +47,27 @@ class SemiStructuredSparsity(Technique):
             return "sparsity='2:4' kernels take fp16/bf16 weights; set precision='bf16' or 'fp16'"
         return None
 
+    def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        if not any(_sparse_shape(m) for m in linears):
+            return (f"sparsity='2:4' found no Linear with both dims multiples of {SPARSE_MULTIPLE} (the sparse kernels' "
+                    f"tile) among the {len(linears)} of {type(model).__name__}; drop sparsity")
+        return None
+
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
         from torch.sparse import to_sparse_semi_structured
 
         dtype = torch.bfloat16 if recipe.precision == "bf16" else torch.float16
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         count = 0
-        for module in model.modules():
-            if isinstance(module, torch.nn.Linear) and module.in_features % 64 == 0 and module.out_features % 64 == 0:
+        for module in linears:
+            if _sparse_shape(module):
                 dense = prune_2_of_4(module.weight.detach().to(dtype))
                 module.weight = torch.nn.Parameter(to_sparse_semi_structured(dense), requires_grad=False)
                 if module.bias is not None:
                     module.bias = torch.nn.Parameter(module.bias.detach().to(dtype), requires_grad=False)
                 count += 1
-        ctx.notes.append(f"2:4 sparsity on {count} linear layers")
+        skipped = len(linears) - count
+        ctx.notes.append(f"2:4 sparsity on {count} of {len(linears)} linear layers" + (
+            f"; {skipped} kept dense (dims not multiples of {SPARSE_MULTIPLE})" if skipped else ""))
         return model

@@ -196,6 +196,12 @@ def test_sparsity_is_refused_for_training_even_where_the_kernels_exist():
     reason = _first_refusal(recipe, ApplyContext(device=h100, training=True), techniques())
     assert reason is not None and "inference-only" in reason and "sparsity" in reason, reason
     assert "inference-only" in str(refusal(recipe, "cpu", training=True))
+    # a model whose Linears the sparse kernels cannot take is refused before anything is pruned
+    from accelkit.recipes.sparsity import SemiStructuredSparsity
+
+    narrow = torch.nn.Sequential(torch.nn.Linear(64, 20), torch.nn.Linear(20, 64))
+    reason = SemiStructuredSparsity().model_refusal(narrow, recipe, ApplyContext(device=h100))
+    assert reason is not None and "found no Linear with both dims multiples of 64" in reason, reason
 
 
 def test_refusal_is_a_user_error_and_leaves_model_untouched(llama):
@@ -263,3 +269,51 @@ def test_int4_on_a_cpu_counts_the_layers_it_converted_and_refuses_when_none():
     with pytest.raises(RecipeRefused, match=r"converted none of the 1 Linear layers: in_features must be a multiple "
                                             r"of 32.*widths here: 20"):
         apply(narrow, Recipe(quantization="int4-weight"), device="cpu", training=False)
+
+
+def _snapshot(model):
+    return [(name, type(m)) for name, m in model.named_modules()], {
+        k: (v.dtype, v.clone()) for k, v in model.state_dict().items()}
+
+
+def _assert_untouched(model, before):
+    modules, state = _snapshot(model)
+    assert modules == before[0]
+    assert state.keys() == before[1].keys()
+    for k, (dtype, value) in state.items():
+        assert dtype == before[1][k][0] and torch.equal(value, before[1][k][1]), k
+
+
+class _ConvBnHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.head = torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.head(self.bn(self.conv(x)).mean((2, 3)))
+
+
+@pytest.mark.parametrize(
+    ("make", "recipe", "kwargs", "needle"),
+    [  # a refusal that came from a later step, after an earlier one had changed the model in place:
+        # fp8 inference cast the model to bf16, then found no Linear whose in_features divide by 16
+        (lambda: torch.nn.Sequential(torch.nn.Linear(20, 20), torch.nn.ReLU(), torch.nn.Linear(20, 20)).eval(),
+         Recipe(quantization="fp8-weight", precision="bf16"), {"emulate": True}, "converted none of the 2"),
+        # Conv-BN folded, then int4 found no Linear whose in_features divide by its group of 32
+        (lambda: _ConvBnHead().eval(), Recipe(fold_bn=True, quantization="int4-weight"), {}, "multiple of 32"),
+        # Linears swapped for Float8Linear, then checkpointing found no repeated blocks
+        (lambda: torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32)).train(),
+         Recipe(precision="fp8", recompute="full"), {"emulate": True}, "no repeated blocks"),
+        # Conv-BN folded, then int8 through torch.ao found no Linear at all
+        (lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)).eval(),
+         Recipe(fold_bn=True, quantization="int8-dynamic"), {}, "has none"),
+    ],
+)
+def test_a_refusal_from_a_later_step_leaves_the_model_as_it_was(make, recipe, kwargs, needle):
+    """apply promised that a refusal leaves the model untouched, but the model-dependent refusals were raised while
+    applying, after earlier steps had cast, folded or swapped in place. They are all checked before any step."""
+    model = make()
+    before = _snapshot(model)
+    with pytest.raises(RecipeRefused, match=needle):
+        apply(model, recipe, **kwargs)
+    _assert_untouched(model, before)
