@@ -17,15 +17,23 @@ multi-node run only the node that hosts global rank 0 gets that file; the other 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, Literal
+
+import psutil
 
 from accelkit.core import AccelkitError
 from accelkit.core.spec import Spec, spec_field
@@ -129,6 +137,15 @@ class LaunchResult:
     output_tail: list[str]
 
 
+#: seconds torchrun gets, after SIGTERM, to stop its ranks before every process of the launch is SIGKILLed
+STOP_GRACE_S = 15.0
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a launch ran (raised by the handler ``launch`` installs). A BaseException, like
+    KeyboardInterrupt: no ``except Exception`` on the way out may swallow it."""
+
+
 def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], None] | None = None,
            timeout_s: float | None = None) -> LaunchResult:
     """Run ``job`` (a JSON-ready dict the worker understands) on every rank; wait for torchrun.
@@ -136,7 +153,16 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
     torchrun's and the ranks' output (stdout and stderr, merged) goes line by line to ``on_line``, never
     to this process's stdout (which `--json` keeps for the one document). A failed rank makes torchrun
     stop the group and exit non-zero: that is an AccelkitError naming every failed rank with its error, the
-    first failure first (``rank_failures.py``)."""
+    first failure first (``rank_failures.py``). Past ``timeout_s`` seconds the launch is stopped and that is an
+    AccelkitError naming the timeout. However the launch ends — failure, timeout, Ctrl-C, SIGTERM — torchrun and
+    every rank are stopped (SIGTERM, then SIGKILL after ``STOP_GRACE_S``) and the job's temporary directory is
+    removed; a SIGTERM is then handed to the handler that was installed before (by default: this process ends)."""
+    with _sigterm_raises():
+        return _launch(job, config, on_line=on_line, timeout_s=timeout_s)
+
+
+def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], None] | None,
+            timeout_s: float | None) -> LaunchResult:
     with tempfile.TemporaryDirectory(prefix="accelkit-dist-") as tmp:
         job_path, out_path, log_dir = Path(tmp) / "job.json", Path(tmp) / "result.json", Path(tmp) / "logs"
         job_path.write_text(json.dumps({**job, "out": str(out_path)}))
@@ -144,24 +170,30 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
         cmd = torchrun_command(config, str(job_path), log_dir=str(log_dir))
         tail: collections.deque[str] = collections.deque(maxlen=60)
         output: list[str] = []  # all of it: torchrun's failure summary can sit above a long traceback
+        # its own session: torchrun and anything left in its process group can be signalled at once (the ranks
+        # get sessions of their own from torchrun; _stop snapshots them as descendants)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                env=worker_env(config))
+                                env=worker_env(config), start_new_session=True)
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                line = line.rstrip("\n")
+            lines = _read_lines(proc)
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while True:
+                try:
+                    line = lines.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise AccelkitError(
+                        f"the ranks did not finish within timeout_s={timeout_s:g} s (a hung rank, or a peer it waits "
+                        f"for); torchrun and every rank were stopped — raise timeout_s if the job needs longer"
+                    ) from None
+                if line is None:
+                    break
                 tail.append(line)
                 output.append(line)
                 if on_line is not None:
                     on_line(line)
-            rc = proc.wait(timeout=timeout_s)
-        except BaseException:
-            proc.terminate()  # torchrun forwards SIGTERM to its ranks
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            raise
+            rc = proc.wait()
+        finally:
+            _stop(proc)
         if rc != 0:
             failures = failed_ranks(log_dir, output)
             if failures:
@@ -170,3 +202,90 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
             raise AccelkitError(f"torchrun exited with code {rc} ({' '.join(cmd[1:4])} …); its last lines:\n{shown}")
         document = json.loads(out_path.read_text()) if out_path.exists() else None
         return LaunchResult(document, cmd, list(tail))
+
+
+def _read_lines(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """proc's output lines, then None at EOF, from a reader thread — so that the caller can wait with a deadline."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                lines.put(line.rstrip("\n"))
+        except (OSError, ValueError):  # the pipe closed under us while stopping
+            pass
+        lines.put(None)
+
+    threading.Thread(target=pump, name="torchrun-output", daemon=True).start()
+    return lines
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """End torchrun and every process it started, if it is still running: SIGTERM (torchrun passes it to each
+    rank's session), then after ``STOP_GRACE_S`` SIGKILL to torchrun and to every descendant seen."""
+    if proc.poll() is None:
+        family = _descendants(proc.pid)  # now, before torchrun exits and they are reparented
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            family += _descendants(proc.pid)
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for p in family:  # each rank leads its own session and group, which holds its own children
+            with contextlib.suppress(psutil.Error, OSError):
+                if p.is_running():  # psutil checks the pid is still that process (no pid reuse)
+                    if os.getpgid(p.pid) == p.pid:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    else:
+                        p.kill()
+        psutil.wait_procs(family, timeout=STOP_GRACE_S)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` (so the launch's cleanup runs); afterwards the
+    previous handler is back, and a caught SIGTERM is passed on to it. Only in the main thread (signal handlers
+    live there); an ignored SIGTERM stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_IGN:
+        yield
+        return
+
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not received:  # once: a second SIGTERM must not cut the cleanup the first one started
+            received.append(signum)
+            raise Terminated(f"received signal {signum} (SIGTERM) during a torchrun launch")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except Terminated:
+        signal.signal(signal.SIGTERM, previous)
+        if callable(previous):
+            previous(signal.SIGTERM, None)
+        elif previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGTERM)  # end as SIGTERM would have, now that nothing is left behind
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,9 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
 from accelkit.hardware.device import resolve_device
+
+#: seconds a rank waits in one collective (or the rendezvous of the process group) for its peers before it fails
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +64,13 @@ def start(job: dict[str, Any]) -> RankContext:
     backend = job.get("backend", "auto")
     if backend == "auto":
         backend = "nccl" if device.startswith("cuda") else "gloo"
+    # a collective that waits longer than this for a peer fails on this rank (torch's default for gloo is 30 min)
+    timeout = timedelta(seconds=float(job.get("collective_timeout_s", DEFAULT_COLLECTIVE_TIMEOUT_S)))
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
-        dist.init_process_group(backend, device_id=torch.device(device))
+        dist.init_process_group(backend, device_id=torch.device(device), timeout=timeout)
     else:
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, timeout=timeout)
     return RankContext(rank, world, local_rank, local_world, device, backend, socket.gethostname())
 
 

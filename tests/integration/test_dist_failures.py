@@ -1,15 +1,26 @@
 """A rank that fails, hangs or is killed, on 2 gloo processes under torchrun (the fault is injected by
-``dist_fault/sitecustomize.py``): the error names the rank that failed first and its exception."""
+``dist_fault/sitecustomize.py``): the error names the rank that failed first and its exception; a timeout or a
+SIGTERM stops torchrun and every rank and removes the job's temporary directory."""
 
 from __future__ import annotations
 
+import json
 import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
+
+import psutil
 
 from tests.conftest import accelkit
 
 FAULT = Path(__file__).parent / "dist_fault"
 PROBE = ("hw", "probe", "--collectives", "--nproc-per-node", "2", "--device", "cpu", "--quick", "--no-save")
+DEADLINE_S = 180  # generous: a bound on a wait, not a measurement
 
 
 def _inject(mode: str) -> dict[str, str]:
@@ -32,6 +43,94 @@ def test_a_killed_rank_is_named_with_its_signal():
     assert proc.returncode == 1, proc.stderr[-3000:]
     message = proc.stderr.strip().splitlines()[-1]
     assert "rank 1 (" in message and "killed by SIGKILL" in message, message
+
+
+def _start_hung_launch(timeout: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
+    proc = subprocess.Popen([sys.executable, str(FAULT / "hung_launch.py"), timeout], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, lines
+
+
+def _next(lines: queue.Queue[str | None], prefix: str, seen: list[str]) -> str:
+    deadline = time.monotonic() + DEADLINE_S
+    while (line := lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+        seen.append(line)
+        if line.startswith(prefix):
+            return line[len(prefix):]
+    raise AssertionError(f"no {prefix!r} line; output:\n" + "\n".join(seen[-40:]))
+
+
+def _alive(family: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for p in family:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _family(report: dict) -> list[psutil.Process]:
+    family = []
+    for pid, created in report["pids"]:
+        try:
+            p = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            continue
+        if abs(p.create_time() - created) < 1e-3:  # the same process, not a reused pid
+            family.append(p)
+    return family
+
+
+def _kill_leftovers(proc: subprocess.Popen[str], family: list[psutil.Process]) -> None:
+    for p in [*_alive(family), *_alive([psutil.Process(proc.pid)] if proc.poll() is None else [])]:
+        p.kill()
+    proc.wait(timeout=DEADLINE_S)
+
+
+def test_sigterm_stops_torchrun_and_every_rank():
+    """launch() had no SIGTERM handler: the launcher died and torchrun and both ranks (one hung) ran on."""
+    proc, lines = _start_hung_launch("none")
+    seen: list[str] = []
+    family: list[psutil.Process] = []
+    try:
+        report = json.loads(_next(lines, "FAMILY ", seen))
+        family = _family(report)
+        assert report["num_ranks"] == 2 and len(family) >= 3, report  # torchrun and both ranks
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE_S) == -signal.SIGTERM  # it still ends as SIGTERM ends it
+        assert not _alive(family), [p.cmdline() for p in _alive(family)]
+        assert not Path(report["tmp"]).exists()
+    finally:
+        _kill_leftovers(proc, family)
+
+
+def test_timeout_stops_a_hung_rank():
+    """timeout_s was only passed to proc.wait() after the output ended, so a hung rank made launch() wait forever."""
+    proc, lines = _start_hung_launch("5")
+    seen: list[str] = []
+    family: list[psutil.Process] = []
+    try:
+        report = json.loads(_next(lines, "FAMILY ", seen))
+        family = _family(report)
+        assert len(family) >= 3, report
+        error = _next(lines, "ERROR ", seen)
+        assert error.startswith("AccelkitError: the ranks did not finish within timeout_s=5 s"), error
+        assert proc.wait(timeout=DEADLINE_S) == 1
+        assert not _alive(family), [p.cmdline() for p in _alive(family)]
+        assert not Path(report["tmp"]).exists()
+    finally:
+        _kill_leftovers(proc, family)
 
 
 def test_no_torchelastic_directory_is_left(tmp_path):
