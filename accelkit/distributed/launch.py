@@ -66,6 +66,9 @@ class DistConfig(Spec):
             host, sep, port = self.rdzv_endpoint.rpartition(":")
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"rdzv_endpoint={self.rdzv_endpoint!r} is not valid; expected HOST:PORT")
+            if not 1 <= int(port) <= 65535:
+                raise ValueError(f"rdzv_endpoint={self.rdzv_endpoint!r} has port {int(port)}, out of range; expected "
+                                 "HOST:PORT with PORT 1..65535")
         if self.node_rank is not None:
             if lo != hi:
                 raise ValueError(f"node_rank applies to a fixed nnodes (static rendezvous); with nnodes={self.nnodes!r}"

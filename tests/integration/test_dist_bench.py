@@ -66,6 +66,10 @@ def test_distributed_flags_are_checked_before_launch(_isolated_home):
     proc = accelkit("bench", "llm-train", "--model", "tiny-llama", "--nproc-per-node", "2", "--nnodes", "2:4")
     assert proc.returncode == 2 and "rdzv_endpoint" in proc.stderr
     assert "Traceback" not in proc.stderr
+    proc = accelkit("bench", "resnet", "--size", "tiny", "--device", "cpu", "--nproc-per-node", "2", "--nnodes", "2",
+                    "--node-rank", "0", "--rdzv-endpoint", "h:99999", *FAST)
+    assert proc.returncode == 2 and "port 99999, out of range" in proc.stderr, proc.stderr[-2000:]  # not torchrun's
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 # ---- rank 0's side, in-process: the store refuses a write ------------------------------------------------

@@ -70,6 +70,8 @@ def test_elastic_range_passes_through_to_c10d():
     ({"nnodes": "4:2", "rdzv_endpoint": "h:1"}, "1 <= MIN <= MAX"),
     ({"nnodes": "two"}, "expected N or MIN:MAX"),
     ({"nnodes": "2", "rdzv_endpoint": "nohost"}, "HOST:PORT"),
+    ({"nnodes": "2", "rdzv_endpoint": "h:99999"}, "port 99999, out of range"),
+    ({"nnodes": "2", "rdzv_endpoint": "h:0"}, "PORT 1..65535"),
     ({"zero": 1}, "zero=1 is not valid"),
 ])
 def test_bad_layouts_name_the_field(fields, message):
