@@ -35,10 +35,28 @@ OPERAND_DTYPE = torch.bfloat16
 HEADS = ("lm_head", "output", "classifier", "fc")
 
 
-def _fp8_linear_filter(module: torch.nn.Module, fqn: str) -> bool:
+def _is_head(fqn: str) -> bool:
+    return fqn.rsplit(".", 1)[-1] in HEADS
+
+
+def _fp8_shape(linear: torch.nn.Linear) -> bool:
     # FP8 GEMMs need both dims divisible by 16; tiny heads (e.g. a 2-class classifier) stay in high precision
-    return (isinstance(module, torch.nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
-            and fqn.rsplit(".", 1)[-1] not in HEADS)
+    return linear.in_features % 16 == 0 and linear.out_features % 16 == 0
+
+
+def _fp8_linear_filter(module: torch.nn.Module, fqn: str) -> bool:
+    return isinstance(module, torch.nn.Linear) and _fp8_shape(module) and not _is_head(fqn)
+
+
+def _kept(model: torch.nn.Module) -> tuple[int, str]:
+    """(number of Linears, why those the filter keeps in high precision are kept: 'N output heads, M with dims not
+    multiples of 16'; empty when none is)."""
+    linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    heads = sum(_is_head(fqn) for fqn, _ in linears)
+    narrow = sum(not _is_head(fqn) and not _fp8_shape(m) for fqn, m in linears)
+    why = [f"{heads} output head{'s' * (heads != 1)} ({'/'.join(HEADS)})"] if heads else []
+    why += [f"{narrow} with dims not multiples of 16"] if narrow else []
+    return len(linears), ", ".join(why)
 
 
 class _CastTo(torch.nn.Module):
@@ -101,11 +119,23 @@ class Float8Training(Technique):
                 f"{need[0]}{need[1]}+ (Ada/Hopper/Blackwell) or an MI300-class GPU — and {where} has none; "
                 "use precision='bf16', or pass emulate=True to test the numerics without a speed-up")
 
+    def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        # a recipe that converts nothing would be measured as fp8 while running bf16 autocast only
+        if any(_fp8_linear_filter(m, fqn) for fqn, m in model.named_modules()):
+            return None
+        num_linears, why = _kept(model)
+        if not num_linears:
+            return f"precision='fp8' trains nn.Linear layers in fp8 and {type(model).__name__} has none; use precision='bf16'"
+        return (f"precision='fp8' would convert none of the {num_linears} Linear layers of {type(model).__name__} ({why}"
+                "; FP8 GEMMs need both dims multiples of 16, and output heads stay in high precision); "
+                "use precision='bf16'")
+
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
         from torchao.float8 import convert_to_float8_training
         from torchao.float8.float8_linear import Float8Linear
 
         config = float8_config(self.scaling, emulate=ctx.emulate_fp8)
+        num_linears, kept = _kept(model)
         convert_to_float8_training(model, config=config, module_filter_fn=_fp8_linear_filter)
         operand_cls = bf16_operand_linear()
         converted = 0
@@ -115,6 +145,7 @@ class Float8Training(Technique):
                 # unsafe: the whole point is a dtype change (fp32 master → bf16 operand); shapes are unchanged
                 parametrize.register_parametrization(module, "weight", _CastTo(OPERAND_DTYPE), unsafe=True)
                 converted += 1
-        ctx.notes.append(f"fp8 training ({self.scaling}{', emulated' if ctx.emulate_fp8 else ''}): {converted} linear "
-                         "layers as Float8Linear on bf16 copies of fp32 master weights")
+        ctx.notes.append(f"fp8 training ({self.scaling}{', emulated' if ctx.emulate_fp8 else ''}): {converted} of "
+                         f"{num_linears} linear layers as Float8Linear on bf16 copies of fp32 master weights"
+                         + (f"; kept in high precision: {kept}" if kept else ""))
         return model

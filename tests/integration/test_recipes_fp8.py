@@ -89,3 +89,29 @@ def test_fp8_training_keeps_autocast_casts_away_from_float8_tensors(float8_dispa
     casts = [op for op in float8_dispatch_spy if "_to_copy" in op or op.startswith("aten.to")]
     assert casts == []  # on a GPU, such a cast is the NotImplementedError that killed the first H200 run
     assert losses[-1] < losses[0] * 0.9, losses
+
+
+def test_fp8_training_refuses_a_model_with_no_linear_it_would_convert():
+    """Linear(20, 40)/Linear(40, 20) converted nothing ('0 linear layers as Float8Linear') and was measured as fp8.
+    A model where no Linear qualifies is refused now, naming why each was kept; otherwise the note counts them."""
+    from accelkit.recipes import RecipeRefused
+
+    narrow = torch.nn.Sequential(torch.nn.Linear(20, 40), torch.nn.ReLU(), torch.nn.Linear(40, 20)).train()
+    with pytest.raises(RecipeRefused, match=r"convert none of the 2 Linear layers .*2 with dims not multiples of 16"):
+        apply(narrow, Recipe(precision="fp8"), emulate=True)
+    assert [type(m) for m in narrow] == [torch.nn.Linear, torch.nn.ReLU, torch.nn.Linear]
+
+    class HeadOnly(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.classifier = torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            return self.classifier(x)
+
+    with pytest.raises(RecipeRefused, match=r"none of the 1 Linear layers .*1 output head"):
+        apply(HeadOnly().train(), Recipe(precision="fp8"), emulate=True)
+
+    notes: list[str] = []
+    apply(build_model(get_preset("tiny-llama"), seed=0).train(), Recipe(precision="fp8"), emulate=True, notes=notes)
+    assert "14 of 15 linear layers as Float8Linear" in notes[0] and "kept in high precision: 1 output head" in notes[0]
