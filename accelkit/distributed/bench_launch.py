@@ -45,6 +45,9 @@ def run_distributed_bench(
     reporter = reporter or Reporter()
     quality = quality or QualityConfig()
     device = resolve_device(config.device)  # this node's device type; each rank takes cuda:LOCAL_RANK
+    if dist.backend == "nccl" and not device.startswith("cuda"):
+        raise UserError(f"--backend nccl needs CUDA GPUs, but this run is on the CPU (--device {config.device}); use "
+                        "--backend gloo (or auto: NCCL on GPUs, gloo on CPUs)")
     world_size = dist.nproc_per_node * dist.nnodes_range[0]
     runnable, refused = plan_variants(workload, requested, device, reporter,
                                       extra_refusal=lambda v: refusal(workload, v), world_size=world_size,

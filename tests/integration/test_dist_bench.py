@@ -70,6 +70,11 @@ def test_distributed_flags_are_checked_before_launch(_isolated_home):
                     "--node-rank", "0", "--rdzv-endpoint", "h:99999", *FAST)
     assert proc.returncode == 2 and "port 99999, out of range" in proc.stderr, proc.stderr[-2000:]  # not torchrun's
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    # NCCL on a CPU failed on every rank after torchrun started (~9 s, a traceback from each): refused up front
+    proc = accelkit("bench", "resnet", "--size", "tiny", "--device", "cpu", "--nproc-per-node", "2", "--backend", "nccl",
+                    *FAST)
+    assert proc.returncode == 2 and "--backend nccl needs CUDA GPUs" in proc.stderr and "--backend gloo" in proc.stderr
+    assert "torchrun" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
 
 
 # ---- rank 0's side, in-process: the store refuses a write ------------------------------------------------
