@@ -220,9 +220,13 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, save: bool, a
     """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
     from accelkit.distributed.collectives import CollectiveConfig, probe_collectives
     from accelkit.distributed.launch import DistConfig
+    from accelkit.hardware.device import resolve_device
 
+    # as `hw probe --device` does: a bad name, or cuda without a GPU, is refused (it used to run on the CPU);
+    # each rank then takes cuda:LOCAL_RANK whatever index was given
+    resolved = resolve_device(device)
     with flag_values():
-        config = CollectiveConfig(quick=quick, device="cpu" if device == "cpu" else "auto")
+        config = CollectiveConfig(quick=quick, device="cpu" if resolved == "cpu" else "auto")
         dist = DistConfig(nproc_per_node=nproc_per_node)
     store = open_for_saving(save)  # checked before torchrun starts; rank 0 writes to the same file
     try:

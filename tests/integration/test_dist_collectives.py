@@ -33,3 +33,19 @@ def test_collective_probe_feeds_the_plan():
     named = [a for a in assumptions if f"measured all-reduce bus bandwidth {busbw:.3f} GB/s" in a]
     assert named, assumptions
     assert "hw probe --collectives" in named[0]
+
+
+@pytest.mark.parametrize(("device", "needle"), [("cuda", "torch sees no CUDA/ROCm device"),
+                                                ("bogus", "device 'bogus' is not valid")])
+def test_collective_probe_refuses_a_device_as_hw_probe_does(device, needle):
+    """Any device but cpu was sent as auto: on a host without a GPU `--device cuda` (or a typo) ran on the CPU
+    and exited 0. Now the same one line as `hw probe --device`, exit 2, before torchrun starts."""
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this host has a GPU: cuda is valid here")
+    proc = accelkit("hw", "probe", "--collectives", "--nproc-per-node", "2", "--device", device, "--quick", "--no-save")
+    single = accelkit("hw", "probe", "--device", device, "--quick", "--no-save")
+    assert proc.returncode == single.returncode == 2, proc.stderr[-2000:]
+    assert needle in proc.stderr and proc.stderr == single.stderr
+    assert "torchrun" not in proc.stderr and "Traceback" not in proc.stderr
