@@ -2,8 +2,14 @@
 FP8 training (``precision='fp8'``) runs everything but its Float8Linear layers under bf16 autocast too.
 
 Autocast is a context, not a weight change, so the model is wrapped: ``AutocastModule.forward`` enters
-``torch.autocast`` (and, for tf32, sets and restores the matmul flags) around the inner forward. Global
+``torch.autocast`` (and, for tf32, sets and restores the TF32 flags) around the inner forward. Global
 flags are never left changed. fp16 training needs loss scaling: ``grad_scaler()`` gives the GradScaler.
+
+The wrapper's TF32 covers the forward only — all of inference, but a third of a training step's matmul FLOPs:
+backward runs after ``forward`` returned, with the caller's flags. To train in TF32, run the whole step (forward,
+backward, optimizer step) under ``tf32_enabled(True)``, as the bench's training step does
+(``accelkit.bench.workloads.base.tf32_scope``); for an fp32 baseline, under ``tf32_enabled(False)`` (cuDNN's TF32
+flag defaults to True, so "fp32" convolutions otherwise use TF32).
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat1
 
 @contextlib.contextmanager
 def tf32_enabled(enabled: bool) -> Iterator[None]:
-    """Set torch's TF32 flags for the block and restore them after (no global state leaks)."""
+    """TF32 on (or off) for fp32 matmuls and cuDNN convolutions in the block, restored after (no global state
+    leaks). Enter it around a whole training step: backward's matmuls read the flags when backward runs."""
+    # the legacy flags only, as bench.variants.numerics sets them: torch ≥ 2.9 raises from
+    # get_float32_matmul_precision() once set_float32_matmul_precision and allow_tf32 have both been used
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = enabled
     torch.backends.cudnn.allow_tf32 = enabled
@@ -33,7 +42,8 @@ def tf32_enabled(enabled: bool) -> Iterator[None]:
 
 
 class AutocastModule(torch.nn.Module):
-    """Runs ``inner`` under autocast to ``dtype`` (or fp32 with TF32 when ``tf32``)."""
+    """Runs ``inner``'s forward under autocast to ``dtype`` (or fp32 with TF32 when ``tf32``). Forward only: for
+    TF32 training, enter ``tf32_enabled(True)`` around backward and the optimizer step too (module docstring)."""
 
     def __init__(self, inner: torch.nn.Module, *, device_type: str, dtype: torch.dtype | None, tf32: bool = False):
         super().__init__()
@@ -74,7 +84,10 @@ class MixedPrecision(Technique):
         return None
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
-        ctx.notes.append({"tf32": "tf32 matmuls", "fp8": "autocast bf16 around the fp8 linears"}.get(
+        tf32 = "tf32 matmuls in forward" + (
+            " only: run backward and the optimizer step under accelkit.recipes.precision.tf32_enabled(True) too"
+            if ctx.training else "")
+        ctx.notes.append({"tf32": tf32, "fp8": "autocast bf16 around the fp8 linears"}.get(
             recipe.precision, f"autocast {recipe.precision}"))
         return AutocastModule(
             model, device_type=ctx.device.torch_device, dtype=_AUTOCAST.get(recipe.precision),

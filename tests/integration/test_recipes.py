@@ -204,6 +204,20 @@ def test_sparsity_is_refused_for_training_even_where_the_kernels_exist():
     assert reason is not None and "found no Linear with both dims multiples of 64" in reason, reason
 
 
+def test_tf32_recipe_in_training_says_its_wrapper_covers_the_forward_only():
+    """The tf32 wrapper sets the flags around forward; backward ran with the caller's. A training note says what to
+    enter around backward and the optimizer step (the bench's training step does)."""
+    from accelkit.recipes.base import ApplyContext, DeviceInfo
+    from accelkit.recipes.precision import MixedPrecision
+
+    h100 = DeviceInfo(type="cuda", name="NVIDIA H100", capability=(9, 0))
+    for training in (False, True):
+        ctx = ApplyContext(device=h100, training=training)
+        MixedPrecision().apply(torch.nn.Linear(4, 4), Recipe(precision="tf32"), ctx)
+        assert ctx.notes[0].startswith("tf32 matmuls in forward")
+        assert ("tf32_enabled(True)" in ctx.notes[0]) is training, ctx.notes
+
+
 def test_refusal_is_a_user_error_and_leaves_model_untouched(llama):
     model = copy.deepcopy(llama)
     before = {k: v.clone() for k, v in model.state_dict().items()}

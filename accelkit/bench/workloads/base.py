@@ -194,6 +194,19 @@ def model_seed(seed: int) -> Any:
     return torch.Generator().manual_seed((seed + 1) % 2**64)
 
 
+def tf32_scope(variant: Variant, device: str) -> contextlib.AbstractContextManager[None]:
+    """TF32 for a whole training step on CUDA — forward, backward and the optimizer step: on for tf32, off for every
+    other variant. Autocast covers the forward only, but the TF32 flags are read by every fp32 matmul and conv, and
+    backward holds about 2/3 of a step's matmul FLOPs: scoped to the forward, tf32 trained mostly in full fp32.
+    Off means both flags: cuDNN's defaults to True, so an "fp32" baseline's convolutions would use TF32. Flags are
+    restored afterwards. A no-op on a CPU (no TF32)."""
+    if not device.startswith("cuda"):
+        return contextlib.nullcontext()
+    from accelkit.recipes.precision import tf32_enabled
+
+    return tf32_enabled(variant.effective_precision == "tf32")
+
+
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -201,23 +214,25 @@ def train_step(
     variant: Variant,
     device: str,
 ) -> Callable[[], object]:
-    """One optimizer step: zero grads → forward + loss (in the variant's math mode) → backward → step; returns
-    the loss. fp16 uses a GradScaler (its dynamic range needs loss scaling); bf16 and fp8 do not."""
+    """One optimizer step: zero grads → forward + loss (in the variant's math mode) → backward → step, all under the
+    variant's TF32 setting (:func:`tf32_scope`); returns the loss. fp16 uses a GradScaler (its dynamic range needs
+    loss scaling); bf16 and fp8 do not."""
     import torch
 
     scaler = torch.amp.GradScaler(device.split(":")[0]) if variant.effective_precision == "fp16" else None
-    forward = run_in(variant, device, compute_loss, inference=False)
+    forward = run_in(variant, device, compute_loss, inference=False)  # autocast: the forward only
 
     def step() -> object:
-        optimizer.zero_grad(set_to_none=True)
-        loss: torch.Tensor = forward()  # type: ignore[assignment]
-        if scaler is not None:
-            scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
+        with tf32_scope(variant, device):
+            optimizer.zero_grad(set_to_none=True)
+            loss: torch.Tensor = forward()  # type: ignore[assignment]
+            if scaler is not None:
+                scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()  # type: ignore[no-untyped-call]
+                optimizer.step()
         return loss
 
     return step
