@@ -108,7 +108,8 @@ class ActivationCheckpointing(Technique):
             # a KV cache filled during forward would be filled again during recompute, so the recomputed
             # region would differ from the original; training never needs the cache
             config.use_cache = False
-            ctx.notes.append("model.config.use_cache set to False (a cache is state that recompute would change)")
+            ctx.notes.append("model.config.use_cache set to False on the model itself, and left so (a cache is state "
+                             "that recompute would change); set it back to True before generating with this model")
         for i, block in enumerate(blocks):
             blocks[i] = CheckpointedBlock(block, selective=recipe.recompute == "selective")
         ctx.notes.append(f"{recipe.recompute} checkpointing of {len(blocks)} blocks in {name or 'model'}")

@@ -89,7 +89,11 @@ def test_checkpointing_same_gradients_and_what_it_recomputes(policy):
     x = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(1))
     ref_bytes, ref_out = saved_activation_bytes(lambda: base(x, labels=x, use_cache=False), exclude=base)
     ref_out.loss.backward()
-    ckpt = apply(copy.deepcopy(base), Recipe(recompute=policy))
+    notes: list[str] = []
+    ckpt = apply(copy.deepcopy(base), Recipe(recompute=policy), notes=notes)
+    # the cache flag is changed on the user's model and not restored: the note says so and what to do
+    assert ckpt.config.use_cache is False and base.config.use_cache is True
+    assert any("use_cache set to False on the model itself, and left so" in n and "set it back" in n for n in notes)
     ckpt.zero_grad()
     bytes_, out = saved_activation_bytes(lambda: ckpt(x, labels=x), exclude=ckpt)
     out.loss.backward()
