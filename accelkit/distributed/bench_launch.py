@@ -86,7 +86,10 @@ def run_distributed_bench(
         if quality.quality_steps:
             notes.append(f"quality check: each variant trains {quality.quality_steps} more steps on a learnable "
                          "synthetic task from the same weights; a compressed variant's final loss must be within "
-                         f"{quality.max_loss_increase:.0%} of its uncompressed twin's")
+                         f"{quality.max_loss_increase:.0%} of its uncompressed twin's" + (
+                             "; with PowerSGD every variant first trains the largest --powersgd-start-iter steps "
+                             "(plain all-reduce there), so the compared steps are compressed"
+                             if any(v.compression == "powersgd" for v in runnable) else ""))
     docs: list[dict[str, Any]] = []
     for dtype, group in launches.items():
         peak, datasheet, probe = peaks.get(dtype), peaks.datasheet(dtype), peaks.probe(dtype)

@@ -85,10 +85,20 @@ def template_images(num_labels: int, batch: int, channels: int, side: int, *, se
     return images, labels
 
 
-def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], steps: int) -> dict[str, Any]:
+def lead_in_steps(variants: list[Any]) -> int:
+    """Steps every variant of a quality check trains before the ``quality_steps`` compared ones: the largest
+    ``start_powerSGD_iter`` among the PowerSGD variants (torch's hook runs a plain all-reduce while its
+    ``state.iter`` < that), so that a PowerSGD variant is compared over ``quality_steps`` compressed steps — not
+    over plain all-reduce steps, which would compare none with itself and always pass; 0 without PowerSGD."""
+    return max((v.powersgd_start_iter for v in variants if v.compression == "powersgd"), default=0)
+
+
+def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], steps: int,
+                   lead_in: int = 0) -> dict[str, Any]:
     """This rank's loss at each of ``steps`` training steps of ``variant`` on the task's batches (fresh model from
-    the job's seed, fresh optimizer, fresh compression state), and then its mean loss on its evaluation batches
-    (``EVAL_BATCHES`` batches of this rank that no training step drew, the same for every variant)."""
+    the job's seed, fresh optimizer, fresh compression state), after ``lead_in`` steps whose losses are not kept
+    (``lead_in_steps``), and then its mean loss on its evaluation batches (``EVAL_BATCHES`` batches of this rank
+    that no training step drew, the same for every variant)."""
     import gc
 
     import torch
@@ -103,19 +113,21 @@ def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], s
     batch: list[Any] = [None]
     step = train_step(model, optimizer, lambda: parts.loss_on(model, batch[0]), variant, ctx.device)
     losses = []
-    for k in range(steps):
+    for k in range(lead_in + steps):
         batch[0] = parts.quality_batch(k)
         losses.append(float(step().detach()))  # type: ignore[attr-defined]
+    losses = losses[lead_in:]
     evaluate = run_in(variant, ctx.device, lambda: [float(parts.loss_on(model, parts.quality_batch(EVAL_STEP - i)))
                                                     for i in range(EVAL_BATCHES)], inference=False)
     with torch.no_grad():  # not inference_mode: FSDP2 and DDP run their forward collectives as in training
         eval_losses: list[float] = evaluate()  # type: ignore[assignment]
     batch[0] = None
     gc.collect()
-    return {"losses": losses, "eval_loss": sum(eval_losses) / len(eval_losses)}
+    return {"losses": losses, "eval_loss": sum(eval_losses) / len(eval_losses), "lead_in_steps": lead_in}
 
 
 def mean_over_ranks(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """The ranks' training losses averaged step by step, and the mean of their evaluation losses."""
     losses = [sum(xs) / len(xs) for xs in zip(*(r["losses"] for r in per_rank), strict=True)]
-    return {"losses": losses, "eval_loss": sum(r["eval_loss"] for r in per_rank) / len(per_rank)}
+    return {"losses": losses, "eval_loss": sum(r["eval_loss"] for r in per_rank) / len(per_rank),
+            "lead_in_steps": per_rank[0].get("lead_in_steps", 0)}

@@ -169,12 +169,13 @@ def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, 
     return out
 
 
-def _quality(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any]) -> dict[str, Any] | None:
+def _quality(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any], lead_in: int) -> dict[str, Any] | None:
     """The ranks' mean loss per step of the quality check and their evaluation loss (rank 0; None elsewhere)."""
     from accelkit.distributed.quality import mean_over_ranks, quality_losses
 
-    ctx.say(f"{variant.name}: quality check, {job['quality_steps']} steps on the task's data")
-    losses = gather_to_rank0(quality_losses(ctx, workload, variant, job, job["quality_steps"]))
+    ctx.say(f"{variant.name}: quality check, {job['quality_steps']} steps on the task's data"
+            + (f" after {lead_in} lead-in step(s) (PowerSGD's start iteration)" if lead_in else ""))
+    losses = gather_to_rank0(quality_losses(ctx, workload, variant, job, job["quality_steps"], lead_in))
     return mean_over_ranks(losses) if losses is not None else None
 
 
@@ -183,11 +184,13 @@ def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
 
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads import make_workload
+    from accelkit.distributed.quality import lead_in_steps
 
     workload = make_workload(job["workload"], job["config"])
     docs: list[tuple[Any, list[dict[str, Any]]]] = []
     variants = [Variant.from_dict(v) for v in job["variants"]]
     gated = job.get("quality_steps", 0) > 0 and any(v.compression != "none" for v in variants)
+    lead_in = lead_in_steps(variants)  # the same for every variant: a twin trains exactly as many steps
     losses: dict[str, dict[str, Any] | None] = {}
     for variant in variants:
         torch.manual_seed(job["seed"])
@@ -196,12 +199,12 @@ def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
         if ranks is not None:
             docs.append((variant, ranks))
         if gated:
-            losses[variant.name] = _quality(ctx, workload, variant, job)
+            losses[variant.name] = _quality(ctx, workload, variant, job, lead_in)
     if gated:  # the uncompressed reference of each compressed variant, where the run did not time it
         for variant in variants:
             reference = variant.without_compression()
             if variant.compression != "none" and reference.name not in losses:
-                losses[reference.name] = _quality(ctx, workload, reference, job)
+                losses[reference.name] = _quality(ctx, workload, reference, job, lead_in)
     if ctx.rank != 0:
         return None
     from accelkit.distributed.rank_results import bench_document
