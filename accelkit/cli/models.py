@@ -48,7 +48,6 @@ def list_cmd(as_json: bool = JsonOption) -> None:
     emit([model_json(s) for s in specs], as_json, render)
 
 
-
 def _kept(spec: ModelSpec) -> str:
     """What a sliding window keeps of one sequence, in words ('' without one)."""
     window = spec.sliding_window
@@ -59,6 +58,7 @@ def _kept(spec: ModelSpec) -> str:
         return f" ({window:,} kept: sliding window {window:,})"
     return (f" (sliding window {window:,} on {windowed} of {spec.num_layers} layers; the other "
             f"{spec.num_layers - windowed} keep every position)")
+
 
 @app.command("show")
 def show_cmd(

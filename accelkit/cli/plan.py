@@ -11,6 +11,7 @@ from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fm
 from accelkit.cli.spec_options import spec_options
 from accelkit.core import Cluster, Recipe, UserError, Workload
 from accelkit.core.units import fmt_bytes, fmt_count, parse_size
+from accelkit.plan.layout import flag_text
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.request import LayoutChoice, PlanRequest
 
@@ -121,17 +122,10 @@ def plan_cmd(
     emit(docs if (names or top) else docs[0], as_json, render)
 
 
-def _flag(key: str, value: Any) -> str:
-    name = key.replace("_", "-")
-    if isinstance(value, bool):
-        return f"--{name}" if value else f"--no-{name}"
-    return f"--{name} {value}"
-
-
 def _refuse_training_flags(request: dict[str, Any]) -> None:
     for key in TRAIN_ONLY_REQUEST:
         if key in request:
-            raise UserError(f"{_flag(key, request[key])} applies to --task train; inference does not model it — drop it")
+            raise UserError(f"{flag_text(key, request[key])} applies to --task train; inference does not model it — drop it")
 
 
 def _refuse_inference_flags(request: dict[str, Any], options: dict[str, Any]) -> None:
@@ -143,7 +137,7 @@ def _refuse_inference_flags(request: dict[str, Any], options: dict[str, Any]) ->
     flags += [(k, options[k]) for k in INFER_ONLY_OPTIONS if k in options]
     if flags:
         key, value = flags[0]
-        raise UserError(f"{_flag(key, value)} applies to --task infer; training does not model it — drop it, or "
+        raise UserError(f"{flag_text(key, value)} applies to --task infer; training does not model it — drop it, or "
                         "add --task infer")
 
 

@@ -97,7 +97,8 @@ def run_distributed_bench(
         job = {
             "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
             # after a launch whose rank 0 could not store, no later launch tries (its variants are kept unstored)
-            "run_id": run_id, "save": config.save and store is not None and not any(d.get("store_error") for d in docs),
+            "run_id": run_id, "save": config.save and store is not None and writer.error is None
+                     and not any(d.get("store_error") for d in docs),
             "store_path": str(store.path) if store is not None else None, "predict": config.predict,
             "workload": workload.name, "config": workload.config.to_dict(), "variants": [v.to_dict() for v in group],
             "grad_comm": compressed, "quality_steps": quality.quality_steps if compressed else 0,

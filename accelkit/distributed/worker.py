@@ -65,7 +65,7 @@ def start(job: dict[str, Any]) -> RankContext:
     if backend == "auto":
         backend = "nccl" if device.startswith("cuda") else "gloo"
     # a collective that waits longer than this for a peer fails on this rank (torch's default for gloo is 30 min)
-    timeout = timedelta(seconds=float(job.get("collective_timeout_s", DEFAULT_COLLECTIVE_TIMEOUT_S)))
+    timeout = timedelta(seconds=DEFAULT_COLLECTIVE_TIMEOUT_S)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
         dist.init_process_group(backend, device_id=torch.device(device), timeout=timeout)

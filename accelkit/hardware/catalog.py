@@ -93,7 +93,7 @@ def get_device(name: str) -> DeviceSpec:
 #: memory figures a driver's name may carry other than the GPU's own: 'NVIDIA GH200 480GB' names the
 #: superchip's LPDDR5X (its GPU has 96 GB of HBM3)
 _REPORTED_GB: dict[str, frozenset[int]] = {"GH200-96GB": frozenset({96, 480})}
-_FORM_FACTORS = {"sxm": "sxm", "pcie": "pcie", "nvl": "nvl"}
+_FORM_FACTORS = ("sxm", "pcie", "nvl")
 
 
 def _tokens(name: str) -> list[str]:
@@ -104,8 +104,8 @@ def _tokens(name: str) -> list[str]:
 def _form_factor(tokens: list[str]) -> str | None:
     """sxm (SXM, SXM4, SXM5), pcie or nvl (a PCIe card bridged by NVLink, e.g. H100 NVL: 94 GB), if named."""
     for token in tokens:
-        for prefix, form in _FORM_FACTORS.items():
-            if token == prefix or (prefix == "sxm" and re.fullmatch(r"sxm\d*", token)):
+        for form in _FORM_FACTORS:
+            if token == form or (form == "sxm" and re.fullmatch(r"sxm\d*", token)):
                 return form
     return None
 

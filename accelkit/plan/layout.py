@@ -146,7 +146,8 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
 TRAIN_ONLY_FIELDS = ("zero", "micro_batch", "recompute", "sequence_parallel")
 
 
-def _flag(key: str, value: object) -> str:
+def flag_text(key: str, value: object) -> str:
+    """How a user gave a field on the command line: ``--micro-batch 4``, ``--sequence-parallel``, ``--no-offload``."""
     name = key.replace("_", "-")
     if isinstance(value, bool):
         return f"--{name}" if value else f"--no-{name}"
@@ -160,7 +161,7 @@ def check_inference_layout(fixed: dict[str, object], global_batch: int | None) -
     memory take neither, so ``cp`` would only take devices from the replicas."""
     for key in TRAIN_ONLY_FIELDS:
         if key in fixed:
-            raise UserError(f"{_flag(key, fixed[key])} applies to --task train; inference does not model it — drop it")
+            raise UserError(f"{flag_text(key, fixed[key])} applies to --task train; inference does not model it — drop it")
     if global_batch is not None:
         raise UserError(f"--global-batch {global_batch} applies to --task train; for inference give --batch "
                         "(concurrent sequences per replica)")

@@ -16,7 +16,7 @@ from torch.nn.utils import parametrize
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from accelkit.core import Recipe
-from accelkit.recipes.base import ApplyContext, Technique
+from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
 
 #: ops whose outputs selective recompute keeps (the expensive ones to redo)
 _SAVE_OPS = {
@@ -100,8 +100,8 @@ class ActivationCheckpointing(Technique):
             ctx.notes.append(f"activation memory budget {DEFAULT_BUDGET} (compile partitioner)")
             return model  # applied by the compile technique, which patches the functorch config
         found = find_blocks(model)
-        # model_refusal found blocks in the model as given, and the earlier steps keep its block lists
-        assert found is not None, "checked by model_refusal"
+        if found is None:  # model_refusal found blocks in the model as given; an earlier step would have to lose them
+            raise RecipeRefused(self.model_refusal(model, recipe, ctx) or "found no repeated blocks to checkpoint")
         name, blocks = found
         config = getattr(model, "config", None)
         if config is not None and getattr(config, "use_cache", False):

@@ -241,6 +241,15 @@ def serving_distribution_figure(results: list[StoredResult]) -> dict[str, Any] |
 
 
 # ---- tables ----------------------------------------------------------------------------------------------
+def _drift_cell(acc: Any, sqnr: Any) -> str:
+    """The table's drift column: inf/NaN, exact (identical, or an infinite SQNR), the SQNR in dB, or '-'."""
+    if has_nonfinite_output(acc):
+        return "inf/NaN"
+    if acc is not None and (acc.identical or (isinstance(sqnr, float) and math.isinf(sqnr))):
+        return "exact"
+    return f"{sqnr:.1f} dB" if isinstance(sqnr, (int, float)) else "-"
+
+
 def _table_rows(rows: list[BenchRow]) -> list[dict[str, Any]]:
     out = []
     for r in rows:
@@ -258,8 +267,7 @@ def _table_rows(rows: list[BenchRow]) -> list[dict[str, Any]]:
             "mfu": mfu,
             "memory": f"{b.memory_bytes.peak / 2**20:.1f} MiB" if b.memory_bytes.peak is not None else "-",
             "energy": f"{b.energy_j_per_item:.4g}" if b.energy_j_per_item is not None else "-",
-            "drift": "inf/NaN" if has_nonfinite_output(acc) else "exact" if acc is not None and (acc.identical or (isinstance(sqnr, float) and math.isinf(sqnr)))
-            else (f"{sqnr:.1f} dB" if isinstance(sqnr, (int, float)) else "-"),
+            "drift": _drift_cell(acc, sqnr),
             "predicted": f"{pred:.2f}" if pred is not None else "-",
             "predicted_title": b.predicted.explanation if b.predicted and b.predicted.explanation else "",
         })

@@ -288,7 +288,7 @@ def test_sliding_window_caps_kv_cache_decode_reads_and_attention(tmp_path, capsy
     (kv_w, c_w, t_w), (kv_f, c_f, t_f) = run(windowed), run(windowed.replace(sliding_window=None))
     assert kv_f == 2 * 32 * 8 * 128 * 32768 * 2  # 4 GiB per sequence over the whole context
     assert kv_w == kv_f / 8  # 4096 of 32768 tokens kept
-    assert c_w.max_batch > 7 * c_f.max_batch  # 14 -> 116 on an H100
+    assert (c_f.max_batch, c_w.max_batch) == (15, 126)  # on an H100 (79.65 GiB): docs/plan.md quotes these
     assert c_w.memory["kv_cache"] == 8 * kv_w
     assert t_w["decode_memory"] < t_f["decode_memory"] / 2  # KV reads of 4096, not ~32.7K, tokens per step
     assert t_w["prefill_compute"] < 0.7 * t_f["prefill_compute"]  # each query attends to ≤ 4096 keys

@@ -72,10 +72,14 @@ class NvmlCollector(Collector):
             except Exception:  # a board may not support one field; report the others
                 return None
 
+        try:  # one read, so used + free add up to the total
+            mem = n.nvmlDeviceGetMemoryInfo(handle)
+        except Exception:
+            mem = None
         return {
             "DCGM_FI_DEV_GPU_UTIL": safe(lambda: n.nvmlDeviceGetUtilizationRates(handle).gpu),
-            "DCGM_FI_DEV_FB_USED": safe(lambda: n.nvmlDeviceGetMemoryInfo(handle).used / 2**20),
-            "DCGM_FI_DEV_FB_FREE": safe(lambda: n.nvmlDeviceGetMemoryInfo(handle).free / 2**20),
+            "DCGM_FI_DEV_FB_USED": None if mem is None else mem.used / 2**20,
+            "DCGM_FI_DEV_FB_FREE": None if mem is None else mem.free / 2**20,
             "DCGM_FI_DEV_POWER_USAGE": safe(lambda: n.nvmlDeviceGetPowerUsage(handle) / 1000.0),
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": safe(lambda: n.nvmlDeviceGetTotalEnergyConsumption(handle)),
             "DCGM_FI_DEV_GPU_TEMP": safe(lambda: n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU)),

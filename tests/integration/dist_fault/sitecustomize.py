@@ -1,4 +1,4 @@
-"""Fault injection for the distributed failure tests (after the review's /tmp/review_dist/inject): with this folder
+"""Fault injection for the distributed failure tests: with this folder
 on PYTHONPATH, the torchrun rank ACCELKIT_TEST_FAIL_RANK (default 1) of a collective probe raises, hangs or
 SIGKILLs itself when it builds its first collective (ACCELKIT_TEST_FAIL=raise|hang|kill). Other processes —
 pytest, the CLI, torchrun — are left alone (they have no LOCAL_RANK)."""
