@@ -121,5 +121,7 @@ def test_markov_task_is_deterministic_and_learnable():
 def test_image_task_and_rank_mean():
     x, y = template_images(10, 8, 3, 16, seed=0, step=0, rank=0)
     assert x.shape == (8, 3, 16, 16) and int(y.min()) >= 0 and int(y.max()) < 10
-    assert mean_over_ranks([{"losses": [2.0, 1.0], "eval_loss": 1.0}, {"losses": [4.0, 3.0], "eval_loss": 2.0}]) == \
-        {"losses": [3.0, 2.0], "eval_loss": 1.5}
+    assert mean_over_ranks([{"losses": [2.0, 1.0], "eval_loss": 1.0, "lead_in_steps": 3},
+                            {"losses": [4.0, 3.0], "eval_loss": 2.0, "lead_in_steps": 3}]) == \
+        {"losses": [3.0, 2.0], "eval_loss": 1.5, "lead_in_steps": 3}  # the lead-in every rank trained first
+    assert mean_over_ranks([{"losses": [1.0], "eval_loss": 1.0}])["lead_in_steps"] == 0  # none given: none
