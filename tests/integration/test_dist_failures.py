@@ -4,6 +4,7 @@ SIGTERM stops torchrun and every rank and removes the job's temporary directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -98,39 +99,39 @@ def _kill_leftovers(proc: subprocess.Popen[str], family: list[psutil.Process]) -
     proc.wait(timeout=DEADLINE_S)
 
 
-def test_sigterm_stops_torchrun_and_every_rank():
-    """launch() had no SIGTERM handler: the launcher died and torchrun and both ranks (one hung) ran on."""
-    proc, lines = _start_hung_launch("none")
+@contextlib.contextmanager
+def _hung_launch(timeout: str):
+    """A launch whose rank 1 hangs (``timeout``: its timeout_s, or "none"): yields (the launching process, its output
+    lines, the lines seen, its report, the processes it started — torchrun and both ranks); kills what is left."""
+    proc, lines = _start_hung_launch(timeout)
     seen: list[str] = []
     family: list[psutil.Process] = []
     try:
         report = json.loads(_next(lines, "FAMILY ", seen))
         family = _family(report)
         assert report["num_ranks"] == 2 and len(family) >= 3, report  # torchrun and both ranks
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=DEADLINE_S) == -signal.SIGTERM  # it still ends as SIGTERM ends it
-        assert not _alive(family), [p.cmdline() for p in _alive(family)]
-        assert not Path(report["tmp"]).exists()
+        yield proc, lines, seen, report, family
     finally:
         _kill_leftovers(proc, family)
 
 
+def test_sigterm_stops_torchrun_and_every_rank():
+    """launch() had no SIGTERM handler: the launcher died and torchrun and both ranks (one hung) ran on."""
+    with _hung_launch("none") as (proc, _, _, report, family):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE_S) == -signal.SIGTERM  # it still ends as SIGTERM ends it
+        assert not _alive(family), [p.cmdline() for p in _alive(family)]
+        assert not Path(report["tmp"]).exists()
+
+
 def test_timeout_stops_a_hung_rank():
     """timeout_s was only passed to proc.wait() after the output ended, so a hung rank made launch() wait forever."""
-    proc, lines = _start_hung_launch("5")
-    seen: list[str] = []
-    family: list[psutil.Process] = []
-    try:
-        report = json.loads(_next(lines, "FAMILY ", seen))
-        family = _family(report)
-        assert len(family) >= 3, report
+    with _hung_launch("5") as (proc, lines, seen, report, family):
         error = _next(lines, "ERROR ", seen)
         assert error.startswith("AccelkitError: the ranks did not finish within timeout_s=5 s"), error
         assert proc.wait(timeout=DEADLINE_S) == 1
         assert not _alive(family), [p.cmdline() for p in _alive(family)]
         assert not Path(report["tmp"]).exists()
-    finally:
-        _kill_leftovers(proc, family)
 
 
 def test_no_torchelastic_directory_is_left(tmp_path):
