@@ -11,7 +11,7 @@ from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fm
 from accelkit.cli.spec_options import spec_options
 from accelkit.core import Cluster, Recipe, UserError, Workload
 from accelkit.core.units import fmt_bytes, fmt_count, parse_size
-from accelkit.plan.layout import flag_text
+from accelkit.plan.layout import flag_text, refuse_train_only
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.request import LayoutChoice, PlanRequest
 
@@ -65,7 +65,7 @@ def plan_cmd(
 
     with flag_values():
         if request.get("task") == "infer":
-            _refuse_training_flags(request)
+            refuse_train_only(request, TRAIN_ONLY_REQUEST)
         else:
             _refuse_inference_flags(request, options)
         req = PlanRequest(**request)
@@ -120,12 +120,6 @@ def plan_cmd(
             _render_one(docs[0])
 
     emit(docs if (names or top) else docs[0], as_json, render)
-
-
-def _refuse_training_flags(request: dict[str, Any]) -> None:
-    for key in TRAIN_ONLY_REQUEST:
-        if key in request:
-            raise UserError(f"{flag_text(key, request[key])} applies to --task train; inference does not model it — drop it")
 
 
 def _refuse_inference_flags(request: dict[str, Any], options: dict[str, Any]) -> None:

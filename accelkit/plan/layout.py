@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from accelkit.core import Cluster, ModelSpec, Recipe, UserError
@@ -154,14 +155,20 @@ def flag_text(key: str, value: object) -> str:
     return f"--{name} {value}"
 
 
+def refuse_train_only(given: Mapping[str, object], keys: Iterable[str]) -> None:
+    """Raise UserError naming the first of ``keys`` in ``given``: a field only training reads, which inference
+    would ignore (the layout's ``TRAIN_ONLY_FIELDS`` here, the CLI's training-only request flags there)."""
+    for key in keys:
+        if key in given:
+            raise UserError(f"{flag_text(key, given[key])} applies to --task train; inference does not model it — drop it")
+
+
 def check_inference_layout(fixed: dict[str, object], global_batch: int | None) -> None:
     """Raise UserError for a pinned field that inference would ignore (it would be reported but change nothing).
 
     Context parallelism and interleaved stages are not modelled for inference either: the inference time and
     memory take neither, so ``cp`` would only take devices from the replicas."""
-    for key in TRAIN_ONLY_FIELDS:
-        if key in fixed:
-            raise UserError(f"{flag_text(key, fixed[key])} applies to --task train; inference does not model it — drop it")
+    refuse_train_only(fixed, TRAIN_ONLY_FIELDS)
     if global_batch is not None:
         raise UserError(f"--global-batch {global_batch} applies to --task train; for inference give --batch "
                         "(concurrent sequences per replica)")
