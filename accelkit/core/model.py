@@ -201,11 +201,11 @@ class ModelSpec(Spec):
         idle = self.num_layers * (self.num_experts - self.experts_per_token) * self._expert_params()  # type: ignore[operator]
         return self.num_params() - idle
 
-    def kv_cache_tokens(self, context: int) -> float:
+    def kv_cache_tokens(self, context: float) -> float:
         """Tokens one sequence keeps in the KV cache at ``context`` positions: min(context, sliding_window) when every
         layer is windowed; with some full-attention layers (Qwen2) the mean over the layers, so that
         ``kv_bytes_per_token() · kv_cache_tokens(context)`` is the sequence's cache either way."""
-        if self.num_full_attention_layers == 0:
+        if self.num_full_attention_layers == 0:  # every layer alike (a CNN has num_layers 0: nothing to average)
             return context if self.sliding_window is None else min(context, self.sliding_window)
         return self.kv_cache_layer_tokens(context) / self.num_layers
 

@@ -413,7 +413,7 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
         experts = ctx.layer_expert_params / ep * ctx.weight_bytes / tp
         read -= experts * (1 - min(1.0, batch * k_routed * ep / m.num_experts))
     mm_c, mm_m = _roofline(2.0 * batch * ctx.layer_matmul_active / tp / flop_s, read / bw)
-    kept = m.kv_cache_layer_tokens(context) / m.num_layers  # cached tokens a layer reads: min(context, window)
+    kept = m.kv_cache_tokens(context)  # cached tokens a layer reads (mean over layers): min(context, window)
     at_c, at_m = _roofline(F.attention_flops(m, batch=batch, q_len=1, kv_len=int(context)) / m.num_layers / tp / flop_s,
                            batch * kept * kv_tok / bw)
     ew = batch * (traffic.replicated_bytes + traffic.sharded_bytes / tp + kv_tok) / bw
