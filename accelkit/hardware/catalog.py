@@ -60,19 +60,18 @@ def _row_to_spec(row: dict[str, str]) -> DeviceSpec:
 
 
 @functools.cache
-def _catalog() -> tuple[tuple[DeviceSpec, ...], dict[str, DeviceSpec], tuple[int, ...]]:
-    """The specs in file order, the lookup index, and each row's nominal memory in GB (the figure names carry)."""
+def _catalog() -> tuple[tuple[DeviceSpec, ...], dict[str, DeviceSpec]]:
+    """The specs in file order and the lookup index."""
     text = resources.files("accelkit.hardware").joinpath("data/hardware.csv").read_text()
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    specs = tuple(_row_to_spec(row) for row in rows)
+    specs = tuple(_row_to_spec(row) for row in csv.DictReader(io.StringIO("\n".join(lines))))
     index: dict[str, DeviceSpec] = {}
     for spec in specs:  # full names first, so no alias can shadow a real name
         index[_key(spec.name)] = spec
     for spec in specs:  # then aliases; on a clash the first row (e.g. A100-SXM4 over A100-PCIe) wins
         for alias in spec.aliases:
             index.setdefault(_key(alias), spec)
-    return specs, index, tuple(round(float(row["memory_GB"])) for row in rows)
+    return specs, index
 
 
 def list_devices() -> tuple[DeviceSpec, ...]:
@@ -82,7 +81,7 @@ def list_devices() -> tuple[DeviceSpec, ...]:
 
 def get_device(name: str) -> DeviceSpec:
     """Look up by name or alias ('h200', 'H200-SXM', 'mi300x', 'tpu-v5p', 'a100'), case-insensitive."""
-    specs, index, _ = _catalog()
+    specs, index = _catalog()
     spec = index.get(_key(name))
     if spec is None:
         names = [s.name for s in specs]
@@ -110,9 +109,10 @@ def _form_factor(tokens: list[str]) -> str | None:
     return None
 
 
-def _agrees(spec: DeviceSpec, nominal_gb: int, tokens: list[str]) -> bool:
+def _agrees(spec: DeviceSpec, tokens: list[str]) -> bool:
     """Whether the memory size, memory type and form factor a reported name carries (when it does) are the entry's."""
     sizes = {int(m.group(1)) for t in tokens if (m := re.fullmatch(r"(\d+)gb?", t))}
+    nominal_gb = round(spec.memory_datasheet_gb or spec.memory_bytes / 1e9)  # the figure names carry (80, 141 …)
     if sizes and not sizes <= _REPORTED_GB.get(spec.name, frozenset({nominal_gb})):
         return False
     kinds = {t for t in tokens if re.fullmatch(r"hbm\d*e?|gddr\d+x?", t)}
@@ -135,8 +135,8 @@ def match_device_name(reported: str) -> DeviceSpec | None:
     tokens = _tokens(reported)
     runs = {"".join(tokens[i:j]) for i in range(len(tokens)) for j in range(i + 1, len(tokens) + 1)}
     best: tuple[int, DeviceSpec] | None = None
-    for spec, nominal_gb in zip(list_devices(), _catalog()[2], strict=True):
+    for spec in list_devices():
         length = max((len(k) for k in map(_key, (spec.name, *spec.aliases)) if k in runs), default=0)
-        if length and (best is None or length > best[0]) and _agrees(spec, nominal_gb, tokens):
+        if length and (best is None or length > best[0]) and _agrees(spec, tokens):
             best = (length, spec)
     return best[1] if best else None
