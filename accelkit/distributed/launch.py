@@ -16,7 +16,6 @@ multi-node run only the node that hosts global rank 0 gets that file; the other 
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import os
@@ -131,6 +130,10 @@ def worker_env(config: DistConfig, base: dict[str, str] | None = None) -> dict[s
     return env
 
 
+#: lines of torchrun's output a LaunchResult keeps
+OUTPUT_TAIL_LINES = 60
+
+
 @dataclass(slots=True)
 class LaunchResult:
     """What came back: rank 0's document (None when rank 0 ran on another node) and torchrun's output tail."""
@@ -171,7 +174,6 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
         job_path.write_text(json.dumps({**job, "out": str(out_path)}))
         # --log-dir: the ranks' error files (TORCHELASTIC_ERROR_FILE) land here, and go with the directory
         cmd = torchrun_command(config, str(job_path), log_dir=str(log_dir))
-        tail: collections.deque[str] = collections.deque(maxlen=60)
         output: list[str] = []  # all of it: torchrun's failure summary can sit above a long traceback
         # its own session: torchrun and anything left in its process group can be signalled at once (the ranks
         # get sessions of their own from torchrun; _stop snapshots them as descendants)
@@ -190,7 +192,6 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
                     ) from None
                 if line is None:
                     break
-                tail.append(line)
                 output.append(line)
                 if on_line is not None:
                     on_line(line)
@@ -201,10 +202,10 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
             failures = failed_ranks(log_dir, output)
             if failures:
                 raise AccelkitError(f"torchrun exited with code {rc}: {failure_message(failures)}")
-            shown = "\n".join(list(tail)[-25:])
+            shown = "\n".join(output[-25:])
             raise AccelkitError(f"torchrun exited with code {rc} ({' '.join(cmd[1:4])} …); its last lines:\n{shown}")
         document = json.loads(out_path.read_text()) if out_path.exists() else None
-        return LaunchResult(document, cmd, list(tail))
+        return LaunchResult(document, cmd, output[-OUTPUT_TAIL_LINES:])
 
 
 def _read_lines(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
@@ -240,7 +241,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             with contextlib.suppress(psutil.Error, OSError):
                 if p.is_running():  # psutil checks the pid is still that process (no pid reuse)
                     if os.getpgid(p.pid) == p.pid:
-                        os.killpg(p.pid, signal.SIGKILL)
+                        _signal_group(p.pid, signal.SIGKILL)
                     else:
                         p.kill()
         psutil.wait_procs(family, timeout=STOP_GRACE_S)

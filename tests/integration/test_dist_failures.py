@@ -11,12 +11,12 @@ import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import psutil
 
+from accelkit.distributed.launch import _read_lines
 from tests.conftest import accelkit
 
 FAULT = Path(__file__).parent / "dist_fault"
@@ -49,16 +49,7 @@ def test_a_killed_rank_is_named_with_its_signal():
 def _start_hung_launch(timeout: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
     proc = subprocess.Popen([sys.executable, str(FAULT / "hung_launch.py"), timeout], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return proc, lines
+    return proc, _read_lines(proc)  # launch()'s own reader: lines, then None at EOF
 
 
 def _next(lines: queue.Queue[str | None], prefix: str, seen: list[str]) -> str:
