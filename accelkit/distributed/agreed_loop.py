@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from accelkit.timing import LoopConfig, block_iterations, lane_done, time_block, warm_up
+from accelkit.timing import LoopConfig, block_iterations, capped_iterations, lane_done, time_block, warm_up
 
 
 def agree_max(values: list[float], device: str) -> list[float]:
@@ -74,7 +74,7 @@ def next_block_iterations(loop: LoopConfig, run: AgreedRun) -> int:
         n = block_iterations(loop, run.warmup_s / run.warmup_iterations)
     else:
         n = 1
-    return n if loop.max_iterations is None else min(n, loop.max_iterations - done)
+    return capped_iterations(loop, n, done=done)
 
 
 def agreed_steady_state(fn: Callable[[], object], loop: LoopConfig, *, device: str, run: AgreedRun,

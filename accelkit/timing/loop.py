@@ -177,6 +177,12 @@ def block_time_limit(config: LoopConfig, *, target_blocks: int = TARGET_BLOCKS) 
     return 2 * config.min_time_s / target_blocks if config.min_time_s > 0 else None
 
 
+def capped_iterations(config: LoopConfig, n: int, *, done: int) -> int:
+    """A block of ``n`` calls cut to what ``max_iterations`` leaves after ``done`` (so the last block stops at the
+    cap; 0 once it is reached)."""
+    return n if config.max_iterations is None else min(n, config.max_iterations - done)
+
+
 def lane_done(count: int, measured_s: float, config: LoopConfig) -> bool:
     """The stopping rule for one variant of an interleaved run."""
     return _done(count, measured_s, config)
@@ -205,23 +211,18 @@ def interleaved_blocks(
     dropped: set[int] = set()
     max_s = block_time_limit(config)
 
-    def remaining(i: int) -> int:
-        """Calls the next block of ``fns[i]`` may make: its block size, cut to what ``max_iterations`` leaves."""
-        if config.max_iterations is None:
-            return iterations[i]
-        return min(iterations[i], config.max_iterations - counts[i])
-
     def finished(i: int) -> bool:
         return i in dropped or lane_done(counts[i], measured[i], config)
 
     while not all(finished(i) for i in range(len(fns))):
         for i, fn in enumerate(fns):
-            if i in dropped or remaining(i) <= 0:
+            n = capped_iterations(config, iterations[i], done=counts[i])
+            if i in dropped or n <= 0:
                 continue
             if before is not None:
                 before(i)
             try:
-                block = time_block(fn, device=device, iterations=remaining(i), max_s=max_s)
+                block = time_block(fn, device=device, iterations=n, max_s=max_s)
             except Exception as exc:
                 if on_error is None:
                     raise
