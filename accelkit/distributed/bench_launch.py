@@ -91,14 +91,18 @@ def run_distributed_bench(
                              "(plain all-reduce there), so the compared steps are compressed"
                              if any(v.compression == "powersgd" for v in runnable) else ""))
     docs: list[dict[str, Any]] = []
+
+    def store_error() -> str | None:
+        """The first refused write: the probe's row, or a launch's rank 0 (the CLI prints what was not stored)."""
+        return writer.error or next((d["store_error"] for d in docs if d.get("store_error")), None)
+
     for dtype, group in launches.items():
         peak, datasheet, probe = peaks.get(dtype), peaks.datasheet(dtype), peaks.probe(dtype)
         names = ", ".join(v.name for v in group)
         job = {
             "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
             # after a launch whose rank 0 could not store, no later launch tries (its variants are kept unstored)
-            "run_id": run_id, "save": config.save and store is not None and writer.error is None
-                     and not any(d.get("store_error") for d in docs),
+            "run_id": run_id, "save": config.save and store is not None and store_error() is None,
             "store_path": str(store.path) if store is not None else None, "predict": config.predict,
             "workload": workload.name, "config": workload.config.to_dict(), "variants": [v.to_dict() for v in group],
             "grad_comm": compressed, "quality_steps": quality.quality_steps if compressed else 0,
@@ -125,7 +129,6 @@ def run_distributed_bench(
     for doc in docs[1:]:
         first["variants"] += doc["variants"]
         first["result_ids"] += doc["result_ids"]
-    store_error = writer.error or next((d["store_error"] for d in docs if d.get("store_error")), None)
-    if store_error is not None:  # the probe's row, or a rank 0's write: the CLI prints what was not stored
-        first["store_error"] = store_error
+    if (error := store_error()) is not None:
+        first["store_error"] = error
     return BenchRunResult.from_dict(first)
