@@ -43,18 +43,23 @@ def chunk_text(data: dict[str, Any], endpoint: str) -> str | None:
         raise MalformedChunk(f"'choices[0]' is {_json_type(choices[0])}, not an object")
     choice = choices[0]
     if endpoint == "completions":
-        fields = {"text": choice.get("text")}
-    else:
-        delta = choice.get("delta")
-        if delta is None:
-            return None
-        if not isinstance(delta, dict):
-            raise MalformedChunk(f"'delta' is {_json_type(delta)}, not an object")
-        fields = {key: delta.get(key) for key in ("content", "reasoning_content")}
-    for key, text in fields.items():
-        if text is not None and not isinstance(text, str):
-            raise MalformedChunk(f"{key!r} is {_json_type(text)}, not a string")
-    return next((text for text in fields.values() if text), None)
+        return _text_field(choice, "text") or None
+    delta = choice.get("delta")
+    if delta is None:
+        return None
+    if not isinstance(delta, dict):
+        raise MalformedChunk(f"'delta' is {_json_type(delta)}, not an object")
+    # both are type-checked before either is returned: a bad reasoning_content fails even beside content
+    content, reasoning = _text_field(delta, "content"), _text_field(delta, "reasoning_content")
+    return content or reasoning or None
+
+
+def _text_field(container: dict[str, Any], key: str) -> str | None:
+    """``container[key]`` when it is a string or absent/null; any other JSON type raises :class:`MalformedChunk`."""
+    text = container.get(key)
+    if text is None or isinstance(text, str):
+        return text
+    raise MalformedChunk(f"{key!r} is {_json_type(text)}, not a string")
 
 
 def _json_type(value: object) -> str:
