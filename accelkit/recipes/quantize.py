@@ -77,14 +77,16 @@ def _linears_refusal(model: torch.nn.Module, q: str, multiple: int, why: str) ->
     return None
 
 
-def _quantize_linears(model: torch.nn.Module, config: Any, q: str, *, multiple: int = 1, why: str = "") -> str:
-    """torchao ``quantize_`` on the Linears whose ``in_features`` divide by ``multiple`` (its kernels' group or
-    tile); returns how many were converted and why the others were not. A model where none qualifies was refused
-    before (``Quantization.model_refusal``): a recipe that changed nothing must not be measured as if it had (int4
-    on a CPU once skipped every Linear of width 20 and still said "int4-weight quantization"). Should torchao
-    still convert none, that is refused too — after the fact, the model already changed."""
+def _quantize_linears(model: torch.nn.Module, config: Any, q: str, ctx: ApplyContext) -> str:
+    """torchao ``quantize_`` on the Linears whose ``in_features`` divide by its kernels' group or tile
+    (:func:`_kernel_multiple`); returns how many were converted and why the others were not. A model where none
+    qualifies was refused before (``Quantization.model_refusal``): a recipe that changed nothing must not be
+    measured as if it had (int4 on a CPU once skipped every Linear of width 20 and still said "int4-weight
+    quantization"). Should torchao still convert none, that is refused too — after the fact, the model already
+    changed."""
     from torchao import quantization as tq
 
+    multiple, why = _kernel_multiple(q, ctx)
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     weights = {id(m): m.weight for m in linears}
     tq.quantize_(model, config, filter_fn=_linear_filter(multiple))
@@ -158,7 +160,6 @@ class Quantization(Technique):
 
         from torchao import quantization as tq
 
-        multiple, why = _kernel_multiple(str(q), ctx)
         if q == "int8-dynamic":
             config = _config(tq.Int8DynamicActivationInt8WeightConfig)
         elif q == "int8-weight":
@@ -174,7 +175,7 @@ class Quantization(Technique):
                                   granularity=PerGroup(INT4_GROUP_CPU))
         else:
             return _fp8(model, recipe, ctx)
-        done = _quantize_linears(model, config, q, multiple=multiple, why=why)
+        done = _quantize_linears(model, config, q, ctx)
         ctx.notes.append(f"{q} quantization (torchao {type(config).__name__}) of {done}")
         return model
 
@@ -204,9 +205,8 @@ def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.
     if "kernel_preference" not in inspect.signature(cls).parameters:
         kwargs.pop("kernel_preference", None)  # weight-only: dequantize + matmul, no fp8 kernel to emulate
     config = _config(cls, **kwargs)
-    multiple, why = _kernel_multiple(str(recipe.quantization), ctx)
     with _emulated_hardware(ctx.emulate_fp8 and not (ctx.device.sm_at_least(8, 9) or ctx.device.is_mi300_class)):
-        done = _quantize_linears(model, config, str(recipe.quantization), multiple=multiple, why=why)
+        done = _quantize_linears(model, config, str(recipe.quantization), ctx)
     ctx.notes.append(f"cast to {recipe.precision}, then {recipe.quantization} quantization (torchao {cls.__name__}"
                      f"{', emulated' if ctx.emulate_fp8 else ''}) of {done}")
     return model
