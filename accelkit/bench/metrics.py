@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accelkit.core.bench_result import Accuracy, Comparison, MfuResult, PeakShare
 from accelkit.core.stats import percentile
@@ -96,15 +96,18 @@ def probe_peak(store: ResultStore, hardware: str, dtype: str) -> tuple[Peak, int
     found = next((p for p in probes if dtype in p.result.details.get("matmul", {})), None)
     if found is None:
         return Peak(None, f"no stored probe of {hardware!r} measured a {dtype} matmul"), None
-    m = found.result.details["matmul"][dtype]
-    tflops, size = float(m["tflops"]), m.get("size")
+    flops, figure = matmul_figure(found.result.details["matmul"][dtype], dtype)
     quick = " (a --quick probe: a full `accelkit hw probe` on a quiet machine gives a firmer peak)" \
         if found.result.details.get("quick") else ""
     return Peak(
-        tflops * 1e12,
-        f"measured: `accelkit hw probe` result {found.id} ({found.result.created_at}), median {dtype} "
-        f"matmul {size}×{size} = {tflops:.3f} TFLOP/s{quick}",
+        flops, f"measured: `accelkit hw probe` result {found.id} ({found.result.created_at}), {figure}{quick}",
     ), found.id
+
+
+def matmul_figure(matmul: dict[str, Any], dtype: str) -> tuple[float, str]:
+    """A probe's ``details["matmul"][dtype]`` as (FLOP/s, 'median {dtype} matmul N×N = … TFLOP/s')."""
+    tflops, size = float(matmul["tflops"]), matmul.get("size")
+    return tflops * 1e12, f"median {dtype} matmul {size}×{size} = {tflops:.3f} TFLOP/s"
 
 
 def peak_share(flops_per_item: float | None, items_per_s: float | None, peak: Peak) -> PeakShare:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from accelkit.bench.metrics import Peak, catalog_peak, probe_peak
-from accelkit.bench.record import StoreWriter
+from accelkit.bench.metrics import Peak, catalog_peak, matmul_figure, probe_peak
 
 if TYPE_CHECKING:
+    from accelkit.bench.record import StoreWriter
     from accelkit.bench.runner import Reporter
     from accelkit.core import Measurement
     from accelkit.results import ResultStore
@@ -23,13 +23,13 @@ class Peaks:
     """Peaks per dtype for one device, resolved once each."""
 
     def __init__(self, device: str, hardware: str, catalog: str | None, store: ResultStore | None, auto_probe: bool,
-                 reporter: Reporter, writer: StoreWriter | None = None):
+                 reporter: Reporter, writer: StoreWriter):
         """``store`` is read for stored probes (it may be read-only); a probe run here is written through
-        ``writer`` (default: to ``store``; ``StoreWriter(None)`` with --no-save) and, when it is not stored, its
-        peaks are still used from memory."""
+        ``writer`` (the run's: ``StoreWriter(None)`` with --no-save) and, when it is not stored, its peaks are
+        still used from memory."""
         self.device, self.hardware, self.catalog = device, hardware, catalog
         self.store, self.auto_probe, self.reporter = store, auto_probe, reporter
-        self.writer = writer if writer is not None else StoreWriter(store)
+        self.writer = writer
         self._probe: dict[str, Peak] = {}
         self._unstored: list[Measurement] = []  # probes run here that the store did not take
 
@@ -63,9 +63,8 @@ class Peaks:
         for result in reversed(self._unstored):
             m = result.details.get("matmul", {}).get(dtype)
             if m:
-                tflops, size = float(m["tflops"]), m.get("size")
-                return Peak(tflops * 1e12, f"measured: a quick `accelkit hw probe` run by this bench (not stored), "
-                                           f"median {dtype} matmul {size}×{size} = {tflops:.3f} TFLOP/s")
+                flops, figure = matmul_figure(m, dtype)
+                return Peak(flops, f"measured: a quick `accelkit hw probe` run by this bench (not stored), {figure}")
         return peak
 
     def datasheet(self, dtype: str) -> Peak | None:

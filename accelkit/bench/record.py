@@ -136,9 +136,8 @@ class Recorder:
 
     def _add(self, result: Any) -> int | None:
         rid = self.writer.add(result, run_id=self.record.run_id)
-        if rid is not None:
+        if rid is not None:  # else the entry keeps result_id None and the run goes on (run_benchmark reads why)
             self.record.result_ids.append(rid)
-        self.record.store_error = self.writer.error  # the entry keeps result_id None; the run goes on
         return rid
 
     def measurement(self, lane: Lane, entry: BenchResult) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from accelkit.core import AccelkitError, Recipe, UserError
+from accelkit.core import Recipe, UserError
 from accelkit.tune.search import Trial, TuneConfig, TuneResult, _dominates, _objective_key
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ def _gate(entry: dict[str, Any]) -> dict[str, Any]:
 def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, *, nproc_per_node: int,
                      store: ResultStore | None = None, reporter: Any = None) -> TuneResult:
     """Search the gradient compressions of ``workload``'s training step on ``nproc_per_node`` ranks (DDP)."""
+    from accelkit.bench.record import StoreWriter
     from accelkit.bench.runner import BenchConfig
     from accelkit.bench.variants import Variant, device_refusal
     from accelkit.core import Measurement
@@ -120,14 +121,13 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
                         winner=winner, snippet=compression_snippet(winner.recipe) if winner else None, run_id=run_id,
                         notes=notes)
     result.store_error = run.store_error
-    if store is not None and result.store_error is None:
-        try:
-            result.result_id = store.add(Measurement(
-                kind="tune", name=f"tune {workload.label} gradient compression ×{nproc_per_node} ({config.objective})",
-                hardware=run.hardware, throughput=winner.throughput if winner else None,
-                throughput_unit=winner.unit if winner else None,
-                details={**result.to_json(), "config": config.to_dict(), "nproc_per_node": nproc_per_node},
-                environment=environment(with_torch=True)), run_id=run_id)
-        except AccelkitError as exc:  # the search is done: hand it back rather than lose it
-            result.store_error = str(exc)
+    writer = StoreWriter(store)
+    if writer.can_write and result.store_error is None:  # a refused summary is handed back, not lost
+        result.result_id = writer.add(Measurement(
+            kind="tune", name=f"tune {workload.label} gradient compression ×{nproc_per_node} ({config.objective})",
+            hardware=run.hardware, throughput=winner.throughput if winner else None,
+            throughput_unit=winner.unit if winner else None,
+            details={**result.to_json(), "config": config.to_dict(), "nproc_per_node": nproc_per_node},
+            environment=environment(with_torch=True)), run_id=run_id)
+        result.store_error = writer.error
     return result

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from accelkit.core import AccelkitError, Recipe, UserError
+from accelkit.core import Recipe, UserError
 from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
@@ -171,6 +171,7 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     summary) the search goes on without storing and the result is still returned, with ``store_error`` set."""
     import uuid
 
+    from accelkit.bench.record import StoreWriter
     from accelkit.bench.runner import BenchConfig, identify, predict_variant, run_benchmark
     from accelkit.bench.variants import Variant, device_refusal
     from accelkit.core import Measurement
@@ -186,18 +187,16 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         raise UserError("tune searches model recipes; the dataloader workload has none — use `accelkit bench dataloader`")
     hardware, catalog = identify(device)
     notes: list[str] = []
-    store_error: str | None = None
+    writer = StoreWriter(store)  # the probe's and the summary's rows (the bench's own writer stores the trials)
     if device == "cpu" and store is not None and store.latest("probe", hardware=hardware) is None:
         # the planner models a CPU from its probe; without one every memory estimate would be missing
         from accelkit.hardware.probe import ProbeConfig, probe
 
         step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
         measured_probe = probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}"))
-        try:
-            store.add(measured_probe)
+        if writer.add(measured_probe) is not None:
             notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")
-        except AccelkitError as exc:  # the search still runs, without the planner's estimates, and stores nothing
-            store_error = str(exc)
+        else:  # the search still runs, without the planner's estimates, and stores nothing
             notes.append("no `hw probe` of this CPU was stored and the quick one run now could not be stored: the "
                          "planner's memory estimates may be missing")
     trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile,
@@ -235,7 +234,7 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     # 4. measure, interleaved, with the fp32 output as the accuracy reference
     loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick else LoopConfig()
     bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False,
-                        save=store is not None and store_error is None)
+                        save=writer.can_write)
     variants = [Variant(explicit_recipe=t.recipe, label=t.name) for t in measured]
     step(f"measuring {len(measured)} recipes ({', '.join(t.name for t in measured)}), interleaved")
     run = run_benchmark(workload, variants, bench, store=store, reporter=reporter, run_id=run_id)
@@ -286,14 +285,12 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
                         winner=winner, snippet=snippet(winner.recipe) if winner else None, run_id=run_id,
                         notes=notes + run.notes)
-    result.store_error = store_error or run.store_error  # the trials that were measured are all in the result
-    if store is not None and result.store_error is None:
-        try:
-            result.result_id = store.add(Measurement(
-                kind="tune", name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
-                throughput=winner.throughput if winner else None, throughput_unit=winner.unit if winner else None,
-                details={**result.to_json(), "config": config.to_dict()}, environment=environment(with_torch=True),
-            ), run_id=run_id)
-        except AccelkitError as exc:  # the search is done: hand it back rather than lose it
-            result.store_error = str(exc)
+    result.store_error = writer.error or run.store_error  # the trials that were measured are all in the result
+    if writer.can_write and result.store_error is None:  # a refused summary is handed back, not lost
+        result.result_id = writer.add(Measurement(
+            kind="tune", name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
+            throughput=winner.throughput if winner else None, throughput_unit=winner.unit if winner else None,
+            details={**result.to_json(), "config": config.to_dict()}, environment=environment(with_torch=True),
+        ), run_id=run_id)
+        result.store_error = writer.error
     return result
