@@ -194,17 +194,23 @@ def model_seed(seed: int) -> Any:
     return torch.Generator().manual_seed((seed + 1) % 2**64)
 
 
-def tf32_scope(variant: Variant, device: str) -> contextlib.AbstractContextManager[None]:
-    """TF32 for a whole training step on CUDA — forward, backward and the optimizer step: on for tf32, off for every
-    other variant. Autocast covers the forward only, but the TF32 flags are read by every fp32 matmul and conv, and
-    backward holds about 2/3 of a step's matmul FLOPs: scoped to the forward, tf32 trained mostly in full fp32.
-    Off means both flags: cuDNN's defaults to True, so an "fp32" baseline's convolutions would use TF32. Flags are
-    restored afterwards. A no-op on a CPU (no TF32)."""
+def tf32_scope(variant: Variant, device: str, step: Callable[[], object]) -> Callable[[], object]:
+    """``step`` (a whole training step: forward, backward and the optimizer step) under TF32 on CUDA: on for tf32,
+    off for every other variant. Autocast covers the forward only, but the TF32 flags are read by every fp32 matmul
+    and conv, and backward holds about 2/3 of a step's matmul FLOPs: scoped to the forward, tf32 trained mostly in
+    full fp32. Off means both flags: cuDNN's defaults to True, so an "fp32" baseline's convolutions would use TF32.
+    Flags are restored afterwards. On a CPU (no TF32) ``step`` itself, bare. Decided here, once, not per timed step."""
     if not device.startswith("cuda"):
-        return contextlib.nullcontext()
+        return step
     from accelkit.recipes.precision import tf32_enabled
 
-    return tf32_enabled(variant.effective_precision == "tf32")
+    enabled = variant.effective_precision == "tf32"
+
+    def scoped() -> object:
+        with tf32_enabled(enabled):
+            return step()
+
+    return scoped
 
 
 def train_step(
@@ -223,19 +229,18 @@ def train_step(
     forward = run_in(variant, device, compute_loss, inference=False)  # autocast: the forward only
 
     def step() -> object:
-        with tf32_scope(variant, device):
-            optimizer.zero_grad(set_to_none=True)
-            loss: torch.Tensor = forward()  # type: ignore[assignment]
-            if scaler is not None:
-                scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()  # type: ignore[no-untyped-call]
-                optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss: torch.Tensor = forward()  # type: ignore[assignment]
+        if scaler is not None:
+            scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
         return loss
 
-    return step
+    return tf32_scope(variant, device, step)
 
 
 def evaluate_fn(model: torch.nn.Module, variant: Variant, device: str, forward: Callable[[], Any]) -> Callable[[], Any]:
