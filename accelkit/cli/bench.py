@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from contextlib import closing
 from typing import Any
 
 import typer
@@ -18,7 +19,7 @@ from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
 from accelkit.bench.workloads import BertConfig, CustomConfig, DataLoaderConfig, LLMConfig, LLMTrainConfig, ResNetConfig
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out
 from accelkit.cli.spec_options import spec_options
-from accelkit.cli.store import open_for_measuring, print_unsaved
+from accelkit.cli.store import measuring, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.timing import LoopConfig
 
@@ -217,9 +218,8 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
         variants = Matrix(**matrix).variants() if matrix is not None else []
         dist_config = _dist_config(dist)
         quality_config = _quality_config(quality)
-    store = open_for_measuring(config.save)  # before measuring: an unwritable store fails now, not after it
-    reporter = _CliReporter(progress=progress, saving=config.save)
-    try:
+    # the store before measuring: an unwritable store fails now, not after it
+    with measuring(config.save) as store, closing(_CliReporter(progress=progress, saving=config.save)) as reporter:
         if dist_config is not None:
             from accelkit.distributed.bench_launch import run_distributed_bench
 
@@ -229,10 +229,6 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
             from accelkit.bench.runner import run_benchmark
 
             result = run_benchmark(wl, variants, config, store=store, reporter=reporter)
-    finally:
-        reporter.close()
-        if store is not None:
-            store.close()
     _render(result, as_json)
 
 
@@ -243,14 +239,8 @@ def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: di
     suite = get_suite(name)
     config = _configs(bench, loop, quick, suite.loop)
     precisions = list(_list("--precision", PRECISIONS)(precision)) if precision is not None else None
-    store = open_for_measuring(config.save)
-    reporter = _CliReporter(progress=progress, saving=config.save)
-    try:
+    with measuring(config.save) as store, closing(_CliReporter(progress=progress, saving=config.save)) as reporter:
         result = run_suite(name, config, loop=config.loop, store=store, reporter=reporter, precisions=precisions)
-    finally:
-        reporter.close()
-        if store is not None:
-            store.close()
     _render(result, as_json)
 
 

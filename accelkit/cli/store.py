@@ -65,18 +65,25 @@ def open_for_saving(save: bool) -> ResultStore | None:
         raise AccelkitError(f"{exc}; or pass --no-save to measure without storing") from exc
 
 
-def open_for_measuring(save: bool) -> ResultStore | None:
-    """The store for a measuring command that also reads it (stored probes): writable with ``save`` (opened
-    before measuring, as :func:`open_for_saving`); with --no-save read-only, so nothing is written or created,
-    or None (with a note) when it cannot be read — measuring without storing needs no store."""
+@contextmanager
+def measuring(save: bool) -> Iterator[ResultStore | None]:
+    """The store for a measuring command that also reads it (stored probes), closed when the block ends: writable
+    with ``save`` (opened before measuring, as :func:`open_for_saving`); with --no-save read-only, so nothing is
+    written or created, or None (with a note) when it cannot be read — measuring without storing needs no store."""
     if save:
-        return open_for_saving(True)
+        store = open_for_saving(True)
+    else:
+        try:
+            store = ResultStore(readonly=True)
+        except AccelkitError as exc:
+            err.print(f"note: {exc}; measuring without it (--no-save: nothing is stored)", highlight=False,
+                      markup=False, soft_wrap=True)
+            store = None
     try:
-        return ResultStore(readonly=True)
-    except AccelkitError as exc:
-        err.print(f"note: {exc}; measuring without it (--no-save: nothing is stored)", highlight=False, markup=False,
-                  soft_wrap=True)
-        return None
+        yield store
+    finally:
+        if store is not None:
+            store.close()
 
 
 def save_or_print(store: ResultStore | None, result: Estimate | Measurement, *, run_id: str | None = None) -> int | None:
