@@ -103,6 +103,13 @@ def run(factory: str, precisions: list[str], loop, **config):
     return run_benchmark(workload, [Variant(precision=p) for p in precisions], bench)
 
 
+def short_loop():
+    """One warm-up call, at least three measured, no minimum time."""
+    from accelkit.timing import LoopConfig
+
+    return LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+
+
 def test_no_warm_up_still_sizes_blocks_to_fill_min_time_in_rounds():
     """--warmup 0 --warmup-time 0 measured no warm-up iteration, so the per-iteration estimate was the ~µs of an
     empty loop and a 0.5 s run became one block of 15,000 calls (38 s). The first call is the estimate now: blocks
@@ -138,9 +145,7 @@ def test_variants_listed_before_fp32_get_drift_and_flops(interleave):
     """`--precision bf16,fp32` gave bf16 no accuracy drift ("no fp32 reference output (the workload has none)"):
     the separate reference was skipped because an fp32 variant ran, whose output came after bf16 had loaded. Run
     one after another, bf16 was also stored before the fp32 variant counted the FLOPs the meta device could not."""
-    from accelkit.timing import LoopConfig
-
-    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    loop = short_loop()
     entries = {v.name: v for v in run("make_data_dependent", ["bf16", "fp32"], loop, accuracy=True,
                                       interleave=interleave).variants}
     bf16, fp32 = entries["bf16"], entries["fp32"]
@@ -153,10 +158,9 @@ def test_variants_listed_before_fp32_get_drift_and_flops(interleave):
 def test_an_overflowing_variant_is_measured_and_fails_its_accuracy_gate():
     """fp16 whose output overflows was recorded as FAILED in its first call ('max_abs_error is NaN') and its timing
     thrown away. It is measured now, with an accuracy note, and tune's gate reads it as failed."""
-    from accelkit.timing import LoopConfig
     from accelkit.tune.search import _gate
 
-    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    loop = short_loop()
     result = run("make_overflowing", ["fp32", "fp16"], loop, accuracy=True)
     assert result.failed == []
     fp16 = next(v for v in result.variants if v.name == "fp16")
@@ -170,9 +174,7 @@ def test_an_overflowing_variant_is_measured_and_fails_its_accuracy_gate():
 def test_a_failed_fp32_reference_is_named_in_the_others_accuracy_note(interleave):
     """`--precision fp32,bf16` whose fp32 variant failed before producing its output gave bf16 the false note
     'no fp32 reference output (the workload has none)'. The note now says the reference failed, and why."""
-    from accelkit.timing import LoopConfig
-
-    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    loop = short_loop()
     result = run("make_fp32_fails", ["fp32", "bf16"], loop, accuracy=True, interleave=interleave)
     assert [(f.name, f.phase) for f in result.failed] == [("fp32", "first call")]
     (bf16,) = result.variants
@@ -187,9 +189,7 @@ def test_flops_the_failed_fp32_variant_was_to_count_are_said_not_counted(interle
     """The meta device cannot run this model, so the fp32 variant listed first was to count the FLOPs; it failed in
     its first call, yet the run said 'FLOPs counted on cpu, not on the meta device' (the note was written before the
     variant ran). It now says they were not counted and why."""
-    from accelkit.timing import LoopConfig
-
-    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    loop = short_loop()
     result = run("make_fp32_fails", ["fp32", "bf16"], loop, accuracy=True, interleave=interleave)
     assert not any(n.startswith("FLOPs counted") for n in result.notes), result.notes
     (note,) = [n for n in result.notes if n.startswith("FLOPs")]
@@ -200,9 +200,7 @@ def test_flops_the_failed_fp32_variant_was_to_count_are_said_not_counted(interle
 
 
 def test_flops_the_fp32_variant_counted_are_said_counted_by_it():
-    from accelkit.timing import LoopConfig
-
-    loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
+    loop = short_loop()
     result = run("make_data_dependent", ["fp32", "bf16"], loop, accuracy=False)
     (note,) = [n for n in result.notes if n.startswith("FLOPs")]
     assert note.startswith("FLOPs counted on cpu by the fp32 variant, not on the meta device (")
