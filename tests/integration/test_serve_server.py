@@ -233,6 +233,27 @@ def test_health_is_503_when_the_engine_loop_dies(model_dir):
         assert health.status_code == 503 and health.json()["error"]["code"] == "engine_dead"
 
 
+def test_a_stream_cut_by_the_engine_dying_leaves_no_metrics_state_behind(model_dir):
+    """The inter-token-latency bookkeeping of a request is dropped when the engine dies under it (it gets no
+    finished output, only the loop's error)."""
+    with running_server(model_dir) as (url, state):
+        real_step, steps = state.engine.step, []
+
+        def step_then_break(**kw):
+            steps.append(1)
+            if len(steps) > 3:
+                raise RuntimeError("simulated device failure")
+            return real_step(**kw)
+
+        state.engine.step = step_then_break
+        body = {"model": "tiny", "prompt": "w5", "max_tokens": 50, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=30) as resp:
+            lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+        assert any('"text"' in line for line in lines)  # tokens arrived before the failure
+        assert "simulated device failure" in lines[-1] or "simulated device failure" in lines[-2]
+        assert state.bridge._last_token_time == {}
+
+
 def test_sigterm_finishes_in_flight_requests_and_exits_0(model_dir, tmp_path):
     port = free_port()
     proc = serve_process(model_dir, tmp_path, "--port", str(port), "--shutdown-timeout", "20")

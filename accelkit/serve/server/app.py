@@ -227,6 +227,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                         state.bridge.on_output(item)
                     except Exception as exc:  # metrics must not cost the request
                         log.warning("metrics for request %s failed: %s", item.request_id, exc)
+                else:  # the engine loop died: no finished output will come for this request
+                    state.bridge.forget(request_ids[index])
                 mailbox.put(queue, (index, item))  # one event-loop wake-up per engine step, not per output
             return deliver
 

@@ -90,6 +90,10 @@ class MetricsBridge:
         m.request_prompt_tokens.labels(name).observe(r.num_prompt_tokens)
         m.request_generation_tokens.labels(name).observe(r.num_generation_tokens)
 
+    def forget(self, request_id: str) -> None:
+        """A request that will get no finished output (the engine loop died under it): drop its last-token time."""
+        self._last_token_time.pop(request_id, None)
+
 
 class Mailbox:
     """Items from the engine thread to asyncio queues of one event loop, with one wake-up of the loop per
