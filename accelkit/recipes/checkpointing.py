@@ -2,8 +2,9 @@
 ``selective`` (keep matmul/attention outputs, recompute the cheap element-wise ops), and ``budget``
 (compiled models: let the partitioner keep what fits a memory budget). Always ``use_reentrant=False``.
 
-Blocks are found structurally: the largest ``nn.ModuleList`` of same-type modules (transformer layers,
-ResNet stages' blocks …) — no per-architecture code.
+Blocks are found structurally: the outermost ``nn.ModuleList`` s of same-type modules that hold a real share of
+the parameters (transformer layers, an encoder's and a decoder's layers, ResNet stages …) — no per-architecture
+code.
 """
 
 from __future__ import annotations
@@ -60,19 +61,37 @@ class CheckpointedBlock(torch.nn.Module):
             return getattr(super().__getattr__("block"), name)
 
 
-def find_blocks(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList] | None:
-    """The largest ModuleList whose children share one type (the repeated blocks), with its name.
+#: a list of repeated blocks is checkpointed when it holds at least this share of the model's parameters
+MIN_BLOCKS_PARAM_SHARE = 0.1
 
-    torch's parametrizations are ModuleLists too (``layer.parametrizations.weight``, e.g. the bf16 weight cast of
-    fp8 training): they are not blocks, and checkpointing one wrapped a weight cast instead of refusing."""
-    best: tuple[str, torch.nn.ModuleList] | None = None
+
+def _num_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def find_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.ModuleList]]:
+    """The lists of repeated blocks, with their names: the outermost ``nn.ModuleList`` s whose children share one
+    type and that hold at least ``MIN_BLOCKS_PARAM_SHARE`` of the model's parameters (all of them when the model
+    has none). Empty when there are none.
+
+    Outermost: a mixture-of-experts layer keeps its experts in a ModuleList too, often longer than the list of
+    layers — taking the longest list checkpointed one layer's experts instead of every layer. Every qualifying
+    list: an encoder-decoder model (T5, BART, Whisper) has two, and taking one left the decoder uncheckpointed.
+    The parameter share leaves out a short list of small heads. torch's parametrizations are ModuleLists too
+    (``layer.parametrizations.weight``, e.g. the bf16 weight cast of fp8 training): they are not blocks."""
+    candidates: list[tuple[str, torch.nn.ModuleList]] = []
     for name, module in model.named_modules():
         if isinstance(module, parametrize.ParametrizationList) or "parametrizations" in name.split("."):
             continue
-        is_blocks = isinstance(module, torch.nn.ModuleList) and len({type(m) for m in module}) == 1
-        if is_blocks and (best is None or len(module) > len(best[1])):
-            best = (name, module)
-    return best
+        if not (isinstance(module, torch.nn.ModuleList) and len(module) and len({type(m) for m in module}) == 1):
+            continue
+        if any(name.startswith(f"{outer}.") or not outer for outer, _ in candidates):
+            continue  # inside a list already found (named_modules walks parents before their children)
+        candidates.append((name, module))
+    total = _num_params(model)
+    if total == 0:
+        return candidates
+    return [(name, blocks) for name, blocks in candidates if _num_params(blocks) >= MIN_BLOCKS_PARAM_SHARE * total]
 
 
 class ActivationCheckpointing(Technique):
@@ -90,9 +109,10 @@ class ActivationCheckpointing(Technique):
         return None
 
     def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
-        if recipe.recompute != "budget" and find_blocks(model) is None:
-            return (f"recompute={recipe.recompute!r} found no repeated blocks (an nn.ModuleList of one module type) "
-                    f"in {type(model).__name__}; checkpoint inside your model or use recompute='none'")
+        if recipe.recompute != "budget" and not find_blocks(model):
+            return (f"recompute={recipe.recompute!r} found no repeated blocks (an nn.ModuleList of one module type "
+                    f"holding ≥ {MIN_BLOCKS_PARAM_SHARE:.0%} of the parameters) in {type(model).__name__}; checkpoint "
+                    f"inside your model or use recompute='none'")
         return None
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
@@ -100,17 +120,24 @@ class ActivationCheckpointing(Technique):
             ctx.notes.append(f"activation memory budget {DEFAULT_BUDGET} (compile partitioner)")
             return model  # applied by the compile technique, which patches the functorch config
         found = find_blocks(model)
-        if found is None:  # model_refusal found blocks in the model as given; an earlier step would have to lose them
+        if not found:  # model_refusal found blocks in the model as given; an earlier step would have to lose them
             raise RecipeRefused(self.model_refusal(model, recipe, ctx) or "found no repeated blocks to checkpoint")
-        name, blocks = found
-        config = getattr(model, "config", None)
-        if config is not None and getattr(config, "use_cache", False):
-            # a KV cache filled during forward would be filled again during recompute, so the recomputed
-            # region would differ from the original; training never needs the cache
+        # a KV cache filled during forward would be filled again during recompute, so the recomputed region would
+        # differ from the original; training never needs the cache. Every config in the model: an encoder-decoder
+        # model's decoder has its own copy (T5's decoder.config), which the model's config does not reach.
+        configs: dict[int, Any] = {}
+        for module in model.modules():
+            config = getattr(module, "config", None)
+            if getattr(config, "use_cache", False):
+                configs[id(config)] = config
+        for config in configs.values():
             config.use_cache = False
-            ctx.notes.append("model.config.use_cache set to False on the model itself, and left so (a cache is state "
-                             "that recompute would change); set it back to True before generating with this model")
-        for i, block in enumerate(blocks):
-            blocks[i] = CheckpointedBlock(block, selective=recipe.recompute == "selective")
-        ctx.notes.append(f"{recipe.recompute} checkpointing of {len(blocks)} blocks in {name or 'model'}")
+        if configs:
+            ctx.notes.append("config.use_cache set to False on the model itself, and left so (a cache is state that "
+                             "recompute would change); set it back to True before generating with this model")
+        for _, blocks in found:
+            for i, block in enumerate(blocks):
+                blocks[i] = CheckpointedBlock(block, selective=recipe.recompute == "selective")
+        where = ", ".join(f"{len(blocks)} in {name or 'model'}" for name, blocks in found)
+        ctx.notes.append(f"{recipe.recompute} checkpointing of {sum(len(b) for _, b in found)} blocks ({where})")
         return model

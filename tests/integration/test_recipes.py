@@ -162,7 +162,79 @@ def test_checkpointing_never_takes_an_fp8_weight_cast_for_the_blocks():
                   emulate=True, notes=notes)
     wrapped = [n for n, m in model.named_modules() if isinstance(m, CheckpointedBlock)]
     assert wrapped and all(n.startswith("inner.model.layers.") and n.count(".") == 3 for n in wrapped), wrapped
-    assert "full checkpointing of 2 blocks in model.layers" in notes, notes
+    assert "full checkpointing of 2 blocks (2 in model.layers)" in notes, notes
+
+
+class _Expert(torch.nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+class _MoELayer(torch.nn.Module):
+    """A mixture-of-experts layer that keeps its experts in a ModuleList (as many hand-written MoE models do)."""
+
+    def __init__(self, width: int, num_experts: int):
+        super().__init__()
+        self.router = torch.nn.Linear(width, num_experts)
+        self.experts = torch.nn.ModuleList(_Expert(width) for _ in range(num_experts))
+
+    def forward(self, x):
+        weights = self.router(x).softmax(-1)  # (B, T, E): dense mixture, fine for a test
+        return x + sum(weights[..., i:i + 1] * expert(x) for i, expert in enumerate(self.experts))
+
+
+class _MoEModel(torch.nn.Module):
+    def __init__(self, width: int = 16, num_layers: int = 3, num_experts: int = 8):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_MoELayer(width, num_experts) for _ in range(num_layers))
+        self.heads = torch.nn.ModuleList(torch.nn.Linear(width, 2) for _ in range(2))  # two small task heads
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return sum(head(x) for head in self.heads)
+
+
+def test_checkpointing_takes_the_layers_not_one_layers_experts_nor_small_heads():
+    """The longest same-type ModuleList was taken for the blocks: the 8 experts of layer 0, so one layer's experts
+    were checkpointed and the other layers not at all. Now the outermost lists holding a real share of the
+    parameters: the 3 layers, not the experts inside them, nor the two small heads."""
+    from accelkit.recipes.checkpointing import CheckpointedBlock
+
+    torch.manual_seed(0)
+    model, notes = _MoEModel().train(), []
+    x = torch.randn(2, 5, 16)
+    expected = model(x)
+    model = apply(model, Recipe(recompute="full"), notes=notes)
+    wrapped = sorted(n for n, m in model.named_modules() if isinstance(m, CheckpointedBlock))
+    assert wrapped == ["layers.0", "layers.1", "layers.2"], wrapped
+    assert "full checkpointing of 3 blocks (3 in layers)" in notes, notes
+    out = model(x)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.layers.parameters())
+
+
+def test_checkpointing_covers_both_the_encoder_and_the_decoder():
+    """An encoder-decoder model has two lists of blocks; only the encoder's (the first found) was checkpointed."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from accelkit.recipes.checkpointing import CheckpointedBlock
+
+    config = T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=3, num_heads=4,
+                      decoder_start_token_id=0, pad_token_id=0)
+    model, notes = T5ForConditionalGeneration(config).train(), []
+    model = apply(model, Recipe(recompute="full"), notes=notes)
+    wrapped = sorted(n for n, m in model.named_modules() if isinstance(m, CheckpointedBlock))
+    assert wrapped == ["decoder.block.0", "decoder.block.1", "decoder.block.2", "encoder.block.0",
+                       "encoder.block.1"], wrapped
+    assert "full checkpointing of 5 blocks (2 in encoder.block, 3 in decoder.block)" in notes, notes
+    ids = torch.randint(1, 64, (2, 6), generator=torch.Generator().manual_seed(0))
+    model(input_ids=ids, labels=ids).loss.backward()
 
 
 @pytest.mark.parametrize(
