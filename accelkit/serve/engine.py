@@ -43,6 +43,7 @@ class _Request:
     detokenizer: IncrementalDetokenizer | None
     final_only: bool = False  # no output until it finishes (LLM.generate); else one per step with a token
     text: str = ""
+    num_sent_chars: int = 0  # characters of text handed out in outputs (a stop string's possible start waits)
     num_returned_tokens: int = 0  # output tokens handed out in outputs so far (new_token_ids start after them)
     num_detokenized: int = 0  # output tokens the detokenizer has seen
 
@@ -402,21 +403,32 @@ class LLMEngine:
             text = req.text + delta
             hits = [j for j in (text.find(s, start) for s in stops) if j >= 0]
             if hits:
-                cut = min(hits)
-                delta = text[len(req.text) : cut] if cut >= len(req.text) else ""
-                req.text = text[:cut]
+                req.text = text[: min(hits)]
                 if not seq.is_finished:
                     self.scheduler.finish(seq, "stop")
                 else:
                     seq.finish_reason = "stop"
-                return delta
+                return self._release_text(req)
         req.text += delta
-        return delta
+        if stops and not seq.is_finished:
+            # hold back what could be the start of a stop string completed by the next tokens: a stream must
+            # never show text that then turns out to begin a stop string (the final text would lack it)
+            return self._release_text(req, len(req.text) - max(len(s) for s in stops) + 1)
+        return self._release_text(req)
+
+    @staticmethod
+    def _release_text(req: _Request, end: int | None = None) -> str:
+        """The text of ``req`` not handed out yet, up to ``end`` (all of it by default)."""
+        start = req.num_sent_chars
+        end = len(req.text) if end is None else max(start, end)
+        req.num_sent_chars = end
+        return req.text[start:end]
 
     def _output(self, req: _Request, new_text: str, error: str | None = None) -> RequestOutput:
         """A snapshot of the request (no token list is copied here: see ``RequestOutput``)."""
         seq = req.seq
-        out = RequestOutput.of(seq, text=req.text, new_text=new_text, num_returned_tokens=req.num_returned_tokens,
+        text = req.text if req.num_sent_chars == len(req.text) else req.text[: req.num_sent_chars]
+        out = RequestOutput.of(seq, text=text, new_text=new_text, num_returned_tokens=req.num_returned_tokens,
                                error=error)
         req.num_returned_tokens = len(seq.token_ids) - seq.num_prompt_tokens
         return out
@@ -432,7 +444,7 @@ class LLMEngine:
             self.runner.release(seq)
         except Exception as exc:  # per-request device state only; the request is over either way
             log.warning("releasing request %s failed: %s", seq.request_id, describe(exc))
-        return self._output(req, new_text, error)
+        return self._output(req, new_text + self._release_text(req), error)  # and what a stop string held back
 
     # ---- observability -----------------------------------------------------------------------------
     def get_stats(self) -> EngineStats:

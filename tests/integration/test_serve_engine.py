@@ -114,6 +114,34 @@ def test_stop_strings_stop_tokens_and_eos(llm, greedy_ref):
     assert full.text.strip() == llm.tokenizer.decode(full.token_ids).strip()
 
 
+def test_a_stream_never_shows_the_start_of_a_stop_string_that_then_matches(llm, greedy_ref):
+    """A stop string spanning two tokens: its first token's text was streamed before the second made it match,
+    so a streaming client saw text the final output does not have. Now the stream holds back what could still
+    begin a stop string, and its deltas add up to the final text; an abort hands out what was held back."""
+    engine, ref = llm.engine, greedy_ref[1]
+    stop = llm.tokenizer.decode(ref[5:7])  # e.g. "w12 w40": the 6th and 7th tokens' text
+    final_text = llm.generate(PROMPTS[1], SamplingParams.greedy(12, stop=(stop,)))[0].text
+    engine.add_request(PROMPTS[1], SamplingParams.greedy(12, stop=(stop,)), request_id="s")
+    streamed = []
+    while engine.has_unfinished_requests():
+        streamed += engine.step()
+    assert streamed[-1].finish_reason == "stop" and streamed[-1].text == final_text
+    text = ""
+    for out in streamed:
+        text += out.new_text
+        assert out.text == text and final_text.startswith(text), (text, final_text)
+    assert text == final_text
+    # what is held back while running comes out when the request ends some other way
+    engine.add_request(PROMPTS[1], SamplingParams.greedy(12, stop=("w9999 w9999",)), request_id="a")
+    streamed = [out for _ in range(4) for out in engine.step()]
+    engine.abort_request("a")
+    while engine.has_unfinished_requests():
+        streamed += engine.step()
+    last = streamed[-1]
+    assert last.finish_reason == "abort" and "".join(o.new_text for o in streamed) == last.text
+    assert last.text.strip() == llm.tokenizer.decode(last.token_ids).strip()
+
+
 def test_max_model_len_caps_generation(llm):
     prompt = list(range(4, 4 + 120))
     out = llm.generate(prompt, SamplingParams.greedy(50, ignore_eos=True))[0]
