@@ -7,6 +7,8 @@ a transaction or none of it. The schema is versioned with ``PRAGMA user_version`
 takes version i to i+1 and runs inside the same transaction as the version bump. A new store is built in a
 temporary file and linked into place, so a store file is never seen half-made: an empty (0-byte) file at
 the store's path is somebody else's doing (a truncated copy, a full disk) and is refused, not overwritten.
+Every column is strict JSON (RFC 8259, which has no Infinity or NaN): a non-finite figure is stored as null and
+named in the payload's ``non_finite`` (JSON Pointer → 'inf', '-inf' or 'nan'), and reading puts it back.
 
 Recovery (reading never needs write access, and one bad row never hides the others):
   * ``ResultStore(readonly=True)`` opens ``mode=ro`` and never sets WAL or migrates; on a read-only folder,
@@ -23,13 +25,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import sqlite3
 import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +80,59 @@ class StoredResult:
     id: int
     run_id: str | None
     result: Estimate | Measurement
+    #: the figures that were not finite, by JSON Pointer into :meth:`to_dict` ('/details/ratio' → 'inf'): strict JSON
+    #: (an export, ``--json``) writes them as null, and this says which nulls were inf, -inf or NaN
+    non_finite: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "run_id": self.run_id, "type": _type_of(self.result), **self.result.to_dict()}
+        data = {"id": self.id, "run_id": self.run_id, "type": _type_of(self.result), **self.result.to_dict()}
+        if self.non_finite:
+            data[NON_FINITE] = dict(self.non_finite)
+        return data
 
 
 def _type_of(result: Estimate | Measurement) -> str:
     return "measurement" if isinstance(result, Measurement) else "estimate"
+
+
+#: the payload key that names a row's non-finite figures (JSON Pointer → 'inf', '-inf' or 'nan')
+NON_FINITE = "non_finite"
+
+
+def _finite(value: Any, pointer: str, found: dict[str, str]) -> Any:
+    """``value`` with every non-finite float replaced by None, each one recorded in ``found`` under its JSON
+    Pointer (RFC 6901) as 'inf', '-inf' or 'nan'."""
+    if isinstance(value, float) and not math.isfinite(value):
+        found[pointer] = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{pointer}/{str(k).replace('~', '~0').replace('/', '~1')}", found)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, f"{pointer}/{i}", found) for i, v in enumerate(value)]
+    return value
+
+
+def _restore(data: dict[str, Any], non_finite: Any) -> dict[str, str]:
+    """Put a row's non-finite figures back in place of their nulls (what :func:`_finite` took out); returns the
+    ones put back. An entry that names no null in the row (an edited row) is left out: the row still reads."""
+    restored: dict[str, str] = {}
+    for pointer, spelling in (non_finite.items() if isinstance(non_finite, dict) else ()):
+        if spelling not in ("inf", "-inf", "nan") or not isinstance(pointer, str) or not pointer.startswith("/"):
+            continue
+        *path, last = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+        node: Any = data
+        for token in path:
+            node = node.get(token) if isinstance(node, dict) else (
+                node[int(token)] if isinstance(node, list) and token.isdigit() and int(token) < len(node) else None)
+        if isinstance(node, dict) and node.get(last, 0) is None:
+            node[last] = float(spelling)
+        elif isinstance(node, list) and last.isdigit() and int(last) < len(node) and node[int(last)] is None:
+            node[int(last)] = float(spelling)
+        else:
+            continue
+        restored[pointer] = spelling
+    return restored
 
 
 
@@ -364,15 +413,18 @@ class ResultStore:
 
     @staticmethod
     def _row(result: Estimate | Measurement, run_id: str | None) -> tuple[Any, ...]:
-        data = result.to_dict()
+        # strict JSON in every column (jq, JSON.parse, sqlite's json_valid reject Infinity/NaN): a non-finite
+        # figure is stored as null and named, with its value, under the payload's 'non_finite'; reading puts it back
+        # (a null alone would fail the row's typed read — an inf latency sample — and so lose the row)
+        non_finite: dict[str, str] = {}
+        data = _finite(result.to_dict(), "", non_finite)
         samples = data.pop("samples", {})
         environment = data.pop("environment")
+        if non_finite:
+            data[NON_FINITE] = non_finite
         return (
             _type_of(result), result.kind, result.name, result.hardware, result.created_at, run_id,
-            # Python's JSON (inf/NaN as Infinity/NaN), read back only by this class: a null in their place would make
-            # the row fail its typed read (a latency sample, a Stats field) and lose it; what leaves the store —
-            # `results export`, `--json` — is strict (accelkit.core.strict_json)
-            json.dumps(data), json.dumps(samples), json.dumps(environment),
+            *(json.dumps(column, allow_nan=False) for column in (data, samples, environment)),
         )
 
     # ---- reading ----------------------------------------------------------------------------------
@@ -395,12 +447,15 @@ class ResultStore:
         if not isinstance(data, dict):
             raise ValueError(f"payload is a JSON {type(data).__name__}, not an object")
         data["environment"] = load("environment", environment)
+        if rtype == "measurement":
+            data["samples"] = load("samples", samples)
+        non_finite = _restore(data, data.pop(NON_FINITE, None))
+        group = run_id if isinstance(run_id, str) else None
         try:
             if rtype == "measurement":
-                data["samples"] = load("samples", samples)
-                return StoredResult(rid, run_id if isinstance(run_id, str) else None, Measurement.from_dict(data))
+                return StoredResult(rid, group, Measurement.from_dict(data), non_finite)
             if rtype == "estimate":
-                return StoredResult(rid, run_id if isinstance(run_id, str) else None, Estimate.from_dict(data))
+                return StoredResult(rid, group, Estimate.from_dict(data), non_finite)
         except (TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"payload does not describe a result ({exc})") from None
         except ValueError as exc:

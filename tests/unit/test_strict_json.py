@@ -49,19 +49,50 @@ def test_emit_and_print_unsaved_write_strict_json(capsys):
 
 def test_results_export_writes_strict_json_and_the_store_keeps_the_row_readable(tmp_path):
     """`results export --format json` wrote Infinity/NaN too (json.dumps on the stored records). It is strict now,
-    while the row itself keeps its inf (read back by the store alone): a null latency sample would fail the row's
-    typed read, and the measurement would be lost."""
+    and so is the row itself (it held `Infinity`/`NaN`, which sqlite's strict JSON readers and jq reject): each
+    non-finite figure is null, named with its value under the payload's `non_finite` (JSON Pointer, RFC 6901), and
+    read back as it was — a null alone would fail the row's typed read (an inf latency sample) and lose the row."""
+    import sqlite3
+
     from accelkit.results import ResultStore
     from accelkit.results.store import export
 
     m = Measurement(kind="bench", name="n", hardware="h", throughput=1.0,
-                    details={"ratio": math.inf, "loss": [1.0, math.nan]}, samples={"latency_s": [0.1, math.inf]})
+                    details={"ratio": math.inf, "loss": [1.0, math.nan], "a/b~c": {"low": -math.inf}},
+                    samples={"latency_s": [0.1, math.inf]}, environment={"temperature": math.nan})
+    named = {"/details/ratio": "inf", "/details/loss/1": "nan", "/details/a~1b~0c/low": "-inf",
+             "/samples/latency_s/1": "inf", "/environment/temperature": "nan"}
     with ResultStore(tmp_path / "r.db") as store:
         back = store.get(store.add(m))
+    with sqlite3.connect(tmp_path / "r.db") as conn:
+        payload, samples, environment = conn.execute("SELECT payload, samples, environment FROM results").fetchone()
+        valid = conn.execute("SELECT json_valid(payload), json_valid(samples), json_valid(environment) FROM results")
+        assert valid.fetchone() == (1, 1, 1)  # SQLite's own JSON functions take the row
+    payload, samples, environment = strict_loads(payload), strict_loads(samples), strict_loads(environment)
+    assert payload["details"] == {"ratio": None, "loss": [1.0, None], "a/b~c": {"low": None}}
+    assert samples == {"latency_s": [0.1, None]} and environment == {"temperature": None}
+    assert payload["non_finite"] == named
     assert back.result.samples["latency_s"] == [0.1, math.inf] and back.result.details["ratio"] == math.inf
+    assert back.result.details["a/b~c"]["low"] == -math.inf and math.isnan(back.result.details["loss"][1])
+    assert math.isnan(back.result.environment["temperature"]) and back.non_finite == named
     doc = strict_loads(export([back], "json"))[0]
-    assert doc["details"] == {"ratio": None, "loss": [1.0, None]}
-    assert doc["samples"]["latency_s"] == [0.1, None]
+    assert doc["details"] == {"ratio": None, "loss": [1.0, None], "a/b~c": {"low": None}}
+    assert doc["samples"]["latency_s"] == [0.1, None] and doc["non_finite"] == named  # each null explained
+
+
+def test_a_row_written_before_strict_json_still_reads(tmp_path):
+    """Rows of earlier versions hold `Infinity`/`NaN` and no `non_finite`: they read as before."""
+    import sqlite3
+
+    from accelkit.results import ResultStore
+
+    with ResultStore(tmp_path / "r.db") as store:
+        rid = store.add(Measurement(kind="bench", name="n", samples={"latency_s": [0.1, 0.2]}))
+    with sqlite3.connect(tmp_path / "r.db") as conn:
+        conn.execute("UPDATE results SET samples = ?", ('{"latency_s": [0.1, Infinity]}',))
+    with ResultStore(tmp_path / "r.db", readonly=True) as store:
+        back = store.get(rid)
+    assert back.result.samples["latency_s"] == [0.1, math.inf] and back.non_finite == {}
 
 
 def test_dumps_leaves_finite_documents_alone_and_other_errors_raise():
