@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import typer
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
+from accelkit.core import AccelkitError
 from accelkit.sweep.grid import SweepSpec
 
 
@@ -34,16 +36,27 @@ def sweep_cmd(
     try:
         with Progress(f"sweep {spec.name}", show=progress) as bar:
             def on_point(line: dict[str, Any]) -> None:
-                what = (f"stored {', '.join(map(str, line['result_ids']))}" if line["status"] == "ok"
-                        else f"FAILED: {line['error']}")
+                ids = ", ".join(map(str, line["result_ids"]))
+                what = f"stored {ids}" if line["status"] == "ok" and ids else (
+                    f"FAILED: {line['error']}" if line["status"] != "ok" else "")
+                if line.get("unstored"):
+                    what += ("; " if what else "") + f"not stored ({line.get('store_error') or 'saving was off'})"
                 bar.log(f"point {line['index']} ({line['key']}): {what}")
 
             run = run_sweep(spec, ray=ray, workers=override.get("workers"), store=store, on_point=on_point)
-        rows_by_id = {i: store.get(i).result for p in run.points for i in p["result_ids"]}
+        rows_by_id = {} if run.store_error else {i: store.get(i).result for p in run.points for i in p["result_ids"]}
     finally:
         store.close()
-    if run.store_error is not None:
-        print_unsaved(run.to_json(), Exception(run.store_error))
+    data = run.to_json()
+    unfinished = ", ".join(run.unfinished) or "none"
+    if run.store_error is not None:  # every point's figures are in the document: print it rather than lose them
+        print_unsaved(
+            data, AccelkitError(run.store_error),
+            stored=[f"point {p['index']} · {p['key']} (result {', '.join(map(str, p['result_ids']))})"
+                    for p in run.points if p["result_ids"]],
+            unstored=[f"point {p['index']} · {p['key']}" for p in run.points if p.get("unstored")]
+            + ([] if run.summary_id is not None else ["the sweep summary"]),
+            interrupted=f"not finished: {unfinished}" if run.interrupted else None)
 
     def render() -> None:
         by_workload: dict[str, list[dict[str, Any]]] = {}
@@ -62,6 +75,10 @@ def sweep_cmd(
         err.print(f"sweep {run.name}: {len(run.points)} points, {len(run.failed)} failed; run {run.run_id} "
                   f"({run.executor}); summary stored as result {run.summary_id}", highlight=False)
 
-    emit(run.to_json(), as_json, render)
+    emit(data, as_json, render)
+    if run.interrupted:
+        err.print(f"interrupted: kept {len(run.points)} finished point(s) in the store (summary result "
+                  f"{run.summary_id}); not finished: {unfinished}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(130)
     if run.points and len(run.failed) == len(run.points):
         raise typer.Exit(1)

@@ -10,6 +10,10 @@ torchrun launcher when its layout has ``nproc_per_node``), ``plan`` or ``run_loa
 machine's results store. When the point ran against another store (another Ray node), the driver copies
 its rows into its own. A point never raises: its error comes back as data, and the sweep goes on.
 
+A store that refuses a write (locked, read-only, full) ends no point either, as in ``accelkit bench``: a point
+whose results it did not take hands them back whole (its line's ``unstored``), the driver writes nothing more to
+that store and hands out the points still to run with saving off, and ``SweepRun.store_error`` says why.
+
 Example::
 
     name: tiny-grid
@@ -30,7 +34,7 @@ import math
 import socket
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,6 +43,8 @@ from accelkit.core import AccelkitError, UserError
 from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
+    from accelkit.bench.record import StoreWriter
+    from accelkit.core import Estimate, Measurement
     from accelkit.results import ResultStore
 
 Kind = Literal["bench", "plan", "loadtest"]
@@ -210,24 +216,67 @@ def store_identity() -> dict[str, str]:
     return {"host": socket.gethostname(), "store": str(default_path().resolve())}
 
 
-def run_point(point: dict[str, Any], spec: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """Run one point against this machine's store. Never raises: the outcome says ok or error."""
-    from accelkit.results import ResultStore
+def run_point(point: dict[str, Any], spec: dict[str, Any], run_id: str, save: bool = True) -> dict[str, Any]:
+    """Run one point against this machine's store. Never raises: the outcome says ok or error.
 
+    ``save`` False (the driver's store has already refused a write): the point is measured and stores nothing. What
+    the store does not take comes back whole in ``unstored`` (a bench point: its run document), with
+    ``store_error`` saying why; after a refused write the point tries no other."""
     try:
         sweep = SweepSpec.from_dict(spec)
         p = Point(**{k: v for k, v in point.items() if k != "key"} | {"rate": None if point["rate"] is None
                                                                        else float(point["rate"])})
-        with ResultStore() as store:
-            ids = {"bench": _bench_point, "plan": _plan_point, "loadtest": _loadtest_point}[p.kind](p, sweep, store, run_id)
-            results = [store.get(i).to_dict() for i in ids]
-        return {"status": "ok", "result_ids": ids, "results": results, **store_identity()}
+        store, store_error = _open_store(save)
+        try:
+            ids, unstored, store_error = _measure(p, sweep, store, run_id, store_error)
+            results = [store.get(i).to_dict() for i in ids] if store is not None else []
+        finally:
+            if store is not None:
+                store.close()
+        return {"status": "ok", "result_ids": ids, "results": results, "unstored": unstored,
+                "store_error": store_error, **store_identity()}
     except Exception as exc:  # a point's failure is data, not the end of the sweep
         return {"status": "error", "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc(limit=8), **store_identity()}
 
 
-def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str) -> list[int]:
+def _open_store(save: bool) -> tuple[ResultStore | None, str | None]:
+    """This machine's store, and why it cannot be written: writable with ``save``; otherwise — or when it cannot be
+    opened for writing (the point's store error) — read-only, for the stored probes a bench reads (None when even
+    that fails: the point is measured all the same)."""
+    from accelkit.results import ResultStore
+
+    error = None
+    if save:
+        try:
+            return ResultStore(), None
+        except AccelkitError as exc:
+            error = str(exc)
+    try:
+        return ResultStore(readonly=True), error
+    except AccelkitError:
+        return None, error
+
+
+def _measure(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: str,
+             store_error: str | None) -> tuple[list[int], list[dict[str, Any]], str | None]:
+    """Run the point and store what it measured: (stored ids, the documents the store did not take, why not)."""
+    from accelkit.bench.record import StoreWriter
+
+    writer = StoreWriter(store if store is not None and not store.readonly else None)
+    if p.kind == "bench":
+        doc = _bench_point(p, sweep, store, run_id, save=writer.can_write)
+        unstored = [doc] if any(v.get("result_id") is None for v in doc["variants"]) else []
+        return list(doc["result_ids"]), unstored, store_error or doc.get("store_error")
+    result = _plan_point(p, sweep) if p.kind == "plan" else _loadtest_point(p, sweep)
+    result_id = writer.add(result, run_id=run_id)
+    if result_id is None:
+        return [], [result.to_dict()], store_error or writer.error
+    return [result_id], [], None
+
+
+def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: str, *, save: bool) -> dict[str, Any]:
+    """The run's document (what ``accelkit bench --json`` prints); ``store`` is written only with ``save``."""
     from accelkit.bench.runner import BenchConfig, run_benchmark
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads import make_workload
@@ -236,18 +285,18 @@ def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str) ->
     config = {**p.config, **({"batch_size": p.batch_size} if p.batch_size is not None else {})}
     workload = make_workload(p.workload, config)
     bench = BenchConfig.from_dict({**sweep.bench, "loop": LoopConfig.from_dict(sweep.loop).to_dict()})
+    bench = bench if save else bench.replace(save=False)
     variants = [Variant(precision=p.precision)]  # type: ignore[arg-type]
     if p.layout:
         from accelkit.distributed.bench_launch import run_distributed_bench
         from accelkit.distributed.launch import DistConfig
 
-        doc = run_distributed_bench(workload, variants, bench, DistConfig.from_dict(p.layout), store=store,
-                                    run_id=run_id).to_json()
-        return list(doc["result_ids"])
-    return list(run_benchmark(workload, variants, bench, store=store, run_id=run_id).result_ids)
+        return run_distributed_bench(workload, variants, bench, DistConfig.from_dict(p.layout), store=store,
+                                     run_id=run_id).to_json()
+    return run_benchmark(workload, variants, bench, store=store, run_id=run_id).to_json()
 
 
-def _plan_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str) -> list[int]:
+def _plan_point(p: Point, sweep: SweepSpec) -> Estimate:
     from accelkit.core import Cluster, Recipe, Workload
     from accelkit.models import resolve_model
     from accelkit.plan import plan, resolve_hardware
@@ -260,40 +309,66 @@ def _plan_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str) -> 
     batch = p.batch_size or 1
     recipe = Recipe(precision=p.precision, micro_batch=batch if task == "train" else 1, **layout)  # type: ignore[arg-type]
     workload = Workload(model=model, task=task, seq_len=seq, batch_size=batch, recipe=recipe, **c)
-    estimate = plan(workload, Cluster(device=resolve_hardware(str(sweep.hardware)), num_devices=recipe.num_devices))
-    return [store.add(estimate, run_id=run_id)]
+    return plan(workload, Cluster(device=resolve_hardware(str(sweep.hardware)), num_devices=recipe.num_devices))
 
 
-def _loadtest_point(p: Point, sweep: SweepSpec, store: ResultStore, run_id: str) -> list[int]:
-    from accelkit.loadtest import LoadTestConfig, run_loadtest
+def _loadtest_point(p: Point, sweep: SweepSpec) -> Measurement:
+    from accelkit.loadtest import LoadTestConfig
+    from accelkit.loadtest.runner import run_loadtest
 
     config = LoadTestConfig.from_dict({**sweep.loadtest, "model": p.workload, **p.config,
                                        "request_rate": p.rate if p.rate is not None else math.inf})
-    return [store.add(run_loadtest(config), run_id=run_id)]
+    return run_loadtest(config)
 
 
 # ---- executors ---------------------------------------------------------------------------------------------
 
 
-def _local(points: list[Point], spec: SweepSpec, run_id: str, workers: int) -> Any:
-    """A spawn-context process pool (no fork of a process that may hold torch threads)."""
+def _local(points: list[Point], spec: SweepSpec, run_id: str, workers: int,
+           save: Callable[[], bool]) -> Generator[tuple[Point, dict[str, Any]], None, None]:
+    """A spawn-context process pool (no fork of a process that may hold torch threads). A point is handed out when
+    a worker is free, with ``save()`` as it stands then: once the store has refused a write, no point started
+    later writes to it. On Ctrl-C no point is started; those running finish and are collected (a bench point
+    keeps the variants it finished), then the interrupt goes on."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 
+    todo = iter(points)
+    running: dict[Future[dict[str, Any]], Point] = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(run_point, p.to_dict(), spec.to_dict(), run_id): p for p in points}
-        for future in as_completed(futures):
-            try:
-                outcome = future.result()
-            except Exception as exc:  # the worker process died (BrokenProcessPool): that point failed
-                outcome = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": None,
-                           "host": socket.gethostname(), "store": None}
-            yield futures[future], outcome
+        def start() -> None:
+            for p in itertools.islice(todo, workers - len(running)):
+                running[pool.submit(run_point, p.to_dict(), spec.to_dict(), run_id, save())] = p
+
+        try:
+            start()
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    point = running.pop(future)
+                    yield point, _outcome(future)  # collected (and stored) before the next point starts
+                start()
+        except KeyboardInterrupt:
+            for future in as_completed(running):
+                if not isinstance(future.exception(), KeyboardInterrupt):  # a point Ctrl-C stopped is unfinished
+                    yield running[future], _outcome(future)
+            raise
 
 
-def _ray(points: list[Point], spec: SweepSpec, run_id: str, address: str) -> Any:
-    """One Ray task per point (``spec.resources`` each). Connects to ``address`` (auto, ray://…, HOST:PORT),
-    or starts a local runtime for ``local``; a runtime already initialised in this process is used as is."""
+def _outcome(future: Any) -> dict[str, Any]:
+    try:
+        return dict(future.result())
+    except Exception as exc:  # the worker process died (BrokenProcessPool): that point failed
+        return {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": None,
+                "host": socket.gethostname(), "store": None}
+
+
+def _ray(points: list[Point], spec: SweepSpec, run_id: str, address: str,
+         save: Callable[[], bool]) -> Generator[tuple[Point, dict[str, Any]], None, None]:
+    """One Ray task per point (``spec.resources`` each), all handed to Ray at once: each writes to its node's store,
+    and a point started before the driver's store refused a write still tries its own once. Connects to ``address``
+    (auto, ray://…, HOST:PORT), or starts a local runtime for ``local``; a runtime already initialised in this
+    process is used as is. Ctrl-C cancels the points not yet done."""
     try:
         import ray
     except ImportError:
@@ -304,16 +379,21 @@ def _ray(points: list[Point], spec: SweepSpec, run_id: str, address: str) -> Any
                  log_to_driver=False, configure_logging=False)
     try:
         task = ray.remote(run_point).options(**spec.resources)
-        refs = {task.remote(p.to_dict(), spec.to_dict(), run_id): p for p in points}
+        refs = {task.remote(p.to_dict(), spec.to_dict(), run_id, save()): p for p in points}
         pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            try:
-                outcome = ray.get(done[0])
-            except Exception as exc:  # the task's worker died or Ray could not run it
-                outcome = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": None,
-                           "host": None, "store": None}
-            yield refs[done[0]], outcome
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                try:
+                    outcome = ray.get(done[0])
+                except Exception as exc:  # the task's worker died or Ray could not run it
+                    outcome = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": None,
+                               "host": None, "store": None}
+                yield refs[done[0]], outcome
+        except KeyboardInterrupt:
+            for ref in pending:
+                ray.cancel(ref)
+            raise
     finally:
         if started:
             ray.shutdown()
@@ -330,36 +410,55 @@ def _remap(obj: Any, ids: dict[int, int]) -> Any:
     return obj
 
 
-def collect(point: Point, outcome: dict[str, Any], store: ResultStore, run_id: str, sweep: str) -> dict[str, Any]:
-    """Land a point's outcome in ``store``: its rows (copied when it ran against another store), or a
-    'sweep-error' row. Returns the point's line of the summary."""
+def collect(point: Point, outcome: dict[str, Any], writer: StoreWriter, run_id: str, sweep: str) -> dict[str, Any]:
+    """Land a point's outcome in the driver's store through ``writer`` (nothing is tried once a write failed): its
+    rows (copied when it ran against another store), or a 'sweep-error' row. Returns the point's line of the
+    summary; what no store took is in the line's ``unstored`` (whole documents: nothing measured is lost), with
+    ``store_error``."""
     from accelkit.core import Estimate, Measurement
+    from accelkit.results.store import NON_FINITE
 
+    assert writer.store is not None  # a sweep always stores: the run id groups its rows
     line = {**point.to_dict(), "status": outcome["status"], "host": outcome.get("host"), "result_ids": [],
             "error": outcome.get("error")}
-    if outcome["status"] == "ok":
-        here = {"host": socket.gethostname(), "store": str(store.path.resolve())}
-        if {"host": outcome["host"], "store": outcome["store"]} == here:
-            line["result_ids"] = list(outcome["result_ids"])
-            return line
+    unstored: list[dict[str, Any]] = list(outcome.get("unstored") or [])
+    store_error = outcome.get("store_error")
+    here = {"host": socket.gethostname(), "store": str(writer.store.path.resolve())}
+    if outcome["status"] == "ok" and {"host": outcome["host"], "store": outcome["store"]} == here:
+        line["result_ids"] = list(outcome["result_ids"])
+        if store_error is not None and writer.error is None:
+            writer.error = store_error  # the driver's own store refused the point's write: the driver tries no more
+    elif outcome["status"] == "ok":
         mapping: dict[int, int] = {}
         for row in outcome["results"]:  # in id order: estimates come before the measurements that cite them
-            data = {k: v for k, v in row.items() if k not in ("id", "run_id", "type")}
+            data = {k: v for k, v in row.items() if k not in ("id", "run_id", "type", NON_FINITE)}
             data["details"] = _remap(data.get("details", {}), mapping)
             result = Measurement.from_dict(data) if row["type"] == "measurement" else Estimate.from_dict(data)
-            mapping[row["id"]] = store.add(result, run_id=run_id)
-        line["result_ids"] = [mapping[i] for i in outcome["result_ids"]]
-        return line
-    error = Measurement(kind="sweep-error", name=f"{sweep} · point {point.index} · {point.key}", details={
-        "sweep": sweep, "point": point.to_dict(), "error": outcome.get("error"),
-        "traceback": outcome.get("traceback"), "host": outcome.get("host")})
-    line["result_ids"] = [store.add(error, run_id=run_id)]
+            copied = writer.add(result, run_id=run_id)
+            if copied is None:
+                unstored.append(row)
+            else:
+                mapping[row["id"]] = copied
+        line["result_ids"] = [mapping[i] for i in outcome["result_ids"] if i in mapping]
+    else:
+        error = Measurement(kind="sweep-error", name=f"{sweep} · point {point.index} · {point.key}", details={
+            "sweep": sweep, "point": point.to_dict(), "error": outcome.get("error"),
+            "traceback": outcome.get("traceback"), "host": outcome.get("host")})
+        error_id = writer.add(error, run_id=run_id)
+        if error_id is None:
+            unstored.append(error.to_dict())
+        else:
+            line["result_ids"] = [error_id]
+    if unstored:
+        line["unstored"] = unstored
+        if (why := store_error or writer.error) is not None:
+            line["store_error"] = why
     return line
 
 
 @dataclass(slots=True)
 class SweepRun:
-    """What ``run_sweep`` returns; ``points`` are in grid order."""
+    """What ``run_sweep`` returns; ``points`` are in grid order (the points finished, when interrupted)."""
 
     name: str
     kind: str
@@ -367,7 +466,11 @@ class SweepRun:
     executor: str
     points: list[dict[str, Any]] = field(default_factory=list)
     summary_id: int | None = None
-    store_error: str | None = None  # why the summary row could not be stored
+    interrupted: bool = False  # Ctrl-C: ``unfinished`` lists the points that did not run
+    unfinished: list[str] = field(default_factory=list)
+    #: why a store refused a write: the points' ``unstored`` documents and (when it is the driver's) the summary
+    #: were not stored, and nothing more was written to that store
+    store_error: str | None = None
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -376,13 +479,17 @@ class SweepRun:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "run_id": self.run_id, "executor": self.executor,
                 "num_points": len(self.points), "num_failed": len(self.failed), "summary_id": self.summary_id,
-                "points": self.points}
+                "interrupted": self.interrupted, "unfinished": self.unfinished, "points": self.points,
+                **({"store_error": self.store_error} if self.store_error is not None else {})}
 
 
 def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = None,
               store: ResultStore | None = None, run_id: str | None = None,
               on_point: Callable[[dict[str, Any]], None] | None = None) -> SweepRun:
-    """Run every point of ``spec``; each lands in ``store`` (default: this machine's) under one run id."""
+    """Run every point of ``spec``; each lands in ``store`` (default: this machine's) under one run id. A store that
+    refuses a write fails nothing: what it did not take is in the result (``store_error`` says why), and no later
+    write to it is tried. Ctrl-C stops the sweep with the points finished so far (``interrupted``)."""
+    from accelkit.bench.record import StoreWriter
     from accelkit.core import Measurement
     from accelkit.results import ResultStore
 
@@ -390,24 +497,30 @@ def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = 
     run = SweepRun(spec.name, spec.kind, run_id or uuid.uuid4().hex[:12], f"ray ({ray})" if ray else
                    f"local process pool ({workers or spec.workers} workers)")
     own = store is None
-    store = store or ResultStore()
+    writer = StoreWriter(store or ResultStore())
+    lines: dict[int, dict[str, Any]] = {}
     try:
-        outcomes = (_ray(points, spec, run.run_id, ray) if ray else
-                    _local(points, spec, run.run_id, workers or spec.workers))
-        lines = {}
-        for point, outcome in outcomes:
-            lines[point.index] = collect(point, outcome, store, run.run_id, spec.name)
-            if on_point is not None:
-                on_point(lines[point.index])
-        run.points = [lines[i] for i in sorted(lines)]
-        summary = Measurement(kind="sweep", name=f"sweep {spec.name}: {len(points)} points, {len(run.failed)} failed",
-                              details={"sweep": spec.name, "executor": run.executor, "grid": spec.to_dict(),
-                                       "points": run.points})
+        outcomes = (_ray(points, spec, run.run_id, ray, lambda: writer.can_write) if ray else
+                    _local(points, spec, run.run_id, workers or spec.workers, lambda: writer.can_write))
         try:
-            run.summary_id = store.add(summary, run_id=run.run_id)
-        except AccelkitError as exc:  # the points are done (and stored): hand the summary back rather than lose it
-            run.store_error = str(exc)
+            for point, outcome in outcomes:
+                lines[point.index] = collect(point, outcome, writer, run.run_id, spec.name)
+                if on_point is not None:
+                    on_point(lines[point.index])
+        except KeyboardInterrupt:  # as bench keeps its finished variants: the points collected are summed up
+            run.interrupted = True
+        finally:
+            outcomes.close()  # an interrupt that landed here, not in the executor: it starts no more points
+        run.points = [lines[i] for i in sorted(lines)]
+        run.unfinished = [f"point {p.index} · {p.key}" for p in points if p.index not in lines]
+        summary = Measurement(kind="sweep", name=f"sweep {spec.name}: {len(points)} points, {len(run.failed)} failed"
+                              + (f", {len(run.unfinished)} not run (interrupted)" if run.interrupted else ""),
+                              details={"sweep": spec.name, "executor": run.executor, "grid": spec.to_dict(),
+                                       "interrupted": run.interrupted, "unfinished": run.unfinished,
+                                       "points": run.points})
+        run.summary_id = writer.add(summary, run_id=run.run_id)
+        run.store_error = writer.error or next((p["store_error"] for p in run.points if p.get("store_error")), None)
     finally:
-        if own:
-            store.close()
+        if own and writer.store is not None:
+            writer.store.close()
     return run
