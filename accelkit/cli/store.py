@@ -111,6 +111,8 @@ def print_unsaved(document: dict[str, Any], exc: Exception, *, stored: Sequence[
     else:
         what = "The measurement was not stored; its JSON is printed on stdout above"
     message = f"{exc}. {what} (redirect stdout to keep it)"
+    if unstored and not stored:  # several results, none stored: name them all
+        message += f"; not stored: {', '.join(unstored)}"
     if interrupted is not None:
         err.print(f"interrupted ({interrupted}): {message}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(130)

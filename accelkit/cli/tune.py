@@ -4,6 +4,7 @@ workload's own config (a flag it does not take is a usage error that lists the o
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import typer
@@ -14,7 +15,7 @@ from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, parse_size
-from accelkit.tune.search import TuneConfig
+from accelkit.tune.search import TuneConfig, TuneResult
 
 #: workloads with model recipes to search (the dataloader has none)
 TUNE_WORKLOADS = ("bert", "resnet", "llm", "llm-train", "custom")
@@ -45,8 +46,8 @@ class _Reporter(Reporter):
     Progress: a line per recipe phase, then the measuring rounds (how many recipes already meet their stopping
     rule)."""
 
-    def __init__(self, bar: Progress):
-        self.bar = bar
+    def __init__(self, bar: Progress, *, saving: bool):
+        self.bar, self.saving = bar, saving
         self.done: dict[str, float] = {}
 
     def refused(self, variant: str, reason: str) -> None:
@@ -67,7 +68,9 @@ class _Reporter(Reporter):
         self.bar.log(text)
 
     def stored(self, variant: str, result_ids: list[int]) -> None:
-        self.bar.log(f"finished {variant}" + (f": stored as result {', '.join(map(str, result_ids))}" if result_ids else ""))
+        why = "the store refused it; see the end" if self.saving else "--no-save"
+        self.bar.log(f"finished {variant}" + (f": stored as result {', '.join(map(str, result_ids))}" if result_ids
+                                              else f" (not stored: {why})"))
 
 
 @spec_options(
@@ -114,19 +117,21 @@ def tune_cmd(
     store = open_for_saving(save)  # before the search: an unwritable store fails now, not after it
     try:
         with Progress(f"tune {name}", show=progress) as bar:
+            reporter = _Reporter(bar, saving=save)
             if nproc_per_node > 1:
                 from accelkit.tune.compression import tune_compression
 
-                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, store=store, reporter=_Reporter(bar))
+                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, store=store, reporter=reporter)
             else:
-                result = tune(wl, config, store=store, reporter=_Reporter(bar),
-                              on_step=lambda text: bar.update(text, step=text))
+                result = tune(wl, config, store=store, reporter=reporter, on_step=lambda text: bar.update(text, step=text))
     finally:
         if store is not None:
             store.close()
     data = result.to_json()
-    if result.store_error is not None:
-        print_unsaved(data, Exception(result.store_error))
+    unfinished = ", ".join(result.unfinished) or "none"
+    if result.store_error is not None:  # every measured trial is in the document: print it rather than lose it
+        print_unsaved(data, AccelkitError(result.store_error), stored=_stored(result), unstored=_unstored(result),
+                      interrupted=f"not finished: {unfinished}" if result.interrupted else None)
 
     def render() -> None:
         rows = []
@@ -155,6 +160,24 @@ def tune_cmd(
             err.print(f"stored as result {result.result_id} (run {result.run_id})")
 
     emit(data, as_json, render)
+    if result.interrupted:
+        err.print(f"interrupted: stored {', '.join(_stored(result)) or 'nothing'}; not finished: {unfinished}",
+                  highlight=False, markup=False, soft_wrap=True)
+        sys.exit(130)
+
+
+def _stored(result: TuneResult) -> list[str]:
+    """The search's stored rows, named: 'the quick probe (result 3)', 'bf16 (result 5)', 'the tune summary …'."""
+    return ([f"the quick probe (result {result.quick_probe_id})"] if result.quick_probe_id is not None else []) + [
+        f"{t.name} (result {', '.join(map(str, t.result_ids))})" for t in result.trials if t.result_ids] + (
+        [f"the tune summary (result {result.result_id})"] if result.result_id is not None else [])
+
+
+def _unstored(result: TuneResult) -> list[str]:
+    """What the store did not take: the quick probe, measured trials, the summary."""
+    return (["the quick probe"] if result.ran_quick_probe and result.quick_probe_id is None else []) + [
+        t.name for t in result.trials if t.status == "measured" and not t.result_ids] + (
+        ["the tune summary"] if result.result_id is None else [])
 
 
 def _build_custom(wl: Any, module: str | None) -> None:

@@ -95,11 +95,12 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     run = run_distributed_bench(workload, [v for _, v in measured], bench, DistConfig(nproc_per_node=nproc_per_node),
                                 store=store, reporter=reporter, run_id=run_id,
                                 quality=QualityConfig(max_loss_increase=config.max_accuracy_drop))
-    entries = {e["name"]: e for e in run.to_json()["variants"]}
+    doc = run.to_json()
+    entries = {e["name"]: e for e in doc["variants"]}
     for t, _ in measured:
         entry = entries.get(t.name)
         if entry is None:
-            t.status, t.reason = "failed", "not measured"
+            t.status, t.reason = "failed", "not measured (interrupted)" if run.interrupted else "not measured"
             continue
         t.status = "measured"
         t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
@@ -120,7 +121,7 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
                         winner=winner, snippet=compression_snippet(winner.recipe) if winner else None, run_id=run_id,
                         notes=notes)
-    result.store_error = run.store_error
+    result.record_run(doc)
     writer = StoreWriter(store)
     if writer.can_write and result.store_error is None:  # a refused summary is handed back, not lost
         result.result_id = writer.add(Measurement(

@@ -55,13 +55,14 @@ class Trial:
     gate: dict[str, Any] | None = None
     passed: bool = False
     pareto: bool = False
+    result_ids: list[int] = field(default_factory=list)  # its stored bench rows (none: not saving, or refused)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "recipe": self.recipe.to_dict(), "status": self.status, "reason": self.reason,
             "estimated_bytes": self.estimated_bytes, "throughput": self.throughput, "unit": self.unit,
             "latency_s": self.latency_s, "memory_bytes": self.memory_bytes, "memory_basis": self.memory_basis, "accuracy": self.accuracy,
-            "gate": self.gate, "passed": self.passed, "pareto": self.pareto,
+            "gate": self.gate, "passed": self.passed, "pareto": self.pareto, "result_ids": self.result_ids,
         }
 
 
@@ -75,16 +76,33 @@ class TuneResult:
     snippet: str | None
     run_id: str
     notes: list[str] = field(default_factory=list)
-    result_id: int | None = None
-    store_error: str | None = None  # why the store refused a write (trials from then on and the summary are unstored)
+    result_id: int | None = None  # the summary row
+    interrupted: bool = False  # Ctrl-C stopped the measuring: ``unfinished`` names the recipes it cut short
+    unfinished: list[str] = field(default_factory=list)
+    ran_quick_probe: bool = False  # no probe of this CPU was stored, so the search ran a quick one …
+    quick_probe_id: int | None = None  # … stored as this row (None: the store did not take it)
+    #: why the store refused a write: the trials without result_ids, and the summary, are not stored (nothing later
+    #: was tried); every measured trial is in the result all the same
+    store_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "workload": self.workload, "objective": self.objective, "device": self.device, "run_id": self.run_id,
             "winner": self.winner.to_json() if self.winner else None, "snippet": self.snippet,
             "pareto": [t.name for t in self.trials if t.pareto], "trials": [t.to_json() for t in self.trials],
-            "notes": self.notes, "result_id": self.result_id,
+            "notes": self.notes, "result_id": self.result_id, "interrupted": self.interrupted,
+            "unfinished": self.unfinished,
+            "quick_probe": {"result_id": self.quick_probe_id} if self.ran_quick_probe else None,
+            **({"store_error": self.store_error} if self.store_error is not None else {}),
         }
+
+    def record_run(self, doc: dict[str, Any]) -> None:
+        """What the bench run behind the trials says about storing and Ctrl-C: each trial's stored rows (every step
+        of its variant), whether it was interrupted and which recipes it did not finish."""
+        for t in self.trials:
+            t.result_ids = [e["result_id"] for e in doc["variants"] if e["name"] == t.name and e["result_id"] is not None]
+        self.interrupted, self.unfinished = bool(doc.get("interrupted")), list(doc.get("unfinished") or [])
+        self.store_error = self.store_error or doc.get("store_error")
 
 
 def candidate_recipes(workload: BenchWorkload, *, compile: bool = True, cuda: bool = False) -> list[tuple[str, Recipe]]:
@@ -187,14 +205,17 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         raise UserError("tune searches model recipes; the dataloader workload has none — use `accelkit bench dataloader`")
     hardware, catalog = identify(device)
     notes: list[str] = []
+    ran_quick_probe, quick_probe_id = False, None
     writer = StoreWriter(store)  # the probe's and the summary's rows (the bench's own writer stores the trials)
     if device == "cpu" and store is not None and store.latest("probe", hardware=hardware) is None:
         # the planner models a CPU from its probe; without one every memory estimate would be missing
         from accelkit.hardware.probe import ProbeConfig, probe
 
         step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
+        ran_quick_probe = True
         measured_probe = probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}"))
-        if writer.add(measured_probe) is not None:
+        quick_probe_id = writer.add(measured_probe)
+        if quick_probe_id is not None:
             notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")
         else:  # the search still runs, without the planner's estimates, and stores nothing
             notes.append("no `hw probe` of this CPU was stored and the quick one run now could not be stored: the "
@@ -284,8 +305,9 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     winner = min(passing, key=lambda t: _objective_key(t, config.objective)) if passing else None
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
                         winner=winner, snippet=snippet(winner.recipe) if winner else None, run_id=run_id,
-                        notes=notes + run.notes)
-    result.store_error = writer.error or run.store_error  # the trials that were measured are all in the result
+                        notes=notes + run.notes, ran_quick_probe=ran_quick_probe, quick_probe_id=quick_probe_id,
+                        store_error=writer.error)
+    result.record_run(doc)  # the trials that were measured are all in the result, stored or not
     if writer.can_write and result.store_error is None:  # a refused summary is handed back, not lost
         result.result_id = writer.add(Measurement(
             kind="tune", name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,

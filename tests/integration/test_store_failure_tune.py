@@ -1,0 +1,87 @@
+"""`accelkit tune` when the results store stops taking writes, as `accelkit bench` does: every measured trial is in
+the document printed on stdout (strict JSON, `store_error` set), stderr names what was stored and what was not
+(each trial, the summary), no write is tried after the refused one, exit 1 — and Ctrl-C with a refusing store
+keeps the result with `interrupted` and the recipes it did not finish."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sqlite3
+import subprocess
+import sys
+
+from accelkit.bench.runner import Reporter
+from accelkit.results import ResultStore
+from tests.conftest import REPO
+
+TUNE_TINY = ("tune", "bert", "--size", "tiny", "--batch-size", "2", "--seq-len", "16", "--no-compile",
+             "--max-trials", "2", "--device", "cpu", "--json")
+
+
+def strict_loads(text: str):
+    def refuse(constant: str):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_tune_prints_every_trial_the_full_disk_cannot_take(probed):
+    """The store (with a probe: no quick probe is run) opens fine; its disk 'fills' (RLIMIT_FSIZE) while the search
+    stores. Before, stderr said only that something was not stored, and the document had no store_error."""
+    db = probed / "results.db"
+    with ResultStore(db) as store:
+        before = store.count()
+
+    def small_files() -> None:  # the -shm index is 32 KiB; the WAL fills before the trials' rows and the summary fit
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, 32 * 1024))
+
+    proc = subprocess.run([sys.executable, "-m", "accelkit", *TUNE_TINY], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ), cwd=REPO, preexec_fn=small_files)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    doc = strict_loads(proc.stdout)
+    assert "disk full" in doc["store_error"] and doc["result_id"] is None and not doc["interrupted"]
+    measured = [t for t in doc["trials"] if t["status"] == "measured"]
+    assert [t["name"] for t in measured] == ["fp32", "bf16"] and all(t["throughput"] > 0 for t in measured)
+    # how many rows fit before the WAL fills depends on the samples this machine takes: stderr names each side
+    stored = [f"{t['name']} (result {', '.join(map(str, t['result_ids']))})" for t in measured if t["result_ids"]]
+    unstored = ", ".join([t["name"] for t in measured if not t["result_ids"]] + ["the tune summary"])
+    if stored:
+        assert f"Stored before the failure: {', '.join(stored)}; not stored: {unstored}." in proc.stderr
+    else:
+        assert "The measurement was not stored; its JSON is printed on stdout above" in proc.stderr
+        assert f"; not stored: {unstored}" in proc.stderr
+    with ResultStore(db, readonly=True) as store:  # what was named, nothing half-written
+        assert store.count() == before + sum(len(t["result_ids"]) for t in measured)
+
+
+class _CtrlC(Reporter):
+    """Ctrl-C (KeyboardInterrupt, as the bench's SIGINT handler raises it) at the first measuring round."""
+
+    def progress(self, lane, iterations, measured_s, loop) -> None:
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_and_a_locked_store_keep_the_result(probed):
+    from accelkit.bench.workloads import make_workload
+    from accelkit.tune import tune
+    from accelkit.tune.search import TuneConfig
+
+    store = ResultStore(probed / "results.db", timeout_s=0.05)
+    writes: list[str] = []
+    store._conn.set_trace_callback(lambda sql: writes.append(sql) if sql.startswith("BEGIN") else None)
+    holder = sqlite3.connect(probed / "results.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        result = tune(make_workload("bert", {"size": "tiny", "batch_size": 2, "seq_len": 16}),
+                      TuneConfig(max_trials=2, compile=False, device="cpu"), store=store, reporter=_CtrlC())
+    finally:
+        holder.execute("ROLLBACK")
+        store.close()
+    assert result.interrupted and result.unfinished == ["fp32", "bf16"]
+    assert [t.reason for t in result.trials if t.status == "failed"] == ["not measured (interrupted)"] * 2
+    assert "locked" in result.store_error and result.result_id is None  # the summary: the one write tried
+    assert writes == ["BEGIN IMMEDIATE"]
+    doc = result.to_json()
+    assert doc["interrupted"] and doc["unfinished"] == ["fp32", "bf16"] and doc["store_error"] == result.store_error
