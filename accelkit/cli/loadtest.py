@@ -20,8 +20,8 @@ from accelkit.cli.output import (
     table,
 )
 from accelkit.cli.spec_options import spec_options
-from accelkit.cli.store import open_for_saving, save_or_print
-from accelkit.core import UserError
+from accelkit.cli.store import open_for_saving, print_unsaved
+from accelkit.core import AccelkitError, UserError
 from accelkit.loadtest.config import SLO, LoadTestConfig, parse_rate
 
 
@@ -78,19 +78,24 @@ def loadtest_cmd(
     load: dict[str, Any],
 ) -> None:
     """Load-test an OpenAI-compatible server: TTFT, TPOT, ITL, E2E, throughput and goodput per request rate."""
+    from accelkit.bench.record import StoreWriter
     from accelkit.loadtest import run_loadtest
 
     with flag_values():
         config = LoadTestConfig(**load)
     store = open_for_saving(save)  # before sending: an unwritable store fails now, not after the test
+    writer = StoreWriter(store)
     try:
         with Progress("load test", show=progress) as bar:
             result = run_loadtest(config, on_progress=lambda text: bar.update(text, step=text.split(":")[0]))
-        result_id = save_or_print(store, result)
+        result_id = writer.add(result)
     finally:
         if store is not None:
             store.close()
-    emit({**result.to_dict(), "result_id": result_id}, as_json, lambda: _render(result.details, result_id))
+    data = {**result.to_dict(), "result_id": result_id}
+    if writer.error is not None:  # the same document, with why it was not stored: printed rather than lost
+        print_unsaved({**data, "store_error": writer.error}, AccelkitError(writer.error))
+    emit(data, as_json, lambda: _render(result.details, result_id))
 
 
 def _ms(value: float | None) -> str | None:
