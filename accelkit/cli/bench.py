@@ -6,6 +6,7 @@ still works as the older spelling of `accelkit bench suite NAME`.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from contextlib import closing
@@ -256,7 +257,8 @@ def _dist_config(dist: dict[str, Any] | None) -> Any:
         return None
     if config.nproc_per_node == 1 and config.nnodes_range == (1, 1) and config.zero == 0:
         # one rank of plain data parallelism is the in-process run: torchrun would only add its start-up
-        given = [f"--{f.replace('_', '-')}" for f in config.__dataclass_fields__ if getattr(config, f) != getattr(default, f)]
+        given = [DIST_FLAGS.get(f, f"--{f.replace('_', '-')}") for f in config.__dataclass_fields__
+                 if getattr(config, f) != getattr(default, f)]
         raise UserError(f"{', '.join(given)} {'sets' if len(given) == 1 else 'set'} up a torchrun launch, but this run is one process on one node; add "
                         "--nproc-per-node N (or --nnodes M, or --zero 2|3) for a distributed run, or drop them")
     return config
@@ -425,11 +427,29 @@ def llm_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json:
     _run_workload("llm", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
 
 
+def _seconds(flag: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise UserError(f"{flag} {text!r} is not valid; give seconds, e.g. 1800") from None
+        if math.isnan(value):
+            raise UserError(f"{flag} {text!r} is not a number; give seconds, e.g. 1800")
+        return value  # the field's bounds (1 s to a week) are checked by spec_options, naming the flag
+    return parse
+
+
+#: DistConfig flags spelled otherwise than --field-name, and how they are read (also `hw probe --collectives`'s)
+DIST_FLAGS = {"collective_timeout_s": "--collective-timeout"}
+DIST_PARSE = {"collective_timeout_s": _seconds("--collective-timeout")}
+
+
 def _dist_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     from accelkit.distributed.launch import DistConfig
     from accelkit.distributed.quality import QualityConfig
 
-    return spec_options(QualityConfig, into="quality")(spec_options(DistConfig, into="dist")(fn))
+    return spec_options(QualityConfig, into="quality")(
+        spec_options(DistConfig, into="dist", names=DIST_FLAGS, parse=DIST_PARSE)(fn))
 
 
 @app.command("llm-train", cls=BenchCommand)

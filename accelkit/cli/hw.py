@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from accelkit.cli.bench import DIST_FLAGS, DIST_PARSE
 from accelkit.cli.output import (
     JsonOption,
     Progress,
@@ -22,6 +23,7 @@ from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, save_or_print
 from accelkit.core import DeviceSpec, UserError
 from accelkit.core.units import parse_size
+from accelkit.distributed.launch import DistConfig
 from accelkit.hardware import get_device, list_devices
 from accelkit.hardware.probe import ProbeConfig
 
@@ -152,6 +154,9 @@ def _copy_size(text: str) -> int:
 
 
 @app.command("probe")
+@spec_options(DistConfig, into="dist", only=("collective_timeout_s",), names=DIST_FLAGS, parse=DIST_PARSE,
+              helps={"collective_timeout_s": "--collectives: seconds a rank waits in one collective for its peers "
+                                             "before it fails (1 to 604800; default 600)."})
 @spec_options(
     ProbeConfig, into="probe", names={"matmul_size": "--size", "copy_bytes": "--copy-size", "dtypes": "--dtype"},
     parse={"dtypes": _dtypes, "copy_bytes": _copy_size},
@@ -166,12 +171,16 @@ def probe_cmd(
     progress: bool | None = ProgressOption,
     *,
     probe: dict[str, Any],
+    dist: dict[str, Any],
 ) -> None:
     """Measure this device's matmul peak per dtype and its memory bandwidth (the measured roofline)."""
     if collectives:
-        _collectives(quick=probe["quick"], device=probe["device"], nproc_per_node=nproc_per_node, save=save,
-                     as_json=as_json, progress=progress)
+        _collectives(quick=probe["quick"], device=probe["device"], nproc_per_node=nproc_per_node, dist=dist,
+                     save=save, as_json=as_json, progress=progress)
         return
+    if dist:
+        given = ", ".join(DIST_FLAGS.get(f, f) for f in dist)
+        raise UserError(f"{given} applies to --collectives (the torchrun launch); add --collectives or drop it")
     from accelkit.hardware.probe import probe as run_probe
 
     with flag_values():
@@ -215,11 +224,10 @@ def _pct(fraction: float | None) -> str | None:
     return None if fraction is None else f"{fraction * 100:.0f}%"
 
 
-def _collectives(*, quick: bool, device: str, nproc_per_node: int, save: bool, as_json: bool,
+def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[str, Any], save: bool, as_json: bool,
                  progress: bool | None) -> None:
     """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
     from accelkit.distributed.collectives import CollectiveConfig, probe_collectives
-    from accelkit.distributed.launch import DistConfig
     from accelkit.hardware.device import resolve_device
 
     # as `hw probe --device` does: a bad name, or cuda without a GPU, is refused (it used to run on the CPU);
@@ -227,11 +235,11 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, save: bool, a
     resolved = resolve_device(device)
     with flag_values():
         config = CollectiveConfig(quick=quick, device="cpu" if resolved == "cpu" else "auto")
-        dist = DistConfig(nproc_per_node=nproc_per_node)
+        layout = DistConfig(nproc_per_node=nproc_per_node, **dist)
     store = open_for_saving(save)  # checked before torchrun starts; rank 0 writes to the same file
     try:
         with Progress("probing collectives", show=progress) as bar:
-            result = probe_collectives(config, dist, store=store, save=save, on_line=bar.update)
+            result = probe_collectives(config, layout, store=store, save=save, on_line=bar.update)
     finally:
         if store is not None:
             store.close()

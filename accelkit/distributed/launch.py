@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import queue
 import signal
@@ -39,6 +40,11 @@ from accelkit.core.spec import Spec, spec_field
 from accelkit.distributed.rank_failures import failed_ranks, failure_message
 
 WORKER_MODULE = "accelkit.distributed.worker"
+#: seconds a rank waits in one collective for its peers when ``collective_timeout_s`` is not given (torch's own
+#: default is 30 min for gloo, 10 min for NCCL)
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
+#: the longest collective timeout taken: a week is past any real wait, and torch converts it to milliseconds
+MAX_COLLECTIVE_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +62,11 @@ class DistConfig(Spec):
     zero: Literal[0, 2, 3] = spec_field(
         0, doc="0: DDP; 2: FSDP2 fully_shard(reshard_after_forward=False); 3: fully_shard(reshard_after_forward=True).")
     backend: Literal["auto", "gloo", "nccl"] = spec_field("auto", doc="auto: NCCL on CUDA/ROCm, gloo on CPU.")
+    collective_timeout_s: float | None = spec_field(
+        None, min=1.0, max=MAX_COLLECTIVE_TIMEOUT_S,
+        doc="Seconds a rank waits in one collective (or in setting up the process group) for its peers before it "
+            "fails (1 to 604800; not given: 600). Raise it when some ranks legitimately lag (a big model's first FSDP "
+            "all-gather, a slow checkpoint load); lower it to have a hang fail sooner.")
 
     def validate(self) -> None:
         lo, hi = self.nnodes_range
@@ -86,6 +97,11 @@ class DistConfig(Spec):
         if low < 1 or high < low:
             raise ValueError(f"nnodes={self.nnodes!r} is out of range; expected 1 <= MIN <= MAX")
         return low, high
+
+    @property
+    def effective_collective_timeout_s(self) -> float:
+        """What each rank gives ``init_process_group`` as its ``timeout``."""
+        return DEFAULT_COLLECTIVE_TIMEOUT_S if self.collective_timeout_s is None else self.collective_timeout_s
 
     @property
     def is_elastic(self) -> bool:
@@ -163,15 +179,36 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
     AccelkitError naming the timeout. However the launch ends — failure, timeout, Ctrl-C, SIGTERM — torchrun and
     every rank are stopped (SIGTERM, then SIGKILL after ``STOP_GRACE_S``) and the job's temporary directory is
     removed; a SIGTERM is then handed to the handler that was installed before (by default: this process ends)."""
+    check_timeouts(config, timeout_s)
     with _sigterm_raises():
         return _launch(job, config, on_line=on_line, timeout_s=timeout_s)
+
+
+def check_timeouts(config: DistConfig, timeout_s: float | None) -> None:
+    """The launch's ``timeout_s`` bounds the whole launch (torchrun's start, the rendezvous, every collective and the
+    work between them); ``config.collective_timeout_s`` bounds one wait inside it. Given both, the launch's must be the
+    longer: else the collective timeout could never fire, and a hang would end as "the ranks did not finish" instead of
+    the ranks' own error naming the collective that waited. Without a collective timeout (600 s then) a shorter
+    ``timeout_s`` is a whole-job budget and simply stops the launch first."""
+    if timeout_s is None:
+        return
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s={timeout_s!r} is not valid; expected a positive number of seconds, or None for "
+                         "no limit")
+    if config.collective_timeout_s is not None and timeout_s <= config.collective_timeout_s:
+        raise ValueError(
+            f"timeout_s={timeout_s:g} s (the whole launch) is not longer than collective_timeout_s="
+            f"{config.collective_timeout_s:g} s (one collective's wait for its peers): the launch would be stopped "
+            "before a hung collective could fail and be named; give timeout_s above collective_timeout_s, with room "
+            "for torchrun's start and the work between collectives, or lower collective_timeout_s")
 
 
 def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], None] | None,
             timeout_s: float | None) -> LaunchResult:
     with tempfile.TemporaryDirectory(prefix="accelkit-dist-") as tmp:
         job_path, out_path, log_dir = Path(tmp) / "job.json", Path(tmp) / "result.json", Path(tmp) / "logs"
-        job_path.write_text(json.dumps({**job, "out": str(out_path)}))
+        job_path.write_text(json.dumps({**job, "out": str(out_path),
+                                        "collective_timeout_s": config.effective_collective_timeout_s}))
         # --log-dir: the ranks' error files (TORCHELASTIC_ERROR_FILE) land here, and go with the directory
         cmd = torchrun_command(config, str(job_path), log_dir=str(log_dir))
         output: list[str] = []  # all of it: torchrun's failure summary can sit above a long traceback
@@ -201,7 +238,13 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
         if rc != 0:
             failures = failed_ranks(log_dir, output)
             if failures:
-                raise AccelkitError(f"torchrun exited with code {rc}: {failure_message(failures)}")
+                hint = ""
+                if any(f.is_timeout for f in failures):
+                    hint = (f"; a rank gave up waiting for its peers after collective_timeout_s="
+                            f"{config.effective_collective_timeout_s:g} s — if some ranks legitimately take longer (a "
+                            "big model's first all-gather, a slow checkpoint load) raise it (--collective-timeout), "
+                            "else look at the rank that never arrived")
+                raise AccelkitError(f"torchrun exited with code {rc}: {failure_message(failures)}{hint}")
             shown = "\n".join(output[-25:])
             raise AccelkitError(f"torchrun exited with code {rc} ({' '.join(cmd[1:4])} …); its last lines:\n{shown}")
         document = json.loads(out_path.read_text()) if out_path.exists() else None

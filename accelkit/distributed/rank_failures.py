@@ -9,7 +9,9 @@ Ranks that died without a Python exception (a signal, ``os._exit``) have no erro
 summary (rank, exit code, signal, time in seconds).
 
 Order, first failure first: by the second it happened; within one second a rank that died without an exception
-comes before one that raised (a killed rank's peers raise because they lost it); then by nanoseconds.
+comes before one that raised (a killed rank's peers raise because they lost it), except a rank ended by SIGTERM,
+which comes last — that is how torchrun stops the ranks still running once one has failed (a hung rank whose peer
+timed out waiting for it ends so); then by nanoseconds.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 #: the longest exception message quoted per rank (gloo's and NCCL's run to several hundred characters)
 MAX_MESSAGE_CHARS = 400
+_TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +41,19 @@ class RankFailure:
     is_exception: bool = True
 
     @property
+    def is_timeout(self) -> bool:
+        """Whether the rank gave up waiting for a peer: gloo's "Timed out waiting …ms", NCCL's watchdog "collective
+        operation timeout", the process group's store barrier or a store wait timing out."""
+        return self.is_exception and _TIMEOUT.search(self.what) is not None
+
+    @property
+    def is_stopped(self) -> bool:
+        """Ended by SIGTERM: torchrun stopping the group after another rank failed (rarely a cause itself)."""
+        return not self.is_exception and self.what.startswith("killed by SIGTERM")
+
+    @property
     def order(self) -> tuple[int, int, int]:
-        return self.time_s, int(self.is_exception), self.time_ns or 0
+        return self.time_s, 2 if self.is_stopped else int(self.is_exception), self.time_ns or 0
 
     def describe(self) -> str:
         where = ", ".join(p for p in (f"host {self.host}" if self.host else "",

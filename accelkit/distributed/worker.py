@@ -24,9 +24,6 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, recor
 
 from accelkit.hardware.device import resolve_device
 
-#: seconds a rank waits in one collective (or the rendezvous of the process group) for its peers before it fails
-DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
-
 
 @dataclass(frozen=True, slots=True)
 class RankContext:
@@ -64,14 +61,18 @@ def start(job: dict[str, Any]) -> RankContext:
     backend = job.get("backend", "auto")
     if backend == "auto":
         backend = "nccl" if device.startswith("cuda") else "gloo"
-    # a collective that waits longer than this for a peer fails on this rank (torch's default for gloo is 30 min)
-    timeout = timedelta(seconds=DEFAULT_COLLECTIVE_TIMEOUT_S)
+    # a collective that waits longer than this for a peer fails on this rank (launch() puts DistConfig's
+    # collective_timeout_s, default 600 s, in every job; torch's own default for gloo is 30 min)
+    timeout_s = float(job["collective_timeout_s"])
+    timeout = timedelta(seconds=timeout_s)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
         dist.init_process_group(backend, device_id=torch.device(device), timeout=timeout)
     else:
         dist.init_process_group(backend, timeout=timeout)
-    return RankContext(rank, world, local_rank, local_world, device, backend, socket.gethostname())
+    ctx = RankContext(rank, world, local_rank, local_world, device, backend, socket.gethostname())
+    ctx.say(f"process group: {backend}, a collective waits at most {timeout_s:g} s for its peers")
+    return ctx
 
 
 def gather_to_rank0(obj: Any) -> list[Any] | None:
