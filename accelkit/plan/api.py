@@ -8,6 +8,7 @@ from typing import Any
 from accelkit.core import Cluster, Estimate, UserError, Workload
 from accelkit.plan.context import PlanContext, kv_cache_dtype, make_context
 from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
+from accelkit.plan.grad_comm import PowerSGDSplit
 from accelkit.plan.layout import Layout, check_compression, check_user_layout
 from accelkit.plan.options import PlanOptions
 
@@ -82,7 +83,7 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
     if w.task == "train":
         doc["global_batch"] = c.batch
         doc["seq_len"] = w.seq_len
-        doc["grad_reduction"] = grad_reduction_doc(ctx, lay)
+        doc["grad_reduction"] = grad_reduction_doc(ctx, lay, c.powersgd_split)
         if c.memory.get("host_optimizer"):
             doc["host_memory_bytes"] = {"optimizer": _bytes(c.memory["host_optimizer"])}
     else:
@@ -99,20 +100,23 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
     return doc
 
 
-def grad_reduction_doc(ctx: PlanContext, layout: Layout) -> dict[str, Any] | None:
+def grad_reduction_doc(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = None) -> dict[str, Any] | None:
     """The data-parallel gradient reduction of a training plan: bytes per reduction and rank, its collective
     time, the compression compute (plan/grad_comm.py); None without data parallelism. With expert parallelism
     the experts' gradients are reduced over their own, smaller group (``expert_dp``): the top level describes
-    the dense parameters' reduction over dp·cp, ``expert_group`` the experts' (absent when ep spans dp·cp)."""
-    from accelkit.plan.grad_comm import describe, grad_reduction
+    the dense parameters' reduction over dp·cp, ``expert_group`` the experts' (absent when ep spans dp·cp).
+    ``split``: the PowerSGD split the candidate's step time used (``Candidate.powersgd_split``; made here when None)."""
+    from accelkit.plan.grad_comm import describe, grad_reduction, rank_split
     from accelkit.plan.time import compression_s, dp_groups, reduce_s, reductions_per_step, stage_param_split
 
     if layout.dp * layout.cp == 1:
         return None
     per_step = reductions_per_step(layout)
+    if split is None:
+        split = rank_split(ctx, layout)
     docs = []
     for group_links, params in dp_groups(ctx, layout, *stage_param_split(ctx, layout)):
-        red = grad_reduction(ctx, layout, params)
+        red = grad_reduction(ctx, layout, params, split)
         docs.append({**describe(red), "group_size": group_links.n, "reductions_per_step": per_step,
                      "buffer_bytes_per_step": round(red.sent_bytes * per_step),
                      "collective_s": reduce_s(group_links, red) * per_step, "compress_s": compression_s(ctx, layout, red)})

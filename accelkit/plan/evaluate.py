@@ -9,7 +9,7 @@ from typing import Any
 from accelkit.plan import energy as E
 from accelkit.plan import flops as F
 from accelkit.plan.context import PlanContext, kv_element_bytes
-from accelkit.plan.grad_comm import powersgd_memory_bytes
+from accelkit.plan.grad_comm import PowerSGDSplit, powersgd_memory_bytes, rank_split
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import (
     head_activation_bytes,
@@ -44,6 +44,9 @@ class Candidate:
     #: inference: what ``tokens_per_step`` counts — "output" (generated tokens), "prompt" (a prefill-only LM run,
     #: output_len 0: prompt tokens/s), "input" (an encoder's sequence tokens); None for training and CNNs
     tokens_counted: str | None = None
+    #: training under PowerSGD: how the step time split this rank's gradient tensors (grad_comm.rank_split, a walk
+    #: over every tensor), kept so that the plan document's gradient reduction is computed from the same split
+    powersgd_split: PowerSGDSplit | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -120,7 +123,8 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
 def evaluate_train(ctx: PlanContext, layout: Layout) -> Candidate:
     w = ctx.workload
     memory, fits = _finish_memory(ctx, train_memory(ctx, layout))
-    times = train_time(ctx, layout)
+    split = rank_split(ctx, layout)
+    times = train_time(ctx, layout, split)
     step = sum(times.values())
     global_batch = layout.dp * layout.micro_batch * layout.grad_accum
     if ctx.cnn is not None:
@@ -135,7 +139,7 @@ def evaluate_train(ctx: PlanContext, layout: Layout) -> Candidate:
     return Candidate(
         layout=layout, memory=memory, fits=fits, flops_per_step=model_flops, step_time_s=step, time_breakdown=times,
         tokens_per_step=items, mfu=mfu, energy_j_per_token=None if joules is None else joules / items,
-        cost_per_step=E.cost(n, step, ctx.options.price_per_device_hour), batch=global_batch,
+        cost_per_step=E.cost(n, step, ctx.options.price_per_device_hour), batch=global_batch, powersgd_split=split,
     )
 
 

@@ -51,7 +51,7 @@ from accelkit.core import ModelSpec
 from accelkit.plan import flops as F
 from accelkit.plan.comm import Links
 from accelkit.plan.context import PlanContext, kv_element_bytes
-from accelkit.plan.grad_comm import GradReduction, buckets, compress_s, grad_reduction
+from accelkit.plan.grad_comm import GradReduction, PowerSGDSplit, buckets, compress_s, grad_reduction, rank_split
 from accelkit.plan.kernels import layer_traffic, loss_bytes_per_token, math_attention_bytes
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import TRAIN_WEIGHT_BYTES, optimizer_bytes_per_param, uses_dropout
@@ -157,11 +157,15 @@ def _flash_attention_flops(model: ModelSpec, batch: int, seq: int, *, causal: bo
 
 
 # ---- training -------------------------------------------------------------------------------------------
-def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
+def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = None) -> dict[str, float]:
     """Seconds per optimizer step by kernel class: compute (matmuls, attention), memory (memory-bound
-    kernels, loss, optimizer), communication (exposed), bubble (pipeline), launch (host-bound excess)."""
+    kernels, loss, optimizer), communication (exposed), bubble (pipeline), launch (host-bound excess).
+    ``split``: the layout's ``grad_comm.rank_split`` when the caller keeps it for the plan document (made here
+    when None): every gradient reduction of the layout is computed from this one split."""
+    if split is None:
+        split = rank_split(ctx, layout)
     if ctx.cnn is not None:
-        return _cnn_train_time(ctx, layout)
+        return _cnn_train_time(ctx, layout, split)
     m, w, o = ctx.model, ctx.workload, ctx.options
     tp, pp, cp, vp, e, seq = layout.tp, layout.pp, layout.cp, layout.vp, ctx.e, w.seq_len
     sp = tp if layout.sequence_parallel else 1
@@ -240,8 +244,8 @@ def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
 
     # ---- data parallel and the optimizer
     dense, expert = stage_param_split(ctx, layout)
-    red = dp_reduction(ctx, layout, dense + expert)
-    dp_exposed = _dp_exposed(ctx, layout, dense, expert, layers, stage, st_compute)
+    red = dp_reduction(ctx, layout, dense + expert, split)
+    dp_exposed = _dp_exposed(ctx, layout, dense, expert, split, layers, stage, st_compute)
     optimizer = _optimizer_s(ctx, layout, dense, expert, bw) + compression_s(ctx, layout, red)
     return {
         "compute": mb * st_compute,
@@ -252,9 +256,9 @@ def train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     }
 
 
-def dp_reduction(ctx: PlanContext, layout: Layout, params: float) -> GradReduction | None:
+def dp_reduction(ctx: PlanContext, layout: Layout, params: float, split: PowerSGDSplit | None) -> GradReduction | None:
     """What the data-parallel gradient reduction sends (grad_comm.py); None without data parallelism."""
-    return grad_reduction(ctx, layout, params) if layout.dp * layout.cp > 1 else None
+    return grad_reduction(ctx, layout, params, split) if layout.dp * layout.cp > 1 else None
 
 
 def reduce_s(dp_links: Links, red: GradReduction) -> float:
@@ -293,14 +297,14 @@ def dp_groups(ctx: PlanContext, layout: Layout, dense: float, expert: float) -> 
     return out
 
 
-def _dp_exposed(ctx: PlanContext, layout: Layout, dense: float, expert: float, layers: int, stage: float,
-                st_compute: float) -> float:
+def _dp_exposed(ctx: PlanContext, layout: Layout, dense: float, expert: float, split: PowerSGDSplit | None,
+                layers: int, stage: float, st_compute: float) -> float:
     """Exposed data-parallel time per step (the overlap model in the module docstring): the collectives of every
     group in ``dp_groups``, one after another, each in the bytes ``grad_reduction`` says."""
     groups = dp_groups(ctx, layout, dense, expert)
     if not groups:
         return 0.0
-    scatter = sum(reduce_s(g, grad_reduction(ctx, layout, p)) for g, p in groups)
+    scatter = sum(reduce_s(g, grad_reduction(ctx, layout, p, split)) for g, p in groups)
     if layout.zero >= 3:  # per micro-batch: gather for forward and backward, reduce-scatter the gradients
         wb = 4.0 if ctx.options.autocast_fp32_params else ctx.weight_bytes
         gather = sum(g.all_gather_s(p * wb) for g, p in groups)
@@ -334,7 +338,7 @@ def _optimizer_s(ctx: PlanContext, layout: Layout, dense: float, expert: float, 
     return local * (2 * (states + wb) + wb) / bw  # read+write states and weights, read gradients
 
 
-def _cnn_train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
+def _cnn_train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None) -> dict[str, float]:
     cnn = ctx.cnn
     assert cnn is not None
     n = layout.micro_batch
@@ -345,8 +349,8 @@ def _cnn_train_time(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     memory = 6.0 * saved / bw  # each saved byte: written, read forward and backward, gradient written and read
     params = float(ctx.model.num_params())
     stage = compute + memory
-    red = dp_reduction(ctx, layout, params)
-    dp_exposed = _dp_exposed(ctx, layout, params, 0.0, 1, stage, compute)
+    red = dp_reduction(ctx, layout, params, split)
+    dp_exposed = _dp_exposed(ctx, layout, params, 0.0, split, 1, stage, compute)
     opt = _optimizer_s(ctx, layout, params, 0.0, bw) + compression_s(ctx, layout, red)
     return {"compute": layout.grad_accum * compute, "memory": layout.grad_accum * memory + opt,
             "communication": dp_exposed, "bubble": 0.0, "launch": 0.0}

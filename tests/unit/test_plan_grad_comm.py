@@ -183,6 +183,27 @@ def test_moe_gradient_reduction_doc_reports_the_expert_group_apart():
     assert "expert_group" not in dense_only and dense_only["group_size"] == 4
 
 
+def test_a_powersgd_layout_splits_its_gradient_tensors_once(monkeypatch):
+    # before: one plan walked the rank's gradient tensors 5 times (PowerSGD's split, tensor by tensor) for a MoE layout:
+    # for the step's total, its dense and its expert group, and again for both groups in the plan document
+    import accelkit.plan.grad_comm as grad_comm
+    from accelkit.plan.api import grad_reduction_doc
+    from accelkit.plan.context import make_context
+
+    walks = []
+    real = grad_comm.local_grads
+    monkeypatch.setattr(grad_comm, "local_grads", lambda ctx, layout: walks.append(layout) or real(ctx, layout))
+    recipe = Recipe(precision="fp32", dp=4, ep=2, micro_batch=2, grad_compression="powersgd")
+    w = Workload(model=get_preset("tiny-mixtral"), task="train", seq_len=32, recipe=recipe)
+    cluster, options = Cluster(device=H100, num_devices=4), PlanOptions(use_calibration=False, grad_reduce_fp32=True)
+    red = plan(w, cluster, options).details["grad_reduction"]
+    assert len(walks) == 1
+    assert red["powersgd"]["compressed_tensors"] > 0 and red["expert_group"]["powersgd"]["compressed_tensors"] > 0
+    # the document from the step's split is the one a fresh split gives
+    assert red == grad_reduction_doc(make_context(w, cluster, options), Layout(dp=4, tp=1, pp=1, ep=2, micro_batch=2))
+    assert len(walks) == 2
+
+
 def test_a_prefill_only_plan_says_it_counts_prompt_tokens():
     w = Workload(model=get_preset("tiny-llama"), task="infer", prompt_len=64, output_len=0, batch_size=4,
                  recipe=Recipe(precision="bf16"))
