@@ -11,13 +11,10 @@ from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fm
 from accelkit.cli.spec_options import spec_options
 from accelkit.core import Cluster, Recipe, UserError, Workload
 from accelkit.core.units import fmt_bytes, fmt_count, parse_size
-from accelkit.plan.layout import flag_text, refuse_train_only
+from accelkit.plan.layout import TRAIN_ONLY_REQUEST, flag_text, refuse_train_only
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.request import LayoutChoice, PlanRequest
 
-#: PlanRequest fields only training reads: their flags default to None so that one given with --task infer
-#: (where it would change nothing) is refused instead of ignored
-TRAIN_ONLY_REQUEST = ("optimizer", "offload", "grad_compression")
 #: PlanRequest and PlanOptions fields only inference reads (evaluate_infer, infer_memory, infer_time, the inference
 #: search): refused with --task train the same way
 INFER_ONLY_REQUEST = ("batch", "prompt_len", "output_len", "kv_dtype")
@@ -65,6 +62,8 @@ def plan_cmd(
 
     with flag_values():
         if request.get("task") == "infer":
+            # the training-only flags (TRAIN_ONLY_REQUEST) default to None, so one given even at its default value is
+            # refused; the library (make_context) refuses a workload that sets one away from its default, in these words
             refuse_train_only(request, TRAIN_ONLY_REQUEST)
         else:
             _refuse_inference_flags(request, options)

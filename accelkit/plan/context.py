@@ -11,6 +11,7 @@ from accelkit.plan import flops as F
 from accelkit.plan.calibrate import efficiency
 from accelkit.plan.fitted import FIT_SOURCE, sustained_tensor
 from accelkit.plan.grad_comm import gradient_element_bytes
+from accelkit.plan.layout import check_inference_workload
 from accelkit.plan.memory import ACT_BYTES, INFER_WEIGHT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.priors import FLASH_TRITON_SOURCE, OVERLAP_SOURCE, Efficiency, family
@@ -92,7 +93,10 @@ def _split_params(model: ModelSpec) -> tuple[float, float, float, float]:
 
 
 def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | None = None) -> PlanContext:
-    """Resolve peaks and efficiencies (calibrated or prior) and the model's split of parameters."""
+    """Resolve peaks and efficiencies (calibrated or prior) and the model's split of parameters. An inference
+    workload that sets a training-only field (optimizer, offload, grad_compression) is refused here: every plan,
+    search and comparison starts with a context."""
+    check_inference_workload(workload)
     options = options or PlanOptions()
     model, recipe = workload.model, workload.recipe
     dtype = peak_dtype(recipe.precision, recipe.quantization, workload.task)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import fields
 from typing import NamedTuple
 
-from accelkit.core import Cluster, ModelSpec, Recipe, UserError
+from accelkit.core import Cluster, ModelSpec, Recipe, UserError, Workload
 
 
 class Layout(NamedTuple):
@@ -161,6 +162,31 @@ def refuse_train_only(given: Mapping[str, object], keys: Iterable[str]) -> None:
     for key in keys:
         if key in given:
             raise UserError(f"{flag_text(key, given[key])} applies to --task train; inference does not model it — drop it")
+
+
+#: request fields only training reads — the optimizer's states, ZeRO-Offload, the data-parallel gradient reduction —
+#: by their PlanRequest (and `accelkit plan` flag) names; a Workload carries them as ``optimizer``,
+#: ``recipe.offload`` and ``recipe.grad_compression``, whose defaults follow
+TRAIN_ONLY_REQUEST = ("optimizer", "offload", "grad_compression")
+_TRAIN_ONLY_DEFAULTS = {"optimizer": next(f.default for f in fields(Workload) if f.name == "optimizer"),
+                        **{f.name: f.default for f in fields(Recipe) if f.name in ("offload", "grad_compression")}}
+
+
+def train_only_settings(workload: Workload) -> dict[str, object]:
+    """The ``TRAIN_ONLY_REQUEST`` fields ``workload`` sets away from their defaults, by request field name: what an
+    inference plan of it would otherwise ignore. (A default cannot be told from one given; the CLI, which sees its
+    flags, refuses those as well.)"""
+    values = {"optimizer": workload.optimizer, "offload": workload.recipe.offload,
+              "grad_compression": workload.recipe.grad_compression}
+    return {k: v for k, v in values.items() if v != _TRAIN_ONLY_DEFAULTS[k]}
+
+
+def check_inference_workload(workload: Workload) -> None:
+    """Raise UserError when an inference workload sets a field only training reads (``TRAIN_ONLY_REQUEST``): the
+    plan would change nothing for it. ``make_context`` calls this for every plan, search and comparison, so the
+    library refuses what `accelkit plan --task infer` refuses, in the same words."""
+    if workload.task != "train":
+        refuse_train_only(train_only_settings(workload), TRAIN_ONLY_REQUEST)
 
 
 def check_inference_layout(fixed: dict[str, object], global_batch: int | None) -> None:

@@ -58,6 +58,35 @@ def test_infer_refuses_training_only_request_flags(capsys):
                                             "— drop it"]
 
 
+def test_the_library_refuses_what_the_cli_refuses_for_inference(capsys):
+    # before: plan(), search() and compare() planned Workload(task="infer", optimizer="sgd") — or recipe.offload, or a
+    # gradient compression — exactly as without it, while `accelkit plan --task infer` refused the same settings
+    from functools import partial
+
+    import pytest
+
+    from accelkit.core import Cluster, Recipe, Workload
+    from accelkit.hardware import get_device
+    from accelkit.models import get_preset
+    from accelkit.plan import compare, plan, search
+
+    one = Cluster(device=get_device("h100"), num_devices=1)
+    model = get_preset("tiny-llama")
+    for flags, setting in ((["--optimizer", "sgd"], {"optimizer": "sgd"}),
+                           (["--offload"], {"recipe": Recipe(precision="bf16", offload=True)}),
+                           (["--grad-compression", "powersgd"], {"recipe": Recipe(grad_compression="powersgd")})):
+        code, err = _plan_exit(capsys, "--task", "infer", *flags)
+        assert code == 2 and err.startswith("error: "), err
+        for task in ("infer", "serve"):
+            w = Workload(model=model, task=task, **setting)
+            for call in (partial(plan, w, one), partial(search, w, one), partial(compare, w, ["h100"])):
+                with pytest.raises(ValueError) as info:
+                    call()
+                assert str(info.value) == err.strip().removeprefix("error: ")  # the same words as the CLI
+        plan(Workload(model=model, task="train", **setting), one)  # training reads it
+    plan(Workload(model=model, task="infer", recipe=Recipe(precision="bf16")), one)  # defaults: nothing to refuse
+
+
 def test_training_still_reads_the_training_request_flags(capsys):
     import json
 
