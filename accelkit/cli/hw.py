@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -20,8 +20,8 @@ from accelkit.cli.output import (
     table,
 )
 from accelkit.cli.spec_options import spec_options
-from accelkit.cli.store import open_for_saving, save_or_print
-from accelkit.core import DeviceSpec, UserError
+from accelkit.cli.store import open_for_saving, print_unsaved
+from accelkit.core import AccelkitError, DeviceSpec, UserError
 from accelkit.core.units import parse_size
 from accelkit.distributed.launch import DistConfig
 from accelkit.hardware import get_device, list_devices
@@ -181,6 +181,7 @@ def probe_cmd(
     if dist:
         given = ", ".join(DIST_FLAGS.get(f, f) for f in dist)
         raise UserError(f"{given} applies to --collectives (the torchrun launch); add --collectives or drop it")
+    from accelkit.bench.record import StoreWriter
     from accelkit.hardware.probe import probe as run_probe
 
     with flag_values():
@@ -189,10 +190,14 @@ def probe_cmd(
     try:
         with Progress("probing", show=progress) as bar:
             result = run_probe(config, on_step=lambda text: bar.update(text, step=text))
-        result_id = save_or_print(store, result)
+        writer = StoreWriter(store)
+        result_id = writer.add(result)
     finally:
         if store is not None:
             store.close()
+    document = {**result.to_dict(), "result_id": result_id}
+    if writer.error is not None:
+        _print_unstored(document, writer.error)
 
     def render() -> None:
         d = result.details
@@ -217,7 +222,14 @@ def probe_cmd(
         if result_id is not None:
             err.print(f"stored as result {result_id}")
 
-    emit({**result.to_dict(), "result_id": result_id}, as_json, render)
+    emit(document, as_json, render)
+
+
+def _print_unstored(document: dict[str, Any], error: str) -> NoReturn:
+    """As `accelkit bench` does when the store refuses a write: the measurement's JSON (``result_id`` None,
+    ``store_error`` why) on stdout whatever --json says, why and what was not stored on stderr, exit 1."""
+    print_unsaved({**document, "result_id": None, "store_error": error}, AccelkitError(error),
+                  unstored=[document["name"]])
 
 
 def _pct(fraction: float | None) -> str | None:
@@ -244,6 +256,8 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[st
         if store is not None:
             store.close()
     assert result is not None  # one node: rank 0 is here
+    if result.get("store_error"):  # rank 0 measured, the store refused its row: print it rather than lose it
+        _print_unstored(result, result["store_error"])
 
     def render() -> None:
         d = result["details"]

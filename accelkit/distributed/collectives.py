@@ -121,7 +121,8 @@ def _op_fn(op: str, size_bytes: int, n: int, device: str) -> tuple[Callable[[], 
 
 
 def run_collectives(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
-    """Every rank times every (op, size) with the agreed loop; rank 0 builds and stores the Measurement."""
+    """Every rank times every (op, size) with the agreed loop; rank 0 builds and stores the Measurement (a write the
+    store refuses is ``store_error`` in the document, which keeps the measurement)."""
     from accelkit.core import summarize
     from accelkit.distributed.agreed_loop import agreed_loop
     from accelkit.distributed.worker import gather_to_rank0
@@ -158,8 +159,8 @@ def _store(ctx: RankContext, job: dict[str, Any], config: CollectiveConfig, resu
            samples: dict[str, list[float]]) -> dict[str, Any]:
     from accelkit.bench.runner import identify
     from accelkit.core import Measurement
+    from accelkit.distributed.rank_results import open_writer
     from accelkit.hardware.detect import environment
-    from accelkit.results import ResultStore
 
     hardware, catalog = identify(ctx.device)
     top = headline(results)
@@ -176,11 +177,15 @@ def _store(ctx: RankContext, job: dict[str, Any], config: CollectiveConfig, resu
         environment={**environment(with_torch=True), "distributed": {"backend": ctx.backend, "launcher": "torchrun"}},
         samples=samples,
     )
-    result_id = None
-    if job["save"]:
-        with (ResultStore(job["store_path"]) if job.get("store_path") else ResultStore()) as store:
-            result_id = store.add(m, run_id=job["run_id"])
-    return {**m.to_dict(), "result_id": result_id}
+    # a store that refuses the row (disk full, a lock held past its timeout) must not lose the measurement with
+    # rank 0's exception: the document keeps it, store_error says why, and the CLI prints it (exit 1)
+    writer = open_writer(job)
+    try:
+        result_id = writer.add(m, run_id=job["run_id"])
+    finally:
+        if writer.store is not None:
+            writer.store.close()
+    return {**m.to_dict(), "result_id": result_id, **({"store_error": writer.error} if writer.error else {})}
 
 
 # ---- the launching side ------------------------------------------------------------------------------------

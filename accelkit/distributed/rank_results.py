@@ -206,9 +206,9 @@ def measurement(label: str, workload: Any, variant: Any, entry: BenchResult, har
     )
 
 
-def _writer(job: dict[str, Any]) -> StoreWriter:
-    """The run's store writer (``accelkit.bench.record``); a store that cannot even be opened is its first failed
-    write: nothing is tried, the measurements are kept."""
+def open_writer(job: dict[str, Any]) -> StoreWriter:
+    """Rank 0's store writer for ``job`` (``accelkit.bench.record``; the bench's and the collective probe's); a store
+    that cannot even be opened is its first failed write: nothing is tried, the measurements are kept."""
     from accelkit.results import ResultStore
 
     if not job["save"]:
@@ -234,7 +234,7 @@ def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, li
            "distributed": {"backend": ctx.backend, "world_size": ctx.world_size, "num_nodes": ctx.num_nodes,
                            "nproc_per_node": ctx.local_world_size, "launcher": "torchrun",
                            "rendezvous": job.get("rendezvous")}}
-    writer = _writer(job)
+    writer = open_writer(job)
     run_id, entries, result_ids = job["run_id"], [], []
     try:
         for variant, ranks in variants:
