@@ -14,7 +14,7 @@ from accelkit.plan.grad_comm import gradient_element_bytes
 from accelkit.plan.layout import check_inference_workload
 from accelkit.plan.memory import ACT_BYTES, INFER_WEIGHT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
-from accelkit.plan.priors import FLASH_TRITON_SOURCE, OVERLAP_SOURCE, Efficiency, family
+from accelkit.plan.priors import FLASH_BLOCK, FLASH_TRITON_SOURCE, OVERLAP_SOURCE, Efficiency, family
 
 #: tokens per training step when no global batch is given (~4 Mi tokens; GPT-3 175B used 3.2 M)
 DEFAULT_STEP_TOKENS = 4 * 2**20
@@ -194,8 +194,9 @@ def _window_assumption(ctx: PlanContext) -> str:
     layers = "every layer attends" if m.num_window_layers == m.num_layers \
         else f"{m.num_window_layers} of {m.num_layers} layers attend"
     text = (f"sliding-window attention: {layers} to the last {window:,} tokens, so flash attention executes "
-            f"s·w − w²/2 query-key pairs there (s > w; model FLOPs count s·min(s, w)); unfused (math) attention still "
-            "computes the masked s² scores")
+            f"s·w − w²/2 query-key pairs there (s > w; model FLOPs count s·min(s, w)) at the band's causal block factor "
+            f"w/(w+{FLASH_BLOCK}), not s/(s+{FLASH_BLOCK}) (two of each query block's w/{FLASH_BLOCK} + 1 tiles are partly "
+            "masked); unfused (math) attention still computes the masked s² scores")
     if w.task != "train" and m.kind in ("decoder", "moe"):
         context = w.prompt_len + w.output_len
         text += (f"; the KV cache keeps min(context, {window:,}) tokens per sequence on those layers "

@@ -45,8 +45,22 @@ ATTENTION_SOURCE = {
 }
 ATTENTION_SOURCE["H200"] = ATTENTION_SOURCE["H100"] + " (H200 has H100's tensor cores)"
 #: flash kernels tile the sequence in 128-row blocks (FA2 and FA3): a causal kernel computes the blocks on
-#: the diagonal in full, so it executes s/2 + 64 of every s key positions (useful fraction s/(s+128))
+#: the diagonal in full, so it executes s/2 + 64 of every s key positions (useful fraction s/(s+128));
+#: ``causal_block_factor`` has the sliding-window case
 FLASH_BLOCK = 128
+
+
+def causal_block_factor(span: float) -> float:
+    """Useful share of the query-key pairs a causal flash kernel executes when each query attends to a band of
+    ``span`` keys: min(s, w) for s tokens under a sliding window w (no window: s). span / (span + FLASH_BLOCK).
+
+    In B × B tiles (B = FLASH_BLOCK), query block a of a causal kernel over s tokens runs key blocks 0 … a: s/B·(s/B+1)/2
+    tiles in all, of which the s/B diagonal ones are half masked — s²/2 + s·B/2 pairs executed for s²/2 useful,
+    s/(s+B). A window w < s (a multiple of B) cuts each query block to key blocks a − w/B … a: w/B + 1 tiles once
+    a ≥ w/B, a + 1 before, (w/B + 1)(s/B − w/(2B)) tiles in all, and two of each row's tiles are half masked (the
+    diagonal and the window's edge) — (w + B)(s − w/2) pairs executed for the w(s − w/2) useful ones, w/(w+B): the
+    window, not s, sets it. At w = s both give s/(s+B)."""
+    return span / (span + FLASH_BLOCK)
 #: no published figure: half the matmul efficiency, labelled ASSUMED in the plan
 DEFAULT_ATTENTION_OF_COMPUTE = 0.5
 

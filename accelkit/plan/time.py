@@ -5,7 +5,8 @@ Per layer and micro-batch, on one device, the kernels of a stream run one after 
 * **matmuls** at dense peak × GEMM efficiency (MAMF or the probe) × the sustained factor (fitted.py);
 * **attention** (flash) at dense peak × the flash-attention efficiency of the device generation and kernel
   (``options.attention``: the generation's best, FlashAttention-2, or the pre-MLIR Triton kernel at FA2 ÷ 1.83),
-  with the causal kernel's diagonal blocks computed in full (useful fraction s/(s+128)); unfused ("math")
+  with the causal kernel's diagonal blocks computed in full (useful fraction s/(s+128), or w/(w+128) on a layer
+  with a sliding window w < s: priors.causal_block_factor); unfused ("math")
   attention runs its two score matmuls at GEMM efficiency and moves the s² scores through memory;
 * **memory-bound kernels** (norms, residual adds, rotary, activation, dropout, copies; the loss over the
   logits; the optimizer step) move their bytes (kernels.py) at HBM bandwidth × memory efficiency;
@@ -55,7 +56,7 @@ from accelkit.plan.grad_comm import GradReduction, PowerSGDSplit, buckets, compr
 from accelkit.plan.kernels import layer_traffic, loss_bytes_per_token, math_attention_bytes
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import TRAIN_WEIGHT_BYTES, optimizer_bytes_per_param, uses_dropout
-from accelkit.plan.priors import COLLECTIVE_LATENCY_S, FLASH_BLOCK, FLASH_TRITON_SLOWDOWN, OVERLAP_SLOWDOWN
+from accelkit.plan.priors import COLLECTIVE_LATENCY_S, FLASH_TRITON_SLOWDOWN, OVERLAP_SLOWDOWN, causal_block_factor
 
 #: host link for optimizer offload (PCIe 4.0 x16 ≈ 25 GB/s effective per direction): assumed
 OFFLOAD_BANDWIDTH = 25e9
@@ -114,13 +115,31 @@ def tensor_flop_s(ctx: PlanContext) -> float:
 
 
 def attention_flop_s(ctx: PlanContext, seq: int, *, causal: bool) -> float:
-    """Flash-attention FLOP/s (useful FLOPs) at query/key length ``seq``."""
+    """Flash-attention FLOP/s (useful FLOPs) at query/key length ``seq``; ``seq`` is the band of keys a causal
+    kernel's query sees (``causal_block_factor``: a sliding window's w when shorter than the sequence)."""
     eff, kernel = ctx.efficiency, ctx.options.attention
     base = eff.attention if kernel == "flash" else eff.flash2
     if kernel == "flash-triton":
         base /= FLASH_TRITON_SLOWDOWN
-    useful = seq / (seq + FLASH_BLOCK) if causal else 1.0
+    useful = causal_block_factor(seq) if causal else 1.0
     return ctx.peak_16 * base * ctx.sustained * useful
+
+
+def model_attention_flop_s(ctx: PlanContext, seq: int, span: int) -> float:
+    """Flash-attention FLOP/s (useful FLOPs) of the model's layers over ``seq`` tokens, each kernel covering ``span``
+    of them (seq/cp under context parallelism): a causal layer at its block factor over span, a sliding-window layer
+    over its window when that is shorter (priors.causal_block_factor). With full and windowed layers mixed (Qwen2),
+    the rate at which their summed FLOPs take their summed times; all alike, that one layer's rate."""
+    m = ctx.model
+    causal = _is_causal(ctx)
+    w = m.sliding_window
+    if not causal or w is None or w >= span:
+        return attention_flop_s(ctx, span, causal=causal)
+    # useful pairs per layer, as flops.causal_attention_flops counts them: s²/2 full, s·w − w²/2 windowed (w < span ≤ s)
+    full_pairs = (m.num_layers - m.num_window_layers) * seq * seq / 2
+    window_pairs = m.num_window_layers * (seq * w - w * w / 2)
+    seconds = full_pairs / attention_flop_s(ctx, span, causal=True) + window_pairs / attention_flop_s(ctx, w, causal=True)
+    return (full_pairs + window_pairs) / seconds
 
 
 def overlapped(comm_s: float, window_s: float) -> float:
@@ -185,7 +204,7 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
         ew_fwd += tokens * math_attention_bytes(m, seq=seq, e=e, dropout=_dropout(ctx)) / tp
     else:
         useful = _flash_attention_flops(m, layout.micro_batch, seq, causal=causal) / m.num_layers / (tp * cp)
-        attention = useful * (1 + FLASH_BACKWARD + (1 if full else 0)) / attention_flop_s(ctx, int(seq / cp), causal=causal)
+        attention = useful * (1 + FLASH_BACKWARD + (1 if full else 0)) / model_attention_flop_s(ctx, seq, int(seq / cp))
     memory = ew_fwd * (1 + traffic.backward_factor + (1 if full else 0)) / bw
     if o.autocast_fp32_params:  # every forward (and recompute) casts each fp32 weight to the compute dtype
         memory += (1 + (1 if full else 0)) * 6.0 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / tp / bw
@@ -394,7 +413,7 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
             / tp / flop_s
     else:  # causal: query i attends to min(i, window) keys
         attention = _flash_attention_flops(m, batch, prompt, causal=is_lm) / m.num_layers / tp \
-            / attention_flop_s(ctx, prompt, causal=is_lm)
+            / model_attention_flop_s(ctx, prompt, prompt)
     head = 2.0 * batch * F.head_matmul_params(m) / tp / flop_s  # logits of the last position only
     mm_c, mm_m = _roofline(gemm, chunks * layer_w / bw)
     p_compute = m.num_layers * (mm_c + attention) + head

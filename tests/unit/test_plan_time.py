@@ -304,3 +304,73 @@ def test_sliding_window_caps_kv_cache_decode_reads_and_attention(tmp_path, capsy
           "--num-devices", "1", "--json"])
     notes = [a for a in json.loads(capsys.readouterr().out)["assumptions"] if "sliding-window" in a]
     assert notes and "4,096" in notes[0] and "KV cache" in notes[0]
+
+
+def _band_tiles(s: int, w: int, block: int) -> tuple[int, int]:
+    """Brute force over the block × block tiles of a causal kernel whose query i sees keys i−w+1 … i: (tiles with a
+    pair to compute, those of them partly masked)."""
+    tiles = partial = 0
+    for qa in range(s // block):
+        for kb in range(qa + 1):
+            pairs = sum(max(0, min(i, kb * block + block - 1) - max(i - w + 1, kb * block) + 1)
+                        for i in range(qa * block, qa * block + block))
+            tiles += pairs > 0
+            partial += 0 < pairs < block * block
+    return tiles, partial
+
+
+def _windowed(window, *, seq=4096, full_layers=0, task="train"):
+    model = get_preset("mistral-7b").replace(sliding_window=window, num_full_attention_layers=full_layers)
+    w = Workload(model=model, task=task, seq_len=seq, prompt_len=seq, output_len=1, batch_size=1,
+                 recipe=Recipe(precision="bf16"))
+    return make_context(w, Cluster(device=H100, num_devices=1), NO_CAL)
+
+
+def test_a_sliding_window_sets_the_causal_block_factor():
+    # before: a windowed layer's flash rate took the sequence's block factor, s/(s+128) = 0.970 at s = 4096; a kernel
+    # with window w runs the band's tiles, two of each query block's partly masked: w/(w+128) = 0.889 at w = 1024
+    from accelkit.plan import flops as F
+    from accelkit.plan.priors import FLASH_BLOCK, causal_block_factor
+    from accelkit.plan.time import infer_time, model_attention_flop_s
+
+    s, w, block = 4096, 1024, FLASH_BLOCK
+    band, causal = _band_tiles(s, w, block), _band_tiles(s, s, block)
+    assert band == (252, 56) and causal == (528, 32)
+    # a partly masked tile is half used (the FLOP count's s·w − w²/2 and s²/2): the useful share of what runs
+    assert causal_block_factor(w) == pytest.approx(1 - band[1] / 2 / band[0], rel=1e-15)
+    assert causal_block_factor(s) == pytest.approx(1 - causal[1] / 2 / causal[0], rel=1e-15)
+
+    ctx = _windowed(w)
+    m = ctx.model
+    tile_s = block * block * 4 * m.num_heads * m.head_size / attention_flop_s(ctx, s, causal=False)  # one full tile
+    for full_layers in (0, 8):  # Mistral (every layer windowed); Qwen2-style, 8 layers over the whole context
+        ctx = _windowed(w, full_layers=full_layers)
+        layer_s = F.causal_attention_flops(ctx.model, batch=1, seq=s) / m.num_layers / model_attention_flop_s(ctx, s, s)
+        tiles = (full_layers * causal[0] + (m.num_layers - full_layers) * band[0]) / m.num_layers
+        assert layer_s == pytest.approx(tiles * tile_s, rel=1e-12)
+
+    # the step and the prefill run those tiles, forward and backward 3.5 × and forward once per layer: their times
+    # move by exactly the tiles the window drops, nothing else changes
+    lay = Layout(dp=1, tp=1, pp=1)
+    dropped_s = m.num_layers * (causal[0] - band[0]) * tile_s
+    gap = train_time(_windowed(None), lay)["compute"] - train_time(_windowed(w), lay)["compute"]
+    assert gap == pytest.approx(3.5 * dropped_s, rel=1e-9)
+    gap = infer_time(_windowed(None, task="infer"), lay, 1)["prefill_compute"] \
+        - infer_time(_windowed(w, task="infer"), lay, 1)["prefill_compute"]
+    assert gap == pytest.approx(dropped_s, rel=1e-9)
+
+
+def test_a_window_not_shorter_than_the_sequence_keeps_the_sequence_factor():
+    # w ≥ s: every query sees its whole prefix, so the windowed model is timed exactly as the one without a window
+    from accelkit.plan.time import infer_time, model_attention_flop_s
+
+    s = 4096
+    for w in (s, 2 * s):
+        ctx, plain = _windowed(w), _windowed(None)
+        today = ctx.peak_16 * ctx.efficiency.attention * ctx.sustained * (s / (s + 128))  # the formula before
+        assert model_attention_flop_s(ctx, s, s) == attention_flop_s(ctx, s, causal=True) == today
+        assert train_time(ctx, Layout(dp=1, tp=1, pp=1)) == train_time(plain, Layout(dp=1, tp=1, pp=1))
+        ctx, plain = _windowed(w, task="infer"), _windowed(None, task="infer")
+        prefill = [{k: v for k, v in infer_time(c, Layout(dp=1, tp=1, pp=1), 4).items() if k.startswith("prefill")}
+                   for c in (ctx, plain)]
+        assert prefill[0] == prefill[1]
