@@ -12,8 +12,8 @@ import typer
 
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
-from accelkit.cli.store import open_for_saving, save_or_print
-from accelkit.core import UserError
+from accelkit.cli.store import open_for_saving, print_unsaved
+from accelkit.core import AccelkitError, UserError
 from accelkit.monitor.config import ExporterConfig
 from accelkit.monitor.profiler import ProfileConfig
 
@@ -98,6 +98,7 @@ def profile_cmd(
     profiler: dict[str, Any],
 ) -> None:
     """Profile one workload step: top operators, time breakdown, overlap, peak memory, and a trace."""
+    from accelkit.bench.record import StoreWriter
     from accelkit.monitor.profile_workload import profile_workload
 
     if (workload is None) == (module is None):
@@ -107,15 +108,20 @@ def profile_cmd(
         config = ProfileConfig(**profiler)
     _check_out_dir(Path(config.out_dir))
     store = open_for_saving(save)  # before profiling: an unwritable store fails now, not after the run
+    writer = StoreWriter(store)
     try:
         with Progress("profiling", show=progress) as bar:
             summary, measurement = profile_workload(workload or "custom", options, config, precision=precision,
                                                     device=device,
                                                     on_step=lambda text: bar.update(text, step=text))  # a phase: a line
-        result_id = save_or_print(store, measurement)
+        result_id = writer.add(measurement)
     finally:
         if store is not None:
             store.close()
+    document = {**summary, "result_id": result_id}
+    if writer.error is not None:  # as bench does: the usual --json document, with why, printed rather than lost
+        print_unsaved({**document, "store_error": writer.error}, AccelkitError(writer.error),
+                      unstored=[measurement.name])
 
     def render() -> None:
         for key, title in (("top_cpu_ops", "Top operators by self CPU time"), ("top_device_ops", "Top kernels by self device time")):
@@ -133,5 +139,5 @@ def profile_cmd(
         if result_id is not None:
             err.print(f"stored as result {result_id}")
 
-    emit({**summary, "result_id": result_id}, as_json, render)
+    emit(document, as_json, render)
 

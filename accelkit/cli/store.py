@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from accelkit.cli.output import err
-from accelkit.core import AccelkitError, Estimate, Measurement, strict_json
+from accelkit.core import AccelkitError, strict_json
 from accelkit.results import ResultStore
 
 #: skipped rows named one by one before the rest are summed up
@@ -84,16 +84,6 @@ def measuring(save: bool) -> Iterator[ResultStore | None]:
     finally:
         if store is not None:
             store.close()
-
-
-def save_or_print(store: ResultStore | None, result: Estimate | Measurement, *, run_id: str | None = None) -> int | None:
-    """Store ``result``; when that fails, print its JSON on stdout (so the measurement survives) and fail."""
-    if store is None:
-        return None
-    try:
-        return store.add(result, run_id=run_id)
-    except AccelkitError as exc:
-        print_unsaved(result.to_dict(), exc)
 
 
 def print_unsaved(document: dict[str, Any], exc: Exception, *, stored: Sequence[str] = (),
