@@ -98,21 +98,31 @@ def _quiet_broken_pipe() -> NoReturn:
     sys.exit(1)
 
 
+def _run(argv: list[str] | None) -> None:
+    """The command, as ``app(args, standalone_mode=False)`` runs it but with every exception left to :func:`main`:
+    typer turns a Ctrl-C into a *returned* 130 (older typer: an ``Abort``) and returns the code of a command's
+    ``typer.Exit`` instead of raising it when it is not standalone, so a Ctrl-C or an ``Exit(1)`` exited 0."""
+    command = typer.main.get_command(app)
+    with command.make_context("accelkit", list(sys.argv[1:] if argv is None else argv)) as ctx:
+        command.invoke(ctx)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: user mistakes exit 2, runtime failures 1, each with one ``error:`` line."""
+    """Console-script entry point: user mistakes exit 2, runtime failures 1, each with one ``error:`` line; Ctrl-C
+    exits 130 (a command that keeps what it finished — bench, tune, sweep — says what it kept before it exits)."""
     try:
-        app(args=argv, standalone_mode=False, prog_name="accelkit")
+        _run(argv)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
+    except typer.Abort:  # a prompt's Ctrl-C or end of input (click's own)
         _fail("interrupted", 130)
     except _click_errors() as exc:  # bad flag or argument: the parser's message, exit 2
         if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()  # type: ignore[attr-defined]
             sys.exit(0)
         _fail(_usage_message(exc), getattr(exc, "exit_code", 2))
-    except KeyboardInterrupt:
-        _fail("interrupted; finished results are kept in the store", 130)
+    except KeyboardInterrupt:  # only what is true of every command: bench, tune, sweep and loadtest say more
+        _fail("interrupted", 130)
     except UserError as exc:
         _fail(str(exc), 2)
     except AccelkitError as exc:

@@ -3,6 +3,7 @@ Thin: parse flags → ``accelkit.loadtest.run_loadtest`` → render (and store).
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import typer
@@ -86,8 +87,13 @@ def loadtest_cmd(
     store = open_for_saving(save)  # before sending: an unwritable store fails now, not after the test
     writer = StoreWriter(store)
     try:
-        with Progress("load test", show=progress) as bar:
-            result = run_loadtest(config, on_progress=lambda text: bar.update(text, step=text.split(":")[0]))
+        try:
+            with Progress("load test", show=progress) as bar:
+                result = run_loadtest(config, on_progress=lambda text: bar.update(text, step=text.split(":")[0]))
+        except KeyboardInterrupt:  # the result is one row, written after the last pass: a Ctrl-C before keeps none
+            err.print("interrupted: the load test did not finish; nothing was stored" + ("" if save else " (--no-save)"),
+                      highlight=False, markup=False, soft_wrap=True)
+            sys.exit(130)
         result_id = writer.add(result)
     finally:
         if store is not None:
