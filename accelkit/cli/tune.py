@@ -10,11 +10,13 @@ from typing import Any
 import typer
 
 from accelkit.bench.runner import Reporter
+from accelkit.cli.bench import DIST_FLAGS, DIST_PARSE
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, parse_size
+from accelkit.distributed.launch import DistConfig
 from accelkit.tune.search import TuneConfig, TuneResult
 
 #: workloads with model recipes to search (the dataloader has none)
@@ -73,6 +75,9 @@ class _Reporter(Reporter):
                                               else f" (not stored: {why})"))
 
 
+@spec_options(DistConfig, into="dist", only=("collective_timeout_s",), names=DIST_FLAGS, parse=DIST_PARSE,
+              helps={"collective_timeout_s": "--nproc-per-node: seconds a rank waits in one collective for its peers "
+                                             "before it fails (1 to 604800; default 600)."})
 @spec_options(
     TuneConfig, into="search",
     names={"memory_budget_bytes": "--memory-budget", "quick": "--quick/--thorough", "compile": "--compile/--no-compile"},
@@ -96,10 +101,15 @@ def tune_cmd(
     progress: bool | None = ProgressOption,
     *,
     search: dict[str, Any],
+    dist: dict[str, Any],
 ) -> None:
     """Find the fastest recipe for a workload that stays within the accuracy gate (Pareto frontier + snippet)."""
     if (workload is None) == (module is None):
         raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory")
+    if dist and nproc_per_node == 1:  # one process: no launch, no process group for it to bound
+        given = ", ".join(DIST_FLAGS.get(f, f) for f in dist)
+        raise UserError(f"{given} applies to --nproc-per-node N (the torchrun launch that tunes gradient "
+                        "compression); add --nproc-per-node 2 or more, or drop it")
     name = workload or "custom"
     if name not in TUNE_WORKLOADS:
         raise UnknownNameError("workload", name, TUNE_WORKLOADS)
@@ -121,7 +131,8 @@ def tune_cmd(
             if nproc_per_node > 1:
                 from accelkit.tune.compression import tune_compression
 
-                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, store=store, reporter=reporter)
+                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, store=store, reporter=reporter,
+                                          collective_timeout_s=dist.get("collective_timeout_s"))
             else:
                 result = tune(wl, config, store=store, reporter=reporter, on_step=lambda text: bar.update(text, step=text))
     finally:

@@ -56,8 +56,11 @@ def _gate(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, *, nproc_per_node: int,
-                     store: ResultStore | None = None, reporter: Any = None) -> TuneResult:
-    """Search the gradient compressions of ``workload``'s training step on ``nproc_per_node`` ranks (DDP)."""
+                     collective_timeout_s: float | None = None, store: ResultStore | None = None,
+                     reporter: Any = None) -> TuneResult:
+    """Search the gradient compressions of ``workload``'s training step on ``nproc_per_node`` ranks (DDP).
+    ``collective_timeout_s``: how long a rank waits in one collective for its peers (``DistConfig``'s field, checked
+    there; None: its default)."""
     from accelkit.bench.record import StoreWriter
     from accelkit.bench.runner import BenchConfig
     from accelkit.bench.variants import Variant, device_refusal
@@ -76,6 +79,7 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
                         f"{workload.name} is not one — drop --nproc-per-node")
     if nproc_per_node < 2:
         raise UserError("--nproc-per-node must be 2 or more to tune gradient compression")
+    layout = DistConfig(nproc_per_node=nproc_per_node, collective_timeout_s=collective_timeout_s)
     device = resolve_device(config.device)
     variants = [Variant(grad_compression=kind, **({"powersgd_rank": rank} if kind == "powersgd" else {}))  # type: ignore[arg-type]
                 for kind, rank in CANDIDATES]
@@ -92,7 +96,7 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
         else LoopConfig()
     bench = BenchConfig(device=device, loop=loop, save=store is not None)
     run_id = uuid.uuid4().hex[:12]
-    run = run_distributed_bench(workload, [v for _, v in measured], bench, DistConfig(nproc_per_node=nproc_per_node),
+    run = run_distributed_bench(workload, [v for _, v in measured], bench, layout,
                                 store=store, reporter=reporter, run_id=run_id,
                                 quality=QualityConfig(max_loss_increase=config.max_accuracy_drop))
     doc = run.to_json()
