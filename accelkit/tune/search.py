@@ -254,8 +254,10 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
 
     # 4. measure, interleaved, with the fp32 output as the accuracy reference
     loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick else LoopConfig()
+    # a quick probe the store refused is not there for the bench's MFU peaks to find: it would measure the same
+    # probe again, for an MFU the tune's document does not carry (and with saving off, nothing stores it)
     bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False,
-                        save=writer.can_write)
+                        save=writer.can_write, auto_probe=not (ran_quick_probe and quick_probe_id is None))
     variants = [Variant(explicit_recipe=t.recipe, label=t.name) for t in measured]
     step(f"measuring {len(measured)} recipes ({', '.join(t.name for t in measured)}), interleaved")
     run = run_benchmark(workload, variants, bench, store=store, reporter=reporter, run_id=run_id)

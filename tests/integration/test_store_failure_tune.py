@@ -85,3 +85,42 @@ def test_ctrl_c_and_a_locked_store_keep_the_result(probed):
     assert writes == ["BEGIN IMMEDIATE"]
     doc = result.to_json()
     assert doc["interrupted"] and doc["unfinished"] == ["fp32", "bf16"] and doc["store_error"] == result.store_error
+
+
+class _Notes(Reporter):
+    """What the bench runner announces (a probe it runs for MFU peaks is one such note)."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def test_a_refused_quick_probe_is_not_measured_again_by_the_bench(_isolated_home):
+    """A store with no probe of this CPU whose writes are refused (a lock held by another connection): tune measures
+    its quick probe, the store refuses it — and the bench inside then found no stored probe and ran a second quick one
+    (`hw probe --quick --dtype fp32`), for an MFU the tune's document does not carry."""
+    from accelkit.bench.workloads import make_workload
+    from accelkit.tune import tune
+    from accelkit.tune.search import TuneConfig
+
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    store = ResultStore(_isolated_home / "results.db", timeout_s=0.05)
+    holder = sqlite3.connect(_isolated_home / "results.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    reporter, steps = _Notes(), []
+    try:
+        result = tune(make_workload("bert", {"size": "tiny", "batch_size": 2, "seq_len": 16}),
+                      TuneConfig(max_trials=1, compile=False, device="cpu"), store=store, reporter=reporter,
+                      on_step=steps.append)
+    finally:
+        holder.execute("ROLLBACK")
+        store.close()
+    assert result.ran_quick_probe and result.quick_probe_id is None and "locked" in result.store_error
+    assert sum(s.startswith("no stored probe of this CPU") for s in steps) == 1  # the one probe, by tune
+    assert not [n for n in reporter.notes if "hw probe" in n], reporter.notes  # none by the bench
+    (fp32,) = [t for t in result.trials if t.status == "measured"]
+    assert fp32.name == "fp32" and fp32.throughput > 0 and fp32.result_ids == []
+    with ResultStore(_isolated_home / "results.db", readonly=True) as check:
+        assert check.count() == 0
