@@ -36,8 +36,8 @@ FIELD_CASES = [
     ("temperature", "hot", BAD, "temperature"), ("temperature", True, BAD, "temperature"),
     ("top_p", 1, OK, None), ("top_p", 1e-9, OK, None), ("top_p", 0, BAD, "top_p"),
     ("top_p", 1.000001, BAD, "top_p"), ("top_p", -1, BAD, "top_p"), ("top_p", float("-inf"), BAD, "top_p"),
-    ("top_k", 1, OK, None), ("top_k", 10**30, OK, None), ("top_k", None, OK, None), ("top_k", 0, BAD, "top_k"),
-    ("top_k", -1, BAD, "top_k"), ("top_k", 2.5, BAD, "top_k"),
+    ("top_k", 1, OK, None), ("top_k", 10**30, OK, None), ("top_k", None, OK, None), ("top_k", 0, OK, None),
+    ("top_k", -1, OK, None), ("top_k", -2, BAD, "top_k"), ("top_k", 2.5, BAD, "top_k"),
     ("max_tokens", 1, OK, None), ("max_tokens", 0, BAD, "max_tokens"), ("max_tokens", -7, BAD, "max_tokens"),
     ("max_tokens", 10**30, BAD, "max_tokens"), ("max_tokens", "room", OK, None),
     ("max_tokens", "room+1", BAD, "max_tokens"),
@@ -50,7 +50,7 @@ FIELD_CASES = [
     ("seed", "lucky", BAD, "seed"),
     ("ignore_eos", True, OK, None), ("ignore_eos", "yes", BAD, "ignore_eos"),
     ("n", 1, OK, None), ("n", 3, BAD, "n"), ("presence_penalty", 0.5, BAD, "presence_penalty"),
-    ("model", "gpt-4", BAD, "model"),
+    ("model", None, OK, None), ("model", 42, BAD, "model"),  # an unknown model is a 404: test_serve_openai_compat
 ]
 PROMPT_CASES = [  # completions only
     ("prompt", "w5 w6 w7", OK, None), ("prompt", [5, 6, 7], OK, None), ("prompt", ["w5", "w6 w7"], OK, None),

@@ -222,7 +222,7 @@ def test_models_do_not_leak_the_path_and_errors_are_openai_objects(server, model
 
 @pytest.mark.parametrize(("extra", "param"), [
     ({"temperature": 10**400}, "temperature"), ({"top_p": -(10**400)}, "top_p"), ({"temperature": 1e308 * 10}, None),
-    ({"top_k": 0}, "top_k"), ({"stop": [""]}, "stop"), ({"stop": ["x"] * 65}, "stop"),
+    ({"top_k": -2}, "top_k"), ({"stop": [""]}, "stop"), ({"stop": ["x"] * 65}, "stop"),
     ({"prompt": [10**30]}, "prompt"), ({"prompt": [-1]}, "prompt"), ({"max_tokens": 10**30}, "max_tokens"),
 ])
 def test_numbers_past_every_limit_are_400_naming_the_field(server, extra, param):

@@ -1,9 +1,8 @@
 """The OpenAI-compatible HTTP API over an engine loop.
 
-Routes: GET /v1/models · POST /v1/completions · POST /v1/chat/completions (streaming by SSE, with
-``stream_options.include_usage``) · GET /health · GET /metrics · GET /version. The engine runs on its own
-thread; each request gets an asyncio queue that the engine thread feeds through the event loop's
-``Mailbox`` (one ``call_soon_threadsafe`` per engine step, not per output).
+Routes: GET /v1/models (and /v1/models/{id}) · POST /v1/completions · POST /v1/chat/completions (streaming by
+SSE, with ``stream_options.include_usage``) · GET /health · GET /metrics · GET /version. The engine runs on its own thread; each request gets an asyncio queue that the engine
+thread feeds through the event loop's ``Mailbox`` (one ``call_soon_threadsafe`` per engine step, not per output).
 Tokenization and chat templating run in worker threads, never on the event loop. A client that disconnects
 — streaming or not — aborts its request, which frees its KV blocks. A request that fails inside the engine
 gets a 500 naming the error; the engine and every other request go on.
@@ -27,22 +26,29 @@ from prometheus_client import CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import accelkit
-from accelkit.serve.engine import LLMEngine
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.sampling import SamplingParams
-from accelkit.serve.server.errors import APIError, error_response
+from accelkit.serve.server.errors import APIError, error_response, validation_message
 from accelkit.serve.server.middleware import ServerMiddleware
-from accelkit.serve.server.protocol import ChatCompletionRequest, CompletionRequest
+from accelkit.serve.server.prompts import (
+    ContextLengthExceeded,
+    chat_template_arguments,
+    output_budget,
+    prompt_token_ids,
+    render_chat_template,
+)
+from accelkit.serve.server.protocol import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+)
 from accelkit.serve.server.state import ServingState
 
 log = logging.getLogger("accelkit.serve")
 
-# A text prompt longer than PROBE_CHARS_PER_TOKEN × max_model_len characters is first tokenized on its first
-# that-many characters only: when those alone exceed the context (with slack for the word cut at the end), the
-# prompt is refused without tokenizing megabytes that could never run.
-PROBE_CHARS_PER_TOKEN = 16
-PROBE_SLACK_TOKENS = 64
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's (and vLLM's) default for /v1/completions
+MAX_IGNORED_NAMED = 20  # unknown fields named in one log line
 
 
 def _usage(outs: list[RequestOutput]) -> dict[str, int]:
@@ -53,22 +59,6 @@ def _usage(outs: list[RequestOutput]) -> dict[str, int]:
 
 def _sse(data: Any) -> str:
     return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
-
-
-def prompt_token_ids(engine: LLMEngine, prompt: str | list[int], *, chat: bool = False) -> list[int]:
-    """Tokenize and validate one prompt (ValueError naming the problem). Runs in a worker thread. A rendered
-    chat template already holds its special tokens (BOS): they are not added again, as in
-    ``apply_chat_template(tokenize=True)``."""
-    limit = engine.max_model_len
-    probe = PROBE_CHARS_PER_TOKEN * limit
-    if isinstance(prompt, str) and len(prompt) > probe:
-        num_head = len(engine.encode(prompt[:probe], add_special_tokens=not chat))
-        if num_head > limit + PROBE_SLACK_TOKENS:
-            raise ValueError(
-                f"prompt has more than {num_head - PROBE_SLACK_TOKENS} tokens (its first {probe} characters alone "
-                f"make {num_head}); the context holds max_model_len={limit} (prompt plus at least one output token)"
-            )
-    return engine.make_request(prompt, SamplingParams(max_tokens=1), add_special_tokens=not chat).token_ids
 
 
 def _number(name: str, value: int | float) -> float:
@@ -89,11 +79,13 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     name = state.config.served_model_name
     app.add_middleware(ServerMiddleware, api_key=state.config.api_key, max_body_bytes=state.config.max_body_bytes,
                        is_shutting_down=lambda: not state.accepting)
+    template_args = chat_template_arguments(state.engine.tokenizer)
 
     # ---- errors: every failure is an OpenAI error object ---------------------------------------------
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc.status, exc.message, param=exc.param, code=exc.code)
+        return error_response(exc.status, exc.message, param=exc.param, code=exc.code, error_type=exc.error_type,
+                              headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -104,17 +96,16 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        err = exc.errors()[0] if exc.errors() else {}
-        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        errors = list(exc.errors()) or [{}]
+        err = errors[0]
+        loc = [x for x in err.get("loc", ()) if x != "body"]
         if err.get("type") == "json_invalid":
             return error_response(400, f"the request body is not valid JSON: {err.get('msg')}", code="invalid_json")
         if not loc and err.get("type") in ("model_attributes_type", "dict_type"):
             return error_response(400, "the request body must be a JSON object, sent with 'Content-Type: application/json'",
                                   code="invalid_json")
-        # loc is (field, union-member tag, index …): the field is the param, the full path goes in the message
-        path = ".".join(loc) or "body"
-        return error_response(400, f"{path}: {err.get('msg', 'invalid value')}", param=loc[0] if loc else None,
-                              code="invalid_value")
+        message, param = validation_message(errors)  # the field is the param, the full path goes in the message
+        return error_response(400, message, param=param, code="invalid_value")
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:  # never a bare 500 page
@@ -145,49 +136,65 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         }]}
 
     # ---- generation ---------------------------------------------------------------------------------
-    def check_model(body: Any) -> None:
-        if body.model != name:
-            raise APIError(400, f"model {body.model!r} is not served here; this server serves {name!r} (GET /v1/models)",
-                           param="model", code="model_not_found")
+    def check_model(model_id: str | None) -> None:
+        if model_id is not None and model_id != name:
+            raise APIError(404, f"The model `{model_id}` does not exist on this server; it serves {name!r} "
+                           "(GET /v1/models)", param="model", code="model_not_found", error_type="invalid_request_error")
+
+    def accept(body: Any, route: str) -> None:
+        """The checks every request body gets first: a served model, the unknown fields logged, nothing asked
+        for that the engine does not do."""
+        check_model(body.model)
+        unsupported = body.unsupported()
+        if unsupported:
+            raise APIError(400, unsupported[1], param=unsupported[0], code="unsupported")
+        ignored = body.ignored_fields()
+        if ignored:
+            more = f" and {len(ignored) - MAX_IGNORED_NAMED} more" if len(ignored) > MAX_IGNORED_NAMED else ""
+            log.warning("POST %s: ignoring unknown field(s) %s%s, as vLLM does", route,
+                        ", ".join(ignored[:MAX_IGNORED_NAMED]), more)
+
+    async def render_chat(messages: list[ChatMessage], *, add_generation_prompt: bool, continue_final_message: bool,
+                          chat_template_kwargs: dict[str, Any] | None) -> str:
+        """The chat template rendered to text, in a worker thread."""
+        return await asyncio.to_thread(
+            render_chat_template, state.engine.tokenizer, [m.for_template() for m in messages],
+            chat_template=state.config.chat_template, add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message, variables=chat_template_kwargs or {},
+            reserved=template_args,
+        )
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        check_model(body)
+        accept(body, "/v1/completions")
         prompts = body.prompts()
         if not prompts or any(p == "" or p == [] for p in prompts):
             raise APIError(400, "prompt is empty; give at least one token", param="prompt")
-        limit = body.max_tokens if body.max_tokens is not None else 16  # OpenAI's default for completions
-        return await _generate(request, body, prompts, limit, chat=False)
+        return await _generate(request, body, prompts, body.max_tokens, "max_tokens", chat=False,
+                               default_limit=COMPLETIONS_DEFAULT_MAX_TOKENS)
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
-        check_model(body)
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-
-        def render() -> str:
-            return str(state.engine.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, chat_template=state.config.chat_template,
-            ))
-
-        try:
-            prompt = await asyncio.to_thread(render)
-        except Exception as exc:  # no template, or the template rejects these messages
-            raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
-        return await _generate(request, body, [prompt], body.token_limit, chat=True)
+        accept(body, "/v1/chat/completions")
+        prompt = await render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
+                                   continue_final_message=body.continue_final_message,
+                                   chat_template_kwargs=body.chat_template_kwargs)
+        return await _generate(request, body, [prompt], body.token_limit, body.token_limit_field, chat=True,
+                               default_limit=None)
 
     def sampling_params(body: Any, max_tokens: int) -> SamplingParams:
         temperature, top_p = _number("temperature", body.temperature), _number("top_p", body.top_p)
         try:
-            return SamplingParams(temperature=temperature, top_p=top_p, top_k=body.top_k, max_tokens=max_tokens,
-                                  stop=body.stop_list(), seed=body.seed, ignore_eos=body.ignore_eos)
+            return SamplingParams(temperature=temperature, top_p=top_p, top_k=body.top_k_limit, max_tokens=max_tokens,
+                                  stop=body.stop_list(), stop_token_ids=tuple(body.stop_token_ids or ()),
+                                  seed=body.seed, ignore_eos=body.ignore_eos)
         except ValueError as exc:
             field = str(exc).split("=")[0].split()[0]
-            raise APIError(400, str(exc), param=field) from exc
+            hint = "; 0 or -1 means no limit" if field == "top_k" else ""
+            raise APIError(400, f"{exc}{hint}", param=field) from exc
 
-    async def _generate(request: Request, body: Any, prompts: list[Any], limit: int | None, *, chat: bool) -> Response:
-        unsupported = body.unsupported()
-        if unsupported:
-            raise APIError(400, unsupported[1], param=unsupported[0], code="unsupported")
+    async def _generate(request: Request, body: Any, prompts: list[Any], limit: int | None, limit_field: str, *,
+                        chat: bool, default_limit: int | None) -> Response:
         if not state.accepting:
             raise APIError(503, "the server is shutting down", code="shutting_down")
         if not state.loop.is_alive:
@@ -199,17 +206,14 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         seqs = []
         for p in prompts:  # validate every prompt before queueing any
             try:
-                ids = await asyncio.to_thread(prompt_token_ids, state.engine, p, chat=chat)
+                ids = await asyncio.to_thread(prompt_token_ids, state.engine, p,
+                                              add_special_tokens=body.add_special_tokens)
+            except ContextLengthExceeded as exc:
+                raise APIError(400, str(exc), param=param, code="context_length_exceeded") from exc
             except ValueError as exc:
                 raise APIError(400, str(exc), param=param) from exc
-            room = state.engine.max_model_len - len(ids)
-            max_tokens = limit if limit is not None else room
-            if max_tokens < 1:
-                raise APIError(400, f"max_tokens={max_tokens} must be at least 1", param="max_tokens")
-            if max_tokens > room:
-                raise APIError(400, f"max_tokens={max_tokens} plus the prompt's {len(ids)} tokens exceed the context "
-                               f"(max_model_len={state.engine.max_model_len}); ask for at most {room}",
-                               param="max_tokens")
+            max_tokens = output_budget(max_model_len=state.engine.max_model_len, num_prompt_tokens=len(ids),
+                                       requested=limit, field=limit_field, default=default_limit)
             seqs.append((ids, sampling_params(body, max_tokens)))
         if not state.admission.try_enter(len(seqs)):
             raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
@@ -354,3 +358,4 @@ async def _until_done_or_disconnected(work: Any, request: Request) -> bool:
         task.result()
         return True
     return False
+

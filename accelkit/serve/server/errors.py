@@ -14,16 +14,55 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
 class APIError(Exception):
     """Raised inside a handler; becomes an OpenAI error response."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 error_type: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.error_type, self.headers = error_type, headers
 
 
-def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param,
-                      "code": code}}
+def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None,
+               error_type: str | None = None) -> dict[str, Any]:
+    """``error_type`` when OpenAI's differs from the status's usual one (an unknown model is a 404 of type
+    invalid_request_error)."""
+    kind = error_type or _TYPES.get(status, "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def error_response(status: int, message: str, *, param: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message, param=param, code=code), status_code=status, headers=headers)
+                   error_type: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param=param, code=code, error_type=error_type),
+                        status_code=status, headers=headers)
+
+
+def validation_message(errors: list[Any]) -> tuple[str, str | None]:
+    """(message, param) for pydantic's errors about the first field: pydantic's union-member tags (``str``,
+    ``list[str]``, ``function-before[…]``, ``TextPart``) are dropped from the path, and of the union's members the
+    ones that got furthest into the value speak — "stop: expected a valid string, or a valid list", not
+    "stop.str: Input should be a valid string"; "messages.0.content.1.type: Input should be 'text'" for an image
+    part, not "messages.0.content: Input should be a valid string"."""
+    def path(err: Any) -> list[str]:
+        return [str(x) for x in err.get("loc", ()) if x != "body" and not _is_union_tag(x)]
+
+    def union(err: Any) -> list[str]:  # the path up to the first union tag: errors of one union share it
+        loc = [x for x in err.get("loc", ()) if x != "body"]
+        cut = next((i for i, x in enumerate(loc) if _is_union_tag(x)), len(loc))
+        return [str(x) for x in loc[:cut]]
+
+    members = [e for e in errors if union(e) == union(errors[0])]
+    deepest = max(len(path(e)) for e in members)
+    first = next(path(e) for e in members if len(path(e)) == deepest)
+    msgs = list(dict.fromkeys(str(e.get("msg", "invalid value")) for e in members if path(e) == first))
+    if len(msgs) > 1:
+        text = "expected " + ", or ".join(m.removeprefix("Input should be ").removeprefix("Value error, ") for m in msgs)
+    else:
+        text = msgs[0]
+    return f"{'.'.join(first) or 'body'}: {text}", (first[0] if first else None)
+
+
+def _is_union_tag(part: Any) -> bool:
+    """pydantic names a union member in ``loc`` by its type: a builtin type name, a generic or validator form
+    (``list[str]``, ``function-before[…]``), or a model class name. Request fields are snake_case and list
+    indices are ints, so neither looks like one."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "dict", "list", "none")
+                                      or any(c in part for c in "[-") or part[:1].isupper())

@@ -1,42 +1,131 @@
-"""The OpenAI request bodies the server accepts (a faithful subset), validated by pydantic.
+"""The OpenAI request bodies the server accepts (a faithful subset, plus vLLM's extensions), validated by pydantic.
 
-Fields OpenAI defines but the engine does not implement are accepted only at their neutral values
-(``n=1``, no ``logprobs``, zero penalties …); anything else is a 400 that says so, never a silent
-change of meaning. Unknown extra fields are ignored, as OpenAI's own server does.
+- A JSON ``null`` in any field means "the default", as OpenAI documents its fields ("number or null") and as
+  vLLM accepts: the official client sends ``None`` as ``null``.
+- Fields OpenAI or vLLM define but the engine does not implement are accepted only at their neutral values
+  (``n=1``, no logprobs, zero penalties, no ``logit_bias``, ``response_format`` text, ``min_p=0`` …); anything
+  else is a 400 naming the field (:meth:`unsupported`), never a silent change of meaning.
+- Unknown fields are ignored, as vLLM does (OpenAI's own server answers 400 "Unrecognized request argument"),
+  and the server logs one warning per request naming them (:meth:`ignored_fields`).
+- Integer fields take whole floats (``"max_tokens": 4.0``), as vLLM does; never strings or booleans.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
-
-Number = StrictInt | StrictFloat
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    include_usage: StrictBool = False
+def _whole_float(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-class _Sampling(BaseModel):
+Int = Annotated[int, Field(strict=True), BeforeValidator(_whole_float)]
+Float = Annotated[float, Field(strict=True)]  # strict: an int is a number, a string or a boolean is not
+Bool = StrictBool
+Str = StrictStr
+
+
+def _nullable_in_schema(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    """The OpenAPI schema says what :meth:`_Body._null_is_default` does: every optional field also takes null."""
+    for name, prop in schema.get("properties", {}).items():
+        field = cls.model_fields.get(name)
+        if field is None or field.is_required() or field.default is None:
+            continue  # a None default already makes pydantic write the field as nullable
+        inner = {k: prop.pop(k) for k in list(prop) if k not in ("title", "default", "description")}
+        prop["anyOf"] = [*inner["anyOf"], {"type": "null"}] if list(inner) == ["anyOf"] else [inner, {"type": "null"}]
+
+
+class _Body(BaseModel):
+    """A JSON object of a request: null = default, unknown keys kept aside so that they can be named."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_nullable_in_schema)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {k: v for k, v in data.items()
+                if v is not None or k not in fields or fields[k].is_required() or fields[k].default is None}
+
+    def ignored_fields(self, prefix: str = "") -> list[str]:
+        """The unknown keys of this object and of the objects inside it, as paths (``messages[1].tool_calls``)."""
+        names = [f"{prefix}{key}" for key in self.model_extra or ()]
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, _Body):
+                names += value.ignored_fields(f"{prefix}{name}.")
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, _Body):
+                        names += item.ignored_fields(f"{prefix}{name}[{i}].")
+        return names
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class StreamOptions(_Body):
+    include_usage: Bool = False
+
+
+class ResponseFormat(_Body):
+    type: Str = Field(description="Only 'text' (the default): accelkit has no structured output.")
+    json_schema: Any = None  # OpenAI's, with type json_schema: refused with it
+
+
+# vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
+_NEUTRAL_EXTENSIONS: dict[str, Any] = {
+    "min_tokens": 0, "min_p": 0.0, "repetition_penalty": 1.0, "include_stop_str_in_output": False,
+    "skip_special_tokens": True, "use_beam_search": False, "prompt_logprobs": None, "allowed_token_ids": None,
+    "truncate_prompt_tokens": None, "guided_json": None, "guided_regex": None, "guided_choice": None,
+    "guided_grammar": None, "structured_outputs": None,
+}
+
+
+class _Sampling(_Body):
     """Fields shared by both endpoints."""
 
-    model_config = ConfigDict(extra="ignore")
-    model: StrictStr
-    max_tokens: StrictInt | None = None
-    temperature: Number = 1.0
-    top_p: Number = 1.0
-    top_k: StrictInt | None = Field(None, description="accelkit/vLLM extension: keep the k most likely tokens.")
-    stop: StrictStr | list[StrictStr] | None = None
-    seed: StrictInt | None = None
-    stream: StrictBool = False
+    model: Str | None = Field(None, description="A served model id (GET /v1/models); omitted or null = the served model.")
+    max_tokens: Int | None = None
+    temperature: Float = 1.0
+    top_p: Float = 1.0
+    top_k: Int | None = Field(None, description="vLLM extension: keep the k most likely tokens; 0, -1 or null = no limit.")
+    stop: Str | list[Str] | None = None
+    stop_token_ids: list[Int] | None = Field(
+        None, description="vLLM extension: token ids that end generation (counted in the usage; a special token's "
+        "text is not in the output)."
+    )
+    seed: Int | None = None
+    stream: Bool = False
     stream_options: StreamOptions | None = None
-    ignore_eos: StrictBool = Field(False, description="vLLM extension: keep generating after EOS (load tests).")
-    n: StrictInt = 1
-    presence_penalty: Number = 0.0
-    frequency_penalty: Number = 0.0
-    user: StrictStr | None = None
+    ignore_eos: Bool = Field(False, description="vLLM extension: keep generating after EOS (load tests).")
+    n: Int = 1
+    presence_penalty: Float = 0.0
+    frequency_penalty: Float = 0.0
+    logit_bias: dict[str, Float] | None = None
+    response_format: ResponseFormat | None = None
+    user: Str | None = None
+    # vLLM extensions, accepted at their neutral values only (_NEUTRAL_EXTENSIONS)
+    min_tokens: Int = 0
+    min_p: Float = 0.0
+    repetition_penalty: Float = 1.0
+    include_stop_str_in_output: Bool = False
+    skip_special_tokens: Bool = Field(True, description="vLLM extension: only true (special tokens are never in the text).")
+    use_beam_search: Bool = False
+    prompt_logprobs: Int | None = None
+    allowed_token_ids: list[Int] | None = None
+    truncate_prompt_tokens: Int | None = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, message) for a feature asked for that the engine does not implement."""
@@ -45,6 +134,16 @@ class _Sampling(BaseModel):
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name) != 0:
                 return name, f"{name} is not supported by accelkit's sampler; leave it at 0"
+        if self.logit_bias:
+            return "logit_bias", "logit_bias is not supported by accelkit's sampler; omit it"
+        if self.response_format is not None and self.response_format.type != "text":
+            return "response_format", (f"response_format type {self.response_format.type!r} is not supported: "
+                                       "accelkit serve has no structured (JSON) output; omit response_format")
+        for name, neutral in _NEUTRAL_EXTENSIONS.items():
+            value = getattr(self, name)
+            if value != neutral:  # the types are strict: 0 == 0.0 is the only coincidence, and a harmless one
+                return name, (f"{name}={_short(value)} is not supported by accelkit serve; "
+                              f"{'omit it' if neutral is None else f'omit it or send {neutral!r}'}")
         if self.stream_options is not None and not self.stream:
             return "stream_options", "stream_options is only allowed when stream is true"
         return None
@@ -54,18 +153,24 @@ class _Sampling(BaseModel):
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
+    @property
+    def top_k_limit(self) -> int | None:
+        """top_k for the sampler: 0 and -1 mean "no limit" in vLLM (and the OpenAI-style clients written for it)."""
+        return None if self.top_k in (0, -1) else self.top_k
 
-Prompt = StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]
+
+Prompt = Str | list[Str] | list[Int] | list[list[Int]]
 
 
 class CompletionRequest(_Sampling):
     """POST /v1/completions."""
 
     prompt: Prompt
-    echo: StrictBool = False
-    logprobs: StrictInt | None = None
-    best_of: StrictInt | None = None
-    suffix: StrictStr | None = None
+    echo: Bool = False
+    logprobs: Int | None = None
+    best_of: Int | None = None
+    suffix: Str | None = None
+    add_special_tokens: Bool = Field(True, description="vLLM extension: add the tokenizer's special tokens (BOS) to a text prompt.")
 
     def prompts(self) -> list[str | list[int]]:
         """One entry per choice: text or token ids."""
@@ -91,41 +196,87 @@ class CompletionRequest(_Sampling):
         return _Sampling.unsupported(self)
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class TextPart(_Body):
     type: Literal["text"]
-    text: StrictStr
+    text: Str
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ChatMessage(_Body):
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: StrictStr | list[TextPart] | None = None
-    name: StrictStr | None = None
+    content: Str | list[TextPart] | None = None
+    name: Str | None = None
 
     def text(self) -> str:
+        """The content as one string: text parts joined by newlines, as vLLM joins them."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "\n".join(part.text for part in self.content)
+
+    def for_template(self) -> dict[str, str]:
+        """The message as chat templates see it: the role as sent (``developer`` too, as vLLM passes it)."""
+        message = {"role": self.role, "content": self.text()}
+        if self.name is not None:
+            message["name"] = self.name
+        return message
+
+
+def _template_flags_problem(add_generation_prompt: bool, continue_final_message: bool) -> tuple[str, str] | None:
+    if continue_final_message and add_generation_prompt:  # a new assistant turn and an open last one: vLLM refuses
+        return "continue_final_message", ("continue_final_message and add_generation_prompt cannot both be true; "
+                                          "send add_generation_prompt false to continue the last message")
+    return None
 
 
 class ChatCompletionRequest(_Sampling):
     """POST /v1/chat/completions."""
 
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_completion_tokens: StrictInt | None = None
-    logprobs: StrictBool = False
+    max_completion_tokens: Int | None = None
+    logprobs: Bool = False
+    top_logprobs: Int | None = None
     tools: list[Any] | None = None
+    tool_choice: Str | dict[str, Any] | None = Field(None, description="'none', or 'auto' (no tools: tool calling is not supported).")
+    parallel_tool_calls: Bool | None = Field(None, description="Accepted; without tools it changes nothing.")
+    functions: list[Any] | None = None
+    function_call: Str | dict[str, Any] | None = Field(None, description="'none' or 'auto' only (no functions).")
+    echo: Bool = Field(False, description="vLLM extension: only false.")
+    add_generation_prompt: Bool = Field(True, description="vLLM extension: end the rendered template with the assistant's turn header.")
+    continue_final_message: Bool = Field(
+        False, description="vLLM extension: render the last (assistant) message open, for the model to continue it; "
+        "needs add_generation_prompt false."
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="vLLM extension: extra variables for the chat template, e.g. {\"enable_thinking\": false}."
+    )
+    add_special_tokens: Bool = Field(
+        False, description="vLLM extension: add the tokenizer's special tokens again to the rendered template."
+    )
 
     def unsupported(self) -> tuple[str, str] | None:
         if self.logprobs:
             return "logprobs", "logprobs is not supported by accelkit serve"
+        if self.top_logprobs is not None:
+            return "top_logprobs", "top_logprobs needs logprobs, which accelkit serve does not support; omit it"
         if self.tools:
             return "tools", "tool calling is not supported by accelkit serve"
-        return _Sampling.unsupported(self)
+        if self.functions:
+            return "functions", "function calling is not supported by accelkit serve"
+        for name in ("tool_choice", "function_call"):
+            choice = getattr(self, name)
+            if choice is not None and choice not in ("none", "auto"):
+                return name, (f"{name}={_short(choice)} needs tool calling, which accelkit serve does not support; "
+                              "omit it or send 'none'")
+        if self.echo:
+            return "echo", "echo is not supported by accelkit serve for chat"
+        return _template_flags_problem(self.add_generation_prompt, self.continue_final_message) or \
+            _Sampling.unsupported(self)
 
     @property
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def token_limit_field(self) -> str:
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"

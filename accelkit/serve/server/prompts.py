@@ -1,0 +1,101 @@
+"""From a request to the token ids the engine runs: the chat template, tokenization, and the context's limits.
+
+Everything here runs in worker threads (tokenizing and templating can take milliseconds), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from accelkit.serve.engine import LLMEngine
+from accelkit.serve.sampling import SamplingParams
+from accelkit.serve.server.errors import APIError
+
+# A text prompt longer than PROBE_CHARS_PER_TOKEN × max_model_len characters is first tokenized on its first
+# that-many characters only: when those alone exceed the context (with slack for the word cut at the end), the
+# prompt is refused without tokenizing megabytes that could never run.
+PROBE_CHARS_PER_TOKEN = 16
+PROBE_SLACK_TOKENS = 64
+
+
+class ContextLengthExceeded(ValueError):
+    """A prompt that leaves no room for even one output token."""
+
+
+def prompt_token_ids(engine: LLMEngine, prompt: str | list[int], *, add_special_tokens: bool = True) -> list[int]:
+    """Tokenize and validate one prompt (ValueError naming the problem; ContextLengthExceeded when it does not fit).
+    Runs in a worker thread. A rendered chat template already holds its special tokens (BOS): it is tokenized with
+    ``add_special_tokens=False``, as ``apply_chat_template(tokenize=True)`` does."""
+    limit = engine.max_model_len
+    probe = PROBE_CHARS_PER_TOKEN * limit
+    if isinstance(prompt, str):
+        if engine.tokenizer is None:
+            raise ValueError("this model has no tokenizer; send the prompt as token ids")
+        if len(prompt) > probe:
+            num_head = len(engine.encode(prompt[:probe], add_special_tokens=add_special_tokens))
+            if num_head > limit + PROBE_SLACK_TOKENS:
+                raise ContextLengthExceeded(
+                    f"This model's maximum context length is {limit} tokens and your prompt has more than "
+                    f"{num_head - PROBE_SLACK_TOKENS} (its first {probe} characters alone make {num_head}); "
+                    f"shorten the prompt to at most {limit - 1} tokens"
+                )
+        ids: list[int] = engine.encode(prompt, add_special_tokens=add_special_tokens)
+    else:
+        ids = prompt
+    if len(ids) >= limit:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {limit} tokens and your request has {len(ids)} input tokens "
+            f"(the prompt plus at least one output token must fit); shorten the prompt to at most {limit - 1} tokens"
+        )
+    return engine.make_request(ids, SamplingParams(max_tokens=1)).token_ids
+
+
+def output_budget(*, max_model_len: int, num_prompt_tokens: int, requested: int | None, field: str,
+                  default: int | None) -> int:
+    """The max_tokens a request runs with, or an APIError: ``requested`` when given, else ``default``, else the rest
+    of the context. Like OpenAI and vLLM, a limit past the context is refused, never cut to fit — that includes
+    the completions default of 16, and the message says it was the default."""
+    room = max_model_len - num_prompt_tokens
+    max_tokens = requested if requested is not None else default if default is not None else room
+    if max_tokens < 1:
+        raise APIError(400, f"{field}={max_tokens} must be at least 1", param=field)
+    if max_tokens > room:
+        what = (f"'{field}' is too large: {max_tokens}" if requested is not None else
+                f"'{field}' was not given and defaults to {max_tokens} for completions, which is too large here")
+        raise APIError(400, f"{what}. This model's maximum context length is {max_model_len} tokens and your request "
+                       f"has {num_prompt_tokens} input tokens ({max_tokens} > {max_model_len} - {num_prompt_tokens}); "
+                       f"send {field} of at most {room}, or shorten the prompt",
+                       param=field, code="context_length_exceeded")
+    return max_tokens
+
+
+def render_chat_template(tokenizer: Any, conversation: list[dict[str, str]], *, chat_template: str | None,
+                         add_generation_prompt: bool, continue_final_message: bool, variables: dict[str, Any],
+                         reserved: frozenset[str]) -> str:
+    """The chat template rendered to text (an APIError naming what is wrong: a variable that would replace one of
+    ``apply_chat_template``'s own arguments, or whatever the template refused)."""
+    clash = sorted(reserved & variables.keys())
+    if clash:
+        raise APIError(400, f"chat_template_kwargs cannot set {', '.join(clash)}: the server sets "
+                       f"{'it' if len(clash) == 1 else 'them'} (add_generation_prompt and continue_final_message "
+                       "are request fields of their own)", param="chat_template_kwargs")
+    try:
+        return str(tokenizer.apply_chat_template(
+            conversation, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
+            tokenize=False, chat_template=chat_template, **variables,
+        ))
+    except Exception as exc:  # no tokenizer or template, or the template rejects these messages or variables
+        raise APIError(400, f"cannot apply the chat template: {type(exc).__name__}: {exc}", param="messages") from exc
+
+
+def chat_template_arguments(tokenizer: Any) -> frozenset[str]:
+    """The names ``apply_chat_template`` takes itself (and ``messages``, the template's own variable): a
+    ``chat_template_kwargs`` key among them would replace what the server passes, so it is refused (vLLM refuses
+    ``chat_template`` and ``tokenize``)."""
+    method = getattr(tokenizer, "apply_chat_template", None)
+    names = {"messages", "conversation", "chat_template", "tokenize", "add_generation_prompt", "continue_final_message"}
+    if method is not None:
+        names |= {p.name for p in inspect.signature(method).parameters.values()
+                  if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    return frozenset(names)

@@ -1,0 +1,280 @@
+"""`accelkit serve` as the official openai client, LangChain, vLLM's benchmark and curl scripts written for vLLM
+expect it, over real HTTP on 127.0.0.1: nulls as defaults, no silent change of meaning, vLLM's extensions that
+the engine has (stop_token_ids, chat template variables), context errors, the model field."""
+
+import logging
+
+import httpx
+import openai
+import pytest
+from transformers import AutoTokenizer
+
+from accelkit.serve import LLM, SamplingParams
+from accelkit.serve.testing import save_tiny_model
+from tests.integration.serve_server_util import running_server
+
+KEY = "k3y"
+AUTH = {"authorization": f"Bearer {KEY}"}
+MAX_MODEL_LEN = 128
+# the template marks what the tests look for with words of the tiny vocabulary: w20 a developer message, w11 the end
+# of every message, w7 enable_thinking=false (a template variable), w8 the generation prompt
+TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'developer' %}w20 {% endif %}{{ m['content'] }} w11 {% endfor %}"
+            "{% if enable_thinking is defined and not enable_thinking %}w7 {% endif %}"
+            "{% if add_generation_prompt %}w8{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(save_tiny_model(tmp_path_factory.mktemp("serve-openai") / "tiny", "tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    """An API key, a small context and the marking chat template."""
+    config = {"chat_template": TEMPLATE}
+    with running_server(model_dir, api_key=KEY, server=config, max_model_len=MAX_MODEL_LEN) as (url, state):
+        yield url, state
+
+
+@pytest.fixture(scope="module")
+def offline(model_dir):
+    """Greedy texts of the offline engine for token ids: what the server must return for the same ids."""
+    llm = LLM(model_dir, kv_cache_memory_bytes=4 << 20)
+
+    def generate(ids: list[int], max_tokens: int) -> tuple[str, list[int]]:
+        out = llm.generate([ids], SamplingParams.greedy(max_tokens, ignore_eos=True))[0]
+        return out.text, list(out.token_ids)
+
+    return generate
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def post(url: str, path: str, body: dict, headers: dict | None = None) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=body, headers={**AUTH, **(headers or {})}, timeout=60)
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0)
+
+
+# ---- #1 nulls are defaults; whole floats are integers -------------------------------------------------------
+def test_nulls_mean_the_default(server, offline, tokenizer):
+    url, _ = server
+    c = client(url)
+    ids = tokenizer.encode("w5 w6")
+    expected, _ = offline(ids, 4)
+    done = c.completions.create(model="tiny", prompt="w5 w6", max_tokens=4, temperature=0, top_p=None, n=None,
+                                presence_penalty=None, frequency_penalty=None, stop=None, seed=None, echo=None,
+                                logprobs=None, best_of=None, stream=None, user=None,
+                                extra_body={"ignore_eos": True, "top_k": None, "stop_token_ids": None})
+    assert done.choices[0].text == expected
+    nulls = {"temperature": None, "top_p": None, "n": None, "presence_penalty": None, "frequency_penalty": None,
+             "stream": None, "logprobs": None, "top_logprobs": None, "stop": None, "seed": None, "tools": None,
+             "tool_choice": None, "response_format": None, "logit_bias": None, "stream_options": None,
+             "ignore_eos": None, "model": None, "max_completion_tokens": None, "skip_special_tokens": None}
+    chat = post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "w5", "name": None}],
+                                              "max_tokens": 2, **nulls})
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["model"] == "tiny" and chat.json()["usage"]["completion_tokens"] >= 1
+
+
+def test_a_wrong_type_names_the_field_not_a_union_member(server):
+    url, _ = server
+    for field, value in (("temperature", "hot"), ("top_p", [1]), ("stop", 5), ("prompt", 3.5), ("max_tokens", "4")):
+        resp = post(url, "/v1/completions", {"model": "tiny", "prompt": "w5", field: value})
+        error = resp.json()["error"]
+        assert resp.status_code == 400 and error["param"] == field, resp.text
+        assert error["message"].startswith(f"{field}: "), error  # not "temperature.int: …", "stop.str: …"
+
+
+def test_whole_floats_are_integers(server):
+    url, _ = server
+    resp = post(url, "/v1/completions", {"model": "tiny", "prompt": "w5", "max_tokens": 4.0, "n": 1.0, "seed": 1.0,
+                                         "ignore_eos": True})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["usage"]["completion_tokens"] == 4
+    for value in (4.5, True, "4"):
+        resp = post(url, "/v1/completions", {"model": "tiny", "prompt": "w5", "max_tokens": value})
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "max_tokens", resp.text
+
+
+# ---- #2 never a silent change of meaning ---------------------------------------------------------------------
+CHAT, COMP = "/v1/chat/completions", "/v1/completions"
+REFUSED = [
+    (CHAT, {"response_format": {"type": "json_object"}}, "response_format"),
+    (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+    (COMP, {"response_format": {"type": "json_object"}}, "response_format"),
+    (CHAT, {"logit_bias": {"5": -100}}, "logit_bias"),
+    (COMP, {"logit_bias": {"5": 10}}, "logit_bias"),
+    (CHAT, {"functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    (CHAT, {"function_call": {"name": "f"}}, "function_call"),
+    (CHAT, {"tool_choice": "required"}, "tool_choice"),
+    (CHAT, {"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+    (CHAT, {"top_logprobs": 2}, "top_logprobs"),
+    (CHAT, {"echo": True}, "echo"),
+    (CHAT, {"continue_final_message": True}, "continue_final_message"),  # with add_generation_prompt's default
+    (COMP, {"min_tokens": 3}, "min_tokens"),
+    (CHAT, {"min_p": 0.1}, "min_p"),
+    (COMP, {"repetition_penalty": 1.2}, "repetition_penalty"),
+    (COMP, {"include_stop_str_in_output": True}, "include_stop_str_in_output"),
+    (CHAT, {"skip_special_tokens": False}, "skip_special_tokens"),
+    (CHAT, {"guided_json": {"type": "object"}}, "guided_json"),
+    (COMP, {"guided_choice": ["a", "b"]}, "guided_choice"),
+    (CHAT, {"structured_outputs": {"regex": "w[0-9]+"}}, "structured_outputs"),
+    (COMP, {"use_beam_search": True}, "use_beam_search"),
+    (COMP, {"allowed_token_ids": [5, 6]}, "allowed_token_ids"),
+    (COMP, {"truncate_prompt_tokens": 1}, "truncate_prompt_tokens"),
+    (COMP, {"prompt_logprobs": 1}, "prompt_logprobs"),
+]
+NEUTRAL = {"response_format": {"type": "text"}, "logit_bias": {}, "tool_choice": "none", "function_call": "auto",
+           "functions": [], "tools": [], "parallel_tool_calls": True, "min_tokens": 0, "min_p": 0,
+           "repetition_penalty": 1.0, "include_stop_str_in_output": False, "skip_special_tokens": True,
+           "echo": False, "continue_final_message": False, "use_beam_search": False}
+
+
+@pytest.mark.parametrize(("path", "extra", "param"), REFUSED, ids=[f"{p[-16:]}-{x}" for p, _, x in REFUSED])
+def test_fields_that_change_the_output_are_refused_not_ignored(server, path, extra, param):
+    url, state = server
+    body = {"model": "tiny", "max_tokens": 2, **extra,
+            **({"messages": [{"role": "user", "content": "w5"}]} if path == CHAT else {"prompt": "w5"})}
+    resp = post(url, path, body)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == param and error["code"] == "unsupported" and error["type"] == "invalid_request_error"
+    assert state.loop.is_alive
+
+
+def test_their_neutral_values_are_accepted(server):
+    url, _ = server
+    resp = post(url, CHAT, {"model": "tiny", "messages": [{"role": "user", "content": "w5"}], "max_tokens": 2, **NEUTRAL})
+    assert resp.status_code == 200, resp.text
+    tool_auto = post(url, CHAT, {"model": "tiny", "messages": [{"role": "user", "content": "w5"}], "max_tokens": 2,
+                                 "tool_choice": "auto"})  # "auto" without tools: no tool call can happen
+    assert tool_auto.status_code == 200, tool_auto.text
+
+
+def test_unknown_fields_are_ignored_with_one_warning_naming_them(server, caplog):
+    url, _ = server
+    body = {"model": "tiny", "max_tokens": 2, "frobnicate": 1, "store": False,
+            "messages": [{"role": "user", "content": "w5", "tool_call_id": "x"}], "stream_options": None}
+    with caplog.at_level(logging.WARNING, logger="accelkit.serve"):
+        resp = post(url, CHAT, body)
+    assert resp.status_code == 200, resp.text
+    warnings = [r.getMessage() for r in caplog.records if "unknown field" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "frobnicate" in warnings[0] and "store" in warnings[0] and "messages[0].tool_call_id" in warnings[0]
+
+
+# ---- what the engine has: stop_token_ids, top_k 0/-1, chat template variables -------------------------------
+def test_stop_token_ids_end_generation_at_that_token(server, offline, tokenizer):
+    url, _ = server
+    ids = tokenizer.encode("w5 w6")
+    _, tokens = offline(ids, 6)
+    stop_at = tokens[2]
+    cut = tokens.index(stop_at) + 1  # generation ends at the first time that token comes
+    expected, _ = offline(ids, cut)
+    resp = post(url, COMP, {"model": "tiny", "prompt": "w5 w6", "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+                            "stop_token_ids": [stop_at]})
+    choice = resp.json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and resp.json()["usage"]["completion_tokens"] == cut, resp.text
+    assert choice["text"] == expected  # a word token, not a special one: its text stays in the output
+    bad = post(url, COMP, {"model": "tiny", "prompt": "w5", "stop_token_ids": [5, -1]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "stop_token_ids", bad.text
+
+
+@pytest.mark.parametrize("top_k", [0, -1])
+def test_top_k_0_and_minus_1_mean_no_limit(server, top_k):
+    url, _ = server
+    body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 6, "temperature": 1.0, "seed": 11, "ignore_eos": True}
+    unlimited = post(url, COMP, body).json()["choices"][0]["text"]
+    resp = post(url, COMP, {**body, "top_k": top_k})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["text"] == unlimited  # the same seeded draw as with no top_k at all
+    assert "0 or -1 means no limit" in post(url, COMP, {**body, "top_k": -2}).json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("extra", "template_args"), [
+    ({}, {"add_generation_prompt": True}),
+    ({"chat_template_kwargs": {"enable_thinking": False}}, {"add_generation_prompt": True, "enable_thinking": False}),
+    ({"add_generation_prompt": False}, {"add_generation_prompt": False}),
+    ({"add_generation_prompt": False, "continue_final_message": True},
+     {"add_generation_prompt": False, "continue_final_message": True}),
+])
+def test_chat_template_variables_reach_the_template(server, offline, tokenizer, extra, template_args):
+    url, _ = server
+    messages = [{"role": "developer", "content": "w30"},  # passed to the template as is, as vLLM does
+                {"role": "user", "content": [{"type": "text", "text": "w5"}, {"type": "text", "text": "w6"}]},
+                {"role": "assistant", "content": "w9 w10"}]
+    as_template_sees_them = [messages[0], {"role": "user", "content": "w5\nw6"}, messages[2]]  # parts joined by \n
+    expected_ids = list(tokenizer.apply_chat_template(as_template_sees_them, chat_template=TEMPLATE, tokenize=True,
+                                                      return_dict=False, **template_args))
+    assert tokenizer.convert_tokens_to_ids("w20") in expected_ids  # the premise: the developer message is marked
+    resp = post(url, CHAT, {"model": "tiny", "messages": messages, "max_tokens": 3, "temperature": 0,
+                            "ignore_eos": True, **extra})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["usage"]["prompt_tokens"] == len(expected_ids)
+    assert resp.json()["choices"][0]["message"]["content"] == offline(expected_ids, 3)[0]  # exactly these ids ran
+
+
+def test_chat_template_kwargs_cannot_replace_what_the_server_passes(server):
+    url, _ = server
+    for key in ("chat_template", "messages", "tokenize", "add_generation_prompt"):
+        resp = post(url, CHAT, {"model": "tiny", "messages": [{"role": "user", "content": "w5"}],
+                                "chat_template_kwargs": {key: "x"}})
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "chat_template_kwargs", resp.text
+
+
+# ---- #6 context errors ---------------------------------------------------------------------------------------
+def _words(n: int) -> str:
+    return " ".join(f"w{5 + i % 400}" for i in range(n))
+
+
+def test_context_overflow_is_context_length_exceeded(server):
+    url, _ = server
+    c = client(url)
+    limit = f"This model's maximum context length is {MAX_MODEL_LEN} tokens"
+    cases = [
+        (COMP, {"prompt": _words(MAX_MODEL_LEN + 5), "max_tokens": 1}, "prompt"),
+        (CHAT, {"messages": [{"role": "user", "content": _words(MAX_MODEL_LEN + 5)}]}, "messages"),
+        (COMP, {"prompt": _words(40), "max_tokens": 100}, "max_tokens"),
+        (CHAT, {"messages": [{"role": "user", "content": "w5"}], "max_completion_tokens": 500}, "max_completion_tokens"),
+    ]
+    for path, extra, param in cases:
+        resp = post(url, path, {"model": "tiny", **extra})
+        error = resp.json()["error"]
+        assert resp.status_code == 400 and error["code"] == "context_length_exceeded", resp.text
+        assert limit in error["message"] and error["param"] == param
+    with pytest.raises(openai.BadRequestError) as caught:
+        c.completions.create(model="tiny", prompt=_words(40), max_tokens=100)
+    assert caught.value.code == "context_length_exceeded" and "(100 > 128 - 40)" in caught.value.message
+
+
+def test_the_completions_default_of_16_is_refused_past_the_context_and_says_it_was_the_default(server):
+    """As OpenAI and vLLM do: max_tokens defaults to 16 for completions, and a prompt that leaves less room is
+    refused rather than cut — with a message that says 16 was the default, not something the client sent."""
+    url, _ = server
+    prompt = _words(MAX_MODEL_LEN - 10)
+    resp = post(url, COMP, {"model": "tiny", "prompt": prompt})
+    error = resp.json()["error"]
+    assert resp.status_code == 400 and error["code"] == "context_length_exceeded", resp.text
+    assert "was not given and defaults to 16" in error["message"] and "at most 10" in error["message"]
+    assert post(url, COMP, {"model": "tiny", "prompt": prompt, "max_tokens": 10}).status_code == 200
+    chat = post(url, CHAT, {"model": "tiny", "messages": [{"role": "user", "content": _words(MAX_MODEL_LEN - 20)}],
+                            "ignore_eos": True})  # chat's default: the rest of the context
+    usage = chat.json()["usage"]
+    assert chat.status_code == 200 and usage["prompt_tokens"] + usage["completion_tokens"] == MAX_MODEL_LEN, chat.text
+
+
+# ---- #7 the model ------------------------------------------------------------------------------------------
+def test_an_unknown_model_is_404_and_model_may_be_omitted(server):
+    url, _ = server
+    c = client(url)
+    with pytest.raises(openai.NotFoundError) as caught:
+        c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "w5"}], max_tokens=2)
+    assert caught.value.code == "model_not_found" and "gpt-4o" in caught.value.message
+    omitted = post(url, COMP, {"prompt": "w5", "max_tokens": 2})
+    assert omitted.status_code == 200 and omitted.json()["model"] == "tiny", omitted.text
