@@ -11,7 +11,7 @@ from accelkit.cli.output import err, flag_values
 from accelkit.cli.spec_options import spec_options
 from accelkit.core import UserError
 from accelkit.core.units import parse_size
-from accelkit.serve.config import EngineConfig, ServerConfig
+from accelkit.serve.config import EngineConfig, ServerConfig, origin_problem
 
 
 def _size(text: str, flag: str) -> int:
@@ -30,6 +30,17 @@ def _kv_memory(text: str) -> int:
 
 def _body_size(text: str) -> int:
     return _size(text, "--max-body-size")
+
+
+def _origins(text: str) -> tuple[str, ...]:
+    """``--allowed-origins '*'`` or a comma-separated list of origins, each checked (a browser sends the origin
+    exactly as scheme://host[:port], so a typo would just never match)."""
+    origins = tuple(part.strip() for part in text.split(","))
+    for origin in origins:
+        problem = origin_problem(origin) if origin else "is empty"
+        if problem:
+            raise UserError(f"--allowed-origins {text!r}: {origin!r} {problem}")
+    return origins
 
 
 def _chat_template(path: Path) -> str:
@@ -60,16 +71,21 @@ def _chat_template(path: Path) -> str:
     helps={"kv_cache_memory_bytes": "KV budget, e.g. 2GiB (default 1 GiB on CPU, gpu_memory_utilization of free GPU memory)."},
 )
 @spec_options(
-    ServerConfig, into="server", exclude=("served_model_name", "api_key", "chat_template"),
+    ServerConfig, into="server", exclude=("served_model_name", "served_model_aliases", "api_key", "chat_template"),
     names={"shutdown_timeout_s": "--shutdown-timeout", "max_body_bytes": "--max-body-size"},
-    parse={"max_body_bytes": _body_size},
-    helps={"max_body_bytes": "Largest request body, e.g. 8MiB (default); a larger one gets 413 before it is read."},
+    parse={"max_body_bytes": _body_size, "allowed_origins": _origins},
+    helps={"max_body_bytes": "Largest request body, e.g. 8MiB (default); a larger one gets 413 before it is read.",
+           "allowed_origins": "Browser origins allowed to call the API (CORS), comma-separated, e.g. "
+           "https://app.example.com,http://localhost:3000, or '*' for any; default none (no CORS headers)."},
 )
 def serve_cmd(
     model: Path = typer.Option(..., "--model", help="Hugging Face-format directory (config.json, *.safetensors, tokenizer)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to expose beyond this machine)."),
     port: int = typer.Option(8000, "--port", min=0, max=65535),
-    served_model_name: str | None = typer.Option(None, "--served-model-name", help="Model id for clients (default: the directory name)."),
+    served_model_name: list[str] | None = typer.Option(
+        None, "--served-model-name", metavar="NAME",
+        help="Model id for clients (default: the directory name); repeat it for aliases — responses report the first.",
+    ),
     api_key: str | None = typer.Option(None, "--api-key", envvar="ACCELKIT_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/*."),
     chat_template: Path | None = typer.Option(None, "--chat-template", help="Jinja file overriding the tokenizer's chat template."),
     *,
@@ -79,21 +95,30 @@ def serve_cmd(
     """Serve a model behind an OpenAI-compatible API (completions, chat, SSE streaming, /metrics)."""
     from accelkit.serve.server import bind_socket, build_server, run_server
 
-    if not (model / "config.json").is_file():
+    try:
+        has_config = (model / "config.json").is_file()
+    except OSError as exc:  # a name too long for the file system, say: is_file() lets that through
+        raise UserError(f"--model {str(model)[:200]!r} cannot be read ({exc.strerror}); give a Hugging Face-format "
+                        "model directory") from None
+    if not has_config:
         raise UserError(f"--model {model} has no config.json; give a Hugging Face-format model directory")
     template = _chat_template(chat_template) if chat_template is not None else None
+    names = list(dict.fromkeys(served_model_name or [model.resolve().name]))  # a repeated name is listed once
+    blank = next((n for n in names if not n.strip()), None)
+    if blank is not None:
+        raise UserError(f"--served-model-name {blank!r} is blank; give the model id clients send")
     with flag_values():
         engine_config = EngineConfig(model=str(model), **engine)
         server_config = ServerConfig(
-            served_model_name=served_model_name or model.resolve().name, api_key=api_key, chat_template=template,
-            **server,
+            served_model_name=names[0], served_model_aliases=tuple(names[1:]), api_key=api_key,
+            chat_template=template, **server,
         )
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
         with flag_values():
             app, state = build_server(engine_config, server_config)
         bound_port = sock.getsockname()[1]
-        err.print(f"serving {server_config.served_model_name!r} on http://{host}:{bound_port}/v1 "
+        err.print(f"serving {' = '.join(repr(n) for n in names)} on http://{host}:{bound_port}/v1 "
                   f"(context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "
                   f"{engine_config.block_size} tokens); Ctrl-C or SIGTERM stops")
         run_server(app, state, sock)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import urlsplit
 
 from accelkit.core.spec import Spec, spec_field
 from accelkit.serve.sampling import SEED_MAX, SEED_MIN
@@ -60,7 +61,12 @@ class EngineConfig(Spec):
 class ServerConfig(Spec):
     """HTTP-side settings (the engine has its own EngineConfig)."""
 
-    served_model_name: str = spec_field(doc="The model id clients send and /v1/models lists.")
+    served_model_name: str = spec_field(
+        doc="The model id responses report and /v1/models lists first; clients may also send any alias."
+    )
+    served_model_aliases: tuple[str, ...] = spec_field(
+        (), doc="Further model ids clients may send (each listed by /v1/models); responses report served_model_name."
+    )
     api_key: str | None = spec_field(
         None, doc="When set, every route but /health and /metrics requires 'Authorization: Bearer KEY'."
     )
@@ -73,7 +79,38 @@ class ServerConfig(Spec):
         doc="On SIGTERM, seconds in-flight requests get to finish before they are aborted (0 = abort at once).",
     )
     chat_template: str | None = spec_field(None, doc="Jinja chat template overriding the tokenizer's.")
+    allowed_origins: tuple[str, ...] = spec_field(
+        (), doc="Browser origins allowed to call the API (CORS): '*' or 'https://host[:port]' each; none = no CORS headers."
+    )
 
     def validate(self) -> None:
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key is empty; give a non-empty key or none at all")
+        for name in (self.served_model_name, *self.served_model_aliases):
+            if not name.strip():
+                raise ValueError(f"served_model_name {name!r} is blank; give each model id some text")
+        for origin in self.allowed_origins:
+            problem = origin_problem(origin)
+            if problem:
+                raise ValueError(f"allowed_origins {origin!r} {problem}")
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Every model id clients may send; the first is what responses report."""
+        return (self.served_model_name, *self.served_model_aliases)
+
+
+def origin_problem(origin: str) -> str | None:
+    """Why ``origin`` cannot be a CORS allowed origin (None when it can): a browser sends ``scheme://host[:port]``
+    exactly, so anything with a path, a trailing slash or another scheme would never match."""
+    if origin == "*":
+        return None
+    try:
+        parts = urlsplit(origin)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.username is not None
+            or parts.path or parts.query or parts.fragment or origin != f"{parts.scheme}://{parts.netloc}"):
+        return "is not an origin; give '*' or scheme://host[:port] such as https://app.example.com (no path)"
+    return None

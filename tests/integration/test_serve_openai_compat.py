@@ -1,6 +1,6 @@
 """`accelkit serve` as the official openai client, LangChain, vLLM's benchmark and curl scripts written for vLLM
 expect it, over real HTTP on 127.0.0.1: nulls as defaults, no silent change of meaning, vLLM's extensions that
-the engine has (stop_token_ids, chat template variables), context errors, the model field."""
+the engine has (stop_token_ids, chat template variables), context errors, several model names and CORS."""
 
 import logging
 
@@ -11,10 +11,11 @@ from transformers import AutoTokenizer
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import running_server
+from tests.integration.serve_server_util import free_port, running_server, serve_process, wait_healthy
 
 KEY = "k3y"
 AUTH = {"authorization": f"Bearer {KEY}"}
+ORIGIN = "https://app.example.com"
 MAX_MODEL_LEN = 128
 # the template marks what the tests look for with words of the tiny vocabulary: w20 a developer message, w11 the end
 # of every message, w7 enable_thinking=false (a template variable), w8 the generation prompt
@@ -30,8 +31,8 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model_dir):
-    """An API key, a small context and the marking chat template."""
-    config = {"chat_template": TEMPLATE}
+    """Two model ids, an API key, CORS for one origin, a small context and the marking chat template."""
+    config = {"served_model_aliases": ("org/tiny-2",), "allowed_origins": (ORIGIN,), "chat_template": TEMPLATE}
     with running_server(model_dir, api_key=KEY, server=config, max_model_len=MAX_MODEL_LEN) as (url, state):
         yield url, state
 
@@ -269,12 +270,53 @@ def test_the_completions_default_of_16_is_refused_past_the_context_and_says_it_w
     assert chat.status_code == 200 and usage["prompt_tokens"] + usage["completion_tokens"] == MAX_MODEL_LEN, chat.text
 
 
-# ---- #7 the model ------------------------------------------------------------------------------------------
-def test_an_unknown_model_is_404_and_model_may_be_omitted(server):
+# ---- #7 model names ------------------------------------------------------------------------------------------
+def test_model_names_aliases_and_404(server):
     url, _ = server
     c = client(url)
+    assert [m.id for m in c.models.list().data] == ["tiny", "org/tiny-2"]
+    assert c.models.retrieve("org/tiny-2").id == "org/tiny-2"
+    with pytest.raises(openai.NotFoundError) as caught:
+        c.models.retrieve("gpt-4o")
+    assert caught.value.code == "model_not_found"
     with pytest.raises(openai.NotFoundError) as caught:
         c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "w5"}], max_tokens=2)
     assert caught.value.code == "model_not_found" and "gpt-4o" in caught.value.message
+    alias = c.completions.create(model="org/tiny-2", prompt="w5", max_tokens=2)
+    assert alias.model == "tiny"  # responses report the first name, as vLLM's do
     omitted = post(url, COMP, {"prompt": "w5", "max_tokens": 2})
     assert omitted.status_code == 200 and omitted.json()["model"] == "tiny", omitted.text
+
+
+# ---- #9 CORS -------------------------------------------------------------------------------------------------
+def test_cors_preflight_and_headers_for_the_allowed_origin_only(server):
+    url, _ = server
+    preflight = {"origin": ORIGIN, "access-control-request-method": "POST",
+                 "access-control-request-headers": "authorization,content-type"}
+    ok = httpx.options(f"{url}/v1/chat/completions", headers=preflight)  # no API key: browsers send none here
+    assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == ORIGIN, ok.text
+    assert "authorization" in ok.headers["access-control-allow-headers"]
+    other = httpx.options(f"{url}/v1/chat/completions", headers={**preflight, "origin": "https://evil.example"})
+    assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+    resp = post(url, COMP, {"model": "tiny", "prompt": "w5", "max_tokens": 1}, headers={"origin": ORIGIN})
+    assert resp.headers["access-control-allow-origin"] == ORIGIN
+    refused = httpx.get(f"{url}/v1/models", headers={"origin": ORIGIN})  # a 401 a page can read
+    assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == ORIGIN
+
+
+def test_cli_several_served_model_names_and_allowed_origins(model_dir, tmp_path, cli):
+    bad = cli("serve", "--model", model_dir, "--allowed-origins", "https://a.example/path")
+    assert bad.returncode == 2 and bad.stderr.count("error:") == 1 and "--allowed-origins" in bad.stderr, bad.stderr
+    port = free_port()
+    proc = serve_process(model_dir, tmp_path, "--port", str(port), "--served-model-name", "org/tiny-2",
+                         "--allowed-origins", f"{ORIGIN}, http://localhost:3000")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, 60)
+        assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["tiny", "org/tiny-2"]
+        preflight = httpx.options(f"{url}/v1/completions", headers={"origin": "http://localhost:3000",
+                                                                     "access-control-request-method": "POST"})
+        assert preflight.headers["access-control-allow-origin"] == "http://localhost:3000"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

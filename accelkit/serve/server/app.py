@@ -21,6 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -76,9 +77,13 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     """The FastAPI application for one engine loop."""
     app = FastAPI(title="accelkit serve", version=accelkit.__version__)
     app.state.serving = state
-    name = state.config.served_model_name
+    names = state.config.model_names
+    name = names[0]  # what every response reports, whichever alias the request used (as vLLM)
     app.add_middleware(ServerMiddleware, api_key=state.config.api_key, max_body_bytes=state.config.max_body_bytes,
                        is_shutting_down=lambda: not state.accepting)
+    if state.config.allowed_origins:  # added last = outermost: a preflight is answered before the API key check
+        app.add_middleware(CORSMiddleware, allow_origins=list(state.config.allowed_origins), allow_methods=["*"],
+                           allow_headers=["*"])
     template_args = chat_template_arguments(state.engine.tokenizer)
 
     # ---- errors: every failure is an OpenAI error object ---------------------------------------------
@@ -128,17 +133,25 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest(registry).decode(), media_type="text/plain; version=0.0.4")
 
+    def model_card(model_id: str) -> dict[str, Any]:
+        # root is the first served name, not the weights' path as in vLLM: the path is the host's business
+        return {"id": model_id, "object": "model", "created": state.created, "owned_by": "accelkit", "root": name,
+                "parent": None, "max_model_len": state.engine.max_model_len}
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{  # root is the served name: the weights' path is the host's business
-            "id": name, "object": "model", "created": state.created, "owned_by": "accelkit", "root": name,
-            "parent": None, "max_model_len": state.engine.max_model_len,
-        }]}
+        return {"object": "list", "data": [model_card(n) for n in names]}
+
+    @app.get("/v1/models/{model_id:path}")  # :path — a served name may hold slashes (org/model)
+    async def retrieve_model(model_id: str) -> dict[str, Any]:
+        check_model(model_id)
+        return model_card(model_id)
 
     # ---- generation ---------------------------------------------------------------------------------
     def check_model(model_id: str | None) -> None:
-        if model_id is not None and model_id != name:
-            raise APIError(404, f"The model `{model_id}` does not exist on this server; it serves {name!r} "
+        if model_id is not None and model_id not in names:
+            served = ", ".join(repr(n) for n in names)
+            raise APIError(404, f"The model `{model_id}` does not exist on this server; it serves {served} "
                            "(GET /v1/models)", param="model", code="model_not_found", error_type="invalid_request_error")
 
     def accept(body: Any, route: str) -> None:
