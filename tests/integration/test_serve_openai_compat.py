@@ -1,7 +1,10 @@
 """`accelkit serve` as the official openai client, LangChain, vLLM's benchmark and curl scripts written for vLLM
 expect it, over real HTTP on 127.0.0.1: nulls as defaults, no silent change of meaning, vLLM's extensions that
-the engine has (stop_token_ids, chat template variables), context errors, several model names and CORS."""
+the engine has (stop_token_ids, chat template variables), the streamed role chunk's timing, context errors,
+several model names, CORS and Retry-After."""
 
+import asyncio
+import json
 import logging
 
 import httpx
@@ -302,6 +305,67 @@ def test_cors_preflight_and_headers_for_the_allowed_origin_only(server):
     assert resp.headers["access-control-allow-origin"] == ORIGIN
     refused = httpx.get(f"{url}/v1/models", headers={"origin": ORIGIN})  # a 401 a page can read
     assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == ORIGIN
+
+
+# ---- #4 the role chunk goes out with the first output; #12 Retry-After ---------------------------------------
+def test_stream_role_chunk_waits_for_the_first_output_and_429_says_when_to_retry(model_dir):
+    """One request runs at a time: a chat stream queued behind a long request gets its role chunk only when it
+    produced its first token — after the long request's tokens, not before it was scheduled (vLLM's benchmark
+    takes the first chunk with choices as the first token)."""
+    long_tokens = 600
+
+    async def run(url):
+        seen = {"long": 0, "long_done": False}
+        order: list[tuple[str, int]] = []
+        started = asyncio.Event()
+        async with httpx.AsyncClient(timeout=300) as http:
+            async def long_request():
+                body = {"prompt": "w5 w6", "max_tokens": long_tokens, "ignore_eos": True, "stream": True}
+                async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
+                    async for line in resp.aiter_lines():
+                        if line.startswith("data: {"):
+                            seen["long"] += 1
+                            started.set()
+                seen["long_done"] = True
+
+            async def chat_stream():
+                await started.wait()
+                body = {"messages": [{"role": "user", "content": "w5"}], "max_tokens": 3, "stream": True,
+                        "stream_options": {"include_usage": True}}
+                async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
+                    assert resp.status_code == 200
+                    # admitted (the headers came): one running + one waiting fill --max-queue 1, so a third is 429
+                    full = await http.post(f"{url}/v1/completions", json={"prompt": "w5", "max_tokens": 1})
+                    order.append(("429" if full.status_code == 429 else str(full.status_code),
+                                  int(full.headers.get("retry-after", "0"))))
+                    premise = not seen["long_done"]
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data: {"):
+                            continue
+                        data = json.loads(line[6:])
+                        if not data["choices"]:
+                            order.append(("usage", data["usage"]["completion_tokens"]))
+                        elif data["choices"][0]["delta"].get("role") == "assistant":
+                            order.append(("role", seen["long"]))
+                        elif data["choices"][0]["delta"].get("content"):
+                            order.append(("content", seen["long"]))
+                return premise
+
+            _, premise = await asyncio.gather(long_request(), chat_stream())
+        return order, premise
+
+    with running_server(model_dir, max_num_seqs=1, max_queue=1) as (url, _):
+        order, premise = asyncio.run(run(url))
+        preflight = httpx.options(f"{url}/v1/completions", headers={"origin": ORIGIN,
+                                                                     "access-control-request-method": "POST"})
+    assert preflight.status_code == 405 and "access-control-allow-origin" not in preflight.headers  # no CORS unasked
+    assert premise, "the long request finished before the queue could be seen full"
+    assert order[0] == ("429", 1)  # Retry-After: a whole number of seconds
+    kinds = [k for k, _ in order[1:]]
+    assert kinds[0] == "role" and kinds[1] == "content" and kinds[-1] == "usage", order
+    # the old server sent the role chunk at once, when the long request had streamed a handful of its 600 tokens;
+    # now it comes after them (give or take the few the client has not read yet on the other connection)
+    assert order[1][1] >= long_tokens // 2, order
 
 
 def test_cli_several_served_model_names_and_allowed_origins(model_dir, tmp_path, cli):

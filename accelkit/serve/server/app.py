@@ -49,6 +49,7 @@ log = logging.getLogger("accelkit.serve")
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's (and vLLM's) default for /v1/completions
+RETRY_AFTER_S = 1  # the Retry-After of a 429: a queue slot frees as soon as one request finishes
 MAX_IGNORED_NAMED = 20  # unknown fields named in one log line
 
 
@@ -230,7 +231,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             seqs.append((ids, sampling_params(body, max_tokens)))
         if not state.admission.try_enter(len(seqs)):
             raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
-                           f"{state.engine.config.max_num_seqs} running); retry later", code="queue_full")
+                           f"{state.engine.config.max_num_seqs} running); retry in {RETRY_AFTER_S} s",
+                           code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)})
         base_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         mailbox = state.mailbox(asyncio.get_running_loop())
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -316,10 +318,11 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             return _sse(data)
 
         try:
-            if chat:
-                yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                              "finish_reason": None}])
             async for index, out in outputs:
+                if chat and index not in last:  # the role goes out with the first engine output, as in vLLM:
+                    # clients (vLLM's benchmark among them) time the first token by the first chunk with choices
+                    yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                  "finish_reason": None}])
                 last[index] = out
                 if not out.new_text and not out.finished:
                     continue
