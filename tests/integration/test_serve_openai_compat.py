@@ -1,7 +1,7 @@
 """`accelkit serve` as the official openai client, LangChain, vLLM's benchmark and curl scripts written for vLLM
 expect it, over real HTTP on 127.0.0.1: nulls as defaults, no silent change of meaning, vLLM's extensions that
 the engine has (stop_token_ids, chat template variables), the streamed role chunk's timing, context errors,
-several model names, CORS and Retry-After."""
+several model names, CORS, Retry-After and vLLM's /tokenize, /detokenize and /ping."""
 
 import asyncio
 import json
@@ -222,6 +222,8 @@ def test_chat_template_variables_reach_the_template(server, offline, tokenizer, 
     assert resp.status_code == 200, resp.text
     assert resp.json()["usage"]["prompt_tokens"] == len(expected_ids)
     assert resp.json()["choices"][0]["message"]["content"] == offline(expected_ids, 3)[0]  # exactly these ids ran
+    tokenized = post(url, "/tokenize", {"messages": messages, **extra})
+    assert tokenized.json()["tokens"] == expected_ids, tokenized.text
 
 
 def test_chat_template_kwargs_cannot_replace_what_the_server_passes(server):
@@ -305,6 +307,21 @@ def test_cors_preflight_and_headers_for_the_allowed_origin_only(server):
     assert resp.headers["access-control-allow-origin"] == ORIGIN
     refused = httpx.get(f"{url}/v1/models", headers={"origin": ORIGIN})  # a 401 a page can read
     assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == ORIGIN
+
+
+# ---- #10/#11 vLLM's /tokenize, /detokenize, /ping ------------------------------------------------------------
+def test_tokenize_detokenize_ping(server, tokenizer):
+    url, _ = server
+    tok = post(url, "/tokenize", {"prompt": "w5 w6 w7", "return_token_strs": True}).json()
+    assert tok == {"count": 3, "max_model_len": MAX_MODEL_LEN, "tokens": tokenizer.encode("w5 w6 w7"),
+                   "token_strs": ["w5", "w6", "w7"]}
+    assert post(url, "/detokenize", {"tokens": tok["tokens"]}).json() == {"prompt": "w5 w6 w7"}
+    bad = post(url, "/detokenize", {"tokens": [5, 10**9]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
+    both = post(url, "/tokenize", {"prompt": "w5", "messages": [{"role": "user", "content": "w5"}]})
+    assert both.status_code == 400
+    assert post(url, "/tokenize", {"model": "gpt-4", "prompt": "w5"}).status_code == 404
+    assert httpx.get(f"{url}/ping").status_code == 200 and httpx.post(f"{url}/ping").status_code == 200  # no key
 
 
 # ---- #4 the role chunk goes out with the first output; #12 Retry-After ---------------------------------------

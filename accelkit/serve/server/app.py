@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP API over an engine loop.
 
 Routes: GET /v1/models (and /v1/models/{id}) · POST /v1/completions · POST /v1/chat/completions (streaming by
-SSE, with ``stream_options.include_usage``) · GET /health · GET /metrics · GET /version. The engine runs on its own thread; each request gets an asyncio queue that the engine
+SSE, with ``stream_options.include_usage``) · POST /tokenize · POST /detokenize (vLLM's) · GET /health · GET /ping ·
+GET /metrics · GET /version. The engine runs on its own thread; each request gets an asyncio queue that the engine
 thread feeds through the event loop's ``Mailbox`` (one ``call_soon_threadsafe`` per engine step, not per output).
 Tokenization and chat templating run in worker threads, never on the event loop. A client that disconnects
 — streaming or not — aborts its request, which frees its KV blocks. A request that fails inside the engine
@@ -42,6 +43,8 @@ from accelkit.serve.server.protocol import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
 )
 from accelkit.serve.server.state import ServingState
 
@@ -148,6 +151,12 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         check_model(model_id)
         return model_card(model_id)
 
+    @app.get("/ping")
+    async def ping() -> Response:  # vLLM's (and SageMaker's) liveness route, GET or POST: /health's answer
+        return await health()
+
+    app.post("/ping", operation_id="ping_post")(ping)
+
     # ---- generation ---------------------------------------------------------------------------------
     def check_model(model_id: str | None) -> None:
         if model_id is not None and model_id not in names:
@@ -195,6 +204,43 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                                    chat_template_kwargs=body.chat_template_kwargs)
         return await _generate(request, body, [prompt], body.token_limit, body.token_limit_field, chat=True,
                                default_limit=None)
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        """vLLM's /tokenize: a text prompt, or messages through the chat template, to token ids."""
+        accept(body, "/tokenize")
+        if (body.prompt is None) == (body.messages is None):
+            raise APIError(400, "give exactly one of prompt (text) or messages (a chat)", param="prompt")
+        if body.messages is not None:
+            text = await render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
+                                     continue_final_message=body.continue_final_message,
+                                     chat_template_kwargs=body.chat_template_kwargs)
+            special = bool(body.add_special_tokens)  # a rendered template holds its BOS already
+        else:
+            text = body.prompt or ""
+            special = body.add_special_tokens is not False
+        tokenizer = state.engine.tokenizer
+        if tokenizer is None:
+            raise APIError(400, "this model has no tokenizer", param="prompt")
+        try:
+            ids = await asyncio.to_thread(state.engine.encode, text, add_special_tokens=special)
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="prompt") from exc
+        strs = await asyncio.to_thread(tokenizer.convert_ids_to_tokens, ids) if body.return_token_strs else None
+        return {"count": len(ids), "max_model_len": state.engine.max_model_len, "tokens": ids, "token_strs": strs}
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        """vLLM's /detokenize: token ids to text (special tokens included, as tokenizer.decode gives them)."""
+        accept(body, "/detokenize")
+        tokenizer, vocab = state.engine.tokenizer, state.engine.model_args.vocab_size
+        if tokenizer is None:
+            raise APIError(400, "this model has no tokenizer", param="tokens")
+        for i, t in enumerate(body.tokens):
+            if not 0 <= t < vocab:
+                raise APIError(400, f"tokens[{i}]={t} is not a token id; expected an int in [0, {vocab})",
+                               param="tokens")
+        return {"prompt": str(await asyncio.to_thread(tokenizer.decode, body.tokens))}
 
     def sampling_params(body: Any, max_tokens: int) -> SamplingParams:
         temperature, top_p = _number("temperature", body.temperature), _number("top_p", body.top_p)

@@ -23,7 +23,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-OPEN_PATHS = frozenset({"/health", "/metrics"})  # probes and scrapers: never behind the key
+OPEN_PATHS = frozenset({"/health", "/ping", "/metrics"})  # probes and scrapers: never behind the key
 
 
 def authorized(header: bytes | None, key: bytes) -> bool:

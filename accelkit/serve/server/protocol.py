@@ -280,3 +280,32 @@ class ChatCompletionRequest(_Sampling):
     @property
     def token_limit_field(self) -> str:
         return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
+
+
+class TokenizeRequest(_Body):
+    """POST /tokenize (vLLM's): exactly one of a text ``prompt`` or chat ``messages``."""
+
+    model: Str | None = None
+    prompt: Str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: Bool | None = Field(
+        None, description="Add the tokenizer's special tokens; null = true for a prompt, false for messages (the "
+        "template holds them)."
+    )
+    add_generation_prompt: Bool = True
+    continue_final_message: Bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: Bool = False
+
+    def unsupported(self) -> tuple[str, str] | None:
+        return _template_flags_problem(self.add_generation_prompt, self.continue_final_message)
+
+
+class DetokenizeRequest(_Body):
+    """POST /detokenize (vLLM's)."""
+
+    model: Str | None = None
+    tokens: list[Int]
+
+    def unsupported(self) -> tuple[str, str] | None:
+        return None
