@@ -106,6 +106,7 @@ class BenchCommand(TyperCommand):
     """A bench subcommand: an option it does not take is one line naming the subcommands that do."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        words = list(args)  # click's parser consumes the list it is given
         try:
             return super().parse_args(ctx, args)
         except Exception as exc:
@@ -115,9 +116,14 @@ class BenchCommand(TyperCommand):
             group = ctx.parent.command if ctx.parent is not None else None
             takers = [name for name, cmd in getattr(group, "commands", {}).items()
                       if any(option in p.opts or option in getattr(p, "secondary_opts", ()) for p in cmd.params)]
-            where = f"; it applies to {', '.join(f'`bench {t}`' for t in takers)}" if takers else ""
-            raise UserError(f"{option} does not apply to `bench {ctx.info_name}`{where} "
-                            f"(`accelkit bench {ctx.info_name} --help` lists its options)") from None
+            help_hint = f"`accelkit bench {ctx.info_name} --help` lists its options"
+            if takers:
+                raise UserError(f"{option} does not apply to `bench {ctx.info_name}`; it applies to "
+                                f"{', '.join(f'`bench {t}`' for t in takers)} ({help_hint})") from None
+            # click reads any word starting with '-' as options ('-abc' as -a -b -c): name the word it came from
+            word = next((a for a in words if a != option and a.startswith(option) and not a.startswith("--")), None)
+            came = f" (read from {word!r}: a value that starts with '-' goes after `--`)" if word else ""
+            raise UserError(f"no such option: {option}{came} for `bench {ctx.info_name}` ({help_hint})") from None
 
 
 class BenchGroup(TyperGroup):

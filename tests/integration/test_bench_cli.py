@@ -128,6 +128,8 @@ def test_dataloader_throughput_and_input_bound(probed):
     [
         (("bench", "bert", "--prompt-len", "5"), "--prompt-len does not apply to `bench bert`; it applies to `bench llm`"),
         (("bench", "bertt"), "did you mean bert"),
+        # click reads '-xyz' as options -x -y -z: the word is named, not only '-x' (a fuzz case found it)
+        (("bench", "suite", "-èxyz"), "no such option: -è (read from '-èxyz': a value that starts with '-' goes after"),
         (("bench",), "give a workload"),
         (("bench", "bert", "--precision", "fp64"), "--precision 'fp64' is not valid"),
         (("bench", "custom"), "needs --module"),
