@@ -133,6 +133,7 @@ REFUSED = [
     (COMP, {"allowed_token_ids": [5, 6]}, "allowed_token_ids"),
     (COMP, {"truncate_prompt_tokens": 1}, "truncate_prompt_tokens"),
     (COMP, {"prompt_logprobs": 1}, "prompt_logprobs"),
+    (CHAT, {"priority": 3}, "priority"),  # this server schedules first come, first served
 ]
 NEUTRAL = {"response_format": {"type": "text"}, "logit_bias": {}, "tool_choice": "none", "function_call": "auto",
            "functions": [], "tools": [], "parallel_tool_calls": True, "min_tokens": 0, "min_p": 0,
@@ -383,6 +384,46 @@ def test_stream_role_chunk_waits_for_the_first_output_and_429_says_when_to_retry
     # the old server sent the role chunk at once, when the long request had streamed a handful of its 600 tokens;
     # now it comes after them (give or take the few the client has not read yet on the other connection)
     assert order[1][1] >= long_tokens // 2, order
+
+
+def test_priority_orders_the_waiting_requests_under_the_priority_policy(model_dir):
+    """vLLM's `priority`: with --scheduling-policy priority a lower value is scheduled first (it was ignored);
+    without that policy anything but 0 is a 400, as in vLLM."""
+    async def run(url, state):
+        done: list[str] = []
+        async with httpx.AsyncClient(timeout=300) as http:
+            first = asyncio.Event()
+
+            async def long_request():
+                body = {"prompt": "w5 w6", "max_tokens": 400, "ignore_eos": True, "stream": True}
+                async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
+                    async for _ in resp.aiter_lines():
+                        first.set()
+                done.append("long")
+
+            async def short(name, priority):
+                await http.post(f"{url}/v1/completions", json={"prompt": "w7", "max_tokens": 2, "priority": priority})
+                done.append(name)
+
+            async def queued_in_order():
+                await first.wait()
+                tasks = [asyncio.ensure_future(short("first-but-lax", 5))]
+                while state.admission.in_flight < 2:  # the lax one waits behind the long one before the urgent comes
+                    await asyncio.sleep(0.01)
+                tasks.append(asyncio.ensure_future(short("late-but-urgent", -1)))
+                while state.admission.in_flight < 3:
+                    await asyncio.sleep(0.01)
+                premise = "long" not in done
+                await asyncio.gather(*tasks)
+                return premise
+
+            _, premise = await asyncio.gather(long_request(), queued_in_order())
+        return done, premise
+
+    with running_server(model_dir, max_num_seqs=1, scheduling_policy="priority") as (url, state):
+        done, premise = asyncio.run(run(url, state))
+    assert premise, "the long request finished before both short ones were waiting"
+    assert done == ["long", "late-but-urgent", "first-but-lax"], done
 
 
 def test_cli_several_served_model_names_and_allowed_origins(model_dir, tmp_path, cli):

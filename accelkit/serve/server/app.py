@@ -255,6 +255,9 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
 
     async def _generate(request: Request, body: Any, prompts: list[Any], limit: int | None, limit_field: str, *,
                         chat: bool, default_limit: int | None) -> Response:
+        if body.priority != 0 and state.engine.config.scheduling_policy != "priority":  # vLLM refuses it too
+            raise APIError(400, f"priority={body.priority} needs the server started with --scheduling-policy priority",
+                           param="priority", code="unsupported")
         if not state.accepting:
             raise APIError(503, "the server is shutting down", code="shutting_down")
         if not state.loop.is_alive:
@@ -299,7 +302,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
 
         try:
             for i, (ids, params) in enumerate(seqs):
-                state.loop.add_request(ids, params, request_id=request_ids[i], callback=sink(i))
+                state.loop.add_request(ids, params, request_id=request_ids[i], priority=body.priority,
+                                       callback=sink(i))
         except (ValueError, RuntimeError) as exc:
             for rid in request_ids:
                 state.loop.abort_request(rid)
@@ -420,4 +424,3 @@ async def _until_done_or_disconnected(work: Any, request: Request) -> bool:
         task.result()
         return True
     return False
-

@@ -111,6 +111,8 @@ class _Sampling(_Body):
     logit_bias: dict[str, Float] | None = None
     response_format: ResponseFormat | None = None
     user: Str | None = None
+    priority: Int = Field(0, description="vLLM extension: with --scheduling-policy priority, lower values are "
+                          "scheduled first; anything but 0 needs that policy.")
     # vLLM extensions, accepted at their neutral values only (_NEUTRAL_EXTENSIONS)
     min_tokens: Int = 0
     min_p: Float = 0.0
