@@ -1,33 +1,38 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 13 on one GPU, within GPU_CHECK_BUDGET_S; every part under its own timeout, writing its JSON to
 # $OUT, and the run goes on when one part fails:
+#   triton a trivial Triton kernel launched on the GPU (its launcher is built with the image's C compiler
+#          at run time: if that fails, every Triton path of the engine would fail — said in 3 s, up front)  ~5 s
 #   probe  `accelkit hw probe --quick` (the measured peak MFU is also divided by)                      ~20 s
-#   (a)    `pytest -m gpu tests/gpu` (bench, fp8 inference/training, reference memory, NVML, serve)     ~90 s
+#   (a)    `pytest -m gpu tests/gpu` (serve first; bench, fp8 inference/training, reference memory,
+#          NVML)                                                                                        ~90-170 s
 #   (b)    the engine benchmark: benchmarks/serve_throughput.py --device cuda                          ~180 s
 #   (c)    fp8 vs bf16 training on the 1B Llama shape (benchmarks/configs/llama-1b-shape.json) at
 #          batch 8 × seq 2048: bf16, fp8 tensorwise, fp8 rowwise, one after another                    ~60 s
 #   (d)    `accelkit bench suite reference --quick` (published per-GPU figures beside ours)            ≤ 180 s
-#   report `accelkit report` of everything above
+#   report `accelkit report` of everything above (the parts before it leave it 30 s of the budget)
 #   attention_backends (only when GPU_CHECK_PARTS names it): benchmarks/attention_backends.py, SDPA vs the
 #          Triton kernels per layer call and the kernels' tile-shape sweep                               ~90 s
 # then one summary, $OUT/gpu_check.json (scripts/gpu_results.py summarize), printed at the end.
 #
 #   OUT=/tmp/out scripts/gpu_check.sh            # PY=python3 by default (a Python whose torch sees the GPU)
-#   GPU_CHECK_PARTS=serve_throughput,report ...   # only these parts (hw_probe pytest_gpu serve_throughput
+#   GPU_CHECK_PARTS=serve_throughput,report ...   # only these parts (triton hw_probe pytest_gpu serve_throughput
 #                                                # llm_train_1b_fp8 reference_quick report); a rerun into the
 #                                                # same OUT replaces their rows and keeps the others'
-#   GPU_CHECK_BUDGET_S=540 (default)             # the whole script's seconds: one device command is capped at
+#   GPU_CHECK_BUDGET_S=580 (default)             # the whole script's seconds: one device command is capped at
 #                                                # 600 s, so each part's timeout is cut to what is left of the
 #                                                # budget and a part with < 30 s left is skipped — the summary
-#                                                # is always written (the part timeouts alone add up to 860 s)
+#                                                # is always written (the part timeouts alone add up to 900 s)
+# A part past its timeout gets SIGINT (as Ctrl-C), not SIGTERM: pytest then still writes its junit XML and a bench
+# prints its document with the variants it finished ("interrupted": true); SIGKILL 15 s later if it did not end.
 #   python3 scripts/gpu_results.py commit $OUT   # afterwards: the results as files under benchmarks/results/gpu/
 #
 # Carried wheels: when .whl/*.whl exists (made by scripts/gpu_wheels.sh; GPU_CHECK_WHEELS=DIR elsewhere) they are installed into
 # /tmp/site first, for images without torchao, fastapi, uvicorn, pydantic or plotly.
 set -uo pipefail
 script_start=$(date +%s)
-BUDGET_S="${GPU_CHECK_BUDGET_S:-540}"
-PARTS="${GPU_CHECK_PARTS:-hw_probe,pytest_gpu,serve_throughput,llm_train_1b_fp8,reference_quick,report}"
+BUDGET_S="${GPU_CHECK_BUDGET_S:-580}"
+PARTS="${GPU_CHECK_PARTS:-triton,hw_probe,pytest_gpu,serve_throughput,llm_train_1b_fp8,reference_quick,report}"
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
@@ -67,8 +72,11 @@ part() {  # part NAME TIMEOUT_S CMD... — stdout to $OUT/NAME.out, stderr to $O
   local name=$1 limit=$2 t0 rc left
   shift 2
   case ",$PARTS," in *",$name,"*) ;; *) return 0 ;; esac
-  # what the budget leaves, less timeout's 15 s kill grace and ~5 s for the summary
-  left=$(( BUDGET_S - ($(date +%s) - script_start) - 20 ))
+  # what the budget leaves, less timeout's 15 s kill grace and ~5 s for the summary, and 30 s kept for the report
+  # when it is to run after this part
+  local reserve=0
+  case ",$PARTS," in *,report,*) case "$name" in report|attention_backends) ;; *) reserve=30 ;; esac ;; esac
+  left=$(( BUDGET_S - ($(date +%s) - script_start) - 20 - reserve ))
   if [ "$left" -lt 30 ]; then
     echo "gpu_check: $name skipped: ${left}s left of GPU_CHECK_BUDGET_S=${BUDGET_S}" >&2
     printf '%s\tskipped\t0\n' "$name" >> "$OUT/parts.tsv"
@@ -77,17 +85,31 @@ part() {  # part NAME TIMEOUT_S CMD... — stdout to $OUT/NAME.out, stderr to $O
   [ "$left" -lt "$limit" ] && limit=$left
   t0=$(date +%s)
   echo "gpu_check: $name (timeout ${limit}s)" >&2
-  timeout --kill-after=15 "$limit" "$@" > "$OUT/$name.out" 2> "$OUT/$name.err"
+  timeout --signal=INT --kill-after=15 "$limit" "$@" > "$OUT/$name.out" 2> "$OUT/$name.err"
   rc=$?
   printf '%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" >> "$OUT/parts.tsv"
   echo "gpu_check: $name exit $rc after $(( $(date +%s) - t0 )) s" >&2
   [ "$rc" -eq 0 ] || tail -5 "$OUT/$name.err" >&2
 }
 
+part triton 30 "$PY" -c '
+import torch, triton, triton.language as tl
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+x = torch.zeros(1000, device="cuda")
+add_one[(4,)](x, 1000, BLOCK=256)
+assert x.sum().item() == 1000, x.sum().item()
+print("triton", triton.__version__, "launched a kernel on", torch.cuda.get_device_name())'
+
 part hw_probe 60 "$PY" -m accelkit hw probe --device cuda --quick --json
 cp "$OUT/hw_probe.out" "$OUT/hw_probe.json" 2>/dev/null || true
 
-part pytest_gpu 150 "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider -rs --junitxml="$OUT/pytest-gpu.xml"
+# the engine's GPU tests first (issue 12's exactness with CUDA graphs on and off); the durations say what took time
+part pytest_gpu 200 "$PY" -m pytest -q -m gpu tests/gpu/test_serve_gpu.py \
+  $(ls tests/gpu/test_*.py | grep -v '/test_serve_gpu\.py$') -p no:cacheprovider -rs \
+  --durations=0 --junitxml="$OUT/pytest-gpu.xml"
 
 # writes its JSON after each system, so a timeout keeps the systems already measured
 part serve_throughput 210 "$PY" benchmarks/serve_throughput.py --device cuda --out "$OUT/serve_throughput_cuda.json"
