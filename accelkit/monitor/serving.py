@@ -39,3 +39,13 @@ class ServingMetrics:
         self.request_generation_tokens = Histogram("vllm:request_generation_tokens", "Generated tokens per request.", m,
                                                    buckets=_TOKENS, registry=registry)
         self.iteration_tokens_total = Histogram("vllm:iteration_tokens_total", "Tokens per engine step.", m, buckets=_TOKENS, registry=registry)
+
+    def start(self, model_name: str, finished_reasons: tuple[str, ...] = ("stop", "length", "abort", "error")) -> None:
+        """Create every series of ``model_name`` at zero now, as vLLM does at start-up: a series that appears only
+        with the first request leaves dashboards and ``rate()`` blank, and alerts on absent series fire."""
+        for family in vars(self).values():
+            if family is self.request_success:
+                for reason in finished_reasons:
+                    family.labels(model_name, reason)
+            else:
+                family.labels(model_name)

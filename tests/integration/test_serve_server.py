@@ -232,6 +232,21 @@ def test_health_is_503_when_the_engine_loop_dies(model_dir):
         assert health.status_code == 503 and health.json()["error"]["code"] == "engine_dead"
 
 
+def test_every_serving_series_is_exported_at_zero_before_the_first_request(model_dir):
+    """vLLM exports its series from start-up; ours appeared with the first request (the gauges had HELP/TYPE lines
+    but no sample), leaving vLLM dashboards blank and absent-series alerts firing on an idle server."""
+    with running_server(model_dir) as (url, _):
+        text = httpx.get(f"{url}/metrics").text
+    samples = {line.split(" ")[0] for line in text.splitlines() if line.startswith("vllm:")}
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_count",
+                 "vllm:e2e_request_latency_seconds_count"):
+        assert f'{name}{{model_name="tiny"}}' in samples, name
+    for reason in ("stop", "length", "abort", "error"):
+        assert f'vllm:request_success_total{{finished_reason="{reason}",model_name="tiny"}}' in samples or \
+            f'vllm:request_success_total{{model_name="tiny",finished_reason="{reason}"}}' in samples, reason
+
+
 def test_a_stream_cut_by_the_engine_dying_leaves_no_metrics_state_behind(model_dir):
     """The inter-token-latency bookkeeping of a request is dropped when the engine dies under it (it gets no
     finished output, only the loop's error)."""

@@ -48,6 +48,7 @@ class MetricsBridge:
 
     def __init__(self, metrics: ServingMetrics, model_name: str):
         self.m, self.model = metrics, model_name
+        metrics.start(model_name)  # every series at zero from start-up, as vLLM exports them
         self._last: EngineStats | None = None
         self._last_token_time: dict[str, float] = {}
         # the labelled children, looked up once: on_output runs for every request on every step
