@@ -180,6 +180,11 @@ class LLMEngine:
                 f"prompt has {len(token_ids)} tokens; the context holds max_model_len={self.max_model_len} "
                 "(prompt plus at least one output token)"
             )
+        vocab = self.model_args.vocab_size
+        for t in params.logit_bias or ():
+            if t >= vocab:
+                raise ValueError(f"logit_bias has the token id {t}, which is not in the vocabulary; expected ids in "
+                                 f"[0, {vocab})")
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ValueError(f"priority={priority!r} is not valid; expected an integer")
         rid = request_id if request_id is not None else uuid.uuid4().hex
@@ -398,7 +403,8 @@ class LLMEngine:
         req.num_detokenized += len(new_ids)
         delta = req.detokenizer.add(new_ids, final=seq.status is SequenceStatus.FINISHED)
         stops = seq.params.stop
-        if stops and delta:
+        # within min_tokens a stop string ends nothing (vLLM's: checked once more than min_tokens tokens exist)
+        if stops and delta and len(seq.token_ids) - seq.num_prompt_tokens > seq.params.min_tokens:
             start = max(0, len(req.text) - max(len(s) for s in stops) + 1)
             text = req.text + delta
             hits = [j for j in (text.find(s, start) for s in stops) if j >= 0]

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from accelkit.serve.sequence import Sequence, SequenceStatus
 
+TokenLogprobs = tuple[float, list[tuple[int, float]]]  # a token's logprob, and the most likely (id, logprob)
+
 
 @dataclass(slots=True)
 class RequestMetrics:
@@ -58,16 +60,19 @@ class RequestOutput:
     """
 
     __slots__ = (
-        "_end", "_last_token_time", "_metrics", "_new_start", "_new_token_ids", "_num_preemptions", "_prompt_token_ids",
-        "_seq", "_token_ids", "error", "finish_reason", "finished", "new_text", "prompt", "request_id", "text",
+        "_end", "_last_token_time", "_logprobs", "_metrics", "_new_logprobs", "_new_start", "_new_token_ids",
+        "_num_preemptions", "_prompt_token_ids", "_seq", "_token_ids", "error", "finish_reason", "finished", "new_text",
+        "prompt", "request_id", "text",
     )
 
     def __init__(
         self, *, request_id: str, prompt: str | None, prompt_token_ids: list[int], text: str, token_ids: list[int],
         new_text: str, new_token_ids: list[int], finished: bool, finish_reason: str | None, metrics: RequestMetrics,
-        error: str | None = None,
+        error: str | None = None, logprobs: list[TokenLogprobs] | None = None,
+        new_logprobs: list[TokenLogprobs] | None = None,
     ) -> None:
         self.request_id, self.prompt, self.text, self.new_text = request_id, prompt, text, new_text
+        self._logprobs, self._new_logprobs = logprobs, new_logprobs
         self.finished, self.finish_reason, self.error = finished, finish_reason, error
         self._prompt_token_ids: list[int] | None = prompt_token_ids
         self._token_ids: list[int] | None = token_ids
@@ -87,8 +92,25 @@ class RequestOutput:
         out._seq, out._end, out._new_start = seq, len(seq.token_ids), seq.num_prompt_tokens + num_returned_tokens
         out._last_token_time, out._num_preemptions = seq.last_token_time, seq.num_preemptions
         out._prompt_token_ids = out._token_ids = out._new_token_ids = None
+        out._logprobs = out._new_logprobs = None
         out._metrics = None
         return out
+
+    @property
+    def logprobs(self) -> list[TokenLogprobs] | None:
+        """With ``SamplingParams.logprobs``: per output token so far, (its logprob, [(id, logprob)] of the most
+        likely tokens, most likely first); else None."""
+        if self._logprobs is None and self._seq is not None and self._seq.logprobs is not None:
+            self._logprobs = self._seq.logprobs[: self._end - self._seq.num_prompt_tokens]
+        return self._logprobs
+
+    @property
+    def new_logprobs(self) -> list[TokenLogprobs] | None:
+        """``logprobs`` of ``new_token_ids``."""
+        seq = self._seq
+        if self._new_logprobs is None and seq is not None and seq.logprobs is not None:
+            self._new_logprobs = seq.logprobs[self._new_start - seq.num_prompt_tokens : self._end - seq.num_prompt_tokens]
+        return self._new_logprobs
 
     @property
     def prompt_token_ids(self) -> list[int]:

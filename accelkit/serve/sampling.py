@@ -16,6 +16,10 @@ SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # the range torch.Generator.manual_see
 GREEDY_BELOW = 1e-5  # a temperature under this is argmax, as in vLLM: logits / 1e-40 overflow float32
 MAX_STOP_STRINGS = 64  # each is searched for after every token, on the engine thread
 MAX_STOP_TOKEN_IDS = 1024
+MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit (and vLLM's default max_logprobs)
+MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
+PENALTY_RANGE = 2.0  # presence/frequency penalties lie in [-2, 2], as in OpenAI and vLLM
+LOGIT_BIAS_RANGE = 100.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +44,36 @@ class SamplingParams(Spec):
         doc="Seed of this request's own random stream, in [-2**63, 2**64 - 1]; None = the engine's stream.",
     )
 
+    presence_penalty: float = spec_field(
+        0.0, min=-PENALTY_RANGE, max=PENALTY_RANGE,
+        doc="OpenAI's: subtracted from the logit of every token already generated (once), in [-2, 2].",
+    )
+    frequency_penalty: float = spec_field(
+        0.0, min=-PENALTY_RANGE, max=PENALTY_RANGE,
+        doc="OpenAI's: subtracted from a token's logit once per time it was generated, in [-2, 2].",
+    )
+    repetition_penalty: float = spec_field(
+        1.0, doc="vLLM's (HF's): a token in the prompt or the output has its logit divided by this when positive, "
+        "multiplied when negative; > 0, 1 = off.",
+    )
+    min_p: float = spec_field(
+        0.0, min=0.0, max=1.0,
+        doc="Drop tokens less likely than min_p × the most likely one's probability (after temperature), in [0, 1].",
+    )
+    min_tokens: int = spec_field(
+        0, min=0, doc="Generate at least this many tokens: EOS and stop_token_ids cannot be sampled before, and "
+        "stop strings do not end generation within them (vLLM's); <= max_tokens.",
+    )
+    logit_bias: dict[int, float] | None = spec_field(
+        None, doc=f"Token id → bias in [-{LOGIT_BIAS_RANGE:g}, {LOGIT_BIAS_RANGE:g}] added to its logit before "
+        f"sampling (at most {MAX_LOGIT_BIAS} ids; the engine checks them against the vocabulary).",
+    )
+    logprobs: int | None = spec_field(
+        None, min=0, max=MAX_LOGPROBS,
+        doc=f"Return each generated token's log-probability and the k most likely ones (0..{MAX_LOGPROBS}); None = "
+        "none. Raw log-probabilities of the model (before penalties, temperature, top-k/p), as vLLM's default.",
+    )
+
     def validate(self) -> None:
         if not math.isfinite(self.temperature):
             raise ValueError(f"temperature={self.temperature!r} is not finite; expected a number >= 0 (0 = greedy)")
@@ -55,6 +89,30 @@ class SamplingParams(Spec):
             )
         if any(t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids={list(self.stop_token_ids)!r} has a negative id; token ids are >= 0")
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise ValueError(f"repetition_penalty={self.repetition_penalty!r} is out of range; expected a finite "
+                             "number > 0 (1 = off)")
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens={self.min_tokens} is larger than max_tokens={self.max_tokens}; expected "
+                             "min_tokens <= max_tokens")
+        if self.logit_bias:
+            if len(self.logit_bias) > MAX_LOGIT_BIAS:
+                raise ValueError(f"logit_bias has {len(self.logit_bias)} entries; at most {MAX_LOGIT_BIAS} are allowed")
+            for token, bias in self.logit_bias.items():
+                if token < 0:
+                    raise ValueError(f"logit_bias has the negative token id {token}; token ids are >= 0")
+                if not -LOGIT_BIAS_RANGE <= bias <= LOGIT_BIAS_RANGE:
+                    raise ValueError(f"logit_bias[{token}]={bias!r} is out of range; expected a bias in "
+                                     f"[-{LOGIT_BIAS_RANGE:g}, {LOGIT_BIAS_RANGE:g}]")
+
+    @property
+    def needs_processing(self) -> bool:
+        """Anything beyond temperature/top-k/top-p/seed: the sampler's slower path (read once per request,
+        when its sequence is made, so that a batch without any costs nothing)."""
+        return bool(
+            self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0 or self.min_p
+            or self.min_tokens or self.logit_bias or self.logprobs is not None
+        )
 
     @property
     def is_greedy(self) -> bool:

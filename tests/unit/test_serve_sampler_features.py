@@ -1,0 +1,155 @@
+"""The sampler's penalties, min-p, logit bias, min_tokens and logprobs, each against a reference computed here in
+plain torch on the same logits (vLLM's and OpenAI's definitions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from accelkit.serve.sampler import Sampler
+from accelkit.serve.sampling import SamplingParams
+
+V = 50
+
+
+@dataclass
+class Row:  # what the sampler reads of a sequence
+    seq_id: int
+    params: SamplingParams
+    token_ids: list[int]
+    num_prompt_tokens: int
+    stop_token_ids: frozenset[int] = frozenset()
+
+
+def _rows(params: list[SamplingParams], histories: list[tuple[list[int], list[int]]]) -> list[Row]:
+    return [Row(i, p, prompt + out, len(prompt), frozenset(p.stop_token_ids))
+            for i, (p, (prompt, out)) in enumerate(zip(params, histories, strict=True))]
+
+
+def _histories(n: int, gen: torch.Generator) -> list[tuple[list[int], list[int]]]:
+    return [(torch.randint(0, V, (7,), generator=gen).tolist(), torch.randint(0, V, (9,), generator=gen).tolist())
+            for _ in range(n)]
+
+
+def _reference_penalties(logits: torch.Tensor, p: SamplingParams, prompt: list[int], out: list[int]) -> torch.Tensor:
+    x = logits.clone()
+    counts = torch.bincount(torch.tensor(out, dtype=torch.long), minlength=V).float()
+    seen_anywhere = torch.zeros(V, dtype=torch.bool)
+    seen_anywhere[prompt + out] = True
+    for t in range(V):  # one token at a time, as the definitions read
+        if seen_anywhere[t]:
+            x[t] = x[t] / p.repetition_penalty if x[t] > 0 else x[t] * p.repetition_penalty
+    return x - p.frequency_penalty * counts - p.presence_penalty * (counts > 0).float()
+
+
+def test_penalties_match_vllms_definition_row_by_row():
+    gen = torch.Generator().manual_seed(0)
+    params = [
+        SamplingParams(presence_penalty=0.7),
+        SamplingParams(frequency_penalty=-0.4),
+        SamplingParams(repetition_penalty=1.8),
+        SamplingParams(presence_penalty=1.5, frequency_penalty=0.3, repetition_penalty=0.6),
+        SamplingParams(),  # no penalty: untouched, while its neighbours are penalised
+    ]
+    histories = _histories(len(params), gen)
+    logits = torch.randn(len(params), V, generator=gen) * 3
+    before = logits.clone()
+    got = Sampler(torch.device("cpu"), seed=0).process(logits, params, _rows(params, histories))
+    for i, (p, (prompt, out)) in enumerate(zip(params, histories, strict=True)):
+        torch.testing.assert_close(got[i], _reference_penalties(logits[i], p, prompt, out))
+    assert torch.equal(logits, before)  # the model's logits (a CUDA graph's buffer) are not written
+
+
+def test_counts_follow_a_growing_sequence_and_a_reused_slot_starts_empty():
+    """The counts are kept across steps: a token appended since the last step is counted once; a finished
+    sequence's slot, reused by a new one, holds nothing of it."""
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    p = SamplingParams(frequency_penalty=1.0)
+    row = Row(1, p, [3, 4, 5], 3)
+    zeros = torch.zeros(1, V)
+    for step in range(4):
+        got = sampler.process(zeros, [p], [row])
+        expected = -torch.bincount(torch.tensor(row.token_ids[3:], dtype=torch.long), minlength=V).float()
+        torch.testing.assert_close(got[0], expected)
+        row.token_ids += [7, 7] if step % 2 else [8]  # sometimes two tokens between steps
+    sampler.forget(1)
+    fresh = Row(2, p, [3, 4, 5, 9], 3)
+    torch.testing.assert_close(sampler.process(zeros, [p], [fresh])[0], -torch.nn.functional.one_hot(
+        torch.tensor(9), V).float())
+
+
+def test_logit_bias_adds_to_the_logits_and_min_tokens_masks_the_stop_ids_until_reached():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(3, V, generator=gen)
+    params = [SamplingParams(logit_bias={2: 5.0, 40: -100.0}), SamplingParams(min_tokens=3, stop_token_ids=(6, 9)),
+              SamplingParams(min_tokens=2, stop_token_ids=(6,))]
+    rows = [Row(0, params[0], [1, 2], 1), Row(1, params[1], [1, 2, 3], 1, frozenset({6, 9, 11})),  # 11: the EOS
+            Row(2, params[2], [1, 2, 3], 1, frozenset({6}))]  # 2 generated: min_tokens=2 reached
+    got = Sampler(torch.device("cpu"), seed=0).process(logits, params, rows)
+    expected = logits.clone()
+    expected[0, 2] += 5.0
+    expected[0, 40] -= 100.0
+    expected[1, [6, 9, 11]] = float("-inf")
+    torch.testing.assert_close(got, expected)
+
+
+def test_greedy_rows_take_the_argmax_of_the_processed_logits():
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(4, V, generator=gen)
+    top = logits.argmax(-1)
+    params = [SamplingParams.greedy(logit_bias={int(top[0]): -100.0}), SamplingParams.greedy(presence_penalty=2.0),
+              SamplingParams.greedy(), SamplingParams(temperature=0.7, seed=3, logit_bias={5: 100.0})]
+    rows = [Row(0, params[0], [1], 1), Row(1, params[1], [1, int(top[1])], 1), Row(2, params[2], [1], 1),
+            Row(3, params[3], [1], 1)]
+    tokens = Sampler(torch.device("cpu"), seed=0)(logits, params, [0, 1, 2, 3], rows)
+    without = logits[0].clone()
+    without[top[0]] -= 100
+    assert tokens[0] == int(without.argmax()) != int(top[0])
+    penalised = logits[1].clone()
+    penalised[top[1]] -= 2.0
+    assert tokens[1] == int(penalised.argmax())
+    assert tokens[2] == int(top[2])
+    assert tokens[3] == 5  # +100 outweighs any other logit at temperature 0.7
+
+
+def test_min_p_never_samples_a_token_under_its_threshold():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.12, 0.08] + [0.0] * (V - 4)]) + 1e-12).repeat(2000, 1)
+    p = SamplingParams(min_p=0.2)  # threshold 0.1: tokens 0..2 stay, token 3 (0.08) goes
+    rows = [Row(i, p, [1], 1) for i in range(2000)]
+    tokens = Sampler(torch.device("cpu"), seed=0)(logits, [p] * 2000, list(range(2000)), rows)
+    assert set(tokens) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("k", [0, 1, 5])
+def test_logprobs_are_the_raw_log_softmax_and_its_top_k(k):
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(3, V, generator=gen)
+    params = [SamplingParams.greedy(logprobs=k, presence_penalty=2.0), SamplingParams(seed=5, logprobs=k),
+              SamplingParams(seed=6)]
+    rows = [Row(i, p, [1, 2, 3], 1) for i, p in enumerate(params)]
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    tokens, logprobs = sampler.read(sampler.launch(logits, params, [0, 1, 2], rows))
+    assert logprobs is not None
+    reference = torch.log_softmax(logits.double(), dim=-1)
+    for i in range(3):
+        chosen, top = logprobs[i]
+        assert chosen == pytest.approx(float(reference[i, tokens[i]]), abs=1e-5)
+        values, ids = reference[i].topk(k)
+        assert [t for t, _ in top] == ids.tolist()
+        assert [lp for _, lp in top] == pytest.approx(values.tolist(), abs=1e-5)
+
+
+def test_a_seeded_row_samples_the_same_tokens_whatever_shares_its_batch():
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(3, V, generator=gen)
+    seeded = SamplingParams(seed=42, presence_penalty=0.5, min_p=0.05, logprobs=2)
+    alone = Sampler(torch.device("cpu"), seed=0)
+    crowd = Sampler(torch.device("cpu"), seed=99)
+    others = [SamplingParams(frequency_penalty=1.0), SamplingParams(logit_bias={1: 3.0})]
+    for _ in range(5):
+        a = alone(logits[:1], [seeded], [0], [Row(0, seeded, [1, 2], 1)])
+        b = crowd(logits[[1, 0, 2]], [others[0], seeded, others[1]], [5, 0, 6],
+                  [Row(5, others[0], [3], 1), Row(0, seeded, [1, 2], 1), Row(6, others[1], [4], 1)])
+        assert a == [b[1]]
