@@ -10,34 +10,68 @@ A probe is used when planning for the local CPU (``--hardware cpu``) or when the
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.core import DeviceSpec, UserError
 from accelkit.hardware import get_device
 from accelkit.plan.priors import COMM, DEFAULT_ATTENTION_OF_COMPUTE, DEFAULT_COMM, Efficiency, prior_efficiency
 
+if TYPE_CHECKING:
+    from accelkit.results import StoredResult
+
 LOCAL_NAMES = ("cpu", "local", "local-cpu")
 
 
-def _probes(limit: int = 200) -> list[Any]:
+def _probes(limit: int = 200) -> list[StoredResult]:
     from accelkit.results import ResultStore
 
     try:
         with ResultStore(readonly=True) as store:  # reading: never waits on a writer's lock, creates nothing
-            return [r.result for r in store.query(kind="probe", limit=limit)]
+            return store.query(kind="probe", limit=limit)
     except Exception:  # an unreadable store must not stop a plan; the plan then uses the priors
         return []
 
 
 def latest_probe(device_name: str | None) -> Any | None:
     """Newest probe of the local CPU (``device_name`` None) or of the catalog device ``device_name``."""
-    for result in _probes():
-        details = result.details or {}
-        if device_name is None and details.get("device") == "cpu":
-            return result
-        if device_name is not None and details.get("catalog_name") == device_name:
-            return result
-    return None
+    if device_name is None:
+        found = cpu_probes()
+        return found[0].result if found else None
+    return next((s.result for s in _probes() if (s.result.details or {}).get("catalog_name") == device_name), None)
+
+
+def cpu_probes() -> list[StoredResult]:
+    """This CPU's stored probes, newest first: those of the newest CPU probe's ``hardware`` ('cpu: <model>', the
+    name the bench looks its peaks up by), so a store carried over from another machine does not mix CPUs."""
+    found = [s for s in _probes() if (s.result.details or {}).get("device") == "cpu"]
+    return [s for s in found if s.result.hardware == found[0].result.hardware] if found else []
+
+
+def _cpu_peaks(probes: list[StoredResult]) -> dict[Any, tuple[float, StoredResult]]:
+    """dtype → (FLOP/s, the probe it came from): the newest measured matmul of each dtype. A probe covers only
+    the dtypes it was asked for (a bench's quick fp16 probe has fp16 alone), so no one probe has them all."""
+    peaks: dict[Any, tuple[float, StoredResult]] = {}  # keys: the dtypes the stored JSON names
+    for stored in probes:  # newest first: the first figure of a dtype is its newest
+        for dtype, m in (stored.result.details.get("matmul") or {}).items():
+            if m.get("tflops") and dtype not in peaks:
+                peaks[dtype] = (float(m["tflops"]) * 1e12, stored)
+    return peaks
+
+
+def _probe_ref(stored: StoredResult) -> str:
+    return f"result {stored.id}, {stored.result.created_at}"
+
+
+def missing_cpu_peak(device: DeviceSpec, dtype: str) -> str:
+    """Why the probed CPU ``device`` has no ``dtype`` peak, and the command that measures one."""
+    from accelkit.hardware.probe import CPU_DTYPES
+
+    have = ", ".join(device.peak_flops) or "none"
+    if dtype not in CPU_DTYPES:
+        return (f"{device.name}: `accelkit hw probe` measures no {dtype} matmul on a CPU (it measures "
+                f"{', '.join(CPU_DTYPES)}; this CPU has: {have}); choose another --precision")
+    return (f"{device.name}: no stored `accelkit hw probe` of this CPU measured a {dtype} matmul (measured: {have}); "
+            f"run `accelkit hw probe --device cpu --dtype {dtype}`, then plan again")
 
 
 def latest_collectives(device_name: str | None) -> Any | None:
@@ -70,27 +104,34 @@ def _busbw_note(result: Any) -> tuple[float, str]:
 
 
 def local_cpu_device() -> tuple[DeviceSpec, Any]:
-    """The host CPU as a DeviceSpec whose peaks are its measured matmul throughput and copy bandwidth."""
+    """The host CPU as a DeviceSpec whose peaks are its measured matmul throughput and copy bandwidth: each dtype's
+    newest matmul figure across this CPU's probes, the copy bandwidth of the newest probe; ``source`` names the
+    result id and date of each. Returns (device, newest probe)."""
     import psutil
 
-    probe = latest_probe(None)
-    if probe is None:
+    probes = cpu_probes()
+    if not probes:
         raise UserError("no probe of this CPU in the results store; run `accelkit hw probe --device cpu` first, "
                         "then plan with --hardware cpu")
-    d = probe.details
-    peaks = {dt: m["tflops"] * 1e12 for dt, m in d["matmul"].items() if m.get("tflops")}
+    newest = probes[0]
+    measured = _cpu_peaks(probes)
+    peaks = {dt: flops for dt, (flops, _) in measured.items()}
+    source = "accelkit hw probe: " + "; ".join(
+        [f"{dt} matmul from {_probe_ref(s)}" for dt, (_, s) in measured.items()]
+        + [f"copy bandwidth from {_probe_ref(newest)}"])
     fabric: dict[str, Any] = {"scaleup_domain": 1}
     coll = latest_collectives(None)
     if coll is not None:  # processes on this host talk over shared memory: the measured bus bandwidth is the link
         fabric = {"scaleup_fabric": f"{coll.details['backend']} (measured)", "scaleup_domain": max(
             int(coll.details["world_size"]), psutil.cpu_count() or 1),
             "scaleup_bandwidth_bytes_per_s": _busbw_note(coll)[0]}
+    d = newest.result.details
     device = DeviceSpec(
-        name=probe.hardware or "cpu", vendor="cpu", memory_bytes=int(psutil.virtual_memory().total),
+        name=newest.result.hardware or "cpu", vendor="cpu", memory_bytes=int(psutil.virtual_memory().total),
         memory_type="DRAM", memory_bandwidth_bytes_per_s=d["bandwidth"]["gbps"] * 1e9, peak_flops=peaks,
-        tdp_w=None, status="M", source=f"accelkit hw probe ({probe.created_at})", **fabric,
+        tdp_w=None, status="M", source=source, **fabric,
     )
-    return device, probe
+    return device, newest.result
 
 
 def resolve_hardware(name: str) -> DeviceSpec:
@@ -128,8 +169,15 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
         if coll is not None and device.scaleup_fabric.endswith("(measured)"):
             comm, comm_notes = 1.0, (f"communication: {_busbw_note(coll)[1]} taken as the link bandwidth between "
                                      "ranks on this host, efficiency 1.0 of it (busbw already is the achieved figure)",)
-        cpu = latest_probe(None)
-        found, notes = _kernel_notes(cpu.details, cpu.created_at) if cpu is not None else ({}, [])
+        found: dict[str, float] = {}
+        notes: list[str] = []
+        for stored in cpu_probes():  # each kernel class from the newest probe that has it (an fp16-only probe has
+            # no attention figure: it is a fraction of the same probe's fp32 matmul)
+            more, more_notes = _kernel_notes(stored.result.details, _probe_ref(stored))
+            for (key, value), note in zip(more.items(), more_notes, strict=True):
+                if key not in found:
+                    found[key] = value
+                    notes.append(note)
         attention = found.get("attention", DEFAULT_ATTENTION_OF_COMPUTE)
         if "attention" not in found:
             notes.append(f"attention efficiency {attention:.2f} of the measured matmul: ASSUMED (the probe has no "

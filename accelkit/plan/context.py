@@ -8,7 +8,7 @@ from typing import Any
 
 from accelkit.core import Cluster, DeviceSpec, ModelSpec, UserError, Workload
 from accelkit.plan import flops as F
-from accelkit.plan.calibrate import efficiency
+from accelkit.plan.calibrate import efficiency, missing_cpu_peak
 from accelkit.plan.fitted import FIT_SOURCE, sustained_tensor
 from accelkit.plan.grad_comm import gradient_element_bytes
 from accelkit.plan.layout import check_inference_workload
@@ -101,6 +101,8 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
     model, recipe = workload.model, workload.recipe
     dtype = peak_dtype(recipe.precision, recipe.quantization, workload.task)
     peak = cluster.device.peak(dtype)
+    if peak is None and cluster.device.vendor == "cpu":  # the probed local CPU: its peaks are stored probes
+        raise UserError(missing_cpu_peak(cluster.device, dtype))
     if peak is None:
         have = ", ".join(cluster.device.peak_flops) or "none"
         raise UserError(f"{cluster.device.name} has no {dtype} peak in the catalog (it has: {have}); "
