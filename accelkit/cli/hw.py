@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, NoReturn
 
 import typer
@@ -200,25 +201,11 @@ def probe_cmd(
         _print_unstored(document, writer.error)
 
     def render() -> None:
-        d = result.details
-        rows = []
-        for dt, m in d["matmul"].items():
-            s = m["stats"]
-            rows.append((f"matmul {dt} ({m['size']}²)", fmt_num(m["tflops"], 3), "TFLOP/s",
-                         fmt_num(m["catalog_peak_tflops"], 1), _pct(m["fraction_of_peak"]),
-                         f"{s['cv'] * 100:.1f}%", s["n"]))
-        bw = d["bandwidth"]
-        rows.append(("copy (read+write)", fmt_num(bw["gbps"], 1), "GB/s", fmt_num(bw["catalog_gbps"], 0),
-                     _pct(bw["fraction_of_peak"]), f"{bw['stats']['cv'] * 100:.1f}%", bw["stats"]["n"]))
-        for key, label, unit in (("elementwise", "elementwise add", "GB/s"), ("attention", "causal attention", "TFLOP/s")):
-            if k := d.get(key):  # the planner's kernel classes (accelkit/hardware/kernel_probe.py)
-                rows.append((label, fmt_num(k.get("gbps", k.get("tflops")), 3), unit,
-                             fmt_num(k.get("reference_gbps", k.get("reference_tflops")), 1), _pct(k["fraction_of_peak"]),
-                             f"{k['stats']['cv'] * 100:.1f}%", k["stats"]["n"]))
-        out.print(table(f"Measured roofline — {result.hardware} ({d['timer']})",
-                        ["what", "median", "unit", "catalog peak", "of peak", "CV", "n"], rows, right=(1, 3, 4, 5, 6)))
-        if d["note"]:
-            out.print(d["note"])
+        out.print(table(f"Measured roofline — {result.hardware} ({result.details['timer']})",
+                        ["what", "median", "unit", "reference", "of ref", "reference is", "CV", "n"],
+                        roofline_rows(result.details), right=(1, 3, 4, 6, 7)))
+        if result.details["note"]:
+            out.print(result.details["note"])
         if result_id is not None:
             err.print(f"stored as result {result_id}")
 
@@ -233,7 +220,41 @@ def _print_unstored(document: dict[str, Any], error: str) -> NoReturn:
 
 
 def _pct(fraction: float | None) -> str | None:
-    return None if fraction is None else f"{fraction * 100:.0f}%"
+    return None if fraction is None else f"{sig(fraction * 100, 2)}%"  # 1.1%, not 1%; 145%, not 150%
+
+
+def sig(value: float | None, figures: int = 3) -> str | None:
+    """``value`` to ``figures`` significant figures in fixed notation with thousands separators (0.00512, 57.6,
+    3,350): a CPU's 0.005 TFLOP/s attention must not print as 0.0 beside a GPU's thousands."""
+    if value is None:
+        return None
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = min(12, max(0, figures - 1 - math.floor(math.log10(abs(value)))))
+    return f"{value:,.{decimals}f}"
+
+
+def roofline_rows(d: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """`hw probe`'s table rows: each figure with the reference its fraction divides by, and what that reference is
+    — the catalog's datasheet figure on a known GPU; on a CPU (no datasheet) the kernel probes are fractions of
+    this same probe's copy bandwidth or fp32 matmul, and the matmul and copy rows have no reference."""
+    catalog = d.get("catalog_name")
+    rows: list[tuple[Any, ...]] = []
+    for dt, m in d["matmul"].items():
+        s = m["stats"]
+        ref = m["catalog_peak_tflops"]
+        rows.append((f"matmul {dt} ({m['size']}²)", sig(m["tflops"]), "TFLOP/s", sig(ref), _pct(m["fraction_of_peak"]),
+                     f"{catalog} dense {dt} peak" if ref else None, f"{s['cv'] * 100:.1f}%", s["n"]))
+    bw = d["bandwidth"]
+    rows.append(("copy (read+write)", sig(bw["gbps"]), "GB/s", sig(bw["catalog_gbps"]), _pct(bw["fraction_of_peak"]),
+                 f"{catalog} memory bandwidth" if bw["catalog_gbps"] else None, f"{bw['stats']['cv'] * 100:.1f}%",
+                 bw["stats"]["n"]))
+    for key, label, unit in (("elementwise", "elementwise add", "GB/s"), ("attention", "causal attention", "TFLOP/s")):
+        if k := d.get(key):  # the planner's kernel classes (accelkit/hardware/kernel_probe.py)
+            ref = k.get("reference_gbps", k.get("reference_tflops"))
+            rows.append((label, sig(k.get("gbps", k.get("tflops"))), unit, sig(ref), _pct(k["fraction_of_peak"]),
+                         k.get("reference") if ref else None, f"{k['stats']['cv'] * 100:.1f}%", k["stats"]["n"]))
+    return rows
 
 
 def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[str, Any], save: bool, as_json: bool,
