@@ -13,6 +13,12 @@ Backends, chosen per device because the fastest path differs (measured in benchm
   (``_scaled_mm`` refuses an fp32 checkpoint's fp32 bias: "Bias must be BFloat16 or Half"), and its rowwise
   weights must be bf16. ``emulate=True`` runs torch's own ``_scaled_mm`` (``KernelPreference.TORCH``, which has a
   CPU implementation) with torchao's hardware assertion lifted — the same fp8 numerics on any device, for tests.
+  Each converted Linear casts its input to that dtype (a forward pre-hook, :class:`CastInput`): CUDA autocast runs
+  layer_norm in fp32, and torchao's ``Float8Tensor`` takes ``F.linear`` in ``__torch_function__``, before autocast
+  could cast the input — so the fp8 GEMM after a LayerNorm quantized an fp32 activation and wrote an fp32 output.
+Casting a model to 16 bits (fp8; int4 on CUDA) casts its parameters and its saved buffers (BatchNorm statistics)
+but not its computed ones — non-persistent floating buffers such as RoPE's ``inv_freq`` keep their dtype, as
+``from_pretrained(dtype=torch.bfloat16)`` leaves them (:func:`cast_to`).
 torchao configs are built with ``set_inductor_config=False`` wherever they accept it, so quantizing
 never flips global Inductor flags.
 """
@@ -166,7 +172,7 @@ class Quantization(Technique):
             config = _config(tq.Int8WeightOnlyConfig)
         elif q == "int4-weight":
             if ctx.device.is_cuda:
-                model = model.to(INT4_GPU_DTYPE)
+                model, _ = cast_to(model, INT4_GPU_DTYPE)
                 config = int4_gpu_config()
             else:
                 from torchao.quantization.granularity import PerGroup
@@ -190,12 +196,52 @@ def int4_gpu_config() -> Any:
     return _config(tq.Int4WeightOnlyConfig, **kwargs)
 
 
+def cast_to(model: torch.nn.Module, dtype: torch.dtype) -> tuple[torch.nn.Module, list[str]]:
+    """``model.to(dtype)`` except for its non-persistent floating buffers, which keep their dtype; returns the model
+    and those buffers' names.
+
+    Non-persistent buffers are values the model computes in ``__init__`` and never saves — RoPE's ``inv_freq`` and
+    ``original_inv_freq`` — not weights: a bf16 ``inv_freq`` is off by up to 2^-9 relatively, an angle error that
+    grows with the position (0.4 rad at position 1000 in tiny-llama's second pair), which an fp8 bench would count as
+    fp8 drift. transformers' ``from_pretrained(dtype=torch.bfloat16)`` leaves them fp32 too (its rotary forward
+    upcasts ``inv_freq`` to fp32 anyway); only ``Module.to`` casts them. Persistent buffers are cast with the
+    weights: BatchNorm's running statistics are checkpointed like its weight, and torch's batch_norm takes them only
+    in the weight's dtype ("expected scalar type BFloat16 but found Float" on a CPU)."""
+    kept = [(module, name, buf) for module in model.modules() for name, buf in module._buffers.items()
+            if name in module._non_persistent_buffers_set and buf is not None and buf.is_floating_point()]
+    model = model.to(dtype)
+    for module, name, buf in kept:
+        setattr(module, name, buf)
+    names = {id(module): fqn for fqn, module in model.named_modules()}
+    return model, [f"{names[id(module)]}.{name}".lstrip(".") for module, name, buf in kept if buf.dtype != dtype]
+
+
+class CastInput:
+    """A forward pre-hook that casts a Linear's floating input to ``dtype``. An fp8 Linear needs it whatever
+    autocast does: torchao's ``Float8Tensor`` handles ``F.linear`` in ``__torch_function__``, before autocast's
+    dispatch could cast the input, and CUDA autocast runs layer_norm in fp32 — so without it the GEMM after every LayerNorm (4 of 6 in a BERT layer) quantized an fp32
+    activation, wrote an fp32 output and added the bias in a separate kernel."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"CastInput({self.dtype})"
+
+    def __call__(self, module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        if args and isinstance(args[0], torch.Tensor) and args[0].is_floating_point() and args[0].dtype != self.dtype:
+            return (args[0].to(self.dtype), *args[1:])
+        return None
+
+
 def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
-    """fp8 weights (and, for fp8-dynamic, activations) on a model cast to the recipe's 16-bit dtype first."""
+    """fp8 weights (and, for fp8-dynamic, activations) on a model cast to the recipe's 16-bit dtype first, each
+    converted Linear fed its input in that dtype."""
     from torchao import quantization as tq
 
     dtype = FP8_COMPUTE[recipe.precision]
-    model = model.to(dtype)  # biases and norms too: the fp8 GEMM adds a bf16/fp16 bias to a bf16/fp16 output
+    # biases and norms too: the fp8 GEMM adds a bf16/fp16 bias to a bf16/fp16 output; computed buffers keep theirs
+    model, kept = cast_to(model, dtype)
     kwargs: dict[str, Any] = {}
     if ctx.emulate_fp8:
         from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
@@ -205,10 +251,17 @@ def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.
     if "kernel_preference" not in inspect.signature(cls).parameters:
         kwargs.pop("kernel_preference", None)  # weight-only: dequantize + matmul, no fp8 kernel to emulate
     config = _config(cls, **kwargs)
+    weights = {m: m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
     with _emulated_hardware(ctx.emulate_fp8 and not (ctx.device.sm_at_least(8, 9) or ctx.device.is_mi300_class)):
         done = _quantize_linears(model, config, str(recipe.quantization), ctx)
+    for linear, weight in weights.items():
+        if linear.weight is not weight:  # converted (quantize_ swapped in a Float8Tensor)
+            linear.register_forward_pre_hook(CastInput(dtype))
     ctx.notes.append(f"cast to {recipe.precision}, then {recipe.quantization} quantization (torchao {cls.__name__}"
-                     f"{', emulated' if ctx.emulate_fp8 else ''}) of {done}")
+                     f"{', emulated' if ctx.emulate_fp8 else ''}) of {done}; their inputs cast to {recipe.precision}"
+                     + (f"; {len(kept)} computed buffer{'s' * (len(kept) != 1)} kept in their dtype ({', '.join(kept[:2])}"
+                        f"{', …' if len(kept) > 2 else ''})"
+                        if kept else ""))
     return model
 
 
