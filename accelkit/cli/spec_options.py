@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -94,10 +95,30 @@ def generated_options(
         options.append(GeneratedOption(
             field=f.name, flag=names.get(f.name, _flag(f.name)), param=f"{into}__{f.name}",
             default=None if parser is not None or required or is_optional else f.default,
-            help=helps.get(f.name, f.metadata.get("doc", "")),
+            help=_for_users(helps.get(f.name, f.metadata.get("doc", ""))),
             parse=parser, required=required, optional=is_optional, custom_help=f.name in helps,
         ))
     return options
+
+
+def _for_users(doc: str) -> str:
+    """A field's doc as flag help: the doc speaks Python ('None = the model's length', 'None: no cap'), a flag user
+    never types None — for them it is the flag not given."""
+    return re.sub(r"\bNone\b", "not given", re.sub(r"\bNone(?: =|:)\s*", "not given: ", doc))
+
+
+def _metavar(name: str, tp: Any) -> str | None:
+    """The value placeholder of a flag read by a ``parse`` function (typer shows every such flag as ``<str>``):
+    what the field holds — a size with units, seconds, a number, a comma list; None keeps typer's."""
+    arms = [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, types.UnionType) else [tp]
+    base = arms[0] if len(arms) == 1 else None
+    if get_origin(base) in (tuple, list):
+        return "<list>"
+    if base is int:
+        return "<size>" if name.endswith("_bytes") else "<int>"
+    if base is float:
+        return "<seconds>" if name.endswith("_s") else "<float>"
+    return None
 
 
 def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
@@ -106,6 +127,8 @@ def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
     decls = [opt.flag]
     kwargs: dict[str, Any] = {"help": opt.help}
     if opt.parse is not None:
+        if (metavar := _metavar(opt.field, tp)) is not None:
+            kwargs["metavar"] = metavar
         tp = str | None
     else:
         if f.metadata.get("min") is not None:

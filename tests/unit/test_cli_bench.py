@@ -9,7 +9,7 @@ import typer
 
 from accelkit.bench.workloads import WORKLOADS
 from accelkit.cli.app import app
-from accelkit.cli.spec_options import _is_scalar
+from accelkit.cli.spec_options import _for_users, _is_scalar
 
 
 def _bench_commands():
@@ -33,7 +33,7 @@ def test_every_workload_is_a_subcommand_with_its_config_fields():
             param = params.get(f"workload__{f.name}") or params.get(f.name)
             assert param is not None, (name, f.name)
             if param.name.startswith("workload__") and _is_scalar(hints[f.name]):
-                assert param.default == f.default and param.help == f.metadata["doc"], (name, f.name)
+                assert param.default == f.default and param.help == _for_users(f.metadata["doc"]), (name, f.name)
 
 
 def test_help_shows_only_what_applies():

@@ -5,7 +5,7 @@ import dataclasses
 import typer
 
 from accelkit.cli.app import app
-from accelkit.cli.spec_options import generated_options
+from accelkit.cli.spec_options import _for_users, generated_options
 
 
 def _commands():
@@ -45,7 +45,8 @@ def test_generated_flags_match_their_spec_fields():
                 else:
                     expected_default = None if o.parse is not None or o.optional else f.default
                     assert param.default == expected_default, (path, o.flag, param.default, f.default)
-                assert param.help == (o.help if o.custom_help else f.metadata["doc"]), (path, o.flag)
+                # the field's doc, in flag words: "None = …" reads "not given: …" (a flag user never types None)
+                assert param.help == (o.help if o.custom_help else _for_users(f.metadata["doc"])), (path, o.flag)
                 lo, hi = f.metadata.get("min"), f.metadata.get("max")
                 if o.parse is None and (lo is not None or hi is not None):
                     assert (param.min, param.max) == (lo, hi), (path, o.flag)
