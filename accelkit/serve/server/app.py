@@ -12,6 +12,7 @@ gets a 500 naming the error; the engine and every other request go on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -29,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import accelkit
 from accelkit.serve.outputs import RequestOutput
-from accelkit.serve.sampling import SamplingParams
+from accelkit.serve.sampling import MAX_LOGPROBS, SEED_MAX, SEED_MIN, SamplingParams
 from accelkit.serve.server.errors import APIError, error_response, validation_message
 from accelkit.serve.server.middleware import ServerMiddleware
 from accelkit.serve.server.prompts import (
@@ -56,10 +57,25 @@ RETRY_AFTER_S = 1  # the Retry-After of a 429: a queue slot frees as soon as one
 MAX_IGNORED_NAMED = 20  # unknown fields named in one log line
 
 
-def _usage(outs: list[RequestOutput]) -> dict[str, int]:
-    prompt = sum(len(o.prompt_token_ids) for o in outs)
-    completion = sum(len(o.token_ids) for o in outs)
+def _usage(outs: dict[int, RequestOutput], n: int) -> dict[str, int]:
+    """Usage of the choices ``outs`` (by choice index): each prompt counted once whatever its number of choices
+    ``n``, as vLLM counts it; every choice's tokens."""
+    prompts = {index // n: o for index, o in outs.items()}
+    prompt = sum(len(o.prompt_token_ids) for o in prompts.values())
+    completion = sum(len(o.token_ids) for o in outs.values())
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _derived_seed(seed: int | None, choice: int) -> int | None:
+    """Choice ``choice``'s seed: distinct per choice (so n choices differ), fixed by the request's seed (so the
+    request is reproducible) — vLLM's ``seed + index``, wrapped into the range a generator takes."""
+    if seed is None or choice == 0:
+        return seed
+    return (seed + choice - SEED_MIN) % (SEED_MAX - SEED_MIN + 1) + SEED_MIN
+
+
+def _logprob(value: float) -> float:
+    return max(value, -9999.0)  # JSON has no -inf: vLLM's floor
 
 
 def _sse(data: Any) -> str:
@@ -242,16 +258,91 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                                param="tokens")
         return {"prompt": str(await asyncio.to_thread(tokenizer.decode, body.tokens))}
 
-    def sampling_params(body: Any, max_tokens: int) -> SamplingParams:
+    @functools.lru_cache(maxsize=1 << 16)
+    def token_text(token: int) -> str:
+        """One token's text, as logprobs name it (vLLM's decoded token)."""
+        return str(state.engine.tokenizer.decode([token])) if state.engine.tokenizer is not None else str(token)
+
+    def check_choices(body: Any, num_prompts: int) -> None:
+        """n, best_of and the logprobs fields: in range, and what they ask for fits the server."""
+        if body.n < 1:
+            raise APIError(400, f"n={body.n} must be at least 1", param="n")
+        best_of = getattr(body, "best_of", None)
+        if best_of is not None:
+            if best_of < body.n:
+                raise APIError(400, f"best_of={best_of} must be at least n={body.n}", param="best_of")
+            if body.stream and best_of > body.n:
+                raise APIError(400, "best_of > n cannot be streamed (the best choices are known only at the end); "
+                               "send stream false or best_of equal to n", param="best_of")
+        logprobs_field = "top_logprobs" if hasattr(body, "top_logprobs") else "logprobs"
+        k = body.top_logprobs if logprobs_field == "top_logprobs" else body.logprobs
+        if k is not None and not 0 <= k <= MAX_LOGPROBS:
+            raise APIError(400, f"{logprobs_field}={k} is out of range; expected 0 to {MAX_LOGPROBS}",
+                           param=logprobs_field)
+        if logprobs_field == "top_logprobs" and k is not None and not body.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs true", param="top_logprobs")
+        if body.logit_bias:
+            vocab = state.engine.model_args.vocab_size
+            for key in body.logit_bias:
+                try:
+                    token = int(key)
+                except ValueError:
+                    token = -1
+                if not 0 <= token < vocab:
+                    raise APIError(400, f"logit_bias key {key[:40]!r} is not a token id; keys are token ids in "
+                                   f"[0, {vocab}) as strings, e.g. {{\"5\": -100}}", param="logit_bias")
+        total = num_prompts * body.num_generated
+        if total > state.admission.capacity:  # each choice is an engine request
+            if body.num_generated == 1:
+                raise APIError(400, f"prompt holds {num_prompts} prompts; this server runs at most "
+                               f"{state.admission.capacity} at once", param="prompt")
+            raise APIError(400, f"the request asks for {total} completions ({num_prompts} prompt(s) × "
+                           f"{'best_of' if best_of else 'n'}={body.num_generated}); this server runs at most "
+                           f"{state.admission.capacity} at once", param="best_of" if best_of else "n")
+
+    def sampling_params(body: Any, max_tokens: int, choice: int, logprobs: int | None) -> SamplingParams:
         temperature, top_p = _number("temperature", body.temperature), _number("top_p", body.top_p)
         try:
-            return SamplingParams(temperature=temperature, top_p=top_p, top_k=body.top_k_limit, max_tokens=max_tokens,
-                                  stop=body.stop_list(), stop_token_ids=tuple(body.stop_token_ids or ()),
-                                  seed=body.seed, ignore_eos=body.ignore_eos)
+            return SamplingParams(
+                temperature=temperature, top_p=top_p, top_k=body.top_k_limit, max_tokens=max_tokens,
+                stop=body.stop_list(), stop_token_ids=tuple(body.stop_token_ids or ()),
+                seed=_derived_seed(body.seed, choice), ignore_eos=body.ignore_eos,
+                presence_penalty=_number("presence_penalty", body.presence_penalty),
+                frequency_penalty=_number("frequency_penalty", body.frequency_penalty),
+                repetition_penalty=_number("repetition_penalty", body.repetition_penalty),
+                min_p=_number("min_p", body.min_p), min_tokens=body.min_tokens,
+                logit_bias={int(k): _number("logit_bias", v) for k, v in body.logit_bias.items()}
+                if body.logit_bias else None,
+                logprobs=logprobs,
+            )
         except ValueError as exc:
-            field = str(exc).split("=")[0].split()[0]
+            field = str(exc).split("=")[0].split("[")[0].split()[0]
+            if field == "logprobs" and hasattr(body, "top_logprobs"):
+                field = "top_logprobs"
             hint = "; 0 or -1 means no limit" if field == "top_k" else ""
             raise APIError(400, f"{exc}{hint}", param=field) from exc
+
+    def completion_logprobs(token_ids: list[int], logprobs: list[Any], offset: int) -> dict[str, Any]:
+        """OpenAI's completions logprobs: token texts, their logprobs, the most likely (the sampled token among
+        them, as vLLM's) and each token's character offset from ``offset`` on."""
+        tokens = [token_text(t) for t in token_ids]
+        offsets = []
+        for text in tokens:
+            offsets.append(offset)
+            offset += len(text)
+        top = [{token_text(t): _logprob(lp) for t, lp in [(token, chosen), *alternatives]}
+               for token, (chosen, alternatives) in zip(token_ids, logprobs, strict=True)]
+        return {"tokens": tokens, "token_logprobs": [_logprob(chosen) for chosen, _ in logprobs],
+                "top_logprobs": top, "text_offset": offsets}
+
+    def chat_logprobs(token_ids: list[int], logprobs: list[Any]) -> dict[str, Any]:
+        """OpenAI's chat logprobs: per token its text, logprob, UTF-8 bytes and the most likely ones."""
+        def entry(token: int, lp: float) -> dict[str, Any]:
+            text = token_text(token)
+            return {"token": text, "logprob": _logprob(lp), "bytes": list(text.encode("utf-8", "replace"))}
+
+        return {"content": [{**entry(token, chosen), "top_logprobs": [entry(t, lp) for t, lp in alternatives]}
+                            for token, (chosen, alternatives) in zip(token_ids, logprobs, strict=True)]}
 
     async def _generate(request: Request, body: Any, prompts: list[Any], limit: int | None, limit_field: str, *,
                         chat: bool, default_limit: int | None) -> Response:
@@ -262,9 +353,11 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             raise APIError(503, "the server is shutting down", code="shutting_down")
         if not state.loop.is_alive:
             raise APIError(503, f"the engine is not running: {state.loop.dead_reason}", code="engine_dead")
-        if len(prompts) > state.admission.capacity:
-            raise APIError(400, f"prompt holds {len(prompts)} prompts; this server runs at most "
-                           f"{state.admission.capacity} at once", param="prompt")
+        check_choices(body, len(prompts))
+        n, per_prompt = body.n, body.num_generated
+        user_logprobs = body.num_logprobs
+        # best_of ranks by cumulative logprob: the engine computes them even when the client did not ask
+        logprobs = user_logprobs if user_logprobs is not None or per_prompt == n else 0
         param = "messages" if chat else "prompt"
         seqs = []
         for p in prompts:  # validate every prompt before queueing any
@@ -277,7 +370,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 raise APIError(400, str(exc), param=param) from exc
             max_tokens = output_budget(max_model_len=state.engine.max_model_len, num_prompt_tokens=len(ids),
                                        requested=limit, field=limit_field, default=default_limit)
-            seqs.append((ids, sampling_params(body, max_tokens)))
+            # one engine request per choice: the prefix cache shares the prompt's KV blocks between them
+            seqs += [(ids, sampling_params(body, max_tokens, j, logprobs)) for j in range(per_prompt)]
         if not state.admission.try_enter(len(seqs)):
             raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
                            f"{state.engine.config.max_num_seqs} running); retry in {RETRY_AFTER_S} s",
@@ -333,10 +427,11 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             state.admission.leave(len(seqs))
 
         created = int(time.time())
-        if body.stream:
+        if body.stream:  # (per_prompt == n here: best_of > n is refused with stream)
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
-                _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage),
+                _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage, n=n,
+                        logprobs=user_logprobs is not None),
                 media_type="text/event-stream",
             )
         last: dict[int, RequestOutput] = {}
@@ -345,21 +440,31 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 return Response(status_code=499)  # nobody is listening; the request is aborted in cleanup
         finally:
             cleanup()
-        outs = [last[i] for i in range(len(seqs))]
+        outs: dict[int, RequestOutput] = {}  # choice index → its output
+        for p in range(len(prompts)):
+            candidates = [last[p * per_prompt + j] for j in range(per_prompt)]
+            if per_prompt > n:  # best_of: the n with the highest cumulative logprob (vLLM's, OpenAI's)
+                candidates.sort(key=lambda o: -sum(chosen for chosen, _ in o.logprobs or ()))
+            for j, out in enumerate(candidates[:n]):
+                outs[p * n + j] = out
+        want = user_logprobs is not None
         if chat:
-            choices = [{"index": i, "message": {"role": "assistant", "content": o.text}, "logprobs": None,
-                        "finish_reason": o.finish_reason} for i, o in enumerate(outs)]
+            choices = [{"index": i, "message": {"role": "assistant", "content": o.text},
+                        "logprobs": chat_logprobs(o.token_ids, o.logprobs or []) if want else None,
+                        "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
             return JSONResponse({"id": base_id, "object": "chat.completion", "created": created, "model": name,
-                                 "choices": choices, "usage": _usage(outs)})
-        choices = [{"index": i, "text": o.text, "logprobs": None, "finish_reason": o.finish_reason}
-                   for i, o in enumerate(outs)]
+                                 "choices": choices, "usage": _usage(outs, n)})
+        choices = [{"index": i, "text": o.text,
+                    "logprobs": completion_logprobs(o.token_ids, o.logprobs or [], 0) if want else None,
+                    "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
         return JSONResponse({"id": base_id, "object": "text_completion", "created": created, "model": name,
-                             "choices": choices, "usage": _usage(outs)})
+                             "choices": choices, "usage": _usage(outs, n)})
 
     async def _stream(outputs: AsyncIterator[tuple[int, RequestOutput]], cleanup: Any, base_id: str, created: int, *,
-                      chat: bool, include_usage: bool) -> AsyncIterator[str]:
+                      chat: bool, include_usage: bool, n: int, logprobs: bool) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
         last: dict[int, RequestOutput] = {}
+        offsets: dict[int, int] = {}  # completions: each choice's text_offset so far
 
         def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
             data: dict[str, Any] = {"id": base_id, "object": obj, "created": created, "model": name, "choices": choices}
@@ -368,23 +473,29 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             return _sse(data)
 
         try:
-            async for index, out in outputs:
+            async for index, out in outputs:  # (one engine request per choice: its index is the choice's)
                 if chat and index not in last:  # the role goes out with the first engine output, as in vLLM:
                     # clients (vLLM's benchmark among them) time the first token by the first chunk with choices
                     yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                   "finish_reason": None}])
                 last[index] = out
-                if not out.new_text and not out.finished:
+                new_logprobs = out.new_logprobs if logprobs else None
+                if not out.new_text and not out.finished and not new_logprobs:
                     continue
+                reason = out.finish_reason if out.finished else None
                 if chat:
+                    lp = chat_logprobs(out.new_token_ids, new_logprobs) if new_logprobs is not None else None
                     choice = {"index": index, "delta": {"content": out.new_text} if out.new_text else {},
-                              "logprobs": None, "finish_reason": out.finish_reason if out.finished else None}
+                              "logprobs": lp, "finish_reason": reason}
                 else:
-                    choice = {"index": index, "text": out.new_text, "logprobs": None,
-                              "finish_reason": out.finish_reason if out.finished else None}
+                    lp = None
+                    if new_logprobs is not None:
+                        lp = completion_logprobs(out.new_token_ids, new_logprobs, offsets.get(index, 0))
+                        offsets[index] = offsets.get(index, 0) + sum(len(t) for t in lp["tokens"])
+                    choice = {"index": index, "text": out.new_text, "logprobs": lp, "finish_reason": reason}
                 yield chunk([choice])
             if include_usage:
-                yield chunk([], _usage([last[i] for i in sorted(last)]))
+                yield chunk([], _usage(last, n))
             yield "data: [DONE]\n\n"
         except APIError as exc:  # the status line is long gone: the error travels as the stream's last event
             yield _sse({"error": {"message": exc.message, "type": "internal_error" if exc.status == 500

@@ -3,8 +3,8 @@
 - A JSON ``null`` in any field means "the default", as OpenAI documents its fields ("number or null") and as
   vLLM accepts: the official client sends ``None`` as ``null``.
 - Fields OpenAI or vLLM define but the engine does not implement are accepted only at their neutral values
-  (``n=1``, no logprobs, zero penalties, no ``logit_bias``, ``response_format`` text, ``min_p=0`` …); anything
-  else is a 400 naming the field (:meth:`unsupported`), never a silent change of meaning.
+  (``response_format`` text, no ``guided_*``, no ``prompt_logprobs`` …); anything else is a 400 naming the field
+  (:meth:`unsupported`), never a silent change of meaning.
 - Unknown fields are ignored, as vLLM does (OpenAI's own server answers 400 "Unrecognized request argument"),
   and the server logs one warning per request naming them (:meth:`ignored_fields`).
 - Integer fields take whole floats (``"max_tokens": 4.0``), as vLLM does; never strings or booleans.
@@ -81,7 +81,7 @@ class ResponseFormat(_Body):
 
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
 _NEUTRAL_EXTENSIONS: dict[str, Any] = {
-    "min_tokens": 0, "min_p": 0.0, "repetition_penalty": 1.0, "include_stop_str_in_output": False,
+    "include_stop_str_in_output": False,
     "skip_special_tokens": True, "use_beam_search": False, "prompt_logprobs": None, "allowed_token_ids": None,
     "truncate_prompt_tokens": None, "guided_json": None, "guided_regex": None, "guided_choice": None,
     "guided_grammar": None, "structured_outputs": None,
@@ -105,18 +105,23 @@ class _Sampling(_Body):
     stream: Bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: Bool = Field(False, description="vLLM extension: keep generating after EOS (load tests).")
-    n: Int = 1
-    presence_penalty: Float = 0.0
-    frequency_penalty: Float = 0.0
-    logit_bias: dict[str, Float] | None = None
+    n: Int = Field(1, description="Choices per prompt (each its own engine request; the prompt's KV blocks are "
+                   "shared through the prefix cache).")
+    presence_penalty: Float = Field(0.0, description="In [-2, 2]: subtracted from the logit of every token generated so far.")
+    frequency_penalty: Float = Field(0.0, description="In [-2, 2]: subtracted once per time a token was generated so far.")
+    logit_bias: dict[str, Float] | None = Field(
+        None, description="Token id (a string, as OpenAI's) → bias in [-100, 100] added to its logit."
+    )
     response_format: ResponseFormat | None = None
     user: Str | None = None
     priority: Int = Field(0, description="vLLM extension: with --scheduling-policy priority, lower values are "
                           "scheduled first; anything but 0 needs that policy.")
+    min_tokens: Int = Field(0, description="vLLM extension: at least this many tokens before EOS, stop_token_ids or "
+                            "a stop string can end generation.")
+    min_p: Float = Field(0.0, description="vLLM extension: drop tokens less likely than min_p × the top one, in [0, 1].")
+    repetition_penalty: Float = Field(1.0, description="vLLM extension: > 0; logits of tokens in the prompt or the "
+                                      "output are divided by it (positive) or multiplied (negative).")
     # vLLM extensions, accepted at their neutral values only (_NEUTRAL_EXTENSIONS)
-    min_tokens: Int = 0
-    min_p: Float = 0.0
-    repetition_penalty: Float = 1.0
     include_stop_str_in_output: Bool = False
     skip_special_tokens: Bool = Field(True, description="vLLM extension: only true (special tokens are never in the text).")
     use_beam_search: Bool = False
@@ -131,13 +136,6 @@ class _Sampling(_Body):
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, message) for a feature asked for that the engine does not implement."""
-        if self.n != 1:
-            return "n", f"n={self.n} is not supported; accelkit returns one choice per prompt (n=1)"
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) != 0:
-                return name, f"{name} is not supported by accelkit's sampler; leave it at 0"
-        if self.logit_bias:
-            return "logit_bias", "logit_bias is not supported by accelkit's sampler; omit it"
         if self.response_format is not None and self.response_format.type != "text":
             return "response_format", (f"response_format type {self.response_format.type!r} is not supported: "
                                        "accelkit serve has no structured (JSON) output; omit response_format")
@@ -169,8 +167,9 @@ class CompletionRequest(_Sampling):
 
     prompt: Prompt
     echo: Bool = False
-    logprobs: Int | None = None
-    best_of: Int | None = None
+    logprobs: Int | None = Field(None, description="The logprobs of each token and of the most likely ones (0..20).")
+    best_of: Int | None = Field(None, description="Generate this many (>= n) per prompt and return the n with the "
+                                "highest cumulative logprob; not with stream.")
     suffix: Str | None = None
     add_special_tokens: Bool = Field(True, description="vLLM extension: add the tokenizer's special tokens (BOS) to a text prompt.")
 
@@ -190,12 +189,19 @@ class CompletionRequest(_Sampling):
         return [list(x) for x in p if isinstance(x, list)]  # pydantic admits only list[list[int]] here
 
     def unsupported(self) -> tuple[str, str] | None:
-        for name, neutral in (("echo", False), ("logprobs", None), ("suffix", None)):
+        for name, neutral in (("echo", False), ("suffix", None)):
             if getattr(self, name) != neutral:
                 return name, f"{name} is not supported by accelkit serve"
-        if self.best_of not in (None, 1):
-            return "best_of", "best_of > 1 is not supported; accelkit returns one choice per prompt"
         return _Sampling.unsupported(self)
+
+    @property
+    def num_logprobs(self) -> int | None:
+        return self.logprobs
+
+    @property
+    def num_generated(self) -> int:
+        """Engine requests per prompt: best_of when given (it is >= n), else n."""
+        return self.best_of if self.best_of is not None else self.n
 
 
 class TextPart(_Body):
@@ -256,11 +262,16 @@ class ChatCompletionRequest(_Sampling):
         False, description="vLLM extension: add the tokenizer's special tokens again to the rendered template."
     )
 
+    @property
+    def num_logprobs(self) -> int | None:
+        """The sampler's logprobs: top_logprobs (0 when not given) when logprobs is true, else none."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    @property
+    def num_generated(self) -> int:
+        return self.n
+
     def unsupported(self) -> tuple[str, str] | None:
-        if self.logprobs:
-            return "logprobs", "logprobs is not supported by accelkit serve"
-        if self.top_logprobs is not None:
-            return "top_logprobs", "top_logprobs needs logprobs, which accelkit serve does not support; omit it"
         if self.tools:
             return "tools", "tool calling is not supported by accelkit serve"
         if self.functions:
