@@ -20,7 +20,7 @@ from accelkit.cli.output import (
     out,
     table,
 )
-from accelkit.cli.spec_options import spec_options
+from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError, UserError
 from accelkit.loadtest.config import SLO, LoadTestConfig, parse_rate
@@ -57,9 +57,14 @@ def _slo(text: str) -> SLO:
     return SLO.parse(text)
 
 
+#: LoadTestConfig fields spelled otherwise than --field-name
+NAMES = {"timeout_s": "--timeout", "warmup_timeout_s": "--warmup-timeout", "ignore_eos": "--ignore-eos/--no-ignore-eos"}
+#: every LoadTestConfig field's flag: the config's errors name fields (timeout_s=inf), the user typed flags
+FLAGS = field_flags(LoadTestConfig, NAMES)
+
+
 @spec_options(
-    LoadTestConfig, into="load",
-    names={"timeout_s": "--timeout", "warmup_timeout_s": "--warmup-timeout", "ignore_eos": "--ignore-eos/--no-ignore-eos"},
+    LoadTestConfig, into="load", names=NAMES,
     parse={"request_rate": lambda text: parse_rate(text), "slo": _slo, "dataset": _dataset,
            "percentiles": lambda text: _floats(text, "--percentiles"),
            "sweep_rates": lambda text: _floats(text, "--sweep-rates", rates=True)},
@@ -82,7 +87,7 @@ def loadtest_cmd(
     from accelkit.bench.record import StoreWriter
     from accelkit.loadtest import run_loadtest
 
-    with flag_values():
+    with flag_values(FLAGS):
         config = LoadTestConfig(**load)
     store = open_for_saving(save)  # before sending: an unwritable store fails now, not after the test
     writer = StoreWriter(store)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -133,8 +133,11 @@ class Progress:
 
 
 @contextmanager
-def flag_values() -> Iterator[None]:
-    """Treat a ValueError raised while building specs from flags as the user's mistake (exit 2)."""
+def flag_values(flags: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Treat a ValueError raised while building specs from flags as the user's mistake (exit 2). ``flags`` (field →
+    flag, :func:`accelkit.cli.spec_options.field_flags`) puts the message in the words the user typed: a spec's
+    ``timeout_s=inf is out of range`` reads ``--timeout inf is out of range``."""
+    from accelkit.cli.spec_options import in_flag_words
     from accelkit.core import UserError
 
     try:
@@ -142,7 +145,7 @@ def flag_values() -> Iterator[None]:
     except UserError:
         raise
     except ValueError as exc:
-        raise UserError(str(exc)) from exc
+        raise UserError(in_flag_words(str(exc), flags) if flags else str(exc)) from exc
 
 
 def fmt_num(value: float | None, digits: int = 2) -> str | None:

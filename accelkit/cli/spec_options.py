@@ -121,6 +121,34 @@ def _metavar(name: str, tp: Any) -> str | None:
     return None
 
 
+def field_flags(spec: type[Spec], names: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Field name → the flag that sets it (``names`` as given to :func:`spec_options`; a bool's ``--x/--no-x`` is
+    ``--x``): what :func:`in_flag_words` puts in a spec's error message."""
+    names = names or {}
+    return {f.name: names.get(f.name, _flag(f.name)).split("/")[0] for f in dataclasses.fields(spec)}  # type: ignore[arg-type]
+
+
+def in_flag_words(message: str, flags: Mapping[str, str]) -> str:
+    """A spec's ValueError in the words of the command line: ``timeout_s=inf is out of range`` → ``--timeout inf is
+    out of range``, ``sweep_rates[1]=2.0 repeats sweep_rates[0]=2.0`` → ``--sweep-rates item 2 = 2.0 repeats
+    --sweep-rates item 1 = 2.0``, ``model is empty`` → ``--model is empty``. A field name is replaced where it
+    names the field — before ``=`` or ``[i]``, opening the message, or spelled with an underscore — so a field
+    called ``model`` or ``seed`` inside a sentence stays an English word."""
+    if not flags:
+        return message
+    fields = "|".join(re.escape(f) for f in sorted(flags, key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w-])({fields})(?![\w-])(?:\[(\d+)\])?(=?)")
+
+    def flag(m: re.Match[str]) -> str:
+        field, index, eq = m.group(1), m.group(2), m.group(3)
+        if not (eq or index is not None or "_" in field or m.start() == 0):
+            return m.group(0)
+        text = flags[field] + (f" item {int(index) + 1}" if index is not None else "")
+        return text + ((" = " if index is not None else " ") if eq else "")
+
+    return pattern.sub(flag, message)
+
+
 def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
     f = next(x for x in dataclasses.fields(spec) if x.name == opt.field)  # type: ignore[arg-type]
     tp = typing.get_type_hints(spec)[opt.field]

@@ -75,8 +75,8 @@ def test_sweep_prints_curve(server):
     (("--sweep-rates", "1,x"), "--sweep-rates 'x' is not valid"),
     (("--endpoint", "embeddings"), "'embeddings' is not one of 'completions', 'chat'"),
     # JSON has no Infinity: these made --json and the stored result invalid JSON
-    (("--timeout", "inf", "--json"), "timeout_s=inf is out of range; expected a finite number of seconds > 0"),
-    (("--warmup-timeout", "inf", "--json"), "warmup_timeout_s=inf is out of range; expected a finite number of seconds"),
+    (("--timeout", "inf", "--json"), "--timeout inf is out of range; expected a finite number of seconds > 0"),
+    (("--warmup-timeout", "inf", "--json"), "--warmup-timeout inf is out of range; expected a finite number of seconds"),
 ])
 def test_usage_errors_exit_2(server, args, needle):
     proc = loadtest("--base-url", server.base_url, "--model", "fake-model", *args)
@@ -98,7 +98,7 @@ def test_bad_base_url_exit_2(url, reason):
     proc = loadtest("--base-url", url, "--model", "m", "--num-prompts", "1", "--warmup", "0", "--no-save", "--json")
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"base_url={url!r} is not valid: {reason}" in lines[0], proc.stderr
+    assert len(lines) == 1 and f"--base-url {url!r} is not valid: {reason}" in lines[0], proc.stderr
 
 
 def test_repeated_sweep_rate_exit_2(server):
@@ -107,7 +107,7 @@ def test_repeated_sweep_rate_exit_2(server):
                     "--random-input-len", "4", "--random-output-len", "2", "--sweep-rates", "2,2", "--no-save", "--json")
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "sweep_rates[1]=2.0 repeats sweep_rates[0]=2.0" in lines[0], proc.stderr
+    assert len(lines) == 1 and "--sweep-rates item 2 = 2.0 repeats --sweep-rates item 1 = 2.0" in lines[0], proc.stderr
 
 
 def test_bad_jsonl_line_exit_2(server, tmp_path):
