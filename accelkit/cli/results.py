@@ -74,8 +74,9 @@ def _hardware(store: ResultStore, name: str) -> list[str]:
         if found:
             return found
         known = [d.name for d in list_devices()] + [a for d in list_devices() for a in d.aliases]
-        raise UnknownNameError("hardware", name, [*known, "cpu", *stored],
-                               listing=["cpu", *stored, *(d.name for d in list_devices())]) from exc
+        # stored names are often catalog names too (every plan stores its device's): each is listed once, in order
+        listing = dict.fromkeys(["cpu", *stored, *(d.name for d in list_devices())])
+        raise UnknownNameError("hardware", name, [*known, "cpu", *stored], listing=listing) from exc
     return [s for s in stored if s == spec.name or match_device_name(s) is spec]
 
 
