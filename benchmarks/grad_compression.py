@@ -8,14 +8,16 @@ same weights, against the uncompressed run). Then the planner's `--compare-compr
 H100 in 8 nodes at 100 Gb/s and on 8 H100 in one NVLink node, and Llama-3.1-8B at dp 64 over 8 nodes (arithmetic,
 no hardware needed).
 
-    PYTHONPATH=. python benchmarks/grad_compression.py          # ~5 min on 2 CPU cores
+    PYTHONPATH=. python benchmarks/grad_compression.py [--out PATH]   # ~5 min on 2 CPU cores
 
-Writes benchmarks/results/grad_compression_cpu.json (with the environment). Step times on a shared CPU are noisy
-and the variants run one after another (not interleaved): read the bytes and the gate, not small time differences.
+Writes benchmarks/results/grad_compression_cpu.json, or --out (with the environment). Step times on a shared CPU are
+noisy and the variants run one after another (not interleaved): read the bytes and the gate, not small time
+differences.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -97,6 +99,10 @@ def plan_comparison() -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help=f"where the JSON goes (default: benchmarks/results/{OUT.name}, the committed result)")
+    args = parser.parse_args()
     from accelkit.hardware.detect import environment
 
     with tempfile.TemporaryDirectory(prefix="accelkit-gradcomp-") as home:
@@ -117,8 +123,9 @@ def main() -> None:
         "reproduce": "PYTHONPATH=. python benchmarks/grad_compression.py",
         "environment": environment(with_torch=True),
     }
-    OUT.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"wrote {OUT}", file=sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

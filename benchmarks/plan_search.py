@@ -3,14 +3,15 @@
 Searches llama-3.1-70b training on 64 × H100 with unfused attention (so selective recompute is a
 separate choice): every (tp, pp, dp, ZeRO stage, micro-batch, recompute, sequence parallel) layout is
 evaluated — memory, step time, MFU, energy — and ranked. Also times the minimum-device search of
-`plan --compare` for four accelerators. Writes benchmarks/results/plan_search.json with raw samples and
-the environment.
+`plan --compare` for four accelerators. Writes benchmarks/results/plan_search.json (or --out) with raw samples
+and the environment.
 
-    .venv/bin/python benchmarks/plan_search.py
+    .venv/bin/python benchmarks/plan_search.py [--out PATH]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -38,6 +39,10 @@ def _time(fn, runs: int = RUNS) -> list[float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help=f"where the JSON goes (default: benchmarks/results/{OUT.name}, the committed result)")
+    args = parser.parse_args()
     workload = Workload(model=get_preset("llama-3.1-70b"), task="train", seq_len=4096, recipe=Recipe(precision="bf16"))
     ctx = make_context(workload, Cluster(device=get_device("h100"), num_devices=64),
                        PlanOptions(attention="math", use_calibration=False))
@@ -57,11 +62,11 @@ def main() -> None:
         "timer": "time.perf_counter_ns, 3 warm-up runs discarded",
         "environment": environment(with_torch=False),
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{candidates} candidates: search median {search.median * 1e3:.1f} ms (p90 {search.p90 * 1e3:.1f} ms, "
           f"CV {search.cv * 100:.1f}%), {result['candidates_per_s']:,.0f} candidates/s; "
-          f"compare over 4 hardware (min devices) median {cmp.median * 1e3:.1f} ms → {OUT}")
+          f"compare over 4 hardware (min devices) median {cmp.median * 1e3:.1f} ms → {args.out}")
 
 
 if __name__ == "__main__":
