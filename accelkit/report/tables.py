@@ -73,7 +73,7 @@ def bench_table(run: BenchRunResult) -> Table:
     """One row per (variant, step): throughput, latency, spread, ratio to the baseline, MFU, memory, energy,
     drift and measured ÷ predicted."""
     t = Table(title=f"{run.label} on {run.hardware} ({run.device})", title_justify="left", header_style="bold")
-    columns = ["variant", "step", "throughput", "latency p50", "p90", "CV", "vs first [p25–p75]", "MFU",
+    columns = ["variant", "step", "throughput", "latency p50", "p90", "CV · IQR/med", "vs first [p25–p75]", "MFU",
                "peak mem", "J/item", "drift vs fp32", "meas/pred"]
     for i, col in enumerate(columns):
         t.add_column(col, justify="left" if i < 2 or i == 10 else "right")
@@ -86,7 +86,9 @@ def bench_table(run: BenchRunResult) -> Table:
         noise = {"noisy": " (noisy)", "unstable": " (unstable)"}.get(v.noise, "")
         t.add_row(
             v.name, v.step, f"{_num(v.throughput.value)} {v.throughput.unit}",
-            _seconds(lat.median), p90, f"{lat.cv * 100:.1f}%{noise}", _ratio(v.comparison), mfu_text(v),
+            # the noise flag is IQR/median's (robust to the few outliers that make a CV of 800%): shown beside it
+            _seconds(lat.median), p90, f"{lat.cv * 100:.1f}% · {lat.iqr_over_median * 100:.1f}%{noise}",
+            _ratio(v.comparison), mfu_text(v),
             fmt_bytes(mem) if mem is not None else "-", _num(v.energy_j_per_item, 4), _drift(v.accuracy),
             "-" if pred is None else f"{pred:.2f}",
         )

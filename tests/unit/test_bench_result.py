@@ -150,3 +150,22 @@ def test_a_comparison_on_too_few_pairs_is_printed_as_inconclusive():
     console.print(bench_table(run))
     assert f"{cmp.ratio:.2f}× [{cmp.p25:.2f}–{cmp.p75:.2f}] ?" in console.export_text()
     assert f"? bf16 · train step: {cmp.verdict}" in bench_footnotes(run)
+
+
+def test_the_noise_flag_sits_beside_the_statistic_it_is_read_from():
+    """The table showed CV with the noise flag, but the flag is read from IQR/median: '859.2% (noisy)' sat next to an
+    unflagged '257.5%'. Now the cell gives both, CV · IQR/median, and the flag follows the IQR/median figure."""
+    from accelkit.report.tables import bench_table
+
+    outliers = summarize([0.010] * 40 + [0.5])  # one huge outlier: CV ≈ 500%, IQR/median 0
+    spread = summarize([0.010, 0.013, 0.016, 0.019, 0.022] * 8)  # wide middle: IQR/median ≈ 50%, CV ≈ 28%
+    assert outliers.cv > spread.cv and outliers.noise == "ok" and spread.noise == "unstable"
+    run = BenchRunResult(workload="w", label="l", device="cpu", hardware="h", run_id="r",
+                         variants=[entry("fp32").replace(latency_s=outliers, noise=outliers.noise),
+                                   entry("bf16").replace(latency_s=spread, noise=spread.noise)])
+    table = bench_table(run)
+    assert "CV · IQR/med" in [c.header for c in table.columns]
+    cells = [str(c) for c in table.columns[[c.header for c in table.columns].index("CV · IQR/med")].cells]
+    text = " | ".join(cells)
+    assert f"{outliers.cv * 100:.1f}% · 0.0%" in text and f"{outliers.cv * 100:.1f}% · 0.0% (" not in text
+    assert f"{spread.cv * 100:.1f}% · {spread.iqr_over_median * 100:.1f}% (unstable)" in text
