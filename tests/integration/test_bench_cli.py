@@ -221,3 +221,22 @@ def test_input_bound_compares_the_wall_time_per_batch_with_the_step():
     bound = entry.input_bound
     assert bound is not None and bound.batch_time_s >= 0.004 and bound.verdict.startswith("input-bound"), bound
     assert bound.batch_time_s == pytest.approx(entry.phases.measured_s / 40)
+
+
+def test_a_module_beside_the_user_is_found_by_the_installed_command(tmp_path, probed):
+    """`accelkit bench custom --module mymodels:make` with mymodels.py in the working directory failed with "cannot
+    import 'mymodels'" unless PYTHONPATH=. was set: the installed `accelkit` script (unlike `python -m`) does not put
+    the working directory on the import path. It now does, first, as `python -m` and uvicorn do."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "accelkit"
+    assert script.exists(), f"the console script is installed beside {sys.executable}"
+    (tmp_path / "mymodels.py").write_text(
+        "import torch\n\ndef make():\n    return torch.nn.Linear(8, 4), torch.randn(4, 8)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([str(script), "bench", "custom", "--module", "mymodels:make", *FAST, "--no-save", "--json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["variants"][0]["throughput"]["value"] > 0

@@ -9,6 +9,8 @@ one it is inference. Items per step default to the first input's batch dimension
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +22,16 @@ from accelkit.core.spec import Spec, spec_field
 
 
 def load_factory(target: str, *, what: str = "--module") -> Callable[[], Any]:
-    """'package.module:function' → the function; a bad target is a UserError that says what to write."""
+    """'package.module:function' → the function; a bad target is a UserError that says what to write.
+
+    The working directory is importable, first, as under ``python -m`` (and uvicorn's ``--app-dir .``): a
+    ``mymodels.py`` beside the user is found without ``PYTHONPATH=.``."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise UserError(f"{what} {target!r} is not valid; write package.module:factory")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
