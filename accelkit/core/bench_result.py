@@ -326,6 +326,18 @@ def _inconclusive(entry: BenchResult) -> str:
     return f" — {cmp.verdict}" if cmp is not None and cmp.is_inconclusive else ""
 
 
+def _disagrees(entry: BenchResult, base: BenchResult, unit: str) -> str:
+    """A note when the total throughputs point the other way from the paired ratio (a noisy machine: a few very
+    slow blocks weigh in a total, not in a median of pairs)."""
+    cmp = entry.comparison
+    if cmp is None or cmp.ratio is None or not entry.throughput.value or not base.throughput.value:
+        return ""
+    if (cmp.ratio > 1) == (entry.throughput.value > base.throughput.value) or cmp.ratio == 1:
+        return ""
+    return (f" (total throughput says otherwise, {entry.throughput.value:,.4g} vs {base.throughput.value:,.4g} {unit}: "
+            f"a few slow blocks weigh in the totals; the median of pairs is the robust figure)")
+
+
 def verdicts(entries: list[BenchResult]) -> list[str]:
     """Per step with two or more variants: which was fastest and by how much against the first, with MFU and,
     for training, the loss after the first steps — what `bench` prints under its table and the report shows."""
@@ -335,18 +347,32 @@ def verdicts(entries: list[BenchResult]) -> list[str]:
         if len(group) < 2:
             continue
         base = group[0]
-        best = max(group, key=lambda e: e.throughput.value or 0.0)
+
+        def ratio(e: BenchResult, base: BenchResult = base) -> float:
+            """Against the baseline: the comparison's ratio (the median over pairs of blocks — robust to a few
+            slow blocks) when there is one, else the throughputs' (total items ÷ total time)."""
+            if e is base:
+                return 1.0
+            if e.comparison is not None and e.comparison.ratio is not None:
+                return e.comparison.ratio
+            return (e.throughput.value or 0.0) / (base.throughput.value or 1.0)
+
+        # ranked by the same ratio the line quotes: ranked by throughput, a noisy run printed "bf16 fastest at
+        # 0.61× fp32" (a few slow fp32 blocks lowered its total throughput while bf16 lost most pairs)
+        best = max(group, key=ratio)
         unit = base.throughput.unit
         # a ratio on too few pairs of blocks names no winner: 'measured fastest', and the verdict says why not
         if best is base:
-            second = max(group[1:], key=lambda e: e.throughput.value or 0.0)
+            second = max(group[1:], key=ratio)
             settled = "measured fastest" if _inconclusive(second) else "was fastest"
             out.append(f"{step}: the baseline {base.name} {settled} ({base.throughput.value:,.4g} {unit}); next "
-                       f"{second.name} at {_ratio_text(second, base)}{_inconclusive(second)}")
+                       f"{second.name} at {_ratio_text(second, base)}{_inconclusive(second)}"
+                       f"{_disagrees(second, base, unit)}")
             continue
         settled = "measured fastest" if _inconclusive(best) else "fastest"
         parts = [f"{step}: {best.name} {settled} at {_ratio_text(best, base)} {base.name} "
-                 f"({best.throughput.value:,.4g} vs {base.throughput.value:,.4g} {unit}){_inconclusive(best)}"]
+                 f"({best.throughput.value:,.4g} vs {base.throughput.value:,.4g} {unit}){_inconclusive(best)}"
+                 f"{_disagrees(best, base, unit)}"]
         if best.mfu.value is not None and base.mfu.value is not None:
             parts.append(f"MFU {best.mfu.value:.1%} vs {base.mfu.value:.1%}")
         if best.loss_first_steps and base.loss_first_steps:

@@ -169,3 +169,19 @@ def test_the_noise_flag_sits_beside_the_statistic_it_is_read_from():
     text = " | ".join(cells)
     assert f"{outliers.cv * 100:.1f}% · 0.0%" in text and f"{outliers.cv * 100:.1f}% · 0.0% (" not in text
     assert f"{spread.cv * 100:.1f}% · {spread.iqr_over_median * 100:.1f}% (unstable)" in text
+
+
+def test_the_verdict_ranks_by_the_ratio_it_quotes():
+    """Ranked by total throughput but quoting the paired ratio, a noisy run printed 'bf16 fastest at 0.61× fp32
+    (7,254 vs 7,116 tokens/s)': bf16 lost most pairs of blocks, while a few very slow fp32 blocks lowered fp32's
+    total. The ranking now uses the ratio the line quotes, and the line says the totals disagree."""
+    base = entry("fp32", 100.0).replace(comparison=Comparison(baseline="fp32", ratio=1.0, verdict="baseline"))
+    slower = entry("bf16", 105.0).replace(comparison=Comparison(baseline="fp32", ratio=0.61, p25=0.57, p75=0.81,
+                                                                pairs=8, interleaved=True, verdict="slower"))
+    (line,) = verdicts([base, slower])
+    assert line.startswith("train step: the baseline fp32 was fastest"), line
+    assert "next bf16 at 0.61× [0.57–0.81]" in line and "total throughput says otherwise, 105 vs 100" in line
+    faster = entry("bf16", 150.0).replace(comparison=Comparison(baseline="fp32", ratio=1.5, p25=1.4, p75=1.6,
+                                                                pairs=8, interleaved=True, verdict="faster"))
+    (line,) = verdicts([base, faster])
+    assert line.startswith("train step: bf16 fastest at 1.50× [1.40–1.60] fp32") and "says otherwise" not in line
