@@ -326,6 +326,13 @@ def _inconclusive(entry: BenchResult) -> str:
     return f" — {cmp.verdict}" if cmp is not None and cmp.is_inconclusive else ""
 
 
+def _rate(value: float | None) -> str:
+    """4 significant digits, never in e-notation: 59,450 and 0.0123, not 5.945e+04."""
+    if not value:
+        return "0"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def _disagrees(entry: BenchResult, base: BenchResult, unit: str) -> str:
     """A note when the total throughputs point the other way from the paired ratio (a noisy machine: a few very
     slow blocks weigh in a total, not in a median of pairs)."""
@@ -334,7 +341,7 @@ def _disagrees(entry: BenchResult, base: BenchResult, unit: str) -> str:
         return ""
     if (cmp.ratio > 1) == (entry.throughput.value > base.throughput.value) or cmp.ratio == 1:
         return ""
-    return (f" (total throughput says otherwise, {entry.throughput.value:,.4g} vs {base.throughput.value:,.4g} {unit}: "
+    return (f" (total throughput says otherwise, {_rate(entry.throughput.value)} vs {_rate(base.throughput.value)} {unit}: "
             f"a few slow blocks weigh in the totals; the median of pairs is the robust figure)")
 
 
@@ -365,13 +372,13 @@ def verdicts(entries: list[BenchResult]) -> list[str]:
         if best is base:
             second = max(group[1:], key=ratio)
             settled = "measured fastest" if _inconclusive(second) else "was fastest"
-            out.append(f"{step}: the baseline {base.name} {settled} ({base.throughput.value:,.4g} {unit}); next "
+            out.append(f"{step}: the baseline {base.name} {settled} ({_rate(base.throughput.value)} {unit}); next "
                        f"{second.name} at {_ratio_text(second, base)}{_inconclusive(second)}"
                        f"{_disagrees(second, base, unit)}")
             continue
         settled = "measured fastest" if _inconclusive(best) else "fastest"
         parts = [f"{step}: {best.name} {settled} at {_ratio_text(best, base)} {base.name} "
-                 f"({best.throughput.value:,.4g} vs {base.throughput.value:,.4g} {unit}){_inconclusive(best)}"
+                 f"({_rate(best.throughput.value)} vs {_rate(base.throughput.value)} {unit}){_inconclusive(best)}"
                  f"{_disagrees(best, base, unit)}"]
         if best.mfu.value is not None and base.mfu.value is not None:
             parts.append(f"MFU {best.mfu.value:.1%} vs {base.mfu.value:.1%}")

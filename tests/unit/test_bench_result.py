@@ -185,3 +185,12 @@ def test_the_verdict_ranks_by_the_ratio_it_quotes():
                                                                 pairs=8, interleaved=True, verdict="faster"))
     (line,) = verdicts([base, faster])
     assert line.startswith("train step: bf16 fastest at 1.50× [1.40–1.60] fp32") and "says otherwise" not in line
+
+
+def test_verdict_rates_are_never_in_e_notation():
+    """':,.4g' printed 59,449.73 tokens/s as '5.945e+04'."""
+    base = entry("fp32", 59449.73).replace(comparison=Comparison(baseline="fp32", ratio=1.0, verdict="baseline"))
+    slower = entry("bf16", 35719.15).replace(comparison=Comparison(baseline="fp32", ratio=0.6, p25=0.59, p75=0.61,
+                                                                   pairs=8, interleaved=True, verdict="slower"))
+    (line,) = verdicts([base, slower])
+    assert "(59,450 tokens/s)" in line and "e+" not in line, line
