@@ -85,7 +85,8 @@ MATRIX_HELPS = {"precisions": "Comma list of fp32, tf32, bf16, fp16, fp8, int8 (
 #: the Matrix fields of gradient compression: only the distributed training benches take them
 COMPRESSION_FIELDS = ("grad_compressions", "powersgd_rank", "powersgd_start_iter", "powersgd_error_feedback",
                       "powersgd_warm_start", "powersgd_min_compression_rate")
-QuickOption = typer.Option(False, "--quick", help="Short loops (seconds); percentiles flagged as not backed.")
+QuickOption = typer.Option(False, "--quick", help="Short loops (a few seconds of measuring per variant; a "
+                           "full-size model on a CPU still takes minutes); percentiles flagged as not backed.")
 ProgressOption = typer.Option(False, "--progress", help="Progress lines on stderr when it is not a terminal "
                                                         "(a terminal always gets the live bar).")
 

@@ -50,6 +50,8 @@ def monitor_cmd(
     from accelkit.monitor.exporter import exposition_of
     from accelkit.monitor.registry import REGISTRY
 
+    if as_json and not once:
+        raise UserError("--json applies to --once (one sample as JSON); the exporter itself serves /metrics — add --once")
     with flag_values():
         config = ExporterConfig(**exporter)
     if once:
@@ -60,6 +62,8 @@ def monitor_cmd(
             emit({"notes": sampler.notes, "families": data}, True, lambda: None)
         else:
             typer.echo(exposition_of(families).decode(), nl=False)
+            for note in sampler.notes:  # why series are missing (no GPU, no energy): stderr, as the server mode says
+                err.print(f"note: {note}")
         sampler.stop()
         return
     server = Exporter(config, registry=REGISTRY)

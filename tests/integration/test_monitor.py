@@ -185,6 +185,13 @@ def test_monitor_cli_once_and_dashboard(cli):
     assert "accelkit_host_memory_used_bytes" in data["families"] and any("nvml" in n for n in data["notes"])
     board = json.loads(cli("monitor", "--dashboard", check=True).stdout)
     assert board["uid"] == "accelkit-overview" and len(board["panels"]) > 20
+    # the exposition alone does not say why the GPU/energy series are missing: the notes go to stderr
+    text = cli("monitor", "--once", check=True)
+    assert "accelkit_host_memory_used_bytes" in text.stdout and "note: nvml" in text.stderr
+    # --json without --once was accepted and ignored (the exporter then served forever)
+    refused = cli("monitor", "--json")
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        "error: --json applies to --once (one sample as JSON); the exporter itself serves /metrics — add --once")
 
 
 def test_profile_cli_writes_a_trace_and_summary(cli, tmp_path):
