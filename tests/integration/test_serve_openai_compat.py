@@ -95,6 +95,21 @@ def test_a_wrong_type_names_the_field_not_a_union_member(server):
         assert error["message"].startswith(f"{field}: "), error  # not "temperature.int: …", "stop.str: …"
 
 
+def test_a_prompt_list_that_mixes_shapes_says_which_shapes_a_prompt_takes(server):
+    """["w5 w6", [5, 6, 7]] got "prompt.1: expected a valid string, or a valid integer" — pydantic's guesses at the
+    union's members; now one sentence on the shapes a prompt takes and what this list mixed."""
+    url, _ = server
+    for prompt, holds in ((["w5 w6", [5, 6, 7]], "strings and lists of token ids"), ([5, "x"], "token ids and strings"),
+                          ([[5, 6], {"a": 1}], "lists of token ids and a dict")):
+        resp = post(url, "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": 2})
+        error = resp.json()["error"]
+        assert resp.status_code == 400 and error["param"] == "prompt", resp.text
+        assert error["message"] == ("prompt: a prompt is a string, a list of token ids, or a list of either (several "
+                                    f"prompts); this list holds {holds}"), error["message"]
+    for prompt in (["w5", "w6"], [5, 6], [[5, 6], [7]]):  # each shape alone is still a prompt
+        assert post(url, "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": 2}).status_code == 200
+
+
 def test_whole_floats_are_integers(server):
     url, _ = server
     resp = post(url, "/v1/completions", {"model": "tiny", "prompt": "w5", "max_tokens": 4.0, "n": 1.0, "seed": 1.0,

@@ -56,7 +56,7 @@ def validation_message(errors: list[Any]) -> tuple[str, str | None]:
     if len(msgs) > 1:
         text = "expected " + ", or ".join(m.removeprefix("Input should be ").removeprefix("Value error, ") for m in msgs)
     else:
-        text = msgs[0]
+        text = msgs[0].removeprefix("Value error, ")  # our validators' own sentences, as written
     return f"{'.'.join(first) or 'body'}: {text}", (first[0] if first else None)
 
 

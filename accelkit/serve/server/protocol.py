@@ -159,7 +159,28 @@ class _Sampling(_Body):
         return None if self.top_k in (0, -1) else self.top_k
 
 
-Prompt = Str | list[Str] | list[Int] | list[list[Int]]
+def _prompt_kind(item: Any) -> str:
+    if isinstance(item, str):
+        return "strings"
+    if isinstance(item, list):
+        return "lists of token ids"
+    if isinstance(item, (int, float)) and not isinstance(item, bool):
+        return "token ids"
+    return f"a {type(item).__name__}"
+
+
+def _one_prompt_shape(value: Any) -> Any:
+    """A list that mixes shapes: one sentence naming the shapes a prompt takes, not pydantic's guesses at each
+    member of the union ("prompt.1: expected a valid string, or a valid integer")."""
+    if isinstance(value, list) and value:
+        kinds = list(dict.fromkeys(_prompt_kind(item) for item in value))
+        if len(kinds) > 1 or kinds[0].startswith("a "):
+            raise ValueError(f"a prompt is a string, a list of token ids, or a list of either (several prompts); "
+                             f"this list holds {' and '.join(kinds)}")
+    return value
+
+
+Prompt = Annotated[Str | list[Str] | list[Int] | list[list[Int]], BeforeValidator(_one_prompt_shape)]
 
 
 class CompletionRequest(_Sampling):
