@@ -49,7 +49,8 @@ FIELD_CASES = [
     ("seed", SEED_MAX + 1, BAD, "seed"), ("seed", SEED_MIN - 1, BAD, "seed"), ("seed", 10**40, BAD, "seed"),
     ("seed", "lucky", BAD, "seed"),
     ("ignore_eos", True, OK, None), ("ignore_eos", "yes", BAD, "ignore_eos"),
-    ("n", 1, OK, None), ("n", 3, BAD, "n"), ("presence_penalty", 0.5, BAD, "presence_penalty"),
+    ("n", 1, OK, None), ("n", 3, OK, None), ("n", 0, BAD, "n"), ("presence_penalty", 0.5, OK, None),
+    ("presence_penalty", 2.5, BAD, "presence_penalty"),
     ("model", None, OK, None), ("model", 42, BAD, "model"),  # an unknown model is a 404: test_serve_openai_compat
 ]
 PROMPT_CASES = [  # completions only
