@@ -147,3 +147,32 @@ def test_admission_counts_every_choice(server):
     body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "w5"}], "top_logprobs": 2})
     resp = httpx.post(f"{url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "top_logprobs", resp.text
+
+
+def test_a_nan_logprob_is_null_in_valid_json(model_dir, tmp_path):
+    """A model whose float16 logits overflow gives NaN logprobs: max(nan, -9999.0) let NaN through, so a stream
+    event held a bare NaN (not JSON) and the response without streaming was a 500. Now such a logprob is null."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "overflow"
+    shutil.copytree(model_dir, broken)
+    weights = load_file(broken / "model.safetensors")
+    key = "lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"
+    weights[key] = weights[key] * 1e7  # logits past float16's range: inf − inf in log_softmax
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+
+    def strict(text):
+        def refuse(constant):
+            raise ValueError(f"not JSON: {constant}")
+        return json.loads(text, parse_constant=refuse)
+
+    body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 2, "logprobs": 1, "temperature": 0}
+    with running_server(str(broken), max_model_len=64, dtype="float16") as (url, _):
+        resp = httpx.post(f"{url}/v1/completions", json=body)
+        assert resp.status_code == 200, resp.text
+        assert strict(resp.text)["choices"][0]["logprobs"]["token_logprobs"] == [None, None]
+        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}) as stream:
+            events = [strict(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
+    assert [lp for e in events for lp in e["choices"][0]["logprobs"]["token_logprobs"]] == [None, None]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import math
 import time
@@ -29,6 +28,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import accelkit
+from accelkit.core import strict_json
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.sampling import MAX_LOGPROBS, SEED_MAX, SEED_MIN, SamplingParams
 from accelkit.serve.server.errors import APIError, error_response, validation_message
@@ -74,12 +74,14 @@ def _derived_seed(seed: int | None, choice: int) -> int | None:
     return (seed + choice - SEED_MIN) % (SEED_MAX - SEED_MIN + 1) + SEED_MIN
 
 
-def _logprob(value: float) -> float:
-    return max(value, -9999.0)  # JSON has no -inf: vLLM's floor
+def _logprob(value: float) -> float | None:
+    """JSON has no -inf (vLLM's floor: -9999.0) and no NaN: a NaN logprob — a model whose logits overflowed —
+    is null, no figure, rather than a made-up one or an invalid document (a 500 without streaming)."""
+    return None if math.isnan(value) else min(max(value, -9999.0), 0.0)
 
 
 def _sse(data: Any) -> str:
-    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
+    return f"data: {strict_json.dumps(data, separators=(',', ':'))}\n\n"  # never a bare NaN in an event
 
 
 def _number(name: str, value: int | float) -> float:
