@@ -9,6 +9,12 @@ so a shared block is never written again.
 Freed blocks go to an LRU free list: registered (hashed) blocks at the back, keeping their contents so
 that a later request can still hit them; unregistered ones at the front, reused first. Taking a free
 block for new tokens evicts the least recently freed one and drops its hash.
+
+A block is registered only once computed, so two requests with the same prompt admitted together would
+each compute it (the ``n`` choices of one prompt; a burst of requests behind one system prompt). The
+hashes of the prompt blocks a running request is still computing are therefore counted as *in flight*
+(:meth:`BlockManager.is_in_flight`): the scheduler holds back a request whose next block is one of them,
+and admits it when that block is registered — a cache hit.
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ class BlockManager:
         self.free_block_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # front = evict first
         self.cached_block_ids: dict[int, int] = {}  # block hash → block id
         self.num_evictions = 0
+        # prompt blocks running sequences will register once computed: hash → how many; seq_id → the range
+        # [first, end) of its block indices still counted
+        self._in_flight: dict[int, int] = {}
+        self._in_flight_of: dict[int, tuple[int, int]] = {}
 
     # ---- queries -----------------------------------------------------------------------------------
     @property
@@ -69,6 +79,28 @@ class BlockManager:
             hashes.append(hash((parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]))))
         return hashes[:num_blocks]
 
+    def _num_candidates(self, seq: Sequence) -> int:
+        """Full blocks a sequence could take from the cache: all but the one holding its last token, whose
+        logits a step samples from."""
+        return (seq.num_tokens - 1) // self.block_size
+
+    def is_in_flight(self, seq: Sequence, num_cached_blocks: int) -> bool:
+        """True when the block after ``seq``'s first ``num_cached_blocks`` is one a running sequence is computing
+        now: admitted once that one registers it, ``seq`` takes it from the cache instead of computing it too."""
+        if not self._in_flight or num_cached_blocks >= self._num_candidates(seq):
+            return False
+        return self._block_hashes(seq, num_cached_blocks + 1)[num_cached_blocks] in self._in_flight
+
+    def _count_in_flight(self, seq: Sequence, first: int, end: int, step: int) -> None:
+        if first >= end:
+            return
+        for block_hash in self._block_hashes(seq, end)[first:end]:
+            count = self._in_flight.get(block_hash, 0) + step
+            if count:
+                self._in_flight[block_hash] = count
+            else:
+                del self._in_flight[block_hash]
+
     def find_cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of ``seq`` (no side effects).
 
@@ -78,7 +110,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         bs = self.block_size
-        num_candidates = (seq.num_tokens - 1) // bs
+        num_candidates = self._num_candidates(seq)
         found: list[int] = []
         for i, block_hash in enumerate(self._block_hashes(seq, num_candidates)):
             block_id = self.cached_block_ids.get(block_hash)
@@ -107,6 +139,10 @@ class BlockManager:
         seq.num_hashed_blocks = len(cached_block_ids)
         for _ in range(max(num_new, 0)):
             seq.block_table.append(self._take_free_block())
+        if self.enable_prefix_caching:
+            span = (len(cached_block_ids), self._num_candidates(seq))
+            self._count_in_flight(seq, *span, +1)
+            self._in_flight_of[seq.seq_id] = span
         return True
 
     def append_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
@@ -144,6 +180,9 @@ class BlockManager:
                     self.free_block_ids.move_to_end(block_id, last=False)
         seq.block_table.clear()
         seq.num_hashed_blocks = 0
+        span = self._in_flight_of.pop(seq.seq_id, None)
+        if span is not None:
+            self._count_in_flight(seq, *span, -1)
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Register the blocks of ``seq`` that became full and computed, so later prefixes can hit them."""
@@ -162,6 +201,11 @@ class BlockManager:
                 self.cached_block_ids[hashes[i]] = block.block_id
             # else: same content already cached in another block — this copy stays private
         seq.num_hashed_blocks = num_full
+        span = self._in_flight_of.get(seq.seq_id)
+        if span is not None and span[0] < num_full:  # registered now: no longer in flight
+            first, end = span
+            self._count_in_flight(seq, first, min(num_full, end), -1)
+            self._in_flight_of[seq.seq_id] = (min(num_full, end), end)
 
     def check_invariants(self, live: list[Sequence]) -> None:
         """Raise AssertionError when bookkeeping is inconsistent (tests call this after every operation)."""
@@ -175,3 +219,10 @@ class BlockManager:
             assert (block.ref_count == 0) == (block.block_id in self.free_block_ids), f"block {block.block_id} free list"
         for block_hash, block_id in self.cached_block_ids.items():
             assert self.blocks[block_id].block_hash == block_hash, f"hash map points at block {block_id} wrongly"
+        expected: dict[int, int] = {}
+        for seq in live:
+            first, end = self._in_flight_of.get(seq.seq_id, (0, 0))
+            for block_hash in seq.block_hashes[first:end]:
+                expected[block_hash] = expected.get(block_hash, 0) + 1
+        assert self._in_flight == expected, f"in-flight prefix blocks {self._in_flight} != {expected}"
+        assert set(self._in_flight_of) <= {s.seq_id for s in live}, "in-flight blocks of a sequence no longer live"

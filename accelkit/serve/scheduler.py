@@ -152,6 +152,8 @@ class Scheduler:
         while self.waiting and not preempted and budget > 0 and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
             cached = bm.find_cached_prefix(seq)
+            if bm.is_in_flight(seq, len(cached)):
+                break  # a running request computes its next block now: next step that block is a cache hit
             num_cached = len(cached) * bm.block_size
             num_new = seq.num_tokens - num_cached
             if num_new > budget:

@@ -283,3 +283,24 @@ def test_engine_loop_death_fails_open_streams(model_dir):
         assert not loop.is_alive and "device lost" in str(loop.error)
         with pytest.raises(RuntimeError, match="dead"):
             loop.add_request(PROMPTS[0], SamplingParams.greedy(4))
+
+
+def test_identical_prompts_admitted_together_share_their_prefix(model_dir):
+    """The n choices of one prompt (or a burst behind one system prompt) arrive together; blocks are registered only
+    once computed, so each computed the whole prompt (n=4 over HTTP: 0 prefix hits of 640 tokens looked up). Now the
+    later ones wait for the first's blocks and take them from the cache — same tokens."""
+    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128)
+    prompt = list(range(4, 4 + 70))
+    alone = llm.generate(prompt, SamplingParams.greedy(6, ignore_eos=True))[0].token_ids
+    before = llm.engine.get_stats()
+    outs = llm.generate([prompt] * 4, SamplingParams.greedy(6, ignore_eos=True))
+    after = llm.engine.get_stats()
+    assert [o.token_ids for o in outs] == [alone] * 4
+    full = (len(prompt) - 1) // llm.engine.block_manager.block_size * llm.engine.block_manager.block_size
+    # all four hit what the first generate() left in the cache; the new rule matters on a cold cache:
+    cold = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128)
+    cold_outs = cold.generate([prompt] * 4, SamplingParams.greedy(6, ignore_eos=True))
+    stats = cold.engine.get_stats()
+    assert [o.token_ids for o in cold_outs] == [alone] * 4
+    assert stats.prefix_cache_hits == 3 * full, (stats.prefix_cache_hits, full)
+    assert after.prefix_cache_hits - before.prefix_cache_hits == 4 * full

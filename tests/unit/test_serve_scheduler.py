@@ -65,8 +65,8 @@ def test_without_chunking_a_prompt_waits_for_a_whole_budget():
 def test_length_eos_and_stop_token_finish_and_free():
     sched = make()
     sched.add(req("len", 5, max_tokens=1))
-    sched.add(req("eos", 5, max_tokens=9))
-    sched.add(req("ign", 5, max_tokens=2, ignore_eos=True))
+    sched.add(req("eos", 5, max_tokens=9, first=20))  # distinct prompts: one step, none held back for the cache
+    sched.add(req("ign", 5, max_tokens=2, ignore_eos=True, first=30))
     seqs = {r: sched.get(r) for r in ("len", "eos", "ign")}
     step(sched, token=5)
     step(sched, token=EOS)
@@ -241,6 +241,8 @@ class ReferenceScheduler(Scheduler):
         while self.waiting and not preempted and budget > 0 and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
             cached = bm.find_cached_prefix(seq)
+            if bm.is_in_flight(seq, len(cached)):
+                break
             num_cached = len(cached) * bm.block_size
             num_new = seq.num_tokens - num_cached
             if num_new > budget:
@@ -349,3 +351,35 @@ TestFastPathMachine = FastPathMachine.TestCase
 TestFastPathMachine.settings = settings(
     max_examples=200, stateful_step_count=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+def test_a_prompt_admitted_beside_its_twin_waits_one_step_and_hits_the_cache():
+    """Blocks register in the prefix cache only once computed, so the n choices of one prompt, admitted in the same
+    step, each computed the whole prompt (0 hits of 640 looked up for n=4). The second is now held back while the
+    first computes the blocks it would take, and then takes them from the cache."""
+    sched = make(num_blocks=64, block_size=4)
+    for i in range(3):
+        sched.add(req(f"c{i}", 17, max_tokens=3))  # 4 full blocks the later two can share
+    first = sched.schedule()
+    assert [s.request_id for s in first.seqs] == ["c0"] and first.num_tokens == [17]
+    sched.block_manager.check_invariants(sched.running)
+    sched.update(first, [5])
+    second = sched.schedule()
+    assert [s.request_id for s in second.seqs] == ["c0", "c1", "c2"] and second.num_tokens == [1, 1, 1]
+    assert sched.counters.prefix_cache_hits == 2 * 16 and sched.get("c1").num_cached_tokens == 16
+    sched.block_manager.check_invariants(sched.running)
+
+
+def test_a_twin_held_back_is_admitted_when_the_request_computing_its_prefix_goes_away():
+    """What is in flight stops being so when its sequence is aborted (or preempted) before computing it."""
+    sched = make(num_blocks=64, block_size=4, max_num_batched_tokens=8)  # chunked: the prompt takes 3 steps
+    sched.add(req("a", 17, max_tokens=3))
+    sched.add(req("b", 17, max_tokens=3))
+    batch = sched.schedule()
+    assert [s.request_id for s in batch.seqs] == ["a"] and batch.num_tokens == [8]
+    sched.update(batch, [None])
+    sched.abort("a")
+    sched.block_manager.check_invariants(sched.running)
+    batch = sched.schedule()
+    assert [s.request_id for s in batch.seqs] == ["b"] and sched.get("b").num_cached_tokens == 8  # a's 2 blocks
+    sched.block_manager.check_invariants(sched.running)
