@@ -98,6 +98,12 @@ def test_a_request_failing_inside_the_engine_gets_500_and_no_one_else_notices(se
                                                                   "stream": True})
     events = [line for line in stream.text.splitlines() if line.startswith("data: ")]
     assert json.loads(events[-2][6:])["error"]["code"] == "engine_error" and events[-1] == "data: [DONE]"
+    # one failing choice of several: it is named, and the message says its siblings were stopped
+    both = httpx.post(f"{url}/v1/completions", timeout=60, json={"model": "tiny", "prompt": ["w5 w6", "w400"],
+                                                                "max_tokens": 3, "ignore_eos": True})
+    message = both.json()["error"]["message"]
+    assert both.status_code == 500 and message.startswith("choice 1 of this request failed inside the engine"), message
+    assert "its other choices were stopped; other requests are not affected" in message
     assert httpx.get(f"{url}/health").status_code == 200
     _idle(state)
 

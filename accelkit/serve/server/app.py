@@ -414,7 +414,9 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 if item.finished:
                     finished.add(item.request_id)
                     if item.error is not None:
-                        raise APIError(500, f"this request failed inside the engine ({item.error}); other requests "
+                        which = f"choice {index} of this request" if len(seqs) > 1 else "this request"
+                        rest = "; its other choices were stopped" if len(seqs) > 1 else ""
+                        raise APIError(500, f"{which} failed inside the engine ({item.error}){rest}; other requests "
                                        "are not affected", code="engine_error")
                     if item.finish_reason == "abort" and state.aborted_for_shutdown:
                         raise APIError(503, "the server shut down before this request finished "
