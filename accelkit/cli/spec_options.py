@@ -146,7 +146,9 @@ def in_flag_words(message: str, flags: Mapping[str, str]) -> str:
         text = flags[field] + (f" item {int(index) + 1}" if index is not None else "")
         return text + ((" = " if index is not None else " ") if eq else "")
 
-    return pattern.sub(flag, message)
+    # the user's own values, quoted in the message ('ftp://h/?model=x'), are theirs: only the text between them
+    parts = re.split(r"('[^']*'|\"[^\"]*\")", message)
+    return "".join(part if i % 2 else pattern.sub(flag, part) for i, part in enumerate(parts))
 
 
 def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:

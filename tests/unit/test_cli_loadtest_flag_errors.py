@@ -35,6 +35,8 @@ def _error(capsys, *args: str) -> str:
     (("--num-prompts", "1000000", "--random-input-len", "1000000"),
      "error: --num-prompts × --random-input-len = 1,000,001,000,000 words"),
     (("--request-rate", "-1"), "error: --request-rate '-1' is not valid"),
+    # the user's own value is quoted back as typed: 'model=' and 'seed=' inside it were turned into flags
+    (("--base-url", "ftp://h/?model=x&seed=3"), "error: --base-url 'ftp://h/?model=x&seed=3' is not valid"),
 ])
 def test_each_error_names_its_flag(capsys, args, expected):
     line = _error(capsys, *args)
