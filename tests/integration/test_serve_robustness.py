@@ -102,8 +102,11 @@ def test_a_request_failing_inside_the_engine_gets_500_and_no_one_else_notices(se
     both = httpx.post(f"{url}/v1/completions", timeout=60, json={"model": "tiny", "prompt": ["w5 w6", "w400"],
                                                                 "max_tokens": 3, "ignore_eos": True})
     message = both.json()["error"]["message"]
-    assert both.status_code == 500 and message.startswith("choice 1 of this request failed inside the engine"), message
-    assert "its other choices were stopped; other requests are not affected" in message
+    assert both.status_code == 500 and message.startswith("prompt 1 of this request failed inside the engine"), message
+    assert "; the rest of it was stopped; other requests are not affected" in message
+    three = httpx.post(f"{url}/v1/completions", timeout=60, json={"model": "tiny", "prompt": "w400", "n": 3,
+                                                                 "max_tokens": 3, "seed": 1})
+    assert three.status_code == 500 and three.json()["error"]["message"].startswith("choice 0 of this request failed")
     assert httpx.get(f"{url}/health").status_code == 200
     _idle(state)
 

@@ -176,3 +176,17 @@ def test_a_nan_logprob_is_null_in_valid_json(model_dir, tmp_path):
         with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}) as stream:
             events = [strict(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
     assert [lp for e in events for lp in e["choices"][0]["logprobs"]["token_logprobs"]] == [None, None]
+
+
+@pytest.mark.parametrize(("bias", "needle"), [
+    ({"5_0": 1}, "logit_bias key '5_0' is not a token id"), ({" 5": 1}, "logit_bias key ' 5' is not a token id"),
+    ({"+5": 1}, "logit_bias key '+5' is not a token id"), ({"\u0665": 1}, "is not a token id"),
+    ({"5": 1, "05": -1}, "logit_bias keys '5' and '05' are the same token"),
+])
+def test_logit_bias_keys_are_plain_token_ids(server, bias, needle):
+    """int() took '5_0' (as 50), ' 5', '+5' and other scripts' digits, and merged '5' and '05' silently."""
+    url, _ = server
+    resp = httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": "w5", "max_tokens": 2,
+                                                    "logit_bias": bias})
+    assert resp.status_code == 400 and needle in resp.json()["error"]["message"], resp.text
+    assert resp.json()["error"]["param"] == "logit_bias"

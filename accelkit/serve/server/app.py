@@ -285,14 +285,16 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             raise APIError(400, "top_logprobs needs logprobs true", param="top_logprobs")
         if body.logit_bias:
             vocab = state.engine.model_args.vocab_size
+            seen: dict[int, str] = {}
             for key in body.logit_bias:
-                try:
-                    token = int(key)
-                except ValueError:
-                    token = -1
-                if not 0 <= token < vocab:
+                # ASCII digits only: int() also takes '5_0', ' 5', '+5' and other scripts' digits
+                if not (key.isascii() and key.isdigit() and int(key) < vocab):
                     raise APIError(400, f"logit_bias key {key[:40]!r} is not a token id; keys are token ids in "
                                    f"[0, {vocab}) as strings, e.g. {{\"5\": -100}}", param="logit_bias")
+                if int(key) in seen:  # '5' and '05': one token, two biases
+                    raise APIError(400, f"logit_bias keys {seen[int(key)]!r} and {key!r} are the same token; give "
+                                   "each token once", param="logit_bias")
+                seen[int(key)] = key
         total = num_prompts * body.num_generated
         if total > state.admission.capacity:  # each choice is an engine request
             if body.num_generated == 1:
@@ -414,8 +416,14 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 if item.finished:
                     finished.add(item.request_id)
                     if item.error is not None:
-                        which = f"choice {index} of this request" if len(seqs) > 1 else "this request"
-                        rest = "; its other choices were stopped" if len(seqs) > 1 else ""
+                        which, rest = "this request", ""
+                        if len(seqs) > 1:  # name it as the response would: prompt, choice, best_of candidate
+                            prompt, j = divmod(index, per_prompt)
+                            where = [f"prompt {prompt}"] if len(seqs) > per_prompt else []
+                            if per_prompt > 1:
+                                where.append(f"{'candidate' if per_prompt > n else 'choice'} {j}")
+                            which = f"{', '.join(where)} of this request"
+                            rest = "; the rest of it was stopped"
                         raise APIError(500, f"{which} failed inside the engine ({item.error}){rest}; other requests "
                                        "are not affected", code="engine_error")
                     if item.finish_reason == "abort" and state.aborted_for_shutdown:
