@@ -18,15 +18,17 @@ BENCH = ("bench", "resnet", "--size", "tiny", "--batch-size", "2", "--image-size
 
 def test_a_hung_rank_fails_its_peers_after_the_collective_timeout():
     """It was a constant 600 s: a hung rank held its peers (and the command) for ten minutes, whatever the user
-    wanted; here rank 1 hangs for ever and rank 0 gives up after 3 s (the subprocess limit is far below 600 s)."""
+    wanted; here rank 1 hangs for ever and rank 0 gives up after 15 s (the subprocess limit is far below 600 s).
+    Not less: the process group's start-up waits for both ranks under the same limit, and on a loaded 2-core machine
+    one rank can finish importing torch seconds after the other."""
     env = {"ACCELKIT_TEST_FAIL": "hang",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(FAULT), os.environ.get("PYTHONPATH")]))}
-    proc = accelkit(*PROBE, "--collective-timeout", "3", "--progress", env=env, timeout=180)
+    proc = accelkit(*PROBE, "--collective-timeout", "15", "--progress", env=env, timeout=180)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "[rank 0/2] process group: gloo, a collective waits at most 3 s for its peers" in proc.stderr
+    assert "[rank 0/2] process group: gloo, a collective waits at most 15 s for its peers" in proc.stderr
     message = proc.stderr.strip().splitlines()[-1]
-    assert "first failure — rank 0 (" in message and "Timed out waiting 3000ms" in message, message
-    assert "after collective_timeout_s=3 s" in message and "raise it (--collective-timeout)" in message, message
+    assert "first failure — rank 0 (" in message and "Timed out waiting 15000ms" in message, message
+    assert "after collective_timeout_s=15 s" in message and "raise it (--collective-timeout)" in message, message
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "0.5", "nan", "inf", "1e400", "604801", "abc", ""])
