@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import sqlite3
 import urllib.parse
@@ -38,6 +37,7 @@ from typing import Any
 
 from accelkit.core import AccelkitError, Estimate, Measurement, UserError, strict_json
 from accelkit.core.bench_result import BenchResult
+from accelkit.results.finite_rows import NON_FINITE, put_back, take_out
 
 MIGRATIONS: list[str] = [
     # 0 → 1: the results table
@@ -93,47 +93,6 @@ class StoredResult:
 
 def _type_of(result: Estimate | Measurement) -> str:
     return "measurement" if isinstance(result, Measurement) else "estimate"
-
-
-#: the payload key that names a row's non-finite figures (JSON Pointer → 'inf', '-inf' or 'nan')
-NON_FINITE = "non_finite"
-
-
-def _finite(value: Any, pointer: str, found: dict[str, str]) -> Any:
-    """``value`` with every non-finite float replaced by None, each one recorded in ``found`` under its JSON
-    Pointer (RFC 6901) as 'inf', '-inf' or 'nan'."""
-    if isinstance(value, float) and not math.isfinite(value):
-        found[pointer] = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v, f"{pointer}/{str(k).replace('~', '~0').replace('/', '~1')}", found)
-                for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v, f"{pointer}/{i}", found) for i, v in enumerate(value)]
-    return value
-
-
-def _restore(data: dict[str, Any], non_finite: Any) -> dict[str, str]:
-    """Put a row's non-finite figures back in place of their nulls (what :func:`_finite` took out); returns the
-    ones put back. An entry that names no null in the row (an edited row) is left out: the row still reads."""
-    restored: dict[str, str] = {}
-    for pointer, spelling in (non_finite.items() if isinstance(non_finite, dict) else ()):
-        if spelling not in ("inf", "-inf", "nan") or not isinstance(pointer, str) or not pointer.startswith("/"):
-            continue
-        *path, last = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
-        node: Any = data
-        for token in path:
-            node = node.get(token) if isinstance(node, dict) else (
-                node[int(token)] if isinstance(node, list) and token.isdigit() and int(token) < len(node) else None)
-        if isinstance(node, dict) and node.get(last, 0) is None:
-            node[last] = float(spelling)
-        elif isinstance(node, list) and last.isdigit() and int(last) < len(node) and node[int(last)] is None:
-            node[int(last)] = float(spelling)
-        else:
-            continue
-        restored[pointer] = spelling
-    return restored
-
 
 
 DEFAULT_TIMEOUT_S = 60.0  # how long a write waits for another writer's lock
@@ -417,7 +376,7 @@ class ResultStore:
         # figure is stored as null and named, with its value, under the payload's 'non_finite'; reading puts it back
         # (a null alone would fail the row's typed read — an inf latency sample — and so lose the row)
         non_finite: dict[str, str] = {}
-        data = _finite(result.to_dict(), "", non_finite)
+        data = take_out(result.to_dict(), "", non_finite)
         samples = data.pop("samples", {})
         environment = data.pop("environment")
         if non_finite:
@@ -449,7 +408,7 @@ class ResultStore:
         data["environment"] = load("environment", environment)
         if rtype == "measurement":
             data["samples"] = load("samples", samples)
-        non_finite = _restore(data, data.pop(NON_FINITE, None))
+        non_finite = put_back(data, data.pop(NON_FINITE, None))
         group = run_id if isinstance(run_id, str) else None
         try:
             if rtype == "measurement":

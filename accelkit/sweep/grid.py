@@ -416,7 +416,7 @@ def collect(point: Point, outcome: dict[str, Any], writer: StoreWriter, run_id: 
     summary; what no store took is in the line's ``unstored`` (whole documents: nothing measured is lost), with
     ``store_error``."""
     from accelkit.core import Estimate, Measurement
-    from accelkit.results.store import NON_FINITE
+    from accelkit.results.finite_rows import NON_FINITE
 
     assert writer.store is not None  # a sweep always stores: the run id groups its rows
     line = {**point.to_dict(), "status": outcome["status"], "host": outcome.get("host"), "result_ids": [],
