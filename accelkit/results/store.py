@@ -319,13 +319,18 @@ class ResultStore:
         try:
             yield conn
         except BaseException:
-            conn.execute("ROLLBACK")
+            # SQLite may have rolled the transaction back itself (SQLITE_FULL, SQLITE_IOERR): a second ROLLBACK
+            # then fails ('no transaction is active') and that error would replace the one that says why
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
         try:
             conn.execute("COMMIT")
         except sqlite3.Error:
-            with suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
 
     def _migrate(self, conn: sqlite3.Connection) -> None:

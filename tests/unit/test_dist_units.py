@@ -133,15 +133,18 @@ def test_remote_rows_are_copied_with_cross_references_remapped():
     meas = {"id": 42, "run_id": "r", "type": "measurement",
             **Measurement(kind="bench", name="m", details={"predicted": {"estimate_id": 41}}).to_dict()}
     outcome = {"status": "ok", "result_ids": [41, 42], "results": [est, meas], "host": "elsewhere", "store": "/x"}
+    from accelkit.bench.record import StoreWriter
+
     with ResultStore() as store:
         store.add(Measurement(kind="probe", name="occupies id 1"))
-        line = collect(point, outcome, store, "sweep-run", "s")
+        writer = StoreWriter(store)  # collect() writes through the sweep's one writer
+        line = collect(point, outcome, writer, "sweep-run", "s")
         new_est, new_meas = line["result_ids"]
         assert (new_est, new_meas) == (2, 3)
         stored = store.get(new_meas)
         assert stored.run_id == "sweep-run"
         assert stored.result.details["predicted"]["estimate_id"] == new_est
-        err = collect(point, {"status": "error", "error": "ValueError: boom", "host": "h"}, store, "sweep-run", "s")
+        err = collect(point, {"status": "error", "error": "ValueError: boom", "host": "h"}, writer, "sweep-run", "s")
         assert store.get(err["result_ids"][0]).result.kind == "sweep-error"
 
 
