@@ -114,10 +114,10 @@ def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] 
 
 def _no_layout_message(ctx: PlanContext, n: int, fixed: dict[str, Any], global_batch: int | None) -> str:
     given = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in fixed.items()) or "no layout flags"
-    extra = f" and global batch {global_batch}" if ctx.workload.task == "train" else ""
-    return (f"no valid layout of {ctx.model.name} on {n} × {ctx.device.name} with {given}{extra}: dp·tp·pp must equal "
-            "the device count, tp divide the heads (and divide or be a multiple of the KV heads), pp the layers, "
-            "dp the global batch; change one of them")
+    extra = f" and global batch {global_batch} (--global-batch)" if ctx.workload.task == "train" else ""
+    return (f"no valid layout of {ctx.model.name} on {n} × {ctx.device.name} (--num-devices {n}) with {given}{extra}: "
+            "dp·tp·pp must equal the device count, tp divide the heads (and divide or be a multiple of the KV heads), "
+            "pp the layers, dp the global batch; change one of them")
 
 
 def _counts(device: DeviceSpec, limit: int) -> Iterator[int]:
