@@ -25,7 +25,8 @@ def test_a_hung_rank_fails_its_peers_after_the_collective_timeout():
            "PYTHONPATH": os.pathsep.join(filter(None, [str(FAULT), os.environ.get("PYTHONPATH")]))}
     proc = accelkit(*PROBE, "--collective-timeout", "15", "--progress", env=env, timeout=180)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "[rank 0/2] process group: gloo, a collective waits at most 15 s for its peers" in proc.stderr
+    # (the ranks' "a collective waits at most 15 s" progress line is not asserted: progress on a pipe is sampled,
+    # and a line can be replaced by the next before it is shown; gloo's own timeout text below is the proof)
     message = proc.stderr.strip().splitlines()[-1]
     assert "first failure — rank 0 (" in message and "Timed out waiting 15000ms" in message, message
     assert "after collective_timeout_s=15 s" in message and "raise it (--collective-timeout)" in message, message
