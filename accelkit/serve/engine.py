@@ -403,9 +403,13 @@ class LLMEngine:
         req.num_detokenized += len(new_ids)
         delta = req.detokenizer.add(new_ids, final=seq.status is SequenceStatus.FINISHED)
         stops = seq.params.stop
+        if not stops:
+            req.text += delta
+            return self._release_text(req)
+        reach = max(len(s) for s in stops) - 1  # characters before the end where a stop string could start
         # within min_tokens a stop string ends nothing (vLLM's: checked once more than min_tokens tokens exist)
-        if stops and delta and len(seq.token_ids) - seq.num_prompt_tokens > seq.params.min_tokens:
-            start = max(0, len(req.text) - max(len(s) for s in stops) + 1)
+        if delta and len(seq.token_ids) - seq.num_prompt_tokens > seq.params.min_tokens:
+            start = max(0, len(req.text) - reach)
             text = req.text + delta
             hits = [j for j in (text.find(s, start) for s in stops) if j >= 0]
             if hits:
@@ -416,10 +420,10 @@ class LLMEngine:
                     seq.finish_reason = "stop"
                 return self._release_text(req)
         req.text += delta
-        if stops and not seq.is_finished:
+        if not seq.is_finished:
             # hold back what could be the start of a stop string completed by the next tokens: a stream must
             # never show text that then turns out to begin a stop string (the final text would lack it)
-            return self._release_text(req, len(req.text) - max(len(s) for s in stops) + 1)
+            return self._release_text(req, len(req.text) - reach)
         return self._release_text(req)
 
     @staticmethod
