@@ -17,6 +17,7 @@ from torch.nn.utils import parametrize
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from accelkit.core import Recipe
+from accelkit.models.build import count_parameters
 from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
 
 #: ops whose outputs selective recompute keeps (the expensive ones to redo)
@@ -65,10 +66,6 @@ class CheckpointedBlock(torch.nn.Module):
 MIN_BLOCKS_PARAM_SHARE = 0.1
 
 
-def _num_params(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
 def find_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.ModuleList]]:
     """The lists of repeated blocks, with their names: the outermost ``nn.ModuleList`` s whose children share one
     type and that hold at least ``MIN_BLOCKS_PARAM_SHARE`` of the model's parameters (all of them when the model
@@ -88,10 +85,10 @@ def find_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.ModuleList]]
         if any(name.startswith(f"{outer}.") or not outer for outer, _ in candidates):
             continue  # inside a list already found (named_modules walks parents before their children)
         candidates.append((name, module))
-    total = _num_params(model)
+    total = count_parameters(model)
     if total == 0:
         return candidates
-    return [(name, blocks) for name, blocks in candidates if _num_params(blocks) >= MIN_BLOCKS_PARAM_SHARE * total]
+    return [(name, blocks) for name, blocks in candidates if count_parameters(blocks) >= MIN_BLOCKS_PARAM_SHARE * total]
 
 
 class ActivationCheckpointing(Technique):
