@@ -32,11 +32,8 @@ def _probes(limit: int = 200) -> list[StoredResult]:
         return []
 
 
-def latest_probe(device_name: str | None) -> Any | None:
-    """Newest probe of the local CPU (``device_name`` None) or of the catalog device ``device_name``."""
-    if device_name is None:
-        found = cpu_probes()
-        return found[0].result if found else None
+def latest_probe(device_name: str) -> Any | None:
+    """Newest probe of the catalog device ``device_name`` (the local CPU's are :func:`cpu_probes`)."""
     return next((s.result for s in _probes() if (s.result.details or {}).get("catalog_name") == device_name), None)
 
 

@@ -154,19 +154,15 @@ def rank_split(ctx: PlanContext, layout: Layout) -> PowerSGDSplit | None:
     """Under PowerSGD, how torch's hook splits the gradient tensors of one rank of ``layout`` (a walk over every
     tensor: callers that reduce several parts of the layout make it once and pass it to ``grad_reduction``); None
     for another compression or without data parallelism (nothing is reduced)."""
-    if ctx.workload.recipe.grad_compression != "powersgd" or layout.dp * layout.cp == 1:
-        return None
-    return _rank_split(ctx, layout)
-
-
-def _rank_split(ctx: PlanContext, layout: Layout) -> PowerSGDSplit:
     recipe = ctx.workload.recipe
+    if recipe.grad_compression != "powersgd" or layout.dp * layout.cp == 1:
+        return None
     return powersgd_split(local_grads(ctx, layout), recipe.powersgd_rank, recipe.powersgd_min_compression_rate)
 
 
-def grad_reduction(ctx: PlanContext, layout: Layout, params: float, split: PowerSGDSplit | None = None) -> GradReduction:
+def grad_reduction(ctx: PlanContext, layout: Layout, params: float, split: PowerSGDSplit | None) -> GradReduction:
     """The reduction ``ctx.workload.recipe.grad_compression`` makes of ``params`` gradient elements; under PowerSGD
-    from ``split``, the layout's ``rank_split`` (made here when None)."""
+    from ``split``, the layout's ``rank_split`` (every caller has made it: a reduction needs dp·cp > 1)."""
     recipe = ctx.workload.recipe
     kind = recipe.grad_compression
     wb = gradient_element_bytes(ctx)
@@ -182,8 +178,7 @@ def grad_reduction(ctx: PlanContext, layout: Layout, params: float, split: Power
         extra = params * CAST_HOOK_EXTRA_BYTES if layout.zero == 0 else params / max(layout.dp * layout.cp, 1) * 6.0
         return GradReduction(kind, collective, params, wb, sent, [sent], compress_bytes=extra)
     # PowerSGD: the split of this rank's tensors, scaled to `params` (a dp group's part of them, or all)
-    if split is None:
-        split = _rank_split(ctx, layout)
+    assert split is not None, "grad_reduction under PowerSGD takes the layout's rank_split"
     total = split.uncompressed_elements + split.compressed_elements
     scale = params / total if total else 1.0
     phases = [split.uncompressed_elements * scale * wb, split.p_elements * scale * wb, split.q_elements * scale * wb]
