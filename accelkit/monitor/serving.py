@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from accelkit.monitor.registry import REGISTRY
 
 _LATENCY = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+#: the engine's finish reasons (``vllm:request_success_total``'s ``finished_reason`` label)
+FINISH_REASONS = ("stop", "length", "abort", "error")
 _TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 
@@ -40,12 +42,12 @@ class ServingMetrics:
                                                    buckets=_TOKENS, registry=registry)
         self.iteration_tokens_total = Histogram("vllm:iteration_tokens_total", "Tokens per engine step.", m, buckets=_TOKENS, registry=registry)
 
-    def start(self, model_name: str, finished_reasons: tuple[str, ...] = ("stop", "length", "abort", "error")) -> None:
+    def start(self, model_name: str) -> None:
         """Create every series of ``model_name`` at zero now, as vLLM does at start-up: a series that appears only
         with the first request leaves dashboards and ``rate()`` blank, and alerts on absent series fire."""
         for family in vars(self).values():
             if family is self.request_success:
-                for reason in finished_reasons:
+                for reason in FINISH_REASONS:
                     family.labels(model_name, reason)
             else:
                 family.labels(model_name)

@@ -437,9 +437,9 @@ class LLMEngine:
     def _output(self, req: _Request, new_text: str, error: str | None = None) -> RequestOutput:
         """A snapshot of the request (no token list is copied here: see ``RequestOutput``)."""
         seq = req.seq
-        text = req.text if req.num_sent_chars == len(req.text) else req.text[: req.num_sent_chars]
-        out = RequestOutput.of(seq, text=text, new_text=new_text, num_returned_tokens=req.num_returned_tokens,
-                               error=error)
+        # (what a stop string holds back is left out; a whole-string slice copies nothing)
+        out = RequestOutput.of(seq, text=req.text[: req.num_sent_chars], new_text=new_text,
+                               num_returned_tokens=req.num_returned_tokens, error=error)
         req.num_returned_tokens = len(seq.token_ids) - seq.num_prompt_tokens
         return out
 

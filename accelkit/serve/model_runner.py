@@ -296,20 +296,16 @@ class ModelRunner:
         every_row = len(rows) == len(batch.seqs) and rows == list(range(len(rows)))  # a decode step, in order
         seqs = batch.seqs if every_row else [batch.seqs[i] for i in rows]
         params, seq_ids = [s.params for s in seqs], [s.seq_id for s in seqs]
-        if not any(s.sampling_extras for s in seqs):  # temperature/top-k/top-p only: the sampler's fast path
-            pending = self.sampler.launch(logits, params, seq_ids)
-            if overlap is not None:
-                overlap()
-            tokens: list[int] = pending.tolist()  # the step's one host sync
-        else:  # penalties, logit_bias, min_tokens, min_p or logprobs: the sampler reads the sequences
-            pending = self.sampler.launch(logits, params, seq_ids, seqs)
-            if overlap is not None:
-                overlap()
-            tokens, logprobs = self.sampler.read(pending)  # the step's one host sync (ids and logprobs)
-            if logprobs is not None:  # kept on the sequence, one entry per sampled token
-                for seq, (chosen, top) in zip(seqs, logprobs, strict=True):
-                    if seq.logprobs is not None:
-                        seq.logprobs.append((chosen, top[: seq.params.logprobs]))
+        # penalties, logit_bias, min_tokens, min_p or logprobs: the sampler reads the sequences; else its fast path
+        extras = seqs if any(s.sampling_extras for s in seqs) else None
+        pending = self.sampler.launch(logits, params, seq_ids, extras)
+        if overlap is not None:
+            overlap()
+        tokens, logprobs = Sampler.read(pending)  # the step's one host sync (ids, and logprobs when asked for)
+        if logprobs is not None:  # kept on the sequence, one entry per sampled token
+            for seq, (chosen, top) in zip(seqs, logprobs, strict=True):
+                if seq.logprobs is not None:
+                    seq.logprobs.append((chosen, top[: seq.params.logprobs]))
         if every_row:
             return cast("list[int | None]", tokens)
         sampled: list[int | None] = [None] * len(batch.seqs)

@@ -31,9 +31,9 @@ def test_the_last_steps_postprocessing_runs_between_launch_and_read(model_dir, m
     events = []
     launch, postprocess = engine.runner.sampler.launch, engine._postprocess
 
-    def recording_launch(logits, params, seq_ids):
+    def recording_launch(logits, params, seq_ids, extras=None):
         events.append("launch")
-        ids = launch(logits, params, seq_ids)
+        ids = launch(logits, params, seq_ids, extras)
         real_tolist = ids.tolist
 
         class Ids:  # the sampled ids; the runner reads them with tolist() — the step's host sync
