@@ -145,7 +145,7 @@ def flag_values(flags: Mapping[str, str] | None = None) -> Iterator[None]:
     except UserError:
         raise
     except ValueError as exc:
-        raise UserError(in_flag_words(str(exc), flags) if flags else str(exc)) from exc
+        raise UserError(in_flag_words(str(exc), flags or {})) from exc
 
 
 def fmt_num(value: float | None, digits: int = 2) -> str | None:

@@ -318,16 +318,10 @@ class ResultStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
             # SQLite may have rolled the transaction back itself (SQLITE_FULL, SQLITE_IOERR): a second ROLLBACK
             # then fails ('no transaction is active') and that error would replace the one that says why
-            if conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error:
             if conn.in_transaction:
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
