@@ -310,6 +310,16 @@ class BenchRunResult(Spec):
         return data
 
 
+def _ratio(entry: BenchResult, base: BenchResult) -> float:
+    """``entry`` against the baseline: the comparison's ratio (the median over pairs of blocks — robust to a few
+    slow blocks) when there is one, else the throughputs' (total items ÷ total time)."""
+    if entry is base:
+        return 1.0
+    if entry.comparison is not None and entry.comparison.ratio is not None:
+        return entry.comparison.ratio
+    return (entry.throughput.value or 0.0) / (base.throughput.value or 1.0)
+
+
 def _ratio_text(entry: BenchResult, base: BenchResult) -> str:
     """'1.31× [1.27–1.35]' against ``base`` (the interleaved comparison when there is one)."""
     cmp = entry.comparison
@@ -317,7 +327,7 @@ def _ratio_text(entry: BenchResult, base: BenchResult) -> str:
         spread = f" [{cmp.p25:.2f}–{cmp.p75:.2f}]" if cmp.p25 is not None and cmp.p75 is not None else ""
         same = ", within the run-to-run spread" if cmp.verdict.startswith("no difference") else ""
         return f"{cmp.ratio:.2f}×{spread}{same}"
-    return f"{(entry.throughput.value or 0.0) / (base.throughput.value or 1.0):.2f}×"
+    return f"{_ratio(entry, base):.2f}×"
 
 
 def _inconclusive(entry: BenchResult) -> str:
@@ -356,13 +366,7 @@ def verdicts(entries: list[BenchResult]) -> list[str]:
         base = group[0]
 
         def ratio(e: BenchResult, base: BenchResult = base) -> float:
-            """Against the baseline: the comparison's ratio (the median over pairs of blocks — robust to a few
-            slow blocks) when there is one, else the throughputs' (total items ÷ total time)."""
-            if e is base:
-                return 1.0
-            if e.comparison is not None and e.comparison.ratio is not None:
-                return e.comparison.ratio
-            return (e.throughput.value or 0.0) / (base.throughput.value or 1.0)
+            return _ratio(e, base)
 
         # ranked by the same ratio the line quotes: ranked by throughput, a noisy run printed "bf16 fastest at
         # 0.61× fp32" (a few slow fp32 blocks lowered its total throughput while bf16 lost most pairs)
