@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, NoReturn
+from typing import Any
 
 import typer
 
@@ -21,8 +21,8 @@ from accelkit.cli.output import (
     table,
 )
 from accelkit.cli.spec_options import spec_options
-from accelkit.cli.store import open_for_saving, print_unsaved
-from accelkit.core import AccelkitError, DeviceSpec, UserError
+from accelkit.cli.store import open_for_saving, print_unstored
+from accelkit.core import DeviceSpec, UserError
 from accelkit.core.units import parse_size
 from accelkit.distributed.launch import DistConfig
 from accelkit.hardware import get_device, list_devices
@@ -198,7 +198,7 @@ def probe_cmd(
             store.close()
     document = {**result.to_dict(), "result_id": result_id}
     if writer.error is not None:
-        _print_unstored(document, writer.error)
+        print_unstored(document, writer.error, name=document["name"])
 
     def render() -> None:
         out.print(table(f"Measured roofline — {result.hardware} ({result.details['timer']})",
@@ -210,13 +210,6 @@ def probe_cmd(
             err.print(f"stored as result {result_id}")
 
     emit(document, as_json, render)
-
-
-def _print_unstored(document: dict[str, Any], error: str) -> NoReturn:
-    """As `accelkit bench` does when the store refuses a write: the measurement's JSON (``result_id`` None,
-    ``store_error`` why) on stdout whatever --json says, why and what was not stored on stderr, exit 1."""
-    print_unsaved({**document, "result_id": None, "store_error": error}, AccelkitError(error),
-                  unstored=[document["name"]])
 
 
 def _pct(fraction: float | None) -> str | None:
@@ -278,7 +271,7 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[st
             store.close()
     assert result is not None  # one node: rank 0 is here
     if result.get("store_error"):  # rank 0 measured, the store refused its row: print it rather than lose it
-        _print_unstored(result, result["store_error"])
+        print_unstored(result, result["store_error"], name=result["name"])
 
     def render() -> None:
         d = result["details"]

@@ -21,8 +21,8 @@ from accelkit.cli.output import (
     table,
 )
 from accelkit.cli.spec_options import field_flags, spec_options
-from accelkit.cli.store import open_for_saving, print_unsaved
-from accelkit.core import AccelkitError, UserError
+from accelkit.cli.store import open_for_saving, print_unstored
+from accelkit.core import UserError
 from accelkit.loadtest.config import SLO, LoadTestConfig, parse_rate
 
 
@@ -105,7 +105,7 @@ def loadtest_cmd(
             store.close()
     data = {**result.to_dict(), "result_id": result_id}
     if writer.error is not None:  # the same document, with why it was not stored: printed rather than lost
-        print_unsaved({**data, "store_error": writer.error}, AccelkitError(writer.error))
+        print_unstored(data, writer.error)
     emit(data, as_json, lambda: _render(result.details, result_id))
 
 

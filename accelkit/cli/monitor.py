@@ -12,8 +12,8 @@ import typer
 
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
-from accelkit.cli.store import open_for_saving, print_unsaved
-from accelkit.core import AccelkitError, UserError
+from accelkit.cli.store import open_for_saving, print_unstored
+from accelkit.core import UserError
 from accelkit.monitor.config import ExporterConfig
 from accelkit.monitor.profiler import ProfileConfig
 
@@ -124,8 +124,7 @@ def profile_cmd(
             store.close()
     document = {**summary, "result_id": result_id}
     if writer.error is not None:  # as bench does: the usual --json document, with why, printed rather than lost
-        print_unsaved({**document, "store_error": writer.error}, AccelkitError(writer.error),
-                      unstored=[measurement.name])
+        print_unstored(document, writer.error, name=measurement.name)
 
     def render() -> None:
         for key, title in (("top_cpu_ops", "Top operators by self CPU time"), ("top_device_ops", "Top kernels by self device time")):

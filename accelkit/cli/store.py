@@ -107,3 +107,11 @@ def print_unsaved(document: dict[str, Any], exc: Exception, *, stored: Sequence[
         err.print(f"interrupted ({interrupted}): {message}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(130)
     raise AccelkitError(message)
+
+
+def print_unstored(document: dict[str, Any], error: str, *, name: str | None = None) -> NoReturn:
+    """One result the store refused, as `accelkit bench` reports it: the command's JSON document (``result_id``
+    None, ``store_error`` why) on stdout whatever --json says, why (and ``name``, what was not stored) on stderr,
+    exit 1."""
+    print_unsaved({**document, "result_id": None, "store_error": error}, AccelkitError(error),
+                  unstored=[name] if name else ())
