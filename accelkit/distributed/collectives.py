@@ -179,12 +179,8 @@ def _store(ctx: RankContext, job: dict[str, Any], config: CollectiveConfig, resu
     )
     # a store that refuses the row (disk full, a lock held past its timeout) must not lose the measurement with
     # rank 0's exception: the document keeps it, store_error says why, and the CLI prints it (exit 1)
-    writer = open_writer(job)
-    try:
+    with open_writer(job) as writer:
         result_id = writer.add(m, run_id=job["run_id"])
-    finally:
-        if writer.store is not None:
-            writer.store.close()
     return {**m.to_dict(), "result_id": result_id, **({"store_error": writer.error} if writer.error else {})}
 
 

@@ -10,6 +10,8 @@ slowest rank's measured time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.metrics import FLOPS_SOURCE_ON_DEVICE, Peak, mfu_result
@@ -206,19 +208,24 @@ def measurement(label: str, workload: Any, variant: Any, entry: BenchResult, har
     )
 
 
-def open_writer(job: dict[str, Any]) -> StoreWriter:
-    """Rank 0's store writer for ``job`` (``accelkit.bench.record``; the bench's and the collective probe's); a store
-    that cannot even be opened is its first failed write: nothing is tried, the measurements are kept."""
+@contextmanager
+def open_writer(job: dict[str, Any]) -> Iterator[StoreWriter]:
+    """Rank 0's store writer for ``job`` (``accelkit.bench.record``; the bench's and the collective probe's), its
+    store closed on leaving; a store that cannot even be opened is its first failed write: nothing is tried, the
+    measurements are kept."""
     from accelkit.results import ResultStore
 
-    if not job["save"]:
-        return StoreWriter(None)
+    writer = StoreWriter(None)
+    if job["save"]:
+        try:
+            writer = StoreWriter(ResultStore(job["store_path"]) if job.get("store_path") else ResultStore())
+        except AccelkitError as exc:
+            writer.error = str(exc)
     try:
-        return StoreWriter(ResultStore(job["store_path"]) if job.get("store_path") else ResultStore())
-    except AccelkitError as exc:
-        writer = StoreWriter(None)
-        writer.error = str(exc)
-        return writer
+        yield writer
+    finally:
+        if writer.store is not None:
+            writer.store.close()
 
 
 def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, list[dict[str, Any]]]],
@@ -234,9 +241,8 @@ def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, li
            "distributed": {"backend": ctx.backend, "world_size": ctx.world_size, "num_nodes": ctx.num_nodes,
                            "nproc_per_node": ctx.local_world_size, "launcher": "torchrun",
                            "rendezvous": job.get("rendezvous")}}
-    writer = open_writer(job)
     run_id, entries, result_ids = job["run_id"], [], []
-    try:
+    with open_writer(job) as writer:
         for variant, ranks in variants:
             estimate: Estimate | None = None
             reason: str | None = "prediction turned off (--no-predict)"
@@ -255,9 +261,6 @@ def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, li
             if result_id is not None:
                 result_ids.append(result_id)
             entries.append(entry.replace(result_id=result_id))
-    finally:
-        if writer.store is not None:
-            writer.store.close()
     return BenchRunResult(
         workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=ctx.device,
         hardware=hardware, run_id=run_id, refused=[Refusal.from_dict(r) for r in job.get("refused", [])],
