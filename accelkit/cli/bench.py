@@ -451,6 +451,15 @@ DIST_FLAGS = {"collective_timeout_s": "--collective-timeout"}
 DIST_PARSE = {"collective_timeout_s": _seconds("--collective-timeout")}
 
 
+def collective_timeout_option(needs: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--collective-timeout` alone, for a command whose ranks are launched only with ``needs`` (a flag)."""
+    from accelkit.distributed.launch import DistConfig
+
+    return spec_options(DistConfig, into="dist", only=("collective_timeout_s",), names=DIST_FLAGS, parse=DIST_PARSE,
+                        helps={"collective_timeout_s": f"{needs}: seconds a rank waits in one collective for its peers "
+                                                       "before it fails (1 to 604800; default 600)."})
+
+
 def _dist_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     from accelkit.distributed.launch import DistConfig
     from accelkit.distributed.quality import QualityConfig

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from accelkit.cli.bench import DIST_FLAGS, DIST_PARSE
+from accelkit.cli.bench import DIST_FLAGS, collective_timeout_option
 from accelkit.cli.output import (
     JsonOption,
     Progress,
@@ -155,9 +155,7 @@ def _copy_size(text: str) -> int:
 
 
 @app.command("probe")
-@spec_options(DistConfig, into="dist", only=("collective_timeout_s",), names=DIST_FLAGS, parse=DIST_PARSE,
-              helps={"collective_timeout_s": "--collectives: seconds a rank waits in one collective for its peers "
-                                             "before it fails (1 to 604800; default 600)."})
+@collective_timeout_option("--collectives")
 @spec_options(
     ProbeConfig, into="probe", names={"matmul_size": "--size", "copy_bytes": "--copy-size", "dtypes": "--dtype"},
     parse={"dtypes": _dtypes, "copy_bytes": _copy_size},

@@ -10,13 +10,12 @@ from typing import Any
 import typer
 
 from accelkit.bench.runner import Reporter
-from accelkit.cli.bench import DIST_FLAGS, DIST_PARSE
+from accelkit.cli.bench import DIST_FLAGS, collective_timeout_option
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, parse_size
-from accelkit.distributed.launch import DistConfig
 from accelkit.tune.search import TuneConfig, TuneResult
 
 #: workloads with model recipes to search (the dataloader has none)
@@ -75,9 +74,7 @@ class _Reporter(Reporter):
                                               else f" (not stored: {why})"))
 
 
-@spec_options(DistConfig, into="dist", only=("collective_timeout_s",), names=DIST_FLAGS, parse=DIST_PARSE,
-              helps={"collective_timeout_s": "--nproc-per-node: seconds a rank waits in one collective for its peers "
-                                             "before it fails (1 to 604800; default 600)."})
+@collective_timeout_option("--nproc-per-node")
 @spec_options(
     TuneConfig, into="search",
     names={"memory_budget_bytes": "--memory-budget", "quick": "--quick/--thorough", "compile": "--compile/--no-compile"},
