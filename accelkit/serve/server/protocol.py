@@ -51,6 +51,10 @@ class _Body(BaseModel):
         return {k: v for k, v in data.items()
                 if v is not None or k not in fields or fields[k].is_required() or fields[k].default is None}
 
+    def unsupported(self) -> tuple[str, str] | None:
+        """(field, message) for a feature asked for that the engine does not implement; None when there is none."""
+        return None
+
     def ignored_fields(self, prefix: str = "") -> list[str]:
         """The unknown keys of this object and of the objects inside it, as paths (``messages[1].tool_calls``)."""
         names = [f"{prefix}{key}" for key in self.model_extra or ()]
@@ -340,6 +344,3 @@ class DetokenizeRequest(_Body):
 
     model: Str | None = None
     tokens: list[Int]
-
-    def unsupported(self) -> tuple[str, str] | None:
-        return None
