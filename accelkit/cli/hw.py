@@ -270,6 +270,8 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[st
     assert result is not None  # one node: rank 0 is here
     if result.get("store_error"):  # rank 0 measured, the store refused its row: print it rather than lose it
         print_unstored(result, result["store_error"], name=result["name"])
+    for warning in result.get("warnings", []):  # a rank failed shutting down, after the whole probe
+        err.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
 
     def render() -> None:
         d = result["details"]

@@ -118,6 +118,8 @@ def run_distributed_bench(
                               f"{dist.rendezvous} rendezvous, zero {dist.zero}")
         result = launch(job, dist, on_line=reporter.note)
         if result.document is not None:
+            if result.teardown_error is not None:
+                result.document["notes"] = [*result.document.get("notes", []), f"warning: {result.teardown_error}"]
             docs.append(result.document)
             reporter.stored(names, [e["result_id"] for e in result.document["variants"] if e.get("result_id")])
     if not docs:  # this node did not host global rank 0

@@ -188,7 +188,8 @@ def _store(ctx: RankContext, job: dict[str, Any], config: CollectiveConfig, resu
 def probe_collectives(config: CollectiveConfig, dist: DistConfig, *, store: ResultStore | None = None,
                       save: bool = True, on_line: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """Launch the probe on ``dist.nproc_per_node`` ranks per node; rank 0 stores it (when ``save``).
-    Returns the Measurement as a dict plus ``result_id`` (None on a node that did not host rank 0)."""
+    Returns the Measurement as a dict plus ``result_id`` (None on a node that did not host rank 0), and
+    ``warnings`` when a rank failed after every rank had finished (``LaunchResult.teardown_error``)."""
     from accelkit.distributed.launch import launch
 
     if dist.nproc_per_node * dist.nnodes_range[0] < 2:
@@ -198,4 +199,7 @@ def probe_collectives(config: CollectiveConfig, dist: DistConfig, *, store: Resu
     job = {"task": "collectives", "device": config.device, "backend": dist.backend, "run_id": uuid.uuid4().hex[:12],
            "save": save, "store_path": str(store.path) if store is not None else None,
            "collectives": config.to_dict()}
-    return launch(job, dist, on_line=on_line).document
+    result = launch(job, dist, on_line=on_line)
+    if result.document is not None and result.teardown_error is not None:
+        result.document["warnings"] = [*result.document.get("warnings", []), result.teardown_error]
+    return result.document

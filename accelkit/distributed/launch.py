@@ -157,6 +157,8 @@ class LaunchResult:
     document: dict[str, Any] | None
     command: list[str]
     output_tail: list[str]
+    #: a rank failed after every rank had finished the job (its document is whole): the failure, as a warning
+    teardown_error: str | None = None
 
 
 #: seconds torchrun gets, after SIGTERM, to stop its ranks before every process of the launch is SIGKILLed
@@ -175,7 +177,8 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
     torchrun's and the ranks' output (stdout and stderr, merged) goes line by line to ``on_line``, never
     to this process's stdout (which `--json` keeps for the one document). A failed rank makes torchrun
     stop the group and exit non-zero: that is an AccelkitError naming every failed rank with its error, the
-    first failure first (``rank_failures.py``). Past ``timeout_s`` seconds the launch is stopped and that is an
+    first failure first (``rank_failures.py``) — unless every rank had finished the job (rank 0 wrote its
+    document after the last barrier): then the document comes back with the failure in ``teardown_error``. Past ``timeout_s`` seconds the launch is stopped and that is an
     AccelkitError naming the timeout. However the launch ends — failure, timeout, Ctrl-C, SIGTERM — torchrun and
     every rank are stopped (SIGTERM, then SIGKILL after ``STOP_GRACE_S``) and the job's temporary directory is
     removed; a SIGTERM is then handed to the handler that was installed before (by default: this process ends)."""
@@ -235,20 +238,32 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
             rc = proc.wait()
         finally:
             _stop(proc)
-        if rc != 0:
-            failures = failed_ranks(log_dir, output)
-            if failures:
-                hint = ""
-                if any(f.is_timeout for f in failures):
-                    hint = (f"; a rank gave up waiting for its peers after collective_timeout_s="
-                            f"{config.effective_collective_timeout_s:g} s — if some ranks legitimately take longer (a "
-                            "big model's first all-gather, a slow checkpoint load) raise it (--collective-timeout), "
-                            "else look at the rank that never arrived")
-                raise AccelkitError(f"torchrun exited with code {rc}: {failure_message(failures)}{hint}")
-            shown = "\n".join(output[-25:])
-            raise AccelkitError(f"torchrun exited with code {rc} ({' '.join(cmd[1:4])} …); its last lines:\n{shown}")
         document = json.loads(out_path.read_text()) if out_path.exists() else None
-        return LaunchResult(document, cmd, output[-OUTPUT_TAIL_LINES:])
+        if rc == 0:
+            return LaunchResult(document, cmd, output[-OUTPUT_TAIL_LINES:])
+        error = _failure(rc, log_dir, output, cmd, config)
+        if document is None:
+            raise AccelkitError(error)
+        # rank 0 writes the document after the job's last barrier: every rank had finished the job, and the failure
+        # came as they shut down. The measurements are whole (and stored): kept, with the failure as a warning.
+        return LaunchResult(document, cmd, output[-OUTPUT_TAIL_LINES:],
+                            teardown_error=f"every rank finished the job, then {error} (while shutting down; the "
+                                           "results are complete)")
+
+
+def _failure(rc: int, log_dir: Path, output: list[str], cmd: list[str], config: DistConfig) -> str:
+    """What went wrong, in one message: the failed ranks first failure first, else torchrun's last lines."""
+    failures = failed_ranks(log_dir, output)
+    if failures:
+        hint = ""
+        if any(f.is_timeout for f in failures):
+            hint = (f"; a rank gave up waiting for its peers after collective_timeout_s="
+                    f"{config.effective_collective_timeout_s:g} s — if some ranks legitimately take longer (a "
+                    "big model's first all-gather, a slow checkpoint load) raise it (--collective-timeout), "
+                    "else look at the rank that never arrived")
+        return f"torchrun exited with code {rc}: {failure_message(failures, output)}{hint}"
+    shown = "\n".join(output[-25:])
+    return f"torchrun exited with code {rc} ({' '.join(cmd[1:4])} …); its last lines:\n{shown}"
 
 
 def _read_lines(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:

@@ -122,7 +122,8 @@ def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], s
     with torch.no_grad():  # not inference_mode: FSDP2 and DDP run their forward collectives as in training
         eval_losses: list[float] = evaluate()  # type: ignore[assignment]
     batch[0] = None
-    gc.collect()
+    step = optimizer = model = parts = evaluate = None  # type: ignore[assignment]  # the collect below frees them
+    gc.collect()  # (it ran while these still held the model: DDP's first construction leaves a reference cycle)
     return {"losses": losses, "eval_loss": sum(eval_losses) / len(eval_losses), "lead_in_steps": lead_in}
 
 

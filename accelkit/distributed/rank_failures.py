@@ -128,10 +128,40 @@ def failed_ranks(log_dir: Path, output: Iterable[str]) -> list[RankFailure]:
     return sorted(recorded.values(), key=lambda f: f.order)
 
 
-def failure_message(failures: list[RankFailure]) -> str:
-    """One line: the first failed rank and its error, then the others."""
+#: torch's own log lines (glog style: ``E1201 16:12:32.973000 21369 torch/…] …``) and torchrun's banners
+_TORCH_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^\*{5}|^\[rank \d+/\d+\] ")
+#: faulthandler's stack dump under "Fatal Python error: …" (which torchrun's ranks have on)
+_STACK_DUMP = re.compile(r"^\s*(Current thread 0x|Thread 0x|File \"|Extension modules:|<no Python frame>|\(total: )")
+#: ranks' lines quoted for a failure without a Python exception
+NATIVE_LINES = 4
+
+
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
+
+
+def last_rank_lines(output: list[str], rank: int, n: int = NATIVE_LINES) -> list[str]:
+    """The last ``n`` lines the ranks printed themselves before torchrun reported the failure — where a native crash
+    says what it was ("terminate called …", "Fatal Python error: Aborted", "Segmentation fault"): torch's log lines,
+    torchrun's banners and report, faulthandler's stack dumps, accelkit's progress lines and the lines torch marks
+    as another rank's (``[rankN]:``, its tracebacks: a peer's "Connection reset by peer") left out."""
+    end = next((i for i, line in enumerate(output) if "failed (exitcode" in line), len(output))
+    kept = []
+    for line in output[:end]:
+        if not line.strip() or _TORCH_LOG.match(line) or _STACK_DUMP.match(line):
+            continue
+        if (m := _RANK_PREFIX.match(line)) and int(m.group(1)) != rank:
+            continue
+        kept.append(line.strip())
+    return [_shorten(line) for line in kept[-n:]]
+
+
+def failure_message(failures: list[RankFailure], output: list[str] | None = None) -> str:
+    """One line: the first failed rank and its error, then the others; when the first died without a Python
+    exception (a signal: a native crash or abort), the last lines it may have printed (``output``)."""
     first, *rest = failures
     text = f"first failure — {first.describe()}"
     if rest:
         text += f"; then {len(rest)} more — " + "; ".join(f.describe() for f in rest)
+    if not first.is_exception and output and (lines := last_rank_lines(output, first.rank)):
+        text += f"; the last output lines (rank {first.rank}'s, or unmarked): " + " | ".join(lines)
     return text

@@ -252,9 +252,15 @@ def main(argv: list[str] | None = None) -> None:
             doc = run_collectives(ctx, job)
         else:
             raise ValueError(f"unknown job task {job['task']!r}")
-        if ctx.rank == 0 and doc is not None:
-            Path(job["out"]).write_text(json.dumps(doc, default=str))
         dist.barrier()
+        if ctx.rank == 0 and doc is not None:
+            # after the job's last collective: the file says every rank finished the job, so the launcher keeps it
+            # even when a rank then dies shutting down (gloo's threads can abort a process as it exits: seen with a
+            # PowerSGD hook's state still alive then); written whole or not at all
+            out = Path(job["out"])
+            partial = out.with_name(out.name + ".partial")
+            partial.write_text(json.dumps(doc, default=str))
+            partial.replace(out)
     except Exception:
         # the time of the failure: destroying the process group (below) is what makes the peers fail, before
         # @record writes this rank's error file

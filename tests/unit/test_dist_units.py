@@ -222,6 +222,35 @@ def test_a_killed_rank_comes_from_torchruns_summary_and_before_its_peer(tmp_path
         "then 1 more — rank 0 (host h, local rank 0): RuntimeError: Connection reset by peer")
 
 
+def test_a_native_crash_quotes_what_it_printed_not_the_peers_or_torchs_lines(tmp_path):
+    from accelkit.distributed.rank_failures import failed_ranks, failure_message
+
+    output = [
+        "W1201 11:12:40.000000 25160 torch/distributed/run.py:803] *****************************************",
+        "[rank 0/2] resnet: steady state",
+        "[rank0]: Traceback (most recent call last):",
+        "[rank0]: RuntimeError: Connection reset by peer",
+        "[rank1]: about to fail",
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+        "  what():  [enforce fail at gloo/transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes. 8 vs 4",
+        "Fatal Python error: Aborted",
+        "",
+        "Current thread 0x00007f1d28c14b80 (most recent call first):",
+        '  File "/x/worker.py", line 12 in main',
+        "Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)",
+        "E1201 11:12:49.973000 25160 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) "
+        "local_rank: 1 (pid: 25169) of binary: /x/python",
+        "a line of torchrun's report after it",
+        *SUMMARY,
+    ]
+    message = failure_message(failed_ranks(tmp_path, output), output)
+    assert message.endswith(
+        "; the last output lines (rank 1's, or unmarked): [rank1]: about to fail | terminate called after throwing an "
+        "instance of 'gloo::EnforceNotMet' | what(): [enforce fail at gloo/transport/tcp/pair.cc:446] "
+        "op.preamble.length <= op.nbytes. 8 vs 4 | Fatal Python error: Aborted"), message
+    assert failure_message(failed_ranks(tmp_path, SUMMARY)).endswith("no Python exception")  # no output: as before
+
+
 def test_error_files_order_ranks_by_nanoseconds_within_a_second(tmp_path):
     import json
 

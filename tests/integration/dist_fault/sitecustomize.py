@@ -1,6 +1,8 @@
 """Fault injection for the distributed failure tests: with this folder
-on PYTHONPATH, the torchrun rank ACCELKIT_TEST_FAIL_RANK (default 1) of a collective probe raises, hangs or
-SIGKILLs itself when it builds its first collective (ACCELKIT_TEST_FAIL=raise|hang|kill). Other processes —
+on PYTHONPATH, the torchrun rank ACCELKIT_TEST_FAIL_RANK (default 1) of a collective probe raises, hangs,
+SIGKILLs itself or aborts as a native crash does (a line on stderr, then SIGABRT) when it builds its first
+collective (ACCELKIT_TEST_FAIL=raise|hang|kill|abort); with abort-at-exit any rank job runs whole and the rank
+aborts as its interpreter exits (as gloo's threads could, freeing a DDP hook's state). Other processes —
 pytest, the CLI, torchrun — are left alone (they have no LOCAL_RANK)."""
 
 import os
@@ -12,6 +14,17 @@ if _mode and "LOCAL_RANK" in os.environ and os.environ.get("RANK") == os.environ
 
     import accelkit.distributed.collectives as collectives
 
+    def _native_abort() -> None:
+        import sys
+
+        print("terminate called without an active exception", file=sys.stderr, flush=True)
+        os.abort()
+
+    if _mode == "abort-at-exit":
+        import atexit
+
+        atexit.register(_native_abort)
+
     _real_op_fn = collectives._op_fn
 
     def _faulty_op_fn(op, size_bytes, n, device):  # type: ignore[no-untyped-def]
@@ -21,6 +34,8 @@ if _mode and "LOCAL_RANK" in os.environ and os.environ.get("RANK") == os.environ
             threading.Event().wait()  # forever: only a signal ends this rank
         if _mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if _mode == "abort":
+            _native_abort()
         return _real_op_fn(op, size_bytes, n, device)
 
     collectives._op_fn = _faulty_op_fn
