@@ -139,6 +139,28 @@ def counted_hook(hook: Callable[[Any, Any], Any], counter: CommCounter | None) -
     return accelkit_counted_hook
 
 
+def one_bucket_at_a_time(hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``hook`` with each bucket's call waiting until the previous bucket's future is done — for PowerSGD on gloo.
+
+    torch's PowerSGD hook issues its P and Q all-reduces from ``Future.then`` callbacks, which gloo runs on its
+    worker threads when the previous collective completes. With two or more buckets, one bucket's P all-reduce and
+    the next bucket's first all-reduce are issued from different threads in an order that differs between ranks:
+    gloo then pairs collectives of different sizes and aborts the process ("op.preamble.length <= op.nbytes …
+    Is there a distributed collective mismatch", SIGABRT), or the callbacks' nested waits hold every worker thread
+    and the step hangs. One bucket at a time keeps the same order on every rank; it costs the overlap of one
+    bucket's compression with the next bucket's backward (on CPUs). NCCL runs the callbacks as they are chained,
+    on the calling thread, and needs none of this."""
+    previous: list[Any] = [None]
+
+    def accelkit_one_bucket_at_a_time(state: Any, bucket: Any) -> Any:
+        if previous[0] is not None:
+            previous[0].wait()
+        previous[0] = future = hook(state, bucket)
+        return future
+
+    return accelkit_one_bucket_at_a_time
+
+
 def check_backend(recipe: Recipe, backend: str) -> None:
     """Refuse (RuntimeError, on every rank alike) a compression the live backend cannot reduce."""
     import torch
@@ -166,6 +188,7 @@ def register_ddp_hook(model: Any, recipe: Recipe, counter: CommCounter | None = 
     """Register the DDP hook ``recipe.grad_compression`` names (counted with a ``counter``); returns the hook's
     state. Without a counter the wrapper only passes the call on (it keeps DDP's name check off torch's bf16 hook,
     see the module docstring)."""
+    import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     kind = recipe.grad_compression
@@ -177,6 +200,8 @@ def register_ddp_hook(model: Any, recipe: Recipe, counter: CommCounter | None = 
             use_error_feedback=recipe.powersgd_error_feedback, warm_start=recipe.powersgd_warm_start,
             orthogonalization_epsilon=ORTHOGONALIZATION_EPSILON, random_seed=0)
         hook: Callable[[Any, Any], Any] = powerSGD_hook.powerSGD_hook
+        if dist.get_backend() == "gloo":
+            hook = one_bucket_at_a_time(hook)
     else:
         hook = {"none": default_hooks.allreduce_hook, "bf16": default_hooks.bf16_compress_hook,
                 "fp16": default_hooks.fp16_compress_hook}[kind]
