@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 Kind = Literal["bench", "plan", "loadtest"]
 BENCH_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 PLAN_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
-BENCH_LAYOUT_KEYS = ("nproc_per_node", "zero", "nnodes", "rdzv_endpoint", "node_rank")
+BENCH_LAYOUT_KEYS = ("nproc_per_node", "zero", "nnodes", "rdzv_endpoint", "node_rank", "backend",
+                     "collective_timeout_s")
 PLAN_LAYOUT_KEYS = ("dp", "tp", "pp", "ep", "zero", "grad_accum", "recompute", "sequence_parallel")
 PLAN_CONFIG_KEYS = ("task", "seq_len", "prompt_len", "output_len", "optimizer")
 
@@ -107,6 +108,13 @@ class SweepSpec(Spec):
             unknown = sorted(set(layout) - set(keys))
             if unknown:
                 raise ValueError(f"layouts[{i}] has no field {', '.join(unknown)}; known: {', '.join(keys)}")
+            if self.kind == "bench" and layout:  # the launch's own checks, before any point runs
+                from accelkit.distributed.launch import DistConfig
+
+                try:
+                    DistConfig.from_dict(layout)
+                except (ValueError, TypeError) as e:
+                    raise ValueError(f"layouts[{i}]: {e}") from None
         for i, r in enumerate(self.rates or ()):
             _rate(r, f"rates[{i}]")
         if self.kind == "plan":

@@ -103,6 +103,10 @@ def test_loadtest_rates_axis():
 @pytest.mark.parametrize(("text", "message"), [
     ("workloads: {bert: {}}\nprecisions: [fp32, fp9]\n", r"precisions\[1\]='fp9' is not valid"),
     ("workloads: {bert: {}}\nlayouts: [{}, {nproc: 2}]\n", r"layouts\[1\] has no field nproc"),
+    # the launch's own checks at load, not when the point runs
+    ("workloads: {bert: {}}\nlayouts: [{nproc_per_node: 2, collective_timeout_s: 0}]\n",
+     r"layouts\[0\]: collective_timeout_s=0.0 is out of range; expected >= 1"),
+    ("workloads: {bert: {}}\nlayouts: [{nproc_per_node: 0}]\n", r"layouts\[0\]: nproc_per_node=0 is out of range"),
     ("workloads: {bert: {}}\nrates: [1]\n", "rates applies to kind loadtest"),
     ("kind: loadtest\nworkloads: {m: {}}\nrates: [1, fast]\n", r"rates\[1\]"),
     ("workloads: {bert: {}}\nbatch_size: [1]\n", "has no field batch_size"),
@@ -115,6 +119,14 @@ def test_sweep_file_errors_name_the_field(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(UserError, match=message):
         load_sweep(path)
+
+
+def test_a_sweep_layout_sets_the_launch_collective_timeout_and_backend(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("workloads: {bert: {}}\nlayouts: [{nproc_per_node: 2, collective_timeout_s: 120, backend: gloo}]\n")
+    (point,) = expand(load_sweep(path))
+    dist = DistConfig.from_dict(point.layout)  # what the bench point launches with
+    assert (dist.collective_timeout_s, dist.effective_collective_timeout_s, dist.backend) == (120, 120, "gloo")
 
 
 def test_sweep_name_defaults_to_the_file(tmp_path):
