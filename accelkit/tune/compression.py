@@ -64,12 +64,10 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     from accelkit.bench.record import StoreWriter
     from accelkit.bench.runner import BenchConfig
     from accelkit.bench.variants import Variant, device_refusal
-    from accelkit.core import Measurement
     from accelkit.distributed.bench_launch import run_distributed_bench
     from accelkit.distributed.launch import DistConfig
     from accelkit.distributed.parallel import SUPPORTED
     from accelkit.distributed.quality import QualityConfig
-    from accelkit.hardware.detect import environment
     from accelkit.hardware.device import resolve_device
     from accelkit.timing import LoopConfig
 
@@ -126,13 +124,8 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
                         winner=winner, snippet=compression_snippet(winner.recipe) if winner else None, run_id=run_id,
                         notes=notes)
     result.record_run(doc)
-    writer = StoreWriter(store)
-    if writer.can_write and result.store_error is None:  # a refused summary is handed back, not lost
-        result.result_id = writer.add(Measurement(
-            kind="tune", name=f"tune {workload.label} gradient compression ×{nproc_per_node} ({config.objective})",
-            hardware=run.hardware, throughput=winner.throughput if winner else None,
-            throughput_unit=winner.unit if winner else None,
-            details={**result.to_json(), "config": config.to_dict(), "nproc_per_node": nproc_per_node},
-            environment=environment(with_torch=True)), run_id=run_id)
-        result.store_error = writer.error
+    result.store_summary(StoreWriter(store),
+                         name=f"tune {workload.label} gradient compression ×{nproc_per_node} ({config.objective})",
+                         hardware=run.hardware, details={"config": config.to_dict(), "nproc_per_node": nproc_per_node},
+                         run_id=run_id)
     return result

@@ -18,6 +18,7 @@ from accelkit.core import Recipe, UserError
 from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
+    from accelkit.bench.record import StoreWriter
     from accelkit.bench.workloads.base import BenchWorkload
     from accelkit.results import ResultStore
 
@@ -103,6 +104,22 @@ class TuneResult:
             t.result_ids = [e["result_id"] for e in doc["variants"] if e["name"] == t.name and e["result_id"] is not None]
         self.interrupted, self.unfinished = bool(doc.get("interrupted")), list(doc.get("unfinished") or [])
         self.store_error = self.store_error or doc.get("store_error")
+
+    def store_summary(self, writer: StoreWriter, *, name: str, hardware: str, details: dict[str, Any],
+                      run_id: str) -> None:
+        """Store the search's own row (kind ``tune``: the winner's throughput, this result and ``details``) unless
+        the store already refused a row of this run — a refused summary stays in the result, not lost."""
+        from accelkit.core import Measurement
+        from accelkit.hardware.detect import environment
+
+        if not writer.can_write or self.store_error is not None:
+            return
+        winner = self.winner
+        self.result_id = writer.add(Measurement(
+            kind="tune", name=name, hardware=hardware, throughput=winner.throughput if winner else None,
+            throughput_unit=winner.unit if winner else None, details={**self.to_json(), **details},
+            environment=environment(with_torch=True)), run_id=run_id)
+        self.store_error = writer.error
 
 
 def candidate_recipes(workload: BenchWorkload, *, compile: bool = True, cuda: bool = False) -> list[tuple[str, Recipe]]:
@@ -192,8 +209,6 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     from accelkit.bench.record import StoreWriter
     from accelkit.bench.runner import BenchConfig, identify, predict_variant, run_benchmark
     from accelkit.bench.variants import Variant, device_refusal
-    from accelkit.core import Measurement
-    from accelkit.hardware.detect import environment
     from accelkit.hardware.device import resolve_device
     from accelkit.timing import LoopConfig
 
@@ -310,11 +325,6 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
                         notes=notes + run.notes, ran_quick_probe=ran_quick_probe, quick_probe_id=quick_probe_id,
                         store_error=writer.error)
     result.record_run(doc)  # the trials that were measured are all in the result, stored or not
-    if writer.can_write and result.store_error is None:  # a refused summary is handed back, not lost
-        result.result_id = writer.add(Measurement(
-            kind="tune", name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
-            throughput=winner.throughput if winner else None, throughput_unit=winner.unit if winner else None,
-            details={**result.to_json(), "config": config.to_dict()}, environment=environment(with_torch=True),
-        ), run_id=run_id)
-        result.store_error = writer.error
+    result.store_summary(writer, name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
+                         details={"config": config.to_dict()}, run_id=run_id)
     return result
