@@ -72,6 +72,14 @@ def plan_cmd(
         plan_options = PlanOptions(**options)
         names = csv_list(req.compare, field="--compare")
         spec = resolve_model(model)
+        decoder_only = [k for k in ("prompt_len", "output_len") if k in request]
+        if req.task == "infer" and spec.kind not in ("decoder", "moe") and decoder_only:
+            key = decoder_only[0]
+            takes = ("a fixed number of patches" if spec.family == "vit" else
+                     "its input length from --seq-len" if spec.kind == "encoder" else "one image per batch element")
+            what = "a CNN" if spec.kind == "cnn" else f"an {spec.kind} model"
+            raise UserError(f"{flag_text(key, request[key])} applies to decoder models (a prompt, then generated "
+                            f"tokens); {spec.name} is {what} and takes {takes} — drop it")
         if spec.family == "vit":
             seq = spec.num_patches + 1
         else:

@@ -151,3 +151,43 @@ def test_inference_still_reads_the_inference_flags(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert (doc["batch"], doc["prompt_len"], doc["output_len"], doc["kv_cache_dtype"]) == (4, 1000, 64, "fp8")
     assert any("prefill in chunks of 2048 tokens" in a for a in doc["assumptions"])
+
+
+def test_infer_refuses_decoder_lengths_for_models_without_a_decoder(capsys):
+    """--prompt-len and --output-len changed nothing for an encoder, a ViT or a CNN (bert-base gave the same plan at
+    64, 128 and 256 prompt tokens: its input length is --seq-len)."""
+    import pytest
+
+    from accelkit.cli.app import main
+
+    for model, flag, takes in (("bert-base", ["--prompt-len", "128"], "an encoder model and takes its input length "
+                                                                       "from --seq-len"),
+                               ("vit-b16", ["--output-len", "0"], "an encoder model and takes a fixed number of patches"),
+                               ("resnet-50", ["--prompt-len", "4"], "a CNN and takes one image per batch element")):
+        with pytest.raises(SystemExit) as info:
+            main(["plan", "--model", model, "--hardware", "h100", "--task", "infer", "--batch", "4", *flag])
+        assert info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"error: {' '.join(flag)} applies to decoder models (a prompt, then generated tokens); {model} is {takes} "
+            "— drop it"]
+
+
+def test_bench_bert_is_predicted_at_its_own_sequence_length():
+    """The bench's prediction for `bench bert --seq-len 128` was planned at the Workload default seq_len 2048
+    (only prompt_len was set), 16× the tokens: "6.72× faster than the planner expects"."""
+    import pytest
+
+    from accelkit.bench.predict import predict_variant
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+    from accelkit.core import Cluster, Workload
+    from accelkit.models import resolve_model
+    from accelkit.plan import plan, resolve_hardware
+
+    bench = make_workload("bert", {"size": "base", "batch_size": 4, "seq_len": 128})
+    estimate, why = predict_variant(bench, Variant(), "cuda", "h100")
+    assert estimate is not None, why
+    direct = plan(Workload(model=resolve_model("bert-base"), task="infer", batch_size=4, seq_len=128),
+                  Cluster(device=resolve_hardware("h100"), num_devices=1))
+    assert estimate.workload.seq_len == 128
+    assert estimate.details["flops_per_step"] == pytest.approx(direct.details["flops_per_step"], rel=1e-9)

@@ -58,7 +58,9 @@ class Bert(BenchWorkload):
 
     def spec(self) -> WorkloadSpec:
         c = self.config
-        return WorkloadSpec(model=self.model_spec, task="infer", batch_size=c.batch_size, prompt_len=c.seq_len, output_len=0)
+        # an encoder's input length is the planner's seq_len (prompt_len is a decoder's; set alike for clarity)
+        return WorkloadSpec(model=self.model_spec, task="infer", batch_size=c.batch_size, seq_len=c.seq_len,
+                            prompt_len=c.seq_len, output_len=0)
 
     def check(self, device: str) -> None:
         spec, c = self.model_spec, self.config
