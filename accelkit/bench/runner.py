@@ -27,7 +27,7 @@ from accelkit.bench.reference import build_reference
 from accelkit.bench.session import Measurer
 from accelkit.bench.trackers import run_peak_bytes
 from accelkit.bench.variants import Variant, device_refusal
-from accelkit.bench.workloads.base import BenchWorkload
+from accelkit.bench.workloads.base import BenchWorkload, check_workload
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
 from accelkit.core.spec import Spec, spec_field
@@ -146,7 +146,7 @@ def run_benchmark(
     reporter = reporter or Reporter()
     device = resolve_device(config.device)
     runnable, refused = plan_variants(workload, requested, device, reporter)
-    workload.check(device)
+    check_workload(workload, device)
     hardware, catalog = identify(device)
     record = RunRecord(workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=device,
                        hardware=hardware, run_id=run_id or uuid.uuid4().hex[:12],

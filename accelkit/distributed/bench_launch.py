@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.record import StoreWriter
 from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants
+from accelkit.bench.workloads.base import check_workload
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
 from accelkit.distributed.launch import DistConfig, launch
@@ -52,7 +53,7 @@ def run_distributed_bench(
     runnable, refused = plan_variants(workload, requested, device, reporter,
                                       extra_refusal=lambda v: refusal(workload, v), world_size=world_size,
                                       zero=dist.zero)
-    workload.check(device)
+    check_workload(workload, device)
     if device.startswith("cuda"):
         import torch
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from accelkit.core import ModelSpec
+from accelkit.core import ModelSpec, UserError
 from accelkit.models.hf import to_hf_config
 
 if TYPE_CHECKING:
@@ -28,14 +28,27 @@ _CLASSES = {
 
 
 def hf_config(spec: ModelSpec, **overrides: Any) -> Any:
-    """The transformers ``PretrainedConfig`` for ``spec``."""
+    """The transformers ``PretrainedConfig`` for ``spec``; a UserError when transformers refuses the architecture
+    (its rules are its own and per family: e.g. transformers 5's Llama wants hidden_size a multiple of the heads
+    even with an explicit head_dim, which the planner can model)."""
     import transformers
 
     cfg = to_hf_config(spec)
     cfg.pop("model_type")
     cfg.update(overrides)
     config_cls = getattr(transformers, _CLASSES[spec.family][0])
-    return config_cls(**cfg)
+    try:
+        return config_cls(**cfg)
+    except Exception as exc:  # a ValueError, or huggingface_hub's validation error around one
+        why = exc.__cause__ or exc
+        raise UserError(f"{spec.name}: transformers {transformers.__version__} cannot build this {spec.family} "
+                        f"architecture: {' '.join(str(why).split())}") from exc
+
+
+def check_buildable(spec: ModelSpec) -> None:
+    """Refuse (UserError) a spec transformers will not build, before any run starts (it failed each variant's load)."""
+    if spec.family in _CLASSES:
+        hf_config(spec)
 
 
 def build_model(

@@ -215,3 +215,27 @@ def test_models_show_says_which_layers_a_sliding_window_covers(tmp_path, capsys,
     assert "(4,096 kept: sliding window 4,096)" in shown["mistral"]
     # Qwen2: the first max_window_layers layers keep every position — no fractional mean "kept" figure
     assert "sliding window 4,096 on 1 of 2 layers; the other 1 keep every position" in shown["qwen2"]
+
+
+def test_an_architecture_transformers_refuses_is_a_usage_error_before_the_run(tmp_path):
+    """transformers 5's Llama refuses hidden_size 250 with 8 heads even with head_dim 32 (which the planner models):
+    the bench failed each variant's load with a truncated "StrictDataclassClassValidationError: Class validation
+    error for validator 'validate_architecture'" and exit 1; now one line, exit 2, before anything runs."""
+    import json
+
+    import pytest
+
+    from accelkit.bench.workloads import make_workload
+    from accelkit.bench.workloads.base import check_workload
+    from accelkit.core import UserError
+
+    path = tmp_path / "odd" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 250, "num_attention_heads": 8, "head_dim": 32,
+                                "num_key_value_heads": 2, "intermediate_size": 512, "num_hidden_layers": 2,
+                                "vocab_size": 1000}))
+    workload = make_workload("llm-train", {"model": str(path), "batch_size": 1, "seq_len": 16})
+    with pytest.raises(UserError, match=r"cannot build this llama architecture: The hidden size \(250\) is not a "
+                                        r"multiple of the number of attention heads \(8\)\.$"):
+        check_workload(workload, "cpu")
+    check_workload(make_workload("llm-train", {"model": "tiny-llama", "batch_size": 1, "seq_len": 16}), "cpu")

@@ -164,6 +164,18 @@ def gb(num_bytes: float) -> str:
     return f"{num_bytes / 1e9:.1f} GB" if num_bytes < 1e15 else f"{num_bytes / 1e9:.3g} GB"
 
 
+def check_workload(workload: BenchWorkload, device: str) -> None:
+    """Everything refused before a run: the workload's own ``check``, then — for a workload of a model preset or
+    config.json — whether transformers builds that architecture at all."""
+    from accelkit.core import ModelSpec
+    from accelkit.models.build import check_buildable
+
+    workload.check(device)
+    spec = getattr(workload, "model_spec", None)
+    if isinstance(spec, ModelSpec):
+        check_buildable(spec)
+
+
 def check_fits(num_params: int, device: str, what: str, *, data_bytes: int = 0,
                shape: dict[str, int] | None = None) -> None:
     """Refuse up front when the run cannot fit: fp32 weights alone (weights are built in fp32), or those plus
