@@ -320,14 +320,22 @@ def _ratio(entry: BenchResult, base: BenchResult) -> float:
     return (entry.throughput.value or 0.0) / (base.throughput.value or 1.0)
 
 
-def _ratio_text(entry: BenchResult, base: BenchResult) -> str:
-    """'1.31× [1.27–1.35]' against ``base`` (the interleaved comparison when there is one)."""
+def _within_spread(entry: BenchResult) -> bool:
+    """Whether ``entry``'s comparison found no difference from the baseline (the ratio is within the noise)."""
     cmp = entry.comparison
+    return cmp is not None and cmp.ratio is not None and cmp.verdict.startswith("no difference")
+
+
+def _ratio_text(entry: BenchResult, base: BenchResult, *, named: bool = False) -> str:
+    """'1.31× [1.27–1.35]' against ``base`` (the interleaved comparison when there is one), 'fp32' after it when
+    ``named``, then ', within the run-to-run spread' when the comparison found no difference."""
+    cmp = entry.comparison
+    name = f" {base.name}" if named else ""
     if cmp is not None and cmp.ratio is not None:
         spread = f" [{cmp.p25:.2f}–{cmp.p75:.2f}]" if cmp.p25 is not None and cmp.p75 is not None else ""
-        same = ", within the run-to-run spread" if cmp.verdict.startswith("no difference") else ""
-        return f"{cmp.ratio:.2f}×{spread}{same}"
-    return f"{_ratio(entry, base):.2f}×"
+        same = ", within the run-to-run spread" if _within_spread(entry) else ""
+        return f"{cmp.ratio:.2f}×{spread}{name}{same}"
+    return f"{_ratio(entry, base):.2f}×{name}"
 
 
 def _inconclusive(entry: BenchResult) -> str:
@@ -375,13 +383,14 @@ def verdicts(entries: list[BenchResult]) -> list[str]:
         # a ratio on too few pairs of blocks names no winner: 'measured fastest', and the verdict says why not
         if best is base:
             second = max(group[1:], key=ratio)
-            settled = "measured fastest" if _inconclusive(second) else "was fastest"
+            settled = "measured fastest" if _inconclusive(second) or _within_spread(second) else "was fastest"
             out.append(f"{step}: the baseline {base.name} {settled} ({_rate(base.throughput.value)} {unit}); next "
                        f"{second.name} at {_ratio_text(second, base)}{_inconclusive(second)}"
                        f"{_disagrees(second, base, unit)}")
             continue
-        settled = "measured fastest" if _inconclusive(best) else "fastest"
-        parts = [f"{step}: {best.name} {settled} at {_ratio_text(best, base)} {base.name} "
+        # inconclusive (too few pairs) or no difference (within the noise): not a winner, only the best measured
+        settled = "measured fastest" if _inconclusive(best) or _within_spread(best) else "fastest"
+        parts = [f"{step}: {best.name} {settled} at {_ratio_text(best, base, named=True)} "
                  f"({_rate(best.throughput.value)} vs {_rate(base.throughput.value)} {unit}){_inconclusive(best)}"
                  f"{_disagrees(best, base, unit)}"]
         if best.mfu.value is not None and base.mfu.value is not None:

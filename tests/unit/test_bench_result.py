@@ -194,3 +194,15 @@ def test_verdict_rates_are_never_in_e_notation():
                                                                    pairs=8, interleaved=True, verdict="slower"))
     (line,) = verdicts([base, slower])
     assert "(59,450 tokens/s)" in line and "e+" not in line, line
+
+
+def test_a_ratio_within_the_spread_names_no_winner_and_reads_in_order():
+    """'fp16 fastest at 2.31× [0.46–3.02], within the run-to-run spread fp32 (…)': the spread clause sat between
+    the ratio and the baseline's name, and a ratio the comparison called no difference was called fastest."""
+    cmp = Comparison(baseline="fp32", ratio=2.31, p25=0.46, p75=3.02, verdict="no difference (within the spread)")
+    base = entry("fp32", 100.0).replace(comparison=Comparison(baseline="fp32", ratio=1.0, verdict="baseline"))
+    (line,) = verdicts([base, entry("fp16", 231.0).replace(comparison=cmp)])
+    assert line.startswith("train step: fp16 measured fastest at 2.31× [0.46–3.02] fp32, within the run-to-run "
+                           "spread (231 vs 100 tokens/s)"), line
+    (line,) = verdicts([base, entry("fp16", 90.0).replace(comparison=cmp.replace(ratio=0.9))])
+    assert "the baseline fp32 measured fastest" in line and "next fp16 at 0.90× [0.46–3.02], within" in line, line
