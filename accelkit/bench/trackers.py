@@ -69,7 +69,9 @@ class CpuRssPeak:
     value 5), then ``VmHWM`` after minus ``VmRSS`` before. Exact, and no sampling thread."""
 
     scope = ("CPU: RSS the variant added by the end of its warm-up + the peak RSS increase over a block "
-             "(VmHWM after − VmRSS before; /proc/self/clear_refs)")
+             "(VmHWM after − VmRSS before; /proc/self/clear_refs); pages an earlier variant or the reference pass "
+             "freed are reused uncounted, so the figure depends on the order — to compare variants' memory on a "
+             "CPU, run one variant per command")
 
     def __init__(self) -> None:
         self._before = 0
