@@ -2,12 +2,14 @@
 
 Prefill: one forward over the prompts that returns the first token (time to first token). Decode: one
 step per call on a KV cache that grows from ``prompt_len`` to ``prompt_len + output_len − 1`` tokens and
-is then cropped back, so every measured call is a real decode step at a context the user asked for.
+is then rewound to the prompt (:func:`rewinder`), so every measured call is a real decode step at a context
+the user asked for.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +49,48 @@ def matmul_params(spec: ModelSpec) -> int:
 def forward_flops_per_token(spec: ModelSpec, context: float) -> float:
     """2N + 4·L·H·Q·T: weights once, and QKᵀ plus PV over ``context`` keys (no causal halving, as counted)."""
     return 2 * matmul_params(spec) + 4 * spec.num_layers * spec.num_heads * spec.head_size * context
+
+
+def rewinder(cache: Any, prompt_len: int) -> Callable[[], None]:
+    """What takes ``cache``, as a prefill of ``prompt_len`` tokens left it, back to that state at the end of a decode
+    cycle, for about the cost of a crop (it runs inside the cycle's first timed call, as the crop did). A layer that
+    keeps every past token is cropped (a view, no copy). A sliding-window layer past its window cannot be cropped
+    back (transformers keeps only the last window − 1 tokens), so it, and any other layer kind, gets its prefilled
+    state back by reference: decode replaces a layer's tensors (torch.cat) rather than writing into them, so the
+    kept ones are still the prefill's. A layer that does write in place (a linear-attention state) gets back tensors
+    of the same shapes, whose values decode has changed: the same work, which is what is timed."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:  # a cache without per-layer objects (transformers < 4.56 or a model's own): crop it whole
+        return lambda: cache.crop(-(cache.get_seq_length() - prompt_len))
+    croppable = [layer for layer in layers if _keeps_every_token(layer)]
+    kept = [(layer, _snapshot(layer)) for layer in layers if not _keeps_every_token(layer)]
+
+    def rewind() -> None:
+        for layer in croppable:
+            layer.crop(-(layer.get_seq_length() - prompt_len))
+        for layer, saved in kept:
+            vars(layer).update({k: dict(v) if isinstance(v, dict) else v for k, v in saved.items()})
+
+    return rewind
+
+
+def _keeps_every_token(layer: Any) -> bool:
+    """A plain full-attention layer: its keys and values are every token so far, and crop takes them back."""
+    from transformers.cache_utils import DynamicLayer
+
+    return type(layer) is DynamicLayer
+
+
+def _snapshot(layer: Any) -> dict[str, Any]:
+    """``layer``'s attributes (dicts copied: decode assigns into them), with each tensor that views a larger storage
+    (a sliding window cut from a longer prompt) compacted first, in the layer too: the kept state then holds no more
+    memory than the layer itself does."""
+    import torch
+
+    for name, value in vars(layer).items():
+        if isinstance(value, torch.Tensor) and value.untyped_storage().nbytes() > value.numel() * value.element_size():
+            setattr(layer, name, value.clone(memory_format=torch.contiguous_format))
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in vars(layer).items()}
 
 
 def resolve_decoder(name: str) -> ModelSpec:
@@ -112,20 +156,24 @@ class LLM(BenchWorkload):
             return out, out.logits[:, -1:].argmax(-1)  # (B, 1): the first generated token
 
         run_prefill = run_in(variant, device, prefill, inference=True)
-        state: dict[str, Any] = {"cache": None, "token": None, "pos": 0}
+        state: dict[str, Any] = {"cache": None, "rewind": None, "token": None, "pos": 0}
+
+        def step() -> None:
+            cache = state["cache"]
+            if state["pos"] == c.output_len:  # back to the prompt: the next cycle runs the same contexts
+                state["rewind"]()
+                state["pos"] = 0
+            logits = model(input_ids=state["token"], use_cache=True, **{kw: cache}).logits
+            state["token"] = logits[:, -1:].argmax(-1)  # greedy; (B, 1)
+            state["pos"] += 1
 
         def decode() -> Any:
             if state["cache"] is None:  # the first call seeds the cache with a prefill (first-call phase)
                 out, state["token"] = prefill()
                 cache = out.get(kw)  # ModelOutput is a dict
                 state["cache"] = cache if cache is not None else out.get("past_key_values")
-            cache = state["cache"]
-            if state["pos"] == c.output_len:  # back to the prompt: the next cycle runs the same contexts
-                cache.crop(-(cache.get_seq_length() - c.prompt_len))
-                state["pos"] = 0
-            logits = model(input_ids=state["token"], use_cache=True, **{kw: cache}).logits
-            state["token"] = logits[:, -1:].argmax(-1)  # greedy; (B, 1)
-            state["pos"] += 1
+                state["rewind"] = rewinder(state["cache"], c.prompt_len)
+            step()
             return state["token"]
 
         def decode_flops_at(cached: int) -> float:
