@@ -11,6 +11,7 @@ them — counting it would be HFU.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,18 +52,73 @@ def _cpu_flash_backward(grad_out, query, key, value, *args, out_shape=None, **kw
     return 2 * _attention_flops(query, key, value)  # dQ, dK, dV, dP: four matmuls of the forward's size
 
 
-def count_flops(fn: Callable[[], object], *, calls: int = 1) -> float:
-    """Model FLOPs per call of ``fn``, averaged over ``calls`` calls (a decode step's context grows)."""
+def _grouped_mm_flops(a, b, *args, out_shape=None, **kwargs) -> int:  # type: ignore[no-untyped-def]
+    """``aten._grouped_mm`` (the MoE experts of transformers 5): 2 · K · (output elements), K = ``a``'s last dim.
+    a (M_total, K) × b (G, K, N) → (M_total, N), rows split by ``offs``; a (G, M, K) × b (K, N_total) → (M, N_total);
+    a (G, M, K) × b (G, K, N) → (G, M, N); a (M, K_total) × b (K_total, N) → (G, M, N) with each group contracting
+    over its own slice of K_total (the weight gradient), so that case divides by G. The backward is two more
+    ``_grouped_mm`` calls (dA, dB), counted by this same formula: 2× the forward."""
+    assert out_shape is not None
+    num_out = math.prod(out_shape)
+    groups = out_shape[0] if len(a) == 2 and len(b) == 2 else 1
+    return int(2 * a[-1] * num_out // groups)
+
+
+def _grouped_mm_fallback_flops(x, weight, offs, *args, out_shape=None, **kwargs) -> int:  # type: ignore[no-untyped-def]
+    """transformers' ``grouped_mm_fallback`` custom op (a loop of mm where ``_grouped_mm`` cannot run): x (S, K) ×
+    weight (E, K, N) → (S, N)."""
+    return int(2 * x[0] * x[1] * weight[-1])
+
+
+def _grouped_mm_fallback_backward_flops(x, weight, offs, grad, *args, out_shape=None, **kwargs) -> int:  # type: ignore[no-untyped-def]
+    return 2 * _grouped_mm_fallback_flops(x, weight, offs)  # dX and dW: two matmuls of the forward's size
+
+
+def _flop_formulas() -> dict[Any, Callable[..., int]]:
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     aten = torch.ops.aten
-    # torch's counter has no formula for the CPU flash-attention kernel that SDPA picks on a CPU
-    custom = {
+    custom: dict[Any, Callable[..., int]] = {
+        # torch's counter has no formula for the CPU flash-attention kernel that SDPA picks on a CPU
         aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_forward,
         aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward,
+        # nor for grouped GEMMs: without these a Mixtral-style model counted attention and the router only
+        aten._grouped_mm: _grouped_mm_flops,
     }
-    with FlopCounterMode(display=False, custom_mapping=custom) as counter:
+    # registered when transformers' MoE integration is imported (a model that has one imports it first)
+    fallback = getattr(torch.ops, "transformers", None)
+    if fallback is not None and hasattr(fallback, "grouped_mm_fallback"):
+        custom[fallback.grouped_mm_fallback] = _grouped_mm_fallback_flops
+        custom[fallback.grouped_mm_fallback_backward] = _grouped_mm_fallback_backward_flops
+    return custom
+
+
+def meta_grouped_mm() -> Any:
+    """A dispatch mode that runs ``aten._grouped_mm`` on meta tensors of any dtype. Its meta kernel copies the CUDA
+    kernel's bf16-only check ("Expected inputs of BF16 type"), so the fp32 count of an MoE model failed on the meta
+    device; the CPU kernel takes fp32, and the output's shape does not depend on the dtype. Other calls pass through."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class MetaGroupedMM(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            if func is torch.ops.aten._grouped_mm.default and args[0].device.type == "meta" \
+                    and args[0].dtype != torch.bfloat16:
+                a, b, *rest = args
+                out_dtype = kwargs.pop("out_dtype", None) or a.dtype
+                return func(a.to(torch.bfloat16), b.to(torch.bfloat16), *rest, **kwargs).to(out_dtype)
+            return func(*args, **kwargs)
+
+    return MetaGroupedMM()  # type: ignore[no-untyped-call]
+
+
+def count_flops(fn: Callable[[], object], *, calls: int = 1) -> float:
+    """Model FLOPs per call of ``fn``, averaged over ``calls`` calls (a decode step's context grows)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    # the meta mode outside the counter: the counter sees each op first, then the meta stand-in runs it
+    with meta_grouped_mm(), FlopCounterMode(display=False, custom_mapping=_flop_formulas()) as counter:
         for _ in range(calls):
             fn()
     return float(counter.get_total_flops()) / calls
