@@ -72,11 +72,16 @@ def drift(reference: torch.Tensor, candidate: torch.Tensor, *, logits: bool | No
         # would read as a measured drift), the counts say why, and check() fails it on is_finite
         return Drift(max_abs_error=None, cosine=None, sqnr_db=None, identical=False, top1_agreement=None,
                      num_nonfinite=bad_cand, num_nonfinite_reference=bad_ref)
-    noise = (cand - ref).pow(2).sum().item()
-    signal = ref.pow(2).sum().item()
+    # sums accumulate in float64 (the elementwise terms stay fp32: a float64 copy of an LM's logits would double
+    # the largest tensor here); torch's fp32 cosine_similarity gave an output 1.0000269 against itself
+    f64 = torch.float64
+    noise = (cand - ref).pow(2).sum(dtype=f64).item()
+    signal = ref.pow(2).sum(dtype=f64).item()
+    norms = math.sqrt(signal * cand.pow(2).sum(dtype=f64).item())
+    cosine = (ref * cand).sum(dtype=f64).item() / norms if norms > 0 else 0.0
     return Drift(
         max_abs_error=(cand - ref).abs().max().item(),
-        cosine=torch.nn.functional.cosine_similarity(ref.flatten(), cand.flatten(), dim=0).item(),
+        cosine=min(1.0, max(-1.0, cosine)),  # rounding can still leave it a hair outside [-1, 1]
         sqnr_db=None if noise == 0 or signal == 0 else 10 * math.log10(signal / noise),
         identical=noise == 0,
         top1_agreement=(ref.argmax(-1) == cand.argmax(-1)).float().mean().item() if logits else None,

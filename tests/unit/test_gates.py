@@ -113,3 +113,13 @@ def test_task_gate_allows_the_same_relative_drop_for_a_negative_metric():
     negated = check(ref, within, logits=True, metric=loss)
     assert negated.passed and -negated.threshold == pytest.approx(ref_loss * 1.01)  # cand loss ≤ ref + 1%·|ref|
     assert not check(ref, beyond, logits=True, metric=loss).passed
+
+
+def test_cosine_of_an_output_with_itself_is_exactly_one():
+    """Summed in fp32, a (2, 64, 5000) output's cosine against itself came out 1.0000119 (the review saw 1.0000269):
+    a similarity can never exceed 1."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 64, 5000) * 3 + 1
+    assert drift(x, x).cosine == 1.0
+    assert drift(x, x * (1 + 1e-6)).cosine <= 1.0
+    assert drift(x, -x).cosine == -1.0
