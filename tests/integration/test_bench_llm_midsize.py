@@ -64,3 +64,26 @@ def test_decode_on_a_dense_model_still_rewinds_every_cycle(tmp_path: Path) -> No
     flops = _decode_flops_per_call(_config(tmp_path, "Llama"), 10, output_len, 2 * output_len)
     assert flops[:output_len] == flops[output_len:]
     assert len(set(flops[:output_len])) == output_len  # one context per call of the cycle
+
+
+@pytest.mark.parametrize("workload", ["llm", "llm-train"])
+def test_moe_analytic_flops_count_the_active_experts_as_the_planner_does(tmp_path: Path, workload: str) -> None:
+    """The analytic N used every expert's weights (num_params): 4 experts, top-2 read 1.5× the planner's FLOPs. It
+    is now the parameters a token goes through; the planner's figure excludes norms, hence the 1% tolerance."""
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+    from accelkit.plan import flops as F
+
+    model = _config(tmp_path, "Mixtral", num_local_experts=4, num_experts_per_tok=2, sliding_window=None)
+    shape = {"seq_len": 32} if workload == "llm-train" else {"prompt_len": 32, "output_len": 4}
+    bench = make_workload(workload, {"model": model, "batch_size": 2, **shape})
+    spec = bench.model_spec
+    prepared = bench.prepare(Variant(), "meta", seed=0)
+    analytic = {step.name: step.analytic_flops_per_item for step in prepared.steps}
+    if workload == "llm-train":
+        planner = {"train step": F.training_flops(spec, batch=2, seq=32) / 64}
+    else:  # the bench counts the LM head at every prompt position; the planner's prefill only at the last
+        planner = {"prefill": F.forward_flops(spec, batch=2, seq=32) / 64,
+                   "decode": F.decode_flops(spec, batch=2, context=32 + 5 / 2) / 2}
+    for name, expected in planner.items():
+        assert analytic[name] == pytest.approx(expected, rel=0.01), name

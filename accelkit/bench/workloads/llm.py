@@ -41,8 +41,9 @@ class LLMConfig(Spec):
 
 
 def matmul_params(spec: ModelSpec) -> int:
-    """N of the FLOPs formulas: parameters less the embedding lookups, plus the LM head when it is tied."""
-    n = spec.num_params() - spec.num_embedding_params()
+    """N of the FLOPs formulas: the parameters a token goes through (a mixture of experts: its top-k experts, not all
+    of them, as the planner counts) less the embedding lookups, plus the LM head when it is tied."""
+    n = spec.num_active_params() - spec.num_embedding_params()
     return n + spec.vocab_size * spec.hidden_size if spec.tied_embeddings else n
 
 
@@ -201,7 +202,7 @@ class LLM(BenchWorkload):
             return (lo + hi) / 2 if abs(mid - line) <= 1e-9 * max(hi, 1.0) else None
 
         mean_decode_context = c.prompt_len + (c.output_len + 1) / 2
-        formula = "2N + 4·L·H·Q·T (N without embeddings, T = keys attended)"
+        formula = "2N + 4·L·H·Q·T (N active, without embeddings; T = keys attended)"
         steps = [
             Step("prefill", run_prefill, c.batch_size * c.prompt_len, "tokens", latency_name="TTFT",
                  analytic_flops_per_item=forward_flops_per_token(spec, c.prompt_len), analytic_formula=formula),

@@ -78,6 +78,6 @@ class LLMTrain(BenchWorkload):
         palm = 6 * matmul_params(spec) + 12 * spec.num_layers * spec.num_heads * spec.head_size * c.seq_len
         step = Step("train step", train_step(model, optimizer, loss, variant, device), c.batch_size * c.seq_len,
                     "tokens", analytic_flops_per_item=palm, returns_loss=True,
-                    analytic_formula="6N + 12·L·H·Q·T per token (PaLM, Appendix B; N without embeddings)")
+                    analytic_formula="6N + 12·L·H·Q·T per token (PaLM, Appendix B; N active, without embeddings)")
         return Prepared(steps=[step], evaluate=evaluate_fn(model, variant, device,
                                                            lambda: model(input_ids=ids[:EVAL_ROWS]).logits))
