@@ -123,3 +123,43 @@ def test_cosine_of_an_output_with_itself_is_exactly_one():
     assert drift(x, x).cosine == 1.0
     assert drift(x, x * (1 + 1e-6)).cosine <= 1.0
     assert drift(x, -x).cosine == -1.0
+
+
+def _near_tie_logits() -> torch.Tensor:
+    """(64, 500) logits: rows 0–31 with a clear winner, rows 32–63 with their top two 1e-4 σ apart."""
+    torch.manual_seed(0)
+    ref = torch.randn(64, 500)
+    ref[:32, 7] = ref[:32].max(-1).values + 1.0
+    ref[32:, 3] = ref[32:].max(-1).values + 1.0
+    ref[32:, 9] = ref[32:, 3] - 1e-4
+    return ref
+
+
+def test_top1_agreement_leaves_out_near_ties_that_flip_on_rounding():
+    """A near-tie's argmax is rounding noise: a random-init LM's bf16 logits agreed on 95% of positions with a
+    cosine of 0.9999 and failed the 99% gate. Only positions with a clear reference top-1 count."""
+    ref = _near_tie_logits()
+    cand = ref.clone()
+    cand[32:, 9] += 2e-4  # every near-tie flips, by far less than the logits' spread
+    d = drift(ref, cand, logits=True)
+    assert d.top1_agreement == 1.0 and d.num_top1_positions == 32
+    assert check(ref, cand, logits=True).passed
+    cand[:4, 7] -= 2.0  # a clear winner lost is counted
+    assert drift(ref, cand, logits=True).top1_agreement == pytest.approx(28 / 32)
+
+
+@pytest.mark.parametrize("broken", ["noise", "unrelated"])
+def test_a_broken_candidate_still_fails_the_top1_gate(broken):
+    ref = _near_tie_logits()
+    torch.manual_seed(1)
+    cand = ref + torch.randn_like(ref) if broken == "noise" else torch.randn_like(ref)  # noise σ = logits σ
+    result = check(ref, cand, logits=True)
+    assert result.criterion == "top1" and not result.passed and result.candidate_value < 0.9
+
+
+def test_all_near_ties_fall_back_to_cosine():
+    ref = torch.zeros(8, 10)
+    ref[:, 0], ref[:, 1] = 1.0, 1.0 - 1e-6  # no position has a clear top-1
+    d = drift(ref, ref.flip(-1), logits=True)
+    assert d.top1_agreement is None and d.num_top1_positions == 0
+    assert check(ref, ref, logits=True).criterion == "cosine"
