@@ -39,6 +39,7 @@ class Bert(BenchWorkload):
     config_cls = BertConfig
     task = "infer"
     summary = "encoder inference (BERT tiny/base/large), samples/s"
+    output_is_logits = False  # last_hidden_state: no class axis, so accuracy gates use cosine, never top-1
 
     @property
     def model_spec(self) -> ModelSpec:
