@@ -109,12 +109,7 @@ class SweepSpec(Spec):
             if unknown:
                 raise ValueError(f"layouts[{i}] has no field {', '.join(unknown)}; known: {', '.join(keys)}")
             if self.kind == "bench" and layout:  # the launch's own checks, before any point runs
-                from accelkit.distributed.launch import DistConfig
-
-                try:
-                    DistConfig.from_dict(layout)
-                except (ValueError, TypeError) as e:
-                    raise ValueError(f"layouts[{i}]: {e}") from None
+                self._check_launch(i, layout)
         for i, r in enumerate(self.rates or ()):
             _rate(r, f"rates[{i}]")
         if self.kind == "plan":
@@ -123,6 +118,22 @@ class SweepSpec(Spec):
                 if unknown:
                     raise ValueError(f"workloads[{name!r}] has no field {', '.join(unknown)}; known: "
                                      + ", ".join(PLAN_CONFIG_KEYS))
+
+    def _check_launch(self, i: int, layout: dict[str, Any]) -> None:
+        """A bench layout with keys is a torchrun launch: the checks `bench --nproc-per-node` makes before it."""
+        from accelkit.distributed.launch import DistConfig
+
+        if "nproc_per_node" not in layout:
+            given = ", ".join(sorted(layout))
+            raise ValueError(f"layouts[{i}] sets {given} but not nproc_per_node: a layout with keys is a torchrun "
+                             "launch — give nproc_per_node (its processes per node), or {} for one process")
+        try:
+            dist = DistConfig.from_dict(layout)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"layouts[{i}]: {e}") from None
+        if dist.backend == "nccl" and str(self.bench.get("device", "auto")) == "cpu":
+            raise ValueError(f"layouts[{i}] backend nccl needs CUDA GPUs, but bench runs on the CPU (bench: "
+                             "{device: cpu}); use backend gloo, or auto (NCCL on GPUs, gloo on CPUs)")
 
 
 def _rate(value: float | str, field_name: str) -> float:

@@ -107,6 +107,10 @@ def test_loadtest_rates_axis():
     ("workloads: {bert: {}}\nlayouts: [{nproc_per_node: 2, collective_timeout_s: 0}]\n",
      r"layouts\[0\]: collective_timeout_s=0.0 is out of range; expected >= 1"),
     ("workloads: {bert: {}}\nlayouts: [{nproc_per_node: 0}]\n", r"layouts\[0\]: nproc_per_node=0 is out of range"),
+    ("workloads: {bert: {}}\nlayouts: [{collective_timeout_s: 60}]\n",  # ran a 1-rank torchrun
+     r"layouts\[0\] sets collective_timeout_s but not nproc_per_node: a layout with keys is a torchrun launch"),
+    ("workloads: {bert: {}}\nbench: {device: cpu}\nlayouts: [{nproc_per_node: 2, backend: nccl}]\n",
+     r"layouts\[0\] backend nccl needs CUDA GPUs, but bench runs on the CPU"),
     ("workloads: {bert: {}}\nrates: [1]\n", "rates applies to kind loadtest"),
     ("kind: loadtest\nworkloads: {m: {}}\nrates: [1, fast]\n", r"rates\[1\]"),
     ("workloads: {bert: {}}\nbatch_size: [1]\n", "has no field batch_size"),
