@@ -242,7 +242,9 @@ def load_config(path: str | Path) -> ModelSpec:
         raise UserError(f"{p}: not a usable JSON document ({exc})") from None
     except OSError as exc:
         raise UserError(f"{p}: cannot be read ({exc.strerror or exc})") from None
-    name = p.parent.name if p.parent.name not in ("", ".") else None
+    # a Hub-style folder's config.json is named after its folder (absolute: 'config.json' given from inside it
+    # too); any other file after itself — two configs side by side must not share a name in results and sweeps
+    name = (p.resolve().parent.name or None) if p.name == "config.json" else p.stem
     return from_hf_config(data, name=name, source=str(p))
 
 

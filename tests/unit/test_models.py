@@ -239,3 +239,20 @@ def test_an_architecture_transformers_refuses_is_a_usage_error_before_the_run(tm
                                         r"multiple of the number of attention heads \(8\)\.$"):
         check_workload(workload, "cpu")
     check_workload(make_workload("llm-train", {"model": "tiny-llama", "batch_size": 1, "seq_len": 16}), "cpu")
+
+
+def test_a_config_file_is_named_after_itself_and_a_config_json_after_its_folder(tmp_path, monkeypatch):
+    """Every file was named after its folder: llama_s.json and llama_xl.json side by side were both 'r2' in results
+    and sweep labels; a config.json given by a relative name from inside its folder lost the folder's name."""
+    import json
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+           "num_hidden_layers": 2, "vocab_size": 100}
+    folder = tmp_path / "r2"
+    folder.mkdir()
+    for name in ("llama_s.json", "llama_xl.json", "config.json"):
+        (folder / name).write_text(json.dumps(cfg))
+    assert [load_config(folder / n).name for n in ("llama_s.json", "llama_xl.json")] == ["llama_s", "llama_xl"]
+    assert load_config(folder).name == load_config(folder / "config.json").name == "r2"
+    monkeypatch.chdir(folder)
+    assert load_config("config.json").name == "r2"
