@@ -104,6 +104,10 @@ def bench_footnotes(run: BenchRunResult) -> list[str]:
     lines += run.notes
     lines += [f"drift ({v.key}): {v.accuracy.note}" for v in run.variants
               if has_nonfinite_output(v.accuracy) and v.accuracy is not None and v.accuracy.note]
+    # above 100 %: the peak is below what this run reached (a probe taken on a loaded machine, or a quick one)
+    lines += [f"MFU above 100% ({v.key}: {v.mfu.value:.1%}): the peak it divides by is lower than this run reached "
+              f"({v.mfu.peak_source}) — re-run `accelkit hw probe` (without --quick) on a quiet machine"
+              for v in run.variants if v.mfu.value is not None and v.mfu.value > 1]
     seen: set[str] = set()
     for v in run.variants:
         texts = [f"MFU peak ({v.precision or '-'}): {v.mfu.peak_source}"]

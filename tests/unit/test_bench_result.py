@@ -206,3 +206,15 @@ def test_a_ratio_within_the_spread_names_no_winner_and_reads_in_order():
                            "spread (231 vs 100 tokens/s)"), line
     (line,) = verdicts([base, entry("fp16", 90.0).replace(comparison=cmp.replace(ratio=0.9))])
     assert "the baseline fp32 measured fastest" in line and "next fp16 at 0.90× [0.46–3.02], within" in line, line
+
+
+def test_mfu_above_100_percent_is_flagged_with_the_fix():
+    """MFU 120.7% (a quick probe taken under load is the peak every later run divides by) was printed without a
+    word; the footnotes now say what it means and which probe to re-run."""
+    from accelkit.report.tables import bench_footnotes
+
+    run = BenchRunResult(workload="w", label="l", device="cpu", hardware="h", run_id="r",
+                         variants=[entry("fp32", mfu=1.207), entry("bf16", mfu=0.5)])
+    flagged = [line for line in bench_footnotes(run) if line.startswith("MFU above 100%")]
+    assert flagged == ["MFU above 100% (fp32 · train step: 120.7%): the peak it divides by is lower than this run "
+                       "reached (catalog) — re-run `accelkit hw probe` (without --quick) on a quiet machine"]
