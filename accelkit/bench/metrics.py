@@ -190,15 +190,15 @@ def mfu_result(
 
 
 # ---- accuracy drift --------------------------------------------------------------------------------
-def drift(reference: torch.Tensor, output: torch.Tensor) -> Accuracy:
+def drift(reference: torch.Tensor, output: torch.Tensor, *, logits: bool | None = None) -> Accuracy:
     """How far ``output`` is from the fp32 ``reference`` on the same slice (``accelkit.recipes.gates.drift``:
     max abs error, cosine, SQNR in dB — null with ``identical: true`` when there is no error, so the JSON
-    stays strict — and top-1 agreement for outputs whose last dim is a class/vocab axis). An output with inf/NaN
-    (an fp16 overflow) has no drift figure: all are None, with a note saying why, not an exception — the variant
-    is measured and fails its gate."""
+    stays strict — and top-1 agreement for outputs whose last dim is a class/vocab axis: ``logits``, a workload's
+    ``output_is_logits``; None guesses from the shape). An output with inf/NaN (an fp16 overflow) has no drift
+    figure: all are None, with a note saying why, not an exception — the variant is measured and fails its gate."""
     from accelkit.recipes.gates import drift as output_drift
 
-    d = output_drift(reference, output.reshape(reference.shape))
+    d = output_drift(reference, output.reshape(reference.shape), logits=logits)
     rows = int(reference.shape[0]) if reference.dim() else None
     if not d.is_finite:  # an overflow is an accuracy failure, measured; the variant's timing stands
         where = (f"the output has inf/NaN ({d.num_nonfinite} of {output.numel()} values)" if d.num_nonfinite

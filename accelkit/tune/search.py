@@ -170,14 +170,17 @@ def _dominates(a: Trial, b: Trial) -> bool:
     return all(p <= q for p, q in zip(xa, xb, strict=True)) and xa != xb
 
 
-def _gate(accuracy: dict[str, Any] | None, max_drop: float) -> dict[str, Any]:
+def _gate(accuracy: dict[str, Any] | None, max_drop: float, *, logits: bool | None = None) -> dict[str, Any]:
     """The default gate on the bench's drift figures: top-1 agreement (class/vocab outputs) or cosine
-    similarity of at least 1 − max_drop against the fp32 output on the same batch. An accuracy with neither figure
-    (no reference output, or an output with inf/NaN: its note says which) fails, with the note as the reason."""
+    similarity of at least 1 − max_drop against the fp32 output on the same batch. ``logits=False`` (a workload
+    whose output is a hidden state: BERT's encoder) gates on cosine even where the bench guessed a class axis from
+    the shape. An accuracy with neither figure (no reference output, or an output with inf/NaN: its note says
+    which) fails, with the note as the reason."""
     accuracy = accuracy or {}
     if accuracy.get("identical"):
         return {"passed": True, "criterion": "identical", "candidate_value": 1.0, "threshold": 1 - max_drop}
-    top1, cosine = accuracy.get("top1_agreement"), accuracy.get("cosine")
+    top1 = accuracy.get("top1_agreement") if logits is not False else None
+    cosine = accuracy.get("cosine")
     criterion, value = ("top1", top1) if top1 is not None else ("cosine", cosine)
     if value is None:
         return {"passed": False, "criterion": "none",
@@ -216,6 +219,7 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     step = on_step or (lambda text: None)
     device = resolve_device(config.device)
     training = workload.task == "train"
+    output_is_logits: bool | None = getattr(workload, "output_is_logits", None)  # None: guessed from the shape
     if workload.task == "input":
         raise UserError("tune searches model recipes; the dataloader workload has none — use `accelkit bench dataloader`")
     hardware, catalog = identify(device)
@@ -296,7 +300,7 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         t.memory_bytes = entry["memory_bytes"].get("peak")
         t.memory_basis = "measured peak"
         t.accuracy = entry.get("accuracy")
-        t.gate = _gate(t.accuracy, config.max_accuracy_drop) if t.name != "fp32" else {
+        t.gate = _gate(t.accuracy, config.max_accuracy_drop, logits=output_is_logits) if t.name != "fp32" else {
             "passed": True, "criterion": "reference", "candidate_value": 1.0, "threshold": 1 - config.max_accuracy_drop}
         t.passed = bool(t.gate["passed"])
         if not t.passed and t.gate.get("reason"):  # no figure to gate on: say why in the trial's row
