@@ -3,7 +3,7 @@
 
 Byte counts are per element of what is really stored. The transformer activation terms follow the
 tensors autograd saves for backward in the modules accelkit builds (checked against
-``saved_tensors_hooks`` on a tiny Llama in fp32 and bf16) and reduce to Korthikanti's
+``saved_tensors_hooks`` on a tiny Llama and tiny GPT-2s in fp32 and bf16) and reduce to Korthikanti's
 ``s·b·h·(34 + 5·a·s/h)`` for a 16-bit GPT layer with fused LayerNorm and unfused attention.
 """
 
@@ -30,6 +30,18 @@ DROPOUT_FAMILIES = ("gpt2", "bert", "vit")
 def uses_dropout(model: ModelSpec, option: bool | None) -> bool:
     """Whether training runs dropout: ``option`` when given, else the family's HF default."""
     return model.family in DROPOUT_FAMILIES if option is None else option
+
+
+def _is_hf_gpt2(model: ModelSpec) -> bool:
+    """Whether the layers are transformers' GPT2Block, the only builder of family gpt2 (always with biases: Conv1D);
+    a gpt2-layout spec without biases is another codebase's modules (MPT as benchmarks/plan_validation_runs.py
+    models it: llm-foundry's nn.GELU and fused Wqkv, no KV cache in training), which keeps what the defaults count.
+
+    Two things GPT2Block keeps that the defaults do not: its ``gelu_new`` is the tanh formula in Python ops,
+    0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), whose autograd keeps x (pow), the tanh output, 0.5·x and 1 + tanh
+    (the last product) — four ffn-sized tensors where one GELU kernel keeps x; and its q, k, v are views of one
+    c_attn output (see ``layer_activation_parts``)."""
+    return model.family == "gpt2" and model.linear_bias
 
 
 def is_mixed(precision: str) -> bool:
@@ -84,6 +96,11 @@ def layer_activation_parts(
     sequence parallelism; ``sharded``: everything inside the tensor-parallel regions, already ÷ tp;
     ``scores``: the s-proportional softmax/dropout terms of unfused attention (dropped by selective
     recompute), ÷ tp.
+
+    Dropout masks are 1 byte an element: CUDA's fused ``native_dropout`` keeps a bool mask. Two CPU-only effects
+    are not modelled (checked in tests/integration/test_plan_torch.py): on a CPU ``torch.dropout`` keeps its mask
+    in the activation dtype (e bytes), and SDPA with dropout > 0 leaves the CPU flash kernel (it has no dropout)
+    for the math path, which keeps the s² terms of ``attention='math'``. On CUDA the flash kernels take dropout.
     """
     h, q_dim, a = model.hidden_size, model.num_heads * model.head_size, model.num_heads
     kv_dim = max(model.kv_heads / tp, 1) * model.head_size  # a rank holds at least one KV head
@@ -94,10 +111,20 @@ def layer_activation_parts(
     attn = e * (q_dim / tp + 2 * kv_dim) + e * q_dim / tp  # q, k, v for the attention; its output
     if attention != "math":  # flash kernels
         attn += 4 * a / tp  # logsumexp, fp32
+        if kernels == "eager" and _is_hf_gpt2(model):
+            # the flash kernel keeps q as a view, so the whole q/k/v output stays, and HF's DynamicCache (filled in
+            # training unless use_cache=False) hands it k and v as torch.cat copies. The math path reshapes q, k and
+            # v into bmm operands (copies) and frees the fused output.
+            attn += 2 * e * kv_dim
         scores = 0.0
     else:  # softmax output (+ dropout mask and output): Korthikanti's 5·a·s with e = 2
         scores = (e + ((1 + e) if dropout else 0)) * a * seq / tp
-    mlp = (4 if model.gated_mlp else 2) * e * f * k / tp
+    if model.gated_mlp:  # gate and up outputs, act(gate), their product (the down-projection input)
+        mlp = 4 * e * f * k / tp
+    elif kernels == "eager" and _is_hf_gpt2(model):  # fc1 output, 3 more for gelu_new, fc2 input
+        mlp = 5 * e * f * k / tp
+    else:  # fc1 output (the GELU input), fc2 input
+        mlp = 2 * e * f * k / tp
     if model.num_experts:
         mlp += 4 * model.num_experts  # router probabilities, fp32
     return {"replicated": replicated, "sharded": attn + mlp, "scores": scores}
@@ -121,15 +148,17 @@ def layer_activation_bytes(
 
 
 def head_activation_bytes(model: ModelSpec, *, tokens: int, seq: int, e: int, tp: int = 1, kernels: str = "eager",
-                          sequence_parallel: bool = False) -> dict[str, float]:
-    """Per micro-batch: token ids and RoPE tables (first stage); final norm, fp32 log-softmax of the
-    logits and labels (last stage). Logits are vocab-parallel (÷ tp)."""
+                          sequence_parallel: bool = False, dropout: bool | None = None) -> dict[str, float]:
+    """Per micro-batch: token ids, RoPE tables and the embedding dropout's 1-byte mask (first stage); final norm,
+    fp32 log-softmax of the logits and labels (last stage). Logits are vocab-parallel (÷ tp)."""
+    sp = tp if sequence_parallel else 1
     first = 8.0 * tokens  # int64 ids kept by the embedding backward
     if model.position == "rope" and model.kind != "cnn":
         first += 2 * seq * model.head_size * e  # cos, sin
+    if uses_dropout(model, dropout) and model.kind != "cnn":
+        first += tokens * model.hidden_size / sp
     last = 0.0
     if model.kind in ("decoder", "moe"):
-        sp = tp if sequence_parallel else 1
         last = tokens * (_norm_bytes(model, e, kernels) / sp + 4 * model.vocab_size / tp + 8)
     return {"first": first, "last": last}
 
