@@ -189,14 +189,17 @@ def _gate(accuracy: dict[str, Any] | None, max_drop: float, *, logits: bool | No
     return {"passed": value >= threshold, "criterion": criterion, "candidate_value": value, "threshold": threshold}
 
 
-def snippet(recipe: Recipe) -> str:
-    """Paste-ready code for a recipe (only the fields that differ from the defaults)."""
+def snippet(recipe: Recipe, *, training: bool = False) -> str:
+    """Paste-ready code for a recipe (only the fields that differ from the defaults). ``apply`` reads
+    ``model.training`` to choose the training or the inference form of a recipe, so the comment names the mode the
+    workload was tuned in (an ``llm-train`` snippet said "model.eval() first for inference")."""
     defaults = Recipe().to_dict()
     fields = ", ".join(f"{k}={v!r}" for k, v in recipe.to_dict().items() if defaults[k] != v)
+    mode = "model.train() first: tuned for training" if training else "model.eval() first: tuned for inference"
     return (
         "from accelkit.core import Recipe\n"
         "from accelkit.recipes import apply\n\n"
-        f"model = apply(model, Recipe({fields}))  # model.eval() first for inference"
+        f"model = apply(model, Recipe({fields}))  # {mode}"
     )
 
 
@@ -325,7 +328,7 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         t.pareto = not any(_dominates(o, t) for o in passing if o is not t)
     winner = min(passing, key=lambda t: _objective_key(t, config.objective)) if passing else None
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
-                        winner=winner, snippet=snippet(winner.recipe) if winner else None, run_id=run_id,
+                        winner=winner, snippet=snippet(winner.recipe, training=training) if winner else None, run_id=run_id,
                         notes=notes + run.notes, ran_quick_probe=ran_quick_probe, quick_probe_id=quick_probe_id,
                         store_error=writer.error)
     result.record_run(doc)  # the trials that were measured are all in the result, stored or not
