@@ -81,16 +81,17 @@ class Variant(Spec):
 
     @property
     def compression_name(self) -> str | None:
-        """How the name shows the compression: bf16-grads, powersgd-r4[-no-ef][-no-warm][-start10] (None for none)."""
+        """How the name shows the compression: bf16-grads, powersgd-r4[-start10][-no-ef][-no-warm] (None for none;
+        the start iteration before the flags: '-no-warm-start1' read as one flag)."""
         if self.grad_compression == "none":
             return None
         if self.grad_compression != "powersgd":
             return f"{self.grad_compression}-grads"
         name = f"powersgd-r{self.powersgd_rank}"
-        name += "" if self.powersgd_error_feedback else "-no-ef"
-        name += "" if self.powersgd_warm_start else "-no-warm"
         default_start = _RECIPE_FIELDS["powersgd_start_iter"].default
-        return name + ("" if self.powersgd_start_iter == default_start else f"-start{self.powersgd_start_iter}")
+        name += "" if self.powersgd_start_iter == default_start else f"-start{self.powersgd_start_iter}"
+        name += "" if self.powersgd_error_feedback else "-no-ef"
+        return name + ("" if self.powersgd_warm_start else "-no-warm")
 
     @property
     def name(self) -> str:
@@ -187,7 +188,9 @@ class Matrix(Spec):
         if "powersgd" not in self.grad_compressions:
             changed = [f for f in POWERSGD_FIELDS if getattr(self, f) != _RECIPE_FIELDS[f].default]
             if changed:
-                raise ValueError(f"{changed[0]} applies to grad_compressions with powersgd, not "
+                value = getattr(self, changed[0])  # a switch is named without its value
+                named = changed[0] if isinstance(value, bool) else f"{changed[0]}={value}"
+                raise ValueError(f"{named} applies to grad_compressions=powersgd, not "
                                  f"{','.join(self.grad_compressions)}")
         else:
             Recipe(grad_compression="powersgd", **self.powersgd)

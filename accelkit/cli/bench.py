@@ -19,7 +19,7 @@ from accelkit.bench.runner import BenchConfig, Reporter
 from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
 from accelkit.bench.workloads import BertConfig, CustomConfig, DataLoaderConfig, LLMConfig, LLMTrainConfig, ResNetConfig
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out
-from accelkit.cli.spec_options import spec_options
+from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.cli.store import measuring, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.timing import LoopConfig
@@ -223,7 +223,9 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
     config = _configs(bench, loop, quick, LoopConfig())
     with flag_values():
         wl = make_workload(name, workload)
+    with flag_values(field_flags(Matrix, MATRIX_NAMES)):  # 'powersgd_rank applies to …' → '--powersgd-rank 8 …'
         variants = Matrix(**matrix).variants() if matrix is not None else []
+    with flag_values():
         dist_config = _dist_config(dist)
         quality_config = _quality_config(quality)
     # the store before measuring: an unwritable store fails now, not after it

@@ -110,3 +110,19 @@ def test_a_store_failure_after_some_variants_names_what_was_stored_and_an_interr
     assert json.loads(captured.out)["interrupted"] is True
     assert "interrupted (not finished: fp16): database or disk is full" in captured.err
     assert "not stored: bf16 · forward" in captured.err
+
+
+def test_a_powersgd_setting_without_powersgd_is_named_by_its_flag(capsys):
+    """'powersgd_rank applies to grad_compressions with powersgd, not none' named the fields, not the flags."""
+    import pytest
+
+    from accelkit.cli.app import main
+
+    base = ["bench", "llm-train", "--model", "tiny-llama", "--device", "cpu", "--nproc-per-node", "2"]
+    for flag, named in ((["--powersgd-rank", "8"], "--powersgd-rank 8"),
+                        (["--no-powersgd-warm-start"], "--powersgd-warm-start")):
+        with pytest.raises(SystemExit) as info:
+            main([*base, *flag])
+        assert info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"error: {named} applies to --grad-compression powersgd, not none"]

@@ -55,8 +55,12 @@ def test_matrix_runs_each_compression_and_names_it():
     assert psgd.without_compression().name == "fp32" and not psgd.is_reference
     assert Variant.from_dict(psgd.to_dict()) == psgd
     assert Matrix().variants() == [Variant()]  # no compression flags: the matrix as before
-    with pytest.raises(ValueError, match="powersgd_rank applies"):
+    with pytest.raises(ValueError, match="powersgd_rank=2 applies"):
         Matrix(powersgd_rank=2)
+    # the start iteration before the switches: '-no-warm-start1' read as one flag
+    late = Matrix(grad_compressions=("powersgd",), powersgd_start_iter=1, powersgd_error_feedback=False,
+                  powersgd_warm_start=False)
+    assert [v.name for v in late.variants()] == ["fp32+powersgd-r4-start1-no-ef-no-warm"]
 
 
 def test_the_single_device_transform_never_sees_compression():
