@@ -106,7 +106,7 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
         per_layer = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, recompute=layout.recompute,
                                            **kw)  # type: ignore[arg-type]
         head = head_activation_bytes(m, tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels,
-                                     sequence_parallel=layout.sequence_parallel)
+                                     sequence_parallel=layout.sequence_parallel, dropout=o.dropout)
         layers = -(-m.num_layers // layout.pp)
         inflight = inflight_micro_batches(layout.pp, layout.vp, layout.grad_accum)
         first = inflight * (layers * per_layer + head["first"])

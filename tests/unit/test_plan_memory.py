@@ -115,3 +115,22 @@ def test_interleaved_pipeline_holds_more_activations(vp, factor):
 
     assert inflight_micro_batches(4, vp, 32) == pytest.approx(4 * factor)
     assert inflight_micro_batches(4, vp, 3) == 3  # never more than the micro-batches there are
+
+
+def test_no_dropout_also_drops_the_embedding_dropout_mask():
+    """--no-dropout reached the layers' dropout masks but not the embedding dropout's (head_activation_bytes was not
+    given it): bert-base kept a 1-byte mask per hidden element of every token."""
+    from accelkit.core import Cluster, Workload
+    from accelkit.models import resolve_model
+    from accelkit.plan import PlanOptions, plan, resolve_hardware
+    from accelkit.plan.memory import layer_activation_bytes
+
+    model = resolve_model("bert-base")
+    workload = Workload(model=model, task="train", seq_len=512, batch_size=8, recipe=Recipe(micro_batch=8))
+    cluster = Cluster(device=resolve_hardware("h100"), num_devices=1)
+    acts = {d: plan(workload, cluster, PlanOptions(dropout=d)).details["memory_per_device_bytes"]["activations"]
+            for d in (True, False)}
+    tokens = 8 * 512
+    per_layer = {d: layer_activation_bytes(model, tokens=tokens, seq=512, e=2, dropout=d) for d in (True, False)}
+    layers = model.num_layers * (per_layer[True] - per_layer[False])
+    assert acts[True] - acts[False] == layers + tokens * model.hidden_size
