@@ -51,9 +51,11 @@ def predict_variant(
 
     try:
         hw = resolve_hardware(catalog or ("cpu" if device == "cpu" else device))
-        # the bench keeps fp32 parameters (autocast over them), so its gradients reduce in fp32 at any precision
+        # a training bench keeps fp32 parameters (autocast over them): its gradients reduce in fp32 at any
+        # precision, and under bf16/fp16 weights and gradients are 4 B with no master copy, each forward casting them
+        fp32_params = spec.task == "train" and spec.recipe.precision in ("bf16", "fp16")
         return plan(spec, Cluster(device=hw, num_devices=dp, devices_per_node=devices_per_node),
-                    PlanOptions(grad_reduce_fp32=dp > 1)), None
+                    PlanOptions(grad_reduce_fp32=dp > 1, autocast_fp32_params=fp32_params)), None
     except Exception as exc:  # a planner gap must not lose a measurement
         return None, f"the planner could not estimate this workload ({type(exc).__name__}: {exc})"
 

@@ -57,23 +57,26 @@ def optimizer_bytes_per_param(optimizer: str, precision: str) -> int:
 
 def model_state_bytes(
     params: float, *, precision: str, optimizer: str, zero: int, dp: int, offload: bool = False,
-    expert_params: float = 0.0, expert_dp: int = 1,
+    expert_params: float = 0.0, expert_dp: int = 1, fp32_params: bool = False,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states per device for ``params`` parameters on this device's
     model-parallel shard, ZeRO stage ``zero`` over ``dp`` ranks (Rajbhandari et al. 2020, Figure 1).
 
     ``expert_params`` (this device's experts, already ÷ ep) are replicated only over the ``expert_dp`` ranks that
     hold the same experts (dp·cp/ep), so ZeRO shards their states over that group, not over ``dp``
-    (DeepSpeed-MoE's expert-data-parallel group, Megatron-Core's expert data-parallel group)."""
+    (DeepSpeed-MoE's expert-data-parallel group, Megatron-Core's expert data-parallel group).
+
+    ``fp32_params``: autocast over fp32 parameters (``PlanOptions.autocast_fp32_params``, accelkit's bench) — the
+    weights and their gradients are fp32 and are the master copy, so the optimizer keeps no second one."""
     def per_device(bytes_per_param: float, sharded: bool) -> float:
         if not sharded:
             return bytes_per_param * (params + expert_params)
         return bytes_per_param * (params / dp + expert_params / expert_dp)
 
-    wb = TRAIN_WEIGHT_BYTES[precision]
+    wb = 4 if fp32_params else TRAIN_WEIGHT_BYTES[precision]
     w = per_device(wb, zero >= 3)
     g = per_device(wb, zero >= 2)  # gradients in the weight dtype, as the ZeRO paper counts them
-    o = per_device(optimizer_bytes_per_param(optimizer, precision), zero >= 1)
+    o = per_device(optimizer_bytes_per_param(optimizer, "fp32" if fp32_params else precision), zero >= 1)
     return {"weights": w, "gradients": g, "optimizer": 0.0 if offload else o, "optimizer_offloaded": o if offload else 0.0}
 
 

@@ -134,3 +134,25 @@ def test_no_dropout_also_drops_the_embedding_dropout_mask():
     per_layer = {d: layer_activation_bytes(model, tokens=tokens, seq=512, e=2, dropout=d) for d in (True, False)}
     layers = model.num_layers * (per_layer[True] - per_layer[False])
     assert acts[True] - acts[False] == layers + tokens * model.hidden_size
+
+
+def test_autocast_over_fp32_params_keeps_4_byte_weights_and_gradients_and_no_master_copy():
+    """A training bench keeps fp32 parameters under bf16 autocast (measured 4/4/8 B per parameter per rank), but the
+    prediction read 2/2/12 — the totals agreed only by coincidence, and differed at ZeRO 2."""
+    from accelkit.bench.predict import predict_variant
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+
+    mixed = model_state_bytes(1000, precision="bf16", optimizer="adam", zero=0, dp=1)
+    amp = model_state_bytes(1000, precision="bf16", optimizer="adam", zero=0, dp=1, fp32_params=True)
+    assert (mixed["weights"], mixed["gradients"], mixed["optimizer"]) == (2000, 2000, 12000)
+    assert (amp["weights"], amp["gradients"], amp["optimizer"]) == (4000, 4000, 8000)
+    bench = make_workload("llm-train", {"model": "tiny-llama", "batch_size": 2, "seq_len": 32})
+    params = bench.model_spec.num_params()
+    for precision, per_param in (("bf16", 4), ("fp32", 4)):
+        estimate, why = predict_variant(bench, Variant(precision=precision), "cuda", "h100", dp=2, zero=2)
+        assert estimate is not None, why
+        states = estimate.details["memory_per_device_bytes"]
+        assert states["weights"] == per_param * params, precision
+        assert states["gradients"] == per_param * params / 2, precision  # ZeRO 2 shards them over dp 2
+        assert states["optimizer"] == 8 * params / 2, precision
