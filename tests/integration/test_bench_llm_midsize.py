@@ -87,3 +87,30 @@ def test_moe_analytic_flops_count_the_active_experts_as_the_planner_does(tmp_pat
                    "decode": F.decode_flops(spec, batch=2, context=32 + 5 / 2) / 2}
     for name, expected in planner.items():
         assert analytic[name] == pytest.approx(expected, rel=0.01), name
+
+
+def test_compiled_decode_compiles_every_measured_shape_in_its_first_call(tmp_path: Path) -> None:
+    """The decode's shapes repeat only over a whole cycle (each context, then the rewound cache), and a warm-up (3
+    steps with --quick) can be shorter than one: torch.compile recompiled inside the measured blocks. The first call
+    now runs a whole cycle and its rewind, so nothing after it compiles."""
+    import torch
+
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+
+    torch._dynamo.reset()
+    output_len = 4
+    workload = make_workload("llm", {"model": _config(tmp_path, "Llama"), "batch_size": 1, "prompt_len": 8,
+                                     "output_len": output_len})
+    prepared = workload.prepare(Variant(compile=True), "cpu", seed=0)
+    try:
+        for step in prepared.steps:  # the session's first calls: prefill, then decode
+            step.fn()
+        compiled = dict(torch._dynamo.utils.counters["frames"])
+        decode = next(s for s in prepared.steps if s.name == "decode")
+        for _ in range(2 * output_len + 1):  # warm-up and measured calls: two rewinds
+            decode.fn()
+        assert dict(torch._dynamo.utils.counters["frames"]) == compiled
+    finally:
+        prepared.close()
+        torch._dynamo.reset()
