@@ -20,7 +20,7 @@ import gc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from accelkit.bench.metrics import FLOPS_SOURCE, FLOPS_SOURCE_ON_DEVICE, count_flops
+from accelkit.bench.metrics import FLOPS_SOURCE, FLOPS_SOURCE_ON_DEVICE, count_flops, meta_grouped_mm
 from accelkit.bench.variants import Variant
 
 if TYPE_CHECKING:
@@ -74,7 +74,8 @@ def step_flops(prepared: Prepared) -> dict[str, float]:
     for step in prepared.steps:
         per_call = step.flops_per_call() if step.flops_per_call is not None else None
         if per_call is None:
-            step.fn()
+            with meta_grouped_mm():  # the first call too: an MoE's grouped GEMMs run on meta tensors of any dtype
+                step.fn()
             per_call = count_flops(step.fn, calls=step.cycle)
         out[step.name] = per_call / step.items
     return out

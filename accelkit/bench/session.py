@@ -151,7 +151,8 @@ class Measurer:
             if not self.reference.flops:  # the meta device could not count them: count on this variant
                 self.reporter.phase(name, "counting FLOPs")
                 self.reference.flops = step_flops(prepared)
-        accuracy = drift(self.reference.output, output) if output is not None and self.reference.output is not None \
+        accuracy = drift(self.reference.output, output, logits=self.workload.output_is_logits) \
+            if output is not None and self.reference.output is not None \
             else None
         if accuracy is None and output is not None and self.reference_failure is not None:
             # an output to compare, and the reference it would be compared with failed before producing its own

@@ -222,7 +222,7 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     step = on_step or (lambda text: None)
     device = resolve_device(config.device)
     training = workload.task == "train"
-    output_is_logits: bool | None = getattr(workload, "output_is_logits", None)  # None: guessed from the shape
+    output_is_logits = workload.output_is_logits  # None: guessed from the shape
     if workload.task == "input":
         raise UserError("tune searches model recipes; the dataloader workload has none — use `accelkit bench dataloader`")
     hardware, catalog = identify(device)

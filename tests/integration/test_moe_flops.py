@@ -88,3 +88,14 @@ def test_transformers_grouped_mm_fallback_is_counted():
 
     assert count_flops(lambda: torch.ops.transformers.grouped_mm_fallback(x, w, offs)) == 2 * M * K * N
     assert count_flops(train) == 3 * 2 * M * K * N
+
+
+def test_the_bench_counts_an_moe_on_the_meta_device():
+    """step_flops' first (seeding) call ran outside meta_grouped_mm, so the meta count of an MoE still failed on
+    the bf16-only meta kernel and fell back to the fp32 variant's device."""
+    from accelkit.bench.reference import count_on_meta
+    from accelkit.bench.workloads import make_workload
+
+    workload = make_workload("llm-train", {"model": "tiny-mixtral", "batch_size": 2, "seq_len": 16})
+    flops, why = count_on_meta(workload, seed=0)
+    assert why is None and flops["train step"] > 0, why

@@ -70,6 +70,9 @@ class BenchWorkload(ABC):
     config_cls: ClassVar[type[Spec]]
     task: ClassVar[Task]
     summary: ClassVar[str]
+    #: whether the output is logits over classes (accuracy gates then read top-1 agreement); False: a hidden state
+    #: or other features (cosine and SQNR only); None: guessed from its shape
+    output_is_logits: ClassVar[bool | None] = None
     #: False where interleaving would be unfair (the data loader's idle workers keep prefetching)
     can_interleave: ClassVar[bool] = True
     is_cnn: ClassVar[bool] = False
