@@ -91,6 +91,12 @@ def tune_cmd(
     seq_len: int | None = typer.Option(None, "--seq-len", min=1),
     prompt_len: int | None = typer.Option(None, "--prompt-len", min=1),
     output_len: int | None = typer.Option(None, "--output-len", min=1),
+    lr: float | None = typer.Option(None, "--lr", min=0.0, help="llm-train, resnet: the training step's learning "
+                                    "rate (default: the bench's, 1e-4 AdamW | 0.1 SGD); with --nproc-per-node the "
+                                    "quality check trains at it — e.g. 3e-3 for llm-train."),
+    quality_steps: int | None = typer.Option(None, "--quality-steps", min=1, help="--nproc-per-node: training steps "
+                                             "of the quality check (none and each compression train them on the "
+                                             "same data from the same weights; default 50)."),
     save: bool = typer.Option(True, "--save/--no-save", help="Store every trial and the summary."),
     nproc_per_node: int = typer.Option(1, "--nproc-per-node", min=1, help="2+: tune the gradient compression of a "
                                        "training workload on that many processes (DDP), gated on its loss."),
@@ -107,6 +113,9 @@ def tune_cmd(
         given = ", ".join(DIST_FLAGS.get(f, f) for f in dist)
         raise UserError(f"{given} applies to --nproc-per-node N (the torchrun launch that tunes gradient "
                         "compression); add --nproc-per-node 2 or more, or drop it")
+    if quality_steps is not None and nproc_per_node == 1:
+        raise UserError("--quality-steps applies to --nproc-per-node N (the quality check of gradient compression); "
+                        "add --nproc-per-node 2 or more, or drop it")
     name = workload or "custom"
     if name not in TUNE_WORKLOADS:
         raise UnknownNameError("workload", name, TUNE_WORKLOADS)
@@ -117,7 +126,7 @@ def tune_cmd(
         config = TuneConfig(**search)
         wl = make_workload(name, _workload_flags(name, {
             "size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "prompt_len": prompt_len,
-            "output_len": output_len, "module": module,
+            "output_len": output_len, "module": module, "lr": lr,
         }))
     if name == "custom":
         _build_custom(wl, module)
@@ -128,7 +137,8 @@ def tune_cmd(
             if nproc_per_node > 1:
                 from accelkit.tune.compression import tune_compression
 
-                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, store=store, reporter=reporter,
+                result = tune_compression(wl, config, nproc_per_node=nproc_per_node, quality_steps=quality_steps,
+                                          store=store, reporter=reporter,
                                           collective_timeout_s=dist.get("collective_timeout_s"))
             else:
                 result = tune(wl, config, store=store, reporter=reporter, on_step=lambda text: bar.update(text, step=text))
@@ -151,14 +161,16 @@ def tune_cmd(
                 fmt_num(t.throughput, 1), t.unit, fmt_num(t.latency_s * 1e3 if t.latency_s else None, 2),
                 fmt_bytes(t.memory_bytes) if t.memory_bytes else None,
                 f"{acc.get('criterion')} {value:.4f}" if value is not None else None,
-                "pass" if t.passed else ("fail" if t.status == "measured" else None),
+                "pass" if t.passed else ("inconclusive" if acc.get("inconclusive") else
+                                         "fail" if t.status == "measured" else None),
                 "yes" if t.pareto else "", t.reason,
             ))
         out.print(table(f"tune {result.workload} — objective: {result.objective} ({result.device})",
                         ["recipe", "status", "throughput", "unit", "p50 ms", "memory", "accuracy", "gate", "pareto",
                          "why"], rows, right=(2, 4)))
         if result.winner is None:
-            out.print("No recipe passed the accuracy gate.")
+            out.print("No winner: the quality check was inconclusive (see the note below)." if any(
+                (t.gate or {}).get("inconclusive") for t in result.trials) else "No recipe passed the accuracy gate.")
         else:
             out.print(f"Fastest recipe within the gate ({result.objective}): {result.winner.name}")
             out.print(result.snippet, highlight=False, markup=False)

@@ -2,8 +2,14 @@
 N ranks (``accelkit.distributed``) and each gated on its loss against the uncompressed run.
 
     none, bf16, fp16, PowerSGD rank 4 and 1 → refuse what this layout cannot run → one torchrun launch (DDP) →
-    the quality gate of each compressed variant (evaluation loss within --max-accuracy-drop of none's) → Pareto
-    frontier (speed, memory, loss) → the winner and the code that registers it
+    the quality gate of each compressed variant (evaluation loss within --max-accuracy-drop of none's, after
+    --quality-steps steps at the workload's --lr) → Pareto frontier (speed, memory, loss) → the winner and the code
+    that registers it
+
+A gate is only as good as the uncompressed run it compares with: when that run barely learned, or its loss rose,
+every compression ends "within" the allowance (PowerSGD rank 1 at 40% of none's progress passed at lr 1e-4), so
+the check is inconclusive (``accelkit.distributed.quality.inconclusive_reason``): no compressed variant passes, and
+the result says which flag to change.
 
 A distributed run measures no fp32 output drift (each rank trains its own batch), so precisions and the other
 recipes are tuned on one process (`accelkit tune WORKLOAD`); this searches the communication only.
@@ -42,12 +48,16 @@ def compression_snippet(recipe: Recipe) -> str:
             "ddp_model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)")
 
 
-def _gate(entry: dict[str, Any]) -> dict[str, Any]:
+def _gate(entry: dict[str, Any], inconclusive: str | None) -> dict[str, Any]:
+    """The trial's gate from its bench entry; ``inconclusive``: why its uncompressed reference cannot judge it."""
     quality = entry.get("quality") or {}
     if quality.get("role") == "reference":
         return {"passed": True, "criterion": "reference", "candidate_value": 1.0}
     if "passed" not in quality:
         return {"passed": False, "criterion": "none", "reason": quality.get("note") or "no quality check ran"}
+    if inconclusive is not None:
+        return {"passed": False, "criterion": "loss vs none", "inconclusive": True, "reason": inconclusive,
+                "message": quality.get("message")}
     ratio = quality.get("ratio")
     # the accuracy axis of the Pareto frontier: none's loss ÷ this loss (1 = as good, lower = worse)
     return {"passed": bool(quality["passed"]), "criterion": "loss vs none",
@@ -56,18 +66,19 @@ def _gate(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, *, nproc_per_node: int,
-                     collective_timeout_s: float | None = None, store: ResultStore | None = None,
-                     reporter: Any = None) -> TuneResult:
+                     quality_steps: int | None = None, collective_timeout_s: float | None = None,
+                     store: ResultStore | None = None, reporter: Any = None) -> TuneResult:
     """Search the gradient compressions of ``workload``'s training step on ``nproc_per_node`` ranks (DDP).
-    ``collective_timeout_s``: how long a rank waits in one collective for its peers (``DistConfig``'s field, checked
-    there; None: its default)."""
+    ``quality_steps``: training steps of the quality check (``QualityConfig``'s field; None: its default); it trains
+    at the workload's learning rate (``lr`` of its config). ``collective_timeout_s``: how long a rank waits in one
+    collective for its peers (``DistConfig``'s field, checked there; None: its default)."""
     from accelkit.bench.record import StoreWriter
     from accelkit.bench.runner import BenchConfig
     from accelkit.bench.variants import Variant, device_refusal
     from accelkit.distributed.bench_launch import run_distributed_bench
     from accelkit.distributed.launch import DistConfig
     from accelkit.distributed.parallel import SUPPORTED
-    from accelkit.distributed.quality import QualityConfig
+    from accelkit.distributed.quality import QualityConfig, inconclusive_reason
     from accelkit.hardware.device import resolve_device
     from accelkit.timing import LoopConfig
 
@@ -77,6 +88,10 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
                         f"{workload.name} is not one — drop --nproc-per-node")
     if nproc_per_node < 2:
         raise UserError("--nproc-per-node must be 2 or more to tune gradient compression")
+    if quality_steps is not None and quality_steps < 1:
+        raise UserError(f"--quality-steps {quality_steps}: tune picks a compression by its quality check; give 1 or more")
+    quality = QualityConfig(max_loss_increase=config.max_accuracy_drop,
+                            **({} if quality_steps is None else {"quality_steps": quality_steps}))
     layout = DistConfig(nproc_per_node=nproc_per_node, collective_timeout_s=collective_timeout_s)
     device = resolve_device(config.device)
     variants = [Variant(grad_compression=kind, **({"powersgd_rank": rank} if kind == "powersgd" else {}))  # type: ignore[arg-type]
@@ -96,10 +111,17 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     run_id = uuid.uuid4().hex[:12]
     run = run_distributed_bench(workload, [v for _, v in measured], bench, layout,
                                 store=store, reporter=reporter, run_id=run_id,
-                                quality=QualityConfig(max_loss_increase=config.max_accuracy_drop))
+                                quality=quality)
     doc = run.to_json()
     entries = {e["name"]: e for e in doc["variants"]}
-    for t, _ in measured:
+    lr = getattr(workload.config, "lr", None)
+    inconclusive: dict[str, str] = {}  # reference name → why it cannot judge its compressed twins
+    for name, entry in entries.items():
+        if (entry.get("quality") or {}).get("role") == "reference":
+            why = inconclusive_reason(entry["quality"], config.max_accuracy_drop, allowance_flag="--max-accuracy-drop")
+            if why is not None:
+                inconclusive[name] = why + (f" (this check trained at --lr {lr:g})" if lr is not None else "")
+    for t, v in measured:
         entry = entries.get(t.name)
         if entry is None:
             t.status, t.reason = "failed", "not measured (interrupted)" if run.interrupted else "not measured"
@@ -109,17 +131,20 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
         t.latency_s = entry["latency_s"]["median"]
         t.memory_bytes, t.memory_basis = entry["memory_bytes"].get("peak"), "measured peak"
         t.accuracy = {"grad_comm": entry.get("grad_comm"), "quality": entry.get("quality")}
-        t.gate = _gate(entry)
+        t.gate = _gate(entry, inconclusive.get(v.without_compression().name))
         t.passed = bool(t.gate["passed"])
-        _, caution, why = (t.gate.get("message") or "").partition(" — caution: ")
-        if caution:
-            t.reason = f"caution: {why}"  # the gate could not tell this variant from none
+        if t.gate.get("inconclusive"):
+            t.reason = "inconclusive: its uncompressed reference cannot judge it (the gate's reason, and the notes)"
     passing = [t for t in trials if t.passed]
+    if inconclusive:  # the reference passes only by definition: crowning it would claim a check that did not happen
+        passing = [t for t in passing if t.name not in inconclusive]
     for t in passing:
         t.pareto = not any(_dominates(o, t) for o in passing if o is not t)
     winner = min(passing, key=lambda t: _objective_key(t, config.objective)) if passing else None
     notes = [f"gradient compression on {nproc_per_node} ranks (DDP); each compressed variant is gated on its "
-             f"evaluation loss within {config.max_accuracy_drop:.0%} of none's (--max-accuracy-drop)", *run.notes]
+             f"evaluation loss within {config.max_accuracy_drop:.0%} of none's (--max-accuracy-drop)",
+             *(f"no winner: the quality check is inconclusive — {why}" for why in dict.fromkeys(inconclusive.values())),
+             *run.notes]
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
                         winner=winner, snippet=compression_snippet(winner.recipe) if winner else None, run_id=run_id,
                         notes=notes)

@@ -8,7 +8,7 @@ from tests.conftest import accelkit
 
 def test_tune_gradient_compression_on_two_processes(probed):
     proc = accelkit("tune", "llm-train", "--model", "tiny-llama", "--batch-size", "4", "--seq-len", "32", "--device",
-                    "cpu", "--nproc-per-node", "2", "--max-accuracy-drop", "0.02", "--json", timeout=900)
+                    "cpu", "--nproc-per-node", "2", "--max-accuracy-drop", "0.02", "--lr", "3e-3", "--json", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     trials = {t["name"]: t for t in doc["trials"]}
