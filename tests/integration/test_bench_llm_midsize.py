@@ -114,3 +114,14 @@ def test_compiled_decode_compiles_every_measured_shape_in_its_first_call(tmp_pat
     finally:
         prepared.close()
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("workload", ["llm", "llm-train"])
+def test_an_encoder_is_refused_by_the_workload_that_was_asked_for(workload: str) -> None:
+    """The refusal read "'tiny-bert' is a encoder model; llm needs a decoder", for llm-train too."""
+    from accelkit.bench.workloads import make_workload
+    from accelkit.core import UserError
+
+    with pytest.raises(UserError) as err:
+        make_workload(workload, {"model": "tiny-bert"}).model_spec  # noqa: B018
+    assert str(err.value).startswith(f"'tiny-bert' is an encoder model; {workload} needs a decoder")

@@ -94,12 +94,15 @@ def _snapshot(layer: Any) -> dict[str, Any]:
     return {k: dict(v) if isinstance(v, dict) else v for k, v in vars(layer).items()}
 
 
-def resolve_decoder(name: str) -> ModelSpec:
+def resolve_decoder(name: str, workload: str) -> ModelSpec:
+    """The model ``workload`` (llm or llm-train) is asked to run, refused unless it is a decoder."""
     from accelkit.models import resolve_model
 
     spec = resolve_model(name)
     if spec.kind not in ("decoder", "moe"):
-        raise UserError(f"{name!r} is a {spec.kind} model; llm needs a decoder (e.g. tiny-llama, llama-3.1-8b)")
+        article = "an" if spec.kind[0] in "aeiou" else "a"
+        raise UserError(f"{name!r} is {article} {spec.kind} model; {workload} needs a decoder "
+                        "(e.g. tiny-llama, llama-3.1-8b)")
     return spec
 
 
@@ -116,7 +119,7 @@ class LLM(BenchWorkload):
 
     @property
     def model_spec(self) -> ModelSpec:
-        spec = resolve_decoder(self.config.model)
+        spec = resolve_decoder(self.config.model, self.name)
         c = self.config
         if spec.max_seq_len and c.prompt_len + c.output_len > spec.max_seq_len:
             raise UserError(f"--prompt-len + --output-len = {c.prompt_len + c.output_len} exceeds "

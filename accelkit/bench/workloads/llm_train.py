@@ -41,7 +41,7 @@ class LLMTrain(BenchWorkload):
 
     @property
     def model_spec(self) -> ModelSpec:
-        spec = resolve_decoder(self.config.model)
+        spec = resolve_decoder(self.config.model, self.name)
         if spec.max_seq_len and self.config.seq_len > spec.max_seq_len:
             raise UserError(f"--seq-len {self.config.seq_len} exceeds {spec.name}'s {spec.max_seq_len} positions")
         return spec
