@@ -32,20 +32,36 @@ CANDIDATES: tuple[tuple[str, int], ...] = (("none", 4), ("bf16", 4), ("fp16", 4)
 
 
 def compression_snippet(recipe: Recipe) -> str:
-    """Paste-ready code that registers the compression on a DDP model."""
-    head = "# ddp_model = torch.nn.parallel.DistributedDataParallel(model, ...)\n"
-    if recipe.grad_compression == "none":
+    """Paste-ready code that registers the compression on a DDP model, on any backend: accelkit's
+    ``register_ddp_hook``, what the measured run registered (without counting). torch's hooks registered directly do
+    not run on gloo, where tune measures on CPUs: DDP refuses a hook named ``bf16_compress_hook`` without CUDA +
+    NCCL 2.10 (TypeError), and PowerSGD with two or more buckets (> 1 MiB of gradients) aborts (SIGABRT) unless its
+    buckets go one at a time — see ``accelkit.distributed.grad_comm``. The plain-torch line follows as a comment,
+    for NCCL."""
+    head = "# ddp_model = torch.nn.parallel.DistributedDataParallel(model, ...)  # after dist.init_process_group\n"
+    kind = recipe.grad_compression
+    if kind == "none":
         return head + "# no compression: keep DDP's built-in all-reduce (register no hook)"
-    if recipe.grad_compression in ("bf16", "fp16"):
-        hook = f"{recipe.grad_compression}_compress_hook"
-        return (head + "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n\n"
-                f"ddp_model.register_comm_hook(None, default_hooks.{hook})")
-    return (head + "from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook\n\n"
-            f"state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank={recipe.powersgd_rank}, "
-            f"start_powerSGD_iter={recipe.powersgd_start_iter}, use_error_feedback={recipe.powersgd_error_feedback}, "
-            f"warm_start={recipe.powersgd_warm_start}, min_compression_rate={recipe.powersgd_min_compression_rate:g}, "
-            "orthogonalization_epsilon=1e-8)\n"
-            "ddp_model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)")
+    defaults = Recipe().to_dict()
+    shown = {"grad_compression", *(["powersgd_rank"] if kind == "powersgd" else [])}  # and what differs from defaults
+    fields = ", ".join(f"{k}={v!r}" for k, v in recipe.to_dict().items()
+                       if k in shown or (k.startswith("powersgd_") and defaults[k] != v))
+    if kind == "powersgd":
+        torch_only = ("torch alone, NCCL only: from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook\n"
+                      "#  state = powerSGD_hook.PowerSGDState(process_group=None, "
+                      f"matrix_approximation_rank={recipe.powersgd_rank}, start_powerSGD_iter={recipe.powersgd_start_iter}, "
+                      f"use_error_feedback={recipe.powersgd_error_feedback}, warm_start={recipe.powersgd_warm_start}, "
+                      f"min_compression_rate={recipe.powersgd_min_compression_rate:g}, orthogonalization_epsilon=1e-8)"
+                      "\n#  ddp_model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)")
+        why = "torch's powerSGD_hook; on gloo one DDP bucket at a time (interleaved buckets abort gloo)"
+    else:
+        torch_only = ("torch alone, NCCL only: from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+                      f"#  ddp_model.register_comm_hook(None, default_hooks.{kind}_compress_hook)")
+        why = f"torch's default_hooks.{kind}_compress_hook, registered so that DDP also takes it on gloo"
+    return (head + "from accelkit.core import Recipe\n"
+            "from accelkit.distributed.grad_comm import register_ddp_hook\n\n"
+            f"# {why}\n# {torch_only}\n"
+            f"register_ddp_hook(ddp_model, Recipe({fields}))")
 
 
 def _gate(entry: dict[str, Any], inconclusive: str | None) -> dict[str, Any]:
