@@ -343,7 +343,8 @@ def _grad_comm_table(run: Any) -> None:
         ratios = [r for r in (comm or {}).get("ratio_per_rank") or [] if r is not None]
         sent = [r for r in (comm or {}).get("sent_over_gradient") or [] if r is not None]
         gate = "reference" if (quality or {}).get("role") == "reference" else (
-            None if not quality or "passed" not in quality else ("pass" if quality["passed"] else "FAIL"))
+            None if not quality or "passed" not in quality else
+            "inconclusive" if quality.get("inconclusive") else ("pass" if quality["passed"] else "FAIL"))
         loss = (quality or {}).get("final_loss") if quality and quality.get("role") == "candidate" else None
         rows.append([v.name, fmt_bytes(max(measured)) if measured else None,
                      f"{max(sent):.3f}" if sent else None,

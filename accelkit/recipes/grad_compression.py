@@ -14,8 +14,8 @@ Refusals, checked before any process starts:
 The quality gate: the same K training steps, on the same data, from the same initial weights, with and without
 compression; the candidate's final loss — its loss on evaluation batches no step trained on, or without those the
 mean of its last training steps — may exceed the reference's by at most ``max_loss_increase`` (default 2%). A
-non-finite loss fails outright (diverged). The verdict adds a caution when the reference barely learned (the gate
-cannot tell variants apart then). One trajectory is compared with one other: at a learning rate where training is
+non-finite loss fails outright (diverged). When the reference's loss rose or barely fell the gate is inconclusive,
+neither pass nor fail (it cannot tell variants apart then). One trajectory is compared with one other: at a learning rate where training is
 chaotic (tiny batches, SGD at 0.1) the verdict can flip with any perturbation, compression or not.
 """
 
@@ -58,7 +58,11 @@ def compression_refusal(recipe: Recipe, *, world_size: int, zero: int, training:
 class LossGate(Spec):
     """The verdict of the quality gate, with the numbers it rests on."""
 
-    passed: bool = spec_field(doc="True when the final loss is within the allowed increase (and finite).")
+    passed: bool = spec_field(doc="True when the final loss is within the allowed increase (and finite); False too "
+                                  "when the check is inconclusive.")
+    inconclusive: bool = spec_field(False, doc="The reference's loss rose or fell too little for the gate to tell "
+                                               "compressions apart: no verdict either way (``message`` says what to "
+                                               "change).")
     criterion: str = spec_field(doc="What was compared.")
     steps: int = spec_field(min=0, doc="Training steps each run took.")
     reference: str = spec_field(doc="The variant compared against.")
@@ -128,10 +132,14 @@ def loss_gate(reference: list[float], candidate: list[float], *, reference_eval:
                f"loss {cand:.4f} vs {reference_name}'s {ref:.4f} = {ratio:.4f}× (allowed ≤ {threshold:.4f}×) after "
                f"{len(reference)} steps" + (f"; it made {progress:.0%} of {reference_name}'s progress"
                                              if progress is not None else ""))
-    if learned < 5 * max_loss_increase * ref:
-        moved = (f"fell only {learned / first:.1%}" if learned > 0 else f"did not fall (it rose {-learned / first:.1%})")
-        message += (f" — caution: {reference_name}'s loss {moved} in these steps, too little for the gate to tell "
-                    "compressions apart; raise --quality-steps, or lower the learning rate where training is unstable")
+    from accelkit.distributed.quality import inconclusive_reason  # the one rule, shared with tune's search
+
+    why = inconclusive_reason({"losses": reference, "eval_loss": ref}, max_loss_increase)
+    if why is not None:
+        message = (f"{name}: the quality gate is inconclusive — {why} ({'evaluation' if use_eval else 'final'} loss "
+                   f"{cand:.4f} vs {ref:.4f} = {ratio:.4f}×, allowed ≤ {threshold:.4f}×)")
+        return LossGate(passed=False, inconclusive=True, final_loss=cand, ratio=ratio, progress=progress,
+                        message=message, **common)  # type: ignore[arg-type]
     return LossGate(passed=passed, final_loss=cand, ratio=ratio, progress=progress, message=message,
                     **common)  # type: ignore[arg-type]
 

@@ -108,7 +108,8 @@ def test_compression_refusals_come_before_any_launch(probed):
     assert one.returncode == 2 and "--nproc-per-node 2 or more" in one.stderr
     for args, needle in [(("--zero", "3", "--grad-compression", "powersgd"), "PowerSGD DDP communication hook"),
                          (("--grad-compression", "fp16"), "without a loss scale"),
-                         (("--grad-compression", "bf16", "--powersgd-rank", "2"), "powersgd_rank applies")]:
+                         (("--grad-compression", "bf16", "--powersgd-rank", "2"),
+                          "--powersgd-rank 2 applies to --grad-compression powersgd, not bf16")]:
         proc = accelkit("bench", *TINY, *args)
         assert proc.returncode == 2, (args, proc.stderr[-2000:])
         assert needle in proc.stderr and "Traceback" not in proc.stderr and "torchrun" not in proc.stderr

@@ -101,10 +101,19 @@ def test_divergence_fails_outright():
         loss_gate([math.nan] * 3, [1.0] * 3)
 
 
-def test_gate_warns_when_the_reference_did_not_learn():
+def test_gate_is_inconclusive_when_the_reference_did_not_learn_or_blew_up():
+    """It passed (or failed) with only a caution: ResNet-50 at lr 0.1 went from 8 to 3.9e7 and bf16 still read
+    'FAILS 9.08×'; a reference that barely moved made every compression pass."""
     flat = [6.2, 6.19, 6.18, 6.18]
-    gate = loss_gate(flat, flat, reference_eval=6.18, candidate_eval=6.18)
-    assert gate.passed and "caution" in gate.message and "raise --quality-steps" in gate.message
+    gate = loss_gate(flat, flat, reference_eval=6.18, candidate_eval=6.18, name="bf16")
+    assert not gate.passed and gate.inconclusive
+    assert gate.message.startswith("bf16: the quality gate is inconclusive — the uncompressed run's loss fell "
+                                   "only 0.3% (6.2 → 6.18) in 4 quality steps")
+    assert "raise --lr or --quality-steps" in gate.message
+    rising = [8.0, 9.0, 3.9e7, 3.9e7]
+    gate = loss_gate(rising, [8.0, 9.0, 3.0e8, 3.0e8], reference_eval=3.9e7, candidate_eval=3.5e8, name="bf16")
+    assert not gate.passed and gate.inconclusive and "rose" in gate.message and "lower --lr" in gate.message
+    assert not loss_gate(REFERENCE, REFERENCE, reference_eval=3.7, candidate_eval=3.7).inconclusive
 
 
 # ---- the quality task --------------------------------------------------------------------------------------------
