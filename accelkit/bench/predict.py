@@ -52,8 +52,9 @@ def predict_variant(
     try:
         hw = resolve_hardware(catalog or ("cpu" if device == "cpu" else device))
         # a training bench keeps fp32 parameters (autocast over them): its gradients reduce in fp32 at any
-        # precision, and under bf16/fp16 weights and gradients are 4 B with no master copy, each forward casting them
-        fp32_params = spec.task == "train" and spec.recipe.precision in ("bf16", "fp16")
+        # precision, and under bf16/fp16 (fp8: Float8Linear over the same fp32 weights) weights and gradients are
+        # 4 B with no master copy, each forward casting them
+        fp32_params = spec.task == "train" and spec.recipe.precision in ("bf16", "fp16", "fp8")
         return plan(spec, Cluster(device=hw, num_devices=dp, devices_per_node=devices_per_node),
                     PlanOptions(grad_reduce_fp32=dp > 1, autocast_fp32_params=fp32_params)), None
     except Exception as exc:  # a planner gap must not lose a measurement

@@ -242,9 +242,10 @@ def load_config(path: str | Path) -> ModelSpec:
         raise UserError(f"{p}: not a usable JSON document ({exc})") from None
     except OSError as exc:
         raise UserError(f"{p}: cannot be read ({exc.strerror or exc})") from None
-    # a Hub-style folder's config.json is named after its folder (absolute: 'config.json' given from inside it
-    # too); any other file after itself — two configs side by side must not share a name in results and sweeps
-    name = (p.resolve().parent.name or None) if p.name == "config.json" else p.stem
+    # a Hub-style folder's config.json is named after its folder ('config.json' given from inside it too); any
+    # other file after itself — two configs side by side must not share a name in results and sweeps
+    # (absolute, not resolved: a Hub cache's snapshots/<sha>/config.json links into blobs/, which would name them all)
+    name = (p.absolute().parent.name or None) if p.name == "config.json" else p.stem
     return from_hf_config(data, name=name, source=str(p))
 
 

@@ -66,12 +66,13 @@ class LossGate(Spec):
     criterion: str = spec_field(doc="What was compared.")
     steps: int = spec_field(min=0, doc="Training steps each run took.")
     reference: str = spec_field(doc="The variant compared against.")
-    reference_final_loss: float = spec_field(doc="Its final loss.")
+    reference_final_loss: float | None = spec_field(doc="Its final loss; None when it diverged.")
     final_loss: float | None = spec_field(doc="This variant's final loss; None when it diverged.")
     ratio: float | None = spec_field(doc="final_loss ÷ reference_final_loss; None when it diverged.")
     diverged_at_step: int | None = spec_field(None, min=1, doc="The first step whose loss was not finite.")
     threshold: float = spec_field(doc="The ratio must not exceed this (1 + max_loss_increase).")
-    first_loss: float = spec_field(doc="The loss of the first step (the same for both: same weights and data).")
+    first_loss: float | None = spec_field(
+        doc="The loss of the first step (the same for both: same weights and data); None when not finite.")
     progress: float | None = spec_field(
         None, doc="Share of the reference's loss reduction this variant achieved: (first − final) ÷ (first − reference "
                   "final); None when the reference did not learn.")
@@ -110,12 +111,17 @@ def loss_gate(reference: list[float], candidate: list[float], *, reference_eval:
             return None
         return evaluated if use_eval else final_loss(losses, window)
 
+    from accelkit.distributed.quality import inconclusive_reason  # the one rule, shared with tune's search
+
     ref, cand = final(reference, reference_eval), final(candidate, candidate_eval)
-    if ref is None:
-        raise ValueError(f"the reference run ({reference_name}) diverged: its losses are not finite; lower the "
-                         "learning rate")
     threshold = 1.0 + max_loss_increase
     first = reference[0]
+    if ref is None:  # the reference diverged: nothing to judge against (it raised, and the run lost every figure)
+        why = inconclusive_reason({"losses": reference, "eval_loss": reference_eval}, max_loss_increase)
+        return LossGate(passed=False, inconclusive=True, criterion=criterion, steps=len(reference),
+                        reference=reference_name, reference_final_loss=None, threshold=threshold,
+                        first_loss=first if math.isfinite(first) else None, final_loss=cand, ratio=None, progress=None,
+                        message=f"{name}: the quality gate is inconclusive — {why}")
     learned = first - ref
     common = dict(criterion=criterion, steps=len(reference), reference=reference_name, reference_final_loss=ref,
                   threshold=threshold, first_loss=first)
@@ -132,8 +138,6 @@ def loss_gate(reference: list[float], candidate: list[float], *, reference_eval:
                f"loss {cand:.4f} vs {reference_name}'s {ref:.4f} = {ratio:.4f}× (allowed ≤ {threshold:.4f}×) after "
                f"{len(reference)} steps" + (f"; it made {progress:.0%} of {reference_name}'s progress"
                                              if progress is not None else ""))
-    from accelkit.distributed.quality import inconclusive_reason  # the one rule, shared with tune's search
-
     why = inconclusive_reason({"losses": reference, "eval_loss": ref}, max_loss_increase)
     if why is not None:
         message = (f"{name}: the quality gate is inconclusive — {why} ({'evaluation' if use_eval else 'final'} loss "

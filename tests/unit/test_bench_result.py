@@ -214,7 +214,13 @@ def test_mfu_above_100_percent_is_flagged_with_the_fix():
     from accelkit.report.tables import bench_footnotes
 
     run = BenchRunResult(workload="w", label="l", device="cpu", hardware="h", run_id="r",
-                         variants=[entry("fp32", mfu=1.207), entry("bf16", mfu=0.5)])
+                         variants=[entry("fp32", mfu=0.8), entry("bf16", mfu=0.5)])  # fp32: 112% of its probe
     flagged = [line for line in bench_footnotes(run) if line.startswith("MFU above 100%")]
-    assert flagged == ["MFU above 100% (fp32 · train step: 120.7%): the peak it divides by is lower than this run "
-                       "reached (catalog) — re-run `accelkit hw probe` (without --quick) on a quiet machine"]
+    assert flagged == ["MFU above 100% (fp32 · train step: 112.0% of probe) — re-run `accelkit hw probe` (without "
+                       "--quick) on a quiet machine"]
+    # above a datasheet peak, re-probing changes nothing: the FLOPs or the device are wrong
+    run = BenchRunResult(workload="w", label="l", device="cuda", hardware="h", run_id="r",
+                         variants=[entry("fp32", mfu=1.05)])
+    flagged = [line for line in bench_footnotes(run) if line.startswith("MFU above 100%")]
+    assert flagged[-1] == ("MFU above 100% (fp32 · train step: 105.0% of catalog) — a datasheet peak cannot be beaten: "
+                           "check the counted FLOPs and the device accelkit identified")

@@ -97,8 +97,12 @@ def test_divergence_fails_outright():
     gate = loss_gate(REFERENCE, [*REFERENCE[:4], math.inf, math.nan, *REFERENCE[6:]], reference_eval=3.7,
                      candidate_eval=math.nan)
     assert not gate.passed and gate.final_loss is None and gate.diverged_at_step == 5 and "diverged" in gate.message
-    with pytest.raises(ValueError, match="reference run"):
-        loss_gate([math.nan] * 3, [1.0] * 3)
+    # a diverged reference judges nothing: inconclusive (it raised on rank 0, and the run lost every measurement)
+    gate = loss_gate([1.0, math.inf, math.nan], [1.0] * 3, name="bf16")
+    assert not gate.passed and gate.inconclusive and gate.reference_final_loss is None and gate.ratio is None
+    assert gate.message.startswith("bf16: the quality gate is inconclusive — the uncompressed run's loss was not "
+                                   "finite") and gate.message.endswith("lower --lr")
+    assert loss_gate([math.nan] * 3, [1.0] * 3).first_loss is None
 
 
 def test_gate_is_inconclusive_when_the_reference_did_not_learn_or_blew_up():

@@ -256,3 +256,10 @@ def test_a_config_file_is_named_after_itself_and_a_config_json_after_its_folder(
     assert load_config(folder).name == load_config(folder / "config.json").name == "r2"
     monkeypatch.chdir(folder)
     assert load_config("config.json").name == "r2"
+    # a Hub cache: snapshots/<sha>/config.json is a link into blobs/ — named after the snapshot, not 'blobs'
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "abc123"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    (blobs / "f00d").write_text(json.dumps(cfg))
+    (snapshot / "config.json").symlink_to(blobs / "f00d")
+    assert load_config(snapshot).name == load_config(snapshot / "config.json").name == "abc123"

@@ -149,7 +149,7 @@ def test_autocast_over_fp32_params_keeps_4_byte_weights_and_gradients_and_no_mas
     assert (amp["weights"], amp["gradients"], amp["optimizer"]) == (4000, 4000, 8000)
     bench = make_workload("llm-train", {"model": "tiny-llama", "batch_size": 2, "seq_len": 32})
     params = bench.model_spec.num_params()
-    for precision, per_param in (("bf16", 4), ("fp32", 4)):
+    for precision, per_param in (("bf16", 4), ("fp8", 4), ("fp32", 4)):
         estimate, why = predict_variant(bench, Variant(precision=precision), "cuda", "h100", dp=2, zero=2)
         assert estimate is not None, why
         states = estimate.details["memory_per_device_bytes"]
