@@ -187,7 +187,7 @@ class Measurer:
         # sizes the measured blocks; with no warm-up iterations (--warmup 0) the first call is the only timing
         # there is: an overestimate (it may include compilation), so the blocks come out short rather than huge
         lane.per_iteration_s = (lane.warmup_s / lane.warmup_iterations if lane.warmup_iterations
-                                else lane.first_call_s or 0.0)
+                                else (lane.first_call_s or 0.0) / lane.step.first_call_calls)
         now = self._resident()
         if now is not None and lane.base_bytes is not None:
             lane.resident_bytes = max(0, now - lane.base_bytes)

@@ -125,3 +125,18 @@ def test_an_encoder_is_refused_by_the_workload_that_was_asked_for(workload: str)
     with pytest.raises(UserError) as err:
         make_workload(workload, {"model": "tiny-bert"}).model_spec  # noqa: B018
     assert str(err.value).startswith(f"'tiny-bert' is an encoder model; {workload} needs a decoder")
+
+
+def test_decode_analytic_flops_attend_at_most_the_window(tmp_path: Path) -> None:
+    """The analytic decode figure took every cached key (T = context) on a sliding-window model: 2.4× the counted
+    FLOPs for a window of 8 behind a 256-token prompt (it becomes MFU when FLOPs cannot be counted)."""
+    from accelkit.bench.reference import count_on_meta
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+
+    model = _config(tmp_path, "Mistral", sliding_window=8)
+    workload = make_workload("llm", {"model": model, "batch_size": 1, "prompt_len": 200, "output_len": 8})
+    counted, why = count_on_meta(workload, seed=0)
+    assert why is None, why
+    decode = next(s for s in workload.prepare(Variant(), "meta", seed=0).steps if s.name == "decode")
+    assert decode.analytic_flops_per_item == pytest.approx(counted["decode"], rel=0.02)

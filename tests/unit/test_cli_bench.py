@@ -126,3 +126,26 @@ def test_a_powersgd_setting_without_powersgd_is_named_by_its_flag(capsys):
         assert info.value.code == 2
         assert capsys.readouterr().err.strip().splitlines() == [
             f"error: {named} applies to --grad-compression powersgd, not none"]
+
+
+def test_with_no_warm_up_a_decode_block_is_sized_from_one_step_of_its_first_call():
+    """Decode's first call runs a prefill, a whole cycle and one more step (so a compiled decode meets every shape
+    first); with --warmup 0 the whole first call sized the blocks as if it were one step — ~65× too long a step at
+    the default 64 output tokens, blocks of a single call."""
+    from accelkit.bench.reference import Reference
+    from accelkit.bench.runner import BenchConfig, Reporter
+    from accelkit.bench.session import Lane, Measurer
+    from accelkit.bench.variants import Variant
+    from accelkit.bench.workloads import make_workload
+    from accelkit.bench.workloads.base import Step
+    from accelkit.timing import LoopConfig
+
+    workload = make_workload("llm", {"model": "tiny-llama", "batch_size": 1, "prompt_len": 8, "output_len": 4})
+    decode = next(s for s in workload.prepare(Variant(), "cpu", seed=0).steps if s.name == "decode")
+    assert decode.first_call_calls == 5  # output_len + 1 steps after the prefill
+    loop = LoopConfig(warmup_iterations=0, warmup_time_s=0.0)
+    measurer = Measurer(workload, BenchConfig(device="cpu", loop=loop), "cpu", Reporter(), Reference())
+    lane = Lane(variant=Variant(), step=Step("decode", lambda: None, 1, "tokens", first_call_calls=5), load_s=0.0,
+                load_bytes=None, first_call_s=5.0)
+    measurer._warm(lane)
+    assert lane.warmup_iterations == 0 and lane.per_iteration_s == 1.0

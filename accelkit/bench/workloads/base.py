@@ -50,6 +50,9 @@ class Step:
     #: model FLOPs of one call averaged over the cycle, counted more cheaply than ``cycle`` calls under the counter
     #: (a decode step: three contexts instead of every one); None from it, or no function: count the whole cycle
     flops_per_call: Callable[[], float | None] | None = None
+    #: calls' worth of work the first call does (decode: a prefill, then a whole cycle and one step): with no
+    #: warm-up, the first call's time ÷ this sizes the measured blocks
+    first_call_calls: int = 1
 
 
 @dataclass(slots=True)

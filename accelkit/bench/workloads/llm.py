@@ -52,6 +52,13 @@ def forward_flops_per_token(spec: ModelSpec, context: float) -> float:
     return 2 * matmul_params(spec) + 4 * spec.num_layers * spec.num_heads * spec.head_size * context
 
 
+def decode_keys_attended(spec: ModelSpec, prompt_len: int, output_len: int) -> float:
+    """T of a decode step averaged over a cycle: the keys each layer attends at each context (a sliding-window layer
+    at most its window: transformers keeps window − 1 past tokens beside the new one), per layer and step."""
+    contexts = range(prompt_len + 1, prompt_len + output_len + 1)  # the cache plus the new token, step by step
+    return sum(spec.kv_cache_tokens(t) for t in contexts) / len(contexts)
+
+
 def rewinder(cache: Any, prompt_len: int) -> Callable[[], None]:
     """What takes ``cache``, as a prefill of ``prompt_len`` tokens left it, back to that state at the end of a decode
     cycle, for about the cost of a crop (it runs inside the cycle's first timed call, as the crop did). A layer that
@@ -210,14 +217,15 @@ class LLM(BenchWorkload):
             line = lo + (hi - lo) * ((first + last) // 2 - first) / (last - first)
             return (lo + hi) / 2 if abs(mid - line) <= 1e-9 * max(hi, 1.0) else None
 
-        mean_decode_context = c.prompt_len + (c.output_len + 1) / 2
         formula = "2N + 4·L·H·Q·T (N active, without embeddings; T = keys attended)"
         steps = [
             Step("prefill", run_prefill, c.batch_size * c.prompt_len, "tokens", latency_name="TTFT",
                  analytic_flops_per_item=forward_flops_per_token(spec, c.prompt_len), analytic_formula=formula),
             Step("decode", run_in(variant, device, decode, inference=True), c.batch_size, "tokens",
                  latency_name="per-token latency", cycle=c.output_len, flops_per_call=decode_flops_per_call,
-                 analytic_flops_per_item=forward_flops_per_token(spec, mean_decode_context), analytic_formula=formula),
+                 first_call_calls=c.output_len + 1,
+                 analytic_flops_per_item=forward_flops_per_token(
+                     spec, decode_keys_attended(spec, c.prompt_len, c.output_len)), analytic_formula=formula),
         ]
         evaluate = run_in(variant, device, lambda: model(input_ids=prompt[:EVAL_ROWS]).logits, inference=True)
         return Prepared(steps=steps, evaluate=evaluate, close=state.clear)  # type: ignore[arg-type]
