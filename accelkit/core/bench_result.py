@@ -102,7 +102,9 @@ class Accuracy(Spec):
     cosine: float | None = spec_field(None, doc="Cosine similarity of the flattened outputs.")
     sqnr_db: float | None = spec_field(None, doc="10·log10(‖ref‖² / ‖out − ref‖²); None when identical.")
     identical: bool | None = spec_field(None, doc="Bit-for-bit equal outputs.")
-    top1_agreement: float | None = spec_field(None, doc="Fraction of positions with the same argmax (logits).")
+    top1_agreement: float | None = spec_field(
+        None, doc="Fraction of positions with the same argmax (logits), over the positions whose reference top-1 "
+                  "leads clearly (> 0.05 σ of its logits); None for outputs that are not logits or with no clear one.")
     rows: int | None = spec_field(None, min=1, doc="Rows of the batch compared (a small fixed slice).")
     note: str | None = spec_field(None, doc="Why there is no drift figure.")
 

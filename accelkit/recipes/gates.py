@@ -133,7 +133,8 @@ class GateResult(Spec):
     criterion: str = spec_field(doc="What was compared.")
     reference_value: float = spec_field(doc="Reference's value of the criterion.")
     candidate_value: float | None = spec_field(
-        doc="Candidate's value; None when an output has inf/NaN and the criterion is a drift figure (there is none).")
+        doc="Candidate's value; None when an output has inf/NaN and the criterion is a drift figure (there is none), "
+            "or for an explicit top1 criterion with no position whose reference top-1 is clear (the gate fails).")
     threshold: float = spec_field(doc="Candidate must reach at least this.")
     drift: Drift = spec_field(doc="Output drift figures.")
 
