@@ -37,10 +37,6 @@ LABEL_NOISE = 0.3
 #: the evaluation set: this many batches, drawn from steps EVAL_STEP, EVAL_STEP − 1, … (no training step draws them)
 EVAL_BATCHES = 4
 EVAL_STEP = -1000
-#: the uncompressed run must lower its loss by at least this many allowances (max_loss_increase × its final loss)
-#: for a verdict: with less, every compression ends within the allowance whatever it does (tiny-llama at lr 1e-4:
-#: none fell 1.3% in 50 steps and PowerSGD rank 1, at 40% of none's progress, was within 1%)
-MIN_PROGRESS_ALLOWANCES = 5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,34 +49,6 @@ class QualityConfig(Spec):
     max_loss_increase: float = spec_field(
         0.02, min=0.0, max=10.0, doc="Quality gate: a compressed variant's final loss may exceed none's by this "
                                      "fraction (0.02 = within 2%).")
-
-
-def inconclusive_reason(reference: dict[str, Any], max_loss_increase: float, *,
-                        allowance_flag: str = "--max-loss-increase") -> str | None:
-    """Why the uncompressed run's quality document (``losses`` of the compared steps, ``eval_loss`` after them)
-    cannot judge its compressed twins, naming the flags that fix it; None when it can. It cannot when its loss was
-    not finite, rose (training blew up: a ratio against a blown-up loss says nothing — ResNet-50 at lr 0.1 on
-    batches of 2 went from 8 to 3.9e7), or fell by less than ``MIN_PROGRESS_ALLOWANCES`` × ``max_loss_increase`` of
-    its final loss. Pure Python (the CLI and the tune search read it without torch)."""
-    import math
-
-    losses, final = reference.get("losses") or [], reference.get("eval_loss")
-    steps = len(losses)
-    if not steps or final is None or not all(math.isfinite(x) for x in [*losses, final]):
-        return (f"the uncompressed run's loss was not finite in its {steps} quality steps (training diverged); "
-                "lower --lr")
-    first = losses[0]
-    learned = first - final
-    needed = MIN_PROGRESS_ALLOWANCES * max_loss_increase * final
-    if learned < 0:
-        return (f"the uncompressed run's loss rose from {first:.4g} to {final:.4g} in {steps} quality steps (training "
-                "is unstable at this learning rate); lower --lr")
-    if learned < needed:
-        return (f"the uncompressed run's loss fell only {learned / first:.1%} ({first:.4g} → {final:.4g}) in {steps} "
-                f"quality steps, less than the {needed / first:.1%} ({MIN_PROGRESS_ALLOWANCES} × {allowance_flag} "
-                f"{max_loss_increase:g} of its final loss) that tells compressions apart; raise --lr or "
-                "--quality-steps")
-    return None
 
 
 def _generator(seed: int, step: int, rank: int) -> torch.Generator:

@@ -8,7 +8,7 @@ N ranks (``accelkit.distributed``) and each gated on its loss against the uncomp
 
 A gate is only as good as the uncompressed run it compares with: when that run barely learned, or its loss rose,
 every compression ends "within" the allowance (PowerSGD rank 1 at 40% of none's progress passed at lr 1e-4), so
-the check is inconclusive (``accelkit.distributed.quality.inconclusive_reason``): no compressed variant passes, and
+the check is inconclusive (``accelkit.recipes.grad_compression.inconclusive_reason``): no compressed variant passes, and
 the result says which flag to change.
 
 A distributed run measures no fp32 output drift (each rank trains its own batch), so precisions and the other
@@ -94,8 +94,9 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     from accelkit.distributed.bench_launch import run_distributed_bench
     from accelkit.distributed.launch import DistConfig
     from accelkit.distributed.parallel import SUPPORTED
-    from accelkit.distributed.quality import QualityConfig, inconclusive_reason
+    from accelkit.distributed.quality import QualityConfig
     from accelkit.hardware.device import resolve_device
+    from accelkit.recipes.grad_compression import inconclusive_reason
     from accelkit.timing import LoopConfig
 
     config = config or TuneConfig()

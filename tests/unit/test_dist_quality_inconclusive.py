@@ -3,7 +3,7 @@ fell, rose (blew up) or was not finite — pure Python, no launch."""
 
 import math
 
-from accelkit.distributed.quality import MIN_PROGRESS_ALLOWANCES, inconclusive_reason
+from accelkit.recipes.grad_compression import MIN_PROGRESS_ALLOWANCES, inconclusive_reason
 
 
 def test_a_reference_that_barely_learned_is_inconclusive_and_names_the_flags():
