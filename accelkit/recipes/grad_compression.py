@@ -148,15 +148,13 @@ def loss_gate(reference: list[float], candidate: list[float], *, reference_eval:
     ref, cand = final(reference, reference_eval), final(candidate, candidate_eval)
     threshold = 1.0 + max_loss_increase
     first = reference[0]
+    common = dict(criterion=criterion, steps=len(reference), reference=reference_name, reference_final_loss=ref,
+                  threshold=threshold, first_loss=first if math.isfinite(first) else None)
     if ref is None:  # the reference diverged: nothing to judge against (it raised, and the run lost every figure)
         why = inconclusive_reason({"losses": reference, "eval_loss": reference_eval}, max_loss_increase)
-        return LossGate(passed=False, inconclusive=True, criterion=criterion, steps=len(reference),
-                        reference=reference_name, reference_final_loss=None, threshold=threshold,
-                        first_loss=first if math.isfinite(first) else None, final_loss=cand, ratio=None, progress=None,
-                        message=f"{name}: the quality gate is inconclusive — {why}")
+        return LossGate(passed=False, inconclusive=True, final_loss=cand, ratio=None, progress=None,
+                        message=f"{name}: the quality gate is inconclusive — {why}", **common)  # type: ignore[arg-type]
     learned = first - ref
-    common = dict(criterion=criterion, steps=len(reference), reference=reference_name, reference_final_loss=ref,
-                  threshold=threshold, first_loss=first)
     if cand is None:
         bad = [i for i, x in enumerate(candidate) if not math.isfinite(x)]
         step = bad[0] + 1 if bad else len(candidate)

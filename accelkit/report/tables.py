@@ -107,13 +107,14 @@ def bench_footnotes(run: BenchRunResult) -> list[str]:
     # above 100 %: against a probe, the probe ran below this run (a loaded machine, or --quick); against a
     # datasheet peak, the FLOPs counted or the device identified is wrong — re-probing would not change it
     for v in run.variants:
-        shares = [(v.mfu.value, v.mfu.peak_source)] if v.mfu.probe is None else [(v.mfu.probe.value, v.mfu.probe.source)]
-        if v.mfu.probe is not None and v.mfu.datasheet is not None:
-            shares.append((v.mfu.datasheet.value, v.mfu.datasheet.source))
-        for value, source in shares:
+        m = v.mfu  # (share, its source, whether that peak is a probe's); without a probe share, the source says which
+        shares = [(m.value, m.peak_source, "probe" in m.peak_source.lower())] if m.probe is None else \
+            [(m.probe.value, m.probe.source, True)]
+        if m.probe is not None and m.datasheet is not None:
+            shares.append((m.datasheet.value, m.datasheet.source, False))
+        for value, source, probed in shares:
             if value is None or value <= 1:
                 continue
-            probed = "probe" in source.lower()
             fix = ("re-run `accelkit hw probe` (without --quick) on a quiet machine" if probed else
                    "a datasheet peak cannot be beaten: check the counted FLOPs and the device accelkit identified")
             lines.append(f"MFU above 100% ({v.key}: {value:.1%} of {source}) — {fix}")
