@@ -269,6 +269,10 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     # 3. the trial budget (the baseline always runs: it is the accuracy and speed reference)
     runnable = [t for t in trials if t.status == "pending"]
     if not runnable or runnable[0].name != "fp32":
+        fp32 = next((t for t in trials if t.name == "fp32"), None)
+        if fp32 is not None and fp32.status == "pruned":  # the budget, not the device: say so, with the figures
+            raise UserError(f"--memory-budget prunes the fp32 baseline: {fp32.reason} (the estimate includes the "
+                            "planner's framework allowance, 2 GiB by default); raise --memory-budget, or drop it")
         raise UserError("the fp32 baseline cannot run here; nothing to compare against")
     for t in runnable[config.max_trials:]:
         t.status, t.reason = "skipped", f"beyond --max-trials {config.max_trials}"
