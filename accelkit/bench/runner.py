@@ -199,7 +199,7 @@ def run_benchmark(
         restore()
         measurer.close_all()
         record.failed = list(measurer.failures)
-        if (note := reference.flops_note(device, measurer.reference_failure)) is not None:
+        if (note := reference.flops_note(device, measurer.reference_variant_failure)) is not None:
             record.notes.insert(flops_note_at, note)
         record.peak_memory_bytes, record.peak_memory_scope = run_peak_bytes(device, measurer.memory)
         record.store_error = writer.error

@@ -86,6 +86,9 @@ class Measurer:
         self.phase = "load"
         #: why the run has no fp32 reference output when the fp32 variant, which stands in for it, failed first
         self.reference_failure: str | None = None
+        #: why the fp32 variant failed in its setup, whether or not it had produced its output (it may have, and
+        #: then failed counting the FLOPs the meta device could not: ``Reference.flops_note`` names this)
+        self.reference_variant_failure: str | None = None
 
     def checkpoint(self) -> None:
         """Raise the Ctrl-C that a finalizer may have swallowed (see ``runner._catch_sigint``)."""
@@ -105,8 +108,10 @@ class Measurer:
             return lanes
         except Exception as exc:  # one variant's failure is data; its siblings go on
             error = _error(exc)  # (not the exception: its traceback would keep the model alive)
-        if variant.is_reference and self.reference.output is None:  # the others' drift had no reference to go on
-            self.reference_failure = f"the reference variant {variant.name} failed in its {self.phase}: {error}"
+        if variant.is_reference:
+            self.reference_variant_failure = f"the reference variant {variant.name} failed in its {self.phase}: {error}"
+            if self.reference.output is None:  # the others' drift had no reference to go on
+                self.reference_failure = self.reference_variant_failure
         self.fail(variant.name, self.phase, error)
         return []
 

@@ -93,6 +93,26 @@ def make_fp32_fails():
     return Fp32Fails(), torch.randn(2, 8)
 
 
+class Fp32FailsCountingFlops(DataDependent):
+    """The meta device cannot run it (a data-dependent branch); in fp32 it fails from its third call on — the first
+    call and the drift output pass, the fp32 variant's FLOPs count (the next call) fails."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 2 and not torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("fails on its third fp32 call")
+        return super().forward(x)
+
+
+def make_fp32_fails_counting_flops():
+    torch.manual_seed(0)
+    return Fp32FailsCountingFlops(), torch.randn(4, 32)
+
+
 def run(factory: str, precisions: list[str], loop, **config):
     from accelkit.bench.runner import BenchConfig, run_benchmark
     from accelkit.bench.variants import Variant
@@ -197,6 +217,19 @@ def test_flops_the_failed_fp32_variant_was_to_count_are_said_not_counted(interle
     assert "the reference variant fp32 failed in its first call" in note
     (bf16,) = result.variants
     assert bf16.mfu.flops_per_item is None and bf16.mfu.flops_source == "not counted"
+
+
+def test_flops_an_fp32_variant_failed_to_count_after_its_output_name_its_failure():
+    """The fp32 variant produced its drift output, then failed counting the FLOPs the meta device could not: the
+    note blamed an interrupt ('the run was interrupted before it counted them') — its failure was kept only when
+    it had no output. It now names the failure."""
+    result = run("make_fp32_fails_counting_flops", ["fp32", "bf16"], short_loop(), accuracy=True, interleave=False)
+    assert [f.name for f in result.failed] == ["fp32"] and not result.interrupted
+    (note,) = [n for n in result.notes if n.startswith("FLOPs")]
+    assert "interrupted" not in note, note
+    assert "the reference variant fp32 failed in its first call: RuntimeError: fails on its third fp32 call" in note
+    (bf16,) = result.variants
+    assert bf16.accuracy.note is None and bf16.accuracy.cosine > 0.99  # its drift output came first: bf16 has drift
 
 
 def test_flops_the_fp32_variant_counted_are_said_counted_by_it():
