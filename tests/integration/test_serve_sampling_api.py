@@ -46,7 +46,9 @@ def test_completion_logprobs_match_the_engine_and_openais_shape(server, offline)
     # each token's own text (this word-level tokenizer decodes one token without the space the text has)
     assert lp.tokens == [offline.tokenizer.decode([t]) for t in ref.token_ids]
     assert "".join(lp.tokens) == choice.text.replace(" ", "")
-    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(6)]
+    # where each token's text starts in the text (" w9" there: the space is the token's)
+    ends = [*lp.text_offset[1:], len(choice.text)]
+    assert [choice.text[a:b].strip() for a, b in zip(lp.text_offset, ends, strict=True)] == lp.tokens
     for token, token_lp, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
         assert len(top) <= 3 and top[token] == pytest.approx(token_lp)  # the 2 most likely (greedy's among them)
         assert max(top.values()) == pytest.approx(token_lp)

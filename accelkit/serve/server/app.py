@@ -12,7 +12,6 @@ gets a 500 naming the error; the engine and every other request go on.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
 import time
@@ -32,6 +31,7 @@ from accelkit.core import strict_json
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.sampling import MAX_LOGPROBS, SEED_MAX, SEED_MIN, SamplingParams
 from accelkit.serve.server.errors import APIError, error_response, validation_message
+from accelkit.serve.server.logprobs import LogprobFormatter, TextOffsets
 from accelkit.serve.server.middleware import ServerMiddleware
 from accelkit.serve.server.prompts import (
     ContextLengthExceeded,
@@ -74,12 +74,6 @@ def _derived_seed(seed: int | None, choice: int) -> int | None:
     return (seed + choice - SEED_MIN) % (SEED_MAX - SEED_MIN + 1) + SEED_MIN
 
 
-def _logprob(value: float) -> float | None:
-    """JSON has no -inf (vLLM's floor: -9999.0) and no NaN: a NaN logprob — a model whose logits overflowed —
-    is null, no figure, rather than a made-up one or an invalid document (a 500 without streaming)."""
-    return None if math.isnan(value) else min(max(value, -9999.0), 0.0)
-
-
 def _sse(data: Any) -> str:
     return f"data: {strict_json.dumps(data, separators=(',', ':'))}\n\n"  # never a bare NaN in an event
 
@@ -107,6 +101,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=list(state.config.allowed_origins), allow_methods=["*"],
                            allow_headers=["*"])
     template_args = chat_template_arguments(state.engine.tokenizer)
+    logprobs_format = LogprobFormatter(state.engine.tokenizer)
 
     # ---- errors: every failure is an OpenAI error object ---------------------------------------------
     @app.exception_handler(APIError)
@@ -260,11 +255,6 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                                param="tokens")
         return {"prompt": str(await asyncio.to_thread(tokenizer.decode, body.tokens))}
 
-    @functools.lru_cache(maxsize=1 << 16)
-    def token_text(token: int) -> str:
-        """One token's text, as logprobs name it (vLLM's decoded token)."""
-        return str(state.engine.tokenizer.decode([token])) if state.engine.tokenizer is not None else str(token)
-
     def check_choices(body: Any, num_prompts: int) -> None:
         """n, best_of and the logprobs fields: in range, and what they ask for fits the server."""
         if body.n < 1:
@@ -326,27 +316,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             hint = "; 0 or -1 means no limit" if field == "top_k" else ""
             raise APIError(400, f"{exc}{hint}", param=field) from exc
 
-    def completion_logprobs(token_ids: list[int], logprobs: list[Any], offset: int) -> dict[str, Any]:
-        """OpenAI's completions logprobs: token texts, their logprobs, the most likely (the sampled token among
-        them, as vLLM's) and each token's character offset from ``offset`` on."""
-        tokens = [token_text(t) for t in token_ids]
-        offsets = []
-        for text in tokens:
-            offsets.append(offset)
-            offset += len(text)
-        top = [{token_text(t): _logprob(lp) for t, lp in [(token, chosen), *alternatives]}
-               for token, (chosen, alternatives) in zip(token_ids, logprobs, strict=True)]
-        return {"tokens": tokens, "token_logprobs": [_logprob(chosen) for chosen, _ in logprobs],
-                "top_logprobs": top, "text_offset": offsets}
-
-    def chat_logprobs(token_ids: list[int], logprobs: list[Any]) -> dict[str, Any]:
-        """OpenAI's chat logprobs: per token its text, logprob, UTF-8 bytes and the most likely ones."""
-        def entry(token: int, lp: float) -> dict[str, Any]:
-            text = token_text(token)
-            return {"token": text, "logprob": _logprob(lp), "bytes": list(text.encode("utf-8", "replace"))}
-
-        return {"content": [{**entry(token, chosen), "top_logprobs": [entry(t, lp) for t, lp in alternatives]}
-                            for token, (chosen, alternatives) in zip(token_ids, logprobs, strict=True)]}
+    def echo_text(token_ids: list[int]) -> str:
+        """A prompt of token ids as completions' echo gives it: ``tokenizer.decode`` (special tokens included)."""
+        tokenizer = state.engine.tokenizer
+        return str(tokenizer.decode(token_ids)) if tokenizer is not None else ""
 
     async def _generate(request: Request, body: Any, prompts: list[Any], limit: int | None, limit_field: str, *,
                         chat: bool, default_limit: int | None) -> Response:
@@ -376,6 +349,9 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                                        requested=limit, field=limit_field, default=default_limit)
             # one engine request per choice: the prefix cache shares the prompt's KV blocks between them
             seqs += [(ids, sampling_params(body, max_tokens, j, logprobs)) for j in range(per_prompt)]
+        # completions' echo: each prompt's text before its choices' (a prompt of token ids decoded, as vLLM does)
+        echoes = [p if isinstance(p, str) else await asyncio.to_thread(echo_text, p)
+                  for p in prompts] if not chat and body.echo else None
         if not state.admission.try_enter(len(seqs)):
             raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
                            f"{state.engine.config.max_num_seqs} running); retry in {RETRY_AFTER_S} s",
@@ -443,7 +419,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
                 _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage, n=n,
-                        logprobs=user_logprobs is not None),
+                        echoes=echoes, logprobs=user_logprobs is not None),
                 media_type="text/event-stream",
             )
         last: dict[int, RequestOutput] = {}
@@ -460,23 +436,33 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             for j, out in enumerate(candidates[:n]):
                 outs[p * n + j] = out
         want = user_logprobs is not None
-        if chat:
-            choices = [{"index": i, "message": {"role": "assistant", "content": o.text},
-                        "logprobs": chat_logprobs(o.token_ids, o.logprobs or []) if want else None,
+
+        def completion_logprobs(o: RequestOutput) -> dict[str, Any]:
+            offsets = logprobs_format.offsets(o.prompt_token_ids).add(o.token_ids, final=True)
+            return logprobs_format.completion(o.token_ids, o.logprobs or [], offsets)
+
+        def response() -> dict[str, Any]:  # (with logprobs it decodes every token: in a worker thread)
+            if chat:
+                choices = [{"index": i, "message": {"role": "assistant", "content": o.text},
+                            "logprobs": logprobs_format.chat(o.token_ids, o.logprobs or []) if want else None,
+                            "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
+                return {"id": base_id, "object": "chat.completion", "created": created, "model": name,
+                        "choices": choices, "usage": _usage(outs, n)}
+            choices = [{"index": i, "text": echoes[i // n] + o.text if echoes else o.text,
+                        "logprobs": completion_logprobs(o) if want else None,
                         "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
-            return JSONResponse({"id": base_id, "object": "chat.completion", "created": created, "model": name,
-                                 "choices": choices, "usage": _usage(outs, n)})
-        choices = [{"index": i, "text": o.text,
-                    "logprobs": completion_logprobs(o.token_ids, o.logprobs or [], 0) if want else None,
-                    "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
-        return JSONResponse({"id": base_id, "object": "text_completion", "created": created, "model": name,
-                             "choices": choices, "usage": _usage(outs, n)})
+            return {"id": base_id, "object": "text_completion", "created": created, "model": name,
+                    "choices": choices, "usage": _usage(outs, n)}
+
+        return JSONResponse(await asyncio.to_thread(response) if want else response())
 
     async def _stream(outputs: AsyncIterator[tuple[int, RequestOutput]], cleanup: Any, base_id: str, created: int, *,
-                      chat: bool, include_usage: bool, n: int, logprobs: bool) -> AsyncIterator[str]:
+                      chat: bool, include_usage: bool, n: int, echoes: list[str] | None,
+                      logprobs: bool) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
+        echoed: set[int] = set()  # choices whose prompt went out
         last: dict[int, RequestOutput] = {}
-        offsets: dict[int, int] = {}  # completions: each choice's text_offset so far
+        offsets: dict[int, TextOffsets] = {}  # completions: each choice's text_offset so far
 
         def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
             data: dict[str, Any] = {"id": base_id, "object": obj, "created": created, "model": name, "choices": choices}
@@ -496,15 +482,21 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                     continue
                 reason = out.finish_reason if out.finished else None
                 if chat:
-                    lp = chat_logprobs(out.new_token_ids, new_logprobs) if new_logprobs is not None else None
+                    lp = logprobs_format.chat(out.new_token_ids, new_logprobs) if new_logprobs is not None else None
                     choice = {"index": index, "delta": {"content": out.new_text} if out.new_text else {},
                               "logprobs": lp, "finish_reason": reason}
                 else:
                     lp = None
                     if new_logprobs is not None:
-                        lp = completion_logprobs(out.new_token_ids, new_logprobs, offsets.get(index, 0))
-                        offsets[index] = offsets.get(index, 0) + sum(len(t) for t in lp["tokens"])
-                    choice = {"index": index, "text": out.new_text, "logprobs": lp, "finish_reason": reason}
+                        if index not in offsets:
+                            offsets[index] = logprobs_format.offsets(out.prompt_token_ids)
+                        lp = logprobs_format.completion(out.new_token_ids, new_logprobs,
+                                                        offsets[index].add(out.new_token_ids, final=out.finished))
+                    text = out.new_text
+                    if echoes and index not in echoed:  # the prompt goes out with the choice's first chunk (vLLM's)
+                        text = echoes[index // n] + text
+                        echoed.add(index)
+                    choice = {"index": index, "text": text, "logprobs": lp, "finish_reason": reason}
                 yield chunk([choice])
             if include_usage:
                 yield chunk([], _usage(last, n))

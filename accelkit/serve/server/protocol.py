@@ -191,7 +191,8 @@ class CompletionRequest(_Sampling):
     """POST /v1/completions."""
 
     prompt: Prompt
-    echo: Bool = False
+    echo: Bool = Field(False, description="Return each prompt's text before its completion (not with logprobs: "
+                       "the prompt's logprobs are not computed).")
     logprobs: Int | None = Field(None, description="The logprobs of each token and of the most likely ones (0..20).")
     best_of: Int | None = Field(None, description="Generate this many (>= n) per prompt and return the n with the "
                                 "highest cumulative logprob; not with stream.")
@@ -214,9 +215,11 @@ class CompletionRequest(_Sampling):
         return [list(x) for x in p if isinstance(x, list)]  # pydantic admits only list[list[int]] here
 
     def unsupported(self) -> tuple[str, str] | None:
-        for name, neutral in (("echo", False), ("suffix", None)):
-            if getattr(self, name) != neutral:
-                return name, f"{name} is not supported by accelkit serve"
+        if self.suffix is not None:
+            return "suffix", "suffix is not supported by accelkit serve"
+        if self.echo and self.logprobs is not None:  # vLLM's would hold the prompt tokens' logprobs first
+            return "echo", ("echo with logprobs is not supported by accelkit serve: the engine does not compute the "
+                            "prompt tokens' logprobs; send echo without logprobs, or logprobs without echo")
         return _Sampling.unsupported(self)
 
     @property

@@ -1,0 +1,143 @@
+"""Logprobs in OpenAI's two shapes: completions' ``{tokens, token_logprobs, top_logprobs, text_offset}`` and chat's
+``{content: [{token, logprob, bytes, top_logprobs}]}``.
+
+A token's text is ``tokenizer.decode([id])``, as vLLM names it. Two fields need more than that text:
+
+- ``text_offset`` is where each token's text starts in the choice's text, in characters. One token decoded alone
+  is not its share of the text: a tokenizer whose decoder joins words with spaces decodes ``w9`` alone where the
+  text holds `` w9``, and the tokens of a character split across them (``€`` as ``e2 82`` + ``ac`` in a
+  byte-level BPE) each decode to U+FFFD, one character apiece for a character that is one. So the offsets replay
+  the engine's own incremental detokenization (same prompt context, same algorithm): a token's offset is the
+  length of the text the tokens before it gave, and the tokens of a split character share the offset of that
+  character.
+- chat's ``bytes`` is the token's UTF-8 bytes, which OpenAI documents for exactly the split-character case: the
+  bytes of consecutive tokens, joined, are the text's. A token that decodes to U+FFFD is such a piece (or a
+  byte that is not UTF-8 at all): its raw bytes come from the vocabulary — a byte-level BPE piece through
+  GPT-2's byte-to-character table, a byte-fallback piece ``<0xE2>`` as that byte. Any other token's bytes are
+  its text's UTF-8.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from accelkit.serve.detokenizer import IncrementalDetokenizer, TokenDecoder
+from accelkit.serve.outputs import TokenLogprobs
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece's byte fallback
+
+
+def logprob_value(value: float) -> float | None:
+    """JSON has no -inf (vLLM's floor: -9999.0) and no NaN: a NaN logprob — a model whose logits overflowed —
+    is null, no figure, rather than a made-up one or an invalid document (a 500 without streaming)."""
+    return None if math.isnan(value) else min(max(value, -9999.0), 0.0)
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_level_table() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, character → byte: printable bytes stand for themselves, the other 68 are
+    shifted past U+00FF in byte order (``bytes_to_unicode`` of GPT-2 and of ``tokenizers``' ByteLevel)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {chr(b): b for b in printable}
+    shifted = (b for b in range(256) if b not in table.values())
+    table.update({chr(256 + n): b for n, b in enumerate(shifted)})
+    return table
+
+
+def _decoder_types(tokenizer: Any) -> set[str]:
+    """The ``type`` of every decoder in a fast tokenizer's pipeline (``ByteLevel``, ``ByteFallback`` …); empty for
+    a slow tokenizer or one whose pipeline cannot be read."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    try:
+        decoder = json.loads(backend.to_str()).get("decoder") if backend is not None else None
+    except (AttributeError, TypeError, ValueError):
+        return set()
+    types: set[str] = set()
+    stack = [decoder]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("type"), str):
+                types.add(node["type"])
+            stack += node.values()
+        elif isinstance(node, list):
+            stack += node
+    return types
+
+
+class LogprobFormatter:
+    """Formats the engine's per-token logprobs for one server (one tokenizer); thread-safe (its caches are)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._decoder = TokenDecoder(tokenizer) if tokenizer is not None else None
+        # a byte-level vocabulary: fast (a ByteLevel decoder) or slow (GPT2Tokenizer's own byte_decoder)
+        self._byte_level = tokenizer is not None and (
+            "ByteLevel" in _decoder_types(tokenizer) or isinstance(getattr(tokenizer, "byte_decoder", None), dict)
+        )
+        self.token_text: Callable[[int], str] = functools.lru_cache(maxsize=1 << 16)(self._token_text)
+        self.token_bytes: Callable[[int], list[int]] = functools.lru_cache(maxsize=1 << 16)(self._token_bytes)
+
+    def _token_text(self, token: int) -> str:
+        """One token's text, as logprobs name it (vLLM's decoded token)."""
+        return str(self.tokenizer.decode([token])) if self.tokenizer is not None else str(token)
+
+    def _token_bytes(self, token: int) -> list[int]:
+        text = self.token_text(token)
+        if "\ufffd" in text and self.tokenizer is not None:  # (part of) a character split across tokens
+            piece = self.tokenizer.convert_ids_to_tokens(token)
+            if isinstance(piece, str):
+                byte = _BYTE_PIECE.fullmatch(piece)
+                if byte is not None:
+                    return [int(byte.group(1), 16)]
+                table = _byte_level_table()
+                if self._byte_level and piece and all(c in table for c in piece):
+                    return [table[c] for c in piece]
+        return list(text.encode("utf-8", "replace"))
+
+    def offsets(self, prompt_token_ids: list[int], *, start: int = 0) -> TextOffsets:
+        """A tracker of one choice's ``text_offset`` (see the module doc), its first token at ``start``."""
+        return TextOffsets(self._decoder, prompt_token_ids, start)
+
+    def completion(self, token_ids: list[int], logprobs: list[TokenLogprobs], offsets: list[int]) -> dict[str, Any]:
+        """OpenAI's completions logprobs: token texts, their logprobs, the most likely (the sampled token among
+        them, as vLLM's) and each token's character offset in the text (``offsets``, from :meth:`offsets`)."""
+        text = self.token_text
+        top = [{text(t): logprob_value(lp) for t, lp in [(token, chosen), *alternatives]}
+               for token, (chosen, alternatives) in zip(token_ids, logprobs, strict=True)]
+        return {"tokens": [text(t) for t in token_ids], "token_logprobs": [logprob_value(c) for c, _ in logprobs],
+                "top_logprobs": top, "text_offset": offsets}
+
+    def chat(self, token_ids: list[int], logprobs: list[TokenLogprobs]) -> dict[str, Any]:
+        """OpenAI's chat logprobs: per token its text, logprob, UTF-8 bytes and the most likely ones."""
+        def entry(token: int, lp: float) -> dict[str, Any]:
+            return {"token": self.token_text(token), "logprob": logprob_value(lp), "bytes": self.token_bytes(token)}
+
+        return {"content": [{**entry(token, chosen), "top_logprobs": [entry(t, lp) for t, lp in alternatives]}
+                            for token, (chosen, alternatives) in zip(token_ids, logprobs, strict=True)]}
+
+
+class TextOffsets:
+    """``text_offset`` of one choice's tokens, fed in order as they are generated (all at once, or chunk by chunk
+    while streaming: the offsets are the same)."""
+
+    __slots__ = ("_detokenizer", "offset")
+
+    def __init__(self, decoder: TokenDecoder | None, prompt_token_ids: list[int], start: int) -> None:
+        self._detokenizer = IncrementalDetokenizer(decoder, prompt_token_ids) if decoder is not None else None
+        self.offset = start  # characters of text before the next token
+
+    def add(self, token_ids: list[int], *, final: bool) -> list[int]:
+        """The offsets of ``token_ids``, the next tokens of the choice; ``final`` when they are its last."""
+        offsets = []
+        last = len(token_ids) - 1
+        for i, token in enumerate(token_ids):
+            offsets.append(self.offset)
+            if self._detokenizer is not None:  # (without a tokenizer the text is empty)
+                self.offset += len(self._detokenizer.add([token], final=final and i == last))
+        return offsets
