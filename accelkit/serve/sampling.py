@@ -22,6 +22,28 @@ PENALTY_RANGE = 2.0  # presence/frequency penalties lie in [-2, 2], as in OpenAI
 LOGIT_BIAS_RANGE = 100.0
 
 
+class FrozenBias(dict[int, float]):
+    """``SamplingParams.logit_bias``: a dict that refuses changes. The engine reads the params of a running request
+    at every step, so a caller's later ``params.logit_bias[t] = …`` would change (or, with an id past the vocabulary
+    checked at submission, break) a request already running; params are frozen, this field too. Still a dict for
+    readers, ``==`` and JSON; hashable, picklable and copyable."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("SamplingParams.logit_bias is read-only (a running request may be using it); make new "
+                        "params with params.replace(logit_bias={...})")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+    def __reduce__(self) -> tuple[type[FrozenBias], tuple[dict[int, float]]]:
+        # pickle and copy would otherwise rebuild it item by item through __setitem__
+        return FrozenBias, (dict(self),)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams(Spec):
     """How one request picks its tokens and when it stops. ``temperature=0`` is greedy decoding."""
@@ -73,6 +95,11 @@ class SamplingParams(Spec):
         doc=f"Return each generated token's log-probability and the k most likely ones (0..{MAX_LOGPROBS}); None = "
         "none. Raw log-probabilities of the model (before penalties, temperature, top-k/p), as vLLM's default.",
     )
+
+    def __post_init__(self) -> None:
+        Spec.__post_init__(self)  # (it checks each field and stores a copy of logit_bias: a caller's dict stays theirs)
+        if self.logit_bias is not None:
+            object.__setattr__(self, "logit_bias", FrozenBias(self.logit_bias))
 
     def validate(self) -> None:
         if not math.isfinite(self.temperature):
