@@ -54,7 +54,14 @@ def check_buildable(spec: ModelSpec) -> None:
 def build_model(
     spec: ModelSpec, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, seed: int | None = 0
 ) -> torch.nn.Module:
-    """Instantiate the transformers module for ``spec`` with random init (``seed`` for repeatability)."""
+    """Instantiate the transformers module for ``spec`` with random init (``seed`` for repeatability).
+
+    ``dtype`` builds it as transformers' ``from_config(config, dtype=dtype)`` does — constructed under that default
+    dtype, on ``device`` and the meta device alike — not as ``model.to(dtype)`` would: parameters and the buffers
+    they are saved with in ``dtype``, while a buffer the model computes in fp32 on purpose stays fp32. RoPE's
+    ``inv_freq`` is one (transformers computes it ``.float()``; ``.to(bf16)`` rounded it, an angle error that grows
+    with the position). The weights are initialized in ``dtype`` (no fp32 copy first); some initializers (ResNet's
+    convolutions) then draw other values than an fp32 build cast down."""
     import torch
     import transformers
 
@@ -63,9 +70,8 @@ def build_model(
     if seed is not None:
         torch.manual_seed(seed)
     with torch.device(device):
-        model = model_cls(config)
-    if dtype is not None:
-        model = model.to(dtype)
+        # _from_config is what transformers' Auto*.from_config(config, dtype=) calls for this class
+        model = model_cls(config) if dtype is None else model_cls._from_config(config, dtype=dtype)
     module: torch.nn.Module = model.eval()
     return module
 
