@@ -36,25 +36,54 @@ class TokenCounts:
     2.6 ms per step — 0.95 ms of it building the padded array from the Python lists, host work proportional
     to the context — against 0.7 ms for this (the gather of 64 slab rows; host work proportional to the rows
     and the new tokens).
+
+    Memory, outside the KV cache budget (``kv_cache_memory_bytes`` or ``gpu_memory_utilization`` does not count
+    it): :data:`ROW_BYTES_PER_TOKEN` × V bytes a row — float32 counts and a bool prompt mask; 626 KiB at V=128,256.
+    A request holds one row whatever its length. The slab holds at most as many rows as the largest batch of
+    penalised sequences, rounded up to :data:`ROW_CHUNK` (so at most ``max_num_seqs`` rounded up): a sequence
+    not in the step (preempted, waiting) gives its row up when a row is needed, and gets its counts rebuilt from
+    its token ids (exactly: they are a function of them) when it is back. When no penalised sequence is left
+    the slab is freed.
     """
+
+    ROW_CHUNK = 16  # rows are added this many at a time
+    ROW_BYTES_PER_TOKEN = 5  # float32 count + bool prompt mask, per vocabulary entry
 
     def __init__(self, device: torch.device, vocab: int) -> None:
         self.device, self.vocab = device, vocab
-        self.output = torch.zeros(0, vocab, device=device)
-        self.prompt = torch.zeros(0, vocab, dtype=torch.bool, device=device)
-        self._slot: dict[int, int] = {}  # seq_id → slab row
+        self._slot: dict[int, int] = {}  # seq_id → slab row (insertion order: the oldest holder first)
         self._counted: dict[int, int] = {}  # seq_id → output tokens already counted
+        self._release()
+
+    @property
+    def num_rows(self) -> int:
+        return self.output.shape[0]
+
+    @property
+    def num_bytes(self) -> int:
+        """Device memory held now: ``num_rows`` × V × :data:`ROW_BYTES_PER_TOKEN`."""
+        return self.num_rows * self.vocab * self.ROW_BYTES_PER_TOKEN
+
+    def _release(self) -> None:
+        self.output = torch.zeros(0, self.vocab, device=self.device)
+        self.prompt = torch.zeros(0, self.vocab, dtype=torch.bool, device=self.device)
         self._free: list[int] = []
 
     def forget(self, seq_id: int) -> None:
+        """``seq_id`` finished: its row is free, and with no penalised sequence left the slab goes."""
+        self._evict(seq_id)
+        if not self._slot and self.num_rows:
+            self._release()
+
+    def _evict(self, seq_id: int) -> None:
         slot = self._slot.pop(seq_id, None)
         if slot is not None:
             self._free.append(slot)
             del self._counted[seq_id]
 
     def _grow(self, need: int) -> None:
-        old = self.output.shape[0]
-        new = max(need, 2 * old, 16)
+        old = self.num_rows
+        new = -(-need // self.ROW_CHUNK) * self.ROW_CHUNK
         self.output = torch.cat([self.output, self.output.new_zeros(new - old, self.vocab)])
         self.prompt = torch.cat([self.prompt, self.prompt.new_zeros(new - old, self.vocab)])
         self._free += range(new - 1, old - 1, -1)
@@ -62,8 +91,13 @@ class TokenCounts:
     def gather(self, rows: Rows[SampledRow], upload: Uploader) -> tuple[torch.Tensor, torch.Tensor]:
         """(R, V) float32 output counts and (R, V) bool prompt presence of ``rows``, brought up to date."""
         missing = sum(r.seq_id not in self._slot for r in rows)
-        if missing > len(self._free):
-            self._grow(self.output.shape[0] + missing - len(self._free))
+        if missing > len(self._free):  # rows of sequences not in this step first, then a larger slab
+            in_step = {r.seq_id for r in rows}
+            idle = [seq_id for seq_id in self._slot if seq_id not in in_step]
+            for seq_id in idle[: missing - len(self._free)]:
+                self._evict(seq_id)
+            if missing > len(self._free):
+                self._grow(self.num_rows + missing - len(self._free))
         slots: list[int] = []
         clear: list[int] = []  # slots taken now: a freed slot still holds its last sequence's counts
         out_slots: list[int] = []
