@@ -147,3 +147,25 @@ def test_echo_with_logprobs_is_refused_naming_echo(words_server):
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["param"] == "echo" and error["code"] == "unsupported" and "logprobs" in error["message"]
+
+
+@pytest.mark.parametrize(("body", "param", "needle"), [
+    ({"stop": ""}, "stop", "empty string"), ({"stop": ["w5", ""]}, "stop", "empty string"),
+    ({"stop": ["w5"] * 65}, "stop", "at most 64"), ({"stop": [5]}, "stop", "valid string"),
+    ({"n": 0}, "n", "at least 1"), ({"n": 2, "best_of": 1}, "best_of", "at least n=2"),
+    ({"best_of": 3, "stream": True}, "best_of", "cannot be streamed"),
+    ({"n": 2, "best_of": 1000}, "best_of", "runs at most"), ({"echo": True, "logprobs": 0}, "echo", "logprobs"),
+])
+def test_stop_n_and_best_of_mistakes_are_openai_errors_naming_the_field(words_server, body, param, needle):
+    resp = httpx.post(f"{words_server}/v1/completions", json={"model": "tiny", "prompt": "w5", **body}, timeout=60)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param and needle in error["message"]
+
+
+def test_best_of_with_echo_echoes_the_chosen_choice(words_server):
+    body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 4, "best_of": 3, "seed": 1, "echo": True,
+            "ignore_eos": True}
+    choices = httpx.post(f"{words_server}/v1/completions", json=body, timeout=60).json()["choices"]
+    plain = httpx.post(f"{words_server}/v1/completions", json={**body, "echo": False}, timeout=60).json()["choices"]
+    assert [c["text"] for c in choices] == ["w5 w6" + plain[0]["text"]]
