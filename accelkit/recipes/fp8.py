@@ -6,7 +6,8 @@ updates, and forward casts it (and the input) to bf16 with autocast off — whil
 autocast (``MixedPrecision`` wraps the model for ``precision='fp8'``). That is what torchtitan's FSDP2 ``param_dtype=bfloat16`` feeds torchao on one
 device, and it keeps autocast's own casts away from float8 tensors: torchao's ``Float8TrainingTensor`` supports
 no ``aten.to`` (the first H200 run died there with fp32 weights under CUDA autocast), and rowwise scaling takes
-bf16 operands only.
+bf16 operands only. Matmul weights that are no ``nn.Linear`` — transformers 5's 3-D MoE experts and routers, GPT-2's
+``Conv1D`` — stay in high precision too: the note gives the share converted (:mod:`accelkit.recipes.coverage`).
 
 It pays off only on FP8 tensor cores: SM89+ for tensorwise, SM90+ for rowwise, or MI300-class GPUs.
 Anywhere else it is refused, unless ``emulate=True`` (tests): torchao then runs the same casts and
@@ -24,6 +25,7 @@ from torch.nn.utils import parametrize
 
 from accelkit.core import Recipe
 from accelkit.recipes.base import ApplyContext, Technique
+from accelkit.recipes.coverage import coverage, matmul_weights
 
 SCALINGS = ("tensorwise", "rowwise")
 #: the dtype of the GEMM operands fed to the fp8 casts (torchao's rowwise recipe accepts only this one)
@@ -136,16 +138,18 @@ class Float8Training(Technique):
 
         config = float8_config(self.scaling, emulate=ctx.emulate_fp8)
         num_linears, kept = _kept(model)
+        weights = matmul_weights(model)  # before the swap: what the note's share is of
         convert_to_float8_training(model, config=config, module_filter_fn=_fp8_linear_filter)
         operand_cls = bf16_operand_linear()
-        converted = 0
-        for module in model.modules():
+        converted: set[str] = set()
+        for fqn, module in model.named_modules():
             if type(module) is Float8Linear:
                 module.__class__ = operand_cls
                 # unsafe: the whole point is a dtype change (fp32 master → bf16 operand); shapes are unchanged
                 parametrize.register_parametrization(module, "weight", _CastTo(OPERAND_DTYPE), unsafe=True)
-                converted += 1
-        ctx.notes.append(f"fp8 training ({self.scaling}{', emulated' if ctx.emulate_fp8 else ''}): {converted} of "
+                converted.add(fqn)
+        ctx.notes.append(f"fp8 training ({self.scaling}{', emulated' if ctx.emulate_fp8 else ''}): {len(converted)} of "
                          f"{num_linears} linear layers as Float8Linear on bf16 copies of fp32 master weights"
-                         + (f"; kept in high precision: {kept}" if kept else ""))
+                         + (f"; kept in high precision: {kept}" if kept else "")
+                         + f"; {coverage(weights, converted, what='fp8', rest='in high precision')}")
         return model

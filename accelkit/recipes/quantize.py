@@ -20,7 +20,8 @@ Casting a model to 16 bits (fp8; int4 on CUDA) casts its parameters and its save
 but not its computed ones — non-persistent floating buffers such as RoPE's ``inv_freq`` keep their dtype, as
 ``from_pretrained(dtype=torch.bfloat16)`` leaves them (:func:`cast_to`).
 torchao configs are built with ``set_inductor_config=False`` wherever they accept it, so quantizing
-never flips global Inductor flags.
+never flips global Inductor flags. Only ``nn.Linear`` weights are quantized; the note gives the share of the matmul
+weights that is and what holds the rest (:mod:`accelkit.recipes.coverage`: a Mixtral's 3-D experts, GPT-2's Conv1D).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ import contextlib
 import inspect
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 
 from accelkit.core import Recipe
 from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
+from accelkit.recipes.coverage import coverage, matmul_weights
 
 Backend = Literal["auto", "torchao", "torch.ao"]
 INT4_GROUP_CPU, INT4_GROUP_GPU = 32, 128
@@ -43,6 +45,7 @@ INT4_GPU_PACKING, INT4_GPU_DTYPE = "tile_packed_to_4d", torch.bfloat16
 FP8 = ("fp8-weight", "fp8-dynamic")
 #: fp8 inference runs its GEMMs on these activations: the model is cast to the dtype first
 FP8_COMPUTE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def _config(cls: Any, **kwargs: Any) -> Any:
@@ -83,9 +86,24 @@ def _linears_refusal(model: torch.nn.Module, q: str, multiple: int, why: str) ->
     return None
 
 
-def _quantize_linears(model: torch.nn.Module, config: Any, q: str, ctx: ApplyContext) -> str:
+def _weights_dtype(model: torch.nn.Module) -> str:
+    """The dtype unconverted weights keep, for the note ("fp32"; "their dtypes" when the model mixes them)."""
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    return f"{_SHORT.get(next(iter(dtypes)), str(next(iter(dtypes))))}" if len(dtypes) == 1 else "in their dtypes"
+
+
+class Converted(NamedTuple):
+    """What :func:`_quantize_linears` converted."""
+
+    fqns: set[str]  # the converted Linears' names
+    counted: str  # "k of n Linear layers; m kept in full precision (why)"
+    covered: str  # the share of the matmul weights converted, and what holds the rest (coverage.coverage)
+
+
+def _quantize_linears(model: torch.nn.Module, config: Any, q: str, ctx: ApplyContext) -> Converted:
     """torchao ``quantize_`` on the Linears whose ``in_features`` divide by its kernels' group or tile
-    (:func:`_kernel_multiple`); returns how many were converted and why the others were not. A model where none
+    (:func:`_kernel_multiple`); says how many were converted and why the others were not, and the share of the
+    matmul weights that is (experts stored as 3-D parameters are no Linear, and stay as they were). A model where none
     qualifies was refused before (``Quantization.model_refusal``): a recipe that changed nothing must not be
     measured as if it had (int4 on a CPU once skipped every Linear of width 20 and still said "int4-weight
     quantization"). Should torchao still convert none, that is refused too — after the fact, the model already
@@ -93,15 +111,18 @@ def _quantize_linears(model: torch.nn.Module, config: Any, q: str, ctx: ApplyCon
     from torchao import quantization as tq
 
     multiple, why = _kernel_multiple(q, ctx)
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    named = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    linears = [m for _, m in named]
     weights = {id(m): m.weight for m in linears}
+    survey, rest = matmul_weights(model), _weights_dtype(model)
     tq.quantize_(model, config, filter_fn=_linear_filter(multiple))
-    converted = sum(1 for m in linears if m.weight is not weights[id(m)])  # quantize_ swaps in a quantized weight
+    converted = {fqn for fqn, m in named if m.weight is not weights[id(m)]}  # quantize_ swaps in a quantized weight
     if not converted:
         raise RecipeRefused(_none_converted(linears, q, multiple, why))
-    skipped = len(linears) - converted
-    return f"{converted} of {len(linears)} Linear layers" + (
-        f"; {skipped} kept in full precision (in_features not a multiple of {multiple}{why})" if skipped else "")
+    skipped = len(linears) - len(converted)
+    return Converted(converted, f"{len(converted)} of {len(linears)} Linear layers" + (
+        f"; {skipped} kept in full precision (in_features not a multiple of {multiple}{why})" if skipped else ""),
+        coverage(survey, converted, what=q, rest=rest))
 
 
 class Quantization(Technique):
@@ -156,12 +177,16 @@ class Quantization(Technique):
         q = recipe.quantization
         backend = self._backend(recipe, ctx)
         if backend == "torch.ao":
-            num_linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+            linear_fqns = {fqn for fqn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+            survey, rest = matmul_weights(model), _weights_dtype(model)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # its deprecation notice; the kernels are what we measured
                 model = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]  # torch.ao is untyped
                     model, {torch.nn.Linear}, dtype=torch.qint8)
-            ctx.notes.append(f"int8 dynamic quantization (torch.ao quantize_dynamic) of {num_linears} Linear layers")
+            # quantize_dynamic swaps each Linear for its own dynamic-quantized module, at the same name
+            converted = {fqn for fqn, m in model.named_modules() if fqn in linear_fqns and type(m) is not torch.nn.Linear}
+            ctx.notes.append(f"int8 dynamic quantization (torch.ao quantize_dynamic) of {len(converted)} of "
+                             f"{len(linear_fqns)} Linear layers; {coverage(survey, converted, what=str(q), rest=rest)}")
             return model
 
         from torchao import quantization as tq
@@ -182,7 +207,7 @@ class Quantization(Technique):
         else:
             return _fp8(model, recipe, ctx)
         done = _quantize_linears(model, config, q, ctx)
-        ctx.notes.append(f"{q} quantization (torchao {type(config).__name__}) of {done}")
+        ctx.notes.append(f"{q} quantization (torchao {type(config).__name__}) of {done.counted}; {done.covered}")
         return model
 
 
@@ -251,17 +276,16 @@ def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.
     if "kernel_preference" not in inspect.signature(cls).parameters:
         kwargs.pop("kernel_preference", None)  # weight-only: dequantize + matmul, no fp8 kernel to emulate
     config = _config(cls, **kwargs)
-    weights = {m: m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
     with _emulated_hardware(ctx.emulate_fp8 and not (ctx.device.sm_at_least(8, 9) or ctx.device.is_mi300_class)):
         done = _quantize_linears(model, config, str(recipe.quantization), ctx)
-    for linear, weight in weights.items():
-        if linear.weight is not weight:  # converted (quantize_ swapped in a Float8Tensor)
-            linear.register_forward_pre_hook(CastInput(dtype))
+    modules = dict(model.named_modules())
+    for fqn in done.fqns:
+        modules[fqn].register_forward_pre_hook(CastInput(dtype))
     ctx.notes.append(f"cast to {recipe.precision}, then {recipe.quantization} quantization (torchao {cls.__name__}"
-                     f"{', emulated' if ctx.emulate_fp8 else ''}) of {done}; their inputs cast to {recipe.precision}"
+                     f"{', emulated' if ctx.emulate_fp8 else ''}) of {done.counted}; their inputs cast to {recipe.precision}"
                      + (f"; {len(kept)} computed buffer{'s' * (len(kept) != 1)} kept in their dtype ({', '.join(kept[:2])}"
                         f"{', …' if len(kept) > 2 else ''})"
-                        if kept else ""))
+                        if kept else "") + f"; {done.covered}")
     return model
 
 
