@@ -6,7 +6,8 @@ Backends, chosen per device because the fastest path differs (measured in benchm
 - ``int8-weight``: torchao ``Int8WeightOnlyConfig``.
 - ``int4-weight``: CPU → torchao ``IntxWeightOnlyConfig(int4, PerGroup(32))``; CUDA SM80+ →
   ``Int4WeightOnlyConfig(group_size=128)`` in tinygemm's ``tile_packed_to_4d`` layout (torch's own int4 kernels;
-  torchao's default ``plain`` layout needs the separate ``mslk`` package) on a model cast to bf16 first.
+  torchao's default ``plain`` layout needs the separate ``mslk`` package) on a model cast to bf16 first, each
+  converted Linear fed bf16 inputs as fp8's are (below): the int4 GEMM casts its output back to its input's dtype.
 - ``fp8-weight`` / ``fp8-dynamic``: torchao ``Float8WeightOnlyConfig`` /
   ``Float8DynamicActivationFloat8WeightConfig`` on SM89+ or MI300-class GPUs. The model is cast to the recipe's
   16-bit precision (bf16 or fp16) *first*: torchao's fp8 GEMMs take bf16/fp16 activations and biases
@@ -197,13 +198,11 @@ class Quantization(Technique):
             config = _config(tq.Int8WeightOnlyConfig)
         elif q == "int4-weight":
             if ctx.device.is_cuda:
-                model, _ = cast_to(model, INT4_GPU_DTYPE)
-                config = int4_gpu_config()
-            else:
-                from torchao.quantization.granularity import PerGroup
+                return _quantize_16_bit(model, int4_gpu_config(), q, ctx, INT4_GPU_DTYPE)
+            from torchao.quantization.granularity import PerGroup
 
-                config = _config(tq.IntxWeightOnlyConfig, weight_dtype=torch.int4,  # type: ignore[attr-defined]  # torch ≥ 2.6 has it; its stubs lag
-                                  granularity=PerGroup(INT4_GROUP_CPU))
+            config = _config(tq.IntxWeightOnlyConfig, weight_dtype=torch.int4,  # type: ignore[attr-defined]  # torch ≥ 2.6 has it; its stubs lag
+                              granularity=PerGroup(INT4_GROUP_CPU))
         else:
             return _fp8(model, recipe, ctx)
         done = _quantize_linears(model, config, q, ctx)
@@ -242,7 +241,7 @@ def cast_to(model: torch.nn.Module, dtype: torch.dtype) -> tuple[torch.nn.Module
 
 
 class CastInput:
-    """A forward pre-hook that casts a Linear's floating input to ``dtype``. An fp8 Linear needs it whatever
+    """A forward pre-hook that casts a Linear's floating input to ``dtype``. An fp8 (or CUDA int4) Linear needs it whatever
     autocast does: torchao's ``Float8Tensor`` handles ``F.linear`` in ``__torch_function__``, before autocast's
     dispatch could cast the input, and CUDA autocast runs layer_norm in fp32 — so without it the GEMM after every LayerNorm (4 of 6 in a BERT layer) quantized an fp32
     activation, wrote an fp32 output and added the bias in a separate kernel."""
@@ -260,13 +259,9 @@ class CastInput:
 
 
 def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
-    """fp8 weights (and, for fp8-dynamic, activations) on a model cast to the recipe's 16-bit dtype first, each
-    converted Linear fed its input in that dtype."""
+    """fp8 weights (and, for fp8-dynamic, activations) on a model cast to the recipe's 16-bit dtype first."""
     from torchao import quantization as tq
 
-    dtype = FP8_COMPUTE[recipe.precision]
-    # biases and norms too: the fp8 GEMM adds a bf16/fp16 bias to a bf16/fp16 output; computed buffers keep theirs
-    model, kept = cast_to(model, dtype)
     kwargs: dict[str, Any] = {}
     if ctx.emulate_fp8:
         from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
@@ -275,14 +270,29 @@ def _fp8(model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.
     cls = tq.Float8WeightOnlyConfig if recipe.quantization == "fp8-weight" else tq.Float8DynamicActivationFloat8WeightConfig
     if "kernel_preference" not in inspect.signature(cls).parameters:
         kwargs.pop("kernel_preference", None)  # weight-only: dequantize + matmul, no fp8 kernel to emulate
-    config = _config(cls, **kwargs)
     with _emulated_hardware(ctx.emulate_fp8 and not (ctx.device.sm_at_least(8, 9) or ctx.device.is_mi300_class)):
-        done = _quantize_linears(model, config, str(recipe.quantization), ctx)
+        return _quantize_16_bit(model, _config(cls, **kwargs), str(recipe.quantization), ctx,
+                                FP8_COMPUTE[recipe.precision], emulated=ctx.emulate_fp8)
+
+
+def _quantize_16_bit(model: torch.nn.Module, config: Any, q: str, ctx: ApplyContext, dtype: torch.dtype, *,
+                     emulated: bool = False) -> torch.nn.Module:
+    """``q`` on a model cast to ``dtype`` first (fp8; int4 on CUDA, whose tinygemm kernels pack bf16 only), each
+    converted Linear fed its input in ``dtype`` (:class:`CastInput`).
+
+    The input cast is what keeps the GEMM's output in ``dtype``: torchao's quantized weights take ``F.linear`` in
+    ``__torch_function__``, before autocast could cast the input, and CUDA autocast runs layer_norm in fp32 — so
+    after a LayerNorm the fp8 GEMM quantized an fp32 activation, and the int4 one (which casts its input to bf16
+    itself, then its output back to the input's dtype) wrote fp32 outputs, every layer after it in fp32 too."""
+    # biases and norms too: the fp8 GEMM adds a bf16/fp16 bias to a bf16/fp16 output; computed buffers keep theirs
+    model, kept = cast_to(model, dtype)
+    done = _quantize_linears(model, config, q, ctx)
     modules = dict(model.named_modules())
     for fqn in done.fqns:
         modules[fqn].register_forward_pre_hook(CastInput(dtype))
-    ctx.notes.append(f"cast to {recipe.precision}, then {recipe.quantization} quantization (torchao {cls.__name__}"
-                     f"{', emulated' if ctx.emulate_fp8 else ''}) of {done.counted}; their inputs cast to {recipe.precision}"
+    name = _SHORT[dtype]
+    ctx.notes.append(f"cast to {name}, then {q} quantization (torchao {type(config).__name__}"
+                     f"{', emulated' if emulated else ''}) of {done.counted}; their inputs cast to {name}"
                      + (f"; {len(kept)} computed buffer{'s' * (len(kept) != 1)} kept in their dtype ({', '.join(kept[:2])}"
                         f"{', …' if len(kept) > 2 else ''})"
                         if kept else "") + f"; {done.covered}")
