@@ -159,8 +159,10 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
                                                                       "weight-gradient matmuls)")
         + "; pipeline sends are exposed" + (" (scatter/gather: 1/tp across nodes)" if o.pp_scatter_gather else "")
         + ", the interleaved 1F1B bubble is (pp−1)/vp stage-micro-batches; context-parallel K/V exchange hides "
-        "behind attention; ZeRO 0-2 gradient reduction " + ("overlaps the last micro-batch's backward"
+        "behind attention; ZeRO 0-1 gradient reduction " + ("overlaps the last micro-batch's backward"
                                                             if o.grad_reduce_overlap else "runs after the backward")
+        + ", ZeRO-2 reduce-scatters after every micro-batch's backward (sharded gradients cannot accumulate: "
+        "DeepSpeed stage 2, FSDP SHARD_GRAD_OP)" + (", each overlapping it" if o.grad_reduce_overlap else "")
         + ", ZeRO-3 gathers/scatters every micro-batch one layer ahead"
         + (" (backward gathers exposed: BACKWARD_POST)" if o.fsdp_backward_prefetch == "post" else "")
         + f" — only the excess is exposed; {OVERLAP_SOURCE}",
@@ -175,9 +177,17 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
     else:
         out.append(f"energy not estimated: {d.name} has no published TDP")
     if w.task == "train":
+        kept = []  # what the kernel stack keeps that Korthikanti's GPT layer does not have (memory.py)
+        if ctx.model.gated_mlp:
+            kept.append("SwiGLU keeps gate, up, silu(gate) and their product, 4 ffn-sized tensors" if o.kernels == "eager"
+                        else "one fused SwiGLU kernel keeps its [gate|up] input and fc2 its input, 3 ffn-sized tensors")
+        if ctx.model.num_experts:
+            kept.append("each of a token's k routed copies keeps the expert input and its output before the routing "
+                        "weight scales it")
         out.append("memory: Adam keeps fp32 m and v (+ fp32 master weights under mixed precision, ZeRO paper K=12); "
                    "SGD is taken with momentum; gradients in the weight dtype; activations per Korthikanti et al. "
-                   f"2022 term by term ({o.kernels} kernels); 1F1B pipeline keeps min(pp, micro-batches) in flight, "
+                   f"2022 term by term ({o.kernels} kernels" + "".join(f"; {k}" for k in kept)
+                   + "); 1F1B pipeline keeps min(pp, micro-batches) in flight, "
                    "interleaved (vp > 1) pp + (pp−1)/vp (Korthikanti et al. 2022 §4.2.3)")
     else:
         out.append("inference: pipeline stages run one batch after another (pp adds capacity, not speed); "

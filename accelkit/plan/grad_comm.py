@@ -126,7 +126,7 @@ def gradient_element_bytes(ctx: PlanContext) -> float:
 
 @dataclass(slots=True)
 class GradReduction:
-    """One reduction of one rank's gradients (per step for ZeRO 0-2, per micro-batch for ZeRO 3)."""
+    """One reduction of one rank's gradients (per step for ZeRO 0-1, per micro-batch for ZeRO 2-3: time.reductions_per_step)."""
 
     compression: str
     collective: str  # all-reduce or reduce-scatter

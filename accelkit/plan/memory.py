@@ -3,7 +3,7 @@
 
 Byte counts are per element of what is really stored. The transformer activation terms follow the
 tensors autograd saves for backward in the modules accelkit builds (checked against
-``saved_tensors_hooks`` on a tiny Llama and tiny GPT-2s in fp32 and bf16) and reduce to Korthikanti's
+``saved_tensors_hooks`` on a tiny Llama, a tiny Mixtral and tiny GPT-2s in fp32 and bf16) and reduce to Korthikanti's
 ``s·b·h·(34 + 5·a·s/h)`` for a 16-bit GPT layer with fused LayerNorm and unfused attention.
 """
 
@@ -95,10 +95,16 @@ def layer_activation_parts(
 ) -> dict[str, float]:
     """Bytes per token per layer saved for backward, split by what tensor parallelism shards.
 
-    ``replicated``: norms, their outputs (the q/k/v and fc1 inputs) and dropout masks — split only by
-    sequence parallelism; ``sharded``: everything inside the tensor-parallel regions, already ÷ tp;
+    ``replicated``: norms, their outputs (the q/k/v and fc1 inputs), dropout masks and a MoE's routed copies of the
+    hidden state — split only by sequence parallelism; ``sharded``: everything inside the tensor-parallel regions,
+    already ÷ tp;
     ``scores``: the s-proportional softmax/dropout terms of unfused attention (dropped by selective
     recompute), ÷ tp.
+
+    The kernel stack decides what the pointwise kernels keep, as kernels.py's traffic table does: ``eager`` (HF)
+    RMSNorm keeps its fp32 upcast and SwiGLU keeps gate, up, silu(gate) and their product (4 ffn-sized tensors);
+    ``fused`` (Megatron, TE, compile) keeps no upcast and one SwiGLU kernel keeps its [gate|up] input, fc2 its input
+    (3). A GELU MLP keeps the fc1 output and the fc2 input (2) either way, except GPT-2's eager ``gelu_new`` (5).
 
     Dropout masks are 1 byte an element: CUDA's fused ``native_dropout`` keeps a bool mask. Two CPU-only effects
     are not modelled (checked in tests/integration/test_plan_torch.py): on a CPU ``torch.dropout`` keeps its mask
@@ -122,14 +128,20 @@ def layer_activation_parts(
         scores = 0.0
     else:  # softmax output (+ dropout mask and output): Korthikanti's 5·a·s with e = 2
         scores = (e + ((1 + e) if dropout else 0)) * a * seq / tp
-    if model.gated_mlp:  # gate and up outputs, act(gate), their product (the down-projection input)
+    if model.gated_mlp and kernels == "eager":  # gate and up outputs, act(gate), their product (the fc2 input)
         mlp = 4 * e * f * k / tp
+    elif model.gated_mlp:  # one fused SwiGLU keeps its [gate|up] input (Megatron's SwiGLUFunction), fc2 its input
+        mlp = 3 * e * f * k / tp
     elif kernels == "eager" and _is_hf_gpt2(model):  # fc1 output, 3 more for gelu_new, fc2 input
         mlp = 5 * e * f * k / tp
     else:  # fc1 output (the GELU input), fc2 input
         mlp = 2 * e * f * k / tp
     if model.num_experts:
         mlp += 4 * model.num_experts  # router probabilities, fp32
+        # each of the k routed copies of a token: the gathered expert input (the fc1 input; the norm output the router
+        # reads is counted above) and the expert output before it is scaled by its routing weight — HF's loop over
+        # experts and Megatron's permute / unpermute keep both, at the full hidden size
+        replicated += 2 * e * h * k
     return {"replicated": replicated, "sharded": attn + mlp, "scores": scores}
 
 

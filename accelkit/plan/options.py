@@ -58,7 +58,8 @@ class PlanOptions(Spec):
                    "'type:transformer|embedding'); off: L/pp blocks per stage, the head added to the last."
     )
     grad_reduce_overlap: bool = spec_field(
-        True, doc="ZeRO 0-2: the gradient reduction overlaps the last micro-batch's backward (bucketed, PyTorch DDP); "
+        True, doc="ZeRO 0-2: the gradient reduction overlaps the backward (bucketed, PyTorch DDP; ZeRO 0-1 the last "
+                  "micro-batch's, ZeRO 2 every micro-batch's); "
                   "off: it runs after the backward, exposed (Megatron-LM 2021-22 local DDP)."
     )
     grad_reduce_fp32: bool = spec_field(

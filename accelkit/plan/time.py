@@ -24,10 +24,13 @@ runs slower (NCCL takes SMs and HBM bandwidth), by priors.OVERLAP_SLOWDOWN of th
 * pipeline: one activation send forward and one gradient send backward per chunk boundary (not overlapped;
   with ``pp_scatter_gather`` 1/tp of it crosses nodes and is all-gathered inside the node); the interleaved
   1F1B bubble is (pp−1)/vp stage-micro-batches (Narayanan et al. 2021);
-* data parallel, ZeRO 0-2: gradients are reduced (all-reduce, or reduce-scatter + all-gather of the updated
+* data parallel, ZeRO 0-1: gradients are reduced (all-reduce, or reduce-scatter + all-gather of the updated
   weights) once per step, bucketed during the last micro-batch's backward — only the part longer than
   that backward is exposed (the all-gather of ZeRO 1/2 hides behind the next forward the same way); with
   ``grad_reduce_overlap`` off (Megatron's local DDP, DeepSpeed's pipeline engine) all of it is exposed;
+* ZeRO 2: a rank keeps only its shard of the gradients (memory.py), so it cannot accumulate the full gradients
+  over micro-batches: DeepSpeed stage 2 and FSDP SHARD_GRAD_OP reduce-scatter after every micro-batch's
+  backward, each hidden behind that backward the same way (the all-gather of the updated weights stays once);
   a MoE's expert gradients (already ÷ ep) reduce, and ZeRO shards their states, over the expert-data-parallel
   group of dp·cp/ep ranks only (``dp_groups``), the dense part over dp·cp;
 * ZeRO 3 / FSDP: every micro-batch all-gathers each layer's weights for forward and again for backward and
@@ -291,8 +294,10 @@ def reduce_s(dp_links: Links, red: GradReduction) -> float:
 
 
 def reductions_per_step(layout: Layout) -> int:
-    """How often a step reduces the gradients over data parallelism: every micro-batch under ZeRO 3, else once."""
-    return layout.grad_accum if layout.zero >= 3 else 1
+    """How often a step reduces the gradients over data parallelism: every micro-batch under ZeRO 2 and 3 (the
+    gradients are sharded, so the full ones cannot be accumulated: DeepSpeed stage 2/3, FSDP SHARD_GRAD_OP and
+    FULL_SHARD reduce-scatter after each backward), else once (ZeRO 0-1 accumulate locally, then reduce)."""
+    return layout.grad_accum if layout.zero >= 2 else 1
 
 
 def compression_s(ctx: PlanContext, layout: Layout, red: GradReduction | None) -> float:
@@ -339,10 +344,11 @@ def _dp_exposed(ctx: PlanContext, layout: Layout, dense: float, expert: float, s
     backward = BACKWARD_SHARE * st_compute if ctx.options.grad_reduce_overlap else 0.0
     if layout.zero == 0:
         return overlapped(scatter, backward)
-    # ZeRO 1/2: reduce-scatter during the last backward, all-gather of updated weights before the next forward
+    # ZeRO 1: reduce-scatter during the last backward; ZeRO 2: during every micro-batch's backward
+    # (reductions_per_step); then one all-gather of the updated weights before the next forward
     forward = st_compute - BACKWARD_SHARE * st_compute if ctx.options.grad_reduce_overlap else 0.0
     gather = sum(g.all_gather_s(p * ctx.weight_bytes) for g, p in groups)
-    return overlapped(scatter, backward) + overlapped(gather, forward)
+    return reductions_per_step(layout) * overlapped(scatter, backward) + overlapped(gather, forward)
 
 
 def _optimizer_s(ctx: PlanContext, layout: Layout, dense: float, expert: float, bw: float) -> float:

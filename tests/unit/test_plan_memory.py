@@ -51,6 +51,30 @@ def test_korthikanti_full_recompute_keeps_layer_input():
     assert got == 2 * s * b * m.hidden_size
 
 
+def test_fused_swiglu_keeps_three_ffn_tensors_not_eagers_four():
+    # Megatron's fused SwiGLUFunction saves its [gate|up] input (2f) and fc2 its input (f); HF's eager silu-then-mul
+    # keeps gate, up, silu(gate) and the product (4f). --kernels fused once counted eager's 4 (+21% per layer here).
+    m, s, tp = get_preset("llama-3.1-70b"), 8192, 8
+    h, f, q, kv, a = m.hidden_size, m.ffn_hidden_size, m.num_heads * m.head_size, m.kv_heads * m.head_size, m.num_heads
+    got = layer_activation_bytes(m, tokens=s, seq=s, e=2, tp=tp, sequence_parallel=True, kernels="fused")
+    norms = 2 * (2 * 2 * h + 4)  # per norm its input and output (the q/k/v or fc1 input) + the fp32 rstd
+    attn = 2 * (q / tp + 2 * kv / tp) + 2 * q / tp + 4 * a / tp  # q, k, v, the output, fp32 logsumexp
+    assert got == pytest.approx(s * (norms / tp + attn + 3 * 2 * f / tp))
+    eager = layer_activation_bytes(m, tokens=s, seq=s, e=2, tp=tp, sequence_parallel=True, kernels="eager")
+    # eager: the fourth ffn tensor, and RMSNorm's fp32 upcast of each norm input (the kernel table's eager norm)
+    assert eager - got == pytest.approx(s * (2 * f / tp + 2 * 4 * h / tp))
+    # a MoE layer: the same per routed copy (k of them), plus what routing keeps (test_plan_torch measures it)
+    mx = get_preset("mixtral-8x7b")
+    fused, hf = (layer_activation_bytes(mx, tokens=s, seq=s, e=2, kernels=k) for k in ("fused", "eager"))
+    assert hf - fused == pytest.approx(s * (2 * mx.experts_per_token * mx.ffn_hidden_size + 2 * 4 * mx.hidden_size))
+    # and the plan says which it counted
+    from accelkit.plan import PlanOptions, make_context
+
+    w = Workload(model=m, task="train", seq_len=s, recipe=Recipe(precision="bf16"))
+    ctx = make_context(w, Cluster(device=get_device("h100"), num_devices=8), PlanOptions(kernels="fused"))
+    assert "fused SwiGLU kernel keeps its [gate|up] input and fc2 its input, 3 ffn-sized" in "\n".join(ctx.assumptions)
+
+
 def test_kv_cache_formula_and_tp_floor():
     # the KV cache: 2·L·kv_heads·head_dim·seq·batch·bytes; per rank max(kv/t, 1) heads
     m = get_preset("llama-3.1-70b")  # 80 layers, 8 KV heads of 128

@@ -150,6 +150,31 @@ def test_gradient_reduction_after_the_backward_is_exposed():
     assert hidden < exposed
 
 
+def test_zero2_reduce_scatters_after_every_micro_batch():
+    # ZeRO 2 keeps 1/dp of the gradients (memory), so it cannot accumulate them over micro-batches: DeepSpeed stage 2
+    # and FSDP SHARD_GRAD_OP reduce-scatter after every backward. The planner once reduced them once per step.
+    from accelkit.plan.api import grad_reduction_doc
+
+    def plan_of(zero, overlap, grad_accum=16):
+        ctx, lay = _train(n=64, options=PlanOptions(use_calibration=False, grad_reduce_overlap=overlap),
+                          micro_batch=1, grad_accum=grad_accum, zero=zero)
+        return train_time(ctx, lay)["communication"], ctx, lay
+
+    one, ctx, lay = plan_of(1, False)
+    two, _, lay2 = plan_of(2, False)
+    scatter = links(ctx, 64, 1).reduce_scatter_s(stage_params(ctx, lay) * 2)
+    assert two - one == pytest.approx(15 * scatter)  # exposed: 16 reduce-scatters instead of 1, the same all-gather
+    assert grad_reduction_doc(ctx, lay)["reductions_per_step"] == 1
+    doc = grad_reduction_doc(ctx, lay2)
+    assert doc["reductions_per_step"] == 16 and doc["collective_s"] == pytest.approx(16 * scatter)
+    # each one hides behind its own micro-batch's backward: 16 × the overlapped cost of one
+    hidden_one, _, _ = plan_of(1, True)
+    hidden_two, _, _ = plan_of(2, True)
+    assert hidden_two > hidden_one
+    # one micro-batch: nothing to accumulate, ZeRO 1 and 2 reduce alike
+    assert plan_of(2, False, 1)[0] == pytest.approx(plan_of(1, False, 1)[0])
+
+
 def test_megatron_stack_options_cut_tensor_and_pipeline_exposure():
     def comm_s(**opts):
         ctx, lay = _train(n=64, seq=2048, options=PlanOptions(use_calibration=False, **opts), tp=8, pp=8,
