@@ -118,6 +118,8 @@ class Recorder:
             if name in self.stored or not all(lane.samples and lane.done(self.config.loop) for lane in group):
                 continue
             self.stored.add(name)
+            if group[0].recipe_notes:  # once per variant, for the reader (each entry's JSON has them too)
+                self.record.notes.append(f"{name}: " + "; ".join(group[0].recipe_notes))
             estimate, reason = self.predictions.get(name, (None, None))
             estimate_id = self._add(estimate) if estimate is not None else None
             for lane in group:
@@ -167,6 +169,7 @@ class Recorder:
             options={**variant.options, **variant.settings,
                      **({"fp8_scaling": variant.fp8_scaling} if variant.effective_precision == "fp8" else {})},
             recipe=None if self.workload.task == "input" else variant.recipe(training=self.workload.task == "train"),
+            recipe_notes=lane.recipe_notes,
             phases=Phases(load_s=lane.load_s, first_call_s=lane.first_call_s, warmup_iterations=lane.warmup_iterations,
                           warmup_s=lane.warmup_s, measured_iterations=len(lane.samples), measured_s=measured_s,
                           blocks=len(lane.block_walls)),

@@ -48,6 +48,7 @@ class Lane:
     energy_j: float | None = None
     accuracy: Accuracy | None = None
     losses: list[Any] | None = None  # loss tensors of the first steps, then floats (None: not a training step)
+    recipe_notes: list[str] = field(default_factory=list)  # what the recipe did to the model (Prepared.notes)
 
     @property
     def name(self) -> str:
@@ -134,7 +135,7 @@ class Measurer:
         after = self._resident()
         self.prepared[name] = prepared
         lanes = [Lane(variant, step, load_s, None if before is None or after is None else max(0, after - before),
-                      base_bytes=before, losses=[] if step.returns_loss else None)
+                      base_bytes=before, losses=[] if step.returns_loss else None, recipe_notes=list(prepared.notes))
                  for step in prepared.steps]
         self.lanes.extend(lanes)
         output = self._output(prepared, before_first_call=True)

@@ -256,14 +256,17 @@ def single_device(recipe: Recipe) -> Recipe:
 
 # ---- applying a variant ---------------------------------------------------------------------------------
 def apply(
-    model: torch.nn.Module, variant: Variant, *, example_inputs: Any = None, device: str = "cpu", train: bool = False
+    model: torch.nn.Module, variant: Variant, *, example_inputs: Any = None, device: str = "cpu", train: bool = False,
+    notes: list[str] | None = None,
 ) -> torch.nn.Module:
     """``model`` transformed into ``variant`` by ``accelkit.recipes.apply`` (bf16/fp16 keep fp32 weights and
-    also run under :func:`numerics`; int8 and fp8 go through the recipes' quantization)."""
+    also run under :func:`numerics`; int8 and fp8 go through the recipes' quantization). ``notes`` receives what
+    each technique did (e.g. which share of the matmul weights an fp8 or int8 conversion reached); a workload hands
+    them to the bench in ``Prepared.notes``."""
     from accelkit.recipes import apply as apply_recipe
 
     return apply_recipe(model, single_device(variant.recipe(training=train)), example_inputs=example_inputs,
-                        device=device, training=train, fp8_scaling=variant.fp8_scaling)
+                        device=device, training=train, fp8_scaling=variant.fp8_scaling, notes=notes)
 
 
 @contextlib.contextmanager

@@ -181,6 +181,9 @@ class BenchResult(Spec):
     precision: str | None = spec_field(None, doc="The variant's precision (None for loader settings).")
     options: dict[str, Any] = spec_field(default_factory=dict, doc="compile / recompute / channels_last / settings.")
     recipe: Recipe | None = spec_field(None, doc="The Recipe this variant ran (None for the data loader).")
+    recipe_notes: list[str] = spec_field(
+        default_factory=list, doc="What the recipe did to the model, one line per technique (e.g. the share of the "
+                                  "matmul weights an fp8 or int8 conversion reached).")
     phases: Phases = spec_field(default_factory=Phases, doc="Phase timings.")
     latency_s: Stats | None = spec_field(None, doc="Per-iteration latency statistics, seconds.")
     latency_name: str = spec_field("step latency", doc="What one iteration is: TTFT, per-token latency …")

@@ -99,3 +99,16 @@ def test_the_bench_counts_an_moe_on_the_meta_device():
     workload = make_workload("llm-train", {"model": "tiny-mixtral", "batch_size": 2, "seq_len": 16})
     flops, why = count_on_meta(workload, seed=0)
     assert why is None and flops["train step"] > 0, why
+
+
+def test_the_bench_counts_an_moe_decode_on_the_meta_device():
+    """bench llm on an MoE: decode's counted calls ran under meta_grouped_mm but the prefill that fills their cache
+    did not, so the meta count failed and the fp32 variant counted on the device ('FLOPs counted on cpu by the fp32
+    variant, not on the meta device (RuntimeError: Expected inputs of BF16 type …)'). Both are counted on meta now."""
+    from accelkit.bench.reference import count_on_meta
+    from accelkit.bench.workloads import make_workload
+
+    workload = make_workload("llm", {"model": "tiny-mixtral", "batch_size": 2, "prompt_len": 16, "output_len": 8})
+    flops, why = count_on_meta(workload, seed=0)
+    assert why is None, why
+    assert flops["prefill"] > 0 and flops["decode"] > 0

@@ -77,7 +77,9 @@ class Bert(BenchWorkload):
 
         spec, c = self.model_spec, self.config
         ids = torch.randint(0, spec.vocab_size, (c.batch_size, c.seq_len), generator=model_seed(seed)).to(device)
-        model = apply(build_model(spec, device=device, seed=seed), variant, example_inputs=(ids,), device=device)
+        notes: list[str] = []  # what the recipe did, for the run's notes
+        model = apply(build_model(spec, device=device, seed=seed), variant, example_inputs=(ids,), device=device,
+                      notes=notes)
 
         # no attention mask: every token is real, so the mask would be all ones, which transformers drops anyway
         # (checking that needs .item(), which the FLOP count on the meta device cannot run)
@@ -90,4 +92,5 @@ class Bert(BenchWorkload):
         return Prepared(
             steps=[Step("forward", run_in(variant, device, forward, inference=True), c.batch_size, "samples")],
             evaluate=run_in(variant, device, evaluate, inference=True),  # type: ignore[arg-type]
+            notes=notes,
         )

@@ -131,7 +131,9 @@ class Custom(BenchWorkload):
         tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
         items = self.config.items_per_step or (int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 1)
         training = loss_fn is not None
-        model = apply(model.train(training), variant, example_inputs=args or None, device=device, train=training)
+        notes: list[str] = []  # what the recipe did, for the run's notes
+        model = apply(model.train(training), variant, example_inputs=args or None, device=device, train=training,
+                      notes=notes)
 
         def forward() -> Any:
             return model(*args, **kwargs)
@@ -142,4 +144,4 @@ class Custom(BenchWorkload):
                         items, "samples", returns_loss=True)
         else:
             step = Step("forward", run_in(variant, device, forward, inference=True), items, "samples")
-        return Prepared(steps=[step], evaluate=evaluate_fn(model, variant, device, forward))
+        return Prepared(steps=[step], evaluate=evaluate_fn(model, variant, device, forward), notes=notes)

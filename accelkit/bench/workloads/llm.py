@@ -160,7 +160,8 @@ class LLM(BenchWorkload):
         prompt = torch.randint(0, spec.vocab_size, (c.batch_size, c.prompt_len), generator=model_seed(seed)).to(device)
         model = build_model(spec, device=device, seed=seed)
         kw = cache_kwarg(model)  # before apply: wrappers hide the signature
-        model = apply(model, variant, example_inputs=(prompt,), device=device)
+        notes: list[str] = []  # what the recipe did, for the run's notes
+        model = apply(model, variant, example_inputs=(prompt,), device=device, notes=notes)
 
         def prefill() -> Any:
             out = model(input_ids=prompt, use_cache=True)
@@ -196,9 +197,9 @@ class LLM(BenchWorkload):
         def decode_flops_at(cached: int) -> float:
             """FLOPs of one decode call while the cache holds ``cached`` tokens (the cache filled by an uncounted
             prefill; token values do not change a dense model's FLOPs)."""
-            from accelkit.bench.metrics import count_flops
+            from accelkit.bench.metrics import count_flops, meta_grouped_mm
 
-            with torch.inference_mode():
+            with torch.inference_mode(), meta_grouped_mm():  # the prefill too: an MoE's grouped GEMMs on meta fp32
                 ids = torch.zeros((c.batch_size, cached + 1), dtype=torch.long, device=device)
                 out = model(input_ids=ids[:, :cached], use_cache=True)
                 cache = out.get(kw)
@@ -228,4 +229,4 @@ class LLM(BenchWorkload):
                      spec, decode_keys_attended(spec, c.prompt_len, c.output_len)), analytic_formula=formula),
         ]
         evaluate = run_in(variant, device, lambda: model(input_ids=prompt[:EVAL_ROWS]).logits, inference=True)
-        return Prepared(steps=steps, evaluate=evaluate, close=state.clear)  # type: ignore[arg-type]
+        return Prepared(steps=steps, evaluate=evaluate, close=state.clear, notes=notes)  # type: ignore[arg-type]

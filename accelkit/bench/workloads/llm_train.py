@@ -69,7 +69,8 @@ class LLMTrain(BenchWorkload):
         spec, c = self.model_spec, self.config
         ids = torch.randint(0, spec.vocab_size, (c.batch_size, c.seq_len), generator=model_seed(seed)).to(device)
         model = build_model(spec, device=device, seed=seed).train()
-        model = apply(model, variant, example_inputs=(ids,), device=device, train=True)
+        notes: list[str] = []  # what the recipe did, for the run's notes
+        model = apply(model, variant, example_inputs=(ids,), device=device, train=True, notes=notes)
         optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr)
 
         def loss() -> torch.Tensor:
@@ -79,5 +80,5 @@ class LLMTrain(BenchWorkload):
         step = Step("train step", train_step(model, optimizer, loss, variant, device), c.batch_size * c.seq_len,
                     "tokens", analytic_flops_per_item=palm, returns_loss=True,
                     analytic_formula="6N + 12·L·H·Q·T per token (PaLM, Appendix B; N active, without embeddings)")
-        return Prepared(steps=[step], evaluate=evaluate_fn(model, variant, device,
-                                                           lambda: model(input_ids=ids[:EVAL_ROWS]).logits))
+        return Prepared(steps=[step], notes=notes,
+                        evaluate=evaluate_fn(model, variant, device, lambda: model(input_ids=ids[:EVAL_ROWS]).logits))

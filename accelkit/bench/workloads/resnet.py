@@ -85,7 +85,8 @@ class ResNet(BenchWorkload):
         if variant.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         model = build_model(spec, device=device, seed=seed).train()
-        model = apply(model, variant, example_inputs=(images,), device=device, train=True)
+        notes: list[str] = []  # what the recipe did, for the run's notes
+        model = apply(model, variant, example_inputs=(images,), device=device, train=True, notes=notes)
         optimizer = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=0.9)
 
         def loss() -> torch.Tensor:
@@ -96,4 +97,5 @@ class ResNet(BenchWorkload):
             steps=[Step("train step", train_step(model, optimizer, loss, variant, device), c.batch_size, "images",
                         returns_loss=True)],
             evaluate=evaluate_fn(model, variant, device, lambda: model(pixel_values=images[:EVAL_ROWS]).logits),
+            notes=notes,
         )
