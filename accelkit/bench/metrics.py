@@ -87,9 +87,13 @@ def _flop_formulas() -> dict[Any, Callable[..., int]]:
     }
     # registered when transformers' MoE integration is imported (a model that has one imports it first)
     fallback = getattr(torch.ops, "transformers", None)
-    if fallback is not None and hasattr(fallback, "grouped_mm_fallback"):
-        custom[fallback.grouped_mm_fallback] = _grouped_mm_fallback_flops
-        custom[fallback.grouped_mm_fallback_backward] = _grouped_mm_fallback_backward_flops
+    # each looked up on its own: transformers 5.17 (the GPU image's) registers the forward op only, its backward
+    # running as plain mm calls the counter sees anyway; asking for the backward op raised AttributeError there and
+    # failed every FLOP count once an MoE model had been imported
+    for name, formula in (("grouped_mm_fallback", _grouped_mm_fallback_flops),
+                          ("grouped_mm_fallback_backward", _grouped_mm_fallback_backward_flops)):
+        if fallback is not None and hasattr(fallback, name):
+            custom[getattr(fallback, name)] = formula
     return custom
 
 
