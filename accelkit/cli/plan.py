@@ -87,11 +87,22 @@ def plan_cmd(
         if req.hardware and names:
             raise UserError(f"--hardware {req.hardware} and --compare {req.compare} are exclusive (one plan, or one row "
                             f"per hardware); drop --hardware, or add {req.hardware} to the --compare list")
+        # a learned position table has max_seq_len rows: no position past it exists (rotary ones get a note); a ViT
+        # takes its sequence from its patches, not --seq-len
+        learned = spec.position == "learned" and spec.is_transformer and spec.family != "vit"
         if req.seq_len and spec.max_seq_len and req.seq_len > spec.max_seq_len:
+            if learned:
+                raise UserError(f"--seq-len {req.seq_len} exceeds the {spec.max_seq_len} learned positions of "
+                                f"{spec.name} (its position-embedding table has {spec.max_seq_len} rows); use "
+                                f"--seq-len {spec.max_seq_len} or less")
             err.print(f"note: --seq-len {req.seq_len} exceeds {spec.name}'s context of {spec.max_seq_len}",
                       highlight=False)
         context = req.prompt_len + req.output_len
         if req.task == "infer" and spec.kind in ("decoder", "moe") and spec.max_seq_len and context > spec.max_seq_len:
+            if learned:
+                raise UserError(f"--prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens "
+                                f"exceeds the {spec.max_seq_len} learned positions of {spec.name} (its position-"
+                                f"embedding table has {spec.max_seq_len} rows); shorten them")
             err.print(f"note: --prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens exceeds "
                       f"{spec.name}'s context of {spec.max_seq_len}", highlight=False)
         workload = Workload(
@@ -119,6 +130,8 @@ def plan_cmd(
             return
     docs = [to_json(c, ctx) for c, ctx in rows]
     _store([to_estimate(c, ctx) for c, ctx in rows])
+    for warning in dict.fromkeys(w for _, ctx in rows for w in ctx.warnings):  # once each, in order
+        err.print(f"warning: {warning}", highlight=False)
 
     def render() -> None:
         if names or (top and top > 1):
@@ -203,7 +216,7 @@ def _render_rows(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
     cols = ["hardware", "devices", "layout", "fits", "step s", "tok/s", "tok/s/dev", "MFU", "J/token", "cost",
             "bottleneck"]
     if infer:
-        cols[4:5] = ["TTFT s", "decode ms/tok", "max batch"]
+        cols[4:5] = ["prefill s", "decode ms/tok", "max batch"]  # prefill of the whole batch, not one request
     rows = []
     for d in docs:
         n = d["hardware"]["num_devices"]
@@ -236,13 +249,18 @@ def _render_one(d: dict[str, Any]) -> None:
         ("memory / device", f"{fmt_bytes(mem['total'])} of {fmt_bytes(d['memory_capacity_bytes'])} — "
                             + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in mem.items() if k != "total" and v)),
     ]
+    if d.get("host_memory_bytes"):  # --offload: what each rank keeps in host memory
+        rows.append(("host memory / rank", ", ".join(f"{k} {fmt_bytes(v)}" for k, v in d["host_memory_bytes"].items())
+                     + " (a node's host holds this for each of its ranks)"))
     if d["task"] == "train":
         rows += [("step", f"{d['step_time_s']:.3f} s for {d['global_batch']} × {d['seq_len']} tokens")]
     else:
         dec = d["decode_time_per_token_s"]
         rows += [("batch", f"{d['batch']} (max that fits: {d['max_batch']})"
                            + (f", KV cache {d['kv_cache_dtype']}" if d.get("kv_cache_dtype") else "")),
-                 ("prefill (TTFT)", f"{d['prefill_time_s']:.4f} s"),
+                 ("prefill", f"{d['prefill_time_s']:.4f} s for the whole batch"
+                             + (f" ({d['batch']} × {d['prompt_len']} tokens: a request's TTFT when all arrive at once)"
+                                if d.get("prompt_len") else "")),
                  ("decode", f"{dec * 1e3:.3f} ms/token" if dec else "-")]
     tps = d["tokens_per_s"] if d["tokens_per_s"] is not None else d.get("samples_per_s")
     unit = "samples/s" if d["tokens_per_s"] is None else "tokens/s"

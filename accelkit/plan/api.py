@@ -9,7 +9,7 @@ from accelkit.core import Cluster, Estimate, UserError, Workload
 from accelkit.plan.context import PlanContext, kv_cache_dtype, make_context
 from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
 from accelkit.plan.grad_comm import PowerSGDSplit
-from accelkit.plan.layout import Layout, check_compression, check_user_layout
+from accelkit.plan.layout import Layout, check_compression, check_interleaving, check_user_layout
 from accelkit.plan.options import PlanOptions
 
 
@@ -40,7 +40,11 @@ def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = Non
                         f"the layout's dp·tp·pp·cp = {layout.num_devices} but the cluster has {cluster.num_devices} "
                         "devices; make them equal")
     ctx = make_context(workload, cluster, options)
-    check_user_layout(workload.model, cluster, layout.to_dict(), cluster.num_devices)
+    train = workload.task == "train"
+    check_user_layout(workload.model, cluster, layout.to_dict(), cluster.num_devices,
+                      seq_len=workload.seq_len if train else None)
+    if train:
+        check_interleaving(layout)
     check_compression(workload.recipe, layout.zero)
     batch = workload.batch_size if workload.task != "train" else None
     return to_estimate(evaluate(ctx, layout, batch), ctx)
@@ -75,7 +79,8 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
         "time_breakdown_s": dict(c.time_breakdown),
         "bottleneck": c.bottleneck,
         "energy_j_per_token": None if m.kind == "cnn" else c.energy_j_per_token,
-        "assumptions": list(ctx.assumptions),
+        "assumptions": list(ctx.assumptions) + layout_assumptions(ctx, lay),
+        "warnings": list(ctx.warnings),
     }
     if m.kind == "cnn":
         doc["samples_per_s"] = c.tokens_per_s
@@ -84,7 +89,7 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
         doc["global_batch"] = c.batch
         doc["seq_len"] = w.seq_len
         doc["grad_reduction"] = grad_reduction_doc(ctx, lay, c.powersgd_split)
-        if c.memory.get("host_optimizer"):
+        if c.memory.get("host_optimizer"):  # per rank: this device's share of the optimizer states
             doc["host_memory_bytes"] = {"optimizer": _bytes(c.memory["host_optimizer"])}
     else:
         doc.update(prefill_time_s=c.prefill_time_s, decode_time_per_token_s=c.decode_time_per_token_s,
@@ -98,6 +103,16 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
                        "per_hour": c.cost_per_step / c.step_time_s * 3600 if c.step_time_s else None,
                        "per_million_tokens": None if per_token is None else per_token * 1e6}
     return doc
+
+
+def layout_assumptions(ctx: PlanContext, layout: Layout) -> list[str]:
+    """Assumptions that depend on the layout chosen (the context's hold for every layout)."""
+    out = []
+    if ctx.workload.task == "train" and layout.recompute == "selective" and ctx.options.attention != "math":
+        out.append(f"selective recompute recomputes the attention core's s² scores and softmax, which --attention "
+                   f"{ctx.options.attention} never stores: with this kernel it plans the same memory and time as "
+                   "--recompute none (use --recompute full, or --attention math for Megatron 2022's unfused core)")
+    return out
 
 
 def grad_reduction_doc(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = None) -> dict[str, Any] | None:

@@ -14,7 +14,14 @@ from accelkit.plan.grad_comm import gradient_element_bytes
 from accelkit.plan.layout import check_inference_workload
 from accelkit.plan.memory import ACT_BYTES, INFER_WEIGHT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
-from accelkit.plan.priors import FLASH_BLOCK, FLASH_TRITON_SOURCE, OVERLAP_SOURCE, Efficiency, family
+from accelkit.plan.priors import (
+    FLASH_BLOCK,
+    FLASH_TRITON_SOURCE,
+    OFFLOAD_BANDWIDTH,
+    OVERLAP_SOURCE,
+    Efficiency,
+    family,
+)
 
 #: tokens per training step when no global batch is given (~4 Mi tokens; GPT-3 175B used 3.2 M)
 DEFAULT_STEP_TOKENS = 4 * 2**20
@@ -64,6 +71,9 @@ class PlanContext:
     sustained: float = 1.0  # fitted.py: sustained tensor-core factor of this device's generation
     sustained_source: str = ""
     assumptions: list[str] = field(default_factory=list)
+    #: what the user should see before the plan (the CLI prints each as a ``warning:`` line; ``--json``: ``warnings``),
+    #: e.g. that no device count reached the target
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def model(self) -> ModelSpec:
@@ -169,6 +179,12 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
     ]
     if ctx.model.sliding_window is not None:
         out.append(_window_assumption(ctx))
+    if w.task == "train" and w.recipe.offload:
+        out.append(f"ZeRO-Offload: the optimizer states live in host memory; each step copies this device's gradient "
+                   f"shard to the host and the updated weights back over PCIe at {OFFLOAD_BANDWIDTH / 1e9:g} GB/s per "
+                   "device and direction (PCIe 4.0 x16 effective: assumed), not overlapped with compute; the CPU Adam "
+                   "step itself is NOT modelled (its time is not in the step), nor the host memory bandwidth the "
+                   "ranks of a node share; host_memory_bytes is per rank")
     if w.task == "train" and (w.recipe.grad_compression != "none" or o.grad_reduce_fp32):
         out.append(_compression_assumption(ctx))
     if d.tdp_w:

@@ -70,8 +70,7 @@ def tp_choices(model: ModelSpec, cluster: Cluster, num_devices: int) -> list[int
     """tp that splits the heads (``splits_heads``), divides the device count and stays inside the scale-up domain."""
     if not model.is_transformer:
         return [1]
-    limit = min(cluster.node_size if cluster.num_devices > 1 else cluster.device.scaleup_domain,
-                cluster.device.scaleup_domain)
+    limit = scaleup_limit(cluster)
     return [t for t in divisors(num_devices) if t <= limit and splits_heads(model, t)]
 
 
@@ -96,21 +95,56 @@ def _int(fixed: dict[str, object], key: str) -> int | None:
     return value
 
 
-def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, object], num_devices: int) -> None:
-    """Raise UserError for a layout field the user gave that can never work (one sentence, with the fix)."""
+def check_context_parallel(cp: int, seq_len: int) -> None:
+    """Raise UserError unless ring attention can split ``seq_len`` over ``cp`` ranks. The time model gives every rank
+    1/cp of the causal work, which is ring attention with load balancing (Megatron-Core / Transformer Engine): the
+    sequence is cut into 2·cp chunks and each rank takes chunks i and 2·cp−1−i, so seq_len % (2·cp) must be 0."""
+    if cp > 1 and seq_len % (2 * cp):
+        fit = -(-seq_len // (2 * cp)) * 2 * cp
+        raise UserError(f"--cp {cp} needs --seq-len divisible by 2·cp = {2 * cp} (load-balanced ring attention cuts each "
+                        f"sequence into 2·cp chunks, two per rank); --seq-len {seq_len} is not: use a multiple of "
+                        f"{2 * cp} such as {fit}, or a smaller --cp")
+
+
+def interleaving_fits(pp: int, vp: int, grad_accum: int) -> bool:
+    """Whether interleaved 1F1B can run ``grad_accum`` micro-batches per step: Megatron-LM's interleaved schedule
+    needs a multiple of pp ("number of microbatches is not divisible by pipeline-model-parallel-size when using
+    interleaved schedule"); plain 1F1B (vp 1) takes any count."""
+    return vp == 1 or grad_accum % pp == 0
+
+
+def check_interleaving(layout: Layout) -> None:
+    """Raise UserError for an interleaved layout whose micro-batches per step the schedule cannot run."""
+    if not interleaving_fits(layout.pp, layout.vp, layout.grad_accum):
+        raise UserError(f"--vp {layout.vp}: interleaved 1F1B needs the micro-batches per step ({layout.grad_accum}) to "
+                        f"be a multiple of --pp {layout.pp} (Megatron-LM's interleaved schedule); change the global "
+                        "batch or the micro-batch, or use --vp 1")
+
+
+def scaleup_limit(cluster: Cluster) -> int:
+    """The largest tp: the scale-up domain (NVLink/xGMI), or one node of a multi-device cluster when smaller."""
+    return min(cluster.node_size if cluster.num_devices > 1 else cluster.device.scaleup_domain,
+               cluster.device.scaleup_domain)
+
+
+def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, object], num_devices: int, *,
+                      seq_len: int | None = None) -> None:
+    """Raise UserError for a layout field the user gave that can never work (one sentence, with the fix).
+    ``seq_len``: the training sequence, which a ``cp`` above 1 must split evenly (``check_context_parallel``)."""
     tp, pp, dp, ep, cp, vp = (_int(fixed, k) for k in ("tp", "pp", "dp", "ep", "cp", "vp"))
     heads, layers = model.num_heads, model.num_layers
+    domain = cluster.device.scaleup_domain
     if not model.is_transformer:
         for name, value in (("tp", tp), ("pp", pp)):
             if value not in (None, 1):
                 raise UserError(f"--{name} {value} is not supported for the CNN {model.name}; it trains data-parallel only")
     if tp is not None:
         if model.is_transformer and heads % tp:
-            ok = ", ".join(str(d) for d in divisors(heads))
+            ok = ", ".join(str(d) for d in divisors(heads) if d <= domain)
             raise UserError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}; use one of {ok}")
         if model.is_transformer and not splits_heads(model, tp):
             kv = model.kv_heads
-            ok = ", ".join(str(d) for d in divisors(heads) if splits_heads(model, d))
+            ok = ", ".join(str(d) for d in divisors(heads) if splits_heads(model, d) and d <= domain)
             raise UserError(f"--tp {tp} neither divides nor is a multiple of the {kv} KV heads of {model.name} "
                             f"(a rank holds whole KV heads: kv_heads % tp == 0 or tp % kv_heads == 0); use one of {ok}")
         if tp > cluster.device.scaleup_domain:
@@ -125,6 +159,8 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
             raise UserError(f"--ep {ep} does not divide the {model.num_experts} experts of {model.name}")
     if cp not in (None, 1) and not model.is_transformer:
         raise UserError(f"--cp {cp} needs a transformer; {model.name} has no sequence to split")
+    if cp is not None and seq_len is not None:
+        check_context_parallel(cp, seq_len)
     if vp not in (None, 1):
         if pp is None or pp == 1:
             raise UserError(f"--vp {vp} needs --pp > 1 (virtual stages interleave a pipeline)")

@@ -111,6 +111,9 @@ SCALEOUT = 0.80
 #: are shorter than this is bound by the host: ASSUMED (no published figure in our sources)
 LAUNCH_S = 5e-6
 
+#: host link for optimizer offload (PCIe 4.0 x16 ≈ 25 GB/s effective per direction): assumed
+OFFLOAD_BANDWIDTH = 25e9
+
 #: per-collective start-up latency (decode-size messages are latency-bound): nccl-tests all_reduce of 8 B on
 #: 8×H100 takes 13.0-13.7 µs (dgxc-benchmarking nccl/README.md); 10 µs was used before that source
 COLLECTIVE_LATENCY_S = 13e-6

@@ -48,6 +48,9 @@ class PlanRequest(Spec):
     def validate(self) -> None:
         if not self.hardware and not self.compare:
             raise ValueError("give --hardware NAME (e.g. h100) or --compare A,B,…")
+        if self.compare and self.top is not None:
+            raise ValueError(f"--top {self.top} lists one hardware's best layouts; --compare shows each hardware's best "
+                             "one — drop --top, or plan one --hardware at a time")
         if self.compare_compression and (self.compare or self.task != "train" or (self.top or 1) > 1):
             raise ValueError("--compare-compression compares one training layout on one --hardware; drop --compare, "
                              "--top and --task infer")

@@ -2,7 +2,9 @@
 
 Training ranks by step time (global batch fixed), inference by tokens/s under an optional decode-latency
 bound. Without a device count, ``min_devices`` walks counts upward (1, 2, 4, then whole nodes, then
-doubling) and stops at the first that fits and meets the throughput target.
+doubling) and stops at the first that fits and meets the throughput target; when none up to
+``options.max_devices`` does, the plan shows the largest count with a valid layout and says so in its
+``warnings``. When no layout is valid, the error names the rule the pinned fields break.
 """
 
 from __future__ import annotations
@@ -16,10 +18,15 @@ from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate, infer_memor
 from accelkit.plan.layout import (
     Layout,
     check_compression,
+    check_context_parallel,
     check_inference_layout,
     check_user_layout,
+    divisors,
     ep_choices,
+    flag_text,
+    interleaving_fits,
     pp_choices,
+    scaleup_limit,
     tp_choices,
 )
 from accelkit.plan.options import PlanOptions
@@ -39,14 +46,9 @@ def _pick(fixed: dict[str, Any], key: str, choices: list[Any]) -> list[Any]:
     return [value] if value in choices else []
 
 
-def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any], global_batch: int | None) -> Iterator[Layout]:
-    """Every valid layout on ``num_devices`` that agrees with the ``fixed`` fields."""
+def _shapes(ctx: PlanContext, num_devices: int, fixed: dict[str, Any]) -> Iterator[tuple[int, int, int, int]]:
+    """(tp, pp, dp, ep) on ``num_devices`` that agree with the ``fixed`` fields, cp and vp as given (default 1)."""
     model, cluster = ctx.model, ctx.cluster
-    train = ctx.workload.task == "train"
-    recomputes = ["none", "full"] if ctx.cnn is not None else (
-        ["none", "selective", "full"] if ctx.options.attention == "math" else ["none", "full"])
-    if fixed.get("recompute") == "selective" and "selective" not in recomputes:
-        recomputes.append("selective")
     cp = fixed.get("cp") or 1  # context parallelism and virtual stages are the user's choice (training), not searched
     vp = fixed.get("vp") or 1
     if num_devices % cp:
@@ -59,23 +61,37 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
             if fixed.get("dp") not in (None, dp):
                 continue
             for ep in _pick(fixed, "ep", ep_choices(model, dp)):
-                if not train:
-                    yield Layout(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, vp=vp)
-                    continue
-                if global_batch is None or global_batch % dp:
-                    continue
-                per_rank = global_batch // dp
-                mbs = [mb for mb in MICRO_BATCHES if per_rank % mb == 0]
-                if fixed.get("micro_batch") is not None:
-                    mbs = [fixed["micro_batch"]] if per_rank % fixed["micro_batch"] == 0 else []
-                zeros = _pick(fixed, "zero", [0] if dp * cp == 1 or ctx.workload.recipe.grad_compression == "powersgd"
-                              else [0, 1, 2, 3])
-                sps = _pick(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
-                for zero in zeros:
-                    for mb in mbs:
-                        for rc in _pick(fixed, "recompute", recomputes):
-                            for sp in sps:
-                                yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp)
+                yield tp, pp, dp, ep
+
+
+def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any], global_batch: int | None) -> Iterator[Layout]:
+    """Every valid layout on ``num_devices`` that agrees with the ``fixed`` fields."""
+    train = ctx.workload.task == "train"
+    recomputes = ["none", "full"] if ctx.cnn is not None else (
+        ["none", "selective", "full"] if ctx.options.attention == "math" else ["none", "full"])
+    if fixed.get("recompute") == "selective" and "selective" not in recomputes:
+        recomputes.append("selective")
+    cp = fixed.get("cp") or 1
+    vp = fixed.get("vp") or 1
+    for tp, pp, dp, ep in _shapes(ctx, num_devices, fixed):
+        if not train:
+            yield Layout(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, vp=vp)
+            continue
+        if global_batch is None or global_batch % dp:
+            continue
+        per_rank = global_batch // dp
+        mbs = [mb for mb in MICRO_BATCHES if per_rank % mb == 0]
+        if fixed.get("micro_batch") is not None:
+            mbs = [fixed["micro_batch"]] if per_rank % fixed["micro_batch"] == 0 else []
+        mbs = [mb for mb in mbs if interleaving_fits(pp, vp, per_rank // mb)]
+        zeros = _pick(fixed, "zero", [0] if dp * cp == 1 or ctx.workload.recipe.grad_compression == "powersgd"
+                      else [0, 1, 2, 3])
+        sps = _pick(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
+        for zero in zeros:
+            for mb in mbs:
+                for rc in _pick(fixed, "recompute", recomputes):
+                    for sp in sps:
+                        yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp)
 
 
 def _rank_key(ctx: PlanContext, c: Candidate) -> tuple[Any, ...]:
@@ -96,28 +112,88 @@ def _fits_memory(ctx: PlanContext, layout: Layout, batch: int | None) -> bool:
 
 
 def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] | None = None,
-                   global_batch: int | None = None, batch: int | None = None) -> list[Candidate]:
-    """Evaluate and rank every layout on ``num_devices`` (best first)."""
+                   global_batch: int | None = None, batch: int | None = None,
+                   count_flag: str | None = None) -> list[Candidate]:
+    """Evaluate and rank every layout on ``num_devices`` (best first). ``count_flag``: how the user chose the count,
+    for the error when no layout is valid (default ``--num-devices N``)."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
-    if ctx.workload.task != "train":
+    train = ctx.workload.task == "train"
+    if not train:
         check_inference_layout(fixed, global_batch)
-    check_user_layout(ctx.model, ctx.cluster, fixed, num_devices)
+    check_user_layout(ctx.model, ctx.cluster, fixed, num_devices, seq_len=ctx.workload.seq_len if train else None)
     check_compression(ctx.workload.recipe, fixed.get("zero", 0))
-    if ctx.workload.task == "train" and global_batch is None:
+    _check_even_stages(ctx, fixed.get("pp"))
+    if train and global_batch is None:
         global_batch = default_global_batch(ctx.workload)
     found = [evaluate(ctx, layout, batch) for layout in enumerate_layouts(ctx, num_devices, fixed, global_batch)]
     if not found:
-        raise UserError(_no_layout_message(ctx, num_devices, fixed, global_batch))
+        raise UserError(_no_layout_message(ctx, num_devices, fixed, global_batch,
+                                           count_flag or f"--num-devices {num_devices}"))
     found.sort(key=lambda c: _rank_key(ctx, c))
     return found
 
 
-def _no_layout_message(ctx: PlanContext, n: int, fixed: dict[str, Any], global_batch: int | None) -> str:
-    given = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in fixed.items()) or "no layout flags"
-    extra = f" and global batch {global_batch} (--global-batch)" if ctx.workload.task == "train" else ""
-    return (f"no valid layout of {ctx.model.name} on {n} × {ctx.device.name} (--num-devices {n}) with {given}{extra}: "
-            "dp·tp·pp must equal the device count, tp divide the heads (and divide or be a multiple of the KV heads), "
-            "pp the layers, dp the global batch; change one of them")
+def _check_even_stages(ctx: PlanContext, pp: int | None) -> None:
+    """The search keeps pipeline stages even (``pp_choices``): a pinned pp that does not divide the layers is refused
+    here, whatever the other fields. (``plan(layout=...)`` takes uneven stages: a published run's layout.)"""
+    m = ctx.model
+    if pp is not None and m.is_transformer and m.num_layers % pp:
+        ok = ", ".join(str(d) for d in divisors(m.num_layers))
+        raise UserError(f"--pp {pp} does not divide the {m.num_layers} layers of {m.name} (the search keeps pipeline "
+                        f"stages even); use one of {ok}")
+
+
+def _or(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def _rule(ctx: PlanContext, key: str) -> str:
+    """What the search requires of one pinned layout field (``enumerate_layouts``), for the no-layout message."""
+    m = ctx.model
+    rules = {
+        "dp": "dp is the devices tp·pp·cp leave and divides the global batch",
+        "tp": f"tp divides the {m.num_heads} heads, divides or is a multiple of the {m.kv_heads} KV heads, divides the "
+              f"device count and stays inside the scale-up domain ({scaleup_limit(ctx.cluster)} devices)",
+        "pp": f"pp divides the {m.num_layers} layers (the search keeps pipeline stages even) and the device count",
+        "ep": f"ep divides dp (the experts are spread over ep of the data-parallel ranks) and the {m.num_experts} experts",
+        "cp": "cp divides the device count",
+        "vp": f"pp·vp divides the {m.num_layers} layers and, interleaved, the micro-batches per step are a multiple of "
+              "pp (Megatron-LM's interleaved 1F1B)",
+        "zero": "ZeRO 1-3 shard over the dp·cp data-parallel ranks, so they need dp·cp > 1"
+                + ("; PowerSGD needs zero 0" if ctx.workload.recipe.grad_compression == "powersgd" else ""),
+        "micro_batch": "the micro-batch divides each data-parallel rank's sequences (global batch ÷ dp)",
+        "sequence_parallel": "sequence parallelism needs tp > 1",
+    }
+    return rules.get(key, f"{key} as the search takes it")
+
+
+def _no_layout_message(ctx: PlanContext, n: int, fixed: dict[str, Any], global_batch: int | None,
+                       count_flag: str) -> str:
+    """One line naming the rule the pinned fields break: each pinned field that, left free, would give a layout is
+    named with the values that would (a conflict of two pinned fields names both); then the global batch; then all
+    the rules."""
+    given = ", ".join(flag_text(k, v) for k, v in fixed.items()) or "no layout flags"
+    train = ctx.workload.task == "train"
+    extra = f" and global batch {global_batch} (--global-batch)" if train else ""
+    head = f"no valid layout of {ctx.model.name} on {n} × {ctx.device.name} ({count_flag}) with {given}{extra}"
+    rules, fixes = [], []
+    for key in fixed:
+        rest = {k: v for k, v in fixed.items() if k != key}
+        values = sorted({getattr(lay, key) for lay in enumerate_layouts(ctx, n, rest, global_batch)})
+        if values:
+            rules.append(_rule(ctx, key))
+            if isinstance(values[0], bool):
+                fixes.append(_or([flag_text(key, v) for v in values]))
+            else:
+                fixes.append(f"--{key.replace('_', '-')} " + _or([str(v) for v in values]))
+    if fixes:
+        return f"{head}: {'; '.join(rules)} — use {_or(fixes)}"
+    dps = sorted({dp for _, _, dp, _ in _shapes(ctx, n, fixed)})
+    if train and global_batch is not None and dps and all(global_batch % dp for dp in dps):
+        return (f"{head}: dp must divide the global batch and here dp can only be {_or([str(d) for d in dps])}; give a "
+                "--global-batch that is a multiple of one")
+    return (f"{head}: dp·tp·pp·cp must equal the device count, tp divide the heads (and divide or be a multiple of the "
+            "KV heads) and stay inside the scale-up domain, pp the layers, dp the global batch; change one of them")
 
 
 def _counts(device: DeviceSpec, limit: int) -> Iterator[int]:
@@ -136,14 +212,18 @@ def _cluster_for(cluster: Cluster, n: int) -> Cluster:
 
 def min_devices(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_batch: int | None = None,
                 batch: int | None = None) -> tuple[int | None, PlanContext]:
-    """Smallest device count with a fitting layout (and meeting the target throughput, if any)."""
+    """Smallest device count with a fitting layout (and meeting the target throughput, if any); None when no count
+    up to ``options.max_devices`` has one."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
-    if ctx.workload.task != "train":
+    train = ctx.workload.task == "train"
+    if not train:
         check_inference_layout(fixed, global_batch)
+    elif fixed.get("cp"):  # whatever the count: the sequence must split over cp
+        check_context_parallel(fixed["cp"], ctx.workload.seq_len)
     target = ctx.options.target_tokens_per_s
-    if ctx.workload.task == "train" and global_batch is None:
+    if train and global_batch is None:
         global_batch = default_global_batch(ctx.workload)
-    for n in _counts(ctx.device, ctx.options.max_devices):
+    for n in _counts_for(ctx, fixed):
         sized = _with_cluster(ctx, _cluster_for(ctx.cluster, n))
         try:
             check_user_layout(ctx.model, sized.cluster, fixed, n)
@@ -157,11 +237,40 @@ def min_devices(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global
     return None, ctx
 
 
+def _largest_counts(ctx: PlanContext, fixed: dict[str, Any], global_batch: int | None) -> tuple[int | None, int | None]:
+    """Of the counts ``min_devices`` tries: the largest the pinned fields accept (``check_user_layout``) and the
+    largest with any valid layout, fitting or not (None: no such count)."""
+    fixed = {k: v for k, v in fixed.items() if v is not None}
+    if ctx.workload.task == "train" and global_batch is None:
+        global_batch = default_global_batch(ctx.workload)
+    accepted = None
+    for n in reversed(list(_counts_for(ctx, fixed))):
+        sized = _with_cluster(ctx, _cluster_for(ctx.cluster, n))
+        try:
+            check_user_layout(ctx.model, sized.cluster, fixed, n)
+        except UserError:
+            continue
+        accepted = accepted or n
+        if next(enumerate_layouts(sized, n, fixed, global_batch), None) is not None:
+            return accepted, n
+    return accepted, None
+
+
+def _counts_for(ctx: PlanContext, fixed: dict[str, Any]) -> Iterator[int]:
+    """The counts ``min_devices`` tries: dp·tp·pp·cp alone when dp, tp and pp are all pinned, else ``_counts``."""
+    if all(fixed.get(k) is not None for k in ("dp", "tp", "pp")):
+        n = fixed["dp"] * fixed["tp"] * fixed["pp"] * (fixed.get("cp") or 1)
+        if n <= ctx.options.max_devices:
+            yield n
+        return
+    yield from _counts(ctx.device, ctx.options.max_devices)
+
+
 def _with_cluster(ctx: PlanContext, cluster: Cluster) -> PlanContext:
     """The same context on a cluster of another size (peaks and efficiencies do not change)."""
     from dataclasses import replace
 
-    return replace(ctx, cluster=cluster, assumptions=list(ctx.assumptions))
+    return replace(ctx, cluster=cluster, assumptions=list(ctx.assumptions), warnings=list(ctx.warnings))
 
 
 def search(workload: Workload, cluster: Cluster, *, options: PlanOptions | None = None,
@@ -182,15 +291,27 @@ def search(workload: Workload, cluster: Cluster, *, options: PlanOptions | None 
 
 def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_batch: int | None = None,
                batch: int | None = None, num_devices: int | None = None, top: int | None = None) -> list[Candidate]:
+    count_flag = None
     if num_devices is None:
         n, sized = min_devices(ctx, fixed=fixed, global_batch=global_batch, batch=batch)
-        if n is None:  # nothing fits anywhere we looked: report the largest count's best (fits = false)
-            n = ctx.options.max_devices
+        if n is None:  # nothing fits (or meets the target) anywhere we looked: the largest count with a layout
+            limit = ctx.options.max_devices
+            accepted, n = _largest_counts(ctx, fixed or {}, global_batch)
+            if n is None:  # no count has a valid layout: search_context says why, at the largest it accepts
+                if accepted is None:
+                    raise UserError(f"no device count up to --max-devices {limit} can hold the layout fields given "
+                                    f"({', '.join(flag_text(k, v) for k, v in (fixed or {}).items() if v is not None)}"
+                                    "); give --num-devices, or raise --max-devices")
+                n, count_flag = accepted, f"nor any other count up to --max-devices {limit}"
             sized = _with_cluster(ctx, _cluster_for(ctx.cluster, n))
-            sized.assumptions.append(f"no device count up to {n} fits or meets the target; showing {n}")
+            target = ctx.options.target_tokens_per_s
+            why = f"reaches --target-tokens-per-s {target:,.0f}" if target is not None else "fits"
+            note = f"no device count up to --max-devices {limit} {why}; showing the best layout on {n}"
+            sized.assumptions.append(note)
+            sized.warnings.append(note)
     else:
         n, sized = num_devices, _with_cluster(ctx, _cluster_for(ctx.cluster, num_devices))
-    found = search_context(sized, n, fixed=fixed, global_batch=global_batch, batch=batch)
+    found = search_context(sized, n, fixed=fixed, global_batch=global_batch, batch=batch, count_flag=count_flag)
     for c in found:
         c.extra["context"] = sized
     return found[:top] if top else found

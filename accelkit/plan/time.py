@@ -59,10 +59,14 @@ from accelkit.plan.grad_comm import GradReduction, PowerSGDSplit, buckets, compr
 from accelkit.plan.kernels import layer_traffic, loss_bytes_per_token, math_attention_bytes
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import TRAIN_WEIGHT_BYTES, optimizer_bytes_per_param, uses_dropout
-from accelkit.plan.priors import COLLECTIVE_LATENCY_S, FLASH_TRITON_SLOWDOWN, OVERLAP_SLOWDOWN, causal_block_factor
+from accelkit.plan.priors import (
+    COLLECTIVE_LATENCY_S,
+    FLASH_TRITON_SLOWDOWN,
+    OFFLOAD_BANDWIDTH,
+    OVERLAP_SLOWDOWN,
+    causal_block_factor,
+)
 
-#: host link for optimizer offload (PCIe 4.0 x16 ≈ 25 GB/s effective per direction): assumed
-OFFLOAD_BANDWIDTH = 25e9
 #: flash backward executes 2.5× the forward FLOPs (it recomputes QKᵀ): the convention of the FlashAttention
 #: benchmarks, whose fwd+bwd figures are what the efficiency priors quote
 FLASH_BACKWARD = 2.5
@@ -353,7 +357,8 @@ def _dp_exposed(ctx: PlanContext, layout: Layout, dense: float, expert: float, s
 
 def _optimizer_s(ctx: PlanContext, layout: Layout, dense: float, expert: float, bw: float) -> float:
     """One pass of the optimizer over this device's share: ZeRO 1+ updates the dense part ÷ dp·cp and the
-    experts ÷ the expert-data-parallel group."""
+    experts ÷ the expert-data-parallel group. Offloaded: only the PCIe copies of that share (gradients to the host,
+    updated weights back); the CPU Adam step is not modelled, as the plan's assumptions say."""
     recipe = ctx.workload.recipe
     local = dense / (layout.dp * layout.cp) + expert / expert_dp(layout) if layout.zero >= 1 else dense + expert
     wb = TRAIN_WEIGHT_BYTES[recipe.precision]
@@ -383,7 +388,8 @@ def _cnn_train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | Non
 
 # ---- inference ------------------------------------------------------------------------------------------
 def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]:
-    """Prefill (TTFT) and decode-per-token seconds for ``batch`` sequences on one model replica, each split
+    """Prefill (of all ``batch`` prompts together: one request's TTFT only when all arrive at once) and
+    decode-per-token seconds for ``batch`` sequences on one model replica, each split
     into compute (matmuls, attention), memory (weights, KV, memory-bound kernels) and communication."""
     m, w, o = ctx.model, ctx.workload, ctx.options
     tp, pp, e = layout.tp, layout.pp, ctx.e

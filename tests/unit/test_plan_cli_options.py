@@ -191,3 +191,67 @@ def test_bench_bert_is_predicted_at_its_own_sequence_length():
                   Cluster(device=resolve_hardware("h100"), num_devices=1))
     assert estimate.workload.seq_len == 128
     assert estimate.details["flops_per_step"] == pytest.approx(direct.details["flops_per_step"], rel=1e-9)
+
+
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    """`accelkit plan ARGS` in process: (exit code, stdout, stderr)."""
+    from accelkit.cli.app import main
+
+    code = 0
+    try:
+        main(["plan", *args])
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_compare_with_top_is_refused(capsys):
+    # before: --compare h100,b200 --top 3 printed one row per hardware, --top silently dropped
+    code, _, err = _main(capsys, "--model", "llama-3.1-8b", "--compare", "h100,b200", "--top", "3")
+    assert code == 2
+    assert err.strip().splitlines() == ["error: --top 3 lists one hardware's best layouts; --compare shows each "
+                                        "hardware's best one — drop --top, or plan one --hardware at a time"]
+
+
+def test_learned_positions_past_their_table_are_refused(capsys):
+    # before: gpt3-175b (2,048 learned positions) was planned at --seq-len 4096 with a note; no such position exists
+    code, _, err = _main(capsys, "--model", "gpt3-175b", "--hardware", "h100", "--num-devices", "64", "--seq-len", "4096")
+    assert code == 2 and err.strip().splitlines() == [
+        "error: --seq-len 4096 exceeds the 2048 learned positions of gpt3-175b (its position-embedding table has 2048 "
+        "rows); use --seq-len 2048 or less"]
+    code, _, err = _main(capsys, "--model", "gpt3-175b", "--hardware", "h100", "--num-devices", "8", "--task", "infer",
+                         "--prompt-len", "2000", "--output-len", "100")
+    assert code == 2 and "= 2100 tokens exceeds the 2048 learned positions of gpt3-175b" in err
+    # rotary positions extrapolate: a note, as before
+    code, _, err = _main(capsys, "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "8", "--seq-len",
+                         "262144", "--cp", "8", "--json")
+    assert code == 0 and "note: --seq-len 262144 exceeds llama-3.1-8b's context of 131072" in err
+
+
+def test_offload_shows_host_memory_per_rank_and_states_what_it_does_not_model(capsys):
+    # before: host memory was only in --json, and neither the 25 GB/s PCIe copy nor the unmodelled CPU Adam step was
+    # in the assumptions
+    code, out, _ = _main(capsys, "--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "8", "--seq-len",
+                         "4096", "--global-batch", "64", "--dp", "8", "--zero", "3", "--offload", "--micro-batch", "1",
+                         "--recompute", "full")
+    assert code == 0
+    assert "host memory / rank │ optimizer 98.56 GiB" in out  # 70.55 B / 8 ranks × 12 B
+    assert "over PCIe at 25 GB/s per device and direction" in out and "the CPU Adam step itself is NOT modelled" in out
+
+
+def test_inference_prefill_is_labelled_as_the_whole_batchs(capsys):
+    # before: "prefill (TTFT)" showed the prefill of all `batch` prompts, not one request's time to first token
+    code, out, _ = _main(capsys, "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "1", "--task",
+                         "infer", "--batch", "4", "--prompt-len", "1024")
+    assert code == 0 and "TTFT)" not in out
+    assert "for the whole batch (4 × 1024 tokens: a request's TTFT when all arrive at once)" in out
+
+
+def test_an_unreachable_target_prints_a_warning_line(capsys):
+    code, _, err = _main(capsys, "--model", "llama-3.1-8b", "--hardware", "h100", "--max-devices", "16",
+                         "--target-tokens-per-s", "1e12", "--json")
+    assert code == 0
+    assert [ln for ln in err.splitlines() if ln.startswith("warning:")] == [
+        "warning: no device count up to --max-devices 16 reaches --target-tokens-per-s 1,000,000,000,000; showing the "
+        "best layout on 16"]

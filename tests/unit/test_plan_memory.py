@@ -180,3 +180,21 @@ def test_autocast_over_fp32_params_keeps_4_byte_weights_and_gradients_and_no_mas
         assert states["weights"] == per_param * params, precision
         assert states["gradients"] == per_param * params / 2, precision  # ZeRO 2 shards them over dp 2
         assert states["optimizer"] == 8 * params / 2, precision
+
+
+@pytest.mark.parametrize("attention", ["flash", "math"])
+def test_selective_recompute_with_flash_attention_says_it_equals_none(attention):
+    # selective recompute drops the s² score terms that only unfused attention stores: under flash it plans exactly what
+    # none plans. Before, that was silent.
+    from accelkit.plan import Layout, PlanOptions
+
+    w = Workload(model=get_preset("llama-3.1-8b"), task="train", seq_len=8192, recipe=Recipe(precision="bf16"))
+    cluster, options = Cluster(device=get_device("h100"), num_devices=8), PlanOptions(attention=attention)
+    docs = {rc: plan(w, cluster, options, layout=Layout(dp=8, tp=1, pp=1, zero=1, grad_accum=8, recompute=rc)).details
+            for rc in ("none", "selective")}
+    note = [a for a in docs["selective"]["assumptions"] if a.startswith("selective recompute")]
+    same = docs["selective"]["memory_per_device_bytes"] == docs["none"]["memory_per_device_bytes"]
+    assert same == (attention == "flash")
+    assert len(note) == (1 if attention == "flash" else 0)
+    assert all("--recompute none" in n for n in note)
+    assert not any(a.startswith("selective recompute") for a in docs["none"]["assumptions"])
