@@ -3,6 +3,10 @@
     refuse → peak for MFU (catalog, or the stored probe; a quick probe when allowed) → torchrun → rank 0's
     document (already stored by rank 0, under this run id)
 
+Ctrl-C during the launches ends as it does in a single-process bench: the ranks are stopped, the variants rank 0
+had stored come back (its progress document) with ``interrupted`` and the ``unfinished`` ones named, and the CLI
+prints them and exits 130. Before any variant finished there is nothing to keep: the interrupt goes on.
+
 Everything that can be said to the user before any rank starts is checked here, so that a mistake is one
 sentence, not a traceback from every rank.
 """
@@ -18,7 +22,7 @@ from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_v
 from accelkit.bench.workloads.base import check_workload
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
-from accelkit.distributed.launch import DistConfig, launch
+from accelkit.distributed.launch import DistConfig, LaunchInterrupted, launch
 from accelkit.distributed.parallel import refusal
 from accelkit.distributed.quality import QualityConfig
 from accelkit.hardware.device import resolve_device
@@ -42,7 +46,9 @@ def run_distributed_bench(
 ) -> BenchRunResult:
     """Run ``workload``'s training step on ``dist.nproc_per_node`` ranks per node (× nodes); rank 0's typed result
     (with ``world_size``, ``num_nodes``, ``layout``, ``zero`` and ``ranks`` filled; each variant entry carries its
-    ``ranks`` and ``memory_check``, and with gradient compression ``grad_comm`` and ``quality``)."""
+    ``ranks`` and ``memory_check``, and with gradient compression ``grad_comm`` and ``quality``). Ctrl-C returns the
+    variants finished so far, ``interrupted`` and the ``unfinished`` named, as :func:`~accelkit.bench.runner.
+    run_benchmark` does; before any variant finished it is re-raised (nothing to keep)."""
     reporter = reporter or Reporter()
     quality = quality or QualityConfig()
     device = resolve_device(config.device)  # this node's device type; each rank takes cuda:LOCAL_RANK
@@ -97,32 +103,48 @@ def run_distributed_bench(
         """The first refused write: the probe's row, or a launch's rank 0 (the CLI prints what was not stored)."""
         return writer.error or next((d["store_error"] for d in docs if d.get("store_error")), None)
 
-    for dtype, group in launches.items():
-        peak, datasheet, probe = peaks.get(dtype), peaks.datasheet(dtype), peaks.probe(dtype)
-        names = ", ".join(v.name for v in group)
-        job = {
-            "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
-            # after a launch whose rank 0 could not store, no later launch tries (its variants are kept unstored)
-            "run_id": run_id, "save": config.save and store is not None and store_error() is None,
-            "store_path": str(store.path) if store is not None else None, "predict": config.predict,
-            "workload": workload.name, "config": workload.config.to_dict(), "variants": [v.to_dict() for v in group],
-            "grad_comm": compressed, "quality_steps": quality.quality_steps if compressed else 0,
-            "max_loss_increase": quality.max_loss_increase,
-            "loop": config.loop.to_dict(), "seed": config.seed, "zero": dist.zero,
-            "layout": f"{dist.nproc_per_node}×{dist.nnodes} nodes, zero {dist.zero}",
-            "peak": {"flops": peak.flops, "source": peak.source}, "bench_config": config.to_dict(),
-            "datasheet": None if datasheet is None else {"flops": datasheet.flops, "source": datasheet.source},
-            "probe": {"flops": probe.flops, "source": probe.source},
-            "rendezvous": dist.rendezvous, "refused": refused, "notes": notes,
-        }
-        reporter.phase(names, f"torchrun: {dist.nproc_per_node} per node × {dist.nnodes} node(s), "
-                              f"{dist.rendezvous} rendezvous, zero {dist.zero}")
-        result = launch(job, dist, on_line=reporter.note)
-        if result.document is not None:
-            if result.teardown_error is not None:
-                result.document["notes"] = [*result.document.get("notes", []), f"warning: {result.teardown_error}"]
-            docs.append(result.document)
-            reporter.stored(names, [e["result_id"] for e in result.document["variants"] if e.get("result_id")])
+    def keep(document: dict[str, Any]) -> None:
+        docs.append(document)
+        if document["variants"]:
+            reporter.stored(", ".join(e["name"] for e in document["variants"]),
+                            [e["result_id"] for e in document["variants"] if e.get("result_id")])
+
+    interrupted = False
+    try:
+        for dtype, group in launches.items():
+            peak, datasheet, probe = peaks.get(dtype), peaks.datasheet(dtype), peaks.probe(dtype)
+            job = {
+                "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
+                # after a launch whose rank 0 could not store, no later launch tries (its variants are kept unstored)
+                "run_id": run_id, "save": config.save and store is not None and store_error() is None,
+                "store_path": str(store.path) if store is not None else None, "predict": config.predict,
+                "workload": workload.name, "config": workload.config.to_dict(),
+                "variants": [v.to_dict() for v in group], "grad_comm": compressed,
+                "quality_steps": quality.quality_steps if compressed else 0,
+                "max_loss_increase": quality.max_loss_increase,
+                "loop": config.loop.to_dict(), "seed": config.seed, "zero": dist.zero,
+                "layout": f"{dist.nproc_per_node}×{dist.nnodes} nodes, zero {dist.zero}",
+                "peak": {"flops": peak.flops, "source": peak.source}, "bench_config": config.to_dict(),
+                "datasheet": None if datasheet is None else {"flops": datasheet.flops, "source": datasheet.source},
+                "probe": {"flops": probe.flops, "source": probe.source},
+                "rendezvous": dist.rendezvous, "refused": refused, "notes": notes,
+            }
+            reporter.phase(", ".join(v.name for v in group), f"torchrun: {dist.nproc_per_node} per node × "
+                           f"{dist.nnodes} node(s), {dist.rendezvous} rendezvous, zero {dist.zero}")
+            result = launch(job, dist, on_line=reporter.note)
+            if result.document is not None:
+                if result.teardown_error is not None:
+                    result.document["notes"] = [*result.document.get("notes", []),
+                                                f"warning: {result.teardown_error}"]
+                keep(result.document)
+    except KeyboardInterrupt as stop:
+        # as a single-process bench: the variants rank 0 stored before Ctrl-C are kept (a stopped launch hands back
+        # its last progress document, LaunchInterrupted), the others are named; no later launch starts
+        if isinstance(stop, LaunchInterrupted) and stop.document is not None:
+            keep(stop.document)
+        if not any(d["variants"] for d in docs):
+            raise  # nothing finished, nothing to keep: a plain interrupt (a sweep counts its point as not run)
+        interrupted = True
     if not docs:  # this node did not host global rank 0
         return BenchRunResult(
             workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=device,
@@ -137,4 +159,7 @@ def run_distributed_bench(
         first["notes"] = [*first.get("notes", []), *(n for n in doc.get("notes", []) if n.startswith("warning: "))]
     if (error := store_error()) is not None:
         first["store_error"] = error
+    if interrupted:
+        finished = {e["name"] for e in first["variants"]}
+        first["interrupted"], first["unfinished"] = True, [v.name for v in runnable if v.name not in finished]
     return BenchRunResult.from_dict(first)

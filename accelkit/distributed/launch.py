@@ -9,8 +9,10 @@ The rendezvous is torchrun's, chosen from the flags:
   endpoint under ``--rdzv-id``; ranks are assigned when the nodes meet, and torchrun's elastic agent
   restarts the worker group (``--max-restarts``) when membership changes.
 
-The job travels as a JSON file; global rank 0 writes the result document to ``job['out']``. On a
-multi-node run only the node that hosts global rank 0 gets that file; the other nodes' launchers return
+The job travels as a JSON file; global rank 0 writes the result document to ``job['out']`` after the job's
+last barrier (so it proves every rank finished), and may keep a partial one at ``job['progress']`` as it goes
+(a bench: the variants stored so far), which is what Ctrl-C hands back (:class:`LaunchInterrupted`). On a
+multi-node run only the node that hosts global rank 0 gets those files; the other nodes' launchers return
 ``None`` (the result is stored on that node).
 """
 
@@ -165,6 +167,20 @@ class LaunchResult:
 STOP_GRACE_S = 15.0
 
 
+class LaunchInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a launch; torchrun and every rank have been stopped. ``document``: rank 0's last word — its
+    whole document when it had written it, else its latest progress document (a bench: the variants it stored),
+    else None. A KeyboardInterrupt, so that a caller with nothing to keep is interrupted as before."""
+
+    def __init__(self, document: dict[str, Any] | None):
+        super().__init__()
+        self.document = document
+
+    def __reduce__(self) -> tuple[type[LaunchInterrupted], tuple[dict[str, Any] | None]]:
+        """Picklable with its document (a process pool hands a worker's exception back pickled)."""
+        return type(self), (self.document,)
+
+
 class Terminated(BaseException):
     """SIGTERM arrived while a launch ran (raised by the handler ``launch`` installs). A BaseException, like
     KeyboardInterrupt: no ``except Exception`` on the way out may swallow it."""
@@ -179,9 +195,10 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
     stop the group and exit non-zero: that is an AccelkitError naming every failed rank with its error, the
     first failure first (``rank_failures.py``) — unless every rank had finished the job (rank 0 wrote its
     document after the last barrier): then the document comes back with the failure in ``teardown_error``. Past ``timeout_s`` seconds the launch is stopped and that is an
-    AccelkitError naming the timeout. However the launch ends — failure, timeout, Ctrl-C, SIGTERM — torchrun and
-    every rank are stopped (SIGTERM, then SIGKILL after ``STOP_GRACE_S``) and the job's temporary directory is
-    removed; a SIGTERM is then handed to the handler that was installed before (by default: this process ends)."""
+    AccelkitError naming the timeout; Ctrl-C is :class:`LaunchInterrupted`, with what rank 0 had written. However
+    the launch ends — failure, timeout, Ctrl-C, SIGTERM — torchrun and every rank are stopped (SIGTERM, then SIGKILL
+    after ``STOP_GRACE_S``) and the job's temporary directory is removed; a SIGTERM is then handed to the handler
+    that was installed before (by default: this process ends)."""
     check_timeouts(config, timeout_s)
     with _sigterm_raises():
         return _launch(job, config, on_line=on_line, timeout_s=timeout_s)
@@ -210,7 +227,8 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
             timeout_s: float | None) -> LaunchResult:
     with tempfile.TemporaryDirectory(prefix="accelkit-dist-") as tmp:
         job_path, out_path, log_dir = Path(tmp) / "job.json", Path(tmp) / "result.json", Path(tmp) / "logs"
-        job_path.write_text(json.dumps({**job, "out": str(out_path),
+        progress_path = Path(tmp) / "progress.json"
+        job_path.write_text(json.dumps({**job, "out": str(out_path), "progress": str(progress_path),
                                         "collective_timeout_s": config.effective_collective_timeout_s}))
         # --log-dir: the ranks' error files (TORCHELASTIC_ERROR_FILE) land here, and go with the directory
         cmd = torchrun_command(config, str(job_path), log_dir=str(log_dir))
@@ -236,9 +254,12 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
                 if on_line is not None:
                     on_line(line)
             rc = proc.wait()
+        except KeyboardInterrupt:
+            _stop(proc)  # every rank has ended: what rank 0 wrote last is its last word
+            raise LaunchInterrupted(_document(out_path) or _document(progress_path)) from None
         finally:
             _stop(proc)
-        document = json.loads(out_path.read_text()) if out_path.exists() else None
+        document = _document(out_path)
         if rc == 0:
             return LaunchResult(document, cmd, output[-OUTPUT_TAIL_LINES:])
         error = _failure(rc, log_dir, output, cmd, config)
@@ -249,6 +270,11 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
         return LaunchResult(document, cmd, output[-OUTPUT_TAIL_LINES:],
                             teardown_error=f"every rank finished the job, then {error} (while shutting down; the "
                                            "results are complete)")
+
+
+def _document(path: Path) -> dict[str, Any] | None:
+    """The JSON document rank 0 wrote at ``path`` (whole: it writes beside it and renames), or None."""
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _failure(rc: int, log_dir: Path, output: list[str], cmd: list[str], config: DistConfig) -> str:

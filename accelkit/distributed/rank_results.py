@@ -228,43 +228,72 @@ def open_writer(job: dict[str, Any]) -> Iterator[StoreWriter]:
             writer.store.close()
 
 
+class BenchDocument:
+    """Rank 0's document of one launch, built variant by variant: each variant's Measurement (+ Estimate) is stored
+    the moment it is added, as a single-process bench stores each finished variant, so that a launch stopped later
+    (Ctrl-C) has lost none of it. As in a single-process bench, a write the store refuses stops the writing, not
+    the run: every variant is in the document, those not stored without a ``result_id``, and ``store_error`` says
+    why (the CLI prints the document and exits 1)."""
+
+    def __init__(self, ctx: RankContext, workload: Any, job: dict[str, Any], writer: StoreWriter):
+        from accelkit.hardware.detect import environment
+
+        self.ctx, self.workload, self.job, self.writer = ctx, workload, job, writer
+        self.hardware, self.catalog = identify(ctx.device)
+        self.environment = {
+            **environment(with_torch=True), "timer": timer_name(ctx.device), "bench": job["bench_config"],
+            "distributed": {"backend": ctx.backend, "world_size": ctx.world_size, "num_nodes": ctx.num_nodes,
+                            "nproc_per_node": ctx.local_world_size, "launcher": "torchrun",
+                            "rendezvous": job.get("rendezvous")}}
+        self.entries: list[BenchResult] = []
+        self.result_ids: list[int] = []
+
+    def add(self, variant: Any, ranks: list[dict[str, Any]],
+            losses: dict[str, dict[str, Any] | None] | None = None) -> BenchResult:
+        """Build ``variant``'s result from every rank's measurements and store it; the entry, with its ``result_id``
+        (None: not stored)."""
+        ctx, workload, job, writer = self.ctx, self.workload, self.job, self.writer
+        run_id = job["run_id"]
+        estimate: Estimate | None = None
+        reason: str | None = "prediction turned off (--no-predict)"
+        if job["predict"]:
+            estimate, reason = plan_layout(workload, variant, world_size=ctx.world_size,
+                                           local_world_size=ctx.local_world_size, zero=job["zero"],
+                                           device=ctx.device, catalog=self.catalog)
+        estimate_id = writer.add(estimate, run_id=run_id) if estimate is not None else None
+        if estimate_id is not None:
+            self.result_ids.append(estimate_id)
+        entry = variant_entry(ctx, workload, variant, ranks, job, estimate, reason, estimate_id, losses)
+        details = {"config": workload.config.to_dict(), "device": ctx.device}
+        m = measurement(workload.label, workload, variant, entry, self.hardware, details, ranks, self.environment,
+                        job["zero"], ctx.world_size)
+        result_id = writer.add(m, run_id=run_id)
+        if result_id is not None:
+            self.result_ids.append(result_id)
+        entry = entry.replace(result_id=result_id)
+        self.entries.append(entry)
+        return entry
+
+    def to_json(self) -> dict[str, Any]:
+        """The document `accelkit bench --json` prints (a :class:`BenchRunResult` with the distributed fields), of
+        the variants added so far."""
+        ctx, workload, job = self.ctx, self.workload, self.job
+        return BenchRunResult(
+            workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=ctx.device,
+            hardware=self.hardware, run_id=job["run_id"], refused=[Refusal.from_dict(r) for r in job.get("refused", [])],
+            notes=job.get("notes", []), variants=self.entries, environment=self.environment,
+            result_ids=self.result_ids, world_size=ctx.world_size, num_nodes=ctx.num_nodes,
+            layout=layout_name(ctx.world_size, job["zero"]), zero=job["zero"],
+            ranks=self.entries[0].ranks if self.entries else [], store_error=self.writer.error,
+        ).to_json()
+
+
 def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, list[dict[str, Any]]]],
                    job: dict[str, Any], *, losses: dict[str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """Store one Measurement (+ Estimate) per variant; return the document `accelkit bench --json` prints
-    (a :class:`BenchRunResult` with the distributed fields). As in a single-process bench, a write the store
-    refuses stops the writing, not the run: every variant is in the document, those not stored without a
-    ``result_id``, and ``store_error`` says why (the CLI prints the document and exits 1)."""
-    from accelkit.hardware.detect import environment
-
-    hardware, catalog = identify(ctx.device)
-    env = {**environment(with_torch=True), "timer": timer_name(ctx.device), "bench": job["bench_config"],
-           "distributed": {"backend": ctx.backend, "world_size": ctx.world_size, "num_nodes": ctx.num_nodes,
-                           "nproc_per_node": ctx.local_world_size, "launcher": "torchrun",
-                           "rendezvous": job.get("rendezvous")}}
-    run_id, entries, result_ids = job["run_id"], [], []
+    (:class:`BenchDocument`, all variants at once)."""
     with open_writer(job) as writer:
+        document = BenchDocument(ctx, workload, job, writer)
         for variant, ranks in variants:
-            estimate: Estimate | None = None
-            reason: str | None = "prediction turned off (--no-predict)"
-            if job["predict"]:
-                estimate, reason = plan_layout(workload, variant, world_size=ctx.world_size,
-                                               local_world_size=ctx.local_world_size, zero=job["zero"],
-                                               device=ctx.device, catalog=catalog)
-            estimate_id = writer.add(estimate, run_id=run_id) if estimate is not None else None
-            if estimate_id is not None:
-                result_ids.append(estimate_id)
-            entry = variant_entry(ctx, workload, variant, ranks, job, estimate, reason, estimate_id, losses)
-            details = {"config": workload.config.to_dict(), "device": ctx.device}
-            m = measurement(workload.label, workload, variant, entry, hardware, details, ranks, env, job["zero"],
-                            ctx.world_size)
-            result_id = writer.add(m, run_id=run_id)
-            if result_id is not None:
-                result_ids.append(result_id)
-            entries.append(entry.replace(result_id=result_id))
-    return BenchRunResult(
-        workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=ctx.device,
-        hardware=hardware, run_id=run_id, refused=[Refusal.from_dict(r) for r in job.get("refused", [])],
-        notes=job.get("notes", []), variants=entries, environment=env, result_ids=result_ids,
-        world_size=ctx.world_size, num_nodes=ctx.num_nodes, layout=layout_name(ctx.world_size, job["zero"]),
-        zero=job["zero"], ranks=entries[0].ranks if entries else [], store_error=writer.error,
-    ).to_json()
+            document.add(variant, ranks, losses)
+        return document.to_json()

@@ -1,7 +1,8 @@
 """The per-rank entry point torchrun starts: ``python -m accelkit.distributed.worker JOB.json``.
 
     init process group (NCCL on GPU, gloo on CPU) → run the job on every rank → gather per-rank results
-    to rank 0 → rank 0 stores ONE Measurement (and the planner's Estimate) and writes the document
+    to rank 0 → rank 0 stores ONE Measurement (and the planner's Estimate) per variant, rewriting the progress
+    document after each → the last barrier → rank 0 writes the document
 
 Jobs: ``bench`` (a training workload under DDP / FSDP2, see ``parallel.py``) and ``collectives`` (see
 ``collectives.py``). Progress goes to stderr from rank 0 only; stdout stays empty.
@@ -9,11 +10,15 @@ Jobs: ``bench`` (a training workload under DDP / FSDP2, see ``parallel.py``) and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -181,36 +186,82 @@ def _quality(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any],
 
 
 def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
+    """Every variant of ``job`` on every rank; rank 0 stores each variant as soon as its result can be built (after
+    its quality check, and its uncompressed twin's) and rewrites the progress document (``job['progress']``) with the
+    variants stored so far — what the launcher returns when Ctrl-C stops the launch. Rank 0's whole document (None
+    on the other ranks)."""
     import torch
 
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads import make_workload
     from accelkit.distributed.quality import lead_in_steps
+    from accelkit.distributed.rank_results import BenchDocument, open_writer
 
     workload = make_workload(job["workload"], job["config"])
-    docs: list[tuple[Any, list[dict[str, Any]]]] = []
     variants = [Variant.from_dict(v) for v in job["variants"]]
     gated = job.get("quality_steps", 0) > 0 and any(v.compression != "none" for v in variants)
     lead_in = lead_in_steps(variants)  # the same for every variant: a twin trains exactly as many steps
     losses: dict[str, dict[str, Any] | None] = {}
-    for variant in variants:
-        torch.manual_seed(job["seed"])
-        mine = bench_variant(ctx, workload, variant, job)
-        ranks = gather_to_rank0(mine)
-        if ranks is not None:
-            docs.append((variant, ranks))
-        if gated:
-            losses[variant.name] = _quality(ctx, workload, variant, job, lead_in)
-    if gated:  # the uncompressed reference of each compressed variant, where the run did not time it
-        for variant in variants:
-            reference = variant.without_compression()
-            if variant.compression != "none" and reference.name not in losses:
-                losses[reference.name] = _quality(ctx, workload, reference, job, lead_in)
-    if ctx.rank != 0:
-        return None
-    from accelkit.distributed.rank_results import bench_document
+    measured: list[tuple[Any, list[dict[str, Any]]]] = []  # rank 0: gathered, not yet in the document
+    progress = Path(job["progress"]) if job.get("progress") else None
 
-    return bench_document(ctx, workload, docs, job, losses=losses if gated else None)
+    def store_ready(document: BenchDocument) -> None:
+        """Store the measured variants whose result can be built now, in order, then the progress document."""
+        while measured and (not gated or measured[0][0].compression == "none"
+                            or measured[0][0].without_compression().name in losses):
+            variant, ranks = measured.pop(0)
+            with _sigterm_deferred():  # a variant stored is in the progress document
+                entry = document.add(variant, ranks, losses if gated else None)
+                if progress is not None:
+                    write_document(progress, document.to_json())
+            ctx.say(f"{variant.name}: finished" + (f", stored as result {entry.result_id}"
+                                                   if entry.result_id is not None else ""))
+
+    with open_writer(job) if ctx.rank == 0 else contextlib.nullcontext(None) as writer:
+        document = BenchDocument(ctx, workload, job, writer) if writer is not None else None
+        for variant in variants:
+            torch.manual_seed(job["seed"])
+            mine = bench_variant(ctx, workload, variant, job)
+            ranks = gather_to_rank0(mine)
+            if gated:
+                losses[variant.name] = _quality(ctx, workload, variant, job, lead_in)
+            if document is not None and ranks is not None:
+                measured.append((variant, ranks))
+                store_ready(document)
+        if gated:  # the uncompressed reference of each compressed variant, where the run did not time it
+            for variant in variants:
+                reference = variant.without_compression()
+                if variant.compression != "none" and reference.name not in losses:
+                    losses[reference.name] = _quality(ctx, workload, reference, job, lead_in)
+        if document is None:
+            return None
+        store_ready(document)
+        return document.to_json()
+
+
+def write_document(path: Path, doc: dict[str, Any]) -> None:
+    """``doc`` as JSON at ``path``, whole or not at all: written beside it, then renamed over it."""
+    beside = path.with_name(path.name + ".partial")
+    beside.write_text(json.dumps(doc, default=str))
+    beside.replace(path)
+
+
+@contextlib.contextmanager
+def _sigterm_deferred() -> Iterator[None]:
+    """SIGTERM (torchrun stopping the ranks, e.g. after Ctrl-C in the launcher) waits until the block ends, then
+    acts as it would have (by default: the process ends). A Python handler runs in the main thread whichever thread
+    the signal reached, so gloo's threads cannot cut the block short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        if received:
+            signal.raise_signal(signal.SIGTERM)
 
 
 # ---- entry point -------------------------------------------------------------------------------------------
@@ -256,11 +307,9 @@ def main(argv: list[str] | None = None) -> None:
         if ctx.rank == 0 and doc is not None:
             # after the job's last collective: the file says every rank finished the job, so the launcher keeps it
             # even when a rank then dies shutting down (gloo's threads can abort a process as it exits: seen with a
-            # PowerSGD hook's state still alive then); written whole or not at all
-            out = Path(job["out"])
-            partial = out.with_name(out.name + ".partial")
-            partial.write_text(json.dumps(doc, default=str))
-            partial.replace(out)
+            # PowerSGD hook's state still alive then) — unlike the progress document, which only says what rank 0 had
+            # stored when it was written; written whole or not at all
+            write_document(Path(job["out"]), doc)
     except Exception:
         # the time of the failure: destroying the process group (below) is what makes the peers fail, before
         # @record writes this rank's error file
