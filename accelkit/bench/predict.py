@@ -40,9 +40,11 @@ def variant_spec(workload: BenchWorkload, variant: Variant, *, dp: int = 1, zero
 
 def predict_variant(
     workload: BenchWorkload, variant: Variant, device: str, catalog: str | None, *, dp: int = 1, zero: int = 0,
-    devices_per_node: int | None = None,
+    devices_per_node: int | None = None, cpu_share: int = 1,
 ) -> tuple[Estimate | None, str | None]:
-    """``accelkit.plan.plan`` for one variant of a workload (None with the reason when it has none)."""
+    """``accelkit.plan.plan`` for one variant of a workload (None with the reason when it has none).
+    ``cpu_share``: how many ranks share the probed CPU (a distributed run on one host): each is planned as that
+    fraction of it — its peaks, bandwidth and memory — not as the whole CPU."""
     spec = variant_spec(workload, variant, dp=dp, zero=zero)
     if spec is None:
         return None, f"{workload.name}: no architecture the planner can model"
@@ -51,6 +53,8 @@ def predict_variant(
 
     try:
         hw = resolve_hardware(catalog or ("cpu" if device == "cpu" else device))
+        if hw.vendor == "cpu" and cpu_share > 1:
+            hw = cpu_fraction(hw, cpu_share)
         # a training bench keeps fp32 parameters (autocast over them): its gradients reduce in fp32 at any
         # precision, and under bf16/fp16 (fp8: Float8Linear over the same fp32 weights) weights and gradients are
         # 4 B with no master copy, each forward casting them
@@ -59,6 +63,14 @@ def predict_variant(
                     PlanOptions(grad_reduce_fp32=dp > 1, autocast_fp32_params=fp32_params)), None
     except Exception as exc:  # a planner gap must not lose a measurement
         return None, f"the planner could not estimate this workload ({type(exc).__name__}: {exc})"
+
+
+def cpu_fraction(hw: Any, share: int) -> Any:
+    """The probed CPU ``hw`` as one of ``share`` ranks on it sees it: each rank runs cores ÷ share threads
+    (``accelkit.distributed.launch`` sets OMP_NUM_THREADS so) and shares the memory bandwidth and the RAM."""
+    return hw.replace(name=f"{hw.name} ÷ {share} ranks", memory_bytes=hw.memory_bytes // share,
+                      memory_bandwidth_bytes_per_s=hw.memory_bandwidth_bytes_per_s / share,
+                      peak_flops={k: v / share for k, v in hw.peak_flops.items()})
 
 
 def prediction(estimate: Estimate | None, step: str, items_per_call: int, unit: str, measured: float | None,

@@ -154,9 +154,9 @@ def run_distributed_bench(
     for doc in docs[1:]:
         first["variants"] += doc["variants"]
         first["result_ids"] += doc["result_ids"]
-        # the run's notes are in every launch's document; a later launch's own warnings (a rank that failed shutting
-        # down) were dropped here
-        first["notes"] = [*first.get("notes", []), *(n for n in doc.get("notes", []) if n.startswith("warning: "))]
+        # the run's notes are in every launch's document; a later launch's own (its variants' recipe notes, a rank
+        # that failed shutting down) were dropped here
+        first["notes"] = list(dict.fromkeys([*first.get("notes", []), *doc.get("notes", [])]))
     if (error := store_error()) is not None:
         first["store_error"] = error
     if interrupted:

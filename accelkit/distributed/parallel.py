@@ -15,7 +15,7 @@ an FSDP2 DTensor) of parameters, gradients and optimizer states.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from accelkit.core import UserError
@@ -44,6 +44,7 @@ class TrainParts:
     unit: str
     analytic_flops_per_item: float | None = None
     analytic_formula: str | None = None
+    recipe_notes: list[str] = field(default_factory=list)  # what the recipe did to the model (recipes.apply)
 
     def loss(self, model: torch.nn.Module) -> torch.Tensor:
         """Forward + loss of the fixed batch."""
@@ -72,12 +73,13 @@ def train_parts(workload: BenchWorkload, variant: Variant, device: str, *, seed:
 
     spec, c = workload.model_spec, workload.config  # type: ignore[attr-defined]
     gen = model_seed(seed + rank)
+    notes: list[str] = []
     model = build_model(spec, device=device, seed=seed).train()
     if workload.name == "llm-train":
         from accelkit.bench.workloads.llm import matmul_params
 
         ids = torch.randint(0, spec.vocab_size, (c.batch_size, c.seq_len), generator=gen).to(device)
-        model = apply(model, variant, example_inputs=(ids,), device=device, train=True)
+        model = apply(model, variant, example_inputs=(ids,), device=device, train=True, notes=notes)
         palm = 6 * matmul_params(spec) + 12 * spec.num_layers * spec.num_heads * spec.head_size * c.seq_len
         return TrainParts(
             model=model, loss_on=lambda m, b: m(input_ids=b, labels=b).loss, batch=ids,
@@ -85,13 +87,13 @@ def train_parts(workload: BenchWorkload, variant: Variant, device: str, *, seed:
                                                   rank=rank).to(device),
             make_optimizer=lambda params: torch.optim.AdamW(params, lr=c.lr),
             items=c.batch_size * c.seq_len, unit="tokens", analytic_flops_per_item=palm,
-            analytic_formula="6N + 12·L·H·Q·T per token (PaLM, Appendix B; N without embeddings)",
+            analytic_formula="6N + 12·L·H·Q·T per token (PaLM, Appendix B; N without embeddings)", recipe_notes=notes,
         )
     side = workload.image_size  # type: ignore[attr-defined]
     images = torch.randn(c.batch_size, spec.num_channels, side, side, generator=gen).to(device)
     labels = torch.randint(0, spec.num_labels or 1000, (c.batch_size,), generator=gen).to(device)
     fmt = torch.channels_last if variant.channels_last else torch.contiguous_format
-    model = apply(model, variant, example_inputs=(images,), device=device, train=True)
+    model = apply(model, variant, example_inputs=(images,), device=device, train=True, notes=notes)
 
     def quality_batch(k: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = template_images(spec.num_labels or 1000, c.batch_size, spec.num_channels, side, seed=seed, step=k,
@@ -103,7 +105,7 @@ def train_parts(workload: BenchWorkload, variant: Variant, device: str, *, seed:
         loss_on=lambda m, b: torch.nn.functional.cross_entropy(m(pixel_values=b[0]).logits.float(), b[1]),
         batch=(images.contiguous(memory_format=fmt), labels), quality_batch=quality_batch,
         make_optimizer=lambda params: torch.optim.SGD(params, lr=c.lr, momentum=0.9),
-        items=c.batch_size, unit="images",
+        items=c.batch_size, unit="images", recipe_notes=notes,
     )
 
 

@@ -63,7 +63,13 @@ def plan_layout(workload: Any, variant: Any, *, world_size: int, local_world_siz
 
         per_node = local_world_size if local_world_size <= resolve_hardware(catalog).scaleup_domain else None
     return predict_variant(workload, variant, device, catalog if device.startswith("cuda") else None,
-                           dp=world_size, zero=zero, devices_per_node=per_node)
+                           dp=world_size, zero=zero, devices_per_node=per_node,
+                           cpu_share=local_world_size if device == "cpu" else 1)
+
+
+def rank_share(peak: Peak, ranks: int) -> Peak:
+    """The part of a CPU's peak one of ``ranks`` ranks on it has (cores ÷ ranks threads each)."""
+    return Peak(None if peak.flops is None else peak.flops / ranks, f"{peak.source} ÷ {ranks} ranks sharing it")
 
 
 def memory_check(ranks: list[dict[str, Any]], estimate: Estimate | None, zero: int) -> dict[str, Any]:
@@ -166,6 +172,11 @@ def variant_entry(ctx: RankContext, workload: Any, variant: Any, ranks: list[dic
     probe = Peak(**job["probe"]) if job.get("probe") else None
     source = (FLOPS_SOURCE_ON_DEVICE + " on rank 0; MFU per device = world throughput ÷ world_size ÷ peak"
               if flops_per_item else "not counted")
+    if ctx.device == "cpu" and ctx.local_world_size > 1:  # the ranks of a node share its CPU: each has its share
+        peak = rank_share(peak, ctx.local_world_size)
+        datasheet = None if datasheet is None else rank_share(datasheet, ctx.local_world_size)
+        probe = None if probe is None else rank_share(probe, ctx.local_world_size)
+        source += f"; on a CPU each rank's peak is the CPU's ÷ {ctx.local_world_size} (the ranks on it)"
     mfu = mfu_result(flops_per_item, per_device, peak, source, datasheet=datasheet, probe=probe,
                      analytic_flops_per_item=ranks[0]["analytic_flops_per_item"],
                      analytic_formula=ranks[0]["analytic_formula"])
@@ -173,6 +184,7 @@ def variant_entry(ctx: RankContext, workload: Any, variant: Any, ranks: list[dic
     return BenchResult(
         name=variant.name, step="train step", precision=variant.effective_precision if not variant.settings else None,
         options={**variant.options, **variant.settings}, recipe=spec.recipe if spec is not None else None,
+        recipe_notes=list(ranks[0].get("recipe_notes", [])),
         world_size=ctx.world_size, num_nodes=ctx.num_nodes, layout=layout_name(ctx.world_size, job["zero"]),
         backend=ctx.backend,
         phases=Phases(load_s=max(r["load_s"] for r in ranks), first_call_s=max(r["first_call_s"] for r in ranks),
@@ -281,7 +293,8 @@ class BenchDocument:
         return BenchRunResult(
             workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=ctx.device,
             hardware=self.hardware, run_id=job["run_id"], refused=[Refusal.from_dict(r) for r in job.get("refused", [])],
-            notes=job.get("notes", []), variants=self.entries, environment=self.environment,
+            notes=[*job.get("notes", []), *(f"{e.name}: " + "; ".join(e.recipe_notes)  # as a single-process run's
+                                             for e in self.entries if e.recipe_notes)], variants=self.entries, environment=self.environment,
             result_ids=self.result_ids, world_size=ctx.world_size, num_nodes=ctx.num_nodes,
             layout=layout_name(ctx.world_size, job["zero"]), zero=job["zero"],
             ranks=self.entries[0].ranks if self.entries else [], store_error=self.writer.error,

@@ -161,6 +161,7 @@ def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, 
     peak, peak_scope = peak_memory(ctx.device)
     items, unit = parts.items, parts.unit
     analytic = (parts.analytic_flops_per_item, parts.analytic_formula)
+    recipe_notes = parts.recipe_notes
     step = optimizer = model = parts = None  # type: ignore[assignment]  # free before the next variant
     gc.collect()
     out = {
@@ -169,6 +170,7 @@ def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, 
         "warmup_iterations": run.warmup_iterations, "warmup_s": run.warmup_s, "samples_s": run.samples_s,
         "block_walls_s": run.block_walls_s, "agreed_walls_s": run.agreed_walls_s,
         "memory_bytes": {**states, "model_states": sum(states.values()), "peak": peak}, "peak_scope": peak_scope,
+        "recipe_notes": recipe_notes,
     }
     if counter is not None:
         out["grad_comm"] = counter.summary(skip=counted_from)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import accelkit
 
 FAST = ("--warmup", "2", "--warmup-time", "0", "--min-iterations", "4", "--min-time", "0.1")
@@ -127,3 +129,23 @@ def test_rank0_keeps_what_the_store_refuses(_isolated_home, monkeypatch):
     (_isolated_home / "dir.db").mkdir()  # not a store: it cannot be opened
     doc = bench_document(ctx, workload, variants, {**job, "store_path": str(_isolated_home / "dir.db")})  # type: ignore[arg-type]
     assert [v["result_id"] for v in doc["variants"]] == [None, None] and "dir.db" in doc["store_error"]
+
+
+def test_a_distributed_cpu_run_says_what_each_recipe_did_and_scores_each_rank_on_its_share(probed):
+    """train_parts dropped recipes.apply's notes, and the merge of launches kept a later launch's warnings only:
+    bf16 (the second launch: one per precision) said nothing of what its recipe did. And on a CPU, each rank was
+    scored (MFU) and planned as the whole CPU, though it runs on its share of the cores."""
+    doc = dist_bench("llm-train", "--model", "tiny-llama", "--batch-size", "2", "--seq-len", "16", "--zero", "0",
+                     "--precision", "fp32,bf16")
+    entries = {e["name"]: e for e in doc["variants"]}
+    assert entries["fp32"]["recipe_notes"] == [] and entries["bf16"]["recipe_notes"] == ["autocast bf16"]
+    assert "bf16: autocast bf16" in doc["notes"]
+    assert len(doc["notes"]) == len(set(doc["notes"]))  # each launch's copy of the run's notes, once
+    assert _stored(entries["bf16"]["result_id"]).result.details["recipe_notes"] == ["autocast bf16"]
+    # two ranks on one CPU each run on half its cores: MFU and the planner take half its peak, not all of it
+    mfu = entries["fp32"]["mfu"]
+    assert mfu["peak_source"].endswith("÷ 2 ranks sharing it") and mfu["probe"]["source"] == mfu["peak_source"]
+    assert mfu["value"] == pytest.approx(entries["fp32"]["throughput"]["per_device"] * mfu["flops_per_item"]
+                                         / mfu["peak_flops"])
+    estimate = _stored(entries["fp32"]["predicted"]["estimate_id"]).result
+    assert estimate.hardware.endswith("÷ 2 ranks") and estimate.num_devices == 2
