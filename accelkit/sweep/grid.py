@@ -312,7 +312,10 @@ def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: 
 
         return run_distributed_bench(workload, variants, bench, DistConfig.from_dict(p.layout), store=store,
                                      run_id=run_id).to_json()
-    return run_benchmark(workload, variants, bench, store=store, run_id=run_id).to_json()
+    doc = run_benchmark(workload, variants, bench, store=store, run_id=run_id).to_json()
+    if doc["interrupted"] and not doc["variants"]:  # Ctrl-C before its one variant finished: the point did not run
+        raise KeyboardInterrupt                    # (as a distributed point's launcher raises it)
+    return doc
 
 
 def _plan_point(p: Point, sweep: SweepSpec) -> Estimate:

@@ -1,0 +1,41 @@
+"""A sweep point whose bench Ctrl-C stopped before its variant finished is not run, not "ok" with nothing: the
+bench keeps what finished and returns an interrupted document, which for a one-variant point holds nothing, and
+``run_point`` counted it as a finished point with no results (a distributed point already raised)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+class InterruptedOnItsFifthCall(torch.nn.Module):
+    """A real Linear; its fifth call raises KeyboardInterrupt, as Ctrl-C does in the middle of a measurement."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 5:
+            raise KeyboardInterrupt
+        return self.linear(x)
+
+
+def make_interrupted():
+    torch.manual_seed(0)
+    return InterruptedOnItsFifthCall(), torch.randn(2, 8)
+
+
+def test_a_bench_point_stopped_before_its_variant_finished_raises_the_interrupt(_isolated_home):
+    from accelkit.sweep.grid import SweepSpec, run_point
+
+    spec = SweepSpec(name="s", workloads={"custom": {"module": f"{__name__}:make_interrupted"}},
+                     loop={"warmup_iterations": 1, "warmup_time_s": 0, "min_iterations": 50, "min_time_s": 0},
+                     bench={"device": "cpu", "accuracy": False, "auto_probe": False, "predict": False})
+    point = {"index": 0, "kind": "bench", "workload": "custom", "config": spec.workloads["custom"],
+             "precision": "fp32", "batch_size": None, "layout": {}, "rate": None}
+    with pytest.raises(KeyboardInterrupt):
+        run_point(point, spec.to_dict(), "run0")
