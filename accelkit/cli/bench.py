@@ -223,7 +223,8 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
     config = _configs(bench, loop, quick, LoopConfig())
     with flag_values():
         wl = make_workload(name, workload)
-    with flag_values(field_flags(Matrix, MATRIX_NAMES)):  # 'powersgd_rank applies to …' → '--powersgd-rank 8 …'
+    # 'powersgd_rank applies to …' → '--powersgd-rank 8 …', a switch turned off by its --no- form
+    with flag_values(field_flags(Matrix, MATRIX_NAMES, matrix)):
         variants = Matrix(**matrix).variants() if matrix is not None else []
     with flag_values():
         dist_config = _dist_config(dist)

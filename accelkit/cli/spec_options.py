@@ -121,11 +121,20 @@ def _metavar(name: str, tp: Any) -> str | None:
     return None
 
 
-def field_flags(spec: type[Spec], names: Mapping[str, str] | None = None) -> dict[str, str]:
+def field_flags(spec: type[Spec], names: Mapping[str, str] | None = None,
+                values: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Field name → the flag that sets it (``names`` as given to :func:`spec_options`; a bool's ``--x/--no-x`` is
-    ``--x``): what :func:`in_flag_words` puts in a spec's error message."""
-    names = names or {}
-    return {f.name: names.get(f.name, _flag(f.name)).split("/")[0] for f in dataclasses.fields(spec)}  # type: ignore[arg-type]
+    ``--x``, or ``--no-x`` where ``values`` — the fields as given — has it False: the flag the user typed): what
+    :func:`in_flag_words` puts in a spec's error message."""
+    names, values = names or {}, values or {}
+
+    def flag(f: dataclasses.Field[Any]) -> str:
+        name = names.get(f.name, _flag(f.name))
+        if values.get(f.name) is False and f.type in (bool, "bool"):
+            return "--no-" + name.split("/")[0].removeprefix("--")
+        return name.split("/")[0]
+
+    return {f.name: flag(f) for f in dataclasses.fields(spec)}  # type: ignore[arg-type]
 
 
 def in_flag_words(message: str, flags: Mapping[str, str]) -> str:

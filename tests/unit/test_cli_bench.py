@@ -113,14 +113,16 @@ def test_a_store_failure_after_some_variants_names_what_was_stored_and_an_interr
 
 
 def test_a_powersgd_setting_without_powersgd_is_named_by_its_flag(capsys):
-    """'powersgd_rank applies to grad_compressions with powersgd, not none' named the fields, not the flags."""
+    """'powersgd_rank applies to grad_compressions with powersgd, not none' named the fields, not the flags; and a
+    switch turned off was named by its positive flag (--powersgd-warm-start for --no-powersgd-warm-start)."""
     import pytest
 
     from accelkit.cli.app import main
 
     base = ["bench", "llm-train", "--model", "tiny-llama", "--device", "cpu", "--nproc-per-node", "2"]
     for flag, named in ((["--powersgd-rank", "8"], "--powersgd-rank 8"),
-                        (["--no-powersgd-warm-start"], "--powersgd-warm-start")):
+                        (["--no-powersgd-warm-start"], "--no-powersgd-warm-start"),
+                        (["--no-powersgd-error-feedback"], "--no-powersgd-error-feedback")):
         with pytest.raises(SystemExit) as info:
             main([*base, *flag])
         assert info.value.code == 2
