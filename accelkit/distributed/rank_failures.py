@@ -89,6 +89,17 @@ _RANK = re.compile(r"(\d+)(?: \(local_rank: (\d+)\))?")
 _EXIT = re.compile(r"(-?\d+)(?: \(pid: \d+\))?\s*(?:\((SIG\w+)\))?")
 
 
+def _signal_name(exit_code: int) -> str | None:
+    """The signal a negative exit code stands for (-9 → SIGKILL): torch 2.11's torchrun prints the code without
+    the name that later versions add."""
+    import signal
+
+    try:
+        return signal.Signals(-exit_code).name if exit_code < 0 else None
+    except ValueError:
+        return None
+
+
 def from_torchrun_summary(lines: Iterable[str]) -> list[RankFailure]:
     """The failures torchrun's ChildFailedError summary lists (``[i]:`` blocks of ``time``, ``host``, ``rank``,
     ``exitcode``, ``error_file``)."""
@@ -99,8 +110,8 @@ def from_torchrun_summary(lines: Iterable[str]) -> list[RankFailure]:
         if "rank" in block and (m := _RANK.match(block["rank"])):
             rank, local = int(m.group(1)), int(m.group(2)) if m.group(2) is not None else None
             code = _EXIT.match(block.get("exitcode", ""))
-            if code and code.group(2):
-                what = f"killed by {code.group(2)} (exit code {code.group(1)}), no Python exception"
+            if code and (name := code.group(2) or _signal_name(int(code.group(1)))):
+                what = f"killed by {name} (exit code {code.group(1)}), no Python exception"
             else:
                 what = f"exited with code {code.group(1) if code else '?'} without a Python exception"
             try:

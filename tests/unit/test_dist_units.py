@@ -238,6 +238,17 @@ def test_a_killed_rank_comes_from_torchruns_summary_and_before_its_peer(tmp_path
         "then 1 more — rank 0 (host h, local rank 0): RuntimeError: Connection reset by peer")
 
 
+def test_a_signal_torchrun_gives_by_its_code_only_is_named(tmp_path):
+    """torch 2.11's torchrun (the GPU image's) prints 'exitcode : -9 (pid: …)' without '(SIGKILL)': the rank was
+    said to have 'exited with code -9'. A positive code is an exit, not a signal."""
+    from accelkit.distributed.rank_failures import failed_ranks
+
+    bare = [line.replace("  (SIGKILL)", "") for line in SUMMARY]
+    assert [f.what for f in failed_ranks(tmp_path, bare)] == ["killed by SIGKILL (exit code -9), no Python exception"]
+    exited = [line.replace("-9 (pid: 25169)  (SIGKILL)", "3 (pid: 25169)") for line in SUMMARY]
+    assert [f.what for f in failed_ranks(tmp_path, exited)] == ["exited with code 3 without a Python exception"]
+
+
 def test_a_native_crash_quotes_what_it_printed_not_the_peers_or_torchs_lines(tmp_path):
     from accelkit.distributed.rank_failures import failed_ranks, failure_message
 
