@@ -14,6 +14,7 @@ raises only :class:`EngineDeadError`, when the engine itself can no longer compu
 from __future__ import annotations
 
 import logging
+import numbers
 import threading
 import time
 import uuid
@@ -166,11 +167,11 @@ class LLMEngine:
             token_ids = self.encode(prompt, add_special_tokens=add_special_tokens)
         elif isinstance(prompt, (list, tuple)):
             text = None
-            token_ids = list(prompt)
             vocab = self.model_args.vocab_size
-            for i, t in enumerate(token_ids):
-                if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:
+            for i, t in enumerate(prompt):  # numpy's integers are ids too (made plain ints: they index tensors)
+                if not isinstance(t, numbers.Integral) or isinstance(t, bool) or not 0 <= t < vocab:
                     raise ValueError(f"prompt_token_ids[{i}]={t!r} is not a token id; expected an int in [0, {vocab})")
+            token_ids = [int(t) for t in prompt]
         else:
             raise ValueError(f"prompt={prompt!r} is not valid; expected a string or a list of token ids")
         if not token_ids:

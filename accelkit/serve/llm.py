@@ -3,15 +3,59 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
+from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as Seq
-from typing import Any
+from typing import Any, TypedDict
 
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.engine import LLMEngine
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.sampling import SamplingParams
 
-Prompt = str | list[int]
+
+class TextPrompt(TypedDict):
+    """vLLM's text prompt dict: ``{"prompt": "..."}``."""
+
+    prompt: str
+
+
+class TokensPrompt(TypedDict):
+    """vLLM's token-id prompt dict: ``{"prompt_token_ids": [...]}``."""
+
+    prompt_token_ids: list[int]
+
+
+Prompt = str | list[int] | TextPrompt | TokensPrompt
+_PROMPT_FORMS = "{'prompt': text} or {'prompt_token_ids': [token ids]}"
+
+
+def _is_token_ids(prompts: object) -> bool:
+    """One prompt of token ids (a list or tuple of integers, numpy's too), not a list of prompts."""
+    return isinstance(prompts, (list, tuple)) and bool(prompts) and isinstance(prompts[0], numbers.Integral)
+
+
+def _unpack(prompt: object) -> object:
+    """vLLM's prompt dicts (TextPrompt, TokensPrompt) → the text or token ids inside; other prompts unchanged.
+    Without this a dict would be read as its keys (``list(prompts)``) and generate for the text of a key."""
+    if not isinstance(prompt, Mapping):
+        return prompt
+    unknown = [k for k in prompt if k not in ("prompt", "prompt_token_ids")]
+    if unknown:
+        raise ValueError(f"prompt dict has {', '.join(map(repr, unknown))}, which the engine does not take; "
+                         f"expected {_PROMPT_FORMS}")
+    if len(prompt) != 1:
+        raise ValueError(f"prompt dict has {'both' if prompt else 'neither'} 'prompt' and 'prompt_token_ids'; "
+                         f"expected {_PROMPT_FORMS}")
+    if "prompt" in prompt:
+        text = prompt["prompt"]
+        if not isinstance(text, str):
+            raise ValueError(f"prompt={text!r} is not valid; expected a string in {{'prompt': text}}")
+        return text
+    ids = prompt["prompt_token_ids"]
+    if not isinstance(ids, (list, tuple)):
+        raise ValueError(f"prompt_token_ids={ids!r} is not valid; expected a list of token ids")
+    return ids
 
 
 class LLM:
@@ -33,28 +77,31 @@ class LLM:
         *,
         priority: Seq[int] | None = None,
     ) -> list[RequestOutput]:
-        """Generate for every prompt (text or token ids), all batched together; outputs in prompt order.
+        """Generate for every prompt, all batched together; outputs in prompt order. A prompt is text, token ids,
+        or vLLM's ``{"prompt": text}`` / ``{"prompt_token_ids": ids}``; one alone or a list of them.
+        ``priority``: one integer per prompt (lower runs first), with ``scheduling_policy="priority"`` only.
 
         Every request is validated before any is queued, so a bad one raises ``ValueError`` (naming the field)
         and nothing runs.
         """
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        prompts = list(prompts)
+        one = isinstance(prompts, (str, Mapping)) or _is_token_ids(prompts)
+        prompt_list: list[object] = [prompts] if one else list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
-            params_list = [sampling_params or SamplingParams()] * len(prompts)
+            params_list = [sampling_params or SamplingParams()] * len(prompt_list)
         else:
             params_list = list(sampling_params)
-            if len(params_list) != len(prompts):
-                raise ValueError(f"sampling_params has {len(params_list)} entries for {len(prompts)} prompts")
-        priorities = list(priority) if priority is not None else [0] * len(prompts)
+            if len(params_list) != len(prompt_list):
+                raise ValueError(f"sampling_params has {len(params_list)} entries for {len(prompt_list)} prompts")
+        priorities = self._priorities(priority, len(prompt_list))
         seqs = []
-        for i, (prompt, params, prio) in enumerate(zip(prompts, params_list, priorities, strict=True)):
+        for i, (prompt, params, prio) in enumerate(zip(prompt_list, params_list, priorities, strict=True)):
             try:
-                seqs.append(self.engine.make_request(prompt, params, request_id=f"offline-{self._counter + i}", priority=prio))
+                seqs.append(self.engine.make_request(
+                    _unpack(prompt), params, request_id=f"offline-{self._counter + i}", priority=prio  # type: ignore[arg-type]
+                ))
             except ValueError as e:
                 raise ValueError(f"prompts[{i}]: {e}") from None
-        self._counter += len(prompts)
+        self._counter += len(prompt_list)
         for seq in seqs:  # only the final outputs are wanted: the engine builds no per-step ones
             self.engine.add_sequence(seq, final_only=True)
         final: dict[str, RequestOutput] = {}
@@ -71,3 +118,20 @@ class LLM:
                 self.engine.step()
             raise
         return [final[seq.request_id] for seq in seqs]
+
+    def _priorities(self, priority: Seq[int] | None, num_prompts: int) -> list[int]:
+        """One priority per prompt; any but 0 needs the priority policy, as the server (400) and vLLM refuse it
+        otherwise: under FCFS it would be accepted and not honoured."""
+        if priority is None:
+            return [0] * num_prompts
+        if isinstance(priority, (str, bytes, Mapping)) or not isinstance(priority, Iterable):
+            raise ValueError(f"priority={priority!r} is not valid; expected a list of integers, one per prompt")
+        priority = list(priority)
+        if len(priority) != num_prompts:
+            raise ValueError(f"priority has {len(priority)} entries for {num_prompts} prompts; give one per prompt")
+        policy = self.engine.config.scheduling_policy
+        if policy != "priority" and any(p != 0 for p in priority):
+            raise ValueError(f"priority={priority!r} needs scheduling_policy='priority' (this LLM's is {policy!r}); "
+                             "build the LLM with scheduling_policy='priority' or leave priority out")
+        # numpy's integers too (make_request names anything else)
+        return [int(p) if isinstance(p, numbers.Integral) and not isinstance(p, bool) else p for p in priority]

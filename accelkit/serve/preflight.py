@@ -62,6 +62,14 @@ def read_config(model_dir: Path) -> dict[str, Any]:
             f"{path} holds a JSON {type(cfg).__name__}; expected an object of model settings "
             '({"architectures": [...], "hidden_size": ...}) — re-download the model\'s config.json'
         )
+    # first: an unsupported model (GPT-2, GPTBigCode …) names its size fields otherwise, and "no 'hidden_size'"
+    # would send its user to fix a file that is fine
+    from accelkit.serve.models.llama import SUPPORTED_ARCHITECTURES
+
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list) or not any(a in SUPPORTED_ARCHITECTURES for a in archs):
+        raise ValueError(f"architectures={archs!r} in {path} is not supported; expected one of "
+                         f"{', '.join(SUPPORTED_ARCHITECTURES)}")
     required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     optional = ("num_key_value_heads", "head_dim", "sliding_window")
     for key in (*required, *optional):
@@ -204,13 +212,32 @@ def available_memory(device: str) -> tuple[str, int]:
     return ("host memory" if dev == "cpu" else dev), free_memory_bytes(dev)
 
 
+def min_kv_cache_bytes(cfg: dict[str, Any], *, dtype: str, kv_cache_dtype: str, max_model_len: int,
+                       block_size: int) -> int:
+    """The smallest KV budget the engine accepts: the blocks of one full context plus the scratch block that
+    padded rows write to (``ModelRunner._allocate_kv_cache``), at the cache's own bytes per token — fp8/int8
+    hold a float16 scale per token and KV head besides their 1-byte codes."""
+    import torch  # (the engine builds its cache next; only its per-token arithmetic is wanted here)
+
+    from accelkit.serve.kv_cache import kv_cache_class
+
+    heads = cfg["num_attention_heads"]
+    per_token = kv_cache_class(kv_cache_dtype).bytes_per_token(  # type: ignore[arg-type]
+        num_layers=cfg["num_hidden_layers"], num_kv_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        dtype=getattr(torch, dtype) if dtype in _TORCH_BYTES else torch.float32,
+    )
+    return (-(-max_model_len // block_size) + 1) * block_size * per_token
+
+
 def check_memory(
     model_dir: Path, cfg: dict[str, Any], tensors: dict[str, TensorInfo], *, dtype: str, kv_cache_dtype: str,
     kv_cache_memory_bytes: int | None, max_model_len: int, block_size: int, host_available: int,
     device_available: int, where: str, max_model_len_is_default: bool = False,
 ) -> None:
     """Refuse, before allocating, what cannot fit: checkpoint in host memory (it is read there first), then
-    weights + RoPE tables + KV cache on the device, and a KV budget too small for one full context."""
+    weights + RoPE tables + KV cache on the device, and a KV budget too small for one full context (the
+    :func:`min_kv_cache_bytes` it names is exactly what the engine accepts)."""
     ckpt_bytes = sum(t.num_bytes for t in tensors.values())
     if ckpt_bytes > host_available:
         raise ValueError(
@@ -221,11 +248,9 @@ def check_memory(
     weight_bytes = sum(math.prod(t.shape) for t in tensors.values()) * itemsize
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    kv_heads = cfg.get("num_key_value_heads") or heads
     rope_bytes = 2 * max_model_len * head_dim * 4  # cos and sin, float32, one row per position
-    element_bytes = itemsize if kv_cache_dtype == "auto" else 1
-    kv_per_token = 2 * cfg["num_hidden_layers"] * kv_heads * head_dim * element_bytes
-    full_context = -(-max_model_len // block_size) * block_size * kv_per_token
+    full_context = min_kv_cache_bytes(cfg, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+                                      max_model_len=max_model_len, block_size=block_size)
     kv_bytes = kv_cache_memory_bytes
     context = (f"max_model_len={max_model_len} (the model's max_position_embeddings)" if max_model_len_is_default
                else f"max_model_len={max_model_len}")
@@ -236,8 +261,8 @@ def check_memory(
         )
     if kv_bytes is not None and kv_bytes < full_context:
         raise ValueError(
-            f"{context} needs at least {fmt_bytes(full_context)} of KV cache for one full "
-            f"context, more than the KV budget of {fmt_bytes(kv_bytes)}; lower max_model_len (--max-model-len) "
+            f"{context} needs at least {fmt_bytes(full_context)} ({full_context} bytes) of KV cache for one full "
+            f"context and the padding block, more than the KV budget of {fmt_bytes(kv_bytes)}; lower max_model_len (--max-model-len) "
             "or raise kv_cache_memory_bytes (--kv-cache-memory)"
         )
     needed = weight_bytes + rope_bytes + max(kv_bytes or 0, full_context)

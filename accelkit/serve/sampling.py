@@ -52,7 +52,9 @@ class SamplingParams(Spec):
         1.0, min=0.0, doc=f"Softmax temperature, finite; 0 (or anything below {GREEDY_BELOW}) = greedy (argmax)."
     )
     top_p: float = spec_field(1.0, doc="Nucleus sampling: keep the smallest set of tokens with this much mass, in (0, 1].")
-    top_k: int | None = spec_field(None, min=1, doc="Keep only the k most likely tokens; None = no limit.")
+    top_k: int | None = spec_field(
+        None, min=1, doc="Keep only the k most likely tokens; None (or vLLM's 0 and -1, stored as None) = no limit."
+    )
     max_tokens: int = spec_field(16, min=1, doc="Most tokens to generate for this request.")
     stop: tuple[str, ...] = spec_field(
         (), doc=f"Up to {MAX_STOP_STRINGS} strings that end generation; the text is cut before them."
@@ -97,6 +99,8 @@ class SamplingParams(Spec):
     )
 
     def __post_init__(self) -> None:
+        if type(self.top_k) is int and self.top_k in (0, -1):  # vLLM's "no limit", as the server maps it
+            object.__setattr__(self, "top_k", None)
         Spec.__post_init__(self)  # (it checks each field and stores a copy of logit_bias: a caller's dict stays theirs)
         if self.logit_bias is not None:
             object.__setattr__(self, "logit_bias", FrozenBias(self.logit_bias))

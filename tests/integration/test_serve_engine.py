@@ -32,7 +32,7 @@ def greedy_ref(llm):
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [({"max_tokens": 0}, "max_tokens"), ({"temperature": -0.5}, "temperature"), ({"top_p": 0.0}, "top_p"),
-     ({"top_p": 1.5}, "top_p"), ({"top_k": 0}, "top_k"), ({"stop": ("",)}, "stop")],
+     ({"top_p": 1.5}, "top_p"), ({"top_k": -2}, "top_k"), ({"stop": ("",)}, "stop")],
 )
 def test_bad_sampling_params_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):

@@ -21,7 +21,7 @@ def test_a_seed_manual_seed_refuses_is_a_value_error_naming_seed(seed):
 @pytest.mark.parametrize(("kwargs", "field"), [
     ({"temperature": math.inf}, "temperature"), ({"temperature": math.nan}, "temperature"),
     ({"temperature": -1e-9}, "temperature"), ({"top_p": math.nan}, "top_p"), ({"top_p": 0.0}, "top_p"),
-    ({"top_p": 1.0 + 1e-12}, "top_p"), ({"top_k": 0}, "top_k"), ({"max_tokens": 0}, "max_tokens"),
+    ({"top_p": 1.0 + 1e-12}, "top_p"), ({"top_k": -2}, "top_k"), ({"max_tokens": 0}, "max_tokens"),
     ({"stop": ("",)}, "stop"), ({"stop": ("x",) * (MAX_STOP_STRINGS + 1)}, "stop"),
     ({"stop_token_ids": (-1,)}, "stop_token_ids"), ({"stop_token_ids": tuple(range(1025))}, "stop_token_ids"),
 ])

@@ -1,0 +1,139 @@
+"""The offline ``LLM`` API as vLLM users call it: prompt dicts, numpy ids, priorities, top_k's "no limit" values,
+unsupported architectures and the smallest KV budget the preflight names."""
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from accelkit.serve import LLM, SamplingParams
+from accelkit.serve.kv_cache import kv_cache_class
+from accelkit.serve.testing import save_tiny_model
+
+KV_BYTES = 8 * 2**20
+IDS = [5, 6, 7, 8]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(save_tiny_model(tmp_path_factory.mktemp("offline") / "m", "tiny-llama", seed=5))
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir):
+    return LLM(model_dir, kv_cache_memory_bytes=KV_BYTES, max_model_len=64)
+
+
+def _greedy(llm, prompts, n=5):
+    return [(o.prompt_token_ids, o.token_ids) for o in llm.generate(prompts, SamplingParams.greedy(n))]
+
+
+# ---- vLLM's prompt dicts ---------------------------------------------------------------------------------
+def test_prompt_dicts_generate_for_their_contents(llm):
+    by_ids, by_text = _greedy(llm, [IDS]), _greedy(llm, ["w5 w6"])
+    assert by_ids[0][0] == IDS and by_text[0][0] != IDS
+    # one dict alone: before, list(prompts) iterated its keys and generated for the text 'prompt_token_ids'
+    assert _greedy(llm, {"prompt_token_ids": IDS}) == by_ids
+    assert _greedy(llm, {"prompt": "w5 w6"}) == by_text
+    assert _greedy(llm, {"prompt_token_ids": tuple(IDS)}) == by_ids
+    mixed = _greedy(llm, [{"prompt_token_ids": IDS}, {"prompt": "w5 w6"}, "w5 w6", IDS])
+    assert mixed == by_ids + by_text + by_text + by_ids
+
+
+@pytest.mark.parametrize(("prompt", "words"), [
+    ({"prompt": "w5", "multi_modal_data": {}}, "'multi_modal_data', which the engine does not take"),
+    ({"prompt": "w5", "prompt_token_ids": IDS}, "both 'prompt' and 'prompt_token_ids'"),
+    ({}, "neither 'prompt' and 'prompt_token_ids'"),
+    ({"prompt_token_ids": "w5 w6"}, "prompt_token_ids='w5 w6' is not valid"),
+    ({"prompt": IDS}, "prompt=[5, 6, 7, 8] is not valid"),
+    ({"prompt_token_ids": [5, 10**9]}, "prompt_token_ids[1]=1000000000 is not a token id"),
+])
+def test_a_bad_prompt_dict_is_one_error_naming_it(llm, prompt, words):
+    for prompts in (prompt, ["w5", prompt]):
+        with pytest.raises(ValueError) as info:
+            llm.generate(prompts, SamplingParams.greedy(2))
+        message = str(info.value)
+        assert words in message and "\n" not in message
+    assert not llm.engine.has_unfinished_requests()  # validated before anything was queued
+
+
+# ---- token ids, priority, top_k ------------------------------------------------------------------------
+def test_numpy_and_tuple_token_ids_are_token_ids(llm):
+    ref = _greedy(llm, [IDS])
+    numpy_ids = list(np.arange(5, 9))  # np.int64 items: were "not a token id"
+    assert _greedy(llm, [numpy_ids]) == ref
+    assert _greedy(llm, numpy_ids) == ref  # one prompt of numpy ids, not four prompts of one id each
+    assert _greedy(llm, tuple(IDS)) == ref
+    assert all(type(t) is int for t in llm.generate([numpy_ids], SamplingParams.greedy(1))[0].prompt_token_ids)
+    with pytest.raises(ValueError, match=r"prompt_token_ids\[1\]=np.float64\(6.0\) is not a token id"):
+        llm.generate([[5, np.float64(6.0)]])
+
+
+def test_priority_is_checked_like_sampling_params(llm, model_dir):
+    with pytest.raises(ValueError, match=r"^priority has 1 entries for 2 prompts; give one per prompt$"):
+        llm.generate(["w5", "w6"], SamplingParams.greedy(2), priority=[1])
+    # FCFS would take it and not honour it: refused, as the server (400) and vLLM refuse it
+    with pytest.raises(ValueError, match=r"priority=\[1, 0\] needs scheduling_policy='priority' \(this LLM's is 'fcfs'\)"):
+        llm.generate(["w5", "w6"], SamplingParams.greedy(2), priority=[1, 0])
+    assert len(llm.generate(["w5", "w6"], SamplingParams.greedy(2), priority=[0, 0])) == 2
+    with pytest.raises(ValueError, match="priority=5 is not valid; expected a list of integers"):
+        llm.generate(["w5"], SamplingParams.greedy(2), priority=5)  # type: ignore[arg-type]
+    by_priority = LLM(model_dir, kv_cache_memory_bytes=KV_BYTES, max_model_len=64, scheduling_policy="priority")
+    outs = by_priority.generate(["w5", "w6"], SamplingParams.greedy(3), priority=[np.int64(1), 0])
+    assert [o.token_ids for o in outs] == [o.token_ids for o in llm.generate(["w5", "w6"], SamplingParams.greedy(3))]
+
+
+def test_top_k_zero_and_minus_one_mean_no_limit_as_in_vllm(llm):
+    for k in (0, -1):
+        params = SamplingParams(top_k=k, seed=7, max_tokens=6)
+        assert params.top_k is None and params == SamplingParams(seed=7, max_tokens=6)
+        assert SamplingParams(top_k=3).replace(top_k=k).top_k is None
+    assert [o.token_ids for o in llm.generate(["w5 w6"], SamplingParams(top_k=-1, seed=7, max_tokens=6))] == \
+        [o.token_ids for o in llm.generate(["w5 w6"], SamplingParams(seed=7, max_tokens=6))]
+    for bad in (-2, False):
+        with pytest.raises(ValueError, match="top_k"):
+            SamplingParams(top_k=bad)
+
+
+# ---- architectures -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("arch", "make"), [
+    ("GPT2LMHeadModel", lambda t: t.GPT2LMHeadModel(t.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64,
+                                                                n_positions=32))),
+    ("GPTBigCodeForCausalLM", lambda t: t.GPTBigCodeForCausalLM(t.GPTBigCodeConfig(n_layer=1, n_embd=16, n_head=2,
+                                                                                  vocab_size=64, n_positions=32))),
+])
+def test_an_unsupported_architecture_is_refused_as_such(tmp_path, arch, make):
+    """GPT-2 and GPTBigCode name their sizes n_embd/n_layer: the refusal must be the architecture's, not
+    "config.json has no 'hidden_size'", which sends the user to fix a file that is fine."""
+    import transformers
+
+    make(transformers).save_pretrained(tmp_path)
+    with pytest.raises(ValueError) as info:
+        LLM(str(tmp_path))
+    message = str(info.value)
+    assert f"architectures=['{arch}'] in {tmp_path / 'config.json'} is not supported" in message
+    assert "LlamaForCausalLM" in message and "hidden_size" not in message
+
+
+# ---- the smallest KV budget ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("dtype", "kv_cache_dtype"), [("bfloat16", "auto"), ("float32", "int8")])
+def test_the_named_minimum_kv_budget_is_exactly_what_the_engine_takes(model_dir, dtype, kv_cache_dtype):
+    """The preflight's "needs at least N" counts the scratch block and the quantized caches' scales: a budget
+    of N runs, N - 1 is refused by the preflight (it used to pass it, and the engine failed after loading)."""
+    kwargs = {"dtype": dtype, "kv_cache_dtype": kv_cache_dtype, "max_model_len": 40, "block_size": 16}
+    with pytest.raises(ValueError, match="needs at least") as info:
+        LLM(model_dir, kv_cache_memory_bytes=1024, **kwargs)
+    named = re.search(r"needs at least \S+ \S+ \((\d+) bytes\) of KV cache", str(info.value))
+    # the cache's own bytes per token (fp8/int8: a float16 scale per token and head besides the codes)
+    args = LLM(model_dir, kv_cache_memory_bytes=KV_BYTES, dtype=dtype).engine.model_args
+    per_token = kv_cache_class(kv_cache_dtype).bytes_per_token(
+        num_layers=args.num_layers, num_kv_heads=args.num_kv_heads, head_dim=args.head_dim, dtype=getattr(torch, dtype))
+    minimum = (math.ceil(40 / 16) + 1) * 16 * per_token  # one full context's blocks and the scratch block
+    llm = LLM(model_dir, kv_cache_memory_bytes=minimum, **kwargs)
+    out = llm.generate([list(range(4, 30))], SamplingParams.greedy(14, ignore_eos=True))[0]
+    assert len(out.token_ids) == 14  # one full context (26 + 14 = 40 tokens) fits
+    with pytest.raises(ValueError, match=rf"max_model_len=40 needs at least \S+ \S+ \({minimum} bytes\) of KV cache"):
+        LLM(model_dir, kv_cache_memory_bytes=minimum - 1, **kwargs)
+    assert named is not None and int(named.group(1)) == minimum
