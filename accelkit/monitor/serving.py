@@ -4,6 +4,10 @@ accelkit's registry beside the device, host and job metrics."""
 
 from __future__ import annotations
 
+import threading
+import weakref
+from typing import ClassVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from accelkit.monitor.registry import REGISTRY
@@ -15,7 +19,22 @@ _TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 5
 
 
 class ServingMetrics:
-    """The vLLM-named families, labelled by ``model_name``. One instance per registry and process."""
+    """The vLLM-named families, labelled by ``model_name``. One instance per registry and process: take it with
+    :meth:`get` (a second construction on the same registry is prometheus_client's ``Duplicated timeseries``)."""
+
+    # keyed by the registry itself, weakly, as track()'s job metrics are (an id() key would outlive its registry)
+    _by_registry: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, ServingMetrics]] = weakref.WeakKeyDictionary()
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def get(cls, registry: CollectorRegistry = REGISTRY) -> ServingMetrics:
+        """The registry's families, registered on first use: a server built again in the same process (a notebook,
+        a test harness restarting it) reuses them, its counters going on from where the last one left them."""
+        with cls._lock:
+            metrics = cls._by_registry.get(registry)
+            if metrics is None:
+                metrics = cls._by_registry[registry] = cls(registry)
+            return metrics
 
     def __init__(self, registry: CollectorRegistry = REGISTRY):
         m = ["model_name"]

@@ -25,9 +25,10 @@ def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
     from accelkit.serve.server.app import create_app
 
     registry = registry if registry is not None else REGISTRY
+    metrics = ServingMetrics.get(registry)  # before the engine: a registry problem should not cost a model load
     engine = LLMEngine(engine_config)
     loop = EngineLoop(engine)
-    state = ServingState(loop, server_config, ServingMetrics(registry))
+    state = ServingState(loop, server_config, metrics)
     loop.on_step = state.bridge.on_step
     loop.start()
     app = create_app(state, registry=registry)
