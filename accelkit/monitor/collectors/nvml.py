@@ -3,16 +3,23 @@ exporter's metric names, units and labels, so its Grafana dashboard (ID 12239) w
 
 Without the library or a driver the collector is unavailable and says why once; the exporter then
 still declares the DCGM families with no series, so dashboards show "no data" instead of errors.
+
+One GPU that NVML cannot read (fallen off the bus: ``GPU is lost``) is left out on its own, at start-up
+and on each sample, as the DCGM exporter does: its series are absent (a gap, never a frozen value), the
+other GPUs go on reporting, and the log says so once when it fails and once when it reads again.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from accelkit.monitor.collectors.base import Collector
+
+log = logging.getLogger("accelkit.monitor")
 
 LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
 #: DCGM name → help text. Units are DCGM's: MiB, W, mJ, °C, MHz, %. All are exposed as gauges: the
@@ -55,28 +62,71 @@ class NvmlCollector(Collector):
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded …
             self._reason = f"NVML could not start ({exc}): no NVIDIA driver or GPU on this machine"
             return
-        self._nvml = pynvml
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        if not self._handles:
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            self._reason = f"NVML started but could not count the GPUs ({exc})"
+            pynvml.nvmlShutdown()
+            return
+        if not count:
             self._reason = "NVML found no GPUs"
+            pynvml.nvmlShutdown()
+            return
+        self._nvml = pynvml
+        #: GPU index → handle, None until NVML hands one out (a GPU lost at start-up is asked again each sample)
+        self._handles: dict[int, Any] = dict.fromkeys(range(count))
+        #: GPU index → why its last read failed; a GPU is logged when it enters and when it leaves this
+        self._failing: dict[int, str] = {}
+        for i in self._handles:
+            self._gpu_labels(i)  # a GPU unreadable now is logged here, at start-up, not on the first scrape
 
     def available(self) -> str | None:
         return self._reason
 
-    def _read(self, handle: Any) -> dict[str, float | None]:
+    def _gpu_labels(self, i: int) -> list[str] | None:
+        """GPU ``i``'s label values, or None when NVML cannot read it now (logged on the change)."""
         n = self._nvml
+        try:
+            handle = self._handles[i]
+            if handle is None:
+                handle = self._handles[i] = n.nvmlDeviceGetHandleByIndex(i)
+            name = n.nvmlDeviceGetName(handle)
+            labels = [str(i), n.nvmlDeviceGetUUID(handle), f"nvidia{i}", name if isinstance(name, str) else name.decode(),
+                      self.hostname]
+        except n.NVMLError as exc:
+            self._mark_failing(i, exc)
+            return None
+        return labels
+
+    def _mark_failing(self, i: int, exc: Exception) -> None:
+        if i not in self._failing:
+            log.warning("monitor: nvml: GPU %d cannot be read (%s: %s); its series are left out until it reads again, "
+                        "the other GPUs go on", i, type(exc).__name__, exc)
+        self._failing[i] = str(exc)
+
+    def _mark_reading(self, i: int) -> None:
+        if self._failing.pop(i, None) is not None:
+            log.warning("monitor: nvml: GPU %d reads again", i)
+
+    def _read(self, handle: Any) -> dict[str, float | None]:
+        """Every field of one GPU; a field the board does not support is None. When no field reads at all
+        the GPU is gone, not short of features: the first NVML error is raised."""
+        n = self._nvml
+        errors: list[Exception] = []
 
         def safe(fn: Any) -> float | None:
             try:
                 return float(fn())
-            except Exception:  # a board may not support one field; report the others
+            except Exception as exc:  # a board (or an older nvidia-ml-py) may lack one field; report the others
+                errors.append(exc)
                 return None
 
         try:  # one read, so used + free add up to the total
             mem = n.nvmlDeviceGetMemoryInfo(handle)
-        except Exception:
+        except Exception as exc:
+            errors.append(exc)
             mem = None
-        return {
+        values = {
             "DCGM_FI_DEV_GPU_UTIL": safe(lambda: n.nvmlDeviceGetUtilizationRates(handle).gpu),
             "DCGM_FI_DEV_FB_USED": None if mem is None else mem.used / 2**20,
             "DCGM_FI_DEV_FB_FREE": None if mem is None else mem.free / 2**20,
@@ -86,17 +136,25 @@ class NvmlCollector(Collector):
             "DCGM_FI_DEV_SM_CLOCK": safe(lambda: n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_SM)),
             "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": safe(lambda: n.nvmlDeviceGetCurrentClocksEventReasons(handle)),
         }
+        if errors and all(v is None for v in values.values()):
+            raise errors[0]
+        return values
 
     def families(self) -> list[Metric]:
         families = {name: dcgm_family(name) for name in DCGM_METRICS}
         if self._nvml is None:
             return list(families.values())
-        n = self._nvml
-        for i, handle in enumerate(self._handles):
-            name = n.nvmlDeviceGetName(handle)
-            labels = [str(i), n.nvmlDeviceGetUUID(handle), f"nvidia{i}", name if isinstance(name, str) else name.decode(),
-                      self.hostname]
-            for metric, value in self._read(handle).items():
+        for i in self._handles:
+            labels = self._gpu_labels(i)
+            if labels is None:
+                continue
+            try:
+                values = self._read(self._handles[i])
+            except self._nvml.NVMLError as exc:
+                self._mark_failing(i, exc)
+                continue
+            self._mark_reading(i)
+            for metric, value in values.items():
                 if value is not None:
                     families[metric].add_metric(labels, value)
         return list(families.values())
