@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
 
@@ -96,7 +97,10 @@ class Exporter:
                 self._failing.discard(c.name)
 
     def collect_once(self) -> list[Metric]:
-        """Sample now and return the host and device families (``--once``; no server)."""
+        """Sample once and return the host and device families (``--once``; no server). CPU utilisation is
+        the change between two readings, so the sample waits until min(interval, 1 s) has passed since the
+        host collector's first: taken at once, it covered the few ms since start-up and read 0 or 100 %."""
+        time.sleep(max(0.0, min(self.config.interval, 1.0) - self.host.seconds_since_cpu_reading()))
         self.sample_once()
         return [*self.host.collect(), *self._device_view.collect()]
 

@@ -59,6 +59,40 @@ def test_no_gpu_library_is_reported_once_and_not_fatal(live):
     assert text.count("# HELP DCGM_FI_DEV_GPU_UTIL ") == 1
 
 
+def test_once_samples_cpu_over_a_real_window_and_exports_cpu_seconds():
+    # --once sampled right after the collector's first reading: a window of ~1 ms, so cores read 0 or 100 %
+    exporter = Exporter(ExporterConfig(port=0, interval=0.3), registry=CollectorRegistry())
+    try:
+        first = {f.name: f for f in exporter.collect_once()}
+        assert exporter.host.cpu_window_s >= 0.3  # min(interval, 1 s)
+        second = {f.name: f for f in exporter.collect_once()}
+    finally:
+        exporter.stop()
+
+    def seconds(families):  # (cpu, mode) → seconds, from node_exporter's counter
+        family = families["accelkit_host_cpu_seconds"]
+        assert family.type == "counter" and {s.name for s in family.samples} == {"accelkit_host_cpu_seconds_total"}
+        return {(s.labels["cpu"], s.labels["mode"]): s.value for s in family.samples}
+
+    before, after = seconds(first), seconds(second)
+    cores = [s.labels["cpu"] for s in second["accelkit_host_cpu_utilization_percent"].samples]
+    assert {cpu for cpu, _ in after} == set(cores)
+    assert {"user", "system", "idle"} <= {mode for _, mode in after} and "guest" not in {mode for _, mode in after}
+    assert all(after[k] >= before[k] for k in before) and sum(after.values()) > sum(before.values())
+    # the gauge is the busy share of exactly the time the counter grew by between the two samples
+    for s in second["accelkit_host_cpu_utilization_percent"].samples:
+        delta = {mode: after[cpu, mode] - before[cpu, mode] for cpu, mode in after if cpu == s.labels["cpu"]}
+        total, idle = sum(delta.values()), delta["idle"] + delta.get("iowait", 0.0)
+        assert s.value == pytest.approx(100.0 * (total - idle) / total if total > 0 else 0.0, abs=0.051)  # rounded to 0.1 %
+
+
+def test_busy_percent_leaves_idle_and_iowait_out():
+    from accelkit.monitor.collectors.host import busy_percent
+
+    assert busy_percent({"user": 1.0, "idle": 1.0, "iowait": 0.0}, {"user": 2.0, "idle": 2.0, "iowait": 1.0}) == 33.3
+    assert busy_percent({"user": 1.0, "idle": 1.0}, {"user": 1.0, "idle": 1.0}) == 0.0  # no tick in between
+
+
 def _wait_for(predicate, what: str, timeout: float = 20.0):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -183,6 +217,7 @@ def test_monitor_cli_once_and_dashboard(cli):
     proc = cli("monitor", "--once", "--json", check=True)
     data = json.loads(proc.stdout)
     assert "accelkit_host_memory_used_bytes" in data["families"] and any("nvml" in n for n in data["notes"])
+    assert {s["labels"]["mode"] for s in data["families"]["accelkit_host_cpu_seconds"]} >= {"user", "idle"}
     board = json.loads(cli("monitor", "--dashboard", check=True).stdout)
     assert board["uid"] == "accelkit-overview" and len(board["panels"]) > 20
     # the exposition alone does not say why the GPU/energy series are missing: the notes go to stderr

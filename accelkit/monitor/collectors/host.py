@@ -1,11 +1,17 @@
 """Host metrics through psutil — CPU per core, memory, network, disk — and CPU energy from RAPL
 (``/sys/class/powercap``) where readable. Package domains only: they contain the core and uncore
-sub-domains, and DRAM is reported separately, so nothing is counted twice."""
+sub-domains, and DRAM is reported separately, so nothing is counted twice.
+
+CPU time goes out twice: as node_exporter's counter (seconds per core and mode, so ``rate()`` works at
+any scrape interval) and as a utilisation gauge, the busy share of the time between this collector's
+previous reading and this one (the sampler interval)."""
 
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -13,6 +19,26 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from accelkit.monitor.collectors.base import Collector
 
 POWERCAP = Path("/sys/class/powercap")
+#: cpu_times fields left out of the modes: on Linux guest time is already inside user (guest_nice inside
+#: nice), so summing them too would count it twice — node_exporter leaves them out of its modes as well
+GUEST_MODES = ("guest", "guest_nice")
+#: modes in which a core does nothing (Linux does not count iowait in idle); the rest is busy time
+IDLE_MODES = ("idle", "iowait")
+
+
+def cpu_modes(times: Any) -> dict[str, float]:
+    """Seconds per mode of one core's ``psutil.cpu_times()`` entry, guest time left out."""
+    return {mode: getattr(times, mode) for mode in times._fields if mode not in GUEST_MODES}
+
+
+def busy_percent(before: dict[str, float], after: dict[str, float]) -> float:
+    """Busy share (%) of one core's time between two readings — psutil's ``cpu_percent`` formula, rounded
+    to 0.1 % as it does (the kernel counts in 10 ms ticks); 0 when no tick passed in between."""
+    total = sum(after.values()) - sum(before.values())
+    idle = sum(after.get(m, 0.0) - before.get(m, 0.0) for m in IDLE_MODES)
+    if total <= 0:
+        return 0.0
+    return round(min(100.0, max(0.0, 100.0 * (total - idle) / total)), 1)
 
 
 def rapl_domains(root: Path = POWERCAP) -> dict[str, tuple[Path, int]]:
@@ -41,7 +67,11 @@ class HostCollector(Collector):
     def __init__(self) -> None:
         super().__init__()
         self.hostname = socket.gethostname()
-        psutil.cpu_percent(percpu=True)  # the first call primes the per-core counters
+        # the utilisation gauge is the change since the previous reading: this one is the first
+        self._cpu_modes = [cpu_modes(t) for t in psutil.cpu_times(percpu=True)]
+        self._cpu_read_at = time.monotonic()
+        #: seconds the latest utilisation sample covers (None before the first sample)
+        self.cpu_window_s: float | None = None
         self._rapl = rapl_domains()
         self._energy_j: dict[str, float] = {d: 0.0 for d in self._rapl}
         self._last_uj: dict[str, int] = {}
@@ -51,6 +81,10 @@ class HostCollector(Collector):
         if self._rapl:
             return None
         return "no readable RAPL counters under /sys/class/powercap: CPU energy is not reported (not estimated)"
+
+    def seconds_since_cpu_reading(self) -> float:
+        """How long the next utilisation sample would cover if taken now."""
+        return time.monotonic() - self._cpu_read_at
 
     def _rapl_joules(self) -> dict[str, float]:
         for domain, (path, max_range) in self._rapl.items():
@@ -67,10 +101,17 @@ class HostCollector(Collector):
 
     def families(self) -> list[Metric]:
         host = {"Hostname": self.hostname}
-        cpu = GaugeMetricFamily("accelkit_host_cpu_utilization_percent", "CPU utilisation per logical core over the last interval (%).",
-                                labels=["cpu", "Hostname"])
-        for i, pct in enumerate(psutil.cpu_percent(percpu=True)):
-            cpu.add_metric([str(i), host["Hostname"]], pct)
+        now_modes, now = [cpu_modes(t) for t in psutil.cpu_times(percpu=True)], time.monotonic()
+        cpu = GaugeMetricFamily("accelkit_host_cpu_utilization_percent",
+                                "CPU utilisation per logical core, averaged over the sampler interval (%).", labels=["cpu", "Hostname"])
+        for i, (before, after) in enumerate(zip(self._cpu_modes, now_modes, strict=False)):
+            cpu.add_metric([str(i), host["Hostname"]], busy_percent(before, after))
+        self._cpu_modes, self.cpu_window_s, self._cpu_read_at = now_modes, now - self._cpu_read_at, now
+        cpu_seconds = CounterMetricFamily("accelkit_host_cpu_seconds", "Seconds each logical core spent in each mode (node_exporter's node_cpu_seconds_total).",
+                                          labels=["cpu", "mode", "Hostname"])
+        for i, modes in enumerate(now_modes):
+            for mode, seconds in modes.items():
+                cpu_seconds.add_metric([str(i), mode, self.hostname], seconds)
         mem = psutil.virtual_memory()
         used = GaugeMetricFamily("accelkit_host_memory_used_bytes", "Host memory in use (total − available), bytes.", labels=["Hostname"])
         used.add_metric([self.hostname], mem.total - mem.available)
@@ -86,7 +127,7 @@ class HostCollector(Collector):
         if io is not None:
             disk.add_metric(["read", self.hostname], io.read_bytes)
             disk.add_metric(["write", self.hostname], io.write_bytes)
-        families: list[Metric] = [cpu, used, total, net, disk]
+        families: list[Metric] = [cpu, cpu_seconds, used, total, net, disk]
         if self._rapl:
             energy = CounterMetricFamily("accelkit_host_cpu_energy_joules", "CPU package energy from RAPL since the exporter started.",
                                          labels=["domain", "Hostname"])
