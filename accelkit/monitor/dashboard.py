@@ -34,6 +34,7 @@ ROWS: list[tuple[str, list[tuple[str, str, list[str]]]]] = [
         ("MFU", "percentunit", ["accelkit_job_mfu"]),
         ("Steps / s", "short", ["rate(accelkit_job_steps_total[1m])"]),
         ("Device memory", "bytes", ["accelkit_job_device_memory_bytes"]),
+        ("Host memory (RSS)", "bytes", ["accelkit_job_host_memory_bytes"]),
         ("Logged scalars (loss …)", "none", ["accelkit_job_scalar"]),
     ]),
     ("Serving", [

@@ -1,7 +1,7 @@
 """Job metrics for a user's own loop: ``with track("train", ...) as job: ... job.step(loss=...)``.
 
 Each ``step()`` closes one step: its wall time since the previous one, samples/s and tokens/s, MFU
-(model FLOPs per step ÷ step time ÷ peak), device memory, and any scalar given (loss, lr …). Everything
+(model FLOPs per step ÷ step time ÷ peak), device and host memory, and any scalar given (loss, lr …). Everything
 goes to accelkit's Prometheus registry, so an exporter in the same process serves it beside the device
 and host metrics. FLOPs per step may be given, or derived by the planner from a model and shapes.
 """
@@ -45,8 +45,10 @@ class _JobMetrics:
         self.samples_per_s = Gauge("accelkit_job_samples_per_second", "Samples per second in the latest step.", ["job_name"], **kw)
         self.tokens_per_s = Gauge("accelkit_job_tokens_per_second", "Tokens per second in the latest step.", ["job_name"], **kw)
         self.mfu = Gauge("accelkit_job_mfu", "Model FLOPs utilisation of the latest step (0-1).", ["job_name"], **kw)
-        self.memory = Gauge("accelkit_job_device_memory_bytes", "Device memory of the job (allocated/reserved, or host RSS).",
-                            ["job_name", "kind"], **kw)
+        self.device_memory = Gauge("accelkit_job_device_memory_bytes", "CUDA memory of the job's process (kind: allocated, reserved), "
+                                   "when it uses a GPU.", ["job_name", "kind"], **kw)
+        self.host_memory = Gauge("accelkit_job_host_memory_bytes", "Host memory of the job's process (kind: rss, its resident set).",
+                                 ["job_name", "kind"], **kw)
         self.scalar = Gauge("accelkit_job_scalar", "A value the job logs (loss, lr …).", ["job_name", "scalar"], **kw)
 
     @classmethod
@@ -69,11 +71,16 @@ class StepRecord:
     mfu: float | None
 
 
-def _memory() -> dict[str, float]:
-    """CUDA allocated/reserved when torch is already in use with a GPU; else this process's RSS."""
+def _device_memory() -> dict[str, float]:
+    """CUDA allocated/reserved when torch is already in use with a GPU (never initialises CUDA); else none."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         return {"allocated": float(torch.cuda.memory_allocated()), "reserved": float(torch.cuda.memory_reserved())}
+    return {}
+
+
+def _host_memory() -> dict[str, float]:
+    """This process's resident set in host memory — under its own name, never as device memory."""
     import psutil
 
     return {"rss": float(psutil.Process(os.getpid()).memory_info().rss)}
@@ -127,8 +134,9 @@ class JobTracker:
         for gauge, value in ((m.samples_per_s, sps), (m.tokens_per_s, tps), (m.mfu, mfu)):
             if value is not None:
                 gauge.labels(job).set(value)
-        for kind, value in _memory().items():
-            m.memory.labels(job, kind).set(value)
+        for gauge, values in ((m.device_memory, _device_memory()), (m.host_memory, _host_memory())):
+            for kind, value in values.items():
+                gauge.labels(job, kind).set(value)
         self.log(**scalars)
         record = StepRecord(len(self.records), dt, sps, tps, mfu)
         self.records.append(record)

@@ -161,7 +161,10 @@ def test_track_exports_step_metrics(live):
     assert families["accelkit_job_tokens_per_second"].samples[0].value == pytest.approx(512 / record.seconds, rel=1e-6)
     loss = [s for s in families["accelkit_job_scalar"].samples if s.labels["scalar"] == "loss"]
     assert loss[0].value == pytest.approx(0.2)
-    assert any(s.labels["kind"] == "rss" for s in families["accelkit_job_device_memory_bytes"].samples)
+    # host RSS has its own name: it was exported as accelkit_job_device_memory_bytes{kind="rss"}
+    (rss,) = families["accelkit_job_host_memory_bytes"].samples
+    assert rss.labels == {"job_name": "unit-job", "kind": "rss"} and rss.value > 1e6
+    assert families["accelkit_job_device_memory_bytes"].samples == []  # no GPU in use here
 
 
 def test_track_exports_into_each_new_registry_and_keeps_none_alive():
