@@ -23,7 +23,8 @@ from accelkit.core.workload import Workload
 
 __all__ = [
     "Accuracy", "BenchResult", "BenchRunResult", "Comparison", "Energy", "Failure", "InputBound", "MemoryUse",
-    "MfuResult", "PeakShare", "Phases", "Prediction", "Refusal", "Throughput", "finite", "verdicts",
+    "MfuResult", "PeakShare", "Phases", "Prediction", "Refusal", "Throughput", "comparison_against", "finite",
+    "verdicts",
 ]
 
 
@@ -315,37 +316,52 @@ class BenchRunResult(Spec):
         return data
 
 
+def comparison_against(entry: BenchResult, base: BenchResult) -> Comparison | None:
+    """``entry``'s stored comparison when it was made against ``base`` — in the same bench, so interleaved or with
+    a spread — else None. Rows of separate benches (each point of a sweep is its own bench and its own baseline,
+    {baseline: itself, ratio: 1.0}) share a run id but were never compared: their ratio is the throughputs'."""
+    cmp = entry.comparison
+    if cmp is None or cmp.ratio is None or cmp.baseline != base.name:
+        return None
+    if cmp.verdict == "baseline" and entry is not base:  # its own baseline, another row of the same name
+        return None
+    return cmp
+
+
 def _ratio(entry: BenchResult, base: BenchResult) -> float:
     """``entry`` against the baseline: the comparison's ratio (the median over pairs of blocks — robust to a few
-    slow blocks) when there is one, else the throughputs' (total items ÷ total time)."""
+    slow blocks) when it was made against ``base``, else the throughputs' (total items ÷ total time)."""
     if entry is base:
         return 1.0
-    if entry.comparison is not None and entry.comparison.ratio is not None:
-        return entry.comparison.ratio
+    cmp = comparison_against(entry, base)
+    if cmp is not None and cmp.ratio is not None:
+        return cmp.ratio
     return (entry.throughput.value or 0.0) / (base.throughput.value or 1.0)
 
 
-def _within_spread(entry: BenchResult) -> bool:
-    """Whether ``entry``'s comparison found no difference from the baseline (the ratio is within the noise)."""
-    cmp = entry.comparison
-    return cmp is not None and cmp.ratio is not None and cmp.verdict.startswith("no difference")
+def _within_spread(entry: BenchResult, base: BenchResult) -> bool:
+    """Whether ``entry``'s comparison with ``base`` found no difference (the ratio is within the noise)."""
+    cmp = comparison_against(entry, base)
+    return cmp is not None and cmp.verdict.startswith("no difference")
 
 
 def _ratio_text(entry: BenchResult, base: BenchResult, *, named: bool = False) -> str:
     """'1.31× [1.27–1.35]' against ``base`` (the interleaved comparison when there is one), 'fp32' after it when
-    ``named``, then ', within the run-to-run spread' when the comparison found no difference."""
-    cmp = entry.comparison
+    ``named``, then ', within the run-to-run spread' when the comparison found no difference. Without a comparison
+    against ``base`` the throughputs' ratio, said to be one: it has no spread."""
+    cmp = comparison_against(entry, base)
     name = f" {base.name}" if named else ""
     if cmp is not None and cmp.ratio is not None:
         spread = f" [{cmp.p25:.2f}–{cmp.p75:.2f}]" if cmp.p25 is not None and cmp.p75 is not None else ""
-        same = ", within the run-to-run spread" if _within_spread(entry) else ""
+        same = ", within the run-to-run spread" if _within_spread(entry, base) else ""
         return f"{cmp.ratio:.2f}×{spread}{name}{same}"
-    return f"{_ratio(entry, base):.2f}×{name}"
+    plain = "" if entry is base else " by throughput, not interleaved: no spread"
+    return f"{_ratio(entry, base):.2f}×{name}{plain}"
 
 
-def _inconclusive(entry: BenchResult) -> str:
-    """'; inconclusive (3 pairs of blocks; …)' when ``entry``'s comparison rests on too few pairs, else ''."""
-    cmp = entry.comparison
+def _inconclusive(entry: BenchResult, base: BenchResult) -> str:
+    """'; inconclusive (3 pairs of blocks; …)' when ``entry``'s comparison with ``base`` rests on too few pairs."""
+    cmp = comparison_against(entry, base)
     return f" — {cmp.verdict}" if cmp is not None and cmp.is_inconclusive else ""
 
 
@@ -359,7 +375,7 @@ def _rate(value: float | None) -> str:
 def _disagrees(entry: BenchResult, base: BenchResult, unit: str) -> str:
     """A note when the total throughputs point the other way from the paired ratio (a noisy machine: a few very
     slow blocks weigh in a total, not in a median of pairs)."""
-    cmp = entry.comparison
+    cmp = comparison_against(entry, base)
     if cmp is None or cmp.ratio is None or not entry.throughput.value or not base.throughput.value:
         return ""
     if (cmp.ratio > 1) == (entry.throughput.value > base.throughput.value) or cmp.ratio == 1:
@@ -388,15 +404,16 @@ def verdicts(entries: list[BenchResult]) -> list[str]:
         # a ratio on too few pairs of blocks names no winner: 'measured fastest', and the verdict says why not
         if best is base:
             second = max(group[1:], key=ratio)
-            settled = "measured fastest" if _inconclusive(second) or _within_spread(second) else "was fastest"
+            unsettled = _inconclusive(second, base) or _within_spread(second, base)
+            settled = "measured fastest" if unsettled else "was fastest"
             out.append(f"{step}: the baseline {base.name} {settled} ({_rate(base.throughput.value)} {unit}); next "
-                       f"{second.name} at {_ratio_text(second, base)}{_inconclusive(second)}"
+                       f"{second.name} at {_ratio_text(second, base)}{_inconclusive(second, base)}"
                        f"{_disagrees(second, base, unit)}")
             continue
         # inconclusive (too few pairs) or no difference (within the noise): not a winner, only the best measured
-        settled = "measured fastest" if _inconclusive(best) or _within_spread(best) else "fastest"
+        settled = "measured fastest" if _inconclusive(best, base) or _within_spread(best, base) else "fastest"
         parts = [f"{step}: {best.name} {settled} at {_ratio_text(best, base, named=True)} "
-                 f"({_rate(best.throughput.value)} vs {_rate(base.throughput.value)} {unit}){_inconclusive(best)}"
+                 f"({_rate(best.throughput.value)} vs {_rate(base.throughput.value)} {unit}){_inconclusive(best, base)}"
                  f"{_disagrees(best, base, unit)}"]
         if best.mfu.value is not None and base.mfu.value is not None:
             parts.append(f"MFU {best.mfu.value:.1%} vs {base.mfu.value:.1%}")

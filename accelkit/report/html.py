@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accelkit.core.bench_result import BenchResult, verdicts
+from accelkit.core.bench_result import BenchResult, Comparison, comparison_against, verdicts
 from accelkit.report.tables import has_nonfinite_output, mfu_text
 from accelkit.report.template import TEMPLATE
 from accelkit.results import ResultStore, StoredResult
@@ -76,26 +76,51 @@ def _fig(data: list[dict[str, Any]], layout: dict[str, Any], *, rows: int = 0) -
     return {"data": data, "layout": base}
 
 
+def _run_groups(rows: list[BenchRow], by: str) -> dict[tuple[str | None, str], list[BenchRow]]:
+    """Rows by run id and ``by`` ('label' or 'key'), oldest first (query is newest first): variants in run order."""
+    groups: dict[tuple[str | None, str], list[BenchRow]] = {}
+    for r in reversed(rows):
+        groups.setdefault((r.run_id, getattr(r, by)), []).append(r)
+    return groups
+
+
 def comparison_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
-    groups: dict[str, list[BenchRow]] = {}
-    for r in rows:
-        cmp = r.result.comparison
-        if cmp is not None and cmp.ratio is not None:
-            groups.setdefault(f"{r.run_id} {r.key}", []).append(r)
+    """Throughput ÷ the first variant, per run and workload · step. Variants compared in one bench form a trace with
+    their p25–p75 bars. Rows of separate benches that share a run id (a sweep's points: each its own bench, stored
+    as its own baseline, ratio 1.0) were never compared: they form a hatched trace of their throughputs' ratio,
+    without a spread. Each trace is named by its run id and hardware (the same workload recurs across runs)."""
     data = []
-    for items in groups.values():
-        if len(items) < 2:
-            continue
-        items = list(reversed(items))  # query is newest first; variants in run order
-        cmps = [r.result.comparison for r in items]
-        ratios = [c.ratio for c in cmps if c is not None]
-        data.append({
-            "type": "bar", "orientation": "h", "name": items[0].key, "y": [r.result.name for r in items], "x": ratios,
-            "error_x": {"type": "data", "symmetric": False,
-                        "array": [max(0.0, (c.p75 or c.ratio or 0) - (c.ratio or 0)) for c in cmps if c is not None],
-                        "arrayminus": [max(0.0, (c.ratio or 0) - (c.p25 or c.ratio or 0)) for c in cmps if c is not None]},
-            "hovertemplate": "%{y}: %{x:.2f}× the first variant<extra>%{fullData.name}</extra>",
-        })
+    for (run_id, key), items in _run_groups(rows, "key").items():
+        base = items[0]
+        paired: list[tuple[BenchRow, Comparison]] = []
+        separate: list[tuple[BenchRow, float]] = []
+        for r in items:
+            cmp = comparison_against(r.result, base.result)
+            if r is base or cmp is not None:
+                paired.append((r, cmp or Comparison(baseline=base.result.name, ratio=1.0)))
+            elif r.result.throughput.value and base.result.throughput.value:
+                separate.append((r, r.result.throughput.value / base.result.throughput.value))
+        where = f"{key} · run {run_id or '-'} · {base.hardware}"
+        if len(paired) >= 2:
+            cmps = [c for _, c in paired]
+            data.append({
+                "type": "bar", "orientation": "h", "name": where, "y": [r.result.name for r, _ in paired],
+                "x": [c.ratio for c in cmps], "text": [_hover(r) for r, _ in paired], "textposition": "none",
+                "error_x": {"type": "data", "symmetric": False,
+                            "array": [max(0.0, (c.p75 or c.ratio or 0) - (c.ratio or 0)) for c in cmps],
+                            "arrayminus": [max(0.0, (c.ratio or 0) - (c.p25 or c.ratio or 0)) for c in cmps]},
+                "hovertemplate": "%{text}: %{x:.2f}× " + base.result.name + "<extra>%{fullData.name}</extra>",
+            })
+        if separate:
+            reference = [] if len(paired) >= 2 else [(base, 1.0)]
+            shown = reference + separate
+            data.append({
+                "type": "bar", "orientation": "h", "name": f"{where} — separate benches: throughput ratio, no spread",
+                "y": [r.result.name for r, _ in shown], "x": [x for _, x in shown],
+                "text": [_hover(r) for r, _ in shown], "textposition": "none", "marker": {"pattern": {"shape": "/"}},
+                "hovertemplate": "%{text}: %{x:.2f}× " + base.result.name + " by throughput (separate benches, not "
+                                 "interleaved: no spread)<extra>%{fullData.name}</extra>",
+            })
     if not data:
         return None
     categories = sum(len(d["y"]) for d in data)
@@ -104,6 +129,11 @@ def comparison_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
                        "yaxis": _axis("variant", autorange="reversed"),
                        "shapes": [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": 1, "x1": 1,
                                    "line": {"dash": "dot", "color": "#888"}}]}, rows=categories)
+
+
+def _hover(r: BenchRow) -> str:
+    """A bar's hover: which row, where and when ('#12 bf16 on cpu: Xeon, run 85103489b59d')."""
+    return f"#{r.id} {r.result.name} on {r.hardware}, run {r.run_id or '-'}"
 
 
 def latency_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
@@ -276,11 +306,8 @@ def _table_rows(rows: list[BenchRow]) -> list[dict[str, Any]]:
 
 def run_verdicts(rows: list[BenchRow]) -> list[dict[str, Any]]:
     """What won each run with two or more variants (the same sentences `accelkit bench` prints)."""
-    runs: dict[tuple[str | None, str], list[BenchRow]] = {}
-    for r in reversed(rows):  # oldest first: variants in run order
-        runs.setdefault((r.run_id, r.label), []).append(r)
     out = []
-    for (run_id, label), items in runs.items():
+    for (run_id, label), items in _run_groups(rows, "label").items():
         lines = verdicts([r.result for r in items])
         if lines:
             out.append({"run": run_id or "", "label": label, "hardware": items[0].hardware, "lines": lines})
@@ -297,7 +324,9 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
     loadtests = _loadtests(store, run_id)
     sections = [
         ("comparison", "Precision and optimization comparison", "Throughput of each variant divided by the first "
-         "variant of its run (interleaved runs: the median of per-round ratios, bars p25–p75).", comparison_figure(plotted)),
+         "variant of its run (interleaved runs: the median of per-round ratios, bars p25–p75). Hatched: separate benches "
+         "that share a run id (a sweep's points), by the ratio of their throughputs — never run side by side, so "
+         "without a spread.", comparison_figure(plotted)),
         ("latency", "Latency distributions", "Raw per-iteration samples of the measured phase.", latency_figure(plotted)),
         ("mfu", "MFU against peak", "Model FLOP/s ÷ dense peak of the dtype used. On a catalog GPU twice: against "
          "the datasheet peak and against the peak this GPU's matmul reached in `accelkit hw probe`; on a CPU the "

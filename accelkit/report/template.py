@@ -57,7 +57,8 @@ self-contained (plotly.js inlined)</p>
 {% if verdicts %}
 <h2 id="verdicts">What won each run</h2>
 <p class="caption">Per run with two or more variants: the fastest against the first (the baseline), with the
-interleaved ratio and its p25–p75, MFU, and for training the loss after the first steps on the same batch.</p>
+interleaved ratio and its p25–p75, MFU, and for training the loss after the first steps on the same batch. Separate
+benches that share a run id (a sweep's points) are compared by their throughputs' ratio, which has no spread.</p>
 <ul class="verdicts">
 {% for v in verdicts %}<li><b>{{ v.label }}</b> on {{ v.hardware }} (run {{ v.run }}):
 <ul>{% for line in v.lines %}<li>{{ line }}</li>{% endfor %}</ul></li>

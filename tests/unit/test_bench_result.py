@@ -24,7 +24,8 @@ DOCUMENTED = {"name", "step", "precision", "options", "phases", "latency_s", "la
               "predicted", "predicted_reason", "comparison", "timer", "result_id"}
 
 
-def entry(name: str = "bf16", tput: float = 200.0, *, losses=None, ratio: float | None = None, mfu: float = 0.3):
+def entry(name: str = "bf16", tput: float = 200.0, *, losses=None, ratio: float | None = None, mfu: float = 0.3,
+          baseline: str = "fp32"):
     return BenchResult(
         name=name, step="train step", precision=name, recipe=Recipe(precision="bf16"),
         latency_s=summarize([0.01, 0.011, 0.012]), throughput=Throughput(value=tput, unit="tokens/s"),
@@ -34,7 +35,7 @@ def entry(name: str = "bf16", tput: float = 200.0, *, losses=None, ratio: float 
         accuracy=Accuracy(cosine=0.999, sqnr_db=30.0, identical=False, rows=2),
         loss_first_steps=losses,
         predicted=Prediction(throughput=150.0, unit="tokens/s", ratio=tput / 150.0, explanation="x"),
-        comparison=Comparison(baseline="fp32", ratio=ratio, p25=ratio and ratio * 0.9, p75=ratio and ratio * 1.1,
+        comparison=Comparison(baseline=baseline, ratio=ratio, p25=ratio and ratio * 0.9, p75=ratio and ratio * 1.1,
                               pairs=5, interleaved=True, verdict="faster") if ratio else None,
     )
 
@@ -76,7 +77,7 @@ def test_run_result_json_round_trip():
 
 def test_verdict_names_the_winner_the_ratio_mfu_and_the_loss():
     lines = verdicts([entry("bf16", 100.0, losses=[9.0, 8.0, 7.5], mfu=0.30),
-                      entry("fp8", 131.0, losses=[9.0, 8.1, 7.6], ratio=1.31, mfu=0.393)])
+                      entry("fp8", 131.0, losses=[9.0, 8.1, 7.6], ratio=1.31, mfu=0.393, baseline="bf16")])
     assert lines == ["train step: fp8 fastest at 1.31× [1.18–1.44] bf16 (131 vs 100 tokens/s); MFU 39.3% vs 30.0%; "
                      "loss after 3 steps 7.6 vs 7.5"]
     assert verdicts([entry("fp32", 100.0)]) == []  # one variant: nothing to say
@@ -224,3 +225,20 @@ def test_mfu_above_100_percent_is_flagged_with_the_fix():
     flagged = [line for line in bench_footnotes(run) if line.startswith("MFU above 100%")]
     assert flagged[-1] == ("MFU above 100% (fp32 · train step: 105.0% of catalog) — a datasheet peak cannot be beaten: "
                            "check the counted FLOPs and the device accelkit identified")
+
+
+def test_separate_benches_of_one_run_compare_by_throughput_not_by_their_own_baselines():
+    """A sweep over precisions stores each point as its own bench, its own baseline ({baseline: itself, ratio 1.0})
+    under one run id. The report read that 1.0 as bf16 against fp32: 'next bf16 at 1.00×' when bf16 ran at 0.13×.
+    A comparison counts only when it was made against this baseline; otherwise the throughputs' ratio, said to
+    have no spread."""
+    fp32 = entry("fp32", 8.8).replace(comparison=Comparison(baseline="fp32", ratio=1.0, verdict="baseline"))
+    bf16 = entry("bf16", 1.1).replace(comparison=Comparison(baseline="bf16", ratio=1.0, verdict="baseline"))
+    (line,) = verdicts([fp32, bf16])
+    assert "next bf16 at 0.12× by throughput, not interleaved: no spread" in line and "1.00×" not in line, line
+    (line,) = verdicts([bf16, fp32])  # the faster one second: named fastest by its throughputs' ratio
+    assert line.startswith("train step: fp32 fastest at 8.00× bf16 by throughput, not interleaved: no spread"), line
+    # the same name as the baseline but its own baseline row (two sweep points differing outside the label)
+    twin = entry("fp32", 4.4).replace(comparison=Comparison(baseline="fp32", ratio=1.0, verdict="baseline"))
+    (line,) = verdicts([fp32, twin])
+    assert "next fp32 at 0.50× by throughput" in line, line

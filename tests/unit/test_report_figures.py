@@ -4,6 +4,8 @@ the rendered titles back from Chromium.)"""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from accelkit.core import summarize
@@ -21,6 +23,7 @@ from accelkit.report.html import (
     latency_figure,
     mfu_figure,
     predicted_figure,
+    run_verdicts,
 )
 
 
@@ -70,3 +73,32 @@ def test_sections_without_data_are_left_out():
     assert comparison_figure(lonely) is None  # one variant: nothing to compare
     assert predicted_figure(lonely) is None
     assert latency_figure([]) is None and mfu_figure([]) is None
+
+
+def _own_baseline(i: int, name: str, measured: float, *, run: str = "sweep1") -> BenchRow:
+    """A sweep point as the store keeps it: its own bench, so its own baseline."""
+    r = row(i, name, "images/s", measured, None, run=run)
+    return dataclasses.replace(r, result=r.result.replace(
+        comparison=Comparison(baseline=name, ratio=1.0, verdict="baseline")))
+
+
+def test_a_sweep_over_precisions_is_compared_by_throughput_not_by_each_points_own_baseline():
+    """Each point of a sweep is its own bench, stored as {baseline: itself, ratio: 1.0}: the chart drew bf16 at 1.00×
+    and the verdict said 'next bf16 at 1.00×' when it ran at 0.125×. Now a hatched trace of the throughputs' ratio,
+    without error bars, and the verdict says the ratio has no spread."""
+    rows = [_own_baseline(6, "bf16", 1.1), _own_baseline(3, "fp32", 8.8)]  # newest first, as the store returns them
+    (trace,) = comparison_figure(rows)["data"]
+    assert trace["y"] == ["fp32", "bf16"] and trace["x"] == [1.0, pytest.approx(0.125)]
+    assert "error_x" not in trace and trace["marker"]["pattern"]["shape"] and "no spread" in trace["name"]
+    ((verdict,),) = [v["lines"] for v in run_verdicts(rows)]
+    assert "bf16 at 0.12× by throughput, not interleaved: no spread" in verdict and "1.00×" not in verdict
+
+
+def test_comparison_traces_name_their_run_and_hardware():
+    """Two runs of the same workload on two machines gave two traces both named 'bert tiny · forward'."""
+    rows = [row(4, "bf16", "samples/s", 300, None, run="r2"), row(3, "fp32", "samples/s", 100, None, run="r2"),
+            row(2, "bf16", "samples/s", 300, None), row(1, "fp32", "samples/s", 100, None)]
+    rows[:2] = [dataclasses.replace(r, hardware="cpu: other") for r in rows[:2]]
+    names = [t["name"] for t in comparison_figure(rows)["data"]]
+    assert names == ["bert tiny · forward · run r1 · H200", "bert tiny · forward · run r2 · cpu: other"]
+    assert all("run r" in text for t in comparison_figure(rows)["data"] for text in t["text"])
