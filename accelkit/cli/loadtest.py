@@ -117,9 +117,30 @@ def _rate(rate: float | str) -> str:
     return rate if isinstance(rate, str) else f"{rate:g}"
 
 
+def _pct(dist: dict[str, Any], key: str, starred: set[str]) -> str | None:
+    """A percentile in ms, with a star when too few samples back it (the key is added to ``starred``)."""
+    text = _ms(dist[key])
+    if text is not None and key in dist.get("unbacked", ()):
+        starred.add(key)
+        return text + "*"
+    return text
+
+
+def _unbacked_note(starred: set[str]) -> str:
+    """The footnote for the stars: what each starred percentile needs (as `accelkit bench` prints it)."""
+    from accelkit.core.stats import min_samples_for
+
+    needs = []
+    for key in sorted(starred, key=lambda k: float(k[1:])):
+        need = min_samples_for(float(key[1:]))
+        needs.append(f"{key} needs ≥ {need} samples" if need is not None else f"{key} (the maximum) is never backed")
+    return "* not backed: " + ", ".join(needs) + " (LoadGen rule, 99% confidence)"
+
+
 def _render(d: dict[str, Any], result_id: int | None) -> None:
     qs = [f"p{q:g}" for q in d["percentiles"]]
     passes = d["passes"]
+    starred: set[str] = set()
     for p in passes if len(passes) == 1 else []:
         rows: list[tuple[Any, ...]] = [
             ("successful requests", p["completed"], ""), ("failed requests", p["failed"], ""),
@@ -134,9 +155,10 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
         ]
         out.print(table(f"Load test — {d['config']['model']} via {d['url']} · {d['arrivals']['per_rate'][0]}"
                         f" · ignore_eos={d['ignore_eos']}", ["metric", "value", "unit"], rows, right=(1,)))
-        lat = [(name, _ms(p[key]["mean"]), _ms(p[key]["median"]), _ms(p[key]["std"]), *(_ms(p[key][q]) for q in qs))
+        lat = [(name, p[key]["n"], _ms(p[key]["mean"]), _ms(p[key]["median"]), _ms(p[key]["std"]),
+                *(_pct(p[key], q, starred) for q in qs))
                for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms"))]
-        out.print(table("Latency (ms)", ["", "mean", "median", "std", *qs], lat, right=tuple(range(1, 4 + len(qs)))))
+        out.print(table("Latency (ms)", ["", "n", "mean", "median", "std", *qs], lat, right=tuple(range(1, 5 + len(qs)))))
         lengths = p["lengths"]
         len_rows = [(name, fmt_num(lengths[key]["mean"], 1), *(fmt_num(lengths[key][q], 0) for q in qs))
                     for name, key in (("prompt tokens (usage)", "prompt_tokens"), ("completion tokens", "completion_tokens"),
@@ -146,12 +168,14 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
     if len(passes) > 1:
         rows = [(_rate(pt["rate"]), pt["completed"], pt["failed"], fmt_num(pt["request_throughput"], 2),
                  fmt_num(pt["output_throughput"], 1), fmt_num(pt["goodput"], 2),
-                 _ms(pt["ttft_ms"]["p50"]), _ms(pt["ttft_ms"]["p99"]), _ms(pt["tpot_ms"]["p50"]), _ms(pt["tpot_ms"]["p99"]),
-                 _ms(pt["e2e_ms"]["p50"]))
-                for pt in d["curve"]]
+                 _pct(p["ttft_ms"], "p50", starred), _pct(p["ttft_ms"], "p99", starred),
+                 _pct(p["tpot_ms"], "p50", starred), _pct(p["tpot_ms"], "p99", starred), _pct(p["e2e_ms"], "p50", starred))
+                for pt, p in zip(d["curve"], passes, strict=True)]
         out.print(table(f"Latency-throughput curve — {d['config']['model']} via {d['url']} · ignore_eos={d['ignore_eos']}",
                         ["rate", "ok", "failed", "req/s", "out tok/s", "goodput", "TTFT p50", "TTFT p99",
                          "TPOT p50", "TPOT p99", "E2E p50"], rows, right=tuple(range(0, 11))))
+    if starred:
+        out.print(_unbacked_note(starred), highlight=False, markup=False, soft_wrap=True)
     failures = [(_rate(p["rate"]), f["count"], f["error"]) for p in passes for f in p["failures"]]
     if failures:
         out.print(table("Failed requests", ["rate", "count", "error"], failures, right=(1,)))
@@ -161,5 +185,16 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
     missing = sum(p["lengths"]["requests_without_usage"] for p in passes)
     if missing:
         err.print(f"warning: {missing} requests came without usage; their token counts are chunk counts")
+    warmup = d["warmup"]
+    if warmup.get("timed_out"):
+        n = warmup["requests"]
+        err.print(f"warning: the warm-up timed out after {warmup['duration_s']:.1f} s (--warmup-timeout "
+                  f"{d['config']['warmup_timeout_s']:g}), {n} warm-up request{'s' if n != 1 else ''} cancelled: the "
+                  "server may still have been cold for the first measured requests", highlight=False, markup=False,
+                  soft_wrap=True)
+    sweep_prompts = d["dataset"].get("sweep_prompts", "")
+    if "prefix cache" in sweep_prompts:
+        err.print(f"warning: --dataset {d['dataset']['dataset']} sends {sweep_prompts} (--dataset random draws "
+                  "fresh prompts for each pass)", highlight=False, markup=False, soft_wrap=True)
     if result_id is not None:
         err.print(f"stored as result {result_id}")

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 
 from accelkit.core.spec import Spec, spec_field
 
-#: samples needed for a 99%-confidence estimate of each percentile (MLPerf LoadGen's binomial rule)
+#: samples needed for a 99%-confidence estimate of each percentile (MLPerf LoadGen's binomial rule);
+#: :func:`min_samples_for` gives the same numbers for any percentile
 MIN_SAMPLES_FOR = {"p50": 1, "p90": 44, "p95": 90, "p99": 459}
+#: the confidence of that rule
+SAMPLE_CONFIDENCE = 0.99
 #: IQR/median above this is noisy (torch.utils.benchmark's threshold); above UNSTABLE it is unstable
 NOISY, UNSTABLE = 0.10, 0.25
 
@@ -22,6 +25,20 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     pos = (len(sorted_values) - 1) * q / 100.0
     lo, hi = math.floor(pos), math.ceil(pos)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def min_samples_for(q: float) -> int | None:
+    """Samples needed before the q-th percentile is backed, for any q in (0, 100]: the smallest n with
+    1 − (q/100)^n ≥ 0.99, i.e. with 99% confidence at least one sample lies at or above the true percentile
+    (the rule behind :data:`MIN_SAMPLES_FOR`: 44 for p90, 459 for p99, 4603 for p99.9). The median and
+    lower percentiles need 1, as MIN_SAMPLES_FOR's p50; p100, the sample maximum, is never backed: None."""
+    if not 0 < q <= 100:
+        raise ValueError(f"q={q!r} is out of range; expected 0 < q <= 100")
+    if q >= 100:
+        return None
+    if q <= 50:
+        return 1
+    return math.ceil(math.log(1 - SAMPLE_CONFIDENCE) / math.log(q / 100))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,8 +3,11 @@ every output-bearing chunk.
 
 Each request streams (``stream: true``) with ``stream_options: {"include_usage": true}`` so that the
 server's own token counts arrive in the last chunk. A chunk is *output-bearing* when its first choice
-carries text (``text`` for completions; ``delta.content`` or ``delta.reasoning_content`` for chat); a
-role-only first chat delta or a usage-only chunk is not, so it does not start the TTFT clock's stop.
+carries text (``text`` for completions; ``delta.content``, ``delta.reasoning`` — vLLM's reasoning field —
+or the older ``delta.reasoning_content`` for chat); a role-only first chat delta or a usage-only chunk is
+not, so it does not stop the TTFT clock. The first chunk whose first choice has a ``finish_reason`` ends
+the request (a request ended by EOS sends that step as a text-less finish chunk). A request succeeds when
+an output-bearing or finish chunk arrived and the stream reached a finish_reason or ``[DONE]``.
 Timestamps are ``time.perf_counter()`` taken as each SSE line is read.
 """
 
@@ -21,7 +24,7 @@ from accelkit.loadtest.config import LoadTestConfig
 from accelkit.loadtest.datasets import SampleRequest
 from accelkit.loadtest.metrics import RequestRecord
 
-__all__ = ["MalformedChunk", "OpenAIStreamClient", "chunk_text"]
+__all__ = ["MalformedChunk", "OpenAIStreamClient", "chunk_finish_reason", "chunk_text"]
 
 _MAX_ERROR_CHARS = 300
 
@@ -34,14 +37,9 @@ def chunk_text(data: dict[str, Any], endpoint: str) -> str | None:
     """The output text a streamed chunk carries, or None when it carries none (no choices, a role-only
     delta, a null or empty text). A field of the wrong JSON type raises :class:`MalformedChunk`: guessing
     would time a chunk the server did not mean as output, or drop one it did."""
-    choices = data.get("choices")
-    if choices is None or choices == []:
+    choice = _first_choice(data)
+    if choice is None:
         return None
-    if not isinstance(choices, list):
-        raise MalformedChunk(f"'choices' is {_json_type(choices)}, not an array")
-    if not isinstance(choices[0], dict):
-        raise MalformedChunk(f"'choices[0]' is {_json_type(choices[0])}, not an object")
-    choice = choices[0]
     if endpoint == "completions":
         return _text_field(choice, "text") or None
     delta = choice.get("delta")
@@ -49,9 +47,26 @@ def chunk_text(data: dict[str, Any], endpoint: str) -> str | None:
         return None
     if not isinstance(delta, dict):
         raise MalformedChunk(f"'delta' is {_json_type(delta)}, not an object")
-    # both are type-checked before either is returned: a bad reasoning_content fails even beside content
-    content, reasoning = _text_field(delta, "content"), _text_field(delta, "reasoning_content")
-    return content or reasoning or None
+    # all are type-checked before any is returned: a bad reasoning field fails even beside content
+    texts = [_text_field(delta, key) for key in ("content", "reasoning", "reasoning_content")]
+    return next((text for text in texts if text), None)
+
+
+def chunk_finish_reason(data: dict[str, Any]) -> str | None:
+    """The first choice's ``finish_reason`` ('stop', 'length', …), or None while the request goes on."""
+    choice = _first_choice(data)
+    return None if choice is None else _text_field(choice, "finish_reason")
+
+
+def _first_choice(data: dict[str, Any]) -> dict[str, Any] | None:
+    choices = data.get("choices")
+    if choices is None or choices == []:
+        return None
+    if not isinstance(choices, list):
+        raise MalformedChunk(f"'choices' is {_json_type(choices)}, not an array")
+    if not isinstance(choices[0], dict):
+        raise MalformedChunk(f"'choices[0]' is {_json_type(choices[0])}, not an object")
+    return choices[0]
 
 
 def _text_field(container: dict[str, Any], key: str) -> str | None:
@@ -122,6 +137,7 @@ class OpenAIStreamClient:
         pass's start on the perf_counter clock."""
         headers = {"x-request-id": request_id} if request_id else None
         body = self.payload(request)
+        is_done = False
         st = time.perf_counter()
         record.send_s = st - t0
         try:
@@ -131,7 +147,12 @@ class OpenAIStreamClient:
                     if response.status_code != 200:
                         record.error = _error_text(await response.aread(), response.status_code)
                         return record
-                    await self._read_stream(response, record, st)
+                    content_type = response.headers.get("content-type", "")
+                    if "json" in content_type.lower():  # a server without streaming answers one JSON body
+                        await response.aread()
+                        record.error = _json_not_stream(content_type)
+                        return record
+                    is_done = await self._read_stream(response, record, st)
         except (TimeoutError, httpx.TimeoutException):
             record.error = f"timed out after {self.config.timeout_s:g} s (--timeout)"
         except httpx.ConnectError as exc:
@@ -142,41 +163,60 @@ class OpenAIStreamClient:
             record.error = (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)[:_MAX_ERROR_CHARS]
         finally:
             record.done_s = time.perf_counter() - t0
-        if record.error is None and not record.chunk_times_s:
+        if record.error is None and not is_done and record.finish_s is None:
+            # a clean end of the body is no proof the request finished: a proxy or a dying server cut it short
+            record.error = f"stream ended before [DONE]/finish_reason after {len(record.chunk_times_s)} output chunks"
+        elif record.error is None and not record.chunk_times_s and record.finish_s is None:
             record.error = "the stream ended without an output-bearing chunk (nothing to time)"
         return record
 
-    async def _read_stream(self, response: httpx.Response, record: RequestRecord, st: float) -> None:
+    async def _read_stream(self, response: httpx.Response, record: RequestRecord, st: float) -> bool:
+        """Fill ``record`` from the event stream; True when it reached ``[DONE]``."""
         endpoint = self.config.endpoint
+        seen_data = False
         async for line in response.aiter_lines():
             now = time.perf_counter()  # stamp before parsing: JSON decoding is not the server's time
             if not line.startswith("data:"):
+                if not seen_data and line.lstrip().startswith("{"):  # JSON under another Content-Type
+                    record.error = _json_not_stream(response.headers.get("content-type", "none"))
+                    return False
                 continue  # blank separators, ': keep-alive' comments, 'event:' lines
+            seen_data = True
             data_str = line[5:].strip()
             if data_str == "[DONE]":
-                break
+                return True
             try:
                 data = json.loads(data_str)
             except (ValueError, RecursionError):  # RecursionError: JSON nested too deep for the parser
                 record.error = f"malformed SSE data: {data_str[:100]!r}"
-                return
+                return False
             if not isinstance(data, dict):
                 continue
             if data.get("error") is not None:  # vLLM/SGLang report mid-stream failures this way; some servers send null
                 err = data["error"]
                 message = err.get("message", err) if isinstance(err, dict) else err
                 record.error = f"error in stream: {str(message)[:_MAX_ERROR_CHARS]}"
-                return
+                return False
             try:
                 text = chunk_text(data, endpoint)
+                finish_reason = chunk_finish_reason(data)
             except MalformedChunk as exc:
                 record.error = f"malformed chunk ({exc}): {data_str[:100]!r}"
-                return
+                return False
             if text is not None:
                 record.chunk_times_s.append(now - st)
+            if finish_reason is not None and record.finish_s is None:
+                record.finish_s, record.finish_reason = now - st, finish_reason
             usage = data.get("usage")
             if isinstance(usage, dict):
                 if isinstance(usage.get("prompt_tokens"), int):
                     record.prompt_tokens = usage["prompt_tokens"]
                 if isinstance(usage.get("completion_tokens"), int):
                     record.completion_tokens = usage["completion_tokens"]
+        return False  # the body ended without [DONE]
+
+
+def _json_not_stream(content_type: str) -> str:
+    # no body in the text: each body differs (ids, timestamps), and the failures table groups equal texts
+    return (f"the server answered JSON, not an event stream (HTTP 200, Content-Type {content_type}): it ignored "
+            "stream: true, and an answer that is not streamed has no token times to measure")

@@ -31,7 +31,7 @@ class SLO(Spec):
 
     ttft_ms: float | None = spec_field(None, min=0.0, doc="Time to first output-bearing chunk, ms.")
     tpot_ms: float | None = spec_field(None, min=0.0, doc="Time per output token after the first, ms.")
-    e2e_ms: float | None = spec_field(None, min=0.0, doc="Send to last output-bearing chunk, ms.")
+    e2e_ms: float | None = spec_field(None, min=0.0, doc="Send to the end of the request (its finish chunk), ms.")
 
     @property
     def is_empty(self) -> bool:
@@ -79,7 +79,7 @@ def parse_rate(text: str, *, field: str = "--request-rate") -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoadTestConfig(Spec):
-    """One load test: a pass per request rate, each sending the same prompts."""
+    """One load test: a pass per request rate (with the random dataset each pass draws fresh prompts)."""
 
     base_url: str = spec_field(doc="Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted).")
     model: str = spec_field(doc="Model name the server knows (`GET /v1/models`).")
@@ -100,7 +100,7 @@ class LoadTestConfig(Spec):
     warmup: int = spec_field(1, min=0, max=1_000_000, doc="Requests sent before the measured passes and excluded from metrics.")
     warmup_timeout_s: float = spec_field(120.0, min=0.0, doc="Warm-up stops (requests cancelled) after this long.")
     api_key: str | None = spec_field(None, doc="Sent as 'Authorization: Bearer KEY'; never stored.")
-    seed: int = spec_field(0, doc="Seeds the dataset sample and the arrival gaps.")
+    seed: int = spec_field(0, doc="Seeds the dataset sample and the arrival gaps (sweep pass i: seed + i).")
     timeout_s: float = spec_field(600.0, min=0.0, doc="Per-request limit; a request past it fails with that text.")
 
     def validate(self) -> None:

@@ -1,11 +1,13 @@
 """Per-request records and their aggregation, with `vllm bench serve`'s definitions (pure Python).
 
-For the requests that succeeded (an output-bearing chunk arrived and no error):
+A request's *token times* are its output-bearing chunks, then its finish chunk (the first with a
+``finish_reason``) when that one carried no text: a request ended by EOS streams the EOS step so, and the
+server's usage counts it. For the requests that succeeded (a token time and no error):
 
-- TTFT  = first output-bearing chunk − send time
-- ITL   = gaps between consecutive output-bearing chunks, pooled over all requests
+- TTFT  = first token time − send time (the first text chunk; the finish chunk when no text came)
+- ITL   = gaps between consecutive token times, pooled over all requests
 - TPOT  = (E2E − TTFT) / (output tokens − 1), per request, only when output tokens > 1
-- E2E   = last output-bearing chunk − send time
+- E2E   = last token time − send time (the finish chunk, or the last text chunk if it came later)
 - request throughput      = completed requests / duration
 - output token throughput = Σ completion tokens / duration
 - total token throughput  = (Σ prompt tokens + Σ completion tokens) / duration
@@ -14,8 +16,8 @@ For the requests that succeeded (an output-bearing chunk arrived and no error):
   output token counts TPOT = 0 for the SLO check.
 
 ``duration`` is the wall time of the pass, from its start (first arrival) to the end of the last request.
-Token counts come from the server's ``usage``; a request without usage counts its output-bearing chunks
-and its target prompt length instead (and the result says how many did). Means and percentiles are as
+Token counts come from the server's ``usage``; a request without usage counts its token times and its
+target prompt length instead (and the result says how many did). Means and percentiles are as
 numpy computes them (linear interpolation); ``std`` is the population standard deviation (numpy's
 default, which vLLM reports). An empty distribution is reported as None, where vLLM prints 0.
 """
@@ -29,10 +31,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelkit.core.stats import percentile, summarize
+from accelkit.core.stats import min_samples_for, percentile, summarize
 from accelkit.loadtest.config import SLO
 
-__all__ = ["RequestRecord", "compute_metrics", "distribution", "peak_concurrency", "pkey"]
+__all__ = ["RequestRecord", "compute_metrics", "distribution", "is_backed", "peak_concurrency", "pkey"]
 
 
 @dataclass(slots=True)
@@ -47,32 +49,45 @@ class RequestRecord:
     send_s: float | None = None  #: when the HTTP request went out (after any concurrency wait)
     done_s: float | None = None  #: when the response ended or failed
     chunk_times_s: list[float] = field(default_factory=list)  #: each output-bearing chunk, from send
+    finish_s: float | None = None  #: the first chunk with a finish_reason, from send (None: none came)
+    finish_reason: str | None = None  #: its finish_reason ('stop', 'length', …)
     prompt_tokens: int | None = None  #: usage.prompt_tokens, when the server sent usage
     completion_tokens: int | None = None  #: usage.completion_tokens
     status_code: int | None = None
     error: str | None = None
 
     @property
+    def token_times_s(self) -> list[float]:
+        """The output-bearing chunks, then the finish chunk when it came after them carrying no text (the
+        EOS step): the times TTFT, ITL, TPOT and E2E are taken from."""
+        t = self.chunk_times_s
+        if self.finish_s is not None and (not t or self.finish_s > t[-1]):
+            return [*t, self.finish_s]
+        return t
+
+    @property
     def success(self) -> bool:
-        return self.error is None and bool(self.chunk_times_s)
+        return self.error is None and bool(self.token_times_s)
 
     @property
     def ttft_s(self) -> float | None:
-        return self.chunk_times_s[0] if self.chunk_times_s else None
+        t = self.token_times_s
+        return t[0] if t else None
 
     @property
     def e2e_s(self) -> float | None:
-        return self.chunk_times_s[-1] if self.chunk_times_s else None
+        t = self.token_times_s
+        return t[-1] if t else None
 
     @property
     def itl_s(self) -> list[float]:
-        t = self.chunk_times_s
-        return [b - a for a, b in itertools.pairwise(t)]
+        return [b - a for a, b in itertools.pairwise(self.token_times_s)]
 
     @property
     def output_tokens(self) -> int:
-        """usage.completion_tokens, else the number of output-bearing chunks."""
-        return self.completion_tokens if self.completion_tokens is not None else len(self.chunk_times_s)
+        """usage.completion_tokens, else the number of token times (a text-less finish chunk counts as the
+        EOS step, as the server's usage would)."""
+        return self.completion_tokens if self.completion_tokens is not None else len(self.token_times_s)
 
     @property
     def input_tokens(self) -> int:
@@ -93,7 +108,8 @@ class RequestRecord:
             "index": self.index, "input_len_target": self.input_len, "max_tokens": self.max_tokens,
             "scheduled_s": _r(self.scheduled_s), "send_s": _r(self.send_s), "done_s": _r(self.done_s),
             "ttft_s": _r(self.ttft_s), "e2e_s": _r(self.e2e_s), "tpot_s": _r(self.tpot_s),
-            "num_output_chunks": len(self.chunk_times_s), "prompt_tokens": self.prompt_tokens,
+            "num_output_chunks": len(self.chunk_times_s), "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens, "status_code": self.status_code, "error": self.error,
         }
 
@@ -110,7 +126,8 @@ def pkey(q: float) -> str:
 def distribution(samples_s: Sequence[float], percentiles: Iterable[float], *, scale: float = 1e3) -> dict[str, Any]:
     """n, mean, median, std (population), min, max and the percentiles, in seconds × ``scale``
     (ms by default); every statistic None when there are no samples. ``unbacked`` lists the
-    percentiles that too few samples back (MLPerf LoadGen's rule, see accelkit.core.stats)."""
+    percentiles given that too few samples back (MLPerf LoadGen's rule for any percentile,
+    :func:`accelkit.core.stats.min_samples_for`)."""
     qs = sorted(set(percentiles))
     if not samples_s:
         return {"n": 0, "mean": None, "median": None, "std": None, "min": None, "max": None,
@@ -122,8 +139,14 @@ def distribution(samples_s: Sequence[float], percentiles: Iterable[float], *, sc
         "n": stats.n, "mean": stats.mean * scale, "median": stats.median * scale, "std": std_pop * scale,
         "min": stats.min * scale, "max": stats.max * scale,
         **{pkey(q): percentile(xs, q) * scale for q in qs},
-        "unbacked": list(stats.unbacked),
+        "unbacked": [pkey(q) for q in qs if not is_backed(q, stats.n)],
     }
+
+
+def is_backed(q: float, n: int) -> bool:
+    """Whether n samples back the q-th percentile (LoadGen's rule; p100 never)."""
+    need = min_samples_for(q)
+    return need is not None and n >= need
 
 
 def peak_concurrency(records: Iterable[RequestRecord]) -> int:

@@ -5,12 +5,19 @@ A pass draws the arrival times first, then starts every request at its time; wit
 request that arrives while the cap is full waits, and its send time (the TTFT clock's start) is when it
 really goes out, as in `vllm bench serve`. Warm-up requests use the first prompts of the dataset, at most
 ``warmup`` of them and for at most ``warmup_timeout_s``; they are never counted.
+
+Pass i of a sweep draws its arrivals with seed + i, and, for the random dataset, its prompts too (pass 0's
+are those of a single-rate run with the same seed): a pass that re-sent an earlier pass's prompts would
+find them in the server's prefix cache. A file dataset has only its prompts, so every pass sends them again
+and the result says so. Each request carries ``x-request-id: accelkit-<8 hex, new each run>-r<rate>-<i>``
+(warm-up: ``-warmup-<i>``), to find it in the server's logs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import secrets
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -35,9 +42,11 @@ GOODPUT_DEFINITION = (
 
 async def run_pass(
     client: OpenAIStreamClient, requests: list[SampleRequest], *, rate: float, burstiness: float, seed: int,
-    max_concurrency: int | None, tag: str = "run", on_progress: Progress | None = None,
+    max_concurrency: int | None, tag: str = "run", request_id_prefix: str = "accelkit-run-",
+    on_progress: Progress | None = None,
 ) -> tuple[list[RequestRecord], float]:
-    """Send ``requests`` at gamma arrivals of ``rate`` req/s; returns the records and the wall duration."""
+    """Send ``requests`` at gamma arrivals of ``rate`` req/s; returns the records and the wall duration.
+    ``tag`` names the pass in progress lines; request i is sent as ``x-request-id: <request_id_prefix><i>``."""
     offsets = arrival_offsets(len(requests), rate, burstiness, seed=seed)
     records = [RequestRecord(index=i, input_len=r.input_len, max_tokens=r.output_len, scheduled_s=offsets[i])
                for i, r in enumerate(requests)]
@@ -53,7 +62,7 @@ async def run_pass(
         if delay > 0:
             await asyncio.sleep(delay)
         async with cap if cap is not None else nullcontext():
-            await client.send(requests[i], records[i], t0, request_id=f"accelkit-{tag}-{i}")
+            await client.send(requests[i], records[i], t0, request_id=f"{request_id_prefix}{i}")
         done += 1
         if on_progress is not None:
             on_progress(f"{tag}: {done}/{len(requests)} done")
@@ -63,7 +72,7 @@ async def run_pass(
 
 
 async def _warmup(client: OpenAIStreamClient, requests: list[SampleRequest], config: LoadTestConfig,
-                  on_progress: Progress | None) -> dict[str, Any]:
+                  run_id: str, on_progress: Progress | None) -> dict[str, Any]:
     """Warm the server with the first prompts; bounded in count and in time. All failing is an error."""
     n = min(config.warmup, len(requests))
     info: dict[str, Any] = {"requests": n, "completed": 0, "failed": 0, "timed_out": False, "duration_s": 0.0}
@@ -73,7 +82,8 @@ async def _warmup(client: OpenAIStreamClient, requests: list[SampleRequest], con
     try:
         records, _ = await asyncio.wait_for(
             run_pass(client, requests[:n], rate=math.inf, burstiness=1.0, seed=config.seed,
-                     max_concurrency=config.max_concurrency, tag="warmup", on_progress=on_progress),
+                     max_concurrency=config.max_concurrency, tag="warmup", request_id_prefix=f"{run_id}-warmup-",
+                     on_progress=on_progress),
             timeout=config.warmup_timeout_s,
         )
     except TimeoutError:
@@ -87,19 +97,30 @@ async def _warmup(client: OpenAIStreamClient, requests: list[SampleRequest], con
     return info
 
 
-async def _run(config: LoadTestConfig, on_progress: Progress | None) -> tuple[dict[str, Any], list[tuple[float, list[RequestRecord], dict[str, Any]]], dict[str, Any]]:
-    requests, dataset_info = load_dataset(
-        config.dataset, config.num_prompts + config.warmup, input_len=config.random_input_len,
-        output_len=config.random_output_len, range_ratio=config.random_range_ratio, seed=config.seed,
-    )
+def _load(config: LoadTestConfig, num_prompts: int, seed: int) -> tuple[list[SampleRequest], dict[str, Any]]:
+    return load_dataset(config.dataset, num_prompts, input_len=config.random_input_len,
+                        output_len=config.random_output_len, range_ratio=config.random_range_ratio, seed=seed)
+
+
+async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None) -> tuple[dict[str, Any], list[tuple[float, list[RequestRecord], dict[str, Any]]], dict[str, Any]]:
+    requests, dataset_info = _load(config, config.num_prompts + config.warmup, config.seed)
     warm, measured = requests[: config.warmup], requests[config.warmup:]
+    del requests  # the slices are copies: keep one pass's prompts in memory, not two
+    fresh = dataset_info["kind"] == "random"  # a file has only its own prompts to send again
+    if len(config.rates) > 1:
+        dataset_info["sweep_prompts"] = (
+            "fresh random prompts each pass (pass i drawn with seed + i)" if fresh else
+            "the same prompts every pass: passes after the first may hit the server's prefix cache")
     passes = []
     async with OpenAIStreamClient(config) as client:
-        warmup_info = await _warmup(client, warm, config, on_progress)
+        warmup_info = await _warmup(client, warm, config, run_id, on_progress)
         for i, rate in enumerate(config.rates):
+            if i > 0 and fresh:  # drawn between passes, outside their clocks, one pass in memory at a time
+                measured, _ = _load(config, config.num_prompts, config.seed + i)
             records, duration = await run_pass(
                 client, measured, rate=rate, burstiness=config.burstiness, seed=config.seed + i,
-                max_concurrency=config.max_concurrency, tag=f"rate {rate:g}", on_progress=on_progress,
+                max_concurrency=config.max_concurrency, tag=f"rate {rate:g}", request_id_prefix=f"{run_id}-r{rate:g}-",
+                on_progress=on_progress,
             )
             metrics = compute_metrics(records, duration, percentiles=config.percentiles, slo=config.slo)
             passes.append((rate, records, metrics))
@@ -108,11 +129,12 @@ async def _run(config: LoadTestConfig, on_progress: Progress | None) -> tuple[di
 
 def run_loadtest(config: LoadTestConfig, *, on_progress: Progress | None = None) -> Measurement:
     """Run the whole load test and return it as a Measurement (kind 'loadtest'); see :func:`to_measurement`."""
-    dataset_info, passes, warmup_info = asyncio.run(_run(config, on_progress))
+    run_id = f"accelkit-{secrets.token_hex(4)}"  # new each run: the server's logs tell runs apart
+    dataset_info, passes, warmup_info = asyncio.run(_run(config, run_id, on_progress))
     if all(m["completed"] == 0 for _, _, m in passes):
         first = passes[0][2]["failures"][0]["error"] if passes[0][2]["failures"] else "unknown"
         raise AccelkitError(f"no request to {config.url} completed; first error: {first}")
-    return to_measurement(config, dataset_info, passes, warmup_info)
+    return to_measurement(config, dataset_info, passes, warmup_info, run_id=run_id)
 
 
 def curve_point(rate: float, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -127,7 +149,8 @@ def curve_point(rate: float, metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_measurement(config: LoadTestConfig, dataset_info: dict[str, Any],
-                   passes: list[tuple[float, list[RequestRecord], dict[str, Any]]], warmup_info: dict[str, Any]) -> Measurement:
+                   passes: list[tuple[float, list[RequestRecord], dict[str, Any]]], warmup_info: dict[str, Any],
+                   *, run_id: str | None = None) -> Measurement:
     """details: config, arrival model, dataset, warm-up, ``curve`` (one point per rate), ``passes`` (full
     metrics and per-request records); samples: ``ttft_s``/``tpot_s``/``itl_s``/``e2e_s`` of the last pass
     and, for a sweep, ``<name>@<rate>`` for every pass."""
@@ -158,6 +181,7 @@ def to_measurement(config: LoadTestConfig, dataset_info: dict[str, Any],
             "goodput_definition": GOODPUT_DEFINITION,
             "percentiles": list(config.percentiles),
             "warmup": warmup_info,
+            "request_id_prefix": None if run_id is None else f"{run_id}-",
             "curve": [curve_point(rate, m) for rate, _, m in passes],
             "passes": [{"rate": rate_json(rate), **m, "requests": [r.to_dict() for r in records]}
                        for rate, records, m in passes],

@@ -6,8 +6,9 @@ does not accumulate), then a usage chunk (when ``stream_options.include_usage``)
 Chat streams start with a role-only delta at once, as vLLM's do — a client that counted it as the first
 token would measure a TTFT near 0. ``prompt_tokens`` is the number of whitespace-separated words.
 ``fail_every=k`` makes every k-th request fail (HTTP ``fail_status`` with an OpenAI error object, or, with
-``fail_mode="stream"``, an error event after the first token). ``GET /fake/stats`` reports how many
-requests arrived and the most that were in flight at once.
+``fail_mode="stream"``, an error event after the first token); ``ignore_stream=True`` answers one JSON body
+even to ``stream: true``, as a server without streaming does. ``GET /fake/stats`` reports how many requests
+arrived, the most that were in flight at once, and each request's ``x-request-id`` and prompt digest.
 
 In a test: ``with FakeOpenAIServer(FakeServerConfig(ttft_s=0.2, itl_s=0.05)) as server: server.base_url``
 (a thread in this process), or ``mode="process"`` for a subprocess (no GIL shared with the client).
@@ -17,6 +18,7 @@ From a shell: ``python -m accelkit.loadtest.testing --ttft-ms 200 --itl-ms 50`` 
 # no `from __future__ import annotations`: FastAPI must see the real `Request` class of the handlers
 import argparse
 import asyncio
+import hashlib
 import json
 import socket
 import subprocess
@@ -44,6 +46,7 @@ class FakeServerConfig:
     fail_status: int = 500
     fail_message: str = "injected failure"
     api_key: str | None = None  #: when set, a missing or wrong bearer token answers 401
+    ignore_stream: bool = False  #: answer one JSON body even to stream: true
 
     def to_args(self) -> list[str]:
         args = ["--model", self.model, "--ttft-ms", str(self.ttft_s * 1e3), "--itl-ms", str(self.itl_s * 1e3),
@@ -53,6 +56,8 @@ class FakeServerConfig:
             args += ["--fail-every", str(self.fail_every)]
         if self.api_key is not None:
             args += ["--api-key", self.api_key]
+        if self.ignore_stream:
+            args.append("--ignore-stream")
         return args
 
 
@@ -68,7 +73,8 @@ def build_app(config: FakeServerConfig) -> Any:
     from fastapi.responses import StreamingResponse
 
     app = FastAPI(title="accelkit fake OpenAI server")
-    state: dict[str, Any] = {"received": 0, "in_flight": 0, "max_in_flight": 0, "failed": 0, "payloads": []}
+    state: dict[str, Any] = {"received": 0, "in_flight": 0, "max_in_flight": 0, "failed": 0, "payloads": [],
+                             "requests": []}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -94,11 +100,15 @@ def build_app(config: FakeServerConfig) -> Any:
             state["failed"] += 1
             return _error(config.fail_status, config.fail_message, "server_error")
         text = " ".join(m.get("content", "") for m in body.get("messages", [])) if chat else str(body.get("prompt", ""))
+        # a digest, and the last 10,000 only: a long run from the shell must not grow without bound
+        seen = {"request_id": request.headers.get("x-request-id"), "prompt_sha256": hashlib.sha256(text.encode()).hexdigest()}
+        state["requests"].append(seen)
+        del state["requests"][:-10_000]
         prompt_tokens = len(text.split())
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or config.default_max_tokens)
         fail_mid_stream = bool(config.fail_every and number % config.fail_every == 0)
         arrived = time.perf_counter()
-        if not body.get("stream"):
+        if not body.get("stream") or config.ignore_stream:
             await asyncio.sleep(config.ttft_s + config.itl_s * (max_tokens - 1))
             tokens = " ".join(f"t{i}" for i in range(max_tokens))
             choice = {"index": 0, "finish_reason": "length",
@@ -220,7 +230,8 @@ class FakeOpenAIServer:
             self._proc = None
 
     def stats(self) -> dict[str, Any]:
-        """Server-side counts: received, failed, max_in_flight, last_payload."""
+        """Server-side counts: received, failed, max_in_flight, last_payload, and ``requests`` (each one's
+        x-request-id and the SHA-256 of its prompt text, in arrival order)."""
         import httpx
 
         stats: dict[str, Any] = httpx.get(f"{self.base_url}/fake/stats", timeout=10).json()
@@ -246,13 +257,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fail-status", type=int, default=500)
     p.add_argument("--fail-message", default="injected failure")
     p.add_argument("--api-key", default=None)
+    p.add_argument("--ignore-stream", action="store_true", help="answer one JSON body even to stream: true")
     p.add_argument("--port", type=int, default=0, help="0: a free port")
     a = p.parse_args(argv)
     import uvicorn
 
     config = FakeServerConfig(model=a.model, ttft_s=a.ttft_ms / 1e3, itl_s=a.itl_ms / 1e3,
                               default_max_tokens=a.default_max_tokens, fail_every=a.fail_every, fail_mode=a.fail_mode,
-                              fail_status=a.fail_status, fail_message=a.fail_message, api_key=a.api_key)
+                              fail_status=a.fail_status, fail_message=a.fail_message, api_key=a.api_key,
+                              ignore_stream=a.ignore_stream)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", a.port))

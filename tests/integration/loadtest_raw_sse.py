@@ -3,7 +3,8 @@ included (the FastAPI fake server in accelkit.loadtest.testing only ever sends w
 
 ``script(n, body, chat)`` gets the 1-based arrival number of the request, its JSON body and whether it
 came to the chat endpoint, and returns the ``data:`` payloads to send in order: a dict is sent as JSON,
-a str as it is. ``[DONE]`` follows them. :func:`tokens` builds a well-formed stream to start from.
+a str as it is, a float is a pause of that many seconds, and :data:`END` ends the body cleanly there (no
+``[DONE]``); otherwise ``[DONE]`` follows them. :func:`tokens` builds a well-formed stream to start from.
 """
 
 import asyncio
@@ -13,6 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 Script = Callable[[int, dict[str, Any], bool], list[Any]]
+
+#: in a script: end the response body here, cleanly, without ``[DONE]``
+END = object()
 
 
 def tokens(body: dict[str, Any], chat: bool) -> list[Any]:
@@ -62,6 +66,11 @@ class RawSSEServer:
             payloads = self.script(self.received, body, "/chat/" in head.split("\r\n", 1)[0])
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
             for payload in [*payloads, "[DONE]"]:
+                if payload is END:
+                    break
+                if isinstance(payload, float):
+                    await asyncio.sleep(payload)
+                    continue
                 data = payload if isinstance(payload, str) else json.dumps(payload)
                 writer.write(f"data: {data}\n\n".encode())
                 await writer.drain()

@@ -66,6 +66,31 @@ def test_sweep_prints_curve(server):
     assert "Failed requests" in proc.stdout and "injected failure" in proc.stdout
 
 
+def test_text_marks_unbacked_percentiles_and_a_timed_out_warmup():
+    """The tables printed percentiles without the sample count behind them (a p99 of 5 requests looked like any
+    other), and a warm-up cut off by --warmup-timeout was only in the JSON."""
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.3, itl_s=0.01)) as slow:
+        proc = loadtest("--base-url", slow.base_url, "--model", "fake-model", "--num-prompts", "5",
+                        "--random-input-len", "4", "--random-output-len", "3", "--percentiles", "50,90,99.9",
+                        "--warmup", "1", "--warmup-timeout", "0.05", "--no-save")
+    assert proc.returncode == 0, proc.stderr
+    ttft = next(line for line in proc.stdout.splitlines() if "TTFT" in line)
+    cells = [c.strip() for c in ttft.split("│")[1:-1]]
+    assert cells[0] == "TTFT" and cells[1] == "5"  # n
+    assert not cells[-3].endswith("*") and cells[-2].endswith("*") and cells[-1].endswith("*")  # p50 p90 p99.9
+    assert "p90 needs ≥ 44 samples" in proc.stdout and "p99.9 needs ≥ 4603" in proc.stdout
+    assert "warm-up timed out" in proc.stderr and "--warmup-timeout" in proc.stderr
+
+
+def test_sweep_over_a_file_warns_of_the_prefix_cache(server, tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a b c", "output_len": 2}\n{"prompt": "d e f", "output_len": 2}\n')
+    proc = loadtest("--base-url", server.base_url, "--model", "fake-model", "--num-prompts", "2", "--warmup", "0",
+                    "--dataset", f"jsonl:{path}", "--sweep-rates", "50,inf", "--no-save")
+    assert proc.returncode == 0, proc.stderr
+    assert "prefix cache" in proc.stderr and "p99 needs ≥ 459" in proc.stdout
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (("--slo", "ttft=100"), "--slo key 'ttft' is not known"),
     (("--slo", "ttft_ms=fast"), "--slo ttft_ms='fast' is not a number"),

@@ -1,12 +1,15 @@
 """The load tester against a fake OpenAI server that streams at known intervals."""
 
+import hashlib
 import json
 import math
+import re
 
 import pytest
 
 from accelkit.core import AccelkitError
 from accelkit.loadtest import SLO, LoadTestConfig, run_loadtest
+from accelkit.loadtest.datasets import load_dataset
 from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
 
 # Large enough that client and server overheads (a few ms on a loaded 2-core machine) stay well under 5%
@@ -63,7 +66,7 @@ def test_sweep_curve(timed_server):
     assert [pt["rate"] for pt in result.details["curve"]] == [20.0, "inf"]
     assert all(pt["completed"] == 6 for pt in result.details["curve"])
     sched = [r["scheduled_s"] for r in result.details["passes"][0]["requests"]]
-    assert sched[0] == 0 and sched == sorted(sched) and sched[-1] > 0
+    assert sched[0] > 0 and sched == sorted(sched) and sched[-1] == pytest.approx(6 / 20.0)  # vLLM's: last at n/rate
     json.dumps(result.to_dict(), allow_nan=False)  # rate inf is stored as "inf": the document is strict JSON
 
 
@@ -87,3 +90,49 @@ def test_api_key_and_unreachable():
         url = server.base_url
     with pytest.raises(AccelkitError, match="cannot connect"):  # the server is gone
         run_loadtest(_config(url, num_prompts=2))
+
+
+def _digest(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _sent(server):
+    """{tag: [prompt digests]} from the x-request-ids the server saw: 'warmup', 'r50', 'rinf'."""
+    by_tag: dict[str, list[str]] = {}
+    for seen in server.stats()["requests"]:
+        by_tag.setdefault(seen["request_id"].split("-")[2], []).append(seen["prompt_sha256"])
+    return by_tag
+
+
+def test_sweep_sends_fresh_random_prompts():
+    """Every pass re-sent the first pass's prompts, so each pass after the first hit the server's prefix cache."""
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.01, itl_s=0.001)) as server:
+        result = run_loadtest(_config(server.base_url, num_prompts=4, random_output_len=2, sweep_rates=(50.0, math.inf)))
+        sent = _sent(server)
+    today, _ = load_dataset("random", 5, input_len=32, output_len=16, seed=0)  # warm-up + pass 0, as before
+    assert sent["warmup"] == [_digest(today[0].prompt)]
+    assert sorted(sent["r50"]) == sorted(_digest(r.prompt) for r in today[1:])  # pass 0: a single-rate run's prompts
+    assert len(set(sent["rinf"])) == 4 and not set(sent["rinf"]) & (set(sent["r50"]) | set(sent["warmup"]))
+    assert "fresh" in result.details["dataset"]["sweep_prompts"]
+
+
+def test_sweep_over_a_file_says_the_prompts_repeat(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"prompt {i}", "output_len": 2}) + "\n" for i in range(3)))
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.01, itl_s=0.001)) as server:
+        result = run_loadtest(_config(server.base_url, dataset=f"jsonl:{path}", num_prompts=3, warmup=0,
+                                      sweep_rates=(50.0, math.inf)))
+        sent = _sent(server)
+    assert sorted(sent["r50"]) == sorted(sent["rinf"])
+    assert "prefix cache" in result.details["dataset"]["sweep_prompts"]
+
+
+def test_request_ids_differ_per_run():
+    """Every run sent 'accelkit-rate 50-0', 'accelkit-rate 50-1', …: the same ids each run, with a space."""
+    with FakeOpenAIServer(FakeServerConfig(ttft_s=0.01, itl_s=0.001)) as server:
+        for _ in range(2):
+            run_loadtest(_config(server.base_url, num_prompts=3, random_output_len=2, request_rate=50.0))
+        ids = [seen["request_id"] for seen in server.stats()["requests"]]
+    assert len(ids) == 8 and len(set(ids)) == 8
+    assert all(re.fullmatch(r"accelkit-[0-9a-f]{8}-(warmup|r50)-[0-9]+", i) for i in ids), ids
+    assert len({i.split("-")[1] for i in ids}) == 2  # one random prefix per run

@@ -1,7 +1,8 @@
-"""Gamma arrivals: mean rate, CV = 1/sqrt(burstiness), seeding, rate inf."""
+"""Gamma arrivals: mean rate, CV = 1/sqrt(burstiness), seeding, rate inf, vLLM's rescaled schedule."""
 
 import itertools
 import math
+import random
 import statistics
 
 import pytest
@@ -18,11 +19,24 @@ def _gaps(offsets):
 @pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0])
 def test_mean_rate_and_cv(burstiness):
     offsets = arrival_offsets(N, 4.0, burstiness, seed=1)
-    gaps = _gaps(offsets)
-    assert offsets[0] == 0.0 and all(g >= 0 for g in gaps)
-    assert (N - 1) / offsets[-1] == pytest.approx(4.0, rel=0.04)  # mean rate
+    gaps = _gaps([0.0, *offsets])
+    assert all(g >= 0 for g in gaps)
+    assert N / offsets[-1] == pytest.approx(4.0, rel=1e-9)  # mean rate: exact, as vLLM rescales
     cv = statistics.pstdev(gaps) / statistics.fmean(gaps)
     assert cv == pytest.approx(1 / math.sqrt(burstiness), rel=0.05)  # Poisson (1.0): CV 1
+
+
+def test_schedule_is_vllms():
+    """vLLM's get_request draws a gap before every request, the first included, and rescales the cumulative
+    delays so that the last request arrives at n / rate; ours started at 0 and ended wherever the gaps summed."""
+    n, rate, burstiness = 7, 2.0, 0.5
+    rng = random.Random(3)
+    cumulative = list(itertools.accumulate(rng.gammavariate(burstiness, 1 / (rate * burstiness)) for _ in range(n)))
+    expected = [t * (n / rate) / cumulative[-1] for t in cumulative]
+    offsets = arrival_offsets(n, rate, burstiness, seed=3)
+    assert offsets == pytest.approx(expected, rel=1e-12) and offsets[0] > 0
+    assert offsets[-1] == pytest.approx(n / rate, rel=1e-12)
+    assert arrival_offsets(0, rate) == []
 
 
 def test_seeded_and_inf():

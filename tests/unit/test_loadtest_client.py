@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from accelkit.loadtest import LoadTestConfig, plot_data
-from accelkit.loadtest.client import MalformedChunk, OpenAIStreamClient, _error_text, chunk_text
+from accelkit.loadtest.client import MalformedChunk, OpenAIStreamClient, _error_text, chunk_finish_reason, chunk_text
 from accelkit.loadtest.datasets import SampleRequest
 from accelkit.loadtest.metrics import RequestRecord, compute_metrics
 from accelkit.loadtest.runner import to_measurement
@@ -24,6 +24,24 @@ def test_output_bearing_chunks():
     assert chunk_text({"choices": [{"delta": {"content": None, "reasoning_content": "r"}}]}, "chat") == "r"
     assert chunk_text({"choices": [{"delta": None}]}, "chat") is None
     assert chunk_text({"choices": [{"text": None}]}, "completions") is None
+
+
+def test_reasoning_delta_is_output():
+    """vLLM streams a reasoning model's thinking under `delta.reasoning` (`reasoning_content` was the old field):
+    a stream of only reasoning chunks failed with "no output-bearing chunk", and reasoning before the answer
+    pushed the TTFT to the first answer chunk."""
+    assert chunk_text({"choices": [{"delta": {"reasoning": "z"}}]}, "chat") == "z"
+    assert chunk_text({"choices": [{"delta": {"content": None, "reasoning": "z"}}]}, "chat") == "z"
+    with pytest.raises(MalformedChunk, match="^'reasoning' is a number, not a string$"):
+        chunk_text({"choices": [{"delta": {"content": "x", "reasoning": 3}}]}, "chat")
+
+
+def test_finish_reason():
+    assert chunk_finish_reason({"choices": [{"text": "", "finish_reason": "stop"}]}) == "stop"
+    assert chunk_finish_reason({"choices": [{"delta": {}, "finish_reason": None}]}) is None
+    assert chunk_finish_reason({"choices": [], "usage": {"completion_tokens": 1}}) is None
+    with pytest.raises(MalformedChunk, match="^'finish_reason' is a number, not a string$"):
+        chunk_finish_reason({"choices": [{"text": "", "finish_reason": 1}]})
 
 
 @pytest.mark.parametrize(("chunk", "endpoint", "reason"), [

@@ -9,10 +9,11 @@ from accelkit.loadtest import SLO, LoadTestConfig, compute_metrics, parse_rate
 from accelkit.loadtest.metrics import RequestRecord, distribution, is_good, peak_concurrency
 
 
-def rec(index, chunks, *, completion=None, prompt=None, send=0.0, done=None, error=None, input_len=7):
+def rec(index, chunks, *, completion=None, prompt=None, send=0.0, done=None, error=None, input_len=7, finish=None):
     return RequestRecord(index=index, input_len=input_len, max_tokens=8, send_s=send,
                          done_s=done if done is not None else send + (chunks[-1] if chunks else 0.01),
-                         chunk_times_s=list(chunks), completion_tokens=completion, prompt_tokens=prompt, error=error)
+                         chunk_times_s=list(chunks), completion_tokens=completion, prompt_tokens=prompt, error=error,
+                         finish_s=finish)
 
 
 @pytest.fixture
@@ -77,6 +78,29 @@ def test_empty_and_bad_duration():
     assert m["completed"] == 0 and m["ttft_ms"]["mean"] is None and m["request_throughput"] == 0
     with pytest.raises(ValueError, match="duration_s"):
         compute_metrics([], 0.0)
+
+
+def test_finish_chunk_ends_the_request():
+    """A request ending by EOS streams its text, then the EOS step as a text-less chunk with finish_reason, and
+    usage counts that step. E2E stopped at the last text chunk (TPOT short by one step in k), and a request whose
+    only output was the EOS failed."""
+    r = rec(0, [0.10, 0.15, 0.20], finish=0.30, completion=4)
+    assert (r.ttft_s, r.e2e_s) == (0.10, 0.30) and r.tpot_s == pytest.approx(0.20 / 3)
+    assert r.itl_s == pytest.approx([0.05, 0.05, 0.10])  # the EOS step is a gap too, as vLLM times it
+    same = rec(1, [0.10, 0.20], finish=0.20, completion=2)  # finish_reason on the last text chunk: nothing added
+    assert same.e2e_s == 0.20 and same.itl_s == pytest.approx([0.10])
+    eos_only = rec(2, [], finish=0.05, completion=1)
+    assert eos_only.success and eos_only.ttft_s == eos_only.e2e_s == 0.05 and eos_only.tpot_s is None
+    assert rec(3, [], finish=0.05).output_tokens == 1  # no usage: the EOS step is counted, as the server's usage does
+    m = compute_metrics([r, same, eos_only], 1.0)
+    assert (m["completed"], m["failed"]) == (3, 0) and m["e2e_ms"]["max"] == pytest.approx(300)
+
+
+def test_unbacked_percentiles_any_q():
+    """--percentiles 99.9 was never flagged: only p50/p90/p95/p99 had a sample requirement."""
+    d = distribution([0.1] * 500, (50, 99, 99.9))
+    assert d["unbacked"] == ["p99.9"]  # needs 4603 samples
+    assert distribution([0.1] * 4, (50, 75, 100))["unbacked"] == ["p75", "p100"]  # p100, the maximum: never backed
 
 
 def test_peak_concurrency():

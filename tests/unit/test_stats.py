@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accelkit.core import summarize
-from accelkit.core.stats import percentile
+from accelkit.core.stats import MIN_SAMPLES_FOR, min_samples_for, percentile
 
 
 @given(st.lists(st.floats(0.0, 1e6, allow_nan=False), min_size=1, max_size=200))
@@ -21,6 +21,13 @@ def test_unbacked_percentiles_follow_loadgen_rule():
     assert summarize([1.0] * 43).unbacked == ("p90", "p95", "p99")
     assert summarize([1.0] * 44).unbacked == ("p95", "p99")
     assert summarize([1.0] * 459).unbacked == ()
+
+
+def test_min_samples_for_any_percentile():
+    """The rule behind MIN_SAMPLES_FOR, for any percentile: the smallest n with 1 − (q/100)^n ≥ 0.99."""
+    assert {key: min_samples_for(float(key[1:])) for key in MIN_SAMPLES_FOR} == MIN_SAMPLES_FOR
+    assert min_samples_for(99.9) == 4603 and min_samples_for(75) == 17 and min_samples_for(25) == 1
+    assert min_samples_for(100) is None  # the maximum: no sample count backs it
 
 
 def test_noise_verdict():
