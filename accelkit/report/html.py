@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -364,5 +365,20 @@ def write_report(path: str | Path, *, store: ResultStore | None = None, run_id: 
     finally:
         if own:
             store.close()
-    path.write_text(html, encoding="utf-8")
+    _write_whole(path, html)
     return path
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """A regular file is written whole or not at all (a temporary file renamed into place): a full disk left a
+    0-byte report.html behind. A device or pipe (/dev/stdout) is written in place."""
+    if path.exists() and not path.is_file():
+        path.write_text(text, encoding="utf-8")
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -23,6 +23,7 @@ Recovery (reading never needs write access, and one bad row never hides the othe
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
@@ -101,6 +102,10 @@ MAX_ROW_ID = 2**63 - 1  # SQLite's INTEGER range; a larger id cannot name a row
 # SQLite's primary result codes that mean "this file (or a page of it) is damaged", not "busy" or "denied"
 _DAMAGE_CODES = (10, 11, 26)  # SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_NOTADB
 _DENIED_CODES = (8, 14, 23)  # SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_AUTH
+_FULL_CODE = 13  # SQLITE_FULL
+# extended SQLITE_IOERR codes of the WAL index (results.db-shm) that cannot be created, grown or mapped: what a full
+# disk gives on opening a WAL store (even read-only: SQLite builds its -shm first), not damage to the store
+_SHM_CODES = (4618, 4874, 5386)  # SQLITE_IOERR_SHMOPEN, SQLITE_IOERR_SHMSIZE, SQLITE_IOERR_SHMMAP
 
 
 class _Undecodable(bytes):
@@ -119,7 +124,17 @@ def _code(exc: sqlite3.Error) -> int | None:
     return None if code is None else code & 0xFF
 
 
+def _is_full(exc: sqlite3.Error) -> bool:
+    """A full disk (SQLITE_FULL), or a WAL index SQLite could not make or grow — on a full disk, as a rule."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code in _SHM_CODES or code & 0xFF == _FULL_CODE
+    return "disk is full" in str(exc)
+
+
 def _is_damage(exc: sqlite3.Error) -> bool:
+    if _is_full(exc):
+        return False
     code = _code(exc)
     if code is not None:
         return code in _DAMAGE_CODES
@@ -224,6 +239,9 @@ class ResultStore:
                 if not self.path.exists():
                     os.replace(tmp, self.path)
         except (OSError, sqlite3.DatabaseError) as exc:
+            if _is_full(exc) if isinstance(exc, sqlite3.Error) else exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise AccelkitError(f"cannot create the results store {self.path}: disk full ({exc}); free some "
+                                    "space, or set ACCELKIT_HOME to a folder on another disk") from exc
             raise AccelkitError(f"cannot create the results store {self.path} ({exc}); set ACCELKIT_HOME to a "
                                 "writable folder") from exc
         finally:
@@ -246,13 +264,19 @@ class ResultStore:
                 break
             except sqlite3.DatabaseError as exc:
                 conn.close()
-                if _code(exc) in _DENIED_CODES and not immutable:
-                    # a WAL store in a folder we cannot write: SQLite cannot create the WAL index there
+                full = _is_full(exc)
+                if (full or _code(exc) in _DENIED_CODES) and not immutable:
+                    # a WAL store in a folder we cannot write, or on a full disk: SQLite cannot create (or grow) the
+                    # WAL index there; immutable reads the database file alone
                     immutable = True
+                    why = f"the disk of {self.path.parent} is full" if full else f"{self.path.parent} is read-only"
                     wal = Path(f"{self.path}-wal")
                     if wal.is_file() and wal.stat().st_size > 0:
-                        self.notes.append(f"{self.path.parent} is read-only: the store was opened immutable, so the "
-                                          f"rows still in {wal.name} (not yet checkpointed) are not visible")
+                        self.notes.append(f"{why}: the store was opened immutable, so the rows still in {wal.name} "
+                                          "(not yet checkpointed) are not visible")
+                    elif full:
+                        self.notes.append(f"{why} (SQLite cannot make the store's WAL index): read without it; "
+                                          "nothing can be stored there until space is freed")
                     continue
                 if _is_damage(exc) and not writable_schema:
                     writable_schema = True
@@ -295,6 +319,10 @@ class ResultStore:
         if code == 26 or (code is None and "not a database" in str(exc)):  # SQLITE_NOTADB
             return (f"the results store {self.path} is not an SQLite database ({exc}): another file, or its first "
                     f"page is damaged; move it aside (mv {self.path} {self.path}.bad) and a new store is created")
+        if _is_full(exc):
+            index = "" if code == _FULL_CODE else f"SQLite cannot make or grow its WAL index {self.path.name}-shm, "
+            return (f"cannot {action} the results store {self.path}: disk full ({index}{exc}); free some space, or "
+                    "set ACCELKIT_HOME to a folder on another disk (`accelkit results list` still reads this store)")
         if action == "write" and code in (10, 13):  # SQLITE_IOERR, SQLITE_FULL while writing: space, not damage
             return (f"cannot write the results store {self.path} ({exc}): is its disk full? Free some space, or set "
                     "ACCELKIT_HOME to a folder on another disk")
