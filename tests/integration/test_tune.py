@@ -1,5 +1,5 @@
 """`accelkit tune` end to end on a tiny BERT: every candidate ends in a status, refusals say why, the
-winner passes the gate and is the fastest passing recipe."""
+winner passes the gate and is the fastest passing recipe (by the paired ratios the bench's verdict reads)."""
 
 import json
 import re
@@ -24,7 +24,11 @@ def test_tune_bert_tiny(cli):
     assert [t for t in data["trials"] if t["status"] == "skipped"]  # beyond --max-trials
     winner = data["winner"]
     assert winner["passed"]
-    assert winner["throughput"] == max(t["throughput"] for t in measured if t["passed"])
+    # the fastest passing recipe by the bench's paired ratios against fp32 (every trial ran interleaved), as the
+    # note says — not by total throughput, which a few slow blocks can swing
+    passing = [t for t in measured if t["passed"]]
+    assert winner["vs_baseline"]["ratio"] == max(t["vs_baseline"]["ratio"] for t in passing)
+    assert any(n.startswith("speed ranked by the median of paired blocks against fp32") for n in data["notes"])
     assert "from accelkit.recipes import apply" in data["snippet"] and data["result_id"] is not None
     assert data["pareto"] and winner["name"] in data["pareto"]
     stored = json.loads(cli("results", "show", str(data["result_id"]), "--json", check=True).stdout)

@@ -65,3 +65,36 @@ def test_gate_fails_an_accuracy_without_figures_with_its_note_as_the_reason():
     assert gate["passed"] is False and gate["criterion"] == "none" and "inf/NaN" in gate["reason"]
     no_reference = {"cosine": None, "identical": None, "top1_agreement": None, "note": "no fp32 reference output (x)"}
     assert _gate(no_reference, 0.01) == {"passed": False, "criterion": "none", "reason": "no fp32 reference output (x)"}
+
+
+def _paired(name, tput, ratio, p25, p75):
+    t = _trial(name, tput, 10, 1.0)
+    t.vs_baseline = {"baseline": "fp32", "ratio": ratio, "p25": p25, "p75": p75, "pairs": 12, "interleaved": True}
+    return t
+
+
+def test_speed_is_ranked_by_the_paired_ratios_the_bench_verdict_reads():
+    """tune crowned int8 by total throughput (a few slow blocks of bf16 weigh in the totals) while the bench's
+    verdict on the same run put int8 at 0.975× [0.957–0.991] fp32 and bf16 fastest at 1.10×."""
+    from accelkit.tune.search import rank_by_paired_ratios
+
+    base = _trial("fp32", 100, 10, 1.0)
+    base.vs_baseline = {"baseline": "fp32", "ratio": 1.0, "p25": None, "p75": None, "pairs": 0, "interleaved": None,
+                        "verdict": "baseline"}
+    bf16, int8 = _paired("bf16", 105, 1.10, 1.07, 1.13), _paired("int8", 112, 0.975, 0.957, 0.991)
+    assert min([base, bf16, int8], key=lambda t: _objective_key(t, "throughput")) is int8  # totals alone
+    note = rank_by_paired_ratios([base, bf16, int8])
+    assert min([base, bf16, int8], key=lambda t: _objective_key(t, "throughput")) is bf16
+    assert _dominates(bf16, int8)  # as fast by the pairs, as lean, as accurate
+    assert note == ("speed ranked by the median of paired blocks against fp32 (the bench's verdict), not total "
+                    "throughput: fastest bf16 1.1× [1.07–1.13], next fp32 1×")
+    close = _paired("fp16", 90, 1.08, 1.02, 1.10)  # its p75 reaches bf16's p25: no clear winner
+    assert rank_by_paired_ratios([base, bf16, close]).endswith(" — within the run-to-run spread of each other")
+
+
+def test_trials_without_pairs_keep_total_throughput():
+    from accelkit.tune.search import rank_by_paired_ratios
+
+    a, b = _paired("a", 100, 1.2, 1.1, 1.3), _trial("b", 120, 10, 1.0)  # b: measured one after another, no pairs
+    assert rank_by_paired_ratios([a, b]) is None and a.ranked_speed is None
+    assert min([a, b], key=lambda t: _objective_key(t, "throughput")) is b
