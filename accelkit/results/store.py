@@ -60,6 +60,8 @@ MIGRATIONS: list[str] = [
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+#: the results table's columns at version 1, in order (what a store rebuilt without its user_version must have)
+_V1_COLUMNS = ("id", "type", "kind", "name", "hardware", "created_at", "run_id", "payload", "samples", "environment")
 
 #: what produces rows (the ``kind`` column); `results list --kind` also accepts any kind already stored
 RESULT_KINDS = ("plan", "probe", "collectives", "bench", "tune", "profile", "loadtest", "sweep", "sweep-error")
@@ -206,6 +208,7 @@ class ResultStore:
                                 f"({exc.strerror or exc}); set ACCELKIT_HOME to a writable folder") from exc
         if not self.path.exists():
             self._create()
+        self._check_writable()
         conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
@@ -219,6 +222,17 @@ class ResultStore:
             conn.close()
             raise
         return conn
+
+    def _check_writable(self) -> None:
+        """Refuse a store file (or its -wal/-shm) this process may not write. SQLite opens such a file read-only
+        without a word, and the write lock taken on opening writes nothing, so it passed, and the first add failed
+        — after the measurement the store was opened for. Not a test write: opening must not need free space (a
+        store whose next write fails is a failure of that write, reported with the result kept)."""
+        for path in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            if path.exists() and not os.access(path, os.W_OK):  # mode, read-only mount, immutable flag
+                raise AccelkitError(f"cannot open the results store {self.path}: {path} cannot be written (a read-only "
+                                    "file or mount); make it writable or set ACCELKIT_HOME to a writable folder "
+                                    "(`accelkit results list` can still read this one)")
 
     def _create(self) -> None:
         """Build a new store in a temporary file and link it into place: never a half-made file at ``path``,
@@ -362,11 +376,26 @@ class ResultStore:
                 raise AccelkitError(self._newer(version))
             if version == 0:
                 self._not_ours(tables)
+                if "results" in tables:  # a store rebuilt by `sqlite3 .dump` (which drops user_version)
+                    version = self._adopt(conn)
             for step in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step].split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {step + 1}")
+
+    def _adopt(self, conn: sqlite3.Connection) -> int:
+        """The schema version of a results table without one (``sqlite3 .dump`` and ``.recover`` keep the rows and
+        lose ``user_version``): version 1 when its columns are version 1's, else refused by name."""
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(results)")]
+        if columns != list(_V1_COLUMNS):
+            raise AccelkitError(f"{self.path} has a results table without a schema version whose columns "
+                                f"({', '.join(columns)}) are not an accelkit store's ({', '.join(_V1_COLUMNS)}); "
+                                "set ACCELKIT_HOME to another folder")
+        conn.execute("CREATE INDEX IF NOT EXISTS results_kind_time ON results (kind, created_at)")
+        conn.execute("CREATE INDEX IF NOT EXISTS results_run ON results (run_id)")
+        conn.execute("PRAGMA user_version = 1")
+        return 1
 
     @property
     def schema_version(self) -> int:

@@ -127,3 +127,26 @@ def test_writer_killed_mid_run_leaves_store_consistent(tmp_path):
             assert len(stored.result.samples["s"]) == 200
         store.add(Estimate(kind="plan", name="after the crash"))  # still writable
         assert store.count() == count + 1
+
+
+def test_a_store_rebuilt_from_a_dump_is_adopted(tmp_path):
+    """`sqlite3 results.db .dump | sqlite3 new.db` (the usual salvage) keeps the table and the rows but not
+    user_version: writing failed with 'table results already exists' (migration 0 → 1 ran again)."""
+    path = tmp_path / "r.db"
+    with ResultStore(path) as store:
+        store.add_many([Estimate(kind="plan", name="a"), Estimate(kind="plan", name="b")], run_id="r1")
+    dumped = tmp_path / "dumped.db"
+    with sqlite3.connect(path) as old, sqlite3.connect(dumped) as new:
+        new.executescript("\n".join(old.iterdump()))
+        assert new.execute("PRAGMA user_version").fetchone()[0] == 0
+    with ResultStore(dumped) as store:
+        assert store.schema_version == store_mod.SCHEMA_VERSION
+        rid = store.add(Estimate(kind="plan", name="c"))
+        assert rid == 3 and [s.result.name for s in store.query()] == ["c", "b", "a"]
+    # a results table with other columns is somebody else's: refused by name, not altered
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE results (id INTEGER PRIMARY KEY, score REAL)")
+    with pytest.raises(AccelkitError, match=r"results table without a schema version whose columns \(id, score\)"):
+        ResultStore(other)
+    assert [r[1] for r in sqlite3.connect(other).execute("PRAGMA table_info(results)")] == ["id", "score"]

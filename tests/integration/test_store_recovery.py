@@ -174,6 +174,40 @@ def test_a_measuring_command_checks_the_store_before_measuring(readonly_home):
     assert proc.returncode == 0 and json.loads(proc.stdout)["kind"] == "probe"
 
 
+@pytest.mark.parametrize("with_wal", [False, True])
+def test_a_read_only_store_file_in_a_writable_folder_is_refused_at_open(_isolated_home, with_wal):
+    """The store file read-only, its folder writable (a copied-in store, chmod 444): SQLite opened it read-only
+    without a word and the open's BEGIN IMMEDIATE writes nothing, so it passed, and the first add failed — after the
+    measurement. Refused at open now, whether or not -wal/-shm files (read-only too) sit beside it."""
+    path = _isolated_home / "results.db"
+    _fill(path, 2)
+    if with_wal:  # a copy taken while another process had it open: -wal and -shm beside it
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("SELECT COUNT(*) FROM results").fetchone()
+    files = sorted(_isolated_home.iterdir())
+    for f in files:
+        f.chmod(0o444)
+    try:
+        probe = subprocess.run([sys.executable, "-c", f"open({str(path)!r}, 'r+')"], capture_output=True,
+                               preexec_fn=_without_dac_override)
+        if probe.returncode == 0:  # the condition could not be made real here; say so instead of passing
+            pytest.skip("cannot make a file read-only for a child process here (root without CAP_SETPCAP?)")
+        code = ("import sys; from accelkit.results import ResultStore; s = ResultStore(sys.argv[1]); "
+                "print('opened'); from accelkit.core import Estimate; s.add(Estimate(kind='plan', name='x'))")
+        proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
+                              cwd=REPO, preexec_fn=_without_dac_override)
+        assert proc.returncode == 1 and proc.stdout == "", (proc.stdout, proc.stderr)
+        assert f"cannot open the results store {path}: {path} cannot be written" in proc.stderr, proc.stderr
+    finally:
+        for f in files:
+            f.chmod(0o644)
+        if with_wal:
+            conn.close()
+    with ResultStore(path, readonly=True) as store:
+        assert store.count() == 2
+
+
 def test_a_result_the_store_cannot_take_is_printed_not_lost(_isolated_home):
     """`loadtest` with the store's disk 'full' when it writes (RLIMIT_FSIZE: the same EFBIG a full quota gives):
     the store opened fine before the test, the write fails after it, and the measurement comes out on stdout."""
