@@ -8,14 +8,14 @@ import errno
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import typer
 
 from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
 from accelkit.cli.store import reading
 from accelkit.core import AccelkitError, UnknownNameError, UserError
-from accelkit.results import ResultStore, export, flat_row
+from accelkit.results import ResultStore, StoredResult, export, flat_row
 from accelkit.results.store import MAX_ROW_ID, RESULT_KINDS
 
 app = typer.Typer(help="The results store: every estimate and measurement.", no_args_is_help=True)
@@ -24,19 +24,28 @@ KindOption = typer.Option(None, "--kind", help=f"Only results of this kind ({', 
 HardwareOption = typer.Option(
     None, "--hardware", help="Only results on this hardware: a catalog name or alias (h100, mi300x), cpu, or the name "
                              "as stored.")
+RunOption = typer.Option(None, "--run", help="Only the results of this run id (what `accelkit bench` and `accelkit "
+                                              "sweep` print; a sweep's points share it).")
 
 
 class Filters:
-    """--kind / --hardware resolved against the catalog and the store: the stored names they select."""
+    """--kind / --hardware resolved against the catalog and the store: the stored names they select; --run as given."""
 
-    def __init__(self, store: ResultStore, kind: str | None, hardware: str | None):
+    def __init__(self, store: ResultStore, kind: str | None, hardware: str | None, run: str | None = None):
         self.kind = _kind(store, kind) if kind is not None else None
         self.hardware_flag = hardware
         self.hardware = _hardware(store, hardware) if hardware is not None else None
+        self.run = run
 
     @property
     def given(self) -> bool:
-        return self.kind is not None or self.hardware is not None
+        return self.kind is not None or self.hardware is not None or self.run is not None
+
+    def query(self, store: ResultStore, **kwargs: Any) -> list[StoredResult]:
+        return store.query(kind=self.kind, hardware=self.hardware, run_id=self.run, **kwargs)
+
+    def count(self, store: ResultStore) -> int:
+        return store.count(kind=self.kind, hardware=self.hardware, run_id=self.run)
 
     def describe(self) -> str:
         parts = []
@@ -45,6 +54,8 @@ class Filters:
         if self.hardware is not None:
             shown = f" ({', '.join(self.hardware)})" if self.hardware and self.hardware != [self.hardware_flag] else ""
             parts.append(f"--hardware {self.hardware_flag}{shown}")
+        if self.run is not None:
+            parts.append(f"--run {self.run}")
         return " ".join(parts)
 
 
@@ -84,18 +95,24 @@ def _hardware(store: ResultStore, name: str) -> list[str]:
 def list_cmd(
     kind: str | None = KindOption,
     hardware: str | None = HardwareOption,
+    run: str | None = RunOption,
     limit: int = typer.Option(20, "--limit", min=1, max=MAX_ROW_ID, help="Newest N results."),
     as_json: bool = JsonOption,
 ) -> None:
     """List stored results, newest first."""
     with reading() as store:
-        filters = Filters(store, kind, hardware)
-        found = store.query(kind=filters.kind, hardware=filters.hardware, limit=limit)
+        filters = Filters(store, kind, hardware, run)
+        found = filters.query(store, limit=limit)
+        unreadable = len(store.skipped)  # rows within the limit that could not be decoded (warned about above)
         total = store.count()
-        matching = store.count(kind=filters.kind, hardware=filters.hardware) if filters.given else total
+        matching = filters.count(store) if filters.given else total
         on = store.distinct("hardware") if filters.given and not matching else []
         path = store.path
-    shown = f"{len(found)} of {matching} shown, newest first; --limit {matching} shows all"
+    shown = f"{len(found)} of {matching} shown, newest first"
+    if len(found) + unreadable < matching:  # the limit left some out
+        shown += f"; --limit {matching} shows all"
+    if unreadable:  # no limit shows them: say so rather than suggest a larger one
+        shown += f"; {unreadable} could not be read (see the warnings)"
     if as_json and len(found) < matching:
         err.print(shown, highlight=False)  # stdout is the JSON document
 
@@ -105,12 +122,13 @@ def list_cmd(
             f = flat_row(s)
             headline = f"{fmt_num(f['throughput'], 3)} {f['throughput_unit']}" if f["throughput"] is not None else None
             rows.append((s.id, f["created_at"], f["type"], f["kind"], f["name"], f["hardware"], headline,
-                         fmt_num(f["mfu"], 3)))
+                         fmt_num(f["mfu"], 3), s.run_id))
         where = f" matching {filters.describe()}" if filters.given else ""
         if found:
             out.print(table(f"Results in {path}{where}: {len(found)} of {matching}"
                             + (f" ({total} in all)" if filters.given else ""),
-                            ["id", "created (UTC)", "type", "kind", "name", "hardware", "headline", "MFU"], rows))
+                            ["id", "created (UTC)", "type", "kind", "name", "hardware", "headline", "MFU", "run"],
+                            rows))
         if found and len(found) < matching:
             out.print(shown)
         if total == 0:
@@ -144,14 +162,18 @@ def export_cmd(
     fmt: Literal["json", "csv"] = typer.Option("json", "--format", help="json (full records with raw samples) or csv (one row each)."),
     kind: str | None = KindOption,
     hardware: str | None = HardwareOption,
+    run: str | None = RunOption,
     output: Path | None = typer.Option(None, "--out", help="Write to this file instead of stdout."),
 ) -> None:
     """Export results as JSON or CSV."""
     if output is not None:
         _check_out(output)
     with reading() as store:
-        filters = Filters(store, kind, hardware)
-        results = store.query(kind=filters.kind, hardware=filters.hardware, newest_first=False)
+        filters = Filters(store, kind, hardware, run)
+        if run is not None and not store.count(run_id=run):
+            raise UserError(f"--run {run!r}: no result in {store.path} has this run id; `accelkit results list` shows "
+                            "the run ids (leave --run out to export every result)")
+        results = filters.query(store, newest_first=False)
         skipped = len(store.skipped)
     text = export(results, fmt)
     if output is None:

@@ -633,6 +633,8 @@ CSV_COLUMNS = (
     "memory_total_bytes", "energy_j_per_item",
     # bench rows, read typed (accelkit.core.bench_result.BenchResult); empty for other kinds
     "variant", "step", "mfu_vs_probe", "measured_over_predicted",
+    # where and by what it was measured, from the environment (empty where the row has none: plans)
+    "hostname", "accelkit_version", "accelkit_git",
 )
 
 
@@ -648,7 +650,10 @@ def flat_row(stored: StoredResult) -> dict[str, Any]:
     """One result as a flat dict of the CSV columns."""
     r = stored.result
     lat = r.latency_s
-    memory_total = r.memory_bytes.get("total", sum(r.memory_bytes.values()) if r.memory_bytes else None)
+    # a plan's total, else a measurement's peak; never a sum: a bench row's peak already holds load and the step's
+    # increase (peak + load + step_peak_increase counted the load twice)
+    memory_total = r.memory_bytes.get("total", r.memory_bytes.get("peak"))
+    env = r.environment if isinstance(r.environment, dict) else {}
     return {
         **dict.fromkeys(CSV_COLUMNS), **_bench_columns(r),
         "id": stored.id, "run_id": stored.run_id, "type": _type_of(r), "kind": r.kind, "name": r.name,
@@ -657,7 +662,16 @@ def flat_row(stored: StoredResult) -> dict[str, Any]:
         "latency_median_s": lat.median if lat else None, "latency_p90_s": lat.p90 if lat else None,
         "latency_p99_s": lat.p99 if lat else None, "latency_n": lat.n if lat else None, "mfu": r.mfu,
         "memory_total_bytes": memory_total, "energy_j_per_item": r.energy_j_per_item,
+        "hostname": env.get("hostname"), "accelkit_version": env.get("accelkit"), "accelkit_git": env.get("accelkit_git"),
     }
+
+
+def _csv_cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (=, +, -, @, tab or CR first: a result named
+    '=HYPERLINK(…)') gets a leading ' (OWASP's CSV-injection rule); numbers are left as they are."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
 
 
 def export(results: list[StoredResult], fmt: str) -> str:
@@ -670,6 +684,6 @@ def export(results: list[StoredResult], fmt: str) -> str:
         writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
         writer.writeheader()
         for stored in results:
-            writer.writerow(flat_row(stored))
+            writer.writerow({k: _csv_cell(v) for k, v in flat_row(stored).items()})
         return buf.getvalue()
     raise UserError(f"export format {fmt!r} is not supported; use json or csv")
