@@ -68,8 +68,9 @@ RESULT_KINDS = ("plan", "probe", "collectives", "bench", "tune", "profile", "loa
 
 
 def accelkit_home() -> Path:
-    """``$ACCELKIT_HOME`` or ``~/.accelkit``."""
-    return Path(os.environ.get("ACCELKIT_HOME") or Path.home() / ".accelkit")
+    """``$ACCELKIT_HOME`` or ``~/.accelkit``; a leading ~ is the home folder (a quoted ACCELKIT_HOME='~/acc' reaches
+    us unexpanded, and made a folder named '~' in the working directory)."""
+    return Path(os.path.expanduser(os.environ.get("ACCELKIT_HOME") or "~/.accelkit"))
 
 
 def default_path() -> Path:
@@ -194,6 +195,10 @@ class ResultStore:
         if self.path.is_dir():
             raise AccelkitError(f"the results store {self.path} is a directory, not a file; move it away or set "
                                 "ACCELKIT_HOME to another folder")
+        folder = next((p for p in self.path.parents if p.exists()), None)
+        if folder is not None and not folder.is_dir():  # reading said 'No results yet', writing '(File exists)'
+            raise AccelkitError(f"{folder} is a file, not a folder, so the results store {self.path} cannot be there; "
+                                "set ACCELKIT_HOME to a folder")
         if self.path.is_file() and self.path.stat().st_size == 0:
             raise AccelkitError(
                 f"the results store {self.path} is an empty (0-byte) file, not a database: a truncated copy or a full "
