@@ -8,6 +8,7 @@ import typer
 
 from accelkit.cli.output import JsonOption, emit, err, out
 from accelkit.core import UserError
+from accelkit.results.store import MAX_ROW_ID
 
 
 def check_out_path(path: Path) -> None:
@@ -27,6 +28,8 @@ def check_out_path(path: Path) -> None:
 def report_cmd(
     out_path: Path = typer.Option(Path("report.html"), "--out", help="Where to write the HTML file."),
     run: str | None = typer.Option(None, "--run", help="Only the results of this run id (default: all)."),
+    limit: int = typer.Option(500, "--limit", min=1, max=MAX_ROW_ID,
+                              help="The newest N benchmark results in the runs table (the figures draw the newest 60)."),
     open_: bool = typer.Option(False, "--open", help="Open it in the default browser afterwards."),
     as_json: bool = JsonOption,
 ) -> None:
@@ -40,7 +43,7 @@ def report_cmd(
             raise UserError(f"--run {run!r}: no result in {store.path} has this run id; `accelkit bench` prints the "
                             "run id of what it stores (leave --run out to report every result)")
         try:
-            path = write_report(out_path, store=store, run_id=run)
+            path = write_report(out_path, store=store, run_id=run, limit=limit)
         except OSError as exc:  # e.g. a full disk (/dev/full): the report is rebuilt from the store on a rerun
             raise UserError(f"--out {out_path}: cannot write the report ({exc.strerror or exc}); "
                             "choose another path") from exc

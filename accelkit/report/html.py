@@ -24,6 +24,8 @@ from accelkit.results import ResultStore, StoredResult
 
 #: at most this many benchmark rows are drawn (newest first); the table lists them all
 MAX_PLOTTED = 60
+#: the newest this many benchmark rows make the table (`accelkit report --limit`); the header says when there are more
+DEFAULT_LIMIT = 500
 #: pixels per category row of a horizontal chart (labels stay horizontal and readable, never rotated)
 ROW_PX = 26
 
@@ -203,18 +205,43 @@ def predicted_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
                        "yaxis": _axis("measured (items/s in the same unit, log scale)", type="log")})
 
 
-def roofline_figure(store: ResultStore) -> dict[str, Any] | None:
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def _probe_peaks(details: dict[str, Any]) -> tuple[float, dict[str, dict[str, Any]]] | None:
+    """A probe's bandwidth (GB/s) and its matmul figures by dtype (each with a TFLOP/s), or None when the row lacks
+    them — a row stored through the Python API or by another version; one such row stopped the whole report."""
+    bandwidth, matmul = details.get("bandwidth"), details.get("matmul")
+    gbps = _number(bandwidth.get("gbps")) if isinstance(bandwidth, dict) else None
+    if gbps is None or not isinstance(matmul, dict):
+        return None
+    peaks = {str(k): m for k, m in matmul.items() if isinstance(m, dict) and _number(m.get("tflops")) is not None}
+    return (gbps, peaks) if peaks else None
+
+
+def roofline_figure(store: ResultStore, notes: list[str] | None = None) -> dict[str, Any] | None:
     """Attainable FLOP/s = min(peak, bandwidth × arithmetic intensity), per probed dtype, for the newest
-    probe of each hardware; the catalog roofline (dashed) where the device is in the catalog."""
-    latest: dict[str, StoredResult] = {}
+    probe of each hardware that has both figures (one without them is named in ``notes``); the catalog roofline
+    (dashed) where the device is in the catalog."""
+    latest: dict[str, tuple[StoredResult, float, dict[str, dict[str, Any]]]] = {}
     for s in store.query(kind="probe", limit=50):
-        latest.setdefault(s.result.hardware or "?", s)
+        hardware = s.result.hardware or "?"
+        if hardware in latest:
+            continue
+        found = _probe_peaks(s.result.details)
+        if found is None:
+            if notes is not None:
+                notes.append(f"probe #{s.id} ({hardware}) has no bandwidth or matmul figures; it is left out of the "
+                             "roofline")
+            continue
+        latest[hardware] = (s, *found)
     intensities = [10 ** (k / 8) for k in range(-8, 33)]  # 0.1 … 10^4 FLOP/byte
     data: list[dict[str, Any]] = []
-    for hardware, s in latest.items():
+    for hardware, (s, gbps, matmul) in latest.items():
         d = s.result.details
-        bw = d["bandwidth"]["gbps"] * 1e9
-        for dtype, m in d["matmul"].items():
+        bw = gbps * 1e9
+        for dtype, m in matmul.items():
             peak = m["tflops"] * 1e12
             data.append({"type": "scatter", "mode": "lines", "name": f"{hardware} {dtype} (measured, #{s.id})",
                          "x": intensities, "y": [min(peak, bw * i) / 1e12 for i in intensities]})
@@ -315,12 +342,28 @@ def run_verdicts(rows: list[BenchRow]) -> list[dict[str, Any]]:
     return out
 
 
-def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 500) -> str:
-    """The report as an HTML string."""
+def _script_json(value: Any) -> str:
+    """JSON to embed in a <script>: <, > and & as \\u escapes, so no stored text ('</script>', '<!--<script>', which
+    puts the HTML parser in a state where the script never ends) can leave the script or change how it is parsed."""
+    text = json.dumps(value, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _store_contents(store: ResultStore, run_id: str | None) -> str:
+    """'3 plan, 1 sweep' — what the store (or the run) holds, for a report without benchmark results."""
+    counts = [(kind, store.count(kind=kind, run_id=run_id)) for kind in store.distinct("kind")]
+    return ", ".join(f"{n} {kind}" for kind, n in counts if n)
+
+
+def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = DEFAULT_LIMIT) -> str:
+    """The report as an HTML string: the newest ``limit`` benchmark results in the table (the header says how many
+    there are), the newest MAX_PLOTTED of them in the figures."""
     from jinja2 import Environment
     from plotly.offline import get_plotlyjs
 
+    notes: list[str] = []
     rows = bench_rows(store, run_id, limit)
+    bench_total = store.count(kind="bench", run_id=run_id)
     plotted = rows[:MAX_PLOTTED]
     loadtests = _loadtests(store, run_id)
     sections = [
@@ -338,30 +381,32 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
          "expected (its efficiency for the device or shape is too low), below it worse (overheads the planner does "
          "not model: small kernels, Python, launch latency). Hover for each ratio in words.", predicted_figure(plotted)),
         ("roofline", "Measured roofline", "From the newest `accelkit hw probe` of each device: min(peak, "
-         "bandwidth × intensity).", roofline_figure(store)),
+         "bandwidth × intensity).", roofline_figure(store, notes)),
         ("serving", "Serving: latency vs throughput", "Each `accelkit loadtest` (a `--sweep-rates` run gives a "
          "curve): TTFT p50/p99 and TPOT p50 against the request throughput achieved.", serving_curve_figure(loadtests)),
         ("serving-dist", "Serving: TTFT and TPOT distributions", "Per request rate, newest load test.",
          serving_distribution_figure(loadtests)),
     ]
-    figures = [{"id": fid, "title": title, "caption": caption, "json": json.dumps(fig, default=str).replace("</", "<\\/")}
+    figures = [{"id": fid, "title": title, "caption": caption, "json": _script_json(fig)}
                for fid, title, caption, fig in sections if fig is not None]
     hardware = sorted({r.hardware for r in rows})
     env = Environment(autoescape=True)
     template = env.from_string(TEMPLATE)
     return template.render(
         plotly_js=get_plotlyjs(), figures=figures, rows=_table_rows(rows), verdicts=run_verdicts(rows),
-        hardware=hardware, store_path=str(store.path), total=store.count(), run_id=run_id,
+        hardware=hardware, store_path=str(store.path), total=store.count(), run_id=run_id, bench_total=bench_total,
+        notes=notes, contents="" if rows else _store_contents(store, run_id),
     )
 
 
-def write_report(path: str | Path, *, store: ResultStore | None = None, run_id: str | None = None) -> Path:
+def write_report(path: str | Path, *, store: ResultStore | None = None, run_id: str | None = None,
+                 limit: int = DEFAULT_LIMIT) -> Path:
     """Write the report to ``path`` (its directory must exist) and return it."""
     path = Path(path)
     own = store is None
     store = store or ResultStore(readonly=True)
     try:
-        html = build_report(store, run_id=run_id)
+        html = build_report(store, run_id=run_id, limit=limit)
     finally:
         if own:
             store.close()

@@ -26,15 +26,19 @@ TEMPLATE = r"""<!doctype html>
 </head>
 <body>
 <h1>accelkit report</h1>
-<p class="meta">{{ rows|length }} benchmark results{% if run_id %} of run {{ run_id }}{% endif %} · {{ total }} results
+<p class="meta">{% if rows|length < bench_total %}the newest {{ rows|length }} of {{ bench_total }} benchmark results
+(<code>accelkit report --limit {{ bench_total }}</code> lists all){% else %}{{ rows|length }} benchmark results{% endif %}
+{%- if run_id %} of run {{ run_id }}{% endif %} · {{ total }} results
 in <code>{{ store_path }}</code> · figures drawn from the newest 60 · sections without data are left out ·
 self-contained (plotly.js inlined)</p>
+{% for note in notes %}<p class="meta">note: {{ note }}</p>
+{% endfor %}
 
 <h2 id="runs">Runs</h2>
 <div class="filters">
   <label>filter <input id="filter-text" type="search" placeholder="workload, variant, run …"></label>
   <label>hardware <select id="filter-hardware"><option value="">all</option>
-  {% for h in hardware %}<option>{{ h }}</option>{% endfor %}</select></label>
+  {% for h in hardware %}<option value="{{ h }}">{{ h }}</option>{% endfor %}</select></label>
   <span id="filter-count"></span>
 </div>
 <div class="scroll">
@@ -48,7 +52,9 @@ self-contained (plotly.js inlined)</p>
 <td>{{ r.variant }}</td><td>{{ r.step }}</td><td class="num">{{ r.throughput }}</td><td class="num">{{ r.p50 }}</td>
 <td class="num">{{ r.cv }}</td><td class="num">{{ r.mfu }}</td><td class="num">{{ r.memory }}</td>
 <td class="num">{{ r.energy }}</td><td>{{ r.drift }}</td><td class="num" title="{{ r.predicted_title }}">{{ r.predicted }}</td></tr>
-{% else %}<tr><td colspan="15">No benchmark results yet: run <code>accelkit bench --suite quick</code>.</td></tr>
+{% else %}<tr><td colspan="15">No benchmark results{% if run_id %} in run {{ run_id }}{% else %} yet{% endif %}
+{%- if contents %} — {% if run_id %}the run has{% else %}the store has{% endif %} {{ contents }} (<code>accelkit results
+list</code>){% endif %}: <code>accelkit bench --suite quick</code> makes some.</td></tr>
 {% endfor %}
 </tbody>
 </table>
