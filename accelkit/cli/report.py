@@ -39,7 +39,7 @@ def report_cmd(
 
     check_out_path(out_path)
     with reading() as store:  # read-only: never waits on a writer's lock, creates no store, reports skipped rows
-        if run is not None and not store.count(run_id=run):
+        if run is not None and (not run.strip() or not store.count(run_id=run)):
             raise UserError(f"--run {run!r}: no result in {store.path} has this run id; `accelkit bench` prints the "
                             "run id of what it stores (leave --run out to report every result)")
         try:

@@ -35,6 +35,8 @@ class Filters:
         self.kind = _kind(store, kind) if kind is not None else None
         self.hardware_flag = hardware
         self.hardware = _hardware(store, hardware) if hardware is not None else None
+        if run is not None and not run.strip():  # the store's filter would take '' as no filter at all
+            raise UserError("--run '' names no run; give a run id (`accelkit results list` shows them) or leave --run out")
         self.run = run
 
     @property

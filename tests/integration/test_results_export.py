@@ -68,6 +68,9 @@ def test_run_filters_list_and_export(cli, _isolated_home):
     assert [r["name"] for r in _csv(cli, "--run", "sweep1")] == ["a", "b"]
     proc = cli("results", "export", "--run", "nope")
     assert proc.returncode == 2 and "--run 'nope': no result" in proc.stderr and proc.stdout == ""
+    for command in ("list", "export"):  # '' is no filter to the store: not every result
+        proc = cli("results", command, "--run", "")
+        assert proc.returncode == 2 and "--run '' names no run" in proc.stderr and proc.stdout == ""
 
 
 def test_list_says_rows_were_unreadable_instead_of_a_larger_limit(cli, _isolated_home):
