@@ -156,7 +156,9 @@ def run_distributed_bench(
         first["result_ids"] += doc["result_ids"]
         # the run's notes are in every launch's document; a later launch's own (its variants' recipe notes, a rank
         # that failed shutting down) were dropped here
-        first["notes"] = list(dict.fromkeys([*first.get("notes", []), *doc.get("notes", [])]))
+        seen = set(first.get("notes", []))  # each launch's warning stays, even when it reads as another's
+        first["notes"] = [*first.get("notes", []),
+                          *(n for n in doc.get("notes", []) if n.startswith("warning: ") or n not in seen)]
     if (error := store_error()) is not None:
         first["store_error"] = error
     if interrupted:
