@@ -18,20 +18,10 @@ import psutil
 
 from accelkit.results import ResultStore
 from tests.conftest import REPO
+from tests.integration.test_dist_failures import _alive
 
 #: each variant measures for 3 s: Ctrl-C lands while the last one measures, long before it could finish
 LOOP = ("--warmup", "1", "--warmup-time", "0", "--min-iterations", "2", "--min-time", "3")
-
-
-def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
-    alive = []
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
 
 
 def _launched(pid: int) -> tuple[list[psutil.Process], list[psutil.Process]]:

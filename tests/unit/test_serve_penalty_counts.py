@@ -4,24 +4,15 @@ requests are alive, and freed when none is left — and stay exact while rows mo
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 import torch
 
 from accelkit.serve.sampler import Sampler, TokenCounts, Uploader
 from accelkit.serve.sampling import SamplingParams
+from tests.unit.test_serve_sampler_features import Row  # what the sampler reads of a sequence
 
 V = 50
 CPU = torch.device("cpu")
-
-
-@dataclass
-class Row:  # what the sampler reads of a sequence
-    seq_id: int
-    params: SamplingParams
-    token_ids: list[int]
-    num_prompt_tokens: int
-    stop_token_ids: frozenset[int] = frozenset()
 
 
 def reference(row: Row) -> tuple[torch.Tensor, torch.Tensor]:
