@@ -29,14 +29,15 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(model_dir: str, *, name: str = "tiny", api_key: str | None = None, max_queue: int = 256,
-                   server: dict[str, Any] | None = None, **engine: Any):
-    """(base URL, ServingState) of a server with accelkit's own shutdown (``ServeServer``) on a free port."""
+                   server: dict[str, Any] | None = None, registry: CollectorRegistry | None = None, **engine: Any):
+    """(base URL, ServingState) of a server with accelkit's own shutdown (``ServeServer``) on a free port;
+    its metrics in ``registry`` (a fresh one by default)."""
     from accelkit.serve.server.lifecycle import ServeServer, server_config
 
     engine.setdefault("kv_cache_memory_bytes", 8 << 20)
     app, state = build_server(EngineConfig(model=str(model_dir), **engine),
                               ServerConfig(served_model_name=name, api_key=api_key, max_queue=max_queue, **(server or {})),
-                              registry=CollectorRegistry())
+                              registry=registry if registry is not None else CollectorRegistry())
     port = free_port()
     server_ = ServeServer(server_config(app, state, host="127.0.0.1", port=port, log_level="warning"), state)
     thread = threading.Thread(target=server_.run, daemon=True)

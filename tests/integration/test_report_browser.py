@@ -75,7 +75,9 @@ def test_report_never_imports_torch(probed, tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
-def test_report_renders_in_chromium(report_file):
+def rendered(path, check) -> list[str]:
+    """Open the report ``path`` in headless chromium, wait until every chart has drawn, run ``check(page)``;
+    assert the page logged no error and return the URLs it requested outside the file (none, self-contained)."""
     sync_playwright = _browser_or_skip()
     errors: list[str] = []
     requests: list[str] = []
@@ -87,54 +89,62 @@ def test_report_renders_in_chromium(report_file):
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.on("request", lambda req: None if req.url.startswith(("file:", "data:", "blob:"))
                     else requests.append(req.url))
-            page.goto(report_file.resolve().as_uri())
+            page.goto(path.resolve().as_uri())
             page.wait_for_function("window.accelkitPlotsRendered === window.accelkitPlotsExpected", timeout=60_000)
-            # self-contained: no external script, stylesheet or image, and (below) no request left the page
-            assert page.evaluate("document.querySelectorAll('script[src], link[href], img[src]').length") == 0
-            plots = page.locator("div.plot")
-            assert plots.count() == 7
-            for i in range(plots.count()):  # every plot drew its SVG
-                assert plots.nth(i).locator(".main-svg").count() >= 1, plots.nth(i).get_attribute("id")
-            # every chart's axes carry a rendered title with its unit (plotly drops a bare-string title silently)
-            titles = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('div.plot')].map(d => [
-                d.id, [d.querySelector('.xtitle')?.textContent || '', d.querySelector('.ytitle')?.textContent || '']]))""")
-            assert titles == EXPECTED_AXIS_TITLES, titles
-            # tick labels are drawn inside their chart (none clipped off the edge)
-            clipped = page.evaluate("""() => [...document.querySelectorAll('div.plot')].flatMap(d => {
-                const box = d.getBoundingClientRect();
-                return [...d.querySelectorAll('.xtick text, .ytick text')].filter(t => {
-                    const r = t.getBoundingClientRect();
-                    return r.width > 0 && (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1
-                                           || r.bottom > box.bottom + 1);
-                }).map(t => d.id + ': ' + t.textContent);
-            })""")
-            assert clipped == [], clipped
-            # no legend covers an axis title
-            covered = page.evaluate("""() => [...document.querySelectorAll('div.plot')].filter(d => {
-                const legend = d.querySelector('.legend'), titles = d.querySelectorAll('.xtitle, .ytitle');
-                if (!legend) return false;
-                const a = legend.getBoundingClientRect();
-                return [...titles].some(t => { const b = t.getBoundingClientRect();
-                    return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom; });
-            }).map(d => d.id)""")
-            assert covered == [], covered
-            verdicts = page.locator("ul.verdicts").inner_text()
-            assert "forward:" in verdicts and "fp32" in verdicts  # what won the bert fp32/bf16 run, in words
-            # the comparison, latency and MFU plots have data (not the "no data" placeholder)
-            for pid in ("plot-comparison", "plot-latency", "plot-mfu", "plot-roofline", "plot-serving",
-                        "plot-serving-dist"):
-                assert page.evaluate(f"document.getElementById('{pid}').data.length") >= 1, pid
-            rows = page.locator("#runs-table tbody tr[data-hardware]")
-            total = rows.count()
-            assert total == 4  # bert fp32, bf16; llm prefill, decode
-            page.fill("#filter-text", "decode")
-            assert page.locator("#runs-table tbody tr[data-hardware]:visible").count() == 1
-            page.fill("#filter-text", "")
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+            check(page)
         finally:
             browser.close()
     assert errors == []
+    return requests
+
+
+def test_report_renders_in_chromium(report_file):
+    def check(page):
+        # self-contained: no external script, stylesheet or image, and (below) no request left the page
+        assert page.evaluate("document.querySelectorAll('script[src], link[href], img[src]').length") == 0
+        plots = page.locator("div.plot")
+        assert plots.count() == 7
+        for i in range(plots.count()):  # every plot drew its SVG
+            assert plots.nth(i).locator(".main-svg").count() >= 1, plots.nth(i).get_attribute("id")
+        # every chart's axes carry a rendered title with its unit (plotly drops a bare-string title silently)
+        titles = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('div.plot')].map(d => [
+            d.id, [d.querySelector('.xtitle')?.textContent || '', d.querySelector('.ytitle')?.textContent || '']]))""")
+        assert titles == EXPECTED_AXIS_TITLES, titles
+        # tick labels are drawn inside their chart (none clipped off the edge)
+        clipped = page.evaluate("""() => [...document.querySelectorAll('div.plot')].flatMap(d => {
+            const box = d.getBoundingClientRect();
+            return [...d.querySelectorAll('.xtick text, .ytick text')].filter(t => {
+                const r = t.getBoundingClientRect();
+                return r.width > 0 && (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1
+                                       || r.bottom > box.bottom + 1);
+            }).map(t => d.id + ': ' + t.textContent);
+        })""")
+        assert clipped == [], clipped
+        # no legend covers an axis title
+        covered = page.evaluate("""() => [...document.querySelectorAll('div.plot')].filter(d => {
+            const legend = d.querySelector('.legend'), titles = d.querySelectorAll('.xtitle, .ytitle');
+            if (!legend) return false;
+            const a = legend.getBoundingClientRect();
+            return [...titles].some(t => { const b = t.getBoundingClientRect();
+                return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom; });
+        }).map(d => d.id)""")
+        assert covered == [], covered
+        verdicts = page.locator("ul.verdicts").inner_text()
+        assert "forward:" in verdicts and "fp32" in verdicts  # what won the bert fp32/bf16 run, in words
+        # the comparison, latency and MFU plots have data (not the "no data" placeholder)
+        for pid in ("plot-comparison", "plot-latency", "plot-mfu", "plot-roofline", "plot-serving",
+                    "plot-serving-dist"):
+            assert page.evaluate(f"document.getElementById('{pid}').data.length") >= 1, pid
+        rows = page.locator("#runs-table tbody tr[data-hardware]")
+        total = rows.count()
+        assert total == 4  # bert fp32, bf16; llm prefill, decode
+        page.fill("#filter-text", "decode")
+        assert page.locator("#runs-table tbody tr[data-hardware]:visible").count() == 1
+        page.fill("#filter-text", "")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+
+    requests = rendered(report_file, check)
     assert requests == []
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000
     shutil.copy(report_file, ARTIFACTS / "report.html")

@@ -14,7 +14,7 @@ from accelkit.core.bench_result import BenchResult, Comparison, Throughput
 from accelkit.report import write_report
 from accelkit.results import ResultStore
 from tests.conftest import accelkit
-from tests.integration.test_report_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_skip
+from tests.integration.test_report_browser import rendered
 
 
 def _bench_pair(store: ResultStore, *, label: str, hardware: str, run_id: str, name_prefix: str = "") -> None:
@@ -29,23 +29,6 @@ def _bench_pair(store: ResultStore, *, label: str, hardware: str, run_id: str, n
         rows.append(result.to_measurement(label=label, workload="bert", config={}, device="cpu", hardware=hardware,
                                           environment={}, spec=None, samples={"latency_s": [0.01, 0.012, 0.011]}))
     store.add_many(rows, run_id=run_id)
-
-
-def _open(path, check):
-    sync_playwright = _browser_or_skip()
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(path.resolve().as_uri())
-            page.wait_for_function("window.accelkitPlotsRendered === window.accelkitPlotsExpected", timeout=60_000)
-            check(page)
-        finally:
-            browser.close()
-    assert errors == []
 
 
 def test_stored_text_cannot_break_the_charts_script(_isolated_home, tmp_path):
@@ -64,7 +47,7 @@ def test_stored_text_cannot_break_the_charts_script(_isolated_home, tmp_path):
         assert page.evaluate("window.__xss === undefined")
         assert "<!--<script> bert" in page.locator("ul.verdicts").inner_text()  # shown as text
 
-    _open(out, check)
+    rendered(out, check)
 
 
 def test_the_hardware_filter_keeps_names_with_runs_of_spaces(_isolated_home, tmp_path):
@@ -81,7 +64,7 @@ def test_the_hardware_filter_keeps_names_with_runs_of_spaces(_isolated_home, tmp
             page.select_option("#filter-hardware", index=i + 1)
             assert page.inner_text("#filter-count") == "2 of 4 shown"
 
-    _open(out, check)
+    rendered(out, check)
 
 
 def test_a_probe_row_without_figures_is_left_out_with_a_note(_isolated_home, tmp_path):

@@ -1,43 +1,17 @@
 """A server built again in the same process (a notebook, a test harness restarting it) on the same Prometheus
 registry — the default one in `accelkit serve` — starts, serves over real HTTP and keeps its metrics."""
 
-import threading
-import time
-from contextlib import contextmanager
-
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from accelkit.serve.server import EngineConfig, ServerConfig, build_server
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import free_port, metric
+from tests.integration.serve_server_util import metric, running_server
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return str(save_tiny_model(tmp_path_factory.mktemp("restart") / "tiny", "tiny-llama"))
-
-
-@contextmanager
-def _serving(model_dir, registry):
-    from accelkit.serve.server.lifecycle import ServeServer, server_config
-
-    app, state = build_server(EngineConfig(model=model_dir, kv_cache_memory_bytes=8 << 20),
-                              ServerConfig(served_model_name="tiny"), registry=registry)
-    port = free_port()
-    server = ServeServer(server_config(app, state, host="127.0.0.1", port=port, log_level="warning"), state)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def _complete(url):
@@ -49,11 +23,11 @@ def _complete(url):
 
 def test_a_second_server_on_the_same_registry_starts_and_counts_on(model_dir):
     registry = CollectorRegistry()
-    with _serving(model_dir, registry) as url:
+    with running_server(model_dir, registry=registry) as (url, _):
         first = _complete(url)
         assert metric(url, "vllm:generation_tokens_total") == 3
     # before: ServingMetrics(registry) again raised "Duplicated timeseries", after the engine had loaded
-    with _serving(model_dir, registry) as url:
+    with running_server(model_dir, registry=registry) as (url, _):
         assert _complete(url) == first
         assert metric(url, "vllm:generation_tokens_total") == 6  # the process's counters go on
         assert metric(url, "vllm:request_success_total") == 2
