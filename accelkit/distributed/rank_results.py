@@ -300,13 +300,3 @@ class BenchDocument:
             ranks=self.entries[0].ranks if self.entries else [], store_error=self.writer.error,
         ).to_json()
 
-
-def bench_document(ctx: RankContext, workload: Any, variants: list[tuple[Any, list[dict[str, Any]]]],
-                   job: dict[str, Any], *, losses: dict[str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
-    """Store one Measurement (+ Estimate) per variant; return the document `accelkit bench --json` prints
-    (:class:`BenchDocument`, all variants at once)."""
-    with open_writer(job) as writer:
-        document = BenchDocument(ctx, workload, job, writer)
-        for variant, ranks in variants:
-            document.add(variant, ranks, losses)
-        return document.to_json()

@@ -99,8 +99,15 @@ def test_rank0_keeps_what_the_store_refuses(_isolated_home, monkeypatch):
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads import make_workload
     from accelkit.core import AccelkitError
-    from accelkit.distributed.rank_results import bench_document
+    from accelkit.distributed.rank_results import BenchDocument, open_writer
     from accelkit.results import ResultStore
+
+    def bench_document(ctx, workload, variants, job):  # rank 0's document, every variant stored as the worker does
+        with open_writer(job) as writer:
+            document = BenchDocument(ctx, workload, job, writer)
+            for variant, ranks in variants:
+                document.add(variant, ranks)
+            return document.to_json()
 
     ctx = SimpleNamespace(rank=0, world_size=2, local_rank=0, local_world_size=2, num_nodes=1, device="cpu",
                           backend="gloo", host="h")
