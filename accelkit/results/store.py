@@ -342,7 +342,7 @@ class ResultStore:
             index = "" if code == _FULL_CODE else f"SQLite cannot make or grow its WAL index {self.path.name}-shm, "
             return (f"cannot {action} the results store {self.path}: disk full ({index}{exc}); free some space, or "
                     "set ACCELKIT_HOME to a folder on another disk (`accelkit results list` still reads this store)")
-        if action == "write" and code in (10, 13):  # SQLITE_IOERR, SQLITE_FULL while writing: space, not damage
+        if action == "write" and code == 10:  # SQLITE_IOERR while writing: space, not damage (SQLITE_FULL: above)
             return (f"cannot write the results store {self.path} ({exc}): is its disk full? Free some space, or set "
                     "ACCELKIT_HOME to a folder on another disk")
         if _is_damage(exc):
