@@ -105,9 +105,10 @@ class BlockManager:
         """Block ids holding the longest cached prefix of ``seq`` (no side effects).
 
         At most ``num_tokens - 1`` tokens are taken from the cache: the last token is always computed,
-        because its logits are what the step samples from.
+        because its logits are what the step samples from. None for a sequence whose prompt logprobs are still
+        to compute: a cached token has no logits.
         """
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or seq.needs_prompt_logprobs:
             return []
         bs = self.block_size
         num_candidates = self._num_candidates(seq)

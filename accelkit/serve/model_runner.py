@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -35,12 +35,27 @@ log = logging.getLogger("accelkit.serve")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CPU_DEFAULT_KV_BYTES = 1 * GiB
+_PROMPT_LOGPROB_ROWS = 256  # prompt positions whose logits are held at once (256 × a 128K vocabulary: 128 MiB fp32)
 
 
 def resolve_dtype(name: str, args: LlamaArgs) -> torch.dtype:
     if name == "auto":
         return _DTYPES.get(args.torch_dtype or "float32", torch.float32)
     return _DTYPES[name]
+
+
+@dataclass(slots=True)
+class PromptRows:
+    """The rows of a step whose logits give prompt logprobs: each predicts the prompt token after it."""
+
+    rows: list[int] = field(default_factory=list)  # token rows of the step (graph rows: logits rows)
+    targets: list[int] = field(default_factory=list)  # the prompt token each row predicts
+    owners: list[tuple[Sequence, int]] = field(default_factory=list)  # whose they are, in order, and how many
+
+    def add(self, seq: Sequence, first_row: int, first_pos: int, count: int) -> None:
+        self.rows.extend(range(first_row, first_row + count))
+        self.targets.extend(seq.token_ids[first_pos + 1 : first_pos + 1 + count])
+        self.owners.append((seq, count))
 
 
 @dataclass(slots=True)
@@ -56,6 +71,8 @@ class Step:
     rows_are_prefix: bool  # the sampled rows are exactly rows 0..N-1 (no gather needed)
     graph_size: int | None  # decode-only step padded to this captured batch size
     meta: Any = None  # the backend's metadata
+    prompt: PromptRows | None = None  # rows whose logits give prompt logprobs (SamplingParams.prompt_logprobs)
+    prompt_logprobs: torch.Tensor | None = None  # their packed logprobs once forward ran (Sampler.read's rows)
 
 
 class ModelRunner:
@@ -192,6 +209,7 @@ class ModelRunner:
         seq_lens, query_start, tables = h["seq_lens"], h["query_start"], h["block_tables"]
         logits_rows: list[int] = []
         sample_rows: list[int] = []
+        prompt: PromptRows | None = None
 
         # single-token rows: token at position num_computed_tokens, one slot each; block tables from the
         # persistent host rows (only new block ids are copied), gathered in one indexing
@@ -213,6 +231,9 @@ class ModelRunner:
                     if p + 1 == s.num_tokens:  # else a one-token chunk in the middle of a prompt
                         logits_rows.append(r)
                         sample_rows.append(i)
+                    elif s.prompt_logprobs is not None and len(s.prompt_logprobs) == p + 1 < s.num_prompt_tokens:
+                        prompt = prompt or PromptRows()
+                        prompt.add(s, r, p, 1)
         tables[nd:] = 0
         query_start[: nd + 1] = np.arange(nd + 1)
 
@@ -228,6 +249,11 @@ class ModelRunner:
             positions[t : t + n] = cpos
             slots[t : t + n] = tables[r, cpos // bs] * bs + cpos % bs
             seq_lens[r] = end
+            if seq.prompt_logprobs is not None:  # positions [first, last) predict prompt tokens not yet scored
+                first, last = max(begin, len(seq.prompt_logprobs) - 1), min(end, seq.num_prompt_tokens - 1)
+                if last > first:
+                    prompt = prompt or PromptRows()
+                    prompt.add(seq, t + first - begin, first, last - first)
             t += n
             query_start[r + 1] = t
             if end == seq.num_tokens:
@@ -260,7 +286,7 @@ class ModelRunner:
             layout=layout, tensors=tensors, input_ids=d["input_ids"], positions=d["positions"],
             logits_indices=d["logits_indices"][:num_logits], sample_batch_rows=sample_rows,
             rows_are_prefix=bool(logits_rows) and logits_rows[-1] == num_logits - 1, graph_size=graph_size,
-            meta=self.backend.prepare(tensors),
+            meta=self.backend.prepare(tensors), prompt=prompt,
         )
 
     def forward(self, step: Step) -> torch.Tensor | None:
@@ -269,14 +295,46 @@ class ModelRunner:
         if step.graph_size is not None:
             assert self.graphs is not None
             logits = self.graphs.run(step.graph_size, step.meta)
+            if step.prompt is not None:
+                step.prompt_logprobs = self._prompt_logprobs(logits, step.prompt, computed=True)
             if not num_sampled:
                 return None
             return logits[:num_sampled] if step.rows_are_prefix else logits[step.logits_indices]
         hidden = self.model(step.input_ids, step.positions, AttentionContext(self.backend, step.meta))
+        if step.prompt is not None:
+            step.prompt_logprobs = self._prompt_logprobs(hidden, step.prompt, computed=False)
         if not num_sampled:
             return None
         hidden = hidden[:num_sampled] if step.rows_are_prefix else hidden[step.logits_indices]
         return self.model.compute_logits(hidden)
+
+    def _prompt_logprobs(self, rows: torch.Tensor, prompt: PromptRows, *, computed: bool) -> torch.Tensor:
+        """Packed logprobs of the prompt tokens ``prompt`` names (see ``Sampler.pack_logprobs``), from the step's
+        hidden states, or its logits when ``computed`` (a graph computes every row's). A few hundred rows at a time,
+        so a long prompt's logits are never all held at once."""
+        index = torch.tensor(prompt.rows, device=rows.device)
+        targets = torch.tensor(prompt.targets, device=rows.device)
+        k = max(cast(int, seq.params.prompt_logprobs) for seq, _ in prompt.owners)
+        parts = []
+        for start in range(0, len(prompt.rows), _PROMPT_LOGPROB_ROWS):
+            chunk = rows[index[start : start + _PROMPT_LOGPROB_ROWS]]
+            logits = chunk if computed else self.model.compute_logits(chunk)
+            parts.append(Sampler.pack_logprobs(logits.float(), targets[start : start + _PROMPT_LOGPROB_ROWS], k))
+        return torch.cat(parts)
+
+    @staticmethod
+    def _store_prompt_logprobs(step: Step) -> None:
+        """Append each owner's prompt logprobs (read from the device: one more sync, in steps that computed some)."""
+        if step.prompt is None or step.prompt_logprobs is None:
+            return
+        _, values = Sampler.read(step.prompt_logprobs)
+        assert values is not None
+        at = 0
+        for seq, count in step.prompt.owners:
+            k = cast(int, seq.params.prompt_logprobs)
+            assert seq.prompt_logprobs is not None
+            seq.prompt_logprobs.extend((chosen, top[:k]) for chosen, top in values[at : at + count])
+            at += count
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch, *, overlap: Callable[[], None] | None = None) -> list[int | None]:
@@ -291,6 +349,7 @@ class ModelRunner:
         if logits is None:
             if overlap is not None:
                 overlap()
+            self._store_prompt_logprobs(step)
             return [None] * len(batch.seqs)
         rows = step.sample_batch_rows
         every_row = len(rows) == len(batch.seqs) and rows == list(range(len(rows)))  # a decode step, in order
@@ -302,6 +361,7 @@ class ModelRunner:
         if overlap is not None:
             overlap()
         tokens, logprobs = Sampler.read(pending)  # the step's one host sync (ids, and logprobs when asked for)
+        self._store_prompt_logprobs(step)
         if logprobs is not None:  # kept on the sequence, one entry per sampled token
             for seq, (chosen, top) in zip(seqs, logprobs, strict=True):
                 if seq.logprobs is not None:

@@ -61,7 +61,7 @@ class RequestOutput:
 
     __slots__ = (
         "_end", "_last_token_time", "_logprobs", "_metrics", "_new_logprobs", "_new_start", "_new_token_ids",
-        "_num_preemptions", "_prompt_token_ids", "_seq", "_token_ids", "error", "finish_reason", "finished", "new_text",
+        "_num_preemptions", "_prompt_logprobs", "_prompt_token_ids", "_seq", "_token_ids", "error", "finish_reason", "finished", "new_text",
         "prompt", "request_id", "text",
     )
 
@@ -69,10 +69,10 @@ class RequestOutput:
         self, *, request_id: str, prompt: str | None, prompt_token_ids: list[int], text: str, token_ids: list[int],
         new_text: str, new_token_ids: list[int], finished: bool, finish_reason: str | None, metrics: RequestMetrics,
         error: str | None = None, logprobs: list[TokenLogprobs] | None = None,
-        new_logprobs: list[TokenLogprobs] | None = None,
+        new_logprobs: list[TokenLogprobs] | None = None, prompt_logprobs: list[TokenLogprobs | None] | None = None,
     ) -> None:
         self.request_id, self.prompt, self.text, self.new_text = request_id, prompt, text, new_text
-        self._logprobs, self._new_logprobs = logprobs, new_logprobs
+        self._logprobs, self._new_logprobs, self._prompt_logprobs = logprobs, new_logprobs, prompt_logprobs
         self.finished, self.finish_reason, self.error = finished, finish_reason, error
         self._prompt_token_ids: list[int] | None = prompt_token_ids
         self._token_ids: list[int] | None = token_ids
@@ -92,7 +92,7 @@ class RequestOutput:
         out._seq, out._end, out._new_start = seq, len(seq.token_ids), seq.num_prompt_tokens + num_returned_tokens
         out._last_token_time, out._num_preemptions = seq.last_token_time, seq.num_preemptions
         out._prompt_token_ids = out._token_ids = out._new_token_ids = None
-        out._logprobs = out._new_logprobs = None
+        out._logprobs = out._new_logprobs = out._prompt_logprobs = None
         out._metrics = None
         return out
 
@@ -103,6 +103,16 @@ class RequestOutput:
         if self._logprobs is None and self._seq is not None and self._seq.logprobs is not None:
             self._logprobs = self._seq.logprobs[: self._end - self._seq.num_prompt_tokens]
         return self._logprobs
+
+    @property
+    def prompt_logprobs(self) -> list[TokenLogprobs | None] | None:
+        """With ``SamplingParams.prompt_logprobs``: per prompt token, (its logprob given the tokens before it, [(id,
+        logprob)] of the most likely there); the first token's entry is None (nothing precedes it). Complete once the
+        first output token is (a request that ended earlier has those computed by then); else None."""
+        seq = self._seq
+        if self._prompt_logprobs is None and seq is not None and seq.prompt_logprobs is not None:
+            self._prompt_logprobs = seq.prompt_logprobs[:]
+        return self._prompt_logprobs
 
     @property
     def new_logprobs(self) -> list[TokenLogprobs] | None:

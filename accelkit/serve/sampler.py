@@ -330,8 +330,13 @@ class Sampler:
         ks_lp = [p.logprobs for p in params if p.logprobs is not None]
         if not ks_lp:
             return tokens
-        k = max(ks_lp)
-        logprobs = raw.log_softmax(dim=-1)
+        return self.pack_logprobs(raw, tokens, max(ks_lp))
+
+    @staticmethod
+    def pack_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> torch.Tensor:
+        """(N, V) float32 logits and (N,) token ids → the (N, 2 + 2k) float64 rows :meth:`read` unpacks: each id, its
+        logprob (``log_softmax``), the k most likely ids and their logprobs. Sampled tokens and prompt tokens alike."""
+        logprobs = logits.log_softmax(dim=-1)
         chosen = logprobs.gather(1, tokens[:, None])
         top = logprobs.topk(k, dim=-1) if k else None
         parts = [tokens[:, None].double(), chosen.double()]

@@ -97,6 +97,12 @@ class SamplingParams(Spec):
         doc=f"Return each generated token's log-probability and the k most likely ones (0..{MAX_LOGPROBS}); None = "
         "none. Raw log-probabilities of the model (before penalties, temperature, top-k/p), as vLLM's default.",
     )
+    prompt_logprobs: int | None = spec_field(
+        None, min=0, max=MAX_LOGPROBS,
+        doc=f"Return each prompt token's log-probability given the tokens before it, and the k most likely there "
+        f"(0..{MAX_LOGPROBS}); the first token has none. None = not computed. The request then skips the prefix "
+        "cache (a cached token has no logits), as vLLM's does.",
+    )
 
     def __post_init__(self) -> None:
         if type(self.top_k) is int and self.top_k in (0, -1):  # vLLM's "no limit", as the server maps it

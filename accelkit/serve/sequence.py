@@ -31,7 +31,7 @@ class Sequence:
         "arrival_order", "arrival_time", "block_hashes", "block_table", "finish_reason", "finished_time",
         "first_scheduled_time", "first_token_time", "last_token_time", "logprobs", "max_num_tokens",
         "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks", "num_preemptions", "num_prompt_tokens",
-        "order_key", "params", "priority", "prompt", "request_id", "sampling_extras", "seq_id", "status",
+        "order_key", "params", "priority", "prompt", "prompt_logprobs", "request_id", "sampling_extras", "seq_id", "status",
         "stop_token_ids", "token_ids",
     )
 
@@ -78,6 +78,11 @@ class Sequence:
         self.logprobs: list[tuple[float, list[tuple[int, float]]]] | None = (
             [] if params.logprobs is not None else None
         )
+        # with params.prompt_logprobs: one entry per prompt token, the first None (nothing precedes it); the runner
+        # appends the rest as the prompt's chunks are computed (a recompute after preemption adds none twice)
+        self.prompt_logprobs: list[tuple[float, list[tuple[int, float]]] | None] | None = (
+            [None] if params.prompt_logprobs is not None else None
+        )
 
     def __repr__(self) -> str:
         return (
@@ -100,6 +105,11 @@ class Sequence:
     @property
     def num_uncomputed_tokens(self) -> int:
         return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def needs_prompt_logprobs(self) -> bool:
+        """Prompt logprobs were asked for and some are still to compute: its prompt cannot come from the prefix cache."""
+        return self.prompt_logprobs is not None and len(self.prompt_logprobs) < self.num_prompt_tokens
 
     @property
     def is_decoding(self) -> bool:

@@ -141,20 +141,12 @@ def test_echo_puts_the_prompt_before_the_completion(words_server):
     assert ids.choices[0].text.startswith("<s> w5 w6")
 
 
-def test_echo_with_logprobs_is_refused_naming_echo(words_server):
-    resp = httpx.post(f"{words_server}/v1/completions", json={"model": "tiny", "prompt": "w5", "echo": True,
-                                                             "logprobs": 1}, timeout=60)
-    assert resp.status_code == 400, resp.text
-    error = resp.json()["error"]
-    assert error["param"] == "echo" and error["code"] == "unsupported" and "logprobs" in error["message"]
-
-
 @pytest.mark.parametrize(("body", "param", "needle"), [
     ({"stop": ""}, "stop", "empty string"), ({"stop": ["w5", ""]}, "stop", "empty string"),
     ({"stop": ["w5"] * 65}, "stop", "at most 64"), ({"stop": [5]}, "stop", "valid string"),
     ({"n": 0}, "n", "at least 1"), ({"n": 2, "best_of": 1}, "best_of", "at least n=2"),
     ({"best_of": 3, "stream": True}, "best_of", "cannot be streamed"),
-    ({"n": 2, "best_of": 1000}, "best_of", "runs at most"), ({"echo": True, "logprobs": 0}, "echo", "logprobs"),
+    ({"n": 2, "best_of": 1000}, "best_of", "runs at most"), ({"max_tokens": 0}, "max_tokens", "echo"),
 ])
 def test_stop_n_and_best_of_mistakes_are_openai_errors_naming_the_field(words_server, body, param, needle):
     resp = httpx.post(f"{words_server}/v1/completions", json={"model": "tiny", "prompt": "w5", **body}, timeout=60)

@@ -57,13 +57,19 @@ RETRY_AFTER_S = 1  # the Retry-After of a 429: a queue slot frees as soon as one
 MAX_IGNORED_NAMED = 20  # unknown fields named in one log line
 
 
-def _usage(outs: dict[int, RequestOutput], n: int) -> dict[str, int]:
+def _usage(outs: dict[int, RequestOutput], n: int, *, generated: bool = True) -> dict[str, int]:
     """Usage of the choices ``outs`` (by choice index): each prompt counted once whatever its number of choices
-    ``n``, as vLLM counts it; every choice's tokens."""
+    ``n``, as vLLM counts it; every choice's tokens (none when ``generated`` is false: echo with max_tokens=0 returns
+    none of the token the engine sampled)."""
     prompts = {index // n: o for index, o in outs.items()}
     prompt = sum(len(o.prompt_token_ids) for o in prompts.values())
-    completion = sum(len(o.token_ids) for o in outs.values())
+    completion = sum(len(o.token_ids) for o in outs.values()) if generated else 0
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _joined(first: dict[str, list[Any]], second: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Two completions logprobs objects (prompt, then generated tokens) as one."""
+    return {key: first[key] + second[key] for key in first}
 
 
 def _derived_seed(seed: int | None, choice: int) -> int | None:
@@ -206,6 +212,9 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         prompts = body.prompts()
         if not prompts or any(p == "" or p == [] for p in prompts):
             raise APIError(400, "prompt is empty; give at least one token", param="prompt")
+        if body.max_tokens == 0 and not body.echo:
+            raise APIError(400, "max_tokens=0 returns nothing without echo; send max_tokens of at least 1, or echo=true "
+                           "(with logprobs, to score the prompt)", param="max_tokens")
         return await _generate(request, body, prompts, body.max_tokens, "max_tokens", chat=False,
                                default_limit=COMPLETIONS_DEFAULT_MAX_TOKENS)
 
@@ -294,7 +303,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                            f"{'best_of' if best_of else 'n'}={body.num_generated}); this server runs at most "
                            f"{state.admission.capacity} at once", param="best_of" if best_of else "n")
 
-    def sampling_params(body: Any, max_tokens: int, choice: int, logprobs: int | None) -> SamplingParams:
+    def sampling_params(body: Any, max_tokens: int, choice: int, logprobs: int | None,
+                        prompt_logprobs: int | None) -> SamplingParams:
         temperature, top_p = _number("temperature", body.temperature), _number("top_p", body.top_p)
         try:
             return SamplingParams(
@@ -307,7 +317,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 min_p=_number("min_p", body.min_p), min_tokens=body.min_tokens,
                 logit_bias={int(k): _number("logit_bias", v) for k, v in body.logit_bias.items()}
                 if body.logit_bias else None,
-                logprobs=logprobs,
+                logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             )
         except ValueError as exc:
             field = str(exc).split("=")[0].split("[")[0].split()[0]
@@ -335,6 +345,13 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         user_logprobs = body.num_logprobs
         # best_of ranks by cumulative logprob: the engine computes them even when the client did not ask
         logprobs = user_logprobs if user_logprobs is not None or per_prompt == n else 0
+        echo = not chat and body.echo
+        # completions' echo with logprobs carries the prompt tokens' logprobs first (what scores a text: lm-eval's
+        # loglikelihood); max_tokens=0 with echo returns the prompt alone (the engine still samples one token)
+        echo_only = echo and limit == 0
+        prompt_logprobs = user_logprobs if echo else None
+        if echo_only:
+            limit = 1
         param = "messages" if chat else "prompt"
         seqs = []
         for p in prompts:  # validate every prompt before queueing any
@@ -348,10 +365,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             max_tokens = output_budget(max_model_len=state.engine.max_model_len, num_prompt_tokens=len(ids),
                                        requested=limit, field=limit_field, default=default_limit)
             # one engine request per choice: the prefix cache shares the prompt's KV blocks between them
-            seqs += [(ids, sampling_params(body, max_tokens, j, logprobs)) for j in range(per_prompt)]
+            seqs += [(ids, sampling_params(body, max_tokens, j, logprobs, prompt_logprobs)) for j in range(per_prompt)]
         # completions' echo: each prompt's text before its choices' (a prompt of token ids decoded, as vLLM does)
         echoes = [p if isinstance(p, str) else await asyncio.to_thread(echo_text, p)
-                  for p in prompts] if not chat and body.echo else None
+                  for p in prompts] if echo else None
         if not state.admission.try_enter(len(seqs)):
             raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
                            f"{state.engine.config.max_num_seqs} running); retry in {RETRY_AFTER_S} s",
@@ -419,7 +436,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
                 _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage, n=n,
-                        echoes=echoes, logprobs=user_logprobs is not None),
+                        echoes=echoes, logprobs=user_logprobs is not None, echo_only=echo_only),
                 media_type="text/event-stream",
             )
         last: dict[int, RequestOutput] = {}
@@ -437,9 +454,14 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 outs[p * n + j] = out
         want = user_logprobs is not None
 
-        def completion_logprobs(o: RequestOutput) -> dict[str, Any]:
-            offsets = logprobs_format.offsets(o.prompt_token_ids).add(o.token_ids, final=True)
-            return logprobs_format.completion(o.token_ids, o.logprobs or [], offsets)
+        def completion_logprobs(o: RequestOutput, echoed: str | None) -> dict[str, Any]:
+            token_ids, logprobs = ([], []) if echo_only else (o.token_ids, o.logprobs or [])
+            start = 0 if echoed is None else len(echoed)
+            offsets = logprobs_format.offsets(o.prompt_token_ids, start=start).add(token_ids, final=True)
+            generated = logprobs_format.completion(token_ids, logprobs, offsets)
+            if echoed is None:
+                return generated
+            return _joined(logprobs_format.prompt_completion(o.prompt_token_ids, o.prompt_logprobs or []), generated)
 
         def response() -> dict[str, Any]:  # (with logprobs it decodes every token: in a worker thread)
             if chat:
@@ -448,17 +470,17 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                             "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
                 return {"id": base_id, "object": "chat.completion", "created": created, "model": name,
                         "choices": choices, "usage": _usage(outs, n)}
-            choices = [{"index": i, "text": echoes[i // n] + o.text if echoes else o.text,
-                        "logprobs": completion_logprobs(o) if want else None,
+            choices = [{"index": i, "text": (echoes[i // n] if echoes else "") + ("" if echo_only else o.text),
+                        "logprobs": completion_logprobs(o, echoes[i // n] if echoes else None) if want else None,
                         "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
             return {"id": base_id, "object": "text_completion", "created": created, "model": name,
-                    "choices": choices, "usage": _usage(outs, n)}
+                    "choices": choices, "usage": _usage(outs, n, generated=not echo_only)}
 
         return JSONResponse(await asyncio.to_thread(response) if want else response())
 
     async def _stream(outputs: AsyncIterator[tuple[int, RequestOutput]], cleanup: Any, base_id: str, created: int, *,
                       chat: bool, include_usage: bool, n: int, echoes: list[str] | None,
-                      logprobs: bool) -> AsyncIterator[str]:
+                      logprobs: bool, echo_only: bool = False) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
         echoed: set[int] = set()  # choices whose prompt went out
         last: dict[int, RequestOutput] = {}
@@ -477,29 +499,33 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                     yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                   "finish_reason": None}])
                 last[index] = out
-                new_logprobs = out.new_logprobs if logprobs else None
-                if not out.new_text and not out.finished and not new_logprobs:
+                new_text, new_ids = ("", []) if echo_only else (out.new_text, out.new_token_ids)
+                new_logprobs = ([] if echo_only else out.new_logprobs) if logprobs else None
+                first = echoes is not None and index not in echoed  # the prompt goes out with the choice's first chunk
+                if not new_text and not out.finished and not new_logprobs and not first:
                     continue
                 reason = out.finish_reason if out.finished else None
                 if chat:
-                    lp = logprobs_format.chat(out.new_token_ids, new_logprobs) if new_logprobs is not None else None
-                    choice = {"index": index, "delta": {"content": out.new_text} if out.new_text else {},
+                    lp = logprobs_format.chat(new_ids, new_logprobs) if new_logprobs is not None else None
+                    choice = {"index": index, "delta": {"content": new_text} if new_text else {},
                               "logprobs": lp, "finish_reason": reason}
                 else:
+                    echo = echoes[index // n] if first and echoes is not None else ""
                     lp = None
                     if new_logprobs is not None:
                         if index not in offsets:
-                            offsets[index] = logprobs_format.offsets(out.prompt_token_ids)
-                        lp = logprobs_format.completion(out.new_token_ids, new_logprobs,
-                                                        offsets[index].add(out.new_token_ids, final=out.finished))
-                    text = out.new_text
-                    if echoes and index not in echoed:  # the prompt goes out with the choice's first chunk (vLLM's)
-                        text = echoes[index // n] + text
+                            offsets[index] = logprobs_format.offsets(out.prompt_token_ids, start=len(echo))
+                        lp = logprobs_format.completion(new_ids, new_logprobs,
+                                                        offsets[index].add(new_ids, final=out.finished))
+                        if first:  # (vLLM's) the prompt's logprobs lead the first chunk, as its text does
+                            lp = _joined(logprobs_format.prompt_completion(out.prompt_token_ids,
+                                                                           out.prompt_logprobs or []), lp)
+                    if first:
                         echoed.add(index)
-                    choice = {"index": index, "text": text, "logprobs": lp, "finish_reason": reason}
+                    choice = {"index": index, "text": echo + new_text, "logprobs": lp, "finish_reason": reason}
                 yield chunk([choice])
             if include_usage:
-                yield chunk([], _usage(last, n))
+                yield chunk([], _usage(last, n, generated=not echo_only))
             yield "data: [DONE]\n\n"
         except APIError as exc:  # the status line is long gone: the error travels as the stream's last event
             yield _sse({"error": {"message": exc.message, "type": "internal_error" if exc.status == 500

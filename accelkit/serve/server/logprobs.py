@@ -113,6 +113,17 @@ class LogprobFormatter:
         return {"tokens": [text(t) for t in token_ids], "token_logprobs": [logprob_value(c) for c, _ in logprobs],
                 "top_logprobs": top, "text_offset": offsets}
 
+    def prompt_completion(self, prompt_token_ids: list[int], logprobs: list[TokenLogprobs | None]) -> dict[str, Any]:
+        """Completions' logprobs of an echoed prompt: as :meth:`completion`'s, the first token's logprob and top
+        null (nothing precedes it, as OpenAI's and vLLM's), offsets from the prompt's own decoding from its start."""
+        text = self.token_text
+        offsets = TextOffsets(self._decoder, [], 0).add(prompt_token_ids, final=True)
+        top = [None if entry is None else {text(t): logprob_value(lp) for t, lp in [(token, entry[0]), *entry[1]]}
+               for token, entry in zip(prompt_token_ids, logprobs, strict=True)]
+        return {"tokens": [text(t) for t in prompt_token_ids],
+                "token_logprobs": [None if e is None else logprob_value(e[0]) for e in logprobs],
+                "top_logprobs": top, "text_offset": offsets}
+
     def chat(self, token_ids: list[int], logprobs: list[TokenLogprobs]) -> dict[str, Any]:
         """OpenAI's chat logprobs: per token its text, logprob, UTF-8 bytes and the most likely ones."""
         def entry(token: int, lp: float) -> dict[str, Any]:

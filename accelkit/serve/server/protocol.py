@@ -146,8 +146,10 @@ class _Sampling(_Body):
         for name, neutral in _NEUTRAL_EXTENSIONS.items():
             value = getattr(self, name)
             if value != neutral:  # the types are strict: 0 == 0.0 is the only coincidence, and a harmless one
+                hint = ("; completions' echo=true with logprobs returns the prompt tokens' logprobs"
+                        if name == "prompt_logprobs" else "")
                 return name, (f"{name}={_short(value)} is not supported by accelkit serve; "
-                              f"{'omit it' if neutral is None else f'omit it or send {neutral!r}'}")
+                              f"{'omit it' if neutral is None else f'omit it or send {neutral!r}'}{hint}")
         if self.stream_options is not None and not self.stream:
             return "stream_options", "stream_options is only allowed when stream is true"
         return None
@@ -191,8 +193,8 @@ class CompletionRequest(_Sampling):
     """POST /v1/completions."""
 
     prompt: Prompt
-    echo: Bool = Field(False, description="Return each prompt's text before its completion (not with logprobs: "
-                       "the prompt's logprobs are not computed).")
+    echo: Bool = Field(False, description="Return each prompt's text before its completion; with logprobs, the "
+                       "prompt tokens' logprobs first (the first token's null); with max_tokens=0, the prompt alone.")
     logprobs: Int | None = Field(None, description="The logprobs of each token and of the most likely ones (0..20).")
     best_of: Int | None = Field(None, description="Generate this many (>= n) per prompt and return the n with the "
                                 "highest cumulative logprob; not with stream.")
@@ -217,9 +219,6 @@ class CompletionRequest(_Sampling):
     def unsupported(self) -> tuple[str, str] | None:
         if self.suffix is not None:
             return "suffix", "suffix is not supported by accelkit serve"
-        if self.echo and self.logprobs is not None:  # vLLM's would hold the prompt tokens' logprobs first
-            return "echo", ("echo with logprobs is not supported by accelkit serve: the engine does not compute the "
-                            "prompt tokens' logprobs; send echo without logprobs, or logprobs without echo")
         return _Sampling.unsupported(self)
 
     @property
