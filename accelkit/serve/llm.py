@@ -35,6 +35,11 @@ def _is_token_ids(prompts: object) -> bool:
     return isinstance(prompts, (list, tuple)) and bool(prompts) and isinstance(prompts[0], numbers.Integral)
 
 
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def _unpack(prompt: object) -> object:
     """vLLM's prompt dicts (TextPrompt, TokensPrompt) → the text or token ids inside; other prompts unchanged.
     Without this a dict would be read as its keys (``list(prompts)``) and generate for the text of a key."""
@@ -85,6 +90,9 @@ class LLM:
         and nothing runs.
         """
         one = isinstance(prompts, (str, Mapping)) or _is_token_ids(prompts)
+        if not one and (not isinstance(prompts, Iterable) or isinstance(prompts, bytes)):
+            raise ValueError(f"prompts={_short(prompts)} is not a prompt; expected text, token ids, {_PROMPT_FORMS}, "
+                             "or a list of those")
         prompt_list: list[object] = [prompts] if one else list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params_list = [sampling_params or SamplingParams()] * len(prompt_list)

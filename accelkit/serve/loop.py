@@ -102,6 +102,9 @@ class EngineLoop:
             raise RuntimeError(f"engine loop is dead: {self.error}")
         if self._stop:
             raise RuntimeError("engine loop is stopped; it accepts no new requests")
+        if not self._thread.is_alive():  # nothing would ever step it: its result would never come
+            raise RuntimeError("engine loop is not started; use `with EngineLoop(engine) as loop:` or call "
+                               "loop.start() before adding requests")
         seq = self.engine.make_request(prompt, params, request_id=request_id or uuid.uuid4().hex, priority=priority)
         stream = RequestStream(seq.request_id, self)
         with self._cond:

@@ -107,6 +107,11 @@ class SamplingParams(Spec):
     def __post_init__(self) -> None:
         if type(self.top_k) is int and self.top_k in (0, -1):  # vLLM's "no limit", as the server maps it
             object.__setattr__(self, "top_k", None)
+        elif type(self.top_k) is int and self.top_k < -1:
+            raise ValueError(f"top_k={self.top_k} is out of range; expected an integer >= 1, or 0, -1 or None for "
+                             "no limit")
+        if isinstance(self.stop, str):  # one stop string, as vLLM and OpenAI take it
+            object.__setattr__(self, "stop", (self.stop,))
         Spec.__post_init__(self)  # (it checks each field and stores a copy of logit_bias: a caller's dict stays theirs)
         if self.logit_bias is not None:
             object.__setattr__(self, "logit_bias", FrozenBias(self.logit_bias))

@@ -95,6 +95,28 @@ def test_top_k_zero_and_minus_one_mean_no_limit_as_in_vllm(llm):
     for bad in (-2, False):
         with pytest.raises(ValueError, match="top_k"):
             SamplingParams(top_k=bad)
+    with pytest.raises(ValueError, match=r"top_k=-5 .*0, -1 or None for no limit"):  # not just ">= 1"
+        SamplingParams(top_k=-5)
+
+
+def test_one_stop_string_is_one_stop_string_as_in_vllm(llm):
+    params = SamplingParams.greedy(8, stop="\n")
+    assert params.stop == ("\n",) and params == SamplingParams.greedy(8, stop=["\n"])
+
+
+@pytest.mark.parametrize("prompts", [None, 5, b"w5"])
+def test_something_that_is_not_a_prompt_is_one_error_naming_it(llm, prompts):
+    with pytest.raises(ValueError, match=r"prompts=.* is not a prompt; expected text, token ids"):
+        llm.generate(prompts, SamplingParams.greedy(2))
+
+
+def test_a_loop_never_started_refuses_requests_instead_of_hanging(llm):
+    from accelkit.serve.loop import EngineLoop
+
+    loop = EngineLoop(llm.engine)
+    with pytest.raises(RuntimeError, match="not started"):
+        loop.add_request(IDS, SamplingParams.greedy(2))
+    assert not llm.engine.has_unfinished_requests()
 
 
 # ---- architectures -------------------------------------------------------------------------------------
