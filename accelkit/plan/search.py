@@ -9,7 +9,9 @@ doubling) and stops at the first that fits and meets the throughput target; when
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator
+from dataclasses import fields
 from typing import Any
 
 from accelkit.core import Cluster, DeviceSpec, UserError, Workload
@@ -30,6 +32,7 @@ from accelkit.plan.layout import (
     tp_choices,
 )
 from accelkit.plan.options import PlanOptions
+from accelkit.plan.request import LayoutChoice
 
 MICRO_BATCHES = (1, 2, 4, 8)
 
@@ -279,18 +282,55 @@ def search(workload: Workload, cluster: Cluster, *, options: PlanOptions | None 
     """Ranked candidates (best first) for ``workload`` on ``cluster.num_devices`` of its device.
 
     ``minimize_devices`` instead finds the smallest count that fits (and reaches
-    ``options.target_tokens_per_s``) and ranks the layouts there. ``fixed`` pins layout fields (dp, tp,
-    pp, ep, zero, micro_batch, recompute, sequence_parallel); ``global_batch`` (training, sequences;
-    default ~4 Mi tokens) and ``batch`` (inference, sequences per replica; default the largest that fits,
-    capped by ``options.max_serving_batch``). Each candidate's ``extra['context']`` is its PlanContext.
+    ``options.target_tokens_per_s``) and ranks the layouts there. ``fixed`` pins layout fields (those of
+    ``LayoutChoice``: dp, tp, pp, ep, cp, vp, zero, micro_batch, recompute, sequence_parallel);
+    ``global_batch`` (training, sequences; default ~4 Mi tokens) and ``batch`` (inference, sequences per
+    replica; default the largest that fits, capped by ``options.max_serving_batch``); ``top``: keep the best
+    K (default all). A bad argument is a one-line UserError, as on the CLI. Each candidate's
+    ``extra['context']`` is its PlanContext.
     """
     ctx = make_context(workload, cluster, options)
     return search_ctx(ctx, fixed=fixed, global_batch=global_batch, batch=batch,
                       num_devices=None if minimize_devices else cluster.num_devices, top=top)
 
 
+def check_arguments(fixed: dict[str, Any] | None, **counts: int | None) -> None:
+    """Raise UserError for what the CLI's flag ranges refuse but Python callers can pass: a ``fixed`` key the
+    search does not read (it would be ignored: a typo plans unpinned), a pinned value out of its range, and a
+    count below 1 (``global_batch=-4`` planned a negative step time; 0 divided by zero; ``top=-1`` sliced off
+    the last candidate)."""
+    if fixed is not None:
+        if not isinstance(fixed, dict):
+            raise UserError(f"fixed={fixed!r} is not valid; give a dict of layout fields, e.g. {{'tp': 2}}")
+        known = [f.name for f in fields(LayoutChoice)]
+        for key in fixed:
+            if key not in known:
+                near = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise UserError(f"fixed has no layout field {key!r}; {hint}the fields are {', '.join(known)}")
+        try:
+            LayoutChoice(**fixed)
+        except ValueError as e:
+            raise UserError(f"fixed: {e}") from None
+    for name, value in counts.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            what, default = _COUNTS[name]
+            raise UserError(f"{name}={value!r} is not valid; give a positive integer ({what}), or None for {default}")
+
+
+#: each count ``search_ctx`` takes: what it counts, and what None gives
+_COUNTS = {
+    "global_batch": ("sequences per training step", "about 4 Mi tokens per step"),
+    "batch": ("concurrent sequences per inference replica", "the most that fit"),
+    "num_devices": ("devices", "the smallest count that fits"),
+    "top": ("the best K candidates", "all of them"),
+}
+
+
 def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_batch: int | None = None,
                batch: int | None = None, num_devices: int | None = None, top: int | None = None) -> list[Candidate]:
+    """``search`` on a made context (``num_devices`` None: the smallest count that fits)."""
+    check_arguments(fixed, global_batch=global_batch, batch=batch, num_devices=num_devices, top=top)
     count_flag = None
     if num_devices is None:
         n, sized = min_devices(ctx, fixed=fixed, global_batch=global_batch, batch=batch)
