@@ -9,6 +9,7 @@ several backends are merged, so each DCGM name appears once per scrape.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import threading
 import time
@@ -18,6 +19,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.metrics_core import Metric
 
+from accelkit.core import UserError
 from accelkit.monitor.collectors import AmdSmiCollector, Collector, HostCollector, NvmlCollector
 from accelkit.monitor.config import ExporterConfig
 from accelkit.monitor.registry import REGISTRY
@@ -78,6 +80,7 @@ class Exporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._server: WSGIServer | None = None
+        self._closed = False  # stop() ran: the device libraries are closed
         self.port: int | None = None
 
     def sample_once(self) -> None:
@@ -109,21 +112,58 @@ class Exporter:
             self.sample_once()
 
     def start(self) -> int:
-        """Register the collectors, start sampling and the HTTP server; returns the bound port."""
-        self.sample_once()
-        self.registry.register(self.host)
-        self.registry.register(self._device_view)
+        """Bind the HTTP server, then register the collectors and start sampling; returns the bound port.
+
+        The port is bound first: a busy port then leaves nothing behind (no sampler thread, no collectors in
+        the registry, which would make every later exporter in the process fail on duplicate series).
+        An exporter serves once: ``stop()`` closes its device libraries, so a new one is needed after it."""
+        if self._closed:
+            raise UserError("this Exporter was stopped (its device libraries are closed); create a new "
+                            "Exporter(...) to serve again")
+        if self._server is not None:
+            raise UserError(f"this Exporter already serves on port {self.port}; start() it once (a second "
+                            "endpoint needs its own Exporter(...) and registry)")
+        host, port = self.config.host, self.config.port
+        try:
+            server, _ = start_http_server(port, addr=host, registry=self.registry)
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a host name the resolver cannot encode
+            why = getattr(exc, "strerror", None) or str(exc)
+            fix = ("pick another port (--port, ExporterConfig(port=...); 0 picks a free one) or stop what holds it"
+                   if getattr(exc, "errno", None) in (errno.EADDRINUSE, errno.EACCES)
+                   else "use an address of this machine as host (--host, ExporterConfig(host=...)), e.g. 127.0.0.1")
+            raise UserError(f"cannot listen on {host}:{port} ({why}); {fix}") from exc
+        registered = []
+        try:
+            self.sample_once()
+            for view in (self.host, self._device_view):
+                self.registry.register(view)
+                registered.append(view)
+        except BaseException as exc:  # serve nothing, leave the registry as it was
+            for view in registered:
+                self.registry.unregister(view)
+            server.shutdown()
+            server.server_close()
+            if isinstance(exc, ValueError):  # prometheus' duplicate series: another exporter is in this registry
+                raise UserError("another Exporter's collectors are already in this registry; stop() that one "
+                                "first, or give this one its own registry=CollectorRegistry()") from exc
+            raise
+        self._server, self.port = server, server.server_port
         self._thread = threading.Thread(target=self._loop, name="accelkit-monitor-sampler", daemon=True)
         self._thread.start()
-        self._server, _ = start_http_server(self.config.port, addr=self.config.host, registry=self.registry)
-        self.port = self._server.server_port
         return self.port
 
     def stop(self) -> None:
+        """Stop serving and sampling, unregister the collectors and close the device libraries (idempotent;
+        also closes an exporter that never started, as ``--once`` does)."""
+        if self._closed:
+            return
+        self._closed = True
         self._stop.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        if self._thread is not None:  # before closing NVML: a sample may still be reading it
+            self._thread.join(timeout=10.0)  # the wait wakes at once; only a sample in progress delays it
         for view in (self.host, self._device_view):
             with contextlib.suppress(KeyError):
                 self.registry.unregister(view)

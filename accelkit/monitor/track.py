@@ -8,6 +8,7 @@ and host metrics. FLOPs per step may be given, or derived by the planner from a 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -21,7 +22,7 @@ from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from accelkit.core import ModelSpec
+from accelkit.core import ModelSpec, UserError
 from accelkit.monitor.registry import REGISTRY
 
 STEP_BUCKETS = (*tuple(10.0 ** e for e in (-3, -2.5, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2)), math.inf)
@@ -86,6 +87,54 @@ def _host_memory() -> dict[str, float]:
     return {"rss": float(psutil.Process(os.getpid()).memory_info().rss)}
 
 
+_MEANING = {
+    "samples_per_step": "sequences per step", "tokens_per_step": "tokens per step",
+    "flops_per_step": "model FLOPs per step", "peak_flops": "the dense peak FLOP/s of the dtype in use (a float such as 989e12)",
+    "seq_len": "tokens per sequence", "samples": "this step's samples", "tokens": "this step's tokens",
+    "flops": "this step's model FLOPs",
+}
+
+
+def _number(name: str, value: Any, fix: str) -> float:
+    """``float(value)``, or one line naming ``name``. Anything ``float()`` takes but a string or a bool passes
+    (numpy scalars, a 0-d tensor); ``"989e12"`` is refused rather than parsed, as a typo would be."""
+    if not isinstance(value, (str, bytes, bool)):
+        with contextlib.suppress(TypeError, ValueError):
+            return float(value)
+    raise UserError(f"{name}={value!r} is not a number; {fix}")
+
+
+def _count(name: str, value: Any, *, zero_ok: bool = False) -> float:
+    """A finite count > 0 (>= 0 with ``zero_ok``): NaN or inf would make every rate and MFU after it NaN or
+    inf, and a negative count a negative rate."""
+    bound = ">= 0" if zero_ok else "> 0"
+    fix = f"pass {_MEANING[name]}, a finite number {bound}, or leave it out"
+    number = _number(name, value, fix)
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
+        raise UserError(f"{name}={value!r} must be a finite number {bound}; {fix}")
+    return number
+
+
+def _whole(name: str, value: Any) -> int:
+    """A whole count >= 1 for the planner's FLOP formulas (a batch of 0.5 sequences counts 0 FLOPs)."""
+    number = _number(name, value, f"pass {_MEANING[name]} as an integer >= 1, or give flops_per_step= instead of model=")
+    if not (math.isfinite(number) and number.is_integer() and number >= 1):
+        raise UserError(f"{name}={value!r} must be a whole number >= 1 ({_MEANING[name]}) to count FLOPs with "
+                        "model=; or give flops_per_step= instead")
+    return int(number)
+
+
+def _scalars(scalars: dict[str, Any]) -> dict[str, float]:
+    """Logged values as floats (NaN passes: a diverged loss must show), or one line naming the bad one."""
+    numbers = {}
+    for name, value in scalars.items():
+        try:
+            numbers[name] = float(value)
+        except (TypeError, ValueError):
+            raise UserError(f"{name}={value!r} is not a number; log scalars as numbers (e.g. loss.item())") from None
+    return numbers
+
+
 class JobTracker:
     """Publishes one job's step metrics. Create it with :func:`track`."""
 
@@ -100,11 +149,11 @@ class JobTracker:
         registry: CollectorRegistry = REGISTRY,
     ):
         if not job:
-            raise ValueError("job must be a non-empty name")
+            raise UserError("job must be a non-empty name")
         for name, value in (("samples_per_step", samples_per_step), ("tokens_per_step", tokens_per_step),
                             ("flops_per_step", flops_per_step), ("peak_flops", peak_flops)):
-            if value is not None and value <= 0:
-                raise ValueError(f"{name}={value} must be > 0")
+            if value is not None:
+                _count(name, value)
         self.job = job
         self.samples_per_step, self.tokens_per_step = samples_per_step, tokens_per_step
         self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
@@ -120,10 +169,12 @@ class JobTracker:
              **scalars: float) -> StepRecord:
         """Close a step. Counts given here override the per-step defaults; keyword scalars are logged."""
         now = time.perf_counter()
+        # checked before anything is published: a bad count must not leave half a step in the registry
+        samples = _count("samples", samples, zero_ok=True) if samples is not None else self.samples_per_step
+        tokens = _count("tokens", tokens, zero_ok=True) if tokens is not None else self.tokens_per_step
+        flops = _count("flops", flops, zero_ok=True) if flops is not None else self.flops_per_step
+        logged = _scalars(scalars)
         dt, self._last = max(now - self._last, 1e-9), now
-        samples = samples if samples is not None else self.samples_per_step
-        tokens = tokens if tokens is not None else self.tokens_per_step
-        flops = flops if flops is not None else self.flops_per_step
         m, job = self._m, self.job
         m.step_seconds.labels(job).observe(dt)
         m.last_step_seconds.labels(job).set(dt)
@@ -137,7 +188,8 @@ class JobTracker:
         for gauge, values in ((m.device_memory, _device_memory()), (m.host_memory, _host_memory())):
             for kind, value in values.items():
                 gauge.labels(job, kind).set(value)
-        self.log(**scalars)
+        for name, number in logged.items():
+            m.scalar.labels(job, name).set(number)
         record = StepRecord(len(self.records), dt, sps, tps, mfu)
         self.records.append(record)
         return record
@@ -146,8 +198,8 @@ class JobTracker:
 
     def log(self, **scalars: float) -> None:
         """Export scalars (loss, lr, grad norm …) without closing a step."""
-        for name, value in scalars.items():
-            self._m.scalar.labels(self.job, name).set(float(value))
+        for name, number in _scalars(scalars).items():
+            self._m.scalar.labels(self.job, name).set(number)
 
 
 def flops_per_step_for(model: ModelSpec, *, batch: int, seq: int, training: bool = True) -> float:
@@ -176,8 +228,11 @@ def track(
     planner to count them; MFU needs ``peak_flops`` (the dense peak of the dtype in use)."""
     if flops_per_step is None and model is not None:
         if samples_per_step is None or seq_len is None:
-            raise ValueError("model= needs samples_per_step (sequences per step) and seq_len to count FLOPs")
-        flops_per_step = flops_per_step_for(model, batch=int(samples_per_step), seq=seq_len, training=training)
-        tokens_per_step = tokens_per_step or samples_per_step * seq_len
+            raise UserError("model= needs samples_per_step (sequences per step) and seq_len to count FLOPs")
+        # the user's own arguments are checked here: a derived count's error ("tokens_per_step=-40") names
+        # nothing they passed
+        batch, seq = _whole("samples_per_step", samples_per_step), _whole("seq_len", seq_len)
+        flops_per_step = flops_per_step_for(model, batch=batch, seq=seq, training=training)
+        tokens_per_step = tokens_per_step or batch * seq
     yield JobTracker(job, samples_per_step=samples_per_step, tokens_per_step=tokens_per_step,
                      flops_per_step=flops_per_step, peak_flops=peak_flops, registry=registry)
