@@ -69,11 +69,7 @@ def monitor_cmd(
     server = Exporter(config, registry=REGISTRY)
     for note in server.notes:  # said once, at start; scrapes stay quiet
         err.print(f"note: {note}")
-    try:
-        bound = server.start()
-    except (OSError, UnicodeError) as exc:  # UnicodeError: a --host the resolver cannot encode
-        why = getattr(exc, "strerror", None) or str(exc)
-        raise UserError(f"cannot listen on {config.host}:{config.port} ({why}); pick another --host or --port") from exc
+    bound = server.start()  # a port or host it cannot bind is a UserError naming both and the fix
     err.print(f"serving metrics on http://{config.host}:{bound}/metrics (every {config.interval:g} s); Ctrl-C stops")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
