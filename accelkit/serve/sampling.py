@@ -20,6 +20,9 @@ MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit (and vLLM's default max_logprob
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
 PENALTY_RANGE = 2.0  # presence/frequency penalties lie in [-2, 2], as in OpenAI and vLLM
 LOGIT_BIAS_RANGE = 100.0
+# repetition_penalty divides or multiplies float32 logits: 1e-300 rounds to 0 there (logits become inf, the
+# probabilities NaN, and the sampler picks token 0), 1e300 to inf; past these bounds it only saturates anyway
+REPETITION_PENALTY_RANGE = (1e-4, 1e4)
 
 
 class FrozenBias(dict[int, float]):
@@ -78,7 +81,7 @@ class SamplingParams(Spec):
     )
     repetition_penalty: float = spec_field(
         1.0, doc="vLLM's (HF's): a token in the prompt or the output has its logit divided by this when positive, "
-        "multiplied when negative; > 0, 1 = off.",
+        f"multiplied when negative; in [{REPETITION_PENALTY_RANGE[0]:g}, {REPETITION_PENALTY_RANGE[1]:g}], 1 = off.",
     )
     min_p: float = spec_field(
         0.0, min=0.0, max=1.0,
@@ -131,9 +134,10 @@ class SamplingParams(Spec):
             )
         if any(t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids={list(self.stop_token_ids)!r} has a negative id; token ids are >= 0")
-        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
-            raise ValueError(f"repetition_penalty={self.repetition_penalty!r} is out of range; expected a finite "
-                             "number > 0 (1 = off)")
+        low, high = REPETITION_PENALTY_RANGE
+        if not low <= self.repetition_penalty <= high:  # (NaN fails it too)
+            raise ValueError(f"repetition_penalty={self.repetition_penalty!r} is out of range; expected a number in "
+                             f"[{low:g}, {high:g}] (1 = off)")
         if self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens={self.min_tokens} is larger than max_tokens={self.max_tokens}; expected "
                              "min_tokens <= max_tokens")

@@ -24,6 +24,9 @@ def test_a_seed_manual_seed_refuses_is_a_value_error_naming_seed(seed):
     ({"top_p": 1.0 + 1e-12}, "top_p"), ({"top_k": -2}, "top_k"), ({"max_tokens": 0}, "max_tokens"),
     ({"stop": ("",)}, "stop"), ({"stop": ("x",) * (MAX_STOP_STRINGS + 1)}, "stop"),
     ({"stop_token_ids": (-1,)}, "stop_token_ids"), ({"stop_token_ids": tuple(range(1025))}, "stop_token_ids"),
+    # 1e-300 rounds to 0 in the sampler's float32 (inf logits, NaN probabilities: token 0 sampled), 1e300 to inf
+    ({"repetition_penalty": 1e-300}, "repetition_penalty"), ({"repetition_penalty": 1e300}, "repetition_penalty"),
+    ({"repetition_penalty": math.nan}, "repetition_penalty"), ({"repetition_penalty": 0.0}, "repetition_penalty"),
 ])
 def test_values_past_the_limits_name_their_field(kwargs, field):
     with pytest.raises(ValueError) as info:
