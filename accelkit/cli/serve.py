@@ -86,7 +86,7 @@ def serve_cmd(
         None, "--served-model-name", metavar="NAME",
         help="Model id for clients (default: the directory name); repeat it for aliases — responses report the first.",
     ),
-    api_key: str | None = typer.Option(None, "--api-key", envvar="ACCELKIT_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/*."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="ACCELKIT_API_KEY", help="Require 'Authorization: Bearer KEY' on every route except /health, /ping and /metrics."),
     chat_template: Path | None = typer.Option(None, "--chat-template", help="Jinja file overriding the tokenizer's chat template."),
     *,
     engine: dict[str, Any],

@@ -31,8 +31,12 @@ _PROMPT_FORMS = "{'prompt': text} or {'prompt_token_ids': [token ids]}"
 
 
 def _is_token_ids(prompts: object) -> bool:
-    """One prompt of token ids (a list or tuple of integers, numpy's too), not a list of prompts."""
-    return isinstance(prompts, (list, tuple)) and bool(prompts) and isinstance(prompts[0], numbers.Integral)
+    """One prompt of token ids (a list or tuple of integers, numpy's too, or a 1-D integer array), not a list of
+    prompts."""
+    if isinstance(prompts, (list, tuple)):
+        return bool(prompts) and isinstance(prompts[0], numbers.Integral)
+    shape, dtype = getattr(prompts, "shape", None), getattr(prompts, "dtype", None)  # numpy (or torch) without importing it
+    return shape is not None and len(shape) == 1 and getattr(dtype, "kind", None) in ("i", "u")
 
 
 def _short(value: object) -> str:
@@ -44,7 +48,7 @@ def _unpack(prompt: object) -> object:
     """vLLM's prompt dicts (TextPrompt, TokensPrompt) → the text or token ids inside; other prompts unchanged.
     Without this a dict would be read as its keys (``list(prompts)``) and generate for the text of a key."""
     if not isinstance(prompt, Mapping):
-        return prompt
+        return prompt.tolist() if _is_token_ids(prompt) and not isinstance(prompt, (list, tuple)) else prompt  # type: ignore[attr-defined]
     unknown = [k for k in prompt if k not in ("prompt", "prompt_token_ids")]
     if unknown:
         raise ValueError(f"prompt dict has {', '.join(map(repr, unknown))}, which the engine does not take; "
@@ -80,11 +84,12 @@ class LLM:
         prompts: Prompt | Seq[Prompt],
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
         *,
-        priority: Seq[int] | None = None,
+        priority: int | Seq[int] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt, all batched together; outputs in prompt order. A prompt is text, token ids,
         or vLLM's ``{"prompt": text}`` / ``{"prompt_token_ids": ids}``; one alone or a list of them.
-        ``priority``: one integer per prompt (lower runs first), with ``scheduling_policy="priority"`` only.
+        ``priority``: one integer for all prompts or one per prompt (lower runs first), with
+        ``scheduling_policy="priority"`` only.
 
         Every request is validated before any is queued, so a bad one raises ``ValueError`` (naming the field)
         and nothing runs.
@@ -127,13 +132,16 @@ class LLM:
             raise
         return [final[seq.request_id] for seq in seqs]
 
-    def _priorities(self, priority: Seq[int] | None, num_prompts: int) -> list[int]:
-        """One priority per prompt; any but 0 needs the priority policy, as the server (400) and vLLM refuse it
-        otherwise: under FCFS it would be accepted and not honoured."""
+    def _priorities(self, priority: int | Seq[int] | None, num_prompts: int) -> list[int]:
+        """One priority per prompt (one integer: the same for every prompt); any but 0 needs the priority policy, as
+        the server (400) and vLLM refuse it otherwise: under FCFS it would be accepted and not honoured."""
         if priority is None:
             return [0] * num_prompts
+        if isinstance(priority, numbers.Integral) and not isinstance(priority, bool):
+            priority = [int(priority)] * num_prompts
         if isinstance(priority, (str, bytes, Mapping)) or not isinstance(priority, Iterable):
-            raise ValueError(f"priority={priority!r} is not valid; expected a list of integers, one per prompt")
+            raise ValueError(f"priority={priority!r} is not valid; expected an integer, or a list of integers, one per "
+                             "prompt")
         priority = list(priority)
         if len(priority) != num_prompts:
             raise ValueError(f"priority has {len(priority)} entries for {num_prompts} prompts; give one per prompt")

@@ -66,6 +66,8 @@ def test_numpy_and_tuple_token_ids_are_token_ids(llm):
     assert _greedy(llm, [numpy_ids]) == ref
     assert _greedy(llm, numpy_ids) == ref  # one prompt of numpy ids, not four prompts of one id each
     assert _greedy(llm, tuple(IDS)) == ref
+    assert _greedy(llm, np.array(IDS)) == ref  # a 1-D array is one prompt (it was read as four prompts of one id)
+    assert _greedy(llm, [np.array(IDS, dtype=np.int32)]) == ref
     assert all(type(t) is int for t in llm.generate([numpy_ids], SamplingParams.greedy(1))[0].prompt_token_ids)
     with pytest.raises(ValueError, match=r"prompt_token_ids\[1\]=np.float64\(6.0\) is not a token id"):
         llm.generate([[5, np.float64(6.0)]])
@@ -78,9 +80,12 @@ def test_priority_is_checked_like_sampling_params(llm, model_dir):
     with pytest.raises(ValueError, match=r"priority=\[1, 0\] needs scheduling_policy='priority' \(this LLM's is 'fcfs'\)"):
         llm.generate(["w5", "w6"], SamplingParams.greedy(2), priority=[1, 0])
     assert len(llm.generate(["w5", "w6"], SamplingParams.greedy(2), priority=[0, 0])) == 2
-    with pytest.raises(ValueError, match="priority=5 is not valid; expected a list of integers"):
-        llm.generate(["w5"], SamplingParams.greedy(2), priority=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="priority='5' is not valid; expected an integer, or a list of integers"):
+        llm.generate(["w5"], SamplingParams.greedy(2), priority="5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"priority=\[5, 5\] needs scheduling_policy='priority'"):
+        llm.generate(["w5", "w6"], SamplingParams.greedy(2), priority=5)  # one integer: the same for every prompt
     by_priority = LLM(model_dir, kv_cache_memory_bytes=KV_BYTES, max_model_len=64, scheduling_policy="priority")
+    assert len(by_priority.generate(["w5", "w6"], SamplingParams.greedy(2), priority=np.int64(2))) == 2
     outs = by_priority.generate(["w5", "w6"], SamplingParams.greedy(3), priority=[np.int64(1), 0])
     assert [o.token_ids for o in outs] == [o.token_ids for o in llm.generate(["w5", "w6"], SamplingParams.greedy(3))]
 
