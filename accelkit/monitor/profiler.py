@@ -30,9 +30,25 @@ class ProfileConfig(Spec):
     record_shapes: bool = spec_field(False, doc="Record input shapes (bigger trace).")
 
 
+def _is_device_side(event: Any) -> bool:
+    """Whether ``event`` (a ``key_averages()`` row) is a device-side kernel/memcpy row.
+
+    With kineto every kernel is its own row (device type CUDA, XPU …) AND the CPU op that launched it
+    (``aten::mm``) reports the same time as its self device time: summing both counts the device time twice.
+    Keep the device-side rows, as torch's own table does when it sums self device time
+    (``profiler_util._build_table``); device-side user annotations (``record_function`` ranges mirrored on the
+    device timeline) span kernels already counted, so they are left out as torch leaves them out.
+    """
+    from torch.profiler import DeviceType
+
+    return event.device_type != DeviceType.CPU and not getattr(event, "is_user_annotation", False)
+
+
 def _top_ops(averages: Any, key: str, top: int, steps: int) -> list[dict[str, Any]]:
-    rows = sorted(averages, key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
-    total = sum(getattr(e, key, 0.0) for e in averages) or 1.0
+    """The ``top`` rows of ``averages`` by ``key`` (device time: device-side rows only); shares are of their total."""
+    kept = [e for e in averages if key != "self_device_time_total" or _is_device_side(e)]
+    rows = sorted(kept, key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
+    total = sum(getattr(e, key, 0.0) for e in kept) or 1.0
     return [
         {
             "name": e.key,
