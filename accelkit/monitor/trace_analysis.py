@@ -22,7 +22,11 @@ from typing import Any, Literal
 Category = Literal["compute", "communication", "memcpy"]
 Span = tuple[float, float]
 
-_COMM = re.compile(r"nccl|rccl|c10d|gloo|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send|recv", re.I)
+# Collectives by the names torch.distributed gives them, not by words such as "broadcast" that compute ops share
+# (aten::broadcast_tensors, which F.mse_loss calls): CPU ops c10d::allreduce_, c10d::broadcast_,
+# _c10d_functional::all_reduce, record_param_comms; backend ranges gloo:all_reduce, nccl:all_reduce; device
+# kernels ncclDevKernel_AllReduce_Sum_bf16_RING_LL (RCCL's kernels are named nccl* too).
+_COMM = re.compile(r"^(?:_?c10d(?:_functional)?::|(?:gloo|nccl|rccl|mpi|ucc):|record_param_comms$)|\b[nr]ccl", re.I)
 _CPU_MEMCPY = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "aten::empty_like"}
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
