@@ -106,9 +106,13 @@ def plan_variants(
     """Split the variants into runnable and refused (one line each, told to ``reporter``); ``extra_refusal``
     adds a caller's own reasons (e.g. what a distributed run cannot do); ``world_size`` and ``zero`` are the
     layout (gradient compression needs more than one process). Nothing runnable is a UserError."""
+    candidates = workload.variants(requested)
+    if not candidates:
+        raise UserError(f"nothing to run: no variants were given for {workload.name}; pass at least one, "
+                        "e.g. matrix(['fp32', 'bf16'])")
     runnable: list[Variant] = []
     refused: list[dict[str, str]] = []
-    for v in workload.variants(requested):
+    for v in candidates:
         reason = workload.refusal(v, device)
         if reason is None and workload.task != "input":
             reason = device_refusal(v, device, training=workload.task == "train", world_size=world_size, zero=zero)
@@ -137,14 +141,25 @@ def run_benchmark(
 ) -> BenchRunResult:
     """Benchmark ``workload`` over ``requested`` variants; store each finished variant in ``store`` (with
     ``config.save``). A write the store refuses does not stop the run: the result keeps every measured variant
-    and its ``store_error`` says why they were not stored (no later write is tried)."""
+    and its ``store_error`` says why they were not stored (no later write is tried). The run seeds torch's
+    global generators with ``config.seed`` (the same inputs and weights every run); the caller's generator state
+    (CPU, and the GPU the run uses) is put back afterwards."""
+    import torch
+
+    config = config or BenchConfig()
+    device = resolve_device(config.device)
+    gpus = [torch.device(device).index or 0] if device.startswith("cuda") else []
+    with torch.random.fork_rng(devices=gpus, device_type="cuda"):
+        return _run_benchmark(workload, requested, config, device, store=store, reporter=reporter or Reporter(),
+                              run_id=run_id)
+
+
+def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: BenchConfig, device: str, *,
+                   store: ResultStore | None, reporter: Reporter, run_id: str | None) -> BenchRunResult:
     import torch
 
     from accelkit.hardware.detect import environment
 
-    config = config or BenchConfig()
-    reporter = reporter or Reporter()
-    device = resolve_device(config.device)
     runnable, refused = plan_variants(workload, requested, device, reporter)
     check_workload(workload, device)
     hardware, catalog = identify(device)

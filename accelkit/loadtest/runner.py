@@ -20,6 +20,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any
 
@@ -30,7 +31,7 @@ from accelkit.loadtest.config import LoadTestConfig, rate_json
 from accelkit.loadtest.datasets import SampleRequest, load_dataset
 from accelkit.loadtest.metrics import RequestRecord, compute_metrics, pkey
 
-__all__ = ["run_loadtest", "run_pass"]
+__all__ = ["run_loadtest", "run_loadtest_async", "run_pass"]
 
 Progress = Callable[[str], None]
 
@@ -128,9 +129,23 @@ async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None
 
 
 def run_loadtest(config: LoadTestConfig, *, on_progress: Progress | None = None) -> Measurement:
-    """Run the whole load test and return it as a Measurement (kind 'loadtest'); see :func:`to_measurement`."""
+    """Run the whole load test and return it as a Measurement (kind 'loadtest'); see :func:`to_measurement`.
+
+    Called where an event loop is already running (Jupyter, an async app), the test runs on a worker thread with
+    its own loop — a loop cannot be re-entered — and this call blocks that loop until it ends (``on_progress`` is
+    then called from the worker); ``await run_loadtest_async(config)`` there leaves the loop free instead."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_loadtest_async(config, on_progress=on_progress))
+    with ThreadPoolExecutor(1, thread_name_prefix="accelkit-loadtest") as worker:
+        return worker.submit(asyncio.run, run_loadtest_async(config, on_progress=on_progress)).result()
+
+
+async def run_loadtest_async(config: LoadTestConfig, *, on_progress: Progress | None = None) -> Measurement:
+    """:func:`run_loadtest` as a coroutine, for a caller that is already inside an event loop."""
     run_id = f"accelkit-{secrets.token_hex(4)}"  # new each run: the server's logs tell runs apart
-    dataset_info, passes, warmup_info = asyncio.run(_run(config, run_id, on_progress))
+    dataset_info, passes, warmup_info = await _run(config, run_id, on_progress)
     if all(m["completed"] == 0 for _, _, m in passes):
         first = passes[0][2]["failures"][0]["error"] if passes[0][2]["failures"] else "unknown"
         raise AccelkitError(f"no request to {config.url} completed; first error: {first}")

@@ -23,9 +23,11 @@ parallel layout (dp/tp/pp, ZeRO) is not a single-device transform: ``accelkit.di
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from accelkit.core import Recipe
+from accelkit.core.recipe import Precision
+from accelkit.core.recipe import Quantization as QuantizationName
 from accelkit.recipes.allocator import WarmAllocator
 from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique, device_info
 from accelkit.recipes.checkpointing import ActivationCheckpointing
@@ -55,6 +57,27 @@ def _layout_refusal(recipe: Recipe) -> str | None:
     return None
 
 
+def _serving_refusal(recipe: Recipe) -> str | None:
+    # the KV cache is the serving engine's, not a tensor of the module: refused rather than dropped without a word
+    if recipe.kv_cache_dtype != "auto":
+        return (f"kv_cache_dtype={recipe.kv_cache_dtype!r} is a serving setting: the KV cache belongs to the engine "
+                f"(accelkit.serve EngineConfig(kv_cache_dtype={recipe.kv_cache_dtype!r}), `accelkit serve "
+                "--kv-cache-dtype`), not to the module recipes.apply transforms; leave it at 'auto' here")
+    return None
+
+
+def _check_recipe(recipe: object) -> Recipe:
+    """``recipe`` if it is a Recipe; a name such as 'bf16' is a bench variant, not a Recipe, so say how to write it."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    hint = ""
+    if isinstance(recipe, str):
+        field = ("precision" if recipe in get_args(Precision) else
+                 "quantization" if recipe in get_args(QuantizationName) else None)
+        hint = f"; write Recipe({field}={recipe!r})" if field else "; build one, e.g. Recipe(precision='bf16')"
+    raise TypeError(f"recipe must be an accelkit.core.Recipe, not {type(recipe).__name__} {recipe!r}{hint}")
+
+
 def _mode_refusal(recipe: Recipe, training: bool) -> str | None:
     if recipe.precision == "fp8" and not training:
         return ("precision='fp8' means FP8 training (torchao.float8); for FP8 inference use "
@@ -73,13 +96,15 @@ def refusal(
     example_inputs: tuple[Any, ...] | None = None,
     steps: Sequence[Technique] | None = None,
 ) -> str | None:
-    """Why ``recipe`` cannot run on ``device`` (None if it can) — the same checks ``apply`` makes."""
+    """Why ``recipe`` cannot run on ``device`` (None if it can) — the same checks ``apply`` makes. ``device`` is
+    auto (the default), cpu, cuda, cuda:N or meta; any other is a UserError."""
+    recipe = _check_recipe(recipe)
     ctx = ApplyContext(device=device_info(device), example_inputs=example_inputs, training=training, emulate_fp8=emulate)
     return _first_refusal(recipe, ctx, steps or techniques())
 
 
 def _first_refusal(recipe: Recipe, ctx: ApplyContext, steps: Sequence[Technique]) -> str | None:
-    reason = _layout_refusal(recipe) or _mode_refusal(recipe, ctx.training)
+    reason = _layout_refusal(recipe) or _serving_refusal(recipe) or _mode_refusal(recipe, ctx.training)
     if reason:
         return reason
     for step in steps:
@@ -114,12 +139,14 @@ def apply(
 ) -> torch.nn.Module:
     """Apply ``recipe`` to ``model`` and return the model to run.
 
-    ``device`` defaults to where the model's parameters are; ``training`` to ``model.training``.
+    ``device`` (auto, cpu, cuda, cuda:N, or meta for a model without storage) defaults to where the model's
+    parameters are; ``training`` to ``model.training``.
     ``emulate=True`` lets fp8 training and fp8 inference run without FP8 hardware (numerics only, for tests).
     ``fp8_scaling`` picks torchao's fp8 training recipe: ``tensorwise`` (SM89+) or ``rowwise`` (SM90+).
     ``notes``, if given, receives one line per technique applied. Raises ``RecipeRefused`` (a
     ``UserError``) naming what is missing and what to change; the model is then left as it was.
     """
+    recipe = _check_recipe(recipe)
     if device is None:
         param = next(model.parameters(), None)
         device = str(param.device) if param is not None else "cpu"

@@ -21,7 +21,7 @@ class RecipeRefused(UserError):
 class DeviceInfo:
     """What the techniques need to know about the target device."""
 
-    type: str  # "cpu" or "cuda"
+    type: str  # "cpu", "cuda" or "meta" (no storage: the bench counts FLOPs there; no hardware feature)
     name: str
     capability: tuple[int, int] | None = None  # CUDA compute capability; None on CPU
     is_rocm: bool = False
@@ -44,10 +44,14 @@ class DeviceInfo:
 
 
 def device_info(device: str | torch.device | None = None) -> DeviceInfo:
-    """Describe ``device`` (default: the first GPU if any, else the CPU)."""
+    """Describe ``device`` (default: the first GPU if any, else the CPU). Besides meta, the name goes through
+    ``resolve_device`` (auto, cpu, cuda, cuda:N), so a device the techniques cannot target (tpu, mps, xpu, a GPU
+    this torch build or machine lacks) is a one-line UserError, not torch's error or a silent CPU."""
     import torch
 
-    dev = torch.device(device if device is not None else resolve_device("auto"))
+    if str(device) == "meta":
+        return DeviceInfo(type="meta", name="meta")
+    dev = torch.device(resolve_device("auto" if device is None else str(device)))
     if dev.type != "cuda":
         return DeviceInfo(type="cpu", name="cpu")
     props = torch.cuda.get_device_properties(dev)

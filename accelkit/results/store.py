@@ -26,6 +26,7 @@ import csv
 import errno
 import io
 import json
+import operator
 import os
 import sqlite3
 import urllib.parse
@@ -560,7 +561,16 @@ class ResultStore:
 
     def get(self, result_id: int) -> StoredResult:
         """One result by id; a missing id is a UserError that says how to list them, an unreadable one an
-        AccelkitError that names it."""
+        AccelkitError that names it. An id that is not an integer (a str from a form or argv) is a TypeError saying
+        so — '1' is not guessed to mean 1; integer types such as numpy's are taken as their int."""
+        try:
+            if isinstance(result_id, bool):
+                raise TypeError
+            result_id = operator.index(result_id)
+        except TypeError:
+            raise TypeError(f"result id must be an int, not {type(result_id).__name__} {result_id!r}"
+                            + (f"; use store.get(int({result_id!r}))" if isinstance(result_id, str)
+                               and result_id.strip().isdigit() else "")) from None
         if not 1 <= result_id <= MAX_ROW_ID:
             raise UserError(f"no result with id {result_id} in {self.path} (ids are 1 … {MAX_ROW_ID}); "
                             "`accelkit results list` shows the ids")
