@@ -1,7 +1,7 @@
 """Load tester for any OpenAI-compatible server (accelkit serve, vLLM, TGI, SGLang), measuring as
 `vllm bench serve` does. No torch import.
 
-``run_loadtest(LoadTestConfig(...)) -> Measurement`` · ``plot_data(result)`` for the report ·
+``run_loadtest(LoadTestConfig(...)) -> Measurement`` (``await run_loadtest_async(...)`` in async code) · ``plot_data(result)`` for the report ·
 ``compute_metrics(records, duration_s)`` for the pure aggregation.
 """
 
@@ -13,12 +13,13 @@ from accelkit.loadtest.config import SLO, LoadTestConfig, parse_rate
 from accelkit.loadtest.metrics import RequestRecord, compute_metrics
 from accelkit.loadtest.plot import plot_data
 
-__all__ = ["SLO", "LoadTestConfig", "RequestRecord", "compute_metrics", "parse_rate", "plot_data", "run_loadtest"]
+__all__ = ["SLO", "LoadTestConfig", "RequestRecord", "compute_metrics", "parse_rate", "plot_data", "run_loadtest",
+           "run_loadtest_async"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "run_loadtest":  # imports httpx: only when a test is run
-        from accelkit.loadtest.runner import run_loadtest
+    if name in ("run_loadtest", "run_loadtest_async"):  # imports httpx: only when a test is run
+        from accelkit.loadtest import runner
 
-        return run_loadtest
+        return getattr(runner, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

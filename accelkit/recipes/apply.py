@@ -63,6 +63,9 @@ def _serving_refusal(recipe: Recipe) -> str | None:
         return (f"kv_cache_dtype={recipe.kv_cache_dtype!r} is a serving setting: the KV cache belongs to the engine "
                 f"(accelkit.serve EngineConfig(kv_cache_dtype={recipe.kv_cache_dtype!r}), `accelkit serve "
                 "--kv-cache-dtype`), not to the module recipes.apply transforms; leave it at 'auto' here")
+    if recipe.offload:  # the planner counts ZeRO-Offload's memory; nothing here moves optimizer states to the host
+        return ("offload=True (optimizer states in host memory) is a planning input (accelkit plan --offload), not "
+                "something recipes.apply does to a module; leave offload off here")
     return None
 
 

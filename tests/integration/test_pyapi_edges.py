@@ -82,6 +82,14 @@ def test_a_kv_cache_dtype_is_refused_not_dropped(llama, kv):
     assert refusal(Recipe(kv_cache_dtype="auto"), "cpu") is None
 
 
+def test_offload_is_refused_not_dropped(llama):
+    model = copy.deepcopy(llama)
+    before = _params(model)
+    with pytest.raises(RecipeRefused, match=r"offload=True .* planning input \(accelkit plan --offload\)"):
+        apply(model, Recipe(precision="bf16", offload=True))
+    assert _unchanged(model, before)
+
+
 # ---- bench ---------------------------------------------------------------------------------------------------
 def _bench(variants):
     from accelkit.bench.runner import BenchConfig, run_benchmark
