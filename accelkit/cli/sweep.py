@@ -13,7 +13,8 @@ from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err,
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError
-from accelkit.sweep.grid import SweepSpec
+from accelkit.core.units import fmt_bytes
+from accelkit.sweep.grid import SweepSpec, failure_text
 
 
 @spec_options(SweepSpec, into="override", only=("workers",), optional=("workers",),
@@ -39,6 +40,10 @@ def sweep_cmd(
                 ids = ", ".join(map(str, line["result_ids"]))
                 what = f"stored {ids}" if line["status"] == "ok" and ids else (
                     f"FAILED: {line['error']}" if line["status"] != "ok" else "")
+                if line["status"] == "ok" and line.get("failed"):  # the variants that raised; the others were stored
+                    what += "; FAILED " + "; ".join(map(failure_text, line["failed"]))
+                if line.get("fits") is False:
+                    what += "; does not fit in memory"
                 if line.get("unstored"):
                     what += ("; " if what else "") + f"not stored ({line.get('store_error') or 'saving was off'})"
                 bar.log(f"point {line['index']} ({line['key']}): {what}")
@@ -62,18 +67,29 @@ def sweep_cmd(
         by_workload: dict[str, list[dict[str, Any]]] = {}
         for p in run.points:
             by_workload.setdefault(p["workload"], []).append(p)
+        plan = run.kind == "plan"
         for workload, points in by_workload.items():
             rows = []
             for p in points:
                 results = [rows_by_id[i] for i in p["result_ids"] if rows_by_id[i].kind != "sweep-error"]
                 shown = next((r for r in results if type(r).__name__ == "Measurement"), results[0] if results else None)
-                value = f"{fmt_num(shown.throughput, 1)} {shown.throughput_unit}" if shown and shown.throughput else "-"
-                rows.append((p["index"], p["key"], p["status"], value,
-                             ", ".join(map(str, p["result_ids"])), (p["error"] or "")[:80]))
-            out.print(table(f"sweep {run.name} · {workload}", ["#", "point", "status", "throughput", "result ids", "error"],
-                            rows, right=(0,)))
-        err.print(f"sweep {run.name}: {len(run.points)} points, {len(run.failed)} failed; run {run.run_id} "
-                  f"({run.executor}); summary stored as result {run.summary_id}", highlight=False)
+                value = (f"{fmt_num(shown.throughput, 1)} {shown.throughput_unit}"
+                         if p["status"] == "ok" and shown and shown.throughput else "-")  # not a failed point's prediction
+                # an ok point whose other variants raised says which (`bench` would have exited 1 for them)
+                error = p["error"] or "; ".join(f"FAILED {failure_text(f)}" for f in p.get("failed", []))
+                row = [p["index"], p["key"], p["status"], value]
+                if plan:  # a layout that does not fit is no candidate, however high its tokens/s
+                    row += _memory(p, shown)
+                rows.append((*row, ", ".join(map(str, p["result_ids"])), error[:80]))
+            cols = ["#", "point", "status", "throughput", *(["fits", "memory / device"] if plan else []), "result ids",
+                    "error"]
+            out.print(table(f"sweep {run.name} · {workload}", cols, rows, right=(0,)))
+        partly = sum(1 for p in run.points if p["status"] == "ok" and p.get("failed"))
+        too_big = sum(1 for p in run.points if p.get("fits") is False)
+        err.print(f"sweep {run.name}: {len(run.points)} points, {len(run.failed)} failed"
+                  + (f", {partly} with failed variants" if partly else "")
+                  + (f", {too_big} do not fit in memory" if too_big else "")
+                  + f"; run {run.run_id} ({run.executor}); summary stored as result {run.summary_id}", highlight=False)
 
     emit(data, as_json, render)
     if run.interrupted:
@@ -82,3 +98,13 @@ def sweep_cmd(
         sys.exit(130)
     if run.points and len(run.failed) == len(run.points):
         raise typer.Exit(1)
+
+
+def _memory(point: dict[str, Any], shown: Any) -> list[str]:
+    """A plan point's fits and memory / device cells (the planner's per-device total of its capacity)."""
+    if "fits" not in point:
+        return ["-", "-"]
+    total = (shown.memory_bytes or {}).get("total") if shown is not None else None
+    capacity = shown.details.get("memory_capacity_bytes") if shown is not None else None
+    memory = f"{fmt_bytes(total)} of {fmt_bytes(capacity)}" if total is not None and capacity else "-"
+    return ["yes" if point["fits"] else "NO", memory]

@@ -44,7 +44,8 @@ from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
     from accelkit.bench.record import StoreWriter
-    from accelkit.core import Estimate, Measurement
+    from accelkit.core import Estimate, Measurement, Workload
+    from accelkit.loadtest import LoadTestConfig
     from accelkit.results import ResultStore
 
 Kind = Literal["bench", "plan", "loadtest"]
@@ -112,12 +113,97 @@ class SweepSpec(Spec):
                 self._check_launch(i, layout)
         for i, r in enumerate(self.rates or ()):
             _rate(r, f"rates[{i}]")
+        self._check_repeats()
         if self.kind == "plan":
             for name, config in self.workloads.items():
                 unknown = sorted(set(config or {}) - set(PLAN_CONFIG_KEYS))
                 if unknown:
                     raise ValueError(f"workloads[{name!r}] has no field {', '.join(unknown)}; known: "
                                      + ", ".join(PLAN_CONFIG_KEYS))
+        # what each point resolves when it runs, resolved now: a misspelt name fails the load, not every point
+        {"bench": self._check_bench, "plan": self._check_plan, "loadtest": self._check_loadtest}[self.kind]()
+
+    def _check_repeats(self) -> None:
+        """A value given twice on an axis would measure the same points twice (and store them twice)."""
+        rates = [_rate(r, f"rates[{i}]") for i, r in enumerate(self.rates or ())]
+        for name, axis in (("precisions", self.precisions or ()), ("batch_sizes", self.batch_sizes or ()),
+                           ("layouts", self.layouts or ()), ("rates", rates)):
+            for j, value in enumerate(axis):
+                i = list(axis).index(value)  # == compares layouts as mappings ({tp: 2, dp: 4} is {dp: 4, tp: 2})
+                if i != j:
+                    shown = _flow((self.rates or ())[j] if name == "rates" else value)
+                    raise ValueError(f"{name}[{j}]={shown} repeats {name}[{i}]; give each value once (each point "
+                                     "would run twice)")
+
+    def _check_bench(self) -> None:
+        """The workloads, their config fields (with each batch size), ``loop`` and ``bench`` as `_bench_point` reads
+        them, and whether a torchrun layout can run each workload."""
+        from accelkit.bench.runner import BenchConfig
+        from accelkit.bench.workloads import get_workload
+        from accelkit.distributed.parallel import SUPPORTED
+        from accelkit.timing import LoopConfig
+
+        try:
+            loop = LoopConfig.from_dict(self.loop)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"loop: {e}") from None
+        if "loop" in self.bench:
+            raise ValueError("bench has no field loop; give the warm-up and stopping rule as the sweep's own loop: "
+                             "{…} (it applies to every point)")
+        try:
+            BenchConfig.from_dict({**self.bench, "loop": loop.to_dict()})
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"bench: {e}") from None
+        launch = next(((i, layout) for i, layout in enumerate(self.layouts or ()) if layout), None)
+        for name, config in self.workloads.items():
+            try:
+                cls = get_workload(name)
+            except ValueError as e:
+                raise ValueError(f"workloads: {e}") from None
+            for b in self.batch_sizes or (None,):
+                try:
+                    cls.config_cls.from_dict({**config, **({"batch_size": b} if b is not None else {})})
+                except (ValueError, TypeError) as e:
+                    at = f" with batch_size {b} (batch_sizes)" if b is not None else ""
+                    raise ValueError(f"workloads[{name!r}]{at}: {e}") from None
+            if launch is not None and name not in SUPPORTED:  # as `bench bert --nproc-per-node 2` is refused
+                raise ValueError(f"layouts[{launch[0]}]={_flow(launch[1])} is a torchrun launch, which runs the "
+                                 f"training workloads {', '.join(SUPPORTED)}; {name} is not one — measure {name} in a "
+                                 "sweep without launch layouts (layouts: [{}])")
+
+    def _check_plan(self) -> None:
+        """The hardware, the model presets, and each point's recipe and workload as `_plan_point` builds them."""
+        from accelkit.hardware import get_device
+        from accelkit.models import resolve_model
+        from accelkit.plan.calibrate import LOCAL_NAMES
+
+        hardware = str(self.hardware)
+        if hardware.strip().lower() not in LOCAL_NAMES:  # cpu: this machine's probe, read when the point runs
+            try:
+                get_device(hardware)
+            except ValueError as e:
+                raise ValueError(f"hardware: {e}") from None
+        for name in self.workloads:
+            try:
+                resolve_model(name)
+            except (ValueError, OSError) as e:
+                raise ValueError(f"workloads: {e}") from None
+        for p in expand(self):
+            try:
+                _plan_workload(p)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"point {p.index} ({p.key}): {e}") from None
+
+    def _check_loadtest(self) -> None:
+        """Each point's LoadTestConfig as `_loadtest_point` builds it (the rate is checked above)."""
+        for name, config in self.workloads.items():
+            if "base_url" not in {**self.loadtest, **config}:  # the one field without a default
+                raise ValueError("loadtest has no base_url; give the server's root for every point, e.g. loadtest: "
+                                 "{base_url: http://127.0.0.1:8000}")
+            try:
+                _loadtest_config(name, config, self, math.inf)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"workloads[{name!r}]: {e}") from None
 
     def _check_launch(self, i: int, layout: dict[str, Any]) -> None:
         """A bench layout with keys is a torchrun launch: the checks `bench --nproc-per-node` makes before it."""
@@ -134,6 +220,13 @@ class SweepSpec(Spec):
         if dist.backend == "nccl" and str(self.bench.get("device", "auto")) == "cpu":
             raise ValueError(f"layouts[{i}] backend nccl needs CUDA GPUs, but bench runs on the CPU (bench: "
                              "{device: cpu}); use backend gloo, or auto (NCCL on GPUs, gloo on CPUs)")
+
+
+def _flow(value: Any) -> str:
+    """A value as the sweep file writes it: {nproc_per_node: 2}, fp32, 2."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _rate(value: float | str, field_name: str) -> float:
@@ -171,6 +264,9 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise UserError(f"{path}: {odd[0]!r} is not a field name; a sweep file's keys are name, kind, workloads, "
                         "precisions, batch_sizes, layouts, rates, …")
     data.setdefault("name", path.stem)
+    if "workloads" not in data:  # the one field without a default (the dataclass would name __init__ instead)
+        raise UserError(f"{path}: workloads is missing; give at least one, as name: {{config fields}} (e.g. "
+                        "workloads: {resnet: {size: tiny}})")
     for key in ("workloads",):  # `llm-train:` with no config parses as None
         if isinstance(data.get(key), dict):
             data[key] = {k: (v or {}) for k, v in data[key].items()}
@@ -247,13 +343,18 @@ def run_point(point: dict[str, Any], spec: dict[str, Any], run_id: str, save: bo
                                                                        else float(point["rate"])})
         store, store_error = _open_store(save)
         try:
-            ids, unstored, store_error = _measure(p, sweep, store, run_id, store_error)
-            results = [store.get(i).to_dict() for i in ids] if store is not None else []
+            m = _measure(p, sweep, store, run_id, store_error)
+            results = [store.get(i).to_dict() for i in m.result_ids] if store is not None else []
         finally:
             if store is not None:
                 store.close()
-        return {"status": "ok", "result_ids": ids, "results": results, "unstored": unstored,
-                "store_error": store_error, **store_identity()}
+        outcome = {"status": "ok", "result_ids": m.result_ids, "results": results, "unstored": m.unstored,
+                   "store_error": m.store_error, "failed": m.failed, **store_identity()}
+        if m.failed and not m.measured:
+            # every variant raised (BatchNorm at batch 1, CUDA OOM): the point failed, as `accelkit bench` exits 1;
+            # what it stored before (a prediction, a probe) stays listed with its error row
+            outcome |= {"status": "error", "error": "; ".join(map(failure_text, m.failed)), "traceback": None}
+        return outcome
     except Exception as exc:  # a point's failure is data, not the end of the sweep
         return {"status": "error", "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc(limit=8), **store_identity()}
@@ -277,21 +378,38 @@ def _open_store(save: bool) -> tuple[ResultStore | None, str | None]:
         return None, error
 
 
-def _measure(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: str,
-             store_error: str | None) -> tuple[list[int], list[dict[str, Any]], str | None]:
-    """Run the point and store what it measured: (stored ids, the documents the store did not take, why not)."""
+def failure_text(failure: dict[str, Any]) -> str:
+    """'fp32 (first call): ValueError: …' — a failed variant as `accelkit bench` prints it."""
+    return f"{failure['name']} ({failure['phase']}): {failure['error']}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """What one point's run left: its stored ids, the documents the store did not take (and why), the bench
+    variants that raised (the run document's ``failed``: variant, phase, error) and whether anything was measured."""
+
+    result_ids: list[int]
+    unstored: list[dict[str, Any]]
+    store_error: str | None
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    measured: bool = True
+
+
+def _measure(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: str, store_error: str | None) -> _Measured:
+    """Run the point and store what it measured."""
     from accelkit.bench.record import StoreWriter
 
     writer = StoreWriter(store if store is not None and not store.readonly else None)
     if p.kind == "bench":
         doc = _bench_point(p, sweep, store, run_id, save=writer.can_write)
         unstored = [doc] if any(v.get("result_id") is None for v in doc["variants"]) else []
-        return list(doc["result_ids"]), unstored, store_error or doc.get("store_error")
+        return _Measured(list(doc["result_ids"]), unstored, store_error or doc.get("store_error"),
+                         failed=list(doc["failed"]), measured=bool(doc["variants"]))
     result = _plan_point(p, sweep) if p.kind == "plan" else _loadtest_point(p, sweep)
     result_id = writer.add(result, run_id=run_id)
     if result_id is None:
-        return [], [result.to_dict()], store_error or writer.error
-    return [result_id], [], None
+        return _Measured([], [result.to_dict()], store_error or writer.error)
+    return _Measured([result_id], [], None)
 
 
 def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: str, *, save: bool) -> dict[str, Any]:
@@ -319,9 +437,17 @@ def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: 
 
 
 def _plan_point(p: Point, sweep: SweepSpec) -> Estimate:
-    from accelkit.core import Cluster, Recipe, Workload
-    from accelkit.models import resolve_model
+    from accelkit.core import Cluster
     from accelkit.plan import plan, resolve_hardware
+
+    workload = _plan_workload(p)
+    return plan(workload, Cluster(device=resolve_hardware(str(sweep.hardware)), num_devices=workload.recipe.num_devices))
+
+
+def _plan_workload(p: Point) -> Workload:
+    """The planner's workload for a plan point (also built when the file loads, to check it)."""
+    from accelkit.core import Recipe, Workload
+    from accelkit.models import resolve_model
 
     model = resolve_model(p.workload)
     c = dict(p.config)
@@ -330,17 +456,19 @@ def _plan_point(p: Point, sweep: SweepSpec) -> Estimate:
     layout = dict(p.layout)
     batch = p.batch_size or 1
     recipe = Recipe(precision=p.precision, micro_batch=batch if task == "train" else 1, **layout)  # type: ignore[arg-type]
-    workload = Workload(model=model, task=task, seq_len=seq, batch_size=batch, recipe=recipe, **c)
-    return plan(workload, Cluster(device=resolve_hardware(str(sweep.hardware)), num_devices=recipe.num_devices))
+    return Workload(model=model, task=task, seq_len=seq, batch_size=batch, recipe=recipe, **c)
+
+
+def _loadtest_config(name: str, config: dict[str, Any], sweep: SweepSpec, rate: float) -> LoadTestConfig:
+    from accelkit.loadtest import LoadTestConfig
+
+    return LoadTestConfig.from_dict({**sweep.loadtest, "model": name, **config, "request_rate": rate})
 
 
 def _loadtest_point(p: Point, sweep: SweepSpec) -> Measurement:
-    from accelkit.loadtest import LoadTestConfig
     from accelkit.loadtest.runner import run_loadtest
 
-    config = LoadTestConfig.from_dict({**sweep.loadtest, "model": p.workload, **p.config,
-                                       "request_rate": p.rate if p.rate is not None else math.inf})
-    return run_loadtest(config)
+    return run_loadtest(_loadtest_config(p.workload, p.config, sweep, p.rate if p.rate is not None else math.inf))
 
 
 # ---- executors ---------------------------------------------------------------------------------------------
@@ -443,14 +571,17 @@ def collect(point: Point, outcome: dict[str, Any], writer: StoreWriter, run_id: 
     assert writer.store is not None  # a sweep always stores: the run id groups its rows
     line = {**point.to_dict(), "status": outcome["status"], "host": outcome.get("host"), "result_ids": [],
             "error": outcome.get("error")}
+    if outcome.get("failed"):  # bench variants that raised: all of them made the point an error, some are listed
+        line["failed"] = list(outcome["failed"])
     unstored: list[dict[str, Any]] = list(outcome.get("unstored") or [])
     store_error = outcome.get("store_error")
     here = {"host": socket.gethostname(), "store": str(writer.store.path.resolve())}
-    if outcome["status"] == "ok" and {"host": outcome["host"], "store": outcome["store"]} == here:
+    # a point that ran (even one whose every variant raised) may have stored rows; a point that raised has none
+    if "result_ids" in outcome and {"host": outcome["host"], "store": outcome["store"]} == here:
         line["result_ids"] = list(outcome["result_ids"])
         if store_error is not None and writer.error is None:
             writer.error = store_error  # the driver's own store refused the point's write: the driver tries no more
-    elif outcome["status"] == "ok":
+    elif "result_ids" in outcome:
         mapping: dict[int, int] = {}
         for row in outcome["results"]:  # in id order: estimates come before the measurements that cite them
             data = {k: v for k, v in row.items() if k not in ("id", "run_id", "type", NON_FINITE)}
@@ -462,15 +593,20 @@ def collect(point: Point, outcome: dict[str, Any], writer: StoreWriter, run_id: 
             else:
                 mapping[row["id"]] = copied
         line["result_ids"] = [mapping[i] for i in outcome["result_ids"] if i in mapping]
-    else:
+    if outcome["status"] != "ok":
         error = Measurement(kind="sweep-error", name=f"{sweep} · point {point.index} · {point.key}", details={
             "sweep": sweep, "point": point.to_dict(), "error": outcome.get("error"),
-            "traceback": outcome.get("traceback"), "host": outcome.get("host")})
+            "traceback": outcome.get("traceback"), "host": outcome.get("host"),
+            **({"failed": line["failed"]} if "failed" in line else {})})
         error_id = writer.add(error, run_id=run_id)
         if error_id is None:
             unstored.append(error.to_dict())
         else:
-            line["result_ids"] = [error_id]
+            line["result_ids"].append(error_id)
+    if point.kind == "plan" and outcome["status"] == "ok":  # a plan that does not fit is no candidate, whatever
+        plans = [r for r in [*outcome.get("results", []), *unstored] if r.get("kind") == "plan"]  # its tokens/s
+        if plans:
+            line["fits"] = bool(plans[0]["details"].get("fits"))
     if unstored:
         line["unstored"] = unstored
         if (why := store_error or writer.error) is not None:
