@@ -1,11 +1,13 @@
 """`accelkit results list|show|export`: read the store (read-only: a store on read-only media lists fine);
---kind and --hardware accept what the rest of the CLI accepts and say so when nothing matches."""
+--kind and --hardware accept what the rest of the CLI accepts and say so when nothing matches. `results import`
+merges another store's export into this one."""
 
 from __future__ import annotations
 
 import difflib
 import errno
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +18,7 @@ from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
 from accelkit.cli.store import reading
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.results import ResultStore, StoredResult, export, flat_row
+from accelkit.results.importing import read_export
 from accelkit.results.store import MAX_ROW_ID, RESULT_KINDS
 
 app = typer.Typer(help="The results store: every estimate and measurement.", no_args_is_help=True)
@@ -184,6 +187,47 @@ def export_cmd(
     _write(output, text)
     err.print(f"wrote {len(results)} results to {output}" + (f" ({skipped} unreadable skipped)" if skipped else ""),
               highlight=False)
+
+
+@app.command("import")
+def import_cmd(
+    source: str = typer.Argument(..., help="A file `accelkit results export --format json` wrote (another machine's "
+                                           "store), or - for standard input."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Import exported results into this store (a GPU machine's into the one your reports read); each result once."""
+    name = "standard input" if source == "-" else source
+    items = read_export(_read_text(source), name)  # the whole file is checked before anything is stored
+    with ResultStore() as store:
+        ids, held = store.add_new(items)
+        path = store.path
+    summary = {"store": str(path), "imported": len(ids), "already_stored": held, "ids": ids}
+
+    def render() -> None:
+        line = f"imported {len(ids)} of {len(items)} results from {name} into {path}"
+        if ids:
+            line += f" (ids {ids[0]}–{ids[-1]})" if len(ids) > 1 else f" (id {ids[0]})"
+        if held:
+            line += f"; {held} already stored, skipped"
+        out.print(line, highlight=False)
+
+    emit(summary, as_json, render)
+
+
+def _read_text(source: str) -> str:
+    if source == "-":
+        return sys.stdin.read()
+    path = Path(source)
+    try:
+        return path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise UserError(f"{source} is a directory; give the file `accelkit results export --out FILE` wrote") from None
+    except FileNotFoundError:
+        raise UserError(f"{source} does not exist; give the file `accelkit results export --out FILE` wrote") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{source} is not UTF-8 text; give the JSON file `accelkit results export` wrote") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {source} ({exc.strerror or exc}); check the path and its permissions") from exc
 
 
 def _check_out(path: Path) -> None:

@@ -112,6 +112,10 @@ _FULL_CODE = 13  # SQLITE_FULL
 _SHM_CODES = (4618, 4874, 5386)  # SQLITE_IOERR_SHMOPEN, SQLITE_IOERR_SHMSIZE, SQLITE_IOERR_SHMMAP
 
 
+_IDENTITY = "type, kind, name, hardware, created_at, run_id"  # what makes a row the same result (the first columns)
+_INSERT = f"INSERT INTO results ({_IDENTITY}, payload, samples, environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
 class _Undecodable(bytes):
     """A TEXT value that is not valid UTF-8: decoding it fails that row, not the whole query."""
 
@@ -414,19 +418,29 @@ class ResultStore:
 
     def add_many(self, results: Iterable[Estimate | Measurement], *, run_id: str | None = None) -> list[int]:
         """Store several results in one transaction: all of them land, or none (then AccelkitError)."""
+        return self._insert([self._row(r, run_id) for r in results], skip_held=False)
+
+    def add_new(self, items: Iterable[tuple[str | None, Estimate | Measurement]]) -> tuple[list[int], int]:
+        """Store each (run id, result) that the store does not hold yet, in one transaction (all or none): a result
+        is held when a row has its type, kind, name, hardware, creation time and run id — so importing the same
+        export twice stores it once. Returns the new ids and how many were already held (or repeated in ``items``)."""
+        rows = [self._row(result, run_id) for run_id, result in items]
+        ids = self._insert(rows, skip_held=True)
+        return ids, len(rows) - len(ids)
+
+    def _insert(self, rows: list[tuple[Any, ...]], *, skip_held: bool) -> list[int]:
         if self.readonly:
             raise AccelkitError(f"the results store {self.path} was opened read-only; nothing can be stored")
-        rows = [self._row(r, run_id) for r in results]
         ids = []
         try:
             with self._write() as conn:
+                held = set(conn.execute(f"SELECT {_IDENTITY} FROM results")) if skip_held else None
                 for row in rows:
-                    cur = conn.execute(
-                        "INSERT INTO results (type, kind, name, hardware, created_at, run_id, payload, samples,"
-                        " environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        row,
-                    )
-                    ids.append(int(cur.lastrowid))  # type: ignore[arg-type]
+                    if held is not None:
+                        if row[:6] in held:
+                            continue
+                        held.add(row[:6])
+                    ids.append(int(conn.execute(_INSERT, row).lastrowid))  # type: ignore[arg-type]
         except sqlite3.DatabaseError as exc:
             raise AccelkitError(self._failure("write", exc)) from exc
         self._scan_cache = None

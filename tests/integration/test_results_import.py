@@ -1,0 +1,98 @@
+"""`accelkit results import`: another store's export (a GPU machine's) merged into this one — every figure back as
+it was (an inf sample too), each result once however often the file is imported, and a bad file refused
+whole in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from accelkit.core import Estimate, Measurement
+from accelkit.results import ResultStore
+
+
+def _export(cli, path):
+    proc = cli("results", "export", "--out", str(path))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(path.read_text())
+
+
+def _seed_store():
+    with ResultStore() as store:
+        store.add(Estimate(kind="plan", name="llama on h200", hardware="H200", throughput=12.5, mfu=0.41,
+                           details={"ratio": math.inf}))
+        store.add_many([Measurement(kind="bench", name="fp32", hardware="NVIDIA H200", throughput=3.0,
+                                    samples={"latency_s": [0.1, math.inf, 0.2]}, environment={"hostname": "gpu-1"}),
+                        Measurement(kind="bench", name="bf16", hardware="NVIDIA H200", throughput=5.0)], run_id="run-7")
+
+
+def test_an_export_imports_into_another_store_exactly_and_once(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELKIT_HOME", str(tmp_path / "gpu-box"))
+    _seed_store()
+    exported = _export(cli, tmp_path / "gpu.json")
+    monkeypatch.setenv("ACCELKIT_HOME", str(tmp_path / "laptop"))
+    with ResultStore() as store:  # the laptop holds a result of its own: ids go on from it
+        store.add(Measurement(kind="probe", name="local"))
+    proc = cli("results", "import", str(tmp_path / "gpu.json"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["imported"] == 3 and json.loads(proc.stdout)["ids"] == [2, 3, 4]
+    again = cli("results", "import", str(tmp_path / "gpu.json"))
+    assert again.returncode == 0, again.stderr
+    assert "imported 0 of 3" in again.stdout and "3 already stored, skipped" in again.stdout
+    with ResultStore(readonly=True) as store:
+        assert store.count() == 4
+        bench = store.query(kind="bench", run_id="run-7", newest_first=False)
+        assert [b.result.name for b in bench] == ["fp32", "bf16"]
+        latency = bench[0].result.samples["latency_s"]
+        assert latency == [0.1, math.inf, 0.2]  # put back, not left as null
+        assert store.query(kind="plan")[0].result.details["ratio"] == math.inf
+    # what the laptop exports of them is what the GPU box exported, but for the ids
+    mine = [r for r in _export(cli, tmp_path / "laptop.json") if r["kind"] != "probe"]
+    assert [{**r, "id": None} for r in mine] == [{**r, "id": None} for r in exported]
+
+
+def test_one_record_from_results_show_and_standard_input(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELKIT_HOME", str(tmp_path / "a"))
+    _seed_store()
+    shown = cli("results", "show", "1", "--json").stdout
+    monkeypatch.setenv("ACCELKIT_HOME", str(tmp_path / "b"))
+    proc = subprocess.run([sys.executable, "-m", "accelkit", "results", "import", "-"], input=shown, text=True,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "imported 1 of 1 results from standard input" in proc.stdout
+    with ResultStore(readonly=True) as store:
+        assert store.get(1).result.name == "llama on h200"
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    ("id,run_id,type\n1,,measurement\n", "looks like CSV"),
+    ("{not json", "is not JSON"),
+    ('"a string"', "holds a JSON str, not a list of results"),
+    ('[{"type": "measurement", "kind": "bench", "name": "ok"}, 5]', "record 1 is a JSON int"),
+    ('[{"type": "guess", "kind": "bench", "name": "x"}]', "record 0 has type='guess'"),
+    ('[{"type": "measurement", "kind": "bench", "name": "x", "throughput": "fast"}]', "record 0 does not describe"),
+    ('[{"type": "measurement", "kind": "bench", "name": "x", "run_id": 7}]', "run_id=7"),
+])
+def test_a_bad_file_is_one_line_and_stores_nothing(cli, tmp_path, content, needle):
+    path = tmp_path / "in.json"
+    path.write_text(content)
+    proc = cli("results", "import", str(path))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "accelkit-home" / "results.db").exists() or ResultStore(readonly=True).count() == 0
+
+
+@pytest.mark.parametrize("which", ["missing", "directory", "binary"])
+def test_a_path_that_is_not_an_export_is_named(cli, tmp_path, which):
+    path = tmp_path / "x.json"
+    if which == "directory":
+        path.mkdir()
+    elif which == "binary":
+        path.write_bytes(b"\xff\xfe\x00bad")
+    proc = cli("results", "import", str(path))
+    assert proc.returncode == 2 and str(path) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
