@@ -127,7 +127,7 @@ def test_sweep_file_errors_name_the_field(tmp_path, text, message):
 
 def test_a_sweep_layout_sets_the_launch_collective_timeout_and_backend(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("workloads: {bert: {}}\nlayouts: [{nproc_per_node: 2, collective_timeout_s: 120, backend: gloo}]\n")
+    path.write_text("workloads: {resnet: {}}\nlayouts: [{nproc_per_node: 2, collective_timeout_s: 120, backend: gloo}]\n")
     (point,) = expand(load_sweep(path))
     dist = DistConfig.from_dict(point.layout)  # what the bench point launches with
     assert (dist.collective_timeout_s, dist.effective_collective_timeout_s, dist.backend) == (120, 120, "gloo")
