@@ -86,8 +86,10 @@ class BlockManager:
 
     def is_in_flight(self, seq: Sequence, num_cached_blocks: int) -> bool:
         """True when the block after ``seq``'s first ``num_cached_blocks`` is one a running sequence is computing
-        now: admitted once that one registers it, ``seq`` takes it from the cache instead of computing it too."""
-        if not self._in_flight or num_cached_blocks >= self._num_candidates(seq):
+        now: admitted once that one registers it, ``seq`` takes it from the cache instead of computing it too.
+        Never for a sequence that computes its prompt whatever the cache holds (prompt logprobs): it would wait
+        for nothing, and hold up every request queued behind it."""
+        if not self._in_flight or seq.needs_prompt_logprobs or num_cached_blocks >= self._num_candidates(seq):
             return False
         return self._block_hashes(seq, num_cached_blocks + 1)[num_cached_blocks] in self._in_flight
 

@@ -108,7 +108,8 @@ class RequestOutput:
     def prompt_logprobs(self) -> list[TokenLogprobs | None] | None:
         """With ``SamplingParams.prompt_logprobs``: per prompt token, (its logprob given the tokens before it, [(id,
         logprob)] of the most likely there); the first token's entry is None (nothing precedes it). Complete once the
-        first output token is (a request that ended earlier has those computed by then); else None."""
+        first output token is; a request aborted or failed during its prompt has the entries computed by then (fewer
+        than its prompt's tokens). None without ``prompt_logprobs``."""
         seq = self._seq
         if self._prompt_logprobs is None and seq is not None and seq.prompt_logprobs is not None:
             self._prompt_logprobs = seq.prompt_logprobs[:]

@@ -163,8 +163,9 @@ class Scheduler:
             if not bm.allocate(seq, cached, num_cached + num_new):
                 break
             self.waiting.pop(0)
-            self.counters.prefix_cache_queries += seq.num_tokens
-            self.counters.prefix_cache_hits += num_cached
+            if not seq.needs_prompt_logprobs:  # (such a request does not look the cache up: no query to count)
+                self.counters.prefix_cache_queries += seq.num_tokens
+                self.counters.prefix_cache_hits += num_cached
             if seq.num_preemptions == 0:
                 seq.num_cached_tokens = num_cached
             seq.num_computed_tokens = num_cached

@@ -122,3 +122,17 @@ def test_out_of_range_is_refused():
         SamplingParams(prompt_logprobs=21)
     with pytest.raises(ValueError, match="prompt_logprobs"):
         SamplingParams(prompt_logprobs=-1)
+
+
+def test_requests_sharing_a_context_are_admitted_together(model_dir):
+    """lm-eval's multiple choice: one context, several continuations, each scored. They never read the prefix
+    cache, so none waits for another to compute a block of the shared context: all run in the first step (they
+    were admitted one step apart, holding up everything queued behind them)."""
+    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES)
+    engine = llm.engine
+    context = PROMPTS[1][:48]
+    for i in range(4):
+        engine.add_request([*context, 100 + i, 200 + i], SamplingParams.greedy(1, prompt_logprobs=1), request_id=str(i))
+    first = engine.step()
+    assert sorted(out.request_id for out in first if out.finished) == ["0", "1", "2", "3"]
+    assert engine.get_stats().prefix_cache_queries == 0  # none looked the cache up
