@@ -79,7 +79,8 @@ class _Reporter(Reporter):
     TuneConfig, into="search",
     names={"memory_budget_bytes": "--memory-budget", "quick": "--quick/--thorough", "compile": "--compile/--no-compile"},
     parse={"memory_budget_bytes": _memory_budget},
-    helps={"memory_budget_bytes": "Prune recipes the planner says exceed it, e.g. 2GiB.",
+    helps={"memory_budget_bytes": "Prune recipes the planner says exceed it, and rank none whose measured peak "
+                                  "does, e.g. 2GiB.",
            "quick": "Short measurement loops (seconds per recipe), or --thorough: the bench's full loops."},
 )
 def tune_cmd(
@@ -162,7 +163,7 @@ def tune_cmd(
                 fmt_bytes(t.memory_bytes) if t.memory_bytes else None,
                 f"{acc.get('criterion')} {value:.4f}" if value is not None else None,
                 "pass" if t.passed else ("inconclusive" if acc.get("inconclusive") else
-                                         "fail" if t.status == "measured" else None),
+                                         "fail" if t.gate is not None else None),
                 "yes" if t.pareto else "", t.reason,
             ))
         out.print(table(f"tune {result.workload} — objective: {result.objective} ({result.device})",
@@ -170,7 +171,9 @@ def tune_cmd(
                          "why"], rows, right=(2, 4)))
         if result.winner is None:
             out.print("No winner: the quality check was inconclusive (see the note below)." if any(
-                (t.gate or {}).get("inconclusive") for t in result.trials) else "No recipe passed the accuracy gate.")
+                (t.gate or {}).get("inconclusive") for t in result.trials) else
+                "No recipe within --memory-budget passed the accuracy gate (over-budget: see why)." if any(
+                t.status == "over-budget" and t.passed for t in result.trials) else "No recipe passed the accuracy gate.")
         else:
             out.print(f"Fastest recipe within the gate ({result.objective}): {result.winner.name}")
             out.print(result.snippet, highlight=False, markup=False)
@@ -196,7 +199,7 @@ def _stored(result: TuneResult) -> list[str]:
 def _unstored(result: TuneResult) -> list[str]:
     """What the store did not take: the quick probe, measured trials, the summary."""
     return (["the quick probe"] if result.ran_quick_probe and result.quick_probe_id is None else []) + [
-        t.name for t in result.trials if t.status == "measured" and not t.result_ids] + (
+        t.name for t in result.trials if t.status in ("measured", "over-budget") and not t.result_ids] + (
         ["the tune summary"] if result.result_id is None else [])
 
 

@@ -21,7 +21,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from accelkit.core import Recipe, UserError
-from accelkit.tune.search import Trial, TuneConfig, TuneResult, _dominates, _objective_key
+from accelkit.tune.search import Trial, TuneConfig, TuneResult, _dominates, _objective_key, check_measured_budget
 
 if TYPE_CHECKING:
     from accelkit.bench.workloads.base import BenchWorkload
@@ -141,18 +141,23 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     for t, v in measured:
         entry = entries.get(t.name)
         if entry is None:
-            t.status, t.reason = "failed", "not measured (interrupted)" if run.interrupted else "not measured"
+            t.status, t.reason = ("interrupted", "not measured (interrupted)") if run.interrupted else ("failed", "not measured")
             continue
         t.status = "measured"
         t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
         t.latency_s = entry["latency_s"]["median"]
-        t.memory_bytes, t.memory_basis = entry["memory_bytes"].get("peak"), "measured peak"
+        t.memory_bytes = t.measured_peak_bytes = entry["memory_bytes"].get("peak")
+        t.memory_basis = "measured peak"
         t.accuracy = {"grad_comm": entry.get("grad_comm"), "quality": entry.get("quality")}
         t.gate = _gate(entry, inconclusive.get(v.without_compression().name))
         t.passed = bool(t.gate["passed"])
         if t.gate.get("inconclusive"):
             t.reason = "inconclusive: its uncompressed reference cannot judge it (the gate's reason, and the notes)"
-    passing = [t for t in trials if t.passed]
+        elif not t.passed:  # the loss against none's and the allowance it missed, or why no check ran
+            t.reason = t.gate.get("message") or f"quality gate: {t.gate.get('reason')}"
+    # no planner estimate here: --memory-budget holds each variant to its measured peak (per rank)
+    check_measured_budget([t for t, _ in measured], config.memory_budget_bytes)
+    passing = [t for t in trials if t.passed and t.status == "measured"]  # over-budget: passed, not ranked
     if inconclusive:  # the reference passes only by definition: crowning it would claim a check that did not happen
         passing = [t for t in passing if t.name not in inconclusive]
     for t in passing:

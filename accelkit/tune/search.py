@@ -4,8 +4,10 @@
     prune by the planner's memory estimate (--memory-budget) → keep --max-trials → measure the rest with
     the bench runner, interleaved → gate accuracy against fp32 → Pareto frontier → winner + snippet
 
-Every candidate ends in one status: measured (passed or failed the gate), refused (with the reason),
-pruned (over the memory budget, with the estimate) or skipped (beyond --max-trials).
+Every candidate ends in one status (``TRIAL_STATUSES``): measured (passed or failed the gate), refused (with the
+reason), pruned (the planner's estimate is over --memory-budget: not measured), over-budget (measured, and its
+measured peak is over --memory-budget: not ranked), skipped (beyond --max-trials), failed (an error while measuring:
+the phase and the error) or interrupted (Ctrl-C stopped the search before it was measured).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ if TYPE_CHECKING:
     from accelkit.results import ResultStore
 
 Objective = Literal["throughput", "latency", "memory"]
+TrialStatus = Literal["pending", "measured", "refused", "pruned", "over-budget", "skipped", "failed", "interrupted"]
+#: what each trial ends as (``pending`` only while the search runs); the module docstring says what each means
+TRIAL_STATUSES: tuple[TrialStatus, ...] = ("measured", "refused", "pruned", "over-budget", "skipped", "failed",
+                                           "interrupted")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,7 +50,7 @@ class Trial:
 
     name: str
     recipe: Recipe
-    status: str = "pending"  # measured | refused | pruned | skipped | failed
+    status: TrialStatus = "pending"  # one of TRIAL_STATUSES once the search is done
     reason: str | None = None
     estimated_bytes: int | None = None
     throughput: float | None = None
@@ -62,6 +68,8 @@ class Trial:
     #: what the speed objective and the Pareto frontier rank: the paired ratio when every trial has one from the
     #: same interleaved run (the bench's own verdict reads it), else None and ``throughput`` (total items ÷ time)
     ranked_speed: float | None = None
+    #: the bench's measured peak (``memory_bytes`` may show the planner's estimate instead): what the budget checks
+    measured_peak_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -157,6 +165,36 @@ def candidate_recipes(workload: BenchWorkload, *, compile: bool = True, cuda: bo
     return out
 
 
+def over_budget(kind: str, value_bytes: int, budget_bytes: int) -> str:
+    """'<kind> 2050.31 MiB > budget 2050.28 MiB': each figure in MiB (KiB or bytes below 1 MiB: a 1 KiB budget is no
+    '0.0 MiB'), with as many decimals as it takes for the two to differ (at one decimal both read 2050.3), in exact
+    bytes when even three do not tell them apart."""
+    def size(num_bytes: int, decimals: int) -> str:
+        if num_bytes < 2**10:
+            return f"{num_bytes} B"
+        return f"{num_bytes / 2**10:.{decimals}f} KiB" if num_bytes < 2**20 else f"{num_bytes / 2**20:.{decimals}f} MiB"
+
+    for decimals in (1, 2, 3):
+        shown, limit = size(value_bytes, decimals), size(budget_bytes, decimals)
+        if shown != limit:
+            return f"{kind} {shown} > budget {limit}"
+    return f"{kind} {value_bytes:,} B > budget {budget_bytes:,} B"
+
+
+def check_measured_budget(trials: list[Trial], budget_bytes: int | None) -> None:
+    """Mark each measured trial whose measured peak is over ``budget_bytes`` ``over-budget`` (not ranked), with both
+    figures. The planner's estimate prunes before measuring; this catches what it had no estimate for (measured
+    instead of pruned) and what it underestimated. On a CPU the peak is the RSS the recipe added (load + the
+    step's peak increase; the runtime not included), so a recipe over the budget by it is over it in fact."""
+    if budget_bytes is None:
+        return
+    for t in trials:
+        peak = t.measured_peak_bytes
+        if t.status == "measured" and peak is not None and peak > budget_bytes:
+            t.status = "over-budget"  # a gate failure's reason follows: both say why it is not ranked
+            t.reason = over_budget("measured peak", peak, budget_bytes) + (f"; {t.reason}" if t.reason else "")
+
+
 def _speed(trial: Trial) -> float:
     return trial.ranked_speed if trial.ranked_speed is not None else (trial.throughput or 0.0)
 
@@ -223,7 +261,21 @@ def _gate(accuracy: dict[str, Any] | None, max_drop: float, *, logits: bool | No
         return {"passed": False, "criterion": "none",
                 "reason": accuracy.get("note") or "no fp32 reference output to compare with"}
     threshold = 1 - max_drop
-    return {"passed": value >= threshold, "criterion": criterion, "candidate_value": value, "threshold": threshold}
+    gate = {"passed": value >= threshold, "criterion": criterion, "candidate_value": value, "threshold": threshold}
+    if not gate["passed"]:
+        shown, limit = _distinct(value, threshold)
+        gate["reason"] = f"{criterion} {shown} < {limit} (1 − --max-accuracy-drop {max_drop:g})"
+    return gate
+
+
+def _distinct(value: float, limit: float) -> tuple[str, str]:
+    """Both numbers with as many significant digits as it takes to tell them apart (cosine 0.99999999 against a
+    threshold of 1 reads '1 < 1' at the usual four)."""
+    for digits in range(4, 18):
+        shown, bound = f"{value:.{digits}g}", f"{limit:.{digits}g}"
+        if shown != bound:
+            return shown, bound
+    return repr(value), repr(limit)
 
 
 def snippet(recipe: Recipe, *, training: bool = False) -> str:
@@ -292,6 +344,7 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
             t.status, t.reason = "refused", reason
     # 2. the planner's memory estimate against the budget
     step("estimating each recipe's memory with the planner")
+    unestimated: dict[str, list[str]] = {}  # why the planner has no estimate → the recipes it has none for
     for t in trials:
         if t.status != "pending":
             continue
@@ -300,9 +353,9 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
             t.estimated_bytes = int(estimate.memory_bytes.get("total", 0)) or None
         if config.memory_budget_bytes is not None and t.estimated_bytes and t.estimated_bytes > config.memory_budget_bytes:
             t.status = "pruned"
-            t.reason = f"planner estimates {t.estimated_bytes / 2**20:.1f} MiB > budget {config.memory_budget_bytes / 2**20:.1f} MiB"
+            t.reason = over_budget("planner estimates", t.estimated_bytes, config.memory_budget_bytes)
         elif estimate is None and config.memory_budget_bytes is not None:
-            notes.append(f"{t.name}: no memory estimate ({why}); measured instead of pruned")
+            unestimated.setdefault(str(why), []).append(t.name)
     # 3. the trial budget (the baseline always runs: it is the accuracy and speed reference)
     runnable = [t for t in trials if t.status == "pending"]
     if not runnable or runnable[0].name != "fp32":
@@ -314,6 +367,10 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     for t in runnable[config.max_trials:]:
         t.status, t.reason = "skipped", f"beyond --max-trials {config.max_trials}"
     measured = runnable[: config.max_trials]
+    for why, names in unestimated.items():
+        if names := [n for n in names if any(t.name == n for t in measured)]:
+            notes.append(f"no memory estimate for {', '.join(names)} ({why}): measured, then held to --memory-budget "
+                         "by the measured peak")
 
     # 4. measure, interleaved, with the fp32 output as the accuracy reference
     loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick else LoopConfig()
@@ -334,25 +391,31 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     for t in measured:
         entry = entries.get(t.name)
         if entry is None:
-            if t.status == "pending":
-                t.status = "failed"
-                t.reason = failures.get(t.name, "not measured (interrupted)" if run.interrupted else "not measured")
+            if t.status != "pending":
+                continue
+            if t.name in failures:
+                t.status, t.reason = "failed", failures[t.name]
+            elif run.interrupted:
+                t.status, t.reason = "interrupted", "not measured (interrupted)"
+            else:
+                t.status, t.reason = "failed", "not measured"
             continue
         t.status = "measured"
         t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
         t.latency_s = entry["latency_s"]["median"]
-        t.memory_bytes = entry["memory_bytes"].get("peak")
+        t.memory_bytes = t.measured_peak_bytes = entry["memory_bytes"].get("peak")
         t.memory_basis = "measured peak"
         t.accuracy = entry.get("accuracy")
         t.vs_baseline = entry.get("comparison")
         t.gate = _gate(t.accuracy, config.max_accuracy_drop, logits=output_is_logits) if t.name != "fp32" else {
             "passed": True, "criterion": "reference", "candidate_value": 1.0, "threshold": 1 - config.max_accuracy_drop}
         t.passed = bool(t.gate["passed"])
-        if not t.passed and t.gate.get("reason"):  # no figure to gate on: say why in the trial's row
+        if not t.passed and t.gate.get("reason"):  # the figure and the threshold it missed, or why there is none
             t.reason = f"accuracy gate: {t.gate['reason']}"
+    check_measured_budget(measured, config.memory_budget_bytes)
     # one basis for every trial, so the memory axis compares like with like: CUDA → the measured peak;
     # a CPU → the planner's estimate when it has one for every trial (RSS deltas of a small model are noise)
-    done = [t for t in measured if t.status == "measured"]
+    done = [t for t in measured if t.status in ("measured", "over-budget")]
     if not device.startswith("cuda") and done and all(t.estimated_bytes for t in done):
         for t in done:
             t.memory_bytes, t.memory_basis = t.estimated_bytes, "planner estimate"
@@ -365,7 +428,7 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     elif basis is not None and not device.startswith("cuda"):
         notes.append("memory column: measured RSS peak (the planner had no estimate for every recipe); on a CPU "
                      "it is noisy for small models")
-    passing = [t for t in trials if t.passed]
+    passing = [t for t in trials if t.passed and t.status == "measured"]  # over-budget: passed, not ranked
     if (ranked := rank_by_paired_ratios(passing)) is not None:
         notes.append(ranked)
     for t in passing:
