@@ -174,13 +174,13 @@ def test_their_neutral_values_are_accepted(server):
 def test_unknown_fields_are_ignored_with_one_warning_naming_them(server, caplog):
     url, _ = server
     body = {"model": "tiny", "max_tokens": 2, "frobnicate": 1, "store": False,
-            "messages": [{"role": "user", "content": "w5", "tool_call_id": "x"}], "stream_options": None}
+            "messages": [{"role": "user", "content": "w5", "mood": "x"}], "stream_options": None}
     with caplog.at_level(logging.WARNING, logger="accelkit.serve"):
         resp = post(url, CHAT, body)
     assert resp.status_code == 200, resp.text
     warnings = [r.getMessage() for r in caplog.records if "unknown field" in r.getMessage()]
     assert len(warnings) == 1, warnings
-    assert "frobnicate" in warnings[0] and "store" in warnings[0] and "messages[0].tool_call_id" in warnings[0]
+    assert "frobnicate" in warnings[0] and "store" in warnings[0] and "messages[0].mood" in warnings[0]
 
 
 # ---- what the engine has: stop_token_ids, top_k 0/-1, chat template variables -------------------------------

@@ -41,17 +41,19 @@ from accelkit.serve.server.prompts import (
     render_chat_template,
 )
 from accelkit.serve.server.protocol import (
+    B,
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
     DetokenizeRequest,
     TokenizeRequest,
+    parse_body,
 )
 from accelkit.serve.server.state import ServingState
 
 log = logging.getLogger("accelkit.serve")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "request_too_large"}
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's (and vLLM's) default for /v1/completions
 RETRY_AFTER_S = 1  # the Retry-After of a 429: a queue slot frees as soon as one request finishes
 MAX_IGNORED_NAMED = 20  # unknown fields named in one log line
@@ -95,14 +97,40 @@ def _number(name: str, value: int | float) -> float:
     return number
 
 
-def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
-    """The FastAPI application for one engine loop."""
+_BODIES = (CompletionRequest, ChatCompletionRequest, TokenizeRequest, DetokenizeRequest)
+
+
+def _request_body(cls: type[Any]) -> dict[str, Any]:
+    """The OpenAPI request body FastAPI writes for a typed body parameter. The routes take the raw request instead
+    (its body parsed and validated in a worker thread), so they declare it; ``_with_body_schemas`` adds the models."""
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{cls.__name__}"}}}}}
+
+
+def _with_body_schemas(app: FastAPI) -> None:
+    """/openapi.json with the request models (and the models inside them) under components.schemas."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = generate().setdefault("components", {}).setdefault("schemas", {})
+            for cls in _BODIES:
+                schema = cls.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(schema.pop("$defs", {}))
+                schemas[cls.__name__] = schema
+        return app.openapi_schema  # type: ignore[return-value]  # (set by generate())
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema
+
+
+def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout_s: float | None = None) -> FastAPI:
+    """The FastAPI application for one engine loop; ``body_timeout_s`` as ``ServerMiddleware`` takes it."""
     app = FastAPI(title="accelkit serve", version=accelkit.__version__)
     app.state.serving = state
     names = state.config.model_names
     name = names[0]  # what every response reports, whichever alias the request used (as vLLM)
     app.add_middleware(ServerMiddleware, api_key=state.config.api_key, max_body_bytes=state.config.max_body_bytes,
-                       is_shutting_down=lambda: not state.accepting)
+                       is_shutting_down=lambda: not state.accepting, body_timeout_s=body_timeout_s)
     if state.config.allowed_origins:  # added last = outermost: a preflight is answered before the API key check
         app.add_middleware(CORSMiddleware, allow_origins=list(state.config.allowed_origins), allow_methods=["*"],
                            allow_headers=["*"])
@@ -183,33 +211,40 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             raise APIError(404, f"The model `{model_id}` does not exist on this server; it serves {served} "
                            "(GET /v1/models)", param="model", code="model_not_found", error_type="invalid_request_error")
 
-    def accept(body: Any, route: str) -> None:
-        """The checks every request body gets first: a served model, the unknown fields logged, nothing asked
-        for that the engine does not do."""
+    async def accept(request: Request, cls: type[B]) -> B:
+        """The request's body parsed and validated in a worker thread (``parse_body``), then the checks every body
+        gets first: a served model, the unknown fields logged, nothing asked for that the engine does not do."""
+        route = request.url.path
+        body, ignored = await asyncio.to_thread(parse_body, cls, await request.body(),
+                                                request.headers.get("content-type"),
+                                                max_model_len=state.engine.max_model_len)
         check_model(body.model)
         unsupported = body.unsupported()
         if unsupported:
             raise APIError(400, unsupported[1], param=unsupported[0], code="unsupported")
-        ignored = body.ignored_fields()
         if ignored:
             more = f" and {len(ignored) - MAX_IGNORED_NAMED} more" if len(ignored) > MAX_IGNORED_NAMED else ""
             log.warning("POST %s: ignoring unknown field(s) %s%s, as vLLM does", route,
                         ", ".join(ignored[:MAX_IGNORED_NAMED]), more)
+        return body
 
     async def render_chat(messages: list[ChatMessage], *, add_generation_prompt: bool, continue_final_message: bool,
                           chat_template_kwargs: dict[str, Any] | None) -> str:
-        """The chat template rendered to text, in a worker thread."""
-        return await asyncio.to_thread(
-            render_chat_template, state.engine.tokenizer, [m.for_template() for m in messages],
-            chat_template=state.config.chat_template, add_generation_prompt=add_generation_prompt,
-            continue_final_message=continue_final_message, variables=chat_template_kwargs or {},
-            reserved=template_args,
-        )
+        """The chat template rendered to text, in a worker thread (the messages turned into dicts there too)."""
+        def render() -> str:
+            return render_chat_template(
+                state.engine.tokenizer, [m.for_template() for m in messages],
+                chat_template=state.config.chat_template, add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, variables=chat_template_kwargs or {},
+                reserved=template_args,
+            )
 
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        accept(body, "/v1/completions")
-        prompts = body.prompts()
+        return await asyncio.to_thread(render)
+
+    @app.post("/v1/completions", openapi_extra=_request_body(CompletionRequest))
+    async def completions(request: Request) -> Response:
+        body = await accept(request, CompletionRequest)
+        prompts = await asyncio.to_thread(body.prompts)  # a copy of every token id: not on the event loop
         if not prompts or any(p == "" or p == [] for p in prompts):
             raise APIError(400, "prompt is empty; give at least one token", param="prompt")
         if body.max_tokens == 0 and not body.echo:
@@ -218,19 +253,19 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         return await _generate(request, body, prompts, body.max_tokens, "max_tokens", chat=False,
                                default_limit=COMPLETIONS_DEFAULT_MAX_TOKENS)
 
-    @app.post("/v1/chat/completions")
-    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
-        accept(body, "/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=_request_body(ChatCompletionRequest))
+    async def chat(request: Request) -> Response:
+        body = await accept(request, ChatCompletionRequest)
         prompt = await render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
                                    continue_final_message=body.continue_final_message,
                                    chat_template_kwargs=body.chat_template_kwargs)
         return await _generate(request, body, [prompt], body.token_limit, body.token_limit_field, chat=True,
                                default_limit=None)
 
-    @app.post("/tokenize")
-    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+    @app.post("/tokenize", openapi_extra=_request_body(TokenizeRequest))
+    async def tokenize(request: Request) -> dict[str, Any]:
         """vLLM's /tokenize: a text prompt, or messages through the chat template, to token ids."""
-        accept(body, "/tokenize")
+        body = await accept(request, TokenizeRequest)
         if (body.prompt is None) == (body.messages is None):
             raise APIError(400, "give exactly one of prompt (text) or messages (a chat)", param="prompt")
         if body.messages is not None:
@@ -251,10 +286,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         strs = await asyncio.to_thread(tokenizer.convert_ids_to_tokens, ids) if body.return_token_strs else None
         return {"count": len(ids), "max_model_len": state.engine.max_model_len, "tokens": ids, "token_strs": strs}
 
-    @app.post("/detokenize")
-    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+    @app.post("/detokenize", openapi_extra=_request_body(DetokenizeRequest))
+    async def detokenize(request: Request) -> dict[str, Any]:
         """vLLM's /detokenize: token ids to text (special tokens included, as tokenizer.decode gives them)."""
-        accept(body, "/detokenize")
+        body = await accept(request, DetokenizeRequest)
         tokenizer, vocab = state.engine.tokenizer, state.engine.model_args.vocab_size
         if tokenizer is None:
             raise APIError(400, "this model has no tokenizer", param="tokens")
@@ -434,8 +469,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         created = int(time.time())
         if body.stream:  # (per_prompt == n here: best_of > n is refused with stream)
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            continuous = include_usage and bool(body.stream_options and body.stream_options.continuous_usage_stats)
             return StreamingResponse(
-                _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage, n=n,
+                _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage,
+                        continuous_usage=continuous, n=n,
                         echoes=echoes, logprobs=user_logprobs is not None, echo_only=echo_only),
                 media_type="text/event-stream",
             )
@@ -479,7 +516,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         return JSONResponse(await asyncio.to_thread(response) if want else response())
 
     async def _stream(outputs: AsyncIterator[tuple[int, RequestOutput]], cleanup: Any, base_id: str, created: int, *,
-                      chat: bool, include_usage: bool, n: int, echoes: list[str] | None,
+                      chat: bool, include_usage: bool, n: int, echoes: list[str] | None, continuous_usage: bool = False,
                       logprobs: bool, echo_only: bool = False) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
         echoed: set[int] = set()  # choices whose prompt went out
@@ -488,8 +525,9 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
 
         def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
             data: dict[str, Any] = {"id": base_id, "object": obj, "created": created, "model": name, "choices": choices}
-            if include_usage:
-                data["usage"] = usage
+            if include_usage:  # continuous_usage_stats (vLLM's): the usage so far on every chunk, not only the last
+                data["usage"] = usage if usage is not None or not continuous_usage else \
+                    _usage(last, n, generated=not echo_only)
             return _sse(data)
 
         try:
@@ -497,7 +535,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 if chat and index not in last:  # the role goes out with the first engine output, as in vLLM:
                     # clients (vLLM's benchmark among them) time the first token by the first chunk with choices
                     yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                  "finish_reason": None}])
+                                  "finish_reason": None}],
+                                _usage({**last, index: out}, n) if continuous_usage else None)
                 last[index] = out
                 new_text, new_ids = ("", []) if echo_only else (out.new_text, out.new_token_ids)
                 new_logprobs = ([] if echo_only else out.new_logprobs) if logprobs else None
@@ -534,6 +573,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         finally:
             cleanup()
 
+    _with_body_schemas(app)
     return app
 
 

@@ -1,4 +1,5 @@
-"""The server's one middleware, plain ASGI: API key, body-size limit, ``x-request-id`` echo, quiet shutdown.
+"""The server's one middleware, plain ASGI: API key, body-size limit, body-read deadline, ``x-request-id`` echo,
+quiet shutdown.
 
 Plain ASGI rather than Starlette's ``BaseHTTPMiddleware`` on purpose: that class wraps ``receive`` so that a
 route can never see ``http.disconnect`` — a non-streaming request would keep generating for a client that has
@@ -24,6 +25,10 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OPEN_PATHS = frozenset({"/health", "/ping", "/metrics"})  # probes and scrapers: never behind the key
+# A body must arrive in full within this many seconds of the route's first read (8 MiB at ~1 Mbit/s), else 408
+# and the connection closes: a client that sends headers and part of a body would otherwise hold its socket and
+# its handler forever (slowloris), and enough of them exhaust the process's file descriptors.
+BODY_TIMEOUT_S = 60.0
 
 
 def authorized(header: bytes | None, key: bytes) -> bool:
@@ -36,8 +41,10 @@ def authorized(header: bytes | None, key: bytes) -> bool:
 
 class ServerMiddleware:
     def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int,
-                 is_shutting_down: Callable[[], bool]) -> None:
+                 is_shutting_down: Callable[[], bool], body_timeout_s: float | None = None) -> None:
+        """``body_timeout_s``: None = ``BODY_TIMEOUT_S``."""
         self.app = app
+        self.body_timeout_s = BODY_TIMEOUT_S if body_timeout_s is None else body_timeout_s
         self.key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
         self.is_shutting_down = is_shutting_down
@@ -66,14 +73,28 @@ class ServerMiddleware:
                          code="request_too_large")
             return
         received = 0
+        body_done = False
+        deadline: float | None = None  # set by the first read of the body
 
         async def counting_receive() -> Message:  # a chunked body has no length up front: count as it comes
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done, deadline
+            if body_done:  # what comes now is http.disconnect, awaited for as long as the response lasts
+                return await receive()
+            loop = asyncio.get_running_loop()
+            deadline = deadline if deadline is not None else loop.time() + self.body_timeout_s
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                raise HTTPException(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
+                                    f"({received} bytes came); send it in full, promptly",
+                                    headers={"connection": "close"}) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > self.max_body_bytes:
                     raise HTTPException(413, self._too_large(f"more than {received}"))
+            else:
+                body_done = True
             return message
 
         try:

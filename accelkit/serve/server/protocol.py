@@ -12,9 +12,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import gc
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from accelkit.serve.server.errors import APIError, validation_message
 
 
 def _whole_float(value: Any) -> Any:
@@ -69,6 +85,12 @@ class _Body(BaseModel):
         return names
 
 
+class _Request(_Body):
+    """A whole request body: each names the model it is for."""
+
+    model: Str | None = None
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -76,6 +98,8 @@ def _short(value: Any) -> str:
 
 class StreamOptions(_Body):
     include_usage: Bool = False
+    continuous_usage_stats: Bool = Field(False, description="vLLM extension: with include_usage, the usage so far "
+                                         "on every chunk too.")
 
 
 class ResponseFormat(_Body):
@@ -92,7 +116,7 @@ _NEUTRAL_EXTENSIONS: dict[str, Any] = {
 }
 
 
-class _Sampling(_Body):
+class _Sampling(_Request):
     """Fields shared by both endpoints."""
 
     model: Str | None = Field(None, description="A served model id (GET /v1/models); omitted or null = the served model.")
@@ -183,6 +207,14 @@ def _one_prompt_shape(value: Any) -> Any:
         if len(kinds) > 1 or kinds[0].startswith("a "):
             raise ValueError(f"a prompt is a string, a list of token ids, or a list of either (several prompts); "
                              f"this list holds {' and '.join(kinds)}")
+        # a float that is no token id (2.5, 1e400 = inf, NaN): named by its index, not "prompt.0: expected a
+        # valid string, or a valid list" — pydantic's guess at the first member of the union that failed
+        lists = value if kinds[0] == "lists of token ids" else [value] if kinds[0] == "token ids" else []
+        for i, ids in enumerate(lists):
+            bad = next((j for j, t in enumerate(ids) if isinstance(t, float) and not t.is_integer()), None)
+            if bad is not None:
+                where = f"prompt[{i}][{bad}]" if lists is value else f"prompt[{bad}]"
+                raise ValueError(f"{where}={ids[bad]!r} is not a token id; a prompt of token ids holds integers")
     return value
 
 
@@ -240,6 +272,9 @@ class ChatMessage(_Body):
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: Str | list[TextPart] | None = None
     name: Str | None = None
+    tool_calls: list[dict[str, Any]] | None = Field(None, description="An assistant turn's tool calls, passed to the "
+                                                    "chat template as sent (as vLLM passes them).")
+    tool_call_id: Str | None = Field(None, description="A tool turn's call id, passed to the chat template.")
 
     def text(self) -> str:
         """The content as one string: text parts joined by newlines, as vLLM joins them."""
@@ -249,11 +284,13 @@ class ChatMessage(_Body):
             return self.content
         return "\n".join(part.text for part in self.content)
 
-    def for_template(self) -> dict[str, str]:
-        """The message as chat templates see it: the role as sent (``developer`` too, as vLLM passes it)."""
-        message = {"role": self.role, "content": self.text()}
-        if self.name is not None:
-            message["name"] = self.name
+    def for_template(self) -> dict[str, Any]:
+        """The message as chat templates see it: the role as sent (``developer`` too, as vLLM passes it), and the
+        name, tool calls and tool call id when sent."""
+        message: dict[str, Any] = {"role": self.role, "content": self.text()}
+        for key in ("name", "tool_calls", "tool_call_id"):
+            if getattr(self, key) is not None:
+                message[key] = getattr(self, key)
         return message
 
 
@@ -322,7 +359,7 @@ class ChatCompletionRequest(_Sampling):
         return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
 
-class TokenizeRequest(_Body):
+class TokenizeRequest(_Request):
     """POST /tokenize (vLLM's): exactly one of a text ``prompt`` or chat ``messages``."""
 
     model: Str | None = None
@@ -341,8 +378,106 @@ class TokenizeRequest(_Body):
         return _template_flags_problem(self.add_generation_prompt, self.continue_final_message)
 
 
-class DetokenizeRequest(_Body):
+class DetokenizeRequest(_Request):
     """POST /detokenize (vLLM's)."""
 
     model: Str | None = None
     tokens: list[Int]
+
+
+# ---- parsing a body, in a worker thread -------------------------------------------------------------------------
+
+B = TypeVar("B", bound=_Request)
+_gc_lock = threading.Lock()
+_gc_holds = 0  # parses running with the cyclic collector paused (it is process-wide)
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused while a body becomes objects. Millions of fresh containers (a list of
+    250k nested objects: legal under an 8 MiB limit) set off collections that walk them all, holding the GIL —
+    the event loop in the other thread stopped for most of a second. The objects a parse makes form no cycles;
+    reference counting frees them as before."""
+    global _gc_holds
+    with _gc_lock:
+        if _gc_holds == 0 and not gc.isenabled():  # someone else paused it: theirs to restart
+            _gc_holds = -1
+        elif _gc_holds >= 0:
+            _gc_holds += 1
+            gc.disable()
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            if _gc_holds > 0:
+                _gc_holds -= 1
+                if _gc_holds == 0:
+                    gc.enable()
+            else:
+                _gc_holds = 0
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # a Python-level hook (the C scanner would otherwise build a whole body without ever letting the event loop's
+    # thread take the GIL): json.loads keeps the last of duplicate keys the same way
+    return dict(pairs)
+
+
+def _is_json(content_type: str | None) -> bool:
+    """``application/json`` or ``application/*+json`` (parameters such as charset aside), as FastAPI reads a body."""
+    if not content_type:
+        return False
+    kind = content_type.split(";", 1)[0].strip().lower()
+    main, _, sub = kind.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+NOT_AN_OBJECT = "the request body must be a JSON object, sent with 'Content-Type: application/json'"
+
+
+def parse_body(cls: type[B], raw: bytes, content_type: str | None, *, max_model_len: int) -> tuple[B, list[str]]:
+    """(request, its ignored fields' paths) from a body's bytes, or an :class:`APIError` as OpenAI's server words
+    it. Runs in a worker thread: JSON decoding and validation of an 8 MiB body take seconds, which on the event
+    loop would stall every stream and /health. A prompt of more token ids than the context holds is refused
+    before each id is validated (a few megabytes of ids would cost seconds of validation for the same 400)."""
+    if not raw:
+        raise APIError(400, "the request body is empty; send a JSON object with 'Content-Type: application/json'",
+                       code="invalid_json")
+    if not _is_json(content_type):
+        raise APIError(400, NOT_AN_OBJECT, code="invalid_json")
+    with _no_cyclic_gc():
+        try:
+            data = json.loads(raw, object_pairs_hook=_object)
+        except json.JSONDecodeError as exc:
+            raise APIError(400, f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column "
+                           f"{exc.colno}", code="invalid_json") from None
+        except UnicodeDecodeError as exc:
+            raise APIError(400, f"the request body is not valid JSON: it is not UTF-8 text (byte {exc.start} is "
+                           f"{raw[exc.start:exc.start + 1]!r})", code="invalid_json") from None
+        except RecursionError:
+            raise APIError(400, "the request body is not valid JSON: it nests objects or arrays too deeply",
+                           code="invalid_json") from None
+        if not isinstance(data, dict):
+            raise APIError(400, NOT_AN_OBJECT, code="invalid_json")
+        _refuse_overlong_ids(data.get("prompt"), max_model_len)
+        try:
+            body = cls.model_validate(data)
+        except ValidationError as exc:
+            message, param = validation_message(list(exc.errors(include_url=False, include_input=False)))
+            raise APIError(400, message, param=param, code="invalid_value") from None
+        return body, body.ignored_fields()
+
+
+def _refuse_overlong_ids(prompt: Any, max_model_len: int) -> None:
+    """A prompt of token ids (or a list of them) holding a prompt longer than the context: the 400 that tokenizing
+    would give, without validating millions of ids first."""
+    if not isinstance(prompt, list) or not prompt:
+        return
+    prompts = prompt if isinstance(prompt[0], list) else [prompt]
+    for ids in prompts:
+        if isinstance(ids, list) and len(ids) >= max_model_len and isinstance(ids[0], (int, float)) \
+                and not isinstance(ids[0], bool):
+            raise APIError(400, f"This model's maximum context length is {max_model_len} tokens and your request has "
+                           f"{len(ids)} input tokens (the prompt plus at least one output token must fit); shorten "
+                           f"the prompt to at most {max_model_len - 1} tokens", param="prompt",
+                           code="context_length_exceeded")

@@ -1,0 +1,208 @@
+"""The HTTP server's limits on what one client can cost the others: bodies parsed off the event loop, connections
+that send too slowly closed, a bounded log when file descriptors run out — real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+
+import httpx
+import pytest
+
+from accelkit.serve.server import lifecycle, middleware, protocol
+from accelkit.serve.testing import save_tiny_model
+from tests.integration.serve_server_util import running_server
+
+MAX_MODEL_LEN = 64
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(save_tiny_model(tmp_path_factory.mktemp("serve-limits") / "tiny", "tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    """Short header and body deadlines (module constants read when the server is built)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lifecycle, "HEADER_TIMEOUT_S", 1.0, raising=False)
+        mp.setattr(middleware, "BODY_TIMEOUT_S", 1.0, raising=False)
+        with running_server(model_dir, max_model_len=MAX_MODEL_LEN, max_num_seqs=2, max_queue=1) as (url, state):
+            yield url, state
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.settimeout(30)  # generous: the server's deadlines are 1 s
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_bodies_are_parsed_and_validated_off_the_event_loop(server, monkeypatch):
+    url, _ = server
+    seen = []
+    loads, ignored = json.loads, protocol._Body.ignored_fields
+
+    def on_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
+
+    def spy_loads(s, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if b"marker-field" in (s if isinstance(s, bytes) else s.encode()):
+            seen.append(("json.loads", on_loop()))
+        return loads(s, *args, **kwargs)
+
+    def spy_ignored(self, prefix=""):  # type: ignore[no-untyped-def]
+        if not prefix:
+            seen.append(("ignored_fields", on_loop()))
+        return ignored(self, prefix)
+
+    monkeypatch.setattr(json, "loads", spy_loads)
+    monkeypatch.setattr(protocol._Body, "ignored_fields", spy_ignored)
+    for path, body in (("/v1/completions", {"prompt": "w5", "max_tokens": 1}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "w5"}], "max_tokens": 1})):
+        resp = httpx.post(f"{url}{path}", json={**body, "marker-field": [{"a": 1}]}, timeout=30)
+        assert resp.status_code == 200, resp.text
+    assert {name for name, _ in seen} == {"json.loads", "ignored_fields"}
+    assert not any(loop for _, loop in seen), seen
+
+
+def test_token_ids_beyond_the_context_are_refused_before_each_id_is_validated(server, monkeypatch):
+    url, _ = server
+    calls = []
+    ignored = protocol._Body.ignored_fields
+    monkeypatch.setattr(protocol._Body, "ignored_fields", lambda self, prefix="": calls.append(1) or ignored(self, prefix))
+    for prompt in ([5] * 100_000, [[5, 6], [5] * MAX_MODEL_LEN]):
+        resp = httpx.post(f"{url}/v1/completions", json={"prompt": prompt, "max_tokens": 1}, timeout=60)
+        err = resp.json()["error"]
+        assert resp.status_code == 400 and err["code"] == "context_length_exceeded" and err["param"] == "prompt"
+        assert f"maximum context length is {MAX_MODEL_LEN} tokens" in err["message"]
+    assert not calls  # refused before the model was validated (ignored fields are named after validation)
+
+
+@pytest.mark.parametrize(("content", "code", "words"), [
+    (b'{"prompt": [5, 1e400]}', "invalid_value", "prompt[1]=inf is not a token id"),
+    (b'{"prompt": [5, NaN]}', "invalid_value", "prompt[1]=nan is not a token id"),
+    (b'{"prompt": [[5], [6, 2.5]]}', "invalid_value", "prompt[1][1]=2.5 is not a token id"),
+    (b'{"prompt": "\xff"}', "invalid_json", "not UTF-8"),
+    (b"[" * 100_000 + b"]" * 100_000, "invalid_json", "too deeply"),
+    (b'{"prompt": "w5",}', "invalid_json", "line 1 column"),
+    (b"", "invalid_json", "empty"),
+])
+def test_malformed_bodies_say_what_is_wrong(server, content, code, words):
+    url, _ = server
+    resp = httpx.post(f"{url}/v1/completions", content=content, headers=JSON, timeout=30)
+    err = resp.json()["error"]
+    assert resp.status_code == 400 and err["code"] == code and words in err["message"], err
+
+
+def test_openapi_still_describes_the_request_bodies(server):
+    url, _ = server
+    schema = httpx.get(f"{url}/openapi.json").json()
+    for path, model in (("/v1/completions", "CompletionRequest"), ("/v1/chat/completions", "ChatCompletionRequest"),
+                        ("/tokenize", "TokenizeRequest"), ("/detokenize", "DetokenizeRequest")):
+        ref = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert ref == f"#/components/schemas/{model}"
+    components = schema["components"]["schemas"]
+    assert "prompt" in components["CompletionRequest"]["properties"] and "ChatMessage" in components
+
+
+def test_a_body_that_stops_coming_gets_408_and_the_connection_closes(server):
+    url, _ = server
+    with _connect(url) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"prompt\":")
+        reply = _read_all(sock)  # returns only once the server closes the connection
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), reply[:300]
+    assert json.loads(body)["error"]["code"] == "request_timeout"
+
+
+@pytest.mark.parametrize("sent", [b"", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"],
+                         ids=["nothing", "half the headers"])
+def test_a_connection_without_a_whole_request_head_is_closed(server, sent):
+    url, _ = server
+    with _connect(url) as sock:
+        sock.sendall(sent)
+        assert _read_all(sock) == b""  # closed by the server, no response
+        # a kept-alive connection gets the same deadline for its next request's headers
+    with _connect(url) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 200")
+        sock.sendall(sent or b"GET /he")
+        assert b"HTTP/1.1" not in _read_all(sock)
+
+
+def test_connections_beyond_the_limit_get_503_and_capacity_is_not_refused(server):
+    url, state = server
+    limit = lifecycle.concurrency_limit(state)
+    assert limit > state.admission.capacity
+    # capacity's worth of open connections (what a full server has) leave /health answered
+    held = [_connect(url) for _ in range(state.admission.capacity)]
+    try:
+        assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+        held += [_connect(url) for _ in range(limit - len(held))]
+        resp = httpx.get(f"{url}/health", timeout=30)
+        assert resp.status_code == 503
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_running_out_of_file_descriptors_is_one_warning_not_a_traceback_per_accept(caplog):
+    handler = lifecycle._AcceptErrorLog()
+    loop = asyncio.new_event_loop()
+    try:
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2048):
+                handler(loop, {"message": "socket.accept() out of system resource",
+                               "exception": OSError(24, "Too many open files")})
+    finally:
+        loop.close()
+    records = [r for r in caplog.records if "cannot accept" in r.getMessage()]
+    assert len(records) == 1 and "ulimit -n" in records[0].getMessage() and not records[0].exc_info
+    assert len(caplog.records) == 1
+
+
+def test_continuous_usage_stats_put_the_usage_so_far_on_every_chunk(server):
+    url, _ = server
+    for path, body in (("/v1/completions", {"prompt": "w5"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "w5"}]})):
+        with httpx.stream("POST", f"{url}{path}", timeout=60, json={
+                **body, "max_tokens": 4, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}) as resp:
+            events = [json.loads(line[6:]) for line in resp.iter_lines()
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+        usages = [e["usage"] for e in events]
+        assert all(u is not None for u in usages), events
+        completion = [u["completion_tokens"] for u in usages]
+        assert completion == sorted(completion) and completion[-1] == 4 and len(set(u["prompt_tokens"] for u in usages)) == 1
+
+
+def test_assistant_tool_calls_reach_the_chat_template(model_dir):
+    """A conversation with a tool call in its history renders it (vLLM passes tool_calls and tool_call_id to the
+    template; they were dropped as unknown fields)."""
+    template = ("{% for m in messages %}{% if m.tool_calls %}w{{ m.tool_calls | length + 6 }} {% endif %}"
+                "{% if m.tool_call_id == 'c1' %}w9 {% endif %}{% endfor %}")
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    messages = [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "content": "w5", "tool_call_id": "c1"}]
+    with running_server(model_dir, max_model_len=MAX_MODEL_LEN, server={"chat_template": template}) as (url, _):
+        rendered = httpx.post(f"{url}/tokenize", json={"add_generation_prompt": False, "messages": messages})
+        expected = httpx.post(f"{url}/tokenize", json={"prompt": "w7 w9", "add_special_tokens": False})
+    assert rendered.status_code == 200, rendered.text
+    assert rendered.json()["tokens"] == expected.json()["tokens"]
