@@ -113,3 +113,37 @@ def test_max_tokens_0_without_echo_is_refused(served):
     assert resp.status_code == 400
     error = resp.json()["error"]
     assert error["param"] == "max_tokens" and "echo" in error["message"]
+
+
+def _pieces(text, offsets):
+    return [text[a:b].strip() for a, b in zip(offsets, [*offsets[1:], len(text)], strict=True)]
+
+
+@pytest.mark.parametrize("prompt", [[1, 5, 6, 7], "w5  w6 w7"], ids=["ids-with-bos", "string-two-spaces"])
+def test_the_prompts_offsets_index_the_echoed_text(served, prompt):
+    """A prompt of ids echoes as tokenizer.decode(ids), ``<s>`` included; a string echoes as sent, two spaces and
+    all. The offsets followed a re-decoding without special tokens: ``w5`` pointed at ``<s``, and after a double
+    space every offset was one short."""
+    url, _ = served
+    choice = post(url, prompt=prompt, max_tokens=2, logprobs=0, echo=True)["choices"][0]
+    lp, text = choice["logprobs"], choice["text"]
+    assert _pieces(text, lp["text_offset"]) == [t.strip() for t in lp["tokens"]]
+    streamed_text, streamed_lp, _ = streamed_choice(url, prompt=prompt, max_tokens=2, logprobs=0, echo=True)
+    assert (streamed_text, streamed_lp) == (text, lp)
+
+
+def test_max_tokens_0_is_length_whatever_ended_the_dropped_token(served):
+    """The one token the engine samples is dropped; when it was EOS (what a model often predicts after a whole
+    text) the choice said "stop"."""
+    url, _ = served
+    body = {"prompt": PROMPT, "max_tokens": 0, "echo": True, "logprobs": 0, "logit_bias": {"2": 100},
+            "ignore_eos": False}
+    assert post(url, **body)["choices"][0]["finish_reason"] == "length"
+    assert streamed_choice(url, **body)[2] == "length"
+
+
+def test_min_tokens_with_max_tokens_0_is_refused_by_name(served):
+    url, _ = served
+    resp = httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": PROMPT, "max_tokens": 0, "echo": True,
+                                                     "min_tokens": 1}, timeout=60)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "min_tokens"

@@ -386,9 +386,14 @@ def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout
         echo_only = echo and limit == 0
         prompt_logprobs = user_logprobs if echo else None
         if echo_only:
+            if body.min_tokens:
+                raise APIError(400, f"min_tokens={body.min_tokens} with max_tokens=0 asks for tokens that are not "
+                               "returned; leave min_tokens out, or send max_tokens of at least min_tokens",
+                               param="min_tokens")
             limit = 1
         param = "messages" if chat else "prompt"
         seqs = []
+        prompt_ids = []
         for p in prompts:  # validate every prompt before queueing any
             try:
                 ids = await asyncio.to_thread(prompt_token_ids, state.engine, p,
@@ -401,9 +406,15 @@ def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout
                                        requested=limit, field=limit_field, default=default_limit)
             # one engine request per choice: the prefix cache shares the prompt's KV blocks between them
             seqs += [(ids, sampling_params(body, max_tokens, j, logprobs, prompt_logprobs)) for j in range(per_prompt)]
-        # completions' echo: each prompt's text before its choices' (a prompt of token ids decoded, as vLLM does)
+            prompt_ids.append(ids)
+        # completions' echo: each prompt's text before its choices' (a prompt of token ids decoded, as vLLM does),
+        # with logprobs where each of its tokens starts in that text
         echoes = [p if isinstance(p, str) else await asyncio.to_thread(echo_text, p)
                   for p in prompts] if echo else None
+        echo_offsets = [await asyncio.to_thread(logprobs_format.prompt_offsets, p, ids,
+                                                add_special_tokens=body.add_special_tokens)
+                        for p, ids in zip(prompts, prompt_ids, strict=True)] if echo and prompt_logprobs is not None \
+            else None
         if not state.admission.try_enter(len(seqs)):
             raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
                            f"{state.engine.config.max_num_seqs} running); retry in {RETRY_AFTER_S} s",
@@ -473,7 +484,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout
             return StreamingResponse(
                 _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage,
                         continuous_usage=continuous, n=n,
-                        echoes=echoes, logprobs=user_logprobs is not None, echo_only=echo_only),
+                        echoes=echoes, logprobs=user_logprobs is not None, echo_only=echo_only,
+                        echo_offsets=echo_offsets),
                 media_type="text/event-stream",
             )
         last: dict[int, RequestOutput] = {}
@@ -491,14 +503,15 @@ def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout
                 outs[p * n + j] = out
         want = user_logprobs is not None
 
-        def completion_logprobs(o: RequestOutput, echoed: str | None) -> dict[str, Any]:
+        def completion_logprobs(o: RequestOutput, prompt: int) -> dict[str, Any]:
             token_ids, logprobs = ([], []) if echo_only else (o.token_ids, o.logprobs or [])
-            start = 0 if echoed is None else len(echoed)
+            start = len(echoes[prompt]) if echoes else 0
             offsets = logprobs_format.offsets(o.prompt_token_ids, start=start).add(token_ids, final=True)
             generated = logprobs_format.completion(token_ids, logprobs, offsets)
-            if echoed is None:
+            if echo_offsets is None:
                 return generated
-            return _joined(logprobs_format.prompt_completion(o.prompt_token_ids, o.prompt_logprobs or []), generated)
+            return _joined(logprobs_format.prompt_completion(o.prompt_token_ids, o.prompt_logprobs or [],
+                                                             echo_offsets[prompt]), generated)
 
         def response() -> dict[str, Any]:  # (with logprobs it decodes every token: in a worker thread)
             if chat:
@@ -507,9 +520,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout
                             "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
                 return {"id": base_id, "object": "chat.completion", "created": created, "model": name,
                         "choices": choices, "usage": _usage(outs, n)}
+            # (max_tokens=0: the one token the engine sampled is dropped, whatever ended it)
             choices = [{"index": i, "text": (echoes[i // n] if echoes else "") + ("" if echo_only else o.text),
-                        "logprobs": completion_logprobs(o, echoes[i // n] if echoes else None) if want else None,
-                        "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
+                        "logprobs": completion_logprobs(o, i // n) if want else None,
+                        "finish_reason": "length" if echo_only else o.finish_reason} for i, o in sorted(outs.items())]
             return {"id": base_id, "object": "text_completion", "created": created, "model": name,
                     "choices": choices, "usage": _usage(outs, n, generated=not echo_only)}
 
@@ -517,7 +531,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout
 
     async def _stream(outputs: AsyncIterator[tuple[int, RequestOutput]], cleanup: Any, base_id: str, created: int, *,
                       chat: bool, include_usage: bool, n: int, echoes: list[str] | None, continuous_usage: bool = False,
-                      logprobs: bool, echo_only: bool = False) -> AsyncIterator[str]:
+                      logprobs: bool, echo_only: bool = False,
+                      echo_offsets: list[list[int]] | None = None) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
         echoed: set[int] = set()  # choices whose prompt went out
         last: dict[int, RequestOutput] = {}
@@ -543,7 +558,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout
                 first = echoes is not None and index not in echoed  # the prompt goes out with the choice's first chunk
                 if not new_text and not out.finished and not new_logprobs and not first:
                     continue
-                reason = out.finish_reason if out.finished else None
+                reason = ("length" if echo_only else out.finish_reason) if out.finished else None
                 if chat:
                     lp = logprobs_format.chat(new_ids, new_logprobs) if new_logprobs is not None else None
                     choice = {"index": index, "delta": {"content": new_text} if new_text else {},
@@ -556,9 +571,9 @@ def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout
                             offsets[index] = logprobs_format.offsets(out.prompt_token_ids, start=len(echo))
                         lp = logprobs_format.completion(new_ids, new_logprobs,
                                                         offsets[index].add(new_ids, final=out.finished))
-                        if first:  # (vLLM's) the prompt's logprobs lead the first chunk, as its text does
-                            lp = _joined(logprobs_format.prompt_completion(out.prompt_token_ids,
-                                                                           out.prompt_logprobs or []), lp)
+                        if first and echo_offsets is not None:  # (vLLM's) the prompt's logprobs lead the first chunk,
+                            lp = _joined(logprobs_format.prompt_completion(  # as its text does
+                                out.prompt_token_ids, out.prompt_logprobs or [], echo_offsets[index // n]), lp)
                     if first:
                         echoed.add(index)
                     choice = {"index": index, "text": echo + new_text, "logprobs": lp, "finish_reason": reason}

@@ -113,11 +113,42 @@ class LogprobFormatter:
         return {"tokens": [text(t) for t in token_ids], "token_logprobs": [logprob_value(c) for c, _ in logprobs],
                 "top_logprobs": top, "text_offset": offsets}
 
-    def prompt_completion(self, prompt_token_ids: list[int], logprobs: list[TokenLogprobs | None]) -> dict[str, Any]:
+    def prompt_offsets(self, prompt: str | list[int], ids: list[int], *, add_special_tokens: bool) -> list[int]:
+        """Where each token of an echoed prompt starts in the echoed text: the text as sent (a string prompt), or
+        ``tokenizer.decode(ids)`` with its special tokens (a prompt of ids, as completions' echo writes it).
+
+        A string prompt takes its tokens' spans in that very string (a fast tokenizer's offset mapping, when it
+        tokenizes to the same ids): re-decoding it could differ from what was sent (two spaces, a BOS that was
+        added). A special token has no span: it starts where the text before it ends."""
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            return [0] * len(ids)
+        if isinstance(prompt, str):
+            spans = self._spans(prompt, ids, add_special_tokens)
+            if spans is not None:
+                return spans
+            return TextOffsets(self._decoder, [], 0).add(ids, final=True)
+        return TextOffsets(_WithSpecials(tokenizer), [], 0).add(ids, final=True)
+
+    def _spans(self, prompt: str, ids: list[int], add_special_tokens: bool) -> list[int] | None:
+        try:
+            encoded = self.tokenizer(prompt, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+            mapping = encoded["offset_mapping"]
+        except (NotImplementedError, TypeError, ValueError, KeyError):  # a slow tokenizer has no offsets
+            return None
+        if list(encoded["input_ids"]) != list(ids) or len(mapping) != len(ids):
+            return None
+        offsets, end = [], 0
+        for start, stop in mapping:
+            offsets.append(start if stop > start else end)  # (0, 0): a special token, no characters of its own
+            end = max(end, stop)
+        return offsets
+
+    def prompt_completion(self, prompt_token_ids: list[int], logprobs: list[TokenLogprobs | None],
+                          offsets: list[int]) -> dict[str, Any]:
         """Completions' logprobs of an echoed prompt: as :meth:`completion`'s, the first token's logprob and top
-        null (nothing precedes it, as OpenAI's and vLLM's), offsets from the prompt's own decoding from its start."""
+        null (nothing precedes it, as OpenAI's and vLLM's); ``offsets`` from :meth:`prompt_offsets`."""
         text = self.token_text
-        offsets = TextOffsets(self._decoder, [], 0).add(prompt_token_ids, final=True)
         top = [None if entry is None else {text(t): logprob_value(lp) for t, lp in [(token, entry[0]), *entry[1]]}
                for token, entry in zip(prompt_token_ids, logprobs, strict=True)]
         return {"tokens": [text(t) for t in prompt_token_ids],
@@ -131,6 +162,14 @@ class LogprobFormatter:
 
         return {"content": [{**entry(token, chosen), "top_logprobs": [entry(t, lp) for t, lp in alternatives]}
                             for token, (chosen, alternatives) in zip(token_ids, logprobs, strict=True)]}
+
+
+class _WithSpecials(TokenDecoder):
+    """Decodes as ``tokenizer.decode(ids)`` does by default, special tokens kept: the echo of a prompt of ids."""
+
+    def __init__(self, tokenizer: Any) -> None:  # (no super().__init__: nothing of TokenDecoder's fast path applies)
+        self.is_fast = False
+        self.decode = lambda ids: str(tokenizer.decode(ids))
 
 
 class TextOffsets:
