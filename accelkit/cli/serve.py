@@ -72,7 +72,8 @@ def _chat_template(path: Path) -> str:
 )
 @spec_options(
     ServerConfig, into="server", exclude=("served_model_name", "served_model_aliases", "api_key", "chat_template"),
-    names={"shutdown_timeout_s": "--shutdown-timeout", "max_body_bytes": "--max-body-size"},
+    names={"shutdown_timeout_s": "--shutdown-timeout", "header_timeout_s": "--header-timeout",
+           "body_timeout_s": "--body-timeout", "max_body_bytes": "--max-body-size"},
     parse={"max_body_bytes": _body_size, "allowed_origins": _origins},
     helps={"max_body_bytes": "Largest request body, e.g. 8MiB (default); a larger one gets 413 before it is read.",
            "allowed_origins": "Browser origins allowed to call the API (CORS), comma-separated, e.g. "

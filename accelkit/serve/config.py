@@ -78,6 +78,15 @@ class ServerConfig(Spec):
         30.0, min=0.0, max=86400.0,
         doc="On SIGTERM, seconds in-flight requests get to finish before they are aborted (0 = abort at once).",
     )
+    header_timeout_s: float = spec_field(
+        30.0, min=0.1, max=3600.0, doc="A connection must send a request's headers within this many seconds of "
+        "connecting or of its previous response, else it is closed (a client that connects and sends nothing holds "
+        "a file descriptor).",
+    )
+    body_timeout_s: float = spec_field(
+        60.0, min=0.1, max=3600.0, doc="A request's body must arrive in full within this many seconds of its first "
+        "read, else 408 and the connection closes (a client trickling a body holds its handler).",
+    )
     chat_template: str | None = spec_field(None, doc="Jinja chat template overriding the tokenizer's.")
     allowed_origins: tuple[str, ...] = spec_field(
         (), doc="Browser origins allowed to call the API (CORS): '*' or 'https://host[:port]' each; none = no CORS headers."

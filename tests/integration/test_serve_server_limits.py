@@ -11,7 +11,7 @@ import socket
 import httpx
 import pytest
 
-from accelkit.serve.server import lifecycle, middleware, protocol
+from accelkit.serve.server import lifecycle, protocol
 from accelkit.serve.testing import save_tiny_model
 from tests.integration.serve_server_util import running_server
 
@@ -26,12 +26,10 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model_dir):
-    """Short header and body deadlines (module constants read when the server is built)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lifecycle, "HEADER_TIMEOUT_S", 1.0, raising=False)
-        mp.setattr(middleware, "BODY_TIMEOUT_S", 1.0, raising=False)
-        with running_server(model_dir, max_model_len=MAX_MODEL_LEN, max_num_seqs=2, max_queue=1) as (url, state):
-            yield url, state
+    """Short header and body deadlines (--header-timeout, --body-timeout)."""
+    with running_server(model_dir, max_model_len=MAX_MODEL_LEN, max_num_seqs=2, max_queue=1,
+                        server={"header_timeout_s": 1.0, "body_timeout_s": 1.0}) as (url, state):
+        yield url, state
 
 
 def _connect(url: str) -> socket.socket:

@@ -123,14 +123,14 @@ def _with_body_schemas(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema
 
 
-def create_app(state: ServingState, *, registry: CollectorRegistry, body_timeout_s: float | None = None) -> FastAPI:
-    """The FastAPI application for one engine loop; ``body_timeout_s`` as ``ServerMiddleware`` takes it."""
+def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
+    """The FastAPI application for one engine loop."""
     app = FastAPI(title="accelkit serve", version=accelkit.__version__)
     app.state.serving = state
     names = state.config.model_names
     name = names[0]  # what every response reports, whichever alias the request used (as vLLM)
     app.add_middleware(ServerMiddleware, api_key=state.config.api_key, max_body_bytes=state.config.max_body_bytes,
-                       is_shutting_down=lambda: not state.accepting, body_timeout_s=body_timeout_s)
+                       is_shutting_down=lambda: not state.accepting, body_timeout_s=state.config.body_timeout_s)
     if state.config.allowed_origins:  # added last = outermost: a preflight is answered before the API key check
         app.add_middleware(CORSMiddleware, allow_origins=list(state.config.allowed_origins), allow_methods=["*"],
                            allow_headers=["*"])

@@ -6,8 +6,8 @@ that each handler ends by itself (a 503, or an error event in a stream) and its 
 uvicorn's own graceful timeout sits ``_BACKSTOP_S`` later, for a client that does not even read its error;
 what uvicorn has to cancel then ends without a traceback (``ServerMiddleware``). Then the engine loop stops.
 
-Connections are bounded: request headers must come within ``HEADER_TIMEOUT_S`` of connecting (or of the previous
-response), a body within ``middleware.BODY_TIMEOUT_S``; beyond ``concurrency_limit`` connections uvicorn answers
+Connections are bounded: request headers must come within ``header_timeout_s`` of connecting (or of the previous
+response), a body within ``body_timeout_s`` (``ServerConfig``); beyond ``concurrency_limit`` connections uvicorn answers
 503; running out of file descriptors is one warning a few seconds apart, not a traceback per refused accept.
 """
 
@@ -27,10 +27,6 @@ from accelkit.serve.server.state import ServingState
 
 log = logging.getLogger("accelkit.serve")
 _BACKSTOP_S = 5.0
-# A request's headers must arrive within this many seconds of connecting or of the previous response. uvicorn
-# times out only the idle wait after a response: a connection that sent nothing, or half its headers, stayed
-# open forever, and ~20k of them exhausted the file descriptors (every client then timed out).
-HEADER_TIMEOUT_S = 30.0
 CONNECTION_MARGIN = 64  # connections beyond 2 × (max_num_seqs + max_queue): probes, scrapers, clients told 429
 ACCEPT_ERROR_LOG_S = 10.0  # at most one "cannot accept" warning per this many seconds
 
@@ -58,7 +54,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def _with_header_timeout(base: type[Any], timeout_s: float) -> type[Any]:
     """uvicorn's HTTP/1.1 protocol ``base``, closing a connection whose request headers have not all come within
     ``timeout_s`` of connecting or of the last response (a new request is known by the new request-response
-    cycle uvicorn makes once the headers are in)."""
+    cycle uvicorn makes once the headers are in). uvicorn times out only the idle wait after a response: a
+    connection that sent nothing, or half its headers, stayed open forever, and ~20k of them exhausted the file
+    descriptors (every client then timed out)."""
 
     class HeaderTimeoutProtocol(base):  # type: ignore[misc]
         _header_timer: asyncio.TimerHandle | None = None
@@ -166,4 +164,4 @@ def server_config(app: Any, state: ServingState, **kwargs: Any) -> uvicorn.Confi
     header timeout and the connection limit."""
     backstop = math.ceil(state.config.shutdown_timeout_s + _BACKSTOP_S)
     return uvicorn.Config(app, timeout_graceful_shutdown=backstop, limit_concurrency=concurrency_limit(state),
-                          http=_with_header_timeout(AutoHTTPProtocol, HEADER_TIMEOUT_S), **kwargs)
+                          http=_with_header_timeout(AutoHTTPProtocol, state.config.header_timeout_s), **kwargs)

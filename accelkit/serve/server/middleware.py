@@ -25,10 +25,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OPEN_PATHS = frozenset({"/health", "/ping", "/metrics"})  # probes and scrapers: never behind the key
-# A body must arrive in full within this many seconds of the route's first read (8 MiB at ~1 Mbit/s), else 408
-# and the connection closes: a client that sends headers and part of a body would otherwise hold its socket and
-# its handler forever (slowloris), and enough of them exhaust the process's file descriptors.
-BODY_TIMEOUT_S = 60.0
 
 
 def authorized(header: bytes | None, key: bytes) -> bool:
@@ -41,10 +37,12 @@ def authorized(header: bytes | None, key: bytes) -> bool:
 
 class ServerMiddleware:
     def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int,
-                 is_shutting_down: Callable[[], bool], body_timeout_s: float | None = None) -> None:
-        """``body_timeout_s``: None = ``BODY_TIMEOUT_S``."""
+                 is_shutting_down: Callable[[], bool], body_timeout_s: float) -> None:
+        """``body_timeout_s``: a body must arrive in full within this many seconds of the route's first read, else
+        408 and the connection closes: a client that sends headers and part of a body would otherwise hold its
+        socket and its handler forever (slowloris), and enough of them exhaust the process's file descriptors."""
         self.app = app
-        self.body_timeout_s = BODY_TIMEOUT_S if body_timeout_s is None else body_timeout_s
+        self.body_timeout_s = body_timeout_s
         self.key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
         self.is_shutting_down = is_shutting_down
