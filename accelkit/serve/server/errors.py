@@ -21,6 +21,12 @@ class APIError(Exception):
         self.error_type, self.headers = error_type, headers
 
 
+def prompt_too_long(num_tokens: int, limit: int) -> str:
+    """The 400 for a prompt that leaves no room for one output token, in OpenAI's and vLLM's words."""
+    return (f"This model's maximum context length is {limit} tokens and your request has {num_tokens} input tokens "
+            f"(the prompt plus at least one output token must fit); shorten the prompt to at most {limit - 1} tokens")
+
+
 def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None,
                error_type: str | None = None) -> dict[str, Any]:
     """``error_type`` when OpenAI's differs from the status's usual one (an unknown model is a 404 of type

@@ -10,7 +10,7 @@ from typing import Any
 
 from accelkit.serve.engine import LLMEngine
 from accelkit.serve.sampling import SamplingParams
-from accelkit.serve.server.errors import APIError
+from accelkit.serve.server.errors import APIError, prompt_too_long
 
 # A text prompt longer than PROBE_CHARS_PER_TOKEN × max_model_len characters is first tokenized on its first
 # that-many characters only: when those alone exceed the context (with slack for the word cut at the end), the
@@ -44,10 +44,7 @@ def prompt_token_ids(engine: LLMEngine, prompt: str | list[int], *, add_special_
     else:
         ids = prompt
     if len(ids) >= limit:
-        raise ContextLengthExceeded(
-            f"This model's maximum context length is {limit} tokens and your request has {len(ids)} input tokens "
-            f"(the prompt plus at least one output token must fit); shorten the prompt to at most {limit - 1} tokens"
-        )
+        raise ContextLengthExceeded(prompt_too_long(len(ids), limit))
     return engine.make_request(ids, SamplingParams(max_tokens=1)).token_ids
 
 

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from accelkit.serve.server.errors import APIError, validation_message
+from accelkit.serve.server.errors import APIError, prompt_too_long, validation_message
 
 
 def _whole_float(value: Any) -> Any:
@@ -477,7 +477,4 @@ def _refuse_overlong_ids(prompt: Any, max_model_len: int) -> None:
     for ids in prompts:
         if isinstance(ids, list) and len(ids) >= max_model_len and isinstance(ids[0], (int, float)) \
                 and not isinstance(ids[0], bool):
-            raise APIError(400, f"This model's maximum context length is {max_model_len} tokens and your request has "
-                           f"{len(ids)} input tokens (the prompt plus at least one output token must fit); shorten "
-                           f"the prompt to at most {max_model_len - 1} tokens", param="prompt",
-                           code="context_length_exceeded")
+            raise APIError(400, prompt_too_long(len(ids), max_model_len), param="prompt", code="context_length_exceeded")
