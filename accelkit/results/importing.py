@@ -13,8 +13,31 @@ from accelkit.results.finite_rows import NON_FINITE, put_back
 _WHAT = "import takes what `accelkit results export --format json` writes"
 
 
-def read_export(text: str, source: str) -> list[tuple[str | None, Estimate | Measurement]]:
-    """(run id, result) for each record of ``text``, in order; a UserError naming ``source``, the record and the
+#: keys of a result's details that hold another stored result's id (or a list of them)
+REFERENCE_KEYS = ("estimate_id", "result_id", "result_ids")
+
+
+def remap_ids(obj: Any, ids: dict[int, int]) -> Any:
+    """``obj`` with every stored-id reference (:data:`REFERENCE_KEYS`) rewritten through ``ids`` (old → new): rows
+    copied into another store get new ids, and what cites them must follow. An id not in ``ids`` stays."""
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            if k in REFERENCE_KEYS and isinstance(v, int) and not isinstance(v, bool):
+                out[k] = ids.get(v, v)
+            elif k in REFERENCE_KEYS and isinstance(v, list) and all(isinstance(i, int) for i in v):
+                out[k] = [ids.get(i, i) for i in v]
+            else:
+                out[k] = remap_ids(v, ids)
+        return out
+    if isinstance(obj, list):
+        return [remap_ids(v, ids) for v in obj]
+    return obj
+
+
+def read_export(text: str, source: str) -> list[tuple[int | None, str | None, Estimate | Measurement]]:
+    """(its id in the exporting store, run id, result) for each record of ``text``, in id order (a row after the
+    rows it cites); a UserError naming ``source``, the record and the
     fix for anything else (nothing is half-read: a bad record fails the whole file)."""
     try:
         data = json.loads(text)
@@ -26,15 +49,18 @@ def read_export(text: str, source: str) -> list[tuple[str | None, Estimate | Mea
         data = [data]
     if not isinstance(data, list):
         raise UserError(f"{source} holds a JSON {type(data).__name__}, not a list of results; {_WHAT}")
-    return [_record(record, i, source) for i, record in enumerate(data)]
+    records = [_record(record, i, source) for i, record in enumerate(data)]
+    return sorted(records, key=lambda r: -1 if r[0] is None else r[0])  # (stable: records without an id keep order)
 
 
-def _record(record: Any, index: int, source: str) -> tuple[str | None, Estimate | Measurement]:
+def _record(record: Any, index: int, source: str) -> tuple[int | None, str | None, Estimate | Measurement]:
     where = f"{source}: record {index}"
     if not isinstance(record, dict):
         raise UserError(f"{where} is a JSON {type(record).__name__}, not an object; {_WHAT}")
     data = dict(record)
-    data.pop("id", None)  # the exporting store's id: this store gives its own
+    old_id = data.pop("id", None)  # the exporting store's id: this store gives its own (and rewrites references)
+    if old_id is not None and (not isinstance(old_id, int) or isinstance(old_id, bool)):
+        raise UserError(f"{where} has id={old_id!r}; a result id is an integer")
     run_id, kind = data.pop("run_id", None), data.pop("type", None)
     if run_id is not None and not isinstance(run_id, str):
         raise UserError(f"{where} has run_id={run_id!r}; a run id is a string or null")
@@ -44,6 +70,6 @@ def _record(record: Any, index: int, source: str) -> tuple[str | None, Estimate 
         raise UserError(f"{where} has type={kind!r}; expected 'measurement' or 'estimate' ({_WHAT})")
     put_back(data, data.pop(NON_FINITE, None))  # the figures strict JSON wrote as null
     try:
-        return run_id, cls.from_dict(data)
+        return old_id, run_id, cls.from_dict(data)
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
         raise UserError(f"{where} does not describe a {kind} ({exc}); {_WHAT}") from None

@@ -31,11 +31,11 @@ import os
 import sqlite3
 import urllib.parse
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from accelkit.core import AccelkitError, Estimate, Measurement, UserError, strict_json
 from accelkit.core.bench_result import BenchResult
@@ -112,6 +112,7 @@ _FULL_CODE = 13  # SQLITE_FULL
 _SHM_CODES = (4618, 4874, 5386)  # SQLITE_IOERR_SHMOPEN, SQLITE_IOERR_SHMSIZE, SQLITE_IOERR_SHMMAP
 
 
+T = TypeVar("T")
 _IDENTITY = "type, kind, name, hardware, created_at, run_id"  # what makes a row the same result (the first columns)
 _INSERT = f"INSERT INTO results ({_IDENTITY}, payload, samples, environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
@@ -418,33 +419,49 @@ class ResultStore:
 
     def add_many(self, results: Iterable[Estimate | Measurement], *, run_id: str | None = None) -> list[int]:
         """Store several results in one transaction: all of them land, or none (then AccelkitError)."""
-        return self._insert([self._row(r, run_id) for r in results], skip_held=False)
+        rows = [self._row(r, run_id) for r in results]
+        return self._writing(lambda conn: [int(conn.execute(_INSERT, row).lastrowid) for row in rows])  # type: ignore[arg-type]
 
-    def add_new(self, items: Iterable[tuple[str | None, Estimate | Measurement]]) -> tuple[list[int], int]:
-        """Store each (run id, result) that the store does not hold yet, in one transaction (all or none): a result
-        is held when a row has its type, kind, name, hardware, creation time and run id — so importing the same
-        export twice stores it once. Returns the new ids and how many were already held (or repeated in ``items``)."""
-        rows = [self._row(result, run_id) for run_id, result in items]
-        ids = self._insert(rows, skip_held=True)
-        return ids, len(rows) - len(ids)
+    def add_new(self, items: Iterable[tuple[int | None, str | None, Estimate | Measurement]]) -> tuple[list[int], int]:
+        """Store each (its id in the store it came from, run id, result) that this store does not hold yet, in one
+        transaction (all or none): a result is held when a row has its type, kind, name, hardware, creation time and
+        run id — so importing the same export twice stores it once. References between them (a bench's
+        ``estimate_id``, a tune summary's ``result_ids``) are rewritten to the ids here. Returns the new ids and how
+        many were already held (or repeated in ``items``)."""
+        from accelkit.results.importing import remap_ids
 
-    def _insert(self, rows: list[tuple[Any, ...]], *, skip_held: bool) -> list[int]:
+        items = list(items)
+
+        def work(conn: sqlite3.Connection) -> list[int]:
+            held = {tuple(row[1:]): int(row[0]) for row in conn.execute(f"SELECT id, {_IDENTITY} FROM results")}
+            ids: dict[int, int] = {}  # the exporting store's id → this store's
+            new = []
+            for old_id, run_id, result in items:  # in id order: a row comes after the rows it cites
+                if ids and result.details:
+                    result = result.replace(details=remap_ids(result.details, ids))
+                row = self._row(result, run_id)
+                key = row[:6]
+                if key not in held:
+                    held[key] = int(conn.execute(_INSERT, row).lastrowid)  # type: ignore[arg-type]
+                    new.append(held[key])
+                if old_id is not None:
+                    ids[old_id] = held[key]
+            return new
+
+        new = self._writing(work)
+        return new, len(items) - len(new)
+
+    def _writing(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work`` in one write transaction; a failure is an AccelkitError saying why and what to do."""
         if self.readonly:
             raise AccelkitError(f"the results store {self.path} was opened read-only; nothing can be stored")
-        ids = []
         try:
             with self._write() as conn:
-                held = set(conn.execute(f"SELECT {_IDENTITY} FROM results")) if skip_held else None
-                for row in rows:
-                    if held is not None:
-                        if row[:6] in held:
-                            continue
-                        held.add(row[:6])
-                    ids.append(int(conn.execute(_INSERT, row).lastrowid))  # type: ignore[arg-type]
+                done = work(conn)
         except sqlite3.DatabaseError as exc:
             raise AccelkitError(self._failure("write", exc)) from exc
         self._scan_cache = None
-        return ids
+        return done
 
     @staticmethod
     def _row(result: Estimate | Measurement, run_id: str | None) -> tuple[Any, ...]:

@@ -550,16 +550,6 @@ def _ray(points: list[Point], spec: SweepSpec, run_id: str, address: str,
 
 
 # ---- collecting ------------------------------------------------------------------------------------------
-def _remap(obj: Any, ids: dict[int, int]) -> Any:
-    """Rewrite stored-id cross references (``estimate_id``, ``result_id``) after copying rows."""
-    if isinstance(obj, dict):
-        return {k: (ids.get(v, v) if k in ("estimate_id", "result_id") and isinstance(v, int) else _remap(v, ids))
-                for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_remap(v, ids) for v in obj]
-    return obj
-
-
 def collect(point: Point, outcome: dict[str, Any], writer: StoreWriter, run_id: str, sweep: str) -> dict[str, Any]:
     """Land a point's outcome in the driver's store through ``writer`` (nothing is tried once a write failed): its
     rows (copied when it ran against another store), or a 'sweep-error' row. Returns the point's line of the
@@ -567,6 +557,7 @@ def collect(point: Point, outcome: dict[str, Any], writer: StoreWriter, run_id: 
     ``store_error``."""
     from accelkit.core import Estimate, Measurement
     from accelkit.results.finite_rows import NON_FINITE
+    from accelkit.results.importing import remap_ids
 
     assert writer.store is not None  # a sweep always stores: the run id groups its rows
     line = {**point.to_dict(), "status": outcome["status"], "host": outcome.get("host"), "result_ids": [],
@@ -585,7 +576,7 @@ def collect(point: Point, outcome: dict[str, Any], writer: StoreWriter, run_id: 
         mapping: dict[int, int] = {}
         for row in outcome["results"]:  # in id order: estimates come before the measurements that cite them
             data = {k: v for k, v in row.items() if k not in ("id", "run_id", "type", NON_FINITE)}
-            data["details"] = _remap(data.get("details", {}), mapping)
+            data["details"] = remap_ids(data.get("details", {}), mapping)
             result = Measurement.from_dict(data) if row["type"] == "measurement" else Estimate.from_dict(data)
             copied = writer.add(result, run_id=run_id)
             if copied is None:

@@ -96,3 +96,24 @@ def test_a_path_that_is_not_an_export_is_named(cli, tmp_path, which):
         path.write_bytes(b"\xff\xfe\x00bad")
     proc = cli("results", "import", str(path))
     assert proc.returncode == 2 and str(path) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_references_between_imported_results_follow_their_new_ids(cli, tmp_path, monkeypatch):
+    """A bench row cites its prediction's id (details.predicted.estimate_id) and a tune summary its trials'
+    (result_ids): in a store that numbers them differently they must name the imported rows, not whatever holds the
+    old ids there."""
+    monkeypatch.setenv("ACCELKIT_HOME", str(tmp_path / "gpu-box"))
+    with ResultStore() as store:
+        estimate = store.add(Estimate(kind="plan", name="prediction"))
+        bench = store.add(Measurement(kind="bench", name="fp32", details={"predicted": {"estimate_id": estimate}}))
+        store.add(Measurement(kind="tune", name="summary", details={"trials": [{"result_ids": [estimate, bench]}]}))
+    _export(cli, tmp_path / "gpu.json")
+    monkeypatch.setenv("ACCELKIT_HOME", str(tmp_path / "laptop"))
+    with ResultStore() as store:
+        store.add_many([Measurement(kind="probe", name=f"local {i}") for i in range(5)])
+    proc = cli("results", "import", str(tmp_path / "gpu.json"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    new_estimate, new_bench, new_tune = json.loads(proc.stdout)["ids"]
+    with ResultStore(readonly=True) as store:
+        assert store.get(new_bench).result.details["predicted"]["estimate_id"] == new_estimate
+        assert store.get(new_tune).result.details["trials"][0]["result_ids"] == [new_estimate, new_bench]
