@@ -69,6 +69,30 @@ def test_fp32_greedy_equals_transformers_on_cuda(llama, prompts, config):
     assert got == ref
 
 
+@pytest.mark.parametrize("config", [{"max_num_batched_tokens": 3, "max_num_seqs": 3}, {"enforce_eager": True}],
+                         ids=["graphs-one-token-chunks", "eager"])
+def test_prompt_logprobs_equal_transformers_on_cuda(llama, prompts, config):
+    """Prompt logprobs (echo + logprobs) in fp32 on CUDA: from the decode graphs' padded logits when a one-token
+    prompt chunk rides a graph step (a 3-token budget with decodes running), and from eager steps."""
+    import transformers
+
+    from accelkit.serve import LLM, SamplingParams
+
+    model_dir, _ = llama
+    llm = LLM(str(model_dir), device="cuda", kv_cache_memory_bytes=KV_BYTES, **config)
+    outs = llm.generate(prompts[:3], SamplingParams.greedy(40, ignore_eos=True, prompt_logprobs=2))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
+    for prompt, out in zip(prompts[:3], outs, strict=True):
+        with torch.inference_mode():
+            ref = torch.log_softmax(hf(torch.tensor([prompt], device="cuda")).logits[0].float(), dim=-1).cpu()
+        got = out.prompt_logprobs
+        assert got is not None and len(got) == len(prompt) and got[0] is None
+        for i in range(1, len(prompt)):
+            chosen, top = got[i]
+            assert chosen == pytest.approx(float(ref[i - 1, prompt[i]]), abs=1e-3)
+            assert [t for t, _ in top] == ref[i - 1].topk(2).indices.tolist()
+
+
 def test_prefix_cache_hits_and_sliding_window_stay_exact_on_cuda(tmp_path, prompts):
     from accelkit.serve import LLM, SamplingParams
     from accelkit.serve.testing import save_tiny_model
