@@ -82,8 +82,8 @@ def test_moe_analytic_flops_count_the_active_experts_as_the_planner_does(tmp_pat
     analytic = {step.name: step.analytic_flops_per_item for step in prepared.steps}
     if workload == "llm-train":
         planner = {"train step": F.training_flops(spec, batch=2, seq=32) / 64}
-    else:  # the bench counts the LM head at every prompt position; the planner's prefill only at the last
-        planner = {"prefill": F.forward_flops(spec, batch=2, seq=32) / 64,
+    else:  # the prefill's LM head at the last prompt position only (logits_to_keep=1), as the planner's
+        planner = {"prefill": F.prefill_flops(spec, batch=2, prompt_len=32) / 64,
                    "decode": F.decode_flops(spec, batch=2, context=32 + 5 / 2) / 2}
     for name, expected in planner.items():
         assert analytic[name] == pytest.approx(expected, rel=0.01), name

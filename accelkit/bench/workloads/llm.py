@@ -1,6 +1,7 @@
 """`llm`: decoder inference with separate prefill (TTFT) and decode (per-token latency, tokens/s).
 
-Prefill: one forward over the prompts that returns the first token (time to first token). Decode: one
+Prefill: one forward over the prompts that returns the first token (time to first token), with logits at the last
+position only (``logits_to_keep=1``, as HF generate and vLLM compute them), so its TTFT is comparable. Decode: one
 step per call on a KV cache that grows from ``prompt_len`` to ``prompt_len + output_len − 1`` tokens and
 is then rewound to the prompt (:func:`rewinder`), so every measured call is a real decode step at a context
 the user asked for.
@@ -50,6 +51,26 @@ def matmul_params(spec: ModelSpec) -> int:
 def forward_flops_per_token(spec: ModelSpec, context: float) -> float:
     """2N + 4·L·H·Q·T: weights once, and QKᵀ plus PV over ``context`` keys (no causal halving, as counted)."""
     return 2 * matmul_params(spec) + 4 * spec.num_layers * spec.num_heads * spec.head_size * context
+
+
+def prefill_flops_per_token(spec: ModelSpec, prompt_len: int, *, all_logits: bool = False) -> float:
+    """:func:`forward_flops_per_token` over the prompt with the LM head (2·V·H) at its last position only, as the
+    prefill runs it: 2·V·H·(P − 1)/P less per token. ``all_logits``: at every position (a model whose forward takes
+    no logits_to_keep)."""
+    per_token = forward_flops_per_token(spec, prompt_len)
+    if all_logits:
+        return per_token
+    return per_token - 2 * spec.vocab_size * spec.hidden_size * (prompt_len - 1) / prompt_len
+
+
+def last_logits_kwargs(model: Any) -> dict[str, int]:
+    """What makes ``model``'s forward compute the logits of the last position only: ``logits_to_keep=1``
+    (transformers ≥ 4.50), ``num_logits_to_keep=1`` (4.45–4.49); {} when it takes neither."""
+    params = inspect.signature(model.forward).parameters
+    for name in ("logits_to_keep", "num_logits_to_keep"):
+        if name in params:
+            return {name: 1}
+    return {}
 
 
 def decode_keys_attended(spec: ModelSpec, prompt_len: int, output_len: int) -> float:
@@ -145,8 +166,8 @@ class LLM(BenchWorkload):
 
     def check(self, device: str) -> None:
         spec, c = self.model_spec, self.config
-        prompt = c.batch_size * c.prompt_len  # int64 ids, the prefill's logits at every position, the KV cache
-        data = prompt * 8 + prompt * spec.vocab_size * ACT_BYTES
+        # int64 ids, the prefill's logits at the last position (logits_to_keep=1), the KV cache
+        data = c.batch_size * c.prompt_len * 8 + c.batch_size * spec.vocab_size * ACT_BYTES
         data += int(spec.kv_bytes_per_token(ACT_BYTES) * c.batch_size * (c.prompt_len + c.output_len - 1))
         check_fits(spec.num_params(), device, spec.name, data_bytes=data,
                    shape={"--batch-size": c.batch_size, "--prompt-len": c.prompt_len, "--output-len": c.output_len})
@@ -160,11 +181,15 @@ class LLM(BenchWorkload):
         prompt = torch.randint(0, spec.vocab_size, (c.batch_size, c.prompt_len), generator=model_seed(seed)).to(device)
         model = build_model(spec, device=device, seed=seed)
         kw = cache_kwarg(model)  # before apply: wrappers hide the signature
+        last_logits = last_logits_kwargs(model)
         notes: list[str] = []  # what the recipe did, for the run's notes
+        if not last_logits:
+            notes.append(f"prefill computes logits at every prompt position: {type(model).__name__}.forward takes no "
+                         "logits_to_keep (TTFT is not comparable with HF generate or vLLM)")
         model = apply(model, variant, example_inputs=(prompt,), device=device, notes=notes)
 
         def prefill() -> Any:
-            out = model(input_ids=prompt, use_cache=True)
+            out = model(input_ids=prompt, use_cache=True, **last_logits)  # logits (B, 1, V)
             return out, out.logits[:, -1:].argmax(-1)  # (B, 1): the first generated token
 
         run_prefill = run_in(variant, device, prefill, inference=True)
@@ -201,7 +226,7 @@ class LLM(BenchWorkload):
 
             with torch.inference_mode(), meta_grouped_mm():  # the prefill too: an MoE's grouped GEMMs on meta fp32
                 ids = torch.zeros((c.batch_size, cached + 1), dtype=torch.long, device=device)
-                out = model(input_ids=ids[:, :cached], use_cache=True)
+                out = model(input_ids=ids[:, :cached], use_cache=True, **last_logits)
                 cache = out.get(kw)
                 cache = cache if cache is not None else out.get("past_key_values")
                 return count_flops(lambda: model(input_ids=ids[:, cached:], use_cache=True, **{kw: cache}))
@@ -219,14 +244,19 @@ class LLM(BenchWorkload):
             return (lo + hi) / 2 if abs(mid - line) <= 1e-9 * max(hi, 1.0) else None
 
         formula = "2N + 4·L·H·Q·T (N active, without embeddings; T = keys attended)"
+        prefill_formula = formula if not last_logits else (
+            "2N + 4·L·H·Q·T − 2·V·H·(P − 1)/P (N active, without embeddings; T = keys attended; the LM head at the "
+            "last of the P prompt positions only)")
         steps = [
             Step("prefill", run_prefill, c.batch_size * c.prompt_len, "tokens", latency_name="TTFT",
-                 analytic_flops_per_item=forward_flops_per_token(spec, c.prompt_len), analytic_formula=formula),
+                 analytic_flops_per_item=prefill_flops_per_token(spec, c.prompt_len, all_logits=not last_logits),
+                 analytic_formula=prefill_formula),
             Step("decode", run_in(variant, device, decode, inference=True), c.batch_size, "tokens",
                  latency_name="per-token latency", cycle=c.output_len, flops_per_call=decode_flops_per_call,
                  first_call_calls=c.output_len + 1,
                  analytic_flops_per_item=forward_flops_per_token(
                      spec, decode_keys_attended(spec, c.prompt_len, c.output_len)), analytic_formula=formula),
         ]
+        # the accuracy drift compares logits at every position of the evaluation rows: full logits here
         evaluate = run_in(variant, device, lambda: model(input_ids=prompt[:EVAL_ROWS]).logits, inference=True)
         return Prepared(steps=steps, evaluate=evaluate, close=state.clear, notes=notes)  # type: ignore[arg-type]
