@@ -162,7 +162,7 @@ class Recorder:
         bound = getattr(self.workload, "input_bound", None)
         # wall time per batch (1 / batches per second), not the median next(): prefetching workers hand most
         # batches over at once, so the median call is near zero while a batch still takes its full time to arrive
-        input_bound = bound(measured_s / len(lane.samples)) if bound is not None and lane.samples else None
+        input_bound = bound(measured_s / len(lane.samples), variant) if bound is not None and lane.samples else None
         return BenchResult(
             name=variant.name, step=lane.step.name,
             precision=variant.effective_precision if not variant.settings else None,

@@ -175,11 +175,23 @@ class DataLoaderBench(BenchWorkload):
         return Prepared(steps=[Step("next batch", next_batch, self.config.batch_size, "samples",
                                     latency_name="batch latency")], close=close)
 
-    def input_bound(self, batch_time_s: float) -> dict[str, Any] | None:
-        """Compare the loader's wall time per batch (measured seconds ÷ batches) with the given training-step time."""
+    def input_bound(self, batch_time_s: float, variant: Variant | None = None) -> dict[str, Any] | None:
+        """Compare the loader's wall time per batch (measured seconds ÷ batches) with the given training-step time.
+        With ``variant``'s num_workers 0 the batch is loaded in the training process, between steps: nothing
+        overlaps it, so however short it is it adds its time to every step — said as such, with no headroom.
+        ``variant`` None: its settings are not known, and loading is taken to overlap the step."""
         step = self.config.step_time_s
         if step is None:
             return None
+        if variant is not None and variant.settings.get("num_workers") == 0:
+            share = batch_time_s / (step + batch_time_s) if step + batch_time_s > 0 else 0.0
+            return {
+                "step_time_s": step,
+                "batch_time_s": batch_time_s,
+                "headroom": None,  # no overlap to have headroom in
+                "verdict": f"synchronous (num_workers=0): loading adds {batch_time_s * 1e3:.3g} ms to every step "
+                           f"({share:.0%} of step + load); workers would overlap it with the step",
+            }
         bound = batch_time_s > step
         return {
             "step_time_s": step,
