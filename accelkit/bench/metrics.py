@@ -149,19 +149,29 @@ def catalog_peak(catalog_name: str, dtype: str) -> Peak:
 
 
 def probe_peak(store: ResultStore, hardware: str, dtype: str) -> tuple[Peak, int | None]:
-    """The newest ``hw probe`` matmul figure for ``dtype`` on ``hardware``; (Peak(None, why), None) if none."""
+    """The newest ``hw probe`` matmul figure for ``dtype`` on ``hardware`` whose matmul was at least the default
+    size; a smaller one (``--size 64``: overhead-bound, ~27× under the peak) only when no such probe is stored, the
+    largest of them, with the source saying so. (Peak(None, why), None) if none."""
+    from accelkit.hardware.probe import small_matmul
+
     probes = store.query(kind="probe", hardware=hardware, limit=50)
     if not probes:
         return Peak(None, f"no `accelkit hw probe` result for {hardware!r} in the store"), None
-    found = next((p for p in probes if dtype in p.result.details.get("matmul", {})), None)
-    if found is None:
+    found = [p for p in probes if dtype in (p.result.details.get("matmul") or {})]  # newest first
+    if not found:
         return Peak(None, f"no stored probe of {hardware!r} measured a {dtype} matmul"), None
-    flops, figure = matmul_figure(found.result.details["matmul"][dtype], dtype)
+    full = [p for p in found if small_matmul(p.result.details, dtype) is None]
+    best = full[0] if full else max(found, key=lambda p: p.result.details["matmul"][dtype].get("size") or 0)
+    flops, figure = matmul_figure(best.result.details["matmul"][dtype], dtype)
     quick = " (a --quick probe: a full `accelkit hw probe` on a quiet machine gives a firmer peak)" \
-        if found.result.details.get("quick") else ""
+        if best.result.details.get("quick") else ""
+    small = small_matmul(best.result.details, dtype)
+    if small:  # the peak is too low, so the MFU it gives reads too high: said where the MFU is
+        quick = (f" — {small}, so this MFU reads high; no probe at the default size is stored: run "
+                 f"`accelkit hw probe` without --size for the peak")
     return Peak(
-        flops, f"measured: `accelkit hw probe` result {found.id} ({found.result.created_at}), {figure}{quick}",
-    ), found.id
+        flops, f"measured: `accelkit hw probe` result {best.id} ({best.result.created_at}), {figure}{quick}",
+    ), best.id
 
 
 def matmul_figure(matmul: dict[str, Any], dtype: str) -> tuple[float, str]:

@@ -20,6 +20,54 @@ CPU_DTYPES = ("fp32", "bf16", "fp16")
 CUDA_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 
+def default_sizes(device: str) -> tuple[int, int]:
+    """(matmul side, copy bytes) of a probe not told otherwise, and the smallest a peak is taken from: a smaller
+    matmul is bound by call overhead (on one CPU a 64×64 bf16 matmul reached 0.024 TFLOP/s, 2048×2048 0.68), a
+    smaller copy can fit in a cache and measure it instead of memory (1 MiB: 159 GB/s; an H100's L2 is 50 MB)."""
+    return (2048, 256 << 20) if device == "cpu" else (8192, 2 << 30)
+
+
+def _mib(num_bytes: int) -> str:
+    return f"{num_bytes / 2**20:g} MiB"
+
+
+def _probe_device(details: dict[str, Any]) -> str | None:
+    device = details.get("device")
+    return None if not isinstance(device, str) else "cpu" if device == "cpu" else "cuda"
+
+
+def small_matmul(details: dict[str, Any], dtype: str) -> str | None:
+    """Why a stored probe's ``dtype`` matmul is no peak — 'a 64×64 matmul, below the 2048×2048 default …' — or
+    None (at or above the default, or a row that does not say its size or device)."""
+    size = ((details.get("matmul") or {}).get(dtype) or {}).get("size")
+    device = _probe_device(details)
+    if device is None or not isinstance(size, int):
+        return None
+    default = default_sizes(device)[0]
+    return None if size >= default else (f"a {size}×{size} matmul, below the {default}×{default} default: call "
+                                         "overhead holds it under the peak")
+
+
+def small_copy(details: dict[str, Any]) -> str | None:
+    """Why a stored probe's copy bandwidth is no memory bandwidth — 'a 1 MiB copy, below the 256 MiB default …' —
+    or None (at or above the default, or a row that does not say its size or device)."""
+    moved = (details.get("bandwidth") or {}).get("bytes_per_iteration")  # read + write: 2 × the buffer
+    device = _probe_device(details)
+    if device is None or not isinstance(moved, int):
+        return None
+    default = default_sizes(device)[1]
+    return None if moved // 2 >= default else (f"a {_mib(moved // 2)} copy, below the {_mib(default)} default: it "
+                                               "can fit in a cache and measure the cache, not memory")
+
+
+def small_probe(details: dict[str, Any]) -> str | None:
+    """Why a stored probe as a whole (its kernel figures too: on a CPU they are fractions of its own matmul and
+    copy) is below the default sizes, or None."""
+    reasons = [r for r in (*(small_matmul(details, dt) for dt in details.get("matmul") or {}), small_copy(details))
+               if r]
+    return "; ".join(dict.fromkeys(reasons)) or None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeConfig(Spec):
     """What `hw probe` measures and for how long."""
@@ -125,6 +173,20 @@ def _time_copy(device: str, copy_bytes: int, loop: LoopConfig) -> tuple[LoopResu
     return time_loop(lambda: dst.copy_(src), loop, device=device), 2 * src.numel() * 4  # read + write
 
 
+def _note(is_catalog: bool, size: int, copy_bytes: int, default_size: int, default_copy: int) -> str | None:
+    """What the figures are for: the peak MFU and the planner use, unless the sizes were below the defaults."""
+    small = [f for f, is_small in ((f"--size {size} (default {default_size})", size < default_size),
+                                   (f"--copy-size {_mib(copy_bytes)} (default {_mib(default_copy)})",
+                                    copy_bytes < default_copy)) if is_small]
+    if small:
+        return (f"{' and '.join(small)} {'are' if len(small) > 1 else 'is'} below the default, so this probe is no "
+                "peak: MFU and the planner use a probe at the default sizes, this one only while none is stored "
+                "(saying so)")
+    if is_catalog:
+        return None
+    return "no datasheet peak for this device: these measured figures are its peak (MFU on it uses them)"
+
+
 def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] | None = None) -> Measurement:
     """Measure matmul TFLOP/s per dtype and copy bandwidth on one device; return a Measurement."""
     import torch
@@ -150,8 +212,9 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
         catalog = match_device_name(gpu_name)
         hardware = catalog.name if catalog else gpu_name
 
-    size = config.matmul_size or (2048 if device == "cpu" else 8192)
-    copy_bytes = config.copy_bytes or ((256 << 20) if device == "cpu" else (2 << 30))
+    default_size, default_copy = default_sizes(device)
+    size = config.matmul_size or default_size
+    copy_bytes = config.copy_bytes or default_copy
     _check_memory(device, size, copy_bytes)
     matmul: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
@@ -210,9 +273,7 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
             "matmul": matmul,
             "bandwidth": bandwidth,
             **kernels,
-            "note": None
-            if catalog
-            else "no datasheet peak for this device: these measured figures are its peak (MFU on it uses them)",
+            "note": _note(catalog is not None, size, copy_bytes, default_size, default_copy),
         },
         environment=environment(with_torch=True),
         samples=samples,

@@ -33,8 +33,13 @@ def _probes(limit: int = 200) -> list[StoredResult]:
 
 
 def latest_probe(device_name: str) -> Any | None:
-    """Newest probe of the catalog device ``device_name`` (the local CPU's are :func:`cpu_probes`)."""
-    return next((s.result for s in _probes() if (s.result.details or {}).get("catalog_name") == device_name), None)
+    """Newest probe of the catalog device ``device_name`` at the default sizes or above (one below them, e.g. a
+    copy that fits in L2, only when there is no other: its efficiencies would exceed what memory gives; the local
+    CPU's are :func:`cpu_probes`)."""
+    from accelkit.hardware.probe import small_probe
+
+    found = [s.result for s in _probes() if (s.result.details or {}).get("catalog_name") == device_name]
+    return next((r for r in found if small_probe(r.details) is None), found[0] if found else None)
 
 
 def cpu_probes() -> list[StoredResult]:
@@ -44,15 +49,39 @@ def cpu_probes() -> list[StoredResult]:
     return [s for s in found if s.result.hardware == found[0].result.hardware] if found else []
 
 
-def _cpu_peaks(probes: list[StoredResult]) -> dict[Any, tuple[float, StoredResult]]:
-    """dtype → (FLOP/s, the probe it came from): the newest measured matmul of each dtype. A probe covers only
-    the dtypes it was asked for (a bench's quick fp16 probe has fp16 alone), so no one probe has them all."""
-    peaks: dict[Any, tuple[float, StoredResult]] = {}  # keys: the dtypes the stored JSON names
+def _cpu_peaks(probes: list[StoredResult]) -> dict[Any, tuple[float, StoredResult, str | None]]:
+    """dtype → (FLOP/s, the probe it came from, why it is below the default size or None): the newest matmul of
+    each dtype at the default size or above, else the largest smaller one (said so). A probe covers only the dtypes
+    it was asked for (a bench's quick fp16 probe has fp16 alone), so no one probe has them all."""
+    from accelkit.hardware.probe import small_matmul
+
+    peaks: dict[Any, tuple[float, StoredResult, str | None]] = {}  # keys: the dtypes the stored JSON names
     for stored in probes:  # newest first: the first figure of a dtype is its newest
         for dtype, m in (stored.result.details.get("matmul") or {}).items():
-            if m.get("tflops") and dtype not in peaks:
-                peaks[dtype] = (float(m["tflops"]) * 1e12, stored)
+            if not m.get("tflops"):
+                continue
+            small = small_matmul(stored.result.details, dtype)
+            held = peaks.get(dtype)
+            if held is None or (held[2] and (not small or (m.get("size") or 0) > (
+                    held[1].result.details["matmul"][dtype].get("size") or 0))):
+                peaks[dtype] = (float(m["tflops"]) * 1e12, stored, small)
     return peaks
+
+
+def _cpu_bandwidth(probes: list[StoredResult]) -> tuple[StoredResult, str | None]:
+    """The probe whose copy bandwidth describes this CPU's memory: the newest at the default copy size or above,
+    else the largest smaller copy, with why it is suspect (a 1 MiB copy measured the cache at 159 GB/s)."""
+    from accelkit.hardware.probe import small_copy
+
+    full = [s for s in probes if small_copy(s.result.details) is None]
+    if full:
+        return full[0], None
+    best = max(probes, key=lambda s: s.result.details.get("bandwidth", {}).get("bytes_per_iteration") or 0)
+    return best, small_copy(best.result.details)
+
+
+def _small_note(why: str | None) -> str:
+    return "" if why is None else f" ({why}; no probe at the default size is stored: run `accelkit hw probe`)"
 
 
 def _probe_ref(stored: StoredResult) -> str:
@@ -102,8 +131,9 @@ def _busbw_note(result: Any) -> tuple[float, str]:
 
 def local_cpu_device() -> tuple[DeviceSpec, Any]:
     """The host CPU as a DeviceSpec whose peaks are its measured matmul throughput and copy bandwidth: each dtype's
-    newest matmul figure across this CPU's probes, the copy bandwidth of the newest probe; ``source`` names the
-    result id and date of each. Returns (device, newest probe)."""
+    newest matmul figure across this CPU's probes, the copy bandwidth of the newest probe — of those at the default
+    sizes or above, else the largest smaller one, said so; ``source`` names the result id and date of each. Returns
+    (device, newest probe)."""
     import psutil
 
     probes = cpu_probes()
@@ -112,17 +142,18 @@ def local_cpu_device() -> tuple[DeviceSpec, Any]:
                         "then plan with --hardware cpu")
     newest = probes[0]
     measured = _cpu_peaks(probes)
-    peaks = {dt: flops for dt, (flops, _) in measured.items()}
+    peaks = {dt: flops for dt, (flops, _, _) in measured.items()}
+    copy, copy_small = _cpu_bandwidth(probes)
     source = "accelkit hw probe: " + "; ".join(
-        [f"{dt} matmul from {_probe_ref(s)}" for dt, (_, s) in measured.items()]
-        + [f"copy bandwidth from {_probe_ref(newest)}"])
+        [f"{dt} matmul from {_probe_ref(s)}{_small_note(small)}" for dt, (_, s, small) in measured.items()]
+        + [f"copy bandwidth from {_probe_ref(copy)}{_small_note(copy_small)}"])
     fabric: dict[str, Any] = {"scaleup_domain": 1}
     coll = latest_collectives(None)
     if coll is not None:  # processes on this host talk over shared memory: the measured bus bandwidth is the link
         fabric = {"scaleup_fabric": f"{coll.details['backend']} (measured)", "scaleup_domain": max(
             int(coll.details["world_size"]), psutil.cpu_count() or 1),
             "scaleup_bandwidth_bytes_per_s": _busbw_note(coll)[0]}
-    d = newest.result.details
+    d = copy.result.details
     device = DeviceSpec(
         name=newest.result.hardware or "cpu", vendor="cpu", memory_bytes=int(psutil.virtual_memory().total),
         memory_type="DRAM", memory_bandwidth_bytes_per_s=d["bandwidth"]["gbps"] * 1e9, peak_flops=peaks,
@@ -159,6 +190,8 @@ def _kernel_notes(details: dict[str, Any], created_at: str) -> tuple[dict[str, f
 
 def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) -> Efficiency:
     """Measured efficiencies when a matching probe exists (and ``use_calibration``), else the priors."""
+    from accelkit.hardware.probe import small_probe
+
     if device.vendor == "cpu":  # the device's peaks are already the measured, achieved figures
         coll = latest_collectives(None)
         comm = COMM.get(device.vendor, DEFAULT_COMM)
@@ -168,9 +201,12 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
                                      "ranks on this host, efficiency 1.0 of it (busbw already is the achieved figure)",)
         found: dict[str, float] = {}
         notes: list[str] = []
-        for stored in cpu_probes():  # each kernel class from the newest probe that has it (an fp16-only probe has
-            # no attention figure: it is a fraction of the same probe's fp32 matmul)
-            more, more_notes = _kernel_notes(stored.result.details, _probe_ref(stored))
+        # each kernel class from the newest probe that has it (an fp16-only probe has no attention figure: it is a
+        # fraction of the same probe's fp32 matmul), of those at the default sizes first: a CPU's kernel figures are
+        # fractions of the same probe's matmul and copy, which a small probe measures wrong
+        for stored in sorted(cpu_probes(), key=lambda s: small_probe(s.result.details) is not None):
+            small = _small_note(small_probe(stored.result.details))
+            more, more_notes = _kernel_notes(stored.result.details, _probe_ref(stored) + small)
             for (key, value), note in zip(more.items(), more_notes, strict=True):
                 if key not in found:
                     found[key] = value
@@ -219,4 +255,6 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
         return prior
     replaced = {n.split(' ')[0] for n in notes}  # 'compute' / 'memory' / 'attention'
     kept = tuple(s for s in prior.sources if s.split(' ')[0] not in replaced)
+    if below := small_probe(d):  # the only probe of this device: used, and each figure says what is wrong with it
+        notes = [n + _small_note(below) for n in notes]
     return replace(prior, **changes, sources=(*notes, *kept), calibrated=True)

@@ -222,10 +222,14 @@ def _probe_peaks(details: dict[str, Any]) -> tuple[float, dict[str, dict[str, An
 
 def roofline_figure(store: ResultStore, notes: list[str] | None = None) -> dict[str, Any] | None:
     """Attainable FLOP/s = min(peak, bandwidth × arithmetic intensity), per probed dtype, for the newest
-    probe of each hardware that has both figures (one without them is named in ``notes``); the catalog roofline
-    (dashed) where the device is in the catalog."""
+    probe of each hardware that has both figures (one without them is named in ``notes``) and ran at the default
+    sizes or above — a smaller one (a 1 MiB copy measures the cache) only where no other is stored, named in
+    ``notes`` and in its trace; the catalog roofline (dashed) where the device is in the catalog."""
+    from accelkit.hardware.probe import small_probe
+
     latest: dict[str, tuple[StoredResult, float, dict[str, dict[str, Any]]]] = {}
-    for s in store.query(kind="probe", limit=50):
+    fallback: dict[str, tuple[StoredResult, float, dict[str, dict[str, Any]]]] = {}
+    for s in store.query(kind="probe", limit=50):  # newest first
         hardware = s.result.hardware or "?"
         if hardware in latest:
             continue
@@ -235,7 +239,17 @@ def roofline_figure(store: ResultStore, notes: list[str] | None = None) -> dict[
                 notes.append(f"probe #{s.id} ({hardware}) has no bandwidth or matmul figures; it is left out of the "
                              "roofline")
             continue
-        latest[hardware] = (s, *found)
+        if small_probe(s.result.details) is None:
+            latest[hardware] = (s, *found)
+        else:
+            fallback.setdefault(hardware, (s, *found))
+    for hardware, (s, gbps, matmul) in fallback.items():
+        if hardware not in latest:
+            latest[hardware] = (s, gbps, matmul)
+            if notes is not None:
+                notes.append(f"probe #{s.id} ({hardware}) ran below the default sizes ({small_probe(s.result.details)})"
+                             "; its roofline is drawn as no probe at the default sizes is stored: run "
+                             "`accelkit hw probe`")
     intensities = [10 ** (k / 8) for k in range(-8, 33)]  # 0.1 … 10^4 FLOP/byte
     data: list[dict[str, Any]] = []
     for hardware, (s, gbps, matmul) in latest.items():
@@ -243,7 +257,8 @@ def roofline_figure(store: ResultStore, notes: list[str] | None = None) -> dict[
         bw = gbps * 1e9
         for dtype, m in matmul.items():
             peak = m["tflops"] * 1e12
-            data.append({"type": "scatter", "mode": "lines", "name": f"{hardware} {dtype} (measured, #{s.id})",
+            small = ", below the default sizes" if small_probe(d) else ""
+            data.append({"type": "scatter", "mode": "lines", "name": f"{hardware} {dtype} (measured, #{s.id}{small})",
                          "x": intensities, "y": [min(peak, bw * i) / 1e12 for i in intensities]})
             cat_peak, cat_bw = m.get("catalog_peak_tflops"), d["bandwidth"].get("catalog_gbps")
             if cat_peak and cat_bw:
