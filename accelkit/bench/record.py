@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from accelkit.results import ResultStore
 
 
+#: the flops_source of a step whose count found no model FLOPs: its MFU is null, and this says why
+ZERO_FLOPS = "0 model FLOPs counted (no matmul/conv/attention): MFU not applicable"
+
+
 class StoreWriter:
     """Writes a run's results to the store until the first write fails; then it stops trying (each try could wait
     out the store's lock timeout) and ``error`` says why. A measurement that cannot be stored is kept in the run's
@@ -208,8 +212,12 @@ class Recorder:
         analytic = lane.step.analytic_flops_per_item
         if not flops and analytic:  # not counted (it would not fit): the closed form, said so
             flops, source = analytic, f"analytic: {lane.step.analytic_formula} (FLOPs were not counted)"
+        elif flops == 0:  # counted, and there are none (an elementwise model): MFU has nothing to measure
+            source = f"{ZERO_FLOPS}; counted by {source}"
+        elif not flops:
+            source = "not counted"
         datasheet = self.peaks.datasheet(dtype)
-        return mfu_result(flops, throughput, self.peaks.get(dtype), source if flops else "not counted",
+        return mfu_result(flops, throughput, self.peaks.get(dtype), source,
                           datasheet=datasheet, probe=self.peaks.probe(dtype),
                           analytic_flops_per_item=analytic, analytic_formula=lane.step.analytic_formula)
 
@@ -218,8 +226,11 @@ class Recorder:
         return next((lane for lane in self.lanes if lane.step.name == step), None)
 
     def _compare(self) -> None:
-        """Ratio of each entry's throughput to the first variant's, per step (stored entries are updated in the
-        JSON only; the stored rows carry the raw block rates to recompute it)."""
+        """Each entry against the first variant of its step, from the block rates (stored entries are updated in
+        the JSON only; the stored rows carry the raw block rates to recompute it). Ratio, spread and verdict come
+        from the one statistic :func:`compare` decides on — the median over pairs, or one after another the ratio
+        of median block rates: the total throughputs (each entry's own) were put in the ratio here while the
+        verdict and spread came from the medians, so one stalled block printed 'faster' at 0.62× [1.20–1.20]."""
         entries = self.record.entries
         for i, entry in enumerate(entries):
             base = self._baseline(entry.step)
@@ -228,8 +239,4 @@ class Recorder:
                 entries[i] = entry.replace(comparison=Comparison(baseline=entry.name, ratio=1.0, verdict="baseline"))
                 continue
             cmp = compare(base.variant.name, base.block_rates, lane.block_rates, interleaved=self.interleaved)
-            base_entry = next((e for e in entries if e.name == base.variant.name and e.step == entry.step), None)
-            if not self.interleaved and base_entry and base_entry.throughput.value and entry.throughput.value:
-                # one after another there are no pairs: the ratio of the two throughputs, spread from the blocks
-                cmp = cmp.replace(ratio=entry.throughput.value / base_entry.throughput.value)
             entries[i] = entry.replace(comparison=cmp)

@@ -320,9 +320,24 @@ def _render(result: Any, as_json: bool) -> None:
     failed = [f"{f.name} ({f.phase})" for r in runs for f in r.failed] + [f["key"] for f in data.get("failed", [])
                                                                           if isinstance(f, dict) and "key" in f]
     if failed:
-        err.print(f"error: {len(failed)} variant(s) failed: {', '.join(failed)} — their errors are above; the "
-                  "others were measured and stored", highlight=False, markup=False, soft_wrap=True)
+        err.print(f"error: {len(failed)} variant(s) failed: {', '.join(failed)} — their errors are above; "
+                  f"{_the_others(runs)}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(1)
+
+
+def _the_others(runs: list[Any]) -> str:
+    """What became of the variants that did not fail: it said 'the others were measured and stored' when every
+    variant had failed, or under --no-save."""
+    measured = {(i, v.name) for i, r in enumerate(runs) for v in r.variants}  # a suite's items reuse names
+    if not measured:
+        return "no variant was measured"
+    stored = {(i, v.name) for i, r in enumerate(runs) for v in r.variants if v.result_id is not None}
+    what = f"the other {len(measured)} {'was' if len(measured) == 1 else 'were'} measured"
+    if stored == measured:
+        return f"{what} and stored"
+    if stored:
+        return f"{what}, {len(stored)} of them stored"
+    return f"{what}, none stored" + ("" if any(getattr(r, "store_error", None) for r in runs) else " (--no-save)")
 
 
 def _unfinished(runs: list[Any], *, suite: bool) -> str:
