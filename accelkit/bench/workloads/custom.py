@@ -3,7 +3,8 @@
 The factory takes no arguments and returns ``(model, example_inputs)`` or ``(model, example_inputs,
 loss_fn)`` (or a dict with those keys). ``example_inputs`` is a tensor, a tuple of positional tensors or a
 dict of keyword tensors; with a ``loss_fn(output) -> scalar`` the step is a training step (SGD), without
-one it is inference. Items per step default to the first input's batch dimension.
+one it is inference. Items per step default to the batch dimension (dim 0) of the input that carries the batch
+(:func:`batch_input`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,28 @@ class CustomConfig(Spec):
     module: str = spec_field(doc="'package.module:factory' returning (model, example_inputs[, loss_fn]).")
     items_per_step: int | None = spec_field(None, min=1, max=MAX_SIZE, doc="Items one step processes; None = first input's dim 0.")
     lr: float = spec_field(1e-3, min=0.0, doc="SGD learning rate when a loss_fn makes it a training step.")
+
+
+#: keyword inputs that carry the batch in transformers' models (text, images, audio, embeddings), in that order
+BATCH_KWARGS = ("input_ids", "pixel_values", "input_values", "inputs_embeds")
+
+
+def batch_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, str] | None:
+    """(dim 0, which input) of the input whose dim 0 is the batch: a keyword one of :data:`BATCH_KWARGS`, else the
+    first tensor (positional, then keyword) of two or more dimensions — a 1-D one is as often a mask, lengths or a
+    scale as a batch: ``{"mask": ones(1), "x": randn(6, 32)}`` made every step one item — else the first 1-D one.
+    None: no input has a dimension."""
+    import torch
+
+    for name in BATCH_KWARGS:
+        value = kwargs.get(name)
+        if isinstance(value, torch.Tensor) and value.dim() >= 1:
+            return int(value.shape[0]), f"keyword input {name!r}"
+    named = [(f"positional input {i}", v) for i, v in enumerate(args)]
+    named += [(f"keyword input {k!r}", v) for k, v in kwargs.items()]
+    tensors = [(which, v) for which, v in named if isinstance(v, torch.Tensor) and v.dim() >= 1]
+    ranked = sorted(tensors, key=lambda t: t[1].dim() < 2)  # stable: ≥ 2-D first, each kept in order
+    return (int(ranked[0][1].shape[0]), ranked[0][0]) if ranked else None
 
 
 def _unpack(made: Any, target: str) -> tuple[Any, Any, Any]:
@@ -128,10 +151,19 @@ class Custom(BenchWorkload):
         else:
             raise UserError(f"--module {self.config.module!r}: example_inputs is a {type(inputs).__name__}; give a "
                             "tensor, a tuple of tensors or a dict of keyword tensors")
-        tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
-        items = self.config.items_per_step or (int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 1)
+        notes: list[str] = []  # what the recipe did, and which input's dim 0 the items are, for the run's notes
+        items = self.config.items_per_step
+        if items is None:
+            found = batch_input(args, kwargs)
+            num_tensors = sum(isinstance(v, torch.Tensor) for v in (*args, *kwargs.values()))
+            if found is None:
+                items = 1
+                notes.append("no input has a batch dimension: 1 item per step (give --items-per-step)")
+            else:
+                items, which = found
+                if num_tensors > 1:  # one input: no doubt which is the batch
+                    notes.append(f"items per step: {items}, dim 0 of {which} (--items-per-step sets another)")
         training = loss_fn is not None
-        notes: list[str] = []  # what the recipe did, for the run's notes
         model = apply(model.train(training), variant, example_inputs=args or None, device=device, train=training,
                       notes=notes)
 
