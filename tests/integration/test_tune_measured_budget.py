@@ -15,8 +15,10 @@ from accelkit.tune.search import TuneConfig
 MLP = """import torch
 def make():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])  # 4 MiB of fp32 weights
-    return model, (torch.randn(4, 512),)
+    # one 64 MiB weight: past glibc's largest mmap threshold (32 MiB), so loading it always grows the RSS (small
+    # tensors can come from heap that earlier tests in the process freed, and add nothing to it)
+    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096))
+    return model, (torch.randn(4, 4096),)
 """
 BUDGET = 2**20  # 1 MiB: under what loading the fp32 model alone adds
 
