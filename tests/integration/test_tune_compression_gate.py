@@ -31,6 +31,7 @@ def test_lr_and_quality_steps_reach_the_check_and_it_then_tells_variants_apart(p
     r1 = trials["fp32+powersgd-r1"]
     assert r1["accuracy"]["quality"]["steps"] == 40 and not r1["gate"].get("inconclusive")
     assert not r1["passed"] and "FAILS" in r1["gate"]["message"]  # rank 1 makes ~30% of none's progress
+    assert "FAILS" in r1["reason"]  # the why column says it (it was empty)
     assert trials["fp32+bf16-grads"]["passed"]
     assert doc["winner"] is not None and not any("inconclusive" in n for n in doc["notes"])
 
