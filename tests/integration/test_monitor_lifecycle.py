@@ -50,13 +50,18 @@ def test_a_busy_port_is_one_error_and_leaves_nothing_behind(busy_port):
     assert _samplers() == before
     assert b"accelkit_host" not in generate_latest(registry)
 
-    after = Exporter(ExporterConfig(host="127.0.0.1", port=0, interval=0.1), registry=registry)
-    port = after.start()
+    _a_new_exporter_serves(registry)
+    failed.stop()
+
+
+def _a_new_exporter_serves(registry) -> None:
+    """What a failed or stopped exporter left in ``registry`` does not keep a new one from serving there."""
+    exporter = Exporter(ExporterConfig(host="127.0.0.1", port=0, interval=0.1), registry=registry)
+    port = exporter.start()
     try:
         assert "accelkit_host_memory_total_bytes" in _scrape(port)
     finally:
-        after.stop()
-    failed.stop()
+        exporter.stop()
 
 
 def test_stop_ends_the_sampler_and_a_second_start_is_refused():
@@ -74,12 +79,7 @@ def test_stop_ends_the_sampler_and_a_second_start_is_refused():
     with pytest.raises(UserError, match=r"was stopped .*create a new Exporter"):
         exporter.start()
     exporter.stop()  # idempotent
-    again = Exporter(ExporterConfig(host="127.0.0.1", port=0, interval=0.1), registry=registry)
-    port = again.start()
-    try:
-        assert "accelkit_host_memory_total_bytes" in _scrape(port)
-    finally:
-        again.stop()
+    _a_new_exporter_serves(registry)
 
 
 def test_two_exporters_on_one_registry_is_one_error():
