@@ -4,11 +4,15 @@ breakdown and compute/communication overlap (``trace_analysis``), and peak memor
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import resource
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,59 @@ class ProfileConfig(Spec):
     top: int = spec_field(15, min=1, max=10_000, doc="Operators listed per table.")
     out_dir: str = spec_field("accelkit-profile", doc="Directory for trace.json and summary.json.")
     record_shapes: bool = spec_field(False, doc="Record input shapes (bigger trace).")
+
+
+# kineto writes a status line straight to file descriptor 2 at every profiler start and stop
+# ("USDT:2026-12-02 01:31:11 23745:23745 SyncActivityProfilerHandler.cpp:52] profiler_start"; "STAGE:" lines
+# with KINETO_LOG_LEVEL); its warnings and errors ("WARNING:", "ERROR:") are kept
+_KINETO_CHATTER = re.compile(rb"^(USDT|STAGE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\] ")
+_CHATTER_PREFIXES = (b"USDT:", b"STAGE:")
+
+
+@contextlib.contextmanager
+def _without_kineto_chatter() -> Iterator[None]:
+    """Pass everything written to file descriptor 2 through, except kineto's start/stop status lines.
+
+    Progress and warnings (Python's and C++'s) go on as they come: a partial line is forwarded at once unless it
+    could still become a status line. Where fd 2 cannot be redirected (no such descriptor), nothing is done."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def pump() -> None:
+        pending = b""
+        while chunk := os.read(read_end, 65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            out = b"".join(line + b"\n" for line in lines if not _KINETO_CHATTER.match(line))
+            if pending and not any(p.startswith(pending[: len(p)]) for p in _CHATTER_PREFIXES):
+                out, pending = out + pending, b""
+            _write_all(saved, out)
+        _write_all(saved, pending)
+
+    pumping = threading.Thread(target=pump, name="accelkit-stderr", daemon=True)
+    pumping.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # drops the pipe's last write end (unless a child process still holds it)
+        pumping.join(timeout=5)
+        if not pumping.is_alive():  # else a child still writes through it: leave both ends to the pump
+            os.close(read_end)
+            os.close(saved)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _is_device_side(event: Any) -> bool:
@@ -80,7 +137,7 @@ def profile_step(step: Callable[[], object], config: ProfileConfig | None = None
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     total_steps = config.wait + config.warmup + config.steps
     t0 = time.perf_counter()
-    with profile(
+    with _without_kineto_chatter(), profile(
         activities=activities,
         schedule=schedule(wait=config.wait, warmup=config.warmup, active=config.steps, repeat=1),
         on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
