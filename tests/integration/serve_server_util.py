@@ -38,9 +38,11 @@ def running_server(model_dir: str, *, name: str = "tiny", api_key: str | None = 
     app, state = build_server(EngineConfig(model=str(model_dir), **engine),
                               ServerConfig(served_model_name=name, api_key=api_key, max_queue=max_queue, **(server or {})),
                               registry=registry if registry is not None else CollectorRegistry())
-    port = free_port()
+    sock = socket.socket()  # bound here and handed over: no other process can take the port in between
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
     server_ = ServeServer(server_config(app, state, host="127.0.0.1", port=port, log_level="warning"), state)
-    thread = threading.Thread(target=server_.run, daemon=True)
+    thread = threading.Thread(target=server_.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server_.started:
@@ -52,6 +54,7 @@ def running_server(model_dir: str, *, name: str = "tiny", api_key: str | None = 
     finally:
         server_.should_exit = True
         thread.join(timeout=30)
+        sock.close()
 
 
 def serve_process(model_dir: str, home: Path, *args: str) -> subprocess.Popen[str]:

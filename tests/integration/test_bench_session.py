@@ -136,7 +136,8 @@ def test_no_warm_up_still_sizes_blocks_to_fill_min_time_in_rounds():
     of about a tenth of --min-time (2 ms calls, 0.2 s → ~10 calls a block, ~10 blocks)."""
     from accelkit.timing import LoopConfig
 
-    loop = LoopConfig(warmup_iterations=0, warmup_time_s=0, min_iterations=5, min_time_s=0.2)
+    # 50 calls: ≥ 5 blocks of ≤ 20 by count alone, however long a loaded machine makes the sleeps
+    loop = LoopConfig(warmup_iterations=0, warmup_time_s=0, min_iterations=50, min_time_s=0.2)
     entry = run("make_sleepy", ["fp32"], loop, accuracy=False).variants[0]
     assert entry.phases.warmup_iterations == 0
     # sized from the first call (~10 calls a block), not one block of thousands — counts, not seconds: a busy

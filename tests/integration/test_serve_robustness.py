@@ -14,7 +14,7 @@ import pytest
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import free_port, running_server, serve_process, wait_healthy
+from tests.integration.serve_server_util import free_port, metric, running_server, serve_process, wait_healthy
 
 PROMPTS = ["w5 w6 w7", "w8 w9", "w10 w11 w12 w13", "w14"]
 
@@ -260,7 +260,11 @@ def test_shutdown_aborts_what_outlives_the_timeout_quietly_and_exits_0(model_dir
             async with httpx.AsyncClient(timeout=120) as client:
                 tasks = [asyncio.ensure_future(stream(client)) for _ in range(3)]
                 tasks += [asyncio.ensure_future(client.post(f"{url}/v1/completions", json=body)) for _ in range(3)]
-                await asyncio.sleep(1.0)
+                # all six admitted (a loaded machine may take a while) and far from their 2000 tokens
+                deadline = time.monotonic() + 60
+                while (metric(url, "vllm:num_requests_running") + metric(url, "vllm:num_requests_waiting") < 6
+                       and time.monotonic() < deadline):
+                    await asyncio.sleep(0.05)
                 proc.send_signal(signal.SIGTERM)
                 return await asyncio.gather(*tasks)
 

@@ -61,7 +61,8 @@ def test_a_block_sized_from_a_far_too_low_estimate_still_ends_by_time():
         calls[0] += 1
         time.sleep(0.001)
 
-    loop = LoopConfig(min_iterations=2, min_time_s=0.05)
+    # 30 calls in blocks that end at 10 ms (≤ 10 calls of ≥ 1 ms): ≥ 3 blocks, however long one stall lasts
+    loop = LoopConfig(min_iterations=30, min_time_s=0.05)
     blocks = list(interleaved_blocks([step], loop, iterations=[2000]))  # the estimate asked for 2,000 calls a block
     assert len(blocks) >= 2 and calls[0] < 500  # rounds that fill --min-time, not one block of 2,000
 
