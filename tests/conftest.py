@@ -6,14 +6,27 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Property tests are judged on what they find, not on how fast a shared CI machine runs an example: no per-example
+# deadline and no too-slow health check (a test's own @settings still overrides both).
+settings.register_profile("accelkit", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("accelkit")
 
 # The engine's Triton kernels read TRITON_INTERPRET once, when their module is first imported: a test that
 # imports the engine before the kernel tests do would leave them compiled for a GPU this machine lacks. Set it
 # here, before any test module is imported; on a machine with CUDA the kernels compile for it.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# `make test` runs the suite in pytest-xdist workers sharing the machine's cores: torch's intra-op threads in each
+# worker (and in the CLI processes the tests start) would spin against each other, making small ops many times
+# slower. One thread each; behaviour is the same.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
