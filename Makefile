@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_PIP_ARGS := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+# test processes (pytest-xdist; each runs torch on one thread); TEST_WORKERS=0 runs the suite in this process
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint venv dev clean
 
@@ -44,7 +46,7 @@ lint: $(VENV)/.dev
 
 ## test: set up with the dev extras, then ruff, mypy and the whole test suite
 test: lint
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadscope
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
