@@ -3,7 +3,6 @@ the real ones)."""
 
 import json
 import re
-import time
 
 import pytest
 
@@ -116,16 +115,15 @@ def test_kv_cache_dtype_auto_is_resolved_to_the_dtype_used():
 
 # ---- issue 15: a device count of 10^20 must not hang (divisors() tried every integer)
 def test_huge_device_count_is_a_range_error_not_a_hang():
-    t0 = time.monotonic()
-    proc = run_plan("--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "100000000000000000000")
-    assert time.monotonic() - t0 < 10
+    # a hang is caught by the subprocess timeout (each answers in under a second; the old code never did)
+    proc = accelkit("plan", "--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "100000000000000000000",
+                    timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "--num-devices" in lines[0] and "1048576" in lines[0]
-    big = run_plan("--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "1048576", "--tp", "8",
-                   "--pp", "4", "--global-batch", "32768", "--json")
+    big = accelkit("plan", "--model", "llama-3.1-70b", "--hardware", "h100", "--num-devices", "1048576", "--tp", "8",
+                   "--pp", "4", "--global-batch", "32768", "--json", timeout=60)
     assert big.returncode == 0, big.stderr
-    assert time.monotonic() - t0 < 20
 
 
 def test_context_parallel_and_virtual_stages_from_the_command_line():
