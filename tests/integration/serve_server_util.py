@@ -64,6 +64,32 @@ def serve_process(model_dir: str, home: Path, *args: str) -> subprocess.Popen[st
                             env={**os.environ, "ACCELKIT_HOME": str(home)})
 
 
+def serve_on_a_free_port(model_dir: str, home: Path, *args: str,
+                         timeout_s: float = 120) -> tuple[subprocess.Popen[str], str]:
+    """`serve_process` on ``--port 0``: (the process, its base URL) once it says where it serves. The server binds
+    the port itself, so no other test process can take it in between (a port picked beforehand can be)."""
+    proc = serve_process(model_dir, home, "--port", "0", *args)
+    head: list[str] = []
+    found: list[str] = []
+
+    def read_until_serving() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            head.append(line)
+            match = re.search(r"serving .* on (http://[^/\s]+)/v1", line)
+            if match:
+                found.append(match.group(1))
+                return
+
+    reader = threading.Thread(target=read_until_serving, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if not found:
+        proc.kill()
+        raise RuntimeError(f"`accelkit serve` did not say where it serves within {timeout_s} s: {''.join(head)[-2000:]}")
+    return proc, found[0]
+
+
 def wait_healthy(base_url: str, timeout_s: float) -> None:
     """Poll /health until it answers 200 (a server process loading its model refuses connections first)."""
     deadline = time.monotonic() + timeout_s

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import free_port, running_server, serve_process, wait_healthy
+from tests.integration.serve_server_util import running_server, serve_on_a_free_port, wait_healthy
 
 KEY = "k3y"
 AUTH = {"authorization": f"Bearer {KEY}"}
@@ -438,10 +438,8 @@ def test_priority_orders_the_waiting_requests_under_the_priority_policy(model_di
 def test_cli_several_served_model_names_and_allowed_origins(model_dir, tmp_path, cli):
     bad = cli("serve", "--model", model_dir, "--allowed-origins", "https://a.example/path")
     assert bad.returncode == 2 and bad.stderr.count("error:") == 1 and "--allowed-origins" in bad.stderr, bad.stderr
-    port = free_port()
-    proc = serve_process(model_dir, tmp_path, "--port", str(port), "--served-model-name", "org/tiny-2",
-                         "--allowed-origins", f"{ORIGIN}, http://localhost:3000")
-    url = f"http://127.0.0.1:{port}"
+    proc, url = serve_on_a_free_port(model_dir, tmp_path, "--served-model-name", "org/tiny-2",
+                                     "--allowed-origins", f"{ORIGIN}, http://localhost:3000")
     try:
         wait_healthy(url, 60)
         assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["tiny", "org/tiny-2"]

@@ -14,7 +14,13 @@ import pytest
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import free_port, metric, running_server, serve_process, wait_healthy
+from tests.integration.serve_server_util import (
+    metric,
+    running_server,
+    serve_on_a_free_port,
+    serve_process,
+    wait_healthy,
+)
 
 PROMPTS = ["w5 w6 w7", "w8 w9", "w10 w11 w12 w13", "w14"]
 
@@ -245,9 +251,7 @@ def test_numbers_past_every_limit_are_400_naming_the_field(server, extra, param)
 
 # ---- 4, 5. the process: bounded quiet shutdown, bind before loading -------------------------------------
 def test_shutdown_aborts_what_outlives_the_timeout_quietly_and_exits_0(model_dir, tmp_path):
-    port = free_port()
-    proc = serve_process(model_dir, tmp_path, "--port", str(port), "--shutdown-timeout", "0.5")
-    url = f"http://127.0.0.1:{port}"
+    proc, url = serve_on_a_free_port(model_dir, tmp_path, "--shutdown-timeout", "0.5")
     try:
         wait_healthy(url, 120)
         body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 2000, "ignore_eos": True}
@@ -331,7 +335,7 @@ def _broken_copy(model_dir, tmp_path, name, *, config=None, raw_config=None, wei
 def test_serve_refuses_a_bad_model_directory_in_one_line_before_allocating(model_dir, tmp_path, cli, name, change,
                                                                              args, words):
     target = _broken_copy(model_dir, tmp_path, name, **change)
-    proc = cli("serve", "--model", target, "--port", str(free_port()), *args, timeout=120)
+    proc = cli("serve", "--model", target, "--port", "0", *args, timeout=120)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), proc.stderr[-2000:]
     assert words in lines[0] and "serving '" not in proc.stderr

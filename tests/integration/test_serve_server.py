@@ -12,7 +12,7 @@ import pytest
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import free_port, metric, running_server, serve_process, wait_healthy
+from tests.integration.serve_server_util import metric, running_server, serve_on_a_free_port, wait_healthy
 
 PROMPTS = [" ".join(f"w{(7 * i + 3 * k) % 500 + 4}" for k in range(1 + i % 23)) for i in range(240)]
 
@@ -277,9 +277,7 @@ def test_a_stream_cut_by_the_engine_dying_leaves_no_metrics_state_behind(model_d
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_0(model_dir, tmp_path):
-    port = free_port()
-    proc = serve_process(model_dir, tmp_path, "--port", str(port), "--shutdown-timeout", "20")
-    url = f"http://127.0.0.1:{port}"
+    proc, url = serve_on_a_free_port(model_dir, tmp_path, "--shutdown-timeout", "20")
     try:
         wait_healthy(url, 60)
         body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 300, "ignore_eos": True, "stream": True}
