@@ -174,6 +174,9 @@ class LLMEngine:
             token_ids = [int(t) for t in prompt]
         else:
             raise ValueError(f"prompt={prompt!r} is not valid; expected a string or a list of token ids")
+        keep = params.truncate_prompt_tokens
+        if keep is not None and len(token_ids) > keep:  # vLLM's: the start goes, the end the output continues stays
+            token_ids = token_ids[-keep:]
         if not token_ids:
             raise ValueError("prompt is empty; give at least one token")
         if len(token_ids) >= self.max_model_len:
@@ -186,6 +189,18 @@ class LLMEngine:
             if t >= vocab:
                 raise ValueError(f"logit_bias has the token id {t}, which is not in the vocabulary; expected ids in "
                                  f"[0, {vocab})")
+        for t in params.allowed_token_ids or ():
+            if t >= vocab:
+                raise ValueError(f"allowed_token_ids has the token id {t}, which is not in the vocabulary; expected "
+                                 f"ids in [0, {vocab})")
+        if params.allowed_token_ids is not None and params.min_tokens:
+            # within min_tokens the sampler masks EOS and stop_token_ids: with nothing else allowed, every logit
+            # of the row would be -inf and the argmax token 0, allowed or not
+            stops = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
+            if stops.issuperset(params.allowed_token_ids):
+                raise ValueError(f"allowed_token_ids={list(params.allowed_token_ids)} holds only tokens that end "
+                                 f"generation (EOS, stop_token_ids), which min_tokens={params.min_tokens} forbids "
+                                 "before then; allow another token, or leave min_tokens out")
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ValueError(f"priority={priority!r} is not valid; expected an integer")
         rid = request_id if request_id is not None else uuid.uuid4().hex
@@ -403,25 +418,32 @@ class LLMEngine:
         new_ids = seq.token_ids[start:]
         req.num_detokenized += len(new_ids)
         delta = req.detokenizer.add(new_ids, final=seq.status is SequenceStatus.FINISHED)
-        stops = seq.params.stop
+        params = seq.params
+        stops = params.stop
         if not stops:
             req.text += delta
             return self._release_text(req)
         reach = max(len(s) for s in stops) - 1  # characters before the end where a stop string could start
         # within min_tokens a stop string ends nothing (vLLM's: checked once more than min_tokens tokens exist)
-        if delta and len(seq.token_ids) - seq.num_prompt_tokens > seq.params.min_tokens:
-            start = max(0, len(req.text) - reach)
+        if delta and len(seq.token_ids) - seq.num_prompt_tokens > params.min_tokens:
             text = req.text + delta
-            hits = [j for j in (text.find(s, start) for s in stops) if j >= 0]
-            if hits:
-                req.text = text[: min(hits)]
+            if params.include_stop_str_in_output:
+                # cut after the first stop string to complete, which ends in the new text (the text before was
+                # all handed out: nothing is held back in this mode)
+                ends = [j + len(s) for s in stops if (j := text.find(s, max(0, len(req.text) - len(s) + 1))) >= 0]
+                cut = min(ends) if ends else None
+            else:
+                hits = [j for j in (text.find(s, max(0, len(req.text) - reach)) for s in stops) if j >= 0]
+                cut = min(hits) if hits else None
+            if cut is not None:
+                req.text = text[:cut]
                 if not seq.is_finished:
                     self.scheduler.finish(seq, "stop")
                 else:
                     seq.finish_reason = "stop"
                 return self._release_text(req)
         req.text += delta
-        if not seq.is_finished:
+        if not seq.is_finished and not params.include_stop_str_in_output:
             # hold back what could be the start of a stop string completed by the next tokens: a stream must
             # never show text that then turns out to begin a stop string (the final text would lack it)
             return self._release_text(req, len(req.text) - reach)

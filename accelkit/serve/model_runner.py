@@ -355,7 +355,8 @@ class ModelRunner:
         every_row = len(rows) == len(batch.seqs) and rows == list(range(len(rows)))  # a decode step, in order
         seqs = batch.seqs if every_row else [batch.seqs[i] for i in rows]
         params, seq_ids = [s.params for s in seqs], [s.seq_id for s in seqs]
-        # penalties, logit_bias, min_tokens, min_p or logprobs: the sampler reads the sequences; else its fast path
+        # penalties, logit_bias, allowed_token_ids, min_tokens, min_p or logprobs: the sampler reads the sequences;
+        # else its fast path
         extras = seqs if any(s.sampling_extras for s in seqs) else None
         pending = self.sampler.launch(logits, params, seq_ids, extras)
         if overlap is not None:

@@ -1,5 +1,5 @@
-"""Token sampling on the device: greedy, temperature, top-k, top-p, min-p, penalties, logit bias, min_tokens,
-logprobs, per-request seeds — one batch, one sync."""
+"""Token sampling on the device: greedy, temperature, top-k, top-p, min-p, penalties, logit bias, allowed token ids,
+min_tokens, logprobs, per-request seeds — one batch, one sync."""
 
 from __future__ import annotations
 
@@ -162,10 +162,10 @@ class Sampler:
     The per-row settings reach the device in one copy from a pinned buffer (a tensor built from a Python
     list would be a synchronous copy each); the only host sync of a step is reading the sampled ids back.
 
-    Penalties, ``min_p``, ``logit_bias``, ``min_tokens`` and logprobs run only in a batch where some row asks
-    for one of them (``extras``); otherwise a step does what it did before they existed. In vLLM's order:
-    ``min_tokens`` masking and ``logit_bias``, then the penalties (repetition, frequency, presence), then
-    greedy argmax or temperature → min-p → top-k → top-p → the race. Logprobs are the model's raw ones
+    Penalties, ``min_p``, ``logit_bias``, ``allowed_token_ids``, ``min_tokens`` and logprobs run only in a batch
+    where some row asks for one of them (``extras``); otherwise a step does what it did before they existed. In
+    vLLM's order: ``allowed_token_ids``, ``logit_bias`` and ``min_tokens`` masking, then the penalties (repetition,
+    frequency, presence), then greedy argmax or temperature → min-p → top-k → top-p → the race. Logprobs are the model's raw ones
     (``log_softmax`` of its logits, before any of that — vLLM's default ``logprobs_mode="raw_logprobs"``);
     with them, the step's one read brings back the ids and the logprobs together.
     """
@@ -179,9 +179,13 @@ class Sampler:
         self._host = torch.empty(0)
         self._upload_arrays = Uploader(device)
         self._counts: TokenCounts | None = None  # made when a penalty is first used
+        # seq_id → (its allowed_token_ids, (V,) bool on the device, True where a token is NOT allowed): built in the
+        # request's first step, so a step's host work is one lookup per such row whatever the number of ids
+        self._disallowed: dict[int, tuple[tuple[int, ...], torch.Tensor]] = {}
 
     def forget(self, seq_id: int) -> None:
         self._seeded.pop(seq_id, None)
+        self._disallowed.pop(seq_id, None)
         if self._counts is not None:
             self._counts.forget(seq_id)
 
@@ -278,11 +282,21 @@ class Sampler:
                 noise[i].exponential_(generator=self._generator(seq_id, p.seed))
         return (probs / noise).argmax(dim=-1)
 
+    def _disallowed_mask(self, seq_id: int, allowed: tuple[int, ...], vocab: int, up: Uploader) -> torch.Tensor:
+        """(V,) bool, True for the tokens ``allowed`` leaves out; made once per request (its ids uploaded once)."""
+        cached = self._disallowed.get(seq_id)
+        if cached is not None and cached[0] is allowed and cached[1].shape[0] == vocab:  # (params are frozen)
+            return cached[1]
+        mask = torch.ones(vocab, dtype=torch.bool, device=self.device)
+        mask.index_fill_(0, up.ints(list(allowed)), False)
+        self._disallowed[seq_id] = (allowed, mask)
+        return mask
+
     def process(self, logits: torch.Tensor, params: list[SamplingParams], rows: Rows[SampledRow],
                 settings: torch.Tensor | None = None) -> torch.Tensor:
-        """``logits`` (N, V) with ``min_tokens`` masking, ``logit_bias`` and the penalties applied, in vLLM's
-        order: what greedy rows take the argmax of and random rows sample from (after temperature). ``logits``
-        itself is left as it is (it may be a CUDA graph's output buffer)."""
+        """``logits`` (N, V) with ``allowed_token_ids``, ``logit_bias``, ``min_tokens`` masking and the penalties
+        applied, in vLLM's order: what greedy rows take the argmax of and random rows sample from (after
+        temperature). ``logits`` itself is left as it is (it may be a CUDA graph's output buffer)."""
         raw = logits.float()
         vocab = raw.shape[-1]
         up = self._upload_arrays
@@ -295,7 +309,12 @@ class Sampler:
         bias_tokens: list[int] = []
         biases: list[float] = []
         penalised: list[int] = []
+        restricted: list[int] = []  # rows with allowed_token_ids, and their (V,) masks
+        disallowed: list[torch.Tensor] = []
         for i, (p, r) in enumerate(zip(params, rows, strict=True)):
+            if p.allowed_token_ids is not None:
+                restricted.append(i)
+                disallowed.append(self._disallowed_mask(r.seq_id, p.allowed_token_ids, vocab, up))
             if p.min_tokens and len(r.token_ids) - r.num_prompt_tokens < p.min_tokens:
                 stops = [t for t in r.stop_token_ids if t < vocab]  # (an id past the vocabulary is never sampled)
                 mask_rows += [i] * len(stops)
@@ -306,7 +325,12 @@ class Sampler:
                 biases += p.logit_bias.values()
             if p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0:
                 penalised.append(i)
-        x = raw.clone() if (mask_tokens or bias_tokens) and raw is logits else raw
+        x = raw.clone() if (mask_tokens or bias_tokens or restricted) and raw is logits else raw
+        if restricted:  # one masked fill for the batch: (N, V), the masks of the restricted rows, False elsewhere
+            masks = torch.stack(disallowed)
+            if len(restricted) < len(params):
+                masks = masks.new_zeros(len(params), vocab).index_copy_(0, up.ints(restricted), masks)
+            x.masked_fill_(masks, float("-inf"))
         if bias_tokens:
             x.index_put_((up.ints(bias_rows), up.ints(bias_tokens)), up.floats(biases), accumulate=True)
         if mask_tokens:

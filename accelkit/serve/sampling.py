@@ -60,7 +60,8 @@ class SamplingParams(Spec):
     )
     max_tokens: int = spec_field(16, min=1, doc="Most tokens to generate for this request.")
     stop: tuple[str, ...] = spec_field(
-        (), doc=f"Up to {MAX_STOP_STRINGS} strings that end generation; the text is cut before them."
+        (), doc=f"Up to {MAX_STOP_STRINGS} strings that end generation; the text is cut before the first to "
+        "complete (after it with include_stop_str_in_output)."
     )
     stop_token_ids: tuple[int, ...] = spec_field(
         (), doc=f"Up to {MAX_STOP_TOKEN_IDS} token ids that end generation (kept in the output)."
@@ -94,6 +95,21 @@ class SamplingParams(Spec):
     logit_bias: dict[int, float] | None = spec_field(
         None, doc=f"Token id → bias in [-{LOGIT_BIAS_RANGE:g}, {LOGIT_BIAS_RANGE:g}] added to its logit before "
         f"sampling (at most {MAX_LOGIT_BIAS} ids; the engine checks them against the vocabulary).",
+    )
+    allowed_token_ids: tuple[int, ...] | None = spec_field(
+        None, doc="vLLM's: sampling (greedy too) picks only among these token ids; None = any. Non-empty, ids >= 0 "
+        "(the engine checks them against the vocabulary). EOS too: unless it is listed, only max_tokens or a stop "
+        "string ends generation. Each running request keeps a vocabulary-sized bool mask on the device (1 byte per "
+        "token: 125 KiB at V=128,256).",
+    )
+    include_stop_str_in_output: bool = spec_field(
+        False, doc="vLLM's: the stop string that ends generation stays at the end of the text (cut after it, not "
+        "before). Streamed text is then handed out as it comes (nothing is held back for a stop string's start).",
+    )
+    truncate_prompt_tokens: int | None = spec_field(
+        None, min=1, doc="vLLM's: only the last k prompt tokens run (a shorter prompt runs whole); None = all of "
+        "it. Applied after tokenizing, before the context-length check; RequestOutput.prompt_token_ids are the "
+        "kept ones (RequestOutput.prompt stays the text as given).",
     )
     logprobs: int | None = spec_field(
         None, min=0, max=MAX_LOGPROBS,
@@ -150,14 +166,21 @@ class SamplingParams(Spec):
                 if not -LOGIT_BIAS_RANGE <= bias <= LOGIT_BIAS_RANGE:
                     raise ValueError(f"logit_bias[{token}]={bias!r} is out of range; expected a bias in "
                                      f"[-{LOGIT_BIAS_RANGE:g}, {LOGIT_BIAS_RANGE:g}]")
+        if self.allowed_token_ids is not None:
+            if not self.allowed_token_ids:  # nothing could be sampled
+                raise ValueError("allowed_token_ids is empty; give at least one token id, or None to allow any")
+            negative = next((t for t in self.allowed_token_ids if t < 0), None)
+            if negative is not None:
+                raise ValueError(f"allowed_token_ids has the negative token id {negative}; token ids are >= 0")
 
     @property
     def needs_processing(self) -> bool:
-        """Anything beyond temperature/top-k/top-p/seed: the sampler's slower path (read once per request,
-        when its sequence is made, so that a batch without any costs nothing)."""
+        """Anything beyond temperature/top-k/top-p/seed: the sampler's slower path (read once per request, when its
+        sequence is made, so that a batch without any costs nothing). include_stop_str_in_output and
+        truncate_prompt_tokens are not the sampler's."""
         return bool(
             self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0 or self.min_p
-            or self.min_tokens or self.logit_bias or self.logprobs is not None
+            or self.min_tokens or self.logit_bias or self.allowed_token_ids is not None or self.logprobs is not None
         )
 
     @property

@@ -108,3 +108,82 @@ def test_streamed_outputs_carry_their_new_tokens_logprobs(llm):
     assert final is not None and final.finished
     assert streamed == final.logprobs and len(streamed) == 10
     assert all(top == [] for _, top in streamed)
+
+
+# ---- vLLM's allowed_token_ids, include_stop_str_in_output, truncate_prompt_tokens ------------------------------
+def _allowed_outside(tokens: list[int], count: int) -> tuple[int, ...]:
+    """``count`` word ids that greedy decoding did not pick: a restriction to them changes every token."""
+    return tuple(t for t in range(40, 120) if t not in tokens)[:count]
+
+
+def test_allowed_token_ids_are_the_only_tokens_a_request_samples(llm, greedy_ref):
+    allowed = _allowed_outside([t for ref in greedy_ref for t in ref], 3)
+    params = [SamplingParams.greedy(24, ignore_eos=True, allowed_token_ids=allowed),
+              SamplingParams(max_tokens=24, ignore_eos=True, seed=4, allowed_token_ids=allowed, logprobs=2),
+              SamplingParams.greedy(24, ignore_eos=True),  # a neighbour without it: untouched
+              SamplingParams.greedy(24, ignore_eos=True, allowed_token_ids=allowed[:1])]
+    outs = llm.generate(PROMPTS, params)
+    assert set(outs[0].token_ids) <= set(allowed) and set(outs[1].token_ids) <= set(allowed)
+    assert outs[2].token_ids == greedy_ref[2]
+    assert outs[3].token_ids == [allowed[0]] * 24
+    with pytest.raises(ValueError, match="allowed_token_ids"):
+        llm.generate(PROMPTS[0], SamplingParams.greedy(5, allowed_token_ids=(5, 10**6)))
+    # only EOS (id 2) allowed, which min_tokens masks: nothing could be sampled (the argmax of all -inf is token 0)
+    with pytest.raises(ValueError, match=r"allowed_token_ids=\[2\] holds only tokens that end generation"):
+        llm.generate(PROMPTS[0], SamplingParams.greedy(5, min_tokens=2, allowed_token_ids=(2,)))
+    eos_only = llm.generate(PROMPTS[0], SamplingParams.greedy(5, min_tokens=2, allowed_token_ids=(2,), ignore_eos=True))
+    assert eos_only[0].token_ids == [2] * 5  # with ignore_eos it is a token like any other
+
+
+def test_allowed_token_ids_on_the_padded_decode_graph_path(model_dir, llm, greedy_ref):
+    """Decode steps through the graph buckets (run eagerly on a CPU): the same tokens as the eager path."""
+    allowed = _allowed_outside([t for ref in greedy_ref for t in ref], 4)
+    params = [SamplingParams.greedy(16, ignore_eos=True, allowed_token_ids=allowed[: 2 + i % 3]) for i in range(3)]
+    graphed = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128, max_num_seqs=4)
+    graphs = graphed.engine.runner.enable_decode_graphs(capture=False)
+    used = []
+    run = graphs.run
+    graphs.run = lambda size, meta: used.append(size) or run(size, meta)
+    outs = graphed.generate(PROMPTS[:3], params)
+    assert 4 in used  # 3 decoding sequences padded to the bucket of 4
+    assert [o.token_ids for o in outs] == [o.token_ids for o in llm.generate(PROMPTS[:3], params)]
+    for out, p in zip(outs, params, strict=True):
+        assert set(out.token_ids) <= set(p.allowed_token_ids)
+
+
+def test_include_stop_str_in_output_keeps_the_stop_string_streamed_too(llm, greedy_ref):
+    ref = greedy_ref[1]
+    full = llm.generate(PROMPTS[1], SamplingParams.greedy(24, ignore_eos=True))[0].text
+    for stop in (llm.tokenizer.decode([ref[4]]), llm.tokenizer.decode(ref[5:7])):  # one token's text, two tokens'
+        end = full.find(stop) + len(stop)
+        params = SamplingParams.greedy(24, ignore_eos=True, stop=(stop, "w9999"), include_stop_str_in_output=True)
+        out = llm.generate(PROMPTS[1], params)[0]
+        assert out.finish_reason == "stop" and out.text == full[:end] and out.text.endswith(stop)
+        assert llm.generate(PROMPTS[1], params.replace(include_stop_str_in_output=False))[0].text == \
+            full[: end - len(stop)]
+        llm.engine.add_request(PROMPTS[1], params, request_id="inc")
+        streamed = []
+        while llm.engine.has_unfinished_requests():
+            streamed += llm.engine.step()
+        text = ""
+        for o in streamed:
+            text += o.new_text
+            assert o.text == text
+        assert text == out.text and streamed[-1].finish_reason == "stop"
+
+
+def test_truncate_prompt_tokens_runs_the_last_k_tokens(llm, greedy_ref):
+    prompt = PROMPTS[3]
+    for k in (1, 3, len(prompt), len(prompt) + 5):  # a prompt of at most k tokens runs whole
+        out = llm.generate(prompt, SamplingParams.greedy(24, ignore_eos=True, truncate_prompt_tokens=k))[0]
+        alone = llm.generate(prompt[-k:], SamplingParams.greedy(24, ignore_eos=True))[0]
+        assert out.prompt_token_ids == prompt[-k:] and out.token_ids == alone.token_ids
+    assert alone.token_ids == greedy_ref[3]
+    text = llm.tokenizer.decode(prompt[-3:])
+    out = llm.generate("w7 w8 " + text, SamplingParams.greedy(4, truncate_prompt_tokens=3))[0]
+    assert out.prompt_token_ids == prompt[-3:] and out.prompt == "w7 w8 " + text  # the text as given
+    long = list(range(4, 4 + 300))  # far past max_model_len=128: truncated, it fits
+    out = llm.generate(long, SamplingParams.greedy(4, truncate_prompt_tokens=100))[0]
+    assert out.prompt_token_ids == long[-100:] and len(out.token_ids) == 4
+    with pytest.raises(ValueError, match="max_model_len"):
+        llm.generate(long, SamplingParams.greedy(4))

@@ -1,5 +1,5 @@
-"""The sampler's penalties, min-p, logit bias, min_tokens and logprobs, each against a reference computed here in
-plain torch on the same logits (vLLM's and OpenAI's definitions)."""
+"""The sampler's penalties, min-p, logit bias, allowed token ids, min_tokens and logprobs, each against a reference
+computed here in plain torch on the same logits (vLLM's and OpenAI's definitions)."""
 
 from __future__ import annotations
 
@@ -112,6 +112,56 @@ def test_greedy_rows_take_the_argmax_of_the_processed_logits():
     assert tokens[1] == int(penalised.argmax())
     assert tokens[2] == int(top[2])
     assert tokens[3] == 5  # +100 outweighs any other logit at temperature 0.7
+
+
+def test_allowed_token_ids_leave_every_other_token_at_minus_inf_in_their_rows_only():
+    gen = torch.Generator().manual_seed(8)
+    logits = torch.randn(4, V, generator=gen)
+    before = logits.clone()
+    params = [SamplingParams(allowed_token_ids=(3, 17, 40)), SamplingParams(logit_bias={2: 1.0}),
+              SamplingParams(allowed_token_ids=(9,), logit_bias={9: -5.0, 10: 5.0}), SamplingParams(allowed_token_ids=(3,))]
+    rows = [Row(i, p, [1, 2], 1) for i, p in enumerate(params)]
+    got = Sampler(torch.device("cpu"), seed=0).process(logits, params, rows)
+    expected = torch.full_like(logits, float("-inf"))
+    expected[0, [3, 17, 40]] = logits[0, [3, 17, 40]]
+    expected[1] = logits[1]
+    expected[1, 2] += 1.0
+    expected[2, 9] = logits[2, 9] - 5.0  # (the bias of a token left out changes nothing: it stays out)
+    expected[3, 3] = logits[3, 3]
+    torch.testing.assert_close(got, expected)
+    assert torch.equal(logits, before)  # the model's logits (a CUDA graph's buffer) are not written
+
+
+def test_greedy_and_random_rows_pick_only_allowed_token_ids():
+    """Greedy rows whose argmax is left out, and 2,000 random rows at temperature 5 (every token likely)."""
+    gen = torch.Generator().manual_seed(9)
+    logits = torch.randn(2000, V, generator=gen)
+    top = logits.argmax(-1)
+    allowed = tuple(t for t in range(0, V, 7) if t != int(top[0]))
+    params = [SamplingParams.greedy(allowed_token_ids=allowed),
+              *(SamplingParams(temperature=5.0, seed=i, allowed_token_ids=allowed) for i in range(1999))]
+    rows = [Row(i, p, [1], 1) for i, p in enumerate(params)]
+    tokens = Sampler(torch.device("cpu"), seed=0)(logits, params, list(range(2000)), rows)
+    reference = logits[0].clone()
+    reference[[t for t in range(V) if t not in allowed]] = float("-inf")
+    assert tokens[0] == int(reference.argmax()) != int(top[0])
+    assert set(tokens) == set(allowed)  # all of them, and nothing else
+
+
+def test_an_allowed_mask_is_made_once_per_request_and_forgotten_with_it():
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    p = SamplingParams.greedy(allowed_token_ids=(4, 5))
+    logits = torch.zeros(1, V)
+    logits[0, 5] = 1.0
+    for _ in range(3):
+        assert sampler(logits, [p], [7], [Row(7, p, [1], 1)]) == [5]
+    mask = sampler._disallowed[7][1]
+    sampler(logits, [p], [7], [Row(7, p, [1], 1)])
+    assert sampler._disallowed[7][1] is mask  # the same tensor: the ids went to the device once
+    other = p.replace(allowed_token_ids=(4,))  # a seq_id seen with other params gets its own mask
+    assert sampler(logits, [other], [7], [Row(7, other, [1], 1)]) == [4]
+    sampler.forget(7)
+    assert 7 not in sampler._disallowed
 
 
 def test_min_p_never_samples_a_token_under_its_threshold():

@@ -27,6 +27,10 @@ def test_a_seed_manual_seed_refuses_is_a_value_error_naming_seed(seed):
     # 1e-300 rounds to 0 in the sampler's float32 (inf logits, NaN probabilities: token 0 sampled), 1e300 to inf
     ({"repetition_penalty": 1e-300}, "repetition_penalty"), ({"repetition_penalty": 1e300}, "repetition_penalty"),
     ({"repetition_penalty": math.nan}, "repetition_penalty"), ({"repetition_penalty": 0.0}, "repetition_penalty"),
+    ({"allowed_token_ids": ()}, "allowed_token_ids"), ({"allowed_token_ids": (5, -1)}, "allowed_token_ids"),
+    ({"allowed_token_ids": (5, 2.0)}, "allowed_token_ids"), ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+    ({"truncate_prompt_tokens": -1}, "truncate_prompt_tokens"),
+    ({"include_stop_str_in_output": 1}, "include_stop_str_in_output"),
 ])
 def test_values_past_the_limits_name_their_field(kwargs, field):
     with pytest.raises(ValueError) as info:
@@ -57,3 +61,12 @@ def test_a_temperature_past_float32_samples_uniformly_without_overflow():
         warnings.simplefilter("error")
         tokens = sampler(logits, params, list(range(400)))
     assert set(tokens) == {0, 1, 2, 3} and tokens.count(0) < 200
+
+
+def test_vllms_extensions_are_typed_fields_and_only_allowed_token_ids_takes_the_samplers_slower_path():
+    params = SamplingParams(allowed_token_ids=[7, 5], include_stop_str_in_output=True, truncate_prompt_tokens=3)
+    assert params.allowed_token_ids == (7, 5)  # a list becomes a tuple: params are frozen all the way down
+    assert params.include_stop_str_in_output and params.truncate_prompt_tokens == 3
+    assert SamplingParams.from_dict(params.to_dict()) == params
+    assert SamplingParams(allowed_token_ids=(5,)).needs_processing
+    assert not SamplingParams(include_stop_str_in_output=True, truncate_prompt_tokens=3).needs_processing
