@@ -1,7 +1,8 @@
 """`accelkit serve` as the official openai client, LangChain, vLLM's benchmark and curl scripts written for vLLM
 expect it, over real HTTP on 127.0.0.1: nulls as defaults, no silent change of meaning, vLLM's extensions that
-the engine has (stop_token_ids, chat template variables), the streamed role chunk's timing, context errors,
-several model names, CORS, Retry-After and vLLM's /tokenize, /detokenize and /ping."""
+the engine has (stop_token_ids, allowed_token_ids, include_stop_str_in_output, truncate_prompt_tokens, chat template
+variables), the streamed role chunk's timing, context errors, several model names, CORS, Retry-After and vLLM's
+/tokenize, /detokenize and /ping."""
 
 import asyncio
 import json
@@ -133,21 +134,19 @@ REFUSED = [
     (CHAT, {"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
     (CHAT, {"echo": True}, "echo"),
     (CHAT, {"continue_final_message": True}, "continue_final_message"),  # with add_generation_prompt's default
-    (COMP, {"include_stop_str_in_output": True}, "include_stop_str_in_output"),
     (CHAT, {"skip_special_tokens": False}, "skip_special_tokens"),
     (CHAT, {"guided_json": {"type": "object"}}, "guided_json"),
     (COMP, {"guided_choice": ["a", "b"]}, "guided_choice"),
     (CHAT, {"structured_outputs": {"regex": "w[0-9]+"}}, "structured_outputs"),
     (COMP, {"use_beam_search": True}, "use_beam_search"),
-    (COMP, {"allowed_token_ids": [5, 6]}, "allowed_token_ids"),
-    (COMP, {"truncate_prompt_tokens": 1}, "truncate_prompt_tokens"),
     (COMP, {"prompt_logprobs": 1}, "prompt_logprobs"),
     (CHAT, {"priority": 3}, "priority"),  # this server schedules first come, first served
 ]
 NEUTRAL = {"response_format": {"type": "text"}, "logit_bias": {}, "tool_choice": "none", "function_call": "auto",
            "functions": [], "tools": [], "parallel_tool_calls": True, "min_tokens": 0, "min_p": 0,
            "repetition_penalty": 1.0, "include_stop_str_in_output": False, "skip_special_tokens": True,
-           "echo": False, "continue_final_message": False, "use_beam_search": False}
+           "echo": False, "continue_final_message": False, "use_beam_search": False, "allowed_token_ids": None,
+           "truncate_prompt_tokens": None}
 
 
 @pytest.mark.parametrize(("path", "extra", "param"), REFUSED, ids=[f"{p[-16:]}-{x}" for p, _, x in REFUSED])
@@ -209,6 +208,106 @@ def test_top_k_0_and_minus_1_mean_no_limit(server, top_k):
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["text"] == unlimited  # the same seeded draw as with no top_k at all
     assert "0 or -1 means no limit" in post(url, COMP, {**body, "top_k": -2}).json()["error"]["message"]
+
+
+# ---- vLLM's allowed_token_ids, include_stop_str_in_output, truncate_prompt_tokens ------------------------------
+def _stream_text(url: str, path: str, body: dict) -> tuple[str, str]:
+    """The streamed deltas of one choice, joined, and its finish_reason."""
+    text, reason = "", None
+    with httpx.stream("POST", f"{url}{path}", json={**body, "stream": True}, headers=AUTH, timeout=60) as resp:
+        assert resp.status_code == 200, resp.read()
+        for line in resp.iter_lines():
+            if line.startswith("data: {"):
+                choice = json.loads(line[6:])["choices"][0]
+                text += choice["delta"].get("content", "") if path == CHAT else choice["text"]
+                reason = choice["finish_reason"] or reason
+    return text, reason
+
+
+def test_allowed_token_ids_are_the_only_tokens_sampled(server, offline, tokenizer):
+    url, _ = server
+    _, greedy = offline(tokenizer.encode("w5 w6"), 8)
+    allowed = [t for t in range(40, 120) if t not in greedy][:3]  # none of them is what greedy picks
+    names = {tokenizer.decode([t]) for t in allowed}
+    base = {"model": "tiny", "max_tokens": 8, "ignore_eos": True, "allowed_token_ids": allowed}
+    for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 3}):
+        done = post(url, COMP, {**base, **sampling, "prompt": "w5 w6", "logprobs": 0}).json()
+        tokens = done["choices"][0]["logprobs"]["tokens"]
+        assert len(tokens) == 8 and set(tokens) <= names, (tokens, names)
+        chat = post(url, CHAT, {**base, **sampling, "messages": [{"role": "user", "content": "w5"}],
+                                "logprobs": True}).json()
+        tokens = [entry["token"] for entry in chat["choices"][0]["logprobs"]["content"]]
+        assert len(tokens) == 8 and set(tokens) <= names, (tokens, names)
+    without = post(url, COMP, {**base, "allowed_token_ids": None, "prompt": "w5 w6", "temperature": 0, "logprobs": 0})
+    assert not set(without.json()["choices"][0]["logprobs"]["tokens"]) & names  # the premise: greedy picks others
+    for bad in ([], [5, 512], [-1], ["5"], 5):
+        resp = post(url, COMP, {"model": "tiny", "prompt": "w5", "allowed_token_ids": bad})
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "allowed_token_ids", resp.text
+    assert "allowed_token_ids[1]=512 is not a token id; expected ids in [0, 512)" in \
+        post(url, COMP, {"model": "tiny", "prompt": "w5", "allowed_token_ids": [5, 512]}).json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path", [COMP, CHAT])
+def test_include_stop_str_in_output_keeps_the_stop_string_at_the_end(server, tokenizer, path):
+    url, _ = server
+    body = {"model": "tiny", "max_tokens": 12, "temperature": 0, "ignore_eos": True,
+            **({"messages": [{"role": "user", "content": "w5 w6"}]} if path == CHAT else {"prompt": "w5 w6"})}
+
+    def text_of(resp: httpx.Response) -> str:
+        assert resp.status_code == 200, resp.text
+        choice = resp.json()["choices"][0]
+        return choice["message"]["content"] if path == CHAT else choice["text"]
+
+    full = text_of(post(url, path, body))
+    words = full.split()
+    for stop in (words[3], f"{words[4]} {words[5]}"):  # one token's text, and a stop string across two tokens
+        start = full.find(stop)
+        cut = text_of(post(url, path, {**body, "stop": [stop]}))
+        kept = post(url, path, {**body, "stop": [stop], "include_stop_str_in_output": True})
+        assert cut == full[:start] and not cut.endswith(stop)
+        assert text_of(kept) == full[: start + len(stop)] and text_of(kept).endswith(stop)
+        assert kept.json()["choices"][0]["finish_reason"] == "stop"
+        assert _stream_text(url, path, {**body, "stop": [stop], "include_stop_str_in_output": True}) == \
+            (text_of(kept), "stop")
+
+
+def test_truncate_prompt_tokens_runs_the_last_k_and_usage_and_echo_say_so(server, tokenizer):
+    url, _ = server
+    prompt = "w5 w6 w7 w8 w9 w10 w11"
+    ids = tokenizer.encode(prompt)
+    body = {"model": "tiny", "max_tokens": 4, "temperature": 0, "ignore_eos": True, "echo": True, "logprobs": 1}
+    whole = post(url, COMP, {**body, "prompt": prompt}).json()
+    for k in (1, 3):
+        cut = post(url, COMP, {**body, "prompt": prompt, "truncate_prompt_tokens": k})
+        direct = post(url, COMP, {**body, "prompt": ids[-k:]}).json()  # the kept ids sent as the prompt
+        assert cut.status_code == 200, cut.text
+        assert cut.json()["usage"] == direct["usage"] and direct["usage"]["prompt_tokens"] == k
+        assert cut.json()["choices"] == direct["choices"]  # echo, completion and logprobs alike
+        assert cut.json()["choices"][0]["text"].startswith(tokenizer.decode(ids[-k:]))
+    assert whole["usage"]["prompt_tokens"] == len(ids)
+    same = post(url, COMP, {**body, "prompt": prompt, "truncate_prompt_tokens": len(ids)}).json()
+    assert same["choices"] == whole["choices"]  # nothing cut: the echo is the text as sent
+    long_ids = list(range(5, 5 + 2 * MAX_MODEL_LEN))  # past the context, but not its last 10 tokens
+    fits = post(url, COMP, {"model": "tiny", "prompt": long_ids, "max_tokens": 2, "truncate_prompt_tokens": 10})
+    assert fits.status_code == 200 and fits.json()["usage"]["prompt_tokens"] == 10, fits.text
+    fits = post(url, COMP, {"model": "tiny", "prompt": _words(2 * MAX_MODEL_LEN), "max_tokens": 2,
+                            "truncate_prompt_tokens": 10})
+    assert fits.status_code == 200 and fits.json()["usage"]["prompt_tokens"] == 10, fits.text
+    for k in (0, -1):
+        bad = post(url, COMP, {"model": "tiny", "prompt": prompt, "truncate_prompt_tokens": k})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "truncate_prompt_tokens", bad.text
+
+
+def test_truncate_prompt_tokens_cuts_a_chat_after_its_template(server):
+    """As vLLM: the rendered template's tokens are truncated (its start, here the user's first words, goes)."""
+    url, _ = server
+    messages = [{"role": "user", "content": "w30 w31 w32 w33 w34"}]
+    rendered = post(url, "/tokenize", {"messages": messages}).json()["tokens"]
+    body = {"model": "tiny", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    chat = post(url, CHAT, {**body, "messages": messages, "truncate_prompt_tokens": 4}).json()
+    direct = post(url, COMP, {**body, "prompt": rendered[-4:]}).json()
+    assert chat["usage"] == direct["usage"] and chat["usage"]["prompt_tokens"] == 4 < len(rendered)
+    assert chat["choices"][0]["message"]["content"] == direct["choices"][0]["text"]
 
 
 @pytest.mark.parametrize(("extra", "template_args"), [

@@ -329,6 +329,19 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                     raise APIError(400, f"logit_bias keys {seen[int(key)]!r} and {key!r} are the same token; give "
                                    "each token once", param="logit_bias")
                 seen[int(key)] = key
+        if body.allowed_token_ids is not None:
+            vocab = state.engine.model_args.vocab_size
+            if not body.allowed_token_ids:
+                raise APIError(400, "allowed_token_ids is empty; give at least one token id, or omit it to allow any",
+                               param="allowed_token_ids")
+            for i, t in enumerate(body.allowed_token_ids):
+                if not 0 <= t < vocab:
+                    raise APIError(400, f"allowed_token_ids[{i}]={t} is not a token id; expected ids in [0, {vocab})",
+                                   param="allowed_token_ids")
+        k = body.truncate_prompt_tokens
+        if k is not None and k < 1:  # vLLM's -1 ("keep max_model_len tokens") too: a prompt too long has its own 400
+            raise APIError(400, f"truncate_prompt_tokens={k} is out of range; expected k >= 1 (the last k prompt "
+                           "tokens run), or null for the whole prompt", param="truncate_prompt_tokens")
         total = num_prompts * body.num_generated
         if total > state.admission.capacity:  # each choice is an engine request
             if body.num_generated == 1:
@@ -353,6 +366,9 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 logit_bias={int(k): _number("logit_bias", v) for k, v in body.logit_bias.items()}
                 if body.logit_bias else None,
                 logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+                allowed_token_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
+                include_stop_str_in_output=body.include_stop_str_in_output,
+                truncate_prompt_tokens=body.truncate_prompt_tokens,
             )
         except ValueError as exc:
             field = str(exc).split("=")[0].split("[")[0].split()[0]
@@ -394,10 +410,11 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         param = "messages" if chat else "prompt"
         seqs = []
         prompt_ids = []
-        for p in prompts:  # validate every prompt before queueing any
+        for i, p in enumerate(prompts):  # validate every prompt before queueing any
             try:
-                ids = await asyncio.to_thread(prompt_token_ids, state.engine, p,
-                                              add_special_tokens=body.add_special_tokens)
+                ids, truncated = await asyncio.to_thread(prompt_token_ids, state.engine, p,
+                                                         add_special_tokens=body.add_special_tokens,
+                                                         truncate_prompt_tokens=body.truncate_prompt_tokens)
             except ContextLengthExceeded as exc:
                 raise APIError(400, str(exc), param=param, code="context_length_exceeded") from exc
             except ValueError as exc:
@@ -407,8 +424,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             # one engine request per choice: the prefix cache shares the prompt's KV blocks between them
             seqs += [(ids, sampling_params(body, max_tokens, j, logprobs, prompt_logprobs)) for j in range(per_prompt)]
             prompt_ids.append(ids)
-        # completions' echo: each prompt's text before its choices' (a prompt of token ids decoded, as vLLM does),
-        # with logprobs where each of its tokens starts in that text
+            if truncated:  # echo returns the text of what ran: the kept ids, decoded
+                prompts[i] = ids
+        # completions' echo: each prompt's text before its choices' (a prompt of token ids decoded, as vLLM does; a
+        # truncated one too, from the ids that ran), with logprobs where each of its tokens starts in that text
         echoes = [p if isinstance(p, str) else await asyncio.to_thread(echo_text, p)
                   for p in prompts] if echo else None
         echo_offsets = [await asyncio.to_thread(logprobs_format.prompt_offsets, p, ids,

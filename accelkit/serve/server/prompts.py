@@ -23,16 +23,19 @@ class ContextLengthExceeded(ValueError):
     """A prompt that leaves no room for even one output token."""
 
 
-def prompt_token_ids(engine: LLMEngine, prompt: str | list[int], *, add_special_tokens: bool = True) -> list[int]:
-    """Tokenize and validate one prompt (ValueError naming the problem; ContextLengthExceeded when it does not fit).
-    Runs in a worker thread. A rendered chat template already holds its special tokens (BOS): it is tokenized with
+def prompt_token_ids(engine: LLMEngine, prompt: str | list[int], *, add_special_tokens: bool = True,
+                     truncate_prompt_tokens: int | None = None) -> tuple[list[int], bool]:
+    """Tokenize and validate one prompt (ValueError naming the problem; ContextLengthExceeded when it does not fit):
+    its token ids, and whether ``truncate_prompt_tokens`` (k >= 1: keep the last k) cut it. Runs in a worker thread.
+    A rendered chat template already holds its special tokens (BOS): it is tokenized with
     ``add_special_tokens=False``, as ``apply_chat_template(tokenize=True)`` does."""
     limit = engine.max_model_len
     probe = PROBE_CHARS_PER_TOKEN * limit
     if isinstance(prompt, str):
         if engine.tokenizer is None:
             raise ValueError("this model has no tokenizer; send the prompt as token ids")
-        if len(prompt) > probe:
+        # (truncated, any length may fit: the whole text is tokenized, as long as the body limit lets it be)
+        if len(prompt) > probe and truncate_prompt_tokens is None:
             num_head = len(engine.encode(prompt[:probe], add_special_tokens=add_special_tokens))
             if num_head > limit + PROBE_SLACK_TOKENS:
                 raise ContextLengthExceeded(
@@ -43,9 +46,12 @@ def prompt_token_ids(engine: LLMEngine, prompt: str | list[int], *, add_special_
         ids: list[int] = engine.encode(prompt, add_special_tokens=add_special_tokens)
     else:
         ids = prompt
+    truncated = False
+    if truncate_prompt_tokens is not None and len(ids) > truncate_prompt_tokens:
+        ids, truncated = ids[-truncate_prompt_tokens:], True
     if len(ids) >= limit:
         raise ContextLengthExceeded(prompt_too_long(len(ids), limit))
-    return engine.make_request(ids, SamplingParams(max_tokens=1)).token_ids
+    return engine.make_request(ids, SamplingParams(max_tokens=1)).token_ids, truncated
 
 
 def output_budget(*, max_model_len: int, num_prompt_tokens: int, requested: int | None, field: str,

@@ -109,10 +109,8 @@ class ResponseFormat(_Body):
 
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
 _NEUTRAL_EXTENSIONS: dict[str, Any] = {
-    "include_stop_str_in_output": False,
-    "skip_special_tokens": True, "use_beam_search": False, "prompt_logprobs": None, "allowed_token_ids": None,
-    "truncate_prompt_tokens": None, "guided_json": None, "guided_regex": None, "guided_choice": None,
-    "guided_grammar": None, "structured_outputs": None,
+    "skip_special_tokens": True, "use_beam_search": False, "prompt_logprobs": None, "guided_json": None,
+    "guided_regex": None, "guided_choice": None, "guided_grammar": None, "structured_outputs": None,
 }
 
 
@@ -149,13 +147,24 @@ class _Sampling(_Request):
     min_p: Float = Field(0.0, description="vLLM extension: drop tokens less likely than min_p × the top one, in [0, 1].")
     repetition_penalty: Float = Field(1.0, description="vLLM extension: > 0; logits of tokens in the prompt or the "
                                       "output are divided by it (positive) or multiplied (negative).")
+    allowed_token_ids: list[Int] | None = Field(
+        None, description="vLLM extension: sampling (greedy too) picks only among these token ids, each in [0, "
+        "vocabulary size); at least one. EOS too: unless it is listed, generation ends only by max_tokens or stop. "
+        "Logprobs stay the model's raw ones (top_logprobs may name other tokens)."
+    )
+    include_stop_str_in_output: Bool = Field(
+        False, description="vLLM extension: the stop string that ended generation stays at the end of the text "
+        "(streamed too: the deltas joined are the same text)."
+    )
+    truncate_prompt_tokens: Int | None = Field(
+        None, description="vLLM extension: k >= 1 runs only the last k tokens of each prompt (chat: of the rendered "
+        "template, as vLLM); usage.prompt_tokens counts them, and completions' echo returns their text "
+        "(tokenizer.decode, special tokens included). A shorter prompt runs whole; null = the whole prompt."
+    )
     # vLLM extensions, accepted at their neutral values only (_NEUTRAL_EXTENSIONS)
-    include_stop_str_in_output: Bool = False
     skip_special_tokens: Bool = Field(True, description="vLLM extension: only true (special tokens are never in the text).")
     use_beam_search: Bool = False
     prompt_logprobs: Int | None = None
-    allowed_token_ids: list[Int] | None = None
-    truncate_prompt_tokens: Int | None = None
     guided_json: Any = None
     guided_regex: Any = None
     guided_choice: Any = None
@@ -459,7 +468,8 @@ def parse_body(cls: type[B], raw: bytes, content_type: str | None, *, max_model_
                            code="invalid_json") from None
         if not isinstance(data, dict):
             raise APIError(400, NOT_AN_OBJECT, code="invalid_json")
-        _refuse_overlong_ids(data.get("prompt"), max_model_len)
+        if data.get("truncate_prompt_tokens") is None:  # (truncated, a long prompt may fit)
+            _refuse_overlong_ids(data.get("prompt"), max_model_len)
         try:
             body = cls.model_validate(data)
         except ValidationError as exc:
