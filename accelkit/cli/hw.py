@@ -204,6 +204,9 @@ def probe_cmd(
                         roofline_rows(result.details), right=(1, 3, 4, 6, 7)))
         if result.details["note"]:
             out.print(result.details["note"])
+        for m in result.details["matmul"].values():
+            if m.get("reduced_why"):
+                out.print(m["reduced_why"], markup=False, highlight=False)
         if result_id is not None:
             err.print(f"stored as result {result_id}")
 

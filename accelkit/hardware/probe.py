@@ -4,6 +4,7 @@ matmul peak is the only "peak" there is; MFU on CPU divides by it (docs/methodol
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,11 @@ from accelkit.hardware.kernel_probe import probe_kernels
 from accelkit.timing import LoopConfig, LoopResult, time_loop
 
 CPU_DTYPES = ("fp32", "bf16", "fp16")
+#: a CPU dtype whose default-side matmul would take longer than this a call has no fast kernel there (fp16 on a CPU
+#: without AVX512-FP16 or AMX-FP16: 0.24 GFLOP/s, 70 s a 2048² call, 9 min for a quick probe's eight calls): it is
+#: probed at the largest side from SCOUT_SIDE up, doubling, whose call takes at most this long (cpu_side_for)
+SLOW_CALL_S = 1.0
+SCOUT_SIDE = 256
 CUDA_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 
@@ -38,10 +44,12 @@ def _probe_device(details: dict[str, Any]) -> str | None:
 
 def small_matmul(details: dict[str, Any], dtype: str) -> str | None:
     """Why a stored probe's ``dtype`` matmul is no peak — 'a 64×64 matmul, below the 2048×2048 default …' — or
-    None (at or above the default, or a row that does not say its size or device)."""
-    size = ((details.get("matmul") or {}).get(dtype) or {}).get("size")
+    None (at or above the default, cut from it because the dtype has no fast kernel — seconds a call, where call
+    overhead does not count — or a row that does not say its size or device)."""
+    row = (details.get("matmul") or {}).get(dtype) or {}
+    size = row.get("size")
     device = _probe_device(details)
-    if device is None or not isinstance(size, int):
+    if device is None or not isinstance(size, int) or row.get("reduced_from"):
         return None
     default = default_sizes(device)[0]
     return None if size >= default else (f"a {size}×{size} matmul, below the {default}×{default} default: call "
@@ -150,6 +158,37 @@ def _matmul_fn(dtype: str, n: int, device: str) -> Callable[[], object]:
     return lambda: torch.mm(a, b)
 
 
+def cpu_side_for(dtype: str, size: int) -> tuple[int, str | None]:
+    """(the side to probe ``dtype`` at on the CPU, why it is below ``size`` or None). One call each at SCOUT_SIDE,
+    twice that, … up to ``size``, stopping before a side whose call would take over SLOW_CALL_S — projected as n³
+    from the last call, and measured, since a kernel without blocking slows down as its matrices leave the caches
+    (fp16 here: 3.3 GFLOP/s at 640², 0.24 at 2048²). At seconds a call its fixed overhead is nothing, so the smaller
+    side measures the dtype's peak as well as the default would."""
+    side = min(size, SCOUT_SIDE)
+    fn = _matmul_fn(dtype, side, "cpu")
+    fn()  # the first call allocates and picks its kernel
+    call_s = _one_call_s(fn)
+    while side < size:
+        larger = min(size, 2 * side)
+        projected_s = call_s * (larger / side) ** 3
+        if projected_s <= SLOW_CALL_S:
+            larger_s = _one_call_s(_matmul_fn(dtype, larger, "cpu"))
+            if larger_s <= SLOW_CALL_S:
+                side, call_s = larger, larger_s
+                continue
+        rate = 2 * side**3 / call_s / 1e9
+        return side, (f"{dtype} matmul runs at {rate:.3g} GFLOP/s on this CPU at {side}×{side} (no fast {dtype} "
+                      f"kernel): a {size}×{size} call would take {call_s * (size / side) ** 3:.0f} s or more, so it "
+                      f"was probed at {side}×{side} (--size sets the side)")
+    return size, None
+
+
+def _one_call_s(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return max(time.perf_counter() - t0, 1e-9)
+
+
 def _tf32(enabled: bool) -> Callable[[], None]:
     """Set torch's TF32 matmul flag; returns the function that restores the previous value."""
     import torch
@@ -219,21 +258,23 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
     matmul: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
     for dtype in dtypes:
+        side, reduced_why = (size, None) if device != "cpu" or config.matmul_size else cpu_side_for(dtype, size)
         if on_step:
-            on_step(f"matmul {dtype} {size}×{size}")
+            on_step(f"matmul {dtype} {side}×{side}")
         restore = _tf32(dtype == "tf32") if device != "cpu" else (lambda: None)
         try:
-            result = time_loop(_matmul_fn(dtype, size, device), config.loop, device=device)
+            result = time_loop(_matmul_fn(dtype, side, device), config.loop, device=device)
         finally:
             restore()
-        flops = 2 * size**3
+        flops = 2 * side**3
         tflops = [flops / t / 1e12 for t in result.samples_s]
         stats = summarize(tflops)
         peak = catalog.peak(dtype) if catalog else None
         matmul[dtype] = {
             "tflops": stats.median,
             "stats": stats.to_dict(),
-            "size": size,
+            "size": side,
+            **({"reduced_from": size, "reduced_why": reduced_why} if reduced_why else {}),
             "catalog_peak_tflops": peak / 1e12 if peak else None,
             "fraction_of_peak": _fraction(stats.median * 1e12, peak),
             "warmup_iterations": result.warmup_iterations,

@@ -92,3 +92,38 @@ def test_the_report_roofline_is_drawn_from_the_full_size_probe(tmp_path):
         names = [t["name"] for t in roofline_figure(store, notes)["data"]]
     assert names[0] == f"{CPU} fp32 (measured, #{small}, below the default sizes)"
     assert notes and notes[0].startswith(f"probe #{small} ({CPU}) ran below the default sizes (a 64×64 matmul")
+
+
+# ---- a CPU dtype without a fast kernel: fp16 on a CPU without AVX512-FP16 ran at 0.24 GFLOP/s, so a quick probe's
+# eight 2048² calls took 9 minutes (and `accelkit tune`, which probes fp16 for MFU, past its test's 300 s)
+def test_a_dtype_too_slow_for_the_default_side_is_probed_smaller_and_still_counts_as_its_peak(monkeypatch):
+    import accelkit.hardware.probe as probe_module
+
+    # every call "too slow": the threshold, not the CPU, decides here (the path fp16 takes on such a CPU)
+    monkeypatch.setattr(probe_module, "SLOW_CALL_S", 0.0)
+    d = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, copy_bytes=1 << 20)).details
+    row = d["matmul"]["fp32"]
+    assert row["size"] == probe_module.SCOUT_SIDE and row["reduced_from"] == 2048
+    assert row["reduced_why"].startswith("fp32 matmul runs at ") and "so it was probed at 256×256" in row["reduced_why"]
+    assert small_matmul(d, "fp32") is None  # at seconds a call, overhead is nothing: it is the peak
+    # --size given: the user's side, whatever the speed
+    d = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, matmul_size=128, copy_bytes=1 << 20)).details
+    assert d["matmul"]["fp32"]["size"] == 128 and "reduced_from" not in d["matmul"]["fp32"]
+
+
+def test_the_side_doubles_while_a_call_fits(monkeypatch):
+    import accelkit.hardware.probe as probe_module
+
+    monkeypatch.setattr(probe_module, "SLOW_CALL_S", 1e9)
+    assert probe_module.cpu_side_for("fp32", 2048) == (2048, None)
+    assert probe_module.cpu_side_for("fp32", 700) == (700, None)  # the last step is to the size itself
+    assert probe_module.cpu_side_for("fp32", 100) == (100, None)
+    # a 512² fp32 call takes a few ms here, a 1024² one eight times that: a threshold between them stops at 512
+    calls = {}
+    for n in (512, 1024):
+        fn = probe_module._matmul_fn("fp32", n, "cpu")
+        fn()
+        calls[n] = min(probe_module._one_call_s(fn) for _ in range(5))
+    monkeypatch.setattr(probe_module, "SLOW_CALL_S", calls[512] * 2.5)  # 512 fits; 1024 (≈8×) does not
+    side, why = probe_module.cpu_side_for("fp32", 2048)
+    assert side in (256, 512) and why is not None and f"probed at {side}×{side}" in why
