@@ -15,9 +15,9 @@ if _mode and "LOCAL_RANK" in os.environ and os.environ.get("RANK") == os.environ
     import accelkit.distributed.collectives as collectives
 
     def _native_abort() -> None:
-        import sys
-
-        print("terminate called without an active exception", file=sys.stderr, flush=True)
+        # one write, as libstdc++'s handler's fputs to unbuffered stderr: print() under `python -u` writes the text
+        # and its newline separately, and a peer's line written in between took the text into that line
+        os.write(2, b"terminate called without an active exception\n")
         os.abort()
 
     if _mode == "abort-at-exit":
