@@ -531,7 +531,9 @@ def test_priority_orders_the_waiting_requests_under_the_priority_policy(model_di
     with running_server(model_dir, max_num_seqs=1, scheduling_policy="priority") as (url, state):
         done, premise = asyncio.run(run(url, state))
     assert premise, "the long request finished before both short ones were waiting"
-    assert done == ["long", "late-but-urgent", "first-but-lax"], done
+    # the two short ones in the order the policy scheduled them; where "long" lands is the client's business: a
+    # loaded event loop can still be reading the long stream's buffered lines when the urgent one's response is in
+    assert [name for name in done if name != "long"] == ["late-but-urgent", "first-but-lax"], done
 
 
 def test_cli_several_served_model_names_and_allowed_origins(model_dir, tmp_path, cli):
