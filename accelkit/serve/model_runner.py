@@ -319,21 +319,27 @@ class ModelRunner:
         for start in range(0, len(prompt.rows), _PROMPT_LOGPROB_ROWS):
             chunk = rows[index[start : start + _PROMPT_LOGPROB_ROWS]]
             logits = chunk if computed else self.model.compute_logits(chunk)
-            parts.append(Sampler.pack_logprobs(logits.float(), targets[start : start + _PROMPT_LOGPROB_ROWS], k))
+            parts.append(Sampler.pack_logprobs(logits.float(), targets[start : start + _PROMPT_LOGPROB_ROWS], k,
+                                               with_rank=True))
         return torch.cat(parts)
 
     @staticmethod
     def _store_prompt_logprobs(step: Step) -> None:
-        """Append each owner's prompt logprobs (read from the device: one more sync, in steps that computed some)."""
+        """Append each owner's prompt logprobs and ranks (read from the device: one more sync, in steps that computed
+        some)."""
         if step.prompt is None or step.prompt_logprobs is None:
             return
-        _, values = Sampler.read(step.prompt_logprobs)
-        assert values is not None
+        values = Sampler.read_ranked(step.prompt_logprobs)
         at = 0
         for seq, count in step.prompt.owners:
             k = cast(int, seq.params.prompt_logprobs)
-            assert seq.prompt_logprobs is not None
-            seq.prompt_logprobs.extend((chosen, top[:k]) for chosen, top in values[at : at + count])
+            logprobs, ranks = seq.prompt_logprobs, seq.prompt_logprob_ranks
+            assert logprobs is not None and ranks is not None
+            # each entry before its rank: a reader on another thread that copies the ranks first (RequestOutput)
+            # finds the entry of every one of them
+            for chosen, top, rank in values[at : at + count]:
+                logprobs.append((chosen, top[:k]))
+                ranks.append(rank)
             at += count
 
     @torch.inference_mode()

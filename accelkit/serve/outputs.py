@@ -61,8 +61,8 @@ class RequestOutput:
 
     __slots__ = (
         "_end", "_last_token_time", "_logprobs", "_metrics", "_new_logprobs", "_new_start", "_new_token_ids",
-        "_num_preemptions", "_prompt_logprobs", "_prompt_token_ids", "_seq", "_token_ids", "error", "finish_reason", "finished", "new_text",
-        "prompt", "request_id", "text",
+        "_num_preemptions", "_prompt_logprob_ranks", "_prompt_logprobs", "_prompt_token_ids", "_seq", "_token_ids",
+        "error", "finish_reason", "finished", "new_text", "prompt", "request_id", "text",
     )
 
     def __init__(
@@ -70,9 +70,11 @@ class RequestOutput:
         new_text: str, new_token_ids: list[int], finished: bool, finish_reason: str | None, metrics: RequestMetrics,
         error: str | None = None, logprobs: list[TokenLogprobs] | None = None,
         new_logprobs: list[TokenLogprobs] | None = None, prompt_logprobs: list[TokenLogprobs | None] | None = None,
+        prompt_logprob_ranks: list[int | None] | None = None,
     ) -> None:
         self.request_id, self.prompt, self.text, self.new_text = request_id, prompt, text, new_text
         self._logprobs, self._new_logprobs, self._prompt_logprobs = logprobs, new_logprobs, prompt_logprobs
+        self._prompt_logprob_ranks = prompt_logprob_ranks
         self.finished, self.finish_reason, self.error = finished, finish_reason, error
         self._prompt_token_ids: list[int] | None = prompt_token_ids
         self._token_ids: list[int] | None = token_ids
@@ -92,7 +94,7 @@ class RequestOutput:
         out._seq, out._end, out._new_start = seq, len(seq.token_ids), seq.num_prompt_tokens + num_returned_tokens
         out._last_token_time, out._num_preemptions = seq.last_token_time, seq.num_preemptions
         out._prompt_token_ids = out._token_ids = out._new_token_ids = None
-        out._logprobs = out._new_logprobs = out._prompt_logprobs = None
+        out._logprobs = out._new_logprobs = out._prompt_logprobs = out._prompt_logprob_ranks = None
         out._metrics = None
         return out
 
@@ -110,10 +112,25 @@ class RequestOutput:
         logprob)] of the most likely there); the first token's entry is None (nothing precedes it). Complete once the
         first output token is; a request aborted or failed during its prompt has the entries computed by then (fewer
         than its prompt's tokens). None without ``prompt_logprobs``."""
-        seq = self._seq
-        if self._prompt_logprobs is None and seq is not None and seq.prompt_logprobs is not None:
-            self._prompt_logprobs = seq.prompt_logprobs[:]
+        self._copy_prompt_logprobs()
         return self._prompt_logprobs
+
+    @property
+    def prompt_logprob_ranks(self) -> list[int | None] | None:
+        """Beside ``prompt_logprobs``, entry by entry: each prompt token's rank in the vocabulary where it stands (1
+        = the most likely; 1 + the number of tokens more likely, so ties share a rank) — vLLM's ``Logprob.rank``,
+        which may exceed k. The first is None. None without ``prompt_logprobs``."""
+        self._copy_prompt_logprobs()
+        return self._prompt_logprob_ranks
+
+    def _copy_prompt_logprobs(self) -> None:
+        """Both prompt lists from the sequence, the same length: the engine thread may still be appending (it
+        appends an entry, then its rank), so the ranks are copied first and the entries cut to them."""
+        seq = self._seq
+        if self._prompt_logprobs is None and seq is not None and seq.prompt_logprob_ranks is not None:
+            ranks = seq.prompt_logprob_ranks[:]
+            assert seq.prompt_logprobs is not None
+            self._prompt_logprobs, self._prompt_logprob_ranks = seq.prompt_logprobs[: len(ranks)], ranks
 
     @property
     def new_logprobs(self) -> list[TokenLogprobs] | None:

@@ -357,13 +357,29 @@ class Sampler:
         return self.pack_logprobs(raw, tokens, max(ks_lp))
 
     @staticmethod
-    def pack_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> torch.Tensor:
+    def read_ranked(pending: torch.Tensor) -> list[tuple[float, list[tuple[int, float]], int]]:
+        """The host sync of :meth:`pack_logprobs` rows packed ``with_rank``: per row (logprob of its token, [(id,
+        logprob) of the most likely], the token's rank) — as many as the batch's largest k."""
+        values = pending.tolist()
+        k = (len(values[0]) - 3) // 2 if values else 0
+        return [(v[1], [(int(t), lp) for t, lp in zip(v[3 : 3 + k], v[3 + k :], strict=True)], int(v[2]))
+                for v in values]
+
+    @staticmethod
+    def pack_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int, *, with_rank: bool = False) -> torch.Tensor:
         """(N, V) float32 logits and (N,) token ids → the (N, 2 + 2k) float64 rows :meth:`read` unpacks: each id, its
-        logprob (``log_softmax``), the k most likely ids and their logprobs. Sampled tokens and prompt tokens alike."""
+        logprob (``log_softmax``), the k most likely ids and their logprobs. Sampled tokens and prompt tokens alike.
+
+        ``with_rank`` (prompt logprobs, vLLM's ``rank``): (N, 3 + 2k) rows for :meth:`read_ranked`, the token's rank
+        in the vocabulary after its logprob — 1 + the tokens strictly more likely, so the argmax is 1 and ties share
+        the better rank (vLLM counts a tie against the token). One compare-and-sum over (N, V) in the same batch,
+        read back with the rest: no sync of its own."""
         logprobs = logits.log_softmax(dim=-1)
-        chosen = logprobs.gather(1, tokens[:, None])
+        chosen = logprobs.gather(1, tokens[:, None])  # (N, 1)
         top = logprobs.topk(k, dim=-1) if k else None
         parts = [tokens[:, None].double(), chosen.double()]
+        if with_rank:
+            parts.append((logprobs > chosen).sum(dim=-1, keepdim=True).add_(1).double())
         if top is not None:
             parts += [top.indices.double(), top.values.double()]
         return torch.cat(parts, dim=1)  # float64 holds any token id exactly

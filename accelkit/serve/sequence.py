@@ -31,8 +31,8 @@ class Sequence:
         "arrival_order", "arrival_time", "block_hashes", "block_table", "finish_reason", "finished_time",
         "first_scheduled_time", "first_token_time", "last_token_time", "logprobs", "max_num_tokens",
         "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks", "num_preemptions", "num_prompt_tokens",
-        "order_key", "params", "priority", "prompt", "prompt_logprobs", "request_id", "sampling_extras", "seq_id", "status",
-        "stop_token_ids", "token_ids",
+        "order_key", "params", "priority", "prompt", "prompt_logprob_ranks", "prompt_logprobs", "request_id",
+        "sampling_extras", "seq_id", "status", "stop_token_ids", "token_ids",
     )
 
     def __init__(
@@ -83,6 +83,8 @@ class Sequence:
         self.prompt_logprobs: list[tuple[float, list[tuple[int, float]]] | None] | None = (
             [None] if params.prompt_logprobs is not None else None
         )
+        # beside prompt_logprobs, entry by entry: each prompt token's rank in the vocabulary (1 = the most likely)
+        self.prompt_logprob_ranks: list[int | None] | None = [None] if params.prompt_logprobs is not None else None
 
     def __repr__(self) -> str:
         return (

@@ -85,12 +85,16 @@ def test_prompt_logprobs_equal_transformers_on_cuda(llama, prompts, config):
     for prompt, out in zip(prompts[:3], outs, strict=True):
         with torch.inference_mode():
             ref = torch.log_softmax(hf(torch.tensor([prompt], device="cuda")).logits[0].float(), dim=-1).cpu()
-        got = out.prompt_logprobs
+        got, ranks = out.prompt_logprobs, out.prompt_logprob_ranks
         assert got is not None and len(got) == len(prompt) and got[0] is None
+        assert ranks is not None and len(ranks) == len(prompt) and ranks[0] is None
         for i in range(1, len(prompt)):
             chosen, top = got[i]
-            assert chosen == pytest.approx(float(ref[i - 1, prompt[i]]), abs=1e-3)
+            lp = float(ref[i - 1, prompt[i]])
+            assert chosen == pytest.approx(lp, abs=1e-3)
             assert [t for t, _ in top] == ref[i - 1].topk(2).indices.tolist()
+            # the rank counted on the device: 1 + the tokens more likely, give or take those within the tolerance
+            assert 1 + int((ref[i - 1] > lp + 1e-3).sum()) <= ranks[i] <= 1 + int((ref[i - 1] > lp - 1e-3).sum())
 
 
 def test_prefix_cache_hits_and_sliding_window_stay_exact_on_cuda(tmp_path, prompts):

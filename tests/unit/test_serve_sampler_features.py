@@ -203,3 +203,30 @@ def test_a_seeded_row_samples_the_same_tokens_whatever_shares_its_batch():
         b = crowd(logits[[1, 0, 2]], [others[0], seeded, others[1]], [5, 0, 6],
                   [Row(5, others[0], [3], 1), Row(0, seeded, [1, 2], 1), Row(6, others[1], [4], 1)])
         assert a == [b[1]]
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_prompt_logprob_ranks_are_each_tokens_place_in_the_sorted_vocabulary(k):
+    """``pack_logprobs(with_rank=True)``: per row the token's logprob, its top k and its rank = 1 + the tokens
+    strictly more likely (the argmax is 1; ties share the better rank), checked against a sort of the row."""
+    gen = torch.Generator().manual_seed(9)
+    logits = torch.randn(6, V, generator=gen)
+    logits[5, :4] = 10.0  # four tokens tied at the top of row 5
+    reference = torch.log_softmax(logits, dim=-1)
+    order = reference.argsort(dim=-1, descending=True)
+    tokens = torch.tensor([int(order[0, 0]), int(order[1, 1]), int(order[2, 7]), int(order[3, V - 1]), 13, 2])
+    rows = Sampler.read_ranked(Sampler.pack_logprobs(logits, tokens, k, with_rank=True))
+    assert len(rows) == 6
+    for i, (chosen, top, rank) in enumerate(rows):
+        row, token = reference[i], int(tokens[i])
+        assert chosen == pytest.approx(float(row[token]), abs=1e-6)
+        assert rank == 1 + sum(float(v) > float(row[token]) for v in row)  # the definition, counted in Python
+        values, ids = row.topk(k)
+        assert [t for t, _ in top] == ids.tolist()
+        assert [lp for _, lp in top] == pytest.approx(values.tolist(), abs=1e-6)
+    assert [rank for _, _, rank in rows[:4]] == [1, 2, 8, V]  # the place in the sorted row, past k too
+    assert rows[5][2] == 1  # one of four tied at the top
+    # without ranks, the rows are what read() unpacks, as before
+    _, plain = Sampler.read(Sampler.pack_logprobs(logits, tokens, k))
+    assert plain == [(chosen, top) for chosen, top, _ in rows]
+
