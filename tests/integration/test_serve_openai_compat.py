@@ -139,7 +139,6 @@ REFUSED = [
     (COMP, {"guided_choice": ["a", "b"]}, "guided_choice"),
     (CHAT, {"structured_outputs": {"regex": "w[0-9]+"}}, "structured_outputs"),
     (COMP, {"use_beam_search": True}, "use_beam_search"),
-    (COMP, {"prompt_logprobs": 1}, "prompt_logprobs"),
     (CHAT, {"priority": 3}, "priority"),  # this server schedules first come, first served
 ]
 NEUTRAL = {"response_format": {"type": "text"}, "logit_bias": {}, "tool_choice": "none", "function_call": "auto",

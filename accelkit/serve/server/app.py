@@ -317,6 +317,13 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                            param=logprobs_field)
         if logprobs_field == "top_logprobs" and k is not None and not body.logprobs:
             raise APIError(400, "top_logprobs needs logprobs true", param="top_logprobs")
+        k = body.prompt_logprobs
+        if k is not None and not 0 <= k <= MAX_LOGPROBS:  # vLLM's -1 (the whole vocabulary) too
+            raise APIError(400, f"prompt_logprobs={k} is out of range; expected 0 to {MAX_LOGPROBS} (the most likely "
+                           "tokens listed beside each prompt token)", param="prompt_logprobs")
+        if k is not None and body.stream:  # vLLM's rule: its stream chunks have no field for them
+            raise APIError(400, "prompt_logprobs is not available with stream true (as in vLLM); send stream false, "
+                           "or omit prompt_logprobs", param="prompt_logprobs")
         if body.logit_bias:
             vocab = state.engine.model_args.vocab_size
             seen: dict[int, str] = {}
@@ -400,7 +407,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         # completions' echo with logprobs carries the prompt tokens' logprobs first (what scores a text: lm-eval's
         # loglikelihood); max_tokens=0 with echo returns the prompt alone (the engine still samples one token)
         echo_only = echo and limit == 0
-        prompt_logprobs = user_logprobs if echo else None
+        echo_logprobs = user_logprobs if echo else None
+        # the engine's prompt logprobs serve the echo and vLLM's prompt_logprobs field: k is the larger of the two,
+        # each cut to its own k when formatted
+        prompt_logprobs = max((k for k in (echo_logprobs, body.prompt_logprobs) if k is not None), default=None)
         if echo_only:
             if body.min_tokens:
                 raise APIError(400, f"min_tokens={body.min_tokens} with max_tokens=0 asks for tokens that are not "
@@ -421,8 +431,12 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 raise APIError(400, str(exc), param=param) from exc
             max_tokens = output_budget(max_model_len=state.engine.max_model_len, num_prompt_tokens=len(ids),
                                        requested=limit, field=limit_field, default=default_limit)
-            # one engine request per choice: the prefix cache shares the prompt's KV blocks between them
-            seqs += [(ids, sampling_params(body, max_tokens, j, logprobs, prompt_logprobs)) for j in range(per_prompt)]
+            # one engine request per choice: the prefix cache shares the prompt's KV blocks between them. Prompt
+            # logprobs (which skip that cache) in each choice's request with echo's, else in the prompt's first only:
+            # the prompt_logprobs field is the prompt's, whichever choices it has
+            seqs += [(ids, sampling_params(body, max_tokens, j, logprobs,
+                                           prompt_logprobs if j == 0 or echo_logprobs is not None else None))
+                     for j in range(per_prompt)]
             prompt_ids.append(ids)
             if truncated:  # echo returns the text of what ran: the kept ids, decoded
                 prompts[i] = ids
@@ -432,7 +446,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                   for p in prompts] if echo else None
         echo_offsets = [await asyncio.to_thread(logprobs_format.prompt_offsets, p, ids,
                                                 add_special_tokens=body.add_special_tokens)
-                        for p, ids in zip(prompts, prompt_ids, strict=True)] if echo and prompt_logprobs is not None \
+                        for p, ids in zip(prompts, prompt_ids, strict=True)] if echo_logprobs is not None \
             else None
         if not state.admission.try_enter(len(seqs)):
             raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
@@ -504,7 +518,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage,
                         continuous_usage=continuous, n=n,
                         echoes=echoes, logprobs=user_logprobs is not None, echo_only=echo_only,
-                        echo_offsets=echo_offsets),
+                        echo_offsets=echo_offsets, echo_logprobs=echo_logprobs),
                 media_type="text/event-stream",
             )
         last: dict[int, RequestOutput] = {}
@@ -521,6 +535,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             for j, out in enumerate(candidates[:n]):
                 outs[p * n + j] = out
         want = user_logprobs is not None
+        asked_prompt_logprobs = body.prompt_logprobs
 
         def completion_logprobs(o: RequestOutput, prompt: int) -> dict[str, Any]:
             token_ids, logprobs = ([], []) if echo_only else (o.token_ids, o.logprobs or [])
@@ -530,28 +545,44 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             if echo_offsets is None:
                 return generated
             return _joined(logprobs_format.prompt_completion(o.prompt_token_ids, o.prompt_logprobs or [],
-                                                             echo_offsets[prompt]), generated)
+                                                             echo_offsets[prompt], top=echo_logprobs), generated)
+
+        def prompt_logprobs_fields() -> list[Any] | None:
+            """vLLM's prompt_logprobs of each prompt, from its first engine request (see above)."""
+            if asked_prompt_logprobs is None:
+                return None
+            return [logprobs_format.prompt_logprobs(o.prompt_token_ids, o.prompt_logprobs or [],
+                                                    o.prompt_logprob_ranks or [], asked_prompt_logprobs)
+                    for o in (last[p * per_prompt] for p in range(len(prompts)))]
 
         def response() -> dict[str, Any]:  # (with logprobs it decodes every token: in a worker thread)
+            prompt_lp = prompt_logprobs_fields()
             if chat:
                 choices = [{"index": i, "message": {"role": "assistant", "content": o.text},
                             "logprobs": logprobs_format.chat(o.token_ids, o.logprobs or []) if want else None,
                             "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
-                return {"id": base_id, "object": "chat.completion", "created": created, "model": name,
-                        "choices": choices, "usage": _usage(outs, n)}
+                data: dict[str, Any] = {"id": base_id, "object": "chat.completion", "created": created, "model": name,
+                                        "choices": choices, "usage": _usage(outs, n)}
+                if prompt_lp is not None:  # vLLM's place for chat: the response's (one prompt), not a choice's
+                    data["prompt_logprobs"] = prompt_lp[0]
+                return data
             # (max_tokens=0: the one token the engine sampled is dropped, whatever ended it)
             choices = [{"index": i, "text": (echoes[i // n] if echoes else "") + ("" if echo_only else o.text),
                         "logprobs": completion_logprobs(o, i // n) if want else None,
-                        "finish_reason": "length" if echo_only else o.finish_reason} for i, o in sorted(outs.items())]
+                        "finish_reason": "length" if echo_only else o.finish_reason,
+                        **({"prompt_logprobs": prompt_lp[i // n]} if prompt_lp is not None else {})}
+                       for i, o in sorted(outs.items())]
             return {"id": base_id, "object": "text_completion", "created": created, "model": name,
                     "choices": choices, "usage": _usage(outs, n, generated=not echo_only)}
 
-        return JSONResponse(await asyncio.to_thread(response) if want else response())
+        decodes = want or asked_prompt_logprobs is not None
+        return JSONResponse(await asyncio.to_thread(response) if decodes else response())
 
     async def _stream(outputs: AsyncIterator[tuple[int, RequestOutput]], cleanup: Any, base_id: str, created: int, *,
                       chat: bool, include_usage: bool, n: int, echoes: list[str] | None, continuous_usage: bool = False,
                       logprobs: bool, echo_only: bool = False,
-                      echo_offsets: list[list[int]] | None = None) -> AsyncIterator[str]:
+                      echo_offsets: list[list[int]] | None = None,
+                      echo_logprobs: int | None = None) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
         echoed: set[int] = set()  # choices whose prompt went out
         last: dict[int, RequestOutput] = {}
@@ -592,7 +623,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                                                         offsets[index].add(new_ids, final=out.finished))
                         if first and echo_offsets is not None:  # (vLLM's) the prompt's logprobs lead the first chunk,
                             lp = _joined(logprobs_format.prompt_completion(  # as its text does
-                                out.prompt_token_ids, out.prompt_logprobs or [], echo_offsets[index // n]), lp)
+                                out.prompt_token_ids, out.prompt_logprobs or [], echo_offsets[index // n],
+                                top=echo_logprobs), lp)
                     if first:
                         echoed.add(index)
                     choice = {"index": index, "text": echo + new_text, "logprobs": lp, "finish_reason": reason}

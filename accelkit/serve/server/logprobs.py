@@ -1,5 +1,6 @@
 """Logprobs in OpenAI's two shapes: completions' ``{tokens, token_logprobs, top_logprobs, text_offset}`` and chat's
-``{content: [{token, logprob, bytes, top_logprobs}]}``.
+``{content: [{token, logprob, bytes, top_logprobs}]}``; and vLLM's ``prompt_logprobs`` (per prompt token,
+``{id: {logprob, rank, decoded_token}}``).
 
 A token's text is ``tokenizer.decode([id])``, as vLLM names it. Two fields need more than that text:
 
@@ -145,15 +146,40 @@ class LogprobFormatter:
         return offsets
 
     def prompt_completion(self, prompt_token_ids: list[int], logprobs: list[TokenLogprobs | None],
-                          offsets: list[int]) -> dict[str, Any]:
+                          offsets: list[int], *, top: int | None = None) -> dict[str, Any]:
         """Completions' logprobs of an echoed prompt: as :meth:`completion`'s, the first token's logprob and top
-        null (nothing precedes it, as OpenAI's and vLLM's); ``offsets`` from :meth:`prompt_offsets`."""
+        null (nothing precedes it, as OpenAI's and vLLM's); ``offsets`` from :meth:`prompt_offsets`; the ``top``
+        most likely of each entry (None: all it holds)."""
         text = self.token_text
-        top = [None if entry is None else {text(t): logprob_value(lp) for t, lp in [(token, entry[0]), *entry[1]]}
-               for token, entry in zip(prompt_token_ids, logprobs, strict=True)]
+        most = [None if entry is None else
+                {text(t): logprob_value(lp) for t, lp in [(token, entry[0]), *entry[1][:top]]}
+                for token, entry in zip(prompt_token_ids, logprobs, strict=True)]
         return {"tokens": [text(t) for t in prompt_token_ids],
                 "token_logprobs": [None if e is None else logprob_value(e[0]) for e in logprobs],
-                "top_logprobs": top, "text_offset": offsets}
+                "top_logprobs": most, "text_offset": offsets}
+
+    def prompt_logprobs(self, prompt_token_ids: list[int], logprobs: list[TokenLogprobs | None],
+                        ranks: list[int | None], top: int) -> list[dict[str, dict[str, Any]] | None]:
+        """vLLM's ``prompt_logprobs`` field: per prompt token null for the first (nothing precedes it), then
+        ``{token id as a string: {logprob, rank, decoded_token}}`` holding the token itself (first) and the ``top``
+        most likely there. The token's rank is where it stands in the whole vocabulary (from the engine; past
+        ``top`` when it is not one of them); each of the most likely is ranked 1 + those of them strictly more
+        likely — its position unless it ties, since every token more likely than one of the top is one of them."""
+        text = self.token_text
+        fields: list[dict[str, dict[str, Any]] | None] = []
+        for token, entry, rank in zip(prompt_token_ids, logprobs, ranks, strict=True):
+            if entry is None:
+                fields.append(None)
+                continue
+            chosen, most = entry[0], entry[1][:top]
+            field = {str(token): {"logprob": logprob_value(chosen), "rank": rank, "decoded_token": text(token)}}
+            place = 0
+            for i, (t, lp) in enumerate(most):  # (most likely first)
+                if i == 0 or lp < most[i - 1][1]:  # a tie keeps the rank of the one before it
+                    place = i + 1
+                field.setdefault(str(t), {"logprob": logprob_value(lp), "rank": place, "decoded_token": text(t)})
+            fields.append(field)
+        return fields
 
     def chat(self, token_ids: list[int], logprobs: list[TokenLogprobs]) -> dict[str, Any]:
         """OpenAI's chat logprobs: per token its text, logprob, UTF-8 bytes and the most likely ones."""

@@ -3,7 +3,7 @@
 - A JSON ``null`` in any field means "the default", as OpenAI documents its fields ("number or null") and as
   vLLM accepts: the official client sends ``None`` as ``null``.
 - Fields OpenAI or vLLM define but the engine does not implement are accepted only at their neutral values
-  (``response_format`` text, no ``guided_*``, no ``prompt_logprobs`` …); anything else is a 400 naming the field
+  (``response_format`` text, no ``guided_*``, no beam search …); anything else is a 400 naming the field
   (:meth:`unsupported`), never a silent change of meaning.
 - Unknown fields are ignored, as vLLM does (OpenAI's own server answers 400 "Unrecognized request argument"),
   and the server logs one warning per request naming them (:meth:`ignored_fields`).
@@ -109,7 +109,7 @@ class ResponseFormat(_Body):
 
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
 _NEUTRAL_EXTENSIONS: dict[str, Any] = {
-    "skip_special_tokens": True, "use_beam_search": False, "prompt_logprobs": None, "guided_json": None,
+    "skip_special_tokens": True, "use_beam_search": False, "guided_json": None,
     "guided_regex": None, "guided_choice": None, "guided_grammar": None, "structured_outputs": None,
 }
 
@@ -161,10 +161,16 @@ class _Sampling(_Request):
         "template, as vLLM); usage.prompt_tokens counts them, and completions' echo returns their text "
         "(tokenizer.decode, special tokens included). A shorter prompt runs whole; null = the whole prompt."
     )
+    prompt_logprobs: Int | None = Field(
+        None, description="vLLM extension: k in 0..20 returns prompt_logprobs (completions: in each choice; chat: "
+        "in the response), one entry per prompt token: null for the first, then {token id (a string): {logprob, "
+        "rank, decoded_token}} holding that prompt token (rank: its place in the vocabulary by logprob, 1 = the most "
+        "likely; it may be past k) and the k most likely there (ranks 1..k). The model's raw logprobs. Not with "
+        "stream (as vLLM); vLLM's -1 (the whole vocabulary) is a 400. Such a request skips the prefix cache."
+    )
     # vLLM extensions, accepted at their neutral values only (_NEUTRAL_EXTENSIONS)
     skip_special_tokens: Bool = Field(True, description="vLLM extension: only true (special tokens are never in the text).")
     use_beam_search: Bool = False
-    prompt_logprobs: Int | None = None
     guided_json: Any = None
     guided_regex: Any = None
     guided_choice: Any = None
@@ -179,10 +185,8 @@ class _Sampling(_Request):
         for name, neutral in _NEUTRAL_EXTENSIONS.items():
             value = getattr(self, name)
             if value != neutral:  # the types are strict: 0 == 0.0 is the only coincidence, and a harmless one
-                hint = ("; completions' echo=true with logprobs returns the prompt tokens' logprobs"
-                        if name == "prompt_logprobs" else "")
                 return name, (f"{name}={_short(value)} is not supported by accelkit serve; "
-                              f"{'omit it' if neutral is None else f'omit it or send {neutral!r}'}{hint}")
+                              f"{'omit it' if neutral is None else f'omit it or send {neutral!r}'}")
         if self.stream_options is not None and not self.stream:
             return "stream_options", "stream_options is only allowed when stream is true"
         return None
