@@ -244,6 +244,11 @@ def test_allowed_token_ids_are_the_only_tokens_sampled(server, offline, tokenize
         assert resp.status_code == 400 and resp.json()["error"]["param"] == "allowed_token_ids", resp.text
     assert "allowed_token_ids[1]=512 is not a token id; expected ids in [0, 512)" in \
         post(url, COMP, {"model": "tiny", "prompt": "w5", "allowed_token_ids": [5, 512]}).json()["error"]["message"]
+    # only EOS allowed while min_tokens forbids it: the engine's refusal, a 400 naming the field too
+    eos = tokenizer.eos_token_id
+    resp = post(url, COMP, {"model": "tiny", "prompt": "w5", "allowed_token_ids": [eos], "min_tokens": 2})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "allowed_token_ids", resp.text
+    assert "min_tokens=2 forbids" in resp.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("path", [COMP, CHAT])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -478,7 +479,12 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             for rid in request_ids:
                 state.loop.abort_request(rid)
             state.admission.leave(len(seqs))
-            raise APIError(503 if isinstance(exc, RuntimeError) else 400, str(exc)) from exc
+            if isinstance(exc, RuntimeError):
+                raise APIError(503, str(exc)) from exc
+            # the engine's refusals start with the field they are about ("allowed_token_ids=[2] holds only …")
+            field = re.match(r"[a-z_]+", str(exc))
+            raise APIError(400, str(exc), param=field.group() if field and field.group() in type(body).model_fields
+                           else None) from exc
 
         async def outputs() -> AsyncIterator[tuple[int, RequestOutput]]:
             while len(finished) < len(seqs):
