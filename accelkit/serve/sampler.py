@@ -232,10 +232,8 @@ class Sampler:
         values = pending.tolist()
         if not values or not isinstance(values[0], list):
             return values, None
-        k = (len(values[0]) - 2) // 2
         tokens = [int(v[0]) for v in values]
-        logprobs = [(v[1], [(int(t), lp) for t, lp in zip(v[2 : 2 + k], v[2 + k :], strict=True)]) for v in values]
-        return tokens, logprobs
+        return tokens, [(v[1], _top(v, 2)) for v in values]
 
     @torch.inference_mode()
     def launch(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int],
@@ -360,10 +358,7 @@ class Sampler:
     def read_ranked(pending: torch.Tensor) -> list[tuple[float, list[tuple[int, float]], int]]:
         """The host sync of :meth:`pack_logprobs` rows packed ``with_rank``: per row (logprob of its token, [(id,
         logprob) of the most likely], the token's rank) — as many as the batch's largest k."""
-        values = pending.tolist()
-        k = (len(values[0]) - 3) // 2 if values else 0
-        return [(v[1], [(int(t), lp) for t, lp in zip(v[3 : 3 + k], v[3 + k :], strict=True)], int(v[2]))
-                for v in values]
+        return [(v[1], _top(v, 3), int(v[2])) for v in pending.tolist()]
 
     @staticmethod
     def pack_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int, *, with_rank: bool = False) -> torch.Tensor:
@@ -400,3 +395,9 @@ class Sampler:
         sub = torch.where(sub > 0, sub / rep, sub * rep)
         sub = sub - frequency * counts - presence * seen.float()
         return x.index_copy(0, idx, sub)
+
+
+def _top(row: list[float], start: int) -> list[tuple[int, float]]:
+    """The [(id, logprob)] of a packed row whose k ids and then k logprobs begin at ``start``."""
+    k = (len(row) - start) // 2
+    return [(int(t), lp) for t, lp in zip(row[start : start + k], row[start + k :], strict=True)]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -85,6 +84,11 @@ def _derived_seed(seed: int | None, choice: int) -> int | None:
 
 def _sse(data: Any) -> str:
     return f"data: {strict_json.dumps(data, separators=(',', ':'))}\n\n"  # never a bare NaN in an event
+
+
+def _leading_field(exc: ValueError) -> str:
+    """The field a validation message starts with: 'top_k=0 is …', 'logit_bias[5]=…', 'prompt is empty …'."""
+    return str(exc).split("=")[0].split("[")[0].split()[0]
 
 
 def _number(name: str, value: int | float) -> float:
@@ -379,7 +383,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 truncate_prompt_tokens=body.truncate_prompt_tokens,
             )
         except ValueError as exc:
-            field = str(exc).split("=")[0].split("[")[0].split()[0]
+            field = _leading_field(exc)
             if field == "logprobs" and hasattr(body, "top_logprobs"):
                 field = "top_logprobs"
             hint = "; 0 or -1 means no limit" if field == "top_k" else ""
@@ -482,9 +486,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             if isinstance(exc, RuntimeError):
                 raise APIError(503, str(exc)) from exc
             # the engine's refusals start with the field they are about ("allowed_token_ids=[2] holds only …")
-            field = re.match(r"[a-z_]+", str(exc))
-            raise APIError(400, str(exc), param=field.group() if field and field.group() in type(body).model_fields
-                           else None) from exc
+            field = _leading_field(exc)
+            raise APIError(400, str(exc), param=field if field in type(body).model_fields else None) from exc
 
         async def outputs() -> AsyncIterator[tuple[int, RequestOutput]]:
             while len(finished) < len(seqs):
