@@ -185,14 +185,11 @@ class LLMEngine:
                 "(prompt plus at least one output token)"
             )
         vocab = self.model_args.vocab_size
-        for t in params.logit_bias or ():
-            if t >= vocab:
-                raise ValueError(f"logit_bias has the token id {t}, which is not in the vocabulary; expected ids in "
+        for field, ids in (("logit_bias", params.logit_bias or ()), ("allowed_token_ids", params.allowed_token_ids or ())):
+            past = next((t for t in ids if t >= vocab), None)
+            if past is not None:
+                raise ValueError(f"{field} has the token id {past}, which is not in the vocabulary; expected ids in "
                                  f"[0, {vocab})")
-        for t in params.allowed_token_ids or ():
-            if t >= vocab:
-                raise ValueError(f"allowed_token_ids has the token id {t}, which is not in the vocabulary; expected "
-                                 f"ids in [0, {vocab})")
         if params.allowed_token_ids is not None and params.min_tokens:
             # within min_tokens the sampler masks EOS and stop_token_ids: with nothing else allowed, every logit
             # of the row would be -inf and the argmax token 0, allowed or not
