@@ -183,3 +183,51 @@ def forced_top1_agreement(engine: Any, prompts: list[list[int]], continuations: 
     finally:
         runner.sampler = real_sampler
     return counts[0], counts[1]
+
+
+def _structured_corpus(num_lines: int = 400, seed: int = 0) -> list[str]:
+    """JSON-ish lines (keys, numbers, quotes, braces, escapes) with some non-ASCII, for the byte-level BPE below."""
+    rng = random.Random(seed)
+    words = ["name", "age", "city", "value", "items", "id", "ok", "true", "false", "null", "café", "中文", "naïve",
+             "data", "type", "text", "é", "中", "x", "y"]
+    lines = []
+    for _ in range(num_lines):
+        fields = []
+        for _ in range(rng.randint(1, 4)):
+            key = rng.choice(words)
+            kind = rng.random()
+            if kind < 0.3:
+                value = str(rng.randint(-999, 99999))
+            elif kind < 0.4:
+                value = f"{rng.uniform(-10, 10):.{rng.randint(1, 4)}f}"
+            elif kind < 0.5:
+                value = rng.choice(["true", "false", "null", "[]", "{}", '"\\n"', '"\\"q\\""'])
+            elif kind < 0.6:
+                value = "[" + ", ".join(str(rng.randint(0, 9)) for _ in range(rng.randint(1, 3))) + "]"
+            else:
+                value = '"' + " ".join(rng.choice(words) for _ in range(rng.randint(1, 3))) + '"'
+            fields.append(f'"{key}": {value}')
+        sep = rng.choice([", ", ",", ",\n  "])
+        lines.append("{" + sep.join(fields) + "}")
+    return lines
+
+
+def build_bytelevel_tokenizer(vocab_size: int = 512) -> Any:
+    """A byte-level BPE (GPT-2 / Llama 3 style: 256-byte initial alphabet, ByteLevel pre-tokenizer and decoder),
+    trained in-process on JSON-ish text with non-ASCII (é, 中), so multi-byte tokens exist — some end mid-character.
+    Special tokens ``<unk> <s> </s> <pad>`` are ids 0..3 as in :func:`build_tokenizer`; eos is ``</s>``.
+    Deterministic (the corpus is seeded; training breaks ties by order)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_structured_corpus(), trainer)
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves __init__ untyped
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+    )

@@ -1,0 +1,976 @@
+"""Structured outputs (guided decoding): which tokens keep the output matching a ``choice``, ``regex``, JSON schema
+or ``json_object`` constraint.
+
+Three layers, each small:
+
+- :class:`TokenVocabulary`: every token id's bytes as the engine's detokenizer prints them (read from the fast
+  tokenizer's decoder: byte-level BPE or SentencePiece-style ``▁``/byte-fallback), and a byte trie over them;
+- a *character automaton* per constraint: a DFA from ``interegular`` for ``choice``/``regex``/JSON schema (a
+  schema is first turned into a regex, see :func:`schema_to_regex`), and a pushdown automaton for ``json_object``
+  (JSON objects nest to any depth, which no regex can);
+- :class:`Guide`: the automaton lifted to bytes — a guide state is ``(automaton state, pending bytes of an
+  unfinished UTF-8 character)``, since a token may end mid-character — and the token mask of a state, found by
+  walking the byte trie with the automaton and pruning each subtree where the automaton dies. Masks are cached
+  per state (LRU); a regex has few states, so after warm-up almost every step is a cache hit.
+
+Masks are exact at the character level: an allowed token always leaves a completion possible, and with a
+vocabulary that covers every byte (byte-level BPE, SentencePiece with byte fallback) that completion is reachable
+by tokens. Whitespace between JSON tokens is bounded (:data:`MAX_JSON_WHITESPACE` characters of
+:data:`JSON_WHITESPACE`), so a model cannot pad forever; nothing may precede or follow the JSON document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from accelkit.serve.sampling import StructuredOutputs
+
+if TYPE_CHECKING:
+    import torch
+
+JSON_WHITESPACE = " \n"  # the characters allowed between JSON tokens
+MAX_JSON_WHITESPACE = 2  # at most this many in a row: `{"a": 1}` and one newline of pretty-printing fit
+MAX_JSON_DEPTH = 32  # json_object: nesting of objects and arrays
+# a JSON schema's "any value" ({} or no type): objects/arrays nest this deep at most, counting the containers of
+# the schema around it (so inside an object's property it is a scalar). interegular builds the DFA of depth 1 in
+# ~0.2 s, of depth 2 in ~1 s (a 2-core CPU): 1 keeps compiling on the engine thread short
+ANY_VALUE_DEPTH = 1
+MAX_MASK_CACHE_BYTES = 16 << 20  # per guide: cached masks (one byte per vocabulary entry each)
+_MAX_INTERNED_STATES = 200_000  # per guide: byte-level states memoised before the memo is dropped
+
+
+# ------------------------------------------------------------------------------------------------ token bytes
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's bytes-to-unicode table, inverted: the character a byte-level BPE token spells each byte with."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: b for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = 256 + extra
+            extra += 1
+    return {chr(c): b for b, c in chars.items()}
+
+
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _decoder_steps(decoder: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if decoder is None:
+        raise ValueError("structured outputs need a byte-level BPE or SentencePiece tokenizer; this model's "
+                         "tokenizer has no decoder")
+    if decoder.get("type") == "Sequence":
+        return [step for sub in decoder.get("decoders", []) for step in _decoder_steps(sub)]
+    return [decoder]
+
+
+def _token_text_to_bytes(steps: list[dict[str, Any]]) -> Callable[[str], bytes | None]:
+    """How the decoder turns one (non-added) token string into output bytes, mid-sequence: sequence-level
+    steps after ``Fuse`` (``Strip`` of the first space) only touch the very start of the text, which the engine's
+    detokenizer decodes with prompt context, so they are left out."""
+    types = [step.get("type") for step in steps]
+    if "ByteLevel" in types:
+        if any(t != "ByteLevel" for t in types):
+            raise ValueError(f"structured outputs do not know this decoder sequence: {', '.join(map(str, types))}")
+        alphabet = _byte_level_alphabet()
+
+        def byte_level(text: str) -> bytes | None:
+            try:
+                return bytes(alphabet[c] for c in text)
+            except KeyError:
+                return None  # not a byte-level spelling: never produced by this model's merges
+
+        return byte_level
+    replaces: list[tuple[str, str]] = []
+    byte_fallback = fused = False
+    for step in steps:
+        kind = step.get("type")
+        if kind == "Metaspace" and not fused:
+            replaces.append((step.get("replacement", "▁"), " "))
+        elif kind == "Replace" and not fused and isinstance(step.get("pattern"), dict) and "String" in step["pattern"]:
+            replaces.append((step["pattern"]["String"], step.get("content", "")))
+        elif kind == "ByteFallback" and not fused:
+            byte_fallback = True
+        elif kind == "Fuse":
+            fused = True
+        elif kind == "Strip" and fused and not step.get("stop"):
+            pass  # strips the first space of the whole text: see the docstring
+        else:
+            raise ValueError("structured outputs need a byte-level BPE or SentencePiece tokenizer; this model's "
+                             f"decoder is {kind}")
+
+    def sentencepiece(text: str) -> bytes | None:
+        if byte_fallback and (m := _BYTE_FALLBACK.fullmatch(text)):
+            return bytes([int(m.group(1), 16)])
+        for old, new in replaces:
+            text = text.replace(old, new)
+        return text.encode("utf-8")
+
+    return sentencepiece
+
+
+class _Trie:
+    """A byte trie of the vocabulary: node 0 is the root; ``children[n]`` maps a byte to a node and
+    ``token_ids[n]`` lists the tokens whose bytes end at ``n``."""
+
+    __slots__ = ("children", "num_closers", "token_ids")
+
+    def __init__(self, token_bytes: Sequence[bytes | None]) -> None:
+        self.children: list[dict[int, int]] = [{}]
+        self.token_ids: list[list[int]] = [[]]
+        closers = 0
+        for token_id, data in enumerate(token_bytes):
+            if not data:
+                continue  # special, unused, or empty (an empty token would let the output stall forever)
+            node = 0
+            for byte in data:
+                nxt = self.children[node].get(byte)
+                if nxt is None:
+                    nxt = self.children[node][byte] = len(self.children)
+                    self.children.append({})
+                    self.token_ids.append([])
+                node = nxt
+            self.token_ids[node].append(token_id)
+            closers = max(closers, sum(data.count(c) for c in b"{}[]"))
+        # most brackets in one token: how deep into a JSON stack one token can reach (see _JsonObject.mask_key)
+        self.num_closers = closers
+
+
+class TokenVocabulary:
+    """Each token id's bytes as the engine's detokenizer would print them (None: a special/unused id, never
+    allowed). Built once per engine; immutable."""
+
+    def __init__(self, token_bytes: Sequence[bytes | None], eos_token_ids: Collection[int]) -> None:
+        self.size = len(token_bytes)
+        self.eos_token_ids = frozenset(int(i) for i in eos_token_ids)
+        if not self.eos_token_ids or not all(0 <= i < self.size for i in self.eos_token_ids):
+            raise ValueError(f"eos_token_ids {sorted(self.eos_token_ids)} must be non-empty ids below {self.size}")
+        self.token_bytes: tuple[bytes | None, ...] = tuple(
+            None if i in self.eos_token_ids else b for i, b in enumerate(token_bytes))
+        self._trie: _Trie | None = None
+
+    @property
+    def trie(self) -> _Trie:
+        if self._trie is None:
+            self._trie = _Trie(self.token_bytes)
+        return self._trie
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, vocab_size: int, eos_token_ids: Collection[int]) -> TokenVocabulary:
+        """Read token bytes from a Hugging Face fast tokenizer's decoder. ``vocab_size`` is the model's (ids at or
+        past the tokenizer's length have no text). Raises ValueError for a decoder it cannot read exactly."""
+        from accelkit.serve.detokenizer import _fast_backend
+
+        fast = _fast_backend(tokenizer)
+        if fast is None:
+            raise ValueError("structured outputs need a Hugging Face fast tokenizer that decodes with its "
+                             f"tokenizers backend; this model's is {type(tokenizer).__name__}")
+        backend, clean_up = fast
+        if clean_up:
+            raise ValueError("structured outputs cannot follow this tokenizer's clean_up_tokenization_spaces "
+                             "(it rewrites spaces between tokens); it must be off")
+        data = json.loads(backend.to_str())
+        to_bytes = _token_text_to_bytes(_decoder_steps(data.get("decoder")))
+        token_bytes: list[bytes | None] = [None] * vocab_size
+        for text, token_id in backend.get_vocab(with_added_tokens=False).items():
+            if token_id < vocab_size:
+                token_bytes[token_id] = to_bytes(text)
+        special = {int(i) for i in getattr(tokenizer, "all_special_ids", [])}
+        for added in data.get("added_tokens", []):
+            token_id = int(added["id"])
+            if token_id >= vocab_size:
+                continue
+            if added.get("special") or token_id in special:
+                token_bytes[token_id] = None
+            else:  # added tokens decode as their content, past the decoder's byte mapping; ask the decoder
+                text = backend.decode([token_id], skip_special_tokens=False)
+                token_bytes[token_id] = None if "\ufffd" in text else text.encode("utf-8")
+        for token_id in special:
+            if 0 <= token_id < vocab_size:
+                token_bytes[token_id] = None
+        return cls(token_bytes, eos_token_ids)
+
+
+# ------------------------------------------------------------------------------------------ character automata
+
+class CharAutomaton(Protocol):
+    """A character-level automaton; states are small hashable values, ``None`` is the dead state."""
+
+    def start(self) -> Hashable: ...
+
+    def step(self, state: Any, char: str) -> Hashable | None:
+        """The state after ``char``; None when no completion is possible any more."""
+
+    def accepting(self, state: Any) -> bool: ...
+
+    def can_step_in(self, state: Any, lo: int, hi: int) -> bool:
+        """Whether some character with a code point in ``lo..hi`` (all valid, all >= 0x80) keeps it alive:
+        decides a token that ends inside a multi-byte character."""
+
+    def mask_key(self, state: Any, num_closers: int) -> Hashable:
+        """A key under which states with the same token mask share it (the state itself is always right)."""
+
+
+class _RegexAutomaton:
+    """An ``interegular`` DFA restricted to its live states (those from which a final state is reachable)."""
+
+    def __init__(self, fsm: Any) -> None:
+        from interegular.fsm import anything_else
+
+        mapping = dict(fsm.alphabet._symbol_mapping)  # char → symbol
+        self._other = mapping.pop(anything_else, None)
+        self._symbol = mapping
+        self._chars = sorted(ord(c) for c in mapping)
+        reverse: dict[Any, set[Any]] = {}
+        for src, row in fsm.map.items():
+            for dst in row.values():
+                reverse.setdefault(dst, set()).add(src)
+        live, todo = set(fsm.finals), list(fsm.finals)
+        while todo:
+            for src in reverse.get(todo.pop(), ()):
+                if src not in live:
+                    live.add(src)
+                    todo.append(src)
+        self._map = {s: {sym: d for sym, d in row.items() if d in live} for s, row in fsm.map.items() if s in live}
+        self._initial = fsm.initial if fsm.initial in live else None
+        self._finals = frozenset(fsm.finals)
+        self._step_in: dict[tuple[Any, int, int], bool] = {}
+
+    def start(self) -> Hashable:
+        return self._initial
+
+    def step(self, state: Any, char: str) -> Hashable | None:
+        sym = self._symbol.get(char, self._other)
+        return self._map[state].get(sym)
+
+    def accepting(self, state: Any) -> bool:
+        return state in self._finals
+
+    def can_step_in(self, state: Any, lo: int, hi: int) -> bool:
+        key = (state, lo, hi)
+        cached = self._step_in.get(key)
+        if cached is None:
+            import bisect
+
+            row = self._map[state]
+            first, last = bisect.bisect_left(self._chars, lo), bisect.bisect_right(self._chars, hi)
+            named = self._chars[first:last]
+            cached = any(self._symbol[chr(c)] in row for c in named) or (
+                len(named) < hi - lo + 1 and self._other in row)
+            self._step_in[key] = cached
+        return cached
+
+    def mask_key(self, state: Any, num_closers: int) -> Hashable:
+        key: Hashable = state
+        return key
+
+
+# json_object's modes; a state is (mode, stack, whitespace run, sub), stack a str of "o" (object) / "a" (array)
+_TOP, _OBJ_FIRST, _OBJ_KEY, _COLON, _VALUE, _ARR_FIRST, _AFTER, _STR, _ESC, _HEX, _NUM, _LIT, _DONE = range(13)
+_WS_MODES = frozenset({_OBJ_FIRST, _OBJ_KEY, _COLON, _VALUE, _ARR_FIRST, _AFTER})
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_ESCAPES = frozenset('"\\/bfnrt')
+_DIGITS = frozenset("0123456789")
+# number phases: after "-", after a leading 0, in the integer part, after ".", in the fraction, after "e",
+# after the exponent's sign, in the exponent; the ones a number may end in:
+_N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP = range(8)
+_N_END = frozenset({_N_ZERO, _N_INT, _N_FRAC, _N_EXP})
+
+JsonState = tuple[int, str, int, Any]
+
+
+class _JsonObject:
+    """A pushdown automaton for one JSON object (RFC 8259) nested at most :data:`MAX_JSON_DEPTH` deep, with
+    bounded whitespace between tokens. Strings may not contain escapes of lone surrogates (\\uD800-\\uDFFF)."""
+
+    def start(self) -> Hashable:
+        return (_TOP, "", 0, None)
+
+    def accepting(self, state: Any) -> bool:
+        return bool(state[0] == _DONE)
+
+    def can_step_in(self, state: Any, lo: int, hi: int) -> bool:
+        return bool(state[0] == _STR)  # any character >= U+0080 may appear raw in a string, nowhere else
+
+    def mask_key(self, state: Any, num_closers: int) -> Hashable:
+        # one token pops at most num_closers levels and then reads the level below, or pushes that many: its fate
+        # depends on the top num_closers + 1 levels, whether more lie below, and the depth only near the limit
+        mode, stack, ws, sub = state
+        reach = num_closers + 1
+        depth = len(stack)
+        near_limit = depth >= MAX_JSON_DEPTH - reach
+        return (mode, ws, sub, stack[-reach:], depth > reach, depth if near_limit else None)
+
+    @staticmethod
+    def _after_value(stack: str) -> JsonState:
+        return (_AFTER, stack, 0, None) if stack else (_DONE, "", 0, None)
+
+    def _value(self, stack: str, c: str) -> JsonState | None:
+        if c == "{" or c == "[":
+            if len(stack) >= MAX_JSON_DEPTH:
+                return None
+            return (_OBJ_FIRST, stack + "o", 0, None) if c == "{" else (_ARR_FIRST, stack + "a", 0, None)
+        if c == '"':
+            return (_STR, stack, 0, False)
+        if c == "-":
+            return (_NUM, stack, 0, _N_MINUS)
+        if c in _DIGITS:
+            return (_NUM, stack, 0, _N_ZERO if c == "0" else _N_INT)
+        for literal in ("true", "false", "null"):
+            if c == literal[0]:
+                return (_LIT, stack, 0, literal[1:])
+        return None
+
+    def step(self, state: Any, c: str) -> Hashable | None:
+        mode, stack, ws, sub = state
+        if mode == _STR:
+            if c == '"':
+                return (_COLON, stack, 0, None) if sub else self._after_value(stack)
+            if c == "\\":
+                return (_ESC, stack, 0, sub)
+            return None if c < " " else state
+        if mode == _ESC:
+            if c in _ESCAPES:
+                return (_STR, stack, 0, sub)
+            return (_HEX, stack, 0, (sub, 0, False)) if c == "u" else None
+        if mode == _HEX:
+            is_key, index, after_d = sub
+            if c not in _HEX_DIGITS or (after_d and c not in "01234567"):
+                return None  # \uD800-\uDFFF: a surrogate
+            if index == 3:
+                return (_STR, stack, 0, is_key)
+            return (_HEX, stack, 0, (is_key, index + 1, index == 0 and c in "dD"))
+        if mode == _NUM:
+            nxt = _number_step(sub, c)
+            if nxt is not None:
+                return (_NUM, stack, 0, nxt)
+            return self.step(self._after_value(stack), c) if sub in _N_END else None
+        if mode == _LIT:
+            if c != sub[0]:
+                return None
+            return (_LIT, stack, 0, sub[1:]) if len(sub) > 1 else self._after_value(stack)
+        if mode in _WS_MODES and c in JSON_WHITESPACE:
+            return (mode, stack, ws + 1, sub) if ws < MAX_JSON_WHITESPACE else None
+        if mode == _TOP:
+            return (_OBJ_FIRST, "o", 0, None) if c == "{" else None
+        if mode in (_OBJ_FIRST, _OBJ_KEY):
+            if c == '"':
+                return (_STR, stack, 0, True)
+            return self._after_value(stack[:-1]) if mode == _OBJ_FIRST and c == "}" else None
+        if mode == _COLON:
+            return (_VALUE, stack, 0, None) if c == ":" else None
+        if mode == _VALUE:
+            return self._value(stack, c)
+        if mode == _ARR_FIRST:
+            return self._after_value(stack[:-1]) if c == "]" else self._value(stack, c)
+        if mode == _AFTER:
+            top = stack[-1]
+            if c == ",":
+                return (_OBJ_KEY, stack, 0, None) if top == "o" else (_VALUE, stack, 0, None)
+            if c == ("}" if top == "o" else "]"):
+                return self._after_value(stack[:-1])
+        return None
+
+
+def _number_step(phase: int, c: str) -> int | None:
+    """JSON's number grammar ``-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?``, one character at a time."""
+    digit = c in _DIGITS
+    if phase == _N_MINUS:
+        return (_N_ZERO if c == "0" else _N_INT) if digit else None
+    if phase in (_N_ZERO, _N_INT):
+        if digit:
+            return _N_INT if phase == _N_INT else None
+        return _N_DOT if c == "." else _N_E if c in "eE" else None
+    if phase in (_N_DOT, _N_FRAC):
+        if digit:
+            return _N_FRAC
+        return _N_E if phase == _N_FRAC and c in "eE" else None
+    if phase in (_N_E, _N_ESIGN):
+        if digit:
+            return _N_EXP
+        return _N_ESIGN if phase == _N_E and c in "+-" else None
+    return _N_EXP if digit else None  # _N_EXP
+
+
+# --------------------------------------------------------------------------------------------- the guide
+
+def _utf8_prefix(prefix: bytes) -> tuple[int, int, int] | None:
+    """For the leading bytes of one UTF-8 character: (its total length, lowest and highest code point it can
+    still become); None if no valid character (no overlong form, no surrogate, <= U+10FFFF) starts so."""
+    lead = prefix[0]
+    if lead < 0x80:
+        return (1, lead, lead) if len(prefix) == 1 else None
+    if 0xC2 <= lead <= 0xDF:
+        length = 2
+    elif 0xE0 <= lead <= 0xEF:
+        length = 3
+    elif 0xF0 <= lead <= 0xF4:
+        length = 4
+    else:
+        return None
+    second = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(lead, (0x80, 0xBF))
+    for i, byte in enumerate(prefix[1:], start=1):
+        low, high = second if i == 1 else (0x80, 0xBF)
+        if not low <= byte <= high or i >= length:
+            return None
+    rest = length - len(prefix)
+    if rest == 0:
+        code = ord(prefix.decode("utf-8"))
+        return length, code, code
+    lows = [second[0] if len(prefix) == 1 else 0x80] + [0x80] * (rest - 1)
+    highs = [second[1] if len(prefix) == 1 else 0xBF] + [0xBF] * (rest - 1)
+    return length, ord((prefix + bytes(lows)).decode("utf-8")), ord((prefix + bytes(highs)).decode("utf-8"))
+
+
+GuideState = tuple[Hashable, bytes]
+
+
+class Guide:
+    """One compiled constraint, shared by all requests with the same spec. A state is ``(automaton state, bytes of
+    an unfinished UTF-8 character)``. Not locked: only the engine thread calls it (the GIL is enough)."""
+
+    def __init__(self, automaton: CharAutomaton, vocab: TokenVocabulary) -> None:
+        self.automaton = automaton
+        self.vocab = vocab
+        self._eos = sorted(vocab.eos_token_ids)
+        self._masks: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
+        self.max_cached_masks = max(8, MAX_MASK_CACHE_BYTES // max(vocab.size, 1))
+        self._reset_memo()
+
+    def _reset_memo(self) -> None:
+        # byte-level states interned to ints, with their byte transitions memoised: the trie walk's inner loop
+        # is then two dict lookups per trie node
+        self._ids: dict[GuideState, int] = {}
+        self._states: list[GuideState] = []
+        self._next: list[dict[int, int | None]] = []
+
+    def _intern(self, state: GuideState) -> int:
+        sid = self._ids.get(state)
+        if sid is None:
+            sid = self._ids[state] = len(self._states)
+            self._states.append(state)
+            self._next.append({})
+        return sid
+
+    def _step_byte(self, sid: int, byte: int) -> int | None:
+        cstate, pending = self._states[sid]
+        automaton = self.automaton
+        if not pending and byte < 0x80:
+            nxt = automaton.step(cstate, chr(byte))
+            out = None if nxt is None else self._intern((nxt, b""))
+        else:
+            prefix = pending + bytes((byte,))
+            info = _utf8_prefix(prefix)
+            if info is None:
+                out = None
+            elif info[0] == len(prefix):
+                nxt = automaton.step(cstate, prefix.decode("utf-8"))
+                out = None if nxt is None else self._intern((nxt, b""))
+            else:
+                out = self._intern((cstate, prefix)) if automaton.can_step_in(cstate, info[1], info[2]) else None
+        self._next[sid][byte] = out
+        return out
+
+    def start(self) -> GuideState:
+        return (self.automaton.start(), b"")
+
+    def accepting(self, state: GuideState) -> bool:
+        """The text so far is a complete match (EOS allowed)."""
+        return not state[1] and self.automaton.accepting(state[0])
+
+    def advance(self, state: GuideState, token_id: int) -> GuideState:
+        """The state after ``token_id``; ValueError if the token is not allowed there. EOS is allowed where
+        :meth:`allowed` allows it: where the text is accepting, or (the fallback) where nothing else is."""
+        if token_id in self.vocab.eos_token_ids:
+            if not self.allowed(state)[token_id]:
+                raise ValueError(f"EOS token {token_id} is not allowed: the output is not complete yet")
+            return state
+        data = self.vocab.token_bytes[token_id] if 0 <= token_id < self.vocab.size else None
+        if not data:
+            raise ValueError(f"token {token_id} has no text and is never allowed under structured outputs")
+        if len(self._states) > _MAX_INTERNED_STATES:
+            self._reset_memo()
+        sid: int | None = self._intern(state)
+        for byte in data:
+            assert sid is not None
+            nxt = self._next[sid]
+            sid = nxt[byte] if byte in nxt else self._step_byte(sid, byte)
+            if sid is None:
+                raise ValueError(f"token {token_id} ({data!r}) is not allowed here")
+        assert sid is not None
+        return self._states[sid]
+
+    def allowed(self, state: GuideState) -> torch.Tensor:
+        """``(vocab.size,)`` torch.bool on the CPU, True = allowed; EOS ids True iff :meth:`accepting` — or, when
+        no token is allowed, EOS only (the request ends rather than stalls). Cached (LRU): do not modify it."""
+        trie = self.vocab.trie
+        key = (self.automaton.mask_key(state[0], trie.num_closers), state[1])
+        mask = self._masks.get(key)
+        if mask is not None:
+            self._masks.move_to_end(key)
+            return mask
+        import torch
+
+        ids = self._walk(state, trie)
+        mask = torch.zeros(self.vocab.size, dtype=torch.bool)
+        if ids:
+            mask[torch.tensor(ids, dtype=torch.long)] = True
+        if not ids or self.accepting(state):
+            mask[self._eos] = True
+        self._masks[key] = mask
+        if len(self._masks) > self.max_cached_masks:
+            self._masks.popitem(last=False)
+        return mask
+
+    def _walk(self, state: GuideState, trie: _Trie) -> list[int]:
+        """Depth-first over the trie, carrying the byte-level state; a dead state prunes the subtree."""
+        if len(self._states) > _MAX_INTERNED_STATES:
+            self._reset_memo()
+        children, token_ids, memo, step = trie.children, trie.token_ids, self._next, self._step_byte
+        allowed: list[int] = []
+        todo = [(0, self._intern(state))]
+        while todo:
+            node, sid = todo.pop()
+            nxt = memo[sid]
+            for byte, child in children[node].items():
+                to = nxt[byte] if byte in nxt else step(sid, byte)
+                if to is not None:
+                    if token_ids[child]:
+                        allowed.extend(token_ids[child])
+                    todo.append((child, to))
+        return allowed
+
+
+# ------------------------------------------------------------------------------------------------ compiling
+
+class GuideCompiler:
+    """Compiles :class:`StructuredOutputs` into :class:`Guide` s over one vocabulary, LRU-cached by spec."""
+
+    def __init__(self, vocab: TokenVocabulary, *, max_guides: int = 64) -> None:
+        if max_guides < 1:
+            raise ValueError(f"max_guides={max_guides} must be at least 1")
+        self.vocab = vocab
+        self.max_guides = max_guides
+        self._guides: OrderedDict[StructuredOutputs, Guide] = OrderedDict()
+
+    def compile(self, spec: StructuredOutputs) -> Guide:
+        """The guide for ``spec``; ValueError with one line naming the field (``structured_outputs.regex: ...``)."""
+        guide = self._guides.get(spec)
+        if guide is not None:
+            self._guides.move_to_end(spec)
+            return guide
+        kind = spec.kind
+        try:
+            automaton: CharAutomaton
+            if kind == "json_object":
+                automaton = _JsonObject()
+            else:
+                if kind == "choice":
+                    assert spec.choice is not None
+                    pattern = "|".join(_escape(c) for c in spec.choice)
+                elif kind == "regex":
+                    assert spec.regex is not None
+                    pattern = _strip_anchors(spec.regex)
+                else:
+                    assert spec.json is not None
+                    pattern = schema_to_regex(json.loads(spec.json))
+                automaton = _RegexAutomaton(_regex_fsm(pattern))
+                if automaton.start() is None:
+                    raise ValueError("no text matches it")
+        except ValueError as exc:
+            raise ValueError(f"structured_outputs.{kind}: {exc}") from None
+        guide = self._guides[spec] = Guide(automaton, self.vocab)
+        if len(self._guides) > self.max_guides:
+            self._guides.popitem(last=False)
+        return guide
+
+
+def _escape(text: str) -> str:
+    """``re.escape`` in the subset interegular parses (it has no ``\\uXXXX``; non-ASCII stays literal)."""
+    return re.escape(text)
+
+
+_UNICODE_ESCAPE = re.compile(r"\\(\\|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|x\{[0-9a-fA-F]+\})")
+
+
+def _strip_anchors(pattern: str) -> str:
+    """The whole output must match anyway: a leading ``^`` / ``\\A`` and a trailing ``$`` / ``\\Z`` say nothing
+    more (interegular refuses them). ``\\uXXXX`` escapes become the character (interegular has none)."""
+
+    def literal(m: re.Match[str]) -> str:
+        body = m.group(1)
+        if body == "\\":
+            return m.group(0)
+        return _escape(chr(int(body.strip("uUx{}"), 16)))
+
+    pattern = _UNICODE_ESCAPE.sub(literal, pattern)
+    for anchor in ("^", "\\A"):
+        if pattern.startswith(anchor):
+            pattern = pattern[len(anchor):]
+    for anchor in ("$", "\\Z"):
+        body = pattern[: -len(anchor)]
+        if pattern.endswith(anchor) and (len(body) - len(body.rstrip("\\"))) % 2 == 0:  # not an escaped "$"
+            pattern = body
+    return pattern
+
+
+def _regex_fsm(pattern: str) -> Any:
+    import interegular
+    from interegular.patterns import _NonCapturing
+
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression ({exc})") from None
+    try:
+        parsed = interegular.parse_pattern(pattern)
+    except interegular.patterns.Unsupported as exc:
+        raise ValueError(f"unsupported construct ({exc}); lookarounds, backreferences, word boundaries and anchors "
+                         "inside the pattern cannot be compiled into an automaton") from None
+    except Exception as exc:  # interegular's own parse errors
+        raise ValueError(f"cannot parse it ({type(exc).__name__}: {exc})") from None
+    if any(isinstance(node, _NonCapturing) for node in _nodes(parsed)):
+        raise ValueError("lookarounds ((?=...), (?!...), (?<=...), (?<!...)) are not supported")
+    return parsed.to_fsm()
+
+
+def _nodes(node: Any) -> Iterator[Any]:
+    yield node
+    if dataclasses.is_dataclass(node):
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            for item in value if isinstance(value, tuple | list | frozenset) else (value,):
+                if dataclasses.is_dataclass(item):
+                    yield from _nodes(item)
+
+
+
+# ------------------------------------------------------------------------------------- JSON schema → regex
+
+_WS = f"[{re.escape(JSON_WHITESPACE)}]{{0,{MAX_JSON_WHITESPACE}}}"
+_STRING_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'
+_STRING = f'"{_STRING_CHAR}*"'
+_INTEGER = r"-?(?:0|[1-9][0-9]*)"
+_NUMBER = _INTEGER + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_SCALAR = {"string": _STRING, "integer": _INTEGER, "number": _NUMBER, "boolean": "(?:true|false)", "null": "null"}
+_DATE = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_FORMATS = {  # RFC 3339 full-date / full-time (the offset is required) / date-time, RFC 4122 uuid
+    "date": _DATE, "time": _TIME, "date-time": f"{_DATE}T{_TIME}",
+    "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+}
+_ANNOTATIONS = frozenset({"title", "description", "examples", "default", "$schema", "$id", "$comment", "$defs",
+                          "definitions", "deprecated", "readOnly", "writeOnly"})
+_KEYWORDS = frozenset({"type", "enum", "const", "properties", "required", "additionalProperties", "items",
+                       "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "anyOf", "oneOf",
+                       "allOf", "$ref"})
+_TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
+MAX_SCHEMA_REPEAT = 64  # minItems/maxItems/minLength/maxLength: each unit of a bound is a copy in the automaton
+_UNSAFE_IN_STRING = r'[\s\S]*["\\\x00-\x1f][\s\S]*'
+
+
+def _any_value(depth: int) -> str:
+    """Any JSON value whose objects and arrays nest at most ``depth`` levels (a regex cannot count deeper)."""
+    scalar = "|".join(_SCALAR.values())
+    if depth == 0:
+        return f"(?:{scalar})"
+    inner = _any_value(depth - 1)
+    member = f"{_STRING}{_WS}:{_WS}{inner}"
+    obj = rf"\{{{_WS}(?:{member}(?:{_WS},{_WS}{member})*{_WS})?\}}"
+    arr = rf"\[{_WS}(?:{inner}(?:{_WS},{_WS}{inner})*{_WS})?\]"
+    return f"(?:{scalar}|{obj}|{arr})"
+
+
+def _literal(value: Any) -> str:
+    """One JSON value exactly as the output must spell it: compact, non-ASCII characters raw."""
+    return _escape(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _json_safe_pattern(pattern: str, where: str) -> str:
+    """A JSON schema ``pattern`` (a search, unless anchored at both ends) for the raw text between a string's
+    quotes. Where it would allow any character (``.``, ``[^...]``, ``\\S``...) it is narrowed to the ones a JSON
+    string holds unescaped — every output still matches; a pattern that still needs ``"``, ``\\`` or a control
+    character is refused."""
+    anchored_start, anchored_end = pattern.startswith("^"), pattern.endswith("$") and not pattern.endswith("\\$")
+    body = _strip_anchors(pattern)
+    out, i, in_class = [], 0, False
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            pair = body[i : i + 2]
+            if not in_class and pair in ("\\S", "\\W", "\\D"):
+                out.append("[^" + {"\\S": r"\s", "\\W": r"\w", "\\D": r"\d"}[pair] + r'"\\\x00-\x1f]')
+            else:
+                out.append(pair)
+            i += 2
+            continue
+        if in_class:
+            if c == "]" and body[i - 1] not in "[^":
+                in_class = False
+            out.append(c)
+        elif c == "[":
+            in_class = True
+            if body.startswith("[^", i):
+                out.append(r'[^"\\\x00-\x1f')
+                i += 2
+                continue
+            out.append(c)
+        elif c == ".":
+            out.append(r'[^"\\\x00-\x1f]')
+        else:
+            out.append(c)
+        i += 1
+    safe = "".join(out)
+    free = f"{_STRING_CHAR}*"
+    safe = ("" if anchored_start else free) + f"(?:{safe})" + ("" if anchored_end else free)
+    try:
+        fsm = _regex_fsm(safe)
+        unsafe = _regex_fsm(_UNSAFE_IN_STRING)
+    except ValueError as exc:
+        raise ValueError(f"pattern {pattern!r} (at {where}): {exc}") from None
+    if not (fsm & unsafe).empty():
+        raise ValueError(f'pattern {pattern!r} (at {where}) can match a ", \\ or control character, which a JSON '
+                         "string must escape; this is not supported")
+    return safe
+
+
+def _has_type(value: Any, types: Any) -> bool:
+    names = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+    python = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    for name in names:
+        if name in ("integer", "number") and isinstance(value, int | float) and not isinstance(value, bool):
+            if name == "number" or float(value).is_integer():
+                return True
+        elif name in python and isinstance(value, python[name]):
+            return True
+    return False
+
+
+class _SchemaRegex:
+    """One schema's translation; ``refs`` holds the $refs being expanded (a repeat is recursion)."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.refs: list[str] = []
+        self.level = 0  # objects/arrays around the schema being translated
+
+    def any_value(self) -> str:
+        """Any value, nested no deeper than :data:`ANY_VALUE_DEPTH` counting the containers around it."""
+        return _any_value(max(ANY_VALUE_DEPTH - self.level, 0))
+
+    def inside(self, schema: Any, where: str) -> str:
+        self.level += 1
+        try:
+            return self.regex(schema, where)
+        finally:
+            self.level -= 1
+
+    def unsupported(self, keyword: str, where: str) -> ValueError:
+        return ValueError(f"keyword {keyword!r} (at {where}) is not supported")
+
+    def count(self, schema: dict[str, Any], keyword: str, where: str) -> int | None:
+        value = schema.get(keyword)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{keyword} (at {where}) must be a non-negative integer, not {value!r}")
+        if value > MAX_SCHEMA_REPEAT:
+            raise ValueError(f"{keyword}={value} (at {where}) is above {MAX_SCHEMA_REPEAT}, the most supported")
+        return value
+
+    def regex(self, schema: Any, where: str) -> str:
+        if schema is True:
+            return self.any_value()
+        if not isinstance(schema, dict):
+            raise ValueError(f"the schema at {where} is {json.dumps(schema)}; give an object")
+        for keyword in schema:
+            if keyword not in _KEYWORDS and keyword not in _ANNOTATIONS:
+                raise self.unsupported(keyword, where)
+        if "$ref" in schema:
+            return self.ref(schema, where)
+        if "allOf" in schema:
+            members = schema["allOf"]
+            others = set(schema) - _ANNOTATIONS - {"allOf"}
+            if not isinstance(members, list) or len(members) != 1 or others:
+                raise ValueError(f"allOf (at {where}) is supported with one member and no other keywords beside it")
+            return self.regex(members[0], f"{where}.allOf[0]")
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in schema:
+                members = schema[keyword]
+                if not isinstance(members, list) or not members:
+                    raise ValueError(f"{keyword} (at {where}) must be a non-empty list of schemas")
+                rest = {k: v for k, v in schema.items() if k != keyword}
+                if set(rest) - _ANNOTATIONS:
+                    # the siblings constrain every branch: fold them in (a branch's own keywords win)
+                    members = [{**rest, **m} if isinstance(m, dict) else m for m in members]
+                branches = [self.regex(m, f"{where}.{keyword}[{i}]") for i, m in enumerate(members)]
+                return "(?:" + "|".join(branches) + ")"
+        if "const" in schema or "enum" in schema:
+            values = [schema["const"]] if "const" in schema else schema["enum"]
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"enum (at {where}) must be a non-empty list")
+            if "type" in schema:  # a value of another type would be rejected by the schema
+                values = [v for v in values if _has_type(v, schema["type"])]
+                if not values:
+                    raise ValueError(f"no value of enum/const (at {where}) has the type {json.dumps(schema['type'])}")
+            return "(?:" + "|".join(_literal(v) for v in values) + ")"
+        types = schema.get("type")
+        if types is None:
+            types = self.implied_type(schema)
+            if types is None:
+                return self.any_value()
+        if isinstance(types, str):
+            types = [types]
+        if not isinstance(types, list) or not types or any(t not in _TYPES for t in types):
+            raise ValueError(f"type (at {where}) must be one of {', '.join(_TYPES)} or a list of them, "
+                             f"not {json.dumps(schema.get('type'))}")
+        # JSON's integers are numbers too: "number" already covers them
+        branches = [self.typed(schema, t, where) for t in types if not (t == "integer" and "number" in types)]
+        return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+    @staticmethod
+    def implied_type(schema: dict[str, Any]) -> str | None:
+        """No "type": any value is valid, but the keywords given say what the author meant (a narrower output is
+        still valid)."""
+        if {"properties", "required", "additionalProperties"} & set(schema):
+            return "object"
+        if {"items", "minItems", "maxItems"} & set(schema):
+            return "array"
+        if {"minLength", "maxLength", "pattern", "format"} & set(schema):
+            return "string"
+        return None
+
+    def typed(self, schema: dict[str, Any], kind: str, where: str) -> str:
+        if kind == "object":
+            return self.object(schema, where)
+        if kind == "array":
+            return self.array(schema, where)
+        if kind == "string":
+            return self.string(schema, where)
+        return _SCALAR[kind]
+
+    def string(self, schema: dict[str, Any], where: str) -> str:
+        low, high = self.count(schema, "minLength", where), self.count(schema, "maxLength", where)
+        fmt, pattern = schema.get("format"), schema.get("pattern")
+        if sum(x is not None for x in (fmt, pattern)) + (low is not None or high is not None) > 1:
+            raise ValueError(f"combining format, pattern and minLength/maxLength (at {where}) is not supported")
+        if fmt is not None:
+            if fmt not in _FORMATS:
+                raise ValueError(f"format {fmt!r} (at {where}) is not supported (supported: {', '.join(_FORMATS)})")
+            return f'"{_FORMATS[fmt]}"'
+        if pattern is not None:
+            if not isinstance(pattern, str) or not pattern:
+                raise ValueError(f"pattern (at {where}) must be a non-empty string")
+            return f'"{_json_safe_pattern(pattern, where)}"'
+        if low is None and high is None:
+            return _STRING
+        if high is not None and low is not None and high < low:
+            raise ValueError(f"maxLength {high} is below minLength {low} (at {where})")
+        return f'"{_STRING_CHAR}{{{low or 0},{"" if high is None else high}}}"'
+
+    def array(self, schema: dict[str, Any], where: str) -> str:
+        low, high = self.count(schema, "minItems", where) or 0, self.count(schema, "maxItems", where)
+        if high is not None and high < low:
+            raise ValueError(f"maxItems {high} is below minItems {low} (at {where})")
+        items = schema.get("items", True)
+        if isinstance(items, list):
+            raise self.unsupported("items (a list: prefixItems' old form)", where)
+        item = self.inside(items, f"{where}.items")
+        if high == 0:
+            return rf"\[{_WS}\]"
+        more = f"(?:{_WS},{_WS}{item}){{{max(low - 1, 0)},{'' if high is None else high - 1}}}"
+        body = f"{item}{more}{_WS}"
+        return rf"\[{_WS}{body}\]" if low > 0 else rf"\[{_WS}(?:{body})?\]"
+
+    def object(self, schema: dict[str, Any], where: str) -> str:
+        extra = schema.get("additionalProperties", True)
+        if not isinstance(extra, bool):
+            raise self.unsupported("additionalProperties (a schema)", where)
+        properties = schema.get("properties")
+        required = schema.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise ValueError(f"required (at {where}) must be a list of property names")
+        if properties is None:
+            if required:
+                raise ValueError(f"required (at {where}) names properties that 'properties' does not define")
+            # additionalProperties false and no properties: only {}; else any object (bounded depth)
+            return rf"\{{{_WS}\}}" if extra is False else self.any_object()
+        if not isinstance(properties, dict):
+            raise ValueError(f"properties (at {where}) must be an object")
+        missing = [r for r in required if r not in properties]
+        if missing:
+            raise ValueError(f"required property {missing[0]!r} (at {where}) is not in properties")
+        members = [
+            (f"{_literal(name)}{_WS}:{_WS}{self.inside(sub, f'{where}.properties.{name}')}", name in required)
+            for name, sub in properties.items()
+        ]
+        sep = f"{_WS},{_WS}"
+
+        def rest(i: int) -> str:  # members i.. after one was written: each with its comma
+            return "".join(f"{sep}{m}" if req else f"(?:{sep}{m})?" for m, req in members[i:])
+
+        firsts = []  # the first member written is k: all before it optional and left out
+        for k, (member, req) in enumerate(members):
+            firsts.append(f"{member}{rest(k + 1)}")
+            if req:
+                break
+        else:
+            firsts.append("")  # every member optional: {} too
+        return rf"\{{{_WS}(?:{'|'.join(firsts)}){_WS}\}}"
+
+    def any_object(self) -> str:
+        inner = _any_value(max(ANY_VALUE_DEPTH - self.level - 1, 0))
+        member = f"{_STRING}{_WS}:{_WS}{inner}"
+        return rf"\{{{_WS}(?:{member}(?:{_WS},{_WS}{member})*{_WS})?\}}"
+
+    def ref(self, schema: dict[str, Any], where: str) -> str:
+        ref = schema["$ref"]
+        others = set(schema) - _ANNOTATIONS - {"$ref"}
+        if others:
+            raise ValueError(f"keywords beside $ref (at {where}: {', '.join(sorted(others))}) are not supported")
+        match = re.fullmatch(r"#/(\$defs|definitions)/([^/]+)", ref) if isinstance(ref, str) else None
+        if match is None:
+            raise ValueError(f"$ref {ref!r} (at {where}) is not supported; use #/$defs/NAME or #/definitions/NAME")
+        if ref in self.refs:
+            raise ValueError(f"$ref {ref!r} (at {where}) is recursive; recursive schemas are not supported")
+        name = match.group(2).replace("~1", "/").replace("~0", "~")
+        target = self.root.get(match.group(1), {}).get(name) if isinstance(self.root, dict) else None
+        if target is None:
+            raise ValueError(f"$ref {ref!r} (at {where}) points at nothing")
+        self.refs.append(ref)
+        try:
+            return self.regex(target, f"{match.group(1)}.{name}")
+        finally:
+            self.refs.pop()
+
+
+def schema_to_regex(schema: Any) -> str:
+    """A regex whose matches are JSON documents valid under ``schema``, for this subset of JSON schema:
+
+    - ``type`` (one or a list) object, array, string, integer, number, boolean, null; no type: inferred from
+      the keywords present (properties → object ...), else any JSON value (objects/arrays nested at most
+      :data:`ANY_VALUE_DEPTH` deep counting the schema's own containers around it, so any scalar inside an object
+      or array); ``{}`` / ``true``: any value likewise;
+    - object: ``properties`` written in their declared order, the ``required`` ones always, the others optional;
+      no other keys (``additionalProperties`` may be true or false: the output has only declared keys either
+      way; a schema there is refused). Without ``properties``: any object (or ``{}`` under additionalProperties
+      false);
+    - string: ``minLength``/``maxLength`` (counted in JSON characters: an escape is one), ``pattern`` (see
+      :func:`_json_safe_pattern`), ``format`` date, time, date-time (RFC 3339, offset required), uuid — one of
+      the three kinds at a time;
+    - array: ``items`` (one schema), ``minItems``/``maxItems``; ``enum``, ``const`` (compact spelling);
+    - ``anyOf``; ``oneOf`` as anyOf (exclusivity is not enforced: a value valid under two branches may come out);
+      ``allOf`` with one member; ``$ref`` to ``#/$defs/NAME`` or ``#/definitions/NAME``, not recursive.
+
+    Annotations (title, description, examples, default, $schema, $id, $comment ...) are ignored; any other keyword
+    (minimum, multipleOf, patternProperties, uniqueItems, not, if/then ...) raises ValueError naming it and where
+    it is: refused rather than ignored, since ignoring it could produce output the schema rejects. Numbers are
+    JSON's (no bound on digits); between tokens at most :data:`MAX_JSON_WHITESPACE` of :data:`JSON_WHITESPACE`.
+    """
+    return _SchemaRegex(schema).regex(schema, "the root")
