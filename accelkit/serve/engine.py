@@ -18,6 +18,7 @@ import numbers
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -31,7 +32,7 @@ from accelkit.serve.detokenizer import IncrementalDetokenizer, TokenDecoder
 from accelkit.serve.isolation import EngineDeadError, canary_ok, describe, execute_isolating
 from accelkit.serve.models.llama import LlamaArgs
 from accelkit.serve.outputs import EngineStats, RequestOutput
-from accelkit.serve.sampling import SamplingParams
+from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 from accelkit.serve.scheduler import Scheduler, SchedulerConfig
 from accelkit.serve.sequence import Sequence, SequenceStatus
 
@@ -80,6 +81,8 @@ def _load_tokenizer(model_dir: Path) -> Any:
 
 
 class LLMEngine:
+    GUIDES = 64  # compiled structured-output specs kept (structured_guide)
+
     def __init__(self, config: EngineConfig) -> None:
         from accelkit.serve.model_runner import ModelRunner  # torch: imported when an engine is built
 
@@ -127,6 +130,11 @@ class LLMEngine:
         self._deferred_outputs: list[RequestOutput] = []
         self._deferred_error: Exception | None = None
         self._deliver: Callable[[list[RequestOutput]], None] | None = None  # step()'s, while it runs
+        # structured outputs: compiled specs (structured_guide) and what compiles them, made on first use
+        self._guides: OrderedDict[StructuredOutputs, Any] = OrderedDict()
+        self._guides_lock = threading.Lock()
+        self._guide_compiler_: Any = None
+        self._guide_vocab_error: str | None = None
 
     def _preflight(self, model_dir: Path, hf_config: dict[str, Any]) -> None:
         """Refuse, before allocating anything, a checkpoint that does not match its config or cannot fit."""
@@ -200,11 +208,55 @@ class LLMEngine:
                                  "before then; allow another token, or leave min_tokens out")
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ValueError(f"priority={priority!r} is not valid; expected an integer")
+        guide = self.structured_guide(params.structured_outputs) if params.structured_outputs is not None else None
         rid = request_id if request_id is not None else uuid.uuid4().hex
-        return Sequence(
+        seq = Sequence(
             rid, token_ids, params, prompt=text, priority=priority,
             arrival_time=time.monotonic() if arrival_time is None else arrival_time,
         )
+        seq.guide = guide
+        return seq
+
+    def structured_guide(self, spec: StructuredOutputs) -> Any:
+        """``spec`` compiled for this model's vocabulary (``structured.Guide``); ValueError naming what is wrong.
+        The last GUIDES specs stay compiled (with the token masks their states computed), shared by every request
+        that asks for the same one. Any thread; a compile runs outside the lock (a schema can take a while: the
+        server calls this off its event loop first, so that make_request finds it compiled)."""
+        with self._guides_lock:
+            guide = self._guides.get(spec)
+            if guide is not None:
+                self._guides.move_to_end(spec)
+                return guide
+        compiler = self._guide_compiler()
+        guide = compiler.compile(spec)
+        with self._guides_lock:
+            self._guides[spec] = guide
+            self._guides.move_to_end(spec)
+            while len(self._guides) > self.GUIDES:
+                self._guides.popitem(last=False)
+        return guide
+
+    def _guide_compiler(self) -> Any:
+        """The vocabulary's byte strings and their trie, built on the first structured-output request."""
+        if self._guide_vocab_error is not None:
+            raise ValueError(self._guide_vocab_error)
+        if self._guide_compiler_ is not None:
+            return self._guide_compiler_
+        from accelkit.serve.structured import GuideCompiler, TokenVocabulary  # (its regex library, when used)
+
+        if self.tokenizer is None:
+            self._guide_vocab_error = "structured_outputs needs the model's tokenizer, and this model has none"
+            raise ValueError(self._guide_vocab_error)
+        try:
+            vocab = TokenVocabulary.from_tokenizer(self.tokenizer, self.model_args.vocab_size, self.eos_token_ids)
+        except ValueError as exc:
+            self._guide_vocab_error = str(exc)
+            raise
+        with self._guides_lock:
+            if self._guide_compiler_ is None:
+                self._guide_compiler_ = GuideCompiler(vocab)
+                self.runner.sampler.eos_token_ids = self.eos_token_ids
+            return self._guide_compiler_
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; ValueError when it is not Unicode text (a lone surrogate, as JSON's

@@ -1,10 +1,13 @@
 """Token sampling on the device: greedy, temperature, top-k, top-p, min-p, penalties, logit bias, allowed token ids,
-min_tokens, logprobs, per-request seeds — one batch, one sync."""
+structured outputs, min_tokens, logprobs, per-request seeds — one batch, one sync."""
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
+from collections.abc import Hashable
 from collections.abc import Sequence as Rows
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -24,6 +27,7 @@ class SampledRow(Protocol):
     token_ids: list[int]
     num_prompt_tokens: int
     stop_token_ids: frozenset[int]
+    guide: object | None  # a structured.Guide with SamplingParams.structured_outputs
 
 
 class TokenCounts:
@@ -152,6 +156,17 @@ class Uploader:
         return self.array(np.asarray(values, dtype=np.float32))
 
 
+class _GuideTrack:
+    """Where one structured-output sequence stands in its guide: the state after its first ``consumed`` output
+    tokens (advanced with the tokens added since its last step), ``done`` once it sampled EOS (with ignore_eos it
+    goes on, and may then sample only EOS)."""
+
+    __slots__ = ("consumed", "done", "state")
+
+    def __init__(self, state: Hashable) -> None:
+        self.state, self.consumed, self.done = state, 0, False
+
+
 class Sampler:
     """Samples one token per row of a logits batch.
 
@@ -162,9 +177,9 @@ class Sampler:
     The per-row settings reach the device in one copy from a pinned buffer (a tensor built from a Python
     list would be a synchronous copy each); the only host sync of a step is reading the sampled ids back.
 
-    Penalties, ``min_p``, ``logit_bias``, ``allowed_token_ids``, ``min_tokens`` and logprobs run only in a batch
-    where some row asks for one of them (``extras``); otherwise a step does what it did before they existed. In
-    vLLM's order: ``allowed_token_ids``, ``logit_bias`` and ``min_tokens`` masking, then the penalties (repetition,
+    Penalties, ``min_p``, ``logit_bias``, ``allowed_token_ids``, structured outputs, ``min_tokens`` and logprobs run
+    only in a batch where some row asks for one of them (``extras``); otherwise a step does what it did before they
+    existed. In vLLM's order: ``allowed_token_ids`` or the structured-output mask, ``logit_bias`` and ``min_tokens`` masking, then the penalties (repetition,
     frequency, presence), then greedy argmax or temperature → min-p → top-k → top-p → the race. Logprobs are the model's raw ones
     (``log_softmax`` of its logits, before any of that — vLLM's default ``logprobs_mode="raw_logprobs"``);
     with them, the step's one read brings back the ids and the logprobs together.
@@ -182,10 +197,17 @@ class Sampler:
         # seq_id → (its allowed_token_ids, (V,) bool on the device, True where a token is NOT allowed): built in the
         # request's first step, so a step's host work is one lookup per such row whatever the number of ids
         self._disallowed: dict[int, tuple[tuple[int, ...], torch.Tensor]] = {}
+        # structured outputs: each guided sequence's place in its guide, and per guide its states' (V,) masks on the
+        # device (True = NOT allowed), the most recent GUIDE_MASKS kept: one upload per state, not per step
+        self.eos_token_ids: frozenset[int] = frozenset()  # set by the engine (what ends a guided sequence)
+        self._guided: dict[int, _GuideTrack] = {}
+        self._guide_masks: weakref.WeakKeyDictionary[Any, OrderedDict[Hashable, torch.Tensor]] = (
+            weakref.WeakKeyDictionary())
 
     def forget(self, seq_id: int) -> None:
         self._seeded.pop(seq_id, None)
         self._disallowed.pop(seq_id, None)
+        self._guided.pop(seq_id, None)
         if self._counts is not None:
             self._counts.forget(seq_id)
 
@@ -290,6 +312,43 @@ class Sampler:
         self._disallowed[seq_id] = (allowed, mask)
         return mask
 
+    GUIDE_MASKS = 256  # device masks kept per guide (V bytes each: 125 KiB at V=128,256)
+
+    def _guide_mask(self, row: SampledRow, vocab: int) -> torch.Tensor:
+        """(V,) bool on the device, True for the tokens the row's guide forbids after its output so far."""
+        guide: Any = row.guide
+        track = self._guided.get(row.seq_id)
+        if track is None:
+            track = self._guided[row.seq_id] = _GuideTrack(guide.start())
+        new = row.token_ids[row.num_prompt_tokens + track.consumed :]
+        for token in new:  # (usually one: the token sampled in the row's last step)
+            if track.done:
+                continue
+            if token in self.eos_token_ids:
+                track.done = True
+            else:
+                track.state = guide.advance(track.state, token)  # (a token the mask let through: never raises)
+        track.consumed += len(new)
+        key = ("eos",) if track.done else track.state
+        masks = self._guide_masks.get(guide)
+        if masks is None:
+            masks = self._guide_masks[guide] = OrderedDict()
+        mask = masks.get(key)
+        if mask is None:
+            if track.done:
+                allowed = torch.zeros(vocab, dtype=torch.bool)
+                allowed[[t for t in self.eos_token_ids if t < vocab]] = True
+            else:
+                allowed = guide.allowed(track.state)[:vocab]
+                if allowed.shape[0] < vocab:  # (logits wider than the tokenizer's vocabulary: padding ids)
+                    allowed = torch.cat([allowed, allowed.new_zeros(vocab - allowed.shape[0])])
+            mask = masks[key] = (~allowed).to(self.device)
+            if len(masks) > self.GUIDE_MASKS:
+                masks.popitem(last=False)
+        else:
+            masks.move_to_end(key)
+        return mask
+
     def process(self, logits: torch.Tensor, params: list[SamplingParams], rows: Rows[SampledRow],
                 settings: torch.Tensor | None = None) -> torch.Tensor:
         """``logits`` (N, V) with ``allowed_token_ids``, ``logit_bias``, ``min_tokens`` masking and the penalties
@@ -307,12 +366,15 @@ class Sampler:
         bias_tokens: list[int] = []
         biases: list[float] = []
         penalised: list[int] = []
-        restricted: list[int] = []  # rows with allowed_token_ids, and their (V,) masks
+        restricted: list[int] = []  # rows with allowed_token_ids or a guide, and their (V,) masks
         disallowed: list[torch.Tensor] = []
         for i, (p, r) in enumerate(zip(params, rows, strict=True)):
             if p.allowed_token_ids is not None:
                 restricted.append(i)
                 disallowed.append(self._disallowed_mask(r.seq_id, p.allowed_token_ids, vocab, up))
+            elif r.guide is not None:  # (SamplingParams refuses both on one request)
+                restricted.append(i)
+                disallowed.append(self._guide_mask(r, vocab))
             if p.min_tokens and len(r.token_ids) - r.num_prompt_tokens < p.min_tokens:
                 stops = [t for t in r.stop_token_ids if t < vocab]  # (an id past the vocabulary is never sampled)
                 mask_rows += [i] * len(stops)

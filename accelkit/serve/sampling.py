@@ -7,6 +7,7 @@ temperature) is a ``ValueError`` naming the field before the request is queued.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -45,6 +46,66 @@ class FrozenBias(dict[int, float]):
     def __reduce__(self) -> tuple[type[FrozenBias], tuple[dict[int, float]]]:
         # pickle and copy would otherwise rebuild it item by item through __setitem__
         return FrozenBias, (dict(self),)
+
+
+MAX_CHOICES = 256  # structured_outputs.choice: each choice is a branch of the request's automaton
+MAX_PATTERN_CHARS = 16_384  # a regex's or a JSON schema's text: compiled on the engine thread, once per spec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StructuredOutputs(Spec):
+    """vLLM's ``StructuredOutputsParams``: the output must match exactly one of these (the sampler masks every token
+    that would leave it). The automaton is compiled on first use and shared by requests with the same spec."""
+
+    json: str | None = spec_field(
+        None, doc="A JSON schema (its JSON text; a dict is stored as compact JSON, its key order kept: properties "
+        "come out in the order the schema lists them): the output is one JSON "
+        "document valid under it. Supported keywords are listed in docs/serve.md; others are refused, not ignored.",
+    )
+    regex: str | None = spec_field(None, doc="A regular expression (Python syntax) the whole output must match.")
+    choice: tuple[str, ...] | None = spec_field(
+        None, doc=f"The output is exactly one of these strings (1..{MAX_CHOICES}, non-empty, distinct)."
+    )
+    json_object: bool = spec_field(False, doc="The output is one JSON object, any keys and values (JSON mode).")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.json, dict):  # callers pass a schema as a dict (vLLM's json=...): its text, in its order
+            object.__setattr__(self, "json", json.dumps(self.json, separators=(",", ":")))
+        if isinstance(self.choice, str):
+            raise ValueError(f"choice={self.choice!r} is one string; give a list of strings")
+        Spec.__post_init__(self)
+
+    def validate(self) -> None:
+        given = [name for name in ("json", "regex", "choice") if getattr(self, name) is not None]
+        given += ["json_object"] if self.json_object else []
+        if len(given) != 1:
+            raise ValueError(f"structured_outputs sets {', '.join(given) or 'nothing'}; set exactly one of json, "
+                             "regex, choice or json_object")
+        for name in ("json", "regex"):
+            text = getattr(self, name)
+            if text is not None and not text:
+                raise ValueError(f"structured_outputs.{name} is empty; give a non-empty {name}")
+            if text is not None and len(text) > MAX_PATTERN_CHARS:
+                raise ValueError(f"structured_outputs.{name} has {len(text)} characters; at most "
+                                 f"{MAX_PATTERN_CHARS} are allowed")
+        if self.json is not None:
+            try:
+                json.loads(self.json)
+            except ValueError as exc:
+                raise ValueError(f"structured_outputs.json is not valid JSON ({exc}); give a JSON schema") from None
+        if self.choice is not None:
+            if not 1 <= len(self.choice) <= MAX_CHOICES:
+                raise ValueError(f"structured_outputs.choice has {len(self.choice)} strings; give 1 to {MAX_CHOICES}")
+            if any(not c for c in self.choice):
+                raise ValueError("structured_outputs.choice contains an empty string; give non-empty choices")
+            if len(set(self.choice)) != len(self.choice):
+                raise ValueError("structured_outputs.choice repeats a string; give distinct choices")
+
+    @property
+    def kind(self) -> str:
+        """Which constraint this is: json, regex, choice or json_object."""
+        return next(name for name in ("json", "regex", "choice") if getattr(self, name) is not None) if (
+            not self.json_object) else "json_object"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +172,11 @@ class SamplingParams(Spec):
         "it. Applied after tokenizing, before the context-length check; RequestOutput.prompt_token_ids are the "
         "kept ones (RequestOutput.prompt stays the text as given).",
     )
+    structured_outputs: StructuredOutputs | None = spec_field(
+        None, doc="vLLM's: the output must match a JSON schema, a regex, one of some strings, or be a JSON object "
+        "(see StructuredOutputs); tokens that would leave the match are masked before sampling (greedy too), and "
+        "EOS is allowed only where the text so far is a complete match. Not with min_tokens or allowed_token_ids.",
+    )
     logprobs: int | None = spec_field(
         None, min=0, max=MAX_LOGPROBS,
         doc=f"Return each generated token's log-probability and the k most likely ones (0..{MAX_LOGPROBS}); None = "
@@ -172,6 +238,15 @@ class SamplingParams(Spec):
             negative = next((t for t in self.allowed_token_ids if t < 0), None)
             if negative is not None:
                 raise ValueError(f"allowed_token_ids has the negative token id {negative}; token ids are >= 0")
+        if self.structured_outputs is not None:
+            # the constraint decides where the output may end: min_tokens could forbid the only token left (EOS),
+            # and allowed_token_ids could leave none of the tokens it allows; either would make a row all -inf
+            if self.min_tokens:
+                raise ValueError(f"min_tokens={self.min_tokens} cannot be combined with structured_outputs (the "
+                                 "constraint decides where the output ends); leave min_tokens out")
+            if self.allowed_token_ids is not None:
+                raise ValueError("allowed_token_ids cannot be combined with structured_outputs (the constraint "
+                                 "decides which tokens are allowed); leave allowed_token_ids out")
 
     @property
     def needs_processing(self) -> bool:
@@ -181,6 +256,7 @@ class SamplingParams(Spec):
         return bool(
             self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0 or self.min_p
             or self.min_tokens or self.logit_bias or self.allowed_token_ids is not None or self.logprobs is not None
+            or self.structured_outputs is not None
         )
 
     @property

@@ -29,7 +29,7 @@ class Sequence:
 
     __slots__ = (
         "arrival_order", "arrival_time", "block_hashes", "block_table", "finish_reason", "finished_time",
-        "first_scheduled_time", "first_token_time", "last_token_time", "logprobs", "max_num_tokens",
+        "first_scheduled_time", "first_token_time", "guide", "last_token_time", "logprobs", "max_num_tokens",
         "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks", "num_preemptions", "num_prompt_tokens",
         "order_key", "params", "priority", "prompt", "prompt_logprob_ranks", "prompt_logprobs", "request_id",
         "sampling_extras", "seq_id", "status", "stop_token_ids", "token_ids",
@@ -73,6 +73,9 @@ class Sequence:
         self.order_key: tuple[int, int] = (0, self.arrival_order)  # the scheduler's order (set by its policy)
         # read by the runner every step: a batch where no row has it samples exactly as without these features
         self.sampling_extras = params.needs_processing
+        # with params.structured_outputs: its compiled automaton (``structured.Guide``), set by the engine when it
+        # accepts the request; the sampler masks this sequence's logits with it
+        self.guide: object | None = None
         # with params.logprobs: one (logprob of the sampled token, [(id, logprob) of the most likely]) per output
         # token, appended by the runner when it reads the sampled ids (grows by appends only, like token_ids)
         self.logprobs: list[tuple[float, list[tuple[int, float]]]] | None = (

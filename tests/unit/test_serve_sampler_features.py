@@ -21,6 +21,7 @@ class Row:  # what the sampler reads of a sequence
     token_ids: list[int]
     num_prompt_tokens: int
     stop_token_ids: frozenset[int] = frozenset()
+    guide: object | None = None  # (structured outputs: tests/integration/test_serve_structured_outputs.py)
 
 
 def _rows(params: list[SamplingParams], histories: list[tuple[list[int], list[int]]]) -> list[Row]:

@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import accelkit
 from accelkit.core import strict_json
 from accelkit.serve.outputs import RequestOutput
-from accelkit.serve.sampling import MAX_LOGPROBS, SEED_MAX, SEED_MIN, SamplingParams
+from accelkit.serve.sampling import MAX_LOGPROBS, SEED_MAX, SEED_MIN, SamplingParams, StructuredOutputs
 from accelkit.serve.server.errors import APIError, error_response, validation_message
 from accelkit.serve.server.logprobs import LogprobFormatter, TextOffsets
 from accelkit.serve.server.middleware import ServerMiddleware
@@ -364,7 +364,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                            f"{state.admission.capacity} at once", param="best_of" if best_of else "n")
 
     def sampling_params(body: Any, max_tokens: int, choice: int, logprobs: int | None,
-                        prompt_logprobs: int | None) -> SamplingParams:
+                        prompt_logprobs: int | None, structured: StructuredOutputs | None) -> SamplingParams:
         temperature, top_p = _number("temperature", body.temperature), _number("top_p", body.top_p)
         try:
             return SamplingParams(
@@ -380,7 +380,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 logprobs=logprobs, prompt_logprobs=prompt_logprobs,
                 allowed_token_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
                 include_stop_str_in_output=body.include_stop_str_in_output,
-                truncate_prompt_tokens=body.truncate_prompt_tokens,
+                truncate_prompt_tokens=body.truncate_prompt_tokens, structured_outputs=structured,
             )
         except ValueError as exc:
             field = _leading_field(exc)
@@ -422,6 +422,13 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                                "returned; leave min_tokens out, or send max_tokens of at least min_tokens",
                                param="min_tokens")
             limit = 1
+        structured = body.structured()
+        if structured is not None:  # compiled here, off the event loop (a schema can take a while); cached after
+            try:
+                await asyncio.to_thread(state.engine.structured_guide, structured[1])
+            except ValueError as exc:
+                raise APIError(400, body.structured_message(structured[0], str(exc)), param=structured[0]) from exc
+        spec = structured[1] if structured is not None else None
         param = "messages" if chat else "prompt"
         seqs = []
         prompt_ids = []
@@ -440,7 +447,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             # logprobs (which skip that cache) in each choice's request with echo's, else in the prompt's first only:
             # the prompt_logprobs field is the prompt's, whichever choices it has
             seqs += [(ids, sampling_params(body, max_tokens, j, logprobs,
-                                           prompt_logprobs if j == 0 or echo_logprobs is not None else None))
+                                           prompt_logprobs if j == 0 or echo_logprobs is not None else None, spec))
                      for j in range(per_prompt)]
             prompt_ids.append(ids)
             if truncated:  # echo returns the text of what ran: the kept ids, decoded

@@ -3,7 +3,7 @@
 - A JSON ``null`` in any field means "the default", as OpenAI documents its fields ("number or null") and as
   vLLM accepts: the official client sends ``None`` as ``null``.
 - Fields OpenAI or vLLM define but the engine does not implement are accepted only at their neutral values
-  (``response_format`` text, no ``guided_*``, no beam search …); anything else is a 400 naming the field
+  (no ``guided_grammar``, no beam search, no tools …); anything else is a 400 naming the field
   (:meth:`unsupported`), never a silent change of meaning.
 - Unknown fields are ignored, as vLLM does (OpenAI's own server answers 400 "Unrecognized request argument"),
   and the server logs one warning per request naming them (:meth:`ignored_fields`).
@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.server.errors import APIError, prompt_too_long, validation_message
 
 
@@ -102,15 +103,35 @@ class StreamOptions(_Body):
                                          "on every chunk too.")
 
 
+class JSONSchemaFormat(_Body):
+    """OpenAI's ``response_format.json_schema``."""
+
+    name: Str | None = None
+    description: Str | None = None
+    # (pydantic's BaseModel has a `schema` method: the field is schema_, read and written as "schema")
+    schema_: dict[str, Any] | None = Field(None, alias="schema", description="The JSON schema the output follows.")
+    strict: Bool | None = Field(None, description="Accepted; the schema is always enforced (masked), never a hint.")
+
+
 class ResponseFormat(_Body):
-    type: Str = Field(description="Only 'text' (the default): accelkit has no structured output.")
-    json_schema: Any = None  # OpenAI's, with type json_schema: refused with it
+    type: Str = Field(description="'text' (the default), 'json_object' (the output is one JSON object) or "
+                      "'json_schema' (the output is valid under json_schema.schema).")
+    json_schema: JSONSchemaFormat | None = None
+
+
+class StructuredOutputsBody(_Body):
+    """vLLM's ``structured_outputs`` object: exactly one of json, regex, choice or json_object."""
+
+    json_: dict[str, Any] | Str | None = Field(None, alias="json", description="A JSON schema (object or its text).")
+    regex: Str | None = None
+    choice: list[Str] | None = None
+    json_object: Bool | None = None
+    grammar: Str | None = Field(None, description="Not supported (no EBNF/Lark grammars): a 400.")
 
 
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
 _NEUTRAL_EXTENSIONS: dict[str, Any] = {
-    "skip_special_tokens": True, "use_beam_search": False, "guided_json": None,
-    "guided_regex": None, "guided_choice": None, "guided_grammar": None, "structured_outputs": None,
+    "skip_special_tokens": True, "use_beam_search": False, "guided_grammar": None,
 }
 
 
@@ -171,17 +192,25 @@ class _Sampling(_Request):
     # vLLM extensions, accepted at their neutral values only (_NEUTRAL_EXTENSIONS)
     skip_special_tokens: Bool = Field(True, description="vLLM extension: only true (special tokens are never in the text).")
     use_beam_search: Bool = False
-    guided_json: Any = None
-    guided_regex: Any = None
-    guided_choice: Any = None
-    guided_grammar: Any = None
-    structured_outputs: Any = None
+    # structured outputs, vLLM's ways of asking (besides response_format): at most one of them per request
+    structured_outputs: StructuredOutputsBody | None = Field(
+        None, description="vLLM extension: {json: schema} | {regex} | {choice: [...]} | {json_object: true}; the "
+        "output is masked token by token to match it (see docs/serve.md for the JSON schema keywords supported)."
+    )
+    guided_json: dict[str, Any] | Str | None = Field(None, description="vLLM extension (older name): a JSON schema.")
+    guided_regex: Str | None = Field(None, description="vLLM extension (older name): a regex the output matches.")
+    guided_choice: list[Str] | None = Field(None, description="vLLM extension (older name): the output is one of these.")
+    guided_grammar: Any = Field(None, description="vLLM extension: not supported (no grammars): a 400.")
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, message) for a feature asked for that the engine does not implement."""
-        if self.response_format is not None and self.response_format.type != "text":
-            return "response_format", (f"response_format type {self.response_format.type!r} is not supported: "
-                                       "accelkit serve has no structured (JSON) output; omit response_format")
+        fmt = self.response_format
+        if fmt is not None and fmt.type not in ("text", "json_object", "json_schema"):
+            return "response_format", (f"response_format type {fmt.type!r} is not supported; expected 'text', "
+                                       "'json_object' or 'json_schema'")
+        if self.structured_outputs is not None and self.structured_outputs.grammar is not None:
+            return "structured_outputs", ("structured_outputs.grammar is not supported by accelkit serve (no "
+                                          "EBNF/Lark grammars); use json, regex, choice or json_object")
         for name, neutral in _NEUTRAL_EXTENSIONS.items():
             value = getattr(self, name)
             if value != neutral:  # the types are strict: 0 == 0.0 is the only coincidence, and a harmless one
@@ -190,6 +219,49 @@ class _Sampling(_Request):
         if self.stream_options is not None and not self.stream:
             return "stream_options", "stream_options is only allowed when stream is true"
         return None
+
+    def structured(self) -> tuple[str, StructuredOutputs] | None:
+        """(the request field that asked, its spec) for structured outputs, or None; an APIError (400) when more
+        than one field asks or the one that does is malformed."""
+        asked: list[tuple[str, dict[str, Any]]] = []
+        fmt = self.response_format
+        if fmt is not None and fmt.type == "json_object":
+            asked.append(("response_format", {"json_object": True}))
+        elif fmt is not None and fmt.type == "json_schema":
+            if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+                raise APIError(400, "response_format type 'json_schema' needs json_schema.schema (a JSON schema "
+                               "object)", param="response_format")
+            asked.append(("response_format", {"json": fmt.json_schema.schema_}))
+        so = self.structured_outputs
+        if so is not None:
+            given: dict[str, Any] = {k: v for k, v in (("json", so.json_), ("regex", so.regex), ("choice", so.choice))
+                     if v is not None}
+            if so.json_object:
+                given["json_object"] = True
+            asked.append(("structured_outputs", given))
+        for name, key in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice")):
+            value = getattr(self, name)
+            if value is not None:
+                asked.append((name, {key: value}))
+        if not asked:
+            return None
+        if len(asked) > 1:
+            names = ", ".join(name for name, _ in asked)
+            raise APIError(400, f"{names} each ask for structured output; send only one of them",
+                           param=asked[1][0])
+        name, fields = asked[0]
+        try:
+            return name, StructuredOutputs(**fields)
+        except ValueError as exc:
+            raise APIError(400, self.structured_message(name, str(exc)), param=name) from exc
+
+    def structured_message(self, name: str, message: str) -> str:
+        """A StructuredOutputs or compile error in the words of the field the client sent (``guided_json: …``)."""
+        if name == "structured_outputs":
+            return message
+        for key in ("json", "regex", "choice"):
+            message = message.replace(f"structured_outputs.{key}", name)
+        return message if message.startswith(name) else f"{name}: {message}"
 
     def stop_list(self) -> tuple[str, ...]:
         if self.stop is None:

@@ -1,0 +1,216 @@
+"""Structured outputs (vLLM's choice, regex, JSON schema, JSON object) through the real engine, the offline API and
+the HTTP server: a random tiny Llama — it knows nothing of JSON — with a byte-level BPE tokenizer, so every
+character of a valid output is the mask's doing, and the text checked is what the engine's detokenizer printed."""
+
+import json
+import re
+
+import httpx
+import pytest
+
+from accelkit.serve import LLM, SamplingParams
+from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.testing import build_bytelevel_tokenizer, save_tiny_model
+from tests.integration.serve_server_util import running_server
+
+KV_BYTES = 8 * 2**20
+SEEDS = range(6)
+CHOICES = ("yes", "no", "maybe so", "日本")
+REGEX = r"[0-9]{3}-[a-z]{2,4}( ok)?"
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"enum": ["red", "green"]}, "maxItems": 3},
+        "ok": {"type": "boolean"},
+        "note": {"type": ["string", "null"], "maxLength": 5},
+    },
+    "required": ["name", "age", "ok"],
+}
+
+
+def check_schema(doc: object) -> None:
+    """What SCHEMA allows, checked field by field (the test's own reading of it, not the engine's)."""
+    assert isinstance(doc, dict), doc
+    assert set(doc) <= set(SCHEMA["properties"]) and {"name", "age", "ok"} <= set(doc), doc
+    assert isinstance(doc["name"], str) and len(doc["name"]) <= 12, doc
+    assert type(doc["age"]) is int and type(doc["ok"]) is bool, doc
+    tags = doc.get("tags", [])
+    assert isinstance(tags, list) and len(tags) <= 3 and set(tags) <= {"red", "green"}, doc
+    assert doc.get("note") is None or (isinstance(doc["note"], str) and len(doc["note"]) <= 5), doc
+    assert list(doc) == [k for k in SCHEMA["properties"] if k in doc], doc  # properties in the schema's order
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = save_tiny_model(tmp_path_factory.mktemp("structured") / "m", seed=3)
+    tokenizer = build_bytelevel_tokenizer(vocab_size=512)
+    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}assistant:{% endif %}")
+    tokenizer.save_pretrained(path)  # replaces the word-level tokenizer save_tiny_model wrote
+    return path
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["serial", "overlapped-postprocess"])
+def llm(model_dir, request):
+    return LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=512, overlap_postprocess=request.param)
+
+
+def generate(llm, spec: StructuredOutputs, max_tokens: int, **kwargs):
+    """Greedy once and seeded sampling SEEDS times, in one batch (the guided rows beside each other)."""
+    params = [SamplingParams.greedy(max_tokens, structured_outputs=spec, **kwargs)]
+    params += [SamplingParams(temperature=1.0, seed=s, max_tokens=max_tokens, structured_outputs=spec, **kwargs)
+               for s in SEEDS]
+    return llm.generate(["the answer:"] * len(params), params)
+
+
+def test_choice_gives_exactly_one_of_the_choices(llm):
+    outs = generate(llm, StructuredOutputs(choice=list(CHOICES)), 16)
+    for out in outs:
+        assert out.text in CHOICES and out.finish_reason == "stop", out
+    assert len({o.text for o in outs}) > 1  # sampling really picks among them (not one forced path)
+
+
+def test_regex_output_matches_it_whole(llm):
+    outs = generate(llm, StructuredOutputs(regex=REGEX), 24)
+    for out in outs:
+        assert re.fullmatch(REGEX, out.text) and out.finish_reason == "stop", out
+
+
+def test_json_schema_output_parses_and_is_valid(llm):
+    outs = generate(llm, StructuredOutputs(json=SCHEMA), 256)
+    for out in outs:
+        assert out.finish_reason == "stop", out
+        check_schema(json.loads(out.text))
+
+
+def test_json_object_output_is_one_json_object(llm):
+    outs = generate(llm, StructuredOutputs(json_object=True), 256)
+    stopped = [o for o in outs if o.finish_reason == "stop"]
+    assert stopped  # a random model still closes its objects: the mask leaves it nothing else in the end
+    for out in stopped:
+        assert isinstance(json.loads(out.text), dict), out
+    for out in outs:  # one cut off by max_tokens is still an object's beginning
+        assert out.text.lstrip().startswith("{"), out
+
+
+def test_unguided_rows_in_the_same_batch_are_unchanged(llm):
+    prompt = "the answer:"
+    plain = llm.generate(prompt, SamplingParams.greedy(12, ignore_eos=True))[0]
+    mixed = llm.generate([prompt, prompt], [SamplingParams.greedy(12, ignore_eos=True),
+                                            SamplingParams.greedy(12, structured_outputs=StructuredOutputs(regex="a+"))])
+    assert mixed[0].token_ids == plain.token_ids
+    assert re.fullmatch("a+", mixed[1].text)
+
+
+def test_with_ignore_eos_a_complete_match_is_followed_by_eos_only(llm):
+    out = llm.generate("x", SamplingParams.greedy(8, ignore_eos=True,
+                                                  structured_outputs=StructuredOutputs(choice=["no"])))[0]
+    eos = llm.engine.eos_token_ids
+    first_eos = next(i for i, t in enumerate(out.token_ids) if t in eos)
+    assert out.text == "no" and all(t in eos for t in out.token_ids[first_eos:]) and len(out.token_ids) == 8
+
+
+def test_a_stop_string_still_ends_a_guided_output(llm):
+    out = llm.generate("x", SamplingParams.greedy(24, stop=["-"], structured_outputs=StructuredOutputs(regex=REGEX)))[0]
+    assert re.fullmatch("[0-9]{3}", out.text) and out.finish_reason == "stop"
+
+
+def test_bad_specs_and_combinations_are_refused_before_queueing(llm, tmp_path):
+    engine = llm.engine
+    bad = [
+        (dict(regex="(?<=a)b"), "regex"),
+        (dict(json={"type": "integer", "minimum": 3}), "minimum"),
+        (dict(json={"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}), "missing"),
+    ]
+    for fields, words in bad:
+        with pytest.raises(ValueError, match=words):
+            engine.add_request("x", SamplingParams.greedy(4, structured_outputs=StructuredOutputs(**fields)))
+    with pytest.raises(ValueError, match="min_tokens"):
+        SamplingParams.greedy(4, min_tokens=2, structured_outputs=StructuredOutputs(regex="a+"))
+    with pytest.raises(ValueError, match="allowed_token_ids"):
+        SamplingParams.greedy(4, allowed_token_ids=(5,), structured_outputs=StructuredOutputs(regex="a+"))
+    assert not engine.has_unfinished_requests()
+    word_level = LLM(str(save_tiny_model(tmp_path / "wl")), kv_cache_memory_bytes=KV_BYTES, max_model_len=64)
+    with pytest.raises(ValueError, match="byte-level BPE or SentencePiece"):
+        word_level.generate("w5", SamplingParams.greedy(4, structured_outputs=StructuredOutputs(regex="a+")))
+
+
+# ---- over HTTP ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(model_dir):
+    with running_server(str(model_dir), max_model_len=512) as (url, _):
+        yield url
+
+
+def post(url: str, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{url}/v1/{path}", json={"model": "tiny", **body}, timeout=120)
+
+
+def test_http_chat_json_schema_and_json_object(served):
+    for seed in range(3):
+        r = post(served, "chat/completions", {
+            "messages": [{"role": "user", "content": "a person"}], "max_tokens": 256, "seed": seed,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}},
+        })
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        assert choice["finish_reason"] == "stop"
+        check_schema(json.loads(choice["message"]["content"]))
+    r = post(served, "chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 256,
+                                          "seed": 1, "response_format": {"type": "json_object"}, "n": 3})
+    assert r.status_code == 200, r.text
+    for choice in r.json()["choices"]:
+        if choice["finish_reason"] == "stop":
+            assert isinstance(json.loads(choice["message"]["content"]), dict)
+
+
+def test_http_completions_vllm_fields(served):
+    r = post(served, "completions", {"prompt": "pick:", "max_tokens": 16, "guided_choice": list(CHOICES), "n": 4,
+                                     "seed": 2})
+    assert r.status_code == 200, r.text
+    assert all(c["text"] in CHOICES for c in r.json()["choices"])
+    r = post(served, "completions", {"prompt": "code:", "max_tokens": 24, "temperature": 0,
+                                     "structured_outputs": {"regex": REGEX}})
+    assert r.status_code == 200, r.text
+    assert re.fullmatch(REGEX, r.json()["choices"][0]["text"])
+    r = post(served, "completions", {"prompt": "p:", "max_tokens": 256, "seed": 4, "guided_json": json.dumps(SCHEMA)})
+    assert r.status_code == 200, r.text
+    check_schema(json.loads(r.json()["choices"][0]["text"]))
+
+
+def test_http_streamed_deltas_join_to_a_valid_output(served):
+    with httpx.stream("POST", f"{served}/v1/completions", timeout=120, json={
+        "model": "tiny", "prompt": "p:", "max_tokens": 256, "seed": 7, "stream": True,
+        "structured_outputs": {"json": SCHEMA},
+    }) as r:
+        assert r.status_code == 200
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
+    text = "".join(c["text"] for chunk in map(json.loads, lines) for c in chunk["choices"])
+    check_schema(json.loads(text))
+
+
+@pytest.mark.parametrize(("body", "param", "words"), [
+    ({"guided_choice": ["a"], "guided_regex": "b"}, "guided_choice", "send only one"),
+    ({"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}}, "structured_outputs",
+     "send only one"),
+    ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs", "exactly one"),
+    ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs", "grammar"),
+    ({"guided_grammar": "root ::= 'a'"}, "guided_grammar", "not supported"),
+    ({"guided_json": {"type": "string", "format": "email"}}, "guided_json", "email"),
+    ({"guided_regex": "(a"}, "guided_regex", "guided_regex"),
+    ({"guided_choice": []}, "guided_choice", "guided_choice"),
+    ({"response_format": {"type": "json_schema"}}, "response_format", "json_schema.schema"),
+    ({"response_format": {"type": "xml"}}, "response_format", "xml"),
+    ({"guided_regex": "a+", "min_tokens": 2}, "min_tokens", "min_tokens"),
+])
+def test_http_bad_structured_requests_are_400s_naming_the_field(served, body, param, words):
+    r = post(served, "completions", {"prompt": "p:", "max_tokens": 4, **body})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and words in error["message"], error
+    ok = post(served, "completions", {"prompt": "p:", "max_tokens": 4})  # nothing else was hurt
+    assert ok.status_code == 200
