@@ -659,9 +659,13 @@ _STRING = f'"{_STRING_CHAR}*"'
 _INTEGER = r"-?(?:0|[1-9][0-9]*)"
 _NUMBER = _INTEGER + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _SCALAR = {"string": _STRING, "integer": _INTEGER, "number": _NUMBER, "boolean": "(?:true|false)", "null": "null"}
-_DATE = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
-_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-_FORMATS = {  # RFC 3339 full-date / full-time (the offset is required) / date-time, RFC 4122 uuid
+_YEAR = "(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"  # no year 0: Python's dates (and validators) lack it
+_MULTIPLE_OF_4 = "(?:0[48]|[2468][048]|[13579][26])"  # two digits, not 00
+_DATE = (f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+         f"|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{{2}}{_MULTIPLE_OF_4}|{_MULTIPLE_OF_4}00)-02-29)")  # leap days
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_FORMATS = {  # RFC 3339 full-date / full-time (offset required; no leap second, at most microseconds) / date-time,
+    # RFC 4122 uuid
     "date": _DATE, "time": _TIME, "date-time": f"{_DATE}T{_TIME}",
     "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
 }
@@ -727,8 +731,6 @@ def _json_safe_pattern(pattern: str, where: str) -> str:
             out.append(c)
         i += 1
     safe = "".join(out)
-    free = f"{_STRING_CHAR}*"
-    safe = ("" if anchored_start else free) + f"(?:{safe})" + ("" if anchored_end else free)
     try:
         fsm = _regex_fsm(safe)
         unsafe = _regex_fsm(_UNSAFE_IN_STRING)
@@ -737,7 +739,8 @@ def _json_safe_pattern(pattern: str, where: str) -> str:
     if not (fsm & unsafe).empty():
         raise ValueError(f'pattern {pattern!r} (at {where}) can match a ", \\ or control character, which a JSON '
                          "string must escape; this is not supported")
-    return safe
+    free = f"{_STRING_CHAR}*"  # an unanchored side: any string characters, escapes included
+    return ("" if anchored_start else free) + f"(?:{safe})" + ("" if anchored_end else free)
 
 
 def _has_type(value: Any, types: Any) -> bool:
@@ -750,6 +753,14 @@ def _has_type(value: Any, types: Any) -> bool:
         elif name in python and isinstance(value, python[name]):
             return True
     return False
+
+
+def _child(where: str, part: str) -> str:
+    """The path of a subschema in messages: ``properties.age.items`` (the root is "the root")."""
+    return part if where == _ROOT else f"{where}.{part}"
+
+
+_ROOT = "the root"
 
 
 class _SchemaRegex:
@@ -799,7 +810,7 @@ class _SchemaRegex:
             others = set(schema) - _ANNOTATIONS - {"allOf"}
             if not isinstance(members, list) or len(members) != 1 or others:
                 raise ValueError(f"allOf (at {where}) is supported with one member and no other keywords beside it")
-            return self.regex(members[0], f"{where}.allOf[0]")
+            return self.regex(members[0], _child(where, "allOf[0]"))
         for keyword in ("anyOf", "oneOf"):
             if keyword in schema:
                 members = schema[keyword]
@@ -809,7 +820,7 @@ class _SchemaRegex:
                 if set(rest) - _ANNOTATIONS:
                     # the siblings constrain every branch: fold them in (a branch's own keywords win)
                     members = [{**rest, **m} if isinstance(m, dict) else m for m in members]
-                branches = [self.regex(m, f"{where}.{keyword}[{i}]") for i, m in enumerate(members)]
+                branches = [self.regex(m, _child(where, f"{keyword}[{i}]")) for i, m in enumerate(members)]
                 return "(?:" + "|".join(branches) + ")"
         if "const" in schema or "enum" in schema:
             values = [schema["const"]] if "const" in schema else schema["enum"]
@@ -881,7 +892,7 @@ class _SchemaRegex:
         items = schema.get("items", True)
         if isinstance(items, list):
             raise self.unsupported("items (a list: prefixItems' old form)", where)
-        item = self.inside(items, f"{where}.items")
+        item = self.inside(items, _child(where, "items"))
         if high == 0:
             return rf"\[{_WS}\]"
         more = f"(?:{_WS},{_WS}{item}){{{max(low - 1, 0)},{'' if high is None else high - 1}}}"
@@ -907,7 +918,7 @@ class _SchemaRegex:
         if missing:
             raise ValueError(f"required property {missing[0]!r} (at {where}) is not in properties")
         members = [
-            (f"{_literal(name)}{_WS}:{_WS}{self.inside(sub, f'{where}.properties.{name}')}", name in required)
+            (f"{_literal(name)}{_WS}:{_WS}{self.inside(sub, _child(where, f'properties.{name}'))}", name in required)
             for name, sub in properties.items()
         ]
         sep = f"{_WS},{_WS}"
@@ -973,4 +984,4 @@ def schema_to_regex(schema: Any) -> str:
     it is: refused rather than ignored, since ignoring it could produce output the schema rejects. Numbers are
     JSON's (no bound on digits); between tokens at most :data:`MAX_JSON_WHITESPACE` of :data:`JSON_WHITESPACE`.
     """
-    return _SchemaRegex(schema).regex(schema, "the root")
+    return _SchemaRegex(schema).regex(schema, _ROOT)
