@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.outputs import EngineStats, RequestMetrics, RequestOutput
-from accelkit.serve.sampling import SamplingParams
+from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 
 if TYPE_CHECKING:
     from accelkit.serve.engine import LLMEngine
@@ -35,5 +35,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "LLM", "EngineConfig", "EngineLoop", "EngineStats", "LLMEngine", "RequestMetrics", "RequestOutput",
-    "RequestStream", "SamplingParams",
+    "RequestStream", "SamplingParams", "StructuredOutputs",
 ]

@@ -97,6 +97,42 @@ def test_prompt_logprobs_equal_transformers_on_cuda(llama, prompts, config):
             assert 1 + int((ref[i - 1] > lp + 1e-3).sum()) <= ranks[i] <= 1 + int((ref[i - 1] > lp - 1e-3).sum())
 
 
+@pytest.mark.parametrize("config", [{}, {"enforce_eager": True}], ids=["graphs", "eager"])
+def test_structured_outputs_on_cuda(tmp_path_factory, config):
+    """Guided rows beside plain ones on CUDA (the default overlapped postprocessing, decode graphs on and off): the
+    masks reach the device, each output matches its constraint, and the plain rows sample as without them."""
+    import json
+    import re
+
+    from accelkit.serve import LLM, SamplingParams, StructuredOutputs
+    from accelkit.serve.testing import build_bytelevel_tokenizer, save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path_factory.mktemp("structured") / "m", "tiny-llama", seed=3)
+    build_bytelevel_tokenizer(vocab_size=512).save_pretrained(model_dir)
+    llm = LLM(str(model_dir), device="cuda", kv_cache_memory_bytes=KV_BYTES, max_num_seqs=8, **config)
+    assert (llm.engine.runner.graphs is not None) == (not config)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+              "required": ["n", "ok"]}
+    specs = [StructuredOutputs(choice=["yes", "no"]), StructuredOutputs(regex="[0-9]{3}-[a-z]{2}"),
+             StructuredOutputs(json=schema)]
+    plain = SamplingParams.greedy(12, ignore_eos=True)
+    alone = llm.generate("p:", plain)[0].token_ids
+    params = [plain] + [SamplingParams(temperature=1.0, seed=s, max_tokens=200, structured_outputs=spec)
+                        for s in range(3) for spec in specs]
+    outs = llm.generate(["p:"] * len(params), params)
+    assert outs[0].token_ids == alone
+    for out, p in zip(outs[1:], params[1:], strict=True):
+        spec = p.structured_outputs
+        assert out.finish_reason == "stop", out
+        if spec.choice is not None:
+            assert out.text in spec.choice
+        elif spec.regex is not None:
+            assert re.fullmatch(spec.regex, out.text)
+        else:
+            doc = json.loads(out.text)
+            assert list(doc) == ["n", "ok"] and type(doc["n"]) is int and type(doc["ok"]) is bool
+
+
 def test_prefix_cache_hits_and_sliding_window_stay_exact_on_cuda(tmp_path, prompts):
     from accelkit.serve import LLM, SamplingParams
     from accelkit.serve.testing import save_tiny_model
