@@ -10,8 +10,9 @@ Three layers, each small:
   (JSON objects nest to any depth, which no regex can);
 - :class:`Guide`: the automaton lifted to bytes — a guide state is ``(automaton state, pending bytes of an
   unfinished UTF-8 character)``, since a token may end mid-character — and the token mask of a state, found by
-  walking the byte trie with the automaton and pruning each subtree where the automaton dies. Masks are cached
-  per state (LRU); a regex has few states, so after warm-up almost every step is a cache hit.
+  moving the automaton through the vocabulary's byte trie, all the nodes of a depth at once (``structured_walk``:
+  numpy over a lazily filled transition table). Masks are cached per state (LRU); a regex has few states, so
+  after warm-up almost every step is a cache hit.
 
 Masks are exact at the character level: an allowed token always leaves a completion possible, and with a
 vocabulary that covers every byte (byte-level BPE, SentencePiece with byte fallback) that completion is reachable
@@ -27,6 +28,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.structured_patterns import (
     JSON_WHITESPACE,
@@ -36,6 +39,7 @@ from accelkit.serve.structured_patterns import (
     schema_to_regex,
     strip_anchors,
 )
+from accelkit.serve.structured_walk import LevelTrie, TransitionTable, allowed_tokens
 
 if TYPE_CHECKING:
     import torch
@@ -155,12 +159,21 @@ class TokenVocabulary:
         self.token_bytes: tuple[bytes | None, ...] = tuple(
             None if i in self.eos_token_ids else b for i, b in enumerate(token_bytes))
         self._trie: _Trie | None = None
+        self._level_trie: LevelTrie | None = None
 
     @property
     def trie(self) -> _Trie:
         if self._trie is None:
             self._trie = _Trie(self.token_bytes)
         return self._trie
+
+    @property
+    def level_trie(self) -> LevelTrie:
+        """The trie as arrays per depth (what a mask walk reads)."""
+        if self._level_trie is None:
+            trie = self.trie
+            self._level_trie = LevelTrie(trie.children, trie.token_ids, self.size)
+        return self._level_trie
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, vocab_size: int, eos_token_ids: Collection[int]) -> TokenVocabulary:
@@ -450,6 +463,7 @@ class Guide:
         self._ids: dict[GuideState, int] = {}
         self._states: list[GuideState] = []
         self._next: list[dict[int, int | None]] = []
+        self._table = TransitionTable()  # the same transitions as arrays, for the vectorised mask walk
 
     def _intern(self, state: GuideState) -> int:
         sid = self._ids.get(state)
@@ -518,34 +532,22 @@ class Guide:
             return mask
         import torch
 
-        ids = self._walk(state, trie)
-        mask = torch.zeros(self.vocab.size, dtype=torch.bool)
-        if ids:
-            mask[torch.tensor(ids, dtype=torch.long)] = True
-        if not ids or self.accepting(state):
+        allowed = self._walk(state)
+        mask = torch.from_numpy(allowed)
+        if not allowed.any() or self.accepting(state):
             mask[self._eos] = True
         self._masks[key] = mask
         if len(self._masks) > self.max_cached_masks:
             self._masks.popitem(last=False)
         return mask
 
-    def _walk(self, state: GuideState, trie: _Trie) -> list[int]:
-        """Depth-first over the trie, carrying the byte-level state; a dead state prunes the subtree."""
+    def _walk(self, state: GuideState) -> np.ndarray:
+        """``(vocab.size,)`` bool: the tokens the byte-level automaton takes whole from ``state`` (all of the
+        vocabulary at once, level by level: ``structured_walk``)."""
         if len(self._states) > _MAX_INTERNED_STATES:
             self._reset_memo()
-        children, token_ids, memo, step = trie.children, trie.token_ids, self._next, self._step_byte
-        allowed: list[int] = []
-        todo = [(0, self._intern(state))]
-        while todo:
-            node, sid = todo.pop()
-            nxt = memo[sid]
-            for byte, child in children[node].items():
-                to = nxt[byte] if byte in nxt else step(sid, byte)
-                if to is not None:
-                    if token_ids[child]:
-                        allowed.extend(token_ids[child])
-                    todo.append((child, to))
-        return allowed
+        return allowed_tokens(self.vocab.level_trie, self._table, self._intern(state), self._step_byte,
+                              lambda: len(self._states))
 
 
 # ------------------------------------------------------------------------------------------------ compiling

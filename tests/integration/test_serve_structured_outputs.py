@@ -121,7 +121,7 @@ def test_bad_specs_and_combinations_are_refused_before_queueing(llm, tmp_path):
     engine = llm.engine
     bad = [
         (dict(regex="(?<=a)b"), "regex"),
-        (dict(json={"type": "integer", "minimum": 3}), "minimum"),
+        (dict(json={"type": "integer", "multipleOf": 3}), "multipleOf"),
         (dict(json={"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}), "missing"),
     ]
     for fields, words in bad:
