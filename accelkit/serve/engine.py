@@ -249,6 +249,7 @@ class LLMEngine:
             raise ValueError(self._guide_vocab_error)
         try:
             vocab = TokenVocabulary.from_tokenizer(self.tokenizer, self.model_args.vocab_size, self.eos_token_ids)
+            vocab.level_trie  # noqa: B018  # built here (the server's worker thread), not in the engine's first step
         except ValueError as exc:
             self._guide_vocab_error = str(exc)
             raise
