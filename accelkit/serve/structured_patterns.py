@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Iterator
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 JSON_WHITESPACE = " \n"  # the characters allowed between JSON tokens
@@ -98,11 +101,14 @@ _FORMATS = {  # RFC 3339 full-date / full-time (offset required; no leap second,
     "date": _DATE, "time": _TIME, "date-time": f"{_DATE}T{_TIME}",
     "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
 }
+# "discriminator" (OpenAPI's, pydantic writes it beside a tagged union's oneOf): the branches' const tags already
+# say which branch a value takes
 _ANNOTATIONS = frozenset({"title", "description", "examples", "default", "$schema", "$id", "$comment", "$defs",
-                          "definitions", "deprecated", "readOnly", "writeOnly"})
-_KEYWORDS = frozenset({"type", "enum", "const", "properties", "required", "additionalProperties", "items",
-                       "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "anyOf", "oneOf",
-                       "allOf", "$ref"})
+                          "definitions", "deprecated", "readOnly", "writeOnly", "discriminator"})
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_KEYWORDS = frozenset({"type", "enum", "const", "properties", "required", "additionalProperties", "propertyNames",
+                       "minProperties", "maxProperties", "items", "prefixItems", "minItems", "maxItems", "minLength",
+                       "maxLength", "pattern", "format", "anyOf", "oneOf", "allOf", "$ref", *_BOUNDS})
 _TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 MAX_SCHEMA_REPEAT = 64  # minItems/maxItems/minLength/maxLength: each unit of a bound is a copy in the automaton
 _UNSAFE_IN_STRING = r'[\s\S]*["\\\x00-\x1f][\s\S]*'
@@ -118,6 +124,164 @@ def _any_value(depth: int) -> str:
     obj = rf"\{{{_WS}(?:{member}(?:{_WS},{_WS}{member})*{_WS})?\}}"
     arr = rf"\[{_WS}(?:{inner}(?:{_WS},{_WS}{inner})*{_WS})?\]"
     return f"(?:{scalar}|{obj}|{arr})"
+
+
+MAX_BOUND_DIGITS = 18  # an integer's minimum/maximum: the digit-by-digit regex grows with the square of its digits
+
+
+def _same_length_range(lo: str, hi: str) -> str:
+    """Digit strings of one length between ``lo`` and ``hi`` (inclusive, ``lo <= hi``), digit by digit."""
+    common = next((i for i, (a, b) in enumerate(zip(lo, hi, strict=True)) if a != b), len(lo))
+    prefix, lo, hi = lo[:common], lo[common:], hi[common:]
+    if not lo:
+        return prefix
+    rest = len(lo) - 1
+    tail = f"[0-9]{{{rest}}}" if rest else ""
+    if lo[1:] == "0" * rest and hi[1:] == "9" * rest:  # whole blocks: [lo0-hi0] then any digits
+        return f"{prefix}[{lo[0]}-{hi[0]}]{tail}"
+    parts = [lo[0] + _same_length_range(lo[1:], "9" * rest)]
+    if int(hi[0]) - int(lo[0]) > 1:
+        parts.append(f"[{int(lo[0]) + 1}-{int(hi[0]) - 1}]{tail}")
+    parts.append(hi[0] + _same_length_range("0" * rest, hi[1:]))
+    return f"{prefix}(?:{'|'.join(parts)})"
+
+
+def _natural_range(lo: int, hi: int | None) -> list[str]:
+    """Alternatives spelling the integers ``lo..hi`` (``lo >= 0``; ``hi`` None: no upper bound) without leading
+    zeros."""
+    parts = []
+    if lo == 0:
+        parts.append("0")
+        lo = 1
+    if hi is not None and hi < lo:
+        return parts
+    digits = len(str(lo))
+    while hi is None or digits <= len(str(hi)):
+        if hi is None and lo == 10 ** (digits - 1):  # every number of this many digits or more
+            parts.append(f"[1-9][0-9]{{{digits - 1},}}")
+            break
+        top = hi if hi is not None and digits == len(str(hi)) else 10**digits - 1
+        parts.append(_same_length_range(str(lo), str(top)))
+        lo, digits = 10**digits, digits + 1
+    return parts
+
+
+def integer_range(lo: int | None, hi: int | None) -> str | None:
+    """A regex of exactly the integers in ``lo..hi`` as JSON spells them (no ``-0``; None: unbounded), or None
+    when there is none."""
+    parts = []
+    if lo is None or lo < 0:  # the negatives: "-" and a magnitude in max(1, -hi)..-lo
+        magnitude_lo = 1 if hi is None or hi >= 0 else -hi
+        if lo is None or magnitude_lo <= -lo:
+            parts += [f"-(?:{p})" for p in _natural_range(magnitude_lo, None if lo is None else -lo)]
+    if hi is None or hi >= 0:
+        parts += _natural_range(max(lo or 0, 0), hi)
+    return "(?:" + "|".join(parts) + ")" if parts else None
+
+
+def _zeros(rest: str) -> int:
+    return len(rest) - len(rest.lstrip("0"))
+
+
+def _fraction_ge(rest: str) -> str:
+    """Digits after a point (maybe none) whose value 0.d is at least 0.``rest`` (no trailing zeros). A run of
+    zeros is one alternative, not one nested group per zero (5e-324 has 323: too deep for the regex parser)."""
+    if not rest:
+        return "[0-9]*"
+    if zeros := _zeros(rest):
+        return f"(?:0{{0,{zeros - 1}}}[1-9][0-9]*|0{{{zeros}}}{_fraction_ge(rest[zeros:])})"
+    if rest[0] == "9":
+        return f"9{_fraction_ge(rest[1:])}"
+    return f"(?:[{int(rest[0]) + 1}-9][0-9]*|{rest[0]}{_fraction_ge(rest[1:])})"
+
+
+def _fraction_le(rest: str) -> str:
+    """Digits after a point (maybe none) whose value 0.d is at most 0.``rest`` (no trailing zeros)."""
+    if not rest:
+        return "0*"
+    if zeros := _zeros(rest):
+        return f"(?:0{{0,{zeros}}}|0{{{zeros}}}{_fraction_le(rest[zeros:])})"
+    return f"(?:|[0-{int(rest[0]) - 1}][0-9]*|{rest[0]}{_fraction_le(rest[1:])})"
+
+
+def _fraction(lo: str, hi: str | None) -> str:
+    """A point and digits that follow an integer part, the fraction's value in 0.lo..0.hi (digit strings without
+    trailing zeros; hi None: any fraction from 0.lo up)."""
+    if hi is None:
+        body = _fraction_ge(lo) if lo else "[0-9]+"
+    elif lo == hi:
+        body = f"{lo}0*" if lo else "0+"
+    elif not lo:  # 0..hi: _fraction_le but at least one digit
+        zeros = _zeros(hi)
+        body = (f"(?:0{{1,{zeros}}}|0{{{zeros}}}{_fraction_le(hi[zeros:])})" if zeros else
+                f"(?:[0-{int(hi[0]) - 1}][0-9]*|{hi[0]}{_fraction_le(hi[1:])})")
+    else:  # lo < hi: a common start, then at the first digit where they differ: lo's and up / between / hi's and down
+        width = max(len(lo), len(hi))
+        i = next(k for k in range(width) if lo.ljust(width, "0")[k] != hi.ljust(width, "0")[k])
+        lo_rest, hi_rest = lo[i:], hi[i:]
+        parts = [f"{lo_rest[0]}{_fraction_ge(lo_rest[1:])}"] if lo_rest else []
+        first = int(lo_rest[0]) + 1 if lo_rest else 0
+        if first <= int(hi_rest[0]) - 1:
+            parts.append(f"[{first}-{int(hi_rest[0]) - 1}][0-9]*")
+        parts.append(f"{hi_rest[0]}{_fraction_le(hi_rest[1:])}")
+        if lo_rest:
+            body = f"{hi[:i]}(?:{'|'.join(parts)})"
+        else:  # the common start is lo and zeros: d may stop anywhere among them (it is lo then)
+            zeros = i - len(lo)
+            body = f"{lo}(?:0{{0,{zeros}}}|0{{{zeros}}}(?:{'|'.join(parts)}))"
+    return f"\\.{body}"
+
+
+def _split(value: Decimal) -> tuple[int, str]:
+    """A non-negative decimal's integer part and its fraction's digits (no trailing zeros)."""
+    whole, _, fraction = format(abs(value), "f").partition(".")
+    return int(whole), fraction.rstrip("0")
+
+
+def _magnitudes(lo: Decimal, hi: Decimal | None) -> list[str]:
+    """Alternatives spelling the decimals in lo..hi (``0 <= lo``, hi None: unbounded) with a point and no
+    exponent."""
+    whole_lo, fraction_lo = _split(lo)
+    if hi is None:
+        return [f"{whole_lo}{_fraction(fraction_lo, None)}",
+                *(f"{p}\\.[0-9]+" for p in _natural_range(whole_lo + 1, None))]
+    whole_hi, fraction_hi = _split(hi)
+    if whole_lo == whole_hi:
+        return [f"{whole_lo}{_fraction(fraction_lo, fraction_hi)}"]
+    return [f"{whole_lo}{_fraction(fraction_lo, None)}",
+            *(f"{p}\\.[0-9]+" for p in _natural_range(whole_lo + 1, whole_hi - 1)),
+            f"{whole_hi}{_fraction('', fraction_hi)}"]
+
+
+def number_range(lo: float | None, hi: float | None) -> str | None:
+    """A regex of the numbers in ``lo..hi`` (None: unbounded) written without an exponent, or None when there
+    is none. A JSON reader takes a number with a point as a double (rounded to nearest, which is monotonic: text
+    at least ``repr(lo)`` reads as at least ``lo``) and one without as an exact integer (between the integers
+    around lo and hi): both readings stay within the bounds. A negative zero may come out when 0 is inside."""
+    if lo is not None and hi is not None and lo > hi:
+        return None
+    parts = [integer_range(None if lo is None else math.ceil(lo), None if hi is None else math.floor(hi)) or ""]
+    low = None if lo is None else Decimal(repr(lo))
+    high = None if hi is None else Decimal(repr(hi))
+    zero = Decimal(0)
+    if low is None or low < 0:  # "-" and a magnitude in max(-high, 0)..-low
+        parts += [f"-{m}" for m in _magnitudes(max(-high, zero) if high is not None else zero,
+                                               None if low is None else -low)]
+    if high is None or high >= 0:
+        parts += _magnitudes(max(low, zero) if low is not None else zero, high)
+    return "(?:" + "|".join(p for p in parts if p) + ")"
+
+
+def _float_bound(keyword: str, value: float | int) -> float:
+    """The double a number's output is held to (inclusive) for one bound: the nearest on the right side of it,
+    so that exclusive bounds and integers a double cannot hold are kept by a reader that rounds to doubles."""
+    exact, near = Fraction(value), float(value)
+    if keyword in ("minimum", "exclusiveMinimum"):
+        if Fraction(near) < exact or (keyword == "exclusiveMinimum" and Fraction(near) == exact):
+            near = math.nextafter(near, math.inf)
+    elif Fraction(near) > exact or (keyword == "exclusiveMaximum" and Fraction(near) == exact):
+        near = math.nextafter(near, -math.inf)
+    return near
 
 
 def _literal(value: Any) -> str:
@@ -190,6 +354,11 @@ def _child(where: str, part: str) -> str:
 
 
 _ROOT = "the root"
+_WHY_NOT = {  # the keywords clients send most that no regular expression can hold
+    "uniqueItems": "telling items apart needs memory of every earlier item, which no automaton has (use a list)",
+    "multipleOf": "not translated into digits",
+    "patternProperties": "keys would have to be told apart from the declared ones",
+}
 
 
 class _SchemaRegex:
@@ -212,7 +381,8 @@ class _SchemaRegex:
             self.level -= 1
 
     def unsupported(self, keyword: str, where: str) -> ValueError:
-        return ValueError(f"keyword {keyword!r} (at {where}) is not supported")
+        why = _WHY_NOT.get(keyword)
+        return ValueError(f"keyword {keyword!r} (at {where}) is not supported" + (f": {why}" if why else ""))
 
     def count(self, schema: dict[str, Any], keyword: str, where: str) -> int | None:
         value = schema.get(keyword)
@@ -278,12 +448,15 @@ class _SchemaRegex:
     def implied_type(schema: dict[str, Any]) -> str | None:
         """No "type": any value is valid, but the keywords given say what the author meant (a narrower output is
         still valid)."""
-        if {"properties", "required", "additionalProperties"} & set(schema):
+        if {"properties", "required", "additionalProperties", "propertyNames", "minProperties", "maxProperties"} & set(
+                schema):
             return "object"
-        if {"items", "minItems", "maxItems"} & set(schema):
+        if {"items", "prefixItems", "minItems", "maxItems"} & set(schema):
             return "array"
         if {"minLength", "maxLength", "pattern", "format"} & set(schema):
             return "string"
+        if set(_BOUNDS) & set(schema):
+            return "number"
         return None
 
     def typed(self, schema: dict[str, Any], kind: str, where: str) -> str:
@@ -293,7 +466,38 @@ class _SchemaRegex:
             return self.array(schema, where)
         if kind == "string":
             return self.string(schema, where)
+        if kind in ("integer", "number") and any(k in schema for k in _BOUNDS):
+            return self.bounded(schema, kind, where)
         return _SCALAR[kind]
+
+    def bounded(self, schema: dict[str, Any], kind: str, where: str) -> str:
+        """An integer (or a number that is one, see below) within minimum/maximum (exclusive or not), exactly."""
+        bounds = {}
+        for keyword in _BOUNDS:
+            value = schema.get(keyword)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"{keyword} (at {where}) must be a number, not {json.dumps(value)}")
+            if abs(value) >= 10**MAX_BOUND_DIGITS:
+                raise ValueError(f"{keyword}={value} (at {where}) is beyond ±10^{MAX_BOUND_DIGITS}, the most supported")
+            bounds[keyword] = value
+        if kind == "number":
+            lower = [_float_bound(k, v) for k, v in bounds.items() if k.endswith("inimum")]
+            upper = [_float_bound(k, v) for k, v in bounds.items() if k.endswith("aximum")]
+            number = number_range(max(lower, default=None), min(upper, default=None))
+            if number is None:
+                raise ValueError(f"no number lies within {', '.join(f'{k}={v}' for k, v in bounds.items())} "
+                                 f"(at {where})")
+            return number
+        lows = [math.ceil(bounds["minimum"])] if "minimum" in bounds else []
+        lows += [math.floor(bounds["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in bounds else []
+        highs = [math.floor(bounds["maximum"])] if "maximum" in bounds else []
+        highs += [math.ceil(bounds["exclusiveMaximum"]) - 1] if "exclusiveMaximum" in bounds else []
+        regex = integer_range(max(lows, default=None), min(highs, default=None))
+        if regex is None:
+            raise ValueError(f"no integer lies within {', '.join(f'{k}={v}' for k, v in bounds.items())} (at {where})")
+        return regex
 
     def string(self, schema: dict[str, Any], where: str) -> str:
         low, high = self.count(schema, "minLength", where), self.count(schema, "maxLength", where)
@@ -321,17 +525,43 @@ class _SchemaRegex:
         items = schema.get("items", True)
         if isinstance(items, list):
             raise self.unsupported("items (a list: prefixItems' old form)", where)
+        prefix = schema.get("prefixItems", [])
+        if not isinstance(prefix, list):
+            raise ValueError(f"prefixItems (at {where}) must be a list of schemas")
+        if prefix:
+            return self.positional(schema, prefix, items, low, high, where)
         item = self.inside(items, _child(where, "items"))
-        if high == 0:
+        if high == 0 or items is False:
+            if low > 0:
+                raise ValueError(f"minItems {low} (at {where}) with items false: no array is valid")
             return rf"\[{_WS}\]"
         more = f"(?:{_WS},{_WS}{item}){{{max(low - 1, 0)},{'' if high is None else high - 1}}}"
         body = f"{item}{more}{_WS}"
         return rf"\[{_WS}{body}\]" if low > 0 else rf"\[{_WS}(?:{body})?\]"
 
+    def positional(self, schema: dict[str, Any], prefix: list[Any], items: Any, low: int, high: int | None,
+              where: str) -> str:
+        """prefixItems: element i follows prefixItems[i], the ones after them ``items``; minItems..maxItems long."""
+        elements = [self.inside(sub, _child(where, f"prefixItems[{i}]")) for i, sub in enumerate(prefix)]
+        item = None if items is False else self.inside(items, _child(where, "items"))
+        if low > len(elements):
+            if item is None:
+                raise ValueError(f"minItems {low} (at {where}) is more than prefixItems holds with items false")
+            elements += [item] * (low - len(elements))
+        if high is not None:
+            elements = elements[:high]
+        sep = f"{_WS},{_WS}"
+        tail = ""  # after the last positional element: more items, up to maxItems
+        if item is not None and (high is None or high > len(elements)):
+            tail = f"(?:{sep}{item}){{0,{'' if high is None else high - len(elements)}}}"
+        for i in reversed(range(len(elements))):  # element i is written only after i-1: nest the optional ones
+            tail = f"{sep if i else ''}{elements[i]}{tail}"
+            if i >= low:
+                tail = f"(?:{tail})?"
+        return rf"\[{_WS}{tail}{_WS}\]"
+
     def object(self, schema: dict[str, Any], where: str) -> str:
         extra = schema.get("additionalProperties", True)
-        if not isinstance(extra, bool):
-            raise self.unsupported("additionalProperties (a schema)", where)
         properties = schema.get("properties")
         required = schema.get("required", [])
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
@@ -339,8 +569,12 @@ class _SchemaRegex:
         if properties is None:
             if required:
                 raise ValueError(f"required (at {where}) names properties that 'properties' does not define")
-            # additionalProperties false and no properties: only {}; else any object (bounded depth)
-            return rf"\{{{_WS}\}}" if extra is False else self.any_object()
+            return self.map(schema, extra, where)
+        for keyword in ("propertyNames", "minProperties", "maxProperties"):
+            if keyword in schema:
+                raise ValueError(f"{keyword} beside properties (at {where}) is not supported")
+        if not isinstance(extra, bool | dict):
+            raise ValueError(f"additionalProperties (at {where}) must be a boolean or a schema")
         if not isinstance(properties, dict):
             raise ValueError(f"properties (at {where}) must be an object")
         missing = [r for r in required if r not in properties]
@@ -364,28 +598,65 @@ class _SchemaRegex:
             firsts.append("")  # every member optional: {} too
         return rf"\{{{_WS}(?:{'|'.join(firsts)}){_WS}\}}"
 
+    def map(self, schema: dict[str, Any], extra: Any, where: str) -> str:
+        """An object without properties: keys under propertyNames (any string by default), values under
+        additionalProperties (any value by default, nested within :data:`ANY_VALUE_DEPTH`), minProperties..
+        maxProperties of them. A key may repeat (JSON allows it; the last one counts)."""
+        low = self.count(schema, "minProperties", where) or 0
+        high = self.count(schema, "maxProperties", where)
+        if high is not None and high < low:
+            raise ValueError(f"maxProperties {high} is below minProperties {low} (at {where})")
+        if extra is False or high == 0:
+            if low > 0:
+                raise ValueError(f"minProperties {low} (at {where}) with no property allowed: no object is valid")
+            return rf"\{{{_WS}\}}"
+        value = self.inside(extra, _child(where, "additionalProperties"))
+        key = self.key(schema["propertyNames"], _child(where, "propertyNames")) if "propertyNames" in schema else _STRING
+        member = f"{key}{_WS}:{_WS}{value}"
+        more = f"(?:{_WS},{_WS}{member}){{{max(low - 1, 0)},{'' if high is None else high - 1}}}"
+        body = f"{member}{more}{_WS}"
+        return rf"\{{{_WS}{body}\}}" if low > 0 else rf"\{{{_WS}(?:{body})?\}}"
+
+    def key(self, names: Any, where: str) -> str:
+        """propertyNames' schema: it describes strings (a key is one), so it is read as a string schema."""
+        while isinstance(names, dict) and "$ref" in names and not set(names) - _ANNOTATIONS - {"$ref"}:
+            names, where = self.target(names["$ref"], where)
+        if names is True or names == {}:
+            return _STRING
+        if not isinstance(names, dict):
+            raise ValueError(f"the schema at {where} is {json.dumps(names)}; give an object")
+        types = names.get("type", "string")
+        if types != "string" and not (isinstance(types, list) and "string" in types):
+            raise ValueError(f"propertyNames (at {where}) must allow strings: an object's keys are strings")
+        return self.regex({**names, "type": "string"}, where)
+
     def any_object(self) -> str:
         inner = _any_value(max(ANY_VALUE_DEPTH - self.level - 1, 0))
         member = f"{_STRING}{_WS}:{_WS}{inner}"
         return rf"\{{{_WS}(?:{member}(?:{_WS},{_WS}{member})*{_WS})?\}}"
+
+    def target(self, ref: Any, where: str) -> tuple[Any, str]:
+        """The schema a ``$ref`` points at, and its path for messages."""
+        match = re.fullmatch(r"#/(\$defs|definitions)/([^/]+)", ref) if isinstance(ref, str) else None
+        if match is None:
+            raise ValueError(f"$ref {ref!r} (at {where}) is not supported; use #/$defs/NAME or #/definitions/NAME")
+        name = match.group(2).replace("~1", "/").replace("~0", "~")
+        target = self.root.get(match.group(1), {}).get(name) if isinstance(self.root, dict) else None
+        if target is None:
+            raise ValueError(f"$ref {ref!r} (at {where}) points at nothing")
+        return target, f"{match.group(1)}.{name}"
 
     def ref(self, schema: dict[str, Any], where: str) -> str:
         ref = schema["$ref"]
         others = set(schema) - _ANNOTATIONS - {"$ref"}
         if others:
             raise ValueError(f"keywords beside $ref (at {where}: {', '.join(sorted(others))}) are not supported")
-        match = re.fullmatch(r"#/(\$defs|definitions)/([^/]+)", ref) if isinstance(ref, str) else None
-        if match is None:
-            raise ValueError(f"$ref {ref!r} (at {where}) is not supported; use #/$defs/NAME or #/definitions/NAME")
+        target, at = self.target(ref, where)
         if ref in self.refs:
             raise ValueError(f"$ref {ref!r} (at {where}) is recursive; recursive schemas are not supported")
-        name = match.group(2).replace("~1", "/").replace("~0", "~")
-        target = self.root.get(match.group(1), {}).get(name) if isinstance(self.root, dict) else None
-        if target is None:
-            raise ValueError(f"$ref {ref!r} (at {where}) points at nothing")
         self.refs.append(ref)
         try:
-            return self.regex(target, f"{match.group(1)}.{name}")
+            return self.regex(target, at)
         finally:
             self.refs.pop()
 
@@ -398,18 +669,23 @@ def schema_to_regex(schema: Any) -> str:
       :data:`ANY_VALUE_DEPTH` deep counting the schema's own containers around it, so any scalar inside an object
       or array); ``{}`` / ``true``: any value likewise;
     - object: ``properties`` written in their declared order, the ``required`` ones always, the others optional;
-      no other keys (``additionalProperties`` may be true or false: the output has only declared keys either
-      way; a schema there is refused). Without ``properties``: any object (or ``{}`` under additionalProperties
-      false);
+      no other keys (``additionalProperties`` true, false or a schema: the output has only declared keys either
+      way). Without ``properties`` (a map, pydantic's ``dict[K, V]``): keys under ``propertyNames`` (read as a
+      string schema; any string by default), values under ``additionalProperties`` (any value by default, none
+      when false), ``minProperties``/``maxProperties`` of them; a key may repeat;
     - string: ``minLength``/``maxLength`` (counted in JSON characters: an escape is one), ``pattern`` (see
       :func:`_json_safe_pattern`), ``format`` date, time, date-time (RFC 3339, offset required), uuid — one of
       the three kinds at a time;
-    - array: ``items`` (one schema), ``minItems``/``maxItems``; ``enum``, ``const`` (compact spelling);
+    - integer: ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` exactly, digit by digit
+      (bounds within ±10^:data:`MAX_BOUND_DIGITS`); number: the same bounds, the output then written without an
+      exponent and kept for a reader that rounds to doubles (see :func:`number_range`);
+    - array: ``items`` (one schema), ``prefixItems`` (positional, ``items`` after them; false: none),
+      ``minItems``/``maxItems``; ``enum``, ``const`` (compact spelling);
     - ``anyOf``; ``oneOf`` as anyOf (exclusivity is not enforced: a value valid under two branches may come out);
       ``allOf`` with one member; ``$ref`` to ``#/$defs/NAME`` or ``#/definitions/NAME``, not recursive.
 
-    Annotations (title, description, examples, default, $schema, $id, $comment ...) are ignored; any other keyword
-    (minimum, multipleOf, patternProperties, uniqueItems, not, if/then ...) raises ValueError naming it and where
+    Annotations (title, description, examples, default, discriminator, $schema, $id, $comment ...) are ignored; any
+    other keyword (multipleOf, patternProperties, uniqueItems, not, if/then ...) raises ValueError naming it and where
     it is: refused rather than ignored, since ignoring it could produce output the schema rejects. Numbers are
     JSON's (no bound on digits); between tokens at most :data:`MAX_JSON_WHITESPACE` of :data:`JSON_WHITESPACE`.
     """
