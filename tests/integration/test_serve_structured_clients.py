@@ -1,0 +1,96 @@
+"""Structured outputs as real clients ask for them: the official ``openai`` client's ``chat.completions.parse``
+with a pydantic model (strict json_schema: additionalProperties false, every property required, nullable ones as
+anyOf with null) against a real server on 127.0.0.1, and vLLM's other ways (guided_json as text, structured_outputs,
+response_format json_schema not strict) with pydantic's own ``model_json_schema()``. The model is a random tiny
+Llama with a byte-level BPE: every valid document is the mask's doing."""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Literal
+
+import httpx
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from accelkit.serve.testing import build_bytelevel_tokenizer, save_tiny_model
+from tests.integration.serve_server_util import running_server
+
+
+class Size(enum.Enum):
+    SMALL = "small"
+    LARGE = "large"
+
+
+class Part(BaseModel):
+    name: str = Field(max_length=8, description="short name")
+    count: int = Field(ge=0, le=500)
+
+
+class Order(BaseModel):
+    """An order, as an application declares it."""
+
+    sku: str = Field(pattern=r"^[A-Z]{2}-[0-9]{3}$")
+    size: Size
+    rush: bool
+    price: float = Field(gt=0, le=1000)
+    parts: list[Part] = Field(max_length=2)
+    note: str | None = Field(max_length=6)
+    labels: dict[str, int] = Field(max_length=2)
+    kind: Literal["retail", "bulk"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    path = save_tiny_model(tmp_path_factory.mktemp("clients") / "m", seed=5)
+    tokenizer = build_bytelevel_tokenizer(vocab_size=512)
+    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}assistant:{% endif %}")
+    tokenizer.save_pretrained(path)
+    with running_server(str(path), max_model_len=1024) as (url, _):
+        yield url
+
+
+def test_openai_client_parse_returns_the_pydantic_object(served):
+    client = openai.OpenAI(base_url=f"{served}/v1", api_key="unused", max_retries=0, timeout=300)
+    for seed in range(3):
+        completion = client.chat.completions.parse(
+            model="tiny", messages=[{"role": "user", "content": "an order"}], response_format=Order,
+            max_tokens=600, seed=seed, temperature=1.0)
+        message = completion.choices[0].message
+        assert completion.choices[0].finish_reason == "stop"
+        assert isinstance(message.parsed, Order), message
+        assert message.parsed == Order.model_validate_json(message.content)
+
+
+@pytest.mark.parametrize("way", ["guided_json_text", "structured_outputs", "response_format_not_strict"])
+def test_vllm_ways_with_pydantics_schema(served, way):
+    schema = Order.model_json_schema()
+    body: dict[str, object] = {
+        "guided_json_text": {"guided_json": json.dumps(schema)},
+        "structured_outputs": {"structured_outputs": {"json": schema}},
+        "response_format_not_strict": {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "order", "schema": schema, "strict": False}}},
+    }[way]
+    r = httpx.post(f"{served}/v1/chat/completions", timeout=300, json={
+        "model": "tiny", "messages": [{"role": "user", "content": "an order"}], "max_tokens": 600, "seed": 11,
+        **body})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    Order.model_validate_json(choice["message"]["content"])
+
+
+def test_a_schema_we_cannot_honour_is_a_one_line_400(served):
+    class Tagged(BaseModel):
+        tags: set[int]  # uniqueItems: no regular language holds it
+
+    client = openai.OpenAI(base_url=f"{served}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.parse(model="tiny", messages=[{"role": "user", "content": "x"}],
+                                      response_format=Tagged, max_tokens=8)
+    error = info.value.body
+    assert isinstance(error, dict) and error.get("param") == "response_format", error
+    assert "uniqueItems" in error["message"] and "\n" not in error["message"]
