@@ -189,3 +189,23 @@ def test_what_stays_refused_says_why_in_one_line(schema: dict[str, object], mess
     with pytest.raises(ValueError) as info:
         compiler().compile(StructuredOutputs(json=json.dumps(schema)))
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["person", "order-strict"])
+def test_the_indexed_crawl_builds_the_same_automaton_as_interegulars_own(name: str) -> None:
+    import interegular
+    import interegular.fsm
+
+    from accelkit.serve import structured_patterns
+
+    regex = schema_to_regex(SCHEMAS[name])
+    regex_fsm("a")  # installs the indexed crawl
+    assert interegular.fsm.crawl is structured_patterns._indexed_crawl
+    fast = interegular.parse_pattern(regex).to_fsm()
+    interegular.fsm.crawl = structured_patterns._ORIGINAL_CRAWL
+    try:
+        slow = interegular.parse_pattern(regex).to_fsm()
+    finally:
+        interegular.fsm.crawl = structured_patterns._indexed_crawl
+    assert len(fast.states) > 100  # (a schema big enough to go through sets, dicts and unions of states)
+    assert (fast.initial, fast.finals, fast.map) == (slow.initial, slow.finals, slow.map)
