@@ -1,0 +1,228 @@
+"""What structured outputs cost: compile time per kind, and decode throughput of guided requests against the same
+requests unguided, cold (every state's token mask computed on the way) and warm (masks cached), in one run.
+
+The vocabulary is what makes masks expensive (a mask walks the tokens' byte trie), so the model is a small Llama
+(``--hidden``, 2 layers) with a real-sized byte-level BPE vocabulary (``--vocab``, default 32,000, as Llama 2 and
+Mistral; trained here on a synthetic corpus of words, numbers and JSON, since nothing comes from a model hub). Each
+guided request runs to its natural end (EOS where the constraint allows it); its unguided twin runs with
+``ignore_eos`` for exactly as many tokens, seeded the same, in a batch of the same size, so both measure the same
+number of decode steps. Throughput is output tokens per second of the whole batch; the ratio guided / unguided is
+what the masks cost. On a GPU the model step is far faster than on a CPU, so the ratio there would be lower: the
+mask work is host work (``host_ms_per_guided_token`` is the absolute figure to compare with a GPU step).
+
+    .venv/bin/python benchmarks/structured_outputs.py [--vocab 32000] [--batch 16] [--repeats 3]
+
+Writes benchmarks/results/structured_outputs_cpu.json (with the environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUT = Path(__file__).resolve().parent / "results" / "structured_outputs_cpu.json"
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "email": {"type": "string", "pattern": "[a-z]{1,10}@[a-z]{1,10}\\.com"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 4},
+        "active": {"type": "boolean"},
+    },
+    "required": ["name", "age", "active"],
+}
+
+
+def pydantic_schema() -> dict[str, Any]:
+    """A 16-field pydantic model's ``model_json_schema()``: nested model, enum, Literal, Optional, bounds, a date."""
+    import datetime
+    import enum
+
+    from pydantic import BaseModel, Field
+
+    class Color(enum.Enum):
+        RED, GREEN, BLUE = "red", "green", "blue"
+
+    class Address(BaseModel):
+        street: str = Field(max_length=30)
+        city: str = Field(max_length=20)
+        zip: str = Field(pattern="^[0-9]{5}$")
+
+    class Person(BaseModel):
+        name: str = Field(max_length=20)
+        age: int = Field(ge=0, le=130)
+        email: str | None = Field(None, max_length=30)
+        born: datetime.date
+        tags: list[str] = Field(max_length=5)
+        score: float = Field(ge=0, le=1)
+        active: bool
+        kind: Literal["a", "b", "c"]
+        address: Address
+        nick: str | None = None
+        level: int = Field(ge=1, le=10)
+        notes: str = Field(max_length=40)
+        color: Color
+        weight: float | None = Field(None, gt=0, lt=500)
+        country: str = Field(max_length=2)
+        vip: bool = False
+
+    return Person.model_json_schema()
+
+
+SPECS: dict[str, dict[str, Any]] = {
+    "choice": {"choice": ["positive", "negative", "neutral", "mixed feelings"]},
+    "regex": {"regex": r"(19|20)[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9]: [a-z ]{1,40}\."},
+    "json_schema": {"json": SCHEMA},
+    "json_schema_pydantic16": {"json": pydantic_schema()},
+    "json_object": {"json_object": True},
+}
+
+
+def corpus(num_lines: int, seed: int) -> list[str]:
+    """Words from syllables, numbers, dates, and JSON documents: enough distinct pieces for a 32K BPE."""
+    rng = random.Random(seed)
+    syllables = [a + b for a in "bcdfghjklmnprstvwz" for b in "aeiou"] + ["th", "ch", "sh", "qu", "é", "ü", "中", "文"]
+
+    def word() -> str:
+        return "".join(rng.choice(syllables) for _ in range(rng.randint(1, 4)))
+
+    lines = []
+    for _ in range(num_lines):
+        kind = rng.random()
+        if kind < 0.6:
+            lines.append(" ".join(word() for _ in range(rng.randint(4, 16))) + rng.choice([".", ",", "!", "?"]))
+        elif kind < 0.8:
+            doc = {word(): rng.choice([word(), rng.randint(-10**6, 10**6), rng.random() < 0.5, None,
+                                        [word() for _ in range(rng.randint(0, 3))]]) for _ in range(rng.randint(1, 5))}
+            lines.append(json.dumps(doc, ensure_ascii=False, indent=rng.choice([None, 2])))
+        else:
+            lines.append(f"{rng.randint(1900, 2099)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
+                         f"{rng.randint(0, 10**9)} {word()}@{word()}.com")
+    return lines
+
+
+def build_model(path: Path, vocab: int, hidden: int) -> int:
+    """A random 2-layer Llama and a byte-level BPE of (up to) ``vocab`` tokens; returns the tokenizer's size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from accelkit.serve.testing import SPECIAL_TOKENS, save_tiny_model
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(200_000, seed=0), trainer)
+    size = tok.get_vocab_size()
+    save_tiny_model(path, vocab_size=size, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048)
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                            pad_token="<pad>").save_pretrained(path)
+    return size
+
+
+def timed_generate(llm: Any, prompts: list[str], params: list[Any]) -> tuple[float, list[Any]]:
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params)
+    return time.perf_counter() - start, outs
+
+
+def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int) -> dict[str, Any]:
+    from accelkit.serve import SamplingParams
+    from accelkit.serve.sampling import StructuredOutputs
+
+    spec = StructuredOutputs(**SPECS[kind])
+    start = time.perf_counter()
+    llm.engine.structured_guide(spec)
+    compile_s = time.perf_counter() - start
+    prompts = [f"request {i}:" for i in range(batch)]
+    guided = [SamplingParams(temperature=1.0, seed=i, max_tokens=max_tokens, structured_outputs=spec)
+              for i in range(batch)]
+    runs: list[dict[str, Any]] = []
+    for repeat in range(repeats):  # repeat 0 is cold: the guide's masks are computed as its states are reached
+        guided_s, outs = timed_generate(llm, prompts, guided)
+        lengths = [len(o.token_ids) for o in outs]
+        plain = [SamplingParams(temperature=1.0, seed=i, max_tokens=n, ignore_eos=True) for i, n in enumerate(lengths)]
+        plain_s, _ = timed_generate(llm, prompts, plain)
+        tokens = sum(lengths)
+        runs.append({
+            "repeat": repeat, "cold": repeat == 0, "output_tokens": tokens,
+            "finished_stop": sum(o.finish_reason == "stop" for o in outs),
+            "guided_tok_s": tokens / guided_s, "unguided_tok_s": tokens / plain_s,
+            "ratio": plain_s / guided_s,
+            "host_ms_per_guided_token": 1e3 * (guided_s - plain_s) / tokens,
+        })
+    warm = [r for r in runs if not r["cold"]]
+    return {
+        "kind": kind, "spec": SPECS[kind], "compile_s": compile_s, "runs": runs,
+        "cold_ratio": runs[0]["ratio"],
+        "warm_ratio_median": statistics.median(r["ratio"] for r in warm) if warm else None,
+        "warm_host_ms_per_guided_token_median":
+            statistics.median(r["host_ms_per_guided_token"] for r in warm) if warm else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vocab", type=int, default=32_000)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--kinds", default=",".join(SPECS))
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    import torch
+
+    from accelkit.hardware.detect import environment
+    from accelkit.serve import LLM
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        size = build_model(Path(tmp) / "m", args.vocab, args.hidden)
+        print(f"model and {size}-token byte-level BPE built in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        llm = LLM(str(Path(tmp) / "m"), kv_cache_memory_bytes=256 << 20, max_model_len=1024, dtype="float32")
+        from accelkit.serve import StructuredOutputs
+
+        start = time.perf_counter()  # the engine's first structured request reads the vocabulary and builds its trie
+        llm.engine.structured_guide(StructuredOutputs(regex="a"))
+        vocabulary_s = time.perf_counter() - start
+        print(f"vocabulary and trie read in {vocabulary_s:.2f} s (once per engine)", file=sys.stderr)
+        results = []
+        for kind in args.kinds.split(","):
+            result = run_kind(llm, kind, args.batch, args.max_tokens, args.repeats)
+            results.append(result)
+            print(f"{kind:12s} compile {result['compile_s']:6.2f} s   cold {result['cold_ratio']:.2f}× unguided   "
+                  f"warm {result['warm_ratio_median']:.2f}× ({result['warm_host_ms_per_guided_token_median']:.2f} "
+                  "ms host per guided token)", file=sys.stderr)
+    doc = {
+        "benchmark": "structured_outputs",
+        "command": "python benchmarks/structured_outputs.py " + " ".join(sys.argv[1:]),
+        "settings": {"vocab_requested": args.vocab, "vocab": size, "hidden": args.hidden, "layers": 2,
+                     "batch": args.batch, "max_tokens": args.max_tokens, "repeats": args.repeats,
+                     "threads": args.threads, "dtype": "float32", "device": "cpu"},
+        "vocabulary_s": vocabulary_s,
+        "results": results,
+        "environment": environment(with_torch=True),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
