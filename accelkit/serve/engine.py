@@ -18,7 +18,6 @@ import numbers
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -81,8 +80,6 @@ def _load_tokenizer(model_dir: Path) -> Any:
 
 
 class LLMEngine:
-    GUIDES = 64  # compiled structured-output specs kept (structured_guide)
-
     def __init__(self, config: EngineConfig) -> None:
         from accelkit.serve.model_runner import ModelRunner  # torch: imported when an engine is built
 
@@ -130,8 +127,7 @@ class LLMEngine:
         self._deferred_outputs: list[RequestOutput] = []
         self._deferred_error: Exception | None = None
         self._deliver: Callable[[list[RequestOutput]], None] | None = None  # step()'s, while it runs
-        # structured outputs: compiled specs (structured_guide) and what compiles them, made on first use
-        self._guides: OrderedDict[StructuredOutputs, Any] = OrderedDict()
+        # structured outputs: what compiles (and caches) their specs, made on first use
         self._guides_lock = threading.Lock()
         self._guide_compiler_: Any = None
         self._guide_vocab_error: str | None = None
@@ -219,22 +215,10 @@ class LLMEngine:
 
     def structured_guide(self, spec: StructuredOutputs) -> Any:
         """``spec`` compiled for this model's vocabulary (``structured.Guide``); ValueError naming what is wrong.
-        The last GUIDES specs stay compiled (with the token masks their states computed), shared by every request
-        that asks for the same one. Any thread; a compile runs outside the lock (a schema can take a while: the
-        server calls this off its event loop first, so that make_request finds it compiled)."""
-        with self._guides_lock:
-            guide = self._guides.get(spec)
-            if guide is not None:
-                self._guides.move_to_end(spec)
-                return guide
-        compiler = self._guide_compiler()
-        guide = compiler.compile(spec)
-        with self._guides_lock:
-            self._guides[spec] = guide
-            self._guides.move_to_end(spec)
-            while len(self._guides) > self.GUIDES:
-                self._guides.popitem(last=False)
-        return guide
+        The last 64 specs stay compiled (with the token masks their states computed), shared by every request
+        that asks for the same one. Any thread (a schema can take a while to compile: the server calls this off
+        its event loop first, so that make_request finds it compiled)."""
+        return self._guide_compiler().compile(spec)
 
     def _guide_compiler(self) -> Any:
         """The vocabulary's byte strings and their trie, built on the first structured-output request."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -553,7 +554,9 @@ class Guide:
 # ------------------------------------------------------------------------------------------------ compiling
 
 class GuideCompiler:
-    """Compiles :class:`StructuredOutputs` into :class:`Guide` s over one vocabulary, LRU-cached by spec."""
+    """Compiles :class:`StructuredOutputs` into :class:`Guide` s over one vocabulary, LRU-cached by spec. Any
+    thread: the cache is under a lock, a compile runs outside it (two threads missing the same spec at once both
+    compile it; one result is kept)."""
 
     def __init__(self, vocab: TokenVocabulary, *, max_guides: int = 64) -> None:
         if max_guides < 1:
@@ -561,13 +564,24 @@ class GuideCompiler:
         self.vocab = vocab
         self.max_guides = max_guides
         self._guides: OrderedDict[StructuredOutputs, Guide] = OrderedDict()
+        self._lock = threading.Lock()
 
     def compile(self, spec: StructuredOutputs) -> Guide:
         """The guide for ``spec``; ValueError with one line naming the field (``structured_outputs.regex: ...``)."""
-        guide = self._guides.get(spec)
-        if guide is not None:
+        with self._lock:
+            guide = self._guides.get(spec)
+            if guide is not None:
+                self._guides.move_to_end(spec)
+                return guide
+        guide = self._compile(spec)
+        with self._lock:
+            guide = self._guides.setdefault(spec, guide)
             self._guides.move_to_end(spec)
-            return guide
+            if len(self._guides) > self.max_guides:
+                self._guides.popitem(last=False)
+        return guide
+
+    def _compile(self, spec: StructuredOutputs) -> Guide:
         kind = spec.kind
         try:
             automaton: CharAutomaton
@@ -588,7 +602,4 @@ class GuideCompiler:
                     raise ValueError("no text matches it")
         except ValueError as exc:
             raise ValueError(f"structured_outputs.{kind}: {exc}") from None
-        guide = self._guides[spec] = Guide(automaton, self.vocab)
-        if len(self._guides) > self.max_guides:
-            self._guides.popitem(last=False)
-        return guide
+        return Guide(automaton, self.vocab)
