@@ -231,3 +231,14 @@ def build_bytelevel_tokenizer(vocab_size: int = 512) -> Any:
     return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves __init__ untyped
         tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
     )
+
+
+def save_bytelevel_model(path: str | Path, *, seed: int = 0) -> Path:
+    """:func:`save_tiny_model` with :func:`build_bytelevel_tokenizer` (and a plain chat template) in place of the
+    word-level tokenizer: a model structured outputs can guide (they need a byte-level or SentencePiece decoder)."""
+    path = save_tiny_model(path, seed=seed)
+    tokenizer = build_bytelevel_tokenizer(vocab_size=512)
+    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}assistant:{% endif %}")
+    tokenizer.save_pretrained(path)  # replaces the word-level tokenizer
+    return path

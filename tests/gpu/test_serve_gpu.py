@@ -105,10 +105,9 @@ def test_structured_outputs_on_cuda(tmp_path_factory, config):
     import re
 
     from accelkit.serve import LLM, SamplingParams, StructuredOutputs
-    from accelkit.serve.testing import build_bytelevel_tokenizer, save_tiny_model
+    from accelkit.serve.testing import save_bytelevel_model
 
-    model_dir = save_tiny_model(tmp_path_factory.mktemp("structured") / "m", "tiny-llama", seed=3)
-    build_bytelevel_tokenizer(vocab_size=512).save_pretrained(model_dir)
+    model_dir = save_bytelevel_model(tmp_path_factory.mktemp("structured") / "m", seed=3)
     llm = LLM(str(model_dir), device="cuda", kv_cache_memory_bytes=KV_BYTES, max_num_seqs=8, **config)
     assert (llm.engine.runner.graphs is not None) == (not config)
     schema = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},

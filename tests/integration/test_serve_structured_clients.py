@@ -15,7 +15,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from accelkit.serve.testing import build_bytelevel_tokenizer, save_tiny_model
+from accelkit.serve.testing import save_bytelevel_model
 from tests.integration.serve_server_util import running_server
 
 
@@ -44,11 +44,7 @@ class Order(BaseModel):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    path = save_tiny_model(tmp_path_factory.mktemp("clients") / "m", seed=5)
-    tokenizer = build_bytelevel_tokenizer(vocab_size=512)
-    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                               "{% if add_generation_prompt %}assistant:{% endif %}")
-    tokenizer.save_pretrained(path)
+    path = save_bytelevel_model(tmp_path_factory.mktemp("clients") / "m", seed=5)
     with running_server(str(path), max_model_len=1024) as (url, _):
         yield url
 

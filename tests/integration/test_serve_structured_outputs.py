@@ -10,7 +10,7 @@ import pytest
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.sampling import StructuredOutputs
-from accelkit.serve.testing import build_bytelevel_tokenizer, save_tiny_model
+from accelkit.serve.testing import save_bytelevel_model, save_tiny_model
 from tests.integration.serve_server_util import running_server
 
 KV_BYTES = 8 * 2**20
@@ -44,12 +44,7 @@ def check_schema(doc: object) -> None:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    path = save_tiny_model(tmp_path_factory.mktemp("structured") / "m", seed=3)
-    tokenizer = build_bytelevel_tokenizer(vocab_size=512)
-    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                               "{% if add_generation_prompt %}assistant:{% endif %}")
-    tokenizer.save_pretrained(path)  # replaces the word-level tokenizer save_tiny_model wrote
-    return path
+    return save_bytelevel_model(tmp_path_factory.mktemp("structured") / "m", seed=3)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["serial", "overlapped-postprocess"])

@@ -128,6 +128,15 @@ def test_an_unsupported_decoder_is_refused_by_name() -> None:
 
 # ----------------------------------------------------------------------------------------------- random walks
 
+def walk_schema(schema: object, seed: int, random_steps: int) -> str:
+    """The text of a finished :func:`walk` through ``schema``'s guide."""
+    tok, _ = bytelevel()
+    guide = compiler().compile(StructuredOutputs(json=json.dumps(schema)))
+    ids, done = walk(guide, seed, random_steps=random_steps)
+    assert done
+    return str(tok.decode(ids))
+
+
 def walk(guide: Guide, seed: int, *, random_steps: int) -> tuple[list[int], bool]:
     """Random allowed tokens (EOS now and then where allowed) for up to ``random_steps`` steps, then the shortest
     completion by single-byte tokens (breadth-first over guide states): it must exist from every state a walk
@@ -312,14 +321,8 @@ def _check_formats(value: object, schema: dict[str, object]) -> None:
 @settings(max_examples=60, deadline=None)
 @given(index=st.integers(0, len(SCHEMAS) - 1), seed=st.integers(0, 2**32 - 1), random_steps=st.integers(0, 30))
 def test_json_schema_walks_end_in_valid_documents(index: int, seed: int, random_steps: int) -> None:
-    tok, _ = bytelevel()
     schema = SCHEMAS[index]
-    # as text: a dict would be stored with sorted keys, and properties come out in their written order
-    guide = compiler().compile(StructuredOutputs(json=json.dumps(schema)))
-    ids, done = walk(guide, seed, random_steps=random_steps)
-    assert done
-    text = tok.decode(ids)
-    value = json.loads(text)
+    value = json.loads(walk_schema(schema, seed, random_steps))
     validator = jsonschema.Draft202012Validator
     validator(schema, format_checker=validator.FORMAT_CHECKER).validate(value)
     _check_formats(value, schema)

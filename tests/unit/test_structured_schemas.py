@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.structured_patterns import integer_range, number_range, regex_fsm, schema_to_regex
-from tests.unit.test_structured import bytelevel, compiler, walk
+from tests.unit.test_structured import compiler, walk_schema
 
 
 @pytest.mark.parametrize(("lo", "hi"), [(None, None), (0, None), (None, 0), (5, None), (None, -5), (-7, 7), (0, 150),
@@ -163,12 +163,8 @@ MODELS = {"person": Person, "person-strict": Person, "order-strict": Order}
 @settings(max_examples=45, deadline=None)
 @given(name=st.sampled_from(sorted(SCHEMAS)), seed=st.integers(0, 2**32 - 1), random_steps=st.integers(0, 40))
 def test_pydantic_schemas_give_documents_pydantic_accepts(name: str, seed: int, random_steps: int) -> None:
-    tok, _ = bytelevel()
     schema = SCHEMAS[name]
-    guide = compiler().compile(StructuredOutputs(json=json.dumps(schema)))
-    ids, done = walk(guide, seed, random_steps=random_steps)
-    assert done
-    text = tok.decode(ids)
+    text = walk_schema(schema, seed, random_steps)
     MODELS[name].model_validate_json(text)
     jsonschema.Draft202012Validator(schema).validate(json.loads(text))
 
