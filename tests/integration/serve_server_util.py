@@ -108,3 +108,15 @@ def metric(base_url: str, name: str) -> float:
     text = urllib.request.urlopen(f"{base_url}/metrics", timeout=10).read().decode()
     values = [float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
     return sum(values)
+
+
+def settled_metric(base_url: str, name: str, expected: float, timeout_s: float = 30) -> float:
+    """``metric`` once it equals ``expected``, or its value when ``timeout_s`` runs out. The engine loop counts a
+    step's tokens and finished requests after the step, and a response can reach its client before that: a
+    /metrics read right after a response may see the step before it."""
+    deadline = time.monotonic() + timeout_s
+    value = metric(base_url, name)
+    while value != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = metric(base_url, name)
+    return value

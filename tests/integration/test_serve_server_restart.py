@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import metric, running_server
+from tests.integration.serve_server_util import running_server, settled_metric
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +25,10 @@ def test_a_second_server_on_the_same_registry_starts_and_counts_on(model_dir):
     registry = CollectorRegistry()
     with running_server(model_dir, registry=registry) as (url, _):
         first = _complete(url)
-        assert metric(url, "vllm:generation_tokens_total") == 3
+        assert settled_metric(url, "vllm:generation_tokens_total", 3) == 3
     # before: ServingMetrics(registry) again raised "Duplicated timeseries", after the engine had loaded
     with running_server(model_dir, registry=registry) as (url, _):
         assert _complete(url) == first
-        assert metric(url, "vllm:generation_tokens_total") == 6  # the process's counters go on
-        assert metric(url, "vllm:request_success_total") == 2
-        assert metric(url, "vllm:num_requests_running") == 0
+        assert settled_metric(url, "vllm:generation_tokens_total", 6) == 6  # the process's counters go on
+        assert settled_metric(url, "vllm:request_success_total", 2) == 2
+        assert settled_metric(url, "vllm:num_requests_running", 0) == 0
