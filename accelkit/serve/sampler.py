@@ -3,7 +3,6 @@ structured outputs, min_tokens, logprobs, per-request seeds — one batch, one s
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from collections.abc import Hashable
 from collections.abc import Sequence as Rows
@@ -179,8 +178,9 @@ class Sampler:
 
     Penalties, ``min_p``, ``logit_bias``, ``allowed_token_ids``, structured outputs, ``min_tokens`` and logprobs run
     only in a batch where some row asks for one of them (``extras``); otherwise a step does what it did before they
-    existed. In vLLM's order: ``allowed_token_ids`` or the structured-output mask, ``logit_bias`` and ``min_tokens`` masking, then the penalties (repetition,
-    frequency, presence), then greedy argmax or temperature → min-p → top-k → top-p → the race. Logprobs are the model's raw ones
+    existed. In vLLM's order: ``allowed_token_ids`` or the structured-output mask, ``logit_bias`` and
+    ``min_tokens`` masking, then the penalties (repetition, frequency, presence), then greedy argmax or
+    temperature → min-p → top-k → top-p → the race. Logprobs are the model's raw ones
     (``log_softmax`` of its logits, before any of that — vLLM's default ``logprobs_mode="raw_logprobs"``);
     with them, the step's one read brings back the ids and the logprobs together.
     """
@@ -197,12 +197,11 @@ class Sampler:
         # seq_id → (its allowed_token_ids, (V,) bool on the device, True where a token is NOT allowed): built in the
         # request's first step, so a step's host work is one lookup per such row whatever the number of ids
         self._disallowed: dict[int, tuple[tuple[int, ...], torch.Tensor]] = {}
-        # structured outputs: each guided sequence's place in its guide, and per guide its states' (V,) masks on the
-        # device (True = NOT allowed), the most recent GUIDE_MASKS kept: one upload per state, not per step
+        # structured outputs: each guided sequence's place in its guide, and (guide, state) → (V,) mask on the device
+        # (True = NOT allowed), the most recently used ones up to GUIDE_MASK_BYTES in all: one upload per state
         self.eos_token_ids: frozenset[int] = frozenset()  # set by the engine (what ends a guided sequence)
         self._guided: dict[int, _GuideTrack] = {}
-        self._guide_masks: weakref.WeakKeyDictionary[Any, OrderedDict[Hashable, torch.Tensor]] = (
-            weakref.WeakKeyDictionary())
+        self._guide_masks: OrderedDict[tuple[Any, Hashable], torch.Tensor] = OrderedDict()
 
     def forget(self, seq_id: int) -> None:
         self._seeded.pop(seq_id, None)
@@ -312,7 +311,9 @@ class Sampler:
         self._disallowed[seq_id] = (allowed, mask)
         return mask
 
-    GUIDE_MASKS = 256  # device masks kept per guide (V bytes each: 125 KiB at V=128,256)
+    # device memory for cached guide masks, outside the KV budget: V bytes each, so 512 masks at V=128,256 and 2,048
+    # at 32K (a mask evicted is made again from the guide's own host-side cache, an upload)
+    GUIDE_MASK_BYTES = 64 << 20
 
     def _guide_mask(self, row: SampledRow, vocab: int) -> torch.Tensor:
         """(V,) bool on the device, True for the tokens the row's guide forbids after its output so far."""
@@ -329,10 +330,8 @@ class Sampler:
             else:
                 track.state = guide.advance(track.state, token)  # (a token the mask let through: never raises)
         track.consumed += len(new)
-        key = ("eos",) if track.done else track.state
-        masks = self._guide_masks.get(guide)
-        if masks is None:
-            masks = self._guide_masks[guide] = OrderedDict()
+        masks = self._guide_masks
+        key = (guide, ("eos",) if track.done else track.state)  # (holds the guide: the entry is never stale)
         mask = masks.get(key)
         if mask is None:
             if track.done:
@@ -343,7 +342,7 @@ class Sampler:
                 if allowed.shape[0] < vocab:  # (logits wider than the tokenizer's vocabulary: padding ids)
                     allowed = torch.cat([allowed, allowed.new_zeros(vocab - allowed.shape[0])])
             mask = masks[key] = (~allowed).to(self.device)
-            if len(masks) > self.GUIDE_MASKS:
+            while len(masks) > max(1, self.GUIDE_MASK_BYTES // vocab):
                 masks.popitem(last=False)
         else:
             masks.move_to_end(key)

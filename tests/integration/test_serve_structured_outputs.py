@@ -209,3 +209,14 @@ def test_http_bad_structured_requests_are_400s_naming_the_field(served, body, pa
     assert error["param"] == param and words in error["message"], error
     ok = post(served, "completions", {"prompt": "p:", "max_tokens": 4})  # nothing else was hurt
     assert ok.status_code == 200
+
+
+def test_device_masks_stay_within_their_budget(model_dir):
+    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=512)
+    sampler = llm.engine.runner.sampler
+    sampler.GUIDE_MASK_BYTES = 3 * llm.engine.model_args.vocab_size  # room for 3 masks
+    outs = generate(llm, StructuredOutputs(json=SCHEMA), 256)
+    assert 0 < len(sampler._guide_masks) <= 3  # (the walk reached far more states than 3)
+    for out in outs:  # an evicted mask is made again: outputs still valid
+        assert out.finish_reason == "stop", out
+        check_schema(json.loads(out.text))
