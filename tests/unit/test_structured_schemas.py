@@ -21,7 +21,8 @@ from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, Field
 
 from accelkit.serve.sampling import StructuredOutputs
-from accelkit.serve.structured_patterns import integer_range, number_range, regex_fsm, schema_to_regex
+from accelkit.serve.structured_numbers import integer_range, number_range
+from accelkit.serve.structured_patterns import regex_fsm, schema_to_regex
 from tests.unit.test_structured import compiler, walk_schema
 
 
