@@ -24,6 +24,7 @@ from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.cli.store import open_for_saving, print_unstored
 from accelkit.core import UserError
 from accelkit.loadtest.config import SLO, LoadTestConfig, parse_rate
+from accelkit.loadtest.structured import parse_constraint
 
 
 def _floats(value: str, flag: str, *, rates: bool = False) -> tuple[float, ...]:
@@ -67,14 +68,17 @@ FLAGS = field_flags(LoadTestConfig, NAMES)
     LoadTestConfig, into="load", names=NAMES,
     parse={"request_rate": lambda text: parse_rate(text), "slo": _slo, "dataset": _dataset,
            "percentiles": lambda text: _floats(text, "--percentiles"),
-           "sweep_rates": lambda text: _floats(text, "--sweep-rates", rates=True)},
+           "sweep_rates": lambda text: _floats(text, "--sweep-rates", rates=True),
+           "structured_outputs": lambda text: parse_constraint(text)},
     helps={"base_url": "Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine).",
            "dataset": "random, sharegpt:PATH or jsonl:PATH (one {\"prompt\", \"output_len\"?} per line).",
            "request_rate": "Mean requests/s (gamma arrivals), or inf: all at once (default inf).",
            "slo": "Per-request SLOs for goodput, e.g. ttft_ms=200,tpot_ms=50,e2e_ms=5000.",
            "percentiles": "Percentiles to report (default 50,90,99).",
            "sweep_rates": "One pass per rate, e.g. 1,2,4,8,inf (replaces --request-rate).",
-           "api_key": "Bearer token for the server (never stored)."},
+           "api_key": "Bearer token for the server (never stored).",
+           "structured_outputs": "Constrain every output and count the valid ones: json:SCHEMA_FILE, regex:PATTERN, "
+                                 "choice:A,B,C or json_object."},
 )
 def loadtest_cmd(
     save: bool = typer.Option(True, "--save/--no-save", help="Store the result in the results store."),
@@ -83,7 +87,8 @@ def loadtest_cmd(
     *,
     load: dict[str, Any],
 ) -> None:
-    """Load-test an OpenAI-compatible server: TTFT, TPOT, ITL, E2E, throughput and goodput per request rate."""
+    """Load-test an OpenAI-compatible server: TTFT, TPOT, ITL, E2E, throughput and goodput per request rate (and,
+    with --structured-outputs, the share of outputs that obey the constraint)."""
     from accelkit.bench.record import StoreWriter
     from accelkit.loadtest import run_loadtest
 
@@ -137,6 +142,35 @@ def _unbacked_note(starred: set[str]) -> str:
     return "* not backed: " + ", ".join(needs) + " (LoadGen rule, 99% confidence)"
 
 
+def _share(share: float | None) -> str | None:
+    return None if share is None else f"{share * 100:.1f}%"
+
+
+def _validity_rows(v: dict[str, Any] | None) -> list[tuple[Any, ...]]:
+    """The structured-output rows of the single-pass table (none without a constraint)."""
+    if v is None:
+        return []
+    return [("outputs checked", v["checked"], "requests"), ("valid outputs", v["valid"], "requests"),
+            ("invalid outputs", v["invalid"], "requests"), ("truncated by max_tokens", v["truncated"], "requests"),
+            ("valid share", _share(v["valid_share"]), "")]
+
+
+def _print_structured(structured: dict[str, Any], passes: list[dict[str, Any]]) -> None:
+    """What was asked for, the first invalid outputs, and a warning when max_tokens cut outputs short."""
+    out.print(f"structured outputs: {structured['constraint']} sent as {structured['sent_as']}; "
+              f"{structured['validity_definition']}", highlight=False, markup=False, soft_wrap=True)
+    examples = [(_rate(p["rate"]), e["index"], e["reason"], e["text"]) for p in passes
+                for e in (p.get("structured_outputs") or {}).get("invalid_examples", [])]
+    if examples:
+        out.print(table("Invalid outputs (first of each pass)", ["rate", "request", "why", "output (start)"], examples,
+                        right=(1,)))
+    truncated = sum((p.get("structured_outputs") or {}).get("truncated", 0) for p in passes)
+    if truncated:
+        err.print(f"warning: {truncated} outputs were cut by max_tokens (finish_reason length) before their match "
+                  "ended and count as not valid; raise --random-output-len (or the dataset's output_len)",
+                  highlight=False, markup=False, soft_wrap=True)
+
+
 def _render(d: dict[str, Any], result_id: int | None) -> None:
     qs = [f"p{q:g}" for q in d["percentiles"]]
     passes = d["passes"]
@@ -152,6 +186,7 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
             ("total token throughput", fmt_num(p["total_token_throughput"], 2), "tokens/s"),
             ("goodput (per request)", fmt_num(p["goodput"], 2), "req/s"),
             ("peak concurrency", p["peak_concurrency"], "requests"),
+            *_validity_rows(p.get("structured_outputs")),
         ]
         out.print(table(f"Load test — {d['config']['model']} via {d['url']} · {d['arrivals']['per_rate'][0]}"
                         f" · ignore_eos={d['ignore_eos']}", ["metric", "value", "unit"], rows, right=(1,)))
@@ -165,15 +200,20 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
                                       ("max_tokens sent", "max_tokens"))]
         out.print(table(f"Lengths actually sent — dataset {d['dataset']['dataset']}", ["", "mean", *qs], len_rows,
                         right=tuple(range(1, 2 + len(qs)))))
+    structured = d.get("structured_outputs")  # absent from results stored before structured outputs
     if len(passes) > 1:
         rows = [(_rate(pt["rate"]), pt["completed"], pt["failed"], fmt_num(pt["request_throughput"], 2),
                  fmt_num(pt["output_throughput"], 1), fmt_num(pt["goodput"], 2),
                  _pct(p["ttft_ms"], "p50", starred), _pct(p["ttft_ms"], "p99", starred),
-                 _pct(p["tpot_ms"], "p50", starred), _pct(p["tpot_ms"], "p99", starred), _pct(p["e2e_ms"], "p50", starred))
+                 _pct(p["tpot_ms"], "p50", starred), _pct(p["tpot_ms"], "p99", starred), _pct(p["e2e_ms"], "p50", starred),
+                 *([_share(pt.get("valid_share"))] if structured else []))
                 for pt, p in zip(d["curve"], passes, strict=True)]
+        headers = ["rate", "ok", "failed", "req/s", "out tok/s", "goodput", "TTFT p50", "TTFT p99", "TPOT p50",
+                   "TPOT p99", "E2E p50", *(["valid"] if structured else [])]
         out.print(table(f"Latency-throughput curve — {d['config']['model']} via {d['url']} · ignore_eos={d['ignore_eos']}",
-                        ["rate", "ok", "failed", "req/s", "out tok/s", "goodput", "TTFT p50", "TTFT p99",
-                         "TPOT p50", "TPOT p99", "E2E p50"], rows, right=tuple(range(0, 11))))
+                        headers, rows, right=tuple(range(0, len(headers)))))
+    if structured:
+        _print_structured(structured, passes)
     if starred:
         out.print(_unbacked_note(starred), highlight=False, markup=False, soft_wrap=True)
     failures = [(_rate(p["rate"]), f["count"], f["error"]) for p in passes for f in p["failures"]]

@@ -23,6 +23,7 @@ import httpx
 from accelkit.loadtest.config import LoadTestConfig
 from accelkit.loadtest.datasets import SampleRequest
 from accelkit.loadtest.metrics import RequestRecord
+from accelkit.loadtest.structured import request_fields
 
 __all__ = ["MalformedChunk", "OpenAIStreamClient", "chunk_finish_reason", "chunk_text"]
 
@@ -120,7 +121,8 @@ class OpenAIStreamClient:
 
     def payload(self, request: SampleRequest) -> dict[str, Any]:
         """The request body: greedy, streamed, usage included; ``ignore_eos`` only when asked for
-        (it is a vLLM/SGLang extension that a strict server may reject)."""
+        (it is a vLLM/SGLang extension that a strict server may reject); the structured-output constraint's
+        fields when there is one (:func:`accelkit.loadtest.structured.request_fields`)."""
         body: dict[str, Any] = {"model": self.config.model, "max_tokens": request.output_len, "temperature": 0.0,
                                 "stream": True, "stream_options": {"include_usage": True}}
         if self.config.endpoint == "completions":
@@ -129,6 +131,9 @@ class OpenAIStreamClient:
             body["messages"] = [{"role": "user", "content": request.prompt}]
         if self.config.ignore_eos:
             body["ignore_eos"] = True
+        if self.config.structured_outputs is not None:
+            body.update(request_fields(self.config.structured_outputs, self.config.endpoint,
+                                       guided_fields=self.config.guided_fields))
         return body
 
     async def send(self, request: SampleRequest, record: RequestRecord, t0: float, *, request_id: str | None = None) -> RequestRecord:
@@ -171,7 +176,17 @@ class OpenAIStreamClient:
         return record
 
     async def _read_stream(self, response: httpx.Response, record: RequestRecord, st: float) -> bool:
-        """Fill ``record`` from the event stream; True when it reached ``[DONE]``."""
+        """Fill ``record`` from the event stream; True when it reached ``[DONE]``. With structured outputs the
+        output text is kept too (``record.output_text``), to be checked after the pass."""
+        parts: list[str] | None = [] if self.config.structured_outputs is not None else None
+        try:
+            return await self._read_events(response, record, st, parts)
+        finally:
+            if parts is not None:
+                record.output_text = "".join(parts)
+
+    async def _read_events(self, response: httpx.Response, record: RequestRecord, st: float,
+                           parts: list[str] | None) -> bool:
         endpoint = self.config.endpoint
         seen_data = False
         async for line in response.aiter_lines():
@@ -205,6 +220,8 @@ class OpenAIStreamClient:
                 return False
             if text is not None:
                 record.chunk_times_s.append(now - st)
+                if parts is not None and (content := _content(data, endpoint)):
+                    parts.append(content)
             if finish_reason is not None and record.finish_s is None:
                 record.finish_s, record.finish_reason = now - st, finish_reason
             usage = data.get("usage")
@@ -214,6 +231,14 @@ class OpenAIStreamClient:
                 if isinstance(usage.get("completion_tokens"), int):
                     record.completion_tokens = usage["completion_tokens"]
         return False  # the body ended without [DONE]
+
+
+def _content(data: dict[str, Any], endpoint: str) -> str | None:
+    """The answer's own text in a chunk (``text``; chat: ``delta.content``, not reasoning). Call after
+    :func:`chunk_text`, which has checked the fields' types."""
+    choice = data["choices"][0]
+    text = choice.get("text") if endpoint == "completions" else choice["delta"].get("content")
+    return text if isinstance(text, str) else None
 
 
 def _json_not_stream(content_type: str) -> str:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from accelkit.core.spec import Spec, spec_field
+from accelkit.loadtest.structured import OutputConstraint
 
 Endpoint = Literal["completions", "chat"]
 
@@ -94,6 +95,10 @@ class LoadTestConfig(Spec):
                                         doc="random dataset (and jsonl lines without output_len): max_tokens.")
     random_range_ratio: float = spec_field(0.0, min=0.0, doc="random dataset: lengths uniform in L·[1−x, 1+x], x < 1.")
     ignore_eos: bool = spec_field(False, doc="Send ignore_eos=true (vLLM/SGLang extension) so every request runs to max_tokens.")
+    structured_outputs: OutputConstraint | None = spec_field(
+        None, doc="Every request asks for this structured output, and each output is checked against it.")
+    guided_fields: bool = spec_field(False, doc="Send the constraint under vLLM's older guided_json/guided_regex/"
+                                                "guided_choice names (servers from before structured_outputs).")
     slo: SLO = spec_field(default_factory=SLO, doc="Per-request SLOs for goodput.")
     percentiles: tuple[float, ...] = spec_field((50.0, 90.0, 99.0), doc="Percentiles to report, each in (0, 100].")
     sweep_rates: tuple[float, ...] | None = spec_field(None, doc="One pass per rate (replaces request_rate).")
@@ -141,6 +146,14 @@ class LoadTestConfig(Spec):
         if not math.isfinite(self.warmup_timeout_s):
             raise ValueError(f"warmup_timeout_s={self.warmup_timeout_s!r} is out of range; expected a finite number "
                              "of seconds >= 0 (e.g. 3600 for a slow-starting server)")
+        if self.structured_outputs is not None and self.ignore_eos:
+            # past a complete match the server may only emit EOS (or breaks the match): every output would end at
+            # max_tokens, counted truncated, and the run would measure EOS padding
+            raise ValueError("ignore_eos and structured_outputs together: a constrained output ends where its match "
+                             "ends; drop --ignore-eos (raise --random-output-len if outputs are cut short)")
+        if self.guided_fields and self.structured_outputs is None:
+            raise ValueError("guided_fields names the fields that carry structured_outputs; give structured_outputs "
+                             "too, or drop guided_fields")
         words = (self.num_prompts + self.warmup) * self.random_input_len * (1 + self.random_range_ratio)
         if self.dataset == "random" and words > MAX_RANDOM_WORDS:
             raise ValueError(f"num_prompts × random_input_len = {words:,.0f} words of prompts to build in memory (at "

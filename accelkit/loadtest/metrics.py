@@ -55,6 +55,9 @@ class RequestRecord:
     completion_tokens: int | None = None  #: usage.completion_tokens
     status_code: int | None = None
     error: str | None = None
+    output_text: str | None = None  #: the output (chat: delta.content), kept only with structured outputs
+    validity: str | None = None  #: structured outputs: 'valid', 'invalid' or 'truncated' (None: not checked)
+    invalid_reason: str | None = None  #: why an invalid output breaks the constraint
 
     @property
     def token_times_s(self) -> list[float]:
@@ -103,7 +106,9 @@ class RequestRecord:
         return (self.e2e_s - self.ttft_s) / (n - 1)  # type: ignore[operator]
 
     def to_dict(self) -> dict[str, Any]:
-        """Compact JSON record (chunk times are summarised; the ITL samples keep them)."""
+        """Compact JSON record (chunk times are summarised; the ITL samples keep them; the output text is not kept).
+        ``validity``/``invalid_reason`` only when the output was checked."""
+        checked = {} if self.validity is None else {"validity": self.validity, "invalid_reason": self.invalid_reason}
         return {
             "index": self.index, "input_len_target": self.input_len, "max_tokens": self.max_tokens,
             "scheduled_s": _r(self.scheduled_s), "send_s": _r(self.send_s), "done_s": _r(self.done_s),
@@ -111,6 +116,7 @@ class RequestRecord:
             "num_output_chunks": len(self.chunk_times_s), "finish_reason": self.finish_reason,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens, "status_code": self.status_code, "error": self.error,
+            **checked,
         }
 
 

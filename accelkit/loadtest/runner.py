@@ -30,6 +30,7 @@ from accelkit.loadtest.client import OpenAIStreamClient
 from accelkit.loadtest.config import LoadTestConfig, rate_json
 from accelkit.loadtest.datasets import SampleRequest, load_dataset
 from accelkit.loadtest.metrics import RequestRecord, compute_metrics, pkey
+from accelkit.loadtest.structured import OutputChecker, sent_as
 
 __all__ = ["run_loadtest", "run_loadtest_async", "run_pass"]
 
@@ -38,6 +39,11 @@ Progress = Callable[[str], None]
 GOODPUT_DEFINITION = (
     "per-request goodput (vLLM bench serve): requests meeting every given SLO / duration; "
     "not DistServe's highest rate at a target SLO attainment"
+)
+
+VALIDITY_DEFINITION = (
+    "each successful request's output checked after the pass: truncated when finish_reason is 'length', else valid "
+    "or invalid against the constraint; valid_share = valid / checked"
 )
 
 
@@ -113,6 +119,7 @@ async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None
             "fresh random prompts each pass (pass i drawn with seed + i)" if fresh else
             "the same prompts every pass: passes after the first may hit the server's prefix cache")
     passes = []
+    checker = None if config.structured_outputs is None else OutputChecker(config.structured_outputs)
     async with OpenAIStreamClient(config) as client:
         warmup_info = await _warmup(client, warm, config, run_id, on_progress)
         for i, rate in enumerate(config.rates):
@@ -124,6 +131,8 @@ async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None
                 on_progress=on_progress,
             )
             metrics = compute_metrics(records, duration, percentiles=config.percentiles, slo=config.slo)
+            if checker is not None:  # after the pass, outside its clock
+                metrics["structured_outputs"] = checker.check_records(records)
             passes.append((rate, records, metrics))
     return dataset_info, passes, warmup_info
 
@@ -155,19 +164,22 @@ async def run_loadtest_async(config: LoadTestConfig, *, on_progress: Progress | 
 def curve_point(rate: float, metrics: dict[str, Any]) -> dict[str, Any]:
     """One point of the latency-throughput curve."""
     keep = [pkey(q) for q in (50, 90, 99)]
+    validity = metrics.get("structured_outputs")
     return {
         "rate": rate_json(rate), "request_throughput": metrics["request_throughput"],
         "output_throughput": metrics["output_throughput"], "total_token_throughput": metrics["total_token_throughput"],
         "goodput": metrics["goodput"], "completed": metrics["completed"], "failed": metrics["failed"],
         **{name: {k: metrics[name][k] for k in keep} for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")},
+        **({} if validity is None else {"valid_share": validity["valid_share"]}),
     }
 
 
 def to_measurement(config: LoadTestConfig, dataset_info: dict[str, Any],
                    passes: list[tuple[float, list[RequestRecord], dict[str, Any]]], warmup_info: dict[str, Any],
                    *, run_id: str | None = None) -> Measurement:
-    """details: config, arrival model, dataset, warm-up, ``curve`` (one point per rate), ``passes`` (full
-    metrics and per-request records); samples: ``ttft_s``/``tpot_s``/``itl_s``/``e2e_s`` of the last pass
+    """details: config, arrival model, dataset, warm-up, ``structured_outputs`` (the constraint and the field that
+    carried it; None without one), ``curve`` (one point per rate), ``passes`` (full metrics, with
+    ``structured_outputs`` counts when constrained, and per-request records); samples: ``ttft_s``/``tpot_s``/``itl_s``/``e2e_s`` of the last pass
     and, for a sweep, ``<name>@<rate>`` for every pass."""
     sweep = len(passes) > 1
     samples: dict[str, list[float]] = {}
@@ -178,9 +190,15 @@ def to_measurement(config: LoadTestConfig, dataset_info: dict[str, Any],
     samples.update(_series(passes[-1][1]))
     last_rate, _, last = passes[-1]
     rates = ",".join(f"{r:g}" for r, _, _ in passes)
+    constraint = config.structured_outputs
+    structured = None if constraint is None else {
+        "kind": constraint.kind, "constraint": constraint.describe(),
+        "sent_as": sent_as(constraint, config.endpoint, guided_fields=config.guided_fields),
+        "validity_definition": VALIDITY_DEFINITION,
+    }
     return Measurement(
         kind="loadtest",
-        name=f"{config.model} {config.endpoint} @ {rates} req/s",
+        name=f"{config.model} {config.endpoint} @ {rates} req/s" + ("" if constraint is None else f" · {constraint.kind}"),
         throughput=last["output_throughput"],
         throughput_unit="output tokens/s",
         latency_s=summarize(samples["e2e_s"]) if samples["e2e_s"] else None,
@@ -193,6 +211,7 @@ def to_measurement(config: LoadTestConfig, dataset_info: dict[str, Any],
             "ignore_eos": config.ignore_eos,
             "dataset": dataset_info,
             "slo": config.slo.to_dict(),
+            "structured_outputs": structured,
             "goodput_definition": GOODPUT_DEFINITION,
             "percentiles": list(config.percentiles),
             "warmup": warmup_info,
