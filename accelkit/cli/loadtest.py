@@ -157,8 +157,8 @@ def _validity_rows(v: dict[str, Any] | None) -> list[tuple[Any, ...]]:
 
 def _print_structured(structured: dict[str, Any], passes: list[dict[str, Any]]) -> None:
     """What was asked for, the first invalid outputs, and a warning when max_tokens cut outputs short."""
-    out.print(f"structured outputs: {structured['constraint']} sent as {structured['sent_as']}; "
-              f"{structured['validity_definition']}", highlight=False, markup=False, soft_wrap=True)
+    out.print(f"structured outputs: {structured['constraint']}, sent as {structured['sent_as']}; valid share = valid "
+              "/ checked, outputs cut by max_tokens (truncated) included", highlight=False, markup=False, soft_wrap=True)
     examples = [(_rate(p["rate"]), e["index"], e["reason"], e["text"]) for p in passes
                 for e in (p.get("structured_outputs") or {}).get("invalid_examples", [])]
     if examples:
