@@ -128,8 +128,9 @@ REFUSED = [
     (CHAT, {"response_format": {"type": "regex"}}, "response_format"),
     (CHAT, {"functions": [{"name": "f", "parameters": {}}]}, "functions"),
     (CHAT, {"function_call": {"name": "f"}}, "function_call"),
-    (CHAT, {"tool_choice": "required"}, "tool_choice"),
-    (CHAT, {"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+    # (tool_choice "required" or a named function: tests/integration/test_serve_tool_calls.py)
+    (CHAT, {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}], "tool_choice": "auto"},
+     "tool_choice"),
     (CHAT, {"echo": True}, "echo"),
     (CHAT, {"continue_final_message": True}, "continue_final_message"),  # with add_generation_prompt's default
     (CHAT, {"skip_special_tokens": False}, "skip_special_tokens"),

@@ -50,6 +50,7 @@ from accelkit.serve.server.protocol import (
     parse_body,
 )
 from accelkit.serve.server.state import ServingState
+from accelkit.serve.server.tools import ToolCalling
 
 log = logging.getLogger("accelkit.serve")
 
@@ -80,6 +81,14 @@ def _derived_seed(seed: int | None, choice: int) -> int | None:
     if seed is None or choice == 0:
         return seed
     return (seed + choice - SEED_MIN) % (SEED_MAX - SEED_MIN + 1) + SEED_MIN
+
+
+def _chat_message(out: RequestOutput, tools: ToolCalling | None) -> dict[str, Any]:
+    """A chat choice's message and finish_reason: the output's text, or the tool calls it makes."""
+    if tools is not None and (calls := tools.calls(out.text)) is not None:
+        return {"message": {"role": "assistant", "content": None, "tool_calls": calls},
+                "finish_reason": tools.finish_reason(out.finish_reason, called=True)}
+    return {"message": {"role": "assistant", "content": out.text}, "finish_reason": out.finish_reason}
 
 
 def _sse(data: Any) -> str:
@@ -234,14 +243,14 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         return body
 
     async def render_chat(messages: list[ChatMessage], *, add_generation_prompt: bool, continue_final_message: bool,
-                          chat_template_kwargs: dict[str, Any] | None) -> str:
+                          chat_template_kwargs: dict[str, Any] | None, tools: list[Any] | None = None) -> str:
         """The chat template rendered to text, in a worker thread (the messages turned into dicts there too)."""
         def render() -> str:
             return render_chat_template(
                 state.engine.tokenizer, [m.for_template() for m in messages],
                 chat_template=state.config.chat_template, add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message, variables=chat_template_kwargs or {},
-                reserved=template_args,
+                reserved=template_args, tools=tools,
             )
 
         return await asyncio.to_thread(render)
@@ -261,11 +270,12 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     @app.post("/v1/chat/completions", openapi_extra=_request_body(ChatCompletionRequest))
     async def chat(request: Request) -> Response:
         body = await accept(request, ChatCompletionRequest)
+        tools = body.tool_calling()  # (its 400s before the template sees the tools)
         prompt = await render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
                                    continue_final_message=body.continue_final_message,
-                                   chat_template_kwargs=body.chat_template_kwargs)
+                                   chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None)
         return await _generate(request, body, [prompt], body.token_limit, body.token_limit_field, chat=True,
-                               default_limit=None)
+                               default_limit=None, tools=tools)
 
     @app.post("/tokenize", openapi_extra=_request_body(TokenizeRequest))
     async def tokenize(request: Request) -> dict[str, Any]:
@@ -395,7 +405,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         return str(tokenizer.decode(token_ids)) if tokenizer is not None else ""
 
     async def _generate(request: Request, body: Any, prompts: list[Any], limit: int | None, limit_field: str, *,
-                        chat: bool, default_limit: int | None) -> Response:
+                        chat: bool, default_limit: int | None, tools: ToolCalling | None = None) -> Response:
         if body.priority != 0 and state.engine.config.scheduling_policy != "priority":  # vLLM refuses it too
             raise APIError(400, f"priority={body.priority} needs the server started with --scheduling-policy priority",
                            param="priority", code="unsupported")
@@ -574,9 +584,9 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         def response() -> dict[str, Any]:  # (with logprobs it decodes every token: in a worker thread)
             prompt_lp = prompt_logprobs_fields()
             if chat:
-                choices = [{"index": i, "message": {"role": "assistant", "content": o.text},
-                            "logprobs": logprobs_format.chat(o.token_ids, o.logprobs or []) if want else None,
-                            "finish_reason": o.finish_reason} for i, o in sorted(outs.items())]
+                choices = [{"index": i, **_chat_message(o, tools),
+                            "logprobs": logprobs_format.chat(o.token_ids, o.logprobs or []) if want else None}
+                           for i, o in sorted(outs.items())]
                 data: dict[str, Any] = {"id": base_id, "object": "chat.completion", "created": created, "model": name,
                                         "choices": choices, "usage": _usage(outs, n)}
                 if prompt_lp is not None:  # vLLM's place for chat: the response's (one prompt), not a choice's

@@ -75,9 +75,10 @@ def output_budget(*, max_model_len: int, num_prompt_tokens: int, requested: int 
 
 def render_chat_template(tokenizer: Any, conversation: list[dict[str, str]], *, chat_template: str | None,
                          add_generation_prompt: bool, continue_final_message: bool, variables: dict[str, Any],
-                         reserved: frozenset[str]) -> str:
+                         reserved: frozenset[str], tools: list[Any] | None = None) -> str:
     """The chat template rendered to text (an APIError naming what is wrong: a variable that would replace one of
-    ``apply_chat_template``'s own arguments, or whatever the template refused)."""
+    ``apply_chat_template``'s own arguments, or whatever the template refused). ``tools``: the request's, as sent
+    (OpenAI's tool objects, which ``apply_chat_template`` takes as they are)."""
     clash = sorted(reserved & variables.keys())
     if clash:
         raise APIError(400, f"chat_template_kwargs cannot set {', '.join(clash)}: the server sets "
@@ -86,7 +87,7 @@ def render_chat_template(tokenizer: Any, conversation: list[dict[str, str]], *, 
     try:
         return str(tokenizer.apply_chat_template(
             conversation, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
-            tokenize=False, chat_template=chat_template, **variables,
+            tokenize=False, chat_template=chat_template, **({"tools": tools} if tools else {}), **variables,
         ))
     except Exception as exc:  # no tokenizer or template, or the template rejects these messages or variables
         raise APIError(400, f"cannot apply the chat template: {type(exc).__name__}: {exc}", param="messages") from exc

@@ -3,7 +3,7 @@
 - A JSON ``null`` in any field means "the default", as OpenAI documents its fields ("number or null") and as
   vLLM accepts: the official client sends ``None`` as ``null``.
 - Fields OpenAI or vLLM define but the engine does not implement are accepted only at their neutral values
-  (no ``guided_grammar``, no beam search, no tools …); anything else is a 400 naming the field
+  (no ``guided_grammar``, no beam search, no tool_choice 'auto' with tools …); anything else is a 400 naming the field
   (:meth:`unsupported`), never a silent change of meaning.
 - Unknown fields are ignored, as vLLM does (OpenAI's own server answers 400 "Unrecognized request argument"),
   and the server logs one warning per request naming them (:meth:`ignored_fields`).
@@ -32,6 +32,7 @@ from pydantic import (
 
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.server.errors import APIError, prompt_too_long, validation_message
+from accelkit.serve.server.tools import ToolCalling, tool_calling
 
 
 def _whole_float(value: Any) -> Any:
@@ -393,9 +394,14 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: Int | None = None
     logprobs: Bool = False
     top_logprobs: Int | None = None
-    tools: list[Any] | None = None
-    tool_choice: Str | dict[str, Any] | None = Field(None, description="'none', or 'auto' (no tools: tool calling is not supported).")
-    parallel_tool_calls: Bool | None = Field(None, description="Accepted; without tools it changes nothing.")
+    tools: list[Any] | None = Field(None, description="Function tools ({type: function, function: {name, "
+                                    "description, parameters}}), passed to the chat template as sent.")
+    tool_choice: Str | dict[str, Any] | None = Field(
+        None, description="'required' (one or more calls, any tools) or {type: function, function: {name}} (that "
+        "function): the output is masked to the calls' JSON (structured outputs) and returned as tool_calls; "
+        "'none': text, the tools still rendered; 'auto' only without tools (it needs a model-specific parser)."
+    )
+    parallel_tool_calls: Bool | None = Field(None, description="false: 'required' makes exactly one call.")
     functions: list[Any] | None = None
     function_call: Str | dict[str, Any] | None = Field(None, description="'none' or 'auto' only (no functions).")
     echo: Bool = Field(False, description="vLLM extension: only false.")
@@ -421,19 +427,43 @@ class ChatCompletionRequest(_Sampling):
         return self.n
 
     def unsupported(self) -> tuple[str, str] | None:
-        if self.tools:
-            return "tools", "tool calling is not supported by accelkit serve"
+        if self.tools and self.tool_choice in (None, "auto"):
+            return "tool_choice", ("tool_choice 'auto' (the default with tools) needs a model-specific tool-call "
+                                   "parser, which accelkit serve does not have; send tool_choice 'required' or "
+                                   "{\"type\": \"function\", \"function\": {\"name\": …}} (the output is then "
+                                   "constrained to the call), or 'none'")
         if self.functions:
-            return "functions", "function calling is not supported by accelkit serve"
-        for name in ("tool_choice", "function_call"):
-            choice = getattr(self, name)
-            if choice is not None and choice not in ("none", "auto"):
-                return name, (f"{name}={_short(choice)} needs tool calling, which accelkit serve does not support; "
-                              "omit it or send 'none'")
+            return "functions", "the legacy functions field is not supported by accelkit serve; use tools"
+        if self.function_call is not None and self.function_call not in ("none", "auto"):
+            return "function_call", (f"function_call={_short(self.function_call)} is not supported by accelkit "
+                                     "serve; use tools with tool_choice")
         if self.echo:
             return "echo", "echo is not supported by accelkit serve for chat"
         return _template_flags_problem(self.add_generation_prompt, self.continue_final_message) or \
             _Sampling.unsupported(self)
+
+    def tool_calling(self) -> ToolCalling | None:
+        """What tools and tool_choice ask for (None: text), or an APIError (400) naming the field."""
+        return tool_calling(self.tools, self.tool_choice, parallel_tool_calls=self.parallel_tool_calls)
+
+    def structured(self) -> tuple[str, StructuredOutputs] | None:
+        """The tool call's constraint ("tools" asks), else :meth:`_Sampling.structured`; both is a 400."""
+        calling = self.tool_calling()
+        asked = _Sampling.structured(self)
+        if calling is None:
+            return asked
+        if asked is not None:
+            raise APIError(400, f"{asked[0]} asks for structured output, and tool_choice constrains the output to "
+                           "the tool call; send only one of them", param=asked[0])
+        try:
+            return "tools", calling.spec()
+        except ValueError as exc:  # (a schema past the size limit)
+            raise APIError(400, calling.error_message(str(exc)), param="tools") from exc
+
+    def structured_message(self, name: str, message: str) -> str:
+        calling = self.tool_calling() if name == "tools" else None
+        return calling.error_message(message) if calling is not None else _Sampling.structured_message(self, name,
+                                                                                                         message)
 
     @property
     def token_limit(self) -> int | None:

@@ -1,0 +1,189 @@
+"""OpenAI tool calling for ``tool_choice`` "required" and a named function, done with structured outputs as vLLM
+does it — no model-specific parser:
+
+- a named function: the output is masked to that function's ``parameters`` schema and becomes the call's
+  ``arguments`` as generated;
+- "required": the output is masked to a JSON array (at least one item) of ``{"name": <a tool's name>,
+  "parameters": <that tool's parameters>}``, one item per call, then parsed into ``tool_calls``.
+
+``tool_choice`` "auto" needs the model's own tool-call format, so it is refused with tools (see
+``ChatCompletionRequest.unsupported``); "none" renders the tools and generates text as usual.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.server.errors import APIError
+
+EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # a function that takes no arguments
+_DEFS_KEYS = ("$defs", "definitions")  # where "$ref"s point; lifted to the root of the "required" schema
+
+
+def call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCalling:
+    """What a request's ``tools`` and ``tool_choice`` ask for. ``name``: the function a named choice forces (None
+    for "required"); ``index``: its place in ``tools``; ``schema``: what the output is masked to."""
+
+    kind: Literal["named", "required"]
+    schema: dict[str, Any]
+    name: str | None = None
+    index: int | None = None
+
+    def spec(self) -> StructuredOutputs:
+        return StructuredOutputs(json=json.dumps(self.schema, separators=(",", ":")))
+
+    def error_message(self, message: str) -> str:
+        """A structured-output error about ``schema`` said in terms of the request's ``tools``."""
+        message = message.removeprefix("structured_outputs.json: ")
+        if self.kind == "named":
+            return f"tools[{self.index}].function.parameters: {message}"
+        message = re.sub(r"items\.anyOf\[(\d+)\]\.properties\.parameters", r"tools[\1].function.parameters", message)
+        return f"tool_choice 'required': {message}"
+
+    def calls(self, text: str) -> list[dict[str, Any]] | None:
+        """The ``tool_calls`` of an output; None when it holds no complete list of calls ("required" cut short)."""
+        if self.kind == "named":
+            return [_call(call_id(), str(self.name), text)]
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(items, list) or not items or \
+                not all(isinstance(item, dict) and {"name", "parameters"} <= item.keys() for item in items):
+            return None
+        return [_call(call_id(), item["name"], json.dumps(item["parameters"], ensure_ascii=False))
+                for item in items]
+
+    def finish_reason(self, reason: str | None, *, called: bool) -> str | None:
+        """OpenAI's: "tool_calls" when "required" made its calls; a named function's call ends with "stop"."""
+        return "tool_calls" if called and self.kind == "required" and reason == "stop" else reason
+
+
+def _call(id_: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+class ToolCallDeltas:
+    """One streamed choice's ``delta`` objects: a named call's header as soon as the output starts, then its argument
+    text as it is generated; "required"'s calls once the whole array is out (each: its header, then its
+    arguments). The deltas' arguments joined are the non-streamed ``arguments``."""
+
+    def __init__(self, calling: ToolCalling) -> None:
+        self.calling = calling
+        self.text = ""
+        self.called = False
+        self.id = call_id()
+
+    def step(self, new_text: str, finished: bool) -> list[dict[str, Any]]:
+        if self.calling.kind == "named":
+            deltas = []
+            if not self.called:
+                self.called = True
+                deltas.append({"tool_calls": [{"index": 0, **_call(self.id, str(self.calling.name), "")}]})
+            if new_text:
+                deltas.append({"tool_calls": [{"index": 0, "function": {"arguments": new_text}}]})
+            return deltas
+        self.text += new_text
+        if not finished:
+            return []
+        calls = self.calling.calls(self.text)
+        if calls is None:  # cut short: the text as it is, as content
+            return [{"content": self.text}] if self.text else []
+        self.called = True
+        deltas = []
+        for i, call in enumerate(calls):
+            arguments = call["function"]["arguments"]
+            deltas.append({"tool_calls": [{"index": i, **_call(call["id"], call["function"]["name"], "")}]})
+            deltas.append({"tool_calls": [{"index": i, "function": {"arguments": arguments}}]})
+        return deltas
+
+    def finish_reason(self, reason: str | None) -> str | None:
+        return self.calling.finish_reason(reason, called=self.called)
+
+
+def _functions(tools: list[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, parameters schema) of each tool, or a 400 naming the one that is malformed."""
+    functions: list[tuple[str, dict[str, Any]]] = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
+            raise APIError(400, f"tools[{i}] is {kind!r}; only function tools ({{\"type\": \"function\", "
+                           "\"function\": {\"name\": …, \"parameters\": {…}}}) are supported", param="tools")
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            raise APIError(400, f"tools[{i}].function is missing; give {{\"name\": …, \"parameters\": {{…}}}}",
+                           param="tools")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise APIError(400, f"tools[{i}].function.name is missing; every tool needs a function name",
+                           param="tools")
+        if any(name == seen for seen, _ in functions):
+            raise APIError(400, f"tools[{i}].function.name {name!r} is given twice; give each function once",
+                           param="tools")
+        parameters = function.get("parameters")
+        if parameters is None:
+            parameters = EMPTY_PARAMETERS
+        if not isinstance(parameters, dict):
+            raise APIError(400, f"tools[{i}].function.parameters must be a JSON schema object, not "
+                           f"{type(parameters).__name__}", param="tools")
+        functions.append((name, parameters))
+    return functions
+
+
+def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | None, *,
+                 parallel_tool_calls: bool | None) -> ToolCalling | None:
+    """The constraint ``tools`` and ``tool_choice`` ask for (None: generate text), or a 400 naming the field."""
+    if tool_choice is None or tool_choice in ("none", "auto"):  # ("auto" with tools: refused before this)
+        if tools:
+            _functions(tools)
+        return None
+    if isinstance(tool_choice, str) and tool_choice != "required":
+        raise APIError(400, f"tool_choice={tool_choice!r} is not one of 'none', 'auto', 'required' or "
+                       "{\"type\": \"function\", \"function\": {\"name\": …}}", param="tool_choice")
+    if not tools:
+        raise APIError(400, "tool_choice other than 'none' or 'auto' needs tools; give the functions in tools",
+                       param="tool_choice")
+    functions = _functions(tools)
+    if isinstance(tool_choice, dict):
+        function = tool_choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if tool_choice.get("type", "function") != "function" or not isinstance(name, str):
+            raise APIError(400, "tool_choice as an object is {\"type\": \"function\", \"function\": {\"name\": …}}",
+                           param="tool_choice")
+        index = next((i for i, (n, _) in enumerate(functions) if n == name), None)
+        if index is None:
+            names = ", ".join(repr(n) for n, _ in functions)
+            raise APIError(400, f"tool_choice names function {name!r}, which is not in tools ({names})",
+                           param="tool_choice")
+        return ToolCalling("named", functions[index][1], name=name, index=index)
+    return ToolCalling("required", _array_of_calls(functions, parallel_tool_calls is not False))
+
+
+def _array_of_calls(functions: list[tuple[str, dict[str, Any]]], parallel: bool) -> dict[str, Any]:
+    """vLLM's schema for "required": [{"name": const, "parameters": that function's schema}, …]; each function's
+    ``$defs`` lifted to the root, where its ``$ref``s ("#/$defs/…") point."""
+    defs: dict[str, dict[str, Any]] = {}
+    branches = []
+    for i, (name, parameters) in enumerate(functions):
+        parameters = copy.copy(parameters)
+        for key in _DEFS_KEYS:
+            for def_name, definition in (parameters.pop(key, None) or {}).items():
+                if defs.setdefault(key, {}).setdefault(def_name, definition) != definition:
+                    raise APIError(400, f"tools[{i}].function.parameters.{key}.{def_name} differs from another "
+                                   "tool's of that name; with tool_choice 'required' their definitions share one "
+                                   "namespace, so give them distinct names", param="tools")
+        branches.append({"type": "object", "properties": {"name": {"const": name}, "parameters": parameters},
+                         "required": ["name", "parameters"], "additionalProperties": False})
+    return {"type": "array", "items": {"anyOf": branches}, "minItems": 1, **({} if parallel else {"maxItems": 1}),
+            **defs}

@@ -1,0 +1,136 @@
+"""Tool calling with tool_choice "required" and a named function, through the real server and the official openai
+client: a random tiny Llama with a byte-level BPE tokenizer, so every well-formed call is the structured-output
+mask's doing, and each call's arguments are checked against its function's schema by jsonschema."""
+
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from accelkit.serve.testing import save_bytelevel_model
+from tests.integration.serve_server_util import running_server
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 10}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"],
+}
+ADD = {
+    "type": "object",
+    "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                   "b": {"type": "integer", "minimum": -5, "maximum": 5}},
+    "required": ["a", "b"],
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "the weather", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "add", "parameters": ADD}},
+]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+MESSAGES = [{"role": "user", "content": "what is the weather in Paris?"}]
+# the plain template of save_bytelevel_model, with a line naming the tools when there are any
+TEMPLATE = ("{% if tools %}tools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}\n{% endif %}"
+            "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant:{% endif %}")
+SEEDS = range(3)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    model_dir = save_bytelevel_model(tmp_path_factory.mktemp("tools") / "m", seed=3)
+    with running_server(str(model_dir), max_model_len=512, server={"chat_template": TEMPLATE}) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=f"{served}/v1", api_key="unused", timeout=120, max_retries=0)
+
+
+def named(name: str) -> dict:
+    return {"type": "function", "function": {"name": name}}
+
+
+def check_call(call, name: str | None = None) -> None:
+    assert call.type == "function" and call.id.startswith("call_"), call
+    assert name is None or call.function.name == name, call
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+
+def test_named_function_returns_one_call_with_valid_arguments(client):
+    for name in ("get_weather", "add"):
+        for seed in SEEDS:
+            resp = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS, tool_choice=named(name),
+                                                  max_tokens=128, seed=seed)
+            choice = resp.choices[0]
+            assert choice.finish_reason == "stop" and choice.message.content is None, choice
+            assert len(choice.message.tool_calls) == 1
+            check_call(choice.message.tool_calls[0], name)
+
+
+def test_required_returns_one_or_more_calls_of_the_given_tools(client):
+    names = set()
+    for seed in SEEDS:
+        resp = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                              max_tokens=400, seed=seed)
+        choice = resp.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None, choice
+        assert choice.message.tool_calls
+        for call in choice.message.tool_calls:
+            check_call(call)
+            names.add(call.function.name)
+        assert len({c.id for c in choice.message.tool_calls}) == len(choice.message.tool_calls)
+    assert names == set(SCHEMAS)  # the model picks among the tools (not one forced path)
+
+
+def test_required_without_parallel_calls_makes_exactly_one(client):
+    for seed in SEEDS:
+        resp = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                              parallel_tool_calls=False, max_tokens=200, seed=seed, n=2)
+        for choice in resp.choices:
+            assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1, choice
+            check_call(choice.message.tool_calls[0])
+
+
+def test_tools_reach_the_chat_template(client):
+    plain = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, temperature=0)
+    none = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, temperature=0, tools=TOOLS,
+                                          tool_choice="none")
+    assert none.choices[0].message.tool_calls is None and isinstance(none.choices[0].message.content, str)
+    # "tools: get_weather add\n" in front of the same conversation
+    assert none.usage.prompt_tokens > plain.usage.prompt_tokens
+
+
+def post(url: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", json={"model": "tiny", "messages": MESSAGES, "max_tokens": 8,
+                                                           **body}, timeout=120)
+
+
+@pytest.mark.parametrize(("body", "param", "words"), [
+    ({"tools": TOOLS}, "tool_choice", "'required'"),
+    ({"tools": TOOLS, "tool_choice": "auto"}, "tool_choice", "parser"),
+    ({"tool_choice": named("add")}, "tool_choice", "needs tools"),
+    ({"tool_choice": "required", "tools": []}, "tool_choice", "needs tools"),
+    ({"tools": TOOLS, "tool_choice": named("mul")}, "tool_choice", "'mul'"),
+    ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "'sometimes'"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function"}}, "tool_choice", "name"),
+    ({"tools": [{"type": "function", "function": {"parameters": ADD}}], "tool_choice": "required"}, "tools",
+     "tools[0].function.name"),
+    ({"tools": [TOOLS[0], {"type": "retrieval"}], "tool_choice": "required"}, "tools", "tools[1]"),
+    ({"tools": [TOOLS[0], TOOLS[0]], "tool_choice": named("get_weather")}, "tools", "twice"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}}}], "tool_choice": named("f")},
+     "tools", "tools[0].function.parameters: keyword 'multipleOf'"),
+    ({"tools": [TOOLS[0], {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}}}], "tool_choice": "required"},
+     "tools", "(at tools[1].function.parameters.properties.n)"),
+    ({"tools": TOOLS, "tool_choice": named("add"), "response_format": {"type": "json_object"}}, "response_format",
+     "send only one"),
+    ({"tools": TOOLS, "tool_choice": "required", "guided_regex": "a+"}, "guided_regex", "send only one"),
+])
+def test_bad_tool_requests_are_400s_naming_the_field(served, body, param, words):
+    r = post(served, body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and words in error["message"], error
