@@ -93,6 +93,45 @@ def test_required_without_parallel_calls_makes_exactly_one(client):
             check_call(choice.message.tool_calls[0])
 
 
+def streamed(client, **kwargs) -> dict[int, dict]:
+    """Each choice's tool calls (by index: id, name, arguments joined), content and finish_reason, from the chunks;
+    each call's first delta must carry its id, type and name with empty arguments, later ones arguments only."""
+    choices: dict[int, dict] = {}
+    for chunk in client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS, stream=True, **kwargs):
+        for c in chunk.choices:
+            choice = choices.setdefault(c.index, {"calls": {}, "content": "", "finish_reason": None})
+            assert choice["finish_reason"] is None, "a chunk after the finish_reason"
+            choice["content"] += c.delta.content or ""
+            for d in c.delta.tool_calls or ():
+                if d.index not in choice["calls"]:
+                    assert d.id.startswith("call_") and d.type == "function" and d.function.arguments == "", d
+                    choice["calls"][d.index] = {"id": d.id, "name": d.function.name, "arguments": ""}
+                else:
+                    assert d.id is None and d.function.name is None, d
+                    choice["calls"][d.index]["arguments"] += d.function.arguments
+            choice["finish_reason"] = c.finish_reason
+    return choices
+
+
+@pytest.mark.parametrize("tool_choice", [named("get_weather"), named("add"), "required"],
+                         ids=["named-weather", "named-add", "required"])
+def test_streamed_calls_join_to_the_non_streamed_ones(client, tool_choice):
+    for seed in SEEDS:
+        kwargs = dict(tool_choice=tool_choice, max_tokens=400, seed=seed, n=2)
+        whole = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS, **kwargs)
+        parts = streamed(client, **kwargs)
+        assert sorted(parts) == [0, 1]
+        for choice in whole.choices:
+            part = parts[choice.index]
+            assert part["finish_reason"] == choice.finish_reason
+            assert part["content"] == ""
+            calls = [part["calls"][i] for i in range(len(part["calls"]))]
+            assert [(c["name"], c["arguments"]) for c in calls] == \
+                [(c.function.name, c.function.arguments) for c in choice.message.tool_calls]
+            for call in choice.message.tool_calls:
+                check_call(call)
+
+
 def test_tools_reach_the_chat_template(client):
     plain = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, temperature=0)
     none = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, temperature=0, tools=TOOLS,

@@ -50,7 +50,7 @@ from accelkit.serve.server.protocol import (
     parse_body,
 )
 from accelkit.serve.server.state import ServingState
-from accelkit.serve.server.tools import ToolCalling
+from accelkit.serve.server.tools import ToolCallDeltas, ToolCalling
 
 log = logging.getLogger("accelkit.serve")
 
@@ -542,7 +542,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
             continuous = include_usage and bool(body.stream_options and body.stream_options.continuous_usage_stats)
             return StreamingResponse(
                 _stream(outputs(), cleanup, base_id, created, chat=chat, include_usage=include_usage,
-                        continuous_usage=continuous, n=n,
+                        continuous_usage=continuous, n=n, tools=tools,
                         echoes=echoes, logprobs=user_logprobs is not None, echo_only=echo_only,
                         echo_offsets=echo_offsets, echo_logprobs=echo_logprobs),
                 media_type="text/event-stream",
@@ -608,11 +608,12 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                       chat: bool, include_usage: bool, n: int, echoes: list[str] | None, continuous_usage: bool = False,
                       logprobs: bool, echo_only: bool = False,
                       echo_offsets: list[list[int]] | None = None,
-                      echo_logprobs: int | None = None) -> AsyncIterator[str]:
+                      echo_logprobs: int | None = None, tools: ToolCalling | None = None) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
         echoed: set[int] = set()  # choices whose prompt went out
         last: dict[int, RequestOutput] = {}
         offsets: dict[int, TextOffsets] = {}  # completions: each choice's text_offset so far
+        calls: dict[int, ToolCallDeltas] = {}  # chat with tool_choice: each choice's tool-call deltas
 
         def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
             data: dict[str, Any] = {"id": base_id, "object": obj, "created": created, "model": name, "choices": choices}
@@ -635,6 +636,18 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                 if not new_text and not out.finished and not new_logprobs and not first:
                     continue
                 reason = ("length" if echo_only else out.finish_reason) if out.finished else None
+                if chat and tools is not None:  # one chunk per delta: the logprobs on the first, the reason on the last
+                    lp = logprobs_format.chat(new_ids, new_logprobs) if new_logprobs is not None else None
+                    stream = calls.setdefault(index, ToolCallDeltas(tools))
+                    deltas = stream.step(new_text, out.finished)
+                    if not deltas and lp is None and reason is None:
+                        continue
+                    reason = stream.finish_reason(reason)
+                    deltas = deltas or [{}]
+                    for k, delta in enumerate(deltas):
+                        yield chunk([{"index": index, "delta": delta, "logprobs": lp if k == 0 else None,
+                                      "finish_reason": reason if k == len(deltas) - 1 else None}])
+                    continue
                 if chat:
                     lp = logprobs_format.chat(new_ids, new_logprobs) if new_logprobs is not None else None
                     choice = {"index": index, "delta": {"content": new_text} if new_text else {},
