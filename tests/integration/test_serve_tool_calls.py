@@ -132,6 +132,32 @@ def test_streamed_calls_join_to_the_non_streamed_ones(client, tool_choice):
                 check_call(call)
 
 
+def test_a_call_cut_short_by_max_tokens(client):
+    resp = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS, tool_choice=named("add"),
+                                          max_tokens=3, seed=0)
+    choice = resp.choices[0]  # a named call stays a call, its arguments the JSON's beginning
+    assert choice.finish_reason == "length" and choice.message.tool_calls[0].function.arguments.startswith("{")
+    resp = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                          max_tokens=3, seed=0)
+    choice = resp.choices[0]  # "required": no list of calls to parse, the text as content
+    assert choice.finish_reason == "length" and choice.message.tool_calls is None
+    assert choice.message.content.startswith("[")
+    parts = streamed(client, tool_choice="required", max_tokens=3, seed=0)
+    assert parts[0]["content"] == choice.message.content and not parts[0]["calls"]
+
+
+def test_required_with_refs_into_a_tools_defs(client):
+    unit = {"type": "object", "properties": {"u": {"$ref": "#/$defs/Unit"}}, "required": ["u"],
+            "$defs": {"Unit": {"enum": ["c", "f"]}}}
+    tools = [TOOLS[1], {"type": "function", "function": {"name": "unit", "parameters": unit}}]
+    resp = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=tools, tool_choice="required",
+                                          parallel_tool_calls=False, max_tokens=200, seed=1, n=4)
+    for choice in resp.choices:
+        assert choice.finish_reason == "tool_calls", choice
+        for call in choice.message.tool_calls:
+            jsonschema.validate(json.loads(call.function.arguments), {"add": ADD, "unit": unit}[call.function.name])
+
+
 def test_tools_reach_the_chat_template(client):
     plain = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, temperature=0)
     none = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, temperature=0, tools=TOOLS,
@@ -164,6 +190,9 @@ def post(url: str, body: dict) -> httpx.Response:
     ({"tools": [TOOLS[0], {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}}}], "tool_choice": "required"},
      "tools", "(at tools[1].function.parameters.properties.n)"),
+    ({"tools": [{"type": "function", "function": {"name": n, "parameters": {
+        "type": "object", "properties": {"x": {"$ref": "#/$defs/X"}}, "$defs": {"X": {"type": t}}}}}
+        for n, t in (("f", "integer"), ("g", "string"))], "tool_choice": "required"}, "tools", "$defs.X differs"),
     ({"tools": TOOLS, "tool_choice": named("add"), "response_format": {"type": "json_object"}}, "response_format",
      "send only one"),
     ({"tools": TOOLS, "tool_choice": "required", "guided_regex": "a+"}, "guided_regex", "send only one"),
