@@ -23,6 +23,9 @@ SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 #: the random dataset's prompts are built in memory before the first request: ~6 bytes a word, so ~1.2 GB here
 MAX_RANDOM_WORDS = 200_000_000
+# a pass's arrivals may span at most this (7 days): a rate so low that the schedule runs past it is a typo (1e-9 for
+# 1e9), and its first gap alone would keep the command waiting, silently, for the span's share of that time
+MAX_PASS_SCHEDULE_S = 7 * 86400.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +120,11 @@ class LoadTestConfig(Spec):
         ]:
             if not rate > 0:
                 raise ValueError(f"{name}={rate!r} is out of range; expected > 0 requests/s or inf")
+            span = self.num_prompts / rate  # when the pass's last request is sent
+            if span > MAX_PASS_SCHEDULE_S:
+                raise ValueError(f"{name}={rate:g} spreads {self.num_prompts} requests over {span / 86400:.3g} days "
+                                 f"(num_prompts / rate; the first waits one gap of {1 / rate:.3g} s on average); "
+                                 f"give at least {self.num_prompts / MAX_PASS_SCHEDULE_S:.3g} requests/s, or inf")
         if self.sweep_rates is not None and not self.sweep_rates:
             raise ValueError("sweep_rates is empty; give at least one rate or leave it out")
         # each pass's samples are stored under '<name>@<rate:g>': two rates with one label would overwrite

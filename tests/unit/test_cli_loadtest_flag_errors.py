@@ -35,6 +35,9 @@ def _error(capsys, *args: str) -> str:
     (("--num-prompts", "1000000", "--random-input-len", "1000000"),
      "error: --num-prompts × --random-input-len = 1,000,001,000,000 words"),
     (("--request-rate", "-1"), "error: --request-rate '-1' is not valid"),
+    # a rate whose schedule runs past 7 days: its first gap alone once kept the command waiting without a word
+    (("--request-rate", "2.6e-235"), "error: --request-rate 2.6e-235 spreads 1000 requests over"),
+    (("--sweep-rates", "1,0.0001"), "error: --sweep-rates item 2 = 0.0001 spreads 1000 requests over 116 days"),
     # the user's own value is quoted back as typed: 'model=' and 'seed=' inside it were turned into flags
     (("--base-url", "ftp://h/?model=x&seed=3"), "error: --base-url 'ftp://h/?model=x&seed=3' is not valid"),
 ])
