@@ -167,6 +167,17 @@ def test_tools_reach_the_chat_template(client):
     assert none.usage.prompt_tokens > plain.usage.prompt_tokens
 
 
+def test_tokenize_counts_the_tools_as_chat_renders_them(served, client):
+    none = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, temperature=0, tools=TOOLS,
+                                          tool_choice="none")
+    counted = httpx.post(f"{served}/tokenize", json={"messages": MESSAGES, "tools": TOOLS}, timeout=60)
+    plain = httpx.post(f"{served}/tokenize", json={"messages": MESSAGES}, timeout=60)
+    assert counted.status_code == plain.status_code == 200, counted.text
+    assert counted.json()["count"] == none.usage.prompt_tokens > plain.json()["count"]
+    refused = httpx.post(f"{served}/tokenize", json={"prompt": "hi", "tools": TOOLS}, timeout=60)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools", refused.text
+
+
 def post(url: str, body: dict) -> httpx.Response:
     return httpx.post(f"{url}/v1/chat/completions", json={"model": "tiny", "messages": MESSAGES, "max_tokens": 8,
                                                            **body}, timeout=120)

@@ -283,10 +283,13 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         body = await accept(request, TokenizeRequest)
         if (body.prompt is None) == (body.messages is None):
             raise APIError(400, "give exactly one of prompt (text) or messages (a chat)", param="prompt")
+        if body.tools and body.messages is None:
+            raise APIError(400, "tools are rendered by the chat template: send them with messages, not a prompt",
+                           param="tools")
         if body.messages is not None:
             text = await render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
                                      continue_final_message=body.continue_final_message,
-                                     chat_template_kwargs=body.chat_template_kwargs)
+                                     chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None)
             special = bool(body.add_special_tokens)  # a rendered template holds its BOS already
         else:
             text = body.prompt or ""

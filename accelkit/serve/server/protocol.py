@@ -487,6 +487,8 @@ class TokenizeRequest(_Request):
     add_generation_prompt: Bool = True
     continue_final_message: Bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[Any] | None = Field(None, description="With messages: function tools passed to the chat template, "
+                                    "as chat completions passes them (so the count matches that prompt's).")
     return_token_strs: Bool = False
 
     def unsupported(self) -> tuple[str, str] | None:
