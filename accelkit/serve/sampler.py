@@ -331,7 +331,8 @@ class Sampler:
                 track.state = guide.advance(track.state, token)  # (a token the mask let through: never raises)
         track.consumed += len(new)
         masks = self._guide_masks
-        key = (guide, ("eos",) if track.done else track.state)  # (holds the guide: the entry is never stale)
+        # (the key holds the guide, so an entry is never stale; states with one mask share it)
+        key = (guide, ("eos",) if track.done else guide.mask_key(track.state))
         mask = masks.get(key)
         if mask is None:
             if track.done:

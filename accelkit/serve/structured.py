@@ -40,7 +40,7 @@ from accelkit.serve.structured_patterns import (
     schema_to_regex,
     strip_anchors,
 )
-from accelkit.serve.structured_walk import LevelTrie, TransitionTable, allowed_tokens
+from accelkit.serve.structured_walk import DEAD, UNKNOWN, LevelTrie, TransitionTable, allowed_tokens
 
 if TYPE_CHECKING:
     import torch
@@ -459,20 +459,28 @@ class Guide:
         self._reset_memo()
 
     def _reset_memo(self) -> None:
-        # byte-level states interned to ints, with their byte transitions memoised: the trie walk's inner loop
-        # is then two dict lookups per trie node
+        # byte-level states interned to ints, and their byte transitions in one table: read by the vectorised mask
+        # walk and by advance, filled by _transition the first time a (state, byte) pair is met
         self._ids: dict[GuideState, int] = {}
         self._states: list[GuideState] = []
-        self._next: list[dict[int, int | None]] = []
-        self._table = TransitionTable()  # the same transitions as arrays, for the vectorised mask walk
+        self._table = TransitionTable()
 
     def _intern(self, state: GuideState) -> int:
         sid = self._ids.get(state)
         if sid is None:
             sid = self._ids[state] = len(self._states)
             self._states.append(state)
-            self._next.append({})
+            self._table.ensure(len(self._states))
         return sid
+
+    def _transition(self, sid: int, byte: int) -> int:
+        """The table's entry for (state ``sid``, ``byte``): the next state's id or :data:`DEAD`, asked of the
+        automaton the first time."""
+        to = int(self._table.table[sid, byte])
+        if to == UNKNOWN:
+            nxt = self._step_byte(sid, byte)
+            to = self._table.table[sid, byte] = DEAD if nxt is None else nxt
+        return to
 
     def _step_byte(self, sid: int, byte: int) -> int | None:
         cstate, pending = self._states[sid]
@@ -490,7 +498,6 @@ class Guide:
                 out = None if nxt is None else self._intern((nxt, b""))
             else:
                 out = self._intern((cstate, prefix)) if automaton.can_step_in(cstate, info[1], info[2]) else None
-        self._next[sid][byte] = out
         return out
 
     def start(self) -> GuideState:
@@ -512,21 +519,21 @@ class Guide:
             raise ValueError(f"token {token_id} has no text and is never allowed under structured outputs")
         if len(self._states) > _MAX_INTERNED_STATES:
             self._reset_memo()
-        sid: int | None = self._intern(state)
+        sid = self._intern(state)
         for byte in data:
-            assert sid is not None
-            nxt = self._next[sid]
-            sid = nxt[byte] if byte in nxt else self._step_byte(sid, byte)
-            if sid is None:
+            sid = self._transition(sid, byte)
+            if sid == DEAD:
                 raise ValueError(f"token {token_id} ({data!r}) is not allowed here")
-        assert sid is not None
         return self._states[sid]
+
+    def mask_key(self, state: GuideState) -> Hashable:
+        """Equal for two states whose :meth:`allowed` masks are equal (what a cache of masks is keyed by)."""
+        return (self.automaton.mask_key(state[0], self.vocab.trie.num_closers), state[1])
 
     def allowed(self, state: GuideState) -> torch.Tensor:
         """``(vocab.size,)`` torch.bool on the CPU, True = allowed; EOS ids True iff :meth:`accepting` — or, when
         no token is allowed, EOS only (the request ends rather than stalls). Cached (LRU): do not modify it."""
-        trie = self.vocab.trie
-        key = (self.automaton.mask_key(state[0], trie.num_closers), state[1])
+        key = self.mask_key(state)
         mask = self._masks.get(key)
         if mask is not None:
             self._masks.move_to_end(key)
@@ -547,8 +554,7 @@ class Guide:
         vocabulary at once, level by level: ``structured_walk``)."""
         if len(self._states) > _MAX_INTERNED_STATES:
             self._reset_memo()
-        return allowed_tokens(self.vocab.level_trie, self._table, self._intern(state), self._step_byte,
-                              lambda: len(self._states))
+        return allowed_tokens(self.vocab.level_trie, self._table, self._intern(state), self._transition)
 
 
 # ------------------------------------------------------------------------------------------------ compiling

@@ -63,14 +63,12 @@ class TransitionTable:
             self.table = grown
 
 
-def allowed_tokens(trie: LevelTrie, table: TransitionTable, start: int, step: Callable[[int, int], int | None],
-                   num_states: Callable[[], int]) -> np.ndarray:
-    """``(vocab,)`` bool: the tokens whose every byte the automaton takes from state id ``start``. ``step(state,
-    byte)`` asks the automaton for a pair the table does not know yet (it may intern new states: ``num_states()``
-    says how many exist)."""
+def allowed_tokens(trie: LevelTrie, table: TransitionTable, start: int,
+                   transition: Callable[[int, int], int]) -> np.ndarray:
+    """``(vocab,)`` bool: the tokens whose every byte the automaton takes from state id ``start`` (a row of
+    ``table``). ``transition(state, byte)`` fills in a pair the table does not know yet (it may add rows)."""
     state = np.full(trie.num_nodes, DEAD, dtype=np.int32)
     state[0] = start
-    table.ensure(num_states())
     for nodes, parents, bytes_ in trie.levels:
         from_ = state[parents]
         live = from_ >= 0
@@ -83,11 +81,8 @@ def allowed_tokens(trie: LevelTrie, table: TransitionTable, start: int, step: Ca
         if unknown.any():
             pairs = np.unique(from_[unknown].astype(np.int64) * 256 + bytes_[unknown])
             for pair in pairs.tolist():
-                s, b = divmod(pair, 256)
-                nxt = step(s, b)
-                table.ensure(num_states())
-                table.table[s, b] = DEAD if nxt is None else nxt
-            to = table.table[from_, bytes_]
+                transition(*divmod(pair, 256))
+            to = table.table[from_, bytes_]  # (the table may have grown: read it again)
         state[nodes] = to
     alive = state >= 0
     alive[0] = False  # the root: a token without bytes
