@@ -270,7 +270,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     @app.post("/v1/chat/completions", openapi_extra=_request_body(ChatCompletionRequest))
     async def chat(request: Request) -> Response:
         body = await accept(request, ChatCompletionRequest)
-        tools = body.tool_calling()  # (its 400s before the template sees the tools)
+        tools = body.tool_calling  # (its 400s before the template sees the tools)
         prompt = await render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
                                    continue_final_message=body.continue_final_message,
                                    chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None)

@@ -17,6 +17,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -442,13 +443,15 @@ class ChatCompletionRequest(_Sampling):
         return _template_flags_problem(self.add_generation_prompt, self.continue_final_message) or \
             _Sampling.unsupported(self)
 
+    @cached_property
     def tool_calling(self) -> ToolCalling | None:
-        """What tools and tool_choice ask for (None: text), or an APIError (400) naming the field."""
+        """What tools and tool_choice ask for (None: text), or an APIError (400) naming the field; worked out once
+        per request (the endpoint, structured() and an error message all read it)."""
         return tool_calling(self.tools, self.tool_choice, parallel_tool_calls=self.parallel_tool_calls)
 
     def structured(self) -> tuple[str, StructuredOutputs] | None:
         """The tool call's constraint ("tools" asks), else :meth:`_Sampling.structured`; both is a 400."""
-        calling = self.tool_calling()
+        calling = self.tool_calling
         asked = _Sampling.structured(self)
         if calling is None:
             return asked
@@ -461,7 +464,7 @@ class ChatCompletionRequest(_Sampling):
             raise APIError(400, calling.error_message(str(exc)), param="tools") from exc
 
     def structured_message(self, name: str, message: str) -> str:
-        calling = self.tool_calling() if name == "tools" else None
+        calling = self.tool_calling if name == "tools" else None
         return calling.error_message(message) if calling is not None else _Sampling.structured_message(self, name,
                                                                                                          message)
 
