@@ -114,22 +114,13 @@ def corpus(num_lines: int, seed: int) -> list[str]:
 
 def build_model(path: Path, vocab: int, hidden: int) -> int:
     """A random 2-layer Llama and a byte-level BPE of (up to) ``vocab`` tokens; returns the tokenizer's size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from accelkit.serve.testing import build_bytelevel_tokenizer, save_tiny_model
 
-    from accelkit.serve.testing import SPECIAL_TOKENS, save_tiny_model
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus(200_000, seed=0), trainer)
-    size = tok.get_vocab_size()
+    tokenizer = build_bytelevel_tokenizer(vocab, corpus(200_000, seed=0))
+    size = len(tokenizer)
     save_tiny_model(path, vocab_size=size, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048)
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                            pad_token="<pad>").save_pretrained(path)
+    tokenizer.save_pretrained(path)  # (replaces the word-level tokenizer save_tiny_model writes)
     return size
 
 

@@ -9,6 +9,7 @@ quantization quality is measured on). The HTTP server tests reuse these.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -212,9 +213,10 @@ def _structured_corpus(num_lines: int = 400, seed: int = 0) -> list[str]:
     return lines
 
 
-def build_bytelevel_tokenizer(vocab_size: int = 512) -> Any:
+def build_bytelevel_tokenizer(vocab_size: int = 512, corpus: Iterable[str] | None = None) -> Any:
     """A byte-level BPE (GPT-2 / Llama 3 style: 256-byte initial alphabet, ByteLevel pre-tokenizer and decoder),
-    trained in-process on JSON-ish text with non-ASCII (é, 中), so multi-byte tokens exist — some end mid-character.
+    trained in-process on ``corpus`` (default: JSON-ish text with non-ASCII (é, 中), so multi-byte tokens exist —
+    some end mid-character); at most ``vocab_size`` tokens (fewer when the corpus has fewer merges).
     Special tokens ``<unk> <s> </s> <pad>`` are ids 0..3 as in :func:`build_tokenizer`; eos is ``</s>``.
     Deterministic (the corpus is seeded; training breaks ties by order)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -227,7 +229,7 @@ def build_bytelevel_tokenizer(vocab_size: int = 512) -> Any:
         vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_structured_corpus(), trainer)
+    tok.train_from_iterator(_structured_corpus() if corpus is None else corpus, trainer)
     return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves __init__ untyped
         tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
     )
