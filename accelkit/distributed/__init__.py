@@ -5,6 +5,8 @@ transport:
   (``--standalone``), several (static or c10d rendezvous) or elastic ``--nnodes MIN:MAX``;
 - ``bench_launch.py`` — the launching side of ``accelkit bench … --nproc-per-node``: refusals, peak, torchrun;
 - ``rank_results.py`` — rank 0 turns the gathered per-rank results into one bench result;
+- ``process_group.py`` — this rank's process group, started so that it ends (its gloo threads joined) before the
+  interpreter does;
 - ``worker.py``  — the per-rank entry point torchrun starts: process group (gloo on CPU, NCCL on GPU),
   the job (a training bench or the collective probe), results gathered to rank 0 and stored once;
 - ``parallel.py`` — the training step of a bench workload wrapped by DDP (ZeRO 0) or FSDP2

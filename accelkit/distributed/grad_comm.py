@@ -7,15 +7,27 @@ gradient collective counted — PyTorch's own mechanisms, nothing re-implemented
 * FSDP2 (ZeRO 2/3): ``MixedPrecisionPolicy(reduce_dtype=bfloat16|float16)`` — the gradients are cast into the
   reduce-scatter buffer; PowerSGD is refused before launch (``accelkit.recipes.grad_compression``).
 
-Counting. Each DDP hook call goes through :func:`counted_hook`, which records the bucket (its plain gradient bytes);
-the collectives the hook issues — directly or from the callbacks it chains (PowerSGD's P and Q all-reduces run in
-``Future.then`` callbacks, on gloo's threads) — are counted by a wrapper around ``torch.distributed.all_reduce``
-that is live only while a training step runs (:meth:`CommCounter.step`). Those hooks call the function through the
-``torch.distributed`` module, so the wrapper sees every call; DDP's own C++ reducer does not (hence the
-``allreduce_hook`` for ``none``). Under FSDP2 a ``ReduceScatter`` subclass set with
-``FSDPModule.set_custom_reduce_scatter`` counts the input buffer of every reduce-scatter. The figure is the size
-of the buffers handed to the collective per rank and step (nccl-tests' S), the same quantity the planner predicts
-(``accelkit.plan.grad_comm``).
+Counting. Each DDP hook call goes through :func:`counted_hook`, which records the bucket (its plain gradient bytes)
+and runs torch's hook inside a ``TorchFunctionMode`` (:class:`HookCollectives`, thread-local, live for that call only)
+that records every ``torch.distributed.all_reduce`` the hook issues — directly, or from the ``Future.then`` callbacks
+it chains (PowerSGD's P and Q all-reduces): those callbacks run on the calling thread (below), so the mode sees them.
+DDP's own C++ reducer does not go through Python (hence torch's ``allreduce_hook`` for ``none``). Under FSDP2 a
+``ReduceScatter`` subclass set with ``FSDPModule.set_custom_reduce_scatter`` counts the input buffer of every
+reduce-scatter. The figure is the size of the buffers handed to the collective per rank and step (nccl-tests' S),
+the same quantity the planner predicts (``accelkit.plan.grad_comm``).
+
+No Python on gloo's threads. A ``Future.then`` callback runs on the thread that completes the future: on gloo, one of
+the process group's worker threads, which also drops the callback afterwards (taking the GIL to do so). PowerSGD's P
+and Q all-reduces, issued from those callbacks, then reached gloo in an order that differed between ranks once a
+model had two or more buckets: gloo paired collectives of different sizes and aborted ("op.preamble.length <=
+op.nbytes"), or the callbacks' nested waits held every worker thread. And a worker thread still dropping a callback
+when the program ended could abort the rank at exit (``process_group.py`` has that story and the fix for the
+group's lifetime). On gloo :class:`HookCollectives` therefore waits for each collective the hook issues before
+handing back its ``Work``: every future the hook chains is complete when ``then`` is called, so torch runs the
+callback at once, on the calling thread, and nothing of the hook's runs on gloo's threads. Buckets then also go
+strictly one after another, the same on every rank. The cost: on gloo, a hooked bucket's all-reduce no longer
+overlaps the rest of the backward pass. NCCL's futures complete once the collective is queued on the stream, so
+their callbacks already run on the calling thread; there nothing waits.
 
 bf16 on gloo. ``DistributedDataParallel.register_comm_hook`` refuses a hook *named* ``bf16_compress_hook``
 unless CUDA + NCCL ≥ 2.10 (old NCCL had no bf16). gloo in the torch versions accelkit supports does all-reduce
@@ -26,6 +38,7 @@ does not apply.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -48,7 +61,6 @@ class CommCounter:
         self._active = False
         self._current: dict[str, int] = {}
         self.steps: list[dict[str, int]] = []
-        self._restore: Callable[[], None] | None = None
         self.note: str | None = None  # why bytes are not counted, where they cannot be
 
     # ---- recording (any thread)
@@ -79,31 +91,6 @@ class CommCounter:
 
         return counted
 
-    def install(self) -> None:
-        """Count ``torch.distributed.all_reduce`` calls made while a step runs (the DDP hooks' collectives)."""
-        import torch.distributed as dist
-
-        if self._restore is not None:
-            return
-        original = dist.all_reduce
-        counter = self
-
-        def all_reduce(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            counter.collective("all_reduce", tensor)
-            return original(tensor, *args, **kwargs)
-
-        dist.all_reduce = all_reduce
-
-        def restore() -> None:
-            dist.all_reduce = original
-
-        self._restore = restore
-
-    def uninstall(self) -> None:
-        if self._restore is not None:
-            self._restore()
-            self._restore = None
-
     def summary(self, *, skip: int = 0) -> dict[str, Any]:
         """The steady state over the steps after the first ``skip`` (the untimed ones): bytes per step, and
         whether every step sent the same."""
@@ -120,15 +107,50 @@ class CommCounter:
         }
 
 
-def counted_hook(hook: Callable[[Any, Any], Any], counter: CommCounter | None) -> Callable[[Any, Any], Any]:
-    """torch's ``hook`` as DDP calls it, recording each bucket it is given (nothing without a ``counter``)."""
+@functools.cache
+def _hook_collectives_class() -> type:
+    """:class:`HookCollectives`, built on first use (torch stays out of this module's import)."""
+    import torch.distributed as dist
+    from torch.overrides import TorchFunctionMode
+
+    class HookCollectives(TorchFunctionMode):
+        """Live on this thread for one DDP hook call: counts every ``all_reduce`` the hook issues (with a counter)
+        and, with ``complete_inline`` (gloo), waits for each before returning its ``Work`` — see the module
+        docstring, "No Python on gloo's threads"."""
+
+        def __init__(self, counter: CommCounter | None, complete_inline: bool) -> None:
+            super().__init__()
+            self.counter, self.complete_inline = counter, complete_inline
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            result = func(*args, **(kwargs or {}))
+            if func is dist.all_reduce:
+                if self.counter is not None:
+                    self.counter.collective("all_reduce", args[0] if args else kwargs["tensor"])
+                if self.complete_inline and result is not None:  # async_op=True: a Work
+                    result.wait()
+            return result
+
+    return HookCollectives
+
+
+def counted_hook(hook: Callable[[Any, Any], Any], counter: CommCounter | None, *,
+                 complete_inline: bool) -> Callable[[Any, Any], Any]:
+    """torch's ``hook`` as DDP calls it, recording each bucket and the collectives the hook issues (with a
+    ``counter``); with ``complete_inline`` (gloo) each of its collectives is complete before the hook goes on, so its
+    ``Future.then`` callbacks run on the calling thread (the module docstring says why)."""
+    mode = _hook_collectives_class()
+    watched = counter is not None or complete_inline
 
     def accelkit_counted_hook(state: Any, bucket: Any) -> Any:
         if counter is not None:
             buffer = bucket.buffer()
             counter.add("gradient_bytes", int(buffer.numel() * buffer.element_size()))
             counter.add("buckets", 1)
-        return hook(state, bucket)
+        if not watched:
+            return hook(state, bucket)
+        with mode(counter, complete_inline):
+            return hook(state, bucket)
 
     import torch
     import torch.distributed as dist
@@ -137,28 +159,6 @@ def counted_hook(hook: Callable[[Any, Any], Any], counter: CommCounter | None) -
     accelkit_counted_hook.__annotations__ = {"state": object, "bucket": dist.GradBucket,  # type: ignore[attr-defined]
                                              "return": torch.futures.Future[torch.Tensor]}
     return accelkit_counted_hook
-
-
-def one_bucket_at_a_time(hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """``hook`` with each bucket's call waiting until the previous bucket's future is done — for PowerSGD on gloo.
-
-    torch's PowerSGD hook issues its P and Q all-reduces from ``Future.then`` callbacks, which gloo runs on its
-    worker threads when the previous collective completes. With two or more buckets, one bucket's P all-reduce and
-    the next bucket's first all-reduce are issued from different threads in an order that differs between ranks:
-    gloo then pairs collectives of different sizes and aborts the process ("op.preamble.length <= op.nbytes …
-    Is there a distributed collective mismatch", SIGABRT), or the callbacks' nested waits hold every worker thread
-    and the step hangs. One bucket at a time keeps the same order on every rank; it costs the overlap of one
-    bucket's compression with the next bucket's backward (on CPUs). NCCL runs the callbacks as they are chained,
-    on the calling thread, and needs none of this."""
-    previous: list[Any] = [None]
-
-    def accelkit_one_bucket_at_a_time(state: Any, bucket: Any) -> Any:
-        if previous[0] is not None:
-            previous[0].wait()
-        previous[0] = future = hook(state, bucket)
-        return future
-
-    return accelkit_one_bucket_at_a_time
 
 
 def check_backend(recipe: Recipe, backend: str) -> None:
@@ -186,8 +186,8 @@ def check_backend(recipe: Recipe, backend: str) -> None:
 
 def register_ddp_hook(model: Any, recipe: Recipe, counter: CommCounter | None = None) -> Any:
     """Register the DDP hook ``recipe.grad_compression`` names (counted with a ``counter``); returns the hook's
-    state. Without a counter the wrapper only passes the call on (it keeps DDP's name check off torch's bf16 hook,
-    see the module docstring)."""
+    state. Without a counter the wrapper keeps DDP's name check off torch's bf16 hook (see the module docstring) and,
+    on gloo, completes the hook's collectives on the calling thread ("No Python on gloo's threads")."""
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
@@ -200,14 +200,11 @@ def register_ddp_hook(model: Any, recipe: Recipe, counter: CommCounter | None = 
             use_error_feedback=recipe.powersgd_error_feedback, warm_start=recipe.powersgd_warm_start,
             orthogonalization_epsilon=ORTHOGONALIZATION_EPSILON, random_seed=0)
         hook: Callable[[Any, Any], Any] = powerSGD_hook.powerSGD_hook
-        if dist.get_backend() == "gloo":
-            hook = one_bucket_at_a_time(hook)
     else:
         hook = {"none": default_hooks.allreduce_hook, "bf16": default_hooks.bf16_compress_hook,
                 "fp16": default_hooks.fp16_compress_hook}[kind]
-    if counter is not None:
-        counter.install()
-    model.register_comm_hook(state, counted_hook(hook, counter))
+    inline = dist.get_backend() == "gloo"  # see "No Python on gloo's threads" above
+    model.register_comm_hook(state, counted_hook(hook, counter, complete_inline=inline))
     return state
 
 

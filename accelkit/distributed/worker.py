@@ -27,6 +27,7 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
+from accelkit.distributed.process_group import init_process_group
 from accelkit.hardware.device import resolve_device
 
 
@@ -56,7 +57,6 @@ class RankContext:
 
 def start(job: dict[str, Any]) -> RankContext:
     import torch
-    import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
@@ -72,9 +72,9 @@ def start(job: dict[str, Any]) -> RankContext:
     timeout = timedelta(seconds=timeout_s)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
-        dist.init_process_group(backend, device_id=torch.device(device), timeout=timeout)
+        init_process_group(backend, device_id=torch.device(device), timeout=timeout)
     else:
-        dist.init_process_group(backend, timeout=timeout)
+        init_process_group(backend, timeout=timeout)
     ctx = RankContext(rank, world, local_rank, local_world, device, backend, socket.gethostname())
     ctx.say(f"process group: {backend}, a collective waits at most {timeout_s:g} s for its peers")
     return ctx
@@ -134,29 +134,25 @@ def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, 
     if counter is not None:
         step = counter.step(step)
     load_s = time.perf_counter() - t0
-    try:
-        ctx.say(f"{variant.name}: first call")
-        t0 = time.perf_counter()
-        step()
-        sync(ctx.device)
-        first_call_s = time.perf_counter() - t0
-        flops_per_call = count_flops(step)  # an extra, untimed step (before warm-up); this rank's model FLOPs
-        state = getattr(model, "powersgd_state", None)
-        if state is not None and state.iter < state.start_powerSGD_iter:  # plain all-reduce until then: not timed
-            ctx.say(f"{variant.name}: {state.start_powerSGD_iter - state.iter} untimed step(s) to start_powerSGD_iter")
-            while state.iter < state.start_powerSGD_iter:
-                step()
-        counted_from = len(counter.steps) if counter is not None else 0
-        run = AgreedRun()
-        ctx.say(f"{variant.name}: warm-up")
-        agreed_warm_up(step, loop, device=ctx.device, run=run)
-        ctx.say(f"{variant.name}: steady state")
-        agreed_steady_state(step, loop, device=ctx.device, run=run,
-                            on_block=lambda r: ctx.say(f"{variant.name}: {len(r.samples_s)} it, {r.measured_s:.1f} s"))
-        sync(ctx.device)
-    finally:
-        if counter is not None:
-            counter.uninstall()
+    ctx.say(f"{variant.name}: first call")
+    t0 = time.perf_counter()
+    step()
+    sync(ctx.device)
+    first_call_s = time.perf_counter() - t0
+    flops_per_call = count_flops(step)  # an extra, untimed step (before warm-up); this rank's model FLOPs
+    state = getattr(model, "powersgd_state", None)
+    if state is not None and state.iter < state.start_powerSGD_iter:  # plain all-reduce until then: not timed
+        ctx.say(f"{variant.name}: {state.start_powerSGD_iter - state.iter} untimed step(s) to start_powerSGD_iter")
+        while state.iter < state.start_powerSGD_iter:
+            step()
+    counted_from = len(counter.steps) if counter is not None else 0
+    run = AgreedRun()
+    ctx.say(f"{variant.name}: warm-up")
+    agreed_warm_up(step, loop, device=ctx.device, run=run)
+    ctx.say(f"{variant.name}: steady state")
+    agreed_steady_state(step, loop, device=ctx.device, run=run,
+                        on_block=lambda r: ctx.say(f"{variant.name}: {len(r.samples_s)} it, {r.measured_s:.1f} s"))
+    sync(ctx.device)
     states = model_state_bytes(model, optimizer)
     peak, peak_scope = peak_memory(ctx.device)
     items, unit = parts.items, parts.unit
@@ -308,9 +304,9 @@ def main(argv: list[str] | None = None) -> None:
         dist.barrier()
         if ctx.rank == 0 and doc is not None:
             # after the job's last collective: the file says every rank finished the job, so the launcher keeps it
-            # even when a rank then dies shutting down (gloo's threads can abort a process as it exits: seen with a
-            # PowerSGD hook's state still alive then) — unlike the progress document, which only says what rank 0 had
-            # stored when it was written; written whole or not at all
+            # even when a rank then dies shutting down (a native thread can still abort a process as it exits; see
+            # process_group.py for the one this project found and fixed) — unlike the progress document, which only
+            # says what rank 0 had stored when it was written; written whole or not at all
             write_document(Path(job["out"]), doc)
     except Exception:
         # the time of the failure: destroying the process group (below) is what makes the peers fail, before

@@ -1,19 +1,50 @@
-"""PowerSGD on gloo with many DDP buckets (2 CPU processes, spawned here): torch's hook issues its P and Q
-all-reduces from callbacks on gloo's threads, and with two or more buckets the ranks issued them in different
-orders — gloo paired collectives of different sizes and aborted a rank ("op.preamble.length <= op.nbytes"), or every
-worker thread waited in a callback and the step hung. ``register_ddp_hook`` runs one bucket at a time on gloo."""
+"""DDP communication hooks on gloo (2 CPU processes, spawned here). torch's hooks chain their work with
+``Future.then`` callbacks, which gloo would run — and drop — on its worker threads: PowerSGD's P and Q all-reduces
+then reached gloo in a different order on each rank once a model had several buckets (gloo aborted a rank:
+"op.preamble.length <= op.nbytes", or the step hung). ``register_ddp_hook`` completes a hook's collectives on the
+calling thread on gloo, so its callbacks run and are dropped there (grad_comm.py, "No Python on gloo's threads").
+
+And a rank died at exit ("terminate called without an active exception", SIGABRT): the group outlived the program,
+pinned by ``torch.distributed.nn.functional``'s default arguments, and a gloo thread still holding a finished
+collective asked for the GIL during interpreter finalization. Started with ``process_group.init_process_group``,
+the group is freed — its threads joined — when the rank function ends (process_group.py); the tests check that no
+gloo thread is left by then."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch.multiprocessing as mp
 
 
-def _rank(rank: int, store: str, out: str) -> None:
+def _init(rank: int, store: str) -> None:
     from datetime import timedelta
 
+    from accelkit.distributed.process_group import init_process_group
+
+    # a hang fails here after 30 s instead of holding the test
+    init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2, timeout=timedelta(seconds=30))
+
+
+def _gloo_threads() -> int:
+    """This process's live gloo worker threads (Linux names them in /proc)."""
+    tasks = Path("/proc/self/task")
+    return sum((t / "comm").read_text().strip() == "pt_gloo_runloop" for t in tasks.iterdir())
+
+
+def _then_count_gloo_threads(body: Callable[[int, str], dict[str, object]], rank: int, store: str, out: str) -> None:
+    """Runs one rank's ``body`` (which starts and destroys its group), then writes its results with the number of
+    gloo threads still alive once it has returned — what would race interpreter finalization."""
+    results = body(rank, store)
+    Path(out, f"{rank}.json").write_text(json.dumps({**results, "gloo_threads_after": _gloo_threads()}))
+
+
+def _powersgd_rank(rank: int, store: str) -> dict[str, object]:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -21,9 +52,7 @@ def _rank(rank: int, store: str, out: str) -> None:
     from accelkit.core import Recipe
     from accelkit.distributed.grad_comm import CommCounter, register_ddp_hook
 
-    # a hang fails here after 30 s instead of holding the test
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
-                            timeout=timedelta(seconds=30))
+    _init(rank, store)
     try:
         torch.manual_seed(0)
         model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(16)])
@@ -42,19 +71,70 @@ def _rank(rank: int, store: str, out: str) -> None:
         step = counter.step(train)
         for _ in range(20):
             step()
-        counter.uninstall()
         weights = torch.cat([p.detach().flatten() for p in model.parameters()])
         gathered = [torch.empty_like(weights) for _ in range(2)]
         dist.all_gather(gathered, weights)
-        Path(out, f"{rank}.json").write_text(json.dumps({
-            "iter": state.iter, "buckets": counter.steps[-1].get("buckets", 0),
-            "same_weights": bool(torch.equal(gathered[0], gathered[1]))}))
+        last = counter.steps[-1]
+        return {"iter": state.iter, "buckets": last.get("buckets", 0), "collectives": last.get("collectives", 0),
+                "same_weights": bool(torch.equal(gathered[0], gathered[1]))}
     finally:
         dist.destroy_process_group()
 
 
-def test_powersgd_on_gloo_runs_one_bucket_at_a_time(tmp_path):
-    mp.spawn(_rank, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+def test_powersgd_on_gloo_with_many_buckets(tmp_path):
+    mp.spawn(partial(_then_count_gloo_threads, _powersgd_rank), args=(str(tmp_path / "store"), str(tmp_path)),
+             nprocs=2, join=True)
     ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["gloo_threads_after"] == ranks[1]["gloo_threads_after"] == 0, ranks  # the group ended with the ranks
     assert ranks[0]["buckets"] >= 8, ranks  # many buckets: what went wrong
     assert ranks[0]["iter"] == 20 and ranks[0]["same_weights"] and ranks[1]["same_weights"], ranks
+    # the uncompressed all-reduce and the P and Q all-reduces of every bucket, issued from the hook's callbacks:
+    # all seen by the counter, which watches the calling thread only
+    assert ranks[0]["collectives"] == 3 * ranks[0]["buckets"] == ranks[1]["collectives"], ranks
+
+
+class _SlowToDrop:
+    """Held by a hook's callback: whichever thread drops the callback waits here with the GIL released, as a
+    worker thread the scheduler starves does."""
+
+    def __del__(self) -> None:
+        time.sleep(0.3)
+
+
+def _slow_callback_rank(rank: int, store: str) -> dict[str, object]:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from accelkit.distributed.grad_comm import counted_hook
+
+    _init(rank, store)
+    seen: dict[str, object] = {}
+
+    def hook(state: object, bucket: object) -> torch.futures.Future[torch.Tensor]:
+        held = _SlowToDrop()
+
+        def unpack(fut: torch.futures.Future[list[torch.Tensor]], held: _SlowToDrop = held) -> torch.Tensor:
+            seen["callback_thread"] = threading.get_ident()
+            return fut.value()[0]
+
+        future = dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(unpack)  # type: ignore[attr-defined]
+        seen["done_on_return"] = future.done()
+        return future
+
+    ddp = DistributedDataParallel(torch.nn.Linear(8, 8))
+    ddp.register_comm_hook(None, counted_hook(hook, None, complete_inline=True))
+    ddp(torch.randn(2, 8)).sum().backward()
+    dist.destroy_process_group()
+    # left to gloo's thread, this callback would still be being dropped now, and with the group alive at exit the
+    # rank would die with SIGABRT as the process ends (tried: every time)
+    return {"callback_on_training_thread": seen["callback_thread"] == threading.get_ident(),
+            "done_on_return": seen["done_on_return"]}
+
+
+def test_hook_callbacks_run_and_are_dropped_on_the_training_thread_on_gloo(tmp_path):
+    mp.spawn(partial(_then_count_gloo_threads, _slow_callback_rank), args=(str(tmp_path / "store"), str(tmp_path)),
+             nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+    assert all(r == {"callback_on_training_thread": True, "done_on_return": True, "gloo_threads_after": 0}
+               for r in ranks), ranks
