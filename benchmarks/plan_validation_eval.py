@@ -1,0 +1,236 @@
+"""Predict the validation set through the planner's public API, as bands over what the sources leave out.
+
+Every published training run is planned with ``accelkit.plan.plan(workload, cluster, options, layout=...)``, and
+every serving point with ``accelkit.plan.search`` pinned to its published tensor-parallel size — what `accelkit plan
+--task infer` does: at the published batch, or for a maximum-throughput figure at the largest batch that fits under
+the engine's cap. A field the source
+does not publish is not chosen: each of its plausible values (the run's ``unknown``) is planned and the
+prediction is the band [lowest, highest] over the combinations the planner says fit in memory (all of them when
+none fits — the run happened, so a planner that says otherwise is wrong about memory, not about time). The
+point estimate is the band's centre in log space, √(lowest · highest), fixed before any error was looked at:
+neither the planner's optimum nor its pessimum.
+
+The free parameters (``accelkit.plan.fitted.SUSTAINED_TENSOR``) enter through ``Predictor.at(factors)``, which
+caches every prediction by the one factor it depends on, so a fit that revisits a value costs nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import Any
+
+from validation_runs.schema import ServingPoint, TrainingRun
+
+from accelkit.core import Cluster, Recipe, UserError, Workload
+from accelkit.hardware import get_device
+from accelkit.plan import Layout, PlanOptions, fitted, plan, search
+from accelkit.plan import flops as F
+from accelkit.plan.evaluate import Candidate
+from accelkit.plan.priors import family
+
+_OPTION_FIELDS = {f.name for f in fields(PlanOptions)}
+_GIB = 2**30
+
+
+def factor_family(device_name: str | None) -> str | None:
+    """The SUSTAINED_TENSOR key a device's predictions depend on (H200 and GH200 share H100's), or None for a
+    device that takes the unfitted default."""
+    if device_name is None:
+        return None
+    fam = family(get_device(device_name))
+    key = fitted.SUSTAINED_TENSOR_ALIASES.get(fam or "", fam or "")
+    return key if key in fitted.SUSTAINED_TENSOR else None
+
+
+@contextmanager
+def sustained(factors: Mapping[str, float]) -> Iterator[None]:
+    """Plan with these SUSTAINED_TENSOR values, restoring the shipped ones after (the harness re-fits them; the
+    planner reads the table when it builds each plan's context)."""
+    saved = dict(fitted.SUSTAINED_TENSOR)
+    fitted.SUSTAINED_TENSOR.update(factors)
+    try:
+        yield
+    finally:
+        fitted.SUSTAINED_TENSOR.clear()
+        fitted.SUSTAINED_TENSOR.update(saved)
+
+
+def combos(unknown: Mapping[str, tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Every combination of the plausible values, in a fixed order (keys sorted)."""
+    keys = sorted(unknown)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(unknown[k] for k in keys))]
+
+
+def _layout(run: TrainingRun, c: Mapping[str, Any]) -> Layout | None:
+    """The layout of one combination, or None when it cannot hold the published batch (a micro-batch that does
+    not divide a rank's share of it)."""
+    def get(key: str) -> Any:
+        return c[key] if key in c else getattr(run, key)
+
+    tp, pp, cp = get("tp"), get("pp"), get("cp")
+    dp = get("dp") or run.num_devices // (tp * pp * cp)
+    mb = get("micro_batch")
+    if dp * tp * pp * cp != run.num_devices or run.global_batch is None or run.global_batch % (dp * mb):
+        return None
+    return Layout(dp=dp, tp=tp, pp=pp, ep=get("ep"), zero=get("zero"), micro_batch=mb,
+                  grad_accum=run.global_batch // (dp * mb), recompute=get("recompute"),
+                  sequence_parallel=bool(get("sequence_parallel")), cp=cp, vp=get("vp"))
+
+
+def plan_training(run: TrainingRun, c: Mapping[str, Any]) -> dict[str, Any] | None:
+    """One combination planned: tokens/s per device, step time, memory; None when the planner refuses it."""
+    lay = _layout(run, c)
+    if lay is None or run.device is None:
+        return None
+    model = run.model.replace(vocab_size=c["vocab_size"]) if "vocab_size" in c else run.model
+    recipe = Recipe(precision=run.precision, dp=lay.dp, tp=lay.tp, pp=lay.pp, ep=lay.ep, zero=lay.zero,  # type: ignore[arg-type]
+                    micro_batch=lay.micro_batch, grad_accum=lay.grad_accum, recompute=lay.recompute,  # type: ignore[arg-type]
+                    sequence_parallel=lay.sequence_parallel)
+    workload = Workload(model=model, task="train", seq_len=run.seq_len, recipe=recipe, batch_size=run.global_batch)
+    gbps = c.get("scaleout_gbps", run.scaleout_gbps) or 400.0  # a single node never uses it
+    cluster = Cluster(device=get_device(run.device), num_devices=run.num_devices,
+                      devices_per_node=min(8, run.num_devices), scaleout_bandwidth_bytes_per_s=gbps / 8 * 1e9)
+    options = PlanOptions(use_calibration=False, **run.stack, **{k: v for k, v in c.items() if k in _OPTION_FIELDS})
+    try:
+        d = plan(workload, cluster, options, layout=lay).details
+    except UserError as err:
+        return {"refused": str(err)}
+    return {"tokens_per_s_per_device": d["tokens_per_s_per_device"], "step_time_s": d["step_time_s"],
+            "fits": d["fits"], "memory_gib": d["memory_per_device_bytes"]["total"] / _GIB}
+
+
+def _serving_options(point: ServingPoint, c: Mapping[str, Any], workload: Workload, cluster: Cluster) -> PlanOptions:
+    """The engine's batch cap and memory rule as planner options: vLLM's gpu_memory_utilization f leaves (1 − f)
+    of the device to nothing (weights, activations and KV cache share f); TensorRT-LLM's
+    kv_cache_free_gpu_mem_fraction f gives the KV cache f of what weights and activations leave free."""
+    cap = c.get("max_batch", point.max_batch) or PlanOptions().max_serving_batch
+    frac = c.get("memory_fraction", point.memory_fraction)
+    # vLLM's and TensorRT-LLM's fp8 KV caches keep one scale per layer tensor, not accelkit serve's per token and head
+    base = PlanOptions(use_calibration=False, max_serving_batch=cap, kv_cache_scales="per-tensor")
+    if frac is None or point.memory_rule == "none":
+        return base
+    capacity = cluster.device.memory_bytes
+    if point.memory_rule == "vllm":
+        return base.replace(overhead_bytes=round((1 - frac) * capacity))
+    # weights and activations at the batch cap (the activations are one prefill chunk's: the cap fills it)
+    mem = _infer(workload, cluster, base.replace(overhead_bytes=0), point.tp, cap).memory
+    return base.replace(overhead_bytes=round((1 - frac) * (capacity - mem["weights"] - mem["activations"])))
+
+
+def _infer(workload: Workload, cluster: Cluster, options: PlanOptions, tp: int, batch: int | None) -> Candidate:
+    """`accelkit plan --task infer` at tp ranks: at ``batch``, or — for an offline maximum-throughput figure —
+    without one, so the planner takes the largest batch that fits, capped by ``max_serving_batch``."""
+    return search(workload, cluster, options=options, fixed={"dp": 1, "tp": tp, "pp": 1}, batch=batch, top=1)[0]
+
+
+def plan_serving(point: ServingPoint, c: Mapping[str, Any]) -> dict[str, Any] | None:
+    """One combination planned at the published lengths, batch and precision; the figure the source measured."""
+    kv = c.get("kv_cache_dtype", point.kv_cache_dtype)
+    recipe = Recipe(precision="bf16", quantization="fp8-dynamic" if point.weights == "fp8" else None,  # type: ignore[arg-type]
+                    tp=point.tp, kv_cache_dtype=kv)  # type: ignore[arg-type]
+    batch = 1 if point.metric == "ttft_s" else point.batch
+    workload = Workload(model=point.model, task="infer", prompt_len=point.prompt_len, output_len=point.output_len,
+                        batch_size=batch or 1, recipe=recipe)
+    cluster = Cluster(device=get_device(point.device), num_devices=point.tp)
+    try:
+        cand = _infer(workload, cluster, _serving_options(point, c, workload, cluster), point.tp, batch)
+    except UserError as err:
+        return {"refused": str(err)}
+    value = {"ttft_s": cand.prefill_time_s, "itl_s": cand.itl_s, "batch_latency_s": cand.step_time_s,
+             "output_tokens_per_s": cand.tokens_per_s}[point.metric]
+    return {"value": value, "batch": cand.batch, "max_batch": cand.max_batch, "fits": cand.fits}
+
+
+@dataclass(frozen=True)
+class Band:
+    """The planner's range over a record's plausible combinations."""
+
+    low: float
+    high: float
+    planned: int  # combinations planned
+    fitting: int  # of those, the ones the planner says fit (the band uses only these when any does)
+    low_combo: dict[str, Any]
+    high_combo: dict[str, Any]
+    refused: str | None  # the planner's message when it refused every combination
+    memory_gib: float = math.nan  # the smallest planned per-device memory (GiB) over the combinations (training)
+
+    @property
+    def centre(self) -> float:
+        return math.sqrt(self.low * self.high)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {"low": self.low, "high": self.high, "centre": self.centre, "planned": self.planned,
+               "fitting": self.fitting, "low_combo": self.low_combo, "high_combo": self.high_combo}
+        if not math.isnan(self.memory_gib):
+            doc["memory_gib"] = self.memory_gib
+        return doc
+
+
+def band(results: list[tuple[dict[str, Any], dict[str, Any] | None]], key: str) -> Band:
+    """The band over planned combinations (``key``: the predicted figure in each result)."""
+    planned = [(c, r) for c, r in results if r is not None and "refused" not in r]
+    if not planned:
+        refusals = [r["refused"] for _, r in results if r is not None and "refused" in r]
+        return Band(math.nan, math.nan, 0, 0, {}, {}, refusals[0] if refusals else "no combination holds the batch")
+    fitting = [(c, r) for c, r in planned if r["fits"]]
+    pool = fitting or planned
+    lo = min(pool, key=lambda cr: cr[1][key])
+    hi = max(pool, key=lambda cr: cr[1][key])
+    memory = min((r["memory_gib"] for _, r in planned if "memory_gib" in r), default=math.nan)
+    return Band(lo[1][key], hi[1][key], len(planned), len(fitting), lo[0], hi[0], None, memory)
+
+
+class Predictor:
+    """Bands of the training runs and serving points at given SUSTAINED_TENSOR values, cached by the one value
+    each record depends on."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, float | None], Band] = {}
+
+    def _key(self, rid: str, device: str | None, factors: Mapping[str, float]) -> tuple[str, float | None]:
+        fam = factor_family(device)
+        return rid, None if fam is None else factors.get(fam, fitted.SUSTAINED_TENSOR[fam])
+
+    def training(self, run: TrainingRun, factors: Mapping[str, float]) -> Band:
+        key = self._key(run.id, run.device, factors)
+        if key not in self._cache:
+            with sustained(factors):
+                results = [(c, plan_training(run, c)) for c in combos(run.unknown)]
+            self._cache[key] = band(results, "tokens_per_s_per_device")
+        return self._cache[key]
+
+    def serving(self, point: ServingPoint, factors: Mapping[str, float]) -> Band:
+        key = self._key(point.id, point.device, factors)
+        if key not in self._cache:
+            with sustained(factors):
+                results = [(c, plan_serving(point, c)) for c in combos(point.unknown)]
+            self._cache[key] = band(results, "value")
+        return self._cache[key]
+
+
+def published_tokens_per_device(run: TrainingRun) -> float:
+    """The published figure as tokens/s per device (schema.PublishedKind says how each kind converts)."""
+    p, m = run.published, run.model
+    if p.kind == "tokens_per_s_per_device":
+        return p.value
+    if p.kind == "tokens_per_s_total":
+        return p.value / run.num_devices
+    if p.kind == "tflops_per_device":
+        return p.value * 1e12 / F.model_flops_per_token(m, seq=run.seq_len)
+    if p.kind == "step_time_s":
+        assert run.global_batch is not None
+        return run.global_batch * run.seq_len / p.value / run.num_devices
+    # megatron_pflops_total: Equation 3 of arXiv 2104.04473, F = 96·B·s·l·h²·(1 + s/6h + V/16lh) per step
+    s = run.seq_len
+    per_token = 96 * m.num_layers * m.hidden_size**2 * (1 + s / (6 * m.hidden_size)
+                                                         + m.vocab_size / (16 * m.num_layers * m.hidden_size))
+    return p.value * 1e15 / run.num_devices / per_token
+
+
+def speed_error(point: ServingPoint, predicted: float) -> float:
+    """Positive = the planner is optimistic: a time predicted shorter, or a throughput higher, than published."""
+    return predicted / point.value - 1 if point.metric == "output_tokens_per_s" else point.value / predicted - 1

@@ -1,0 +1,92 @@
+"""Fitting the planner's free parameters on published runs, and leave-one-source-out cross-validation.
+
+The free parameters are ``accelkit.plan.fitted.SUSTAINED_TENSOR``: one factor per GPU generation (A100, H100; H200
+and GH200 share H100's, every other device takes the unfitted DEFAULT_SUSTAINED). ``fit`` sets each factor to the
+value, on a 0.005 grid over [0.50, 1.00], with the smallest loss on the given runs of that generation, where the
+loss is the mean over sources of each source's mean |log(band centre / published)| — a source weighs the same
+whether it publishes 2 runs or 30. The search is a 0.01 grid, then the two 0.005 neighbours of its best; ties go to
+the first value found. Deterministic, no randomness, nothing set by hand.
+
+``loso`` leaves each source out in turn: the factors are fitted on every other source and the left-out source's
+runs are predicted with them. Its per-source errors are what a user planning a run from an unseen source should
+expect; the in-sample errors are only a lower bound on that.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from plan_validation_eval import Predictor, factor_family, published_tokens_per_device
+from validation_runs.schema import TrainingRun
+
+from accelkit.plan import fitted
+
+COARSE = [round(0.50 + 0.01 * i, 3) for i in range(51)]
+
+
+def _log_error(pred: Predictor, run: TrainingRun, factors: dict[str, float]) -> float:
+    return abs(math.log(pred.training(run, factors).centre / published_tokens_per_device(run)))
+
+
+def _source_loss(pred: Predictor, runs: list[TrainingRun], fam: str, value: float) -> float:
+    by_source: dict[str, list[float]] = {}
+    for r in runs:
+        by_source.setdefault(r.source, []).append(_log_error(pred, r, {fam: value}))
+    return statistics.fmean(statistics.fmean(v) for v in by_source.values())
+
+
+def _argmin(values: Iterable[float], loss: Callable[[float], float]) -> tuple[float, float]:
+    best: tuple[float, float] | None = None
+    for v in values:
+        current = loss(v)
+        if best is None or current < best[1] - 1e-12:
+            best = (v, current)
+    assert best is not None
+    return best
+
+
+def fit(pred: Predictor, runs: Iterable[TrainingRun]) -> dict[str, float]:
+    """Each generation's factor fitted on the given (expressible, planned) runs of that generation; a generation
+    with no run keeps its shipped value."""
+    found: dict[str, float] = {}
+    usable = [r for r in runs if r.expressible and r.device is not None]
+    for fam in fitted.SUSTAINED_TENSOR:
+        mine = [r for r in usable if factor_family(r.device) == fam
+                and not math.isnan(pred.training(r, {}).centre)]
+        if not mine:
+            continue
+
+        def loss(v: float, mine: list[TrainingRun] = mine, fam: str = fam) -> float:
+            return _source_loss(pred, mine, fam, v)
+
+        best, _ = _argmin(COARSE, loss)
+        fine = [round(best - 0.005, 3), best, round(best + 0.005, 3)]
+        found[fam] = _argmin([v for v in fine if 0.5 <= v <= 1.0], loss)[0]
+    return found
+
+
+def errors(pred: Predictor, runs: Iterable[TrainingRun], factors: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Per run: the band at ``factors`` and the error of its centre (positive = the planner is optimistic)."""
+    out = {}
+    for r in runs:
+        b = pred.training(r, factors)
+        pub = published_tokens_per_device(r)
+        out[r.id] = {"band": b.to_json(), "published_tokens_per_s_per_device": pub, "error": b.centre / pub - 1,
+                     "inside_band": b.low <= pub <= b.high}
+    return out
+
+
+def loso(pred: Predictor, runs: list[TrainingRun],
+         group: Callable[[TrainingRun], str] = lambda r: r.source) -> dict[str, dict[str, Any]]:
+    """For each group (a source; or an organisation) with expressible runs: the factors fitted without it and its
+    runs' errors with them."""
+    counted = [r for r in runs if r.expressible]
+    out: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys(group(r) for r in counted):
+        factors = fit(pred, [r for r in counted if group(r) != key])
+        mine = [r for r in counted if group(r) == key]
+        out[key] = {"factors": factors, "runs": errors(pred, mine, factors)}
+    return out
