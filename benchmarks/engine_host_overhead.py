@@ -183,8 +183,11 @@ def instrument(llm: Any, rec: Recorder) -> None:
     if not rec.wrap(engine.runner.sampler, "launch", "sample"):
         rec.wrap(engine.runner, "sample", "sample")  # a tree before the launch/read split
     rec.wrap(engine.scheduler, "update", "update")
-    rec.wrap(engine, "_postprocess", "postprocess")
-    rec.wrap(engine, "_output", "outputs")
+    # the output processor (a tree before it had these as the engine's own methods)
+    processor = getattr(engine, "output_processor", None)
+    if processor is None or not rec.wrap(processor, "process", "postprocess"):
+        rec.wrap(engine, "_postprocess", "postprocess")
+    rec.wrap(processor if processor is not None else engine, "_output", "outputs")
 
 
 def run_offline(llm: Any, batch: int, max_tokens: int, rec: Recorder) -> dict[str, Any]:

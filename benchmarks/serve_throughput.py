@@ -154,7 +154,7 @@ class PhaseTimer:
         self.wrap(engine.runner, "prepare", "prepare_inputs")
         self.wrap(engine.runner, "forward", "forward")  # graph replay or eager layers, + LM head
         self.wrap(engine.runner.sampler, "launch", "sample")  # (its host read is the step's sync, in "other")
-        self.wrap(engine, "_postprocess", "postprocess")
+        self.wrap(engine.output_processor, "process", "postprocess")
 
 
 def serve_accelkit(llm: LLM, reqs: list[dict]) -> list[list[int]]:
@@ -184,7 +184,7 @@ def run_accelkit(model_dir: Path, trace: list[dict], warmup: list[dict], *, setu
     result: dict[str, Any] = {
         "wall_s": wall, "cpu_s": cpu, "outputs": outputs, "startup_s": round(startup, 2), "num_steps": stats.num_steps - steps0,
         "num_preemptions": stats.num_preemptions, "kv_blocks": stats.num_blocks, "block_size": stats.block_size,
-        "kv_tokens": stats.num_blocks * stats.block_size, "kv_bytes_per_token": engine.runner.kv_bytes_per_token(),
+        "kv_tokens": stats.num_blocks * stats.block_size, "kv_bytes_per_token": engine.runner.kv_bytes_per_token,
         "attention_backend": engine.runner.backend.name, "cuda_graphs": engine.runner.graphs is not None,
     }
     if device == "cpu":

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from accelkit.core.serving_memory import KVCacheDtype
+from accelkit.core.serving_memory import kv_bytes_per_token as _kv_bytes_per_token
 from accelkit.core.spec import Spec, spec_field
 
 ModelKind = Literal["decoder", "encoder", "moe", "cnn"]
@@ -225,8 +227,11 @@ class ModelSpec(Spec):
         full = min(layers, self.num_full_attention_layers)
         return full * context + (layers - full) * min(context, self.sliding_window)
 
-    def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
-        """KV-cache bytes one token occupies: 2 (K and V) · layers · kv_heads · head_dim · bytes."""
+    def kv_bytes_per_token(self, dtype_bytes: int = 2, kv_cache_dtype: KVCacheDtype = "auto") -> int:
+        """KV-cache bytes one token occupies over every layer, as the serving engine stores it
+        (``serving_memory.kv_bytes_per_token``): auto ``2 · layers · kv_heads · head_dim · dtype_bytes``; fp8/int8
+        1-byte codes plus a float16 scale per token, KV head and tensor. 0 for a model without a KV cache."""
         if self.kind not in ("decoder", "moe"):
-            return 0.0
-        return 2 * self.num_layers * self.kv_heads * self.head_size * bytes_per_element
+            return 0
+        return _kv_bytes_per_token(num_layers=self.num_layers, num_kv_heads=self.kv_heads, head_dim=self.head_size,
+                                   kv_cache_dtype=kv_cache_dtype, dtype_bytes=dtype_bytes)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from accelkit.core.serving_memory import KVCacheDtype
 from accelkit.core.spec import Spec, spec_field
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 Quantization = Literal["int8-dynamic", "int8-weight", "int4-weight", "fp8-weight", "fp8-dynamic"]
-KVCacheDtype = Literal["auto", "fp8", "int8"]
 Recompute = Literal["none", "selective", "full", "budget"]
 CompileMode = Literal[False, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 GradCompression = Literal["none", "bf16", "fp16", "powersgd"]

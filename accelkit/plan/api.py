@@ -9,6 +9,8 @@ from accelkit.core import Cluster, Estimate, UserError, Workload
 from accelkit.plan.context import PlanContext, kv_cache_dtype, make_context
 from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
 from accelkit.plan.grad_comm import PowerSGDSplit
+from accelkit.plan.kv_capacity import describe as describe_kv_capacity
+from accelkit.plan.kv_capacity import kv_capacity
 from accelkit.plan.layout import Layout, check_compression, check_interleaving, check_user_layout
 from accelkit.plan.options import PlanOptions
 
@@ -94,9 +96,11 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
     else:
         doc.update(prefill_time_s=c.prefill_time_s, decode_time_per_token_s=c.decode_time_per_token_s,
                    max_batch=c.max_batch, batch=c.batch, serving_itl_s=c.itl_s, tokens_counted=c.tokens_counted)
-        if m.kind in ("decoder", "moe"):
+        capacity = kv_capacity(ctx, lay)
+        if capacity is not None:
             doc.update(prompt_len=w.prompt_len, output_len=w.output_len, kv_cache_dtype=kv_cache_dtype(w),
-                       kv_cache_dtype_requested=w.recipe.kv_cache_dtype)
+                       kv_cache_dtype_requested=w.recipe.kv_cache_dtype, kv_cache_capacity=capacity.to_dict())
+            doc["assumptions"].append(describe_kv_capacity(ctx, capacity))
     if ctx.options.price_per_device_hour is not None and c.cost_per_step is not None:
         per_token = c.cost_per_step / c.tokens_per_step if c.tokens_per_step else None
         doc["cost"] = {"price_per_device_hour": ctx.options.price_per_device_hour, "per_step": c.cost_per_step,

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accelkit.core import Cluster, DeviceSpec, ModelSpec, UserError, Workload
+from accelkit.core.serving_memory import weight_bytes_per_param
 from accelkit.plan import flops as F
 from accelkit.plan.calibrate import efficiency, missing_cpu_peak
 from accelkit.plan.fitted import FIT_SOURCE, sustained_tensor
 from accelkit.plan.grad_comm import gradient_element_bytes
 from accelkit.plan.layout import check_inference_workload
-from accelkit.plan.memory import ACT_BYTES, INFER_WEIGHT_BYTES, TRAIN_WEIGHT_BYTES
+from accelkit.plan.memory import ACT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.priors import (
     FLASH_BLOCK,
@@ -44,10 +45,6 @@ def kv_cache_dtype(workload: Workload) -> str:
         return kv
     precision = workload.recipe.precision
     return {"fp32": "fp32", "tf32": "fp32", "fp16": "fp16"}.get(precision, "bf16")
-
-
-def kv_element_bytes(workload: Workload) -> float:
-    return {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}[kv_cache_dtype(workload)]
 
 
 @dataclass(slots=True)
@@ -120,7 +117,7 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
     if workload.task == "train":
         wbytes: float = TRAIN_WEIGHT_BYTES[recipe.precision]
     else:
-        wbytes = INFER_WEIGHT_BYTES[recipe.quantization or recipe.precision]
+        wbytes = weight_bytes_per_param(recipe.quantization or recipe.precision)  # the engine's table too
     eff = efficiency(cluster.device, dtype, use_calibration=options.use_calibration)
     peak_16 = cluster.device.peak("bf16") or cluster.device.peak("fp16") or peak
     sustained, sustained_source = (1.0, "a CPU's peak is its measured matmul") if cluster.device.vendor == "cpu" \

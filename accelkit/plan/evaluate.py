@@ -8,7 +8,7 @@ from typing import Any
 
 from accelkit.plan import energy as E
 from accelkit.plan import flops as F
-from accelkit.plan.context import PlanContext, kv_element_bytes
+from accelkit.plan.context import PlanContext
 from accelkit.plan.grad_comm import PowerSGDSplit, powersgd_memory_bytes, rank_split
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import (
@@ -153,7 +153,8 @@ def infer_memory(ctx: PlanContext, layout: Layout, batch: int) -> tuple[dict[str
                 "other": float(o.overhead_bytes)}, 0.0
     is_lm = m.kind in ("decoder", "moe")
     seq = w.prompt_len + w.output_len if is_lm else w.seq_len
-    per_seq = kv_cache_bytes(m, batch=1, seq=seq, bytes_per_element=kv_element_bytes(w), tp=layout.tp, pp=layout.pp)
+    per_seq = kv_cache_bytes(m, batch=1, seq=seq, kv_cache_dtype=w.recipe.kv_cache_dtype, dtype_bytes=ctx.e,
+                             tp=layout.tp, pp=layout.pp, kv_scales=o.kv_cache_scales)
     # the largest step: one prefill chunk through one layer (residual, q/k/v, MLP intermediates) + last logits
     tokens = min(batch * (w.prompt_len if is_lm else w.seq_len), o.prefill_chunk_tokens)
     q, kv = m.num_heads * m.head_size, max(m.kv_heads / layout.tp, 1) * m.head_size

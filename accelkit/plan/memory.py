@@ -10,6 +10,7 @@ tensors autograd saves for backward in the modules accelkit builds (checked agai
 from __future__ import annotations
 
 from accelkit.core import ModelSpec
+from accelkit.core.serving_memory import KVCacheDtype, KVScales, kv_bytes_per_token
 
 GiB = 2**30
 
@@ -17,12 +18,6 @@ GiB = 2**30
 ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 #: training weight copy (mixed precision keeps an fp32 master copy in the optimizer states)
 TRAIN_WEIGHT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
-#: inference weight bytes per parameter by precision or quantization (int4: 0.5 + a bf16 scale and
-#: zero point per group of 128 = 4/128)
-INFER_WEIGHT_BYTES = {
-    "fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0,
-    "int8-weight": 1.0, "int8-dynamic": 1.0, "fp8-weight": 1.0, "fp8-dynamic": 1.0, "int4-weight": 0.5 + 4 / 128,
-}
 #: families whose HF modules use dropout in training (BERT/GPT-2/ViT configs default to 0.1)
 DROPOUT_FAMILIES = ("gpt2", "bert", "vit")
 
@@ -178,12 +173,28 @@ def head_activation_bytes(model: ModelSpec, *, tokens: int, seq: int, e: int, tp
     return {"first": first, "last": last}
 
 
-def kv_cache_bytes(model: ModelSpec, *, batch: int, seq: int, bytes_per_element: float, tp: int = 1, pp: int = 1) -> float:
-    """2 · Σ_layers tokens kept · kv_heads · head_dim · batch · bytes, per rank: max(kv_heads/tp, 1) heads, the
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads one tensor-parallel rank holds: kv_heads/tp, at least one (a head replicated when tp > kv_heads)."""
+    return max(model.kv_heads // tp, 1)
+
+
+def kv_layer_token_bytes(model: ModelSpec, *, kv_cache_dtype: KVCacheDtype, dtype_bytes: int, tp: int = 1,
+                         kv_scales: KVScales = "per-token-head") -> int:
+    """K/V bytes one token occupies in one layer on one rank, scales included, as the serving engine stores it
+    (``serving_memory.kv_bytes_per_token``; fp8/int8: ``2·heads·(head_dim + 2)`` in accelkit serve,
+    ``2·heads·head_dim`` with ``kv_scales="per-tensor"`` as vLLM keeps them)."""
+    return kv_bytes_per_token(num_layers=1, num_kv_heads=kv_heads_per_rank(model, tp), head_dim=model.head_size,
+                              kv_cache_dtype=kv_cache_dtype, dtype_bytes=dtype_bytes, kv_scales=kv_scales)
+
+
+def kv_cache_bytes(model: ModelSpec, *, batch: int, seq: int, kv_cache_dtype: KVCacheDtype, dtype_bytes: int,
+                   tp: int = 1, pp: int = 1, kv_scales: KVScales = "per-token-head") -> float:
+    """Σ_layers tokens kept · ``kv_layer_token_bytes`` · batch, per rank: max(kv_heads/tp, 1) heads, the
     ceil(layers/pp) of the heaviest stage; a layer keeps seq tokens, or min(seq, window) under a sliding window
     (``ModelSpec.kv_cache_layer_tokens``: Mistral's ring buffer, vLLM's freed out-of-window blocks)."""
     if model.kind not in ("decoder", "moe"):
         return 0.0
-    heads = max(model.kv_heads / tp, 1)
     layers = -(-model.num_layers // pp)
-    return 2 * model.kv_cache_layer_tokens(seq, layers) * heads * model.head_size * batch * bytes_per_element
+    per_token = kv_layer_token_bytes(model, kv_cache_dtype=kv_cache_dtype, dtype_bytes=dtype_bytes, tp=tp,
+                                     kv_scales=kv_scales)
+    return model.kv_cache_layer_tokens(seq, layers) * per_token * batch

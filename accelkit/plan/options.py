@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from accelkit.core.serving_memory import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, KVScales
 from accelkit.core.spec import Spec, spec_field
 
 
@@ -83,5 +84,24 @@ class PlanOptions(Spec):
         256, min=1, doc="Inference without --batch: plan at the largest batch that fits, capped here (vLLM max_num_seqs)."
     )
     prefill_chunk_tokens: int = spec_field(8192, min=1, doc="Prefill tokens processed per step (chunked prefill).")
+    kv_cache_memory_bytes: int | None = spec_field(
+        None, min=1, doc="Inference: the KV budget `accelkit serve --kv-cache-memory` would get, for the KV tokens that "
+                         "fit (kv_cache_capacity); None = as the engine: gpu_memory_utilization of the memory the "
+                         "weights and the framework allowance leave on a GPU, 1 GiB on a CPU."
+    )
+    gpu_memory_utilization: float = spec_field(
+        DEFAULT_GPU_MEMORY_UTILIZATION, min=0.01, max=1.0,
+        doc="Inference without kv_cache_memory_bytes: the engine's fraction of the memory left after the weights "
+            "that becomes KV cache (`accelkit serve --gpu-memory-utilization`)."
+    )
+    block_size: int = spec_field(
+        DEFAULT_BLOCK_SIZE, min=1, max=1024, doc="Inference: tokens per KV block (`accelkit serve --block-size`)."
+    )
+    kv_cache_scales: KVScales = spec_field(
+        "per-token-head", doc="Inference, fp8/int8 KV cache: per-token-head = accelkit serve's float16 scale per "
+                              "token and KV head in the cache (head_dim + 2 bytes per head and token); per-tensor = "
+                              "one scale per layer tensor outside it, as vLLM and TensorRT-LLM keep (1 byte per "
+                              "element)."
+    )
     use_calibration: bool = spec_field(True, doc="Use this machine's `hw probe` results when they match the hardware.")
     max_devices: int = spec_field(65536, min=1, max=1 << 20, doc="Largest device count the minimum-count search tries.")

@@ -54,11 +54,11 @@ import math
 from accelkit.core import ModelSpec
 from accelkit.plan import flops as F
 from accelkit.plan.comm import Links
-from accelkit.plan.context import PlanContext, kv_element_bytes
+from accelkit.plan.context import PlanContext
 from accelkit.plan.grad_comm import GradReduction, PowerSGDSplit, buckets, compress_s, grad_reduction, rank_split
 from accelkit.plan.kernels import layer_traffic, loss_bytes_per_token, math_attention_bytes
 from accelkit.plan.layout import Layout
-from accelkit.plan.memory import TRAIN_WEIGHT_BYTES, optimizer_bytes_per_param, uses_dropout
+from accelkit.plan.memory import TRAIN_WEIGHT_BYTES, kv_layer_token_bytes, optimizer_bytes_per_param, uses_dropout
 from accelkit.plan.priors import (
     COLLECTIVE_LATENCY_S,
     FLASH_TRITON_SLOWDOWN,
@@ -408,7 +408,9 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     tokens = batch * prompt
     chunks = math.ceil(tokens / o.prefill_chunk_tokens)
     traffic = layer_traffic(m, e=e, stack="fused", dropout=False)
-    kv_tok = 2 * max(m.kv_heads / tp, 1) * m.head_size * kv_element_bytes(w) if is_lm else 0.0
+    # K/V bytes a token writes (prefill) and each decode step reads, per layer: codes and scales (fp8/int8)
+    kv_tok = kv_layer_token_bytes(m, kv_cache_dtype=w.recipe.kv_cache_dtype, dtype_bytes=e, tp=tp,
+                                  kv_scales=o.kv_cache_scales) if is_lm else 0.0
     ep = layout.ep
     layer_w = (ctx.layer_params + ctx.layer_expert_params / ep) * ctx.weight_bytes / tp  # this device's experts
     # expert parallelism: per MoE layer each rank sends its tokens' k routed copies to the experts' ranks and gets

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
+from accelkit.core.serving_memory import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, KVCacheDtype
 from accelkit.core.spec import Spec, spec_field
 from accelkit.serve.sampling import SEED_MAX, SEED_MIN
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-KVCacheDType = Literal["auto", "fp8", "int8"]
 AttentionBackendName = Literal["auto", "sdpa", "triton"]
 
 
@@ -22,16 +22,16 @@ class EngineConfig(Spec):
     model: str = spec_field(doc="Hugging Face-format directory: config.json, *.safetensors, tokenizer files.")
     dtype: DType = spec_field("auto", doc="Weights and activations; auto = the checkpoint's dtype (float32 if unset).")
     device: str = spec_field("auto", doc="'cpu', 'cuda', 'cuda:N', or auto (cuda when available).")
-    kv_cache_dtype: KVCacheDType = spec_field(
+    kv_cache_dtype: KVCacheDtype = spec_field(
         "auto", doc="KV storage: auto = the model dtype; fp8 = e4m3 + per-token-per-head scales; int8 = the same in int8."
     )
     kv_cache_memory_bytes: int | None = spec_field(
         None, min=1, doc="KV cache budget in bytes; None = 1 GiB on CPU, gpu_memory_utilization of free memory on CUDA."
     )
     gpu_memory_utilization: float = spec_field(
-        0.9, min=0.01, max=1.0, doc="On CUDA without kv_cache_memory_bytes: fraction of free memory (after weights) for KV."
+        DEFAULT_GPU_MEMORY_UTILIZATION, min=0.01, max=1.0, doc="On CUDA without kv_cache_memory_bytes: fraction of free memory (after weights) for KV."
     )
-    block_size: int = spec_field(16, min=1, max=1024, doc="Tokens per KV block.")
+    block_size: int = spec_field(DEFAULT_BLOCK_SIZE, min=1, max=1024, doc="Tokens per KV block.")
     max_num_seqs: int = spec_field(256, min=1, doc="Most sequences in one step.")
     max_num_batched_tokens: int = spec_field(2048, min=1, doc="Token budget of one step (decodes + prefill chunks).")
     max_model_len: int | None = spec_field(None, min=2, doc="Context length; None = the model's max_position_embeddings.")

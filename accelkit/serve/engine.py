@@ -1,6 +1,8 @@
-"""LLMEngine: continuous batching over a paged KV cache. ``step()`` is schedule → run → postprocess; with
-``overlap_postprocess`` (the default on CUDA) a step's postprocessing runs inside the next step, while the
-device computes it (its outputs come one step later).
+"""LLMEngine: continuous batching over a paged KV cache. ``step()`` is schedule → run → postprocess → collect;
+with ``overlap_postprocess`` (the default on CUDA) a step's postprocessing runs inside the next step, while the
+device computes it (its outputs come one step later). Postprocessing — detokenizing, stop strings, output
+objects — is the :class:`OutputProcessor`'s (``output_processor.py``); the engine core schedules, runs and
+keeps requests apart when one fails.
 
 ``add_request`` and ``abort_request`` may be called from any thread at any time: they validate in the
 caller's thread (a bad request raises ``ValueError`` there and touches nothing else) and leave the request
@@ -19,34 +21,25 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from accelkit.hardware.device import resolve_device
 from accelkit.serve import preflight
 from accelkit.serve.block_manager import BlockManager
 from accelkit.serve.config import EngineConfig
-from accelkit.serve.detokenizer import IncrementalDetokenizer, TokenDecoder
+from accelkit.serve.detokenizer import TokenDecoder
 from accelkit.serve.isolation import EngineDeadError, canary_ok, describe, execute_isolating
+from accelkit.serve.model_runner import ModelRunner
 from accelkit.serve.models.llama import LlamaArgs
+from accelkit.serve.output_processor import OutputProcessor, RequestState
 from accelkit.serve.outputs import EngineStats, RequestOutput
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
-from accelkit.serve.scheduler import Scheduler, SchedulerConfig
-from accelkit.serve.sequence import Sequence, SequenceStatus
+from accelkit.serve.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
+from accelkit.serve.sequence import Sequence
 
 log = logging.getLogger("accelkit.serve")
-
-
-@dataclass(slots=True)
-class _Request:
-    seq: Sequence
-    detokenizer: IncrementalDetokenizer | None
-    final_only: bool = False  # no output until it finishes (LLM.generate); else one per step with a token
-    text: str = ""
-    num_sent_chars: int = 0  # characters of text handed out in outputs (a stop string's possible start waits)
-    num_returned_tokens: int = 0  # output tokens handed out in outputs so far (new_token_ids start after them)
-    num_detokenized: int = 0  # output tokens the detokenizer has seen
 
 
 def _eos_token_ids(model_dir: Path, cfg: dict[str, Any], tokenizer: Any) -> frozenset[int]:
@@ -81,8 +74,6 @@ def _load_tokenizer(model_dir: Path) -> Any:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
-        from accelkit.serve.model_runner import ModelRunner  # torch: imported when an engine is built
-
         self.config = config
         model_dir = Path(config.model)
         hf_config = preflight.read_config(model_dir)
@@ -98,11 +89,10 @@ class LLMEngine:
                 f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
                 f"{self.model_args.max_position_embeddings}"
             )
-        self._preflight(model_dir, hf_config)
+        device = self._preflight(model_dir, hf_config)
         self.tokenizer = _load_tokenizer(model_dir)
-        self._decoder = TokenDecoder(self.tokenizer) if self.tokenizer is not None else None
         self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
-        self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len)
+        self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len, device=device)
         self.block_manager = BlockManager(
             num_blocks=self.runner.num_blocks, block_size=config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
@@ -113,13 +103,15 @@ class LLMEngine:
             policy=config.scheduling_policy,
         )
         self.scheduler = Scheduler(sched_cfg, self.block_manager, eos_token_ids=self.eos_token_ids)
-        self._requests: dict[str, _Request] = {}
+        self.output_processor = OutputProcessor(
+            TokenDecoder(self.tokenizer) if self.tokenizer is not None else None,
+            finish_sequence=self.scheduler.finish, release=self._release,
+        )
         self._lock = threading.Lock()
-        self._inbox: list[_Request] = []
+        self._inbox: list[RequestState] = []
         self._aborts: list[str] = []
         self._known_ids: set[str] = set()  # accepted and not yet finished (inbox included)
-        self._prompt_tokens = self._generation_tokens = self._num_steps = self._last_step_tokens = 0
-        self._finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0}
+        self._num_steps = self._last_step_tokens = 0
         overlap = config.overlap_postprocess
         self.overlap_postprocess = self.runner.device.type == "cuda" if overlap is None else overlap
         # with overlap: the sequences that got a token in the last step, postprocessed during the next one
@@ -132,11 +124,13 @@ class LLMEngine:
         self._guide_compiler_: Any = None
         self._guide_vocab_error: str | None = None
 
-    def _preflight(self, model_dir: Path, hf_config: dict[str, Any]) -> None:
-        """Refuse, before allocating anything, a checkpoint that does not match its config or cannot fit."""
+    def _preflight(self, model_dir: Path, hf_config: dict[str, Any]) -> str:
+        """Refuse, before allocating anything, a checkpoint that does not match its config or cannot fit; the device
+        ``config.device`` resolves to (resolved here, once)."""
         tensors = preflight.checkpoint_tensors(model_dir)
         preflight.check_checkpoint(hf_config, tensors, model_dir)
-        where, device_available = preflight.available_memory(self.config.device)
+        device = resolve_device(self.config.device)
+        where, device_available = preflight.available_memory(device)
         host_available = device_available if where == "host memory" else preflight.available_memory("cpu")[1]
         dtype = self.config.dtype if self.config.dtype != "auto" else (self.model_args.torch_dtype or "float32")
         preflight.check_memory(
@@ -145,6 +139,7 @@ class LLMEngine:
             block_size=self.config.block_size, host_available=host_available, device_available=device_available,
             where=where, max_model_len_is_default=self.config.max_model_len is None,
         )
+        return device
 
     @classmethod
     def from_model(cls, model: str, **kwargs: Any) -> LLMEngine:
@@ -166,11 +161,27 @@ class LLMEngine:
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise ValueError(f"sampling_params={params!r} is not valid; expected SamplingParams")
+        text = prompt if isinstance(prompt, str) else None
+        token_ids = self._prompt_token_ids(prompt, params, add_special_tokens=add_special_tokens)
+        self._check_params(params)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError(f"priority={priority!r} is not valid; expected an integer")
+        guide = self.structured_guide(params.structured_outputs) if params.structured_outputs is not None else None
+        rid = request_id if request_id is not None else uuid.uuid4().hex
+        seq = Sequence(
+            rid, token_ids, params, prompt=text, priority=priority,
+            arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+        )
+        seq.guide = guide
+        return seq
+
+    def _prompt_token_ids(self, prompt: str | list[int], params: SamplingParams, *, add_special_tokens: bool
+                          ) -> list[int]:
+        """The ids the request runs (tokenized, validated, truncated to ``truncate_prompt_tokens``); ValueError
+        naming the field when they cannot."""
         if isinstance(prompt, str):
-            text: str | None = prompt
             token_ids = self.encode(prompt, add_special_tokens=add_special_tokens)
         elif isinstance(prompt, (list, tuple)):
-            text = None
             vocab = self.model_args.vocab_size
             for i, t in enumerate(prompt):  # numpy's integers are ids too (made plain ints: they index tensors)
                 if not isinstance(t, numbers.Integral) or isinstance(t, bool) or not 0 <= t < vocab:
@@ -188,6 +199,10 @@ class LLMEngine:
                 f"prompt has {len(token_ids)} tokens; the context holds max_model_len={self.max_model_len} "
                 "(prompt plus at least one output token)"
             )
+        return token_ids
+
+    def _check_params(self, params: SamplingParams) -> None:
+        """What ``params`` asks of this model: token ids in its vocabulary, and something min_tokens can sample."""
         vocab = self.model_args.vocab_size
         for field, ids in (("logit_bias", params.logit_bias or ()), ("allowed_token_ids", params.allowed_token_ids or ())):
             past = next((t for t in ids if t >= vocab), None)
@@ -202,16 +217,6 @@ class LLMEngine:
                 raise ValueError(f"allowed_token_ids={list(params.allowed_token_ids)} holds only tokens that end "
                                  f"generation (EOS, stop_token_ids), which min_tokens={params.min_tokens} forbids "
                                  "before then; allow another token, or leave min_tokens out")
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise ValueError(f"priority={priority!r} is not valid; expected an integer")
-        guide = self.structured_guide(params.structured_outputs) if params.structured_outputs is not None else None
-        rid = request_id if request_id is not None else uuid.uuid4().hex
-        seq = Sequence(
-            rid, token_ids, params, prompt=text, priority=priority,
-            arrival_time=time.monotonic() if arrival_time is None else arrival_time,
-        )
-        seq.guide = guide
-        return seq
 
     def structured_guide(self, spec: StructuredOutputs) -> Any:
         """``spec`` compiled for this model's vocabulary (``structured.Guide``); ValueError naming what is wrong.
@@ -261,8 +266,7 @@ class LLMEngine:
             if seq.request_id in self._known_ids:
                 raise ValueError(f"request_id={seq.request_id!r} is already in use")
             self._known_ids.add(seq.request_id)
-            detok = IncrementalDetokenizer(self._decoder, seq.token_ids) if self._decoder is not None else None
-            self._inbox.append(_Request(seq, detok, final_only))
+            self._inbox.append(self.output_processor.new_request(seq, final_only=final_only))
         return seq.request_id
 
     def add_request(
@@ -283,7 +287,7 @@ class LLMEngine:
 
     # ---- the loop ----------------------------------------------------------------------------------
     def step(self, deliver: Callable[[list[RequestOutput]], None] | None = None) -> list[RequestOutput]:
-        """One iteration: schedule → run → postprocess. Returns an output per request that changed.
+        """One iteration: schedule → run → postprocess → collect. Returns an output per request that changed.
 
         With ``overlap_postprocess`` (on CUDA by default) the postprocessing of a step's tokens (detokenizing,
         stop strings, output objects) runs while the *next* step computes on the device, so those outputs are
@@ -302,19 +306,34 @@ class LLMEngine:
             self._deliver = None
 
     def _step(self) -> list[RequestOutput]:
-        outputs = self._drain_inbox()
+        outputs = self._drain_inbox()  # new requests in, aborted ones out
+        batch = self._schedule(outputs)
+        if batch is None:  # nothing to run: only the last step's tokens, if any, to postprocess
+            return outputs + self._run_deferred()
+        updated = self._run(batch, outputs)  # the device step (with overlap, the last step's postprocessing inside it)
+        return outputs + self._postprocess(updated)  # now, or (overlap) inside the next step
+
+    def _schedule(self, outputs: list[RequestOutput]) -> ScheduledBatch | None:
+        """The next batch, None when there is nothing to run (or scheduling raised: every request failed, their
+        outputs added to ``outputs``)."""
         try:
             batch = self.scheduler.schedule()
         except Exception as exc:
-            return outputs + self._recover(exc)
+            outputs += self._recover(exc)
+            return None
         self._num_steps += 1
         self._last_step_tokens = batch.total_tokens
         if not batch.seqs:
-            return outputs + self._run_deferred()
+            return None
         now = time.monotonic()
         for seq in batch.seqs:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = now
+        return batch
+
+    def _run(self, batch: ScheduledBatch, outputs: list[RequestOutput]) -> list[Sequence]:
+        """Run ``batch`` on the device and account for its tokens: the sequences that got one. The outputs of the
+        last step's postprocessing, and of requests that failed, are added to ``outputs``."""
         # the last step's postprocessing, if any, while this one runs on the device
         execute = self.runner.execute if self._deferred is None else partial(self.runner.execute,
                                                                             overlap=self._overlap_deferred)
@@ -325,17 +344,22 @@ class LLMEngine:
         if failures:
             ran = sum(not seq.is_finished for seq in batch.seqs)  # (failed rows are not finished yet)
             for row, error in failures.items():
-                outputs.append(self._fail(batch.seqs[row], error))
+                outputs.append(self.output_processor.fail(batch.seqs[row], error))
             if len(failures) == ran:
                 self._check_device(next(iter(failures.values())))
         try:
-            updated = self.scheduler.update(batch, sampled)
+            return self.scheduler.update(batch, sampled)
         except Exception as exc:
-            return outputs + self._recover(exc)
+            outputs += self._recover(exc)
+            return []
+
+    def _postprocess(self, updated: list[Sequence]) -> list[RequestOutput]:
+        """The outputs of the sequences that got a token — or, with overlap, none yet: they are postprocessed
+        inside the next step."""
         if self.overlap_postprocess:
             self._deferred = updated or None
-            return outputs
-        return outputs + self._postprocess(updated)
+            return []
+        return self.output_processor.process(updated)
 
     def _overlap_deferred(self) -> None:
         """The runner's ``overlap`` callback: postprocess the last step's tokens now; never raises into the
@@ -344,7 +368,7 @@ class LLMEngine:
         if deferred is None:
             return
         try:
-            outputs = self._postprocess(deferred)
+            outputs = self.output_processor.process(deferred)
         except Exception as exc:
             self._deferred_error = exc
             return
@@ -365,12 +389,14 @@ class LLMEngine:
             outputs += self._recover(exc)
         return outputs
 
-    def _fail(self, seq: Sequence, exc: BaseException) -> RequestOutput:
-        """End one request because of ``exc`` (logged with its id); its KV blocks go back now."""
-        log.error("request %s failed; the engine goes on without it: %s", seq.request_id, describe(exc), exc_info=exc)
-        if not seq.is_finished:
-            self.scheduler.finish(seq, "error")
-        return self._finish(self._requests[seq.request_id], time.monotonic(), error=describe(exc))
+    def _release(self, seq: Sequence) -> None:
+        """A request ended (the output processor's ``release``): its id can be used again, its device state goes."""
+        with self._lock:
+            self._known_ids.discard(seq.request_id)
+        try:
+            self.runner.release(seq)
+        except Exception as exc:  # per-request device state only; the request is over either way
+            log.warning("releasing request %s failed: %s", seq.request_id, describe(exc))
 
     def _check_device(self, exc: BaseException) -> None:
         """Every request of a step failed: is it the requests or the device? A one-token canary decides."""
@@ -386,8 +412,8 @@ class LLMEngine:
         self._deferred = None  # (their requests are failed below)
         outputs = []
         try:
-            for req in list(self._requests.values()):
-                outputs.append(self._fail(req.seq, exc))
+            for req in list(self.output_processor.requests.values()):
+                outputs.append(self.output_processor.fail(req.seq, exc))
         except Exception as inner:
             raise EngineDeadError(f"cannot recover from {describe(exc)}: {describe(inner)}") from inner
         if self.block_manager.num_free_blocks != self.block_manager.num_blocks:
@@ -404,125 +430,30 @@ class LLMEngine:
             aborts, self._aborts = self._aborts, []
         # an abort ends its request now: the last step's tokens of that request are postprocessed first
         outputs = self._run_deferred() if aborts else []
+        processor = self.output_processor
         for req in inbox:
-            self._requests[req.seq.request_id] = req
+            processor.add(req)
             try:
                 self.scheduler.add(req.seq)
             except Exception as exc:
-                outputs.append(self._fail(req.seq, exc))
+                outputs.append(processor.fail(req.seq, exc))
         for request_id in aborts:
             seq = self.scheduler.abort(request_id)
             if seq is not None:
-                outputs.append(self._finish(self._requests[request_id], time.monotonic()))
+                outputs.append(processor.finish(processor.requests[request_id], time.monotonic()))
         return outputs
-
-    def _postprocess(self, seqs: list[Sequence]) -> list[RequestOutput]:
-        """Timestamps, detokenization and stop strings of the sequences that got a token; an output for each
-        streaming request and each finished one. Runs for every sequence of every step: kept to a few
-        attribute updates, one detokenizer call and (only where one is due) one output object."""
-        now = time.monotonic()
-        outputs = []
-        requests = self._requests
-        finished = SequenceStatus.FINISHED
-        self._generation_tokens += len(seqs)
-        for seq in seqs:
-            req = requests[seq.request_id]
-            if seq.first_token_time is None:
-                seq.first_token_time = now
-                self._prompt_tokens += seq.num_prompt_tokens
-            seq.last_token_time = now
-            new_text = ""
-            if req.detokenizer is not None:
-                try:
-                    new_text = self._detokenize(req, seq)
-                except Exception as exc:  # e.g. a tokenizer that cannot decode a sampled id: this request only
-                    outputs.append(self._fail(seq, exc))
-                    continue
-            if seq.status is finished:
-                outputs.append(self._finish(req, now, new_text))
-            elif not req.final_only:
-                outputs.append(self._output(req, new_text))
-            else:  # no output now; as if it had been handed out, so the final one's new_* are its last step's
-                req.num_returned_tokens = len(seq.token_ids) - seq.num_prompt_tokens
-        return outputs
-
-    def _detokenize(self, req: _Request, seq: Sequence) -> str:
-        assert req.detokenizer is not None
-        start = seq.num_prompt_tokens + req.num_detokenized
-        new_ids = seq.token_ids[start:]
-        req.num_detokenized += len(new_ids)
-        delta = req.detokenizer.add(new_ids, final=seq.status is SequenceStatus.FINISHED)
-        params = seq.params
-        stops = params.stop
-        if not stops:
-            req.text += delta
-            return self._release_text(req)
-        reach = max(len(s) for s in stops) - 1  # characters before the end where a stop string could start
-        # within min_tokens a stop string ends nothing (vLLM's: checked once more than min_tokens tokens exist)
-        if delta and len(seq.token_ids) - seq.num_prompt_tokens > params.min_tokens:
-            text = req.text + delta
-            if params.include_stop_str_in_output:
-                # cut after the first stop string to complete, which ends in the new text (the text before was
-                # all handed out: nothing is held back in this mode)
-                ends = [j + len(s) for s in stops if (j := text.find(s, max(0, len(req.text) - len(s) + 1))) >= 0]
-                cut = min(ends) if ends else None
-            else:
-                hits = [j for j in (text.find(s, max(0, len(req.text) - reach)) for s in stops) if j >= 0]
-                cut = min(hits) if hits else None
-            if cut is not None:
-                req.text = text[:cut]
-                if not seq.is_finished:
-                    self.scheduler.finish(seq, "stop")
-                else:
-                    seq.finish_reason = "stop"
-                return self._release_text(req)
-        req.text += delta
-        if not seq.is_finished and not params.include_stop_str_in_output:
-            # hold back what could be the start of a stop string completed by the next tokens: a stream must
-            # never show text that then turns out to begin a stop string (the final text would lack it)
-            return self._release_text(req, len(req.text) - reach)
-        return self._release_text(req)
-
-    @staticmethod
-    def _release_text(req: _Request, end: int | None = None) -> str:
-        """The text of ``req`` not handed out yet, up to ``end`` (all of it by default)."""
-        start = req.num_sent_chars
-        end = len(req.text) if end is None else max(start, end)
-        req.num_sent_chars = end
-        return req.text[start:end]
-
-    def _output(self, req: _Request, new_text: str, error: str | None = None) -> RequestOutput:
-        """A snapshot of the request (no token list is copied here: see ``RequestOutput``)."""
-        seq = req.seq
-        # (what a stop string holds back is left out; a whole-string slice copies nothing)
-        out = RequestOutput.of(seq, text=req.text[: req.num_sent_chars], new_text=new_text,
-                               num_returned_tokens=req.num_returned_tokens, error=error)
-        req.num_returned_tokens = len(seq.token_ids) - seq.num_prompt_tokens
-        return out
-
-    def _finish(self, req: _Request, now: float, new_text: str = "", *, error: str | None = None) -> RequestOutput:
-        seq = req.seq
-        seq.finished_time = now
-        del self._requests[seq.request_id]
-        with self._lock:
-            self._known_ids.discard(seq.request_id)
-        self._finished[seq.finish_reason or "abort"] += 1
-        try:
-            self.runner.release(seq)
-        except Exception as exc:  # per-request device state only; the request is over either way
-            log.warning("releasing request %s failed: %s", seq.request_id, describe(exc))
-        return self._output(req, new_text + self._release_text(req), error)  # and what a stop string held back
 
     # ---- observability -----------------------------------------------------------------------------
     def get_stats(self) -> EngineStats:
-        c = self.scheduler.counters
+        c, processor = self.scheduler.counters, self.output_processor
         with self._lock:
             num_inbox = len(self._inbox)
         return EngineStats(
             num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting) + num_inbox,
             kv_cache_usage=self.block_manager.usage, num_preemptions=c.num_preemptions,
             prefix_cache_queries=c.prefix_cache_queries, prefix_cache_hits=c.prefix_cache_hits,
-            prompt_tokens=self._prompt_tokens, generation_tokens=self._generation_tokens, num_steps=self._num_steps,
-            last_step_num_tokens=self._last_step_tokens, num_blocks=self.block_manager.num_blocks,
-            block_size=self.block_manager.block_size, requests_finished=dict(self._finished),
+            prompt_tokens=processor.num_prompt_tokens, generation_tokens=processor.num_generation_tokens,
+            num_steps=self._num_steps, last_step_num_tokens=self._last_step_tokens,
+            num_blocks=self.block_manager.num_blocks, block_size=self.block_manager.block_size,
+            requests_finished=dict(processor.num_finished),
         )

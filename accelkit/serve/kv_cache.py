@@ -8,6 +8,8 @@ Quantized caches keep one scale per token and KV head (``amax / qmax`` over ``he
 float16): a new token never changes the scales of older ones, so writes stay a single scatter, and an
 outlier in one head or token does not cost the others their precision. Storage is ``head_dim + 2`` bytes
 per token and head instead of ``2 * head_dim`` for bf16 — about half (``(D + 2) / 2D``: 0.52 at D = 64).
+``accelkit.core.serving_memory.kv_bytes_per_token`` counts exactly this layout (the runner sizes the cache with it,
+the planner predicts with it); ``KVCache.num_bytes`` is what was really allocated.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from accelkit.serve.config import KVCacheDType
+from accelkit.core.serving_memory import KVCacheDtype
 
-_SCALE_DTYPE = torch.float16
+_SCALE_DTYPE = torch.float16  # serving_memory.KV_SCALE_BYTES counts it (tests check num_bytes against it)
 _MIN_SCALE = 1e-7  # an all-zero vector still gets a finite scale
 
 
@@ -44,10 +46,14 @@ class KVCache:
     def storage_dtype(dtype: torch.dtype) -> torch.dtype:
         return dtype
 
-    @classmethod
-    def bytes_per_token(cls, *, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-        """K and V bytes of one token over all layers (scales included)."""
-        return 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize
+    @property
+    def num_bytes(self) -> int:
+        """Bytes allocated: codes (or values) and, when quantized, scales, of K and V over every block and layer."""
+        return sum(t.nbytes for t in (self.k, self.v, *self.scales_of_all_layers()))
+
+    def scales_of_all_layers(self) -> tuple[torch.Tensor, ...]:
+        """The scale tensors (none for a full-precision cache)."""
+        return ()
 
     def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the K/V of a step's tokens; ``k, v``: (T, Hkv, D), ``slot_mapping``: (T,)."""
@@ -74,9 +80,8 @@ class _QuantizedKVCache(KVCache):
         self.k_scale = torch.ones(scale_shape, dtype=_SCALE_DTYPE, device=self.k.device)
         self.v_scale = torch.ones(scale_shape, dtype=_SCALE_DTYPE, device=self.k.device)
 
-    @classmethod
-    def bytes_per_token(cls, *, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-        return 2 * num_layers * num_kv_heads * (head_dim + _SCALE_DTYPE.itemsize)
+    def scales_of_all_layers(self) -> tuple[torch.Tensor, ...]:
+        return self.k_scale, self.v_scale
 
     def scales(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         return self.k_scale[layer], self.v_scale[layer]
@@ -147,7 +152,7 @@ class Int8KVCache(_QuantizedKVCache):
 KV_CACHE_CLASSES: dict[str, type[KVCache]] = {"auto": KVCache, "fp8": Fp8KVCache, "int8": Int8KVCache}
 
 
-def kv_cache_class(kind: KVCacheDType) -> type[KVCache]:
+def kv_cache_class(kind: KVCacheDtype) -> type[KVCache]:
     """The cache implementation for ``kv_cache_dtype``; fp8 needs torch's float8_e4m3fn dtype."""
     if kind == "fp8" and not hasattr(torch, "float8_e4m3fn"):
         raise ValueError("kv_cache_dtype='fp8' needs torch >= 2.1 (float8_e4m3fn); use kv_cache_dtype='int8'")

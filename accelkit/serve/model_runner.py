@@ -1,7 +1,8 @@
 """Runs one scheduled step on the device: lay out the tokens, forward the model, sample.
 
 Also owns the weights, the KV cache (its number of blocks comes from a memory budget taken after the
-weights are loaded: bytes on CPU, a fraction of the free device memory on CUDA), the attention backend,
+weights are loaded: bytes on CPU, a fraction of the free device memory on CUDA — both sized by
+``accelkit.core.serving_memory``, which the planner uses too), the attention backend,
 the persistent input buffers and, on CUDA, the decode CUDA graphs.
 
 A step's layout is ``[single-token rows | prompt chunks]``; its integers are written with numpy into the
@@ -19,8 +20,8 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from accelkit.core.units import GiB, fmt_bytes
-from accelkit.hardware.device import resolve_device
+from accelkit.core.serving_memory import SCRATCH_BLOCKS, kv_budget_bytes, kv_bytes_per_token, kv_cache_num_blocks
+from accelkit.core.units import fmt_bytes
 from accelkit.serve.attention import AttentionContext, StepTensors, make_attention_backend, resolve_attention_backend
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.cuda_graphs import MAX_GRAPH_BATCH_SIZE, DecodeGraphs
@@ -34,7 +35,6 @@ from accelkit.serve.sequence import Sequence
 log = logging.getLogger("accelkit.serve")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_CPU_DEFAULT_KV_BYTES = 1 * GiB
 _PROMPT_LOGPROB_ROWS = 256  # prompt positions whose logits are held at once (256 × a 128K vocabulary: 128 MiB fp32)
 
 
@@ -76,10 +76,13 @@ class Step:
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, args: LlamaArgs, *, max_model_len: int) -> None:
+    kv_bytes_per_token: int  # K/V bytes of one token over all layers, scales included (serving_memory)
+
+    def __init__(self, config: EngineConfig, args: LlamaArgs, *, max_model_len: int, device: str) -> None:
+        """``device``: ``config.device`` as ``resolve_device`` resolved it (the engine does that once)."""
         self.config = config
         self.args = args
-        self.device = torch.device(resolve_device(config.device))
+        self.device = torch.device(device)
         self._select_device()  # kernels launch, and graphs capture, on the current device: make it ours
         self.dtype = resolve_dtype(config.dtype, args)
         self.attention_backend = resolve_attention_backend(
@@ -113,39 +116,31 @@ class ModelRunner:
             self.enable_decode_graphs(capture=True)
 
     # ---- sizing ------------------------------------------------------------------------------------
-    def kv_bytes_per_token(self) -> int:
-        a = self.args
-        return kv_cache_class(self.config.kv_cache_dtype).bytes_per_token(
-            num_layers=a.num_layers, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim, dtype=self.dtype
-        )
-
-    def kv_budget_bytes(self) -> int:
-        if self.config.kv_cache_memory_bytes is not None:
-            return self.config.kv_cache_memory_bytes
-        if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            return int(free * self.config.gpu_memory_utilization)
-        return _CPU_DEFAULT_KV_BYTES
-
     def _allocate_kv_cache(self) -> KVCache:
-        per_token = self.kv_bytes_per_token()
-        budget = self.kv_budget_bytes()
-        num_blocks = budget // (per_token * self.block_size) - 1  # one block of the budget is the scratch block
-        if num_blocks * self.block_size < self.max_model_len:
+        a, cfg = self.args, self.config
+        self.kv_bytes_per_token = kv_bytes_per_token(
+            num_layers=a.num_layers, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim,
+            kv_cache_dtype=cfg.kv_cache_dtype, dtype_bytes=self.dtype.itemsize,
+        )
+        # on CUDA: what the weights and RoPE tables, just loaded, left free
+        free = int(torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" else None
+        budget = kv_budget_bytes(kv_cache_memory_bytes=cfg.kv_cache_memory_bytes, device_free_bytes=free,
+                                 gpu_memory_utilization=cfg.gpu_memory_utilization)
+        per_token, bs = self.kv_bytes_per_token, self.block_size
+        num_blocks = kv_cache_num_blocks(budget_bytes=budget, bytes_per_token=per_token, block_size=bs)
+        if num_blocks * bs < self.max_model_len:
             raise ValueError(
-                f"kv_cache_memory_bytes={budget} holds {max(0, num_blocks) * self.block_size} tokens "
+                f"kv_cache_memory_bytes={budget} holds {num_blocks * bs} tokens "
                 f"({per_token} bytes each, one block kept for padding), fewer than max_model_len={self.max_model_len}; "
                 "raise the KV budget or lower max_model_len"
             )
-        a = self.args
-        cache = kv_cache_class(self.config.kv_cache_dtype)(
-            num_layers=a.num_layers, num_blocks=num_blocks + 1, block_size=self.block_size,
+        cache = kv_cache_class(cfg.kv_cache_dtype)(
+            num_layers=a.num_layers, num_blocks=num_blocks + SCRATCH_BLOCKS, block_size=bs,
             num_kv_heads=a.num_kv_heads, head_dim=a.head_dim, dtype=self.dtype, device=self.device,
         )
         log.info(
             "KV cache: %d blocks × %d tokens = %d tokens (%s, %d bytes/token, kv_cache_dtype=%s)",
-            num_blocks, self.block_size, num_blocks * self.block_size, fmt_bytes(num_blocks * self.block_size * per_token),
-            per_token, self.config.kv_cache_dtype,
+            num_blocks, bs, num_blocks * bs, fmt_bytes(num_blocks * bs * per_token), per_token, cfg.kv_cache_dtype,
         )
         return cache
 
@@ -186,7 +181,6 @@ class ModelRunner:
         Layout ``[single-token rows | prompt chunks]``. A decode-only step that fits a graph bucket (or
         ``pad_to``) is padded to that many rows at the bucket's fixed layout.
         """
-        bs = self.block_size
         seqs, counts = batch.seqs, batch.num_tokens
         if sum(counts) == len(counts):  # every row computes one token (each count is >= 1): a decode step
             single, multi = list(range(len(counts))), []
@@ -201,18 +195,43 @@ class ModelRunner:
         if graph_size is not None:
             layout = self._graph_layout(graph_size)
         else:
-            width = max(len(s.block_table) for s in seqs)
-            layout = Layout(sum(counts), len(seqs), width)
+            layout = Layout(sum(counts), len(seqs), max(len(s.block_table) for s in seqs))
         self.buffers.wait_for_copy()
         h = self.buffers.host_views(layout)
-        ids, positions, slots = h["input_ids"], h["positions"], h["slot_mapping"]
-        seq_lens, query_start, tables = h["seq_lens"], h["query_start"], h["block_tables"]
+        logits_rows, sample_rows, prompt = self._write_single_rows(h, layout, seqs, single)
+        prompt = self._write_chunks(h, layout, batch, multi, len(single), logits_rows, sample_rows, prompt)
+        num_seqs = layout.num_seqs
+        if num_seqs > len(single) + len(multi):
+            self._write_padding(h, len(single), num_seqs)
+        num_logits = len(logits_rows)
+        h["logits_indices"][:num_logits] = logits_rows
+        self.buffers.upload(layout)
+
+        d = self.buffers.device_views(layout)
+        tensors = StepTensors(
+            num_tokens=layout.num_tokens, num_seqs=num_seqs, num_decodes=num_seqs if graph_size else len(single),
+            max_query_len=max((counts[i] for i in multi), default=0),
+            seq_lens_np=h["seq_lens"], query_start_np=h["query_start"], block_tables_np=h["block_tables"],
+            positions=d["positions"], slot_mapping=d["slot_mapping"], seq_lens=d["seq_lens"], query_start=d["query_start"],
+            block_tables=d["block_tables"],
+        )
+        return Step(
+            layout=layout, tensors=tensors, input_ids=d["input_ids"], positions=d["positions"],
+            logits_indices=d["logits_indices"][:num_logits], sample_batch_rows=sample_rows,
+            rows_are_prefix=bool(logits_rows) and logits_rows[-1] == num_logits - 1, graph_size=graph_size,
+            meta=self.backend.prepare(tensors), prompt=prompt,
+        )
+
+    def _write_single_rows(self, h: dict[str, np.ndarray], layout: Layout, seqs: list[Sequence], single: list[int]
+                           ) -> tuple[list[int], list[int], PromptRows | None]:
+        """Single-token rows: token at position num_computed_tokens, one slot each; block tables from the persistent
+        host rows (only new block ids are copied), gathered in one indexing. Returns (logits rows, their batch
+        rows, the prompt logprobs to compute)."""
+        bs = self.block_size
+        ids, positions, slots, tables = h["input_ids"], h["positions"], h["slot_mapping"], h["block_tables"]
         logits_rows: list[int] = []
         sample_rows: list[int] = []
         prompt: PromptRows | None = None
-
-        # single-token rows: token at position num_computed_tokens, one slot each; block tables from the
-        # persistent host rows (only new block ids are copied), gathered in one indexing
         nd = len(single)
         if nd:
             d_seqs = seqs if nd == len(seqs) and not self.backend.sorts_decodes else [seqs[i] for i in single]
@@ -222,7 +241,7 @@ class ModelRunner:
             rows = self.host_tables.rows(d_seqs)  # first: taking a row may grow (replace) the pool
             tables[:nd] = self.host_tables.pool[rows, : layout.width]
             dpos = positions[:nd]
-            seq_lens[:nd] = dpos + 1
+            h["seq_lens"][:nd] = dpos + 1
             slots[:nd] = tables[np.arange(nd), dpos // bs] * bs + dpos % bs
             if all(p + 1 == len(s.token_ids) for s, p in zip(d_seqs, d_pos, strict=True)):  # decodes: all sample
                 logits_rows, sample_rows = list(range(nd)), list(single)
@@ -235,12 +254,20 @@ class ModelRunner:
                         prompt = prompt or PromptRows()
                         prompt.add(s, r, p, 1)
         tables[nd:] = 0
-        query_start[: nd + 1] = np.arange(nd + 1)
+        h["query_start"][: nd + 1] = np.arange(nd + 1)
+        return logits_rows, sample_rows, prompt
 
-        # prompt chunks
+    def _write_chunks(self, h: dict[str, np.ndarray], layout: Layout, batch: ScheduledBatch, multi: list[int],
+                      nd: int, logits_rows: list[int], sample_rows: list[int], prompt: PromptRows | None
+                      ) -> PromptRows | None:
+        """Prompt chunks, after the ``nd`` single-token rows; their sampling rows appended to ``logits_rows`` and
+        ``sample_rows``. Returns the prompt logprobs to compute."""
+        bs = self.block_size
+        ids, positions, slots, tables = h["input_ids"], h["positions"], h["slot_mapping"], h["block_tables"]
+        seq_lens, query_start = h["seq_lens"], h["query_start"]
         t = nd
         for r, i in enumerate(multi, start=nd):
-            seq, n = seqs[i], counts[i]
+            seq, n = batch.seqs[i], batch.num_tokens[i]
             begin, end = seq.num_computed_tokens, seq.num_computed_tokens + n
             row = self.host_tables.row(seq)  # first: taking a row may grow (replace) the pool
             tables[r] = self.host_tables.pool[row, : layout.width]
@@ -259,35 +286,18 @@ class ModelRunner:
             if end == seq.num_tokens:
                 logits_rows.append(t - 1)
                 sample_rows.append(i)
+        return prompt
 
-        # padding rows of a graph bucket: token 0 at position 0 in the scratch block, attending to itself
-        num_seqs = layout.num_seqs
-        if num_seqs > nd + len(multi):
-            pad = slice(nd, num_seqs)
-            ids[pad] = 0
-            positions[pad] = 0
-            seq_lens[pad] = 1
-            slots[pad] = self.scratch_block * bs
-            tables[pad, 0] = self.scratch_block
-            query_start[nd + 1 :] = np.arange(nd + 1, num_seqs + 1)
-        num_logits = len(logits_rows)
-        h["logits_indices"][:num_logits] = logits_rows
-        self.buffers.upload(layout)
-
-        d = self.buffers.device_views(layout)
-        tensors = StepTensors(
-            num_tokens=layout.num_tokens, num_seqs=num_seqs, num_decodes=num_seqs if graph_size else nd,
-            max_query_len=max((counts[i] for i in multi), default=0),
-            seq_lens_np=seq_lens, query_start_np=query_start, block_tables_np=tables,
-            positions=d["positions"], slot_mapping=d["slot_mapping"], seq_lens=d["seq_lens"], query_start=d["query_start"],
-            block_tables=d["block_tables"],
-        )
-        return Step(
-            layout=layout, tensors=tensors, input_ids=d["input_ids"], positions=d["positions"],
-            logits_indices=d["logits_indices"][:num_logits], sample_batch_rows=sample_rows,
-            rows_are_prefix=bool(logits_rows) and logits_rows[-1] == num_logits - 1, graph_size=graph_size,
-            meta=self.backend.prepare(tensors), prompt=prompt,
-        )
+    def _write_padding(self, h: dict[str, np.ndarray], start: int, num_seqs: int) -> None:
+        """Rows ``[start, num_seqs)`` of a graph bucket: token 0 at position 0 in the scratch block, attending to
+        itself."""
+        pad = slice(start, num_seqs)
+        h["input_ids"][pad] = 0
+        h["positions"][pad] = 0
+        h["seq_lens"][pad] = 1
+        h["slot_mapping"][pad] = self.scratch_block * self.block_size
+        h["block_tables"][pad, 0] = self.scratch_block
+        h["query_start"][start + 1 :] = np.arange(start + 1, num_seqs + 1)
 
     def forward(self, step: Step) -> torch.Tensor | None:
         """Logits of the rows that sample, (N, vocab); None when no row samples (the K/V are written)."""

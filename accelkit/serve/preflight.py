@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelkit.core import serving_memory
+from accelkit.core.serving_memory import KVCacheDtype
 from accelkit.core.units import fmt_bytes
-from accelkit.hardware.device import free_memory_bytes, resolve_device
+from accelkit.hardware.device import free_memory_bytes
 
 _MAX_DIM = 2**31 - 1  # no dimension of a real model comes near; beyond it every tensor index overflows int32
 _MAX_HEADER_BYTES = 100 * 2**20  # safetensors' own limit on the JSON header
@@ -64,12 +66,20 @@ def read_config(model_dir: Path) -> dict[str, Any]:
         )
     # first: an unsupported model (GPT-2, GPTBigCode …) names its size fields otherwise, and "no 'hidden_size'"
     # would send its user to fix a file that is fine
+    # (here, not at the top: models.llama imports torch, and this module only reads files)
     from accelkit.serve.models.llama import SUPPORTED_ARCHITECTURES
 
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not any(a in SUPPORTED_ARCHITECTURES for a in archs):
         raise ValueError(f"architectures={archs!r} in {path} is not supported; expected one of "
                          f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+    _check_fields(cfg, path)
+    return cfg
+
+
+def _check_fields(cfg: dict[str, Any], path: Path) -> None:
+    """The size fields positive integers in range, the norm and RoPE constants positive numbers, the heads
+    dividing evenly (ValueError naming the field and the file)."""
     required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     optional = ("num_key_value_heads", "head_dim", "sliding_window")
     for key in (*required, *optional):
@@ -96,7 +106,6 @@ def read_config(model_dir: Path) -> dict[str, Any]:
         raise ValueError(f"num_attention_heads={heads} in {path} is not a multiple of num_key_value_heads={kv_heads}")
     if cfg.get("head_dim") is None and cfg["hidden_size"] % heads:
         raise ValueError(f"hidden_size={cfg['hidden_size']} in {path} is not a multiple of num_attention_heads={heads}")
-    return cfg
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,37 +216,18 @@ def check_checkpoint(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_
 
 
 def available_memory(device: str) -> tuple[str, int]:
-    """(where, free bytes) of ``device`` ('cpu', 'cuda', 'cuda:N', 'auto')."""
-    dev = resolve_device(device)
-    return ("host memory" if dev == "cpu" else dev), free_memory_bytes(dev)
-
-
-def min_kv_cache_bytes(cfg: dict[str, Any], *, dtype: str, kv_cache_dtype: str, max_model_len: int,
-                       block_size: int) -> int:
-    """The smallest KV budget the engine accepts: the blocks of one full context plus the scratch block that
-    padded rows write to (``ModelRunner._allocate_kv_cache``), at the cache's own bytes per token — fp8/int8
-    hold a float16 scale per token and KV head besides their 1-byte codes."""
-    import torch  # (the engine builds its cache next; only its per-token arithmetic is wanted here)
-
-    from accelkit.serve.kv_cache import kv_cache_class
-
-    heads = cfg["num_attention_heads"]
-    per_token = kv_cache_class(kv_cache_dtype).bytes_per_token(  # type: ignore[arg-type]
-        num_layers=cfg["num_hidden_layers"], num_kv_heads=cfg.get("num_key_value_heads") or heads,
-        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-        dtype=getattr(torch, dtype) if dtype in _TORCH_BYTES else torch.float32,
-    )
-    return (-(-max_model_len // block_size) + 1) * block_size * per_token
+    """(where, free bytes) of a resolved ``device`` ('cpu', 'cuda:N': what ``resolve_device`` returns)."""
+    return ("host memory" if device == "cpu" else device), free_memory_bytes(device)
 
 
 def check_memory(
-    model_dir: Path, cfg: dict[str, Any], tensors: dict[str, TensorInfo], *, dtype: str, kv_cache_dtype: str,
+    model_dir: Path, cfg: dict[str, Any], tensors: dict[str, TensorInfo], *, dtype: str, kv_cache_dtype: KVCacheDtype,
     kv_cache_memory_bytes: int | None, max_model_len: int, block_size: int, host_available: int,
     device_available: int, where: str, max_model_len_is_default: bool = False,
 ) -> None:
     """Refuse, before allocating, what cannot fit: checkpoint in host memory (it is read there first), then
     weights + RoPE tables + KV cache on the device, and a KV budget too small for one full context (the
-    :func:`min_kv_cache_bytes` it names is exactly what the engine accepts)."""
+    ``serving_memory.min_kv_cache_bytes`` it names is exactly what the engine accepts)."""
     ckpt_bytes = sum(t.num_bytes for t in tensors.values())
     if ckpt_bytes > host_available:
         raise ValueError(
@@ -245,12 +235,18 @@ def check_memory(
             f"{fmt_bytes(host_available)} of host memory available; free memory or use a machine with more"
         )
     itemsize = _TORCH_BYTES.get(dtype, 4)
-    weight_bytes = sum(math.prod(t.shape) for t in tensors.values()) * itemsize
+    num_params = sum(math.prod(t.shape) for t in tensors.values())
+    scheme = serving_memory.ENGINE_DTYPE_SCHEMES.get(dtype, "fp32")
+    weight_bytes = num_params * serving_memory.weight_bytes_per_param(scheme)  # the planner's table too
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     rope_bytes = 2 * max_model_len * head_dim * 4  # cos and sin, float32, one row per position
-    full_context = min_kv_cache_bytes(cfg, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
-                                      max_model_len=max_model_len, block_size=block_size)
+    # the engine's own bytes per token: fp8/int8 hold a float16 scale per token and KV head besides the codes
+    kv_per_token = serving_memory.kv_bytes_per_token(
+        num_layers=cfg["num_hidden_layers"], num_kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=head_dim,
+        kv_cache_dtype=kv_cache_dtype, dtype_bytes=itemsize)
+    full_context = serving_memory.min_kv_cache_bytes(max_model_len=max_model_len, block_size=block_size,
+                                                     bytes_per_token=kv_per_token)
     kv_bytes = kv_cache_memory_bytes
     context = (f"max_model_len={max_model_len} (the model's max_position_embeddings)" if max_model_len_is_default
                else f"max_model_len={max_model_len}")

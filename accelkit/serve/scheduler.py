@@ -6,8 +6,9 @@ Every step has a token budget (``max_num_batched_tokens``) and a seat limit (``m
    sequence needs a block and none is free, the lowest-priority running sequence not yet scheduled in
    this step is *preempted by recompute*: its blocks are freed and it waits again with
    ``num_computed_tokens = 0`` (its full blocks stay in the prefix cache, so the recompute may be cheap);
-2. then waiting sequences in FCFS (or priority) order, each starting after its longest cached prefix,
-   as long as budget, seats and blocks allow (none are admitted in a step that had to preempt).
+2. then waiting sequences in FCFS (or priority) order (``waiting_queue``: a deque, or a heap), each
+   starting after its longest cached prefix, as long as budget, seats and blocks allow (none are admitted
+   in a step that had to preempt).
 
 ``update`` then advances the computed counts, registers newly full blocks in the prefix cache and
 appends the sampled tokens; ``finish`` frees a sequence (stop, length or abort) at any time.
@@ -22,6 +23,7 @@ from typing import Literal
 from accelkit.core.spec import Spec, spec_field
 from accelkit.serve.block_manager import BlockManager
 from accelkit.serve.sequence import Sequence, SequenceStatus
+from accelkit.serve.waiting_queue import WaitingQueue, make_waiting_queue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +76,7 @@ class Scheduler:
         self.config = config
         self.block_manager = block_manager
         self.eos_token_ids = eos_token_ids
-        self.waiting: list[Sequence] = []  # kept sorted by order_key
+        self.waiting: WaitingQueue = make_waiting_queue(config.policy)  # in order_key order
         self.running: list[Sequence] = []  # kept sorted by order_key: decodes-first is then a stable partition
         self.counters = SchedulerCounters()
         self._by_request: dict[str, Sequence] = {}
@@ -89,7 +91,7 @@ class Scheduler:
         seq.order_key = (seq.priority if self.config.policy == "priority" else 0, seq.arrival_order)
         seq.stop_token_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
         seq.max_num_tokens = min(seq.num_prompt_tokens + params.max_tokens, self.config.max_model_len)
-        bisect.insort(self.waiting, seq, key=_order_key)
+        self.waiting.push(seq)
 
     def get(self, request_id: str) -> Sequence | None:
         return self._by_request.get(request_id)
@@ -99,14 +101,19 @@ class Scheduler:
 
     # ---- one step ----------------------------------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
-        cfg, bm = self.config, self.block_manager
         batch = ScheduledBatch()
-        budget = cfg.max_num_batched_tokens
+        budget, preempted = self._schedule_running(batch, self.config.max_num_batched_tokens)
+        if not preempted:  # a step that had to preempt admits nobody
+            self._admit_waiting(batch, budget)
+        return batch
+
+    def _schedule_running(self, batch: ScheduledBatch, budget: int) -> tuple[int, bool]:
+        """1. running: decodes first, then unfinished prefills, each group in scheduling order (``running`` is kept
+        in that order, so this is a stable partition rather than a sort). Returns the budget left and whether a
+        sequence had to be preempted."""
+        cfg, bm = self.config, self.block_manager
         scheduled: set[int] = set()
         preempted: set[int] = set()
-
-        # 1. running: decodes first, then unfinished prefills, each group in scheduling order (``running`` is
-        # kept in that order, so this is a stable partition rather than a sort)
         decodes: list[Sequence] = []
         prefills: list[Sequence] = []
         for s in self.running:  # is_decoding, inlined: this loop sees every running sequence every step
@@ -147,10 +154,14 @@ class Scheduler:
             batch.num_tokens.append(num_new)
             scheduled.add(seq.seq_id)
             budget -= num_new
+        return budget, bool(preempted)
 
-        # 2. waiting, unless this step already had to preempt
-        while self.waiting and not preempted and budget > 0 and len(self.running) < cfg.max_num_seqs:
-            seq = self.waiting[0]
+    def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> None:
+        """2. waiting, in queue order, each starting after its longest cached prefix, while budget, seats and
+        blocks allow."""
+        cfg, bm = self.config, self.block_manager
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting.peek()
             cached = bm.find_cached_prefix(seq)
             if bm.is_in_flight(seq, len(cached)):
                 break  # a running request computes its next block now: next step that block is a cache hit
@@ -162,7 +173,7 @@ class Scheduler:
                 num_new = budget
             if not bm.allocate(seq, cached, num_cached + num_new):
                 break
-            self.waiting.pop(0)
+            self.waiting.pop()
             if not seq.needs_prompt_logprobs:  # (such a request does not look the cache up: no query to count)
                 self.counters.prefix_cache_queries += seq.num_tokens
                 self.counters.prefix_cache_hits += num_cached
@@ -174,7 +185,6 @@ class Scheduler:
             batch.seqs.append(seq)
             batch.num_tokens.append(num_new)
             budget -= num_new
-        return batch
 
     def _grow_decodes(self, decodes: list[Sequence]) -> bool:
         """Give each decoding sequence whose blocks are full its next block, if there are enough free blocks
@@ -197,7 +207,7 @@ class Scheduler:
         seq.num_preemptions += 1
         seq.status = SequenceStatus.WAITING
         self.counters.num_preemptions += 1
-        bisect.insort(self.waiting, seq, key=_order_key)
+        self.waiting.push(seq)
 
     def update(self, batch: ScheduledBatch, sampled: list[int | None]) -> list[Sequence]:
         """Account for a finished step; ``sampled[i]`` is the new token of ``batch.seqs[i]`` (None for a

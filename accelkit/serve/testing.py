@@ -13,6 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from accelkit.models import get_preset
+from accelkit.models.build import _CLASSES, hf_config
+from accelkit.serve.sampling import SamplingParams
+
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3: bos=1, eos=2 as the tiny presets say
 
 
@@ -43,9 +47,6 @@ def hf_model(preset: str = "tiny-llama", *, seed: int = 0, **overrides: Any) -> 
     """A random-init transformers model for an accelkit preset (``overrides`` go to its config)."""
     import torch
     import transformers
-
-    from accelkit.models import get_preset
-    from accelkit.models.build import _CLASSES, hf_config
 
     spec = get_preset(preset)
     config = hf_config(spec, **overrides)
@@ -146,8 +147,6 @@ def forced_top1_agreement(engine: Any, prompts: list[list[int]], continuations: 
 
     Forcing keeps the comparison per step: one early disagreement does not make every later step differ.
     """
-    from accelkit.serve.sampling import SamplingParams
-
     runner = engine.runner
     real_sampler = runner.sampler
     forced: dict[int, list[int]] = {}

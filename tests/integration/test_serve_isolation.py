@@ -100,7 +100,7 @@ def test_a_request_ended_by_a_stop_string_during_a_failed_step_is_never_re_run(l
         final.update({o.request_id: o for o in engine.step() if o.finished})
     poisoned.add("bad")
     engine.add_request(PROMPTS[5], GREEDY, request_id="bad")  # joins the next step, which fails
-    final.update(_run(engine, (set(engine._requests) | {"bad"}) - set(final)))
+    final.update(_run(engine, (set(engine.output_processor.requests) | {"bad"}) - set(final)))
     assert ran_finished == []
     assert final["bad"].finish_reason == "error"
     assert final["stop-2"].finish_reason == final["stop-4"].finish_reason == "stop"

@@ -51,10 +51,11 @@ def test_quantized_kv_top1_agreement(trained, kv_cache_dtype):
 
 def test_quantized_kv_half_the_bytes_twice_the_blocks(trained):
     model_dir, _, _ = trained
-    dims = {"num_layers": 2, "num_kv_heads": 1, "head_dim": 64}
-    bf16 = KVCache.bytes_per_token(dtype=torch.bfloat16, **dims)
+    dims = {"num_layers": 2, "num_blocks": 3, "block_size": 4, "num_kv_heads": 1, "head_dim": 64,
+            "dtype": torch.bfloat16, "device": torch.device("cpu")}
+    bf16 = KVCache(**dims).num_bytes
     for cls in (Fp8KVCache, Int8KVCache):
-        assert cls.bytes_per_token(dtype=torch.bfloat16, **dims) / bf16 == pytest.approx((64 + 2) / 128)
+        assert cls(**dims).num_bytes / bf16 == pytest.approx((64 + 2) / 128)
     budget = 2**20
     blocks = {
         kind: LLM(str(model_dir), dtype="bfloat16", kv_cache_dtype=kind, kv_cache_memory_bytes=budget, max_model_len=256)

@@ -6,10 +6,8 @@ import re
 
 import numpy as np
 import pytest
-import torch
 
 from accelkit.serve import LLM, SamplingParams
-from accelkit.serve.kv_cache import kv_cache_class
 from accelkit.serve.testing import save_tiny_model
 
 KV_BYTES = 8 * 2**20
@@ -153,10 +151,9 @@ def test_the_named_minimum_kv_budget_is_exactly_what_the_engine_takes(model_dir,
     with pytest.raises(ValueError, match="needs at least") as info:
         LLM(model_dir, kv_cache_memory_bytes=1024, **kwargs)
     named = re.search(r"needs at least \S+ \S+ \((\d+) bytes\) of KV cache", str(info.value))
-    # the cache's own bytes per token (fp8/int8: a float16 scale per token and head besides the codes)
-    args = LLM(model_dir, kv_cache_memory_bytes=KV_BYTES, dtype=dtype).engine.model_args
-    per_token = kv_cache_class(kv_cache_dtype).bytes_per_token(
-        num_layers=args.num_layers, num_kv_heads=args.num_kv_heads, head_dim=args.head_dim, dtype=getattr(torch, dtype))
+    # what the cache really allocates per token slot (fp8/int8: a float16 scale per token and head besides the codes)
+    cache = LLM(model_dir, kv_cache_memory_bytes=KV_BYTES, **kwargs).engine.runner.kv_cache
+    per_token = cache.num_bytes // (cache.num_blocks * cache.block_size)
     minimum = (math.ceil(40 / 16) + 1) * 16 * per_token  # one full context's blocks and the scratch block
     llm = LLM(model_dir, kv_cache_memory_bytes=minimum, **kwargs)
     out = llm.generate([list(range(4, 30))], SamplingParams.greedy(14, ignore_eos=True))[0]

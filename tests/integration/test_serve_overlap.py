@@ -29,7 +29,7 @@ def test_auto_overlaps_only_where_the_device_runs_apart_from_the_host(model_dir)
 def test_the_last_steps_postprocessing_runs_between_launch_and_read(model_dir, monkeypatch):
     engine = _engine(model_dir, overlap_postprocess=True)
     events = []
-    launch, postprocess = engine.runner.sampler.launch, engine._postprocess
+    launch, postprocess = engine.runner.sampler.launch, engine.output_processor.process
 
     def recording_launch(logits, params, seq_ids, extras=None):
         events.append("launch")
@@ -48,7 +48,7 @@ def test_the_last_steps_postprocessing_runs_between_launch_and_read(model_dir, m
         return postprocess(seqs)
 
     monkeypatch.setattr(engine.runner.sampler, "launch", recording_launch)
-    monkeypatch.setattr(engine, "_postprocess", recording_postprocess)
+    monkeypatch.setattr(engine.output_processor, "process", recording_postprocess)
     for prompt in PROMPTS:
         engine.add_request(prompt, GREEDY)
     while engine.has_unfinished_requests():

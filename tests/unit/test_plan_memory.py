@@ -78,9 +78,12 @@ def test_fused_swiglu_keeps_three_ffn_tensors_not_eagers_four():
 def test_kv_cache_formula_and_tp_floor():
     # the KV cache: 2·L·kv_heads·head_dim·seq·batch·bytes; per rank max(kv/t, 1) heads
     m = get_preset("llama-3.1-70b")  # 80 layers, 8 KV heads of 128
-    assert kv_cache_bytes(m, batch=3, seq=1000, bytes_per_element=2) == 2 * 80 * 8 * 128 * 1000 * 3 * 2
-    assert kv_cache_bytes(m, batch=1, seq=1000, bytes_per_element=2, tp=4) == 2 * 80 * 2 * 128 * 1000 * 2
-    assert kv_cache_bytes(m, batch=1, seq=1000, bytes_per_element=2, tp=16) == 2 * 80 * 1 * 128 * 1000 * 2
+    assert kv_cache_bytes(m, batch=3, seq=1000, kv_cache_dtype="auto", dtype_bytes=2) == 2 * 80 * 8 * 128 * 1000 * 3 * 2
+    assert kv_cache_bytes(m, batch=1, seq=1000, kv_cache_dtype="auto", dtype_bytes=2, tp=4) == 2 * 80 * 2 * 128 * 1000 * 2
+    assert kv_cache_bytes(m, batch=1, seq=1000, kv_cache_dtype="auto", dtype_bytes=2, tp=16) == 2 * 80 * 1 * 128 * 1000 * 2
+    # fp8/int8: the engine's 1-byte codes and a float16 scale per token and KV head — (128 + 2) bytes, not 128
+    for kv in ("fp8", "int8"):
+        assert kv_cache_bytes(m, batch=3, seq=1000, kv_cache_dtype=kv, dtype_bytes=2) == 2 * 80 * 8 * 130 * 1000 * 3
 
 
 def test_layout_that_does_not_fit_is_reported_not_raised():

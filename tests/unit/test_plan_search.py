@@ -153,7 +153,11 @@ def test_planner_imports_no_torch():
     code = ("import sys; from accelkit.plan import search; from accelkit.core import Cluster, Workload, Recipe; "
             "from accelkit.models import get_preset; from accelkit.hardware import get_device; "
             "search(Workload(model=get_preset('llama-3.1-8b'), recipe=Recipe(precision='bf16')), "
-            "Cluster(device=get_device('h100'), num_devices=8)); print('torch' in sys.modules)")
+            "Cluster(device=get_device('h100'), num_devices=8)); "
+            # an inference plan too: its kv_cache_capacity is sized by the engine's own (torch-free) functions
+            "from accelkit.plan import plan; plan(Workload(model=get_preset('llama-3.1-8b'), task='infer', "
+            "recipe=Recipe(precision='bf16', kv_cache_dtype='fp8')), Cluster(device=get_device('h100'), num_devices=1)); "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -239,7 +239,7 @@ class ReferenceScheduler(Scheduler):
             scheduled.add(seq.seq_id)
             budget -= num_new
         while self.waiting and not preempted and budget > 0 and len(self.running) < cfg.max_num_seqs:
-            seq = self.waiting[0]
+            seq = self.waiting.peek()
             cached = bm.find_cached_prefix(seq)
             if bm.is_in_flight(seq, len(cached)):
                 break
@@ -251,7 +251,7 @@ class ReferenceScheduler(Scheduler):
                 num_new = budget
             if not bm.allocate(seq, cached, num_cached + num_new):
                 break
-            self.waiting.pop(0)
+            self.waiting.pop()
             self.counters.prefix_cache_queries += seq.num_tokens
             self.counters.prefix_cache_hits += num_cached
             if seq.num_preemptions == 0:

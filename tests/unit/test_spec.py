@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelkit.core import Cluster, DeviceSpec, Estimate, Measurement, ModelSpec, Recipe, Workload, summarize
-from accelkit.core.recipe import CompileMode, KVCacheDtype, Precision, Quantization, Recompute
+from accelkit.core.recipe import CompileMode, Precision, Quantization, Recompute
+from accelkit.core.serving_memory import KVCacheDtype
 from accelkit.hardware import list_devices
 from accelkit.models import PRESETS
 

@@ -7,14 +7,12 @@ compute one token each (decodes, and one-token prompt chunks), the rest compute 
 replay with whatever those device buffers hold).
 
 Backends: ``sdpa`` (gather + PyTorch SDPA; the reference, CPU and CUDA) and ``triton`` (kernels that read
-K/V in place from the paged cache; CUDA, or a CPU under ``TRITON_INTERPRET=1`` for tests).
+K/V in place from the paged cache; CUDA, or a CPU under ``TRITON_INTERPRET=1`` for tests). Which one runs
+where, and building it, is ``registry.py``'s business: this module knows no backend.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import logging
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -23,8 +21,6 @@ import numpy as np
 import torch
 
 from accelkit.serve.kv_cache import KVCache
-
-log = logging.getLogger("accelkit.serve")
 
 
 @dataclass(slots=True)
@@ -89,48 +85,3 @@ class AttentionContext:
 
     def forward_qkv(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layer: int) -> torch.Tensor:
         return self.backend.forward_qkv(qkv, cos, sin, layer, self.meta)
-
-
-def triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
-def resolve_attention_backend(name: str, device: torch.device, *, enforce_eager: bool = True) -> str:
-    """The backend ``attention_backend=name`` means on ``device``; ValueError naming the field when it cannot
-    run — also when CUDA graphs are on (``enforce_eager=False`` on CUDA) and the backend cannot be captured."""
-    if name == "sdpa" and device.type == "cuda" and not enforce_eager:
-        raise ValueError(
-            "attention_backend='sdpa' plans every step on the host and cannot be replayed from a CUDA graph; "
-            "set enforce_eager=True (--enforce-eager) or attention_backend='auto'"
-        )
-    if name == "auto":
-        if device.type != "cuda":
-            return "sdpa"
-        if not triton_available():
-            raise ValueError(
-                "attention_backend='auto' on CUDA uses the Triton kernels, but triton is not installed; "
-                "install triton (it ships with CUDA builds of torch) or set attention_backend='sdpa'"
-            )
-        return "triton"
-    if name == "triton":
-        if not triton_available():
-            raise ValueError("attention_backend='triton' needs the triton package; install it or use attention_backend='sdpa'")
-        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            raise ValueError(
-                f"attention_backend='triton' runs on CUDA (device is {device.type!r}; on a CPU only under "
-                "TRITON_INTERPRET=1, for tests); use attention_backend='sdpa' or 'auto'"
-            )
-    return name
-
-
-def make_attention_backend(
-    name: str, cache: KVCache, *, num_heads: int, head_dim: int, sliding_window: int | None
-) -> AttentionBackend:
-    """Build a resolved backend (``sdpa`` or ``triton``); Triton is imported only when chosen."""
-    if name == "triton":
-        from accelkit.serve.attention.triton_backend import TritonAttention
-
-        return TritonAttention(cache, num_heads=num_heads, head_dim=head_dim, sliding_window=sliding_window)
-    from accelkit.serve.attention.sdpa import SdpaAttention
-
-    return SdpaAttention(cache, num_heads=num_heads, head_dim=head_dim, sliding_window=sliding_window)

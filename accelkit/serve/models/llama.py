@@ -142,6 +142,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(norm(h), h)`` with ``h = residual + x`` — the residual add of the layer before, fused."""
         if self.fused:
+            # only with the fused kernels on: kernels/fused.py imports triton (absent from CPU-only installs)
             from accelkit.serve.kernels.fused import rms_norm
 
             return rms_norm(x, self.weight, self.eps, residual)
@@ -191,7 +192,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
         if self.fused:
-            from accelkit.serve.kernels.fused import silu_mul
+            from accelkit.serve.kernels.fused import silu_mul  # (triton: as rms_norm above)
 
             act = silu_mul(gate_up)
         else:

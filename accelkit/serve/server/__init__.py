@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +13,10 @@ from prometheus_client import CollectorRegistry
 from accelkit.monitor.registry import REGISTRY
 from accelkit.monitor.serving import ServingMetrics
 from accelkit.serve.config import EngineConfig, ServerConfig
+from accelkit.serve.engine import LLMEngine
+from accelkit.serve.loop import EngineLoop
+from accelkit.serve.server.app import create_app
+from accelkit.serve.server.lifecycle import ServeServer, bind_socket, server_config
 from accelkit.serve.server.state import ServingState
 
 _LOOP_JOIN_S = 10.0  # a step is milliseconds; this is for one stuck in a device call
@@ -20,10 +25,6 @@ _LOOP_JOIN_S = 10.0  # a step is milliseconds; this is for one stuck in a device
 def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
                  registry: CollectorRegistry | None = None) -> tuple[Any, ServingState]:
     """Load the engine, start its loop thread, and return (FastAPI app, state)."""
-    from accelkit.serve.engine import LLMEngine
-    from accelkit.serve.loop import EngineLoop
-    from accelkit.serve.server.app import create_app
-
     registry = registry if registry is not None else REGISTRY
     metrics = ServingMetrics.get(registry)  # before the engine: a registry problem should not cost a model load
     engine = LLMEngine(engine_config)
@@ -45,10 +46,6 @@ def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
 
 def run_server(app: Any, state: ServingState, sock: socket.socket, *, log_level: str = "warning") -> None:
     """Serve on ``sock`` (from :func:`bind_socket`) until SIGINT/SIGTERM, then shut down as ``lifecycle`` says."""
-    import signal
-
-    from accelkit.serve.server.lifecycle import ServeServer, server_config
-
     server = ServeServer(server_config(app, state, log_level=log_level), state)
     # uvicorn re-raises the captured signal once it has shut down gracefully; with these no-op handlers
     # in place that re-raise is harmless and the process exits 0 after a clean shutdown
@@ -58,12 +55,6 @@ def run_server(app: Any, state: ServingState, sock: socket.socket, *, log_level:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    from accelkit.serve.server.lifecycle import bind_socket as bind
-
-    return bind(host, port)
 
 
 __all__ = ["EngineConfig", "ServerConfig", "ServingState", "bind_socket", "build_server", "run_server"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "request_too_large"}
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
           500: "internal_error", 503: "service_unavailable"}
@@ -39,6 +40,28 @@ def error_response(status: int, message: str, *, param: str | None = None, code:
                    error_type: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(status, message, param=param, code=code, error_type=error_type),
                         status_code=status, headers=headers)
+
+
+def http_error_response(status: int, method: str, path: str, detail: Any,
+                        headers: dict[str, str] | None = None) -> JSONResponse:
+    """Starlette's own HTTP errors (no route, a method the route does not take, …) as OpenAI error objects."""
+    message = {404: f"no route {path}; see GET /v1/models and the POST /v1/* routes",
+               405: f"{method} is not allowed on {path}"}.get(status, str(detail))
+    return error_response(status, message, code=_HTTP_CODES.get(status), headers=headers)
+
+
+def request_validation_response(errors: list[Any]) -> JSONResponse:
+    """The 400 for FastAPI's RequestValidationError ``errors``: a body that is not JSON, not an object, or a field
+    that does not validate (named as the param; the full path in the message)."""
+    err = errors[0] if errors else {}
+    loc = [x for x in err.get("loc", ()) if x != "body"]
+    if err.get("type") == "json_invalid":
+        return error_response(400, f"the request body is not valid JSON: {err.get('msg')}", code="invalid_json")
+    if not loc and err.get("type") in ("model_attributes_type", "dict_type"):
+        return error_response(400, "the request body must be a JSON object, sent with 'Content-Type: application/json'",
+                              code="invalid_json")
+    message, param = validation_message(errors or [{}])
+    return error_response(400, message, param=param, code="invalid_value")
 
 
 def validation_message(errors: list[Any]) -> tuple[str, str | None]:

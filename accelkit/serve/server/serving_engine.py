@@ -1,0 +1,363 @@
+"""What every serving class shares (``ServingBase``: the state, the served models, a body's acceptance, the chat
+template), and the generation path that completions and chat completions share (``GenerationServing``):
+
+    request → engine requests (``prepare``: checks, parameters, tokens) → submitted (``submit``) →
+    a full response (``collect``, then the endpoint's own assembly) or a stream of SSE events (``stream``).
+
+Nothing here knows HTTP: a serving class is called with a parsed body and answers with a dict (the JSON response)
+or an async iterator of SSE events; errors are :class:`APIError`. ``app.py`` does the HTTP around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from accelkit.core import strict_json
+from accelkit.serve.outputs import RequestOutput
+from accelkit.serve.sampling import SamplingParams, StructuredOutputs
+from accelkit.serve.server.errors import APIError
+from accelkit.serve.server.inflight import InFlight
+from accelkit.serve.server.logprobs import LogprobFormatter
+from accelkit.serve.server.params import GenerationRequest, check_choices, sampling_params
+from accelkit.serve.server.prompts import (
+    ContextLengthExceeded,
+    chat_template_arguments,
+    output_budget,
+    prompt_token_ids,
+    render_chat_template,
+)
+from accelkit.serve.server.protocol import B, ChatMessage, parse_body
+from accelkit.serve.server.serving_models import ServingModels
+from accelkit.serve.server.state import ServingState
+
+log = logging.getLogger("accelkit.serve")
+
+RETRY_AFTER_S = 1  # the Retry-After of a 429: a queue slot frees as soon as one request finishes
+MAX_IGNORED_NAMED = 20  # unknown fields named in one log line
+DONE = "data: [DONE]\n\n"
+
+Disconnected = Callable[[], Awaitable[None]]  # returns when the client has gone (app.py: the ASGI disconnect)
+R = TypeVar("R", bound=GenerationRequest)
+StreamChoices = Callable[[int, RequestOutput, bool], Iterable[dict[str, Any]]]  # see GenerationServing.stream
+
+
+def sse(data: Any) -> str:
+    return f"data: {strict_json.dumps(data, separators=(',', ':'))}\n\n"  # never a bare NaN in an event
+
+
+def usage(outs: dict[int, RequestOutput], n: int, *, generated: bool = True) -> dict[str, int]:
+    """Usage of the choices ``outs`` (by choice index): each prompt counted once whatever its number of choices
+    ``n``, as vLLM counts it; every choice's tokens (none when ``generated`` is false: echo with max_tokens=0 returns
+    none of the token the engine sampled)."""
+    prompts = {index // n: o for index, o in outs.items()}
+    prompt = sum(len(o.prompt_token_ids) for o in prompts.values())
+    completion = sum(len(o.token_ids) for o in outs.values()) if generated else 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+class ServingBase:
+    """A serving class over one engine loop's ``ServingState``."""
+
+    def __init__(self, state: ServingState, models: ServingModels) -> None:
+        self.state, self.models = state, models
+        self.engine = state.engine
+        self._template_args = chat_template_arguments(self.engine.tokenizer)
+
+    async def accept(self, cls: type[B], raw: bytes, content_type: str | None, *, route: str) -> B:
+        """A body parsed and validated in a worker thread (``parse_body``), then the checks every body gets first:
+        a served model, the unknown fields logged, nothing asked for that the engine does not do."""
+        body, ignored = await asyncio.to_thread(parse_body, cls, raw, content_type,
+                                                max_model_len=self.engine.max_model_len)
+        self.models.check(body.model)
+        unsupported = body.unsupported()
+        if unsupported:
+            raise APIError(400, unsupported[1], param=unsupported[0], code="unsupported")
+        if ignored:
+            more = f" and {len(ignored) - MAX_IGNORED_NAMED} more" if len(ignored) > MAX_IGNORED_NAMED else ""
+            log.warning("POST %s: ignoring unknown field(s) %s%s, as vLLM does", route,
+                        ", ".join(ignored[:MAX_IGNORED_NAMED]), more)
+        return body
+
+    async def render_chat(self, messages: list[ChatMessage], *, add_generation_prompt: bool,
+                          continue_final_message: bool, chat_template_kwargs: dict[str, Any] | None,
+                          tools: list[Any] | None = None) -> str:
+        """The chat template rendered to text, in a worker thread (the messages turned into dicts there too)."""
+        def render() -> str:
+            return render_chat_template(
+                self.engine.tokenizer, [m.for_template() for m in messages],
+                chat_template=self.state.config.chat_template, add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, variables=chat_template_kwargs or {},
+                reserved=self._template_args, tools=tools,
+            )
+
+        return await asyncio.to_thread(render)
+
+
+@dataclass(slots=True, kw_only=True)
+class PreparedRequest:
+    """A generation request as engine requests: ``per_prompt`` of them per prompt (best_of, else n), of which the
+    response returns ``n``. The echo fields are completions' (None for chat)."""
+
+    prompts: list[str | list[int]]  # as sent; a truncated one replaced by the token ids that run
+    seqs: list[tuple[list[int], SamplingParams]]  # (prompt token ids, params) per engine request
+    n: int
+    per_prompt: int
+    user_logprobs: int | None  # the logprobs the client asked for (the engine may compute some for best_of)
+    echo_only: bool = False  # echo with max_tokens=0: the prompt alone
+    echo_logprobs: int | None = None  # echo with logprobs: the prompt tokens' logprobs first
+    echoes: list[str] | None = None  # each prompt's text, before its choices' (echo)
+    echo_offsets: list[list[int]] | None = None  # where each prompt token starts in that text (echo with logprobs)
+
+
+@dataclass(slots=True)
+class Submitted:
+    """A prepared request running in the engine."""
+
+    prepared: PreparedRequest
+    inflight: InFlight
+    id: str
+    created: int
+
+
+class GenerationServing(ServingBase, ABC, Generic[R]):
+    """The path shared by /v1/completions and /v1/chat/completions; each subclass assembles its own responses
+    (``response``, ``stream_choices``)."""
+
+    id_prefix = "cmpl"  # of the response's id (and its engine requests')
+    prompt_field = "prompt"  # the field a prompt's 400 names
+    chunk_object = "text_completion"  # the ``object`` of a stream's chunks
+
+    def __init__(self, state: ServingState, models: ServingModels) -> None:
+        super().__init__(state, models)
+        self.logprobs_format = LogprobFormatter(self.engine.tokenizer)
+
+    # ---- request → engine requests -----------------------------------------------------------------
+    async def prepare(self, body: R, prompts: list[str | list[int]], *, limit: int | None,
+                      limit_field: str, default_limit: int | None, echo: bool = False) -> PreparedRequest:
+        """Every check and every prompt's tokens before anything is queued. ``limit``: the output tokens asked for
+        (in ``limit_field``), ``default_limit`` when not given (None: the rest of the context)."""
+        self._check_ready(body)
+        check_choices(body, len(prompts), vocab_size=self.engine.model_args.vocab_size,
+                      capacity=self.state.admission.capacity)
+        n, per_prompt = body.n, body.num_generated
+        user_logprobs = body.num_logprobs
+        # best_of ranks by cumulative logprob: the engine computes them even when the client did not ask
+        logprobs = user_logprobs if user_logprobs is not None or per_prompt == n else 0
+        # completions' echo with logprobs carries the prompt tokens' logprobs first (what scores a text: lm-eval's
+        # loglikelihood); max_tokens=0 with echo returns the prompt alone (the engine still samples one token)
+        echo_only = echo and limit == 0
+        echo_logprobs = user_logprobs if echo else None
+        # the engine's prompt logprobs serve the echo and vLLM's prompt_logprobs field: k is the larger of the two,
+        # each cut to its own k when formatted
+        prompt_logprobs = max((k for k in (echo_logprobs, body.prompt_logprobs) if k is not None), default=None)
+        if echo_only:
+            if body.min_tokens:
+                raise APIError(400, f"min_tokens={body.min_tokens} with max_tokens=0 asks for tokens that are not "
+                               "returned; leave min_tokens out, or send max_tokens of at least min_tokens",
+                               param="min_tokens")
+            limit = 1
+        spec = await self._structured(body)
+        prepared = PreparedRequest(prompts=prompts, seqs=[], n=n, per_prompt=per_prompt, user_logprobs=user_logprobs,
+                                   echo_only=echo_only, echo_logprobs=echo_logprobs)
+        prompt_ids = []
+        for i, p in enumerate(prompts):  # validate every prompt before queueing any
+            ids, truncated = await self._prompt_ids(body, p)
+            max_tokens = output_budget(max_model_len=self.engine.max_model_len, num_prompt_tokens=len(ids),
+                                       requested=limit, field=limit_field, default=default_limit)
+            # one engine request per choice: the prefix cache shares the prompt's KV blocks between them. Prompt
+            # logprobs (which skip that cache) in each choice's request with echo's, else in the prompt's first only:
+            # the prompt_logprobs field is the prompt's, whichever choices it has
+            prepared.seqs += [(ids, sampling_params(
+                body, max_tokens=max_tokens, choice=j, logprobs=logprobs, structured=spec,
+                prompt_logprobs=prompt_logprobs if j == 0 or echo_logprobs is not None else None))
+                for j in range(per_prompt)]
+            prompt_ids.append(ids)
+            if truncated:  # echo returns the text of what ran: the kept ids, decoded
+                prompts[i] = ids
+        if echo:
+            await self._echo(body, prepared, prompt_ids)
+        return prepared
+
+    def _check_ready(self, body: R) -> None:
+        state = self.state
+        if body.priority != 0 and self.engine.config.scheduling_policy != "priority":  # vLLM refuses it too
+            raise APIError(400, f"priority={body.priority} needs the server started with --scheduling-policy priority",
+                           param="priority", code="unsupported")
+        if not state.accepting:
+            raise APIError(503, "the server is shutting down", code="shutting_down")
+        if not state.loop.is_alive:
+            raise APIError(503, f"the engine is not running: {state.loop.dead_reason}", code="engine_dead")
+
+    async def _structured(self, body: R) -> StructuredOutputs | None:
+        """The structured-output spec asked for, compiled here, off the event loop (a schema can take a while;
+        cached after)."""
+        structured = body.structured()
+        if structured is None:
+            return None
+        try:
+            await asyncio.to_thread(self.engine.structured_guide, structured[1])
+        except ValueError as exc:
+            raise APIError(400, body.structured_message(structured[0], str(exc)), param=structured[0]) from exc
+        return structured[1]
+
+    async def _prompt_ids(self, body: R, prompt: str | list[int]) -> tuple[list[int], bool]:
+        param = self.prompt_field
+        try:
+            return await asyncio.to_thread(prompt_token_ids, self.engine, prompt,
+                                           add_special_tokens=body.add_special_tokens,
+                                           truncate_prompt_tokens=body.truncate_prompt_tokens)
+        except ContextLengthExceeded as exc:
+            raise APIError(400, str(exc), param=param, code="context_length_exceeded") from exc
+        except ValueError as exc:
+            raise APIError(400, str(exc), param=param) from exc
+
+    async def _echo(self, body: R, prepared: PreparedRequest, prompt_ids: list[list[int]]) -> None:
+        """Completions' echo: each prompt's text before its choices' (a prompt of token ids decoded, as vLLM does;
+        a truncated one too, from the ids that ran), with logprobs where each of its tokens starts in that text."""
+        prepared.echoes = [p if isinstance(p, str) else await asyncio.to_thread(self._echo_text, p)
+                           for p in prepared.prompts]
+        if prepared.echo_logprobs is not None:
+            prepared.echo_offsets = [await asyncio.to_thread(self.logprobs_format.prompt_offsets, p, ids,
+                                                             add_special_tokens=body.add_special_tokens)
+                                     for p, ids in zip(prepared.prompts, prompt_ids, strict=True)]
+
+    def _echo_text(self, token_ids: list[int]) -> str:
+        """A prompt of token ids as completions' echo gives it: ``tokenizer.decode`` (special tokens included)."""
+        tokenizer = self.engine.tokenizer
+        return str(tokenizer.decode(token_ids)) if tokenizer is not None else ""
+
+    # ---- engine requests → the answer ---------------------------------------------------------------
+    async def answer(self, body: R, prepared: PreparedRequest, disconnected: Disconnected | None
+                     ) -> dict[str, Any] | AsyncIterator[str] | None:
+        """Submit ``prepared``; the full response, or with ``stream`` its SSE events; None when the client left
+        (``disconnected`` returned) before the response was complete."""
+        run = self.submit(body, prepared)
+        if body.stream:
+            return self.stream(body, run, object_name=self.chunk_object, choices=self.stream_choices(body, run))
+        collected = await self.collect(run, disconnected)
+        if collected is None:
+            return None
+        last, outs = collected
+        if prepared.user_logprobs is not None or body.prompt_logprobs is not None:  # logprobs decode every token:
+            return await asyncio.to_thread(self.response, body, run, last, outs)  # not on the event loop
+        return self.response(body, run, last, outs)
+
+    @abstractmethod
+    def response(self, body: R, run: Submitted, last: dict[int, RequestOutput],
+                 outs: dict[int, RequestOutput]) -> dict[str, Any]:
+        """The full response from the returned choices ``outs`` (by choice index) and every engine request's last
+        output ``last`` (by engine request)."""
+
+    @abstractmethod
+    def stream_choices(self, body: R, run: Submitted) -> StreamChoices:
+        """What ``stream`` calls for each output: the choices it adds to the stream (state kept per request)."""
+
+    def submit(self, body: R, prepared: PreparedRequest) -> Submitted:
+        """Queue the engine requests (a 429 when the waiting queue is full)."""
+        state, num = self.state, len(prepared.seqs)
+        if not state.admission.try_enter(num):
+            raise APIError(429, f"the waiting queue is full ({state.config.max_queue} waiting beyond "
+                           f"{self.engine.config.max_num_seqs} running); retry in {RETRY_AFTER_S} s",
+                           code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)})
+        base_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
+        inflight = InFlight(state, prepared.seqs, base_id=base_id, priority=body.priority,
+                            per_prompt=prepared.per_prompt, n=prepared.n, fields=frozenset(type(body).model_fields))
+        return Submitted(prepared, inflight, base_id, int(time.time()))
+
+    async def collect(self, run: Submitted, disconnected: Disconnected | None = None
+                      ) -> tuple[dict[int, RequestOutput], dict[int, RequestOutput]] | None:
+        """Every engine request's last output (by engine request) and the returned choices (by choice index: with
+        best_of, the n of each prompt with the highest cumulative logprob, as vLLM and OpenAI pick them); None when
+        the client left first (``disconnected`` returned: the requests are aborted)."""
+        last: dict[int, RequestOutput] = {}
+
+        async def gather() -> None:
+            async for index, out in run.inflight.outputs():
+                last[index] = out
+
+        try:
+            if not await _until_done_or(gather(), disconnected):
+                return None
+        finally:
+            run.inflight.cleanup()
+        prepared, outs = run.prepared, {}
+        n, per_prompt = prepared.n, prepared.per_prompt
+        for p in range(len(prepared.prompts)):
+            candidates = [last[p * per_prompt + j] for j in range(per_prompt)]
+            if per_prompt > n:
+                candidates.sort(key=lambda o: -sum(chosen for chosen, _ in o.logprobs or ()))
+            for j, out in enumerate(candidates[:n]):
+                outs[p * n + j] = out
+        return last, outs
+
+    def prompt_logprobs(self, body: R, run: Submitted,
+                        last: dict[int, RequestOutput]) -> list[Any] | None:
+        """vLLM's prompt_logprobs of each prompt, from its first engine request (the one that computed them)."""
+        if body.prompt_logprobs is None:
+            return None
+        per_prompt = run.prepared.per_prompt
+        return [self.logprobs_format.prompt_logprobs(o.prompt_token_ids, o.prompt_logprobs or [],
+                                                     o.prompt_logprob_ranks or [], body.prompt_logprobs)
+                for o in (last[p * per_prompt] for p in range(len(run.prepared.prompts)))]
+
+    async def stream(self, body: R, run: Submitted, *, object_name: str,
+                     choices: StreamChoices) -> AsyncIterator[str]:
+        """The SSE events of a streamed response: one chunk per choice ``choices(index, output, first)`` gives for
+        each output (``first``: the choice's first output), then the usage (``stream_options.include_usage``) and
+        ``[DONE]``. An error after the status line travels as the last event, before ``[DONE]``."""
+        prepared = run.prepared
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        # continuous_usage_stats (vLLM's): the usage so far on every chunk, not only the last
+        continuous = include_usage and bool(body.stream_options and body.stream_options.continuous_usage_stats)
+        last: dict[int, RequestOutput] = {}
+
+        def chunk(choice_list: list[dict[str, Any]], final: bool = False) -> str:
+            data: dict[str, Any] = {"id": run.id, "object": object_name, "created": run.created,
+                                    "model": self.models.name, "choices": choice_list}
+            if include_usage:
+                data["usage"] = usage(last, prepared.n, generated=not prepared.echo_only) \
+                    if final or continuous else None
+            return sse(data)
+
+        try:
+            async for index, out in run.inflight.outputs():  # (one engine request per choice: its index is the choice's)
+                first = index not in last
+                last[index] = out
+                for choice in choices(index, out, first):
+                    yield chunk([choice])
+            if include_usage:
+                yield chunk([], final=True)
+            yield DONE
+        except APIError as exc:  # the status line is long gone: the error travels as the stream's last event
+            yield sse({"error": {"message": exc.message, "type": "internal_error" if exc.status == 500
+                                 else "service_unavailable", "param": None, "code": exc.code}})
+            yield DONE
+        finally:
+            run.inflight.cleanup()
+
+
+async def _until_done_or(work: Awaitable[None], disconnected: Disconnected | None) -> bool:
+    """Run ``work`` unless the client leaves first: True when it finished (its exception, if any, is raised),
+    False when ``disconnected`` returned first (``work`` is cancelled)."""
+    if disconnected is None:
+        await work
+        return True
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, watch):
+            if not t.done():
+                t.cancel()
+    if task.done() and not task.cancelled():
+        task.result()
+        return True
+    return False
