@@ -35,10 +35,13 @@ def compression_snippet(recipe: Recipe) -> str:
     """Paste-ready code that registers the compression on a DDP model, on any backend: accelkit's
     ``register_ddp_hook``, what the measured run registered (without counting). torch's hooks registered directly do
     not run on gloo, where tune measures on CPUs: DDP refuses a hook named ``bf16_compress_hook`` without CUDA +
-    NCCL 2.10 (TypeError), and PowerSGD with two or more buckets (> 1 MiB of gradients) aborts (SIGABRT) unless its
-    buckets go one at a time — see ``accelkit.distributed.grad_comm``. The plain-torch line follows as a comment,
-    for NCCL."""
-    head = "# ddp_model = torch.nn.parallel.DistributedDataParallel(model, ...)  # after dist.init_process_group\n"
+    NCCL 2.10 (TypeError), and their ``Future.then`` callbacks run on gloo's worker threads, where PowerSGD with two or
+    more buckets (> 1 MiB of gradients) aborts (SIGABRT) and a callback still running at exit aborts the rank;
+    ``register_ddp_hook`` completes their collectives on the calling thread there — see
+    ``accelkit.distributed.grad_comm``. The plain-torch line follows as a comment, for NCCL."""
+    head = ("# ddp_model = torch.nn.parallel.DistributedDataParallel(model, ...)  # after the process group starts\n"
+            "# (on gloo: accelkit.distributed.process_group.init_process_group, so that the group ends before the\n"
+            "#  interpreter does — docs/distributed.md)\n")
     kind = recipe.grad_compression
     if kind == "none":
         return head + "# no compression: keep DDP's built-in all-reduce (register no hook)"
@@ -53,7 +56,7 @@ def compression_snippet(recipe: Recipe) -> str:
                       f"use_error_feedback={recipe.powersgd_error_feedback}, warm_start={recipe.powersgd_warm_start}, "
                       f"min_compression_rate={recipe.powersgd_min_compression_rate:g}, orthogonalization_epsilon=1e-8)"
                       "\n#  ddp_model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)")
-        why = "torch's powerSGD_hook; on gloo one DDP bucket at a time (interleaved buckets abort gloo)"
+        why = "torch's powerSGD_hook; on gloo its collectives complete on the training thread (see grad_comm)"
     else:
         torch_only = ("torch alone, NCCL only: from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
                       f"#  ddp_model.register_comm_hook(None, default_hooks.{kind}_compress_hook)")
