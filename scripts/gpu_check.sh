@@ -9,7 +9,9 @@
 #   (b)    the engine benchmark: benchmarks/serve_throughput.py --device cuda                          ~180 s
 #   (c)    fp8 vs bf16 training on the 1B Llama shape (benchmarks/configs/llama-1b-shape.json) at
 #          batch 8 × seq 2048: bf16, fp8 tensorwise, fp8 rowwise, one after another                    ~60 s
-#   (d)    `accelkit bench suite reference --quick` (published per-GPU figures beside ours)            ≤ 180 s
+#   (d)    SD3-medium's shapes (random weights) at 512², 28 steps, CFG 7: bf16 vs fp8 denoiser linears,
+#          images/s, J/image (NVML), each phase's time and MFU, the image accuracy gate                 ~120 s
+#   (e)    `accelkit bench suite reference --quick` (published per-GPU figures beside ours)            ≤ 180 s
 #   report `accelkit report` of everything above (the parts before it leave it 30 s of the budget)
 #   attention_backends (only when GPU_CHECK_PARTS names it): benchmarks/attention_backends.py, SDPA vs the
 #          Triton kernels per layer call and the kernels' tile-shape sweep                               ~90 s
@@ -17,7 +19,7 @@
 #
 #   OUT=/tmp/out scripts/gpu_check.sh            # PY=python3 by default (a Python whose torch sees the GPU)
 #   GPU_CHECK_PARTS=serve_throughput,report ...   # only these parts (triton hw_probe pytest_gpu serve_throughput
-#                                                # llm_train_1b_fp8 reference_quick report); a rerun into the
+#                                                # llm_train_1b_fp8 sd3_medium_fp8 reference_quick report); a rerun into the
 #                                                # same OUT replaces their rows and keeps the others'
 #   GPU_CHECK_BUDGET_S=580 (default)             # the whole script's seconds: one device command is capped at
 #                                                # 600 s, so each part's timeout is cut to what is left of the
@@ -32,7 +34,7 @@
 set -uo pipefail
 script_start=$(date +%s)
 BUDGET_S="${GPU_CHECK_BUDGET_S:-580}"
-PARTS="${GPU_CHECK_PARTS:-triton,hw_probe,pytest_gpu,serve_throughput,llm_train_1b_fp8,reference_quick,report}"
+PARTS="${GPU_CHECK_PARTS:-triton,hw_probe,pytest_gpu,serve_throughput,llm_train_1b_fp8,sd3_medium_fp8,reference_quick,report}"
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
@@ -118,6 +120,12 @@ part llm_train_1b_fp8 180 "$PY" -m accelkit bench llm-train --model benchmarks/c
   --batch-size 8 --seq-len 2048 --precision bf16,fp8 --fp8-scaling tensorwise,rowwise --device cuda \
   --no-interleave --warmup 9 --warmup-time 0.5 --min-iterations 10 --min-time 2 --json
 cp "$OUT/llm_train_1b_fp8.out" "$OUT/bench_llm_train_1b_fp8.json" 2>/dev/null || true
+
+# the "SD3 FP8 raises images/s and cuts energy" check (docs/bench.md, text-to-image): one after another, so each
+# variant's J/image is its own; the fp32 reference (for the image gate) is built first and freed
+part sd3_medium_fp8 240 "$PY" -m accelkit bench diffusion --arch sd3 --size full --height 512 --width 512 \
+  --precision bf16,fp8 --device cuda --no-interleave --warmup 2 --warmup-time 0 --min-iterations 5 --min-time 5 --json
+cp "$OUT/sd3_medium_fp8.out" "$OUT/bench_sd3_medium_fp8.json" 2>/dev/null || true
 
 part reference_quick 200 "$PY" -m accelkit bench suite reference --quick --device cuda --json
 cp "$OUT/reference_quick.out" "$OUT/bench_reference_quick.json" 2>/dev/null || true

@@ -33,6 +33,7 @@ KEEP = {
     "hw_probe.json": "hw_probe.json",
     "bench_llm_train_1b_fp8.json": "bench_llm_train_1b_fp8.json",
     "bench_reference_quick.json": "bench_reference_quick.json",
+    "bench_sd3_medium_fp8.json": "bench_sd3_medium_fp8.json",
     "serve_throughput_cuda.json": "serve_throughput_cuda.json",
     "attention_backends.json": "serve_attention_backends.json",
     "nvidia-smi.csv": "nvidia-smi.csv",
@@ -105,6 +106,32 @@ def training(doc: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def text_to_image(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The SD3-medium bf16-vs-fp8 run: images/s, J/image, the denoiser's MFU and the image gate per variant, and
+    fp8 ÷ bf16 (the claim docs/bench.md says how to check: images/s × 2.4, energy per image × 0.6)."""
+    if not doc:
+        return None
+    rows = []
+    for v in doc.get("variants", []):
+        phases = {p["phase"]: p for p in v.get("phase_breakdown") or []}
+        den = (phases.get("denoiser") or {}).get("mfu") or {}
+        gate = v.get("gate") or {}
+        rows.append({**_variant(v), "j_per_image": (v.get("energy") or {}).get("j_per_item"),
+                     "denoiser_mfu_vs_datasheet": (den.get("datasheet") or {}).get("value"),
+                     "denoiser_share": (phases.get("denoiser") or {}).get("share"),
+                     "gate_passed": gate.get("passed"), "gate_figures": gate.get("figures")})
+    by = {r["name"]: r for r in rows}
+    bf16, fp8 = by.get("bf16"), by.get("fp8")
+
+    def ratio(key: str) -> float | None:
+        a, b = (fp8 or {}).get(key), (bf16 or {}).get(key)
+        return a / b if a and b else None
+
+    return {"label": doc.get("label"), "hardware": doc.get("hardware"), "variants": rows,
+            "fp8_over_bf16": {"images_per_s": ratio("throughput"), "j_per_image": ratio("j_per_image")},
+            "failed": doc.get("failed", []), "refused": doc.get("refused", []), "verdicts": doc.get("verdicts", [])}
+
+
 def suite(doc: dict[str, Any] | None) -> dict[str, Any] | None:
     if not doc:
         return None
@@ -123,6 +150,7 @@ def summarize(out: Path, seconds: int | None) -> dict[str, Any]:
         "hw_probe": (_json(out / "hw_probe.json") or {}).get("details", {}).get("matmul"),
         "fp8_vs_bf16_training_1b": training(_json(out / "bench_llm_train_1b_fp8.json")),
         "reference_suite_quick": suite(_json(out / "bench_reference_quick.json")),
+        "fp8_vs_bf16_sd3_medium": text_to_image(_json(out / "bench_sd3_medium_fp8.json")),
         "serve_throughput_cuda": {k: serve[k] for k in ("summary", "results", "headline", "goals", "failed") if k in serve}
         if isinstance(serve, dict) else None,
         "gpu": (out / "nvidia-smi.csv").read_text().strip() if (out / "nvidia-smi.csv").exists() else None,
@@ -184,6 +212,17 @@ def markdown(summary: dict[str, Any], dest: Path) -> str:
         if mem.get("ratio") is not None:
             lines.append(f"- whole run's peak memory {mem['whole_run_bytes'] / 1e9:.1f} GB = {mem['ratio']:.2f}× the "
                          f"largest variant's {mem['largest_variant_bytes'] / 1e9:.1f} GB (bound 1.2×)")
+    t2i = summary.get("fp8_vs_bf16_sd3_medium")
+    if t2i:
+        lines += ["", f"## fp8 vs bf16 text-to-image, {t2i['label']}", "",
+                  "| variant | images/s | J/image | denoiser MFU (datasheet) | image gate |", "|---|---:|---:|---:|---|"]
+        for v in t2i["variants"]:
+            gate = "-" if v["gate_passed"] is None else ("pass" if v["gate_passed"] else "FAIL")
+            lines.append(f"| {v['name']} | {v['throughput'] or 0:.3g} | {_num(v['j_per_image'])} | "
+                         f"{_pct(v['denoiser_mfu_vs_datasheet'])} | {gate} |")
+        r = t2i["fp8_over_bf16"]
+        lines.append(f"- fp8 ÷ bf16: images/s {r['images_per_s'] or 0:.2f}×, J/image {r['j_per_image'] or 0:.2f}× "
+                     "(the claim: 2.4× and 0.6×)")
     ref = summary.get("reference_suite_quick")
     if ref and ref.get("published"):
         lines += ["", "## Reference suite (quick), published per-GPU figures beside ours", "",

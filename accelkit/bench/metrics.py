@@ -117,12 +117,17 @@ def meta_grouped_mm() -> Any:
     return MetaGroupedMM()  # type: ignore[no-untyped-call]
 
 
-def count_flops(fn: Callable[[], object], *, calls: int = 1) -> float:
-    """Model FLOPs per call of ``fn``, averaged over ``calls`` calls (a decode step's context grows)."""
+def flop_counter() -> Any:
+    """A ``FlopCounterMode`` with the formulas torch's lacks (CPU flash attention, grouped GEMMs)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    return FlopCounterMode(display=False, custom_mapping=_flop_formulas())
+
+
+def count_flops(fn: Callable[[], object], *, calls: int = 1) -> float:
+    """Model FLOPs per call of ``fn``, averaged over ``calls`` calls (a decode step's context grows)."""
     # the meta mode outside the counter: the counter sees each op first, then the meta stand-in runs it
-    with meta_grouped_mm(), FlopCounterMode(display=False, custom_mapping=_flop_formulas()) as counter:
+    with meta_grouped_mm(), flop_counter() as counter:
         for _ in range(calls):
             fn()
     return float(counter.get_total_flops()) / calls

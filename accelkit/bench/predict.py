@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 #: which planner figure (seconds per call of the step) matches each measured step
 SECONDS_PER_CALL = {
     "prefill": "prefill_time_s", "forward": "prefill_time_s", "decode": "decode_time_per_token_s",
-    "train step": "step_time_s",
+    "train step": "step_time_s", "generate": "generate_time_s",
 }
 
 
@@ -45,6 +45,9 @@ def predict_variant(
     """``accelkit.plan.plan`` for one variant of a workload (None with the reason when it has none).
     ``cpu_share``: how many ranks share the probed CPU (a distributed run on one host): each is planned as that
     fraction of it — its peaks, bandwidth and memory — not as the whole CPU."""
+    own = workload.estimate(variant, device, catalog)
+    if own is not None:  # a workload that plans itself (text-to-image)
+        return own
     spec = variant_spec(workload, variant, dp=dp, zero=zero)
     if spec is None:
         return None, f"{workload.name}: no architecture the planner can model"

@@ -20,6 +20,7 @@ from accelkit.core.bench_result import (
     InputBound,
     MemoryUse,
     Phases,
+    PhaseTime,
     Refusal,
     Throughput,
     verdicts,
@@ -196,7 +197,23 @@ class Recorder:
             predicted=prediction(estimate, lane.step.name, lane.step.items, unit, throughput, estimate_id),
             predicted_reason=reason, timer=timer_name(self.device),
             input_bound=InputBound.from_dict(input_bound) if input_bound else None,
+            gate=lane.gate, phase_breakdown=self._phases(lane),
         )
+
+    def _phases(self, lane: Lane) -> list[PhaseTime] | None:
+        """The step's phases (``Step.phases``), each with its MFU: its FLOPs per call over its median seconds, against
+        the same peaks as the step's."""
+        if lane.step.phases is None:
+            return None
+        dtype = lane.variant.matmul_dtype
+        out = []
+        for row in lane.step.phases():
+            flops, seconds = row.pop("flops", None), row.get("median_s")
+            mfu = None if not flops else mfu_result(
+                flops, 1 / seconds if seconds else None, self.peaks.get(dtype), self.reference.flops_source,
+                datasheet=self.peaks.datasheet(dtype), probe=self.peaks.probe(dtype))
+            out.append(PhaseTime.from_dict({**row, "mfu": mfu}))
+        return out
 
     def _no_drift(self) -> str:
         if not self.config.accuracy:

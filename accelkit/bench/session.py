@@ -16,7 +16,7 @@ from accelkit.bench.metrics import drift
 from accelkit.bench.reference import Reference, free, step_flops
 from accelkit.bench.variants import Variant
 from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
-from accelkit.core.bench_result import Accuracy, Failure, finite
+from accelkit.core.bench_result import Accuracy, Failure, OutputGate, finite
 from accelkit.timing import Block, LoopConfig, block_iterations, interleaved_blocks, lane_done, warm_up
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class Lane:
     reserved_peak_bytes: float | None = None
     energy_j: float | None = None
     accuracy: Accuracy | None = None
+    gate: OutputGate | None = None  # the workload's own accuracy gate (text-to-image: latents and image)
     losses: list[Any] | None = None  # loss tensors of the first steps, then floats (None: not a training step)
     recipe_notes: list[str] = field(default_factory=list)  # what the recipe did to the model (Prepared.notes)
 
@@ -163,8 +164,10 @@ class Measurer:
         if accuracy is None and output is not None and self.reference_failure is not None:
             # an output to compare, and the reference it would be compared with failed before producing its own
             accuracy = Accuracy(note=f"no fp32 reference output ({self.reference_failure})")
+        gate = self.workload.output_gate(self.reference.output, output) \
+            if output is not None and self.reference.output is not None else None
         for lane in lanes:
-            lane.accuracy = accuracy
+            lane.accuracy, lane.gate = accuracy, gate
         return lanes
 
     def _output(self, prepared: Prepared, *, before_first_call: bool) -> Any:

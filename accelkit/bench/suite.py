@@ -1,6 +1,7 @@
 """Named suites: ``quick`` (tiny models, about a minute on two CPU cores — what `make demo` runs) and
-``reference`` (BERT-large inference, ResNet-50 training, Llama-3.1-8B-shaped decode: the workloads of
-the published comparison tables, printed next to ours on a catalog accelerator)."""
+``reference`` (BERT-large inference, ResNet-50 training, Llama-3.1-8B-shaped decode, SDXL text-to-image at
+MLPerf's settings: the workloads of the published comparison tables, printed next to ours on a catalog
+accelerator)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ def quick() -> Suite:
             SuiteItem("llm-train-tiny", "llm-train", {"model": "tiny-llama", "batch_size": 2, "seq_len": 128}),
             SuiteItem("dataloader-synthetic", "dataloader", {"image_size": 64, "batch_size": 32, "num_workers": [0, 2]},
                       cpu_precisions=(), gpu_precisions=()),
+            SuiteItem("diffusion-tiny", "diffusion", {"size": "tiny", "arch": "sd3", "height": 64, "width": 64,
+                                                      "steps": 2}),
         ),
         LoopConfig(warmup_iterations=5, warmup_time_s=0.3, min_iterations=10, min_time_s=1.5),
     )
@@ -57,7 +60,7 @@ def quick() -> Suite:
 def reference() -> Suite:
     """The published comparison workloads, with the methodology's default loops."""
     return Suite(
-        "reference", "BERT-large inference (s384), ResNet-50 training, Llama-3.1-8B-shaped decode",
+        "reference", "BERT-large inference (s384), ResNet-50 training, Llama-3.1-8B-shaped decode, SDXL text-to-image",
         (
             SuiteItem("bert-large-infer", "bert", {"size": "large", "batch_size": 8, "seq_len": 384},
                       gpu_config={"batch_size": 64}),
@@ -65,6 +68,12 @@ def reference() -> Suite:
                       gpu_precisions=("tf32", "bf16", "fp16"), gpu_config={"batch_size": 256}),
             SuiteItem("llama3-8b-decode", "llm", {"model": "llama-3.1-8b", "prompt_len": 128, "output_len": 64},
                       gpu_precisions=("bf16", "fp8"), gpu_config={"batch_size": 16}),
+            # MLPerf Inference's text-to-image: SDXL base, 1024², 20 Euler steps, guidance 8 (on a GPU); a CPU runs
+            # the same pipeline at 512² and 2 steps (1024² × 20 steps is hours per image on a CPU)
+            SuiteItem("sdxl-text-to-image", "diffusion",
+                      {"arch": "sdxl", "size": "full", "guidance": 8.0, "height": 512, "width": 512, "steps": 2},
+                      cpu_precisions=("bf16",), gpu_precisions=("bf16", "fp16", "fp8"),
+                      gpu_config={"height": 1024, "width": 1024, "steps": 20, "batch_size": 8}),
         ),
         LoopConfig(),
     )
@@ -95,6 +104,16 @@ PUBLISHED: dict[tuple[str, str], list[dict[str, str | float]]] = {
     ("llama3-8b-decode", "MI300X"): [
         {"value": 2939, "unit": "tokens/s", "what": "Llama2-70B Offline — a larger model: scale, not a target",
          "source": "MLPerf Inference v4.1"}],
+    # stable-diffusion-xl Offline, closed division, NVIDIA TensorRT (mlcommons/inference_results_v4.0 and _v4.1,
+    # closed/NVIDIA/results/<system>/stable-diffusion-xl/Offline/performance/run_1/mlperf_log_summary.txt)
+    ("sdxl-text-to-image", "H100-SXM5-80GB"): [
+        {"value": 1.64, "unit": "images/s", "what": "SDXL Offline, one H100 (DGX-H100_H100-SXM-80GBx1_TRT: 1.64178 "
+                                                    "samples/s)", "source": "MLPerf Inference v4.0 (NVIDIA, closed)"},
+        {"value": 2.04, "unit": "images/s", "what": "SDXL Offline, per GPU of 8 (DGX-H100_H100-SXM-80GBx8_TRT: "
+                                                    "16.3484 samples/s)", "source": "MLPerf Inference v4.1 (NVIDIA, closed)"}],
+    ("sdxl-text-to-image", "H200-SXM-141GB"): [
+        {"value": 2.18, "unit": "images/s", "what": "SDXL Offline, per GPU of 8 (H200-SXM-141GBx8_TRT: 17.4186 "
+                                                    "samples/s)", "source": "MLPerf Inference v4.1 (NVIDIA, closed)"}],
 }
 
 

@@ -17,14 +17,22 @@ from typer.core import TyperCommand, TyperGroup
 
 from accelkit.bench.runner import BenchConfig, Reporter
 from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
-from accelkit.bench.workloads import BertConfig, CustomConfig, DataLoaderConfig, LLMConfig, LLMTrainConfig, ResNetConfig
+from accelkit.bench.workloads import (
+    BertConfig,
+    CustomConfig,
+    DataLoaderConfig,
+    DiffusionConfig,
+    LLMConfig,
+    LLMTrainConfig,
+    ResNetConfig,
+)
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out
 from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.cli.store import measuring, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.timing import LoopConfig
 
-WORKLOAD_NAMES = ("bert", "resnet", "llm", "llm-train", "dataloader", "custom")
+WORKLOAD_NAMES = ("bert", "resnet", "llm", "llm-train", "dataloader", "diffusion", "custom")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 
@@ -281,6 +289,7 @@ def _quality_config(quality: dict[str, Any] | None) -> Any:
 
 
 def _render(result: Any, as_json: bool) -> None:
+    from accelkit.report.phases import phase_lines, phase_table
     from accelkit.report.tables import bench_footnotes, bench_table, published_table
 
     data = result.to_json()
@@ -296,6 +305,10 @@ def _render(result: Any, as_json: bool) -> None:
         for run in runs:
             if run.variants:
                 out.print(bench_table(run))
+            if (phases := phase_table(run)) is not None:
+                out.print(phases)
+            for line in phase_lines(run):
+                out.print(line, highlight=False, markup=False, soft_wrap=True)
             _grad_comm_table(run)
             for line in bench_footnotes(run):
                 out.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -410,7 +423,7 @@ def bench_root(
                             f"`accelkit bench {ctx.invoked_subcommand} {' '.join(given)} …`")
         return
     if suite is None:
-        raise UserError("give a workload (bert, resnet, llm, llm-train, dataloader, custom) or a suite: "
+        raise UserError("give a workload (bert, resnet, llm, llm-train, dataloader, diffusion, custom) or a suite: "
                         "`accelkit bench suite quick|reference`")
     _run_suite(suite, precision, bench, loop, quick=quick, progress=progress, as_json=as_json)
 
@@ -419,8 +432,8 @@ def bench_root(
 @_run_options
 def suite_cmd(
     name: str = typer.Argument(..., help="quick (tiny sizes of every workload, about a minute on a CPU) or reference "
-                                         "(BERT-large, ResNet-50 training, Llama-3.1-8B decode; published figures "
-                                         "beside ours on a catalog GPU)."),
+                                         "(BERT-large, ResNet-50 training, Llama-3.1-8B decode, SDXL text-to-image; "
+                                         "published figures beside ours on a catalog GPU)."),
     precision: str | None = SuitePrecision,
     quick: bool = QuickOption,
     progress: bool = ProgressOption,
@@ -513,6 +526,23 @@ def resnet_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_js
     --nproc-per-node, gradient compression with --grad-compression."""
     _run_workload("resnet", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json,
                   dist=dist, quality=quality)
+
+
+ATTENTION_BACKENDS = ("default", "flash", "efficient", "cudnn", "math")
+
+
+@app.command("diffusion", cls=BenchCommand)
+@_run_options
+@_matrix(exclude=("recompute", "fp8_scalings", *COMPRESSION_FIELDS))
+@spec_options(DiffusionConfig, into="workload", parse={"attention": _list("--attention", ATTENTION_BACKENDS)},
+              helps={"attention": "SDPA backends, comma list of default, flash, efficient, cudnn, math (efficient, "
+                                  "cudnn: CUDA only); each but default is its own variant (default: default)."})
+def diffusion_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+                  workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any],
+                  loop: dict[str, Any]) -> None:
+    """Text-to-image generation through diffusers (SD3 MMDiT, FLUX, SDXL UNet): images/s, s/image, the phases
+    inside a call (text encoders, denoiser steps, VAE decode) with their MFU, J/image, an image accuracy gate."""
+    _run_workload("diffusion", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
 
 
 @app.command("custom", cls=BenchCommand)

@@ -6,10 +6,12 @@ from typing import Any
 
 import typer
 
+from accelkit.cli import text_to_image
 from accelkit.cli.output import JsonOption, emit, out, table
 from accelkit.core import ModelSpec
 from accelkit.core.units import fmt_bytes, fmt_count
 from accelkit.models import PRESETS, resolve_model
+from accelkit.models.diffusion import DIFFUSION_PRESETS, is_diffusion_model, resolve_diffusion
 
 app = typer.Typer(help="Architecture presets and Hugging Face config import.", no_args_is_help=True)
 
@@ -21,9 +23,9 @@ def model_json(spec: ModelSpec) -> dict[str, Any]:
         "params": spec.num_params(),
         "active_params": spec.num_active_params(),
         "embedding_params": spec.num_embedding_params(),
-        "kv_bytes_per_token_bf16": spec.kv_bytes_per_token(2.0),
+        "kv_bytes_per_token_bf16": spec.kv_bytes_per_token(2),
         # one sequence at the full context: a sliding window caps the tokens it keeps
-        "kv_bytes_per_sequence_bf16": spec.kv_bytes_per_token(2.0) * spec.kv_cache_tokens(spec.max_seq_len),
+        "kv_bytes_per_sequence_bf16": spec.kv_bytes_per_token(2) * spec.kv_cache_tokens(spec.max_seq_len),
     }
 
 
@@ -37,15 +39,19 @@ def _shape(s: ModelSpec) -> str:
 
 @app.command("list")
 def list_cmd(as_json: bool = JsonOption) -> None:
-    """List the presets with their exact parameter counts."""
+    """List the presets with their exact parameter counts (text-to-image pipelines in a table of their own)."""
     specs = [f() for f in PRESETS.values()]
+    images = [f() for f in DIFFUSION_PRESETS.values()]
 
     def render() -> None:
         rows = [(s.name, s.kind, s.family, fmt_count(s.num_params()),
                  fmt_count(s.num_active_params()) if s.num_experts else "", _shape(s)) for s in specs]
         out.print(table("Model presets", ["name", "kind", "family", "params", "active", "shape"], rows, right=(3, 4)))
+        out.print(table("Text-to-image presets (random weights; `accelkit bench diffusion`)",
+                        ["name", "kind", "family", "params", "denoiser", "shape"], text_to_image.list_rows(images),
+                        right=(3, 4)))
 
-    emit([model_json(s) for s in specs], as_json, render)
+    emit([model_json(s) for s in specs] + [text_to_image.spec_json(s) for s in images], as_json, render)
 
 
 def _kept(spec: ModelSpec) -> str:
@@ -62,10 +68,15 @@ def _kept(spec: ModelSpec) -> str:
 
 @app.command("show")
 def show_cmd(
-    model: str = typer.Argument(..., help="Preset name, a config.json, or a directory holding one."),
+    model: str = typer.Argument(..., help="Preset name, a config.json, a directory holding one, or a diffusers "
+                                          "pipeline directory."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Show one architecture: dimensions, exact parameter count (total and active), KV bytes per token."""
+    """Show one architecture: dimensions, exact parameter count (total and active), KV bytes per token; a
+    text-to-image pipeline: its components, parameters and FLOPs per image and per step."""
+    if is_diffusion_model(model):
+        text_to_image.show(resolve_diffusion(model), as_json)
+        return
     spec = resolve_model(model)
     data = model_json(spec)
 

@@ -9,8 +9,12 @@ import typer
 
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
+from accelkit.cli.text_to_image import plan as plan_image
 from accelkit.core import Cluster, Recipe, UserError, Workload
 from accelkit.core.units import fmt_bytes, fmt_count, parse_size
+from accelkit.models.diffusion import is_diffusion_model
+from accelkit.plan.diffusion import ImageRequest
+from accelkit.plan.diffusion import to_estimate as image_estimate
 from accelkit.plan.layout import TRAIN_ONLY_REQUEST, flag_text, refuse_train_only
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.request import LayoutChoice, PlanRequest
@@ -18,22 +22,41 @@ from accelkit.plan.request import LayoutChoice, PlanRequest
 #: PlanRequest and PlanOptions fields only inference reads (evaluate_infer, infer_memory, infer_time, the inference
 #: search): refused with --task train the same way
 INFER_ONLY_REQUEST = ("batch", "prompt_len", "output_len", "kv_dtype")
-INFER_ONLY_OPTIONS = ("max_serving_batch", "prefill_chunk_tokens", "max_decode_latency_s")
+INFER_ONLY_OPTIONS = ("max_serving_batch", "prefill_chunk_tokens", "max_decode_latency_s", "kv_cache_memory_bytes",
+                      "gpu_memory_utilization", "block_size", "kv_cache_scales")
 
 
 def _bytes(text: str) -> int:
     return parse_size(text, field="--overhead")
 
 
-@spec_options(PlanOptions, into="options", names={"overhead_bytes": "--overhead", "dropout": "--dropout/--no-dropout"},
-              parse={"overhead_bytes": _bytes}, optional=INFER_ONLY_OPTIONS,
+def _kv_memory(text: str) -> int:
+    return parse_size(text, field="--kv-cache-memory")
+
+
+@spec_options(PlanOptions, into="options",
+              names={"overhead_bytes": "--overhead", "dropout": "--dropout/--no-dropout",
+                     "kv_cache_memory_bytes": "--kv-cache-memory"},
+              parse={"overhead_bytes": _bytes, "kv_cache_memory_bytes": _kv_memory}, optional=INFER_ONLY_OPTIONS,
               helps={"overhead_bytes": "Framework allowance per device, e.g. 2GiB (context, communicator buffers).",
                      "max_serving_batch": "Inference without --batch: plan at the largest batch that fits, capped "
                                           "here (vLLM max_num_seqs); default 256.",
                      "prefill_chunk_tokens": "Inference: prefill tokens processed per step (chunked prefill); "
                                              "default 8192.",
                      "max_decode_latency_s": "Inference search: drop layouts whose per-token decode time exceeds "
-                                             "this; default none."})
+                                             "this; default none.",
+                     "kv_cache_memory_bytes": "Inference: the KV budget `accelkit serve --kv-cache-memory` gets, e.g. "
+                                              "2GiB, for the KV tokens that fit (kv_cache_capacity); default as the "
+                                              "engine: --gpu-memory-utilization of what the weights leave, 1 GiB on "
+                                              "a CPU.",
+                     "gpu_memory_utilization": "Inference without --kv-cache-memory: the engine's fraction of the "
+                                               "memory left after the weights and --overhead that becomes KV cache "
+                                               "(as `accelkit serve`); default 0.9.",
+                     "block_size": "Inference: tokens per KV block (as `accelkit serve --block-size`); default 16.",
+                     "kv_cache_scales": "Inference, fp8/int8 KV: per-token-head (accelkit serve: a float16 scale "
+                                        "per token and KV head, head_dim + 2 bytes) or per-tensor (vLLM, "
+                                        "TensorRT-LLM: 1 byte per element); default per-token-head."})
+@spec_options(ImageRequest, into="image", optional=tuple(ImageRequest.__dataclass_fields__))
 @spec_options(LayoutChoice, into="layout",
               names={"sequence_parallel": "--sequence-parallel/--no-sequence-parallel"})
 @spec_options(PlanRequest, into="request", optional=TRAIN_ONLY_REQUEST + INFER_ONLY_REQUEST,
@@ -53,6 +76,7 @@ def plan_cmd(
     request: dict[str, Any],
     layout: dict[str, Any],
     options: dict[str, Any],
+    image: dict[str, Any],
 ) -> None:
     """Plan a workload: will it fit, on how many devices, in which layout, how fast, at what energy."""
     from accelkit.models import resolve_model
@@ -60,6 +84,15 @@ def plan_cmd(
     from accelkit.plan import resolve_hardware, search_ctx, to_estimate, to_json
     from accelkit.plan.context import make_context
 
+    if is_diffusion_model(model):  # a text-to-image pipeline: its own plan (one pipeline per device, images/s)
+        with flag_values():
+            docs = plan_image(model, request, layout, options, image, as_json=as_json)
+        _store([image_estimate(d) for d in docs])
+        return
+    if image:
+        key, value = next(iter(image.items()))
+        raise UserError(f"{flag_text(key, value)} applies to text-to-image models (sd3-medium, flux-dev, sdxl-base); "
+                        f"{model} is not one — drop it")
     with flag_values():
         if request.get("task") == "infer":
             # the training-only flags (TRAIN_ONLY_REQUEST) default to None, so one given even at its default value is
@@ -151,6 +184,7 @@ def _refuse_inference_flags(request: dict[str, Any], options: dict[str, Any]) ->
     flags += [(k, options[k]) for k in INFER_ONLY_OPTIONS if k in options]
     if flags:
         key, value = flags[0]
+        key = {"kv_cache_memory_bytes": "kv_cache_memory"}.get(key, key)  # the flag's name (its value: bytes)
         raise UserError(f"{flag_text(key, value)} applies to --task infer; training does not model it — drop it, or "
                         "add --task infer")
 
@@ -202,6 +236,16 @@ def _layout_str(lay: dict[str, Any]) -> str:
             s += f" {key}{lay[key]}"
     s += f" zero{lay['zero']} mb{lay['micro_batch']}×{lay['grad_accum']} rc={lay['recompute']}"
     return s + (" sp" if lay["sequence_parallel"] else "")
+
+
+def _kv_capacity_rows(d: dict[str, Any]) -> list[tuple[str, Any]]:
+    cap = d.get("kv_cache_capacity")
+    if not cap:
+        return []
+    context = d["prompt_len"] + d["output_len"]
+    return [("KV capacity", f"{cap['num_tokens']:,} tokens ({cap['num_blocks']:,} blocks × {cap['block_size']}) in "
+                            f"{fmt_bytes(cap['budget_bytes'])} at {cap['bytes_per_token']:,} B/token: "
+                            f"{cap['num_seqs_at_context']:,} sequences of {context:,} tokens (accelkit serve)")]
 
 
 def _money(doc: dict[str, Any]) -> str | None:
@@ -258,6 +302,7 @@ def _render_one(d: dict[str, Any]) -> None:
         dec = d["decode_time_per_token_s"]
         rows += [("batch", f"{d['batch']} (max that fits: {d['max_batch']})"
                            + (f", KV cache {d['kv_cache_dtype']}" if d.get("kv_cache_dtype") else "")),
+                 *_kv_capacity_rows(d),
                  ("prefill", f"{d['prefill_time_s']:.4f} s for the whole batch"
                              + (f" ({d['batch']} × {d['prompt_len']} tokens: a request's TTFT when all arrive at once)"
                                 if d.get("prompt_len") else "")),

@@ -23,8 +23,8 @@ from accelkit.core.workload import Workload
 
 __all__ = [
     "Accuracy", "BenchResult", "BenchRunResult", "Comparison", "Energy", "Failure", "InputBound", "MemoryUse",
-    "MfuResult", "PeakShare", "Phases", "Prediction", "Refusal", "Throughput", "comparison_against", "finite",
-    "verdicts",
+    "MfuResult", "OutputGate", "PeakShare", "PhaseTime", "Phases", "Prediction", "Refusal", "Throughput",
+    "comparison_against", "finite", "verdicts",
 ]
 
 
@@ -111,6 +111,34 @@ class Accuracy(Spec):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OutputGate(Spec):
+    """A workload's own pass/fail rule on its output against the fp32 reference (text-to-image: the final latents
+    and the decoded image of the same seeded call), with the figures and thresholds it rests on."""
+
+    criterion: str = spec_field(doc="The rule, in words, with its thresholds.")
+    passed: bool | None = spec_field(None, doc="Whether the output meets it; None when there is nothing to compare.")
+    figures: dict[str, float | None] = spec_field(default_factory=dict, doc="The measured figures, by name.")
+    thresholds: dict[str, float] = spec_field(default_factory=dict, doc="The bound each figure must meet, by name.")
+    note: str | None = spec_field(None, doc="Why a figure is missing, or the gate failed.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseTime(Spec):
+    """One phase inside a measured call (text-to-image: text encoders, denoiser, VAE decode, the rest), timed in the
+    real call, every call after the first: where the time goes."""
+
+    phase: str = spec_field(doc="The phase: 'text encoders', 'denoiser', 'vae decode' or 'other'.")
+    calls: int = spec_field(0, min=0, doc="Calls of the phase's modules per measured call (the denoiser: steps).")
+    median_s: float | None = spec_field(None, min=0.0, doc="Median seconds the phase takes per measured call.")
+    share: float | None = spec_field(None, min=0.0, doc="median_s ÷ the median measured call.")
+    call_median_s: float | None = spec_field(None, min=0.0, doc="Median seconds of one call of it (one step).")
+    per_step_s: list[float] | None = spec_field(None, doc="The denoiser: median seconds of each step, in order.")
+    mfu: MfuResult | None = spec_field(
+        None, doc="The phase's model FLOPs per measured call (FlopCounterMode, read at its hooks) over median_s, "
+                  "against the datasheet and the probe.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Prediction(Spec):
     """The planner's figure for the same workload and recipe, in the step's own unit."""
 
@@ -170,7 +198,7 @@ class Failure(Spec):
 
 #: fields of a BenchResult that only some runs have; ``to_json`` leaves them out when they are empty
 _OPTIONAL = ("input_bound", "loss_first_steps", "world_size", "num_nodes", "layout", "backend", "memory_check",
-             "ranks", "grad_comm", "quality")
+             "ranks", "grad_comm", "quality", "gate", "phase_breakdown")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,6 +243,10 @@ class BenchResult(Spec):
         None, doc="Distributed with --grad-compression: gradient bytes per step per rank, counted, vs the planner.")
     quality: dict[str, Any] | None = spec_field(
         None, doc="Distributed with --grad-compression: the loss gate against the uncompressed run.")
+    gate: OutputGate | None = spec_field(
+        None, doc="The workload's own accuracy gate against fp32 (text-to-image: latents and decoded image).")
+    phase_breakdown: list[PhaseTime] | None = spec_field(
+        None, doc="Phases inside one measured call (text-to-image: text encoders, denoiser steps, VAE decode).")
 
     @property
     def key(self) -> str:
@@ -256,7 +288,7 @@ class BenchResult(Spec):
         data.setdefault("step", "")
         nested: dict[str, type[Spec]] = {"phases": Phases, "throughput": Throughput, "mfu": MfuResult,
                                          "memory_bytes": MemoryUse, "energy": Energy, "accuracy": Accuracy,
-                                         "predicted": Prediction, "comparison": Comparison}
+                                         "predicted": Prediction, "comparison": Comparison, "gate": OutputGate}
         for name, tp in nested.items():
             if isinstance(data.get(name), dict):
                 data[name] = _known(tp, data[name])

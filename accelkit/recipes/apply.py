@@ -139,6 +139,7 @@ def apply(
     quant_backend: Backend = "auto",
     fp8_scaling: str = "tensorwise",
     notes: list[str] | None = None,
+    without: Sequence[str] = (),
 ) -> torch.nn.Module:
     """Apply ``recipe`` to ``model`` and return the model to run.
 
@@ -146,8 +147,10 @@ def apply(
     parameters are; ``training`` to ``model.training``.
     ``emulate=True`` lets fp8 training and fp8 inference run without FP8 hardware (numerics only, for tests).
     ``fp8_scaling`` picks torchao's fp8 training recipe: ``tensorwise`` (SM89+) or ``rowwise`` (SM90+).
-    ``notes``, if given, receives one line per technique applied. Raises ``RecipeRefused`` (a
-    ``UserError``) naming what is missing and what to change; the model is then left as it was.
+    ``notes``, if given, receives one line per technique applied. ``without`` names techniques to leave out
+    (``Technique.name``): a model already cast to the recipe's precision, as a diffusers pipeline runs, takes no
+    autocast wrapper (``without=("mixed-precision",)``). Raises ``RecipeRefused`` (a ``UserError``) naming what is
+    missing and what to change; the model is then left as it was.
     """
     recipe = _check_recipe(recipe)
     if device is None:
@@ -157,7 +160,7 @@ def apply(
         device=device_info(device), example_inputs=example_inputs,
         training=model.training if training is None else training, emulate_fp8=emulate,
     )
-    steps = techniques(quant_backend=quant_backend, fp8_scaling=fp8_scaling)
+    steps = [s for s in techniques(quant_backend=quant_backend, fp8_scaling=fp8_scaling) if s.name not in without]
     reason = _first_refusal(recipe, ctx, steps) or _first_model_refusal(model, recipe, ctx, steps)
     if reason:
         raise RecipeRefused(reason)

@@ -1,7 +1,8 @@
 """`accelkit report`: one self-contained HTML file built from the results store.
 
 Sections (each only when it has data): the runs table (with filters), what won each run (the verdicts),
-precision/optimization comparison bars with their spread, latency distributions from the raw samples, MFU
+precision/optimization comparison bars with their spread, latency distributions from the raw samples, text-to-image
+images/s per variant and each generation call's phases, MFU
 against the datasheet peak and against the measured `hw probe` peak, predicted vs measured in each workload's own
 unit, the measured roofline from `hw probe`, and the serving latency-throughput curves and TTFT/TPOT distributions
 from `loadtest`. Every chart has titled axes with units. plotly.js is inlined, so the file opens with no network.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.core.bench_result import BenchResult, Comparison, comparison_against, verdicts
+from accelkit.report.images import images_traces, phase_traces
 from accelkit.report.tables import has_nonfinite_output, mfu_text
 from accelkit.report.template import TEMPLATE
 from accelkit.results import ResultStore, StoredResult
@@ -205,6 +207,26 @@ def predicted_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
                        "yaxis": _axis("measured (items/s in the same unit, log scale)", type="log")})
 
 
+def images_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
+    """Text-to-image: images/s per variant (``report.images``)."""
+    found = images_traces(rows)
+    if found is None:
+        return None
+    traces, n = found
+    return _fig(traces, {"xaxis": _axis("images/s (whole pipeline call: text encoders, denoiser steps, VAE decode)"),
+                         "yaxis": _axis("result", autorange="reversed")}, rows=n)
+
+
+def image_phases_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
+    """Text-to-image: seconds per generation call by phase, stacked (``report.images``)."""
+    found = phase_traces(rows)
+    if found is None:
+        return None
+    traces, n = found
+    return _fig(traces, {"barmode": "stack", "xaxis": _axis("seconds per generation call (median per phase)"),
+                         "yaxis": _axis("result", autorange="reversed")}, rows=n)
+
+
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
@@ -387,6 +409,13 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
          "that share a run id (a sweep's points), by the ratio of their throughputs — never run side by side, so "
          "without a spread.", comparison_figure(plotted)),
         ("latency", "Latency distributions", "Raw per-iteration samples of the measured phase.", latency_figure(plotted)),
+        ("images", "Text-to-image: images/s per variant", "Each `accelkit bench diffusion` result: images per second "
+         "of the whole pipeline call (prompts → text encoders → denoiser steps → VAE decode). Hover for seconds per "
+         "image, MFU and the image accuracy gate.", images_figure(plotted)),
+        ("image-phases", "Text-to-image: where a call's time goes", "Median seconds per generation call of each "
+         "phase, timed inside the diffusers pipeline call by hooks on its modules; 'other' is the rest (tokenizers, "
+         "the scheduler's update, latent preparation, Python). Hover for the share and each phase's MFU.",
+         image_phases_figure(plotted)),
         ("mfu", "MFU against peak", "Model FLOP/s ÷ dense peak of the dtype used. On a catalog GPU twice: against "
          "the datasheet peak and against the peak this GPU's matmul reached in `accelkit hw probe`; on a CPU the "
          "probe's peak is the only one. Hover for the peak and its source.", mfu_figure(plotted)),

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from accelkit.core.bench_result import Accuracy, BenchResult, BenchRunResult, Comparison
+from accelkit.core.bench_result import Accuracy, BenchResult, BenchRunResult, Comparison, MfuResult
 from accelkit.core.units import fmt_bytes
 
 
@@ -60,11 +60,16 @@ def _drift(acc: Accuracy | None) -> str:
 
 def mfu_text(v: BenchResult) -> str:
     """MFU against the datasheet, and against the probe's measured peak where there are both."""
-    if v.mfu.value is None:
+    return share_text(v.mfu)
+
+
+def share_text(mfu: MfuResult | None) -> str:
+    """'41.20% (44.0% of probe)': an MFU against its main peak, and against the probe's where there are both."""
+    if mfu is None or mfu.value is None:
         return "-"
-    text = f"{v.mfu.value * 100:.2f}%"
-    probe = v.mfu.probe
-    if v.mfu.datasheet is not None and probe is not None and probe.value is not None:
+    text = f"{mfu.value * 100:.2f}%"
+    probe = mfu.probe
+    if mfu.datasheet is not None and probe is not None and probe.value is not None:
         text += f" ({probe.value * 100:.1f}% of probe)"
     return text
 

@@ -85,9 +85,11 @@ def test_light_commands_do_not_import_torch():
     code = (
         "import sys\nfrom accelkit.cli.app import main\n"
         "for argv in (['hw','show','h200','--json'], ['models','show','llama-3.1-70b','--json'],"
-        " ['hw','list','--json'], ['models','list','--json'], ['results','list','--json']):\n"
+        " ['hw','list','--json'], ['models','list','--json'], ['results','list','--json'],"
+        " ['models','show','sd3-medium','--json'],"
+        " ['plan','--model','sd3-medium','--task','infer','--compare','h100,h200,mi300x,b200','--json']):\n"
         "    try:\n        main(argv)\n    except SystemExit as e:\n        assert not e.code, e.code\n"
-        "bad = [m for m in ('torch', 'transformers') if m in sys.modules]\nassert not bad, bad\n"
+        "bad = [m for m in ('torch', 'transformers', 'diffusers') if m in sys.modules]\nassert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True)
 

@@ -191,11 +191,11 @@ def test_qwen2_sliding_window_sizes_the_planned_kv_cache():
     spec = from_hf_config(cfg)
     per_layer_token = 2 * 4 * 128 * 2  # K and V, 4 KV heads of 128, bf16
     full = kv_cache_bytes(spec.replace(sliding_window=None, num_full_attention_layers=0), batch=1, seq=32768,
-                          bytes_per_element=2)
+                          kv_cache_dtype="auto", dtype_bytes=2)
     assert full == per_layer_token * 28 * 32768
-    assert kv_cache_bytes(spec, batch=1, seq=32768, bytes_per_element=2) == per_layer_token * (20 * 32768 + 8 * 4096)
+    assert kv_cache_bytes(spec, batch=1, seq=32768, kv_cache_dtype="auto", dtype_bytes=2) == per_layer_token * (20 * 32768 + 8 * 4096)
     # pp 2: the first stage holds layers 0-13, all full-attention — the heaviest
-    assert kv_cache_bytes(spec, batch=1, seq=32768, bytes_per_element=2, pp=2) == per_layer_token * 14 * 32768
+    assert kv_cache_bytes(spec, batch=1, seq=32768, kv_cache_dtype="auto", dtype_bytes=2, pp=2) == per_layer_token * 14 * 32768
     assert from_hf_config({**cfg, "use_sliding_window": False}).sliding_window is None
 
 

@@ -123,12 +123,16 @@ def test_inference_context_past_the_model_gets_the_training_note(capsys):
 
 def test_train_refuses_inference_only_flags(capsys):
     # before: --batch, --prompt-len, --output-len, --kv-dtype and the inference search options under --task train
-    # (the default) were accepted and changed nothing in the training plan
+    # (the default) were accepted and changed nothing in the training plan; the KV-capacity flags are inference's too
     for flags, named in ((["--prompt-len", "1000"], "--prompt-len 1000"), (["--output-len", "0"], "--output-len 0"),
                          (["--kv-dtype", "fp8"], "--kv-dtype fp8"), (["--kv-dtype", "auto"], "--kv-dtype auto"),
                          (["--max-serving-batch", "4"], "--max-serving-batch 4"),
                          (["--prefill-chunk-tokens", "100"], "--prefill-chunk-tokens 100"),
-                         (["--max-decode-latency-s", "0.1"], "--max-decode-latency-s 0.1")):
+                         (["--max-decode-latency-s", "0.1"], "--max-decode-latency-s 0.1"),
+                         (["--kv-cache-memory", "2GiB"], "--kv-cache-memory 2147483648"),
+                         (["--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization 0.5"),
+                         (["--block-size", "32"], "--block-size 32"),
+                         (["--kv-cache-scales", "per-tensor"], "--kv-cache-scales per-tensor")):
         for task in ([], ["--task", "train"]):
             code, err = _plan_exit(capsys, *task, *flags)
             assert code == 2, err

@@ -9,6 +9,7 @@ from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
 from accelkit.bench.workloads.bert import Bert, BertConfig
 from accelkit.bench.workloads.custom import Custom, CustomConfig
 from accelkit.bench.workloads.dataloader import DataLoaderBench, DataLoaderConfig
+from accelkit.bench.workloads.diffusion import Diffusion, DiffusionConfig
 from accelkit.bench.workloads.llm import LLM, LLMConfig
 from accelkit.bench.workloads.llm_train import LLMTrain, LLMTrainConfig
 from accelkit.bench.workloads.resnet import ResNet, ResNetConfig
@@ -16,7 +17,7 @@ from accelkit.core import UnknownNameError
 from accelkit.core.spec import Spec
 
 WORKLOADS: dict[str, type[BenchWorkload]] = {
-    cls.name: cls for cls in (Bert, ResNet, LLM, LLMTrain, DataLoaderBench, Custom)
+    cls.name: cls for cls in (Bert, ResNet, LLM, LLMTrain, DataLoaderBench, Diffusion, Custom)
 }
 
 
@@ -36,6 +37,7 @@ def make_workload(name: str, config: Spec | dict[str, Any] | None = None) -> Ben
 
 
 __all__ = [
-    "WORKLOADS", "BenchWorkload", "BertConfig", "CustomConfig", "DataLoaderConfig", "LLMConfig", "LLMTrainConfig",
+    "WORKLOADS", "BenchWorkload", "BertConfig", "CustomConfig", "DataLoaderConfig", "DiffusionConfig", "LLMConfig",
+    "LLMTrainConfig",
     "Prepared", "ResNetConfig", "Step", "get_workload", "make_workload",
 ]

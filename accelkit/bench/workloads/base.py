@@ -22,6 +22,9 @@ from accelkit.hardware.device import free_memory_bytes
 if TYPE_CHECKING:
     import torch
 
+    from accelkit.core import Estimate
+    from accelkit.core.bench_result import OutputGate
+
 Task = Literal["infer", "train", "input"]
 #: rows of the batch the accuracy drift is computed on: a small fixed slice, so the fp32 reference output costs
 #: a forward of these rows, not of the whole batch (the first H200 run's reference of a 1B model at b8 × s2048
@@ -53,6 +56,10 @@ class Step:
     #: calls' worth of work the first call does (decode: a prefill, then a whole cycle and one step): with no
     #: warm-up, the first call's time ÷ this sizes the measured blocks
     first_call_calls: int = 1
+    #: phases timed inside the call (text-to-image: text encoders, denoiser steps, VAE decode), read once the lane
+    #: is measured: one dict per phase with the fields of ``core.bench_result.PhaseTime`` less its MFU, and "flops"
+    #: (the phase's model FLOPs per call, or None); None: the step has no phases
+    phases: Callable[[], list[dict[str, Any]]] | None = None
 
 
 @dataclass(slots=True)
@@ -113,6 +120,17 @@ class BenchWorkload(ABC):
 
     def check(self, device: str) -> None:
         """Raise UserError when the workload as configured cannot run on ``device`` at all."""
+        return None
+
+    def output_gate(self, reference: torch.Tensor, output: torch.Tensor) -> OutputGate | None:
+        """The workload's own accuracy gate on a variant's evaluation output against the fp32 one (both as
+        ``Prepared.evaluate`` returned them, on the CPU); None: only the generic drift figures apply."""
+        return None
+
+    def estimate(self, variant: Variant, device: str, catalog: str | None) -> tuple[Estimate | None, str | None] | None:
+        """The planner's estimate of ``variant`` (or None and why not) when the workload plans itself — a
+        text-to-image pipeline is no ``Workload`` of the planner's; None: the generic call in
+        ``accelkit.bench.predict``."""
         return None
 
     @abstractmethod

@@ -1,0 +1,71 @@
+"""The phase recorder and the image gate on tiny tensors: phases timed per call with their FLOPs, the first call
+left out of the medians; the gate's verdicts on identical, close, broken and overflowed outputs."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from accelkit.bench.metrics import flop_counter
+from accelkit.bench.workloads.diffusion.gate import IMAGE_PSNR_MIN_DB, image_gate, psnr_db
+from accelkit.bench.workloads.diffusion.phases import DENOISER, OTHER, TEXT, VAE, PhaseRecorder
+
+
+def _pipeline() -> tuple[PhaseRecorder, object]:
+    text, denoiser, post, decoder = (torch.nn.Linear(8, 8) for _ in range(4))
+    recorder = PhaseRecorder("cpu")
+    recorder.add(TEXT, text)
+    recorder.add(DENOISER, denoiser)
+    recorder.add(VAE, post, end=decoder)  # as the VAE decode: post_quant_conv, then the decoder
+
+    def call() -> None:
+        x = torch.ones(2, 8)
+        text(x)
+        for _ in range(3):
+            x = denoiser(x)
+        decoder(post(x))
+
+    return recorder, call
+
+
+def test_phases_are_timed_per_call_and_counted_per_phase():
+    recorder, call = _pipeline()
+    total = recorder.count(call, flop_counter())
+    per_linear = 2 * 2 * 8 * 8  # one Linear on 2 rows
+    assert total == 6 * per_linear
+    assert recorder.flops == {TEXT: per_linear, DENOISER: 3 * per_linear, VAE: 2 * per_linear, OTHER: 0}
+    assert recorder.timed == []  # counting is not a timed call
+    timed = recorder.wrap(call)
+    for _ in range(4):
+        timed()
+    rows = {r["phase"]: r for r in recorder.summary()}
+    assert len(recorder.timed) == 4  # the summary leaves the first (cold) one out of its medians
+    assert rows[DENOISER]["calls"] == 3 and len(rows[DENOISER]["per_step_s"]) == 3
+    assert rows[TEXT]["calls"] == 1 and rows[VAE]["calls"] == 1 and rows[OTHER]["calls"] == 0
+    assert all(r["median_s"] >= 0 and r["share"] is not None for r in rows.values())
+    recorder.close()
+    timed()  # hooks removed: nothing is recorded any more
+    assert all(not c.spans for c in recorder.timed[4:])
+
+
+def test_the_gate_passes_close_outputs_and_fails_broken_or_overflowed_ones():
+    g = torch.Generator().manual_seed(0)
+    latents = torch.randn(2, 64, generator=g)
+    image = torch.rand(2, 3 * 16 * 16, generator=g)
+    reference = torch.cat([latents, image], 1)
+    same = image_gate(reference, reference.clone(), 64)
+    assert same.passed and same.figures["image_psnr_db"] is None and "identical" in str(same.note)
+    close = reference + 1e-3 * torch.randn(reference.shape, generator=g)
+    assert image_gate(reference, close, 64).passed
+    broken = torch.cat([-latents, image.flip(1)], 1)
+    gate = image_gate(reference, broken, 64)
+    assert not gate.passed and gate.figures["latent_cosine"] < 0  # type: ignore[operator]
+    overflowed = reference.clone()
+    overflowed[0, 3] = math.inf
+    bad = image_gate(reference, overflowed, 64)
+    assert bad.passed is False and "inf/NaN" in str(bad.note)
+    # PSNR is the worst image's: one bad image fails the batch
+    one_off = image.clone()
+    one_off[1] = 1 - one_off[1]
+    assert psnr_db(image[:1], one_off[:1]) == math.inf and psnr_db(image, one_off) < IMAGE_PSNR_MIN_DB
