@@ -8,7 +8,7 @@ from accelkit.core import UserError
 
 
 def test_every_workload_is_registered_with_a_config_and_summary():
-    assert set(WORKLOADS) == {"bert", "resnet", "llm", "llm-train", "dataloader", "custom"}
+    assert set(WORKLOADS) == {"bert", "resnet", "llm", "llm-train", "dataloader", "diffusion", "custom"}
     for name, cls in WORKLOADS.items():
         assert cls.name == name and cls.summary and cls.config_cls.__doc__
 

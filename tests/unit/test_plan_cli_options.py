@@ -5,6 +5,7 @@ import typer
 
 from accelkit.cli.app import app
 from accelkit.plan import PlanOptions
+from accelkit.plan.diffusion import ImageRequest
 from accelkit.plan.layout import MAX_DEVICES
 from accelkit.plan.request import LayoutChoice, PlanRequest
 
@@ -19,11 +20,11 @@ def _plan_command():
     return root.commands["plan"]
 
 
-def test_plan_binds_its_three_specs():
+def test_plan_binds_its_four_specs():
     fn = _plan_command().callback
     while not hasattr(fn, "spec_options"):
         fn = fn.__wrapped__
-    assert {spec for spec, _ in fn.spec_options} == {PlanRequest, LayoutChoice, PlanOptions}
+    assert {spec for spec, _ in fn.spec_options} == {PlanRequest, LayoutChoice, PlanOptions, ImageRequest}
 
 
 def test_every_former_flag_survives_generation():
