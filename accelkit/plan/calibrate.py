@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.core import DeviceSpec, UserError
 from accelkit.hardware import get_device
-from accelkit.plan.priors import COMM, DEFAULT_ATTENTION_OF_COMPUTE, DEFAULT_COMM, Efficiency, prior_efficiency
+from accelkit.plan.priors import (
+    COMM,
+    DEFAULT_ATTENTION_OF_COMPUTE,
+    DEFAULT_COMM,
+    Efficiency,
+    assumed_compute,
+    prior_efficiency,
+)
 
 if TYPE_CHECKING:
     from accelkit.results import StoredResult
@@ -217,7 +224,7 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
                          "attention figure; rerun `accelkit hw probe`)")
         return Efficiency(
             compute=1.0, memory=found.get("memory", 1.0), comm=comm, calibrated=True, attention=attention,
-            flash2=attention,
+            flash2=attention, assumed=() if "attention" in found else ("attention",),
             sources=(f"calibrated: peaks are this CPU's measured matmul and copy bandwidth ({device.source}); "
                      "matmul efficiency 1.0 of those", *notes, *comm_notes),
         )
@@ -241,6 +248,13 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
         changes["compute"] = float(matmul["fraction_of_peak"])
         notes.append(f"compute efficiency {changes['compute']:.2f} measured by `hw probe` {dtype} matmul on this "
                      f"machine ({probe.created_at})")
+    elif "compute" in prior.assumed:  # still assumed: never above what this card measured in another dtype
+        measured = {dt: float(m["fraction_of_peak"]) for dt, m in d.get("matmul", {}).items()
+                    if m.get("fraction_of_peak")}
+        compute, note = assumed_compute(device.name, dtype, measured, f"`hw probe` on this machine, {probe.created_at}")
+        if compute < prior.compute:
+            changes["compute"] = compute
+            notes.append(note)
     if d.get("bandwidth", {}).get("fraction_of_peak"):
         changes["memory"] = float(d["bandwidth"]["fraction_of_peak"])
         notes.append(f"memory efficiency {changes['memory']:.2f} measured by `hw probe` copy on this machine "
@@ -257,4 +271,6 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
     kept = tuple(s for s in prior.sources if s.split(' ')[0] not in replaced)
     if below := small_probe(d):  # the only probe of this device: used, and each figure says what is wrong with it
         notes = [n + _small_note(below) for n in notes]
-    return replace(prior, **changes, sources=(*notes, *kept), calibrated=True)
+    now_measured = {n.split(' ')[0] for n in notes if "ASSUMED" not in n}
+    assumed = tuple(k for k in prior.assumed if k not in now_measured)
+    return replace(prior, **changes, sources=(*notes, *kept), calibrated=True, assumed=assumed)

@@ -23,7 +23,9 @@ _MAMF: dict[str, dict[str, float]] = {
     "MI325X": {"bf16": 0.60, "fp16": 0.60},
     "MI300X": {"bf16": 0.51, "fp16": 0.51},
 }
-#: no published figure for the device/dtype: an assumption, said so in the plan
+#: no published figure for the device/dtype: an assumption, said so in the plan — and never more generous than a
+#: figure measured on the same card in another dtype (MI300X fp8 would otherwise plan at 0.75 beside its measured
+#: bf16 0.51 and rank above H200 fp8, against every public comparison): ``prior_efficiency`` caps it there
 DEFAULT_COMPUTE = 0.75
 
 #: flash attention, forward + backward, as a fraction of the dense 16-bit peak at long sequences, by GPU
@@ -132,6 +134,9 @@ class Efficiency:
     flash2: float = 0.35  # the same for FlashAttention-2 (options.attention == "flash2")
     scaleout: float = SCALEOUT  # NIC achieved / line rate
     launch_s: float = LAUNCH_S
+    #: the per-card figures above that are ASSUMED, not published or measured ("compute", "attention"): the plan
+    #: tables mark them (the sources say why)
+    assumed: tuple[str, ...] = ()
 
 
 def family(device: DeviceSpec) -> str | None:
@@ -142,17 +147,32 @@ def family(device: DeviceSpec) -> str | None:
     return None
 
 
+def assumed_compute(device_name: str, dtype: str, measured: dict[str, float], where: str) -> tuple[float, str]:
+    """The ASSUMED matmul efficiency of ``dtype`` on a card with no figure for it, and its sentence:
+    ``DEFAULT_COMPUTE``, capped at the lowest efficiency ``measured`` on the same card in another dtype (dtype →
+    fraction of that dtype's dense peak; ``where`` names where they come from)."""
+    compute = DEFAULT_COMPUTE
+    why = f"ASSUMED — no published MAMF figure for {device_name} {dtype}"
+    if measured:
+        floor_dtype, floor = min(measured.items(), key=lambda kv: kv[1])
+        if floor < compute:
+            compute = floor
+            why += (f"; capped at the same card's measured {floor_dtype} {floor:.2f} ({where}): an assumption is "
+                    f"never more generous than a measured figure beside it (default {DEFAULT_COMPUTE:.2f})")
+    return compute, f"compute efficiency {compute:.2f} of dense {dtype} peak: {why}"
+
+
 def prior_efficiency(device: DeviceSpec, dtype: str) -> Efficiency:
     """Published priors for ``device`` computing in ``dtype`` (matmul dtype: bf16, fp8 …)."""
     fam = family(device)
     table = _MAMF.get(fam or "", {})
+    assumed: list[str] = []
     if dtype in table:
         compute = table[dtype]
         csrc = f"compute efficiency {compute:.2f} of dense {dtype} peak ({fam}): {MAMF_SOURCE}"
     else:
-        compute = DEFAULT_COMPUTE
-        csrc = (f"compute efficiency {compute:.2f} of dense {dtype} peak: ASSUMED — no published MAMF figure "
-                f"for {device.name} {dtype}")
+        compute, csrc = assumed_compute(device.name, dtype, table, "MAMF tables")
+        assumed.append("compute")
     attn = _ATTENTION.get(fam or "")
     if attn is not None:
         attention, flash2 = attn["flash"], attn["flash2"]
@@ -162,11 +182,12 @@ def prior_efficiency(device: DeviceSpec, dtype: str) -> Efficiency:
         attention = flash2 = DEFAULT_ATTENTION_OF_COMPUTE * compute
         asrc = (f"attention efficiency {attention:.2f} of dense peak: ASSUMED — half the matmul efficiency "
                 f"(no published flash-attention figure for {device.name})")
+        assumed.append("attention")
     comm = _COMM_BY_FABRIC.get(device.scaleup_fabric, COMM.get(device.vendor, DEFAULT_COMM))
     comm_src = COMM_FABRIC_SOURCE.get(device.scaleup_fabric) or COMM_SOURCE.get(
         device.vendor, "ASSUMED 0.80 (no published collective efficiency for this vendor)")
     return Efficiency(
-        compute=compute, memory=MEMORY, comm=comm, attention=attention, flash2=flash2,
+        compute=compute, memory=MEMORY, comm=comm, attention=attention, flash2=flash2, assumed=tuple(assumed),
         sources=(
             csrc,
             asrc,
