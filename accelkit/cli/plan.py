@@ -34,11 +34,34 @@ def _kv_memory(text: str) -> int:
     return parse_size(text, field="--kv-cache-memory")
 
 
+def _prices(text: str) -> float | dict[str, float]:
+    """'2.5' (every device) or 'h100=2.5,h200=3.1' (per hardware name or alias)."""
+    if "=" not in text:
+        return float(text)
+    prices = {}
+    for item in csv_list(text, field="--price-per-device-hour") or []:
+        name, _, value = item.partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = float("nan")
+        if not name.strip() or not price >= 0 or price == float("inf"):
+            raise UserError(f"--price-per-device-hour {item!r} is not valid; give NAME=DOLLARS per hardware, e.g. "
+                            "h100=2.5,h200=3.1, or one number for every device")
+        prices[name.strip()] = price
+    return prices
+
+
 @spec_options(PlanOptions, into="options",
               names={"overhead_bytes": "--overhead", "dropout": "--dropout/--no-dropout",
                      "kv_cache_memory_bytes": "--kv-cache-memory"},
-              parse={"overhead_bytes": _bytes, "kv_cache_memory_bytes": _kv_memory}, optional=INFER_ONLY_OPTIONS,
+              parse={"overhead_bytes": _bytes, "kv_cache_memory_bytes": _kv_memory, "price_per_device_hour": _prices},
+              optional=INFER_ONLY_OPTIONS,
               helps={"overhead_bytes": "Framework allowance per device, e.g. 2GiB (context, communicator buffers).",
+                     "price_per_device_hour": "Dollars per device-hour, for cost: one number for every device, or "
+                                              "NAME=X per hardware (h100=2.5,h200=3.1). --compare without it (or for "
+                                              "a device it leaves out): the price catalog's, with offer, source and "
+                                              "date under the table.",
                      "max_serving_batch": "Inference without --batch: plan at the largest batch that fits, capped "
                                           "here (vLLM max_num_seqs); default 256.",
                      "prefill_chunk_tokens": "Inference: prefill tokens processed per step (chunked prefill); "
@@ -100,6 +123,9 @@ def plan_cmd(
             refuse_train_only(request, TRAIN_ONLY_REQUEST)
         else:
             _refuse_inference_flags(request, options)
+        prices = options.pop("price_per_device_hour", None)
+        if isinstance(prices, float):  # one price for every device, as before
+            options["price_per_device_hour"], prices = prices, None
         req = PlanRequest(**request)
         choice = LayoutChoice(**layout)
         plan_options = PlanOptions(**options)
@@ -150,11 +176,15 @@ def plan_cmd(
     top = req.top
     if names:
         rows = compare_hw(workload, names, options=plan_options,
-                          scaleout_bandwidth_bytes_per_s=req.scaleout_bandwidth_bytes_per_s, **common)
+                          scaleout_bandwidth_bytes_per_s=req.scaleout_bandwidth_bytes_per_s,
+                          basis=req.compare_basis or "devices", prices=prices, budget_per_hour=req.budget_per_hour,
+                          **common)
     else:
         cluster = Cluster(device=resolve_hardware(str(req.hardware)), num_devices=req.num_devices or 1)
         if req.scaleout_bandwidth_bytes_per_s is not None:
             cluster = cluster.replace(scaleout_bandwidth_bytes_per_s=req.scaleout_bandwidth_bytes_per_s)
+        if prices:  # NAME=X for the one hardware planned
+            plan_options = plan_options.replace(price_per_device_hour=_own_price(prices, cluster.device.name))
         ctx = make_context(workload, cluster, plan_options)
         found = search_ctx(ctx, top=top or 1, **common)
         rows = [(c, c.extra["context"]) for c in found]
@@ -162,6 +192,11 @@ def plan_cmd(
             _compare_compression(workload, rows[0], plan_options, req.powersgd_rank, as_json)
             return
     docs = [to_json(c, ctx) for c, ctx in rows]
+    if not names and not docs[0]["fits"]:  # say what would fit: --offload, the smallest count
+        from accelkit.plan.fit_hints import would_fit
+
+        docs[0]["overflow"]["would_fit"] = would_fit(rows[0][1], fixed=common["fixed"],
+                                                     global_batch=req.global_batch, batch=req.batch)
     _store([to_estimate(c, ctx) for c, ctx in rows])
     for warning in dict.fromkeys(w for _, ctx in rows for w in ctx.warnings):  # once each, in order
         err.print(f"warning: {warning}", highlight=False)
@@ -173,6 +208,20 @@ def plan_cmd(
             _render_one(docs[0])
 
     emit(docs if (names or top) else docs[0], as_json, render)
+
+
+def _own_price(prices: dict[str, float], device_name: str) -> float:
+    """The price NAME=X gives the one --hardware planned; a name that is not it is an error, not ignored."""
+    from accelkit.plan import resolve_hardware
+
+    own = None
+    for name, price in prices.items():
+        if resolve_hardware(name).name != device_name:
+            raise UserError(f"--price-per-device-hour names {name}, which is not --hardware {device_name}; drop it, or "
+                            "give one number")
+        own = price
+    assert own is not None
+    return own
 
 
 def _refuse_inference_flags(request: dict[str, Any], options: dict[str, Any]) -> None:
@@ -255,6 +304,21 @@ def _money(doc: dict[str, Any]) -> str | None:
     return f"${cost['per_million_tokens']:,.2f}/M tok"
 
 
+def _assumed(d: dict[str, Any]) -> str | None:
+    """The efficiencies a plan ASSUMES for this device (no published or measured figure), in words; None when none."""
+    assumed = d.get("assumed_efficiency") or {}
+    return ", ".join(f"{k} {v:.2f}" for k, v in assumed.items()) or None
+
+
+def _price_note(d: dict[str, Any]) -> str | None:
+    cost = d.get("cost")
+    if not cost:
+        return None
+    source = cost.get("price_source") or "given"
+    return f"${cost['price_per_device_hour']:g}/device-hour" + (
+        " (--price-per-device-hour)" if source == "given" else f" — price {source}")
+
+
 def _render_rows(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
     infer = docs[0]["task"] != "train"
     cols = ["hardware", "devices", "layout", "fits", "step s", "tok/s", "tok/s/dev", "MFU", "J/token", "cost",
@@ -271,12 +335,35 @@ def _render_rows(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
             row += [fmt_num(d["prefill_time_s"], 3), fmt_num(dec * 1e3 if dec else None, 2), d["max_batch"]]
         else:
             row += [fmt_num(d["step_time_s"], 2)]
-        row += [fmt_num(tps, 0), fmt_num(tps / n if tps else None, 0), f"{d['mfu']:.3f}",
-                fmt_num(d["energy_j_per_token"], 3), _money(d), d["bottleneck"]]
+        row += [fmt_num(tps, 0), fmt_num(tps / n if tps else None, 0),
+                f"{d['mfu']:.3f}" + ("*" if _assumed(d) else ""),  # * = rests on an assumed efficiency (footnote)
+                fmt_num(d["energy_j_per_token"], 3), _money(d) or ("no price" if by_hardware else None), d["bottleneck"]]
         rows.append(row)
     title = f"{docs[0]['model']['name']} {docs[0]['task']}: " + ("one row per hardware" if by_hardware else "best layouts")
     out.print(table(title, cols, rows, right=tuple(range(1, len(cols) - 2))))
+    if by_hardware and docs[0].get("compare_basis"):
+        out.print(f"basis: {docs[0]['compare_basis']}", highlight=False)
+    shown = docs if by_hardware else docs[:1]  # --top: one hardware, the same figures on every row
+    for d in shown:
+        if (assumed := _assumed(d)) is not None:
+            out.print(f"* {d['hardware']['name']}: efficiency ASSUMED (no published or measured figure): {assumed} "
+                      "— `--json` assumptions say why", highlight=False)
+    notes = {d["hardware"]["name"]: note for d in shown if (note := _price_note(d)) is not None}
+    if len(shown) > 1 and len(notes) == len(shown) and len(set(notes.values())) == 1:
+        out.print(f"price: {next(iter(notes.values()))} for every device", highlight=False)
+    else:
+        for name, note in notes.items():
+            out.print(f"price {name}: {note}", highlight=False)
+    if by_hardware and any(not d.get("cost") for d in docs):
+        out.print("no price: the price catalog has none for this hardware; give --price-per-device-hour NAME=X",
+                  highlight=False)
     out.print("energy is ESTIMATED from TDP × activity factor; `--json` lists every assumption")
+
+
+def _would_fit(hints: list[str] | None) -> str:
+    if hints is None:
+        return ""
+    return ("; would fit: " + "; or ".join(hints)) if hints else "; no device count up to --max-devices fits"
 
 
 def _render_one(d: dict[str, Any]) -> None:
@@ -289,7 +376,8 @@ def _render_one(d: dict[str, Any]) -> None:
         ("hardware", f"{d['hardware']['num_devices']} × {d['hardware']['name']}"),
         ("layout", _layout_str(lay)),
         ("fits", "yes" if d["fits"] else f"NO — over by {fmt_bytes(d['overflow']['over_by_bytes'])}; largest: "
-                                         f"{', '.join(d['overflow']['largest'])}"),
+                                         f"{', '.join(d['overflow']['largest'])}"
+                                         + _would_fit(d['overflow'].get('would_fit'))),
         ("memory / device", f"{fmt_bytes(mem['total'])} of {fmt_bytes(d['memory_capacity_bytes'])} — "
                             + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in mem.items() if k != "total" and v)),
     ]
@@ -311,12 +399,13 @@ def _render_one(d: dict[str, Any]) -> None:
     unit = "samples/s" if d["tokens_per_s"] is None else "tokens/s"
     rows += [
         ("throughput", f"{fmt_num(tps, 0)} {unit} ({fmt_num(tps / d['hardware']['num_devices'], 0)} per device)"),
-        ("MFU", f"{d['mfu']:.3f}"),
+        ("MFU", f"{d['mfu']:.3f}" + (f" (efficiency ASSUMED: {assumed}; see assumptions)"
+                                      if (assumed := _assumed(d)) else "")),
         ("time", ", ".join(f"{k} {v:.3g} s" for k, v in d["time_breakdown_s"].items()) + f" → {d['bottleneck']}"),
         ("energy", f"{d['energy_j_per_token']:.4g} J/token (estimated)" if d["energy_j_per_token"] else "-"),
     ]
     if _money(d):
-        rows.append(("cost", _money(d)))
+        rows.append(("cost", f"{_money(d)} at {_price_note(d)}"))
     out.print(table("Plan", ["", ""], rows))
     out.print("assumptions:")
     for a in d["assumptions"]:

@@ -17,7 +17,9 @@ class UserError(AccelkitError, ValueError):
 class UnknownNameError(UserError, KeyError):
     """A name not in a catalog; the message suggests the closest known names."""
 
-    def __init__(self, what: str, name: str, known: Iterable[str], listing: Iterable[str] | None = None):
+    def __init__(self, what: str, name: str, known: Iterable[str], listing: Iterable[str] | None = None,
+                 more: str | None = None):
+        """``more``: what else the user may give instead (e.g. a path), appended to the suggestion."""
         known = sorted(set(known))
         shown = list(listing) if listing is not None else known
         close = difflib.get_close_matches(name.lower(), [k.lower() for k in known], n=3, cutoff=0.4)
@@ -27,7 +29,7 @@ class UnknownNameError(UserError, KeyError):
             if close
             else f"known: {', '.join(shown[:20])}{' …' if len(shown) > 20 else ''}"
         )
-        super().__init__(f"unknown {what} {name!r}; {hint}")
+        super().__init__(f"unknown {what} {name!r}; {hint}" + (f" — {more}" if more else ""))
         self.name = name
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message

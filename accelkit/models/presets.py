@@ -36,6 +36,17 @@ def llama3_70b() -> ModelSpec:
     return _llama("llama-3.1-70b", num_layers=80, hidden_size=8192, num_heads=64, ffn_hidden_size=28672)
 
 
+def llama3_0_8b() -> ModelSpec:
+    """Llama 3 8B (April 2024): Llama 3.1 8B's dimensions with an 8K context and plain RoPE (θ 500000, no llama3
+    scaling) — its own preset, so `--model llama-3-8b` never silently plans the 128K-context 3.1."""
+    return llama3_8b().replace(name="llama-3-8b", max_seq_len=8192, rope_scaling=None)
+
+
+def llama3_0_70b() -> ModelSpec:
+    """Llama 3 70B (April 2024): Llama 3.1 70B's dimensions with an 8K context and plain RoPE."""
+    return llama3_70b().replace(name="llama-3-70b", max_seq_len=8192, rope_scaling=None)
+
+
 def llama3_405b() -> ModelSpec:
     """Llama 3.1 405B: 126 layers, h 16384, 128 heads / 8 KV heads, SwiGLU 53248."""
     return _llama("llama-3.1-405b", num_layers=126, hidden_size=16384, num_heads=128, ffn_hidden_size=53248)
@@ -190,12 +201,13 @@ def tiny_resnet() -> ModelSpec:
 PRESETS: dict[str, Callable[[], ModelSpec]] = {
     f().name: f
     for f in (
-        llama3_8b, llama3_70b, llama3_405b, qwen25_7b, qwen25_72b, mistral_7b, mixtral_8x7b, gpt3_175b,
+        llama3_8b, llama3_70b, llama3_405b, llama3_0_8b, llama3_0_70b, qwen25_7b, qwen25_72b, mistral_7b, mixtral_8x7b, gpt3_175b,
         bert_base, bert_large, vit_b16, resnet50, resnet152,
         tiny_llama, tiny_qwen2, tiny_mistral, tiny_mixtral, tiny_gpt, tiny_bert, tiny_vit, tiny_resnet,
     )
 }
-_ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b", "gpt3": "gpt3-175b", "vit-base": "vit-b16"}
+#: other spellings of the same model (never a different one: llama-3-70b is its own preset, not llama-3.1-70b)
+_ALIASES = {"gpt3": "gpt3-175b", "vit-base": "vit-b16"}
 
 
 def get_preset(name: str) -> ModelSpec:
@@ -203,5 +215,6 @@ def get_preset(name: str) -> ModelSpec:
     key = name.lower()
     key = _ALIASES.get(key, key)
     if key not in PRESETS:
-        raise UnknownNameError("model", name, PRESETS, listing=list(PRESETS))
+        raise UnknownNameError("model", name, PRESETS, listing=list(PRESETS),
+                               more="or give the path of a Hugging Face config.json (or of a directory holding one)")
     return PRESETS[key]()

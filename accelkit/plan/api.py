@@ -82,8 +82,11 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
         "bottleneck": c.bottleneck,
         "energy_j_per_token": None if m.kind == "cnn" else c.energy_j_per_token,
         "assumptions": list(ctx.assumptions) + layout_assumptions(ctx, lay),
+        "assumed_efficiency": {k: getattr(ctx.efficiency, k) for k in ctx.efficiency.assumed},
         "warnings": list(ctx.warnings),
     }
+    if ctx.compare_basis is not None:
+        doc["compare_basis"] = ctx.compare_basis
     if m.kind == "cnn":
         doc["samples_per_s"] = c.tokens_per_s
         doc["energy_j_per_sample"] = c.energy_j_per_token
@@ -103,7 +106,8 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
             doc["assumptions"].append(describe_kv_capacity(ctx, capacity))
     if ctx.options.price_per_device_hour is not None and c.cost_per_step is not None:
         per_token = c.cost_per_step / c.tokens_per_step if c.tokens_per_step else None
-        doc["cost"] = {"price_per_device_hour": ctx.options.price_per_device_hour, "per_step": c.cost_per_step,
+        doc["cost"] = {"price_per_device_hour": ctx.options.price_per_device_hour, "price_source": ctx.price_source,
+                       "per_step": c.cost_per_step,
                        "per_hour": c.cost_per_step / c.step_time_s * 3600 if c.step_time_s else None,
                        "per_million_tokens": None if per_token is None else per_token * 1e6}
     return doc

@@ -71,6 +71,11 @@ class PlanContext:
     #: what the user should see before the plan (the CLI prints each as a ``warning:`` line; ``--json``: ``warnings``),
     #: e.g. that no device count reached the target
     warnings: list[str] = field(default_factory=list)
+    #: where ``options.price_per_device_hour`` comes from: "given" (the caller's) or "catalog: <offer, source,
+    #: date>" (accelkit/hardware/data/prices.csv, which ``compare`` reads); None without a price
+    price_source: str | None = None
+    #: ``compare``: the basis its rows share, in words (the same device count, or the same budget)
+    compare_basis: str | None = None
 
     @property
     def model(self) -> ModelSpec:
@@ -124,7 +129,8 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
         else sustained_tensor(family(cluster.device))
     ctx = PlanContext(workload=workload, cluster=cluster, options=options, efficiency=eff, peak_dtype=dtype,
                       peak=peak, e=ACT_BYTES[recipe.precision], weight_bytes=wbytes, peak_16=peak_16,
-                      sustained=sustained, sustained_source=sustained_source)
+                      sustained=sustained, sustained_source=sustained_source,
+                      price_source=None if options.price_per_device_hour is None else "given")
     if model.kind == "cnn":
         from accelkit.plan.cnn import trace_cnn  # imports torch: only CNN plans pay for it
 

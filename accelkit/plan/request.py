@@ -21,6 +21,13 @@ class PlanRequest(Spec):
         None, doc="Catalog name (h100, mi300x …) or 'cpu' (uses `hw probe`).")
     compare: str | None = spec_field(
         None, doc="Comma list of hardware: one row each (e.g. h100,h200,mi300x,b200).")
+    compare_basis: Literal["devices", "budget", "min-devices"] | None = spec_field(
+        None, doc="--compare: what the rows share — devices (the default: the same count, --num-devices or the "
+                  "smallest at which every compared hardware fits), budget (the same $/hour: each gets the devices "
+                  "its price buys) or min-devices (each at its own smallest count that fits).")
+    budget_per_hour: float | None = spec_field(
+        None, min=0.0, doc="--compare-basis budget: dollars per hour for each hardware (default: the least at which "
+                           "every compared hardware fits).")
     num_devices: int | None = spec_field(
         None, min=1, max=MAX_DEVICES, doc="Devices; omitted: the smallest count that fits.")
     seq_len: int | None = spec_field(
@@ -48,6 +55,14 @@ class PlanRequest(Spec):
     def validate(self) -> None:
         if not self.hardware and not self.compare:
             raise ValueError("give --hardware NAME (e.g. h100) or --compare A,B,…")
+        if self.compare_basis is not None and not self.compare:
+            raise ValueError(f"--compare-basis {self.compare_basis} applies to --compare; add --compare A,B,… or drop it")
+        if self.budget_per_hour is not None and self.compare_basis != "budget":
+            raise ValueError(f"--budget-per-hour {self.budget_per_hour:g} applies to --compare-basis budget; add it, "
+                             "or drop --budget-per-hour")
+        if self.num_devices is not None and self.compare_basis not in (None, "devices"):
+            raise ValueError(f"--num-devices {self.num_devices} gives every hardware the same count; drop it, or drop "
+                             f"--compare-basis {self.compare_basis}")
         if self.compare and self.top is not None:
             raise ValueError(f"--top {self.top} lists one hardware's best layouts; --compare shows each hardware's best "
                              "one — drop --top, or plan one --hardware at a time")
