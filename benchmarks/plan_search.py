@@ -49,7 +49,7 @@ def main() -> None:
     candidates = len(list(enumerate_layouts(ctx, 64, {}, 1024)))
     search_s = _time(lambda: search_ctx(ctx, num_devices=64, global_batch=1024))
     compare_s = _time(lambda: compare(workload, ["h100", "h200", "mi300x", "b200"],
-                                      options=PlanOptions(use_calibration=False)), runs=5)
+                                      options=PlanOptions(use_calibration=False), basis="min-devices"), runs=5)
     search, cmp = summarize(search_s), summarize(compare_s)
     result = {
         "benchmark": "plan_search",

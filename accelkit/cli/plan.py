@@ -34,11 +34,21 @@ def _kv_memory(text: str) -> int:
     return parse_size(text, field="--kv-cache-memory")
 
 
+class _PerHardware(dict[str, float]):
+    """Prices by hardware name, shown as the user typed them (an error quoting the flag quotes the text)."""
+
+    text = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def _prices(text: str) -> float | dict[str, float]:
     """'2.5' (every device) or 'h100=2.5,h200=3.1' (per hardware name or alias)."""
     if "=" not in text:
         return float(text)
-    prices = {}
+    prices = _PerHardware()
+    prices.text = text
     for item in csv_list(text, field="--price-per-device-hour") or []:
         name, _, value = item.partition("=")
         try:

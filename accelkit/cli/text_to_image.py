@@ -133,7 +133,8 @@ def render_plans(docs: list[dict[str, Any]], *, compare: bool) -> None:
 
 #: `accelkit plan` flags a text-to-image plan does not read (request fields, then every layout field)
 _NOT_FOR_IMAGES = ("seq_len", "global_batch", "prompt_len", "output_len", "kv_dtype", "optimizer", "offload",
-                   "grad_compression", "powersgd_rank", "compare_compression", "top", "scaleout_gbps")
+                   "grad_compression", "powersgd_rank", "compare_compression", "top", "scaleout_gbps", "compare_basis",
+                   "budget_per_hour")
 #: PlanOptions a text-to-image plan reads; the others are refused when changed from their defaults
 _IMAGE_OPTIONS = ("activity_factor", "overhead_bytes", "use_calibration")
 

@@ -24,7 +24,7 @@ class DevicePrice:
 
     def describe(self) -> str:
         """Where the figure comes from, in words: the offer, the source and its date."""
-        return f"{self.offer} ({self.source}; {self.date})"
+        return f"{self.offer} ({self.source}, {self.date})"
 
 
 @functools.cache

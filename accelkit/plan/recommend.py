@@ -54,11 +54,13 @@ def compare(workload: Workload, hardware: str | Sequence[str], *, options: PlanO
                         "--budget-per-hour")
     options = options or PlanOptions()
     devices = [resolve_hardware(n) for n in names]
-    given = {resolve_hardware(k).name: float(v) for k, v in (prices or {}).items()}
-    for name in given:
+    given = {}
+    for key, value in (prices or {}).items():
+        name = resolve_hardware(key).name
         if name not in {d.name for d in devices}:
-            raise UserError(f"--price-per-device-hour names {name}, which is not in --compare "
+            raise UserError(f"--price-per-device-hour names {key} ({name}), which is not in --compare "
                             f"{','.join(names)}; drop it or add it to the list")
+        given[name] = float(value)
     contexts = []
     for device in devices:
         price, source = _price(device.name, given, options)
