@@ -364,9 +364,10 @@ def _render_rows(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
     else:
         for name, note in notes.items():
             out.print(f"price {name}: {note}", highlight=False)
-    if by_hardware and any(not d.get("cost") for d in docs):
-        out.print("no price: the price catalog has none for this hardware; give --price-per-device-hour NAME=X",
-                  highlight=False)
+    unpriced = [d["hardware"]["name"] for d in docs if not d.get("cost")] if by_hardware else []
+    if unpriced:
+        out.print(f"no price: the price catalog has none for {', '.join(unpriced)}; give --price-per-device-hour "
+                  f"{unpriced[0].split('-')[0].lower()}=X", highlight=False)
     out.print("energy is ESTIMATED from TDP × activity factor; `--json` lists every assumption")
 
 

@@ -131,9 +131,10 @@ def _same_count(contexts: list[PlanContext], mins: list[int | None],
     note = f"; {', '.join(missing)} fit(s) at no count up to --max-devices" if missing else ""
     for n in ladder:
         if all(fits(i, n) for i, m in enumerate(mins) if m is not None):
-            return [n] * len(contexts), (f"same device count: {n} each, the smallest at which every compared "
-                                         f"hardware fits (--compare-basis budget for the same money, min-devices for "
-                                         f"each one's own smallest){note}")
+            # a device that fits nowhere keeps its own fallback (the largest count with a layout, and a warning)
+            return [n if m is not None else None for m in mins], (
+                f"same device count: {n} each, the smallest at which every compared hardware fits (--compare-basis "
+                f"budget for the same money, min-devices for each one's own smallest){note}")
     return list(mins), "each hardware at its own smallest device count (no common count fits all)"
 
 
