@@ -128,13 +128,15 @@ def _same_count(contexts: list[PlanContext], mins: list[int | None],
     limit = min(ctx.options.max_devices for ctx in contexts)
     ladder = sorted({n for ctx in contexts for n in _counts(ctx.device, limit) if n >= start})
     missing = [ctx.device.name for ctx, m in zip(contexts, mins, strict=True) if m is None]
-    note = f"; {', '.join(missing)} fit(s) at no count up to --max-devices" if missing else ""
+    which = "every compared hardware fits" if not missing else (
+        f"every compared hardware but {', '.join(missing)} fits ({'it fits' if len(missing) == 1 else 'they fit'} at "
+        "no count up to --max-devices: see warnings)")
     for n in ladder:
         if all(fits(i, n) for i, m in enumerate(mins) if m is not None):
             # a device that fits nowhere keeps its own fallback (the largest count with a layout, and a warning)
             return [n if m is not None else None for m in mins], (
-                f"same device count: {n} each, the smallest at which every compared hardware fits (--compare-basis "
-                f"budget for the same money, min-devices for each one's own smallest){note}")
+                f"same device count: {n} each, the smallest at which {which} (--compare-basis budget for the same "
+                "money, min-devices for each one's own smallest)")
     return list(mins), "each hardware at its own smallest device count (no common count fits all)"
 
 

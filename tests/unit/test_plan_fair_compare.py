@@ -133,3 +133,14 @@ def test_one_hardware_takes_its_own_named_price(capsys):
     assert (cost["price_per_device_hour"], cost["price_source"]) == (2.5, "given")
     code, _, err = _main(capsys, "--model", "llama-3.1-8b", "--hardware", "h100", "--price-per-device-hour", "h200=3")
     assert code == 2 and "names h200, which is not --hardware H100-SXM5-80GB" in err
+
+
+def test_a_card_that_fits_nowhere_keeps_its_warning_and_the_others_their_common_count(capsys):
+    code, out, err = _main(capsys, "--model", "llama-3.1-70b", "--task", "infer", "--compare", "h100,rtx-4090",
+                           "--max-devices", "2", "--json")
+    assert code == 0, err
+    rows = {d["hardware"]["name"]: d for d in json.loads(out)}
+    h100, rtx = rows["H100-SXM5-80GB"], rows["RTX-4090"]
+    assert h100["fits"] and not rtx["fits"] and rtx["warnings"]
+    assert h100["compare_basis"].startswith("same device count: 2 each, the smallest at which every compared "
+                                            "hardware but RTX-4090 fits (it fits at no count up to --max-devices")
