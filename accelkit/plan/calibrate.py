@@ -267,6 +267,11 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
             changes["flash2"] = min(prior.flash2, found["attention"])
     if not notes:
         return prior
+    if "compute" in changes and "attention" in prior.assumed and "attention" not in found:
+        # the assumed attention figure is a fraction of the matmul's: it follows the measured (or capped) one
+        changes["attention"] = changes["flash2"] = DEFAULT_ATTENTION_OF_COMPUTE * changes["compute"]
+        notes.append(f"attention efficiency {changes['attention']:.2f} of dense peak: ASSUMED — half the matmul "
+                     f"efficiency above (no published flash-attention figure for {device.name})")
     replaced = {n.split(' ')[0] for n in notes}  # 'compute' / 'memory' / 'attention'
     kept = tuple(s for s in prior.sources if s.split(' ')[0] not in replaced)
     if below := small_probe(d):  # the only probe of this device: used, and each figure says what is wrong with it

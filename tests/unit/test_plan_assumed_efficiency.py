@@ -75,4 +75,5 @@ def test_a_probe_of_the_card_caps_the_assumed_dtype_too():
     w = Workload(model=get_preset("llama-3.1-8b"), task="infer", recipe=Recipe(precision="fp8"))
     ctx = make_context(w, Cluster(device=get_device("mi300x"), num_devices=1))
     assert ctx.efficiency.compute == pytest.approx(0.40) and "compute" in ctx.efficiency.assumed
+    assert ctx.efficiency.attention == pytest.approx(0.20) and "attention" in ctx.efficiency.assumed  # half of it
     assert any("capped at the same card's measured bf16 0.40 (`hw probe` on this machine" in a for a in ctx.assumptions)
