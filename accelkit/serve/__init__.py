@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from accelkit.serve.config import EngineConfig
-from accelkit.serve.outputs import EngineStats, RequestMetrics, RequestOutput
+from accelkit.serve.outputs import CompletionOutput, EngineStats, RequestMetrics, RequestOutput
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 
 if TYPE_CHECKING:
@@ -34,6 +34,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "LLM", "EngineConfig", "EngineLoop", "EngineStats", "LLMEngine", "RequestMetrics", "RequestOutput",
+    "LLM", "CompletionOutput", "EngineConfig", "EngineLoop", "EngineStats", "LLMEngine", "RequestMetrics", "RequestOutput",
     "RequestStream", "SamplingParams", "StructuredOutputs",
 ]

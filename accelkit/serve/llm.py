@@ -1,4 +1,5 @@
-"""Offline batch inference: ``LLM(model_dir).generate(prompts, SamplingParams(...))``."""
+"""Offline batch inference as vLLM's ``LLM`` offers it: ``LLM(model_dir).generate(prompts, SamplingParams(...))`` and
+``LLM(model_dir).chat(messages)``; each output's ``outputs[0].text`` as in vLLM."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as Seq
 from typing import Any, TypedDict
 
+from accelkit.serve.chat_template import ChatTemplateError, chat_template_arguments, render_conversation
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.engine import LLMEngine
 from accelkit.serve.outputs import RequestOutput
@@ -79,26 +81,83 @@ class LLM:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
+    def get_tokenizer(self) -> Any:
+        """The tokenizer (vLLM's ``LLM.get_tokenizer()``)."""
+        return self.engine.tokenizer
+
     def generate(
         self,
         prompts: Prompt | Seq[Prompt],
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
         *,
+        use_tqdm: bool = True,
         priority: int | Seq[int] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt, all batched together; outputs in prompt order. A prompt is text, token ids,
         or vLLM's ``{"prompt": text}`` / ``{"prompt_token_ids": ids}``; one alone or a list of them.
         ``priority``: one integer for all prompts or one per prompt (lower runs first), with
-        ``scheduling_policy="priority"`` only.
+        ``scheduling_policy="priority"`` only. ``use_tqdm`` is taken for vLLM's signature; no progress bar is shown.
 
         Every request is validated before any is queued, so a bad one raises ``ValueError`` (naming the field)
         and nothing runs.
         """
+        del use_tqdm
         one = isinstance(prompts, (str, Mapping)) or _is_token_ids(prompts)
         if not one and (not isinstance(prompts, Iterable) or isinstance(prompts, bytes)):
             raise ValueError(f"prompts={_short(prompts)} is not a prompt; expected text, token ids, {_PROMPT_FORMS}, "
                              "or a list of those")
-        prompt_list: list[object] = [prompts] if one else list(prompts)
+        prompt_list: list[object] = [_unpack(p) for p in ([prompts] if one else list(prompts))]
+        return self._run(prompt_list, sampling_params, priority, add_special_tokens=True)
+
+    def chat(
+        self,
+        messages: Seq[Mapping[str, Any]] | Seq[Seq[Mapping[str, Any]]],
+        sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
+        *,
+        use_tqdm: bool = True,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        tools: list[Any] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[RequestOutput]:
+        """vLLM's ``LLM.chat``: one conversation (a list of ``{"role", "content"}`` messages) or a list of them, each
+        rendered with the model's chat template (or ``chat_template``) and generated for as ``generate`` does; the
+        rendered text is each output's ``prompt``. A template that refuses the messages raises ``ValueError``."""
+        del use_tqdm
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise ValueError(f"messages={_short(messages)} is not a conversation; expected a list of "
+                             "{'role': ..., 'content': ...} messages, or a list of such lists")
+        items: list[Any] = list(messages)
+        single = bool(items) and isinstance(items[0], Mapping)
+        conversations: list[Any] = [items] if single else items
+        if self.engine.tokenizer is None:
+            raise ValueError("this model has no tokenizer, so no chat template; use generate() with token ids")
+        reserved = chat_template_arguments(self.engine.tokenizer)
+        rendered: list[object] = []
+        for i, conversation in enumerate(conversations):
+            where = "messages" if single else f"messages[{i}]"
+            if isinstance(conversation, (str, bytes, Mapping)) or not isinstance(conversation, Iterable):
+                raise ValueError(f"{where}={_short(conversation)} is not a conversation; expected a list of "
+                                 "{'role': ..., 'content': ...} messages")
+            bad = [m for m in conversation if not isinstance(m, Mapping)]
+            if bad:
+                raise ValueError(f"{where} holds {_short(bad[0])}, which is not a message; expected "
+                                 "{'role': ..., 'content': ...}")
+            try:
+                rendered.append(render_conversation(
+                    self.engine.tokenizer, [dict(m) for m in conversation], chat_template=chat_template,
+                    add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
+                    variables=dict(chat_template_kwargs or {}), reserved=reserved, tools=tools,
+                ))
+            except ChatTemplateError as e:
+                raise ValueError(f"{where}: {e}") from None
+        # a rendered template holds its special tokens (BOS) already
+        return self._run(rendered, sampling_params, None, add_special_tokens=False)
+
+    def _run(self, prompt_list: list[object], sampling_params: SamplingParams | Seq[SamplingParams] | None,
+             priority: int | Seq[int] | None, *, add_special_tokens: bool) -> list[RequestOutput]:
+        """Validate every request, queue them all, and step until each has finished; outputs in prompt order."""
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params_list = [sampling_params or SamplingParams()] * len(prompt_list)
         else:
@@ -110,7 +169,8 @@ class LLM:
         for i, (prompt, params, prio) in enumerate(zip(prompt_list, params_list, priorities, strict=True)):
             try:
                 seqs.append(self.engine.make_request(
-                    _unpack(prompt), params, request_id=f"offline-{self._counter + i}", priority=prio  # type: ignore[arg-type]
+                    prompt, params, request_id=f"offline-{self._counter + i}", priority=prio,  # type: ignore[arg-type]
+                    add_special_tokens=add_special_tokens,
                 ))
             except ValueError as e:
                 raise ValueError(f"prompts[{i}]: {e}") from None

@@ -111,12 +111,13 @@ class OutputProcessor:
             if params.include_stop_str_in_output:
                 # cut after the first stop string to complete, which ends in the new text (the text before was
                 # all handed out: nothing is held back in this mode)
-                ends = [j + len(s) for s in stops if (j := text.find(s, max(0, len(req.text) - len(s) + 1))) >= 0]
-                cut = min(ends) if ends else None
+                ends = [(j + len(s), s) for s in stops if (j := text.find(s, max(0, len(req.text) - len(s) + 1))) >= 0]
+                first = min(ends) if ends else None
             else:
-                hits = [j for j in (text.find(s, max(0, len(req.text) - reach)) for s in stops) if j >= 0]
-                cut = min(hits) if hits else None
-            if cut is not None:
+                hits = [(j, s) for s in stops if (j := text.find(s, max(0, len(req.text) - reach))) >= 0]
+                first = min(hits) if hits else None
+            if first is not None:
+                cut, seq.stop_reason = first
                 req.text = text[:cut]
                 if not seq.is_finished:
                     self._finish_sequence(seq, "stop")

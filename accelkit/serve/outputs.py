@@ -9,6 +9,25 @@ from accelkit.serve.sequence import Sequence, SequenceStatus
 TokenLogprobs = tuple[float, list[tuple[int, float]]]  # a token's logprob, and the most likely (id, logprob)
 
 
+@dataclass(frozen=True, slots=True)
+class CompletionOutput:
+    """One completion of a request, as vLLM's ``RequestOutput.outputs[i]`` holds it (the engine runs one per
+    request: ``index`` is 0). ``cumulative_logprob`` is the sum of the sampled tokens' logprobs, with
+    ``SamplingParams.logprobs`` only (None without, as vLLM gives it). ``stop_reason``: the stop string or stop token id
+    that ended it; None when EOS, the length limit or an abort did."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[TokenLogprobs] | None
+    finish_reason: str | None
+    stop_reason: int | str | None = None
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
 @dataclass(slots=True)
 class RequestMetrics:
     """Monotonic timestamps (``time.monotonic()``, seconds) and token counts of one request."""
@@ -162,6 +181,32 @@ class RequestOutput:
             assert self._seq is not None
             self._new_token_ids = self._seq.token_ids[self._new_start : self._end]
         return self._new_token_ids
+
+    @property
+    def stop_reason(self) -> int | str | None:
+        """The stop string or (user-given) stop token id that ended the request; None otherwise (EOS, length, abort,
+        a request still running, or an output built by hand)."""
+        seq = self._seq
+        if seq is None or self.finish_reason != "stop" or not self.finished:
+            return None
+        if seq.stop_reason is not None:
+            return seq.stop_reason
+        last = seq.token_ids[self._end - 1] if self._end > seq.num_prompt_tokens else None
+        return last if last is not None and last in seq.params.stop_token_ids else None
+
+    @property
+    def outputs(self) -> list[CompletionOutput]:
+        """vLLM's view of this output: one ``CompletionOutput`` (text and tokens generated so far), so code written
+        for ``vllm.LLM`` reads ``output.outputs[0].text`` unchanged."""
+        logprobs = self.logprobs
+        cumulative = sum(lp for lp, _ in logprobs) if logprobs is not None else None
+        return [CompletionOutput(index=0, text=self.text, token_ids=self.token_ids, cumulative_logprob=cumulative,
+                                 logprobs=logprobs, finish_reason=self.finish_reason, stop_reason=self.stop_reason)]
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache (vLLM's ``RequestOutput.num_cached_tokens``)."""
+        return self.metrics.num_cached_tokens
 
     @property
     def num_new_tokens(self) -> int:

@@ -32,7 +32,7 @@ class Sequence:
         "first_scheduled_time", "first_token_time", "guide", "last_token_time", "logprobs", "max_num_tokens",
         "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks", "num_preemptions", "num_prompt_tokens",
         "order_key", "params", "priority", "prompt", "prompt_logprob_ranks", "prompt_logprobs", "request_id",
-        "sampling_extras", "seq_id", "status", "stop_token_ids", "token_ids",
+        "sampling_extras", "seq_id", "status", "stop_reason", "stop_token_ids", "token_ids",
     )
 
     def __init__(
@@ -62,6 +62,8 @@ class Sequence:
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
         self.num_preemptions = 0
         self.finish_reason: str | None = None  # "stop" | "length" | "abort"
+        # the stop string that ended it (set by the output processor); a stop token is read off the last token
+        self.stop_reason: str | None = None
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.last_token_time: float | None = None

@@ -161,3 +161,136 @@ def test_the_named_minimum_kv_budget_is_exactly_what_the_engine_takes(model_dir,
     with pytest.raises(ValueError, match=rf"max_model_len=40 needs at least \S+ \S+ \({minimum} bytes\) of KV cache"):
         LLM(model_dir, kv_cache_memory_bytes=minimum - 1, **kwargs)
     assert named is not None and int(named.group(1)) == minimum
+
+
+# ---- vLLM's documented offline examples, unchanged but for the import and the model ----------------------
+VLLM_BASIC_EXAMPLE = '''
+from accelkit.serve import LLM, SamplingParams
+
+prompts = [
+    "Hello, my name is",
+    "The president of the United States is",
+    "The capital of France is",
+    "The future of AI is",
+]
+sampling_params = SamplingParams(temperature=0.8, top_p=0.95)
+
+llm = LLM(model=MODEL)
+outputs = llm.generate(prompts, sampling_params)
+print("\\nGenerated Outputs:\\n" + "-" * 60)
+for output in outputs:
+    prompt = output.prompt
+    generated_text = output.outputs[0].text
+    print(f"Prompt:    {prompt!r}")
+    print(f"Output:    {generated_text!r}")
+    print("-" * 60)
+'''
+
+VLLM_CHAT_EXAMPLE = '''
+from accelkit.serve import LLM, SamplingParams
+
+llm = LLM(model=MODEL)
+sampling_params = SamplingParams(temperature=0.5)
+
+
+def print_outputs(outputs):
+    print("\\nGenerated Outputs:\\n" + "-" * 80)
+    for output in outputs:
+        prompt = output.prompt
+        generated_text = output.outputs[0].text
+        print(f"Prompt: {prompt!r}\\n")
+        print(f"Generated text: {generated_text!r}")
+        print("-" * 80)
+
+
+conversation = [
+    {"role": "system", "content": "You are a helpful assistant"},
+    {"role": "user", "content": "Hello"},
+    {"role": "assistant", "content": "Hello! How can I assist you today?"},
+    {"role": "user", "content": "Write an essay about the importance of higher education."},
+]
+outputs = llm.chat(conversation, sampling_params, use_tqdm=False)
+print_outputs(outputs)
+
+conversations = [conversation for _ in range(10)]
+outputs = llm.chat(conversations, sampling_params, use_tqdm=True)
+print_outputs(outputs)
+'''
+
+
+def _run_example(source, model_dir, capsys):
+    scope = {"MODEL": model_dir}
+    exec(compile(source, "example", "exec"), scope)  # the example is this file's own text
+    return scope, capsys.readouterr().out
+
+
+def test_vllm_basic_example_runs_unchanged(model_dir, capsys):
+    scope, out = _run_example(VLLM_BASIC_EXAMPLE, model_dir, capsys)
+    outputs = scope["outputs"]
+    assert [o.prompt for o in outputs] == scope["prompts"]
+    for o in outputs:
+        (first,) = o.outputs
+        assert first.index == 0 and first.text == o.text and first.token_ids == o.token_ids
+        assert first.finish_reason == o.finish_reason and first.finished()
+        assert f"Output:    {first.text!r}" in out
+    assert out.count("Prompt:") == 4
+
+
+def test_vllm_chat_example_runs_unchanged(model_dir, capsys):
+    scope, out = _run_example(VLLM_CHAT_EXAMPLE, model_dir, capsys)
+    tokenizer = scope["llm"].get_tokenizer()
+    rendered = tokenizer.apply_chat_template(scope["conversation"], add_generation_prompt=True, tokenize=False)
+    ids = tokenizer.apply_chat_template(scope["conversation"], add_generation_prompt=True, tokenize=True)
+    ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+    outputs = scope["outputs"]
+    assert len(outputs) == 10 and out.count("Generated text:") == 11
+    for o in outputs:
+        # the rendered template is the prompt, tokenized without a second BOS, as apply_chat_template(tokenize=True)
+        assert o.prompt == rendered and o.prompt_token_ids == list(ids)
+
+
+def test_chat_generates_what_generate_does_for_the_rendered_prompt(llm):
+    conversation = [{"role": "user", "content": "w5 w6 w7"}]
+    (chat,) = llm.chat(conversation, SamplingParams.greedy(6))
+    (plain,) = llm.generate({"prompt_token_ids": chat.prompt_token_ids}, SamplingParams.greedy(6))
+    assert chat.token_ids == plain.token_ids and chat.outputs[0].text == plain.text
+    two = llm.chat([conversation, [*conversation, {"role": "assistant", "content": "w9"}]], SamplingParams.greedy(6))
+    assert two[0].token_ids == chat.token_ids and two[1].prompt != two[0].prompt
+
+
+@pytest.mark.parametrize(("messages", "words"), [
+    ("hello", "messages='hello' is not a conversation"),
+    ([{"role": "user", "content": "w5"}, "w6"], "messages holds 'w6', which is not a message"),
+    ([[{"role": "user", "content": "w5"}], 7], "messages[1]=7 is not a conversation"),
+])
+def test_a_bad_conversation_is_one_error_naming_it(llm, messages, words):
+    with pytest.raises(ValueError) as info:
+        llm.chat(messages, SamplingParams.greedy(2))
+    assert words in str(info.value) and "\n" not in str(info.value)
+    assert not llm.engine.has_unfinished_requests()
+
+
+def test_a_template_variable_that_would_replace_an_argument_is_refused(llm):
+    with pytest.raises(ValueError, match="chat_template_kwargs cannot set add_generation_prompt"):
+        llm.chat([{"role": "user", "content": "w5"}], chat_template_kwargs={"add_generation_prompt": False})
+
+
+def test_stop_reason_names_the_stop_string_or_token_as_vllm_does(llm):
+    (free,) = llm.generate([IDS], SamplingParams.greedy(8))
+    assert free.outputs[0].stop_reason is None and free.finish_reason == "length"
+    word = free.text.split()[2]
+    (by_string,) = llm.generate([IDS], SamplingParams(temperature=0.0, max_tokens=8, stop=[word, "never-seen"]))
+    assert by_string.finish_reason == "stop" and by_string.outputs[0].stop_reason == word
+    token = free.token_ids[3]
+    (by_token,) = llm.generate([IDS], SamplingParams(temperature=0.0, max_tokens=8, stop_token_ids=[token]))
+    assert by_token.finish_reason == "stop" and by_token.outputs[0].stop_reason == token
+    assert by_token.token_ids[-1] == token
+
+
+def test_cumulative_logprob_sums_the_sampled_tokens_with_logprobs_only(llm):
+    (plain,) = llm.generate([IDS], SamplingParams.greedy(5))
+    assert plain.outputs[0].cumulative_logprob is None
+    (scored,) = llm.generate([IDS], SamplingParams(temperature=0.0, max_tokens=5, logprobs=2))
+    first = scored.outputs[0]
+    assert first.cumulative_logprob == pytest.approx(sum(lp for lp, _ in scored.logprobs))
+    assert first.cumulative_logprob < 0 and len(first.logprobs) == 5

@@ -5,9 +5,9 @@ Everything here runs in worker threads (tokenizing and templating can take milli
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
+from accelkit.serve.chat_template import ChatTemplateError, render_conversation
 from accelkit.serve.engine import LLMEngine
 from accelkit.serve.sampling import SamplingParams
 from accelkit.serve.server.errors import APIError, prompt_too_long
@@ -76,30 +76,11 @@ def output_budget(*, max_model_len: int, num_prompt_tokens: int, requested: int 
 def render_chat_template(tokenizer: Any, conversation: list[dict[str, str]], *, chat_template: str | None,
                          add_generation_prompt: bool, continue_final_message: bool, variables: dict[str, Any],
                          reserved: frozenset[str], tools: list[Any] | None = None) -> str:
-    """The chat template rendered to text (an APIError naming what is wrong: a variable that would replace one of
-    ``apply_chat_template``'s own arguments, or whatever the template refused). ``tools``: the request's, as sent
-    (OpenAI's tool objects, which ``apply_chat_template`` takes as they are)."""
-    clash = sorted(reserved & variables.keys())
-    if clash:
-        raise APIError(400, f"chat_template_kwargs cannot set {', '.join(clash)}: the server sets "
-                       f"{'it' if len(clash) == 1 else 'them'} (add_generation_prompt and continue_final_message "
-                       "are request fields of their own)", param="chat_template_kwargs")
+    """``chat_template.render_conversation`` with its refusals as 400s naming the field."""
     try:
-        return str(tokenizer.apply_chat_template(
-            conversation, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
-            tokenize=False, chat_template=chat_template, **({"tools": tools} if tools else {}), **variables,
-        ))
-    except Exception as exc:  # no tokenizer or template, or the template rejects these messages or variables
-        raise APIError(400, f"cannot apply the chat template: {type(exc).__name__}: {exc}", param="messages") from exc
-
-
-def chat_template_arguments(tokenizer: Any) -> frozenset[str]:
-    """The names ``apply_chat_template`` takes itself (and ``messages``, the template's own variable): a
-    ``chat_template_kwargs`` key among them would replace what the server passes, so it is refused (vLLM refuses
-    ``chat_template`` and ``tokenize``)."""
-    method = getattr(tokenizer, "apply_chat_template", None)
-    names = {"messages", "conversation", "chat_template", "tokenize", "add_generation_prompt", "continue_final_message"}
-    if method is not None:
-        names |= {p.name for p in inspect.signature(method).parameters.values()
-                  if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-    return frozenset(names)
+        return render_conversation(tokenizer, conversation, chat_template=chat_template,
+                                   add_generation_prompt=add_generation_prompt,
+                                   continue_final_message=continue_final_message, variables=variables,
+                                   reserved=reserved, tools=tools)
+    except ChatTemplateError as exc:
+        raise APIError(400, str(exc), param=exc.param) from exc

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from accelkit.core import strict_json
+from accelkit.serve.chat_template import chat_template_arguments
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 from accelkit.serve.server.errors import APIError
@@ -28,7 +29,6 @@ from accelkit.serve.server.logprobs import LogprobFormatter
 from accelkit.serve.server.params import GenerationRequest, check_choices, sampling_params
 from accelkit.serve.server.prompts import (
     ContextLengthExceeded,
-    chat_template_arguments,
     output_budget,
     prompt_token_ids,
     render_chat_template,
