@@ -13,6 +13,7 @@ from accelkit.plan.kv_capacity import describe as describe_kv_capacity
 from accelkit.plan.kv_capacity import kv_capacity
 from accelkit.plan.layout import Layout, check_compression, check_interleaving, check_user_layout
 from accelkit.plan.options import PlanOptions
+from accelkit.plan.time import stage_blocks
 
 
 def layout_of(workload: Workload) -> Layout:
@@ -116,6 +117,15 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
 def layout_assumptions(ctx: PlanContext, layout: Layout) -> list[str]:
     """Assumptions that depend on the layout chosen (the context's hold for every layout)."""
     out = []
+    m = ctx.model
+    if m.is_transformer and layout.pp > 1 and m.num_layers % (layout.pp * layout.vp):
+        first, middle, last = stage_blocks(ctx, layout)
+        chunks = f"pp {layout.pp}" + (f" × vp {layout.vp}" if layout.vp > 1 else "")
+        out.append(f"uneven pipeline stages: the {m.num_layers} layers do not divide over {chunks}; planned at the "
+                   f"heaviest stage — first {first}, middle {middle}, last {last} blocks"
+                   + (" (the embedding and the head counted as one block each)" if ctx.options.pp_embedding_as_layer
+                      else " (every stage taken at the ceiling; --pp-embedding-as-layer for Megatron's lighter "
+                           "first and last stages)"))
     if ctx.workload.task == "train" and layout.recompute == "selective" and ctx.options.attention != "math":
         out.append(f"selective recompute recomputes the attention core's s² scores and softmax, which --attention "
                    f"{ctx.options.attention} never stores: with this kernel it plans the same memory and time as "

@@ -17,7 +17,7 @@ from accelkit.plan.memory import (
     layer_activation_bytes,
     model_state_bytes,
 )
-from accelkit.plan.time import expert_dp, infer_time, stage_param_split, stage_params, train_time
+from accelkit.plan.time import expert_dp, infer_time, stage_blocks, stage_param_split, stage_params, train_time
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "other")
 
@@ -72,18 +72,18 @@ def _finish_memory(ctx: PlanContext, parts: dict[str, float]) -> tuple[dict[str,
     return {**parts, "total": total, "capacity": capacity}, total <= capacity
 
 
-def inflight_micro_batches(pp: int, vp: int, grad_accum: int) -> float:
-    """Micro-batches of whole-stage activations the first pipeline stage holds at its peak.
+def inflight_micro_batches(pp: int, vp: int, grad_accum: int, rank: int = 0) -> float:
+    """Micro-batches of whole-stage activations pipeline stage ``rank`` holds at its peak (the first stage: 0).
 
-    1F1B: pp (its warm-up forwards plus one), at most the grad_accum there are. Interleaved 1F1B (vp > 1) warms
-    up 2(pp−1) + (vp−1)·pp chunks and runs one more forward before its first backward, each chunk 1/vp of the
-    stage (Megatron-LM's forward_backward_pipelining_with_interleaving), so pp + (pp−1)/vp = pp·(1 + (pp−1)/(pp·vp))
-    — Korthikanti et al. 2022 §4.2.3: the interleaved schedule of Narayanan et al. 2021 multiplies the first
-    stage's activation memory by 1 + (p−1)/(pm), m interleaved stages. Capped at grad_accum (every micro-batch
-    of every chunk at once)."""
+    1F1B: pp − rank (its warm-up forwards plus one), at most the grad_accum there are. Interleaved 1F1B (vp > 1)
+    warms up 2(pp−rank−1) + (vp−1)·pp chunks and runs one more forward before its first backward, each chunk 1/vp
+    of the stage (Megatron-LM's forward_backward_pipelining_with_interleaving); on the first stage that is
+    pp + (pp−1)/vp = pp·(1 + (pp−1)/(pp·vp)) — Korthikanti et al. 2022 §4.2.3: the interleaved schedule of
+    Narayanan et al. 2021 multiplies the first stage's activation memory by 1 + (p−1)/(pm), m interleaved
+    stages. Capped at grad_accum (every micro-batch of every chunk at once)."""
     if vp > 1:
-        return min(float(grad_accum), pp + (pp - 1) / vp)
-    return float(min(pp, grad_accum))
+        return min(float(grad_accum), (2 * (pp - rank - 1) + (vp - 1) * pp + 1) / vp)
+    return float(min(pp - rank, grad_accum))
 
 
 def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
@@ -107,11 +107,16 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
                                            **kw)  # type: ignore[arg-type]
         head = head_activation_bytes(m, tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels,
                                      sequence_parallel=layout.sequence_parallel, dropout=o.dropout)
-        layers = -(-m.num_layers // layout.pp)
+        # the first stage keeps the most micro-batches in flight; with lighter first/last stages (uneven, the
+        # embedding and head counted as blocks) the second stage, one micro-batch fewer, can hold more
+        first_blocks, mid_blocks, last_blocks = stage_blocks(ctx, layout)
         inflight = inflight_micro_batches(layout.pp, layout.vp, layout.grad_accum)
-        first = inflight * (layers * per_layer + head["first"])
-        last = layers * per_layer + head["last"] + (head["first"] if layout.pp == 1 else 0.0)
-        acts = max(first, last)
+        first = inflight * (first_blocks * per_layer + head["first"])
+        middle = 0.0
+        if layout.pp > 2 and mid_blocks > first_blocks:
+            middle = inflight_micro_batches(layout.pp, layout.vp, layout.grad_accum, rank=1) * mid_blocks * per_layer
+        last = last_blocks * per_layer + head["last"] + (head["first"] if layout.pp == 1 else 0.0)
+        acts = max(first, middle, last)
         if layout.recompute == "full":  # backward rebuilds one layer's activations at a time
             acts += layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, **kw)  # type: ignore[arg-type]
         if layout.zero >= 3:  # the gathered weights of the current and the prefetched layer

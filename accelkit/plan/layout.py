@@ -75,9 +75,23 @@ def tp_choices(model: ModelSpec, cluster: Cluster, num_devices: int) -> list[int
 
 
 def pp_choices(model: ModelSpec, num_devices: int) -> list[int]:
+    """pp the search tries: those that divide the device count and the layers (even stages). A pinned pp may leave
+    the stages uneven (``pinned_pp_fits``): the planner then plans the heaviest stage (``plan.time.stage_layers``)."""
     if not model.is_transformer:
         return [1]
     return [p for p in divisors(num_devices) if model.num_layers % p == 0]
+
+
+def pinned_pp_fits(model: ModelSpec, pp: int, vp: int, num_devices: int) -> bool:
+    """Whether a pp the user gave can split ``num_devices`` ranks and the layers: pp divides the count and every one
+    of the pp·vp stage chunks holds at least one layer. The layers need not divide evenly: Megatron-Core's
+    ``decoder_first/last_pipeline_num_layers`` and ``account_for_embedding/loss_in_pipeline_split`` give the first
+    and last stages fewer (Llama 3 405B: 126 layers over 16 stages, Dubey et al. 2024 §3.3.2)."""
+    if num_devices % pp:
+        return False
+    if not model.is_transformer:
+        return pp == 1
+    return pp * vp <= model.num_layers
 
 
 def ep_choices(model: ModelSpec, dp: int) -> list[int]:
@@ -164,9 +178,9 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
     if vp not in (None, 1):
         if pp is None or pp == 1:
             raise UserError(f"--vp {vp} needs --pp > 1 (virtual stages interleave a pipeline)")
-        if model.is_transformer and layers % (pp * vp):
-            raise UserError(f"--pp {pp} × --vp {vp} = {pp * vp} stage chunks do not divide the {layers} layers of "
-                            f"{model.name}; choose a vp that does")
+        if model.is_transformer and pp * vp > layers:
+            raise UserError(f"--pp {pp} × --vp {vp} = {pp * vp} stage chunks exceed the {layers} layers of "
+                            f"{model.name} (a chunk needs at least one layer); use a smaller --vp or --pp")
     given = [v for v in (dp, tp, pp, cp) if v is not None]
     product = 1
     for v in given:

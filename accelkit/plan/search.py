@@ -23,10 +23,10 @@ from accelkit.plan.layout import (
     check_context_parallel,
     check_inference_layout,
     check_user_layout,
-    divisors,
     ep_choices,
     flag_text,
     interleaving_fits,
+    pinned_pp_fits,
     pp_choices,
     scaleup_limit,
     tp_choices,
@@ -56,9 +56,13 @@ def _shapes(ctx: PlanContext, num_devices: int, fixed: dict[str, Any]) -> Iterat
     vp = fixed.get("vp") or 1
     if num_devices % cp:
         return
+    pinned = fixed.get("pp")
     for tp in _pick(fixed, "tp", tp_choices(model, cluster, num_devices // cp)):
-        for pp in _pick(fixed, "pp", pp_choices(model, num_devices // (tp * cp))):
-            if vp > 1 and (pp == 1 or model.num_layers % (pp * vp)):
+        # a free pp keeps the stages (and their vp chunks) even; a pinned one may leave them uneven
+        pps = pp_choices(model, num_devices // (tp * cp)) if pinned is None else (
+            [pinned] if pinned_pp_fits(model, pinned, vp, num_devices // (tp * cp)) else [])
+        for pp in pps:
+            if vp > 1 and (pp == 1 or (pinned is None and model.num_layers % (pp * vp))):
                 continue
             dp = num_devices // (tp * pp * cp)
             if fixed.get("dp") not in (None, dp):
@@ -125,7 +129,6 @@ def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] 
         check_inference_layout(fixed, global_batch)
     check_user_layout(ctx.model, ctx.cluster, fixed, num_devices, seq_len=ctx.workload.seq_len if train else None)
     check_compression(ctx.workload.recipe, fixed.get("zero", 0))
-    _check_even_stages(ctx, fixed.get("pp"))
     if train and global_batch is None:
         global_batch = default_global_batch(ctx.workload)
     found = [evaluate(ctx, layout, batch) for layout in enumerate_layouts(ctx, num_devices, fixed, global_batch)]
@@ -134,16 +137,6 @@ def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] 
                                            count_flag or f"--num-devices {num_devices}"))
     found.sort(key=lambda c: _rank_key(ctx, c))
     return found
-
-
-def _check_even_stages(ctx: PlanContext, pp: int | None) -> None:
-    """The search keeps pipeline stages even (``pp_choices``): a pinned pp that does not divide the layers is refused
-    here, whatever the other fields. (``plan(layout=...)`` takes uneven stages: a published run's layout.)"""
-    m = ctx.model
-    if pp is not None and m.is_transformer and m.num_layers % pp:
-        ok = ", ".join(str(d) for d in divisors(m.num_layers))
-        raise UserError(f"--pp {pp} does not divide the {m.num_layers} layers of {m.name} (the search keeps pipeline "
-                        f"stages even); use one of {ok}")
 
 
 def _or(items: list[str]) -> str:
@@ -157,11 +150,12 @@ def _rule(ctx: PlanContext, key: str) -> str:
         "dp": "dp is the devices tp·pp·cp leave and divides the global batch",
         "tp": f"tp divides the {m.num_heads} heads, divides or is a multiple of the {m.kv_heads} KV heads, divides the "
               f"device count and stays inside the scale-up domain ({scaleup_limit(ctx.cluster)} devices)",
-        "pp": f"pp divides the {m.num_layers} layers (the search keeps pipeline stages even) and the device count",
+        "pp": "pp divides the device count left by tp·cp; a free pp also divides the "
+              f"{m.num_layers} layers (the search tries even stages), a pinned one may leave them uneven",
         "ep": f"ep divides dp (the experts are spread over ep of the data-parallel ranks) and the {m.num_experts} experts",
         "cp": "cp divides the device count",
-        "vp": f"pp·vp divides the {m.num_layers} layers and, interleaved, the micro-batches per step are a multiple of "
-              "pp (Megatron-LM's interleaved 1F1B)",
+        "vp": f"pp·vp chunks hold at least one of the {m.num_layers} layers each (dividing them when pp is free) and, "
+              "interleaved, the micro-batches per step are a multiple of pp (Megatron-LM's interleaved 1F1B)",
         "zero": "ZeRO 1-3 shard over the dp·cp data-parallel ranks, so they need dp·cp > 1"
                 + ("; PowerSGD needs zero 0" if ctx.workload.recipe.grad_compression == "powersgd" else ""),
         "micro_batch": "the micro-batch divides each data-parallel rank's sequences (global batch ÷ dp)",
@@ -327,12 +321,27 @@ _COUNTS = {
 }
 
 
+def _check_pinned_fields(ctx: PlanContext, fixed: dict[str, Any]) -> None:
+    """Without a device count: refuse pinned fields no count can hold for a reason of their own (``--tp 3`` on 64
+    heads), in check_user_layout's words, rather than after walking every count up to --max-devices. They are
+    checked at the count they pin, dp·tp·pp·cp, where no count-dependent rule can fail."""
+    given = {k: v for k, v in fixed.items() if v is not None}
+    count = 1
+    for key in ("dp", "tp", "pp", "cp"):
+        value = given.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            count *= value
+    train = ctx.workload.task == "train"
+    check_user_layout(ctx.model, ctx.cluster, given, count, seq_len=ctx.workload.seq_len if train else None)
+
+
 def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_batch: int | None = None,
                batch: int | None = None, num_devices: int | None = None, top: int | None = None) -> list[Candidate]:
     """``search`` on a made context (``num_devices`` None: the smallest count that fits)."""
     check_arguments(fixed, global_batch=global_batch, batch=batch, num_devices=num_devices, top=top)
     count_flag = None
     if num_devices is None:
+        _check_pinned_fields(ctx, fixed or {})
         n, sized = min_devices(ctx, fixed=fixed, global_batch=global_batch, batch=batch)
         if n is None:  # nothing fits (or meets the target) anywhere we looked: the largest count with a layout
             limit = ctx.options.max_devices

@@ -87,6 +87,17 @@ def stage_layers(ctx: PlanContext, layout: Layout) -> int:
     return -(-ctx.model.num_layers // pp)
 
 
+def stage_blocks(ctx: PlanContext, layout: Layout) -> tuple[int, int, int]:
+    """Transformer blocks on the first, the fullest middle and the last pipeline stage. Even stages, or layers that do
+    not divide: ceil(L/pp) everywhere (the heaviest stage, wherever it is). With the embedding and the head counted
+    as one block each (``options.pp_embedding_as_layer``, Megatron-Core's account_for_embedding/loss_in_pipeline_split,
+    Llama 3's 126 layers over 16 stages as 7 + 14 × 8 + 7) the first and last stages hold one block fewer."""
+    layers = stage_layers(ctx, layout)
+    if layout.pp > 1 and ctx.options.pp_embedding_as_layer:
+        return layers - 1, layers, layers - 1
+    return layers, layers, layers
+
+
 def stage_param_split(ctx: PlanContext, layout: Layout) -> tuple[float, float]:
     """(dense, expert) parameters on one device of the heaviest pipeline stage; the experts already ÷ ep. The two
     parts are data-parallel over different groups (``expert_dp``), so ZeRO shards and reduces them apart."""

@@ -239,7 +239,6 @@ def test_context_parallel_must_split_the_sequence_in_2_cp_chunks(cp, seq, minimi
      "ZeRO 1-3 shard over the dp·cp data-parallel ranks, so they need dp·cp > 1 — use --tp 1, 2 or 4 or --zero 0"),
     ("mixtral-8x7b", 8, {"dp": 4, "tp": 2, "ep": 8}, None, "ep divides dp (the experts are spread over ep of the "
                                                             "data-parallel ranks) and the 8 experts — use --ep 1, 2 or 4"),
-    ("llama-3.1-70b", 24, {"tp": 8, "pp": 3}, None, "--pp 3 does not divide the 80 layers of llama-3.1-70b"),
     ("llama-3.1-8b", 3, {}, 32, "dp must divide the global batch and here dp can only be 3"),
     # Megatron-LM's interleaved schedule: micro-batches a multiple of pp
     ("llama-3.1-8b", 8, {"dp": 1, "pp": 8, "vp": 2}, 4, "interleaved, the micro-batches per step are a multiple of pp"),
