@@ -80,7 +80,7 @@ def test_match_unknown_device():
     ("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB"),  # before: A100-SXM4-80GB (longest alias 'A100' + file order)
     ("NVIDIA A100-PCIE-80GB", "A100-PCIe-80GB"),
     ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
-    ("NVIDIA A100-SXM4-40GB", None),  # before: A100-SXM4-80GB, twice the memory of the card
+    ("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"),  # before: A100-SXM4-80GB, twice the memory of the card; then None
     ("NVIDIA A100-PCIE-40GB", None),
     ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"),  # the PCIe card has HBM2e
     ("NVIDIA H100 PCIe", "H100-PCIe-80GB"),
