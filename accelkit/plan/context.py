@@ -203,7 +203,11 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         if ctx.model.num_experts:
             kept.append("each of a token's k routed copies keeps the expert input and its output before the routing "
                         "weight scales it")
-        out.append("memory: Adam keeps fp32 m and v (+ fp32 master weights under mixed precision, ZeRO paper K=12); "
+        states = ("memory: Adam keeps fp32 m and v (+ fp32 master weights under mixed precision, ZeRO paper K=12); "
+                  if o.optimizer_states == "fp32" else
+                  "memory: Adam keeps bf16 m and v (+ a bf16 copy of the weights under mixed precision: 6 B per "
+                  "parameter, --optimizer-states bf16); ")
+        out.append(states +
                    "SGD is taken with momentum; gradients in the weight dtype; activations per Korthikanti et al. "
                    f"2022 term by term ({o.kernels} kernels" + "".join(f"; {k}" for k in kept)
                    + "); 1F1B pipeline keeps min(pp, micro-batches) in flight, "

@@ -93,7 +93,8 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     params = dense + expert
     states = model_state_bytes(dense, precision=w.recipe.precision, optimizer=w.optimizer, zero=layout.zero,
                                dp=layout.dp * layout.cp, offload=w.recipe.offload, expert_params=expert,
-                               expert_dp=expert_dp(layout), fp32_params=o.autocast_fp32_params)
+                               expert_dp=expert_dp(layout), fp32_params=o.autocast_fp32_params,
+                               optimizer_states=o.optimizer_states)
     other = float(o.overhead_bytes)
     if layout.dp * layout.cp > 1:
         other += powersgd_memory_bytes(ctx, params)  # PowerSGD's error-feedback copy of the gradients

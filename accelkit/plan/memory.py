@@ -43,16 +43,20 @@ def is_mixed(precision: str) -> bool:
     return precision not in ("fp32", "tf32")
 
 
-def optimizer_bytes_per_param(optimizer: str, precision: str) -> int:
+def optimizer_bytes_per_param(optimizer: str, precision: str, states: str = "fp32") -> int:
     """Adam: m and v in fp32 (8), plus an fp32 master copy when mixed (ZeRO paper K = 12).
-    SGD is taken with momentum: one fp32 buffer (4), plus the master copy when mixed."""
-    states = 8 if optimizer == "adam" else 4
-    return states + (4 if is_mixed(precision) else 0)
+    SGD is taken with momentum: one fp32 buffer (4), plus the master copy when mixed.
+    ``states="bf16"`` (``PlanOptions.optimizer_states``): every state in bf16, 2 B each — Apex
+    DistributedFusedAdam with ``dtype=torch.bfloat16`` keeps m, v and (store_params, its default) a bf16 copy of
+    the weights: 6 B per parameter for Adam."""
+    size = 2 if states == "bf16" else 4
+    buffers = 2 if optimizer == "adam" else 1
+    return size * (buffers + (1 if is_mixed(precision) else 0))
 
 
 def model_state_bytes(
     params: float, *, precision: str, optimizer: str, zero: int, dp: int, offload: bool = False,
-    expert_params: float = 0.0, expert_dp: int = 1, fp32_params: bool = False,
+    expert_params: float = 0.0, expert_dp: int = 1, fp32_params: bool = False, optimizer_states: str = "fp32",
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states per device for ``params`` parameters on this device's
     model-parallel shard, ZeRO stage ``zero`` over ``dp`` ranks (Rajbhandari et al. 2020, Figure 1).
@@ -62,7 +66,8 @@ def model_state_bytes(
     (DeepSpeed-MoE's expert-data-parallel group, Megatron-Core's expert data-parallel group).
 
     ``fp32_params``: autocast over fp32 parameters (``PlanOptions.autocast_fp32_params``, accelkit's bench) — the
-    weights and their gradients are fp32 and are the master copy, so the optimizer keeps no second one."""
+    weights and their gradients are fp32 and are the master copy, so the optimizer keeps no second one.
+    ``optimizer_states``: fp32 or bf16 (``optimizer_bytes_per_param``)."""
     def per_device(bytes_per_param: float, sharded: bool) -> float:
         if not sharded:
             return bytes_per_param * (params + expert_params)
@@ -71,7 +76,8 @@ def model_state_bytes(
     wb = 4 if fp32_params else TRAIN_WEIGHT_BYTES[precision]
     w = per_device(wb, zero >= 3)
     g = per_device(wb, zero >= 2)  # gradients in the weight dtype, as the ZeRO paper counts them
-    o = per_device(optimizer_bytes_per_param(optimizer, "fp32" if fp32_params else precision), zero >= 1)
+    o = per_device(optimizer_bytes_per_param(optimizer, "fp32" if fp32_params else precision, optimizer_states),
+                   zero >= 1)
     return {"weights": w, "gradients": g, "optimizer": 0.0 if offload else o, "optimizer_offloaded": o if offload else 0.0}
 
 

@@ -69,6 +69,11 @@ class PlanOptions(Spec):
                    "accumulation; off: in the weight dtype, as the ZeRO paper counts them. --grad-compression "
                    "bf16/fp16 halves what is reduced only when this is on (or the precision is fp32)."
     )
+    optimizer_states: Literal["fp32", "bf16"] = spec_field(
+        "fp32", doc="Training: the optimizer's states — fp32 m, v and master weights (PyTorch, Megatron-Core, DeepSpeed; "
+                    "the ZeRO paper's K = 12) or bf16 (Apex DistributedFusedAdam with dtype bf16, NeMo's "
+                    "`optim.dtype: bf16`: m, v and its copy of the weights in bf16, 6 B per parameter)."
+    )
     activity_factor: float = spec_field(
         0.75, min=0.0, max=1.0, doc="Average power as a fraction of TDP (energy = TDP × factor × time)."
     )

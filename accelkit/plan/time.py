@@ -375,7 +375,7 @@ def _optimizer_s(ctx: PlanContext, layout: Layout, dense: float, expert: float, 
     wb = TRAIN_WEIGHT_BYTES[recipe.precision]
     if recipe.offload:  # gradients to the host, updated weights back
         return local * 2 * wb / OFFLOAD_BANDWIDTH
-    states = optimizer_bytes_per_param(ctx.workload.optimizer, recipe.precision)
+    states = optimizer_bytes_per_param(ctx.workload.optimizer, recipe.precision, ctx.options.optimizer_states)
     return local * (2 * (states + wb) + wb) / bw  # read+write states and weights, read gradients
 
 

@@ -201,3 +201,16 @@ def test_selective_recompute_with_flash_attention_says_it_equals_none(attention)
     assert len(note) == (1 if attention == "flash" else 0)
     assert all("--recompute none" in n for n in note)
     assert not any(a.startswith("selective recompute") for a in docs["none"]["assumptions"])
+
+
+def test_bf16_optimizer_states_take_6_bytes_per_parameter():
+    # Apex DistributedFusedAdam(dtype=bfloat16), NeMo's `optim.dtype: bf16`: m, v and its weight copy in bf16
+    from accelkit.plan.memory import optimizer_bytes_per_param
+
+    assert optimizer_bytes_per_param("adam", "bf16") == 12
+    assert optimizer_bytes_per_param("adam", "bf16", "bf16") == 6
+    assert optimizer_bytes_per_param("sgd", "bf16", "bf16") == 4
+    fp32 = model_state_bytes(1e9, precision="bf16", optimizer="adam", zero=1, dp=2)
+    bf16 = model_state_bytes(1e9, precision="bf16", optimizer="adam", zero=1, dp=2, optimizer_states="bf16")
+    assert (fp32["optimizer"], bf16["optimizer"]) == (6e9, 3e9)
+    assert bf16["weights"] == fp32["weights"] and bf16["gradients"] == fp32["gradients"]
