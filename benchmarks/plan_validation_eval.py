@@ -92,7 +92,10 @@ def plan_training(run: TrainingRun, c: Mapping[str, Any]) -> dict[str, Any] | No
                     sequence_parallel=lay.sequence_parallel)
     workload = Workload(model=model, task="train", seq_len=run.seq_len, recipe=recipe, batch_size=run.global_batch)
     gbps = c.get("scaleout_gbps", run.scaleout_gbps) or 400.0  # a single node never uses it
-    cluster = Cluster(device=get_device(run.device), num_devices=run.num_devices,
+    device = get_device(run.device)
+    if "peak_scale" in c:  # a variant whose clocks the source does not know (Grand Teton's 500 W H100): its peaks
+        device = device.replace(peak_flops={k: v * c["peak_scale"] for k, v in device.peak_flops.items()})
+    cluster = Cluster(device=device, num_devices=run.num_devices,
                       devices_per_node=min(8, run.num_devices), scaleout_bandwidth_bytes_per_s=gbps / 8 * 1e9)
     options = PlanOptions(use_calibration=False, **run.stack, **{k: v for k, v in c.items() if k in _OPTION_FIELDS})
     try:

@@ -29,7 +29,7 @@ _NOTES = ("Composer FSDP FULL_SHARD = ZeRO-3 over all GPUs; eager PyTorch module
           "and reduce-scatters and defaults backward_prefetch to BACKWARD_POST; loss_fn fused_crossentropy",
           "amp_fp8 (the FP8 table): Transformer Engine linears in FP8, the rest as above")
 _TABLES = {"h100": "H100 80GB BF16", "h100fp8": "H100 80GB FP8", "a100": "A100 80GB", "a100-40": "A100 40GB"}
-_DEVICES = {"h100": "H100-SXM5-80GB", "h100fp8": "H100-SXM5-80GB", "a100": "A100-SXM4-80GB", "a100-40": None}
+_DEVICES = {"h100": "H100-SXM5-80GB", "h100fp8": "H100-SXM5-80GB", "a100": "A100-SXM4-80GB", "a100-40": "A100-SXM4-40GB"}
 
 
 def _row(table: str, size: str, seq: int, n: int, mb: int, ga: int, ac: bool, tps: float, *, pure: bool = False) -> TrainingRun:
@@ -51,8 +51,6 @@ def _row(table: str, size: str, seq: int, n: int, mb: int, ga: int, ac: bool, tp
         micro_batch=mb, zero=3, recompute="full" if ac else "none", stack=_STACK,
         scaleout_gbps=None if h100 else 200.0,
         unknown={"scaleout_gbps": (200.0, 400.0)} if h100 and n > 8 else {},
-        not_expressible="A100 40GB (HBM2, 1.555 TB/s) is not in the catalog" if a100_40 else "",
-        unlocks="catalog: A100-SXM4-40GB" if a100_40 else "",
         notes=(*_NOTES, "the H100 cluster's network is not published: evaluated at 200 and 400 Gb/s per GPU" if h100
                else "1600 Gbps node-node interconnect (the table's title) = 200 Gb/s per GPU"))
 

@@ -77,12 +77,16 @@ _NEMOTRON_NOTES = ("nemotron4-{15b,340b}-synth.yaml: sequence_parallel true, dro
                    "nemotron_2_256k.model (vocabulary 256000); 15B: no activation recompute, ub_tp_comm_overlap True, "
                    "configure.sh NVTE_FUSED_ATTN=1; 340B: activations_checkpoint_granularity selective (Megatron's "
                    "selective = the attention core, which a flash kernel never stores), ub_tp_comm_overlap False, "
-                   "NVTE_FUSED_ATTN=0 (Transformer Engine then runs the flash-attn package: FlashAttention-2)",)
+                   "NVTE_FUSED_ATTN=0 (Transformer Engine then runs the flash-attn package: FlashAttention-2)",
+                   "optimizer: 15B mcore_distributed_optim (fp32 states); 340B distributed_fused_adam with dtype bf16 "
+                   "and grad_sync_dtype bf16 (Apex DistributedFusedAdam: m, v and its weight copy in bf16, sharded "
+                   "over dp)",)
 
 
 def _nemotron_dgxc(size: str, dtype: str, n: int, gbs: int, seconds: float) -> TrainingRun:
     big = size == "340b"
-    stack = dict(_NEMO_STACK, attention="flash2" if big else "flash", tp_comm_overlap=not big)
+    stack = dict(_NEMO_STACK, attention="flash2" if big else "flash", tp_comm_overlap=not big,
+                 **({"optimizer_states": "bf16"} if big else {}))
     header = ("Nemotron4 340b 24.11 {} (TP=8, PP=8, MBS=1, GA=16, VP=12)" if big
               else "Nemotron4 15b 24.11 {} (TP=4, PP=1, MBS=4, GA=4)").format(dtype.upper())
     lay = dict(tp=8, pp=8, vp=12, mb=1) if big else dict(tp=4, pp=1, vp=1, mb=4)
@@ -143,7 +147,8 @@ _PERF_NOTES = ("the table gives the layout and Tokens / sec / GPU; recompute, th
 def _perf(rid: str, source: str, where: str, model: Any, n: int, gbs: int, mb: int, seq: int, tps: float, *,
           device: str = "H100-SXM5-80GB", hardware: str = _DGX_H100, tp: int = 1, pp: int = 1, cp: int = 1,
           vp: int = 1, ep: int = 1, zero: int | None = None, extra: dict[str, tuple[Any, ...]] | None = None,
-          not_expressible: str = "", unlocks: str = "", notes: tuple[str, ...] = ()) -> TrainingRun:
+          stack: dict[str, Any] | None = None, not_expressible: str = "", unlocks: str = "",
+          notes: tuple[str, ...] = ()) -> TrainingRun:
     unknown = dict(_RECIPE_UNKNOWN, **(_TP_UNKNOWN if tp > 1 else {}), **(extra or {}))
     if zero is not None:
         del unknown["zero"]
@@ -153,14 +158,18 @@ def _perf(rid: str, source: str, where: str, model: Any, n: int, gbs: int, mb: i
         published=Published(kind="tokens_per_s_per_device", value=tps, text=f"{tps:g} Tokens / sec / GPU"),
         tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, micro_batch=mb, zero=zero, recompute=None,
         sequence_parallel=False if tp == 1 else None,
-        stack={k: v for k, v in dict(_NEMO_STACK, attention="flash").items() if k not in unknown},
+        stack={k: v for k, v in dict(_NEMO_STACK, attention="flash", **(stack or {})).items() if k not in unknown},
         scaleout_gbps=_DGX_NET, unknown=unknown, not_expressible=not_expressible, unlocks=unlocks,
         notes=(*_PERF_NOTES, *notes))
 
 
-_UNEVEN_405B = ("Llama 3.1 405B has 126 layers: pp {pp} × vp {vp} = {chunks} chunks cannot hold equal shares "
-                "(Megatron puts the remainder in the first and last stages)")
-_UNEVEN_UNLOCK = "uneven pipeline stages (layers not divisible by pp·vp; first/last stages lighter)"
+#: Llama 3.1 405B's 126 layers over pp·vp = 64 chunks: NVIDIA's 405B recipes set Megatron-Core's
+#: account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split (the NeMo 2 performance script for
+#: llama3 405B; Megatron Bridge's llama3 recipe for its large models), i.e. (126 + 2) / 64 = 2 blocks a chunk, the
+#: embedding and the loss one block each: the planner's pp_embedding_as_layer
+_UNEVEN_405B_STACK: dict[str, Any] = {"pp_embedding_as_layer": True}
+_UNEVEN_405B_NOTE = ("126 layers over pp 8 × vp 8 = 64 chunks: uneven stages, the embedding and the loss counted as one "
+                     "block each (account_for_embedding/loss_in_pipeline_split in NVIDIA's 405B recipes)",)
 _GPT3_DROPOUT = {"dropout": (False, True)}  # NeMo's GPT-3 configs have carried 0.1 (dgxc yaml) and 0.0 (NeMo 2)
 _NEMOTRON_VOCAB = {"vocab_size": (50257, 256000)}  # the tokenizer is not stated: GPT-2 BPE proxy or the 256k model
 
@@ -207,7 +216,7 @@ _B200 = "DGX B200 (8 × B200 on NVLink5)"
 
 
 def _nemo2502(model: Any, name: str, n: int, gbs: int, mb: int, seq: int, tp: int, pp: int, cp: int, vp: int, ep: int,
-              tps: float, extra: dict[str, tuple[Any, ...]] | None = None, **kw: str) -> TrainingRun:
+              tps: float, extra: dict[str, tuple[Any, ...]] | None = None, **kw: Any) -> TrainingRun:
     where = (f"NeMo 25.02 'System: DGX-B200' FP8 pre-training table: {name}, {n} GPUs, GBS {gbs}, MBS {mb}, seq {seq}, "
              f"TP {tp}, PP {pp}, CP {cp}, VP {vp}, EP {ep}: {tps} Tokens / sec / GPU")
     return _perf(f"nemo2502-{name.lower()}-{n}xb200", "nemo-perf", where, model, n, gbs, mb, seq, tps,
@@ -219,8 +228,8 @@ NEMO_PERF += [
               _GPT3_DROPOUT),
     _nemo2502(llama3("8b"), "LLAMA3-8B", 8, 128, 2, 8192, 1, 1, 1, 1, 1, 26006),
     _nemo2502(llama3("70b"), "LLAMA3-70B", 64, 128, 1, 8192, 2, 4, 2, 5, 1, 3062),
-    _nemo2502(llama3("405b"), "LLAMA3-405B", 128, 64, 1, 8192, 4, 8, 2, 8, 1, 625,
-              not_expressible=_UNEVEN_405B.format(pp=8, vp=8, chunks=64), unlocks=_UNEVEN_UNLOCK),
+    _nemo2502(llama3("405b"), "LLAMA3-405B", 128, 64, 1, 8192, 4, 8, 2, 8, 1, 625, stack=_UNEVEN_405B_STACK,
+              notes=_UNEVEN_405B_NOTE),
     _nemo2502(nemotron("15b"), "Nemotron-15B", 64, 256, 2, 4096, 1, 1, 1, 1, 1, 14760, _NEMOTRON_VOCAB),
     _nemo2502(nemotron("340b"), "Nemotron-340B", 128, 32, 1, 4096, 8, 4, 1, 12, 1, 602, _NEMOTRON_VOCAB),
     _nemo2502(get_preset("mixtral-8x7b"), "Mixtral-8x7B", 64, 256, 2, 4096, 1, 1, 1, 1, 8, 15457),
@@ -228,7 +237,7 @@ NEMO_PERF += [
 
 
 def _bridge(model: Any, name: str, n: int, gbs: int, fsdp: int, tp: int, pp: int, cp: int, vp: int, tps: float,
-            **kw: str) -> TrainingRun:
+            **kw: Any) -> TrainingRun:
     where = (f"25.11 DGX-H100 table: {name}, {n} GPUs, FP8-CS, GBS {gbs}, MBS 1, seq 8192, FSDP {fsdp}, TP {tp}, "
              f"PP {pp}, CP {cp}, VP {vp if vp > 1 else 'n/a'}: {tps} Tokens / sec / GPU")
     return _perf(f"bridge2511-{name.lower()}-{n}xh100", "megatron-bridge", where, model, n, gbs, 1, 8192, tps,
@@ -238,8 +247,8 @@ def _bridge(model: Any, name: str, n: int, gbs: int, fsdp: int, tp: int, pp: int
 MEGATRON_BRIDGE = [
     _bridge(llama3("8b"), "LLAMA3_8B", 8, 128, 8, 1, 1, 1, 1, 14451),
     _bridge(llama3("70b"), "LLAMA3_70B", 64, 128, 0, 4, 8, 1, 5, 1602),
-    _bridge(llama3("405b"), "LLAMA3.1_405B", 1024, 512, 0, 8, 8, 2, 8, 292,
-            not_expressible=_UNEVEN_405B.format(pp=8, vp=8, chunks=64), unlocks=_UNEVEN_UNLOCK),
+    _bridge(llama3("405b"), "LLAMA3.1_405B", 1024, 512, 0, 8, 8, 2, 8, 292, stack=_UNEVEN_405B_STACK,
+            notes=_UNEVEN_405B_NOTE),
 ]
 
 # ---- MLPerf Training v3.1 GPT-3 175B (NVIDIA, Eos) --------------------------------------------------------------

@@ -72,26 +72,39 @@ TORCHTITAN = [
 ]
 
 _GRAND_TETON = "Grand Teton: H100 SXM 96GB HBM2e (2.4 TB/s), 500 W power limit, 8 per host on NVLink, 400 Gb/s per GPU"
-_GT_WHY = ("the H100 is Meta's 96 GB HBM2e variant at a 500 W limit (2.4 TB/s, lower clocks than the 700 W SXM5); the "
-           "catalog has the 80 GB SXM5 at 700 W only")
-_GT_UNLOCK = "catalog: H100 SXM 96GB HBM2e at 500 W (Grand Teton)"
+#: torchtitan's default pipeline split of the period (generate_split_points: the first stage ⌊L/S⌋ layers, middle
+#: stages one more while the remainder lasts, the last stage the rest): 126 layers over 8 stages as 15 + 6 × 16 + 15,
+#: over 16 (2 per rank, interleaved) as 7 + 14 × 8 + 7 — the first and last one block lighter (pp_embedding_as_layer)
+#: the Grand Teton H100's peaks: "between SXM and NVL" (footnote 2 of the benchmark page); the H100 NVL datasheet's
+#: dense bf16 1,671/2 = 835.5 TFLOP/s (fp8 3,341/2) against the SXM5's 989 (1,979): a ratio of 0.845 for both
+_GT_PEAK = (round(835.5 / 989, 4), 1.0)
+_TT_SPLIT_NOTE = ("126 layers over 8 (16) stages: torchtitan's default split generate_split_points gives the first "
+                  "and last stage one layer fewer, 15 + 6 × 16 + 15 (7 + 14 × 8 + 7): planned with "
+                  "pp_embedding_as_layer")
 
 
 def _tt_h100(table: str, rid: str, model: Any, n: int, seq: int, local_bs: int, ac: str, technique: str, tps: float,
-             *, tp: int = 1, pp: int = 1, cp: int = 1, vp: int = 1, why: str = _GT_WHY, unlock: str = _GT_UNLOCK) -> TrainingRun:
+             *, tp: int = 1, pp: int = 1, cp: int = 1, vp: int = 1) -> TrainingRun:
     compiled, fp8 = "compile" in technique, "Float8" in technique
     dp = n // (tp * pp * cp)
     return TrainingRun(
         id=rid, source="torchtitan", where=f"benchmarks/llama3_h100_202412_torchtitan.md {table}: {technique}: {tps} TPS/GPU",
-        model=model, hardware=_GRAND_TETON, device=None, num_devices=n, seq_len=seq, global_batch=dp * local_bs,
+        model=model, hardware=_GRAND_TETON, device="H100-SXM5-96GB", num_devices=n, seq_len=seq, global_batch=dp * local_bs,
         precision="fp8" if fp8 else "bf16",
         published=Published(kind="tokens_per_s_per_device", value=tps, text=f"{tps:g} TPS/GPU"),
         tp=tp, pp=pp, cp=cp, vp=vp, micro_batch=local_bs if pp == 1 else None, zero=3, recompute=ac,
         sequence_parallel=tp > 1, stack=dict(kernels="fused" if compiled else "eager", attention="flash2", dropout=False,
-                                              tp_comm_overlap="AsyncTP" in technique),
-        scaleout_gbps=400.0, unknown={} if pp == 1 else {"micro_batch": (1, 2, 4)},
-        not_expressible=why, unlocks=unlock,
-        notes=("SDPA on Hopper runs FlashAttention-2; torch.compile = fused kernels; Float8 on nn.Linear",))
+                                              tp_comm_overlap="AsyncTP" in technique,
+                                              **({"pp_embedding_as_layer": True} if pp > 1 else {})),
+        scaleout_gbps=400.0, unknown={"peak_scale": _GT_PEAK, **({} if pp == 1 else {"micro_batch": (1, 2, 4)})},
+        # Tables 1 and 3 'selective activation checkpointing': torchtitan's llama3_8b.toml default, selective_ac_option
+        # 'op' — the op-level policy the set marks not expressible wherever it appears (the A100 table, Trainy)
+        not_expressible=_OP_SAC if ac == "selective" else "", unlocks=_OP_SAC_UNLOCK if ac == "selective" else "",
+        notes=("SDPA on Hopper runs FlashAttention-2; torch.compile = fused kernels; Float8 on nn.Linear",
+               "catalog H100-SXM5-96GB: the memory, bandwidth and power limit torchtitan publishes; its peaks are the "
+               "700 W SXM5's, an upper bound: torchtitan says the peak lies 'between SXM and NVL', so the band spans "
+               "the H100 NVL datasheet's (835.5 / 989 of SXM's dense bf16 and fp8) to SXM's (peak_scale)",
+               *((_TT_SPLIT_NOTE,) if pp > 1 else ())))
 
 
 _T1 = "Table 1 (Llama 3.1 8B, 8 GPUs, local batch 2, global 16, selective AC, FSDP)"
@@ -113,9 +126,7 @@ TORCHTITAN += [
     _tt_h100(_T4, "torchtitan-llama3-70b-2d-asynctp-256xh100gt", llama3("70b"), 256, 8192, 16, "full",
              "2D + AsyncTP, compile + Float8", 876, tp=8),
     *[_tt_h100(_T5, f"torchtitan-llama3-405b-{tag}-512xh100gt", llama3("405b"), 512, 8192, 32, "full",
-               f"{schedule}, compile + Float8 + AsyncTP", tps, tp=8, pp=8, vp=vp,
-               why=_GT_WHY + "; and 126 layers over 8 stages" + (" × 2 virtual chunks" if vp > 1 else "") +
-               " cannot be split evenly", unlock=_GT_UNLOCK + "; uneven pipeline stages")
+               f"{schedule}, compile + Float8 + AsyncTP", tps, tp=8, pp=8, vp=vp)
       for schedule, tag, vp, tps in (("1F1B", "1f1b", 1, 100), ("Interleaved 1F1B", "interleaved", 2, 128))],
 ]
 
@@ -134,8 +145,6 @@ TRAINY = [TrainingRun(
            "bf16 (a small over-estimate of the gather time)"))
     for nodes, tps, mem in ((4, 10938, 47.96), (8, 10753, 46.97))]
 
-_LLAMA3_WHY = ("126 layers over 16 pipeline stages: Llama 3 puts fewer layers in the first and last stages (uneven "
-               "stages); the planner splits the layers evenly")
 LLAMA3 = [TrainingRun(
     id=f"llama3-405b-{n}xh100", source="llama3", where=f"Table 4: {n:,} GPUs, TP 8, CP 1, PP 16, 16M tokens/batch: "
                                                        f"{tflops} TFLOPs/GPU",
@@ -143,10 +152,12 @@ LLAMA3 = [TrainingRun(
     device="H100-SXM5-80GB", num_devices=n, seq_len=8192, global_batch=2048, precision="bf16",
     published=Published(kind="tflops_per_device", value=tflops, text=f"{tflops} TFLOPs/GPU"),
     tp=8, pp=16, vp=None, micro_batch=None, zero=None, recompute=None, sequence_parallel=True, scaleout_gbps=400.0,
-    stack=dict(kernels="fused", attention="flash", dropout=False),
+    stack=dict(kernels="fused", attention="flash", dropout=False, pp_embedding_as_layer=True),
     unknown={"vp": (1, 2), "micro_batch": (1,), "zero": (1, 2, 3), "recompute": ("none", "selective")},
-    not_expressible=_LLAMA3_WHY, unlocks="uneven pipeline stages (layers not divisible by pp·vp; first/last stages lighter)",
-    notes=("TFLOPs/GPU converted with accelkit's FLOPs per token: the paper's convention is not stated",))
+    notes=("TFLOPs/GPU converted with accelkit's FLOPs per token: the paper's convention is not stated",
+           "126 layers over 16 stages, §3.3.2: one Transformer layer fewer on the first and the last stage, whose "
+           "first / last chunk holds the embedding / the output projection and loss — the embedding and the head "
+           "counted as one block each (pp_embedding_as_layer): 7 + 14 × 8 + 7"))
     for n, tflops in ((8192, 430), (16384, 400))]
 
 RUNS = [*TORCHTITAN, *TRAINY, *LLAMA3]
