@@ -215,6 +215,12 @@ def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candi
         one = t["prefill"] if batch == 1 else infer_time(ctx, layout, 1)["prefill"]
         itl = t["decode"] + batch / w.output_len * one
     step = t["prefill"] + (w.output_len * t["decode"] if decodes else 0.0)
+    mixed = t.get("mixed_step") if decodes else None  # options.inflight_batching: prefill rides in the decode steps
+    if mixed is not None:
+        itl = mixed
+    scale = (w.output_len * mixed / step) if mixed is not None and step > 0 else 1.0
+    if mixed is not None:
+        step = w.output_len * mixed
     # per sequence: the generated tokens; a prefill-only LM run its prompt (--seq-len is a training flag and says
     # nothing here); an encoder its seq_len input tokens; a CNN one image
     counted: str | None = "output" if decodes else "prompt" if is_lm else "input" if m.kind != "cnn" else None
@@ -232,9 +238,10 @@ def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candi
     mfu = model_flops / (step * n_replica * ctx.peak) if step > 0 else 0.0
     times = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "bubble": 0.0, "launch": 0.0}
     for phase, count in (("prefill", 1.0), ("decode", float(w.output_len) if decodes else 0.0)):
-        times["compute"] += count * t[f"{phase}_compute"]
-        times["memory"] += count * t[f"{phase}_memory"]
-        times["communication"] += count * t[f"{phase}_comm"]
+        # under in-flight batching the static parts, scaled to the overlapped step (an apportioning, not a split)
+        times["compute"] += scale * count * t[f"{phase}_compute"]
+        times["memory"] += scale * count * t[f"{phase}_memory"]
+        times["communication"] += scale * count * t[f"{phase}_comm"]
     n = layout.num_devices
     joules = E.energy_j(ctx.device, num_devices=n, seconds=step, activity_factor=ctx.options.activity_factor)
     return Candidate(

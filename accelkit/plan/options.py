@@ -89,6 +89,11 @@ class PlanOptions(Spec):
         256, min=1, doc="Inference without --batch: plan at the largest batch that fits, capped here (vLLM max_num_seqs)."
     )
     prefill_chunk_tokens: int = spec_field(8192, min=1, doc="Prefill tokens processed per step (chunked prefill).")
+    inflight_batching: bool = spec_field(
+        False, doc="Inference: the engine runs new requests' prefill in the same iterations as the running requests' "
+                   "decode (TensorRT-LLM's in-flight batching, vLLM with chunked prefill), so a step's GEMMs read the "
+                   "weights once for both; off: prefill and decode run as separate steps (a static batch)."
+    )
     kv_cache_memory_bytes: int | None = spec_field(
         None, min=1, doc="Inference: the KV budget `accelkit serve --kv-cache-memory` would get, for the KV tokens that "
                          "fit (kv_cache_capacity); None = as the engine: gpu_memory_utilization of the memory the "

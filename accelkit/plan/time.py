@@ -474,6 +474,16 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     d_comm += 2 * moe_layers * ep_links.all_to_all_s(h_bytes * batch * k_routed / tp)
     out.update(decode=d_compute + d_memory + d_comm, decode_compute=d_compute, decode_memory=d_memory,
                decode_comm=d_comm)
+    if o.inflight_batching:
+        # in-flight batching: each decode step also runs 1/output_len of the batch's prefill (every request is
+        # prefilled once per output_len steps); per layer one GEMM over the decode rows and the prefill share reads
+        # the weights once, a roofline of the two together, while attention, the memory-bound kernels, the head and
+        # the collectives of the two parts add
+        share = 1.0 / w.output_len
+        d_gemm = 2.0 * batch * ctx.layer_matmul_active / tp / flop_s
+        p_ew = tokens * (traffic.replicated_bytes + traffic.sharded_bytes / tp + kv_tok) / bw
+        mixed = m.num_layers * (max(d_gemm + share * gemm, read / bw) + at_c + at_m + ew + share * (attention + p_ew))
+        out["mixed_step"] = mixed + hd_c + hd_m + share * head + d_comm + share * p_comm
     return out
 
 
