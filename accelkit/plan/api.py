@@ -11,7 +11,7 @@ from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
 from accelkit.plan.grad_comm import PowerSGDSplit
 from accelkit.plan.kv_capacity import describe as describe_kv_capacity
 from accelkit.plan.kv_capacity import kv_capacity
-from accelkit.plan.layout import Layout, check_compression, check_interleaving, check_user_layout
+from accelkit.plan.layout import Layout, check_compression, check_frozen, check_interleaving, check_user_layout
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.time import stage_blocks
 
@@ -49,6 +49,8 @@ def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = Non
     if train:
         check_interleaving(layout)
     check_compression(workload.recipe, layout.zero)
+    if train:
+        check_frozen(ctx.options, layout.zero)
     batch = workload.batch_size if workload.task != "train" else None
     return to_estimate(evaluate(ctx, layout, batch), ctx)
 
@@ -142,7 +144,7 @@ def grad_reduction_doc(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | 
     from accelkit.plan.grad_comm import describe, grad_reduction, rank_split
     from accelkit.plan.time import compression_s, dp_groups, reduce_s, reductions_per_step, stage_param_split
 
-    if layout.dp * layout.cp == 1:
+    if layout.dp * layout.cp == 1 or ctx.options.frozen_weights:
         return None
     per_step = reductions_per_step(layout)
     if split is None:

@@ -152,8 +152,10 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         f"(10^9 B), bandwidth {d.memory_bandwidth_bytes_per_s / 1e12:g} TB/s (catalog status {d.status or '-'}: {d.source})",
         *ctx.efficiency.sources,
         "model FLOPs: 2 FLOPs per multiply-add over every matmul incl. the LM head, attention 4·b·s²·H·Q per layer "
-        "(full square, PaLM App. B / FlopCounterMode convention), training = 3 × forward; MFU divides these by the "
-        "dense peak (recomputation excluded)",
+        "(full square, PaLM App. B / FlopCounterMode convention), training = 3 × forward"
+        + (" less the weight-gradient matmuls (--frozen-weights: 2 × the forward's matmuls)"
+           if o.frozen_weights and w.task == "train" else "")
+        + "; MFU divides these by the dense peak (recomputation excluded)",
         f"attention kernel: {o.attention}" + (" (unfused, full s² scores through memory)" if o.attention == "math" else
                                              " (causal flash executes ½ of the counted attention FLOPs, backward "
                                              "recomputes QKᵀ: 3.5× the forward FLOPs per step)")
@@ -207,6 +209,9 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
                   if o.optimizer_states == "fp32" else
                   "memory: Adam keeps bf16 m and v (+ a bf16 copy of the weights under mixed precision: 6 B per "
                   "parameter, --optimizer-states bf16); ")
+        if o.frozen_weights:
+            states = ("memory: frozen weights (--frozen-weights, LoRA): no gradients or optimizer states for them, "
+                      "the adapters not counted; ")
         out.append(states +
                    "SGD is taken with momentum; gradients in the weight dtype; activations per Korthikanti et al. "
                    f"2022 term by term ({o.kernels} kernels" + "".join(f"; {k}" for k in kept)

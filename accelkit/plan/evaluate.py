@@ -94,9 +94,9 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     states = model_state_bytes(dense, precision=w.recipe.precision, optimizer=w.optimizer, zero=layout.zero,
                                dp=layout.dp * layout.cp, offload=w.recipe.offload, expert_params=expert,
                                expert_dp=expert_dp(layout), fp32_params=o.autocast_fp32_params,
-                               optimizer_states=o.optimizer_states)
+                               optimizer_states=o.optimizer_states, frozen=o.frozen_weights)
     other = float(o.overhead_bytes)
-    if layout.dp * layout.cp > 1:
+    if layout.dp * layout.cp > 1 and not o.frozen_weights:
         other += powersgd_memory_bytes(ctx, params)  # PowerSGD's error-feedback copy of the gradients
     if ctx.cnn is not None:
         acts = ctx.cnn["saved_bytes"] * layout.micro_batch
@@ -138,6 +138,9 @@ def evaluate_train(ctx: PlanContext, layout: Layout) -> Candidate:
         items = float(global_batch)
     else:
         model_flops = F.training_flops(ctx.model, batch=global_batch, seq=w.seq_len)
+        if ctx.options.frozen_weights:  # no weight-gradient GEMMs: one forward's matmul FLOPs fewer
+            model_flops -= 2.0 * global_batch * w.seq_len * (ctx.model.num_layers * F.layer_matmul_params(ctx.model)
+                                                              + F.head_matmul_params(ctx.model))
         items = float(global_batch * w.seq_len)
     n = layout.num_devices
     mfu = model_flops / (step * n * ctx.peak) if step > 0 else 0.0

@@ -7,6 +7,7 @@ from dataclasses import fields
 from typing import NamedTuple
 
 from accelkit.core import Cluster, ModelSpec, Recipe, UserError, Workload
+from accelkit.plan.options import PlanOptions
 
 
 class Layout(NamedTuple):
@@ -253,6 +254,14 @@ def check_inference_layout(fixed: dict[str, object], global_batch: int | None) -
         if value not in (None, 1):
             raise UserError(f"--{key} {value}: {what} inference is not modelled (its time and memory ignore it); "
                             f"drop --{key} or plan --task train")
+
+
+def check_frozen(options: PlanOptions, zero: int) -> None:
+    """Frozen weights (``PlanOptions.frozen_weights``, LoRA) under ZeRO-3: the planner does not model gathering
+    weights that no gradient flows into, so it refuses rather than time a reduction that does not happen."""
+    if options.frozen_weights and zero >= 3:
+        raise UserError(f"--frozen-weights with --zero {zero} is not modelled (ZeRO-3 gathers of frozen weights); "
+                        "use --zero 0, 1 or 2, which plan the same for frozen weights")
 
 
 def check_compression(recipe: Recipe, zero: int) -> None:

@@ -57,6 +57,7 @@ def optimizer_bytes_per_param(optimizer: str, precision: str, states: str = "fp3
 def model_state_bytes(
     params: float, *, precision: str, optimizer: str, zero: int, dp: int, offload: bool = False,
     expert_params: float = 0.0, expert_dp: int = 1, fp32_params: bool = False, optimizer_states: str = "fp32",
+    frozen: bool = False,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states per device for ``params`` parameters on this device's
     model-parallel shard, ZeRO stage ``zero`` over ``dp`` ranks (Rajbhandari et al. 2020, Figure 1).
@@ -67,7 +68,8 @@ def model_state_bytes(
 
     ``fp32_params``: autocast over fp32 parameters (``PlanOptions.autocast_fp32_params``, accelkit's bench) — the
     weights and their gradients are fp32 and are the master copy, so the optimizer keeps no second one.
-    ``optimizer_states``: fp32 or bf16 (``optimizer_bytes_per_param``)."""
+    ``optimizer_states``: fp32 or bf16 (``optimizer_bytes_per_param``). ``frozen``: the weights do not train (LoRA),
+    so there are neither gradients nor optimizer states for them."""
     def per_device(bytes_per_param: float, sharded: bool) -> float:
         if not sharded:
             return bytes_per_param * (params + expert_params)
@@ -75,9 +77,9 @@ def model_state_bytes(
 
     wb = 4 if fp32_params else TRAIN_WEIGHT_BYTES[precision]
     w = per_device(wb, zero >= 3)
-    g = per_device(wb, zero >= 2)  # gradients in the weight dtype, as the ZeRO paper counts them
-    o = per_device(optimizer_bytes_per_param(optimizer, "fp32" if fp32_params else precision, optimizer_states),
-                   zero >= 1)
+    g = 0.0 if frozen else per_device(wb, zero >= 2)  # gradients in the weight dtype, as the ZeRO paper counts them
+    o = 0.0 if frozen else per_device(
+        optimizer_bytes_per_param(optimizer, "fp32" if fp32_params else precision, optimizer_states), zero >= 1)
     return {"weights": w, "gradients": g, "optimizer": 0.0 if offload else o, "optimizer_offloaded": o if offload else 0.0}
 
 

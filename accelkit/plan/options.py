@@ -74,6 +74,12 @@ class PlanOptions(Spec):
                     "the ZeRO paper's K = 12) or bf16 (Apex DistributedFusedAdam with dtype bf16, NeMo's "
                     "`optim.dtype: bf16`: m, v and its copy of the weights in bf16, 6 B per parameter)."
     )
+    frozen_weights: bool = spec_field(
+        False, doc="Training: the model's weights are frozen and only small adapters train (LoRA): no weight gradients, "
+                   "optimizer states or data-parallel gradient reduction, and backward skips the weight-gradient "
+                   "GEMMs (2 of the 3 matmul passes remain). The adapters' own parameters and GEMMs (rank ≪ hidden) "
+                   "are not counted; ZeRO-3 is refused (its gathers of frozen weights are not modelled)."
+    )
     activity_factor: float = spec_field(
         0.75, min=0.0, max=1.0, doc="Average power as a fraction of TDP (energy = TDP × factor × time)."
     )

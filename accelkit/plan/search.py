@@ -21,6 +21,7 @@ from accelkit.plan.layout import (
     Layout,
     check_compression,
     check_context_parallel,
+    check_frozen,
     check_inference_layout,
     check_user_layout,
     ep_choices,
@@ -92,7 +93,7 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
             mbs = [fixed["micro_batch"]] if per_rank % fixed["micro_batch"] == 0 else []
         mbs = [mb for mb in mbs if interleaving_fits(pp, vp, per_rank // mb)]
         zeros = _pick(fixed, "zero", [0] if dp * cp == 1 or ctx.workload.recipe.grad_compression == "powersgd"
-                      else [0, 1, 2, 3])
+                      or ctx.options.frozen_weights else [0, 1, 2, 3])  # frozen: no states for ZeRO to shard
         sps = _pick(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
         for zero in zeros:
             for mb in mbs:
@@ -129,6 +130,8 @@ def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] 
         check_inference_layout(fixed, global_batch)
     check_user_layout(ctx.model, ctx.cluster, fixed, num_devices, seq_len=ctx.workload.seq_len if train else None)
     check_compression(ctx.workload.recipe, fixed.get("zero", 0))
+    if train:
+        check_frozen(ctx.options, fixed.get("zero", 0))
     if train and global_batch is None:
         global_batch = default_global_batch(ctx.workload)
     found = [evaluate(ctx, layout, batch) for layout in enumerate_layouts(ctx, num_devices, fixed, global_batch)]

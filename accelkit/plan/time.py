@@ -213,7 +213,8 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
 
     # ---- one layer, one micro-batch
     matmul_fwd = 2.0 * tokens * ctx.layer_matmul_active / tp
-    gemm = matmul_fwd * (3 + (1 if full else 0)) / flop_s
+    frozen = o.frozen_weights  # LoRA: backward computes the input gradients only, no weight gradients
+    gemm = matmul_fwd * (3 + (1 if full else 0) - (1 if frozen else 0)) / flop_s
     traffic = layer_traffic(m, e=e, stack=o.kernels, dropout=_dropout(ctx))
     ew_fwd = tokens * (traffic.replicated_bytes / sp + traffic.sharded_bytes / tp)
     if o.attention == "math":  # two score matmuls (full square, masked under a sliding window) and the s² scores
@@ -253,7 +254,7 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
 
     # ---- one stage (the heaviest: ceil(L/pp) layers, plus the LM head on the last), one micro-batch
     layers = stage_layers(ctx, layout)
-    head_gemm = 6.0 * tokens * F.head_matmul_params(m) / tp / flop_s
+    head_gemm = (4.0 if frozen else 6.0) * tokens * F.head_matmul_params(m) / tp / flop_s
     fused_loss = o.kernels == "fused" if o.fused_loss is None else o.fused_loss
     head_mem = tokens * (loss_bytes_per_token(m, e=e, stack="fused" if fused_loss else "eager") / tp
                          + 4 * e * m.hidden_size / sp) / bw
@@ -281,9 +282,12 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
 
     # ---- data parallel and the optimizer
     dense, expert = stage_param_split(ctx, layout)
-    red = dp_reduction(ctx, layout, dense + expert, split)
-    dp_exposed = _dp_exposed(ctx, layout, dense, expert, split, layers, stage, st_compute)
-    optimizer = _optimizer_s(ctx, layout, dense, expert, bw) + compression_s(ctx, layout, red)
+    if frozen:  # nothing to reduce over data parallelism, nothing to update
+        red, dp_exposed, optimizer = None, 0.0, 0.0
+    else:
+        red = dp_reduction(ctx, layout, dense + expert, split)
+        dp_exposed = _dp_exposed(ctx, layout, dense, expert, split, layers, stage, st_compute)
+        optimizer = _optimizer_s(ctx, layout, dense, expert, bw) + compression_s(ctx, layout, red)
     return {
         "compute": mb * st_compute,
         "memory": mb * st_memory + optimizer,

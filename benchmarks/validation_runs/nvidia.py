@@ -209,8 +209,10 @@ for _name, _n, _tp, _pp, _tps in (("LLAMA2-7B", 8, 1, 1, 24824), ("LLAMA2-13B", 
         f"nemo2407-{_name.lower()}-lora-{_n}xh100", "nemo-perf",
         f"NeMo 24.07 DGX-H100 FP8 'Finetuning' table: {_name} LoRA, {_n} GPUs, GBS 32, MBS 1, packed 4096, TP {_tp}, "
         f"PP {_pp}: {_tps} Tokens / sec / GPU", llama2(_name.split("-")[1].lower()), _n, 32, 1, 4096, _tps,
-        tp=_tp, pp=_pp, not_expressible="LoRA: the base weights are frozen (no weight gradients, no optimizer states "
-        "for them); the planner trains every weight", unlocks="LoRA / frozen-weight fine-tuning"))
+        tp=_tp, pp=_pp, stack={"frozen_weights": True},
+        notes=("LoRA: the base weights are frozen (no weight gradients, optimizer states or gradient reduction for "
+               "them): planned with frozen_weights; NeMo's adapters (rank 32 on the attention projections by default) "
+               "are not counted",)))
 
 _B200 = "DGX B200 (8 × B200 on NVLink5)"
 
