@@ -128,7 +128,11 @@ def layout_assumptions(ctx: PlanContext, layout: Layout) -> list[str]:
                    + (" (the embedding and the head counted as one block each)" if ctx.options.pp_embedding_as_layer
                       else " (every stage taken at the ceiling; --pp-embedding-as-layer for Megatron's lighter "
                            "first and last stages)"))
-    if ctx.workload.task == "train" and layout.recompute == "selective" and ctx.options.attention != "math":
+    if ctx.workload.task == "train" and layout.recompute == "selective" and ctx.options.selective_recompute == "op":
+        out.append("selective recompute, op-level (--selective-recompute op, torchtitan's policy): the block input and "
+                   "the outputs of every other matmul (q, v, gate/fc1, down/fc2) and of attention are kept; the other "
+                   "matmuls and the pointwise ops run again in backward")
+    elif ctx.workload.task == "train" and layout.recompute == "selective" and ctx.options.attention != "math":
         out.append(f"selective recompute recomputes the attention core's s² scores and softmax, which --attention "
                    f"{ctx.options.attention} never stores: with this kernel it plans the same memory and time as "
                    "--recompute none (use --recompute full, or --attention math for Megatron 2022's unfused core)")

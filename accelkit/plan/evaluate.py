@@ -105,7 +105,7 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
         kw = dict(tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels, attention=o.attention,
                   dropout=o.dropout)
         per_layer = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, recompute=layout.recompute,
-                                           **kw)  # type: ignore[arg-type]
+                                           selective=o.selective_recompute, **kw)  # type: ignore[arg-type]
         head = head_activation_bytes(m, tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels,
                                      sequence_parallel=layout.sequence_parallel, dropout=o.dropout)
         # the first stage keeps the most micro-batches in flight; with lighter first/last stages (uneven, the

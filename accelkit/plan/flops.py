@@ -80,6 +80,16 @@ def training_flops(model: ModelSpec, *, batch: int, seq: int) -> float:
     return 3.0 * forward_flops(model, batch=batch, seq=seq)
 
 
+def op_recompute_share(model: ModelSpec) -> float:
+    """The share of a block's forward matmul FLOPs torchtitan's op-level selective recompute runs again: its policy
+    saves every second ``mm`` of a block in execution order (q, k, v, o, then gate, up, down — or fc1, fc2) and
+    recomputes the others (k, o, up; or k, o, fc2)."""
+    h, q, kv, f = model.hidden_size, model.num_heads * model.head_size, model.kv_heads * model.head_size, \
+        model.ffn_hidden_size
+    mms = [h * q, h * kv, h * kv, q * h] + ([h * f, h * f, f * h] if model.gated_mlp else [h * f, f * h])
+    return sum(mms[1::2]) / sum(mms)
+
+
 def recompute_flops(model: ModelSpec, *, batch: int, seq: int, recompute: str, attention: str) -> float:
     """Extra FLOPs recomputation executes: ``full`` reruns every block's forward; ``selective`` reruns
     the attention core (QKᵀ, softmax, A·V) of unfused attention (Korthikanti et al. 2022)."""

@@ -151,12 +151,19 @@ def layer_activation_parts(
 def layer_activation_bytes(
     model: ModelSpec, *, tokens: int, seq: int, e: int, tp: int = 1, sequence_parallel: bool = False,
     recompute: str = "none", kernels: str = "eager", attention: str = "flash", dropout: bool | None = None,
+    selective: str = "attention",
 ) -> float:
     """Bytes one layer keeps for backward for ``tokens`` = micro-batch × seq tokens on one tp rank (÷ cp when
     the sequence is split: pass the tokens this rank holds)."""
     sp = tp if sequence_parallel else 1
     if recompute == "full":  # only the layer input (Korthikanti: 2·s·b·h at 16 bit)
         return tokens * e * model.hidden_size / sp
+    if recompute == "selective" and selective == "op":
+        # torchtitan's op-level policy keeps the block input and the outputs of the saved matmuls (q, v, gate or
+        # fc1, down or fc2) and of the attention kernel (output, fp32 logsumexp); the rest is recomputed
+        h, q, kv = model.hidden_size, model.num_heads * model.head_size, max(model.kv_heads / tp, 1) * model.head_size
+        f = model.ffn_hidden_size
+        return tokens * (e * 2 * h / sp + e * (2 * q / tp + kv + f / tp) + 4 * model.num_heads / tp)
     parts = layer_activation_parts(model, seq=seq, e=e, tp=tp, kernels=kernels, attention=attention,
                                    training_dropout=dropout)
     per_token = parts["replicated"] / sp + parts["sharded"]

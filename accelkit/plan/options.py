@@ -74,6 +74,12 @@ class PlanOptions(Spec):
                     "the ZeRO paper's K = 12) or bf16 (Apex DistributedFusedAdam with dtype bf16, NeMo's "
                     "`optim.dtype: bf16`: m, v and its copy of the weights in bf16, 6 B per parameter)."
     )
+    selective_recompute: Literal["attention", "op"] = spec_field(
+        "attention", doc="What --recompute selective recomputes: attention (Megatron-LM's: the attention core's s² "
+                         "scores, which flash kernels never store) or op (torchtitan's op-level policy: every compute "
+                         "op's output is saved except every second matmul of a block, which backward recomputes with "
+                         "the block's pointwise ops)."
+    )
     frozen_weights: bool = spec_field(
         False, doc="Training: the model's weights are frozen and only small adapters train (LoRA): no weight gradients, "
                    "optimizer states or data-parallel gradient reduction, and backward skips the weight-gradient "

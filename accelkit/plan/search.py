@@ -77,7 +77,8 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
     train = ctx.workload.task == "train"
     recomputes = ["none", "full"] if ctx.cnn is not None else (
         ["none", "selective", "full"] if ctx.options.attention == "math" else ["none", "full"])
-    if fixed.get("recompute") == "selective" and "selective" not in recomputes:
+    if (fixed.get("recompute") == "selective" or ctx.options.selective_recompute == "op") \
+            and "selective" not in recomputes and ctx.cnn is None:
         recomputes.append("selective")
     cp = fixed.get("cp") or 1
     vp = fixed.get("vp") or 1

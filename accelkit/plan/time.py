@@ -214,7 +214,9 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
     # ---- one layer, one micro-batch
     matmul_fwd = 2.0 * tokens * ctx.layer_matmul_active / tp
     frozen = o.frozen_weights  # LoRA: backward computes the input gradients only, no weight gradients
-    gemm = matmul_fwd * (3 + (1 if full else 0) - (1 if frozen else 0)) / flop_s
+    op = selective and o.selective_recompute == "op"  # torchtitan: every second matmul and the pointwise ops again
+    gemm = matmul_fwd * (3 + (1 if full else 0) - (1 if frozen else 0) + (F.op_recompute_share(m) if op else 0)) \
+        / flop_s
     traffic = layer_traffic(m, e=e, stack=o.kernels, dropout=_dropout(ctx))
     ew_fwd = tokens * (traffic.replicated_bytes / sp + traffic.sharded_bytes / tp)
     if o.attention == "math":  # two score matmuls (full square, masked under a sliding window) and the s² scores
@@ -224,10 +226,10 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
     else:
         useful = _flash_attention_flops(m, layout.micro_batch, seq, causal=causal) / m.num_layers / (tp * cp)
         attention = useful * (1 + FLASH_BACKWARD + (1 if full else 0)) / model_attention_flop_s(ctx, seq, int(seq / cp))
-    memory = ew_fwd * (1 + traffic.backward_factor + (1 if full else 0)) / bw
+    memory = ew_fwd * (1 + traffic.backward_factor + (1 if full or op else 0)) / bw
     if o.autocast_fp32_params:  # every forward (and recompute) casts each fp32 weight to the compute dtype
         memory += (1 + (1 if full else 0)) * 6.0 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / tp / bw
-    kernels = traffic.forward_kernels + traffic.backward_kernels + (traffic.forward_kernels if full else 0)
+    kernels = traffic.forward_kernels + traffic.backward_kernels + (traffic.forward_kernels if full or op else 0)
     gpu = gemm + attention + memory
     host = kernels * ctx.efficiency.launch_s if o.kernels == "eager" else kernels * ctx.efficiency.launch_s / 2
     launch = max(0.0, host - gpu)

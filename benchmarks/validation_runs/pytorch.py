@@ -37,10 +37,8 @@ _SELECTIVE_LAYER = ("'selective layer' AC checkpoints every n-th transformer blo
 _EVERY_NTH = "selective recompute of every n-th block"
 #: torchtitan's op-level selective AC (parallelize_llama.py _custom_policy, unchanged from 3faaa1a0d to e7c0cae): "Saves
 #: output of all compute ops, except every second mm" — half the forward matmuls run again in backward
-_OP_SAC = ("torchtitan's op-level selective AC saves every compute op's output except every second matmul, which "
-           "backward recomputes (parallelize_llama.py _custom_policy); the planner's 'selective' is Megatron's "
-           "(the attention core only), so neither its time nor its memory is this policy's")
-_OP_SAC_UNLOCK = "op-level selective recompute (torchtitan: every second matmul recomputed)"
+_OP_SAC_NOTE = ("torchtitan's op-level selective AC (parallelize_llama.py _custom_policy): planned with "
+                "selective_recompute 'op' — every second matmul of a block and its pointwise ops recomputed")
 
 
 def _tt_a100(rid: str, model: Any, name: str, seq: int, bs: int, ac: str, wps: float, mfu: str, *,
@@ -52,12 +50,14 @@ def _tt_a100(rid: str, model: Any, name: str, seq: int, bs: int, ac: str, wps: f
                                    f"{wps} WPS ({mfu} MFU)",
         model=model, hardware=_A100, device="A100-SXM4-80GB", num_devices=64, seq_len=seq, global_batch=64 * bs,
         precision="bf16", published=Published(kind="tokens_per_s_per_device", value=wps, text=f"{wps} WPS"),
-        micro_batch=bs, zero=3, recompute=recompute, stack=_TT_STACK, scaleout_gbps=None,
+        micro_batch=bs, zero=3, recompute=recompute,
+        stack=dict(_TT_STACK, **({"selective_recompute": "op"} if op else {})), scaleout_gbps=None,
         unknown={"scaleout_gbps": (100.0, 200.0, 400.0), **({"recompute": ("selective",)} if layer else {})},
-        not_expressible=_SELECTIVE_LAYER if layer else _OP_SAC if op else "",
-        unlocks=_EVERY_NTH if layer else _OP_SAC_UNLOCK if op else "", shipped_calibration=shipped,
-        notes=(*_TT_NOTES, *(("the shipped A100 factor was fitted with this run modelled as Megatron's selective "
-                              "recompute (no extra matmul FLOPs)",) if op and shipped else ())))
+        not_expressible=_SELECTIVE_LAYER if layer else "", unlocks=_EVERY_NTH if layer else "",
+        shipped_calibration=shipped,
+        notes=(*_TT_NOTES, *((_OP_SAC_NOTE,) if op else ()),
+               *(("the shipped A100 factor was fitted with this run modelled as Megatron's selective recompute (no "
+                  "extra matmul FLOPs)",) if op and shipped else ())))
 
 
 TORCHTITAN = [
@@ -95,11 +95,11 @@ def _tt_h100(table: str, rid: str, model: Any, n: int, seq: int, local_bs: int, 
         tp=tp, pp=pp, cp=cp, vp=vp, micro_batch=local_bs if pp == 1 else None, zero=3, recompute=ac,
         sequence_parallel=tp > 1, stack=dict(kernels="fused" if compiled else "eager", attention="flash2", dropout=False,
                                               tp_comm_overlap="AsyncTP" in technique,
-                                              **({"pp_embedding_as_layer": True} if pp > 1 else {})),
+                                              **({"pp_embedding_as_layer": True} if pp > 1 else {}),
+                                              **({"selective_recompute": "op"} if ac == "selective" else {})),
         scaleout_gbps=400.0, unknown={"peak_scale": _GT_PEAK, **({} if pp == 1 else {"micro_batch": (1, 2, 4)})},
         # Tables 1 and 3 'selective activation checkpointing': torchtitan's llama3_8b.toml default, selective_ac_option
-        # 'op' — the op-level policy the set marks not expressible wherever it appears (the A100 table, Trainy)
-        not_expressible=_OP_SAC if ac == "selective" else "", unlocks=_OP_SAC_UNLOCK if ac == "selective" else "",
+        # 'op' — the op-level policy (selective_recompute 'op')
         notes=("SDPA on Hopper runs FlashAttention-2; torch.compile = fused kernels; Float8 on nn.Linear",
                "catalog H100-SXM5-96GB: the memory, bandwidth and power limit torchtitan publishes; its peaks are the "
                "700 W SXM5's, an upper bound: torchtitan says the peak lies 'between SXM and NVL', so the band spans "
@@ -137,8 +137,7 @@ TRAINY = [TrainingRun(
     num_devices=nodes * 8, seq_len=8192, global_batch=nodes * 8 * 2, precision="fp8",
     published=Published(kind="tokens_per_s_per_device", value=tps, text=f"{tps} TPS/GPU"),
     micro_batch=2, zero=3, recompute="selective", scaleout_gbps=400.0,
-    stack=dict(kernels="fused", attention="flash2", dropout=False),
-    not_expressible=_OP_SAC, unlocks=_OP_SAC_UNLOCK,
+    stack=dict(kernels="fused", attention="flash2", dropout=False, selective_recompute="op"),
     notes=("torchtitan e7c0cae: FSDP2 over all ranks (data_parallel_shard_degree -1), selective op AC, torch.compile "
            "(fused kernels), float8 linears; SDPA on Hopper = FlashAttention-2",
            "--quantize.linear.float8.enable_fsdp_float8_all_gather: FSDP gathers fp8 weights; the planner gathers "
