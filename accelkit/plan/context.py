@@ -16,6 +16,7 @@ from accelkit.plan.layout import check_inference_workload
 from accelkit.plan.memory import ACT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.priors import (
+    FLASH1_SOURCE,
     FLASH_BLOCK,
     FLASH_TRITON_SOURCE,
     OFFLOAD_BANDWIDTH,
@@ -159,7 +160,8 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         f"attention kernel: {o.attention}" + (" (unfused, full s² scores through memory)" if o.attention == "math" else
                                              " (causal flash executes ½ of the counted attention FLOPs, backward "
                                              "recomputes QKᵀ: 3.5× the forward FLOPs per step)")
-        + (f"; {FLASH_TRITON_SOURCE}" if o.attention == "flash-triton" else ""),
+        + (f"; {FLASH_TRITON_SOURCE}" if o.attention == "flash-triton" else "")
+        + (f"; {FLASH1_SOURCE}" if o.attention == "flash1" else ""),
         f"sustained tensor-core factor {ctx.sustained:.3f} × the matmul and attention efficiencies above (free "
         f"parameter, {ctx.sustained_source}: {FIT_SOURCE})",
         f"memory-bound kernels: {o.kernels} stack (accelkit/plan/kernels.py: bytes per token of every norm, residual "

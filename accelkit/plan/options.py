@@ -14,9 +14,10 @@ from accelkit.core.spec import Spec, spec_field
 class PlanOptions(Spec):
     """Knobs of the planner's model of the system (not of the workload)."""
 
-    attention: Literal["flash", "flash2", "flash-triton", "math"] = spec_field(
+    attention: Literal["flash", "flash2", "flash1", "flash-triton", "math"] = spec_field(
         "flash", doc="Attention kernel: flash (the device generation's best fused kernel: FlashAttention-3/cuDNN on "
-                     "Hopper, FlashAttention-2 on Ampere), flash2 (FlashAttention-2 everywhere), flash-triton "
+                     "Hopper, FlashAttention-2 on Ampere), flash2 (FlashAttention-2 everywhere), flash1 "
+                     "(FlashAttention-1, the 2022 CUDA kernels: FA2 ÷ 2), flash-triton "
                      "(FlashAttention in pre-MLIR Triton, e.g. MPT's attn_impl triton: FA2 ÷ 1.83) or math "
                      "(unfused, s² scores in memory, e.g. Megatron 2022)."
     )

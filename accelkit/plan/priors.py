@@ -75,6 +75,11 @@ DEFAULT_ATTENTION_OF_COMPUTE = 0.5
 #: 1.83 whatever the two passes' own rates (±0.03 over 1.3-1.5 and forward/backward rates 0.63-0.73 of
 #: peak): the kernel runs at FlashAttention-2's efficiency of the same generation ÷ 1.83.
 FLASH_TRITON_SLOWDOWN = (1.4 + 2.5 * 2.0) / 3.5
+#: FlashAttention-1 (the 2022 CUDA kernels): FlashAttention-2's paper (arXiv 2307.08691, abstract and §4.1) measures
+#: FA2 "around 2× faster than FlashAttention" forward and backward on A100
+FLASH1_SLOWDOWN = 2.0
+FLASH1_SOURCE = ("FlashAttention-1 (2022 CUDA kernels): FlashAttention-2's efficiency ÷ 2 — the FA2 paper (arXiv "
+                 "2307.08691 §4.1) measures FA2 around 2× faster than FlashAttention")
 FLASH_TRITON_SOURCE = ("FlashAttention in pre-MLIR Triton (flash_attn_triton.py; llm-foundry attn_impl triton): "
                        "FlashAttention-2's efficiency ÷ 1.83 — the FA2 paper (arXiv 2307.08691 §4.1) measures FA2 "
                        "1.3-1.5× faster forward and ~2× faster backward than it")

@@ -61,6 +61,7 @@ from accelkit.plan.layout import Layout
 from accelkit.plan.memory import TRAIN_WEIGHT_BYTES, kv_layer_token_bytes, optimizer_bytes_per_param, uses_dropout
 from accelkit.plan.priors import (
     COLLECTIVE_LATENCY_S,
+    FLASH1_SLOWDOWN,
     FLASH_TRITON_SLOWDOWN,
     OFFLOAD_BANDWIDTH,
     OVERLAP_SLOWDOWN,
@@ -139,6 +140,8 @@ def attention_flop_s(ctx: PlanContext, seq: int, *, causal: bool) -> float:
     base = eff.attention if kernel == "flash" else eff.flash2
     if kernel == "flash-triton":
         base /= FLASH_TRITON_SLOWDOWN
+    elif kernel == "flash1":
+        base /= FLASH1_SLOWDOWN
     useful = causal_block_factor(seq) if causal else 1.0
     return ctx.peak_16 * base * ctx.sustained * useful
 

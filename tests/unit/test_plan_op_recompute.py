@@ -39,3 +39,17 @@ def test_op_policy_costs_a_share_of_the_matmuls_and_saves_memory():
     assert op["time_breakdown_s"]["compute"] > megatron["time_breakdown_s"]["compute"]
     assert op["step_time_s"] > megatron["step_time_s"]
     assert any("op-level" in a for a in op["assumptions"])
+
+
+def test_flash_attention_1_runs_at_half_flash_attention_2():
+    # FA2 paper (arXiv 2307.08691 §4.1): FA2 around 2× faster than FlashAttention; the FlashAttention repository's
+    # 2022 GPT-3 table ran FA1 and was not expressible before
+    from accelkit.plan.context import make_context
+    from accelkit.plan.time import attention_flop_s
+
+    w = Workload(model=M, task="train", seq_len=2048, recipe=Recipe(precision="bf16"))
+    cluster = Cluster(device=get_device("a100"), num_devices=8)
+    fa2 = make_context(w, cluster, PlanOptions(use_calibration=False, attention="flash2"))
+    fa1 = make_context(w, cluster, PlanOptions(use_calibration=False, attention="flash1"))
+    assert attention_flop_s(fa2, 2048, causal=True) / attention_flop_s(fa1, 2048, causal=True) == pytest.approx(2.0)
+    assert any("FlashAttention-1" in a for a in fa1.assumptions)
