@@ -23,7 +23,7 @@ from accelkit.plan.request import LayoutChoice, PlanRequest
 #: search): refused with --task train the same way
 INFER_ONLY_REQUEST = ("batch", "prompt_len", "output_len", "kv_dtype")
 INFER_ONLY_OPTIONS = ("max_serving_batch", "prefill_chunk_tokens", "max_decode_latency_s", "kv_cache_memory_bytes",
-                      "gpu_memory_utilization", "block_size", "kv_cache_scales")
+                      "gpu_memory_utilization", "block_size", "kv_cache_scales", "inflight_batching")
 
 
 def _bytes(text: str) -> int:

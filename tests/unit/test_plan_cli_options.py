@@ -133,7 +133,8 @@ def test_train_refuses_inference_only_flags(capsys):
                          (["--kv-cache-memory", "2GiB"], "--kv-cache-memory 2147483648"),
                          (["--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization 0.5"),
                          (["--block-size", "32"], "--block-size 32"),
-                         (["--kv-cache-scales", "per-tensor"], "--kv-cache-scales per-tensor")):
+                         (["--kv-cache-scales", "per-tensor"], "--kv-cache-scales per-tensor"),
+                         (["--inflight-batching"], "--inflight-batching")):
         for task in ([], ["--task", "train"]):
             code, err = _plan_exit(capsys, *task, *flags)
             assert code == 2, err
