@@ -154,35 +154,36 @@ def catalog_peak(catalog_name: str, dtype: str) -> Peak:
 
 
 def probe_peak(store: ResultStore, hardware: str, dtype: str) -> tuple[Peak, int | None]:
-    """The newest ``hw probe`` matmul figure for ``dtype`` on ``hardware`` whose matmul was at least the default
-    size; a smaller one (``--size 64``: overhead-bound, ~27× under the peak) only when no such probe is stored, the
-    largest of them, with the source saying so. (Peak(None, why), None) if none."""
-    from accelkit.hardware.probe import small_matmul
+    """The ``hw probe`` matmul peak for ``dtype`` on ``hardware``: the best full probe stored — a quick one only when
+    no full one is, a smaller one only when neither is, the source saying so (``accelkit.hardware.probe_quality``).
+    (Peak(None, why), None) if none."""
+    from accelkit.hardware.probe_quality import best_matmul
 
-    probes = store.query(kind="probe", hardware=hardware, limit=50)
+    probes = store.query(kind="probe", hardware=hardware, limit=200)
     if not probes:
         return Peak(None, f"no `accelkit hw probe` result for {hardware!r} in the store"), None
-    found = [p for p in probes if dtype in (p.result.details.get("matmul") or {})]  # newest first
-    if not found:
+    best = best_matmul(probes, dtype)
+    if best is None:
         return Peak(None, f"no stored probe of {hardware!r} measured a {dtype} matmul"), None
-    full = [p for p in found if small_matmul(p.result.details, dtype) is None]
-    best = full[0] if full else max(found, key=lambda p: p.result.details["matmul"][dtype].get("size") or 0)
-    flops, figure = matmul_figure(best.result.details["matmul"][dtype], dtype)
-    quick = " (a --quick probe: a full `accelkit hw probe` on a quiet machine gives a firmer peak)" \
-        if best.result.details.get("quick") else ""
-    small = small_matmul(best.result.details, dtype)
-    if small:  # the peak is too low, so the MFU it gives reads too high: said where the MFU is
-        quick = (f" — {small}, so this MFU reads high; no probe at the default size is stored: run "
-                 f"`accelkit hw probe` without --size for the peak")
+    flops, figure = matmul_figure(best.stored.result.details["matmul"][dtype], dtype)
+    if best.quality == "full":
+        of = f", the best of {best.num_full} full probes" if best.num_full > 1 else ""
+        why = f" (a full probe{of})"
+    elif best.quality == "quick":  # the peak may be too low, so the MFU it gives may read high: said where it is
+        why = (" (a --quick probe, the best stored: no full probe of this dtype is, so an MFU against it can read "
+               f"high; `accelkit hw probe --dtype {dtype}` on a quiet machine measures the peak)")
+    else:
+        why = (f" — {best.why}, so this MFU reads high; no probe at the default size is stored: run "
+               f"`accelkit hw probe` without --size for the peak")
     return Peak(
-        flops, f"measured: `accelkit hw probe` result {best.id} ({best.result.created_at}), {figure}{quick}",
+        flops, f"measured: `accelkit hw probe` result {best.id} ({best.stored.result.created_at}), {figure}{why}",
     ), best.id
 
 
 def matmul_figure(matmul: dict[str, Any], dtype: str) -> tuple[float, str]:
     """A probe's ``details["matmul"][dtype]`` as (FLOP/s, 'median {dtype} matmul N×N = … TFLOP/s')."""
     tflops, size = float(matmul["tflops"]), matmul.get("size")
-    return tflops * 1e12, f"median {dtype} matmul {size}×{size} = {tflops:.3f} TFLOP/s"
+    return tflops * 1e12, f"median {dtype} matmul {size}×{size} = {tflops:.4g} TFLOP/s"  # 0.0011, not 0.001
 
 
 def peak_share(flops_per_item: float | None, items_per_s: float | None, peak: Peak) -> PeakShare:
@@ -198,7 +199,9 @@ def mfu_result(
     """The typed ``mfu``: the value against ``peak`` (the datasheet on a catalog device, else the probe), the
     FLOPs and their source, and — where there are both — MFU against the datasheet and against the probe."""
     main = peak_share(flops_per_item, items_per_s, peak)
+    shares = [main] + [peak_share(flops_per_item, items_per_s, p) for p in (datasheet, probe) if p is not None]
     return MfuResult(
+        above_peak=above_peak(shares),
         value=main.value,
         achieved_flops=flops_per_item * items_per_s if flops_per_item and items_per_s else None,
         peak_flops=peak.flops, peak_source=peak.source, flops_per_item=flops_per_item, flops_source=flops_source,
@@ -206,6 +209,26 @@ def mfu_result(
         datasheet=None if datasheet is None else peak_share(flops_per_item, items_per_s, datasheet),
         probe=None if probe is None else peak_share(flops_per_item, items_per_s, probe),
     )
+
+
+def above_peak(shares: Sequence[PeakShare]) -> str | None:
+    """Why an MFU above 1 cannot stand, or None when none of ``shares`` is above 1. Against a probe: the probe ran
+    slower than this workload's own matmuls (--quick, a smaller side, a busy machine, a dtype without a fast kernel
+    where the workload's small matmuls stay in cache), so it is no peak. Against a datasheet: the counted FLOPs or
+    the device accelkit identified are wrong; re-probing changes nothing."""
+    reasons: dict[str, None] = {}
+    for share in shares:
+        if share.value is None or share.value <= 1 or share.peak_flops is None:
+            continue
+        of = f"{share.value:.1%} of {share.peak_flops / 1e12:.4g} TFLOP/s"
+        if share.source.startswith("measured"):
+            reasons[f"MFU {of} (a `hw probe` figure): that probe ran slower than this workload's own matmuls, so it "
+                    "is no peak — run a full `accelkit hw probe` (without --quick or --size) for this dtype on a "
+                    "quiet machine; MFU then divides by the best full probe"] = None
+        else:
+            reasons[f"MFU {of} (a datasheet peak): no run beats its datasheet, so the counted FLOPs or the device "
+                    "accelkit identified are wrong"] = None
+    return "; ".join(reasons) or None
 
 
 # ---- accuracy drift --------------------------------------------------------------------------------

@@ -123,11 +123,17 @@ def list_cmd(
 
     def render() -> None:
         rows = []
+        peaks = _probe_peaks(found)
         for s in found:
             f = flat_row(s)
             headline = f"{fmt_num(f['throughput'], 3)} {f['throughput_unit']}" if f["throughput"] is not None else None
+            if s.id in peaks:
+                headline = f"{headline or '-'} · {peaks[s.id]}"
+            mfu = fmt_num(f["mfu"], 3)
+            if f["mfu_above_peak"] is not None:  # explained in full by --json and `results show`
+                mfu = f"{mfu} ⚠ above peak"
             rows.append((s.id, f["created_at"], f["type"], f["kind"], f["name"], f["hardware"], headline,
-                         fmt_num(f["mfu"], 3), s.run_id))
+                         mfu, s.run_id))
         where = f" matching {filters.describe()}" if filters.given else ""
         if found:
             out.print(table(f"Results in {path}{where}: {len(found)} of {matching}"
@@ -142,7 +148,33 @@ def list_cmd(
             out.print(f"No result matches {filters.describe()}; {total} results in {path}, on hardware: "
                       f"{', '.join(on) or '-'}.", highlight=False)
 
-    emit([flat_row(s) for s in found], as_json, render)
+    roles = _probe_peaks(found)
+    emit([{**flat_row(s), **({"peak_role": roles[s.id]} if s.id in roles else {})} for s in found], as_json, render)
+
+
+def _probe_peaks(found: list[StoredResult]) -> dict[int, str]:
+    """Per listed probe, what it is to MFU and the report: 'full; the peak of fp32, bf16', or 'quick: no peak (the
+    peaks: #3)' — a quicker or smaller probe listed first (newest) is not the machine's headline
+    (``accelkit.hardware.probe_quality``). Judged among the probes listed."""
+    from accelkit.hardware.probe_quality import best_matmul, dtypes_of, probe_quality
+
+    by_hardware: dict[str | None, list[StoredResult]] = {}
+    for s in found:
+        if s.result.kind == "probe":
+            by_hardware.setdefault(s.result.hardware, []).append(s)
+    out: dict[int, str] = {}
+    for probes in by_hardware.values():
+        best = {dt: b for dt in dtypes_of(probes) if (b := best_matmul(probes, dt)) is not None}
+        for s in probes:
+            quality = probe_quality(s.result.details)
+            mine = [dt for dt, b in best.items() if b.id == s.id]
+            others = sorted({b.id for dt, b in best.items() if b.id != s.id})
+            if mine:
+                out[s.id] = f"{quality}; the peak of {', '.join(mine)}"
+            else:
+                out[s.id] = f"{quality}: no peak" + (f" (the peaks: {', '.join(f'#{i}' for i in others)})"
+                                                     if others else "")
+    return out
 
 
 @app.command("show")

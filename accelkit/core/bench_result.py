@@ -76,6 +76,9 @@ class MfuResult(Spec):
     analytic_formula: str | None = spec_field(None, doc="Its formula.")
     datasheet: PeakShare | None = spec_field(None, doc="MFU against the catalog's dense datasheet peak (GPUs).")
     probe: PeakShare | None = spec_field(None, doc="MFU against the `hw probe` matmul peak of the same dtype.")
+    above_peak: str | None = spec_field(
+        None, doc="Set when an MFU here (value, datasheet or probe) exceeds 1 — no run beats its dense peak, so the "
+                  "peak or the FLOPs are wrong: which, and what to do. None when every MFU is at most 1.")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -212,7 +212,8 @@ def _time_copy(device: str, copy_bytes: int, loop: LoopConfig) -> tuple[LoopResu
     return time_loop(lambda: dst.copy_(src), loop, device=device), 2 * src.numel() * 4  # read + write
 
 
-def _note(is_catalog: bool, size: int, copy_bytes: int, default_size: int, default_copy: int) -> str | None:
+def _note(is_catalog: bool, size: int, copy_bytes: int, default_size: int, default_copy: int, *,
+          quick: bool = False) -> str | None:
     """What the figures are for: the peak MFU and the planner use, unless the sizes were below the defaults."""
     small = [f for f, is_small in ((f"--size {size} (default {default_size})", size < default_size),
                                    (f"--copy-size {_mib(copy_bytes)} (default {_mib(default_copy)})",
@@ -221,6 +222,9 @@ def _note(is_catalog: bool, size: int, copy_bytes: int, default_size: int, defau
         return (f"{' and '.join(small)} {'are' if len(small) > 1 else 'is'} below the default, so this probe is no "
                 "peak: MFU and the planner use a probe at the default sizes, this one only while none is stored "
                 "(saying so)")
+    if quick:
+        return ("a --quick probe: MFU, the planner and the report take a full probe's figures (the best stored), "
+                "this one's only while none is stored (saying so); `accelkit hw probe` without --quick gives them")
     if is_catalog:
         return None
     return "no datasheet peak for this device: these measured figures are its peak (MFU on it uses them)"
@@ -300,22 +304,30 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
                                             matmul=matmul, elementwise_bytes=copy_bytes, on_step=on_step)
     samples.update(kernel_samples)
 
+    details: dict[str, Any] = {
+        "device": device,
+        "catalog_name": catalog.name if catalog else None,
+        "quick": config.quick,
+        "timer": result.timer,
+        "matmul": matmul,
+        "bandwidth": bandwidth,
+        **kernels,
+        "note": _note(catalog is not None, size, copy_bytes, default_size, default_copy, quick=config.quick),
+    }
+    # each figure's quality (full / quick / small) with its size, so a peak is only ever taken from the best
+    from accelkit.hardware.probe_quality import copy_quality, matmul_quality, probe_quality
+
+    for dtype, row in matmul.items():
+        row["quality"] = matmul_quality(details, dtype)
+    bandwidth["quality"] = copy_quality(details)
+    details["quality"] = probe_quality(details)
     return Measurement(
         kind="probe",
         name=f"hw probe {hardware}" + (" (quick)" if config.quick else ""),
         hardware=hardware,
         throughput=max(m["tflops"] for m in matmul.values()) if matmul else None,
         throughput_unit="TFLOP/s (best matmul dtype)",
-        details={
-            "device": device,
-            "catalog_name": catalog.name if catalog else None,
-            "quick": config.quick,
-            "timer": result.timer,
-            "matmul": matmul,
-            "bandwidth": bandwidth,
-            **kernels,
-            "note": _note(catalog is not None, size, copy_bytes, default_size, default_copy),
-        },
+        details=details,
         environment=environment(with_torch=True),
         samples=samples,
     )

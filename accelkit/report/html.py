@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,8 +155,12 @@ def latency_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
                        "yaxis": _axis("result", autorange="reversed")}, rows=len(data))
 
 
-def mfu_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
-    """MFU against the datasheet peak and against the probe's measured peak, side by side where both exist."""
+ABOVE_PEAK_COLOR = "#d62728"  # a bar above 100 %: impossible as measured, drawn red with its explanation
+
+
+def mfu_figure(rows: list[BenchRow], notes: list[str] | None = None) -> dict[str, Any] | None:
+    """MFU against the datasheet peak and against the probe's measured peak, side by side where both exist. A bar
+    above 100% is red, says '⚠ above peak' and why in its hover, and is named in ``notes``; a dotted line marks 100%."""
     names, primary, probe, hover_primary, hover_probe = [], [], [], [], []
     for r in reversed(rows):
         mfu = r.result.mfu
@@ -167,18 +172,41 @@ def mfu_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
         share = mfu.probe if mfu.datasheet is not None else None
         probe.append(share.value * 100 if share is not None and share.value is not None else None)
         hover_probe.append(share.source if share is not None else "")
+        why = mfu.above_peak or (f"MFU {max(v for v in (primary[-1], probe[-1]) if v is not None):.1f}% exceeds the "
+                                 "peak it divides by: the peak (or the counted FLOPs) is wrong"
+                                 if max(v or 0 for v in (primary[-1], probe[-1])) > 100 else None)
+        if why is not None:
+            hover_primary[-1] = f"⚠ above peak: {why}<br>{hover_primary[-1]}"
+            if notes is not None:
+                notes.append(f"MFU above 100% ({r.short}, result {r.result.result_id}): {why}")
     if not names:
         return None
+
+    def colors(values: Sequence[float | None], normal: str) -> list[str]:
+        return [ABOVE_PEAK_COLOR if v is not None and v > 100 else normal for v in values]
+
+    def labels(values: Sequence[float | None]) -> list[str]:
+        return ["⚠ above peak" if v is not None and v > 100 else "" for v in values]
+
     data: list[dict[str, Any]] = [
-        {"type": "bar", "orientation": "h", "y": names, "x": primary, "text": hover_primary, "textposition": "none",
+        {"type": "bar", "orientation": "h", "y": names, "x": primary, "customdata": hover_primary,
+         "text": labels(primary), "textposition": "outside", "marker": {"color": colors(primary, "#1f77b4")},
          "name": "of the dense peak (datasheet on a catalog GPU; the measured probe peak on a CPU)",
-         "hovertemplate": "%{x:.2f}%<br>%{text}<extra></extra>"}]
+         "hovertemplate": "%{x:.2f}%<br>%{customdata}<extra></extra>"}]
     if any(v is not None for v in probe):
-        data.append({"type": "bar", "orientation": "h", "y": names, "x": probe, "text": hover_probe,
-                     "textposition": "none", "name": "of the peak this device's matmul reached (`hw probe`)",
-                     "hovertemplate": "%{x:.2f}%<br>%{text}<extra></extra>"})
-    return _fig(data, {"barmode": "group", "xaxis": _axis("MFU (% of the dense peak of the dtype used)"),
-                       "yaxis": _axis("result", autorange="reversed")}, rows=len(names) * len(data))
+        data.append({"type": "bar", "orientation": "h", "y": names, "x": probe, "customdata": hover_probe,
+                     "text": labels(probe), "textposition": "outside", "marker": {"color": colors(probe, "#ff7f0e")},
+                     "name": "of the peak this device's matmul reached (`hw probe`)",
+                     "hovertemplate": "%{x:.2f}%<br>%{customdata}<extra></extra>"})
+    top = max(v for v in (*primary, *probe) if v is not None)
+    layout: dict[str, Any] = {
+        "barmode": "group", "xaxis": _axis("MFU (% of the dense peak of the dtype used)"),
+        "yaxis": _axis("result", autorange="reversed")}
+    if top > 100:  # the 100 % line, so a bar past it reads as what it is
+        layout["shapes"] = [{"type": "line", "x0": 100, "x1": 100, "yref": "paper", "y0": 0, "y1": 1,
+                             "line": {"color": ABOVE_PEAK_COLOR, "dash": "dot"}}]
+        layout["xaxis"]["range"] = [0, top * 1.25]  # room for the '⚠ above peak' label
+    return _fig(data, layout, rows=len(names) * len(data))
 
 
 def predicted_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
@@ -243,46 +271,42 @@ def _probe_peaks(details: dict[str, Any]) -> tuple[float, dict[str, dict[str, An
 
 
 def roofline_figure(store: ResultStore, notes: list[str] | None = None) -> dict[str, Any] | None:
-    """Attainable FLOP/s = min(peak, bandwidth × arithmetic intensity), per probed dtype, for the newest
-    probe of each hardware that has both figures (one without them is named in ``notes``) and ran at the default
-    sizes or above — a smaller one (a 1 MiB copy measures the cache) only where no other is stored, named in
-    ``notes`` and in its trace; the catalog roofline (dashed) where the device is in the catalog."""
-    from accelkit.hardware.probe import small_probe
+    """Attainable FLOP/s = min(peak, bandwidth × arithmetic intensity) per hardware and probed dtype, each from the
+    best stored probe of that dtype (``accelkit.hardware.probe_quality``: the best full probe; a quick or smaller
+    one only where no better is stored, named in its trace and in ``notes``), the bandwidth likewise; a probe row
+    without the figures is named in ``notes``. The catalog roofline (dashed) where the device is in the catalog."""
+    from accelkit.hardware.probe_quality import best_copy, best_matmul, dtypes_of
 
-    latest: dict[str, tuple[StoredResult, float, dict[str, dict[str, Any]]]] = {}
-    fallback: dict[str, tuple[StoredResult, float, dict[str, dict[str, Any]]]] = {}
-    for s in store.query(kind="probe", limit=50):  # newest first
+    by_hardware: dict[str, list[StoredResult]] = {}
+    for s in store.query(kind="probe", limit=200):  # newest first
         hardware = s.result.hardware or "?"
-        if hardware in latest:
-            continue
-        found = _probe_peaks(s.result.details)
-        if found is None:
+        if _probe_peaks(s.result.details) is None:
             if notes is not None:
                 notes.append(f"probe #{s.id} ({hardware}) has no bandwidth or matmul figures; it is left out of the "
                              "roofline")
             continue
-        if small_probe(s.result.details) is None:
-            latest[hardware] = (s, *found)
-        else:
-            fallback.setdefault(hardware, (s, *found))
-    for hardware, (s, gbps, matmul) in fallback.items():
-        if hardware not in latest:
-            latest[hardware] = (s, gbps, matmul)
-            if notes is not None:
-                notes.append(f"probe #{s.id} ({hardware}) ran below the default sizes ({small_probe(s.result.details)})"
-                             "; its roofline is drawn as no probe at the default sizes is stored: run "
-                             "`accelkit hw probe`")
+        by_hardware.setdefault(hardware, []).append(s)
     intensities = [10 ** (k / 8) for k in range(-8, 33)]  # 0.1 … 10^4 FLOP/byte
     data: list[dict[str, Any]] = []
-    for hardware, (s, gbps, matmul) in latest.items():
-        d = s.result.details
-        bw = gbps * 1e9
-        for dtype, m in matmul.items():
-            peak = m["tflops"] * 1e12
-            small = ", below the default sizes" if small_probe(d) else ""
-            data.append({"type": "scatter", "mode": "lines", "name": f"{hardware} {dtype} (measured, #{s.id}{small})",
-                         "x": intensities, "y": [min(peak, bw * i) / 1e12 for i in intensities]})
-            cat_peak, cat_bw = m.get("catalog_peak_tflops"), d["bandwidth"].get("catalog_gbps")
+    for hardware, probes in by_hardware.items():
+        copy = best_copy(probes)
+        assert copy is not None  # every probe kept here has a bandwidth
+        bw = copy.value * 1e9
+        if copy.quality != "full" and notes is not None:
+            notes.append(f"{hardware}: the bandwidth is probe #{copy.id}'s ({copy.why}), as no full probe is stored: "
+                         "run `accelkit hw probe`")
+        for dtype in dtypes_of(probes):
+            m = best_matmul(probes, dtype)
+            if m is None:
+                continue
+            tag = "" if m.quality == "full" else {"quick": ", quick", "small": ", below the default sizes"}[m.quality]
+            if m.quality != "full" and notes is not None:
+                notes.append(f"{hardware} {dtype}: drawn from probe #{m.id} ({m.why}), as no full {dtype} probe is "
+                             f"stored: run `accelkit hw probe --dtype {dtype}`")
+            data.append({"type": "scatter", "mode": "lines", "name": f"{hardware} {dtype} (measured, #{m.id}{tag})",
+                         "x": intensities, "y": [min(m.value * 1e12, bw * i) / 1e12 for i in intensities]})
+            row = m.stored.result.details["matmul"][dtype]
+            cat_peak, cat_bw = row.get("catalog_peak_tflops"), m.stored.result.details["bandwidth"].get("catalog_gbps")
             if cat_peak and cat_bw:
                 data.append({"type": "scatter", "mode": "lines", "line": {"dash": "dash"},
                              "name": f"{hardware} {dtype} (catalog)",
@@ -418,14 +442,17 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
          image_phases_figure(plotted)),
         ("mfu", "MFU against peak", "Model FLOP/s ÷ dense peak of the dtype used. On a catalog GPU twice: against "
          "the datasheet peak and against the peak this GPU's matmul reached in `accelkit hw probe`; on a CPU the "
-         "probe's peak is the only one. Hover for the peak and its source.", mfu_figure(plotted)),
+         "probe's peak is the only one. Hover for the peak and its source. A bar past 100% is red and marked '⚠ "
+         "above peak': the peak it divides by is too low (a --quick or small probe) or the FLOPs are wrong — its "
+         "hover and the notes above say which.", mfu_figure(plotted, notes)),
         ("predicted", "Predicted vs measured", "The planner's estimate (the same `accelkit plan` call) stored beside "
          "each measurement, in the step's own unit: samples/s for an encoder, images/s for a CNN, tokens/s for a "
          "decoder. Points on the dotted diagonal agree; above it this machine did better than the planner "
          "expected (its efficiency for the device or shape is too low), below it worse (overheads the planner does "
          "not model: small kernels, Python, launch latency). Hover for each ratio in words.", predicted_figure(plotted)),
-        ("roofline", "Measured roofline", "From the newest `accelkit hw probe` of each device: min(peak, "
-         "bandwidth × intensity).", roofline_figure(store, notes)),
+        ("roofline", "Measured roofline", "min(peak, bandwidth × intensity), per device and dtype from the best "
+         "stored `accelkit hw probe` of that dtype: the best full probe — a --quick or smaller one only where no "
+         "full one is stored, marked in its name — never simply the newest.", roofline_figure(store, notes)),
         ("serving", "Serving: latency vs throughput", "Each `accelkit loadtest` (a `--sweep-rates` run gives a "
          "curve): TTFT p50/p99 and TPOT p50 against the request throughput achieved.", serving_curve_figure(loadtests)),
         ("serving-dist", "Serving: TTFT and TPOT distributions", "Per request rate, newest load test.",

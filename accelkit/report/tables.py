@@ -71,6 +71,8 @@ def share_text(mfu: MfuResult | None) -> str:
     probe = mfu.probe
     if mfu.datasheet is not None and probe is not None and probe.value is not None:
         text += f" ({probe.value * 100:.1f}% of probe)"
+    if mfu.above_peak is not None or mfu.value > 1:  # impossible as measured: the footnote says why
+        text += " ⚠ above peak"
     return text
 
 
@@ -112,7 +114,11 @@ def bench_footnotes(run: BenchRunResult) -> list[str]:
     # above 100 %: against a probe, the probe ran below this run (a loaded machine, or --quick); against a
     # datasheet peak, the FLOPs counted or the device identified is wrong — re-probing would not change it
     for v in run.variants:
-        m = v.mfu  # (share, its source, whether that peak is a probe's); without a probe share, the source says which
+        m = v.mfu
+        if m.above_peak is not None:
+            lines.append(f"⚠ MFU above 100% ({v.key}): {m.above_peak}")
+            continue
+        # a result stored before above_peak: (share, its source, whether that peak is a probe's)
         shares = [(m.value, m.peak_source, "probe" in m.peak_source.lower())] if m.probe is None else \
             [(m.probe.value, m.probe.source, True)]
         if m.probe is not None and m.datasheet is not None:

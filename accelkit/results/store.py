@@ -679,17 +679,26 @@ CSV_COLUMNS = (
     "memory_total_bytes", "energy_j_per_item",
     # bench rows, read typed (accelkit.core.bench_result.BenchResult); empty for other kinds
     "variant", "step", "mfu_vs_probe", "measured_over_predicted",
+    # why an MFU above 1 cannot stand (bench rows); a probe's quality: full, quick or small (probe rows)
+    "mfu_above_peak", "probe_quality",
     # where and by what it was measured, from the environment (empty where the row has none: plans)
     "hostname", "accelkit_version", "accelkit_git",
 )
 
 
 def _bench_columns(r: Estimate | Measurement) -> dict[str, Any]:
+    if r.kind == "probe" and isinstance(r, Measurement):
+        from accelkit.hardware.probe_quality import probe_quality
+
+        return {"probe_quality": probe_quality(r.details)}
     if r.kind != "bench" or not isinstance(r, Measurement):
         return {}
     b = BenchResult.from_measurement(r)
+    above = b.mfu.above_peak
+    if above is None and b.mfu.value is not None and b.mfu.value > 1:  # stored before above_peak was
+        above = f"MFU {b.mfu.value:.1%} of {b.mfu.peak_source}: the peak is too low or the FLOPs are wrong"
     return {"variant": b.name, "step": b.step, "mfu_vs_probe": b.mfu.probe.value if b.mfu.probe else None,
-            "measured_over_predicted": b.predicted.ratio if b.predicted else None}
+            "measured_over_predicted": b.predicted.ratio if b.predicted else None, "mfu_above_peak": above}
 
 
 def flat_row(stored: StoredResult) -> dict[str, Any]:

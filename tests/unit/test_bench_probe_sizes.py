@@ -15,15 +15,15 @@ from accelkit.results import ResultStore
 CPU = "cpu: Test CPU 9000"
 
 
-def _cpu_probe(size: int, copy_mib: int, *, tflops: float, gbps: float) -> Measurement:
+def _cpu_probe(size: int, copy_mib: int, *, tflops: float, gbps: float, quick: bool = True) -> Measurement:
     """A stored CPU probe as `hw probe` writes it (the sizes where it puts them)."""
-    details = {"device": "cpu", "catalog_name": None, "quick": True,
+    details = {"device": "cpu", "catalog_name": None, "quick": quick,
                "matmul": {dt: {"tflops": tflops, "size": size} for dt in ("fp32", "bf16")},
                "bandwidth": {"gbps": gbps, "bytes_per_iteration": 2 * (copy_mib << 20), "fraction_of_peak": None}}
     return Measurement(kind="probe", name="hw probe", hardware=CPU, details=details)
 
 
-FULL = dict(size=2048, copy_mib=256, tflops=0.68, gbps=12.0)
+FULL = dict(size=2048, copy_mib=256, tflops=0.68, gbps=12.0, quick=False)
 SMALL = dict(size=64, copy_mib=1, tflops=0.024, gbps=159.0)
 
 
@@ -91,7 +91,8 @@ def test_the_report_roofline_is_drawn_from_the_full_size_probe(tmp_path):
         notes = []
         names = [t["name"] for t in roofline_figure(store, notes)["data"]]
     assert names[0] == f"{CPU} fp32 (measured, #{small}, below the default sizes)"
-    assert notes and notes[0].startswith(f"probe #{small} ({CPU}) ran below the default sizes (a 64×64 matmul")
+    assert notes[0].startswith(f"{CPU}: the bandwidth is probe #{small}'s (a 1 MiB copy, below the 256 MiB default")
+    assert notes[1].startswith(f"{CPU} fp32: drawn from probe #{small} (a 64×64 matmul, below the 2048×2048 default")
 
 
 # ---- a CPU dtype without a fast kernel: fp16 on a CPU without AVX512-FP16 ran at 0.24 GFLOP/s, so a quick probe's

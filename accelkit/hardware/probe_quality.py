@@ -1,0 +1,140 @@
+"""Which stored `hw probe` figure is a device's peak: every probe records its size and quality, and a peak is the
+best probe of the best quality stored — never simply the newest.
+
+A matmul row's quality is
+
+* ``full``  — a probe without --quick at the default side (2048² CPU, 8192² GPU; or cut from it because the dtype
+  has no fast kernel, ``reduced_from``): the figure MFU, the report's roofline and `results list` stand on;
+* ``quick`` — the same side, but --quick's short loop (a few calls: one slow call on a loaded machine halves it);
+* ``small`` — a side below the default (``--size 512``): call overhead holds it under the peak.
+
+The peak of a (device, dtype) is the highest figure among the ``full`` rows; only when there is none the highest
+``quick`` one, and only then the largest ``small`` one — each saying which it is. A quicker or smaller probe stored
+later never replaces a full one: a quick fp16 probe (a 512² matmul at 0.0011 TFLOP/s) once did, and the next fp16
+bench read MFU 107%. The highest, not the newest, because a probe can only under-measure a peak (a busy machine,
+a cold cache); a peak lower than the truth makes every MFU read high.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from accelkit.hardware.probe import small_copy, small_matmul
+
+if TYPE_CHECKING:
+    from accelkit.results import StoredResult
+
+Quality = Literal["full", "quick", "small"]
+#: better first: a peak is taken from the best quality stored
+QUALITIES: tuple[Quality, ...] = ("full", "quick", "small")
+
+
+def matmul_quality(details: dict[str, Any], dtype: str) -> Quality:
+    """The quality of a probe's ``dtype`` matmul row (module docstring); a row without its size counts by --quick."""
+    if small_matmul(details, dtype) is not None:
+        return "small"
+    return "quick" if details.get("quick") else "full"
+
+
+def copy_quality(details: dict[str, Any]) -> Quality:
+    """The quality of a probe's copy bandwidth: ``small`` below the default buffer (it can measure a cache)."""
+    if small_copy(details) is not None:
+        return "small"
+    return "quick" if details.get("quick") else "full"
+
+
+def probe_quality(details: dict[str, Any]) -> Quality:
+    """A probe's quality as a whole: the worst of its rows (what `results list` says beside its headline)."""
+    rows = [matmul_quality(details, dt) for dt in details.get("matmul") or {}]
+    if isinstance(details.get("bandwidth"), dict):
+        rows.append(copy_quality(details))
+    return max(rows, key=QUALITIES.index, default="quick" if details.get("quick") else "full")
+
+
+def why_not_full(details: dict[str, Any], dtype: str | None = None) -> str | None:
+    """Why a probe (its ``dtype`` row, or its copy when ``dtype`` is None) is no full probe, or None when it is."""
+    small = small_matmul(details, dtype) if dtype is not None else small_copy(details)
+    if small is not None:
+        return small
+    if details.get("quick"):
+        return "a --quick probe: a few calls, so one slow call on a busy machine lowers it"
+    return None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeFigure:
+    """One figure of one stored probe: a dtype's matmul TFLOP/s, or the copy's GB/s (``dtype`` None)."""
+
+    stored: StoredResult
+    dtype: str | None
+    value: float
+    size: int | None  # the matmul side; the copy buffer's bytes
+    quality: Quality
+    why: str | None  # why it is not full (None when it is)
+    #: how many probes of this hardware measured the figure, and how many of those were full
+    num_probes: int = 1
+    num_full: int = 0
+
+    @property
+    def id(self) -> int:
+        return self.stored.id
+
+
+def _best(figures: list[ProbeFigure]) -> ProbeFigure | None:
+    if not figures:
+        return None
+    rank = min(QUALITIES.index(f.quality) for f in figures)
+    tier = [f for f in figures if QUALITIES.index(f.quality) == rank]
+    # small probes: the largest side first (the closest to the default), then the highest figure
+    best = max(tier, key=lambda f: ((f.size or 0) if f.quality == "small" else 0, f.value))
+    num_full = sum(f.quality == "full" for f in figures)
+    return ProbeFigure(best.stored, best.dtype, best.value, best.size, best.quality, best.why,
+                       num_probes=len(figures), num_full=num_full)
+
+
+def best_matmul(probes: Sequence[StoredResult], dtype: str) -> ProbeFigure | None:
+    """The peak of ``dtype`` among ``probes`` (one hardware's): the best of the best quality (module docstring)."""
+    figures = []
+    for s in probes:
+        d = s.result.details
+        row = (d.get("matmul") or {}).get(dtype) if isinstance(d.get("matmul"), dict) else None
+        value = _number(row.get("tflops")) if isinstance(row, dict) else None
+        if value is None:
+            continue
+        assert isinstance(row, dict)
+        size = row.get("size") if isinstance(row.get("size"), int) else None
+        figures.append(ProbeFigure(s, dtype, value, size, matmul_quality(d, dtype), why_not_full(d, dtype)))
+    return _best(figures)
+
+
+def best_copy(probes: Sequence[StoredResult]) -> ProbeFigure | None:
+    """The memory bandwidth among ``probes``: the best copy of the best quality (a small one can measure a cache,
+    so among small ones the largest buffer first)."""
+    figures = []
+    for s in probes:
+        d = s.result.details
+        bw = d.get("bandwidth")
+        value = _number(bw.get("gbps")) if isinstance(bw, dict) else None
+        if value is None:
+            continue
+        assert isinstance(bw, dict)
+        moved = bw.get("bytes_per_iteration")
+        figures.append(ProbeFigure(s, None, value, moved // 2 if isinstance(moved, int) else None,
+                                   copy_quality(d), why_not_full(d)))
+    return _best(figures)
+
+
+def dtypes_of(probes: Sequence[StoredResult]) -> list[str]:
+    """Every matmul dtype any of ``probes`` measured, in the order first seen."""
+    found: dict[str, None] = {}
+    for s in probes:
+        matmul = s.result.details.get("matmul")
+        if isinstance(matmul, dict):
+            found.update(dict.fromkeys(str(k) for k in matmul))
+    return list(found)
