@@ -176,8 +176,10 @@ def cpu_side_for(dtype: str, size: int) -> tuple[int, str | None]:
             if larger_s <= SLOW_CALL_S:
                 side, call_s = larger, larger_s
                 continue
-        rate = 2 * side**3 / call_s / 1e9
-        return side, (f"{dtype} matmul runs at {rate:.3g} GFLOP/s on this CPU at {side}×{side} (no fast {dtype} "
+        # in TFLOP/s, the unit of the table this note is printed under (it said 15.8 GFLOP/s beside 0.0193 TFLOP/s);
+        # one untimed scouting call, so it differs from the table's median of the timed loop
+        rate = 2 * side**3 / call_s / 1e12
+        return side, (f"one {side}×{side} {dtype} matmul ran at {rate:.3g} TFLOP/s on this CPU (no fast {dtype} "
                       f"kernel): a {size}×{size} call would take {call_s * (size / side) ** 3:.0f} s or more, so it "
                       f"was probed at {side}×{side} (--size sets the side)")
     return size, None

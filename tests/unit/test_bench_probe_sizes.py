@@ -105,7 +105,7 @@ def test_a_dtype_too_slow_for_the_default_side_is_probed_smaller_and_still_count
     d = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, copy_bytes=1 << 20)).details
     row = d["matmul"]["fp32"]
     assert row["size"] == probe_module.SCOUT_SIDE and row["reduced_from"] == 2048
-    assert row["reduced_why"].startswith("fp32 matmul runs at ") and "so it was probed at 256×256" in row["reduced_why"]
+    assert row["reduced_why"].startswith("one 256×256 fp32 matmul ran at ") and "so it was probed at 256×256" in row["reduced_why"]
     assert small_matmul(d, "fp32") is None  # at seconds a call, overhead is nothing: it is the peak
     # --size given: the user's side, whatever the speed
     d = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, matmul_size=128, copy_bytes=1 << 20)).details

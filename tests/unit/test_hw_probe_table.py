@@ -63,3 +63,24 @@ def test_the_cli_table_has_no_catalog_peak_column_on_a_cpu(cli):
     assert proc.returncode == 0, proc.stderr
     assert "catalog peak" not in proc.stdout and "of peak" not in proc.stdout
     assert "this probe's copy bandwidth" in proc.stdout and "this probe's fp32 matmul" in proc.stdout
+
+
+def test_the_reduced_side_footnote_speaks_the_tables_unit(monkeypatch):
+    """Issue 29 item 6: 'fp32 matmul runs at 15.8 GFLOP/s' was printed under a table giving 0.0193 TFLOP/s — one
+    unit (the table's), so the two read as the same kind of figure."""
+    import re
+
+    from typer.testing import CliRunner
+
+    import accelkit.hardware.probe as probe_module
+    from accelkit.cli.app import app
+
+    monkeypatch.setattr(probe_module, "SLOW_CALL_S", 0.0)  # every dtype "too slow": the footnote's path
+    result = CliRunner().invoke(app, ["hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32",
+                                      "--copy-size", "1MiB", "--no-save"])
+    assert result.exit_code == 0, result.output
+    (note,) = [line for line in result.stdout.splitlines() if "so it was probed at" in line]
+    assert "GFLOP" not in result.stdout
+    match = re.match(r"one 256×256 fp32 matmul ran at ([0-9.e+-]+) TFLOP/s on this CPU", note)
+    assert match and 0 < float(match.group(1)) < 1, note  # a CPU's figure in TFLOP/s, as the table row
+    assert "TFLOP/s" in next(line for line in result.stdout.splitlines() if "matmul fp32 (256²)" in line)
