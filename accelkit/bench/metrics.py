@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from accelkit.core.bench_result import Accuracy, Comparison, MfuResult, PeakShare
+from accelkit.core.bench_result import DISAGREE, Accuracy, Comparison, MfuResult, PeakShare
 from accelkit.core.stats import percentile
 
 if TYPE_CHECKING:
@@ -269,11 +269,61 @@ def _too_few(counted: str) -> str:
             f"--min-iterations gives more rounds, and --max-iterations, if set, at least {MIN_PAIRS})")
 
 
-def compare(baseline: str, base_rates: Sequence[float], rates: Sequence[float], *, interleaved: bool) -> Comparison:
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """The figures printed beside a comparison's ratio: a variant's total throughput (items ÷ measured time) and
+    its median latency per iteration of ``items`` items."""
+
+    throughput: float | None
+    median_s: float | None
+    items: int
+
+
+def _speedups(base: Totals, other: Totals) -> list[tuple[str, float]]:
+    """(name, other ÷ base as a speed-up) of each figure both have: total throughput, and median latency per item
+    (an iteration's items may differ between variants, e.g. a data loader's batch)."""
+    out = []
+    if base.throughput and other.throughput:
+        out.append(("total throughput", other.throughput / base.throughput))
+    if base.median_s and other.median_s and base.items and other.items:
+        out.append(("median latency", (base.median_s / base.items) / (other.median_s / other.items)))
+    return out
+
+
+def _disagreement(ratio: float, lo: float | None, hi: float | None, verdict: str, base: Totals | None,
+                  other: Totals | None) -> str | None:
+    """Why the printed figures do not tell the verdict's story, or None when they do. A firm verdict (faster,
+    slower) needs the total throughput and the median latency on its side of 1; "no difference" needs them not
+    both past the spread on one side. A loaded machine is the usual cause: a CPU hog that runs during some blocks
+    and not others weighs differently in a median of pairs, a total and a median of iterations — `make demo`
+    printed "bf16 fastest at 1.77× [1.75–1.86]" beside throughputs 288.7 vs 324.1 and medians 252 vs 26.1 ms."""
+    if base is None or other is None:
+        return None
+    figures = _speedups(base, other)
+    if verdict in ("faster", "slower"):
+        against = [(n, r) for n, r in figures if (r > 1) != (ratio > 1) or r == 1]
+    elif verdict.startswith("no difference") and lo is not None and hi is not None and len(figures) == 2:
+        above, below = all(r > hi for _, r in figures), all(r < lo for _, r in figures)
+        against = figures if above or below else []
+    else:
+        return None
+    if not against:
+        return None
+    said = f"{'faster' if ratio > 1 else 'slower'} at {ratio:.2f}×" if verdict in ("faster", "slower") else \
+        f"no difference ({ratio:.2f}× [{lo:.2f}–{hi:.2f}])"
+    others = " and ".join(f"{n} gives {r:.2f}×" for n, r in against)
+    return (f"{DISAGREE}: the median of pairs of blocks says {said}, but {others} — the load on this machine changed "
+            "during the run; re-run it on a quiet machine, or longer (--min-time) so the rounds even it out)")
+
+
+def compare(baseline: str, base_rates: Sequence[float], rates: Sequence[float], *, interleaved: bool,
+            base_totals: Totals | None = None, totals: Totals | None = None) -> Comparison:
     """Throughput ratio of a variant to the baseline. Interleaved: one ratio per round (pair of blocks),
     reported as median with p25–p75; a ratio whose spread includes 1 is "no difference". Sequential:
     ratio of medians with the spread of the two sets of blocks. Fewer than ``MIN_PAIRS`` pairs (or blocks of
-    either variant) is "inconclusive", with the count and how to get more: no spread to call it on."""
+    either variant) is "inconclusive", with the count and how to get more: no spread to call it on. Given the
+    figures printed beside the ratio (``base_totals``, ``totals``), a verdict they contradict is "inconclusive
+    (the figures disagree: …)" with which figure says what (:func:`_disagreement`)."""
     if not base_rates or not rates:
         return Comparison(baseline=baseline, verdict="not measured", interleaved=interleaved)
     lo: float | None
@@ -298,5 +348,6 @@ def compare(baseline: str, base_rates: Sequence[float], rates: Sequence[float], 
         verdict = "no difference (within the run-to-run spread)"
     else:
         verdict = "faster" if ratio > 1 else "slower"
+    verdict = _disagreement(ratio, lo, hi, verdict, base_totals, totals) or verdict
     return Comparison(baseline=baseline, ratio=ratio, p25=lo, p75=hi, pairs=len(pairs), interleaved=interleaved,
                       verdict=verdict)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from accelkit.bench.metrics import Peak, compare, mfu_result
+from accelkit.bench.metrics import Peak, Totals, compare, mfu_result
 from accelkit.bench.predict import prediction, variant_spec
 from accelkit.core import AccelkitError, Estimate, Measurement, summarize
 from accelkit.core.bench_result import (
@@ -255,5 +255,13 @@ class Recorder:
             if base is None or base is lane:
                 entries[i] = entry.replace(comparison=Comparison(baseline=entry.name, ratio=1.0, verdict="baseline"))
                 continue
-            cmp = compare(base.variant.name, base.block_rates, lane.block_rates, interleaved=self.interleaved)
+            base_entry = next(e for e in entries if e.name == base.variant.name and e.step == entry.step)
+            cmp = compare(base.variant.name, base.block_rates, lane.block_rates, interleaved=self.interleaved,
+                          base_totals=_totals(base_entry, base), totals=_totals(entry, lane))
             entries[i] = entry.replace(comparison=cmp)
+
+
+def _totals(entry: BenchResult, lane: Lane) -> Totals:
+    """The figures the table prints beside the comparison: total throughput and median latency per iteration."""
+    return Totals(throughput=entry.throughput.value, median_s=entry.latency_s.median if entry.latency_s else None,
+                  items=lane.step.items)

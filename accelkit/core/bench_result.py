@@ -156,6 +156,11 @@ class Prediction(Spec):
     explanation: str | None = spec_field(None, doc="What the ratio says, in one sentence.")
 
 
+#: how a comparison's verdict begins when the figures printed beside it contradict it (accelkit.bench.metrics.compare):
+#: ``verdicts`` then names no winner at all
+DISAGREE = "inconclusive (the figures disagree"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Comparison(Spec):
     """Throughput against the run's first variant of the same step."""
@@ -413,10 +418,22 @@ def _disagrees(entry: BenchResult, base: BenchResult, unit: str) -> str:
     cmp = comparison_against(entry, base)
     if cmp is None or cmp.ratio is None or not entry.throughput.value or not base.throughput.value:
         return ""
+    if cmp.verdict.startswith(DISAGREE):  # the verdict says so already, and why
+        return ""
     if (cmp.ratio > 1) == (entry.throughput.value > base.throughput.value) or cmp.ratio == 1:
         return ""
     return (f" (total throughput says otherwise, {_rate(entry.throughput.value)} vs {_rate(base.throughput.value)} {unit}: "
             f"a few slow blocks weigh in the totals; the median of pairs is the robust figure)")
+
+
+def _ms(entry: BenchResult) -> str:
+    """The median latency as the bench table prints it (report.tables._seconds): 252 ms, 1.2 s, 40 µs."""
+    assert entry.latency_s is not None
+    value = entry.latency_s.median
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
 
 
 def verdicts(entries: list[BenchResult]) -> list[str]:
@@ -436,6 +453,14 @@ def verdicts(entries: list[BenchResult]) -> list[str]:
         # 0.61× fp32" (a few slow fp32 blocks lowered its total throughput while bf16 lost most pairs)
         best = max(group, key=ratio)
         unit = base.throughput.unit
+        contender = max(group[1:], key=ratio) if best is base else best
+        if (cmp := comparison_against(contender, base)) is not None and cmp.verdict.startswith(DISAGREE):
+            # the figures contradict each other: no winner, and every figure printed, so the line shows why
+            lat = f", median latency {_ms(contender)} vs {_ms(base)}" if contender.latency_s and base.latency_s else ""
+            out.append(f"{step}: no verdict between {contender.name} and {base.name} — {cmp.verdict}; printed: "
+                       f"{_ratio_text(contender, base, named=True)} by the median of pairs, total throughput "
+                       f"{_rate(contender.throughput.value)} vs {_rate(base.throughput.value)} {unit}{lat}")
+            continue
         # a ratio on too few pairs of blocks names no winner: 'measured fastest', and the verdict says why not
         if best is base:
             second = max(group[1:], key=ratio)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from accelkit.bench.metrics import compare
+from accelkit.bench.metrics import Totals, compare
 from accelkit.results import ResultStore
 
 MODULE = "tests.integration.test_bench_record_consistency"
@@ -57,7 +57,11 @@ def test_one_after_another_the_ratio_is_the_statistic_the_verdict_rests_on(tmp_p
         rates = {s.id: s.result.samples["block_items_per_s"] for s in store.query(kind="bench")}
     base, variant = run.variants
     assert not variant.comparison.interleaved and variant.comparison.baseline == base.name == "fp32"
-    expected = compare("fp32", rates[base.result_id], rates[variant.result_id], interleaved=False)
+    def totals(e):  # the figures printed beside the ratio (both variants run the same batch)
+        return Totals(e.throughput.value, e.latency_s.median, 1)
+
+    expected = compare("fp32", rates[base.result_id], rates[variant.result_id], interleaved=False,
+                       base_totals=totals(base), totals=totals(variant))
     cmp = variant.comparison
     # the old code put the total throughputs' ratio here, beside the medians' spread and verdict
     assert (cmp.ratio, cmp.p25, cmp.p75, cmp.verdict) == (expected.ratio, expected.p25, expected.p75, expected.verdict)
