@@ -256,21 +256,33 @@ def _compare_compression(workload: Workload, best: tuple[Any, Any], options: Pla
     with flag_values():
         doc = compare_compression(workload, ctx.cluster, candidate.layout, options, powersgd_rank=rank)
 
+    def fits(r: dict[str, Any]) -> str:
+        """'yes', or 'NO: 142.9 GiB > 80 GiB' — a layout that does not fit is shown as such, not only in --json."""
+        if r["fits"]:
+            return "yes"
+        return f"NO: {fmt_bytes(r['memory_total_bytes'])} > {fmt_bytes(r['memory_capacity_bytes'])}"
+
     def render() -> None:
         rows = []
         for r in doc["rows"]:
             if "refused" in r:
-                rows.append([r["compression"], None, None, None, None, None, None, r["refused"]])
+                rows.append([r["compression"], None, None, None, None, None, None, None, r["refused"]])
                 continue
-            rows.append([r["compression"], fmt_num(r["step_time_s"], 3), f"{r['step_vs_none']:.3f}",
+            rows.append([r["compression"], fits(r), fmt_num(r["step_time_s"], 3), f"{r['step_vs_none']:.3f}",
                          fmt_bytes(r["buffer_bytes_per_step"]),
                          None if r["bytes_vs_none"] is None else f"{r['bytes_vs_none']:.3f}",
                          fmt_num(r["collective_s"], 3), fmt_num(r["compress_s"], 3), r.get("note")])
         gbps = doc["scaleout_bandwidth_bytes_per_s"] * 8 / 1e9
         title = (f"{doc['model']} on {doc['num_devices']}×{doc['hardware']} ({doc['num_nodes']} node(s), {gbps:g} Gb/s "
                  f"scale-out), {_layout_str(doc['layout'])}")
-        out.print(table(title, ["compression", "step s", "× none", "grad bytes/step/rank", "× none", "collective s",
-                                "compress s", "note"], rows, right=(1, 2, 3, 4, 5, 6)))
+        out.print(table(title, ["compression", "fits", "step s", "× none", "grad bytes/step/rank", "× none",
+                                "collective s", "compress s", "note"], rows, right=(2, 3, 4, 5, 6, 7)))
+        timed = [r for r in doc["rows"] if "fits" in r]
+        if unfit := [r["compression"] for r in timed if not r["fits"]]:
+            which = "none of the layouts fits" if len(unfit) == len(timed) else f"{', '.join(unfit)} do(es) not fit"
+            out.print(f"⚠ {which} in the device's memory (the fits column: per-device total > capacity): the step "
+                      "times are what the layout would take if it fit; --zero, --tp/--pp, --recompute or more devices "
+                      "make room (`accelkit plan` without the layout flags finds one)", highlight=False)
         out.print(doc["verdict"], highlight=False)
         out.print("collective s: the gradient collectives' own time (partly hidden behind the backward); "
                   "`--json` has every figure", highlight=False)

@@ -50,6 +50,9 @@ def compare_compression(workload: Workload, cluster: Cluster, layout: Layout, op
             "collective_s": red["collective_s"] if red else 0.0,
             "compress_s": red["compress_s"] if red else 0.0,
             "fits": doc["fits"],
+            # what fits compares: the per-device total against the device's memory (the table says so, not only --json)
+            "memory_total_bytes": doc["memory_per_device_bytes"]["total"],
+            "memory_capacity_bytes": doc["memory_capacity_bytes"],
         }
         if red and red.get("note"):
             row["note"] = red["note"]
