@@ -153,29 +153,14 @@ def tune_cmd(
                       interrupted=f"not finished: {unfinished}" if result.interrupted else None)
 
     def render() -> None:
-        rows = []
-        for t in result.trials:
-            acc = t.gate or {}
-            value = acc.get("candidate_value")
-            rows.append((
-                ("★ " if t is result.winner else "") + t.name, t.status,
-                fmt_num(t.throughput, 1), t.unit, fmt_num(t.latency_s * 1e3 if t.latency_s else None, 2),
-                fmt_bytes(t.memory_bytes) if t.memory_bytes else None,
-                f"{acc.get('criterion')} {value:.4f}" if value is not None else None,
-                "pass" if t.passed else ("inconclusive" if acc.get("inconclusive") else
-                                         "fail" if t.gate is not None else None),
-                "yes" if t.pareto else "", t.reason,
-            ))
-        out.print(table(f"tune {result.workload} — objective: {result.objective} ({result.device})",
-                        ["recipe", "status", "throughput", "unit", "p50 ms", "memory", "accuracy", "gate", "pareto",
-                         "why"], rows, right=(2, 4)))
+        out.print(tune_table(result))
         if result.winner is None:
             out.print("No winner: the quality check was inconclusive (see the note below)." if any(
                 (t.gate or {}).get("inconclusive") for t in result.trials) else
                 "No recipe within --memory-budget passed the accuracy gate (over-budget: see why)." if any(
                 t.status == "over-budget" and t.passed for t in result.trials) else "No recipe passed the accuracy gate.")
         else:
-            out.print(f"Fastest recipe within the gate ({result.objective}): {result.winner.name}")
+            out.print(winner_line(result), highlight=False, markup=False)
             out.print(result.snippet, highlight=False, markup=False)
         for note in result.notes:
             out.print(f"note: {note}", highlight=False, markup=False)
@@ -187,6 +172,51 @@ def tune_cmd(
         err.print(f"interrupted: stored {', '.join(_stored(result)) or 'nothing'}; not finished: {unfinished}",
                   highlight=False, markup=False, soft_wrap=True)
         sys.exit(130)
+
+
+def _vs_baseline(t: Any) -> str | None:
+    """'1.21× [1.02–1.40]': the paired ratio speed is ranked by (the baseline: '1 (baseline)')."""
+    c = t.vs_baseline or {}
+    if c.get("verdict") == "baseline":
+        return "1 (baseline)"
+    if c.get("ratio") is None:
+        return None
+    spread = f" [{c['p25']:.3g}–{c['p75']:.3g}]" if c.get("p25") is not None and c.get("p75") is not None else ""
+    return f"{c['ratio']:.3g}×{spread}"
+
+
+def tune_table(result: TuneResult) -> Any:
+    """One row per recipe. ★ marks the winner only where the table supports it (``TuneResult.winner_unsupported``
+    is None); a winner it does not support is marked ? and the line under the table says why."""
+    rows = []
+    mark = "★ " if result.winner_unsupported is None else "? "
+    for t in result.trials:
+        acc = t.gate or {}
+        value = acc.get("candidate_value")
+        rows.append((
+            (mark if t is result.winner else "") + t.name, t.status,
+            fmt_num(t.throughput, 1), t.unit, _vs_baseline(t), fmt_num(t.latency_s * 1e3 if t.latency_s else None, 2),
+            fmt_bytes(t.memory_bytes) if t.memory_bytes else None,
+            f"{acc.get('criterion')} {value:.4f}" if value is not None else None,
+            "pass" if t.passed else ("inconclusive" if acc.get("inconclusive") else
+                                     "fail" if t.gate is not None else None),
+            "yes" if t.pareto else "", t.reason,
+        ))
+    baseline = next((t.name for t in result.trials if (t.vs_baseline or {}).get("verdict") == "baseline"), "fp32")
+    return table(f"tune {result.workload} — objective: {result.objective} ({result.device})",
+                 ["recipe", "status", "throughput", "unit", f"vs {baseline} [p25–p75]", "p50 ms", "memory", "accuracy",
+                  "gate", "pareto", "why"], rows, right=(2, 4, 5))
+
+
+def winner_line(result: TuneResult) -> str:
+    """The line under the table: the winner the table supports, or the best-ranked recipe and why it is not firm."""
+    assert result.winner is not None
+    name = result.winner.name
+    if result.winner_unsupported is None:
+        return f"Fastest recipe within the gate ({result.objective}): {name}"
+    return (f"No firm winner within the gate ({result.objective}): {name} ranks first, but "
+            f"{result.winner_unsupported} — re-run with --no-quick on a quiet machine to separate them; {name}'s "
+            "recipe:")
 
 
 def _stored(result: TuneResult) -> list[str]:

@@ -21,6 +21,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from accelkit.core import Recipe, UserError
+from accelkit.tune.ranking import unsupported
 from accelkit.tune.search import Trial, TuneConfig, TuneResult, _dominates, _objective_key, check_measured_budget
 
 if TYPE_CHECKING:
@@ -172,7 +173,8 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
              *run.notes]
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
                         winner=winner, snippet=compression_snippet(winner.recipe) if winner else None, run_id=run_id,
-                        notes=notes)
+                        notes=notes,
+                        winner_unsupported=unsupported(winner, passing, config.objective) if winner else None)
     result.record_run(doc)
     result.store_summary(StoreWriter(store),
                          name=f"tune {workload.label} gradient compression ×{nproc_per_node} ({config.objective})",

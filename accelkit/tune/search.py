@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from accelkit.core import Recipe, UserError
 from accelkit.core.spec import Spec, spec_field
+from accelkit.tune.ranking import dominates, speed, unsupported
 
 if TYPE_CHECKING:
     from accelkit.bench.record import StoreWriter
@@ -90,6 +91,9 @@ class TuneResult:
     winner: Trial | None
     snippet: str | None
     run_id: str
+    #: why the table does not support starring the winner (a runner-up within the noise, a table column that ranks
+    #: another first); None when it does (``accelkit.tune.ranking.unsupported``)
+    winner_unsupported: str | None = None
     notes: list[str] = field(default_factory=list)
     result_id: int | None = None  # the summary row
     interrupted: bool = False  # Ctrl-C stopped the measuring: ``unfinished`` names the recipes it cut short
@@ -104,6 +108,8 @@ class TuneResult:
         return {
             "workload": self.workload, "objective": self.objective, "device": self.device, "run_id": self.run_id,
             "winner": self.winner.to_json() if self.winner else None, "snippet": self.snippet,
+            "winner_firm": self.winner is not None and self.winner_unsupported is None,
+            "winner_unsupported": self.winner_unsupported,
             "pareto": [t.name for t in self.trials if t.pareto], "trials": [t.to_json() for t in self.trials],
             "notes": self.notes, "result_id": self.result_id, "interrupted": self.interrupted,
             "unfinished": self.unfinished,
@@ -196,7 +202,7 @@ def check_measured_budget(trials: list[Trial], budget_bytes: int | None) -> None
 
 
 def _speed(trial: Trial) -> float:
-    return trial.ranked_speed if trial.ranked_speed is not None else (trial.throughput or 0.0)
+    return speed(trial)
 
 
 def rank_by_paired_ratios(trials: list[Trial]) -> str | None:
@@ -235,14 +241,9 @@ def _objective_key(trial: Trial, objective: str) -> float:
 
 
 def _dominates(a: Trial, b: Trial) -> bool:
-    """a is at least as good on speed, memory and accuracy drop, and better on one."""
-    def axes(t: Trial) -> tuple[float, float, float]:
-        drop = 1.0 - (t.gate or {}).get("candidate_value", 0.0)
-        memory = float(t.memory_bytes) if t.memory_bytes is not None else float("inf")  # unknown is not lean
-        return (-_speed(t), memory, drop)
-
-    xa, xb = axes(a), axes(b)
-    return all(p <= q for p, q in zip(xa, xb, strict=True)) and xa != xb
+    """a is clearly better on speed, memory or accuracy drop and clearly worse on none (``accelkit.tune.ranking``:
+    differences inside the noise are ties, so the Pareto column marks only the recipes truly on the front)."""
+    return dominates(a, b)
 
 
 def _gate(accuracy: dict[str, Any] | None, max_drop: float, *, logits: bool | None = None) -> dict[str, Any]:
@@ -434,8 +435,14 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     for t in passing:
         t.pareto = not any(_dominates(o, t) for o in passing if o is not t)
     winner = min(passing, key=lambda t: _objective_key(t, config.objective)) if passing else None
+    if passing:
+        notes.append(f"pareto: {sum(t.pareto for t in passing)} of {len(passing)} passing recipes — one is off the "
+                     "front when another is clearly better on speed, memory or accuracy and clearly worse on none "
+                     "(differences inside the run-to-run spread, 5% of memory or a tenth of the allowed accuracy "
+                     "drop are ties)")
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
-                        winner=winner, snippet=snippet(winner.recipe, training=training) if winner else None, run_id=run_id,
+                        winner=winner, winner_unsupported=unsupported(winner, passing, config.objective) if winner
+                        else None, snippet=snippet(winner.recipe, training=training) if winner else None, run_id=run_id,
                         notes=notes + run.notes, ran_quick_probe=ran_quick_probe, quick_probe_id=quick_probe_id,
                         store_error=writer.error)
     result.record_run(doc)  # the trials that were measured are all in the result, stored or not
