@@ -82,6 +82,7 @@ class RunRecord:
     entries: list[BenchResult] = field(default_factory=list)
     result_ids: list[int] = field(default_factory=list)
     interrupted: bool = False
+    stopped_by: str | None = None  # SIGINT or SIGTERM
     unfinished: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
     peak_memory_bytes: int | None = None
@@ -91,7 +92,7 @@ class RunRecord:
     def result(self) -> BenchRunResult:
         return BenchRunResult(
             workload=self.workload, label=self.label, config=self.config, device=self.device, hardware=self.hardware,
-            run_id=self.run_id, interrupted=self.interrupted, unfinished=self.unfinished, refused=self.refused,
+            run_id=self.run_id, interrupted=self.interrupted, stopped_by=self.stopped_by, unfinished=self.unfinished, refused=self.refused,
             failed=self.failed, notes=self.notes, verdicts=self.verdicts, variants=self.entries,
             environment=self.environment, result_ids=self.result_ids, peak_memory_bytes=self.peak_memory_bytes,
             peak_memory_scope=self.peak_memory_scope, store_error=self.store_error,

@@ -206,7 +206,7 @@ def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: Be
     try:
         _run(measurer, recorder, runnable, interleave=interleave)
     except KeyboardInterrupt:
-        record.interrupted = True
+        record.interrupted, record.stopped_by = True, measurer.interrupt_signal
         recorder.store_finished(measurer.lanes)
         record.unfinished = [v.name for v in runnable if v.name not in {e.name for e in record.entries}
                              and v.name not in {f.name for f in measurer.failures}]
@@ -256,9 +256,11 @@ def _catch_sigint(session: Measurer) -> Callable[[], None]:
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous, previous_hook = signal.getsignal(signal.SIGINT), sys.unraisablehook
+    previous_term = signal.getsignal(signal.SIGTERM)
 
     def handler(signum: int, frame: Any) -> None:
         session.interrupt_requested = True
+        session.interrupt_signal = signal.Signals(signum).name
         raise KeyboardInterrupt
 
     def unraisable(info: Any) -> None:
@@ -267,8 +269,12 @@ def _catch_sigint(session: Measurer) -> Callable[[], None]:
 
     def restore() -> None:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
         sys.unraisablehook = previous_hook
 
     signal.signal(signal.SIGINT, handler)
+    # SIGTERM (a job scheduler, `timeout`, `kill`) keeps the finished variants as Ctrl-C does: it ended the run
+    # silently and stored nothing
+    signal.signal(signal.SIGTERM, handler)
     sys.unraisablehook = unraisable
     return restore

@@ -85,6 +85,7 @@ class Measurer:
         self.prepared: dict[str, Prepared] = {}
         self.failures: list[Failure] = []
         self.interrupt_requested = False
+        self.interrupt_signal = "SIGINT"  # or SIGTERM: which one stopped the run (runner._catch_sigint)
         self.phase = "load"
         #: why the run has no fp32 reference output when the fp32 variant, which stands in for it, failed first
         self.reference_failure: str | None = None

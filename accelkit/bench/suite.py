@@ -37,6 +37,8 @@ class Suite:
     summary: str
     items: tuple[SuiteItem, ...]
     loop: LoopConfig
+    #: how long it took where it was measured (printed when it starts, so a log says what to expect); None: unmeasured
+    duration: str | None = None
 
 
 def quick() -> Suite:
@@ -54,6 +56,7 @@ def quick() -> Suite:
                                                       "steps": 2}),
         ),
         LoopConfig(warmup_iterations=5, warmup_time_s=0.3, min_iterations=10, min_time_s=1.5),
+        duration="44 s on a 2-core CPU (docs/methodology.md)",
     )
 
 
@@ -76,6 +79,7 @@ def reference() -> Suite:
                       gpu_config={"height": 1024, "width": 1024, "steps": 20, "batch_size": 8}),
         ),
         LoopConfig(),
+        duration="--quick took about 14 min on a 2-core CPU (docs/bench.md)",
     )
 
 
@@ -132,6 +136,7 @@ class SuiteRun:
     failed: list[dict[str, str]] = field(default_factory=list)  # a workload that raised outside its variants
     published: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
+    stopped_by: str | None = None  # SIGINT or SIGTERM, when one stopped it
     store_error: str | None = None  # the store refused a write: the runs from then on are kept here, not stored
 
     @property
@@ -150,7 +155,8 @@ class SuiteRun:
         return {"suite": self.suite, "run_id": self.run_id, "interrupted": self.interrupted, "runs": runs,
                 "skipped": self.skipped, "failed": self.failed, "published": self.published,
                 "environment": environment, "result_ids": self.result_ids,
-                **({"store_error": self.store_error} if self.store_error is not None else {})}
+                **({"store_error": self.store_error} if self.store_error is not None else {}),
+                **({"stopped_by": self.stopped_by} if self.stopped_by is not None else {})}
 
 
 def check_precisions(precisions: list[str], device: str) -> None:
@@ -192,9 +198,13 @@ def run_suite(
         own = item.gpu_precisions if on_gpu else item.cpu_precisions
         variants = matrix((precisions or own or ("fp32",)) if own else ("fp32",))
         try:
+            reporter.note(f"suite {suite.name}: {item.key} — building {item.workload}")
             workload = make_workload(item.workload, {**item.config, **(item.gpu_config if on_gpu else {})})
             reporter.note(f"suite {suite.name}: {item.key} ({workload.label})")
             run = run_benchmark(workload, variants, config, store=store, reporter=reporter, run_id=out.run_id)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM between measurements (building a model): the runs so far stand
+            out.interrupted = True
+            break
         except UserError as exc:
             out.skipped.append({"key": item.key, "reason": str(exc)})
             reporter.note(f"skipped {item.key}: {exc}")
@@ -211,7 +221,7 @@ def run_suite(
             config = config.replace(save=False)
         out.published.extend(published_next_to(item.key, run))
         if run.interrupted:
-            out.interrupted = True
+            out.interrupted, out.stopped_by = True, run.stopped_by
             break
     return out
 

@@ -7,9 +7,12 @@ still works as the older spelling of `accelkit bench suite NAME`.
 from __future__ import annotations
 
 import math
+import signal
 import sys
-from collections.abc import Callable
-from contextlib import closing
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from typing import Any
 
 import typer
@@ -95,8 +98,12 @@ COMPRESSION_FIELDS = ("grad_compressions", "powersgd_rank", "powersgd_start_iter
                       "powersgd_warm_start", "powersgd_min_compression_rate")
 QuickOption = typer.Option(False, "--quick", help="Short loops (a few seconds of measuring per variant; a "
                            "full-size model on a CPU still takes minutes); percentiles flagged as not backed.")
-ProgressOption = typer.Option(False, "--progress", help="Progress lines on stderr when it is not a terminal "
-                                                        "(a terminal always gets the live bar).")
+ProgressOption = typer.Option(None, "--progress/--no-progress", help="Progress lines on stderr when it is not a "
+                              "terminal: on by default, a line at least every 10 s; --no-progress turns them off (a "
+                              "terminal always gets the live bar).")
+#: with progress lines on, a line repeating what runs is printed after this many seconds without one, so a log
+#: gets a line at least every 10 s even when the heartbeat thread is late on a busy machine
+HEARTBEAT_S = 5.0
 
 
 def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -155,12 +162,23 @@ class _CliReporter(Reporter):
     one line per phase when stderr is not a terminal (logs, pipes), else quiet. Refusals and failures always
     print. ``progress=None``: lines whenever stderr is not a terminal (the older behaviour other commands use)."""
 
-    def __init__(self, quiet: bool = False, progress: bool | None = None, saving: bool = True):
+    def __init__(self, quiet: bool = False, progress: bool | None = None, saving: bool = True,
+                 heartbeat_s: float = HEARTBEAT_S):
         self.quiet, self.saving = quiet, saving
         self.live = err.is_terminal and not quiet
-        self.lines = not self.live and not quiet and (progress is None or progress)
+        self.lines = not self.live and not quiet and progress is not False
         self.bar: Any = None
         self.tasks: dict[str, Any] = {}
+        # lines mode: what runs now, and when the last line was printed (the heartbeat repeats the first after
+        # heartbeat_s without the second: a BERT-large iteration on a CPU takes 20 s, a model build longer)
+        self._t0 = self._last_line = time.monotonic()
+        self._doing = "starting"
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        if self.lines:
+            self._heartbeat = threading.Thread(target=self._beat, args=(heartbeat_s,), name="bench-heartbeat",
+                                               daemon=True)
+            self._heartbeat.start()
         if self.live:
             from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -175,6 +193,14 @@ class _CliReporter(Reporter):
             self.bar.console.print(text, highlight=False, markup=False)
         elif self.lines or always:
             err.print(text, highlight=False, markup=False, soft_wrap=True)
+            self._last_line = time.monotonic()
+
+    def _beat(self, heartbeat_s: float) -> None:
+        """Lines mode: repeat what runs after ``heartbeat_s`` without a line (checked four times as often)."""
+        while not self._stop.wait(heartbeat_s / 4):
+            now = time.monotonic()
+            if now - self._last_line >= heartbeat_s:
+                self._line(f"[{now - self._t0:5.0f} s] still running: {self._doing}")
 
     def refused(self, variant: str, reason: str) -> None:
         self._line(f"refused {variant}: {reason}", always=True)
@@ -183,12 +209,14 @@ class _CliReporter(Reporter):
         self._line(f"FAILED {variant} ({phase}): {error}", always=True)
 
     def status(self, text: str) -> None:
+        self._doing = text
         if self.live:
             self.bar.update(self.tasks["·"], description=text)
         else:
             self._line(text)
 
     def phase(self, lane: str, text: str) -> None:
+        self._doing = f"{lane}: {text}"
         if self.live:
             if lane not in self.tasks:
                 self.tasks[lane] = self.bar.add_task(lane, total=1.0, info=text)
@@ -198,12 +226,14 @@ class _CliReporter(Reporter):
             self._line(f"{lane}: {text}")
 
     def progress(self, lane: str, iterations: int, measured_s: float, loop: Any) -> None:
+        self._doing = f"{lane}: measuring, {iterations} it, {measured_s:.1f} s measured"
         if not self.live or lane not in self.tasks:
             return
         frac = min(iterations / loop.min_iterations, measured_s / loop.min_time_s if loop.min_time_s else 1.0)
         self.bar.update(self.tasks[lane], completed=min(frac, 1.0), info=f"{iterations} it, {measured_s:.1f} s")
 
     def note(self, text: str) -> None:
+        self._doing = text
         self._line(text)
 
     def stored(self, variant: str, result_ids: list[int]) -> None:
@@ -212,6 +242,9 @@ class _CliReporter(Reporter):
         self._line(f"finished {variant}" + (f": stored as result {ids}" if ids else f" (not stored: {why})"))
 
     def close(self) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
         if self.live:
             self.bar.stop()
 
@@ -224,7 +257,7 @@ def _configs(bench: dict[str, Any], loop: dict[str, Any], quick: bool, default_l
 
 
 def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | None, bench: dict[str, Any],
-                  loop: dict[str, Any], *, quick: bool, progress: bool, as_json: bool,
+                  loop: dict[str, Any], *, quick: bool, progress: bool | None, as_json: bool,
                   dist: dict[str, Any] | None = None, quality: dict[str, Any] | None = None) -> None:
     from accelkit.bench.workloads import make_workload
 
@@ -238,7 +271,9 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
         dist_config = _dist_config(dist)
         quality_config = _quality_config(quality)
     # the store before measuring: an unwritable store fails now, not after it
-    with measuring(config.save) as store, closing(_CliReporter(progress=progress, saving=config.save)) as reporter:
+    with _sigterm_as_interrupt() as received, measuring(config.save) as store, \
+            closing(_CliReporter(progress=progress, saving=config.save)) as reporter:
+        reporter.note(f"bench {name}: starting")
         if dist_config is not None:
             from accelkit.distributed.bench_launch import run_distributed_bench
 
@@ -248,19 +283,46 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
             from accelkit.bench.runner import run_benchmark
 
             result = run_benchmark(wl, variants, config, store=store, reporter=reporter)
-    _render(result, as_json)
+    _render(result, as_json, received)
 
 
 def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: dict[str, Any], *, quick: bool,
-               progress: bool, as_json: bool) -> None:
-    from accelkit.bench.suite import get_suite, run_suite
+               progress: bool | None, as_json: bool) -> None:
+    with _sigterm_as_interrupt() as received, closing(_CliReporter(progress=progress, saving=True)) as reporter:
+        # the first line before torch and the workloads are imported (seconds on a busy machine)
+        reporter.note(f"bench suite {name}{' --quick' if quick else ''}: starting")
+        from accelkit.bench.suite import get_suite, run_suite
 
-    suite = get_suite(name)
-    config = _configs(bench, loop, quick, suite.loop)
-    precisions = list(_list("--precision", PRECISIONS)(precision)) if precision is not None else None
-    with measuring(config.save) as store, closing(_CliReporter(progress=progress, saving=config.save)) as reporter:
-        result = run_suite(name, config, loop=config.loop, store=store, reporter=reporter, precisions=precisions)
-    _render(result, as_json)
+        suite = get_suite(name)
+        config = _configs(bench, loop, quick, suite.loop)
+        reporter.saving = config.save
+        precisions = list(_list("--precision", PRECISIONS)(precision)) if precision is not None else None
+        reporter.note(f"bench suite {name}: {len(suite.items)} workloads ({', '.join(i.key for i in suite.items)})"
+                      + (f" — {suite.duration}" if suite.duration else ""))
+        with measuring(config.save) as store:
+            result = run_suite(name, config, loop=config.loop, store=store, reporter=reporter, precisions=precisions)
+    _render(result, as_json, received)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[list[str]]:
+    """SIGTERM (a scheduler, `timeout`, `kill`) stops a bench as Ctrl-C does — the finished variants stay stored and
+    the run says so — instead of ending it silently; the list it yields names the signal once received. While the
+    variants are measured, the runner's own handler does the same and records it on the run (``stopped_by``)."""
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        received.append("SIGTERM")
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _dist_config(dist: dict[str, Any] | None) -> Any:
@@ -288,12 +350,12 @@ def _quality_config(quality: dict[str, Any] | None) -> Any:
     return QualityConfig(**(quality or {}))
 
 
-def _render(result: Any, as_json: bool) -> None:
+def _render(result: Any, as_json: bool, received: list[str] | None = None) -> None:
     from accelkit.report.phases import phase_lines, phase_table
     from accelkit.report.tables import bench_footnotes, bench_table, published_table
 
     data = result.to_json()
-    runs = getattr(result, "runs", None) or [result]
+    runs = result.runs if hasattr(result, "runs") else [result]  # a suite stopped before its first run has none
     if data.get("store_error"):  # every measured variant is in the document: print it rather than lose it (exit 1)
         entries = [v for r in runs for v in r.variants]
         print_unsaved(data, AccelkitError(data["store_error"]),
@@ -326,10 +388,12 @@ def _render(result: Any, as_json: bool) -> None:
     emit(data, as_json, render)
     if data["interrupted"]:
         finished = sum(len({v.name for v in r.variants}) for r in runs)
-        err.print(f"interrupted: kept {finished} finished variant(s) in the store "
-                  f"(result ids {', '.join(map(str, data['result_ids'])) or 'none'}); not finished: "
+        by_term = "SIGTERM" in (received or []) or any(getattr(r, "stopped_by", None) == "SIGTERM" for r in runs) \
+            or getattr(result, "stopped_by", None) == "SIGTERM"
+        err.print(f"{'terminated by SIGTERM' if by_term else 'interrupted'}: kept {finished} finished variant(s) in "
+                  f"the store (result ids {', '.join(map(str, data['result_ids'])) or 'none'}); not finished: "
                   f"{_unfinished(runs, suite='suite' in data)}", highlight=False, markup=False, soft_wrap=True)
-        sys.exit(130)
+        sys.exit(128 + signal.SIGTERM if by_term else 130)
     failed = [f"{f.name} ({f.phase})" for r in runs for f in r.failed] + [f["key"] for f in data.get("failed", [])
                                                                           if isinstance(f, dict) and "key" in f]
     if failed:
@@ -403,7 +467,7 @@ def bench_root(
     suite: str = SuiteOption,
     precision: str | None = SuitePrecision,
     quick: bool = QuickOption,
-    progress: bool = ProgressOption,
+    progress: bool | None = ProgressOption,
     as_json: bool = JsonOption,
     *,
     bench: dict[str, Any],
@@ -436,7 +500,7 @@ def suite_cmd(
                                          "published figures beside ours on a catalog GPU)."),
     precision: str | None = SuitePrecision,
     quick: bool = QuickOption,
-    progress: bool = ProgressOption,
+    progress: bool | None = ProgressOption,
     as_json: bool = JsonOption,
     *,
     bench: dict[str, Any],
@@ -450,7 +514,7 @@ def suite_cmd(
 @_run_options
 @_matrix(exclude=("recompute", "channels_last", "fp8_scalings", *COMPRESSION_FIELDS))
 @spec_options(BertConfig, into="workload")
-def bert_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+def bert_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
              workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
     """Encoder inference (BERT tiny/base/large): samples/s."""
     _run_workload("bert", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
@@ -460,7 +524,7 @@ def bert_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json
 @_run_options
 @_matrix(exclude=("recompute", "channels_last", "fp8_scalings", *COMPRESSION_FIELDS))
 @spec_options(LLMConfig, into="workload")
-def llm_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+def llm_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
             workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
     """Decoder inference: prefill (TTFT) and decode (per-token latency, tokens/s)."""
     _run_workload("llm", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
@@ -505,7 +569,7 @@ def _dist_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_dist_options
 @_matrix(exclude=("channels_last",))
 @spec_options(LLMTrainConfig, into="workload")
-def llm_train_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+def llm_train_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
                   workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any], quality: dict[str, Any],
                   bench: dict[str, Any], loop: dict[str, Any]) -> None:
     """Decoder training step (AdamW): tokens/s, MFU and the loss of the first steps; distributed with
@@ -519,7 +583,7 @@ def llm_train_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as
 @_dist_options
 @_matrix()
 @spec_options(ResNetConfig, into="workload")
-def resnet_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+def resnet_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
                workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any], quality: dict[str, Any],
                bench: dict[str, Any], loop: dict[str, Any]) -> None:
     """Image-classification training step with SGD (ResNet-50/152/tiny): images/s; distributed with
@@ -537,7 +601,7 @@ ATTENTION_BACKENDS = ("default", "flash", "efficient", "cudnn", "math")
 @spec_options(DiffusionConfig, into="workload", parse={"attention": _list("--attention", ATTENTION_BACKENDS)},
               helps={"attention": "SDPA backends, comma list of default, flash, efficient, cudnn, math (efficient, "
                                   "cudnn: CUDA only); each but default is its own variant (default: default)."})
-def diffusion_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+def diffusion_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
                   workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any],
                   loop: dict[str, Any]) -> None:
     """Text-to-image generation through diffusers (SD3 MMDiT, FLUX, SDXL UNet): images/s, s/image, the phases
@@ -551,7 +615,7 @@ def diffusion_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as
 @spec_options(CustomConfig, into="workload", exclude=("module",))
 def custom_cmd(
     module: str | None = typer.Option(None, "--module", help=CustomConfig.__dataclass_fields__["module"].metadata["doc"]),
-    quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+    quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
     workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any],
 ) -> None:
     """Your model: --module package.module:factory → (model, example_inputs[, loss_fn])."""
@@ -569,7 +633,7 @@ def custom_cmd(
               helps={"num_workers": "Worker process counts to try, comma list (default 0,2).",
                      "pin_memory": "pin_memory settings to try, comma list of off,on (default off).",
                      "prefetch_factor": "Batches prefetched per worker, comma list (default 2)."})
-def dataloader_cmd(quick: bool = QuickOption, progress: bool = ProgressOption, as_json: bool = JsonOption, *,
+def dataloader_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
                    workload: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
     """Input-pipeline throughput across DataLoader settings, and whether --step-time would be input-bound."""
     _run_workload("dataloader", workload, None, bench, loop, quick=quick, progress=progress, as_json=as_json)

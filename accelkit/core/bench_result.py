@@ -309,7 +309,7 @@ def _known(cls: type[Spec], data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
-_RUN_OPTIONAL = ("world_size", "num_nodes", "layout", "zero", "ranks", "store_error")
+_RUN_OPTIONAL = ("world_size", "num_nodes", "layout", "zero", "ranks", "store_error", "stopped_by")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -322,7 +322,8 @@ class BenchRunResult(Spec):
     device: str = spec_field(doc="cpu or cuda:N.")
     hardware: str = spec_field(doc="The catalog name, or the detected device.")
     run_id: str = spec_field(doc="Groups the stored rows of this run.")
-    interrupted: bool = spec_field(False, doc="Stopped by Ctrl-C.")
+    interrupted: bool = spec_field(False, doc="Stopped by Ctrl-C (SIGINT) or SIGTERM; the finished variants are kept.")
+    stopped_by: str | None = spec_field(None, doc="The signal that stopped it, SIGINT or SIGTERM (absent when none did).")
     unfinished: list[str] = spec_field(default_factory=list, doc="Variants not finished when interrupted.")
     refused: list[Refusal] = spec_field(default_factory=list, doc="Variants this device cannot run, with why.")
     failed: list[Failure] = spec_field(default_factory=list, doc="Variants that raised, with the error.")
