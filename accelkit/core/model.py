@@ -15,10 +15,10 @@ from accelkit.core.serving_memory import kv_bytes_per_token as _kv_bytes_per_tok
 from accelkit.core.spec import Spec, spec_field
 
 ModelKind = Literal["decoder", "encoder", "moe", "cnn"]
-Family = Literal["llama", "mistral", "qwen2", "mixtral", "gpt2", "bert", "vit", "resnet"]
+Family = Literal["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt2", "bert", "vit", "resnet"]
 
 #: families whose blocks are transformer blocks (everything but the CNNs)
-TRANSFORMER_FAMILIES = ("llama", "mistral", "qwen2", "mixtral", "gpt2", "bert", "vit")
+TRANSFORMER_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt2", "bert", "vit")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +49,7 @@ class ModelSpec(Spec):
     qkv_bias: bool = spec_field(False, doc="Bias on the q/k/v projections (Qwen2; Llama's attention_bias with out_bias).")
     out_bias: bool = spec_field(False, doc="Bias on the attention output projection o_proj (Llama's attention_bias).")
     mlp_bias: bool = spec_field(False, doc="Bias on the MLP projections (Llama's mlp_bias).")
+    qk_norm: bool = spec_field(False, doc="RMSNorm over head_dim on each query and key head (Qwen3's q_norm, k_norm).")
     linear_bias: bool = spec_field(False, doc="Bias on every linear layer (GPT-2/3, BERT, ViT).")
     norm: Literal["rmsnorm", "layernorm"] = spec_field("rmsnorm", doc="RMSNorm (weight) or LayerNorm (weight+bias).")
     position: Literal["rope", "learned"] = spec_field("rope", doc="Rotary or learned absolute positions.")
@@ -135,7 +136,8 @@ class ModelSpec(Spec):
         h, q, kv = self.hidden_size, self.num_heads * self.head_size, self.kv_heads * self.head_size
         weights = h * q + 2 * h * kv + q * h  # q, k, v, o projections
         qkv = q + 2 * kv if self.linear_bias or self.qkv_bias else 0
-        return weights + qkv + (h if self.linear_bias or self.out_bias else 0)
+        qk_norm = 2 * self.head_size if self.qk_norm else 0
+        return weights + qkv + (h if self.linear_bias or self.out_bias else 0) + qk_norm
 
     def _expert_params(self) -> int:
         h, f = self.hidden_size, self.ffn_hidden_size

@@ -13,11 +13,13 @@ from typing import Any
 
 from accelkit.core import ModelSpec, UserError
 
-SUPPORTED = ("llama", "mistral", "qwen2", "mixtral", "gpt2", "bert", "vit", "resnet")
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt2", "bert", "vit", "resnet")
 _TRANSFORMER = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 REQUIRED = {
     "llama": (*_TRANSFORMER, "vocab_size"), "mistral": (*_TRANSFORMER, "vocab_size"),
-    "qwen2": (*_TRANSFORMER, "vocab_size"), "mixtral": (*_TRANSFORMER, "vocab_size"),
+    "qwen2": (*_TRANSFORMER, "vocab_size"), "qwen3": (*_TRANSFORMER, "vocab_size"),
+    "mixtral": (*_TRANSFORMER, "vocab_size"), "qwen3_moe": ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                            "vocab_size"),
     "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size"), "bert": (*_TRANSFORMER, "vocab_size"),
     "vit": _TRANSFORMER, "resnet": (),
 }
@@ -113,8 +115,13 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
     mt = r.data["model_type"]
     theta, scaling = _rope(r)
     heads, hidden = r.int("num_attention_heads"), r.int("hidden_size")
-    head_dim = r.int("head_dim", None)
-    moe = mt == "mixtral"
+    head_dim = r.int("head_dim", 128 if mt == "qwen3" else None)  # Qwen3Config's default is 128, not h / heads
+    moe = mt in ("mixtral", "qwen3_moe")
+    qwen3 = mt in ("qwen3", "qwen3_moe")
+    if mt == "qwen3_moe":
+        _check_every_layer_sparse(r)
+    # transformers' Qwen3MoeConfig defaults (configuration_qwen3_moe.py) for fields save_pretrained leaves out
+    num_experts = r.int("num_local_experts", None) or r.int("num_experts", 128 if mt == "qwen3_moe" else 8)
     return ModelSpec(
         name=name,
         kind="moe" if moe else "decoder",
@@ -124,36 +131,55 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
         num_heads=heads,
         num_kv_heads=r.int("num_key_value_heads", heads),
         head_dim=None if heads and head_dim == hidden // heads else head_dim,  # None = the default split
-        ffn_hidden_size=r.int("intermediate_size"),
+        # Qwen3-MoE: the routed experts' width (intermediate_size is for dense layers, which _check_every_layer_sparse
+        # rules out)
+        ffn_hidden_size=r.int("moe_intermediate_size", 768) if mt == "qwen3_moe" else r.int("intermediate_size"),
         vocab_size=r.int("vocab_size"),
         max_seq_len=r.int("max_position_embeddings", 2048),
         **_window(r, mt),
-        num_experts=r.int("num_local_experts", 8) if moe else None,
-        experts_per_token=r.int("num_experts_per_tok", 2) if moe else None,
+        num_experts=num_experts if moe else None,
+        experts_per_token=r.int("num_experts_per_tok", 8 if mt == "qwen3_moe" else 2) if moe else None,
         gated_mlp=True,
         tied_embeddings=r.bool("tie_word_embeddings", False),
-        # transformers: Qwen2 has q/k/v biases always; Llama's attention_bias puts one on q, k, v and o, its
-        # mlp_bias on gate/up/down; Mistral and Mixtral build no bias whatever the config says
-        qkv_bias=mt == "qwen2" or (mt == "llama" and r.bool("attention_bias", False)),
-        out_bias=mt == "llama" and r.bool("attention_bias", False),
+        # transformers: Qwen2 has q/k/v biases always; Llama's and Qwen3's attention_bias puts one on q, k, v and o,
+        # Llama's mlp_bias on gate/up/down; Mistral and Mixtral build no bias whatever the config says
+        qkv_bias=mt == "qwen2" or (mt in ("llama", "qwen3", "qwen3_moe") and r.bool("attention_bias", False)),
+        out_bias=mt in ("llama", "qwen3", "qwen3_moe") and r.bool("attention_bias", False),
         mlp_bias=mt == "llama" and r.bool("mlp_bias", False),
+        qk_norm=qwen3,
         rope_theta=theta,
         rope_scaling=scaling,
         norm_eps=r.float("rms_norm_eps", 1e-6),
     )
 
 
+def _check_every_layer_sparse(r: _Reader) -> None:
+    """Qwen3-MoE layers are dense when listed in mlp_only_layers or when (i + 1) % decoder_sparse_step != 0
+    (transformers' Qwen3MoeDecoderLayer); a ModelSpec has one MLP kind for every layer, as every published
+    Qwen3-MoE config does (mlp_only_layers [], decoder_sparse_step 1)."""
+    dense = r.data.get("mlp_only_layers") or []
+    if dense:
+        raise r._fail("mlp_only_layers", f"= {dense!r}: the planner models Qwen3-MoE with every layer sparse; "
+                                         "expected []")
+    if r.int("decoder_sparse_step", 1) != 1:
+        raise r._fail("decoder_sparse_step", f"= {r.data['decoder_sparse_step']!r}: the planner models Qwen3-MoE "
+                                             "with every layer sparse; expected 1")
+
+
 def _window(r: _Reader, mt: str) -> dict[str, Any]:
     """sliding_window and num_full_attention_layers as transformers builds them.
 
-    Mistral and Mixtral: every layer attends over the last sliding_window tokens (null: all). Qwen2 (transformers
+    Mistral and Mixtral: every layer attends over the last sliding_window tokens (null: all); Qwen3-MoE too, with
+    use_sliding_window true. Qwen2 and Qwen3 (transformers
     5.x configuration_qwen2.Qwen2Config.__post_init__): sliding_window is kept only when use_sliding_window (default
     false) is true, and layer_types — when the config does not list them — marks layer i "sliding_attention" iff
     i >= max_window_layers (default 28); Qwen2Attention gives only those layers the window
     (modeling_qwen2: ``config.sliding_window if self.layer_type == "sliding_attention" else None``)."""
     if mt in ("mistral", "mixtral"):
         return {"sliding_window": r.int("sliding_window", None) or None}
-    if mt != "qwen2" or not r.bool("use_sliding_window", False):
+    if mt == "qwen3_moe" and r.bool("use_sliding_window", False):  # Qwen3MoeAttention: every layer
+        return {"sliding_window": r.int("sliding_window", 4096) or None}
+    if mt not in ("qwen2", "qwen3") or not r.bool("use_sliding_window", False):
         return {}
     # Qwen2Config's default 4096 when the key is absent; null: no window
     window = (r.int("sliding_window", None) if "sliding_window" in r.data else 4096) or None
@@ -217,7 +243,8 @@ def _resnet(r: _Reader, name: str) -> ModelSpec:
 
 
 _BUILDERS = {
-    "llama": _decoder, "mistral": _decoder, "qwen2": _decoder, "mixtral": _decoder,
+    "llama": _decoder, "mistral": _decoder, "qwen2": _decoder, "qwen3": _decoder, "mixtral": _decoder,
+    "qwen3_moe": _decoder,
     "gpt2": _gpt2, "bert": _bert, "vit": _vit, "resnet": _resnet,
 }
 
@@ -251,7 +278,7 @@ def load_config(path: str | Path) -> ModelSpec:
 
 def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
     """A config dict (``model_type`` included) that transformers builds this architecture from."""
-    if spec.family in ("llama", "mistral", "qwen2", "mixtral"):
+    if spec.family in ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"):
         cfg: dict[str, Any] = {
             "model_type": spec.family, "vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
             "intermediate_size": spec.ffn_hidden_size, "num_hidden_layers": spec.num_layers,
@@ -260,18 +287,28 @@ def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
             "rms_norm_eps": spec.norm_eps, "tie_word_embeddings": spec.tied_embeddings,
             "rope_parameters": {"rope_type": "default", **(spec.rope_scaling or {}), "rope_theta": spec.rope_theta},
         }
-        if spec.family == "llama":  # one flag for q, k, v and o: a spec with only one of them has no llama config
+        if spec.family in ("llama", "qwen3", "qwen3_moe"):  # one flag for q, k, v and o
             if spec.qkv_bias != spec.out_bias:
-                raise ValueError(f"{spec.name}: Llama's attention_bias puts a bias on q, k, v and o together; "
+                raise ValueError(f"{spec.name}: {spec.family}'s attention_bias puts a bias on q, k, v and o together; "
                                  "set qkv_bias and out_bias alike")
             cfg["attention_bias"] = spec.qkv_bias
+        if spec.family == "llama":
             cfg["mlp_bias"] = spec.mlp_bias
         if spec.family in ("mistral", "mixtral"):  # written even when None: MistralConfig defaults to 4096
             if spec.num_full_attention_layers:
                 raise ValueError(f"{spec.name}: {spec.family} windows every layer or none; "
                                  "num_full_attention_layers must be 0")
             cfg["sliding_window"] = spec.sliding_window
-        if spec.family == "qwen2":  # layers at index >= max_window_layers use the window (Qwen2Config)
+        if spec.family == "qwen3_moe":  # every layer sparse (see _check_every_layer_sparse), or every one windowed
+            cfg.update(moe_intermediate_size=spec.ffn_hidden_size, num_experts=spec.num_experts,
+                       num_experts_per_tok=spec.experts_per_token, norm_topk_prob=True, decoder_sparse_step=1,
+                       mlp_only_layers=[], use_sliding_window=spec.sliding_window is not None)
+            if spec.num_full_attention_layers:
+                raise ValueError(f"{spec.name}: qwen3_moe windows every layer or none; "
+                                 "num_full_attention_layers must be 0")
+            if spec.sliding_window is not None:
+                cfg["sliding_window"] = spec.sliding_window
+        if spec.family in ("qwen2", "qwen3"):  # layers at index >= max_window_layers use the window (Qwen2Config)
             cfg["use_sliding_window"] = spec.sliding_window is not None
             if spec.sliding_window is not None:
                 cfg["sliding_window"] = spec.sliding_window

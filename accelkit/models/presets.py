@@ -68,6 +68,38 @@ def qwen25_72b() -> ModelSpec:
     )
 
 
+def qwen3_8b() -> ModelSpec:
+    """Qwen3 8B: 36 layers, h 4096, 32 heads / 8 KV heads of 128, per-head q/k RMSNorm, no bias, SwiGLU 12288,
+    vocab 151936, 40960 positions."""
+    return ModelSpec(
+        name="qwen3-8b", kind="decoder", family="qwen3", num_layers=36, hidden_size=4096, num_heads=32,
+        num_kv_heads=8, ffn_hidden_size=12288, vocab_size=151936, max_seq_len=40960, gated_mlp=True,
+        qk_norm=True, rope_theta=1000000.0, norm_eps=1e-6,
+    )
+
+
+def qwen3_32b() -> ModelSpec:
+    """Qwen3 32B: 64 layers, h 5120, 64 heads / 8 KV heads of 128, SwiGLU 25600."""
+    return qwen3_8b().replace(name="qwen3-32b", num_layers=64, hidden_size=5120, num_heads=64, head_dim=128,
+                              ffn_hidden_size=25600)
+
+
+def qwen3_30b_a3b() -> ModelSpec:
+    """Qwen3-30B-A3B: 48 layers, h 2048, 32 heads / 4 KV heads of 128, 128 SwiGLU experts of 768 per layer, top-8
+    (norm_topk_prob), every layer sparse."""
+    return qwen3_8b().replace(
+        name="qwen3-30b-a3b", kind="moe", family="qwen3_moe", num_layers=48, hidden_size=2048, num_heads=32,
+        num_kv_heads=4, head_dim=128, ffn_hidden_size=768, num_experts=128, experts_per_token=8,
+    )
+
+
+def qwen3_235b_a22b() -> ModelSpec:
+    """Qwen3-235B-A22B: 94 layers, h 4096, 64 heads / 4 KV heads of 128, 128 experts of 1536, top-8."""
+    return qwen3_30b_a3b().replace(
+        name="qwen3-235b-a22b", num_layers=94, hidden_size=4096, num_heads=64, ffn_hidden_size=1536,
+    )
+
+
 def mistral_7b() -> ModelSpec:
     """Mistral 7B v0.1: 32 layers, h 4096, 32 heads / 8 KV heads, SwiGLU 14336, vocab 32000, 4096-token sliding
     window over a 32768 context (its config.json's sliding_window)."""
@@ -150,6 +182,22 @@ def tiny_qwen2() -> ModelSpec:
     )
 
 
+def tiny_qwen3() -> ModelSpec:
+    """2-layer Qwen3 with q/k norms and a head_dim (32) that is not hidden_size / num_heads (tests)."""
+    return qwen3_8b().replace(
+        name="tiny-qwen3", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=32,
+        ffn_hidden_size=128, vocab_size=512, max_seq_len=1024,
+    )
+
+
+def tiny_qwen3_moe() -> ModelSpec:
+    """2-layer Qwen3-MoE with 8 experts of 64, top-2 (tests)."""
+    return qwen3_30b_a3b().replace(
+        name="tiny-qwen3-moe", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=None,
+        ffn_hidden_size=64, vocab_size=512, max_seq_len=1024, num_experts=8, experts_per_token=2,
+    )
+
+
 def tiny_mistral() -> ModelSpec:
     """2-layer Mistral (tests; no sliding window unless a test gives one)."""
     return mistral_7b().replace(
@@ -201,9 +249,10 @@ def tiny_resnet() -> ModelSpec:
 PRESETS: dict[str, Callable[[], ModelSpec]] = {
     f().name: f
     for f in (
-        llama3_8b, llama3_70b, llama3_405b, llama3_0_8b, llama3_0_70b, qwen25_7b, qwen25_72b, mistral_7b, mixtral_8x7b, gpt3_175b,
-        bert_base, bert_large, vit_b16, resnet50, resnet152,
-        tiny_llama, tiny_qwen2, tiny_mistral, tiny_mixtral, tiny_gpt, tiny_bert, tiny_vit, tiny_resnet,
+        llama3_8b, llama3_70b, llama3_405b, llama3_0_8b, llama3_0_70b, qwen25_7b, qwen25_72b, qwen3_8b, qwen3_32b,
+        qwen3_30b_a3b, qwen3_235b_a22b, mistral_7b, mixtral_8x7b, gpt3_175b, bert_base, bert_large, vit_b16, resnet50,
+        resnet152, tiny_llama, tiny_qwen2, tiny_qwen3, tiny_qwen3_moe, tiny_mistral, tiny_mixtral, tiny_gpt, tiny_bert,
+        tiny_vit, tiny_resnet,
     )
 }
 #: other spellings of the same model (never a different one: llama-3-70b is its own preset, not llama-3.1-70b)

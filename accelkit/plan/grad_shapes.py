@@ -59,13 +59,15 @@ def _linear(out: int, inp: int, *, split: int | None, bias: bool) -> list[Grad]:
 
 
 def _decoder(m: ModelSpec) -> ModelGrads:
-    """Llama, Mistral, Qwen2, Mixtral (the Llama module layout of transformers)."""
+    """Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE (the Llama module layout of transformers)."""
     h, q, kv, f = m.hidden_size, m.num_heads * m.head_size, m.kv_heads * m.head_size, m.ffn_hidden_size
     # Qwen2: q/k/v biases; Llama's attention_bias: q/k/v and o (out_bias); Llama's mlp_bias: gate/up/down
     qkv_bias, out_bias, mlp_bias = (m.qkv_bias or m.linear_bias, m.out_bias or m.linear_bias,
                                     m.mlp_bias or m.linear_bias)
     layer = (_linear(q, h, split=0, bias=qkv_bias) + _linear(kv, h, split=0, bias=qkv_bias)
              + _linear(kv, h, split=0, bias=qkv_bias) + _linear(h, q, split=1, bias=out_bias))
+    if m.qk_norm:  # Qwen3: q_norm and k_norm, [head_dim] each, replicated across tensor-parallel ranks
+        layer.append(_vec(m.head_size, 2))
     if m.num_experts is None:
         layer += _linear(f, h, split=0, bias=mlp_bias) * (2 if m.gated_mlp else 1)
         layer += _linear(h, f, split=1, bias=mlp_bias)

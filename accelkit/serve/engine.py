@@ -32,7 +32,7 @@ from accelkit.serve.config import EngineConfig
 from accelkit.serve.detokenizer import TokenDecoder
 from accelkit.serve.isolation import EngineDeadError, canary_ok, describe, execute_isolating
 from accelkit.serve.model_runner import ModelRunner
-from accelkit.serve.models.llama import LlamaArgs
+from accelkit.serve.models.args import ModelArgs
 from accelkit.serve.output_processor import OutputProcessor, RequestState
 from accelkit.serve.outputs import EngineStats, RequestOutput
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
@@ -78,7 +78,7 @@ class LLMEngine:
         model_dir = Path(config.model)
         hf_config = preflight.read_config(model_dir)
         try:
-            self.model_args = LlamaArgs.from_config(hf_config)
+            self.model_args = ModelArgs.from_config(hf_config)
         except ValueError as exc:  # names the field and what is supported
             raise ValueError(f"{model_dir / 'config.json'}: {exc}") from None
         except (KeyError, TypeError, AttributeError) as exc:  # a field missing or of the wrong type

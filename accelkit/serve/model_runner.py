@@ -27,7 +27,8 @@ from accelkit.serve.config import EngineConfig
 from accelkit.serve.cuda_graphs import MAX_GRAPH_BATCH_SIZE, DecodeGraphs
 from accelkit.serve.input_buffers import HostBlockTables, InputBuffers, Layout
 from accelkit.serve.kv_cache import KVCache, kv_cache_class
-from accelkit.serve.models.llama import LlamaArgs, load_model
+from accelkit.serve.models.args import ModelArgs
+from accelkit.serve.models.llama import load_model
 from accelkit.serve.sampler import Sampler
 from accelkit.serve.scheduler import ScheduledBatch
 from accelkit.serve.sequence import Sequence
@@ -38,7 +39,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 _PROMPT_LOGPROB_ROWS = 256  # prompt positions whose logits are held at once (256 × a 128K vocabulary: 128 MiB fp32)
 
 
-def resolve_dtype(name: str, args: LlamaArgs) -> torch.dtype:
+def resolve_dtype(name: str, args: ModelArgs) -> torch.dtype:
     if name == "auto":
         return _DTYPES.get(args.torch_dtype or "float32", torch.float32)
     return _DTYPES[name]
@@ -78,7 +79,7 @@ class Step:
 class ModelRunner:
     kv_bytes_per_token: int  # K/V bytes of one token over all layers, scales included (serving_memory)
 
-    def __init__(self, config: EngineConfig, args: LlamaArgs, *, max_model_len: int, device: str) -> None:
+    def __init__(self, config: EngineConfig, args: ModelArgs, *, max_model_len: int, device: str) -> None:
         """``device``: ``config.device`` as ``resolve_device`` resolved it (the engine does that once)."""
         self.config = config
         self.args = args
@@ -88,7 +89,11 @@ class ModelRunner:
         self.attention_backend = resolve_attention_backend(
             config.attention_backend, self.device, enforce_eager=config.enforce_eager
         )
-        self.use_cuda_graphs = self.device.type == "cuda" and not config.enforce_eager
+        # the MoE reference path reads on the host which experts received tokens: not capturable
+        self.use_cuda_graphs = self.device.type == "cuda" and not config.enforce_eager and args.moe is None
+        if self.device.type == "cuda" and not config.enforce_eager and args.moe is not None:
+            log.info("%s: decode steps run eagerly (the MoE layers' per-expert loop cannot be captured in a CUDA graph)",
+                     args.architecture)
         self.block_size = config.block_size
         self.max_model_len = max_model_len
         self.max_blocks_per_seq = -(-max_model_len // self.block_size)

@@ -24,6 +24,7 @@ from accelkit.core import serving_memory
 from accelkit.core.serving_memory import KVCacheDtype
 from accelkit.core.units import fmt_bytes
 from accelkit.hardware.device import free_memory_bytes
+from accelkit.serve.models.args import SUPPORTED_ARCHITECTURES, config_head_dim
 
 _MAX_DIM = 2**31 - 1  # no dimension of a real model comes near; beyond it every tensor index overflows int32
 _MAX_HEADER_BYTES = 100 * 2**20  # safetensors' own limit on the JSON header
@@ -66,9 +67,6 @@ def read_config(model_dir: Path) -> dict[str, Any]:
         )
     # first: an unsupported model (GPT-2, GPTBigCode …) names its size fields otherwise, and "no 'hidden_size'"
     # would send its user to fix a file that is fine
-    # (here, not at the top: models.llama imports torch, and this module only reads files)
-    from accelkit.serve.models.llama import SUPPORTED_ARCHITECTURES
-
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not any(a in SUPPORTED_ARCHITECTURES for a in archs):
         raise ValueError(f"architectures={archs!r} in {path} is not supported; expected one of "
@@ -81,10 +79,11 @@ def _check_fields(cfg: dict[str, Any], path: Path) -> None:
     """The size fields positive integers in range, the norm and RoPE constants positive numbers, the heads
     dividing evenly (ValueError naming the field and the file)."""
     required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-    optional = ("num_key_value_heads", "head_dim", "sliding_window")
+    optional = ("num_key_value_heads", "head_dim", "sliding_window", "num_local_experts", "num_experts",
+                "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step")
     for key in (*required, *optional):
         value = cfg.get(key)
-        if value is None:
+        if value is None or (key == "sliding_window" and value == 0):  # transformers writes 0 for "no window" (Qwen2-MoE)
             if key in required:
                 raise ValueError(f"{path} has no {key!r}; the engine needs it to build the model")
             continue
@@ -104,7 +103,7 @@ def _check_fields(cfg: dict[str, Any], path: Path) -> None:
     heads, kv_heads = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
     if heads % kv_heads:
         raise ValueError(f"num_attention_heads={heads} in {path} is not a multiple of num_key_value_heads={kv_heads}")
-    if cfg.get("head_dim") is None and cfg["hidden_size"] % heads:
+    if cfg.get("head_dim") is None and config_head_dim(cfg) * heads != cfg["hidden_size"] and cfg["hidden_size"] % heads:
         raise ValueError(f"hidden_size={cfg['hidden_size']} in {path} is not a multiple of num_attention_heads={heads}")
 
 
@@ -178,7 +177,7 @@ def expected_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     hidden, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     heads = cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or hidden // heads
+    head_dim = config_head_dim(cfg)
     q, kv = heads * head_dim, kv_heads * head_dim
     layer = "model.layers.{i}."
     return {
@@ -239,7 +238,7 @@ def check_memory(
     scheme = serving_memory.ENGINE_DTYPE_SCHEMES.get(dtype, "fp32")
     weight_bytes = num_params * serving_memory.weight_bytes_per_param(scheme)  # the planner's table too
     heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    head_dim = config_head_dim(cfg)
     rope_bytes = 2 * max_model_len * head_dim * 4  # cos and sin, float32, one row per position
     # the engine's own bytes per token: fp8/int8 hold a float16 scale per token and KV head besides the codes
     kv_per_token = serving_memory.kv_bytes_per_token(

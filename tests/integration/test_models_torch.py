@@ -18,7 +18,8 @@ def test_num_params_equals_transformers_on_meta(name):
 
 
 def test_config_saved_by_transformers_imports_back(tmp_path):
-    for name in ("tiny-llama", "tiny-qwen2", "tiny-mixtral", "tiny-bert", "tiny-vit", "tiny-resnet", "tiny-gpt"):
+    for name in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral", "tiny-bert", "tiny-vit",
+                 "tiny-resnet", "tiny-gpt"):
         spec = get_preset(name)
         hf_config(spec).save_pretrained(tmp_path / name)  # transformers' own config.json
         assert json.loads((tmp_path / name / "config.json").read_text())["model_type"]

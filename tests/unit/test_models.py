@@ -11,6 +11,11 @@ EXPECTED = {
     "llama-3.1-70b": 70_553_706_496,
     "qwen2.5-7b": 7_615_616_512,
     "mixtral-8x7b": 46_702_792_704,
+    # the totals Qwen's model cards state (8.2B, 32.8B, 30.5B with 3.3B activated, 235B with 22B activated)
+    "qwen3-8b": 8_190_735_360,
+    "qwen3-32b": 32_762_123_264,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "qwen3-235b-a22b": 235_093_634_560,
     "bert-large": 335_141_888,
     "resnet-50": 25_557_032,
 }
@@ -97,7 +102,8 @@ TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 96, "num_hidd
     ("llama", {}), ("llama", {"attention_bias": True}), ("llama", {"mlp_bias": True}),
     ("llama", {"attention_bias": True, "mlp_bias": True}),
     ("mistral", {"attention_bias": True, "mlp_bias": True}),  # MistralAttention / MLP: bias=False whatever
-    ("mixtral", {"attention_bias": True}), ("qwen2", {}),
+    ("mixtral", {"attention_bias": True}), ("qwen2", {}), ("qwen3", {}), ("qwen3", {"attention_bias": True}),
+    ("qwen3_moe", {"attention_bias": True, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}),
 ])
 def test_hf_biases_count_like_transformers(model_type, biases):
     # before: llama's attention_bias left out o_proj's bias, mlp_bias was ignored, and mistral's attention_bias
@@ -263,3 +269,12 @@ def test_a_config_file_is_named_after_itself_and_a_config_json_after_its_folder(
     (blobs / "f00d").write_text(json.dumps(cfg))
     (snapshot / "config.json").symlink_to(blobs / "f00d")
     assert load_config(snapshot).name == load_config(snapshot / "config.json").name == "abc123"
+
+
+@pytest.mark.parametrize(("fields", "named"), [({"mlp_only_layers": [1]}, "mlp_only_layers"),
+                                               ({"decoder_sparse_step": 2}, "decoder_sparse_step")])
+def test_qwen3_moe_with_dense_layers_is_refused_naming_the_field(fields, named):
+    # a ModelSpec has one MLP kind for all layers: counting a dense layer as sparse would misstate weights and FLOPs
+    cfg = {**to_hf_config(get_preset("tiny-qwen3-moe")), **fields}
+    with pytest.raises(UserError, match=f"field '{named}'.*every layer sparse"):
+        from_hf_config(cfg)

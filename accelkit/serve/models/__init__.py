@@ -1,5 +1,3 @@
-"""Model implementations for the serving engine (one module per family)."""
-
-from accelkit.serve.models.llama import SUPPORTED_ARCHITECTURES, LlamaArgs, LlamaForCausalLM, load_model
-
-__all__ = ["SUPPORTED_ARCHITECTURES", "LlamaArgs", "LlamaForCausalLM", "load_model"]
+"""Model implementations for the serving engine: one decoder (``llama.py``) for every supported architecture, its
+sparse MoE MLP (``moe.py``), and the config fields that tell the architectures apart (``args.py``, no torch import,
+so that ``preflight`` can read them before anything heavy loads)."""

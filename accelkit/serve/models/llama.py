@@ -1,104 +1,29 @@
-"""Llama-family decoder for the engine: Llama 2/3 (incl. Llama-3 rope scaling), Mistral, Qwen2.
+"""The engine's decoder: Llama 2/3 (incl. Llama-3 rope scaling), Mistral, Qwen2, Qwen3 and the MoE models
+Mixtral, Qwen2-MoE and Qwen3-MoE (their sparse MLP in ``moe.py``; what differs per architecture in ``args.py``).
 
 Same math as the ``transformers`` modules — RMSNorm in float32, rotate-half RoPE, GQA, SiLU-gated MLP,
 tied or untied embeddings, the biases transformers builds (q/k/v for Qwen2; Llama's ``attention_bias`` on
-q/k/v/o and ``mlp_bias`` on gate/up/down) — laid out for serving: the step's tokens of all sequences are one
-flat ``(T, hidden)`` batch, q/k/v and gate/up are fused into one matmul each, attention goes through the
-paged KV cache, and logits are computed only for the rows that sample.
+q/k/v/o and ``mlp_bias`` on gate/up/down), Qwen3's per-head q/k RMSNorm — laid out for serving: the step's
+tokens of all sequences are one flat ``(T, hidden)`` batch, q/k/v and gate/up are fused into one matmul each,
+attention goes through the paged KV cache, and logits are computed only for the rows that sample.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from accelkit.serve.attention import AttentionContext
-
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-_ROPE_TYPES = ("default", "linear", "llama3")
-
-
-@dataclass(frozen=True, slots=True)
-class LlamaArgs:
-    """The fields of ``config.json`` this implementation reads."""
-
-    architecture: str
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    rms_norm_eps: float
-    rope_theta: float
-    rope_scaling: dict[str, Any] | None
-    max_position_embeddings: int
-    tie_word_embeddings: bool
-    qkv_bias: bool
-    o_bias: bool
-    mlp_bias: bool
-    sliding_window: int | None
-    torch_dtype: str | None
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> LlamaArgs:
-        """Parse a Hugging Face config dict; unsupported models raise ValueError naming the field."""
-        archs = cfg.get("architectures") or []
-        arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
-        if arch is None:
-            raise ValueError(
-                f"architectures={archs!r} in config.json is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
-            )
-        if cfg.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"hidden_act={cfg['hidden_act']!r} in config.json is not supported; expected 'silu'")
-        # transformers >= 5 writes rope_parameters (theta inside); older files have rope_theta + rope_scaling
-        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-        theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in _ROPE_TYPES:
-            raise ValueError(f"rope_parameters.rope_type={rope_type!r} is not supported; expected one of {_ROPE_TYPES}")
-        if rope.get("partial_rotary_factor", 1.0) != 1.0:
-            raise ValueError("rope_parameters.partial_rotary_factor != 1 is not supported")
-        if arch == "Qwen2ForCausalLM" and cfg.get("use_sliding_window"):
-            raise ValueError("use_sliding_window=true (Qwen2 per-layer windows) is not supported")
-        heads = cfg["num_attention_heads"]
-        window = cfg.get("sliding_window") if arch == "MistralForCausalLM" else None
-        # transformers builds biases from these flags in LlamaAttention/LlamaMLP only (attention_bias: q, k, v
-        # and o; mlp_bias: gate, up, down); Qwen2 has q/k/v biases always and Mistral none, whatever config.json
-        # says — honouring the flags there would ask the checkpoint for tensors it never holds
-        is_llama = arch == "LlamaForCausalLM"
-        attention_bias = is_llama and bool(cfg.get("attention_bias", False))
-        return cls(
-            architecture=arch,
-            vocab_size=cfg["vocab_size"],
-            hidden_size=cfg["hidden_size"],
-            num_layers=cfg["num_hidden_layers"],
-            num_heads=heads,
-            num_kv_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-            intermediate_size=cfg["intermediate_size"],
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=theta,
-            rope_scaling={**rope, "rope_type": rope_type} if rope_type != "default" else None,
-            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=arch == "Qwen2ForCausalLM" or attention_bias,
-            o_bias=attention_bias,
-            mlp_bias=is_llama and bool(cfg.get("mlp_bias", False)),
-            sliding_window=window,
-            torch_dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
-        )
+from accelkit.serve.models.args import ModelArgs
+from accelkit.serve.models.moe import SparseMoE
 
 
-def rope_inv_freq(args: LlamaArgs) -> torch.Tensor:
+def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
     """Inverse frequencies, computed as transformers does (float32), with linear or Llama-3 scaling."""
     dim = args.head_dim
     inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
@@ -120,7 +45,7 @@ def rope_inv_freq(args: LlamaArgs) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
-def rope_cache(args: LlamaArgs, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cache(args: ModelArgs, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin: (max_len, head_dim) float32 — rows gathered by position each step."""
     freqs = torch.arange(max_len, dtype=torch.float32)[:, None] * rope_inv_freq(args)[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -154,19 +79,31 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, args: LlamaArgs, layer: int) -> None:
+    def __init__(self, args: ModelArgs, layer: int) -> None:
         super().__init__()
         self.layer = layer
         self.num_heads, self.num_kv_heads, self.head_dim = args.num_heads, args.num_kv_heads, args.head_dim
         q_size, kv_size = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
-        self.split = (q_size, kv_size, kv_size)
+        self.split = [q_size, kv_size, kv_size]
         self.qkv_proj = nn.Linear(args.hidden_size, q_size + 2 * kv_size, bias=args.qkv_bias)
         self.o_proj = nn.Linear(q_size, args.hidden_size, bias=args.o_bias)
+        self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else None
+
+    def _norm_qk(self, qkv: torch.Tensor) -> torch.Tensor:
+        """Qwen3: RMSNorm over head_dim on every q and k head (before RoPE), one row per (token, head)."""
+        assert self.q_norm is not None and self.k_norm is not None
+        q, k, v = torch.split(qkv, self.split, dim=-1)
+        q = self.q_norm(q.reshape(-1, self.head_dim))[0].view(q.shape)
+        k = self.k_norm(k.reshape(-1, self.head_dim))[0].view(k.shape)
+        return torch.cat((q, k, v), dim=-1)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
         """``cos, sin``: (T, 1, D) rows of the tokens' positions — or, for a backend that fuses RoPE, the
         whole (max_len, D) tables."""
         qkv = self.qkv_proj(x)
+        if self.q_norm is not None:
+            qkv = self._norm_qk(qkv)
         if attn.fuses_rope:
             out: torch.Tensor = self.o_proj(attn.forward_qkv(qkv, cos, sin, self.layer))
             return out
@@ -182,11 +119,12 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, args: LlamaArgs) -> None:
+    def __init__(self, args: ModelArgs, *, intermediate_size: int | None = None) -> None:
+        """``intermediate_size``: a width other than the config's dense one (Qwen2-MoE's shared expert)."""
         super().__init__()
-        self.intermediate_size = args.intermediate_size
-        self.gate_up_proj = nn.Linear(args.hidden_size, 2 * args.intermediate_size, bias=args.mlp_bias)
-        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=args.mlp_bias)
+        f = self.intermediate_size = intermediate_size or args.intermediate_size
+        self.gate_up_proj = nn.Linear(args.hidden_size, 2 * f, bias=args.mlp_bias)
+        self.down_proj = nn.Linear(f, args.hidden_size, bias=args.mlp_bias)
         self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -203,12 +141,12 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: LlamaArgs, layer: int) -> None:
+    def __init__(self, args: ModelArgs, layer: int) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.self_attn = Attention(args, layer)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.mlp = MLP(args)
+        self.mlp: nn.Module = SparseMoE(args) if args.is_sparse_layer(layer) else MLP(args)
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext
@@ -222,7 +160,7 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, args: LlamaArgs) -> None:
+    def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.args = args
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
@@ -285,18 +223,26 @@ def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _checkpoint_names(param: str) -> list[str]:
-    """Our parameter name → the checkpoint tensor(s) it is made of (concatenated along dim 0)."""
+def _checkpoint_names(param: str, args: ModelArgs) -> list[list[str]]:
+    """Our parameter name → the checkpoint tensors it is made of: each inner list concatenated along dim 0, and
+    for stacked expert weights, one inner list per expert (stacked along a new dim 0)."""
     if param.startswith("lm_head."):
-        return [param]
+        return [[param]]
     name = "model." + param
+    if args.moe is not None and ".mlp." in name:
+        name = name.replace(".mlp.", f".{args.moe.checkpoint_prefix}.")
+        if ".experts." in name:  # (E, 2F, H) gate‖up or (E, H, F) down ← every expert's own Linear weights
+            gate, up, down = args.moe.expert_names
+            names = (gate, up) if name.endswith(".gate_up_proj") else (down,)
+            base = name.rsplit(".", 1)[0]
+            return [[f"{base}.{e}.{part}.weight" for part in names] for e in range(args.moe.num_experts)]
     for fused, parts in _FUSED.items():
         if f".{fused}." in name:
-            return [name.replace(fused, part) for part in parts]
-    return [name]
+            return [[name.replace(fused, part) for part in parts]]
+    return [[name]]
 
 
-def load_model(model_dir: str | Path, args: LlamaArgs, *, dtype: torch.dtype, device: torch.device) -> LlamaForCausalLM:
+def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, device: torch.device) -> LlamaForCausalLM:
     """Build the module without allocating, then fill it from the safetensors checkpoint."""
     model_dir = Path(model_dir)
     with torch.device("meta"):
@@ -306,13 +252,15 @@ def load_model(model_dir: str | Path, args: LlamaArgs, *, dtype: torch.dtype, de
     used: set[str] = set()
     missing: list[str] = []
     for param in model.state_dict():
-        names = _checkpoint_names(param)
+        groups = _checkpoint_names(param, args)
+        names = [n for group in groups for n in group]
         if not all(n in tensors for n in names):
             missing += [n for n in names if n not in tensors]
             continue
         used.update(names)
-        parts = [tensors[n] for n in names]
-        state[param] = (parts[0] if len(parts) == 1 else torch.cat(parts)).to(device=device, dtype=dtype)
+        joined = [torch.cat([tensors[n] for n in group]) for group in groups]
+        value = torch.stack(joined) if ".experts." in param else joined[0]
+        state[param] = value.to(device=device, dtype=dtype)
     if missing:
         raise ValueError(f"the checkpoint in {str(model_dir)!r} lacks {len(missing)} tensors, e.g. {missing[:3]}")
     unused = sorted(n for n in set(tensors) - used if "rotary_emb" not in n and not (n == "lm_head.weight" and args.tie_word_embeddings))

@@ -1,0 +1,160 @@
+"""The fields of ``config.json`` the engine's decoder reads, for every architecture it serves (no torch import:
+``preflight`` checks a model directory with these names before anything is loaded).
+
+One decoder (``llama.py``) serves them all; what differs between architectures is a handful of flags here:
+biases, per-head q/k RMSNorm (Qwen3), a sliding window (Mistral), and a sparse MoE MLP in some or all layers
+(Mixtral, Qwen2-MoE, Qwen3-MoE) with the architecture's own routing normalisation and shared expert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SUPPORTED_ARCHITECTURES = (
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
+)
+MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
+_QWEN_MOE = ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
+_ROPE_TYPES = ("default", "linear", "llama3")
+# transformers' config defaults for fields save_pretrained may leave out (configuration_qwen{2,3}_moe.py,
+# configuration_mixtral.py): (num_experts, num_experts_per_tok)
+_MOE_DEFAULTS = {"MixtralForCausalLM": (8, 2), "Qwen2MoeForCausalLM": (60, 4), "Qwen3MoeForCausalLM": (128, 8)}
+
+
+@dataclass(frozen=True, slots=True)
+class MoEArgs:
+    """The sparse MLP of an MoE architecture."""
+
+    num_experts: int
+    num_experts_per_tok: int  # top-k
+    intermediate_size: int  # of each routed expert (moe_intermediate_size; Mixtral: intermediate_size)
+    norm_topk_prob: bool  # renormalise the k selected softmax probabilities to sum to 1 (Mixtral: always)
+    shared_expert_intermediate_size: int | None  # Qwen2-MoE's always-on expert, gated by a sigmoid; None: none
+    sparse_layers: tuple[int, ...]  # the layers with the sparse MLP; the others have a dense one (intermediate_size)
+    checkpoint_prefix: str  # the MLP's name in the checkpoint: "block_sparse_moe" (Mixtral) or "mlp"
+    expert_names: tuple[str, str, str]  # checkpoint names of gate, up, down in each expert
+
+
+@dataclass(frozen=True, slots=True)
+class ModelArgs:
+    """The fields of ``config.json`` this implementation reads."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int  # the dense MLP's (MoE models: of their dense layers only)
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    qk_norm: bool  # Qwen3: RMSNorm over head_dim on each q and k head, before RoPE
+    sliding_window: int | None
+    torch_dtype: str | None
+    moe: MoEArgs | None = None  # None: every layer dense
+
+    def is_sparse_layer(self, layer: int) -> bool:
+        return self.moe is not None and layer in self.moe.sparse_layers
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> ModelArgs:
+        """Parse a Hugging Face config dict; unsupported models raise ValueError naming the field."""
+        archs = cfg.get("architectures") or []
+        arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
+        if arch is None:
+            raise ValueError(
+                f"architectures={archs!r} in config.json is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
+            )
+        if cfg.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"hidden_act={cfg['hidden_act']!r} in config.json is not supported; expected 'silu'")
+        # transformers >= 5 writes rope_parameters (theta inside); older files have rope_theta + rope_scaling
+        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in _ROPE_TYPES:
+            raise ValueError(f"rope_parameters.rope_type={rope_type!r} is not supported; expected one of {_ROPE_TYPES}")
+        if rope.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError("rope_parameters.partial_rotary_factor != 1 is not supported")
+        if arch.startswith("Qwen") and cfg.get("use_sliding_window"):
+            raise ValueError(f"use_sliding_window=true ({arch} per-layer windows) is not supported")
+        heads = cfg["num_attention_heads"]
+        window = (cfg.get("sliding_window") or None) if arch in ("MistralForCausalLM", "MixtralForCausalLM") else None
+        # transformers builds biases from these flags in Llama (attention_bias: q, k, v and o; mlp_bias: gate, up,
+        # down) and Qwen3 (attention_bias); Qwen2 has q/k/v biases always, Qwen2-MoE by its qkv_bias (default
+        # true), Mistral and Mixtral none, whatever config.json says — honouring the flags there would ask the
+        # checkpoint for tensors it never holds
+        attention_bias = arch in ("LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM") and bool(
+            cfg.get("attention_bias", False))
+        if arch == "Qwen2MoeForCausalLM":
+            qkv_bias = bool(cfg.get("qkv_bias", True))
+        else:
+            qkv_bias = arch == "Qwen2ForCausalLM" or attention_bias
+        num_layers = cfg["num_hidden_layers"]
+        return cls(
+            architecture=arch,
+            vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["hidden_size"],
+            num_layers=num_layers,
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=config_head_dim(cfg),
+            intermediate_size=cfg["intermediate_size"],
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=theta,
+            rope_scaling={**rope, "rope_type": rope_type} if rope_type != "default" else None,
+            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=qkv_bias,
+            o_bias=attention_bias,
+            mlp_bias=arch == "LlamaForCausalLM" and bool(cfg.get("mlp_bias", False)),
+            qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
+            sliding_window=window,
+            torch_dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
+            moe=_moe_args(cfg, arch, num_layers) if arch in MOE_ARCHITECTURES else None,
+        )
+
+
+def config_head_dim(cfg: dict[str, Any]) -> int:
+    """``head_dim``, or when config.json leaves it out, transformers' default: 128 for Qwen3 (Qwen3Config), else
+    hidden_size / num_attention_heads."""
+    if cfg.get("head_dim"):
+        return int(cfg["head_dim"])
+    if "Qwen3ForCausalLM" in (cfg.get("architectures") or []):
+        return 128
+    return int(cfg["hidden_size"] // cfg["num_attention_heads"])
+
+
+def _moe_args(cfg: dict[str, Any], arch: str, num_layers: int) -> MoEArgs:
+    """The sparse MLP's fields. Which layers are sparse follows transformers' Qwen2/3-MoE decoder layer: layer i is
+    sparse iff it is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0; Mixtral's every layer."""
+    default_experts, default_k = _MOE_DEFAULTS[arch]
+    # Mixtral names it num_local_experts; Qwen checkpoints num_experts (transformers 5 saves num_local_experts)
+    num_experts = cfg.get("num_local_experts") or cfg.get("num_experts") or default_experts
+    k = cfg.get("num_experts_per_tok") or default_k
+    if not isinstance(num_experts, int) or not isinstance(k, int) or not 1 <= k <= num_experts:
+        raise ValueError(f"num_experts_per_tok={k!r} must be an integer in [1, num_experts={num_experts!r}]")
+    if arch == "MixtralForCausalLM":
+        return MoEArgs(
+            num_experts=num_experts, num_experts_per_tok=k, intermediate_size=cfg["intermediate_size"],
+            norm_topk_prob=True, shared_expert_intermediate_size=None, sparse_layers=tuple(range(num_layers)),
+            checkpoint_prefix="block_sparse_moe", expert_names=("w1", "w3", "w2"),
+        )
+    step = cfg.get("decoder_sparse_step") or 1
+    dense = set(cfg.get("mlp_only_layers") or [])
+    shared = cfg.get("shared_expert_intermediate_size", 5632) if arch == "Qwen2MoeForCausalLM" else None
+    return MoEArgs(
+        num_experts=num_experts, num_experts_per_tok=k,
+        intermediate_size=cfg.get("moe_intermediate_size") or (1408 if arch == "Qwen2MoeForCausalLM" else 768),
+        norm_topk_prob=bool(cfg.get("norm_topk_prob", False)), shared_expert_intermediate_size=shared or None,
+        sparse_layers=tuple(i for i in range(num_layers) if i not in dense and (i + 1) % step == 0),
+        checkpoint_prefix="mlp", expert_names=("gate_proj", "up_proj", "down_proj"),
+    )
