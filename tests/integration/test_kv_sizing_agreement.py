@@ -51,3 +51,26 @@ def test_plan_predicts_the_kv_blocks_the_engine_allocates(capsys, model_dir, dty
     assert planned["budget_bytes"] == BUDGET and planned["block_size"] == BLOCK_SIZE
     assert abs(planned["num_tokens"] - engine_tokens) <= 0.01 * engine_tokens  # issue 31: within 1%
     assert planned["num_blocks"] == engine.block_manager.num_blocks  # in fact exactly
+
+
+@pytest.fixture(scope="module")
+def arch_dirs(tmp_path_factory):
+    """Qwen3 (head_dim 32 ≠ hidden / heads), Qwen3-MoE and Mixtral as transformers saves them (its Qwen3-MoE
+    config.json names the experts num_local_experts): the planner reads the same file the engine loads."""
+    return {preset: save_tiny_model(tmp_path_factory.mktemp(preset) / "m", preset, seed=4)
+            for preset in ("tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral")}
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral"])
+@pytest.mark.parametrize(("dtype", "precision", "kv"), [("float32", "fp32", "auto"), ("bfloat16", "bf16", "fp8")])
+def test_plan_and_engine_agree_on_the_new_architectures(capsys, arch_dirs, preset, dtype, precision, kv):
+    model_dir = arch_dirs[preset]
+    engine = LLM(str(model_dir), dtype=dtype, kv_cache_dtype=kv, kv_cache_memory_bytes=BUDGET, max_model_len=64,
+                 block_size=BLOCK_SIZE).engine
+    engine_tokens = engine.block_manager.num_blocks * BLOCK_SIZE
+    planned = _planned(capsys, model_dir, precision=precision, kv=kv)
+    print(f"{preset} {dtype} KV {kv}: engine {engine_tokens} tokens, planner {planned['num_tokens']} tokens, "
+          f"{planned['bytes_per_token']} B/token")
+    assert planned["bytes_per_token"] == engine.runner.kv_bytes_per_token
+    assert engine.runner.kv_cache.num_bytes == engine.runner.kv_cache.num_blocks * BLOCK_SIZE * planned["bytes_per_token"]
+    assert abs(planned["num_tokens"] - engine_tokens) <= 0.01 * engine_tokens  # issue 31: within 1%
