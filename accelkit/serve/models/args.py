@@ -74,6 +74,11 @@ class ModelArgs:
             raise ValueError(
                 f"architectures={archs!r} in config.json is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
+        quant = cfg.get("quantization_config")
+        if quant is not None:  # never load quantized codes as if they were 16-bit weights
+            method = quant.get("quant_method") if isinstance(quant, dict) else quant
+            raise ValueError(f"quantization_config.quant_method={method!r} in config.json is not supported: the engine "
+                             "loads float32/bfloat16/float16 checkpoints only; serve the unquantized model")
         if cfg.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act={cfg['hidden_act']!r} in config.json is not supported; expected 'silu'")
         # transformers >= 5 writes rope_parameters (theta inside); older files have rope_theta + rope_scaling
