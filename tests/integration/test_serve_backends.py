@@ -82,6 +82,16 @@ def test_triton_backend_mistral_sliding_window(tmp_path):
 
 
 @interpreted
+def test_triton_backend_qwen3_moe_qk_norm_and_experts(tmp_path):
+    # the fused path: q/k RMSNorm (Triton rms_norm over (tokens · heads, head_dim) rows) before the kernel that
+    # applies RoPE and writes K/V; a dense layer (fused silu_mul) and a sparse one
+    d = save_tiny_model(tmp_path / "m", "tiny-qwen3-moe", seed=6, mlp_only_layers=[0])
+    got, llm = generate(d, PROMPTS, **TRITON, max_num_batched_tokens=16)
+    assert llm.engine.runner.backend.name == "triton"
+    assert got == reference(d, PROMPTS)
+
+
+@interpreted
 def test_triton_backend_and_padded_decode_path_with_llama_biases(tmp_path):
     """attention_bias (q/k/v/o) and mlp_bias: the fused RoPE + KV write, RMSNorm and SiLU·mul kernels see the
     biased projections, and the padded decode path gives the same tokens."""
