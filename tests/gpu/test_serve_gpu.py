@@ -69,6 +69,18 @@ def test_fp32_greedy_equals_transformers_on_cuda(llama, prompts, config):
     assert got == ref
 
 
+@pytest.mark.parametrize("preset", ["tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral"])
+def test_qwen3_and_moe_fp32_greedy_equal_transformers_on_cuda(tmp_path, prompts, preset):
+    """Qwen3's q/k norms on the Triton path inside the decode graphs; the MoE models' reference expert loop, whose
+    decode steps run eagerly (the runner captures no graphs for them)."""
+    from accelkit.serve.testing import save_tiny_model
+
+    d = save_tiny_model(tmp_path / "m", preset, seed=2)
+    got, llm = _generate(d, prompts, max_num_batched_tokens=24)
+    assert (llm.engine.runner.graphs is None) == (preset != "tiny-qwen3")
+    assert got == _hf_reference(d, prompts)
+
+
 @pytest.mark.parametrize("config", [{"max_num_batched_tokens": 3, "max_num_seqs": 3}, {"enforce_eager": True}],
                          ids=["graphs-one-token-chunks", "eager"])
 def test_prompt_logprobs_equal_transformers_on_cuda(llama, prompts, config):
