@@ -24,7 +24,7 @@ from accelkit.core import serving_memory
 from accelkit.core.serving_memory import KVCacheDtype
 from accelkit.core.units import fmt_bytes
 from accelkit.hardware.device import free_memory_bytes
-from accelkit.serve.models.args import SUPPORTED_ARCHITECTURES, config_head_dim
+from accelkit.serve.models.args import MOE_ARCHITECTURES, SUPPORTED_ARCHITECTURES, ModelArgs, config_head_dim
 
 _MAX_DIM = 2**31 - 1  # no dimension of a real model comes near; beyond it every tensor index overflows int32
 _MAX_HEADER_BYTES = 100 * 2**20  # safetensors' own limit on the JSON header
@@ -32,6 +32,7 @@ _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2"
                 "I8": 1, "U8": 1, "BOOL": 1}
 _TORCH_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 
 def read_json(path: Path, *, what: str) -> Any:
@@ -190,7 +191,28 @@ def expected_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         layer + "mlp.down_proj.weight": (hidden, inter), layer + "mlp.gate_proj.bias": (inter,),
         layer + "mlp.up_proj.bias": (inter,), layer + "mlp.down_proj.bias": (hidden,),
         layer + "input_layernorm.weight": (hidden,), layer + "post_attention_layernorm.weight": (hidden,),
+        layer + "self_attn.q_norm.weight": (head_dim,), layer + "self_attn.k_norm.weight": (head_dim,),
+        **_moe_shapes(cfg),
     }
+
+
+def _moe_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The sparse MLP's tensors (expert index as ``{e}``) for an MoE architecture; none for a dense one."""
+    if not any(a in MOE_ARCHITECTURES for a in cfg.get("architectures") or []):
+        return {}
+    moe = ModelArgs.from_config(cfg).moe
+    assert moe is not None
+    hidden, f = cfg["hidden_size"], moe.intermediate_size
+    mlp = f"model.layers.{{i}}.{moe.checkpoint_prefix}."
+    gate, up, down = (mlp + "experts.{e}." + name + ".weight" for name in moe.expert_names)
+    shapes: dict[str, tuple[int, ...]] = {
+        mlp + "gate.weight": (moe.num_experts, hidden), gate: (f, hidden), up: (f, hidden), down: (hidden, f)}
+    shared = moe.shared_expert_intermediate_size
+    if shared is not None:
+        shapes |= {mlp + "shared_expert.gate_proj.weight": (shared, hidden),
+                   mlp + "shared_expert.up_proj.weight": (shared, hidden),
+                   mlp + "shared_expert.down_proj.weight": (hidden, shared), mlp + "shared_expert_gate.weight": (1, hidden)}
+    return shapes
 
 
 def check_checkpoint(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_dir: Path) -> None:
@@ -205,7 +227,7 @@ def check_checkpoint(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_
             "layers: config.json and the weights do not belong together — re-download one of them"
         )
     for name, info in tensors.items():
-        key = _LAYER.sub("model.layers.{i}.", name)
+        key = _EXPERT.sub(".experts.{e}.", _LAYER.sub("model.layers.{i}.", name))
         want = shapes.get(key)
         if want is not None and info.shape != want:
             raise ValueError(

@@ -29,7 +29,8 @@ def _tensors(cfg):
         if key.endswith(".bias"):
             continue
         for i in range(cfg["num_hidden_layers"]) if "{i}" in key else [None]:
-            shapes[key.format(i=i)] = shape
+            for e in range(cfg.get("num_experts", 0)) if "{e}" in key else [None]:
+                shapes[key.format(i=i, e=e)] = shape
     return shapes
 
 
@@ -87,6 +88,23 @@ def test_a_config_that_does_not_match_its_checkpoint_is_refused_before_building(
         cfg = {**CONFIG, **change}
         with pytest.raises(ValueError, match="do not belong together") as info:
             preflight.check_checkpoint(cfg, preflight.checkpoint_tensors(d), d)
+        assert words in str(info.value)
+
+
+MOE = {**CONFIG, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4, "num_experts_per_tok": 2,
+       "moe_intermediate_size": 6}
+
+
+def test_moe_expert_shapes_are_checked_before_building(tmp_path):
+    d = _model(tmp_path, MOE)
+    tensors = preflight.checkpoint_tensors(d)
+    assert tensors["model.layers.1.mlp.experts.3.down_proj.weight"].shape == (8, 6)
+    assert tensors["model.layers.0.self_attn.q_norm.weight"].shape == (4,)
+    preflight.check_checkpoint(MOE, tensors, d)
+    for change, words in (({"moe_intermediate_size": 7}, "mlp.experts.0.gate_proj.weight of shape [7, 8]"),
+                          ({"num_experts": 5}, "mlp.gate.weight of shape [5, 8]")):
+        with pytest.raises(ValueError, match="do not belong together") as info:
+            preflight.check_checkpoint({**MOE, **change}, tensors, d)
         assert words in str(info.value)
 
 
