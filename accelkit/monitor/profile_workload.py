@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from accelkit.core import AccelkitError, Measurement
+from accelkit.core import AccelkitError, Measurement, UserError
 from accelkit.monitor.profiler import ProfileConfig, profile_step
 
 
@@ -35,6 +35,9 @@ def profile_workload(
     dev = resolve_device(device)
     try:
         workload = make_workload(name, cfg)
+    except ValueError as exc:  # a flag value the workload's config refuses (--size huge): the user's to fix, exit 2
+        raise UserError(str(exc)) from exc
+    try:
         workload.check(dev)
         step_note(f"building {workload.label} ({precision}) on {dev}")  # .label calls a custom factory
         prepared = workload.prepare(Variant(precision=precision), dev, seed=seed)  # type: ignore[arg-type]
