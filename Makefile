@@ -10,7 +10,7 @@ TORCH_PIP_ARGS := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 # test processes (pytest-xdist; each runs torch on one thread); TEST_WORKERS=0 runs the suite in this process
 TEST_WORKERS ?= 2
 
-.PHONY: demo test lint venv dev clean
+.PHONY: demo test check lint venv dev clean
 
 $(VENV)/.base: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "accelkit needs Python 3.11+; run with PYTHON=python3.11 (or newer)")'
@@ -44,9 +44,13 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## test: set up with the dev extras, then ruff, mypy and the whole test suite
+## test: set up with the dev extras, then ruff, mypy and the whole test suite (the 25 slowest tests listed)
 test: lint
-	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadscope --durations=25
+
+## check: the edit-test loop: ruff, mypy and the unit tests (no model training, servers or browsers)
+check: lint
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadscope tests/unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

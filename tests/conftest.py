@@ -1,3 +1,4 @@
+import io
 import os
 import shutil
 import subprocess
@@ -37,19 +38,69 @@ def _isolated_home(tmp_path, monkeypatch):
     return home
 
 
-def run_cli(*args: str, check: bool = False, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run the real `accelkit` entry point in a subprocess (as a user would)."""
-    proc = subprocess.run(
+#: set to 1 to run every `run_cli`/`accelkit` call in a subprocess, as `accelkit_subprocess` always does
+SUBPROCESS_ENV = "ACCELKIT_TEST_SUBPROCESS"
+
+
+class _Capture(io.TextIOWrapper):
+    """A text stream like a pipe's (not a terminal, with a ``buffer`` for bytes) whose text can be read back."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+
+    def text(self) -> str:
+        self.flush()
+        return self.buffer.getvalue().decode("utf-8", errors="backslashreplace")  # type: ignore[attr-defined]
+
+
+def _in_process(args: tuple[str, ...], env: dict | None) -> subprocess.CompletedProcess:
+    """`accelkit.cli.app.main` in this process, with its own stdout/stderr and environment: the same entry point
+    and exit codes as the console script, without a new interpreter importing torch for every call."""
+    from accelkit.cli.app import main  # (imported on first use: conftest is imported before any test module)
+
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    out, err = _Capture(), _Capture()
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.stdout, sys.stderr = streams
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess(["accelkit", *args], code, out.text(), err.text())
+
+
+def accelkit_subprocess(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real `accelkit` entry point in a new process, as a user runs it: for what only a process shows (its
+    warnings on a fresh start, signals, exit on a crash, the console script itself)."""
+    return subprocess.run(
         [sys.executable, "-m", "accelkit", *args],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO,
     )
+
+
+def run_cli(*args: str, check: bool = False, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the CLI as a user would: its entry point in this process (``ACCELKIT_TEST_SUBPROCESS=1``: in a
+    subprocess); a CompletedProcess either way."""
+    if os.environ.get(SUBPROCESS_ENV) == "1":
+        proc = accelkit_subprocess(*args, timeout=timeout, env=env)
+    else:
+        proc = _in_process(args, env)
     if check and proc.returncode != 0:
         raise AssertionError(f"accelkit {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
     return proc
 
 
 def accelkit(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The real CLI (as a user runs it) in a subprocess; the exit code is the caller's to check."""
+    """The CLI (in this process; see ``run_cli``); the exit code is the caller's to check."""
     return run_cli(*args, timeout=timeout, env=env)
 
 
