@@ -12,30 +12,39 @@ from rich.markup import escape
 
 import accelkit
 from accelkit.cli import bench, hw, loadtest, models, monitor, plan, report, results, serve, sweep, tune
+from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import err
 from accelkit.core import AccelkitError, UserError
 
 app = typer.Typer(
     name="accelkit",
+    cls=HelpGroup,
     help="Plan, measure, optimize and serve deep-learning workloads on accelerators.",
+    epilog=examples(
+        "accelkit plan --model llama-3.1-70b --task train --hardware h100 --num-devices 64",
+        "accelkit hw probe --quick",
+        "accelkit bench llm-train --model tiny-llama --precision fp32,bf16 --quick",
+        "accelkit report --out report.html",
+        "accelkit COMMAND --help          # every command's flags, with examples",
+    ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app.add_typer(hw.app, name="hw")
-app.add_typer(models.app, name="models")
-app.add_typer(results.app, name="results")
-app.add_typer(bench.app, name="bench")
-app.command("plan")(plan.plan_cmd)
-app.command("report")(report.report_cmd)
-app.command("tune")(tune.tune_cmd)
-app.command("sweep")(sweep.sweep_cmd)
-app.command("serve")(serve.serve_cmd)
-app.command("loadtest")(loadtest.loadtest_cmd)
-app.command("monitor")(monitor.monitor_cmd)
-app.command("profile")(monitor.profile_cmd)
-
+# in the README's order ("What works today"): each command under the first question the README lists it for
+app.command("plan", rich_help_panel="Plan", epilog=plan.EXAMPLES)(plan.plan_cmd)
+app.add_typer(models.app, name="models", rich_help_panel="Plan")
+app.add_typer(hw.app, name="hw", rich_help_panel="Plan")
+app.add_typer(bench.app, name="bench", rich_help_panel="Measure")
+app.command("report", rich_help_panel="Measure", epilog=report.EXAMPLES)(report.report_cmd)
+app.command("profile", rich_help_panel="Measure", epilog=monitor.PROFILE_EXAMPLES)(monitor.profile_cmd)
+app.command("tune", rich_help_panel="Optimize", epilog=tune.EXAMPLES)(tune.tune_cmd)
+app.command("serve", rich_help_panel="Serve", epilog=serve.EXAMPLES)(serve.serve_cmd)
+app.command("loadtest", rich_help_panel="Observe", epilog=loadtest.EXAMPLES)(loadtest.loadtest_cmd)
+app.command("monitor", rich_help_panel="Observe", epilog=monitor.MONITOR_EXAMPLES)(monitor.monitor_cmd)
+app.command("sweep", rich_help_panel="Scale", epilog=sweep.EXAMPLES)(sweep.sweep_cmd)
+app.add_typer(results.app, name="results", rich_help_panel="Results")
 
 def _version(value: bool) -> None:
     if value:

@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from accelkit.cli.bench import DIST_FLAGS, collective_timeout_option
+from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import (
     JsonOption,
     Progress,
@@ -30,7 +31,8 @@ from accelkit.hardware.probe import ProbeConfig
 
 PROBE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
-app = typer.Typer(help="Accelerator catalog, local detection and the measured roofline.", no_args_is_help=True)
+app = typer.Typer(cls=HelpGroup, help="Accelerator catalog, local detection and the measured roofline.", no_args_is_help=True,
+                  epilog=examples("accelkit hw list", "accelkit hw show h200", "accelkit hw probe --quick"))
 
 
 def _tf(spec: DeviceSpec, dtype: str) -> float | None:
@@ -60,7 +62,7 @@ def device_json(spec: DeviceSpec) -> dict[str, Any]:
     }
 
 
-@app.command("list")
+@app.command("list", epilog=examples("accelkit hw list", "accelkit hw list --json"))
 def list_cmd(as_json: bool = JsonOption) -> None:
     """List the catalog: memory, bandwidth, dense peaks, power, fabric, and how the figures were checked."""
     specs = list_devices()
@@ -85,7 +87,7 @@ def list_cmd(as_json: bool = JsonOption) -> None:
     emit([device_json(s) for s in specs], as_json, render)
 
 
-@app.command("show")
+@app.command("show", epilog=examples("accelkit hw show h200", "accelkit hw show mi300x --json"))
 def show_cmd(name: str = typer.Argument(..., help="Name or alias, e.g. h200, mi300x, tpu-v5p."), as_json: bool = JsonOption) -> None:
     """Show one accelerator's facts with their source."""
     spec = get_device(name)
@@ -111,7 +113,7 @@ def show_cmd(name: str = typer.Argument(..., help="Name or alias, e.g. h200, mi3
     emit(device_json(spec), as_json, render)
 
 
-@app.command("detect")
+@app.command("detect", epilog=examples("accelkit hw detect", "accelkit hw detect --json"))
 def detect_cmd(as_json: bool = JsonOption) -> None:
     """Describe this machine: GPUs (torch + NVML) or the CPU (model, cores, threads, vector extensions)."""
     from accelkit.hardware.detect import detect
@@ -154,7 +156,11 @@ def _copy_size(text: str) -> int:
     return size
 
 
-@app.command("probe")
+@app.command("probe", epilog=examples(
+    "accelkit hw probe --quick                  # seconds: a smoke run",
+    "accelkit hw probe --dtype fp32,bf16 --copy-size 1GiB",
+    "accelkit hw probe --collectives --nproc-per-node 8   # all-reduce & co. across this node's GPUs",
+))
 @collective_timeout_option("--collectives")
 @spec_options(
     ProbeConfig, into="probe", names={"matmul_size": "--size", "copy_bytes": "--copy-size", "dtypes": "--dtype"},

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from accelkit.cli.helptext import examples
 from accelkit.cli.output import (
     JsonOption,
     Progress,
@@ -63,6 +64,12 @@ NAMES = {"timeout_s": "--timeout", "warmup_timeout_s": "--warmup-timeout", "igno
 #: every LoadTestConfig field's flag: the config's errors name fields (timeout_s=inf), the user typed flags
 FLAGS = field_flags(LoadTestConfig, NAMES)
 
+
+EXAMPLES = examples(
+    "accelkit loadtest --base-url http://127.0.0.1:8000 --model tiny --request-rate 4 --num-prompts 200",
+    "accelkit loadtest --base-url http://127.0.0.1:8000 --model tiny --sweep-rates 1,4,16 --random-input-len 128",
+    "accelkit loadtest --base-url http://127.0.0.1:8000 --model tiny --slo ttft_ms=500,tpot_ms=50 --json",
+)
 
 @spec_options(
     LoadTestConfig, into="load", names=NAMES,

@@ -7,13 +7,15 @@ from typing import Any
 import typer
 
 from accelkit.cli import text_to_image
+from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import JsonOption, emit, out, table
 from accelkit.core import ModelSpec
 from accelkit.core.units import fmt_bytes, fmt_count
 from accelkit.models import PRESETS, resolve_model
 from accelkit.models.diffusion import DIFFUSION_PRESETS, is_diffusion_model, resolve_diffusion
 
-app = typer.Typer(help="Architecture presets and Hugging Face config import.", no_args_is_help=True)
+app = typer.Typer(cls=HelpGroup, help="Architecture presets and Hugging Face config import.", no_args_is_help=True,
+                  epilog=examples("accelkit models list", "accelkit models show llama-3.1-70b"))
 
 
 def model_json(spec: ModelSpec) -> dict[str, Any]:
@@ -37,7 +39,7 @@ def _shape(s: ModelSpec) -> str:
     return f"L{s.num_layers} h{s.hidden_size} heads {heads} ffn {s.ffn_hidden_size}{moe}"
 
 
-@app.command("list")
+@app.command("list", epilog=examples("accelkit models list", "accelkit models list --json"))
 def list_cmd(as_json: bool = JsonOption) -> None:
     """List the presets with their exact parameter counts (text-to-image pipelines in a table of their own)."""
     specs = [f() for f in PRESETS.values()]
@@ -66,7 +68,10 @@ def _kept(spec: ModelSpec) -> str:
             f"{spec.num_layers - windowed} keep every position)")
 
 
-@app.command("show")
+@app.command("show", epilog=examples(
+    "accelkit models show llama-3.1-70b",
+    "accelkit models show path/to/config.json --json",
+))
 def show_cmd(
     model: str = typer.Argument(..., help="Preset name, a config.json, a directory holding one, or a diffusers "
                                           "pipeline directory."),

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import typer
 
+from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unstored
@@ -29,6 +30,17 @@ def _check_out_dir(path: Path) -> None:
                 raise UserError(f"--out {path}: {parent} is a file, not a folder; give a folder for trace.json")
             break
 
+
+MONITOR_EXAMPLES = examples(
+    "accelkit monitor                          # Prometheus metrics on http://127.0.0.1:9400/metrics",
+    "accelkit monitor --once --json            # one sample, then exit",
+    "accelkit monitor --dashboard > grafana.json",
+)
+PROFILE_EXAMPLES = examples(
+    "accelkit profile bert --size tiny",
+    "accelkit profile llm-train --model tiny-llama --precision bf16 --out prof",
+    "accelkit profile --module mypkg.models:factory --steps 3",
+)
 
 @spec_options(ExporterConfig, into="exporter")
 def monitor_cmd(
@@ -87,8 +99,8 @@ def profile_cmd(
     module: str | None = typer.Option(None, "--module", help="package.module:factory returning (model, example_inputs[, loss_fn])."),
     size: str | None = typer.Option(None, "--size", help="Workload size (e.g. tiny, base, large)."),
     model: str | None = typer.Option(None, "--model", help="Model preset or config.json for the workload."),
-    batch_size: int | None = typer.Option(None, "--batch-size", min=1),
-    seq_len: int | None = typer.Option(None, "--seq-len", min=1),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Items per step; not given: the workload's default."),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Tokens per sequence (bert, llm, llm-train)."),
     precision: BenchPrecision = typer.Option("fp32", "--precision", help="Numerics of the profiled step (a bench variant)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the summary in the results store."),

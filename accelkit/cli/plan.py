@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.text_to_image import plan as plan_image
@@ -60,6 +61,14 @@ def _prices(text: str) -> float | dict[str, float]:
                             "h100=2.5,h200=3.1, or one number for every device")
         prices[name.strip()] = price
     return prices
+
+
+EXAMPLES = examples(
+    "accelkit plan --model llama-3.1-70b --task train --hardware h100 --num-devices 64",
+    "accelkit plan --model llama-3.1-8b --task infer --hardware h200 --prompt-len 32000 --kv-dtype fp8",
+    "accelkit plan --model llama-3.1-70b --task train --compare h100,h200,mi300x,b200",
+    "accelkit plan --model path/to/config.json --task infer --hardware cpu --json",
+)
 
 
 @spec_options(PlanOptions, into="options",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, emit, err, out
 from accelkit.core import UserError
 from accelkit.results.store import MAX_ROW_ID
@@ -24,6 +25,11 @@ def check_out_path(path: Path) -> None:
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UserError(f"--out {path} cannot be written (permission denied); choose a path you can write")
 
+
+EXAMPLES = examples(
+    "accelkit report --out report.html",
+    "accelkit report --run RUN_ID --out run.html --open   # one run (the id `accelkit bench` prints)",
+)
 
 def report_cmd(
     out_path: Path = typer.Option(Path("report.html"), "--out", help="Where to write the HTML file."),

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import typer
 
+from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
 from accelkit.cli.store import reading
 from accelkit.core import AccelkitError, UnknownNameError, UserError
@@ -21,7 +22,8 @@ from accelkit.results import ResultStore, StoredResult, export, flat_row
 from accelkit.results.importing import read_export
 from accelkit.results.store import MAX_ROW_ID, RESULT_KINDS
 
-app = typer.Typer(help="The results store: every estimate and measurement.", no_args_is_help=True)
+app = typer.Typer(cls=HelpGroup, help="The results store: every estimate and measurement.", no_args_is_help=True,
+                  epilog=examples("accelkit results list", "accelkit results show 12", "accelkit results export > results.json"))
 
 KindOption = typer.Option(None, "--kind", help=f"Only results of this kind ({', '.join(RESULT_KINDS)}).")
 HardwareOption = typer.Option(
@@ -96,7 +98,9 @@ def _hardware(store: ResultStore, name: str) -> list[str]:
     return [s for s in stored if s == spec.name or match_device_name(s) is spec]
 
 
-@app.command("list")
+@app.command("list", epilog=examples(
+    "accelkit results list", "accelkit results list --kind bench --limit 50", "accelkit results list --run RUN_ID --json",
+))
 def list_cmd(
     kind: str | None = KindOption,
     hardware: str | None = HardwareOption,
@@ -177,7 +181,7 @@ def _probe_peaks(found: list[StoredResult]) -> dict[int, str]:
     return out
 
 
-@app.command("show")
+@app.command("show", epilog=examples("accelkit results show 12", "accelkit results show 12 --json"))
 def show_cmd(result_id: int = typer.Argument(..., help="Result id from `accelkit results list`."), as_json: bool = JsonOption) -> None:
     """Show one result in full (payload, environment, sample counts)."""
     with reading() as store:
@@ -194,7 +198,9 @@ def show_cmd(result_id: int = typer.Argument(..., help="Result id from `accelkit
     emit(data, as_json, render)
 
 
-@app.command("export")
+@app.command("export", epilog=examples(
+    "accelkit results export --out results.json", "accelkit results export --format csv --kind bench > bench.csv",
+))
 def export_cmd(
     fmt: Literal["json", "csv"] = typer.Option("json", "--format", help="json (full records with raw samples) or csv (one row each)."),
     kind: str | None = KindOption,
@@ -221,7 +227,10 @@ def export_cmd(
               highlight=False)
 
 
-@app.command("import")
+@app.command("import", epilog=examples(
+    "accelkit results import gpu-results.json   # a GPU machine's `results export`",
+    "ssh gpu-box accelkit results export | accelkit results import -",
+))
 def import_cmd(
     source: str = typer.Argument(..., help="A file `accelkit results export --format json` wrote (another machine's "
                                            "store), or - for standard input."),

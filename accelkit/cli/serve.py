@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from accelkit.cli.helptext import examples
 from accelkit.cli.output import err, flag_values
 from accelkit.cli.spec_options import spec_options
 from accelkit.core import UserError
@@ -63,6 +64,11 @@ def _chat_template(path: Path) -> str:
     return text
 
 
+EXAMPLES = examples(
+    "accelkit serve --model path/to/hf-model --served-model-name tiny --port 8000",
+    "accelkit serve --model path/to/hf-model --kv-cache-dtype fp8 --max-model-len 8192",
+)
+
 @spec_options(
     EngineConfig, into="engine", exclude=("model",),
     names={"kv_cache_memory_bytes": "--kv-cache-memory", "enable_prefix_caching": "--prefix-caching/--no-prefix-caching",
@@ -82,7 +88,8 @@ def _chat_template(path: Path) -> str:
 def serve_cmd(
     model: Path = typer.Option(..., "--model", help="Hugging Face-format directory (config.json, *.safetensors, tokenizer)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to expose beyond this machine)."),
-    port: int = typer.Option(8000, "--port", min=0, max=65535),
+    port: int = typer.Option(8000, "--port", min=0, max=65535,
+                      help="Port to listen on (0 picks a free one; stderr says which)."),
     served_model_name: list[str] | None = typer.Option(
         None, "--served-model-name", metavar="NAME",
         help="Model id for clients (default: the directory name); repeat it for aliases — responses report the first.",

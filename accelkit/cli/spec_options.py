@@ -248,8 +248,13 @@ def spec_options(
 
         params = own + generated
         # typer reads the signature (and get_type_hints of the function): both describe the generated options
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        # options are keyword-only (typer passes every value by name), the required ones first: --help lists them
+        # in this order, so `loadtest --help` starts with --base-url and --model, not --save
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                      and not isinstance(p.default, typer.models.OptionInfo)]
         keyword = [p.replace(kind=p.KEYWORD_ONLY) for p in params if p not in positional]
+        keyword.sort(key=lambda p: p.default.default is not ... if isinstance(p.default, typer.models.OptionInfo)
+                     else False)
         wrapper.__signature__ = sig.replace(parameters=positional + keyword)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
         wrapper.spec_options = [*getattr(fn, "spec_options", []), (spec, options)]  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
@@ -16,6 +17,10 @@ from accelkit.core import AccelkitError
 from accelkit.core.units import fmt_bytes
 from accelkit.sweep.grid import SweepSpec, failure_text
 
+EXAMPLES = examples(
+    "accelkit sweep sweep.yaml                # the file's grid, on a local process pool",
+    "accelkit sweep sweep.yaml --ray auto     # on the Ray cluster this machine belongs to",
+)
 
 @spec_options(SweepSpec, into="override", only=("workers",), optional=("workers",),
               helps={"workers": "Local process-pool size (default: the file's workers, 1); timed points should not "

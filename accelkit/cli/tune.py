@@ -11,6 +11,7 @@ import typer
 
 from accelkit.bench.runner import Reporter
 from accelkit.cli.bench import DIST_FLAGS, collective_timeout_option
+from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
@@ -74,6 +75,12 @@ class _Reporter(Reporter):
                                               else f" (not stored: {why})"))
 
 
+EXAMPLES = examples(
+    "accelkit tune bert --size tiny",
+    "accelkit tune llm --model tiny-llama --objective latency --max-accuracy-drop 0.02",
+    "accelkit tune --module mypkg.models:factory --memory-budget 2GiB",
+)
+
 @collective_timeout_option("--nproc-per-node")
 @spec_options(
     TuneConfig, into="search",
@@ -88,10 +95,10 @@ def tune_cmd(
     module: str | None = typer.Option(None, "--module", help="package.module:factory → (model, inputs[, loss_fn])."),
     size: str | None = typer.Option(None, "--size", help="bert: tiny|base|large; resnet: tiny|50|152."),
     model: str | None = typer.Option(None, "--model", help="Model preset or config.json."),
-    batch_size: int | None = typer.Option(None, "--batch-size", min=1),
-    seq_len: int | None = typer.Option(None, "--seq-len", min=1),
-    prompt_len: int | None = typer.Option(None, "--prompt-len", min=1),
-    output_len: int | None = typer.Option(None, "--output-len", min=1),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Items per step; not given: the workload's default."),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="bert, llm-train: tokens per sequence."),
+    prompt_len: int | None = typer.Option(None, "--prompt-len", min=1, help="llm: prompt tokens per sequence."),
+    output_len: int | None = typer.Option(None, "--output-len", min=1, help="llm: generated tokens per sequence."),
     lr: float | None = typer.Option(None, "--lr", min=0.0, help="llm-train, resnet: the training step's learning "
                                     "rate (default: the bench's, 1e-4 AdamW | 0.1 SGD); with --nproc-per-node the "
                                     "quality check trains at it — e.g. 3e-3 for llm-train."),
