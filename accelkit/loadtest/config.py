@@ -93,7 +93,7 @@ class LoadTestConfig(Spec):
     request_rate: float = spec_field(math.inf, doc="Mean arrivals per second; inf sends every request at once.")
     burstiness: float = spec_field(1.0, doc="Gamma shape of the gaps: 1.0 Poisson, < 1 burstier, > 1 steadier.")
     max_concurrency: int | None = spec_field(None, min=1, max=1_000_000, doc="Most requests in flight; None: no cap.")
-    random_input_len: int = spec_field(1024, min=1, max=1_000_000, doc="random dataset: prompt length target (words ≈ tokens).")
+    random_input_len: int = spec_field(1024, min=1, max=1_000_000, doc="random dataset: prompt length in words (one token or more each, by the server's tokenizer).")
     random_output_len: int = spec_field(128, min=1, max=1_000_000,
                                         doc="random dataset (and jsonl lines without output_len): max_tokens.")
     random_range_ratio: float = spec_field(0.0, min=0.0, doc="random dataset: lengths uniform in L·[1−x, 1+x], x < 1.")

@@ -72,7 +72,7 @@ def load_dataset(
     info: dict[str, Any] = {"dataset": spec, "kind": kind}
     if kind == "random":
         requests = random_requests(num_prompts, input_len, output_len, range_ratio, rng)
-        info["input_len_unit"] = "words (≈ tokens)"
+        info["input_len_unit"] = "words (one token or more each, by the server's tokenizer)"
         info.update(random_input_len=input_len, random_output_len=output_len, random_range_ratio=range_ratio)
         return requests, info
     assert path is not None

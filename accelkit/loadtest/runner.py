@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -100,8 +101,34 @@ async def _warmup(client: OpenAIStreamClient, requests: list[SampleRequest], con
                 duration_s=time.perf_counter() - t)
     if info["completed"] == 0:
         first = next(r.error for r in records if r.error)
-        raise AccelkitError(f"warm-up: none of {n} requests to {config.url} succeeded; first error: {first}")
+        raise AccelkitError(f"warm-up: none of {n} requests to {config.url} succeeded; first error: {first}"
+                            f"{context_hint(first, config, requests[0])}")
     return info
+
+
+_CONTEXT = re.compile(r"context length|context_length|too long|maximum length|max_model_len", re.I)
+
+
+def context_hint(error: str, config: LoadTestConfig, request: SampleRequest) -> str:
+    """What to change when the server refused a prompt as too long for its context: the random dataset's prompt
+    length is --random-input-len *words*, and a word is one token only to a large BPE vocabulary (a small
+    tokenizer splits each into several), so name the flag and, when the server said both numbers, a length that
+    fits."""
+    if config.dataset != "random" or not _CONTEXT.search(error or ""):
+        return ""
+    hint = (f"; the prompts are --random-input-len {config.random_input_len} random words (a word is one token or "
+            f"more, depending on the server's tokenizer) and ask for --random-output-len {config.random_output_len} "
+            "tokens: lower --random-input-len")
+    limit = re.search(r"maximum context length is ([\d,]+)", error)
+    sent = re.search(r"([\d,]+) input tokens", error)
+    if limit and sent and request.input_len > 0:
+        per_word = int(sent.group(1).replace(",", "")) / request.input_len
+        room = int(limit.group(1).replace(",", "")) - config.random_output_len
+        words = int(room / per_word / (1 + config.random_range_ratio))  # the longest prompt of the range fits
+        if words >= 1:
+            hint += (f" to about {words} (this server made {per_word:.1f} tokens of each word; context "
+                     f"{limit.group(1)} tokens, {config.random_output_len} of them for the output)")
+    return hint
 
 
 def _load(config: LoadTestConfig, num_prompts: int, seed: int) -> tuple[list[SampleRequest], dict[str, Any]]:
