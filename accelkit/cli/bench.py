@@ -16,7 +16,7 @@ from contextlib import closing, contextmanager
 from typing import Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand
 
 from accelkit.bench.runner import BenchConfig, Reporter
 from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
@@ -29,6 +29,7 @@ from accelkit.bench.workloads import (
     LLMTrainConfig,
     ResNetConfig,
 )
+from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out
 from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.cli.store import measuring, print_unsaved
@@ -142,7 +143,7 @@ class BenchCommand(TyperCommand):
             raise UserError(f"no such option: {option}{came} for `bench {ctx.info_name}` ({help_hint})") from None
 
 
-class BenchGroup(TyperGroup):
+class BenchGroup(HelpGroup):
     """`bench`: an unknown workload gets a suggestion."""
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
@@ -153,6 +154,9 @@ class BenchGroup(TyperGroup):
 
 
 app = typer.Typer(cls=BenchGroup, invoke_without_command=True, no_args_is_help=False, rich_markup_mode=None,
+                  epilog=examples("accelkit bench suite quick",
+                                  "accelkit bench llm-train --model tiny-llama --precision fp32,bf16 --quick",
+                                  "accelkit bench custom --module mypkg.models:factory --precision fp32,bf16"),
                   help="Measure what this machine delivers: one workload across precisions, or a suite.")
 
 
@@ -492,7 +496,10 @@ def bench_root(
     _run_suite(suite, precision, bench, loop, quick=quick, progress=progress, as_json=as_json)
 
 
-@app.command("suite", cls=BenchCommand)
+@app.command("suite", cls=BenchCommand, epilog=examples(
+    "accelkit bench suite quick                # tiny sizes of every workload",
+    "accelkit bench suite reference --quick    # the published-comparison sizes, short loops",
+))
 @_run_options
 def suite_cmd(
     name: str = typer.Argument(..., help="quick (tiny sizes of every workload, about a minute on a CPU) or reference "
@@ -510,7 +517,10 @@ def suite_cmd(
     _run_suite(name, precision, bench, loop, quick=quick, progress=progress, as_json=as_json)
 
 
-@app.command("bert", cls=BenchCommand)
+@app.command("bert", cls=BenchCommand, epilog=examples(
+    "accelkit bench bert --size tiny --precision fp32,bf16 --quick",
+    "accelkit bench bert --size large --precision fp32,bf16,fp16 --batch-size 32",
+))
 @_run_options
 @_matrix(exclude=("recompute", "channels_last", "fp8_scalings", *COMPRESSION_FIELDS))
 @spec_options(BertConfig, into="workload")
@@ -520,7 +530,10 @@ def bert_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, 
     _run_workload("bert", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
 
 
-@app.command("llm", cls=BenchCommand)
+@app.command("llm", cls=BenchCommand, epilog=examples(
+    "accelkit bench llm --model tiny-llama --precision fp32,bf16 --quick",
+    "accelkit bench llm --model llama-3.1-8b --precision bf16 --batch-size 8 --prompt-len 1024",
+))
 @_run_options
 @_matrix(exclude=("recompute", "channels_last", "fp8_scalings", *COMPRESSION_FIELDS))
 @spec_options(LLMConfig, into="workload")
@@ -564,7 +577,10 @@ def _dist_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         spec_options(DistConfig, into="dist", names=DIST_FLAGS, parse=DIST_PARSE)(fn))
 
 
-@app.command("llm-train", cls=BenchCommand)
+@app.command("llm-train", cls=BenchCommand, epilog=examples(
+    "accelkit bench llm-train --model tiny-llama --precision fp32,bf16 --quick",
+    "accelkit bench llm-train --model tiny-llama --nproc-per-node 2 --zero 3 --quick",
+))
 @_run_options
 @_dist_options
 @_matrix(exclude=("channels_last",))
@@ -578,7 +594,10 @@ def llm_train_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOpt
                   dist=dist, quality=quality)
 
 
-@app.command("resnet", cls=BenchCommand)
+@app.command("resnet", cls=BenchCommand, epilog=examples(
+    "accelkit bench resnet --size tiny --precision fp32,bf16 --quick",
+    "accelkit bench resnet --size 50 --precision bf16 --channels-last --compile",
+))
 @_run_options
 @_dist_options
 @_matrix()
@@ -595,7 +614,10 @@ def resnet_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption
 ATTENTION_BACKENDS = ("default", "flash", "efficient", "cudnn", "math")
 
 
-@app.command("diffusion", cls=BenchCommand)
+@app.command("diffusion", cls=BenchCommand, epilog=examples(
+    "accelkit bench diffusion --arch sd3 --size tiny --quick",
+    "accelkit bench diffusion --arch sdxl --size full --precision bf16 --steps 20",
+))
 @_run_options
 @_matrix(exclude=("recompute", "fp8_scalings", *COMPRESSION_FIELDS))
 @spec_options(DiffusionConfig, into="workload", parse={"attention": _list("--attention", ATTENTION_BACKENDS)},
@@ -609,7 +631,9 @@ def diffusion_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOpt
     _run_workload("diffusion", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
 
 
-@app.command("custom", cls=BenchCommand)
+@app.command("custom", cls=BenchCommand, epilog=examples(
+    "accelkit bench custom --module mypkg.models:factory --precision fp32,bf16",
+))
 @_run_options
 @_matrix(exclude=COMPRESSION_FIELDS)
 @spec_options(CustomConfig, into="workload", exclude=("module",))
@@ -625,7 +649,10 @@ def custom_cmd(
                   as_json=as_json)
 
 
-@app.command("dataloader", cls=BenchCommand)
+@app.command("dataloader", cls=BenchCommand, epilog=examples(
+    "accelkit bench dataloader --num-workers 0,2 --quick",
+    "accelkit bench dataloader --dataset mypkg.data:dataset --batch-size 128 --step-time 0.25",
+))
 @_run_options
 @spec_options(DataLoaderConfig, into="workload", names={"step_time_s": "--step-time"},
               parse={"num_workers": _ints("--num-workers"), "pin_memory": _bools("--pin-memory"),

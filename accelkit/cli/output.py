@@ -4,6 +4,7 @@ warnings on stderr so that stdout stays parseable."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,8 +22,12 @@ err = Console(stderr=True, soft_wrap=True)
 JsonOption = typer.Option(False, "--json", help="Print one JSON document on stdout and nothing else there.")
 ProgressOption = typer.Option(
     None, "--progress/--no-progress",
-    help="Progress on stderr: shown on a terminal, off when stderr is a file or pipe; --progress forces it (one "
-         "line per step), --no-progress silences it.")
+    help="Progress on stderr (stdout keeps the output): a live line on a terminal, else a line per step and at "
+         "least one every 10 s; --progress shows every step from the start, --no-progress silences it.")
+#: where stderr is not a terminal, a long command's first progress line comes within this many seconds …
+FIRST_LINE_S = 0.5
+#: … and then a line at least this often, even while one step runs on (a log shows the command is alive)
+HEARTBEAT_S = 8.0
 
 
 def emit(data: Any, as_json: bool, render: Callable[[], None]) -> None:
@@ -42,6 +47,20 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
         t.add_column(col, justify="right" if i in right else "left")
     for row in rows:
         t.add_row(*("-" if v is None else str(v) for v in row))
+    return t
+
+
+def whole_words(t: Table, width: int | None = None) -> Table:
+    """Never cut a cell with "…" (rich's default where a column is narrower than a word): each column at least as
+    wide as its longest word when they all fit in ``width`` (the console's), and a word that still does not fit
+    folds onto the next line rather than losing its end."""
+    longest = [max((len(word) for cell in column.cells for word in str(cell).split()), default=0)
+               for column in t.columns]
+    fits = width is None or sum(longest) + 3 * len(longest) + 1 <= width  # cells, padding and borders
+    for column, n in zip(t.columns, longest, strict=True):
+        if fits:
+            column.min_width = max(column.min_width or 0, n + 2)  # rich counts the padding in it
+        column.overflow = "fold"
     return t
 
 
@@ -69,22 +88,57 @@ def status(message: str, *, quiet: bool = False) -> Iterator[Callable[[str], Non
         yield lambda text: st.update(f"{message}: {text}")
 
 
+class Heartbeat:
+    """Calls ``beat()`` from a daemon thread whenever nothing was printed for ``every_s`` seconds (the first time
+    after ``first_s``); the owner calls :meth:`printed` after each line of its own and :meth:`close` at the end."""
+
+    def __init__(self, beat: Callable[[], None], *, every_s: float = HEARTBEAT_S, first_s: float | None = None):
+        self.beat, self.every_s = beat, every_s
+        self.lock = threading.RLock()  # the owner's lines and the beats never interleave
+        self._due = time.perf_counter() + (every_s if first_s is None else first_s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="accelkit-progress", daemon=True)
+        self._thread.start()
+
+    def printed(self) -> None:
+        self._due = time.perf_counter() + self.every_s
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(0.25, self.every_s)):
+            if time.perf_counter() >= self._due:
+                with self.lock:
+                    if self._stop.is_set():
+                        return
+                    self.beat()
+                    self.printed()
+
+    def close(self) -> None:
+        with self.lock:
+            self._stop.set()
+        self._thread.join(timeout=5)
+
+
 class Progress:
     """A long step's progress, on stderr only (stdout stays the command's output or JSON document).
 
     On a terminal: a live line — spinner, what is happening, elapsed time.
-    Forced with --progress where stderr is a file or pipe: one plain line per step (``[ 12.3 s] text``),
-    at most one every ``min_interval_s`` unless the step changes. Otherwise nothing.
+    Where stderr is a file or pipe: plain lines (``[ 12.3 s] text``) — the first within ``FIRST_LINE_S`` (a command
+    done sooner prints none; ``--progress`` prints every step from the start), then one per step, at most one every
+    ``min_interval_s`` unless the step changes, and at least one every ``HEARTBEAT_S`` while a step runs on.
+    ``show=False`` (--no-progress): nothing.
     """
 
     def __init__(self, title: str, *, show: bool | None = None, min_interval_s: float = 2.0):
         self.title = title
         self.live = err.is_terminal and show is not False
-        self.lines = show is True and not self.live
+        self.lines = show is not False and not self.live
         self.min_interval_s = min_interval_s
         self._t0 = time.perf_counter()
         self._last_line = -float("inf")
         self._last_step: str | None = None
+        self._text = "…"
+        self._started = show is True  # default: silent until the command has run FIRST_LINE_S
+        self._beat: Heartbeat | None = None
         self._bar: Any = None
         self._task: Any = None
         if self.live:
@@ -96,12 +150,21 @@ class Progress:
             self._task = self._bar.add_task(title, total=None)
             self._bar.start()
         elif self.lines:
-            self._line(f"{title} …")
+            if self._started:
+                self._line(f"{title} …")
+            self._beat = Heartbeat(self._heartbeat, first_s=None if self._started else FIRST_LINE_S)
+
+    def _heartbeat(self) -> None:
+        still = " (still running)" if self._started else ""
+        self._started = True
+        self._line(f"{self.title}: {self._text}{still}")
 
     def _line(self, text: str) -> None:
         elapsed = time.perf_counter() - self._t0
         err.print(f"[{elapsed:6.1f} s] {text}", highlight=False, markup=False, soft_wrap=True)
         self._last_line = time.perf_counter()
+        if self._beat is not None:
+            self._beat.printed()
 
     def update(self, text: str, *, step: str | None = None) -> None:
         """``text``: what runs now; ``step``: a name that, when it changes, always gets its own line (e.g. the
@@ -109,18 +172,24 @@ class Progress:
         if self.live:
             self._bar.update(self._task, description=f"{self.title}: {text}")
         elif self.lines:
-            new_step = step is not None and step != self._last_step
-            if new_step or time.perf_counter() - self._last_line >= self.min_interval_s:
-                self._line(f"{self.title}: {text}")
-            if step is not None:
-                self._last_step = step
+            assert self._beat is not None
+            with self._beat.lock:
+                self._text = text
+                new_step = step is not None and step != self._last_step
+                if self._started and (new_step or time.perf_counter() - self._last_line >= self.min_interval_s):
+                    self._line(f"{self.title}: {text}")
+                if step is not None:
+                    self._last_step = step
 
     def log(self, text: str) -> None:
         """A line that stays (a finished step, a note), shown whenever progress is shown."""
         if self.live:
             self._bar.console.print(text, highlight=False, markup=False, soft_wrap=True)
         elif self.lines:
-            self._line(text)
+            assert self._beat is not None
+            with self._beat.lock:
+                self._started = True
+                self._line(text)
 
     def __enter__(self) -> Progress:
         return self
@@ -128,8 +197,11 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self.live:
             self._bar.stop()
-        elif self.lines and exc[0] is None:
-            self._line(f"{self.title}: done")
+        elif self.lines:
+            assert self._beat is not None
+            self._beat.close()
+            if exc[0] is None and self._started:
+                self._line(f"{self.title}: done")
 
 
 @contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -77,7 +78,8 @@ def test_collective_probe_prints_what_the_store_cannot_take(_isolated_home):
         assert doc["kind"] == "collectives" and doc["details"]["world_size"] == 2
         assert doc["details"]["bus_bandwidth_gbps"]["all_reduce"] > 0
         assert doc["result_id"] is None and "disk full" in doc["store_error"]
-        (line,) = proc.stderr.strip().splitlines()  # one line, no traceback, no torchrun failure
+        *progress, line = proc.stderr.strip().splitlines()  # one error line, no traceback, no torchrun failure
+        assert all(re.match(r"\[ *\d+\.\d s\] probing collectives", p) for p in progress), progress  # #29
         assert line.startswith("error: ") and "disk full" in line, line
         assert "was not stored; its JSON is printed on stdout" in line and doc["name"] in line, line
         with ResultStore(path, readonly=True) as store:
