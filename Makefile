@@ -9,6 +9,10 @@ TORCH_INDEX ?=
 TORCH_PIP_ARGS := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 # test processes (pytest-xdist; each runs torch on one thread); TEST_WORKERS=0 runs the suite in this process
 TEST_WORKERS ?= 2
+# setuptools' editable build prints a boxed "Editable installation" warning (about folders named like the package
+# in the working directory) on every `pip install -e`, even under -q: a note for package authors, not for someone
+# running the demo. Only that message is silenced; pip's and the build's other warnings still show.
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: demo test check lint venv dev clean
 
@@ -20,11 +24,11 @@ $(VENV)/.base: pyproject.toml
 	  echo "note: no NVIDIA GPU seen; pip may pull the CUDA build of $(TORCH) (several GB)." \
 	       "For the CPU build: TORCH_INDEX=https://download.pytorch.org/whl/cpu make $(or $(MAKECMDGOALS),demo)"; fi
 	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH)"
-	$(BIN)/python -m pip install -q -e .
+	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e .
 	@touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $@
 
 venv: $(VENV)/.base

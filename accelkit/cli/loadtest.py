@@ -184,7 +184,7 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
     starred: set[str] = set()
     for p in passes if len(passes) == 1 else []:
         rows: list[tuple[Any, ...]] = [
-            ("successful requests", p["completed"], ""), ("failed requests", p["failed"], ""),
+            ("successful requests", p["completed"], "requests"), ("failed requests", p["failed"], "requests"),
             ("duration", fmt_num(p["duration_s"], 2), "s"),
             ("total input tokens", p["total_input_tokens"], "tokens"),
             ("total generated tokens", p["total_output_tokens"], "tokens"),
@@ -215,8 +215,8 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
                  _pct(p["tpot_ms"], "p50", starred), _pct(p["tpot_ms"], "p99", starred), _pct(p["e2e_ms"], "p50", starred),
                  *([_share(pt.get("valid_share"))] if structured else []))
                 for pt, p in zip(d["curve"], passes, strict=True)]
-        headers = ["rate", "ok", "failed", "req/s", "out tok/s", "goodput", "TTFT p50", "TTFT p99", "TPOT p50",
-                   "TPOT p99", "E2E p50", *(["valid"] if structured else [])]
+        headers = ["rate req/s", "ok", "failed", "req/s", "out tok/s", "goodput req/s", "TTFT p50 ms", "TTFT p99 ms",
+                   "TPOT p50 ms", "TPOT p99 ms", "E2E p50 ms", *(["valid"] if structured else [])]
         out.print(table(f"Latency-throughput curve — {d['config']['model']} via {d['url']} · ignore_eos={d['ignore_eos']}",
                         headers, rows, right=tuple(range(0, len(headers)))))
     if structured:

@@ -92,7 +92,10 @@ def show_cmd(
         if spec.num_experts:
             rows.append(("active params", f"{data['active_params']:,} ({fmt_count(data['active_params'])})"))
         if spec.kind in ("decoder", "moe"):
-            rows.append(("KV cache / token", f"{data['kv_bytes_per_token_bf16'] / 1024:.0f} KiB in bf16"))
+            per_token = data["kv_bytes_per_token_bf16"]  # bytes below 1 KiB (a tiny model) read as "0 KiB" in KiB
+            rows.append(("KV cache / token", f"{per_token:,} B in bf16" if per_token < 1024 else
+                         f"{per_token / 1024:,.0f} KiB in bf16" if per_token % 1024 == 0 else
+                         f"{fmt_bytes(per_token)} in bf16"))
             rows.append(("KV cache / sequence", f"{fmt_bytes(data['kv_bytes_per_sequence_bf16'])} in bf16 at "
                          f"{spec.max_seq_len:,} positions{_kept(spec)}"))
         vision_only = () if spec.family in ("vit", "resnet") else ("num_channels", "stem_width")

@@ -93,6 +93,20 @@ def monitor_cmd(
         server.stop()
 
 
+#: the profile's peak-memory keys in words (a key not named here is shown as it is)
+MEMORY_NAMES = {"cuda_max_allocated_bytes": "CUDA max allocated", "cuda_max_reserved_bytes": "CUDA max reserved",
+                "process_peak_rss_bytes": "process peak RSS", "peak_rss_increase_bytes": "RSS increase while profiled"}
+
+
+def _memory_rows(memory: dict[str, Any]) -> list[tuple[str, str]]:
+    """The peak-memory record as rows: sizes in binary units, the note (what the figures are) as a row of its own."""
+    from accelkit.core.units import fmt_bytes
+
+    rows = [(MEMORY_NAMES.get(k, k), fmt_bytes(v) if isinstance(v, (int, float)) else str(v))
+            for k, v in memory.items() if k != "note"]
+    return rows + ([("what it is", str(memory["note"]))] if memory.get("note") else [])
+
+
 @spec_options(ProfileConfig, into="profiler", names={"out_dir": "--out", "record_shapes": "--record-shapes/--no-record-shapes"})
 def profile_cmd(
     workload: str | None = typer.Argument(None, help="bert, resnet, llm, llm-train … (or use --module)."),
@@ -145,7 +159,7 @@ def profile_cmd(
         rows = [(k, f"{v * 100:.1f}%") for k, v in ex.items()]
         rows.append(("overlap (of communication)", "-" if b["overlap_pct"] is None else f"{b['overlap_pct']:.1f}%"))
         out.print(table(f"Time breakdown ({b['timeline']} timeline, {b['span_s'] * 1e3:.1f} ms profiled)", ["", "share"], rows, right=(1,)))
-        out.print(f"peak memory: {summary['peak_memory']}")
+        out.print(table("Peak memory", ["", "size"], _memory_rows(summary["peak_memory"]), right=(1,)))
         out.print(f"trace: {summary['trace']} (open in Perfetto or chrome://tracing)")
         if result_id is not None:
             err.print(f"stored as result {result_id}")

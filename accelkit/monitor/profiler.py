@@ -37,13 +37,19 @@ class ProfileConfig(Spec):
 # kineto writes a status line straight to file descriptor 2 at every profiler start and stop
 # ("USDT:2026-12-02 01:31:11 23745:23745 SyncActivityProfilerHandler.cpp:52] profiler_start"; "STAGE:" lines
 # with KINETO_LOG_LEVEL); its warnings and errors ("WARNING:", "ERROR:") are kept
-_KINETO_CHATTER = re.compile(rb"^(USDT|STAGE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\] ")
-_CHATTER_PREFIXES = (b"USDT:", b"STAGE:")
+_KINETO_CHATTER = re.compile(
+    rb"^(USDT|STAGE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\] "
+    # c10's CPU allocator, when a block made before the profiled window (weights, optimizer state, the last step's
+    # gradients) is freed inside it: true of every training step, and nothing the user can act on
+    rb"|^\[W\d{4} [\d:.]+ CPUAllocator\.cpp:\d+\] Memory block of unknown size was allocated before the "
+    rb"profiling started")
+_CHATTER_PREFIXES = (b"USDT:", b"STAGE:", b"[W")
 
 
 @contextlib.contextmanager
 def _without_kineto_chatter() -> Iterator[None]:
-    """Pass everything written to file descriptor 2 through, except kineto's start/stop status lines.
+    """Pass everything written to file descriptor 2 through, except kineto's start/stop status lines and c10's
+    CPU-allocator line about blocks allocated before profiling (``_KINETO_CHATTER``).
 
     Progress and warnings (Python's and C++'s) go on as they come: a partial line is forwarded at once unless it
     could still become a status line. Where fd 2 cannot be redirected (no such descriptor), nothing is done."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,12 +156,18 @@ class DataLoaderBench(BenchWorkload):
         sampler = RandomSampler(dataset, replacement=True, num_samples=1 << 40,
                                 generator=torch.Generator().manual_seed(seed))
         s = variant.settings
-        loader = DataLoader(
-            dataset, batch_size=self.config.batch_size, sampler=sampler, num_workers=s["num_workers"],
-            pin_memory=s["pin_memory"], prefetch_factor=s["prefetch_factor"],
-            persistent_workers=s["num_workers"] > 0,
-        )
-        iterator = iter(loader)
+        with warnings.catch_warnings():  # torch's "excessive worker creation" warning, said below in our words
+            warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker processes",
+                                    category=UserWarning)
+            loader = DataLoader(
+                dataset, batch_size=self.config.batch_size, sampler=sampler, num_workers=s["num_workers"],
+                pin_memory=s["pin_memory"], prefetch_factor=s["prefetch_factor"],
+                persistent_workers=s["num_workers"] > 0,
+            )
+            iterator = iter(loader)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        notes = [f"{s['num_workers']} worker processes on {cores} usable CPU core(s): more workers than cores "
+                 "contend for them (a comparison point, not a setting to train with)"] if s["num_workers"] > cores else []
 
         def next_batch() -> object:
             return next(iterator)
@@ -173,7 +180,7 @@ class DataLoaderBench(BenchWorkload):
             del iterator
 
         return Prepared(steps=[Step("next batch", next_batch, self.config.batch_size, "samples",
-                                    latency_name="batch latency")], close=close)
+                                    latency_name="batch latency")], close=close, notes=notes)
 
     def input_bound(self, batch_time_s: float, variant: Variant | None = None) -> dict[str, Any] | None:
         """Compare the loader's wall time per batch (measured seconds ÷ batches) with the given training-step time.
