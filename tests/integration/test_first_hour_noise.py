@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shlex
 import threading
 import time
 
@@ -19,6 +20,7 @@ from accelkit.cli.app import app
 from accelkit.cli.bench import shared_footnotes
 from accelkit.cli.output import FIRST_LINE_S, HEARTBEAT_S, Heartbeat, table, whole_words
 from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
+from tests.conftest import REPO
 
 #: what a warning looks like on stderr: Python's warnings module, a logger's WARNING, c10's "[W1205 12:00:00 …]"
 WARNING_LINE = re.compile(r"Warning\b|warnings\.warn|^WARNING|^\[W\d{4} |Failed to load|excessive worker", re.M)
@@ -125,3 +127,19 @@ def test_the_heartbeat_repeats_while_a_step_runs_on():
     time.sleep(0.2)
     assert len(beats) == count  # closed: no beat after
     assert HEARTBEAT_S <= 10 and FIRST_LINE_S <= 2  # acceptance 6: a line within 2 s, then one every ≤ 10 s
+
+
+def test_make_demos_commands_print_no_warnings(cli, tmp_path):
+    """`make demo`'s commands as a fresh process runs them (the probe and the quick suite, minutes on a CPU, are
+    the bench tests'); each stderr free of warnings."""
+    makefile = (REPO / "Makefile").read_text()
+    demo = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    commands = [shlex.split(line.strip())[1:] for line in demo.splitlines() if "$(BIN)/accelkit" in line]
+    assert len(commands) == 7, commands
+    for args in commands:
+        if args[:2] == ["hw", "probe"] or args[0] == "bench":
+            continue
+        args = [str(tmp_path / a) if a.endswith(".html") else a for a in args]
+        proc = cli(*args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert not _warnings(proc.stderr), (args, proc.stderr)
