@@ -10,6 +10,8 @@ import json
 import os
 import re
 import shlex
+import subprocess
+import sys
 import threading
 import time
 
@@ -22,8 +24,10 @@ from accelkit.cli.output import FIRST_LINE_S, HEARTBEAT_S, Heartbeat, table, who
 from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
 from tests.conftest import REPO
 
-#: what a warning looks like on stderr: Python's warnings module, a logger's WARNING, c10's "[W1205 12:00:00 …]"
-WARNING_LINE = re.compile(r"Warning\b|warnings\.warn|^WARNING|^\[W\d{4} |Failed to load|excessive worker", re.M)
+#: what a warning looks like on stderr: Python's warnings module, a logger's WARNING, c10's "[W1205 12:00:00 …]",
+#: torch's logging ("W1205 12:00:00.16 123 torch/utils/_pytree.py:630] …"), torchao's "Failed to load …so"
+WARNING_LINE = re.compile(r"Warning\b|warnings\.warn|^WARNING|^\[W\d{4} |^W\d{4} \d\d:\d\d|Failed to load|"
+                          r"excessive worker", re.M)
 PROGRESS_LINE = re.compile(r"^\[ *\d+\.\d s\] ")
 
 
@@ -143,3 +147,14 @@ def test_make_demos_commands_print_no_warnings(cli, tmp_path):
         proc = cli(*args)
         assert proc.returncode == 0, (args, proc.stderr)
         assert not _warnings(proc.stderr), (args, proc.stderr)
+
+
+def test_python_api_use_prints_no_import_noise():
+    """torchao's "Failed to load …_C_mxfp8…so" (twice) and torch's _pytree deprecation came with every use of the
+    Python API that reached the recipes (torchao) — the README's "From Python" imports, then a recipe's import."""
+    code = ("from accelkit.core import Recipe, Cluster\nfrom accelkit.hardware import get_device\n"
+            "from accelkit.models import get_preset\nfrom accelkit.recipes import apply\n"
+            "import torchao.quantization\nprint(get_preset('llama-3.1-70b').num_params())\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "70553706496", proc.stderr
+    assert not _warnings(proc.stderr), proc.stderr
