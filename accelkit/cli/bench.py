@@ -30,7 +30,7 @@ from accelkit.bench.workloads import (
     ResNetConfig,
 )
 from accelkit.cli.helptext import HelpGroup, examples
-from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out
+from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out, whole_words
 from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.cli.store import measuring, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
@@ -354,6 +354,14 @@ def _quality_config(quality: dict[str, Any] | None) -> Any:
     return QualityConfig(**(quality or {}))
 
 
+def shared_footnotes(notes: list[list[str]]) -> list[str]:
+    """The footnotes every run of a suite has (the energy, memory and timer notes …), in the order first seen:
+    printed once after the runs instead of under each. A line only some runs share stays under each of them."""
+    if len(notes) < 2:
+        return []
+    return [line for line in dict.fromkeys(notes[0]) if all(line in lines for lines in notes[1:])]
+
+
 def _render(result: Any, as_json: bool, received: list[str] | None = None) -> None:
     from accelkit.report.phases import phase_lines, phase_table
     from accelkit.report.tables import bench_footnotes, bench_table, published_table
@@ -368,15 +376,24 @@ def _render(result: Any, as_json: bool, received: list[str] | None = None) -> No
                       interrupted=f"not finished: {_unfinished(runs, suite='suite' in data)}" if data["interrupted"] else None)
 
     def render() -> None:
-        for run in runs:
+        # a footnote every workload of a suite shares (energy, memory, timer notes …) is printed once, after them all
+        notes = [bench_footnotes(run) for run in runs]
+        shared = shared_footnotes(notes)
+        for run, lines in zip(runs, notes, strict=True):
             if run.variants:
-                out.print(bench_table(run))
+                out.print(whole_words(bench_table(run), out.width))
             if (phases := phase_table(run)) is not None:
                 out.print(phases)
             for line in phase_lines(run):
                 out.print(line, highlight=False, markup=False, soft_wrap=True)
             _grad_comm_table(run)
-            for line in bench_footnotes(run):
+            for line in lines:
+                if line not in shared:
+                    out.print(line, highlight=False, markup=False, soft_wrap=True)
+            out.print()
+        if shared:
+            out.print(f"every workload above ({len(runs)}):", highlight=False, markup=False)
+            for line in shared:
                 out.print(line, highlight=False, markup=False, soft_wrap=True)
             out.print()
         for skipped in data.get("skipped", []):
