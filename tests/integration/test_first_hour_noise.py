@@ -22,7 +22,7 @@ from accelkit.cli.app import app
 from accelkit.cli.bench import shared_footnotes
 from accelkit.cli.output import FIRST_LINE_S, HEARTBEAT_S, Heartbeat, table, whole_words
 from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
-from tests.conftest import REPO
+from tests.conftest import REPO, accelkit_subprocess
 
 #: what a warning looks like on stderr: Python's warnings module, a logger's WARNING, c10's "[W1205 12:00:00 …]",
 #: torch's logging ("W1205 12:00:00.16 123 torch/utils/_pytree.py:630] …"), torchao's "Failed to load …so"
@@ -35,10 +35,10 @@ def _warnings(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if WARNING_LINE.search(line)]
 
 
-def test_profile_of_a_training_step_prints_tables_and_no_warnings(cli, tmp_path):
+def test_profile_of_a_training_step_prints_tables_and_no_warnings(tmp_path):
     """docs/monitor.md's example, smaller: c10's CPU allocator warned that blocks made before the profiled window
     were freed in it (every training step does that), and the peak memory was a raw dict."""
-    proc = cli("profile", "llm-train", "--model", "tiny-llama", "--seq-len", "32", "--wait", "1", "--warmup", "1",
+    proc = accelkit_subprocess("profile", "llm-train", "--model", "tiny-llama", "--seq-len", "32", "--wait", "1", "--warmup", "1",
                "--steps", "2", "--out", str(tmp_path / "prof"), "--no-save")
     assert proc.returncode == 0, proc.stderr
     assert not _warnings(proc.stderr), proc.stderr
@@ -47,11 +47,11 @@ def test_profile_of_a_training_step_prints_tables_and_no_warnings(cli, tmp_path)
     assert re.search(r"what it is\s+│\s+CPU: peak resident set size", proc.stdout), proc.stdout
 
 
-def test_the_docs_dataloader_example_prints_no_torch_warning(cli):
+def test_the_docs_dataloader_example_prints_no_torch_warning():
     """docs/bench.md runs --num-workers 0,2,4: on a machine with fewer cores torch warned about "excessive worker
     creation". The bench says it in its own words, once, as a note of the variant."""
     cores = len(os.sched_getaffinity(0))
-    proc = cli("bench", "dataloader", "--num-workers", f"0,{cores + 1}", "--image-size", "16", "--batch-size", "4",
+    proc = accelkit_subprocess("bench", "dataloader", "--num-workers", f"0,{cores + 1}", "--image-size", "16", "--batch-size", "4",
                "--quick", "--no-save", "--no-probe", "--no-predict", "--min-time", "0.2", "--warmup-time", "0")
     assert proc.returncode == 0, proc.stderr
     assert not _warnings(proc.stderr), proc.stderr
@@ -133,7 +133,7 @@ def test_the_heartbeat_repeats_while_a_step_runs_on():
     assert HEARTBEAT_S <= 10 and FIRST_LINE_S <= 2  # acceptance 6: a line within 2 s, then one every ≤ 10 s
 
 
-def test_make_demos_commands_print_no_warnings(cli, tmp_path):
+def test_make_demos_commands_print_no_warnings(tmp_path):
     """`make demo`'s commands as a fresh process runs them (the probe and the quick suite, minutes on a CPU, are
     the bench tests'); each stderr free of warnings."""
     makefile = (REPO / "Makefile").read_text()
@@ -144,7 +144,7 @@ def test_make_demos_commands_print_no_warnings(cli, tmp_path):
         if args[:2] == ["hw", "probe"] or args[0] == "bench":
             continue
         args = [str(tmp_path / a) if a.endswith(".html") else a for a in args]
-        proc = cli(*args)
+        proc = accelkit_subprocess(*args)
         assert proc.returncode == 0, (args, proc.stderr)
         assert not _warnings(proc.stderr), (args, proc.stderr)
 
