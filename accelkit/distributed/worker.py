@@ -27,7 +27,7 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
-from accelkit.distributed.process_group import init_process_group
+from accelkit.distributed.process_group import destroy_process_group, init_process_group
 from accelkit.hardware.device import resolve_device
 
 
@@ -292,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(argv[0]).read_text())
     ctx = start(job)
+    done = False
     try:
         if job["task"] == "bench":
             doc = run_bench(ctx, job)
@@ -308,13 +309,17 @@ def main(argv: list[str] | None = None) -> None:
             # process_group.py for the one this project found and fixed) — unlike the progress document, which only
             # says what rank 0 had stored when it was written; written whole or not at all
             write_document(Path(job["out"]), doc)
+        done = True
     except Exception:
         # the time of the failure: destroying the process group (below) is what makes the peers fail, before
         # @record writes this rank's error file
         ERROR_HANDLER.failed_at_ns = time.time_ns()
         raise
     finally:
-        dist.destroy_process_group()
+        if done:  # after gloo's threads have put down the last collective (process_group.py says why)
+            destroy_process_group()
+        else:  # at once: the peers learn of the failure from it
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ def compression_snippet(recipe: Recipe) -> str:
     ``register_ddp_hook`` completes their collectives on the calling thread there — see
     ``accelkit.distributed.grad_comm``. The plain-torch line follows as a comment, for NCCL."""
     head = ("# ddp_model = torch.nn.parallel.DistributedDataParallel(model, ...)  # after the process group starts\n"
-            "# (on gloo: accelkit.distributed.process_group.init_process_group, so that the group ends before the\n"
-            "#  interpreter does — docs/distributed.md)\n")
+            "# (on gloo: accelkit.distributed.process_group.init_process_group and its destroy_process_group, so that\n"
+            "#  the group ends before the interpreter does, without a hang — docs/distributed.md)\n")
     kind = recipe.grad_compression
     if kind == "none":
         return head + "# no compression: keep DDP's built-in all-reduce (register no hook)"

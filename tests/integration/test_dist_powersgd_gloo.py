@@ -8,7 +8,9 @@ And a rank died at exit ("terminate called without an active exception", SIGABRT
 pinned by ``torch.distributed.nn.functional``'s default arguments, and a gloo thread still holding a finished
 collective asked for the GIL during interpreter finalization. Started with ``process_group.init_process_group``,
 the group is freed — its threads joined — when the rank function ends (process_group.py); the tests check that no
-gloo thread is left by then."""
+gloo thread is left by then. And freeing it could hang: ``~ProcessGroupGloo`` joins gloo's threads holding the GIL
+while one of them, starved, had yet to drop the last collective's tensors, which needs the GIL;
+``process_group.destroy_process_group`` waits until gloo's threads are idle first."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from functools import partial
 from pathlib import Path
 
 import torch.multiprocessing as mp
+
+from accelkit.distributed.process_group import destroy_process_group
 
 
 def _init(rank: int, store: str) -> None:
@@ -78,7 +82,7 @@ def _powersgd_rank(rank: int, store: str) -> dict[str, object]:
         return {"iter": state.iter, "buckets": last.get("buckets", 0), "collectives": last.get("collectives", 0),
                 "same_weights": bool(torch.equal(gathered[0], gathered[1]))}
     finally:
-        dist.destroy_process_group()
+        destroy_process_group()
 
 
 def test_powersgd_on_gloo_with_many_buckets(tmp_path):
@@ -125,7 +129,7 @@ def _slow_callback_rank(rank: int, store: str) -> dict[str, object]:
     ddp = DistributedDataParallel(torch.nn.Linear(8, 8))
     ddp.register_comm_hook(None, counted_hook(hook, None, complete_inline=True))
     ddp(torch.randn(2, 8)).sum().backward()
-    dist.destroy_process_group()
+    destroy_process_group()
     # left to gloo's thread, this callback would still be being dropped now, and with the group alive at exit the
     # rank would die with SIGABRT as the process ends (tried: every time)
     return {"callback_on_training_thread": seen["callback_thread"] == threading.get_ident(),
@@ -138,3 +142,43 @@ def test_hook_callbacks_run_and_are_dropped_on_the_training_thread_on_gloo(tmp_p
     ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
     assert all(r == {"callback_on_training_thread": True, "done_on_return": True, "gloo_threads_after": 0}
                for r in ranks), ranks
+
+
+def _idle_detection_rank(rank: int, store: str) -> dict[str, object]:
+    import torch
+    import torch.distributed as dist
+
+    from accelkit.distributed.process_group import _gloo_thread_states, wait_for_idle_gloo_threads
+
+    _init(rank, store)
+    dist.all_reduce(torch.ones(4))
+    settled = wait_for_idle_gloo_threads(timeout_s=30)
+    idle = _gloo_thread_states()
+
+    def slow(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        time.sleep(0.5)  # on gloo's thread, after the collective: busy, though the caller's wait may have returned
+        return fut.value()[0]
+
+    if rank == 1:  # rank 0's collective cannot complete before this: its callback is attached first, so gloo runs it
+        time.sleep(0.3)
+    future = dist.all_reduce(torch.ones(4), async_op=True).get_future().then(slow)  # type: ignore[attr-defined]
+    seen_busy = False
+    for _ in range(200):
+        seen_busy = seen_busy or "busy" in (_gloo_thread_states() or [])
+        if future.done():
+            break
+        time.sleep(0.002)
+    future.wait()
+    settled_again = wait_for_idle_gloo_threads(timeout_s=30)
+    destroy_process_group()
+    return {"settled": settled, "idle": idle, "seen_busy": seen_busy, "settled_again": settled_again}
+
+
+def test_gloo_threads_are_seen_idle_or_busy_and_the_group_ends_after_they_settle(tmp_path):
+    mp.spawn(partial(_then_count_gloo_threads, _idle_detection_rank), args=(str(tmp_path / "store"), str(tmp_path)),
+             nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+    for r in ranks:  # gloo's default two threads, both idle once the collective is done
+        assert r["settled"] and r["idle"] == ["idle", "idle"] and r["settled_again"], ranks
+        assert r["gloo_threads_after"] == 0, ranks
+    assert ranks[0]["seen_busy"], ranks  # one of rank 0's threads in the callback (rank 1's may run it inline)

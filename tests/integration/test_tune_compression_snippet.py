@@ -18,9 +18,11 @@ PROGRAM = textwrap.dedent('''
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
+    from accelkit.distributed.process_group import destroy_process_group, init_process_group
+
     def main(rank, rendezvous, snippet):
         torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
+        init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
         torch.manual_seed(0)
         model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(16)])  # 16.8 MB of fp32 gradients
         ddp_model = torch.nn.parallel.DistributedDataParallel(model)
@@ -35,7 +37,7 @@ PROGRAM = textwrap.dedent('''
         dist.all_gather(gathered, weights)
         assert torch.isfinite(weights).all() and torch.equal(gathered[0], gathered[1]), "ranks disagree"
         print(f"rank {rank}: 8 steps ok", flush=True)
-        dist.destroy_process_group()
+        destroy_process_group()
 
     if __name__ == "__main__":
         mp.spawn(main, args=(sys.argv[1], sys.stdin.read()), nprocs=2)
