@@ -38,6 +38,7 @@ from accelkit.serve.outputs import EngineStats, RequestOutput
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 from accelkit.serve.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from accelkit.serve.sequence import Sequence
+from accelkit.serve.structured import CompiledGrammar, GrammarCompiler, StructuredBackend
 
 log = logging.getLogger("accelkit.serve")
 
@@ -119,10 +120,8 @@ class LLMEngine:
         self._deferred_outputs: list[RequestOutput] = []
         self._deferred_error: Exception | None = None
         self._deliver: Callable[[list[RequestOutput]], None] | None = None  # step()'s, while it runs
-        # structured outputs: what compiles (and caches) their specs, made on first use
-        self._guides_lock = threading.Lock()
-        self._guide_compiler_: Any = None
-        self._guide_vocab_error: str | None = None
+        # structured outputs: compiles (and caches) their specs on its own threads; its backend made on first use
+        self.structured_compiler = GrammarCompiler(self._make_structured_backend)
 
     def _preflight(self, model_dir: Path, hf_config: dict[str, Any]) -> str:
         """Refuse, before allocating anything, a checkpoint that does not match its config or cannot fit; the device
@@ -166,7 +165,9 @@ class LLMEngine:
         self._check_params(params)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ValueError(f"priority={priority!r} is not valid; expected an integer")
-        guide = self.structured_guide(params.structured_outputs) if params.structured_outputs is not None else None
+        guide = None
+        if params.structured_outputs is not None:
+            guide = self.structured_compiler.guide(self.structured_compiler.compile(params.structured_outputs))
         rid = request_id if request_id is not None else uuid.uuid4().hex
         seq = Sequence(
             rid, token_ids, params, prompt=text, priority=priority,
@@ -218,35 +219,20 @@ class LLMEngine:
                                  f"generation (EOS, stop_token_ids), which min_tokens={params.min_tokens} forbids "
                                  "before then; allow another token, or leave min_tokens out")
 
-    def structured_guide(self, spec: StructuredOutputs) -> Any:
-        """``spec`` compiled for this model's vocabulary (``structured.Guide``); ValueError naming what is wrong.
-        The last 64 specs stay compiled (with the token masks their states computed), shared by every request
-        that asks for the same one. Any thread (a schema can take a while to compile: the server calls this off
-        its event loop first, so that make_request finds it compiled)."""
-        return self._guide_compiler().compile(spec)
+    def structured_guide(self, spec: StructuredOutputs) -> CompiledGrammar:
+        """``spec`` compiled for this model's vocabulary; ValueError naming what is wrong or the limit it passed.
+        Compiled on the compiler's own threads within its time limit, cached, shared by every request that sends
+        the same spec (the server awaits :meth:`GrammarCompiler.compile_async` first, so that make_request finds it
+        compiled)."""
+        return self.structured_compiler.compile(spec)
 
-    def _guide_compiler(self) -> Any:
-        """The vocabulary's byte strings and their trie, built on the first structured-output request."""
-        if self._guide_vocab_error is not None:
-            raise ValueError(self._guide_vocab_error)
-        if self._guide_compiler_ is not None:
-            return self._guide_compiler_
-        from accelkit.serve.structured import GuideCompiler, TokenVocabulary  # (its regex library, when used)
-
+    def _make_structured_backend(self) -> StructuredBackend:
+        """The structured-output backend over this model's tokenizer (on a compile thread, once)."""
         if self.tokenizer is None:
-            self._guide_vocab_error = "structured_outputs needs the model's tokenizer, and this model has none"
-            raise ValueError(self._guide_vocab_error)
-        try:
-            vocab = TokenVocabulary.from_tokenizer(self.tokenizer, self.model_args.vocab_size, self.eos_token_ids)
-            vocab.level_trie  # noqa: B018  # built here (the server's worker thread), not in the engine's first step
-        except ValueError as exc:
-            self._guide_vocab_error = str(exc)
-            raise
-        with self._guides_lock:
-            if self._guide_compiler_ is None:
-                self._guide_compiler_ = GuideCompiler(vocab)
-                self.runner.sampler.eos_token_ids = self.eos_token_ids
-            return self._guide_compiler_
+            raise ValueError("structured_outputs needs the model's tokenizer, and this model has none")
+        from accelkit.serve.structured_llguidance import LLGuidanceBackend
+
+        return LLGuidanceBackend(self.tokenizer, self.model_args.vocab_size, self.eos_token_ids)
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; ValueError when it is not Unicode text (a lone surrogate, as JSON's

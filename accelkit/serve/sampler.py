@@ -3,8 +3,6 @@ structured outputs, min_tokens, logprobs, per-request seeds — one batch, one s
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Hashable
 from collections.abc import Sequence as Rows
 from typing import Any, Protocol
 
@@ -12,6 +10,7 @@ import numpy as np
 import torch
 
 from accelkit.serve.sampling import SamplingParams
+from accelkit.serve.structured import apply_token_bitmask_
 
 _PARAM_ROWS = 4  # temperature, top_k, top_p, is_greedy
 _EXTRA_ROWS = 8  # … then presence, frequency and repetition penalties, min_p (only when some row uses a feature)
@@ -26,7 +25,7 @@ class SampledRow(Protocol):
     token_ids: list[int]
     num_prompt_tokens: int
     stop_token_ids: frozenset[int]
-    guide: object | None  # a structured.Guide with SamplingParams.structured_outputs
+    guide: object | None  # a structured.RequestGuide with SamplingParams.structured_outputs
 
 
 class TokenCounts:
@@ -155,17 +154,6 @@ class Uploader:
         return self.array(np.asarray(values, dtype=np.float32))
 
 
-class _GuideTrack:
-    """Where one structured-output sequence stands in its guide: the state after its first ``consumed`` output
-    tokens (advanced with the tokens added since its last step), ``done`` once it sampled EOS (with ignore_eos it
-    goes on, and may then sample only EOS)."""
-
-    __slots__ = ("consumed", "done", "state")
-
-    def __init__(self, state: Hashable) -> None:
-        self.state, self.consumed, self.done = state, 0, False
-
-
 class Sampler:
     """Samples one token per row of a logits batch.
 
@@ -197,16 +185,13 @@ class Sampler:
         # seq_id → (its allowed_token_ids, (V,) bool on the device, True where a token is NOT allowed): built in the
         # request's first step, so a step's host work is one lookup per such row whatever the number of ids
         self._disallowed: dict[int, tuple[tuple[int, ...], torch.Tensor]] = {}
-        # structured outputs: each guided sequence's place in its guide, and (guide, state) → (V,) mask on the device
-        # (True = NOT allowed), the most recently used ones up to GUIDE_MASK_BYTES in all: one upload per state
-        self.eos_token_ids: frozenset[int] = frozenset()  # set by the engine (what ends a guided sequence)
-        self._guided: dict[int, _GuideTrack] = {}
-        self._guide_masks: OrderedDict[tuple[Any, Hashable], torch.Tensor] = OrderedDict()
+        # structured outputs: the packed (rows, ceil(V / 32)) int32 bitmask a step's guided rows are filled into
+        # (pinned on CUDA: uploaded without a sync; grown, never shrunk)
+        self._bitmask = torch.empty(0, 0, dtype=torch.int32)
 
     def forget(self, seq_id: int) -> None:
         self._seeded.pop(seq_id, None)
         self._disallowed.pop(seq_id, None)
-        self._guided.pop(seq_id, None)
         if self._counts is not None:
             self._counts.forget(seq_id)
 
@@ -311,43 +296,24 @@ class Sampler:
         self._disallowed[seq_id] = (allowed, mask)
         return mask
 
-    # device memory for cached guide masks, outside the KV budget: V bytes each, so 512 masks at V=128,256 and 2,048
-    # at 32K (a mask evicted is made again from the guide's own host-side cache, an upload)
-    GUIDE_MASK_BYTES = 64 << 20
-
-    def _guide_mask(self, row: SampledRow, vocab: int) -> torch.Tensor:
-        """(V,) bool on the device, True for the tokens the row's guide forbids after its output so far."""
-        guide: Any = row.guide
-        track = self._guided.get(row.seq_id)
-        if track is None:
-            track = self._guided[row.seq_id] = _GuideTrack(guide.start())
-        new = row.token_ids[row.num_prompt_tokens + track.consumed :]
-        for token in new:  # (usually one: the token sampled in the row's last step)
-            if track.done:
-                continue
-            if token in self.eos_token_ids:
-                track.done = True
-            else:
-                track.state = guide.advance(track.state, token)  # (a token the mask let through: never raises)
-        track.consumed += len(new)
-        masks = self._guide_masks
-        # (the key holds the guide, so an entry is never stale; states with one mask share it)
-        key = (guide, ("eos",) if track.done else guide.mask_key(track.state))
-        mask = masks.get(key)
-        if mask is None:
-            if track.done:
-                allowed = torch.zeros(vocab, dtype=torch.bool)
-                allowed[[t for t in self.eos_token_ids if t < vocab]] = True
-            else:
-                allowed = guide.allowed(track.state)[:vocab]
-                if allowed.shape[0] < vocab:  # (logits wider than the tokenizer's vocabulary: padding ids)
-                    allowed = torch.cat([allowed, allowed.new_zeros(vocab - allowed.shape[0])])
-            mask = masks[key] = (~allowed).to(self.device)
-            while len(masks) > max(1, self.GUIDE_MASK_BYTES // vocab):
-                masks.popitem(last=False)
-        else:
-            masks.move_to_end(key)
-        return mask
+    def _guide_bitmask(self, rows: Rows[SampledRow], guided: list[int], vocab: int) -> torch.Tensor:
+        """(N, ceil(V / 32)) int32 on the device: the next-token bitmask of each guided row (its guide advanced over
+        the tokens sampled since its last step), all ones for the other rows. The guided rows of one backend are
+        filled in one pass (llguidance: on its own threads, the GIL released)."""
+        n, width = len(rows), (vocab + 31) // 32
+        if self._bitmask.shape[0] < n or self._bitmask.shape[1] != width:
+            self._bitmask = torch.empty(max(n, 16), width, dtype=torch.int32, pin_memory=self._pinned)
+        host = self._bitmask[:n]
+        host.fill_(-1)  # (every bit set: unguided rows keep every token)
+        by_backend: dict[int, tuple[Any, list[tuple[Any, int]]]] = {}
+        for i in guided:
+            r = rows[i]
+            guide: Any = r.guide
+            guide.catch_up(r.token_ids[r.num_prompt_tokens:])
+            by_backend.setdefault(id(guide.backend), (guide.backend, []))[1].append((guide.matcher, i))
+        for backend, matchers in by_backend.values():
+            backend.fill_bitmasks(matchers, host)
+        return host.to(self.device, non_blocking=True) if self._pinned else host
 
     def process(self, logits: torch.Tensor, params: list[SamplingParams], rows: Rows[SampledRow],
                 settings: torch.Tensor | None = None) -> torch.Tensor:
@@ -366,15 +332,15 @@ class Sampler:
         bias_tokens: list[int] = []
         biases: list[float] = []
         penalised: list[int] = []
-        restricted: list[int] = []  # rows with allowed_token_ids or a guide, and their (V,) masks
+        restricted: list[int] = []  # rows with allowed_token_ids, and their (V,) masks
         disallowed: list[torch.Tensor] = []
+        guided: list[int] = []  # rows with a guide (SamplingParams refuses both on one request)
         for i, (p, r) in enumerate(zip(params, rows, strict=True)):
             if p.allowed_token_ids is not None:
                 restricted.append(i)
                 disallowed.append(self._disallowed_mask(r.seq_id, p.allowed_token_ids, vocab, up))
-            elif r.guide is not None:  # (SamplingParams refuses both on one request)
-                restricted.append(i)
-                disallowed.append(self._guide_mask(r, vocab))
+            elif r.guide is not None:
+                guided.append(i)
             if p.min_tokens and len(r.token_ids) - r.num_prompt_tokens < p.min_tokens:
                 stops = [t for t in r.stop_token_ids if t < vocab]  # (an id past the vocabulary is never sampled)
                 mask_rows += [i] * len(stops)
@@ -385,7 +351,9 @@ class Sampler:
                 biases += p.logit_bias.values()
             if p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0:
                 penalised.append(i)
-        x = raw.clone() if (mask_tokens or bias_tokens or restricted) and raw is logits else raw
+        x = raw.clone() if (mask_tokens or bias_tokens or restricted or guided) and raw is logits else raw
+        if guided:  # one packed bitmask for the batch, one pass to apply it
+            apply_token_bitmask_(x, self._guide_bitmask(rows, guided, vocab))
         if restricted:  # one masked fill for the batch: (N, V), the masks of the restricted rows, False elsewhere
             masks = torch.stack(disallowed)
             if len(restricted) < len(params):

@@ -48,23 +48,31 @@ class FrozenBias(dict[int, float]):
         return FrozenBias, (dict(self),)
 
 
-MAX_CHOICES = 256  # structured_outputs.choice: each choice is a branch of the request's automaton
-MAX_PATTERN_CHARS = 16_384  # a regex's or a JSON schema's text: compiled on the engine thread, once per spec
+MAX_CHOICES = 256  # structured_outputs.choice: each choice is a branch of the request's grammar
+MAX_SPEC_CHARS = 262_144  # a regex's, a grammar's or a JSON schema's text, and all choices together
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"structured_outputs.json holds {name}, which is not JSON; give finite numbers")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StructuredOutputs(Spec):
     """vLLM's ``StructuredOutputsParams``: the output must match exactly one of these (the sampler masks every token
-    that would leave it). The automaton is compiled on first use and shared by requests with the same spec."""
+    that would leave it). Compiled (by llguidance) on first use and shared by requests with the same spec."""
 
     json: str | None = spec_field(
-        None, doc="A JSON schema (its JSON text; a dict is stored as compact JSON, its key order kept: properties "
-        "come out in the order the schema lists them): the output is one JSON "
-        "document valid under it. Supported keywords are listed in docs/serve.md; others are refused, not ignored.",
+        None, doc="A JSON schema (its JSON text; a dict is stored as compact JSON, its key order kept): the output is "
+        "one JSON document valid under it. Keywords the engine cannot enforce are refused, not ignored "
+        "(docs/serve.md).",
     )
-    regex: str | None = spec_field(None, doc="A regular expression (Python syntax) the whole output must match.")
+    regex: str | None = spec_field(None, doc="A regular expression (Rust regex syntax) the whole output must match.")
     choice: tuple[str, ...] | None = spec_field(
         None, doc=f"The output is exactly one of these strings (1..{MAX_CHOICES}, non-empty, distinct)."
+    )
+    grammar: str | None = spec_field(
+        None, doc="A context-free grammar, in llguidance's Lark syntax (or GBNF/EBNF, converted to it): the output "
+        "is one sentence of it.",
     )
     json_object: bool = spec_field(False, doc="The output is one JSON object, any keys and values (JSON mode).")
 
@@ -76,22 +84,24 @@ class StructuredOutputs(Spec):
         Spec.__post_init__(self)
 
     def validate(self) -> None:
-        given = [name for name in ("json", "regex", "choice") if getattr(self, name) is not None]
+        given = [name for name in ("json", "regex", "choice", "grammar") if getattr(self, name) is not None]
         given += ["json_object"] if self.json_object else []
         if len(given) != 1:
             raise ValueError(f"structured_outputs sets {', '.join(given) or 'nothing'}; set exactly one of json, "
-                             "regex, choice or json_object")
-        for name in ("json", "regex"):
+                             "regex, choice, grammar or json_object")
+        for name in ("json", "regex", "grammar"):
             text = getattr(self, name)
             if text is not None and not text:
                 raise ValueError(f"structured_outputs.{name} is empty; give a non-empty {name}")
-            if text is not None and len(text) > MAX_PATTERN_CHARS:
-                raise ValueError(f"structured_outputs.{name} has {len(text)} characters; at most "
-                                 f"{MAX_PATTERN_CHARS} are allowed")
+            if text is not None and len(text) > MAX_SPEC_CHARS:
+                raise ValueError(f"structured_outputs.{name} has {len(text):,} characters; the size limit is "
+                                 f"{MAX_SPEC_CHARS:,}")
         if self.json is not None:
             try:
-                json.loads(self.json)
+                json.loads(self.json, parse_constant=_no_constant)
             except ValueError as exc:
+                if str(exc).startswith("structured_outputs.json holds"):
+                    raise
                 raise ValueError(f"structured_outputs.json is not valid JSON ({exc}); give a JSON schema") from None
         if self.choice is not None:
             if not 1 <= len(self.choice) <= MAX_CHOICES:
@@ -100,11 +110,15 @@ class StructuredOutputs(Spec):
                 raise ValueError("structured_outputs.choice contains an empty string; give non-empty choices")
             if len(set(self.choice)) != len(self.choice):
                 raise ValueError("structured_outputs.choice repeats a string; give distinct choices")
+            total = sum(map(len, self.choice))
+            if total > MAX_SPEC_CHARS:
+                raise ValueError(f"structured_outputs.choice has {total:,} characters in all; the size limit is "
+                                 f"{MAX_SPEC_CHARS:,}")
 
     @property
     def kind(self) -> str:
-        """Which constraint this is: json, regex, choice or json_object."""
-        return next(name for name in ("json", "regex", "choice") if getattr(self, name) is not None) if (
+        """Which constraint this is: json, regex, choice, grammar or json_object."""
+        return next(name for name in ("json", "regex", "choice", "grammar") if getattr(self, name) is not None) if (
             not self.json_object) else "json_object"
 
 

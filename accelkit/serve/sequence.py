@@ -75,8 +75,8 @@ class Sequence:
         self.order_key: tuple[int, int] = (0, self.arrival_order)  # the scheduler's order (set by its policy)
         # read by the runner every step: a batch where no row has it samples exactly as without these features
         self.sampling_extras = params.needs_processing
-        # with params.structured_outputs: its compiled automaton (``structured.Guide``), set by the engine when it
-        # accepts the request; the sampler masks this sequence's logits with it
+        # with params.structured_outputs: its ``structured.RequestGuide`` (a matcher of the compiled grammar), set by
+        # the engine when it accepts the request; the sampler masks this sequence's logits with it
         self.guide: object | None = None
         # with params.logprobs: one (logprob of the sampled token, [(id, logprob) of the most likely]) per output
         # token, appended by the runner when it reads the sampled ids (grows by appends only, like token_ids)

@@ -116,7 +116,8 @@ def test_bad_specs_and_combinations_are_refused_before_queueing(llm, tmp_path):
     engine = llm.engine
     bad = [
         (dict(regex="(?<=a)b"), "regex"),
-        (dict(json={"type": "integer", "multipleOf": 3}), "multipleOf"),
+        (dict(json={"type": "array", "uniqueItems": True}), r"keyword uniqueItems \(at the root\) cannot be enforced"),
+        (dict(regex="[^\\x00-\\U0010ffff]"), "no text matches it"),
         (dict(json={"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}), "missing"),
     ]
     for fields, words in bad:
@@ -193,9 +194,10 @@ def test_http_streamed_deltas_join_to_a_valid_output(served):
     ({"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}}, "structured_outputs",
      "send only one"),
     ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs", "exactly one"),
-    ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs", "grammar"),
-    ({"guided_grammar": "root ::= 'a'"}, "guided_grammar", "not supported"),
-    ({"guided_json": {"type": "string", "format": "email"}}, "guided_json", "email"),
+    ({"structured_outputs": {"grammar": "start: x"}}, "structured_outputs", "structured_outputs.grammar"),
+    ({"guided_grammar": "start: 'a' |"}, "guided_grammar", "guided_grammar"),
+    ({"guided_json": {"type": "array", "uniqueItems": True}}, "guided_json", "uniqueItems"),
+    ({"guided_json": '{"enum": [NaN]}'}, "guided_json", "NaN"),
     ({"guided_regex": "(a"}, "guided_regex", "guided_regex"),
     ({"guided_choice": []}, "guided_choice", "guided_choice"),
     ({"response_format": {"type": "json_schema"}}, "response_format", "json_schema.schema"),
@@ -211,12 +213,22 @@ def test_http_bad_structured_requests_are_400s_naming_the_field(served, body, pa
     assert ok.status_code == 200
 
 
-def test_device_masks_stay_within_their_budget(model_dir):
-    llm = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=512)
-    sampler = llm.engine.runner.sampler
-    sampler.GUIDE_MASK_BYTES = 3 * llm.engine.model_args.vocab_size  # room for 3 masks
-    outs = generate(llm, StructuredOutputs(json=SCHEMA), 256)
-    assert 0 < len(sampler._guide_masks) <= 3  # (the walk reached far more states than 3)
-    for out in outs:  # an evicted mask is made again: outputs still valid
-        assert out.finish_reason == "stop", out
-        check_schema(json.loads(out.text))
+GRAMMAR = """
+start: item ("," item)*
+item: NUMBER | WORD
+NUMBER: /[0-9]{1,3}/
+WORD: "yes" | "no"
+"""
+
+
+def test_a_lark_grammar_and_different_specs_share_one_batch(llm):
+    specs = [StructuredOutputs(grammar=GRAMMAR), StructuredOutputs(regex=REGEX), StructuredOutputs(choice=list(CHOICES)),
+             StructuredOutputs(grammar=GRAMMAR)]
+    params = [SamplingParams(temperature=1.0, seed=s, max_tokens=24, structured_outputs=spec)
+              for s, spec in enumerate(specs)]
+    outs = llm.generate(["x"] * len(specs), params)  # one batch: one bitmask, each row its own grammar
+    grammar_item = "([0-9]{1,3}|yes|no)"
+    for out, pattern in zip(outs, [f"{grammar_item}(,{grammar_item})*", REGEX, "|".join(CHOICES), None], strict=True):
+        if pattern is not None and out.finish_reason == "stop":
+            assert re.fullmatch(pattern, out.text), out
+    assert outs[0].text.split(",")[0] and re.match(grammar_item, outs[3].text), outs

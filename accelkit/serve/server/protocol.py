@@ -3,7 +3,7 @@
 - A JSON ``null`` in any field means "the default", as OpenAI documents its fields ("number or null") and as
   vLLM accepts: the official client sends ``None`` as ``null``.
 - Fields OpenAI or vLLM define but the engine does not implement are accepted only at their neutral values
-  (no ``guided_grammar``, no beam search, no tool_choice 'auto' with tools …); anything else is a 400 naming the field
+  (no beam search, no tool_choice 'auto' with tools …); anything else is a 400 naming the field
   (:meth:`unsupported`), never a silent change of meaning.
 - Unknown fields are ignored, as vLLM does (OpenAI's own server answers 400 "Unrecognized request argument"),
   and the server logs one warning per request naming them (:meth:`ignored_fields`).
@@ -128,12 +128,12 @@ class StructuredOutputsBody(_Body):
     regex: Str | None = None
     choice: list[Str] | None = None
     json_object: Bool | None = None
-    grammar: Str | None = Field(None, description="Not supported (no EBNF/Lark grammars): a 400.")
+    grammar: Str | None = Field(None, description="A grammar in llguidance's Lark syntax (or GBNF/EBNF).")
 
 
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
 _NEUTRAL_EXTENSIONS: dict[str, Any] = {
-    "skip_special_tokens": True, "use_beam_search": False, "guided_grammar": None,
+    "skip_special_tokens": True, "use_beam_search": False,
 }
 
 
@@ -196,13 +196,13 @@ class _Sampling(_Request):
     use_beam_search: Bool = False
     # structured outputs, vLLM's ways of asking (besides response_format): at most one of them per request
     structured_outputs: StructuredOutputsBody | None = Field(
-        None, description="vLLM extension: {json: schema} | {regex} | {choice: [...]} | {json_object: true}; the "
-        "output is masked token by token to match it (see docs/serve.md for the JSON schema keywords supported)."
+        None, description="vLLM extension: {json: schema} | {regex} | {choice: [...]} | {grammar} | {json_object: "
+        "true}; the output is masked token by token to match it (docs/serve.md: what the llguidance engine refuses)."
     )
     guided_json: dict[str, Any] | Str | None = Field(None, description="vLLM extension (older name): a JSON schema.")
     guided_regex: Str | None = Field(None, description="vLLM extension (older name): a regex the output matches.")
     guided_choice: list[Str] | None = Field(None, description="vLLM extension (older name): the output is one of these.")
-    guided_grammar: Any = Field(None, description="vLLM extension: not supported (no grammars): a 400.")
+    guided_grammar: Str | None = Field(None, description="vLLM extension (older name): a Lark (or GBNF) grammar.")
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, message) for a feature asked for that the engine does not implement."""
@@ -210,9 +210,6 @@ class _Sampling(_Request):
         if fmt is not None and fmt.type not in ("text", "json_object", "json_schema"):
             return "response_format", (f"response_format type {fmt.type!r} is not supported; expected 'text', "
                                        "'json_object' or 'json_schema'")
-        if self.structured_outputs is not None and self.structured_outputs.grammar is not None:
-            return "structured_outputs", ("structured_outputs.grammar is not supported by accelkit serve (no "
-                                          "EBNF/Lark grammars); use json, regex, choice or json_object")
         for name, neutral in _NEUTRAL_EXTENSIONS.items():
             value = getattr(self, name)
             if value != neutral:  # the types are strict: 0 == 0.0 is the only coincidence, and a harmless one
@@ -236,12 +233,13 @@ class _Sampling(_Request):
             asked.append(("response_format", {"json": fmt.json_schema.schema_}))
         so = self.structured_outputs
         if so is not None:
-            given: dict[str, Any] = {k: v for k, v in (("json", so.json_), ("regex", so.regex), ("choice", so.choice))
-                     if v is not None}
+            given: dict[str, Any] = {k: v for k, v in (("json", so.json_), ("regex", so.regex), ("choice", so.choice),
+                                                       ("grammar", so.grammar)) if v is not None}
             if so.json_object:
                 given["json_object"] = True
             asked.append(("structured_outputs", given))
-        for name, key in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice")):
+        for name, key in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice"),
+                          ("guided_grammar", "grammar")):
             value = getattr(self, name)
             if value is not None:
                 asked.append((name, {key: value}))
@@ -261,7 +259,7 @@ class _Sampling(_Request):
         """A StructuredOutputs or compile error in the words of the field the client sent (``guided_json: …``)."""
         if name == "structured_outputs":
             return message
-        for key in ("json", "regex", "choice"):
+        for key in ("json", "regex", "choice", "grammar"):
             message = message.replace(f"structured_outputs.{key}", name)
         return message if message.startswith(name) else f"{name}: {message}"
 

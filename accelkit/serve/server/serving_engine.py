@@ -196,13 +196,13 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
             raise APIError(503, f"the engine is not running: {state.loop.dead_reason}", code="engine_dead")
 
     async def _structured(self, body: R) -> StructuredOutputs | None:
-        """The structured-output spec asked for, compiled here, off the event loop (a schema can take a while;
-        cached after)."""
+        """The structured-output spec asked for, compiled here: on the compiler's own threads within its time limit,
+        awaited (neither the event loop nor its default thread pool waits on it); cached after."""
         structured = body.structured()
         if structured is None:
             return None
         try:
-            await asyncio.to_thread(self.engine.structured_guide, structured[1])
+            await self.engine.structured_compiler.compile_async(structured[1])
         except ValueError as exc:
             raise APIError(400, body.structured_message(structured[0], str(exc)), param=structured[0]) from exc
         return structured[1]

@@ -1,0 +1,246 @@
+"""The llguidance backend of structured outputs (vLLM's ``guidance``): a lazy lexer and an Earley parser over the
+tokenizer's token trie, in Rust. What it enforces is what accelkit promises; its limits bound every compile and
+every mask (:data:`PARSER_LIMITS`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from accelkit.serve.sampling import StructuredOutputs
+
+if TYPE_CHECKING:
+    import llguidance
+    import torch
+
+# Work bounds (llguidance's units; its docs give the speeds: lexer fuel ~50K/ms to build, ~14K/ms per step).
+# The defaults let one step of ``a{100000}`` take 0.1 s on the engine thread; these keep a step within a few
+# milliseconds and a lexer within ~100 MB (1–2 KB a state). A grammar past them fails: at compile time a 400
+# naming the limit, mid-generation the request ends (EOS only).
+STEP_LEXER_FUEL = 50_000
+INITIAL_LEXER_FUEL = 200_000
+MAX_LEXER_STATES = 50_000
+MAX_GRAMMAR_SIZE = 500_000  # symbols in the grammar's productions (llguidance's default)
+
+# JSON: whitespace between tokens as before (at most 2 spaces or newlines in a row: `{"a": 1}` and a newline of
+# pretty-printing fit, and a model cannot pad forever)
+JSON_OPTIONS = {"whitespace_pattern": r"[\x20\x0A]{0,2}"}
+
+_UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*?)\]")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SCHEMA_ONES = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+                "unevaluatedProperties", "additionalItems")
+
+
+def _close_objects(schema: Any) -> Any:
+    """A copy of ``schema`` where an object with ``properties`` and no ``additionalProperties`` gets
+    ``additionalProperties: false`` (vLLM's ``disable_additional_properties``): the output has the declared keys
+    only, as OpenAI's strict mode writes it and as accelkit always did."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    for key in _SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_close_objects(s) for s in out[key]]
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: _close_objects(s) for k, s in out[key].items()}
+    for key in _SCHEMA_ONES:
+        if key in out:
+            out[key] = _close_objects(out[key])
+    return out
+
+
+def _subschemas(schema: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(path step, subschema) of each schema directly inside ``schema``."""
+    out: list[tuple[str, Any]] = []
+    for key in _SCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            out += [(f"{key}[{i}]", s) for i, s in enumerate(schema[key])]
+    for key in _SCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            out += [(f"{key}.{k}", s) for k, s in schema[key].items()]
+    out += [(key, schema[key]) for key in _SCHEMA_ONES if key in schema]
+    return out
+
+
+def _keyword_path(schema: Any, keyword: str, path: str = "") -> str | None:
+    """Where ``keyword`` first appears as a keyword of ``schema`` or a subschema (``properties.n``; "" the root)."""
+    if not isinstance(schema, dict):
+        return None
+    if keyword in schema:
+        return path
+    for step, sub in _subschemas(schema):
+        found = _keyword_path(sub, keyword, f"{path}.{step}" if path else step)
+        if found is not None:
+            return found
+    return None
+
+
+def _one_line(error: str, schema: Any = None) -> str:
+    """llguidance's error (a parse error may draw a caret diagram over several lines, and a parser state dump may
+    follow) as one line: the line that names the problem; an unenforceable JSON Schema keyword with where it is."""
+    if m := _UNIMPLEMENTED.search(error):
+        keys = json.loads(f"[{m.group(1)}]")
+        where = _keyword_path(schema, keys[0]) if keys else None
+        at = f" (at {where or 'the root'})" if where is not None else ""
+        return (f"the JSON Schema keyword {', '.join(keys)}{at} cannot be enforced by the llguidance engine (ignoring "
+                "it could let out a document the schema rejects); remove it")
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    named = next((line[len("error: "):] for line in lines if line.startswith("error: ")), None)
+    first = lines[0] if lines else "it does not compile"
+    if first.startswith("NoExtensionBias"):  # (llguidance's stop reason when no token can begin a match)
+        return "no text matches it"
+    if "too many expressions" in first or "fuel" in first or "limit" in first:
+        first += (f" (the compile limits: {INITIAL_LEXER_FUEL:,} lexer fuel, {MAX_LEXER_STATES:,} lexer states, "
+                  f"{MAX_GRAMMAR_SIZE:,} grammar symbols)")
+    return (named or first)[:400]
+
+
+def _check_decoder(tokenizer: Any) -> None:
+    """llguidance reads token bytes from a byte-level BPE or a SentencePiece-style (``▁``, byte fallback)
+    vocabulary; a word-level one would give it words with no spaces between them."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError("structured outputs need a Hugging Face fast tokenizer; this model's is "
+                         f"{type(tokenizer).__name__}")
+    decoder = json.loads(backend.to_str()).get("decoder") or {}
+    steps = decoder.get("decoders", [decoder]) if decoder.get("type") == "Sequence" else [decoder]
+    kinds = [str(step.get("type")) for step in steps]
+    if not {"ByteLevel", "Metaspace", "ByteFallback", "Replace"} & set(kinds):
+        raise ValueError("structured outputs need a byte-level BPE or SentencePiece tokenizer; this model's decoder is "
+                         f"{', '.join(kinds) or 'missing'}")
+
+
+class LLGuidanceMatcher:
+    """:class:`~accelkit.serve.structured.GrammarMatcher` over an ``llguidance.LLMatcher``."""
+
+    __slots__ = ("_eos_after_stop", "eos_token_ids", "matcher")
+
+    def __init__(self, matcher: llguidance.LLMatcher, eos_token_ids: frozenset[int]) -> None:
+        self.matcher, self.eos_token_ids = matcher, eos_token_ids
+        self._eos_after_stop = 0  # EOS accepted where llguidance had stopped by itself (it does not count them)
+
+    def accept_tokens(self, token_ids: Sequence[int]) -> bool:
+        for token in token_ids:
+            if self.matcher.is_stopped():  # (a grammar that cannot go on stops by itself: EOS is all it takes)
+                if token not in self.eos_token_ids:
+                    return False
+                self._eos_after_stop += 1
+            elif not self.matcher.consume_token(token):
+                return False
+        return True
+
+    def rollback(self, num_tokens: int) -> None:
+        uncounted = min(num_tokens, self._eos_after_stop)
+        self._eos_after_stop -= uncounted
+        if num_tokens > uncounted:
+            self.matcher.rollback(num_tokens - uncounted)
+
+    def is_terminated(self) -> bool:
+        return bool(self.matcher.is_stopped())
+
+
+class LLGuidanceGrammar:
+    """A compiled grammar: a matcher at the start, with its first mask computed; requests get deep copies (which
+    share its lexer and its parser tables)."""
+
+    __slots__ = ("_eos", "_template", "num_bytes")
+
+    def __init__(self, template: llguidance.LLMatcher, grammar: str, eos_token_ids: frozenset[int]) -> None:
+        self._template, self._eos = template, eos_token_ids
+        # the grammar's text ×16, plus a floor: what a lexer holds beyond the text is not visible from Python
+        self.num_bytes = 16 * len(grammar) + (64 << 10)
+
+    def matcher(self) -> LLGuidanceMatcher:
+        return LLGuidanceMatcher(self._template.deep_copy(), self._eos)
+
+
+class LLGuidanceBackend:
+    """:class:`~accelkit.serve.structured.StructuredBackend` on llguidance for a Hugging Face fast tokenizer."""
+
+    name = "llguidance"
+
+    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: Collection[int]) -> None:
+        import llguidance
+        import llguidance.hf
+
+        _check_decoder(tokenizer)
+        self._llg = llguidance
+        self.vocab_size = vocab_size
+        self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
+        self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size,
+                                                      eos_token=sorted(int(t) for t in eos_token_ids))
+        self.limits = llguidance.LLParserLimits(
+            step_lexer_fuel=STEP_LEXER_FUEL, initial_lexer_fuel=INITIAL_LEXER_FUEL,
+            max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE, verbose_errors=False,
+        )
+        self._executor = llguidance.LLExecutor(num_threads=2)
+        self._eos_words = [(t // 32, 1 << (t % 32)) for t in sorted(eos_token_ids) if t < vocab_size]
+
+    def grammar_text(self, spec: StructuredOutputs) -> str:
+        """The spec as an llguidance grammar (its JSON); ValueError for a JSON schema that is no JSON object."""
+        llg = self._llg
+        kind = spec.kind
+        if kind == "json_object":
+            return str(llg.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS))
+        if kind == "json":
+            assert spec.json is not None
+            schema = _close_objects(json.loads(spec.json))
+            if not isinstance(schema, (dict, bool)):
+                raise ValueError("a JSON schema is an object (or true/false)")
+            return str(llg.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS))
+        if kind == "choice":
+            assert spec.choice is not None
+            return str(llg.grammar_from("choice", json.dumps(list(spec.choice))))
+        if kind == "regex":
+            assert spec.regex is not None
+            return str(llg.LLMatcher.grammar_from_regex(spec.regex))
+        assert spec.grammar is not None
+        return str(llg.grammar_from("grammar", spec.grammar))
+
+    def compile(self, spec: StructuredOutputs) -> LLGuidanceGrammar:
+        import torch
+
+        schema = json.loads(spec.json) if spec.json is not None else None
+        try:
+            grammar = self.grammar_text(spec)
+            matcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0, limits=self.limits)
+            if not matcher.is_error():  # the first mask: it is where a lexer past its limits or matching nothing shows
+                first = torch.zeros((self.vocab_size + 31) // 32, dtype=torch.int32)
+                matcher.unsafe_compute_mask_ptr(first.data_ptr(), first.numel() * 4)
+                if not matcher.is_error() and not self._allows_more_than_eos(first):
+                    raise ValueError("no text matches it")
+            if matcher.is_error():
+                raise ValueError(_one_line(matcher.get_error(), schema))
+        except ValueError as exc:
+            raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema)}") from None
+        return LLGuidanceGrammar(matcher, grammar, self.eos_token_ids)
+
+    def _allows_more_than_eos(self, row: torch.Tensor) -> bool:
+        words = row.numpy().view(np.uint32).copy()
+        for word, bit in self._eos_words:
+            words[word] &= ~np.uint32(bit)
+        return bool(words.any())
+
+    def fill_bitmasks(self, rows: Sequence[tuple[Any, int]], bitmask: torch.Tensor) -> None:
+        import torch
+
+        # (llguidance.torch.fill_next_token_bitmask_par's call, without importing that module: it builds a
+        # torch.compile kernel at import, which pulls in dynamo)
+        assert bitmask.dtype == torch.int32 and bitmask.is_contiguous() and bitmask.device.type == "cpu"
+        matchers = [(m.matcher, i) for m, i in rows]
+        self._executor.unsafe_compute_mask_ptr(matchers, bitmask.data_ptr(), bitmask.shape[1] * 4, bitmask.shape[0])
+        for m, i in rows:  # a matcher past its step limit (or fed a token it refused): EOS only, the request ends
+            if m.matcher.is_error():
+                words = bitmask[i].numpy().view(np.uint32)
+                words[:] = 0
+                for word, bit in self._eos_words:
+                    words[word] |= np.uint32(bit)
