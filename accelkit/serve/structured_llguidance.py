@@ -44,8 +44,12 @@ def _close_objects(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = dict(schema)
-    if "properties" in out and "additionalProperties" not in out:
-        out["additionalProperties"] = False
+    declared = out.get("properties")
+    required = out.get("required", [])
+    if (isinstance(declared, dict) and "additionalProperties" not in out and "patternProperties" not in out
+            and "minProperties" not in out and "maxProperties" not in out
+            and isinstance(required, list) and set(required) <= set(declared)):
+        out["additionalProperties"] = False  # (only where the schema stays satisfiable by the declared keys alone)
     for key in _SCHEMA_LISTS:
         if isinstance(out.get(key), list):
             out[key] = [_close_objects(s) for s in out[key]]
@@ -84,6 +88,21 @@ def _keyword_path(schema: Any, keyword: str, path: str = "") -> str | None:
     return None
 
 
+_UNKNOWN_FORMAT = re.compile(r"Unknown format: (.*)")
+_MAX_FORMATS_DROPPED = 16
+
+
+def _drop_format(schema: Any, name: str) -> Any:
+    """``schema`` without ``"format": name`` anywhere (the same object when it has none)."""
+    if isinstance(schema, list):
+        items = [_drop_format(s, name) for s in schema]
+        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _drop_format(v, name) for k, v in schema.items() if not (k == "format" and v == name)}
+    return schema if len(out) == len(schema) and all(out[k] is schema[k] for k in out) else out
+
+
 def _one_line(error: str, schema: Any = None) -> str:
     """llguidance's error (a parse error may draw a caret diagram over several lines, and a parser state dump may
     follow) as one line: the line that names the problem; an unenforceable JSON Schema keyword with where it is."""
@@ -93,6 +112,11 @@ def _one_line(error: str, schema: Any = None) -> str:
         at = f" (at {where or 'the root'})" if where is not None else ""
         return (f"the JSON Schema keyword {', '.join(keys)}{at} cannot be enforced by the llguidance engine (ignoring "
                 "it could let out a document the schema rejects); remove it")
+    if "oneOf constraints are not supported" in error:
+        where = _keyword_path(schema, "oneOf")
+        return (f"the JSON Schema keyword oneOf (at {where or 'the root'}) has branches one document could match "
+                "together, and the llguidance engine cannot enforce that exactly one matches; make the branches "
+                "disjoint (a const or enum discriminator) or use anyOf")
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     named = next((line[len("error: "):] for line in lines if line.startswith("error: ")), None)
     first = lines[0] if lines else "it does not compile"
@@ -185,18 +209,17 @@ class LLGuidanceBackend:
         self._executor = llguidance.LLExecutor(num_threads=2)
         self._eos_words = [(t // 32, 1 << (t % 32)) for t in sorted(eos_token_ids) if t < vocab_size]
 
-    def grammar_text(self, spec: StructuredOutputs) -> str:
-        """The spec as an llguidance grammar (its JSON); ValueError for a JSON schema that is no JSON object."""
+    def grammar_text(self, spec: StructuredOutputs, schema: Any = None) -> str:
+        """The spec as an llguidance grammar (its JSON); ``schema``: the JSON schema to use in place of the spec's
+        text (parsed, with what :meth:`compile` dropped)."""
         llg = self._llg
         kind = spec.kind
         if kind == "json_object":
             return str(llg.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS))
         if kind == "json":
-            assert spec.json is not None
-            schema = _close_objects(json.loads(spec.json))
             if not isinstance(schema, (dict, bool)):
                 raise ValueError("a JSON schema is an object (or true/false)")
-            return str(llg.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS))
+            return str(llg.LLMatcher.grammar_from_json_schema(_close_objects(schema), defaults=JSON_OPTIONS))
         if kind == "choice":
             assert spec.choice is not None
             return str(llg.grammar_from("choice", json.dumps(list(spec.choice))))
@@ -211,8 +234,17 @@ class LLGuidanceBackend:
 
         schema = json.loads(spec.json) if spec.json is not None else None
         try:
-            grammar = self.grammar_text(spec)
-            matcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0, limits=self.limits)
+            for _ in range(_MAX_FORMATS_DROPPED + 1):
+                grammar = self.grammar_text(spec, schema)
+                matcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0, limits=self.limits)
+                unknown = _UNKNOWN_FORMAT.search(matcher.get_error()) if matcher.is_error() else None
+                if unknown is None:
+                    break
+                # a format llguidance does not know is an annotation, as a validator reads it: it constrains nothing
+                dropped = _drop_format(schema, unknown.group(1))
+                if dropped is schema:
+                    break
+                schema = dropped
             if not matcher.is_error():  # the first mask: it is where a lexer past its limits or matching nothing shows
                 first = torch.zeros((self.vocab_size + 31) // 32, dtype=torch.int32)
                 matcher.unsafe_compute_mask_ptr(first.data_ptr(), first.numel() * 4)

@@ -224,6 +224,14 @@ def test_keys_a_validator_ignores_are_ignored() -> None:
               "properties": {"a": {"type": "integer", "readonly": True, "x-extra": 1}}, "required": ["a"]}
     text, ended = walk(StructuredOutputs(json=schema), 0)
     assert ended and isinstance(json.loads(text)["a"], int)
+    # a format llguidance does not know is ignored as jsonschema ignores it; the ones it knows still hold
+    schema = {"type": "object", "properties": {"u": {"type": "string", "format": "url", "maxLength": 8},
+                                               "d": {"type": "string", "format": "date"}}, "required": ["u", "d"]}
+    for seed in range(3):
+        text, ended = walk(StructuredOutputs(json=schema), seed)
+        assert ended, text
+        jsonschema.validate(json.loads(text), schema, format_checker=jsonschema.FormatChecker())
+        datetime.date.fromisoformat(json.loads(text)["d"])
 
 
 def test_non_finite_numbers_and_oversized_specs_are_refused_before_compiling() -> None:

@@ -1,0 +1,280 @@
+"""How much of the real world's JSON schemas structured outputs serve: a seeded sample of JSONSchemaBench
+(guidance-ai/jsonschemabench, ``data/<subset>/*.json``: schemas collected from GitHub, Kubernetes, SchemaStore …,
+written by no one here), each compiled by the backend the server runs (``LLGuidanceBackend.compile``: the request
+validation, the schema rewrite and llguidance's compile and first mask), then walked at random through the allowed
+tokens, the documents that end checked with ``jsonschema`` (the reference validator).
+
+Reported per subset: schemas that compile, refused (and why, grouped), crashed or over the child's limits; compile
+p50/p90/max; mask time per token p50/p99 (one ``fill_bitmasks`` call per step, the whole vocabulary); random walks
+that ended and how many of those produced a document the schema rejects.
+
+The vocabulary is a GPT-2-size byte-level BPE (``--vocab``, default 50,257) trained here on the dataset's own text
+(no model hub), cached under ``--cache``. Each schema runs in a worker process under a wall-clock limit
+(``--timeout-s``) and a resident-memory limit (``--memory-gb``); a worker past either is killed, the schema counted
+as such, and a fresh worker takes the next one.
+
+The dataset is not committed (its license and size): fetch github:guidance-ai/jsonschemabench and give its
+``data`` folder:
+
+    .venv/bin/python benchmarks/structured_coverage.py --data /path/to/jsonschemabench/data [--per-subset 55]
+
+Writes benchmarks/results/structured_coverage.json (the sample's file names and the environment included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import platform
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUT = Path(__file__).resolve().parent / "results" / "structured_coverage.json"
+WALK_TOKENS = 300  # tokens per random walk at most (a walk that has not ended by then is not checked)
+
+
+def sample(data: Path, per_subset: int, seed: int) -> list[tuple[str, Path]]:
+    """``per_subset`` schema files of each subset folder, drawn with ``seed`` from the sorted file list."""
+    rng = random.Random(seed)
+    out: list[tuple[str, Path]] = []
+    for subset in sorted(p for p in data.iterdir() if p.is_dir()):
+        files = sorted(subset.glob("*.json"))
+        out += [(subset.name, f) for f in sorted(rng.sample(files, min(per_subset, len(files))))]
+    return out
+
+
+def tokenizer_dir(data: Path, vocab: int, cache: Path, seed: int) -> Path:
+    """A byte-level BPE of ``vocab`` tokens trained on a seeded 30 MB of the dataset's text, saved once."""
+    path = cache / f"bytelevel-{vocab}-{seed}"
+    if (path / "tokenizer.json").exists():
+        return path
+    from accelkit.serve.testing import build_bytelevel_tokenizer
+
+    rng = random.Random(seed)
+    files = sorted(data.glob("*/*.json"))
+    rng.shuffle(files)
+    corpus, size = [], 0
+    for f in files:
+        text = f.read_text(errors="replace")
+        corpus += text.splitlines()
+        size += len(text)
+        if size > 30 << 20:
+            break
+    tok = build_bytelevel_tokenizer(vocab_size=vocab, corpus=corpus)
+    tok.save_pretrained(path)
+    return path
+
+
+# ---- the worker (its own process) -------------------------------------------------------------------------------
+
+def _worker(tok_path: str, seed: int, conn: Any) -> None:
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer
+
+    from accelkit.serve.sampling import StructuredOutputs
+    from accelkit.serve.structured_llguidance import LLGuidanceBackend
+
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(tok_path)
+    eos = tok.eos_token_id
+    backend = LLGuidanceBackend(tok, len(tok), [eos])
+    texts = [tok.decode([i]) for i in range(len(tok))]
+    closers = np.array([t in set('"}],:0123456789tfnul') for t in texts])
+    width = (len(tok) + 31) // 32
+    conn.send("ready")
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        text, walk_seed = job
+        result: dict[str, Any] = {}
+        start = time.perf_counter_ns()
+        try:
+            grammar = backend.compile(StructuredOutputs(json=text))
+        except ValueError as exc:
+            result.update(status="refused", error=str(exc), compile_ms=(time.perf_counter_ns() - start) / 1e6)
+            conn.send(result)
+            continue
+        result.update(status="compiled", compile_ms=(time.perf_counter_ns() - start) / 1e6, mask_us=[], walks=[])
+        schema = json.loads(text)
+        rng = np.random.default_rng(walk_seed)
+        bitmask = torch.zeros(1, width, dtype=torch.int32)
+        for _ in range(2):
+            matcher = grammar.matcher()
+            ids: list[int] = []
+            ended = False
+            for _ in range(WALK_TOKENS):
+                t0 = time.perf_counter_ns()
+                backend.fill_bitmasks([(matcher, 0)], bitmask)
+                result["mask_us"].append((time.perf_counter_ns() - t0) / 1e3)
+                bits = np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[: len(tok)].astype(bool)
+                if bits[eos] and (bits.sum() == 1 or rng.random() < 0.5):
+                    ended = True
+                    break
+                bits[eos] = False
+                allowed = np.flatnonzero(bits)
+                if not len(allowed):
+                    break
+                short = allowed[closers[allowed]]
+                pool = short if len(short) and rng.random() < 0.7 else allowed
+                pick = int(pool[rng.integers(len(pool))])
+                if not matcher.accept_tokens([pick]):
+                    break
+                ids.append(pick)
+            walk: dict[str, Any] = {"ended": ended, "tokens": len(ids)}
+            if ended:
+                out = tok.decode(ids)
+                walk["valid"] = _valid(schema, out)
+                if walk["valid"] is False:
+                    walk["output"] = out[:500]
+            result["walks"].append(walk)
+        conn.send(result)
+
+
+def _valid(schema: Any, text: str) -> bool | None:
+    """Whether ``jsonschema`` accepts the document; None when it cannot judge (the schema itself is broken for it,
+    or a $ref it cannot resolve)."""
+    import jsonschema
+
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    try:
+        cls = jsonschema.validators.validator_for(schema)
+        return bool(cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(doc))
+    except Exception:  # (a schema jsonschema cannot use is no verdict on the document)
+        return None
+
+
+class Worker:
+    """One worker process; killed past the time or memory limit (then a fresh one is started)."""
+
+    def __init__(self, tok_path: Path, seed: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(str(tok_path), seed, child), daemon=True)
+        self.proc.start()
+        if not self.conn.poll(600) or self.conn.recv() != "ready":
+            raise RuntimeError("the worker did not start")
+
+    def run(self, text: str, walk_seed: int, timeout_s: float, memory_bytes: int) -> dict[str, Any]:
+        import psutil
+
+        self.conn.send((text, walk_seed))
+        ps = psutil.Process(self.proc.pid)
+        deadline = time.monotonic() + timeout_s
+        while not self.conn.poll(0.02):
+            if time.monotonic() > deadline:
+                self.kill()
+                return {"status": "timeout"}
+            if ps.memory_info().rss > memory_bytes:
+                self.kill()
+                return {"status": "memory"}
+            if not self.proc.is_alive():
+                return {"status": "crashed"}
+        return dict(self.conn.recv())
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+
+def _reason(error: str) -> str:
+    """A refusal grouped: the keyword it names, or its first words."""
+    if "keyword " in error:
+        return "keyword " + error.split("keyword ", 1)[1].split(" ")[0]
+    return " ".join(error.split(": ", 1)[-1].split()[:6])
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    compiled = [r for r in rows if r["status"] == "compiled"]
+    compile_ms = [r["compile_ms"] for r in rows if "compile_ms" in r]
+    mask_us = [m for r in compiled for m in r["mask_us"]]
+    walks = [w for r in compiled for w in r["walks"]]
+    ended = [w for w in walks if w["ended"]]
+    return {
+        "schemas": len(rows),
+        "compiled": len(compiled),
+        "compile_rate": round(len(compiled) / len(rows), 3) if rows else None,
+        "status": dict(Counter(r["status"] for r in rows)),
+        "refusals": dict(Counter(_reason(r["error"]) for r in rows if r["status"] == "refused").most_common(8)),
+        "compile_ms": {"p50": _pct(compile_ms, 0.5), "p90": _pct(compile_ms, 0.9),
+                       "max": round(max(compile_ms), 3) if compile_ms else None},
+        "mask_us_per_token": {"p50": _pct(mask_us, 0.5), "p99": _pct(mask_us, 0.99), "n": len(mask_us)},
+        "walks": {"total": len(walks), "ended": len(ended), "valid": sum(w.get("valid") is True for w in ended),
+                  "invalid": sum(w.get("valid") is False for w in ended),
+                  "unjudged": sum(w.get("valid") is None for w in ended)},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, required=True, help="jsonschemabench's data/ folder")
+    ap.add_argument("--per-subset", type=int, default=55)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vocab", type=int, default=50_257)
+    ap.add_argument("--timeout-s", type=float, default=30.0)
+    ap.add_argument("--memory-gb", type=float, default=4.0)
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/accelkit-structured-coverage"))
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+
+    import llguidance
+
+    picked = sample(args.data, args.per_subset, args.seed)
+    tok_path = tokenizer_dir(args.data, args.vocab, args.cache, args.seed)
+    worker = Worker(tok_path, args.seed)
+    rows: list[dict[str, Any]] = []
+    for i, (subset, path) in enumerate(picked):
+        result = worker.run(path.read_text(errors="replace"), args.seed + i, args.timeout_s, int(args.memory_gb * 2**30))
+        if result["status"] in ("timeout", "memory", "crashed"):
+            worker = Worker(tok_path, args.seed)
+        result.update(subset=subset, file=path.name)
+        rows.append(result)
+        print(f"[{i + 1}/{len(picked)}] {subset}/{path.name}: {result['status']} "
+              f"{result.get('compile_ms', float('nan')):.1f} ms {result.get('error', '')[:100]}", flush=True)
+    worker.conn.send(None)
+
+    with open(tok_path / "tokenizer.json") as f:
+        vocab_size = len(json.load(f)["model"]["vocab"])
+    by_subset = {s: summarize([r for r in rows if r["subset"] == s]) for s in sorted({r["subset"] for r in rows})}
+    report = {
+        "what": "JSONSchemaBench coverage of accelkit's structured outputs (llguidance backend)",
+        "command": " ".join(["benchmarks/structured_coverage.py", *sys.argv[1:]]),
+        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
+                    "llguidance": llguidance.__version__, "note": "a shared 2-core CPU (other jobs running)"},
+        "sample": {"per_subset": args.per_subset, "seed": args.seed, "files": [f"{s}/{p.name}" for s, p in picked]},
+        "vocab_size": vocab_size,
+        "limits": {"timeout_s": args.timeout_s, "memory_gb": args.memory_gb, "walk_tokens": WALK_TOKENS},
+        "overall": summarize(rows),
+        "by_subset": by_subset,
+        "invalid_walks": [{"file": f"{r['subset']}/{r['file']}", "output": w["output"]}
+                          for r in rows if r["status"] == "compiled" for w in r["walks"] if w.get("valid") is False],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    overall = report["overall"]
+    print(json.dumps({k: overall[k] for k in ("compile_rate", "status", "compile_ms", "mask_us_per_token", "walks")}))
+    print(f"median compile {statistics.median([r['compile_ms'] for r in rows if 'compile_ms' in r]):.2f} ms; "
+          f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""No structured-output compile can hurt other requests (issue #28): a real server on 127.0.0.1 gets the hostile
+specs of the issue from 8 clients at once, and the 2–9 KB shape of schema that once became a 20-million-character
+regex, while a canary request keeps going. Each hostile request is answered 200 or 400 (never a 500, never left
+hanging: the compile waits at most its limit), the canary is answered every time, and the server's memory does not
+run away. Timing is not asserted here (benchmarks/structured_coverage.py measures compiles)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from accelkit.serve.testing import save_bytelevel_model
+from tests.integration.serve_server_util import running_server
+from tests.unit.test_structured import HOSTILE, _nested, _optional_levels
+
+
+def _wide_optional(levels: int, width: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for level in range(levels):
+        schema = {"type": "object", "properties": {f"field_{level}_{i}": schema if i == 0 else
+                                                   {"type": ["string", "integer", "null"], "maxLength": 40}
+                                                   for i in range(width)}}
+    return schema
+
+
+def bodies() -> list[dict[str, Any]]:
+    out = []
+    for spec in HOSTILE.values():
+        (kind, value), = spec.items()
+        out.append({"structured_outputs": {kind: value}})
+    out += [{"guided_regex": "(a|b)*a(a|b){22}" + "c" * i} for i in range(6)]  # six 31-character regexes at once
+    out += [{"guided_json": '{"enum": [NaN, Infinity]}'}, {"guided_json": _nested(450)}]
+    for levels, width in ((8, 4), (6, 12), (4, 30)):  # 2-9 KB of all-optional nested objects
+        schema = _wide_optional(levels, width)
+        assert 2_000 <= len(json.dumps(schema)) <= 9_500 or levels == 8
+        out.append({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}})
+    out.append({"guided_json": _optional_levels(8)})
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    path = save_bytelevel_model(tmp_path_factory.mktemp("hostile") / "m", seed=2)
+    with running_server(str(path), max_model_len=256) as (url, _):
+        yield url
+
+
+def test_hostile_specs_are_answered_and_the_canary_keeps_going(served):
+    def post(body: dict[str, Any]) -> httpx.Response:
+        return httpx.post(f"{served}/v1/completions", timeout=120,
+                          json={"model": "tiny", "prompt": "p:", "max_tokens": 4, **body})
+
+    assert post({}).status_code == 200  # warm: the first request pays the model's first step
+    assert post({"guided_choice": ["a", "b"]}).status_code == 200  # and the backend's tokenizer conversion
+    me = psutil.Process()
+    rss_before = me.memory_info().rss
+    stop = threading.Event()
+    canary: list[int] = []
+
+    def canary_loop() -> None:
+        while not stop.is_set():
+            canary.append(post({}).status_code)
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=canary_loop)
+    thread.start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(post, bodies()))
+    finally:
+        stop.set()
+        thread.join()
+    for body, r in zip(bodies(), answers, strict=True):
+        assert r.status_code in (200, 400), (str(body)[:200], r.text[:300])
+        if r.status_code == 400:
+            error = r.json()["error"]
+            assert "\n" not in error["message"] and error["param"], error
+    assert canary and set(canary) == {200}
+    grown = me.memory_info().rss - rss_before  # (the server runs in this process)
+    assert grown < 200 << 20, f"RSS grew {grown >> 20} MiB"
