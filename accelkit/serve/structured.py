@@ -104,7 +104,7 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     against ~1 ms here); on an accelerator by shifts (a handful of elementwise kernels, no host sync)."""
     import torch
 
-    rows, vocab = logits.shape
+    vocab = logits.shape[1]
     width = bitmask.shape[1] * 32
     if vocab > width:
         logits[:, width:] = float("-inf")
@@ -114,9 +114,17 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
         bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, count=min(vocab, width), bitorder="little")
         allowed = torch.from_numpy(bits.view(np.bool_))
     else:
-        shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
-        allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).view(rows, width)[:, :vocab].bool()
+        allowed = unpack_bits(bitmask, vocab)
     logits[:, : allowed.shape[1]].masked_fill_(~allowed, float("-inf"))
+
+
+def unpack_bits(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(R, W) int32 packed bits → (R, min(vocab, 32 W)) bool, on ``bitmask``'s device, by shifts (no host sync)."""
+    import torch
+
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)  # (32,)
+    bits = (bitmask.unsqueeze(-1) >> shifts) & 1  # (R, W, 32): bit j of word w is token 32 w + j
+    return bits.view(bitmask.shape[0], -1)[:, :vocab].bool()
 
 
 class GrammarCompiler:

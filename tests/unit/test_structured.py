@@ -21,7 +21,7 @@ from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, Field
 
 from accelkit.serve.sampling import MAX_SPEC_CHARS, StructuredOutputs
-from accelkit.serve.structured import GrammarCompiler, apply_token_bitmask_
+from accelkit.serve.structured import GrammarCompiler, apply_token_bitmask_, unpack_bits
 from accelkit.serve.structured_llguidance import LLGuidanceBackend
 from accelkit.serve.testing import build_bytelevel_tokenizer, build_tokenizer
 
@@ -192,6 +192,9 @@ def test_bitmask_rows_are_filled_in_one_pass_and_applied_exactly() -> None:
     logits = torch.randn(4, width)  # (wider than the mask: the ids past it are masked too)
     masked = logits.clone()
     apply_token_bitmask_(masked, bitmask)
+    # the accelerator's unpacking (shifts, run here on the CPU) reads the same bits as numpy's
+    assert torch.equal(unpack_bits(bitmask, width - 5),
+                       torch.tensor([[t in set(allowed_ids(bitmask[r])) for t in range(width - 5)] for r in range(4)]))
     for row in range(4):
         keep = set(allowed_ids(bitmask[row]))
         for t in range(width):
