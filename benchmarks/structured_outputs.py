@@ -1,7 +1,7 @@
 """What structured outputs cost: compile time per kind, and decode throughput of guided requests against the same
-requests unguided, cold (every state's token mask computed on the way) and warm (masks cached), in one run.
+requests unguided, cold (the grammar's lexer states built on the way) and warm (built), in one run.
 
-The vocabulary is what makes masks expensive (a mask walks the tokens' byte trie), so the model is a small Llama
+The vocabulary is what makes masks expensive (a mask covers every token), so the model is a small Llama
 (``--hidden``, 2 layers) with a real-sized byte-level BPE vocabulary (``--vocab``, default 32,000, as Llama 2 and
 Mistral; trained here on a synthetic corpus of words, numbers and JSON, since nothing comes from a model hub). Each
 guided request runs to its natural end (EOS where the constraint allows it); its unguided twin runs with
@@ -142,7 +142,7 @@ def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int) -> 
     guided = [SamplingParams(temperature=1.0, seed=i, max_tokens=max_tokens, structured_outputs=spec)
               for i in range(batch)]
     runs: list[dict[str, Any]] = []
-    for repeat in range(repeats):  # repeat 0 is cold: the guide's masks are computed as its states are reached
+    for repeat in range(repeats):  # repeat 0 is cold: the lexer builds its states as they are reached
         guided_s, outs = timed_generate(llm, prompts, guided)
         lengths = [len(o.token_ids) for o in outs]
         plain = [SamplingParams(temperature=1.0, seed=i, max_tokens=n, ignore_eos=True) for i, n in enumerate(lengths)]
@@ -189,10 +189,10 @@ def main() -> None:
         llm = LLM(str(Path(tmp) / "m"), kv_cache_memory_bytes=256 << 20, max_model_len=1024, dtype="float32")
         from accelkit.serve import StructuredOutputs
 
-        start = time.perf_counter()  # the engine's first structured request reads the vocabulary and builds its trie
+        start = time.perf_counter()  # the engine's first structured request converts the tokenizer for llguidance
         llm.engine.structured_guide(StructuredOutputs(regex="a"))
         vocabulary_s = time.perf_counter() - start
-        print(f"vocabulary and trie read in {vocabulary_s:.2f} s (once per engine)", file=sys.stderr)
+        print(f"tokenizer converted for llguidance in {vocabulary_s:.2f} s (once per engine)", file=sys.stderr)
         results = []
         for kind in args.kinds.split(","):
             result = run_kind(llm, kind, args.batch, args.max_tokens, args.repeats)

@@ -134,8 +134,6 @@ REFUSED = [
     (CHAT, {"echo": True}, "echo"),
     (CHAT, {"continue_final_message": True}, "continue_final_message"),  # with add_generation_prompt's default
     (CHAT, {"skip_special_tokens": False}, "skip_special_tokens"),
-    (COMP, {"guided_grammar": "root ::= 'w5'"}, "guided_grammar"),
-    (CHAT, {"structured_outputs": {"grammar": "root ::= 'w5'"}}, "structured_outputs"),
     (COMP, {"use_beam_search": True}, "use_beam_search"),
     (CHAT, {"priority": 3}, "priority"),  # this server schedules first come, first served
 ]
@@ -167,6 +165,8 @@ def test_fields_that_change_the_output_are_refused_not_ignored(server, path, ext
     (CHAT, {"response_format": {"type": "json_object"}}, "response_format"),
     (COMP, {"guided_choice": ["w5", "w6"]}, "guided_choice"),
     (CHAT, {"structured_outputs": {"regex": "w[0-9]+"}}, "structured_outputs"),
+    (COMP, {"guided_grammar": "root ::= 'w5'"}, "guided_grammar"),  # (grammars run on llguidance: #28)
+    (CHAT, {"structured_outputs": {"grammar": "root ::= 'w5'"}}, "structured_outputs"),
 ])
 def test_structured_outputs_on_a_word_level_tokenizer_are_a_400_naming_why(server, path, extra, param):
     # (tests/integration/test_serve_structured_outputs.py runs them on a byte-level BPE)
