@@ -249,6 +249,41 @@ def test_numbers_past_every_limit_are_400_naming_the_field(server, extra, param)
         assert resp.json()["error"]["param"] == param
 
 
+HUGE = "9" * 5000  # past Python's 4,300-digit int-string limit, which json.loads raises as a ValueError
+
+
+@pytest.mark.parametrize(("route", "body", "param", "words"), [
+    ("/v1/completions", f'{{"prompt": "w5", "max_tokens": {HUGE}}}', "max_tokens", "max_tokens: an integer of 5000"),
+    ("/v1/completions", f'{{"prompt": [5, -{HUGE}]}}', "prompt", "prompt.1: an integer of 5000"),
+    ("/v1/completions", f'{{"prompt": "w5", "seed": 1, "extra": {{"deep": [[{HUGE}]]}}}}', "extra",
+     "extra.deep.0.0"),
+    ("/v1/completions", f'{{"prompt": "w5", "logit_bias": {{"{HUGE}": 1}}}}', "logit_bias", "is not a token id"),
+    ("/v1/chat/completions", f'{{"messages": [{{"role": "user", "content": "w5"}}], "stop_token_ids": [{HUGE}]}}',
+     "stop_token_ids", "stop_token_ids.0: an integer"),
+    ("/detokenize", f'{{"tokens": [{HUGE}]}}', "tokens", "tokens.0: an integer"),
+    ("/v1/completions", HUGE, None, "body: an integer"),
+])
+def test_an_integer_literal_too_long_to_convert_is_a_400_naming_its_field(server, caplog, route, body, param, words):
+    url, _ = server
+    with caplog.at_level(logging.WARNING, logger="accelkit.serve"):
+        resp = httpx.post(f"{url}{route}", content=body, headers={"content-type": "application/json"}, timeout=30)
+    err = resp.json()["error"]
+    assert resp.status_code == 400 and err["param"] == param and words in err["message"], err
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # no traceback in the log
+
+
+@pytest.mark.parametrize("past", [0, 2**70])
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_stop_token_ids_past_the_vocabulary_are_a_400(server, route, past):
+    url, state = server
+    ids = [5, state.engine.model_args.vocab_size + past]  # the first id past the vocabulary, and far past it
+    prompt = {"prompt": "w5"} if route == "/v1/completions" else {"messages": [{"role": "user", "content": "w5"}]}
+    resp = httpx.post(f"{url}{route}", json={**prompt, "max_tokens": 2, "stop_token_ids": ids}, timeout=30)
+    err = resp.json()["error"]
+    assert resp.status_code == 400 and err["param"] == "stop_token_ids" and f"={ids[-1]} is not a token id" in \
+        err["message"], err
+
+
 # ---- 4, 5. the process: bounded quiet shutdown, bind before loading -------------------------------------
 def test_shutdown_aborts_what_outlives_the_timeout_quietly_and_exits_0(model_dir, tmp_path):
     proc, url = serve_on_a_free_port(model_dir, tmp_path, "--shutdown-timeout", "0.5")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from accelkit.serve.sampling import MAX_LOGPROBS, SEED_MAX, SEED_MIN, SamplingParams, StructuredOutputs
+from accelkit.serve.server.big_ints import int_literal_too_long
 from accelkit.serve.server.errors import APIError
 from accelkit.serve.server.protocol import ChatCompletionRequest, CompletionRequest
 
@@ -90,13 +91,17 @@ def _check_token_ids(body: GenerationRequest, vocab: int) -> None:
         seen: dict[int, str] = {}
         for key in body.logit_bias:
             # ASCII digits only: int() also takes '5_0', ' 5', '+5' and other scripts' digits
-            if not (key.isascii() and key.isdigit() and int(key) < vocab):
+            if not (key.isascii() and key.isdigit() and not int_literal_too_long(key) and int(key) < vocab):
                 raise APIError(400, f"logit_bias key {key[:40]!r} is not a token id; keys are token ids in "
                                f"[0, {vocab}) as strings, e.g. {{\"5\": -100}}", param="logit_bias")
             if int(key) in seen:  # '5' and '05': one token, two biases
                 raise APIError(400, f"logit_bias keys {seen[int(key)]!r} and {key!r} are the same token; give "
                                "each token once", param="logit_bias")
             seen[int(key)] = key
+    for i, t in enumerate(body.stop_token_ids or ()):
+        if not 0 <= t < vocab:
+            raise APIError(400, f"stop_token_ids[{i}]={t} is not a token id; expected ids in [0, {vocab})",
+                           param="stop_token_ids")
     if body.allowed_token_ids is not None:
         if not body.allowed_token_ids:
             raise APIError(400, "allowed_token_ids is empty; give at least one token id, or omit it to allow any",

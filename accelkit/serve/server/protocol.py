@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.server.big_ints import max_int_digits, overlong_int
 from accelkit.serve.server.errors import APIError, prompt_too_long, validation_message
 from accelkit.serve.server.tools import ToolCalling, tool_calling
 
@@ -575,6 +576,8 @@ def parse_body(cls: type[B], raw: bytes, content_type: str | None, *, max_model_
         except RecursionError:
             raise APIError(400, "the request body is not valid JSON: it nests objects or arrays too deeply",
                            code="invalid_json") from None
+        except ValueError:  # an integer literal longer than Python converts (4,300 digits by default)
+            raise _overlong_int_error(raw) from None
         if not isinstance(data, dict):
             raise APIError(400, NOT_AN_OBJECT, code="invalid_json")
         if data.get("truncate_prompt_tokens") is None:  # (truncated, a long prompt may fit)
@@ -585,6 +588,14 @@ def parse_body(cls: type[B], raw: bytes, content_type: str | None, *, max_model_
             message, param = validation_message(list(exc.errors(include_url=False, include_input=False)))
             raise APIError(400, message, param=param, code="invalid_value") from None
         return body, body.ignored_fields()
+
+
+def _overlong_int_error(raw: bytes) -> APIError:
+    found = overlong_int(raw)
+    path, digits = found if found is not None else ("body", 0)
+    return APIError(400, f"{path}: an integer of {digits} digits; at most {max_int_digits()} digits are accepted "
+                    "(no token id, count or seed is that long)", param=None if path == "body" else path.split(".")[0],
+                    code="invalid_value")
 
 
 def _refuse_overlong_ids(prompt: Any, max_model_len: int) -> None:
