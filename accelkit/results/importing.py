@@ -8,7 +8,9 @@ import json
 from typing import Any
 
 from accelkit.core import Estimate, Measurement, UserError
-from accelkit.results.finite_rows import NON_FINITE, put_back
+from accelkit.core.json_ints import max_int_digits, overlong_int
+from accelkit.results.import_checks import check_record
+from accelkit.results.store import MAX_ROW_ID
 
 _WHAT = "import takes what `accelkit results export --format json` writes"
 
@@ -45,6 +47,15 @@ def read_export(text: str, source: str) -> list[tuple[int | None, str | None, Es
         first = text.lstrip().split("\n", 1)[0]
         hint = ("; this looks like CSV, which has no raw samples — " if first.startswith("id,") else "; ") + _WHAT
         raise UserError(f"{source} is not JSON ({exc.msg}, line {exc.lineno} column {exc.colno}){hint}") from None
+    except RecursionError:
+        raise UserError(f"{source} nests JSON arrays or objects too deeply to be an export; {_WHAT}") from None
+    except ValueError:  # an integer literal past Python's limit (4,300 digits by default)
+        found = overlong_int(text)
+        path, digits = found if found is not None else ("", 0)
+        index, _, name = path.partition(".")
+        where = f"record {index} has {name or 'a field'}" if index.isdigit() else "has an integer"
+        raise UserError(f"{source}: {where} of {digits} digits; no figure of a result is longer than "
+                        f"{max_int_digits()} digits ({_WHAT})") from None
     if isinstance(data, dict):  # one record: `accelkit results show ID --json`
         data = [data]
     if not isinstance(data, list):
@@ -68,7 +79,11 @@ def _record(record: Any, index: int, source: str) -> tuple[int | None, str | Non
     cls = classes.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise UserError(f"{where} has type={kind!r}; expected 'measurement' or 'estimate' ({_WHAT})")
-    put_back(data, data.pop(NON_FINITE, None))  # the figures strict JSON wrote as null
+    if old_id is not None and not 0 < old_id <= MAX_ROW_ID:
+        raise UserError(f"{where} has id={old_id}; a result id is between 1 and {MAX_ROW_ID}")
+    problem = check_record(data, kind)
+    if problem is not None:
+        raise UserError(f"{where} {problem}; {_WHAT}")
     try:
         return old_id, run_id, cls.from_dict(data)
     except (TypeError, KeyError, AttributeError, ValueError) as exc:

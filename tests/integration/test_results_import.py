@@ -72,9 +72,10 @@ def test_one_record_from_results_show_and_standard_input(cli, tmp_path, monkeypa
     ("id,run_id,type\n1,,measurement\n", "looks like CSV"),
     ("{not json", "is not JSON"),
     ('"a string"', "holds a JSON str, not a list of results"),
-    ('[{"type": "measurement", "kind": "bench", "name": "ok"}, 5]', "record 1 is a JSON int"),
+    ('[{"type": "measurement", "kind": "bench", "name": "ok", "samples": {}}, 5]', "record 1 is a JSON int"),
     ('[{"type": "guess", "kind": "bench", "name": "x"}]', "record 0 has type='guess'"),
-    ('[{"type": "measurement", "kind": "bench", "name": "x", "throughput": "fast"}]', "record 0 does not describe"),
+    ('[{"type": "measurement", "kind": "bench", "name": "x", "samples": {}, "throughput": "fast"}]',
+     "record 0 does not describe"),
     ('[{"type": "measurement", "kind": "bench", "name": "x", "run_id": 7}]', "run_id=7"),
 ])
 def test_a_bad_file_is_one_line_and_stores_nothing(cli, tmp_path, content, needle):
@@ -117,3 +118,71 @@ def test_references_between_imported_results_follow_their_new_ids(cli, tmp_path,
     with ResultStore(readonly=True) as store:
         assert store.get(new_bench).result.details["predicted"]["estimate_id"] == new_estimate
         assert store.get(new_tune).result.details["trials"][0]["result_ids"] == [new_estimate, new_bench]
+
+
+def import_in_process(path, capsys) -> tuple[int, str, str]:
+    """`accelkit results import PATH` through the CLI's own entry point, in this process: (exit code, stdout, stderr)."""
+    from accelkit.cli.app import main
+
+    try:
+        main(["results", "import", str(path)])
+        code = 0
+    except SystemExit as exc:
+        code = 0 if exc.code is None else int(exc.code)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+GOOD = {"id": 1, "run_id": None, "type": "measurement", "kind": "bench", "name": "x", "samples": {},
+        "created_at": "2026-11-29T15:04:05Z"}
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (json.dumps([{**GOOD, "type": "measurement", "kind": "plan", "details": {"assumptions": []}}]),
+     "record 0 is a plan but has type='measurement'"),
+    (json.dumps([{k: v for k, v in GOOD.items() if k != "samples"}]), "type='measurement' but no samples"),
+    (json.dumps([{**GOOD, "created_at": "not a date"}]), "created_at='not a date', which is not an ISO-8601 time"),
+    (json.dumps([{**GOOD, "created_at": "99999-01-01T00:00:00Z"}]), "created_at='99999-01-01T00:00:00Z'"),
+    (json.dumps([{**GOOD, "created_at": "1900-01-01T00:00:00Z"}]), "outside 2000-01-01 to now"),
+    (json.dumps([{**GOOD, "num_devices": 2**80}]), f"num_devices={2**80}; at most"),
+    (json.dumps([{**GOOD, "memory_bytes": {"peak": -5}}]), "memory_bytes.peak=-5"),
+    (json.dumps([{**GOOD, "non_finite": "x"}]), "non_finite='x'; expected an object"),
+    (json.dumps([{**GOOD, "non_finite": {"/throughput": "big"}}]), "non_finite entry '/throughput'"),
+    (json.dumps([{**GOOD, "non_finite": {"/name": "inf"}}]), "names no null"),
+    (f'[{{"id": {HUGE}, "type": "measurement", "kind": "bench", "name": "x", "samples": {{}}}}]',
+     "record 0 has id of 5000 digits"),
+    (json.dumps([{**GOOD, "id": 2**70}]), f"id={2**70}; a result id is between 1 and"),
+    ("[" * 100_000 + "]" * 100_000, "nests JSON arrays or objects too deeply"),
+    (json.dumps([{**GOOD, "details": {"a": []}}]).replace("[]", "[" * 900 + "]" * 900), "more than 64 deep"),
+    (json.dumps([GOOD]).replace('"x"', '"x\\ud800"'), "not valid Unicode (a lone surrogate) at name"),
+    (json.dumps([{**GOOD, "details": {"k": 1}}]).replace('"k"', '"\\udfff"'), "key that is not valid Unicode"),
+])
+def test_wrong_data_is_refused_in_one_line_and_nothing_is_stored(tmp_path, capsys, content, needle):
+    """#30 item 4: each of these was stored and listed (or was an "internal error")."""
+    path = tmp_path / "in.json"
+    path.write_text(content)
+    code, _, err = import_in_process(path, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and needle in lines[0] and "internal error" not in err, err
+    assert not (tmp_path / "accelkit-home" / "results.db").exists() or ResultStore(readonly=True).count() == 0
+
+
+def test_the_checks_take_what_export_writes(tmp_path, capsys, monkeypatch):
+    """The checks refuse nothing export writes: a plan at the largest device count, an inf sample, a time with an
+    offset."""
+    from accelkit.results import export
+
+    with ResultStore() as store:
+        store.add(Estimate(kind="plan", name="p", details={"ratio": math.inf}, num_devices=1 << 20))
+        store.add(Measurement(kind="bench", name="m", samples={"s": [-math.inf, 1.0]},
+                              created_at="2026-01-02T03:04:05+02:00"))
+        exported = [r.to_dict() for r in store.query(newest_first=False)]
+        text = export(store.query(newest_first=False), "json")
+    path = tmp_path / "export.json"
+    path.write_text(text)
+    monkeypatch.setenv("ACCELKIT_HOME", str(tmp_path / "laptop"))
+    code, out, err = import_in_process(path, capsys)
+    assert code == 0 and "imported 2 of 2" in out, err
+    with ResultStore(readonly=True) as store:
+        assert [r.to_dict() for r in store.query(newest_first=False)] == exported

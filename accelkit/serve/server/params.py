@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
+from accelkit.core.json_ints import int_literal_too_long
 from accelkit.serve.sampling import MAX_LOGPROBS, SEED_MAX, SEED_MIN, SamplingParams, StructuredOutputs
-from accelkit.serve.server.big_ints import int_literal_too_long
 from accelkit.serve.server.errors import APIError
 from accelkit.serve.server.protocol import ChatCompletionRequest, CompletionRequest
 

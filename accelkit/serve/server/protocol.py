@@ -31,8 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from accelkit.core.json_ints import max_int_digits, overlong_int
 from accelkit.serve.sampling import StructuredOutputs
-from accelkit.serve.server.big_ints import max_int_digits, overlong_int
 from accelkit.serve.server.errors import APIError, prompt_too_long, validation_message
 from accelkit.serve.server.tools import ToolCalling, tool_calling
 

@@ -1,6 +1,7 @@
 """Integer literals longer than Python converts (``sys.get_int_max_str_digits()``, 4,300 digits by default): where
-in a JSON document the first one is, so that the 400 names its field. ``json.loads`` only says that one exceeded
-the limit, not where; this second parse runs only for a body that already failed that way."""
+in a JSON document the first one is, so that the error (the server's 400, an import's one line) names its field.
+``json.loads`` only says that one exceeded the limit, not where; this second parse runs only for a document that
+already failed that way."""
 
 from __future__ import annotations
 
