@@ -13,11 +13,40 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from accelkit.core import strict_json
+from accelkit.core.terminal import printable
 
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 150)
-err = Console(stderr=True, soft_wrap=True)
+
+class SafeConsole(Console):
+    """rich's Console with every string it renders — a table cell, a title, a line, an error — passed through
+    :func:`~accelkit.core.terminal.printable` first: names and messages come from stores, imports and servers, and
+    an escape sequence in one must not reach the terminal. (rich itself removes only BEL, BS, VT, FF and CR.)"""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+    def print_json(self, json: str | None = None, *, data: Any = None, **kwargs: Any) -> None:
+        # JSON escapes C0 controls itself, but rich writes the C1 ones (U+0080-U+009F) raw
+        import json as json_module
+
+        data = json_module.loads(json) if json is not None else data
+        super().print_json(data=_printable_strings(data), **kwargs)
+
+
+def _printable_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(k) if isinstance(k, str) else k: _printable_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_printable_strings(v) for v in value]
+    return value
+
+
+out = SafeConsole(soft_wrap=True, width=None if sys.stdout.isatty() else 150)
+err = SafeConsole(stderr=True, soft_wrap=True)
 
 JsonOption = typer.Option(False, "--json", help="Print one JSON document on stdout and nothing else there.")
 ProgressOption = typer.Option(
@@ -41,8 +70,9 @@ def emit(data: Any, as_json: bool, render: Callable[[], None]) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Sequence[int] = ()) -> Table:
-    """A rich table; ``right`` lists the column indexes to right-align (numbers)."""
-    t = Table(title=title, title_justify="left", header_style="bold")
+    """A rich table; ``right`` lists the column indexes to right-align (numbers). A table whose columns are all
+    unnamed (a vertical one: label, value) has no header row."""
+    t = Table(title=title, title_justify="left", header_style="bold", show_header=any(columns))
     for i, col in enumerate(columns):
         t.add_column(col, justify="right" if i in right else "left")
     for row in rows:

@@ -18,6 +18,7 @@ from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
 from accelkit.cli.store import reading
 from accelkit.core import AccelkitError, UnknownNameError, UserError
+from accelkit.core.terminal import printable
 from accelkit.results import ResultStore, StoredResult, export, flat_row
 from accelkit.results.importing import read_export
 from accelkit.results.store import MAX_ROW_ID, RESULT_KINDS
@@ -219,8 +220,8 @@ def export_cmd(
         results = filters.query(store, newest_first=False)
         skipped = len(store.skipped)
     text = export(results, fmt)
-    if output is None:
-        typer.echo(text, nl=not text.endswith("\n"))
+    if output is None:  # on a terminal, a name's escape sequence is shown, not run (a file or pipe gets it exact)
+        typer.echo(printable(text) if sys.stdout.isatty() else text, nl=not text.endswith("\n"))
         return
     _write(output, text)
     err.print(f"wrote {len(results)} results to {output}" + (f" ({skipped} unreadable skipped)" if skipped else ""),

@@ -99,5 +99,6 @@ def test_export_out_writes_the_file_whole(cli, store_34, tmp_path):
     out = folder / "all.json"
     proc = cli("results", "export", "--out", str(out))
     assert proc.returncode == 0 and len(json.loads(out.read_text())) == 34
+    assert proc.stderr.splitlines() == [f"wrote 34 results to {out}"] and proc.stdout == ""  # #29 item 12
     assert out.stat().st_mode & 0o777 != 0o600  # a normal file, not the temporary file's private mode
     assert [p.name for p in folder.iterdir()] == ["all.json"]
