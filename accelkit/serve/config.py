@@ -79,9 +79,14 @@ class ServerConfig(Spec):
         doc="On SIGTERM, seconds in-flight requests get to finish before they are aborted (0 = abort at once).",
     )
     header_timeout_s: float = spec_field(
-        30.0, min=0.1, max=3600.0, doc="A connection must send a request's headers within this many seconds of "
+        10.0, min=0.1, max=3600.0, doc="A connection must send a request's headers within this many seconds of "
         "connecting or of its previous response, else it is closed (a client that connects and sends nothing holds "
         "a file descriptor).",
+    )
+    max_connections_per_client: int | None = spec_field(
+        None, min=1, doc="Open connections one client address may hold; one more gets 429 and is closed. Default: "
+        "max_num_seqs + max_queue + 32. Behind a reverse proxy every client has the proxy's address: raise it to "
+        "what the proxy opens, and cap clients at the proxy.",
     )
     body_timeout_s: float = spec_field(
         60.0, min=0.1, max=3600.0, doc="A request's body must arrive in full within this many seconds of its first "

@@ -7,11 +7,12 @@ import asyncio
 import json
 import logging
 import socket
+import time
 
 import httpx
 import pytest
 
-from accelkit.serve.server import lifecycle, protocol
+from accelkit.serve.server import connections, lifecycle, protocol
 from accelkit.serve.testing import save_tiny_model
 from tests.integration.serve_server_util import running_server
 
@@ -145,22 +146,97 @@ def test_a_connection_without_a_whole_request_head_is_closed(server, sent):
         assert b"HTTP/1.1" not in _read_all(sock)
 
 
-def test_connections_beyond_the_limit_get_503_and_capacity_is_not_refused(model_dir):
-    # its own server with the default header deadline: the module's 1 s one could close held connections while a
-    # loaded machine is still opening the rest (~70 of them), and the last request would then be let in
+def _connect_from(url: str, address: str) -> socket.socket:
+    """A TCP connection to the server from source ``address`` (any of 127.0.0.0/8 is this machine's loopback)."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), source_address=(address, 0))
+    sock.settimeout(30)
+    return sock
+
+
+def _busy(url: str, address: str) -> socket.socket:
+    """A connection with a request in progress: its head sent and taken (the server's ``100 Continue`` says the
+    route is reading the body), its body not yet sent."""
+    sock = _connect_from(url, address)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Expect: 100-continue\r\nContent-Length: 60\r\n\r\n")
+    reply = sock.recv(100)
+    assert reply.startswith(b"HTTP/1.1 100 "), reply
+    return sock
+
+
+def _complete_from(url: str, address: str) -> httpx.Response:
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30) as client:
+        return client.post(f"{url}/v1/completions", json={"prompt": "w5 w6", "max_tokens": 3})
+
+
+def test_one_address_holding_more_idle_connections_than_the_limit_does_not_lock_out_another(model_dir):
+    """#30 item 3: 1,100 idle connections made every new request a 503 for 30 s. Now one address holds at most its
+    cap (the next gets 429 and is closed), and a client from another address gets its answer."""
     with running_server(model_dir, max_model_len=MAX_MODEL_LEN, max_num_seqs=2, max_queue=1) as (url, state):
-        limit = lifecycle.concurrency_limit(state)
-        assert limit > state.admission.capacity
-        # capacity's worth of open connections (what a full server has) leave /health answered
-        held = [_connect(url) for _ in range(state.admission.capacity)]
+        limit, cap = lifecycle.concurrency_limit(state), lifecycle.max_connections_per_client(state)
+        assert cap < limit
+        held = [_connect_from(url, "127.0.0.1") for _ in range(limit + 10)]
         try:
-            assert httpx.get(f"{url}/health", timeout=30).status_code == 200
-            held += [_connect(url) for _ in range(limit - len(held))]
-            resp = httpx.get(f"{url}/health", timeout=30)
-            assert resp.status_code == 503
+            refused = held[cap]  # the first past the cap: told why, then closed
+            head, _, body = _read_all(refused).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 429") and json.loads(body)["error"]["code"] == "too_many_connections"
+            resp = _complete_from(url, "127.0.0.2")
+            assert resp.status_code == 200 and resp.json()["choices"][0]["text"], resp.text
+            # the first `cap` connections are served as ever
+            held[0].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert held[0].recv(100).startswith(b"HTTP/1.1 200")
         finally:
             for sock in held:
                 sock.close()
+
+
+def test_idle_connections_are_dropped_first_as_the_limit_nears(model_dir):
+    """Many addresses, each under its cap, together past the limit: the idle connections are closed to make room,
+    and a request in progress is never dropped."""
+    with running_server(model_dir, max_model_len=MAX_MODEL_LEN, max_num_seqs=2, max_queue=1) as (url, state):
+        limit, cap = lifecycle.concurrency_limit(state), lifecycle.max_connections_per_client(state)
+        busy = _busy(url, "127.0.0.10")
+        idle = [_connect_from(url, f"127.0.0.{11 + i // (cap - 1)}") for i in range(limit + 10)]
+        time.sleep(connections.IDLE_GRACE_S + 0.5)  # silent this long, a connection counts as idle
+        try:
+            resp = _complete_from(url, "127.0.0.2")
+            assert resp.status_code == 200, resp.text
+            busy.sendall(b'{"prompt": "w5", "max_tokens": 2}'.ljust(60))  # its body: it was never dropped
+            assert busy.recv(100).startswith(b"HTTP/1.1 200")
+            still_open = 0
+            for sock in idle:
+                sock.setblocking(False)
+                try:
+                    still_open += sock.recv(1) != b""  # b"": closed by the server
+                except BlockingIOError:
+                    still_open += 1
+            assert still_open < limit and still_open + 10 < len(idle)  # the oldest idle ones were closed
+        finally:
+            for sock in [busy, *idle]:
+                sock.close()
+
+
+def test_connections_all_busy_past_the_limit_get_503_and_capacity_is_not_refused(model_dir, caplog):
+    # its own server with the default header deadline: the module's 1 s one could close held connections while a
+    # loaded machine is still opening the rest (~70 of them)
+    with running_server(model_dir, max_model_len=MAX_MODEL_LEN, max_num_seqs=2, max_queue=1,
+                        server={"body_timeout_s": 120.0}) as (url, state):
+        limit, cap = lifecycle.concurrency_limit(state), lifecycle.max_connections_per_client(state)
+        assert limit > state.admission.capacity
+        # capacity's worth of requests in progress (what a full server has) leave /health answered
+        held = [_busy(url, "127.0.0.3") for _ in range(state.admission.capacity)]
+        try:
+            assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+            # (a request counts its own connection: the limit's last one is uvicorn's 503 already)
+            held += [_busy(url, f"127.0.0.{4 + i // cap}") for i in range(limit - 1 - len(held))]
+            resp = httpx.get(f"{url}/health", timeout=30)
+            assert resp.status_code == 503  # nothing idle to close: every connection has a request in progress
+        finally:
+            for sock in held:
+                sock.close()
+    # clients that left mid-body are nobody's bug: no error, no traceback in the log
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.records[:3]
 
 
 def test_running_out_of_file_descriptors_is_one_warning_not_a_traceback_per_accept(caplog):

@@ -22,6 +22,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 import accelkit
 from accelkit.serve.server.errors import APIError, error_response, http_error_response, request_validation_response
@@ -115,6 +116,10 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         return request_validation_response(list(exc.errors()))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_left(_: Request, __: ClientDisconnect) -> Response:  # left mid-body: nobody to answer, no bug
+        return Response(status_code=499)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:  # never a bare 500 page

@@ -6,9 +6,11 @@ that each handler ends by itself (a 503, or an error event in a stream) and its 
 uvicorn's own graceful timeout sits ``_BACKSTOP_S`` later, for a client that does not even read its error;
 what uvicorn has to cancel then ends without a traceback (``ServerMiddleware``). Then the engine loop stops.
 
-Connections are bounded: request headers must come within ``header_timeout_s`` of connecting (or of the previous
-response), a body within ``body_timeout_s`` (``ServerConfig``); beyond ``concurrency_limit`` connections uvicorn answers
-503; running out of file descriptors is one warning a few seconds apart, not a traceback per refused accept.
+Connections are bounded (``connections``): at most ``max_connections_per_client`` per client address, idle ones
+closed first as the open ones near ``concurrency_limit`` (past it uvicorn answers 503), request headers within
+``header_timeout_s`` of connecting (or of the previous response), a body within ``body_timeout_s``
+(``ServerConfig``); running out of file descriptors is one warning a few seconds apart, not a traceback per
+refused accept.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+from accelkit.serve.server.connections import ConnectionGuard, guarded_protocol
 from accelkit.serve.server.state import ServingState
 
 log = logging.getLogger("accelkit.serve")
 _BACKSTOP_S = 5.0
 CONNECTION_MARGIN = 64  # connections beyond 2 × (max_num_seqs + max_queue): probes, scrapers, clients told 429
+PER_CLIENT_MARGIN = 32  # one address's connections beyond max_num_seqs + max_queue (a pool's idle ones, probes)
 ACCEPT_ERROR_LOG_S = 10.0  # at most one "cannot accept" warning per this many seconds
 
 
@@ -49,58 +53,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
         fix = "pick another --port" if exc.errno in (98, 13, 48) else "use an address of this machine as --host"
         raise ValueError(f"cannot listen on {host}:{port} ({exc.strerror}); {fix}") from None
     return sock
-
-
-def _with_header_timeout(base: type[Any], timeout_s: float) -> type[Any]:
-    """uvicorn's HTTP/1.1 protocol ``base``, closing a connection whose request headers have not all come within
-    ``timeout_s`` of connecting or of the last response (a new request is known by the new request-response
-    cycle uvicorn makes once the headers are in). uvicorn times out only the idle wait after a response: a
-    connection that sent nothing, or half its headers, stayed open forever, and ~20k of them exhausted the file
-    descriptors (every client then timed out)."""
-
-    class HeaderTimeoutProtocol(base):  # type: ignore[misc]
-        _header_timer: asyncio.TimerHandle | None = None
-        _cycle_seen: Any = None
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._arm()
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            self._see_request()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._see_request()  # a pipelined request may have started already
-            if self.cycle is self._cycle_seen and not self.transport.is_closing():
-                self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def _see_request(self) -> None:
-            if self.cycle is not self._cycle_seen:
-                self._cycle_seen = self.cycle
-                self._disarm()
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._header_timer = self.loop.call_later(timeout_s, self._headers_too_late)
-
-        def _disarm(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-
-        def _headers_too_late(self) -> None:
-            self._header_timer = None
-            if self.cycle is self._cycle_seen and not self.transport.is_closing():
-                self.transport.close()
-
-    HeaderTimeoutProtocol.__name__ = f"HeaderTimeout{base.__name__}"
-    return HeaderTimeoutProtocol
 
 
 class _AcceptErrorLog:
@@ -155,13 +107,26 @@ class ServeServer(uvicorn.Server):
 def concurrency_limit(state: ServingState) -> int:
     """Connections (open ones, idle keep-alive ones too: uvicorn counts both) beyond which a new request gets
     uvicorn's 503: twice what the server admits (max_num_seqs + max_queue; one connection each at most) plus
-    ``CONNECTION_MARGIN``, so that clients up to capacity are never refused by it and the rest get 429 first."""
+    ``CONNECTION_MARGIN``, so that clients up to capacity are never refused by it and the rest get 429 first.
+    Idle connections are closed before it is reached (``connections``)."""
     return 2 * state.admission.capacity + CONNECTION_MARGIN
+
+
+def max_connections_per_client(state: ServingState) -> int:
+    """Open connections one client address may hold: ``--max-connections-per-client``, else what the server admits
+    plus ``PER_CLIENT_MARGIN`` — a load generator on one machine never needs more (requests past capacity get
+    429), and one address cannot take all of :func:`concurrency_limit`."""
+    return state.config.max_connections_per_client or state.admission.capacity + PER_CLIENT_MARGIN
+
+
+def connection_guard(state: ServingState) -> ConnectionGuard:
+    return ConnectionGuard(limit=concurrency_limit(state), max_per_client=max_connections_per_client(state),
+                           header_timeout_s=state.config.header_timeout_s)
 
 
 def server_config(app: Any, state: ServingState, **kwargs: Any) -> uvicorn.Config:
     """uvicorn's config with the backstop after accelkit's own shutdown deadline (whole seconds, as it wants), the
-    header timeout and the connection limit."""
+    connection limits and the header timeout."""
     backstop = math.ceil(state.config.shutdown_timeout_s + _BACKSTOP_S)
     return uvicorn.Config(app, timeout_graceful_shutdown=backstop, limit_concurrency=concurrency_limit(state),
-                          http=_with_header_timeout(AutoHTTPProtocol, state.config.header_timeout_s), **kwargs)
+                          http=guarded_protocol(AutoHTTPProtocol, connection_guard(state)), **kwargs)
