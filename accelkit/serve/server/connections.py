@@ -5,8 +5,9 @@ uvicorn counts every open connection — idle kept-alive ones and ones that neve
 ``limit_concurrency`` and answers each new request past it with 503. So 1,100 idle connections from one client
 made every other client's request a 503 until they timed out. Here, on each new connection:
 
-1. a client address holding ``max_per_client`` connections already gets a **429** and the new one is closed
-   (behind a reverse proxy every client has the proxy's address: see docs/serve.md);
+1. a client address holding ``max_per_client`` connections already: the new one's requests get a **429** and
+   it closes after the first; until it sends one it is the first idle connection dropped (behind a reverse
+   proxy every client has the proxy's address: see docs/serve.md);
 2. when the open connections reach the limit less ``IDLE_RESERVE``, the connection idle longest (no request in
    progress — between requests, or not yet a whole request head — and silent for ``IDLE_GRACE_S``) is closed, so
    that a new client's request finds room; a connection with a request in progress is never dropped;
@@ -48,15 +49,22 @@ class ConnectionGuard:
     num_idle_closed: int = 0
     _last_log: float = -math.inf
 
-    def refusal(self, address: str | None) -> bytes:
-        """The 429 a connection past its address's cap gets before it is closed (a whole HTTP response: a client
-        that sends its request and reads sees why)."""
+    def refusal_app(self, address: str | None) -> Any:
+        """The ASGI app a connection past its address's cap gets in place of the server's: each request on it is a
+        **429** that says why, then the connection closes. Answered as a request rather than by closing at once: a
+        client that already wrote its request would read a reset, not a reason."""
         body = json.dumps(error_body(
             429, f"too many connections from {address}: at most {self.max_per_client} open at once per client "
             "address (--max-connections-per-client); reuse kept-alive connections, or close idle ones",
             code="too_many_connections")).encode()
-        return (b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                b"retry-after: 1\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"retry-after", b"1"), (b"connection", b"close")]
+
+        async def refuse(scope: Any, receive: Any, send: Any) -> None:
+            await send({"type": "http.response.start", "status": 429, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        return refuse
 
     def note_refused(self, address: str | None) -> None:
         self.num_refused += 1
@@ -75,7 +83,8 @@ def guarded_protocol(base: type[Any], guard: ConnectionGuard) -> type[Any]:
         _header_timer: asyncio.TimerHandle | None = None
         _cycle_seen: Any = None
         _address: str | None = None
-        _counted = False
+        _counted = False  # in guard.per_client (not when over its address's cap)
+        _over_cap = False
         _last_active = 0.0
 
         def connection_made(self, transport: Any) -> None:
@@ -84,12 +93,13 @@ def guarded_protocol(base: type[Any], guard: ConnectionGuard) -> type[Any]:
             self._address = self.client[0] if self.client else None
             held = guard.per_client.get(self._address, 0)
             if self._address is not None and held >= guard.max_per_client:
+                # its requests get 429; until one comes it is the first idle connection to close
                 guard.note_refused(self._address)
-                transport.write(guard.refusal(self._address))
-                transport.close()
-                return
-            guard.per_client[self._address] = held + 1
-            self._counted = True
+                self.app = guard.refusal_app(self._address)
+                self._over_cap = True
+            else:
+                guard.per_client[self._address] = held + 1
+                self._counted = True
             excess = len(self.connections) - (guard.limit - IDLE_RESERVE)
             if excess >= 0:
                 self._close_idlest(excess + 1)
@@ -123,13 +133,13 @@ def guarded_protocol(base: type[Any], guard: ConnectionGuard) -> type[Any]:
             """No request in progress (between requests, or its request head not all here yet) and nothing
             received for ``IDLE_GRACE_S``: a connection whose head is on its way is not taken for an idle one."""
             return ((self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing()
-                    and self.loop.time() - self._last_active >= IDLE_GRACE_S)
+                    and (self._over_cap or self.loop.time() - self._last_active >= IDLE_GRACE_S))
 
         def _close_idlest(self, num: int) -> None:
             """Close up to ``num`` idle connections, those idle longest first (a scan of the open connections:
             it runs only near the limit, and a close is a few microseconds)."""
             idle = [c for c in self.connections if c is not self and getattr(c, "is_idle", False)]
-            for conn in sorted(idle, key=lambda c: c._last_active)[:num]:
+            for conn in sorted(idle, key=lambda c: (not c._over_cap, c._last_active))[:num]:
                 guard.num_idle_closed += 1
                 conn.transport.close()
 
