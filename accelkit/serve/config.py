@@ -92,6 +92,10 @@ class ServerConfig(Spec):
         60.0, min=0.1, max=3600.0, doc="A request's body must arrive in full within this many seconds of its first "
         "read, else 408 and the connection closes (a client trickling a body holds its handler).",
     )
+    log_requests: bool = spec_field(
+        True, doc="Log one line per request at info level (client, method, path, status, milliseconds), 4xx and 5xx "
+        "included.",
+    )
     chat_template: str | None = spec_field(None, doc="Jinja chat template overriding the tokenizer's.")
     allowed_origins: tuple[str, ...] = spec_field(
         (), doc="Browser origins allowed to call the API (CORS): '*' or 'https://host[:port]' each; none = no CORS headers."

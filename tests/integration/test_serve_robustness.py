@@ -307,6 +307,9 @@ def test_shutdown_aborts_what_outlives_the_timeout_quietly_and_exits_0(model_dir
                 proc.send_signal(signal.SIGTERM)
                 return await asyncio.gather(*tasks)
 
+        assert httpx.post(f"{url}/v1/completions", content=b"{", headers={"content-type": "application/json"},
+                          timeout=30).status_code == 400
+        assert httpx.get(f"{url}/v1/%1b]0;pwned%07%1b[2J", timeout=30).status_code == 404  # a hostile path
         results = asyncio.run(run())
         for events in results[:3]:  # streams end with an error event naming the shutdown, then [DONE]
             assert events[-1] == "data: [DONE]" and json.loads(events[-2][6:])["error"]["code"] == "shutting_down"
@@ -316,6 +319,12 @@ def test_shutdown_aborts_what_outlives_the_timeout_quietly_and_exits_0(model_dir
         stderr = proc.stderr.read()
         assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
         assert "aborted 6 request(s) still running after 0.5 s" in stderr
+        # a line per request at info level (#29 item 11), 4xx too; a client's path shown with its controls escaped
+        lines = stderr.splitlines()
+        for said in ("GET /health 200 ", "POST /v1/completions 400 ", "POST /v1/completions 503 ",
+                     "GET /v1/\\x1b]0;pwned\\x07\\x1b[2J 404 "):
+            assert any(line.startswith("INFO: 127.0.0.1 " + said) and line.endswith(" ms") for line in lines), said
+        assert "\x1b" not in stderr
     finally:
         if proc.poll() is None:
             proc.kill()

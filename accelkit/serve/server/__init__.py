@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from accelkit.core.terminal import printable
 from accelkit.monitor.registry import REGISTRY
 from accelkit.monitor.serving import ServingMetrics
 from accelkit.serve.config import EngineConfig, ServerConfig
@@ -44,8 +47,42 @@ def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
     return app, state
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Log lines with control characters escaped: a request path or a field name is the client's text, and an
+    escape sequence in it must not reach the operator's terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a line is logged (as logging's last-resort handler does)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
+
+
+def log_to_stderr() -> None:
+    """accelkit's server log (a line per request, warnings) on stderr at info level, as ``LEVEL: message``; once."""
+    logger = logging.getLogger("accelkit.serve")
+    if not any(getattr(h, "_accelkit", False) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(_PrintableFormatter("%(levelname)s: %(message)s"))
+        handler._accelkit = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(logging.INFO)
+
+
 def run_server(app: Any, state: ServingState, sock: socket.socket, *, log_level: str = "warning") -> None:
-    """Serve on ``sock`` (from :func:`bind_socket`) until SIGINT/SIGTERM, then shut down as ``lifecycle`` says."""
+    """Serve on ``sock`` (from :func:`bind_socket`) until SIGINT/SIGTERM, then shut down as ``lifecycle`` says.
+    ``log_level`` is uvicorn's own; accelkit's log (a line per request) goes to stderr at info level."""
+    log_to_stderr()
     server = ServeServer(server_config(app, state, log_level=log_level), state)
     # uvicorn re-raises the captured signal once it has shut down gracefully; with these no-op handlers
     # in place that re-raise is harmless and the process exits 0 after a clean shutdown

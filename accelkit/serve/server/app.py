@@ -92,7 +92,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     app = FastAPI(title="accelkit serve", version=accelkit.__version__)
     app.state.serving = state
     app.add_middleware(ServerMiddleware, api_key=state.config.api_key, max_body_bytes=state.config.max_body_bytes,
-                       is_shutting_down=lambda: not state.accepting, body_timeout_s=state.config.body_timeout_s)
+                       is_shutting_down=lambda: not state.accepting, body_timeout_s=state.config.body_timeout_s,
+                       log_requests=state.config.log_requests)
     if state.config.allowed_origins:  # added last = outermost: a preflight is answered before the API key check
         app.add_middleware(CORSMiddleware, allow_origins=list(state.config.allowed_origins), allow_methods=["*"],
                            allow_headers=["*"])

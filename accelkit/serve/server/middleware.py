@@ -1,5 +1,5 @@
 """The server's one middleware, plain ASGI: API key, body-size limit, body-read deadline, ``x-request-id`` echo,
-quiet shutdown.
+quiet shutdown, and one info-level log line per request (client, method, path, status, milliseconds).
 
 Plain ASGI rather than Starlette's ``BaseHTTPMiddleware`` on purpose: that class wraps ``receive`` so that a
 route can never see ``http.disconnect`` — a non-streaming request would keep generating for a client that has
@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -24,6 +26,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+log = logging.getLogger("accelkit.serve")
 OPEN_PATHS = frozenset({"/health", "/ping", "/metrics"})  # probes and scrapers: never behind the key
 
 
@@ -37,7 +40,7 @@ def authorized(header: bytes | None, key: bytes) -> bool:
 
 class ServerMiddleware:
     def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int,
-                 is_shutting_down: Callable[[], bool], body_timeout_s: float) -> None:
+                 is_shutting_down: Callable[[], bool], body_timeout_s: float, log_requests: bool = True) -> None:
         """``body_timeout_s``: a body must arrive in full within this many seconds of the route's first read, else
         408 and the connection closes: a client that sends headers and part of a body would otherwise hold its
         socket and its handler forever (slowloris), and enough of them exhaust the process's file descriptors."""
@@ -46,17 +49,38 @@ class ServerMiddleware:
         self.key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
         self.is_shutting_down = is_shutting_down
+        self.log_requests = log_requests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if not self.log_requests:
+            await self._handle(scope, receive, send, [])
+            return
+        start = time.perf_counter()
+        status: list[int] = []  # the response's status, once it starts
+        try:
+            await self._handle(scope, receive, send, status)
+        except Exception:
+            status.append(500)  # what the outer error handler answers
+            raise
+        finally:
+            # one line per request once it ended (a stream: when its last event went), 4xx and 5xx too;
+            # 499: the client left before any response
+            client = scope.get("client")
+            log.info("%s %s %s %d %.1f ms", client[0] if client else "-", scope.get("method"), scope.get("path"),
+                     status[0] if status else 499, (time.perf_counter() - start) * 1e3)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, status: list[int]) -> None:
         headers = dict(scope.get("headers") or ())
         request_id = headers.get(b"x-request-id")
 
         async def send_with_id(message: Message) -> None:
-            if request_id is not None and message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id)]
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+                if request_id is not None:
+                    message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id)]
             await send(message)
 
         if self.key is not None and scope["path"] not in OPEN_PATHS and not authorized(headers.get(b"authorization"),
