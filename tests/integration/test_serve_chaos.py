@@ -23,7 +23,7 @@ from tests.integration.serve_server_util import running_server
 
 MAX_MODEL_LEN = 256
 BODY_LIMIT = 64 * 1024
-ROUNDS, PER_ROUND = 6, 16
+ROUNDS, PER_ROUND = 7, 16
 CHAOS_SEED = int(os.environ.get("ACCELKIT_CHAOS_SEED", "15"))
 REFERENCE_PROMPT = "w21 w22 w23"
 
@@ -68,11 +68,63 @@ CHAT_CASES = [
 ]
 
 
-def _case(rng: random.Random) -> dict:
+# issue #30's generators: huge integer literals, ids past the vocabulary in every id field, control characters and
+# escape sequences in every string field, deeply nested JSON in the object fields
+HUGE_INT = "9" * 5000  # past Python's 4,300-digit int-string limit
+ESCAPES = ("\x1b]0;pwned\x07", "\x1b[2J\x1b[H", "\x9b31m", "\x00\x7f", "\u202e\x08\r")
+ID_FIELDS = ("prompt", "stop_token_ids", "allowed_token_ids", "logit_bias")  # prompt: completions only
+INT_FIELDS = ("max_tokens", "seed", "n", "top_k", "min_tokens", "priority", "truncate_prompt_tokens")
+
+
+def _hostile(rng: random.Random, chat: bool, body: dict, vocab: int) -> dict:
+    """One of #30's hostile requests (not streamed): raw JSON text, its outcome and the param a 400 must name."""
+    body["stream"] = False
+    kind = rng.choice(("huge", "past_vocab", "escapes", "deep"))
+    marker = '"__hostile__"'
+    if kind == "huge":  # json.dumps cannot write such an int: a marker is replaced in the text
+        field = rng.choice((*INT_FIELDS, "stop_token_ids", "logit_bias", *(() if chat else ("prompt",))))
+        body[field] = {"__hostile__": 1} if field == "logit_bias" else [5, "__hostile__"] if field in ID_FIELDS \
+            else "__hostile__"
+        sign = rng.choice(("", "-"))
+        content = json.dumps(body).replace(marker, f'"{HUGE_INT}"' if field == "logit_bias" else sign + HUGE_INT)
+        return {"kind": "rawjson", "content": content, "outcome": BAD, "param": field, "body": body}
+    if kind == "past_vocab":
+        field = rng.choice(ID_FIELDS[1:] if chat else ID_FIELDS)
+        token = vocab + rng.choice((0, 1, 2**31, 2**70))
+        body[field] = {str(token): 1} if field == "logit_bias" else [5, token]
+        return {"kind": "rawjson", "content": json.dumps(body), "outcome": BAD, "param": field, "body": body}
+    if kind == "escapes":  # free text takes them (200, printed escaped wherever it is logged); a name does not
+        text = "w5 " + rng.choice(ESCAPES)
+        field = rng.choice(("stop", "user", "model", "content" if chat else "prompt", *(("role",) if chat else ())))
+        outcome, param = OK, None
+        if field == "content":
+            body["messages"] = [{"role": "user", "content": text}]
+        elif field == "role":
+            body["messages"] = [{"role": text, "content": "w5"}]
+            outcome, param = BAD, "messages"
+        elif field == "model":
+            body["model"] = text
+            outcome = "404"
+        else:
+            body[field] = [text] if field == "stop" else text
+        return {"kind": "rawjson", "content": json.dumps(body), "outcome": outcome, "param": param, "body": body}
+    # deep: nested past what json.loads takes (the whole body refused), or deep inside an object field
+    depth = rng.choice((200, 900, 30_000))  # 30,000: past what json.loads takes, inside the 64 KiB body limit
+    field = rng.choice(("logit_bias", "stream_options"))  # (chat_template_kwargs takes any JSON: nesting is its own)
+    body[field] = {"a": "__hostile__"}
+    content = json.dumps(body).replace(marker, "[" * depth + "]" * depth)
+    if depth == 30_000:
+        return {"kind": "rawjson", "content": content, "outcome": BAD, "param": None, "body": body}
+    return {"kind": "rawjson", "content": content, "outcome": BAD, "param": field, "body": body}
+
+
+def _case(rng: random.Random, vocab: int) -> dict:
     """One request: its kind, JSON body (or raw bytes), the outcome expected and the param a 400 must name."""
     chat = rng.random() < 0.25
     body: dict = {"model": "tiny", "max_tokens": rng.randint(1, 24), "stream": rng.random() < 0.5}
     body.update({"messages": [{"role": "user", "content": "w5 w6"}]} if chat else {"prompt": "w5 w6 w7"})
+    if rng.random() < 0.3:
+        return _hostile(rng, chat, body, vocab)
     special = rng.random()
     if special < 0.06:
         return {"kind": "raw", "content": b'{"model": "tiny", "prompt": ', "outcome": BAD, "param": None}
@@ -120,6 +172,14 @@ async def _send(client: httpx.AsyncClient, url: str, case: dict) -> None:
         return
     content = json.dumps(body).replace("Infinity", "1e999").encode()  # JSON has no inf: send an overflowing literal
     headers = {"content-type": "application/json"}
+    if case["kind"] == "rawjson":
+        resp = await client.post(f"{url}{path}", content=case["content"].encode(), headers=headers)
+        expected = {OK: 200, BAD: 400, "404": 404}[case["outcome"]]
+        assert resp.status_code == expected, (case["body"], resp.text[:300])
+        if expected != 200:
+            error = resp.json()["error"]
+            assert case["param"] is None or error["param"] == case["param"], (case["body"], error)
+        return
     if case["kind"] == "leave":
         if body["stream"]:
             async with client.stream("POST", f"{url}{path}", content=content, headers=headers) as resp:
@@ -155,7 +215,7 @@ def test_the_engine_survives_a_random_mix_of_valid_invalid_and_extreme_requests(
     reference = LLM(model_dir, kv_cache_memory_bytes=4 << 20, max_model_len=MAX_MODEL_LEN).generate(
         REFERENCE_PROMPT, SamplingParams.greedy(12, ignore_eos=True))[0].text
     rng = random.Random(CHAOS_SEED)
-    seen = {OK: 0, BAD: 0, "413": 0, "leave": 0}
+    seen = {OK: 0, BAD: 0, "413": 0, "leave": 0, "rawjson": 0}
     with running_server(model_dir, max_num_seqs=8, max_queue=64, kv_cache_memory_bytes=4 << 20,
                         max_model_len=MAX_MODEL_LEN, server={"max_body_bytes": BODY_LIMIT}) as (url, state):
         async def round_(cases):
@@ -168,10 +228,12 @@ def test_the_engine_survives_a_random_mix_of_valid_invalid_and_extreme_requests(
                     "model": "tiny", "prompt": REFERENCE_PROMPT, "max_tokens": 12, "temperature": 0, "ignore_eos": True})
                 assert check.json()["choices"][0]["text"] == reference  # exact, whatever came before
 
+        vocab = state.engine.model_args.vocab_size
         for _ in range(ROUNDS):
-            cases = [_case(rng) for _ in range(PER_ROUND)]
+            cases = [_case(rng, vocab) for _ in range(PER_ROUND)]
             for c in cases:
-                seen[c["outcome"]] += 1
+                seen[BAD if c["outcome"] == "404" else c["outcome"]] += 1
+                seen["rawjson"] += c["kind"] == "rawjson"
             asyncio.run(round_(cases))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (state.admission.in_flight or state.engine.has_unfinished_requests()):
