@@ -248,6 +248,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"sweep file {str(path)!r} does not exist") from None
+    except RecursionError:  # the YAML composer recurses per level: a file nested thousands deep
+        raise UserError(f"sweep file {str(path)!r} nests lists or mappings too deeply to be a sweep") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"sweep file {str(path)!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as "
                         "UTF-8 YAML") from None

@@ -24,6 +24,7 @@ import io
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from accelkit.cli.app import INTERNAL_ERROR, app, main
+from accelkit.core.terminal import printable
 from accelkit.core.units import parse_size
 from tests.conftest import REPO
 
@@ -70,6 +72,8 @@ BASE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
     ("bench", "resnet"): (("--size", "tiny", "--batch-size", "2", "--image-size", "32", *BENCH_RUN), None),
     ("bench", "llm"): (("--model", "tiny-llama", "--prompt-len", "4", "--output-len", "2", *BENCH_RUN), None),
     ("bench", "llm-train"): (("--model", "tiny-llama", "--seq-len", "8", *BENCH_RUN), None),
+    # (its fp8 refusal is a line of its own before the error: it fails late on the device instead)
+    ("bench", "diffusion"): (("--size", "tiny", *BENCH_RUN, "--device", "cuda"), "torch sees no cuda"),
     ("bench", "dataloader"): (("--num-workers", "0", "--batch-size", "2", "--image-size", "8", *BENCH_RUN), None),
     ("bench", "custom"): (("--module", "accelkit_fuzz_model:factory", *BENCH_RUN), None),
     ("report",): (("--out", "{t}/report.html"), None),
@@ -86,17 +90,21 @@ BASE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
 KNOWN: dict[tuple[tuple[str, ...], str | None], str] = {}
 
 INT_POOL = ("-1", "0", "-99999999999999999999", "100000000000000000000", "9223372036854775808", "18446744073709551616",
-            "1e20", "1.5", "nan", "inf", "-inf", "abc", "", " ", "0x10", "9" * 400, "½", "1_000")
+            "1e20", "1.5", "nan", "inf", "-inf", "abc", "", " ", "0x10", "9" * 400, "½", "1_000",
+            "9" * 5000, "-" + "9" * 5000)  # (past Python's 4,300-digit int-string limit)
+# escape sequences a terminal acts on (window title, clear screen, C1 CSI, cursor moves): an error naming the value
+# prints it escaped (#30 item 5)
+ESCAPE_POOL = ("\x1b]0;pwned\x07", "x\x1b[2J\x1b[H", "\x9b31mred", "a\x08\x7fb", "\x1b[1A\x1b[Kgone")
 FLOAT_POOL = ("-1", "0", "-0.0", "1e20", "1e400", "-1e400", "nan", "NaN", "inf", "-inf", "abc", "", "1,5", "0x1p3",
               "9" * 400)
 # Every path is inside the fixture folder (the cases run with it as the working directory, so a relative
 # value lands there too) or /dev/full: a command that writes where it was told must not write anywhere else.
 TEXT_POOL = ("", " ", "-", "--", "abc", "ünïcödé ✓", "💥", "x" * 5000, "a,b,,c", "1,2,x", "key=value=x",
              "ttft_ms=-1", "http://", "json:loads", "random", "sharegpt:", "jsonl:{t}/latin1.bin",
-             "\udcff\udcfe.json")  # the last: how Python decodes argv bytes that are not UTF-8
+             "\udcff\udcfe.json", *ESCAPE_POOL)  # \udcff…: how Python decodes argv bytes that are not UTF-8
 PATH_POOL = ("{t}/missing/accelkit-fuzz", "{t}/dir", "{t}/latin1.bin", "/dev/full", "{t}/malformed.json",
              "{t}/list.json", "{t}/absurd", "{t}/absurd/config.json", "{t}/empty", "{t}/dir/missing/x.json",
-             "{t}/nan-config", "{t}")
+             "{t}/nan-config", "{t}", "{t}/deep.json", "{t}/deep")
 
 
 def _fixture_files(t: Path) -> None:
@@ -121,10 +129,16 @@ def _fixture_files(t: Path) -> None:
         "max_position_embeddings": 10**12}))
     (t / "nan-config").mkdir()
     (t / "nan-config" / "config.json").write_text('{"model_type": "llama", "hidden_size": NaN, "vocab_size": -1}')
+    (t / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # past what json.loads takes
+    (t / "deep").mkdir()  # a config nested 900 deep (json.loads takes it; walking it recursively does not)
+    (t / "deep" / "config.json").write_text('{"model_type": "llama", "rope_scaling": ' + "[" * 900 + "]" * 900 + "}")
     (t / "no-model").mkdir()
     (t / "sweep-without-workloads.yaml").write_text("name: fuzz\nkind: plan\nhardware: h100\n")
     (t / "accelkit_fuzz_model.py").write_text(  # `bench custom --module accelkit_fuzz_model:factory`
         "import torch\n\ndef factory():\n    return torch.nn.Linear(4, 2), torch.randn(2, 4)\n")
+
+
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what a terminal acts on, newline and tab aside
 
 
 # ---- the app's commands and options ------------------------------------------------------------------------
@@ -278,6 +292,9 @@ def judge(o: Outcome) -> str | None:
         return f"{o.code} escaped main()"
     if "Traceback" in o.stderr:
         return "traceback on stderr"
+    raw = CONTROL.search(o.stdout + o.stderr)
+    if raw:
+        return f"a raw control character {raw.group()!r} reached the terminal (print it escaped)"
     if INTERNAL_ERROR in o.stderr:
         return "internal error (an unexpected exception)"
     if o.code == 2:
@@ -322,7 +339,8 @@ def _names_it(o: Outcome, line: str) -> str | None:
     value = (o.value or "").strip()
     if not value:
         return None  # an empty value cannot be quoted back; any one-line error will do
-    if value.lower()[:40] in low or repr(value)[1:40].lower() in low:
+    shown = printable(value)  # how a value with control characters is printed (#30 item 5)
+    if value.lower()[:40] in low or repr(value)[1:40].lower() in low or shown.lower()[:40] in low:
         return None
     if any(repr(item.strip()).lower() in low for item in value.split(",") if item.strip()):
         return None  # a comma list: the item that is wrong
@@ -422,8 +440,9 @@ def test_cli_fuzz(fuzz_dir, capsys, record_property, monkeypatch, one_thread):
                       "float": ("abc", "-1", "nan", "1e400"),
                       "bool-flag": ("x",),
                       "choice": ("abc", ""),
-                      "path": ("{t}/dir", "{t}/latin1.bin", "/dev/full", "{t}/malformed.json", "{t}/absurd"),
-                      "text": ("", "x" * 5000, "{t}/latin1.bin")}[param.kind]:
+                      "path": ("{t}/dir", "{t}/latin1.bin", "/dev/full", "{t}/malformed.json", "{t}/absurd",
+                               "{t}/deep.json"),
+                      "text": ("", "x" * 5000, "{t}/latin1.bin", ESCAPE_POOL[0])}[param.kind]:
             tally.run(param, value.format(t=fuzz_dir), fuzz_dir)
 
     # 2. hypothesis: random options, random bad values
@@ -471,3 +490,107 @@ def test_cli_fuzz(fuzz_dir, capsys, record_property, monkeypatch, one_thread):
         f"accelkit {' '.join(repr(a) if (' ' in a or not a) else a for a in o.argv)[:300]}\n"
         f"    → {o.problem} (exit {o.code!r}, {o.seconds:.1f} s): {o.stderr.strip()[-400:]!r}"
         for o in bad[:40]) + (f"\n… and {len(bad) - 40} more" if len(bad) > 40 else "")
+
+
+# ---- hostile import files (#30 acceptance 2) ------------------------------------------------------------------
+IMPORT_CASES = 80
+MARK = '"__hostile__"'  # replaced in the file's text by what json.dumps cannot write
+WRONG = {  # field → values of the export format's fields that no export holds (wrong types, out of range)
+    "name": (5, [], {}, None, True), "kind": (5, [], None), "hardware": (5, [], {}),
+    "num_devices": ("2", 2.5, True, [], None, 0, -1, 2**21, 2**80), "throughput": ("fast", [], -1.0, True, {}),
+    "mfu": ("x", -0.5, {}), "memory_bytes": ([], "x", {"peak": "x"}, {"peak": -1}, {"peak": 2**64}, {"peak": 1.5}),
+    "details": ([], "x", 5), "environment": ([], "x"), "run_id": (5, [], {}), "id": ("1", -1, 0, 2**63, 1.5, True),
+    "created_at": (5, "not a date", "", "99999-01-01T00:00:00Z", "1999-12-31T00:00:00Z", "3000-01-01T00:00:00Z",
+                   "2026-13-01T00:00:00Z"),
+    "latency_s": ("x", [], {"median": "x"}), "non_finite": ("x", [1], {"/throughput": "big"}, {"/name": "inf"}),
+    "type": ("Measurement", "guess", "", None, 1),
+}
+MEASUREMENT_ONLY = {"samples": ([], "x", {"s": "x"}, {"s": [1, "x"]}, {"s": {}})}
+TEXT_LEVEL = {  # (field, text put in place of the marker)
+    "huge integer": lambda f: "9" * 5000, "deep nesting": lambda f: "[" * 100_000 + "]" * 100_000,
+    "deep details": lambda f: '{"a": ' + "[" * 70 + "]" * 70 + "}", "lone surrogate": lambda f: '"x\\ud800"',
+}
+
+
+def _hostile_file(exported: list[dict]):
+    """A hypothesis strategy over export files: a real export (a plan and a measurement) with one record made
+    wrong — a field of the wrong type or out of range, the wrong type for its body, a measurement without samples, or
+    text json.dumps cannot write (a 5,000-digit integer, nesting past the parser, details 70 deep, a lone
+    surrogate). Returns (file text, what was done)."""
+    def field_value(i: int):
+        fields = {**WRONG, **(MEASUREMENT_ONLY if exported[i]["type"] == "measurement" else {})}
+        return st.sampled_from(sorted(fields)).flatmap(lambda f: st.tuples(st.just(f), st.sampled_from(fields[f])))
+
+    def wrong_field(i: int):
+        def build(fv):
+            records = [dict(r) for r in exported]
+            records[i][fv[0]] = fv[1]
+            return json.dumps(records), f"record {i}: {fv[0]}={fv[1]!r}"[:120]
+        return field_value(i).map(build)
+
+    def text_level(i: int):
+        def build(case):
+            kind, field_name = case
+            records = [dict(r) for r in exported]
+            records[i]["details" if kind == "deep details" else field_name] = "__hostile__"
+            return json.dumps(records).replace(MARK, TEXT_LEVEL[kind](field_name), 1), f"record {i}: {kind} in {field_name}"
+        numeric = ("num_devices", "throughput", "id", "mfu")
+        return st.tuples(st.sampled_from(sorted(TEXT_LEVEL)), st.sampled_from((*numeric, "name", "hardware")))\
+            .filter(lambda c: c[0] != "huge integer" or c[1] in numeric).map(build)
+
+    def missing_samples(i: int):
+        records = [dict(r) for r in exported]
+        if records[i]["type"] == "measurement":
+            del records[i]["samples"]
+        else:  # a plan's body under type measurement
+            records[i]["type"] = "measurement"
+        return st.just((json.dumps(records), f"record {i}: measurement without samples / plan as measurement"))
+
+    index = st.integers(0, len(exported) - 1)
+    return index.flatmap(lambda i: st.one_of(wrong_field(i), text_level(i), missing_samples(i)))
+
+
+@pytest.fixture(scope="module")
+def exported_records(tmp_path_factory) -> list[dict]:
+    """What `accelkit results export` writes for a plan and a bench measurement (an inf among its samples)."""
+    from accelkit.core import Estimate, Measurement
+    from accelkit.results import ResultStore, export
+
+    with ResultStore(tmp_path_factory.mktemp("export") / "results.db") as store:
+        store.add(Estimate(kind="plan", name="llama on h100", hardware="H100", num_devices=8, throughput=12.5,
+                           mfu=0.4, memory_bytes={"total": 1 << 30}, details={"assumptions": ["x"], "ratio": math.inf}))
+        store.add(Measurement(kind="bench", name="fp32", hardware="cpu", throughput=3.0,
+                              samples={"latency_s": [0.1, math.inf]}, environment={"hostname": "box"}), run_id="r1")
+        return json.loads(export(store.query(newest_first=False), "json"))
+
+
+def test_results_import_refuses_every_hostile_file_in_one_line(exported_records, tmp_path, capsys):
+    """Every generated file ends in exit 2 with one `error:` line naming the record, never a traceback, an
+    "internal error" or a stored row; the unmutated export imports (so a refusal is the mutation's doing)."""
+    from accelkit.results import ResultStore
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(exported_records))
+    code, _, err, _ = run_in_process(["results", "import", str(good)])
+    assert code == 0, err
+    assert ResultStore(readonly=True).count() == 2
+    (tmp_path / "accelkit-home" / "results.db").unlink()
+    bad: list[str] = []
+
+    @settings(max_examples=IMPORT_CASES, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(_hostile_file(exported_records))
+    def case(file_and_what):
+        text, what = file_and_what
+        path = tmp_path / "hostile.json"
+        path.write_text(text, errors="surrogatepass")
+        code, _, err, _ = run_in_process(["results", "import", str(path)])
+        lines = [line for line in err.splitlines() if line.strip()]
+        stored = (tmp_path / "accelkit-home" / "results.db").exists() and ResultStore(readonly=True).count()
+        if code != 2 or len(lines) != 1 or not lines[0].startswith("error:") or INTERNAL_ERROR in err or stored:
+            bad.append(f"{what} → exit {code!r}, stored {stored}: {err.strip()[-300:]!r}")
+            if stored:
+                (tmp_path / "accelkit-home" / "results.db").unlink()  # the next case starts empty again
+
+    case()
+    assert not bad, "\n".join(bad[:20])
