@@ -52,9 +52,10 @@ LONG_COPY_BYTES = 256 << 20  # `hw probe --copy-size` at or beyond this may run 
 MIN_CASES = 1000
 RANDOM_CASES = 700  # hypothesis draws, on top of the systematic pass over every option
 
-#: every bench run of a case: the CPU, nothing stored, no probe, no warm-up, one measured iteration
+#: every bench run of a case: the CPU, nothing stored, no probe, no warm-up, one measured iteration, no progress lines
+#: (on by default off a terminal since #29 item 8: they would stand beside the one error line)
 BENCH_RUN = ("--device", "cpu", "--no-save", "--no-probe", "--warmup", "0", "--warmup-time", "0",
-             "--min-iterations", "1", "--min-time", "0", "--max-iterations", "1")
+             "--min-iterations", "1", "--min-time", "0", "--max-iterations", "1", "--no-progress")
 # command path → (arguments that make a run cheap or make it fail late, text of that deliberate failure or None)
 # {t} is the fixture folder. A command not listed here runs with only the fuzzed option.
 BASE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
