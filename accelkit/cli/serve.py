@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from accelkit.cli.helptext import examples
-from accelkit.cli.output import err, flag_values
+from accelkit.cli.output import Progress, ProgressOption, err, flag_values
 from accelkit.cli.spec_options import spec_options
 from accelkit.core import UserError
 from accelkit.core.units import parse_size
@@ -96,6 +97,7 @@ def serve_cmd(
     ),
     api_key: str | None = typer.Option(None, "--api-key", envvar="ACCELKIT_API_KEY", help="Require 'Authorization: Bearer KEY' on every route except /health, /ping and /metrics."),
     chat_template: Path | None = typer.Option(None, "--chat-template", help="Jinja file overriding the tokenizer's chat template."),
+    progress: bool | None = ProgressOption,
     *,
     engine: dict[str, Any],
     server: dict[str, Any],
@@ -123,8 +125,17 @@ def serve_cmd(
         )
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
-        with flag_values():
-            app, state = build_server(engine_config, server_config)
+        with ExitStack() as shown, flag_values():
+            # progress begins with the first slow step: the checks before it (flags, port, config.json, checkpoint,
+            # memory, tokenizer) fail fast, and their error stays the one line on stderr
+            bars: list[Progress] = []
+
+            def on_step(text: str) -> None:
+                if not bars:
+                    bars.append(shown.enter_context(Progress("serve", show=progress)))
+                bars[0].update(text, step=text)
+
+            app, state = build_server(engine_config, server_config, on_step=on_step)
         bound_port = sock.getsockname()[1]
         err.print(f"serving {' = '.join(repr(n) for n in names)} on http://{host}:{bound_port}/v1 "
                   f"(context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "

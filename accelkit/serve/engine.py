@@ -74,7 +74,9 @@ def _load_tokenizer(model_dir: Path) -> Any:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, *, on_step: Callable[[str], None] | None = None) -> None:
+        """``on_step``: told each slow step once the model directory has passed its checks (the weights load, the KV
+        cache allocation, CUDA graph capture); ``accelkit serve`` shows them as progress."""
         self.config = config
         model_dir = Path(config.model)
         hf_config = preflight.read_config(model_dir)
@@ -93,7 +95,8 @@ class LLMEngine:
         device = self._preflight(model_dir, hf_config)
         self.tokenizer = _load_tokenizer(model_dir)
         self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
-        self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len, device=device)
+        self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len, device=device,
+                                  on_step=on_step)
         self.block_manager = BlockManager(
             num_blocks=self.runner.num_blocks, block_size=config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,

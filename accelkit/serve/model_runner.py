@@ -79,8 +79,11 @@ class Step:
 class ModelRunner:
     kv_bytes_per_token: int  # K/V bytes of one token over all layers, scales included (serving_memory)
 
-    def __init__(self, config: EngineConfig, args: ModelArgs, *, max_model_len: int, device: str) -> None:
-        """``device``: ``config.device`` as ``resolve_device`` resolved it (the engine does that once)."""
+    def __init__(self, config: EngineConfig, args: ModelArgs, *, max_model_len: int, device: str,
+                 on_step: Callable[[str], None] | None = None) -> None:
+        """``device``: ``config.device`` as ``resolve_device`` resolved it (the engine does that once); ``on_step``
+        is told each slow step as it starts (``accelkit serve`` shows them as progress)."""
+        step = on_step or (lambda text: None)
         self.config = config
         self.args = args
         self.device = torch.device(device)
@@ -97,7 +100,9 @@ class ModelRunner:
         self.block_size = config.block_size
         self.max_model_len = max_model_len
         self.max_blocks_per_seq = -(-max_model_len // self.block_size)
+        step(f"loading the weights onto {self.device}")
         self.model = load_model(config.model, args, dtype=self.dtype, device=self.device)
+        step("allocating the KV cache")
         self.model.init_rope(max_model_len, dtype=self.dtype, device=self.device)
         self.kv_cache = self._allocate_kv_cache()
         self.scratch_block = self.kv_cache.num_blocks - 1  # padding rows write here; never handed out
@@ -118,6 +123,7 @@ class ModelRunner:
         self.sampler = Sampler(self.device, config.seed)
         self.graphs: DecodeGraphs | None = None
         if self.use_cuda_graphs:
+            step(f"warming up and capturing CUDA graphs for decode batches up to {self.max_graph_batch_size}")
             self.enable_decode_graphs(capture=True)
 
     # ---- sizing ------------------------------------------------------------------------------------

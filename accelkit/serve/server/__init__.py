@@ -7,7 +7,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -26,11 +26,15 @@ _LOOP_JOIN_S = 10.0  # a step is milliseconds; this is for one stuck in a device
 
 
 def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
-                 registry: CollectorRegistry | None = None) -> tuple[Any, ServingState]:
-    """Load the engine, start its loop thread, and return (FastAPI app, state)."""
+                 registry: CollectorRegistry | None = None,
+                 on_step: Callable[[str], None] | None = None) -> tuple[Any, ServingState]:
+    """Load the engine, start its loop thread, and return (FastAPI app, state). ``on_step`` is told each slow step
+    once the model directory has passed its checks (:class:`LLMEngine`'s)."""
     registry = registry if registry is not None else REGISTRY
     metrics = ServingMetrics.get(registry)  # before the engine: a registry problem should not cost a model load
-    engine = LLMEngine(engine_config)
+    engine = LLMEngine(engine_config, on_step=on_step)
+    if on_step is not None:
+        on_step("starting the engine loop")
     loop = EngineLoop(engine)
     state = ServingState(loop, server_config, metrics)
     loop.on_step = state.bridge.on_step

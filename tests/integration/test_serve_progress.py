@@ -1,0 +1,67 @@
+"""`accelkit serve` shows its start-up (weights, KV cache, engine loop) as progress lines on stderr before the ready
+line, where stderr is a pipe (#29 acceptance 6); ``--no-progress`` silences them; the one-line errors of a bad flag
+or model directory (tests/integration/test_serve_robustness.py) come before any of it."""
+
+import re
+import signal
+import threading
+
+import pytest
+
+from accelkit.serve.testing import save_tiny_model
+from tests.integration.serve_server_util import serve_process, wait_healthy
+
+PROGRESS_LINE = re.compile(r"^\[ *\d+\.\d s\] serve")
+READY_LINE = re.compile(r"^serving 'tiny' on (http://127\.0\.0\.1:\d+)/v1 ")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(save_tiny_model(tmp_path_factory.mktemp("serve-progress") / "tiny", "tiny-llama"))
+
+
+def _lines_until_ready(model_dir, home, *args: str) -> list[str]:
+    """stderr's lines of `accelkit serve --port 0 ARGS` (a real process, stderr a pipe) up to its ready line;
+    then SIGTERM, which must end it with 0."""
+    proc = serve_process(model_dir, home, "--port", "0", *args)
+    head: list[str] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            head.append(line.rstrip("\n"))
+            if READY_LINE.match(line):
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        reader.join(180)
+        ready = READY_LINE.match(head[-1]) if head else None
+        assert ready, "\n".join(head)[-2000:]
+        wait_healthy(ready.group(1), 60)  # the signal handlers are in place once it answers
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return head
+
+
+def test_serve_shows_each_start_up_step_before_the_ready_line(model_dir, tmp_path):
+    head = _lines_until_ready(model_dir, tmp_path, "--progress")
+    before = head[:-1]
+    assert before and all(PROGRESS_LINE.match(line) for line in before), head
+    steps = [line.split("] ", 1)[1] for line in before]
+    said = [next(i for i, step in enumerate(steps) if step.startswith(start)) for start in (
+        "serve: loading the weights onto cpu", "serve: allocating the KV cache", "serve: starting the engine loop",
+        "serve: done")]
+    assert said == sorted(said), steps  # in the order they run
+
+
+def test_no_progress_leaves_the_ready_line_alone_and_the_default_only_adds_progress_lines(model_dir, tmp_path):
+    assert len(_lines_until_ready(model_dir, tmp_path, "--no-progress")) == 1
+    # the default shows a step only once start-up has run 0.5 s (how long a tiny model takes varies): whatever
+    # comes before the ready line is progress
+    head = _lines_until_ready(model_dir, tmp_path)
+    assert all(PROGRESS_LINE.match(line) for line in head[:-1]), head
