@@ -19,12 +19,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
+from accelkit.core import Estimate, Measurement
 from accelkit.hardware.probe import small_copy, small_matmul
 
-if TYPE_CHECKING:
-    from accelkit.results import StoredResult
+
+class StoredResult(Protocol):
+    """What this module reads of a stored probe (``accelkit.results.StoredResult``, a layer above hardware's)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def result(self) -> Estimate | Measurement: ...
 
 Quality = Literal["full", "quick", "small"]
 #: better first: a peak is taken from the best quality stored
