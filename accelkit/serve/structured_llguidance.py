@@ -263,13 +263,16 @@ class LLGuidanceBackend:
         return bool(words.any())
 
     def fill_bitmasks(self, rows: Sequence[tuple[Any, int]], bitmask: torch.Tensor) -> None:
-        import torch
-
         # (llguidance.torch.fill_next_token_bitmask_par's call, without importing that module: it builds a
         # torch.compile kernel at import, which pulls in dynamo)
-        assert bitmask.dtype == torch.int32 and bitmask.is_contiguous() and bitmask.device.type == "cpu"
-        matchers = [(m.matcher, i) for m, i in rows]
-        self._executor.unsafe_compute_mask_ptr(matchers, bitmask.data_ptr(), bitmask.shape[1] * 4, bitmask.shape[0])
+        assert bitmask.element_size() == 4 and not bitmask.is_floating_point() and bitmask.is_contiguous() and bitmask.is_cpu
+        row_bytes = bitmask.shape[1] * 4
+        if len(rows) == 1:  # one row: on this thread (no hand-off to the executor's pool,
+            m, i = rows[0]  # and a wake-up of its thread, milliseconds at times on a loaded machine)
+            m.matcher.unsafe_compute_mask_ptr(bitmask.data_ptr() + i * row_bytes, row_bytes)
+        else:
+            matchers = [(m.matcher, i) for m, i in rows]
+            self._executor.unsafe_compute_mask_ptr(matchers, bitmask.data_ptr(), row_bytes, bitmask.shape[0])
         for m, i in rows:  # a matcher past its step limit (or fed a token it refused): EOS only, the request ends
             if m.matcher.is_error():
                 words = bitmask[i].numpy().view(np.uint32)

@@ -203,6 +203,32 @@ def test_bitmask_rows_are_filled_in_one_pass_and_applied_exactly() -> None:
                 assert masked[row, t] == logits[row, t]
 
 
+
+def test_one_row_is_filled_as_in_a_batch_and_every_logits_dtype_is_masked_alike() -> None:
+    specs = [StructuredOutputs(regex="[0-9]+"), StructuredOutputs(json_object=True)]
+    matchers = [backend().compile(s).matcher() for s in specs]
+    width = (VOCAB_SIZE + 31) // 32
+    batch = torch.full((3, width), -1, dtype=torch.int32)
+    backend().fill_bitmasks([(matchers[0], 0), (matchers[1], 2)], batch)
+    for m, row in ((matchers[0], 0), (matchers[1], 2)):  # one guided row: filled on the calling thread
+        alone = torch.full((3, width), -1, dtype=torch.int32)
+        backend().fill_bitmasks([(m, row)], alone)
+        assert torch.equal(alone[row], batch[row]) and bool((alone[1] == -1).all())
+    logits = torch.randn(3, VOCAB_SIZE)
+    expected = logits.clone()
+    apply_token_bitmask_(expected, batch)
+    assert 0 < int(torch.isinf(expected[0]).sum()) < VOCAB_SIZE and not torch.isinf(expected[1]).any()
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        other = logits.to(dtype)
+        apply_token_bitmask_(other, batch)
+        assert torch.equal(torch.isinf(other), torch.isinf(expected)), dtype
+        assert torch.equal(other[~torch.isinf(other)], logits.to(dtype)[~torch.isinf(expected)]), dtype
+    strided = torch.randn(VOCAB_SIZE, 3).t()  # (a non-contiguous view: written through, not copied)
+    reference = strided.contiguous()
+    apply_token_bitmask_(strided, batch)
+    apply_token_bitmask_(reference, batch)
+    assert torch.equal(strided, reference)
+
 # ---- refusals: one line naming the keyword, the construct or the limit --------------------------------------------
 
 @pytest.mark.parametrize(("fields", "words"), [
