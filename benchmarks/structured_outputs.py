@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -130,7 +131,31 @@ def timed_generate(llm: Any, prompts: list[str], params: list[Any]) -> tuple[flo
     return time.perf_counter() - start, outs
 
 
-def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int) -> dict[str, Any]:
+def previous_apply(logits: Any, bitmask: Any) -> None:
+    """The CPU application of the bitmask before #28's profiling: numpy unpack, then torch ``~`` and
+    ``masked_fill_`` (two ops on torch's intra-op threads). ``--with-previous`` runs it beside the current one."""
+    import numpy as np
+    import torch
+
+    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, count=logits.shape[1], bitorder="little")
+    logits.masked_fill_(~torch.from_numpy(bits.view(np.bool_)), float("-inf"))
+
+
+def timed_previous(llm: Any, prompts: list[str], params: list[Any]) -> float:
+    """The guided batch again, the sampler applying masks the previous way (swapped in this process only)."""
+    import accelkit.serve.sampler as sampler
+
+    names = vars(sampler)
+    current = names["apply_token_bitmask_"]
+    names["apply_token_bitmask_"] = previous_apply
+    try:
+        return timed_generate(llm, prompts, params)[0]
+    finally:
+        names["apply_token_bitmask_"] = current
+
+
+def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int,
+             with_previous: bool = False) -> dict[str, Any]:
     from accelkit.serve import SamplingParams
     from accelkit.serve.sampling import StructuredOutputs
 
@@ -148,12 +173,17 @@ def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int) -> 
         plain = [SamplingParams(temperature=1.0, seed=i, max_tokens=n, ignore_eos=True) for i, n in enumerate(lengths)]
         plain_s, _ = timed_generate(llm, prompts, plain)
         tokens = sum(lengths)
+        if with_previous:  # (after the current way's guided batch: it is the one that pays for cold lexer states)
+            previous_s = timed_previous(llm, prompts, guided)
         runs.append({
             "repeat": repeat, "cold": repeat == 0, "output_tokens": tokens,
             "finished_stop": sum(o.finish_reason == "stop" for o in outs),
             "guided_tok_s": tokens / guided_s, "unguided_tok_s": tokens / plain_s,
             "ratio": plain_s / guided_s,
             "host_ms_per_guided_token": 1e3 * (guided_s - plain_s) / tokens,
+            **({"previous_apply_ratio": plain_s / previous_s,
+                "previous_apply_host_ms_per_guided_token": 1e3 * (previous_s - plain_s) / tokens}
+               if with_previous else {}),
         })
     warm = [r for r in runs if not r["cold"]]
     return {
@@ -162,6 +192,8 @@ def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int) -> 
         "warm_ratio_median": statistics.median(r["ratio"] for r in warm) if warm else None,
         "warm_host_ms_per_guided_token_median":
             statistics.median(r["host_ms_per_guided_token"] for r in warm) if warm else None,
+        **({"warm_previous_apply_ratio_median": statistics.median(r["previous_apply_ratio"] for r in warm)}
+           if with_previous and warm else {}),
     }
 
 
@@ -175,6 +207,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--kinds", default=",".join(SPECS))
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--with-previous", action="store_true",
+                        help="also run each guided batch with the previous CPU mask application, interleaved")
     args = parser.parse_args()
     import torch
 
@@ -195,7 +229,7 @@ def main() -> None:
         print(f"tokenizer converted for llguidance in {vocabulary_s:.2f} s (once per engine)", file=sys.stderr)
         results = []
         for kind in args.kinds.split(","):
-            result = run_kind(llm, kind, args.batch, args.max_tokens, args.repeats)
+            result = run_kind(llm, kind, args.batch, args.max_tokens, args.repeats, args.with_previous)
             results.append(result)
             print(f"{kind:12s} compile {result['compile_s']:6.2f} s   cold {result['cold_ratio']:.2f}× unguided   "
                   f"warm {result['warm_ratio_median']:.2f}× ({result['warm_host_ms_per_guided_token_median']:.2f} "
@@ -205,7 +239,9 @@ def main() -> None:
         "command": "python benchmarks/structured_outputs.py " + " ".join(sys.argv[1:]),
         "settings": {"vocab_requested": args.vocab, "vocab": size, "hidden": args.hidden, "layers": 2,
                      "batch": args.batch, "max_tokens": args.max_tokens, "repeats": args.repeats,
-                     "threads": args.threads, "dtype": "float32", "device": "cpu"},
+                     "threads": args.threads, "dtype": "float32", "device": "cpu",
+                     "with_previous": args.with_previous},
+        "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
         "vocabulary_s": vocabulary_s,
         "results": results,
         "environment": environment(with_torch=True),
