@@ -38,8 +38,10 @@ def _isolated_home(tmp_path, monkeypatch):
     return home
 
 
-#: set to 1 to run every `run_cli`/`accelkit` call in a subprocess, as `accelkit_subprocess` always does
-SUBPROCESS_ENV = "ACCELKIT_TEST_SUBPROCESS"
+#: set to 1 to run `run_cli`/`accelkit` calls in this process (``_in_process``) instead of a subprocess: not the
+#: default yet — in one xdist worker an in-process command can leave state that empties a later test's stderr
+#: (seen in a full run; not yet found), so the suite keeps a subprocess per call until that is understood
+IN_PROCESS_ENV = "ACCELKIT_TEST_IN_PROCESS"
 
 
 class _Capture(io.TextIOWrapper):
@@ -88,19 +90,19 @@ def accelkit_subprocess(*args: str, timeout: float = 300, env: dict | None = Non
 
 
 def run_cli(*args: str, check: bool = False, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run the CLI as a user would: its entry point in this process (``ACCELKIT_TEST_SUBPROCESS=1``: in a
-    subprocess); a CompletedProcess either way."""
-    if os.environ.get(SUBPROCESS_ENV) == "1":
-        proc = accelkit_subprocess(*args, timeout=timeout, env=env)
-    else:
+    """Run the CLI as a user would: in a subprocess (``ACCELKIT_TEST_IN_PROCESS=1``: its entry point in this
+    process); a CompletedProcess either way."""
+    if os.environ.get(IN_PROCESS_ENV) == "1":
         proc = _in_process(args, env)
+    else:
+        proc = accelkit_subprocess(*args, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"accelkit {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
     return proc
 
 
 def accelkit(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The CLI (in this process; see ``run_cli``); the exit code is the caller's to check."""
+    """The CLI (see ``run_cli``); the exit code is the caller's to check."""
     return run_cli(*args, timeout=timeout, env=env)
 
 
