@@ -43,7 +43,7 @@ def test_profile_of_a_training_step_prints_tables_and_no_warnings(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert not _warnings(proc.stderr), proc.stderr
     assert "{'" not in proc.stdout and "Peak memory" in proc.stdout
-    assert re.search(r"process peak RSS\s+│\s+[\d.]+ MiB", proc.stdout), proc.stdout
+    assert re.search(r"process peak RSS\s+│\s+[\d.]+ [MG]iB", proc.stdout), proc.stdout
     assert re.search(r"what it is\s+│\s+CPU: peak resident set size", proc.stdout), proc.stdout
 
 

@@ -5,6 +5,7 @@ fit says what would, each suggestion checked by planning it. In process."""
 import json
 
 from accelkit.models import get_preset
+from tests.conftest import accelkit_subprocess
 
 #: Llama 2 13B's Hugging Face config.json (meta-llama/Llama-2-13b-hf): no preset, so it also takes the path route
 LLAMA2_13B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 5120,
@@ -14,15 +15,10 @@ LLAMA2_13B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
 
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:
-    from accelkit.cli.app import main
-
-    code = 0
-    try:
-        main(["plan", *args])
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    """`accelkit plan ARGS` as its own process: (exit code, stdout, stderr)."""
+    del capsys
+    proc = accelkit_subprocess("plan", *args)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def test_llama_3_is_not_silently_llama_3_1(capsys):

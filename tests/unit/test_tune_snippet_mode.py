@@ -16,14 +16,13 @@ def test_a_memory_budget_that_prunes_the_baseline_says_so(capsys, probed):
     """--memory-budget 1GiB pruned fp32 (every planner estimate includes its 2 GiB framework allowance) and the
     error blamed the device: 'the fp32 baseline cannot run here'. (``probed``: the planner models a CPU from its
     stored probe.)"""
-    import pytest
+    from tests.conftest import accelkit_subprocess
 
-    from accelkit.cli.app import main
-
-    with pytest.raises(SystemExit) as info:
-        main(["tune", "bert", "--size", "tiny", "--device", "cpu", "--memory-budget", "1GiB", "--no-save"])
-    assert info.value.code == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    del capsys
+    proc = accelkit_subprocess("tune", "bert", "--size", "tiny", "--device", "cpu", "--memory-budget", "1GiB",
+                               "--no-save", "--no-progress")
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()[-1:]
     assert line.startswith("error: --memory-budget prunes the fp32 baseline: planner estimates ") and \
         line.endswith("MiB > budget 1024.0 MiB (the estimate includes the planner's framework allowance, 2 GiB by "
                       "default); raise --memory-budget, or drop it"), line
