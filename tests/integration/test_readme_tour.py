@@ -5,10 +5,12 @@ a CPU); the test says which lines it ran, so a new tour line cannot be skipped u
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 
-from accelkit.cli.app import main
 from tests.conftest import REPO
 from tests.integration.serve_server_util import running_server
 
@@ -22,14 +24,11 @@ def _tour() -> list[str]:
 
 
 def _run(capsys, words: list[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(words)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    """`accelkit WORDS` as its own process in this test's directory, as the reader's shell runs it."""
+    del capsys
+    proc = subprocess.run([sys.executable, "-m", "accelkit", *words], capture_output=True, text=True, timeout=600,
+                          cwd=os.getcwd())
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def test_the_tour_runs_as_written(tmp_path, monkeypatch, capsys):
