@@ -101,6 +101,20 @@ def run_cli(*args: str, check: bool = False, env: dict | None = None, timeout: f
     return proc
 
 
+def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """`accelkit ARGS` through ``accelkit.cli.app.main`` in this process, read back with pytest's ``capsys``:
+    (exit code, stdout, stderr)."""
+    from accelkit.cli.app import main
+
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def accelkit(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """The CLI (see ``run_cli``); the exit code is the caller's to check."""
     return run_cli(*args, timeout=timeout, env=env)

@@ -9,20 +9,14 @@ import pytest
 from accelkit.core import Measurement
 from accelkit.hardware import list_devices
 from accelkit.plan.priors import prior_efficiency
+from tests.conftest import main_in_process
 
 MATMUL_DTYPES = ("bf16", "fp16", "fp8")
 
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:
-    from accelkit.cli.app import main
-
-    code = 0
-    try:
-        main(["plan", *args])
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    """`accelkit plan ARGS` in process: (exit code, stdout, stderr)."""
+    return main_in_process(capsys, "plan", *args)
 
 
 @pytest.mark.parametrize("device", [d for d in list_devices() if d.vendor != "cpu"], ids=lambda d: d.name)

@@ -8,6 +8,7 @@ from accelkit.plan import PlanOptions
 from accelkit.plan.diffusion import ImageRequest
 from accelkit.plan.layout import MAX_DEVICES
 from accelkit.plan.request import LayoutChoice, PlanRequest
+from tests.conftest import main_in_process
 
 FLAGS_BEFORE = ["--model", "--task", "--hardware", "--num-devices", "--tp", "--pp", "--dp", "--ep", "--zero",
                 "--recompute", "--sequence-parallel", "--micro-batch", "--global-batch", "--seq-len", "--precision",
@@ -201,15 +202,7 @@ def test_bench_bert_is_predicted_at_its_own_sequence_length():
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:
     """`accelkit plan ARGS` in process: (exit code, stdout, stderr)."""
-    from accelkit.cli.app import main
-
-    code = 0
-    try:
-        main(["plan", *args])
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return main_in_process(capsys, "plan", *args)
 
 
 def test_compare_with_top_is_refused(capsys):

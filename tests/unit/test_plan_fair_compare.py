@@ -6,21 +6,14 @@ import json
 import re
 
 from accelkit.hardware import get_device, list_devices
+from tests.conftest import main_in_process
 
 COMPARE_70B = ["--model", "llama-3.1-70b", "--task", "infer", "--compare", "h100,h200,mi300x,b200"]
 
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:
     """`accelkit plan ARGS` in process: (exit code, stdout, stderr)."""
-    from accelkit.cli.app import main
-
-    code = 0
-    try:
-        main(["plan", *args])
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return main_in_process(capsys, "plan", *args)
 
 
 def _rows(capsys, *args: str) -> dict[str, dict]:
