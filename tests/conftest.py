@@ -38,9 +38,23 @@ def _isolated_home(tmp_path, monkeypatch):
     return home
 
 
-#: set to 1 to run `run_cli`/`accelkit` calls in this process (``_in_process``) instead of a subprocess: not the
-#: default yet — in one xdist worker an in-process command can leave state that empties a later test's stderr
-#: (seen in a full run; not yet found), so the suite keeps a subprocess per call until that is understood
+@pytest.fixture(autouse=True)
+def _consoles_follow_sys_streams():
+    """The CLI's rich consoles must write to whatever ``sys.stdout``/``sys.stderr`` is at the time: a test that sets
+    ``console.file`` (and monkeypatch's undo, which sets it back to the stream it read) pins the console to one
+    stream for every later test in the worker — later in-process commands then read an empty stderr."""
+    yield
+    from accelkit.cli import output
+
+    pinned = [name for name in ("out", "err") if getattr(output, name)._file is not None]
+    for name in pinned:
+        getattr(output, name)._file = None
+    assert not pinned, f"this test left accelkit.cli.output.{pinned[0]} writing to one fixed file; swap `_file` instead"
+
+
+#: set to 1 to run `run_cli`/`accelkit` calls in this process (``_in_process``) instead of a subprocess: the
+#: default is a subprocess per call (a CLI test of what a user runs); in-process runs once read an empty stderr
+#: because one test pinned ``output.err`` to pytest's capture stream (see ``_consoles_follow_sys_streams``)
 IN_PROCESS_ENV = "ACCELKIT_TEST_IN_PROCESS"
 
 

@@ -67,7 +67,9 @@ def test_a_silent_phase_gets_a_heartbeat_line(monkeypatch):
 
     assert HEARTBEAT_S * 2 <= 10
     buf = io.StringIO()
-    monkeypatch.setattr(err, "file", buf)
+    # rich's ``file`` property reads sys.stderr on each write; setting it, and monkeypatch's undo setting it back to
+    # what it read, would pin this worker's console to pytest's capture stream for every later test: swap ``_file``
+    monkeypatch.setattr(err, "_file", buf)
     reporter = _CliReporter(heartbeat_s=0.05)  # progress not given: lines, as stderr is no terminal
     try:
         reporter.phase("fp32 · forward", "first call")
