@@ -52,9 +52,8 @@ def _consoles_follow_sys_streams():
     assert not pinned, f"this test left accelkit.cli.output.{pinned[0]} writing to one fixed file; swap `_file` instead"
 
 
-#: set to 1 to run `run_cli`/`accelkit` calls in this process (``_in_process``) instead of a subprocess: the
-#: default is a subprocess per call (a CLI test of what a user runs); in-process runs once read an empty stderr
-#: because one test pinned ``output.err`` to pytest's capture stream (see ``_consoles_follow_sys_streams``)
+#: set to 0 to run every `run_cli`/`accelkit` call as a subprocess (the default runs the console script's entry point
+#: in this process, ``_in_process``: no new interpreter importing torch per call)
 IN_PROCESS_ENV = "ACCELKIT_TEST_IN_PROCESS"
 
 
@@ -103,10 +102,16 @@ def accelkit_subprocess(*args: str, timeout: float = 300, env: dict | None = Non
     )
 
 
+def _needs_a_new_interpreter(env: dict | None) -> bool:
+    """Variables read only when an interpreter or its libraries start (PYTHONPATH, LD_PRELOAD, thread counts)."""
+    return any(k.startswith("PYTHON") or k in ("LD_PRELOAD", "OMP_NUM_THREADS", "MKL_NUM_THREADS") for k in env or {})
+
+
 def run_cli(*args: str, check: bool = False, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run the CLI as a user would: in a subprocess (``ACCELKIT_TEST_IN_PROCESS=1``: its entry point in this
-    process); a CompletedProcess either way."""
-    if os.environ.get(IN_PROCESS_ENV) == "1":
+    """Run the CLI through the console script's entry point in this process (its own stdout, stderr and
+    environment), or in a subprocess where ``env`` holds a variable only a new interpreter reads or
+    ``ACCELKIT_TEST_IN_PROCESS=0``; a CompletedProcess either way (``timeout`` applies to a subprocess)."""
+    if os.environ.get(IN_PROCESS_ENV) != "0" and not _needs_a_new_interpreter(env):
         proc = _in_process(args, env)
     else:
         proc = accelkit_subprocess(*args, timeout=timeout, env=env)

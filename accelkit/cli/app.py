@@ -4,6 +4,7 @@ stderr and exit code 2; runtime failures exit 1; never a traceback for a user mi
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from typing import NoReturn
 
@@ -60,7 +61,9 @@ def _root(
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    message = " ".join(message.split())  # one line, whatever the message was built from (YAML errors span lines)
+    # one line, whatever the message was built from (YAML errors span lines); other whitespace stays as it was — a
+    # value the message quotes (a no-break space in a file name) must read as given
+    message = re.sub(r"[ \t]*[\r\n]+[ \t]*", " ", message).strip()
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
     sys.exit(code)
 
