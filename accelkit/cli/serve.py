@@ -13,7 +13,9 @@ from accelkit.cli.output import Progress, ProgressOption, err, flag_values
 from accelkit.cli.spec_options import spec_options
 from accelkit.core import UserError
 from accelkit.core.units import parse_size
+from accelkit.serve import preflight
 from accelkit.serve.config import EngineConfig, ServerConfig, origin_problem
+from accelkit.serve.listen import bind_socket
 
 
 def _size(text: str, flag: str) -> int:
@@ -103,8 +105,6 @@ def serve_cmd(
     server: dict[str, Any],
 ) -> None:
     """Serve a model behind an OpenAI-compatible API (completions, chat, SSE streaming, /metrics)."""
-    from accelkit.serve.server import bind_socket, build_server, run_server
-
     try:
         has_config = (model / "config.json").is_file()
     except OSError as exc:  # a name too long for the file system, say: is_file() lets that through
@@ -123,17 +123,21 @@ def serve_cmd(
             served_model_name=names[0], served_model_aliases=tuple(names[1:]), api_key=api_key,
             chat_template=template, **server,
         )
+        # the config, its architecture, max_model_len and the checkpoint's headers, without torch: a bad directory is
+        # one error line within a second
+        preflight.check_model_dir(model, engine_config.max_model_len)
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
         with ExitStack() as shown, flag_values():
-            # progress begins with the first slow step: the checks before it (flags, port, config.json, checkpoint,
-            # memory, tokenizer) fail fast, and their error stays the one line on stderr
-            bars: list[Progress] = []
+            # progress begins here, within FIRST_LINE_S where stderr is no terminal: importing torch and the web
+            # server takes seconds; the checks that need them (memory on the device, the tokenizer) come after it,
+            # so their error line may follow progress lines
+            bar = shown.enter_context(Progress("serve", show=progress))
+            bar.update("importing torch and the server", step="import")
+            from accelkit.serve.server import build_server, run_server  # lazy: torch, transformers, FastAPI
 
             def on_step(text: str) -> None:
-                if not bars:
-                    bars.append(shown.enter_context(Progress("serve", show=progress)))
-                bars[0].update(text, step=text)
+                bar.update(text, step=text)
 
             app, state = build_server(engine_config, server_config, on_step=on_step)
         bound_port = sock.getsockname()[1]

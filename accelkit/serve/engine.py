@@ -32,7 +32,6 @@ from accelkit.serve.config import EngineConfig
 from accelkit.serve.detokenizer import TokenDecoder
 from accelkit.serve.isolation import EngineDeadError, canary_ok, describe, execute_isolating
 from accelkit.serve.model_runner import ModelRunner
-from accelkit.serve.models.args import ModelArgs
 from accelkit.serve.output_processor import OutputProcessor, RequestState
 from accelkit.serve.outputs import EngineStats, RequestOutput
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
@@ -79,19 +78,7 @@ class LLMEngine:
         cache allocation, CUDA graph capture); ``accelkit serve`` shows them as progress."""
         self.config = config
         model_dir = Path(config.model)
-        hf_config = preflight.read_config(model_dir)
-        try:
-            self.model_args = ModelArgs.from_config(hf_config)
-        except ValueError as exc:  # names the field and what is supported
-            raise ValueError(f"{model_dir / 'config.json'}: {exc}") from None
-        except (KeyError, TypeError, AttributeError) as exc:  # a field missing or of the wrong type
-            raise ValueError(f"{model_dir / 'config.json'}: {describe(exc)}; fix the file or re-download it") from None
-        self.max_model_len = config.max_model_len or self.model_args.max_position_embeddings
-        if self.max_model_len > self.model_args.max_position_embeddings:
-            raise ValueError(
-                f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
-                f"{self.model_args.max_position_embeddings}"
-            )
+        hf_config, self.model_args, self.max_model_len = preflight.check_model_dir(model_dir, config.max_model_len)
         device = self._preflight(model_dir, hf_config)
         self.tokenizer = _load_tokenizer(model_dir)
         self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
@@ -129,8 +116,7 @@ class LLMEngine:
     def _preflight(self, model_dir: Path, hf_config: dict[str, Any]) -> str:
         """Refuse, before allocating anything, a checkpoint that does not match its config or cannot fit; the device
         ``config.device`` resolves to (resolved here, once)."""
-        tensors = preflight.checkpoint_tensors(model_dir)
-        preflight.check_checkpoint(hf_config, tensors, model_dir)
+        tensors = preflight.checkpoint_tensors(model_dir)  # (checked against the config in check_model_dir)
         device = resolve_device(self.config.device)
         where, device_available = preflight.available_memory(device)
         host_available = device_available if where == "host memory" else preflight.available_memory("cpu")[1]

@@ -24,6 +24,7 @@ from accelkit.core import serving_memory
 from accelkit.core.serving_memory import KVCacheDtype
 from accelkit.core.units import fmt_bytes
 from accelkit.hardware.device import free_memory_bytes
+from accelkit.serve.isolation import describe
 from accelkit.serve.models.args import MOE_ARCHITECTURES, SUPPORTED_ARCHITECTURES, ModelArgs, config_head_dim
 
 _MAX_DIM = 2**31 - 1  # no dimension of a real model comes near; beyond it every tensor index overflows int32
@@ -234,6 +235,26 @@ def check_checkpoint(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_
                 f"config.json in {model_dir} implies {name} of shape {list(want)}, but the checkpoint holds "
                 f"{list(info.shape)}: config.json and the weights do not belong together — re-download one of them"
             )
+
+
+def check_model_dir(model_dir: Path, max_model_len: int | None) -> tuple[dict[str, Any], ModelArgs, int]:
+    """The checks that need neither torch nor the tokenizer: ``config.json`` parses and names a supported
+    architecture, ``max_model_len`` fits its positions, and the checkpoint's headers match the config. Returns
+    (config, model args, max_model_len). `accelkit serve` runs it before it imports torch, so a bad directory is
+    one error line within a second; the engine runs it again (headers only: milliseconds)."""
+    hf_config = read_config(model_dir)
+    try:
+        model_args = ModelArgs.from_config(hf_config)
+    except ValueError as exc:  # names the field and what is supported
+        raise ValueError(f"{model_dir / 'config.json'}: {exc}") from None
+    except (KeyError, TypeError, AttributeError) as exc:  # a field missing or of the wrong type
+        raise ValueError(f"{model_dir / 'config.json'}: {describe(exc)}; fix the file or re-download it") from None
+    length = max_model_len or model_args.max_position_embeddings
+    if length > model_args.max_position_embeddings:
+        raise ValueError(f"max_model_len={length} exceeds the model's max_position_embeddings="
+                         f"{model_args.max_position_embeddings}")
+    check_checkpoint(hf_config, checkpoint_tensors(model_dir), model_dir)
+    return hf_config, model_args, length
 
 
 def available_memory(device: str) -> tuple[str, int]:

@@ -98,6 +98,33 @@ def test_light_commands_do_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True)
 
 
+def test_serve_refuses_a_bad_model_directory_before_importing_torch(tmp_path):
+    """#29: serve's progress starts once the checks that need no torch have passed, so these fail in one line
+    without the seconds torch takes to import (a fresh interpreter: what is imported is what this tests)."""
+    cases = {"list": b"[1, 2]", "unsupported": json.dumps({"architectures": ["GPT2LMHeadModel"]}).encode(),
+             "positions": None}
+    for name, config in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_bytes(config or json.dumps({
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+            "max_position_embeddings": 128}).encode())
+    (tmp_path / "positions" / "model.safetensors").write_bytes(b"not a safetensors file" * 20)
+    code = (
+        "import sys\nfrom accelkit.cli.app import main\n"
+        f"for argv in (['serve','--model',{str(tmp_path / 'list')!r}], ['serve','--model',{str(tmp_path / 'unsupported')!r}],"
+        f" ['serve','--model',{str(tmp_path / 'positions')!r},'--max-model-len','4096'],"
+        f" ['serve','--model',{str(tmp_path / 'positions')!r}]):\n"
+        "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 2, (argv, e.code)\n"
+        "bad = [m for m in ('torch', 'transformers', 'fastapi') if m in sys.modules]\nassert not bad, bad\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 0 and len(lines) == 4 and all(line.startswith("error: ") for line in lines), proc.stderr
+    assert "holds a JSON list" in lines[0] and "GPT2LMHeadModel" in lines[1] and "max_model_len=4096" in lines[2]
+    assert "is not a safetensors file" in lines[3]
+
+
 def test_probe_quick_json_stores_and_lists(cli):
     data = _json(cli, "hw", "probe", "--quick")
     for dtype in ("fp32", "bf16"):

@@ -17,9 +17,10 @@ from accelkit.monitor.registry import REGISTRY
 from accelkit.monitor.serving import ServingMetrics
 from accelkit.serve.config import EngineConfig, ServerConfig
 from accelkit.serve.engine import LLMEngine
+from accelkit.serve.listen import bind_socket
 from accelkit.serve.loop import EngineLoop
 from accelkit.serve.server.app import create_app
-from accelkit.serve.server.lifecycle import ServeServer, bind_socket, server_config
+from accelkit.serve.server.lifecycle import ServeServer, server_config
 from accelkit.serve.server.state import ServingState
 
 _LOOP_JOIN_S = 10.0  # a step is milliseconds; this is for one stuck in a device call

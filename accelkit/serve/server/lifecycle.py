@@ -1,4 +1,5 @@
-"""Start and stop: bind the socket before anything slow happens, and shut down in bounded time, quietly.
+"""Start and stop: serve on the socket bound before anything slow happened (``accelkit.serve.listen``), and shut
+down in bounded time, quietly.
 
 Shutdown (SIGTERM or Ctrl-C): new connections are refused and new requests get 503 at once; requests in
 flight get ``shutdown_timeout_s`` to finish; then every one still running is aborted through the engine, so
@@ -33,26 +34,6 @@ _BACKSTOP_S = 5.0
 CONNECTION_MARGIN = 64  # connections beyond 2 × (max_num_seqs + max_queue): probes, scrapers, clients told 429
 PER_CLIENT_MARGIN = 32  # one address's connections beyond max_num_seqs + max_queue (a pool's idle ones, probes)
 ACCEPT_ERROR_LOG_S = 10.0  # at most one "cannot accept" warning per this many seconds
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (not yet listening); ValueError naming the flag and the fix."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (socket.gaierror, UnicodeError) as exc:
-        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
-        raise ValueError(f"--host {host!r} is not an address this machine has ({reason}); use 127.0.0.1, "
-                         "0.0.0.0 or one of its interface addresses") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does; a listening port stays busy
-    try:
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        fix = "pick another --port" if exc.errno in (98, 13, 48) else "use an address of this machine as --host"
-        raise ValueError(f"cannot listen on {host}:{port} ({exc.strerror}); {fix}") from None
-    return sock
 
 
 class _AcceptErrorLog:
