@@ -52,6 +52,10 @@ class EngineConfig(Spec):
         None, doc="Detokenize and build step N's outputs while step N+1 runs on the device (its outputs arrive one "
         "step later); None = on for CUDA, off on CPU (where the forward runs in the same thread, so nothing overlaps).",
     )
+    tensor_parallel_size: int = spec_field(
+        1, min=1, doc="Ranks one model is split over (attention heads and MLP widths), one process each: GPUs from "
+        "device on (NCCL), or CPU processes (gloo; for correctness, not speed). Must divide the model's heads.",
+    )
     max_cuda_graph_batch_size: int | None = spec_field(
         None, min=1, doc="Largest decode batch replayed from a CUDA graph (larger ones run eagerly); None = max_num_seqs, at most 512.",
     )

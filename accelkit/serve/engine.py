@@ -38,6 +38,11 @@ from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 from accelkit.serve.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from accelkit.serve.sequence import Sequence
 from accelkit.serve.structured import CompiledGrammar, GrammarCompiler, StructuredBackend
+from accelkit.serve.tensor_parallel import (
+    TensorParallelLeader,
+    check_tensor_parallel_ranks,
+    check_tensor_parallel_size,
+)
 
 log = logging.getLogger("accelkit.serve")
 
@@ -79,11 +84,29 @@ class LLMEngine:
         self.config = config
         model_dir = Path(config.model)
         hf_config, self.model_args, self.max_model_len = preflight.check_model_dir(model_dir, config.max_model_len)
+        check_tensor_parallel_size(config.tensor_parallel_size, self.model_args)
         device = self._preflight(model_dir, hf_config)
+        check_tensor_parallel_ranks(config.tensor_parallel_size, device)
         self.tokenizer = _load_tokenizer(model_dir)
         self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
-        self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len, device=device,
-                                  on_step=on_step)
+        tp = None
+        if config.tensor_parallel_size > 1:
+            if on_step is not None:
+                on_step(f"starting {config.tensor_parallel_size - 1} tensor-parallel worker process(es)")
+            tp = TensorParallelLeader(config, device=device, max_model_len=self.max_model_len)
+        try:
+            self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len, device=device,
+                                      on_step=on_step, tp=tp)
+        except BaseException as exc:
+            if tp is None:
+                raise
+            # a bad setting fails on every rank alike (rank 0 says it); anything else: most likely a worker died
+            failure = exc if isinstance(exc, (ValueError, KeyboardInterrupt)) else tp.error(exc, wait_s=2.0)
+            tp.shutdown()
+            if failure is exc:
+                raise
+            raise failure from exc
+        self.tensor_parallel = tp  # rank 0's side of the group (None on one rank)
         self.block_manager = BlockManager(
             num_blocks=self.runner.num_blocks, block_size=config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
@@ -128,6 +151,11 @@ class LLMEngine:
             where=where, max_model_len_is_default=self.config.max_model_len is None,
         )
         return device
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel worker processes, if any (the engine cannot step after this; safe to repeat).
+        Without it they end with this process."""
+        self.runner.shutdown()
 
     @classmethod
     def from_model(cls, model: str, **kwargs: Any) -> LLMEngine:

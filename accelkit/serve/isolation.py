@@ -49,8 +49,8 @@ def execute_isolating(execute: Execute, batch: ScheduledBatch, *, retry: Execute
 
     Returns ``(sampled, failures)``: ``sampled[i]`` as ``execute`` gives it for every row that ran (None for
     failed rows, and for rows whose sequence had finished before they could be re-run), and ``failures`` maps
-    a failed row of ``batch`` to its exception. Never raises ``Exception`` (``KeyboardInterrupt`` and friends
-    still propagate).
+    a failed row of ``batch`` to its exception. Raises only :class:`EngineDeadError` (the engine, not a request,
+    failed: nothing to bisect) and ``KeyboardInterrupt`` and friends.
 
     After a failed first attempt, ``settle`` runs once (the engine finishes the previous step's postprocessing
     there, if the failure came before it ran); the re-runs then go through ``retry`` (default ``execute``) and
@@ -96,6 +96,8 @@ def execute_isolating(execute: Execute, batch: ScheduledBatch, *, retry: Execute
 def _attempt(execute: Execute, batch: ScheduledBatch) -> tuple[list[int | None], Exception | None]:
     try:
         return execute(batch), None
+    except EngineDeadError:
+        raise
     except Exception as exc:
         return [], exc
 

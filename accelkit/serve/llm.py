@@ -71,11 +71,23 @@ def _unpack(prompt: object) -> object:
 
 class LLM:
     """An engine for offline use. Keywords are :class:`EngineConfig` fields (dtype, kv_cache_dtype,
-    kv_cache_memory_bytes, block_size, max_num_seqs, max_num_batched_tokens, enable_prefix_caching, ...)."""
+    kv_cache_memory_bytes, block_size, max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
+    tensor_parallel_size, ...). With ``tensor_parallel_size > 1``, :meth:`shutdown` (or ``with LLM(...) as llm:``)
+    stops the worker processes; they also end with this process."""
 
     def __init__(self, model: str, **kwargs: Any) -> None:
         self.engine = LLMEngine(EngineConfig(model=str(model), **kwargs))
         self._counter = 0
+
+    def shutdown(self) -> None:
+        """Stop the engine's worker processes (tensor parallelism); the LLM cannot generate after this."""
+        self.engine.shutdown()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
     @property
     def tokenizer(self) -> Any:

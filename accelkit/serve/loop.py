@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from accelkit.core import AccelkitError
 from accelkit.serve.engine import LLMEngine
 from accelkit.serve.isolation import describe
 from accelkit.serve.outputs import EngineStats, RequestOutput
@@ -67,6 +68,7 @@ class EngineLoop:
         self.error: BaseException | None = None
         self._cond = threading.Condition()
         self._stop = False
+        self._failure: BaseException | None = None  # set by fail(): raised on the loop thread
         self._sinks: dict[str, OutputCallback] = {}
         self._flush_hooks: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name="accelkit-engine", daemon=True)
@@ -136,6 +138,13 @@ class EngineLoop:
             self._cond.notify()
         return len(pending)
 
+    def fail(self, exc: BaseException) -> None:
+        """Stop the loop with ``exc`` as if a step had raised it (every open request fails with it): what a
+        tensor-parallel worker's death does while the loop sleeps. A step running now raises on its own."""
+        with self._cond:
+            self._failure = exc
+            self._cond.notify()
+
     def stop(self, timeout: float | None = None) -> None:
         """Abort what is in flight and join the thread."""
         with self._cond:
@@ -148,8 +157,10 @@ class EngineLoop:
         try:
             while True:
                 with self._cond:
-                    while not self._stop and not self.engine.has_unfinished_requests():
+                    while not self._stop and self._failure is None and not self.engine.has_unfinished_requests():
                         self._cond.wait()
+                    if self._failure is not None:
+                        raise self._failure
                     if self._stop:
                         break
                 # (with overlapped postprocessing, outputs are delivered while the next step runs on the device)
@@ -162,7 +173,9 @@ class EngineLoop:
             self.abort_all()  # stopping: abort everything still open so that every stream ends
             self._deliver_all(self.engine.step())
         except BaseException as e:  # the engine cannot go on; every open request learns why
-            log.error("engine loop stopped; every request in flight fails: %s", describe(e), exc_info=e)
+            # (an AccelkitError says all there is to say: no traceback)
+            log.error("engine loop stopped; every request in flight fails: %s", describe(e),
+                      exc_info=None if isinstance(e, AccelkitError) else e)
             with self._cond:  # with the sinks, so that add_request sees the error or its sink is failed here
                 self.error = e
                 sinks, self._sinks = list(self._sinks.values()), {}

@@ -8,6 +8,10 @@ the persistent input buffers and, on CUDA, the decode CUDA graphs.
 A step's layout is ``[single-token rows | prompt chunks]``; its integers are written with numpy into the
 pinned host buffer and reach the device in one copy (``input_buffers.py``). Decode-only steps that fit a
 captured batch size replay a CUDA graph (``cuda_graphs.py``); everything else runs eagerly.
+
+With tensor parallelism (``tensor_parallel.py``) every rank has a runner holding its shard and its heads' KV
+cache; rank 0's prepares each step and broadcasts the packed inputs, the others run what they receive
+(:meth:`ModelRunner.run_received`), and only rank 0 computes logits and samples.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from accelkit.serve.models.llama import load_model
 from accelkit.serve.sampler import Sampler
 from accelkit.serve.scheduler import ScheduledBatch
 from accelkit.serve.sequence import Sequence
+from accelkit.serve.tensor_parallel import RankComm, StepHeader, TensorParallelLeader, shard_args, shard_tensor
 
 log = logging.getLogger("accelkit.serve")
 
@@ -80,11 +85,15 @@ class ModelRunner:
     kv_bytes_per_token: int  # K/V bytes of one token over all layers, scales included (serving_memory)
 
     def __init__(self, config: EngineConfig, args: ModelArgs, *, max_model_len: int, device: str,
-                 on_step: Callable[[str], None] | None = None) -> None:
+                 on_step: Callable[[str], None] | None = None, tp: RankComm | None = None) -> None:
         """``device``: ``config.device`` as ``resolve_device`` resolved it (the engine does that once); ``on_step``
-        is told each slow step as it starts (``accelkit serve`` shows them as progress)."""
+        is told each slow step as it starts (``accelkit serve`` shows them as progress); ``tp``: this rank's place
+        in a tensor-parallel group (``args`` are the whole model's; the runner holds its rank's share)."""
         step = on_step or (lambda text: None)
         self.config = config
+        self.tp = tp
+        self.full_args = args
+        args = shard_args(args, tp.size) if tp is not None else args
         self.args = args
         self.device = torch.device(device)
         self._select_device()  # kernels launch, and graphs capture, on the current device: make it ours
@@ -101,7 +110,13 @@ class ModelRunner:
         self.max_model_len = max_model_len
         self.max_blocks_per_seq = -(-max_model_len // self.block_size)
         step(f"loading the weights onto {self.device}")
-        self.model = load_model(config.model, args, dtype=self.dtype, device=self.device)
+        shard = None
+        if tp is not None:
+            def shard(name: str, tensor: torch.Tensor) -> torch.Tensor:
+                return shard_tensor(name, tensor, args=self.full_args, rank=tp.rank, size=tp.size)
+        self.model = load_model(config.model, args, dtype=self.dtype, device=self.device, shard=shard)
+        if tp is not None:
+            self.model.set_all_reduce(tp.all_reduce)
         step("allocating the KV cache")
         self.model.init_rope(max_model_len, dtype=self.dtype, device=self.device)
         self.kv_cache = self._allocate_kv_cache()
@@ -139,6 +154,8 @@ class ModelRunner:
                                  gpu_memory_utilization=cfg.gpu_memory_utilization)
         per_token, bs = self.kv_bytes_per_token, self.block_size
         num_blocks = kv_cache_num_blocks(budget_bytes=budget, bytes_per_token=per_token, block_size=bs)
+        if self.tp is not None:  # every rank's cache holds the same blocks (free GPU memory may differ per rank)
+            num_blocks = self.tp.min_int(num_blocks)
         if num_blocks * bs < self.max_model_len:
             raise ValueError(
                 f"kv_cache_memory_bytes={budget} holds {num_blocks * bs} tokens "
@@ -216,22 +233,44 @@ class ModelRunner:
             self._write_padding(h, len(single), num_seqs)
         num_logits = len(logits_rows)
         h["logits_indices"][:num_logits] = logits_rows
-        self.buffers.upload(layout)
+        header = StepHeader(
+            num_tokens=layout.num_tokens, num_seqs=num_seqs, width=layout.width,
+            num_decodes=num_seqs if graph_size else len(single),
+            max_query_len=max((counts[i] for i in multi), default=0), graph_size=graph_size,
+        )
+        if isinstance(self.tp, TensorParallelLeader) and pad_to is None:  # (a graph's own padding rows: every rank's)
+            self.tp.send_step(header, self.buffers.host[: layout.size])
+        step = self._step_from_buffers(layout, header, h, sample_rows, prompt)
+        step.rows_are_prefix = bool(logits_rows) and logits_rows[-1] == num_logits - 1
+        step.logits_indices = step.logits_indices[:num_logits]
+        return step
 
+    def _step_from_buffers(self, layout: Layout, header: StepHeader, h: dict[str, np.ndarray], sample_rows: list[int],
+                           prompt: PromptRows | None) -> Step:
+        """The step whose inputs the host buffer holds: copied to the device, attention planned."""
+        self.buffers.upload(layout)
         d = self.buffers.device_views(layout)
         tensors = StepTensors(
-            num_tokens=layout.num_tokens, num_seqs=num_seqs, num_decodes=num_seqs if graph_size else len(single),
-            max_query_len=max((counts[i] for i in multi), default=0),
+            num_tokens=layout.num_tokens, num_seqs=header.num_seqs, num_decodes=header.num_decodes,
+            max_query_len=header.max_query_len,
             seq_lens_np=h["seq_lens"], query_start_np=h["query_start"], block_tables_np=h["block_tables"],
             positions=d["positions"], slot_mapping=d["slot_mapping"], seq_lens=d["seq_lens"], query_start=d["query_start"],
             block_tables=d["block_tables"],
         )
         return Step(
             layout=layout, tensors=tensors, input_ids=d["input_ids"], positions=d["positions"],
-            logits_indices=d["logits_indices"][:num_logits], sample_batch_rows=sample_rows,
-            rows_are_prefix=bool(logits_rows) and logits_rows[-1] == num_logits - 1, graph_size=graph_size,
-            meta=self.backend.prepare(tensors), prompt=prompt,
+            logits_indices=d["logits_indices"], sample_batch_rows=sample_rows, rows_are_prefix=False,
+            graph_size=header.graph_size, meta=self.backend.prepare(tensors), prompt=prompt,
         )
+
+    def run_received(self, header: StepHeader) -> None:
+        """A worker rank (tensor parallelism): receive rank 0's packed inputs of the step ``header`` describes and
+        run its forward (the same collectives as rank 0's; no logits, no sampling)."""
+        layout = Layout(header.num_tokens, header.num_seqs, header.width)
+        self.buffers.wait_for_copy()
+        assert self.tp is not None
+        self.tp.broadcast_inputs(self.buffers.host[: layout.size])
+        self.forward(self._step_from_buffers(layout, header, self.buffers.host_views(layout), [], None))
 
     def _write_single_rows(self, h: dict[str, np.ndarray], layout: Layout, seqs: list[Sequence], single: list[int]
                            ) -> tuple[list[int], list[int], PromptRows | None]:
@@ -372,7 +411,13 @@ class ModelRunner:
         """
         self._select_device()  # the current device is per thread: the serving loop steps on its own thread
         step = self.prepare(batch)
-        logits = self.forward(step)
+        if isinstance(self.tp, TensorParallelLeader):
+            try:  # the workers run this step too: a failure here leaves the ranks out of step for good
+                logits = self.forward(step)
+            except Exception as exc:
+                raise self.tp.error(exc, wait_s=2.0) from exc
+        else:
+            logits = self.forward(step)
         if logits is None:
             if overlap is not None:
                 overlap()
@@ -406,6 +451,11 @@ class ModelRunner:
         capture and the input copy's stream all use the current device. Free when it already is."""
         if self.device.type == "cuda" and torch.cuda.current_device() != self.device.index:
             torch.cuda.set_device(self.device)
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers, if any (the engine cannot step after this)."""
+        if isinstance(self.tp, TensorParallelLeader):
+            self.tp.shutdown()
 
     def release(self, seq: Sequence) -> None:
         """Forget per-request state (a seeded generator, its host block-table row) of a finished sequence."""

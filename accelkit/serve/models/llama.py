@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -147,6 +148,8 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(args, layer)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp: nn.Module = SparseMoE(args) if args.is_sparse_layer(layer) else MLP(args)
+        # tensor parallelism: sums the partial outputs of the ranks in place (attention's o_proj, the MLP's down)
+        self.all_reduce: Callable[[torch.Tensor], None] | None = None
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionContext
@@ -155,8 +158,13 @@ class DecoderLayer(nn.Module):
         each residual add happens inside the next norm. Returns the MLP output and the residual stream."""
         h, residual = self.input_layernorm(x, residual)
         h = self.self_attn(h, cos, sin, attn)
+        if self.all_reduce is not None:
+            self.all_reduce(h)
         h, residual = self.post_attention_layernorm(h, residual)
-        return self.mlp(h), residual
+        out: torch.Tensor = self.mlp(h)
+        if self.all_reduce is not None:
+            self.all_reduce(out)
+        return out, residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -180,6 +188,13 @@ class LlamaForCausalLM(nn.Module):
         for module in self.modules():
             if isinstance(module, (RMSNorm, MLP)):
                 module.fused = enabled
+
+    def set_all_reduce(self, all_reduce: Callable[[torch.Tensor], None] | None) -> None:
+        """Tensor parallelism (``tensor_parallel.py``): each layer sums its attention and MLP outputs over the ranks
+        with ``all_reduce`` (in place); None: one rank holds the whole model."""
+        for layer in self.layers:
+            assert isinstance(layer, DecoderLayer)
+            layer.all_reduce = all_reduce
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
         """``input_ids, positions``: (T,) → hidden (T, hidden) before the final norm. Device work only, so
@@ -242,8 +257,10 @@ def _checkpoint_names(param: str, args: ModelArgs) -> list[list[str]]:
     return [[name]]
 
 
-def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, device: torch.device) -> LlamaForCausalLM:
-    """Build the module without allocating, then fill it from the safetensors checkpoint."""
+def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, device: torch.device,
+               shard: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> LlamaForCausalLM:
+    """Build the module without allocating, then fill it from the safetensors checkpoint. ``shard``: this rank's
+    part of each checkpoint tensor, by name (tensor parallelism; ``args`` are then the rank's own)."""
     model_dir = Path(model_dir)
     with torch.device("meta"):
         model = LlamaForCausalLM(args)
@@ -251,6 +268,10 @@ def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, de
     state: dict[str, torch.Tensor] = {}
     used: set[str] = set()
     missing: list[str] = []
+
+    def part(name: str) -> torch.Tensor:
+        return tensors[name] if shard is None else shard(name, tensors[name])
+
     for param in model.state_dict():
         groups = _checkpoint_names(param, args)
         names = [n for group in groups for n in group]
@@ -258,7 +279,7 @@ def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, de
             missing += [n for n in names if n not in tensors]
             continue
         used.update(names)
-        joined = [torch.cat([tensors[n] for n in group]) for group in groups]
+        joined = [torch.cat([part(n) for n in group]) for group in groups]
         value = torch.stack(joined) if ".experts." in param else joined[0]
         state[param] = value.to(device=device, dtype=dtype)
     if missing:

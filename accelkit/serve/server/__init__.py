@@ -22,6 +22,7 @@ from accelkit.serve.loop import EngineLoop
 from accelkit.serve.server.app import create_app
 from accelkit.serve.server.lifecycle import ServeServer, server_config
 from accelkit.serve.server.state import ServingState
+from accelkit.serve.tensor_parallel import WorkerDiedError
 
 _LOOP_JOIN_S = 10.0  # a step is milliseconds; this is for one stuck in a device call
 
@@ -40,6 +41,8 @@ def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
     state = ServingState(loop, server_config, metrics)
     loop.on_step = state.bridge.on_step
     loop.start()
+    if engine.tensor_parallel is not None:  # a worker's death ends the loop now, even while it sleeps
+        engine.tensor_parallel.on_death(lambda message: loop.fail(WorkerDiedError(message)))
     app = create_app(state, registry=registry)
 
     @contextlib.asynccontextmanager
@@ -47,6 +50,7 @@ def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
         yield
         state.accepting = False
         loop.stop(timeout=_LOOP_JOIN_S)  # every handler has ended by now; aborts whatever is left
+        engine.shutdown()
 
     app.router.lifespan_context = lifespan
     return app, state
@@ -92,11 +96,16 @@ def run_server(app: Any, state: ServingState, sock: socket.socket, *, log_level:
     # uvicorn re-raises the captured signal once it has shut down gracefully; with these no-op handlers
     # in place that re-raise is harmless and the process exits 0 after a clean shutdown
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    tp = getattr(state.loop.engine, "tensor_parallel", None)
+    if tp is not None:  # a worker's death takes the server down (shut down as on SIGTERM; no request can run)
+        tp.on_death(lambda message: setattr(server, "should_exit", True))
     try:
         server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if tp is not None and tp.dead is not None:
+        raise WorkerDiedError(tp.dead)
 
 
 __all__ = ["EngineConfig", "ServerConfig", "ServingState", "bind_socket", "build_server", "run_server"]
