@@ -1,0 +1,125 @@
+"""Tensor parallelism (issue 31, criterion 3): tensor_parallel_size=2 on CPU — two processes on gloo — gives the same
+greedy tokens as one process at fp32 for Llama, Qwen3 and Qwen3-MoE, offline and through `accelkit serve`; a worker
+killed takes the engine (and the server) down with one line saying so, not a hang; bad sizes are one-line errors."""
+
+import os
+import re
+import signal
+
+import httpx
+import psutil
+import pytest
+import torch
+
+from accelkit.serve import LLM, SamplingParams
+from accelkit.serve.tensor_parallel import WorkerDiedError, check_tensor_parallel_ranks
+from accelkit.serve.testing import hf_model, random_prompts, save_model_dir
+from tests.conftest import main_in_process
+from tests.integration.serve_server_util import serve_on_a_free_port
+
+MAX_TOKENS = 12
+PROMPTS = random_prompts(4, min_len=1, max_len=60, seed=31)
+SHARED = [list(range(10, 50)) + p[:6] for p in PROMPTS[:2]]  # a 40-token prefix: the second hits the prefix cache
+# chunked prefill (24-token steps), prefix caching, 16-token blocks
+ENGINE = {"dtype": "float32", "kv_cache_memory_bytes": 4 << 20, "max_model_len": 160, "max_num_batched_tokens": 24,
+          "block_size": 16}
+
+MODELS = {
+    # q/k/v/o and gate/up/down biases: the row-parallel ones (o, down) must be added once, not once per rank
+    "llama": lambda: hf_model("tiny-llama", seed=1, attention_bias=True, mlp_bias=True),
+    # one K/V head for 4 query heads: replicated on both ranks; per-head q/k norms
+    "qwen3": lambda: hf_model("tiny-qwen3", seed=2, num_key_value_heads=1),
+    # every expert split across the ranks, the router replicated
+    "qwen3-moe": lambda: hf_model("tiny-qwen3-moe", seed=3),
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """name → its saved directory (random biases: transformers zero-inits them), built once for the module."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            hf = MODELS[name]()
+            with torch.no_grad():
+                for param_name, param in hf.named_parameters():
+                    if param_name.endswith(".bias"):
+                        param.normal_(0.0, 0.5)
+            cache[name] = save_model_dir(hf, tmp_path_factory.mktemp(name) / "m")
+        return cache[name]
+
+    return get
+
+
+def _greedy(llm):
+    outs = llm.generate(PROMPTS, SamplingParams.greedy(MAX_TOKENS))
+    outs += llm.generate(SHARED[:1], SamplingParams.greedy(MAX_TOKENS))
+    outs += llm.generate(SHARED[1:], SamplingParams.greedy(MAX_TOKENS))
+    assert outs[-1].metrics.num_cached_tokens >= 32  # the shared prefix came from the cache
+    return [o.token_ids for o in outs]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_tp2_greedy_tokens_equal_tp1(name, model_dir):
+    path = str(model_dir(name))
+    want = _greedy(LLM(path, **ENGINE))
+    with LLM(path, tensor_parallel_size=2, **ENGINE) as llm:
+        runner = llm.engine.runner
+        full = runner.full_args
+        # rank 0 holds half of the query heads and of the MLP widths; its KV cache only its own K/V heads
+        assert runner.args.num_heads == full.num_heads // 2
+        assert runner.kv_cache.num_kv_heads == max(1, full.num_kv_heads // 2)
+        if full.moe is not None:
+            assert runner.args.moe is not None and runner.args.moe.intermediate_size == full.moe.intermediate_size // 2
+        else:
+            assert runner.args.intermediate_size == full.intermediate_size // 2
+        assert _greedy(llm) == want
+        if name == "llama":  # a worker killed under a live engine: the next step says so, at once
+            worker = next(c for c in psutil.Process().children() if "spawn_main" in " ".join(c.cmdline()))
+            worker.send_signal(signal.SIGKILL)
+            with pytest.raises(WorkerDiedError, match=rf"worker rank 1 \(pid {worker.pid}\) was killed by SIGKILL"):
+                llm.generate(PROMPTS[:1], SamplingParams.greedy(MAX_TOKENS))
+
+
+def test_serve_tp2_answers_as_tp1_and_exits_when_a_worker_dies(model_dir, tmp_path):
+    path = str(model_dir("llama"))
+    prompt = PROMPTS[2]
+    want = LLM(path, **ENGINE).generate([prompt], SamplingParams.greedy(MAX_TOKENS))[0].text
+    proc, base = serve_on_a_free_port(path, tmp_path, "--tensor-parallel-size", "2", "--dtype", "float32",
+                                      "--max-model-len", "160")
+    try:
+        reply = httpx.post(f"{base}/v1/completions", timeout=60, json={
+            "model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["text"] == want
+        # kill the worker while the server is idle: nothing is stepping, yet the server must go down by itself
+        workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+        assert len(workers) == 1
+        workers[0].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert re.fullmatch(rf"error: tensor-parallel worker rank 1 \(pid {workers[0].pid}\) was killed by SIGKILL; "
+                        r"the engine stopped — restart it", last), err[-2000:]
+    assert "Traceback" not in err
+
+
+def test_bad_tensor_parallel_sizes_are_one_line_errors(model_dir, capsys):
+    path = str(model_dir("llama"))  # 4 query heads, 2 K/V heads
+    capsys.readouterr()  # (saving the model prints a progress bar)
+    cases = {"0": "--tensor-parallel-size': Input should be greater than or equal to 1 (got '0')",
+             "3": "tensor_parallel_size=3 does not divide num_attention_heads=4 of this model; use one of 1, 2, 4"}
+    for value, message in cases.items():
+        code, _, err = main_in_process(capsys, "serve", "--model", path, "--tensor-parallel-size", value, "--port", "0")
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and message in lines[0], err
+    with pytest.raises(ValueError, match=r"^tensor_parallel_size=0 is out of range; expected >= 1"):
+        LLM(path, tensor_parallel_size=0)
+    cores = len(os.sched_getaffinity(0))  # more ranks than cores: refused before any process starts
+    with pytest.raises(ValueError, match=rf"^tensor_parallel_size={cores + 1} exceeds the {cores} CPU cores"):
+        check_tensor_parallel_ranks(cores + 1, "cpu")
