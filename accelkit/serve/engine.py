@@ -149,6 +149,7 @@ class LLMEngine:
             kv_cache_memory_bytes=self.config.kv_cache_memory_bytes, max_model_len=self.max_model_len,
             block_size=self.config.block_size, host_available=host_available, device_available=device_available,
             where=where, max_model_len_is_default=self.config.max_model_len is None,
+            tensor_parallel_size=self.config.tensor_parallel_size,
         )
         return device
 

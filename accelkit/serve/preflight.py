@@ -265,27 +265,32 @@ def available_memory(device: str) -> tuple[str, int]:
 def check_memory(
     model_dir: Path, cfg: dict[str, Any], tensors: dict[str, TensorInfo], *, dtype: str, kv_cache_dtype: KVCacheDtype,
     kv_cache_memory_bytes: int | None, max_model_len: int, block_size: int, host_available: int,
-    device_available: int, where: str, max_model_len_is_default: bool = False,
+    device_available: int, where: str, max_model_len_is_default: bool = False, tensor_parallel_size: int = 1,
 ) -> None:
     """Refuse, before allocating, what cannot fit: checkpoint in host memory (it is read there first), then
     weights + RoPE tables + KV cache on the device, and a KV budget too small for one full context (the
-    ``serving_memory.min_kv_cache_bytes`` it names is exactly what the engine accepts)."""
+    ``serving_memory.min_kv_cache_bytes`` it names is exactly what the engine accepts). With
+    ``tensor_parallel_size`` N every rank reads the whole checkpoint (N copies in host memory at once) and holds
+    about 1/N of the weights and its own K/V heads on its device (the KV budget is each rank's)."""
+    tp = tensor_parallel_size
     ckpt_bytes = sum(t.num_bytes for t in tensors.values())
-    if ckpt_bytes > host_available:
+    if ckpt_bytes * tp > host_available:
+        readers = f" × {tp} tensor-parallel ranks reading it at once" if tp > 1 else ""
         raise ValueError(
-            f"the checkpoint in {model_dir} is {fmt_bytes(ckpt_bytes)}, more than the "
+            f"the checkpoint in {model_dir} is {fmt_bytes(ckpt_bytes)}{readers}, more than the "
             f"{fmt_bytes(host_available)} of host memory available; free memory or use a machine with more"
         )
     itemsize = _TORCH_BYTES.get(dtype, 4)
     num_params = sum(math.prod(t.shape) for t in tensors.values())
     scheme = serving_memory.ENGINE_DTYPE_SCHEMES.get(dtype, "fp32")
-    weight_bytes = num_params * serving_memory.weight_bytes_per_param(scheme)  # the planner's table too
+    weight_bytes = num_params * serving_memory.weight_bytes_per_param(scheme) // tp  # the planner's table too
     heads = cfg["num_attention_heads"]
     head_dim = config_head_dim(cfg)
     rope_bytes = 2 * max_model_len * head_dim * 4  # cos and sin, float32, one row per position
     # the engine's own bytes per token: fp8/int8 hold a float16 scale per token and KV head besides the codes
     kv_per_token = serving_memory.kv_bytes_per_token(
-        num_layers=cfg["num_hidden_layers"], num_kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=head_dim,
+        num_layers=cfg["num_hidden_layers"], num_kv_heads=max(1, (cfg.get("num_key_value_heads") or heads) // tp),
+        head_dim=head_dim,
         kv_cache_dtype=kv_cache_dtype, dtype_bytes=itemsize)
     full_context = serving_memory.min_kv_cache_bytes(max_model_len=max_model_len, block_size=block_size,
                                                      bytes_per_token=kv_per_token)
