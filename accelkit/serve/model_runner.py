@@ -238,9 +238,11 @@ class ModelRunner:
             num_decodes=num_seqs if graph_size else len(single),
             max_query_len=max((counts[i] for i in multi), default=0), graph_size=graph_size,
         )
-        if isinstance(self.tp, TensorParallelLeader) and pad_to is None:  # (a graph's own padding rows: every rank's)
-            self.tp.send_step(header, self.buffers.host[: layout.size])
         step = self._step_from_buffers(layout, header, h, sample_rows, prompt)
+        # the workers start the step only once nothing but the forward is left to fail here (a graph's own padding
+        # rows, pad_to, are every rank's to prepare)
+        if isinstance(self.tp, TensorParallelLeader) and pad_to is None:
+            self.tp.send_step(header, self.buffers.host[: layout.size])
         step.rows_are_prefix = bool(logits_rows) and logits_rows[-1] == num_logits - 1
         step.logits_indices = step.logits_indices[:num_logits]
         return step
