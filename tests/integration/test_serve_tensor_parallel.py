@@ -2,10 +2,12 @@
 greedy tokens as one process at fp32 for Llama, Qwen3 and Qwen3-MoE, offline and through `accelkit serve`; a worker
 killed takes the engine (and the server) down with one line saying so, not a hang; bad sizes are one-line errors."""
 
+import json
 import os
 import re
 import signal
 import threading
+from pathlib import Path
 
 import httpx
 import psutil
@@ -13,7 +15,8 @@ import pytest
 import torch
 
 from accelkit.serve import LLM, SamplingParams
-from accelkit.serve.tensor_parallel import WorkerDiedError, check_tensor_parallel_ranks
+from accelkit.serve.models.args import ModelArgs
+from accelkit.serve.tensor_parallel import WorkerDiedError, check_tensor_parallel_ranks, check_tensor_parallel_size
 from accelkit.serve.testing import hf_model, random_prompts, save_model_dir
 from tests.conftest import main_in_process
 from tests.integration.serve_server_util import serve_on_a_free_port
@@ -124,6 +127,14 @@ def test_bad_tensor_parallel_sizes_are_one_line_errors(model_dir, capsys):
         assert code == 2 and len(lines) == 1 and message in lines[0], err
     with pytest.raises(ValueError, match=r"^tensor_parallel_size=0 is out of range; expected >= 1"):
         LLM(path, tensor_parallel_size=0)
+    config = json.loads((Path(path) / "config.json").read_text())
+    for overrides, message in (
+        ({"num_attention_heads": 6, "num_key_value_heads": 3, "head_dim": 16},
+         "tensor_parallel_size=2 and num_key_value_heads=3 of this model: one must divide the other"),
+        ({"intermediate_size": 129}, "tensor_parallel_size=2 does not divide intermediate_size=129"),
+    ):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+            check_tensor_parallel_size(2, ModelArgs.from_config({**config, **overrides}))
     cores = len(os.sched_getaffinity(0))  # more ranks than cores: refused before any process starts
     with pytest.raises(ValueError, match=rf"^tensor_parallel_size={cores + 1} exceeds the {cores} CPU cores"):
         check_tensor_parallel_ranks(cores + 1, "cpu")
