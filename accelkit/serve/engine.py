@@ -101,7 +101,7 @@ class LLMEngine:
             if tp is None:
                 raise
             # a bad setting fails on every rank alike (rank 0 says it); anything else: most likely a worker died
-            failure = exc if isinstance(exc, (ValueError, KeyboardInterrupt)) else tp.error(exc, wait_s=2.0)
+            failure = exc if isinstance(exc, (ValueError, KeyboardInterrupt)) else tp.error(exc)
             tp.shutdown()
             if failure is exc:
                 raise

@@ -10,7 +10,7 @@ pinned host buffer and reach the device in one copy (``input_buffers.py``). Deco
 captured batch size replay a CUDA graph (``cuda_graphs.py``); everything else runs eagerly.
 
 With tensor parallelism (``tensor_parallel.py``) every rank has a runner holding its shard and its heads' KV
-cache; rank 0's prepares each step and broadcasts the packed inputs, the others run what they receive
+cache; rank 0's runner prepares each step and broadcasts its packed inputs, the others run what they receive
 (:meth:`ModelRunner.run_received`), and only rank 0 computes logits and samples.
 """
 
@@ -417,7 +417,7 @@ class ModelRunner:
             try:  # the workers run this step too: a failure here leaves the ranks out of step for good
                 logits = self.forward(step)
             except Exception as exc:
-                raise self.tp.error(exc, wait_s=2.0) from exc
+                raise self.tp.error(exc) from exc
         else:
             logits = self.forward(step)
         if logits is None:

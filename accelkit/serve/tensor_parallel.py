@@ -277,7 +277,7 @@ class TensorParallelLeader(RankComm):
                 msg = conn.recv()
                 if msg[0] == what:
                     return
-        raise self.error(None, wait_s=_DEATH_GRACE_S)
+        raise self.error(None)
 
     # ---- failure ------------------------------------------------------------------------------------
     def _watch(self) -> None:
@@ -324,7 +324,7 @@ class TensorParallelLeader(RankComm):
     def dead(self) -> str | None:
         return self._dead
 
-    def error(self, exc: BaseException | None, *, wait_s: float = 0.0) -> WorkerDiedError:
+    def error(self, exc: BaseException | None, *, wait_s: float = _DEATH_GRACE_S) -> WorkerDiedError:
         """The engine-ending error for a failed step (``exc``, if any): the watchdog's account of a dead worker when
         there is one within ``wait_s``, else what failed."""
         deadline = time.monotonic() + wait_s
@@ -350,7 +350,7 @@ class TensorParallelLeader(RankComm):
                 conn.send(("step", header))
             self.broadcast_inputs(buffer)
         except Exception as exc:
-            raise self.error(exc, wait_s=_DEATH_GRACE_S) from exc
+            raise self.error(exc) from exc
 
     def shutdown(self) -> None:
         """Stop the workers (each leaves the group itself) and leave the group; safe to call twice."""
