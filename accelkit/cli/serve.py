@@ -125,7 +125,10 @@ def serve_cmd(
         )
         # the config, its architecture, max_model_len and the checkpoint's headers, without torch: a bad directory is
         # one error line within a second
-        preflight.check_model_dir(model, engine_config.max_model_len)
+        _, model_args, _ = preflight.check_model_dir(model, engine_config.max_model_len)
+        from accelkit.serve.tensor_parallel import check_tensor_parallel_size  # (no torch either)
+
+        check_tensor_parallel_size(engine_config.tensor_parallel_size, model_args)
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
         with ExitStack() as shown, flag_values():
