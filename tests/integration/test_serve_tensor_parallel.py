@@ -83,9 +83,10 @@ def test_tp2_greedy_tokens_equal_tp1(name, model_dir):
             worker = next(c for c in psutil.Process().children() if "spawn_main" in " ".join(c.cmdline()))
             engine = llm.engine
             engine.add_request(PROMPTS[0][:10], SamplingParams(temperature=0, max_tokens=140, ignore_eos=True))
-            threading.Timer(0.5, worker.send_signal, args=(signal.SIGKILL,)).start()
+            engine.step()  # the prefill; then the kill lands while the 139 decode steps run
+            threading.Thread(target=worker.send_signal, args=(signal.SIGKILL,)).start()
             with pytest.raises(WorkerDiedError, match=rf"worker rank 1 \(pid {worker.pid}\) was killed by SIGKILL"):
-                while engine.has_unfinished_requests():  # 140 steps: seconds, the kill comes within the first
+                while engine.has_unfinished_requests():
                     engine.step()
 
 
