@@ -16,6 +16,7 @@ from accelkit.core.units import parse_size
 from accelkit.serve import preflight
 from accelkit.serve.config import EngineConfig, ServerConfig, origin_problem
 from accelkit.serve.listen import bind_socket
+from accelkit.serve.tensor_parallel import check_tensor_parallel_size
 
 
 def _size(text: str, flag: str) -> int:
@@ -126,8 +127,6 @@ def serve_cmd(
         # the config, its architecture, max_model_len and the checkpoint's headers, without torch: a bad directory is
         # one error line within a second
         _, model_args, _ = preflight.check_model_dir(model, engine_config.max_model_len)
-        from accelkit.serve.tensor_parallel import check_tensor_parallel_size  # (no torch either)
-
         check_tensor_parallel_size(engine_config.tensor_parallel_size, model_args)
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
