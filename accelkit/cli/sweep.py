@@ -15,7 +15,8 @@ from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError
 from accelkit.core.units import fmt_bytes
-from accelkit.sweep.grid import SweepSpec, failure_text
+from accelkit.sweep.point import failure_text
+from accelkit.sweep.spec import SweepSpec
 
 EXAMPLES = examples(
     "accelkit sweep sweep.yaml                # the file's grid, on a local process pool",

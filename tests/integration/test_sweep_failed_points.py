@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from accelkit.core import UserError
-from accelkit.sweep.grid import SweepSpec, collect, expand, load_sweep, run_point
+from accelkit.sweep import SweepSpec, collect, expand, load_sweep, run_point
 from tests.conftest import accelkit
 
 torch = pytest.importorskip("torch")

@@ -30,7 +30,7 @@ def make_interrupted():
 
 
 def test_a_bench_point_stopped_before_its_variant_finished_raises_the_interrupt(_isolated_home):
-    from accelkit.sweep.grid import SweepSpec, run_point
+    from accelkit.sweep import SweepSpec, run_point
 
     spec = SweepSpec(name="s", workloads={"custom": {"module": f"{__name__}:make_interrupted"}},
                      loop={"warmup_iterations": 1, "warmup_time_s": 0, "min_iterations": 50, "min_time_s": 0},
