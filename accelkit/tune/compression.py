@@ -25,6 +25,7 @@ from accelkit.tune.ranking import unsupported
 from accelkit.tune.search import Trial, TuneConfig, TuneResult, _dominates, _objective_key, check_measured_budget
 
 if TYPE_CHECKING:
+    from accelkit.bench.variants import Variant
     from accelkit.bench.workloads.base import BenchWorkload
     from accelkit.results import ResultStore
 
@@ -94,38 +95,19 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     collective for its peers (``DistConfig``'s field, checked there; None: its default)."""
     from accelkit.bench.record import StoreWriter
     from accelkit.bench.runner import BenchConfig
-    from accelkit.bench.variants import Variant, device_refusal
     from accelkit.distributed.bench_launch import run_distributed_bench
     from accelkit.distributed.launch import DistConfig
-    from accelkit.distributed.parallel import SUPPORTED
     from accelkit.distributed.quality import QualityConfig
     from accelkit.hardware.device import resolve_device
-    from accelkit.recipes.grad_compression import inconclusive_reason
     from accelkit.timing import LoopConfig
 
     config = config or TuneConfig()
-    if workload.task != "train" or workload.name not in SUPPORTED:
-        raise UserError(f"--nproc-per-node tunes the gradient compression of a training workload ({', '.join(SUPPORTED)}); "
-                        f"{workload.name} is not one — drop --nproc-per-node")
-    if nproc_per_node < 2:
-        raise UserError("--nproc-per-node must be 2 or more to tune gradient compression")
-    if quality_steps is not None and quality_steps < 1:
-        raise UserError(f"--quality-steps {quality_steps}: tune picks a compression by its quality check; give 1 or more")
+    _check_arguments(workload, nproc_per_node, quality_steps)
     quality = QualityConfig(max_loss_increase=config.max_accuracy_drop,
                             **({} if quality_steps is None else {"quality_steps": quality_steps}))
     layout = DistConfig(nproc_per_node=nproc_per_node, collective_timeout_s=collective_timeout_s)
     device = resolve_device(config.device)
-    variants = [Variant(grad_compression=kind, **({"powersgd_rank": rank} if kind == "powersgd" else {}))  # type: ignore[arg-type]
-                for kind, rank in CANDIDATES]
-    trials = [Trial(v.name, v.recipe(training=True)) for v in variants]
-    for t, v in zip(trials, variants, strict=True):
-        reason = device_refusal(v, device, training=True, world_size=nproc_per_node)
-        if reason:
-            t.status, t.reason = "refused", reason
-    measured = [(t, v) for t, v in zip(trials, variants, strict=True) if t.status == "pending"][: config.max_trials]
-    for t in trials:
-        if t.status == "pending" and all(t is not m for m, _ in measured):
-            t.status, t.reason = "skipped", f"beyond --max-trials {config.max_trials}"
+    trials, measured = _candidates(device, nproc_per_node, config.max_trials)
     loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick \
         else LoopConfig()
     bench = BenchConfig(device=device, loop=loop, save=store is not None)
@@ -135,30 +117,8 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
                                 quality=quality)
     doc = run.to_json()
     entries = {e["name"]: e for e in doc["variants"]}
-    lr = getattr(workload.config, "lr", None)
-    inconclusive: dict[str, str] = {}  # reference name → why it cannot judge its compressed twins
-    for name, entry in entries.items():
-        if (entry.get("quality") or {}).get("role") == "reference":
-            why = inconclusive_reason(entry["quality"], config.max_accuracy_drop, allowance_flag="--max-accuracy-drop")
-            if why is not None:
-                inconclusive[name] = why + (f" (this check trained at --lr {lr:g})" if lr is not None else "")
-    for t, v in measured:
-        entry = entries.get(t.name)
-        if entry is None:
-            t.status, t.reason = ("interrupted", "not measured (interrupted)") if run.interrupted else ("failed", "not measured")
-            continue
-        t.status = "measured"
-        t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
-        t.latency_s = entry["latency_s"]["median"]
-        t.memory_bytes = t.measured_peak_bytes = entry["memory_bytes"].get("peak")
-        t.memory_basis = "measured peak"
-        t.accuracy = {"grad_comm": entry.get("grad_comm"), "quality": entry.get("quality")}
-        t.gate = _gate(entry, inconclusive.get(v.without_compression().name))
-        t.passed = bool(t.gate["passed"])
-        if t.gate.get("inconclusive"):
-            t.reason = "inconclusive: its uncompressed reference cannot judge it (the gate's reason, and the notes)"
-        elif not t.passed:  # the loss against none's and the allowance it missed, or why no check ran
-            t.reason = t.gate.get("message") or f"quality gate: {t.gate.get('reason')}"
+    inconclusive = _inconclusive_references(entries, config, lr=getattr(workload.config, "lr", None))
+    _record_measured(measured, entries, inconclusive, interrupted=run.interrupted)
     # no planner estimate here: --memory-budget holds each variant to its measured peak (per rank)
     check_measured_budget([t for t, _ in measured], config.memory_budget_bytes)
     passing = [t for t in trials if t.passed and t.status == "measured"]  # over-budget: passed, not ranked
@@ -181,3 +141,71 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
                          hardware=run.hardware, details={"config": config.to_dict(), "nproc_per_node": nproc_per_node},
                          run_id=run_id)
     return result
+
+
+def _check_arguments(workload: BenchWorkload, nproc_per_node: int, quality_steps: int | None) -> None:
+    """What the search cannot run with: a workload the launcher does not train, one rank, no quality steps."""
+    from accelkit.distributed.parallel import SUPPORTED
+
+    if workload.task != "train" or workload.name not in SUPPORTED:
+        raise UserError(f"--nproc-per-node tunes the gradient compression of a training workload ({', '.join(SUPPORTED)}); "
+                        f"{workload.name} is not one — drop --nproc-per-node")
+    if nproc_per_node < 2:
+        raise UserError("--nproc-per-node must be 2 or more to tune gradient compression")
+    if quality_steps is not None and quality_steps < 1:
+        raise UserError(f"--quality-steps {quality_steps}: tune picks a compression by its quality check; give 1 or more")
+
+
+def _candidates(device: str, nproc_per_node: int, max_trials: int) -> tuple[list[Trial], list[tuple[Trial, Variant]]]:
+    """Every candidate's trial (refused: what this layout cannot run; skipped: beyond --max-trials), and the
+    (trial, variant) pairs to measure."""
+    from accelkit.bench.variants import Variant, device_refusal
+
+    variants = [Variant(grad_compression=kind, **({"powersgd_rank": rank} if kind == "powersgd" else {}))  # type: ignore[arg-type]
+                for kind, rank in CANDIDATES]
+    trials = [Trial(v.name, v.recipe(training=True)) for v in variants]
+    for t, v in zip(trials, variants, strict=True):
+        reason = device_refusal(v, device, training=True, world_size=nproc_per_node)
+        if reason:
+            t.status, t.reason = "refused", reason
+    measured = [(t, v) for t, v in zip(trials, variants, strict=True) if t.status == "pending"][:max_trials]
+    for t in trials:
+        if t.status == "pending" and all(t is not m for m, _ in measured):
+            t.status, t.reason = "skipped", f"beyond --max-trials {max_trials}"
+    return trials, measured
+
+
+def _inconclusive_references(entries: dict[str, dict[str, Any]], config: TuneConfig, *,
+                             lr: float | None) -> dict[str, str]:
+    """Reference name → why it cannot judge its compressed twins (it barely learned, or its loss rose)."""
+    from accelkit.recipes.grad_compression import inconclusive_reason
+
+    inconclusive: dict[str, str] = {}
+    for name, entry in entries.items():
+        if (entry.get("quality") or {}).get("role") == "reference":
+            why = inconclusive_reason(entry["quality"], config.max_accuracy_drop, allowance_flag="--max-accuracy-drop")
+            if why is not None:
+                inconclusive[name] = why + (f" (this check trained at --lr {lr:g})" if lr is not None else "")
+    return inconclusive
+
+
+def _record_measured(measured: list[tuple[Trial, Variant]], entries: dict[str, dict[str, Any]],
+                     inconclusive: dict[str, str], *, interrupted: bool) -> None:
+    """Each measured trial's figures and quality gate from its bench entry (no entry: interrupted, or failed)."""
+    for t, v in measured:
+        entry = entries.get(t.name)
+        if entry is None:
+            t.status, t.reason = ("interrupted", "not measured (interrupted)") if interrupted else ("failed", "not measured")
+            continue
+        t.status = "measured"
+        t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
+        t.latency_s = entry["latency_s"]["median"]
+        t.memory_bytes = t.measured_peak_bytes = entry["memory_bytes"].get("peak")
+        t.memory_basis = "measured peak"
+        t.accuracy = {"grad_comm": entry.get("grad_comm"), "quality": entry.get("quality")}
+        t.gate = _gate(entry, inconclusive.get(v.without_compression().name))
+        t.passed = bool(t.gate["passed"])
+        if t.gate.get("inconclusive"):
+            t.reason = "inconclusive: its uncompressed reference cannot judge it (the gate's reason, and the notes)"
+        elif not t.passed:  # the loss against none's and the allowance it missed, or why no check ran
+            t.reason = t.gate.get("message") or f"quality gate: {t.gate.get('reason')}"

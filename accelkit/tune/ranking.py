@@ -104,16 +104,7 @@ def unsupported(winner: Trial, passing: Sequence[Trial], objective: str) -> str 
         reasons.append(f"{', '.join(dominators)} {'is' if len(dominators) == 1 else 'are'} at least as good on every "
                        f"axis within the noise and clearly better on one, so {winner.name} is off the Pareto front")
     if objective == "throughput":
-        verdict = str((winner.vs_baseline or {}).get("verdict") or "")
-        if verdict.startswith("inconclusive"):  # e.g. its total throughput and median latency disagree with its ratio
-            reasons.append(f"its own comparison with the baseline is {verdict}")
-        runner = max(others, key=speed)
-        if speed_order(winner, runner) == 0:
-            reasons.append(f"the runner-up {_shown(runner)} is within the run-to-run spread of {_shown(winner)}")
-        top = max(passing, key=lambda t: t.throughput or 0.0)
-        if top is not winner and (top.throughput or 0.0) > (winner.throughput or 0.0):
-            reasons.append(f"{top.name} has the higher total throughput in the table ({top.throughput:.3g} vs "
-                           f"{winner.throughput:.3g} {winner.unit or ''})".replace(" )", ")"))
+        reasons += _throughput_doubts(winner, others, passing)
     elif objective == "latency":
         runner = min(others, key=lambda t: t.latency_s if t.latency_s is not None else float("inf"))
         if winner.latency_s is not None and runner.latency_s is not None and \
@@ -125,3 +116,20 @@ def unsupported(winner: Trial, passing: Sequence[Trial], objective: str) -> str 
         if memory_order(winner, runner) == 0:
             reasons.append(f"the runner-up {runner.name}'s memory is within {MEMORY_TIE:.0%} of {winner.name}'s")
     return "; ".join(reasons) or None
+
+
+def _throughput_doubts(winner: Trial, others: Sequence[Trial], passing: Sequence[Trial]) -> list[str]:
+    """Why a throughput winner is not clear: its own comparison is inconclusive, the runner-up is within the spread,
+    or another has the higher total throughput in the table."""
+    reasons = []
+    verdict = str((winner.vs_baseline or {}).get("verdict") or "")
+    if verdict.startswith("inconclusive"):  # e.g. its total throughput and median latency disagree with its ratio
+        reasons.append(f"its own comparison with the baseline is {verdict}")
+    runner = max(others, key=speed)
+    if speed_order(winner, runner) == 0:
+        reasons.append(f"the runner-up {_shown(runner)} is within the run-to-run spread of {_shown(winner)}")
+    top = max(passing, key=lambda t: t.throughput or 0.0)
+    if top is not winner and (top.throughput or 0.0) > (winner.throughput or 0.0):
+        reasons.append(f"{top.name} has the higher total throughput in the table ({top.throughput:.3g} vs "
+                       f"{winner.throughput:.3g} {winner.unit or ''})".replace(" )", ")"))
+    return reasons

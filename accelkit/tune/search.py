@@ -23,6 +23,7 @@ from accelkit.tune.ranking import dominates, speed, unsupported
 if TYPE_CHECKING:
     from accelkit.bench.record import StoreWriter
     from accelkit.bench.workloads.base import BenchWorkload
+    from accelkit.core.bench_result import BenchRunResult
     from accelkit.results import ResultStore
 
 Objective = Literal["throughput", "latency", "memory"]
@@ -303,61 +304,104 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     import uuid
 
     from accelkit.bench.record import StoreWriter
-    from accelkit.bench.runner import BenchConfig, identify, predict_variant, run_benchmark
-    from accelkit.bench.variants import Variant, device_refusal
+    from accelkit.bench.runner import identify
     from accelkit.hardware.device import resolve_device
-    from accelkit.timing import LoopConfig
 
     config = config or TuneConfig()
     step = on_step or (lambda text: None)
     device = resolve_device(config.device)
-    training = workload.task == "train"
-    output_is_logits = workload.output_is_logits  # None: guessed from the shape
     if workload.task == "input":
         raise UserError("tune searches model recipes; the dataloader workload has none — use `accelkit bench dataloader`")
     hardware, catalog = identify(device)
     notes: list[str] = []
-    ran_quick_probe, quick_probe_id = False, None
     writer = StoreWriter(store)  # the probe's and the summary's rows (the bench's own writer stores the trials)
-    if device == "cpu" and store is not None and store.latest("probe", hardware=hardware) is None:
-        # the planner models a CPU from its probe; without one every memory estimate would be missing
-        from accelkit.hardware.probe import ProbeConfig, probe
-
-        step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
-        ran_quick_probe = True
-        measured_probe = probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}"))
-        quick_probe_id = writer.add(measured_probe)
-        if quick_probe_id is not None:
-            notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")
-        else:  # the search still runs, without the planner's estimates, and stores nothing
-            notes.append("no `hw probe` of this CPU was stored and the quick one run now could not be stored: the "
-                         "planner's memory estimates may be missing")
+    ran_quick_probe, quick_probe_id = _quick_probe(device, hardware, store, writer, step, notes)
     trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile,
                                                                         cuda=device.startswith("cuda"))]
     run_id = uuid.uuid4().hex[:12]
+    _refuse(trials, workload, device, step)                                          # 1. what cannot run here
+    unestimated = _prune_by_estimate(trials, workload, device, catalog, config, step)  # 2. the memory budget
+    measured = _select(trials, config, unestimated, notes)                           # 3. the trial budget
+    # 4. measure, interleaved, with the fp32 output as the accuracy reference
+    run = _measure(workload, measured, config, device, store, reporter, run_id, step,
+                   save=writer.can_write, auto_probe=not (ran_quick_probe and quick_probe_id is None))
+    step("gating accuracy against fp32 and finding the Pareto frontier")
+    doc = run.to_json()
+    _record_measured(measured, doc, config, interrupted=run.interrupted, logits=workload.output_is_logits)
+    check_measured_budget(measured, config.memory_budget_bytes)
+    _choose_memory_basis(measured, device)
+    # 5. Pareto frontier (speed, memory, accuracy) among the passing, and the winner by objective
+    winner, passing = _rank(trials, config, device, notes)
+    training = workload.task == "train"
+    result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
+                        winner=winner, winner_unsupported=unsupported(winner, passing, config.objective) if winner
+                        else None, snippet=snippet(winner.recipe, training=training) if winner else None, run_id=run_id,
+                        notes=notes + run.notes, ran_quick_probe=ran_quick_probe, quick_probe_id=quick_probe_id,
+                        store_error=writer.error)
+    result.record_run(doc)  # the trials that were measured are all in the result, stored or not
+    result.store_summary(writer, name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
+                         details={"config": config.to_dict()}, run_id=run_id)
+    return result
 
-    # 1. what this device (and this workload) cannot run
+
+def _quick_probe(device: str, hardware: str, store: ResultStore | None, writer: StoreWriter,
+                 step: Callable[[str], None], notes: list[str]) -> tuple[bool, int | None]:
+    """On a CPU with no stored probe: a quick one (the planner models a CPU from its probe; without one every memory
+    estimate would be missing). Whether it ran, and its stored id (None: not stored)."""
+    if not (device == "cpu" and store is not None and store.latest("probe", hardware=hardware) is None):
+        return False, None
+    from accelkit.hardware.probe import ProbeConfig, probe
+
+    step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
+    measured_probe = probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}"))
+    quick_probe_id = writer.add(measured_probe)
+    if quick_probe_id is not None:
+        notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")
+    else:  # the search still runs, without the planner's estimates, and stores nothing
+        notes.append("no `hw probe` of this CPU was stored and the quick one run now could not be stored: the "
+                     "planner's memory estimates may be missing")
+    return True, quick_probe_id
+
+
+def _refuse(trials: list[Trial], workload: BenchWorkload, device: str, step: Callable[[str], None]) -> None:
+    """Mark what this device (and this workload) cannot run."""
+    from accelkit.bench.variants import Variant, device_refusal
+
     step(f"checking which of {len(trials)} recipes {device} can run")
     for t in trials:
         variant = Variant(explicit_recipe=t.recipe, label=t.name)
-        reason = device_refusal(variant, device, training=training) or workload.refusal(variant, device)
+        reason = device_refusal(variant, device, training=workload.task == "train") or workload.refusal(variant, device)
         if reason:
             t.status, t.reason = "refused", reason
-    # 2. the planner's memory estimate against the budget
+
+
+def _prune_by_estimate(trials: list[Trial], workload: BenchWorkload, device: str, catalog: Any, config: TuneConfig,
+                       step: Callable[[str], None]) -> dict[str, list[str]]:
+    """The planner's memory estimate against the budget: prune what is over it. Returns why the planner has no
+    estimate → the recipes it has none for (with a budget: they are held to it by their measured peak)."""
+    from accelkit.bench.runner import predict_variant
+    from accelkit.bench.variants import Variant
+
     step("estimating each recipe's memory with the planner")
-    unestimated: dict[str, list[str]] = {}  # why the planner has no estimate → the recipes it has none for
+    budget = config.memory_budget_bytes
+    unestimated: dict[str, list[str]] = {}
     for t in trials:
         if t.status != "pending":
             continue
         estimate, why = predict_variant(workload, Variant(explicit_recipe=t.recipe, label=t.name), device, catalog)
         if estimate is not None:
             t.estimated_bytes = int(estimate.memory_bytes.get("total", 0)) or None
-        if config.memory_budget_bytes is not None and t.estimated_bytes and t.estimated_bytes > config.memory_budget_bytes:
+        if budget is not None and t.estimated_bytes and t.estimated_bytes > budget:
             t.status = "pruned"
-            t.reason = over_budget("planner estimates", t.estimated_bytes, config.memory_budget_bytes)
-        elif estimate is None and config.memory_budget_bytes is not None:
+            t.reason = over_budget("planner estimates", t.estimated_bytes, budget)
+        elif estimate is None and budget is not None:
             unestimated.setdefault(str(why), []).append(t.name)
-    # 3. the trial budget (the baseline always runs: it is the accuracy and speed reference)
+    return unestimated
+
+
+def _select(trials: list[Trial], config: TuneConfig, unestimated: dict[str, list[str]], notes: list[str]) -> list[Trial]:
+    """The trials to measure: the runnable ones up to --max-trials (the fp32 baseline always runs: it is the accuracy
+    and speed reference, and without it the search stops here)."""
     runnable = [t for t in trials if t.status == "pending"]
     if not runnable or runnable[0].name != "fp32":
         fp32 = next((t for t in trials if t.name == "fp32"), None)
@@ -372,18 +416,31 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         if names := [n for n in names if any(t.name == n for t in measured)]:
             notes.append(f"no memory estimate for {', '.join(names)} ({why}): measured, then held to --memory-budget "
                          "by the measured peak")
+    return measured
 
-    # 4. measure, interleaved, with the fp32 output as the accuracy reference
+
+def _measure(workload: BenchWorkload, measured: list[Trial], config: TuneConfig, device: str,
+             store: ResultStore | None, reporter: Any, run_id: str, step: Callable[[str], None], *, save: bool,
+             auto_probe: bool) -> BenchRunResult:
+    """Measure the selected trials with the bench runner, interleaved, the fp32 output the accuracy reference."""
+    from accelkit.bench.runner import BenchConfig, run_benchmark
+    from accelkit.bench.variants import Variant
+    from accelkit.timing import LoopConfig
+
     loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick else LoopConfig()
     # a quick probe the store refused is not there for the bench's MFU peaks to find: it would measure the same
     # probe again, for an MFU the tune's document does not carry (and with saving off, nothing stores it)
-    bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False,
-                        save=writer.can_write, auto_probe=not (ran_quick_probe and quick_probe_id is None))
+    bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False, save=save,
+                        auto_probe=auto_probe)
     variants = [Variant(explicit_recipe=t.recipe, label=t.name) for t in measured]
     step(f"measuring {len(measured)} recipes ({', '.join(t.name for t in measured)}), interleaved")
-    run = run_benchmark(workload, variants, bench, store=store, reporter=reporter, run_id=run_id)
-    step("gating accuracy against fp32 and finding the Pareto frontier")
-    doc = run.to_json()
+    return run_benchmark(workload, variants, bench, store=store, reporter=reporter, run_id=run_id)
+
+
+def _record_measured(measured: list[Trial], doc: dict[str, Any], config: TuneConfig, *, interrupted: bool,
+                     logits: bool | None) -> None:
+    """Each measured trial's figures and accuracy gate from the run's document; a trial with no entry is refused,
+    failed or interrupted, as the document says. ``logits`` None: guessed from the output's shape."""
     entries = {e["name"]: e for e in doc["variants"]}
     failures = {f["name"]: f"{f['phase']}: {f['error']}" for f in doc["failed"]}
     for refused in doc["refused"]:
@@ -392,14 +449,10 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     for t in measured:
         entry = entries.get(t.name)
         if entry is None:
-            if t.status != "pending":
-                continue
-            if t.name in failures:
-                t.status, t.reason = "failed", failures[t.name]
-            elif run.interrupted:
-                t.status, t.reason = "interrupted", "not measured (interrupted)"
-            else:
-                t.status, t.reason = "failed", "not measured"
+            if t.status == "pending":
+                t.status, t.reason = (("failed", failures[t.name]) if t.name in failures else
+                                      ("interrupted", "not measured (interrupted)") if interrupted else
+                                      ("failed", "not measured"))
             continue
         t.status = "measured"
         t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
@@ -408,20 +461,25 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
         t.memory_basis = "measured peak"
         t.accuracy = entry.get("accuracy")
         t.vs_baseline = entry.get("comparison")
-        t.gate = _gate(t.accuracy, config.max_accuracy_drop, logits=output_is_logits) if t.name != "fp32" else {
+        t.gate = _gate(t.accuracy, config.max_accuracy_drop, logits=logits) if t.name != "fp32" else {
             "passed": True, "criterion": "reference", "candidate_value": 1.0, "threshold": 1 - config.max_accuracy_drop}
         t.passed = bool(t.gate["passed"])
         if not t.passed and t.gate.get("reason"):  # the figure and the threshold it missed, or why there is none
             t.reason = f"accuracy gate: {t.gate['reason']}"
-    check_measured_budget(measured, config.memory_budget_bytes)
-    # one basis for every trial, so the memory axis compares like with like: CUDA → the measured peak;
-    # a CPU → the planner's estimate when it has one for every trial (RSS deltas of a small model are noise)
+
+
+def _choose_memory_basis(measured: list[Trial], device: str) -> None:
+    """One basis for every trial, so the memory axis compares like with like: CUDA → the measured peak; a CPU → the
+    planner's estimate when it has one for every trial (RSS deltas of a small model are noise)."""
     done = [t for t in measured if t.status in ("measured", "over-budget")]
     if not device.startswith("cuda") and done and all(t.estimated_bytes for t in done):
         for t in done:
             t.memory_bytes, t.memory_basis = t.estimated_bytes, "planner estimate"
 
-    # 5. Pareto frontier (speed, memory, accuracy) among the passing, and the winner by objective
+
+def _rank(trials: list[Trial], config: TuneConfig, device: str, notes: list[str]) -> tuple[Trial | None, list[Trial]]:
+    """The Pareto frontier (speed, memory, accuracy) among the passing trials, and the winner by objective; returns
+    (winner, the passing trials)."""
     basis = next((t.memory_basis for t in trials if t.memory_basis), None)
     if basis == "planner estimate":
         notes.append("memory column: the planner's estimate (on a CPU the RSS deltas of a small model are mostly "
@@ -440,12 +498,4 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
                      "front when another is clearly better on speed, memory or accuracy and clearly worse on none "
                      "(differences inside the run-to-run spread, 5% of memory or a tenth of the allowed accuracy "
                      "drop are ties)")
-    result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
-                        winner=winner, winner_unsupported=unsupported(winner, passing, config.objective) if winner
-                        else None, snippet=snippet(winner.recipe, training=training) if winner else None, run_id=run_id,
-                        notes=notes + run.notes, ran_quick_probe=ran_quick_probe, quick_probe_id=quick_probe_id,
-                        store_error=writer.error)
-    result.record_run(doc)  # the trials that were measured are all in the result, stored or not
-    result.store_summary(writer, name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
-                         details={"config": config.to_dict()}, run_id=run_id)
-    return result
+    return winner, passing
