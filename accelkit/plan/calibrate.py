@@ -197,37 +197,8 @@ def _kernel_notes(details: dict[str, Any], created_at: str) -> tuple[dict[str, f
 
 def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) -> Efficiency:
     """Measured efficiencies when a matching probe exists (and ``use_calibration``), else the priors."""
-    from accelkit.hardware.probe import small_probe
-
     if device.vendor == "cpu":  # the device's peaks are already the measured, achieved figures
-        coll = latest_collectives(None)
-        comm = COMM.get(device.vendor, DEFAULT_COMM)
-        comm_notes: tuple[str, ...] = ()
-        if coll is not None and device.scaleup_fabric.endswith("(measured)"):
-            comm, comm_notes = 1.0, (f"communication: {_busbw_note(coll)[1]} taken as the link bandwidth between "
-                                     "ranks on this host, efficiency 1.0 of it (busbw already is the achieved figure)",)
-        found: dict[str, float] = {}
-        notes: list[str] = []
-        # each kernel class from the newest probe that has it (an fp16-only probe has no attention figure: it is a
-        # fraction of the same probe's fp32 matmul), of those at the default sizes first: a CPU's kernel figures are
-        # fractions of the same probe's matmul and copy, which a small probe measures wrong
-        for stored in sorted(cpu_probes(), key=lambda s: small_probe(s.result.details) is not None):
-            small = _small_note(small_probe(stored.result.details))
-            more, more_notes = _kernel_notes(stored.result.details, _probe_ref(stored) + small)
-            for (key, value), note in zip(more.items(), more_notes, strict=True):
-                if key not in found:
-                    found[key] = value
-                    notes.append(note)
-        attention = found.get("attention", DEFAULT_ATTENTION_OF_COMPUTE)
-        if "attention" not in found:
-            notes.append(f"attention efficiency {attention:.2f} of the measured matmul: ASSUMED (the probe has no "
-                         "attention figure; rerun `accelkit hw probe`)")
-        return Efficiency(
-            compute=1.0, memory=found.get("memory", 1.0), comm=comm, calibrated=True, attention=attention,
-            flash2=attention, assumed=() if "attention" in found else ("attention",),
-            sources=(f"calibrated: peaks are this CPU's measured matmul and copy bandwidth ({device.source}); "
-                     "matmul efficiency 1.0 of those", *notes, *comm_notes),
-        )
+        return _cpu_efficiency(device)
     prior = prior_efficiency(device, dtype)
     coll = latest_collectives(device.name) if use_calibration else None
     if coll is not None and device.scaleup_bandwidth_bytes_per_s > 0:
@@ -240,21 +211,51 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
     probe = latest_probe(device.name) if use_calibration else None
     if probe is None:
         return prior
+    return _probed_efficiency(device, dtype, prior, probe)
+
+
+def _cpu_efficiency(device: DeviceSpec) -> Efficiency:
+    """A CPU's: compute 1.0 of its measured matmul, memory and the kernel classes from its probes, communication
+    from the stored collectives when its fabric was measured."""
+    from accelkit.hardware.probe import small_probe
+
+    coll = latest_collectives(None)
+    comm = COMM.get(device.vendor, DEFAULT_COMM)
+    comm_notes: tuple[str, ...] = ()
+    if coll is not None and device.scaleup_fabric.endswith("(measured)"):
+        comm, comm_notes = 1.0, (f"communication: {_busbw_note(coll)[1]} taken as the link bandwidth between "
+                                 "ranks on this host, efficiency 1.0 of it (busbw already is the achieved figure)",)
+    found: dict[str, float] = {}
+    notes: list[str] = []
+    # each kernel class from the newest probe that has it (an fp16-only probe has no attention figure: it is a
+    # fraction of the same probe's fp32 matmul), of those at the default sizes first: a CPU's kernel figures are
+    # fractions of the same probe's matmul and copy, which a small probe measures wrong
+    for stored in sorted(cpu_probes(), key=lambda s: small_probe(s.result.details) is not None):
+        small = _small_note(small_probe(stored.result.details))
+        more, more_notes = _kernel_notes(stored.result.details, _probe_ref(stored) + small)
+        for (key, value), note in zip(more.items(), more_notes, strict=True):
+            if key not in found:
+                found[key] = value
+                notes.append(note)
+    attention = found.get("attention", DEFAULT_ATTENTION_OF_COMPUTE)
+    if "attention" not in found:
+        notes.append(f"attention efficiency {attention:.2f} of the measured matmul: ASSUMED (the probe has no "
+                     "attention figure; rerun `accelkit hw probe`)")
+    return Efficiency(
+        compute=1.0, memory=found.get("memory", 1.0), comm=comm, calibrated=True, attention=attention,
+        flash2=attention, assumed=() if "attention" in found else ("attention",),
+        sources=(f"calibrated: peaks are this CPU's measured matmul and copy bandwidth ({device.source}); "
+                 "matmul efficiency 1.0 of those", *notes, *comm_notes),
+    )
+
+
+def _probed_efficiency(device: DeviceSpec, dtype: str, prior: Efficiency, probe: Any) -> Efficiency:
+    """``prior`` with what this device's newest probe measured: the ``dtype`` matmul (or, still assumed, capped by
+    what it measured in another dtype), the copy and the kernel classes."""
+    from accelkit.hardware.probe import small_probe
+
     d = probe.details
-    matmul = d.get("matmul", {}).get(dtype)
-    changes: dict[str, float] = {}
-    notes = []
-    if matmul and matmul.get("fraction_of_peak"):
-        changes["compute"] = float(matmul["fraction_of_peak"])
-        notes.append(f"compute efficiency {changes['compute']:.2f} measured by `hw probe` {dtype} matmul on this "
-                     f"machine ({probe.created_at})")
-    elif "compute" in prior.assumed:  # still assumed: never above what this card measured in another dtype
-        measured = {dt: float(m["fraction_of_peak"]) for dt, m in d.get("matmul", {}).items()
-                    if m.get("fraction_of_peak")}
-        compute, note = assumed_compute(device.name, dtype, measured, f"`hw probe` on this machine, {probe.created_at}")
-        if compute < prior.compute:
-            changes["compute"] = compute
-            notes.append(note)
+    changes, notes = _probed_compute(device, dtype, prior, probe)
     if d.get("bandwidth", {}).get("fraction_of_peak"):
         changes["memory"] = float(d["bandwidth"]["fraction_of_peak"])
         notes.append(f"memory efficiency {changes['memory']:.2f} measured by `hw probe` copy on this machine "
@@ -279,3 +280,24 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
     now_measured = {n.split(' ')[0] for n in notes if "ASSUMED" not in n}
     assumed = tuple(k for k in prior.assumed if k not in now_measured)
     return replace(prior, **changes, sources=(*notes, *kept), calibrated=True, assumed=assumed)
+
+
+def _probed_compute(device: DeviceSpec, dtype: str, prior: Efficiency, probe: Any) -> tuple[dict[str, float], list[str]]:
+    """The compute efficiency the probe's ``dtype`` matmul measured; without one, a still assumed figure is capped by
+    what this card measured in another dtype. (changes, their notes)."""
+    d = probe.details
+    matmul = d.get("matmul", {}).get(dtype)
+    changes: dict[str, float] = {}
+    notes: list[str] = []
+    if matmul and matmul.get("fraction_of_peak"):
+        changes["compute"] = float(matmul["fraction_of_peak"])
+        notes.append(f"compute efficiency {changes['compute']:.2f} measured by `hw probe` {dtype} matmul on this "
+                     f"machine ({probe.created_at})")
+    elif "compute" in prior.assumed:  # still assumed: never above what this card measured in another dtype
+        measured = {dt: float(m["fraction_of_peak"]) for dt, m in d.get("matmul", {}).items()
+                    if m.get("fraction_of_peak")}
+        compute, note = assumed_compute(device.name, dtype, measured, f"`hw probe` on this machine, {probe.created_at}")
+        if compute < prior.compute:
+            changes["compute"] = compute
+            notes.append(note)
+    return changes, notes

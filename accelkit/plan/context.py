@@ -169,20 +169,7 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         "the logits; the optimizer step reads and writes its states once) at HBM bandwidth × memory efficiency",
         f"framework allowance {o.overhead_bytes / 2**30:g} GiB per device (context, communicator buffers, "
         "fragmentation): assumed",
-        f"communication: ring collectives inside a node (one-direction link bandwidth × efficiency); groups that span "
-        f"nodes run two-level, pipelined, every GPU on its own NIC at {ctx.cluster.scaleout_bandwidth_bytes_per_s / 1e9:g} "
-        "GB/s; tensor-parallel collectives " + ("overlap the layer's matmuls" if o.tp_comm_overlap else "are exposed")
-        + ("" if o.tp_comm_overlap or not o.tp_backward_overlap else " (the backward ones behind the "
-                                                                      "weight-gradient matmuls)")
-        + "; pipeline sends are exposed" + (" (scatter/gather: 1/tp across nodes)" if o.pp_scatter_gather else "")
-        + ", the interleaved 1F1B bubble is (pp−1)/vp stage-micro-batches; context-parallel K/V exchange hides "
-        "behind attention; ZeRO 0-1 gradient reduction " + ("overlaps the last micro-batch's backward"
-                                                            if o.grad_reduce_overlap else "runs after the backward")
-        + ", ZeRO-2 reduce-scatters after every micro-batch's backward (sharded gradients cannot accumulate: "
-        "DeepSpeed stage 2, FSDP SHARD_GRAD_OP)" + (", each overlapping it" if o.grad_reduce_overlap else "")
-        + ", ZeRO-3 gathers/scatters every micro-batch one layer ahead"
-        + (" (backward gathers exposed: BACKWARD_POST)" if o.fsdp_backward_prefetch == "post" else "")
-        + f" — only the excess is exposed; {OVERLAP_SOURCE}",
+        _communication_assumption(ctx),
     ]
     if ctx.model.sliding_window is not None:
         out.append(_window_assumption(ctx))
@@ -200,25 +187,7 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
     else:
         out.append(f"energy not estimated: {d.name} has no published TDP")
     if w.task == "train":
-        kept = []  # what the kernel stack keeps that Korthikanti's GPT layer does not have (memory.py)
-        if ctx.model.gated_mlp:
-            kept.append("SwiGLU keeps gate, up, silu(gate) and their product, 4 ffn-sized tensors" if o.kernels == "eager"
-                        else "one fused SwiGLU kernel keeps its [gate|up] input and fc2 its input, 3 ffn-sized tensors")
-        if ctx.model.num_experts:
-            kept.append("each of a token's k routed copies keeps the expert input and its output before the routing "
-                        "weight scales it")
-        states = ("memory: Adam keeps fp32 m and v (+ fp32 master weights under mixed precision, ZeRO paper K=12); "
-                  if o.optimizer_states == "fp32" else
-                  "memory: Adam keeps bf16 m and v (+ a bf16 copy of the weights under mixed precision: 6 B per "
-                  "parameter, --optimizer-states bf16); ")
-        if o.frozen_weights:
-            states = ("memory: frozen weights (--frozen-weights, LoRA): no gradients or optimizer states for them, "
-                      "the adapters not counted; ")
-        out.append(states +
-                   "SGD is taken with momentum; gradients in the weight dtype; activations per Korthikanti et al. "
-                   f"2022 term by term ({o.kernels} kernels" + "".join(f"; {k}" for k in kept)
-                   + "); 1F1B pipeline keeps min(pp, micro-batches) in flight, "
-                   "interleaved (vp > 1) pp + (pp−1)/vp (Korthikanti et al. 2022 §4.2.3)")
+        out.append(_train_memory_assumption(ctx))
     else:
         out.append("inference: pipeline stages run one batch after another (pp adds capacity, not speed); "
                    f"prefill in chunks of {o.prefill_chunk_tokens} tokens; decode time at the mean context "
@@ -228,6 +197,51 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
                    f"KV cache {kv_cache_dtype(w)}"
                    + (" (kv_cache_dtype auto = the activation dtype)" if w.recipe.kv_cache_dtype == "auto" else ""))
     return out
+
+
+def _communication_assumption(ctx: PlanContext) -> str:
+    """How the collectives are modelled: rings, two-level across nodes, and what overlaps what."""
+    o = ctx.options
+    return (
+        f"communication: ring collectives inside a node (one-direction link bandwidth × efficiency); groups that span "
+        f"nodes run two-level, pipelined, every GPU on its own NIC at {ctx.cluster.scaleout_bandwidth_bytes_per_s / 1e9:g} "
+        "GB/s; tensor-parallel collectives " + ("overlap the layer's matmuls" if o.tp_comm_overlap else "are exposed")
+        + ("" if o.tp_comm_overlap or not o.tp_backward_overlap else " (the backward ones behind the "
+                                                                      "weight-gradient matmuls)")
+        + "; pipeline sends are exposed" + (" (scatter/gather: 1/tp across nodes)" if o.pp_scatter_gather else "")
+        + ", the interleaved 1F1B bubble is (pp−1)/vp stage-micro-batches; context-parallel K/V exchange hides "
+        "behind attention; ZeRO 0-1 gradient reduction " + ("overlaps the last micro-batch's backward"
+                                                            if o.grad_reduce_overlap else "runs after the backward")
+        + ", ZeRO-2 reduce-scatters after every micro-batch's backward (sharded gradients cannot accumulate: "
+        "DeepSpeed stage 2, FSDP SHARD_GRAD_OP)" + (", each overlapping it" if o.grad_reduce_overlap else "")
+        + ", ZeRO-3 gathers/scatters every micro-batch one layer ahead"
+        + (" (backward gathers exposed: BACKWARD_POST)" if o.fsdp_backward_prefetch == "post" else "")
+        + f" — only the excess is exposed; {OVERLAP_SOURCE}"
+    )
+
+
+def _train_memory_assumption(ctx: PlanContext) -> str:
+    """How training memory is modelled: the optimizer states, the activations term by term, the pipeline's."""
+    o = ctx.options
+    kept = []  # what the kernel stack keeps that Korthikanti's GPT layer does not have (memory.py)
+    if ctx.model.gated_mlp:
+        kept.append("SwiGLU keeps gate, up, silu(gate) and their product, 4 ffn-sized tensors" if o.kernels == "eager"
+                 else "one fused SwiGLU kernel keeps its [gate|up] input and fc2 its input, 3 ffn-sized tensors")
+    if ctx.model.num_experts:
+        kept.append("each of a token's k routed copies keeps the expert input and its output before the routing "
+                 "weight scales it")
+    states = ("memory: Adam keeps fp32 m and v (+ fp32 master weights under mixed precision, ZeRO paper K=12); "
+              if o.optimizer_states == "fp32" else
+              "memory: Adam keeps bf16 m and v (+ a bf16 copy of the weights under mixed precision: 6 B per "
+              "parameter, --optimizer-states bf16); ")
+    if o.frozen_weights:
+        states = ("memory: frozen weights (--frozen-weights, LoRA): no gradients or optimizer states for them, "
+               "the adapters not counted; ")
+    return (states
+            + "SGD is taken with momentum; gradients in the weight dtype; activations per Korthikanti et al. "
+            f"2022 term by term ({o.kernels} kernels" + "".join(f"; {k}" for k in kept)
+            + "); 1F1B pipeline keeps min(pp, micro-batches) in flight, "
+            "interleaved (vp > 1) pp + (pp−1)/vp (Korthikanti et al. 2022 §4.2.3)")
 
 
 def _window_assumption(ctx: PlanContext) -> str:

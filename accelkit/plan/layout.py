@@ -147,26 +147,14 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
     """Raise UserError for a layout field the user gave that can never work (one sentence, with the fix).
     ``seq_len``: the training sequence, which a ``cp`` above 1 must split evenly (``check_context_parallel``)."""
     tp, pp, dp, ep, cp, vp = (_int(fixed, k) for k in ("tp", "pp", "dp", "ep", "cp", "vp"))
-    heads, layers = model.num_heads, model.num_layers
-    domain = cluster.device.scaleup_domain
     if not model.is_transformer:
         for name, value in (("tp", tp), ("pp", pp)):
             if value not in (None, 1):
                 raise UserError(f"--{name} {value} is not supported for the CNN {model.name}; it trains data-parallel only")
     if tp is not None:
-        if model.is_transformer and heads % tp:
-            ok = ", ".join(str(d) for d in divisors(heads) if d <= domain)
-            raise UserError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}; use one of {ok}")
-        if model.is_transformer and not splits_heads(model, tp):
-            kv = model.kv_heads
-            ok = ", ".join(str(d) for d in divisors(heads) if splits_heads(model, d) and d <= domain)
-            raise UserError(f"--tp {tp} neither divides nor is a multiple of the {kv} KV heads of {model.name} "
-                            f"(a rank holds whole KV heads: kv_heads % tp == 0 or tp % kv_heads == 0); use one of {ok}")
-        if tp > cluster.device.scaleup_domain:
-            raise UserError(f"--tp {tp} exceeds the scale-up domain of {cluster.device.name} "
-                            f"({cluster.device.scaleup_domain} devices); tensor parallelism needs the fast fabric")
-    if pp is not None and model.is_transformer and pp > layers:
-        raise UserError(f"--pp {pp} exceeds the {layers} layers of {model.name}; a stage needs at least one layer")
+        _check_tp(model, cluster, tp)
+    if pp is not None and model.is_transformer and pp > model.num_layers:
+        raise UserError(f"--pp {pp} exceeds the {model.num_layers} layers of {model.name}; a stage needs at least one layer")
     if ep is not None and ep > 1:
         if model.num_experts is None:
             raise UserError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense")
@@ -177,21 +165,47 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
     if cp is not None and seq_len is not None:
         check_context_parallel(cp, seq_len)
     if vp not in (None, 1):
-        if pp is None or pp == 1:
-            raise UserError(f"--vp {vp} needs --pp > 1 (virtual stages interleave a pipeline)")
-        if model.is_transformer and pp * vp > layers:
-            raise UserError(f"--pp {pp} × --vp {vp} = {pp * vp} stage chunks exceed the {layers} layers of "
-                            f"{model.name} (a chunk needs at least one layer); use a smaller --vp or --pp")
-    given = [v for v in (dp, tp, pp, cp) if v is not None]
+        _check_vp(model, pp, vp)
+    _check_device_count(dp, tp, pp, cp, num_devices)
+    if fixed.get("sequence_parallel") and tp == 1:
+        raise UserError("--sequence-parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
+
+
+def _check_tp(model: ModelSpec, cluster: Cluster, tp: int) -> None:
+    """A given tp splits the attention heads (and whole KV heads) and fits the scale-up domain."""
+    heads, domain = model.num_heads, cluster.device.scaleup_domain
+    if model.is_transformer and heads % tp:
+        ok = ", ".join(str(d) for d in divisors(heads) if d <= domain)
+        raise UserError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}; use one of {ok}")
+    if model.is_transformer and not splits_heads(model, tp):
+        kv = model.kv_heads
+        ok = ", ".join(str(d) for d in divisors(heads) if splits_heads(model, d) and d <= domain)
+        raise UserError(f"--tp {tp} neither divides nor is a multiple of the {kv} KV heads of {model.name} "
+                        f"(a rank holds whole KV heads: kv_heads % tp == 0 or tp % kv_heads == 0); use one of {ok}")
+    if tp > domain:
+        raise UserError(f"--tp {tp} exceeds the scale-up domain of {cluster.device.name} "
+                        f"({domain} devices); tensor parallelism needs the fast fabric")
+
+
+def _check_vp(model: ModelSpec, pp: int | None, vp: int) -> None:
+    """Virtual stages (vp > 1) interleave a pipeline, each chunk at least one layer."""
+    if pp is None or pp == 1:
+        raise UserError(f"--vp {vp} needs --pp > 1 (virtual stages interleave a pipeline)")
+    if model.is_transformer and pp * vp > model.num_layers:
+        raise UserError(f"--pp {pp} × --vp {vp} = {pp * vp} stage chunks exceed the {model.num_layers} layers of "
+                        f"{model.name} (a chunk needs at least one layer); use a smaller --vp or --pp")
+
+
+def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int | None, num_devices: int) -> None:
+    """The given dp·tp·pp·cp divides the device count (equals it when dp, tp and pp are all given)."""
     product = 1
-    for v in given:
-        product *= v
+    for v in (dp, tp, pp, cp):
+        if v is not None:
+            product *= v
     if num_devices % product:
         raise UserError(f"dp·tp·pp·cp = {product} does not divide --num-devices {num_devices}")
     if dp is not None and tp is not None and pp is not None and product != num_devices:  # cp not given: searched as 1
         raise UserError(f"dp·tp·pp·cp = {product} but --num-devices is {num_devices}; they must be equal")
-    if fixed.get("sequence_parallel") and tp == 1:
-        raise UserError("--sequence-parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
 
 
 #: layout fields only training uses: the inference model (plan/evaluate.py infer_memory, plan/time.py infer_time)

@@ -10,6 +10,7 @@ doubling) and stops at the first that fits and meets the throughput target; when
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
@@ -75,11 +76,7 @@ def _shapes(ctx: PlanContext, num_devices: int, fixed: dict[str, Any]) -> Iterat
 def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any], global_batch: int | None) -> Iterator[Layout]:
     """Every valid layout on ``num_devices`` that agrees with the ``fixed`` fields."""
     train = ctx.workload.task == "train"
-    recomputes = ["none", "full"] if ctx.cnn is not None else (
-        ["none", "selective", "full"] if ctx.options.attention == "math" else ["none", "full"])
-    if (fixed.get("recompute") == "selective" or ctx.options.selective_recompute == "op") \
-            and "selective" not in recomputes and ctx.cnn is None:
-        recomputes.append("selective")
+    recomputes = _recomputes(ctx, fixed)
     cp = fixed.get("cp") or 1
     vp = fixed.get("vp") or 1
     for tp, pp, dp, ep in _shapes(ctx, num_devices, fixed):
@@ -89,18 +86,32 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
         if global_batch is None or global_batch % dp:
             continue
         per_rank = global_batch // dp
-        mbs = [mb for mb in MICRO_BATCHES if per_rank % mb == 0]
-        if fixed.get("micro_batch") is not None:
-            mbs = [fixed["micro_batch"]] if per_rank % fixed["micro_batch"] == 0 else []
-        mbs = [mb for mb in mbs if interleaving_fits(pp, vp, per_rank // mb)]
         zeros = _pick(fixed, "zero", [0] if dp * cp == 1 or ctx.workload.recipe.grad_compression == "powersgd"
                       or ctx.options.frozen_weights else [0, 1, 2, 3])  # frozen: no states for ZeRO to shard
         sps = _pick(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
-        for zero in zeros:
-            for mb in mbs:
-                for rc in _pick(fixed, "recompute", recomputes):
-                    for sp in sps:
-                        yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp)
+        for zero, mb, rc, sp in itertools.product(zeros, _micro_batches(fixed, per_rank, pp, vp),
+                                                  _pick(fixed, "recompute", recomputes), sps):
+            yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp)
+
+
+def _recomputes(ctx: PlanContext, fixed: dict[str, Any]) -> list[str]:
+    """The recompute choices: selective only where it recomputes something (the math attention's scores, or
+    torchtitan's op-level selection), or where it is pinned."""
+    recomputes = ["none", "full"] if ctx.cnn is not None else (
+        ["none", "selective", "full"] if ctx.options.attention == "math" else ["none", "full"])
+    if (fixed.get("recompute") == "selective" or ctx.options.selective_recompute == "op") \
+            and "selective" not in recomputes and ctx.cnn is None:
+        recomputes.append("selective")
+    return recomputes
+
+
+def _micro_batches(fixed: dict[str, Any], per_rank: int, pp: int, vp: int) -> list[int]:
+    """The micro-batches that divide a rank's share of the global batch (the pinned one, if it does), each leaving
+    enough micro-batches for an interleaved pipeline."""
+    mbs = [mb for mb in MICRO_BATCHES if per_rank % mb == 0]
+    if fixed.get("micro_batch") is not None:
+        mbs = [fixed["micro_batch"]] if per_rank % fixed["micro_batch"] == 0 else []
+    return [mb for mb in mbs if interleaving_fits(pp, vp, per_rank // mb)]
 
 
 def _rank_key(ctx: PlanContext, c: Candidate) -> tuple[Any, ...]:

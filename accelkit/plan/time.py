@@ -206,63 +206,16 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
         split = rank_split(ctx, layout)
     if ctx.cnn is not None:
         return _cnn_train_time(ctx, layout, split)
-    m, w, o = ctx.model, ctx.workload, ctx.options
-    tp, pp, cp, vp, e, seq = layout.tp, layout.pp, layout.cp, layout.vp, ctx.e, w.seq_len
-    sp = tp if layout.sequence_parallel else 1
-    flop_s, bw = tensor_flop_s(ctx), byte_s(ctx)
-    tokens = layout.micro_batch * seq / cp  # tokens this rank holds per micro-batch
-    full, selective = layout.recompute == "full", layout.recompute == "selective"
-    causal = _is_causal(ctx)
-
+    o = ctx.options
+    pp, vp = layout.pp, layout.vp
+    bw = byte_s(ctx)
+    tokens = layout.micro_batch * ctx.workload.seq_len / layout.cp  # tokens this rank holds per micro-batch
     # ---- one layer, one micro-batch
-    matmul_fwd = 2.0 * tokens * ctx.layer_matmul_active / tp
-    frozen = o.frozen_weights  # LoRA: backward computes the input gradients only, no weight gradients
-    op = selective and o.selective_recompute == "op"  # torchtitan: every second matmul and the pointwise ops again
-    gemm = matmul_fwd * (3 + (1 if full else 0) - (1 if frozen else 0) + (F.op_recompute_share(m) if op else 0)) \
-        / flop_s
-    traffic = layer_traffic(m, e=e, stack=o.kernels, dropout=_dropout(ctx))
-    ew_fwd = tokens * (traffic.replicated_bytes / sp + traffic.sharded_bytes / tp)
-    if o.attention == "math":  # two score matmuls (full square, masked under a sliding window) and the s² scores
-        square = F.attention_flops(m, batch=layout.micro_batch, q_len=seq, kv_len=seq, windowed=False)
-        attention = square / m.num_layers / (tp * cp) * (3 + (1 if full or selective else 0)) / flop_s
-        ew_fwd += tokens * math_attention_bytes(m, seq=seq, e=e, dropout=_dropout(ctx)) / tp
-    else:
-        useful = _flash_attention_flops(m, layout.micro_batch, seq, causal=causal) / m.num_layers / (tp * cp)
-        attention = useful * (1 + FLASH_BACKWARD + (1 if full else 0)) / model_attention_flop_s(ctx, seq, int(seq / cp))
-    memory = ew_fwd * (1 + traffic.backward_factor + (1 if full or op else 0)) / bw
-    if o.autocast_fp32_params:  # every forward (and recompute) casts each fp32 weight to the compute dtype
-        memory += (1 + (1 if full else 0)) * 6.0 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / tp / bw
-    kernels = traffic.forward_kernels + traffic.backward_kernels + (traffic.forward_kernels if full or op else 0)
-    gpu = gemm + attention + memory
-    host = kernels * ctx.efficiency.launch_s if o.kernels == "eager" else kernels * ctx.efficiency.launch_s / 2
-    launch = max(0.0, host - gpu)
-
-    tp_links = links(ctx, tp, 1)
-    tp_one = tp_links.all_reduce_s(e * tokens * m.hidden_size)  # or its all-gather + reduce-scatter under sp
-    tp_comm = (4 + (2 if full else 0)) * tp_one
-    if o.tp_comm_overlap:
-        tp_comm = overlapped(tp_comm, gemm)
-    elif o.tp_backward_overlap and tp > 1:  # the 2 backward collectives hide behind the column-parallel dW matmuls
-        tp_comm = (2 + (2 if full else 0)) * tp_one + overlapped(2 * tp_one, ctx.column_share * matmul_fwd / flop_s)
-    cp_comm = 0.0
-    if cp > 1:
-        kv_local = max(m.kv_heads / tp, 1) * m.head_size
-        hop = tokens * 2 * kv_local * e  # this rank's K and V chunk
-        cp_links = links(ctx, cp, tp)
-        ring = (cp - 1) * cp_links.p2p_s(hop) * (1 + 2 + (1 if full else 0))  # fwd; bwd: K,V and dK,dV
-        cp_comm = overlapped(ring, attention)
-    ep_comm = 0.0
-    if layout.ep > 1:
-        ep_links = links(ctx, layout.ep, tp * cp)
-        routed = e * tokens * (m.experts_per_token or 1) * m.hidden_size / tp
-        ep_comm = 4 * ep_links.all_to_all_s(routed)
-
+    gemm, attention, memory, launch, matmul_fwd = _layer_s(ctx, layout, tokens)
+    tp_comm, cp_comm, ep_comm = _layer_comm_s(ctx, layout, tokens, gemm, attention, matmul_fwd)
     # ---- one stage (the heaviest: ceil(L/pp) layers, plus the LM head on the last), one micro-batch
     layers = stage_layers(ctx, layout)
-    head_gemm = (4.0 if frozen else 6.0) * tokens * F.head_matmul_params(m) / tp / flop_s
-    fused_loss = o.kernels == "fused" if o.fused_loss is None else o.fused_loss
-    head_mem = tokens * (loss_bytes_per_token(m, e=e, stack="fused" if fused_loss else "eager") / tp
-                         + 4 * e * m.hidden_size / sp) / bw
+    head_gemm, head_mem = _head_s(ctx, layout, tokens)
     blocks = layers
     if pp > 1 and o.pp_embedding_as_layer:  # the head shares its stage with one block fewer: the heavier one runs
         block = gemm + attention + memory + launch + tp_comm + cp_comm + ep_comm
@@ -275,20 +228,14 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
     st_launch = blocks * launch
     st_comm = blocks * (tp_comm + cp_comm + ep_comm)
     if pp > 1:
-        pp_links = links(ctx, pp, tp * cp * layout.dp)
-        act = e * tokens * m.hidden_size / sp
-        if o.pp_scatter_gather and sp == 1 and tp > 1 and pp_links.spans_nodes:
-            send = pp_links.p2p_s(act / tp) + tp_links.all_gather_s(act)
-        else:
-            send = pp_links.p2p_s(act)
-        st_comm += 2 * vp * send
+        st_comm += 2 * vp * _stage_send_s(ctx, layout, tokens)
     stage = st_compute + st_memory + st_launch + st_comm
     mb = layout.grad_accum
 
     # ---- data parallel and the optimizer
     dense, expert = stage_param_split(ctx, layout)
-    if frozen:  # nothing to reduce over data parallelism, nothing to update
-        red, dp_exposed, optimizer = None, 0.0, 0.0
+    if o.frozen_weights:  # nothing to reduce over data parallelism, nothing to update
+        dp_exposed, optimizer = 0.0, 0.0
     else:
         red = dp_reduction(ctx, layout, dense + expert, split)
         dp_exposed = _dp_exposed(ctx, layout, dense, expert, split, layers, stage, st_compute)
@@ -300,6 +247,85 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
         "bubble": (pp - 1) / vp * stage,
         "launch": mb * st_launch,
     }
+
+
+def _layer_s(ctx: PlanContext, layout: Layout, tokens: float) -> tuple[float, float, float, float, float]:
+    """One layer, one micro-batch of ``tokens`` on this rank: seconds of its matmuls, attention, memory-bound kernels
+    and host-bound launch excess, and the forward matmul FLOPs (the backward overlap's measure)."""
+    m, o, e, seq = ctx.model, ctx.options, ctx.e, ctx.workload.seq_len
+    tp, cp = layout.tp, layout.cp
+    sp = tp if layout.sequence_parallel else 1
+    flop_s, bw = tensor_flop_s(ctx), byte_s(ctx)
+    full, selective = layout.recompute == "full", layout.recompute == "selective"
+    matmul_fwd = 2.0 * tokens * ctx.layer_matmul_active / tp
+    frozen = o.frozen_weights  # LoRA: backward computes the input gradients only, no weight gradients
+    op = selective and o.selective_recompute == "op"  # torchtitan: every second matmul and the pointwise ops again
+    gemm = matmul_fwd * (3 + (1 if full else 0) - (1 if frozen else 0) + (F.op_recompute_share(m) if op else 0)) \
+        / flop_s
+    traffic = layer_traffic(m, e=e, stack=o.kernels, dropout=_dropout(ctx))
+    ew_fwd = tokens * (traffic.replicated_bytes / sp + traffic.sharded_bytes / tp)
+    if o.attention == "math":  # two score matmuls (full square, masked under a sliding window) and the s² scores
+        square = F.attention_flops(m, batch=layout.micro_batch, q_len=seq, kv_len=seq, windowed=False)
+        attention = square / m.num_layers / (tp * cp) * (3 + (1 if full or selective else 0)) / flop_s
+        ew_fwd += tokens * math_attention_bytes(m, seq=seq, e=e, dropout=_dropout(ctx)) / tp
+    else:
+        useful = _flash_attention_flops(m, layout.micro_batch, seq, causal=_is_causal(ctx)) / m.num_layers / (tp * cp)
+        attention = useful * (1 + FLASH_BACKWARD + (1 if full else 0)) / model_attention_flop_s(ctx, seq, int(seq / cp))
+    memory = ew_fwd * (1 + traffic.backward_factor + (1 if full or op else 0)) / bw
+    if o.autocast_fp32_params:  # every forward (and recompute) casts each fp32 weight to the compute dtype
+        memory += (1 + (1 if full else 0)) * 6.0 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / tp / bw
+    kernels = traffic.forward_kernels + traffic.backward_kernels + (traffic.forward_kernels if full or op else 0)
+    gpu = gemm + attention + memory
+    host = kernels * ctx.efficiency.launch_s if o.kernels == "eager" else kernels * ctx.efficiency.launch_s / 2
+    return gemm, attention, memory, max(0.0, host - gpu), matmul_fwd
+
+
+def _layer_comm_s(ctx: PlanContext, layout: Layout, tokens: float, gemm: float, attention: float,
+                  matmul_fwd: float) -> tuple[float, float, float]:
+    """One layer, one micro-batch: the exposed seconds of its tensor-, context- and expert-parallel collectives."""
+    m, o, e = ctx.model, ctx.options, ctx.e
+    tp, cp = layout.tp, layout.cp
+    full = layout.recompute == "full"
+    tp_one = links(ctx, tp, 1).all_reduce_s(e * tokens * m.hidden_size)  # or its all-gather + reduce-scatter under sp
+    tp_comm = (4 + (2 if full else 0)) * tp_one
+    if o.tp_comm_overlap:
+        tp_comm = overlapped(tp_comm, gemm)
+    elif o.tp_backward_overlap and tp > 1:  # the 2 backward collectives hide behind the column-parallel dW matmuls
+        tp_comm = (2 + (2 if full else 0)) * tp_one + overlapped(2 * tp_one,
+                                                                 ctx.column_share * matmul_fwd / tensor_flop_s(ctx))
+    cp_comm = 0.0
+    if cp > 1:
+        kv_local = max(m.kv_heads / tp, 1) * m.head_size
+        hop = tokens * 2 * kv_local * e  # this rank's K and V chunk
+        ring = (cp - 1) * links(ctx, cp, tp).p2p_s(hop) * (1 + 2 + (1 if full else 0))  # fwd; bwd: K,V and dK,dV
+        cp_comm = overlapped(ring, attention)
+    ep_comm = 0.0
+    if layout.ep > 1:
+        routed = e * tokens * (m.experts_per_token or 1) * m.hidden_size / tp
+        ep_comm = 4 * links(ctx, layout.ep, tp * cp).all_to_all_s(routed)
+    return tp_comm, cp_comm, ep_comm
+
+
+def _head_s(ctx: PlanContext, layout: Layout, tokens: float) -> tuple[float, float]:
+    """The LM head and loss of one micro-batch on the last stage: (matmul seconds, memory-bound seconds)."""
+    m, o, e, tp = ctx.model, ctx.options, ctx.e, layout.tp
+    sp = tp if layout.sequence_parallel else 1
+    head_gemm = (4.0 if o.frozen_weights else 6.0) * tokens * F.head_matmul_params(m) / tp / tensor_flop_s(ctx)
+    fused_loss = o.kernels == "fused" if o.fused_loss is None else o.fused_loss
+    head_mem = tokens * (loss_bytes_per_token(m, e=e, stack="fused" if fused_loss else "eager") / tp
+                         + 4 * e * m.hidden_size / sp) / byte_s(ctx)
+    return head_gemm, head_mem
+
+
+def _stage_send_s(ctx: PlanContext, layout: Layout, tokens: float) -> float:
+    """One micro-batch's activations sent to the next pipeline stage (scattered over tp and gathered again when the
+    stages span nodes and ``pp_scatter_gather``)."""
+    tp, sp = layout.tp, layout.tp if layout.sequence_parallel else 1
+    pp_links = links(ctx, layout.pp, tp * layout.cp * layout.dp)
+    act = ctx.e * tokens * ctx.model.hidden_size / sp
+    if ctx.options.pp_scatter_gather and sp == 1 and tp > 1 and pp_links.spans_nodes:
+        return pp_links.p2p_s(act / tp) + links(ctx, tp, 1).all_gather_s(act)
+    return pp_links.p2p_s(act)
 
 
 def dp_reduction(ctx: PlanContext, layout: Layout, params: float, split: PowerSGDSplit | None) -> GradReduction | None:
