@@ -168,9 +168,6 @@ def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: Be
                        refused=[Refusal.from_dict(r) for r in refused],
                        environment={**environment(with_torch=True), "timer": timer_name(device),
                                     "bench": config.to_dict()})
-    interleave = config.interleave and workload.can_interleave and len(runnable) > 1
-    if config.interleave and not workload.can_interleave and len(runnable) > 1:
-        record.notes.append(f"{workload.name} variants ran one after another (interleaving would be unfair here)")
     # one writer for the run: after a failed write nothing more is tried, and the result says why (not raised:
     # what was measured is kept); ``store`` itself is only read (stored probes), so it may be read-only with --no-save
     writer = StoreWriter(store if config.save else None)
@@ -183,9 +180,7 @@ def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: Be
         reporter.status(f"{v.name}: the planner's estimate")
         predictions[v.name] = (predict_variant(workload, v, device, catalog) if config.predict
                                else (None, "prediction turned off (--no-predict)"))
-    if interleave and (why := _too_big_together(predictions, device)):
-        interleave = False
-        record.notes.append(f"variants ran one after another, not interleaved: {why}")
+    interleave = _interleave(workload, config, runnable, predictions, device, record.notes)
     torch.manual_seed(config.seed)
     if device.startswith("cuda"):  # the run's own peak (the probe above is not part of the workload)
         torch.cuda.reset_peak_memory_stats(device)
@@ -208,8 +203,8 @@ def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: Be
     except KeyboardInterrupt:
         record.interrupted, record.stopped_by = True, measurer.interrupt_signal
         recorder.store_finished(measurer.lanes)
-        record.unfinished = [v.name for v in runnable if v.name not in {e.name for e in record.entries}
-                             and v.name not in {f.name for f in measurer.failures}]
+        finished = {e.name for e in record.entries} | {f.name for f in measurer.failures}
+        record.unfinished = [v.name for v in runnable if v.name not in finished]
     finally:
         restore()
         measurer.close_all()
@@ -219,6 +214,21 @@ def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: Be
         record.peak_memory_bytes, record.peak_memory_scope = run_peak_bytes(device, measurer.memory)
         record.store_error = writer.error
     return record.result()
+
+
+def _interleave(workload: BenchWorkload, config: BenchConfig, runnable: list[Variant], predictions: dict[str, Any],
+                device: str, notes: list[str]) -> bool:
+    """Whether the variants run interleaved: asked for, more than one, fair for the workload and, by the planner's
+    estimates, resident together; a note says why not when one of the last two stops it."""
+    if not (config.interleave and len(runnable) > 1):
+        return False
+    if not workload.can_interleave:
+        notes.append(f"{workload.name} variants ran one after another (interleaving would be unfair here)")
+        return False
+    if why := _too_big_together(predictions, device):
+        notes.append(f"variants ran one after another, not interleaved: {why}")
+        return False
+    return True
 
 
 def _too_big_together(predictions: dict[str, Any], device: str) -> str | None:

@@ -407,6 +407,11 @@ def _render(result: Any, as_json: bool, received: list[str] | None = None) -> No
                       "`accelkit report` draws them", highlight=False)
 
     emit(data, as_json, render)
+    _exit_status(result, data, runs, received)
+
+
+def _exit_status(result: Any, data: dict[str, Any], runs: list[Any], received: list[str] | None) -> None:
+    """After the document: Ctrl-C (130) or SIGTERM (143) with what was kept, or 1 naming the variants that failed."""
     if data["interrupted"]:
         finished = sum(len({v.name for v in r.variants}) for r in runs)
         by_term = "SIGTERM" in (received or []) or any(getattr(r, "stopped_by", None) == "SIGTERM" for r in runs) \
@@ -445,27 +450,10 @@ def _unfinished(runs: list[Any], *, suite: bool) -> str:
 
 def _grad_comm_table(run: Any) -> None:
     """With --grad-compression: bytes per step per rank (counted vs the planner) and the quality gate per variant."""
-    from accelkit.cli.output import fmt_num, table
-    from accelkit.core.units import fmt_bytes
+    from accelkit.cli.output import table
 
-    rows = []
-    for v in run.variants:
-        comm, quality = v.grad_comm, v.quality
-        if comm is None and quality is None:
-            continue
-        measured = (comm or {}).get("measured_bytes_per_step") or []
-        ratios = [r for r in (comm or {}).get("ratio_per_rank") or [] if r is not None]
-        sent = [r for r in (comm or {}).get("sent_over_gradient") or [] if r is not None]
-        gate = "reference" if (quality or {}).get("role") == "reference" else (
-            None if not quality or "passed" not in quality else
-            "inconclusive" if quality.get("inconclusive") else ("pass" if quality["passed"] else "FAIL"))
-        loss = (quality or {}).get("final_loss") if quality and quality.get("role") == "candidate" else None
-        rows.append([v.name, fmt_bytes(max(measured)) if measured else None,
-                     f"{max(sent):.3f}" if sent else None,
-                     fmt_bytes(comm["predicted_bytes_per_step"]) if comm and comm.get("predicted_bytes_per_step") else None,
-                     f"{max(ratios, key=lambda r: abs(r - 1)):.3f}" if ratios else None,
-                     fmt_num(loss, 4), None if not quality or quality.get("ratio") is None else f"{quality['ratio']:.4f}",
-                     gate])
+    rows = [_grad_comm_row(v.name, v.grad_comm, v.quality) for v in run.variants
+            if v.grad_comm is not None or v.quality is not None]
     if not rows:
         return
     out.print(table("gradient communication per step per rank (counted in the hook) and the quality gate",
@@ -474,6 +462,34 @@ def _grad_comm_table(run: Any) -> None:
     for v in run.variants:
         if v.quality and v.quality.get("message"):
             out.print(v.quality["message"], highlight=False, markup=False, soft_wrap=True)
+
+
+def _grad_comm_row(name: str, comm: dict[str, Any] | None, quality: dict[str, Any] | None) -> list[Any]:
+    """One variant's row: the most bytes a rank sent per step, × its plain gradients, the planner's figure, the ratio
+    farthest from 1, and the quality gate (final loss, × none's, verdict)."""
+    return [name, *_comm_cells(comm or {}), *_quality_cells(quality or {})]
+
+
+def _comm_cells(comm: dict[str, Any]) -> list[str | None]:
+    from accelkit.core.units import fmt_bytes
+
+    measured = comm.get("measured_bytes_per_step") or []
+    ratios = [r for r in comm.get("ratio_per_rank") or [] if r is not None]
+    sent = [r for r in comm.get("sent_over_gradient") or [] if r is not None]
+    return [fmt_bytes(max(measured)) if measured else None,
+            f"{max(sent):.3f}" if sent else None,
+            fmt_bytes(comm["predicted_bytes_per_step"]) if comm.get("predicted_bytes_per_step") else None,
+            f"{max(ratios, key=lambda r: abs(r - 1)):.3f}" if ratios else None]
+
+
+def _quality_cells(quality: dict[str, Any]) -> list[str | None]:
+    from accelkit.cli.output import fmt_num
+
+    gate = "reference" if quality.get("role") == "reference" else (
+        None if "passed" not in quality else
+        "inconclusive" if quality.get("inconclusive") else ("pass" if quality["passed"] else "FAIL"))
+    loss = quality.get("final_loss") if quality.get("role") == "candidate" else None
+    return [fmt_num(loss, 4), None if quality.get("ratio") is None else f"{quality['ratio']:.4f}", gate]
 
 
 # ---- the commands ----------------------------------------------------------------------------------------

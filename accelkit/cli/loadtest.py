@@ -182,43 +182,11 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
     qs = [f"p{q:g}" for q in d["percentiles"]]
     passes = d["passes"]
     starred: set[str] = set()
-    for p in passes if len(passes) == 1 else []:
-        rows: list[tuple[Any, ...]] = [
-            ("successful requests", p["completed"], "requests"), ("failed requests", p["failed"], "requests"),
-            ("duration", fmt_num(p["duration_s"], 2), "s"),
-            ("total input tokens", p["total_input_tokens"], "tokens"),
-            ("total generated tokens", p["total_output_tokens"], "tokens"),
-            ("request throughput", fmt_num(p["request_throughput"], 2), "req/s"),
-            ("output token throughput", fmt_num(p["output_throughput"], 2), "tokens/s"),
-            ("total token throughput", fmt_num(p["total_token_throughput"], 2), "tokens/s"),
-            ("goodput (per request)", fmt_num(p["goodput"], 2), "req/s"),
-            ("peak concurrency", p["peak_concurrency"], "requests"),
-            *_validity_rows(p.get("structured_outputs")),
-        ]
-        out.print(table(f"Load test — {d['config']['model']} via {d['url']} · {d['arrivals']['per_rate'][0]}"
-                        f" · ignore_eos={d['ignore_eos']}", ["metric", "value", "unit"], rows, right=(1,)))
-        lat = [(name, p[key]["n"], _ms(p[key]["mean"]), _ms(p[key]["median"]), _ms(p[key]["std"]),
-                *(_pct(p[key], q, starred) for q in qs))
-               for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms"))]
-        out.print(table("Latency (ms)", ["", "n", "mean", "median", "std", *qs], lat, right=tuple(range(1, 5 + len(qs)))))
-        lengths = p["lengths"]
-        len_rows = [(name, fmt_num(lengths[key]["mean"], 1), *(fmt_num(lengths[key][q], 0) for q in qs))
-                    for name, key in (("prompt tokens (usage)", "prompt_tokens"), ("completion tokens", "completion_tokens"),
-                                      ("max_tokens sent", "max_tokens"))]
-        out.print(table(f"Lengths actually sent — dataset {d['dataset']['dataset']}", ["", "mean", *qs], len_rows,
-                        right=tuple(range(1, 2 + len(qs)))))
+    if len(passes) == 1:
+        _render_pass(d, passes[0], qs, starred)
     structured = d.get("structured_outputs")  # absent from results stored before structured outputs
     if len(passes) > 1:
-        rows = [(_rate(pt["rate"]), pt["completed"], pt["failed"], fmt_num(pt["request_throughput"], 2),
-                 fmt_num(pt["output_throughput"], 1), fmt_num(pt["goodput"], 2),
-                 _pct(p["ttft_ms"], "p50", starred), _pct(p["ttft_ms"], "p99", starred),
-                 _pct(p["tpot_ms"], "p50", starred), _pct(p["tpot_ms"], "p99", starred), _pct(p["e2e_ms"], "p50", starred),
-                 *([_share(pt.get("valid_share"))] if structured else []))
-                for pt, p in zip(d["curve"], passes, strict=True)]
-        headers = ["rate req/s", "ok", "failed", "req/s", "out tok/s", "goodput req/s", "TTFT p50 ms", "TTFT p99 ms",
-                   "TPOT p50 ms", "TPOT p99 ms", "E2E p50 ms", *(["valid"] if structured else [])]
-        out.print(table(f"Latency-throughput curve — {d['config']['model']} via {d['url']} · ignore_eos={d['ignore_eos']}",
-                        headers, rows, right=tuple(range(0, len(headers)))))
+        _render_curve(d, passes, starred, structured=bool(structured))
     if structured:
         _print_structured(structured, passes)
     if starred:
@@ -229,6 +197,56 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
     if d["slo"] and any(v is not None for v in d["slo"].values()):
         out.print(f"goodput: {d['goodput_definition']}; SLOs " +
                   ", ".join(f"{k}<={v:g}" for k, v in d["slo"].items() if v is not None))
+    _render_warnings(d, passes)
+    if result_id is not None:
+        err.print(f"stored as result {result_id}")
+
+
+def _render_pass(d: dict[str, Any], p: dict[str, Any], qs: list[str], starred: set[str]) -> None:
+    """One pass: its metrics, latency distributions and the lengths actually sent (``starred``: the percentiles
+    shown that too few samples back)."""
+    rows: list[tuple[Any, ...]] = [
+        ("successful requests", p["completed"], "requests"), ("failed requests", p["failed"], "requests"),
+        ("duration", fmt_num(p["duration_s"], 2), "s"),
+        ("total input tokens", p["total_input_tokens"], "tokens"),
+        ("total generated tokens", p["total_output_tokens"], "tokens"),
+        ("request throughput", fmt_num(p["request_throughput"], 2), "req/s"),
+        ("output token throughput", fmt_num(p["output_throughput"], 2), "tokens/s"),
+        ("total token throughput", fmt_num(p["total_token_throughput"], 2), "tokens/s"),
+        ("goodput (per request)", fmt_num(p["goodput"], 2), "req/s"),
+        ("peak concurrency", p["peak_concurrency"], "requests"),
+        *_validity_rows(p.get("structured_outputs")),
+    ]
+    out.print(table(f"Load test — {d['config']['model']} via {d['url']} · {d['arrivals']['per_rate'][0]}"
+                    f" · ignore_eos={d['ignore_eos']}", ["metric", "value", "unit"], rows, right=(1,)))
+    lat = [(name, p[key]["n"], _ms(p[key]["mean"]), _ms(p[key]["median"]), _ms(p[key]["std"]),
+            *(_pct(p[key], q, starred) for q in qs))
+           for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms"))]
+    out.print(table("Latency (ms)", ["", "n", "mean", "median", "std", *qs], lat, right=tuple(range(1, 5 + len(qs)))))
+    lengths = p["lengths"]
+    len_rows = [(name, fmt_num(lengths[key]["mean"], 1), *(fmt_num(lengths[key][q], 0) for q in qs))
+                for name, key in (("prompt tokens (usage)", "prompt_tokens"), ("completion tokens", "completion_tokens"),
+                                  ("max_tokens sent", "max_tokens"))]
+    out.print(table(f"Lengths actually sent — dataset {d['dataset']['dataset']}", ["", "mean", *qs], len_rows,
+                    right=tuple(range(1, 2 + len(qs)))))
+
+
+def _render_curve(d: dict[str, Any], passes: list[dict[str, Any]], starred: set[str], *, structured: bool) -> None:
+    """Several rates: one row per pass, the latency-throughput curve."""
+    rows = [(_rate(pt["rate"]), pt["completed"], pt["failed"], fmt_num(pt["request_throughput"], 2),
+             fmt_num(pt["output_throughput"], 1), fmt_num(pt["goodput"], 2),
+             _pct(p["ttft_ms"], "p50", starred), _pct(p["ttft_ms"], "p99", starred),
+             _pct(p["tpot_ms"], "p50", starred), _pct(p["tpot_ms"], "p99", starred), _pct(p["e2e_ms"], "p50", starred),
+             *([_share(pt.get("valid_share"))] if structured else []))
+            for pt, p in zip(d["curve"], passes, strict=True)]
+    headers = ["rate req/s", "ok", "failed", "req/s", "out tok/s", "goodput req/s", "TTFT p50 ms", "TTFT p99 ms",
+               "TPOT p50 ms", "TPOT p99 ms", "E2E p50 ms", *(["valid"] if structured else [])]
+    out.print(table(f"Latency-throughput curve — {d['config']['model']} via {d['url']} · ignore_eos={d['ignore_eos']}",
+                    headers, rows, right=tuple(range(0, len(headers)))))
+
+
+def _render_warnings(d: dict[str, Any], passes: list[dict[str, Any]]) -> None:
+    """Token counts without usage, a warm-up that timed out, prompts a prefix cache may serve."""
     missing = sum(p["lengths"]["requests_without_usage"] for p in passes)
     if missing:
         err.print(f"warning: {missing} requests came without usage; their token counts are chunk counts")
@@ -243,5 +261,3 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
     if "prefix cache" in sweep_prompts:
         err.print(f"warning: --dataset {d['dataset']['dataset']} sends {sweep_prompts} (--dataset random draws "
                   "fresh prompts for each pass)", highlight=False, markup=False, soft_wrap=True)
-    if result_id is not None:
-        err.print(f"stored as result {result_id}")

@@ -11,7 +11,7 @@ from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.text_to_image import plan as plan_image
-from accelkit.core import Cluster, Recipe, UserError, Workload
+from accelkit.core import Cluster, ModelSpec, Recipe, UserError, Workload
 from accelkit.core.units import fmt_bytes, fmt_count, parse_size
 from accelkit.models.diffusion import is_diffusion_model
 from accelkit.plan.diffusion import ImageRequest
@@ -121,10 +121,8 @@ def plan_cmd(
     image: dict[str, Any],
 ) -> None:
     """Plan a workload: will it fit, on how many devices, in which layout, how fast, at what energy."""
-    from accelkit.models import resolve_model
     from accelkit.plan import compare as compare_hw
-    from accelkit.plan import resolve_hardware, search_ctx, to_estimate, to_json
-    from accelkit.plan.context import make_context
+    from accelkit.plan import to_estimate, to_json
 
     if is_diffusion_model(model):  # a text-to-image pipeline: its own plan (one pipeline per device, images/s)
         with flag_values():
@@ -149,47 +147,7 @@ def plan_cmd(
         choice = LayoutChoice(**layout)
         plan_options = PlanOptions(**options)
         names = csv_list(req.compare, field="--compare")
-        spec = resolve_model(model)
-        decoder_only = [k for k in ("prompt_len", "output_len") if k in request]
-        if req.task == "infer" and spec.kind not in ("decoder", "moe") and decoder_only:
-            key = decoder_only[0]
-            takes = ("a fixed number of patches" if spec.family == "vit" else
-                     "its input length from --seq-len" if spec.kind == "encoder" else "one image per batch element")
-            what = "a CNN" if spec.kind == "cnn" else f"an {spec.kind} model"
-            raise UserError(f"{flag_text(key, request[key])} applies to decoder models (a prompt, then generated "
-                            f"tokens); {spec.name} is {what} and takes {takes} — drop it")
-        if spec.family == "vit":
-            seq = spec.num_patches + 1
-        else:
-            seq = req.seq_len or min(4096, spec.max_seq_len or 4096)
-        if req.hardware and names:
-            raise UserError(f"--hardware {req.hardware} and --compare {req.compare} are exclusive (one plan, or one row "
-                            f"per hardware); drop --hardware, or add {req.hardware} to the --compare list")
-        # a learned position table has max_seq_len rows: no position past it exists (rotary ones get a note); a ViT
-        # takes its sequence from its patches, not --seq-len
-        learned = spec.position == "learned" and spec.is_transformer and spec.family != "vit"
-        if req.seq_len and spec.max_seq_len and req.seq_len > spec.max_seq_len:
-            if learned:
-                raise UserError(f"--seq-len {req.seq_len} exceeds the {spec.max_seq_len} learned positions of "
-                                f"{spec.name} (its position-embedding table has {spec.max_seq_len} rows); use "
-                                f"--seq-len {spec.max_seq_len} or less")
-            err.print(f"note: --seq-len {req.seq_len} exceeds {spec.name}'s context of {spec.max_seq_len}",
-                      highlight=False)
-        context = req.prompt_len + req.output_len
-        if req.task == "infer" and spec.kind in ("decoder", "moe") and spec.max_seq_len and context > spec.max_seq_len:
-            if learned:
-                raise UserError(f"--prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens "
-                                f"exceeds the {spec.max_seq_len} learned positions of {spec.name} (its position-"
-                                f"embedding table has {spec.max_seq_len} rows); shorten them")
-            err.print(f"note: --prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens exceeds "
-                      f"{spec.name}'s context of {spec.max_seq_len}", highlight=False)
-        workload = Workload(
-            model=spec, task=req.task, seq_len=seq, prompt_len=req.prompt_len, output_len=req.output_len,
-            optimizer=req.optimizer, batch_size=req.batch or 1,
-            recipe=Recipe(precision=req.precision, kv_cache_dtype=req.kv_dtype, offload=req.offload,
-                          grad_compression=req.grad_compression,
-                          powersgd_rank=req.powersgd_rank if req.grad_compression == "powersgd" else 4),
-        )
+        workload = _workload(model, req, request, names)
     common: dict[str, Any] = dict(fixed=choice.fixed(), global_batch=req.global_batch, batch=req.batch,
                                   num_devices=req.num_devices)
     top = req.top
@@ -199,14 +157,7 @@ def plan_cmd(
                           basis=req.compare_basis or "devices", prices=prices, budget_per_hour=req.budget_per_hour,
                           **common)
     else:
-        cluster = Cluster(device=resolve_hardware(str(req.hardware)), num_devices=req.num_devices or 1)
-        if req.scaleout_bandwidth_bytes_per_s is not None:
-            cluster = cluster.replace(scaleout_bandwidth_bytes_per_s=req.scaleout_bandwidth_bytes_per_s)
-        if prices:  # NAME=X for the one hardware planned
-            plan_options = plan_options.replace(price_per_device_hour=_own_price(prices, cluster.device.name))
-        ctx = make_context(workload, cluster, plan_options)
-        found = search_ctx(ctx, top=top or 1, **common)
-        rows = [(c, c.extra["context"]) for c in found]
+        rows, plan_options = _search_one(workload, req, plan_options, prices, common)
         if req.compare_compression:
             _compare_compression(workload, rows[0], plan_options, req.powersgd_rank, as_json)
             return
@@ -227,6 +178,76 @@ def plan_cmd(
             _render_one(docs[0])
 
     emit(docs if (names or top) else docs[0], as_json, render)
+
+
+def _workload(model: str, req: PlanRequest, request: dict[str, Any], names: list[str] | None) -> Workload:
+    """The planner's workload from the flags (a flag the model cannot take is an error; a length past its context
+    is one when the positions are learned, a note otherwise)."""
+    from accelkit.models import resolve_model
+
+    spec = resolve_model(model)
+    decoder_only = [k for k in ("prompt_len", "output_len") if k in request]
+    if req.task == "infer" and spec.kind not in ("decoder", "moe") and decoder_only:
+        key = decoder_only[0]
+        takes = ("a fixed number of patches" if spec.family == "vit" else
+                 "its input length from --seq-len" if spec.kind == "encoder" else "one image per batch element")
+        what = "a CNN" if spec.kind == "cnn" else f"an {spec.kind} model"
+        raise UserError(f"{flag_text(key, request[key])} applies to decoder models (a prompt, then generated "
+                        f"tokens); {spec.name} is {what} and takes {takes} — drop it")
+    if spec.family == "vit":
+        seq = spec.num_patches + 1
+    else:
+        seq = req.seq_len or min(4096, spec.max_seq_len or 4096)
+    if req.hardware and names:
+        raise UserError(f"--hardware {req.hardware} and --compare {req.compare} are exclusive (one plan, or one row "
+                        f"per hardware); drop --hardware, or add {req.hardware} to the --compare list")
+    _check_context(spec, req)
+    return Workload(
+        model=spec, task=req.task, seq_len=seq, prompt_len=req.prompt_len, output_len=req.output_len,
+        optimizer=req.optimizer, batch_size=req.batch or 1,
+        recipe=Recipe(precision=req.precision, kv_cache_dtype=req.kv_dtype, offload=req.offload,
+                      grad_compression=req.grad_compression,
+                      powersgd_rank=req.powersgd_rank if req.grad_compression == "powersgd" else 4),
+    )
+
+
+def _check_context(spec: ModelSpec, req: PlanRequest) -> None:
+    """A sequence (train) or prompt + output (infer) past the model's context: an error when its positions are a
+    learned table (max_seq_len rows: no position past it exists), a note when rotary. A ViT takes its sequence from
+    its patches, not --seq-len."""
+    learned = spec.position == "learned" and spec.is_transformer and spec.family != "vit"
+    if req.seq_len and spec.max_seq_len and req.seq_len > spec.max_seq_len:
+        if learned:
+            raise UserError(f"--seq-len {req.seq_len} exceeds the {spec.max_seq_len} learned positions of "
+                            f"{spec.name} (its position-embedding table has {spec.max_seq_len} rows); use "
+                            f"--seq-len {spec.max_seq_len} or less")
+        err.print(f"note: --seq-len {req.seq_len} exceeds {spec.name}'s context of {spec.max_seq_len}",
+                  highlight=False)
+    context = req.prompt_len + req.output_len
+    if req.task == "infer" and spec.kind in ("decoder", "moe") and spec.max_seq_len and context > spec.max_seq_len:
+        if learned:
+            raise UserError(f"--prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens "
+                            f"exceeds the {spec.max_seq_len} learned positions of {spec.name} (its position-"
+                            f"embedding table has {spec.max_seq_len} rows); shorten them")
+        err.print(f"note: --prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens exceeds "
+                  f"{spec.name}'s context of {spec.max_seq_len}", highlight=False)
+
+
+def _search_one(workload: Workload, req: PlanRequest, options: PlanOptions, prices: dict[str, float] | None,
+                common: dict[str, Any]) -> tuple[list[tuple[Any, Any]], PlanOptions]:
+    """The best layouts (``--top``, default 1) on the one --hardware: (candidate, its context) rows, and the options
+    planned with (a NAME=X price taken for that hardware)."""
+    from accelkit.plan import resolve_hardware, search_ctx
+    from accelkit.plan.context import make_context
+
+    cluster = Cluster(device=resolve_hardware(str(req.hardware)), num_devices=req.num_devices or 1)
+    if req.scaleout_bandwidth_bytes_per_s is not None:
+        cluster = cluster.replace(scaleout_bandwidth_bytes_per_s=req.scaleout_bandwidth_bytes_per_s)
+    if prices:  # NAME=X for the one hardware planned
+        options = options.replace(price_per_device_hour=_own_price(prices, cluster.device.name))
+    ctx = make_context(workload, cluster, options)
+    found = search_ctx(ctx, top=req.top or 1, **common)
+    return [(c, c.extra["context"]) for c in found], options
 
 
 def _own_price(prices: dict[str, float], device_name: str) -> float:
@@ -356,24 +377,33 @@ def _render_rows(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
             "bottleneck"]
     if infer:
         cols[4:5] = ["prefill s", "decode ms/tok", "max batch"]  # prefill of the whole batch, not one request
-    rows = []
-    for d in docs:
-        n = d["hardware"]["num_devices"]
-        tps = d["tokens_per_s"] if d["tokens_per_s"] is not None else d.get("samples_per_s")
-        row: list[Any] = [d["hardware"]["name"], n, _layout_str(d["layout"]), "yes" if d["fits"] else "NO"]
-        if infer:
-            dec = d["decode_time_per_token_s"]
-            row += [fmt_num(d["prefill_time_s"], 3), fmt_num(dec * 1e3 if dec else None, 2), d["max_batch"]]
-        else:
-            row += [fmt_num(d["step_time_s"], 2)]
-        row += [fmt_num(tps, 0), fmt_num(tps / n if tps else None, 0),
-                f"{d['mfu']:.3f}" + ("*" if _assumed(d) else ""),  # * = rests on an assumed efficiency (footnote)
-                fmt_num(d["energy_j_per_token"], 3), _money(d) or ("no price" if by_hardware else None), d["bottleneck"]]
-        rows.append(row)
+    rows = [_row(d, infer=infer, by_hardware=by_hardware) for d in docs]
     title = f"{docs[0]['model']['name']} {docs[0]['task']}: " + ("one row per hardware" if by_hardware else "best layouts")
     out.print(table(title, cols, rows, right=tuple(range(1, len(cols) - 2))))
     if by_hardware and docs[0].get("compare_basis"):
         out.print(f"basis: {docs[0]['compare_basis']}", highlight=False)
+    _render_row_notes(docs, by_hardware=by_hardware)
+    out.print("energy is ESTIMATED from TDP × activity factor; `--json` lists every assumption")
+
+
+def _row(d: dict[str, Any], *, infer: bool, by_hardware: bool) -> list[Any]:
+    """One plan's row of the table (inference: prefill, decode and max batch in place of the step)."""
+    n = d["hardware"]["num_devices"]
+    tps = d["tokens_per_s"] if d["tokens_per_s"] is not None else d.get("samples_per_s")
+    row: list[Any] = [d["hardware"]["name"], n, _layout_str(d["layout"]), "yes" if d["fits"] else "NO"]
+    if infer:
+        dec = d["decode_time_per_token_s"]
+        row += [fmt_num(d["prefill_time_s"], 3), fmt_num(dec * 1e3 if dec else None, 2), d["max_batch"]]
+    else:
+        row += [fmt_num(d["step_time_s"], 2)]
+    row += [fmt_num(tps, 0), fmt_num(tps / n if tps else None, 0),
+            f"{d['mfu']:.3f}" + ("*" if _assumed(d) else ""),  # * = rests on an assumed efficiency (footnote)
+            fmt_num(d["energy_j_per_token"], 3), _money(d) or ("no price" if by_hardware else None), d["bottleneck"]]
+    return row
+
+
+def _render_row_notes(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
+    """Under the table: the assumed efficiencies (the rows' *), the prices, and the hardware with none."""
     shown = docs if by_hardware else docs[:1]  # --top: one hardware, the same figures on every row
     for d in shown:
         if (assumed := _assumed(d)) is not None:
@@ -389,7 +419,6 @@ def _render_rows(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
     if unpriced:
         out.print(f"no price: the price catalog has none for {', '.join(unpriced)}; give --price-per-device-hour "
                   f"{unpriced[0].split('-')[0].lower()}=X", highlight=False)
-    out.print("energy is ESTIMATED from TDP × activity factor; `--json` lists every assumption")
 
 
 def _would_fit(hints: list[str] | None) -> str:

@@ -13,6 +13,7 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 __all__ = ["Spec", "spec_field"]
@@ -62,64 +63,13 @@ def _check(name: str, value: Any, tp: Any) -> Any:
     if tp is Any:
         return value
     if origin is Literal:
-        for choice in get_args(tp):
-            # `is`-style match for bools so that 0/1 never pass as False/True and vice versa
-            if type(choice) is type(value) and choice == value:
-                return value
-        raise ValueError(f"{name}={value!r} is not valid; expected {_describe(tp)}")
+        return _check_literal(name, value, tp)
     if origin in (Union, types.UnionType):
-        if type(value) in get_args(tp):  # exact arm first: an int in `float | int` stays an int
-            return _check(name, value, type(value))
-        for arm in get_args(tp):
-            try:
-                return _check(name, value, arm)
-            except ValueError:
-                continue
-        raise ValueError(f"{name}={value!r} is not valid; expected {_describe(tp)}")
-    if tp is type(None):
-        if value is None:
-            return None
-        raise ValueError(f"{name}={value!r} is not valid; expected None")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ValueError(f"{name}={value!r} is not valid; expected true or false")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ValueError(f"{name}={value!r} is not valid; expected an integer")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if isinstance(value, float) and math.isnan(value):
-                raise ValueError(f"{name} is NaN; expected a number")
-            return float(value)
-        raise ValueError(f"{name}={value!r} is not valid; expected a number")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ValueError(f"{name}={value!r} is not valid; expected a string")
-    if origin is tuple:
-        if not isinstance(value, (tuple, list)):
-            raise ValueError(f"{name}={value!r} is not valid; expected a sequence")
-        args = get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_check(f"{name}[{i}]", v, args[0]) for i, v in enumerate(value))
-        if len(args) != len(value):
-            raise ValueError(f"{name} has {len(value)} items; expected {len(args)}")
-        return tuple(_check(f"{name}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args, strict=True)))
-    if origin is list:
-        if not isinstance(value, (tuple, list)):
-            raise ValueError(f"{name}={value!r} is not valid; expected a list")
-        (arg,) = get_args(tp)
-        return [_check(f"{name}[{i}]", v, arg) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"{name}={value!r} is not valid; expected a mapping")
-        key_tp, val_tp = get_args(tp)
-        return {
-            _check(f"{name} key", k, key_tp): _check(f"{name}[{k!r}]", v, val_tp)
-            for k, v in value.items()
-        }
+        return _check_union(name, value, tp)
+    if tp in _SCALARS:
+        return _SCALARS[tp](name, value)
+    if origin in (tuple, list, dict):
+        return _check_container(name, value, tp)
     if isinstance(tp, type) and issubclass(tp, Spec):
         if isinstance(value, tp):
             return value
@@ -127,6 +77,85 @@ def _check(name: str, value: Any, tp: Any) -> Any:
             return tp.from_dict(value)
         raise ValueError(f"{name}={value!r} is not valid; expected {tp.__name__}")
     raise TypeError(f"spec field {name} has an unsupported annotation {tp!r}")
+
+
+def _check_literal(name: str, value: Any, tp: Any) -> Any:
+    for choice in get_args(tp):
+        # `is`-style match for bools so that 0/1 never pass as False/True and vice versa
+        if type(choice) is type(value) and choice == value:
+            return value
+    raise ValueError(f"{name}={value!r} is not valid; expected {_describe(tp)}")
+
+
+def _check_union(name: str, value: Any, tp: Any) -> Any:
+    if type(value) in get_args(tp):  # exact arm first: an int in `float | int` stays an int
+        return _check(name, value, type(value))
+    for arm in get_args(tp):
+        try:
+            return _check(name, value, arm)
+        except ValueError:
+            continue
+    raise ValueError(f"{name}={value!r} is not valid; expected {_describe(tp)}")
+
+
+def _check_none(name: str, value: Any) -> None:
+    if value is None:
+        return None
+    raise ValueError(f"{name}={value!r} is not valid; expected None")
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"{name}={value!r} is not valid; expected true or false")
+
+
+def _check_int(name: str, value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"{name}={value!r} is not valid; expected an integer")
+
+
+def _check_float(name: str, value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) and math.isnan(value):
+            raise ValueError(f"{name} is NaN; expected a number")
+        return float(value)
+    raise ValueError(f"{name}={value!r} is not valid; expected a number")
+
+
+def _check_str(name: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"{name}={value!r} is not valid; expected a string")
+
+
+#: the scalar annotations and their checks (bool before int: a bool is an int to isinstance)
+_SCALARS: dict[Any, Callable[[str, Any], Any]] = {
+    type(None): _check_none, bool: _check_bool, int: _check_int, float: _check_float, str: _check_str}
+
+
+def _check_container(name: str, value: Any, tp: Any) -> Any:
+    """A tuple (fixed or ``...``), list or dict annotation: each item checked against its own."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{name}={value!r} is not valid; expected a mapping")
+        key_tp, val_tp = args
+        return {
+            _check(f"{name} key", k, key_tp): _check(f"{name}[{k!r}]", v, val_tp)
+            for k, v in value.items()
+        }
+    if not isinstance(value, (tuple, list)):
+        raise ValueError(f"{name}={value!r} is not valid; expected {'a list' if origin is list else 'a sequence'}")
+    if origin is list:
+        (arg,) = args
+        return [_check(f"{name}[{i}]", v, arg) for i, v in enumerate(value)]
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_check(f"{name}[{i}]", v, args[0]) for i, v in enumerate(value))
+    if len(args) != len(value):
+        raise ValueError(f"{name} has {len(value)} items; expected {len(args)}")
+    return tuple(_check(f"{name}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args, strict=True)))
 
 
 def _to_json(value: Any) -> Any:

@@ -232,23 +232,55 @@ def _note(is_catalog: bool, size: int, copy_bytes: int, default_size: int, defau
     return "no datasheet peak for this device: these measured figures are its peak (MFU on it uses them)"
 
 
+def _probed_dtypes(device: str, given: tuple[str, ...] | None) -> list[str]:
+    """The dtypes to probe: those given (each one this device supports), else every supported one of the device's
+    defaults."""
+    support = supported_dtypes(device)
+    if given is None:
+        return [d for d in (("fp32", "bf16") if device == "cpu" else CUDA_DTYPES) if support.get(d) is None]
+    dtypes = list(given)
+    for d in dtypes:
+        if d not in support:
+            raise UserError(f"dtype {d!r} is not probed; choose from {', '.join(sorted(support))}")
+        if support[d] is not None:
+            raise UserError(f"cannot probe {d} on {device}: {support[d]}")
+    return dtypes
+
+
+def _probe_matmul(device: str, dtype: str, size: int, config: ProbeConfig, catalog: DeviceSpec | None,
+                  on_step: Callable[[str], None] | None) -> tuple[dict[str, Any], list[float]]:
+    """One dtype's matmul: its row of the probe's ``matmul`` and its TFLOP/s samples (a CPU's side is reduced for
+    slow dtypes unless the size was given)."""
+    side, reduced_why = (size, None) if device != "cpu" or config.matmul_size else cpu_side_for(dtype, size)
+    if on_step:
+        on_step(f"matmul {dtype} {side}×{side}")
+    restore = _tf32(dtype == "tf32") if device != "cpu" else (lambda: None)
+    try:
+        result = time_loop(_matmul_fn(dtype, side, device), config.loop, device=device)
+    finally:
+        restore()
+    flops = 2 * side**3
+    tflops = [flops / t / 1e12 for t in result.samples_s]
+    stats = summarize(tflops)
+    peak = catalog.peak(dtype) if catalog else None
+    return {
+        "tflops": stats.median,
+        "stats": stats.to_dict(),
+        "size": side,
+        **({"reduced_from": size, "reduced_why": reduced_why} if reduced_why else {}),
+        "catalog_peak_tflops": peak / 1e12 if peak else None,
+        "fraction_of_peak": _fraction(stats.median * 1e12, peak),
+        "warmup_iterations": result.warmup_iterations,
+    }, tflops
+
+
 def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] | None = None) -> Measurement:
     """Measure matmul TFLOP/s per dtype and copy bandwidth on one device; return a Measurement."""
     import torch
 
     config = config or ProbeConfig()
     device = resolve_device(config.device)
-    support = supported_dtypes(device)
-    if config.dtypes is None:
-        dtypes = [d for d in (("fp32", "bf16") if device == "cpu" else CUDA_DTYPES) if support.get(d) is None]
-    else:
-        dtypes = list(config.dtypes)
-        for d in dtypes:
-            if d not in support:
-                raise UserError(f"dtype {d!r} is not probed; choose from {', '.join(sorted(support))}")
-            if support[d] is not None:
-                raise UserError(f"cannot probe {d} on {device}: {support[d]}")
-
+    dtypes = _probed_dtypes(device, config.dtypes)
     catalog: DeviceSpec | None = None
     if device == "cpu":
         hardware = "cpu: " + str(cpu_info()["model"])
@@ -264,28 +296,7 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
     matmul: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
     for dtype in dtypes:
-        side, reduced_why = (size, None) if device != "cpu" or config.matmul_size else cpu_side_for(dtype, size)
-        if on_step:
-            on_step(f"matmul {dtype} {side}×{side}")
-        restore = _tf32(dtype == "tf32") if device != "cpu" else (lambda: None)
-        try:
-            result = time_loop(_matmul_fn(dtype, side, device), config.loop, device=device)
-        finally:
-            restore()
-        flops = 2 * side**3
-        tflops = [flops / t / 1e12 for t in result.samples_s]
-        stats = summarize(tflops)
-        peak = catalog.peak(dtype) if catalog else None
-        matmul[dtype] = {
-            "tflops": stats.median,
-            "stats": stats.to_dict(),
-            "size": side,
-            **({"reduced_from": size, "reduced_why": reduced_why} if reduced_why else {}),
-            "catalog_peak_tflops": peak / 1e12 if peak else None,
-            "fraction_of_peak": _fraction(stats.median * 1e12, peak),
-            "warmup_iterations": result.warmup_iterations,
-        }
-        samples[f"matmul_{dtype}_tflops"] = tflops
+        matmul[dtype], samples[f"matmul_{dtype}_tflops"] = _probe_matmul(device, dtype, size, config, catalog, on_step)
 
     if on_step:
         on_step(f"copy {copy_bytes >> 20} MiB")

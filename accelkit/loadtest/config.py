@@ -115,6 +115,12 @@ class LoadTestConfig(Spec):
         _check_base_url(self.base_url)
         if not self.model.strip():
             raise ValueError("model is empty; give the name the server serves (see GET /v1/models)")
+        self._check_rates()
+        self._check_shape()
+        self._check_limits()
+
+    def _check_rates(self) -> None:
+        """Each rate > 0 and within a schedule the pass can keep; sweep rates given once each."""
         for name, rate in [("request_rate", self.request_rate)] + [
             (f"sweep_rates[{i}]", r) for i, r in enumerate(self.sweep_rates or ())
         ]:
@@ -135,6 +141,9 @@ class LoadTestConfig(Spec):
             if i != j:
                 raise ValueError(f"sweep_rates[{j}]={rate!r} repeats sweep_rates[{i}]={sweep[i]!r} (both label their "
                                  f"samples '@{rate:g}'); give each rate once, differing in the first 6 significant digits")
+
+    def _check_shape(self) -> None:
+        """The arrivals' burstiness, the prompt lengths' range, the percentiles and the API key."""
         if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
             raise ValueError(f"burstiness={self.burstiness!r} is out of range; expected a finite number > 0")
         if self.random_range_ratio >= 1.0:
@@ -147,6 +156,9 @@ class LoadTestConfig(Spec):
         if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable() and self.api_key):
             raise ValueError("api_key holds characters an HTTP Authorization header cannot carry (it must be printable "
                              "ASCII and not empty); check the key")
+
+    def _check_limits(self) -> None:
+        """Finite timeouts, structured outputs that can end, and prompts that fit in memory."""
         # finite: both go into the stored config and --json, and JSON has no Infinity
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise ValueError(f"timeout_s={self.timeout_s!r} is out of range; expected a finite number of seconds > 0 "

@@ -191,7 +191,6 @@ def compute_metrics(
     qs = sorted(set(percentiles) | {50.0, 90.0, 99.0})
     slo = slo or SLO()
     good = sum(is_good(r, slo) for r in ok) if not slo.is_empty else None
-    errors = Counter(r.error or "no output-bearing chunk" for r in failed)
     return {
         "num_requests": len(records),
         "completed": len(ok),
@@ -204,19 +203,37 @@ def compute_metrics(
         "total_token_throughput": (total_input + total_output) / duration_s,
         "goodput": None if good is None else good / duration_s,
         "good_requests": good,
+        **_latencies(ok, qs),
+        "peak_concurrency": peak_concurrency(records),
+        "lengths": _lengths(records, ok, qs),
+        "failures": _failures(failed),
+    }
+
+
+def _latencies(ok: Sequence[RequestRecord], qs: Sequence[float]) -> dict[str, Any]:
+    """TTFT, TPOT, inter-token and end-to-end distributions (ms) of the successful requests."""
+    return {
         "ttft_ms": distribution([r.ttft_s for r in ok], qs),  # type: ignore[misc]
         "tpot_ms": distribution([t for r in ok if (t := r.tpot_s) is not None], qs),
         "itl_ms": distribution([g for r in ok for g in r.itl_s], qs),
         "e2e_ms": distribution([r.e2e_s for r in ok], qs),  # type: ignore[misc]
-        "peak_concurrency": peak_concurrency(records),
-        "lengths": {
-            "input_target": distribution([r.input_len for r in records], qs, scale=1),
-            "max_tokens": distribution([r.max_tokens for r in records], qs, scale=1),
-            "prompt_tokens": distribution([r.prompt_tokens for r in ok if r.prompt_tokens is not None], qs, scale=1),
-            "completion_tokens": distribution([r.output_tokens for r in ok], qs, scale=1),
-            "requests_without_usage": sum(r.completion_tokens is None for r in ok),
-        },
-        "failures": [{"error": text, "count": n,
-                      "request_indexes": [r.index for r in failed if (r.error or "no output-bearing chunk") == text][:10]}
-                     for text, n in errors.most_common()],
     }
+
+
+def _lengths(records: Sequence[RequestRecord], ok: Sequence[RequestRecord], qs: Sequence[float]) -> dict[str, Any]:
+    """The lengths asked for (every request) and served (the successful ones), in tokens."""
+    return {
+        "input_target": distribution([r.input_len for r in records], qs, scale=1),
+        "max_tokens": distribution([r.max_tokens for r in records], qs, scale=1),
+        "prompt_tokens": distribution([r.prompt_tokens for r in ok if r.prompt_tokens is not None], qs, scale=1),
+        "completion_tokens": distribution([r.output_tokens for r in ok], qs, scale=1),
+        "requests_without_usage": sum(r.completion_tokens is None for r in ok),
+    }
+
+
+def _failures(failed: Sequence[RequestRecord]) -> list[dict[str, Any]]:
+    """Each distinct error, most common first, with its count and the first ten requests it ended."""
+    errors = Counter(r.error or "no output-bearing chunk" for r in failed)
+    return [{"error": text, "count": n,
+             "request_indexes": [r.index for r in failed if (r.error or "no output-bearing chunk") == text][:10]}
+            for text, n in errors.most_common()]

@@ -97,26 +97,11 @@ def comparison_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
     without a spread. Each trace is named by its run id and hardware (the same workload recurs across runs)."""
     data = []
     for (run_id, key), items in _run_groups(rows, "key").items():
+        paired, separate = _pair_with_base(items)
         base = items[0]
-        paired: list[tuple[BenchRow, Comparison]] = []
-        separate: list[tuple[BenchRow, float]] = []
-        for r in items:
-            cmp = comparison_against(r.result, base.result)
-            if r is base or cmp is not None:
-                paired.append((r, cmp or Comparison(baseline=base.result.name, ratio=1.0)))
-            elif r.result.throughput.value and base.result.throughput.value:
-                separate.append((r, r.result.throughput.value / base.result.throughput.value))
         where = f"{key} · run {run_id or '-'} · {base.hardware}"
         if len(paired) >= 2:
-            cmps = [c for _, c in paired]
-            data.append({
-                "type": "bar", "orientation": "h", "name": where, "y": [r.result.name for r, _ in paired],
-                "x": [c.ratio for c in cmps], "text": [_hover(r) for r, _ in paired], "textposition": "none",
-                "error_x": {"type": "data", "symmetric": False,
-                            "array": [max(0.0, (c.p75 or c.ratio or 0) - (c.ratio or 0)) for c in cmps],
-                            "arrayminus": [max(0.0, (c.ratio or 0) - (c.p25 or c.ratio or 0)) for c in cmps]},
-                "hovertemplate": "%{text}: %{x:.2f}× " + base.result.name + "<extra>%{fullData.name}</extra>",
-            })
+            data.append(_paired_trace(paired, base, where))
         if separate:
             reference = [] if len(paired) >= 2 else [(base, 1.0)]
             shown = reference + separate
@@ -135,6 +120,34 @@ def comparison_figure(rows: list[BenchRow]) -> dict[str, Any] | None:
                        "yaxis": _axis("variant", autorange="reversed"),
                        "shapes": [{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": 1, "x1": 1,
                                    "line": {"dash": "dot", "color": "#888"}}]}, rows=categories)
+
+
+def _pair_with_base(items: list[BenchRow]) -> tuple[list[tuple[BenchRow, Comparison]], list[tuple[BenchRow, float]]]:
+    """The rows compared in one bench with the first (its comparison; the first itself at 1.0), and the rows of
+    separate benches (their throughput ÷ the first's)."""
+    base = items[0]
+    paired: list[tuple[BenchRow, Comparison]] = []
+    separate: list[tuple[BenchRow, float]] = []
+    for r in items:
+        cmp = comparison_against(r.result, base.result)
+        if r is base or cmp is not None:
+            paired.append((r, cmp or Comparison(baseline=base.result.name, ratio=1.0)))
+        elif r.result.throughput.value and base.result.throughput.value:
+            separate.append((r, r.result.throughput.value / base.result.throughput.value))
+    return paired, separate
+
+
+def _paired_trace(paired: list[tuple[BenchRow, Comparison]], base: BenchRow, where: str) -> dict[str, Any]:
+    """The bars of variants compared in one bench, with their p25–p75 spread."""
+    cmps = [c for _, c in paired]
+    return {
+        "type": "bar", "orientation": "h", "name": where, "y": [r.result.name for r, _ in paired],
+        "x": [c.ratio for c in cmps], "text": [_hover(r) for r, _ in paired], "textposition": "none",
+        "error_x": {"type": "data", "symmetric": False,
+                    "array": [max(0.0, (c.p75 or c.ratio or 0) - (c.ratio or 0)) for c in cmps],
+                    "arrayminus": [max(0.0, (c.ratio or 0) - (c.p25 or c.ratio or 0)) for c in cmps]},
+        "hovertemplate": "%{text}: %{x:.2f}× " + base.result.name + "<extra>%{fullData.name}</extra>",
+    }
 
 
 def _hover(r: BenchRow) -> str:

@@ -111,63 +111,77 @@ def bench_footnotes(run: BenchRunResult) -> list[str]:
     lines += run.notes
     lines += [f"drift ({v.key}): {v.accuracy.note}" for v in run.variants
               if has_nonfinite_output(v.accuracy) and v.accuracy is not None and v.accuracy.note]
-    # above 100 %: against a probe, the probe ran below this run (a loaded machine, or --quick); against a
-    # datasheet peak, the FLOPs counted or the device identified is wrong — re-probing would not change it
     for v in run.variants:
-        m = v.mfu
-        if m.above_peak is not None:
-            lines.append(f"⚠ MFU above 100% ({v.key}): {m.above_peak}")
-            continue
-        # a result stored before above_peak: (share, its source, whether that peak is a probe's)
-        shares = [(m.value, m.peak_source, "probe" in m.peak_source.lower())] if m.probe is None else \
-            [(m.probe.value, m.probe.source, True)]
-        if m.probe is not None and m.datasheet is not None:
-            shares.append((m.datasheet.value, m.datasheet.source, False))
-        for value, source, probed in shares:
-            if value is None or value <= 1:
-                continue
-            fix = ("re-run `accelkit hw probe` (without --quick) on a quiet machine" if probed else
-                   "a datasheet peak cannot be beaten: check the counted FLOPs and the device accelkit identified")
-            lines.append(f"MFU above 100% ({v.key}: {value:.1%} of {source}) — {fix}")
-    seen: set[str] = set()
-    for v in run.variants:
-        texts = [f"MFU peak ({v.precision or '-'}): {v.mfu.peak_source}"]
-        if v.mfu.datasheet is not None and v.mfu.probe is not None:
-            texts.append(f"MFU vs probe ({v.precision or '-'}): {v.mfu.probe.source}")
-        for text in texts:
-            if text not in seen:
-                seen.add(text)
-                lines.append(text)
+        lines += _above_peak_lines(v)
+    lines += _peak_lines(run)
     if run.variants:
-        v = run.variants[0]
-        lines.append(f"MFU FLOPs: {v.mfu.flops_source}")
-        energy = v.energy
-        lines.append(f"energy: {energy.scope}" if energy.scope else f"energy: null — {energy.reason}")
-        lines.append(f"memory: {v.memory_scope}")
-        if run.peak_memory_bytes is not None:
-            lines.append(f"whole run's peak memory: {fmt_bytes(run.peak_memory_bytes)} ({run.peak_memory_scope})")
-        if v.predicted_reason:
-            lines.append(f"predicted: {v.predicted_reason}")
-        if v.predicted and v.predicted.explanation:
-            lines.append(f"predicted ({v.key}): {v.predicted.explanation}")
-        if any(x.unbacked_percentiles for x in run.variants):
-            n = min(x.latency_s.n for x in run.variants if x.latency_s)
-            lines.append(f"* not backed: p90 needs ≥ 44 samples, p99 ≥ 459 (LoadGen rule); fewest here n={n}")
-        noisy = [x.key for x in run.variants if x.noise != "ok"]
-        if noisy:
-            lines.append("noise: IQR/median above 10% for " + ", ".join(noisy) + " — close other work or run longer")
-        lines.append(f"timer: {v.timer}; ≈ marks a ratio within the run-to-run spread (no difference)")
-        inconclusive: dict[str, list[str]] = {}
-        for x in run.variants:
-            if x.comparison is not None and x.comparison.is_inconclusive:
-                inconclusive.setdefault(x.comparison.verdict, []).append(x.key)
-        for verdict, keys in inconclusive.items():
-            lines.append(f"? {', '.join(keys)}: {verdict}")
+        lines += _first_variant_lines(run)
     for v in run.variants:
         if v.input_bound is not None:
             ib = v.input_bound
             lines.append(f"{v.name}: {ib.verdict} (batch {ib.batch_time_s * 1e3:.1f} ms vs step "
                          f"{ib.step_time_s * 1e3:.1f} ms)")
+    return lines
+
+
+def _above_peak_lines(v: BenchResult) -> list[str]:
+    """An MFU above 100 %: against a probe, the probe ran below this run (a loaded machine, or --quick); against a
+    datasheet peak, the FLOPs counted or the device identified is wrong — re-probing would not change it."""
+    m = v.mfu
+    if m.above_peak is not None:
+        return [f"⚠ MFU above 100% ({v.key}): {m.above_peak}"]
+    # a result stored before above_peak: (share, its source, whether that peak is a probe's)
+    shares = [(m.value, m.peak_source, "probe" in m.peak_source.lower())] if m.probe is None else \
+        [(m.probe.value, m.probe.source, True)]
+    if m.probe is not None and m.datasheet is not None:
+        shares.append((m.datasheet.value, m.datasheet.source, False))
+    lines = []
+    for value, source, probed in shares:
+        if value is None or value <= 1:
+            continue
+        fix = ("re-run `accelkit hw probe` (without --quick) on a quiet machine" if probed else
+               "a datasheet peak cannot be beaten: check the counted FLOPs and the device accelkit identified")
+        lines.append(f"MFU above 100% ({v.key}: {value:.1%} of {source}) — {fix}")
+    return lines
+
+
+def _peak_lines(run: BenchRunResult) -> list[str]:
+    """Each distinct MFU peak (and probe beside a datasheet peak), once."""
+    lines: list[str] = []
+    for v in run.variants:
+        texts = [f"MFU peak ({v.precision or '-'}): {v.mfu.peak_source}"]
+        if v.mfu.datasheet is not None and v.mfu.probe is not None:
+            texts.append(f"MFU vs probe ({v.precision or '-'}): {v.mfu.probe.source}")
+        lines += [text for text in texts if text not in lines]
+    return lines
+
+
+def _first_variant_lines(run: BenchRunResult) -> list[str]:
+    """What every variant shares, said once from the first: FLOPs source, energy and memory scope, the prediction,
+    the timer; and across them: unbacked percentiles, noise, inconclusive comparisons."""
+    v = run.variants[0]
+    energy = v.energy
+    lines = [f"MFU FLOPs: {v.mfu.flops_source}",
+             f"energy: {energy.scope}" if energy.scope else f"energy: null — {energy.reason}",
+             f"memory: {v.memory_scope}"]
+    if run.peak_memory_bytes is not None:
+        lines.append(f"whole run's peak memory: {fmt_bytes(run.peak_memory_bytes)} ({run.peak_memory_scope})")
+    if v.predicted_reason:
+        lines.append(f"predicted: {v.predicted_reason}")
+    if v.predicted and v.predicted.explanation:
+        lines.append(f"predicted ({v.key}): {v.predicted.explanation}")
+    if any(x.unbacked_percentiles for x in run.variants):
+        n = min(x.latency_s.n for x in run.variants if x.latency_s)
+        lines.append(f"* not backed: p90 needs ≥ 44 samples, p99 ≥ 459 (LoadGen rule); fewest here n={n}")
+    noisy = [x.key for x in run.variants if x.noise != "ok"]
+    if noisy:
+        lines.append("noise: IQR/median above 10% for " + ", ".join(noisy) + " — close other work or run longer")
+    lines.append(f"timer: {v.timer}; ≈ marks a ratio within the run-to-run spread (no difference)")
+    inconclusive: dict[str, list[str]] = {}
+    for x in run.variants:
+        if x.comparison is not None and x.comparison.is_inconclusive:
+            inconclusive.setdefault(x.comparison.verdict, []).append(x.key)
+    lines += [f"? {', '.join(keys)}: {verdict}" for verdict, keys in inconclusive.items()]
     return lines
 
 
