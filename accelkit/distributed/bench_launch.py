@@ -17,7 +17,7 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from accelkit.bench.record import StoreWriter
+from accelkit.bench.record import RunRecord, StoreWriter
 from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants
 from accelkit.bench.workloads.base import check_workload
 from accelkit.core import UserError
@@ -60,29 +60,100 @@ def run_distributed_bench(
                                       extra_refusal=lambda v: refusal(workload, v), world_size=world_size,
                                       zero=dist.zero)
     check_workload(workload, device)
-    if device.startswith("cuda"):
-        import torch
-
-        if dist.nproc_per_node > torch.cuda.device_count():
-            raise UserError(f"--nproc-per-node {dist.nproc_per_node} exceeds the {torch.cuda.device_count()} GPUs "
-                            "this node has; use one process per GPU")
-    elif dist.nproc_per_node > (cores := len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                else (os.cpu_count() or 1)):
-        raise UserError(f"--nproc-per-node {dist.nproc_per_node} exceeds the {cores} CPU cores this process may use; "
-                        "a CPU rank needs a core of its own — give at most that many")
+    _check_processes(dist.nproc_per_node, device)
     hardware, catalog = identify(device)
     writer = StoreWriter(store if config.save else None)  # the quick probe's row (the ranks store their own)
     peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter, writer=writer)
-    dtypes = list(dict.fromkeys(v.matmul_dtype for v in runnable))
-    peaks.prefetch(dtypes)
+    peaks.prefetch(list(dict.fromkeys(v.matmul_dtype for v in runnable)))
     run_id = run_id or uuid.uuid4().hex[:12]
-    notes = []
     compressed = any(v.compression != "none" for v in runnable)
+    notes = _notes(runnable, dist, quality, compressed=compressed)
     # one launch per dtype (each gets the peak of its own dtype); a compressed variant runs in the same launch as
     # its uncompressed twin, so that rank 0 can gate its loss before it stores the result
     launches: dict[str, list[Variant]] = {}
     for v in runnable:
         launches.setdefault(v.matmul_dtype, []).append(v)
+    docs = _Documents(writer, reporter)
+    interrupted = False
+    try:
+        for dtype, group in launches.items():
+            # after a launch whose rank 0 could not store, no later launch tries (its variants are kept unstored)
+            save = config.save and store is not None and docs.store_error() is None
+            job = _job(workload, group, config, dist, quality, run_id=run_id, device=device, store=store, save=save,
+                       compressed=compressed, peaks=_peaks_job(peaks, dtype), refused=refused, notes=notes)
+            reporter.phase(", ".join(v.name for v in group), f"torchrun: {dist.nproc_per_node} per node × "
+                           f"{dist.nnodes} node(s), {dist.rendezvous} rendezvous, zero {dist.zero}")
+            result = launch(job, dist, on_line=reporter.note)
+            if result.document is not None:
+                if result.teardown_error is not None:
+                    result.document["notes"] = [*result.document.get("notes", []),
+                                                f"warning: {result.teardown_error}"]
+                docs.keep(result.document)
+    except KeyboardInterrupt as stop:
+        # as a single-process bench: the variants rank 0 stored before Ctrl-C are kept (a stopped launch hands back
+        # its last progress document, LaunchInterrupted), the others are named; no later launch starts
+        if isinstance(stop, LaunchInterrupted) and stop.document is not None:
+            docs.keep(stop.document)
+        if not any(d["variants"] for d in docs.docs):
+            raise  # nothing finished, nothing to keep: a plain interrupt (a sweep counts its point as not run)
+        interrupted = True
+    return _run_result(docs, workload, runnable, interrupted=interrupted, device=device, hardware=hardware,
+                       run_id=run_id, refused=refused, notes=notes)
+
+
+class _Documents:
+    """The launches' rank-0 documents as they come back, each variant it stored reported."""
+
+    def __init__(self, writer: StoreWriter, reporter: Reporter):
+        self.writer, self.reporter = writer, reporter
+        self.docs: list[dict[str, Any]] = []
+
+    def store_error(self) -> str | None:
+        """The first refused write: the probe's row, or a launch's rank 0 (the CLI prints what was not stored)."""
+        return self.writer.error or next((d["store_error"] for d in self.docs if d.get("store_error")), None)
+
+    def keep(self, document: dict[str, Any]) -> None:
+        self.docs.append(document)
+        if document["variants"]:
+            self.reporter.stored(", ".join(e["name"] for e in document["variants"]),
+                                 [e["result_id"] for e in document["variants"] if e.get("result_id")])
+
+
+def _job(workload: BenchWorkload, group: list[Variant], config: BenchConfig, dist: DistConfig, quality: QualityConfig,
+         *, run_id: str, device: str, store: ResultStore | None, save: bool, compressed: bool, peaks: dict[str, Any],
+         refused: list[dict[str, Any]], notes: list[str]) -> dict[str, Any]:
+    """One launch's job (JSON, what ``accelkit.distributed.worker`` runs on every rank): the variants of one dtype."""
+    return {
+        "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
+        "run_id": run_id, "save": save, "store_path": str(store.path) if store is not None else None,
+        "predict": config.predict, "workload": workload.name, "config": workload.config.to_dict(),
+        "variants": [v.to_dict() for v in group], "grad_comm": compressed,
+        "quality_steps": quality.quality_steps if compressed else 0,
+        "max_loss_increase": quality.max_loss_increase,
+        "loop": config.loop.to_dict(), "seed": config.seed, "zero": dist.zero,
+        "layout": f"{dist.nproc_per_node}×{dist.nnodes} nodes, zero {dist.zero}",
+        **peaks, "bench_config": config.to_dict(),
+        "rendezvous": dist.rendezvous, "refused": refused, "notes": notes,
+    }
+
+
+def _check_processes(nproc_per_node: int, device: str) -> None:
+    """One process per GPU, or per CPU core this process may use."""
+    if device.startswith("cuda"):
+        import torch
+
+        if nproc_per_node > torch.cuda.device_count():
+            raise UserError(f"--nproc-per-node {nproc_per_node} exceeds the {torch.cuda.device_count()} GPUs "
+                            "this node has; use one process per GPU")
+    elif nproc_per_node > (cores := len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                           else (os.cpu_count() or 1)):
+        raise UserError(f"--nproc-per-node {nproc_per_node} exceeds the {cores} CPU cores this process may use; "
+                        "a CPU rank needs a core of its own — give at most that many")
+
+
+def _notes(runnable: list[Variant], dist: DistConfig, quality: QualityConfig, *, compressed: bool) -> list[str]:
+    """What the reader should know about how the variants ran (in every launch's document)."""
+    notes = []
     if len(runnable) > 1:
         notes.append("distributed variants run one after another (one torchrun launch per precision, not interleaved)")
     if compressed:
@@ -97,71 +168,45 @@ def run_distributed_bench(
                              "; with PowerSGD every variant first trains the largest --powersgd-start-iter steps "
                              "(plain all-reduce there), so the compared steps are compressed"
                              if any(v.compression == "powersgd" for v in runnable) else ""))
-    docs: list[dict[str, Any]] = []
+    return notes
 
-    def store_error() -> str | None:
-        """The first refused write: the probe's row, or a launch's rank 0 (the CLI prints what was not stored)."""
-        return writer.error or next((d["store_error"] for d in docs if d.get("store_error")), None)
 
-    def keep(document: dict[str, Any]) -> None:
-        docs.append(document)
-        if document["variants"]:
-            reporter.stored(", ".join(e["name"] for e in document["variants"]),
-                            [e["result_id"] for e in document["variants"] if e.get("result_id")])
+def _peaks_job(peaks: Peaks, dtype: str) -> dict[str, Any]:
+    """The peaks a launch's MFU is taken against, as its job carries them (the probe's always, the datasheet's when
+    there is one)."""
+    peak, datasheet, probe = peaks.get(dtype), peaks.datasheet(dtype), peaks.probe(dtype)
+    return {"peak": {"flops": peak.flops, "source": peak.source},
+            "datasheet": None if datasheet is None else {"flops": datasheet.flops, "source": datasheet.source},
+            "probe": {"flops": probe.flops, "source": probe.source}}
 
-    interrupted = False
-    try:
-        for dtype, group in launches.items():
-            peak, datasheet, probe = peaks.get(dtype), peaks.datasheet(dtype), peaks.probe(dtype)
-            job = {
-                "task": "bench", "device": "cpu" if device == "cpu" else "auto", "backend": dist.backend,
-                # after a launch whose rank 0 could not store, no later launch tries (its variants are kept unstored)
-                "run_id": run_id, "save": config.save and store is not None and store_error() is None,
-                "store_path": str(store.path) if store is not None else None, "predict": config.predict,
-                "workload": workload.name, "config": workload.config.to_dict(),
-                "variants": [v.to_dict() for v in group], "grad_comm": compressed,
-                "quality_steps": quality.quality_steps if compressed else 0,
-                "max_loss_increase": quality.max_loss_increase,
-                "loop": config.loop.to_dict(), "seed": config.seed, "zero": dist.zero,
-                "layout": f"{dist.nproc_per_node}×{dist.nnodes} nodes, zero {dist.zero}",
-                "peak": {"flops": peak.flops, "source": peak.source}, "bench_config": config.to_dict(),
-                "datasheet": None if datasheet is None else {"flops": datasheet.flops, "source": datasheet.source},
-                "probe": {"flops": probe.flops, "source": probe.source},
-                "rendezvous": dist.rendezvous, "refused": refused, "notes": notes,
-            }
-            reporter.phase(", ".join(v.name for v in group), f"torchrun: {dist.nproc_per_node} per node × "
-                           f"{dist.nnodes} node(s), {dist.rendezvous} rendezvous, zero {dist.zero}")
-            result = launch(job, dist, on_line=reporter.note)
-            if result.document is not None:
-                if result.teardown_error is not None:
-                    result.document["notes"] = [*result.document.get("notes", []),
-                                                f"warning: {result.teardown_error}"]
-                keep(result.document)
-    except KeyboardInterrupt as stop:
-        # as a single-process bench: the variants rank 0 stored before Ctrl-C are kept (a stopped launch hands back
-        # its last progress document, LaunchInterrupted), the others are named; no later launch starts
-        if isinstance(stop, LaunchInterrupted) and stop.document is not None:
-            keep(stop.document)
-        if not any(d["variants"] for d in docs):
-            raise  # nothing finished, nothing to keep: a plain interrupt (a sweep counts its point as not run)
-        interrupted = True
-    if not docs:  # this node did not host global rank 0
-        return BenchRunResult(
+
+def _run_result(docs: _Documents, workload: BenchWorkload, runnable: list[Variant], *, interrupted: bool,
+                device: str, hardware: str, run_id: str, refused: list[dict[str, Any]],
+                notes: list[str]) -> BenchRunResult:
+    """The run's result: the launches' documents merged (interrupted: the variants not finished named), or — when
+    global rank 0 ran on another node — a result that says so."""
+    if not docs.docs:  # this node did not host global rank 0
+        return RunRecord(
             workload=workload.name, label=workload.label, config=workload.config.to_dict(), device=device,
-            hardware=hardware, run_id=run_id, refused=[Refusal.from_dict(r) for r in refused], ranks=[],
-            notes=[*notes, "global rank 0 ran on another node: the result is stored there"])
-    first = docs[0]
-    for doc in docs[1:]:
-        first["variants"] += doc["variants"]
-        first["result_ids"] += doc["result_ids"]
-        # the run's notes are in every launch's document; a later launch's own (its variants' recipe notes, a rank
-        # that failed shutting down) were dropped here
-        seen = set(first.get("notes", []))  # each launch's warning stays, even when it reads as another's
-        first["notes"] = [*first.get("notes", []),
-                          *(n for n in doc.get("notes", []) if n.startswith("warning: ") or n not in seen)]
-    if (error := store_error()) is not None:
-        first["store_error"] = error
+            hardware=hardware, run_id=run_id, environment={}, refused=[Refusal.from_dict(r) for r in refused],
+            ranks=[], notes=[*notes, "global rank 0 ran on another node: the result is stored there"]).result()
+    record = _merge(docs.docs)
+    record.store_error = docs.store_error() or record.store_error
     if interrupted:
-        finished = {e["name"] for e in first["variants"]}
-        first["interrupted"], first["unfinished"] = True, [v.name for v in runnable if v.name not in finished]
-    return BenchRunResult.from_dict(first)
+        finished = {e.name for e in record.entries}
+        record.interrupted, record.unfinished = True, [v.name for v in runnable if v.name not in finished]
+    return record.result()
+
+
+def _merge(docs: list[dict[str, Any]]) -> RunRecord:
+    """The launches' rank-0 documents as one run: the first's, with each later launch's variants, result ids and
+    own notes (its variants' recipe notes, a rank that failed shutting down) added."""
+    record = RunRecord.resume(BenchRunResult.from_dict(docs[0]))
+    for doc in docs[1:]:
+        later = BenchRunResult.from_dict(doc)
+        record.entries += later.variants
+        record.result_ids += later.result_ids
+        # the run's notes are in every launch's document; a later launch's own were dropped here
+        seen = set(record.notes)  # each launch's warning stays, even when it reads as another's
+        record.notes += [n for n in later.notes if n.startswith("warning: ") or n not in seen]
+    return record

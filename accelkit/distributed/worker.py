@@ -23,12 +23,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
 from accelkit.distributed.process_group import destroy_process_group, init_process_group
 from accelkit.hardware.device import resolve_device
+
+if TYPE_CHECKING:
+    from accelkit.bench.record import RankMeasurement
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +53,6 @@ class RankContext:
     def say(self, text: str) -> None:
         if self.rank == 0:
             print(f"[rank 0/{self.world_size}] {text}", file=sys.stderr, flush=True)
-
-    def info(self) -> dict[str, Any]:
-        return {"rank": self.rank, "local_rank": self.local_rank, "host": self.host, "device": self.device}
 
 
 def start(job: dict[str, Any]) -> RankContext:
@@ -109,12 +109,13 @@ def peak_memory(device: str) -> tuple[int, str]:
 
 
 # ---- the bench job -----------------------------------------------------------------------------------------
-def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any]) -> dict[str, Any]:
+def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any]) -> RankMeasurement:
     """This rank's measurements of one variant (the timing loop agreed with the other ranks); with gradient
     compression in the run, the bytes of every gradient collective counted per step (grad_comm.py)."""
     import gc
 
     from accelkit.bench.metrics import count_flops
+    from accelkit.bench.record import RankMeasurement
     from accelkit.bench.workloads.base import train_step
     from accelkit.distributed.agreed_loop import AgreedRun, agreed_steady_state, agreed_warm_up
     from accelkit.distributed.grad_comm import CommCounter, check_backend
@@ -160,17 +161,13 @@ def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, 
     recipe_notes = parts.recipe_notes
     step = optimizer = model = parts = None  # type: ignore[assignment]  # free before the next variant
     gc.collect()
-    out = {
-        **ctx.info(), "items": items, "unit": unit, "analytic_flops_per_item": analytic[0],
-        "analytic_formula": analytic[1], "load_s": load_s, "first_call_s": first_call_s, "flops_per_call": flops_per_call,
-        "warmup_iterations": run.warmup_iterations, "warmup_s": run.warmup_s, "samples_s": run.samples_s,
-        "block_walls_s": run.block_walls_s, "agreed_walls_s": run.agreed_walls_s,
-        "memory_bytes": {**states, "model_states": sum(states.values()), "peak": peak}, "peak_scope": peak_scope,
-        "recipe_notes": recipe_notes,
-    }
-    if counter is not None:
-        out["grad_comm"] = counter.summary(skip=counted_from)
-    return out
+    return RankMeasurement(
+        rank=ctx.rank, local_rank=ctx.local_rank, host=ctx.host, device=ctx.device, items=items, unit=unit,
+        analytic_flops_per_item=analytic[0], analytic_formula=analytic[1], load_s=load_s, first_call_s=first_call_s,
+        flops_per_call=flops_per_call, warmup_iterations=run.warmup_iterations, warmup_s=run.warmup_s,
+        samples_s=run.samples_s, block_walls_s=run.block_walls_s, agreed_walls_s=run.agreed_walls_s,
+        memory_bytes={**states, "model_states": sum(states.values()), "peak": peak}, peak_scope=peak_scope,
+        recipe_notes=recipe_notes, grad_comm=counter.summary(skip=counted_from) if counter is not None else None)
 
 
 def _quality(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any], lead_in: int) -> dict[str, Any] | None:
@@ -200,7 +197,7 @@ def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
     gated = job.get("quality_steps", 0) > 0 and any(v.compression != "none" for v in variants)
     lead_in = lead_in_steps(variants)  # the same for every variant: a twin trains exactly as many steps
     losses: dict[str, dict[str, Any] | None] = {}
-    measured: list[tuple[Any, list[dict[str, Any]]]] = []  # rank 0: gathered, not yet in the document
+    measured: list[tuple[Any, list[RankMeasurement]]] = []  # rank 0: gathered, not yet in the document
     progress = Path(job["progress"]) if job.get("progress") else None
 
     def store_ready(document: BenchDocument) -> None:

@@ -86,13 +86,15 @@ def test_distributed_flags_are_checked_before_launch(_isolated_home):
 
 
 # ---- rank 0's side, in-process: the store refuses a write ------------------------------------------------
-def _rank(rank: int) -> dict:
-    """What one rank gathers to rank 0 for a variant (worker.bench_variant's keys)."""
-    return {"rank": rank, "local_rank": rank, "host": "h", "device": "cpu", "items": 4, "unit": "images",
-            "analytic_flops_per_item": None, "analytic_formula": None, "load_s": 0.1, "first_call_s": 0.2,
-            "flops_per_call": 1e6, "warmup_iterations": 2, "warmup_s": 0.1, "samples_s": [0.01, 0.011, 0.012],
-            "block_walls_s": [0.033], "agreed_walls_s": [0.033], "peak_scope": "RSS",
-            "memory_bytes": {"parameters": 10, "gradients": 10, "optimizer": 20, "model_states": 40, "peak": 100}}
+def _rank(rank: int):
+    """What one rank gathers to rank 0 for a variant (worker.bench_variant's record)."""
+    from accelkit.bench.record import RankMeasurement
+
+    return RankMeasurement(
+        rank=rank, local_rank=rank, host="h", device="cpu", items=4, unit="images", analytic_flops_per_item=None,
+        analytic_formula=None, load_s=0.1, first_call_s=0.2, flops_per_call=1e6, warmup_iterations=2, warmup_s=0.1,
+        samples_s=[0.01, 0.011, 0.012], block_walls_s=[0.033], agreed_walls_s=[0.033], peak_scope="RSS",
+        memory_bytes={"parameters": 10, "gradients": 10, "optimizer": 20, "model_states": 40, "peak": 100})
 
 
 def test_rank0_keeps_what_the_store_refuses(_isolated_home, monkeypatch):
