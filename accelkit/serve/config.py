@@ -22,6 +22,11 @@ class EngineConfig(Spec):
     model: str = spec_field(doc="Hugging Face-format directory: config.json, *.safetensors, tokenizer files.")
     dtype: DType = spec_field("auto", doc="Weights and activations; auto = the checkpoint's dtype (float32 if unset).")
     device: str = spec_field("auto", doc="'cpu', 'cuda', 'cuda:N', or auto (cuda when available).")
+    quantization: Literal["fp8"] | None = spec_field(
+        None, doc="Quantize a 16-bit checkpoint's Linear weights at load (vLLM's --quantization): fp8 = e4m3 with a "
+        "scale per output channel, FP8 matmuls on SM90+ GPUs in bfloat16, dequantized per matmul elsewhere. A "
+        "quantized checkpoint needs none: its config.json's quantization_config is read.",
+    )
     kv_cache_dtype: KVCacheDtype = spec_field(
         "auto", doc="KV storage: auto = the model dtype; fp8 = e4m3 + per-token-per-head scales; int8 = the same in int8."
     )

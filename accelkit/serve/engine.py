@@ -85,6 +85,14 @@ class LLMEngine:
         model_dir = Path(config.model)
         hf_config, self.model_args, self.max_model_len = preflight.check_model_dir(model_dir, config.max_model_len)
         check_tensor_parallel_size(config.tensor_parallel_size, self.model_args)
+        if config.quantization is not None and self.model_args.quantization is not None:
+            raise ValueError(f"quantization={config.quantization!r} quantizes a 16-bit checkpoint, but "
+                             f"{model_dir / 'config.json'} describes a quantized one "
+                             f"({self.model_args.quantization.description}); leave quantization out")
+        quantized = self.model_args.quantization.description if self.model_args.quantization else config.quantization
+        if quantized and config.tensor_parallel_size > 1:  # the ranks' shards are cut from 16-bit tensors only
+            raise ValueError(f"tensor_parallel_size={config.tensor_parallel_size} with quantized weights ({quantized}) "
+                             "is not supported yet; serve it with tensor_parallel_size=1")
         device = self._preflight(model_dir, hf_config)
         check_tensor_parallel_ranks(config.tensor_parallel_size, device)
         self.tokenizer = _load_tokenizer(model_dir)
@@ -150,6 +158,7 @@ class LLMEngine:
             block_size=self.config.block_size, host_available=host_available, device_available=device_available,
             where=where, max_model_len_is_default=self.config.max_model_len is None,
             tensor_parallel_size=self.config.tensor_parallel_size,
+            online_fp8=self.config.quantization == "fp8",
         )
         return device
 

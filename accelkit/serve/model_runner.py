@@ -33,6 +33,7 @@ from accelkit.serve.input_buffers import HostBlockTables, InputBuffers, Layout
 from accelkit.serve.kv_cache import KVCache, kv_cache_class
 from accelkit.serve.models.args import ModelArgs
 from accelkit.serve.models.llama import load_model
+from accelkit.serve.quant.config import online_quantization
 from accelkit.serve.sampler import Sampler
 from accelkit.serve.scheduler import ScheduledBatch
 from accelkit.serve.sequence import Sequence
@@ -114,9 +115,18 @@ class ModelRunner:
         if tp is not None:
             def shard(name: str, tensor: torch.Tensor) -> torch.Tensor:
                 return shard_tensor(name, tensor, args=self.full_args, rank=tp.rank, size=tp.size)
-        self.model = load_model(config.model, args, dtype=self.dtype, device=self.device, shard=shard)
+        self.quantization = args.quantization or (online_quantization(config.quantization) if config.quantization
+                                                  else None)
+        self.model = load_model(config.model, args, dtype=self.dtype, device=self.device, shard=shard,
+                                quantization=self.quantization)
         if tp is not None:
             self.model.set_all_reduce(tp.all_reduce)
+        # what the weights occupy as loaded: quantized codes and scales at their own size, the rest in self.dtype
+        self.weight_bytes = sum(t.numel() * t.element_size() for t in (*self.model.parameters(), *self.model.buffers()))
+        log.info("weights: %s (%s)", fmt_bytes(self.weight_bytes),
+                 self.quantization.description if self.quantization else f"{self.dtype}".removeprefix("torch."))
+        if self.quantization is not None and self.quantization.kind == "fp8":
+            self._select_fp8_matmul()
         step("allocating the KV cache")
         self.model.init_rope(max_model_len, dtype=self.dtype, device=self.device)
         self.kv_cache = self._allocate_kv_cache()
@@ -140,6 +150,30 @@ class ModelRunner:
         if self.use_cuda_graphs:
             step(f"warming up and capturing CUDA graphs for decode batches up to {self.max_graph_batch_size}")
             self.enable_decode_graphs(capture=True)
+
+    def _select_fp8_matmul(self) -> None:
+        """FP8 matmuls (``torch._scaled_mm`` with row-wise scales) where they run: a GPU of compute capability 9.0+
+        and bfloat16 activations; elsewhere each FP8 weight is dequantized per matmul — said once in the log."""
+        from accelkit.serve.quant.linear import Fp8Linear
+
+        why_not = None
+        if self.device.type != "cuda":
+            why_not = f"device {self.device} has no FP8 matmul"
+        elif torch.cuda.get_device_capability(self.device) < (9, 0):
+            why_not = f"{torch.cuda.get_device_name(self.device)} is below compute capability 9.0 (Hopper)"
+        elif self.dtype != torch.bfloat16:
+            why_not = f"dtype={self.dtype} (row-wise FP8 matmuls write bfloat16; use dtype='bfloat16')"
+        layers = [m for m in self.model.modules() if isinstance(m, Fp8Linear)]
+        if why_not is None:
+            unfit = [m for m in layers if m.in_features % 16 or m.out_features % 16]
+            for m in layers:
+                if m not in unfit:
+                    m.use_scaled_mm()
+            log.info("FP8 matmuls (torch._scaled_mm) in %d of %d FP8 layers%s", len(layers) - len(unfit), len(layers),
+                     " (the rest have a dimension not a multiple of 16: dequantized)" if unfit else "")
+        else:
+            log.info("FP8 weights are dequantized to %s per matmul: %s", f"{self.dtype}".removeprefix("torch."),
+                     why_not)
 
     # ---- sizing ------------------------------------------------------------------------------------
     def _allocate_kv_cache(self) -> KVCache:

@@ -74,6 +74,13 @@ def read_config(model_dir: Path) -> dict[str, Any]:
         raise ValueError(f"architectures={archs!r} in {path} is not supported; expected one of "
                          f"{', '.join(SUPPORTED_ARCHITECTURES)}")
     _check_fields(cfg, path)
+    modelopt = model_dir / "hf_quant_config.json"
+    if "quantization_config" not in cfg and modelopt.is_file():  # ModelOpt's export keeps its scheme there (vLLM reads it)
+        data = read_json(modelopt, what="the model's hf_quant_config.json")
+        if not isinstance(data, dict):
+            raise ValueError(f"{modelopt} holds a JSON {type(data).__name__}; expected ModelOpt's object "
+                             '({"quantization": {"quant_algo": ...}})')
+        cfg["quantization_config"] = {"quant_method": "modelopt", **data}
     return cfg
 
 
@@ -257,6 +264,28 @@ def check_model_dir(model_dir: Path, max_model_len: int | None) -> tuple[dict[st
     return hf_config, model_args, length
 
 
+_FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+_QUANT_PARAMS = ("_scale", ".weight_zero_point", ".qzeros", ".g_idx", ".weight_shape")
+
+
+def loaded_weight_bytes(tensors: dict[str, TensorInfo], *, dtype: str, online_fp8: bool = False) -> int:
+    """What the checkpoint's weights occupy once loaded in ``dtype``: 16/32-bit tensors at ``dtype``'s size (the
+    planner's bytes per parameter); quantized codes (FP8, packed INT4) and their scales as stored; with
+    ``online_fp8``, the decoder layers' projection weights at one byte each (their per-channel scales left out:
+    a lower bound)."""
+    scheme = serving_memory.ENGINE_DTYPE_SCHEMES.get(dtype, "fp32")
+    per_param = serving_memory.weight_bytes_per_param(scheme)  # the planner's table too
+    total = 0.0
+    for name, info in tensors.items():
+        if info.dtype not in _FLOAT_DTYPES or name.endswith(_QUANT_PARAMS):
+            total += info.num_bytes
+        elif online_fp8 and _LAYER.match(name) and name.endswith("_proj.weight") and ".experts." not in name:
+            total += math.prod(info.shape)
+        else:
+            total += math.prod(info.shape) * per_param
+    return int(total)
+
+
 def available_memory(device: str) -> tuple[str, int]:
     """(where, free bytes) of a resolved ``device`` ('cpu', 'cuda:N': what ``resolve_device`` returns)."""
     return ("host memory" if device == "cpu" else device), free_memory_bytes(device)
@@ -266,6 +295,7 @@ def check_memory(
     model_dir: Path, cfg: dict[str, Any], tensors: dict[str, TensorInfo], *, dtype: str, kv_cache_dtype: KVCacheDtype,
     kv_cache_memory_bytes: int | None, max_model_len: int, block_size: int, host_available: int,
     device_available: int, where: str, max_model_len_is_default: bool = False, tensor_parallel_size: int = 1,
+    online_fp8: bool = False,
 ) -> None:
     """Refuse, before allocating, what cannot fit: checkpoint in host memory (it is read there first), then
     weights + RoPE tables + KV cache on the device, and a KV budget too small for one full context (the
@@ -281,9 +311,7 @@ def check_memory(
             f"{fmt_bytes(host_available)} of host memory available; free memory or use a machine with more"
         )
     itemsize = _TORCH_BYTES.get(dtype, 4)
-    num_params = sum(math.prod(t.shape) for t in tensors.values())
-    scheme = serving_memory.ENGINE_DTYPE_SCHEMES.get(dtype, "fp32")
-    weight_bytes = num_params * serving_memory.weight_bytes_per_param(scheme) // tp  # the planner's table too
+    weight_bytes = loaded_weight_bytes(tensors, dtype=dtype, online_fp8=online_fp8) // tp
     heads = cfg["num_attention_heads"]
     head_dim = config_head_dim(cfg)
     rope_bytes = 2 * max_model_len * head_dim * 4  # cos and sin, float32, one row per position

@@ -40,7 +40,7 @@ def test_routing_normalisation_and_expert_names_per_architecture():
 @pytest.mark.parametrize(("fields", "message"), [
     ({"num_experts": 4, "num_experts_per_tok": 5}, "num_experts_per_tok=5"),
     ({"use_sliding_window": True}, "use_sliding_window=true"),
-    ({"quantization_config": {"quant_method": "compressed-tensors"}}, "quant_method='compressed-tensors'"),
+    ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "quantization_config.quant_method='awq'"),
 ])
 def test_unsupported_settings_are_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):

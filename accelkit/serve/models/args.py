@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from accelkit.serve.quant.config import QuantConfig, parse_quantization_config
+
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
     "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
@@ -61,6 +63,7 @@ class ModelArgs:
     sliding_window: int | None
     torch_dtype: str | None
     moe: MoEArgs | None = None  # None: every layer dense
+    quantization: QuantConfig | None = None  # the checkpoint's quantization_config; None: 16/32-bit weights
 
     def is_sparse_layer(self, layer: int) -> bool:
         return self.moe is not None and layer in self.moe.sparse_layers
@@ -75,10 +78,8 @@ class ModelArgs:
                 f"architectures={archs!r} in config.json is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
         quant = cfg.get("quantization_config")
-        if quant is not None:  # never load quantized codes as if they were 16-bit weights
-            method = quant.get("quant_method") if isinstance(quant, dict) else quant
-            raise ValueError(f"quantization_config.quant_method={method!r} in config.json is not supported: the engine "
-                             "loads float32/bfloat16/float16 checkpoints only; serve the unquantized model")
+        # parsed first: an unsupported scheme is refused by its field, never loaded as if its codes were 16-bit
+        quantization = parse_quantization_config(quant) if quant is not None else None
         if cfg.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act={cfg['hidden_act']!r} in config.json is not supported; expected 'silu'")
         # transformers >= 5 writes rope_parameters (theta inside); older files have rope_theta + rope_scaling
@@ -125,6 +126,7 @@ class ModelArgs:
             sliding_window=window,
             torch_dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
             moe=_moe_args(cfg, arch, num_layers) if arch in MOE_ARCHITECTURES else None,
+            quantization=quantization,
         )
 
 

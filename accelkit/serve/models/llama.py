@@ -22,6 +22,7 @@ from torch import nn
 from accelkit.serve.attention import AttentionContext
 from accelkit.serve.models.args import ModelArgs
 from accelkit.serve.models.moe import SparseMoE
+from accelkit.serve.quant.config import QuantConfig
 
 
 def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
@@ -258,13 +259,21 @@ def _checkpoint_names(param: str, args: ModelArgs) -> list[list[str]]:
 
 
 def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, device: torch.device,
-               shard: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> LlamaForCausalLM:
+               shard: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
+               quantization: QuantConfig | None = None) -> LlamaForCausalLM:
     """Build the module without allocating, then fill it from the safetensors checkpoint. ``shard``: this rank's
-    part of each checkpoint tensor, by name (tensor parallelism; ``args`` are then the rank's own)."""
+    part of each checkpoint tensor, by name (tensor parallelism; ``args`` are then the rank's own).
+    ``quantization``: the checkpoint's scheme, or one to apply to a 16-bit checkpoint at load (``quant/load.py``
+    swaps the Linears; not combined with ``shard``)."""
     model_dir = Path(model_dir)
     with torch.device("meta"):
         model = LlamaForCausalLM(args)
     tensors = _read_safetensors(model_dir)
+    keep_dtype: set[str] = set()  # quantized codes and their scales: loaded as the checkpoint stores them
+    if quantization is not None:
+        from accelkit.serve.quant.load import quantize_model
+
+        keep_dtype = quantize_model(model, tensors, quantization, args, _checkpoint_names)
     state: dict[str, torch.Tensor] = {}
     used: set[str] = set()
     missing: list[str] = []
@@ -281,7 +290,7 @@ def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, de
         used.update(names)
         joined = [torch.cat([part(n) for n in group]) for group in groups]
         value = torch.stack(joined) if ".experts." in param else joined[0]
-        state[param] = value.to(device=device, dtype=dtype)
+        state[param] = value.to(device=device, dtype=None if param in keep_dtype else dtype)
     if missing:
         raise ValueError(f"the checkpoint in {str(model_dir)!r} lacks {len(missing)} tensors, e.g. {missing[:3]}")
     unused = sorted(n for n in set(tensors) - used if "rotary_emb" not in n and not (n == "lm_head.weight" and args.tie_word_embeddings))

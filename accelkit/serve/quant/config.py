@@ -1,0 +1,185 @@
+"""Which quantized checkpoints the engine serves, read from ``quantization_config`` in ``config.json`` as vLLM reads
+it (no torch import: ``ModelArgs.from_config`` parses this before anything loads).
+
+Supported, one scheme per model:
+
+- ``quant_method: compressed-tensors`` (llm-compressor's output), one config group targeting ``Linear``:
+  ``format: float-quantized`` FP8 e4m3 weights with per-tensor or per-channel scales, activations static per-tensor,
+  dynamic per-token or none (W8A16); ``format: pack-quantized`` INT4 weights, group-wise scales (any group size,
+  128 in practice), symmetric or asymmetric, no activation quantization (W4A16);
+- ``quant_method: modelopt`` (NVIDIA ModelOpt) with ``quant_algo`` ``FP8`` (per-tensor weight and static activation
+  scales) or ``FP8_PER_CHANNEL_PER_TOKEN``;
+- ``quant_method: gptq`` with ``bits: 4`` (``checkpoint_format`` ``gptq``, whose zero points are stored minus one,
+  or ``gptq_v2``), ``desc_act: false``;
+- online ``quantization="fp8"`` (``--quantization fp8``) of a 16-bit checkpoint: per-output-channel FP8 weight
+  scales computed at load, dynamic per-token activation scales, as vLLM's ``--quantization fp8``.
+
+Anything else is a ``ValueError`` naming the ``quantization_config`` field and its value — a quantized checkpoint is
+never loaded as if its codes were 16-bit weights. KV-cache scales a checkpoint carries (``kv_cache_scheme``,
+``kv_cache_quant_algo``) are not used: the cache is what ``kv_cache_dtype`` says, with its own per-token scales.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+QuantMethod = Literal["compressed-tensors", "modelopt", "gptq", "fp8"]
+#: ``fp8``: float8 e4m3 weights; ``int4``: 4-bit integer codes packed eight to an int32
+WeightKind = Literal["fp8", "int4"]
+#: how FP8 activations are scaled where the matmul runs in FP8 (``None``: weight-only, 16-bit activations)
+ActivationScheme = Literal["static-tensor", "dynamic-token", "dynamic-tensor"]
+ONLINE_METHODS = ("fp8",)
+_SUPPORTED = ("compressed-tensors (FP8 float-quantized W8A8/W8A16, INT4 pack-quantized W4A16), modelopt (FP8, "
+              "FP8_PER_CHANNEL_PER_TOKEN), gptq (4-bit)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuantConfig:
+    """One quantization scheme for every quantized Linear of the model."""
+
+    method: QuantMethod  # where it comes from: a checkpoint's quant_method, or "fp8" = online at load
+    kind: WeightKind
+    group_size: int | None = None  # int4: input columns sharing one scale (and zero point)
+    symmetric: bool = True  # int4: False = a zero point per group
+    activations: ActivationScheme | None = None  # fp8: the activation scaling of the FP8 matmul
+    ignore: tuple[str, ...] = ()  # modules the checkpoint keeps 16-bit (for messages; the tensors decide)
+    gptq_zero_offset: int = 0  # gptq (v1 format): stored zero points are the real ones minus this
+
+    @property
+    def is_online(self) -> bool:
+        return self.method in ONLINE_METHODS
+
+    @property
+    def description(self) -> str:
+        """One line for logs and errors, e.g. ``compressed-tensors fp8 (activations dynamic-token)``."""
+        if self.kind == "int4":
+            return f"{self.method} int4 weight-only (group {self.group_size}, {'' if self.symmetric else 'a'}symmetric)"
+        return f"{self.method} fp8 (activations {self.activations or '16-bit: weight-only'})"
+
+
+def online_quantization(name: str) -> QuantConfig:
+    """``EngineConfig.quantization`` → the scheme applied to a 16-bit checkpoint at load."""
+    if name != "fp8":
+        raise ValueError(f"quantization={name!r} is not supported; expected 'fp8' (or none)")
+    return QuantConfig(method="fp8", kind="fp8", activations="dynamic-token")
+
+
+def parse_quantization_config(quant: Any) -> QuantConfig:
+    """``quantization_config`` of config.json → the scheme; anything unsupported is a ValueError naming the field."""
+    if not isinstance(quant, dict):
+        raise ValueError(f"quantization_config={quant!r} in config.json is not an object; expected "
+                         '{"quant_method": ...}')
+    method = quant.get("quant_method")
+    if method == "compressed-tensors":
+        return _compressed_tensors(quant)
+    if isinstance(method, str) and method.lower().startswith("modelopt"):
+        return _modelopt(quant)
+    if method == "gptq":
+        return _gptq(quant)
+    raise ValueError(f"quantization_config.quant_method={method!r} in config.json is not supported; supported: "
+                     f"{_SUPPORTED} — or serve the unquantized model")
+
+
+def _refuse(field: str, value: Any, expected: str) -> ValueError:
+    return ValueError(f"quantization_config.{field}={value!r} in config.json is not supported; expected {expected}")
+
+
+def _compressed_tensors(quant: dict[str, Any]) -> QuantConfig:
+    groups = quant.get("config_groups") or {}
+    if not isinstance(groups, dict) or len(groups) != 1:
+        raise _refuse("config_groups", sorted(groups) if isinstance(groups, dict) else groups,
+                      "one group (one scheme for every Linear)")
+    (name, group), = groups.items()
+    at = f"config_groups.{name}"
+    if not isinstance(group, dict):
+        raise _refuse(at, group, "an object")
+    targets = group.get("targets")
+    if targets != ["Linear"]:
+        raise _refuse(f"{at}.targets", targets, "['Linear']")
+    for key in ("sparsity_config", "transform_config"):
+        if quant.get(key):
+            raise _refuse(key, quant[key], "none (sparse and transformed checkpoints are not served)")
+    if group.get("output_activations"):
+        raise _refuse(f"{at}.output_activations", group["output_activations"], "null")
+    fmt = group.get("format") or quant.get("format")
+    weights = group.get("weights")
+    if not isinstance(weights, dict):
+        raise _refuse(f"{at}.weights", weights, "an object (weight quantization)")
+    w_type, bits, strategy = weights.get("type"), weights.get("num_bits"), weights.get("strategy")
+    if weights.get("dynamic"):
+        raise _refuse(f"{at}.weights.dynamic", weights["dynamic"], "false")
+    if weights.get("symmetric") is False and w_type == "float":
+        raise _refuse(f"{at}.weights.symmetric", False, "true for float weights")
+    acts = group.get("input_activations")
+    ignore = tuple(str(x) for x in quant.get("ignore") or ())
+    if w_type == "float" and bits == 8:
+        if fmt != "float-quantized":
+            raise _refuse("format", fmt, "'float-quantized' for FP8 weights")
+        if strategy not in ("tensor", "channel"):
+            raise _refuse(f"{at}.weights.strategy", strategy, "'tensor' or 'channel' for FP8 weights")
+        return QuantConfig(method="compressed-tensors", kind="fp8", activations=_ct_activations(acts, at),
+                           ignore=ignore)
+    if w_type == "int" and bits == 4:
+        if fmt != "pack-quantized":
+            raise _refuse("format", fmt, "'pack-quantized' for INT4 weights")
+        if strategy != "group":
+            raise _refuse(f"{at}.weights.strategy", strategy, "'group' for INT4 weights")
+        group_size = weights.get("group_size")
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 8 or group_size % 8:
+            raise _refuse(f"{at}.weights.group_size", group_size, "a positive multiple of 8 (128 in practice)")
+        if weights.get("actorder"):
+            raise _refuse(f"{at}.weights.actorder", weights["actorder"], "null (act-order INT4 is not served)")
+        if acts:
+            raise _refuse(f"{at}.input_activations", acts, "null for INT4 weights (W4A16)")
+        return QuantConfig(method="compressed-tensors", kind="int4", group_size=group_size,
+                           symmetric=weights.get("symmetric", True) is not False, ignore=ignore)
+    raise _refuse(f"{at}.weights", {"type": w_type, "num_bits": bits},
+                  "FP8 ({'type': 'float', 'num_bits': 8}) or INT4 ({'type': 'int', 'num_bits': 4})")
+
+
+def _ct_activations(acts: Any, at: str) -> ActivationScheme | None:
+    """A float-quantized group's ``input_activations`` → how the FP8 matmul scales its input."""
+    if not acts:
+        return None
+    if not isinstance(acts, dict) or acts.get("type") != "float" or acts.get("num_bits") != 8:
+        raise _refuse(f"{at}.input_activations", acts, "FP8 activations ({'type': 'float', 'num_bits': 8}) or null")
+    strategy, dynamic = acts.get("strategy"), bool(acts.get("dynamic"))
+    if strategy == "tensor":
+        return "dynamic-tensor" if dynamic else "static-tensor"
+    if strategy == "token" and dynamic:
+        return "dynamic-token"
+    raise _refuse(f"{at}.input_activations.strategy", strategy, "'tensor' (static or dynamic) or dynamic 'token'")
+
+
+def _modelopt(quant: dict[str, Any]) -> QuantConfig:
+    # hf_quant_config.json's layout nests it under "quantization"; config.json's is flat (vLLM reads both)
+    nested = quant.get("quantization")
+    source = nested if isinstance(nested, dict) else quant
+    field = "quantization.quant_algo" if source is nested else "quant_algo"
+    algo = str(source.get("quant_algo") or "").upper()
+    ignore = tuple(str(x) for x in source.get("exclude_modules") or source.get("ignore") or ())
+    if algo == "FP8":
+        return QuantConfig(method="modelopt", kind="fp8", activations="static-tensor", ignore=ignore)
+    if algo == "FP8_PER_CHANNEL_PER_TOKEN":
+        return QuantConfig(method="modelopt", kind="fp8", activations="dynamic-token", ignore=ignore)
+    raise _refuse(field, source.get("quant_algo"), "'FP8' or 'FP8_PER_CHANNEL_PER_TOKEN' for quant_method='modelopt'")
+
+
+def _gptq(quant: dict[str, Any]) -> QuantConfig:
+    bits, group_size = quant.get("bits"), quant.get("group_size")
+    if bits != 4:
+        raise _refuse("bits", bits, "4 for quant_method='gptq'")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 8 or group_size % 8:
+        raise _refuse("group_size", group_size, "a positive multiple of 8 (128 in practice)")
+    if quant.get("desc_act"):
+        raise _refuse("desc_act", quant["desc_act"], "false (act-order GPTQ is not served)")
+    if quant.get("lm_head"):
+        raise _refuse("lm_head", quant["lm_head"], "false (a quantized lm_head is not served)")
+    if quant.get("dynamic"):
+        raise _refuse("dynamic", quant["dynamic"], "none (per-module GPTQ overrides are not served)")
+    fmt = quant.get("checkpoint_format", "gptq")
+    if fmt not in ("gptq", "gptq_v2"):
+        raise _refuse("checkpoint_format", fmt, "'gptq' or 'gptq_v2'")
+    return QuantConfig(method="gptq", kind="int4", group_size=group_size, symmetric=quant.get("sym", True) is not False,
+                       gptq_zero_offset=1 if fmt == "gptq" else 0)

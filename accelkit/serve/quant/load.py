@@ -1,0 +1,208 @@
+"""Quantization as a transform of the decoder built on the meta device, before its weights load: each quantized
+``nn.Linear`` is swapped for an :class:`Fp8Linear` or :class:`Int4Linear`, and the checkpoint's tensors of those
+layers are rewritten, in place, into the names and layout the new modules hold — so the decoder (``llama.py``)
+never mentions quantization, and its loader concatenates fused parts (``q‖k‖v``, ``gate‖up``) as for 16-bit ones.
+
+Which layers are quantized is read from the tensors themselves (an ``F8_E4M3`` weight with a ``weight_scale``,
+a ``weight_packed``, a GPTQ ``qweight``), checked against the config's scheme; the ``ignore`` list only explains.
+Online FP8 quantizes every Linear of the decoder layers but the MoE router (``mlp.gate``) and Qwen2-MoE's shared
+expert gate, as vLLM's ``--quantization fp8`` leaves them.
+
+Not yet: quantized MoE experts (a checkpoint with them is refused by name; online FP8 leaves them 16-bit and says
+so in the log), a quantized ``lm_head`` or embedding (refused).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from accelkit.serve.models.args import ModelArgs
+from accelkit.serve.quant.config import QuantConfig
+from accelkit.serve.quant.linear import FP8_DTYPE, FP8_MAX, Fp8Linear, Int4Linear, pack_int4, unpack_int4
+
+log = logging.getLogger("accelkit.serve")
+
+_KV_SCALE = re.compile(r"\.(k_scale|v_scale|kv_scale|k_proj\.output_scale|v_proj\.output_scale)$")
+_QUANT_SUFFIXES = (".weight_scale", ".weight_packed", ".qweight", ".input_scale", ".weight_zero_point", ".qzeros")
+_NOT_QUANTIZED = ("mlp.gate", "shared_expert_gate")  # routers stay 16-bit (vLLM builds them unquantized)
+
+CheckpointNames = Callable[[str, ModelArgs], list[list[str]]]
+
+
+def quantize_model(model: nn.Module, tensors: dict[str, torch.Tensor], quant: QuantConfig, args: ModelArgs,
+                   checkpoint_names: CheckpointNames) -> set[str]:
+    """Swap the quantized Linears of ``model`` (on meta) and rewrite their checkpoint tensors; returns the state-dict
+    names whose values keep their checkpoint dtype (codes and scales: the loader casts everything else)."""
+    _drop_kv_scales(tensors)
+    _refuse_unserved(tensors, quant)
+    keep: set[str] = set()
+    num_swapped, skipped_experts = 0, False
+    for name, module in list(model.named_modules()):
+        if ".experts" in name or name.endswith(".experts"):
+            skipped_experts = True
+            continue
+        if not isinstance(module, nn.Linear) or not name.startswith("layers.") or name.endswith(_NOT_QUANTIZED):
+            continue
+        (parts,) = checkpoint_names(name + ".weight", args)
+        prefixes = [p.removesuffix(".weight") for p in parts]
+        found = {_format_of(p, tensors) for p in prefixes}
+        if len(found) != 1:
+            raise ValueError(f"the checkpoint stores the parts of {name} ({', '.join(prefixes)}) in different formats "
+                             f"({sorted(str(f) for f in found)}); re-export it with one scheme")
+        fmt = found.pop()
+        if fmt is None and not quant.is_online:
+            continue  # kept 16-bit by the checkpoint (its ignore list)
+        has_bias = module.bias is not None
+        if quant.is_online:
+            if fmt is not None:
+                raise ValueError(f"quantization={quant.method!r} quantizes a 16-bit checkpoint, but {prefixes[0]} is "
+                                 "already quantized; leave quantization out")
+            for p in prefixes:
+                _quantize_fp8_per_channel(p, tensors)
+            fmt = "fp8"
+        if fmt == "gptq":
+            for p in prefixes:
+                _gptq_to_packed(p, tensors, quant)
+            fmt = "int4"
+        if fmt != quant.kind:
+            raise ValueError(f"quantization_config describes {quant.kind} weights but {prefixes[0]} holds {fmt} ones; "
+                             "config.json and the weights do not belong together")
+        new = (_fp8_module(prefixes, tensors, quant, module.in_features, has_bias) if fmt == "fp8"
+               else _int4_module(prefixes, tensors, quant, module.in_features, module.out_features, has_bias))
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent), attr, new)
+        keep.update(f"{name}.{key}" for key, _ in new.named_parameters() if key != "bias")
+        num_swapped += 1
+    if num_swapped == 0:
+        raise ValueError(f"quantization_config describes {quant.description}, but no Linear layer of the checkpoint "
+                         "is quantized; config.json and the weights do not belong together")
+    if skipped_experts and quant.is_online:
+        log.warning("quantization=%r: the MoE experts stay 16-bit (online FP8 of expert weights is not implemented); "
+                    "attention and dense MLP layers are FP8", quant.method)
+    log.info("quantization: %s, %d Linear layers", quant.description, num_swapped)
+    return keep
+
+
+def _format_of(prefix: str, tensors: dict[str, torch.Tensor]) -> str | None:
+    """How the checkpoint stores Linear ``prefix``: "fp8", "int4" (compressed-tensors packed), "gptq", or None."""
+    if prefix + ".weight_packed" in tensors:
+        return "int4"
+    if prefix + ".qweight" in tensors:
+        return "gptq"
+    weight = tensors.get(prefix + ".weight")
+    if weight is not None and weight.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        if weight.dtype != FP8_DTYPE:
+            raise ValueError(f"{prefix}.weight is {weight.dtype}; FP8 checkpoints are served in e4m3 (float8_e4m3fn)")
+        if prefix + ".weight_scale" not in tensors:
+            raise ValueError(f"{prefix}.weight is FP8 but the checkpoint has no {prefix}.weight_scale")
+        return "fp8"
+    return None
+
+
+def _drop_kv_scales(tensors: dict[str, torch.Tensor]) -> None:
+    """A checkpoint's static KV-cache scales: the engine's fp8/int8 cache keeps its own per-token scales."""
+    dropped = [n for n in tensors if _KV_SCALE.search(n)]
+    for n in dropped:
+        del tensors[n]
+    if dropped:
+        log.info("the checkpoint's %d KV-cache scales are not used: the cache follows kv_cache_dtype", len(dropped))
+
+
+def _refuse_unserved(tensors: dict[str, torch.Tensor], quant: QuantConfig) -> None:
+    """Quantized experts, lm_head or embeddings: refused by name rather than left for the loader to trip on."""
+    for n in tensors:
+        is_quantized = n.endswith(_QUANT_SUFFIXES) or tensors[n].dtype == FP8_DTYPE
+        if not is_quantized:
+            continue
+        if ".experts." in n:
+            raise ValueError(f"quantized MoE expert weights ({n}) are not served yet ({quant.description}); serve the "
+                             "16-bit checkpoint, or it with quantization='fp8' (attention and dense layers in FP8)")
+        if n.startswith(("lm_head.", "model.embed_tokens.")):
+            raise ValueError(f"a quantized {n.split('.')[0] if n.startswith('lm_head') else 'embedding'} ({n}) is not "
+                             "served; re-export the checkpoint with it in the ignore list")
+
+
+def _quantize_fp8_per_channel(prefix: str, tensors: dict[str, torch.Tensor]) -> None:
+    """Online FP8: one scale per output row, amax / 448, so each row's largest weight maps to e4m3's largest."""
+    weight = tensors.pop(prefix + ".weight").float()  # (out, in)
+    scale = (weight.abs().amax(dim=1) / FP8_MAX).clamp(min=1e-12)  # (out,)
+    tensors[prefix + ".weight"] = (weight / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    tensors[prefix + ".weight_scale"] = scale
+
+
+def _fp8_module(prefixes: list[str], tensors: dict[str, torch.Tensor], quant: QuantConfig, in_features: int,
+                has_bias: bool) -> Fp8Linear:
+    """Normalise each part's scales — ModelOpt's 0-d per-tensor and (out,), compressed-tensors' (1,) and (out, 1) —
+    to (1,) or (out,), so that the fused parts concatenate."""
+    sizes = tuple(int(tensors[p + ".weight"].shape[0]) for p in prefixes)
+    per_channel = set()
+    has_input = {p + ".input_scale" in tensors for p in prefixes}
+    if len(has_input) != 1:
+        raise ValueError(f"some of {', '.join(prefixes)} have an input_scale and some not; re-export the checkpoint")
+    for p, rows in zip(prefixes, sizes, strict=True):
+        scale = tensors[p + ".weight_scale"]
+        if scale.numel() == 1:
+            tensors[p + ".weight_scale"] = scale.reshape(1)
+            per_channel.add(False)
+        elif scale.numel() == rows:
+            tensors[p + ".weight_scale"] = scale.reshape(rows)
+            per_channel.add(True)
+        else:
+            raise ValueError(f"{p}.weight_scale has shape {list(scale.shape)}: neither per-tensor nor per-channel "
+                             f"for {rows} rows (block-wise FP8 is not served)")
+        if p + ".input_scale" in tensors:
+            input_scale = tensors[p + ".input_scale"]
+            if input_scale.numel() != 1:
+                raise ValueError(f"{p}.input_scale has shape {list(input_scale.shape)}; expected one per-tensor scale")
+            tensors[p + ".input_scale"] = input_scale.reshape(1).to(scale.dtype)
+    if len(per_channel) != 1:
+        raise ValueError(f"the parts {', '.join(prefixes)} mix per-tensor and per-channel scales; re-export the checkpoint")
+    scale_dtype = tensors[prefixes[0] + ".weight_scale"].dtype
+    return Fp8Linear(in_features, sizes, per_channel=per_channel.pop(), scale_dtype=scale_dtype,
+                     has_input_scale=has_input.pop(), has_bias=has_bias,
+                     dynamic_activations=quant.activations != "static-tensor")
+
+
+def _int4_module(prefixes: list[str], tensors: dict[str, torch.Tensor], quant: QuantConfig, in_features: int,
+                 out_features: int, has_bias: bool) -> Int4Linear:
+    assert quant.group_size is not None
+    for p in prefixes:
+        shape = tensors.pop(p + ".weight_shape", None)  # compressed-tensors: the unpacked (out, in)
+        rows = int(tensors[p + ".weight_packed"].shape[0])
+        if shape is not None and (int(shape[1]) != in_features or int(shape[0]) != rows):
+            raise ValueError(f"{p}.weight_shape is {shape.tolist()}, not [{rows}, {in_features}]")
+        if (p + ".weight_zero_point" in tensors) == quant.symmetric:
+            raise ValueError(f"{p}: quantization_config says symmetric={quant.symmetric}, but the checkpoint "
+                             f"{'has' if quant.symmetric else 'lacks'} {p}.weight_zero_point")
+        if rows % 8 and not quant.symmetric:
+            raise ValueError(f"{p} has {rows} rows; packed zero points need a multiple of 8")
+    scale_dtype = tensors[prefixes[0] + ".weight_scale"].dtype
+    return Int4Linear(in_features, out_features, group_size=quant.group_size, symmetric=quant.symmetric,
+                      scale_dtype=scale_dtype, has_bias=has_bias)
+
+
+def _gptq_to_packed(prefix: str, tensors: dict[str, torch.Tensor], quant: QuantConfig) -> None:
+    """GPTQ (AutoGPTQ / GPTQModel) → compressed-tensors' pack-quantized layout, the same codes and scales:
+
+    ``qweight`` (in/8, out) int32, 4-bit unsigned codes packed along the input dim, lowest nibble first;
+    ``qzeros`` (in/group, out/8) int32, unsigned zero points packed along the output dim, stored minus one in the
+    ``gptq`` (v1) format; ``scales`` (in/group, out) float16; ``g_idx`` (in,), each input's group —
+    ``w[o, i] = scales[g, o] · (q[i, o] − zero[g, o])`` with ``g = g_idx[i]``.
+    """
+    assert quant.group_size is not None
+    qweight, qzeros = tensors.pop(prefix + ".qweight"), tensors.pop(prefix + ".qzeros")
+    scales, g_idx = tensors.pop(prefix + ".scales"), tensors.pop(prefix + ".g_idx", None)
+    in_features = qweight.shape[0] * 8
+    if g_idx is not None and not torch.equal(g_idx.long(), torch.arange(in_features) // quant.group_size):
+        raise ValueError(f"{prefix}.g_idx is not input // group_size (act-order); act-order GPTQ is not served")
+    codes = unpack_int4(qweight.t().contiguous())  # (out, in) signed = unsigned − 8
+    zeros = unpack_int4(qzeros) + quant.gptq_zero_offset  # (groups, out) signed zero − 8
+    tensors[prefix + ".weight_packed"] = pack_int4(codes)
+    tensors[prefix + ".weight_scale"] = scales.t().contiguous()  # (out, groups)
+    if not quant.symmetric:  # symmetric GPTQ's zero is 8 (stored 7 in v1): dropped, as vLLM does
+        tensors[prefix + ".weight_zero_point"] = pack_int4(zeros.contiguous()).t().contiguous()  # (out/8, groups)
