@@ -7,6 +7,9 @@
 #   (a)    `pytest -m gpu tests/gpu` (serve first; bench, fp8 inference/training, reference memory,
 #          NVML)                                                                                        ~90-170 s
 #   (b)    the engine benchmark: benchmarks/serve_throughput.py --device cuda                          ~180 s
+#   (b2)   benchmarks/serve_real_shapes.py (issue 31), random weights on real layer shapes: serve_qwen3_moe
+#          (Qwen3-30B-A3B's layers, 2 of them, bf16) and serve_fp8_checkpoint (Llama-3.1-8B's layers, 4 of
+#          them, a compressed-tensors FP8 checkpoint against the bf16 one its codes dequantize to)     ~90 s each
 #   (c)    fp8 vs bf16 training on the 1B Llama shape (benchmarks/configs/llama-1b-shape.json) at
 #          batch 8 × seq 2048: bf16, fp8 tensorwise, fp8 rowwise, one after another                    ~60 s
 #   (d)    SD3-medium's shapes (random weights) at 512², 28 steps, CFG 7: bf16 vs fp8 denoiser linears,
@@ -19,7 +22,8 @@
 #
 #   OUT=/tmp/out scripts/gpu_check.sh            # PY=python3 by default (a Python whose torch sees the GPU)
 #   GPU_CHECK_PARTS=serve_throughput,report ...   # only these parts (triton hw_probe pytest_gpu serve_throughput
-#                                                # llm_train_1b_fp8 sd3_medium_fp8 reference_quick report); a rerun into the
+#                                                # serve_qwen3_moe serve_fp8_checkpoint llm_train_1b_fp8 sd3_medium_fp8
+#                                                # reference_quick report); a rerun into the
 #                                                # same OUT replaces their rows and keeps the others'
 #   GPU_CHECK_BUDGET_S=580 (default)             # the whole script's seconds: one device command is capped at
 #                                                # 600 s, so each part's timeout is cut to what is left of the
@@ -34,7 +38,7 @@
 set -uo pipefail
 script_start=$(date +%s)
 BUDGET_S="${GPU_CHECK_BUDGET_S:-580}"
-PARTS="${GPU_CHECK_PARTS:-triton,hw_probe,pytest_gpu,serve_throughput,llm_train_1b_fp8,sd3_medium_fp8,reference_quick,report}"
+PARTS="${GPU_CHECK_PARTS:-triton,hw_probe,pytest_gpu,serve_throughput,serve_qwen3_moe,serve_fp8_checkpoint,llm_train_1b_fp8,sd3_medium_fp8,reference_quick,report}"
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
@@ -115,6 +119,11 @@ part pytest_gpu 200 "$PY" -m pytest -q -m gpu tests/gpu/test_serve_gpu.py \
 
 # writes its JSON after each system, so a timeout keeps the systems already measured
 part serve_throughput 210 "$PY" benchmarks/serve_throughput.py --device cuda --out "$OUT/serve_throughput_cuda.json"
+
+part serve_qwen3_moe 150 "$PY" benchmarks/serve_real_shapes.py --model qwen3-moe --device cuda \
+  --out "$OUT/serve_qwen3_moe.json"
+part serve_fp8_checkpoint 150 "$PY" benchmarks/serve_real_shapes.py --model llama-fp8 --device cuda \
+  --out "$OUT/serve_fp8_checkpoint.json"
 
 part llm_train_1b_fp8 180 "$PY" -m accelkit bench llm-train --model benchmarks/configs/llama-1b-shape.json \
   --batch-size 8 --seq-len 2048 --precision bf16,fp8 --fp8-scaling tensorwise,rowwise --device cuda \

@@ -35,6 +35,8 @@ KEEP = {
     "bench_reference_quick.json": "bench_reference_quick.json",
     "bench_sd3_medium_fp8.json": "bench_sd3_medium_fp8.json",
     "serve_throughput_cuda.json": "serve_throughput_cuda.json",
+    "serve_qwen3_moe.json": "serve_qwen3_moe.json",
+    "serve_fp8_checkpoint.json": "serve_fp8_checkpoint.json",
     "attention_backends.json": "serve_attention_backends.json",
     "nvidia-smi.csv": "nvidia-smi.csv",
     "pytest_gpu.out": "pytest_gpu.txt",
@@ -153,10 +155,19 @@ def summarize(out: Path, seconds: int | None) -> dict[str, Any]:
         "fp8_vs_bf16_sd3_medium": text_to_image(_json(out / "bench_sd3_medium_fp8.json")),
         "serve_throughput_cuda": {k: serve[k] for k in ("summary", "results", "headline", "goals", "failed") if k in serve}
         if isinstance(serve, dict) else None,
+        "serve_qwen3_moe": _runs(_json(out / "serve_qwen3_moe.json")),
+        "serve_fp8_checkpoint": _runs(_json(out / "serve_fp8_checkpoint.json")),
         "gpu": (out / "nvidia-smi.csv").read_text().strip() if (out / "nvidia-smi.csv").exists() else None,
     }
     summary["ok"] = all(p["status"] in ("ok", "absent") for p in summary["parts"].values())
     return summary
+
+
+def _runs(doc: Any) -> dict[str, Any] | None:
+    """benchmarks/serve_real_shapes.py's document: each run's tok/s, weight vs checkpoint bytes, FP8 matmul layers."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), dict):
+        return None
+    return {"runs": doc["runs"], **({"fp8_vs_bf16": doc["fp8_vs_bf16"]} if "fp8_vs_bf16" in doc else {})}
 
 
 def gpu_slug(out: Path) -> str:

@@ -103,4 +103,4 @@ def test_gpu_check_fits_every_part_into_one_device_command(tmp_path):
     assert proc.returncode == 1
     summary = json.loads((out / "gpu_check.json").read_text())
     assert {p["status"] for p in summary["parts"].values()} == {"skipped (time budget)"} and not summary["ok"]
-    assert len(summary["parts"]) == 8
+    assert len(summary["parts"]) == 10
