@@ -312,3 +312,12 @@ def test_the_cli_refuses_an_unsupported_scheme_in_one_line_with_exit_2(checkpoin
 def test_online_fp8_of_a_quantized_checkpoint_is_refused(checkpoints):
     with pytest.raises(ValueError, match=r"quantization='fp8' quantizes a 16-bit checkpoint.*leave quantization out"):
         _llm(checkpoints("W4A16"), quantization="fp8")
+
+
+def test_quantized_weights_with_tensor_parallelism_are_refused(checkpoints, tmp_path):
+    """Before any worker starts: the ranks' shards are cut from 16-bit tensors only."""
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 with quantized weights \(compressed-tensors fp8"):
+        _llm(checkpoints("FP8"), tensor_parallel_size=2)
+    base_dir = save_model_dir(_base_model(), tmp_path / "bf16")
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 with quantized weights \(fp8\)"):
+        _llm(base_dir, tensor_parallel_size=2, quantization="fp8")
