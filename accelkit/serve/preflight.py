@@ -266,20 +266,21 @@ def check_model_dir(model_dir: Path, max_model_len: int | None) -> tuple[dict[st
 
 _FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 _QUANT_PARAMS = ("_scale", ".weight_zero_point", ".qzeros", ".g_idx", ".weight_shape")
+_NOT_ONLINE_FP8 = ("norm.weight", ".gate.weight", "shared_expert_gate.weight", "bias")  # norms, routers stay 16-bit
 
 
 def loaded_weight_bytes(tensors: dict[str, TensorInfo], *, dtype: str, online_fp8: bool = False) -> int:
     """What the checkpoint's weights occupy once loaded in ``dtype``: 16/32-bit tensors at ``dtype``'s size (the
     planner's bytes per parameter); quantized codes (FP8, packed INT4) and their scales as stored; with
-    ``online_fp8``, the decoder layers' projection weights at one byte each (their per-channel scales left out:
-    a lower bound)."""
+    ``online_fp8``, the decoder layers' Linear and expert weights at one byte each (their per-channel scales left
+    out: a lower bound)."""
     scheme = serving_memory.ENGINE_DTYPE_SCHEMES.get(dtype, "fp32")
     per_param = serving_memory.weight_bytes_per_param(scheme)  # the planner's table too
     total = 0.0
     for name, info in tensors.items():
         if info.dtype not in _FLOAT_DTYPES or name.endswith(_QUANT_PARAMS):
             total += info.num_bytes
-        elif online_fp8 and _LAYER.match(name) and name.endswith("_proj.weight") and ".experts." not in name:
+        elif online_fp8 and _LAYER.match(name) and len(info.shape) == 2 and not name.endswith(_NOT_ONLINE_FP8):
             total += math.prod(info.shape)
         else:
             total += math.prod(info.shape) * per_param

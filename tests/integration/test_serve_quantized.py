@@ -321,3 +321,97 @@ def test_quantized_weights_with_tensor_parallelism_are_refused(checkpoints, tmp_
     base_dir = save_model_dir(_base_model(), tmp_path / "bf16")
     with pytest.raises(ValueError, match=r"tensor_parallel_size=2 with quantized weights \(fp8\)"):
         _llm(base_dir, tensor_parallel_size=2, quantization="fp8")
+
+
+# ---- MoE: FP8 experts (Qwen3-MoE: layer 0 dense, layer 1 top-2 of 8 experts) --------------------------------------
+FP8_CHANNEL = preset_name_to_scheme("FP8_DYNAMIC", ["Linear"]).weights
+
+
+def _moe_base():
+    return hf_model("tiny-qwen3-moe", seed=9, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                    head_dim=32, num_hidden_layers=2, mlp_only_layers=[0]).to(torch.bfloat16)
+
+
+def _channel_qparams(w):
+    """compressed-tensors' per-channel FP8 scale of a (rows, cols) weight, in the weight's dtype."""
+    return calculate_qparams(w.amin(1, keepdim=True), w.amax(1, keepdim=True), FP8_CHANNEL)
+
+
+def _fake_quantized_moe_logits(model):
+    """The model with every decoder Linear (not the router) and every expert's rows quantize-dequantized by
+    compressed-tensors' fake_quantize, per channel; run in float32."""
+    model = model.float()
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear) and name != "lm_head" and not name.endswith("mlp.gate"):
+                module.weight.data = fake_quantize(module.weight.data, *_channel_qparams(module.weight.data), FP8_CHANNEL)
+            elif type(module).__name__.endswith("Experts"):  # transformers 5: (E, 2F, H) and (E, H, F) parameters
+                for param in (module.gate_up_proj, module.down_proj):
+                    for e in range(param.shape[0]):
+                        param.data[e] = fake_quantize(param.data[e], *_channel_qparams(param.data[e]), FP8_CHANNEL)
+        return model(torch.tensor([PROMPT])).logits[0]
+
+
+def test_online_fp8_quantizes_moe_experts_too(tmp_path):
+    from accelkit.serve.quant.linear import Fp8Experts
+
+    base = _moe_base()
+    model_dir = save_model_dir(base, tmp_path / "moe")
+    llm = _llm(model_dir, dtype="float32", quantization="fp8")
+    modules = list(llm.engine.runner.model.modules())
+    assert sum(isinstance(m, Fp8Experts) for m in modules) == 1 and sum(isinstance(m, Fp8Linear) for m in modules) == 6
+    want = _fake_quantized_moe_logits(_moe_base())
+    torch.testing.assert_close(_engine_logits(llm), want, atol=ATOL, rtol=0)
+    with torch.inference_mode():
+        assert (_moe_base().float()(torch.tensor([PROMPT])).logits[0] - want).abs().max() > ATOL
+
+
+def test_fp8_moe_checkpoint_with_per_expert_scales(tmp_path):
+    """The per-expert layout vLLM reads for an FP8 MoE checkpoint (compressed-tensors' per-Linear names:
+    ``experts.{e}.gate_proj.weight`` e4m3 + ``weight_scale`` (rows, 1)), codes by compressed-tensors' ``quantize``;
+    the router stays bf16 (llm-compressor's MoE recipes ignore ``mlp.gate``)."""
+    from compressed_tensors.quantization.lifecycle.forward import dequantize, quantize
+
+    source = save_model_dir(_moe_base(), tmp_path / "bf16")
+    model_dir = tmp_path / "fp8"
+    shutil.copytree(source, model_dir)
+    tensors = load_file(str(model_dir / "model.safetensors"))
+    out = {}
+    for name, t in tensors.items():
+        if name.startswith("model.layers.") and t.ndim == 2 and not name.endswith(("norm.weight", "mlp.gate.weight")):
+            scale, zero = _channel_qparams(t)
+            out[name] = quantize(t, scale, zero, FP8_CHANNEL, dtype=torch.float8_e4m3fn)
+            out[name.removesuffix(".weight") + ".weight_scale"] = scale
+        else:
+            out[name] = t
+    assert any(".experts.7.down_proj.weight_scale" in n for n in out)
+    save_file(out, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((model_dir / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head", "re:.*mlp.gate$"],
+        "config_groups": {"group_0": {"targets": ["Linear"], "format": "float-quantized",
+                                      "weights": FP8_CHANNEL.model_dump(),
+                                      "input_activations": preset_name_to_scheme("FP8_DYNAMIC", ["Linear"])
+                                      .input_activations.model_dump()}}}
+    (model_dir / "config.json").write_text(json.dumps(config))
+    llm = _llm(model_dir, dtype="float32")
+    # the reference: the transformers model with each weight replaced by compressed-tensors' dequantize of the codes
+    reference, replaced = _moe_base().float(), []
+    deq = {n.removesuffix(".weight"): dequantize(t, out[n.removesuffix(".weight") + ".weight_scale"], args=FP8_CHANNEL)
+           for n, t in out.items() if t.dtype == torch.float8_e4m3fn}
+    with torch.no_grad():
+        for name, module in reference.named_modules():
+            key = "model." + name if not name.startswith("model.") else name
+            if isinstance(module, torch.nn.Linear) and key in deq:
+                module.weight.data = deq[key].float()
+                replaced.append(name)
+            elif type(module).__name__.endswith("Experts"):
+                for e in range(module.gate_up_proj.shape[0]):
+                    module.gate_up_proj.data[e] = torch.cat([deq[f"{key}.{e}.gate_proj"], deq[f"{key}.{e}.up_proj"]]).float()
+                    module.down_proj.data[e] = deq[f"{key}.{e}.down_proj"].float()
+        want = reference(torch.tensor([PROMPT])).logits[0]
+    assert sum(1 for k in deq if ".experts." in k) == 3 * 8
+    assert len(replaced) == 4 * 2 + 3  # q, k, v, o in both layers; gate, up, down of the dense layer 0
+    torch.testing.assert_close(_engine_logits(llm), want, atol=ATOL, rtol=0)
+    loaded = _llm(model_dir).engine.runner.weight_bytes
+    assert abs(loaded - _checkpoint_bytes(model_dir)) <= 0.02 * _checkpoint_bytes(model_dir)

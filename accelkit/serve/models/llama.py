@@ -249,9 +249,11 @@ def _checkpoint_names(param: str, args: ModelArgs) -> list[list[str]]:
         name = name.replace(".mlp.", f".{args.moe.checkpoint_prefix}.")
         if ".experts." in name:  # (E, 2F, H) gate‖up or (E, H, F) down ← every expert's own Linear weights
             gate, up, down = args.moe.expert_names
-            names = (gate, up) if name.endswith(".gate_up_proj") else (down,)
-            base = name.rsplit(".", 1)[0]
-            return [[f"{base}.{e}.{part}.weight" for part in names] for e in range(args.moe.num_experts)]
+            base, leaf = name.rsplit(".", 1)  # leaf: gate_up_proj or down_proj, + "_scale" for FP8 experts' scales
+            stacked = "gate_up_proj" if leaf.startswith("gate_up_proj") else "down_proj"
+            names = (gate, up) if stacked == "gate_up_proj" else (down,)
+            tensor = "weight" + leaf.removeprefix(stacked)
+            return [[f"{base}.{e}.{part}.{tensor}" for part in names] for e in range(args.moe.num_experts)]
     for fused, parts in _FUSED.items():
         if f".{fused}." in name:
             return [[name.replace(fused, part) for part in parts]]

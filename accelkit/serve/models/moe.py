@@ -26,6 +26,10 @@ class Experts(nn.Module):
         self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * f, h))  # (E, 2F, H): expert e's gate rows, then up
         self.down_proj = nn.Parameter(torch.empty(e, h, f))  # (E, H, F)
 
+    def expert_weights(self, expert: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Expert ``expert``'s (2F, H) gate‖up and (H, F) down weights (a quantized subclass dequantizes them)."""
+        return self.gate_up_proj[expert], self.down_proj[expert]
+
     def forward(self, x: torch.Tensor, top_ids: torch.Tensor, top_weights: torch.Tensor) -> torch.Tensor:
         """``x``: (T, H); ``top_ids, top_weights``: (T, k) → (T, H) = Σ_k weight · expert(x)."""
         out = torch.zeros_like(x)
@@ -33,8 +37,9 @@ class Experts(nn.Module):
             return out
         for expert in torch.unique(top_ids).tolist():  # host sync: the experts that received tokens, ascending
             token_rows, slot = torch.where(top_ids == expert)  # (n,) tokens routed to it, which of their k slots
-            gate, up = torch.split(F.linear(x[token_rows], self.gate_up_proj[expert]), self.intermediate_size, dim=-1)
-            y = F.linear(F.silu(gate) * up, self.down_proj[expert])  # (n, H)
+            gate_up_proj, down_proj = self.expert_weights(expert, x.dtype)
+            gate, up = torch.split(F.linear(x[token_rows], gate_up_proj), self.intermediate_size, dim=-1)
+            y = F.linear(F.silu(gate) * up, down_proj)  # (n, H)
             out.index_add_(0, token_rows, (y * top_weights[token_rows, slot, None]).to(out.dtype))
         return out
 

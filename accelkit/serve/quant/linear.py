@@ -11,6 +11,7 @@ does) and, where no FP8 matmul runs, dequantized per call to the activations' dt
   4-bit codes per word, lowest nibble first, each stored +8; ``weight_scale`` (out, in/group); asymmetric:
   ``weight_zero_point`` (out/8, in/group) int32, packed along the output dim the same way. GPTQ checkpoints are
   converted to this layout at load (``load.py``). The weight is dequantized per call: ``(q − zp) · scale``.
+- :class:`Fp8Experts`: a MoE layer's stacked experts in FP8, each expert dequantized when it receives tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from accelkit.serve.models.args import MoEArgs
+from accelkit.serve.models.moe import Experts
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite e4m3fn value
@@ -124,3 +128,30 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return F.linear(x, self.dequantize(x.dtype), bias)
+
+
+def expand_scale(scale: torch.Tensor, rows: int) -> torch.Tensor:
+    """(P,) per-tensor scales of P equal fused parts, or (rows,) per-channel ones → (rows,) float32."""
+    scale = scale.float()
+    return scale if scale.numel() == rows else scale.repeat_interleave(rows // scale.numel())
+
+
+class Fp8Experts(Experts):
+    """MoE experts over FP8 weights: the stacked (E, 2F, H) gate‖up and (E, H, F) down in e4m3, with per expert a
+    scale per fused part (per-tensor: ``gate_up_proj_scale`` (E, 2), ``down_proj_scale`` (E, 1)) or per output row
+    ((E, 2F), (E, H)). Each expert that receives tokens is dequantized for its two matmuls, on every device (the
+    reference loop of ``moe.py``; no FP8 grouped GEMM yet)."""
+
+    def __init__(self, moe: MoEArgs, hidden_size: int, *, per_channel: bool, scale_dtype: torch.dtype) -> None:
+        super().__init__(moe, hidden_size)
+        e, f, h = moe.num_experts, moe.intermediate_size, hidden_size
+        self.gate_up_proj = _empty((e, 2 * f, h), FP8_DTYPE)
+        self.down_proj = _empty((e, h, f), FP8_DTYPE)
+        self.gate_up_proj_scale = _empty((e, 2 * f if per_channel else 2), scale_dtype)
+        self.down_proj_scale = _empty((e, h if per_channel else 1), scale_dtype)
+
+    def expert_weights(self, expert: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        gate_up, down = self.gate_up_proj[expert], self.down_proj[expert]
+        gate_up_scale = expand_scale(self.gate_up_proj_scale[expert], gate_up.shape[0])
+        down_scale = expand_scale(self.down_proj_scale[expert], down.shape[0])
+        return ((gate_up.float() * gate_up_scale[:, None]).to(dtype), (down.float() * down_scale[:, None]).to(dtype))

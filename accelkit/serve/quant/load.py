@@ -8,8 +8,8 @@ a ``weight_packed``, a GPTQ ``qweight``), checked against the config's scheme; t
 Online FP8 quantizes every Linear of the decoder layers but the MoE router (``mlp.gate``) and Qwen2-MoE's shared
 expert gate, as vLLM's ``--quantization fp8`` leaves them.
 
-Not yet: quantized MoE experts (a checkpoint with them is refused by name; online FP8 leaves them 16-bit and says
-so in the log), a quantized ``lm_head`` or embedding (refused).
+MoE experts: FP8 ones (a checkpoint's, or online) become an :class:`Fp8Experts`; INT4 experts, a quantized
+``lm_head`` or embedding are refused by name.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import torch
 from torch import nn
 
 from accelkit.serve.models.args import ModelArgs
+from accelkit.serve.models.moe import Experts
 from accelkit.serve.quant.config import QuantConfig
-from accelkit.serve.quant.linear import FP8_DTYPE, FP8_MAX, Fp8Linear, Int4Linear, pack_int4, unpack_int4
+from accelkit.serve.quant.linear import FP8_DTYPE, FP8_MAX, Fp8Experts, Fp8Linear, Int4Linear, pack_int4, unpack_int4
 
 log = logging.getLogger("accelkit.serve")
 
@@ -41,10 +42,14 @@ def quantize_model(model: nn.Module, tensors: dict[str, torch.Tensor], quant: Qu
     _drop_kv_scales(tensors)
     _refuse_unserved(tensors, quant)
     keep: set[str] = set()
-    num_swapped, skipped_experts = 0, False
+    num_swapped = 0
     for name, module in list(model.named_modules()):
-        if ".experts" in name or name.endswith(".experts"):
-            skipped_experts = True
+        if isinstance(module, Experts):
+            experts = _fp8_experts(name, tensors, quant, args, checkpoint_names)
+            if experts is not None:
+                model.get_submodule(name.rpartition(".")[0]).experts = experts
+                keep.update(f"{name}.{key}" for key, _ in experts.named_parameters())
+                num_swapped += 1
             continue
         if not isinstance(module, nn.Linear) or not name.startswith("layers.") or name.endswith(_NOT_QUANTIZED):
             continue
@@ -81,11 +86,42 @@ def quantize_model(model: nn.Module, tensors: dict[str, torch.Tensor], quant: Qu
     if num_swapped == 0:
         raise ValueError(f"quantization_config describes {quant.description}, but no Linear layer of the checkpoint "
                          "is quantized; config.json and the weights do not belong together")
-    if skipped_experts and quant.is_online:
-        log.warning("quantization=%r: the MoE experts stay 16-bit (online FP8 of expert weights is not implemented); "
-                    "attention and dense MLP layers are FP8", quant.method)
-    log.info("quantization: %s, %d Linear layers", quant.description, num_swapped)
+    log.info("quantization: %s, %d Linear layers and expert groups", quant.description, num_swapped)
     return keep
+
+
+def _fp8_experts(name: str, tensors: dict[str, torch.Tensor], quant: QuantConfig, args: ModelArgs,
+                 checkpoint_names: CheckpointNames) -> Fp8Experts | None:
+    """The FP8 experts of MoE layer ``name`` (None: the checkpoint keeps them 16-bit): each expert's gate, up and
+    down scales normalised to (1,) or (rows,) so that they stack; static input scales dropped (experts run
+    dequantized)."""
+    assert args.moe is not None
+    prefixes = [p.removesuffix(".weight") for stacked in ("gate_up_proj", "down_proj")
+                for group in checkpoint_names(f"{name}.{stacked}", args) for p in group]
+    found = {_format_of(p, tensors) for p in prefixes}
+    if found == {None} and not quant.is_online:
+        return None
+    if quant.is_online:
+        if found != {None}:
+            raise ValueError(f"quantization={quant.method!r} quantizes a 16-bit checkpoint, but the experts of {name} "
+                             "are already quantized; leave quantization out")
+        for p in prefixes:
+            _quantize_fp8_per_channel(p, tensors)
+    elif found != {"fp8"}:
+        raise ValueError(f"the experts of {name} are stored as {sorted(str(f) for f in found)}; FP8 experts are served")
+    per_channel = set()
+    for p in prefixes:
+        rows, scale = int(tensors[p + ".weight"].shape[0]), tensors[p + ".weight_scale"]
+        if scale.numel() not in (1, rows):
+            raise ValueError(f"{p}.weight_scale has shape {list(scale.shape)}: neither per-tensor nor per-channel "
+                             f"for {rows} rows (block-wise FP8 is not served)")
+        per_channel.add(scale.numel() == rows > 1)
+        tensors[p + ".weight_scale"] = scale.reshape(-1)
+        tensors.pop(p + ".input_scale", None)
+    if len(per_channel) != 1:
+        raise ValueError(f"the experts of {name} mix per-tensor and per-channel scales; re-export the checkpoint")
+    return Fp8Experts(args.moe, args.hidden_size, per_channel=per_channel.pop(),
+                      scale_dtype=tensors[prefixes[0] + ".weight_scale"].dtype)
 
 
 def _format_of(prefix: str, tensors: dict[str, torch.Tensor]) -> str | None:
@@ -119,9 +155,9 @@ def _refuse_unserved(tensors: dict[str, torch.Tensor], quant: QuantConfig) -> No
         is_quantized = n.endswith(_QUANT_SUFFIXES) or tensors[n].dtype == FP8_DTYPE
         if not is_quantized:
             continue
-        if ".experts." in n:
-            raise ValueError(f"quantized MoE expert weights ({n}) are not served yet ({quant.description}); serve the "
-                             "16-bit checkpoint, or it with quantization='fp8' (attention and dense layers in FP8)")
+        if ".experts." in n and quant.kind != "fp8":
+            raise ValueError(f"INT4 MoE expert weights ({n}) are not served yet ({quant.description}); serve the "
+                             "16-bit or an FP8 checkpoint, or the 16-bit one with quantization='fp8'")
         if n.startswith(("lm_head.", "model.embed_tokens.")):
             raise ValueError(f"a quantized {n.split('.')[0] if n.startswith('lm_head') else 'embedding'} ({n}) is not "
                              "served; re-export the checkpoint with it in the ignore list")
