@@ -1,6 +1,7 @@
 """Quantized checkpoints (issue 31, criterion 2): tiny random Qwen3 models quantized and saved by compressed-tensors'
 own compressors (FP8 per-tensor static, FP8 per-channel dynamic, INT4 W4A16 symmetric and asymmetric), and the
-ModelOpt FP8 and GPTQ INT4 layouts written from the same codes as those libraries' documentation lays them out.
+ModelOpt FP8 and GPTQ INT4 layouts written from the same codes as those libraries' documentation lays them out;
+online ``quantization="fp8"``; FP8 MoE experts (a tiny Qwen3-MoE, online and as a per-expert FP8 checkpoint).
 
 The reference is transformers' own compressed-tensors loader with ``dequantize=True``: the 16-bit model the codes
 stand for, run in float32. Tolerance: |Δlogit| ≤ 0.02 over logits of magnitude ~1 — transformers dequantizes in
