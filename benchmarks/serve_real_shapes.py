@@ -1,7 +1,8 @@
 """The engine on real model shapes with random weights (issue 31, criterion 5): a Qwen3-MoE and an FP8 checkpoint.
 
 * ``--model qwen3-moe`` — Qwen3-30B-A3B's layer shapes (hidden 2048, 32 heads, 4 KV heads, head_dim 128, 128
-  experts of 768, top-8, vocab 151936), ``--num-layers`` of them (default 2), bf16.
+  experts of 768, top-8, vocab 151936), ``--num-layers`` of them (default 2): served in bf16, then with
+  ``quantization="fp8"`` (online FP8, experts included); reported as for llama-fp8 below.
 * ``--model llama-fp8`` — Llama-3.1-8B's layer shapes (hidden 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256),
   ``--num-layers`` of them (default 4), written twice from the same random codes: as a compressed-tensors FP8
   checkpoint (``float-quantized``, per-channel weight scales, dynamic per-token activations — llm-compressor's
@@ -9,7 +10,8 @@
   each, the share of greedy tokens they agree on, weight bytes against the checkpoint's, how many layers ran
   ``torch._scaled_mm``.
 
-Each run: ``--requests`` prompts (lengths uniform in [256, 512], seed 0), 128 greedy output tokens each, EOS ignored,
+Each run: ``--requests`` prompts (lengths uniform in [256, 512], seed 0), ``--max-tokens`` (128) greedy output tokens
+each, EOS ignored,
 all at t=0, after a 4-request warm-up; output tok/s = output tokens / wall time (``time.perf_counter``). Writes one
 JSON document (``--out``) with the environment. ``--tiny`` shrinks every shape (a CPU check of this script).
 
@@ -43,7 +45,6 @@ from accelkit.serve.testing import build_tokenizer
 PRESETS = {"qwen3-moe": ("qwen3-30b-a3b", 2), "llama-fp8": ("llama-3.1-8b", 4)}
 TINY = {"hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64, "num_experts": 8,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 512}
-OUTPUT_TOKENS = 128
 
 
 def _config(model: str, num_layers: int, tiny: bool) -> Any:
@@ -123,14 +124,15 @@ FP8_DYNAMIC_CONFIG = {
 }
 
 
-def _serve(model_dir: Path, *, device: str, num_requests: int, vocab: int, tiny: bool) -> dict[str, Any]:
+def _serve(model_dir: Path, *, device: str, num_requests: int, max_tokens: int, vocab: int, tiny: bool,
+           quantization: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    llm = LLM(str(model_dir), device=device, dtype="bfloat16", max_model_len=1024,
+    llm = LLM(str(model_dir), device=device, dtype="bfloat16", max_model_len=1024, quantization=quantization,
               **({"kv_cache_memory_bytes": 64 * 2**20} if tiny else {}))
     load_s = time.perf_counter() - t0
     rng = random.Random(0)
     prompts = [[rng.randrange(4, vocab) for _ in range(rng.randint(256, 512))] for _ in range(num_requests)]
-    params = SamplingParams.greedy(OUTPUT_TOKENS, ignore_eos=True)
+    params = SamplingParams.greedy(max_tokens, ignore_eos=True)
     llm.generate(prompts[:4], params)  # warm-up (compiles the Triton kernels on CUDA)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -141,7 +143,7 @@ def _serve(model_dir: Path, *, device: str, num_requests: int, vocab: int, tiny:
     fp8 = [m for m in runner.model.modules() if isinstance(m, Fp8Linear)]
     result = {
         "load_s": round(load_s, 2), "wall_s": round(wall_s, 3),
-        "output_tok_per_s": round(num_requests * OUTPUT_TOKENS / wall_s, 1),
+        "output_tok_per_s": round(num_requests * max_tokens / wall_s, 1),
         "weight_bytes": runner.weight_bytes,
         "checkpoint_bytes": sum(t.num_bytes for t in checkpoint_tensors(model_dir).values()),
         "fp8_layers": len(fp8), "fp8_layers_scaled_mm": sum(m.scaled_mm for m in fp8),
@@ -160,34 +162,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--num-layers", type=int, default=None)
     parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--tiny", action="store_true", help="small shapes: a CPU check of this script")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     num_layers = args.num_layers or (1 if args.tiny else PRESETS[args.model][1])
     config, class_name = _config(args.model, num_layers, args.tiny)
     doc: dict[str, Any] = {"model": args.model, "preset": PRESETS[args.model][0], "num_layers": num_layers,
-                           "tiny": args.tiny, "requests": args.requests, "output_tokens": OUTPUT_TOKENS,
+                           "tiny": args.tiny, "requests": args.requests, "output_tokens": args.max_tokens,
                            "environment": environment(), "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tensors = _random_tensors(config, class_name, seed=0)
+        # run name → (checkpoint, online quantization); the first is the FP8 one, the second its bf16 reference
+        runs: dict[str, tuple[Path, str | None]]
         if args.model == "llama-fp8":
             fp8, dequantized = _fp8_dynamic(tensors)
-            dirs = {"fp8-checkpoint": _save(Path(tmp) / "fp8", config, fp8, FP8_DYNAMIC_CONFIG),
-                    "bf16-dequantized": _save(Path(tmp) / "bf16", config, dequantized)}
+            runs = {"fp8-checkpoint": (_save(Path(tmp) / "fp8", config, fp8, FP8_DYNAMIC_CONFIG), None),
+                    "bf16-dequantized": (_save(Path(tmp) / "bf16", config, dequantized), None)}
         else:
-            dirs = {"bf16": _save(Path(tmp) / "bf16", config, tensors)}
+            bf16 = _save(Path(tmp) / "bf16", config, tensors)
+            runs = {"fp8-online": (bf16, "fp8"), "bf16": (bf16, None)}
         del tensors
-        for name, model_dir in dirs.items():
+        for name, (model_dir, quantization) in runs.items():
             doc["runs"][name] = _serve(model_dir, device=args.device, num_requests=args.requests,
-                                       vocab=config.vocab_size, tiny=args.tiny)
+                                       max_tokens=args.max_tokens, vocab=config.vocab_size, tiny=args.tiny,
+                                       quantization=quantization)
             print(f"{name}: {doc['runs'][name]['output_tok_per_s']} output tok/s", file=sys.stderr)
-    if args.model == "llama-fp8":
-        a, b = doc["runs"]["fp8-checkpoint"]["token_ids"], doc["runs"]["bf16-dequantized"]["token_ids"]
-        same = sum(x == y for sa, sb in zip(a, b, strict=True) for x, y in zip(sa, sb, strict=True))
-        doc["fp8_vs_bf16"] = {
-            "greedy_token_agreement": round(same / sum(len(s) for s in a), 4),
-            "throughput_ratio": round(doc["runs"]["fp8-checkpoint"]["output_tok_per_s"]
-                                      / doc["runs"]["bf16-dequantized"]["output_tok_per_s"], 3)}
+    (fp8_run, a), (bf16_run, b) = ((k, v["token_ids"]) for k, v in doc["runs"].items())
+    same = sum(x == y for sa, sb in zip(a, b, strict=True) for x, y in zip(sa, sb, strict=True))
+    doc["fp8_vs_bf16"] = {
+        "greedy_token_agreement": round(same / sum(len(s) for s in a), 4),
+        "throughput_ratio": round(doc["runs"][fp8_run]["output_tok_per_s"] / doc["runs"][bf16_run]["output_tok_per_s"],
+                                  3)}
     for run in doc["runs"].values():
         run.pop("token_ids")
     text = json.dumps(doc, indent=2)

@@ -8,8 +8,9 @@
 #          NVML)                                                                                        ~90-170 s
 #   (b)    the engine benchmark: benchmarks/serve_throughput.py --device cuda                          ~180 s
 #   (b2)   benchmarks/serve_real_shapes.py (issue 31), random weights on real layer shapes: serve_qwen3_moe
-#          (Qwen3-30B-A3B's layers, 2 of them, bf16) and serve_fp8_checkpoint (Llama-3.1-8B's layers, 4 of
-#          them, a compressed-tensors FP8 checkpoint against the bf16 one its codes dequantize to)     ~90 s each
+#          (Qwen3-30B-A3B's layers, 2 of them, online FP8 then bf16) and serve_fp8_checkpoint (Llama-3.1-8B's
+#          layers, 4 of them, a compressed-tensors FP8 checkpoint against the bf16 one its codes dequantize
+#          to)                                                                                          ~90 s each
 #   (c)    fp8 vs bf16 training on the 1B Llama shape (benchmarks/configs/llama-1b-shape.json) at
 #          batch 8 × seq 2048: bf16, fp8 tensorwise, fp8 rowwise, one after another                    ~60 s
 #   (d)    SD3-medium's shapes (random weights) at 512², 28 steps, CFG 7: bf16 vs fp8 denoiser linears,
