@@ -328,9 +328,9 @@ def test_quantized_weights_with_tensor_parallelism_are_refused(checkpoints, tmp_
 FP8_CHANNEL = preset_name_to_scheme("FP8_DYNAMIC", ["Linear"]).weights
 
 
-def _moe_base():
-    return hf_model("tiny-qwen3-moe", seed=9, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
-                    head_dim=32, num_hidden_layers=2, mlp_only_layers=[0]).to(torch.bfloat16)
+def _moe_base(moe_intermediate_size=64):
+    return hf_model("tiny-qwen3-moe", seed=9, hidden_size=128, intermediate_size=256, head_dim=32, num_hidden_layers=2,
+                    mlp_only_layers=[0], moe_intermediate_size=moe_intermediate_size).to(torch.bfloat16)
 
 
 def _channel_qparams(w):
@@ -367,52 +367,62 @@ def test_online_fp8_quantizes_moe_experts_too(tmp_path):
         assert (_moe_base().float()(torch.tensor([PROMPT])).logits[0] - want).abs().max() > ATOL
 
 
-def test_fp8_moe_checkpoint_with_per_expert_scales(tmp_path):
-    """The per-expert layout vLLM reads for an FP8 MoE checkpoint (compressed-tensors' per-Linear names:
-    ``experts.{e}.gate_proj.weight`` e4m3 + ``weight_scale`` (rows, 1)), codes by compressed-tensors' ``quantize``;
-    the router stays bf16 (llm-compressor's MoE recipes ignore ``mlp.gate``)."""
-    from compressed_tensors.quantization.lifecycle.forward import dequantize, quantize
+@pytest.mark.parametrize(("scheme", "fmt"), [("FP8_DYNAMIC", "float-quantized"), ("W4A16_ASYM", "pack-quantized")])
+def test_quantized_moe_checkpoint_with_per_expert_tensors(scheme, fmt, tmp_path):
+    """The per-expert layout vLLM reads for a quantized MoE checkpoint (compressed-tensors' per-Linear names,
+    ``experts.{e}.gate_proj.weight`` e4m3 + ``weight_scale``, or ``weight_packed`` + scale + zero point), each Linear
+    compressed by compressed-tensors' own compressor for the format; the router stays bf16 (llm-compressor's MoE
+    recipes ignore ``mlp.gate``). Reference: the transformers model with every weight replaced by that compressor's
+    decompression of the same tensors."""
+    from compressed_tensors.compressors import BaseCompressor
 
-    source = save_model_dir(_moe_base(), tmp_path / "bf16")
-    model_dir = tmp_path / "fp8"
+    compressor = BaseCompressor.get_value_from_registry(fmt)
+    quant_scheme = preset_name_to_scheme(scheme, ["Linear"])
+    args = quant_scheme.weights
+    base = lambda: _moe_base(moe_intermediate_size=128)  # noqa: E731 -- INT4 groups of 128 along every input
+    source = save_model_dir(base(), tmp_path / "bf16")
+    model_dir = tmp_path / "quantized"
     shutil.copytree(source, model_dir)
     tensors = load_file(str(model_dir / "model.safetensors"))
-    out = {}
+    out, deq = {}, {}
     for name, t in tensors.items():
-        if name.startswith("model.layers.") and t.ndim == 2 and not name.endswith(("norm.weight", "mlp.gate.weight")):
-            scale, zero = _channel_qparams(t)
-            out[name] = quantize(t, scale, zero, FP8_CHANNEL, dtype=torch.float8_e4m3fn)
-            out[name.removesuffix(".weight") + ".weight_scale"] = scale
-        else:
+        if not (name.startswith("model.layers.") and t.ndim == 2 and not name.endswith(("norm.weight", "gate.weight"))):
             out[name] = t
-    assert any(".experts.7.down_proj.weight_scale" in n for n in out)
+            continue
+        if args.strategy == QuantizationStrategy.GROUP:
+            groups = t.unflatten(-1, (-1, args.group_size))
+            scale, zero = calculate_qparams(groups.amin(-1), groups.amax(-1), args)
+        else:
+            scale, zero = _channel_qparams(t)
+        compressed = compressor.compress({"weight": t, "weight_scale": scale, "weight_zero_point": zero}, quant_scheme)
+        prefix = name.removesuffix(".weight")
+        out.update({f"{prefix}.{key}": value for key, value in compressed.items()})
+        deq[prefix] = compressor.decompress(dict(compressed), quant_scheme)["weight"].float()
+    assert sum(1 for k in deq if ".experts." in k) == 3 * 8
     save_file(out, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads((model_dir / "config.json").read_text())
     config["quantization_config"] = {
-        "quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head", "re:.*mlp.gate$"],
-        "config_groups": {"group_0": {"targets": ["Linear"], "format": "float-quantized",
-                                      "weights": FP8_CHANNEL.model_dump(),
-                                      "input_activations": preset_name_to_scheme("FP8_DYNAMIC", ["Linear"])
-                                      .input_activations.model_dump()}}}
+        "quant_method": "compressed-tensors", "format": fmt, "ignore": ["lm_head", "re:.*mlp.gate$"],
+        "config_groups": {"group_0": {"targets": ["Linear"], "format": fmt, **quant_scheme.model_dump(
+            include={"weights", "input_activations"})}}}
     (model_dir / "config.json").write_text(json.dumps(config))
     llm = _llm(model_dir, dtype="float32")
-    # the reference: the transformers model with each weight replaced by compressed-tensors' dequantize of the codes
-    reference, replaced = _moe_base().float(), []
-    deq = {n.removesuffix(".weight"): dequantize(t, out[n.removesuffix(".weight") + ".weight_scale"], args=FP8_CHANNEL)
-           for n, t in out.items() if t.dtype == torch.float8_e4m3fn}
+    reference, replaced = base().float(), []
     with torch.no_grad():
         for name, module in reference.named_modules():
-            key = "model." + name if not name.startswith("model.") else name
-            if isinstance(module, torch.nn.Linear) and key in deq:
-                module.weight.data = deq[key].float()
+            if isinstance(module, torch.nn.Linear) and name in deq:
+                module.weight.data = deq[name]
                 replaced.append(name)
             elif type(module).__name__.endswith("Experts"):
                 for e in range(module.gate_up_proj.shape[0]):
-                    module.gate_up_proj.data[e] = torch.cat([deq[f"{key}.{e}.gate_proj"], deq[f"{key}.{e}.up_proj"]]).float()
-                    module.down_proj.data[e] = deq[f"{key}.{e}.down_proj"].float()
+                    module.gate_up_proj.data[e] = torch.cat([deq[f"{name}.{e}.gate_proj"], deq[f"{name}.{e}.up_proj"]])
+                    module.down_proj.data[e] = deq[f"{name}.{e}.down_proj"]
         want = reference(torch.tensor([PROMPT])).logits[0]
-    assert sum(1 for k in deq if ".experts." in k) == 3 * 8
     assert len(replaced) == 4 * 2 + 3  # q, k, v, o in both layers; gate, up, down of the dense layer 0
     torch.testing.assert_close(_engine_logits(llm), want, atol=ATOL, rtol=0)
+    with torch.inference_mode():
+        assert (base().float()(torch.tensor([PROMPT])).logits[0] - want).abs().max() > ATOL
     loaded = _llm(model_dir).engine.runner.weight_bytes
-    assert abs(loaded - _checkpoint_bytes(model_dir)) <= 0.02 * _checkpoint_bytes(model_dir)
+    want_bytes = _checkpoint_bytes(model_dir) - sum(  # less compressed-tensors' weight_shape, which is not kept
+        t.num_bytes for n, t in checkpoint_tensors(model_dir).items() if n.endswith(".weight_shape"))
+    assert abs(loaded - want_bytes) <= 0.02 * want_bytes

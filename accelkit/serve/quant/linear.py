@@ -102,6 +102,19 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
+def dequantize_int4(packed: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, group_size: int,
+                    dtype: torch.dtype) -> torch.Tensor:
+    """pack-quantized ``(out, in/8)`` codes, ``(out, groups)`` scales and ``(out/8, groups)`` packed zero points (or
+    None: symmetric) → the (out, in) weight in ``dtype``."""
+    rows = packed.shape[0]
+    codes = unpack_int4(packed).float().reshape(rows, -1, group_size)  # (out, groups, group_size)
+    if zero_point is not None:
+        zero = unpack_int4(zero_point.t().contiguous()).t()[:rows]  # (out, groups)
+        codes = codes - zero.float().unsqueeze(-1)
+    weight: torch.Tensor = (codes * scale.float().unsqueeze(-1)).flatten(1)
+    return weight.to(dtype)
+
+
 class Int4Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, *, group_size: int, symmetric: bool, scale_dtype: torch.dtype,
                  has_bias: bool) -> None:
@@ -117,13 +130,7 @@ class Int4Linear(nn.Module):
 
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
         """(out, in) in ``dtype``: ``(code − zero point) · scale`` of each weight's group."""
-        codes = unpack_int4(self.weight_packed).float()  # (out, in)
-        codes = codes.reshape(self.out_features, -1, self.group_size)  # (out, groups, group_size)
-        if self.weight_zero_point is not None:
-            zero = unpack_int4(self.weight_zero_point.t().contiguous()).t()[: self.out_features]  # (out, groups)
-            codes = codes - zero.float().unsqueeze(-1)
-        weight: torch.Tensor = (codes * self.weight_scale.float().unsqueeze(-1)).flatten(1)
-        return weight.to(dtype)
+        return dequantize_int4(self.weight_packed, self.weight_scale, self.weight_zero_point, self.group_size, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
@@ -155,3 +162,35 @@ class Fp8Experts(Experts):
         gate_up_scale = expand_scale(self.gate_up_proj_scale[expert], gate_up.shape[0])
         down_scale = expand_scale(self.down_proj_scale[expert], down.shape[0])
         return ((gate_up.float() * gate_up_scale[:, None]).to(dtype), (down.float() * down_scale[:, None]).to(dtype))
+
+
+class Int4Experts(Experts):
+    """MoE experts over pack-quantized INT4 weights, stacked per expert: ``gate_up_proj_packed`` (E, 2F, H/8),
+    ``gate_up_proj_scale`` (E, 2F, H/group), asymmetric ``gate_up_proj_zero_point`` (E, 2F/8, H/group), and the
+    same for down; each expert that receives tokens is dequantized for its two matmuls."""
+
+    def __init__(self, moe: MoEArgs, hidden_size: int, *, group_size: int, symmetric: bool,
+                 scale_dtype: torch.dtype) -> None:
+        super().__init__(moe, hidden_size)
+        e, f, h = moe.num_experts, moe.intermediate_size, hidden_size
+        if h % group_size or f % group_size:
+            raise ValueError(f"hidden_size={h} and moe_intermediate_size={f} must be multiples of the INT4 "
+                             f"group_size={group_size}")
+        self.group_size = group_size
+        del self.gate_up_proj, self.down_proj  # the 16-bit stacks: replaced by the packed ones
+        self.gate_up_proj_packed = _empty((e, 2 * f, h // 8), torch.int32)
+        self.gate_up_proj_scale = _empty((e, 2 * f, h // group_size), scale_dtype)
+        self.down_proj_packed = _empty((e, h, f // 8), torch.int32)
+        self.down_proj_scale = _empty((e, h, f // group_size), scale_dtype)
+        self.gate_up_proj_zero_point = None if symmetric else _empty((e, 2 * f // 8, h // group_size), torch.int32)
+        self.down_proj_zero_point = None if symmetric else _empty((e, h // 8, f // group_size), torch.int32)
+
+    def expert_weights(self, expert: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        def zero(z: torch.Tensor | None) -> torch.Tensor | None:
+            return None if z is None else z[expert]
+
+        gate_up = dequantize_int4(self.gate_up_proj_packed[expert], self.gate_up_proj_scale[expert],
+                                  zero(self.gate_up_proj_zero_point), self.group_size, dtype)
+        down = dequantize_int4(self.down_proj_packed[expert], self.down_proj_scale[expert],
+                               zero(self.down_proj_zero_point), self.group_size, dtype)
+        return gate_up, down

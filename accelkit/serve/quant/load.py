@@ -8,8 +8,8 @@ a ``weight_packed``, a GPTQ ``qweight``), checked against the config's scheme; t
 Online FP8 quantizes every Linear of the decoder layers but the MoE router (``mlp.gate``) and Qwen2-MoE's shared
 expert gate, as vLLM's ``--quantization fp8`` leaves them.
 
-MoE experts: FP8 ones (a checkpoint's, or online) become an :class:`Fp8Experts`; INT4 experts, a quantized
-``lm_head`` or embedding are refused by name.
+MoE experts: FP8 ones (a checkpoint's, or online) become an :class:`Fp8Experts`, INT4 ones an :class:`Int4Experts`;
+a quantized ``lm_head`` or embedding is refused by name.
 """
 
 from __future__ import annotations
@@ -24,7 +24,16 @@ from torch import nn
 from accelkit.serve.models.args import ModelArgs
 from accelkit.serve.models.moe import Experts
 from accelkit.serve.quant.config import QuantConfig
-from accelkit.serve.quant.linear import FP8_DTYPE, FP8_MAX, Fp8Experts, Fp8Linear, Int4Linear, pack_int4, unpack_int4
+from accelkit.serve.quant.linear import (
+    FP8_DTYPE,
+    FP8_MAX,
+    Fp8Experts,
+    Fp8Linear,
+    Int4Experts,
+    Int4Linear,
+    pack_int4,
+    unpack_int4,
+)
 
 log = logging.getLogger("accelkit.serve")
 
@@ -45,7 +54,7 @@ def quantize_model(model: nn.Module, tensors: dict[str, torch.Tensor], quant: Qu
     num_swapped = 0
     for name, module in list(model.named_modules()):
         if isinstance(module, Experts):
-            experts = _fp8_experts(name, tensors, quant, args, checkpoint_names)
+            experts = _quantized_experts(name, tensors, quant, args, checkpoint_names)
             if experts is not None:
                 model.get_submodule(name.rpartition(".")[0]).experts = experts
                 keep.update(f"{name}.{key}" for key, _ in experts.named_parameters())
@@ -90,11 +99,11 @@ def quantize_model(model: nn.Module, tensors: dict[str, torch.Tensor], quant: Qu
     return keep
 
 
-def _fp8_experts(name: str, tensors: dict[str, torch.Tensor], quant: QuantConfig, args: ModelArgs,
-                 checkpoint_names: CheckpointNames) -> Fp8Experts | None:
-    """The FP8 experts of MoE layer ``name`` (None: the checkpoint keeps them 16-bit): each expert's gate, up and
-    down scales normalised to (1,) or (rows,) so that they stack; static input scales dropped (experts run
-    dequantized)."""
+def _quantized_experts(name: str, tensors: dict[str, torch.Tensor], quant: QuantConfig, args: ModelArgs,
+                       checkpoint_names: CheckpointNames) -> Experts | None:
+    """The quantized experts of MoE layer ``name`` (None: the checkpoint keeps them 16-bit), their checkpoint tensors
+    rewritten so that each expert's parts concatenate and the experts stack: FP8 scales to (1,) or (rows,), static
+    input scales dropped (experts run dequantized); GPTQ converted to pack-quantized."""
     assert args.moe is not None
     prefixes = [p.removesuffix(".weight") for stacked in ("gate_up_proj", "down_proj")
                 for group in checkpoint_names(f"{name}.{stacked}", args) for p in group]
@@ -107,8 +116,20 @@ def _fp8_experts(name: str, tensors: dict[str, torch.Tensor], quant: QuantConfig
                              "are already quantized; leave quantization out")
         for p in prefixes:
             _quantize_fp8_per_channel(p, tensors)
-    elif found != {"fp8"}:
-        raise ValueError(f"the experts of {name} are stored as {sorted(str(f) for f in found)}; FP8 experts are served")
+        found = {"fp8"}
+    if found == {"gptq"}:
+        for p in prefixes:
+            _gptq_to_packed(p, tensors, quant)
+        found = {"int4"}
+    if len(found) != 1 or found != {quant.kind}:
+        raise ValueError(f"the experts of {name} are stored as {sorted(str(f) for f in found)}, but "
+                         f"quantization_config describes {quant.kind} weights")
+    if quant.kind == "int4":
+        assert quant.group_size is not None
+        for p in prefixes:
+            _check_int4_part(p, tensors, quant, int(tensors[p + ".weight_packed"].shape[1]) * 8)
+        return Int4Experts(args.moe, args.hidden_size, group_size=quant.group_size, symmetric=quant.symmetric,
+                           scale_dtype=tensors[prefixes[0] + ".weight_scale"].dtype)
     per_channel = set()
     for p in prefixes:
         rows, scale = int(tensors[p + ".weight"].shape[0]), tensors[p + ".weight_scale"]
@@ -122,6 +143,19 @@ def _fp8_experts(name: str, tensors: dict[str, torch.Tensor], quant: QuantConfig
         raise ValueError(f"the experts of {name} mix per-tensor and per-channel scales; re-export the checkpoint")
     return Fp8Experts(args.moe, args.hidden_size, per_channel=per_channel.pop(),
                       scale_dtype=tensors[prefixes[0] + ".weight_scale"].dtype)
+
+
+def _check_int4_part(p: str, tensors: dict[str, torch.Tensor], quant: QuantConfig, in_features: int) -> None:
+    """A pack-quantized part: its ``weight_shape`` (dropped) agrees, its zero points are there iff asymmetric."""
+    shape = tensors.pop(p + ".weight_shape", None)  # compressed-tensors: the unpacked (out, in)
+    rows = int(tensors[p + ".weight_packed"].shape[0])
+    if shape is not None and (int(shape[1]) != in_features or int(shape[0]) != rows):
+        raise ValueError(f"{p}.weight_shape is {shape.tolist()}, not [{rows}, {in_features}]")
+    if (p + ".weight_zero_point" in tensors) == quant.symmetric:
+        raise ValueError(f"{p}: quantization_config says symmetric={quant.symmetric}, but the checkpoint "
+                         f"{'has' if quant.symmetric else 'lacks'} {p}.weight_zero_point")
+    if rows % 8 and not quant.symmetric:
+        raise ValueError(f"{p} has {rows} rows; packed zero points need a multiple of 8")
 
 
 def _format_of(prefix: str, tensors: dict[str, torch.Tensor]) -> str | None:
@@ -150,14 +184,11 @@ def _drop_kv_scales(tensors: dict[str, torch.Tensor]) -> None:
 
 
 def _refuse_unserved(tensors: dict[str, torch.Tensor], quant: QuantConfig) -> None:
-    """Quantized experts, lm_head or embeddings: refused by name rather than left for the loader to trip on."""
+    """A quantized lm_head or embedding: refused by name rather than left for the loader to trip on."""
     for n in tensors:
         is_quantized = n.endswith(_QUANT_SUFFIXES) or tensors[n].dtype == FP8_DTYPE
         if not is_quantized:
             continue
-        if ".experts." in n and quant.kind != "fp8":
-            raise ValueError(f"INT4 MoE expert weights ({n}) are not served yet ({quant.description}); serve the "
-                             "16-bit or an FP8 checkpoint, or the 16-bit one with quantization='fp8'")
         if n.startswith(("lm_head.", "model.embed_tokens.")):
             raise ValueError(f"a quantized {n.split('.')[0] if n.startswith('lm_head') else 'embedding'} ({n}) is not "
                              "served; re-export the checkpoint with it in the ignore list")
@@ -208,15 +239,7 @@ def _int4_module(prefixes: list[str], tensors: dict[str, torch.Tensor], quant: Q
                  out_features: int, has_bias: bool) -> Int4Linear:
     assert quant.group_size is not None
     for p in prefixes:
-        shape = tensors.pop(p + ".weight_shape", None)  # compressed-tensors: the unpacked (out, in)
-        rows = int(tensors[p + ".weight_packed"].shape[0])
-        if shape is not None and (int(shape[1]) != in_features or int(shape[0]) != rows):
-            raise ValueError(f"{p}.weight_shape is {shape.tolist()}, not [{rows}, {in_features}]")
-        if (p + ".weight_zero_point" in tensors) == quant.symmetric:
-            raise ValueError(f"{p}: quantization_config says symmetric={quant.symmetric}, but the checkpoint "
-                             f"{'has' if quant.symmetric else 'lacks'} {p}.weight_zero_point")
-        if rows % 8 and not quant.symmetric:
-            raise ValueError(f"{p} has {rows} rows; packed zero points need a multiple of 8")
+        _check_int4_part(p, tensors, quant, in_features)
     scale_dtype = tensors[prefixes[0] + ".weight_scale"].dtype
     return Int4Linear(in_features, out_features, group_size=quant.group_size, symmetric=quant.symmetric,
                       scale_dtype=scale_dtype, has_bias=has_bias)
