@@ -86,6 +86,22 @@ def _refuse(field: str, value: Any, expected: str) -> ValueError:
 
 
 def _compressed_tensors(quant: dict[str, Any]) -> QuantConfig:
+    at, group = _ct_group(quant)
+    fmt = group.get("format") or quant.get("format")
+    weights = group["weights"]
+    w_type, bits = weights.get("type"), weights.get("num_bits")
+    ignore = tuple(str(x) for x in quant.get("ignore") or ())
+    if w_type == "float" and bits == 8:
+        return _ct_fp8(at, group, fmt, ignore)
+    if w_type == "int" and bits == 4:
+        return _ct_int4(at, group, fmt, ignore)
+    raise _refuse(f"{at}.weights", {"type": w_type, "num_bits": bits},
+                  "FP8 ({'type': 'float', 'num_bits': 8}) or INT4 ({'type': 'int', 'num_bits': 4})")
+
+
+def _ct_group(quant: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The one config group (its field path, e.g. ``config_groups.group_0``), with what no scheme here allows
+    refused: several groups, targets other than Linear, sparsity, transforms, output activations, dynamic weights."""
     groups = quant.get("config_groups") or {}
     if not isinstance(groups, dict) or len(groups) != 1:
         raise _refuse("config_groups", sorted(groups) if isinstance(groups, dict) else groups,
@@ -94,48 +110,48 @@ def _compressed_tensors(quant: dict[str, Any]) -> QuantConfig:
     at = f"config_groups.{name}"
     if not isinstance(group, dict):
         raise _refuse(at, group, "an object")
-    targets = group.get("targets")
-    if targets != ["Linear"]:
-        raise _refuse(f"{at}.targets", targets, "['Linear']")
+    if group.get("targets") != ["Linear"]:
+        raise _refuse(f"{at}.targets", group.get("targets"), "['Linear']")
     for key in ("sparsity_config", "transform_config"):
         if quant.get(key):
             raise _refuse(key, quant[key], "none (sparse and transformed checkpoints are not served)")
     if group.get("output_activations"):
         raise _refuse(f"{at}.output_activations", group["output_activations"], "null")
-    fmt = group.get("format") or quant.get("format")
     weights = group.get("weights")
     if not isinstance(weights, dict):
         raise _refuse(f"{at}.weights", weights, "an object (weight quantization)")
-    w_type, bits, strategy = weights.get("type"), weights.get("num_bits"), weights.get("strategy")
     if weights.get("dynamic"):
         raise _refuse(f"{at}.weights.dynamic", weights["dynamic"], "false")
-    if weights.get("symmetric") is False and w_type == "float":
+    return at, group
+
+
+def _ct_fp8(at: str, group: dict[str, Any], fmt: Any, ignore: tuple[str, ...]) -> QuantConfig:
+    weights = group["weights"]
+    if fmt != "float-quantized":
+        raise _refuse("format", fmt, "'float-quantized' for FP8 weights")
+    if weights.get("symmetric") is False:
         raise _refuse(f"{at}.weights.symmetric", False, "true for float weights")
-    acts = group.get("input_activations")
-    ignore = tuple(str(x) for x in quant.get("ignore") or ())
-    if w_type == "float" and bits == 8:
-        if fmt != "float-quantized":
-            raise _refuse("format", fmt, "'float-quantized' for FP8 weights")
-        if strategy not in ("tensor", "channel"):
-            raise _refuse(f"{at}.weights.strategy", strategy, "'tensor' or 'channel' for FP8 weights")
-        return QuantConfig(method="compressed-tensors", kind="fp8", activations=_ct_activations(acts, at),
-                           ignore=ignore)
-    if w_type == "int" and bits == 4:
-        if fmt != "pack-quantized":
-            raise _refuse("format", fmt, "'pack-quantized' for INT4 weights")
-        if strategy != "group":
-            raise _refuse(f"{at}.weights.strategy", strategy, "'group' for INT4 weights")
-        group_size = weights.get("group_size")
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 8 or group_size % 8:
-            raise _refuse(f"{at}.weights.group_size", group_size, "a positive multiple of 8 (128 in practice)")
-        if weights.get("actorder"):
-            raise _refuse(f"{at}.weights.actorder", weights["actorder"], "null (act-order INT4 is not served)")
-        if acts:
-            raise _refuse(f"{at}.input_activations", acts, "null for INT4 weights (W4A16)")
-        return QuantConfig(method="compressed-tensors", kind="int4", group_size=group_size,
-                           symmetric=weights.get("symmetric", True) is not False, ignore=ignore)
-    raise _refuse(f"{at}.weights", {"type": w_type, "num_bits": bits},
-                  "FP8 ({'type': 'float', 'num_bits': 8}) or INT4 ({'type': 'int', 'num_bits': 4})")
+    if weights.get("strategy") not in ("tensor", "channel"):
+        raise _refuse(f"{at}.weights.strategy", weights.get("strategy"), "'tensor' or 'channel' for FP8 weights")
+    return QuantConfig(method="compressed-tensors", kind="fp8",
+                       activations=_ct_activations(group.get("input_activations"), at), ignore=ignore)
+
+
+def _ct_int4(at: str, group: dict[str, Any], fmt: Any, ignore: tuple[str, ...]) -> QuantConfig:
+    weights = group["weights"]
+    if fmt != "pack-quantized":
+        raise _refuse("format", fmt, "'pack-quantized' for INT4 weights")
+    if weights.get("strategy") != "group":
+        raise _refuse(f"{at}.weights.strategy", weights.get("strategy"), "'group' for INT4 weights")
+    group_size = weights.get("group_size")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 8 or group_size % 8:
+        raise _refuse(f"{at}.weights.group_size", group_size, "a positive multiple of 8 (128 in practice)")
+    if weights.get("actorder"):
+        raise _refuse(f"{at}.weights.actorder", weights["actorder"], "null (act-order INT4 is not served)")
+    if group.get("input_activations"):
+        raise _refuse(f"{at}.input_activations", group["input_activations"], "null for INT4 weights (W4A16)")
+    return QuantConfig(method="compressed-tensors", kind="int4", group_size=group_size,
+                       symmetric=weights.get("symmetric", True) is not False, ignore=ignore)
 
 
 def _ct_activations(acts: Any, at: str) -> ActivationScheme | None:
