@@ -15,6 +15,7 @@ from accelkit.hardware.catalog import match_device_name
 from accelkit.hardware.detect import cpu_info, environment
 from accelkit.hardware.device import free_memory_bytes, resolve_device
 from accelkit.hardware.kernel_probe import probe_kernels
+from accelkit.hardware.probe_quality import copy_quality, default_sizes, matmul_quality, mib, probe_quality
 from accelkit.timing import LoopConfig, LoopResult, time_loop
 
 CPU_DTYPES = ("fp32", "bf16", "fp16")
@@ -24,56 +25,6 @@ CPU_DTYPES = ("fp32", "bf16", "fp16")
 SLOW_CALL_S = 1.0
 SCOUT_SIDE = 256
 CUDA_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
-
-
-def default_sizes(device: str) -> tuple[int, int]:
-    """(matmul side, copy bytes) of a probe not told otherwise, and the smallest a peak is taken from: a smaller
-    matmul is bound by call overhead (on one CPU a 64×64 bf16 matmul reached 0.024 TFLOP/s, 2048×2048 0.68), a
-    smaller copy can fit in a cache and measure it instead of memory (1 MiB: 159 GB/s; an H100's L2 is 50 MB)."""
-    return (2048, 256 << 20) if device == "cpu" else (8192, 2 << 30)
-
-
-def _mib(num_bytes: int) -> str:
-    return f"{num_bytes / 2**20:g} MiB"
-
-
-def _probe_device(details: dict[str, Any]) -> str | None:
-    device = details.get("device")
-    return None if not isinstance(device, str) else "cpu" if device == "cpu" else "cuda"
-
-
-def small_matmul(details: dict[str, Any], dtype: str) -> str | None:
-    """Why a stored probe's ``dtype`` matmul is no peak — 'a 64×64 matmul, below the 2048×2048 default …' — or
-    None (at or above the default, cut from it because the dtype has no fast kernel — seconds a call, where call
-    overhead does not count — or a row that does not say its size or device)."""
-    row = (details.get("matmul") or {}).get(dtype) or {}
-    size = row.get("size")
-    device = _probe_device(details)
-    if device is None or not isinstance(size, int) or row.get("reduced_from"):
-        return None
-    default = default_sizes(device)[0]
-    return None if size >= default else (f"a {size}×{size} matmul, below the {default}×{default} default: call "
-                                         "overhead holds it under the peak")
-
-
-def small_copy(details: dict[str, Any]) -> str | None:
-    """Why a stored probe's copy bandwidth is no memory bandwidth — 'a 1 MiB copy, below the 256 MiB default …' —
-    or None (at or above the default, or a row that does not say its size or device)."""
-    moved = (details.get("bandwidth") or {}).get("bytes_per_iteration")  # read + write: 2 × the buffer
-    device = _probe_device(details)
-    if device is None or not isinstance(moved, int):
-        return None
-    default = default_sizes(device)[1]
-    return None if moved // 2 >= default else (f"a {_mib(moved // 2)} copy, below the {_mib(default)} default: it "
-                                               "can fit in a cache and measure the cache, not memory")
-
-
-def small_probe(details: dict[str, Any]) -> str | None:
-    """Why a stored probe as a whole (its kernel figures too: on a CPU they are fractions of its own matmul and
-    copy) is below the default sizes, or None."""
-    reasons = [r for r in (*(small_matmul(details, dt) for dt in details.get("matmul") or {}), small_copy(details))
-               if r]
-    return "; ".join(dict.fromkeys(reasons)) or None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,7 +169,7 @@ def _note(is_catalog: bool, size: int, copy_bytes: int, default_size: int, defau
           quick: bool = False) -> str | None:
     """What the figures are for: the peak MFU and the planner use, unless the sizes were below the defaults."""
     small = [f for f, is_small in ((f"--size {size} (default {default_size})", size < default_size),
-                                   (f"--copy-size {_mib(copy_bytes)} (default {_mib(default_copy)})",
+                                   (f"--copy-size {mib(copy_bytes)} (default {mib(default_copy)})",
                                     copy_bytes < default_copy)) if is_small]
     if small:
         return (f"{' and '.join(small)} {'are' if len(small) > 1 else 'is'} below the default, so this probe is no "
@@ -328,8 +279,6 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
         "note": _note(catalog is not None, size, copy_bytes, default_size, default_copy, quick=config.quick),
     }
     # each figure's quality (full / quick / small) with its size, so a peak is only ever taken from the best
-    from accelkit.hardware.probe_quality import copy_quality, matmul_quality, probe_quality
-
     for dtype, row in matmul.items():
         row["quality"] = matmul_quality(details, dtype)
     bandwidth["quality"] = copy_quality(details)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from accelkit.core import Estimate, Measurement
-from accelkit.hardware.probe import small_copy, small_matmul
 
 
 class StoredResult(Protocol):
@@ -33,6 +32,58 @@ class StoredResult(Protocol):
 
     @property
     def result(self) -> Estimate | Measurement: ...
+
+
+def default_sizes(device: str) -> tuple[int, int]:
+    """(matmul side, copy bytes) of a probe not told otherwise, and the smallest a peak is taken from: a smaller
+    matmul is bound by call overhead (on one CPU a 64×64 bf16 matmul reached 0.024 TFLOP/s, 2048×2048 0.68), a
+    smaller copy can fit in a cache and measure it instead of memory (1 MiB: 159 GB/s; an H100's L2 is 50 MB)."""
+    return (2048, 256 << 20) if device == "cpu" else (8192, 2 << 30)
+
+
+def mib(num_bytes: int) -> str:
+    """``num_bytes`` in MiB (2^20 bytes): "256 MiB"."""
+    return f"{num_bytes / 2**20:g} MiB"
+
+
+def _probe_device(details: dict[str, Any]) -> str | None:
+    device = details.get("device")
+    return None if not isinstance(device, str) else "cpu" if device == "cpu" else "cuda"
+
+
+def small_matmul(details: dict[str, Any], dtype: str) -> str | None:
+    """Why a stored probe's ``dtype`` matmul is no peak — 'a 64×64 matmul, below the 2048×2048 default …' — or
+    None (at or above the default, cut from it because the dtype has no fast kernel — seconds a call, where call
+    overhead does not count — or a row that does not say its size or device)."""
+    row = (details.get("matmul") or {}).get(dtype) or {}
+    size = row.get("size")
+    device = _probe_device(details)
+    if device is None or not isinstance(size, int) or row.get("reduced_from"):
+        return None
+    default = default_sizes(device)[0]
+    return None if size >= default else (f"a {size}×{size} matmul, below the {default}×{default} default: call "
+                                         "overhead holds it under the peak")
+
+
+def small_copy(details: dict[str, Any]) -> str | None:
+    """Why a stored probe's copy bandwidth is no memory bandwidth — 'a 1 MiB copy, below the 256 MiB default …' —
+    or None (at or above the default, or a row that does not say its size or device)."""
+    moved = (details.get("bandwidth") or {}).get("bytes_per_iteration")  # read + write: 2 × the buffer
+    device = _probe_device(details)
+    if device is None or not isinstance(moved, int):
+        return None
+    default = default_sizes(device)[1]
+    return None if moved // 2 >= default else (f"a {mib(moved // 2)} copy, below the {mib(default)} default: it "
+                                               "can fit in a cache and measure the cache, not memory")
+
+
+def small_probe(details: dict[str, Any]) -> str | None:
+    """Why a stored probe as a whole (its kernel figures too: on a CPU they are fractions of its own matmul and
+    copy) is below the default sizes, or None."""
+    reasons = [r for r in (*(small_matmul(details, dt) for dt in details.get("matmul") or {}), small_copy(details))
+               if r]
+    return "; ".join(dict.fromkeys(reasons)) or None
+
 
 Quality = Literal["full", "quick", "small"]
 #: better first: a peak is taken from the best quality stored

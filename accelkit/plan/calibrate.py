@@ -43,7 +43,7 @@ def latest_probe(device_name: str) -> Any | None:
     """Newest probe of the catalog device ``device_name`` at the default sizes or above (one below them, e.g. a
     copy that fits in L2, only when there is no other: its efficiencies would exceed what memory gives; the local
     CPU's are :func:`cpu_probes`)."""
-    from accelkit.hardware.probe import small_probe
+    from accelkit.hardware.probe_quality import small_probe
 
     found = [s.result for s in _probes() if (s.result.details or {}).get("catalog_name") == device_name]
     return next((r for r in found if small_probe(r.details) is None), found[0] if found else None)
@@ -60,7 +60,7 @@ def _cpu_peaks(probes: list[StoredResult]) -> dict[Any, tuple[float, StoredResul
     """dtype → (FLOP/s, the probe it came from, why it is below the default size or None): the newest matmul of
     each dtype at the default size or above, else the largest smaller one (said so). A probe covers only the dtypes
     it was asked for (a bench's quick fp16 probe has fp16 alone), so no one probe has them all."""
-    from accelkit.hardware.probe import small_matmul
+    from accelkit.hardware.probe_quality import small_matmul
 
     peaks: dict[Any, tuple[float, StoredResult, str | None]] = {}  # keys: the dtypes the stored JSON names
     for stored in probes:  # newest first: the first figure of a dtype is its newest
@@ -78,7 +78,7 @@ def _cpu_peaks(probes: list[StoredResult]) -> dict[Any, tuple[float, StoredResul
 def _cpu_bandwidth(probes: list[StoredResult]) -> tuple[StoredResult, str | None]:
     """The probe whose copy bandwidth describes this CPU's memory: the newest at the default copy size or above,
     else the largest smaller copy, with why it is suspect (a 1 MiB copy measured the cache at 159 GB/s)."""
-    from accelkit.hardware.probe import small_copy
+    from accelkit.hardware.probe_quality import small_copy
 
     full = [s for s in probes if small_copy(s.result.details) is None]
     if full:
@@ -217,7 +217,7 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
 def _cpu_efficiency(device: DeviceSpec) -> Efficiency:
     """A CPU's: compute 1.0 of its measured matmul, memory and the kernel classes from its probes, communication
     from the stored collectives when its fabric was measured."""
-    from accelkit.hardware.probe import small_probe
+    from accelkit.hardware.probe_quality import small_probe
 
     coll = latest_collectives(None)
     comm = COMM.get(device.vendor, DEFAULT_COMM)
@@ -252,7 +252,7 @@ def _cpu_efficiency(device: DeviceSpec) -> Efficiency:
 def _probed_efficiency(device: DeviceSpec, dtype: str, prior: Efficiency, probe: Any) -> Efficiency:
     """``prior`` with what this device's newest probe measured: the ``dtype`` matmul (or, still assumed, capped by
     what it measured in another dtype), the copy and the kernel classes."""
-    from accelkit.hardware.probe import small_probe
+    from accelkit.hardware.probe_quality import small_probe
 
     d = probe.details
     changes, notes = _probed_compute(device, dtype, prior, probe)

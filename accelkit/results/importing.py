@@ -15,28 +15,6 @@ from accelkit.results.store import MAX_ROW_ID
 _WHAT = "import takes what `accelkit results export --format json` writes"
 
 
-#: keys of a result's details that hold another stored result's id (or a list of them)
-REFERENCE_KEYS = ("estimate_id", "result_id", "result_ids")
-
-
-def remap_ids(obj: Any, ids: dict[int, int]) -> Any:
-    """``obj`` with every stored-id reference (:data:`REFERENCE_KEYS`) rewritten through ``ids`` (old → new): rows
-    copied into another store get new ids, and what cites them must follow. An id not in ``ids`` stays."""
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            if k in REFERENCE_KEYS and isinstance(v, int) and not isinstance(v, bool):
-                out[k] = ids.get(v, v)
-            elif k in REFERENCE_KEYS and isinstance(v, list) and all(isinstance(i, int) for i in v):
-                out[k] = [ids.get(i, i) for i in v]
-            else:
-                out[k] = remap_ids(v, ids)
-        return out
-    if isinstance(obj, list):
-        return [remap_ids(v, ids) for v in obj]
-    return obj
-
-
 def read_export(text: str, source: str) -> list[tuple[int | None, str | None, Estimate | Measurement]]:
     """(its id in the exporting store, run id, result) for each record of ``text``, in id order (a row after the
     rows it cites); a UserError naming ``source``, the record and the

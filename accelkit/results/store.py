@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 from accelkit.core import AccelkitError, Estimate, Measurement, UserError, strict_json
 from accelkit.core.bench_result import BenchResult
 from accelkit.results.finite_rows import NON_FINITE, put_back, take_out
+from accelkit.results.references import remap_ids
 
 MIGRATIONS: list[str] = [
     # 0 → 1: the results table
@@ -428,8 +429,6 @@ class ResultStore:
         run id — so importing the same export twice stores it once. References between them (a bench's
         ``estimate_id``, a tune summary's ``result_ids``) are rewritten to the ids here. Returns the new ids and how
         many were already held (or repeated in ``items``)."""
-        from accelkit.results.importing import remap_ids
-
         items = list(items)
 
         def work(conn: sqlite3.Connection) -> list[int]:

@@ -50,7 +50,7 @@ def _copy_rows(outcome: dict[str, Any], writer: StoreWriter, run_id: str, unstor
     remapped; the driver's ids of the point's results. A row the driver's store does not take goes to ``unstored``."""
     from accelkit.core import Estimate, Measurement
     from accelkit.results.finite_rows import NON_FINITE
-    from accelkit.results.importing import remap_ids
+    from accelkit.results.references import remap_ids
 
     mapping: dict[int, int] = {}
     for row in outcome["results"]:  # in id order: estimates come before the measurements that cite them

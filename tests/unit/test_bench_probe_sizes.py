@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from accelkit.bench.metrics import probe_peak
 from accelkit.core import Measurement
-from accelkit.hardware.probe import ProbeConfig, probe, small_copy, small_matmul, small_probe
+from accelkit.hardware.probe import ProbeConfig, probe
+from accelkit.hardware.probe_quality import small_copy, small_matmul, small_probe
 from accelkit.plan import resolve_hardware
 from accelkit.results import ResultStore
 
