@@ -13,7 +13,7 @@ from accelkit.plan.kv_capacity import describe as describe_kv_capacity
 from accelkit.plan.kv_capacity import kv_capacity
 from accelkit.plan.layout import Layout, check_compression, check_frozen, check_interleaving, check_user_layout
 from accelkit.plan.options import PlanOptions
-from accelkit.plan.time import stage_blocks
+from accelkit.plan.stages import stage_blocks
 
 
 def layout_of(workload: Workload) -> Layout:
@@ -146,7 +146,8 @@ def grad_reduction_doc(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | 
     the dense parameters' reduction over dp·cp, ``expert_group`` the experts' (absent when ep spans dp·cp).
     ``split``: the PowerSGD split the candidate's step time used (``Candidate.powersgd_split``; made here when None)."""
     from accelkit.plan.grad_comm import describe, grad_reduction, rank_split
-    from accelkit.plan.time import compression_s, dp_groups, reduce_s, reductions_per_step, stage_param_split
+    from accelkit.plan.stages import stage_param_split
+    from accelkit.plan.time import compression_s, dp_groups, reduce_s, reductions_per_step
 
     if layout.dp * layout.cp == 1 or ctx.options.frozen_weights:
         return None

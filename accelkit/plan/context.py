@@ -11,7 +11,6 @@ from accelkit.core.serving_memory import weight_bytes_per_param
 from accelkit.plan import flops as F
 from accelkit.plan.calibrate import efficiency, missing_cpu_peak
 from accelkit.plan.fitted import FIT_SOURCE, sustained_tensor
-from accelkit.plan.grad_comm import gradient_element_bytes
 from accelkit.plan.layout import check_inference_workload
 from accelkit.plan.memory import ACT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
@@ -85,6 +84,12 @@ class PlanContext:
     @property
     def device(self) -> DeviceSpec:
         return self.cluster.device
+
+
+def gradient_element_bytes(ctx: PlanContext) -> float:
+    """Bytes per gradient element as the plain path reduces it."""
+    precision = ctx.workload.recipe.precision
+    return 4.0 if ctx.options.grad_reduce_fp32 else float(TRAIN_WEIGHT_BYTES[precision])
 
 
 def _split_params(model: ModelSpec) -> tuple[float, float, float, float]:

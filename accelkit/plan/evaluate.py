@@ -17,7 +17,8 @@ from accelkit.plan.memory import (
     layer_activation_bytes,
     model_state_bytes,
 )
-from accelkit.plan.time import expert_dp, infer_time, stage_blocks, stage_param_split, stage_params, train_time
+from accelkit.plan.stages import stage_blocks, stage_param_split, stage_params
+from accelkit.plan.time import expert_dp, infer_time, train_time
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "other")
 

@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from accelkit.plan.context import PlanContext, gradient_element_bytes
 from accelkit.plan.grad_shapes import Grad, model_grads
-from accelkit.plan.memory import TRAIN_WEIGHT_BYTES
-
-if TYPE_CHECKING:
-    from accelkit.plan.context import PlanContext
-    from accelkit.plan.layout import Layout
+from accelkit.plan.layout import Layout
+from accelkit.plan.stages import stage_layers
 
 #: DistributedDataParallel(bucket_cap_mb=25)
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -88,9 +86,7 @@ def powersgd_split(grads: list[Grad], rank: int, min_compression_rate: float) ->
 
 def local_grads(ctx: PlanContext, layout: Layout) -> list[Grad]:
     """The gradient tensors one rank of the heaviest pipeline stage holds (tensor-parallel splits applied), the
-    stage chosen as ``time.stage_params`` chooses it."""
-    from accelkit.plan.time import stage_layers
-
+    stage chosen as ``stages.stage_params`` chooses it."""
     model = ctx.model
     mg = model_grads(model)
     tp, ep = layout.tp, layout.ep
@@ -116,12 +112,6 @@ def local_grads(ctx: PlanContext, layout: Layout) -> list[Grad]:
         before, after = [local(g) for g in mg.before], [local(g) for g in mg.after]
         ends = before if sum(g.numel for g in before) >= sum(g.numel for g in after) else after
     return ends + [g._replace(copies=g.copies * layers) for g in layer]
-
-
-def gradient_element_bytes(ctx: PlanContext) -> float:
-    """Bytes per gradient element as the plain path reduces it."""
-    precision = ctx.workload.recipe.precision
-    return 4.0 if ctx.options.grad_reduce_fp32 else float(TRAIN_WEIGHT_BYTES[precision])
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from accelkit.core.units import fmt_bytes
 from accelkit.plan.context import PlanContext
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import kv_heads_per_rank
-from accelkit.plan.time import stage_params
+from accelkit.plan.stages import stage_params
 
 BudgetSource = Literal["kv_cache_memory_bytes", "gpu_memory_utilization", "cpu_default"]
 

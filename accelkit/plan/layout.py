@@ -77,7 +77,7 @@ def tp_choices(model: ModelSpec, cluster: Cluster, num_devices: int) -> list[int
 
 def pp_choices(model: ModelSpec, num_devices: int) -> list[int]:
     """pp the search tries: those that divide the device count and the layers (even stages). A pinned pp may leave
-    the stages uneven (``pinned_pp_fits``): the planner then plans the heaviest stage (``plan.time.stage_layers``)."""
+    the stages uneven (``pinned_pp_fits``): the planner then plans the heaviest stage (``plan.stages.stage_layers``)."""
     if not model.is_transformer:
         return [1]
     return [p for p in divisors(num_devices) if model.num_layers % p == 0]

@@ -67,6 +67,7 @@ from accelkit.plan.priors import (
     OVERLAP_SLOWDOWN,
     causal_block_factor,
 )
+from accelkit.plan.stages import stage_layers, stage_param_split
 
 #: flash backward executes 2.5× the forward FLOPs (it recomputes QKᵀ): the convention of the FlashAttention
 #: benchmarks, whose fwd+bwd figures are what the efficiency priors quote
@@ -76,49 +77,6 @@ FLASH_BACKWARD = 2.5
 BACKWARD_SHARE = 2.0 / 3.0
 
 TIME_KEYS = ("compute", "memory", "communication", "bubble", "launch")
-
-
-def stage_layers(ctx: PlanContext, layout: Layout) -> int:
-    """Transformer blocks on the most loaded pipeline stage: ceil(L/pp), or with the embedding and the head each
-    counted as one block in the partition (``options.pp_embedding_as_layer``) ceil((L+2)/pp) on a middle stage and
-    one fewer beside the embedding or the head."""
-    pp = layout.pp
-    if pp > 1 and ctx.options.pp_embedding_as_layer:
-        return -(-(ctx.model.num_layers + 2) // pp)
-    return -(-ctx.model.num_layers // pp)
-
-
-def stage_blocks(ctx: PlanContext, layout: Layout) -> tuple[int, int, int]:
-    """Transformer blocks on the first, the fullest middle and the last pipeline stage. Even stages, or layers that do
-    not divide: ceil(L/pp) everywhere (the heaviest stage, wherever it is). With the embedding and the head counted
-    as one block each (``options.pp_embedding_as_layer``, Megatron-Core's account_for_embedding/loss_in_pipeline_split,
-    Llama 3's 126 layers over 16 stages as 7 + 14 × 8 + 7) the first and last stages hold one block fewer."""
-    layers = stage_layers(ctx, layout)
-    if layout.pp > 1 and ctx.options.pp_embedding_as_layer:
-        return layers - 1, layers, layers - 1
-    return layers, layers, layers
-
-
-def stage_param_split(ctx: PlanContext, layout: Layout) -> tuple[float, float]:
-    """(dense, expert) parameters on one device of the heaviest pipeline stage; the experts already ÷ ep. The two
-    parts are data-parallel over different groups (``expert_dp``), so ZeRO shards and reduces them apart."""
-    if ctx.cnn is not None:
-        return float(ctx.model.num_params()), 0.0
-    layers = stage_layers(ctx, layout)  # uneven stages: the heaviest
-    experts = ctx.layer_expert_params / layout.ep
-    ends = ctx.embedding_params + ctx.head_params if layout.pp == 1 else max(ctx.embedding_params, ctx.head_params)
-    if layout.pp > 1 and ctx.options.pp_embedding_as_layer:
-        if ends > ctx.layer_params + experts:  # the stage beside the embedding or the head, one block fewer
-            layers -= 1
-        else:  # a middle stage, all blocks
-            ends = 0.0
-    return (layers * ctx.layer_params + ends) / layout.tp, layers * experts / layout.tp
-
-
-def stage_params(ctx: PlanContext, layout: Layout) -> float:
-    """Parameters on one device of the heaviest pipeline stage."""
-    dense, expert = stage_param_split(ctx, layout)
-    return dense + expert
 
 
 def expert_dp(layout: Layout) -> int:

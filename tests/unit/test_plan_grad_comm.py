@@ -169,7 +169,7 @@ def test_moe_gradient_reduction_doc_reports_the_expert_group_apart():
     # dp 4, ep 2: the dense gradients are reduced over 4 ranks, the experts' (already ÷ 2) over the 2 that hold them
     from accelkit.plan.context import make_context
     from accelkit.plan.layout import Layout
-    from accelkit.plan.time import stage_param_split
+    from accelkit.plan.stages import stage_param_split
 
     recipe = Recipe(precision="fp32", dp=4, ep=2, micro_batch=2)
     w = Workload(model=get_preset("tiny-mixtral"), task="train", seq_len=32, recipe=recipe)

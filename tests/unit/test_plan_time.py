@@ -11,7 +11,8 @@ from accelkit.plan import Layout, PlanOptions, comm, make_context, plan
 from accelkit.plan.comm import Links
 from accelkit.plan.kernels import layer_traffic
 from accelkit.plan.priors import FLASH_TRITON_SLOWDOWN, OVERLAP_SLOWDOWN
-from accelkit.plan.time import attention_flop_s, links, overlapped, stage_params, train_time
+from accelkit.plan.stages import stage_params
+from accelkit.plan.time import attention_flop_s, links, overlapped, train_time
 
 H100 = get_device("h100")
 NO_CAL = PlanOptions(use_calibration=False)
@@ -236,7 +237,8 @@ def test_decode_is_bandwidth_bound_and_fp8_kv_helps_at_long_context():
 
 
 def test_moe_optimizer_step_and_expert_gradient_reduction_use_the_expert_data_parallel_group():
-    from accelkit.plan.time import byte_s, dp_groups, stage_param_split
+    from accelkit.plan.stages import stage_param_split
+    from accelkit.plan.time import byte_s, dp_groups
 
     lay = dict(model="mixtral-8x7b", micro_batch=1, grad_accum=1, recompute="full")
     ctx, all8 = _train(ep=8, zero=1, **lay)

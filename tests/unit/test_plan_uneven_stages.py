@@ -13,7 +13,7 @@ from accelkit.plan import Layout, PlanOptions, plan, search
 from accelkit.plan.context import make_context
 from accelkit.plan.evaluate import inflight_micro_batches, train_memory
 from accelkit.plan.memory import layer_activation_bytes
-from accelkit.plan.time import stage_blocks
+from accelkit.plan.stages import stage_blocks
 
 H100 = get_device("h100")
 
