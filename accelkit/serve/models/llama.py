@@ -1,5 +1,5 @@
 """The engine's decoder: Llama 2/3 (incl. Llama-3 rope scaling), Mistral, Qwen2, Qwen3 and the MoE models
-Mixtral, Qwen2-MoE and Qwen3-MoE (their sparse MLP in ``moe.py``; what differs per architecture in ``args.py``).
+Mixtral, Qwen2-MoE and Qwen3-MoE (the SiLU-gated MLP in ``mlp.py``, the sparse one in ``moe.py``; what differs per architecture in ``args.py``).
 
 Same math as the ``transformers`` modules — RMSNorm in float32, rotate-half RoPE, GQA, SiLU-gated MLP,
 tied or untied embeddings, the biases transformers builds (q/k/v for Qwen2; Llama's ``attention_bias`` on
@@ -21,6 +21,7 @@ from torch import nn
 
 from accelkit.serve.attention import AttentionContext
 from accelkit.serve.models.args import ModelArgs
+from accelkit.serve.models.mlp import MLP
 from accelkit.serve.models.moe import SparseMoE
 from accelkit.serve.quant.config import QuantConfig
 
@@ -117,28 +118,6 @@ class Attention(nn.Module):
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         out = self.o_proj(attn(q, k, v, self.layer))
-        return out
-
-
-class MLP(nn.Module):
-    def __init__(self, args: ModelArgs, *, intermediate_size: int | None = None) -> None:
-        """``intermediate_size``: a width other than the config's dense one (Qwen2-MoE's shared expert)."""
-        super().__init__()
-        f = self.intermediate_size = intermediate_size or args.intermediate_size
-        self.gate_up_proj = nn.Linear(args.hidden_size, 2 * f, bias=args.mlp_bias)
-        self.down_proj = nn.Linear(f, args.hidden_size, bias=args.mlp_bias)
-        self.fused = False
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = self.gate_up_proj(x)
-        if self.fused:
-            from accelkit.serve.kernels.fused import silu_mul  # (triton: as rms_norm above)
-
-            act = silu_mul(gate_up)
-        else:
-            gate, up = gate_up.split(self.intermediate_size, dim=-1)
-            act = F.silu(gate) * up
-        out: torch.Tensor = self.down_proj(act)
         return out
 
 

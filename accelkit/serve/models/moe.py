@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accelkit.serve.models.args import ModelArgs, MoEArgs
+from accelkit.serve.models.mlp import MLP
 
 
 class Experts(nn.Module):
@@ -58,8 +59,6 @@ class SparseMoE(nn.Module):
         self.shared_expert: nn.Module | None = None
         self.shared_expert_gate: nn.Linear | None = None
         if moe.shared_expert_intermediate_size is not None:
-            from accelkit.serve.models.llama import MLP  # (a cycle at import time otherwise)
-
             self.shared_expert = MLP(args, intermediate_size=moe.shared_expert_intermediate_size)
             self.shared_expert_gate = nn.Linear(args.hidden_size, 1, bias=False)
         self.router_logits: list[torch.Tensor] | None = None  # set to a list to record each step's (T, E) logits
