@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from accelkit.core.spec import Spec, spec_field
+from accelkit.distributed.rank import RankContext, gather_to_rank0
 
 if TYPE_CHECKING:
     from accelkit.distributed.launch import DistConfig
-    from accelkit.distributed.worker import RankContext
     from accelkit.results import ResultStore
 
 Op = Literal["all_reduce", "all_gather", "reduce_scatter"]
@@ -125,7 +125,6 @@ def run_collectives(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | N
     store refuses is ``store_error`` in the document, which keeps the measurement)."""
     from accelkit.core import summarize
     from accelkit.distributed.agreed_loop import agreed_loop
-    from accelkit.distributed.worker import gather_to_rank0
 
     config = CollectiveConfig.from_dict(job["collectives"])
     loop = config.loop()

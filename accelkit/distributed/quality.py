@@ -93,40 +93,6 @@ def lead_in_steps(variants: list[Any]) -> int:
     return max((v.powersgd_start_iter for v in variants if v.compression == "powersgd"), default=0)
 
 
-def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], steps: int,
-                   lead_in: int = 0) -> dict[str, Any]:
-    """This rank's loss at each of ``steps`` training steps of ``variant`` on the task's batches (fresh model from
-    the job's seed, fresh optimizer, fresh compression state), after ``lead_in`` steps whose losses are not kept
-    (``lead_in_steps``), and then its mean loss on its evaluation batches (``EVAL_BATCHES`` batches of this rank
-    that no training step drew, the same for every variant)."""
-    import gc
-
-    import torch
-
-    from accelkit.bench.workloads.base import run_in, train_step
-    from accelkit.distributed.parallel import parallelize, train_parts
-
-    torch.manual_seed(job["seed"])
-    parts = train_parts(workload, variant, ctx.device, seed=job["seed"], rank=ctx.rank)
-    model = parallelize(parts.model, zero=job["zero"], device=ctx.device, recipe=variant.recipe(training=True))
-    optimizer = parts.make_optimizer(model.parameters())
-    batch: list[Any] = [None]
-    step = train_step(model, optimizer, lambda: parts.loss_on(model, batch[0]), variant, ctx.device)
-    losses = []
-    for k in range(lead_in + steps):
-        batch[0] = parts.quality_batch(k)
-        losses.append(float(step().detach()))  # type: ignore[attr-defined]
-    losses = losses[lead_in:]
-    evaluate = run_in(variant, ctx.device, lambda: [float(parts.loss_on(model, parts.quality_batch(EVAL_STEP - i)))
-                                                    for i in range(EVAL_BATCHES)], inference=False)
-    with torch.no_grad():  # not inference_mode: FSDP2 and DDP run their forward collectives as in training
-        eval_losses: list[float] = evaluate()  # type: ignore[assignment]
-    batch[0] = None
-    step = optimizer = model = parts = evaluate = None  # type: ignore[assignment]  # the collect below frees them
-    gc.collect()  # (it ran while these still held the model: DDP's first construction leaves a reference cycle)
-    return {"losses": losses, "eval_loss": sum(eval_losses) / len(eval_losses), "lead_in_steps": lead_in}
-
-
 def mean_over_ranks(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """The ranks' training losses averaged step by step, and the mean of their evaluation losses."""
     losses = [sum(xs) / len(xs) for xs in zip(*(r["losses"] for r in per_rank), strict=True)]

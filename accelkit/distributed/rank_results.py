@@ -28,7 +28,7 @@ from accelkit.core.bench_result import BenchResult, Refusal
 from accelkit.timing import timer_name
 
 if TYPE_CHECKING:
-    from accelkit.distributed.worker import RankContext
+    from accelkit.distributed.rank import RankContext
 
 
 def plan_layout(workload: Any, variant: Any, *, world_size: int, local_world_size: int, zero: int,

@@ -19,74 +19,18 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
-from accelkit.distributed.process_group import destroy_process_group, init_process_group
-from accelkit.hardware.device import resolve_device
+from accelkit.distributed.collectives import run_collectives
+from accelkit.distributed.process_group import destroy_process_group
+from accelkit.distributed.rank import RankContext, gather_to_rank0, start
 
 if TYPE_CHECKING:
     from accelkit.bench.record import RankMeasurement
-
-
-@dataclass(frozen=True, slots=True)
-class RankContext:
-    """Who this process is in the job (torchrun's environment) and what it runs on."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    device: str
-    backend: str
-    host: str
-
-    @property
-    def num_nodes(self) -> int:
-        return max(1, self.world_size // max(self.local_world_size, 1))
-
-    def say(self, text: str) -> None:
-        if self.rank == 0:
-            print(f"[rank 0/{self.world_size}] {text}", file=sys.stderr, flush=True)
-
-
-def start(job: dict[str, Any]) -> RankContext:
-    import torch
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    requested = str(job.get("device", "auto"))
-    # every rank takes its own GPU (cuda:LOCAL_RANK) whatever index the launcher was given
-    device = resolve_device("cuda" if requested.startswith("cuda") else requested, index=local_rank)
-    backend = job.get("backend", "auto")
-    if backend == "auto":
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-    # a collective that waits longer than this for a peer fails on this rank (launch() puts DistConfig's
-    # collective_timeout_s, default 600 s, in every job; torch's own default for gloo is 30 min)
-    timeout_s = float(job["collective_timeout_s"])
-    timeout = timedelta(seconds=timeout_s)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-        init_process_group(backend, device_id=torch.device(device), timeout=timeout)
-    else:
-        init_process_group(backend, timeout=timeout)
-    ctx = RankContext(rank, world, local_rank, local_world, device, backend, socket.gethostname())
-    ctx.say(f"process group: {backend}, a collective waits at most {timeout_s:g} s for its peers")
-    return ctx
-
-
-def gather_to_rank0(obj: Any) -> list[Any] | None:
-    """Every rank's ``obj`` on rank 0 (None elsewhere)."""
-    import torch.distributed as dist
-
-    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(obj, out, dst=0)
-    return out
 
 
 def sync(device: str) -> None:
@@ -170,9 +114,44 @@ def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, 
         recipe_notes=recipe_notes, grad_comm=counter.summary(skip=counted_from) if counter is not None else None)
 
 
+def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], steps: int,
+                   lead_in: int = 0) -> dict[str, Any]:
+    """This rank's loss at each of ``steps`` training steps of ``variant`` on the task's batches (fresh model from
+    the job's seed, fresh optimizer, fresh compression state), after ``lead_in`` steps whose losses are not kept
+    (``lead_in_steps``), and then its mean loss on its evaluation batches (``EVAL_BATCHES`` batches of this rank
+    that no training step drew, the same for every variant)."""
+    import gc
+
+    import torch
+
+    from accelkit.bench.workloads.base import run_in, train_step
+    from accelkit.distributed.parallel import parallelize, train_parts
+    from accelkit.distributed.quality import EVAL_BATCHES, EVAL_STEP
+
+    torch.manual_seed(job["seed"])
+    parts = train_parts(workload, variant, ctx.device, seed=job["seed"], rank=ctx.rank)
+    model = parallelize(parts.model, zero=job["zero"], device=ctx.device, recipe=variant.recipe(training=True))
+    optimizer = parts.make_optimizer(model.parameters())
+    batch: list[Any] = [None]
+    step = train_step(model, optimizer, lambda: parts.loss_on(model, batch[0]), variant, ctx.device)
+    losses = []
+    for k in range(lead_in + steps):
+        batch[0] = parts.quality_batch(k)
+        losses.append(float(step().detach()))  # type: ignore[attr-defined]
+    losses = losses[lead_in:]
+    evaluate = run_in(variant, ctx.device, lambda: [float(parts.loss_on(model, parts.quality_batch(EVAL_STEP - i)))
+                                                    for i in range(EVAL_BATCHES)], inference=False)
+    with torch.no_grad():  # not inference_mode: FSDP2 and DDP run their forward collectives as in training
+        eval_losses: list[float] = evaluate()  # type: ignore[assignment]
+    batch[0] = None
+    step = optimizer = model = parts = evaluate = None  # type: ignore[assignment]  # the collect below frees them
+    gc.collect()  # (it ran while these still held the model: DDP's first construction leaves a reference cycle)
+    return {"losses": losses, "eval_loss": sum(eval_losses) / len(eval_losses), "lead_in_steps": lead_in}
+
+
 def _quality(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any], lead_in: int) -> dict[str, Any] | None:
     """The ranks' mean loss per step of the quality check and their evaluation loss (rank 0; None elsewhere)."""
-    from accelkit.distributed.quality import mean_over_ranks, quality_losses
+    from accelkit.distributed.quality import mean_over_ranks
 
     ctx.say(f"{variant.name}: quality check, {job['quality_steps']} steps on the task's data"
             + (f" after {lead_in} lead-in step(s) (PowerSGD's start iteration)" if lead_in else ""))
@@ -294,8 +273,6 @@ def main(argv: list[str] | None = None) -> None:
         if job["task"] == "bench":
             doc = run_bench(ctx, job)
         elif job["task"] == "collectives":
-            from accelkit.distributed.collectives import run_collectives
-
             doc = run_collectives(ctx, job)
         else:
             raise ValueError(f"unknown job task {job['task']!r}")
