@@ -228,7 +228,7 @@ def published_tokens_per_device(run: TrainingRun) -> float:
     if p.kind == "tokens_per_s_total":
         return p.value / run.num_devices
     if p.kind == "tflops_per_device":
-        return p.value * 1e12 / F.model_flops_per_token(m, seq=run.seq_len)
+        return p.value * 1e12 / (F.training_flops(m, batch=1, seq=run.seq_len) / run.seq_len)  # model FLOPs per token
     if p.kind == "step_time_s":
         assert run.global_batch is not None
         return run.global_batch * run.seq_len / p.value / run.num_devices

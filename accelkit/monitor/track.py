@@ -161,10 +161,6 @@ class JobTracker:
         self._last = time.perf_counter()
         self.records: list[StepRecord] = []
 
-    def reset_clock(self) -> None:
-        """Start timing the next step now (e.g. after evaluation or a checkpoint save)."""
-        self._last = time.perf_counter()
-
     def step(self, *, samples: float | None = None, tokens: float | None = None, flops: float | None = None,
              **scalars: float) -> StepRecord:
         """Close a step. Counts given here override the per-step defaults; keyword scalars are logged."""

@@ -24,17 +24,6 @@ import math
 from accelkit.core import Cluster
 
 
-def group_bandwidth(cluster: Cluster, size: int, stride: int = 1) -> tuple[float, str]:
-    """Bandwidth (bytes/s) and fabric name for a group of ``size`` ranks placed ``stride`` apart, when the
-    group sits in one node; the scale-out bandwidth per device otherwise."""
-    if size <= 1:
-        return float("inf"), "none"
-    device = cluster.device
-    if size * stride <= cluster.node_size and device.scaleup_bandwidth_bytes_per_s > 0:
-        return device.scaleup_group_bandwidth(size), device.scaleup_fabric or "scale-up"
-    return cluster.scaleout_bandwidth_bytes_per_s, "scale-out"
-
-
 def placement(cluster: Cluster, size: int, stride: int = 1) -> tuple[int, int]:
     """(ranks of the group per node, nodes the group spans) for ``size`` ranks ``stride`` apart."""
     node = cluster.node_size

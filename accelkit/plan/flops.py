@@ -90,17 +90,6 @@ def op_recompute_share(model: ModelSpec) -> float:
     return sum(mms[1::2]) / sum(mms)
 
 
-def recompute_flops(model: ModelSpec, *, batch: int, seq: int, recompute: str, attention: str) -> float:
-    """Extra FLOPs recomputation executes: ``full`` reruns every block's forward; ``selective`` reruns
-    the attention core (QKᵀ, softmax, A·V) of unfused attention (Korthikanti et al. 2022)."""
-    if recompute == "full":
-        core = attention_flops(model, batch=batch, q_len=seq, kv_len=seq, windowed=attention != "math")
-        return 2.0 * batch * seq * model.num_layers * layer_matmul_params(model) + core
-    if recompute == "selective" and attention == "math":  # unfused: the whole s² scores, window or not
-        return attention_flops(model, batch=batch, q_len=seq, kv_len=seq, windowed=False)
-    return 0.0
-
-
 def prefill_flops(model: ModelSpec, *, batch: int, prompt_len: int) -> float:
     """Forward over the prompt, logits for the last position only (what serving engines compute)."""
     body = forward_flops(model, batch=batch, seq=prompt_len, logits=False)
@@ -111,8 +100,3 @@ def decode_flops(model: ModelSpec, *, batch: int, context: int) -> float:
     """One generated token for ``batch`` sequences that attend to ``context`` cached tokens."""
     weights = model.num_layers * layer_matmul_params(model) + head_matmul_params(model)
     return 2.0 * batch * weights + attention_flops(model, batch=batch, q_len=1, kv_len=context)
-
-
-def model_flops_per_token(model: ModelSpec, *, seq: int) -> float:
-    """Training model FLOPs per token (6·N_matmul + 12·L·H·Q·s, PaLM Appendix B with the LM head)."""
-    return training_flops(model, batch=1, seq=seq) / seq

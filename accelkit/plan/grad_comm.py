@@ -61,9 +61,6 @@ class PowerSGDSplit:
     uncompressed_tensors: int = 0
     launches: int = 0
 
-    @property
-    def sent_elements(self) -> int:
-        return self.uncompressed_elements + self.p_elements + self.q_elements
 
 
 def powersgd_split(grads: list[Grad], rank: int, min_compression_rate: float) -> PowerSGDSplit:

@@ -3,9 +3,13 @@
 
 import pytest
 
+from accelkit.core import Cluster, Recipe, Workload
+from accelkit.hardware import get_device
 from accelkit.models import get_preset
 from accelkit.models.presets import gpt3_175b
+from accelkit.plan import Layout, PlanOptions, make_context
 from accelkit.plan import flops as F
+from accelkit.plan.evaluate import evaluate_train
 
 
 @pytest.mark.parametrize("b,s", [(1, 2048), (64, 2048), (8, 4096)])
@@ -22,7 +26,7 @@ def test_palm_formula_plus_lm_head():
     m, s = get_preset("llama-3.1-8b"), 8192
     n_matmul = m.num_layers * F.layer_matmul_params(m) + F.head_matmul_params(m)
     want = 6 * n_matmul + 12 * m.num_layers * m.num_heads * m.head_size * s
-    assert F.model_flops_per_token(m, seq=s) == pytest.approx(want, rel=1e-12)
+    assert F.training_flops(m, batch=1, seq=s) / s == pytest.approx(want, rel=1e-12)  # per token
 
 
 def test_decode_flops_per_token():
@@ -39,8 +43,13 @@ def test_moe_counts_active_experts_only():
     assert F.layer_matmul_params(m) == F.layer_matmul_params(dense_like) + expert + m.hidden_size * 8
 
 
-def test_recompute_adds_hardware_flops_not_model_flops():
-    m = gpt3_175b()
-    full = F.recompute_flops(m, batch=1, seq=2048, recompute="full", attention="math")
-    assert full == pytest.approx(F.forward_flops(m, batch=1, seq=2048, logits=False), rel=1e-12)
-    assert F.recompute_flops(m, batch=1, seq=2048, recompute="selective", attention="flash") == 0
+def test_full_recompute_adds_hardware_flops_not_model_flops():
+    # the planner's training step: full recompute re-runs each block's forward in backward (3 → 4 forward passes of
+    # matmul time), while the model FLOPs — MFU's numerator — stay those of the model
+    w = Workload(model=gpt3_175b(), task="train", seq_len=2048, recipe=Recipe(precision="bf16"))
+    ctx = make_context(w, Cluster(device=get_device("h100"), num_devices=64), PlanOptions(use_calibration=False))
+    none, full = (evaluate_train(ctx, Layout(dp=1, tp=8, pp=8, micro_batch=1, grad_accum=8, recompute=r))
+                  for r in ("none", "full"))
+    assert full.flops_per_step == none.flops_per_step
+    assert full.time_breakdown["compute"] > none.time_breakdown["compute"] * 1.2
+    assert full.mfu < none.mfu

@@ -34,12 +34,15 @@ def test_ring_collectives():
 
 def test_mesh_fabric_group_bandwidth():
     # hardware.csv: MI300X xGMI mesh, 64 GB/s per peer: a group of 2 gets 64, of 8 gets 448 (7 × 64)
-    mi = get_device("mi300x")
-    assert comm.group_bandwidth(Cluster(device=mi, num_devices=8), 2)[0] == 64e9
-    assert comm.group_bandwidth(Cluster(device=mi, num_devices=8), 8)[0] == 448e9
+    def group(cluster, size):
+        return Links(cluster, size, 1, comm_eff=1.0, scaleout_eff=1.0, latency_s=0.0)
+
+    mi = Cluster(device=get_device("mi300x"), num_devices=8)
+    assert group(mi, 2).up == 64e9
+    assert group(mi, 8).up == 448e9
     h100 = Cluster(device=H100, num_devices=16)
-    assert comm.group_bandwidth(h100, 2)[0] == 450e9  # switched NVLink: full link for any group
-    assert comm.group_bandwidth(h100, 16)[1] == "scale-out"
+    assert group(h100, 2).up == 450e9  # switched NVLink: full link for any group
+    assert group(h100, 16).spans_nodes and group(h100, 16).out == h100.scaleout_bandwidth_bytes_per_s
 
 
 def test_intra_node_all_reduce_matches_published_nccl_tests():
