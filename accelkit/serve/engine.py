@@ -43,6 +43,7 @@ from accelkit.serve.tensor_parallel import (
     check_tensor_parallel_ranks,
     check_tensor_parallel_size,
 )
+from accelkit.serve.tensor_parallel_worker import worker_main
 
 log = logging.getLogger("accelkit.serve")
 
@@ -101,7 +102,7 @@ class LLMEngine:
         if config.tensor_parallel_size > 1:
             if on_step is not None:
                 on_step(f"starting {config.tensor_parallel_size - 1} tensor-parallel worker process(es)")
-            tp = TensorParallelLeader(config, device=device, max_model_len=self.max_model_len)
+            tp = TensorParallelLeader(config, device=device, max_model_len=self.max_model_len, worker=worker_main)
         try:
             self.runner = ModelRunner(config, self.model_args, max_model_len=self.max_model_len, device=device,
                                       on_step=on_step, tp=tp)

@@ -42,6 +42,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from accelkit.core import AccelkitError
+from accelkit.distributed.process_group import destroy_process_group, init_process_group
 from accelkit.serve.isolation import EngineDeadError, describe
 from accelkit.serve.models.args import ModelArgs
 
@@ -204,8 +205,6 @@ def init_rank(rank: int, size: int, store_port: int, device: str, timeout_s: flo
     on CUDA."""
     import torch.distributed as dist
 
-    from accelkit.distributed.process_group import init_process_group
-
     if dist.is_initialized():
         raise ValueError("tensor_parallel_size > 1 needs this process's default torch.distributed group, and one "
                          "is already running; start the engine outside a distributed job")
@@ -223,10 +222,9 @@ def init_rank(rank: int, size: int, store_port: int, device: str, timeout_s: flo
     return RankComm(rank, size, cpu_group)
 
 
-def _destroy_group() -> None:
+def destroy_group() -> None:
+    """Leave the default group, if this process joined one."""
     import torch.distributed as dist
-
-    from accelkit.distributed.process_group import destroy_process_group
 
     if dist.is_initialized():
         destroy_process_group()
@@ -235,7 +233,10 @@ def _destroy_group() -> None:
 class TensorParallelLeader(RankComm):
     """Rank 0: starts the workers, sends each step, watches the workers' processes, stops them."""
 
-    def __init__(self, config: EngineConfig, *, device: str, max_model_len: int) -> None:
+    def __init__(self, config: EngineConfig, *, device: str, max_model_len: int,
+                 worker: Callable[..., None]) -> None:
+        """``worker``: what each spawned rank runs (``tensor_parallel_worker.worker_main``: it builds a ModelRunner,
+        which imports this module, so it is handed in rather than imported here)."""
         import torch.distributed as dist
 
         size = config.tensor_parallel_size
@@ -251,7 +252,7 @@ class TensorParallelLeader(RankComm):
         ctx = multiprocessing.get_context("spawn")
         for rank in range(1, size):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, name=f"accelkit-tp{rank}", daemon=True, args=(
+            proc = ctx.Process(target=worker, name=f"accelkit-tp{rank}", daemon=True, args=(
                 rank, size, store.port, config, rank_device(device, rank), max_model_len, child, os.getpid()))
             proc.start()
             child.close()
@@ -360,7 +361,7 @@ class TensorParallelLeader(RankComm):
         _stop_workers(self._procs, self._conns)
         self._finalizer.detach()
         with contextlib.suppress(Exception):
-            _destroy_group()
+            destroy_group()
 
 
 def _stop_workers(procs: list[Any], conns: list[multiprocessing.connection.Connection]) -> None:
@@ -375,52 +376,3 @@ def _stop_workers(procs: list[Any], conns: list[multiprocessing.connection.Conne
             proc.join(1.0)
     for conn in conns:
         conn.close()
-
-
-# ---- a worker --------------------------------------------------------------------------------------------
-def _watch_parent(parent_pid: int) -> None:
-    """Leave when rank 0 is gone (a worker blocked in an NCCL collective would otherwise wait for its timeout)."""
-    while os.getppid() == parent_pid:
-        time.sleep(1.0)
-    os._exit(1)
-
-
-def _worker_main(rank: int, size: int, store_port: int, config: EngineConfig, device: str, max_model_len: int,
-                 conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
-    """Rank ``rank``: join the group, load this rank's shard, then run every step rank 0 sends until told to stop."""
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle: it stops the workers
-    code = 0
-    try:
-        import torch
-
-        from accelkit.serve import preflight
-        from accelkit.serve.model_runner import ModelRunner
-
-        if not device.startswith("cuda"):  # the cores are shared by the ranks
-            torch.set_num_threads(max(1, torch.get_num_threads() // size))
-        conn.send(("hello",))
-        comm = init_rank(rank, size, store_port, device, COLLECTIVE_TIMEOUT_S)
-        from pathlib import Path
-
-        args = ModelArgs.from_config(preflight.read_config(Path(config.model)))
-        runner = ModelRunner(config, args, max_model_len=max_model_len, device=device, tp=comm)
-        with torch.inference_mode():
-            while True:
-                msg = conn.recv()
-                if msg[0] == "stop":
-                    break
-                runner.run_received(msg[1])
-    except (EOFError, KeyboardInterrupt):  # rank 0 is gone: nothing to tell
-        code = 1
-    except BaseException as exc:
-        code = 1
-        with contextlib.suppress(Exception):
-            conn.send(("error", describe(exc)))
-    finally:
-        with contextlib.suppress(Exception):
-            conn.close()
-    if code == 0:
-        with contextlib.suppress(Exception):
-            _destroy_group()
-    os._exit(code)  # no interpreter teardown racing gloo's threads (process_group's docstring)
