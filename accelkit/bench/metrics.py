@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.core.bench_result import DISAGREE, Accuracy, Comparison, MfuResult, PeakShare
 from accelkit.core.stats import percentile
+from accelkit.hardware import get_device
+from accelkit.hardware.probe_quality import best_matmul
 
 if TYPE_CHECKING:
     import torch
@@ -143,8 +145,6 @@ class Peak:
 
 
 def catalog_peak(catalog_name: str, dtype: str) -> Peak:
-    from accelkit.hardware import get_device
-
     spec = get_device(catalog_name)
     key = "int8" if dtype == "int8" else dtype
     value = spec.peak(key)
@@ -157,8 +157,6 @@ def probe_peak(store: ResultStore, hardware: str, dtype: str) -> tuple[Peak, int
     """The ``hw probe`` matmul peak for ``dtype`` on ``hardware``: the best full probe stored — a quick one only when
     no full one is, a smaller one only when neither is, the source saying so (``accelkit.hardware.probe_quality``).
     (Peak(None, why), None) if none."""
-    from accelkit.hardware.probe_quality import best_matmul
-
     probes = store.query(kind="probe", hardware=hardware, limit=200)
     if not probes:
         return Peak(None, f"no `accelkit hw probe` result for {hardware!r} in the store"), None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from accelkit.bench.metrics import Peak, catalog_peak, matmul_figure, probe_peak
+from accelkit.hardware.probe import ProbeConfig, probe, supported_dtypes
 
 if TYPE_CHECKING:
     from accelkit.bench.record import StoreWriter
@@ -40,7 +41,6 @@ class Peaks:
         """Probe every dtype the store has no peak for in one quick probe up front (before anything is timed)."""
         if self.store is None or not self.auto_probe:
             return
-        from accelkit.hardware.probe import ProbeConfig, probe, supported_dtypes
 
         support = supported_dtypes(self.device)
         missing = [d for d in dict.fromkeys(dtypes) if support.get(d, "no") is None and self._measured(d).flops is None]
@@ -87,7 +87,6 @@ class Peaks:
         peak = self._measured(dtype)
         if peak.flops is not None:
             return peak
-        from accelkit.hardware.probe import ProbeConfig, probe, supported_dtypes
 
         if supported_dtypes(self.device).get(dtype, "not probed") is not None:
             return Peak(None, f"MFU unavailable: `hw probe` measures no {dtype} matmul peak on this device")

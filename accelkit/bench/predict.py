@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from accelkit.core import Estimate, Workload
+from accelkit.core import Cluster, Estimate, Workload
 from accelkit.core.bench_result import Prediction
+from accelkit.plan import PlanOptions, plan, resolve_hardware
 
 if TYPE_CHECKING:
     from accelkit.bench.variants import Variant
@@ -51,8 +52,6 @@ def predict_variant(
     spec = variant_spec(workload, variant, dp=dp, zero=zero)
     if spec is None:
         return None, f"{workload.name}: no architecture the planner can model"
-    from accelkit.core import Cluster
-    from accelkit.plan import PlanOptions, plan, resolve_hardware
 
     try:
         hw = resolve_hardware(catalog or ("cpu" if device == "cpu" else device))

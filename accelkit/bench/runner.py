@@ -31,6 +31,8 @@ from accelkit.bench.workloads.base import BenchWorkload, check_workload
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
 from accelkit.core.spec import Spec, spec_field
+from accelkit.hardware import match_device_name
+from accelkit.hardware.detect import cpu_info, environment
 from accelkit.hardware.device import free_memory_bytes, resolve_device
 from accelkit.timing import LoopConfig, timer_name
 
@@ -79,13 +81,9 @@ class Reporter:
 # ---- device ------------------------------------------------------------------------------------------
 def identify(device: str) -> tuple[str, str | None]:
     """(hardware name as the store spells it, catalog name or None) — the same names `hw probe` uses."""
-    from accelkit.hardware.detect import cpu_info
-
     if device == "cpu":
         return "cpu: " + str(cpu_info(with_torch=False)["model"]), None
     import torch
-
-    from accelkit.hardware import match_device_name
 
     name = torch.cuda.get_device_properties(device).name
     match = match_device_name(name)
@@ -157,8 +155,6 @@ def run_benchmark(
 def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: BenchConfig, device: str, *,
                    store: ResultStore | None, reporter: Reporter, run_id: str | None) -> BenchRunResult:
     import torch
-
-    from accelkit.hardware.detect import environment
 
     runnable, refused = plan_variants(workload, requested, device, reporter)
     check_workload(workload, device)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.bench.metrics import drift
 from accelkit.bench.reference import Reference, free, step_flops
+from accelkit.bench.trackers import energy_tracker, memory_tracker
 from accelkit.bench.variants import Variant
 from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
 from accelkit.core.bench_result import Accuracy, Failure, OutputGate, finite
@@ -74,8 +75,6 @@ class Measurer:
 
     def __init__(self, workload: BenchWorkload, config: BenchConfig, device: str, reporter: Reporter,
                  reference: Reference):
-        from accelkit.bench.trackers import energy_tracker, memory_tracker
-
         self.workload, self.config, self.device, self.reporter = workload, config, device, reporter
         self.reference = reference
         self.loop = config.loop

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accelkit.bench.runner import BenchConfig, Reporter, run_benchmark
-from accelkit.bench.variants import matrix
+from accelkit.bench.variants import Variant, device_refusal, matrix
 from accelkit.bench.workloads import make_workload
 from accelkit.core import UnknownNameError, UserError
 from accelkit.core.bench_result import BenchRunResult
@@ -161,8 +161,6 @@ class SuiteRun:
 
 def check_precisions(precisions: list[str], device: str) -> None:
     """Refuse up front (exit 2) when none of ``precisions`` can run on ``device`` — before any model is built."""
-    from accelkit.bench.variants import Variant, device_refusal
-
     reasons = {}
     for p in precisions:
         variant = Variant.from_dict({"precision": p})

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from accelkit.core import Recipe
 from accelkit.core.recipe import POWERSGD_FIELDS, GradCompression
 from accelkit.core.spec import Spec, spec_field
+from accelkit.hardware.probe import supported_dtypes
 
 if TYPE_CHECKING:
     import torch
@@ -233,8 +234,6 @@ def device_refusal(variant: Variant, device: str, *, training: bool = False, wor
                    zero: int = 0) -> str | None:
     """Why this device (and layout: ``world_size`` processes, ZeRO stage ``zero``) cannot run ``variant`` (None if
     it can)."""
-    from accelkit.hardware.probe import supported_dtypes
-
     # an explicit recipe is refused below in the recipe's own terms (the field of it that cannot run here)
     if variant.explicit_recipe is None and variant.precision in ("tf32", "fp8") and supported_dtypes(device).get(
             variant.precision):

@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-from accelkit.bench.runner import BenchConfig, Reporter
+from accelkit.bench.runner import BenchConfig, Reporter, run_benchmark
 from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
 from accelkit.bench.workloads import (
     BertConfig,
@@ -28,12 +28,16 @@ from accelkit.bench.workloads import (
     LLMConfig,
     LLMTrainConfig,
     ResNetConfig,
+    make_workload,
 )
 from accelkit.cli.helptext import HelpGroup, examples
-from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, out, whole_words
+from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, table, whole_words
 from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.cli.store import measuring, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
+from accelkit.core.units import fmt_bytes
+from accelkit.distributed.launch import DistConfig
+from accelkit.distributed.quality import QualityConfig
 from accelkit.timing import LoopConfig
 
 WORKLOAD_NAMES = ("bert", "resnet", "llm", "llm-train", "dataloader", "diffusion", "custom")
@@ -263,8 +267,6 @@ def _configs(bench: dict[str, Any], loop: dict[str, Any], quick: bool, default_l
 def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | None, bench: dict[str, Any],
                   loop: dict[str, Any], *, quick: bool, progress: bool | None, as_json: bool,
                   dist: dict[str, Any] | None = None, quality: dict[str, Any] | None = None) -> None:
-    from accelkit.bench.workloads import make_workload
-
     config = _configs(bench, loop, quick, LoopConfig())
     with flag_values():
         wl = make_workload(name, workload)
@@ -284,8 +286,6 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
             result: Any = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter,
                                                 quality=quality_config)
         else:
-            from accelkit.bench.runner import run_benchmark
-
             result = run_benchmark(wl, variants, config, store=store, reporter=reporter)
     _render(result, as_json, received)
 
@@ -333,7 +333,6 @@ def _dist_config(dist: dict[str, Any] | None) -> Any:
     """The torchrun layout when any distributed flag differs from one process (else None)."""
     if dist is None:
         return None
-    from accelkit.distributed.launch import DistConfig
 
     config = DistConfig.from_dict(dist)
     default = DistConfig()
@@ -349,8 +348,6 @@ def _dist_config(dist: dict[str, Any] | None) -> Any:
 
 
 def _quality_config(quality: dict[str, Any] | None) -> Any:
-    from accelkit.distributed.quality import QualityConfig
-
     return QualityConfig(**(quality or {}))
 
 
@@ -450,8 +447,6 @@ def _unfinished(runs: list[Any], *, suite: bool) -> str:
 
 def _grad_comm_table(run: Any) -> None:
     """With --grad-compression: bytes per step per rank (counted vs the planner) and the quality gate per variant."""
-    from accelkit.cli.output import table
-
     rows = [_grad_comm_row(v.name, v.grad_comm, v.quality) for v in run.variants
             if v.grad_comm is not None or v.quality is not None]
     if not rows:
@@ -471,8 +466,6 @@ def _grad_comm_row(name: str, comm: dict[str, Any] | None, quality: dict[str, An
 
 
 def _comm_cells(comm: dict[str, Any]) -> list[str | None]:
-    from accelkit.core.units import fmt_bytes
-
     measured = comm.get("measured_bytes_per_step") or []
     ratios = [r for r in comm.get("ratio_per_rank") or [] if r is not None]
     sent = [r for r in comm.get("sent_over_gradient") or [] if r is not None]
@@ -483,8 +476,6 @@ def _comm_cells(comm: dict[str, Any]) -> list[str | None]:
 
 
 def _quality_cells(quality: dict[str, Any]) -> list[str | None]:
-    from accelkit.cli.output import fmt_num
-
     gate = "reference" if quality.get("role") == "reference" else (
         None if "passed" not in quality else
         "inconclusive" if quality.get("inconclusive") else ("pass" if quality["passed"] else "FAIL"))
@@ -595,17 +586,12 @@ DIST_PARSE = {"collective_timeout_s": _seconds("--collective-timeout")}
 
 def collective_timeout_option(needs: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """`--collective-timeout` alone, for a command whose ranks are launched only with ``needs`` (a flag)."""
-    from accelkit.distributed.launch import DistConfig
-
     return spec_options(DistConfig, into="dist", only=("collective_timeout_s",), names=DIST_FLAGS, parse=DIST_PARSE,
                         helps={"collective_timeout_s": f"{needs}: seconds a rank waits in one collective for its peers "
                                                        "before it fails (1 to 604800; default 600)."})
 
 
 def _dist_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    from accelkit.distributed.launch import DistConfig
-    from accelkit.distributed.quality import QualityConfig
-
     return spec_options(QualityConfig, into="quality")(
         spec_options(DistConfig, into="dist", names=DIST_FLAGS, parse=DIST_PARSE)(fn))
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from accelkit.bench.record import StoreWriter
 from accelkit.cli.bench import DIST_FLAGS, collective_timeout_option
 from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import (
@@ -27,7 +28,10 @@ from accelkit.core import DeviceSpec, UserError
 from accelkit.core.units import parse_size
 from accelkit.distributed.launch import DistConfig
 from accelkit.hardware import get_device, list_devices
+from accelkit.hardware.detect import detect
+from accelkit.hardware.device import resolve_device
 from accelkit.hardware.probe import ProbeConfig
+from accelkit.hardware.probe import probe as run_probe
 
 PROBE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -116,8 +120,6 @@ def show_cmd(name: str = typer.Argument(..., help="Name or alias, e.g. h200, mi3
 @app.command("detect", epilog=examples("accelkit hw detect", "accelkit hw detect --json"))
 def detect_cmd(as_json: bool = JsonOption) -> None:
     """Describe this machine: GPUs (torch + NVML) or the CPU (model, cores, threads, vector extensions)."""
-    from accelkit.hardware.detect import detect
-
     info = detect()
 
     def render() -> None:
@@ -186,8 +188,6 @@ def probe_cmd(
     if dist:
         given = ", ".join(DIST_FLAGS.get(f, f) for f in dist)
         raise UserError(f"{given} applies to --collectives (the torchrun launch); add --collectives or drop it")
-    from accelkit.bench.record import StoreWriter
-    from accelkit.hardware.probe import probe as run_probe
 
     with flag_values():
         config = ProbeConfig(**probe)
@@ -261,7 +261,6 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[st
                  progress: bool | None) -> None:
     """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
     from accelkit.distributed.collectives import CollectiveConfig, probe_collectives
-    from accelkit.hardware.device import resolve_device
 
     # as `hw probe --device` does: a bad name, or cuda without a GPU, is refused (it used to run on the CPU);
     # each rank then takes cuda:LOCAL_RANK whatever index was given

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from accelkit.bench.record import StoreWriter
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import (
     JsonOption,
@@ -24,13 +25,13 @@ from accelkit.cli.output import (
 from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.cli.store import open_for_saving, print_unstored
 from accelkit.core import UserError
+from accelkit.core.stats import min_samples_for
 from accelkit.loadtest.config import SLO, LoadTestConfig, parse_rate
+from accelkit.loadtest.datasets import parse_dataset
 from accelkit.loadtest.structured import parse_constraint
 
 
 def _floats(value: str, flag: str, *, rates: bool = False) -> tuple[float, ...]:
-    from accelkit.loadtest import parse_rate
-
     items = csv_list(value, field=flag) or []
     if not items:
         raise UserError(f"{flag} {value!r} is empty; give a comma list, e.g. {'1,2,4,8' if rates else '50,90,99'}")
@@ -49,8 +50,6 @@ def _floats(value: str, flag: str, *, rates: bool = False) -> tuple[float, ...]:
 
 
 def _dataset(text: str) -> str:
-    from accelkit.loadtest.datasets import parse_dataset
-
     parse_dataset(text)  # a bad --dataset is a usage error before anything is sent
     return text
 
@@ -96,7 +95,6 @@ def loadtest_cmd(
 ) -> None:
     """Load-test an OpenAI-compatible server: TTFT, TPOT, ITL, E2E, throughput and goodput per request rate (and,
     with --structured-outputs, the share of outputs that obey the constraint)."""
-    from accelkit.bench.record import StoreWriter
     from accelkit.loadtest import run_loadtest
 
     with flag_values(FLAGS):
@@ -140,8 +138,6 @@ def _pct(dist: dict[str, Any], key: str, starred: set[str]) -> str | None:
 
 def _unbacked_note(starred: set[str]) -> str:
     """The footnote for the stars: what each starred percentile needs (as `accelkit bench` prints it)."""
-    from accelkit.core.stats import min_samples_for
-
     needs = []
     for key in sorted(starred, key=lambda k: float(k[1:])):
         need = min_samples_for(float(key[1:]))

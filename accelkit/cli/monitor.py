@@ -10,12 +10,16 @@ from typing import Any, Literal
 
 import typer
 
+from accelkit.bench.record import StoreWriter
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unstored
 from accelkit.core import UserError
+from accelkit.core.units import fmt_bytes
 from accelkit.monitor.config import ExporterConfig
+from accelkit.monitor.dashboard import dashboard as build_dashboard
+from accelkit.monitor.profile_workload import profile_workload
 from accelkit.monitor.profiler import ProfileConfig
 
 #: the precisions a bench variant takes (accelkit.bench.variants.BenchPrecision)
@@ -52,9 +56,7 @@ def monitor_cmd(
 ) -> None:
     """Serve device (DCGM names), host and job metrics for Prometheus on /metrics."""
     if dashboard:
-        from accelkit.monitor.dashboard import dashboard as build
-
-        typer.echo(json.dumps(build(), indent=2))
+        typer.echo(json.dumps(build_dashboard(), indent=2))
         return
     from prometheus_client import CollectorRegistry
 
@@ -100,8 +102,6 @@ MEMORY_NAMES = {"cuda_max_allocated_bytes": "CUDA max allocated", "cuda_max_rese
 
 def _memory_rows(memory: dict[str, Any]) -> list[tuple[str, str]]:
     """The peak-memory record as rows: sizes in binary units, the note (what the figures are) as a row of its own."""
-    from accelkit.core.units import fmt_bytes
-
     rows = [(MEMORY_NAMES.get(k, k), fmt_bytes(v) if isinstance(v, (int, float)) else str(v))
             for k, v in memory.items() if k != "note"]
     return rows + ([("what it is", str(memory["note"]))] if memory.get("note") else [])
@@ -124,9 +124,6 @@ def profile_cmd(
     profiler: dict[str, Any],
 ) -> None:
     """Profile one workload step: top operators, time breakdown, overlap, peak memory, and a trace."""
-    from accelkit.bench.record import StoreWriter
-    from accelkit.monitor.profile_workload import profile_workload
-
     if (workload is None) == (module is None):
         raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory, not both")
     options = {"size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "module": module}

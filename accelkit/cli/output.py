@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from accelkit.core import strict_json
+from accelkit.cli.spec_options import in_flag_words
+from accelkit.core import UserError, strict_json
 from accelkit.core.terminal import printable
 
 
@@ -102,8 +103,6 @@ def csv_list(value: str | None, *, field: str, choices: Sequence[str] | None = N
     if choices is not None:
         for item in items:
             if item not in choices:
-                from accelkit.core import UserError
-
                 raise UserError(f"{field} {item!r} is not valid; choose from {', '.join(choices)}")
     return items
 
@@ -239,9 +238,6 @@ def flag_values(flags: Mapping[str, str] | None = None) -> Iterator[None]:
     """Treat a ValueError raised while building specs from flags as the user's mistake (exit 2). ``flags`` (field →
     flag, :func:`accelkit.cli.spec_options.field_flags`) puts the message in the words the user typed: a spec's
     ``timeout_s=inf is out of range`` reads ``--timeout inf is out of range``."""
-    from accelkit.cli.spec_options import in_flag_words
-    from accelkit.core import UserError
-
     try:
         yield
     except UserError:

@@ -13,12 +13,19 @@ from accelkit.cli.spec_options import spec_options
 from accelkit.cli.text_to_image import plan as plan_image
 from accelkit.core import Cluster, ModelSpec, Recipe, UserError, Workload
 from accelkit.core.units import fmt_bytes, fmt_count, parse_size
+from accelkit.models import resolve_model
 from accelkit.models.diffusion import is_diffusion_model
+from accelkit.plan import compare as compare_hw
+from accelkit.plan import resolve_hardware, search_ctx, to_estimate, to_json
+from accelkit.plan.compression import compare_compression
+from accelkit.plan.context import make_context
 from accelkit.plan.diffusion import ImageRequest
 from accelkit.plan.diffusion import to_estimate as image_estimate
+from accelkit.plan.fit_hints import would_fit
 from accelkit.plan.layout import TRAIN_ONLY_REQUEST, flag_text, refuse_train_only
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.request import LayoutChoice, PlanRequest
+from accelkit.results import ResultStore
 
 #: PlanRequest and PlanOptions fields only inference reads (evaluate_infer, infer_memory, infer_time, the inference
 #: search): refused with --task train the same way
@@ -121,9 +128,6 @@ def plan_cmd(
     image: dict[str, Any],
 ) -> None:
     """Plan a workload: will it fit, on how many devices, in which layout, how fast, at what energy."""
-    from accelkit.plan import compare as compare_hw
-    from accelkit.plan import to_estimate, to_json
-
     if is_diffusion_model(model):  # a text-to-image pipeline: its own plan (one pipeline per device, images/s)
         with flag_values():
             docs = plan_image(model, request, layout, options, image, as_json=as_json)
@@ -163,7 +167,6 @@ def plan_cmd(
             return
     docs = [to_json(c, ctx) for c, ctx in rows]
     if not names and not docs[0]["fits"]:  # say what would fit: --offload, the smallest count
-        from accelkit.plan.fit_hints import would_fit
 
         docs[0]["overflow"]["would_fit"] = would_fit(rows[0][1], fixed=common["fixed"],
                                                      global_batch=req.global_batch, batch=req.batch)
@@ -183,8 +186,6 @@ def plan_cmd(
 def _workload(model: str, req: PlanRequest, request: dict[str, Any], names: list[str] | None) -> Workload:
     """The planner's workload from the flags (a flag the model cannot take is an error; a length past its context
     is one when the positions are learned, a note otherwise)."""
-    from accelkit.models import resolve_model
-
     spec = resolve_model(model)
     decoder_only = [k for k in ("prompt_len", "output_len") if k in request]
     if req.task == "infer" and spec.kind not in ("decoder", "moe") and decoder_only:
@@ -237,9 +238,6 @@ def _search_one(workload: Workload, req: PlanRequest, options: PlanOptions, pric
                 common: dict[str, Any]) -> tuple[list[tuple[Any, Any]], PlanOptions]:
     """The best layouts (``--top``, default 1) on the one --hardware: (candidate, its context) rows, and the options
     planned with (a NAME=X price taken for that hardware)."""
-    from accelkit.plan import resolve_hardware, search_ctx
-    from accelkit.plan.context import make_context
-
     cluster = Cluster(device=resolve_hardware(str(req.hardware)), num_devices=req.num_devices or 1)
     if req.scaleout_bandwidth_bytes_per_s is not None:
         cluster = cluster.replace(scaleout_bandwidth_bytes_per_s=req.scaleout_bandwidth_bytes_per_s)
@@ -252,8 +250,6 @@ def _search_one(workload: Workload, req: PlanRequest, options: PlanOptions, pric
 
 def _own_price(prices: dict[str, float], device_name: str) -> float:
     """The price NAME=X gives the one --hardware planned; a name that is not it is an error, not ignored."""
-    from accelkit.plan import resolve_hardware
-
     own = None
     for name, price in prices.items():
         if resolve_hardware(name).name != device_name:
@@ -280,8 +276,6 @@ def _refuse_inference_flags(request: dict[str, Any], options: dict[str, Any]) ->
 
 def _compare_compression(workload: Workload, best: tuple[Any, Any], options: PlanOptions, rank: int,
                          as_json: bool) -> None:
-    from accelkit.plan.compression import compare_compression
-
     candidate, ctx = best
     with flag_values():
         doc = compare_compression(workload, ctx.cluster, candidate.layout, options, powersgd_rank=rank)
@@ -321,8 +315,6 @@ def _compare_compression(workload: Workload, best: tuple[Any, Any], options: Pla
 
 
 def _store(estimates: list[Any]) -> None:
-    from accelkit.results import ResultStore
-
     try:
         with ResultStore() as store:
             store.add_many(estimates)

@@ -8,6 +8,7 @@ import typer
 
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, emit, err, out
+from accelkit.cli.store import reading
 from accelkit.core import UserError
 from accelkit.results.store import MAX_ROW_ID
 
@@ -40,7 +41,6 @@ def report_cmd(
     as_json: bool = JsonOption,
 ) -> None:
     """Write one self-contained HTML report (tables and plots, no network needed) from the results store."""
-    from accelkit.cli.store import reading
     from accelkit.report import write_report
 
     check_out_path(out_path)

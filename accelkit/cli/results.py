@@ -19,6 +19,9 @@ from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
 from accelkit.cli.store import reading
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.terminal import printable
+from accelkit.hardware import get_device
+from accelkit.hardware.catalog import list_devices, match_device_name
+from accelkit.hardware.probe_quality import best_matmul, dtypes_of, probe_quality
 from accelkit.results import ResultStore, StoredResult, export, flat_row
 from accelkit.results.importing import read_export
 from accelkit.results.store import MAX_ROW_ID, RESULT_KINDS
@@ -79,9 +82,6 @@ def _kind(store: ResultStore, kind: str) -> str:
 def _hardware(store: ResultStore, name: str) -> list[str]:
     """The stored hardware names that ``name`` means: every CPU for 'cpu', a catalog device under any of its
     names or aliases (and as drivers report it), else a stored name containing ``name``."""
-    from accelkit.hardware import get_device
-    from accelkit.hardware.catalog import list_devices, match_device_name
-
     stored = store.distinct("hardware")
     key = name.strip().lower()
     if key == "cpu" or key.startswith("cpu:"):
@@ -161,8 +161,6 @@ def _probe_peaks(found: list[StoredResult]) -> dict[int, str]:
     """Per listed probe, what it is to MFU and the report: 'full; the peak of fp32, bf16', or 'quick: no peak (the
     peaks: #3)' — a quicker or smaller probe listed first (newest) is not the machine's headline
     (``accelkit.hardware.probe_quality``). Judged among the probes listed."""
-    from accelkit.hardware.probe_quality import best_matmul, dtypes_of, probe_quality
-
     by_hardware: dict[str | None, list[StoredResult]] = {}
     for s in found:
         if s.result.kind == "probe":

@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import typer
 
+from accelkit.core import UserError
 from accelkit.core.spec import Spec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -188,8 +189,6 @@ def _num(x: float) -> str:
 
 def _parsed(spec: type[Spec], opt: GeneratedOption, text: str) -> Any:
     """``opt.parse(text)``, with its ValueError and the field's bounds turned into a usage error naming the flag."""
-    from accelkit.core import UserError
-
     flag = opt.flag.split("/")[0]
     try:
         value = opt.parse(text)  # type: ignore[misc]

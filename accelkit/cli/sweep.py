@@ -15,6 +15,7 @@ from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError
 from accelkit.core.units import fmt_bytes
+from accelkit.sweep import load_sweep, run_sweep
 from accelkit.sweep.point import failure_text
 from accelkit.sweep.spec import SweepSpec
 
@@ -35,8 +36,6 @@ def sweep_cmd(
     override: dict[str, Any],
 ) -> None:
     """Run a grid of bench / plan / loadtest points; every result lands in the store under one run id."""
-    from accelkit.sweep import load_sweep, run_sweep
-
     spec = load_sweep(path)
     store = open_for_saving(True)  # before the first point; a sweep always stores (its run id groups the rows)
     assert store is not None

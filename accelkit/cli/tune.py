@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from accelkit.bench.runner import Reporter
+from accelkit.bench.workloads import get_workload, make_workload
 from accelkit.cli.bench import DIST_FLAGS, collective_timeout_option
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
@@ -17,6 +18,7 @@ from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, parse_size
+from accelkit.tune import tune
 from accelkit.tune.search import TuneConfig, TuneResult
 
 #: workloads with model recipes to search (the dataloader has none)
@@ -29,8 +31,6 @@ def _memory_budget(text: str) -> int:
 
 def _workload_flags(name: str, flags: dict[str, Any]) -> dict[str, Any]:
     """The given workload flags, checked against the fields of that workload's config."""
-    from accelkit.bench.workloads import get_workload
-
     fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
     given = {k: v for k, v in flags.items() if v is not None}
     unknown = sorted(set(given) - fields)
@@ -127,8 +127,6 @@ def tune_cmd(
     name = workload or "custom"
     if name not in TUNE_WORKLOADS:
         raise UnknownNameError("workload", name, TUNE_WORKLOADS)
-    from accelkit.bench.workloads import make_workload
-    from accelkit.tune import tune
 
     with flag_values():
         config = TuneConfig(**search)

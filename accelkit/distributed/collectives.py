@@ -23,8 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from accelkit.bench.runner import identify
+from accelkit.core import Measurement, UserError, summarize
 from accelkit.core.spec import Spec, spec_field
+from accelkit.distributed.agreed_loop import agreed_loop
+from accelkit.distributed.launch import launch
 from accelkit.distributed.rank import RankContext, gather_to_rank0
+from accelkit.distributed.rank_results import open_writer
+from accelkit.hardware.detect import environment
+from accelkit.timing import LoopConfig
 
 if TYPE_CHECKING:
     from accelkit.distributed.launch import DistConfig
@@ -86,8 +93,6 @@ class CollectiveConfig(Spec):
                 raise ValueError(f"sizes_bytes[{i}]={s} is out of range; expected >= 4 bytes")
 
     def loop(self) -> Any:
-        from accelkit.timing import LoopConfig
-
         if self.quick:
             return LoopConfig(warmup_iterations=2, warmup_time_s=0.0, min_iterations=5, min_time_s=0.05)
         return LoopConfig(warmup_iterations=5, warmup_time_s=0.2, min_iterations=20, min_time_s=0.5)
@@ -123,9 +128,6 @@ def _op_fn(op: str, size_bytes: int, n: int, device: str) -> tuple[Callable[[], 
 def run_collectives(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
     """Every rank times every (op, size) with the agreed loop; rank 0 builds and stores the Measurement (a write the
     store refuses is ``store_error`` in the document, which keeps the measurement)."""
-    from accelkit.core import summarize
-    from accelkit.distributed.agreed_loop import agreed_loop
-
     config = CollectiveConfig.from_dict(job["collectives"])
     loop = config.loop()
     n = ctx.world_size
@@ -156,11 +158,6 @@ def run_collectives(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | N
 
 def _store(ctx: RankContext, job: dict[str, Any], config: CollectiveConfig, results: list[dict[str, Any]],
            samples: dict[str, list[float]]) -> dict[str, Any]:
-    from accelkit.bench.runner import identify
-    from accelkit.core import Measurement
-    from accelkit.distributed.rank_results import open_writer
-    from accelkit.hardware.detect import environment
-
     hardware, catalog = identify(ctx.device)
     top = headline(results)
     busbw = {op: h["busbw_gbps"] for op in config.ops if (h := headline(results, op))}
@@ -189,11 +186,7 @@ def probe_collectives(config: CollectiveConfig, dist: DistConfig, *, store: Resu
     """Launch the probe on ``dist.nproc_per_node`` ranks per node; rank 0 stores it (when ``save``).
     Returns the Measurement as a dict plus ``result_id`` (None on a node that did not host rank 0), and
     ``warnings`` when a rank failed after every rank had finished (``LaunchResult.teardown_error``)."""
-    from accelkit.distributed.launch import launch
-
     if dist.nproc_per_node * dist.nnodes_range[0] < 2:
-        from accelkit.core import UserError
-
         raise UserError("a collective needs at least 2 ranks; give --nproc-per-node 2 or more")
     job = {"task": "collectives", "device": config.device, "backend": dist.backend, "run_id": uuid.uuid4().hex[:12],
            "save": save, "store_path": str(store.path) if store is not None else None,

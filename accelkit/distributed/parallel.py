@@ -18,7 +18,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from accelkit.bench.variants import apply
+from accelkit.bench.workloads.base import model_seed
+from accelkit.bench.workloads.llm import matmul_params
 from accelkit.core import UserError
+from accelkit.distributed.grad_comm import count_fsdp, fsdp_policy, register_ddp_hook
+from accelkit.distributed.quality import markov_tokens, template_images
+from accelkit.models.build import build_model
 
 if TYPE_CHECKING:
     import torch
@@ -66,18 +72,11 @@ def train_parts(workload: BenchWorkload, variant: Variant, device: str, *, seed:
     """The model (same weights on every rank: the same seed) and this rank's own batch (seed + rank)."""
     import torch
 
-    from accelkit.bench.variants import apply
-    from accelkit.bench.workloads.base import model_seed
-    from accelkit.distributed.quality import markov_tokens, template_images
-    from accelkit.models.build import build_model
-
     spec, c = workload.model_spec, workload.config  # type: ignore[attr-defined]
     gen = model_seed(seed + rank)
     notes: list[str] = []
     model = build_model(spec, device=device, seed=seed).train()
     if workload.name == "llm-train":
-        from accelkit.bench.workloads.llm import matmul_params
-
         ids = torch.randint(0, spec.vocab_size, (c.batch_size, c.seq_len), generator=gen).to(device)
         model = apply(model, variant, example_inputs=(ids,), device=device, train=True, notes=notes)
         palm = 6 * matmul_params(spec) + 12 * spec.num_layers * spec.num_heads * spec.head_size * c.seq_len
@@ -133,8 +132,6 @@ def parallelize(model: torch.nn.Module, *, zero: int, device: str, recipe: Recip
     dtype. With a ``counter`` the gradient collectives' bytes are counted (DDP then runs torch's
     ``allreduce_hook`` for plain communication, so that its bytes are counted like a compressed variant's)."""
     import torch
-
-    from accelkit.distributed.grad_comm import count_fsdp, fsdp_policy, register_ddp_hook
 
     compression = recipe.grad_compression if recipe is not None else "none"
     if zero == 0:

@@ -25,6 +25,9 @@ from accelkit.bench.record import (
 from accelkit.bench.runner import identify
 from accelkit.core import AccelkitError, Estimate
 from accelkit.core.bench_result import BenchResult, Refusal
+from accelkit.hardware.detect import environment
+from accelkit.plan import resolve_hardware
+from accelkit.results import ResultStore
 from accelkit.timing import timer_name
 
 if TYPE_CHECKING:
@@ -37,8 +40,6 @@ def plan_layout(workload: Any, variant: Any, *, world_size: int, local_world_siz
     (None, why not)."""
     per_node = None
     if device.startswith("cuda") and catalog is not None:
-        from accelkit.plan import resolve_hardware
-
         per_node = local_world_size if local_world_size <= resolve_hardware(catalog).scaleup_domain else None
     return predict_variant(workload, variant, device, catalog if device.startswith("cuda") else None,
                            dp=world_size, zero=zero, devices_per_node=per_node,
@@ -50,8 +51,6 @@ def open_writer(job: dict[str, Any]) -> Iterator[StoreWriter]:
     """Rank 0's store writer for ``job`` (``accelkit.bench.record``; the bench's and the collective probe's), its
     store closed on leaving; a store that cannot even be opened is its first failed write: nothing is tried, the
     measurements are kept."""
-    from accelkit.results import ResultStore
-
     writer = StoreWriter(None)
     if job["save"]:
         try:
@@ -73,8 +72,6 @@ class BenchDocument:
     why (the CLI prints the document and exits 1)."""
 
     def __init__(self, ctx: RankContext, workload: Any, job: dict[str, Any], writer: StoreWriter):
-        from accelkit.hardware.detect import environment
-
         self.ctx, self.workload, self.job, self.writer = ctx, workload, job, writer
         hardware, self.catalog = identify(ctx.device)
         self.setup = RankSetup(

@@ -21,16 +21,24 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
+from accelkit.bench.metrics import count_flops
+from accelkit.bench.record import RankMeasurement
+from accelkit.bench.variants import Variant
+from accelkit.bench.workloads import make_workload
+from accelkit.bench.workloads.base import run_in, train_step
+from accelkit.distributed.agreed_loop import AgreedRun, agreed_steady_state, agreed_warm_up
 from accelkit.distributed.collectives import run_collectives
+from accelkit.distributed.grad_comm import CommCounter, check_backend
+from accelkit.distributed.parallel import model_state_bytes, parallelize, train_parts
 from accelkit.distributed.process_group import destroy_process_group
+from accelkit.distributed.quality import EVAL_BATCHES, EVAL_STEP, lead_in_steps, mean_over_ranks
 from accelkit.distributed.rank import RankContext, gather_to_rank0, start
-
-if TYPE_CHECKING:
-    from accelkit.bench.record import RankMeasurement
+from accelkit.distributed.rank_results import BenchDocument, open_writer
+from accelkit.timing import LoopConfig
 
 
 def sync(device: str) -> None:
@@ -57,14 +65,6 @@ def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, 
     """This rank's measurements of one variant (the timing loop agreed with the other ranks); with gradient
     compression in the run, the bytes of every gradient collective counted per step (grad_comm.py)."""
     import gc
-
-    from accelkit.bench.metrics import count_flops
-    from accelkit.bench.record import RankMeasurement
-    from accelkit.bench.workloads.base import train_step
-    from accelkit.distributed.agreed_loop import AgreedRun, agreed_steady_state, agreed_warm_up
-    from accelkit.distributed.grad_comm import CommCounter, check_backend
-    from accelkit.distributed.parallel import model_state_bytes, parallelize, train_parts
-    from accelkit.timing import LoopConfig
 
     loop = LoopConfig.from_dict(job["loop"])
     recipe = variant.recipe(training=True)
@@ -124,10 +124,6 @@ def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], s
 
     import torch
 
-    from accelkit.bench.workloads.base import run_in, train_step
-    from accelkit.distributed.parallel import parallelize, train_parts
-    from accelkit.distributed.quality import EVAL_BATCHES, EVAL_STEP
-
     torch.manual_seed(job["seed"])
     parts = train_parts(workload, variant, ctx.device, seed=job["seed"], rank=ctx.rank)
     model = parallelize(parts.model, zero=job["zero"], device=ctx.device, recipe=variant.recipe(training=True))
@@ -151,8 +147,6 @@ def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], s
 
 def _quality(ctx: RankContext, workload: Any, variant: Any, job: dict[str, Any], lead_in: int) -> dict[str, Any] | None:
     """The ranks' mean loss per step of the quality check and their evaluation loss (rank 0; None elsewhere)."""
-    from accelkit.distributed.quality import mean_over_ranks
-
     ctx.say(f"{variant.name}: quality check, {job['quality_steps']} steps on the task's data"
             + (f" after {lead_in} lead-in step(s) (PowerSGD's start iteration)" if lead_in else ""))
     losses = gather_to_rank0(quality_losses(ctx, workload, variant, job, job["quality_steps"], lead_in))
@@ -165,11 +159,6 @@ def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
     variants stored so far — what the launcher returns when Ctrl-C stops the launch. Rank 0's whole document (None
     on the other ranks)."""
     import torch
-
-    from accelkit.bench.variants import Variant
-    from accelkit.bench.workloads import make_workload
-    from accelkit.distributed.quality import lead_in_steps
-    from accelkit.distributed.rank_results import BenchDocument, open_writer
 
     workload = make_workload(job["workload"], job["config"])
     variants = [Variant.from_dict(v) for v in job["variants"]]

@@ -14,7 +14,7 @@ from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.catalog import match_device_name
 from accelkit.hardware.detect import cpu_info, environment
 from accelkit.hardware.device import free_memory_bytes, resolve_device
-from accelkit.hardware.kernel_probe import probe_kernels
+from accelkit.hardware.kernel_probe import attention_shape, probe_kernels
 from accelkit.hardware.probe_quality import copy_quality, default_sizes, matmul_quality, mib, probe_quality
 from accelkit.timing import LoopConfig, LoopResult, time_loop
 
@@ -51,8 +51,6 @@ def peak_bytes(device: str, size: int, copy_bytes: int) -> int:
     matmul: a, b and the output in fp32 (the widest dtype); copy: src + dst; elementwise add: a, b, c of
     ``copy_bytes`` each on a CPU (fp32), half that in bf16 on a GPU (kernel_probe.probe_kernels); attention:
     q, k, v, their gradients, the output and its gradient (8 tensors of the attention shape)."""
-    from accelkit.hardware.kernel_probe import attention_shape
-
     wide = 4 if device == "cpu" else 2
     elementwise = 3 * max(1 << 16, copy_bytes // 4) * wide
     a = attention_shape(device)

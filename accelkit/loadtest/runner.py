@@ -26,6 +26,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from accelkit.core import AccelkitError, Measurement, summarize
+from accelkit.hardware.detect import environment
 from accelkit.loadtest.arrivals import arrival_offsets, describe_arrivals
 from accelkit.loadtest.client import OpenAIStreamClient
 from accelkit.loadtest.config import LoadTestConfig, rate_json
@@ -264,6 +265,4 @@ def _series(records: list[RequestRecord]) -> dict[str, list[float]]:
 
 
 def _environment() -> dict[str, Any]:
-    from accelkit.hardware.detect import environment
-
     return {**environment(with_torch=False), "client": "accelkit loadtest (httpx)"}

@@ -6,7 +6,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from accelkit.bench.runner import identify
+from accelkit.bench.variants import Variant
+from accelkit.bench.workloads import get_workload, make_workload
 from accelkit.core import AccelkitError, Measurement, UserError
+from accelkit.hardware.detect import environment
+from accelkit.hardware.device import resolve_device
 from accelkit.monitor.profiler import ProfileConfig, profile_step
 
 
@@ -22,12 +27,6 @@ def profile_workload(
 ) -> tuple[dict[str, Any], Measurement]:
     """Build the workload's first step (the bench workloads' own ``prepare``), profile it; returns the summary
     and the Measurement to store (kind 'profile', hardware named as `hw probe` and `bench` name it)."""
-
-    from accelkit.bench.runner import identify
-    from accelkit.bench.variants import Variant
-    from accelkit.bench.workloads import get_workload, make_workload
-    from accelkit.hardware.detect import environment
-    from accelkit.hardware.device import resolve_device
 
     step_note = on_step or (lambda text: None)
     fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]

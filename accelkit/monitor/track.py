@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from accelkit.core import ModelSpec, UserError
 from accelkit.monitor.registry import REGISTRY
+from accelkit.plan.flops import forward_flops, training_flops
 
 STEP_BUCKETS = (*tuple(10.0 ** e for e in (-3, -2.5, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2)), math.inf)
 
@@ -200,8 +201,6 @@ class JobTracker:
 
 def flops_per_step_for(model: ModelSpec, *, batch: int, seq: int, training: bool = True) -> float:
     """Model FLOPs of one step from the planner's formulas (6N + attention for training; 2N + attention forward)."""
-    from accelkit.plan.flops import forward_flops, training_flops
-
     if training:
         return training_flops(model, batch=batch, seq=seq)
     return forward_flops(model, batch=batch, seq=seq)

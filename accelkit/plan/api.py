@@ -8,12 +8,13 @@ from typing import Any
 from accelkit.core import Cluster, Estimate, UserError, Workload
 from accelkit.plan.context import PlanContext, kv_cache_dtype, make_context
 from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
-from accelkit.plan.grad_comm import PowerSGDSplit
+from accelkit.plan.grad_comm import PowerSGDSplit, describe, grad_reduction, rank_split
 from accelkit.plan.kv_capacity import describe as describe_kv_capacity
 from accelkit.plan.kv_capacity import kv_capacity
 from accelkit.plan.layout import Layout, check_compression, check_frozen, check_interleaving, check_user_layout
 from accelkit.plan.options import PlanOptions
-from accelkit.plan.stages import stage_blocks
+from accelkit.plan.stages import stage_blocks, stage_param_split
+from accelkit.plan.time import compression_s, dp_groups, reduce_s, reductions_per_step
 
 
 def layout_of(workload: Workload) -> Layout:
@@ -145,10 +146,6 @@ def grad_reduction_doc(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | 
     the experts' gradients are reduced over their own, smaller group (``expert_dp``): the top level describes
     the dense parameters' reduction over dp·cp, ``expert_group`` the experts' (absent when ep spans dp·cp).
     ``split``: the PowerSGD split the candidate's step time used (``Candidate.powersgd_split``; made here when None)."""
-    from accelkit.plan.grad_comm import describe, grad_reduction, rank_split
-    from accelkit.plan.stages import stage_param_split
-    from accelkit.plan.time import compression_s, dp_groups, reduce_s, reductions_per_step
-
     if layout.dp * layout.cp == 1 or ctx.options.frozen_weights:
         return None
     per_step = reductions_per_step(layout)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.core import DeviceSpec, UserError
 from accelkit.hardware import get_device
+from accelkit.hardware.probe import CPU_DTYPES
+from accelkit.hardware.probe_quality import small_copy, small_matmul, small_probe
 from accelkit.plan.priors import (
     COMM,
     DEFAULT_ATTENTION_OF_COMPUTE,
@@ -22,6 +24,7 @@ from accelkit.plan.priors import (
     assumed_compute,
     prior_efficiency,
 )
+from accelkit.results import ResultStore
 
 if TYPE_CHECKING:
     from accelkit.results import StoredResult
@@ -30,8 +33,6 @@ LOCAL_NAMES = ("cpu", "local", "local-cpu")
 
 
 def _probes(limit: int = 200) -> list[StoredResult]:
-    from accelkit.results import ResultStore
-
     try:
         with ResultStore(readonly=True) as store:  # reading: never waits on a writer's lock, creates nothing
             return store.query(kind="probe", limit=limit)
@@ -43,8 +44,6 @@ def latest_probe(device_name: str) -> Any | None:
     """Newest probe of the catalog device ``device_name`` at the default sizes or above (one below them, e.g. a
     copy that fits in L2, only when there is no other: its efficiencies would exceed what memory gives; the local
     CPU's are :func:`cpu_probes`)."""
-    from accelkit.hardware.probe_quality import small_probe
-
     found = [s.result for s in _probes() if (s.result.details or {}).get("catalog_name") == device_name]
     return next((r for r in found if small_probe(r.details) is None), found[0] if found else None)
 
@@ -60,8 +59,6 @@ def _cpu_peaks(probes: list[StoredResult]) -> dict[Any, tuple[float, StoredResul
     """dtype → (FLOP/s, the probe it came from, why it is below the default size or None): the newest matmul of
     each dtype at the default size or above, else the largest smaller one (said so). A probe covers only the dtypes
     it was asked for (a bench's quick fp16 probe has fp16 alone), so no one probe has them all."""
-    from accelkit.hardware.probe_quality import small_matmul
-
     peaks: dict[Any, tuple[float, StoredResult, str | None]] = {}  # keys: the dtypes the stored JSON names
     for stored in probes:  # newest first: the first figure of a dtype is its newest
         for dtype, m in (stored.result.details.get("matmul") or {}).items():
@@ -78,8 +75,6 @@ def _cpu_peaks(probes: list[StoredResult]) -> dict[Any, tuple[float, StoredResul
 def _cpu_bandwidth(probes: list[StoredResult]) -> tuple[StoredResult, str | None]:
     """The probe whose copy bandwidth describes this CPU's memory: the newest at the default copy size or above,
     else the largest smaller copy, with why it is suspect (a 1 MiB copy measured the cache at 159 GB/s)."""
-    from accelkit.hardware.probe_quality import small_copy
-
     full = [s for s in probes if small_copy(s.result.details) is None]
     if full:
         return full[0], None
@@ -97,8 +92,6 @@ def _probe_ref(stored: StoredResult) -> str:
 
 def missing_cpu_peak(device: DeviceSpec, dtype: str) -> str:
     """Why the probed CPU ``device`` has no ``dtype`` peak, and the command that measures one."""
-    from accelkit.hardware.probe import CPU_DTYPES
-
     have = ", ".join(device.peak_flops) or "none"
     if dtype not in CPU_DTYPES:
         return (f"{device.name}: `accelkit hw probe` measures no {dtype} matmul on a CPU (it measures "
@@ -110,8 +103,6 @@ def missing_cpu_peak(device: DeviceSpec, dtype: str) -> str:
 def latest_collectives(device_name: str | None) -> Any | None:
     """Newest `hw probe --collectives` of the local CPU (``device_name`` None) or of catalog device
     ``device_name``; its ``details['bus_bandwidth_gbps']['all_reduce']`` is the measured bus bandwidth."""
-    from accelkit.results import ResultStore
-
     try:
         with ResultStore(readonly=True) as store:  # reading: never waits on a writer's lock, creates nothing
             found = [r.result for r in store.query(kind="collectives", limit=50)]
@@ -217,8 +208,6 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
 def _cpu_efficiency(device: DeviceSpec) -> Efficiency:
     """A CPU's: compute 1.0 of its measured matmul, memory and the kernel classes from its probes, communication
     from the stored collectives when its fabric was measured."""
-    from accelkit.hardware.probe_quality import small_probe
-
     coll = latest_collectives(None)
     comm = COMM.get(device.vendor, DEFAULT_COMM)
     comm_notes: tuple[str, ...] = ()
@@ -252,8 +241,6 @@ def _cpu_efficiency(device: DeviceSpec) -> Efficiency:
 def _probed_efficiency(device: DeviceSpec, dtype: str, prior: Efficiency, probe: Any) -> Efficiency:
     """``prior`` with what this device's newest probe measured: the ``dtype`` matmul (or, still assumed, capped by
     what it measured in another dtype), the copy and the kernel classes."""
-    from accelkit.hardware.probe_quality import small_probe
-
     d = probe.details
     changes, notes = _probed_compute(device, dtype, prior, probe)
     if d.get("bandwidth", {}).get("fraction_of_peak"):

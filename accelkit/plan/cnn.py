@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 from accelkit.core import ModelSpec
+from accelkit.models.build import build_model
 
 DEFAULT_IMAGE_SIZE = 224
 
@@ -17,8 +18,6 @@ def trace_cnn(model: ModelSpec, *, dtype_bytes: int = 4) -> dict[str, Any]:
     one count per storage), and a per-layer table of conv/linear FLOPs and output bytes."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
-
-    from accelkit.models.build import build_model
 
     size = model.image_size or DEFAULT_IMAGE_SIZE
     dtype = {4: torch.float32, 2: torch.bfloat16}[dtype_bytes]

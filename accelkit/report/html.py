@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.core.bench_result import BenchResult, Comparison, comparison_against, verdicts
+from accelkit.hardware.probe_quality import best_copy, best_matmul, dtypes_of
+from accelkit.loadtest import plot_data
 from accelkit.report.images import images_traces, phase_traces
 from accelkit.report.tables import has_nonfinite_output, mfu_text
 from accelkit.report.template import TEMPLATE
@@ -288,8 +290,6 @@ def roofline_figure(store: ResultStore, notes: list[str] | None = None) -> dict[
     best stored probe of that dtype (``accelkit.hardware.probe_quality``: the best full probe; a quick or smaller
     one only where no better is stored, named in its trace and in ``notes``), the bandwidth likewise; a probe row
     without the figures is named in ``notes``. The catalog roofline (dashed) where the device is in the catalog."""
-    from accelkit.hardware.probe_quality import best_copy, best_matmul, dtypes_of
-
     by_hardware: dict[str, list[StoredResult]] = {}
     for s in store.query(kind="probe", limit=200):  # newest first
         hardware = s.result.hardware or "?"
@@ -336,8 +336,6 @@ def _loadtests(store: ResultStore, run_id: str | None) -> list[StoredResult]:
 
 def serving_curve_figure(results: list[StoredResult]) -> dict[str, Any] | None:
     """Latency against achieved request throughput, one line per load test (a sweep gives a curve)."""
-    from accelkit.loadtest import plot_data
-
     data = []
     for s in results:
         curve = plot_data(s.result)["curve"]  # type: ignore[arg-type]
@@ -356,8 +354,6 @@ def serving_curve_figure(results: list[StoredResult]) -> dict[str, Any] | None:
 
 def serving_distribution_figure(results: list[StoredResult]) -> dict[str, Any] | None:
     """TTFT and TPOT distributions per request rate of the newest load test."""
-    from accelkit.loadtest import plot_data
-
     data = []
     if results:
         newest = results[0]

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 from accelkit.core import AccelkitError, Estimate, Measurement, UserError, strict_json
 from accelkit.core.bench_result import BenchResult
+from accelkit.hardware.probe_quality import probe_quality
 from accelkit.results.finite_rows import NON_FINITE, put_back, take_out
 from accelkit.results.references import remap_ids
 
@@ -687,8 +688,6 @@ CSV_COLUMNS = (
 
 def _bench_columns(r: Estimate | Measurement) -> dict[str, Any]:
     if r.kind == "probe" and isinstance(r, Measurement):
-        from accelkit.hardware.probe_quality import probe_quality
-
         return {"probe_quality": probe_quality(r.details)}
     if r.kind != "bench" or not isinstance(r, Measurement):
         return {}

@@ -38,6 +38,7 @@ from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 from accelkit.serve.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from accelkit.serve.sequence import Sequence
 from accelkit.serve.structured import CompiledGrammar, GrammarCompiler, StructuredBackend
+from accelkit.serve.structured_llguidance import LLGuidanceBackend
 from accelkit.serve.tensor_parallel import (
     TensorParallelLeader,
     check_tensor_parallel_ranks,
@@ -258,7 +259,6 @@ class LLMEngine:
         """The structured-output backend over this model's tokenizer (on a compile thread, once)."""
         if self.tokenizer is None:
             raise ValueError("structured_outputs needs the model's tokenizer, and this model has none")
-        from accelkit.serve.structured_llguidance import LLGuidanceBackend
 
         return LLGuidanceBackend(self.tokenizer, self.model_args.vocab_size, self.eos_token_ids)
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING, Any
 
+from accelkit.core import Estimate, Measurement
+from accelkit.results.finite_rows import NON_FINITE
+from accelkit.results.references import remap_ids
 from accelkit.sweep.grid import Point
 
 if TYPE_CHECKING:
@@ -48,10 +51,6 @@ def collect(point: Point, outcome: dict[str, Any], writer: StoreWriter, run_id: 
 def _copy_rows(outcome: dict[str, Any], writer: StoreWriter, run_id: str, unstored: list[dict[str, Any]]) -> list[int]:
     """Copy the rows a point stored in another store (another Ray node) into the driver's, their cross-references
     remapped; the driver's ids of the point's results. A row the driver's store does not take goes to ``unstored``."""
-    from accelkit.core import Estimate, Measurement
-    from accelkit.results.finite_rows import NON_FINITE
-    from accelkit.results.references import remap_ids
-
     mapping: dict[int, int] = {}
     for row in outcome["results"]:  # in id order: estimates come before the measurements that cite them
         data = {k: v for k, v in row.items() if k not in ("id", "run_id", "type", NON_FINITE)}
@@ -68,8 +67,6 @@ def _copy_rows(outcome: dict[str, Any], writer: StoreWriter, run_id: str, unstor
 def _add_error_row(point: Point, outcome: dict[str, Any], line: dict[str, Any], writer: StoreWriter, run_id: str,
                    sweep: str, unstored: list[dict[str, Any]]) -> None:
     """Store a failed point's 'sweep-error' row (its id joins the line's ``result_ids``; unstored: ``unstored``)."""
-    from accelkit.core import Measurement
-
     error = Measurement(kind="sweep-error", name=f"{sweep} · point {point.index} · {point.key}", details={
         "sweep": sweep, "point": point.to_dict(), "error": outcome.get("error"),
         "traceback": outcome.get("traceback"), "host": outcome.get("host"),

@@ -8,11 +8,12 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from accelkit.core import Workload
-    from accelkit.loadtest import LoadTestConfig
+from accelkit.core import Recipe, Workload
+from accelkit.loadtest import LoadTestConfig
+from accelkit.loadtest.config import parse_rate as parse
+from accelkit.models import resolve_model
 
 
 class Axes(Protocol):
@@ -34,8 +35,6 @@ class Axes(Protocol):
 
 def parse_rate(value: float | str, field_name: str) -> float:
     """A request rate as the sweep file gives it (a number, or inf), checked as ``loadtest --request-rate`` is."""
-    from accelkit.loadtest.config import parse_rate as parse
-
     return parse(str(value), field=field_name)
 
 
@@ -87,9 +86,6 @@ def expand(spec: Axes) -> list[Point]:
 
 def plan_workload(p: Point) -> Workload:
     """The planner's workload for a plan point (also built when the file loads, to check it)."""
-    from accelkit.core import Recipe, Workload
-    from accelkit.models import resolve_model
-
     model = resolve_model(p.workload)
     c = dict(p.config)
     task = c.pop("task", "train")
@@ -102,6 +98,4 @@ def plan_workload(p: Point) -> Workload:
 
 def loadtest_config(name: str, config: Mapping[str, Any], loadtest: Mapping[str, Any], rate: float) -> LoadTestConfig:
     """A loadtest point's config: the sweep's ``loadtest`` fields, then the served model's own, at ``rate``."""
-    from accelkit.loadtest import LoadTestConfig
-
     return LoadTestConfig.from_dict({**loadtest, "model": name, **config, "request_rate": rate})

@@ -11,19 +11,25 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from accelkit.core import AccelkitError
+from accelkit.bench.record import StoreWriter
+from accelkit.bench.runner import BenchConfig, run_benchmark
+from accelkit.bench.variants import Variant
+from accelkit.bench.workloads import make_workload
+from accelkit.core import AccelkitError, Cluster
+from accelkit.distributed.launch import DistConfig
+from accelkit.plan import plan, resolve_hardware
+from accelkit.results import ResultStore
+from accelkit.results.store import default_path
 from accelkit.sweep.grid import Point, loadtest_config, plan_workload
 from accelkit.sweep.spec import SweepSpec
+from accelkit.timing import LoopConfig
 
 if TYPE_CHECKING:
     from accelkit.core import Estimate, Measurement
-    from accelkit.results import ResultStore
 
 
 def store_identity() -> dict[str, str]:
     """Which results store a point wrote to (host + path)."""
-    from accelkit.results.store import default_path
-
     return {"host": socket.gethostname(), "store": str(default_path().resolve())}
 
 
@@ -60,8 +66,6 @@ def _open_store(save: bool) -> tuple[ResultStore | None, str | None]:
     """This machine's store, and why it cannot be written: writable with ``save``; otherwise — or when it cannot be
     opened for writing (the point's store error) — read-only, for the stored probes a bench reads (None when even
     that fails: the point is measured all the same)."""
-    from accelkit.results import ResultStore
-
     error = None
     if save:
         try:
@@ -93,8 +97,6 @@ class _Measured:
 
 def _measure(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: str, store_error: str | None) -> _Measured:
     """Run the point and store what it measured."""
-    from accelkit.bench.record import StoreWriter
-
     writer = StoreWriter(store if store is not None and not store.readonly else None)
     if p.kind == "bench":
         doc = _bench_point(p, sweep, store, run_id, save=writer.can_write)
@@ -110,11 +112,6 @@ def _measure(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: str,
 
 def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: str, *, save: bool) -> dict[str, Any]:
     """The run's document (what ``accelkit bench --json`` prints); ``store`` is written only with ``save``."""
-    from accelkit.bench.runner import BenchConfig, run_benchmark
-    from accelkit.bench.variants import Variant
-    from accelkit.bench.workloads import make_workload
-    from accelkit.timing import LoopConfig
-
     config = {**p.config, **({"batch_size": p.batch_size} if p.batch_size is not None else {})}
     workload = make_workload(p.workload, config)
     bench = BenchConfig.from_dict({**sweep.bench, "loop": LoopConfig.from_dict(sweep.loop).to_dict()})
@@ -122,7 +119,6 @@ def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: 
     variants = [Variant(precision=p.precision)]  # type: ignore[arg-type]
     if p.layout:
         from accelkit.distributed.bench_launch import run_distributed_bench
-        from accelkit.distributed.launch import DistConfig
 
         return run_distributed_bench(workload, variants, bench, DistConfig.from_dict(p.layout), store=store,
                                      run_id=run_id).to_json()
@@ -133,9 +129,6 @@ def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: 
 
 
 def _plan_point(p: Point, sweep: SweepSpec) -> Estimate:
-    from accelkit.core import Cluster
-    from accelkit.plan import plan, resolve_hardware
-
     workload = plan_workload(p)
     return plan(workload, Cluster(device=resolve_hardware(str(sweep.hardware)), num_devices=workload.recipe.num_devices))
 

@@ -20,15 +20,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from accelkit.bench.record import StoreWriter
+from accelkit.core import Measurement
+from accelkit.results import ResultStore
 from accelkit.sweep.collect import collect
 from accelkit.sweep.executors import local_pool, ray_tasks
 from accelkit.sweep.grid import expand
 from accelkit.sweep.spec import SweepSpec
-
-if TYPE_CHECKING:
-    from accelkit.results import ResultStore
 
 
 @dataclass(slots=True)
@@ -64,10 +64,6 @@ def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = 
     """Run every point of ``spec``; each lands in ``store`` (default: this machine's) under one run id. A store that
     refuses a write fails nothing: what it did not take is in the result (``store_error`` says why), and no later
     write to it is tried. Ctrl-C stops the sweep with the points finished so far (``interrupted``)."""
-    from accelkit.bench.record import StoreWriter
-    from accelkit.core import Measurement
-    from accelkit.results import ResultStore
-
     points = expand(spec)
     run = SweepRun(spec.name, spec.kind, run_id or uuid.uuid4().hex[:12], f"ray ({ray})" if ray else
                    f"local process pool ({workers or spec.workers} workers)")

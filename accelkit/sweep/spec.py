@@ -21,9 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from accelkit.bench.runner import BenchConfig
+from accelkit.bench.workloads import get_workload
 from accelkit.core import UserError
 from accelkit.core.spec import Spec, spec_field
+from accelkit.distributed.launch import DistConfig
+from accelkit.hardware import get_device
+from accelkit.models import resolve_model
+from accelkit.plan.calibrate import LOCAL_NAMES
 from accelkit.sweep.grid import expand, loadtest_config, parse_rate, plan_workload
+from accelkit.timing import LoopConfig
 
 Kind = Literal["bench", "plan", "loadtest"]
 BENCH_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
@@ -127,10 +134,7 @@ class SweepSpec(Spec):
     def _check_bench(self) -> None:
         """The workloads, their config fields (with each batch size), ``loop`` and ``bench`` as `accelkit.sweep.point`
         reads them, and whether a torchrun layout can run each workload."""
-        from accelkit.bench.runner import BenchConfig
-        from accelkit.bench.workloads import get_workload
         from accelkit.distributed.parallel import SUPPORTED
-        from accelkit.timing import LoopConfig
 
         try:
             loop = LoopConfig.from_dict(self.loop)
@@ -162,10 +166,6 @@ class SweepSpec(Spec):
 
     def _check_plan(self) -> None:
         """The hardware, the model presets, and each point's recipe and workload as `accelkit.sweep.point` builds them."""
-        from accelkit.hardware import get_device
-        from accelkit.models import resolve_model
-        from accelkit.plan.calibrate import LOCAL_NAMES
-
         hardware = str(self.hardware)
         if hardware.strip().lower() not in LOCAL_NAMES:  # cpu: this machine's probe, read when the point runs
             try:
@@ -196,8 +196,6 @@ class SweepSpec(Spec):
 
     def _check_launch(self, i: int, layout: dict[str, Any]) -> None:
         """A bench layout with keys is a torchrun launch: the checks `bench --nproc-per-node` makes before it."""
-        from accelkit.distributed.launch import DistConfig
-
         if "nproc_per_node" not in layout:
             given = ", ".join(sorted(layout))
             raise ValueError(f"layouts[{i}] sets {given} but not nproc_per_node: a layout with keys is a torchrun "

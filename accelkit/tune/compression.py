@@ -20,12 +20,20 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from accelkit.bench.record import StoreWriter
+from accelkit.bench.runner import BenchConfig
+from accelkit.bench.variants import Variant, device_refusal
 from accelkit.core import Recipe, UserError
+from accelkit.distributed.bench_launch import run_distributed_bench
+from accelkit.distributed.launch import DistConfig
+from accelkit.distributed.parallel import SUPPORTED
+from accelkit.distributed.quality import QualityConfig
+from accelkit.hardware.device import resolve_device
+from accelkit.timing import LoopConfig
 from accelkit.tune.ranking import unsupported
 from accelkit.tune.search import Trial, TuneConfig, TuneResult, _dominates, _objective_key, check_measured_budget
 
 if TYPE_CHECKING:
-    from accelkit.bench.variants import Variant
     from accelkit.bench.workloads.base import BenchWorkload
     from accelkit.results import ResultStore
 
@@ -93,14 +101,6 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     ``quality_steps``: training steps of the quality check (``QualityConfig``'s field; None: its default); it trains
     at the workload's learning rate (``lr`` of its config). ``collective_timeout_s``: how long a rank waits in one
     collective for its peers (``DistConfig``'s field, checked there; None: its default)."""
-    from accelkit.bench.record import StoreWriter
-    from accelkit.bench.runner import BenchConfig
-    from accelkit.distributed.bench_launch import run_distributed_bench
-    from accelkit.distributed.launch import DistConfig
-    from accelkit.distributed.quality import QualityConfig
-    from accelkit.hardware.device import resolve_device
-    from accelkit.timing import LoopConfig
-
     config = config or TuneConfig()
     _check_arguments(workload, nproc_per_node, quality_steps)
     quality = QualityConfig(max_loss_increase=config.max_accuracy_drop,
@@ -145,8 +145,6 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
 
 def _check_arguments(workload: BenchWorkload, nproc_per_node: int, quality_steps: int | None) -> None:
     """What the search cannot run with: a workload the launcher does not train, one rank, no quality steps."""
-    from accelkit.distributed.parallel import SUPPORTED
-
     if workload.task != "train" or workload.name not in SUPPORTED:
         raise UserError(f"--nproc-per-node tunes the gradient compression of a training workload ({', '.join(SUPPORTED)}); "
                         f"{workload.name} is not one — drop --nproc-per-node")
@@ -159,8 +157,6 @@ def _check_arguments(workload: BenchWorkload, nproc_per_node: int, quality_steps
 def _candidates(device: str, nproc_per_node: int, max_trials: int) -> tuple[list[Trial], list[tuple[Trial, Variant]]]:
     """Every candidate's trial (refused: what this layout cannot run; skipped: beyond --max-trials), and the
     (trial, variant) pairs to measure."""
-    from accelkit.bench.variants import Variant, device_refusal
-
     variants = [Variant(grad_compression=kind, **({"powersgd_rank": rank} if kind == "powersgd" else {}))  # type: ignore[arg-type]
                 for kind, rank in CANDIDATES]
     trials = [Trial(v.name, v.recipe(training=True)) for v in variants]

@@ -16,12 +16,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from accelkit.core import Recipe, UserError
+from accelkit.bench.record import StoreWriter
+from accelkit.bench.runner import BenchConfig, identify, predict_variant, run_benchmark
+from accelkit.bench.variants import Variant, device_refusal
+from accelkit.core import Measurement, Recipe, UserError
 from accelkit.core.spec import Spec, spec_field
+from accelkit.hardware.detect import environment
+from accelkit.hardware.device import resolve_device
+from accelkit.hardware.probe import ProbeConfig, probe
+from accelkit.timing import LoopConfig
 from accelkit.tune.ranking import dominates, speed, unsupported
 
 if TYPE_CHECKING:
-    from accelkit.bench.record import StoreWriter
     from accelkit.bench.workloads.base import BenchWorkload
     from accelkit.core.bench_result import BenchRunResult
     from accelkit.results import ResultStore
@@ -130,9 +136,6 @@ class TuneResult:
                       run_id: str) -> None:
         """Store the search's own row (kind ``tune``: the winner's throughput, this result and ``details``) unless
         the store already refused a row of this run — a refused summary stays in the result, not lost."""
-        from accelkit.core import Measurement
-        from accelkit.hardware.detect import environment
-
         if not writer.can_write or self.store_error is not None:
             return
         winner = self.winner
@@ -303,10 +306,6 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     summary) the search goes on without storing and the result is still returned, with ``store_error`` set."""
     import uuid
 
-    from accelkit.bench.record import StoreWriter
-    from accelkit.bench.runner import identify
-    from accelkit.hardware.device import resolve_device
-
     config = config or TuneConfig()
     step = on_step or (lambda text: None)
     device = resolve_device(config.device)
@@ -350,7 +349,6 @@ def _quick_probe(device: str, hardware: str, store: ResultStore | None, writer: 
     estimate would be missing). Whether it ran, and its stored id (None: not stored)."""
     if not (device == "cpu" and store is not None and store.latest("probe", hardware=hardware) is None):
         return False, None
-    from accelkit.hardware.probe import ProbeConfig, probe
 
     step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
     measured_probe = probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}"))
@@ -365,8 +363,6 @@ def _quick_probe(device: str, hardware: str, store: ResultStore | None, writer: 
 
 def _refuse(trials: list[Trial], workload: BenchWorkload, device: str, step: Callable[[str], None]) -> None:
     """Mark what this device (and this workload) cannot run."""
-    from accelkit.bench.variants import Variant, device_refusal
-
     step(f"checking which of {len(trials)} recipes {device} can run")
     for t in trials:
         variant = Variant(explicit_recipe=t.recipe, label=t.name)
@@ -379,9 +375,6 @@ def _prune_by_estimate(trials: list[Trial], workload: BenchWorkload, device: str
                        step: Callable[[str], None]) -> dict[str, list[str]]:
     """The planner's memory estimate against the budget: prune what is over it. Returns why the planner has no
     estimate → the recipes it has none for (with a budget: they are held to it by their measured peak)."""
-    from accelkit.bench.runner import predict_variant
-    from accelkit.bench.variants import Variant
-
     step("estimating each recipe's memory with the planner")
     budget = config.memory_budget_bytes
     unestimated: dict[str, list[str]] = {}
@@ -423,10 +416,6 @@ def _measure(workload: BenchWorkload, measured: list[Trial], config: TuneConfig,
              store: ResultStore | None, reporter: Any, run_id: str, step: Callable[[str], None], *, save: bool,
              auto_probe: bool) -> BenchRunResult:
     """Measure the selected trials with the bench runner, interleaved, the fp32 output the accuracy reference."""
-    from accelkit.bench.runner import BenchConfig, run_benchmark
-    from accelkit.bench.variants import Variant
-    from accelkit.timing import LoopConfig
-
     loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick else LoopConfig()
     # a quick probe the store refused is not there for the bench's MFU peaks to find: it would measure the same
     # probe again, for an MFU the tune's document does not carry (and with saving off, nothing stores it)

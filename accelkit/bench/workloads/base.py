@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from accelkit.bench.variants import Variant, needs_context, numerics
-from accelkit.core import UserError
+from accelkit.core import ModelSpec, UserError
 from accelkit.core import Workload as WorkloadSpec
 from accelkit.core.spec import Spec
 from accelkit.hardware.device import free_memory_bytes
+from accelkit.models.build import check_buildable
 
 if TYPE_CHECKING:
     import torch
@@ -191,9 +192,6 @@ def gb(num_bytes: float) -> str:
 def check_workload(workload: BenchWorkload, device: str) -> None:
     """Everything refused before a run: the workload's own ``check``, then — for a workload of a model preset or
     config.json — whether transformers builds that architecture at all."""
-    from accelkit.core import ModelSpec
-    from accelkit.models.build import check_buildable
-
     workload.check(device)
     spec = getattr(workload, "model_spec", None)
     if isinstance(spec, ModelSpec):

@@ -20,6 +20,8 @@ from accelkit.bench.workloads.base import (
 from accelkit.core import ModelSpec, UserError
 from accelkit.core import Workload as WorkloadSpec
 from accelkit.core.spec import Spec, spec_field
+from accelkit.models import resolve_model
+from accelkit.models.build import build_model
 
 SIZES = {"tiny": "tiny-bert", "base": "bert-base", "large": "bert-large"}
 
@@ -43,8 +45,6 @@ class Bert(BenchWorkload):
 
     @property
     def model_spec(self) -> ModelSpec:
-        from accelkit.models import resolve_model
-
         spec = resolve_model(self.config.model or SIZES[self.config.size])
         if spec.family != "bert":
             raise UserError(f"bert needs a BERT-family model; {spec.name} is {spec.family}")
@@ -72,8 +72,6 @@ class Bert(BenchWorkload):
 
     def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
         import torch
-
-        from accelkit.models.build import build_model
 
         spec, c = self.model_spec, self.config
         ids = torch.randint(0, spec.vocab_size, (c.batch_size, c.seq_len), generator=model_seed(seed)).to(device)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from accelkit.bench.metrics import count_flops, meta_grouped_mm
 from accelkit.bench.variants import Variant, apply
 from accelkit.bench.workloads.base import (
     ACT_BYTES,
@@ -29,6 +30,8 @@ from accelkit.bench.workloads.base import (
 from accelkit.core import ModelSpec, UserError
 from accelkit.core import Workload as WorkloadSpec
 from accelkit.core.spec import Spec, spec_field
+from accelkit.models import resolve_model
+from accelkit.models.build import build_model
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,8 +127,6 @@ def _snapshot(layer: Any) -> dict[str, Any]:
 
 def resolve_decoder(name: str, workload: str) -> ModelSpec:
     """The model ``workload`` (llm or llm-train) is asked to run, refused unless it is a decoder."""
-    from accelkit.models import resolve_model
-
     spec = resolve_model(name)
     if spec.kind not in ("decoder", "moe"):
         article = "an" if spec.kind[0] in "aeiou" else "a"
@@ -175,8 +176,6 @@ class LLM(BenchWorkload):
     def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
         import torch
 
-        from accelkit.models.build import build_model
-
         spec, c = self.model_spec, self.config
         prompt = torch.randint(0, spec.vocab_size, (c.batch_size, c.prompt_len), generator=model_seed(seed)).to(device)
         model = build_model(spec, device=device, seed=seed)
@@ -222,8 +221,6 @@ class LLM(BenchWorkload):
         def decode_flops_at(cached: int) -> float:
             """FLOPs of one decode call while the cache holds ``cached`` tokens (the cache filled by an uncounted
             prefill; token values do not change a dense model's FLOPs)."""
-            from accelkit.bench.metrics import count_flops, meta_grouped_mm
-
             with torch.inference_mode(), meta_grouped_mm():  # the prefill too: an MoE's grouped GEMMs on meta fp32
                 ids = torch.zeros((c.batch_size, cached + 1), dtype=torch.long, device=device)
                 out = model(input_ids=ids[:, :cached], use_cache=True, **last_logits)

@@ -21,6 +21,7 @@ from accelkit.bench.workloads.llm import matmul_params, resolve_decoder
 from accelkit.core import ModelSpec, UserError
 from accelkit.core import Workload as WorkloadSpec
 from accelkit.core.spec import Spec, spec_field
+from accelkit.models.build import build_model
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,8 +64,6 @@ class LLMTrain(BenchWorkload):
 
     def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
         import torch
-
-        from accelkit.models.build import build_model
 
         spec, c = self.model_spec, self.config
         ids = torch.randint(0, spec.vocab_size, (c.batch_size, c.seq_len), generator=model_seed(seed)).to(device)

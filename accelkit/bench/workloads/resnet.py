@@ -21,6 +21,8 @@ from accelkit.bench.workloads.base import (
 from accelkit.core import ModelSpec, UserError
 from accelkit.core import Workload as WorkloadSpec
 from accelkit.core.spec import Spec, spec_field
+from accelkit.models import resolve_model
+from accelkit.models.build import build_model
 
 SIZES = {"tiny": "tiny-resnet", "50": "resnet-50", "152": "resnet-152"}
 
@@ -45,8 +47,6 @@ class ResNet(BenchWorkload):
 
     @property
     def model_spec(self) -> ModelSpec:
-        from accelkit.models import resolve_model
-
         spec = resolve_model(self.config.model or SIZES[self.config.size])
         if spec.family != "resnet":
             raise UserError(f"resnet needs a ResNet model; {spec.name} is {spec.family}")
@@ -75,8 +75,6 @@ class ResNet(BenchWorkload):
 
     def prepare(self, variant: Variant, device: str, *, seed: int) -> Prepared:
         import torch
-
-        from accelkit.models.build import build_model
 
         spec, c, side = self.model_spec, self.config, self.image_size
         gen = model_seed(seed)
