@@ -236,6 +236,7 @@ def drift(reference: torch.Tensor, output: torch.Tensor, *, logits: bool | None 
     stays strict — and top-1 agreement for outputs whose last dim is a class/vocab axis: ``logits``, a workload's
     ``output_is_logits``; None guesses from the shape). An output with inf/NaN (an fp16 overflow) has no drift
     figure: all are None, with a note saying why, not an exception — the variant is measured and fails its gate."""
+    # lazy: recipes import torch, and the CLI loads this module at start-up
     from accelkit.recipes.gates import drift as output_drift
 
     d = output_drift(reference, output.reshape(reference.shape), logits=logits)

@@ -416,6 +416,7 @@ def quality_check(variant: Any, quality: dict[str, dict[str, Any] | None] | None
     mine = (quality or {}).get(variant.name)
     if mine is None:
         return None
+    # lazy: recipes import torch, and the CLI loads this module at start-up
     from accelkit.recipes.grad_compression import gate_document, loss_gate
 
     if variant.compression == "none":

@@ -238,6 +238,7 @@ def device_refusal(variant: Variant, device: str, *, training: bool = False, wor
     if variant.explicit_recipe is None and variant.precision in ("tf32", "fp8") and supported_dtypes(device).get(
             variant.precision):
         return supported_dtypes(device)[variant.precision]
+    # lazy: recipes import torch, and the CLI loads this module at start-up
     from accelkit.recipes import refusal
     from accelkit.recipes.apply import techniques
     from accelkit.recipes.grad_compression import compression_refusal
@@ -262,6 +263,7 @@ def apply(
     also run under :func:`numerics`; int8 and fp8 go through the recipes' quantization). ``notes`` receives what
     each technique did (e.g. which share of the matmul weights an fp8 or int8 conversion reached); a workload hands
     them to the bench in ``Prepared.notes``."""
+    # lazy: recipes import torch, and the CLI loads this module at start-up
     from accelkit.recipes import apply as apply_recipe
 
     return apply_recipe(model, single_device(variant.recipe(training=train)), example_inputs=example_inputs,

@@ -281,6 +281,7 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
             closing(_CliReporter(progress=progress, saving=config.save)) as reporter:
         reporter.note(f"bench {name}: starting")
         if dist_config is not None:
+            # lazy: the torchrun launcher's modules (accelkit.distributed) load only for a multi-process run
             from accelkit.distributed.bench_launch import run_distributed_bench
 
             result: Any = run_distributed_bench(wl, variants, config, dist_config, store=store, reporter=reporter,
@@ -295,7 +296,7 @@ def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: di
     with _sigterm_as_interrupt() as received, closing(_CliReporter(progress=progress, saving=True)) as reporter:
         # the first line before torch and the workloads are imported (seconds on a busy machine)
         reporter.note(f"bench suite {name}{' --quick' if quick else ''}: starting")
-        from accelkit.bench.suite import get_suite, run_suite
+        from accelkit.bench.suite import get_suite, run_suite  # lazy: after the first progress line (above)
 
         suite = get_suite(name)
         config = _configs(bench, loop, quick, suite.loop)
@@ -360,6 +361,7 @@ def shared_footnotes(notes: list[list[str]]) -> list[str]:
 
 
 def _render(result: Any, as_json: bool, received: list[str] | None = None) -> None:
+    # lazy: report's modules load to render a result, not at every command's start-up
     from accelkit.report.phases import phase_lines, phase_table
     from accelkit.report.tables import bench_footnotes, bench_table, published_table
 

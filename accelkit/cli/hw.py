@@ -260,6 +260,7 @@ def roofline_rows(d: dict[str, Any]) -> list[tuple[Any, ...]]:
 def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[str, Any], save: bool, as_json: bool,
                  progress: bool | None) -> None:
     """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
+    # lazy: the collective probe's modules (accelkit.distributed) load only for `hw probe --collectives`
     from accelkit.distributed.collectives import CollectiveConfig, probe_collectives
 
     # as `hw probe --device` does: a bad name, or cuda without a GPU, is refused (it used to run on the CPU);

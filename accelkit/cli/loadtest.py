@@ -95,6 +95,7 @@ def loadtest_cmd(
 ) -> None:
     """Load-test an OpenAI-compatible server: TTFT, TPOT, ITL, E2E, throughput and goodput per request rate (and,
     with --structured-outputs, the share of outputs that obey the constraint)."""
+    # lazy: the runner imports httpx; only a real test needs it
     from accelkit.loadtest import run_loadtest
 
     with flag_values(FLAGS):

@@ -60,8 +60,8 @@ def monitor_cmd(
         return
     from prometheus_client import CollectorRegistry
 
-    from accelkit.monitor import Exporter
-    from accelkit.monitor.exporter import exposition_of
+    # lazy: prometheus_client, only when the exporter runs
+    from accelkit.monitor.exporter import Exporter, exposition_of
     from accelkit.monitor.registry import REGISTRY
 
     if as_json and not once:

@@ -167,7 +167,6 @@ def plan_cmd(
             return
     docs = [to_json(c, ctx) for c, ctx in rows]
     if not names and not docs[0]["fits"]:  # say what would fit: --offload, the smallest count
-
         docs[0]["overflow"]["would_fit"] = would_fit(rows[0][1], fixed=common["fixed"],
                                                      global_batch=req.global_batch, batch=req.batch)
     _store([to_estimate(c, ctx) for c, ctx in rows])

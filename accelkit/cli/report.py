@@ -41,6 +41,7 @@ def report_cmd(
     as_json: bool = JsonOption,
 ) -> None:
     """Write one self-contained HTML report (tables and plots, no network needed) from the results store."""
+    # lazy: report's modules load to write a report, not at every command's start-up
     from accelkit.report import write_report
 
     check_out_path(out_path)

@@ -141,6 +141,7 @@ def tune_cmd(
         with Progress(f"tune {name}", show=progress) as bar:
             reporter = _Reporter(bar, saving=save)
             if nproc_per_node > 1:
+                # lazy: the torchrun launcher's modules (accelkit.distributed) load only for a multi-process run
                 from accelkit.tune.compression import tune_compression
 
                 result = tune_compression(wl, config, nproc_per_node=nproc_per_node, quality_steps=quality_steps,

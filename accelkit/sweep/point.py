@@ -118,6 +118,7 @@ def _bench_point(p: Point, sweep: SweepSpec, store: ResultStore | None, run_id: 
     bench = bench if save else bench.replace(save=False)
     variants = [Variant(precision=p.precision)]  # type: ignore[arg-type]
     if p.layout:
+        # lazy: the torchrun launcher's modules (accelkit.distributed) load only for a multi-process run
         from accelkit.distributed.bench_launch import run_distributed_bench
 
         return run_distributed_bench(workload, variants, bench, DistConfig.from_dict(p.layout), store=store,
@@ -134,6 +135,7 @@ def _plan_point(p: Point, sweep: SweepSpec) -> Estimate:
 
 
 def _loadtest_point(p: Point, sweep: SweepSpec) -> Measurement:
+    # lazy: the runner imports httpx; only loadtest points need it
     from accelkit.loadtest.runner import run_loadtest
 
     return run_loadtest(loadtest_config(p.workload, p.config, sweep.loadtest, p.rate if p.rate is not None else math.inf))

@@ -134,6 +134,7 @@ class SweepSpec(Spec):
     def _check_bench(self) -> None:
         """The workloads, their config fields (with each batch size), ``loop`` and ``bench`` as `accelkit.sweep.point`
         reads them, and whether a torchrun layout can run each workload."""
+        # lazy: the torchrun launcher's modules (accelkit.distributed) load only for a multi-process run
         from accelkit.distributed.parallel import SUPPORTED
 
         try:

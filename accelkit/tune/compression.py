@@ -174,6 +174,7 @@ def _candidates(device: str, nproc_per_node: int, max_trials: int) -> tuple[list
 def _inconclusive_references(entries: dict[str, dict[str, Any]], config: TuneConfig, *,
                              lr: float | None) -> dict[str, str]:
     """Reference name → why it cannot judge its compressed twins (it barely learned, or its loss rose)."""
+    # lazy: recipes import torch
     from accelkit.recipes.grad_compression import inconclusive_reason
 
     inconclusive: dict[str, str] = {}

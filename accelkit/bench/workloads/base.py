@@ -236,6 +236,7 @@ def tf32_scope(variant: Variant, device: str, step: Callable[[], object]) -> Cal
     Flags are restored afterwards. On a CPU (no TF32) ``step`` itself, bare. Decided here, once, not per timed step."""
     if not device.startswith("cuda"):
         return step
+    # lazy: recipes import torch, and the CLI loads this module at start-up
     from accelkit.recipes.precision import tf32_enabled
 
     enabled = variant.effective_precision == "tf32"
