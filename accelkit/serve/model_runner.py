@@ -34,6 +34,7 @@ from accelkit.serve.kv_cache import KVCache, kv_cache_class
 from accelkit.serve.models.args import ModelArgs
 from accelkit.serve.models.llama import load_model
 from accelkit.serve.quant.config import online_quantization
+from accelkit.serve.quant.linear import Fp8Linear
 from accelkit.serve.sampler import Sampler
 from accelkit.serve.scheduler import ScheduledBatch
 from accelkit.serve.sequence import Sequence
@@ -154,8 +155,6 @@ class ModelRunner:
     def _select_fp8_matmul(self) -> None:
         """FP8 matmuls (``torch._scaled_mm`` with row-wise scales) where they run: a GPU of compute capability 9.0+
         and bfloat16 activations; elsewhere each FP8 weight is dequantized per matmul — said once in the log."""
-        from accelkit.serve.quant.linear import Fp8Linear
-
         why_not = None
         if self.device.type != "cuda":
             why_not = f"device {self.device} has no FP8 matmul"

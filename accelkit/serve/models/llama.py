@@ -24,6 +24,7 @@ from accelkit.serve.models.args import ModelArgs
 from accelkit.serve.models.mlp import MLP
 from accelkit.serve.models.moe import SparseMoE
 from accelkit.serve.quant.config import QuantConfig
+from accelkit.serve.quant.load import quantize_model
 
 
 def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
@@ -252,8 +253,6 @@ def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, de
     tensors = _read_safetensors(model_dir)
     keep_dtype: set[str] = set()  # quantized codes and their scales: loaded as the checkpoint stores them
     if quantization is not None:
-        from accelkit.serve.quant.load import quantize_model
-
         keep_dtype = quantize_model(model, tensors, quantization, args, _checkpoint_names)
     state: dict[str, torch.Tensor] = {}
     used: set[str] = set()
