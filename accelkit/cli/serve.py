@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -130,11 +129,10 @@ def serve_cmd(
         check_tensor_parallel_size(engine_config.tensor_parallel_size, model_args)
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
-        with ExitStack() as shown, flag_values():
-            # progress begins here, within FIRST_LINE_S where stderr is no terminal: importing torch and the web
-            # server takes seconds; the checks that need them (memory on the device, the tokenizer) come after it,
-            # so their error line may follow progress lines
-            bar = shown.enter_context(Progress("serve", show=progress))
+        # progress begins here, within FIRST_LINE_S where stderr is no terminal: importing torch and the web server
+        # takes seconds; the checks that need them (memory on the device, the tokenizer) come after it, so their
+        # error line may follow progress lines
+        with Progress("serve", show=progress) as bar, flag_values():
             bar.update("importing torch and the server", step="import")
             from accelkit.serve.server import build_server, run_server  # lazy: torch, transformers, FastAPI
 
