@@ -1,6 +1,7 @@
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,13 @@ if not torch.cuda.is_available():
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
+
+
+# A run started in the background (`cmd &`, nohup) inherits SIGINT ignored, and so does every process it starts:
+# the Ctrl-C tests' commands would never see their SIGINT. Handle it as a foreground run does, so that what those
+# tests send reaches the commands whatever started the run.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
