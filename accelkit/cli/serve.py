@@ -125,8 +125,8 @@ def serve_cmd(
         )
         # the config, its architecture, max_model_len and the checkpoint's headers, without torch: a bad directory is
         # one error line within a second
-        _, model_args, _ = preflight.check_model_dir(model, engine_config.max_model_len)
-        check_tensor_parallel_size(engine_config.tensor_parallel_size, model_args)
+        checked = preflight.check_model_dir(model, engine_config.max_model_len)
+        check_tensor_parallel_size(engine_config.tensor_parallel_size, checked.args)
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
         # progress begins here, within FIRST_LINE_S where stderr is no terminal: importing torch and the web server

@@ -85,7 +85,8 @@ class LLMEngine:
         cache allocation, CUDA graph capture); ``accelkit serve`` shows them as progress."""
         self.config = config
         model_dir = Path(config.model)
-        hf_config, self.model_args, self.max_model_len = preflight.check_model_dir(model_dir, config.max_model_len)
+        checked = preflight.check_model_dir(model_dir, config.max_model_len)
+        hf_config, self.model_args, self.max_model_len = checked.config, checked.args, checked.max_model_len
         check_tensor_parallel_size(config.tensor_parallel_size, self.model_args)
         if config.quantization is not None and self.model_args.quantization is not None:
             raise ValueError(f"quantization={config.quantization!r} quantizes a 16-bit checkpoint, but "
@@ -95,7 +96,7 @@ class LLMEngine:
         if quantized and config.tensor_parallel_size > 1:  # the ranks' shards are cut from 16-bit tensors only
             raise ValueError(f"tensor_parallel_size={config.tensor_parallel_size} with quantized weights ({quantized}) "
                              "is not supported yet; serve it with tensor_parallel_size=1")
-        device = self._preflight(model_dir, hf_config)
+        device = self._preflight(model_dir, hf_config, checked.tensors)
         check_tensor_parallel_ranks(config.tensor_parallel_size, device)
         self.tokenizer = _load_tokenizer(model_dir)
         self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
@@ -146,10 +147,9 @@ class LLMEngine:
         # structured outputs: compiles (and caches) their specs on its own threads; its backend made on first use
         self.structured_compiler = GrammarCompiler(self._make_structured_backend)
 
-    def _preflight(self, model_dir: Path, hf_config: dict[str, Any]) -> str:
+    def _preflight(self, model_dir: Path, hf_config: dict[str, Any], tensors: dict[str, preflight.TensorInfo]) -> str:
         """Refuse, before allocating anything, a checkpoint that does not match its config or cannot fit; the device
         ``config.device`` resolves to (resolved here, once)."""
-        tensors = preflight.checkpoint_tensors(model_dir)  # (checked against the config in check_model_dir)
         device = resolve_device(self.config.device)
         where, device_available = preflight.available_memory(device)
         host_available = device_available if where == "host memory" else preflight.available_memory("cpu")[1]

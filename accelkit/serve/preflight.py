@@ -18,7 +18,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from accelkit.core import serving_memory
 from accelkit.core.serving_memory import KVCacheDtype
@@ -244,11 +244,20 @@ def check_checkpoint(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_
             )
 
 
-def check_model_dir(model_dir: Path, max_model_len: int | None) -> tuple[dict[str, Any], ModelArgs, int]:
+class CheckedModel(NamedTuple):
+    """What :func:`check_model_dir` read: the config, its model args, the context length, the checkpoint's tensors."""
+
+    config: dict[str, Any]
+    args: ModelArgs
+    max_model_len: int
+    tensors: dict[str, TensorInfo]
+
+
+def check_model_dir(model_dir: Path, max_model_len: int | None) -> CheckedModel:
     """The checks that need neither torch nor the tokenizer: ``config.json`` parses and names a supported
-    architecture, ``max_model_len`` fits its positions, and the checkpoint's headers match the config. Returns
-    (config, model args, max_model_len). `accelkit serve` runs it before it imports torch, so a bad directory is
-    one error line within a second; the engine runs it again (headers only: milliseconds)."""
+    architecture, ``max_model_len`` fits its positions, and the checkpoint's headers match the config; returns what
+    it read. `accelkit serve` runs it before it imports torch, so a bad directory is one error line within a second;
+    the engine runs it again (headers only: milliseconds)."""
     hf_config = read_config(model_dir)
     try:
         model_args = ModelArgs.from_config(hf_config)
@@ -260,8 +269,9 @@ def check_model_dir(model_dir: Path, max_model_len: int | None) -> tuple[dict[st
     if length > model_args.max_position_embeddings:
         raise ValueError(f"max_model_len={length} exceeds the model's max_position_embeddings="
                          f"{model_args.max_position_embeddings}")
-    check_checkpoint(hf_config, checkpoint_tensors(model_dir), model_dir)
-    return hf_config, model_args, length
+    tensors = checkpoint_tensors(model_dir)
+    check_checkpoint(hf_config, tensors, model_dir)
+    return CheckedModel(hf_config, model_args, length, tensors)
 
 
 _FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
