@@ -43,7 +43,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -74,7 +74,7 @@ def log(msg: str) -> None:
     print(f"[vs_vllm] {msg}", file=sys.stderr, flush=True)
 
 
-def usage_error(message: str) -> None:
+def usage_error(message: str) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
