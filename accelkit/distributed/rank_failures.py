@@ -148,20 +148,39 @@ NATIVE_LINES = 4
 
 
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
+#: the lines that open a Python traceback, which a native crash never prints: a peer that failed during the process
+#: group's start prints its traceback without torch's ``[rankN]:`` marks (the hook that adds them is not set yet)
+_TRACEBACK_START = re.compile(r"^(Traceback \(most recent call last\):|During handling of the above exception|"
+                              r"The above exception was the direct cause)")
+#: a traceback's source lines (four spaces in) and the carets under them
+_TRACEBACK_BODY = re.compile(r"^( {4}|\s*[\^~]+\s*$)")
+#: the exception line that ends a traceback: ``RuntimeError: …``, ``torch.distributed.DistBackendError: …``
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")
 
 
 def last_rank_lines(output: list[str], rank: int, n: int = NATIVE_LINES) -> list[str]:
     """The last ``n`` lines the ranks printed themselves before torchrun reported the failure — where a native crash
     says what it was ("terminate called …", "Fatal Python error: Aborted", "Segmentation fault"): torch's log lines,
     torchrun's banners and report, faulthandler's stack dumps, accelkit's progress lines and the lines torch marks
-    as another rank's (``[rankN]:``, its tracebacks: a peer's "Connection reset by peer") left out."""
+    as another rank's (``[rankN]:``, its tracebacks: a peer's "Connection reset by peer") left out, and so are
+    Python tracebacks without marks (a peer that failed while the process group started: its "Connection closed by
+    peer" came after the crash's line and took the last lines' place)."""
     end = next((i for i, line in enumerate(output) if "failed (exitcode" in line), len(output))
-    kept = []
+    kept, in_traceback = [], False
     for line in output[:end]:
         if not line.strip() or _TORCH_LOG.match(line) or _STACK_DUMP.match(line):
             continue
         if (m := _RANK_PREFIX.match(line)) and int(m.group(1)) != rank:
             continue
+        if _TRACEBACK_START.match(line):
+            in_traceback = True
+            continue
+        if in_traceback:  # a peer's unmarked traceback; a crash's own line written in between is kept
+            if _TRACEBACK_BODY.match(line):
+                continue
+            if _EXCEPTION_LINE.match(line):
+                in_traceback = False
+                continue
         kept.append(line.strip())
     return [_shorten(line) for line in kept[-n:]]
 
