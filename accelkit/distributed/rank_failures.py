@@ -152,10 +152,26 @@ _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
 #: group's start prints its traceback without torch's ``[rankN]:`` marks (the hook that adds them is not set yet)
 _TRACEBACK_START = re.compile(r"^(Traceback \(most recent call last\):|During handling of the above exception|"
                               r"The above exception was the direct cause)")
-#: a traceback's source lines (four spaces in) and the carets under them
-_TRACEBACK_BODY = re.compile(r"^( {4}|\s*[\^~]+\s*$)")
+#: a traceback's source lines (four spaces in), the carets under them, and the rest of a ``File "…", line N, in f``
+#: line that a crash's line was written into (see _CRASH_TEXT)
+_TRACEBACK_BODY = re.compile(r"^( {4}|\s*[\^~]+\s*$|.*\", line \d+, in \S+\s*$)")
 #: the exception line that ends a traceback: ``RuntimeError: …``, ``torch.distributed.DistBackendError: …``
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")
+#: what native crashes print. Python writes a traceback line in pieces (the file name, the line number, … each a
+#: write of its own), so another process's line, written whole, can land inside one: ``  File "terminate called
+#: without an active exception`` — the crash's text is then the rest of that line
+_CRASH_TEXT = re.compile(r"terminate called |Fatal Python error: |Segmentation fault|Bus error|Illegal instruction")
+
+
+def _crash_text_apart(lines: Iterable[str]) -> Iterable[str]:
+    """Each line, with a crash's text that landed inside another process's line split off as a line of its own."""
+    for line in lines:
+        m = _CRASH_TEXT.search(line)
+        if m and line[:m.start()].strip() and not _RANK_PREFIX.match(line):
+            yield line[:m.start()]
+            yield line[m.start():]
+        else:
+            yield line
 
 
 def last_rank_lines(output: list[str], rank: int, n: int = NATIVE_LINES) -> list[str]:
@@ -164,10 +180,11 @@ def last_rank_lines(output: list[str], rank: int, n: int = NATIVE_LINES) -> list
     torchrun's banners and report, faulthandler's stack dumps, accelkit's progress lines and the lines torch marks
     as another rank's (``[rankN]:``, its tracebacks: a peer's "Connection reset by peer") left out, and so are
     Python tracebacks without marks (a peer that failed while the process group started: its "Connection closed by
-    peer" came after the crash's line and took the last lines' place)."""
+    peer" came after the crash's line and took the last lines' place, or took the crash's text into one of its
+    lines)."""
     end = next((i for i, line in enumerate(output) if "failed (exitcode" in line), len(output))
     kept, in_traceback = [], False
-    for line in output[:end]:
+    for line in _crash_text_apart(output[:end]):
         if not line.strip() or _TORCH_LOG.match(line) or _STACK_DUMP.match(line):
             continue
         if (m := _RANK_PREFIX.match(line)) and int(m.group(1)) != rank:

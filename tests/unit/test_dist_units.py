@@ -302,6 +302,27 @@ def test_a_peers_unmarked_traceback_after_the_crash_does_not_take_its_place(tmp_
                             "exception | Fatal Python error: Aborted"), message
 
 
+def test_a_crash_line_written_into_a_peers_traceback_line_is_found_there(tmp_path):
+    """Python writes a traceback line in pieces; rank 1's crash line, written whole, landed inside rank 0's
+    ``File "…"`` line, which is left out — the message quoted only "Fatal Python error: Aborted" (the next time)."""
+    from accelkit.distributed.rank_failures import failed_ranks, failure_message
+
+    output = [
+        "Traceback (most recent call last):",
+        '  File "terminate called without an active exception',
+        '/x/process_group.py", line 40, in start',
+        "    backend_class = ProcessGroupGloo(",
+        "Fatal Python error: Aborted",
+        "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:14555.",
+        "E1201 11:12:49.973000 25160 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -6) "
+        "local_rank: 1 (pid: 25169) of binary: /x/python",
+        *SUMMARY,
+    ]
+    message = failure_message(failed_ranks(tmp_path, output), output)
+    assert message.endswith("; the last output lines (rank 1's, or unmarked): terminate called without an active "
+                            "exception | Fatal Python error: Aborted"), message
+
+
 def test_error_files_order_ranks_by_nanoseconds_within_a_second(tmp_path):
     import json
 
