@@ -231,3 +231,32 @@ def test_prompt_logprob_ranks_are_each_tokens_place_in_the_sorted_vocabulary(k):
     _, plain = Sampler.read(Sampler.pack_logprobs(logits, tokens, k))
     assert plain == [(chosen, top) for chosen, top, _ in rows]
 
+
+
+def test_random_rows_sample_the_softmax_distribution():
+    """The exponential race with its noise made from uniform draws (-log(1 - U), in place of torch's slow
+    ``exponential_``) still samples softmax(logits / T): 40,000 rows of one 4-token distribution, each token's
+    frequency within 4 standard errors of its probability, at two temperatures and under top-k."""
+    logits = torch.tensor([2.0, 1.3, 0.5, -1.0])
+    n = 40_000
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    for params, probs in [
+        (SamplingParams(temperature=1.0), logits.softmax(-1)),
+        (SamplingParams(temperature=0.5), (logits / 0.5).softmax(-1)),
+        (SamplingParams(temperature=1.0, top_k=2), torch.cat([logits[:2].softmax(-1), torch.zeros(2)])),
+    ]:
+        tokens = sampler(logits.repeat(n, 1), [params] * n, list(range(n)))
+        freq = torch.bincount(torch.tensor(tokens), minlength=4).double() / n
+        se = (probs.double() * (1 - probs.double()) / n).sqrt()
+        assert ((freq - probs.double()).abs() <= 4 * se + 1e-12).all(), (params, freq, probs)
+
+
+def test_a_seeded_row_gives_the_same_tokens_whatever_shares_its_batch():
+    logits = torch.randn(3, V, generator=torch.Generator().manual_seed(1))
+    seeded = SamplingParams(temperature=1.0, seed=1234)
+    alone = [Sampler(torch.device("cpu"), seed=s)(logits[:1], [seeded], [7])[0] for s in (0, 1)]
+    crowded = Sampler(torch.device("cpu"), seed=2)(logits, [SamplingParams(temperature=1.0), seeded,
+                                                            SamplingParams(temperature=0.7)], [1, 7, 3])
+    assert alone[0] == alone[1]
+    crowded_alone = Sampler(torch.device("cpu"), seed=5)(logits[1:2], [seeded], [7])[0]
+    assert crowded[1] == crowded_alone
