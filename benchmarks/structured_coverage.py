@@ -246,6 +246,8 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=30.0)
     ap.add_argument("--memory-gb", type=float, default=4.0)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/accelkit-structured-coverage"))
+    ap.add_argument("--tokenizer", type=Path, help="a Hugging Face tokenizer folder to use instead of the BPE trained "
+                    "on the data (e.g. GPT-2's, made by benchmarks/gpt2_tokenizer.py)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
 
@@ -253,7 +255,7 @@ def main() -> None:
 
     load_before = os.getloadavg()
     picked = sample(args.data, args.per_subset, args.seed)
-    tok_path = tokenizer_dir(args.data, args.vocab, args.cache, args.seed)
+    tok_path = args.tokenizer or tokenizer_dir(args.data, args.vocab, args.cache, args.seed)
     worker = Worker(tok_path, args.seed)
     rows: list[dict[str, Any]] = []
     for i, (subset, path) in enumerate(picked):
@@ -279,6 +281,8 @@ def main() -> None:
                     "note": "load averages above the CPU count mean other jobs shared the machine: read the CPU times"},
         "sample": {"per_subset": args.per_subset, "seed": args.seed, "files": [f"{s}/{p.name}" for s, p in picked]},
         "vocab_size": vocab_size,
+        "tokenizer": str(args.tokenizer) if args.tokenizer else f"byte-level BPE of {args.vocab:,} tokens trained on "
+                     f"the data (seed {args.seed})",
         "limits": {"timeout_s": args.timeout_s, "memory_gb": args.memory_gb, "walk_tokens": WALK_TOKENS},
         "overall": summarize(rows),
         "by_subset": by_subset,
