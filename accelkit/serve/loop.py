@@ -64,6 +64,39 @@ class RequestStream:
 class EngineLoop:
     def __init__(self, engine: LLMEngine, *, on_step: Callable[[EngineStats], None] | None = None) -> None:
         self.engine = engine
+        self._setup(on_step, self._run)
+
+    @classmethod
+    def build(cls, make_engine: Callable[[], LLMEngine], *,
+              on_step: Callable[[EngineStats], None] | None = None) -> EngineLoop:
+        """Build the engine on the loop's own thread and run the loop there (started; what ``make_engine`` raises is
+        raised here). Every torch call of the engine, from loading the weights on, then runs on one thread, as it
+        does offline. An engine built on this thread and stepped on another ran a CPU decode step 3x slower: each
+        thread that runs torch work keeps its own team of OpenMP threads, and with more of them alive than there
+        are cores, GNU OpenMP stops spinning between parallel regions and puts every worker to sleep — a futex
+        wake-up per region (1.9 → 6.2 ms per token at batch 1 on 2 cores, ``benchmarks/engine_step_breakdown.py``)."""
+        loop = cls.__new__(cls)
+        built = threading.Event()
+        failure: list[BaseException] = []
+
+        def build_then_run() -> None:
+            try:
+                loop.engine = make_engine()
+            except BaseException as exc:
+                failure.append(exc)
+                return
+            finally:
+                built.set()
+            loop._run()
+
+        loop._setup(on_step, build_then_run)
+        loop._thread.start()
+        built.wait()
+        if failure:
+            raise failure[0]
+        return loop
+
+    def _setup(self, on_step: Callable[[EngineStats], None] | None, target: Callable[[], None]) -> None:
         self.on_step = on_step
         self.error: BaseException | None = None
         self._cond = threading.Condition()
@@ -71,7 +104,7 @@ class EngineLoop:
         self._failure: BaseException | None = None  # set by fail(): raised on the loop thread
         self._sinks: dict[str, OutputCallback] = {}
         self._flush_hooks: list[Callable[[], None]] = []
-        self._thread = threading.Thread(target=self._run, name="accelkit-engine", daemon=True)
+        self._thread = threading.Thread(target=target, name="accelkit-engine", daemon=True)
 
     @property
     def is_alive(self) -> bool:

@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -304,3 +305,43 @@ def test_identical_prompts_admitted_together_share_their_prefix(model_dir):
     assert [o.token_ids for o in cold_outs] == [alone] * 4
     assert stats.prefix_cache_hits == 3 * full, (stats.prefix_cache_hits, full)
     assert after.prefix_cache_hits - before.prefix_cache_hits == 4 * full
+
+
+def test_a_loop_that_builds_its_engine_runs_all_of_its_torch_work_on_one_thread(model_dir, greedy_ref):
+    """EngineLoop.build (what the server uses): the engine is made on the loop's thread and stepped there — an
+    engine built on one thread and stepped on another left two OpenMP teams alive and ran 3x slower on a CPU. What
+    the factory raises is raised to the caller, and no loop is left running."""
+    from accelkit.serve.config import EngineConfig
+    from accelkit.serve.engine import LLMEngine
+
+    threads: dict[str, threading.Thread] = {}
+
+    def make_engine() -> LLMEngine:
+        threads["built"] = threading.current_thread()
+        return LLMEngine(EngineConfig(model=str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128))
+
+    loop = EngineLoop.build(make_engine)
+    try:
+        step = loop.engine.step
+
+        def recording_step(*args, **kwargs):
+            threads["stepped"] = threading.current_thread()
+            return step(*args, **kwargs)
+
+        loop.engine.step = recording_step
+        tokens = [loop.add_request(p, SamplingParams.greedy(12)).result().token_ids for p in PROMPTS]
+        assert tokens == greedy_ref
+        assert threads["built"] is threads["stepped"] is not threading.main_thread()
+        assert threads["built"].name == "accelkit-engine"
+    finally:
+        loop.stop()
+    assert not loop.is_alive
+
+    def broken() -> LLMEngine:
+        raise ValueError("max_model_len=0 is not allowed")
+
+    before = threading.active_count()
+    with pytest.raises(ValueError, match="max_model_len=0"):
+        EngineLoop.build(broken)
+    time.sleep(0.05)
+    assert threading.active_count() == before  # the loop's thread ended with its failed build

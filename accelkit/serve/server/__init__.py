@@ -34,13 +34,18 @@ def build_server(engine_config: EngineConfig, server_config: ServerConfig, *,
     once the model directory has passed its checks (:class:`LLMEngine`'s)."""
     registry = registry if registry is not None else REGISTRY
     metrics = ServingMetrics.get(registry)  # before the engine: a registry problem should not cost a model load
-    engine = LLMEngine(engine_config, on_step=on_step)
-    if on_step is not None:
-        on_step("starting the engine loop")
-    loop = EngineLoop(engine)
+
+    def make_engine() -> LLMEngine:
+        engine = LLMEngine(engine_config, on_step=on_step)
+        if on_step is not None:
+            on_step("starting the engine loop")
+        return engine
+
+    # built on the loop's thread: all of the engine's torch work on one thread (see EngineLoop.build)
+    loop = EngineLoop.build(make_engine)
+    engine = loop.engine
     state = ServingState(loop, server_config, metrics)
     loop.on_step = state.bridge.on_step
-    loop.start()
     if engine.tensor_parallel is not None:  # a worker's death ends the loop now, even while it sleeps
         engine.tensor_parallel.on_death(lambda message: loop.fail(WorkerDiedError(message)))
     app = create_app(state, registry=registry)
