@@ -33,6 +33,7 @@ the workers import the ``accelkit`` of the tree they measure.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -112,9 +113,13 @@ def run_offline(llm: Any, batch: int, max_tokens: int, rec: host.Recorder, tempe
             "text_chars": sum(len(o.text) for o in outs)}
 
 
-def run_streaming(llm: Any, batch: int, max_tokens: int, rec: host.Recorder, temperature: float) -> dict[str, Any]:
+def run_streaming(llm: Any, batch: int, max_tokens: int, rec: host.Recorder, temperature: float,
+                  loop: Any = None) -> dict[str, Any]:
     """engine_host_overhead.run_streaming (EngineLoop + the server's MetricsBridge and Mailbox hand-over into an
-    asyncio consumer thread) with 256-token prompts and the sampling temperature as a parameter."""
+    asyncio consumer thread) with 256-token prompts and the sampling temperature as a parameter. ``loop``: a running
+    EngineLoop of ``llm.engine`` (made by ``EngineLoop.build``, as the server makes it); None: a new
+    ``EngineLoop(llm.engine)`` on an engine built on this thread (the server before it built on the loop's thread,
+    and a tree without ``EngineLoop.build``)."""
     import asyncio
     import threading
 
@@ -142,7 +147,10 @@ def run_streaming(llm: Any, batch: int, max_tokens: int, rec: host.Recorder, tem
 
     thread = threading.Thread(target=aloop.run_until_complete, args=(consume(),), daemon=True)
     thread.start()
-    loop = EngineLoop(llm.engine, on_step=bridge.on_step)
+    own_loop = loop is None
+    if loop is None:
+        loop = EngineLoop(llm.engine)
+    loop.on_step = bridge.on_step
     box = server_state.Mailbox(aloop)  # the server's delivery: one event-loop wake-up per step
     loop.add_flush_hook(box.flush)
 
@@ -155,12 +163,16 @@ def run_streaming(llm: Any, batch: int, max_tokens: int, rec: host.Recorder, tem
     rec.wrap(loop, "on_step", "on_step")
     rec.active = True
     w0 = time.perf_counter()
-    loop.start()
+    if own_loop:
+        loop.start()
     for p in prompts:
         loop.add_request(p, params, callback=callback)
     assert done.wait(1800), "the streaming run did not finish"
     wall = time.perf_counter() - w0
-    loop.stop()
+    if own_loop:
+        loop.stop()
+    else:
+        loop.remove_flush_hook(box.flush)
     rec.active = False
     thread.join(10)
     return {"wall_s": wall, "num_outputs": counts["outputs"], "text_chars": counts["chars"]}
@@ -185,10 +197,18 @@ def shares(phases_us: dict[str, float]) -> dict[str, float]:
     return {k: round(v / total, 4) if total > 0 else 0.0 for k, v in phases_us.items()}
 
 
+def _make_engine(made: list[Any], model_dir: str, kv_bytes: int) -> Any:
+    """An LLM (kept in ``made``) and its engine, for ``EngineLoop.build`` to make on the loop's thread."""
+    from accelkit.serve import LLM
+
+    made.append(LLM(model_dir, kv_cache_memory_bytes=kv_bytes, **ENGINE))
+    return made[0].engine
+
+
 def worker(args: argparse.Namespace) -> None:
     import torch
 
-    from accelkit.serve import LLM
+    from accelkit.serve import LLM, EngineLoop
 
     torch.set_num_threads(args.threads)
     config = json.loads((Path(args.model_dir) / "config.json").read_text())
@@ -200,14 +220,28 @@ def worker(args: argparse.Namespace) -> None:
                 # prefill takes ceil(batch * 256 / 2048) steps; every sequence decodes after that
                 max_tokens = -(-batch * PROMPT_TOKENS // ENGINE["max_num_batched_tokens"]) + args.skip + args.steps + 4
                 kv_bytes = 16 * 2**20 + batch * (PROMPT_TOKENS + max_tokens + 32) * kv_per_token
-                llm = LLM(args.model_dir, kv_cache_memory_bytes=kv_bytes, **ENGINE)
+                loop = None
+                if path == "streaming" and hasattr(EngineLoop, "build"):
+                    # as the server does: the engine built on the loop's thread, all its torch work on one thread
+                    # (this worker process runs no other path: the main thread has no OpenMP team of its own)
+                    made: list[Any] = []
+                    loop = EngineLoop.build(functools.partial(_make_engine, made, args.model_dir, kv_bytes))
+                    llm = made[0]
+                else:
+                    llm = LLM(args.model_dir, kv_cache_memory_bytes=kv_bytes, **ENGINE)
                 runner = llm.engine.runner
                 rec = host.Recorder()
                 instrument(llm, rec)
-                run = run_offline if path == "offline" else run_streaming
-                run(llm, min(batch, 4), 8, host.Recorder(), temperature)  # warm-up: first-call costs
-                rec.records.clear()
-                whole = run(llm, batch, max_tokens, rec, temperature)
+                if path == "offline":
+                    run_offline(llm, min(batch, 4), 8, host.Recorder(), temperature)  # warm-up: first-call costs
+                    rec.records.clear()
+                    whole = run_offline(llm, batch, max_tokens, rec, temperature)
+                else:
+                    run_streaming(llm, min(batch, 4), 8, host.Recorder(), temperature, loop)
+                    rec.records.clear()
+                    whole = run_streaming(llm, batch, max_tokens, rec, temperature, loop)
+                    if loop is not None:
+                        loop.stop()
                 cell = summarize(rec.records, batch, args.skip, args.steps)
                 cell.update(whole)
                 cell.update(max_tokens=max_tokens, attention_backend=runner.attention_backend,
@@ -218,19 +252,32 @@ def worker(args: argparse.Namespace) -> None:
                 print(f"  [{args.label}] {key:20s} step {cell['step_us_wall']:9.1f} µs wall, "
                       f"{cell['step_us_cpu']:9.1f} µs cpu; " + ", ".join(f"{k} {v:.0%}" for k, v in top),
                       file=sys.stderr, flush=True)
-                del llm, runner
+                del llm, runner, loop
     Path(args.json_out).write_text(json.dumps(result))
 
 
 # ---- the orchestrator ----------------------------------------------------------------------------------
 def run_worker(tree: Path, label: str, model_dir: Path, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """One worker process per path (an offline cell's torch work on the main thread would leave that thread an
+    OpenMP team of its own, beside the streaming loop's), merged into one record."""
+    merged: dict[str, Any] = {"cells": {}, "load_average_before_after": [], "wall_s": 0.0}
+    for path in args.paths:
+        one = _run_path_worker(tree, label, model_dir, args, out, path)
+        merged["cells"].update(one["cells"])
+        merged["load_average_before_after"] += one["load_average_before_after"]
+        merged["wall_s"] = round(merged["wall_s"] + one["wall_s"], 1)
+    return merged
+
+
+def _run_path_worker(tree: Path, label: str, model_dir: Path, args: argparse.Namespace, out: Path,
+                     path: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(args.threads),
            "TOKENIZERS_PARALLELISM": "false"}
     env.pop("TRITON_INTERPRET", None)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--model-dir", str(model_dir),
            "--json-out", str(out), "--label", label, "--skip", str(args.skip), "--steps", str(args.steps),
            "--threads", str(args.threads), "--batch-sizes", *map(str, args.batch_sizes),
-           "--temperatures", *map(str, args.temperatures), "--paths", *args.paths]
+           "--temperatures", *map(str, args.temperatures), "--paths", path]
     load_before = os.getloadavg()
     w0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, cwd=str(tree))
