@@ -25,6 +25,7 @@ from pathlib import Path
 
 #: the longest exception message quoted per rank (gloo's and NCCL's run to several hundred characters)
 MAX_MESSAGE_CHARS = 400
+_LOST_PEER = re.compile(r"Connection (reset|closed) by peer|Broken pipe", re.IGNORECASE)
 _TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
 
 
@@ -52,8 +53,18 @@ class RankFailure:
         return not self.is_exception and self.what.startswith("killed by SIGTERM")
 
     @property
-    def order(self) -> tuple[int, int, int]:
-        return self.time_s, 2 if self.is_stopped else int(self.is_exception), self.time_ns or 0
+    def lost_a_peer(self) -> bool:
+        """Whether the rank's exception is its connection to a peer going away ("Connection reset by peer", "closed
+        by peer", a broken pipe): what a peer's death does to the others, never a cause itself."""
+        return self.is_exception and _LOST_PEER.search(self.what) is not None
+
+    @property
+    def order(self) -> tuple[int, int, int, int]:
+        # a rank that lost its peer, or that torchrun stopped, comes after the others whatever the clock says: the
+        # peer that died by a signal is seen by torchrun's next poll, which on a loaded machine came a second after
+        # the survivor had raised "Connection reset by peer" and written its error file
+        return (int(self.lost_a_peer or self.is_stopped), self.time_s, 2 if self.is_stopped else int(self.is_exception),
+                self.time_ns or 0)
 
     def describe(self) -> str:
         where = ", ".join(p for p in (f"host {self.host}" if self.host else "",

@@ -238,6 +238,29 @@ def test_a_killed_rank_comes_from_torchruns_summary_and_before_its_peer(tmp_path
         "then 1 more — rank 0 (host h, local rank 0): RuntimeError: Connection reset by peer")
 
 
+def test_a_rank_that_lost_its_peer_comes_after_the_peer_that_died_a_second_later_on_torchruns_clock(tmp_path):
+    """Rank 1 aborted; rank 0 raised "Connection reset by peer" and wrote its error file; torchrun, polling on a
+    loaded machine, saw rank 1's death in the next second — and rank 0 was named first (a whole-suite run)."""
+    import json
+    import time
+
+    from accelkit.distributed.rank_failures import failed_ranks, failure_message
+
+    when = int(time.mktime(time.strptime("2026-12-01_11:12:49", "%Y-%m-%d_%H:%M:%S")))
+    peer = tmp_path / "run_x" / "attempt_0" / "0"
+    peer.mkdir(parents=True)
+    (peer / "error.json").write_text(json.dumps({"message": {"message": "RuntimeError: [pair.cc:537] Read error "
+        "[127.0.0.1]:6023: Connection reset by peer", "extraInfo": {"timestamp": str(when - 1), "rank": "0",
+        "local_rank": "0", "host": "h", "time_ns": (when - 1) * 10**9}}}))
+    message = failure_message(failed_ranks(tmp_path, SUMMARY))
+    assert message.startswith("first failure — rank 1 (host localhost, local rank 1): killed by SIGKILL"), message
+    # a peer's own error (not a lost connection) a second earlier is still first
+    (peer / "error.json").write_text(json.dumps({"message": {"message": "ValueError: bad batch", "extraInfo": {
+        "timestamp": str(when - 1), "rank": "0", "local_rank": "0", "host": "h", "time_ns": (when - 1) * 10**9}}}))
+    assert failure_message(failed_ranks(tmp_path, SUMMARY)).startswith("first failure — rank 0 (host h, local rank 0): "
+                                                                       "ValueError: bad batch")
+
+
 def test_a_signal_torchrun_gives_by_its_code_only_is_named(tmp_path):
     """torch 2.11's torchrun (the GPU image's) prints 'exitcode : -9 (pid: …)' without '(SIGKILL)': the rank was
     said to have 'exited with code -9'. A positive code is an exit, not a signal."""
