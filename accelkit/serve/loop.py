@@ -71,10 +71,11 @@ class EngineLoop:
               on_step: Callable[[EngineStats], None] | None = None) -> EngineLoop:
         """Build the engine on the loop's own thread and run the loop there (started; what ``make_engine`` raises is
         raised here). Every torch call of the engine, from loading the weights on, then runs on one thread, as it
-        does offline. An engine built on this thread and stepped on another ran a CPU decode step 3x slower: each
+        does offline. An engine built on one thread and stepped on another ran a CPU decode step 3x slower: each
         thread that runs torch work keeps its own team of OpenMP threads, and with more of them alive than there
         are cores, GNU OpenMP stops spinning between parallel regions and puts every worker to sleep — a futex
-        wake-up per region (1.9 → 6.2 ms per token at batch 1 on 2 cores, ``benchmarks/engine_step_breakdown.py``)."""
+        wake-up per region (a decode step at batch 1 on 2 cores: 1.9 ms offline, 7.3 ms so;
+        ``benchmarks/engine_step_breakdown.py``)."""
         loop = cls.__new__(cls)
         built = threading.Event()
         failure: list[BaseException] = []
