@@ -156,9 +156,9 @@ class Uploader:
 
 def _exponential_(uniform: torch.Tensor) -> torch.Tensor:
     """``uniform`` (values in [0, 1)) made Exp(1) in place: ``-log(1 - U)``. torch's own ``exponential_`` is one
-    slow CPU loop (9.4 ms for a 64 x 8,192 batch on a 2-core Xeon, single-threaded, against 1.4 ms for
-    ``uniform_`` and 0.1 ms for the log: ``benchmarks/sampler_noise.py``) — at batch 64 it was a sixth of a decode
-    step at temperature 1.0, the default of every OpenAI client."""
+    slow CPU loop (9.5 ms for a 64 x 8,192 batch on a 2-core Xeon, against 1.8 ms for ``uniform_`` and the log
+    together: ``benchmarks/sampler_noise.py``) — at batch 64 the sampler was a third of a decode step at
+    temperature 1.0, the default of every OpenAI client (``benchmarks/engine_step_breakdown.py``)."""
     return uniform.neg_().log1p_().neg_()
 
 
@@ -166,8 +166,8 @@ class Sampler:
     """Samples one token per row of a logits batch.
 
     Random rows use the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` (as ``-log(1 - U)`` of uniform noise) —
-    the same distribution as ``multinomial(p)`` without its host sync. Rows whose request has a ``seed`` draw their noise from their
-    own generator, so a seeded request gives the same tokens whatever else shares its batches.
+    the same distribution as ``multinomial(p)`` without its host sync. Rows whose request has a ``seed`` draw their
+    noise from their own generator, so a seeded request gives the same tokens whatever else shares its batches.
 
     The per-row settings reach the device in one copy from a pinned buffer (a tensor built from a Python
     list would be a synchronous copy each); the only host sync of a step is reading the sampled ids back.
