@@ -301,46 +301,35 @@ def test_a_native_crash_quotes_what_it_printed_not_the_peers_or_torchs_lines(tmp
     assert failure_message(failed_ranks(tmp_path, SUMMARY)).endswith("no Python exception")  # no output: as before
 
 
-def test_a_peers_unmarked_traceback_after_the_crash_does_not_take_its_place(tmp_path):
-    """Rank 1 aborted while rank 0 was still starting its process group: rank 0's traceback has no ``[rank0]:``
-    marks (torch sets that hook once the group exists) and came after the crash's line — the message quoted rank
-    0's carets and "Connection closed by peer" as rank 1's last words (test_dist_failures, once in a full run)."""
+_FAILED_EXIT = ("E1201 11:12:49.973000 25160 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
+                "(exitcode: -9) local_rank: 1 (pid: 25169) of binary: /x/python")
+
+
+@pytest.mark.parametrize("output", [
+    # Rank 1 aborted while rank 0 was still starting its process group: rank 0's traceback has no ``[rank0]:`` marks
+    # (torch sets that hook once the group exists) and came after the crash's line — the message quoted rank 0's
+    # carets and "Connection closed by peer" as rank 1's last words (test_dist_failures, once in a full run).
+    ["terminate called without an active exception",
+     "Traceback (most recent call last):",
+     '  File "/x/process_group.py", line 40, in start',
+     "    backend_class = ProcessGroupGloo(",
+     "                    ^^^^^^^^^^^^^^^^^",
+     "Fatal Python error: Aborted",  # the crash's next line, written between the peer's
+     "    ^^^^^^^^^^^^^^^^^^^^^^^^^^",
+     "RuntimeError: Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:4495."],
+    # Python writes a traceback line in pieces; rank 1's crash line, written whole, landed inside rank 0's
+    # ``File "…"`` line, which is left out — the message quoted only "Fatal Python error: Aborted" (the next time).
+    ["Traceback (most recent call last):",
+     '  File "terminate called without an active exception',
+     '/x/process_group.py", line 40, in start',
+     "    backend_class = ProcessGroupGloo(",
+     "Fatal Python error: Aborted",
+     "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:14555."],
+], ids=["traceback-after-the-crash", "crash-inside-a-traceback-line"])
+def test_a_peers_unmarked_traceback_does_not_hide_the_crashs_lines(tmp_path, output):
     from accelkit.distributed.rank_failures import failed_ranks, failure_message
 
-    output = [
-        "terminate called without an active exception",
-        "Traceback (most recent call last):",
-        '  File "/x/process_group.py", line 40, in start',
-        "    backend_class = ProcessGroupGloo(",
-        "                    ^^^^^^^^^^^^^^^^^",
-        "Fatal Python error: Aborted",  # the crash's next line, written between the peer's
-        "    ^^^^^^^^^^^^^^^^^^^^^^^^^^",
-        "RuntimeError: Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:4495.",
-        "E1201 11:12:49.973000 25160 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) "
-        "local_rank: 1 (pid: 25169) of binary: /x/python",
-        *SUMMARY,
-    ]
-    message = failure_message(failed_ranks(tmp_path, output), output)
-    assert message.endswith("; the last output lines (rank 1's, or unmarked): terminate called without an active "
-                            "exception | Fatal Python error: Aborted"), message
-
-
-def test_a_crash_line_written_into_a_peers_traceback_line_is_found_there(tmp_path):
-    """Python writes a traceback line in pieces; rank 1's crash line, written whole, landed inside rank 0's
-    ``File "…"`` line, which is left out — the message quoted only "Fatal Python error: Aborted" (the next time)."""
-    from accelkit.distributed.rank_failures import failed_ranks, failure_message
-
-    output = [
-        "Traceback (most recent call last):",
-        '  File "terminate called without an active exception',
-        '/x/process_group.py", line 40, in start',
-        "    backend_class = ProcessGroupGloo(",
-        "Fatal Python error: Aborted",
-        "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:14555.",
-        "E1201 11:12:49.973000 25160 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -6) "
-        "local_rank: 1 (pid: 25169) of binary: /x/python",
-        *SUMMARY,
-    ]
+    output = [*output, _FAILED_EXIT, *SUMMARY]
     message = failure_message(failed_ranks(tmp_path, output), output)
     assert message.endswith("; the last output lines (rank 1's, or unmarked): terminate called without an active "
                             "exception | Fatal Python error: Aborted"), message
