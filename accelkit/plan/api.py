@@ -46,7 +46,7 @@ def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = Non
     ctx = make_context(workload, cluster, options)
     train = workload.task == "train"
     check_user_layout(workload.model, cluster, layout.to_dict(), cluster.num_devices,
-                      seq_len=workload.seq_len if train else None)
+                      seq_len=workload.seq_len if train else None, embedding_as_layer=ctx.options.pp_embedding_as_layer)
     if train:
         check_interleaving(layout)
     check_compression(workload.recipe, layout.zero)

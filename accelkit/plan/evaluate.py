@@ -3,6 +3,7 @@ This is the search's inner loop: plain floats and dicts, no validated specs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +88,50 @@ def inflight_micro_batches(pp: int, vp: int, grad_accum: int, rank: int = 0) -> 
     return float(min(pp - rank, grad_accum))
 
 
+def interleaved_peak_bytes(pp: int, vp: int, grad_accum: int, rank: int, chunk_bytes: Sequence[float]) -> float:
+    """The most activation bytes pipeline rank ``rank`` holds at once under Megatron-LM's interleaved 1F1B schedule,
+    when its ``vp`` chunks keep different bytes per micro-batch (``chunk_bytes[c]``: chunk c's, one micro-batch).
+
+    The schedule is played forward (``forward_backward_pipelining_with_interleaving``): the rank runs
+    2(pp−rank−1) + (vp−1)·pp warm-up forwards, then one forward and one backward at a time, then the cool-down
+    backwards; virtual micro-batch k runs its forward on chunk (k mod pp·vp) // pp and its backward on chunk
+    vp − 1 − that (``get_model_chunk_id``). A forward adds its chunk's bytes, a backward frees them; the peak is
+    taken after each forward. With equal chunks this is ``inflight_micro_batches`` × the stage's bytes; it differs
+    when the chunks do not hold the same blocks — the Llama 3 paper's first chunk of the first stage holds only the
+    embedding (Dubey et al. 2024 §3.3.2), and it is that chunk the extra warm-up micro-batches (the ones beyond
+    pp) sit in, so the first stage keeps no more transformer-layer activations than under plain 1F1B."""
+    total = grad_accum * vp
+    warmup = min(2 * (pp - rank - 1) + (vp - 1) * pp, total)
+
+    def chunk(k: int, forward: bool) -> int:
+        c = (k % (pp * vp)) // pp
+        return c if forward else vp - 1 - c
+
+    held = peak = 0.0
+    backward = 0
+    for k in range(total):
+        held += chunk_bytes[chunk(k, True)]
+        peak = max(peak, held)
+        if k >= warmup:  # steady state: each forward is followed by the oldest backward
+            held -= chunk_bytes[chunk(backward, False)]
+            backward += 1
+    return peak
+
+
+def _chunks(blocks: int, vp: int, per_layer: float, *, end_slot: bool, end_bytes: float, first: bool) -> list[float]:
+    """One micro-batch's activation bytes in each of a stage's ``vp`` chunks. ``end_slot``: the embedding (first
+    stage) or the head (last stage) takes one block's place in the partition (``pp_embedding_as_layer``), in the
+    first or the last chunk; ``end_bytes``: what it keeps per micro-batch (``head_activation_bytes``)."""
+    per_chunk = (blocks + (1 if end_slot else 0)) / vp  # blocks of the partition per chunk
+    layers = [per_chunk] * vp
+    end = 0 if first else vp - 1
+    if end_slot:
+        layers[end] -= 1
+    out = [n * per_layer for n in layers]
+    out[end] += end_bytes
+    return out
+
+
 def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     """Bytes on one device of the heaviest pipeline stage."""
     w, o = ctx.workload, ctx.options
@@ -112,12 +157,22 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
         # the first stage keeps the most micro-batches in flight; with lighter first/last stages (uneven, the
         # embedding and head counted as blocks) the second stage, one micro-batch fewer, can hold more
         first_blocks, mid_blocks, last_blocks = stage_blocks(ctx, layout)
-        inflight = inflight_micro_batches(layout.pp, layout.vp, layout.grad_accum)
-        first = inflight * (first_blocks * per_layer + head["first"])
-        middle = 0.0
-        if layout.pp > 2 and mid_blocks > first_blocks:
-            middle = inflight_micro_batches(layout.pp, layout.vp, layout.grad_accum, rank=1) * mid_blocks * per_layer
-        last = last_blocks * per_layer + head["last"] + (head["first"] if layout.pp == 1 else 0.0)
+        pp, vp, ga = layout.pp, layout.vp, layout.grad_accum
+        if vp > 1:  # interleaved: play the schedule chunk by chunk (the embedding and the head sit in end chunks)
+            ends = o.pp_embedding_as_layer
+            first = interleaved_peak_bytes(pp, vp, ga, 0, _chunks(first_blocks, vp, per_layer, end_slot=ends,
+                                                                  end_bytes=head["first"], first=True))
+            middle = interleaved_peak_bytes(pp, vp, ga, 1, _chunks(mid_blocks, vp, per_layer, end_slot=False,
+                                                                   end_bytes=0.0, first=True)) if pp > 2 else 0.0
+            last = interleaved_peak_bytes(pp, vp, ga, pp - 1, _chunks(last_blocks, vp, per_layer, end_slot=ends,
+                                                                      end_bytes=head["last"], first=False))
+        else:
+            inflight = inflight_micro_batches(pp, vp, ga)
+            first = inflight * (first_blocks * per_layer + head["first"])
+            middle = 0.0
+            if pp > 2 and mid_blocks > first_blocks:
+                middle = inflight_micro_batches(pp, vp, ga, rank=1) * mid_blocks * per_layer
+            last = last_blocks * per_layer + head["last"] + (head["first"] if pp == 1 else 0.0)
         acts = max(first, middle, last)
         if layout.recompute == "full":  # backward rebuilds one layer's activations at a time
             acts += layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, **kw)  # type: ignore[arg-type]

@@ -83,16 +83,24 @@ def pp_choices(model: ModelSpec, num_devices: int) -> list[int]:
     return [p for p in divisors(num_devices) if model.num_layers % p == 0]
 
 
-def pinned_pp_fits(model: ModelSpec, pp: int, vp: int, num_devices: int) -> bool:
+def pipeline_blocks(model: ModelSpec, embedding_as_layer: bool = False) -> int:
+    """The blocks a pipeline partition splits: the layers, plus the embedding and the head when each counts as one
+    block (``PlanOptions.pp_embedding_as_layer``)."""
+    return model.num_layers + (2 if embedding_as_layer else 0)
+
+
+def pinned_pp_fits(model: ModelSpec, pp: int, vp: int, num_devices: int, *, embedding_as_layer: bool = False) -> bool:
     """Whether a pp the user gave can split ``num_devices`` ranks and the layers: pp divides the count and every one
-    of the pp·vp stage chunks holds at least one layer. The layers need not divide evenly: Megatron-Core's
+    of the pp·vp stage chunks holds at least one block. The layers need not divide evenly: Megatron-Core's
     ``decoder_first/last_pipeline_num_layers`` and ``account_for_embedding/loss_in_pipeline_split`` give the first
-    and last stages fewer (Llama 3 405B: 126 layers over 16 stages, Dubey et al. 2024 §3.3.2)."""
+    and last stages fewer (Llama 3 405B: 126 layers over 16 stages, Dubey et al. 2024 §3.3.2). With the embedding
+    and the head counted as blocks, a chunk may hold only one of them: the Llama 3 paper's first chunk of the first
+    stage "has only the embedding", its last chunk of the last stage "only output projection and loss"."""
     if num_devices % pp:
         return False
     if not model.is_transformer:
         return pp == 1
-    return pp * vp <= model.num_layers
+    return pp * vp <= pipeline_blocks(model, embedding_as_layer)
 
 
 def ep_choices(model: ModelSpec, dp: int) -> list[int]:
@@ -143,9 +151,10 @@ def scaleup_limit(cluster: Cluster) -> int:
 
 
 def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, object], num_devices: int, *,
-                      seq_len: int | None = None) -> None:
+                      seq_len: int | None = None, embedding_as_layer: bool = False) -> None:
     """Raise UserError for a layout field the user gave that can never work (one sentence, with the fix).
-    ``seq_len``: the training sequence, which a ``cp`` above 1 must split evenly (``check_context_parallel``)."""
+    ``seq_len``: the training sequence, which a ``cp`` above 1 must split evenly (``check_context_parallel``).
+    ``embedding_as_layer``: the pipeline partition counts the embedding and the head as blocks (``pipeline_blocks``)."""
     tp, pp, dp, ep, cp, vp = (_int(fixed, k) for k in ("tp", "pp", "dp", "ep", "cp", "vp"))
     if not model.is_transformer:
         for name, value in (("tp", tp), ("pp", pp)):
@@ -165,7 +174,7 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
     if cp is not None and seq_len is not None:
         check_context_parallel(cp, seq_len)
     if vp not in (None, 1):
-        _check_vp(model, pp, vp)
+        _check_vp(model, pp, vp, embedding_as_layer)
     _check_device_count(dp, tp, pp, cp, num_devices)
     if fixed.get("sequence_parallel") and tp == 1:
         raise UserError("--sequence-parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
@@ -187,13 +196,17 @@ def _check_tp(model: ModelSpec, cluster: Cluster, tp: int) -> None:
                         f"({domain} devices); tensor parallelism needs the fast fabric")
 
 
-def _check_vp(model: ModelSpec, pp: int | None, vp: int) -> None:
-    """Virtual stages (vp > 1) interleave a pipeline, each chunk at least one layer."""
+def _check_vp(model: ModelSpec, pp: int | None, vp: int, embedding_as_layer: bool = False) -> None:
+    """Virtual stages (vp > 1) interleave a pipeline, each chunk at least one block (a layer, or with
+    ``embedding_as_layer`` the embedding or the head alone)."""
     if pp is None or pp == 1:
         raise UserError(f"--vp {vp} needs --pp > 1 (virtual stages interleave a pipeline)")
-    if model.is_transformer and pp * vp > model.num_layers:
-        raise UserError(f"--pp {pp} × --vp {vp} = {pp * vp} stage chunks exceed the {model.num_layers} layers of "
-                        f"{model.name} (a chunk needs at least one layer); use a smaller --vp or --pp")
+    blocks = pipeline_blocks(model, embedding_as_layer)
+    if model.is_transformer and pp * vp > blocks:
+        what = f"{model.num_layers} layers + the embedding and the head" if embedding_as_layer else \
+            f"{model.num_layers} layers"
+        raise UserError(f"--pp {pp} × --vp {vp} = {pp * vp} stage chunks exceed the {what} of {model.name} (a chunk "
+                        "needs at least one block); use a smaller --vp or --pp")
 
 
 def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int | None, num_devices: int) -> None:

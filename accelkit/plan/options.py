@@ -57,7 +57,8 @@ class PlanOptions(Spec):
     pp_embedding_as_layer: bool = spec_field(
         False, doc="The pipeline partition counts the embedding and the LM head as one block each, so the first and "
                    "last stages hold one block fewer (Megatron-DeepSpeed --pp-partition-method "
-                   "'type:transformer|embedding'); off: L/pp blocks per stage, the head added to the last."
+                   "'type:transformer|embedding'); an interleaved chunk may then hold the embedding or the head alone "
+                   "(Llama 3 405B: pp 16 × vp 8 over 126 layers); off: L/pp blocks per stage, the head added to the last."
     )
     grad_reduce_overlap: bool = spec_field(
         True, doc="ZeRO 0-2: the gradient reduction overlaps the backward (bucketed, PyTorch DDP; ZeRO 0-1 the last "

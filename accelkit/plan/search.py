@@ -62,7 +62,8 @@ def _shapes(ctx: PlanContext, num_devices: int, fixed: dict[str, Any]) -> Iterat
     for tp in _pick(fixed, "tp", tp_choices(model, cluster, num_devices // cp)):
         # a free pp keeps the stages (and their vp chunks) even; a pinned one may leave them uneven
         pps = pp_choices(model, num_devices // (tp * cp)) if pinned is None else (
-            [pinned] if pinned_pp_fits(model, pinned, vp, num_devices // (tp * cp)) else [])
+            [pinned] if pinned_pp_fits(model, pinned, vp, num_devices // (tp * cp),
+                                       embedding_as_layer=ctx.options.pp_embedding_as_layer) else [])
         for pp in pps:
             if vp > 1 and (pp == 1 or (pinned is None and model.num_layers % (pp * vp))):
                 continue
@@ -140,7 +141,8 @@ def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] 
     train = ctx.workload.task == "train"
     if not train:
         check_inference_layout(fixed, global_batch)
-    check_user_layout(ctx.model, ctx.cluster, fixed, num_devices, seq_len=ctx.workload.seq_len if train else None)
+    check_user_layout(ctx.model, ctx.cluster, fixed, num_devices, seq_len=ctx.workload.seq_len if train else None,
+                      embedding_as_layer=ctx.options.pp_embedding_as_layer)
     check_compression(ctx.workload.recipe, fixed.get("zero", 0))
     if train:
         check_frozen(ctx.options, fixed.get("zero", 0))
@@ -347,7 +349,8 @@ def _check_pinned_fields(ctx: PlanContext, fixed: dict[str, Any]) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             count *= value
     train = ctx.workload.task == "train"
-    check_user_layout(ctx.model, ctx.cluster, given, count, seq_len=ctx.workload.seq_len if train else None)
+    check_user_layout(ctx.model, ctx.cluster, given, count, seq_len=ctx.workload.seq_len if train else None,
+                      embedding_as_layer=ctx.options.pp_embedding_as_layer)
 
 
 def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_batch: int | None = None,

@@ -150,13 +150,23 @@ LLAMA3 = [TrainingRun(
     model=llama3("405b"), hardware="H100 SXM5 80GB HBM3 at 700 W, 8 per server, 400 Gb/s per GPU",
     device="H100-SXM5-80GB", num_devices=n, seq_len=8192, global_batch=2048, precision="bf16",
     published=Published(kind="tflops_per_device", value=tflops, text=f"{tflops} TFLOPs/GPU"),
-    tp=8, pp=16, vp=None, micro_batch=None, zero=None, recompute=None, sequence_parallel=True, scaleout_gbps=400.0,
+    tp=8, pp=16, vp=8, micro_batch=None, zero=2, recompute="none", sequence_parallel=True, scaleout_gbps=400.0,
     stack=dict(kernels="fused", attention="flash", dropout=False, pp_embedding_as_layer=True),
-    unknown={"vp": (1, 2), "micro_batch": (1,), "zero": (1, 2, 3), "recompute": ("none", "selective")},
+    unknown={"micro_batch": (1,)},
     notes=("TFLOPs/GPU converted with accelkit's FLOPs per token: the paper's convention is not stated",
            "126 layers over 16 stages, §3.3.2: one Transformer layer fewer on the first and the last stage, whose "
            "first / last chunk holds the embedding / the output projection and loss — the embedding and the head "
-           "counted as one block each (pp_embedding_as_layer): 7 + 14 × 8 + 7"))
+           "counted as one block each (pp_embedding_as_layer): 7 + 14 × 8 + 7",
+           "vp 8, derived from §3.3.2 (V is not printed): 'we use an interleaved schedule ... with V pipeline stages "
+           "on one pipeline rank', and after taking one layer from the first stage 'the first model chunk on the "
+           "first stage has only the embedding' — so a chunk holds one layer, and (126 + 2) / 16 = 8 chunks per rank",
+           "zero 2, §3.3.2: 'Our use of FSDP for Llama 3 shards optimizer states and gradients, but for model shards "
+           "we do not reshard after forward computation to avoid an extra all-gather communication during backward "
+           "passes' — ZeRO-2's memory and traffic (the planner's zero 3 gathers the weights again for backward)",
+           "recompute none, §3.3.2: 'we could pre-train Llama 3 on sequences of 8K tokens without activation "
+           "checkpointing'; micro-batch not published (1: 32 and 16 sequences per DP rank, the smallest M)",
+           "the paper's own schedule makes N (contiguous micro-batches per chunk) tunable; N is not published and the "
+           "planner plays Megatron-LM's (N = pp)"))
     for n, tflops in ((8192, 430), (16384, 400))]
 
 RUNS = [*TORCHTITAN, *TRAINY, *LLAMA3]

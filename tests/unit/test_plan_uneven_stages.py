@@ -11,7 +11,7 @@ from accelkit.hardware import get_device
 from accelkit.models import get_preset
 from accelkit.plan import Layout, PlanOptions, plan, search
 from accelkit.plan.context import make_context
-from accelkit.plan.evaluate import inflight_micro_batches, train_memory
+from accelkit.plan.evaluate import inflight_micro_batches, interleaved_peak_bytes, train_memory
 from accelkit.plan.memory import layer_activation_bytes
 from accelkit.plan.stages import stage_blocks
 
@@ -88,6 +88,48 @@ def test_lighter_first_and_last_stages_plan_the_second_stage_activations():
 ])
 def test_inflight_micro_batches_per_stage(pp, vp, rank, expected):
     assert inflight_micro_batches(pp, vp, 1000, rank=rank) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("pp,vp,ga,rank", [(8, 2, 16, 0), (8, 2, 16, 1), (8, 2, 16, 7), (16, 8, 32, 0),
+                                            (16, 8, 32, 5), (4, 3, 4, 0), (4, 2, 2, 0), (16, 2, 1000, 0)])
+def test_interleaved_schedule_with_equal_chunks_is_the_warm_up_count(pp, vp, ga, rank):
+    # played chunk by chunk, equal chunks give Megatron-LM's closed form back (Korthikanti et al. 2022 §4.2.3)
+    assert interleaved_peak_bytes(pp, vp, ga, rank, [1.0 / vp] * vp) == pytest.approx(
+        inflight_micro_batches(pp, vp, ga, rank=rank))
+
+
+def test_llama3_first_chunk_holding_only_the_embedding_keeps_the_warm_up_off_the_layers():
+    # Dubey et al. 2024 §3.3.2: pp 16, the first chunk of the first stage "has only the embedding", so a chunk is one
+    # block and vp = (126 + 2) / 16 = 8. Rank 0 warms up 2·15 + 7·16 = 142 chunks: the 16 + 15 of its first chunk
+    # hold no layer, the other 7 chunks 16 micro-batches each — 112 layer-micro-batches, what 1F1B keeps (16 × 7), not
+    # the 143 / 8 × 7 ≈ 125 of spreading the warm-up evenly. Rank 1 (8 full chunks) warms up 140 + 1: the peak.
+    options = PlanOptions(pp_embedding_as_layer=True, kernels="fused", dropout=False)
+    w, lay = _405b(), Layout(dp=64, tp=8, pp=16, vp=8, micro_batch=1, grad_accum=32, sequence_parallel=True)
+    ctx = make_context(w, Cluster(device=H100, num_devices=8192), options)
+    per_layer = layer_activation_bytes(w.model, tokens=8192, seq=8192, e=2, tp=8, sequence_parallel=True,
+                                       kernels="fused", attention="flash", dropout=False)
+    first = interleaved_peak_bytes(16, 8, 32, 0, [0.0] + [1.0] * 7)
+    assert first == 112 == 16 * 7
+    assert interleaved_peak_bytes(16, 8, 32, 1, [1.0] * 8) == 141
+    assert train_memory(ctx, lay)["activations"] == pytest.approx(141 * per_layer)
+
+
+def test_a_chunk_may_hold_only_the_embedding_or_the_head(capsys):
+    # pp 16 × vp 8 = 128 chunks over 126 layers + the embedding + the head: the Llama 3 paper's layout
+    cluster = Cluster(device=H100, num_devices=8192)
+    lay = Layout(dp=64, tp=8, pp=16, vp=8, micro_batch=1, grad_accum=32, zero=2, sequence_parallel=True)
+    est = plan(_405b(), cluster, PlanOptions(pp_embedding_as_layer=True), layout=lay)
+    assert est.details["step_time_s"] > 0
+    with pytest.raises(UserError, match=r"^--pp 16 × --vp 8 = 128 stage chunks exceed the 126 layers of "):
+        plan(_405b(), cluster, layout=lay)  # without the option a chunk needs a layer
+    with pytest.raises(UserError, match=r"^--pp 16 × --vp 16 = 256 stage chunks exceed the 126 layers \+ the "
+                                        r"embedding and the head of llama-3.1-405b"):
+        plan(_405b(), cluster, PlanOptions(pp_embedding_as_layer=True), layout=lay._replace(vp=16))
+    code, out, err = _cli(capsys, "--model", "llama-3.1-405b", "--hardware", "h100", "--num-devices", "8192",
+                          "--tp", "8", "--pp", "16", "--vp", "8", "--global-batch", "2048", "--seq-len", "8192",
+                          "--pp-embedding-as-layer", "--json")
+    assert code == 0, err
+    assert json.loads(out)["layout"]["vp"] == 8
 
 
 def test_pinned_tp_that_splits_no_heads_says_so_without_a_device_count(capsys):
