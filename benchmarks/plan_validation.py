@@ -30,8 +30,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from plan_validation_eval import SERVING as SERVING_KEY
 from plan_validation_eval import Predictor, published_tokens_per_device, speed_error
-from plan_validation_fit import errors, fit, loso
+from plan_validation_fit import errors, fit, fit_serving, loso, loso_serving
 from plan_validation_report import markdown
 from validation_runs import SERVING, SOURCES, TRAINING
 from validation_runs.schema import LAYOUT_FIELDS, ServingPoint, TrainingRun
@@ -124,15 +125,23 @@ def build(pred: Predictor | None = None) -> dict[str, Any]:
     for r in TRAINING:
         if not r.expressible:
             unlocks.setdefault(r.unlocks, []).append(r.id)
-    serving_sets = {"shipped": shipped, "refit": refit}
+    serving_refit = fit_serving(pred, SERVING)
+    serving_sets = {"shipped": shipped, "refit": {**refit, **serving_refit}}
     serving = [_serving_row(p, pred, serving_sets) for p in SERVING]
+    serving_loso = loso_serving(pred, SERVING)
+    for row in serving:
+        fold = serving_loso[row["source"]]
+        row["loso"] = {**fold["points"][row["id"]], "factors": fold["factors"]}
     return {
         "benchmark": "plan_validation",
         "what": "accelkit.plan.plan() on published training runs and serving points; each figure the source leaves "
                 "out is a band over its plausible values, predicted by the band's centre √(low·high); training "
                 "error = predicted tokens/s per device / published − 1, serving error = the same as a speed "
                 "(positive = the planner is optimistic)",
-        "free_parameters": {"shipped": shipped, "fit_on_shipped_calibration_runs": calib, "fit_on_all_sources": refit},
+        "free_parameters": {"shipped": shipped, "fit_on_shipped_calibration_runs": calib, "fit_on_all_sources": refit,
+                            "serving_shipped": {SERVING_KEY + k: v for k, v in fitted.SERVING_ATTAINED.items()},
+                            "serving_fit_on_all_sources": serving_refit,
+                            "serving_loso": {k: v["factors"] for k, v in serving_loso.items()}},
         "set": {
             "training_runs": len(TRAINING), "expressible": len(counted), "not_expressible": len(TRAINING) - len(counted),
             "sources": sorted({r.source for r in TRAINING}), "sources_with_expressible_runs":
@@ -157,7 +166,7 @@ def build(pred: Predictor | None = None) -> dict[str, Any]:
         "serving": {
             "summary": {name: {"all": stats(r[name]["error"] for r in serving),
                                "by_source": _grouped([{**r, "e": r[name]["error"]} for r in serving], "source", "e")}
-                        for name in serving_sets},
+                        for name in (*serving_sets, "loso")},
             "points": serving},
         "sources": {k: vars(s) for k, s in SOURCES.items()},
         "training": rows,
@@ -179,9 +188,12 @@ def _print(doc: dict[str, Any]) -> None:
     for src, v in s["leave_one_source_out"]["by_source"].items():
         print(f"  LOSO {src:18} n={v['n']:3} mean {v['mean_abs_error']:6.1%} worst {v['worst_abs_error']:6.1%} "
               f"signed {v['mean_signed_error']:+.1%}")
+    print(f"serving free parameters: shipped {fp['serving_shipped']}, fitted on all sources "
+          f"{fp['serving_fit_on_all_sources']}, leave-one-source-out {fp['serving_loso']}")
     for name, v in doc["serving"]["summary"].items():
         print(f"serving ({name}): n={v['all']['n']} mean {v['all']['mean_abs_error']:.1%} worst "
-              f"{v['all']['worst_abs_error']:.1%}")
+              f"{v['all']['worst_abs_error']:.1%}; " + "; ".join(
+                  f"{src} {b['mean_abs_error']:.1%}/{b['worst_abs_error']:.1%}" for src, b in v["by_source"].items()))
     print(f"not expressible: {st['not_expressible']} runs; features: {list(s['not_expressible_by_feature'])}")
 
 
@@ -200,6 +212,8 @@ def main() -> None:
         print(f"SUSTAINED_TENSOR fitted on the shipped calibration runs: "
               f"{fit(pred, [r for r in counted if r.shipped_calibration])}; on every source: {fit(pred, counted)} "
               f"(accelkit/plan/fitted.py has {fitted.SUSTAINED_TENSOR})")
+        print(f"SERVING_ATTAINED fitted on every serving point: {fit_serving(pred, SERVING)} (accelkit/plan/fitted.py "
+              f"has {fitted.SERVING_ATTAINED})")
         return
     doc = build()
     doc["environment"] = environment(with_torch=False)

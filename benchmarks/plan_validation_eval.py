@@ -10,8 +10,9 @@ none fits — the run happened, so a planner that says otherwise is wrong about 
 point estimate is the band's centre in log space, √(lowest · highest), fixed before any error was looked at:
 neither the planner's optimum nor its pessimum.
 
-The free parameters (``accelkit.plan.fitted.SUSTAINED_TENSOR``) enter through ``Predictor.at(factors)``, which
-caches every prediction by the one factor it depends on, so a fit that revisits a value costs nothing.
+The free parameters (``accelkit.plan.fitted.SUSTAINED_TENSOR``, and for serving ``SERVING_ATTAINED`` under the key
+``"serving:<family>"``) enter through the ``factors`` of ``Predictor.training`` / ``Predictor.serving``, which cache
+every prediction by the factors it depends on, so a fit that revisits a value costs nothing.
 """
 
 from __future__ import annotations
@@ -46,17 +47,30 @@ def factor_family(device_name: str | None) -> str | None:
     return key if key in fitted.SUSTAINED_TENSOR else None
 
 
+#: the factors' key prefix of a SERVING_ATTAINED entry ("serving:MI300X"); a bare key is a SUSTAINED_TENSOR entry
+SERVING = "serving:"
+
+
+def serving_family(device_name: str) -> str | None:
+    """The SERVING_ATTAINED key a serving point's prediction depends on, or None (the factor is 1)."""
+    fam = family(get_device(device_name))
+    return fam if fam in fitted.SERVING_ATTAINED else None
+
+
 @contextmanager
 def sustained(factors: Mapping[str, float]) -> Iterator[None]:
-    """Plan with these SUSTAINED_TENSOR values, restoring the shipped ones after (the harness re-fits them; the
-    planner reads the table when it builds each plan's context)."""
-    saved = dict(fitted.SUSTAINED_TENSOR)
-    fitted.SUSTAINED_TENSOR.update(factors)
+    """Plan with these SUSTAINED_TENSOR (and ``serving:`` SERVING_ATTAINED) values, restoring the shipped ones after
+    (the harness re-fits them; the planner reads the tables when it builds each plan's context)."""
+    tables = (fitted.SUSTAINED_TENSOR, fitted.SERVING_ATTAINED)
+    saved = [dict(t) for t in tables]
+    fitted.SUSTAINED_TENSOR.update({k: v for k, v in factors.items() if not k.startswith(SERVING)})
+    fitted.SERVING_ATTAINED.update({k[len(SERVING):]: v for k, v in factors.items() if k.startswith(SERVING)})
     try:
         yield
     finally:
-        fitted.SUSTAINED_TENSOR.clear()
-        fitted.SUSTAINED_TENSOR.update(saved)
+        for table, old in zip(tables, saved, strict=True):
+            table.clear()
+            table.update(old)
 
 
 def combos(unknown: Mapping[str, tuple[Any, ...]]) -> list[dict[str, Any]]:
@@ -197,11 +211,15 @@ class Predictor:
     each record depends on."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, float | None], Band] = {}
+        self._cache: dict[tuple[str, float | None, float | None], Band] = {}
 
-    def _key(self, rid: str, device: str | None, factors: Mapping[str, float]) -> tuple[str, float | None]:
+    def _key(self, rid: str, device: str | None, factors: Mapping[str, float],
+             serving: bool = False) -> tuple[str, float | None, float | None]:
         fam = factor_family(device)
-        return rid, None if fam is None else factors.get(fam, fitted.SUSTAINED_TENSOR[fam])
+        tensor = None if fam is None else factors.get(fam, fitted.SUSTAINED_TENSOR[fam])
+        sfam = serving_family(device) if serving and device is not None else None
+        attained = None if sfam is None else factors.get(SERVING + sfam, fitted.SERVING_ATTAINED[sfam])
+        return rid, tensor, attained
 
     def training(self, run: TrainingRun, factors: Mapping[str, float]) -> Band:
         key = self._key(run.id, run.device, factors)
@@ -212,7 +230,7 @@ class Predictor:
         return self._cache[key]
 
     def serving(self, point: ServingPoint, factors: Mapping[str, float]) -> Band:
-        key = self._key(point.id, point.device, factors)
+        key = self._key(point.id, point.device, factors, serving=True)
         if key not in self._cache:
             with sustained(factors):
                 results = [(c, plan_serving(point, c)) for c in combos(point.unknown)]

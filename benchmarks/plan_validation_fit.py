@@ -10,6 +10,12 @@ the first value found. Deterministic, no randomness, nothing set by hand.
 ``loso`` leaves each source out in turn: the factors are fitted on every other source and the left-out source's
 runs are predicted with them. Its per-source errors are what a user planning a run from an unseen source should
 expect; the in-sample errors are only a lower bound on that.
+
+Serving has its own free parameter, ``SERVING_ATTAINED`` (one fraction per device family that has one: MI300X),
+fitted the same way on the serving points of that family (``fit_serving``: the same per-source loss of
+|log(band centre / published)|, on a 0.005 grid over [0.20, 1.00]); ``loso_serving`` leaves each serving source out
+in turn. A family's fit needs a source other than the one left out: MI300X has two, so each is predicted with the
+value the other one gives.
 """
 
 from __future__ import annotations
@@ -19,12 +25,20 @@ import statistics
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from plan_validation_eval import Predictor, factor_family, published_tokens_per_device
-from validation_runs.schema import TrainingRun
+from plan_validation_eval import (
+    SERVING,
+    Predictor,
+    factor_family,
+    published_tokens_per_device,
+    serving_family,
+    speed_error,
+)
+from validation_runs.schema import ServingPoint, TrainingRun
 
 from accelkit.plan import fitted
 
 COARSE = [round(0.50 + 0.01 * i, 3) for i in range(51)]
+SERVING_COARSE = [round(0.20 + 0.01 * i, 3) for i in range(81)]
 
 
 def _log_error(pred: Predictor, run: TrainingRun, factors: dict[str, float]) -> float:
@@ -89,4 +103,43 @@ def loso(pred: Predictor, runs: list[TrainingRun],
         factors = fit(pred, [r for r in counted if group(r) != key])
         mine = [r for r in counted if group(r) == key]
         out[key] = {"factors": factors, "runs": errors(pred, mine, factors)}
+    return out
+
+
+def _serving_loss(pred: Predictor, points: list[ServingPoint], key: str, value: float) -> float:
+    by_source: dict[str, list[float]] = {}
+    for p in points:
+        by_source.setdefault(p.source, []).append(abs(math.log(pred.serving(p, {key: value}).centre / p.value)))
+    return statistics.fmean(statistics.fmean(v) for v in by_source.values())
+
+
+def fit_serving(pred: Predictor, points: Iterable[ServingPoint]) -> dict[str, float]:
+    """Each SERVING_ATTAINED family's fraction fitted on the given serving points of that family (keys
+    ``"serving:<family>"``); a family with no point keeps its shipped value."""
+    found: dict[str, float] = {}
+    usable = list(points)
+    for fam in fitted.SERVING_ATTAINED:
+        key = SERVING + fam
+        mine = [p for p in usable if serving_family(p.device) == fam and not math.isnan(pred.serving(p, {}).centre)]
+        if not mine:
+            continue
+
+        def loss(v: float, mine: list[ServingPoint] = mine, key: str = key) -> float:
+            return _serving_loss(pred, mine, key, v)
+
+        best, _ = _argmin(SERVING_COARSE, loss)
+        fine = [round(best - 0.005, 3), best, round(best + 0.005, 3)]
+        found[key] = _argmin([v for v in fine if 0.2 <= v <= 1.0], loss)[0]
+    return found
+
+
+def loso_serving(pred: Predictor, points: list[ServingPoint]) -> dict[str, dict[str, Any]]:
+    """For each serving source: the SERVING_ATTAINED values fitted without it (the training factors as shipped) and
+    its points' errors with them (positive = the planner is optimistic)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys(p.source for p in points):
+        factors = fit_serving(pred, [p for p in points if p.source != key])
+        out[key] = {"factors": factors, "points": {p.id: {"band": pred.serving(p, factors).to_json(),
+                                                          "error": speed_error(p, pred.serving(p, factors).centre)}
+                                                   for p in points if p.source == key}}
     return out

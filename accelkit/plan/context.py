@@ -10,7 +10,7 @@ from accelkit.core import Cluster, DeviceSpec, ModelSpec, UserError, Workload
 from accelkit.core.serving_memory import weight_bytes_per_param
 from accelkit.plan import flops as F
 from accelkit.plan.calibrate import efficiency, missing_cpu_peak
-from accelkit.plan.fitted import FIT_SOURCE, sustained_tensor
+from accelkit.plan.fitted import FIT_SOURCE, serving_attained, sustained_tensor
 from accelkit.plan.layout import check_inference_workload
 from accelkit.plan.memory import ACT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
@@ -67,6 +67,8 @@ class PlanContext:
     peak_16: float = 0.0  # dense 16-bit peak: attention runs in bf16/fp16 even when matmuls run in fp8
     sustained: float = 1.0  # fitted.py: sustained tensor-core factor of this device's generation
     sustained_source: str = ""
+    serving_attained: float = 1.0  # fitted.py: fraction of the prior rates a serving engine attains (inference only)
+    serving_attained_source: str = ""
     assumptions: list[str] = field(default_factory=list)
     #: what the user should see before the plan (the CLI prints each as a ``warning:`` line; ``--json``: ``warnings``),
     #: e.g. that no device count reached the target
@@ -133,9 +135,13 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
     peak_16 = cluster.device.peak("bf16") or cluster.device.peak("fp16") or peak
     sustained, sustained_source = (1.0, "a CPU's peak is its measured matmul") if cluster.device.vendor == "cpu" \
         else sustained_tensor(family(cluster.device))
+    # fitted on LLM serving engines' published figures: a decoder's inference only, not training, not a CNN
+    serving = workload.task != "train" and model.kind in ("decoder", "moe") and cluster.device.vendor != "cpu"
+    attained, attained_source = serving_attained(family(cluster.device)) if serving else (1.0, "")
     ctx = PlanContext(workload=workload, cluster=cluster, options=options, efficiency=eff, peak_dtype=dtype,
                       peak=peak, e=ACT_BYTES[recipe.precision], weight_bytes=wbytes, peak_16=peak_16,
-                      sustained=sustained, sustained_source=sustained_source,
+                      sustained=sustained, sustained_source=sustained_source, serving_attained=attained,
+                      serving_attained_source=attained_source,
                       price_source=None if options.price_per_device_hour is None else "given")
     if model.kind == "cnn":
         from accelkit.plan.cnn import trace_cnn  # imports torch: only CNN plans pay for it
@@ -169,6 +175,8 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         + (f"; {FLASH1_SOURCE}" if o.attention == "flash1" else ""),
         f"sustained tensor-core factor {ctx.sustained:.3f} × the matmul and attention efficiencies above (free "
         f"parameter, {ctx.sustained_source}: {FIT_SOURCE})",
+        *([f"serving attained {ctx.serving_attained:.3f} × the matmul, attention and memory-bound rates above, "
+           f"prefill and decode (free parameter, {ctx.serving_attained_source})"] if ctx.serving_attained != 1.0 else []),
         f"memory-bound kernels: {o.kernels} stack (accelkit/plan/kernels.py: bytes per token of every norm, residual "
         "add, rotary, activation, dropout and copy, forward ×(1 + 2 eager | 1.5 fused) for backward; the loss over "
         "the logits; the optimizer step reads and writes its states once) at HBM bandwidth × memory efficiency",

@@ -397,7 +397,8 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     into compute (matmuls, attention), memory (weights, KV, memory-bound kernels) and communication."""
     m, w, o = ctx.model, ctx.workload, ctx.options
     tp, pp, e = layout.tp, layout.pp, ctx.e
-    flop_s, bw = tensor_flop_s(ctx), byte_s(ctx)
+    attained = ctx.serving_attained  # fitted.SERVING_ATTAINED: what the family's serving engines reach of the priors
+    flop_s, bw = tensor_flop_s(ctx) * attained, byte_s(ctx) * attained
     tp_links = links(ctx, tp, 1)
     pp_links = links(ctx, max(pp, 1), tp * layout.dp)
     weights = (m.num_params() * ctx.weight_bytes) / tp  # a batch passes every stage in turn
@@ -431,7 +432,7 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
             / tp / flop_s
     else:  # causal: query i attends to min(i, window) keys
         attention = _flash_attention_flops(m, batch, prompt, causal=is_lm) / m.num_layers / tp \
-            / model_attention_flop_s(ctx, prompt, prompt)
+            / (model_attention_flop_s(ctx, prompt, prompt) * attained)
     head = 2.0 * batch * F.head_matmul_params(m) / tp / flop_s  # logits of the last position only
     mm_c, mm_m = _roofline(gemm, chunks * layer_w / bw)
     p_compute = m.num_layers * (mm_c + attention) + head

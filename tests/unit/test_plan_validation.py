@@ -81,6 +81,8 @@ def test_the_committed_json_holds_every_record(committed):
     assert [r["id"] for r in committed["training"]] == [r.id for r in TRAINING]
     assert [p["id"] for p in committed["serving"]["points"]] == [p.id for p in SERVING]
     assert committed["free_parameters"]["shipped"] == script.fitted.SUSTAINED_TENSOR
+    assert committed["free_parameters"]["serving_shipped"] == {
+        ev.SERVING + k: v for k, v in script.fitted.SERVING_ATTAINED.items()}
 
 
 def test_composition_of_the_set(committed):
@@ -112,6 +114,33 @@ def test_fitting_procedure_reproduces_the_committed_calibration_fit(committed, p
     calib = [r for r in TRAINING if r.shipped_calibration]
     assert len(calib) == 10  # the runs accelkit/plan/fitted.py's values were fitted on (the fit uses the expressible)
     assert fitting.fit(predictor, calib) == committed["free_parameters"]["fit_on_shipped_calibration_runs"]
+
+
+def test_serving_fit_reproduces_the_shipped_mi300x_fraction(committed, predictor):
+    # accelkit/plan/fitted.py's SERVING_ATTAINED is what the procedure returns on every serving point (in-sample);
+    # the headline is leave-one-source-out: each MI300X source with the value fitted on the other one alone
+    assert fitting.fit_serving(predictor, SERVING) == committed["free_parameters"]["serving_shipped"]
+    folds = committed["free_parameters"]["serving_loso"]
+    mi300x = sorted({p.source for p in SERVING if p.device == "MI300X"})
+    assert mi300x == ["amd-rocm-vllm", "oci-mi300x"]
+    for left_out in mi300x:
+        other = [p for p in SERVING if p.source != left_out]
+        assert folds[left_out] == fitting.fit_serving(predictor, other), left_out
+        assert folds[left_out] != committed["free_parameters"]["serving_shipped"], left_out  # fitted without it
+    # the family's fraction touches only its own points: the NVIDIA sources' folds give their points the same errors
+    for p in committed["serving"]["points"]:
+        if p["device"] != "MI300X":
+            assert p["loso"]["error"] == pytest.approx(p["shipped"]["error"], rel=1e-12), p["id"]
+
+
+def test_committed_serving_summary_follows_from_its_rows(committed):
+    points = committed["serving"]["points"]
+    for name in ("shipped", "refit", "loso"):
+        got = committed["serving"]["summary"][name]
+        assert math.isclose(got["all"]["mean_abs_error"], statistics.fmean(abs(p[name]["error"]) for p in points),
+                            rel_tol=1e-12), name
+        assert math.isclose(got["all"]["worst_abs_error"], max(abs(p[name]["error"]) for p in points),
+                            rel_tol=1e-12), name
 
 
 def test_committed_summary_follows_from_its_rows(committed):
