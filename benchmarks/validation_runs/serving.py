@@ -20,7 +20,8 @@ SOURCES = [
                  "maximum load (trtllm-bench throughput, PyTorch backend, requests of exactly ISL/OSL tokens), tables "
                  "'Llama 3.1 8B' (H200 TP1, H100 TP1), 'Llama 3.3 70B' (H200 TP1, H100 TP2), 'Llama 3.1 405B' "
                  "(H200 TP8, H100 TP8), FP8 checkpoints nvidia/*-Instruct-FP8; kv_cache_free_gpu_mem_fraction 0.90 "
-                 "by default, 0.95 'in many cases'"),
+                 "by default, 0.95 'in many cases'; the KV-cache dtype from perf-benchmarking.md @ac643b66 (trtllm-bench's "
+                 "rule for FP8 checkpoints)"),
     Source(key="oci-mi300x", organisation="Oracle Cloud Infrastructure",
            title="Serving Llama 3.1 405B model with AMD MI300X GPUs (vLLM)",
            url="https://blogs.oracle.com/cloud-infrastructure/serving-llama-31-405b-model-with-amd-mi300x-gpus",
@@ -70,8 +71,14 @@ _TRTLLM: list[tuple[str, str, dict[tuple[str, int], tuple[float, ...]]]] = [
         ("H200-SXM-141GB", 8): (3814, 5348, 4741, 4724, 3330, 3722, 456, 2948, 650, 505),
         ("H100-SXM5-80GB", 8): (3627, 4340, 3116, 3994, 2919, 2895, 453, 2296, 610, 345)}),
 ]
-_TRT_UNKNOWN: dict[str, tuple[Any, ...]] = {
-    "kv_cache_dtype": ("auto", "fp8"), "max_batch": (512, 2048), "memory_fraction": (0.90, 0.95)}
+_TRT_UNKNOWN: dict[str, tuple[Any, ...]] = {"max_batch": (512, 2048), "memory_fraction": (0.90, 0.95)}
+
+
+#: the KV cache of these rows, from TensorRT-LLM's own benchmarking page (the tool the tables were measured with)
+_TRT_KV = ("KV cache fp8: docs/source/performance/perf-benchmarking.md @ac643b66, 'Quantization in the PyTorch Flow': "
+           "trtllm-bench reads the checkpoint's hf_quant_config.json and, for an FP8 checkpoint whose "
+           "kv_cache_quant_algo is null ('Set to FP8 via benchmark') or FP8 ('Matches the checkpoint'), runs an FP8 KV "
+           "cache; the page quotes the nvidia/Llama-3.1-*-Instruct-FP8 checkpoints' null")
 
 
 def _trtllm() -> list[ServingPoint]:
@@ -88,12 +95,12 @@ def _trtllm() -> list[ServingPoint]:
                     where=f"'{table}' table, column '{gpu} TP{tp} (FP8)', row ISL/OSL {isl}/{osl}: {tps:,} tokens/sec",
                     model=model, hardware=f"{gpu} SXM (DGX {gpu})", device=device, tp=tp,
                     engine="TensorRT-LLM v1.0 PyTorch backend (trtllm-bench throughput)", weights="fp8",
-                    kv_cache_dtype=None, prompt_len=isl, output_len=osl, batch=None, max_batch=None,
+                    kv_cache_dtype="fp8", prompt_len=isl, output_len=osl, batch=None, max_batch=None,
                     memory_fraction=None, memory_rule="trtllm", metric="output_tokens_per_s", value=float(tps),
                     text=f"{tps:,} Total Output Throughput (tokens/sec)", unknown=_TRT_UNKNOWN,
-                    notes=("the KV-cache dtype of the ModelOpt FP8 checkpoint, trtllm-bench's batch cap (its own "
-                           "heuristic; the LLM API default is 2048) and the memory fraction (0.90 or 0.95) are not "
-                           "published per row: evaluated over their plausible values",)))
+                    notes=(_TRT_KV, "trtllm-bench's batch cap (its own heuristic; the LLM API default is 2048) and "
+                           "the memory fraction (0.90 or 0.95) are not published per row: evaluated over their "
+                           "plausible values")))
     return points
 
 
