@@ -52,6 +52,12 @@ def parameters(doc: dict[str, Any]) -> list[str]:
         vals = [f[fam] for f in folds.values() if fam in f]
         out.append(f"| sustained_tensor[{fam}] | {value:g} | {fp['fit_on_shipped_calibration_runs'].get(fam, '-'):g} "
                    f"| {fp['fit_on_all_sources'].get(fam, value):g} | {min(vals):g} – {max(vals):g} |")
+    for key, value in fp.get("serving_shipped", {}).items():  # serving: fitted on serving points only
+        fam = key.split(":", 1)[1]
+        folds_s = {src: f[key] for src, f in fp["serving_loso"].items() if f.get(key) != value}
+        spread = ", ".join(f"{v:g} without {src}" for src, v in folds_s.items()) or "-"
+        out.append(f"| serving_attained[{fam}] | {value:g} | - (serving) | {fp['serving_fit_on_all_sources'][key]:g} "
+                   f"| {spread} |")
     return out
 
 
@@ -86,15 +92,18 @@ def not_expressible(doc: dict[str, Any]) -> list[str]:
 
 def serving_summary(doc: dict[str, Any]) -> list[str]:
     sv = doc["serving"]["summary"]
-    out = ["| serving source | points | mean \\|error\\| / worst (shipped) | mean / worst (parameters fitted on "
-           "training) |", "|---|---:|---:|---:|"]
+    out = ["| serving source | points | mean \\|error\\| / worst (shipped, in-sample) | mean / worst (every "
+           "parameter refitted) | **leave-one-source-out** mean / worst | LOSO signed |", "|---|---:|---:|---:|---:|---:|"]
     for src, st in sv["shipped"]["by_source"].items():
-        rf = sv["refit"]["by_source"][src]
+        rf, lo = sv["refit"]["by_source"][src], sv["loso"]["by_source"][src]
         out.append(f"| {src} | {st['n']} | {_pct(st['mean_abs_error'])} / {_pct(st['worst_abs_error'])} | "
-                   f"{_pct(rf['mean_abs_error'])} / {_pct(rf['worst_abs_error'])} |")
-    a, r = sv["shipped"]["all"], sv["refit"]["all"]
-    out.append(f"| **all** | {a['n']} | **{_pct(a['mean_abs_error'])}** / {_pct(a['worst_abs_error'])} | "
-               f"{_pct(r['mean_abs_error'])} / {_pct(r['worst_abs_error'])} |")
+                   f"{_pct(rf['mean_abs_error'])} / {_pct(rf['worst_abs_error'])} | "
+                   f"**{_pct(lo['mean_abs_error'])}** / {_pct(lo['worst_abs_error'])} | "
+                   f"{_pct(lo['mean_signed_error'], True)} |")
+    a, r, lo = sv["shipped"]["all"], sv["refit"]["all"], sv["loso"]["all"]
+    out.append(f"| **all** | {a['n']} | {_pct(a['mean_abs_error'])} / {_pct(a['worst_abs_error'])} | "
+               f"{_pct(r['mean_abs_error'])} / {_pct(r['worst_abs_error'])} | **{_pct(lo['mean_abs_error'])}** / "
+               f"{_pct(lo['worst_abs_error'])} | {_pct(lo['mean_signed_error'], True)} |")
     return out
 
 
@@ -116,13 +125,13 @@ def per_run(doc: dict[str, Any]) -> list[str]:
 
 
 def serving_points(doc: dict[str, Any]) -> list[str]:
-    out = ["| point | metric | published | band (shipped) | error |", "|---|---|---:|---:|---:|"]
+    out = ["| point | metric | published | band (shipped) | error | LOSO error |", "|---|---|---:|---:|---:|---:|"]
     for p in doc["serving"]["points"]:
         b = p["shipped"]["band"]
         fmt = _rate if p["metric"] == "output_tokens_per_s" else (lambda x: f"{x * 1e3:,.1f} ms")
         band = fmt(b["low"]) if b["low"] == b["high"] else f"{fmt(b['low'])} – {fmt(b['high'])}"
         out.append(f"| `{p['id']}` | {p['metric']} | {fmt(p['published'])} | {band} | "
-                   f"{_pct(p['shipped']['error'], True)} |")
+                   f"{_pct(p['shipped']['error'], True)} | {_pct(p['loso']['error'], True)} |")
     return out
 
 
