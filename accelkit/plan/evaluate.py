@@ -109,7 +109,9 @@ def interleaved_peak_bytes(pp: int, vp: int, grad_accum: int, rank: int, chunk_b
 
     held = peak = 0.0
     backward = 0
-    for k in range(total):
+    # after the warm-up the chunks a forward and a backward touch repeat every pp·vp micro-batches: one period past
+    # the warm-up holds every state the rest of the step passes through
+    for k in range(min(total, warmup + 2 * pp * vp)):
         held += chunk_bytes[chunk(k, True)]
         peak = max(peak, held)
         if k >= warmup:  # steady state: each forward is followed by the oldest backward

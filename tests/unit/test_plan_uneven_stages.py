@@ -98,6 +98,27 @@ def test_interleaved_schedule_with_equal_chunks_is_the_warm_up_count(pp, vp, ga,
         inflight_micro_batches(pp, vp, ga, rank=rank))
 
 
+def _replay(pp, vp, ga, rank, chunk_bytes):
+    """Megatron-LM's interleaved 1F1B on one rank, every forward and backward of the step."""
+    total, group = ga * vp, pp * vp
+    warmup = min(2 * (pp - rank - 1) + (vp - 1) * pp, total)
+    held = peak = 0.0
+    for k in range(total):
+        held += chunk_bytes[(k % group) // pp]
+        peak = max(peak, held)
+        if k >= warmup:
+            held -= chunk_bytes[vp - 1 - ((k - warmup) % group) // pp]
+    return peak
+
+
+@pytest.mark.parametrize("pp,vp,ga,rank", [(16, 8, 32, 0), (16, 8, 32, 1), (16, 8, 64, 15), (4, 3, 40, 2),
+                                            (8, 2, 9, 0), (2, 5, 100, 1), (12, 4, 36, 5)])
+def test_interleaved_peak_stops_after_one_period_of_the_steady_state(pp, vp, ga, rank):
+    # the planner replays only the warm-up and one period past it; the whole step reaches no higher peak
+    chunks = [0.0, *(1.0 + 0.1 * c for c in range(1, vp))]  # unequal: an embedding-only first chunk, growing others
+    assert interleaved_peak_bytes(pp, vp, ga, rank, chunks) == pytest.approx(_replay(pp, vp, ga, rank, chunks))
+
+
 def test_llama3_first_chunk_holding_only_the_embedding_keeps_the_warm_up_off_the_layers():
     # Dubey et al. 2024 §3.3.2: pp 16, the first chunk of the first stage "has only the embedding", so a chunk is one
     # block and vp = (126 + 2) / 16 = 8. Rank 0 warms up 2·15 + 7·16 = 142 chunks: the 16 + 15 of its first chunk
