@@ -78,7 +78,11 @@ _TRT_UNKNOWN: dict[str, tuple[Any, ...]] = {"max_batch": (512, 2048), "memory_fr
 _TRT_KV = ("KV cache fp8: docs/source/performance/perf-benchmarking.md @ac643b66, 'Quantization in the PyTorch Flow': "
            "trtllm-bench reads the checkpoint's hf_quant_config.json and, for an FP8 checkpoint whose "
            "kv_cache_quant_algo is null ('Set to FP8 via benchmark') or FP8 ('Matches the checkpoint'), runs an FP8 KV "
-           "cache; the page quotes the nvidia/Llama-3.1-*-Instruct-FP8 checkpoints' null")
+           "cache; the page quotes the nvidia/Llama-3.1-*-Instruct-FP8 checkpoints' null. Contested by trtllm-bench's "
+           "code (tensorrt_llm/bench/benchmark/utils/general.py, every stored version around v1.0): kv_cache_dtype "
+           "starts as 'auto' (the YAML's kv_cache_config.dtype, absent in the published llm_options.yml) and the FP8 "
+           "rule runs only when it is None, so the run keeps the checkpoint's own kv_cache_quant_algo, which no source "
+           "read gives per checkpoint (docs/validation.md, TensorRT-LLM's tables)")
 
 
 def _trtllm() -> list[ServingPoint]:
