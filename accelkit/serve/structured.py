@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
+import functools
+import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from accelkit.serve.sampling import StructuredOutputs
 
@@ -38,6 +42,7 @@ COMPILE_TIMEOUT_S = 5.0  # longest a request waits for its spec to compile (queu
 MAX_COMPILE_WORKERS = 2  # compiles running at once; more wait (and time out) in the queue
 MAX_GRAMMAR_CACHE_BYTES = 64 << 20  # compiled grammars kept (each weighed by CompiledGrammar.num_bytes)
 MAX_CACHED_ERRORS = 256  # specs known not to compile: refused again without compiling
+COMPILE_NICE = 10  # compile threads run this much nicer than the server (Linux): the engine and HTTP go first
 
 
 class GrammarMatcher(Protocol):
@@ -135,6 +140,48 @@ def unpack_bits(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     return bits.view(bitmask.shape[0], -1)[:, :vocab].bool()
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+@functools.cache
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    try:
+        libc = ctypes.CDLL(None)
+        fn = libc.mallinfo2  # glibc ≥ 2.33
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    return cast("Callable[[], _MallInfo2]", fn)
+
+
+def allocated_bytes() -> int | None:
+    """Bytes malloc has handed out and not had back (glibc's ``mallinfo2``: every arena, mmapped chunks included),
+    or None where that cannot be read. llguidance's Rust allocates through malloc, so the change across a compile
+    is what the compiled grammar holds — which Python cannot see: ``a{100000}`` holds ~16 MiB of lexer tables, its
+    grammar text is 9 characters. Process-wide: another thread's allocations in the meantime count too (~8 µs)."""
+    fn = _mallinfo2()
+    if fn is None:
+        return None
+    info = fn()
+    return int(info.uordblks + info.hblkhd)
+
+
+def lower_thread_priority(increment: int) -> None:
+    """Make the calling thread ``increment`` nicer than the process (Linux, where each thread has its own nice
+    value; elsewhere nothing). A compile is CPU work on the machine's cores: on a 2-core server two busy compiles
+    at the same priority as the engine thread would take two thirds of the CPU from every decode step. Niced, they
+    get the time the engine and the event loop leave (CFS weighs nice 10 at about a tenth of nice 0)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:  # (relative to the main thread, whose id is the process id: a thread started by a niced one still gets +10)
+        base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, base + increment))
+    except OSError:  # (a sandbox without the permission: the thread keeps the process's priority)
+        pass
+
+
 class GrammarCompiler:
     """Compiles specs with a backend made on first use (``make_backend``: the tokenizer's conversion takes a while,
     so it runs on the pool too), cached by spec. Any thread; :meth:`compile_async` from an event loop."""
@@ -147,9 +194,10 @@ class GrammarCompiler:
         self.timeout_s, self.max_cache_bytes = timeout_s, max_cache_bytes
         self._make_backend = make_backend
         self._backend_made: concurrent.futures.Future[StructuredBackend] | None = None
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="accelkit-compile")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="accelkit-compile",
+                                                           initializer=lower_thread_priority, initargs=(COMPILE_NICE,))
         self._lock = threading.Lock()
-        self._grammars: OrderedDict[StructuredOutputs, CompiledGrammar] = OrderedDict()
+        self._grammars: OrderedDict[StructuredOutputs, tuple[CompiledGrammar, int]] = OrderedDict()  # (its weight)
         self._errors: OrderedDict[StructuredOutputs, str] = OrderedDict()
         self.cached_bytes = 0
         # spec → (its compile in flight, requests waiting on it): N requests with one spec share one compile
@@ -194,7 +242,8 @@ class GrammarCompiler:
 
     def _submit(self, spec: StructuredOutputs) -> tuple[concurrent.futures.Future[CompiledGrammar], list[int]]:
         with self._lock:
-            grammar = self._grammars.get(spec)
+            cached = self._grammars.get(spec)
+            grammar = cached[0] if cached is not None else None
             error = self._errors.get(spec)
             if grammar is None and error is None:
                 entry = self._inflight.get(spec)
@@ -222,8 +271,10 @@ class GrammarCompiler:
                 self._inflight.pop(spec, None)
 
     def _compile(self, spec: StructuredOutputs) -> CompiledGrammar:
+        backend = self._get_backend()
+        before = allocated_bytes()
         try:
-            grammar = self._get_backend().compile(spec)
+            grammar = backend.compile(spec)
         except ValueError as exc:
             with self._lock:
                 self._inflight.pop(spec, None)
@@ -235,14 +286,18 @@ class GrammarCompiler:
             with self._lock:
                 self._inflight.pop(spec, None)
             raise
+        after = allocated_bytes()
+        # what it holds: malloc's growth across the compile where that can be read (a compile beside it may add its
+        # own: the weight errs high, the cache evicts sooner), never less than the backend's own estimate
+        weight = max(grammar.num_bytes, after - before if before is not None and after is not None else 0)
         with self._lock:
             self._inflight.pop(spec, None)
-            if spec not in self._grammars and grammar.num_bytes <= self.max_cache_bytes:
-                self._grammars[spec] = grammar
-                self.cached_bytes += grammar.num_bytes
+            if spec not in self._grammars and weight <= self.max_cache_bytes:
+                self._grammars[spec] = (grammar, weight)
+                self.cached_bytes += weight
                 while self.cached_bytes > self.max_cache_bytes:
-                    _, old = self._grammars.popitem(last=False)
-                    self.cached_bytes -= old.num_bytes
+                    _, (_, old_weight) = self._grammars.popitem(last=False)
+                    self.cached_bytes -= old_weight
         return grammar
 
     def _backend_future(self) -> concurrent.futures.Future[StructuredBackend]:

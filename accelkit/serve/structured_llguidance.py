@@ -122,6 +122,9 @@ def _one_line(error: str, schema: Any = None) -> str:
     first = lines[0] if lines else "it does not compile"
     if first.startswith("NoExtensionBias"):  # (llguidance's stop reason when no token can begin a match)
         return "no text matches it"
+    if first.startswith("recursion limit exceeded"):  # (serde_json reading the grammar: 128 levels of JSON)
+        return ("it nests deeper than the grammar compiler reads (128 levels of JSON nesting: about 64 levels of "
+                "objects in a schema); flatten it")
     if "too many expressions" in first or "fuel" in first or "limit" in first:
         first += (f" (the compile limits: {INITIAL_LEXER_FUEL:,} lexer fuel, {MAX_LEXER_STATES:,} lexer states, "
                   f"{MAX_GRAMMAR_SIZE:,} grammar symbols)")

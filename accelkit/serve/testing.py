@@ -243,3 +243,60 @@ def save_bytelevel_model(path: str | Path, *, seed: int = 0) -> Path:
                                "{% if add_generation_prompt %}assistant:{% endif %}")
     tokenizer.save_pretrained(path)  # replaces the word-level tokenizer
     return path
+
+
+# ---- hostile structured-output specs (issue #28): each must compile or be refused within the compile limit ------
+
+def nested_properties(depth: int) -> dict[str, Any]:
+    """An object schema ``depth`` levels deep, one property per level (a recursion-depth probe)."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def optional_levels(levels: int, width: int = 4) -> dict[str, Any]:
+    """The shape of the 2.3 KB JSONSchemaBench schema that once became a 20-million-character regex: objects of
+    optional properties, nested ``levels`` deep."""
+    schema: dict[str, Any] = {"type": "string", "maxLength": 20}
+    for level in range(levels):
+        props = {f"p{level}_{i}": schema if i == 0 else {"type": ["integer", "null"]} for i in range(width)}
+        schema = {"type": "object", "properties": props}
+    return schema
+
+
+def wide_optional(levels: int, width: int) -> dict[str, Any]:
+    """Like :func:`optional_levels`, ``width`` properties a level, each optional and of a union type: 2–9 KB."""
+    schema: dict[str, Any] = {"type": "string"}
+    for level in range(levels):
+        schema = {"type": "object", "properties": {f"field_{level}_{i}": schema if i == 0 else
+                                                   {"type": ["string", "integer", "null"], "maxLength": 40}
+                                                   for i in range(width)}}
+    return schema
+
+
+HOSTILE_SPECS: dict[str, dict[str, Any]] = {  # name → StructuredOutputs(**spec)
+    "dfa-blowup": {"regex": "(a|b)*a(a|b){22}"},
+    "counted-32-bit": {"regex": "a{4294967295}"},
+    "counted-100k": {"regex": "a{100000}"},
+    "any-char-then-x": {"regex": "[\\x00-\\U0010ffff]x"},
+    "matches-nothing": {"regex": "[^\\x00-\\U0010ffff]"},
+    "nested-repeats": {"regex": "(x{1,1000}){1,1000}"},
+    "unanchored-pattern": {"json": {"type": "string", "pattern": "a.{12}"}},
+    "properties-450-deep": {"json": nested_properties(450)},
+    "optional-8-levels": {"json": optional_levels(8)},
+    "256-long-choices": {"choice": [f"{i:03d}" + "x" * 197 for i in range(256)]},
+}
+
+
+def hostile_request_fields() -> list[dict[str, Any]]:
+    """The request fields (each under the name a client would use) of every hostile spec above, six 31-character
+    DFA-blow-up regexes at once, non-finite JSON, and three 2–9 KB all-optional schemas as ``response_format``."""
+    out: list[dict[str, Any]] = [{"structured_outputs": spec} for spec in HOSTILE_SPECS.values()]
+    out += [{"guided_regex": "(a|b)*a(a|b){22}" + "c" * i} for i in range(6)]
+    out += [{"guided_json": '{"enum": [NaN, Infinity]}'}, {"guided_json": nested_properties(450)}]
+    for levels, width in ((8, 4), (6, 12), (4, 30)):
+        out.append({"response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "s", "schema": wide_optional(levels, width)}}})
+    out.append({"guided_json": optional_levels(8)})
+    return out

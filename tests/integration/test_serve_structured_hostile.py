@@ -17,33 +17,17 @@ import httpx
 import psutil
 import pytest
 
-from accelkit.serve.testing import save_bytelevel_model
+from accelkit.serve.testing import hostile_request_fields, save_bytelevel_model
 from tests.integration.serve_server_util import running_server
-from tests.unit.test_structured import HOSTILE, _nested, _optional_levels
-
-
-def _wide_optional(levels: int, width: int) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "string"}
-    for level in range(levels):
-        schema = {"type": "object", "properties": {f"field_{level}_{i}": schema if i == 0 else
-                                                   {"type": ["string", "integer", "null"], "maxLength": 40}
-                                                   for i in range(width)}}
-    return schema
 
 
 def bodies() -> list[dict[str, Any]]:
-    out = []
-    for spec in HOSTILE.values():
-        (kind, value), = spec.items()
-        out.append({"structured_outputs": {kind: value}})
-    out += [{"guided_regex": "(a|b)*a(a|b){22}" + "c" * i} for i in range(6)]  # six 31-character regexes at once
-    out += [{"guided_json": '{"enum": [NaN, Infinity]}'}, {"guided_json": _nested(450)}]
-    for levels, width in ((8, 4), (6, 12), (4, 30)):  # 2-9 KB of all-optional nested objects
-        schema = _wide_optional(levels, width)
-        assert 2_000 <= len(json.dumps(schema)) <= 9_500 or levels == 8
-        out.append({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}})
-    out.append({"guided_json": _optional_levels(8)})
-    return out
+    return hostile_request_fields()
+
+
+def test_the_all_optional_schemas_are_the_2_to_9_kb_of_the_issue() -> None:
+    sizes = [len(json.dumps(b["response_format"]["json_schema"]["schema"])) for b in bodies() if "response_format" in b]
+    assert len(sizes) == 3 and all(2_000 <= n <= 9_500 for n in sizes), sizes
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import os
 import random
 import re
+import sys
 import threading
 import uuid
 from typing import Annotated, Any, Literal
@@ -21,9 +23,15 @@ from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, Field
 
 from accelkit.serve.sampling import MAX_SPEC_CHARS, StructuredOutputs
-from accelkit.serve.structured import GrammarCompiler, apply_token_bitmask_, unpack_bits
+from accelkit.serve.structured import (
+    COMPILE_NICE,
+    GrammarCompiler,
+    allocated_bytes,
+    apply_token_bitmask_,
+    unpack_bits,
+)
 from accelkit.serve.structured_llguidance import LLGuidanceBackend
-from accelkit.serve.testing import build_bytelevel_tokenizer, build_tokenizer
+from accelkit.serve.testing import HOSTILE_SPECS, build_bytelevel_tokenizer, build_tokenizer, nested_properties
 
 EOS = 2
 VOCAB_SIZE = 520  # the model's: a few ids past the tokenizer's 512 have no text
@@ -272,41 +280,17 @@ def test_non_finite_numbers_and_oversized_specs_are_refused_before_compiling() -
         StructuredOutputs(choice=[f"{i}" + "x" * 2000 for i in range(200)])
 
 
-def _nested(depth: int) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "string"}
-    for _ in range(depth):
-        schema = {"type": "object", "properties": {"a": schema}}
-    return schema
+def test_a_schema_nested_past_the_compilers_depth_is_refused_saying_so() -> None:
+    compiler = GrammarCompiler(backend)
+    assert compiler.compile(StructuredOutputs(json=nested_properties(40)))
+    with pytest.raises(ValueError, match=r"^structured_outputs.json: it nests deeper than .* flatten it$"):
+        compiler.compile(StructuredOutputs(json=nested_properties(100)))
 
 
-def _optional_levels(levels: int, width: int = 4) -> dict[str, Any]:
-    """The shape of the 2.3 KB JSONSchemaBench schema that became a 20-million-character regex: objects of
-    optional properties, nested ``levels`` deep."""
-    schema: dict[str, Any] = {"type": "string", "maxLength": 20}
-    for level in range(levels):
-        props = {f"p{level}_{i}": schema if i == 0 else {"type": ["integer", "null"]} for i in range(width)}
-        schema = {"type": "object", "properties": props}
-    return schema
-
-
-HOSTILE = {
-    "dfa-blowup": {"regex": "(a|b)*a(a|b){22}"},
-    "counted-32-bit": {"regex": "a{4294967295}"},
-    "counted-100k": {"regex": "a{100000}"},
-    "any-char-then-x": {"regex": "[\\x00-\\U0010ffff]x"},
-    "matches-nothing": {"regex": "[^\\x00-\\U0010ffff]"},
-    "nested-repeats": {"regex": "(x{1,1000}){1,1000}"},
-    "unanchored-pattern": {"json": {"type": "string", "pattern": "a.{12}"}},
-    "properties-450-deep": {"json": _nested(450)},
-    "optional-8-levels": {"json": _optional_levels(8)},
-    "256-long-choices": {"choice": [f"{i:03d}" + "x" * 197 for i in range(256)]},
-}
-
-
-@pytest.mark.parametrize("name", sorted(HOSTILE))
+@pytest.mark.parametrize("name", sorted(HOSTILE_SPECS))
 def test_each_hostile_spec_compiles_or_is_refused_by_the_compiler(name: str) -> None:
     compiler = GrammarCompiler(backend)
-    spec = StructuredOutputs(**HOSTILE[name])
+    spec = StructuredOutputs(**HOSTILE_SPECS[name])
     try:
         grammar = compiler.compile(spec)
     except ValueError as exc:  # refused: one line naming the field (never another exception)
@@ -370,6 +354,20 @@ def test_a_compile_past_the_time_limit_is_refused_naming_it_and_queued_ones_are_
     assert [s.regex for s in gated.compiles] == ["a+"]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_compiles_run_nicer_than_the_server_threads() -> None:
+    class NiceRecorder(GatedBackend):
+        def compile(self, spec: StructuredOutputs) -> Any:
+            self.nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            return backend().compile(spec)
+
+    recorder = NiceRecorder()
+    GrammarCompiler(lambda: recorder).compile(StructuredOutputs(regex="a"))
+    main = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    assert recorder.nice == min(19, main + COMPILE_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # the caller's thread is untouched
+
+
 def test_the_cache_is_bounded_by_bytes_and_errors_are_remembered() -> None:
     compiler = GrammarCompiler(backend, max_cache_bytes=300_000)
     grammars = [compiler.compile(StructuredOutputs(regex=f"[a-z]{{{n}}}")) for n in range(1, 9)]
@@ -382,6 +380,21 @@ def test_the_cache_is_bounded_by_bytes_and_errors_are_remembered() -> None:
         with pytest.raises(ValueError, match="look-around"):
             compiler.compile(StructuredOutputs(regex="(?<=a)b"))
     assert compiler.num_compiles == compiles + 1
+
+
+@pytest.mark.skipif(allocated_bytes() is None, reason="needs glibc's mallinfo2 (what the weights are read from)")
+def test_grammars_are_weighed_by_the_memory_they_hold_not_their_text() -> None:
+    """``a{100000}`` is 9 characters and holds ~16 MiB of lexer tables in llguidance: a cache weighing it by its text
+    would keep thousands of them (a client sending variants grew a server by 36 MB a round of requests)."""
+    limit = 40 << 20
+    compiler = GrammarCompiler(backend, max_cache_bytes=limit)
+    before = allocated_bytes()
+    for i in range(6):  # the same constraint, new text each time: six compiles
+        compiler.compile(StructuredOutputs(regex="(?:)" * i + "a{100000}"))
+    assert compiler.num_compiles == 6
+    assert 8 << 20 <= compiler.cached_bytes <= limit  # weighed at megabytes each, so some were evicted
+    held = allocated_bytes() - before
+    assert held <= limit + (8 << 20), f"{held >> 20} MiB still allocated"  # and what was evicted was freed
 
 
 def test_a_word_level_tokenizer_is_refused_by_name() -> None:
