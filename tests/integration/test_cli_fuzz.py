@@ -28,6 +28,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -226,8 +227,16 @@ class _CaseTimeout(BaseException):  # not Exception: main()'s last resort must n
     pass
 
 
+_timed_out = [False]  # this case's limit fired already
+
+
 def _alarm(signum, frame):
-    raise _CaseTimeout
+    # Both limits can fire within a millisecond (a case told to run long gets a wall limit equal to its CPU limit):
+    # the second must not raise again while the first unwinds — it would land in a `with` block's exit and leave
+    # what that exit cleans up (a progress heartbeat thread) running into the next cases.
+    if not _timed_out[0]:
+        _timed_out[0] = True
+        raise _CaseTimeout
 
 
 @dataclass
@@ -258,6 +267,7 @@ def _argv(param: Param, value: str | None, t: Path) -> list[str]:
 
 def run_in_process(argv: list[str], wall_limit_s: float = CASE_WALL_LIMIT_S) -> tuple[object, str, str, float]:
     out, err = io.StringIO(), io.StringIO()
+    _timed_out[0] = False
     old = signal.signal(signal.SIGALRM, _alarm), signal.signal(signal.SIGPROF, _alarm)
     signal.setitimer(signal.ITIMER_PROF, CASE_TIMEOUT_S)
     signal.setitimer(signal.ITIMER_REAL, wall_limit_s)
@@ -396,6 +406,8 @@ class Tally:
         code, out, err, seconds = run_in_process(argv, wall_limit_s)
         o = Outcome(argv, param, value, code, out, err, seconds)
         o.problem = judge(o)
+        if o.problem is None and any(t.name == "accelkit-progress" for t in threading.enumerate()):
+            o.problem = "a progress heartbeat thread outlived the command"  # its lines would land in what runs next
         o.known = KNOWN.get((param.path, param.opt)) if o.problem and param else None
         self.outcomes.append(o)
         return o
