@@ -61,6 +61,12 @@ class EngineConfig(Spec):
         1, min=1, doc="Ranks one model is split over (attention heads and MLP widths), one process each: GPUs from "
         "device on (NCCL), or CPU processes (gloo; for correctness, not speed). Must divide the model's heads.",
     )
+    cpu_threads: int | None = spec_field(
+        None, min=1, max=4096, doc="On the CPU: torch's intra-op threads for the engine's steps (set on the thread that "
+        "steps it); None = torch's default, one per usable core. Fewer can be faster: a small model gains little from "
+        "a second thread, and every parallel region waits for its slowest thread, so a core another process (or the "
+        "HTTP server's own thread) takes stalls each step (docs/engine.md, 'Threads on a CPU').",
+    )
     max_cuda_graph_batch_size: int | None = spec_field(
         None, min=1, doc="Largest decode batch replayed from a CUDA graph (larger ones run eagerly); None = max_num_seqs, at most 512.",
     )

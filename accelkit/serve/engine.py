@@ -25,6 +25,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from accelkit.hardware.device import resolve_device
 from accelkit.serve import preflight
 from accelkit.serve.block_manager import BlockManager
@@ -98,6 +100,8 @@ class LLMEngine:
                              "is not supported yet; serve it with tensor_parallel_size=1")
         device = self._preflight(model_dir, hf_config, checked.tensors)
         check_tensor_parallel_ranks(config.tensor_parallel_size, device)
+        if config.cpu_threads is not None and device == "cpu":  # (this thread's OpenMP team: the one that steps)
+            torch.set_num_threads(config.cpu_threads)
         self.tokenizer = _load_tokenizer(model_dir)
         self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
         tp = None

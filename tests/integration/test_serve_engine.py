@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from accelkit.serve import LLM, EngineLoop, SamplingParams
 from accelkit.serve.testing import random_prompts, save_tiny_model
@@ -310,15 +311,18 @@ def test_identical_prompts_admitted_together_share_their_prefix(model_dir):
 def test_a_loop_that_builds_its_engine_runs_all_of_its_torch_work_on_one_thread(model_dir, greedy_ref):
     """EngineLoop.build (what the server uses): the engine is made on the loop's thread and stepped there — an
     engine built on one thread and stepped on another left two OpenMP teams alive and ran 3x slower on a CPU. What
-    the factory raises is raised to the caller, and no loop is left running."""
+    the factory raises is raised to the caller, and no loop is left running. ``cpu_threads`` is the stepping thread's
+    torch thread count (a thread's OpenMP team is its own: set anywhere else it would not apply)."""
     from accelkit.serve.config import EngineConfig
     from accelkit.serve.engine import LLMEngine
 
     threads: dict[str, threading.Thread] = {}
+    torch_threads: set[int] = set()
 
     def make_engine() -> LLMEngine:
         threads["built"] = threading.current_thread()
-        return LLMEngine(EngineConfig(model=str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128))
+        return LLMEngine(EngineConfig(model=str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=128,
+                                      cpu_threads=1))
 
     loop = EngineLoop.build(make_engine)
     try:
@@ -326,6 +330,7 @@ def test_a_loop_that_builds_its_engine_runs_all_of_its_torch_work_on_one_thread(
 
         def recording_step(*args, **kwargs):
             threads["stepped"] = threading.current_thread()
+            torch_threads.add(torch.get_num_threads())
             return step(*args, **kwargs)
 
         loop.engine.step = recording_step
@@ -333,6 +338,7 @@ def test_a_loop_that_builds_its_engine_runs_all_of_its_torch_work_on_one_thread(
         assert tokens == greedy_ref
         assert threads["built"] is threads["stepped"] is not threading.main_thread()
         assert threads["built"].name == "accelkit-engine"
+        assert torch_threads == {1}  # (a new thread's default is one per usable core)
     finally:
         loop.stop()
     assert not loop.is_alive
