@@ -20,8 +20,8 @@ SOURCES = [
                  "maximum load (trtllm-bench throughput, PyTorch backend, requests of exactly ISL/OSL tokens), tables "
                  "'Llama 3.1 8B' (H200 TP1, H100 TP1), 'Llama 3.3 70B' (H200 TP1, H100 TP2), 'Llama 3.1 405B' "
                  "(H200 TP8, H100 TP8), FP8 checkpoints nvidia/*-Instruct-FP8; kv_cache_free_gpu_mem_fraction 0.90 "
-                 "by default, 0.95 'in many cases'; the KV-cache dtype from perf-benchmarking.md @ac643b66 (trtllm-bench's "
-                 "rule for FP8 checkpoints)"),
+                 "by default, 0.95 'in many cases'; the KV-cache dtype is not settled (perf-benchmarking.md @ac643b66 "
+                 "says FP8 for these checkpoints, trtllm-bench's code keeps the checkpoint's own)"),
     Source(key="oci-mi300x", organisation="Oracle Cloud Infrastructure",
            title="Serving Llama 3.1 405B model with AMD MI300X GPUs (vLLM)",
            url="https://blogs.oracle.com/cloud-infrastructure/serving-llama-31-405b-model-with-amd-mi300x-gpus",
@@ -71,18 +71,21 @@ _TRTLLM: list[tuple[str, str, dict[tuple[str, int], tuple[float, ...]]]] = [
         ("H200-SXM-141GB", 8): (3814, 5348, 4741, 4724, 3330, 3722, 456, 2948, 650, 505),
         ("H100-SXM5-80GB", 8): (3627, 4340, 3116, 3994, 2919, 2895, 453, 2296, 610, 345)}),
 ]
-_TRT_UNKNOWN: dict[str, tuple[Any, ...]] = {"max_batch": (512, 2048), "memory_fraction": (0.90, 0.95)}
+_TRT_UNKNOWN: dict[str, tuple[Any, ...]] = {"max_batch": (512, 2048), "memory_fraction": (0.90, 0.95),
+                                             "kv_cache_dtype": ("auto", "fp8")}
 
 
-#: the KV cache of these rows, from TensorRT-LLM's own benchmarking page (the tool the tables were measured with)
-_TRT_KV = ("KV cache fp8: docs/source/performance/perf-benchmarking.md @ac643b66, 'Quantization in the PyTorch Flow': "
-           "trtllm-bench reads the checkpoint's hf_quant_config.json and, for an FP8 checkpoint whose "
-           "kv_cache_quant_algo is null ('Set to FP8 via benchmark') or FP8 ('Matches the checkpoint'), runs an FP8 KV "
-           "cache; the page quotes the nvidia/Llama-3.1-*-Instruct-FP8 checkpoints' null. Contested by trtllm-bench's "
-           "code (tensorrt_llm/bench/benchmark/utils/general.py, every stored version around v1.0): kv_cache_dtype "
-           "starts as 'auto' (the YAML's kv_cache_config.dtype, absent in the published llm_options.yml) and the FP8 "
-           "rule runs only when it is None, so the run keeps the checkpoint's own kv_cache_quant_algo, which no source "
-           "read gives per checkpoint (docs/validation.md, TensorRT-LLM's tables)")
+#: the KV cache of these rows: the two TensorRT-LLM sources read disagree, so it is a band
+_TRT_KV = ("KV-cache dtype not settled by the sources: evaluated bf16 (the checkpoint default, 'auto') and fp8. "
+           "TensorRT-LLM's benchmarking page (docs/source/performance/perf-benchmarking.md @ac643b66, 'Quantization "
+           "in the PyTorch Flow') says trtllm-bench reads the checkpoint's hf_quant_config.json and, for an FP8 "
+           "checkpoint whose kv_cache_quant_algo is null ('Set to FP8 via benchmark') or FP8 ('Matches the "
+           "checkpoint'), runs an FP8 KV cache, quoting the nvidia/Llama-3.1-*-Instruct-FP8 checkpoints' null. "
+           "trtllm-bench's code (tensorrt_llm/bench/benchmark/utils/general.py, every stored version around v1.0) "
+           "starts kv_cache_dtype at 'auto' (the YAML's kv_cache_config.dtype, absent in the published "
+           "llm_options.yml) and runs the FP8 rule only when it is None, so the run keeps the checkpoint's own "
+           "kv_cache_quant_algo, which no source read gives per checkpoint (docs/validation.md, TensorRT-LLM's "
+           "tables)")
 
 
 def _trtllm() -> list[ServingPoint]:
@@ -99,7 +102,7 @@ def _trtllm() -> list[ServingPoint]:
                     where=f"'{table}' table, column '{gpu} TP{tp} (FP8)', row ISL/OSL {isl}/{osl}: {tps:,} tokens/sec",
                     model=model, hardware=f"{gpu} SXM (DGX {gpu})", device=device, tp=tp,
                     engine="TensorRT-LLM v1.0 PyTorch backend (trtllm-bench throughput)", weights="fp8",
-                    kv_cache_dtype="fp8", prompt_len=isl, output_len=osl, batch=None, max_batch=None,
+                    kv_cache_dtype=None, prompt_len=isl, output_len=osl, batch=None, max_batch=None,
                     memory_fraction=None, memory_rule="trtllm", metric="output_tokens_per_s", value=float(tps),
                     text=f"{tps:,} Total Output Throughput (tokens/sec)", unknown=_TRT_UNKNOWN,
                     notes=(_TRT_KV, "trtllm-bench's batch cap (its own heuristic; the LLM API default is 2048) and "
