@@ -133,6 +133,20 @@ def test_serving_fit_reproduces_the_shipped_mi300x_fraction(committed, predictor
             assert p["loso"]["error"] == pytest.approx(p["shipped"]["error"], rel=1e-12), p["id"]
 
 
+def test_trtllm_kv_cache_dtype_is_a_band_not_a_choice(committed):
+    # TensorRT-LLM's benchmarking page says FP8 for these checkpoints, trtllm-bench's code keeps the checkpoint's own
+    # kv_cache_quant_algo, which no source gives: both dtypes are planned, and on KV-bound rows they span the band
+    trt = [p for p in SERVING if p.source == "trtllm-perf"]
+    assert len(trt) == 60
+    for p in trt:
+        assert p.kv_cache_dtype is None and set(p.unknown["kv_cache_dtype"]) == {"auto", "fp8"}, p.id
+        assert any("perf-benchmarking.md" in n and "general.py" in n for n in p.notes), p.id
+    rows = [r for r in committed["serving"]["points"] if r["source"] == "trtllm-perf"]
+    spanned = [r["id"] for r in rows if r["shipped"]["band"]["low_combo"]["kv_cache_dtype"] == "auto"
+               and r["shipped"]["band"]["high_combo"]["kv_cache_dtype"] == "fp8"]
+    assert spanned and all(r["unknown"]["kv_cache_dtype"] == ["auto", "fp8"] for r in rows)
+
+
 def test_committed_serving_summary_follows_from_its_rows(committed):
     points = committed["serving"]["points"]
     for name in ("shipped", "refit", "loso"):
