@@ -92,6 +92,8 @@ def _serving_row(point: ServingPoint, pred: Predictor, sets: dict[str, dict[str,
         "output_len": point.output_len, "batch": point.batch, "max_batch": point.max_batch,
         "memory_fraction": point.memory_fraction, "metric": point.metric, "published": point.value,
         "text": point.text, "unknown": {k: list(v) for k, v in point.unknown.items()}}
+    if pred.ruled_out(point):  # plan_validation_eval.kv_ruled_out: dtypes the published figures rule out
+        row["kv_ruled_out"] = pred.ruled_out(point)
     for name, factors in sets.items():
         b = pred.serving(point, factors)
         row[name] = {"band": b.to_json(), "error": speed_error(point, b.centre)}

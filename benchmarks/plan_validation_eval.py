@@ -10,6 +10,11 @@ none fits — the run happened, so a planner that says otherwise is wrong about 
 point estimate is the band's centre in log space, √(lowest · highest), fixed before any error was looked at:
 neither the planner's optimum nor its pessimum.
 
+One unknown of serving points is narrowed by physics rather than by the planner: a KV-cache dtype under which a
+published figure is faster than the cache reads alone allow at the datasheet's full HBM bandwidth did not run
+(``kv_ruled_out``); the dtype is the checkpoint's, so one such row rules it out for every row of that model in the
+source. It is the memory rule's counterpart for time, and, like it, never empties a band.
+
 The free parameters (``accelkit.plan.fitted.SUSTAINED_TENSOR``, and for serving ``SERVING_ATTAINED`` under the key
 ``"serving:<family>"``) enter through the ``factors`` of ``Predictor.training`` / ``Predictor.serving``, which cache
 every prediction by the factors it depends on, so a fit that revisits a value costs nothing.
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
@@ -31,6 +36,7 @@ from accelkit.hardware import get_device
 from accelkit.plan import Layout, PlanOptions, fitted, plan, search
 from accelkit.plan import flops as F
 from accelkit.plan.evaluate import Candidate
+from accelkit.plan.memory import kv_layer_token_bytes
 from accelkit.plan.priors import family
 
 _OPTION_FIELDS = {f.name for f in fields(PlanOptions)}
@@ -167,6 +173,81 @@ def plan_serving(point: ServingPoint, c: Mapping[str, Any]) -> dict[str, Any] | 
     return {"value": value, "batch": cand.batch, "max_batch": cand.max_batch, "fits": cand.fits}
 
 
+def kv_read_bytes(point: ServingPoint, kv_dtype: str) -> float:
+    """Bytes of K and V one sequence's decode steps read on one rank, at the least: decode step k (k = 1 … output −
+    1; the first output token comes from the prefill) attends over prompt + k cached tokens, and reads at least the
+    prompt + k − 1 written before it, once per layer — the 8 KV heads of a GQA group once, as TensorRT-LLM's XQA and
+    vLLM's paged kernels do (GQA's point) — kv_heads/tp of them per rank, at the dtype's bytes (per-tensor scales)."""
+    m = point.model
+    per_token = kv_layer_token_bytes(m, kv_cache_dtype=kv_dtype, dtype_bytes=2, tp=point.tp,  # type: ignore[arg-type]
+                                     kv_scales="per-tensor")
+    steps = point.output_len - 1
+    if m.sliding_window is None:  # Σ_k (prompt + k − 1), closed form
+        tokens = m.num_layers * (steps * point.prompt_len + steps * (steps - 1) / 2)
+    else:
+        tokens = sum(m.kv_cache_layer_tokens(point.prompt_len + k - 1) for k in range(1, steps + 1))
+    return tokens * per_token
+
+
+def kv_read_bound(point: ServingPoint, kv_dtype: str) -> float | None:
+    """The published metric's physical limit under a KV-cache dtype, from the KV reads alone at the datasheet's full
+    HBM bandwidth (weights, matmuls, prefill and every efficiency left out, so a true bound whatever the planner
+    assumes): the most output tokens/s, or the least seconds (ITL at the mean step, a batch's latency); None for
+    TTFT, which reads no cache it has not just written."""
+    bw = get_device(point.device).memory_bandwidth_bytes_per_s
+    per_seq = kv_read_bytes(point, kv_dtype)
+    steps = point.output_len - 1
+    if point.metric == "ttft_s" or steps <= 0:
+        return None
+    if point.metric == "output_tokens_per_s":  # every output token of the run costs per_seq / output_len per rank
+        return bw * point.output_len / per_seq
+    batch = point.batch or 1
+    if point.metric == "itl_s":
+        return batch * per_seq / steps / bw
+    return batch * per_seq / bw  # batch_latency_s: the whole batch's decode
+
+
+def _beyond(point: ServingPoint, bound: float | None) -> bool:
+    """Whether the published figure is faster than ``bound`` allows."""
+    if bound is None:
+        return False
+    return point.value > bound if point.metric == "output_tokens_per_s" else point.value < bound
+
+
+def kv_ruled_out(points: Sequence[ServingPoint]) -> dict[tuple[str, str, str], dict[str, str]]:
+    """KV-cache dtypes that cannot have run, per (source, model, weights): those under which some published figure
+    of the group beats ``kv_read_bound`` — the run happened, so a dtype whose cache reads alone need more time than
+    the figure took at full datasheet bandwidth was not the one used (the same rule that drops combinations the
+    planner says do not fit). The dtype is the checkpoint's and the command's, the same for every row of a model's
+    table (one checkpoint per model, one trtllm-bench command per table), so one impossible row rules it out for the
+    group. Never every dtype: if none is possible the planner's bytes are wrong, not the run, and all are kept.
+    Values: how many of the group's rows rule the dtype out, and the furthest beyond its bound."""
+    beyond: dict[tuple[str, str, str], dict[str, list[tuple[float, ServingPoint, float]]]] = {}
+    dtypes: dict[tuple[str, str, str], set[str]] = {}
+    for p in points:
+        key = (p.source, p.model.name, p.weights)
+        for dtype in p.unknown.get("kv_cache_dtype", ()):
+            dtypes.setdefault(key, set()).add(dtype)
+            bound = kv_read_bound(p, dtype)
+            if _beyond(p, bound):
+                assert bound is not None
+                ratio = p.value / bound if p.metric == "output_tokens_per_s" else bound / p.value
+                beyond.setdefault(key, {}).setdefault(dtype, []).append((ratio, p, bound))
+    out: dict[tuple[str, str, str], dict[str, str]] = {}
+    for key, gone in beyond.items():
+        if not dtypes[key] - gone.keys():
+            continue
+        rows = sum(1 for p in points if (p.source, p.model.name, p.weights) == key and "kv_cache_dtype" in p.unknown)
+        for dtype, hits in gone.items():
+            ratio, p, bound = max(hits, key=lambda h: h[0])
+            fmt = ",.0f" if p.metric == "output_tokens_per_s" else ".4g"
+            out.setdefault(key, {})[dtype] = (
+                f"{len(hits)} of {rows} rows are beyond what their {dtype} KV reads allow at full HBM bandwidth; "
+                f"the furthest, {p.id}: published {p.value:{fmt}} {p.metric} against a bound of {bound:{fmt}} "
+                f"(×{ratio:.2f})")
+    return out
+
+
 @dataclass(frozen=True)
 class Band:
     """The planner's range over a record's plausible combinations."""
@@ -210,8 +291,15 @@ class Predictor:
     """Bands of the training runs and serving points at given SUSTAINED_TENSOR values, cached by the one value
     each record depends on."""
 
-    def __init__(self) -> None:
+    def __init__(self, serving_points: Sequence[ServingPoint] | None = None) -> None:
         self._cache: dict[tuple[str, float | None, float | None], Band] = {}
+        if serving_points is None:
+            from validation_runs import SERVING as serving_points
+        self.kv_ruled_out = kv_ruled_out(serving_points)
+
+    def ruled_out(self, point: ServingPoint) -> dict[str, str]:
+        """The KV-cache dtypes ``kv_ruled_out`` excludes for this point's group, each with the row that excludes it."""
+        return self.kv_ruled_out.get((point.source, point.model.name, point.weights), {})
 
     def _key(self, rid: str, device: str | None, factors: Mapping[str, float],
              serving: bool = False) -> tuple[str, float | None, float | None]:
@@ -233,7 +321,9 @@ class Predictor:
         key = self._key(point.id, point.device, factors, serving=True)
         if key not in self._cache:
             with sustained(factors):
-                results = [(c, plan_serving(point, c)) for c in combos(point.unknown)]
+                gone = self.ruled_out(point)
+                results = [(c, plan_serving(point, c)) for c in combos(point.unknown)
+                           if c.get("kv_cache_dtype") not in gone]
             self._cache[key] = band(results, "value")
         return self._cache[key]
 

@@ -85,7 +85,8 @@ _TRT_KV = ("KV-cache dtype not settled by the sources: evaluated bf16 (the check
            "starts kv_cache_dtype at 'auto' (the YAML's kv_cache_config.dtype, absent in the published "
            "llm_options.yml) and runs the FP8 rule only when it is None, so the run keeps the checkpoint's own "
            "kv_cache_quant_algo, which no source read gives per checkpoint (docs/validation.md, TensorRT-LLM's "
-           "tables)")
+           "tables). The harness drops a dtype whose KV reads alone, at full HBM bandwidth, cannot give a published "
+           "figure of the same checkpoint (plan_validation_eval.kv_ruled_out)")
 
 
 def _trtllm() -> list[ServingPoint]:

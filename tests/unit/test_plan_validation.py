@@ -133,18 +133,66 @@ def test_serving_fit_reproduces_the_shipped_mi300x_fraction(committed, predictor
             assert p["loso"]["error"] == pytest.approx(p["shipped"]["error"], rel=1e-12), p["id"]
 
 
-def test_trtllm_kv_cache_dtype_is_a_band_not_a_choice(committed):
+def test_trtllm_kv_cache_dtype_is_a_band_unless_the_published_figures_rule_one_out(committed, predictor):
     # TensorRT-LLM's benchmarking page says FP8 for these checkpoints, trtllm-bench's code keeps the checkpoint's own
-    # kv_cache_quant_algo, which no source gives: both dtypes are planned, and on KV-bound rows they span the band
+    # kv_cache_quant_algo, which no source gives: the records leave the dtype unknown, both values planned — except
+    # where a published figure is faster than the dtype's KV reads alone allow at full HBM bandwidth (the run
+    # happened): Llama 3.1 8B's bf16 ("auto"), which 9 of its 20 rows rule out; 70B and 405B stay bands
     trt = [p for p in SERVING if p.source == "trtllm-perf"]
     assert len(trt) == 60
     for p in trt:
         assert p.kv_cache_dtype is None and set(p.unknown["kv_cache_dtype"]) == {"auto", "fp8"}, p.id
         assert any("perf-benchmarking.md" in n and "general.py" in n for n in p.notes), p.id
+    assert set(predictor.kv_ruled_out) == {("trtllm-perf", "llama-3.1-8b", "fp8")}
+    assert set(predictor.kv_ruled_out["trtllm-perf", "llama-3.1-8b", "fp8"]) == {"auto"}
+    assert predictor.kv_ruled_out["trtllm-perf", "llama-3.1-8b", "fp8"]["auto"].startswith("9 of 20 rows")
     rows = [r for r in committed["serving"]["points"] if r["source"] == "trtllm-perf"]
-    spanned = [r["id"] for r in rows if r["shipped"]["band"]["low_combo"]["kv_cache_dtype"] == "auto"
-               and r["shipped"]["band"]["high_combo"]["kv_cache_dtype"] == "fp8"]
-    assert spanned and all(r["unknown"]["kv_cache_dtype"] == ["auto", "fp8"] for r in rows)
+    for r in rows:
+        combos = (r["shipped"]["band"]["low_combo"]["kv_cache_dtype"], r["shipped"]["band"]["high_combo"]["kv_cache_dtype"])
+        if r["model"] == "llama-3.1-8b":
+            assert r["kv_ruled_out"] == {"auto": predictor.kv_ruled_out["trtllm-perf", "llama-3.1-8b", "fp8"]["auto"]}
+            assert combos == ("fp8", "fp8") and r["shipped"]["band"]["planned"] == 4, r["id"]
+        else:
+            assert "kv_ruled_out" not in r and r["shipped"]["band"]["planned"] == 8, r["id"]
+    assert any(r["shipped"]["band"]["low_combo"]["kv_cache_dtype"] == "auto"
+               and r["shipped"]["band"]["high_combo"]["kv_cache_dtype"] == "fp8" for r in rows)
+
+
+def _kv_point(value, *, metric="output_tokens_per_s", batch=None, pid="p"):
+    """Llama 3.1 8B FP8 on one H100 at 128 in / 4,096 out (a TensorRT-LLM record with another figure)."""
+    point = next(p for p in SERVING if p.id == "trtllm-llama-3.1-8b-fp8-h100-tp1-128in4096out")
+    return point.__class__(**{**vars(point), "id": pid, "metric": metric, "batch": batch, "value": value})
+
+
+def test_kv_read_bound_is_the_kv_bytes_at_full_bandwidth():
+    # Llama 3.1 8B at tp 1: 32 layers × 8 KV heads × 128 × (K, V) = 131,072 B per token in bf16, 65,536 in fp8;
+    # decode step k of 1 … 4095 reads the 128 + k − 1 tokens before it
+    p = _kv_point(1.0)
+    tokens = sum(128 + k - 1 for k in range(1, 4096))
+    assert ev.kv_read_bytes(p, "auto") == pytest.approx(tokens * 131072, rel=1e-12)
+    assert ev.kv_read_bytes(p, "fp8") == pytest.approx(tokens * 65536, rel=1e-12)
+    bw = 3.35e12  # the H100 SXM5 datasheet
+    assert ev.kv_read_bound(p, "auto") == pytest.approx(bw * 4096 / (tokens * 131072), rel=1e-3)
+    itl = _kv_point(0.01, metric="itl_s", batch=50)
+    assert ev.kv_read_bound(itl, "auto") == pytest.approx(50 * tokens * 131072 / 4095 / bw, rel=1e-3)
+    assert ev.kv_read_bound(_kv_point(0.4, metric="ttft_s", batch=1), "auto") is None
+
+
+def test_kv_ruled_out_needs_an_impossible_row_and_never_empties_the_band():
+    bound = ev.kv_read_bound(_kv_point(1.0), "auto")
+    possible = [_kv_point(0.9 * bound, pid="a"), _kv_point(0.5 * bound, pid="b")]
+    assert ev.kv_ruled_out(possible) == {}
+    # one row beyond the bf16 bound rules bf16 out for the group (the same checkpoint and command), not fp8
+    one = ev.kv_ruled_out([*possible, _kv_point(1.05 * bound, pid="c")])
+    assert list(one) == [("trtllm-perf", "llama-3.1-8b", "fp8")]
+    assert set(one["trtllm-perf", "llama-3.1-8b", "fp8"]) == {"auto"}
+    assert one["trtllm-perf", "llama-3.1-8b", "fp8"]["auto"].startswith("1 of 3 rows")
+    # beyond even the fp8 bound: no dtype is possible, so the planner's bytes are wrong, not the run — keep both
+    assert ev.kv_ruled_out([_kv_point(2.5 * bound, pid="d")]) == {}
+    # a latency rules out the same way: faster than the reads allow
+    lat_bound = ev.kv_read_bound(_kv_point(1.0, metric="itl_s", batch=64), "auto")
+    assert set(ev.kv_ruled_out([_kv_point(0.9 * lat_bound, metric="itl_s", batch=64)])[
+        "trtllm-perf", "llama-3.1-8b", "fp8"]) == {"auto"}
 
 
 def test_committed_serving_summary_follows_from_its_rows(committed):
