@@ -179,14 +179,14 @@ def kv_read_bytes(point: ServingPoint, kv_dtype: str) -> float:
     prompt + k − 1 written before it, once per layer — the 8 KV heads of a GQA group once, as TensorRT-LLM's XQA and
     vLLM's paged kernels do (GQA's point) — kv_heads/tp of them per rank, at the dtype's bytes (per-tensor scales)."""
     m = point.model
-    per_token = kv_layer_token_bytes(m, kv_cache_dtype=kv_dtype, dtype_bytes=2, tp=point.tp,  # type: ignore[arg-type]
+    per_token = kv_layer_token_bytes(m, kv_cache_dtype=kv_dtype, dtype_bytes=2, tp=point.tp,
                                      kv_scales="per-tensor")
     steps = point.output_len - 1
     if m.sliding_window is None:  # Σ_k (prompt + k − 1), closed form
         tokens = m.num_layers * (steps * point.prompt_len + steps * (steps - 1) / 2)
     else:
         tokens = sum(m.kv_cache_layer_tokens(point.prompt_len + k - 1) for k in range(1, steps + 1))
-    return tokens * per_token
+    return float(tokens * per_token)
 
 
 def kv_read_bound(point: ServingPoint, kv_dtype: str) -> float | None:
@@ -200,11 +200,11 @@ def kv_read_bound(point: ServingPoint, kv_dtype: str) -> float | None:
     if point.metric == "ttft_s" or steps <= 0:
         return None
     if point.metric == "output_tokens_per_s":  # every output token of the run costs per_seq / output_len per rank
-        return bw * point.output_len / per_seq
+        return float(bw * point.output_len / per_seq)
     batch = point.batch or 1
     if point.metric == "itl_s":
-        return batch * per_seq / steps / bw
-    return batch * per_seq / bw  # batch_latency_s: the whole batch's decode
+        return float(batch * per_seq / steps / bw)
+    return float(batch * per_seq / bw)  # batch_latency_s: the whole batch's decode
 
 
 def _beyond(point: ServingPoint, bound: float | None) -> bool:
@@ -294,7 +294,8 @@ class Predictor:
     def __init__(self, serving_points: Sequence[ServingPoint] | None = None) -> None:
         self._cache: dict[tuple[str, float | None, float | None], Band] = {}
         if serving_points is None:
-            from validation_runs import SERVING as serving_points
+            from validation_runs import SERVING
+            serving_points = SERVING
         self.kv_ruled_out = kv_ruled_out(serving_points)
 
     def ruled_out(self, point: ServingPoint) -> dict[str, str]:
