@@ -13,7 +13,6 @@ sentence, not a traceback from every rank.
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_v
 from accelkit.bench.workloads.base import check_workload
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
+from accelkit.core.device import usable_cores
 from accelkit.distributed.launch import DistConfig, LaunchInterrupted, launch
 from accelkit.distributed.parallel import refusal
 from accelkit.distributed.quality import QualityConfig
@@ -145,8 +145,7 @@ def _check_processes(nproc_per_node: int, device: str) -> None:
         if nproc_per_node > torch.cuda.device_count():
             raise UserError(f"--nproc-per-node {nproc_per_node} exceeds the {torch.cuda.device_count()} GPUs "
                             "this node has; use one process per GPU")
-    elif nproc_per_node > (cores := len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                           else (os.cpu_count() or 1)):
+    elif nproc_per_node > (cores := usable_cores()):
         raise UserError(f"--nproc-per-node {nproc_per_node} exceeds the {cores} CPU cores this process may use; "
                         "a CPU rank needs a core of its own — give at most that many")
 

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import psutil
 
 from accelkit.core import AccelkitError
+from accelkit.core.device import usable_cores
 from accelkit.core.spec import Spec, spec_field
 from accelkit.distributed.rank_failures import failed_ranks, failure_message
 
@@ -143,7 +144,7 @@ def worker_env(config: DistConfig, base: dict[str, str] | None = None) -> dict[s
     rank of the cores it has, so give each local rank an equal share of this process's usable cores."""
     env = dict(os.environ if base is None else base)
     if "OMP_NUM_THREADS" not in env:
-        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        usable = usable_cores()
         env["OMP_NUM_THREADS"] = str(max(1, usable // config.nproc_per_node))
     return env
 

@@ -42,6 +42,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from accelkit.core import AccelkitError
+from accelkit.core.device import usable_cores
 from accelkit.distributed.process_group import destroy_process_group, init_process_group
 from accelkit.serve.isolation import EngineDeadError, describe
 from accelkit.serve.models.args import ModelArgs
@@ -108,7 +109,7 @@ def check_tensor_parallel_ranks(size: int, device: str) -> None:
             raise ValueError(f"tensor_parallel_size={size} needs {size} GPUs from {device} on; torch sees {count} "
                              f"(cuda:0 … cuda:{count - 1}); lower it to at most {count - first}")
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     if size > cores:
         raise ValueError(f"tensor_parallel_size={size} exceeds the {cores} CPU cores this process may use (one rank "
                          f"per core at least); lower it to at most {cores}")
