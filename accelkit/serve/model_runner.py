@@ -24,6 +24,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from accelkit.core.device import usable_cores
 from accelkit.core.serving_memory import SCRATCH_BLOCKS, kv_budget_bytes, kv_bytes_per_token, kv_cache_num_blocks
 from accelkit.core.units import fmt_bytes
 from accelkit.serve.attention import AttentionContext, StepTensors, make_attention_backend, resolve_attention_backend
@@ -437,6 +438,12 @@ class ModelRunner:
                 ranks.append(rank)
             at += count
 
+    def _spare_core(self) -> bool:
+        """Whether guided masks can fill beside the forward: on an accelerator the host is free while it computes;
+        on a CPU only when torch leaves a core unused — on a 2-core VM running torch on both, filling 16 masks
+        beside the forward slowed the forward by as much as the fill took."""
+        return self.device.type != "cpu" or torch.get_num_threads() < usable_cores()
+
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch, *, overlap: Callable[[], None] | None = None) -> list[int | None]:
         """Run ``batch``; the sampled token of each sequence that finished its prompt or decoded, else None.
@@ -446,6 +453,14 @@ class ModelRunner:
         """
         self._select_device()  # the current device is per thread: the serving loop steps on its own thread
         step = self.prepare(batch)
+        rows = step.sample_batch_rows
+        every_row = len(rows) == len(batch.seqs) and rows == list(range(len(rows)))  # a decode step, in order
+        seqs = batch.seqs if every_row else [batch.seqs[i] for i in rows]
+        params = [s.params for s in seqs]
+        if any(s.guide is not None for s in seqs) and self._spare_core():
+            self.sampler.start_guides(seqs, params)  # their masks fill on a helper thread while the forward runs
+        else:  # (a fill begun for a step that failed is finished with its matchers first)
+            self.sampler.settle_guides()
         if isinstance(self.tp, TensorParallelLeader):
             try:  # the workers run this step too: a failure here leaves the ranks out of step for good
                 logits = self.forward(step)
@@ -458,10 +473,7 @@ class ModelRunner:
                 overlap()
             self._store_prompt_logprobs(step)
             return [None] * len(batch.seqs)
-        rows = step.sample_batch_rows
-        every_row = len(rows) == len(batch.seqs) and rows == list(range(len(rows)))  # a decode step, in order
-        seqs = batch.seqs if every_row else [batch.seqs[i] for i in rows]
-        params, seq_ids = [s.params for s in seqs], [s.seq_id for s in seqs]
+        seq_ids = [s.seq_id for s in seqs]
         # penalties, logit_bias, allowed_token_ids, min_tokens, min_p or logprobs: the sampler reads the sequences;
         # else its fast path
         extras = seqs if any(s.sampling_extras for s in seqs) else None

@@ -3,7 +3,9 @@ structured outputs, min_tokens, logprobs, per-request seeds — one batch, one s
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Sequence as Rows
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -11,6 +13,16 @@ import torch
 
 from accelkit.serve.sampling import SamplingParams
 from accelkit.serve.structured import apply_token_bitmask_
+
+
+@dataclass(frozen=True, slots=True)
+class _EarlyMasks:
+    """A fill :meth:`Sampler.start_guides` began: for which rows (the list itself), which of them, at what width."""
+
+    rows: Rows[Any]
+    guided: list[int]
+    vocab: int
+    future: concurrent.futures.Future[torch.Tensor]
 
 _PARAM_ROWS = 4  # temperature, top_k, top_p, is_greedy
 _EXTRA_ROWS = 8  # … then presence, frequency and repetition penalties, min_p (only when some row uses a feature)
@@ -196,6 +208,8 @@ class Sampler:
         # structured outputs: the packed (rows, ceil(V / 32)) int32 bitmask a step's guided rows are filled into
         # (pinned on CUDA: uploaded without a sync; grown, never shrunk)
         self._bitmask = torch.empty(0, 0, dtype=torch.int32)
+        self._mask_pool: concurrent.futures.ThreadPoolExecutor | None = None  # made for the first guided step
+        self._early: _EarlyMasks | None = None  # masks start_guides is filling for the step now running
 
     def forget(self, seq_id: int) -> None:
         self._seeded.pop(seq_id, None)
@@ -304,10 +318,48 @@ class Sampler:
         self._disallowed[seq_id] = (allowed, mask)
         return mask
 
+    def start_guides(self, rows: Rows[SampledRow], params: list[SamplingParams]) -> None:
+        """Start filling the next-token bitmasks of the guided rows among ``rows`` (the rows this step samples, the
+        list :meth:`launch` will get) on a helper thread, so that they are filled while the step's forward runs:
+        a mask depends only on the tokens sampled before this step. :meth:`process` takes them when it gets there
+        (and fills them itself if this was not called, or for other rows). llguidance fills with the GIL released."""
+        self.settle_guides()
+        guided = [i for i, (p, r) in enumerate(zip(params, rows, strict=True))
+                  if p.allowed_token_ids is None and r.guide is not None]
+        if not guided:
+            return
+        guide: Any = rows[guided[0]].guide
+        vocab = int(guide.backend.vocab_size)
+        if self._mask_pool is None:
+            self._mask_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="accelkit-masks")
+        self._early = _EarlyMasks(rows, guided, vocab, self._mask_pool.submit(self._fill_guides, rows, guided, vocab))
+
+    def settle_guides(self) -> None:
+        """Wait for masks :meth:`start_guides` began that no step took (its forward failed): the matchers are the
+        helper thread's until it is done. What the fill raised is dropped here — the step it was for failed anyway."""
+        early, self._early = self._early, None
+        if early is not None:
+            concurrent.futures.wait([early.future])
+
     def _guide_bitmask(self, rows: Rows[SampledRow], guided: list[int], vocab: int) -> torch.Tensor:
-        """(N, ceil(V / 32)) int32 on the device: the next-token bitmask of each guided row (its guide advanced over
-        the tokens sampled since its last step), all ones for the other rows. The guided rows of one backend are
-        filled in one pass (llguidance: on its own threads, the GIL released)."""
+        """(N, ceil(V / 32)) int32 on the device: the next-token bitmask of each guided row, all ones for the other
+        rows — those :meth:`start_guides` filled for these very rows, else filled here."""
+        early, self._early = self._early, None
+        host = None
+        if early is not None:
+            if early.rows is rows and early.guided == guided and (early.vocab + 31) // 32 == (vocab + 31) // 32:
+                host = early.future.result()  # (a fill that raised raises here, as it would have inline)
+            else:  # begun for other rows (a step that failed): done with the matchers before they are used here
+                concurrent.futures.wait([early.future])
+        if host is None:
+            host = self._fill_guides(rows, guided, vocab)
+        return host.to(self.device, non_blocking=True) if self._pinned else host
+
+    @torch.inference_mode()  # (on the helper thread too: the buffer is an inference tensor, mode is per thread)
+    def _fill_guides(self, rows: Rows[SampledRow], guided: list[int], vocab: int) -> torch.Tensor:
+        """The host bitmask (N, ceil(V / 32)): each guided row's guide advanced over the tokens sampled since its
+        last step, then the rows of one backend filled in one pass (llguidance: on its own threads, the GIL
+        released); every bit set in the other rows."""
         n, width = len(rows), (vocab + 31) // 32
         if self._bitmask.shape[0] < n or self._bitmask.shape[1] != width:
             self._bitmask = torch.empty(max(n, 16), width, dtype=torch.int32, pin_memory=self._pinned)
@@ -321,7 +373,7 @@ class Sampler:
             by_backend.setdefault(id(guide.backend), (guide.backend, []))[1].append((guide.matcher, i))
         for backend, matchers in by_backend.values():
             backend.fill_bitmasks(matchers, host)
-        return host.to(self.device, non_blocking=True) if self._pinned else host
+        return host
 
     def process(self, logits: torch.Tensor, params: list[SamplingParams], rows: Rows[SampledRow],
                 settings: torch.Tensor | None = None) -> torch.Tensor:

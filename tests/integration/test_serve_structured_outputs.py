@@ -232,3 +232,30 @@ def test_a_lark_grammar_and_different_specs_share_one_batch(llm):
         if pattern is not None and out.finish_reason == "stop":
             assert re.fullmatch(pattern, out.text), out
     assert outs[0].text.split(",")[0] and re.match(grammar_item, outs[3].text), outs
+
+
+def test_masks_filled_beside_the_forward_give_the_same_tokens_as_filled_after_it(llm, monkeypatch):
+    """Where a core is spare (an accelerator, or a CPU torch leaves a core of), the guided rows' masks are filled on
+    a helper thread while the forward runs; the tokens must be those of the masks filled after it, in one batch
+    with unguided rows, for every kind of spec."""
+    from accelkit.serve.model_runner import ModelRunner
+
+    specs = [StructuredOutputs(grammar=GRAMMAR), StructuredOutputs(json=json.dumps(SCHEMA)),
+             StructuredOutputs(choice=list(CHOICES)), None, StructuredOutputs(regex=REGEX)]
+    params = [SamplingParams(temperature=1.0, seed=s, max_tokens=40, structured_outputs=spec)
+              for s, spec in enumerate(specs)]
+    started = []
+    start_guides = llm.engine.runner.sampler.start_guides
+    monkeypatch.setattr(llm.engine.runner.sampler, "start_guides",
+                        lambda *a: (started.append(1), start_guides(*a)))
+    runs = {}
+    for spare in (True, False):
+        monkeypatch.setattr(ModelRunner, "_spare_core", lambda self, spare=spare: spare)
+        started.clear()
+        runs[spare] = llm.generate(["x"] * len(specs), params)
+        assert bool(started) is spare
+    assert [(o.token_ids, o.finish_reason) for o in runs[True]] == [(o.token_ids, o.finish_reason) for o in runs[False]]
+    schema_row = runs[True][1]
+    if schema_row.finish_reason == "stop":
+        check_schema(json.loads(schema_row.text))
+    assert re.fullmatch("|".join(CHOICES), runs[True][2].text) or runs[True][2].finish_reason == "length"
