@@ -327,6 +327,8 @@ def _layout_str(lay: dict[str, Any]) -> str:
         if lay.get(key, 1) > 1:
             s += f" {key}{lay[key]}"
     s += f" zero{lay['zero']} mb{lay['micro_batch']}×{lay['grad_accum']} rc={lay['recompute']}"
+    if lay.get("recompute_every", 1) > 1:  # every n-th block checkpointed
+        s += f"/{lay['recompute_every']}"
     return s + (" sp" if lay["sequence_parallel"] else "")
 
 

@@ -11,9 +11,16 @@ from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
 from accelkit.plan.grad_comm import PowerSGDSplit, describe, grad_reduction, rank_split
 from accelkit.plan.kv_capacity import describe as describe_kv_capacity
 from accelkit.plan.kv_capacity import kv_capacity
-from accelkit.plan.layout import Layout, check_compression, check_frozen, check_interleaving, check_user_layout
+from accelkit.plan.layout import (
+    Layout,
+    check_compression,
+    check_frozen,
+    check_interleaving,
+    check_user_layout,
+    checkpointed_blocks,
+)
 from accelkit.plan.options import PlanOptions
-from accelkit.plan.stages import stage_blocks, stage_param_split
+from accelkit.plan.stages import stage_blocks, stage_layers, stage_param_split
 from accelkit.plan.time import compression_s, dp_groups, reduce_s, reductions_per_step
 
 
@@ -72,7 +79,8 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
         "hardware": {"name": ctx.device.name, "num_devices": lay.num_devices},
         "layout": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "zero": lay.zero,
                    "micro_batch": lay.micro_batch, "grad_accum": lay.grad_accum, "recompute": lay.recompute,
-                   "sequence_parallel": lay.sequence_parallel, "cp": lay.cp, "vp": lay.vp},
+                   "recompute_every": lay.recompute_every, "sequence_parallel": lay.sequence_parallel, "cp": lay.cp,
+                   "vp": lay.vp},
         "memory_per_device_bytes": mem,
         "memory_capacity_bytes": int(c.memory["capacity"]),
         "fits": c.fits,
@@ -129,6 +137,12 @@ def layout_assumptions(ctx: PlanContext, layout: Layout) -> list[str]:
                    + (" (the embedding and the head counted as one block each)" if ctx.options.pp_embedding_as_layer
                       else " (every stage taken at the ceiling; --pp-embedding-as-layer for Megatron's lighter "
                            "first and last stages)"))
+    if ctx.workload.task == "train" and layout.recompute == "full" and layout.recompute_every > 1 and ctx.cnn is None:
+        blocks = stage_layers(ctx, layout)
+        n = layout.recompute_every
+        out.append(f"full recompute of one block in {n} (--recompute-every {n}, torchtitan's selective_ac_option "
+                   f"{n}): {checkpointed_blocks(blocks, n)} of the heaviest stage's {blocks} blocks keep only their "
+                   "input and run their forward again in backward; the others keep all their activations")
     if ctx.workload.task == "train" and layout.recompute == "selective" and ctx.options.selective_recompute == "op":
         out.append("selective recompute, op-level (--selective-recompute op, torchtitan's policy): the block input and "
                    "the outputs of every other matmul (q, v, gate/fc1, down/fc2) and of attention are kept; the other "

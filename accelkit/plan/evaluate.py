@@ -18,7 +18,7 @@ from accelkit.plan.memory import (
     layer_activation_bytes,
     model_state_bytes,
 )
-from accelkit.plan.stages import stage_blocks, stage_param_split, stage_params
+from accelkit.plan.stages import stage_blocks, stage_param_split, stage_params, stage_recompute_share
 from accelkit.plan.time import expert_dp, infer_time, train_time
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "other")
@@ -154,6 +154,10 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
                   dropout=o.dropout)
         per_layer = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, recompute=layout.recompute,
                                            selective=o.selective_recompute, **kw)  # type: ignore[arg-type]
+        checkpointed = stage_recompute_share(ctx, layout)
+        kept = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, **kw)  # type: ignore[arg-type]
+        if layout.recompute == "full" and checkpointed < 1:  # every n-th block: the others keep all they save
+            per_layer = checkpointed * per_layer + (1 - checkpointed) * kept
         head = head_activation_bytes(m, tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels,
                                      sequence_parallel=layout.sequence_parallel, dropout=o.dropout)
         # the first stage keeps the most micro-batches in flight; with lighter first/last stages (uneven, the
@@ -176,8 +180,8 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
                 middle = inflight_micro_batches(pp, vp, ga, rank=1) * mid_blocks * per_layer
             last = last_blocks * per_layer + head["last"] + (head["first"] if pp == 1 else 0.0)
         acts = max(first, middle, last)
-        if layout.recompute == "full":  # backward rebuilds one layer's activations at a time
-            acts += layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, **kw)  # type: ignore[arg-type]
+        if layout.recompute == "full" and checkpointed > 0:  # backward rebuilds one layer's activations at a time
+            acts += kept
         if layout.zero >= 3:  # the gathered weights of the current and the prefetched layer
             other += 2 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / layout.tp * ctx.weight_bytes
     return {"weights": states["weights"], "gradients": states["gradients"], "optimizer": states["optimizer"],

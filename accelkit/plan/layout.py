@@ -15,6 +15,8 @@ class Layout(NamedTuple):
     ``micro_batch`` sequences per micro-batch and ``grad_accum`` micro-batches per step and dp rank;
     ``cp`` splits each sequence over that many ranks (context parallelism, ring attention) and ``vp``
     cuts every pipeline stage into that many interleaved chunks (Narayanan et al. 2021's interleaved 1F1B).
+    ``recompute_every`` n, with ``recompute="full"``: only every n-th transformer block is checkpointed (torchtitan's
+    ``selective_ac_option`` n; ``recompute_share``); 1, every block, is full recompute.
 
     Ranks are placed tp innermost, then cp, then dp, then pp (Megatron's order), which decides which
     groups share a node."""
@@ -30,6 +32,7 @@ class Layout(NamedTuple):
     sequence_parallel: bool = False
     cp: int = 1
     vp: int = 1
+    recompute_every: int = 1
 
     @property
     def num_devices(self) -> int:
@@ -101,6 +104,23 @@ def pinned_pp_fits(model: ModelSpec, pp: int, vp: int, num_devices: int, *, embe
     if not model.is_transformer:
         return pp == 1
     return pp * vp <= pipeline_blocks(model, embedding_as_layer)
+
+
+def checkpointed_blocks(blocks: int, every: int) -> int:
+    """Blocks of ``blocks`` that torchtitan's layer-wise selective AC (``selective_ac_option`` n) checkpoints: it counts
+    the blocks it wraps, 1, 2, …, and checkpoints block k when k % n == 0 (parallelize_llama.py checkpoint_wrapper,
+    torchtitan 395a526, 2024-04-18) — ⌊blocks/n⌋ of them; n = 1 checkpoints every block."""
+    return blocks // every
+
+
+def recompute_share(layout: Layout, blocks: int) -> float:
+    """The share of a stage's ``blocks`` whose forward runs again in backward and which keep only their input:
+    1 under full recompute, ⌊blocks/n⌋/blocks with ``recompute_every`` n (``checkpointed_blocks``), else 0."""
+    if layout.recompute != "full":
+        return 0.0
+    if layout.recompute_every == 1 or blocks < 1:
+        return 1.0
+    return checkpointed_blocks(blocks, layout.recompute_every) / blocks
 
 
 def ep_choices(model: ModelSpec, dp: int) -> list[int]:
@@ -176,6 +196,9 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
     if vp not in (None, 1):
         _check_vp(model, pp, vp, embedding_as_layer)
     _check_device_count(dp, tp, pp, cp, num_devices)
+    every = _int(fixed, "recompute_every")
+    if every not in (None, 1):
+        _check_recompute_every(model, fixed.get("recompute"), every)
     if fixed.get("sequence_parallel") and tp == 1:
         raise UserError("--sequence-parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
 
@@ -209,6 +232,21 @@ def _check_vp(model: ModelSpec, pp: int | None, vp: int, embedding_as_layer: boo
                         "needs at least one block); use a smaller --vp or --pp")
 
 
+def _check_recompute_every(model: ModelSpec, recompute: object, every: int) -> None:
+    """Checkpointing every n-th block (n > 1) needs full recompute of those blocks, transformer blocks, and n within
+    the layers (beyond them no block is checkpointed)."""
+    if not model.is_transformer:
+        raise UserError(f"--recompute-every {every} checkpoints every n-th transformer block; the CNN {model.name} "
+                        "has none — use --recompute full or none")
+    if recompute != "full":
+        given = "no --recompute" if recompute is None else f"--recompute {recompute}"
+        raise UserError(f"--recompute-every {every} checkpoints one block in {every} in full and needs --recompute full; "
+                        f"{given} was given — add --recompute full, or drop --recompute-every")
+    if every > model.num_layers:
+        raise UserError(f"--recompute-every {every} exceeds the {model.num_layers} layers of {model.name}, so no block "
+                        "would be checkpointed; use --recompute none, or a smaller --recompute-every")
+
+
 def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int | None, num_devices: int) -> None:
     """The given dp·tp·pp·cp divides the device count (equals it when dp, tp and pp are all given)."""
     product = 1
@@ -223,7 +261,7 @@ def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int 
 
 #: layout fields only training uses: the inference model (plan/evaluate.py infer_memory, plan/time.py infer_time)
 #: has no optimizer states, micro-batches, saved activations or sequence-parallel regions to apply them to
-TRAIN_ONLY_FIELDS = ("zero", "micro_batch", "recompute", "sequence_parallel")
+TRAIN_ONLY_FIELDS = ("zero", "micro_batch", "recompute", "recompute_every", "sequence_parallel")
 
 
 def flag_text(key: str, value: object) -> str:

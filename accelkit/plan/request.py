@@ -94,6 +94,10 @@ class LayoutChoice(Spec):
         None, min=1, max=1 << 20, doc="Sequences per micro-batch (searched if omitted).")
     recompute: Literal["none", "selective", "full"] | None = spec_field(
         None, doc="Activation recomputation: none, selective or full (searched if omitted).")
+    recompute_every: int | None = spec_field(
+        None, min=1, max=1 << 20,
+        doc="With --recompute full: checkpoint only every n-th transformer block, the others keeping all their "
+            "activations (torchtitan's selective_ac_option n, 'selective layer' AC); default 1, every block.")
     sequence_parallel: bool | None = spec_field(
         None, doc="Megatron sequence parallelism (searched if omitted).")
 

@@ -80,6 +80,7 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
     recomputes = _recomputes(ctx, fixed)
     cp = fixed.get("cp") or 1
     vp = fixed.get("vp") or 1
+    every = fixed.get("recompute_every") or 1  # only with a pinned --recompute full (check_user_layout)
     for tp, pp, dp, ep in _shapes(ctx, num_devices, fixed):
         if not train:
             yield Layout(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, vp=vp)
@@ -92,7 +93,7 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
         sps = _pick(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
         for zero, mb, rc, sp in itertools.product(zeros, _micro_batches(fixed, per_rank, pp, vp),
                                                   _pick(fixed, "recompute", recomputes), sps):
-            yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp)
+            yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp, every if rc == "full" else 1)
 
 
 def _recomputes(ctx: PlanContext, fixed: dict[str, Any]) -> list[str]:
@@ -177,6 +178,7 @@ def _rule(ctx: PlanContext, key: str) -> str:
                 + ("; PowerSGD needs zero 0" if ctx.workload.recipe.grad_compression == "powersgd" else ""),
         "micro_batch": "the micro-batch divides each data-parallel rank's sequences (global batch ÷ dp)",
         "sequence_parallel": "sequence parallelism needs tp > 1",
+        "recompute_every": "checkpointing every n-th block needs --recompute full and n within the layers",
     }
     return rules.get(key, f"{key} as the search takes it")
 
@@ -294,7 +296,7 @@ def search(workload: Workload, cluster: Cluster, *, options: PlanOptions | None 
 
     ``minimize_devices`` instead finds the smallest count that fits (and reaches
     ``options.target_tokens_per_s``) and ranks the layouts there. ``fixed`` pins layout fields (those of
-    ``LayoutChoice``: dp, tp, pp, ep, cp, vp, zero, micro_batch, recompute, sequence_parallel);
+    ``LayoutChoice``: dp, tp, pp, ep, cp, vp, zero, micro_batch, recompute, recompute_every, sequence_parallel);
     ``global_batch`` (training, sequences; default ~4 Mi tokens) and ``batch`` (inference, sequences per
     replica; default the largest that fits, capped by ``options.max_serving_batch``); ``top``: keep the best
     K (default all). A bad argument is a one-line UserError, as on the CLI. Each candidate's

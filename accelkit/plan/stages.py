@@ -4,7 +4,7 @@ what the time, memory and gradient-reduction models all plan for."""
 from __future__ import annotations
 
 from accelkit.plan.context import PlanContext
-from accelkit.plan.layout import Layout
+from accelkit.plan.layout import Layout, recompute_share
 
 
 def stage_layers(ctx: PlanContext, layout: Layout) -> int:
@@ -15,6 +15,15 @@ def stage_layers(ctx: PlanContext, layout: Layout) -> int:
     if pp > 1 and ctx.options.pp_embedding_as_layer:
         return -(-(ctx.model.num_layers + 2) // pp)
     return -(-ctx.model.num_layers // pp)
+
+
+def stage_recompute_share(ctx: PlanContext, layout: Layout) -> float:
+    """The share of the heaviest stage's blocks that full recompute checkpoints (``layout.recompute_share``): 1 for
+    ``--recompute full``, ⌊B/n⌋/B of its B blocks with ``recompute_every`` n, 0 otherwise. The memory and time models
+    apply it to every block of the stage as an average."""
+    if ctx.cnn is not None:
+        return 1.0 if layout.recompute == "full" else 0.0
+    return recompute_share(layout, stage_layers(ctx, layout))
 
 
 def stage_blocks(ctx: PlanContext, layout: Layout) -> tuple[int, int, int]:

@@ -16,7 +16,8 @@ Communication, with what overlaps it. A collective hidden behind compute is not 
 runs slower (NCCL takes SMs and HBM bandwidth), by priors.OVERLAP_SLOWDOWN of the hidden time (``overlapped``):
 
 * tensor parallel: 2 all-reduces (or all-gather + reduce-scatter under sequence parallelism) forward and 2
-  backward per layer (+2 with full recompute); exposed, unless ``tp_comm_overlap`` hides them behind the
+  backward per layer (+2 with full recompute, +2 on the share of blocks checkpointed with ``recompute_every``);
+  exposed, unless ``tp_comm_overlap`` hides them behind the
   layer's matmuls, or ``tp_backward_overlap`` hides the 2 backward ones behind the column-parallel layers'
   weight-gradient matmuls (Megatron-LM 2022);
 * context parallel (ring attention): K and V chunks travel cp−1 hops forward, K, V and their gradients
@@ -67,7 +68,7 @@ from accelkit.plan.priors import (
     OVERLAP_SLOWDOWN,
     causal_block_factor,
 )
-from accelkit.plan.stages import stage_layers, stage_param_split
+from accelkit.plan.stages import stage_layers, stage_param_split, stage_recompute_share
 
 #: flash backward executes 2.5× the forward FLOPs (it recomputes QKᵀ): the convention of the FlashAttention
 #: benchmarks, whose fwd+bwd figures are what the efficiency priors quote
@@ -214,25 +215,26 @@ def _layer_s(ctx: PlanContext, layout: Layout, tokens: float) -> tuple[float, fl
     tp, cp = layout.tp, layout.cp
     sp = tp if layout.sequence_parallel else 1
     flop_s, bw = tensor_flop_s(ctx), byte_s(ctx)
-    full, selective = layout.recompute == "full", layout.recompute == "selective"
+    selective = layout.recompute == "selective"
+    full = stage_recompute_share(ctx, layout)  # the share of blocks whose forward runs again: 1 full, 1/n every n-th
     matmul_fwd = 2.0 * tokens * ctx.layer_matmul_active / tp
     frozen = o.frozen_weights  # LoRA: backward computes the input gradients only, no weight gradients
     op = selective and o.selective_recompute == "op"  # torchtitan: every second matmul and the pointwise ops again
-    gemm = matmul_fwd * (3 + (1 if full else 0) - (1 if frozen else 0) + (F.op_recompute_share(m) if op else 0)) \
+    gemm = matmul_fwd * (3 + full - (1 if frozen else 0) + (F.op_recompute_share(m) if op else 0)) \
         / flop_s
     traffic = layer_traffic(m, e=e, stack=o.kernels, dropout=_dropout(ctx))
     ew_fwd = tokens * (traffic.replicated_bytes / sp + traffic.sharded_bytes / tp)
     if o.attention == "math":  # two score matmuls (full square, masked under a sliding window) and the s² scores
         square = F.attention_flops(m, batch=layout.micro_batch, q_len=seq, kv_len=seq, windowed=False)
-        attention = square / m.num_layers / (tp * cp) * (3 + (1 if full or selective else 0)) / flop_s
+        attention = square / m.num_layers / (tp * cp) * (3 + (1 if selective else full)) / flop_s
         ew_fwd += tokens * math_attention_bytes(m, seq=seq, e=e, dropout=_dropout(ctx)) / tp
     else:
         useful = _flash_attention_flops(m, layout.micro_batch, seq, causal=_is_causal(ctx)) / m.num_layers / (tp * cp)
-        attention = useful * (1 + FLASH_BACKWARD + (1 if full else 0)) / model_attention_flop_s(ctx, seq, int(seq / cp))
-    memory = ew_fwd * (1 + traffic.backward_factor + (1 if full or op else 0)) / bw
+        attention = useful * (1 + FLASH_BACKWARD + full) / model_attention_flop_s(ctx, seq, int(seq / cp))
+    memory = ew_fwd * (1 + traffic.backward_factor + (1 if op else full)) / bw
     if o.autocast_fp32_params:  # every forward (and recompute) casts each fp32 weight to the compute dtype
-        memory += (1 + (1 if full else 0)) * 6.0 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / tp / bw
-    kernels = traffic.forward_kernels + traffic.backward_kernels + (traffic.forward_kernels if full or op else 0)
+        memory += (1 + full) * 6.0 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / tp / bw
+    kernels = traffic.forward_kernels + traffic.backward_kernels + traffic.forward_kernels * (1 if op else full)
     gpu = gemm + attention + memory
     host = kernels * ctx.efficiency.launch_s if o.kernels == "eager" else kernels * ctx.efficiency.launch_s / 2
     return gemm, attention, memory, max(0.0, host - gpu), matmul_fwd
@@ -243,19 +245,19 @@ def _layer_comm_s(ctx: PlanContext, layout: Layout, tokens: float, gemm: float, 
     """One layer, one micro-batch: the exposed seconds of its tensor-, context- and expert-parallel collectives."""
     m, o, e = ctx.model, ctx.options, ctx.e
     tp, cp = layout.tp, layout.cp
-    full = layout.recompute == "full"
+    full = stage_recompute_share(ctx, layout)  # recomputed blocks run their forward collectives again
     tp_one = links(ctx, tp, 1).all_reduce_s(e * tokens * m.hidden_size)  # or its all-gather + reduce-scatter under sp
-    tp_comm = (4 + (2 if full else 0)) * tp_one
+    tp_comm = (4 + 2 * full) * tp_one
     if o.tp_comm_overlap:
         tp_comm = overlapped(tp_comm, gemm)
     elif o.tp_backward_overlap and tp > 1:  # the 2 backward collectives hide behind the column-parallel dW matmuls
-        tp_comm = (2 + (2 if full else 0)) * tp_one + overlapped(2 * tp_one,
+        tp_comm = (2 + 2 * full) * tp_one + overlapped(2 * tp_one,
                                                                  ctx.column_share * matmul_fwd / tensor_flop_s(ctx))
     cp_comm = 0.0
     if cp > 1:
         kv_local = max(m.kv_heads / tp, 1) * m.head_size
         hop = tokens * 2 * kv_local * e  # this rank's K and V chunk
-        ring = (cp - 1) * links(ctx, cp, tp).p2p_s(hop) * (1 + 2 + (1 if full else 0))  # fwd; bwd: K,V and dK,dV
+        ring = (cp - 1) * links(ctx, cp, tp).p2p_s(hop) * (1 + 2 + full)  # fwd; bwd: K,V and dK,dV
         cp_comm = overlapped(ring, attention)
     ep_comm = 0.0
     if layout.ep > 1:

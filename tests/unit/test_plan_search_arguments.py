@@ -36,7 +36,7 @@ def _refused(call, *args, **kwargs) -> str:
     (INFER, {"batch": 0}, "batch=0 is not valid"),
     # before: a misspelt key was ignored, so the plan was unpinned
     (TRAIN, {"fixed": {"tpp": 2}}, "fixed has no layout field 'tpp'; did you mean 'tp'? the fields are dp, tp, pp, ep, "
-                                   "cp, vp, zero, micro_batch, recompute, sequence_parallel"),
+                                   "cp, vp, zero, micro_batch, recompute, recompute_every, sequence_parallel"),
     (TRAIN, {"fixed": {"micro_batch": 0}}, "micro_batch=0 is out of range; expected >= 1"),  # before: ZeroDivisionError
     (TRAIN, {"fixed": {"tp": 0}}, "tp=0 is out of range; expected >= 1"),  # before: ZeroDivisionError
     (TRAIN, {"fixed": {"sequence_parallel": 1}}, "sequence_parallel=1 is not valid"),  # before: planned, reported as 1
