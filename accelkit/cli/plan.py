@@ -329,6 +329,8 @@ def _layout_str(lay: dict[str, Any]) -> str:
     s += f" zero{lay['zero']} mb{lay['micro_batch']}×{lay['grad_accum']} rc={lay['recompute']}"
     if lay.get("recompute_every", 1) > 1:  # every n-th block checkpointed
         s += f"/{lay['recompute_every']}"
+    if (lay.get("shard_group") or lay["dp"]) < lay["dp"]:  # hybrid sharding
+        s += f" shard{lay['shard_group']}"
     return s + (" sp" if lay["sequence_parallel"] else "")
 
 

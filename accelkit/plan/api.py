@@ -21,7 +21,15 @@ from accelkit.plan.layout import (
 )
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.stages import stage_blocks, stage_layers, stage_param_split
-from accelkit.plan.time import compression_s, dp_groups, reduce_s, reductions_per_step
+from accelkit.plan.time import (
+    compression_s,
+    dp_groups,
+    links,
+    reduce_s,
+    reductions_per_step,
+    replica_links,
+    replica_reduce_s,
+)
 
 
 def layout_of(workload: Workload) -> Layout:
@@ -80,7 +88,7 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
         "layout": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "zero": lay.zero,
                    "micro_batch": lay.micro_batch, "grad_accum": lay.grad_accum, "recompute": lay.recompute,
                    "recompute_every": lay.recompute_every, "sequence_parallel": lay.sequence_parallel, "cp": lay.cp,
-                   "vp": lay.vp},
+                   "vp": lay.vp, "shard_group": lay.shard_group or lay.dp},
         "memory_per_device_bytes": mem,
         "memory_capacity_bytes": int(c.memory["capacity"]),
         "fits": c.fits,
@@ -137,6 +145,15 @@ def layout_assumptions(ctx: PlanContext, layout: Layout) -> list[str]:
                    + (" (the embedding and the head counted as one block each)" if ctx.options.pp_embedding_as_layer
                       else " (every stage taken at the ceiling; --pp-embedding-as-layer for Megatron's lighter "
                            "first and last stages)"))
+    if ctx.workload.task == "train" and layout.replicas > 1:
+        rl = replica_links(ctx, layout)
+        where = "across nodes" if rl is not None and rl.spans_nodes else "inside a node"
+        sg = links(ctx, layout.shard_ranks, layout.tp)
+        out.append(f"hybrid sharding (--shard-group {layout.shard_group}, PyTorch HSDP / DeepSpeed MiCS): ZeRO-"
+                   f"{layout.zero} states sharded over {layout.shard_ranks} ranks "
+                   f"({'across nodes' if sg.spans_nodes else 'inside a node'}) and replicated over {layout.replicas} "
+                   f"groups; each gradient reduction is a reduce-scatter in the group, then an all-reduce of the "
+                   f"shard across the groups ({where})")
     if ctx.workload.task == "train" and layout.recompute == "full" and layout.recompute_every > 1 and ctx.cnn is None:
         blocks = stage_layers(ctx, layout)
         n = layout.recompute_every
@@ -171,6 +188,8 @@ def grad_reduction_doc(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | 
         docs.append({**describe(red), "group_size": group_links.n, "reductions_per_step": per_step,
                      "buffer_bytes_per_step": round(red.sent_bytes * per_step),
                      "collective_s": reduce_s(group_links, red) * per_step, "compress_s": compression_s(ctx, layout, red)})
+        if layout.replicas > 1:  # hybrid sharding: the shard's all-reduce across the groups, after each reduction
+            docs[-1].update(replicas=layout.replicas, replica_all_reduce_s=replica_reduce_s(ctx, layout, red) * per_step)
     if not docs:
         return None
     doc = docs[0]

@@ -140,7 +140,7 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     dense, expert = stage_param_split(ctx, layout)
     params = dense + expert
     states = model_state_bytes(dense, precision=w.recipe.precision, optimizer=w.optimizer, zero=layout.zero,
-                               dp=layout.dp * layout.cp, offload=w.recipe.offload, expert_params=expert,
+                               dp=layout.shard_ranks, offload=w.recipe.offload, expert_params=expert,
                                expert_dp=expert_dp(layout), fp32_params=o.autocast_fp32_params,
                                optimizer_states=o.optimizer_states, frozen=o.frozen_weights)
     other = float(o.overhead_bytes)

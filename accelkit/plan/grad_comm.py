@@ -162,7 +162,7 @@ def grad_reduction(ctx: PlanContext, layout: Layout, params: float, split: Power
             return GradReduction(kind, collective, params, wb, plain, [plain],
                                  note=f"no change: the gradients already reduce in {wb:g} bytes")
         sent = params * 2.0
-        extra = params * CAST_HOOK_EXTRA_BYTES if layout.zero == 0 else params / max(layout.dp * layout.cp, 1) * 6.0
+        extra = params * CAST_HOOK_EXTRA_BYTES if layout.zero == 0 else params / max(layout.shard_ranks, 1) * 6.0
         return GradReduction(kind, collective, params, wb, sent, [sent], compress_bytes=extra)
     # PowerSGD: the split of this rank's tensors, scaled to `params` (a dp group's part of them, or all)
     assert split is not None, "grad_reduction under PowerSGD takes the layout's rank_split"

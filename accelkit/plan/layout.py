@@ -16,7 +16,9 @@ class Layout(NamedTuple):
     ``cp`` splits each sequence over that many ranks (context parallelism, ring attention) and ``vp``
     cuts every pipeline stage into that many interleaved chunks (Narayanan et al. 2021's interleaved 1F1B).
     ``recompute_every`` n, with ``recompute="full"``: only every n-th transformer block is checkpointed (torchtitan's
-    ``selective_ac_option`` n; ``recompute_share``); 1, every block, is full recompute.
+    ``selective_ac_option`` n; ``recompute_share``); 1, every block, is full recompute. ``shard_group`` G: hybrid
+    sharding (PyTorch HSDP, DeepSpeed MiCS) — ZeRO shards the model states over G of the dp ranks (× cp) and replicates
+    them over the dp/G groups; None shards over all dp ranks.
 
     Ranks are placed tp innermost, then cp, then dp, then pp (Megatron's order), which decides which
     groups share a node."""
@@ -33,10 +35,21 @@ class Layout(NamedTuple):
     cp: int = 1
     vp: int = 1
     recompute_every: int = 1
+    shard_group: int | None = None
 
     @property
     def num_devices(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def shard_ranks(self) -> int:
+        """Ranks ZeRO shards the model states over: the shard group's dp ranks × cp (dp·cp without hybrid sharding)."""
+        return (self.shard_group or self.dp) * self.cp
+
+    @property
+    def replicas(self) -> int:
+        """Groups the shards are replicated over under hybrid sharding: dp / shard_group (1 without it)."""
+        return self.dp // (self.shard_group or self.dp)
 
     def to_dict(self) -> dict[str, object]:
         return self._asdict()
@@ -199,6 +212,9 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
     every = _int(fixed, "recompute_every")
     if every not in (None, 1):
         _check_recompute_every(model, fixed.get("recompute"), every)
+    group = _int(fixed, "shard_group")
+    if group is not None:
+        _check_shard_group(group, dp, ep, cp, fixed.get("zero"))
     if fixed.get("sequence_parallel") and tp == 1:
         raise UserError("--sequence-parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
 
@@ -247,6 +263,26 @@ def _check_recompute_every(model: ModelSpec, recompute: object, every: int) -> N
                         "would be checkpointed; use --recompute none, or a smaller --recompute-every")
 
 
+def _check_shard_group(group: int, dp: int | None, ep: int | None, cp: int | None, zero: object) -> None:
+    """Hybrid sharding: the shard group divides dp; below dp it needs ZeRO 1-3 (there is nothing to shard at 0) and
+    no expert parallelism (the experts' own data-parallel group is not split into shard groups here); a group of one
+    rank (without cp) shards nothing."""
+    if group == 1 and (cp or 1) == 1 and dp != 1:
+        raise UserError("--shard-group 1 shards the model states over one rank, which is plain data parallelism; "
+                        "use --zero 0 without --shard-group, or a group of 2 or more")
+    if dp is not None and dp % group:
+        ok = ", ".join(str(d) for d in divisors(dp))
+        raise UserError(f"--shard-group {group} does not divide --dp {dp}; the shards are replicated over dp / "
+                        f"shard-group groups — use one of {ok}")
+    hybrid = dp is None or group < dp
+    if hybrid and zero == 0:
+        raise UserError(f"--shard-group {group} shards ZeRO's model states and needs --zero 1, 2 or 3; --zero 0 shards "
+                        "nothing — give --zero 3 (HSDP) or drop --shard-group")
+    if hybrid and ep not in (None, 1):
+        raise UserError(f"--shard-group {group} with --ep {ep} is not modelled (hybrid sharding of the experts' "
+                        "data-parallel group); drop one of them")
+
+
 def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int | None, num_devices: int) -> None:
     """The given dp·tp·pp·cp divides the device count (equals it when dp, tp and pp are all given)."""
     product = 1
@@ -261,7 +297,7 @@ def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int 
 
 #: layout fields only training uses: the inference model (plan/evaluate.py infer_memory, plan/time.py infer_time)
 #: has no optimizer states, micro-batches, saved activations or sequence-parallel regions to apply them to
-TRAIN_ONLY_FIELDS = ("zero", "micro_batch", "recompute", "recompute_every", "sequence_parallel")
+TRAIN_ONLY_FIELDS = ("zero", "micro_batch", "recompute", "recompute_every", "sequence_parallel", "shard_group")
 
 
 def flag_text(key: str, value: object) -> str:

@@ -100,6 +100,11 @@ class LayoutChoice(Spec):
             "activations (torchtitan's selective_ac_option n, 'selective layer' AC); default 1, every block.")
     sequence_parallel: bool | None = spec_field(
         None, doc="Megatron sequence parallelism (searched if omitted).")
+    shard_group: int | None = spec_field(
+        None, min=1, max=MAX_DEVICES,
+        doc="Hybrid sharding (PyTorch HSDP, DeepSpeed MiCS): ZeRO shards the model states over this many of the dp "
+            "ranks and replicates them over dp / N groups (gradients: reduce-scatter in the group, then an "
+            "all-reduce of the shard across groups); it divides dp. Default: all dp ranks.")
 
     def fixed(self) -> dict[str, Any]:
         """The pinned fields, as ``search(fixed=...)`` takes them."""

@@ -81,19 +81,26 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
     cp = fixed.get("cp") or 1
     vp = fixed.get("vp") or 1
     every = fixed.get("recompute_every") or 1  # only with a pinned --recompute full (check_user_layout)
+    group = fixed.get("shard_group")  # hybrid sharding: a shard group that divides dp
     for tp, pp, dp, ep in _shapes(ctx, num_devices, fixed):
         if not train:
             yield Layout(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, vp=vp)
             continue
         if global_batch is None or global_batch % dp:
             continue
+        hybrid = group is not None and group < dp
+        if group is not None and (dp % group or (hybrid and ep > 1)):
+            continue
         per_rank = global_batch // dp
         zeros = _pick(fixed, "zero", [0] if dp * cp == 1 or ctx.workload.recipe.grad_compression == "powersgd"
                       or ctx.options.frozen_weights else [0, 1, 2, 3])  # frozen: no states for ZeRO to shard
+        if hybrid:  # a shard group shards ZeRO's states
+            zeros = [z for z in zeros if z > 0]
         sps = _pick(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
         for zero, mb, rc, sp in itertools.product(zeros, _micro_batches(fixed, per_rank, pp, vp),
                                                   _pick(fixed, "recompute", recomputes), sps):
-            yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp, every if rc == "full" else 1)
+            yield Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp, every if rc == "full" else 1,
+                         group)
 
 
 def _recomputes(ctx: PlanContext, fixed: dict[str, Any]) -> list[str]:
@@ -179,6 +186,7 @@ def _rule(ctx: PlanContext, key: str) -> str:
         "micro_batch": "the micro-batch divides each data-parallel rank's sequences (global batch ÷ dp)",
         "sequence_parallel": "sequence parallelism needs tp > 1",
         "recompute_every": "checkpointing every n-th block needs --recompute full and n within the layers",
+        "shard_group": "the shard group divides dp and, below dp, needs zero 1-3 and ep 1",
     }
     return rules.get(key, f"{key} as the search takes it")
 
@@ -296,7 +304,8 @@ def search(workload: Workload, cluster: Cluster, *, options: PlanOptions | None 
 
     ``minimize_devices`` instead finds the smallest count that fits (and reaches
     ``options.target_tokens_per_s``) and ranks the layouts there. ``fixed`` pins layout fields (those of
-    ``LayoutChoice``: dp, tp, pp, ep, cp, vp, zero, micro_batch, recompute, recompute_every, sequence_parallel);
+    ``LayoutChoice``: dp, tp, pp, ep, cp, vp, zero, micro_batch, recompute, recompute_every, sequence_parallel,
+    shard_group);
     ``global_batch`` (training, sequences; default ~4 Mi tokens) and ``batch`` (inference, sequences per
     replica; default the largest that fits, capped by ``options.max_serving_batch``); ``top``: keep the best
     K (default all). A bad argument is a one-line UserError, as on the CLI. Each candidate's

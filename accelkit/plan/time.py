@@ -83,8 +83,27 @@ TIME_KEYS = ("compute", "memory", "communication", "bubble", "launch")
 def expert_dp(layout: Layout) -> int:
     """Ranks that hold the same experts: the expert-data-parallel group, dp·cp/ep (DeepSpeed-MoE's expert-data
     group, Megatron-Core's expert data-parallel group). ZeRO shards the expert states and the expert gradients
-    are reduced over it, not over dp·cp: ep of the dp ranks already split the experts."""
+    are reduced over it, not over dp·cp: ep of the dp ranks already split the experts. Without expert parallelism
+    the experts shard as the dense part does: over ``layout.shard_ranks`` (dp·cp, or the hybrid shard group)."""
+    if layout.ep == 1:
+        return layout.shard_ranks
     return max(1, layout.dp * layout.cp // layout.ep)
+
+
+def replica_links(ctx: PlanContext, layout: Layout) -> Links | None:
+    """Hybrid sharding (``layout.shard_group`` below dp): the dp/G groups each shard is replicated over — one rank of
+    every shard group, tp·cp·G ranks apart (ranks are placed tp, cp, then dp) — or None without it."""
+    if layout.replicas == 1:
+        return None
+    return links(ctx, layout.replicas, layout.tp * layout.shard_ranks)
+
+
+def replica_reduce_s(ctx: PlanContext, layout: Layout, red: GradReduction) -> float:
+    """Hybrid sharding: after the reduce-scatter inside the shard group, each rank all-reduces its shard of the
+    gradients (1/(G·cp) of the buffer) with the ranks holding the same shard in the other groups (PyTorch HSDP's
+    reduce-scatter then all-reduce; DeepSpeed MiCS's hierarchical reduction); 0 without it."""
+    group = replica_links(ctx, layout)
+    return 0.0 if group is None else group.all_reduce_s(red.sent_bytes / layout.shard_ranks)
 
 
 def tensor_flop_s(ctx: PlanContext) -> float:
@@ -322,8 +341,8 @@ def dp_groups(ctx: PlanContext, layout: Layout, dense: float, expert: float) -> 
     it reduces (and, under ZeRO 3, gathers): the dense part over the dp·cp ranks that hold the same shard
     (context-parallel ranks hold the same weights), the experts over the expert-data-parallel group
     (``expert_dp``: every ep-th of those ranks, stride tp·ep), none when ep spans all of dp·cp."""
-    group, edp = layout.dp * layout.cp, expert_dp(layout)
-    if edp == group:  # no expert parallelism: one group holds everything
+    group, edp = layout.shard_ranks, expert_dp(layout)
+    if edp == group:  # no expert parallelism: one group holds everything (hybrid sharding: the shard group)
         return [(links(ctx, group, layout.tp), dense + expert)] if group > 1 else []
     out = [(links(ctx, group, layout.tp), dense)] if group > 1 else []
     if edp > 1 and expert > 0:
@@ -336,9 +355,12 @@ def _dp_exposed(ctx: PlanContext, layout: Layout, dense: float, expert: float, s
     """Exposed data-parallel time per step (the overlap model in the module docstring): the collectives of every
     group in ``dp_groups``, one after another, each in the bytes ``grad_reduction`` says."""
     groups = dp_groups(ctx, layout, dense, expert)
-    if not groups:
+    # hybrid sharding: the all-reduce of each rank's gradient shard across the groups follows its reduce-scatter
+    cross = replica_reduce_s(ctx, layout, grad_reduction(ctx, layout, dense + expert, split)) \
+        if layout.replicas > 1 else 0.0
+    if not groups and not cross:
         return 0.0
-    scatter = sum(reduce_s(g, grad_reduction(ctx, layout, p, split)) for g, p in groups)
+    scatter = sum(reduce_s(g, grad_reduction(ctx, layout, p, split)) for g, p in groups) + cross
     if layout.zero >= 3:  # per micro-batch: gather for forward and backward, reduce-scatter the gradients
         wb = 4.0 if ctx.options.autocast_fp32_params else ctx.weight_bytes
         gather = sum(g.all_gather_s(p * wb) for g, p in groups)
@@ -366,7 +388,7 @@ def _optimizer_s(ctx: PlanContext, layout: Layout, dense: float, expert: float, 
     experts ÷ the expert-data-parallel group. Offloaded: only the PCIe copies of that share (gradients to the host,
     updated weights back); the CPU Adam step is not modelled, as the plan's assumptions say."""
     recipe = ctx.workload.recipe
-    local = dense / (layout.dp * layout.cp) + expert / expert_dp(layout) if layout.zero >= 1 else dense + expert
+    local = dense / layout.shard_ranks + expert / expert_dp(layout) if layout.zero >= 1 else dense + expert
     wb = TRAIN_WEIGHT_BYTES[recipe.precision]
     if recipe.offload:  # gradients to the host, updated weights back
         return local * 2 * wb / OFFLOAD_BANDWIDTH

@@ -24,7 +24,7 @@ def test_train_json_has_the_issue_fields():
     assert set(doc["model"]) == {"name", "params", "active_params"}
     assert set(doc["hardware"]) == {"name", "num_devices"} and doc["hardware"]["num_devices"] == 8
     assert set(doc["layout"]) == {"dp", "tp", "pp", "ep", "zero", "micro_batch", "grad_accum", "recompute",
-                                  "sequence_parallel", "cp", "vp"}
+                                  "recompute_every", "sequence_parallel", "cp", "vp", "shard_group"}
     assert set(doc["memory_per_device_bytes"]) == {"weights", "gradients", "optimizer", "activations", "kv_cache",
                                                    "other", "total"}
     assert set(doc["time_breakdown_s"]) == {"compute", "memory", "communication", "bubble", "launch"}
