@@ -98,6 +98,7 @@ def _layout(run: TrainingRun, c: Mapping[str, Any]) -> Layout | None:
         return None
     return Layout(dp=dp, tp=tp, pp=pp, ep=get("ep"), zero=get("zero"), micro_batch=mb,
                   grad_accum=run.global_batch // (dp * mb), recompute=get("recompute"),
+                  recompute_every=get("recompute_every"),
                   sequence_parallel=bool(get("sequence_parallel")), cp=cp, vp=get("vp"))
 
 

@@ -19,6 +19,9 @@ def _layout(fields: dict[str, Any]) -> str:
         return f"{label}{'?' if v is None else v}"
     parts = [f("tp", "tp"), f("pp", "pp"), f("cp", "cp"), f("ep", "ep"), f("vp", "vp"), f("micro_batch", "mb"),
              f("zero", "zero"), f("recompute", "rc=")]
+    every = fields.get("recompute_every", 1)  # one block in n checkpointed
+    if every != 1:
+        parts[-1] += f"/{'?' if every is None else every}"
     sp = fields["sequence_parallel"]
     return " ".join(parts) + (" sp?" if sp is None else " sp" if sp else "")
 
@@ -84,8 +87,12 @@ def per_source(doc: dict[str, Any]) -> list[str]:
 
 
 def not_expressible(doc: dict[str, Any]) -> list[str]:
+    """The runs kept out, by the feature that would unlock them; no table when every recorded run is expressible."""
+    features = doc["summary"]["not_expressible_by_feature"]
+    if not features:
+        return []
     out = ["| feature the planner needs | runs it would unlock | runs |", "|---|---:|---|"]
-    for feature, ids in doc["summary"]["not_expressible_by_feature"].items():
+    for feature, ids in features.items():
         out.append(f"| {feature} | {len(ids)} | {', '.join(f'`{i}`' for i in ids)} |")
     return out
 
@@ -139,4 +146,4 @@ def markdown(doc: dict[str, Any]) -> str:
     """Every table docs/validation.md shows, separated by blank lines."""
     parts = [headline(doc), parameters(doc), per_source(doc), not_expressible(doc), serving_summary(doc),
              per_run(doc), serving_points(doc)]
-    return "\n\n".join("\n".join(p) for p in parts)
+    return "\n\n".join("\n".join(p) for p in parts if p)

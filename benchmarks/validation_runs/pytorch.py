@@ -32,9 +32,16 @@ _TT_STACK: dict[str, Any] = dict(kernels="eager", attention="flash", dropout=Fal
 _TT_NOTES = ("torchtitan at the time: eager modules (no torch.compile), SDPA flash attention (FlashAttention-2 on "
              "A100), FSDP2 FULL_SHARD over all 64 GPUs; the inter-node network is not published: evaluated at 100, "
              "200 and 400 Gb/s per GPU",)
-_SELECTIVE_LAYER = ("'selective layer' AC checkpoints every n-th transformer block (torchtitan's selective_ac_option "
-                    "as an integer); the planner recomputes all blocks or none")
-_EVERY_NTH = "selective recompute of every n-th block"
+#: 'selective layer' AC: torchtitan's selective_ac_option as an integer n checkpoints every n-th block (block k of
+#: 1, 2, … when k % n == 0: parallelize_llama.py checkpoint_wrapper @395a526) — planned as --recompute full
+#: --recompute-every n. The tables do not give n; the config default of the time is "2" ("checkpoint every other
+#: layer", torchtitan/config_manager.py @395a526, the commit that added docs/performance.md), and 1 would be "full",
+#: which the tables list apart: evaluated at 2, 3 and 4
+_EVERY_UNKNOWN = (2, 3, 4)
+_SELECTIVE_LAYER_NOTE = ("'selective layer' AC: every n-th transformer block checkpointed (torchtitan's "
+                         "selective_ac_option n, parallelize_llama.py checkpoint_wrapper), planned as --recompute full "
+                         "--recompute-every n; n is not published: evaluated at 2 (config_manager.py's default, "
+                         "'checkpoint every other layer'), 3 and 4")
 #: torchtitan's op-level selective AC (parallelize_llama.py _custom_policy, unchanged from 3faaa1a0d to e7c0cae): "Saves
 #: output of all compute ops, except every second mm" — half the forward matmuls run again in backward
 _OP_SAC_NOTE = ("torchtitan's op-level selective AC (parallelize_llama.py _custom_policy): planned with "
@@ -43,19 +50,18 @@ _OP_SAC_NOTE = ("torchtitan's op-level selective AC (parallelize_llama.py _custo
 
 def _tt_a100(rid: str, model: Any, name: str, seq: int, bs: int, ac: str, wps: float, mfu: str, *,
              shipped: bool = False) -> TrainingRun:
-    recompute = {"no": "none", "selective op": "selective", "full": "full", "selective layer": None}[ac]
+    recompute = {"no": "none", "selective op": "selective", "full": "full", "selective layer": "full"}[ac]
     layer, op = ac == "selective layer", ac == "selective op"
     return TrainingRun(
         id=f"torchtitan-{rid}-64xa100", source="torchtitan", where=f"docs/performance.md: {name} batch size {bs}, activation checkpointing '{ac}': "
                                    f"{wps} WPS ({mfu} MFU)",
         model=model, hardware=_A100, device="A100-SXM4-80GB", num_devices=64, seq_len=seq, global_batch=64 * bs,
         precision="bf16", published=Published(kind="tokens_per_s_per_device", value=wps, text=f"{wps} WPS"),
-        micro_batch=bs, zero=3, recompute=recompute,
+        micro_batch=bs, zero=3, recompute=recompute, recompute_every=None if layer else 1,
         stack=dict(_TT_STACK, **({"selective_recompute": "op"} if op else {})), scaleout_gbps=None,
-        unknown={"scaleout_gbps": (100.0, 200.0, 400.0), **({"recompute": ("selective",)} if layer else {})},
-        not_expressible=_SELECTIVE_LAYER if layer else "", unlocks=_EVERY_NTH if layer else "",
+        unknown={"scaleout_gbps": (100.0, 200.0, 400.0), **({"recompute_every": _EVERY_UNKNOWN} if layer else {})},
         shipped_calibration=shipped,
-        notes=(*_TT_NOTES, *((_OP_SAC_NOTE,) if op else ()),
+        notes=(*_TT_NOTES, *((_OP_SAC_NOTE,) if op else ()), *((_SELECTIVE_LAYER_NOTE,) if layer else ()),
                *(("the shipped A100 factor was fitted with this run modelled as Megatron's selective recompute (no "
                   "extra matmul FLOPs)",) if op and shipped else ())))
 

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from accelkit.core import ModelSpec
 
 #: layout fields a training run can publish; ``None`` = not published
-LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "zero", "recompute", "sequence_parallel")
+LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "zero", "recompute", "recompute_every",
+                 "sequence_parallel")
 
 #: what a run's published throughput is, and how the harness turns it into tokens/s per device
 PublishedKind = Literal[
@@ -69,6 +70,7 @@ class TrainingRun:
     micro_batch: int | None = None
     zero: int | None = None  # 0 DDP, 1 distributed optimizer, 2, 3 FSDP FULL_SHARD
     recompute: str | None = None  # none | selective | full
+    recompute_every: int | None = 1  # with full: one block in n checkpointed (torchtitan's selective_ac_option n)
     sequence_parallel: bool | None = False
     stack: dict[str, Any] = field(default_factory=dict)  # PlanOptions fields read from the source
     scaleout_gbps: float | None = None  # per GPU; None = unknown (then listed in ``unknown``)

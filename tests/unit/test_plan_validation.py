@@ -250,3 +250,19 @@ def test_published_layouts_plan_without_refusal_and_the_340b_fits(predictor):
         fp32 = ev.plan_training(run.__class__(**{**vars(run), "stack": {**run.stack, "optimizer_states": "fp32"}}), {})
         assert fp32 is not None and not fp32["fits"]
         assert fp32["memory_gib"] - planned["memory_gib"] == pytest.approx(16.1, abs=0.1)  # 6 B/param ÷ dp 2 saved
+
+
+def test_torchtitan_selective_layer_rows_are_banded_over_the_unpublished_n(committed, predictor):
+    # issue 32: torchtitan's 'selective layer' AC checkpoints every n-th block (selective_ac_option n), which the
+    # planner could not express; n is not published, so the rows band it over 2 (the config default of the time) … 4,
+    # and more recompute (n 2) is the slower end of each band
+    rows = {r["id"]: r for r in committed["training"]}
+    for rid in ("torchtitan-llama3-8b-sel-layer-64xa100", "torchtitan-llama2-13b-sel-layer-64xa100"):
+        run = next(r for r in TRAINING if r.id == rid)
+        assert run.expressible and run.recompute == "full" and run.recompute_every is None, rid
+        assert run.unknown["recompute_every"] == (2, 3, 4), rid
+        band = predictor.training(run, {})
+        assert band.refused is None and band.planned == band.fitting == 9, rid  # 3 values of n × 3 networks
+        shipped = rows[rid]["shipped"]["band"]
+        assert shipped["low_combo"]["recompute_every"] == 2 and shipped["high_combo"]["recompute_every"] == 4, rid
+        assert band.low <= run.published.value <= band.high, rid
