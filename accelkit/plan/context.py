@@ -112,6 +112,20 @@ def _split_params(model: ModelSpec) -> tuple[float, float, float, float]:
     return layer, experts, emb, head
 
 
+def check_fp8_activations(workload: Workload, options: PlanOptions) -> None:
+    """``fp8_activations="te"`` describes Transformer Engine's FP8 training modules: it needs a transformer trained at
+    fp8 on the fused kernel stack, where the planner's activation terms are TE's."""
+    recipe = workload.recipe
+    if workload.task != "train" or recipe.precision != "fp8":
+        what = f"--task {workload.task}" if workload.task != "train" else f"--precision {recipe.precision}"
+        raise UserError(f"--fp8-activations te is what Transformer Engine keeps when it trains at --precision fp8; "
+                        f"{what} keeps no FP8 activations — drop --fp8-activations")
+    if options.kernels != "fused" or not workload.model.is_transformer:
+        raise UserError("--fp8-activations te plans Transformer Engine's fused transformer modules; add --kernels "
+                        "fused" + ("" if workload.model.is_transformer else f" (and a transformer: {workload.model.name} "
+                                                                                "is not one)"))
+
+
 def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | None = None) -> PlanContext:
     """Resolve peaks and efficiencies (calibrated or prior) and the model's split of parameters. An inference
     workload that sets a training-only field (optimizer, offload, grad_compression) is refused here: every plan,
@@ -127,6 +141,8 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
         have = ", ".join(cluster.device.peak_flops) or "none"
         raise UserError(f"{cluster.device.name} has no {dtype} peak in the catalog (it has: {have}); "
                         "choose another --precision")
+    if options.fp8_activations == "te":
+        check_fp8_activations(workload, options)
     if workload.task == "train":
         wbytes: float = TRAIN_WEIGHT_BYTES[recipe.precision]
     else:

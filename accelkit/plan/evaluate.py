@@ -151,7 +151,7 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     else:
         m, tokens = ctx.model, layout.micro_batch * w.seq_len // layout.cp  # the part of the sequence this rank holds
         kw = dict(tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels, attention=o.attention,
-                  dropout=o.dropout)
+                  dropout=o.dropout, fp8_te=o.fp8_activations == "te")
         per_layer = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, recompute=layout.recompute,
                                            selective=o.selective_recompute, **kw)  # type: ignore[arg-type]
         checkpointed = stage_recompute_share(ctx, layout)

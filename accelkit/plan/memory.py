@@ -94,7 +94,7 @@ def _norm_bytes(model: ModelSpec, e: int, kernels: str) -> float:
 
 def layer_activation_parts(
     model: ModelSpec, *, seq: int, e: int, tp: int = 1, kernels: str = "eager", attention: str = "flash",
-    training_dropout: bool | None = None,
+    training_dropout: bool | None = None, fp8_te: bool = False,
 ) -> dict[str, float]:
     """Bytes per token per layer saved for backward, split by what tensor parallelism shards.
 
@@ -113,6 +113,15 @@ def layer_activation_parts(
     are not modelled (checked in tests/integration/test_plan_torch.py): on a CPU ``torch.dropout`` keeps its mask
     in the activation dtype (e bytes), and SDPA with dropout > 0 leaves the CPU flash kernel (it has no dropout)
     for the math path, which keeps the s² terms of ``attention='math'``. On CUDA the flash kernels take dropout.
+
+    ``fp8_te``: Transformer Engine's FP8 modules (``PlanOptions.fp8_activations="te"``, fused kernels) keep the GEMM
+    inputs they quantize, 1 byte an element, in place of the bf16 tensors (TransformerEngine @d0067d0,
+    transformer_engine/pytorch/module/): LayerNormLinear (QKV) keeps its norm output column-wise only, both copies
+    under ``sequence_parallel`` (vanilla FP8 gathers row-wise data); LayerNormMLP keeps its norm output row- and
+    column-wise, one copy under sequence parallelism, its fc1 output in bf16 and its fc2 input row-wise; Linear
+    (the attention projection) keeps an FP8 copy of its input column-wise — beside the bf16 output the attention
+    kernel keeps, which in bf16 is the same tensor. The norm inputs, q, k and v stay bf16. The two norm outputs
+    take 3 bytes an element together with or without sequence parallelism.
     """
     h, q_dim, a = model.hidden_size, model.num_heads * model.head_size, model.num_heads
     kv_dim = max(model.kv_heads / tp, 1) * model.head_size  # a rank holds at least one KV head
@@ -121,6 +130,9 @@ def layer_activation_parts(
     k = model.experts_per_token or 1
     replicated = 2 * _norm_bytes(model, e, kernels) + (2 * h if dropout else 0)  # + masks after proj / MLP
     attn = e * (q_dim / tp + 2 * kv_dim) + e * q_dim / tp  # q, k, v for the attention; its output
+    if fp8_te:  # the two norm outputs as FP8 GEMM inputs; the projection's FP8 copy of the attention output
+        replicated -= 2 * e * h - 3 * h  # QKV input 1 B (2 B under sp) + fc1 input 2 B (1 B): 3 B either way
+        attn += q_dim / tp
     if attention != "math":  # flash kernels
         attn += 4 * a / tp  # logsumexp, fp32
         if kernels == "eager" and _is_hf_gpt2(model):
@@ -131,7 +143,9 @@ def layer_activation_parts(
         scores = 0.0
     else:  # softmax output (+ dropout mask and output): Korthikanti's 5·a·s with e = 2
         scores = (e + ((1 + e) if dropout else 0)) * a * seq / tp
-    if model.gated_mlp and kernels == "eager":  # gate and up outputs, act(gate), their product (the fc2 input)
+    if fp8_te:  # LayerNormMLP: the fc1 output in bf16 ([gate|up] when gated), the fc2 input in FP8
+        mlp = ((2 if model.gated_mlp else 1) * e + 1) * f * k / tp
+    elif model.gated_mlp and kernels == "eager":  # gate and up outputs, act(gate), their product (the fc2 input)
         mlp = 4 * e * f * k / tp
     elif model.gated_mlp:  # one fused SwiGLU keeps its [gate|up] input (Megatron's SwiGLUFunction), fc2 its input
         mlp = 3 * e * f * k / tp
@@ -151,7 +165,7 @@ def layer_activation_parts(
 def layer_activation_bytes(
     model: ModelSpec, *, tokens: int, seq: int, e: int, tp: int = 1, sequence_parallel: bool = False,
     recompute: str = "none", kernels: str = "eager", attention: str = "flash", dropout: bool | None = None,
-    selective: str = "attention",
+    selective: str = "attention", fp8_te: bool = False,
 ) -> float:
     """Bytes one layer keeps for backward for ``tokens`` = micro-batch × seq tokens on one tp rank (÷ cp when
     the sequence is split: pass the tokens this rank holds)."""
@@ -165,7 +179,7 @@ def layer_activation_bytes(
         f = model.ffn_hidden_size
         return tokens * (e * 2 * h / sp + e * (2 * q / tp + kv + f / tp) + 4 * model.num_heads / tp)
     parts = layer_activation_parts(model, seq=seq, e=e, tp=tp, kernels=kernels, attention=attention,
-                                   training_dropout=dropout)
+                                   training_dropout=dropout, fp8_te=fp8_te)
     per_token = parts["replicated"] / sp + parts["sharded"]
     if recompute != "selective":
         per_token += parts["scores"]

@@ -82,6 +82,14 @@ class PlanOptions(Spec):
                          "op's output is saved except every second matmul of a block, which backward recomputes with "
                          "the block's pointwise ops)."
     )
+    fp8_activations: Literal["bf16", "te"] = spec_field(
+        "bf16", doc="Training at --precision fp8: what the GEMM inputs saved for backward are kept in — bf16 "
+                    "(torchao.float8: the activations stay bf16) or te (Transformer Engine, with --kernels fused: the FP8 "
+                    "copies its modules quantize for the GEMMs, 1 B an element; the QKV input kept column-wise only, "
+                    "both copies under sequence parallelism; the fc1 input both copies, one under sequence "
+                    "parallelism; the attention-projection and fc2 inputs one copy; q, k, v, the attention output, "
+                    "the fc1 output and the norm inputs stay bf16)."
+    )
     frozen_weights: bool = spec_field(
         False, doc="Training: the model's weights are frozen and only small adapters train (LoRA): no weight gradients, "
                    "optimizer states or data-parallel gradient reduction, and backward skips the weight-gradient "
