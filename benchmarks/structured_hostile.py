@@ -1,0 +1,254 @@
+"""Whether hostile structured-output requests hurt anyone else (issue #28, criterion 2): a canary request's latency
+while 8 clients send every hostile spec at once, against the same canary on the idle server, and the server's memory.
+
+``accelkit serve`` of the tiny byte-level test model (the one the integration tests guide) runs as its own process.
+The canary is a plain 4-token completion, sent every ``--interval`` seconds: first ``--idle`` times on the idle
+server (after a warm-up), then for as long as 8 client threads take to send the hostile request fields of
+:func:`accelkit.serve.testing.hostile_request_fields` (DFA blow-ups, 32-bit counters, a 450-deep schema, 2–9 KB
+all-optional schemas, 256 long choices, NaN in JSON, …). Each hostile request's status and time are recorded, the
+server's RSS is sampled with every canary. ``--rounds 2`` sends the same hostile set again (compiled grammars and
+refusals are then cached: the second round measures what a repeat costs).
+
+    .venv/bin/python benchmarks/structured_hostile.py [--rounds 2] [--out benchmarks/results/structured_hostile.json]
+
+The client runs in this process: on a 2-core machine it takes CPU from the server too, as real clients on the same
+host would. The load average before and after is in the JSON: a figure measured beside other jobs is not a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUT = Path(__file__).resolve().parent / "results" / "structured_hostile.json"
+CLIENTS = 8
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def served(model_dir: Path, log_file: Path, extra: list[str]):
+    """``accelkit serve`` of ``model_dir`` (and the flags ``extra``) as its own process: (base URL, its pid)."""
+    import httpx
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "accelkit", "serve", "--model", str(model_dir), "--port", str(port),
+           "--served-model-name", "tiny", "--kv-cache-memory", "8MiB", "--max-model-len", "256", "--no-progress",
+           *extra]
+    with log_file.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the server exited {proc.returncode}: {log_file.read_text()[-2000:]}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the server was not ready within 300 s")
+                time.sleep(0.3)
+            yield f"http://127.0.0.1:{port}", proc.pid
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summary_ms(values: list[float]) -> dict[str, float]:
+    return {"n": len(values), "p50": statistics.median(values) * 1e3, "p90": percentile(values, 0.9) * 1e3,
+            "max": max(values) * 1e3}
+
+
+def describe(fields: dict[str, Any]) -> str:
+    """A short name for a hostile request (its field and the start of its value)."""
+    if not fields:
+        return "plain"
+    (name, value), = fields.items()
+    text = json.dumps(value)
+    return f"{name}: {text[:70]}{'…' if len(text) > 70 else ''} ({len(text):,} chars)"
+
+
+def fresh(fields: dict[str, Any], nonce: int) -> dict[str, Any]:
+    """``fields`` changed so that it compiles anew (the compiler caches by spec text) and constrains the same:
+    empty groups before a regex, a title on a schema (an annotation), the last choice renamed."""
+    if nonce == 0:
+        return fields
+    (name, value), = fields.items()
+    if name == "structured_outputs":
+        (kind, spec), = value.items()
+        return {name: fresh({kind: spec}, nonce)}
+    if name in ("regex", "guided_regex"):
+        return {name: "(?:)" * nonce + value}
+    if name in ("choice", "guided_choice"):
+        return {name: [*value[:-1], f"round {nonce} " + value[-1]]}
+    if name in ("json", "guided_json") and isinstance(value, dict):
+        return {name: {**value, "title": f"round {nonce}"}}
+    if name == "response_format":
+        inner = value["json_schema"]
+        return {name: {**value, "json_schema": {**inner, "schema": {**inner["schema"], "title": f"round {nonce}"}}}}
+    return fields  # (a JSON text refused before any compile: NaN)
+
+
+def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """``fields`` sent by CLIENTS threads at once (each a 4-token completion), a canary every ``interval`` s while
+    they are in flight."""
+    import httpx
+    import psutil
+
+    server = psutil.Process(pid)
+    client, canary_client = httpx.Client(timeout=120), httpx.Client(timeout=120)  # 8 hostile connections; one canary
+
+    def post(fields: dict[str, Any], via: Any = client) -> tuple[int, float, str]:
+        start = time.perf_counter()
+        r = via.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": "p:", "max_tokens": 4, **fields})
+        message = r.json()["error"]["message"] if r.status_code >= 400 else ""
+        return r.status_code, time.perf_counter() - start, message
+
+    stop = threading.Event()
+    canary: list[tuple[int, float]] = []
+    rss: list[int] = [server.memory_info().rss]
+
+    def canary_loop() -> None:
+        while not stop.is_set():  # (only while the round's requests are in flight)
+            status, seconds, _ = post({}, canary_client)
+            canary.append((status, seconds))
+            rss.append(server.memory_info().rss)
+            stop.wait(interval)
+
+    thread = threading.Thread(target=canary_loop)
+    start = time.perf_counter()
+    thread.start()
+    try:
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            answers = list(pool.map(post, fields))
+    finally:
+        stop.set()
+        thread.join()
+    wall = time.perf_counter() - start
+    rss.append(server.memory_info().rss)
+    client.close()
+    canary_client.close()
+    return {
+        "wall_s": wall,
+        "requests": [{"request": describe(f), "status": status, "seconds": seconds, "error": message[:300]}
+                     for f, (status, seconds, message) in zip(fields, answers, strict=True)],
+        "statuses": {str(code): sum(1 for s, _, _ in answers if s == code) for code in sorted({s for s, _, _ in answers})},
+        "slowest_request_s": max(seconds for _, seconds, _ in answers),
+        "canary_s": [seconds for _, seconds in canary],
+        "canary_statuses": sorted({status for status, _ in canary}),
+        "server_rss_mib": {"before": rss[0] / 2**20, "peak": max(rss) / 2**20, "after": rss[-1] / 2**20},
+    }
+
+
+def pooled(rounds: list[dict[str, Any]], idle: dict[str, float]) -> dict[str, Any]:
+    """The canary over every round of a kind, and its ratio to the idle canary."""
+    canary = summary_ms([t for r in rounds for t in r["canary_s"]])
+    return {"canary_ms": canary, "p50_over_idle": canary["p50"] / idle["p50"], "p90_over_idle": canary["p90"] / idle["p90"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of each kind: plain requests, hostile ones (new specs), the same hostile again")
+    parser.add_argument("--idle", type=int, default=30, help="canary requests on the idle server")
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between canary requests")
+    parser.add_argument("--server-args", default="", help="more `accelkit serve` flags, e.g. '--cpu-threads 1'")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    if args.rounds < 1 or args.idle < 3 or args.interval < 0:
+        parser.error(f"--rounds {args.rounds} --idle {args.idle} --interval {args.interval}: "
+                     "need rounds ≥ 1, idle ≥ 3, interval ≥ 0")
+    import httpx
+    import psutil
+
+    from accelkit.hardware.detect import environment
+    from accelkit.serve.testing import hostile_request_fields, save_bytelevel_model
+
+    load_before = [round(v, 2) for v in os.getloadavg()]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = save_bytelevel_model(Path(tmp) / "m", seed=2)
+        with served(model, Path(tmp) / "server.log", args.server_args.split()) as (url, pid):
+            body = {"model": "tiny", "prompt": "p:", "max_tokens": 4}
+            idle: list[float] = []
+            with httpx.Client(timeout=120) as client:  # (one connection, kept: as the canary's under load)
+                for extra in ({}, {"guided_choice": ["a", "b"]}):  # the first step, the tokenizer's conversion
+                    client.post(f"{url}/v1/completions", json={**body, **extra}).raise_for_status()
+                for _ in range(args.idle):
+                    start = time.perf_counter()
+                    client.post(f"{url}/v1/completions", json=body).raise_for_status()
+                    idle.append(time.perf_counter() - start)
+                    time.sleep(args.interval)
+            idle_summary = summary_ms(idle)
+            log(f"idle canary: p50 {idle_summary['p50']:.1f} ms, p90 {idle_summary['p90']:.1f} ms")
+            hostile = hostile_request_fields()
+            rounds: dict[str, list[dict[str, Any]]] = {"plain": [], "hostile": [], "hostile_cached": []}
+            for i in range(args.rounds):  # interleaved: plain, hostile (every spec new), the same hostile again
+                for kind, fields in (("plain", [{}] * len(hostile)), ("hostile", [fresh(f, i) for f in hostile]),
+                                     ("hostile_cached", [fresh(f, i) for f in hostile])):
+                    result = load_round(url, pid, args.interval, fields)
+                    rounds[kind].append(result)
+                    c = summary_ms(result["canary_s"])
+                    log(f"round {i + 1} {kind}: {len(fields)} requests {result['statuses']} in {result['wall_s']:.2f} s"
+                        f" (slowest {result['slowest_request_s']:.2f} s); canary p50 {c['p50']:.1f} ms, max "
+                        f"{c['max']:.0f} ms ({c['n']}); server RSS peak {result['server_rss_mib']['peak']:.0f} MiB")
+            summary = {kind: pooled(rs, idle_summary) for kind, rs in rounds.items()}
+            for kind, p in summary.items():
+                log(f"{kind}: canary p50 {p['canary_ms']['p50']:.1f} ms = {p['p50_over_idle']:.2f}× idle, p90 "
+                    f"{p['canary_ms']['p90']:.1f} ms = {p['p90_over_idle']:.2f}× idle")
+            rss_mib = [r["server_rss_mib"] for rs in rounds.values() for r in rs]
+            threads = psutil.Process(pid).num_threads()
+    doc = {
+        "benchmark": "structured_hostile",
+        "command": "python benchmarks/structured_hostile.py " + " ".join(sys.argv[1:]),
+        "settings": {"clients": CLIENTS, "idle_requests": args.idle, "interval_s": args.interval,
+                     "server_args": args.server_args,
+                     "canary": body, "model": "save_bytelevel_model(seed=2): tiny Llama, 512-token byte-level BPE"},
+        "load_average": {"before": load_before, "after": [round(v, 2) for v in os.getloadavg()]},
+        "server_threads_at_end": threads,
+        "idle_canary_ms": idle_summary,
+        "summary": summary,
+        "server_rss_mib": {"first": rss_mib[0]["before"], "peak": max(r["peak"] for r in rss_mib),
+                           "last": rss_mib[-1]["after"]},
+        "rounds": rounds,
+        "environment": environment(with_torch=False),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
