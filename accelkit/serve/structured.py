@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 COMPILE_TIMEOUT_S = 5.0  # longest a request waits for its spec to compile (queueing included)
 MAX_COMPILE_WORKERS = 2  # compiles running at once; more wait (and time out) in the queue
-MAX_GRAMMAR_CACHE_BYTES = 64 << 20  # compiled grammars kept (each weighed by CompiledGrammar.num_bytes)
+MAX_GRAMMAR_CACHE_BYTES = 64 << 20  # compiled grammars kept (each weighed by malloc's growth across its compile)
 MAX_CACHED_ERRORS = 256  # specs known not to compile: refused again without compiling
 COMPILE_NICE = 10  # compile threads run this much nicer than the server (Linux): the engine and HTTP go first
 
@@ -271,9 +271,9 @@ class GrammarCompiler:
                 self._inflight.pop(spec, None)
 
     def _compile(self, spec: StructuredOutputs) -> CompiledGrammar:
-        backend = self._get_backend()
-        before = allocated_bytes()
         try:
+            backend = self._get_backend()
+            before = allocated_bytes()
             grammar = backend.compile(spec)
         except ValueError as exc:
             with self._lock:
