@@ -458,9 +458,9 @@ class ModelRunner:
         seqs = batch.seqs if every_row else [batch.seqs[i] for i in rows]
         params = [s.params for s in seqs]
         if any(s.guide is not None for s in seqs) and self._spare_core():
-            self.sampler.start_guides(seqs, params)  # their masks fill on a helper thread while the forward runs
-        else:  # (a fill begun for a step that failed is finished with its matchers first)
-            self.sampler.settle_guides()
+            # their masks fill on a helper thread while the forward runs (one begun for a step that failed is waited
+            # for by the next fill, the only other user of the matchers)
+            self.sampler.start_guides(seqs, params)
         if isinstance(self.tp, TensorParallelLeader):
             try:  # the workers run this step too: a failure here leaves the ranks out of step for good
                 logits = self.forward(step)

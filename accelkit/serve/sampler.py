@@ -336,7 +336,8 @@ class Sampler:
 
     def settle_guides(self) -> None:
         """Wait for masks :meth:`start_guides` began that no step took (its forward failed): the matchers are the
-        helper thread's until it is done. What the fill raised is dropped here — the step it was for failed anyway."""
+        helper thread's until it is done (every fill calls this first). What the fill raised is dropped here — the
+        step it was for failed anyway."""
         early, self._early = self._early, None
         if early is not None:
             concurrent.futures.wait([early.future])
