@@ -166,22 +166,38 @@ def build_llm(model_dir: str, kv_bytes: int, *, overlap: bool) -> Any:
     return llm
 
 
-def make_prompts(batch: int, vocab: int, seed: int) -> list[list[int]]:
+def make_prompts(batch: int, vocab: int, seed: int, length: int | None = None) -> list[list[int]]:
+    """``batch`` random prompts: ``length`` tokens each, or (None) each of a length drawn from PROMPT_RANGE."""
     import random
 
     rng = random.Random(seed)
-    return [[rng.randrange(4, vocab) for _ in range(rng.randrange(*PROMPT_RANGE))] for _ in range(batch)]
+    return [[rng.randrange(4, vocab) for _ in range(length or rng.randrange(*PROMPT_RANGE))] for _ in range(batch)]
 
 
-def instrument(llm: Any, rec: Recorder) -> None:
+def instrument(llm: Any, rec: Recorder, *, forward: str = "forward_standin", time_read: bool = False) -> None:
+    """Time the engine's phases in ``rec``; the runner's forward under the name ``forward``. The sampler's host read
+    is the step's sync, counted in "other" — or, with ``time_read`` (a CPU forward is synchronous: the read is a
+    copy, not a wait), in "sample"."""
     engine = llm.engine
     rec.wrap_step(engine)
     rec.wrap_schedule(engine.scheduler)
     rec.wrap(engine.runner, "prepare", "prepare")
-    rec.wrap(engine.runner, "forward", "forward_standin")
-    # the sampler's launch (argmax on the device); its host read is the step's sync, counted in "other"
+    rec.wrap(engine.runner, "forward", forward)
     if not rec.wrap(engine.runner.sampler, "launch", "sample"):
         rec.wrap(engine.runner, "sample", "sample")  # a tree before the launch/read split
+    if time_read:
+        from accelkit.serve.sampler import Sampler
+
+        read = Sampler.read  # called on the class (a static method): time it there
+
+        def timed_read(pending: Any) -> Any:
+            w0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return read(pending)
+            finally:
+                rec._add("sample", time.perf_counter() - w0, time.thread_time() - c0)
+
+        Sampler.read = staticmethod(timed_read)  # type: ignore[method-assign]
     rec.wrap(engine.scheduler, "update", "update")
     # the output processor (a tree before it had these as the engine's own methods)
     processor = getattr(engine, "output_processor", None)
@@ -190,11 +206,14 @@ def instrument(llm: Any, rec: Recorder) -> None:
     rec.wrap(processor if processor is not None else engine, "_output", "outputs")
 
 
-def run_offline(llm: Any, batch: int, max_tokens: int, rec: Recorder) -> dict[str, Any]:
+def run_offline(llm: Any, batch: int, max_tokens: int, rec: Recorder, params: Any = None,
+                prompt_tokens: int | None = None) -> dict[str, Any]:
+    """``LLM.generate`` of ``batch`` prompts (``prompt_tokens`` long, or PROMPT_RANGE), ``params`` (default: greedy,
+    EOS ignored), timed."""
     from accelkit.serve import SamplingParams
 
-    prompts = make_prompts(batch, llm.engine.model_args.vocab_size, seed=batch)
-    params = SamplingParams.greedy(max_tokens, ignore_eos=True)
+    prompts = make_prompts(batch, llm.engine.model_args.vocab_size, seed=batch, length=prompt_tokens)
+    params = params or SamplingParams.greedy(max_tokens, ignore_eos=True)
     rec.active = True
     w0, c0 = time.perf_counter(), time.thread_time()
     outs = llm.generate(prompts, params)
@@ -205,8 +224,12 @@ def run_offline(llm: Any, batch: int, max_tokens: int, rec: Recorder) -> dict[st
             "text_chars": sum(len(o.text) for o in outs)}
 
 
-def run_streaming(llm: Any, batch: int, max_tokens: int, rec: Recorder) -> dict[str, Any]:
-    """EngineLoop with the server's per-output work: metrics bridge + the hand-over into asyncio."""
+def run_streaming(llm: Any, batch: int, max_tokens: int, rec: Recorder, params: Any = None,
+                  prompt_tokens: int | None = None, loop: Any = None) -> dict[str, Any]:
+    """EngineLoop with the server's per-output work: metrics bridge + the hand-over into asyncio. ``params`` and
+    ``prompt_tokens`` as :func:`run_offline`'s. ``loop``: a running EngineLoop of ``llm.engine`` (made by
+    ``EngineLoop.build``, as the server makes it: left running); None: a new ``EngineLoop(llm.engine)`` on an engine
+    built on this thread, started and stopped here."""
     from prometheus_client import CollectorRegistry
 
     from accelkit.monitor.serving import ServingMetrics
@@ -214,8 +237,8 @@ def run_streaming(llm: Any, batch: int, max_tokens: int, rec: Recorder) -> dict[
     from accelkit.serve.server.state import MetricsBridge
 
     bridge = MetricsBridge(ServingMetrics(CollectorRegistry()), "bench")
-    prompts = make_prompts(batch, llm.engine.model_args.vocab_size, seed=batch)
-    params = SamplingParams.greedy(max_tokens, ignore_eos=True)
+    prompts = make_prompts(batch, llm.engine.model_args.vocab_size, seed=batch, length=prompt_tokens)
+    params = params or SamplingParams.greedy(max_tokens, ignore_eos=True)
     aloop = asyncio.new_event_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     counts = {"outputs": 0, "finished": 0, "chars": 0}
@@ -232,7 +255,10 @@ def run_streaming(llm: Any, batch: int, max_tokens: int, rec: Recorder) -> dict[
     thread = threading.Thread(target=aloop.run_until_complete, args=(consume(),), daemon=True)
     thread.start()
 
-    loop = EngineLoop(llm.engine, on_step=bridge.on_step)
+    own_loop = loop is None
+    if loop is None:
+        loop = EngineLoop(llm.engine)
+    loop.on_step = bridge.on_step
     import accelkit.serve.server.state as server_state
 
     # the server's delivery in this tree: its Mailbox (one event-loop wake-up per step) where it has one; a
@@ -255,12 +281,16 @@ def run_streaming(llm: Any, batch: int, max_tokens: int, rec: Recorder) -> dict[
     rec.wrap(loop, "on_step", "on_step")
     rec.active = True
     w0 = time.perf_counter()
-    loop.start()
+    if own_loop:
+        loop.start()
     for p in prompts:
         loop.add_request(p, params, callback=callback)
-    assert done.wait(600), "the streaming run did not finish"
+    assert done.wait(1800), "the streaming run did not finish"
     wall = time.perf_counter() - w0
-    loop.stop()
+    if own_loop:
+        loop.stop()
+    elif mailbox_cls is not None:
+        loop.remove_flush_hook(box.flush)
     rec.active = False
     thread.join(10)
     return {"wall_s": wall, "num_outputs": counts["outputs"], "text_chars": counts["chars"]}

@@ -60,122 +60,19 @@ PHASES = ("schedule", "prepare", "forward", "sample", "update", "postprocess", "
 
 
 # ---- the worker: one process, one accelkit tree ------------------------------------------------------
-def instrument(llm: Any, rec: host.Recorder) -> None:
-    """engine_host_overhead.instrument with the real forward timed as ``forward`` and the sampler's host read in
-    ``sample`` (on a CPU the forward is synchronous, so the read is a copy, not a wait)."""
-    from accelkit.serve.sampler import Sampler
-
-    engine = llm.engine
-    rec.wrap_step(engine)
-    rec.wrap_schedule(engine.scheduler)
-    rec.wrap(engine.runner, "prepare", "prepare")
-    rec.wrap(engine.runner, "forward", "forward")
-    rec.wrap(engine.runner.sampler, "launch", "sample")
-    read = Sampler.read  # called on the class (a static method): time it there
-
-    def timed_read(pending: Any) -> Any:
-        w0, c0 = time.perf_counter(), time.thread_time()
-        try:
-            return read(pending)
-        finally:
-            rec._add("sample", time.perf_counter() - w0, time.thread_time() - c0)
-
-    Sampler.read = staticmethod(timed_read)  # type: ignore[method-assign]
-    rec.wrap(engine.scheduler, "update", "update")
-    processor = engine.output_processor
-    rec.wrap(processor, "process", "postprocess")
-    rec.wrap(processor, "_output", "outputs")
-
-
-def make_prompts(batch: int, vocab: int, seed: int) -> list[list[int]]:
-    import random
-
-    rng = random.Random(seed)
-    return [[rng.randrange(4, vocab) for _ in range(PROMPT_TOKENS)] for _ in range(batch)]
-
-
 def sampling_params(temperature: float, max_tokens: int) -> Any:
     from accelkit.serve import SamplingParams
 
     return SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
 
 
-def run_offline(llm: Any, batch: int, max_tokens: int, rec: host.Recorder, temperature: float) -> dict[str, Any]:
-    """engine_host_overhead.run_offline with 256-token prompts and the sampling temperature as a parameter."""
-    prompts = make_prompts(batch, llm.engine.model_args.vocab_size, seed=batch)
-    rec.active = True
-    w0, c0 = time.perf_counter(), time.thread_time()
-    outs = llm.generate(prompts, sampling_params(temperature, max_tokens))
-    wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
-    rec.active = False
-    assert all(len(o.token_ids) == max_tokens for o in outs)
-    return {"wall_s": wall, "cpu_s": cpu, "num_output_tokens": sum(len(o.token_ids) for o in outs),
-            "text_chars": sum(len(o.text) for o in outs)}
-
-
-def run_streaming(llm: Any, batch: int, max_tokens: int, rec: host.Recorder, temperature: float,
-                  loop: Any = None) -> dict[str, Any]:
-    """engine_host_overhead.run_streaming (EngineLoop + the server's MetricsBridge and Mailbox hand-over into an
-    asyncio consumer thread) with 256-token prompts and the sampling temperature as a parameter. ``loop``: a running
-    EngineLoop of ``llm.engine`` (made by ``EngineLoop.build``, as the server makes it); None: a new
-    ``EngineLoop(llm.engine)`` on an engine built on this thread (the server before it built on the loop's thread,
-    and a tree without ``EngineLoop.build``)."""
-    import asyncio
-    import threading
-
-    from prometheus_client import CollectorRegistry
-
-    import accelkit.serve.server.state as server_state
-    from accelkit.monitor.serving import ServingMetrics
-    from accelkit.serve import EngineLoop
-
-    bridge = server_state.MetricsBridge(ServingMetrics(CollectorRegistry()), "bench")
-    prompts = make_prompts(batch, llm.engine.model_args.vocab_size, seed=batch)
+def run(path: str, llm: Any, batch: int, max_tokens: int, rec: host.Recorder, temperature: float,
+        loop: Any = None) -> dict[str, Any]:
+    """engine_host_overhead's offline or streaming driver, with 256-token prompts and the sampling temperature."""
     params = sampling_params(temperature, max_tokens)
-    aloop = asyncio.new_event_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    counts = {"outputs": 0, "finished": 0, "chars": 0}
-    done = threading.Event()
-
-    async def consume() -> None:
-        while counts["finished"] < batch:
-            out = await queue.get()
-            counts["outputs"] += 1
-            counts["chars"] += len(out.new_text)
-            counts["finished"] += out.finished
-        done.set()
-
-    thread = threading.Thread(target=aloop.run_until_complete, args=(consume(),), daemon=True)
-    thread.start()
-    own_loop = loop is None
-    if loop is None:
-        loop = EngineLoop(llm.engine)
-    loop.on_step = bridge.on_step
-    box = server_state.Mailbox(aloop)  # the server's delivery: one event-loop wake-up per step
-    loop.add_flush_hook(box.flush)
-
-    def callback(out: Any) -> None:  # what the server's sink does, on the engine thread
-        bridge.on_output(out)
-        box.put(queue, out)
-
-    rec.wrap(loop, "_deliver", "deliver")
-    rec.wrap(loop, "_deliver_all", "deliver")
-    rec.wrap(loop, "on_step", "on_step")
-    rec.active = True
-    w0 = time.perf_counter()
-    if own_loop:
-        loop.start()
-    for p in prompts:
-        loop.add_request(p, params, callback=callback)
-    assert done.wait(1800), "the streaming run did not finish"
-    wall = time.perf_counter() - w0
-    if own_loop:
-        loop.stop()
-    else:
-        loop.remove_flush_hook(box.flush)
-    rec.active = False
-    thread.join(10)
-    return {"wall_s": wall, "num_outputs": counts["outputs"], "text_chars": counts["chars"]}
+    if path == "offline":
+        return host.run_offline(llm, batch, max_tokens, rec, params, prompt_tokens=PROMPT_TOKENS)
+    return host.run_streaming(llm, batch, max_tokens, rec, params, prompt_tokens=PROMPT_TOKENS, loop=loop)
 
 
 def summarize(records: list[dict[str, Any]], batch: int, skip: int, steps: int) -> dict[str, Any]:
@@ -231,17 +128,13 @@ def worker(args: argparse.Namespace) -> None:
                     llm = LLM(args.model_dir, kv_cache_memory_bytes=kv_bytes, **ENGINE)
                 runner = llm.engine.runner
                 rec = host.Recorder()
-                instrument(llm, rec)
-                if path == "offline":
-                    run_offline(llm, min(batch, 4), 8, host.Recorder(), temperature)  # warm-up: first-call costs
-                    rec.records.clear()
-                    whole = run_offline(llm, batch, max_tokens, rec, temperature)
-                else:
-                    run_streaming(llm, min(batch, 4), 8, host.Recorder(), temperature, loop)
-                    rec.records.clear()
-                    whole = run_streaming(llm, batch, max_tokens, rec, temperature, loop)
-                    if loop is not None:
-                        loop.stop()
+                # the real forward as a phase; the sampler's host read in "sample" (a copy on a CPU, not a wait)
+                host.instrument(llm, rec, forward="forward", time_read=True)
+                run(path, llm, min(batch, 4), 8, host.Recorder(), temperature, loop)  # warm-up: first-call costs
+                rec.records.clear()
+                whole = run(path, llm, batch, max_tokens, rec, temperature, loop)
+                if loop is not None:
+                    loop.stop()
                 cell = summarize(rec.records, batch, args.skip, args.steps)
                 cell.update(whole)
                 cell.update(max_tokens=max_tokens, attention_backend=runner.attention_backend,
