@@ -21,10 +21,7 @@ import argparse
 import contextlib
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,6 +32,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from vs_vllm import free_port, serving_process  # noqa: E402  (the server process's start and stop, shared)
+
 OUT = Path(__file__).resolve().parent / "results" / "structured_hostile.json"
 CLIENTS = 8
 
@@ -43,43 +43,15 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def served(model_dir: Path, log_file: Path, extra: list[str]):
     """``accelkit serve`` of ``model_dir`` (and the flags ``extra``) as its own process: (base URL, its pid)."""
-    import httpx
-
     port = free_port()
     cmd = [sys.executable, "-m", "accelkit", "serve", "--model", str(model_dir), "--port", str(port),
            "--served-model-name", "tiny", "--kv-cache-memory", "8MiB", "--max-model-len", "256", "--no-progress",
            *extra]
-    with log_file.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 300
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the server exited {proc.returncode}: {log_file.read_text()[-2000:]}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the server was not ready within 300 s")
-                time.sleep(0.3)
-            yield f"http://127.0.0.1:{port}", proc.pid
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with serving_process(cmd, log_file, port, timeout_s=300) as (proc, _):
+        yield f"http://127.0.0.1:{port}", proc.pid
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -180,11 +180,24 @@ def server(system: str, model_dir: Path, threads: int, vllm_python: str, accelki
                "--max-num-batched-tokens", str(ENGINE["max_num_batched_tokens"]),
                "--max-num-seqs", str(ENGINE["max_num_seqs"]), "--no-enable-prefix-caching")
         env = vllm_env(threads, vllm_python)
+    with serving_process(cmd, log_file, port, env=env) as (_, startup_s):
+        yield port, startup_s
+
+
+@contextlib.contextmanager
+def serving_process(cmd: list[str], log_file: Path, port: int, *, env: dict[str, str] | None = None,
+                    timeout_s: float = 600):
+    """``cmd``, a server that will listen on ``port``, as its own process group with its output in ``log_file``:
+    yields (the process, seconds until its /v1/models answered); on the way out SIGTERM to the group, SIGKILL
+    after 60 s. A server that exits or does not answer within ``timeout_s`` raises, with its log's tail."""
     with log_file.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            startup_s = wait_ready(port, proc)
-            yield port, startup_s
+            try:
+                startup_s = wait_ready(port, proc, timeout_s)
+            except RuntimeError as exc:
+                raise RuntimeError(f"{exc}: {log_file.read_text()[-2000:]}") from None
+            yield proc, startup_s
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
