@@ -62,6 +62,12 @@ def _argmin(values: Iterable[float], loss: Callable[[float], float]) -> tuple[fl
     return best
 
 
+def _coarse_then_fine(coarse: Iterable[float], loss: Callable[[float], float], lo: float, hi: float) -> float:
+    """The value of least ``loss`` on the ``coarse`` grid, then refined to ±0.005 of it (kept within [lo, hi])."""
+    best, _ = _argmin(coarse, loss)
+    return _argmin([v for v in (round(best - 0.005, 3), best, round(best + 0.005, 3)) if lo <= v <= hi], loss)[0]
+
+
 def fit(pred: Predictor, runs: Iterable[TrainingRun]) -> dict[str, float]:
     """Each generation's factor fitted on the given (expressible, planned) runs of that generation; a generation
     with no run keeps its shipped value."""
@@ -76,9 +82,7 @@ def fit(pred: Predictor, runs: Iterable[TrainingRun]) -> dict[str, float]:
         def loss(v: float, mine: list[TrainingRun] = mine, fam: str = fam) -> float:
             return _source_loss(pred, mine, fam, v)
 
-        best, _ = _argmin(COARSE, loss)
-        fine = [round(best - 0.005, 3), best, round(best + 0.005, 3)]
-        found[fam] = _argmin([v for v in fine if 0.5 <= v <= 1.0], loss)[0]
+        found[fam] = _coarse_then_fine(COARSE, loss, 0.5, 1.0)
     return found
 
 
@@ -127,9 +131,7 @@ def fit_serving(pred: Predictor, points: Iterable[ServingPoint]) -> dict[str, fl
         def loss(v: float, mine: list[ServingPoint] = mine, key: str = key) -> float:
             return _serving_loss(pred, mine, key, v)
 
-        best, _ = _argmin(SERVING_COARSE, loss)
-        fine = [round(best - 0.005, 3), best, round(best + 0.005, 3)]
-        found[key] = _argmin([v for v in fine if 0.2 <= v <= 1.0], loss)[0]
+        found[key] = _coarse_then_fine(SERVING_COARSE, loss, 0.2, 1.0)
     return found
 
 
