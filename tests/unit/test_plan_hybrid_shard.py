@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from accelkit.cli.app import main
 from accelkit.core import Cluster, Recipe, UserError, Workload
 from accelkit.hardware import get_device
 from accelkit.models import get_preset
@@ -14,6 +13,7 @@ from accelkit.plan import Layout, PlanOptions, plan, search
 from accelkit.plan.context import gradient_element_bytes, make_context
 from accelkit.plan.priors import COLLECTIVE_LATENCY_S
 from accelkit.plan.stages import stage_params
+from tests.conftest import main_in_process
 
 H100 = get_device("h100")
 OPTS = PlanOptions(use_calibration=False, kernels="eager", attention="flash", dropout=False)
@@ -120,13 +120,7 @@ def test_refused_with_expert_parallelism():
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(["plan", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "16", *args])
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return main_in_process(capsys, "plan", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "16", *args)
 
 
 def test_cli_flag(capsys):

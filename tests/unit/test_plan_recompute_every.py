@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from accelkit.cli.app import main
 from accelkit.core import Cluster, Recipe, UserError, Workload
 from accelkit.hardware import get_device
 from accelkit.models import get_preset
 from accelkit.plan import Layout, PlanOptions, plan, search
 from accelkit.plan.layout import checkpointed_blocks, recompute_share
 from accelkit.plan.memory import layer_activation_bytes
+from tests.conftest import main_in_process
 
 A100 = get_device("a100")
 OPTS = PlanOptions(use_calibration=False, kernels="eager", attention="flash", dropout=False)
@@ -111,13 +111,7 @@ def test_plan_refuses_it_on_a_cnn():
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(["plan", "--model", "llama-3.1-8b", "--hardware", "a100", *args])
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return main_in_process(capsys, "plan", "--model", "llama-3.1-8b", "--hardware", "a100", *args)
 
 
 def test_cli_flag_plans_and_shows_it(capsys):
