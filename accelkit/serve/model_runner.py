@@ -99,6 +99,7 @@ class ModelRunner:
         args = shard_args(args, tp.size) if tp is not None else args
         self.args = args
         self.device = torch.device(device)
+        self._usable_cores = usable_cores()  # (read once: a syscall, and _spare_core asks every guided step)
         self._select_device()  # kernels launch, and graphs capture, on the current device: make it ours
         self.dtype = resolve_dtype(config.dtype, args)
         self.attention_backend = resolve_attention_backend(
@@ -442,7 +443,7 @@ class ModelRunner:
         """Whether guided masks can fill beside the forward: on an accelerator the host is free while it computes;
         on a CPU only when torch leaves a core unused — on a 2-core VM running torch on both, filling 16 masks
         beside the forward slowed the forward by as much as the fill took."""
-        return self.device.type != "cpu" or torch.get_num_threads() < usable_cores()
+        return self.device.type != "cpu" or torch.get_num_threads() < self._usable_cores
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch, *, overlap: Callable[[], None] | None = None) -> list[int | None]:
