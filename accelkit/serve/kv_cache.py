@@ -24,6 +24,29 @@ _SCALE_DTYPE = torch.float16  # serving_memory.KV_SCALE_BYTES counts it (tests c
 _MIN_SCALE = 1e-7  # an all-zero vector still gets a finite scale
 
 
+class GatherScratch:
+    """Two grow-only buffers that :meth:`KVCache.gather` copies blocks into, reused step after step.
+
+    A fresh multi-megabyte tensor per gather is new memory each time: glibc's malloc serves blocks that large
+    with ``mmap`` (or trims them back to the system when freed), so every gather paid a page fault and the
+    kernel's zeroing per 4 KiB page — on a 2-core CPU, half of a batch-64 decode's attention time. The
+    quantized caches decode into new tensors anyway and take no scratch."""
+
+    def __init__(self) -> None:
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+
+    def views(self, rows: int, row_shape: torch.Size, dtype: torch.dtype, device: torch.device
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = rows * row_shape.numel()
+        if self._k is None or self._k.numel() < n or self._k.dtype != dtype or self._k.device != device:
+            size = max(n, self._k.numel() * 5 // 4 if self._k is not None and self._k.dtype == dtype else 0)
+            self._k = torch.empty(size, dtype=dtype, device=device)
+            self._v = torch.empty(size, dtype=dtype, device=device)
+        assert self._v is not None
+        return self._k[:n].view(rows, *row_shape), self._v[:n].view(rows, *row_shape)
+
+
 class KVCache:
     """Full-precision cache: K/V stored in the model dtype."""
 
@@ -64,11 +87,18 @@ class KVCache:
         """Per-token-per-head scales of one layer ``(num_blocks, block_size, Hkv)``; None when unquantized."""
         return None, None
 
-    def gather(self, layer: int, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K/V of whole blocks: ``block_ids`` (..., nb) → two (..., nb * block_size, Hkv, D) tensors."""
+    def gather(self, layer: int, block_ids: torch.Tensor, scratch: GatherScratch | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V of whole blocks: ``block_ids`` (..., nb) → two (..., nb * block_size, Hkv, D) tensors. With a
+        ``scratch``, they are views of its buffers, valid until its next use."""
         shape = (*block_ids.shape[:-1], block_ids.shape[-1] * self.block_size, self.num_kv_heads, self.head_dim)
         flat = block_ids.reshape(-1)  # index_select on dim 0 is far faster than advanced indexing on CPU
-        return self.k[layer].index_select(0, flat).view(shape), self.v[layer].index_select(0, flat).view(shape)
+        if scratch is None:
+            return self.k[layer].index_select(0, flat).view(shape), self.v[layer].index_select(0, flat).view(shape)
+        k_out, v_out = scratch.views(flat.numel(), self.k.shape[2:], self.dtype, self.k.device)
+        torch.index_select(self.k[layer], 0, flat, out=k_out)
+        torch.index_select(self.v[layer], 0, flat, out=v_out)
+        return k_out.view(shape), v_out.view(shape)
 
 
 class _QuantizedKVCache(KVCache):
@@ -105,7 +135,8 @@ class _QuantizedKVCache(KVCache):
             codes[layer].view(-1, h, d).index_copy_(0, slot_mapping, q)
             scales[layer].view(-1, h).index_copy_(0, slot_mapping, s)
 
-    def gather(self, layer: int, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, layer: int, block_ids: torch.Tensor, scratch: GatherScratch | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         lead = (*block_ids.shape[:-1], block_ids.shape[-1] * self.block_size, self.num_kv_heads)
         out = []
         flat = block_ids.reshape(-1)

@@ -166,6 +166,30 @@ class Uploader:
         return self.array(np.asarray(values, dtype=np.float32))
 
 
+def greedy_ids(x: torch.Tensor) -> torch.Tensor:
+    """``x.argmax(dim=-1)``: the first index of each row's largest value (NaN counts as largest). On a CPU
+    through ``max``, which returns the same indices (ties and NaN included, a unit test checks) about 3× faster:
+    torch's CPU ``argmax`` is 0.8 ms for 64 × 8,192 floats against 0.27 ms, every greedy step."""
+    return x.max(dim=-1).indices if x.device.type == "cpu" else x.argmax(dim=-1)
+
+
+def inverse_transform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs`` (N, V), each drawn with probability ``probs[i, t] / probs[i].sum()`` from
+    ``uniform`` (N, 1) in [0, 1): the first ``t`` whose running sum passes ``u * total`` (``probs`` is
+    overwritten with its running sums). A token of probability 0 is never drawn: its running sum equals its
+    predecessor's, and the draw is held at or before the last token whose sum reaches the total.
+
+    A CPU's sampler: one ``cumsum`` pass and two binary searches per row where the race draws a random number per
+    vocabulary entry — 1.3 ms against 3.4 ms for 64 × 8,192 and 8.7 against 18 ms for 64 × 32,000 on one
+    thread of this project's 2-core Xeon. float32 running sums resolve probabilities down to ~6e-8 of the
+    total (near the end of a large vocabulary a token below that is drawn at that granularity)."""
+    cum = probs.cumsum_(dim=-1)
+    total = cum[:, -1:]
+    ids = torch.searchsorted(cum, (uniform.to(cum.dtype) * total).contiguous(), right=True)
+    last = torch.searchsorted(cum, total.contiguous(), right=False)  # the last token with probability > 0
+    return torch.minimum(ids, last).clamp_(max=cum.shape[-1] - 1).squeeze(1)  # (a NaN row stays in the vocabulary)
+
+
 def _exponential_(uniform: torch.Tensor) -> torch.Tensor:
     """``uniform`` (values in [0, 1)) made Exp(1) in place: ``-log(1 - U)``. torch's own ``exponential_`` is one
     slow CPU loop (9.5 ms for a 64 x 8,192 batch on a 2-core Xeon, against 1.8 ms for ``uniform_`` and the log
@@ -177,8 +201,10 @@ def _exponential_(uniform: torch.Tensor) -> torch.Tensor:
 class Sampler:
     """Samples one token per row of a logits batch.
 
-    Random rows use the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` (as ``-log(1 - U)`` of uniform noise) —
-    the same distribution as ``multinomial(p)`` without its host sync. Rows whose request has a ``seed`` draw their
+    Random rows use, on a GPU, the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` (as ``-log(1 - U)`` of
+    uniform noise) — the same distribution as ``multinomial(p)`` without its host sync; on a CPU, where drawing a
+    random number per vocabulary entry costs more than the rest of the sampler, the inverse transform of one
+    uniform per row over the running sums (:func:`inverse_transform`). Rows whose request has a ``seed`` draw their
     noise from their own generator, so a seeded request gives the same tokens whatever else shares its batches.
 
     The per-row settings reach the device in one copy from a pinned buffer (a tensor built from a Python
@@ -188,7 +214,7 @@ class Sampler:
     only in a batch where some row asks for one of them (``extras``); otherwise a step does what it did before they
     existed. In vLLM's order: ``allowed_token_ids`` or the structured-output mask, ``logit_bias`` and
     ``min_tokens`` masking, then the penalties (repetition, frequency, presence), then greedy argmax or
-    temperature → min-p → top-k → top-p → the race. Logprobs are the model's raw ones
+    temperature → min-p → top-k → top-p → the draw. Logprobs are the model's raw ones
     (``log_softmax`` of its logits, before any of that — vLLM's default ``logprobs_mode="raw_logprobs"``);
     with them, the step's one read brings back the ids and the logprobs together.
     """
@@ -273,17 +299,17 @@ class Sampler:
         if extras is not None:
             return self._launch_extras(logits, params, seq_ids, extras)
         if all(p.is_greedy for p in params):
-            return logits.argmax(dim=-1)
+            return greedy_ids(logits)
         logits = logits.float()
         vocab = logits.shape[-1]
         settings = self._upload(params, vocab)
         temps, ks, top_ps, greedy = settings[0], settings[1].long(), settings[2], settings[3] > 0
         sampled = self._sample(logits, params, seq_ids, temps, ks, top_ps, None)
-        return torch.where(greedy, logits.argmax(dim=-1), sampled)
+        return torch.where(greedy, greedy_ids(logits), sampled) if any(p.is_greedy for p in params) else sampled
 
     def _sample(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int], temps: torch.Tensor,
                 ks: torch.Tensor, top_ps: torch.Tensor, min_ps: torch.Tensor | None) -> torch.Tensor:
-        """Temperature → min-p → top-k → top-p → the exponential race, for every row (greedy rows are replaced
+        """Temperature → min-p → top-k → top-p → the draw (race or inverse transform), for every row (greedy rows are replaced
         by the caller)."""
         vocab = logits.shape[-1]
         scaled = logits / temps[:, None]
@@ -302,11 +328,16 @@ class Sampler:
             drop = (cum - sorted_logits.softmax(-1)) > top_ps[:, None]  # mass before this token already enough
             scaled = scaled.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
         probs = scaled.softmax(dim=-1)
-        noise = torch.empty_like(probs).uniform_(generator=self.generator)
+        cpu = probs.device.type == "cpu"
+        # one uniform per row on a CPU (inverse transform), one per vocabulary entry on a GPU (the race)
+        noise = torch.empty((probs.shape[0], 1) if cpu else probs.shape, device=probs.device).uniform_(
+            generator=self.generator)
         for i, (p, seq_id) in enumerate(zip(params, seq_ids, strict=True)):
             if p.seed is not None and not p.is_greedy:
                 noise[i].uniform_(generator=self._generator(seq_id, p.seed))
-        return probs.div_(_exponential_(noise)).argmax(dim=-1)
+        if cpu:
+            return inverse_transform(probs, noise)
+        return greedy_ids(probs.div_(_exponential_(noise)))
 
     def _disallowed_mask(self, seq_id: int, allowed: tuple[int, ...], vocab: int, up: Uploader) -> torch.Tensor:
         """(V,) bool, True for the tokens ``allowed`` leaves out; made once per request (its ids uploaded once)."""
@@ -435,11 +466,11 @@ class Sampler:
         temps, ks, top_ps, greedy = settings[0], settings[1].long(), settings[2], settings[3] > 0
         x = self.process(raw, params, rows, settings)
         if all(p.is_greedy for p in params):
-            tokens = x.argmax(dim=-1)
+            tokens = greedy_ids(x)
         else:
             min_ps = settings[7] if any(p.min_p > 0 for p in params) else None
             sampled = self._sample(x, params, seq_ids, temps, ks, top_ps, min_ps)
-            tokens = torch.where(greedy, x.argmax(dim=-1), sampled)
+            tokens = torch.where(greedy, greedy_ids(x), sampled) if any(p.is_greedy for p in params) else sampled
         ks_lp = [p.logprobs for p in params if p.logprobs is not None]
         if not ks_lp:
             return tokens

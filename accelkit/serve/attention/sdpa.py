@@ -16,11 +16,13 @@ where its gathered copies and per-group launches make it the slow path (and it c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from accelkit.serve.attention.base import AttentionBackend, StepTensors
+from accelkit.serve.kv_cache import GatherScratch
 
 _MAX_PADDING = 1.25  # a decode group is cut when padding would exceed 25% of its real context
 
@@ -53,6 +55,10 @@ class SdpaAttention(AttentionBackend):
     name = "sdpa"
     supports_cuda_graphs = False
     sorts_decodes = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scratch = GatherScratch()  # one layer's gathered K/V at a time: SDPA reads it before the next gather
 
     def prepare(self, step: StepTensors) -> SdpaMetadata:
         bs, window = self.cache.block_size, self.sliding_window
@@ -108,7 +114,7 @@ class SdpaAttention(AttentionBackend):
         outs: list[torch.Tensor] = []
         for g in meta.decode_groups:
             n = g.end - g.start
-            kc, vc = cache.gather(layer, g.block_tables)  # (g, L, Hkv, D)
+            kc, vc = cache.gather(layer, g.block_tables, self.scratch)  # (g, L, Hkv, D)
             qg = q[g.start : g.end].view(n, num_kv_heads, rep, head_dim)
             o = F.scaled_dot_product_attention(qg, kc.transpose(1, 2), vc.transpose(1, 2), attn_mask=g.mask)
             outs.append(o.reshape(n, num_heads * head_dim))  # (g, Hkv, rep, D): head h = kv * rep + r
@@ -120,7 +126,7 @@ class SdpaAttention(AttentionBackend):
                 vp = v[p.start : p.end].transpose(0, 1).unsqueeze(0)
             else:
                 total = p.context_len + n
-                kc, vc = cache.gather(layer, p.block_ids)  # (nb * bs, Hkv, D)
+                kc, vc = cache.gather(layer, p.block_ids, self.scratch)  # (nb * bs, Hkv, D)
                 kp = kc[:total].transpose(0, 1).unsqueeze(0)
                 vp = vc[:total].transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(
