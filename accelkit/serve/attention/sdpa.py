@@ -32,7 +32,7 @@ class DecodeGroup:
     start: int  # token rows [start, end) of the step
     end: int
     block_tables: torch.Tensor  # (g, nb) int64, padded with block 0
-    mask: torch.Tensor  # (g, 1, 1, nb * block_size) bool, True = attend
+    mask: torch.Tensor  # (g, 1, 1, nb * block_size) additive: 0 = attend, -inf = not
 
 
 @dataclass(slots=True)
@@ -41,7 +41,7 @@ class PrefillChunk:
     end: int
     context_len: int  # tokens of this sequence already in the cache before the chunk
     block_ids: torch.Tensor | None  # (nb,) blocks covering context + chunk; None when context_len == 0
-    mask: torch.Tensor | None  # (n, context_len + n) bool; None = plain causal
+    mask: torch.Tensor | None  # (n, context_len + n) additive (0 / -inf); None = plain causal
 
 
 @dataclass(slots=True)
@@ -49,6 +49,12 @@ class SdpaMetadata:
     slot_mapping: torch.Tensor  # (T,) int64 cache slot of each token of the step
     decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+def _additive(attend: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A boolean mask as SDPA makes it from one, 0 where True and -inf elsewhere: made once per step here instead
+    of once per layer and group inside SDPA."""
+    return torch.zeros(attend.shape, dtype=dtype).masked_fill_(~attend, float("-inf")).to(device)
 
 
 class SdpaAttention(AttentionBackend):
@@ -84,7 +90,7 @@ class SdpaAttention(AttentionBackend):
                 attend &= key_pos > g_lens - 1 - window
             block_tables = torch.from_numpy(tables[group[0] : group[-1] + 1, :nb].copy())
             meta.decode_groups.append(
-                DecodeGroup(group[0], group[-1] + 1, block_tables.to(device), attend[:, None, None, :].to(device))
+                DecodeGroup(group[0], group[-1] + 1, block_tables.to(device), _additive(attend[:, None, None, :], self.cache.dtype, device))
             )
         starts = step.query_start_np
         for i in range(step.num_decodes, step.num_seqs):
@@ -99,7 +105,7 @@ class SdpaAttention(AttentionBackend):
                 mask = k_pos <= q_pos
                 if window is not None:
                     mask &= k_pos > q_pos - window
-                mask = mask.to(device)
+                mask = _additive(mask, self.cache.dtype, device)
             if begin > 0:
                 block_ids = torch.from_numpy(tables[i, : -(-total // bs)].copy()).to(device)
             meta.prefills.append(PrefillChunk(start, end, begin, block_ids, mask))
