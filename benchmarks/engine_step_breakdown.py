@@ -2,7 +2,7 @@
 
 ``benchmarks/engine_host_overhead.py`` measures the host's work per step with the forward replaced by a stand-in;
 this one keeps everything real: the model is ``benchmarks/serve_throughput.py``'s CPU setup (a random 4-layer Llama,
-hidden 256, GQA 4:2, vocab 8192, fp32), the attention backend is the one the engine picks on a CPU (SDPA; no Triton,
+hidden 256, GQA 4:2, vocab 8192, fp32), the attention backend is the one the engine picks on a CPU (``cpu``, or ``sdpa`` for trees before it; no Triton,
 no decode graphs), torch runs on ``--threads`` threads (default 2). Every request has a 256-token prompt and EOS is
 ignored; once all ``batch`` sequences decode (one token each per step) the steps after ``--skip`` are measured,
 ``--steps`` of them, per phase, in wall time (perf_counter) and this thread's CPU time (thread_time):

@@ -12,7 +12,7 @@ from accelkit.core.spec import Spec, spec_field
 from accelkit.serve.sampling import SEED_MAX, SEED_MIN
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-AttentionBackendName = Literal["auto", "sdpa", "triton"]
+AttentionBackendName = Literal["auto", "sdpa", "cpu", "triton"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,8 +47,9 @@ class EngineConfig(Spec):
         0, min=SEED_MIN, max=SEED_MAX, doc="Seed of the engine's sampling stream (requests without their own seed)."
     )
     attention_backend: AttentionBackendName = spec_field(
-        "auto", doc="Paged attention: triton = kernels reading K/V in place from the cache (CUDA); sdpa = gather + "
-        "PyTorch SDPA (the CPU reference); auto = triton on CUDA, sdpa on CPU.",
+        "auto", doc="Paged attention: triton = kernels reading K/V in place from the cache (CUDA); cpu = a compiled C "
+        "loop reading decodes' K/V in place (float32 caches on a CPU; prompt chunks through SDPA); sdpa = gather + "
+        "PyTorch SDPA (the reference); auto = triton on CUDA, cpu on a CPU (sdpa where cpu cannot run).",
     )
     enforce_eager: bool = spec_field(
         False, doc="Run every step eagerly; by default decode-only steps on CUDA replay CUDA graphs captured per batch size.",

@@ -136,8 +136,9 @@ class ModelRunner:
         self.scratch_block = self.kv_cache.num_blocks - 1  # padding rows write here; never handed out
         self.backend = make_attention_backend(
             self.attention_backend, self.kv_cache, num_heads=args.num_heads, head_dim=args.head_dim,
-            sliding_window=args.sliding_window,
+            sliding_window=args.sliding_window, chosen_by_auto=config.attention_backend == "auto",
         )
+        self.attention_backend = self.backend.name  # (auto's cpu may have given way to sdpa)
         if self.attention_backend == "triton":  # the Triton path: RMSNorm and SiLU·mul fused as well
             self.model.use_fused_kernels()
         limit = config.max_cuda_graph_batch_size or MAX_GRAPH_BATCH_SIZE

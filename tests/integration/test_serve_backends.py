@@ -207,7 +207,7 @@ def test_decode_graph_region_obeys_capture_and_replays_its_captured_metadata(lla
 # ---- configuration ------------------------------------------------------------------------------------
 def test_backend_resolution_and_its_errors(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert resolve_attention_backend("auto", cpu) == "sdpa"
+    assert resolve_attention_backend("auto", cpu) == "cpu"
     assert resolve_attention_backend("auto", cuda, enforce_eager=False) == "triton"
     with pytest.raises(ValueError, match=r"attention_backend='sdpa'.*enforce_eager=True"):
         resolve_attention_backend("sdpa", cuda, enforce_eager=False)

@@ -1,19 +1,25 @@
 """Which attention backend runs where, and building it: the package's edge, above ``base`` and the backends.
 
 ``resolve_attention_backend`` turns the ``attention_backend`` setting into a backend that can run on the
-device (or a ValueError naming the setting and the fix); ``make_attention_backend`` builds it.
+device (or a ValueError naming the setting and the fix); ``make_attention_backend`` builds it. ``auto`` is
+``triton`` on CUDA and ``cpu`` elsewhere, and ``cpu`` chosen by ``auto`` gives way to ``sdpa`` where its kernel
+cannot be built or cannot read the cache (a quantized or non-float32 one), saying why in the log.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 
 import torch
 
 from accelkit.serve.attention.base import AttentionBackend
+from accelkit.serve.attention.cpu import CpuPagedAttention, unsupported
 from accelkit.serve.attention.sdpa import SdpaAttention
 from accelkit.serve.kv_cache import KVCache
+
+log = logging.getLogger(__name__)
 
 
 def triton_available() -> bool:
@@ -30,13 +36,15 @@ def resolve_attention_backend(name: str, device: torch.device, *, enforce_eager:
         )
     if name == "auto":
         if device.type != "cuda":
-            return "sdpa"
+            return "cpu"
         if not triton_available():
             raise ValueError(
                 "attention_backend='auto' on CUDA uses the Triton kernels, but triton is not installed; "
                 "install triton (it ships with CUDA builds of torch) or set attention_backend='sdpa'"
             )
         return "triton"
+    if name == "cpu" and device.type != "cpu":
+        raise ValueError(f"attention_backend='cpu' runs on a CPU (device is {device.type!r}); use 'auto' or 'triton'")
     if name == "triton":
         if not triton_available():
             raise ValueError("attention_backend='triton' needs the triton package; install it or use attention_backend='sdpa'")
@@ -49,9 +57,15 @@ def resolve_attention_backend(name: str, device: torch.device, *, enforce_eager:
 
 
 def make_attention_backend(
-    name: str, cache: KVCache, *, num_heads: int, head_dim: int, sliding_window: int | None
+    name: str, cache: KVCache, *, num_heads: int, head_dim: int, sliding_window: int | None, chosen_by_auto: bool = False
 ) -> AttentionBackend:
-    """Build a resolved backend (``sdpa`` or ``triton``); Triton is imported only when chosen."""
+    """Build a resolved backend (``sdpa``, ``cpu`` or ``triton``); Triton is imported only when chosen. ``cpu``
+    that ``auto`` chose falls back to ``sdpa`` where it cannot run (asked for by name, it raises instead)."""
+    if name == "cpu":
+        problem = unsupported(cache) if chosen_by_auto else None
+        if problem is None:
+            return CpuPagedAttention(cache, num_heads=num_heads, head_dim=head_dim, sliding_window=sliding_window)
+        log.info("attention: sdpa (%s)", problem)
     if name == "triton":
         # imported only when chosen: it imports triton and compiles kernels (not installed everywhere)
         from accelkit.serve.attention.triton_backend import TritonAttention

@@ -67,11 +67,16 @@ class SdpaAttention(AttentionBackend):
         self.scratch = GatherScratch()  # one layer's gathered K/V at a time: SDPA reads it before the next gather
 
     def prepare(self, step: StepTensors) -> SdpaMetadata:
+        meta = SdpaMetadata(slot_mapping=step.slot_mapping)
+        self._plan_decodes(step, meta)
+        self._plan_prefills(step, meta)
+        return meta
+
+    def _plan_decodes(self, step: StepTensors, meta: SdpaMetadata) -> None:
         bs, window = self.cache.block_size, self.sliding_window
         device = step.slot_mapping.device
         lens = step.seq_lens_np
         tables = step.block_tables_np
-        meta = SdpaMetadata(slot_mapping=step.slot_mapping)
         groups: list[list[int]] = []
         for i in range(step.num_decodes):
             if groups:
@@ -92,6 +97,12 @@ class SdpaAttention(AttentionBackend):
             meta.decode_groups.append(
                 DecodeGroup(group[0], group[-1] + 1, block_tables.to(device), _additive(attend[:, None, None, :], self.cache.dtype, device))
             )
+
+    def _plan_prefills(self, step: StepTensors, meta: SdpaMetadata) -> None:
+        bs, window = self.cache.block_size, self.sliding_window
+        device = step.slot_mapping.device
+        lens = step.seq_lens_np
+        tables = step.block_tables_np
         starts = step.query_start_np
         for i in range(step.num_decodes, step.num_seqs):
             start, end = int(starts[i]), int(starts[i + 1])
@@ -109,7 +120,6 @@ class SdpaAttention(AttentionBackend):
             if begin > 0:
                 block_ids = torch.from_numpy(tables[i, : -(-total // bs)].copy()).to(device)
             meta.prefills.append(PrefillChunk(start, end, begin, block_ids, mask))
-        return meta
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, meta: SdpaMetadata) -> torch.Tensor:
         _, num_heads, head_dim = q.shape
@@ -117,13 +127,7 @@ class SdpaAttention(AttentionBackend):
         rep = num_heads // num_kv_heads
         cache = self.cache
         cache.write(layer, meta.slot_mapping, k, v)  # first, so that every query sees its own token
-        outs: list[torch.Tensor] = []
-        for g in meta.decode_groups:
-            n = g.end - g.start
-            kc, vc = cache.gather(layer, g.block_tables, self.scratch)  # (g, L, Hkv, D)
-            qg = q[g.start : g.end].view(n, num_kv_heads, rep, head_dim)
-            o = F.scaled_dot_product_attention(qg, kc.transpose(1, 2), vc.transpose(1, 2), attn_mask=g.mask)
-            outs.append(o.reshape(n, num_heads * head_dim))  # (g, Hkv, rep, D): head h = kv * rep + r
+        outs = self._decodes(q, layer, meta)
         for p in meta.prefills:
             n = p.end - p.start
             qp = q[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, Hq, n, D)
@@ -140,3 +144,17 @@ class SdpaAttention(AttentionBackend):
             )
             outs.append(o[0].transpose(0, 1).reshape(n, num_heads * head_dim))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def _decodes(self, q: torch.Tensor, layer: int, meta: SdpaMetadata) -> list[torch.Tensor]:
+        """The single-token rows' outputs, (rows, Hq * D) each, in row order."""
+        _, num_heads, head_dim = q.shape
+        num_kv_heads = self.cache.num_kv_heads
+        rep = num_heads // num_kv_heads
+        outs: list[torch.Tensor] = []
+        for g in meta.decode_groups:
+            n = g.end - g.start
+            kc, vc = self.cache.gather(layer, g.block_tables, self.scratch)  # (g, L, Hkv, D)
+            qg = q[g.start : g.end].view(n, num_kv_heads, rep, head_dim)
+            o = F.scaled_dot_product_attention(qg, kc.transpose(1, 2), vc.transpose(1, 2), attn_mask=g.mask)
+            outs.append(o.reshape(n, num_heads * head_dim))  # (g, Hkv, rep, D): head h = kv * rep + r
+        return outs

@@ -1,0 +1,224 @@
+"""The CPU backend: decodes read K/V in place from the paged cache in one compiled C loop per layer; prompt
+chunks go through SDPA as in ``sdpa``.
+
+Why our own kernel: on a CPU the ``sdpa`` backend copies every decode's context out of its blocks before SDPA
+reads it again — at batch 64 on a 2-core Xeon the copy alone was 39% of a decode step and SDPA 23%
+(``benchmarks/engine_step_breakdown.py``). Reading each K/V row once from where it lies needs a kernel that
+follows the block table; PyTorch has none for a CPU, and the maintained ones that do are tied to their engines
+(vLLM's ``_C`` CPU ops) or to a torch version we cannot use (Intel's extension). So this is ~60 lines of C,
+compiled on first use with the machine's C compiler (``cc``, ``-O3 -march=native``, OpenMP from the same
+``libgomp`` torch loads) into ``~/.cache/accelkit/cpu_decode/`` under a name that hashes the source, the
+compiler and this CPU's flags. Where it cannot be built (no compiler) or cannot run (a quantized or non-float32
+cache), ``attention_backend='auto'`` falls back to ``sdpa`` and says why once in the log.
+
+Per (sequence, KV head) the kernel reads each cached K row once for all the query heads that share it (GQA),
+keeps the scores, takes the softmax, and sums the V rows weighted by it — float32 throughout, the same math as
+SDPA up to the order of additions (the engine's token-identical tests against transformers run on it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from accelkit.serve.attention.base import StepTensors
+from accelkit.serve.attention.sdpa import SdpaAttention, SdpaMetadata
+
+log = logging.getLogger(__name__)
+
+_SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* q: rows of (hq * d) floats, row i at q + i * q_stride; kc, vc: (num_blocks, bs, hkv, d) of one layer;
+   tables: (n, table_stride) block ids; lens: (n,) context lengths including this step's token;
+   out: (n, hq * d). Query head h reads KV head h / (hq / hkv). */
+int accelkit_paged_decode_f32(const float *q, int64_t q_stride, const float *kc, const float *vc,
+                              const int64_t *tables, int64_t table_stride, const int64_t *lens, int64_t n,
+                              int64_t hq, int64_t hkv, int64_t d, int64_t bs, float scale, int64_t window,
+                              float *out, int num_threads) {
+    int64_t rep = hq / hkv, max_len = 0, failed = 0;
+    for (int64_t i = 0; i < n; ++i) max_len = lens[i] > max_len ? lens[i] : max_len;
+    #pragma omp parallel num_threads(num_threads) reduction(|: failed)
+    {
+        float *scores = (float *)malloc(sizeof(float) * (size_t)(rep * max_len + 2 * rep));
+        if (!scores) failed = 1;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t w = 0; w < n * hkv; ++w) {
+            if (!scores) continue;
+            int64_t i = w / hkv, h = w % hkv, len = lens[i];
+            int64_t start = (window > 0 && len > window) ? len - window : 0, count = len - start;
+            const float *qi = q + i * q_stride + h * rep * d;
+            const int64_t *table = tables + i * table_stride;
+            float *mx = scores + rep * max_len, *inv = mx + rep;
+            for (int64_t r = 0; r < rep; ++r) mx[r] = -INFINITY;
+            for (int64_t t = start; t < len;) {  /* block by block: one table lookup per block */
+                int64_t off = t % bs, stop = t - off + bs < len ? t - off + bs : len;
+                const float *k = kc + ((table[t / bs] * bs + off) * hkv + h) * d;
+                for (; t < stop; ++t, k += hkv * d) {
+                    for (int64_t r = 0; r < rep; ++r) {
+                        const float *qr = qi + r * d;
+                        float dot = 0.0f;
+                        for (int64_t x = 0; x < d; ++x) dot += qr[x] * k[x];
+                        dot *= scale;
+                        scores[r * max_len + (t - start)] = dot;
+                        if (dot > mx[r]) mx[r] = dot;
+                    }
+                }
+            }
+            for (int64_t r = 0; r < rep; ++r) {
+                float sum = 0.0f, *s = scores + r * max_len;
+                for (int64_t t = 0; t < count; ++t) { s[t] = expf(s[t] - mx[r]); sum += s[t]; }
+                inv[r] = 1.0f / sum;
+            }
+            float *o = out + i * hq * d + h * rep * d;
+            memset(o, 0, sizeof(float) * (size_t)(rep * d));
+            for (int64_t t = start; t < len;) {
+                int64_t off = t % bs, stop = t - off + bs < len ? t - off + bs : len;
+                const float *v = vc + ((table[t / bs] * bs + off) * hkv + h) * d;
+                for (; t < stop; ++t, v += hkv * d) {
+                    for (int64_t r = 0; r < rep; ++r) {
+                        float p = scores[r * max_len + (t - start)] * inv[r], *orow = o + r * d;
+                        for (int64_t x = 0; x < d; ++x) orow[x] += p * v[x];
+                    }
+                }
+            }
+        }
+        free(scores);
+    }
+    return failed ? -1 : 0;
+}
+"""
+_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
+          "-fassociative-math", "-fno-signed-zeros"]  # reassociation lets the dot products vectorize; infinities kept
+_kernel: Any = None
+_kernel_problem: str | None = None
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "accelkit" / "cpu_decode"
+
+
+def _build() -> Any:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (cc or gcc) on PATH; install one (Debian: apt install gcc) or set CC")
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except OSError as exc:
+        raise RuntimeError(f"the C compiler {compiler!r} does not run ({exc.strerror}); install one (Debian: apt "
+                           "install gcc) or point CC at it") from exc
+    key = hashlib.sha256("\0".join([_SOURCE, *_FLAGS, version, _cpu_flags()]).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"paged_decode_{key}.so"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:  # (a read-only home: build where this user can write)
+        target = Path(tempfile.gettempdir()) / f"accelkit-{os.getuid()}" / target.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            src, out = Path(tmp) / "paged_decode.c", Path(tmp) / "paged_decode.so"
+            src.write_text(_SOURCE)
+            done = subprocess.run([compiler, *_FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True,
+                                  text=True, timeout=120)
+            if done.returncode != 0:
+                raise RuntimeError(f"{compiler} could not build the CPU decode kernel: "
+                                   f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+            os.replace(out, target)  # atomic: a process building beside this one reads a whole file or none
+    lib = ctypes.CDLL(str(target))
+    fn = lib.accelkit_paged_decode_f32
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    fn.argtypes = [p, i64, p, p, p, i64, p, i64, i64, i64, i64, i64, ctypes.c_float, i64, p, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def decode_kernel() -> tuple[Any, str | None]:
+    """The compiled kernel (built on first call), or None and why it is not there."""
+    global _kernel, _kernel_problem
+    if _kernel is None and _kernel_problem is None:
+        try:
+            _kernel = _build()
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            _kernel_problem = str(exc)
+    return _kernel, _kernel_problem
+
+
+def unsupported(cache: Any) -> str | None:
+    """Why the kernel cannot read ``cache`` (None when it can)."""
+    if cache.kind != "auto" or cache.dtype != torch.float32 or cache.k.device.type != "cpu":
+        return (f"the CPU decode kernel reads float32 caches on a CPU (this one: kv_cache_dtype={cache.kind!r}, "
+                f"{cache.dtype}, {cache.k.device.type})")
+    return decode_kernel()[1]
+
+
+@dataclass(slots=True)
+class CpuMetadata(SdpaMetadata):
+    num_decodes: int = 0
+    block_tables: np.ndarray | None = None  # (S, W) int64, the step's host table (rows of the decodes first)
+    seq_lens: np.ndarray | None = None  # (S,) int64
+
+
+class CpuPagedAttention(SdpaAttention):
+    name = "cpu"
+    sorts_decodes = False  # one call per layer, work handed out dynamically: no grouping by length to do
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        problem = unsupported(self.cache)
+        if problem:
+            raise ValueError(f"attention_backend='cpu': {problem}; use attention_backend='sdpa' or 'auto'")
+        self._kernel = decode_kernel()[0]
+        self._window = self.sliding_window or 0
+
+    def prepare(self, step: StepTensors) -> CpuMetadata:
+        meta = CpuMetadata(slot_mapping=step.slot_mapping, num_decodes=step.num_decodes,
+                           block_tables=step.block_tables_np, seq_lens=step.seq_lens_np)
+        self._plan_prefills(step, meta)
+        return meta
+
+    def _decodes(self, q: torch.Tensor, layer: int, meta: SdpaMetadata) -> list[torch.Tensor]:
+        assert isinstance(meta, CpuMetadata) and meta.block_tables is not None and meta.seq_lens is not None
+        n = meta.num_decodes
+        if n == 0:
+            return []
+        _, num_heads, head_dim = q.shape
+        if q.stride(2) != 1 or q.stride(1) != head_dim:
+            q = q.contiguous()
+        tables, lens = meta.block_tables, meta.seq_lens
+        assert tables.dtype == np.int64 and lens.dtype == np.int64 and tables.strides[1] == 8
+        out = torch.empty(n, num_heads * head_dim, dtype=torch.float32)
+        cache = self.cache
+        failed = self._kernel(
+            q.data_ptr(), q.stride(0), cache.k[layer].data_ptr(), cache.v[layer].data_ptr(), tables.ctypes.data,
+            tables.strides[0] // 8, lens.ctypes.data, n, num_heads, cache.num_kv_heads, head_dim, cache.block_size,
+            self.scale, self._window, out.data_ptr(), torch.get_num_threads(),
+        )
+        if failed:
+            raise MemoryError("the CPU decode kernel could not allocate its scores buffer")
+        return [out]
