@@ -10,6 +10,7 @@ Jobs: ``bench`` (a training workload under DDP / FSDP2, see ``parallel.py``) and
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -21,7 +22,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
@@ -285,5 +286,21 @@ def main(argv: list[str] | None = None) -> None:
             dist.destroy_process_group()
 
 
+def end_process() -> NoReturn:
+    """End this rank after its job succeeded: the ``atexit`` handlers run (torch's, logging's), the standard streams
+    are flushed, and the process exits 0 without the interpreter's teardown — freeing every module of torch and
+    transformers one object at a time, about 1 s of CPU per rank (0.4 s with torch alone) between the job's end and
+    torchrun seeing the rank exit, on every rank of every launch. Nothing is left for it to do: rank 0's document
+    and the store are written and closed, and the process group is destroyed (``destroy_process_group``). As the
+    serving ranks do (``serve/tensor_parallel_worker.py``); a failed job still ends the usual way, with its
+    traceback and error file."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     main()
+    end_process()

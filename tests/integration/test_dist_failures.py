@@ -1,6 +1,10 @@
 """A rank that fails, hangs or is killed, on 2 gloo processes under torchrun (the fault is injected by
 ``dist_fault/sitecustomize.py``): the error names the rank that failed first and its exception; a timeout or a
-SIGTERM stops torchrun and every rank and removes the job's temporary directory."""
+SIGTERM stops torchrun and every rank and removes the job's temporary directory.
+
+The CLI runs in this process (``run_cli``): the fault reaches the ranks through the environment torchrun gives them
+(``ACCELKIT_TEST_FAIL`` and ``PYTHONPATH``, set here with monkeypatch), and only the SIGTERM test needs a launcher
+process of its own — the signal is what it sends."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -25,14 +31,30 @@ PROBE = ("hw", "probe", "--collectives", "--nproc-per-node", "2", "--device", "c
 DEADLINE_S = 180  # generous: a bound on a wait, not a measurement
 
 
-def _inject(mode: str) -> dict[str, str]:
-    return {"ACCELKIT_TEST_FAIL": mode, "PYTHONPATH": os.pathsep.join(filter(None, [str(FAULT), os.environ.get("PYTHONPATH")]))}
+def _inject(mp: pytest.MonkeyPatch, mode: str) -> None:
+    """The ranks of the next launch from this process fail as ``mode`` says (``sitecustomize.py``): torchrun hands
+    them this process's environment."""
+    mp.setenv("ACCELKIT_TEST_FAIL", mode)
+    mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAULT), os.environ.get("PYTHONPATH")])))
 
 
-def test_the_rank_that_raised_is_named_first():
+@pytest.fixture(scope="module")
+def raised(tmp_path_factory):
+    """One probe whose rank 1 raises, with TMPDIR (and this process's tempfile directory) in a fresh, empty folder:
+    (the command's CompletedProcess, that folder)."""
+    tmp = tmp_path_factory.mktemp("raised-tmpdir")
+    with pytest.MonkeyPatch.context() as mp:
+        _inject(mp, "raise")
+        mp.setenv("TMPDIR", str(tmp))  # torchrun and the ranks
+        mp.setattr(tempfile, "tempdir", str(tmp))  # launch()'s job directory, made in this process
+        proc = accelkit(*PROBE)
+    return proc, tmp
+
+
+def test_the_rank_that_raised_is_named_first(raised):
     """torchrun's output ends with the victim's "Connection reset by peer" traceback, and its Root Cause can name the
     victim too: the error kept the last 25 lines, without rank 1's exception."""
-    proc = accelkit(*PROBE, env=_inject("raise"))
+    proc, _ = raised
     assert proc.returncode == 1, proc.stderr[-3000:]
     message = proc.stderr.strip().splitlines()[-1]
     assert "first failure — rank 1 (host " in message and "local rank 1): RuntimeError: injected failure in _op_fn" in message
@@ -40,17 +62,19 @@ def test_the_rank_that_raised_is_named_first():
     assert "Traceback" not in proc.stderr
 
 
-def test_a_killed_rank_is_named_with_its_signal():
-    proc = accelkit(*PROBE, env=_inject("kill"))
+def test_a_killed_rank_is_named_with_its_signal(monkeypatch):
+    _inject(monkeypatch, "kill")
+    proc = accelkit(*PROBE)
     assert proc.returncode == 1, proc.stderr[-3000:]
     message = proc.stderr.strip().splitlines()[-1]
     assert "rank 1 (" in message and "killed by SIGKILL" in message, message
 
 
-def test_a_native_crash_is_named_with_what_the_rank_printed():
+def test_a_native_crash_is_named_with_what_the_rank_printed(monkeypatch):
     """A rank that aborts (a C++ exception in gloo, a segfault) leaves no Python exception: the error named only the
     signal, and the line the crash printed ("terminate called …") was dropped with the rest of the output."""
-    proc = accelkit(*PROBE, env=_inject("abort"))
+    _inject(monkeypatch, "abort")
+    proc = accelkit(*PROBE)
     assert proc.returncode == 1, proc.stderr[-3000:]
     message = proc.stderr.strip().splitlines()[-1]
     assert "first failure — rank 1 (" in message and "killed by SIGABRT" in message, message
@@ -64,11 +88,12 @@ def test_a_native_crash_is_named_with_what_the_rank_printed():
      "--nproc-per-node", "2", "--warmup", "1", "--warmup-time", "0", "--min-iterations", "2", "--min-time", "0",
      "--no-probe", "--precision", "fp32,bf16", "--json"),  # one launch per dtype: the second's warning was dropped
 ], ids=["hw-probe", "bench"])
-def test_a_rank_that_aborts_after_the_job_loses_no_result(command):
+def test_a_rank_that_aborts_after_the_job_loses_no_result(command, monkeypatch):
     """Every rank finished and rank 0 wrote the result, then a rank aborted as its interpreter exited (gloo's
     threads did so freeing a PowerSGD hook's state, now and then, in CI): the launch was an error and the finished
     measurement was thrown away. It is kept, with the failure as a warning."""
-    proc = accelkit(*command, env=_inject("abort-at-exit"))
+    _inject(monkeypatch, "abort-at-exit")
+    proc = accelkit(*command)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     warnings = doc["warnings"] if command[0] == "hw" else [n for n in doc["notes"] if n.startswith("warning: ")]
@@ -81,8 +106,8 @@ def test_a_rank_that_aborts_after_the_job_loses_no_result(command):
         assert f"warning: {warnings[0]}" in proc.stderr
 
 
-def _start_hung_launch(timeout: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
-    proc = subprocess.Popen([sys.executable, str(FAULT / "hung_launch.py"), timeout], stdout=subprocess.PIPE,
+def _start_hung_launch() -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
+    proc = subprocess.Popen([sys.executable, str(FAULT / "hung_launch.py"), "none"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     return proc, _read_lines(proc)  # launch()'s own reader: lines, then None at EOF
 
@@ -126,45 +151,78 @@ def _kill_leftovers(proc: subprocess.Popen[str], family: list[psutil.Process]) -
 
 
 @contextlib.contextmanager
-def _hung_launch(timeout: str):
-    """A launch whose rank 1 hangs (``timeout``: its timeout_s, or "none"): yields (the launching process, its output
-    lines, the lines seen, its report, the processes it started — torchrun and both ranks); kills what is left."""
-    proc, lines = _start_hung_launch(timeout)
+def _hung_launch():
+    """A launch, in a process of its own, whose rank 1 hangs (no timeout): yields (the launching process, its report,
+    the processes it started — torchrun and both ranks); kills what is left."""
+    proc, lines = _start_hung_launch()
     seen: list[str] = []
     family: list[psutil.Process] = []
     try:
         report = json.loads(_next(lines, "FAMILY ", seen))
         family = _family(report)
         assert report["num_ranks"] == 2 and len(family) >= 3, report  # torchrun and both ranks
-        yield proc, lines, seen, report, family
+        yield proc, report, family
     finally:
         _kill_leftovers(proc, family)
 
 
 def test_sigterm_stops_torchrun_and_every_rank():
     """launch() had no SIGTERM handler: the launcher died and torchrun and both ranks (one hung) ran on."""
-    with _hung_launch("none") as (proc, _, _, report, family):
+    with _hung_launch() as (proc, report, family):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=DEADLINE_S) == -signal.SIGTERM  # it still ends as SIGTERM ends it
         assert not _alive(family), [p.cmdline() for p in _alive(family)]
         assert not Path(report["tmp"]).exists()
 
 
-def test_timeout_stops_a_hung_rank():
+def _watch_launch(stop: threading.Event, seen: dict[int, tuple[psutil.Process, list[str]]]) -> None:
+    """Until ``stop``: every process of a launch from this process (torchrun and its ranks: their command lines name
+    the worker module), with its command line, each kept as first seen (psutil checks a pid still is that process)."""
+    while not stop.wait(0.05):
+        with contextlib.suppress(psutil.Error):
+            for p in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if p.pid not in seen and "accelkit.distributed.worker" in (cmdline := p.cmdline()):
+                        seen[p.pid] = p, cmdline
+
+
+def test_timeout_stops_a_hung_rank(monkeypatch):
     """timeout_s was only passed to proc.wait() after the output ended, so a hung rank made launch() wait forever.
-    (30 s: time for both ranks to import torch and report on a loaded 2-core machine, beside another test worker,
-    before the timeout ends it.)"""
-    with _hung_launch("30") as (proc, lines, seen, report, family):
-        error = _next(lines, "ERROR ", seen)
-        assert error.startswith("AccelkitError: the ranks did not finish within timeout_s=30 s"), error
-        assert proc.wait(timeout=DEADLINE_S) == 1
+    launch() runs here; a thread notes torchrun and the ranks as they start (so the timeout need not leave room for
+    them to report: 10 s is time for torchrun to start them on a loaded machine)."""
+    from accelkit.core import AccelkitError
+    from accelkit.distributed.collectives import CollectiveConfig
+    from accelkit.distributed.launch import DistConfig, launch
+
+    _inject(monkeypatch, "hang")
+    job = {"task": "collectives", "device": "cpu", "backend": "auto", "run_id": "hung", "save": False,
+           "store_path": None,
+           "collectives": CollectiveConfig(ops=("all_reduce",), sizes_bytes=(4096,), quick=True, device="cpu").to_dict()}
+    seen: dict[int, tuple[psutil.Process, list[str]]] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_launch, args=(stop, seen), daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(AccelkitError) as error:
+            launch(job, DistConfig(nproc_per_node=2), timeout_s=10)
+    finally:
+        stop.set()
+        watcher.join()
+    family = [p for p, _ in seen.values()]
+    try:
+        assert str(error.value).startswith("the ranks did not finish within timeout_s=10 s"), error.value
+        (torchrun,) = [cmdline for _, cmdline in seen.values() if "torch.distributed.run" in cmdline]
+        assert len(family) == 3, [cmdline for _, cmdline in seen.values()]  # torchrun and both ranks
         assert not _alive(family), [p.cmdline() for p in _alive(family)]
-        assert not Path(report["tmp"]).exists()
+        assert not Path(torchrun[-1]).parent.exists()  # the job's temporary directory (its JSON is the last argument)
+    finally:
+        for p in _alive(family):
+            p.kill()
 
 
-def test_no_torchelastic_directory_is_left(tmp_path):
-    """torchrun's default --log-dir is a fresh /tmp/torchelastic_* directory it never removes."""
-    env = {**_inject("raise"), "TMPDIR": str(tmp_path)}
-    proc = accelkit(*PROBE, env=env)
+def test_no_torchelastic_directory_is_left(raised):
+    """torchrun's default --log-dir is a fresh /tmp/torchelastic_* directory it never removes (and the job's own
+    temporary directory goes with the launch)."""
+    proc, tmp = raised
     assert proc.returncode == 1
-    assert not list(tmp_path.iterdir())
+    assert not list(tmp.iterdir())

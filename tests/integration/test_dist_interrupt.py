@@ -18,10 +18,11 @@ import psutil
 
 from accelkit.results import ResultStore
 from tests.conftest import REPO
-from tests.integration.test_dist_failures import _alive
+from tests.integration.test_dist_failures import FAULT, _alive
 
-#: each variant measures for 3 s: Ctrl-C lands while the last one measures, long before it could finish
-LOOP = ("--warmup", "1", "--warmup-time", "0", "--min-iterations", "2", "--min-time", "3")
+#: each variant measures 2 iterations; the last one is held by the ranks (``dist_fault/sitecustomize.py``), so the
+#: Ctrl-C lands before it could finish however slow the machine is — without the ranks measuring meanwhile
+LOOP = ("--warmup", "1", "--warmup-time", "0", "--min-iterations", "2", "--min-time", "0")
 
 
 def _launched(pid: int) -> tuple[list[psutil.Process], list[psutil.Process]]:
@@ -42,15 +43,17 @@ def _launched(pid: int) -> tuple[list[psutil.Process], list[psutil.Process]]:
 
 def test_ctrl_c_keeps_the_variants_the_ranks_finished(_isolated_home, tmp_path):
     """Two launches (fp32, then bf16), two variants each: Ctrl-C once the second launch's first variant (bf16) is
-    done — its rank 0 has moved on to bf16+recompute — keeps fp32 and fp32+recompute (the first launch) and bf16
-    (the one the interrupt stopped), and names bf16+recompute."""
+    done — its ranks are loading bf16+recompute, held there until stopped — keeps fp32 and fp32+recompute (the first
+    launch) and bf16 (the one the interrupt stopped), and names bf16+recompute."""
+    hold = {"ACCELKIT_TEST_FAIL": "hold", "ACCELKIT_TEST_HOLD_VARIANT": "bf16+recompute",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(FAULT), os.environ.get("PYTHONPATH")]))}
     out = tmp_path / "stdout.json"
     with out.open("w") as stdout:  # a file: stderr is read line by line, and the document must not fill a pipe
         proc = subprocess.Popen(
             [sys.executable, "-m", "accelkit", "bench", "llm-train", "--model", "tiny-llama", "--batch-size", "2",
              "--seq-len", "32", "--device", "cpu", "--nproc-per-node", "2", "--precision", "fp32,bf16", "--recompute",
              *LOOP, "--no-probe", "--no-predict", "--progress", "--json"],
-            stdout=stdout, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=REPO)
+            stdout=stdout, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=REPO, env={**os.environ, **hold})
     lines: list[str] = []
     family: list[psutil.Process] = []
     ranks: list[psutil.Process] = []
