@@ -10,7 +10,10 @@ collective asked for the GIL during interpreter finalization. Started with ``pro
 the group is freed — its threads joined — when the rank function ends (process_group.py); the tests check that no
 gloo thread is left by then. And freeing it could hang: ``~ProcessGroupGloo`` joins gloo's threads holding the GIL
 while one of them, starved, had yet to drop the last collective's tensors, which needs the GIL;
-``process_group.destroy_process_group`` waits until gloo's threads are idle first."""
+``process_group.destroy_process_group`` waits until gloo's threads are idle first.
+
+The three rank bodies run one after another in one pair of spawned processes (each body starts and destroys a group
+of its own, on its own file store); each test reads its body's results."""
 
 from __future__ import annotations
 
@@ -18,9 +21,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
+import pytest
 import torch.multiprocessing as mp
 
 from accelkit.distributed.process_group import destroy_process_group
@@ -41,11 +44,21 @@ def _gloo_threads() -> int:
     return sum((t / "comm").read_text().strip() == "pt_gloo_runloop" for t in tasks.iterdir())
 
 
-def _then_count_gloo_threads(body: Callable[[int, str], dict[str, object]], rank: int, store: str, out: str) -> None:
-    """Runs one rank's ``body`` (which starts and destroys its group), then writes its results with the number of
-    gloo threads still alive once it has returned — what would race interpreter finalization."""
-    results = body(rank, store)
-    Path(out, f"{rank}.json").write_text(json.dumps({**results, "gloo_threads_after": _gloo_threads()}))
+def _every_body(rank: int, out: str) -> None:
+    """Runs each of this rank's bodies (``BODIES``; each starts and destroys its group), and after each writes its
+    results with the number of gloo threads still alive once it has returned — what would race interpreter
+    finalization."""
+    for name, body in BODIES.items():
+        results = body(rank, str(Path(out, f"{name}.store")))
+        Path(out, f"{name}-{rank}.json").write_text(json.dumps({**results, "gloo_threads_after": _gloo_threads()}))
+
+
+@pytest.fixture(scope="module")
+def body_results(tmp_path_factory) -> Callable[[str], list[dict[str, object]]]:
+    """Both ranks' results of a body (by name), from one spawn of 2 processes that ran every body."""
+    out = tmp_path_factory.mktemp("gloo-ranks")
+    mp.spawn(_every_body, args=(str(out),), nprocs=2, join=True)
+    return lambda name: [json.loads(Path(out, f"{name}-{r}.json").read_text()) for r in (0, 1)]
 
 
 def _powersgd_rank(rank: int, store: str) -> dict[str, object]:
@@ -85,10 +98,8 @@ def _powersgd_rank(rank: int, store: str) -> dict[str, object]:
         destroy_process_group()
 
 
-def test_powersgd_on_gloo_with_many_buckets(tmp_path):
-    mp.spawn(partial(_then_count_gloo_threads, _powersgd_rank), args=(str(tmp_path / "store"), str(tmp_path)),
-             nprocs=2, join=True)
-    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+def test_powersgd_on_gloo_with_many_buckets(body_results):
+    ranks = body_results("powersgd")
     assert ranks[0]["gloo_threads_after"] == ranks[1]["gloo_threads_after"] == 0, ranks  # the group ended with the ranks
     assert ranks[0]["buckets"] >= 8, ranks  # many buckets: what went wrong
     assert ranks[0]["iter"] == 20 and ranks[0]["same_weights"] and ranks[1]["same_weights"], ranks
@@ -136,10 +147,8 @@ def _slow_callback_rank(rank: int, store: str) -> dict[str, object]:
             "done_on_return": seen["done_on_return"]}
 
 
-def test_hook_callbacks_run_and_are_dropped_on_the_training_thread_on_gloo(tmp_path):
-    mp.spawn(partial(_then_count_gloo_threads, _slow_callback_rank), args=(str(tmp_path / "store"), str(tmp_path)),
-             nprocs=2, join=True)
-    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+def test_hook_callbacks_run_and_are_dropped_on_the_training_thread_on_gloo(body_results):
+    ranks = body_results("slow_callback")
     assert all(r == {"callback_on_training_thread": True, "done_on_return": True, "gloo_threads_after": 0}
                for r in ranks), ranks
 
@@ -174,11 +183,14 @@ def _idle_detection_rank(rank: int, store: str) -> dict[str, object]:
     return {"settled": settled, "idle": idle, "seen_busy": seen_busy, "settled_again": settled_again}
 
 
-def test_gloo_threads_are_seen_idle_or_busy_and_the_group_ends_after_they_settle(tmp_path):
-    mp.spawn(partial(_then_count_gloo_threads, _idle_detection_rank), args=(str(tmp_path / "store"), str(tmp_path)),
-             nprocs=2, join=True)
-    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+def test_gloo_threads_are_seen_idle_or_busy_and_the_group_ends_after_they_settle(body_results):
+    ranks = body_results("idle_detection")
     for r in ranks:  # gloo's default two threads, both idle once the collective is done
         assert r["settled"] and r["idle"] == ["idle", "idle"] and r["settled_again"], ranks
         assert r["gloo_threads_after"] == 0, ranks
     assert ranks[0]["seen_busy"], ranks  # one of rank 0's threads in the callback (rank 1's may run it inline)
+
+
+#: what each rank runs, in this order, in the one spawn of the module's tests
+BODIES: dict[str, Callable[[int, str], dict[str, object]]] = {
+    "powersgd": _powersgd_rank, "slow_callback": _slow_callback_rank, "idle_detection": _idle_detection_rank}
