@@ -1,6 +1,7 @@
 """2-process training benches on gloo (CPU), launched by torchrun through `accelkit bench`: DDP (ZeRO 0)
 and FSDP2 (ZeRO 3); the FSDP2 run's per-rank parameter+gradient+optimizer bytes within 10% of the
-planner's ZeRO-3 estimate for the same layout."""
+planner's ZeRO-3 estimate for the same layout. One FSDP2 run of fp32 and bf16 (two launches) serves the tests of
+its memory and of what each launch's recipe did."""
 
 from __future__ import annotations
 
@@ -20,18 +21,34 @@ def dist_bench(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def _stored(result_id: int):
+def _stored(result_id: int, db=None):
     from accelkit.results import ResultStore
 
-    with ResultStore() as store:
+    with ResultStore(db) as store:
         return store.get(result_id)
 
 
-def test_fsdp2_zero3_memory_matches_the_planner(probed):
-    doc = dist_bench("llm-train", "--model", "tiny-llama", "--batch-size", "2", "--seq-len", "32", "--zero", "3")
+@pytest.fixture(scope="module")
+def fsdp2_fp32_bf16(probe_db, tmp_path_factory):
+    """One FSDP2 run of tiny-llama in fp32 and bf16 — a launch each — on a store that holds the shared probe: (its
+    document, the store)."""
+    import shutil
+
+    home = tmp_path_factory.mktemp("fsdp2-home")
+    shutil.copy(probe_db, home / "results.db")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ACCELKIT_HOME", str(home))
+        doc = dist_bench("llm-train", "--model", "tiny-llama", "--batch-size", "2", "--seq-len", "32", "--zero", "3",
+                         "--precision", "fp32,bf16")
+    return doc, home / "results.db"
+
+
+def test_fsdp2_zero3_memory_matches_the_planner(fsdp2_fp32_bf16):
+    doc, db = fsdp2_fp32_bf16
     assert doc["world_size"] == 2 and doc["zero"] == 3 and "FSDP2" in doc["layout"]
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
-    (entry,) = doc["variants"]
+    entry = doc["variants"][0]
+    assert entry["name"] == "fp32"
     assert entry["world_size"] == 2 and entry["backend"] == "gloo"
     assert entry["throughput"]["value"] > 0 and entry["latency_s"]["n"] >= 4
     check = entry["memory_check"]
@@ -44,11 +61,11 @@ def test_fsdp2_zero3_memory_matches_the_planner(probed):
         assert mem["parameters"] + mem["gradients"] + mem["optimizer"] == mem["model_states"]
         assert mem["peak"] > mem["model_states"]  # peak RSS reported separately (whole process)
     # one Measurement for the whole run, with per-rank detail, beside the planner's estimate
-    stored = _stored(entry["result_id"]).result
+    stored = _stored(entry["result_id"], db).result
     assert stored.kind == "bench" and stored.num_devices == 2
     assert len(stored.details["ranks"]) == 2 and stored.workload.recipe.zero == 3 and stored.workload.recipe.dp == 2
     assert {"rank0_latency_s", "rank1_latency_s", "latency_s"} <= set(stored.samples)
-    estimate = _stored(entry["predicted"]["estimate_id"]).result
+    estimate = _stored(entry["predicted"]["estimate_id"], db).result
     assert estimate.kind == "plan" and estimate.details["layout"]["zero"] == 3 and estimate.details["layout"]["dp"] == 2
 
 
@@ -146,21 +163,21 @@ def test_rank0_keeps_what_the_store_refuses(_isolated_home, monkeypatch):
     assert [v["result_id"] for v in doc["variants"]] == [None, None] and "dir.db" in doc["store_error"]
 
 
-def test_a_distributed_cpu_run_says_what_each_recipe_did_and_scores_each_rank_on_its_share(probed):
+def test_a_distributed_cpu_run_says_what_each_recipe_did_and_scores_each_rank_on_its_share(fsdp2_fp32_bf16):
     """train_parts dropped recipes.apply's notes, and the merge of launches kept a later launch's warnings only:
     bf16 (the second launch: one per precision) said nothing of what its recipe did. And on a CPU, each rank was
     scored (MFU) and planned as the whole CPU, though it runs on its share of the cores."""
-    doc = dist_bench("llm-train", "--model", "tiny-llama", "--batch-size", "2", "--seq-len", "16", "--zero", "0",
-                     "--precision", "fp32,bf16")
+    doc, db = fsdp2_fp32_bf16
     entries = {e["name"]: e for e in doc["variants"]}
+    assert list(entries) == ["fp32", "bf16"]
     assert entries["fp32"]["recipe_notes"] == [] and entries["bf16"]["recipe_notes"] == ["autocast bf16"]
     assert "bf16: autocast bf16" in doc["notes"]
     assert len(doc["notes"]) == len(set(doc["notes"]))  # each launch's copy of the run's notes, once
-    assert _stored(entries["bf16"]["result_id"]).result.details["recipe_notes"] == ["autocast bf16"]
+    assert _stored(entries["bf16"]["result_id"], db).result.details["recipe_notes"] == ["autocast bf16"]
     # two ranks on one CPU each run on half its cores: MFU and the planner take half its peak, not all of it
     mfu = entries["fp32"]["mfu"]
     assert mfu["peak_source"].endswith("÷ 2 ranks sharing it") and mfu["probe"]["source"] == mfu["peak_source"]
     assert mfu["value"] == pytest.approx(entries["fp32"]["throughput"]["per_device"] * mfu["flops_per_item"]
                                          / mfu["peak_flops"])
-    estimate = _stored(entries["fp32"]["predicted"]["estimate_id"]).result
+    estimate = _stored(entries["fp32"]["predicted"]["estimate_id"], db).result
     assert estimate.hardware.endswith("÷ 2 ranks") and estimate.num_devices == 2
