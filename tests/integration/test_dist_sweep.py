@@ -49,7 +49,9 @@ def test_eight_point_grid_locally_and_on_ray(tmp_path: Path):
     ray = pytest.importorskip("ray")
     from accelkit.sweep import load_sweep, run_sweep
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # one CPU: one Ray worker process runs the points in turn (a second one would import torch and transformers
+    # again, beside the first, for no other result)
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         on_ray = run_sweep(load_sweep(path), ray="auto")
     finally:
