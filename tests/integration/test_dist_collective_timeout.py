@@ -57,7 +57,7 @@ def test_a_command_without_a_launch_refuses_the_flag():
 def test_a_launch_timeout_shorter_than_the_collective_timeout_is_refused():
     """launch(timeout_s=…) bounds the whole launch: at or below an explicit collective timeout, the collective one
     could never fire. Refused before torchrun starts; without an explicit collective timeout a short launch
-    timeout is a plain budget (the hung-launch test runs timeout_s=5 against the default 600 s)."""
+    timeout is a plain budget (the hung-launch test runs timeout_s=15 against the default 600 s)."""
     from accelkit.distributed.launch import DistConfig, check_timeouts, launch
 
     job = {"task": "collectives"}  # never started
