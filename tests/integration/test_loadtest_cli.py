@@ -1,26 +1,19 @@
-"""`accelkit loadtest` end to end in a subprocess: --json, --save, the tables, usage errors (exit 2)."""
+"""`accelkit loadtest` end to end: --json, --save, the tables, usage errors (exit 2). The first test runs the
+command as its own process; the rest call the CLI's entry point in this process (tests/conftest.py ``run_cli``:
+the same parsing, output and exit codes, without a new interpreter per case)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
 from accelkit.results import ResultStore
-from tests.conftest import REPO
+from tests.conftest import accelkit_subprocess, run_cli
 from tests.integration.loadtest_raw_sse import RawSSEServer, tokens
-
-# The command is registered in accelkit/cli/app.py by its owner; register it here too so this test
-# does not depend on that line (a second registration of the same name simply replaces the first).
-_ENTRY = ("import sys; from accelkit.cli.app import app, main; from accelkit.cli import loadtest; "
-          "app.command('loadtest')(loadtest.loadtest_cmd); main(sys.argv[1:])")
 
 
 def loadtest(*args, timeout=120):
-    return subprocess.run([sys.executable, "-c", _ENTRY, "loadtest", *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ), cwd=REPO)
+    return run_cli("loadtest", *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +23,9 @@ def server():
 
 
 def test_json_and_save(server, _isolated_home):
-    proc = loadtest("--base-url", server.base_url, "--model", "fake-model", "--num-prompts", "10",
-                    "--random-input-len", "20", "--random-output-len", "5", "--request-rate", "50",
-                    "--slo", "ttft_ms=2000,tpot_ms=500", "--percentiles", "50,99", "--json")
+    proc = accelkit_subprocess("loadtest", "--base-url", server.base_url, "--model", "fake-model", "--num-prompts",
+                               "10", "--random-input-len", "20", "--random-output-len", "5", "--request-rate", "50",
+                               "--slo", "ttft_ms=2000,tpot_ms=500", "--percentiles", "50,99", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)  # the whole of stdout is one JSON document
     p = doc["details"]["passes"][0]

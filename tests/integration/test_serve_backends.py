@@ -52,6 +52,20 @@ def llama(tmp_path_factory):
     return d, reference(d, PROMPTS), reference(d, SHARED)
 
 
+@pytest.fixture(scope="module")
+def triton_quantized(llama):
+    """The Triton backend's greedy tokens with an fp8 or int8 KV cache, by kind: each run is seconds under the
+    interpreter, and two tests compare against the same run (same model, prompts and engine settings)."""
+    runs: dict[str, list] = {}
+
+    def tokens(kind: str) -> list:
+        if kind not in runs:
+            runs[kind] = generate(llama[0], PROMPTS, kv_cache_dtype=kind, **TRITON)[0]
+        return runs[kind]
+
+    return tokens
+
+
 # ---- the Triton backend -------------------------------------------------------------------------------
 @interpreted
 @pytest.mark.parametrize(
@@ -110,11 +124,11 @@ def test_triton_backend_and_padded_decode_path_with_llama_biases(tmp_path):
 
 @interpreted
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
-def test_triton_backend_quantized_cache_agrees_with_the_sdpa_reference(llama, kind):
+def test_triton_backend_quantized_cache_agrees_with_the_sdpa_reference(llama, triton_quantized, kind):
     """Same codes and scales on both paths; the kernels dequantize in place, SDPA after a gather."""
     model_dir, _, _ = llama
     sdpa, _ = generate(model_dir, PROMPTS, kv_cache_dtype=kind)
-    triton, _ = generate(model_dir, PROMPTS, kv_cache_dtype=kind, **TRITON)
+    triton = triton_quantized(kind)
     same = sum(a == b for a, b in zip(sdpa, triton, strict=True))
     assert same >= len(PROMPTS) - 1, (sdpa, triton)
 
@@ -165,13 +179,13 @@ def test_padding_rows_write_only_the_scratch_block(llama):
 
 @interpreted
 @pytest.mark.parametrize("kind", ["auto", "fp8", "int8"])
-def test_decode_graph_region_obeys_capture_and_replays_its_captured_metadata(llama, kind):
+def test_decode_graph_region_obeys_capture_and_replays_its_captured_metadata(llama, triton_quantized, kind):
     """What capture and replay demand of the decode forward, short of a GPU. The region is run once per
     bucket at capture time on padding rows, under CaptureRules (no host sync, no host data). Every later
     decode step then runs it with *that* metadata — host integers and tensor views fixed at capture, as a
     replayed graph has them — on the buffers this step filled, and must give the tokens of the plain path."""
     model_dir, ref, _ = llama
-    expected = ref if kind == "auto" else generate(model_dir, PROMPTS, kv_cache_dtype=kind, **TRITON)[0]
+    expected = ref if kind == "auto" else triton_quantized(kind)
     llm = LLM(str(model_dir), **COMMON, **TRITON, kv_cache_dtype=kind, max_num_seqs=8)
     runner = llm.engine.runner
     graphs = runner.enable_decode_graphs(capture=False)

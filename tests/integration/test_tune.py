@@ -38,8 +38,8 @@ def test_tune_bert_tiny(cli):
     assert stored["kind"] == "tune" and stored["details"]["winner"]["name"] == winner["name"]
 
 
-def test_tune_memory_budget_prunes_with_the_planner(cli):
-    cli("hw", "probe", "--quick", check=True)  # the planner models this CPU from its probe
+def test_tune_memory_budget_prunes_with_the_planner(cli, probed):
+    # the planner models this CPU from its probe: the suite's shared quick probe (`probed`), not one more of its own
     proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "3",
                "--memory-budget", "1KiB", "--json")
     assert proc.returncode == 2 and "--memory-budget prunes the fp32 baseline" in proc.stderr  # even fp32 is over 1 KiB
