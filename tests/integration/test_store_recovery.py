@@ -130,9 +130,33 @@ def _without_dac_override() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
-def _accelkit_unprivileged(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "accelkit", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "ACCELKIT_HOME": str(home)}, cwd=REPO, preexec_fn=_without_dac_override)
+#: runs each argv of the JSON list in argv[1] through the CLI's entry point, one after another in this one process;
+#: prints [[exit code, stdout, stderr], …]
+_COMMANDS = """import contextlib, io, json, sys
+from accelkit.cli.app import main
+runs = []
+for argv in json.loads(sys.argv[1]):
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    runs.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(runs))
+"""
+
+
+def _accelkit_unprivileged(home: Path, *commands: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
+    """Each command as a process without root's file-mode override runs it: one such process for them all, each
+    command through the CLI's entry point (a process per command is test_cli_processes.py's; a process start here
+    is an interpreter importing torch)."""
+    proc = subprocess.run([sys.executable, "-c", _COMMANDS, json.dumps(commands)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "ACCELKIT_HOME": str(home)}, cwd=REPO,
+                          preexec_fn=_without_dac_override)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [subprocess.CompletedProcess(["accelkit", *args], code, out, err)
+            for args, (code, out, err) in zip(commands, json.loads(proc.stdout), strict=True)]
 
 
 @pytest.fixture
@@ -152,26 +176,24 @@ def readonly_home(_isolated_home):
 
 
 def test_a_read_only_store_can_be_read(readonly_home, tmp_path):
-    proc = _accelkit_unprivileged(readonly_home, "results", "list", "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert [r["id"] for r in json.loads(proc.stdout)] == [3, 2, 1]
-    proc = _accelkit_unprivileged(readonly_home, "results", "show", "2", "--json")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["name"] == "m2"
     out = tmp_path / "export.csv"
-    proc = _accelkit_unprivileged(readonly_home, "results", "export", "--format", "csv", "--out", str(out))
-    assert proc.returncode == 0 and len(out.read_text().splitlines()) == 4
+    listed, shown, exported = _accelkit_unprivileged(
+        readonly_home, ("results", "list", "--json"), ("results", "show", "2", "--json"),
+        ("results", "export", "--format", "csv", "--out", str(out)))
+    assert listed.returncode == 0, listed.stderr
+    assert [r["id"] for r in json.loads(listed.stdout)] == [3, 2, 1]
+    assert shown.returncode == 0 and json.loads(shown.stdout)["name"] == "m2"
+    assert exported.returncode == 0 and len(out.read_text().splitlines()) == 4
     assert sorted(p.name for p in readonly_home.iterdir()) == ["results.db"]  # no -wal/-shm could appear
 
 
 def test_a_measuring_command_checks_the_store_before_measuring(readonly_home):
-    proc = _accelkit_unprivileged(readonly_home, "hw", "probe", "--quick", "--device", "cpu", "--size", "64",
-                                  "--copy-size", "1MiB", "--progress", "--json")
+    probe = ("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--copy-size", "1MiB")
+    proc, unsaved = _accelkit_unprivileged(readonly_home, (*probe, "--progress", "--json"), (*probe, "--no-save", "--json"))
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert str(readonly_home / "results.db") in proc.stderr and "--no-save" in proc.stderr
     assert "probing:" not in proc.stderr  # nothing was measured, so nothing was thrown away
-    proc = _accelkit_unprivileged(readonly_home, "hw", "probe", "--quick", "--device", "cpu", "--size", "64",
-                                  "--copy-size", "1MiB", "--no-save", "--json")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["kind"] == "probe"
+    assert unsaved.returncode == 0 and json.loads(unsaved.stdout)["kind"] == "probe"
 
 
 @pytest.mark.parametrize("with_wal", [False, True])
