@@ -9,6 +9,7 @@ import sys
 
 from accelkit.core import Estimate
 from accelkit.results import ResultStore
+from tests.conftest import run_cli
 
 
 def _accelkit(cwd, env, *args):
@@ -40,12 +41,12 @@ def test_accelkit_home_that_is_a_file_is_one_line(tmp_path):
     """Reading said 'No results yet in …/afile/results.db'; writing '(File exists)'."""
     afile = tmp_path / "afile"
     afile.write_text("hi\n")
-    for args in (("results", "list"), ("results", "export")):
-        proc = _accelkit(tmp_path, {"ACCELKIT_HOME": str(afile)}, *args)
+    for args in (("results", "list"), ("results", "export")):  # (in-process: run_cli, with the variable set)
+        proc = run_cli(*args, env={"ACCELKIT_HOME": str(afile)})
         assert proc.returncode == 1 and proc.stdout == "", proc.stdout
         assert proc.stderr == (f"error: {afile} is a file, not a folder, so the results store {afile}/results.db "
                                "cannot be there; set ACCELKIT_HOME to a folder\n"), proc.stderr
-    proc = _accelkit(tmp_path, {"ACCELKIT_HOME": str(afile / "sub")}, "hw", "probe", "--quick", "--device", "cpu",
-                     "--size", "64", "--copy-size", "1MiB")
+    proc = run_cli("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--copy-size", "1MiB",
+                   env={"ACCELKIT_HOME": str(afile / "sub")})
     assert proc.returncode == 1 and f"{afile} is a file, not a folder" in proc.stderr and "--no-save" in proc.stderr
     assert afile.read_text() == "hi\n"
