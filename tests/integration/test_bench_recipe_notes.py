@@ -11,10 +11,11 @@ import pytest
 pytest.importorskip("torch")
 
 
-def test_an_int8_moe_variant_says_how_much_it_converted(cli):
+def test_an_int8_moe_variant_says_how_much_it_converted(cli, probed):
+    # the suite's stored probe (`probed`): no quick probe of its own for the MFU; short loops (the notes are the test)
     proc = cli("bench", "llm", "--model", "tiny-mixtral", "--batch-size", "1", "--prompt-len", "8",
-               "--output-len", "4", "--precision", "fp32,int8", "--quick", "--device", "cpu", "--no-predict",
-               "--json", check=True)
+               "--output-len", "4", "--precision", "fp32,int8", "--warmup", "1", "--warmup-time", "0",
+               "--min-iterations", "2", "--min-time", "0", "--device", "cpu", "--no-predict", "--json", check=True)
     doc = json.loads(proc.stdout)
     entries = {(v["name"], v["step"]): v for v in doc["variants"]}
     assert entries[("fp32", "prefill")]["recipe_notes"] == []  # plain fp32: nothing applied, nothing said
