@@ -5,7 +5,6 @@ budget. And a recipe that misses the accuracy gate says by which figure and thre
 from __future__ import annotations
 
 import json
-import os
 import re
 
 from accelkit.bench.workloads import make_workload
@@ -48,10 +47,9 @@ def test_a_measured_peak_over_the_budget_is_not_ranked(tmp_path, monkeypatch):
 
 
 def test_cli_says_no_recipe_within_the_budget(tmp_path, monkeypatch, cli):
-    target = _module(tmp_path, monkeypatch, "tune_budget_cli_mlp")
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]), "COLUMNS": "250"}
+    target = _module(tmp_path, monkeypatch, "tune_budget_cli_mlp")  # importable: on sys.path (in-process run_cli)
     proc = cli("tune", "--module", target, "--max-trials", "1", "--no-compile", "--device", "cpu",
-               "--memory-budget", "1KiB", "--no-save", env=env)
+               "--memory-budget", "1KiB", "--no-save", env={"COLUMNS": "250"})
     assert proc.returncode == 0, proc.stderr
     assert "over-budget" in proc.stdout and "measured peak" in proc.stdout
     assert "No recipe within --memory-budget passed the accuracy gate" in proc.stdout
