@@ -9,6 +9,10 @@ OpenAI clients and of ``vllm bench serve``) with the sampler as it is, and with 
 
     .venv/bin/python benchmarks/sampler_noise.py [--repeats 20] [--threads 2]
 
+Since 83b42ca the ``Sampler`` on a CPU draws random rows by inverse transform (one uniform per row), not by the race:
+run on a CPU now, both "sampler" rows measure that draw and only the "noise" rows compare the race's two noises;
+``benchmarks/cpu_hot_paths.py`` compares the inverse transform with the race. The committed JSON predates it.
+
 Writes benchmarks/results/sampler_noise_cpu.json (with the environment and the load average around the run).
 """
 

@@ -11,9 +11,13 @@ compiled on first use with the machine's C compiler (``cc``, ``-O3 -march=native
 compiler and this CPU's flags. Where it cannot be built (no compiler) or cannot run (a quantized or non-float32
 cache), ``attention_backend='auto'`` falls back to ``sdpa`` and says why once in the log.
 
-Per (sequence, KV head) the kernel reads each cached K row once for all the query heads that share it (GQA),
-keeps the scores, takes the softmax, and sums the V rows weighted by it — float32 throughout, the same math as
-SDPA up to the order of additions (the engine's token-identical tests against transformers run on it).
+One OpenMP work item per sequence: it walks the sequence's blocks, reads each cached K row (every KV head of it,
+contiguous) once for all the query heads (GQA), keeps the scores, takes the softmax, then walks the V rows and sums
+them weighted by it, asking for the next block's rows ahead of time (they lie elsewhere in the cache) — float32
+throughout, the same math as SDPA up to the order of additions (the engine's token-identical tests against
+transformers run on it). (A first version, one work item per sequence and KV head, had two threads reading
+alternate halves of the same cache lines, and was slower on two threads.) ``benchmarks/cpu_hot_paths.py`` times
+the kernel beside the ``sdpa`` path.
 """
 
 from __future__ import annotations
@@ -43,57 +47,66 @@ _SOURCE = r"""
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
 /* q: rows of (hq * d) floats, row i at q + i * q_stride; kc, vc: (num_blocks, bs, hkv, d) of one layer;
    tables: (n, table_stride) block ids; lens: (n,) context lengths including this step's token;
-   out: (n, hq * d). Query head h reads KV head h / (hq / hkv). */
+   out: (n, hq * d). Query head h reads KV head h / (hq / hkv). One work item per sequence, so that a cached
+   row (all its KV heads: hkv * d contiguous floats) is read whole, by one thread, block after block. */
 int accelkit_paged_decode_f32(const float *q, int64_t q_stride, const float *kc, const float *vc,
                               const int64_t *tables, int64_t table_stride, const int64_t *lens, int64_t n,
                               int64_t hq, int64_t hkv, int64_t d, int64_t bs, float scale, int64_t window,
                               float *out, int num_threads) {
-    int64_t rep = hq / hkv, max_len = 0, failed = 0;
+    int64_t max_len = 0, failed = 0, row = hkv * d, rep = hq / hkv;
     for (int64_t i = 0; i < n; ++i) max_len = lens[i] > max_len ? lens[i] : max_len;
     #pragma omp parallel num_threads(num_threads) reduction(|: failed)
     {
-        float *scores = (float *)malloc(sizeof(float) * (size_t)(rep * max_len + 2 * rep));
+        float *scores = (float *)malloc(sizeof(float) * (size_t)(hq * max_len + 2 * hq));
         if (!scores) failed = 1;
         #pragma omp for schedule(dynamic, 1)
-        for (int64_t w = 0; w < n * hkv; ++w) {
+        for (int64_t i = 0; i < n; ++i) {
             if (!scores) continue;
-            int64_t i = w / hkv, h = w % hkv, len = lens[i];
+            int64_t len = lens[i];
             int64_t start = (window > 0 && len > window) ? len - window : 0, count = len - start;
-            const float *qi = q + i * q_stride + h * rep * d;
+            const float *qi = q + i * q_stride;
             const int64_t *table = tables + i * table_stride;
-            float *mx = scores + rep * max_len, *inv = mx + rep;
-            for (int64_t r = 0; r < rep; ++r) mx[r] = -INFINITY;
-            for (int64_t t = start; t < len;) {  /* block by block: one table lookup per block */
+            float *mx = scores + hq * max_len, *inv = mx + hq;
+            for (int64_t h = 0; h < hq; ++h) mx[h] = -INFINITY;
+            for (int64_t t = start; t < len;) {
                 int64_t off = t % bs, stop = t - off + bs < len ? t - off + bs : len;
-                const float *k = kc + ((table[t / bs] * bs + off) * hkv + h) * d;
-                for (; t < stop; ++t, k += hkv * d) {
-                    for (int64_t r = 0; r < rep; ++r) {
-                        const float *qr = qi + r * d;
+                const float *k = kc + (table[t / bs] * bs + off) * row;
+                if (stop < len) {  /* the next block lies elsewhere: ask for it while this one is worked on */
+                    const char *next = (const char *)(kc + table[stop / bs] * bs * row);
+                    for (int64_t b = 0; b < bs * row * 4; b += 64) __builtin_prefetch(next + b, 0, 1);
+                }
+                for (; t < stop; ++t, k += row) {
+                    for (int64_t h = 0; h < hq; ++h) {
+                        const float *qh = qi + h * d, *kh = k + (h / rep) * d;
                         float dot = 0.0f;
-                        for (int64_t x = 0; x < d; ++x) dot += qr[x] * k[x];
+                        for (int64_t x = 0; x < d; ++x) dot += qh[x] * kh[x];
                         dot *= scale;
-                        scores[r * max_len + (t - start)] = dot;
-                        if (dot > mx[r]) mx[r] = dot;
+                        scores[h * max_len + (t - start)] = dot;
+                        if (dot > mx[h]) mx[h] = dot;
                     }
                 }
             }
-            for (int64_t r = 0; r < rep; ++r) {
-                float sum = 0.0f, *s = scores + r * max_len;
-                for (int64_t t = 0; t < count; ++t) { s[t] = expf(s[t] - mx[r]); sum += s[t]; }
-                inv[r] = 1.0f / sum;
+            for (int64_t h = 0; h < hq; ++h) {
+                float sum = 0.0f, *s = scores + h * max_len, m = mx[h];
+                for (int64_t t = 0; t < count; ++t) { s[t] = expf(s[t] - m); sum += s[t]; }
+                inv[h] = 1.0f / sum;
             }
-            float *o = out + i * hq * d + h * rep * d;
-            memset(o, 0, sizeof(float) * (size_t)(rep * d));
+            float *o = out + i * hq * d;
+            memset(o, 0, sizeof(float) * (size_t)(hq * d));
             for (int64_t t = start; t < len;) {
                 int64_t off = t % bs, stop = t - off + bs < len ? t - off + bs : len;
-                const float *v = vc + ((table[t / bs] * bs + off) * hkv + h) * d;
-                for (; t < stop; ++t, v += hkv * d) {
-                    for (int64_t r = 0; r < rep; ++r) {
-                        float p = scores[r * max_len + (t - start)] * inv[r], *orow = o + r * d;
-                        for (int64_t x = 0; x < d; ++x) orow[x] += p * v[x];
+                const float *v = vc + (table[t / bs] * bs + off) * row;
+                if (stop < len) {
+                    const char *next = (const char *)(vc + table[stop / bs] * bs * row);
+                    for (int64_t b = 0; b < bs * row * 4; b += 64) __builtin_prefetch(next + b, 0, 1);
+                }
+                for (; t < stop; ++t, v += row) {
+                    for (int64_t h = 0; h < hq; ++h) {
+                        float p = scores[h * max_len + (t - start)] * inv[h], *oh = o + h * d;
+                        const float *vh = v + (h / rep) * d;
+                        for (int64_t x = 0; x < d; ++x) oh[x] += p * vh[x];
                     }
                 }
             }
@@ -103,8 +116,9 @@ int accelkit_paged_decode_f32(const float *q, int64_t q_stride, const float *kc,
     return failed ? -1 : 0;
 }
 """
-_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
-          "-fassociative-math", "-fno-signed-zeros"]  # reassociation lets the dot products vectorize; infinities kept
+_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
+          "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]  # reassociation lets the dot products
+# vectorize (infinities kept); 512-bit vectors where the CPU has them (ignored where it has not)
 _kernel: Any = None
 _kernel_problem: str | None = None
 
