@@ -28,9 +28,9 @@ class GatherScratch:
     """Two grow-only buffers that :meth:`KVCache.gather` copies blocks into, reused step after step.
 
     A fresh multi-megabyte tensor per gather is new memory each time: glibc's malloc serves blocks that large
-    with ``mmap`` (or trims them back to the system when freed), so every gather paid a page fault and the
-    kernel's zeroing per 4 KiB page — on a 2-core CPU, half of a batch-64 decode's attention time. The
-    quantized caches decode into new tensors anyway and take no scratch."""
+    with ``mmap`` (or trims them back to the system when freed), so a gather can pay a page fault and the kernel's
+    zeroing per 4 KiB page: 17.0 against 7.5 ms for one batch-64 layer's gather + SDPA on one thread
+    (``benchmarks/cpu_hot_paths.py``). The quantized caches decode into new tensors anyway and take no scratch."""
 
     def __init__(self) -> None:
         self._k: torch.Tensor | None = None
