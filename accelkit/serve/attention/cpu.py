@@ -28,9 +28,11 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,9 +119,10 @@ int accelkit_paged_decode_f32(const float *q, int64_t q_stride, const float *kc,
     return failed ? -1 : 0;
 }
 """
-_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
-          "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]  # reassociation lets the dot products
-# vectorize (infinities kept); 512-bit vectors where the CPU has them (ignored where it has not)
+_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
+          "-fassociative-math", "-fno-signed-zeros"]  # reassociation lets the dot products vectorize; infinities kept
+if platform.machine().lower() in ("x86_64", "amd64"):
+    _FLAGS.append("-mprefer-vector-width=512")  # 512-bit vectors where the CPU has them (ignored where it has not)
 _kernel: Any = None
 _kernel_problem: str | None = None
 
@@ -140,11 +143,13 @@ def _cache_dir() -> Path:
 
 
 def _build() -> Any:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
+    found = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if found is None:
         raise RuntimeError("no C compiler (cc or gcc) on PATH; install one (Debian: apt install gcc) or set CC")
+    command = shlex.split(found)  # (CC may carry flags of its own)
+    compiler = command[0]
     try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+        version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30).stdout
     except OSError as exc:
         raise RuntimeError(f"the C compiler {compiler!r} does not run ({exc.strerror}); install one (Debian: apt "
                            "install gcc) or point CC at it") from exc
@@ -153,18 +158,21 @@ def _build() -> Any:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError:  # (a read-only home: build where this user can write)
-        target = Path(tempfile.gettempdir()) / f"accelkit-{os.getuid()}" / target.name
+        user = os.getuid() if hasattr(os, "getuid") else "user"
+        target = Path(tempfile.gettempdir()) / f"accelkit-{user}" / target.name
         target.parent.mkdir(parents=True, exist_ok=True)
     if not target.exists():
+        started = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             src, out = Path(tmp) / "paged_decode.c", Path(tmp) / "paged_decode.so"
             src.write_text(_SOURCE)
-            done = subprocess.run([compiler, *_FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True,
+            done = subprocess.run([*command, *_FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True,
                                   text=True, timeout=120)
             if done.returncode != 0:
-                raise RuntimeError(f"{compiler} could not build the CPU decode kernel: "
-                                   f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+                last = ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
+                raise RuntimeError(f"{compiler} could not build the CPU decode kernel ({last})")
             os.replace(out, target)  # atomic: a process building beside this one reads a whole file or none
+        log.info("built the CPU decode kernel with %s in %.1f s: %s", compiler, time.perf_counter() - started, target)
     lib = ctypes.CDLL(str(target))
     fn = lib.accelkit_paged_decode_f32
     p, i64 = ctypes.c_void_p, ctypes.c_int64
