@@ -182,8 +182,9 @@ def inverse_transform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tenso
 
     A CPU's sampler: one ``cumsum`` pass and two binary searches per row where the race draws a random number per
     vocabulary entry — 0.66 ms against 2.6 ms for 64 × 8,192 and 2.9 against 11.9 ms for 64 × 32,000 on one
-    thread of this project's 2-core Xeon (``benchmarks/cpu_hot_paths.py``). float32 running sums resolve probabilities down to ~6e-8 of the
-    total (near the end of a large vocabulary a token below that is drawn at that granularity)."""
+    thread of this project's 2-core Xeon (``benchmarks/cpu_hot_paths.py``). float32 running sums resolve
+    probabilities down to ~6e-8 of the total (near the end of a large vocabulary a token below that is drawn at
+    that granularity)."""
     cum = probs.cumsum_(dim=-1)
     total = cum[:, -1:]
     ids = torch.searchsorted(cum, (uniform.to(cum.dtype) * total).contiguous(), right=True)
@@ -310,8 +311,8 @@ class Sampler:
 
     def _sample(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int], temps: torch.Tensor,
                 ks: torch.Tensor, top_ps: torch.Tensor, min_ps: torch.Tensor | None) -> torch.Tensor:
-        """Temperature → min-p → top-k → top-p → the draw (race or inverse transform), for every row (greedy rows are replaced
-        by the caller)."""
+        """Temperature → min-p → top-k → top-p → the draw (race or inverse transform), for every row (greedy rows
+        are replaced by the caller)."""
         vocab = logits.shape[-1]
         scaled = logits / temps[:, None]
         if min_ps is not None:  # vLLM's: after temperature, before top-k/top-p
