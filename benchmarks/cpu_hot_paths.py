@@ -2,9 +2,10 @@
 decode (4 query heads over 2 KV heads, head_dim 64, blocks of 16, contexts of 102-581 tokens, vocabulary 8,192 and
 32,000):
 
-* attention for one layer: the ``cpu`` backend's compiled kernel reading K/V in place, against the ``sdpa``
-  backend's path (the decodes grouped by length, each group's blocks gathered — into reused scratch, as it now
-  does, and into fresh tensors, as it did — then SDPA with the padding mask);
+* attention for one layer: the ``cpu`` backend's decodes (the compiled kernel reading K/V in place) against the
+  ``sdpa`` backend's (the decodes grouped by length, each group's blocks gathered — into reused scratch, as it now
+  does, and into fresh tensors, as it did — then SDPA with the padding mask), each the real backend on a real
+  ``KVCache``, its per-step ``prepare`` outside the timing;
 * the greedy pick: ``greedy_ids`` (``max``) against ``argmax``;
 * a random row's draw at temperature 1.0 after the softmax: ``inverse_transform`` (one uniform per row) against
   the exponential race (a uniform per vocabulary entry, ``-log(1 - U)``, divide, pick).
@@ -20,23 +21,28 @@ Writes benchmarks/results/cpu_hot_paths.json (with the environment and the load 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from accelkit.hardware.detect import environment
+from accelkit.serve.attention import make_attention_backend
 from accelkit.serve.attention.cpu import decode_kernel
+from accelkit.serve.kv_cache import KVCache
 from accelkit.serve.sampler import _exponential_, greedy_ids, inverse_transform
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attention_backends import BLOCK, make_step  # (the paged step layout that benchmark builds)
+
 OUT = Path(__file__).resolve().parent / "results" / "cpu_hot_paths.json"
-BATCH, HEADS, KV_HEADS, HEAD_DIM, BLOCK = 64, 4, 2, 64, 16
+BATCH, HEADS, KV_HEADS, HEAD_DIM = 64, 4, 2, 64
 
 
 def _time(pair: dict[str, Callable[[], object]], repeats: int) -> dict[str, dict[str, float]]:
@@ -53,65 +59,33 @@ def _time(pair: dict[str, Callable[[], object]], repeats: int) -> dict[str, dict
                 "cpu_ms": round(statistics.median(s[1] for s in v), 3)} for k, v in samples.items()}
 
 
-def _groups(lens: list[int]) -> list[tuple[int, int]]:
-    """The sdpa backend's grouping of length-sorted decodes: cut where padding would pass 25% (or at 4+ rows)."""
-    groups: list[list[int]] = []
-    for i, n in enumerate(lens):
-        if groups and ((len(groups[-1]) + 1) * n <= 1.25 * (sum(lens[j] for j in groups[-1]) + n) or len(groups[-1]) < 4):
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return [(g[0], g[-1] + 1) for g in groups]
-
-
 def attention(repeats: int) -> dict[str, object]:
-    kernel, problem = decode_kernel()
-    if kernel is None:
+    """The two CPU backends' decode path for one layer, as the engine calls it (``prepare`` once per step, outside
+    the timing), and the ``sdpa`` path with its gathers into fresh tensors (no scratch), as it was."""
+    _, problem = decode_kernel()
+    if problem is not None:
         raise SystemExit(f"the CPU decode kernel did not build: {problem}")
     gen = torch.Generator().manual_seed(0)
     lens = sorted((torch.randint(32, 512, (BATCH,), generator=gen) + 70).tolist())
-    width = -(-max(lens) // BLOCK)
-    num_blocks = BATCH * width + 8
-    kc, vc = (torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=gen) for _ in range(2))
-    tables = torch.randperm(num_blocks, generator=gen)[: BATCH * width].view(BATCH, width).contiguous()
+    num_blocks = BATCH * -(-max(lens) // BLOCK) + 8
+    cache = KVCache(num_layers=1, num_blocks=num_blocks, block_size=BLOCK, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
+                    dtype=torch.float32, device=torch.device("cpu"))
+    slots = num_blocks * BLOCK
+    cache.write(0, torch.arange(slots), *(torch.randn(slots, KV_HEADS, HEAD_DIM, generator=gen) for _ in range(2)))
+    step = make_step([1] * BATCH, [n - 1 for n in lens], num_blocks=num_blocks, device=torch.device("cpu"))
     q = torch.randn(BATCH, HEADS, HEAD_DIM, generator=gen)
-    lens_t = torch.tensor(lens)
-    groups = _groups(lens)
-    rep = HEADS // KV_HEADS
-    scratch = torch.empty(2, BATCH * width * BLOCK * KV_HEADS * HEAD_DIM)
+    calls = {label: make_attention_backend(name, cache, num_heads=HEADS, head_dim=HEAD_DIM, sliding_window=None)
+             for label, name in (("cpu_kernel", "cpu"), ("gather_scratch_sdpa", "sdpa"), ("gather_fresh_sdpa", "sdpa"))}
+    calls["gather_fresh_sdpa"].scratch = None  # type: ignore[attr-defined]  (gathers into new tensors per call)
+    metas = {name: backend.prepare(step) for name, backend in calls.items()}
 
-    def sdpa(reuse: bool) -> torch.Tensor:
-        outs = []
-        for s, e in groups:
-            nb = -(-lens[e - 1] // BLOCK)
-            ids = tables[s:e, :nb].reshape(-1)
-            shape = (e - s, nb * BLOCK, KV_HEADS, HEAD_DIM)
-            if reuse:
-                n = ids.numel() * BLOCK * KV_HEADS * HEAD_DIM
-                k = torch.index_select(kc, 0, ids, out=scratch[0, :n].view(-1, BLOCK, KV_HEADS, HEAD_DIM)).view(shape)
-                v = torch.index_select(vc, 0, ids, out=scratch[1, :n].view(-1, BLOCK, KV_HEADS, HEAD_DIM)).view(shape)
-            else:
-                k, v = kc.index_select(0, ids).view(shape), vc.index_select(0, ids).view(shape)
-            attend = (torch.arange(nb * BLOCK)[None] < lens_t[s:e, None])[:, None, None, :]
-            mask = torch.zeros(attend.shape).masked_fill_(~attend, float("-inf"))
-            qg = q[s:e].view(e - s, KV_HEADS, rep, HEAD_DIM)
-            outs.append(F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
-                        .reshape(e - s, -1))
-        return torch.cat(outs)
+    def call(name: str) -> torch.Tensor:
+        return torch.cat(calls[name]._decodes(q, 0, metas[name]))  # type: ignore[attr-defined]
 
-    tables_np, lens_np = tables.numpy().astype(np.int64), np.asarray(lens, dtype=np.int64)
-
-    def cpu() -> torch.Tensor:
-        out = torch.empty(BATCH, HEADS * HEAD_DIM)
-        kernel(q.data_ptr(), q.stride(0), kc.data_ptr(), vc.data_ptr(), tables_np.ctypes.data, width, lens_np.ctypes.data,
-               BATCH, HEADS, KV_HEADS, HEAD_DIM, BLOCK, HEAD_DIM**-0.5, 0, out.data_ptr(), torch.get_num_threads())
-        return out
-
-    max_err = float((cpu() - sdpa(True)).abs().max())
-    times = _time({"cpu_kernel": cpu, "gather_scratch_sdpa": lambda: sdpa(True),
-                   "gather_fresh_sdpa": lambda: sdpa(False)}, repeats)
+    max_err = float((call("cpu_kernel") - call("gather_scratch_sdpa")).abs().max())
+    times = _time({name: functools.partial(call, name) for name in calls}, repeats)
     return {"what": "one layer's decode attention, batch 64", "context_tokens": sum(lens),
-            "groups_sdpa": len(groups), "max_abs_difference": max_err, **times}
+            "groups_sdpa": len(metas["gather_scratch_sdpa"].decode_groups), "max_abs_difference": max_err, **times}
 
 
 def sampling(vocab: int, repeats: int) -> dict[str, object]:

@@ -29,8 +29,10 @@ class GatherScratch:
 
     A fresh multi-megabyte tensor per gather is new memory each time: glibc's malloc serves blocks that large
     with ``mmap`` (or trims them back to the system when freed), so a gather can pay a page fault and the kernel's
-    zeroing per 4 KiB page: 17.0 against 7.5 ms for one batch-64 layer's gather + SDPA on one thread
-    (``benchmarks/cpu_hot_paths.py``). The quantized caches decode into new tensors anyway and take no scratch."""
+    zeroing per 4 KiB page, as much as the allocator's state makes it: 7.1 against 6.3 ms for one batch-64 layer's
+    gather + SDPA in one run of ``benchmarks/cpu_hot_paths.py``, while the engine's batch-64 steps before this
+    moved between 17 and 30 ms from one worker process to the next (``engine_step_breakdown_cpu.json``). The
+    quantized caches decode into new tensors anyway and take no scratch."""
 
     def __init__(self) -> None:
         self._k: torch.Tensor | None = None

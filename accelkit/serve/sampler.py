@@ -169,7 +169,7 @@ class Uploader:
 def greedy_ids(x: torch.Tensor) -> torch.Tensor:
     """``x.argmax(dim=-1)``: the first index of each row's largest value (NaN counts as largest). On a CPU
     through ``max``, which returns the same indices (ties and NaN included, a unit test checks) about 2.5× faster:
-    torch's CPU ``argmax`` took 0.76 ms for 64 × 8,192 floats against 0.28 ms on one thread of this project's
+    torch's CPU ``argmax`` took 0.76 ms for 64 × 8,192 floats against 0.29 ms on one thread of this project's
     2-core Xeon (``benchmarks/cpu_hot_paths.py``), every greedy step."""
     return x.max(dim=-1).indices if x.device.type == "cpu" else x.argmax(dim=-1)
 
@@ -181,7 +181,7 @@ def inverse_transform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tenso
     predecessor's, and the draw is held at or before the last token whose sum reaches the total.
 
     A CPU's sampler: one ``cumsum`` pass and two binary searches per row where the race draws a random number per
-    vocabulary entry — 0.66 ms against 2.6 ms for 64 × 8,192 and 2.9 against 11.9 ms for 64 × 32,000 on one
+    vocabulary entry — 0.65 ms against 2.6 ms for 64 × 8,192 and 6.1 against 13.0 ms for 64 × 32,000 on one
     thread of this project's 2-core Xeon (``benchmarks/cpu_hot_paths.py``). float32 running sums resolve
     probabilities down to ~6e-8 of the total (near the end of a large vocabulary a token below that is drawn at
     that granularity)."""

@@ -3,7 +3,7 @@ chunks go through SDPA as in ``sdpa``.
 
 Why our own kernel: on a CPU the ``sdpa`` backend copies every decode's context out of its blocks before SDPA
 reads it again — the largest part of a batch-64 decode step on a 2-core Xeon; for one batch-64 layer on one
-thread this kernel takes 3.3 ms against 7.5 ms for the gather into reused buffers + SDPA
+thread this kernel takes 2.8 ms against 6.3 ms for the gather into reused buffers + SDPA
 (``benchmarks/cpu_hot_paths.py``). Reading each K/V row once from where it lies needs a kernel that
 follows the block table; PyTorch has none for a CPU, and the maintained ones that do are tied to their engines
 (vLLM's ``_C`` CPU ops) or to a torch version we cannot use (Intel's extension). So this is ~60 lines of C,
