@@ -15,7 +15,7 @@ import os
 import torch
 
 from accelkit.serve.attention.base import AttentionBackend
-from accelkit.serve.attention.cpu import CpuPagedAttention, unsupported
+from accelkit.serve.attention.cpu import CpuPagedAttention
 from accelkit.serve.attention.sdpa import SdpaAttention
 from accelkit.serve.kv_cache import KVCache
 
@@ -62,10 +62,12 @@ def make_attention_backend(
     """Build a resolved backend (``sdpa``, ``cpu`` or ``triton``); Triton is imported only when chosen. ``cpu``
     that ``auto`` chose falls back to ``sdpa`` where it cannot run (asked for by name, it raises instead)."""
     if name == "cpu":
-        problem = unsupported(cache) if chosen_by_auto else None
-        if problem is None:
+        try:
             return CpuPagedAttention(cache, num_heads=num_heads, head_dim=head_dim, sliding_window=sliding_window)
-        log.info("attention: sdpa (%s)", problem)
+        except ValueError as exc:  # (it names why it cannot run)
+            if not chosen_by_auto:
+                raise
+            log.info("attention: sdpa (%s)", exc)
     if name == "triton":
         # imported only when chosen: it imports triton and compiles kernels (not installed everywhere)
         from accelkit.serve.attention.triton_backend import TritonAttention
