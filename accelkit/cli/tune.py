@@ -11,13 +11,14 @@ import typer
 
 from accelkit.bench.runner import Reporter
 from accelkit.bench.workloads import get_workload, make_workload
-from accelkit.cli.bench import DIST_FLAGS, collective_timeout_option
+from accelkit.cli.bench import DIST_FLAGS, LOOP_FLAGS, LOOP_PARSE, collective_timeout_option
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, parse_size
+from accelkit.timing import LoopConfig
 from accelkit.tune import tune
 from accelkit.tune.search import TuneConfig, TuneResult
 
@@ -75,6 +76,13 @@ class _Reporter(Reporter):
                                               else f" (not stored: {why})"))
 
 
+#: each overrides one field of the measurement loop --quick or --thorough picks (``TuneConfig.measurement_loop``)
+LOOP_HELPS = {"warmup_iterations": "Minimum warm-up iterations per recipe (default 3; --thorough 10).",
+              "warmup_time_s": "Minimum warm-up seconds per recipe (default 0.5; --thorough 2).",
+              "min_iterations": "Measure each recipe at least N iterations (default 10) …",
+              "min_time_s": "… and at least S seconds (default 1.5; --thorough 10).",
+              "max_iterations": "Hard cap on measured iterations per recipe (default none)."}
+
 EXAMPLES = examples(
     "accelkit tune bert --size tiny",
     "accelkit tune llm --model tiny-llama --objective latency --max-accuracy-drop 0.02",
@@ -82,8 +90,9 @@ EXAMPLES = examples(
 )
 
 @collective_timeout_option("--nproc-per-node")
+@spec_options(LoopConfig, into="loop", names=LOOP_FLAGS, parse=LOOP_PARSE, helps=LOOP_HELPS)
 @spec_options(
-    TuneConfig, into="search",
+    TuneConfig, into="search", exclude=("loop",),
     names={"memory_budget_bytes": "--memory-budget", "quick": "--quick/--thorough", "compile": "--compile/--no-compile"},
     parse={"memory_budget_bytes": _memory_budget},
     helps={"memory_budget_bytes": "Prune recipes the planner says exceed it, and rank none whose measured peak "
@@ -112,6 +121,7 @@ def tune_cmd(
     progress: bool | None = ProgressOption,
     *,
     search: dict[str, Any],
+    loop: dict[str, Any],
     dist: dict[str, Any],
 ) -> None:
     """Find the fastest recipe for a workload that stays within the accuracy gate (Pareto frontier + snippet)."""
@@ -130,6 +140,8 @@ def tune_cmd(
 
     with flag_values():
         config = TuneConfig(**search)
+        if loop:  # the given loop flags replace those fields of --quick's (or --thorough's) loop
+            config = config.replace(loop=config.measurement_loop.replace(**loop))
         wl = make_workload(name, _workload_flags(name, {
             "size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "prompt_len": prompt_len,
             "output_len": output_len, "module": module, "lr": lr,

@@ -29,7 +29,6 @@ from accelkit.distributed.launch import DistConfig
 from accelkit.distributed.parallel import SUPPORTED
 from accelkit.distributed.quality import QualityConfig
 from accelkit.hardware.device import resolve_device
-from accelkit.timing import LoopConfig
 from accelkit.tune.ranking import unsupported
 from accelkit.tune.search import Trial, TuneConfig, TuneResult, _dominates, _objective_key, check_measured_budget
 
@@ -108,9 +107,7 @@ def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, 
     layout = DistConfig(nproc_per_node=nproc_per_node, collective_timeout_s=collective_timeout_s)
     device = resolve_device(config.device)
     trials, measured = _candidates(device, nproc_per_node, config.max_trials)
-    loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick \
-        else LoopConfig()
-    bench = BenchConfig(device=device, loop=loop, save=store is not None)
+    bench = BenchConfig(device=device, loop=config.measurement_loop, save=store is not None)
     run_id = uuid.uuid4().hex[:12]
     run = run_distributed_bench(workload, [v for _, v in measured], bench, layout,
                                 store=store, reporter=reporter, run_id=run_id,

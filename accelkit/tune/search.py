@@ -39,6 +39,10 @@ TRIAL_STATUSES: tuple[TrialStatus, ...] = ("measured", "refused", "pruned", "ove
                                            "interrupted")
 
 
+#: tune's short measurement loop (``TuneConfig.quick``, the default): a few seconds per recipe
+QUICK_LOOP = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TuneConfig(Spec):
     """What `tune` optimizes and within which limits."""
@@ -50,6 +54,15 @@ class TuneConfig(Spec):
     device: str = spec_field("auto", doc="auto, cpu or cuda[:N].")
     quick: bool = spec_field(True, doc="Short measurement loops (seconds per recipe); False = the bench defaults.")
     compile: bool = spec_field(True, doc="Include torch.compile recipes (each costs a compilation).")
+    loop: LoopConfig | None = spec_field(
+        None, doc="Each trial's measurement loop; None: QUICK_LOOP with quick, else the bench's defaults.")
+
+    @property
+    def measurement_loop(self) -> LoopConfig:
+        """The loop every trial is measured with: ``loop`` when given, else ``quick``'s short one or the bench's."""
+        if self.loop is not None:
+            return self.loop
+        return QUICK_LOOP if self.quick else LoopConfig()
 
 
 @dataclass(slots=True)
@@ -416,7 +429,7 @@ def _measure(workload: BenchWorkload, measured: list[Trial], config: TuneConfig,
              store: ResultStore | None, reporter: Any, run_id: str, step: Callable[[str], None], *, save: bool,
              auto_probe: bool) -> BenchRunResult:
     """Measure the selected trials with the bench runner, interleaved, the fp32 output the accuracy reference."""
-    loop = LoopConfig(warmup_iterations=3, warmup_time_s=0.5, min_iterations=10, min_time_s=1.5) if config.quick else LoopConfig()
+    loop = config.measurement_loop
     # a quick probe the store refused is not there for the bench's MFU peaks to find: it would measure the same
     # probe again, for an MFU the tune's document does not carry (and with saving off, nothing stores it)
     bench = BenchConfig(device=device, loop=loop, interleave=True, accuracy=True, predict=False, save=save,

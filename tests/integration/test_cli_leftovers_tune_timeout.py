@@ -1,10 +1,10 @@
 """`accelkit tune … --nproc-per-node N --collective-timeout S`, as `bench` and `hw probe --collectives` take it
-(``DistConfig.collective_timeout_s``): it reaches the ranks' process group; bad values are one-line usage errors
-before any launch, and the flag is refused without --nproc-per-node (one process: no launch to bound)."""
+(``DistConfig.collective_timeout_s``): bad values are one-line usage errors before any launch, and the flag is refused
+without --nproc-per-node (one process: no launch to bound). That it reaches the ranks' process group is read from a
+tune run test_tune_compression makes anyway (test_the_collective_timeout_reaches_the_ranks there). And tune's loop
+flags (`--min-time` …, as bench's) are checked as bench checks them."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
@@ -12,16 +12,6 @@ from tests.conftest import accelkit
 
 TUNE = ("tune", "llm-train", "--model", "tiny-llama", "--batch-size", "2", "--seq-len", "16", "--device", "cpu",
         "--no-save")
-
-
-def test_the_collective_timeout_reaches_the_ranks():
-    """tune's launch had the fixed default (600 s) whatever the user needed; one trial keeps the launch short."""
-    proc = accelkit(*TUNE, "--nproc-per-node", "2", "--max-trials", "1", "--collective-timeout", "45", "--progress",
-                    "--json", timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "[rank 0/2] process group: gloo, a collective waits at most 45 s for its peers" in proc.stderr
-    trials = {t["name"]: t["status"] for t in json.loads(proc.stdout)["trials"]}
-    assert trials["fp32"] == "measured"
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "0.5", "nan", "inf", "1e400", "604801", "abc", ""])
@@ -37,3 +27,13 @@ def test_without_nproc_per_node_the_flag_is_refused():
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == ("error: --collective-timeout applies to --nproc-per-node N (the torchrun launch that "
                                    "tunes gradient compression); add --nproc-per-node 2 or more, or drop it"), proc.stderr
+
+
+@pytest.mark.parametrize(("flag", "value", "why"), [("--min-time", "-1", "out of range; the least is 0"),
+                                                    ("--warmup-time", "abc", "not valid; give a number"),
+                                                    ("--min-iterations", "0", "out of range; the least is 1"),
+                                                    ("--warmup", "1.5", "not valid; give a whole number")])
+def test_loop_flags_are_one_line_usage_errors(flag, value, why):
+    proc = accelkit(*TUNE, flag, value)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert proc.stderr.strip() == f"error: {flag} {value!r} is {why}", proc.stderr

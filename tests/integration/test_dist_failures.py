@@ -175,15 +175,20 @@ def test_sigterm_stops_torchrun_and_every_rank():
         assert not Path(report["tmp"]).exists()
 
 
-def _watch_launch(stop: threading.Event, seen: dict[int, tuple[psutil.Process, list[str]]]) -> None:
-    """Until ``stop``: every process of a launch from this process (torchrun and its ranks: their command lines name
-    the worker module), with its command line, each kept as first seen (psutil checks a pid still is that process)."""
+def _watch_launch(stop: threading.Event, seen: dict[psutil.Process, tuple[int, list[str]]]) -> None:
+    """Until ``stop``: every process this process starts from now on that runs the worker module (torchrun, a child
+    of this process, and the ranks it starts), with its parent as first seen and its latest command line. Processes
+    that were already there are not this launch's (a torchrun an earlier test left would be counted). A child caught
+    between its fork and its exec still shows its parent's command line — a rank was once recorded as a second
+    torchrun — so each is read again at every look while it lives (psutil checks a pid still is that process)."""
+    me = psutil.Process()
+    earlier = set(me.children(recursive=True))
     while not stop.wait(0.05):
         with contextlib.suppress(psutil.Error):
-            for p in psutil.Process().children(recursive=True):
+            for p in me.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    if p.pid not in seen and "accelkit.distributed.worker" in (cmdline := p.cmdline()):
-                        seen[p.pid] = p, cmdline
+                    if p not in earlier and "accelkit.distributed.worker" in (cmdline := p.cmdline()):
+                        seen[p] = (seen[p][0] if p in seen else p.ppid()), cmdline
 
 
 def test_timeout_stops_a_hung_rank(monkeypatch):
@@ -199,7 +204,7 @@ def test_timeout_stops_a_hung_rank(monkeypatch):
     job = {"task": "collectives", "device": "cpu", "backend": "auto", "run_id": "hung", "save": False,
            "store_path": None,
            "collectives": CollectiveConfig(ops=("all_reduce",), sizes_bytes=(4096,), quick=True, device="cpu").to_dict()}
-    seen: dict[int, tuple[psutil.Process, list[str]]] = {}
+    seen: dict[psutil.Process, tuple[int, list[str]]] = {}
     stop = threading.Event()
     watcher = threading.Thread(target=_watch_launch, args=(stop, seen), daemon=True)
     watcher.start()
@@ -209,11 +214,13 @@ def test_timeout_stops_a_hung_rank(monkeypatch):
     finally:
         stop.set()
         watcher.join()
-    family = [p for p, _ in seen.values()]
+    family = list(seen)
     try:
         assert str(error.value).startswith("the ranks did not finish within timeout_s=15 s"), error.value
-        (torchrun,) = [cmdline for _, cmdline in seen.values() if "torch.distributed.run" in cmdline]
-        assert len(family) == 3, [cmdline for _, cmdline in seen.values()]  # torchrun and both ranks
+        (torchrun,) = [cmdline for ppid, cmdline in seen.values() if ppid == os.getpid() and
+                       "torch.distributed.run" in cmdline]
+        ranks = [cmdline for _, cmdline in seen.values() if "torch.distributed.run" not in cmdline]
+        assert len(ranks) == 2 and len(family) == 3, list(seen.values())  # torchrun and both ranks
         assert not _alive(family), [p.cmdline() for p in _alive(family)]
         assert not Path(torchrun[-1]).parent.exists()  # the job's temporary directory (its JSON is the last argument)
     finally:
