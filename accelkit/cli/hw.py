@@ -174,6 +174,9 @@ def probe_cmd(
     save: bool = typer.Option(True, "--save/--no-save", help="Store the result in the results store."),
     collectives: bool = typer.Option(False, "--collectives", help="Measure all-reduce/all-gather/reduce-scatter bandwidth instead (torchrun)."),
     nproc_per_node: int = typer.Option(2, "--nproc-per-node", min=1, max=4096, help="--collectives: ranks on this node (one per GPU)."),
+    max_message_size: str | None = typer.Option(
+        None, "--max-message-size", metavar="SIZE", help="--collectives: the largest message, e.g. 1MiB (4 B to 1 GiB): "
+        "the sizes go ×4 from 1 KiB (CPU) or 1 MiB (GPU) up to it; default 64 MiB CPU, 1 GiB GPU."),
     as_json: bool = JsonOption,
     progress: bool | None = ProgressOption,
     *,
@@ -183,10 +186,10 @@ def probe_cmd(
     """Measure this device's matmul peak per dtype and its memory bandwidth (the measured roofline)."""
     if collectives:
         _collectives(quick=probe["quick"], device=probe["device"], nproc_per_node=nproc_per_node, dist=dist,
-                     save=save, as_json=as_json, progress=progress)
+                     save=save, as_json=as_json, progress=progress, max_message_size=max_message_size)
         return
-    if dist:
-        given = ", ".join(DIST_FLAGS.get(f, f) for f in dist)
+    if dist or max_message_size is not None:
+        given = ", ".join([DIST_FLAGS.get(f, f) for f in dist] + ["--max-message-size"] * (max_message_size is not None))
         raise UserError(f"{given} applies to --collectives (the torchrun launch); add --collectives or drop it")
 
     with flag_values():
@@ -258,7 +261,7 @@ def roofline_rows(d: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[str, Any], save: bool, as_json: bool,
-                 progress: bool | None) -> None:
+                 progress: bool | None, max_message_size: str | None = None) -> None:
     """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
     # lazy: the collective probe's modules (accelkit.distributed) load only for `hw probe --collectives`
     from accelkit.distributed.collectives import CollectiveConfig, probe_collectives
@@ -266,8 +269,9 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[st
     # as `hw probe --device` does: a bad name, or cuda without a GPU, is refused (it used to run on the CPU);
     # each rank then takes cuda:LOCAL_RANK whatever index was given
     resolved = resolve_device(device)
-    with flag_values():
-        config = CollectiveConfig(quick=quick, device="cpu" if resolved == "cpu" else "auto")
+    with flag_values({"max_size_bytes": "--max-message-size"}):
+        max_size = None if max_message_size is None else parse_size(max_message_size, field="max_size_bytes")
+        config = CollectiveConfig(quick=quick, device="cpu" if resolved == "cpu" else "auto", max_size_bytes=max_size)
         layout = DistConfig(nproc_per_node=nproc_per_node, **dist)
     store = open_for_saving(save)  # checked before torchrun starts; rank 0 writes to the same file
     try:

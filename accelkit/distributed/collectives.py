@@ -49,6 +49,8 @@ DEFINITIONS = {
 KiB, MiB = 1 << 10, 1 << 20
 CPU_SIZES = tuple(KiB << (2 * i) for i in range(9))  # 1 KiB … 64 MiB, ×4
 GPU_SIZES = tuple(MiB << (2 * i) for i in range(6))  # 1 MiB … 1 GiB, ×4
+#: the largest message ``max_size_bytes`` takes: the default range's end on a GPU
+MAX_MESSAGE_BYTES = GPU_SIZES[-1]
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -82,6 +84,9 @@ class CollectiveConfig(Spec):
     ops: tuple[Op, ...] = spec_field(("all_reduce", "all_gather", "reduce_scatter"), doc="Collectives to time.")
     sizes_bytes: tuple[int, ...] | None = spec_field(
         None, doc="Message sizes S in bytes (nccl-tests meaning); None: 1 KiB–64 MiB on CPU, 1 MiB–1 GiB on GPU, ×4.")
+    max_size_bytes: int | None = spec_field(
+        None, min=4, max=MAX_MESSAGE_BYTES,
+        doc="The largest message: the default sizes up to it (below the first one, it alone); None: all of them.")
     quick: bool = spec_field(False, doc="Short loops per size (a smoke run; percentiles not backed).")
     device: str = spec_field("auto", doc="auto (each rank's GPU, else CPU) or cpu.")
 
@@ -91,6 +96,17 @@ class CollectiveConfig(Spec):
         for i, s in enumerate(self.sizes_bytes or ()):
             if s < 4:
                 raise ValueError(f"sizes_bytes[{i}]={s} is out of range; expected >= 4 bytes")
+        if self.sizes_bytes is not None and self.max_size_bytes is not None:
+            raise ValueError("max_size_bytes bounds the default sizes; with sizes_bytes given, drop it")
+
+    def message_sizes(self, device: str) -> tuple[int, ...]:
+        """The sizes S a rank on ``device`` measures, smallest first."""
+        if self.sizes_bytes:
+            return self.sizes_bytes
+        sizes = GPU_SIZES if device.startswith("cuda") else CPU_SIZES
+        if self.max_size_bytes is None:
+            return sizes
+        return tuple(s for s in sizes if s <= self.max_size_bytes) or (self.max_size_bytes,)
 
     def loop(self) -> Any:
         if self.quick:
@@ -131,7 +147,7 @@ def run_collectives(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | N
     config = CollectiveConfig.from_dict(job["collectives"])
     loop = config.loop()
     n = ctx.world_size
-    sizes = config.sizes_bytes or (GPU_SIZES if ctx.device.startswith("cuda") else CPU_SIZES)
+    sizes = config.message_sizes(ctx.device)
     mine: dict[str, list[float]] = {}
     moved: dict[str, int] = {}
     for op in config.ops:

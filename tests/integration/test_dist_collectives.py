@@ -13,12 +13,18 @@ pytestmark = pytest.mark.usefixtures("probed")  # a matmul probe: the planner's 
 
 
 def test_collective_probe_feeds_the_plan():
-    proc = accelkit("hw", "probe", "--collectives", "--nproc-per-node", "2", "--device", "cpu", "--quick", "--json")
+    """(Messages up to 64 KiB, not the default 64 MiB: the plan takes whatever the largest one measured.)"""
+    proc = accelkit("hw", "probe", "--collectives", "--nproc-per-node", "2", "--device", "cpu", "--quick", "--json",
+                    "--max-message-size", "64KiB")
     assert proc.returncode == 0, proc.stderr[-3000:]
     probe = json.loads(proc.stdout)
     d = probe["details"]
     assert probe["kind"] == "collectives" and d["world_size"] == 2 and d["backend"] == "gloo"
     assert {r["op"] for r in d["results"]} == {"all_reduce", "all_gather", "reduce_scatter"}
+    # the ranks measured the default steps up to the flag's size: 1, 4, 16 and 64 KiB
+    assert sorted({r["size_bytes"] for r in d["results"]}) == [1024, 4096, 16384, 65536] == \
+        sorted(r["size_bytes"] for r in d["results"] if r["op"] == "all_reduce")
+    assert d["largest_size_bytes"] == 65536
     for r in d["results"]:  # nccl-tests definitions on n = 2: all-reduce ×1, gather/scatter ×½
         factor = 1.0 if r["op"] == "all_reduce" else 0.5
         assert abs(r["busbw_gbps"] - r["algbw_gbps"] * factor) < 1e-9
@@ -53,3 +59,31 @@ def test_collective_probe_refuses_a_device_as_hw_probe_does(device, needle):
               for p in (proc, single)]
     assert needle in proc.stderr and errors[0] == errors[1] == proc.stderr.splitlines(), (proc.stderr, single.stderr)
     assert "torchrun" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--collectives", "--max-message-size", "lots"), "--max-message-size 'lots' is not a size; write e.g. 512MiB, 16GiB or 80GB"),
+    (("--collectives", "--max-message-size", "2"), "--max-message-size 2 is out of range; expected >= 4"),
+    (("--collectives", "--max-message-size", "2GiB"), "--max-message-size 2147483648 is out of range; expected <= "
+                                                     "1073741824"),
+    (("--max-message-size", "1MiB"), "--max-message-size applies to --collectives (the torchrun launch); add "
+                                     "--collectives or drop it"),
+])
+def test_a_bad_max_message_size_is_a_one_line_usage_error(args, message):
+    proc = accelkit("hw", "probe", "--device", "cpu", "--quick", "--no-save", *args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == f"error: {message}", proc.stderr  # one line, before any launch
+
+
+def test_the_largest_message_bounds_the_default_sizes():
+    """Below the first default step a rank measures that one size; sizes given outright take no bound."""
+    from accelkit.distributed.collectives import CPU_SIZES, GPU_SIZES, CollectiveConfig
+
+    assert CollectiveConfig().message_sizes("cpu") == CPU_SIZES and CollectiveConfig().message_sizes("cuda:0") == GPU_SIZES
+    bounded = CollectiveConfig(max_size_bytes=100_000)
+    assert bounded.message_sizes("cpu") == (1024, 4096, 16384, 65536)
+    assert bounded.message_sizes("cuda:1") == (100_000,)
+    assert CollectiveConfig(max_size_bytes=1 << 30).message_sizes("cuda:0") == GPU_SIZES
+    assert CollectiveConfig(sizes_bytes=(8, 64)).message_sizes("cpu") == (8, 64)
+    with pytest.raises(ValueError, match="with sizes_bytes given, drop it"):
+        CollectiveConfig(sizes_bytes=(8,), max_size_bytes=64)

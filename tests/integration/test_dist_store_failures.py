@@ -71,7 +71,7 @@ def test_collective_probe_prints_what_the_store_cannot_take(_isolated_home):
     with full_store(_isolated_home) as path:
         proc = subprocess.run(
             [sys.executable, "-m", "accelkit", "hw", "probe", "--collectives", "--nproc-per-node", "2", "--device",
-             "cpu", "--quick", "--json"], capture_output=True, text=True, timeout=300, cwd=REPO,
+             "cpu", "--quick", "--json", "--max-message-size", "64KiB"], capture_output=True, text=True, timeout=300, cwd=REPO,
             env={**os.environ, "ACCELKIT_HOME": str(_isolated_home)}, preexec_fn=small_files)
         assert proc.returncode == 1, proc.stderr[-3000:]
         doc = json.loads(proc.stdout)  # the one document, not lost
