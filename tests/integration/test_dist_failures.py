@@ -177,14 +177,14 @@ def test_sigterm_stops_torchrun_and_every_rank():
         assert not Path(report["tmp"]).exists()
 
 
-def _watch_launch(stop: threading.Event, seen: dict[psutil.Process, tuple[int, list[str]]]) -> None:
-    """Until ``stop``: every process this process starts from now on that runs the worker module (torchrun, a child
-    of this process, and the ranks it starts), with its parent as first seen and its latest command line. Processes
-    that were already there are not this launch's (a torchrun an earlier test left would be counted). A child caught
-    between its fork and its exec still shows its parent's command line — a rank was once recorded as a second
-    torchrun — so each is read again at every look while it lives (psutil checks a pid still is that process)."""
+def _watch_launch(stop: threading.Event, seen: dict[psutil.Process, tuple[int, list[str]]],
+                  earlier: set[psutil.Process]) -> None:
+    """Until ``stop``: every process of this process's that runs the worker module (torchrun, a child of this
+    process, and the ranks it starts) but ``earlier`` (those there before the launch: a torchrun an earlier test left
+    would be counted), with its parent as first seen and its latest command line. A child caught between its fork
+    and its exec still shows its parent's command line — a rank was once recorded as a second torchrun — so each is
+    read again at every look while it lives (psutil checks a pid still is that process)."""
     me = psutil.Process()
-    earlier = set(me.children(recursive=True))
     while not stop.wait(0.05):
         with contextlib.suppress(psutil.Error):
             for p in me.children(recursive=True):
@@ -208,7 +208,8 @@ def test_timeout_stops_a_hung_rank(monkeypatch):
            "collectives": CollectiveConfig(ops=("all_reduce",), sizes_bytes=(4096,), quick=True, device="cpu").to_dict()}
     seen: dict[psutil.Process, tuple[int, list[str]]] = {}
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch_launch, args=(stop, seen), daemon=True)
+    earlier = set(psutil.Process().children(recursive=True))  # here: the thread may first run after the launch
+    watcher = threading.Thread(target=_watch_launch, args=(stop, seen, earlier), daemon=True)
     watcher.start()
     try:
         with pytest.raises(AccelkitError) as error:
@@ -219,10 +220,12 @@ def test_timeout_stops_a_hung_rank(monkeypatch):
     family = list(seen)
     try:
         assert str(error.value).startswith("the ranks did not finish within timeout_s=15 s"), error.value
-        (torchrun,) = [cmdline for ppid, cmdline in seen.values() if ppid == os.getpid() and
-                       "torch.distributed.run" in cmdline]
+        torchruns = [cmdline for ppid, cmdline in seen.values() if ppid == os.getpid() and
+                     "torch.distributed.run" in cmdline]
         ranks = [cmdline for _, cmdline in seen.values() if "torch.distributed.run" not in cmdline]
-        assert len(ranks) == 2 and len(family) == 3, list(seen.values())  # torchrun and both ranks
+        # torchrun (this process's child) and both ranks
+        assert len(torchruns) == 1 and len(ranks) == 2 and len(family) == 3, (os.getpid(), list(seen.values()))
+        (torchrun,) = torchruns
         assert not _alive(family), [p.cmdline() for p in _alive(family)]
         assert not Path(torchrun[-1]).parent.exists()  # the job's temporary directory (its JSON is the last argument)
     finally:

@@ -13,7 +13,7 @@ from tests.conftest import accelkit
 
 TINY = ("llm-train", "--model", "tiny-llama", "--batch-size", "4", "--seq-len", "32", "--lr", "3e-3", "--device", "cpu",
         "--nproc-per-node", "2", "--warmup", "1", "--warmup-time", "0", "--min-iterations", "3", "--min-time", "0",
-        "--quality-steps", "30", "--no-probe")
+        "--quality-steps", "20", "--no-probe")  # 20: none learns 13% of its loss (asserted > 10%)
 
 
 def _bench(*args: str) -> dict:
@@ -87,7 +87,7 @@ def test_bf16_passes_the_quality_gate(three_variants):
     assert entries["fp32"]["quality"]["role"] == "reference"
     gate = entries["fp32+bf16-grads"]["quality"]
     assert gate["passed"] is True and gate["ratio"] <= 1.02 and "passes" in gate["message"]
-    assert gate["steps"] == 30 and len(gate["losses"]) == 30
+    assert gate["steps"] == 20 and len(gate["losses"]) == 20
     assert gate["first_loss"] - gate["reference_final_loss"] > 0.1 * gate["first_loss"]  # the task was learned
     assert "caution" not in gate["message"]
 
@@ -118,12 +118,12 @@ def test_compression_refusals_come_before_any_launch(probed):
 def test_powersgd_starting_after_the_quality_steps_is_still_gated(probed):
     """With --powersgd-start-iter >= --quality-steps every quality step ran PowerSGD's plain all-reduce, so the
     gate compared none with itself (ratio exactly 1.0) and always passed. Every variant now trains the start
-    iteration's steps first: the compared 30 steps of PowerSGD rank 1 without error feedback are compressed. (The
+    iteration's steps first: the compared 20 steps of PowerSGD rank 1 without error feedback are compressed. (The
     start iteration equal to the quality steps: the least that made every quality step a plain all-reduce.)"""
     doc = _bench("--grad-compression", "none,powersgd", "--powersgd-rank", "1", "--no-powersgd-error-feedback",
-                 "--no-powersgd-warm-start", "--powersgd-start-iter", "30", "--no-save")
+                 "--no-powersgd-warm-start", "--powersgd-start-iter", "20", "--no-save")
     entry = next(e for e in doc["variants"] if e["name"].startswith("fp32+powersgd-r1"))
     gate = entry["quality"]
-    assert gate["steps"] == 30 and len(gate["losses"]) == len(gate["reference_losses"]) == 30
+    assert gate["steps"] == 20 and len(gate["losses"]) == len(gate["reference_losses"]) == 20
     assert gate["losses"] != gate["reference_losses"]  # compressed, not the plain all-reduce
     assert gate["passed"] is False and gate["ratio"] > 1.02, gate["message"]

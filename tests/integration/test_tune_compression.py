@@ -41,7 +41,8 @@ def tune_run(probe_db, tmp_path_factory):
 #: 20 quality steps, not the default 50: at lr 1e-4 none's loss falls even less in them. The collective timeout is
 #: the flag test_the_collective_timeout_reaches_the_ranks reads back from the ranks' progress.
 AT_DEFAULT_LR = ("--quality-steps", "20", "--collective-timeout", "45", "--progress")
-AT_3E3 = ("--lr", "3e-3", "--quality-steps", "40", "--max-accuracy-drop", "0.02")
+#: at lr 3e-3 none's loss falls 13% in 20 steps (6.19 → 5.36): enough to tell the variants apart
+AT_3E3 = ("--lr", "3e-3", "--quality-steps", "20", "--max-accuracy-drop", "0.02")
 
 
 def test_tune_gradient_compression_on_two_processes(tune_run):
@@ -82,7 +83,7 @@ def test_lr_and_quality_steps_reach_the_check_and_it_then_tells_variants_apart(t
     doc = json.loads(proc.stdout)
     trials = {t["name"]: t for t in doc["trials"]}
     r1 = trials["fp32+powersgd-r1"]
-    assert r1["accuracy"]["quality"]["steps"] == 40 and not r1["gate"].get("inconclusive")
+    assert r1["accuracy"]["quality"]["steps"] == 20 and not r1["gate"].get("inconclusive")
     assert not r1["passed"] and "FAILS" in r1["gate"]["message"]  # rank 1 makes ~30% of none's progress
     assert "FAILS" in r1["reason"]  # the why column says it (it was empty)
     assert trials["fp32+bf16-grads"]["passed"]
