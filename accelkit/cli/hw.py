@@ -264,13 +264,15 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[st
                  progress: bool | None, max_message_size: str | None = None) -> None:
     """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
     # lazy: the collective probe's modules (accelkit.distributed) load only for `hw probe --collectives`
-    from accelkit.distributed.collectives import CollectiveConfig, probe_collectives
+    from accelkit.distributed.collectives import MAX_MESSAGE_BYTES, CollectiveConfig, probe_collectives
 
     # as `hw probe --device` does: a bad name, or cuda without a GPU, is refused (it used to run on the CPU);
     # each rank then takes cuda:LOCAL_RANK whatever index was given
     resolved = resolve_device(device)
     with flag_values({"max_size_bytes": "--max-message-size"}):
         max_size = None if max_message_size is None else parse_size(max_message_size, field="max_size_bytes")
+        if max_size is not None and not 4 <= max_size <= MAX_MESSAGE_BYTES:
+            raise UserError(f"--max-message-size {max_message_size} is out of range; give 4B to 1GiB")
         config = CollectiveConfig(quick=quick, device="cpu" if resolved == "cpu" else "auto", max_size_bytes=max_size)
         layout = DistConfig(nproc_per_node=nproc_per_node, **dist)
     store = open_for_saving(save)  # checked before torchrun starts; rank 0 writes to the same file
