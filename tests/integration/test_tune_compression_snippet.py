@@ -4,7 +4,8 @@ registered directly failed there: DDP refuses `bf16_compress_hook` without CUDA 
 PowerSGD's P/Q all-reduces from two buckets interleave differently on the ranks and gloo aborts (SIGABRT).
 
 One program on two ranks pastes every snippet in turn, each into a fresh DDP model that trains 8 steps (one start of
-the interpreters and the process group for all of them); each case's test reads its own lines."""
+the interpreter, forked into the two ranks, and of the process group for all of them); each case's test reads its own
+lines."""
 
 import json
 import subprocess
@@ -49,7 +50,9 @@ PROGRAM = textwrap.dedent('''
         destroy_process_group()
 
     if __name__ == "__main__":
-        mp.spawn(main, args=(sys.argv[1], json.loads(sys.stdin.read())), nprocs=2)
+        # forked from this interpreter, which has imported torch and done nothing else: the ranks need not import
+        # it again (how they start is not what is tested; each starts and ends its own process group)
+        mp.start_processes(main, args=(sys.argv[1], json.loads(sys.stdin.read())), nprocs=2, start_method="fork")
 ''')
 
 CASES = [c for c in CANDIDATES if c[0] != "fp16"]  # fp16 is refused without a loss scale
