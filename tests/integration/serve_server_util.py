@@ -3,19 +3,23 @@ CLI in its own process."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 from prometheus_client import CollectorRegistry
 
 from accelkit.serve.server import EngineConfig, ServerConfig, build_server
@@ -88,6 +92,81 @@ def serve_on_a_free_port(model_dir: str, home: Path, *args: str,
         proc.kill()
         raise RuntimeError(f"`accelkit serve` did not say where it serves within {timeout_s} s: {''.join(head)[-2000:]}")
     return proc, found[0]
+
+
+def _listening_ports() -> set[int]:
+    return {c.laddr.port for c in psutil.Process().net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+
+
+def serve_in_process(model_dir: str, *args: str, then: Callable[[str], None] | None = None,
+                     timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """`accelkit serve --port 0 ARGS` of the tiny model (8 MiB of KV) through the console script's entry point in
+    this process (tests/conftest.py ``run_cli``: the CLI's code, without a new interpreter importing torch), until
+    SIGTERM stops it as it stops the process: once it answers /health, ``then(base_url)`` runs on another thread,
+    and SIGTERM follows. The CompletedProcess (exit code, stdout, stderr) of the whole run; what ``then`` raised is
+    raised here. On the main thread only, where the server installs its signal handlers (pytest and its xdist
+    workers run tests there)."""
+    from tests.conftest import run_cli
+
+    assert threading.current_thread() is threading.main_thread(), "serve_in_process needs the main thread"
+    before = _listening_ports()
+    ended = threading.Event()
+    raised: list[BaseException] = []
+
+    def wait_for(what: Callable[[], Any], failing: str) -> Any:
+        """``what()`` once it is truthy; None if the command ends first (an error line, which the caller reads)."""
+        deadline = time.monotonic() + timeout_s
+        while not ended.is_set():
+            found = what()
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{failing} within {timeout_s} s")
+            time.sleep(0.05)
+        return None
+
+    def healthy(url: str) -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def drive() -> None:
+        try:
+            # its socket is bound and listening before the model loads; /health answers once uvicorn runs, with
+            # its signal handlers in place
+            port = wait_for(lambda: _listening_ports() - before, "`accelkit serve` listened on no port")
+            url = f"http://127.0.0.1:{min(port)}" if port else None
+            if url is None or not wait_for(lambda: healthy(url), "/health did not answer 200"):
+                return
+        except BaseException as exc:
+            raised.append(exc)
+            return
+        try:
+            if then is not None:
+                then(url)
+        except BaseException as exc:  # raised on the main thread, once the server has stopped
+            raised.append(exc)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    # the server's log handler (`log_to_stderr`, installed once per process) is put back as it was after the run:
+    # left in place, the next in-process serve would log its start-up steps, which a new process does not
+    logger = logging.getLogger("accelkit.serve")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    thread = threading.Thread(target=drive, daemon=True)
+    thread.start()
+    try:
+        proc = run_cli("serve", "--model", model_dir, "--served-model-name", "tiny", "--kv-cache-memory", "8MiB",
+                       "--port", "0", *args)
+    finally:
+        ended.set()
+        thread.join(30)
+        logger.handlers[:], logger.propagate = saved[0], saved[2]
+        logger.setLevel(saved[1])
+    if raised:
+        raise raised[0]
+    return proc
 
 
 def wait_healthy(base_url: str, timeout_s: float) -> None:

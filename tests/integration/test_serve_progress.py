@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import serve_process, wait_healthy
+from tests.integration.serve_server_util import serve_in_process, serve_process, wait_healthy
 
 PROGRESS_LINE = re.compile(r"^\[ *\d+\.\d s\] serve")
 READY_LINE = re.compile(r"^serving 'tiny' on (http://127\.0\.0\.1:\d+)/v1 ")
@@ -59,9 +59,19 @@ def test_serve_shows_each_start_up_step_before_the_ready_line(model_dir, tmp_pat
     assert said == sorted(said), steps  # in the order they run
 
 
-def test_no_progress_leaves_the_ready_line_alone_and_the_default_only_adds_progress_lines(model_dir, tmp_path):
-    assert len(_lines_until_ready(model_dir, tmp_path, "--no-progress")) == 1
+def _lines_until_ready_in_process(model_dir, *args: str) -> list[str]:
+    """``_lines_until_ready`` through the CLI's entry point in this process (its stderr no terminal, as a pipe is
+    not): the flags' effect on stderr needs no new interpreter; the command's own process is the test above."""
+    proc = serve_in_process(model_dir, *args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    ready = next(i for i, line in enumerate(lines) if READY_LINE.match(line))
+    return lines[: ready + 1]
+
+
+def test_no_progress_leaves_the_ready_line_alone_and_the_default_only_adds_progress_lines(model_dir):
+    assert len(_lines_until_ready_in_process(model_dir, "--no-progress")) == 1
     # the default shows a step only once start-up has run 0.5 s (how long a tiny model takes varies): whatever
     # comes before the ready line is progress
-    head = _lines_until_ready(model_dir, tmp_path)
+    head = _lines_until_ready_in_process(model_dir)
     assert all(PROGRESS_LINE.match(line) for line in head[:-1]), head

@@ -18,7 +18,6 @@ from tests.integration.serve_server_util import (
     metric,
     running_server,
     serve_on_a_free_port,
-    serve_process,
     wait_healthy,
 )
 
@@ -330,7 +329,7 @@ def test_shutdown_aborts_what_outlives_the_timeout_quietly_and_exits_0(model_dir
             proc.kill()
 
 
-def test_a_busy_port_or_a_bad_host_is_one_line_before_loading(model_dir, tmp_path):
+def test_a_busy_port_or_a_bad_host_is_one_line_before_loading(model_dir, cli):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -338,8 +337,8 @@ def test_a_busy_port_or_a_bad_host_is_one_line_before_loading(model_dir, tmp_pat
         for args, words in ((["--port", str(port)], "cannot listen on 127.0.0.1"),
                             (["--host", "999.1.1.1"], "--host '999.1.1.1' is not an address"),
                             (["--host", "192.0.2.1"], "use an address of this machine")):
-            proc = serve_process(model_dir, tmp_path, *args)
-            _, stderr = proc.communicate(timeout=120)
+            proc = cli("serve", "--model", model_dir, "--served-model-name", "tiny", "--kv-cache-memory", "8MiB", *args)
+            stderr = proc.stderr
             lines = [line for line in stderr.splitlines() if line.strip()]
             assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), stderr
             assert words in lines[0] and "serving '" not in stderr
