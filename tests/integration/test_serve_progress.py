@@ -3,13 +3,11 @@ line, where stderr is a pipe (#29 acceptance 6); ``--no-progress`` silences them
 or model directory (tests/integration/test_serve_robustness.py) come before any of it."""
 
 import re
-import signal
-import threading
 
 import pytest
 
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import serve_in_process, serve_process, wait_healthy
+from tests.integration.serve_server_util import serve_in_process
 
 PROGRESS_LINE = re.compile(r"^\[ *\d+\.\d s\] serve")
 READY_LINE = re.compile(r"^serving 'tiny' on (http://127\.0\.0\.1:\d+)/v1 ")
@@ -20,36 +18,20 @@ def model_dir(tmp_path_factory):
     return str(save_tiny_model(tmp_path_factory.mktemp("serve-progress") / "tiny", "tiny-llama"))
 
 
-def _lines_until_ready(model_dir, home, *args: str) -> list[str]:
-    """stderr's lines of `accelkit serve --port 0 ARGS` (a real process, stderr a pipe) up to its ready line;
-    then SIGTERM, which must end it with 0."""
-    proc = serve_process(model_dir, home, "--port", "0", *args)
-    head: list[str] = []
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            head.append(line.rstrip("\n"))
-            if READY_LINE.match(line):
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        reader.join(180)
-        ready = READY_LINE.match(head[-1]) if head else None
-        assert ready, "\n".join(head)[-2000:]
-        wait_healthy(ready.group(1), 60)  # the signal handlers are in place once it answers
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return head
+def _lines_until_ready(model_dir, *args: str) -> list[str]:
+    """stderr's lines of `accelkit serve --port 0 ARGS` up to its ready line; then SIGTERM, which must end it with 0.
+    Through the CLI's entry point in this process, its stderr no terminal (as a pipe is not): what the flags do to
+    stderr needs no new interpreter (the serve process itself: test_serve_server.py's SIGTERM test and
+    test_serve_robustness.py's shutdown test)."""
+    proc = serve_in_process(model_dir, *args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    ready = next(i for i, line in enumerate(lines) if READY_LINE.match(line))
+    return lines[: ready + 1]
 
 
-def test_serve_shows_each_start_up_step_before_the_ready_line(model_dir, tmp_path):
-    head = _lines_until_ready(model_dir, tmp_path, "--progress")
+def test_serve_shows_each_start_up_step_before_the_ready_line(model_dir):
+    head = _lines_until_ready(model_dir, "--progress")
     before = head[:-1]
     assert before and all(PROGRESS_LINE.match(line) for line in before), head
     steps = [line.split("] ", 1)[1] for line in before]
@@ -59,19 +41,9 @@ def test_serve_shows_each_start_up_step_before_the_ready_line(model_dir, tmp_pat
     assert said == sorted(said), steps  # in the order they run
 
 
-def _lines_until_ready_in_process(model_dir, *args: str) -> list[str]:
-    """``_lines_until_ready`` through the CLI's entry point in this process (its stderr no terminal, as a pipe is
-    not): the flags' effect on stderr needs no new interpreter; the command's own process is the test above."""
-    proc = serve_in_process(model_dir, *args)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stderr.splitlines()
-    ready = next(i for i, line in enumerate(lines) if READY_LINE.match(line))
-    return lines[: ready + 1]
-
-
 def test_no_progress_leaves_the_ready_line_alone_and_the_default_only_adds_progress_lines(model_dir):
-    assert len(_lines_until_ready_in_process(model_dir, "--no-progress")) == 1
+    assert len(_lines_until_ready(model_dir, "--no-progress")) == 1
     # the default shows a step only once start-up has run 0.5 s (how long a tiny model takes varies): whatever
     # comes before the ready line is progress
-    head = _lines_until_ready_in_process(model_dir)
+    head = _lines_until_ready(model_dir)
     assert all(PROGRESS_LINE.match(line) for line in head[:-1]), head
