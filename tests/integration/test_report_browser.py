@@ -9,7 +9,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,25 +78,39 @@ def test_report_never_imports_torch(probed, tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
-def rendered(path, check) -> list[str]:
-    """Open the report ``path`` in headless chromium, wait until every chart has drawn, run ``check(page)``;
-    assert the page logged no error and return the URLs it requested outside the file (none, self-contained)."""
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Headless chromium (Playwright's Browser), closed on the way out; a test module opens one for its tests and
+    each ``rendered`` page has a context of its own."""
     sync_playwright = _browser_or_skip()
-    errors: list[str] = []
-    requests: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("request", lambda req: None if req.url.startswith(("file:", "data:", "blob:"))
-                    else requests.append(req.url))
-            page.goto(path.resolve().as_uri())
-            page.wait_for_function("window.accelkitPlotsRendered === window.accelkitPlotsExpected", timeout=60_000)
-            check(page)
+            yield browser
         finally:
             browser.close()
+
+
+def rendered(path, check, browser: Any = None) -> list[str]:
+    """Open the report ``path`` in headless chromium (``browser``, else one of its own), wait until every chart has
+    drawn, run ``check(page)``; assert the page logged no error and return the URLs it requested outside the file
+    (none, self-contained). The page is a context of its own: nothing is shared with another page of ``browser``."""
+    if browser is None:
+        with chromium() as own:
+            return rendered(path, check, own)
+    errors: list[str] = []
+    requests: list[str] = []
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("request", lambda req: None if req.url.startswith(("file:", "data:", "blob:"))
+                else requests.append(req.url))
+        page.goto(path.resolve().as_uri())
+        page.wait_for_function("window.accelkitPlotsRendered === window.accelkitPlotsExpected", timeout=60_000)
+        check(page)
+    finally:
+        page.close()  # and its context
     assert errors == []
     return requests
 

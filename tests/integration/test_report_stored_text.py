@@ -14,7 +14,14 @@ from accelkit.core.bench_result import BenchResult, Comparison, Throughput
 from accelkit.report import write_report
 from accelkit.results import ResultStore
 from tests.conftest import accelkit
-from tests.integration.test_report_browser import rendered
+from tests.integration.test_report_browser import chromium, rendered
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One chromium for the module's two browser checks (a page of its own each)."""
+    with chromium() as opened:
+        yield opened
 
 
 def _bench_pair(store: ResultStore, *, label: str, hardware: str, run_id: str, name_prefix: str = "") -> None:
@@ -31,7 +38,7 @@ def _bench_pair(store: ResultStore, *, label: str, hardware: str, run_id: str, n
     store.add_many(rows, run_id=run_id)
 
 
-def test_stored_text_cannot_break_the_charts_script(_isolated_home, tmp_path):
+def test_stored_text_cannot_break_the_charts_script(_isolated_home, tmp_path, browser):
     """A workload label '<!--<script>' in the figures' JSON put chromium's parser in 'script data double escaped':
     the script never ended and no chart drew. Everything < > & in that JSON is now a \\u escape."""
     with ResultStore() as store:
@@ -47,10 +54,10 @@ def test_stored_text_cannot_break_the_charts_script(_isolated_home, tmp_path):
         assert page.evaluate("window.__xss === undefined")
         assert "<!--<script> bert" in page.locator("ul.verdicts").inner_text()  # shown as text
 
-    rendered(out, check)
+    rendered(out, check, browser)
 
 
-def test_the_hardware_filter_keeps_names_with_runs_of_spaces(_isolated_home, tmp_path):
+def test_the_hardware_filter_keeps_names_with_runs_of_spaces(_isolated_home, tmp_path, browser):
     """An <option> without value= gives its text with whitespace collapsed: 'Xeon(R) CPU           E5645' became
     'Xeon(R) CPU E5645', matched no row, and selecting it hid the whole table."""
     names = ["cpu: Intel(R) Xeon(R) CPU           E5645  @ 2.40GHz", "cpu: AMD EPYC 7742 64-Core Processor"]
@@ -64,7 +71,7 @@ def test_the_hardware_filter_keeps_names_with_runs_of_spaces(_isolated_home, tmp
             page.select_option("#filter-hardware", index=i + 1)
             assert page.inner_text("#filter-count") == "2 of 4 shown"
 
-    rendered(out, check)
+    rendered(out, check, browser)
 
 
 def test_a_probe_row_without_figures_is_left_out_with_a_note(_isolated_home, tmp_path):
