@@ -76,6 +76,12 @@ class _Capture(io.TextIOWrapper):
         return self.buffer.getvalue().decode("utf-8", errors="backslashreplace")  # type: ignore[attr-defined]
 
 
+def empty_stdin() -> io.TextIOWrapper:
+    """An empty standard input, as a subprocess started with stdin from /dev/null reads (pytest's own stdin raises
+    OSError on a read while output is captured: `results import -` in-process would report an internal error)."""
+    return io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8")
+
+
 def _in_process(args: tuple[str, ...], env: dict | None) -> subprocess.CompletedProcess:
     """`accelkit.cli.app.main` in this process, with its own stdout/stderr and environment: the same entry point
     and exit codes as the console script, without a new interpreter importing torch for every call."""
@@ -84,15 +90,15 @@ def _in_process(args: tuple[str, ...], env: dict | None) -> subprocess.Completed
     saved = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     out, err = _Capture(), _Capture()
-    streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err
+    streams = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin, sys.stdout, sys.stderr = empty_stdin(), out, err
     try:
         main(list(args))
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
-        sys.stdout, sys.stderr = streams
+        sys.stdin, sys.stdout, sys.stderr = streams
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -160,11 +166,11 @@ def cli():
 
 @pytest.fixture(scope="session")
 def probe_db(tmp_path_factory) -> Path:
-    """One quick `hw probe` (fp32, bf16) shared by the tests, so MFU has a measured CPU peak and the
+    """One quick `hw probe` (fp32, bf16; 0.1 s loops) shared by the tests, so MFU has a measured CPU peak and the
     planner a description of this CPU."""
     home = tmp_path_factory.mktemp("probe-home")
     proc = accelkit("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32,bf16", "--size", "512",
-                    "--copy-size", "16MiB", env={"ACCELKIT_HOME": str(home)})
+                    "--copy-size", "16MiB", "--min-time", "0.1", env={"ACCELKIT_HOME": str(home)})
     assert proc.returncode == 0, proc.stderr
     return home / "results.db"
 

@@ -24,13 +24,14 @@ class Peaks:
     """Peaks per dtype for one device, resolved once each."""
 
     def __init__(self, device: str, hardware: str, catalog: str | None, store: ResultStore | None, auto_probe: bool,
-                 reporter: Reporter, writer: StoreWriter):
+                 reporter: Reporter, writer: StoreWriter, probe_min_time_s: float | None = None):
         """``store`` is read for stored probes (it may be read-only); a probe run here is written through
         ``writer`` (the run's: ``StoreWriter(None)`` with --no-save) and, when it is not stored, its peaks are
-        still used from memory."""
+        still used from memory. ``probe_min_time_s``: the ``min_time_s`` of a probe run here (None: --quick's)."""
         self.device, self.hardware, self.catalog = device, hardware, catalog
         self.store, self.auto_probe, self.reporter = store, auto_probe, reporter
         self.writer = writer
+        self.probe_min_time_s = probe_min_time_s
         self._probe: dict[str, Peak] = {}
         self._unstored: list[Measurement] = []  # probes run here that the store did not take
 
@@ -47,7 +48,8 @@ class Peaks:
         if missing:
             self.reporter.note(f"no {'/'.join(missing)} matmul peak for {self.hardware} in the store: running "
                                f"`accelkit hw probe --quick --dtype {','.join(missing)}` for MFU")
-            self._keep(probe(ProbeConfig(device=self.device, dtypes=tuple(missing), quick=True)))
+            self._keep(probe(ProbeConfig(device=self.device, dtypes=tuple(missing), quick=True,
+                                          min_time_s=self.probe_min_time_s)))
 
     def _keep(self, result: Measurement) -> None:
         """Store a probe run here; one the store does not take (--no-save, a store error) is used from memory."""
@@ -93,5 +95,5 @@ class Peaks:
         if not self.auto_probe:
             return Peak(None, f"MFU unavailable: {peak.source}; {self._how(dtype)}")
         self.reporter.note(f"no {dtype} peak for {self.hardware} in the store: running `hw probe --quick --dtype {dtype}`")
-        self._keep(probe(ProbeConfig(device=self.device, dtypes=(dtype,), quick=True)))
+        self._keep(probe(ProbeConfig(device=self.device, dtypes=(dtype,), quick=True, min_time_s=self.probe_min_time_s)))
         return self._measured(dtype)

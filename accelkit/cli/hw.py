@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from accelkit.bench.record import StoreWriter
-from accelkit.cli.bench import DIST_FLAGS, collective_timeout_option
+from accelkit.cli.bench import DIST_FLAGS, LOOP_PARSE, collective_timeout_option
 from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import (
     JsonOption,
@@ -165,9 +165,12 @@ def _copy_size(text: str) -> int:
 ))
 @collective_timeout_option("--collectives")
 @spec_options(
-    ProbeConfig, into="probe", names={"matmul_size": "--size", "copy_bytes": "--copy-size", "dtypes": "--dtype"},
-    parse={"dtypes": _dtypes, "copy_bytes": _copy_size},
-    helps={"dtypes": "Comma list of fp32,tf32,bf16,fp16,fp8 (default: fp32,bf16 on CPU; all supported on GPU).",
+    ProbeConfig, into="probe", names={"matmul_size": "--size", "copy_bytes": "--copy-size", "dtypes": "--dtype",
+                                      "min_time_s": "--min-time"},
+    parse={"dtypes": _dtypes, "copy_bytes": _copy_size, "min_time_s": LOOP_PARSE["min_time_s"]},
+    helps={"min_time_s": "Seconds each timed loop measures, e.g. 0.1 (default 1 with --quick, else 3; its warm-up is "
+                         "at most as long); under 3 the probe is stored as a --quick one.",
+           "dtypes": "Comma list of fp32,tf32,bf16,fp16,fp8 (default: fp32,bf16 on CPU; all supported on GPU).",
            "copy_bytes": "Copy buffer, e.g. 256MiB: 1MiB to 64GiB (default 256 MiB CPU, 2 GiB GPU)."},
 )
 def probe_cmd(

@@ -254,9 +254,27 @@ def import_cmd(
     emit(summary, as_json, render)
 
 
+def _read_stdin() -> str:
+    """Standard input as text, or a one-line error when it is closed, empty or not UTF-8."""
+    fix = "pipe in what `accelkit results export --format json` writes"
+    if sys.stdin is None:  # started with standard input closed (`<&-`)
+        raise UserError(f"standard input is closed; {fix}")
+    stream = getattr(sys.stdin, "buffer", None)
+    try:
+        text = stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
+    except UnicodeDecodeError:
+        raise UserError(f"standard input is not UTF-8 text; {fix}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read standard input ({exc.strerror or exc}); {fix}") from exc
+    if not text.strip():
+        raise UserError(f"standard input is empty; {fix}, e.g. `accelkit results export --format json | accelkit "
+                        "results import -`")
+    return text
+
+
 def _read_text(source: str) -> str:
     if source == "-":
-        return sys.stdin.read()
+        return _read_stdin()
     path = Path(source)
     try:
         return path.read_text(encoding="utf-8")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from accelkit.core import DeviceSpec, Measurement, UserError, summarize
@@ -17,6 +17,7 @@ from accelkit.hardware.device import free_memory_bytes, resolve_device
 from accelkit.hardware.kernel_probe import attention_shape, probe_kernels
 from accelkit.hardware.probe_quality import copy_quality, default_sizes, matmul_quality, mib, probe_quality
 from accelkit.timing import LoopConfig, LoopResult, time_loop
+from accelkit.timing.loop import MAX_TIME_S
 
 CPU_DTYPES = ("fp32", "bf16", "fp16")
 #: a CPU dtype whose default-side matmul would take longer than this a call has no fast kernel there (fp16 on a CPU
@@ -25,6 +26,8 @@ CPU_DTYPES = ("fp32", "bf16", "fp16")
 SLOW_CALL_S = 1.0
 SCOUT_SIDE = 256
 CUDA_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+#: seconds each timed loop of a full (not --quick) probe measures
+FULL_MIN_TIME_S = 3.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,10 +42,30 @@ class ProbeConfig(Spec):
     matmul_size: int | None = spec_field(None, min=64, max=32768, doc="Square matmul side; None = 2048 CPU, 8192 GPU.")
     copy_bytes: int | None = spec_field(None, min=1 << 20, max=1 << 36,
                                         doc="Copy buffer bytes; None = 256 MiB CPU, 2 GiB GPU.")
+    min_time_s: float | None = spec_field(
+        None, min=0.0, max=MAX_TIME_S, doc="Seconds each timed loop measures (its warm-up at most as long); None = "
+        f"{LoopConfig.quick().min_time_s:g} with quick, else {FULL_MIN_TIME_S:g}. Under {FULL_MIN_TIME_S:g} the probe "
+        "is stored as a quick one.")
+
+    @property
+    def short(self) -> bool:
+        """Loops shorter than a full probe's (``quick``, or ``min_time_s`` under the full loop's): its figures are
+        stored as a quick probe's, never ranked as a full one."""
+        return self.quick or (self.min_time_s is not None and self.min_time_s < FULL_MIN_TIME_S)
 
     @property
     def loop(self) -> LoopConfig:
-        return LoopConfig.quick() if self.quick else LoopConfig(min_time_s=3.0, min_iterations=20)
+        base = LoopConfig.quick() if self.quick else LoopConfig(min_time_s=FULL_MIN_TIME_S, min_iterations=20)
+        if self.min_time_s is None:
+            return base
+        return replace(base, min_time_s=self.min_time_s, warmup_time_s=min(base.warmup_time_s, self.min_time_s))
+
+
+def quick_probe_min_time(loop_min_time_s: float) -> float | None:
+    """The ``min_time_s`` of a quick probe run for a measurement whose own loops measure ``loop_min_time_s``: as
+    short as those when they are shorter than a quick probe's (`bench --min-time 0.1`), else None (the quick
+    probe's own)."""
+    return loop_min_time_s if loop_min_time_s < LoopConfig.quick().min_time_s else None
 
 
 def peak_bytes(device: str, size: int, copy_bytes: int) -> int:
@@ -164,7 +187,7 @@ def _time_copy(device: str, copy_bytes: int, loop: LoopConfig) -> tuple[LoopResu
 
 
 def _note(is_catalog: bool, size: int, copy_bytes: int, default_size: int, default_copy: int, *,
-          quick: bool = False) -> str | None:
+          quick: bool = False, min_time_s: float | None = None) -> str | None:
     """What the figures are for: the peak MFU and the planner use, unless the sizes were below the defaults."""
     small = [f for f, is_small in ((f"--size {size} (default {default_size})", size < default_size),
                                    (f"--copy-size {mib(copy_bytes)} (default {mib(default_copy)})",
@@ -176,6 +199,10 @@ def _note(is_catalog: bool, size: int, copy_bytes: int, default_size: int, defau
     if quick:
         return ("a --quick probe: MFU, the planner and the report take a full probe's figures (the best stored), "
                 "this one's only while none is stored (saying so); `accelkit hw probe` without --quick gives them")
+    if min_time_s is not None and min_time_s < FULL_MIN_TIME_S:
+        return (f"a --min-time {min_time_s:g} probe (a full one measures {FULL_MIN_TIME_S:g} s a loop) counts as a "
+                "--quick one: MFU, the planner and the report take a full probe's figures (the best stored), this "
+                "one's only while none is stored (saying so); `accelkit hw probe` without --quick gives them")
     if is_catalog:
         return None
     return "no datasheet peak for this device: these measured figures are its peak (MFU on it uses them)"
@@ -269,12 +296,13 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
     details: dict[str, Any] = {
         "device": device,
         "catalog_name": catalog.name if catalog else None,
-        "quick": config.quick,
+        "quick": config.short,
         "timer": result.timer,
         "matmul": matmul,
         "bandwidth": bandwidth,
         **kernels,
-        "note": _note(catalog is not None, size, copy_bytes, default_size, default_copy, quick=config.quick),
+        "note": _note(catalog is not None, size, copy_bytes, default_size, default_copy, quick=config.quick,
+                      min_time_s=config.min_time_s),
     }
     # each figure's quality (full / quick / small) with its size, so a peak is only ever taken from the best
     for dtype, row in matmul.items():
@@ -283,7 +311,7 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
     details["quality"] = probe_quality(details)
     return Measurement(
         kind="probe",
-        name=f"hw probe {hardware}" + (" (quick)" if config.quick else ""),
+        name=f"hw probe {hardware}" + (" (quick)" if config.short else ""),
         hardware=hardware,
         throughput=max(m["tflops"] for m in matmul.values()) if matmul else None,
         throughput_unit="TFLOP/s (best matmul dtype)",

@@ -23,7 +23,7 @@ from accelkit.core import Measurement, Recipe, UserError
 from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.detect import environment
 from accelkit.hardware.device import resolve_device
-from accelkit.hardware.probe import ProbeConfig, probe
+from accelkit.hardware.probe import ProbeConfig, probe, quick_probe_min_time
 from accelkit.timing import LoopConfig
 from accelkit.tune.ranking import dominates, speed, unsupported
 
@@ -327,7 +327,8 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     hardware, catalog = identify(device)
     notes: list[str] = []
     writer = StoreWriter(store)  # the probe's and the summary's rows (the bench's own writer stores the trials)
-    ran_quick_probe, quick_probe_id = _quick_probe(device, hardware, store, writer, step, notes)
+    ran_quick_probe, quick_probe_id = _quick_probe(device, hardware, store, writer, step, notes,
+                                                   min_time_s=quick_probe_min_time(config.measurement_loop.min_time_s))
     trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile,
                                                                         cuda=device.startswith("cuda"))]
     run_id = uuid.uuid4().hex[:12]
@@ -357,14 +358,17 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
 
 
 def _quick_probe(device: str, hardware: str, store: ResultStore | None, writer: StoreWriter,
-                 step: Callable[[str], None], notes: list[str]) -> tuple[bool, int | None]:
+                 step: Callable[[str], None], notes: list[str], *, min_time_s: float | None = None
+                 ) -> tuple[bool, int | None]:
     """On a CPU with no stored probe: a quick one (the planner models a CPU from its probe; without one every memory
-    estimate would be missing). Whether it ran, and its stored id (None: not stored)."""
+    estimate would be missing), measuring no longer a loop than ``min_time_s`` (None: --quick's). Whether it ran, and
+    its stored id (None: not stored)."""
     if not (device == "cpu" and store is not None and store.latest("probe", hardware=hardware) is None):
         return False, None
 
     step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
-    measured_probe = probe(ProbeConfig(device="cpu", quick=True), on_step=lambda text: step(f"quick probe: {text}"))
+    measured_probe = probe(ProbeConfig(device="cpu", quick=True, min_time_s=min_time_s),
+                           on_step=lambda text: step(f"quick probe: {text}"))
     quick_probe_id = writer.add(measured_probe)
     if quick_probe_id is not None:
         notes.append("no `hw probe` of this CPU was stored: ran a quick one for the planner's estimates")

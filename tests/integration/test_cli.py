@@ -126,7 +126,7 @@ def test_serve_refuses_a_bad_model_directory_before_importing_torch(tmp_path):
 
 
 def test_probe_quick_json_stores_and_lists(cli):
-    data = _json(cli, "hw", "probe", "--quick")
+    data = _json(cli, "hw", "probe", "--quick", "--min-time", "0.05")  # the default sizes, short loops
     for dtype in ("fp32", "bf16"):
         m = data["details"]["matmul"][dtype]
         assert m["tflops"] > 0 and m["stats"]["n"] >= 5 and m["stats"]["median"] == m["tflops"]

@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 from accelkit.cli.app import INTERNAL_ERROR, app, main
 from accelkit.core.terminal import printable
 from accelkit.core.units import parse_size
-from tests.conftest import REPO
+from tests.conftest import REPO, empty_stdin
 
 # A case's limit is CPU time (ITIMER_PROF: this process, all its threads), which other tenants of a loaded CI machine
 # do not eat into — a case that spins (the hang this catches) burns it all the same; wall time only guards against a
@@ -56,6 +56,7 @@ CASE_WALL_LIMIT_S = 60.0
 # only burned seconds of the run's CPU (a few such cases a run, drawn at random)
 LONG_CASE_WALL_S = 3.0
 LONG_COPY_BYTES = 256 << 20  # `hw probe --copy-size` at or beyond this may run past a case's time, rightly
+PROBE_LOOPS = 4  # `hw probe --min-time S` of the base (one dtype) measures S in each of 4 loops (matmul, copy, …)
 MIN_CASES = 1000
 RANDOM_CASES = 700  # hypothesis draws, on top of the systematic pass over every option
 
@@ -68,7 +69,7 @@ BENCH_RUN = ("--device", "cpu", "--no-save", "--no-probe", "--warmup", "0", "--w
 BASE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
     ("hw", "show"): (("h100",), None),
     ("hw", "probe"): (("--quick", "--device", "cpu", "--dtype", "fp32", "--size", "64", "--copy-size", "1MiB",
-                       "--no-save"), None),
+                       "--min-time", "0", "--no-save"), None),
     ("models", "show"): (("llama-3.1-8b",), None),
     ("results", "show"): (("1",), "no result with id 1"),
     ("plan",): (("--model", "llama-3.1-8b", "--hardware", "h100"), None),
@@ -283,6 +284,10 @@ def _argv(param: Param, value: str | None, t: Path) -> list[str]:
     return [*param.path, *base, param.opt, value if value is not None else ""]
 
 
+class _stdin(contextlib._RedirectStream):  # contextlib has redirect_stdout/stderr, not stdin
+    _stream = "stdin"
+
+
 def run_in_process(argv: list[str], wall_limit_s: float = CASE_WALL_LIMIT_S) -> tuple[object, str, str, float]:
     out, err = io.StringIO(), io.StringIO()
     _timed_out[0] = False
@@ -292,7 +297,8 @@ def run_in_process(argv: list[str], wall_limit_s: float = CASE_WALL_LIMIT_S) -> 
     t0 = time.perf_counter()
     code: object
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        # stdin: empty, as a subprocess's from /dev/null (`results import -` reads it; pytest's raises OSError)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _stdin(empty_stdin()):
             try:
                 main(argv)
                 code = 0
@@ -355,6 +361,8 @@ def _asked_for_long(param: Param | None, value: str | None) -> bool:
         seconds = float(value or "")
     except ValueError:
         return False
+    if param.path == ("hw", "probe") and param.opt == "--min-time":
+        seconds *= PROBE_LOOPS
     return math.isfinite(seconds) and seconds >= CASE_TIMEOUT_S / 2
 
 
@@ -610,6 +618,9 @@ def test_results_import_refuses_every_hostile_file_in_one_line(exported_records,
     code, _, err, _ = run_in_process(["results", "import", str(good)])
     assert code == 0, err
     assert ResultStore(readonly=True).count() == 2
+    # `-` reads standard input: each case gets an empty one (as a subprocess's from /dev/null), never pytest's
+    code, out, err, _ = run_in_process(["results", "import", "-"])
+    assert code == 2 and out == "" and err.startswith("error: standard input is empty;") and err.count("\n") == 1, err
     (tmp_path / "accelkit-home" / "results.db").unlink()
     bad: list[str] = []
 

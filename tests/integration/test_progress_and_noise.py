@@ -14,7 +14,7 @@ from tests.conftest import REPO, accelkit_subprocess
 
 NOISE = ("_C_mxfp8", "_C_cutlass_90a", "is now natively supported by torch.compile", "register_constant()")
 PROBE = ("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32,bf16", "--size", "64", "--copy-size", "1MiB",
-         "--no-save", "--json")
+         "--min-time", "0", "--no-save", "--json")
 
 
 def test_probe_progress_is_on_stderr_only_when_asked(cli):

@@ -86,7 +86,8 @@ def test_a_truncated_store_is_read_row_by_row_and_refused_for_writing(cli, _isol
 
     ids, stderr = _listed(cli)
     assert 100 <= len(ids) < 300 and "the store is damaged" in stderr
-    proc = cli("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--copy-size", "1MiB", "--progress")
+    proc = cli("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--copy-size", "1MiB", "--min-time", "0",
+               "--progress")
     assert proc.returncode == 1 and proc.stdout == ""
     assert "is damaged" in proc.stderr and "results export" in proc.stderr and "Traceback" not in proc.stderr
     assert "probing:" not in proc.stderr  # refused before measuring
@@ -97,7 +98,8 @@ def test_an_empty_file_is_refused_not_taken_as_a_new_store(cli, _isolated_home):
     path = _isolated_home / "results.db"
     _isolated_home.mkdir(parents=True)
     path.touch()
-    for args in (("results", "list"), ("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--progress")):
+    for args in (("results", "list"), ("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--min-time", "0",
+                                              "--progress")):
         proc = cli(*args)
         assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
         assert "empty (0-byte) file" in proc.stderr and "move it aside" in proc.stderr
@@ -188,7 +190,7 @@ def test_a_read_only_store_can_be_read(readonly_home, tmp_path):
 
 
 def test_a_measuring_command_checks_the_store_before_measuring(readonly_home):
-    probe = ("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--copy-size", "1MiB")
+    probe = ("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--copy-size", "1MiB", "--min-time", "0")
     proc, unsaved = _accelkit_unprivileged(readonly_home, (*probe, "--progress", "--json"), (*probe, "--no-save", "--json"))
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert str(readonly_home / "results.db") in proc.stderr and "--no-save" in proc.stderr

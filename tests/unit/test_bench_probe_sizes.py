@@ -29,7 +29,8 @@ SMALL = dict(size=64, copy_mib=1, tflops=0.024, gbps=159.0)
 
 
 def test_a_real_small_probe_says_it_is_no_peak():
-    result = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, matmul_size=64, copy_bytes=1 << 20))
+    result = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, matmul_size=64, copy_bytes=1 << 20,
+                               min_time_s=0))
     d = result.details
     assert small_matmul(d, "fp32") == "a 64×64 matmul, below the 2048×2048 default: call overhead holds it under the peak"
     assert small_copy(d) is not None and small_copy(d).startswith("a 1 MiB copy, below the 256 MiB default")
@@ -103,13 +104,14 @@ def test_a_dtype_too_slow_for_the_default_side_is_probed_smaller_and_still_count
 
     # every call "too slow": the threshold, not the CPU, decides here (the path fp16 takes on such a CPU)
     monkeypatch.setattr(probe_module, "SLOW_CALL_S", 0.0)
-    d = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, copy_bytes=1 << 20)).details
+    d = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, copy_bytes=1 << 20, min_time_s=0)).details
     row = d["matmul"]["fp32"]
     assert row["size"] == probe_module.SCOUT_SIDE and row["reduced_from"] == 2048
     assert row["reduced_why"].startswith("one 256×256 fp32 matmul ran at ") and "so it was probed at 256×256" in row["reduced_why"]
     assert small_matmul(d, "fp32") is None  # at seconds a call, overhead is nothing: it is the peak
     # --size given: the user's side, whatever the speed
-    d = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, matmul_size=128, copy_bytes=1 << 20)).details
+    d = probe(ProbeConfig(device="cpu", dtypes=("fp32",), quick=True, matmul_size=128, copy_bytes=1 << 20,
+                     min_time_s=0)).details
     assert d["matmul"]["fp32"]["size"] == 128 and "reduced_from" not in d["matmul"]["fp32"]
 
 

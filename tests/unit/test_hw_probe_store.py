@@ -14,7 +14,8 @@ from accelkit.results import ResultStore
 from tests.conftest import REPO
 from tests.integration.dist_fault.full_disk import NUM_ROWS, full_store, small_files
 
-PROBE = ("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32", "--size", "64", "--copy-size", "1MiB")
+PROBE = ("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32", "--size", "64", "--copy-size", "1MiB",
+         "--min-time", "0")
 
 
 def test_probe_prints_what_the_store_cannot_take(_isolated_home):

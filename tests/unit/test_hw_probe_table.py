@@ -59,7 +59,7 @@ def test_significant_figures():
 
 def test_the_cli_table_has_no_catalog_peak_column_on_a_cpu(cli):
     proc = cli("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32", "--size", "64", "--copy-size", "1MiB",
-               "--no-save", env={"COLUMNS": "200"})
+               "--min-time", "0", "--no-save", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "catalog peak" not in proc.stdout and "of peak" not in proc.stdout
     assert "this probe's copy bandwidth" in proc.stdout and "this probe's fp32 matmul" in proc.stdout
@@ -77,7 +77,7 @@ def test_the_reduced_side_footnote_speaks_the_tables_unit(monkeypatch):
 
     monkeypatch.setattr(probe_module, "SLOW_CALL_S", 0.0)  # every dtype "too slow": the footnote's path
     result = CliRunner().invoke(app, ["hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32",
-                                      "--copy-size", "1MiB", "--no-save"])
+                                      "--copy-size", "1MiB", "--min-time", "0", "--no-save"])
     assert result.exit_code == 0, result.output
     (note,) = [line for line in result.stdout.splitlines() if "so it was probed at" in line]
     assert "GFLOP" not in result.stdout
