@@ -10,8 +10,8 @@ from tests.integration.test_bench_cli import stored_bench
 
 def test_sigint_keeps_finished_variants(probed):
     proc = accelkit_popen("bench", "bert", "--progress", "--size", "tiny", "--seq-len", "32", "--batch-size", "2",
-                          "--precision", "fp32,bf16", "--no-interleave", "--warmup", "2", "--warmup-time", "1",
-                          "--min-iterations", "5", "--min-time", "3")
+                          "--precision", "fp32,bf16", "--no-interleave", "--warmup", "2", "--warmup-time", "0.5",
+                          "--min-iterations", "5", "--min-time", "1.5")
     lines = []
     deadline = time.monotonic() + 240
     try:

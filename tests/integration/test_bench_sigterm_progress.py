@@ -37,8 +37,8 @@ def _stop(proc, sig) -> str:
 
 def test_sigterm_keeps_finished_variants_and_says_so(probed):
     proc = accelkit_popen("bench", "bert", "--size", "tiny", "--seq-len", "32", "--batch-size", "2",
-                          "--precision", "fp32,bf16", "--no-interleave", "--warmup", "2", "--warmup-time", "1",
-                          "--min-iterations", "5", "--min-time", "3")  # no --progress: a pipe gets lines anyway
+                          "--precision", "fp32,bf16", "--no-interleave", "--warmup", "2", "--warmup-time", "0.5",
+                          "--min-iterations", "5", "--min-time", "1.5")  # no --progress: a pipe gets lines anyway
     lines = _read_until(proc, "finished fp32")  # bf16 is now loading, warming up or measuring
     stderr = "\n".join(lines) + "\n" + _stop(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM, stderr

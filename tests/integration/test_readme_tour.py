@@ -5,13 +5,10 @@ a CPU); the test says which lines it ran, so a new tour line cannot be skipped u
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import subprocess
-import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 from tests.integration.serve_server_util import running_server
 
 SLOW = ("accelkit hw probe", "accelkit bench ")
@@ -24,10 +21,11 @@ def _tour() -> list[str]:
 
 
 def _run(capsys, words: list[str]) -> tuple[int, str, str]:
-    """`accelkit WORDS` as its own process in this test's directory, as the reader's shell runs it."""
+    """`accelkit WORDS` through the console script's entry point in this test's directory (the working directory,
+    as the reader's shell has it), with its own stdout and stderr (`run_cli`): each command as its own process is
+    test_cli_processes.py's; a process here is an interpreter importing torch for nothing this test checks."""
     del capsys
-    proc = subprocess.run([sys.executable, "-m", "accelkit", *words], capture_output=True, text=True, timeout=600,
-                          cwd=os.getcwd())
+    proc = run_cli(*words)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -319,7 +319,7 @@ def test_tune_whose_store_is_locked_returns_every_trial(probed):
     holder = _held(probed / "results.db")
     try:
         result = tune(make_workload("bert", {"size": "tiny", "batch_size": 2, "seq_len": 16}),
-                      TuneConfig(max_trials=2, compile=False, device="cpu"), store=store)
+                      TuneConfig(max_trials=2, compile=False, device="cpu", min_time_s=0.1), store=store)
     finally:
         holder.execute("ROLLBACK")
         store.close()
