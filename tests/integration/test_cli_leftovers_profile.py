@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from accelkit.results import ResultStore
 from tests.conftest import REPO
 from tests.integration.dist_fault.full_disk import NUM_ROWS, full_store, small_files
@@ -18,34 +20,62 @@ PROFILE = ("profile", "bert", "--size", "tiny", "--seq-len", "8", "--batch-size"
            "--steps", "1")
 
 
-def test_profile_prints_the_summary_the_full_disk_cannot_take(_isolated_home, tmp_path):
+#: each argv of the JSON list in argv[1] through the CLI's entry point, one after another in this one process;
+#: prints [[exit code, stdout, stderr], …]
+_COMMANDS = """import contextlib, io, json, sys
+from accelkit.cli.app import main
+runs = []
+for argv in json.loads(sys.argv[1]):
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    runs.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(runs))
+"""
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory) -> dict:
+    """`profile --json` and `profile` (human tables) against one full store, in one process with the small file
+    limit (an interpreter importing torch is seconds; the two commands need no process each): what each printed, and
+    the store's row count after both."""
+    home, out = tmp_path_factory.mktemp("full-home"), tmp_path_factory.mktemp("prof")
+    commands = [[*PROFILE, "--out", str(out / "json"), "--json"], [*PROFILE, "--out", str(out / "tables")]]
+    with full_store(home) as path:
+        proc = subprocess.run([sys.executable, "-c", _COMMANDS, json.dumps(commands)], capture_output=True, text=True,
+                              timeout=300, cwd=REPO, env={**os.environ, "ACCELKIT_HOME": str(home)},
+                              preexec_fn=small_files)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with ResultStore(path, readonly=True) as store:
+            count = store.count()
+    runs = [subprocess.CompletedProcess(argv, code, stdout, stderr)
+            for argv, (code, stdout, stderr) in zip(commands, json.loads(proc.stdout), strict=True)]
+    return {"json": runs[0], "tables": runs[1], "count": count, "out": out}
+
+
+def test_profile_prints_the_summary_the_full_disk_cannot_take(refused):
     """Before, the printed document was the bare Measurement (kind, name, details …): no `result_id` key, unlike the
     document of a stored profile, and no `store_error` saying why."""
-    out = tmp_path / "prof"
-    with full_store(_isolated_home) as path:
-        proc = subprocess.run([sys.executable, "-m", "accelkit", *PROFILE, "--out", str(out), "--json"],
-                              capture_output=True, text=True, timeout=300, cwd=REPO,
-                              env={**os.environ, "ACCELKIT_HOME": str(_isolated_home)}, preexec_fn=small_files)
-        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-        doc = json.loads(proc.stdout)
-        assert doc["workload"] == "bert tiny-bert b1 s8" and doc["top_cpu_ops"] and doc["trace"] == str(out / "trace.json")
-        assert doc["result_id"] is None and "disk full" in doc["store_error"]
-        error = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-        assert len(error) == 1 and "disk full" in error[0], proc.stderr
-        assert ("The measurement was not stored; its JSON is printed on stdout above (redirect stdout to keep it); "
-                "not stored: profile bert tiny-bert b1 s8") in error[0], error[0]
-        with ResultStore(path, readonly=True) as store:
-            assert store.count() == NUM_ROWS
+    proc, out = refused["json"], refused["out"] / "json"
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["workload"] == "bert tiny-bert b1 s8" and doc["top_cpu_ops"] and doc["trace"] == str(out / "trace.json")
+    assert doc["result_id"] is None and "disk full" in doc["store_error"]
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and "disk full" in error[0], proc.stderr
+    assert ("The measurement was not stored; its JSON is printed on stdout above (redirect stdout to keep it); "
+            "not stored: profile bert tiny-bert b1 s8") in error[0], error[0]
+    assert refused["count"] == NUM_ROWS  # neither command stored anything
     assert (out / "trace.json").stat().st_size > 0 and json.loads((out / "summary.json").read_text())["top_cpu_ops"]
 
 
-def test_profile_without_json_prints_the_document_too(_isolated_home, tmp_path):
+def test_profile_without_json_prints_the_document_too(refused):
     """The human tables are not the measurement: a refused row still comes back as JSON on stdout (as bench does),
     and nothing claims it was stored."""
-    with full_store(_isolated_home):
-        proc = subprocess.run([sys.executable, "-m", "accelkit", *PROFILE, "--out", str(tmp_path / "prof")],
-                              capture_output=True, text=True, timeout=300, cwd=REPO,
-                              env={**os.environ, "ACCELKIT_HOME": str(_isolated_home)}, preexec_fn=small_files)
+    proc = refused["tables"]
     assert proc.returncode == 1, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["result_id"] is None and "disk full" in doc["store_error"]
