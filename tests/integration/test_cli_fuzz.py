@@ -353,7 +353,7 @@ def _asked_for_long(param: Param | None, value: str | None) -> bool:
     if param is not None and param.opt == "--copy-size":
         try:
             return parse_size(value or "", field="--copy-size") >= LONG_COPY_BYTES
-        except ValueError:
+        except (ValueError, OverflowError):  # not a size, or one past a float ("9" × 400: the CLI refuses both)
             return False
     if param is None or not any(w in param.name for w in ("time", "duration", "interval")):
         return False
