@@ -17,7 +17,7 @@ from accelkit.results import ResultStore
 from tests.conftest import REPO
 
 TUNE_TINY = ("tune", "bert", "--size", "tiny", "--batch-size", "2", "--seq-len", "16", "--no-compile",
-             "--max-trials", "2", "--device", "cpu", "--min-time", "0.1", "--json")
+             "--max-trials", "2", "--device", "cpu", "--warmup-time", "0.1", "--min-time", "0.1", "--json")
 
 
 def strict_loads(text: str):
@@ -66,7 +66,7 @@ class _CtrlC(Reporter):
 def test_ctrl_c_and_a_locked_store_keep_the_result(probed):
     from accelkit.bench.workloads import make_workload
     from accelkit.tune import tune
-    from accelkit.tune.search import TuneConfig
+    from accelkit.tune.search import QUICK_LOOP, TuneConfig
 
     store = ResultStore(probed / "results.db", timeout_s=0.05)
     writes: list[str] = []
@@ -75,7 +75,8 @@ def test_ctrl_c_and_a_locked_store_keep_the_result(probed):
     holder.execute("BEGIN IMMEDIATE")
     try:
         result = tune(make_workload("bert", {"size": "tiny", "batch_size": 2, "seq_len": 16}),
-                      TuneConfig(max_trials=2, compile=False, device="cpu", min_time_s=0.1), store=store, reporter=_CtrlC())
+                      TuneConfig(max_trials=2, compile=False, device="cpu",
+                                 loop=QUICK_LOOP.replace(warmup_time_s=0.1, min_time_s=0.1)), store=store, reporter=_CtrlC())
     finally:
         holder.execute("ROLLBACK")
         store.close()
@@ -105,7 +106,7 @@ def test_a_refused_quick_probe_is_not_measured_again_by_the_bench(_isolated_home
     (`hw probe --quick --dtype fp32`), for an MFU the tune's document does not carry."""
     from accelkit.bench.workloads import make_workload
     from accelkit.tune import tune
-    from accelkit.tune.search import TuneConfig
+    from accelkit.tune.search import QUICK_LOOP, TuneConfig
 
     _isolated_home.mkdir(parents=True, exist_ok=True)
     store = ResultStore(_isolated_home / "results.db", timeout_s=0.05)
@@ -114,7 +115,8 @@ def test_a_refused_quick_probe_is_not_measured_again_by_the_bench(_isolated_home
     reporter, steps = _Notes(), []
     try:
         result = tune(make_workload("bert", {"size": "tiny", "batch_size": 2, "seq_len": 16}),
-                      TuneConfig(max_trials=1, compile=False, device="cpu", min_time_s=0.1), store=store, reporter=reporter,
+                      TuneConfig(max_trials=1, compile=False, device="cpu",
+                                 loop=QUICK_LOOP.replace(warmup_time_s=0.1, min_time_s=0.1)), store=store, reporter=reporter,
                       on_step=steps.append)
     finally:
         holder.execute("ROLLBACK")

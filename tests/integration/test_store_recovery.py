@@ -313,13 +313,14 @@ def test_a_bench_whose_store_is_locked_keeps_every_variant_and_stops_writing(_is
 def test_tune_whose_store_is_locked_returns_every_trial(probed):
     from accelkit.bench.workloads import make_workload
     from accelkit.tune import tune
-    from accelkit.tune.search import TuneConfig
+    from accelkit.tune.search import QUICK_LOOP, TuneConfig
 
     store = ResultStore(probed / "results.db", timeout_s=0.05)  # holds a probe: no quick probe is written first
     holder = _held(probed / "results.db")
     try:
         result = tune(make_workload("bert", {"size": "tiny", "batch_size": 2, "seq_len": 16}),
-                      TuneConfig(max_trials=2, compile=False, device="cpu", min_time_s=0.1), store=store)
+                      TuneConfig(max_trials=2, compile=False, device="cpu",
+                                 loop=QUICK_LOOP.replace(warmup_time_s=0.1, min_time_s=0.1)), store=store)
     finally:
         holder.execute("ROLLBACK")
         store.close()

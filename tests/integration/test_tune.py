@@ -7,7 +7,7 @@ import re
 
 def test_tune_bert_tiny(cli):
     proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "5", "--json",
-               "--min-time", "0.2",
+               "--warmup-time", "0.2", "--min-time", "0.2",
                "--progress", check=True)
     data = json.loads(proc.stdout)  # stdout: the document only; progress went to stderr (issue #18 item 6)
     for step in ("tune bert: no stored probe of this CPU", "tune bert: checking which of", "tune bert: estimating",
@@ -42,10 +42,10 @@ def test_tune_bert_tiny(cli):
 def test_tune_memory_budget_prunes_with_the_planner(cli, probed):
     # the planner models this CPU from its probe: the suite's shared quick probe (`probed`), not one more of its own
     proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "3",
-               "--memory-budget", "1KiB", "--min-time", "0.1", "--json")
+               "--memory-budget", "1KiB", "--warmup-time", "0.1", "--min-time", "0.1", "--json")
     assert proc.returncode == 2 and "--memory-budget prunes the fp32 baseline" in proc.stderr  # even fp32 is over 1 KiB
     proc = cli("tune", "bert", "--size", "tiny", "--seq-len", "64", "--no-compile", "--max-trials", "2",
-               "--memory-budget", "4GiB", "--min-time", "0.1", "--json", check=True)
+               "--memory-budget", "4GiB", "--warmup-time", "0.1", "--min-time", "0.1", "--json", check=True)
     trials = json.loads(proc.stdout)["trials"]
     assert all(t["estimated_bytes"] and t["estimated_bytes"] < 4 * 2**30 for t in trials if t["status"] == "measured")
 

@@ -9,7 +9,7 @@ import re
 
 from accelkit.bench.workloads import make_workload
 from accelkit.tune import tune
-from accelkit.tune.search import TuneConfig
+from accelkit.tune.search import QUICK_LOOP, TuneConfig
 
 MLP = """import torch
 def make():
@@ -31,7 +31,7 @@ def _module(tmp_path, monkeypatch, name: str) -> str:
 def test_a_measured_peak_over_the_budget_is_not_ranked(tmp_path, monkeypatch):
     workload = make_workload("custom", {"module": _module(tmp_path, monkeypatch, "tune_budget_mlp")})
     result = tune(workload, TuneConfig(max_trials=2, compile=False, device="cpu", memory_budget_bytes=BUDGET,
-                                       min_time_s=0.1))
+                                       loop=QUICK_LOOP.replace(warmup_time_s=0.1, min_time_s=0.1)))
     doc = result.to_json()
     measured = {t["name"]: t for t in doc["trials"] if t["memory_bytes"] is not None}
     assert set(measured) == {"fp32", "bf16"}
@@ -50,7 +50,7 @@ def test_a_measured_peak_over_the_budget_is_not_ranked(tmp_path, monkeypatch):
 def test_cli_says_no_recipe_within_the_budget(tmp_path, monkeypatch, cli):
     target = _module(tmp_path, monkeypatch, "tune_budget_cli_mlp")  # importable: on sys.path (in-process run_cli)
     proc = cli("tune", "--module", target, "--max-trials", "1", "--no-compile", "--device", "cpu",
-               "--memory-budget", "1KiB", "--min-time", "0.1", "--no-save", env={"COLUMNS": "250"})
+               "--memory-budget", "1KiB", "--warmup-time", "0.1", "--min-time", "0.1", "--no-save", env={"COLUMNS": "250"})
     assert proc.returncode == 0, proc.stderr
     assert "over-budget" in proc.stdout and "measured peak" in proc.stdout
     assert "No recipe within --memory-budget passed the accuracy gate" in proc.stdout
@@ -60,7 +60,7 @@ def test_a_failed_gate_says_its_figure_and_threshold(cli):
     """bf16 against fp32 at --max-accuracy-drop 0: its cosine is just under 1, shown as 'cosine 1.0000 … fail'
     with an empty why column before."""
     proc = cli("tune", "bert", "--size", "tiny", "--batch-size", "2", "--seq-len", "16", "--max-trials", "2",
-               "--no-compile", "--device", "cpu", "--max-accuracy-drop", "0", "--min-time", "0.1", "--no-save",
+               "--no-compile", "--device", "cpu", "--max-accuracy-drop", "0", "--warmup-time", "0.1", "--min-time", "0.1", "--no-save",
                "--json")
     assert proc.returncode == 0, proc.stderr
     bf16 = next(t for t in json.loads(proc.stdout)["trials"] if t["name"] == "bf16")
