@@ -21,6 +21,13 @@ def test_a_bad_min_time_is_one_error_line(capsys, command, value, says):
     assert code == 2 and out == "" and err.strip().splitlines() == [f"error: {says}"], err
 
 
+def test_min_time_with_collectives_is_refused_not_ignored(capsys):
+    code, out, err = main_in_process(capsys, "hw", "probe", "--collectives", "--min-time", "0.1")
+    assert code == 2 and out == "" and err.strip().splitlines() == [
+        "error: --min-time applies to the matmul and copy probe, not --collectives; use --quick for short collective "
+        "loops, or drop --min-time"], err
+
+
 def test_min_time_is_in_both_helps(capsys):
     for command in (("hw", "probe"), ("tune",)):
         code, out, _ = main_in_process(capsys, *command, "--help")
