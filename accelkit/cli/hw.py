@@ -188,7 +188,7 @@ def probe_cmd(
 ) -> None:
     """Measure this device's matmul peak per dtype and its memory bandwidth (the measured roofline)."""
     if collectives:
-        if probe["min_time_s"] is not None:  # the collectives' loops are --quick's or full, per message size
+        if probe.get("min_time_s") is not None:  # (absent when not given) the collectives' loops are --quick's or full, per message size
             raise UserError("--min-time applies to the matmul and copy probe, not --collectives; use --quick for "
                             "short collective loops, or drop --min-time")
         _collectives(quick=probe["quick"], device=probe["device"], nproc_per_node=nproc_per_node, dist=dist,

@@ -104,7 +104,7 @@ def test_a_suites_shared_footnotes_print_once():
 def test_a_long_command_shows_progress_on_a_pipe_unless_silenced(cli):
     """stderr a pipe and no flag: the old default printed nothing until the end (a CI log looked hung)."""
     args = ("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32", "--size", "256", "--copy-size", "1MiB",
-            "--min-time", "0.05", "--no-save", "--json")
+            "--min-time", "0.3", "--no-save", "--json")  # (4 timed loops: past the 0.5 s before a first line)
     shown = cli(*args)
     assert shown.returncode == 0 and json.loads(shown.stdout)["kind"] == "probe"
     lines = shown.stderr.splitlines()
