@@ -147,13 +147,17 @@ def _check_decoder(tokenizer: Any) -> None:
 
 
 class LLGuidanceMatcher:
-    """:class:`~accelkit.serve.structured.GrammarMatcher` over an ``llguidance.LLMatcher``."""
+    """:class:`~accelkit.serve.structured.GrammarMatcher` over an ``llguidance.LLMatcher``. ``start_mask``: its
+    grammar's mask at the start (computed once, at compile), what :meth:`LLGuidanceBackend.fill_bitmasks` copies
+    while no token has been accepted instead of computing it again."""
 
-    __slots__ = ("_eos_after_stop", "eos_token_ids", "matcher")
+    __slots__ = ("_eos_after_stop", "eos_token_ids", "matcher", "num_accepted", "start_mask")
 
-    def __init__(self, matcher: llguidance.LLMatcher, eos_token_ids: frozenset[int]) -> None:
-        self.matcher, self.eos_token_ids = matcher, eos_token_ids
+    def __init__(self, matcher: llguidance.LLMatcher, eos_token_ids: frozenset[int],
+                 start_mask: np.ndarray | None = None) -> None:
+        self.matcher, self.eos_token_ids, self.start_mask = matcher, eos_token_ids, start_mask
         self._eos_after_stop = 0  # EOS accepted where llguidance had stopped by itself (it does not count them)
+        self.num_accepted = 0
 
     def accept_tokens(self, token_ids: Sequence[int]) -> bool:
         for token in token_ids:
@@ -163,13 +167,19 @@ class LLGuidanceMatcher:
                 self._eos_after_stop += 1
             elif not self.matcher.consume_token(token):
                 return False
+            self.num_accepted += 1
         return True
 
     def rollback(self, num_tokens: int) -> None:
+        self.num_accepted = max(0, self.num_accepted - num_tokens)
         uncounted = min(num_tokens, self._eos_after_stop)
         self._eos_after_stop -= uncounted
         if num_tokens > uncounted:
             self.matcher.rollback(num_tokens - uncounted)
+
+    def at_start(self) -> bool:
+        """No token accepted (or all rolled back), no error: the mask is the grammar's start mask."""
+        return self.num_accepted == 0 and self.start_mask is not None and not self.matcher.is_error()
 
     def is_terminated(self) -> bool:
         return bool(self.matcher.is_stopped())
@@ -177,17 +187,20 @@ class LLGuidanceMatcher:
 
 class LLGuidanceGrammar:
     """A compiled grammar: a matcher at the start, with its first mask computed; requests get deep copies (which
-    share its lexer and its parser tables)."""
+    share its lexer and its parser tables) and that first mask. llguidance computes every mask anew, and a start
+    state can be the costliest one — ``a{100000}``'s walks every token made of a's, each time it is computed — so a
+    request's first step copies the mask computed at compile instead (on the compile thread, not the engine's)."""
 
-    __slots__ = ("_eos", "_template", "num_bytes")
+    __slots__ = ("_eos", "_start_mask", "_template", "num_bytes")
 
-    def __init__(self, template: llguidance.LLMatcher, grammar: str, eos_token_ids: frozenset[int]) -> None:
-        self._template, self._eos = template, eos_token_ids
+    def __init__(self, template: llguidance.LLMatcher, grammar: str, eos_token_ids: frozenset[int],
+                 start_mask: np.ndarray | None = None) -> None:
+        self._template, self._eos, self._start_mask = template, eos_token_ids, start_mask
         # the grammar's text ×16, plus a floor: what a lexer holds beyond the text is not visible from Python
-        self.num_bytes = 16 * len(grammar) + (64 << 10)
+        self.num_bytes = 16 * len(grammar) + (64 << 10) + (start_mask.nbytes if start_mask is not None else 0)
 
     def matcher(self) -> LLGuidanceMatcher:
-        return LLGuidanceMatcher(self._template.deep_copy(), self._eos)
+        return LLGuidanceMatcher(self._template.deep_copy(), self._eos, self._start_mask)
 
 
 class LLGuidanceBackend:
@@ -257,7 +270,9 @@ class LLGuidanceBackend:
                 raise ValueError(_one_line(matcher.get_error(), schema))
         except ValueError as exc:
             raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema)}") from None
-        return LLGuidanceGrammar(matcher, grammar, self.eos_token_ids)
+        start_mask = first.numpy().copy()
+        start_mask.flags.writeable = False  # (shared by every request of this grammar)
+        return LLGuidanceGrammar(matcher, grammar, self.eos_token_ids, start_mask)
 
     def _allows_more_than_eos(self, row: torch.Tensor) -> bool:
         words = row.numpy().view(np.uint32).copy()
@@ -270,11 +285,17 @@ class LLGuidanceBackend:
         # torch.compile kernel at import, which pulls in dynamo)
         assert bitmask.element_size() == 4 and not bitmask.is_floating_point() and bitmask.is_contiguous() and bitmask.is_cpu
         row_bytes = bitmask.shape[1] * 4
-        if len(rows) == 1:  # one row: on this thread (no hand-off to the executor's pool,
-            m, i = rows[0]  # and a wake-up of its thread, milliseconds at times on a loaded machine)
+        computed = []
+        for m, i in rows:  # a matcher at its start: the mask computed at compile (bitmask rows are that wide)
+            if m.at_start() and m.start_mask.shape[0] == bitmask.shape[1]:
+                bitmask[i].numpy()[:] = m.start_mask
+            else:
+                computed.append((m, i))
+        if len(computed) == 1:  # one row: on this thread (no hand-off to the executor's pool,
+            m, i = computed[0]  # and a wake-up of its thread, milliseconds at times on a loaded machine)
             m.matcher.unsafe_compute_mask_ptr(bitmask.data_ptr() + i * row_bytes, row_bytes)
-        else:
-            matchers = [(m.matcher, i) for m, i in rows]
+        elif computed:
+            matchers = [(m.matcher, i) for m, i in computed]
             self._executor.unsafe_compute_mask_ptr(matchers, bitmask.data_ptr(), row_bytes, bitmask.shape[0])
         for m, i in rows:  # a matcher past its step limit (or fed a token it refused): EOS only, the request ends
             if m.matcher.is_error():

@@ -188,6 +188,52 @@ def test_a_terminated_matcher_allows_only_eos_and_rollback_reopens_it() -> None:
     assert EOS not in allowed_ids(bitmask[0]) and ids[0] in allowed_ids(bitmask[0])
 
 
+def llguidance_mask(matcher: Any) -> torch.Tensor:
+    """The mask llguidance itself computes for ``matcher``'s state (not the copy kept at compile)."""
+    row = torch.zeros((VOCAB_SIZE + 31) // 32, dtype=torch.int32)
+    matcher.matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * 4)
+    return row
+
+
+@pytest.mark.parametrize("spec", [StructuredOutputs(regex="[0-9]+x"), StructuredOutputs(choice=["yes", "no"]),
+                                  StructuredOutputs(json_object=True),
+                                  StructuredOutputs(json=json.dumps({"type": "object", "properties": {
+                                      "n": {"type": "integer"}}, "required": ["n"]}))],
+                         ids=["regex", "choice", "json_object", "json"])
+def test_a_request_at_its_start_gets_the_mask_computed_at_compile(spec: StructuredOutputs) -> None:
+    """A start state can be a grammar's costliest (``a{100000}``'s, below); it is computed once at compile and
+    copied into each request's first step — the same bits llguidance computes, before any token and again after a
+    rollback to the start; after a token the mask is computed."""
+    grammar = backend().compile(spec)
+    first, other = grammar.matcher(), grammar.matcher()
+    width = (VOCAB_SIZE + 31) // 32
+    bitmask = torch.zeros(2, width, dtype=torch.int32)
+    assert first.at_start() and first.start_mask is other.start_mask  # (one copy, shared by the grammar's requests)
+    backend().fill_bitmasks([(first, 0), (other, 1)], bitmask)
+    assert torch.equal(bitmask[0], llguidance_mask(first)) and torch.equal(bitmask[1], bitmask[0])
+    token = allowed_ids(bitmask[0])[0]
+    assert first.accept_tokens([token]) and not first.at_start()
+    bitmask.zero_()
+    backend().fill_bitmasks([(first, 0)], bitmask)
+    assert torch.equal(bitmask[0], llguidance_mask(first))
+    first.rollback(1)
+    assert first.at_start()
+    bitmask.zero_()
+    backend().fill_bitmasks([(first, 0)], bitmask)
+    assert torch.equal(bitmask[0], llguidance_mask(first)) and torch.equal(bitmask[0], torch.from_numpy(other.start_mask))
+    assert not first.start_mask.flags.writeable
+
+
+def test_a_counted_repetitions_start_mask_is_llguidances() -> None:
+    """``a{100000}``: its start mask walks every token made of a's, each time llguidance computes it; the copy kept
+    at compile has the same bits."""
+    matcher = backend().compile(StructuredOutputs(regex="a{100000}")).matcher()
+    bitmask = torch.zeros(1, (VOCAB_SIZE + 31) // 32, dtype=torch.int32)
+    backend().fill_bitmasks([(matcher, 0)], bitmask)
+    a = tokenizer().encode("a")
+    assert torch.equal(bitmask[0], llguidance_mask(matcher)) and set(a) <= set(allowed_ids(bitmask[0]))
+
+
 def test_bitmask_rows_are_filled_in_one_pass_and_applied_exactly() -> None:
     specs = [StructuredOutputs(regex="[0-9]+"), StructuredOutputs(choice=["yes", "no"]), StructuredOutputs(json_object=True)]
     matchers = [backend().compile(s).matcher() for s in specs]
