@@ -1,4 +1,5 @@
 import io
+import json
 import os
 import shutil
 import signal
@@ -114,6 +115,35 @@ def accelkit_subprocess(*args: str, timeout: float = 300, env: dict | None = Non
         [sys.executable, "-m", "accelkit", *args],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO,
     )
+
+
+#: runs each argv of the JSON list in argv[1] through the CLI's entry point, one after another in this one process;
+#: prints [[exit code, stdout, stderr], …]
+_COMMANDS = """import contextlib, io, json, sys
+from accelkit.cli.app import main
+runs = []
+for argv in json.loads(sys.argv[1]):
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    runs.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(runs))
+"""
+
+
+def accelkit_in_one_process(home: Path, commands: list[list[str]], preexec_fn) -> list[subprocess.CompletedProcess]:
+    """Each of ``commands`` through the CLI's entry point, one after another in one new process started with
+    ``preexec_fn`` (a resource limit, dropped capabilities: what only a new process can have) and ``home`` as
+    ACCELKIT_HOME — one interpreter importing torch for them all, not one per command."""
+    proc = subprocess.run([sys.executable, "-c", _COMMANDS, json.dumps(commands)], capture_output=True, text=True,
+                          timeout=300, cwd=REPO, env={**os.environ, "ACCELKIT_HOME": str(home)},
+                          preexec_fn=preexec_fn)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [subprocess.CompletedProcess(["accelkit", *argv], code, out, err)
+            for argv, (code, out, err) in zip(commands, json.loads(proc.stdout), strict=True)]
 
 
 def _needs_a_new_interpreter(env: dict | None) -> bool:

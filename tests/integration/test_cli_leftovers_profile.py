@@ -5,36 +5,16 @@ what was not stored on stderr, exit 1 — as `hw probe` and `bench` do."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from accelkit.results import ResultStore
-from tests.conftest import REPO
+from tests.conftest import accelkit_in_one_process
 from tests.integration.dist_fault.full_disk import NUM_ROWS, full_store, small_files
 
 # a trace of ~0.1 MB: well inside full_disk's 1 MiB file limit, which only the store's log is past
 PROFILE = ("profile", "bert", "--size", "tiny", "--seq-len", "8", "--batch-size", "1", "--wait", "0", "--warmup", "1",
            "--steps", "1")
-
-
-#: each argv of the JSON list in argv[1] through the CLI's entry point, one after another in this one process;
-#: prints [[exit code, stdout, stderr], …]
-_COMMANDS = """import contextlib, io, json, sys
-from accelkit.cli.app import main
-runs = []
-for argv in json.loads(sys.argv[1]):
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    runs.append([code, out.getvalue(), err.getvalue()])
-print(json.dumps(runs))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +25,9 @@ def refused(tmp_path_factory) -> dict:
     home, out = tmp_path_factory.mktemp("full-home"), tmp_path_factory.mktemp("prof")
     commands = [[*PROFILE, "--out", str(out / "json"), "--json"], [*PROFILE, "--out", str(out / "tables")]]
     with full_store(home) as path:
-        proc = subprocess.run([sys.executable, "-c", _COMMANDS, json.dumps(commands)], capture_output=True, text=True,
-                              timeout=300, cwd=REPO, env={**os.environ, "ACCELKIT_HOME": str(home)},
-                              preexec_fn=small_files)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs = accelkit_in_one_process(home, commands, small_files)
         with ResultStore(path, readonly=True) as store:
             count = store.count()
-    runs = [subprocess.CompletedProcess(argv, code, stdout, stderr)
-            for argv, (code, stdout, stderr) in zip(commands, json.loads(proc.stdout), strict=True)]
     return {"json": runs[0], "tables": runs[1], "count": count, "out": out}
 
 

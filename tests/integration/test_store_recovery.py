@@ -16,7 +16,7 @@ import pytest
 from accelkit.core import AccelkitError, Estimate, Measurement
 from accelkit.loadtest.testing import FakeOpenAIServer, FakeServerConfig
 from accelkit.results import ResultStore
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, accelkit_in_one_process, run_cli
 
 PAGE = 4096
 
@@ -132,33 +132,11 @@ def _without_dac_override() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
-#: runs each argv of the JSON list in argv[1] through the CLI's entry point, one after another in this one process;
-#: prints [[exit code, stdout, stderr], …]
-_COMMANDS = """import contextlib, io, json, sys
-from accelkit.cli.app import main
-runs = []
-for argv in json.loads(sys.argv[1]):
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    runs.append([code, out.getvalue(), err.getvalue()])
-print(json.dumps(runs))
-"""
-
-
 def _accelkit_unprivileged(home: Path, *commands: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
     """Each command as a process without root's file-mode override runs it: one such process for them all, each
     command through the CLI's entry point (a process per command is test_cli_processes.py's; a process start here
     is an interpreter importing torch)."""
-    proc = subprocess.run([sys.executable, "-c", _COMMANDS, json.dumps(commands)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "ACCELKIT_HOME": str(home)}, cwd=REPO,
-                          preexec_fn=_without_dac_override)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [subprocess.CompletedProcess(["accelkit", *args], code, out, err)
-            for args, (code, out, err) in zip(commands, json.loads(proc.stdout), strict=True)]
+    return accelkit_in_one_process(home, [list(c) for c in commands], _without_dac_override)
 
 
 @pytest.fixture
