@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from accelkit.bench.metrics import Peak, catalog_peak, matmul_figure, probe_peak
-from accelkit.hardware.probe import ProbeConfig, probe, supported_dtypes
+from accelkit.hardware.probe import ProbeConfig, probe, quick_probe_min_time, supported_dtypes
 
 if TYPE_CHECKING:
     from accelkit.bench.record import StoreWriter
@@ -24,14 +24,15 @@ class Peaks:
     """Peaks per dtype for one device, resolved once each."""
 
     def __init__(self, device: str, hardware: str, catalog: str | None, store: ResultStore | None, auto_probe: bool,
-                 reporter: Reporter, writer: StoreWriter, probe_min_time_s: float | None = None):
+                 reporter: Reporter, writer: StoreWriter, run_min_time_s: float | None = None):
         """``store`` is read for stored probes (it may be read-only); a probe run here is written through
         ``writer`` (the run's: ``StoreWriter(None)`` with --no-save) and, when it is not stored, its peaks are
-        still used from memory. ``probe_min_time_s``: the ``min_time_s`` of a probe run here (None: --quick's)."""
+        still used from memory. ``run_min_time_s``: the run's own loops' ``min_time_s``: a probe run here measures
+        no longer a loop (:func:`quick_probe_min_time`)."""
         self.device, self.hardware, self.catalog = device, hardware, catalog
         self.store, self.auto_probe, self.reporter = store, auto_probe, reporter
         self.writer = writer
-        self.probe_min_time_s = probe_min_time_s
+        self.probe_min_time_s = None if run_min_time_s is None else quick_probe_min_time(run_min_time_s)
         self._probe: dict[str, Peak] = {}
         self._unstored: list[Measurement] = []  # probes run here that the store did not take
 

@@ -34,7 +34,6 @@ from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware import match_device_name
 from accelkit.hardware.detect import cpu_info, environment
 from accelkit.hardware.device import free_memory_bytes, resolve_device
-from accelkit.hardware.probe import quick_probe_min_time
 from accelkit.timing import LoopConfig, timer_name
 
 if TYPE_CHECKING:
@@ -169,7 +168,7 @@ def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: Be
     # what was measured is kept); ``store`` itself is only read (stored probes), so it may be read-only with --no-save
     writer = StoreWriter(store if config.save else None)
     peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter, writer=writer,
-                  probe_min_time_s=quick_probe_min_time(config.loop.min_time_s))
+                  run_min_time_s=config.loop.min_time_s)
     if workload.task != "input":
         reporter.status("MFU peaks (catalog, `hw probe`)")
         peaks.prefetch([v.matmul_dtype for v in runnable])

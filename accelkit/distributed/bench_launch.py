@@ -26,7 +26,6 @@ from accelkit.distributed.launch import DistConfig, LaunchInterrupted, launch
 from accelkit.distributed.parallel import refusal
 from accelkit.distributed.quality import QualityConfig
 from accelkit.hardware.device import resolve_device
-from accelkit.hardware.probe import quick_probe_min_time
 
 if TYPE_CHECKING:
     from accelkit.bench.variants import Variant
@@ -65,7 +64,7 @@ def run_distributed_bench(
     hardware, catalog = identify(device)
     writer = StoreWriter(store if config.save else None)  # the quick probe's row (the ranks store their own)
     peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter, writer=writer,
-                  probe_min_time_s=quick_probe_min_time(config.loop.min_time_s))
+                  run_min_time_s=config.loop.min_time_s)
     peaks.prefetch(list(dict.fromkeys(v.matmul_dtype for v in runnable)))
     run_id = run_id or uuid.uuid4().hex[:12]
     compressed = any(v.compression != "none" for v in runnable)
