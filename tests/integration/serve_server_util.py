@@ -125,19 +125,13 @@ def serve_in_process(model_dir: str, *args: str, then: Callable[[str], None] | N
             time.sleep(0.05)
         return None
 
-    def healthy(url: str) -> bool:
-        try:
-            return httpx.get(f"{url}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     def drive() -> None:
         try:
             # its socket is bound and listening before the model loads; /health answers once uvicorn runs, with
             # its signal handlers in place
             port = wait_for(lambda: _listening_ports() - before, "`accelkit serve` listened on no port")
             url = f"http://127.0.0.1:{min(port)}" if port else None
-            if url is None or not wait_for(lambda: healthy(url), "/health did not answer 200"):
+            if url is None or not wait_for(lambda: is_healthy(url), "/health did not answer 200"):
                 return
         except BaseException as exc:
             raised.append(exc)
@@ -169,15 +163,20 @@ def serve_in_process(model_dir: str, *args: str, then: Callable[[str], None] | N
     return proc
 
 
+def is_healthy(base_url: str) -> bool:
+    """/health answers 200 (a server loading its model refuses connections first)."""
+    try:
+        return httpx.get(f"{base_url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def wait_healthy(base_url: str, timeout_s: float) -> None:
-    """Poll /health until it answers 200 (a server process loading its model refuses connections first)."""
+    """Poll /health until it answers 200."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+        if is_healthy(base_url):
+            return
         time.sleep(0.2)
     raise RuntimeError(f"{base_url}/health did not answer 200 within {timeout_s} s")
 
