@@ -207,6 +207,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--kinds", default=",".join(SPECS))
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--fill", choices=("auto", "inline", "pool"), default="auto",
+                        help="how a step's masks are filled: as the engine decides for this machine (auto), one row "
+                             "after another on the engine thread (inline), or on llguidance's thread pool (pool)")
     parser.add_argument("--with-previous", action="store_true",
                         help="also run each guided batch with the previous CPU mask application, interleaved")
     args = parser.parse_args()
@@ -226,6 +229,10 @@ def main() -> None:
         start = time.perf_counter()  # the engine's first structured request converts the tokenizer for llguidance
         llm.engine.structured_guide(StructuredOutputs(regex="a"))
         vocabulary_s = time.perf_counter() - start
+        backend: Any = llm.engine.structured_compiler.backend()
+        if args.fill != "auto":
+            backend.parallel_fill = args.fill == "pool"
+        print(f"masks filled {'on the pool' if backend.parallel_fill else 'inline'}", file=sys.stderr)
         print(f"tokenizer converted for llguidance in {vocabulary_s:.2f} s (once per engine)", file=sys.stderr)
         results = []
         for kind in args.kinds.split(","):
@@ -240,7 +247,8 @@ def main() -> None:
         "settings": {"vocab_requested": args.vocab, "vocab": size, "hidden": args.hidden, "layers": 2,
                      "batch": args.batch, "max_tokens": args.max_tokens, "repeats": args.repeats,
                      "threads": args.threads, "dtype": "float32", "device": "cpu",
-                     "with_previous": args.with_previous},
+                     "with_previous": args.with_previous, "fill": args.fill,
+                     "masks_filled": "pool" if backend.parallel_fill else "inline"},
         "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
         "vocabulary_s": vocabulary_s,
         "results": results,

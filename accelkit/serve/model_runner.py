@@ -479,7 +479,8 @@ class ModelRunner:
         # penalties, logit_bias, allowed_token_ids, min_tokens, min_p or logprobs: the sampler reads the sequences;
         # else its fast path
         extras = seqs if any(s.sampling_extras for s in seqs) else None
-        pending = self.sampler.launch(logits, params, seq_ids, extras)
+        # logits the model computed for this step are the sampler's to overwrite; a CUDA graph's are its output buffer
+        pending = self.sampler.launch(logits, params, seq_ids, extras, scratch=step.graph_size is None)
         if overlap is not None:
             overlap()
         tokens, logprobs = Sampler.read(pending)  # the step's one host sync (ids, and logprobs when asked for)

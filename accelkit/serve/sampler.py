@@ -300,13 +300,15 @@ class Sampler:
 
     @torch.inference_mode()
     def launch(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int],
-               extras: Rows[SampledRow] | None = None) -> torch.Tensor:
+               extras: Rows[SampledRow] | None = None, *, scratch: bool = False) -> torch.Tensor:
         """``logits``: (N, V) → (N,) int64 token ids on the device, without waiting for them (no host sync:
         the caller reads them, with :meth:`read`, when it has nothing else to do). ``extras``: the rows'
         sequences, given when some row needs the slower path (``SamplingParams.needs_processing``); then, if
-        some row asks for logprobs, the result is a packed (N, 2 + 2k) float64 tensor instead (see :meth:`read`)."""
+        some row asks for logprobs, the result is a packed (N, 2 + 2k) float64 tensor instead (see :meth:`read`).
+        ``scratch``: ``logits`` is the caller's to overwrite (a tensor made for this step, read by nothing after
+        this call): masks and biases are then applied to it in place instead of to a copy."""
         if extras is not None:
-            return self._launch_extras(logits, params, seq_ids, extras)
+            return self._launch_extras(logits, params, seq_ids, extras, scratch)
         if all(p.is_greedy for p in params):
             return greedy_ids(logits)
         logits = logits.float()
@@ -409,17 +411,19 @@ class Sampler:
         for i in guided:
             r = rows[i]
             guide: Any = r.guide
-            guide.catch_up(r.token_ids[r.num_prompt_tokens:])
+            guide.catch_up(r.token_ids, r.num_prompt_tokens)
             by_backend.setdefault(id(guide.backend), (guide.backend, []))[1].append((guide.matcher, i))
         for backend, matchers in by_backend.values():
             backend.fill_bitmasks(matchers, host)
         return host
 
     def process(self, logits: torch.Tensor, params: list[SamplingParams], rows: Rows[SampledRow],
-                settings: torch.Tensor | None = None) -> torch.Tensor:
+                settings: torch.Tensor | None = None, *, in_place: bool = False) -> torch.Tensor:
         """``logits`` (N, V) with ``allowed_token_ids``, ``logit_bias``, ``min_tokens`` masking and the penalties
         applied, in vLLM's order: what greedy rows take the argmax of and random rows sample from (after
-        temperature). ``logits`` itself is left as it is (it may be a CUDA graph's output buffer)."""
+        temperature). ``logits`` itself is left as it is (it may be a CUDA graph's output buffer), unless
+        ``in_place``: then the masks and biases are written into it (no copy of an (N, V) tensor: on a CPU a fresh
+        copy's page faults cost as much as applying a batch's structured-output masks)."""
         raw = logits.float()
         vocab = raw.shape[-1]
         up = self._upload_arrays
@@ -451,7 +455,7 @@ class Sampler:
                 biases += p.logit_bias.values()
             if p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0:
                 penalised.append(i)
-        x = raw.clone() if (mask_tokens or bias_tokens or restricted or guided) and raw is logits else raw
+        x = raw.clone() if (mask_tokens or bias_tokens or restricted or guided) and raw is logits and not in_place else raw
         if guided:  # one packed bitmask for the batch, one pass to apply it
             apply_token_bitmask_(x, self._guide_bitmask(rows, guided, vocab))
         if restricted:  # one masked fill for the batch: (N, V), the masks of the restricted rows, False elsewhere
@@ -468,17 +472,18 @@ class Sampler:
         return x
 
     def _launch_extras(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int],
-                       rows: Rows[SampledRow]) -> torch.Tensor:
+                       rows: Rows[SampledRow], scratch: bool = False) -> torch.Tensor:
         raw = logits.float()
         settings = self._upload(params, raw.shape[-1], _EXTRA_ROWS)
         temps, ks, top_ps, greedy = settings[0], settings[1].long(), settings[2], settings[3] > 0
-        x = self.process(raw, params, rows, settings)
+        ks_lp = [p.logprobs for p in params if p.logprobs is not None]
+        # (logprobs are of the model's logits, before any processing: then raw must stay as it came)
+        x = self.process(raw, params, rows, settings, in_place=scratch and not ks_lp)
         if all(p.is_greedy for p in params):
             tokens = greedy_ids(x)
         else:
             min_ps = settings[7] if any(p.min_p > 0 for p in params) else None
             tokens = _with_greedy_rows(x, params, greedy, self._sample(x, params, seq_ids, temps, ks, top_ps, min_ps))
-        ks_lp = [p.logprobs for p in params if p.logprobs is not None]
         if not ks_lp:
             return tokens
         return self.pack_logprobs(raw, tokens, max(ks_lp))

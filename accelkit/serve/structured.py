@@ -93,13 +93,14 @@ class RequestGuide:
     def __init__(self, backend: StructuredBackend, matcher: GrammarMatcher) -> None:
         self.backend, self.matcher, self.consumed = backend, matcher, 0
 
-    def catch_up(self, output_token_ids: Sequence[int]) -> None:
-        """Accept the output tokens sampled since the last call (usually one). After EOS (with ``ignore_eos`` the
-        sequence goes on) the matcher is terminated and the mask allows EOS only: nothing more to accept."""
-        new = output_token_ids[self.consumed:]
+    def catch_up(self, token_ids: Sequence[int], num_prompt_tokens: int = 0) -> None:
+        """Accept the output tokens (``token_ids`` past its first ``num_prompt_tokens``) sampled since the last
+        call (usually one). After EOS (with ``ignore_eos`` the sequence goes on) the matcher is terminated and the
+        mask allows EOS only: nothing more to accept."""
+        new = token_ids[num_prompt_tokens + self.consumed:]  # (only the new ones: not a copy of the whole output)
         if new and not self.matcher.is_terminated():
             self.matcher.accept_tokens(new)  # (tokens the mask let through: it fails only past a backend limit)
-        self.consumed = len(output_token_ids)
+        self.consumed = len(token_ids) - num_prompt_tokens
 
 
 def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
@@ -272,7 +273,7 @@ class GrammarCompiler:
 
     def _compile(self, spec: StructuredOutputs) -> CompiledGrammar:
         try:
-            backend = self._get_backend()
+            backend = self.backend()
             before = allocated_bytes()
             grammar = backend.compile(spec)
         except ValueError as exc:
@@ -307,5 +308,6 @@ class GrammarCompiler:
                 self._backend_made = self._pool.submit(self._make_backend)
             return self._backend_made
 
-    def _get_backend(self) -> StructuredBackend:
+    def backend(self) -> StructuredBackend:
+        """The backend (made on the first call, on the pool; ValueError where it cannot be made)."""
         return self._backend_future().result()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from accelkit.core.device import usable_cores
 from accelkit.serve.sampling import StructuredOutputs
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ STEP_LEXER_FUEL = 50_000
 INITIAL_LEXER_FUEL = 200_000
 MAX_LEXER_STATES = 50_000
 MAX_GRAMMAR_SIZE = 500_000  # symbols in the grammar's productions (llguidance's default)
+# a step's masks are filled on llguidance's thread pool from this many usable cores up; below, one after another
+PARALLEL_FILL_MIN_CORES = 4
 
 # JSON: whitespace between tokens as before (at most 2 spaces or newlines in a row: `{"a": 1}` and a newline of
 # pretty-printing fit, and a model cannot pad forever)
@@ -223,6 +226,10 @@ class LLGuidanceBackend:
             max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE, verbose_errors=False,
         )
         self._executor = llguidance.LLExecutor(num_threads=2)
+        # rows of a step filled on the executor's threads only where there are cores to spare for them: on a
+        # 2-core CPU, where torch runs on both, handing 16 rows to its pool took longer than filling them one after
+        # another on the calling thread (benchmarks/structured_outputs.py --fill)
+        self.parallel_fill = usable_cores() >= PARALLEL_FILL_MIN_CORES
         self._eos_words = [(t // 32, 1 << (t % 32)) for t in sorted(eos_token_ids) if t < vocab_size]
 
     def grammar_text(self, spec: StructuredOutputs, schema: Any = None) -> str:
@@ -291,9 +298,10 @@ class LLGuidanceBackend:
                 bitmask[i].numpy()[:] = m.start_mask
             else:
                 computed.append((m, i))
-        if len(computed) == 1:  # one row: on this thread (no hand-off to the executor's pool,
-            m, i = computed[0]  # and a wake-up of its thread, milliseconds at times on a loaded machine)
-            m.matcher.unsafe_compute_mask_ptr(bitmask.data_ptr() + i * row_bytes, row_bytes)
+        if len(computed) == 1 or not self.parallel_fill:  # on this thread: no hand-off to the executor's pool
+            base = bitmask.data_ptr()  # (and no wake-up of its threads, milliseconds at times on a loaded machine)
+            for m, i in computed:
+                m.matcher.unsafe_compute_mask_ptr(base + i * row_bytes, row_bytes)
         elif computed:
             matchers = [(m.matcher, i) for m, i in computed]
             self._executor.unsafe_compute_mask_ptr(matchers, bitmask.data_ptr(), row_bytes, bitmask.shape[0])

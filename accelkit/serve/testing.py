@@ -157,7 +157,7 @@ def forced_top1_agreement(engine: Any, prompts: list[list[int]], continuations: 
         def forget(self, seq_id: int) -> None:
             real_sampler.forget(seq_id)
 
-        def launch(self, logits: Any, params: Any, seq_ids: list[int], extras: Any = None) -> Any:
+        def launch(self, logits: Any, params: Any, seq_ids: list[int], extras: Any = None, *, scratch: bool = False) -> Any:
             import torch
 
             top1 = logits.argmax(dim=-1).tolist()

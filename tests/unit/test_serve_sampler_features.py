@@ -260,3 +260,29 @@ def test_a_seeded_row_gives_the_same_tokens_whatever_shares_its_batch():
     assert alone[0] == alone[1]
     crowded_alone = Sampler(torch.device("cpu"), seed=5)(logits[1:2], [seeded], [7])[0]
     assert crowded[1] == crowded_alone
+
+
+def test_scratch_logits_are_masked_in_place_and_logprobs_stay_those_of_the_raw_logits():
+    """``launch(scratch=True)``: the runner's fresh logits take the masks and biases themselves (no (N, V) copy);
+    the sampled tokens are the same as from a copy, and a row asking for logprobs keeps the logits as they came."""
+    gen = torch.Generator().manual_seed(11)
+    logits = torch.randn(3, V, generator=gen)
+    params = [SamplingParams.greedy(logit_bias={3: 50.0}), SamplingParams.greedy(allowed_token_ids=(7, 9)),
+              SamplingParams.greedy(min_tokens=2, stop_token_ids=[int(logits[2].argmax())])]
+    rows = [Row(i, p, [1, 2], 1, frozenset(p.stop_token_ids)) for i, p in enumerate(params)]
+    copied = logits.clone()
+    expected = Sampler(torch.device("cpu"), seed=0).read(Sampler(torch.device("cpu"), seed=0).launch(
+        copied, params, [0, 1, 2], rows))[0]
+    assert torch.equal(copied, logits)  # (not scratch: left as it came)
+    scratch = logits.clone()
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    assert sampler.read(sampler.launch(scratch, params, [0, 1, 2], rows, scratch=True))[0] == expected
+    assert expected[:2] == [3, 9] and expected[2] != int(logits[2].argmax())  # (each row's processing took)
+    assert scratch[0, 3] == logits[0, 3] + 50.0 and torch.isinf(scratch[1]).sum() == V - 2  # written in place
+    with_logprobs = [p.replace(logprobs=2) for p in params]
+    raw = logits.clone()
+    tokens, logprobs = sampler.read(sampler.launch(raw, with_logprobs, [0, 1, 2], rows, scratch=True))
+    assert tokens == expected and torch.equal(raw, logits) and logprobs is not None
+    reference = torch.log_softmax(logits.double(), dim=-1)
+    for i in range(3):
+        assert logprobs[i][0] == pytest.approx(float(reference[i, tokens[i]]), abs=1e-5)

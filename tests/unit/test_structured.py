@@ -283,6 +283,36 @@ def test_one_row_is_filled_as_in_a_batch_and_every_logits_dtype_is_masked_alike(
     apply_token_bitmask_(reference, batch)
     assert torch.equal(strided, reference)
 
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_steps_rows_get_the_same_masks_on_the_pool_as_one_after_another(parallel: bool) -> None:
+    """``parallel_fill`` (from 4 usable cores up) hands a step's rows to llguidance's pool, else fills them in turn
+    on the calling thread: every row's mask is the one its matcher computes alone, whichever way."""
+    specs = [StructuredOutputs(json_object=True), StructuredOutputs(regex="[a-z ]{1,40}[.]"),
+             StructuredOutputs(choice=["alpha", "beta", "gamma"])]
+    matchers = [backend().compile(specs[i % 3]).matcher() for i in range(9)]
+    rng = random.Random(3)
+    width = (VOCAB_SIZE + 31) // 32
+    local = LLGuidanceBackend(tokenizer(), VOCAB_SIZE, [EOS])
+    local.parallel_fill = parallel
+    for _ in range(12):  # rows at different depths of their grammars, some past their start mask
+        batch = torch.zeros((len(matchers) + 1, width), dtype=torch.int32)
+        local.fill_bitmasks([(m, i + 1) for i, m in enumerate(matchers)], batch)
+        for i, m in enumerate(matchers):
+            assert torch.equal(batch[i + 1], llguidance_mask(m)), (parallel, i)
+            allowed = [t for t in allowed_ids(batch[i + 1]) if t != EOS]
+            if allowed:
+                assert m.accept_tokens([rng.choice(allowed)])
+        assert not batch[0].any()  # (a row no matcher was given is left as it was)
+
+
+def test_masks_are_filled_on_the_pool_only_with_cores_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
+    import accelkit.serve.structured_llguidance as module
+
+    for cores, parallel in ((2, False), (3, False), (4, True), (64, True)):
+        monkeypatch.setattr(module, "usable_cores", lambda cores=cores: cores)
+        assert LLGuidanceBackend(tokenizer(), VOCAB_SIZE, [EOS]).parallel_fill is parallel, cores
+
+
 # ---- refusals: one line naming the keyword, the construct or the limit --------------------------------------------
 
 @pytest.mark.parametrize(("fields", "words"), [
