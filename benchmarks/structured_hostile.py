@@ -15,7 +15,10 @@ The 8 clients run in a process of their own and the canary in this one, as separ
 machine the clients still take CPU from the server, as clients on the same host would, but the canary's time is not
 spent waiting for the clients' interpreter lock (an earlier version ran all nine in one process, where the canary
 thread queued behind eight busy ones). The load average before and after is in the JSON: a figure measured beside
-other jobs is not a quiet one.
+other jobs is not a quiet one. ``--clients-nice 10`` runs the clients' process niced: on a 2-core machine their own
+CPU (8 threads encoding, sending and reading) otherwise slows the canary even under plain load, which clients on other
+hosts would not. Each hostile kind is also given against the plain rounds (``p50_over_plain``): the same number of
+requests, so what the hostile specs themselves add.
 """
 
 from __future__ import annotations
@@ -179,11 +182,14 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=30, help="canary requests on the idle server")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between canary requests")
     parser.add_argument("--server-args", default="", help="more `accelkit serve` flags, e.g. '--cpu-threads 1'")
+    parser.add_argument("--clients-nice", type=int, default=0,
+                        help="niceness of the clients' process (0–19): on a small machine, 10 leaves the server the "
+                             "CPU that clients on other hosts would not take from it")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    if args.rounds < 1 or args.idle < 3 or args.interval < 0:
-        parser.error(f"--rounds {args.rounds} --idle {args.idle} --interval {args.interval}: "
-                     "need rounds ≥ 1, idle ≥ 3, interval ≥ 0")
+    if args.rounds < 1 or args.idle < 3 or args.interval < 0 or not 0 <= args.clients_nice <= 19:
+        parser.error(f"--rounds {args.rounds} --idle {args.idle} --interval {args.interval} --clients-nice "
+                     f"{args.clients_nice}: need rounds ≥ 1, idle ≥ 3, interval ≥ 0, clients-nice 0–19")
     import httpx
     import psutil
 
@@ -209,7 +215,8 @@ def main() -> None:
             log(f"idle canary: p50 {idle_summary['p50']:.1f} ms, p90 {idle_summary['p90']:.1f} ms")
             hostile = hostile_request_fields()
             rounds: dict[str, list[dict[str, Any]]] = {"plain": [], "hostile": [], "hostile_cached": []}
-            clients = stack.enter_context(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
+            clients = stack.enter_context(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                              initializer=os.nice, initargs=(args.clients_nice,)))
             clients.submit(send_all, url, [body({})]).result()  # (the clients' process started, httpx imported)
             for i in range(args.rounds):  # interleaved: plain, hostile (every spec new), the same hostile again
                 for kind, fields in (("plain", [{}] * len(hostile)), ("hostile", [fresh(f, i) for f in hostile]),
@@ -221,15 +228,21 @@ def main() -> None:
                         f" (slowest {result['slowest_request_s']:.2f} s); canary p50 {c['p50']:.1f} ms, max "
                         f"{c['max']:.0f} ms ({c['n']}); server RSS peak {result['server_rss_mib']['peak']:.0f} MiB")
             summary = {kind: pooled(rs, idle_summary) for kind, rs in rounds.items()}
+            for kind in ("hostile", "hostile_cached"):  # what the hostile specs add to the same number of requests
+                for q in ("p50", "p90"):
+                    summary[kind][f"{q}_over_plain"] = summary[kind]["canary_ms"][q] / summary["plain"]["canary_ms"][q]
             for kind, p in summary.items():
                 log(f"{kind}: canary p50 {p['canary_ms']['p50']:.1f} ms = {p['p50_over_idle']:.2f}× idle, p90 "
-                    f"{p['canary_ms']['p90']:.1f} ms = {p['p90_over_idle']:.2f}× idle")
+                    f"{p['canary_ms']['p90']:.1f} ms = {p['p90_over_idle']:.2f}× idle"
+                    + (f" ({p['p50_over_plain']:.2f}× / {p['p90_over_plain']:.2f}× plain load's)"
+                       if "p50_over_plain" in p else ""))
             rss_mib = [r["server_rss_mib"] for rs in rounds.values() for r in rs]
             threads = psutil.Process(pid).num_threads()
     doc = {
         "benchmark": "structured_hostile",
         "command": "python benchmarks/structured_hostile.py " + " ".join(sys.argv[1:]),
         "settings": {"clients": CLIENTS, "clients_process": "their own (8 threads); the canary in the benchmark's",
+                     "clients_nice": args.clients_nice,
                      "idle_requests": args.idle, "interval_s": args.interval,
                      "server_args": args.server_args,
                      "canary": canary, "model": "save_bytelevel_model(seed=2): tiny Llama, 512-token byte-level BPE"},

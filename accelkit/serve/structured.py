@@ -31,7 +31,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from accelkit.serve.sampling import StructuredOutputs
 
@@ -76,8 +76,13 @@ class StructuredBackend(Protocol):
     name: str
     vocab_size: int
 
-    def compile(self, spec: StructuredOutputs) -> CompiledGrammar:
-        """``spec`` compiled; ValueError with one line naming the field (``structured_outputs.regex: ...``)."""
+    def prepare(self, spec: StructuredOutputs) -> Any:
+        """What :meth:`compile` takes as ``prepared``: the compile's Python-side work (parsing and rewriting the spec,
+        writing the engine's grammar), done apart because it holds the interpreter lock. ValueError as compile."""
+
+    def compile(self, spec: StructuredOutputs, prepared: Any = None) -> CompiledGrammar:
+        """``spec`` compiled (from :meth:`prepare`'s result, or doing that work itself when None); ValueError with one
+        line naming the field (``structured_outputs.regex: ...``)."""
 
     def fill_bitmasks(self, rows: Sequence[tuple[GrammarMatcher, int]], bitmask: torch.Tensor) -> None:
         """Write each matcher's next-token mask into row ``i`` of ``bitmask`` ((R, ceil(vocab_size / 32)) int32 on
@@ -197,6 +202,10 @@ class GrammarCompiler:
         self._backend_made: concurrent.futures.Future[StructuredBackend] | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="accelkit-compile",
                                                            initializer=lower_thread_priority, initargs=(COMPILE_NICE,))
+        # a compile's Python-side part (see _compile) runs here, at the server's own priority: its one thread is
+        # started now, from this thread (a thread inherits its creator's nice value, and a compile thread's is raised)
+        self._prepare_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="accelkit-grammar-prepare")
+        self._prepare_pool.submit(int).result()
         self._lock = threading.Lock()
         self._grammars: OrderedDict[StructuredOutputs, tuple[CompiledGrammar, int]] = OrderedDict()  # (its weight)
         self._errors: OrderedDict[StructuredOutputs, str] = OrderedDict()
@@ -234,6 +243,7 @@ class GrammarCompiler:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._prepare_pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- internals -----------------------------------------------------------------------------------------
 
@@ -272,10 +282,16 @@ class GrammarCompiler:
                 self._inflight.pop(spec, None)
 
     def _compile(self, spec: StructuredOutputs) -> CompiledGrammar:
+        """On a niced compile thread. The spec's parsing and rewriting (Python, holding the interpreter lock) is
+        handed to a thread at the server's priority first: a niced thread holding the lock on a busy machine is
+        scheduled rarely and keeps it long — the event loop and the engine stalled behind a 9 KB schema's rewrite
+        for 100–200 ms (the hostile-request benchmark's slowest canaries). The engine's own compile (llguidance's
+        Rust, the lock released) is what runs niced."""
         try:
             backend = self.backend()
+            prepared = self._prepare_pool.submit(backend.prepare, spec).result()
             before = allocated_bytes()
-            grammar = backend.compile(spec)
+            grammar = backend.compile(spec, prepared)
         except ValueError as exc:
             with self._lock:
                 self._inflight.pop(spec, None)

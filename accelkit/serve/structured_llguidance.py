@@ -252,13 +252,21 @@ class LLGuidanceBackend:
         assert spec.grammar is not None
         return str(llg.grammar_from("grammar", spec.grammar))
 
-    def compile(self, spec: StructuredOutputs) -> LLGuidanceGrammar:
-        import torch
-
+    def prepare(self, spec: StructuredOutputs) -> tuple[Any, str]:
+        """(the parsed JSON schema or None, the grammar's text): the Python-side part of a compile, which holds the
+        interpreter lock (see :meth:`GrammarCompiler._compile`); ValueError as :meth:`compile`."""
         schema = json.loads(spec.json) if spec.json is not None else None
         try:
+            return schema, self.grammar_text(spec, schema)
+        except ValueError as exc:
+            raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema)}") from None
+
+    def compile(self, spec: StructuredOutputs, prepared: tuple[Any, str] | None = None) -> LLGuidanceGrammar:
+        import torch
+
+        schema, grammar = prepared if prepared is not None else self.prepare(spec)
+        try:
             for _ in range(_MAX_FORMATS_DROPPED + 1):
-                grammar = self.grammar_text(spec, schema)
                 matcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0, limits=self.limits)
                 unknown = _UNKNOWN_FORMAT.search(matcher.get_error()) if matcher.is_error() else None
                 if unknown is None:
@@ -268,6 +276,7 @@ class LLGuidanceBackend:
                 if dropped is schema:
                     break
                 schema = dropped
+                grammar = self.grammar_text(spec, schema)
             if not matcher.is_error():  # the first mask: it is where a lexer past its limits or matching nothing shows
                 first = torch.zeros((self.vocab_size + 31) // 32, dtype=torch.int32)
                 matcher.unsafe_compute_mask_ptr(first.data_ptr(), first.numel() * 4)

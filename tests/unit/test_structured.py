@@ -388,11 +388,14 @@ class GatedBackend:
         self.compiles: list[StructuredOutputs] = []
         self.name, self.vocab_size = "gated", VOCAB_SIZE
 
-    def compile(self, spec: StructuredOutputs) -> Any:
+    def prepare(self, spec: StructuredOutputs) -> Any:
+        return backend().prepare(spec)
+
+    def compile(self, spec: StructuredOutputs, prepared: Any = None) -> Any:
         self.compiles.append(spec)
         self.started.release()
         self.gate.wait()
-        return backend().compile(spec)
+        return backend().compile(spec, prepared)
 
     def fill_bitmasks(self, rows: Any, bitmask: torch.Tensor) -> None:
         backend().fill_bitmasks(rows, bitmask)
@@ -433,14 +436,21 @@ def test_a_compile_past_the_time_limit_is_refused_naming_it_and_queued_ones_are_
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 def test_compiles_run_nicer_than_the_server_threads() -> None:
     class NiceRecorder(GatedBackend):
-        def compile(self, spec: StructuredOutputs) -> Any:
+        def prepare(self, spec: StructuredOutputs) -> Any:
+            self.prepare_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            return backend().prepare(spec)
+
+        def compile(self, spec: StructuredOutputs, prepared: Any = None) -> Any:
             self.nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-            return backend().compile(spec)
+            assert prepared is not None  # (the Python-side work was done before, elsewhere)
+            return backend().compile(spec, prepared)
 
     recorder = NiceRecorder()
-    GrammarCompiler(lambda: recorder).compile(StructuredOutputs(regex="a"))
+    GrammarCompiler(lambda: recorder).compile(StructuredOutputs(json='{"type": "object"}'))
     main = os.getpriority(os.PRIO_PROCESS, os.getpid())
     assert recorder.nice == min(19, main + COMPILE_NICE)
+    # the part that holds the interpreter lock runs at the server's priority: a niced holder stalls every thread
+    assert recorder.prepare_nice == main
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # the caller's thread is untouched
 
 
