@@ -284,9 +284,9 @@ class GrammarCompiler:
     def _compile(self, spec: StructuredOutputs) -> CompiledGrammar:
         """On a niced compile thread. The spec's parsing and rewriting (Python, holding the interpreter lock) is
         handed to a thread at the server's priority first: a niced thread holding the lock on a busy machine is
-        scheduled rarely and keeps it long — the event loop and the engine stalled behind a 9 KB schema's rewrite
-        for 100–200 ms (the hostile-request benchmark's slowest canaries). The engine's own compile (llguidance's
-        Rust, the lock released) is what runs niced."""
+        scheduled rarely and keeps it long, and every other thread — the event loop, the engine — waits for the lock
+        meanwhile (a profile of the hostile-request benchmark found the compile threads holding it in the rewrite
+        of its large schemas). The engine's own compile (llguidance's Rust, the lock released) is what runs niced."""
         try:
             backend = self.backend()
             prepared = self._prepare_pool.submit(backend.prepare, spec).result()
