@@ -3,6 +3,7 @@ construction; no torch here, so the CLI can build its flags from them without im
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -13,6 +14,7 @@ from accelkit.serve.sampling import SEED_MAX, SEED_MIN
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 AttentionBackendName = Literal["auto", "sdpa", "cpu", "triton"]
+StructuredOutputsBackendName = Literal["llguidance", "xgrammar"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +73,18 @@ class EngineConfig(Spec):
     max_cuda_graph_batch_size: int | None = spec_field(
         None, min=1, doc="Largest decode batch replayed from a CUDA graph (larger ones run eagerly); None = max_num_seqs, at most 512.",
     )
+    structured_outputs_backend: StructuredOutputsBackendName = spec_field(
+        "llguidance", doc="The grammar engine of structured outputs (guided_json, guided_regex, response_format ...): "
+        "llguidance (vLLM's guidance backend: its compile and mask limits bound every request) or xgrammar (vLLM's "
+        "default; optional, pip install accelkit[xgrammar]; no compile limit of its own). docs/engine.md, 'Choosing "
+        "the backend'.",
+    )
+
+    def validate(self) -> None:
+        if self.structured_outputs_backend == "xgrammar" and importlib.util.find_spec("xgrammar") is None:
+            raise ValueError("structured_outputs_backend='xgrammar' needs the xgrammar package, which is not "
+                             "installed; pip install accelkit[xgrammar], or leave structured_outputs_backend at "
+                             "llguidance")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

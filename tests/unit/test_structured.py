@@ -60,15 +60,17 @@ def closers() -> frozenset[int]:
     return frozenset(i for i in range(512) if tok.decode([i]) in set('"}],:0123456789tfnl'))
 
 
-def walk(spec: StructuredOutputs, seed: int, max_steps: int = 600) -> tuple[str, bool]:
-    """A random walk through the allowed tokens: (its text, whether it ended with EOS allowed and taken)."""
+def walk(spec: StructuredOutputs, seed: int, max_steps: int = 600, using: Any = None) -> tuple[str, bool]:
+    """A random walk through the allowed tokens of ``using``'s masks (llguidance's by default): (its text, whether
+    it ended with EOS allowed and taken)."""
     rng = random.Random(seed)
-    grammar = backend().compile(spec)
+    engine = backend() if using is None else using
+    grammar = engine.compile(spec)
     matcher = grammar.matcher()
     bitmask = torch.zeros(1, (VOCAB_SIZE + 31) // 32, dtype=torch.int32)
     ids: list[int] = []
     for _ in range(max_steps):
-        backend().fill_bitmasks([(matcher, 0)], bitmask)
+        engine.fill_bitmasks([(matcher, 0)], bitmask)
         allowed = allowed_ids(bitmask[0])
         assert allowed, f"nothing allowed after {tokenizer().decode(ids)!r}"
         assert all(t < 512 for t in allowed)  # the ids past the tokenizer's have no text

@@ -1,0 +1,364 @@
+"""The xgrammar backend of structured outputs (vLLM's default, ``--structured-outputs-backend xgrammar``): a pushdown
+automaton over the grammar with token masks precomputed per rule at compile, in C++. Optional
+(``pip install accelkit[xgrammar]``); llguidance stays the default.
+
+Two differences from llguidance that a user sees (docs/engine.md, "Choosing the backend"):
+
+- xgrammar has no compile fuel or time limit of its own. The server's wall-clock limit answers the request with a
+  400, but a compile that runs away keeps its compile thread until it ends. What is known to run long is refused
+  before compiling (schemas nested deeper than :data:`MAX_SCHEMA_DEPTH`).
+- Its JSON Schema converter drops some keywords without a word (``uniqueItems``, ``allOf`` with several branches,
+  a ``type`` beside ``anyOf`` …): such a schema would let out documents the schema rejects, so each is refused
+  naming the keyword and where it is (:func:`unenforced_keyword`), as llguidance's unenforceable keywords are.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from accelkit.core.device import usable_cores
+from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.structured_llguidance import PARALLEL_FILL_MIN_CORES, _check_decoder, _close_objects, _subschemas
+
+if TYPE_CHECKING:
+    import torch
+    import xgrammar
+
+INSTALL_HINT = "pip install accelkit[xgrammar]"
+# JSON: at most 2 whitespace characters between tokens, as the llguidance backend allows
+MAX_WHITESPACE = 2
+# the deepest JSON nesting of a schema compiled (llguidance's limit, 128, which is about 64 levels of objects):
+# xgrammar's compile grows faster than the depth (100 levels of properties 0.1 s, 450 levels 8.7 s on a 2-core VM)
+MAX_SCHEMA_DEPTH = 128
+COMPILE_THREADS = 2  # xgrammar's threads for one compile's mask tables (started from a niced compile thread)
+
+# JSON Schema keywords xgrammar 0.2.9 drops without an error (checked against the grammar it writes: the same with
+# and without them), and the ones that constrain: a key in neither is a non-keyword a validator ignores
+_NEVER_ENFORCED = ("uniqueItems", "contains", "minContains", "maxContains", "dependentRequired", "dependentSchemas",
+                   "dependencies", "if", "then", "else", "not")
+_VALIDATION = frozenset({
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength",
+    "minLength", "pattern", "format", "items", "prefixItems", "additionalItems", "unevaluatedItems", "contains",
+    "maxItems", "minItems", "uniqueItems", "maxContains", "minContains", "properties", "patternProperties",
+    "additionalProperties", "unevaluatedProperties", "propertyNames", "maxProperties", "minProperties", "required",
+    "dependentRequired", "dependentSchemas", "dependencies", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
+    "$ref",
+})
+# a node with one of these is compiled from it alone: every other constraint beside it is dropped
+_ALONE = ("$ref", "allOf", "anyOf", "oneOf", "enum", "const")
+_JSON_TYPES: dict[str, Any] = {"string": str, "boolean": bool, "null": type(None), "object": dict, "array": list}
+_CPP_PREFIX = re.compile(r"^\[[0-9:]+\] \S+:\d+: (?:Check failed: .*? is false: )?")
+
+
+def _nodes(schema: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, subschema) of ``schema`` and every schema inside it ("" the root), depth first."""
+    stack = [(path, schema)]
+    while stack:
+        where, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        yield where, node
+        stack += reversed([(f"{where}.{step}" if where else step, sub) for step, sub in _subschemas(node)])
+
+
+def _has_type(value: Any, name: str) -> bool:
+    if name in ("integer", "number"):
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and (name == "number" or float(value).is_integer()))
+    kind = _JSON_TYPES.get(name)
+    return kind is not None and isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+
+
+def unenforced_keyword(schema: Any) -> tuple[str, str] | None:
+    """(keyword, where) of the first constraint in ``schema`` that xgrammar would drop, or None."""
+    for where, node in _nodes(schema):
+        for key in _NEVER_ENFORCED:
+            if key in node and not (key == "uniqueItems" and node[key] is False):
+                return key, where
+        types = node.get("type")
+        if "multipleOf" in node and types != "integer":  # (xgrammar enforces it on integers only)
+            return "multipleOf", where
+        for bound in ("minLength", "maxLength"):
+            if bound in node and ("pattern" in node or "format" in node):
+                return bound, where
+        if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
+            return "allOf", where
+        alone = [key for key in _ALONE if key in node]
+        if alone:
+            values = node["enum"] if alone[0] == "enum" else [node["const"]] if alone[0] == "const" else None
+            for key in node:
+                if key == alone[0] or key not in _VALIDATION:
+                    continue
+                if key == "type" and values is not None and isinstance(values, list):  # (a type every value has)
+                    names = types if isinstance(types, list) else [types]
+                    if all(any(_has_type(v, str(n)) for n in names) for v in values):
+                        continue
+                return key, where
+    return None
+
+
+# a date as a validator reads it (each month's days, February 29 in leap years only): xgrammar's own "date" lets
+# 2021-02-31 out; a time as RFC 3339 writes it
+_DATE = (r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+         r"|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
+         r"-02-29)")
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_FORMAT_PATTERNS = {"date": f"^{_DATE}$", "date-time": f"^{_DATE}T{_TIME}$"}
+
+
+def rewritten(schema: Any) -> Any:
+    """A copy of ``schema`` with two of xgrammar's string rules replaced by patterns that say the same: a length
+    bound (xgrammar's lets raw control characters into the JSON string: a document no parser reads) and the
+    ``date``/``date-time`` formats (xgrammar's allow February 31). Call after :func:`unenforced_keyword`."""
+    if isinstance(schema, list):
+        return [rewritten(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: rewritten(v) if k not in ("enum", "const", "default", "examples") else v for k, v in schema.items()}
+    bounds = [out[k] for k in ("minLength", "maxLength") if k in out]
+    if bounds and all(isinstance(b, int) for b in bounds) and "pattern" not in out and "format" not in out:
+        low, high = int(out.pop("minLength", 0)), out.pop("maxLength", None)
+        out["pattern"] = f"^[^\\x00-\\x1f]{{{low},{'' if high is None else int(high)}}}$"
+    elif out.get("format") in _FORMAT_PATTERNS and "pattern" not in out:
+        out["pattern"] = _FORMAT_PATTERNS[out.pop("format")]
+    return out
+
+
+def schema_depth(schema: Any) -> int:
+    """How deep ``schema``'s JSON nests (a scalar 0, ``{}`` 1)."""
+    deepest, stack = 0, [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if items is None:
+            continue
+        deepest = max(deepest, depth)
+        stack += [(item, depth + 1) for item in items]
+    return deepest
+
+
+def _ebnf_string(text: str) -> str:
+    """``text`` as an EBNF string literal: quotes and backslashes escaped, control characters as ``\\xNN``."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ch == "\x7f":
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def choice_grammar(choices: Sequence[str]) -> str:
+    """An EBNF grammar whose sentences are exactly ``choices``."""
+    return "root ::= " + " | ".join(_ebnf_string(c) for c in choices)
+
+
+def is_ebnf(grammar: str) -> bool:
+    """Whether ``grammar`` is GBNF/EBNF (rules ``name ::= ...``) rather than Lark (``name: ...``)."""
+    return re.search(r"^\s*[A-Za-z_][\w.-]*\s*::=", grammar, re.MULTILINE) is not None
+
+
+def _one_line(error: str) -> str:
+    """xgrammar's error (``[hh:mm:ss] file.cc:line: message``, sometimes over several lines) as its message line."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    first = _CPP_PREFIX.sub("", lines[0]) if lines else "it does not compile"
+    if "Invalid repetition range {-" in first:  # (a count past int32 wrapped to a negative one)
+        return ("a repetition count is past the xgrammar engine's limit (2,147,483,647); use a smaller count or "
+                "an open repetition (+, *, {n,})")
+    return first[:400]
+
+
+def _tokenizer_info(xgr: Any, tokenizer: Any, vocab_size: int, eos_token_ids: Collection[int]) -> Any:
+    """xgrammar's view of the vocabulary, special tokens (``<s>``, ``<pad>``, a chat template's markers) written as
+    empty: xgrammar reads a byte-level ``<s>`` as the text ``<s>`` and would let it into a string, where the
+    detokenizer drops it; an empty token is never allowed (EOS is a stop token, allowed where the grammar ends)."""
+    stops = sorted(eos_token_ids) or None  # (None: xgrammar finds the tokenizer's own)
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
+    special = set(getattr(tokenizer, "all_special_ids", ()))
+    special |= {i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items() if t.special}
+    if not special:
+        return info
+    vocab = [""] * vocab_size
+    for text, i in tokenizer.get_vocab().items():
+        if i < vocab_size and i not in special:
+            vocab[i] = text
+    return xgr.TokenizerInfo(vocab, info.vocab_type, vocab_size=vocab_size, stop_token_ids=info.stop_token_ids,
+                             add_prefix_space=info.add_prefix_space)
+
+
+class XGrammarMatcher:
+    """:class:`~accelkit.serve.structured.GrammarMatcher` over an ``xgrammar.GrammarMatcher``. ``start_mask``: its
+    grammar's mask at the start, computed once at compile and copied while no token has been accepted."""
+
+    __slots__ = ("failed", "matcher", "num_accepted", "start_mask")
+
+    def __init__(self, matcher: xgrammar.GrammarMatcher, start_mask: np.ndarray) -> None:
+        self.matcher, self.start_mask = matcher, start_mask
+        self.num_accepted = 0
+        self.failed = False  # a token was refused: the request ends (EOS only), as llguidance's error state
+
+    def accept_tokens(self, token_ids: Sequence[int]) -> bool:
+        for token in token_ids:
+            if self.failed or self.matcher.is_terminated() or not self.matcher.accept_token(int(token)):
+                self.failed = True
+                return False
+            self.num_accepted += 1
+        return True
+
+    def rollback(self, num_tokens: int) -> None:
+        num_tokens = min(num_tokens, self.num_accepted)
+        if num_tokens > 0:
+            self.matcher.rollback(num_tokens)
+            self.num_accepted -= num_tokens
+
+    def at_start(self) -> bool:
+        """No token accepted (or all rolled back), no failure: the mask is the grammar's start mask."""
+        return self.num_accepted == 0 and not self.failed
+
+    def is_terminated(self) -> bool:
+        return self.failed or bool(self.matcher.is_terminated())
+
+
+class XGrammarGrammar:
+    """A compiled grammar (immutable, shared) and its start mask; each request gets a matcher of its own."""
+
+    __slots__ = ("_compiled", "_start_mask", "num_bytes")
+
+    def __init__(self, compiled: xgrammar.CompiledGrammar, start_mask: np.ndarray) -> None:
+        self._compiled, self._start_mask = compiled, start_mask
+        self.num_bytes = int(compiled.memory_size_bytes) + start_mask.nbytes
+
+    def matcher(self) -> XGrammarMatcher:
+        import xgrammar as xgr
+
+        return XGrammarMatcher(xgr.GrammarMatcher(self._compiled), self._start_mask)
+
+
+class XGrammarBackend:
+    """:class:`~accelkit.serve.structured.StructuredBackend` on xgrammar for a Hugging Face fast tokenizer."""
+
+    name = "xgrammar"
+
+    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: Collection[int]) -> None:
+        try:
+            import xgrammar as xgr
+        except ImportError:
+            raise ValueError(f"structured_outputs_backend='xgrammar' needs the xgrammar package, which is not "
+                             f"installed; {INSTALL_HINT}, or use the default llguidance") from None
+        _check_decoder(tokenizer)
+        self._xgr = xgr
+        self.vocab_size = vocab_size
+        self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
+        self.tokenizer_info = _tokenizer_info(xgr, tokenizer, vocab_size, self.eos_token_ids)
+        # (no cache of its own: accelkit's compiler caches compiled grammars, bounded by bytes)
+        self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=COMPILE_THREADS, cache_enabled=False)
+        self.parallel_fill = usable_cores() >= PARALLEL_FILL_MIN_CORES  # (as llguidance's: see there)
+        self._batch = xgr.BatchGrammarMatcher(max_threads=2) if self.parallel_fill else None
+        self._eos_words = [(t // 32, 1 << (t % 32)) for t in sorted(self.eos_token_ids) if t < vocab_size]
+        self.width = (vocab_size + 31) // 32
+        self._tail = np.uint32((1 << (vocab_size % 32)) - 1) if vocab_size % 32 else None  # (the last word's ids)
+
+    def prepare(self, spec: StructuredOutputs) -> tuple[str, str]:
+        """(what to compile: json, regex, ebnf or lark; its text): the Python-side part of a compile (see
+        :meth:`GrammarCompiler._compile`); ValueError as :meth:`compile`."""
+        kind = spec.kind
+        if kind == "json_object":
+            return "json", '{"type": "object"}'
+        if kind == "json":
+            assert spec.json is not None
+            schema = json.loads(spec.json)
+            if not isinstance(schema, (dict, bool)):
+                raise ValueError("structured_outputs.json: a JSON schema is an object (or true/false)")
+            if schema_depth(schema) > MAX_SCHEMA_DEPTH:
+                raise ValueError(f"structured_outputs.json: it nests deeper than the xgrammar engine is let compile "
+                                 f"({MAX_SCHEMA_DEPTH} levels of JSON nesting: about 64 levels of objects in a "
+                                 "schema); flatten it")
+            found = unenforced_keyword(schema)
+            if found is not None:
+                keyword, where = found
+                raise ValueError(f"structured_outputs.json: the JSON Schema keyword {keyword} (at {where or 'the root'}) "
+                                 "cannot be enforced by the xgrammar engine (it would let out documents the schema "
+                                 "rejects); remove it, or serve with --structured-outputs-backend llguidance")
+            return "json", json.dumps(rewritten(_close_objects(schema)))
+        if kind == "regex":
+            assert spec.regex is not None
+            if "\x00" in spec.regex:  # (xgrammar's regex reader stops at one)
+                raise ValueError("structured_outputs.regex: it holds a NUL character, which the xgrammar engine "
+                                 "cannot read; write it as \\x00")
+            return "regex", spec.regex
+        if kind == "choice":
+            assert spec.choice is not None
+            return "ebnf", choice_grammar(spec.choice)
+        assert spec.grammar is not None
+        return ("ebnf" if is_ebnf(spec.grammar) else "lark"), spec.grammar
+
+    def compile(self, spec: StructuredOutputs, prepared: tuple[str, str] | None = None) -> XGrammarGrammar:
+        """``spec`` compiled (xgrammar's C++, no limit of its own: see the module's docstring); ValueError with one
+        line naming the field."""
+        import torch
+
+        what, text = prepared if prepared is not None else self.prepare(spec)
+        compiler = self.compiler
+        try:
+            if what == "json":
+                compiled = compiler.compile_json_schema(text, any_whitespace=True, strict_mode=False,
+                                                        max_whitespace_cnt=MAX_WHITESPACE)
+            elif what == "regex":
+                compiled = compiler.compile_regex(text)
+            elif what == "ebnf":
+                compiled = compiler.compile_grammar(text)
+            else:
+                compiled = compiler.compile_lark(text)
+        except Exception as exc:  # (xgrammar raises RuntimeError, and its own errors, from C++)
+            message = _one_line(str(exc))
+            if spec.kind == "grammar":
+                message += (" (the xgrammar engine reads GBNF/EBNF, rules written name ::= ... from root, or Lark, "
+                            "rules name: ... from start; llguidance's Lark extensions are not read)")
+            raise ValueError(f"structured_outputs.{spec.kind}: {message}") from None
+        first = torch.zeros((1, self.width), dtype=torch.int32)
+        self._xgr.GrammarMatcher(compiled).fill_next_token_bitmask(first, 0)
+        if self._tail is not None:
+            first[0, -1:].numpy().view(np.uint32)[0] &= self._tail
+        if not self._allows_more_than_eos(first[0]):
+            raise ValueError(f"structured_outputs.{spec.kind}: no text matches it")
+        start_mask = first[0].numpy().copy()
+        start_mask.flags.writeable = False  # (shared by every request of this grammar)
+        return XGrammarGrammar(compiled, start_mask)
+
+    def _allows_more_than_eos(self, row: torch.Tensor) -> bool:
+        words = row.numpy().view(np.uint32).copy()
+        for word, bit in self._eos_words:
+            words[word] &= ~np.uint32(bit)
+        return bool(words.any())
+
+    def fill_bitmasks(self, rows: Sequence[tuple[Any, int]], bitmask: torch.Tensor) -> None:
+        assert bitmask.dtype.itemsize == 4 and not bitmask.is_floating_point() and bitmask.is_contiguous() and bitmask.is_cpu
+        assert bitmask.shape[1] == self.width, (bitmask.shape, self.width)  # (xgrammar's rows are this wide)
+        computed = []
+        for m, i in rows:
+            if m.is_terminated():  # EOS accepted or a token refused: EOS only (xgrammar fills no mask past EOS)
+                words = bitmask[i].numpy().view(np.uint32)
+                words[:] = 0
+                for word, bit in self._eos_words:
+                    words[word] |= np.uint32(bit)
+            elif m.at_start():
+                bitmask[i].numpy()[:] = m.start_mask
+            else:
+                computed.append((m, i))
+        if len(computed) > 1 and self._batch is not None:
+            self._batch.batch_fill_next_token_bitmask([m.matcher for m, _ in computed], bitmask,
+                                                      [i for _, i in computed])
+        else:
+            for m, i in computed:
+                m.matcher.fill_next_token_bitmask(bitmask, i)
+        if self._tail is not None and computed:  # (xgrammar sets the bits past the vocabulary in the last word)
+            last = bitmask[:, -1].numpy().view(np.uint32)
+            for _, i in computed:
+                last[i] &= self._tail
