@@ -1,8 +1,9 @@
 """How much of the real world's JSON schemas structured outputs serve: a seeded sample of JSONSchemaBench
 (guidance-ai/jsonschemabench, ``data/<subset>/*.json``: schemas collected from GitHub, Kubernetes, SchemaStore …,
-written by no one here), each compiled by the backend the server runs (``LLGuidanceBackend.compile``: the request
-validation, the schema rewrite and llguidance's compile and first mask), then walked at random through the allowed
-tokens, the documents that end checked with ``jsonschema`` (the reference validator).
+written by no one here), each compiled by a backend the server runs (``--backend``: llguidance, the default, or
+xgrammar; its ``compile``: the request validation, the schema rewrite and the engine's compile and first mask), then
+walked at random through the allowed tokens, the documents that end checked with ``jsonschema`` (the reference
+validator).
 
 Reported per subset: schemas that compile, refused (and why, grouped), crashed or over the child's limits; compile
 p50/p90/max; mask time per token p50/p99 (one ``fill_bitmasks`` call per step, the whole vocabulary); random walks
@@ -19,8 +20,10 @@ The dataset is not committed (its license and size): fetch github:guidance-ai/js
 ``data`` folder:
 
     .venv/bin/python benchmarks/structured_coverage.py --data /path/to/jsonschemabench/data [--per-subset 55]
+    .venv/bin/python benchmarks/structured_coverage.py --data ... --backend xgrammar
 
-Writes benchmarks/results/structured_coverage.json (the sample's file names and the environment included).
+Writes benchmarks/results/structured_coverage.json (structured_coverage_xgrammar.json with ``--backend xgrammar``;
+the backend, the sample's file names and the environment included).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-OUT = Path(__file__).resolve().parent / "results" / "structured_coverage.json"
+RESULTS = Path(__file__).resolve().parent / "results"
+BACKENDS = ("llguidance", "xgrammar")
 WALK_TOKENS = 300  # tokens per random walk at most (a walk that has not ended by then is not checked)
 
 
@@ -78,18 +82,29 @@ def tokenizer_dir(data: Path, vocab: int, cache: Path, seed: int) -> Path:
 
 # ---- the worker (its own process) -------------------------------------------------------------------------------
 
-def _worker(tok_path: str, seed: int, conn: Any) -> None:
+def _make_backend(name: str, tok: Any) -> Any:
+    """The structured-outputs backend ``name`` over ``tok`` (the engine's own classes, as ``accelkit serve
+    --structured-outputs-backend NAME`` makes them)."""
+    if name == "xgrammar":
+        from accelkit.serve.structured_xgrammar import XGrammarBackend
+
+        return XGrammarBackend(tok, len(tok), [tok.eos_token_id])
+    from accelkit.serve.structured_llguidance import LLGuidanceBackend
+
+    return LLGuidanceBackend(tok, len(tok), [tok.eos_token_id])
+
+
+def _worker(tok_path: str, seed: int, conn: Any, backend_name: str = "llguidance") -> None:
     import numpy as np
     import torch
     from transformers import AutoTokenizer
 
     from accelkit.serve.sampling import StructuredOutputs
-    from accelkit.serve.structured_llguidance import LLGuidanceBackend
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(tok_path)
     eos = tok.eos_token_id
-    backend = LLGuidanceBackend(tok, len(tok), [eos])
+    backend = _make_backend(backend_name, tok)
     texts = [tok.decode([i]) for i in range(len(tok))]
     closers = np.array([t in set('"}],:0123456789tfnul') for t in texts])
     width = (len(tok) + 31) // 32
@@ -165,10 +180,10 @@ def _valid(schema: Any, text: str) -> bool | None:
 class Worker:
     """One worker process; killed past the time or memory limit (then a fresh one is started)."""
 
-    def __init__(self, tok_path: Path, seed: int) -> None:
+    def __init__(self, tok_path: Path, seed: int, backend: str = "llguidance") -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(str(tok_path), seed, child), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(str(tok_path), seed, child, backend), daemon=True)
         self.proc.start()
         if not self.conn.poll(600) or self.conn.recv() != "ready":
             raise RuntimeError("the worker did not start")
@@ -248,20 +263,25 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/accelkit-structured-coverage"))
     ap.add_argument("--tokenizer", type=Path, help="a Hugging Face tokenizer folder to use instead of the BPE trained "
                     "on the data (e.g. GPT-2's, made by benchmarks/gpt2_tokenizer.py)")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--backend", choices=BACKENDS, default="llguidance",
+                    help="the structured-outputs backend measured (accelkit serve --structured-outputs-backend)")
+    ap.add_argument("--out", type=Path, help="default: benchmarks/results/structured_coverage.json, "
+                    "structured_coverage_xgrammar.json with --backend xgrammar")
     args = ap.parse_args()
+    out = args.out or RESULTS / ("structured_coverage.json" if args.backend == "llguidance"
+                                 else f"structured_coverage_{args.backend}.json")
 
-    import llguidance
+    import importlib.metadata
 
     load_before = os.getloadavg()
     picked = sample(args.data, args.per_subset, args.seed)
     tok_path = args.tokenizer or tokenizer_dir(args.data, args.vocab, args.cache, args.seed)
-    worker = Worker(tok_path, args.seed)
+    worker = Worker(tok_path, args.seed, args.backend)
     rows: list[dict[str, Any]] = []
     for i, (subset, path) in enumerate(picked):
         result = worker.run(path.read_text(errors="replace"), args.seed + i, args.timeout_s, int(args.memory_gb * 2**30))
         if result["status"] in ("timeout", "memory", "crashed"):
-            worker = Worker(tok_path, args.seed)
+            worker = Worker(tok_path, args.seed, args.backend)
         result.update(subset=subset, file=path.name)
         rows.append(result)
         print(f"[{i + 1}/{len(picked)}] {subset}/{path.name}: {result['status']} "
@@ -272,10 +292,11 @@ def main() -> None:
         vocab_size = len(json.load(f)["model"]["vocab"])
     by_subset = {s: summarize([r for r in rows if r["subset"] == s]) for s in sorted({r["subset"] for r in rows})}
     report = {
-        "what": "JSONSchemaBench coverage of accelkit's structured outputs (llguidance backend)",
+        "what": f"JSONSchemaBench coverage of accelkit's structured outputs ({args.backend} backend)",
+        "backend": args.backend,
         "command": " ".join(["benchmarks/structured_coverage.py", *sys.argv[1:]]),
         "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-                    "llguidance": llguidance.__version__, "cpus": os.cpu_count(),
+                    args.backend: importlib.metadata.version(args.backend), "cpus": os.cpu_count(),
                     "loadavg_before": [round(x, 2) for x in load_before],
                     "loadavg_after": [round(x, 2) for x in os.getloadavg()],
                     "note": "load averages above the CPU count mean other jobs shared the machine: read the CPU times"},
@@ -289,13 +310,13 @@ def main() -> None:
         "invalid_walks": [{"file": f"{r['subset']}/{r['file']}", "output": w["output"]}
                           for r in rows if r["status"] == "compiled" for w in r["walks"] if w.get("valid") is False],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
     overall = report["overall"]
     print(json.dumps({k: overall[k] for k in ("compile_rate", "status", "compile_ms", "compile_cpu_ms",
                                               "mask_us_per_token", "mask_cpu_us_per_token", "walks")}))
     print(f"median compile {statistics.median([r['compile_ms'] for r in rows if 'compile_ms' in r]):.2f} ms; "
-          f"wrote {args.out}")
+          f"wrote {out}")
 
 
 if __name__ == "__main__":
