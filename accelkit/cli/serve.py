@@ -143,7 +143,8 @@ def serve_cmd(
         bound_port = sock.getsockname()[1]
         err.print(f"serving {' = '.join(repr(n) for n in names)} on http://{host}:{bound_port}/v1 "
                   f"(context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "
-                  f"{engine_config.block_size} tokens); Ctrl-C or SIGTERM stops")
+                  f"{engine_config.block_size} tokens; structured outputs by {engine_config.structured_outputs_backend}); "
+                  "Ctrl-C or SIGTERM stops")
         run_server(app, state, sock)
     finally:
         sock.close()

@@ -42,8 +42,10 @@ def test_serve_shows_each_start_up_step_before_the_ready_line(model_dir):
 
 
 def test_no_progress_leaves_the_ready_line_alone_and_the_default_only_adds_progress_lines(model_dir):
-    assert len(_lines_until_ready(model_dir, "--no-progress")) == 1
+    head = _lines_until_ready(model_dir, "--no-progress", "--structured-outputs-backend", "xgrammar")
+    assert len(head) == 1 and "structured outputs by xgrammar" in head[0], head  # (the line says which engine)
     # the default shows a step only once start-up has run 0.5 s (how long a tiny model takes varies): whatever
     # comes before the ready line is progress
     head = _lines_until_ready(model_dir)
     assert all(PROGRESS_LINE.match(line) for line in head[:-1]), head
+    assert "structured outputs by llguidance" in head[-1], head
