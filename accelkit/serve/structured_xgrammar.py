@@ -52,7 +52,7 @@ _VALIDATION = frozenset({
 # a node with one of these is compiled from it alone: every other constraint beside it is dropped
 _ALONE = ("$ref", "allOf", "anyOf", "oneOf", "enum", "const")
 _JSON_TYPES: dict[str, Any] = {"string": str, "boolean": bool, "null": type(None), "object": dict, "array": list}
-_CPP_PREFIX = re.compile(r"^\[[0-9:]+\] \S+:\d+: (?:Check failed: .*? is false: )?")
+_CPP_PREFIX = re.compile(r"\[[0-9:]+\] \S+:\d+: (?:Check failed: .*? is false: )?")  # (also inside a message)
 
 
 def _nodes(schema: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
@@ -229,16 +229,16 @@ class XGrammarMatcher:
 class XGrammarGrammar:
     """A compiled grammar (immutable, shared) and its start mask; each request gets a matcher of its own."""
 
-    __slots__ = ("_compiled", "_start_mask", "num_bytes")
+    __slots__ = ("_compiled", "_matcher_class", "_start_mask", "num_bytes")
 
     def __init__(self, compiled: xgrammar.CompiledGrammar, start_mask: np.ndarray) -> None:
-        self._compiled, self._start_mask = compiled, start_mask
+        import xgrammar as xgr
+
+        self._compiled, self._start_mask, self._matcher_class = compiled, start_mask, xgr.GrammarMatcher
         self.num_bytes = int(compiled.memory_size_bytes) + start_mask.nbytes
 
     def matcher(self) -> XGrammarMatcher:
-        import xgrammar as xgr
-
-        return XGrammarMatcher(xgr.GrammarMatcher(self._compiled), self._start_mask)
+        return XGrammarMatcher(self._matcher_class(self._compiled), self._start_mask)
 
 
 class XGrammarBackend:
@@ -271,6 +271,12 @@ class XGrammarBackend:
         kind = spec.kind
         if kind == "json_object":
             return "json", '{"type": "object"}'
+        for text in (spec.regex or "", spec.grammar or "", *(spec.choice or ())):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:  # (a lone surrogate, as JSON's "\ud800" gives)
+                raise ValueError(f"structured_outputs.{kind}: it is not valid Unicode text ({exc.reason} at character "
+                                 f"{exc.start} of {text[:40]!r}); send UTF-8 text") from None
         if kind == "json":
             assert spec.json is not None
             schema = json.loads(spec.json)
@@ -289,9 +295,6 @@ class XGrammarBackend:
             return "json", json.dumps(rewritten(_close_objects(schema)))
         if kind == "regex":
             assert spec.regex is not None
-            if "\x00" in spec.regex:  # (xgrammar's regex reader stops at one)
-                raise ValueError("structured_outputs.regex: it holds a NUL character, which the xgrammar engine "
-                                 "cannot read; write it as \\x00")
             return "regex", spec.regex
         if kind == "choice":
             assert spec.choice is not None
