@@ -1,7 +1,7 @@
 """Structured outputs on xgrammar (``--structured-outputs-backend xgrammar``), below the engine and through it: the
 same tiny byte-level BPE, random walks and checks as the llguidance backend's tests (tests/unit/test_structured.py,
 whose helpers are used here), the keywords xgrammar would drop refused in one line, the hostile specs of issue #28
-under the compiler's time limit, and the choice of backend (config, CLI, the engine generating with it)."""
+under the compiler's time limit, and the choice of backend (config, CLI, a real server guiding with it)."""
 
 from __future__ import annotations
 
@@ -271,19 +271,34 @@ def test_serve_refuses_an_unknown_or_missing_backend_in_one_line(tmp_path, capsy
     assert "structured_outputs_backend='xgrammar'" in lines[0] and "pip install accelkit[xgrammar]" in lines[0], err
 
 
-def test_the_engine_generates_with_the_xgrammar_backend(tmp_path) -> None:
-    from accelkit.serve import LLM, SamplingParams
-    from accelkit.serve.testing import save_bytelevel_model
+def test_the_server_guides_with_the_xgrammar_backend_and_refuses_with_a_400(tmp_path) -> None:
+    """Through the real engine and HTTP server on 127.0.0.1: vLLM's fields guided by xgrammar, a keyword it would
+    drop refused as the llguidance backend refuses one (an OpenAI-style 400 naming it)."""
+    import httpx
 
-    llm = LLM(str(save_bytelevel_model(tmp_path / "m", seed=3)), kv_cache_memory_bytes=8 << 20, max_model_len=256,
-              structured_outputs_backend="xgrammar")
-    assert llm.engine.structured_compiler.backend().name == "xgrammar"
-    choices = ("yes", "no", "maybe so")
-    specs = [StructuredOutputs(choice=list(choices))] * 4 + [StructuredOutputs(regex="[0-9]{2}-[a-z]{2}")] * 2
-    params = [SamplingParams(temperature=1.0, seed=s, max_tokens=16, structured_outputs=spec)
-              for s, spec in enumerate(specs)]
-    outs = llm.generate(["the answer:"] * len(params), params)
-    for out in outs[:4]:
-        assert out.text in choices and out.finish_reason == "stop", out
-    for out in outs[4:]:
-        assert re.fullmatch("[0-9]{2}-[a-z]{2}", out.text) and out.finish_reason == "stop", out
+    from accelkit.serve.testing import save_bytelevel_model
+    from tests.integration.serve_server_util import running_server
+
+    model = save_bytelevel_model(tmp_path / "m", seed=3)
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
+              "required": ["name", "n"]}
+    with running_server(str(model), max_model_len=256, structured_outputs_backend="xgrammar") as (url, state):
+        def post(path: str, body: dict[str, Any]) -> httpx.Response:
+            return httpx.post(f"{url}/v1/{path}", json={"model": "tiny", **body}, timeout=120)
+
+        choices = ["yes", "no", "maybe so"]
+        r = post("completions", {"prompt": "pick:", "max_tokens": 16, "guided_choice": choices, "n": 4, "seed": 2})
+        assert r.status_code == 200, r.text
+        assert all(c["text"] in choices and c["finish_reason"] == "stop" for c in r.json()["choices"]), r.json()
+        r = post("chat/completions", {"messages": [{"role": "user", "content": "a person"}], "max_tokens": 96,
+                                      "seed": 1, "n": 3, "response_format": {
+                                          "type": "json_schema", "json_schema": {"name": "p", "schema": schema}}})
+        assert r.status_code == 200, r.text
+        done = [c["message"]["content"] for c in r.json()["choices"] if c["finish_reason"] == "stop"]
+        assert done, r.json()  # (a random model: max_tokens may cut one off inside a long number)
+        for content in done:
+            jsonschema.validate(json.loads(content), schema)
+        r = post("completions", {"prompt": "x", "max_tokens": 8,
+                                 "guided_json": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}})
+        assert r.status_code == 400 and "uniqueItems" in r.json()["error"]["message"], r.text
+        assert state.engine.structured_compiler.backend().name == "xgrammar"
