@@ -5,6 +5,7 @@ under the compiler's time limit, and the choice of backend (config, CLI, a real 
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import random
@@ -82,6 +83,27 @@ def test_pydantic_schemas_give_documents_pydantic_and_jsonschema_accept(name: st
             jsonschema.validate(doc, schema, format_checker=jsonschema.FormatChecker())
             Person.model_validate(doc)
     assert ended_count >= 3
+
+
+@pytest.mark.parametrize(("fmt", "parse"), [("date", datetime.date.fromisoformat),
+                                            ("date-time", datetime.datetime.fromisoformat)])
+def test_date_formats_give_real_dates(fmt: str, parse: Any) -> None:
+    """xgrammar's own ``date`` lets February 31 out; the backend's pattern allows each month's days only."""
+    for seed in range(8):
+        text, ended = walk(StructuredOutputs(json={"type": "string", "format": fmt}), seed, using=backend())
+        assert ended, text
+        parse(json.loads(text))
+
+
+def test_length_bounded_strings_hold_no_raw_control_characters() -> None:
+    """xgrammar's own rule for a length-bounded string lets raw control characters in (no JSON parser reads that);
+    the backend's pattern keeps the bounds and the JSON."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": 2, "maxLength": 24}},
+              "required": ["s"]}
+    for seed in range(12):
+        text, ended = walk(StructuredOutputs(json=schema), seed, using=backend())
+        assert ended, text
+        assert 2 <= len(json.loads(text)["s"]) <= 24, text  # (json.loads refuses a raw control character)
 
 
 def test_declared_properties_come_out_in_order_and_no_others() -> None:
