@@ -76,14 +76,14 @@ class EngineConfig(Spec):
     structured_outputs_backend: StructuredOutputsBackendName = spec_field(
         "llguidance", doc="The grammar engine of structured outputs (guided_json, guided_regex, response_format ...): "
         "llguidance (vLLM's guidance backend: its compile and mask limits bound every request) or xgrammar (vLLM's "
-        "default; optional, pip install accelkit[xgrammar]; no compile limit of its own). docs/engine.md, 'Choosing "
+        "default; optional, pip install 'accelkit[xgrammar]'; no compile limit of its own). docs/engine.md, 'Choosing "
         "the backend'.",
     )
 
     def validate(self) -> None:
         if self.structured_outputs_backend == "xgrammar" and importlib.util.find_spec("xgrammar") is None:
             raise ValueError("structured_outputs_backend='xgrammar' needs the xgrammar package, which is not "
-                             "installed; pip install accelkit[xgrammar], or leave structured_outputs_backend at "
+                             "installed; pip install 'accelkit[xgrammar]', or leave structured_outputs_backend at "
                              "llguidance")
 
 

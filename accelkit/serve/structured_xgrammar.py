@@ -1,6 +1,6 @@
 """The xgrammar backend of structured outputs (vLLM's default, ``--structured-outputs-backend xgrammar``): a pushdown
 automaton over the grammar with token masks precomputed per rule at compile, in C++. Optional
-(``pip install accelkit[xgrammar]``); llguidance stays the default.
+(``pip install 'accelkit[xgrammar]'``); llguidance stays the default.
 
 Two differences from llguidance that a user sees (docs/engine.md, "Choosing the backend"):
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import torch
     import xgrammar
 
-INSTALL_HINT = "pip install accelkit[xgrammar]"
+INSTALL_HINT = "pip install 'accelkit[xgrammar]'"
 # JSON: at most 2 whitespace characters between tokens, as the llguidance backend allows
 MAX_WHITESPACE = 2
 # the deepest JSON nesting of a schema compiled (llguidance's limit, 128, which is about 64 levels of objects):

@@ -273,10 +273,10 @@ def test_the_backend_is_a_config_field_checked_by_name(monkeypatch: pytest.Monke
         EngineConfig(model="m", structured_outputs_backend="outlines")
     monkeypatch.setitem(sys.modules, "xgrammar", None)  # (as if it were not installed: find_spec finds nothing)
     with pytest.raises(ValueError, match=r"needs the xgrammar package, which is not installed; "
-                                         r"pip install accelkit\[xgrammar\]") as info:
+                                         r"pip install 'accelkit\[xgrammar\]'") as info:
         EngineConfig(model="m", structured_outputs_backend="xgrammar")
     assert "\n" not in str(info.value)
-    with pytest.raises(ValueError, match=r"pip install accelkit\[xgrammar\]"):
+    with pytest.raises(ValueError, match=r"pip install 'accelkit\[xgrammar\]'"):
         XGrammarBackend(tokenizer(), VOCAB_SIZE, [EOS])
 
 
@@ -290,7 +290,7 @@ def test_serve_refuses_an_unknown_or_missing_backend_in_one_line(tmp_path, capsy
     code, _, err = main_in_process(capsys, "serve", "--model", str(tmp_path), "--structured-outputs-backend", "xgrammar")
     lines = [line for line in err.splitlines() if "xgrammar" in line]
     assert code == 2 and len(lines) == 1, err
-    assert "structured_outputs_backend='xgrammar'" in lines[0] and "pip install accelkit[xgrammar]" in lines[0], err
+    assert "structured_outputs_backend='xgrammar'" in lines[0] and "pip install 'accelkit[xgrammar]'" in lines[0], err
 
 
 def test_the_server_guides_with_the_xgrammar_backend_and_refuses_with_a_400(tmp_path) -> None:
