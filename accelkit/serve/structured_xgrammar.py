@@ -2,14 +2,15 @@
 automaton over the grammar with token masks precomputed per rule at compile, in C++. Optional
 (``pip install 'accelkit[xgrammar]'``); llguidance stays the default.
 
-Two differences from llguidance that a user sees (docs/engine.md, "Choosing the backend"):
+What differs from llguidance for a user (docs/engine.md, "Choosing the backend"):
 
 - xgrammar has no compile fuel or time limit of its own. The server's wall-clock limit answers the request with a
   400, but a compile that runs away keeps its compile thread until it ends. What is known to run long is refused
   before compiling (schemas nested deeper than :data:`MAX_SCHEMA_DEPTH`).
 - Its JSON Schema converter drops some keywords without a word (``uniqueItems``, ``allOf`` with several branches,
   a ``type`` beside ``anyOf`` …): such a schema would let out documents the schema rejects, so each is refused
-  naming the keyword and where it is (:func:`unenforced_keyword`), as llguidance's unenforceable keywords are.
+  naming the keyword and where it is (:func:`unenforced_keyword`), as llguidance's unenforceable keywords are;
+  two string rules whose output does not validate are replaced by patterns that say the same (:func:`rewritten`).
 """
 
 from __future__ import annotations
