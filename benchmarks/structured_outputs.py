@@ -10,7 +10,7 @@ number of decode steps. Throughput is output tokens per second of the whole batc
 what the masks cost. On a GPU the model step is far faster than on a CPU, so the ratio there would be lower: the
 mask work is host work (``host_ms_per_guided_token`` is the absolute figure to compare with a GPU step).
 
-    .venv/bin/python benchmarks/structured_outputs.py [--vocab 32000] [--batch 16] [--repeats 3]
+    .venv/bin/python benchmarks/structured_outputs.py [--vocab 32000] [--batch 16] [--repeats 3] [--backend xgrammar]
 
 Writes benchmarks/results/structured_outputs_cpu.json (with the environment).
 """
@@ -207,6 +207,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--kinds", default=",".join(SPECS))
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--backend", choices=("llguidance", "xgrammar"), default="llguidance",
+                        help="the structured-outputs engine (accelkit serve --structured-outputs-backend)")
     parser.add_argument("--fill", choices=("auto", "inline", "pool"), default="auto",
                         help="how a step's masks are filled: as the engine decides for this machine (auto), one row "
                              "after another on the engine thread (inline), or on llguidance's thread pool (pool)")
@@ -223,7 +225,8 @@ def main() -> None:
         start = time.perf_counter()
         size = build_model(Path(tmp) / "m", args.vocab, args.hidden)
         print(f"model and {size}-token byte-level BPE built in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        llm = LLM(str(Path(tmp) / "m"), kv_cache_memory_bytes=256 << 20, max_model_len=1024, dtype="float32")
+        llm = LLM(str(Path(tmp) / "m"), kv_cache_memory_bytes=256 << 20, max_model_len=1024, dtype="float32",
+                  structured_outputs_backend=args.backend)
         from accelkit.serve import StructuredOutputs
 
         start = time.perf_counter()  # the engine's first structured request converts the tokenizer for llguidance
@@ -247,7 +250,7 @@ def main() -> None:
         "settings": {"vocab_requested": args.vocab, "vocab": size, "hidden": args.hidden, "layers": 2,
                      "batch": args.batch, "max_tokens": args.max_tokens, "repeats": args.repeats,
                      "threads": args.threads, "dtype": "float32", "device": "cpu",
-                     "with_previous": args.with_previous, "fill": args.fill,
+                     "with_previous": args.with_previous, "backend": args.backend, "fill": args.fill,
                      "masks_filled": "pool" if backend.parallel_fill else "inline"},
         "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
         "vocabulary_s": vocabulary_s,

@@ -455,14 +455,12 @@ class Sampler:
                 biases += p.logit_bias.values()
             if p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0:
                 penalised.append(i)
-        x = raw.clone() if (mask_tokens or bias_tokens or restricted or guided) and raw is logits and not in_place else raw
+        writes = bool(mask_tokens or bias_tokens or restricted or guided)
+        x = raw.clone() if writes and raw is logits and not in_place else raw
         if guided:  # one packed bitmask for the batch, one pass to apply it
             apply_token_bitmask_(x, self._guide_bitmask(rows, guided, vocab))
-        if restricted:  # one masked fill for the batch: (N, V), the masks of the restricted rows, False elsewhere
-            masks = torch.stack(disallowed)
-            if len(restricted) < len(params):
-                masks = masks.new_zeros(len(params), vocab).index_copy_(0, up.ints(restricted), masks)
-            x.masked_fill_(masks, float("-inf"))
+        if restricted:
+            self._mask_restricted(x, restricted, disallowed, up)
         if bias_tokens:
             x.index_put_((up.ints(bias_rows), up.ints(bias_tokens)), up.floats(biases), accumulate=True)
         if mask_tokens:
@@ -470,6 +468,15 @@ class Sampler:
         if penalised:
             x = self._penalise(x, [rows[i] for i in penalised], penalised, settings, up)
         return x
+
+    @staticmethod
+    def _mask_restricted(x: torch.Tensor, restricted: list[int], disallowed: list[torch.Tensor], up: Uploader) -> None:
+        """``x`` (N, V) with -inf where the rows ``restricted`` have ``allowed_token_ids`` (their (V,) masks of what
+        is not allowed, ``disallowed``): one masked fill for the batch, False in the other rows."""
+        masks = torch.stack(disallowed)
+        if len(restricted) < x.shape[0]:
+            masks = masks.new_zeros(x.shape[0], x.shape[1]).index_copy_(0, up.ints(restricted), masks)
+        x.masked_fill_(masks, float("-inf"))
 
     def _launch_extras(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int],
                        rows: Rows[SampledRow], scratch: bool = False) -> torch.Tensor:

@@ -75,31 +75,46 @@ def _has_type(value: Any, name: str) -> bool:
     return kind is not None and isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
 
 
+def _dropped_here(node: dict[str, Any]) -> str | None:
+    """The first keyword of one schema node that xgrammar would drop (its subschemas are not looked at), or None."""
+    for key in _NEVER_ENFORCED:
+        if key in node and not (key == "uniqueItems" and node[key] is False):
+            return key
+    if "multipleOf" in node and node.get("type") != "integer":  # (xgrammar enforces it on integers only)
+        return "multipleOf"
+    for bound in ("minLength", "maxLength"):
+        if bound in node and ("pattern" in node or "format" in node):
+            return bound
+    if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
+        return "allOf"
+    return _beside_an_alone_keyword(node)
+
+
+def _beside_an_alone_keyword(node: dict[str, Any]) -> str | None:
+    """A validation keyword beside ``$ref``, ``anyOf``, ``oneOf``, ``enum`` or ``const`` (xgrammar reads those alone),
+    except a ``type`` every ``enum``/``const`` value has; or None."""
+    alone = [key for key in _ALONE if key in node]
+    if not alone:
+        return None
+    values = node["enum"] if alone[0] == "enum" else [node["const"]] if alone[0] == "const" else None
+    types = node.get("type")
+    for key in node:
+        if key == alone[0] or key not in _VALIDATION:
+            continue
+        if key == "type" and values is not None and isinstance(values, list):  # (a type every value has)
+            names = types if isinstance(types, list) else [types]
+            if all(any(_has_type(v, str(n)) for n in names) for v in values):
+                continue
+        return key
+    return None
+
+
 def unenforced_keyword(schema: Any) -> tuple[str, str] | None:
     """(keyword, where) of the first constraint in ``schema`` that xgrammar would drop, or None."""
     for where, node in _nodes(schema):
-        for key in _NEVER_ENFORCED:
-            if key in node and not (key == "uniqueItems" and node[key] is False):
-                return key, where
-        types = node.get("type")
-        if "multipleOf" in node and types != "integer":  # (xgrammar enforces it on integers only)
-            return "multipleOf", where
-        for bound in ("minLength", "maxLength"):
-            if bound in node and ("pattern" in node or "format" in node):
-                return bound, where
-        if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
-            return "allOf", where
-        alone = [key for key in _ALONE if key in node]
-        if alone:
-            values = node["enum"] if alone[0] == "enum" else [node["const"]] if alone[0] == "const" else None
-            for key in node:
-                if key == alone[0] or key not in _VALIDATION:
-                    continue
-                if key == "type" and values is not None and isinstance(values, list):  # (a type every value has)
-                    names = types if isinstance(types, list) else [types]
-                    if all(any(_has_type(v, str(n)) for n in names) for v in values):
-                        continue
-                return key, where
+        key = _dropped_here(node)
+        if key is not None:
+            return key, where
     return None
 
 
@@ -263,7 +278,7 @@ class XGrammarBackend:
         # (no cache of its own: accelkit's compiler caches compiled grammars, bounded by bytes)
         self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=COMPILE_THREADS, cache_enabled=False)
         self.parallel_fill = usable_cores() >= PARALLEL_FILL_MIN_CORES  # (as llguidance's: see there)
-        self._batch = xgr.BatchGrammarMatcher(max_threads=2) if self.parallel_fill else None
+        self._batch: Any = None  # (xgrammar's batch filler, made on the first parallel fill)
         self._eos_words = [(t // 32, 1 << (t % 32)) for t in sorted(self.eos_token_ids) if t < vocab_size]
         self.width = (vocab_size + 31) // 32
         self._tail = np.uint32((1 << (vocab_size % 32)) - 1) if vocab_size % 32 else None  # (the last word's ids)
@@ -358,7 +373,9 @@ class XGrammarBackend:
                 bitmask[i].numpy()[:] = m.start_mask
             else:
                 computed.append((m, i))
-        if len(computed) > 1 and self._batch is not None:
+        if len(computed) > 1 and self.parallel_fill:
+            if self._batch is None:
+                self._batch = self._xgr.BatchGrammarMatcher(max_threads=2)
             self._batch.batch_fill_next_token_bitmask([m.matcher for m, _ in computed], bitmask,
                                                       [i for _, i in computed])
         else:

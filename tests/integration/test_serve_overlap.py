@@ -31,9 +31,9 @@ def test_the_last_steps_postprocessing_runs_between_launch_and_read(model_dir, m
     events = []
     launch, postprocess = engine.runner.sampler.launch, engine.output_processor.process
 
-    def recording_launch(logits, params, seq_ids, extras=None):
+    def recording_launch(logits, params, seq_ids, extras=None, **options):
         events.append("launch")
-        ids = launch(logits, params, seq_ids, extras)
+        ids = launch(logits, params, seq_ids, extras, **options)
         real_tolist = ids.tolist
 
         class Ids:  # the sampled ids; the runner reads them with tolist() — the step's host sync
