@@ -24,7 +24,15 @@ import numpy as np
 
 from accelkit.core.device import usable_cores
 from accelkit.serve.sampling import StructuredOutputs
-from accelkit.serve.structured_llguidance import PARALLEL_FILL_MIN_CORES, _check_decoder, _close_objects, _subschemas
+from accelkit.serve.structured_llguidance import (
+    _SCHEMA_LISTS,
+    _SCHEMA_MAPS,
+    _SCHEMA_ONES,
+    PARALLEL_FILL_MIN_CORES,
+    _check_decoder,
+    _close_objects,
+    _subschemas,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -133,16 +141,26 @@ def rewritten(schema: Any) -> Any:
     """A copy of ``schema`` with two of xgrammar's string rules replaced by patterns that say the same: a length
     bound (xgrammar's lets raw control characters into the JSON string: a document no parser reads) and the
     ``date``/``date-time`` formats (xgrammar's allow February 31). Call after :func:`unenforced_keyword`."""
-    if isinstance(schema, list):
+    if isinstance(schema, list):  # (draft 4's items: a list of schemas)
         return [rewritten(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: rewritten(v) if k not in ("enum", "const", "default", "examples") else v for k, v in schema.items()}
+    out = dict(schema)  # (only schema positions are rewritten: a property may be named "format" or "maxLength")
+    for key in _SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [rewritten(s) for s in out[key]]
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: rewritten(s) for k, s in out[key].items()}
+    for key in _SCHEMA_ONES:
+        if key in out:
+            out[key] = rewritten(out[key])
     bounds = [out[k] for k in ("minLength", "maxLength") if k in out]
-    if bounds and all(isinstance(b, int) for b in bounds) and "pattern" not in out and "format" not in out:
+    if (bounds and all(isinstance(b, int) and not isinstance(b, bool) for b in bounds) and "pattern" not in out
+            and "format" not in out):
         low, high = int(out.pop("minLength", 0)), out.pop("maxLength", None)
-        out["pattern"] = f"^[^\\x00-\\x1f]{{{low},{'' if high is None else int(high)}}}$"
-    elif out.get("format") in _FORMAT_PATTERNS and "pattern" not in out:
+        out["pattern"] = f"^[^\\x00-\\x1f\\ud800-\\udfff]{{{low},{'' if high is None else int(high)}}}$"
+    elif isinstance(out.get("format"), str) and out["format"] in _FORMAT_PATTERNS and "pattern" not in out:
         out["pattern"] = _FORMAT_PATTERNS[out.pop("format")]
     return out
 

@@ -106,6 +106,21 @@ def test_length_bounded_strings_hold_no_raw_control_characters() -> None:
         assert 2 <= len(json.loads(text)["s"]) <= 24, text  # (json.loads refuses a raw control character)
 
 
+def test_properties_named_like_keywords_are_properties() -> None:
+    """The rewrite reads keywords at schema positions only: properties named ``format``, ``maxLength`` or
+    ``pattern`` (a JSONSchemaBench schema has one named ``format``) are properties, rewritten as schemas."""
+    schema = {"type": "object", "properties": {"format": {"type": "string", "maxLength": 5},
+                                               "maxLength": {"type": "integer"},
+                                               "pattern": {"type": "string", "format": "date"}},
+              "required": ["format", "maxLength", "pattern"]}
+    for seed in range(6):
+        text, ended = walk(StructuredOutputs(json=schema), seed, max_steps=1500, using=backend())
+        assert ended, text
+        doc = json.loads(text)
+        jsonschema.validate(doc, schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        assert len(doc["format"]) <= 5 and datetime.date.fromisoformat(doc["pattern"]), text
+
+
 def test_declared_properties_come_out_in_order_and_no_others() -> None:
     """As with llguidance: an object's declared properties only (``additionalProperties: false`` added where the
     schema stays satisfiable), in the schema's order."""
