@@ -13,6 +13,13 @@ import numpy as np
 
 from accelkit.core.device import usable_cores
 from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.structured_schema import (
+    MAX_SCHEMA_DEPTH,
+    check_decoder,
+    close_objects,
+    keyword_path,
+    schema_depth,
+)
 
 if TYPE_CHECKING:
     import llguidance
@@ -34,63 +41,8 @@ PARALLEL_FILL_MIN_CORES = 4
 JSON_OPTIONS = {"whitespace_pattern": r"[\x20\x0A]{0,2}"}
 
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*?)\]")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
-_SCHEMA_ONES = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
-                "unevaluatedProperties", "additionalItems")
-
-
-def _close_objects(schema: Any) -> Any:
-    """A copy of ``schema`` where an object with ``properties`` and no ``additionalProperties`` gets
-    ``additionalProperties: false`` (vLLM's ``disable_additional_properties``): the output has the declared keys
-    only, as OpenAI's strict mode writes it and as accelkit always did."""
-    if not isinstance(schema, dict):
-        return schema
-    out = dict(schema)
-    declared = out.get("properties")
-    required = out.get("required", [])
-    if (isinstance(declared, dict) and "additionalProperties" not in out and "patternProperties" not in out
-            and "minProperties" not in out and "maxProperties" not in out
-            and isinstance(required, list) and set(required) <= set(declared)):
-        out["additionalProperties"] = False  # (only where the schema stays satisfiable by the declared keys alone)
-    for key in _SCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [_close_objects(s) for s in out[key]]
-    for key in _SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {k: _close_objects(s) for k, s in out[key].items()}
-    for key in _SCHEMA_ONES:
-        if key in out:
-            out[key] = _close_objects(out[key])
-    return out
-
-
-def _subschemas(schema: dict[str, Any]) -> list[tuple[str, Any]]:
-    """(path step, subschema) of each schema directly inside ``schema``."""
-    out: list[tuple[str, Any]] = []
-    for key in _SCHEMA_LISTS:
-        if isinstance(schema.get(key), list):
-            out += [(f"{key}[{i}]", s) for i, s in enumerate(schema[key])]
-    for key in _SCHEMA_MAPS:
-        if isinstance(schema.get(key), dict):
-            out += [(f"{key}.{k}", s) for k, s in schema[key].items()]
-    out += [(key, schema[key]) for key in _SCHEMA_ONES if key in schema]
-    return out
-
-
-def _keyword_path(schema: Any, keyword: str, path: str = "") -> str | None:
-    """Where ``keyword`` first appears as a keyword of ``schema`` or a subschema (``properties.n``; "" the root)."""
-    if not isinstance(schema, dict):
-        return None
-    if keyword in schema:
-        return path
-    for step, sub in _subschemas(schema):
-        found = _keyword_path(sub, keyword, f"{path}.{step}" if path else step)
-        if found is not None:
-            return found
-    return None
-
-
+_TOO_DEEP = (f"it nests deeper than the grammar compiler reads ({MAX_SCHEMA_DEPTH} levels of JSON nesting: about "
+             f"{MAX_SCHEMA_DEPTH // 2} levels of objects in a schema); flatten it")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (.*)")
 _MAX_FORMATS_DROPPED = 16
 
@@ -111,12 +63,12 @@ def _one_line(error: str, schema: Any = None) -> str:
     follow) as one line: the line that names the problem; an unenforceable JSON Schema keyword with where it is."""
     if m := _UNIMPLEMENTED.search(error):
         keys = json.loads(f"[{m.group(1)}]")
-        where = _keyword_path(schema, keys[0]) if keys else None
+        where = keyword_path(schema, keys[0]) if keys else None
         at = f" (at {where or 'the root'})" if where is not None else ""
         return (f"the JSON Schema keyword {', '.join(keys)}{at} cannot be enforced by the llguidance engine (ignoring "
                 "it could let out a document the schema rejects); remove it")
     if "oneOf constraints are not supported" in error:
-        where = _keyword_path(schema, "oneOf")
+        where = keyword_path(schema, "oneOf")
         return (f"the JSON Schema keyword oneOf (at {where or 'the root'}) has branches one document could match "
                 "together, and the llguidance engine cannot enforce that exactly one matches; make the branches "
                 "disjoint (a const or enum discriminator) or use anyOf")
@@ -126,27 +78,11 @@ def _one_line(error: str, schema: Any = None) -> str:
     if first.startswith("NoExtensionBias"):  # (llguidance's stop reason when no token can begin a match)
         return "no text matches it"
     if first.startswith("recursion limit exceeded"):  # (serde_json reading the grammar: 128 levels of JSON)
-        return ("it nests deeper than the grammar compiler reads (128 levels of JSON nesting: about 64 levels of "
-                "objects in a schema); flatten it")
+        return _TOO_DEEP
     if "too many expressions" in first or "fuel" in first or "limit" in first:
         first += (f" (the compile limits: {INITIAL_LEXER_FUEL:,} lexer fuel, {MAX_LEXER_STATES:,} lexer states, "
                   f"{MAX_GRAMMAR_SIZE:,} grammar symbols)")
     return (named or first)[:400]
-
-
-def _check_decoder(tokenizer: Any) -> None:
-    """llguidance reads token bytes from a byte-level BPE or a SentencePiece-style (``▁``, byte fallback)
-    vocabulary; a word-level one would give it words with no spaces between them."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        raise ValueError("structured outputs need a Hugging Face fast tokenizer; this model's is "
-                         f"{type(tokenizer).__name__}")
-    decoder = json.loads(backend.to_str()).get("decoder") or {}
-    steps = decoder.get("decoders", [decoder]) if decoder.get("type") == "Sequence" else [decoder]
-    kinds = [str(step.get("type")) for step in steps]
-    if not {"ByteLevel", "Metaspace", "ByteFallback", "Replace"} & set(kinds):
-        raise ValueError("structured outputs need a byte-level BPE or SentencePiece tokenizer; this model's decoder is "
-                         f"{', '.join(kinds) or 'missing'}")
 
 
 class LLGuidanceMatcher:
@@ -215,7 +151,7 @@ class LLGuidanceBackend:
         import llguidance
         import llguidance.hf
 
-        _check_decoder(tokenizer)
+        check_decoder(tokenizer)
         self._llg = llguidance
         self.vocab_size = vocab_size
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
@@ -242,7 +178,7 @@ class LLGuidanceBackend:
         if kind == "json":
             if not isinstance(schema, (dict, bool)):
                 raise ValueError("a JSON schema is an object (or true/false)")
-            return str(llg.LLMatcher.grammar_from_json_schema(_close_objects(schema), defaults=JSON_OPTIONS))
+            return str(llg.LLMatcher.grammar_from_json_schema(close_objects(schema), defaults=JSON_OPTIONS))
         if kind == "choice":
             assert spec.choice is not None
             return str(llg.grammar_from("choice", json.dumps(list(spec.choice))))
@@ -256,6 +192,8 @@ class LLGuidanceBackend:
         """(the parsed JSON schema or None, the grammar's text): the Python-side part of a compile, which holds the
         interpreter lock (see :meth:`GrammarCompiler._compile`); ValueError as :meth:`compile`."""
         schema = json.loads(spec.json) if spec.json is not None else None
+        if schema_depth(schema) > MAX_SCHEMA_DEPTH:  # (before the rewrites, which recurse)
+            raise ValueError(f"structured_outputs.{spec.kind}: {_TOO_DEEP}")
         try:
             return schema, self.grammar_text(spec, schema)
         except ValueError as exc:

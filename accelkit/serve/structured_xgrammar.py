@@ -24,14 +24,14 @@ import numpy as np
 
 from accelkit.core.device import usable_cores
 from accelkit.serve.sampling import StructuredOutputs
-from accelkit.serve.structured_llguidance import (
-    _SCHEMA_LISTS,
-    _SCHEMA_MAPS,
-    _SCHEMA_ONES,
-    PARALLEL_FILL_MIN_CORES,
-    _check_decoder,
-    _close_objects,
-    _subschemas,
+from accelkit.serve.structured_llguidance import PARALLEL_FILL_MIN_CORES
+from accelkit.serve.structured_schema import (
+    MAX_SCHEMA_DEPTH,
+    check_decoder,
+    close_objects,
+    map_subschemas,
+    schema_depth,
+    subschemas,
 )
 
 if TYPE_CHECKING:
@@ -43,7 +43,6 @@ INSTALL_HINT = "pip install 'accelkit[xgrammar]'"
 MAX_WHITESPACE = 2
 # the deepest JSON nesting of a schema compiled (llguidance's limit, 128, which is about 64 levels of objects):
 # xgrammar's compile time grows faster than the depth, and it has no limit of its own
-MAX_SCHEMA_DEPTH = 128
 COMPILE_THREADS = 2  # xgrammar's threads for one compile's mask tables (started from a niced compile thread)
 
 # JSON Schema keywords xgrammar 0.2.9 drops without an error (checked against the grammar it writes: the same with
@@ -72,7 +71,7 @@ def _nodes(schema: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
         if not isinstance(node, dict):
             continue
         yield where, node
-        stack += reversed([(f"{where}.{step}" if where else step, sub) for step, sub in _subschemas(node)])
+        stack += reversed([(f"{where}.{step}" if where else step, sub) for step, sub in subschemas(node)])
 
 
 def _has_type(value: Any, name: str) -> bool:
@@ -145,16 +144,7 @@ def rewritten(schema: Any) -> Any:
         return [rewritten(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = dict(schema)  # (only schema positions are rewritten: a property may be named "format" or "maxLength")
-    for key in _SCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [rewritten(s) for s in out[key]]
-    for key in _SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {k: rewritten(s) for k, s in out[key].items()}
-    for key in _SCHEMA_ONES:
-        if key in out:
-            out[key] = rewritten(out[key])
+    out = map_subschemas(schema, rewritten)  # (schema positions only: a property may be named "format")
     bounds = [out[k] for k in ("minLength", "maxLength") if k in out]
     if (bounds and all(isinstance(b, int) and not isinstance(b, bool) for b in bounds) and "pattern" not in out
             and "format" not in out):
@@ -163,19 +153,6 @@ def rewritten(schema: Any) -> Any:
     elif isinstance(out.get("format"), str) and out["format"] in _FORMAT_PATTERNS and "pattern" not in out:
         out["pattern"] = _FORMAT_PATTERNS[out.pop("format")]
     return out
-
-
-def schema_depth(schema: Any) -> int:
-    """How deep ``schema``'s JSON nests (a scalar 0, ``{}`` 1)."""
-    deepest, stack = 0, [(schema, 1)]
-    while stack:
-        node, depth = stack.pop()
-        items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
-        if items is None:
-            continue
-        deepest = max(deepest, depth)
-        stack += [(item, depth + 1) for item in items]
-    return deepest
 
 
 def _ebnf_string(text: str) -> str:
@@ -288,7 +265,7 @@ class XGrammarBackend:
         except ImportError:
             raise ValueError(f"structured_outputs_backend='xgrammar' needs the xgrammar package, which is not "
                              f"installed; {INSTALL_HINT}, or use the default llguidance") from None
-        _check_decoder(tokenizer)
+        check_decoder(tokenizer)
         self._xgr = xgr
         self.vocab_size = vocab_size
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
@@ -328,7 +305,7 @@ class XGrammarBackend:
                 raise ValueError(f"structured_outputs.json: the JSON Schema keyword {keyword} (at {where or 'the root'}) "
                                  "cannot be enforced by the xgrammar engine (it would let out documents the schema "
                                  "rejects); remove it, or serve with --structured-outputs-backend llguidance")
-            return "json", json.dumps(rewritten(_close_objects(schema)))
+            return "json", json.dumps(rewritten(close_objects(schema)))
         if kind == "regex":
             assert spec.regex is not None
             return "regex", spec.regex

@@ -20,7 +20,8 @@ import torch
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.structured import GrammarCompiler
-from accelkit.serve.structured_xgrammar import MAX_SCHEMA_DEPTH, XGrammarBackend, choice_grammar, is_ebnf
+from accelkit.serve.structured_schema import MAX_SCHEMA_DEPTH
+from accelkit.serve.structured_xgrammar import XGrammarBackend, choice_grammar, is_ebnf
 from accelkit.serve.testing import HOSTILE_SPECS, nested_properties
 from tests.unit.test_structured import EOS, REGEXES, SCHEMAS, VOCAB_SIZE, Person, allowed_ids, tokenizer, walk
 

@@ -1,0 +1,107 @@
+"""What both structured-output backends read of a JSON schema and of a tokenizer: where a schema's subschemas are
+(a property may be named ``format``: only schema positions are keywords), the closing of objects to their declared
+properties, where a keyword first appears, and whether a tokenizer's decoder gives the token bytes a grammar
+engine needs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+# the keywords whose values are schemas: a list of them, a map of names to them, or one
+SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+SCHEMA_ONES = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+               "unevaluatedProperties", "additionalItems")
+
+
+# deeper JSON than this is refused before any compile: llguidance's grammar reader stops at 128 levels, xgrammar's
+# compile time grows faster than the depth, and the schema rewrites here recurse (a 450-deep schema would exhaust
+# Python's stack in them)
+MAX_SCHEMA_DEPTH = 128
+
+
+def schema_depth(schema: Any) -> int:
+    """How deep ``schema``'s JSON nests (a scalar 0, ``{}`` 1), without recursing."""
+    deepest, stack = 0, [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if items is None:
+            continue
+        deepest = max(deepest, depth)
+        stack += [(item, depth + 1) for item in items]
+    return deepest
+
+
+def subschemas(schema: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(path step, subschema) of each schema directly inside ``schema``."""
+    out: list[tuple[str, Any]] = []
+    for key in SCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            out += [(f"{key}[{i}]", s) for i, s in enumerate(schema[key])]
+    for key in SCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            out += [(f"{key}.{k}", s) for k, s in schema[key].items()]
+    out += [(key, schema[key]) for key in SCHEMA_ONES if key in schema]
+    return out
+
+
+def map_subschemas(schema: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
+    """A copy of ``schema`` with ``fn`` applied to each schema directly inside it (the rest as it is)."""
+    out = dict(schema)
+    for key in SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [fn(s) for s in out[key]]
+    for key in SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: fn(s) for k, s in out[key].items()}
+    for key in SCHEMA_ONES:
+        if key in out:
+            out[key] = fn(out[key])
+    return out
+
+
+def close_objects(schema: Any) -> Any:
+    """A copy of ``schema`` where an object with ``properties`` and no ``additionalProperties`` gets
+    ``additionalProperties: false`` (vLLM's ``disable_additional_properties``): the output has the declared keys
+    only, as OpenAI's strict mode writes it and as accelkit always did."""
+    if not isinstance(schema, dict):
+        return schema
+    out = map_subschemas(schema, close_objects)
+    declared = out.get("properties")
+    required = out.get("required", [])
+    if (isinstance(declared, dict) and "additionalProperties" not in out and "patternProperties" not in out
+            and "minProperties" not in out and "maxProperties" not in out
+            and isinstance(required, list) and set(required) <= set(declared)):
+        out["additionalProperties"] = False  # (only where the schema stays satisfiable by the declared keys alone)
+    return out
+
+
+def keyword_path(schema: Any, keyword: str, path: str = "") -> str | None:
+    """Where ``keyword`` first appears as a keyword of ``schema`` or a subschema (``properties.n``; "" the root)."""
+    if not isinstance(schema, dict):
+        return None
+    if keyword in schema:
+        return path
+    for step, sub in subschemas(schema):
+        found = keyword_path(sub, keyword, f"{path}.{step}" if path else step)
+        if found is not None:
+            return found
+    return None
+
+
+def check_decoder(tokenizer: Any) -> None:
+    """A grammar engine reads token bytes from a byte-level BPE or a SentencePiece-style (``▁``, byte fallback)
+    vocabulary; a word-level one would give it words with no spaces between them (ValueError naming it)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError("structured outputs need a Hugging Face fast tokenizer; this model's is "
+                         f"{type(tokenizer).__name__}")
+    decoder = json.loads(backend.to_str()).get("decoder") or {}
+    steps = decoder.get("decoders", [decoder]) if decoder.get("type") == "Sequence" else [decoder]
+    kinds = [str(step.get("type")) for step in steps]
+    if not {"ByteLevel", "Metaspace", "ByteFallback", "Replace"} & set(kinds):
+        raise ValueError("structured outputs need a byte-level BPE or SentencePiece tokenizer; this model's decoder is "
+                         f"{', '.join(kinds) or 'missing'}")
