@@ -30,7 +30,7 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from accelkit.serve.sampling import StructuredOutputs
@@ -106,6 +106,34 @@ class RequestGuide:
         if new and not self.matcher.is_terminated():
             self.matcher.accept_tokens(new)  # (tokens the mask let through: it fails only past a backend limit)
         self.consumed = len(token_ids) - num_prompt_tokens
+
+
+class EosBits:
+    """Where the EOS ids sit in a packed bitmask row (word, bit), for what both backends do with them: check that a
+    start mask allows more than EOS, and write a row that allows EOS only (a matcher that failed or ended)."""
+
+    __slots__ = ("words",)
+
+    def __init__(self, eos_token_ids: Collection[int], vocab_size: int) -> None:
+        self.words = [(t // 32, 1 << (t % 32)) for t in sorted(eos_token_ids) if t < vocab_size]
+
+    def allows_more(self, row: torch.Tensor) -> bool:
+        """Whether the int32 mask ``row`` (CPU) allows some token besides EOS."""
+        import numpy as np
+
+        words = row.numpy().view(np.uint32).copy()
+        for word, bit in self.words:
+            words[word] &= ~np.uint32(bit)
+        return bool(words.any())
+
+    def only(self, row: torch.Tensor) -> None:
+        """Write EOS only into the int32 mask ``row`` (CPU)."""
+        import numpy as np
+
+        words = row.numpy().view(np.uint32)
+        words[:] = 0
+        for word, bit in self.words:
+            words[word] |= np.uint32(bit)
 
 
 def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from accelkit.core.device import usable_cores
 from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.structured import EosBits
 from accelkit.serve.structured_schema import (
     MAX_SCHEMA_DEPTH,
     check_decoder,
@@ -166,7 +167,7 @@ class LLGuidanceBackend:
         # 2-core CPU, where torch runs on both, handing 16 rows to its pool took longer than filling them one after
         # another on the calling thread (benchmarks/structured_outputs.py --fill)
         self.parallel_fill = usable_cores() >= PARALLEL_FILL_MIN_CORES
-        self._eos_words = [(t // 32, 1 << (t % 32)) for t in sorted(eos_token_ids) if t < vocab_size]
+        self._eos = EosBits(eos_token_ids, vocab_size)
 
     def grammar_text(self, spec: StructuredOutputs, schema: Any = None) -> str:
         """The spec as an llguidance grammar (its JSON); ``schema``: the JSON schema to use in place of the spec's
@@ -218,7 +219,7 @@ class LLGuidanceBackend:
             if not matcher.is_error():  # the first mask: it is where a lexer past its limits or matching nothing shows
                 first = torch.zeros((self.vocab_size + 31) // 32, dtype=torch.int32)
                 matcher.unsafe_compute_mask_ptr(first.data_ptr(), first.numel() * 4)
-                if not matcher.is_error() and not self._allows_more_than_eos(first):
+                if not matcher.is_error() and not self._eos.allows_more(first):
                     raise ValueError("no text matches it")
             if matcher.is_error():
                 raise ValueError(_one_line(matcher.get_error(), schema))
@@ -227,12 +228,6 @@ class LLGuidanceBackend:
         start_mask = first.numpy().copy()
         start_mask.flags.writeable = False  # (shared by every request of this grammar)
         return LLGuidanceGrammar(matcher, grammar, self.eos_token_ids, start_mask)
-
-    def _allows_more_than_eos(self, row: torch.Tensor) -> bool:
-        words = row.numpy().view(np.uint32).copy()
-        for word, bit in self._eos_words:
-            words[word] &= ~np.uint32(bit)
-        return bool(words.any())
 
     def fill_bitmasks(self, rows: Sequence[tuple[Any, int]], bitmask: torch.Tensor) -> None:
         # (llguidance.torch.fill_next_token_bitmask_par's call, without importing that module: it builds a
@@ -254,7 +249,4 @@ class LLGuidanceBackend:
             self._executor.unsafe_compute_mask_ptr(matchers, bitmask.data_ptr(), row_bytes, bitmask.shape[0])
         for m, i in rows:  # a matcher past its step limit (or fed a token it refused): EOS only, the request ends
             if m.matcher.is_error():
-                words = bitmask[i].numpy().view(np.uint32)
-                words[:] = 0
-                for word, bit in self._eos_words:
-                    words[word] |= np.uint32(bit)
+                self._eos.only(bitmask[i])

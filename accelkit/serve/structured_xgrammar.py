@@ -24,6 +24,7 @@ import numpy as np
 
 from accelkit.core.device import usable_cores
 from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.structured import EosBits
 from accelkit.serve.structured_llguidance import PARALLEL_FILL_MIN_CORES
 from accelkit.serve.structured_schema import (
     MAX_SCHEMA_DEPTH,
@@ -274,7 +275,7 @@ class XGrammarBackend:
         self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=COMPILE_THREADS, cache_enabled=False)
         self.parallel_fill = usable_cores() >= PARALLEL_FILL_MIN_CORES  # (as llguidance's: see there)
         self._batch: Any = None  # (xgrammar's batch filler, made on the first parallel fill)
-        self._eos_words = [(t // 32, 1 << (t % 32)) for t in sorted(self.eos_token_ids) if t < vocab_size]
+        self._eos = EosBits(self.eos_token_ids, vocab_size)
         self.width = (vocab_size + 31) // 32
         self._tail = np.uint32((1 << (vocab_size % 32)) - 1) if vocab_size % 32 else None  # (the last word's ids)
 
@@ -342,17 +343,11 @@ class XGrammarBackend:
         self._xgr.GrammarMatcher(compiled).fill_next_token_bitmask(first, 0)
         if self._tail is not None:
             first[0, -1:].numpy().view(np.uint32)[0] &= self._tail
-        if not self._allows_more_than_eos(first[0]):
+        if not self._eos.allows_more(first[0]):
             raise ValueError(f"structured_outputs.{spec.kind}: no text matches it")
         start_mask = first[0].numpy().copy()
         start_mask.flags.writeable = False  # (shared by every request of this grammar)
         return XGrammarGrammar(compiled, start_mask)
-
-    def _allows_more_than_eos(self, row: torch.Tensor) -> bool:
-        words = row.numpy().view(np.uint32).copy()
-        for word, bit in self._eos_words:
-            words[word] &= ~np.uint32(bit)
-        return bool(words.any())
 
     def fill_bitmasks(self, rows: Sequence[tuple[Any, int]], bitmask: torch.Tensor) -> None:
         assert bitmask.dtype.itemsize == 4 and not bitmask.is_floating_point() and bitmask.is_contiguous() and bitmask.is_cpu
@@ -360,10 +355,7 @@ class XGrammarBackend:
         computed = []
         for m, i in rows:
             if m.is_terminated():  # EOS accepted or a token refused: EOS only (xgrammar fills no mask past EOS)
-                words = bitmask[i].numpy().view(np.uint32)
-                words[:] = 0
-                for word, bit in self._eos_words:
-                    words[word] |= np.uint32(bit)
+                self._eos.only(bitmask[i])
             elif m.at_start():
                 bitmask[i].numpy()[:] = m.start_mask
             else:
