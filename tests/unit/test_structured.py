@@ -89,33 +89,47 @@ REGEXES = [r"\d{3}-[a-z]+", r"(yes|no)!?", r"[A-Z][a-zé中]{0,5}( [0-9]+)?", r"
            r'"[^"]*"', r"(ab|a)*c", r"x[\s\S]{2}y", r"[^a-z\n]{1,4}"]
 
 
-@pytest.mark.parametrize("pattern", REGEXES)
-def test_regex_walks_end_in_full_matches(pattern: str) -> None:
-    for seed in range(4):
-        text, ended = walk(StructuredOutputs(regex=pattern), seed)
+def check_regex_walks(pattern: str, seeds: int, using: Any = None) -> None:
+    """Each of ``seeds`` walks ends, in a full match of ``pattern`` (``using``: the backend, llguidance's default)."""
+    for seed in range(seeds):
+        text, ended = walk(StructuredOutputs(regex=pattern), seed, using=using)
         assert ended and re.fullmatch(pattern, text), (pattern, text)
 
 
-def test_choice_walks_end_in_one_of_the_choices() -> None:
-    choices = ["yes", "no", "maybe so", "日本", "no way"]
+def check_choice_walks(choices: list[str], seeds: int, min_seen: int, using: Any = None) -> None:
+    """Each walk ends in one of ``choices``, and more than ``min_seen`` of them come out."""
     seen = set()
-    for seed in range(12):
-        text, ended = walk(StructuredOutputs(choice=choices), seed)
+    for seed in range(seeds):
+        text, ended = walk(StructuredOutputs(choice=choices), seed, using=using)
         assert ended and text in choices, text
         seen.add(text)
-    assert len(seen) > 1
+    assert len(seen) > min_seen
 
 
-def test_json_object_walks_end_in_json_objects() -> None:
+def check_json_object_walks(using: Any = None) -> None:
+    """A walk that ends is a JSON object, one cut short began as one; at least one of 6 ends."""
     ended_count = 0
     for seed in range(6):
-        text, ended = walk(StructuredOutputs(json_object=True), seed)
+        text, ended = walk(StructuredOutputs(json_object=True), seed, using=using)
         if ended:
             ended_count += 1
             assert isinstance(json.loads(text), dict), text
         else:
             assert text.lstrip().startswith("{")
     assert ended_count
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_regex_walks_end_in_full_matches(pattern: str) -> None:
+    check_regex_walks(pattern, 4)
+
+
+def test_choice_walks_end_in_one_of_the_choices() -> None:
+    check_choice_walks(["yes", "no", "maybe so", "日本", "no way"], 12, min_seen=1)
+
+
+def test_json_object_walks_end_in_json_objects() -> None:
+    check_json_object_walks()
 
 
 class Address(BaseModel):

@@ -23,7 +23,19 @@ from accelkit.serve.structured import GrammarCompiler
 from accelkit.serve.structured_schema import MAX_SCHEMA_DEPTH
 from accelkit.serve.structured_xgrammar import XGrammarBackend, choice_grammar, is_ebnf
 from accelkit.serve.testing import HOSTILE_SPECS, nested_properties
-from tests.unit.test_structured import EOS, REGEXES, SCHEMAS, VOCAB_SIZE, Person, allowed_ids, tokenizer, walk
+from tests.unit.test_structured import (
+    EOS,
+    REGEXES,
+    SCHEMAS,
+    VOCAB_SIZE,
+    Person,
+    allowed_ids,
+    check_choice_walks,
+    check_json_object_walks,
+    check_regex_walks,
+    tokenizer,
+    walk,
+)
 
 WIDTH = (VOCAB_SIZE + 31) // 32
 
@@ -45,31 +57,16 @@ def xgrammar_allowed(matcher: Any) -> list[int]:
 
 @pytest.mark.parametrize("pattern", REGEXES)
 def test_regex_walks_end_in_full_matches(pattern: str) -> None:
-    for seed in range(3):
-        text, ended = walk(StructuredOutputs(regex=pattern), seed, using=backend())
-        assert ended and re.fullmatch(pattern, text), (pattern, text)
+    check_regex_walks(pattern, 3, using=backend())
 
 
 def test_choice_walks_end_in_one_of_the_choices_whatever_characters_they_hold() -> None:
     choices = ["yes", "no", 'say "hi"', "back\\slash", "two\nlines", "日本", "[a-z]*"]
-    seen = set()
-    for seed in range(14):
-        text, ended = walk(StructuredOutputs(choice=choices), seed, using=backend())
-        assert ended and text in choices, text
-        seen.add(text)
-    assert len(seen) > 2
+    check_choice_walks(choices, 14, min_seen=2, using=backend())
 
 
 def test_json_object_walks_end_in_json_objects() -> None:
-    ended_count = 0
-    for seed in range(6):
-        text, ended = walk(StructuredOutputs(json_object=True), seed, using=backend())
-        if ended:
-            ended_count += 1
-            assert isinstance(json.loads(text), dict), text
-        else:
-            assert text.lstrip().startswith("{")
-    assert ended_count
+    check_json_object_walks(using=backend())
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
