@@ -6,7 +6,7 @@ engine needs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # the keywords whose values are schemas: a list of them, a map of names to them, or one
@@ -79,17 +79,21 @@ def close_objects(schema: Any) -> Any:
     return out
 
 
-def keyword_path(schema: Any, keyword: str, path: str = "") -> str | None:
+def schema_nodes(schema: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, subschema) of ``schema`` and every schema inside it (``properties.n``; "" the root), depth first, in
+    :func:`subschemas`' order, without recursing."""
+    stack = [(path, schema)]
+    while stack:
+        where, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        yield where, node
+        stack += reversed([(f"{where}.{step}" if where else step, sub) for step, sub in subschemas(node)])
+
+
+def keyword_path(schema: Any, keyword: str) -> str | None:
     """Where ``keyword`` first appears as a keyword of ``schema`` or a subschema (``properties.n``; "" the root)."""
-    if not isinstance(schema, dict):
-        return None
-    if keyword in schema:
-        return path
-    for step, sub in subschemas(schema):
-        found = keyword_path(sub, keyword, f"{path}.{step}" if path else step)
-        if found is not None:
-            return found
-    return None
+    return next((where for where, node in schema_nodes(schema) if keyword in node), None)
 
 
 def check_decoder(tokenizer: Any) -> None:

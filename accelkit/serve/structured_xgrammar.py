@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from accelkit.serve.structured_schema import (
     close_objects,
     map_subschemas,
     schema_depth,
-    subschemas,
+    schema_nodes,
 )
 
 if TYPE_CHECKING:
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 INSTALL_HINT = "pip install 'accelkit[xgrammar]'"
 # JSON: at most 2 whitespace characters between tokens, as the llguidance backend allows
 MAX_WHITESPACE = 2
-# the deepest JSON nesting of a schema compiled (llguidance's limit, 128, which is about 64 levels of objects):
-# xgrammar's compile time grows faster than the depth, and it has no limit of its own
 COMPILE_THREADS = 2  # xgrammar's threads for one compile's mask tables (started from a niced compile thread)
 
 # JSON Schema keywords xgrammar 0.2.9 drops without an error (checked against the grammar it writes: the same with
@@ -62,17 +60,6 @@ _VALIDATION = frozenset({
 _ALONE = ("$ref", "allOf", "anyOf", "oneOf", "enum", "const")
 _JSON_TYPES: dict[str, Any] = {"string": str, "boolean": bool, "null": type(None), "object": dict, "array": list}
 _CPP_PREFIX = re.compile(r"\[[0-9:]+\] \S+:\d+: (?:Check failed: .*? is false: )?")  # (also inside a message)
-
-
-def _nodes(schema: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, subschema) of ``schema`` and every schema inside it ("" the root), depth first."""
-    stack = [(path, schema)]
-    while stack:
-        where, node = stack.pop()
-        if not isinstance(node, dict):
-            continue
-        yield where, node
-        stack += reversed([(f"{where}.{step}" if where else step, sub) for step, sub in subschemas(node)])
 
 
 def _has_type(value: Any, name: str) -> bool:
@@ -119,7 +106,7 @@ def _beside_an_alone_keyword(node: dict[str, Any]) -> str | None:
 
 def unenforced_keyword(schema: Any) -> tuple[str, str] | None:
     """(keyword, where) of the first constraint in ``schema`` that xgrammar would drop, or None."""
-    for where, node in _nodes(schema):
+    for where, node in schema_nodes(schema):
         key = _dropped_here(node)
         if key is not None:
             return key, where
