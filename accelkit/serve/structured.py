@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from accelkit.core.device import usable_cores
 from accelkit.serve.sampling import StructuredOutputs
 
 if TYPE_CHECKING:
@@ -106,6 +107,17 @@ class RequestGuide:
         if new and not self.matcher.is_terminated():
             self.matcher.accept_tokens(new)  # (tokens the mask let through: it fails only past a backend limit)
         self.consumed = len(token_ids) - num_prompt_tokens
+
+
+# a step's guided rows are filled on the backend's thread pool from this many usable cores up; below, one after
+# another on the calling thread: on a 2-core CPU, where torch runs on both, handing 16 rows to llguidance's pool took
+# longer than filling them in turn (benchmarks/structured_outputs.py --fill)
+PARALLEL_FILL_MIN_CORES = 4
+
+
+def parallel_fill() -> bool:
+    """Whether a backend fills a step's rows on its thread pool on this machine (see PARALLEL_FILL_MIN_CORES)."""
+    return usable_cores() >= PARALLEL_FILL_MIN_CORES
 
 
 class EosBits:

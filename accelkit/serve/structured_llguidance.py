@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accelkit.core.device import usable_cores
 from accelkit.serve.sampling import StructuredOutputs
-from accelkit.serve.structured import EosBits
+from accelkit.serve.structured import EosBits, parallel_fill
 from accelkit.serve.structured_schema import (
     MAX_SCHEMA_DEPTH,
     check_decoder,
@@ -34,8 +33,6 @@ STEP_LEXER_FUEL = 50_000
 INITIAL_LEXER_FUEL = 200_000
 MAX_LEXER_STATES = 50_000
 MAX_GRAMMAR_SIZE = 500_000  # symbols in the grammar's productions (llguidance's default)
-# a step's masks are filled on llguidance's thread pool from this many usable cores up; below, one after another
-PARALLEL_FILL_MIN_CORES = 4
 
 # JSON: whitespace between tokens as before (at most 2 spaces or newlines in a row: `{"a": 1}` and a newline of
 # pretty-printing fit, and a model cannot pad forever)
@@ -163,10 +160,7 @@ class LLGuidanceBackend:
             max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE, verbose_errors=False,
         )
         self._executor = llguidance.LLExecutor(num_threads=2)
-        # rows of a step filled on the executor's threads only where there are cores to spare for them: on a
-        # 2-core CPU, where torch runs on both, handing 16 rows to its pool took longer than filling them one after
-        # another on the calling thread (benchmarks/structured_outputs.py --fill)
-        self.parallel_fill = usable_cores() >= PARALLEL_FILL_MIN_CORES
+        self.parallel_fill = parallel_fill()  # (the executor's threads only where there are cores to spare)
         self._eos = EosBits(eos_token_ids, vocab_size)
 
     def grammar_text(self, spec: StructuredOutputs, schema: Any = None) -> str:

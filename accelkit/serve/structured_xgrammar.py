@@ -22,10 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accelkit.core.device import usable_cores
 from accelkit.serve.sampling import StructuredOutputs
-from accelkit.serve.structured import EosBits
-from accelkit.serve.structured_llguidance import PARALLEL_FILL_MIN_CORES
+from accelkit.serve.structured import EosBits, parallel_fill
 from accelkit.serve.structured_schema import (
     MAX_SCHEMA_DEPTH,
     check_decoder,
@@ -260,7 +258,7 @@ class XGrammarBackend:
         self.tokenizer_info = _tokenizer_info(xgr, tokenizer, vocab_size, self.eos_token_ids)
         # (no cache of its own: accelkit's compiler caches compiled grammars, bounded by bytes)
         self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=COMPILE_THREADS, cache_enabled=False)
-        self.parallel_fill = usable_cores() >= PARALLEL_FILL_MIN_CORES  # (as llguidance's: see there)
+        self.parallel_fill = parallel_fill()  # (xgrammar's batch filler only where there are cores to spare)
         self._batch: Any = None  # (xgrammar's batch filler, made on the first parallel fill)
         self._eos = EosBits(self.eos_token_ids, vocab_size)
         self.width = (vocab_size + 31) // 32

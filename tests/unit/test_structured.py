@@ -322,7 +322,7 @@ def test_a_steps_rows_get_the_same_masks_on_the_pool_as_one_after_another(parall
 
 
 def test_masks_are_filled_on_the_pool_only_with_cores_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
-    import accelkit.serve.structured_llguidance as module
+    import accelkit.serve.structured as module
 
     for cores, parallel in ((2, False), (3, False), (4, True), (64, True)):
         monkeypatch.setattr(module, "usable_cores", lambda cores=cores: cores)
