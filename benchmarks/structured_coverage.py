@@ -83,15 +83,11 @@ def tokenizer_dir(data: Path, vocab: int, cache: Path, seed: int) -> Path:
 # ---- the worker (its own process) -------------------------------------------------------------------------------
 
 def _make_backend(name: str, tok: Any) -> Any:
-    """The structured-outputs backend ``name`` over ``tok`` (the engine's own classes, as ``accelkit serve
-    --structured-outputs-backend NAME`` makes them)."""
-    if name == "xgrammar":
-        from accelkit.serve.structured_xgrammar import XGrammarBackend
+    """The structured-outputs backend ``name`` over ``tok``, as ``accelkit serve --structured-outputs-backend NAME``
+    makes it."""
+    from accelkit.serve.structured import make_backend
 
-        return XGrammarBackend(tok, len(tok), [tok.eos_token_id])
-    from accelkit.serve.structured_llguidance import LLGuidanceBackend
-
-    return LLGuidanceBackend(tok, len(tok), [tok.eos_token_id])
+    return make_backend(name, tok, len(tok), [tok.eos_token_id])
 
 
 def _worker(tok_path: str, seed: int, conn: Any, backend_name: str = "llguidance") -> None:

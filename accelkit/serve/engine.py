@@ -39,8 +39,7 @@ from accelkit.serve.outputs import EngineStats, RequestOutput
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 from accelkit.serve.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from accelkit.serve.sequence import Sequence
-from accelkit.serve.structured import CompiledGrammar, GrammarCompiler, StructuredBackend
-from accelkit.serve.structured_llguidance import LLGuidanceBackend
+from accelkit.serve.structured import CompiledGrammar, GrammarCompiler, StructuredBackend, make_backend
 from accelkit.serve.tensor_parallel import (
     TensorParallelLeader,
     check_tensor_parallel_ranks,
@@ -264,11 +263,8 @@ class LLMEngine:
         if self.tokenizer is None:
             raise ValueError("structured_outputs needs the model's tokenizer, and this model has none")
 
-        if self.config.structured_outputs_backend == "xgrammar":  # (imported only when chosen: xgrammar takes ~2 s)
-            from accelkit.serve.structured_xgrammar import XGrammarBackend
-
-            return XGrammarBackend(self.tokenizer, self.model_args.vocab_size, self.eos_token_ids)
-        return LLGuidanceBackend(self.tokenizer, self.model_args.vocab_size, self.eos_token_ids)
+        return make_backend(self.config.structured_outputs_backend, self.tokenizer, self.model_args.vocab_size,
+                            self.eos_token_ids)
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; ValueError when it is not Unicode text (a lone surrogate, as JSON's
