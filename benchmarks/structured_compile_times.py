@@ -24,9 +24,12 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from accelkit.serve.config import StructuredOutputsBackendName
+
+BACKENDS = get_args(StructuredOutputsBackendName)  # (the engines accelkit serve offers)
 
 
 def specs() -> dict[str, dict[str, Any]]:
@@ -62,7 +65,7 @@ def _compile(backend_name: str, tok_path: str, name: str, conn: Any) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokenizer", type=Path, required=True, help="a Hugging Face tokenizer folder")
-    ap.add_argument("--backend", choices=("llguidance", "xgrammar"), default="xgrammar")
+    ap.add_argument("--backend", choices=BACKENDS, default="xgrammar")
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()

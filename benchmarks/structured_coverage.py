@@ -39,12 +39,14 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from accelkit.serve.config import StructuredOutputsBackendName  # noqa: E402  (after the path)
+
 RESULTS = Path(__file__).resolve().parent / "results"
-BACKENDS = ("llguidance", "xgrammar")
+BACKENDS = get_args(StructuredOutputsBackendName)  # (the engines accelkit serve offers)
 WALK_TOKENS = 300  # tokens per random walk at most (a walk that has not ended by then is not checked)
 
 

@@ -26,10 +26,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from accelkit.serve.config import StructuredOutputsBackendName  # noqa: E402  (after the path)
+
+BACKENDS = get_args(StructuredOutputsBackendName)  # (the engines accelkit serve offers)
 OUT = Path(__file__).resolve().parent / "results" / "structured_outputs_cpu.json"
 
 SCHEMA = {
@@ -207,7 +210,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--kinds", default=",".join(SPECS))
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--backend", choices=("llguidance", "xgrammar"), default="llguidance",
+    parser.add_argument("--backend", choices=BACKENDS, default="llguidance",
                         help="the structured-outputs engine (accelkit serve --structured-outputs-backend)")
     parser.add_argument("--fill", choices=("auto", "inline", "pool"), default="auto",
                         help="how a step's masks are filled: as the engine decides for this machine (auto), one row "
