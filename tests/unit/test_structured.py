@@ -167,10 +167,14 @@ SCHEMAS = {"person": Person.model_json_schema(), "person-strict": to_strict_json
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_pydantic_schemas_give_documents_pydantic_and_jsonschema_accept(name: str) -> None:
-    schema = SCHEMAS[name]
+    check_pydantic_walks(SCHEMAS[name], 6)
+
+
+def check_pydantic_walks(schema: dict[str, Any], seeds: int, using: Any = None) -> None:
+    """Each walk of ``schema`` (a Person's) that ends is a document jsonschema and pydantic accept; 3 or more end."""
     ended_count = 0
-    for seed in range(6):
-        text, ended = walk(StructuredOutputs(json=schema), seed, max_steps=1500)
+    for seed in range(seeds):
+        text, ended = walk(StructuredOutputs(json=schema), seed, max_steps=1500, using=using)
         if ended:
             ended_count += 1
             doc = json.loads(text)

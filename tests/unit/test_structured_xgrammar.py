@@ -28,10 +28,10 @@ from tests.unit.test_structured import (
     REGEXES,
     SCHEMAS,
     VOCAB_SIZE,
-    Person,
     allowed_ids,
     check_choice_walks,
     check_json_object_walks,
+    check_pydantic_walks,
     check_regex_walks,
     tokenizer,
     walk,
@@ -71,16 +71,7 @@ def test_json_object_walks_end_in_json_objects() -> None:
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_pydantic_schemas_give_documents_pydantic_and_jsonschema_accept(name: str) -> None:
-    schema = SCHEMAS[name]
-    ended_count = 0
-    for seed in range(5):
-        text, ended = walk(StructuredOutputs(json=schema), seed, max_steps=1500, using=backend())
-        if ended:
-            ended_count += 1
-            doc = json.loads(text)
-            jsonschema.validate(doc, schema, format_checker=jsonschema.FormatChecker())
-            Person.model_validate(doc)
-    assert ended_count >= 3
+    check_pydantic_walks(SCHEMAS[name], 5, using=backend())
 
 
 @pytest.mark.parametrize(("fmt", "parse"), [("date", datetime.date.fromisoformat),
