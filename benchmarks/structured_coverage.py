@@ -87,7 +87,7 @@ def tokenizer_dir(data: Path, vocab: int, cache: Path, seed: int) -> Path:
 def _make_backend(name: str, tok: Any) -> Any:
     """The structured-outputs backend ``name`` over ``tok``, as ``accelkit serve --structured-outputs-backend NAME``
     makes it."""
-    from accelkit.serve.structured import make_backend
+    from accelkit.serve.structured_backends import make_backend
 
     return make_backend(name, tok, len(tok), [tok.eos_token_id])
 

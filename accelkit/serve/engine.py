@@ -39,7 +39,8 @@ from accelkit.serve.outputs import EngineStats, RequestOutput
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 from accelkit.serve.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from accelkit.serve.sequence import Sequence
-from accelkit.serve.structured import CompiledGrammar, GrammarCompiler, StructuredBackend, make_backend
+from accelkit.serve.structured import CompiledGrammar, GrammarCompiler, StructuredBackend
+from accelkit.serve.structured_backends import make_backend
 from accelkit.serve.tensor_parallel import (
     TensorParallelLeader,
     check_tensor_parallel_ranks,

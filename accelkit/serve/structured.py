@@ -120,18 +120,6 @@ def parallel_fill() -> bool:
     return usable_cores() >= PARALLEL_FILL_MIN_CORES
 
 
-def make_backend(name: str, tokenizer: Any, vocab_size: int, eos_token_ids: Collection[int]) -> StructuredBackend:
-    """The structured-outputs backend ``name`` (``EngineConfig.structured_outputs_backend``: llguidance or xgrammar)
-    over ``tokenizer``; xgrammar is imported only when chosen (it takes ~2 s)."""
-    if name == "xgrammar":
-        from accelkit.serve.structured_xgrammar import XGrammarBackend
-
-        return XGrammarBackend(tokenizer, vocab_size, eos_token_ids)
-    from accelkit.serve.structured_llguidance import LLGuidanceBackend
-
-    return LLGuidanceBackend(tokenizer, vocab_size, eos_token_ids)
-
-
 class EosBits:
     """Where the EOS ids sit in a packed bitmask row (word, bit), for what both backends do with them: check that a
     start mask allows more than EOS, and write a row that allows EOS only (a matcher that failed or ended)."""
