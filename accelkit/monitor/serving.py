@@ -60,6 +60,9 @@ class ServingMetrics:
         self.request_generation_tokens = Histogram("vllm:request_generation_tokens", "Generated tokens per request.", m,
                                                    buckets=_TOKENS, registry=registry)
         self.iteration_tokens_total = Histogram("vllm:iteration_tokens_total", "Tokens per engine step.", m, buckets=_TOKENS, registry=registry)
+        self.structured_first_draws = Counter(
+            "accelkit_structured_first_draws", "Guided tokens drawn before their mask, by whether the grammar allowed "
+            "them (refused ones are drawn again from the masked logits).", [*m, "result"], registry=registry)
 
     def start(self, model_name: str) -> None:
         """Create every series of ``model_name`` at zero now, as vLLM does at start-up: a series that appears only
@@ -68,5 +71,8 @@ class ServingMetrics:
             if family is self.request_success:
                 for reason in FINISH_REASONS:
                     family.labels(model_name, reason)
+            elif family is self.structured_first_draws:
+                for result in ("allowed", "refused"):
+                    family.labels(model_name, result)
             else:
                 family.labels(model_name)

@@ -464,7 +464,7 @@ class LLMEngine:
 
     # ---- observability -----------------------------------------------------------------------------
     def get_stats(self) -> EngineStats:
-        c, processor = self.scheduler.counters, self.output_processor
+        c, processor, sampler = self.scheduler.counters, self.output_processor, self.runner.sampler
         with self._lock:
             num_inbox = len(self._inbox)
         return EngineStats(
@@ -475,4 +475,5 @@ class LLMEngine:
             num_steps=self._num_steps, last_step_num_tokens=self._last_step_tokens,
             num_blocks=self.block_manager.num_blocks, block_size=self.block_manager.block_size,
             requests_finished=dict(processor.num_finished),
+            first_draws_allowed=sampler.first_draws_allowed, first_draws_refused=sampler.first_draws_refused,
         )

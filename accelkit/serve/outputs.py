@@ -251,3 +251,7 @@ class EngineStats:
     num_blocks: int
     block_size: int
     requests_finished: dict[str, int] = field(default_factory=dict)  # vllm:request_success by finished_reason
+    # guided tokens drawn before their mask (accelkit_structured_first_draws by result): the grammar allowed them, or
+    # refused them (drawn again from the masked logits)
+    first_draws_allowed: int = 0
+    first_draws_refused: int = 0

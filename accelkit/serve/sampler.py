@@ -4,6 +4,7 @@ structured outputs, min_tokens, logprobs, per-request seeds — one batch, one s
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Collection
 from collections.abc import Sequence as Rows
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -192,6 +193,14 @@ def inverse_transform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tenso
     return torch.minimum(ids, last).clamp_(max=cum.shape[-1] - 1).squeeze(1)  # (a NaN row stays in the vocabulary)
 
 
+def _held_stops(p: SamplingParams, row: SampledRow, vocab: int) -> list[int]:
+    """The stop ids ``row`` may not draw yet (``min_tokens`` not reached), those inside the vocabulary (an id past
+    it is never drawn)."""
+    if p.min_tokens and len(row.token_ids) - row.num_prompt_tokens < p.min_tokens:
+        return [t for t in row.stop_token_ids if t < vocab]
+    return []
+
+
 def _with_greedy_rows(x: torch.Tensor, params: list[SamplingParams], greedy: torch.Tensor, sampled: torch.Tensor
                       ) -> torch.Tensor:
     """``sampled`` with the greedy rows' (``greedy``: (N,) bool) replaced by the argmax of ``x``; when no row is
@@ -245,6 +254,10 @@ class Sampler:
         self._bitmask = torch.empty(0, 0, dtype=torch.int32)
         self._mask_pool: concurrent.futures.ThreadPoolExecutor | None = None  # made for the first guided step
         self._early: _EarlyMasks | None = None  # masks start_guides is filling for the step now running
+        # guided rows may draw before their mask (_check_first); counts of such draws the grammar allowed, and refused
+        self.draw_first = True
+        self.first_draws_allowed = 0
+        self.first_draws_refused = 0
 
     def forget(self, seq_id: int) -> None:
         self._seeded.pop(seq_id, None)
@@ -418,12 +431,14 @@ class Sampler:
         return host
 
     def process(self, logits: torch.Tensor, params: list[SamplingParams], rows: Rows[SampledRow],
-                settings: torch.Tensor | None = None, *, in_place: bool = False) -> torch.Tensor:
+                settings: torch.Tensor | None = None, *, in_place: bool = False,
+                unmasked: Collection[int] = ()) -> torch.Tensor:
         """``logits`` (N, V) with ``allowed_token_ids``, ``logit_bias``, ``min_tokens`` masking and the penalties
         applied, in vLLM's order: what greedy rows take the argmax of and random rows sample from (after
         temperature). ``logits`` itself is left as it is (it may be a CUDA graph's output buffer), unless
         ``in_place``: then the masks and biases are written into it (no copy of an (N, V) tensor: on a CPU a fresh
-        copy's page faults cost as much as applying a batch's structured-output masks)."""
+        copy's page faults cost as much as applying a batch's structured-output masks). ``unmasked``: guided rows
+        left without their structured-output mask (they sample first: :meth:`_check_first`)."""
         raw = logits.float()
         vocab = raw.shape[-1]
         up = self._upload_arrays
@@ -443,12 +458,11 @@ class Sampler:
             if p.allowed_token_ids is not None:
                 restricted.append(i)
                 disallowed.append(self._disallowed_mask(r.seq_id, p.allowed_token_ids, vocab, up))
-            elif r.guide is not None:
+            elif r.guide is not None and i not in unmasked:
                 guided.append(i)
-            if p.min_tokens and len(r.token_ids) - r.num_prompt_tokens < p.min_tokens:
-                stops = [t for t in r.stop_token_ids if t < vocab]  # (an id past the vocabulary is never sampled)
-                mask_rows += [i] * len(stops)
-                mask_tokens += stops
+            stops = _held_stops(p, r, vocab)
+            mask_rows += [i] * len(stops)
+            mask_tokens += stops
             if p.logit_bias:
                 bias_rows += [i] * len(p.logit_bias)
                 bias_tokens += p.logit_bias.keys()
@@ -478,19 +492,78 @@ class Sampler:
             masks = masks.new_zeros(x.shape[0], x.shape[1]).index_copy_(0, up.ints(restricted), masks)
         x.masked_fill_(masks, float("-inf"))
 
+    def _draw(self, x: torch.Tensor, params: list[SamplingParams], seq_ids: list[int], settings: torch.Tensor
+              ) -> torch.Tensor:
+        """(N,) ids drawn from the processed logits ``x`` (N, V): greedy rows' argmax, the others sampled with the
+        settings :meth:`_upload` wrote for these rows."""
+        if all(p.is_greedy for p in params):
+            return greedy_ids(x)
+        temps, ks, top_ps, greedy = settings[0], settings[1].long(), settings[2], settings[3] > 0
+        min_ps = settings[7] if any(p.min_p > 0 for p in params) else None
+        return _with_greedy_rows(x, params, greedy, self._sample(x, params, seq_ids, temps, ks, top_ps, min_ps))
+
+    @staticmethod
+    def _first_draw_rows(params: list[SamplingParams], rows: Rows[SampledRow]) -> list[int]:
+        """The guided rows that draw their token before their mask (:meth:`_check_first`): those whose draw is
+        the same with the mask applied after as before — greedy, or temperature alone (``top_k``, ``top_p`` and
+        ``min_p`` cut the distribution relative to its best tokens, which the mask changes) — and whose guide
+        expects its draw to be allowed (:meth:`RequestGuide.samples_first`)."""
+        first = []
+        for i, (p, r) in enumerate(zip(params, rows, strict=True)):
+            guide: Any = r.guide
+            if (guide is None or p.allowed_token_ids is not None
+                    or not (p.is_greedy or (p.top_k is None and p.top_p >= 1.0 and p.min_p == 0))):
+                continue
+            if guide.samples_first():
+                first.append(i)
+        return first
+
+    def _check_first(self, x: torch.Tensor, tokens: torch.Tensor, params: list[SamplingParams], seq_ids: list[int],
+                     rows: Rows[SampledRow], first: list[int], settings: torch.Tensor) -> torch.Tensor:
+        """``tokens`` with the rows ``first`` (drawn from ``x`` without their structured-output mask) checked against
+        their grammar, and those it refuses drawn again from their masked logits.
+
+        The same distribution as masking first: a row keeps its first draw ``t`` when the grammar allows it
+        (probability ``p(t)``), else draws from the masked ``p / P(allowed)`` with fresh noise, so ``t`` comes out
+        with ``p(t) + (1 - P(allowed)) · p(t) / P(allowed) = p(t) / P(allowed)``; a greedy row's argmax, allowed, is
+        also the masked argmax. The check is a few microseconds (llguidance: ``validate_tokens``) where a mask over
+        the vocabulary costs tens to hundreds, so a model that keeps to its format mostly skips the mask; a refused
+        draw costs a second draw of its row. It reads the first draws (a host sync): on a CPU, the only device this
+        runs on in serving, that is a list copy."""
+        idx = self._upload_arrays.ints(first)
+        refused: list[int] = []
+        for i, token in zip(first, tokens[idx].tolist(), strict=True):
+            r = rows[i]
+            guide: Any = r.guide
+            guide.catch_up(r.token_ids, r.num_prompt_tokens)
+            allowed = token < guide.backend.vocab_size and guide.matcher.allows(token)
+            guide.record_first(allowed)
+            if not allowed:
+                refused.append(i)
+        self.first_draws_allowed += len(first) - len(refused)
+        self.first_draws_refused += len(refused)
+        if not refused:
+            return tokens
+        ridx = self._upload_arrays.ints(refused) if len(refused) < len(first) else idx
+        sub = x[ridx]  # (a copy: x stays as the other rows drew from it)
+        apply_token_bitmask_(sub, self._guide_bitmask([rows[i] for i in refused], list(range(len(refused))),
+                                                      sub.shape[-1]))
+        tokens[ridx] = self._draw(sub, [params[i] for i in refused], [seq_ids[i] for i in refused], settings[:, ridx])
+        return tokens
+
     def _launch_extras(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int],
                        rows: Rows[SampledRow], scratch: bool = False) -> torch.Tensor:
         raw = logits.float()
         settings = self._upload(params, raw.shape[-1], _EXTRA_ROWS)
-        temps, ks, top_ps, greedy = settings[0], settings[1].long(), settings[2], settings[3] > 0
         ks_lp = [p.logprobs for p in params if p.logprobs is not None]
+        # guided rows that draw before their mask is computed: only where no mask is being filled beside the forward
+        # (start_guides: those cost the step nothing)
+        first = self._first_draw_rows(params, rows) if self.draw_first and self._early is None else []
         # (logprobs are of the model's logits, before any processing: then raw must stay as it came)
-        x = self.process(raw, params, rows, settings, in_place=scratch and not ks_lp)
-        if all(p.is_greedy for p in params):
-            tokens = greedy_ids(x)
-        else:
-            min_ps = settings[7] if any(p.min_p > 0 for p in params) else None
-            tokens = _with_greedy_rows(x, params, greedy, self._sample(x, params, seq_ids, temps, ks, top_ps, min_ps))
+        x = self.process(raw, params, rows, settings, in_place=scratch and not ks_lp, unmasked=set(first))
+        tokens = self._draw(x, params, seq_ids, settings)
+        if first:
+            tokens = self._check_first(x, tokens, params, seq_ids, rows, first, settings)
         if not ks_lp:
             return tokens
         return self.pack_logprobs(raw, tokens, max(ks_lp))

@@ -59,6 +59,9 @@ class GrammarMatcher(Protocol):
     def is_terminated(self) -> bool:
         """EOS was accepted (or the matcher failed): only EOS is allowed from here on."""
 
+    def allows(self, token_id: int) -> bool:
+        """Whether ``token_id`` may come next — what its mask's bit would say — without advancing."""
+
 
 class CompiledGrammar(Protocol):
     """A compiled spec: immutable, shared across requests and threads."""
@@ -90,14 +93,37 @@ class StructuredBackend(Protocol):
         the CPU, contiguous), all rows in one pass."""
 
 
-class RequestGuide:
-    """What a guided sequence carries (``Sequence.guide``): its matcher, the backend that fills its mask, and how
-    many of its output tokens the matcher has accepted (the sampler feeds it the ones added since)."""
+# Sampling first (see RequestGuide.samples_first): a guide keeps a running share of its first draws the grammar allowed
+# (each draw weighs SAMPLE_FIRST_WEIGHT), samples first while that share is at least SAMPLE_FIRST_MIN — a refused
+# draw costs a second draw of the row (about what a mask costs: it pays when most draws are allowed) — and, below it,
+# tries again every SAMPLE_FIRST_RETRY-th step (a model that was off the grammar can come back to it)
+SAMPLE_FIRST_WEIGHT = 0.25
+SAMPLE_FIRST_MIN = 0.5
+SAMPLE_FIRST_RETRY = 8
 
-    __slots__ = ("backend", "consumed", "matcher")
+
+class RequestGuide:
+    """What a guided sequence carries (``Sequence.guide``): its matcher, the backend that fills its mask, how many
+    of its output tokens the matcher has accepted (the sampler feeds it the ones added since), and how often a token
+    drawn without its mask was one the grammar allows (:meth:`samples_first`)."""
+
+    __slots__ = ("allowed_share", "backend", "consumed", "matcher", "steps")
 
     def __init__(self, backend: StructuredBackend, matcher: GrammarMatcher) -> None:
         self.backend, self.matcher, self.consumed = backend, matcher, 0
+        self.allowed_share = SAMPLE_FIRST_MIN  # (first draws allowed, a running share: one refusal stops them)
+        self.steps = 0
+
+    def samples_first(self) -> bool:
+        """Whether this step draws its token before computing its mask (the sampler then checks the token, and
+        computes the mask and draws again only if the grammar refuses it): while most first draws were allowed, and
+        every SAMPLE_FIRST_RETRY-th step otherwise."""
+        self.steps += 1
+        return self.allowed_share >= SAMPLE_FIRST_MIN or self.steps % SAMPLE_FIRST_RETRY == 0
+
+    def record_first(self, allowed: bool) -> None:
+        """Count a first draw the grammar allowed (or refused)."""
+        self.allowed_share += SAMPLE_FIRST_WEIGHT * (float(allowed) - self.allowed_share)
 
     def catch_up(self, token_ids: Sequence[int], num_prompt_tokens: int = 0) -> None:
         """Accept the output tokens (``token_ids`` past its first ``num_prompt_tokens``) sampled since the last

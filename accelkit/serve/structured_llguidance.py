@@ -121,6 +121,13 @@ class LLGuidanceMatcher:
     def is_terminated(self) -> bool:
         return bool(self.matcher.is_stopped())
 
+    def allows(self, token_id: int) -> bool:
+        if self.matcher.is_error():  # (its mask: EOS only, as fill_bitmasks writes it)
+            return token_id in self.eos_token_ids
+        if self.matcher.is_stopped():  # (a grammar that stopped by itself takes EOS: accept_tokens)
+            return token_id in self.eos_token_ids
+        return bool(self.matcher.validate_tokens([token_id]) == 1)
+
 
 class LLGuidanceGrammar:
     """A compiled grammar: a matcher at the start, with its first mask computed; requests get deep copies (which

@@ -196,10 +196,10 @@ class XGrammarMatcher:
     """:class:`~accelkit.serve.structured.GrammarMatcher` over an ``xgrammar.GrammarMatcher``. ``start_mask``: its
     grammar's mask at the start, computed once at compile and copied while no token has been accepted."""
 
-    __slots__ = ("failed", "matcher", "num_accepted", "start_mask")
+    __slots__ = ("eos_token_ids", "failed", "matcher", "num_accepted", "start_mask")
 
-    def __init__(self, matcher: xgrammar.GrammarMatcher, start_mask: np.ndarray) -> None:
-        self.matcher, self.start_mask = matcher, start_mask
+    def __init__(self, matcher: xgrammar.GrammarMatcher, start_mask: np.ndarray, eos_token_ids: frozenset[int]) -> None:
+        self.matcher, self.start_mask, self.eos_token_ids = matcher, start_mask, eos_token_ids
         self.num_accepted = 0
         self.failed = False  # a token was refused: the request ends (EOS only), as llguidance's error state
 
@@ -224,20 +224,29 @@ class XGrammarMatcher:
     def is_terminated(self) -> bool:
         return self.failed or bool(self.matcher.is_terminated())
 
+    def allows(self, token_id: int) -> bool:
+        if self.is_terminated():  # (its mask: EOS only, as fill_bitmasks writes it)
+            return token_id in self.eos_token_ids
+        if not self.matcher.accept_token(int(token_id)):  # (xgrammar has no check without advancing: advance, undo)
+            return False
+        self.matcher.rollback(1)
+        return True
+
 
 class XGrammarGrammar:
     """A compiled grammar (immutable, shared) and its start mask; each request gets a matcher of its own."""
 
-    __slots__ = ("_compiled", "_matcher_class", "_start_mask", "num_bytes")
+    __slots__ = ("_compiled", "_eos", "_matcher_class", "_start_mask", "num_bytes")
 
-    def __init__(self, compiled: xgrammar.CompiledGrammar, start_mask: np.ndarray) -> None:
+    def __init__(self, compiled: xgrammar.CompiledGrammar, start_mask: np.ndarray, eos_token_ids: frozenset[int]) -> None:
         import xgrammar as xgr
 
         self._compiled, self._start_mask, self._matcher_class = compiled, start_mask, xgr.GrammarMatcher
+        self._eos = eos_token_ids
         self.num_bytes = int(compiled.memory_size_bytes) + start_mask.nbytes
 
     def matcher(self) -> XGrammarMatcher:
-        return XGrammarMatcher(self._matcher_class(self._compiled), self._start_mask)
+        return XGrammarMatcher(self._matcher_class(self._compiled), self._start_mask, self._eos)
 
 
 class XGrammarBackend:
@@ -332,7 +341,7 @@ class XGrammarBackend:
             raise ValueError(f"structured_outputs.{spec.kind}: no text matches it")
         start_mask = first[0].numpy().copy()
         start_mask.flags.writeable = False  # (shared by every request of this grammar)
-        return XGrammarGrammar(compiled, start_mask)
+        return XGrammarGrammar(compiled, start_mask, self.eos_token_ids)
 
     def fill_bitmasks(self, rows: Sequence[tuple[Any, int]], bitmask: torch.Tensor) -> None:
         assert bitmask.dtype.itemsize == 4 and not bitmask.is_floating_point() and bitmask.is_contiguous() and bitmask.is_cpu

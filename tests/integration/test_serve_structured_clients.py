@@ -90,3 +90,27 @@ def test_a_schema_we_cannot_honour_is_a_one_line_400(served):
     error = info.value.body
     assert isinstance(error, dict) and error.get("param") == "response_format", error
     assert "uniqueItems" in error["message"] and "\n" not in error["message"]
+
+
+def first_draws(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics").text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("accelkit_structured_first_draws_total{"):
+            out["allowed" if 'result="allowed"' in line else "refused"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_guided_tokens_drawn_before_their_mask_are_counted_on_metrics(served):
+    """Each guided token drawn before its mask is counted, as the grammar allowed or refused it (refused ones were
+    drawn again, masked): at most one count per output token; both series exported from start-up."""
+    before = first_draws(served)
+    assert set(before) == {"allowed", "refused"}
+    r = httpx.post(f"{served}/v1/completions", timeout=300, json={
+        "model": "tiny", "prompt": "x", "max_tokens": 40, "seed": 3, "temperature": 1.0,
+        "structured_outputs": {"json": Part.model_json_schema()}})
+    assert r.status_code == 200, r.text
+    Part.model_validate_json(r.json()["choices"][0]["text"])
+    after = first_draws(served)
+    counted = sum(after.values()) - sum(before.values())
+    assert 1 <= counted <= r.json()["usage"]["completion_tokens"], (before, after)

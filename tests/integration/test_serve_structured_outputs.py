@@ -237,9 +237,11 @@ def test_a_lark_grammar_and_different_specs_share_one_batch(llm):
 def test_masks_filled_beside_the_forward_give_the_same_tokens_as_filled_after_it(llm, monkeypatch):
     """Where a core is spare (an accelerator, or a CPU torch leaves a core of), the guided rows' masks are filled on
     a helper thread while the forward runs; the tokens must be those of the masks filled after it, in one batch
-    with unguided rows, for every kind of spec."""
+    with unguided rows, for every kind of spec (masks first in both: a draw before the mask gives other tokens from
+    the same distribution)."""
     from accelkit.serve.model_runner import ModelRunner
 
+    monkeypatch.setattr(llm.engine.runner.sampler, "draw_first", False)
     specs = [StructuredOutputs(grammar=GRAMMAR), StructuredOutputs(json=json.dumps(SCHEMA)),
              StructuredOutputs(choice=list(CHOICES)), None, StructuredOutputs(regex=REGEX)]
     params = [SamplingParams(temperature=1.0, seed=s, max_tokens=40, structured_outputs=spec)
@@ -259,3 +261,23 @@ def test_masks_filled_beside_the_forward_give_the_same_tokens_as_filled_after_it
     if schema_row.finish_reason == "stop":
         check_schema(json.loads(schema_row.text))
     assert re.fullmatch("|".join(CHOICES), runs[True][2].text) or runs[True][2].finish_reason == "length"
+
+
+def test_greedy_guided_rows_drawn_before_their_masks_give_the_tokens_of_masking_first(llm, monkeypatch):
+    """A greedy row's argmax, when its grammar allows it, is its masked argmax: drawing first (checking, masking and
+    drawing again only when refused) gives the very tokens of masking first, step after step, for every kind of
+    spec in one batch with an unguided row (no core spare: masks filled beside the forward are not drawn first)."""
+    from accelkit.serve.model_runner import ModelRunner
+
+    monkeypatch.setattr(ModelRunner, "_spare_core", lambda self: False)
+    specs = [StructuredOutputs(grammar=GRAMMAR), StructuredOutputs(json=json.dumps(SCHEMA)),
+             StructuredOutputs(choice=list(CHOICES)), None, StructuredOutputs(regex=REGEX)]
+    params = [SamplingParams.greedy(max_tokens=40, structured_outputs=spec) for spec in specs]
+    sampler = llm.engine.runner.sampler
+    runs = {}
+    for first in (False, True):
+        monkeypatch.setattr(sampler, "draw_first", first)
+        before = sampler.first_draws_allowed + sampler.first_draws_refused
+        runs[first] = [(o.token_ids, o.finish_reason) for o in llm.generate(["x"] * len(specs), params)]
+        assert (sampler.first_draws_allowed + sampler.first_draws_refused > before) is first
+    assert runs[True] == runs[False]

@@ -506,3 +506,122 @@ def test_grammars_are_weighed_by_the_memory_they_hold_not_their_text() -> None:
 def test_a_word_level_tokenizer_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="byte-level BPE or SentencePiece"):
         LLGuidanceBackend(build_tokenizer(), 64, [EOS])
+
+
+def check_allows_agrees_with_the_mask(engine: Any, seeds: int = 3) -> None:
+    """``matcher.allows(t)`` (the check of a token drawn before its mask) says what the mask's bit says, for every id,
+    at every step of random walks through a JSON object — EOS, the ended grammar and the ids past the tokenizer's
+    included — and checking does not move the matcher."""
+    bitmask = torch.zeros(1, (VOCAB_SIZE + 31) // 32, dtype=torch.int32)
+    grammar = engine.compile(StructuredOutputs(json=json.dumps({"type": "object", "properties": {
+        "n": {"type": "integer"}, "s": {"type": "string", "maxLength": 3}}, "required": ["n", "s"]})))
+    for seed in range(seeds):
+        rng, matcher, ended = random.Random(seed), grammar.matcher(), False
+        for _ in range(60):
+            engine.fill_bitmasks([(matcher, 0)], bitmask)
+            allowed = allowed_ids(bitmask[0])
+            assert [t for t in range(VOCAB_SIZE) if matcher.allows(t)] == allowed
+            engine.fill_bitmasks([(matcher, 0)], bitmask)
+            assert allowed_ids(bitmask[0]) == allowed  # (not moved by the checks)
+            if ended:
+                break
+            short = [t for t in allowed if t in closers() or t == EOS]
+            token = rng.choice(short if short and rng.random() < 0.6 else allowed)
+            assert matcher.accept_tokens([token])
+            ended = token == EOS
+        assert ended, "the walk did not end"
+
+
+def test_a_matchers_check_of_one_token_agrees_with_its_mask() -> None:
+    check_allows_agrees_with_the_mask(backend())
+
+
+def guided_rows(spec: StructuredOutputs, params: list[Any]) -> list[Any]:
+    """Real engine sequences (a one-token prompt) carrying guides over ``spec``, one per params."""
+    from accelkit.serve.sequence import Sequence
+    from accelkit.serve.structured import RequestGuide
+
+    grammar = backend().compile(spec)
+    seqs = []
+    for i, p in enumerate(params):
+        seq = Sequence(f"r{i}", [1], p.replace(structured_outputs=spec))
+        seq.guide = RequestGuide(backend(), grammar.matcher())
+        seqs.append(seq)
+    return seqs
+
+
+def start_allowed(spec: StructuredOutputs) -> list[int]:
+    bitmask = torch.zeros(1, (VOCAB_SIZE + 31) // 32, dtype=torch.int32)
+    backend().fill_bitmasks([(backend().compile(spec).matcher(), 0)], bitmask)
+    return allowed_ids(bitmask[0])
+
+
+def test_a_token_drawn_before_its_mask_comes_from_the_masked_distribution() -> None:
+    """A guided row drawn before its mask keeps its draw when the grammar allows it and draws again from the masked
+    logits when not: each allowed token comes out with its masked probability, p(t) / P(allowed) — 20,000 rows,
+    each frequency within 4 standard errors — nothing else comes out, and about 1 - P(allowed) of the draws are
+    refused."""
+    from accelkit.serve.sampler import Sampler
+    from accelkit.serve.sampling import SamplingParams
+
+    spec = StructuredOutputs(regex="[a-c]x")
+    allowed = start_allowed(spec)
+    assert 2 <= len(allowed) <= 8, allowed
+    logits = torch.full((VOCAB_SIZE,), -2.0)
+    logits[allowed] = torch.linspace(1.0, -1.0, len(allowed))
+    logits[EOS + 1] = 1.5  # (a disallowed token the model likes most)
+    probs = logits.softmax(-1).double()
+    p_allowed = float(probs[allowed].sum())
+    n = 20_000
+    params = [SamplingParams(temperature=1.0, max_tokens=4)] * n
+    seqs = guided_rows(spec, params)
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    tokens = sampler(logits.repeat(n, 1), [s.params for s in seqs], [s.seq_id for s in seqs], seqs)
+    assert set(tokens) <= set(allowed)
+    freq = torch.bincount(torch.tensor(tokens), minlength=VOCAB_SIZE).double()[allowed] / n
+    masked = probs[allowed] / p_allowed
+    assert ((freq - masked).abs() <= 4 * (masked * (1 - masked) / n).sqrt()).all(), (freq, masked)
+    assert sampler.first_draws_allowed + sampler.first_draws_refused == n
+    refused_share = sampler.first_draws_refused / n
+    assert abs(refused_share - (1 - p_allowed)) <= 4 * (p_allowed * (1 - p_allowed) / n) ** 0.5, refused_share
+
+
+def test_a_greedy_row_drawn_first_takes_the_masked_argmax_and_cut_rows_are_masked_first() -> None:
+    """Greedy: the argmax kept when the grammar allows it, the best allowed token when not — the tokens of masking
+    first. Rows with top_k, top_p or min_p are masked first (those cuts depend on which tokens the mask leaves)."""
+    from accelkit.serve.sampler import Sampler
+    from accelkit.serve.sampling import SamplingParams
+
+    spec = StructuredOutputs(regex="[a-c]x")
+    allowed = start_allowed(spec)
+    logits = torch.zeros(2, VOCAB_SIZE)
+    logits[0, allowed[1]] = 5.0  # an allowed argmax
+    logits[1, EOS + 1], logits[1, allowed[-1]] = 9.0, 3.0  # a refused argmax, then the best allowed one
+    greedy = [SamplingParams.greedy(max_tokens=4)] * 2
+    tokens = {}
+    for first in (True, False):
+        sampler = Sampler(torch.device("cpu"), seed=0)
+        sampler.draw_first = first
+        seqs = guided_rows(spec, greedy)
+        tokens[first] = sampler(logits, greedy, [s.seq_id for s in seqs], seqs)
+        assert (sampler.first_draws_allowed, sampler.first_draws_refused) == ((1, 1) if first else (0, 0))
+    assert tokens[True] == tokens[False] == [allowed[1], allowed[-1]]
+    cut = [SamplingParams(temperature=1.0, top_k=3), SamplingParams(temperature=1.0, top_p=0.5),
+           SamplingParams(temperature=1.0, min_p=0.2)]
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    seqs = guided_rows(spec, cut)
+    assert set(sampler(logits[[1, 1, 1]], [s.params for s in seqs], [s.seq_id for s in seqs], seqs)) <= set(allowed)
+    assert sampler.first_draws_allowed == sampler.first_draws_refused == 0
+
+
+def test_a_guide_draws_first_while_its_draws_are_allowed_and_retries_after_refusals() -> None:
+    from accelkit.serve.structured import SAMPLE_FIRST_RETRY, RequestGuide
+
+    guide = RequestGuide(backend(), backend().compile(StructuredOutputs(regex="a+")).matcher())
+    assert guide.samples_first()  # (no evidence yet: try)
+    guide.record_first(False)
+    skipped = [guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY - 1)]
+    assert skipped.count(True) == 1  # (the retry: every SAMPLE_FIRST_RETRY-th step)
+    for _ in range(3):
+        guide.record_first(True)
+    assert all(guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY))

@@ -29,6 +29,7 @@ from tests.unit.test_structured import (
     SCHEMAS,
     VOCAB_SIZE,
     allowed_ids,
+    check_allows_agrees_with_the_mask,
     check_choice_walks,
     check_json_object_walks,
     check_pydantic_walks,
@@ -328,3 +329,7 @@ def test_the_server_guides_with_the_xgrammar_backend_and_refuses_with_a_400(tmp_
                                  "guided_json": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}})
         assert r.status_code == 400 and "uniqueItems" in r.json()["error"]["message"], r.text
         assert state.engine.structured_compiler.backend().name == "xgrammar"
+
+
+def test_a_matchers_check_of_one_token_agrees_with_its_mask() -> None:
+    check_allows_agrees_with_the_mask(backend())

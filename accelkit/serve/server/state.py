@@ -68,6 +68,9 @@ class MetricsBridge:
                                (m.num_preemptions, "num_preemptions"), (m.prefix_cache_queries, "prefix_cache_queries"),
                                (m.prefix_cache_hits, "prefix_cache_hits")):
             self._inc(counter, getattr(stats, field), getattr(last, field) if last else 0)
+        for result in ("allowed", "refused"):
+            field = f"first_draws_{result}"
+            self._inc(m.structured_first_draws, getattr(stats, field), getattr(last, field) if last else 0, result)
         for reason, count in stats.requests_finished.items():
             self._inc(m.request_success, count, last.requests_finished.get(reason, 0) if last else 0, reason)
         self._last = stats
