@@ -93,17 +93,13 @@ class StructuredBackend(Protocol):
         the CPU, contiguous), all rows in one pass."""
 
 
-# Drawing first (see RequestGuide.samples_first): a guide keeps a running share of its first draws the grammar allowed
-# (each draw weighs SAMPLE_FIRST_WEIGHT) and draws first while that share is at least SAMPLE_FIRST_MIN — a refused
-# draw costs a second draw of the row, about what its mask would cost, so it pays when most draws are allowed. Below
-# it, it tries every SAMPLE_FIRST_RETRY-th step (a model off the grammar for a while can come back to it). A request
-# starts just below the line: its first steps are masked (the first mask is the one computed at compile, a copy), its
-# first try is at step SAMPLE_FIRST_RETRY — a short output such as a choice never pays for a refused draw — and one
-# allowed try is enough to go on drawing first.
+# Sampling first (see RequestGuide.samples_first): a guide keeps a running share of its first draws the grammar allowed
+# (each draw weighs SAMPLE_FIRST_WEIGHT), samples first while that share is at least SAMPLE_FIRST_MIN — a refused
+# draw costs a second draw of the row (about what a mask costs: it pays when most draws are allowed) — and, below it,
+# tries again every SAMPLE_FIRST_RETRY-th step (a model that was off the grammar can come back to it)
 SAMPLE_FIRST_WEIGHT = 0.25
 SAMPLE_FIRST_MIN = 0.5
 SAMPLE_FIRST_RETRY = 8
-SAMPLE_FIRST_START = 0.4  # (under SAMPLE_FIRST_MIN; one allowed draw lifts it over: 0.4 + 0.25 × 0.6 = 0.55)
 
 
 class RequestGuide:
@@ -115,13 +111,13 @@ class RequestGuide:
 
     def __init__(self, backend: StructuredBackend, matcher: GrammarMatcher) -> None:
         self.backend, self.matcher, self.consumed = backend, matcher, 0
-        self.allowed_share = SAMPLE_FIRST_START
+        self.allowed_share = SAMPLE_FIRST_MIN  # (first draws allowed, a running share: one refusal stops them)
         self.steps = 0
 
     def samples_first(self) -> bool:
         """Whether this step draws its token before computing its mask (the sampler then checks the token, and
         computes the mask and draws again only if the grammar refuses it): while most first draws were allowed, and
-        every SAMPLE_FIRST_RETRY-th step otherwise (from the start: see SAMPLE_FIRST_START)."""
+        every SAMPLE_FIRST_RETRY-th step otherwise."""
         self.steps += 1
         return self.allowed_share >= SAMPLE_FIRST_MIN or self.steps % SAMPLE_FIRST_RETRY == 0
 

@@ -537,8 +537,7 @@ def test_a_matchers_check_of_one_token_agrees_with_its_mask() -> None:
 
 
 def guided_rows(spec: StructuredOutputs, params: list[Any]) -> list[Any]:
-    """Real engine sequences (a one-token prompt) carrying guides over ``spec``, one per params, each past one allowed
-    first draw (so drawing first from this step)."""
+    """Real engine sequences (a one-token prompt) carrying guides over ``spec``, one per params."""
     from accelkit.serve.sequence import Sequence
     from accelkit.serve.structured import RequestGuide
 
@@ -546,8 +545,7 @@ def guided_rows(spec: StructuredOutputs, params: list[Any]) -> list[Any]:
     seqs = []
     for i, p in enumerate(params):
         seq = Sequence(f"r{i}", [1], p.replace(structured_outputs=spec))
-        seq.guide = guide = RequestGuide(backend(), grammar.matcher())
-        guide.record_first(True)
+        seq.guide = RequestGuide(backend(), grammar.matcher())
         seqs.append(seq)
     return seqs
 
@@ -617,16 +615,13 @@ def test_a_greedy_row_drawn_first_takes_the_masked_argmax_and_cut_rows_are_maske
 
 
 def test_a_guide_draws_first_while_its_draws_are_allowed_and_retries_after_refusals() -> None:
-    """A request starts masked, first draws before its mask at step SAMPLE_FIRST_RETRY, goes on while its draws are
-    allowed, stops after refusals, and tries again every SAMPLE_FIRST_RETRY-th step."""
     from accelkit.serve.structured import SAMPLE_FIRST_RETRY, RequestGuide
 
     guide = RequestGuide(backend(), backend().compile(StructuredOutputs(regex="a+")).matcher())
-    start = [guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY)]
-    assert start == [False] * (SAMPLE_FIRST_RETRY - 1) + [True]
-    guide.record_first(True)  # (one allowed draw: on)
-    assert all(guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY))
+    assert guide.samples_first()  # (no evidence yet: try)
+    guide.record_first(False)
+    skipped = [guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY - 1)]
+    assert skipped.count(True) == 1  # (the retry: every SAMPLE_FIRST_RETRY-th step)
     for _ in range(3):
-        guide.record_first(False)
-    skipped = [guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY)]
-    assert skipped.count(True) == 1  # (the retry)
+        guide.record_first(True)
+    assert all(guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY))
