@@ -14,10 +14,10 @@ Where no core is spare for filling masks beside the forward (a CPU torch runs on
 samples by temperature alone (as here) draws before its mask, keeps the draw when the grammar allows it, and is
 masked and drawn again only when not (``first_draws_allowed`` / ``first_draws_refused`` per run). A random model's
 draws are refused wherever the grammar leaves few tokens (a choice, a regex, JSON's punctuation), so what this saves
-here is a lower bound for a model that keeps to its format. ``--draw-first off`` masks every row first, for the
-comparison.
+here is a lower bound for a model that keeps to its format. Each repeat runs both ways, interleaved (warm repeats
+alternate which goes first), and the JSON gives both (``by_draw_first``); ``--draw-first on|off`` runs one.
 
-    .venv/bin/python benchmarks/structured_outputs.py [--vocab 32000] [--batch 16] [--repeats 3] [--backend xgrammar] [--draw-first off]
+    .venv/bin/python benchmarks/structured_outputs.py [--vocab 32000] [--batch 16] [--repeats 5] [--backend xgrammar] [--draw-first both|on|off]
 
 Writes benchmarks/results/structured_outputs_cpu.json (with the environment).
 """
@@ -164,8 +164,45 @@ def timed_previous(llm: Any, prompts: list[str], params: list[Any]) -> float:
         names["apply_token_bitmask_"] = current
 
 
-def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int,
+def guided_run(llm: Any, prompts: list[str], guided: list[Any], draw_first: bool) -> dict[str, Any]:
+    """One guided batch (``draw_first``: the sampler's way for rows it may draw before their mask) and its unguided
+    twin, timed."""
+    from accelkit.serve import SamplingParams
+
+    sampler = llm.engine.runner.sampler
+    sampler.draw_first = draw_first
+    drawn = (sampler.first_draws_allowed, sampler.first_draws_refused)
+    guided_s, outs = timed_generate(llm, prompts, guided)
+    drawn = (sampler.first_draws_allowed - drawn[0], sampler.first_draws_refused - drawn[1])
+    lengths = [len(o.token_ids) for o in outs]
+    plain = [SamplingParams(temperature=1.0, seed=i, max_tokens=n, ignore_eos=True) for i, n in enumerate(lengths)]
+    plain_s, _ = timed_generate(llm, prompts, plain)
+    tokens = sum(lengths)
+    return {
+        "draw_first": draw_first, "output_tokens": tokens,
+        "finished_stop": sum(o.finish_reason == "stop" for o in outs),
+        "guided_tok_s": tokens / guided_s, "unguided_tok_s": tokens / plain_s,
+        "ratio": plain_s / guided_s,
+        "host_ms_per_guided_token": 1e3 * (guided_s - plain_s) / tokens,
+        # guided tokens drawn before their mask: kept (the grammar allowed them), and drawn again masked
+        "first_draws_allowed": drawn[0], "first_draws_refused": drawn[1],
+    }
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    warm = [r for r in runs if not r["cold"]]
+    return {
+        "cold_ratio": runs[0]["ratio"],
+        "warm_ratio_median": statistics.median(r["ratio"] for r in warm) if warm else None,
+        "warm_host_ms_per_guided_token_median":
+            statistics.median(r["host_ms_per_guided_token"] for r in warm) if warm else None,
+    }
+
+
+def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int, modes: list[bool],
              with_previous: bool = False) -> dict[str, Any]:
+    """Each repeat runs the guided batch once per way in ``modes`` (draw first or not), each followed by its
+    unguided twin; warm repeats alternate which way goes first, so drift on a shared machine falls on both."""
     from accelkit.serve import SamplingParams
     from accelkit.serve.sampling import StructuredOutputs
 
@@ -177,36 +214,21 @@ def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int,
     guided = [SamplingParams(temperature=1.0, seed=i, max_tokens=max_tokens, structured_outputs=spec)
               for i in range(batch)]
     runs: list[dict[str, Any]] = []
-    sampler = llm.engine.runner.sampler
     for repeat in range(repeats):  # repeat 0 is cold: the lexer builds its states as they are reached
-        drawn = (sampler.first_draws_allowed, sampler.first_draws_refused)
-        guided_s, outs = timed_generate(llm, prompts, guided)
-        drawn = (sampler.first_draws_allowed - drawn[0], sampler.first_draws_refused - drawn[1])
-        lengths = [len(o.token_ids) for o in outs]
-        plain = [SamplingParams(temperature=1.0, seed=i, max_tokens=n, ignore_eos=True) for i, n in enumerate(lengths)]
-        plain_s, _ = timed_generate(llm, prompts, plain)
-        tokens = sum(lengths)
-        if with_previous:  # (after the current way's guided batch: it is the one that pays for cold lexer states)
-            previous_s = timed_previous(llm, prompts, guided)
-        runs.append({
-            "repeat": repeat, "cold": repeat == 0, "output_tokens": tokens,
-            "finished_stop": sum(o.finish_reason == "stop" for o in outs),
-            "guided_tok_s": tokens / guided_s, "unguided_tok_s": tokens / plain_s,
-            "ratio": plain_s / guided_s,
-            "host_ms_per_guided_token": 1e3 * (guided_s - plain_s) / tokens,
-            # guided tokens drawn before their mask: kept (the grammar allowed them), and drawn again masked
-            "first_draws_allowed": drawn[0], "first_draws_refused": drawn[1],
-            **({"previous_apply_ratio": plain_s / previous_s,
-                "previous_apply_host_ms_per_guided_token": 1e3 * (previous_s - plain_s) / tokens}
-               if with_previous else {}),
-        })
-    warm = [r for r in runs if not r["cold"]]
+        for mode in modes if repeat % 2 == 0 else modes[::-1]:
+            run = {"repeat": repeat, "cold": repeat == 0, **guided_run(llm, prompts, guided, mode)}
+            if with_previous and mode == modes[0]:  # (after a guided batch: it is the one that pays for cold states)
+                previous_s = timed_previous(llm, prompts, guided)
+                plain_s = run["output_tokens"] / run["unguided_tok_s"]
+                run.update(previous_apply_ratio=plain_s / previous_s,
+                           previous_apply_host_ms_per_guided_token=1e3 * (previous_s - plain_s) / run["output_tokens"])
+            runs.append(run)
+    by_mode = {("on" if m else "off"): summary([r for r in runs if r["draw_first"] is m]) for m in modes}
+    warm = [r for r in runs if not r["cold"] and r["draw_first"] is modes[0]]
     return {
         "kind": kind, "spec": SPECS[kind], "compile_s": compile_s, "runs": runs,
-        "cold_ratio": runs[0]["ratio"],
-        "warm_ratio_median": statistics.median(r["ratio"] for r in warm) if warm else None,
-        "warm_host_ms_per_guided_token_median":
-            statistics.median(r["host_ms_per_guided_token"] for r in warm) if warm else None,
+        **by_mode["on" if modes[0] else "off"],  # (the first way: the engine's own unless --draw-first off)
+        "by_draw_first": by_mode,
         **({"warm_previous_apply_ratio_median": statistics.median(r["previous_apply_ratio"] for r in warm)}
            if with_previous and warm else {}),
     }
@@ -218,7 +240,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--kinds", default=",".join(SPECS))
     parser.add_argument("--out", type=Path, default=OUT)
@@ -227,9 +249,10 @@ def main() -> None:
     parser.add_argument("--fill", choices=("auto", "inline", "pool"), default="auto",
                         help="how a step's masks are filled: as the engine decides for this machine (auto), one row "
                              "after another on the engine thread (inline), or on llguidance's thread pool (pool)")
-    parser.add_argument("--draw-first", choices=("on", "off"), default="on",
+    parser.add_argument("--draw-first", choices=("both", "on", "off"), default="both",
                         help="guided rows draw before their mask and are masked only when the grammar refuses the "
-                             "draw, as the engine does where no core is spare (on), or are always masked first (off)")
+                             "draw, as the engine does where no core is spare (on), or are always masked first "
+                             "(off); both: each repeat runs both ways, interleaved (the default)")
     parser.add_argument("--with-previous", action="store_true",
                         help="also run each guided batch with the previous CPU mask application, interleaved")
     args = parser.parse_args()
@@ -251,18 +274,19 @@ def main() -> None:
         llm.engine.structured_guide(StructuredOutputs(regex="a"))
         vocabulary_s = time.perf_counter() - start
         backend: Any = llm.engine.structured_compiler.backend()
-        llm.engine.runner.sampler.draw_first = args.draw_first == "on"
         if args.fill != "auto":
             backend.parallel_fill = args.fill == "pool"
         print(f"masks filled {'on the pool' if backend.parallel_fill else 'inline'}", file=sys.stderr)
         print(f"tokenizer converted for llguidance in {vocabulary_s:.2f} s (once per engine)", file=sys.stderr)
+        modes = {"both": [True, False], "on": [True], "off": [False]}[args.draw_first]
         results = []
         for kind in args.kinds.split(","):
-            result = run_kind(llm, kind, args.batch, args.max_tokens, args.repeats, args.with_previous)
+            result = run_kind(llm, kind, args.batch, args.max_tokens, args.repeats, modes, args.with_previous)
             results.append(result)
-            print(f"{kind:12s} compile {result['compile_s']:6.2f} s   cold {result['cold_ratio']:.2f}× unguided   "
-                  f"warm {result['warm_ratio_median']:.2f}× ({result['warm_host_ms_per_guided_token_median']:.2f} "
-                  "ms host per guided token)", file=sys.stderr)
+            for mode, part in result["by_draw_first"].items():
+                print(f"{kind:12s} draw first {mode:3s} compile {result['compile_s']:6.2f} s   cold "
+                      f"{part['cold_ratio']:.2f}× unguided   warm {part['warm_ratio_median']:.2f}× "
+                      f"({part['warm_host_ms_per_guided_token_median']:.2f} ms host per guided token)", file=sys.stderr)
     doc = {
         "benchmark": "structured_outputs",
         "command": "python benchmarks/structured_outputs.py " + " ".join(sys.argv[1:]),
