@@ -506,12 +506,12 @@ class Sampler:
     def _first_draw_rows(params: list[SamplingParams], rows: Rows[SampledRow]) -> list[int]:
         """The guided rows that draw their token before their mask (:meth:`_check_first`): those whose draw is
         the same with the mask applied after as before — greedy, or temperature alone (``top_k``, ``top_p`` and
-        ``min_p`` cut the distribution relative to its best tokens, which the mask changes) — and whose guide
-        expects its draw to be allowed (:meth:`RequestGuide.samples_first`)."""
+        ``min_p`` cut the distribution relative to its best tokens, which the mask changes) — whose backend
+        ``draws_first`` and whose guide expects its draw to be allowed (:meth:`RequestGuide.samples_first`)."""
         first = []
         for i, (p, r) in enumerate(zip(params, rows, strict=True)):
             guide: Any = r.guide
-            if (guide is None or p.allowed_token_ids is not None
+            if (guide is None or p.allowed_token_ids is not None or not guide.backend.draws_first
                     or not (p.is_greedy or (p.top_k is None and p.top_p >= 1.0 and p.min_p == 0))):
                 continue
             if guide.samples_first():

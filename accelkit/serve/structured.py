@@ -79,6 +79,9 @@ class StructuredBackend(Protocol):
 
     name: str
     vocab_size: int
+    #: whether its guided rows may draw before their mask (the sampler's ``_check_first``): worth it where a mask
+    #: costs far more than checking one token
+    draws_first: bool
 
     def prepare(self, spec: StructuredOutputs) -> Any:
         """What :meth:`compile` takes as ``prepared``: the compile's Python-side work (parsing and rewriting the spec,

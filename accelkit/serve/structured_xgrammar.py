@@ -268,6 +268,9 @@ class XGrammarBackend:
         # (no cache of its own: accelkit's compiler caches compiled grammars, bounded by bytes)
         self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=COMPILE_THREADS, cache_enabled=False)
         self.parallel_fill = parallel_fill()  # (xgrammar's batch filler only where there are cores to spare)
+        # no: its masks come mostly from its per-state cache, and a check is an accept and a rollback; drawing first
+        # made 4 of 5 kinds slower on the 2-core VM (benchmarks/results/structured_outputs_cpu_xgrammar_draw_first.json)
+        self.draws_first = False
         self._batch: Any = None  # (xgrammar's batch filler, made on the first parallel fill)
         self._eos = EosBits(self.eos_token_ids, vocab_size)
         self.width = (vocab_size + 31) // 32

@@ -536,16 +536,17 @@ def test_a_matchers_check_of_one_token_agrees_with_its_mask() -> None:
     check_allows_agrees_with_the_mask(backend())
 
 
-def guided_rows(spec: StructuredOutputs, params: list[Any]) -> list[Any]:
+def guided_rows(spec: StructuredOutputs, params: list[Any], using: Any = None) -> list[Any]:
     """Real engine sequences (a one-token prompt) carrying guides over ``spec``, one per params."""
     from accelkit.serve.sequence import Sequence
     from accelkit.serve.structured import RequestGuide
 
-    grammar = backend().compile(spec)
+    engine = backend() if using is None else using
+    grammar = engine.compile(spec)
     seqs = []
     for i, p in enumerate(params):
         seq = Sequence(f"r{i}", [1], p.replace(structured_outputs=spec))
-        seq.guide = RequestGuide(backend(), grammar.matcher())
+        seq.guide = RequestGuide(engine, grammar.matcher())
         seqs.append(seq)
     return seqs
 
