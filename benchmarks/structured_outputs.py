@@ -164,6 +164,54 @@ def timed_previous(llm: Any, prompts: list[str], params: list[Any]) -> float:
         names["apply_token_bitmask_"] = current
 
 
+def train_on_its_outputs(llm: Any, path: Path, kinds: list[str], batch: int, max_tokens: int, steps: int
+                         ) -> dict[str, Any]:
+    """A model that keeps to its formats, made from the random one: its own guided outputs of each kind (4 batches
+    per kind, seeded apart from the measured requests, after the same prompts' ``"{kind} {i}:"``) as training text,
+    ``steps`` AdamW steps of next-token loss on them, the weights saved over the model's. What it learns is what a
+    model prompted for a format does: draw tokens the grammar allows."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from accelkit.serve import SamplingParams
+    from accelkit.serve.sampling import StructuredOutputs
+
+    eos = llm.engine.tokenizer.eos_token_id
+    texts: list[list[int]] = []
+    for kind in kinds:
+        spec = StructuredOutputs(**SPECS[kind])
+        for rep in range(4):
+            params = [SamplingParams(temperature=1.0, seed=10_000 + rep * batch + i, max_tokens=max_tokens,
+                                     structured_outputs=spec) for i in range(batch)]
+            for out in llm.generate([f"{kind} {i}:" for i in range(batch)], params):
+                ids = list(out.prompt_token_ids) + list(out.token_ids)
+                if out.finish_reason == "stop" and ids[-1] != eos:
+                    ids.append(eos)
+                texts.append(ids)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    rng = random.Random(0)
+    losses = []
+    start = time.perf_counter()
+    for step in range(steps):
+        picked = rng.sample(texts, 8)
+        width = max(len(t) for t in picked)
+        ids = torch.tensor([t + [eos] * (width - len(t)) for t in picked])
+        labels = torch.tensor([t + [-100] * (width - len(t)) for t in picked])
+        mask = torch.tensor([[1] * len(t) + [0] * (width - len(t)) for t in picked])
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+        if step % 50 == 0:
+            print(f"training step {step}: loss {losses[-1]:.2f}", file=sys.stderr)
+    model.save_pretrained(path)
+    return {"steps": steps, "sequences": len(texts), "batch": 8, "lr": 3e-3, "seconds": time.perf_counter() - start,
+            "loss_first": losses[0], "loss_last_10_mean": statistics.mean(losses[-10:])}
+
+
 def guided_run(llm: Any, prompts: list[str], guided: list[Any], draw_first: bool) -> dict[str, Any]:
     """One guided batch (``draw_first``: the sampler's way for rows it may draw before their mask) and its unguided
     twin, timed."""
@@ -210,7 +258,7 @@ def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int, mod
     start = time.perf_counter()
     llm.engine.structured_guide(spec)
     compile_s = time.perf_counter() - start
-    prompts = [f"request {i}:" for i in range(batch)]
+    prompts = [f"{kind} {i}:" for i in range(batch)]
     guided = [SamplingParams(temperature=1.0, seed=i, max_tokens=max_tokens, structured_outputs=spec)
               for i in range(batch)]
     runs: list[dict[str, Any]] = []
@@ -253,6 +301,9 @@ def main() -> None:
                         help="guided rows draw before their mask and are masked only when the grammar refuses the "
                              "draw, as the engine does where no core is spare (on), or are always masked first "
                              "(off); both: each repeat runs both ways, interleaved (the default)")
+    parser.add_argument("--train-steps", type=int, default=0,
+                        help="first train the random model this many steps on its own guided outputs (a model that "
+                             "keeps to its formats, as one prompted for them does), then measure it")
     parser.add_argument("--with-previous", action="store_true",
                         help="also run each guided batch with the previous CPU mask application, interleaved")
     args = parser.parse_args()
@@ -268,6 +319,12 @@ def main() -> None:
         print(f"model and {size}-token byte-level BPE built in {time.perf_counter() - start:.1f} s", file=sys.stderr)
         llm = LLM(str(Path(tmp) / "m"), kv_cache_memory_bytes=256 << 20, max_model_len=1024, dtype="float32",
                   structured_outputs_backend=args.backend)
+        training = None
+        if args.train_steps:
+            training = train_on_its_outputs(llm, Path(tmp) / "m", args.kinds.split(","), args.batch, args.max_tokens,
+                                            args.train_steps)
+            llm = LLM(str(Path(tmp) / "m"), kv_cache_memory_bytes=256 << 20, max_model_len=1024, dtype="float32",
+                      structured_outputs_backend=args.backend)
         from accelkit.serve import StructuredOutputs
 
         start = time.perf_counter()  # the engine's first structured request converts the tokenizer for llguidance
@@ -294,7 +351,7 @@ def main() -> None:
                      "batch": args.batch, "max_tokens": args.max_tokens, "repeats": args.repeats,
                      "threads": args.threads, "dtype": "float32", "device": "cpu",
                      "with_previous": args.with_previous, "backend": args.backend, "fill": args.fill,
-                     "draw_first": args.draw_first,
+                     "draw_first": args.draw_first, "training": training,
                      "masks_filled": "pool" if backend.parallel_fill else "inline"},
         "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
         "vocabulary_s": vocabulary_s,
