@@ -204,7 +204,7 @@ def train_on_its_outputs(llm: Any, path: Path, kinds: list[str], batch: int, max
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if step % 50 == 0:
             print(f"training step {step}: loss {losses[-1]:.2f}", file=sys.stderr)
     model.save_pretrained(path)

@@ -79,6 +79,12 @@ class EngineConfig(Spec):
         "default; optional, pip install 'accelkit[xgrammar]'; no compile limit of its own). docs/engine.md, 'Choosing "
         "the backend'.",
     )
+    structured_outputs_draw_first: bool = spec_field(
+        True, doc="On a CPU whose cores all run the forward: a guided request that is greedy or samples by temperature "
+        "alone draws before its mask, kept if the grammar allows it, else masked and drawn again (the same "
+        "distribution; llguidance only). Pays when the model mostly keeps to its format: see "
+        "accelkit_structured_first_draws_total on /metrics (docs/engine.md, 'Drawing before the mask').",
+    )
 
     def validate(self) -> None:
         if self.structured_outputs_backend == "xgrammar" and importlib.util.find_spec("xgrammar") is None:

@@ -150,6 +150,7 @@ class ModelRunner:
         )
         self.host_tables = HostBlockTables(max_rows=config.max_num_seqs, max_blocks=self.max_blocks_per_seq)
         self.sampler = Sampler(self.device, config.seed)
+        self.sampler.draw_first = config.structured_outputs_draw_first
         self.graphs: DecodeGraphs | None = None
         if self.use_cuda_graphs:
             step(f"warming up and capturing CUDA graphs for decode batches up to {self.max_graph_batch_size}")

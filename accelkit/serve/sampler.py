@@ -526,7 +526,7 @@ class Sampler:
         The same distribution as masking first: a row keeps its first draw ``t`` when the grammar allows it
         (probability ``p(t)``), else draws from the masked ``p / P(allowed)`` with fresh noise, so ``t`` comes out
         with ``p(t) + (1 - P(allowed)) · p(t) / P(allowed) = p(t) / P(allowed)``; a greedy row's argmax, allowed, is
-        also the masked argmax. The check is a few microseconds (llguidance: ``validate_tokens``) where a mask over
+        also the masked argmax. The check takes about a microsecond (llguidance's ``validate_tokens``) where a mask over
         the vocabulary costs tens to hundreds, so a model that keeps to its format mostly skips the mask; a refused
         draw costs a second draw of its row. It reads the first draws (a host sync): on a CPU, the only device this
         runs on in serving, that is a list copy."""

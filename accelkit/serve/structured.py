@@ -96,10 +96,11 @@ class StructuredBackend(Protocol):
         the CPU, contiguous), all rows in one pass."""
 
 
-# Sampling first (see RequestGuide.samples_first): a guide keeps a running share of its first draws the grammar allowed
-# (each draw weighs SAMPLE_FIRST_WEIGHT), samples first while that share is at least SAMPLE_FIRST_MIN — a refused
-# draw costs a second draw of the row (about what a mask costs: it pays when most draws are allowed) — and, below it,
-# tries again every SAMPLE_FIRST_RETRY-th step (a model that was off the grammar can come back to it)
+# Drawing before the mask (RequestGuide.samples_first): a guide keeps a running share of its first draws the grammar
+# allowed (each draw weighs SAMPLE_FIRST_WEIGHT) and draws first while that share is at least SAMPLE_FIRST_MIN — a
+# refused draw costs a second draw of its row on top of the mask, so drawing first pays when most draws are kept —
+# and, below it, every SAMPLE_FIRST_RETRY-th step (a model off its format for a while can come back to it). A request
+# starts at SAMPLE_FIRST_MIN: one refusal stops it (a random model, a choice), one allowed retry restarts it.
 SAMPLE_FIRST_WEIGHT = 0.25
 SAMPLE_FIRST_MIN = 0.5
 SAMPLE_FIRST_RETRY = 8

@@ -122,9 +122,8 @@ class LLGuidanceMatcher:
         return bool(self.matcher.is_stopped())
 
     def allows(self, token_id: int) -> bool:
-        if self.matcher.is_error():  # (its mask: EOS only, as fill_bitmasks writes it)
-            return token_id in self.eos_token_ids
-        if self.matcher.is_stopped():  # (a grammar that stopped by itself takes EOS: accept_tokens)
+        # failed (its mask: EOS only, as fill_bitmasks writes it), or stopped by itself (it takes EOS: accept_tokens)
+        if self.matcher.is_error() or self.matcher.is_stopped():
             return token_id in self.eos_token_ids
         return bool(self.matcher.validate_tokens([token_id]) == 1)
 

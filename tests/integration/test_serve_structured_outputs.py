@@ -281,3 +281,18 @@ def test_greedy_guided_rows_drawn_before_their_masks_give_the_tokens_of_masking_
         runs[first] = [(o.token_ids, o.finish_reason) for o in llm.generate(["x"] * len(specs), params)]
         assert (sampler.first_draws_allowed + sampler.first_draws_refused > before) is first
     assert runs[True] == runs[False]
+
+
+def test_structured_outputs_draw_first_off_masks_every_guided_row_first(model_dir, monkeypatch):
+    """``structured_outputs_draw_first=False`` (``--no-structured-outputs-draw-first``) reaches the sampler: no
+    guided row is drawn before its mask, and the outputs still keep to their regex."""
+    from accelkit.serve.model_runner import ModelRunner
+
+    monkeypatch.setattr(ModelRunner, "_spare_core", lambda self: False)
+    off = LLM(str(model_dir), kv_cache_memory_bytes=KV_BYTES, max_model_len=512, structured_outputs_draw_first=False)
+    params = [SamplingParams(temperature=1.0, seed=s, max_tokens=40, structured_outputs=StructuredOutputs(regex=REGEX))
+              for s in range(4)]
+    outs = off.generate(["x"] * len(params), params)
+    sampler = off.engine.runner.sampler
+    assert not sampler.draw_first and sampler.first_draws_allowed == sampler.first_draws_refused == 0
+    assert all(re.fullmatch(REGEX, o.text) for o in outs if o.finish_reason == "stop"), outs
