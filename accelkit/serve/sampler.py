@@ -528,8 +528,9 @@ class Sampler:
         with ``p(t) + (1 - P(allowed)) · p(t) / P(allowed) = p(t) / P(allowed)``; a greedy row's argmax, allowed, is
         also the masked argmax. The check takes about a microsecond (llguidance's ``validate_tokens``) where a mask over
         the vocabulary costs tens to hundreds, so a model that keeps to its format mostly skips the mask; a refused
-        draw costs a second draw of its row. It reads the first draws (a host sync): on a CPU, the only device this
-        runs on in serving, that is a list copy."""
+        draw costs its mask and a second draw, on a CPU over its allowed ids alone (:meth:`_redraw_on_host`). It
+        reads the first draws (a host sync): on a CPU, the only device this runs on in serving, that is a list
+        copy."""
         idx = self._upload_arrays.ints(first)
         refused: list[int] = []
         for i, token in zip(first, tokens[idx].tolist(), strict=True):
@@ -544,12 +545,44 @@ class Sampler:
         self.first_draws_refused += len(refused)
         if not refused:
             return tokens
-        ridx = self._upload_arrays.ints(refused) if len(refused) < len(first) else idx
+        if x.device.type == "cpu":  # each row drawn again over its allowed ids alone, in numpy
+            self._redraw_on_host(x, tokens, params, seq_ids, rows, refused)
+            return tokens
+        ridx = self._upload_arrays.ints(refused)
         sub = x[ridx]  # (a copy: x stays as the other rows drew from it)
         apply_token_bitmask_(sub, self._guide_bitmask([rows[i] for i in refused], list(range(len(refused))),
                                                       sub.shape[-1]))
         tokens[ridx] = self._draw(sub, [params[i] for i in refused], [seq_ids[i] for i in refused], settings[:, ridx])
         return tokens
+
+    def _redraw_on_host(self, x: torch.Tensor, tokens: torch.Tensor, params: list[SamplingParams], seq_ids: list[int],
+                        rows: Rows[SampledRow], refused: list[int]) -> None:
+        """Draw the ``refused`` rows of ``x`` (N, V) float32 on the CPU again into ``tokens``, each over the ids its
+        mask allows: the argmax of those logits (greedy: the first of equal ones, as over the whole row), or the
+        inverse transform of one uniform over their softmax at the row's temperature, from the generator the row
+        draws from — what masking the row and drawing from the whole vocabulary gives, at the cost of the allowed
+        ids (a refused draw is mostly at a grammar's punctuation, where a handful are) rather than of a batch of
+        vocabulary-wide ops. A row whose allowed logits are not all finite takes their argmax (NaN and +inf count
+        as largest, as in :func:`greedy_ids`). A mask always allows something (EOS at least: a failed matcher's)."""
+        vocab = x.shape[-1]
+        host = self._fill_guides([rows[i] for i in refused], list(range(len(refused))), vocab)
+        bits = np.unpackbits(host.numpy().view(np.uint8), axis=1, count=min(vocab, 32 * host.shape[1]),
+                             bitorder="little")
+        logits = x.numpy()
+        for k, i in enumerate(refused):
+            ids = np.flatnonzero(bits[k])
+            values = logits[i, ids].astype(np.float64)
+            p = params[i]
+            if p.is_greedy or not np.isfinite(values.max()):
+                tokens[i] = int(ids[int(np.argmax(values))])
+                continue
+            weights = np.exp((values - values.max()) / min(p.temperature, _FLOAT32_MAX))
+            cum = np.cumsum(weights)
+            generator = self.generator if p.seed is None else self._generator(seq_ids[i], p.seed)
+            u = float(torch.empty(1, device=x.device).uniform_(generator=generator))
+            at = min(int(np.searchsorted(cum, u * cum[-1], side="right")),
+                     int(np.searchsorted(cum, cum[-1], side="left")))  # (the last id of weight > 0)
+            tokens[i] = int(ids[at])
 
     def _launch_extras(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int],
                        rows: Rows[SampledRow], scratch: bool = False) -> torch.Tensor:

@@ -571,10 +571,10 @@ def test_a_token_drawn_before_its_mask_comes_from_the_masked_distribution() -> N
     logits = torch.full((VOCAB_SIZE,), -2.0)
     logits[allowed] = torch.linspace(1.0, -1.0, len(allowed))
     logits[EOS + 1] = 1.5  # (a disallowed token the model likes most)
-    probs = logits.softmax(-1).double()
+    probs = (logits / 0.7).softmax(-1).double()  # (at temperature 0.7)
     p_allowed = float(probs[allowed].sum())
     n = 10_000
-    params = [SamplingParams(temperature=1.0, max_tokens=4)] * n
+    params = [SamplingParams(temperature=0.7, max_tokens=4)] * n
     seqs = guided_rows(spec, params)
     sampler = Sampler(torch.device("cpu"), seed=0)
     tokens = sampler(logits.repeat(n, 1), [s.params for s in seqs], [s.seq_id for s in seqs], seqs)
@@ -626,3 +626,20 @@ def test_a_guide_draws_first_while_its_draws_are_allowed_and_retries_after_refus
     for _ in range(3):
         guide.record_first(True)
     assert all(guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY))
+
+
+def test_a_refused_row_whose_allowed_logits_are_all_minus_inf_still_gets_an_allowed_token() -> None:
+    """Drawn again over its allowed ids alone: a row whose model gives every allowed token -inf (only a refused token
+    is finite) takes the first allowed id, greedy or not — never the refused token, never an id off the grammar."""
+    from accelkit.serve.sampler import Sampler
+    from accelkit.serve.sampling import SamplingParams
+
+    spec = StructuredOutputs(regex="[a-c]x")
+    allowed = start_allowed(spec)
+    logits = torch.full((2, VOCAB_SIZE), float("-inf"))
+    logits[:, EOS + 1] = 0.0  # (the only finite logit: a token the grammar refuses)
+    params = [SamplingParams(temperature=1.0, max_tokens=4), SamplingParams.greedy(max_tokens=4)]
+    seqs = guided_rows(spec, params)
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    assert sampler(logits, params, [s.seq_id for s in seqs], seqs) == [allowed[0]] * 2
+    assert sampler.first_draws_refused == 2
