@@ -15,7 +15,9 @@ samples by temperature alone (as here) draws before its mask, keeps the draw whe
 masked and drawn again only when not (``first_draws_allowed`` / ``first_draws_refused`` per run). A random model's
 draws are refused wherever the grammar leaves few tokens (a choice, a regex, JSON's punctuation), so what this saves
 here is a lower bound for a model that keeps to its format. Each repeat runs both ways, interleaved (warm repeats
-alternate which goes first), and the JSON gives both (``by_draw_first``); ``--draw-first on|off`` runs one.
+alternate which goes first), and the JSON gives both (``by_draw_first``); ``--draw-first on|off`` runs one. Each
+run also gives ``cpu_ratio``, the ratio of this process's CPU time (torch's threads included), which other jobs on a
+shared machine do not inflate as they do wall time.
 
     .venv/bin/python benchmarks/structured_outputs.py [--vocab 32000] [--batch 16] [--repeats 5] [--backend xgrammar] [--draw-first both|on|off]
 
@@ -41,6 +43,7 @@ from accelkit.serve.config import StructuredOutputsBackendName  # noqa: E402  (a
 
 BACKENDS = get_args(StructuredOutputsBackendName)  # (the engines accelkit serve offers)
 OUT = Path(__file__).resolve().parent / "results" / "structured_outputs_cpu.json"
+CPU_TIMES: list[float] = []  # the CPU time of each timed_generate call, in order
 
 SCHEMA = {
     "type": "object",
@@ -136,8 +139,9 @@ def build_model(path: Path, vocab: int, hidden: int) -> int:
 
 
 def timed_generate(llm: Any, prompts: list[str], params: list[Any]) -> tuple[float, list[Any]]:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     outs = llm.generate(prompts, params)
+    CPU_TIMES.append(time.process_time() - cpu)  # (this process's CPU time: what other jobs on the machine don't add)
     return time.perf_counter() - start, outs
 
 
@@ -221,10 +225,12 @@ def guided_run(llm: Any, prompts: list[str], guided: list[Any], draw_first: bool
     sampler.draw_first = draw_first
     drawn = (sampler.first_draws_allowed, sampler.first_draws_refused)
     guided_s, outs = timed_generate(llm, prompts, guided)
+    guided_cpu_s = CPU_TIMES[-1]
     drawn = (sampler.first_draws_allowed - drawn[0], sampler.first_draws_refused - drawn[1])
     lengths = [len(o.token_ids) for o in outs]
     plain = [SamplingParams(temperature=1.0, seed=i, max_tokens=n, ignore_eos=True) for i, n in enumerate(lengths)]
     plain_s, _ = timed_generate(llm, prompts, plain)
+    plain_cpu_s = CPU_TIMES[-1]
     tokens = sum(lengths)
     return {
         "draw_first": draw_first, "output_tokens": tokens,
@@ -232,6 +238,8 @@ def guided_run(llm: Any, prompts: list[str], guided: list[Any], draw_first: bool
         "guided_tok_s": tokens / guided_s, "unguided_tok_s": tokens / plain_s,
         "ratio": plain_s / guided_s,
         "host_ms_per_guided_token": 1e3 * (guided_s - plain_s) / tokens,
+        # the same from the process's CPU time (torch's threads included): steadier where other jobs share the cores
+        "cpu_ratio": plain_cpu_s / guided_cpu_s,
         # guided tokens drawn before their mask: kept (the grammar allowed them), and drawn again masked
         "first_draws_allowed": drawn[0], "first_draws_refused": drawn[1],
     }
@@ -244,6 +252,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "warm_ratio_median": statistics.median(r["ratio"] for r in warm) if warm else None,
         "warm_host_ms_per_guided_token_median":
             statistics.median(r["host_ms_per_guided_token"] for r in warm) if warm else None,
+        "warm_cpu_ratio_median": statistics.median(r["cpu_ratio"] for r in warm) if warm else None,
     }
 
 
@@ -343,7 +352,8 @@ def main() -> None:
             for mode, part in result["by_draw_first"].items():
                 print(f"{kind:12s} draw first {mode:3s} compile {result['compile_s']:6.2f} s   cold "
                       f"{part['cold_ratio']:.2f}× unguided   warm {part['warm_ratio_median']:.2f}× "
-                      f"({part['warm_host_ms_per_guided_token_median']:.2f} ms host per guided token)", file=sys.stderr)
+                      f"({part['warm_host_ms_per_guided_token_median']:.2f} ms host per guided token; CPU time "
+                      f"{part['warm_cpu_ratio_median']:.2f}×)", file=sys.stderr)
     doc = {
         "benchmark": "structured_outputs",
         "command": "python benchmarks/structured_outputs.py " + " ".join(sys.argv[1:]),
