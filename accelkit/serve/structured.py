@@ -49,6 +49,10 @@ COMPILE_NICE = 10  # compile threads run this much nicer than the server (Linux)
 class GrammarMatcher(Protocol):
     """One request's place in its grammar. Used by one thread at a time (the engine's)."""
 
+    #: what computing its last mask took, in ns (0 until measured): where masks are cheap, drawing before them saves
+    #: nothing (RequestGuide.samples_first)
+    mask_ns: int
+
     def accept_tokens(self, token_ids: Sequence[int]) -> bool:
         """Advance over ``token_ids`` (EOS included: it terminates the grammar); False if one was not allowed
         (the matcher is then in an error state and allows only EOS)."""
@@ -96,11 +100,14 @@ class StructuredBackend(Protocol):
         the CPU, contiguous), all rows in one pass."""
 
 
-# Drawing before the mask (RequestGuide.samples_first): a guide keeps a running share of its first draws the grammar
-# allowed (each draw weighs SAMPLE_FIRST_WEIGHT) and draws first while that share is at least SAMPLE_FIRST_MIN — a
-# refused draw costs a second draw of its row on top of the mask, so drawing first pays when most draws are kept —
-# and, below it, every SAMPLE_FIRST_RETRY-th step (a model off its format for a while can come back to it). A request
-# starts at SAMPLE_FIRST_MIN: one refusal stops it (a random model, a choice), one allowed retry restarts it.
+# Drawing before the mask (RequestGuide.samples_first) pays where a mask costs far more than checking a token and the
+# model's draws are mostly kept. So a request draws first only while its last computed mask took at least
+# SAMPLE_FIRST_MIN_MASK_NS (a JSON string's mask, which llguidance's slices precompute, takes a few µs: no gain; a
+# bounded string's or a pattern's, tens to hundreds), and while the running share of its first draws the grammar
+# allowed (each draw weighs SAMPLE_FIRST_WEIGHT) is at least SAMPLE_FIRST_MIN — a refused draw costs its mask and a
+# second draw. Every SAMPLE_FIRST_RETRY-th step it does the other thing: a drawing request masks (what a mask costs
+# here is measured again), a masking one tries a draw (a model off its format for a while can come back to it).
+SAMPLE_FIRST_MIN_MASK_NS = 20_000
 SAMPLE_FIRST_WEIGHT = 0.25
 SAMPLE_FIRST_MIN = 0.5
 SAMPLE_FIRST_RETRY = 8
@@ -120,10 +127,12 @@ class RequestGuide:
 
     def samples_first(self) -> bool:
         """Whether this step draws its token before computing its mask (the sampler then checks the token, and
-        computes the mask and draws again only if the grammar refuses it): while most first draws were allowed, and
-        every SAMPLE_FIRST_RETRY-th step otherwise."""
+        computes the mask and draws again only if the grammar refuses it): where masks cost enough, while most
+        first draws were allowed; every SAMPLE_FIRST_RETRY-th step the other way (see SAMPLE_FIRST_MIN_MASK_NS)."""
         self.steps += 1
-        return self.allowed_share >= SAMPLE_FIRST_MIN or self.steps % SAMPLE_FIRST_RETRY == 0
+        if self.matcher.mask_ns < SAMPLE_FIRST_MIN_MASK_NS:
+            return False
+        return (self.allowed_share >= SAMPLE_FIRST_MIN) != (self.steps % SAMPLE_FIRST_RETRY == 0)
 
     def record_first(self, allowed: bool) -> None:
         """Count a first draw the grammar allowed (or refused)."""

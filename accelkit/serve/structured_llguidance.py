@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -88,13 +89,14 @@ class LLGuidanceMatcher:
     grammar's mask at the start (computed once, at compile), what :meth:`LLGuidanceBackend.fill_bitmasks` copies
     while no token has been accepted instead of computing it again."""
 
-    __slots__ = ("_eos_after_stop", "eos_token_ids", "matcher", "num_accepted", "start_mask")
+    __slots__ = ("_eos_after_stop", "eos_token_ids", "mask_ns", "matcher", "num_accepted", "start_mask")
 
     def __init__(self, matcher: llguidance.LLMatcher, eos_token_ids: frozenset[int],
                  start_mask: np.ndarray | None = None) -> None:
         self.matcher, self.eos_token_ids, self.start_mask = matcher, eos_token_ids, start_mask
         self._eos_after_stop = 0  # EOS accepted where llguidance had stopped by itself (it does not count them)
         self.num_accepted = 0
+        self.mask_ns = 0  # what computing its last mask took (filled one row after another; 0 until one is)
 
     def accept_tokens(self, token_ids: Sequence[int]) -> bool:
         for token in token_ids:
@@ -245,7 +247,9 @@ class LLGuidanceBackend:
         if len(computed) == 1 or not self.parallel_fill:  # on this thread: no hand-off to the executor's pool
             base = bitmask.data_ptr()  # (and no wake-up of its threads, milliseconds at times on a loaded machine)
             for m, i in computed:
+                start = time.perf_counter_ns()
                 m.matcher.unsafe_compute_mask_ptr(base + i * row_bytes, row_bytes)
+                m.mask_ns = time.perf_counter_ns() - start
         elif computed:
             matchers = [(m.matcher, i) for m, i in computed]
             self._executor.unsafe_compute_mask_ptr(matchers, bitmask.data_ptr(), row_bytes, bitmask.shape[0])

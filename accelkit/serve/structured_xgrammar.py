@@ -196,11 +196,12 @@ class XGrammarMatcher:
     """:class:`~accelkit.serve.structured.GrammarMatcher` over an ``xgrammar.GrammarMatcher``. ``start_mask``: its
     grammar's mask at the start, computed once at compile and copied while no token has been accepted."""
 
-    __slots__ = ("eos_token_ids", "failed", "matcher", "num_accepted", "start_mask")
+    __slots__ = ("eos_token_ids", "failed", "mask_ns", "matcher", "num_accepted", "start_mask")
 
     def __init__(self, matcher: xgrammar.GrammarMatcher, start_mask: np.ndarray, eos_token_ids: frozenset[int]) -> None:
         self.matcher, self.start_mask, self.eos_token_ids = matcher, start_mask, eos_token_ids
         self.num_accepted = 0
+        self.mask_ns = 0  # (not measured: its rows are not drawn before their mask)
         self.failed = False  # a token was refused: the request ends (EOS only), as llguidance's error state
 
     def accept_tokens(self, token_ids: Sequence[int]) -> bool:

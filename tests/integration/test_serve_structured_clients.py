@@ -105,9 +105,11 @@ def test_guided_tokens_drawn_before_their_mask_are_counted_on_metrics(served, mo
     """Each guided token drawn before its mask is counted, as the grammar allowed or refused it (refused ones were
     drawn again, masked): at most one count per output token; both series exported from start-up. (No core spare,
     as on a CPU torch runs on every core of: the test workers run torch on fewer.)"""
+    from accelkit.serve import structured
     from accelkit.serve.model_runner import ModelRunner
 
-    monkeypatch.setattr(ModelRunner, "_spare_core", lambda self: False)  # (the in-process server's runner)
+    monkeypatch.setattr(ModelRunner, "_spare_core", lambda self: False)
+    monkeypatch.setattr(structured, "SAMPLE_FIRST_MIN_MASK_NS", 0)  # (the tiny vocabulary's masks are all cheap)
     before = first_draws(served)
     assert set(before) == {"allowed", "refused"}
     r = httpx.post(f"{served}/v1/completions", timeout=300, json={

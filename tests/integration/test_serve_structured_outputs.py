@@ -267,9 +267,11 @@ def test_greedy_guided_rows_drawn_before_their_masks_give_the_tokens_of_masking_
     """A greedy row's argmax, when its grammar allows it, is its masked argmax: drawing first (checking, masking and
     drawing again only when refused) gives the very tokens of masking first, step after step, for every kind of
     spec in one batch with an unguided row (no core spare: masks filled beside the forward are not drawn first)."""
+    from accelkit.serve import structured
     from accelkit.serve.model_runner import ModelRunner
 
     monkeypatch.setattr(ModelRunner, "_spare_core", lambda self: False)
+    monkeypatch.setattr(structured, "SAMPLE_FIRST_MIN_MASK_NS", 0)  # (the tiny vocabulary's masks are all cheap)
     specs = [StructuredOutputs(grammar=GRAMMAR), StructuredOutputs(json=json.dumps(SCHEMA)),
              StructuredOutputs(choice=list(CHOICES)), None, StructuredOutputs(regex=REGEX)]
     params = [SamplingParams.greedy(max_tokens=40, structured_outputs=spec) for spec in specs]

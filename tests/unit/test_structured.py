@@ -537,9 +537,10 @@ def test_a_matchers_check_of_one_token_agrees_with_its_mask() -> None:
 
 
 def guided_rows(spec: StructuredOutputs, params: list[Any], using: Any = None) -> list[Any]:
-    """Real engine sequences (a one-token prompt) carrying guides over ``spec``, one per params."""
+    """Real engine sequences (a one-token prompt) carrying guides over ``spec``, one per params, each as after a mask
+    that cost enough to draw before the next one (RequestGuide.samples_first)."""
     from accelkit.serve.sequence import Sequence
-    from accelkit.serve.structured import RequestGuide
+    from accelkit.serve.structured import SAMPLE_FIRST_MIN_MASK_NS, RequestGuide
 
     engine = backend() if using is None else using
     grammar = engine.compile(spec)
@@ -547,6 +548,7 @@ def guided_rows(spec: StructuredOutputs, params: list[Any], using: Any = None) -
     for i, p in enumerate(params):
         seq = Sequence(f"r{i}", [1], p.replace(structured_outputs=spec))
         seq.guide = RequestGuide(engine, grammar.matcher())
+        seq.guide.matcher.mask_ns = SAMPLE_FIRST_MIN_MASK_NS
         seqs.append(seq)
     return seqs
 
@@ -615,17 +617,31 @@ def test_a_greedy_row_drawn_first_takes_the_masked_argmax_and_cut_rows_are_maske
     assert sampler.first_draws_allowed == sampler.first_draws_refused == 0
 
 
-def test_a_guide_draws_first_while_its_draws_are_allowed_and_retries_after_refusals() -> None:
-    from accelkit.serve.structured import SAMPLE_FIRST_RETRY, RequestGuide
+def test_a_guide_draws_first_where_masks_cost_while_its_draws_are_allowed() -> None:
+    """Never where its last mask was cheap; where it cost, drawing first while draws are kept (every
+    SAMPLE_FIRST_RETRY-th step masked, to measure a mask again), and after refusals only every
+    SAMPLE_FIRST_RETRY-th step (a retry)."""
+    from accelkit.serve.structured import SAMPLE_FIRST_MIN_MASK_NS, SAMPLE_FIRST_RETRY, RequestGuide
 
     guide = RequestGuide(backend(), backend().compile(StructuredOutputs(regex="a+")).matcher())
-    assert guide.samples_first()  # (no evidence yet: try)
-    guide.record_first(False)
-    skipped = [guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY - 1)]
-    assert skipped.count(True) == 1  # (the retry: every SAMPLE_FIRST_RETRY-th step)
+    assert not any(guide.samples_first() for _ in range(2 * SAMPLE_FIRST_RETRY))  # (no mask measured yet)
+    guide.matcher.mask_ns = SAMPLE_FIRST_MIN_MASK_NS - 1
+    assert not any(guide.samples_first() for _ in range(2 * SAMPLE_FIRST_RETRY))  # (cheap masks)
+    guide.matcher.mask_ns = SAMPLE_FIRST_MIN_MASK_NS
+    drawing = [guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY)]
+    assert drawing.count(False) == 1  # (one step in SAMPLE_FIRST_RETRY masked)
     for _ in range(3):
-        guide.record_first(True)
-    assert all(guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY))
+        guide.record_first(False)
+    retrying = [guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY)]
+    assert retrying.count(True) == 1
+
+
+def test_a_mask_filled_row_by_row_records_what_it_cost() -> None:
+    grammar = backend().compile(StructuredOutputs(regex="[a-z]+x"))
+    matcher = grammar.matcher()
+    assert matcher.accept_tokens(tokenizer().encode("ab")) and matcher.mask_ns == 0
+    backend().fill_bitmasks([(matcher, 0)], torch.zeros(1, (VOCAB_SIZE + 31) // 32, dtype=torch.int32))
+    assert matcher.mask_ns > 0
 
 
 def test_a_refused_row_whose_allowed_logits_are_all_minus_inf_still_gets_an_allowed_token() -> None:
