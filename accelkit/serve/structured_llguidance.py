@@ -96,7 +96,7 @@ class LLGuidanceMatcher:
         self.matcher, self.eos_token_ids, self.start_mask = matcher, eos_token_ids, start_mask
         self._eos_after_stop = 0  # EOS accepted where llguidance had stopped by itself (it does not count them)
         self.num_accepted = 0
-        self.mask_ns = 0  # what computing its last mask took (filled one row after another; 0 until one is)
+        self.mask_ns = 0  # what computing its last mask took (timed when filled row by row, not on the pool; else 0)
 
     def accept_tokens(self, token_ids: Sequence[int]) -> bool:
         for token in token_ids:
