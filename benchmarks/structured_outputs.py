@@ -43,7 +43,6 @@ from accelkit.serve.config import StructuredOutputsBackendName  # noqa: E402  (a
 
 BACKENDS = get_args(StructuredOutputsBackendName)  # (the engines accelkit serve offers)
 OUT = Path(__file__).resolve().parent / "results" / "structured_outputs_cpu.json"
-CPU_TIMES: list[float] = []  # the CPU time of each timed_generate call, in order
 
 SCHEMA = {
     "type": "object",
@@ -138,11 +137,11 @@ def build_model(path: Path, vocab: int, hidden: int) -> int:
     return size
 
 
-def timed_generate(llm: Any, prompts: list[str], params: list[Any]) -> tuple[float, list[Any]]:
+def timed_generate(llm: Any, prompts: list[str], params: list[Any]) -> tuple[float, float, list[Any]]:
+    """(wall seconds, this process's CPU seconds — what other jobs on the machine do not add —, the outputs)."""
     start, cpu = time.perf_counter(), time.process_time()
     outs = llm.generate(prompts, params)
-    CPU_TIMES.append(time.process_time() - cpu)  # (this process's CPU time: what other jobs on the machine don't add)
-    return time.perf_counter() - start, outs
+    return time.perf_counter() - start, time.process_time() - cpu, outs
 
 
 def previous_apply(logits: Any, bitmask: Any) -> None:
@@ -224,13 +223,11 @@ def guided_run(llm: Any, prompts: list[str], guided: list[Any], draw_first: bool
     sampler = llm.engine.runner.sampler
     sampler.draw_first = draw_first
     drawn = (sampler.first_draws_allowed, sampler.first_draws_refused)
-    guided_s, outs = timed_generate(llm, prompts, guided)
-    guided_cpu_s = CPU_TIMES[-1]
+    guided_s, guided_cpu_s, outs = timed_generate(llm, prompts, guided)
     drawn = (sampler.first_draws_allowed - drawn[0], sampler.first_draws_refused - drawn[1])
     lengths = [len(o.token_ids) for o in outs]
     plain = [SamplingParams(temperature=1.0, seed=i, max_tokens=n, ignore_eos=True) for i, n in enumerate(lengths)]
-    plain_s, _ = timed_generate(llm, prompts, plain)
-    plain_cpu_s = CPU_TIMES[-1]
+    plain_s, plain_cpu_s, _ = timed_generate(llm, prompts, plain)
     tokens = sum(lengths)
     return {
         "draw_first": draw_first, "output_tokens": tokens,

@@ -511,7 +511,7 @@ class Sampler:
         first = []
         for i, (p, r) in enumerate(zip(params, rows, strict=True)):
             guide: Any = r.guide
-            if (guide is None or p.allowed_token_ids is not None or not guide.backend.draws_first
+            if (guide is None or not guide.backend.draws_first  # (allowed_token_ids never come with a guide)
                     or not (p.is_greedy or (p.top_k is None and p.top_p >= 1.0 and p.min_p == 0))):
                 continue
             if guide.samples_first():

@@ -14,13 +14,7 @@ import numpy as np
 
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.structured import EosBits, parallel_fill
-from accelkit.serve.structured_schema import (
-    MAX_SCHEMA_DEPTH,
-    check_decoder,
-    close_objects,
-    keyword_path,
-    schema_depth,
-)
+from accelkit.serve.structured_schema import TOO_DEEP, check_decoder, check_depth, close_objects, keyword_path
 
 if TYPE_CHECKING:
     import llguidance
@@ -40,8 +34,6 @@ MAX_GRAMMAR_SIZE = 500_000  # symbols in the grammar's productions (llguidance's
 JSON_OPTIONS = {"whitespace_pattern": r"[\x20\x0A]{0,2}"}
 
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*?)\]")
-_TOO_DEEP = (f"it nests deeper than the grammar compiler reads ({MAX_SCHEMA_DEPTH} levels of JSON nesting: about "
-             f"{MAX_SCHEMA_DEPTH // 2} levels of objects in a schema); flatten it")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (.*)")
 _MAX_FORMATS_DROPPED = 16
 
@@ -77,7 +69,7 @@ def _one_line(error: str, schema: Any = None) -> str:
     if first.startswith("NoExtensionBias"):  # (llguidance's stop reason when no token can begin a match)
         return "no text matches it"
     if first.startswith("recursion limit exceeded"):  # (serde_json reading the grammar: 128 levels of JSON)
-        return _TOO_DEEP
+        return TOO_DEEP
     if "too many expressions" in first or "fuel" in first or "limit" in first:
         first += (f" (the compile limits: {INITIAL_LEXER_FUEL:,} lexer fuel, {MAX_LEXER_STATES:,} lexer states, "
                   f"{MAX_GRAMMAR_SIZE:,} grammar symbols)")
@@ -127,7 +119,7 @@ class LLGuidanceMatcher:
         # failed (its mask: EOS only, as fill_bitmasks writes it), or stopped by itself (it takes EOS: accept_tokens)
         if self.matcher.is_error() or self.matcher.is_stopped():
             return token_id in self.eos_token_ids
-        return bool(self.matcher.validate_tokens([token_id]) == 1)
+        return self.matcher.validate_tokens([token_id]) == 1
 
 
 class LLGuidanceGrammar:
@@ -197,8 +189,7 @@ class LLGuidanceBackend:
         """(the parsed JSON schema or None, the grammar's text): the Python-side part of a compile, which holds the
         interpreter lock (see :meth:`GrammarCompiler._compile`); ValueError as :meth:`compile`."""
         schema = json.loads(spec.json) if spec.json is not None else None
-        if schema_depth(schema) > MAX_SCHEMA_DEPTH:  # (before the rewrites, which recurse)
-            raise ValueError(f"structured_outputs.{spec.kind}: {_TOO_DEEP}")
+        check_depth(schema, spec.kind)
         try:
             return schema, self.grammar_text(spec, schema)
         except ValueError as exc:

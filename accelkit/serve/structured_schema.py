@@ -22,6 +22,17 @@ SCHEMA_ONES = ("items", "additionalProperties", "not", "if", "then", "else", "co
 MAX_SCHEMA_DEPTH = 128
 
 
+TOO_DEEP = (f"it nests deeper than structured outputs compile ({MAX_SCHEMA_DEPTH} levels of JSON nesting: about "
+            f"{MAX_SCHEMA_DEPTH // 2} levels of objects in a schema); flatten it")
+
+
+def check_depth(schema: Any, kind: str) -> None:
+    """ValueError (``structured_outputs.<kind>: ...``, :data:`TOO_DEEP`) where ``schema`` nests deeper than
+    :data:`MAX_SCHEMA_DEPTH`: checked before any rewrite, which recurses."""
+    if schema_depth(schema) > MAX_SCHEMA_DEPTH:
+        raise ValueError(f"structured_outputs.{kind}: {TOO_DEEP}")
+
+
 def schema_depth(schema: Any) -> int:
     """How deep ``schema``'s JSON nests (a scalar 0, ``{}`` 1), without recursing."""
     deepest, stack = 0, [(schema, 1)]

@@ -6,7 +6,7 @@ What differs from llguidance for a user (docs/engine.md, "Choosing the backend")
 
 - xgrammar has no compile fuel or time limit of its own. The server's wall-clock limit answers the request with a
   400, but a compile that runs away keeps its compile thread until it ends. What is known to run long is refused
-  before compiling (schemas nested deeper than :data:`MAX_SCHEMA_DEPTH`).
+  before compiling (schemas nested deeper than ``structured_schema.MAX_SCHEMA_DEPTH``).
 - Its JSON Schema converter drops some keywords without a word (``uniqueItems``, ``allOf`` with several branches,
   a ``type`` beside ``anyOf`` …): such a schema would let out documents the schema rejects, so each is refused
   naming the keyword and where it is (:func:`unenforced_keyword`), as llguidance's unenforceable keywords are;
@@ -25,11 +25,10 @@ import numpy as np
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.structured import EosBits, parallel_fill
 from accelkit.serve.structured_schema import (
-    MAX_SCHEMA_DEPTH,
     check_decoder,
+    check_depth,
     close_objects,
     map_subschemas,
-    schema_depth,
     schema_nodes,
 )
 
@@ -294,10 +293,7 @@ class XGrammarBackend:
             schema = json.loads(spec.json)
             if not isinstance(schema, (dict, bool)):
                 raise ValueError("structured_outputs.json: a JSON schema is an object (or true/false)")
-            if schema_depth(schema) > MAX_SCHEMA_DEPTH:
-                raise ValueError(f"structured_outputs.json: it nests deeper than the xgrammar engine is let compile "
-                                 f"({MAX_SCHEMA_DEPTH} levels of JSON nesting: about 64 levels of objects in a "
-                                 "schema); flatten it")
+            check_depth(schema, kind)
             found = unenforced_keyword(schema)
             if found is not None:
                 keyword, where = found
