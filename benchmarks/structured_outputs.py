@@ -347,10 +347,11 @@ def main() -> None:
             result = run_kind(llm, kind, args.batch, args.max_tokens, args.repeats, modes, args.with_previous)
             results.append(result)
             for mode, part in result["by_draw_first"].items():
+                warm = (f"warm {part['warm_ratio_median']:.2f}× ({part['warm_host_ms_per_guided_token_median']:.2f} ms "
+                        f"host per guided token; CPU time {part['warm_cpu_ratio_median']:.2f}×)"
+                        if part["warm_ratio_median"] is not None else "no warm repeat (--repeats 1)")
                 print(f"{kind:12s} draw first {mode:3s} compile {result['compile_s']:6.2f} s   cold "
-                      f"{part['cold_ratio']:.2f}× unguided   warm {part['warm_ratio_median']:.2f}× "
-                      f"({part['warm_host_ms_per_guided_token_median']:.2f} ms host per guided token; CPU time "
-                      f"{part['warm_cpu_ratio_median']:.2f}×)", file=sys.stderr)
+                      f"{part['cold_ratio']:.2f}× unguided   {warm}", file=sys.stderr)
     doc = {
         "benchmark": "structured_outputs",
         "command": "python benchmarks/structured_outputs.py " + " ".join(sys.argv[1:]),
