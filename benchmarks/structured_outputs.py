@@ -19,9 +19,10 @@ alternate which goes first), and the JSON gives both (``by_draw_first``); ``--dr
 run also gives ``cpu_ratio``, the ratio of this process's CPU time (torch's threads included), which other jobs on a
 shared machine do not inflate as they do wall time.
 
-    .venv/bin/python benchmarks/structured_outputs.py [--vocab 32000] [--batch 16] [--repeats 5] [--backend xgrammar] [--draw-first both|on|off]
+    .venv/bin/python benchmarks/structured_outputs.py [--vocab 32000] [--shape toy|smollm2-135m] [--batch 16] [--repeats 5] [--backend xgrammar] [--draw-first both|on|off]
 
-Writes benchmarks/results/structured_outputs_cpu.json (with the environment).
+Writes benchmarks/results/structured_outputs_cpu.json (``--shape smollm2-135m``: structured_outputs_cpu_smollm2-135m.json),
+with the environment.
 """
 
 from __future__ import annotations
@@ -125,14 +126,28 @@ def corpus(num_lines: int, seed: int) -> list[str]:
     return lines
 
 
-def build_model(path: Path, vocab: int, hidden: int) -> int:
-    """A random 2-layer Llama and a byte-level BPE of (up to) ``vocab`` tokens; returns the tokenizer's size."""
+#: model bodies: the 2-layer toy (its ``--hidden``), where a step costs little and the masks' host work shows most;
+#: and SmolLM2-135M's (Hugging Face's small Llama for CPUs and edge devices: 30 layers of 576, 9 heads over 3 KV
+#: heads, tied embeddings), a model of the size served on CPUs, where a step costs about ten times the toy's
+SHAPES: dict[str, dict[str, Any]] = {
+    "toy": {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4},
+    "smollm2-135m": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+                     "num_key_value_heads": 3, "tie_word_embeddings": True},
+}
+
+
+def build_model(path: Path, vocab: int, hidden: int, shape: str = "toy", tokenizer_dir: Path | None = None) -> int:
+    """A random Llama of ``shape`` (the toy: ``hidden`` wide) and a byte-level BPE of (up to) ``vocab`` tokens, or the
+    tokenizer in ``tokenizer_dir`` (GPT-2's: benchmarks/gpt2_tokenizer.py); returns the tokenizer's size."""
+    from transformers import AutoTokenizer
+
     from accelkit.serve.testing import build_bytelevel_tokenizer, save_tiny_model
 
-    tokenizer = build_bytelevel_tokenizer(vocab, corpus(200_000, seed=0))
+    tokenizer = (AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir is not None
+                 else build_bytelevel_tokenizer(vocab, corpus(200_000, seed=0)))
     size = len(tokenizer)
-    save_tiny_model(path, vocab_size=size, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048)
+    body = {"hidden_size": hidden, "intermediate_size": 4 * hidden, **SHAPES[shape]}
+    save_tiny_model(path, vocab_size=size, max_position_embeddings=2048, **body)
     tokenizer.save_pretrained(path)  # (replaces the word-level tokenizer save_tiny_model writes)
     return size
 
@@ -291,13 +306,18 @@ def run_kind(llm: Any, kind: str, batch: int, max_tokens: int, repeats: int, mod
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vocab", type=int, default=32_000)
-    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=256, help="the toy's width")
+    parser.add_argument("--shape", choices=SHAPES, default="toy",
+                        help="the model's body: the 2-layer toy (host work shows most), or SmolLM2-135M's")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="a Hugging Face tokenizer folder to use instead of the BPE built here (GPT-2's: "
+                             "benchmarks/gpt2_tokenizer.py); --vocab is then ignored")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--kinds", default=",".join(SPECS))
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=None, help=f"default {OUT.name}, or structured_outputs_cpu_<shape>.json")
     parser.add_argument("--backend", choices=BACKENDS, default="llguidance",
                         help="the structured-outputs engine (accelkit serve --structured-outputs-backend)")
     parser.add_argument("--fill", choices=("auto", "inline", "pool"), default="auto",
@@ -313,6 +333,8 @@ def main() -> None:
     parser.add_argument("--with-previous", action="store_true",
                         help="also run each guided batch with the previous CPU mask application, interleaved")
     args = parser.parse_args()
+    if args.out is None:
+        args.out = OUT if args.shape == "toy" else OUT.with_name(f"structured_outputs_cpu_{args.shape}.json")
     import torch
 
     from accelkit.hardware.detect import environment
@@ -321,7 +343,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        size = build_model(Path(tmp) / "m", args.vocab, args.hidden)
+        size = build_model(Path(tmp) / "m", args.vocab, args.hidden, args.shape, args.tokenizer)
         print(f"model and {size}-token byte-level BPE built in {time.perf_counter() - start:.1f} s", file=sys.stderr)
         llm = LLM(str(Path(tmp) / "m"), kv_cache_memory_bytes=256 << 20, max_model_len=1024, dtype="float32",
                   structured_outputs_backend=args.backend)
@@ -355,7 +377,9 @@ def main() -> None:
     doc = {
         "benchmark": "structured_outputs",
         "command": "python benchmarks/structured_outputs.py " + " ".join(sys.argv[1:]),
-        "settings": {"vocab_requested": args.vocab, "vocab": size, "hidden": args.hidden, "layers": 2,
+        "settings": {"vocab_requested": args.vocab, "vocab": size, "shape": args.shape,
+                     "tokenizer": str(args.tokenizer) if args.tokenizer else "byte-level BPE built here",
+                     "model": {"hidden_size": args.hidden, "intermediate_size": 4 * args.hidden, **SHAPES[args.shape]},
                      "batch": args.batch, "max_tokens": args.max_tokens, "repeats": args.repeats,
                      "threads": args.threads, "dtype": "float32", "device": "cpu",
                      "with_previous": args.with_previous, "backend": args.backend, "fill": args.fill,
