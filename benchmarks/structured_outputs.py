@@ -126,19 +126,29 @@ def corpus(num_lines: int, seed: int) -> list[str]:
     return lines
 
 
-#: model bodies: the 2-layer toy (its ``--hidden``), where a step costs little and the masks' host work shows most;
-#: and SmolLM2-135M's (Hugging Face's small Llama for CPUs and edge devices: 30 layers of 576, 9 heads over 3 KV
-#: heads, tied embeddings), a model of the size served on CPUs, where a step costs about ten times the toy's
+#: model bodies: the 2-layer toy (its ``--hidden``; 4 heads of 16, the test preset's head size), where a step costs
+#: little and the masks' host work shows most; and SmolLM2-135M's (Hugging Face's small Llama for CPUs and edge
+#: devices: 30 layers of 576, 9 heads of 64 over 3 KV heads, MLP 1536, tied embeddings), a model of the size served
+#: on CPUs, whose step costs about ten times the toy's
 SHAPES: dict[str, dict[str, Any]] = {
-    "toy": {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4},
-    "smollm2-135m": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
-                     "num_key_value_heads": 3, "tie_word_embeddings": True},
+    "toy": {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16},
+    "smollm2-135m": {
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "tie_word_embeddings": True,
+    },
 }
 
 
-def build_model(path: Path, vocab: int, hidden: int, shape: str = "toy", tokenizer_dir: Path | None = None) -> int:
-    """A random Llama of ``shape`` (the toy: ``hidden`` wide) and a byte-level BPE of (up to) ``vocab`` tokens, or the
-    tokenizer in ``tokenizer_dir`` (GPT-2's: benchmarks/gpt2_tokenizer.py); returns the tokenizer's size."""
+def build_model(path: Path, vocab: int, hidden: int, shape: str = "toy", tokenizer_dir: Path | None = None,
+                **overrides: Any) -> int:
+    """A random Llama of ``shape`` (the toy: ``hidden`` wide; ``overrides`` to its config) and a byte-level BPE of
+    (up to) ``vocab`` tokens, or the tokenizer in ``tokenizer_dir`` (GPT-2's: benchmarks/gpt2_tokenizer.py); returns
+    the tokenizer's size."""
     from transformers import AutoTokenizer
 
     from accelkit.serve.testing import build_bytelevel_tokenizer, save_tiny_model
@@ -146,7 +156,7 @@ def build_model(path: Path, vocab: int, hidden: int, shape: str = "toy", tokeniz
     tokenizer = (AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir is not None
                  else build_bytelevel_tokenizer(vocab, corpus(200_000, seed=0)))
     size = len(tokenizer)
-    body = {"hidden_size": hidden, "intermediate_size": 4 * hidden, **SHAPES[shape]}
+    body = {"hidden_size": hidden, "intermediate_size": 4 * hidden, **SHAPES[shape], **overrides}
     save_tiny_model(path, vocab_size=size, max_position_embeddings=2048, **body)
     tokenizer.save_pretrained(path)  # (replaces the word-level tokenizer save_tiny_model writes)
     return size
