@@ -1,9 +1,11 @@
 """What structured outputs cost: compile time per kind, and decode throughput of guided requests against the same
 requests unguided, cold (the grammar's lexer states built on the way) and warm (built), in one run.
 
-The vocabulary is what makes masks expensive (a mask covers every token), so the model is a small Llama
-(``--hidden``, 2 layers) with a real-sized byte-level BPE vocabulary (``--vocab``, default 32,000, as Llama 2 and
-Mistral; trained here on a synthetic corpus of words, numbers and JSON, since nothing comes from a model hub). Each
+The vocabulary is what makes masks expensive (a mask covers every token), so the model has a real-sized byte-level
+BPE vocabulary (``--vocab``, default 32,000, as Llama 2 and Mistral; trained here on a synthetic corpus of words,
+numbers and JSON, since nothing comes from a model hub; ``--tokenizer`` takes another, such as GPT-2's). Its body
+(``--shape``) is a 2-layer toy (``--hidden``), whose cheap step shows the masks' host work at its largest, or
+SmolLM2-135M's (30 layers of 576), a model of the size served on CPUs; the weights are random. Each
 guided request runs to its natural end (EOS where the constraint allows it); its unguided twin runs with
 ``ignore_eos`` for exactly as many tokens, seeded the same, in a batch of the same size, so both measure the same
 number of decode steps. Throughput is output tokens per second of the whole batch; the ratio guided / unguided is

@@ -68,7 +68,11 @@ class GrammarMatcher(Protocol):
 
 
 class CompiledGrammar(Protocol):
-    """A compiled spec: immutable, shared across requests and threads."""
+    """A compiled spec: immutable (but for the running share below), shared across requests and threads."""
+
+    #: the running share of its requests' first draws that it allowed (where a new request's own share starts: see
+    #: SAMPLE_FIRST_GRAMMAR_WEIGHT); written by the engine thread only
+    first_draw_share: float
 
     @property
     def num_bytes(self) -> int:
@@ -107,8 +111,12 @@ class StructuredBackend(Protocol):
 # allowed (each draw weighs SAMPLE_FIRST_WEIGHT) is at least SAMPLE_FIRST_MIN — a refused draw costs its mask and a
 # second draw. Every SAMPLE_FIRST_RETRY-th step it does the other thing: a drawing request masks (what a mask costs
 # here is measured again), a masking one tries a draw (a model off its format for a while can come back to it).
+# A request starts from its grammar's share (CompiledGrammar.first_draw_share: every request's first draws over that
+# grammar, each weighing SAMPLE_FIRST_GRAMMAR_WEIGHT), not from SAMPLE_FIRST_MIN: a short request (a choice: a few
+# tokens) otherwise paid for a refused draw before its own share said stop, on every request.
 SAMPLE_FIRST_MIN_MASK_NS = 20_000
 SAMPLE_FIRST_WEIGHT = 0.25
+SAMPLE_FIRST_GRAMMAR_WEIGHT = 0.05
 SAMPLE_FIRST_MIN = 0.5
 SAMPLE_FIRST_RETRY = 8
 
@@ -118,11 +126,12 @@ class RequestGuide:
     of its output tokens the matcher has accepted (the sampler feeds it the ones added since), and how often a token
     drawn without its mask was one the grammar allows (:meth:`samples_first`)."""
 
-    __slots__ = ("allowed_share", "backend", "consumed", "matcher", "steps")
+    __slots__ = ("allowed_share", "backend", "consumed", "grammar", "matcher", "steps")
 
-    def __init__(self, backend: StructuredBackend, matcher: GrammarMatcher) -> None:
-        self.backend, self.matcher, self.consumed = backend, matcher, 0
-        self.allowed_share = SAMPLE_FIRST_MIN  # (first draws allowed, a running share: one refusal stops them)
+    def __init__(self, backend: StructuredBackend, matcher: GrammarMatcher, grammar: CompiledGrammar) -> None:
+        self.backend, self.matcher, self.grammar, self.consumed = backend, matcher, grammar, 0
+        # (first draws allowed, a running share: one refusal stops them), from what the grammar's requests saw
+        self.allowed_share = grammar.first_draw_share
         self.steps = 0
 
     def samples_first(self) -> bool:
@@ -135,8 +144,9 @@ class RequestGuide:
         return (self.allowed_share >= SAMPLE_FIRST_MIN) != (self.steps % SAMPLE_FIRST_RETRY == 0)
 
     def record_first(self, allowed: bool) -> None:
-        """Count a first draw the grammar allowed (or refused)."""
+        """Count a first draw the grammar allowed (or refused), in this request's share and in its grammar's."""
         self.allowed_share += SAMPLE_FIRST_WEIGHT * (float(allowed) - self.allowed_share)
+        self.grammar.first_draw_share += SAMPLE_FIRST_GRAMMAR_WEIGHT * (float(allowed) - self.grammar.first_draw_share)
 
     def catch_up(self, token_ids: Sequence[int], num_prompt_tokens: int = 0) -> None:
         """Accept the output tokens (``token_ids`` past its first ``num_prompt_tokens``) sampled since the last
@@ -318,7 +328,7 @@ class GrammarCompiler:
 
     def guide(self, grammar: CompiledGrammar) -> RequestGuide:
         """A request's guide over a grammar this compiler compiled."""
-        return RequestGuide(self._backend_future().result(), grammar.matcher())
+        return RequestGuide(self._backend_future().result(), grammar.matcher(), grammar)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

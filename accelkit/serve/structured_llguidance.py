@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from accelkit.serve.sampling import StructuredOutputs
-from accelkit.serve.structured import EosBits, parallel_fill
+from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, parallel_fill
 from accelkit.serve.structured_schema import TOO_DEEP, check_decoder, check_depth, close_objects, keyword_path
 
 if TYPE_CHECKING:
@@ -128,11 +128,12 @@ class LLGuidanceGrammar:
     state can be the costliest one — ``a{100000}``'s walks every token made of a's, each time it is computed — so a
     request's first step copies the mask computed at compile instead (on the compile thread, not the engine's)."""
 
-    __slots__ = ("_eos", "_start_mask", "_template", "num_bytes")
+    __slots__ = ("_eos", "_start_mask", "_template", "first_draw_share", "num_bytes")
 
     def __init__(self, template: llguidance.LLMatcher, grammar: str, eos_token_ids: frozenset[int],
                  start_mask: np.ndarray | None = None) -> None:
         self._template, self._eos, self._start_mask = template, eos_token_ids, start_mask
+        self.first_draw_share = SAMPLE_FIRST_MIN
         # the grammar's text ×16, plus a floor: what a lexer holds beyond the text is not visible from Python
         self.num_bytes = 16 * len(grammar) + (64 << 10) + (start_mask.nbytes if start_mask is not None else 0)
 

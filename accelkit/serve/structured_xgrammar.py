@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from accelkit.serve.sampling import StructuredOutputs
-from accelkit.serve.structured import EosBits, parallel_fill
+from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, parallel_fill
 from accelkit.serve.structured_schema import (
     check_decoder,
     check_depth,
@@ -236,13 +236,14 @@ class XGrammarMatcher:
 class XGrammarGrammar:
     """A compiled grammar (immutable, shared) and its start mask; each request gets a matcher of its own."""
 
-    __slots__ = ("_compiled", "_eos", "_matcher_class", "_start_mask", "num_bytes")
+    __slots__ = ("_compiled", "_eos", "_matcher_class", "_start_mask", "first_draw_share", "num_bytes")
 
     def __init__(self, compiled: xgrammar.CompiledGrammar, start_mask: np.ndarray, eos_token_ids: frozenset[int]) -> None:
         import xgrammar as xgr
 
         self._compiled, self._start_mask, self._matcher_class = compiled, start_mask, xgr.GrammarMatcher
         self._eos = eos_token_ids
+        self.first_draw_share = SAMPLE_FIRST_MIN  # (xgrammar's rows mask first: kept for the protocol)
         self.num_bytes = int(compiled.memory_size_bytes) + start_mask.nbytes
 
     def matcher(self) -> XGrammarMatcher:

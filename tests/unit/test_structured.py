@@ -547,7 +547,7 @@ def guided_rows(spec: StructuredOutputs, params: list[Any], using: Any = None) -
     seqs = []
     for i, p in enumerate(params):
         seq = Sequence(f"r{i}", [1], p.replace(structured_outputs=spec))
-        seq.guide = RequestGuide(engine, grammar.matcher())
+        seq.guide = RequestGuide(engine, grammar.matcher(), grammar)
         seq.guide.matcher.mask_ns = SAMPLE_FIRST_MIN_MASK_NS
         seqs.append(seq)
     return seqs
@@ -623,7 +623,8 @@ def test_a_guide_draws_first_where_masks_cost_while_its_draws_are_allowed() -> N
     SAMPLE_FIRST_RETRY-th step (a retry)."""
     from accelkit.serve.structured import SAMPLE_FIRST_MIN_MASK_NS, SAMPLE_FIRST_RETRY, RequestGuide
 
-    guide = RequestGuide(backend(), backend().compile(StructuredOutputs(regex="a+")).matcher())
+    grammar = backend().compile(StructuredOutputs(regex="a+"))
+    guide = RequestGuide(backend(), grammar.matcher(), grammar)
     assert not any(guide.samples_first() for _ in range(2 * SAMPLE_FIRST_RETRY))  # (no mask measured yet)
     guide.matcher.mask_ns = SAMPLE_FIRST_MIN_MASK_NS - 1
     assert not any(guide.samples_first() for _ in range(2 * SAMPLE_FIRST_RETRY))  # (cheap masks)
@@ -634,6 +635,37 @@ def test_a_guide_draws_first_where_masks_cost_while_its_draws_are_allowed() -> N
         guide.record_first(False)
     retrying = [guide.samples_first() for _ in range(SAMPLE_FIRST_RETRY)]
     assert retrying.count(True) == 1
+
+
+def test_a_request_starts_from_what_its_grammars_earlier_requests_drew() -> None:
+    """A grammar whose earlier requests' first draws were refused starts the next request masking (a choice's
+    requests, a few tokens long, each paid for a refused draw before their own share said stop); one whose draws were
+    kept starts it drawing; each first draw moves the request's share and, more slowly, its grammar's."""
+    from accelkit.serve.structured import (
+        SAMPLE_FIRST_GRAMMAR_WEIGHT,
+        SAMPLE_FIRST_MIN,
+        SAMPLE_FIRST_MIN_MASK_NS,
+        SAMPLE_FIRST_WEIGHT,
+        RequestGuide,
+    )
+
+    def guide_over(grammar):
+        guide = RequestGuide(backend(), grammar.matcher(), grammar)
+        guide.matcher.mask_ns = SAMPLE_FIRST_MIN_MASK_NS  # (its masks cost)
+        return guide
+
+    refused, kept = (backend().compile(StructuredOutputs(regex=r)) for r in ("b+", "c+"))
+    assert refused.first_draw_share == kept.first_draw_share == SAMPLE_FIRST_MIN
+    assert guide_over(refused).samples_first()  # (a grammar nothing is known of: its first request draws first)
+    earlier = guide_over(refused)
+    earlier.record_first(False)
+    assert earlier.allowed_share == pytest.approx(SAMPLE_FIRST_MIN * (1 - SAMPLE_FIRST_WEIGHT))
+    assert refused.first_draw_share == pytest.approx(SAMPLE_FIRST_MIN * (1 - SAMPLE_FIRST_GRAMMAR_WEIGHT))
+    assert not guide_over(refused).samples_first()
+    for _ in range(3):
+        guide_over(kept).record_first(True)
+    assert kept.first_draw_share > SAMPLE_FIRST_MIN and guide_over(kept).samples_first()
+    assert backend().compile(StructuredOutputs(regex="d+")).first_draw_share == SAMPLE_FIRST_MIN  # (its own share)
 
 
 def test_a_mask_filled_row_by_row_records_what_it_cost() -> None:
