@@ -146,6 +146,11 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
+def model_body(shape: str, hidden: int) -> dict[str, Any]:
+    """The config of ``shape``'s body (the toy ``hidden`` wide), as built and as recorded in the JSON."""
+    return {"hidden_size": hidden, "intermediate_size": 4 * hidden, **SHAPES[shape]}
+
+
 def build_model(path: Path, vocab: int, hidden: int, shape: str = "toy", tokenizer_dir: Path | None = None,
                 **overrides: Any) -> int:
     """A random Llama of ``shape`` (the toy: ``hidden`` wide; ``overrides`` to its config) and a byte-level BPE of
@@ -158,8 +163,7 @@ def build_model(path: Path, vocab: int, hidden: int, shape: str = "toy", tokeniz
     tokenizer = (AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir is not None
                  else build_bytelevel_tokenizer(vocab, corpus(200_000, seed=0)))
     size = len(tokenizer)
-    body = {"hidden_size": hidden, "intermediate_size": 4 * hidden, **SHAPES[shape], **overrides}
-    save_tiny_model(path, vocab_size=size, max_position_embeddings=2048, **body)
+    save_tiny_model(path, vocab_size=size, max_position_embeddings=2048, **{**model_body(shape, hidden), **overrides})
     tokenizer.save_pretrained(path)  # (replaces the word-level tokenizer save_tiny_model writes)
     return size
 
@@ -391,7 +395,7 @@ def main() -> None:
         "command": "python benchmarks/structured_outputs.py " + " ".join(sys.argv[1:]),
         "settings": {"vocab_requested": args.vocab, "vocab": size, "shape": args.shape,
                      "tokenizer": str(args.tokenizer) if args.tokenizer else "byte-level BPE built here",
-                     "model": {"hidden_size": args.hidden, "intermediate_size": 4 * args.hidden, **SHAPES[args.shape]},
+                     "model": model_body(args.shape, args.hidden),
                      "batch": args.batch, "max_tokens": args.max_tokens, "repeats": args.repeats,
                      "threads": args.threads, "dtype": "float32", "device": "cpu",
                      "with_previous": args.with_previous, "backend": args.backend, "fill": args.fill,

