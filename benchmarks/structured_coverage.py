@@ -21,6 +21,7 @@ The dataset is not committed (its license and size): fetch github:guidance-ai/js
 
     .venv/bin/python benchmarks/structured_coverage.py --data /path/to/jsonschemabench/data [--per-subset 55]
     .venv/bin/python benchmarks/structured_coverage.py --data ... --backend xgrammar
+    .venv/bin/python benchmarks/structured_coverage.py --data ... --repeats 5   # how far the times move run to run
 
 Writes benchmarks/results/structured_coverage.json (structured_coverage_xgrammar.json with ``--backend xgrammar``;
 the backend, the sample's file names and the environment included).
@@ -250,6 +251,24 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _run_sample(picked: list[tuple[str, Path]], tok_path: Path, args: argparse.Namespace,
+                run: int) -> list[dict[str, Any]]:
+    """Every picked schema compiled and walked once, in a fresh worker (a new one after any killed)."""
+    worker = Worker(tok_path, args.seed, args.backend)
+    rows: list[dict[str, Any]] = []
+    for i, (subset, path) in enumerate(picked):
+        result = worker.run(path.read_text(errors="replace"), args.seed + i, args.timeout_s, int(args.memory_gb * 2**30))
+        if result["status"] in ("timeout", "memory", "crashed"):
+            worker = Worker(tok_path, args.seed, args.backend)
+        result.update(subset=subset, file=path.name)
+        rows.append(result)
+        print(f"[run {run + 1}/{args.repeats}: {i + 1}/{len(picked)}] {subset}/{path.name}: {result['status']} "
+              f"{result.get('compile_ms', float('nan')):.1f} ms {result.get('error', '')[:100]}", file=sys.stderr,
+              flush=True)
+    worker.conn.send(None)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="jsonschemabench's data/ folder")
@@ -263,6 +282,10 @@ def main() -> None:
                     "on the data (e.g. GPT-2's, made by benchmarks/gpt2_tokenizer.py)")
     ap.add_argument("--backend", choices=BACKENDS, default="llguidance",
                     help="the structured-outputs backend measured (accelkit serve --structured-outputs-backend)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run the whole sample this many times, each in fresh workers (fresh compiles, every state "
+                    "reached for the first time again): the report is the first run's, with each run's compile and "
+                    "mask figures under 'runs' to show how far they move on this machine")
     ap.add_argument("--out", type=Path, help="default: benchmarks/results/structured_coverage.json, "
                     "structured_coverage_xgrammar.json with --backend xgrammar")
     args = ap.parse_args()
@@ -274,17 +297,8 @@ def main() -> None:
     load_before = os.getloadavg()
     picked = sample(args.data, args.per_subset, args.seed)
     tok_path = args.tokenizer or tokenizer_dir(args.data, args.vocab, args.cache, args.seed)
-    worker = Worker(tok_path, args.seed, args.backend)
-    rows: list[dict[str, Any]] = []
-    for i, (subset, path) in enumerate(picked):
-        result = worker.run(path.read_text(errors="replace"), args.seed + i, args.timeout_s, int(args.memory_gb * 2**30))
-        if result["status"] in ("timeout", "memory", "crashed"):
-            worker = Worker(tok_path, args.seed, args.backend)
-        result.update(subset=subset, file=path.name)
-        rows.append(result)
-        print(f"[{i + 1}/{len(picked)}] {subset}/{path.name}: {result['status']} "
-              f"{result.get('compile_ms', float('nan')):.1f} ms {result.get('error', '')[:100]}", flush=True)
-    worker.conn.send(None)
+    runs = [_run_sample(picked, tok_path, args, run) for run in range(args.repeats)]
+    rows = runs[0]
 
     with open(tok_path / "tokenizer.json") as f:
         vocab_size = len(json.load(f)["model"]["vocab"])
@@ -304,6 +318,9 @@ def main() -> None:
                      f"the data (seed {args.seed})",
         "limits": {"timeout_s": args.timeout_s, "memory_gb": args.memory_gb, "walk_tokens": WALK_TOKENS},
         "overall": summarize(rows),
+        "runs": [{k: summary[k] for k in ("compile_rate", "compile_ms", "compile_cpu_ms", "mask_us_per_token",
+                                          "mask_cpu_us_per_token", "walks")}
+                 for summary in map(summarize, runs)],
         "by_subset": by_subset,
         "invalid_walks": [{"file": f"{r['subset']}/{r['file']}", "output": w["output"]}
                           for r in rows if r["status"] == "compiled" for w in r["walks"] if w.get("valid") is False],
