@@ -22,9 +22,10 @@ run also gives ``cpu_ratio``, the ratio of this process's CPU time (torch's thre
 shared machine do not inflate as they do wall time.
 
     .venv/bin/python benchmarks/structured_outputs.py [--vocab 32000] [--shape toy|smollm2-135m] [--batch 16] [--repeats 5] [--backend xgrammar] [--draw-first both|on|off]
+    python3 benchmarks/structured_outputs.py --device cuda --dtype bfloat16 --shape smollm2-135m   # on a GPU
 
-Writes benchmarks/results/structured_outputs_cpu.json (``--shape smollm2-135m``: structured_outputs_cpu_smollm2-135m.json),
-with the environment.
+Writes benchmarks/results/structured_outputs_cpu.json (``--shape smollm2-135m``: structured_outputs_cpu_smollm2-135m.json;
+``--device cuda``: structured_outputs_cuda….json), with the environment.
 """
 
 from __future__ import annotations
@@ -332,8 +333,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu (the default), cuda or cuda:N")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="the model's dtype (float32 on a CPU; bfloat16 as a GPU serves)")
     parser.add_argument("--kinds", default=",".join(SPECS))
-    parser.add_argument("--out", type=Path, default=None, help=f"default {OUT.name}, or structured_outputs_cpu_<shape>.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {OUT.name}, or structured_outputs_<device>[_<shape>].json")
     parser.add_argument("--backend", choices=BACKENDS, default="llguidance",
                         help="the structured-outputs engine (accelkit serve --structured-outputs-backend)")
     parser.add_argument("--fill", choices=("auto", "inline", "pool"), default="auto",
@@ -350,7 +355,8 @@ def main() -> None:
                         help="also run each guided batch with the previous CPU mask application, interleaved")
     args = parser.parse_args()
     if args.out is None:
-        args.out = OUT if args.shape == "toy" else OUT.with_name(f"structured_outputs_cpu_{args.shape}.json")
+        device = args.device.split(":")[0]
+        args.out = OUT.with_name(f"structured_outputs_{device}{'' if args.shape == 'toy' else '_' + args.shape}.json")
     import torch
 
     from accelkit.hardware.detect import environment
@@ -361,14 +367,14 @@ def main() -> None:
         start = time.perf_counter()
         size = build_model(Path(tmp) / "m", args.vocab, args.hidden, args.shape, args.tokenizer)
         print(f"model and {size}-token byte-level BPE built in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        llm = LLM(str(Path(tmp) / "m"), kv_cache_memory_bytes=256 << 20, max_model_len=1024, dtype="float32",
-                  structured_outputs_backend=args.backend)
+        engine_args = {"kv_cache_memory_bytes": 256 << 20, "max_model_len": 1024, "dtype": args.dtype,
+                       "device": args.device, "structured_outputs_backend": args.backend}
+        llm = LLM(str(Path(tmp) / "m"), **engine_args)
         training = None
         if args.train_steps:
             training = train_on_its_outputs(llm, Path(tmp) / "m", args.kinds.split(","), args.batch, args.max_tokens,
                                             args.train_steps)
-            llm = LLM(str(Path(tmp) / "m"), kv_cache_memory_bytes=256 << 20, max_model_len=1024, dtype="float32",
-                      structured_outputs_backend=args.backend)
+            llm = LLM(str(Path(tmp) / "m"), **engine_args)
         from accelkit.serve import StructuredOutputs
 
         start = time.perf_counter()  # the engine's first structured request converts the tokenizer for llguidance
@@ -397,7 +403,7 @@ def main() -> None:
                      "tokenizer": str(args.tokenizer) if args.tokenizer else "byte-level BPE built here",
                      "model": model_body(args.shape, args.hidden),
                      "batch": args.batch, "max_tokens": args.max_tokens, "repeats": args.repeats,
-                     "threads": args.threads, "dtype": "float32", "device": "cpu",
+                     "threads": args.threads, "dtype": args.dtype, "device": args.device,
                      "with_previous": args.with_previous, "backend": args.backend, "fill": args.fill,
                      "draw_first": args.draw_first, "training": training,
                      "masks_filled": "pool" if backend.parallel_fill else "inline"},

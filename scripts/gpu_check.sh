@@ -19,6 +19,9 @@
 #   report `accelkit report` of everything above (the parts before it leave it 30 s of the budget)
 #   attention_backends (only when GPU_CHECK_PARTS names it): benchmarks/attention_backends.py, SDPA vs the
 #          Triton kernels per layer call and the kernels' tile-shape sweep                               ~90 s
+#   structured_outputs (only when GPU_CHECK_PARTS names it; issue 28): benchmarks/structured_outputs.py on
+#          SmolLM2-135M's shape in bf16, warm guided / unguided throughput at batch 16 per kind, both ways
+#          (drawing before the mask and masking first); needs llguidance (scripts/gpu_wheels.sh)       ~150 s
 # then one summary, $OUT/gpu_check.json (scripts/gpu_results.py summarize), printed at the end.
 #
 #   OUT=/tmp/out scripts/gpu_check.sh            # PY=python3 by default (a Python whose torch sees the GPU)
@@ -82,7 +85,7 @@ part() {  # part NAME TIMEOUT_S CMD... — stdout to $OUT/NAME.out, stderr to $O
   # what the budget leaves, less timeout's 15 s kill grace and ~5 s for the summary, and 30 s kept for the report
   # when it is to run after this part
   local reserve=0
-  case ",$PARTS," in *,report,*) case "$name" in report|attention_backends) ;; *) reserve=30 ;; esac ;; esac
+  case ",$PARTS," in *,report,*) case "$name" in report|attention_backends|structured_outputs) ;; *) reserve=30 ;; esac ;; esac
   left=$(( BUDGET_S - ($(date +%s) - script_start) - 20 - reserve ))
   if [ "$left" -lt 30 ]; then
     echo "gpu_check: $name skipped: ${left}s left of GPU_CHECK_BUDGET_S=${BUDGET_S}" >&2
@@ -143,6 +146,9 @@ cp "$OUT/reference_quick.out" "$OUT/bench_reference_quick.json" 2>/dev/null || t
 part report 60 "$PY" -m accelkit report --out "$OUT/report.html" --json
 
 part attention_backends 120 "$PY" benchmarks/attention_backends.py --out "$OUT/attention_backends.json"
+
+part structured_outputs 240 "$PY" benchmarks/structured_outputs.py --device cuda --dtype bfloat16 \
+  --shape smollm2-135m --repeats 3 --out "$OUT/structured_outputs_cuda_smollm2-135m.json"
 
 "$PY" scripts/gpu_results.py summarize "$OUT" --seconds "$(( $(date +%s) - start ))"
 status=$?

@@ -38,6 +38,7 @@ KEEP = {
     "serve_qwen3_moe.json": "serve_qwen3_moe.json",
     "serve_fp8_checkpoint.json": "serve_fp8_checkpoint.json",
     "attention_backends.json": "serve_attention_backends.json",
+    "structured_outputs_cuda_smollm2-135m.json": "structured_outputs_cuda_smollm2-135m.json",
     "nvidia-smi.csv": "nvidia-smi.csv",
     "pytest_gpu.out": "pytest_gpu.txt",
 }

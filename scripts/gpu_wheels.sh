@@ -2,9 +2,8 @@
 # Wheels of what accelkit needs beyond a CUDA image's own packages, for a GPU machine without internet.
 # The image this targets has Python 3.12 with torch, transformers, numpy, typer, rich, psutil, nvidia-ml-py,
 # prometheus-client, jinja2, httpx and pytest; it lacks torchao, the HTTP server's stack (fastapi, starlette,
-# uvicorn, pydantic), plotly and interegular (structured outputs' regex automata; pure Python). Fetched from PyPI
-# with their dependencies (fastapi needs annotated-doc and plotly narwhals, neither of which such an image has;
-# about 17 MB in all):
+# uvicorn, pydantic), plotly and llguidance (structured outputs' engine: one abi3 wheel). Fetched from PyPI with
+# their dependencies (fastapi needs annotated-doc and plotly narwhals, neither of which such an image has):
 #
 #   scripts/gpu_wheels.sh [DIR]          # default DIR: .whl (ignored by git)
 #
@@ -19,5 +18,5 @@ for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 man
   platforms+=(--platform "$tag")
 done
 python3 -m pip download -q --only-binary=:all: --python-version "$py" --implementation cp "${platforms[@]}" \
-  -d "$dir" "torchao==0.17.0" fastapi uvicorn plotly interegular
+  -d "$dir" "torchao==0.17.0" fastapi uvicorn plotly "llguidance>=1.9,<2"
 ls -l "$dir"

@@ -86,6 +86,11 @@ def test_gpu_check_parts_are_selectable_and_a_rerun_keeps_the_other_rows(tmp_pat
     assert "--device cuda --out" in (out / "calls.txt").read_text().splitlines()[-1]
     summary = json.loads((out / "gpu_check.json").read_text())
     assert set(summary["parts"]) == {"hw_probe", "report", "serve_throughput"} and summary["ok"]
+    # a part outside the default set (issue 28's guided decoding on the GPU) runs when named, in bf16 on cuda
+    proc = _gpu_check(tmp_path, out, GPU_CHECK_PARTS="structured_outputs")
+    assert proc.returncode == 0, proc.stderr
+    call = (out / "calls.txt").read_text().splitlines()[-1]
+    assert "structured_outputs.py --device cuda --dtype bfloat16" in call, call
 
 
 def test_gpu_check_fits_every_part_into_one_device_command(tmp_path):
