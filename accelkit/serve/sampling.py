@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from accelkit.core.spec import Spec, spec_field
 
@@ -52,6 +53,17 @@ MAX_CHOICES = 256  # structured_outputs.choice: each choice is a branch of the r
 MAX_SPEC_CHARS = 262_144  # a regex's, a grammar's or a JSON schema's text, and all choices together
 
 
+#: the constraints given as text (the choice is a list, json_object a flag)
+_TEXT_KINDS = ("json", "regex", "grammar", "structural_tag")
+_TAG_FIELD = "structured_outputs.structural_tag"
+_TAG_SHAPE = '{"structures": [{"begin": "<function=f>", "schema": {...}, "end": "</function>"}], "triggers": ["<function="]}'
+
+
+def _short_json(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _no_constant(name: str) -> float:
     raise ValueError(f"structured_outputs.json holds {name}, which is not JSON; give finite numbers")
 
@@ -75,21 +87,28 @@ class StructuredOutputs(Spec):
         "is one sentence of it.",
     )
     json_object: bool = spec_field(False, doc="The output is one JSON object, any keys and values (JSON mode).")
+    structural_tag: str | None = spec_field(
+        None, doc="vLLM's structural tag (its JSON text; a dict is stored as compact JSON): {\"structures\": [{\"begin\", "
+        "\"schema\", \"end\"}, ...], \"triggers\": [...]}. The output is free text in which each structure's begin "
+        "(which starts with one of the triggers) is followed by one JSON document valid under its schema, then its "
+        "end: tool calls in the middle of running text.",
+    )
 
     def __post_init__(self) -> None:
-        if isinstance(self.json, dict):  # callers pass a schema as a dict (vLLM's json=...): its text, in its order
-            object.__setattr__(self, "json", json.dumps(self.json, separators=(",", ":")))
+        for name in ("json", "structural_tag"):  # a dict (vLLM's json=...): its text, in its key order
+            if isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, json.dumps(getattr(self, name), separators=(",", ":")))
         if isinstance(self.choice, str):
             raise ValueError(f"choice={self.choice!r} is one string; give a list of strings")
         Spec.__post_init__(self)
 
     def validate(self) -> None:
-        given = [name for name in ("json", "regex", "choice", "grammar") if getattr(self, name) is not None]
+        given = [name for name in (*_TEXT_KINDS, "choice") if getattr(self, name) is not None]
         given += ["json_object"] if self.json_object else []
         if len(given) != 1:
             raise ValueError(f"structured_outputs sets {', '.join(given) or 'nothing'}; set exactly one of json, "
-                             "regex, choice, grammar or json_object")
-        for name in ("json", "regex", "grammar"):
+                             "regex, choice, grammar, structural_tag or json_object")
+        for name in _TEXT_KINDS:
             text = getattr(self, name)
             if text is not None and not text:
                 raise ValueError(f"structured_outputs.{name} is empty; give a non-empty {name}")
@@ -103,6 +122,8 @@ class StructuredOutputs(Spec):
                 if str(exc).startswith("structured_outputs.json holds"):
                     raise
                 raise ValueError(f"structured_outputs.json is not valid JSON ({exc}); give a JSON schema") from None
+        if self.structural_tag is not None:
+            self.structural_tags()
         if self.choice is not None:
             if not 1 <= len(self.choice) <= MAX_CHOICES:
                 raise ValueError(f"structured_outputs.choice has {len(self.choice)} strings; give 1 to {MAX_CHOICES}")
@@ -117,9 +138,43 @@ class StructuredOutputs(Spec):
 
     @property
     def kind(self) -> str:
-        """Which constraint this is: json, regex, choice, grammar or json_object."""
-        return next(name for name in ("json", "regex", "choice", "grammar") if getattr(self, name) is not None) if (
+        """Which constraint this is: json, regex, choice, grammar, structural_tag or json_object."""
+        return next(name for name in (*_TEXT_KINDS, "choice") if getattr(self, name) is not None) if (
             not self.json_object) else "json_object"
+
+    def structural_tags(self) -> list[tuple[str, str, Any, str]]:
+        """The structural tag's structures (:func:`structural_tags`); ValueError naming what is malformed."""
+        try:
+            tag = json.loads(self.structural_tag or "", parse_constant=_no_constant)
+        except ValueError as exc:
+            if str(exc).startswith("structured_outputs.json holds"):
+                raise ValueError(str(exc).replace("structured_outputs.json", _TAG_FIELD)) from None
+            raise ValueError(f"{_TAG_FIELD} is not valid JSON ({exc}); give {_TAG_SHAPE}") from None
+        return structural_tags(tag)
+
+
+def structural_tags(tag: Any) -> list[tuple[str, str, Any, str]]:
+    """A parsed structural tag's structures as (trigger, begin, schema, end), each begin's trigger the first listed
+    that it starts with; ValueError naming what is malformed."""
+    structures = tag.get("structures") if isinstance(tag, dict) else None
+    triggers = tag.get("triggers") if isinstance(tag, dict) else None
+    if not isinstance(structures, list) or not structures or not isinstance(triggers, list) or not triggers:
+        raise ValueError(f"{_TAG_FIELD} needs a non-empty list of structures and one of triggers; give {_TAG_SHAPE}")
+    if not all(isinstance(t, str) and t for t in triggers):
+        raise ValueError(f"{_TAG_FIELD}.triggers holds {_short_json(triggers)}; give non-empty strings")
+    out = []
+    for i, st in enumerate(structures):
+        where = f"{_TAG_FIELD}.structures[{i}]"
+        if not isinstance(st, dict) or not isinstance(st.get("begin"), str) or not isinstance(st.get("end"), str) \
+                or not isinstance(st.get("schema"), dict):
+            raise ValueError(f"{where} is {_short_json(st)}; give {{\"begin\": text, \"schema\": a JSON schema "
+                             "object, \"end\": text}")
+        trigger = next((t for t in triggers if st["begin"].startswith(t)), None)
+        if trigger is None:
+            raise ValueError(f"{where}.begin {st['begin']!r} starts with none of the triggers "
+                             f"{_short_json(triggers)}; make each begin start with a trigger")
+        out.append((trigger, st["begin"], st["schema"], st["end"]))
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

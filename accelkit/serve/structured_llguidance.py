@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.sampling import StructuredOutputs, structural_tags
 from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, parallel_fill
 from accelkit.serve.structured_schema import TOO_DEEP, check_decoder, check_depth, close_objects, keyword_path
 
@@ -167,8 +167,8 @@ class LLGuidanceBackend:
         self._eos = EosBits(eos_token_ids, vocab_size)
 
     def grammar_text(self, spec: StructuredOutputs, schema: Any = None) -> str:
-        """The spec as an llguidance grammar (its JSON); ``schema``: the JSON schema to use in place of the spec's
-        text (parsed, with what :meth:`compile` dropped)."""
+        """The spec as an llguidance grammar (its JSON); ``schema``: the JSON schema (or the structural tag) to use
+        in place of the spec's text (parsed, with what :meth:`compile` dropped)."""
         llg = self._llg
         kind = spec.kind
         if kind == "json_object":
@@ -183,13 +183,19 @@ class LLGuidanceBackend:
         if kind == "regex":
             assert spec.regex is not None
             return str(llg.LLMatcher.grammar_from_regex(spec.regex))
+        if kind == "structural_tag":  # (llguidance's StructTag: free text, each trigger a lazy lexeme)
+            tags = [llg.StructTag(trigger=trigger, begin=begin, end=end,
+                                  grammar={**close_objects(schema), "x-guidance": JSON_OPTIONS})
+                    for trigger, begin, schema, end in structural_tags(schema)]
+            return str(llg.LLMatcher.grammar_from_lark(llg.StructTag.to_grammar(tags)))
         assert spec.grammar is not None
         return str(llg.grammar_from("grammar", spec.grammar))
 
     def prepare(self, spec: StructuredOutputs) -> tuple[Any, str]:
         """(the parsed JSON schema or None, the grammar's text): the Python-side part of a compile, which holds the
         interpreter lock (see :meth:`GrammarCompiler._compile`); ValueError as :meth:`compile`."""
-        schema = json.loads(spec.json) if spec.json is not None else None
+        text = spec.json if spec.json is not None else spec.structural_tag  # (a tag's schemas are rewritten as one)
+        schema = json.loads(text) if text is not None else None
         check_depth(schema, spec.kind)
         try:
             return schema, self.grammar_text(spec, schema)

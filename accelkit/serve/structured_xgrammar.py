@@ -250,6 +250,18 @@ class XGrammarGrammar:
         return XGrammarMatcher(self._matcher_class(self._compiled), self._start_mask, self._eos)
 
 
+def _enforceable(schema: Any, kind: str) -> Any:
+    """``schema`` as xgrammar is given it (objects closed, rewritten); ValueError naming a keyword it would not
+    enforce."""
+    found = unenforced_keyword(schema)
+    if found is not None:
+        keyword, where = found
+        raise ValueError(f"structured_outputs.{kind}: the JSON Schema keyword {keyword} (at {where or 'the root'}) "
+                         "cannot be enforced by the xgrammar engine (it would let out documents the schema "
+                         "rejects); remove it, or serve with --structured-outputs-backend llguidance")
+    return rewritten(close_objects(schema))
+
+
 class XGrammarBackend:
     """:class:`~accelkit.serve.structured.StructuredBackend` on xgrammar for a Hugging Face fast tokenizer."""
 
@@ -278,8 +290,8 @@ class XGrammarBackend:
         self._tail = np.uint32((1 << (vocab_size % 32)) - 1) if vocab_size % 32 else None  # (the last word's ids)
 
     def prepare(self, spec: StructuredOutputs) -> tuple[str, str]:
-        """(what to compile: json, regex, ebnf or lark; its text): the Python-side part of a compile (see
-        :meth:`GrammarCompiler._compile`); ValueError as :meth:`compile`."""
+        """(what to compile: json, regex, ebnf, lark or structural_tag; its text): the Python-side part of a compile
+        (see :meth:`GrammarCompiler._compile`); ValueError as :meth:`compile`."""
         kind = spec.kind
         if kind == "json_object":
             return "json", '{"type": "object"}'
@@ -295,13 +307,15 @@ class XGrammarBackend:
             if not isinstance(schema, (dict, bool)):
                 raise ValueError("structured_outputs.json: a JSON schema is an object (or true/false)")
             check_depth(schema, kind)
-            found = unenforced_keyword(schema)
-            if found is not None:
-                keyword, where = found
-                raise ValueError(f"structured_outputs.json: the JSON Schema keyword {keyword} (at {where or 'the root'}) "
-                                 "cannot be enforced by the xgrammar engine (it would let out documents the schema "
-                                 "rejects); remove it, or serve with --structured-outputs-backend llguidance")
-            return "json", json.dumps(rewritten(close_objects(schema)))
+            return "json", json.dumps(_enforceable(schema, kind))
+        if kind == "structural_tag":  # (xgrammar's own format: tags triggered in free text)
+            check_depth(json.loads(spec.structural_tag or "null"), kind)
+            tags = [{"type": "tag", "begin": begin, "end": end,
+                     "content": {"type": "json_schema", "json_schema": _enforceable(schema, kind)}}
+                    for _, begin, schema, end in spec.structural_tags()]
+            triggers = sorted({trigger for trigger, _, _, _ in spec.structural_tags()})
+            return "structural_tag", json.dumps({"type": "structural_tag", "format": {
+                "type": "triggered_tags", "triggers": triggers, "tags": tags}})
         if kind == "regex":
             assert spec.regex is not None
             return "regex", spec.regex
@@ -326,6 +340,8 @@ class XGrammarBackend:
                 compiled = compiler.compile_regex(text)
             elif what == "ebnf":
                 compiled = compiler.compile_grammar(text)
+            elif what == "structural_tag":
+                compiled = compiler.compile_structural_tag(text)
             else:
                 compiled = compiler.compile_lark(text)
         except Exception as exc:  # (xgrammar raises RuntimeError, and its own errors, from C++)

@@ -202,6 +202,11 @@ def test_http_streamed_deltas_join_to_a_valid_output(served):
     ({"guided_choice": []}, "guided_choice", "guided_choice"),
     ({"response_format": {"type": "json_schema"}}, "response_format", "json_schema.schema"),
     ({"response_format": {"type": "xml"}}, "response_format", "xml"),
+    ({"response_format": {"type": "structural_tag"}}, "response_format", "non-empty list of structures"),
+    ({"structured_outputs": {"structural_tag": {"structures": [{"begin": "x", "schema": {}, "end": ""}],
+                                                "triggers": ["<f"]}}}, "structured_outputs", "none of the triggers"),
+    ({"structured_outputs": {"structural_tag": {"structures": [{"begin": "<f", "schema": {"not": {}}, "end": ""}],
+                                                "triggers": ["<f"]}}}, "structured_outputs", "structural_tag"),
     ({"guided_regex": "a+", "min_tokens": 2}, "min_tokens", "min_tokens"),
 ])
 def test_http_bad_structured_requests_are_400s_naming_the_field(served, body, param, words):
@@ -219,6 +224,44 @@ item: NUMBER | WORD
 NUMBER: /[0-9]{1,3}/
 WORD: "yes" | "no"
 """
+
+
+# vLLM's structural tag: free text, in which the trigger ("a", frequent in a random model's text) begins a call whose
+# arguments are one JSON document valid under the schema, then its end
+CALL = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+TAG = {"structures": [{"begin": "a=", "schema": CALL, "end": ";"}], "triggers": ["a"]}
+
+
+def check_calls(text: str, finish_reason: str) -> int:
+    """Every trigger in ``text`` begins a whole call (the last may be cut by max_tokens); returns how many."""
+    calls, pos = 0, text.find("a")
+    while pos >= 0:
+        rest = text[pos:]
+        if ";" not in rest and finish_reason == "length":
+            assert "a=".startswith(rest) or rest.startswith("a="), text  # (cut short inside the call)
+            break
+        assert rest.startswith("a=") and ";" in rest, text
+        args = rest[2:].split(";", 1)[0]
+        doc = json.loads(args)
+        assert list(doc) == ["n"] and type(doc["n"]) is int, text
+        calls += 1
+        pos = text.find("a", pos + 2 + len(args) + 1)
+    return calls
+
+
+def test_structural_tag_text_is_free_and_each_trigger_begins_a_valid_call(llm):
+    outs = generate(llm, StructuredOutputs(structural_tag=TAG), 128)
+    assert sum(check_calls(out.text, out.finish_reason) for out in outs) >= 1, outs  # the trigger is written
+    assert any(re.sub(r"a=[^;]*;", "", out.text) for out in outs)  # and free text around it
+
+
+def test_http_structural_tag_as_response_format_and_as_structured_outputs(served):
+    for body in ({"response_format": {"type": "structural_tag", **TAG}},
+                 {"structured_outputs": {"structural_tag": json.dumps(TAG)}}):
+        r = post(served, "completions", {"prompt": "p:", "max_tokens": 96, "seed": 3, "temperature": 1.0, **body})
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        check_calls(choice["text"], choice["finish_reason"])
 
 
 def test_a_lark_grammar_and_different_specs_share_one_batch(llm):

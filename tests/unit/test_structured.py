@@ -60,9 +60,11 @@ def closers() -> frozenset[int]:
     return frozenset(i for i in range(512) if tok.decode([i]) in set('"}],:0123456789tfnl'))
 
 
-def walk(spec: StructuredOutputs, seed: int, max_steps: int = 600, using: Any = None) -> tuple[str, bool]:
+def walk(spec: StructuredOutputs, seed: int, max_steps: int = 600, using: Any = None,
+         eos_after: int = 0) -> tuple[str, bool]:
     """A random walk through the allowed tokens of ``using``'s masks (llguidance's by default): (its text, whether
-    it ended with EOS allowed and taken)."""
+    it ended with EOS allowed and taken; EOS is taken only after ``eos_after`` tokens unless nothing else is
+    allowed)."""
     rng = random.Random(seed)
     engine = backend() if using is None else using
     grammar = engine.compile(spec)
@@ -74,7 +76,7 @@ def walk(spec: StructuredOutputs, seed: int, max_steps: int = 600, using: Any = 
         allowed = allowed_ids(bitmask[0])
         assert allowed, f"nothing allowed after {tokenizer().decode(ids)!r}"
         assert all(t < 512 for t in allowed)  # the ids past the tokenizer's have no text
-        if EOS in allowed and (allowed == [EOS] or rng.random() < 0.3):
+        if EOS in allowed and (allowed == [EOS] or (len(ids) >= eos_after and rng.random() < 0.3)):
             assert matcher.accept_tokens([EOS]) and matcher.is_terminated()
             return tokenizer().decode(ids), True
         others = [t for t in allowed if t != EOS]
@@ -119,9 +121,55 @@ def check_json_object_walks(using: Any = None) -> None:
     assert ended_count
 
 
+# a structural tag whose trigger is a closer, so that walks write it often
+CALL = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+TAG = {"structures": [{"begin": "t=", "schema": CALL, "end": ";"}], "triggers": ["t"]}
+
+
+def check_structural_tag_walks(seeds: int = 6, using: Any = None) -> None:
+    """Walks through a structural tag's free text: every trigger written begins a whole call (begin, a document the
+    schema accepts, end), a walk cut short may stop inside one; some walks hold calls, and some text is outside."""
+    calls, outside = 0, ""
+    for seed in range(seeds):
+        text, ended = walk(StructuredOutputs(structural_tag=TAG), seed, max_steps=200, using=using, eos_after=40)
+        pos, last = text.find("t"), 0
+        while pos >= 0:
+            outside += text[last:pos]
+            rest = text[pos:]
+            if ";" not in rest and not ended:
+                assert "t=".startswith(rest) or rest.startswith("t="), text
+                break
+            assert rest.startswith("t=") and ";" in rest, text
+            args = rest[2:].split(";", 1)[0]
+            assert jsonschema.Draft202012Validator(CALL).is_valid(json.loads(args)), text
+            calls += 1
+            last = pos + 2 + len(args) + 1
+            pos = text.find("t", last)
+        else:
+            outside += text[last:]
+    assert calls >= 2 and outside, (calls, outside)
+
+
 @pytest.mark.parametrize("pattern", REGEXES)
 def test_regex_walks_end_in_full_matches(pattern: str) -> None:
     check_regex_walks(pattern, 4)
+
+
+def test_structural_tag_walks_write_a_whole_valid_call_after_each_trigger() -> None:
+    check_structural_tag_walks()
+
+
+@pytest.mark.parametrize(("tag", "words"), [
+    ({"structures": [], "triggers": ["t"]}, "non-empty list of structures"),
+    ({"structures": [{"begin": "x=", "schema": CALL, "end": ";"}], "triggers": ["t"]}, "starts with none of the triggers"),
+    ({"structures": [{"begin": "t=", "schema": "{}", "end": ";"}], "triggers": ["t"]}, "structures[0] is"),
+    ({"structures": [{"begin": "t=", "schema": CALL, "end": ";"}], "triggers": [""]}, "give non-empty strings"),
+    ('{"structures": [{"begin": "t", "schema": {"const": NaN}, "end": ""}], "triggers": ["t"]}', "holds NaN"),
+    ("{not json", "is not valid JSON"),
+])
+def test_a_malformed_structural_tag_is_refused_naming_what_is_wrong(tag: Any, words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        StructuredOutputs(structural_tag=tag)
 
 
 def test_choice_walks_end_in_one_of_the_choices() -> None:

@@ -34,6 +34,7 @@ from tests.unit.test_structured import (
     check_json_object_walks,
     check_pydantic_walks,
     check_regex_walks,
+    check_structural_tag_walks,
     guided_rows,
     tokenizer,
     walk,
@@ -69,6 +70,10 @@ def test_choice_walks_end_in_one_of_the_choices_whatever_characters_they_hold() 
 
 def test_json_object_walks_end_in_json_objects() -> None:
     check_json_object_walks(using=backend())
+
+
+def test_structural_tag_walks_write_a_whole_valid_call_after_each_trigger() -> None:
+    check_structural_tag_walks(using=backend())
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))

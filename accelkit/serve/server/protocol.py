@@ -117,19 +117,27 @@ class JSONSchemaFormat(_Body):
 
 
 class ResponseFormat(_Body):
-    type: Str = Field(description="'text' (the default), 'json_object' (the output is one JSON object) or "
-                      "'json_schema' (the output is valid under json_schema.schema).")
+    type: Str = Field(description="'text' (the default), 'json_object' (the output is one JSON object), "
+                      "'json_schema' (the output is valid under json_schema.schema) or 'structural_tag' (vLLM's: free "
+                      "text with structures and triggers, see structured_outputs.structural_tag).")
     json_schema: JSONSchemaFormat | None = None
+    structures: list[Any] | None = Field(None, description="type 'structural_tag': [{begin, schema, end}, ...].")
+    triggers: list[Any] | None = Field(None, description="type 'structural_tag': the texts a structure's begin "
+                                       "starts with.")
 
 
 class StructuredOutputsBody(_Body):
-    """vLLM's ``structured_outputs`` object: exactly one of json, regex, choice or json_object."""
+    """vLLM's ``structured_outputs`` object: exactly one of json, regex, choice, grammar, structural_tag or
+    json_object."""
 
     json_: dict[str, Any] | Str | None = Field(None, alias="json", description="A JSON schema (object or its text).")
     regex: Str | None = None
     choice: list[Str] | None = None
     json_object: Bool | None = None
     grammar: Str | None = Field(None, description="A grammar in llguidance's Lark syntax (or GBNF/EBNF).")
+    structural_tag: dict[str, Any] | Str | None = Field(
+        None, description='vLLM\'s structural tag (object or its text): {"structures": [{"begin", "schema", "end"}], '
+        '"triggers": [...]}; tool calls as JSON between a begin and an end, in free text.')
 
 
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
@@ -197,8 +205,8 @@ class _Sampling(_Request):
     use_beam_search: Bool = False
     # structured outputs, vLLM's ways of asking (besides response_format): at most one of them per request
     structured_outputs: StructuredOutputsBody | None = Field(
-        None, description="vLLM extension: {json: schema} | {regex} | {choice: [...]} | {grammar} | {json_object: "
-        "true}; the output is masked token by token to match it (docs/serve.md: what the llguidance engine refuses)."
+        None, description="vLLM extension: {json: schema} | {regex} | {choice: [...]} | {grammar} | {structural_tag} "
+        "| {json_object: true}; the output is masked token by token to match it (docs/serve.md: what the llguidance engine refuses)."
     )
     guided_json: dict[str, Any] | Str | None = Field(None, description="vLLM extension (older name): a JSON schema.")
     guided_regex: Str | None = Field(None, description="vLLM extension (older name): a regex the output matches.")
@@ -208,9 +216,9 @@ class _Sampling(_Request):
     def unsupported(self) -> tuple[str, str] | None:
         """(field, message) for a feature asked for that the engine does not implement."""
         fmt = self.response_format
-        if fmt is not None and fmt.type not in ("text", "json_object", "json_schema"):
+        if fmt is not None and fmt.type not in ("text", "json_object", "json_schema", "structural_tag"):
             return "response_format", (f"response_format type {fmt.type!r} is not supported; expected 'text', "
-                                       "'json_object' or 'json_schema'")
+                                       "'json_object', 'json_schema' or 'structural_tag'")
         for name, neutral in _NEUTRAL_EXTENSIONS.items():
             value = getattr(self, name)
             if value != neutral:  # the types are strict: 0 == 0.0 is the only coincidence, and a harmless one
@@ -232,10 +240,14 @@ class _Sampling(_Request):
                 raise APIError(400, "response_format type 'json_schema' needs json_schema.schema (a JSON schema "
                                "object)", param="response_format")
             asked.append(("response_format", {"json": fmt.json_schema.schema_}))
+        elif fmt is not None and fmt.type == "structural_tag":
+            asked.append(("response_format", {"structural_tag": {"structures": fmt.structures,
+                                                                 "triggers": fmt.triggers}}))
         so = self.structured_outputs
         if so is not None:
             given: dict[str, Any] = {k: v for k, v in (("json", so.json_), ("regex", so.regex), ("choice", so.choice),
-                                                       ("grammar", so.grammar)) if v is not None}
+                                                       ("grammar", so.grammar), ("structural_tag", so.structural_tag))
+                                 if v is not None}
             if so.json_object:
                 given["json_object"] = True
             asked.append(("structured_outputs", given))
@@ -260,7 +272,7 @@ class _Sampling(_Request):
         """A StructuredOutputs or compile error in the words of the field the client sent (``guided_json: …``)."""
         if name == "structured_outputs":
             return message
-        for key in ("json", "regex", "choice", "grammar"):
+        for key in ("json", "regex", "choice", "grammar", "structural_tag"):
             message = message.replace(f"structured_outputs.{key}", name)
         return message if message.startswith(name) else f"{name}: {message}"
 
