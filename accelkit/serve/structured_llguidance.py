@@ -14,7 +14,14 @@ import numpy as np
 
 from accelkit.serve.sampling import StructuredOutputs, structural_tags
 from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, parallel_fill
-from accelkit.serve.structured_schema import TOO_DEEP, check_decoder, check_depth, close_objects, keyword_path
+from accelkit.serve.structured_schema import (
+    TOO_DEEP,
+    check_decoder,
+    check_depth,
+    close_objects,
+    keyword_path,
+    special_token_texts,
+)
 
 if TYPE_CHECKING:
     import llguidance
@@ -156,6 +163,8 @@ class LLGuidanceBackend:
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size,
                                                       eos_token=sorted(int(t) for t in eos_token_ids))
+        # (a structural tag's trigger such as <tool_call> is this special token where the tokenizer has it)
+        self.special_tokens = special_token_texts(tokenizer)
         self.limits = llguidance.LLParserLimits(
             step_lexer_fuel=STEP_LEXER_FUEL, initial_lexer_fuel=INITIAL_LEXER_FUEL,
             max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE, verbose_errors=False,
@@ -184,12 +193,24 @@ class LLGuidanceBackend:
             assert spec.regex is not None
             return str(llg.LLMatcher.grammar_from_regex(spec.regex))
         if kind == "structural_tag":  # (llguidance's StructTag: free text, each trigger a lazy lexeme)
+            structures = structural_tags(schema)
             tags = [llg.StructTag(trigger=trigger, begin=begin, end=end,
                                   grammar={**close_objects(schema), "x-guidance": JSON_OPTIONS})
-                    for trigger, begin, schema, end in structural_tags(schema)]
-            return str(llg.LLMatcher.grammar_from_lark(llg.StructTag.to_grammar(tags)))
+                    for trigger, begin, schema, end in structures]
+            return str(llg.LLMatcher.grammar_from_lark(llg.StructTag.to_grammar(
+                tags, assume_special=self._triggers_are_special({t for t, _, _, _ in structures}))))
         assert spec.grammar is not None
         return str(llg.grammar_from("grammar", spec.grammar))
+
+    def _triggers_are_special(self, triggers: set[str]) -> bool:
+        """Whether a structural tag's ``<…>`` triggers are matched as the tokenizer's special tokens (as a model that
+        has ``<tool_call>`` writes it: one token) rather than as text; ValueError where some are and some are not."""
+        bracketed = {t for t in triggers if t.startswith("<") and t.endswith(">")}
+        special = bracketed & self.special_tokens
+        if special and special != bracketed:
+            raise ValueError(f"the triggers {sorted(special)} are special tokens of this model's tokenizer and "
+                             f"{sorted(bracketed - special)} are not; use triggers of one kind")
+        return bool(special)
 
     def prepare(self, spec: StructuredOutputs) -> tuple[Any, str]:
         """(the parsed JSON schema or None, the grammar's text): the Python-side part of a compile, which holds the

@@ -30,6 +30,7 @@ from accelkit.serve.structured_schema import (
     close_objects,
     map_subschemas,
     schema_nodes,
+    special_token_texts,
 )
 
 if TYPE_CHECKING:
@@ -278,6 +279,7 @@ class XGrammarBackend:
         self.vocab_size = vocab_size
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self.tokenizer_info = _tokenizer_info(xgr, tokenizer, vocab_size, self.eos_token_ids)
+        self.special_tokens = special_token_texts(tokenizer)
         # (no cache of its own: accelkit's compiler caches compiled grammars, bounded by bytes)
         self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=COMPILE_THREADS, cache_enabled=False)
         self.parallel_fill = parallel_fill()  # (xgrammar's batch filler only where there are cores to spare)
@@ -314,6 +316,11 @@ class XGrammarBackend:
                      "content": {"type": "json_schema", "json_schema": _enforceable(schema, kind)}}
                     for _, begin, schema, end in spec.structural_tags()]
             triggers = sorted({trigger for trigger, _, _, _ in spec.structural_tags()})
+            special = [t for t in triggers if t in self.special_tokens]
+            if special:  # (xgrammar refuses a special token's id, and the model writes the trigger as that token)
+                raise ValueError(f"structured_outputs.structural_tag: the triggers {special} are special tokens of "
+                                 "this model's tokenizer, which the xgrammar engine cannot match; serve with "
+                                 "--structured-outputs-backend llguidance")
             return "structural_tag", json.dumps({"type": "structural_tag", "format": {
                 "type": "triggered_tags", "triggers": triggers, "tags": tags}})
         if kind == "regex":

@@ -159,6 +159,28 @@ def test_structural_tag_walks_write_a_whole_valid_call_after_each_trigger() -> N
     check_structural_tag_walks()
 
 
+def test_a_bracketed_trigger_is_the_special_token_where_the_tokenizer_has_it_and_text_where_not() -> None:
+    tag = {"structures": [{"begin": "<tool_call>", "schema": CALL, "end": "</tool_call>"}], "triggers": ["<tool_call>"]}
+    plain = backend().compile(StructuredOutputs(structural_tag=tag)).matcher()  # no such special token: text
+    assert plain.accept_tokens(tokenizer().encode('hi <tool_call>{"n": 1}</tool_call> bye'))
+    special = build_bytelevel_tokenizer(512)
+    special.add_special_tokens({"additional_special_tokens": ["<tool_call>"]})
+    call = special.convert_tokens_to_ids("<tool_call>")
+    engine = LLGuidanceBackend(special, VOCAB_SIZE, [EOS])
+    matcher = engine.compile(StructuredOutputs(structural_tag=tag)).matcher()
+    assert matcher.accept_tokens([*special.encode("hi "), call, *special.encode('{"n": 1}</tool_call>')])
+    bitmask = torch.zeros(1, (VOCAB_SIZE + 31) // 32, dtype=torch.int32)
+    matcher = engine.compile(StructuredOutputs(structural_tag=tag)).matcher()
+    assert matcher.accept_tokens([call])
+    engine.fill_bitmasks([(matcher, 0)], bitmask)  # after the trigger: only the JSON document's start
+    texts = [special.decode([t]).strip() for t in allowed_ids(bitmask[0])]
+    assert texts and all(t.startswith("{") for t in texts if t), texts
+    mixed = {"structures": [*tag["structures"], {"begin": "<fn>", "schema": CALL, "end": "</fn>"}],
+             "triggers": ["<tool_call>", "<fn>"]}
+    with pytest.raises(ValueError, match=r"special tokens of this model's tokenizer and \['<fn>'\] are not"):
+        engine.compile(StructuredOutputs(structural_tag=mixed))
+
+
 @pytest.mark.parametrize(("tag", "words"), [
     ({"structures": [], "triggers": ["t"]}, "non-empty list of structures"),
     ({"structures": [{"begin": "x=", "schema": CALL, "end": ";"}], "triggers": ["t"]}, "starts with none of the triggers"),
