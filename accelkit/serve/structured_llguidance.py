@@ -77,7 +77,7 @@ def _one_line(error: str, schema: Any = None) -> str:
         return "no text matches it"
     if first.startswith("recursion limit exceeded"):  # (serde_json reading the grammar: 128 levels of JSON)
         return TOO_DEEP
-    if "too many expressions" in first or "fuel" in first or "limit" in first:
+    if ("too many expressions" in first or "fuel" in first or "limit" in first) and "(the compile limits:" not in first:
         first += (f" (the compile limits: {INITIAL_LEXER_FUEL:,} lexer fuel, {MAX_LEXER_STATES:,} lexer states, "
                   f"{MAX_GRAMMAR_SIZE:,} grammar symbols)")
     return (named or first)[:400]

@@ -181,6 +181,18 @@ def test_a_bracketed_trigger_is_the_special_token_where_the_tokenizer_has_it_and
         engine.compile(StructuredOutputs(structural_tag=mixed))
 
 
+def test_a_structural_tag_past_the_compile_limits_is_refused_naming_them_once() -> None:
+    """A thousand structures whose schemas each hold a DFA blow-up: refused by llguidance's lexer limits, the error
+    one line that names them (once: the message passes through two layers that each could add them)."""
+    pattern = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(a|b)*a(a|b){12}"}}}
+    tag = {"structures": [{"begin": f"f{i}(", "schema": pattern, "end": ")"} for i in range(1000)],
+           "triggers": [f"f{i}(" for i in range(1000)]}
+    with pytest.raises(ValueError, match="too many expressions") as caught:
+        backend().compile(StructuredOutputs(structural_tag=tag))
+    message = str(caught.value)
+    assert message.count("(the compile limits:") == 1 and "\n" not in message, message
+
+
 @pytest.mark.parametrize(("tag", "words"), [
     ({"structures": [], "triggers": ["t"]}, "non-empty list of structures"),
     ({"structures": [{"begin": "x=", "schema": CALL, "end": ";"}], "triggers": ["t"]}, "starts with none of the triggers"),
