@@ -167,6 +167,43 @@ def test_tools_reach_the_chat_template(client):
     assert none.usage.prompt_tokens > plain.usage.prompt_tokens
 
 
+def test_tool_choice_none_with_a_structural_tag_lets_the_model_choose_text_or_well_formed_calls(client):
+    """The way docs/serve.md gives for "auto": the tools rendered, and a structural tag whose structures are the calls
+    as the model writes them. Here the trigger is "a" (frequent in a random model's text), so calls are made; every
+    one is a whole call to a known tool whose arguments its schema accepts, and the text around them is free."""
+    begins = {name: 'a{"name": "%s", "arguments": ' % name for name in SCHEMAS}
+    tag = {"structures": [{"begin": begin, "schema": SCHEMAS[name], "end": "}"} for name, begin in begins.items()],
+           "triggers": ["a"]}
+    calls, free = 0, ""
+    for seed in SEEDS:
+        resp = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=120, seed=seed,
+                                              temperature=1.0, tools=TOOLS, tool_choice="none",
+                                              extra_body={"response_format": {"type": "structural_tag", **tag}})
+        choice = resp.choices[0]
+        text, pos = choice.message.content, 0
+        assert choice.message.tool_calls is None
+        while (start := text.find("a", pos)) >= 0:
+            free += text[pos:start]
+            name = next((n for n, b in begins.items() if text.startswith(b, start)), None)
+            if name is None:  # only a call cut short by max_tokens may stop inside its begin
+                assert choice.finish_reason == "length" and any(b.startswith(text[start:]) for b in begins.values())
+                break
+            try:
+                arguments, end = json.JSONDecoder().raw_decode(text, start + len(begins[name]))
+            except ValueError:  # (cut short inside the arguments)
+                assert choice.finish_reason == "length", text
+                break
+            jsonschema.validate(arguments, SCHEMAS[name])
+            if end == len(text):
+                assert choice.finish_reason == "length", text
+                break
+            assert text[end] == "}", text
+            calls, pos = calls + 1, end + 1
+        else:
+            free += text[pos:]
+    assert calls >= 1 and free.strip(), (calls, free)
+
+
 def test_tokenize_counts_the_tools_as_chat_renders_them(served, client):
     none = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2, temperature=0, tools=TOOLS,
                                           tool_choice="none")
