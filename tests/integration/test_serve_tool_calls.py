@@ -171,7 +171,7 @@ def test_tool_choice_none_with_a_structural_tag_lets_the_model_choose_text_or_we
     """The way docs/serve.md gives for "auto": the tools rendered, and a structural tag whose structures are the calls
     as the model writes them. Here the trigger is "a" (frequent in a random model's text), so calls are made; every
     one is a whole call to a known tool whose arguments its schema accepts, and the text around them is free."""
-    begins = {name: 'a{"name": "%s", "arguments": ' % name for name in SCHEMAS}
+    begins = {name: 'a{"name": ' + json.dumps(name) + ', "arguments": ' for name in SCHEMAS}
     tag = {"structures": [{"begin": begin, "schema": SCHEMAS[name], "end": "}"} for name, begin in begins.items()],
            "triggers": ["a"]}
     calls, free = 0, ""
