@@ -50,6 +50,8 @@ class FrozenBias(dict[int, float]):
 
 
 MAX_CHOICES = 256  # structured_outputs.choice: each choice is a branch of the request's grammar
+MAX_STRUCTURES = 256  # structured_outputs.structural_tag: structures and triggers each (past ~1,000 llguidance's
+# per-step limits stop a request mid-generation instead of refusing it at compile)
 MAX_SPEC_CHARS = 262_144  # a regex's, a grammar's or a JSON schema's text, and all choices together
 
 
@@ -158,10 +160,21 @@ def structural_tags(tag: Any) -> list[tuple[str, str, Any, str]]:
     that it starts with; ValueError naming what is malformed."""
     structures = tag.get("structures") if isinstance(tag, dict) else None
     triggers = tag.get("triggers") if isinstance(tag, dict) else None
+    if isinstance(tag, dict) and "format" in tag and structures is None:
+        raise ValueError(f"{_TAG_FIELD}: the {{\"format\": ...}} form (xgrammar's newer one) is not served; give "
+                         f"{_TAG_SHAPE}")
     if not isinstance(structures, list) or not structures or not isinstance(triggers, list) or not triggers:
         raise ValueError(f"{_TAG_FIELD} needs a non-empty list of structures and one of triggers; give {_TAG_SHAPE}")
+    if len(structures) > MAX_STRUCTURES or len(triggers) > MAX_STRUCTURES:
+        raise ValueError(f"{_TAG_FIELD} has {len(structures)} structures and {len(triggers)} triggers; give at most "
+                         f"{MAX_STRUCTURES} of each")
     if not all(isinstance(t, str) and t for t in triggers):
         raise ValueError(f"{_TAG_FIELD}.triggers holds {_short_json(triggers)}; give non-empty strings")
+    for t in triggers:
+        longer = next((u for u in triggers if u != t and u.startswith(t)), None)
+        if longer is not None:  # (a trigger fires at its first occurrence in the text: the longer one never would)
+            raise ValueError(f"{_TAG_FIELD}.triggers: {t!r} begins {longer!r}, which could then never be written; "
+                             "give triggers none of which begins another (put the rest in the structures' begins)")
     out = []
     for i, st in enumerate(structures):
         where = f"{_TAG_FIELD}.structures[{i}]"

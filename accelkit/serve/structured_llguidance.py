@@ -20,7 +20,6 @@ from accelkit.serve.structured_schema import (
     check_depth,
     close_objects,
     keyword_path,
-    special_token_texts,
 )
 
 if TYPE_CHECKING:
@@ -81,6 +80,42 @@ def _one_line(error: str, schema: Any = None) -> str:
         first += (f" (the compile limits: {INITIAL_LEXER_FUEL:,} lexer fuel, {MAX_LEXER_STATES:,} lexer states, "
                   f"{MAX_GRAMMAR_SIZE:,} grammar symbols)")
     return (named or first)[:400]
+
+
+def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special: dict[str, int]) -> str:
+    """A structural tag as llguidance's Lark: free text (``TAG_TEXT``), in which each structure's trigger begins
+    it — a lazy lexeme, so the text ends at the trigger's first occurrence —, then the rest of its begin, its schema
+    (``%json``, objects closed, JSON's whitespace) and its end. llguidance's own ``StructTag.to_grammar`` writes the
+    same but refers to a special token only as a whole ``<…>`` trigger: here every occurrence of an added token
+    llguidance matches as a token (``special``: its text → id) in a trigger, begin or end is that token (``<[id]>``),
+    as the model writes it — Qwen's ``</tool_call>`` at the end of a call, Mistral's ``[TOOL_CALLS]`` as a trigger.
+    ValueError where a trigger holds such a token among other text (a lazy trigger is matched as text)."""
+    found = re.compile("|".join(map(re.escape, sorted(special, key=len, reverse=True)))) if special else None
+
+    def items(text: str) -> str:
+        out, at = [], 0
+        for m in found.finditer(text) if found is not None else ():
+            out += [json.dumps(text[at:m.start()])] if m.start() > at else []
+            out.append(f"<[{special[m.group()]}]>")
+            at = m.end()
+        return " ".join(out + ([json.dumps(text[at:])] if at < len(text) else []))
+
+    rules = []
+    for i, (trigger, begin, schema, end) in enumerate(structures):
+        body = " ".join(x for x in (items(begin[len(trigger):]), "%json " + json.dumps(
+            {**close_objects(schema), "x-guidance": JSON_OPTIONS}), items(end)) if x)
+        inside = found.search(trigger) if found is not None else None
+        if trigger in special:
+            rules.append(f"tag_{i}: TAG_TEXT <[{special[trigger]}]> {body}")
+        elif inside is not None:
+            raise ValueError(f"structured_outputs.structural_tag.triggers: {trigger!r} holds the special token "
+                             f"{inside.group()!r} among other text; make the token a trigger of its own and the "
+                             "rest part of the begin")
+        else:
+            rules += [f"tag_{i}_trigger[lazy]: TAG_TEXT {json.dumps(trigger)}", f"tag_{i}: tag_{i}_trigger {body}"]
+    alternatives = " | ".join(f"tag_{i}" for i in range(len(structures)))
+    return "\n".join(["%llguidance {}", f"start: ({alternatives})* tag_end", "tag_end: TAG_TEXT",
+                      "TAG_TEXT: /(.|\\n)*/", *rules]) + "\n"
 
 
 class LLGuidanceMatcher:
@@ -163,8 +198,10 @@ class LLGuidanceBackend:
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size,
                                                       eos_token=sorted(int(t) for t in eos_token_ids))
-        # (a structural tag's trigger such as <tool_call> is this special token where the tokenizer has it)
-        self.special_tokens = special_token_texts(tokenizer)
+        # the added tokens llguidance matches as tokens, not as their text (every added token it calls special,
+        # Qwen's <tool_call> among them though its tokenizer marks it special=False): a structural tag refers to these
+        self.special_tokens = {t.content: int(i) for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
+                               if int(i) < vocab_size and self.tokenizer.is_special_token(int(i))}
         self.limits = llguidance.LLParserLimits(
             step_lexer_fuel=STEP_LEXER_FUEL, initial_lexer_fuel=INITIAL_LEXER_FUEL,
             max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE, verbose_errors=False,
@@ -192,25 +229,11 @@ class LLGuidanceBackend:
         if kind == "regex":
             assert spec.regex is not None
             return str(llg.LLMatcher.grammar_from_regex(spec.regex))
-        if kind == "structural_tag":  # (llguidance's StructTag: free text, each trigger a lazy lexeme)
-            structures = structural_tags(schema)
-            tags = [llg.StructTag(trigger=trigger, begin=begin, end=end,
-                                  grammar={**close_objects(schema), "x-guidance": JSON_OPTIONS})
-                    for trigger, begin, schema, end in structures]
-            return str(llg.LLMatcher.grammar_from_lark(llg.StructTag.to_grammar(
-                tags, assume_special=self._triggers_are_special({t for t, _, _, _ in structures}))))
+        if kind == "structural_tag":
+            return str(llg.LLMatcher.grammar_from_lark(structural_tag_lark(structural_tags(schema),
+                                                                           self.special_tokens)))
         assert spec.grammar is not None
         return str(llg.grammar_from("grammar", spec.grammar))
-
-    def _triggers_are_special(self, triggers: set[str]) -> bool:
-        """Whether a structural tag's ``<…>`` triggers are matched as the tokenizer's special tokens (as a model that
-        has ``<tool_call>`` writes it: one token) rather than as text; ValueError where some are and some are not."""
-        bracketed = {t for t in triggers if t.startswith("<") and t.endswith(">")}
-        special = bracketed & self.special_tokens
-        if special and special != bracketed:
-            raise ValueError(f"the triggers {sorted(special)} are special tokens of this model's tokenizer and "
-                             f"{sorted(bracketed - special)} are not; use triggers of one kind")
-        return bool(special)
 
     def prepare(self, spec: StructuredOutputs) -> tuple[Any, str]:
         """(the parsed JSON schema or None, the grammar's text): the Python-side part of a compile, which holds the

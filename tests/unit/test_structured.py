@@ -159,38 +159,70 @@ def test_structural_tag_walks_write_a_whole_valid_call_after_each_trigger() -> N
     check_structural_tag_walks()
 
 
-def test_a_bracketed_trigger_is_the_special_token_where_the_tokenizer_has_it_and_text_where_not() -> None:
-    tag = {"structures": [{"begin": "<tool_call>", "schema": CALL, "end": "</tool_call>"}], "triggers": ["<tool_call>"]}
-    plain = backend().compile(StructuredOutputs(structural_tag=tag)).matcher()  # no such special token: text
-    assert plain.accept_tokens(tokenizer().encode('hi <tool_call>{"n": 1}</tool_call> bye'))
-    special = build_bytelevel_tokenizer(512)
-    special.add_special_tokens({"additional_special_tokens": ["<tool_call>"]})
-    call = special.convert_tokens_to_ids("<tool_call>")
-    engine = LLGuidanceBackend(special, VOCAB_SIZE, [EOS])
-    matcher = engine.compile(StructuredOutputs(structural_tag=tag)).matcher()
-    assert matcher.accept_tokens([*special.encode("hi "), call, *special.encode('{"n": 1}</tool_call>')])
+def with_added_tokens(special: bool, *texts: str) -> Any:
+    """The test tokenizer with ``texts`` as added tokens (ids 512, …): Qwen marks its <tool_call> and </tool_call>
+    ``special=False``, Mistral its [TOOL_CALLS] ``special=True``; llguidance matches either kind as a token."""
+    from tokenizers import AddedToken
+
+    tok = build_bytelevel_tokenizer(512)
+    tok.add_tokens([AddedToken(t, special=special, normalized=False) for t in texts], special_tokens=special)
+    return tok
+
+
+def test_a_structural_tag_refers_to_the_tokenizers_added_tokens_as_tokens_wherever_they_are() -> None:
+    """A trigger, begin or end holding an added token's text is that token, as the model writes it (Qwen's call
+    closes with its </tool_call> token); other text is text; a trigger holding such a token among other text is a
+    400. Without the added tokens the same tag is all text."""
+    qwen = {"structures": [{"begin": '<tool_call>\n{"name": "f", "arguments": ', "schema": CALL, "end": "}\n</tool_call>"},
+                           {"begin": "<fn>", "schema": CALL, "end": "</fn>"}],
+            "triggers": ["<tool_call>", "<fn>"]}
+    call = '\n{"name": "f", "arguments": {"n": 1}}\n'
+    plain = backend().compile(StructuredOutputs(structural_tag=qwen)).matcher()
+    assert plain.accept_tokens(tokenizer().encode(f"hi <tool_call>{call}</tool_call> <fn>{{\"n\": 2}}</fn> bye"))
+    tok = with_added_tokens(False, "<tool_call>", "</tool_call>")
+    opened, closed = tok.convert_tokens_to_ids(["<tool_call>", "</tool_call>"])
+    engine = LLGuidanceBackend(tok, VOCAB_SIZE, [EOS])
+    matcher = engine.compile(StructuredOutputs(structural_tag=qwen)).matcher()
+    assert matcher.accept_tokens([*tok.encode("hi "), opened, *tok.encode(call)])
     bitmask = torch.zeros(1, (VOCAB_SIZE + 31) // 32, dtype=torch.int32)
+    engine.fill_bitmasks([(matcher, 0)], bitmask)
+    assert allowed_ids(bitmask[0]) == [closed]  # the call's end is the token, and it is accepted
+    assert matcher.accept_tokens([closed, *tok.encode(' then <fn>{"n": 2}</fn>')])
+    mistral = with_added_tokens(True, "[TOOL_CALLS]")
+    tag = {"structures": [{"begin": "[TOOL_CALLS]", "schema": CALL, "end": ""}], "triggers": ["[TOOL_CALLS]"]}
+    engine = LLGuidanceBackend(mistral, VOCAB_SIZE, [EOS])
     matcher = engine.compile(StructuredOutputs(structural_tag=tag)).matcher()
-    assert matcher.accept_tokens([call])
-    engine.fill_bitmasks([(matcher, 0)], bitmask)  # after the trigger: only the JSON document's start
-    texts = [special.decode([t]).strip() for t in allowed_ids(bitmask[0])]
-    assert texts and all(t.startswith("{") for t in texts if t), texts
-    mixed = {"structures": [*tag["structures"], {"begin": "<fn>", "schema": CALL, "end": "</fn>"}],
-             "triggers": ["<tool_call>", "<fn>"]}
-    with pytest.raises(ValueError, match=r"special tokens of this model's tokenizer and \['<fn>'\] are not"):
-        engine.compile(StructuredOutputs(structural_tag=mixed))
+    assert matcher.accept_tokens([*mistral.encode("ok "), mistral.convert_tokens_to_ids("[TOOL_CALLS]")])
+    engine.fill_bitmasks([(matcher, 0)], bitmask)
+    texts = [mistral.decode([t]).strip() for t in allowed_ids(bitmask[0])]
+    assert texts and all(t.startswith("{") for t in texts if t), texts  # after the trigger: the document
+    inside = {"structures": [{"begin": "go[TOOL_CALLS]", "schema": CALL, "end": ""}], "triggers": ["go[TOOL_CALLS]"]}
+    with pytest.raises(ValueError, match="holds the special token '\\[TOOL_CALLS\\]' among other text"):
+        engine.compile(StructuredOutputs(structural_tag=inside))
 
 
-def test_a_structural_tag_past_the_compile_limits_is_refused_naming_them_once() -> None:
-    """A thousand structures whose schemas each hold a DFA blow-up: refused by llguidance's lexer limits, the error
-    one line that names them (once: the message passes through two layers that each could add them)."""
-    pattern = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(a|b)*a(a|b){12}"}}}
-    tag = {"structures": [{"begin": f"f{i}(", "schema": pattern, "end": ")"} for i in range(1000)],
-           "triggers": [f"f{i}(" for i in range(1000)]}
-    with pytest.raises(ValueError, match="too many expressions") as caught:
-        backend().compile(StructuredOutputs(structural_tag=tag))
+def test_a_compile_past_the_lexer_limits_is_refused_naming_them_once() -> None:
+    """50 choices under a backend whose lexer may start with little: refused, the error one line that names the
+    limits once (the message passes through two layers that each could add them)."""
+    import llguidance
+
+    engine = LLGuidanceBackend(tokenizer(), VOCAB_SIZE, [EOS])
+    engine.limits = llguidance.LLParserLimits(initial_lexer_fuel=50, verbose_errors=False)
+    with pytest.raises(ValueError, match="too big") as caught:
+        engine.compile(StructuredOutputs(choice=[f"choice{i}" for i in range(50)]))
     message = str(caught.value)
     assert message.count("(the compile limits:") == 1 and "\n" not in message, message
+
+
+def test_a_structural_tag_of_the_most_structures_served_compiles_and_runs() -> None:
+    """256 structures with 256 triggers (the cap: past ~1,000 llguidance's limits would stop a request after its
+    compile) compile, and request after request of the compiled grammar writes a call."""
+    pattern = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(a|b)*a(a|b){12}"}}}
+    tag = {"structures": [{"begin": f"<fn{i}>", "schema": pattern, "end": ")"} for i in range(256)],
+           "triggers": [f"<fn{i}>" for i in range(256)]}
+    grammar = backend().compile(StructuredOutputs(structural_tag=tag))
+    for i in (7, 200, 7):
+        assert grammar.matcher().accept_tokens(tokenizer().encode(f'hi <fn{i}>{{"a": "abba'))
 
 
 @pytest.mark.parametrize(("tag", "words"), [
@@ -200,6 +232,10 @@ def test_a_structural_tag_past_the_compile_limits_is_refused_naming_them_once() 
     ({"structures": [{"begin": "t=", "schema": CALL, "end": ";"}], "triggers": [""]}, "give non-empty strings"),
     ('{"structures": [{"begin": "t", "schema": {"const": NaN}, "end": ""}], "triggers": ["t"]}', "holds NaN"),
     ("{not json", "is not valid JSON"),
+    ({"type": "structural_tag", "format": {"type": "triggered_tags"}}, "form (xgrammar's newer one) is not served"),
+    ({"structures": [{"begin": "t=", "schema": CALL, "end": ";"}] * 257, "triggers": ["t"]}, "give at most 256"),
+    ({"structures": [{"begin": "<f>", "schema": CALL, "end": ""}, {"begin": "<fun>", "schema": CALL, "end": ""}],
+      "triggers": ["<fun", "<f"]}, "'<f' begins '<fun', which could then never be written"),
 ])
 def test_a_malformed_structural_tag_is_refused_naming_what_is_wrong(tag: Any, words: str) -> None:
     with pytest.raises(ValueError, match=re.escape(words)):

@@ -443,7 +443,8 @@ class ChatCompletionRequest(_Sampling):
             return "tool_choice", ("tool_choice 'auto' (the default with tools) needs a model-specific tool-call "
                                    "parser, which accelkit serve does not have; send tool_choice 'required' or "
                                    "{\"type\": \"function\", \"function\": {\"name\": …}} (the output is then "
-                                   "constrained to the call), or 'none'")
+                                   "constrained to the call), or 'none' (with a structural_tag response_format "
+                                   "for calls in the model's own format: docs/serve.md, Tool calling)")
         if self.functions:
             return "functions", "the legacy functions field is not supported by accelkit serve; use tools"
         if self.function_call is not None and self.function_call not in ("none", "auto"):
