@@ -168,6 +168,11 @@ def structural_tags(tag: Any) -> list[tuple[str, str, Any, str]]:
     if len(structures) > MAX_STRUCTURES or len(triggers) > MAX_STRUCTURES:
         raise ValueError(f"{_TAG_FIELD} has {len(structures)} structures and {len(triggers)} triggers; give at most "
                          f"{MAX_STRUCTURES} of each")
+    _check_triggers(triggers)
+    return [_structure(i, st, triggers) for i, st in enumerate(structures)]
+
+
+def _check_triggers(triggers: list[Any]) -> None:
     if not all(isinstance(t, str) and t for t in triggers):
         raise ValueError(f"{_TAG_FIELD}.triggers holds {_short_json(triggers)}; give non-empty strings")
     for t in triggers:
@@ -175,19 +180,19 @@ def structural_tags(tag: Any) -> list[tuple[str, str, Any, str]]:
         if longer is not None:  # (a trigger fires at its first occurrence in the text: the longer one never would)
             raise ValueError(f"{_TAG_FIELD}.triggers: {t!r} begins {longer!r}, which could then never be written; "
                              "give triggers none of which begins another (put the rest in the structures' begins)")
-    out = []
-    for i, st in enumerate(structures):
-        where = f"{_TAG_FIELD}.structures[{i}]"
-        if not isinstance(st, dict) or not isinstance(st.get("begin"), str) or not isinstance(st.get("end"), str) \
-                or not isinstance(st.get("schema"), dict):
-            raise ValueError(f"{where} is {_short_json(st)}; give {{\"begin\": text, \"schema\": a JSON schema "
-                             "object, \"end\": text}")
-        trigger = next((t for t in triggers if st["begin"].startswith(t)), None)
-        if trigger is None:
-            raise ValueError(f"{where}.begin {st['begin']!r} starts with none of the triggers "
-                             f"{_short_json(triggers)}; make each begin start with a trigger")
-        out.append((trigger, st["begin"], st["schema"], st["end"]))
-    return out
+
+
+def _structure(i: int, st: Any, triggers: list[str]) -> tuple[str, str, Any, str]:
+    where = f"{_TAG_FIELD}.structures[{i}]"
+    if not isinstance(st, dict) or not isinstance(st.get("begin"), str) or not isinstance(st.get("end"), str) \
+            or not isinstance(st.get("schema"), dict):
+        raise ValueError(f"{where} is {_short_json(st)}; give {{\"begin\": text, \"schema\": a JSON schema "
+                         "object, \"end\": text}")
+    trigger = next((t for t in triggers if st["begin"].startswith(t)), None)
+    if trigger is None:
+        raise ValueError(f"{where}.begin {st['begin']!r} starts with none of the triggers "
+                         f"{_short_json(triggers)}; make each begin start with a trigger")
+    return trigger, st["begin"], st["schema"], st["end"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
