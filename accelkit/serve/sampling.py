@@ -66,8 +66,22 @@ def _short_json(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _no_constant(name: str) -> float:
-    raise ValueError(f"structured_outputs.json holds {name}, which is not JSON; give finite numbers")
+def _strict_json(text: str, field: str, give: str) -> Any:
+    """``text`` parsed as strict JSON (no NaN or Infinity, which Python's reader takes and no grammar engine
+    writes back as JSON); ValueError naming ``field`` and what to ``give``."""
+    def no_constant(name: str) -> float:
+        raise _NotJSON(f"{field} holds {name}, which is not JSON; give finite numbers")
+
+    try:
+        return json.loads(text, parse_constant=no_constant)
+    except _NotJSON:
+        raise
+    except ValueError as exc:
+        raise ValueError(f"{field} is not valid JSON ({exc}); give {give}") from None
+
+
+class _NotJSON(ValueError):
+    pass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,12 +132,7 @@ class StructuredOutputs(Spec):
                 raise ValueError(f"structured_outputs.{name} has {len(text):,} characters; the size limit is "
                                  f"{MAX_SPEC_CHARS:,}")
         if self.json is not None:
-            try:
-                json.loads(self.json, parse_constant=_no_constant)
-            except ValueError as exc:
-                if str(exc).startswith("structured_outputs.json holds"):
-                    raise
-                raise ValueError(f"structured_outputs.json is not valid JSON ({exc}); give a JSON schema") from None
+            _strict_json(self.json, "structured_outputs.json", "a JSON schema")
         if self.structural_tag is not None:
             self.structural_tags()
         if self.choice is not None:
@@ -146,13 +155,7 @@ class StructuredOutputs(Spec):
 
     def structural_tags(self) -> list[tuple[str, str, Any, str]]:
         """The structural tag's structures (:func:`structural_tags`); ValueError naming what is malformed."""
-        try:
-            tag = json.loads(self.structural_tag or "", parse_constant=_no_constant)
-        except ValueError as exc:
-            if str(exc).startswith("structured_outputs.json holds"):
-                raise ValueError(str(exc).replace("structured_outputs.json", _TAG_FIELD)) from None
-            raise ValueError(f"{_TAG_FIELD} is not valid JSON ({exc}); give {_TAG_SHAPE}") from None
-        return structural_tags(tag)
+        return structural_tags(_strict_json(self.structural_tag or "", _TAG_FIELD, _TAG_SHAPE))
 
 
 def structural_tags(tag: Any) -> list[tuple[str, str, Any, str]]:
