@@ -107,13 +107,6 @@ def keyword_path(schema: Any, keyword: str) -> str | None:
     return next((where for where, node in schema_nodes(schema) if keyword in node), None)
 
 
-def special_token_texts(tokenizer: Any) -> frozenset[str]:
-    """The texts of a Hugging Face tokenizer's special added tokens (``<tool_call>`` in Qwen's): a model writes each
-    as one token, which a grammar engine matches as that token, not as its characters."""
-    return frozenset(t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values()
-                     if getattr(t, "special", False))
-
-
 def check_decoder(tokenizer: Any) -> None:
     """A grammar engine reads token bytes from a byte-level BPE or a SentencePiece-style (``▁``, byte fallback)
     vocabulary; a word-level one would give it words with no spaces between them (ValueError naming it)."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.sampling import StructuredOutputs, structural_tags
 from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, parallel_fill
 from accelkit.serve.structured_schema import (
     check_decoder,
@@ -30,7 +30,6 @@ from accelkit.serve.structured_schema import (
     close_objects,
     map_subschemas,
     schema_nodes,
-    special_token_texts,
 )
 
 if TYPE_CHECKING:
@@ -279,7 +278,10 @@ class XGrammarBackend:
         self.vocab_size = vocab_size
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self.tokenizer_info = _tokenizer_info(xgr, tokenizer, vocab_size, self.eos_token_ids)
-        self.special_tokens = special_token_texts(tokenizer)
+        # the texts of the added tokens its config marks special (Mistral's [TOOL_CALLS]; not Qwen's <tool_call>,
+        # marked special=False): xgrammar refuses their ids, so a structural tag cannot be triggered by one
+        self.special_tokens = frozenset(t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values()
+                                        if getattr(t, "special", False))
         # (no cache of its own: accelkit's compiler caches compiled grammars, bounded by bytes)
         self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=COMPILE_THREADS, cache_enabled=False)
         self.parallel_fill = parallel_fill()  # (xgrammar's batch filler only where there are cores to spare)
@@ -311,11 +313,13 @@ class XGrammarBackend:
             check_depth(schema, kind)
             return "json", json.dumps(_enforceable(schema, kind))
         if kind == "structural_tag":  # (xgrammar's own format: tags triggered in free text)
-            check_depth(json.loads(spec.structural_tag or "null"), kind)
+            tag = json.loads(spec.structural_tag or "null")
+            check_depth(tag, kind)
+            structures = structural_tags(tag)
             tags = [{"type": "tag", "begin": begin, "end": end,
                      "content": {"type": "json_schema", "json_schema": _enforceable(schema, kind)}}
-                    for _, begin, schema, end in spec.structural_tags()]
-            triggers = sorted({trigger for trigger, _, _, _ in spec.structural_tags()})
+                    for _, begin, schema, end in structures]
+            triggers = sorted({trigger for trigger, _, _, _ in structures})
             special = [t for t in triggers if t in self.special_tokens]
             if special:  # (xgrammar refuses a special token's id, and the model writes the trigger as that token)
                 raise ValueError(f"structured_outputs.structural_tag: the triggers {special} are special tokens of "
