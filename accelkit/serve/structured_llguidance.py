@@ -200,7 +200,7 @@ class LLGuidanceBackend:
                                                       eos_token=sorted(int(t) for t in eos_token_ids))
         # the added tokens llguidance matches as tokens, not as their text (every added token it calls special,
         # Qwen's <tool_call> among them though its tokenizer marks it special=False): a structural tag refers to these
-        self.special_tokens = {t.content: int(i) for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
+        self.added_token_ids = {t.content: int(i) for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
                                if int(i) < vocab_size and self.tokenizer.is_special_token(int(i))}
         self.limits = llguidance.LLParserLimits(
             step_lexer_fuel=STEP_LEXER_FUEL, initial_lexer_fuel=INITIAL_LEXER_FUEL,
@@ -231,7 +231,7 @@ class LLGuidanceBackend:
             return str(llg.LLMatcher.grammar_from_regex(spec.regex))
         if kind == "structural_tag":
             return str(llg.LLMatcher.grammar_from_lark(structural_tag_lark(structural_tags(schema),
-                                                                           self.special_tokens)))
+                                                                           self.added_token_ids)))
         assert spec.grammar is not None
         return str(llg.grammar_from("grammar", spec.grammar))
 

@@ -22,7 +22,7 @@ from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.structured import GrammarCompiler
 from accelkit.serve.structured_schema import MAX_SCHEMA_DEPTH
 from accelkit.serve.structured_xgrammar import XGrammarBackend, choice_grammar, is_ebnf
-from accelkit.serve.testing import HOSTILE_SPECS, build_bytelevel_tokenizer, nested_properties
+from accelkit.serve.testing import HOSTILE_SPECS, nested_properties
 from tests.unit.test_structured import (
     EOS,
     REGEXES,
@@ -38,6 +38,7 @@ from tests.unit.test_structured import (
     guided_rows,
     tokenizer,
     walk,
+    with_added_tokens,
 )
 
 WIDTH = (VOCAB_SIZE + 31) // 32
@@ -79,9 +80,7 @@ def test_structural_tag_walks_write_a_whole_valid_call_after_each_trigger() -> N
 def test_a_structural_tag_triggered_by_a_special_token_is_refused_naming_the_other_backend() -> None:
     """xgrammar matches a trigger as text and refuses a special token's id: a model that writes <tool_call> as its
     one special token could never call, so the spec is a 400 pointing to llguidance (which matches it)."""
-    special = build_bytelevel_tokenizer(512)
-    special.add_special_tokens({"additional_special_tokens": ["<tool_call>"]})
-    engine = XGrammarBackend(special, VOCAB_SIZE, [EOS])
+    engine = XGrammarBackend(with_added_tokens(True, "<tool_call>"), VOCAB_SIZE, [EOS])
     tag = {"structures": [{"begin": "<tool_call>", "schema": {"type": "object"}, "end": "</tool_call>"}],
            "triggers": ["<tool_call>"]}
     with pytest.raises(ValueError, match="special tokens of this model's tokenizer.*llguidance"):
