@@ -76,7 +76,7 @@ def _one_line(error: str, schema: Any = None) -> str:
         return "no text matches it"
     if first.startswith("recursion limit exceeded"):  # (serde_json reading the grammar: 128 levels of JSON)
         return TOO_DEEP
-    if ("too many expressions" in first or "fuel" in first or "limit" in first) and "(the compile limits:" not in first:
+    if "too many expressions" in first or "fuel" in first or "limit" in first:
         first += (f" (the compile limits: {INITIAL_LEXER_FUEL:,} lexer fuel, {MAX_LEXER_STATES:,} lexer states, "
                   f"{MAX_GRAMMAR_SIZE:,} grammar symbols)")
     return (named or first)[:400]
@@ -268,7 +268,7 @@ class LLGuidanceBackend:
                 if not matcher.is_error() and not self._eos.allows_more(first):
                     raise ValueError("no text matches it")
             if matcher.is_error():
-                raise ValueError(_one_line(matcher.get_error(), schema))
+                raise ValueError(matcher.get_error())  # (made one line below, with every other error here)
         except ValueError as exc:
             raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema)}") from None
         start_mask = first.numpy().copy()
