@@ -12,6 +12,7 @@ from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.testing import save_bytelevel_model, save_tiny_model
 from tests.integration.serve_server_util import running_server
+from tests.unit.test_structured import CALL, split_calls
 
 KV_BYTES = 8 * 2**20
 SEEDS = range(6)
@@ -228,25 +229,14 @@ WORD: "yes" | "no"
 
 # vLLM's structural tag: free text, in which the trigger ("a", frequent in a random model's text) begins a call whose
 # arguments are one JSON document valid under the schema, then its end
-CALL = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 TAG = {"structures": [{"begin": "a=", "schema": CALL, "end": ";"}], "triggers": ["a"]}
 
 
 def check_calls(text: str, finish_reason: str) -> int:
     """Every trigger in ``text`` begins a whole call (the last may be cut by max_tokens); returns how many."""
-    calls, pos = 0, text.find("a")
-    while pos >= 0:
-        rest = text[pos:]
-        if ";" not in rest and finish_reason == "length":
-            assert "a=".startswith(rest) or rest.startswith("a="), text  # (cut short inside the call)
-            break
-        assert rest.startswith("a=") and ";" in rest, text
-        args = rest[2:].split(";", 1)[0]
-        doc = json.loads(args)
-        assert list(doc) == ["n"] and type(doc["n"]) is int, text
-        calls += 1
-        pos = text.find("a", pos + 2 + len(args) + 1)
-    return calls
+    docs, _ = split_calls(text, "a", "a=", ";", cut_short=finish_reason == "length")
+    assert all(list(doc) == ["n"] and type(doc["n"]) is int for doc in docs), text
+    return len(docs)
 
 
 def test_structural_tag_text_is_free_and_each_trigger_begins_a_valid_call(llm):

@@ -126,27 +126,34 @@ CALL = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": 
 TAG = {"structures": [{"begin": "t=", "schema": CALL, "end": ";"}], "triggers": ["t"]}
 
 
+def split_calls(text: str, trigger: str, begin: str, end: str, cut_short: bool) -> tuple[list[Any], str]:
+    """(the documents of the calls in a structural tag's output, its text outside them), asserting that every
+    ``trigger`` in ``text`` begins a whole call (``begin``, a JSON document, ``end``); an output ``cut_short`` may stop
+    inside its last call."""
+    docs, outside, last, pos = [], "", 0, text.find(trigger)
+    while pos >= 0:
+        outside += text[last:pos]
+        rest = text[pos:]
+        if end not in rest and cut_short:
+            assert begin.startswith(rest) or rest.startswith(begin), text
+            return docs, outside
+        assert rest.startswith(begin) and end in rest, text
+        args = rest[len(begin):].split(end, 1)[0]
+        docs.append(json.loads(args))
+        last = pos + len(begin) + len(args) + len(end)
+        pos = text.find(trigger, last)
+    return docs, outside + text[last:]
+
+
 def check_structural_tag_walks(seeds: int = 6, using: Any = None) -> None:
     """Walks through a structural tag's free text: every trigger written begins a whole call (begin, a document the
     schema accepts, end), a walk cut short may stop inside one; some walks hold calls, and some text is outside."""
     calls, outside = 0, ""
     for seed in range(seeds):
         text, ended = walk(StructuredOutputs(structural_tag=TAG), seed, max_steps=200, using=using, eos_after=40)
-        pos, last = text.find("t"), 0
-        while pos >= 0:
-            outside += text[last:pos]
-            rest = text[pos:]
-            if ";" not in rest and not ended:
-                assert "t=".startswith(rest) or rest.startswith("t="), text
-                break
-            assert rest.startswith("t=") and ";" in rest, text
-            args = rest[2:].split(";", 1)[0]
-            assert jsonschema.Draft202012Validator(CALL).is_valid(json.loads(args)), text
-            calls += 1
-            last = pos + 2 + len(args) + 1
-            pos = text.find("t", last)
-        else:
-            outside += text[last:]
+        docs, free = split_calls(text, "t", "t=", ";", cut_short=not ended)
+        assert all(jsonschema.Draft202012Validator(CALL).is_valid(doc) for doc in docs), text
+        calls, outside = calls + len(docs), outside + free
     assert calls >= 2 and outside, (calls, outside)
 
 
