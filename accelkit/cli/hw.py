@@ -271,6 +271,7 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[st
     """`hw probe --collectives`: the library runs torchrun; this renders the bus-bandwidth table."""
     # lazy: the collective probe's modules (accelkit.distributed) load only for `hw probe --collectives`
     from accelkit.distributed.collectives import MAX_MESSAGE_BYTES, CollectiveConfig, probe_collectives
+    from accelkit.distributed.rank_failures import notes_only
 
     # as `hw probe --device` does: a bad name, or cuda without a GPU, is refused (it used to run on the CPU);
     # each rank then takes cuda:LOCAL_RANK whatever index was given
@@ -284,7 +285,9 @@ def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[st
     store = open_for_saving(save)  # checked before torchrun starts; rank 0 writes to the same file
     try:
         with Progress("probing collectives", show=progress) as bar:
-            result = probe_collectives(config, layout, store=store, save=save, on_line=bar.update)
+            # rank 0's notes only: a heartbeat showed whatever line came last, a failing rank's traceback among
+            # them, above the one-line error that names it
+            result = probe_collectives(config, layout, store=store, save=save, on_line=notes_only(bar.update))
     finally:
         if store is not None:
             store.close()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,7 +151,18 @@ def failed_ranks(log_dir: Path, output: Iterable[str]) -> list[RankFailure]:
 
 
 #: torch's own log lines (glog style: ``E1201 16:12:32.973000 21369 torch/…] …``) and torchrun's banners
-_TORCH_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^\*{5}|^\[rank \d+/\d+\] ")
+_TORCH_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^\*{5}")
+#: the lines rank 0 writes for the launcher (``RankContext.say``: ``[rank 0/N] …``)
+RANK_NOTE = re.compile(r"^\[rank \d+/\d+\] ")
+
+
+def notes_only(show: Callable[[str], None]) -> Callable[[str], None]:
+    """An ``on_line`` for :func:`accelkit.distributed.launch.launch` that passes rank 0's notes to ``show`` and
+    drops the rest of the ranks' and torchrun's output — torch's log lines, a failing rank's traceback — which the
+    failure's one-line error sums up."""
+    return lambda line: show(line) if RANK_NOTE.match(line) else None
+
+
 #: faulthandler's stack dump under "Fatal Python error: …" (which torchrun's ranks have on)
 _STACK_DUMP = re.compile(r"^\s*(Current thread 0x|Thread 0x|File \"|Extension modules:|<no Python frame>|\(total: )")
 #: ranks' lines quoted for a failure without a Python exception
@@ -196,7 +207,7 @@ def last_rank_lines(output: list[str], rank: int, n: int = NATIVE_LINES) -> list
     end = next((i for i, line in enumerate(output) if "failed (exitcode" in line), len(output))
     kept, in_traceback = [], False
     for line in _crash_text_apart(output[:end]):
-        if not line.strip() or _TORCH_LOG.match(line) or _STACK_DUMP.match(line):
+        if not line.strip() or _TORCH_LOG.match(line) or RANK_NOTE.match(line) or _STACK_DUMP.match(line):
             continue
         if (m := _RANK_PREFIX.match(line)) and int(m.group(1)) != rank:
             continue

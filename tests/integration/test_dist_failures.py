@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def raised(tmp_path_factory):
         _inject(mp, "raise")
         mp.setenv("TMPDIR", str(tmp))  # torchrun and the ranks
         mp.setattr(tempfile, "tempdir", str(tmp))  # launch()'s job directory, made in this process
-        proc = accelkit(*PROBE)
+        proc = accelkit(*PROBE, "--progress")  # every progress line printed, from the start
     return proc, tmp
 
 
@@ -61,6 +62,11 @@ def test_the_rank_that_raised_is_named_first(raised):
     message = proc.stderr.strip().splitlines()[-1]
     assert "first failure — rank 1 (host " in message and "local rank 1): RuntimeError: injected failure in _op_fn" in message
     assert message.index("rank 1 (") < message.index("rank 0 (")  # the peer that lost its connection comes after
+    # the progress lines show rank 0's notes, never the rest of the ranks' output: a heartbeat on a slow machine
+    # showed the last line torchrun passed on, rank 0's traceback, above the error (CI, now and then)
+    progress = proc.stderr.strip().splitlines()[:-1]
+    assert progress and all(re.fullmatch(r"\[ *\d+\.\d s\] probing collectives(: \[rank 0/2\] .*| …)", line)
+                            for line in progress), progress
     assert "Traceback" not in proc.stderr
 
 

@@ -10,6 +10,7 @@ import pytest
 from accelkit.core import Estimate, Measurement, UserError
 from accelkit.distributed.collectives import bus_bandwidth, bus_factor, headline, message_elements
 from accelkit.distributed.launch import DistConfig, torchrun_command
+from accelkit.distributed.rank_failures import notes_only
 from accelkit.sweep import Point, SweepSpec, collect, expand, load_sweep
 
 
@@ -349,3 +350,18 @@ def test_error_files_order_ranks_by_nanoseconds_within_a_second(tmp_path):
     (tmp_path / "attempt_0" / "3" / "error.json").write_text("{trunc")  # a rank killed while writing it: skipped
     assert [(f.rank, f.what) for f in failed_ranks(tmp_path, [])] == [(9, "ValueError: r1"), (10, "ValueError: r2"),
                                                                      (8, "ValueError: r0")]
+
+
+def test_progress_shows_rank_zeros_notes_and_none_of_the_rest_of_the_output():
+    """`hw probe --collectives` showed each line torchrun passed on as its progress: a heartbeat on a slow machine
+    printed rank 0's traceback above the one-line error (CI, now and then)."""
+    shown: list[str] = []
+    show = notes_only(shown.append)
+    for line in ["[rank 0/2] process group: gloo, a collective waits at most 600 s for its peers",
+                 "W1206 19:12:00.123000 4242 torch/distributed/run.py:766] Setting OMP_NUM_THREADS",
+                 "[rank0]: Traceback (most recent call last):", '[rank0]:   File "x.py", line 3, in f',
+                 "Traceback (most recent call last):", "RuntimeError: injected failure in _op_fn",
+                 "[rank 0/2] all_reduce 64 KiB"]:
+        show(line)
+    assert shown == ["[rank 0/2] process group: gloo, a collective waits at most 600 s for its peers",
+                     "[rank 0/2] all_reduce 64 KiB"]
