@@ -55,20 +55,44 @@ def _drop_format(schema: Any, name: str) -> Any:
     return schema if len(out) == len(schema) and all(out[k] is schema[k] for k in out) else out
 
 
-def _one_line(error: str, schema: Any = None) -> str:
+_LARK_AT = re.compile(r"^at (\d+)\(\d+\): ")
+_TAG_RULE = re.compile(r"^tag_(\d+)\b")
+
+
+def _where(schema: Any, keyword: str, tag: bool) -> str | None:
+    """Where ``keyword`` first appears in ``schema`` (:func:`keyword_path`; "" its root), or in a structural tag's
+    (``tag``) schemas: ``structures[1].schema.properties.n``."""
+    if not tag:
+        return keyword_path(schema, keyword)
+    for i, structure in enumerate(schema.get("structures") or [] if isinstance(schema, dict) else []):
+        where = keyword_path(structure.get("schema") if isinstance(structure, dict) else None, keyword)
+        if where is not None:
+            return f"structures[{i}].schema" + (f".{where}" if where else "")
+    return None
+
+
+def _one_line(error: str, schema: Any = None, *, tag_grammar: str | None = None) -> str:
     """llguidance's error (a parse error may draw a caret diagram over several lines, and a parser state dump may
-    follow) as one line: the line that names the problem; an unenforceable JSON Schema keyword with where it is."""
+    follow) as one line: the line that names the problem; an unenforceable JSON Schema keyword with where it is.
+    ``tag_grammar``: a structural tag's Lark (:func:`structural_tag_lark`), whose line an error locates is said as
+    the structure it builds (``structures[1].schema: …``, not ``at 8(8): …``)."""
+    tag = tag_grammar is not None
     if m := _UNIMPLEMENTED.search(error):
         keys = json.loads(f"[{m.group(1)}]")
-        where = keyword_path(schema, keys[0]) if keys else None
+        where = _where(schema, keys[0], tag) if keys else None
         at = f" (at {where or 'the root'})" if where is not None else ""
         return (f"the JSON Schema keyword {', '.join(keys)}{at} cannot be enforced by the llguidance engine (ignoring "
                 "it could let out a document the schema rejects); remove it")
     if "oneOf constraints are not supported" in error:
-        where = keyword_path(schema, "oneOf")
+        where = _where(schema, "oneOf", tag)
         return (f"the JSON Schema keyword oneOf (at {where or 'the root'}) has branches one document could match "
                 "together, and the llguidance engine cannot enforce that exactly one matches; make the branches "
                 "disjoint (a const or enum discriminator) or use anyOf")
+    if tag_grammar is not None and (m := _LARK_AT.match(error)):
+        lines = tag_grammar.splitlines()
+        rule = _TAG_RULE.match(lines[int(m.group(1)) - 1]) if 0 < int(m.group(1)) <= len(lines) else None
+        if rule is not None:
+            return _one_line(f"structures[{rule.group(1)}].schema: {error[m.end():]}")
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     named = next((line[len("error: "):] for line in lines if line.startswith("error: ")), None)
     first = lines[0] if lines else "it does not compile"
@@ -243,8 +267,10 @@ class LLGuidanceBackend:
         check_depth(schema, spec.kind)
         try:
             return schema, self.grammar_text(spec, schema)
-        except ValueError as exc:
-            raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema)}") from None
+        except ValueError as exc:  # (a tag's grammar is not written yet: "" for no line to name)
+            tag_grammar = "" if spec.kind == "structural_tag" else None
+            raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema, tag_grammar=tag_grammar)}"
+                             ) from None
 
     def compile(self, spec: StructuredOutputs, prepared: tuple[Any, str] | None = None) -> LLGuidanceGrammar:
         import torch
@@ -270,7 +296,9 @@ class LLGuidanceBackend:
             if matcher.is_error():
                 raise ValueError(matcher.get_error())  # (made one line below, with every other error here)
         except ValueError as exc:
-            raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema)}") from None
+            tag_grammar = grammar if spec.kind == "structural_tag" else None
+            raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema, tag_grammar=tag_grammar)}"
+                             ) from None
         start_mask = first.numpy().copy()
         start_mask.flags.writeable = False  # (shared by every request of this grammar)
         return LLGuidanceGrammar(matcher, grammar, self.eos_token_ids, start_mask)

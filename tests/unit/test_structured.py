@@ -816,3 +816,19 @@ def test_a_refused_row_whose_allowed_logits_are_all_minus_inf_still_gets_an_allo
     sampler = Sampler(torch.device("cpu"), seed=0)
     assert sampler(logits, params, [s.seq_id for s in seqs], seqs) == [allowed[0]] * 2
     assert sampler.first_draws_refused == 2
+
+
+@pytest.mark.parametrize(("schema", "said"), [
+    ({"type": "integer", "minimum": 5, "maximum": 1}, "structured_outputs.structural_tag: structures[1].schema: "
+     "failed to compile JSON schema: Unsatisfiable schema: minimum (5) is greater than maximum (1)"),
+    ({"type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}},
+     "the JSON Schema keyword uniqueItems (at structures[1].schema.properties.n) cannot be enforced"),
+    ({"$ref": "#/nope"}, "structured_outputs.structural_tag: structures[1].schema: failed to compile JSON schema"),
+])
+def test_a_structural_tags_schema_error_names_its_structure(schema: Any, said: str) -> None:
+    """It named a line of the Lark accelkit writes (``at 8(8): …``), or nothing, instead of the structure."""
+    tag = {"structures": [{"begin": "<a>", "schema": CALL, "end": "}"}, {"begin": "<a>x", "schema": schema, "end": "}"}],
+           "triggers": ["<a>"]}
+    with pytest.raises(ValueError) as caught:
+        backend().compile(StructuredOutputs(structural_tag=tag))
+    assert said in str(caught.value) and "\n" not in str(caught.value), caught.value
