@@ -9,7 +9,7 @@ import typer
 
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import Progress, ProgressOption, err, flag_values
-from accelkit.cli.spec_options import spec_options
+from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.core import UserError
 from accelkit.core.units import parse_size
 from accelkit.serve import preflight
@@ -72,17 +72,20 @@ EXAMPLES = examples(
     "accelkit serve --model path/to/hf-model --kv-cache-dtype fp8 --max-model-len 8192",
 )
 
+ENGINE_FLAGS = {"kv_cache_memory_bytes": "--kv-cache-memory", "enable_prefix_caching": "--prefix-caching/--no-prefix-caching",
+                "enable_chunked_prefill": "--chunked-prefill/--no-chunked-prefill"}
+SERVER_FLAGS = {"shutdown_timeout_s": "--shutdown-timeout", "header_timeout_s": "--header-timeout",
+                "body_timeout_s": "--body-timeout", "max_body_bytes": "--max-body-size"}
+
+
 @spec_options(
-    EngineConfig, into="engine", exclude=("model",),
-    names={"kv_cache_memory_bytes": "--kv-cache-memory", "enable_prefix_caching": "--prefix-caching/--no-prefix-caching",
-           "enable_chunked_prefill": "--chunked-prefill/--no-chunked-prefill"},
+    EngineConfig, into="engine", exclude=("model",), names=ENGINE_FLAGS,
     parse={"kv_cache_memory_bytes": _kv_memory},
     helps={"kv_cache_memory_bytes": "KV budget, e.g. 2GiB (default 1 GiB on CPU, gpu_memory_utilization of free GPU memory)."},
 )
 @spec_options(
     ServerConfig, into="server", exclude=("served_model_name", "served_model_aliases", "api_key", "chat_template"),
-    names={"shutdown_timeout_s": "--shutdown-timeout", "header_timeout_s": "--header-timeout",
-           "body_timeout_s": "--body-timeout", "max_body_bytes": "--max-body-size"},
+    names=SERVER_FLAGS,
     parse={"max_body_bytes": _body_size, "allowed_origins": _origins},
     helps={"max_body_bytes": "Largest request body, e.g. 8MiB (default); a larger one gets 413 before it is read.",
            "allowed_origins": "Browser origins allowed to call the API (CORS), comma-separated, e.g. "
@@ -117,7 +120,7 @@ def serve_cmd(
     blank = next((n for n in names if not n.strip()), None)
     if blank is not None:
         raise UserError(f"--served-model-name {blank!r} is blank; give the model id clients send")
-    with flag_values():
+    with flag_values({**field_flags(EngineConfig, ENGINE_FLAGS, engine), **field_flags(ServerConfig, SERVER_FLAGS, server)}):
         engine_config = EngineConfig(model=str(model), **engine)
         server_config = ServerConfig(
             served_model_name=names[0], served_model_aliases=tuple(names[1:]), api_key=api_key,

@@ -121,7 +121,7 @@ def test_serve_refuses_a_bad_model_directory_before_importing_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     lines = proc.stderr.splitlines()
     assert proc.returncode == 0 and len(lines) == 4 and all(line.startswith("error: ") for line in lines), proc.stderr
-    assert "holds a JSON list" in lines[0] and "GPT2LMHeadModel" in lines[1] and "max_model_len=4096" in lines[2]
+    assert "holds a JSON list" in lines[0] and "GPT2LMHeadModel" in lines[1] and "--max-model-len 4096" in lines[2]
     assert "is not a safetensors file" in lines[3]
 
 

@@ -314,7 +314,7 @@ def test_serve_refuses_an_unknown_or_missing_backend_in_one_line(tmp_path, capsy
     code, _, err = main_in_process(capsys, "serve", "--model", str(tmp_path), "--structured-outputs-backend", "xgrammar")
     lines = [line for line in err.splitlines() if "xgrammar" in line]
     assert code == 2 and len(lines) == 1, err
-    assert "structured_outputs_backend='xgrammar'" in lines[0] and "pip install 'accelkit[xgrammar]'" in lines[0], err
+    assert "--structured-outputs-backend 'xgrammar'" in lines[0] and "pip install 'accelkit[xgrammar]'" in lines[0], err
 
 
 def test_the_server_guides_with_the_xgrammar_backend_and_refuses_with_a_400(tmp_path) -> None:
