@@ -15,6 +15,7 @@ from accelkit.serve.sampling import SEED_MAX, SEED_MIN
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 AttentionBackendName = Literal["auto", "sdpa", "cpu", "triton"]
 StructuredOutputsBackendName = Literal["llguidance", "xgrammar"]
+ToolCallParserName = Literal["hermes"]  # (tool_parsers.FORMATS: each has its format there)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,11 +134,24 @@ class ServerConfig(Spec):
         "included.",
     )
     chat_template: str | None = spec_field(None, doc="Jinja chat template overriding the tokenizer's.")
+    tool_call_parser: ToolCallParserName | None = spec_field(
+        None, doc="The model's tool-call format, for chat requests with tools and tool_choice 'auto' (the default "
+        "with tools): hermes = Hermes 2/3, Qwen2.5, Qwen3, QwQ (<tool_call>{\"name\": …, \"arguments\": …}"
+        "</tool_call>). Each call the model opens is constrained to a whole call to one of the request's tools "
+        "with valid arguments, and returned as tool_calls. None: 'auto' with tools is a 400.",
+    )
+    enable_auto_tool_choice: bool = spec_field(
+        False, doc="vLLM's flag, accepted so that vLLM command lines run: tool_choice 'auto' is served whenever "
+        "tool_call_parser is given, and this needs one.",
+    )
     allowed_origins: tuple[str, ...] = spec_field(
         (), doc="Browser origins allowed to call the API (CORS): '*' or 'https://host[:port]' each; none = no CORS headers."
     )
 
     def validate(self) -> None:
+        if self.enable_auto_tool_choice and self.tool_call_parser is None:
+            raise ValueError("enable_auto_tool_choice needs tool_call_parser, the model's tool-call format; give "
+                             "tool_call_parser hermes (Hermes, Qwen2.5, Qwen3)")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key is empty; give a non-empty key or none at all")
         for name in (self.served_model_name, *self.served_model_aliases):

@@ -9,7 +9,7 @@ quantization quality is measured on). The HTTP server tests reuse these.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -234,11 +234,17 @@ def build_bytelevel_tokenizer(vocab_size: int = 512, corpus: Iterable[str] | Non
     )
 
 
-def save_bytelevel_model(path: str | Path, *, seed: int = 0) -> Path:
+def save_bytelevel_model(path: str | Path, *, seed: int = 0, added_tokens: Sequence[str] = ()) -> Path:
     """:func:`save_tiny_model` with :func:`build_bytelevel_tokenizer` (and a plain chat template) in place of the
-    word-level tokenizer: a model structured outputs can guide (they need a byte-level or SentencePiece decoder)."""
-    path = save_tiny_model(path, seed=seed)
+    word-level tokenizer: a model structured outputs can guide (they need a byte-level or SentencePiece decoder).
+    ``added_tokens``: ordinary added tokens (ids 512 on, not special: in the text), as Qwen's ``<tool_call>`` and
+    ``</tool_call>`` are; the model's vocabulary grows to hold them."""
+    from tokenizers import AddedToken
+
+    overrides: dict[str, Any] = {"vocab_size": 512 + len(added_tokens)} if added_tokens else {}
+    path = save_tiny_model(path, seed=seed, **overrides)
     tokenizer = build_bytelevel_tokenizer(vocab_size=512)
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added_tokens])
     tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                                "{% if add_generation_prompt %}assistant:{% endif %}")
     tokenizer.save_pretrained(path)  # replaces the word-level tokenizer

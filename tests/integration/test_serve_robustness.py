@@ -336,7 +336,8 @@ def test_a_busy_port_or_a_bad_host_is_one_line_before_loading(model_dir, cli):
         port = taken.getsockname()[1]
         for args, words in ((["--port", str(port)], "cannot listen on 127.0.0.1"),
                             (["--host", "999.1.1.1"], "--host '999.1.1.1' is not an address"),
-                            (["--host", "192.0.2.1"], "use an address of this machine")):
+                            (["--host", "192.0.2.1"], "use an address of this machine"),
+                            (["--enable-auto-tool-choice"], "--enable-auto-tool-choice needs --tool-call-parser")):
             proc = cli("serve", "--model", model_dir, "--served-model-name", "tiny", "--kv-cache-memory", "8MiB", *args)
             stderr = proc.stderr
             lines = [line for line in stderr.splitlines() if line.strip()]

@@ -25,6 +25,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     StrictStr,
     ValidationError,
@@ -32,8 +33,10 @@ from pydantic import (
 )
 
 from accelkit.core.json_ints import max_int_digits, overlong_int
+from accelkit.serve.config import ServerConfig
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.server.errors import APIError, prompt_too_long, validation_message
+from accelkit.serve.server.tool_parsers import FORMATS, CallFormat
 from accelkit.serve.server.tools import ToolCalling, tool_calling
 
 
@@ -70,6 +73,10 @@ class _Body(BaseModel):
         fields = cls.model_fields
         return {k: v for k, v in data.items()
                 if v is not None or k not in fields or fields[k].is_required() or fields[k].default is None}
+
+    def configure(self, config: ServerConfig) -> None:
+        """Learn what the request needs to know of the server's settings, before it is checked (nothing, but
+        for chat)."""
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, message) for a feature asked for that the engine does not implement; None when there is none."""
@@ -411,7 +418,9 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: Str | dict[str, Any] | None = Field(
         None, description="'required' (one or more calls, any tools) or {type: function, function: {name}} (that "
         "function): the output is masked to the calls' JSON (structured outputs) and returned as tool_calls; "
-        "'none': text, the tools still rendered; 'auto' only without tools (it needs a model-specific parser)."
+        "'none': text, the tools still rendered; 'auto' (the default with tools): text or calls in the model's own "
+        "format, which needs a server started with --tool-call-parser (each call the model opens is masked to a "
+        "whole, valid call)."
     )
     parallel_tool_calls: Bool | None = Field(None, description="false: 'required' makes exactly one call.")
     functions: list[Any] | None = None
@@ -438,13 +447,20 @@ class ChatCompletionRequest(_Sampling):
     def num_generated(self) -> int:
         return self.n
 
+    #: the server's tool-call format (``--tool-call-parser``), set by :meth:`configure` before anything reads the
+    #: request: "auto" with tools needs it
+    _call_format: CallFormat | None = PrivateAttr(None)
+
+    def configure(self, config: ServerConfig) -> None:
+        self._call_format = FORMATS[config.tool_call_parser] if config.tool_call_parser is not None else None
+
     def unsupported(self) -> tuple[str, str] | None:
-        if self.tools and self.tool_choice in (None, "auto"):
-            return "tool_choice", ("tool_choice 'auto' (the default with tools) needs a model-specific tool-call "
-                                   "parser, which accelkit serve does not have; send tool_choice 'required' or "
+        if self.tools and self.tool_choice in (None, "auto") and self._call_format is None:
+            return "tool_choice", ("tool_choice 'auto' (the default with tools) needs the model's tool-call format, "
+                                   "and this server was started without one; start it with --tool-call-parser "
+                                   "(hermes: Qwen2.5, Qwen3, Hermes), or send tool_choice 'required' or "
                                    "{\"type\": \"function\", \"function\": {\"name\": …}} (the output is then "
-                                   "constrained to the call), or 'none' (with a structural_tag response_format "
-                                   "for calls in the model's own format: docs/serve.md, Tool calling)")
+                                   "constrained to the call), or 'none'")
         if self.functions:
             return "functions", "the legacy functions field is not supported by accelkit serve; use tools"
         if self.function_call is not None and self.function_call not in ("none", "auto"):
@@ -459,7 +475,8 @@ class ChatCompletionRequest(_Sampling):
     def tool_calling(self) -> ToolCalling | None:
         """What tools and tool_choice ask for (None: text), or an APIError (400) naming the field; worked out once
         per request (the endpoint, structured() and an error message all read it)."""
-        return tool_calling(self.tools, self.tool_choice, parallel_tool_calls=self.parallel_tool_calls)
+        return tool_calling(self.tools, self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
+                            call_format=self._call_format)
 
     def structured(self) -> tuple[str, StructuredOutputs] | None:
         """The tool call's constraint ("tools" asks), else :meth:`_Sampling.structured`; both is a 400."""
@@ -467,6 +484,10 @@ class ChatCompletionRequest(_Sampling):
         asked = _Sampling.structured(self)
         if calling is None:
             return asked
+        if asked is not None and calling.kind == "auto":
+            raise APIError(400, f"{asked[0]} asks for structured output, and tool_choice 'auto' (the default with "
+                           "tools) constrains the model's tool calls; send tool_choice 'none' for the structured "
+                           "output alone", param=asked[0])
         if asked is not None:
             raise APIError(400, f"{asked[0]} asks for structured output, and tool_choice constrains the output to "
                            "the tool call; send only one of them", param=asked[0])

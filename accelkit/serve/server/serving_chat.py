@@ -13,10 +13,14 @@ from accelkit.serve.server.tools import ToolCallDeltas, ToolCalling
 
 
 def chat_message(out: RequestOutput, tools: ToolCalling | None) -> dict[str, Any]:
-    """A chat choice's message and finish_reason: the output's text, or the tool calls it makes."""
-    if tools is not None and (calls := tools.calls(out.text)) is not None:
-        return {"message": {"role": "assistant", "content": None, "tool_calls": calls},
-                "finish_reason": tools.finish_reason(out.finish_reason, called=True)}
+    """A chat choice's message and finish_reason: the output's text, or the tool calls it makes (with "auto", the
+    text around them too)."""
+    if tools is not None:
+        content, calls = tools.message(out.text)
+        if calls is not None:
+            return {"message": {"role": "assistant", "content": content, "tool_calls": calls},
+                    "finish_reason": tools.finish_reason(out.finish_reason, called=True)}
+        return {"message": {"role": "assistant", "content": content or ""}, "finish_reason": out.finish_reason}
     return {"message": {"role": "assistant", "content": out.text}, "finish_reason": out.finish_reason}
 
 

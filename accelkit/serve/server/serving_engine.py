@@ -76,6 +76,7 @@ class ServingBase:
         body, ignored = await asyncio.to_thread(parse_body, cls, raw, content_type,
                                                 max_model_len=self.engine.max_model_len)
         self.models.check(body.model)
+        body.configure(self.state.config)
         unsupported = body.unsupported()
         if unsupported:
             raise APIError(400, unsupported[1], param=unsupported[0], code="unsupported")

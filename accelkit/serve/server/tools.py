@@ -1,13 +1,14 @@
-"""OpenAI tool calling for ``tool_choice`` "required" and a named function, done with structured outputs as vLLM
-does it — no model-specific parser:
+"""OpenAI tool calling, done with structured outputs:
 
 - a named function: the output is masked to that function's ``parameters`` schema and becomes the call's
-  ``arguments`` as generated;
+  ``arguments`` as generated (as vLLM does it, no model-specific parser);
 - "required": the output is masked to a JSON array (at least one item) of ``{"name": <a tool's name>,
-  "parameters": <that tool's parameters>}``, one item per call, then parsed into ``tool_calls``.
-
-``tool_choice`` "auto" needs the model's own tool-call format, so it is refused with tools (see
-``ChatCompletionRequest.unsupported``); "none" renders the tools and generates text as usual.
+  "parameters": <that tool's parameters>}``, one item per call, then parsed into ``tool_calls`` (as vLLM);
+- "auto" (or omitted, with tools): the model writes text or calls in its own format, which the server's
+  ``--tool-call-parser`` knows (:mod:`accelkit.serve.server.tool_parsers`); the output is masked with a structural
+  tag so that each call the model opens is whole and valid, then the calls are read out of the text. Without a
+  parser, "auto" with tools is refused (see ``ChatCompletionRequest.unsupported``);
+- "none" renders the tools and generates text as usual.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.sampling import MAX_STRUCTURES, StructuredOutputs
 from accelkit.serve.server.errors import APIError
+from accelkit.serve.server.tool_parsers import CallFormat, CallScanner, split_calls
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # a function that takes no arguments
 _DEFS_KEYS = ("$defs", "definitions")  # where "$ref"s point; lifted to the root of the "required" schema
@@ -33,14 +35,19 @@ def call_id() -> str:
 @dataclass(frozen=True, slots=True)
 class ToolCalling:
     """What a request's ``tools`` and ``tool_choice`` ask for. ``name``: the function a named choice forces (None
-    for "required"); ``index``: its place in ``tools``; ``schema``: what the output is masked to."""
+    for "required"); ``index``: its place in ``tools``; ``schema``: what the output is masked to (for "auto", the
+    structural tag ``format`` makes of the tools)."""
 
-    kind: Literal["named", "required"]
+    kind: Literal["named", "required", "auto"]
     schema: dict[str, Any]
     name: str | None = None
     index: int | None = None
+    format: CallFormat | None = None  # "auto": the model's call format
+    names: frozenset[str] = frozenset()  # "auto": the tools' names (a call to another is text)
 
     def spec(self) -> StructuredOutputs:
+        if self.kind == "auto":
+            return StructuredOutputs(structural_tag=json.dumps(self.schema, separators=(",", ":")))
         return StructuredOutputs(json=json.dumps(self.schema, separators=(",", ":")))
 
     def error_message(self, message: str) -> str:
@@ -48,11 +55,25 @@ class ToolCalling:
         message = message.removeprefix("structured_outputs.json: ")
         if self.kind == "named":
             return f"tools[{self.index}].function.parameters: {message}"
+        if self.kind == "auto":  # (structure i is tools[i]'s call)
+            message = message.removeprefix("structured_outputs.structural_tag: ")
+            message = re.sub(r"structures\[(\d+)\]\.schema", r"tools[\1].function.parameters", message)
+            return f"tool_choice 'auto': {message}"
         message = re.sub(r"items\.anyOf\[(\d+)\]\.properties\.parameters", r"tools[\1].function.parameters", message)
         return f"tool_choice 'required': {message}"
 
+    def message(self, text: str) -> tuple[str | None, list[dict[str, Any]] | None]:
+        """An output's (content, tool_calls): the calls, or None and the text as content where it holds none."""
+        if self.kind == "auto":
+            assert self.format is not None
+            content, made = split_calls(self.format, self.names, text)
+            return content, [_call(call_id(), name, arguments) for name, arguments in made] or None
+        calls = self.calls(text)
+        return (None, calls) if calls is not None else (text, None)
+
     def calls(self, text: str) -> list[dict[str, Any]] | None:
-        """The ``tool_calls`` of an output; None when it holds no complete list of calls ("required" cut short)."""
+        """The ``tool_calls`` of a forced call's output; None when it holds no complete list of calls ("required"
+        cut short)."""
         if self.kind == "named":
             return [_call(call_id(), str(self.name), text)]
         try:
@@ -66,8 +87,8 @@ class ToolCalling:
                 for item in items]
 
     def finish_reason(self, reason: str | None, *, called: bool) -> str | None:
-        """OpenAI's: "tool_calls" when "required" made its calls; a named function's call ends with "stop"."""
-        return "tool_calls" if called and self.kind == "required" and reason == "stop" else reason
+        """OpenAI's: "tool_calls" when "required" or "auto" made calls; a named function's call ends with "stop"."""
+        return "tool_calls" if called and self.kind != "named" and reason == "stop" else reason
 
 
 def _call(id_: str, name: str, arguments: str) -> dict[str, Any]:
@@ -77,15 +98,20 @@ def _call(id_: str, name: str, arguments: str) -> dict[str, Any]:
 class ToolCallDeltas:
     """One streamed choice's ``delta`` objects: a named call's header as soon as the output starts, then its argument
     text as it is generated; "required"'s calls once the whole array is out (each: its header, then its
-    arguments). The deltas' arguments joined are the non-streamed ``arguments``."""
+    arguments); "auto"'s content as it is generated and each call once it is closed. The deltas' content and
+    arguments joined are the non-streamed ``content`` and ``arguments``."""
 
     def __init__(self, calling: ToolCalling) -> None:
         self.calling = calling
         self.text = ""
         self.called = False
         self.id = call_id()
+        self.num_calls = 0
+        self.scanner = CallScanner(calling.format, calling.names) if calling.format is not None else None
 
     def step(self, new_text: str, finished: bool) -> list[dict[str, Any]]:
+        if self.scanner is not None:
+            return self._scanned(new_text, finished)
         if self.calling.kind == "named":
             deltas = []
             if not self.called:
@@ -105,6 +131,20 @@ class ToolCallDeltas:
         for i, call in enumerate(calls):
             arguments = call["function"]["arguments"]
             deltas.append({"tool_calls": [{"index": i, **_call(call["id"], call["function"]["name"], "")}]})
+            deltas.append({"tool_calls": [{"index": i, "function": {"arguments": arguments}}]})
+        return deltas
+
+    def _scanned(self, new_text: str, finished: bool) -> list[dict[str, Any]]:
+        assert self.scanner is not None
+        deltas: list[dict[str, Any]] = []
+        for event in self.scanner.feed(new_text, finished):
+            if event[0] == "content":
+                deltas.append({"content": event[1]})
+                continue
+            _, name, arguments = event
+            self.called, i = True, self.num_calls
+            self.num_calls += 1
+            deltas.append({"tool_calls": [{"index": i, **_call(call_id(), name, "")}]})
             deltas.append({"tool_calls": [{"index": i, "function": {"arguments": arguments}}]})
         return deltas
 
@@ -142,12 +182,20 @@ def _functions(tools: list[Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | None, *,
-                 parallel_tool_calls: bool | None) -> ToolCalling | None:
-    """The constraint ``tools`` and ``tool_choice`` ask for (None: generate text), or a 400 naming the field."""
-    if tool_choice is None or tool_choice in ("none", "auto"):  # ("auto" with tools: refused before this)
-        if tools:
-            _functions(tools)
-        return None
+                 parallel_tool_calls: bool | None, call_format: CallFormat | None = None) -> ToolCalling | None:
+    """The constraint ``tools`` and ``tool_choice`` ask for (None: generate text), or a 400 naming the field.
+    ``call_format``: the server's parser, which "auto" with tools needs (without one it is refused before this)."""
+    if tool_choice is None or tool_choice in ("none", "auto"):
+        if not tools:
+            return None
+        functions = _functions(tools)
+        if tool_choice == "none" or call_format is None:
+            return None
+        if len(functions) > MAX_STRUCTURES:  # (one structure per tool)
+            raise APIError(400, f"tools has {len(functions)} functions; tool_choice 'auto' constrains at most "
+                           f"{MAX_STRUCTURES} (one structure each): send fewer tools", param="tools")
+        return ToolCalling("auto", call_format.structural_tag(functions), format=call_format,
+                           names=frozenset(name for name, _ in functions))
     if isinstance(tool_choice, str) and tool_choice != "required":
         raise APIError(400, f"tool_choice={tool_choice!r} is not one of 'none', 'auto', 'required' or "
                        "{\"type\": \"function\", \"function\": {\"name\": …}}", param="tool_choice")

@@ -1,0 +1,149 @@
+"""``tool_choice`` "auto": tool calls in the model's own format, read out of its text (``--tool-call-parser``).
+
+A model trained for tool calling writes each call between markers of its own, among ordinary text; the parser
+named at start-up knows those markers. Each request's output is constrained, with a structural tag
+(:class:`accelkit.serve.sampling.StructuredOutputs`), so that once the model opens a call the rest of it is
+written as the format says: the call's header naming one of the request's tools, arguments valid under that tool's
+``parameters``, the closing marker. The model still decides whether to call at all — the text outside calls is
+free — and the calls are then read back out of the text, here.
+
+``hermes`` is the format of Hermes 2/3, Qwen2.5, Qwen3 and QwQ (vLLM's ``hermes`` parser)::
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+:class:`CallScanner` reads a text, whole or as it streams, into content and calls: a complete call to a tool the
+request gave becomes a call; anything else — text outside calls, a call cut short by ``max_tokens``, a call the
+model wrote to an unknown tool or that is not JSON (possible only where the constraint was not in force) — stays
+content, as written. The content is stripped of the whitespace around it (a model puts newlines between calls).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class CallFormat:
+    """A model family's tool-call markup: ``start`` opens a call, ``end`` closes it; what lies between is
+    ``{"name": <name>, "arguments": <object>}``."""
+
+    name: str
+    start: str
+    end: str
+    header: str  # between start and the call's JSON (a newline for Hermes)
+    footer: str  # between the call's JSON and end
+
+    def begin(self, function: str) -> str:
+        """The text a call to ``function`` starts with, up to its arguments (a structural tag's ``begin``)."""
+        return f'{self.start}{self.header}{{"name": {json.dumps(function, ensure_ascii=False)}, "arguments": '
+
+    @property
+    def close(self) -> str:
+        """The text after a call's arguments (a structural tag's ``end``)."""
+        return f"}}{self.footer}{self.end}"
+
+    def structural_tag(self, functions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        """The structural tag that makes every call the model opens a whole call to one of ``functions``
+        ((name, parameters schema) each) with valid arguments."""
+        return {"structures": [{"begin": self.begin(name), "schema": parameters, "end": self.close}
+                               for name, parameters in functions],
+                "triggers": [self.start]}
+
+    def read(self, inner: str) -> tuple[str, Any] | None:
+        """(name, arguments) of a call whose text between the markers is ``inner``, or None where it is not one."""
+        try:
+            call = json.loads(inner)
+        except ValueError:
+            return None
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or "arguments" not in call:
+            return None
+        return call["name"], call["arguments"]
+
+
+#: the formats ``--tool-call-parser`` names (vLLM's parser names)
+FORMATS: dict[str, CallFormat] = {
+    "hermes": CallFormat("hermes", "<tool_call>", "</tool_call>", header="\n", footer="\n"),
+}
+
+
+@dataclass(slots=True)
+class CallScanner:
+    """Reads a model's output into content and calls, fed whole or in pieces as it is generated: :meth:`feed`
+    returns what is complete so far — ``("content", text)`` and ``("call", name, arguments JSON text)`` events in
+    the output's order — holding back only what may still become a call's start marker or trailing whitespace."""
+
+    fmt: CallFormat
+    names: frozenset[str]
+    _buffer: str = ""
+    _in_call: bool = False
+    _spaces: str = ""  # whitespace after the content given so far: given only when more content follows
+    _started: bool = False  # some content given (whitespace before it is dropped)
+    _events: list[tuple[str, ...]] = field(default_factory=list)
+
+    def feed(self, text: str, finished: bool) -> list[tuple[str, ...]]:
+        self._buffer += text
+        while self._step(finished):
+            pass
+        events, self._events = self._events, []
+        return events
+
+    def _step(self, finished: bool) -> bool:
+        """Take what can be decided from the buffer; True when something was taken and the rest may hold more."""
+        fmt = self.fmt
+        if not self._in_call:
+            at = self._buffer.find(fmt.start)
+            if at >= 0:
+                self._content(self._buffer[:at])
+                self._buffer, self._in_call = self._buffer[at + len(fmt.start):], True
+                return True
+            keep = 0 if finished else _held(self._buffer, fmt.start)
+            self._content(self._buffer[:len(self._buffer) - keep])
+            self._buffer = self._buffer[len(self._buffer) - keep:]
+            return False
+        at = self._buffer.find(fmt.end)
+        if at < 0:
+            if finished:  # a call cut short: its text as content
+                self._content(fmt.start + self._buffer)
+                self._buffer = ""
+            return False
+        inner, self._buffer, self._in_call = self._buffer[:at], self._buffer[at + len(fmt.end):], False
+        call = fmt.read(inner)
+        if call is None or call[0] not in self.names:
+            self._content(fmt.start + inner + fmt.end)
+        else:
+            self._events.append(("call", call[0], json.dumps(call[1], ensure_ascii=False)))
+        return True
+
+    def _content(self, text: str) -> None:
+        if not self._started:
+            text = text.lstrip()
+        body = text.rstrip()
+        if body:
+            self._events.append(("content", self._spaces + body))
+            self._spaces, self._started = "", True
+            text = text[len(body):]
+        if self._started:
+            self._spaces += text
+
+
+def _held(text: str, marker: str) -> int:
+    """The length of the longest end of ``text`` that begins ``marker`` (it may be the start of one)."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def split_calls(fmt: CallFormat, names: frozenset[str], text: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """A whole output's content (None when there is none) and its calls, (name, arguments JSON text) each."""
+    content, calls = [], []
+    for event in CallScanner(fmt, names).feed(text, True):
+        if event[0] == "content":
+            content.append(event[1])
+        else:
+            calls.append((event[1], event[2]))
+    return "".join(content) or None, calls

@@ -1,0 +1,107 @@
+"""tool_choice "auto" with ``--tool-call-parser hermes``, through the real server and the official openai client: a
+random tiny Llama whose byte-level tokenizer has Qwen's ``<tool_call>`` and ``</tool_call>`` as ordinary added
+tokens. ``logit_bias`` on ``<tool_call>`` makes the model open calls (a random model seldom would); everything after
+the marker is the constraint's doing, and each call's arguments are checked against its tool's schema."""
+
+import httpx
+import openai
+import pytest
+from transformers import AutoTokenizer
+
+from accelkit.serve.testing import save_bytelevel_model
+from tests.integration.serve_server_util import running_server
+from tests.integration.test_serve_tool_calls import MESSAGES, SCHEMAS, TEMPLATE, TOOLS, check_call
+
+SEEDS = range(3)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    model_dir = save_bytelevel_model(tmp_path_factory.mktemp("auto") / "m", seed=4,
+                                     added_tokens=("<tool_call>", "</tool_call>"))
+    opened = AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids("<tool_call>")
+    with running_server(str(model_dir), max_model_len=512,
+                        server={"chat_template": TEMPLATE, "tool_call_parser": "hermes"}) as (url, _):
+        yield url, opened
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=f"{served[0]}/v1", api_key="unused", timeout=120, max_retries=0)
+
+
+def ask(client, served, **kwargs):
+    """A chat request with the tools and tool_choice left at its default ("auto"), the model pushed to open calls."""
+    kwargs.setdefault("logit_bias", {str(served[1]): 100})
+    return client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS, temperature=1.0, **kwargs)
+
+
+def test_every_call_the_model_opens_is_a_whole_call_to_a_given_tool_with_valid_arguments(client, served):
+    names = set()
+    for seed in SEEDS:
+        choice = ask(client, served, max_tokens=160, seed=seed).choices[0]
+        assert choice.message.tool_calls, choice
+        for call in choice.message.tool_calls:
+            check_call(call)
+            names.add(call.function.name)
+        # the model opens call after call: the last is cut short by max_tokens, and stays text, as written
+        assert choice.finish_reason == "length", choice
+        assert choice.message.content is None or choice.message.content.startswith("<tool_call>"), choice
+    assert names == set(SCHEMAS)
+
+
+def test_a_reply_that_ends_after_its_call_finishes_with_tool_calls(client, served):
+    """Stopped at the call's closing marker (kept in the text): one call, no content, finish_reason tool_calls."""
+    for seed in SEEDS:
+        choice = ask(client, served, max_tokens=160, seed=seed, stop=["</tool_call>"],
+                     extra_body={"include_stop_str_in_output": True}).choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None, choice
+        assert len(choice.message.tool_calls) == 1
+        check_call(choice.message.tool_calls[0])
+
+
+def test_streamed_content_and_calls_join_to_the_non_streamed_ones(client, served):
+    for seed in SEEDS:
+        whole = ask(client, served, max_tokens=120, seed=seed).choices[0]
+        content, calls, reason = "", {}, None
+        for chunk in ask(client, served, max_tokens=120, seed=seed, stream=True):
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+                for delta in choice.delta.tool_calls or ():
+                    if delta.id is not None:
+                        calls[delta.index] = [delta.id, delta.function.name, ""]
+                    calls[delta.index][2] += delta.function.arguments or ""
+                reason = choice.finish_reason or reason
+        assert reason == whole.finish_reason
+        assert (content or None) == whole.message.content
+        assert [(name, arguments) for _, name, arguments in calls.values()] == \
+            [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+        assert len({call_id for call_id, _, _ in calls.values()}) == len(calls)
+
+
+def test_tool_choice_none_leaves_the_text_unconstrained_and_unread(client, served):
+    choice = ask(client, served, max_tokens=40, seed=0, tool_choice="none").choices[0]
+    assert choice.message.tool_calls is None and "<tool_call>" in choice.message.content, choice
+
+
+def test_required_and_named_choices_are_served_as_without_a_parser(client, served):
+    named = ask(client, served, max_tokens=128, seed=0, logit_bias=None,
+                tool_choice={"type": "function", "function": {"name": "add"}}).choices[0]
+    assert named.finish_reason == "stop" and len(named.message.tool_calls) == 1
+    check_call(named.message.tool_calls[0], "add")
+
+
+@pytest.mark.parametrize(("body", "param", "words"), [
+    ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format", "tool_choice 'none'"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}}}}]}, "tools",
+     "tool_choice 'auto': the JSON Schema keyword uniqueItems (at tools[0].function.parameters.properties.n)"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "integer", "minimum": 5, "maximum": 1}}}]}, "tools", "tools[0].function.parameters: "),
+])
+def test_bad_auto_requests_are_400s_naming_the_field(served, body, param, words):
+    r = httpx.post(f"{served[0]}/v1/chat/completions", json={"model": "tiny", "messages": MESSAGES, "max_tokens": 8,
+                                                              **body}, timeout=120)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and words in error["message"], error

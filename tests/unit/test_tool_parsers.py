@@ -1,0 +1,128 @@
+"""tool_choice "auto": reading calls in a model's own format out of its text (``tool_parsers``), whole and as it
+streams, and the 400s of a request whose tools the constraint cannot take."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accelkit.serve.sampling import structural_tags
+from accelkit.serve.server.errors import APIError
+from accelkit.serve.server.tool_parsers import FORMATS, CallScanner, split_calls
+from accelkit.serve.server.tools import ToolCallDeltas, tool_calling
+
+HERMES = FORMATS["hermes"]
+NAMES = frozenset({"get_weather", "add"})
+
+
+def call(name: str, arguments: object) -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+def test_calls_are_read_out_of_the_text_and_the_rest_is_the_content() -> None:
+    text = f"  Let me check.\n{call('get_weather', {'city': 'Paris'})}\n{call('add', {'a': 1, 'b': 2})}\n"
+    content, calls = split_calls(HERMES, NAMES, text)
+    assert content == "Let me check."
+    assert calls == [("get_weather", '{"city": "Paris"}'), ("add", '{"a": 1, "b": 2}')]
+    assert split_calls(HERMES, NAMES, call("add", {}) + "\n ") == (None, [("add", "{}")])
+    assert split_calls(HERMES, NAMES, "no calls,\n just text ") == ("no calls,\n just text", [])
+    assert split_calls(HERMES, NAMES, "") == (None, [])
+
+
+@pytest.mark.parametrize("bad", [
+    call("mul", {"a": 1}),  # a tool the request does not have
+    '<tool_call>\n{"name": "add", "arguments": {"a": 1\n</tool_call>',  # not JSON
+    '<tool_call>\n{"name": "add"}\n</tool_call>',  # no arguments
+    '<tool_call>\n["add"]\n</tool_call>',
+    '<tool_call>\n{"name": "add", "arguments": {"a"',  # cut short by max_tokens
+])
+def test_what_is_not_a_whole_call_to_a_given_tool_stays_in_the_content_as_written(bad: str) -> None:
+    content, calls = split_calls(HERMES, NAMES, f"before {call('add', {'a': 1})} {bad}")
+    assert calls == [("add", '{"a": 1}')] and content == f"before  {bad}"
+
+
+def test_a_call_the_model_writes_verbatim_gives_its_arguments_back_as_json_text() -> None:
+    """Non-ASCII stays as written (ensure_ascii off), as vLLM's hermes parser returns it."""
+    _, calls = split_calls(HERMES, NAMES, call("get_weather", {"city": "Zürich"}))
+    assert calls == [("get_weather", '{"city": "Zürich"}')]
+
+
+PIECES = ["<tool_call>", "</tool_call>", "<tool", "_call>", "<", "/", ">", "\n", " ", "hi", "{", "}", '"name"', ": ",
+          '"add"', ", ", '"arguments"', '{"a": 1}', '{"name": "add", "arguments": {"a": 1}}', "é",
+          call("add", {"a": 1}), call("get_weather", {"city": " <tool"}), call("mul", {})]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=40), st.lists(st.integers(1, 12), min_size=1, max_size=40))
+def test_the_streamed_events_join_to_the_whole_texts(pieces: list[str], cuts: list[int]) -> None:
+    """Fed in any pieces, the scanner gives the same content and calls as the whole text: it holds back what may
+    still be the start of a marker, and whitespace that may still end the content."""
+    text = "".join(pieces)
+    scanner, content, calls, at, k = CallScanner(HERMES, NAMES), "", [], 0, 0
+    while at < len(text):
+        n = cuts[k % len(cuts)]
+        for event in scanner.feed(text[at:at + n], finished=False):
+            if event[0] == "content":
+                content += event[1]
+            else:
+                calls.append((event[1], event[2]))
+        at, k = at + n, k + 1
+    for event in scanner.feed("", finished=True):
+        content, calls = (content + event[1], calls) if event[0] == "content" else (content, [*calls, event[1:]])
+    whole = split_calls(HERMES, NAMES, text)
+    assert (content or None, calls) == whole, text
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+         {"type": "function", "function": {"name": "add"}}]
+
+
+def test_auto_with_a_parser_constrains_each_call_to_a_given_tool() -> None:
+    """The structural tag: one structure per tool, in the model's format, opened by its call marker; a tool without
+    parameters takes an empty object."""
+    calling = tool_calling(TOOLS, None, parallel_tool_calls=None, call_format=HERMES)
+    assert calling is not None and calling.kind == "auto" and calling.names == NAMES
+    assert calling.spec().structural_tag is not None
+    structures = structural_tags(json.loads(calling.spec().structural_tag))
+    assert structures == [
+        ("<tool_call>", '<tool_call>\n{"name": "get_weather", "arguments": ', TOOLS[0]["function"]["parameters"],
+         "}\n</tool_call>"),
+        ("<tool_call>", '<tool_call>\n{"name": "add", "arguments": ', {"type": "object", "properties": {}},
+         "}\n</tool_call>")]
+    assert tool_calling(TOOLS, "none", parallel_tool_calls=None, call_format=HERMES) is None
+    assert tool_calling(None, "auto", parallel_tool_calls=None, call_format=HERMES) is None
+    many = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(257)]
+    with pytest.raises(APIError, match=r"^tools has 257 functions; tool_choice 'auto' constrains at most 256"):
+        tool_calling(many, "auto", parallel_tool_calls=None, call_format=HERMES)
+    assert tool_calling(many[:256], "auto", parallel_tool_calls=None, call_format=HERMES) is not None
+    with pytest.raises(APIError, match=r"tools\[1\]\.function\.name"):
+        tool_calling([TOOLS[0], {"type": "function", "function": {}}], "auto", parallel_tool_calls=None,
+                     call_format=HERMES)
+
+
+def test_a_constraint_error_names_the_tool() -> None:
+    calling = tool_calling(TOOLS, "auto", parallel_tool_calls=None, call_format=HERMES)
+    assert calling is not None
+    message = ("structured_outputs.structural_tag: the JSON Schema keyword uniqueItems (at "
+               "structures[1].schema.properties.n) cannot be enforced")
+    assert calling.error_message(message) == ("tool_choice 'auto': the JSON Schema keyword uniqueItems (at "
+                                              "tools[1].function.parameters.properties.n) cannot be enforced")
+
+
+def test_streamed_deltas_give_content_then_each_call_with_its_own_index() -> None:
+    calling = tool_calling(TOOLS, "auto", parallel_tool_calls=None, call_format=HERMES)
+    assert calling is not None
+    deltas = ToolCallDeltas(calling)
+    text = f"Sure. {call('add', {'a': 1})}{call('get_weather', {'city': 'Oslo'})}"
+    out = [d for i in range(0, len(text), 5) for d in deltas.step(text[i:i + 5], False)] + deltas.step("", True)
+    assert "".join(d.get("content", "") for d in out) == "Sure."
+    headers = [d["tool_calls"][0] for d in out if "id" in d.get("tool_calls", [{}])[0]]
+    assert [(h["index"], h["function"]["name"]) for h in headers] == [(0, "add"), (1, "get_weather")]
+    assert len({h["id"] for h in headers}) == 2
+    arguments = [d["tool_calls"][0]["function"]["arguments"] for d in out if "tool_calls" in d]
+    assert "".join(arguments) == '{"a": 1}{"city": "Oslo"}'
+    assert deltas.finish_reason("stop") == "tool_calls" and deltas.finish_reason("length") == "length"
