@@ -1,7 +1,8 @@
-"""tool_choice "auto" with ``--tool-call-parser hermes``, through the real server and the official openai client: a
-random tiny Llama whose byte-level tokenizer has Qwen's ``<tool_call>`` and ``</tool_call>`` as ordinary added
-tokens. ``logit_bias`` on ``<tool_call>`` makes the model open calls (a random model seldom would); everything after
-the marker is the constraint's doing, and each call's arguments are checked against its tool's schema."""
+"""tool_choice "auto" with ``--tool-call-parser``, through the real server and the official openai client: a random
+tiny Llama whose byte-level tokenizer has the format's call start as an ordinary added token — Qwen's
+``<tool_call>`` and ``</tool_call>`` are such tokens (hermes); Llama's ``{"name": `` is text (llama3_json), made a
+token here only so that ``logit_bias`` can make the model open calls (a random model seldom would). Everything
+after the start is the constraint's doing, and each call's arguments are checked against its tool's schema."""
 
 import httpx
 import openai
@@ -15,14 +16,17 @@ from tests.integration.test_serve_tool_calls import MESSAGES, SCHEMAS, TEMPLATE,
 SEEDS = range(3)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    model_dir = save_bytelevel_model(tmp_path_factory.mktemp("auto") / "m", seed=4,
-                                     added_tokens=("<tool_call>", "</tool_call>"))
-    opened = AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids("<tool_call>")
+ADDED = {"hermes": ("<tool_call>", "</tool_call>"), "llama3_json": ('{"name": ',)}
+
+
+@pytest.fixture(scope="module", params=list(ADDED))
+def served(request, tmp_path_factory):
+    """(the server's URL, the id of the token that opens a call, the parser's name)."""
+    model_dir = save_bytelevel_model(tmp_path_factory.mktemp("auto") / "m", seed=4, added_tokens=ADDED[request.param])
+    opened = AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids(ADDED[request.param][0])
     with running_server(str(model_dir), max_model_len=512,
-                        server={"chat_template": TEMPLATE, "tool_call_parser": "hermes"}) as (url, _):
-        yield url, opened
+                        server={"chat_template": TEMPLATE, "tool_call_parser": request.param}) as (url, _):
+        yield url, opened, request.param
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +50,11 @@ def test_every_call_the_model_opens_is_a_whole_call_to_a_given_tool_with_valid_a
             names.add(call.function.name)
         # the model opens call after call: the last is cut short by max_tokens, and stays text, as written
         assert choice.finish_reason == "length", choice
-        assert choice.message.content is None or choice.message.content.startswith("<tool_call>"), choice
+        assert choice.message.content is None or choice.message.content.startswith(ADDED[served[2]][0]), choice
     assert names == set(SCHEMAS)
 
 
+@pytest.mark.parametrize("served", ["hermes"], indirect=True)  # (a llama3_json call has no closing marker)
 def test_a_reply_that_ends_after_its_call_finishes_with_tool_calls(client, served):
     """Stopped at the call's closing marker (kept in the text): one call, no content, finish_reason tool_calls."""
     for seed in SEEDS:
@@ -81,7 +86,7 @@ def test_streamed_content_and_calls_join_to_the_non_streamed_ones(client, served
 
 def test_tool_choice_none_leaves_the_text_unconstrained_and_unread(client, served):
     choice = ask(client, served, max_tokens=40, seed=0, tool_choice="none").choices[0]
-    assert choice.message.tool_calls is None and "<tool_call>" in choice.message.content, choice
+    assert choice.message.tool_calls is None and ADDED[served[2]][0] in choice.message.content, choice
 
 
 def test_required_and_named_choices_are_served_as_without_a_parser(client, served):

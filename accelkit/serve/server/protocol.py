@@ -458,7 +458,7 @@ class ChatCompletionRequest(_Sampling):
         if self.tools and self.tool_choice in (None, "auto") and self._call_format is None:
             return "tool_choice", ("tool_choice 'auto' (the default with tools) needs the model's tool-call format, "
                                    "and this server was started without one; start it with --tool-call-parser "
-                                   "(hermes: Qwen2.5, Qwen3, Hermes), or send tool_choice 'required' or "
+                                   "(hermes: Qwen2.5, Qwen3, Hermes; llama3_json: Llama 3.1-3.3), or send tool_choice 'required' or "
                                    "{\"type\": \"function\", \"function\": {\"name\": …}} (the output is then "
                                    "constrained to the call), or 'none'")
         if self.functions:

@@ -13,6 +13,9 @@ free — and the calls are then read back out of the text, here.
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
 
+``llama3_json`` is Llama 3.1–3.3's JSON tool calling (vLLM's ``llama3_json``): the call is the JSON object itself,
+``{"name": "get_weather", "parameters": {"city": "Paris"}}``, several separated by ``;``.
+
 :class:`CallScanner` reads a text, whole or as it streams, into content and calls: a complete call to a tool the
 request gave becomes a call; anything else — text outside calls, a call cut short by ``max_tokens``, a call the
 model wrote to an unknown tool or that is not JSON (possible only where the constraint was not in force) — stays
@@ -28,23 +31,28 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class CallFormat:
-    """A model family's tool-call markup: ``start`` opens a call, ``end`` closes it; what lies between is
-    ``{"name": <name>, "arguments": <object>}``."""
+    """A model family's tool-call markup. A call is ``prefix``, the JSON object ``{"name": <name>, <arguments_key>:
+    <object>}`` and ``suffix``; ``start`` — the text that opens one — begins ``prefix`` or, where there is none,
+    the object itself. ``end``: the marker that closes a call (Hermes' ``</tool_call>``); none where a call ends
+    with its JSON object (Llama's)."""
 
     name: str
     start: str
-    end: str
-    header: str  # between start and the call's JSON (a newline for Hermes)
-    footer: str  # between the call's JSON and end
+    prefix: str
+    suffix: str
+    end: str | None
+    arguments_key: str = "arguments"
+    separator: str = ""  # text the model writes between calls, not content (Llama's ";")
 
     def begin(self, function: str) -> str:
         """The text a call to ``function`` starts with, up to its arguments (a structural tag's ``begin``)."""
-        return f'{self.start}{self.header}{{"name": {json.dumps(function, ensure_ascii=False)}, "arguments": '
+        name = json.dumps(function, ensure_ascii=False)
+        return f'{self.prefix}{{"name": {name}, {json.dumps(self.arguments_key)}: '
 
     @property
     def close(self) -> str:
         """The text after a call's arguments (a structural tag's ``end``)."""
-        return f"}}{self.footer}{self.end}"
+        return "}" + self.suffix
 
     def structural_tag(self, functions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         """The structural tag that makes every call the model opens a whole call to one of ``functions``
@@ -53,20 +61,24 @@ class CallFormat:
                                for name, parameters in functions],
                 "triggers": [self.start]}
 
-    def read(self, inner: str) -> tuple[str, Any] | None:
-        """(name, arguments) of a call whose text between the markers is ``inner``, or None where it is not one."""
-        try:
-            call = json.loads(inner)
-        except ValueError:
+    def read(self, call: Any) -> tuple[str, Any] | None:
+        """(name, arguments) of a call's JSON object, or None where it is not one (the arguments under
+        ``arguments_key``, or under "arguments"/"parameters", as vLLM's parsers take either)."""
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return None
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or "arguments" not in call:
-            return None
-        return call["name"], call["arguments"]
+        key = next((k for k in (self.arguments_key, "arguments", "parameters") if k in call), None)
+        return None if key is None else (call["name"], call[key])
 
 
 #: the formats ``--tool-call-parser`` names (vLLM's parser names)
 FORMATS: dict[str, CallFormat] = {
-    "hermes": CallFormat("hermes", "<tool_call>", "</tool_call>", header="\n", footer="\n"),
+    # Hermes 2/3, Qwen2.5, Qwen3, QwQ: <tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>
+    "hermes": CallFormat("hermes", "<tool_call>", prefix="<tool_call>\n", suffix="\n</tool_call>",
+                         end="</tool_call>"),
+    # Llama 3.1, 3.2, 3.3 (JSON tool calling): {"name": …, "parameters": {…}}, several separated by ";" (the
+    # <|python_tag|> some put first is a special token, not in the text)
+    "llama3_json": CallFormat("llama3_json", '{"name": ', prefix="", suffix="", end=None,
+                              arguments_key="parameters", separator=";"),
 }
 
 
@@ -82,6 +94,7 @@ class CallScanner:
     _in_call: bool = False
     _spaces: str = ""  # whitespace after the content given so far: given only when more content follows
     _started: bool = False  # some content given (whitespace before it is dropped)
+    _after_call: bool = False  # a call just closed: a separator may follow
     _events: list[tuple[str, ...]] = field(default_factory=list)
 
     def feed(self, text: str, finished: bool) -> list[tuple[str, ...]]:
@@ -94,6 +107,11 @@ class CallScanner:
     def _step(self, finished: bool) -> bool:
         """Take what can be decided from the buffer; True when something was taken and the rest may hold more."""
         fmt = self.fmt
+        if self._after_call and fmt.separator:  # a separator after a call (and the spaces before it) is no content
+            self._buffer = self._buffer.lstrip()
+            if not self._buffer and not finished:
+                return False
+            self._buffer, self._after_call = self._buffer.removeprefix(fmt.separator), False
         if not self._in_call:
             at = self._buffer.find(fmt.start)
             if at >= 0:
@@ -104,19 +122,39 @@ class CallScanner:
             self._content(self._buffer[:len(self._buffer) - keep])
             self._buffer = self._buffer[len(self._buffer) - keep:]
             return False
-        at = self._buffer.find(fmt.end)
-        if at < 0:
+        whole = self._whole_call()
+        if whole is None:
             if finished:  # a call cut short: its text as content
                 self._content(fmt.start + self._buffer)
                 self._buffer = ""
             return False
-        inner, self._buffer, self._in_call = self._buffer[:at], self._buffer[at + len(fmt.end):], False
-        call = fmt.read(inner)
+        length, document = whole
+        text, self._buffer, self._in_call = fmt.start + self._buffer[:length], self._buffer[length:], False
+        self._after_call = True
+        call = fmt.read(document)
         if call is None or call[0] not in self.names:
-            self._content(fmt.start + inner + fmt.end)
+            self._content(text)
         else:
             self._events.append(("call", call[0], json.dumps(call[1], ensure_ascii=False)))
         return True
+
+    def _whole_call(self) -> tuple[int, Any] | None:
+        """(the length of the call in the buffer after its start, its JSON document — None where it is not JSON)
+        once the call is closed; None while it is open."""
+        fmt = self.fmt
+        if fmt.end is not None:  # closed by its end marker
+            at = self._buffer.find(fmt.end)
+            if at < 0:
+                return None
+            try:
+                return at + len(fmt.end), json.loads(self._buffer[:at])  # (the newlines around it: JSON's spaces)
+            except ValueError:
+                return at + len(fmt.end), None
+        try:  # closed where its JSON object ends (the start is the object's beginning)
+            document, length = json.JSONDecoder().raw_decode(fmt.start + self._buffer)
+        except ValueError:  # (not yet whole — or never, which the end of the output shows)
+            return None
+        return length - len(fmt.start), document
 
     def _content(self, text: str) -> None:
         if not self._started:
