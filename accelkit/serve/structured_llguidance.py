@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -106,14 +106,19 @@ def _one_line(error: str, schema: Any = None, *, tag_grammar: str | None = None)
     return (named or first)[:400]
 
 
-def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special: dict[str, int]) -> str:
+def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special: dict[str, int],
+                        eos_token_ids: Iterable[int] = ()) -> str:
     """A structural tag as llguidance's Lark: free text (``TAG_TEXT``), in which each structure's trigger begins
     it — a lazy lexeme, so the text ends at the trigger's first occurrence —, then the rest of its begin, its schema
     (``%json``, objects closed, JSON's whitespace) and its end. llguidance's own ``StructTag.to_grammar`` writes the
     same but refers to a special token only as a whole ``<…>`` trigger: here every occurrence of an added token
     llguidance matches as a token (``special``: its text → id) in a trigger, begin or end is that token (``<[id]>``),
     as the model writes it — Qwen's ``</tool_call>`` at the end of a call, Mistral's ``[TOOL_CALLS]`` as a trigger.
-    ValueError where a trigger holds such a token among other text (a lazy trigger is matched as text)."""
+    ValueError where a trigger holds such a token among other text (a lazy trigger is matched as text).
+
+    Those tokens are no text to llguidance, so the free text matches none of them: a rule of its own lets the model
+    write them between calls (``free_token``) — Qwen3's ``</think>``, that ends its thinking before it answers —,
+    all but the triggers' and EOS (which ends the output, as in any grammar)."""
     found = re.compile("|".join(map(re.escape, sorted(special, key=len, reverse=True)))) if special else None
 
     def items(text: str) -> str:
@@ -137,8 +142,13 @@ def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special
                              "rest part of the begin")
         else:
             rules += [f"tag_{i}_trigger[lazy]: TAG_TEXT {json.dumps(trigger)}", f"tag_{i}: tag_{i}_trigger {body}"]
-    alternatives = " | ".join(f"tag_{i}" for i in range(len(structures)))
-    return "\n".join(["%llguidance {}", f"start: ({alternatives})* tag_end", "tag_end: TAG_TEXT",
+    alternatives = [f"tag_{i}" for i in range(len(structures))]
+    triggers = {special[trigger] for trigger, *_ in structures if trigger in special}
+    free = sorted(set(special.values()) - triggers - set(eos_token_ids))
+    if free:
+        alternatives.append("free_token")
+        rules.append(f"free_token: TAG_TEXT <[{','.join(map(str, free))}]>")
+    return "\n".join(["%llguidance {}", f"start: ({' | '.join(alternatives)})* tag_end", "tag_end: TAG_TEXT",
                       "TAG_TEXT: /(.|\\n)*/", *rules]) + "\n"
 
 
@@ -255,7 +265,7 @@ class LLGuidanceBackend:
             return str(llg.LLMatcher.grammar_from_regex(spec.regex))
         if kind == "structural_tag":
             return str(llg.LLMatcher.grammar_from_lark(structural_tag_lark(structural_tags(schema),
-                                                                           self.added_token_ids)))
+                                                                           self.added_token_ids, self.eos_token_ids)))
         assert spec.grammar is not None
         return str(llg.grammar_from("grammar", spec.grammar))
 

@@ -832,3 +832,16 @@ def test_a_structural_tags_schema_error_names_its_structure(schema: Any, said: s
     with pytest.raises(ValueError) as caught:
         backend().compile(StructuredOutputs(structural_tag=tag))
     assert said in str(caught.value) and "\n" not in str(caught.value), caught.value
+
+
+def test_the_free_text_of_a_structural_tag_takes_the_added_tokens_but_its_triggers() -> None:
+    """llguidance matches an added token as a token, never as text: the free text refused every one, so a Qwen3 model
+    given tools could never write its </think> and close its thinking. A trigger token still opens a call."""
+    qwen = {"structures": [{"begin": '<tool_call>\n{"name": "f", "arguments": ', "schema": CALL, "end": "}\n</tool_call>"}],
+            "triggers": ["<tool_call>"]}
+    tok = with_added_tokens(False, "<tool_call>", "</tool_call>", "<think>", "</think>")
+    opened, closed, think, thought = tok.convert_tokens_to_ids(["<tool_call>", "</tool_call>", "<think>", "</think>"])
+    grammar = LLGuidanceBackend(tok, VOCAB_SIZE, [EOS]).compile(StructuredOutputs(structural_tag=qwen))
+    assert grammar.matcher().accept_tokens([think, *tok.encode("hmm"), thought, *tok.encode(" ok "), opened,
+                                            *tok.encode('\n{"name": "f", "arguments": {"n": 1}}\n'), closed, EOS])
+    assert not grammar.matcher().accept_tokens([thought, opened, *tok.encode("free text")])
