@@ -107,7 +107,7 @@ def _one_line(error: str, schema: Any = None, *, tag_grammar: str | None = None)
 
 
 def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special: dict[str, int],
-                        eos_token_ids: Iterable[int] = ()) -> str:
+                        text_token_ids: Iterable[int] = ()) -> str:
     """A structural tag as llguidance's Lark: free text (``TAG_TEXT``), in which each structure's trigger begins
     it — a lazy lexeme, so the text ends at the trigger's first occurrence —, then the rest of its begin, its schema
     (``%json``, objects closed, JSON's whitespace) and its end. llguidance's own ``StructTag.to_grammar`` writes the
@@ -117,8 +117,9 @@ def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special
     ValueError where a trigger holds such a token among other text (a lazy trigger is matched as text).
 
     Those tokens are no text to llguidance, so the free text matches none of them: a rule of its own lets the model
-    write them between calls (``free_token``) — Qwen3's ``</think>``, that ends its thinking before it answers —,
-    all but the triggers' and EOS (which ends the output, as in any grammar)."""
+    write those of ``text_token_ids`` — the added tokens the tokenizer does not mark special, which are in the
+    text — between calls (``free_token``), all but the triggers: Qwen3's ``</think>``, that ends its thinking
+    before it answers."""
     found = re.compile("|".join(map(re.escape, sorted(special, key=len, reverse=True)))) if special else None
 
     def items(text: str) -> str:
@@ -144,7 +145,7 @@ def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special
             rules += [f"tag_{i}_trigger[lazy]: TAG_TEXT {json.dumps(trigger)}", f"tag_{i}: tag_{i}_trigger {body}"]
     alternatives = [f"tag_{i}" for i in range(len(structures))]
     triggers = {special[trigger] for trigger, *_ in structures if trigger in special}
-    free = sorted(set(special.values()) - triggers - set(eos_token_ids))
+    free = sorted(set(text_token_ids) & set(special.values()) - triggers)
     if free:
         alternatives.append("free_token")
         rules.append(f"free_token: TAG_TEXT <[{','.join(map(str, free))}]>")
@@ -234,8 +235,12 @@ class LLGuidanceBackend:
                                                       eos_token=sorted(int(t) for t in eos_token_ids))
         # the added tokens llguidance matches as tokens, not as their text (every added token it calls special,
         # Qwen's <tool_call> among them though its tokenizer marks it special=False): a structural tag refers to these
-        self.added_token_ids = {t.content: int(i) for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
+        added = getattr(tokenizer, "added_tokens_decoder", {})
+        self.added_token_ids = {t.content: int(i) for i, t in added.items()
                                if int(i) < vocab_size and self.tokenizer.is_special_token(int(i))}
+        # those of them in the text (the tokenizer does not mark them special): Qwen3's <think> and </think>
+        self.text_token_ids = frozenset(int(i) for i, t in added.items()
+                                        if int(i) in self.added_token_ids.values() and not t.special)
         self.limits = llguidance.LLParserLimits(
             step_lexer_fuel=STEP_LEXER_FUEL, initial_lexer_fuel=INITIAL_LEXER_FUEL,
             max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE, verbose_errors=False,
@@ -265,7 +270,8 @@ class LLGuidanceBackend:
             return str(llg.LLMatcher.grammar_from_regex(spec.regex))
         if kind == "structural_tag":
             return str(llg.LLMatcher.grammar_from_lark(structural_tag_lark(structural_tags(schema),
-                                                                           self.added_token_ids, self.eos_token_ids)))
+                                                                           self.added_token_ids,
+                                                                           self.text_token_ids)))
         assert spec.grammar is not None
         return str(llg.grammar_from("grammar", spec.grammar))
 
