@@ -15,7 +15,8 @@ from accelkit.serve.sampling import SEED_MAX, SEED_MIN
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 AttentionBackendName = Literal["auto", "sdpa", "cpu", "triton"]
 StructuredOutputsBackendName = Literal["llguidance", "xgrammar"]
-ToolCallParserName = Literal["hermes", "llama3_json"]  # (tool_parsers.FORMATS: each has its format there)
+ToolCallParserName = Literal["hermes", "llama3_json"]
+ReasoningParserName = Literal["deepseek_r1", "qwen3"]  # (reasoning.REASONING_FORMATS)  # (tool_parsers.FORMATS: each has its format there)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,6 +141,12 @@ class ServerConfig(Spec):
         "</tool_call>); llama3_json = Llama 3.1-3.3 ({\"name\": …, \"parameters\": …}). Each call the model opens "
         "is constrained to a whole call to one of the request's tools with valid arguments, and returned as "
         "tool_calls. None: 'auto' with tools is a 400.",
+    )
+    reasoning_parser: ReasoningParserName | None = spec_field(
+        None, doc="Chat responses carry the model's thinking (<think>…</think>) as the message's reasoning (and "
+        "reasoning_content), apart from its content: deepseek_r1 = DeepSeek-R1 and distills, QwQ, Qwen3 "
+        "Thinking-2507 (everything before </think> is reasoning); qwen3 = Qwen3's hybrid models (reasoning only "
+        "when the output opens with <think>).",
     )
     enable_auto_tool_choice: bool = spec_field(
         False, doc="vLLM's flag, accepted so that vLLM command lines run: tool_choice 'auto' is served whenever "

@@ -1,5 +1,6 @@
 """tool_choice "auto": reading calls in a model's own format out of its text (``tool_parsers``), whole and as it
-streams, and the 400s of a request whose tools the constraint cannot take."""
+streams, and the 400s of a request whose tools the constraint cannot take; a reasoning model's thinking split from
+its answer (``reasoning``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from accelkit.serve.sampling import structural_tags
 from accelkit.serve.server.errors import APIError
+from accelkit.serve.server.reasoning import REASONING_FORMATS, ReasoningSplitter, split_reasoning
 from accelkit.serve.server.tool_parsers import FORMATS, CallScanner, split_calls
 from accelkit.serve.server.tools import ToolCallDeltas, tool_calling
 
@@ -144,3 +146,41 @@ def test_streamed_deltas_give_content_then_each_call_with_its_own_index() -> Non
     arguments = [d["tool_calls"][0]["function"]["arguments"] for d in out if "tool_calls" in d]
     assert "".join(arguments) == '{"a": 1}{"city": "Oslo"}'
     assert deltas.finish_reason("stop") == "tool_calls" and deltas.finish_reason("length") == "length"
+
+
+# ---- reasoning (--reasoning-parser) ------------------------------------------------------------------------------
+
+R1, QWEN3 = REASONING_FORMATS["deepseek_r1"], REASONING_FORMATS["qwen3"]
+
+
+@pytest.mark.parametrize(("fmt", "text", "split"), [
+    (R1, "<think>\nhmm</think>\n\nHello", ("\nhmm", "Hello")),
+    (R1, "hmm, let me see</think>Hello </think> x", ("hmm, let me see", "Hello </think> x")),  # (<think> in the prompt)
+    (R1, "still thinking when max_tokens cut it", ("still thinking when max_tokens cut it", "")),
+    (R1, "</think>  \n", (None, "")),
+    (QWEN3, "  <think>hmm</think>\n\nHello", ("hmm", "Hello")),
+    (QWEN3, "Hello</think>", (None, "Hello</think>")),  # (thinking off: no <think>, all content)
+    (QWEN3, "<think>cut short", ("cut short", "")),
+    (QWEN3, "", (None, "")),
+])
+def test_reasoning_is_split_from_the_answer(fmt, text: str, split: tuple[str | None, str]) -> None:
+    assert split_reasoning(fmt, text) == split
+
+
+RPIECES = ["<think>", "</think>", "<th", "ink>", "</", "think>", " ", "\n", "hm", "é", "<", "/", ">", "ok"]
+
+
+@pytest.mark.parametrize("fmt", [R1, QWEN3], ids=lambda f: f.name)
+@settings(max_examples=200, deadline=None)
+@given(pieces=st.lists(st.sampled_from(RPIECES), max_size=30),
+       cuts=st.lists(st.integers(1, 9), min_size=1, max_size=30))
+def test_streamed_reasoning_and_content_join_to_the_whole_split(fmt, pieces: list[str], cuts: list[int]) -> None:
+    text = "".join(pieces)
+    splitter, parts, at, k = ReasoningSplitter(fmt), {"reasoning": "", "content": ""}, 0, 0
+    while at < len(text):
+        for kind, part in splitter.feed(text[at:at + cuts[k % len(cuts)]], finished=False):
+            parts[kind] += part
+        at, k = at + cuts[k % len(cuts)], k + 1
+    for kind, part in splitter.feed("", finished=True):
+        parts[kind] += part
+    assert (parts["reasoning"] or None, parts["content"]) == split_reasoning(fmt, text), text

@@ -36,6 +36,7 @@ from accelkit.core.json_ints import max_int_digits, overlong_int
 from accelkit.serve.config import ServerConfig
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.server.errors import APIError, prompt_too_long, validation_message
+from accelkit.serve.server.reasoning import REASONING_FORMATS, ReasoningFormat
 from accelkit.serve.server.tool_parsers import FORMATS, CallFormat
 from accelkit.serve.server.tools import ToolCalling, tool_calling
 
@@ -426,6 +427,10 @@ class ChatCompletionRequest(_Sampling):
     functions: list[Any] | None = None
     function_call: Str | dict[str, Any] | None = Field(None, description="'none' or 'auto' only (no functions).")
     echo: Bool = Field(False, description="vLLM extension: only false.")
+    include_reasoning: Bool = Field(
+        True, description="vLLM extension: with a server started with --reasoning-parser, false leaves the model's "
+        "reasoning out of the response (it is generated all the same)."
+    )
     add_generation_prompt: Bool = Field(True, description="vLLM extension: end the rendered template with the assistant's turn header.")
     continue_final_message: Bool = Field(
         False, description="vLLM extension: render the last (assistant) message open, for the model to continue it; "
@@ -451,8 +456,22 @@ class ChatCompletionRequest(_Sampling):
     #: request: "auto" with tools needs it
     _call_format: CallFormat | None = PrivateAttr(None)
 
+    _reasoning_format: ReasoningFormat | None = PrivateAttr(None)  # (``--reasoning-parser``, set there too)
+
     def configure(self, config: ServerConfig) -> None:
         self._call_format = FORMATS[config.tool_call_parser] if config.tool_call_parser is not None else None
+        self._reasoning_format = (REASONING_FORMATS[config.reasoning_parser] if config.reasoning_parser is not None
+                                  else None)
+
+    @cached_property
+    def reasoning_format(self) -> ReasoningFormat | None:
+        """The server's reasoning format (``--reasoning-parser``), unless the output is constrained from its first
+        token — a structured output, a forced tool call —: that output is all answer."""
+        calling = self.tool_calling
+        if self._reasoning_format is None or (calling is not None and calling.kind != "auto") or \
+                _Sampling.structured(self) is not None:
+            return None
+        return self._reasoning_format
 
     def unsupported(self) -> tuple[str, str] | None:
         if self.tools and self.tool_choice in (None, "auto") and self._call_format is None:

@@ -8,20 +8,53 @@ from typing import Any
 
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.server.protocol import ChatCompletionRequest
+from accelkit.serve.server.reasoning import ReasoningFormat, ReasoningSplitter, split_reasoning
 from accelkit.serve.server.serving_engine import Disconnected, GenerationServing, StreamChoices, Submitted, usage
 from accelkit.serve.server.tools import ToolCallDeltas, ToolCalling
 
 
-def chat_message(out: RequestOutput, tools: ToolCalling | None) -> dict[str, Any]:
+def chat_message(out: RequestOutput, tools: ToolCalling | None, reasoning: ReasoningFormat | None = None, *,
+                 include_reasoning: bool = True) -> dict[str, Any]:
     """A chat choice's message and finish_reason: the output's text, or the tool calls it makes (with "auto", the
-    text around them too)."""
+    text around them too); with a ``reasoning`` format, the model's thinking apart, as ``reasoning`` (and vLLM's
+    older ``reasoning_content``)."""
+    text, thought = out.text, None
+    if reasoning is not None:
+        thought, text = split_reasoning(reasoning, text)
+    message: dict[str, Any] = {"role": "assistant", "content": text if reasoning is None else text or None}
+    reason = out.finish_reason
     if tools is not None:
-        content, calls = tools.message(out.text)
+        content, calls = tools.message(text)
+        message["content"] = content if calls is not None or reasoning is not None else content or ""
         if calls is not None:
-            return {"message": {"role": "assistant", "content": content, "tool_calls": calls},
-                    "finish_reason": tools.finish_reason(out.finish_reason, called=True)}
-        return {"message": {"role": "assistant", "content": content or ""}, "finish_reason": out.finish_reason}
-    return {"message": {"role": "assistant", "content": out.text}, "finish_reason": out.finish_reason}
+            message["tool_calls"] = calls
+            reason = tools.finish_reason(reason, called=True)
+    if reasoning is not None and include_reasoning:
+        message["reasoning"] = message["reasoning_content"] = thought
+    return {"message": message, "finish_reason": reason}
+
+
+class MessageDeltas:
+    """One streamed choice's ``delta`` objects past the role: with a reasoning format, the thinking as
+    ``reasoning`` (and ``reasoning_content``) deltas first; then content — or, with tools, :class:`ToolCallDeltas`'
+    content and calls. The deltas joined are the non-streamed message (:func:`chat_message`)."""
+
+    def __init__(self, tools: ToolCalling | None, reasoning: ReasoningFormat | None, include_reasoning: bool) -> None:
+        self.tools = ToolCallDeltas(tools) if tools is not None else None
+        self.splitter = ReasoningSplitter(reasoning) if reasoning is not None else None
+        self.include_reasoning = include_reasoning
+
+    def step(self, new_text: str, finished: bool) -> list[dict[str, Any]]:
+        parts = self.splitter.feed(new_text, finished) if self.splitter is not None else [("content", new_text)]
+        deltas = [{"reasoning": text, "reasoning_content": text} for kind, text in parts
+                  if kind == "reasoning" and self.include_reasoning]
+        content = "".join(text for kind, text in parts if kind == "content")  # (it follows all the reasoning)
+        if self.tools is not None:
+            return deltas + self.tools.step(content, finished)
+        return deltas + ([{"content": content}] if content else [])
+
+    def finish_reason(self, reason: str | None) -> str | None:
+        return self.tools.finish_reason(reason) if self.tools is not None else reason
 
 
 class ServingChat(GenerationServing[ChatCompletionRequest]):
@@ -45,7 +78,8 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
                  outs: dict[int, RequestOutput]) -> dict[str, Any]:
         want, tools = run.prepared.user_logprobs is not None, body.tool_calling
         prompt_lp = self.prompt_logprobs(body, run, last)
-        choices = [{"index": i, **chat_message(o, tools),
+        choices = [{"index": i, **chat_message(o, tools, body.reasoning_format,
+                                               include_reasoning=body.include_reasoning),
                     "logprobs": self.logprobs_format.chat(o.token_ids, o.logprobs or []) if want else None}
                    for i, o in sorted(outs.items())]
         data: dict[str, Any] = {"id": run.id, "object": "chat.completion", "created": run.created,
@@ -55,11 +89,12 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         return data
 
     def stream_choices(self, body: ChatCompletionRequest, run: Submitted) -> StreamChoices:
-        """The role first, then content deltas — or with tool_choice the
-        tool-call deltas, one chunk each (the logprobs on the first, the finish reason on the last)."""
-        tools, fmt = body.tool_calling, self.logprobs_format
+        """The role first, then content deltas — or with tool_choice the tool-call deltas, and with a reasoning
+        parser the reasoning deltas first —, one chunk each (the logprobs on the first, the finish reason on the
+        last)."""
+        tools, fmt, reasoning = body.tool_calling, self.logprobs_format, body.reasoning_format
         want = run.prepared.user_logprobs is not None
-        calls: dict[int, ToolCallDeltas] = {}  # with tool_choice: each choice's tool-call deltas
+        streams: dict[int, MessageDeltas] = {}  # with tools or a reasoning format: each choice's deltas
 
         def choices(index: int, out: RequestOutput, first: bool) -> Iterator[dict[str, Any]]:
             if first:  # the role goes out with the first engine output, as in vLLM: clients (vLLM's benchmark
@@ -71,11 +106,12 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
                 return
             reason = out.finish_reason if out.finished else None
             lp = fmt.chat(out.new_token_ids, new_logprobs) if new_logprobs is not None else None
-            if tools is None:
+            if tools is None and reasoning is None:
                 yield {"index": index, "delta": {"content": new_text} if new_text else {}, "logprobs": lp,
                        "finish_reason": reason}
                 return
-            stream = calls.setdefault(index, ToolCallDeltas(tools))
+            stream = streams.get(index) or streams.setdefault(
+                index, MessageDeltas(tools, reasoning, body.include_reasoning))
             deltas = stream.step(new_text, out.finished)
             if not deltas and lp is None and reason is None:
                 return

@@ -118,7 +118,7 @@ class CallScanner:
                 self._content(self._buffer[:at])
                 self._buffer, self._in_call = self._buffer[at + len(fmt.start):], True
                 return True
-            keep = 0 if finished else _held(self._buffer, fmt.start)
+            keep = 0 if finished else held_back(self._buffer, fmt.start)
             self._content(self._buffer[:len(self._buffer) - keep])
             self._buffer = self._buffer[len(self._buffer) - keep:]
             return False
@@ -168,7 +168,7 @@ class CallScanner:
             self._spaces += text
 
 
-def _held(text: str, marker: str) -> int:
+def held_back(text: str, marker: str) -> int:
     """The length of the longest end of ``text`` that begins ``marker`` (it may be the start of one)."""
     for n in range(min(len(text), len(marker) - 1), 0, -1):
         if marker.startswith(text[-n:]):

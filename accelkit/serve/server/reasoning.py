@@ -1,0 +1,99 @@
+"""A reasoning model's thinking, apart from its answer (``--reasoning-parser``): chat responses carry the text the
+model wrote between ``<think>`` and ``</think>`` as the message's ``reasoning`` (and ``reasoning_content``, the
+older name vLLM sent it under, which many clients still read), and only the rest as ``content``.
+
+Two formats, by vLLM's parser names:
+
+- ``deepseek_r1`` (DeepSeek-R1 and its distills, QwQ, Qwen3 "Thinking-2507" models, whose chat templates open
+  ``<think>`` in the prompt): everything up to the first ``</think>`` is reasoning (a ``<think>`` the model writes
+  first is dropped); an output that never closes its thinking — cut short by ``max_tokens`` — is all reasoning;
+- ``qwen3`` (Qwen3's hybrid models, where ``enable_thinking: false`` in ``chat_template_kwargs`` turns thinking
+  off): reasoning only when the output opens with ``<think>``; otherwise it is all content.
+
+:class:`ReasoningSplitter` splits a text whole or as it streams, and gives the same parts either way: it holds back
+only what may still be the start of a tag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from accelkit.serve.server.tool_parsers import held_back
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningFormat:
+    name: str
+    start: str = "<think>"
+    end: str = "</think>"
+    opened_by_start: bool = False  # reasoning only when the output opens with ``start`` (qwen3)
+
+
+#: the formats ``--reasoning-parser`` names (vLLM's parser names)
+REASONING_FORMATS: dict[str, ReasoningFormat] = {
+    "deepseek_r1": ReasoningFormat("deepseek_r1"),
+    "qwen3": ReasoningFormat("qwen3", opened_by_start=True),
+}
+
+
+@dataclass(slots=True)
+class ReasoningSplitter:
+    """Splits a model's output into ``("reasoning", text)`` and ``("content", text)`` events, fed whole or in
+    pieces (:meth:`feed`); the whitespace between ``</think>`` and the answer is dropped (models put a blank line
+    there)."""
+
+    fmt: ReasoningFormat
+    _buffer: str = ""
+    _state: str = "opening"  # opening (nothing decided yet) → reasoning → answer → content (its first text given)
+    _events: list[tuple[str, str]] = field(default_factory=list)
+
+    def feed(self, text: str, finished: bool) -> list[tuple[str, str]]:
+        self._buffer += text
+        while self._step(finished):
+            pass
+        events, self._events = self._events, []
+        return events
+
+    def _step(self, finished: bool) -> bool:
+        """Take what can be decided from the buffer; True when the state changed and the rest may hold more."""
+        fmt, buffer = self.fmt, self._buffer
+        if self._state == "opening":  # does the output open with <think>? (spaces before it do not count)
+            head = buffer.lstrip()
+            if head.startswith(fmt.start):
+                self._buffer, self._state = head[len(fmt.start):], "reasoning"
+                return True
+            if fmt.start.startswith(head) and not finished:
+                return False
+            self._state = "answer" if fmt.opened_by_start else "reasoning"
+            return True
+        if self._state == "reasoning":
+            at = buffer.find(fmt.end)
+            if at >= 0:
+                self._emit("reasoning", buffer[:at])
+                self._buffer, self._state = buffer[at + len(fmt.end):], "answer"
+                return True
+            keep = 0 if finished else held_back(buffer, fmt.end)
+            self._emit("reasoning", buffer[:len(buffer) - keep])
+            self._buffer = buffer[len(buffer) - keep:]
+            return False
+        if self._state == "answer":  # the whitespace before the answer's first text is dropped
+            self._buffer = buffer = buffer.lstrip()
+            if not buffer:
+                return False
+            self._state = "content"
+        self._emit("content", buffer)
+        self._buffer = ""
+        return False
+
+    def _emit(self, kind: str, text: str) -> None:
+        if text:
+            self._events.append((kind, text))
+
+
+def split_reasoning(fmt: ReasoningFormat, text: str) -> tuple[str | None, str]:
+    """A whole output's (reasoning — None when there is none —, content)."""
+    reasoning: list[str] = []
+    content: list[str] = []
+    for kind, part in ReasoningSplitter(fmt).feed(text, True):
+        (reasoning if kind == "reasoning" else content).append(part)
+    return "".join(reasoning) or None, "".join(content)

@@ -1,0 +1,128 @@
+"""``--reasoning-parser``, through the real server and the official openai client: a random tiny Llama whose
+byte-level tokenizer has ``<think>`` and ``</think>`` as ordinary added tokens (as Qwen3's and DeepSeek-R1's are),
+``logit_bias`` making ``</think>`` frequent. The same request through /v1/completions (the same prompt tokens and
+seed, no parser) gives the raw text: the chat message must be exactly its split."""
+
+import httpx
+import openai
+import pytest
+from transformers import AutoTokenizer
+
+from accelkit.serve.testing import save_bytelevel_model
+from tests.integration.serve_server_util import running_server
+from tests.integration.test_serve_tool_calls import MESSAGES, TEMPLATE, TOOLS, check_call
+
+SEEDS = range(4)
+
+
+@pytest.fixture(scope="module", params=["deepseek_r1", "qwen3"])
+def served(request, tmp_path_factory):
+    """(URL, logit_bias that makes </think> frequent and <think> come at times, the parser's name)."""
+    model_dir = save_bytelevel_model(tmp_path_factory.mktemp("think") / "m", seed=5,
+                                     added_tokens=("<think>", "</think>", "<tool_call>", "</tool_call>"))
+    ids = AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids(["<think>", "</think>"])
+    bias = {str(ids[0]): 4, str(ids[1]): 5}
+    server = {"chat_template": TEMPLATE, "reasoning_parser": request.param, "tool_call_parser": "hermes"}
+    with running_server(str(model_dir), max_model_len=512, server=server) as (url, _):
+        yield url, bias, request.param
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=f"{served[0]}/v1", api_key="unused", timeout=120, max_retries=0)
+
+
+def raw_text(served, seed: int, max_tokens: int) -> str:
+    """The chat request's output as plain text: its prompt's tokens through /v1/completions, same seed."""
+    url, bias, _ = served
+    prompt = httpx.post(f"{url}/tokenize", json={"messages": MESSAGES}, timeout=60).json()["tokens"]
+    r = httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": max_tokens,
+                                                  "seed": seed, "temperature": 1.0, "logit_bias": bias}, timeout=60)
+    return r.json()["choices"][0]["text"]
+
+
+def expected(parser: str, raw: str) -> tuple[str | None, str | None]:
+    """(reasoning, content) as the parser's rule says, written out plainly."""
+    head = raw.lstrip()
+    if head.startswith("<think>"):
+        raw = head[len("<think>"):]
+    elif parser == "qwen3":
+        return None, head or None
+    reasoning, _, content = raw.partition("</think>")
+    return reasoning or None, content.lstrip() or None
+
+
+def test_the_thinking_is_the_reasoning_and_the_rest_the_content(client, served):
+    kinds = set()
+    for seed in SEEDS:
+        raw = raw_text(served, seed, 24)
+        message = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=24, seed=seed,
+                                                 temperature=1.0, logit_bias=served[1]).choices[0].message
+        reasoning = message.model_extra["reasoning"]
+        assert (reasoning, message.content) == expected(served[2], raw), raw
+        assert message.model_extra["reasoning_content"] == reasoning
+        kinds.add((reasoning is not None, message.content is not None))
+    assert len(kinds) >= 2, kinds  # (the seeds give different splits: the test sees more than one case)
+
+
+def test_streamed_reasoning_and_content_join_to_the_non_streamed_ones(client, served):
+    for seed in SEEDS:
+        kwargs = dict(model="tiny", messages=MESSAGES, max_tokens=24, seed=seed, temperature=1.0,
+                      logit_bias=served[1])
+        whole = client.chat.completions.create(**kwargs).choices[0].message
+        reasoning, content, older = "", "", ""
+        for chunk in client.chat.completions.create(stream=True, **kwargs):
+            for choice in chunk.choices:
+                extra = choice.delta.model_extra or {}
+                reasoning += extra.get("reasoning") or ""
+                older += extra.get("reasoning_content") or ""
+                content += choice.delta.content or ""
+        assert (reasoning or None, content or None) == (whole.model_extra["reasoning"], whole.content)
+        assert older == reasoning
+
+
+def test_include_reasoning_false_leaves_it_out(client, served):
+    kwargs = dict(model="tiny", messages=MESSAGES, max_tokens=24, seed=1, temperature=1.0, logit_bias=served[1])
+    with_it = client.chat.completions.create(**kwargs).choices[0].message
+    without = client.chat.completions.create(extra_body={"include_reasoning": False}, **kwargs).choices[0].message
+    assert without.content == with_it.content and "reasoning" not in (without.model_extra or {})
+
+
+def test_a_constrained_output_is_all_answer(client, served):
+    """A structured output or a forced tool call is masked from its first token: no thinking to split off."""
+    choice = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=40, seed=0,
+                                            logit_bias=served[1], response_format={"type": "json_object"}).choices[0]
+    assert choice.message.content.startswith("{") and "reasoning" not in (choice.message.model_extra or {})
+    forced = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=128, seed=0, tools=TOOLS,
+                                            tool_choice={"type": "function", "function": {"name": "add"}})
+    assert forced.choices[0].message.tool_calls and "reasoning" not in (forced.choices[0].message.model_extra or {})
+
+
+def test_calls_are_read_from_the_answer_and_streamed_as_they_are_returned(client, served):
+    """With --tool-call-parser too: the reasoning is split off first, the calls are read from the answer; streamed,
+    the reasoning, content and calls join to the non-streamed message."""
+    call_id = httpx.post(f"{served[0]}/tokenize", json={"prompt": "<tool_call>", "add_special_tokens": False},
+                         timeout=60).json()["tokens"]
+    assert len(call_id) == 1
+    bias = {**served[1], str(call_id[0]): 3}
+    made = 0
+    for seed in SEEDS:
+        kwargs = dict(model="tiny", messages=MESSAGES, max_tokens=96, seed=seed, temperature=1.0, logit_bias=bias,
+                      tools=TOOLS)
+        whole = client.chat.completions.create(**kwargs).choices[0].message
+        reasoning, content, calls = "", "", {}
+        for chunk in client.chat.completions.create(stream=True, **kwargs):
+            for choice in chunk.choices:
+                reasoning += (choice.delta.model_extra or {}).get("reasoning") or ""
+                content += choice.delta.content or ""
+                for delta in choice.delta.tool_calls or ():
+                    if delta.id is not None:
+                        calls[delta.index] = [delta.function.name, ""]
+                    calls[delta.index][1] += delta.function.arguments or ""
+        assert (reasoning or None, content or None) == (whole.model_extra["reasoning"], whole.content)
+        assert [tuple(c) for c in calls.values()] == [(c.function.name, c.function.arguments)
+                                                     for c in whole.tool_calls or ()]
+        for call in whole.tool_calls or ():
+            check_call(call)
+        made += len(whole.tool_calls or ())
+    assert made >= 1
