@@ -44,10 +44,14 @@ from typing import Any, Literal, get_args
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from accelkit.serve.config import StructuredOutputsBackendName  # noqa: E402  (after the path)
+from accelkit.serve.server.tool_parsers import FORMATS  # noqa: E402
 
 BACKENDS = get_args(StructuredOutputsBackendName)  # (the engines accelkit serve offers)
 OUT = Path(__file__).resolve().parent / "results" / "structured_outputs_cpu.json"
 
+TOOL_WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+                                                "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}
+TOOL_ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -103,6 +107,10 @@ SPECS: dict[str, dict[str, Any]] = {
     "json_schema": {"json": SCHEMA},
     "json_schema_pydantic16": {"json": pydantic_schema()},
     "json_object": {"json_object": True},
+    # tool_choice "auto" under --tool-call-parser hermes: free text until the model opens a call (a random model
+    # seldom does: what this measures is the constraint in force while a model writes prose)
+    "tools_auto": {"structural_tag": FORMATS["hermes"].structural_tag([("get_weather", TOOL_WEATHER),
+                                                                      ("add", TOOL_ADD)])},
 }
 
 
