@@ -267,6 +267,11 @@ class SamplingParams(Spec):
         "(see StructuredOutputs); tokens that would leave the match are masked before sampling (greedy too), and "
         "EOS is allowed only where the text so far is a complete match. Not with min_tokens or allowed_token_ids.",
     )
+    structured_outputs_after_token_id: int | None = spec_field(
+        None, min=0, doc="With structured_outputs: the constraint starts after this token's first occurrence in the "
+        "output — a reasoning model's </think>: it thinks freely, then answers in the format (an output that never "
+        "writes the token is not constrained at all); None: from the first token.",
+    )
     logprobs: int | None = spec_field(
         None, min=0, max=MAX_LOGPROBS,
         doc=f"Return each generated token's log-probability and the k most likely ones (0..{MAX_LOGPROBS}); None = "
@@ -328,6 +333,9 @@ class SamplingParams(Spec):
             negative = next((t for t in self.allowed_token_ids if t < 0), None)
             if negative is not None:
                 raise ValueError(f"allowed_token_ids has the negative token id {negative}; token ids are >= 0")
+        if self.structured_outputs_after_token_id is not None and self.structured_outputs is None:
+            raise ValueError(f"structured_outputs_after_token_id={self.structured_outputs_after_token_id} needs "
+                             "structured_outputs (it says where their constraint starts); give both, or neither")
         if self.structured_outputs is not None:
             # the constraint decides where the output may end: min_tokens could forbid the only token left (EOS),
             # and allowed_token_ids could leave none of the tokens it allows; either would make a row all -inf

@@ -227,6 +227,8 @@ class Scheduler:
                 continue
             seq.token_ids.append(token_id)
             got_token.append(seq)
+            if token_id == seq.wake_token:  # (a reasoning model's </think>: its structured output starts now)
+                seq.wake_guide()
             if token_id in seq.stop_token_ids:
                 self.finish(seq, "stop")
             elif len(seq.token_ids) >= seq.max_num_tokens:

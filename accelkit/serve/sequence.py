@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+from typing import Any
 
 from accelkit.serve.sampling import SamplingParams
 
@@ -32,7 +33,8 @@ class Sequence:
         "first_scheduled_time", "first_token_time", "guide", "last_token_time", "logprobs", "max_num_tokens",
         "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks", "num_preemptions", "num_prompt_tokens",
         "order_key", "params", "priority", "prompt", "prompt_logprob_ranks", "prompt_logprobs", "request_id",
-        "sampling_extras", "seq_id", "status", "stop_reason", "stop_token_ids", "token_ids",
+        "sampling_extras", "seq_id", "sleeping_guide", "status", "stop_reason", "stop_token_ids", "token_ids",
+        "wake_token",
     )
 
     def __init__(
@@ -78,6 +80,10 @@ class Sequence:
         # with params.structured_outputs: its ``structured.RequestGuide`` (a matcher of the compiled grammar), set by
         # the engine when it accepts the request; the sampler masks this sequence's logits with it
         self.guide: object | None = None
+        # with params.structured_outputs_after_token_id: the guide sleeps here (the sequence samples unguided) until
+        # the output's first ``wake_token``, when ``wake_guide`` makes it ``guide`` (-1: none; one compare per token)
+        self.sleeping_guide: object | None = None
+        self.wake_token = -1
         # with params.logprobs: one (logprob of the sampled token, [(id, logprob) of the most likely]) per output
         # token, appended by the runner when it reads the sampled ids (grows by appends only, like token_ids)
         self.logprobs: list[tuple[float, list[tuple[int, float]]]] | None = (
@@ -126,6 +132,12 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
+
+    def wake_guide(self) -> None:
+        """The output's tokens from here on follow the guide (its grammar starts after the tokens so far)."""
+        guide: Any = self.sleeping_guide
+        guide.start_after(self.num_output_tokens)
+        self.guide, self.sleeping_guide, self.wake_token = guide, None, -1
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)

@@ -148,6 +148,11 @@ class RequestGuide:
         self.allowed_share += SAMPLE_FIRST_WEIGHT * (float(allowed) - self.allowed_share)
         self.grammar.first_draw_share += SAMPLE_FIRST_GRAMMAR_WEIGHT * (float(allowed) - self.grammar.first_draw_share)
 
+    def start_after(self, num_output_tokens: int) -> None:
+        """Let the grammar begin after the first ``num_output_tokens`` output tokens (a reasoning model's thinking,
+        :attr:`SamplingParams.structured_outputs_after_token_id`): they are not the matcher's."""
+        self.consumed = num_output_tokens
+
     def catch_up(self, token_ids: Sequence[int], num_prompt_tokens: int = 0) -> None:
         """Accept the output tokens (``token_ids`` past its first ``num_prompt_tokens``) sampled since the last
         call (usually one). After EOS (with ``ignore_eos`` the sequence goes on) the matcher is terminated and the

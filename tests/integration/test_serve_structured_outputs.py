@@ -331,3 +331,28 @@ def test_structured_outputs_draw_first_off_masks_every_guided_row_first(model_di
     sampler = off.engine.runner.sampler
     assert not sampler.draw_first and sampler.first_draws_allowed == sampler.first_draws_refused == 0
     assert all(re.fullmatch(REGEX, o.text) for o in outs if o.finish_reason == "stop"), outs
+
+
+def test_a_constraint_after_a_token_leaves_the_text_before_it_free(llm):
+    """structured_outputs_after_token_id (a reasoning model's </think>, under --reasoning-parser): the tokens up to
+    and including its first occurrence are drawn unguided, everything after matches the spec whole."""
+    tok = llm.engine.tokenizer
+    wake = tok.convert_tokens_to_ids(tok.tokenize(" the")[0])
+    eos = llm.engine.eos_token_ids
+    spec = StructuredOutputs(regex="[0-9]{3}")
+    params = [SamplingParams(temperature=1.0, seed=s, max_tokens=200, structured_outputs=spec,
+                             structured_outputs_after_token_id=wake,
+                             logit_bias={wake: 4.0, **{e: -100.0 for e in eos}}) for s in SEEDS]
+    free = ""
+    for out in llm.generate(["the answer:"] * len(params), params):
+        ids = out.outputs[0].token_ids
+        assert wake in ids, out
+        at = ids.index(wake)
+        assert re.fullmatch("[0-9]{3}", tok.decode(ids[at + 1:], skip_special_tokens=True)), out
+        free += tok.decode(ids[:at])
+    assert re.search("[^0-9]", free), free  # (before the token the mask was off: the random model's own text)
+    with pytest.raises(ValueError, match="needs structured_outputs"):
+        SamplingParams.greedy(4, structured_outputs_after_token_id=wake)
+    with pytest.raises(ValueError, match="structured_outputs_after_token_id has the token id 99999"):
+        llm.engine.add_request("x", SamplingParams.greedy(4, structured_outputs=spec,
+                                                           structured_outputs_after_token_id=99999))

@@ -97,3 +97,15 @@ def split_reasoning(fmt: ReasoningFormat, text: str) -> tuple[str | None, str]:
     for kind, part in ReasoningSplitter(fmt).feed(text, True):
         (reasoning if kind == "reasoning" else content).append(part)
     return "".join(reasoning) or None, "".join(content)
+
+
+def thinks_first(fmt: ReasoningFormat, prompt_ids: list[int], start_id: int, end_id: int) -> bool:
+    """Whether the output begins with thinking, as the prompt leaves it: the prompt opened ``<think>`` and did not
+    close it (DeepSeek-R1's, QwQ's and Qwen3-Thinking-2507's templates open it); closed it (Qwen3's template with
+    ``enable_thinking: false``) — no; neither — the model opens it itself, as deepseek_r1 takes for granted, and as
+    qwen3 cannot tell (Qwen3's hybrid models decide for themselves)."""
+    last_start = max((i for i, t in enumerate(prompt_ids) if t == start_id), default=-1)
+    last_end = max((i for i, t in enumerate(prompt_ids) if t == end_id), default=-1)
+    if last_start != last_end:
+        return last_start > last_end
+    return not fmt.opened_by_start

@@ -8,7 +8,7 @@ from typing import Any
 
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.server.protocol import ChatCompletionRequest
-from accelkit.serve.server.reasoning import ReasoningFormat, ReasoningSplitter, split_reasoning
+from accelkit.serve.server.reasoning import ReasoningFormat, ReasoningSplitter, split_reasoning, thinks_first
 from accelkit.serve.server.serving_engine import Disconnected, GenerationServing, StreamChoices, Submitted, usage
 from accelkit.serve.server.tools import ToolCallDeltas, ToolCalling
 
@@ -61,6 +61,23 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
     prompt_field = "messages"
     chunk_object = "chat.completion.chunk"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        tokenizer = self.engine.tokenizer
+        ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<think>", "</think>")]
+        # the reasoning tags as single tokens (as Qwen3's and DeepSeek-R1's are): where a structured output starts
+        unknown = getattr(tokenizer, "unk_token_id", None)
+        self._think_ids = tuple(ids) if all(isinstance(i, int) and i != unknown for i in ids) else None
+
+    def structured_after(self, body: ChatCompletionRequest, prompt_ids: list[int]) -> int | None:
+        """With ``--reasoning-parser``, a model that thinks first gets its structured output after ``</think>``,
+        as vLLM does it (the tags single tokens, else from the first token)."""
+        fmt = body.server_reasoning_format
+        if fmt is None or self._think_ids is None or not thinks_first(fmt, prompt_ids, *self._think_ids):
+            return None
+        body.constrain_after_thinking()
+        return int(self._think_ids[1])
 
     async def create_chat_completion(self, body: ChatCompletionRequest, *, disconnected: Disconnected | None = None
                                      ) -> dict[str, Any] | AsyncIterator[str] | None:

@@ -175,8 +175,9 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
             # one engine request per choice: the prefix cache shares the prompt's KV blocks between them. Prompt
             # logprobs (which skip that cache) in each choice's request with echo's, else in the prompt's first only:
             # the prompt_logprobs field is the prompt's, whichever choices it has
+            after = self.structured_after(body, ids) if spec is not None else None
             prepared.seqs += [(ids, sampling_params(
-                body, max_tokens=max_tokens, choice=j, logprobs=logprobs, structured=spec,
+                body, max_tokens=max_tokens, choice=j, logprobs=logprobs, structured=spec, structured_after=after,
                 prompt_logprobs=prompt_logprobs if j == 0 or echo_logprobs is not None else None))
                 for j in range(per_prompt)]
             prompt_ids.append(ids)
@@ -185,6 +186,11 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
         if echo:
             await self._echo(body, prepared, prompt_ids)
         return prepared
+
+    def structured_after(self, body: R, prompt_ids: list[int]) -> int | None:
+        """The token after which a structured output's constraint starts (a reasoning model's ``</think>``: chat,
+        ``--reasoning-parser``); None: from the first token."""
+        return None
 
     def _check_ready(self, body: R) -> None:
         state = self.state
