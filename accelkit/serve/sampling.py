@@ -333,18 +333,22 @@ class SamplingParams(Spec):
             negative = next((t for t in self.allowed_token_ids if t < 0), None)
             if negative is not None:
                 raise ValueError(f"allowed_token_ids has the negative token id {negative}; token ids are >= 0")
-        if self.structured_outputs_after_token_id is not None and self.structured_outputs is None:
-            raise ValueError(f"structured_outputs_after_token_id={self.structured_outputs_after_token_id} needs "
-                             "structured_outputs (it says where their constraint starts); give both, or neither")
-        if self.structured_outputs is not None:
-            # the constraint decides where the output may end: min_tokens could forbid the only token left (EOS),
-            # and allowed_token_ids could leave none of the tokens it allows; either would make a row all -inf
-            if self.min_tokens:
-                raise ValueError(f"min_tokens={self.min_tokens} cannot be combined with structured_outputs (the "
-                                 "constraint decides where the output ends); leave min_tokens out")
-            if self.allowed_token_ids is not None:
-                raise ValueError("allowed_token_ids cannot be combined with structured_outputs (the constraint "
-                                 "decides which tokens are allowed); leave allowed_token_ids out")
+        self._check_structured()
+
+    def _check_structured(self) -> None:
+        if self.structured_outputs is None:
+            if self.structured_outputs_after_token_id is not None:
+                raise ValueError(f"structured_outputs_after_token_id={self.structured_outputs_after_token_id} needs "
+                                 "structured_outputs (it says where their constraint starts); give both, or neither")
+            return
+        # the constraint decides where the output may end: min_tokens could forbid the only token left (EOS), and
+        # allowed_token_ids could leave none of the tokens it allows; either would make a row all -inf
+        if self.min_tokens:
+            raise ValueError(f"min_tokens={self.min_tokens} cannot be combined with structured_outputs (the "
+                             "constraint decides where the output ends); leave min_tokens out")
+        if self.allowed_token_ids is not None:
+            raise ValueError("allowed_token_ids cannot be combined with structured_outputs (the constraint decides "
+                             "which tokens are allowed); leave allowed_token_ids out")
 
     @property
     def needs_processing(self) -> bool:
