@@ -95,6 +95,12 @@ def _call(id_: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
+def _whole_call_deltas(index: int, id_: str, name: str, arguments: str) -> list[dict[str, Any]]:
+    """A call that is out whole, streamed: its header (empty arguments), then its arguments."""
+    return [{"tool_calls": [{"index": index, **_call(id_, name, "")}]},
+            {"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}]
+
+
 class ToolCallDeltas:
     """One streamed choice's ``delta`` objects: a named call's header as soon as the output starts, then its argument
     text as it is generated; "required"'s calls once the whole array is out (each: its header, then its
@@ -127,12 +133,8 @@ class ToolCallDeltas:
         if calls is None:  # cut short: the text as it is, as content
             return [{"content": self.text}] if self.text else []
         self.called = True
-        deltas = []
-        for i, call in enumerate(calls):
-            arguments = call["function"]["arguments"]
-            deltas.append({"tool_calls": [{"index": i, **_call(call["id"], call["function"]["name"], "")}]})
-            deltas.append({"tool_calls": [{"index": i, "function": {"arguments": arguments}}]})
-        return deltas
+        return [delta for i, call in enumerate(calls)
+                for delta in _whole_call_deltas(i, call["id"], call["function"]["name"], call["function"]["arguments"])]
 
     def _scanned(self, new_text: str, finished: bool) -> list[dict[str, Any]]:
         assert self.scanner is not None
@@ -144,8 +146,7 @@ class ToolCallDeltas:
             _, name, arguments = event
             self.called, i = True, self.num_calls
             self.num_calls += 1
-            deltas.append({"tool_calls": [{"index": i, **_call(call_id(), name, "")}]})
-            deltas.append({"tool_calls": [{"index": i, "function": {"arguments": arguments}}]})
+            deltas += _whole_call_deltas(i, call_id(), name, arguments)
         return deltas
 
     def finish_reason(self, reason: str | None) -> str | None:
