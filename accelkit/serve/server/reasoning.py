@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from accelkit.serve.server.tool_parsers import held_back
+from accelkit.serve.server.tool_parsers import MarkerScanner
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {
 
 
 @dataclass(slots=True)
-class ReasoningSplitter:
+class ReasoningSplitter(MarkerScanner[tuple[str, str]]):
     """Splits a model's output into ``("reasoning", text)`` and ``("content", text)`` events, fed whole or in
     pieces (:meth:`feed`); the whitespace between ``</think>`` and the answer is dropped (models put a blank line
     there)."""
@@ -47,15 +47,7 @@ class ReasoningSplitter:
     _state: str = "opening"  # opening (nothing decided yet) → reasoning → answer → content (its first text given)
     _events: list[tuple[str, str]] = field(default_factory=list)
 
-    def feed(self, text: str, finished: bool) -> list[tuple[str, str]]:
-        self._buffer += text
-        while self._step(finished):
-            pass
-        events, self._events = self._events, []
-        return events
-
     def _step(self, finished: bool) -> bool:
-        """Take what can be decided from the buffer; True when the state changed and the rest may hold more."""
         fmt, buffer = self.fmt, self._buffer
         if self._state == "opening":  # does the output open with <think>? (spaces before it do not count)
             head = buffer.lstrip()
@@ -72,9 +64,7 @@ class ReasoningSplitter:
                 self._emit("reasoning", buffer[:at])
                 self._buffer, self._state = buffer[at + len(fmt.end):], "answer"
                 return True
-            keep = 0 if finished else held_back(buffer, fmt.end)
-            self._emit("reasoning", buffer[:len(buffer) - keep])
-            self._buffer = buffer[len(buffer) - keep:]
+            self._emit("reasoning", self._take_before(fmt.end, finished))
             return False
         if self._state == "answer":  # the whitespace before the answer's first text is dropped
             self._buffer = buffer = buffer.lstrip()

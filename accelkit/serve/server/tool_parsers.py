@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +82,37 @@ FORMATS: dict[str, CallFormat] = {
 }
 
 
+E = TypeVar("E")
+
+
+class MarkerScanner(Generic[E]):
+    """A model's output read into events as it streams (or whole): :meth:`feed` appends the new text to the buffer
+    and lets :meth:`_step` take what it can decide, until it can take no more. A subclass (a dataclass) has the
+    ``_buffer`` and ``_events`` fields and the ``_step``."""
+
+    _buffer: str
+    _events: list[E]
+
+    def feed(self, text: str, finished: bool) -> list[E]:
+        self._buffer += text
+        while self._step(finished):
+            pass
+        events, self._events = self._events, []
+        return events
+
+    def _step(self, finished: bool) -> bool:
+        """Take what can be decided from the buffer; True when the rest may hold more."""
+        raise NotImplementedError
+
+    def _take_before(self, marker: str, finished: bool) -> str:
+        """The buffer's text, but for an end that may still become ``marker``'s start (kept, unless ``finished``)."""
+        cut = len(self._buffer) - (0 if finished else held_back(self._buffer, marker))
+        text, self._buffer = self._buffer[:cut], self._buffer[cut:]
+        return text
+
+
 @dataclass(slots=True)
-class CallScanner:
+class CallScanner(MarkerScanner[tuple[str, ...]]):
     """Reads a model's output into content and calls, fed whole or in pieces as it is generated: :meth:`feed`
     returns what is complete so far — ``("content", text)`` and ``("call", name, arguments JSON text)`` events in
     the output's order — holding back only what may still become a call's start marker or trailing whitespace."""
@@ -97,15 +126,7 @@ class CallScanner:
     _after_call: bool = False  # a call just closed: a separator may follow
     _events: list[tuple[str, ...]] = field(default_factory=list)
 
-    def feed(self, text: str, finished: bool) -> list[tuple[str, ...]]:
-        self._buffer += text
-        while self._step(finished):
-            pass
-        events, self._events = self._events, []
-        return events
-
     def _step(self, finished: bool) -> bool:
-        """Take what can be decided from the buffer; True when something was taken and the rest may hold more."""
         fmt = self.fmt
         if self._after_call and fmt.separator:  # a separator after a call (and the spaces before it) is no content
             self._buffer = self._buffer.lstrip()
@@ -118,9 +139,7 @@ class CallScanner:
                 self._content(self._buffer[:at])
                 self._buffer, self._in_call = self._buffer[at + len(fmt.start):], True
                 return True
-            keep = 0 if finished else held_back(self._buffer, fmt.start)
-            self._content(self._buffer[:len(self._buffer) - keep])
-            self._buffer = self._buffer[len(self._buffer) - keep:]
+            self._content(self._take_before(fmt.start, finished))
             return False
         whole = self._whole_call()
         if whole is None:
