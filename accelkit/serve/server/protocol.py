@@ -463,24 +463,22 @@ class ChatCompletionRequest(_Sampling):
         self._reasoning_format = (REASONING_FORMATS[config.reasoning_parser] if config.reasoning_parser is not None
                                   else None)
 
-    #: the request's structured output starts after the model's thinking (``ServingChat.structured_after``)
-    _thinks_first: bool = PrivateAttr(False)
+    #: the output is masked from its first token by a structured output or a forced tool call (not after thinking,
+    #: not "auto"'s free text): it is all answer (set by ``ServingChat.structured_after``)
+    _answer_only: bool = PrivateAttr(False)
 
     @property
     def server_reasoning_format(self) -> ReasoningFormat | None:
         return self._reasoning_format
 
-    def constrain_after_thinking(self) -> None:
-        self._thinks_first = True
+    def answer_only(self) -> None:
+        self._answer_only = True
 
-    @cached_property
+    @property
     def reasoning_format(self) -> ReasoningFormat | None:
         """The server's reasoning format (``--reasoning-parser``) — unless the output is constrained from its first
-        token (a structured output or a forced tool call where the model does not think first): that output is all
-        answer. Read once the request is prepared."""
-        calling = self.tool_calling
-        constrained = (calling is not None and calling.kind != "auto") or _Sampling.structured(self) is not None
-        return None if constrained and not self._thinks_first else self._reasoning_format
+        token (:meth:`answer_only`): that output is all answer. Read once the request is prepared."""
+        return None if self._answer_only else self._reasoning_format
 
     def unsupported(self) -> tuple[str, str] | None:
         if self.tools and self.tool_choice in (None, "auto") and self._call_format is None:

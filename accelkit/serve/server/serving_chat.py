@@ -72,12 +72,14 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
 
     def structured_after(self, body: ChatCompletionRequest, prompt_ids: list[int]) -> int | None:
         """With ``--reasoning-parser``, a model that thinks first gets its structured output after ``</think>``,
-        as vLLM does it (the tags single tokens, else from the first token)."""
+        as vLLM does it (the tags single tokens, else from the first token: then, but for "auto"'s free text, the
+        output is all answer)."""
         fmt = body.server_reasoning_format
-        if fmt is None or self._think_ids is None or not thinks_first(fmt, prompt_ids, *self._think_ids):
-            return None
-        body.constrain_after_thinking()
-        return int(self._think_ids[1])
+        if fmt is not None and self._think_ids is not None and thinks_first(fmt, prompt_ids, *self._think_ids):
+            return int(self._think_ids[1])
+        if body.tool_calling is None or body.tool_calling.kind != "auto":
+            body.answer_only()
+        return None
 
     async def create_chat_completion(self, body: ChatCompletionRequest, *, disconnected: Disconnected | None = None
                                      ) -> dict[str, Any] | AsyncIterator[str] | None:
