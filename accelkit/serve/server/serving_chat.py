@@ -21,14 +21,15 @@ def chat_message(out: RequestOutput, tools: ToolCalling | None, reasoning: Reaso
     text, thought = out.text, None
     if reasoning is not None:
         thought, text = split_reasoning(reasoning, text)
-    message: dict[str, Any] = {"role": "assistant", "content": text if reasoning is None else text or None}
+    content, calls = tools.message(text) if tools is not None else (text, None)
+    # no content: null beside calls or reasoning, else "" (a plain message always has its text)
+    message: dict[str, Any] = {"role": "assistant",
+                               "content": content or (None if calls is not None or reasoning is not None else "")}
     reason = out.finish_reason
-    if tools is not None:
-        content, calls = tools.message(text)
-        message["content"] = content if calls is not None or reasoning is not None else content or ""
-        if calls is not None:
-            message["tool_calls"] = calls
-            reason = tools.finish_reason(reason, called=True)
+    if calls is not None:
+        assert tools is not None
+        message["tool_calls"] = calls
+        reason = tools.finish_reason(reason, called=True)
     if reasoning is not None and include_reasoning:
         message["reasoning"] = message["reasoning_content"] = thought
     return {"message": message, "finish_reason": reason}
@@ -129,8 +130,9 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
                 yield {"index": index, "delta": {"content": new_text} if new_text else {}, "logprobs": lp,
                        "finish_reason": reason}
                 return
-            stream = streams.get(index) or streams.setdefault(
-                index, MessageDeltas(tools, reasoning, body.include_reasoning))
+            if index not in streams:
+                streams[index] = MessageDeltas(tools, reasoning, body.include_reasoning)
+            stream = streams[index]
             deltas = stream.step(new_text, out.finished)
             if not deltas and lp is None and reason is None:
                 return
