@@ -117,8 +117,8 @@ def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special
     ValueError where a trigger holds such a token among other text (a lazy trigger is matched as text).
 
     Those tokens are no text to llguidance, so the free text matches none of them: a rule of its own lets the model
-    write those of ``text_token_ids`` — the added tokens the tokenizer does not mark special, which are in the
-    text — between calls (``free_token``), all but the triggers: Qwen3's ``</think>``, that ends its thinking
+    write those of ``text_token_ids`` — the ids of ``special`` the tokenizer does not mark special, which are in
+    the text — between calls (``free_token``), all but the triggers: Qwen3's ``</think>``, that ends its thinking
     before it answers."""
     found = re.compile("|".join(map(re.escape, sorted(special, key=len, reverse=True)))) if special else None
 
@@ -145,7 +145,7 @@ def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special
             rules += [f"tag_{i}_trigger[lazy]: TAG_TEXT {json.dumps(trigger)}", f"tag_{i}: tag_{i}_trigger {body}"]
     alternatives = [f"tag_{i}" for i in range(len(structures))]
     triggers = {special[trigger] for trigger, *_ in structures if trigger in special}
-    free = sorted(set(text_token_ids) & set(special.values()) - triggers)
+    free = sorted(set(text_token_ids) - triggers)
     if free:
         alternatives.append("free_token")
         rules.append(f"free_token: TAG_TEXT <[{','.join(map(str, free))}]>")
@@ -239,8 +239,7 @@ class LLGuidanceBackend:
         self.added_token_ids = {t.content: int(i) for i, t in added.items()
                                if int(i) < vocab_size and self.tokenizer.is_special_token(int(i))}
         # those of them in the text (the tokenizer does not mark them special): Qwen3's <think> and </think>
-        self.text_token_ids = frozenset(int(i) for i, t in added.items()
-                                        if int(i) in self.added_token_ids.values() and not t.special)
+        self.text_token_ids = frozenset(i for t, i in self.added_token_ids.items() if not added[i].special)
         self.limits = llguidance.LLParserLimits(
             step_lexer_fuel=STEP_LEXER_FUEL, initial_lexer_fuel=INITIAL_LEXER_FUEL,
             max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE, verbose_errors=False,
