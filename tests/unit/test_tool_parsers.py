@@ -5,6 +5,7 @@ its answer (``reasoning``)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from accelkit.serve.sampling import structural_tags
 from accelkit.serve.server.errors import APIError
 from accelkit.serve.server.reasoning import REASONING_FORMATS, ReasoningSplitter, split_reasoning, thinks_first
-from accelkit.serve.server.tool_parsers import FORMATS, CallScanner, split_calls
+from accelkit.serve.server.tool_parsers import FORMATS, CallScanner, MarkerScanner, split_calls
 from accelkit.serve.server.tools import ToolCallDeltas, tool_calling
 
 HERMES = FORMATS["hermes"]
@@ -59,6 +60,15 @@ PIECES = ["<tool_call>", "</tool_call>", "<tool", "_call>", "<", "/", ">", "\n",
           '{"name": "add", "parameters": {"a": "}"}}', '{"name": "get_weather", "parameters": {}}; ']
 
 
+def fed_in_pieces(scanner: MarkerScanner[Any], text: str, cuts: list[int]) -> list[Any]:
+    """Every event of ``text`` fed to ``scanner`` in pieces of the lengths ``cuts`` (in turn), then finished."""
+    events, at, k = [], 0, 0
+    while at < len(text):
+        events += scanner.feed(text[at:at + cuts[k % len(cuts)]], finished=False)
+        at, k = at + cuts[k % len(cuts)], k + 1
+    return events + scanner.feed("", finished=True)
+
+
 @pytest.mark.parametrize("fmt", [HERMES, LLAMA], ids=lambda f: f.name)
 @settings(max_examples=200, deadline=None)
 @given(pieces=st.lists(st.sampled_from(PIECES), max_size=40),
@@ -67,17 +77,12 @@ def test_the_streamed_events_join_to_the_whole_texts(fmt, pieces: list[str], cut
     """Fed in any pieces, the scanner gives the same content and calls as the whole text: it holds back what may
     still be the start of a marker or an open call, and whitespace that may still end the content."""
     text = "".join(pieces)
-    scanner, content, calls, at, k = CallScanner(fmt, NAMES), "", [], 0, 0
-    while at < len(text):
-        n = cuts[k % len(cuts)]
-        for event in scanner.feed(text[at:at + n], finished=False):
-            if event[0] == "content":
-                content += event[1]
-            else:
-                calls.append((event[1], event[2]))
-        at, k = at + n, k + 1
-    for event in scanner.feed("", finished=True):
-        content, calls = (content + event[1], calls) if event[0] == "content" else (content, [*calls, event[1:]])
+    content, calls = "", []
+    for event in fed_in_pieces(CallScanner(fmt, NAMES), text, cuts):
+        if event[0] == "content":
+            content += event[1]
+        else:
+            calls.append((event[1], event[2]))
     whole = split_calls(fmt, NAMES, text)
     assert (content or None, calls) == whole, text
 
@@ -176,12 +181,8 @@ RPIECES = ["<think>", "</think>", "<th", "ink>", "</", "think>", " ", "\n", "hm"
        cuts=st.lists(st.integers(1, 9), min_size=1, max_size=30))
 def test_streamed_reasoning_and_content_join_to_the_whole_split(fmt, pieces: list[str], cuts: list[int]) -> None:
     text = "".join(pieces)
-    splitter, parts, at, k = ReasoningSplitter(fmt), {"reasoning": "", "content": ""}, 0, 0
-    while at < len(text):
-        for kind, part in splitter.feed(text[at:at + cuts[k % len(cuts)]], finished=False):
-            parts[kind] += part
-        at, k = at + cuts[k % len(cuts)], k + 1
-    for kind, part in splitter.feed("", finished=True):
+    parts = {"reasoning": "", "content": ""}
+    for kind, part in fed_in_pieces(ReasoningSplitter(fmt), text, cuts):
         parts[kind] += part
     assert (parts["reasoning"] or None, parts["content"]) == split_reasoning(fmt, text), text
 
