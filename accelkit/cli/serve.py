@@ -14,7 +14,8 @@ from accelkit.core import UserError
 from accelkit.core.units import parse_size
 from accelkit.serve import preflight
 from accelkit.serve.config import EngineConfig, ServerConfig, origin_problem
-from accelkit.serve.listen import bind_socket
+from accelkit.serve.heap import frozen_heap
+from accelkit.serve.listen import BACKLOG, bind_socket
 from accelkit.serve.tensor_parallel import check_tensor_parallel_size
 
 
@@ -144,11 +145,14 @@ def serve_cmd(
 
             app, state = build_server(engine_config, server_config, on_step=on_step)
         bound_port = sock.getsockname()[1]
-        err.print(f"serving {' = '.join(repr(n) for n in names)} on http://{host}:{bound_port}/v1 "
-                  f"(context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "
-                  f"{engine_config.block_size} tokens; structured outputs by {engine_config.structured_outputs_backend}); "
-                  "Ctrl-C or SIGTERM stops")
-        run_server(app, state, sock)
+        # what the startup built (torch, the model, the web stack) out of every collection's walk (accelkit.serve.heap)
+        with frozen_heap():
+            sock.listen(BACKLOG)  # a client told the address below connects at once (uvicorn accepts it when it starts)
+            err.print(f"serving {' = '.join(repr(n) for n in names)} on http://{host}:{bound_port}/v1 "
+                      f"(context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "
+                      f"{engine_config.block_size} tokens; structured outputs by "
+                      f"{engine_config.structured_outputs_backend}); Ctrl-C or SIGTERM stops")
+            run_server(app, state, sock)
     finally:
         sock.close()
     err.print("stopped")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 
+BACKLOG = 2048  # connections the kernel holds until the server accepts them (uvicorn's own default)
+
 
 def bind_socket(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` (not yet listening); ValueError naming the flag and the fix."""

@@ -17,6 +17,7 @@ import torch
 
 from accelkit.serve import preflight
 from accelkit.serve.config import EngineConfig
+from accelkit.serve.heap import frozen_heap
 from accelkit.serve.isolation import describe
 from accelkit.serve.model_runner import ModelRunner
 from accelkit.serve.models.args import ModelArgs
@@ -43,7 +44,7 @@ def worker_main(rank: int, size: int, store_port: int, config: EngineConfig, dev
         comm = init_rank(rank, size, store_port, device, COLLECTIVE_TIMEOUT_S)
         args = ModelArgs.from_config(preflight.read_config(Path(config.model)))
         runner = ModelRunner(config, args, max_model_len=max_model_len, device=device, tp=comm)
-        with torch.inference_mode():
+        with torch.inference_mode(), frozen_heap():  # (the shard and torch: never walked by a collection again)
             while True:
                 msg = conn.recv()
                 if msg[0] == "stop":
