@@ -6,8 +6,13 @@ The canary is a plain 4-token completion, sent every ``--interval`` seconds: fir
 server (after a warm-up), then for as long as 8 client threads take to send the hostile request fields of
 :func:`accelkit.serve.testing.hostile_request_fields` (DFA blow-ups, 32-bit counters, a 450-deep schema, 2–9 KB
 all-optional schemas, 256 long choices, NaN in JSON, …). Each hostile request's status and time are recorded, the
-server's RSS is sampled with every canary. ``--rounds 2`` sends the same hostile set again (compiled grammars and
-refusals are then cached: the second round measures what a repeat costs).
+server's RSS is sampled with every canary. Each round of hostile requests is sent twice: made new (so that every
+spec compiles) and again as it was (compiled grammars and refusals are then cached: what a repeat costs).
+
+The idle canary is measured between the loaded rounds too (``idle`` rounds: the canary alone for ``--idle-window``
+seconds, interleaved with the others), and every ratio is to those interleaved idle canaries: this VM's speed drifts
+over minutes with what its host runs, and an idle figure taken once at the start (``warmup_idle_canary_ms``, still
+recorded) moved each ratio between runs by more than the gaps between the kinds.
 
     .venv/bin/python benchmarks/structured_hostile.py [--rounds 2] [--out benchmarks/results/structured_hostile.json]
 
@@ -125,9 +130,9 @@ def send_all(url: str, bodies: list[bytes]) -> list[tuple[int, float, str]]:
 
 
 def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]],
-               clients: ProcessPoolExecutor) -> dict[str, Any]:
+               clients: ProcessPoolExecutor, idle_window: float = 0.0) -> dict[str, Any]:
     """``fields`` sent by CLIENTS threads at once (each a 4-token completion) from the clients' process, a canary
-    every ``interval`` s from this one while they are in flight."""
+    every ``interval`` s from this one while they are in flight (none: the canary alone for ``idle_window`` s)."""
     import httpx
     import psutil
 
@@ -150,7 +155,11 @@ def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]
     start = time.perf_counter()
     thread.start()
     try:
-        answers = clients.submit(send_all, url, bodies).result()
+        if bodies:
+            answers = clients.submit(send_all, url, bodies).result()
+        else:  # an idle round: the canary alone
+            answers = []
+            time.sleep(idle_window)
     finally:
         stop.set()
         thread.join()
@@ -162,7 +171,7 @@ def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]
         "requests": [{"request": describe(f), "status": status, "seconds": seconds, "error": message[:300]}
                      for f, (status, seconds, message) in zip(fields, answers, strict=True)],
         "statuses": {str(code): sum(1 for s, _, _ in answers if s == code) for code in sorted({s for s, _, _ in answers})},
-        "slowest_request_s": max(seconds for _, seconds, _ in answers),
+        "slowest_request_s": max((seconds for _, seconds, _ in answers), default=0.0),
         "canary_s": [seconds for _, seconds in canary],
         "canary_statuses": sorted({status for status, _ in canary}),
         "server_rss_mib": {"before": rss[0] / 2**20, "peak": max(rss) / 2**20, "after": rss[-1] / 2**20},
@@ -175,11 +184,31 @@ def pooled(rounds: list[dict[str, Any]], idle: dict[str, float]) -> dict[str, An
     return {"canary_ms": canary, "p50_over_idle": canary["p50"] / idle["p50"], "p90_over_idle": canary["p90"] / idle["p90"]}
 
 
+def ratio_interval(rounds: dict[str, list[dict[str, Any]]], kind: str, base: str, q: float,
+                   resamples: int = 2000, seed: int = 0) -> list[float]:
+    """A 90% bootstrap interval of (the ``q`` quantile of ``kind``'s canaries) / (that of ``base``'s): iterations
+    resampled whole (a kind's canaries in one iteration share its moment on the host, so they are not independent)."""
+    import random
+
+    rng = random.Random(seed)
+    n = len(rounds[kind])
+    ratios = []
+    for _ in range(resamples):
+        picked = [rng.randrange(n) for _ in range(n)]
+        a = [t for i in picked for t in rounds[kind][i]["canary_s"]]
+        b = [t for i in picked for t in rounds[base][i]["canary_s"]]
+        if a and b:
+            ratios.append(percentile(a, q) / percentile(b, q))
+    return [percentile(ratios, 0.05), percentile(ratios, 0.95)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5,
                         help="rounds of each kind: plain requests, hostile ones (new specs), the same hostile again")
-    parser.add_argument("--idle", type=int, default=30, help="canary requests on the idle server")
+    parser.add_argument("--idle", type=int, default=30, help="canary requests on the idle server first (a warm-up)")
+    parser.add_argument("--idle-window", type=float, default=0.3,
+                        help="seconds of each interleaved idle round (the canary alone): the ratios' denominator")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between canary requests")
     parser.add_argument("--server-args", default="", help="more `accelkit serve` flags, e.g. '--cpu-threads 1'")
     parser.add_argument("--clients-nice", type=int, default=0,
@@ -187,9 +216,11 @@ def main() -> None:
                              "CPU that clients on other hosts would not take from it")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    if args.rounds < 1 or args.idle < 3 or args.interval < 0 or not 0 <= args.clients_nice <= 19:
+    if args.rounds < 1 or args.idle < 3 or args.interval < 0 or not 0 <= args.clients_nice <= 19 \
+            or args.idle_window <= 0:
         parser.error(f"--rounds {args.rounds} --idle {args.idle} --interval {args.interval} --clients-nice "
-                     f"{args.clients_nice}: need rounds ≥ 1, idle ≥ 3, interval ≥ 0, clients-nice 0–19")
+                     f"{args.clients_nice} --idle-window {args.idle_window}: need rounds ≥ 1, idle ≥ 3, interval ≥ 0, "
+                     "clients-nice 0–19, idle-window > 0")
     import httpx
     import psutil
 
@@ -211,28 +242,38 @@ def main() -> None:
                     client.post(f"{url}/v1/completions", json=canary).raise_for_status()
                     idle.append(time.perf_counter() - start)
                     time.sleep(args.interval)
-            idle_summary = summary_ms(idle)
-            log(f"idle canary: p50 {idle_summary['p50']:.1f} ms, p90 {idle_summary['p90']:.1f} ms")
+            warmup_idle = summary_ms(idle)
+            log(f"idle canary (warm-up): p50 {warmup_idle['p50']:.1f} ms, p90 {warmup_idle['p90']:.1f} ms")
             hostile = hostile_request_fields()
-            rounds: dict[str, list[dict[str, Any]]] = {"plain": [], "hostile": [], "hostile_cached": []}
+            rounds: dict[str, list[dict[str, Any]]] = {"idle": [], "plain": [], "hostile": [], "hostile_cached": []}
             clients = stack.enter_context(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                                               initializer=os.nice, initargs=(args.clients_nice,)))
             clients.submit(send_all, url, [body({})]).result()  # (the clients' process started, httpx imported)
-            for i in range(args.rounds):  # interleaved: plain, hostile (every spec new), the same hostile again
-                for kind, fields in (("plain", [{}] * len(hostile)), ("hostile", [fresh(f, i) for f in hostile]),
+            for i in range(args.rounds):  # interleaved: idle, plain, hostile (every spec new), the same hostile again
+                for kind, fields in (("idle", []), ("plain", [{}] * len(hostile)),
+                                     ("hostile", [fresh(f, i) for f in hostile]),
                                      ("hostile_cached", [fresh(f, i) for f in hostile])):
-                    result = load_round(url, pid, args.interval, fields, clients)
+                    result = load_round(url, pid, args.interval, fields, clients, args.idle_window)
                     rounds[kind].append(result)
                     c = summary_ms(result["canary_s"])
                     log(f"round {i + 1} {kind}: {len(fields)} requests {result['statuses']} in {result['wall_s']:.2f} s"
                         f" (slowest {result['slowest_request_s']:.2f} s); canary p50 {c['p50']:.1f} ms, max "
                         f"{c['max']:.0f} ms ({c['n']}); server RSS peak {result['server_rss_mib']['peak']:.0f} MiB")
-            summary = {kind: pooled(rs, idle_summary) for kind, rs in rounds.items()}
+            idle_summary = summary_ms([t for r in rounds["idle"] for t in r["canary_s"]])
+            summary = {kind: pooled(rs, idle_summary) for kind, rs in rounds.items() if kind != "idle"}
+            for kind in summary:
+                for q, name in ((0.5, "p50"), (0.9, "p90")):
+                    summary[kind][f"{name}_over_idle_90pct_interval"] = ratio_interval(rounds, kind, "idle", q)
             for kind in ("hostile", "hostile_cached"):  # what the hostile specs add to the same number of requests
-                for q in ("p50", "p90"):
-                    summary[kind][f"{q}_over_plain"] = summary[kind]["canary_ms"][q] / summary["plain"]["canary_ms"][q]
+                for q, name in ((0.5, "p50"), (0.9, "p90")):
+                    summary[kind][f"{name}_over_plain"] = (summary[kind]["canary_ms"][name]
+                                                           / summary["plain"]["canary_ms"][name])
+                    summary[kind][f"{name}_over_plain_90pct_interval"] = ratio_interval(rounds, kind, "plain", q)
+            log(f"idle canary (interleaved): p50 {idle_summary['p50']:.1f} ms, p90 {idle_summary['p90']:.1f} ms")
             for kind, p in summary.items():
-                log(f"{kind}: canary p50 {p['canary_ms']['p50']:.1f} ms = {p['p50_over_idle']:.2f}× idle, p90 "
+                lo, hi = p["p50_over_idle_90pct_interval"]
+                log(f"{kind}: canary p50 {p['canary_ms']['p50']:.1f} ms = {p['p50_over_idle']:.2f}× idle "
+                    f"(90% interval {lo:.2f}–{hi:.2f}×), p90 "
                     f"{p['canary_ms']['p90']:.1f} ms = {p['p90_over_idle']:.2f}× idle"
                     + (f" ({p['p50_over_plain']:.2f}× / {p['p90_over_plain']:.2f}× plain load's)"
                        if "p50_over_plain" in p else ""))
@@ -243,11 +284,12 @@ def main() -> None:
         "command": "python benchmarks/structured_hostile.py " + " ".join(sys.argv[1:]),
         "settings": {"clients": CLIENTS, "clients_process": "their own (8 threads); the canary in the benchmark's",
                      "clients_nice": args.clients_nice,
-                     "idle_requests": args.idle, "interval_s": args.interval,
+                     "idle_requests": args.idle, "interval_s": args.interval, "idle_window_s": args.idle_window,
                      "server_args": args.server_args,
                      "canary": canary, "model": "save_bytelevel_model(seed=2): tiny Llama, 512-token byte-level BPE"},
         "load_average": {"before": load_before, "after": [round(v, 2) for v in os.getloadavg()]},
         "server_threads_at_end": threads,
+        "warmup_idle_canary_ms": warmup_idle,
         "idle_canary_ms": idle_summary,
         "summary": summary,
         "server_rss_mib": {"first": rss_mib[0]["before"], "peak": max(r["peak"] for r in rss_mib),
