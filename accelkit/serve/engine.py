@@ -206,10 +206,13 @@ class LLMEngine:
             rid, token_ids, params, prompt=text, priority=priority,
             arrival_time=time.monotonic() if arrival_time is None else arrival_time,
         )
-        if params.structured_outputs_after_token_id is not None:  # (it sleeps until that token: Sequence)
+        deferred_by = params.structured_outputs_deferred_by_token_id
+        if params.structured_outputs_after_token_id is not None and deferred_by is None:  # (asleep until it: Sequence)
             seq.sleeping_guide, seq.wake_token = guide, params.structured_outputs_after_token_id
         else:
             seq.guide = guide
+            if deferred_by is not None and guide is not None:  # (the first token may be it: then the guide sleeps)
+                guide.opener = seq.defer_token = deferred_by
         return seq
 
     def _prompt_token_ids(self, prompt: str | list[int], params: SamplingParams, *, add_special_tokens: bool
@@ -241,9 +244,10 @@ class LLMEngine:
     def _check_params(self, params: SamplingParams) -> None:
         """What ``params`` asks of this model: token ids in its vocabulary, and something min_tokens can sample."""
         vocab = self.model_args.vocab_size
-        after = params.structured_outputs_after_token_id
+        after, deferred_by = params.structured_outputs_after_token_id, params.structured_outputs_deferred_by_token_id
         for field, ids in (("logit_bias", params.logit_bias or ()), ("allowed_token_ids", params.allowed_token_ids or ()),
-                           ("structured_outputs_after_token_id", () if after is None else (after,))):
+                           ("structured_outputs_after_token_id", () if after is None else (after,)),
+                           ("structured_outputs_deferred_by_token_id", () if deferred_by is None else (deferred_by,))):
             past = next((t for t in ids if t >= vocab), None)
             if past is not None:
                 raise ValueError(f"{field} has the token id {past}, which is not in the vocabulary; expected ids in "

@@ -428,6 +428,11 @@ class Sampler:
             by_backend.setdefault(id(guide.backend), (guide.backend, []))[1].append((guide.matcher, i))
         for backend, matchers in by_backend.values():
             backend.fill_bitmasks(matchers, host)
+        for i in guided:  # a hybrid reasoning model's first token may open its thinking instead (RequestGuide.opener)
+            guide = rows[i].guide
+            if guide.at_opening() and guide.opener < 32 * host.shape[1]:
+                word = host[i].numpy().view(np.uint32)
+                word[guide.opener // 32] |= np.uint32(1 << (guide.opener % 32))
         return host
 
     def process(self, logits: torch.Tensor, params: list[SamplingParams], rows: Rows[SampledRow],
@@ -537,7 +542,7 @@ class Sampler:
             r = rows[i]
             guide: Any = r.guide
             guide.catch_up(r.token_ids, r.num_prompt_tokens)
-            allowed = token < guide.backend.vocab_size and guide.matcher.allows(token)
+            allowed = guide.allows(token)
             guide.record_first(allowed)
             if not allowed:
                 refused.append(i)

@@ -272,6 +272,12 @@ class SamplingParams(Spec):
         "output — a reasoning model's </think>: it thinks freely, then answers in the format (an output that never "
         "writes the token is not constrained at all); None: from the first token.",
     )
+    structured_outputs_deferred_by_token_id: int | None = spec_field(
+        None, min=0, doc="With structured_outputs_after_token_id: the constraint waits for that token only when the "
+        "output's first token is this one — a hybrid reasoning model's <think>, which thinks or not as it decides; "
+        "the first token may then be this one or one the constraint allows, and any other starts the constraint at "
+        "once. None: it always waits.",
+    )
     logprobs: int | None = spec_field(
         None, min=0, max=MAX_LOGPROBS,
         doc=f"Return each generated token's log-probability and the k most likely ones (0..{MAX_LOGPROBS}); None = "
@@ -336,10 +342,15 @@ class SamplingParams(Spec):
         self._check_structured()
 
     def _check_structured(self) -> None:
+        after, deferred_by = self.structured_outputs_after_token_id, self.structured_outputs_deferred_by_token_id
+        if deferred_by is not None and (after is None or after == deferred_by):
+            raise ValueError(f"structured_outputs_deferred_by_token_id={deferred_by} needs a different "
+                             f"structured_outputs_after_token_id (got {after}): the token that opens a reasoning "
+                             "block, and the one that closes it")
         if self.structured_outputs is None:
-            if self.structured_outputs_after_token_id is not None:
-                raise ValueError(f"structured_outputs_after_token_id={self.structured_outputs_after_token_id} needs "
-                                 "structured_outputs (it says where their constraint starts); give both, or neither")
+            if after is not None:
+                raise ValueError(f"structured_outputs_after_token_id={after} needs structured_outputs (it says where "
+                                 "their constraint starts); give both, or neither")
             return
         # the constraint decides where the output may end: min_tokens could forbid the only token left (EOS), and
         # allowed_token_ids could leave none of the tokens it allows; either would make a row all -inf

@@ -229,6 +229,8 @@ class Scheduler:
             got_token.append(seq)
             if token_id == seq.wake_token:  # (a reasoning model's </think>: its structured output starts now)
                 seq.wake_guide()
+            elif seq.defer_token >= 0:  # (its first token: a hybrid model's <think> defers its structured output)
+                seq.first_token(token_id)
             if token_id in seq.stop_token_ids:
                 self.finish(seq, "stop")
             elif len(seq.token_ids) >= seq.max_num_tokens:

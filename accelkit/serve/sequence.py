@@ -29,12 +29,12 @@ class Sequence:
     """
 
     __slots__ = (
-        "arrival_order", "arrival_time", "block_hashes", "block_table", "finish_reason", "finished_time",
-        "first_scheduled_time", "first_token_time", "guide", "last_token_time", "logprobs", "max_num_tokens",
-        "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks", "num_preemptions", "num_prompt_tokens",
-        "order_key", "params", "priority", "prompt", "prompt_logprob_ranks", "prompt_logprobs", "request_id",
-        "sampling_extras", "seq_id", "sleeping_guide", "status", "stop_reason", "stop_token_ids", "token_ids",
-        "wake_token",
+        "arrival_order", "arrival_time", "block_hashes", "block_table", "defer_token", "finish_reason",
+        "finished_time", "first_scheduled_time", "first_token_time", "guide", "last_token_time", "logprobs",
+        "max_num_tokens", "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks", "num_preemptions",
+        "num_prompt_tokens", "order_key", "params", "priority", "prompt", "prompt_logprob_ranks", "prompt_logprobs",
+        "request_id", "sampling_extras", "seq_id", "sleeping_guide", "status", "stop_reason", "stop_token_ids",
+        "token_ids", "wake_token",
     )
 
     def __init__(
@@ -84,6 +84,9 @@ class Sequence:
         # the output's first ``wake_token``, when ``wake_guide`` makes it ``guide`` (-1: none; one compare per token)
         self.sleeping_guide: object | None = None
         self.wake_token = -1
+        # with params.structured_outputs_deferred_by_token_id, until the first output token: that token, which puts
+        # the guide to sleep if it comes first (``defer_guide``); -1 once the first token is out, or without it
+        self.defer_token = -1
         # with params.logprobs: one (logprob of the sampled token, [(id, logprob) of the most likely]) per output
         # token, appended by the runner when it reads the sampled ids (grows by appends only, like token_ids)
         self.logprobs: list[tuple[float, list[tuple[int, float]]]] | None = (
@@ -138,6 +141,15 @@ class Sequence:
         guide: Any = self.sleeping_guide
         guide.start_after(self.num_output_tokens)
         self.guide, self.sleeping_guide, self.wake_token = guide, None, -1
+
+    def first_token(self, token_id: int) -> None:
+        """The first output token, with ``defer_token`` set: that token puts the guide to sleep until
+        structured_outputs_after_token_id (a hybrid reasoning model opened ``<think>``); any other leaves it on."""
+        if token_id == self.defer_token:
+            after = self.params.structured_outputs_after_token_id
+            assert after is not None  # (SamplingParams: deferred_by needs it)
+            self.sleeping_guide, self.guide, self.wake_token = self.guide, None, after
+        self.defer_token = -1
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)

@@ -126,13 +126,26 @@ class RequestGuide:
     of its output tokens the matcher has accepted (the sampler feeds it the ones added since), and how often a token
     drawn without its mask was one the grammar allows (:meth:`samples_first`)."""
 
-    __slots__ = ("allowed_share", "backend", "consumed", "grammar", "matcher", "steps")
+    __slots__ = ("allowed_share", "backend", "consumed", "grammar", "matcher", "opener", "steps")
 
     def __init__(self, backend: StructuredBackend, matcher: GrammarMatcher, grammar: CompiledGrammar) -> None:
         self.backend, self.matcher, self.grammar, self.consumed = backend, matcher, grammar, 0
         # (first draws allowed, a running share: one refusal stops them), from what the grammar's requests saw
         self.allowed_share = grammar.first_draw_share
         self.steps = 0
+        # a token the output may open with besides what the grammar allows (a hybrid reasoning model's <think>,
+        # SamplingParams.structured_outputs_deferred_by_token_id: the sequence then puts this guide to sleep); -1: none
+        self.opener = -1
+
+    def at_opening(self) -> bool:
+        """Whether this step's token may be :attr:`opener` (no output token yet)."""
+        return self.opener >= 0 and self.consumed == 0
+
+    def allows(self, token_id: int) -> bool:
+        """Whether the next token may be ``token_id`` (:meth:`catch_up` first)."""
+        if token_id == self.opener and self.at_opening():
+            return True
+        return token_id < self.backend.vocab_size and self.matcher.allows(token_id)
 
     def samples_first(self) -> bool:
         """Whether this step draws its token before computing its mask (the sampler then checks the token, and

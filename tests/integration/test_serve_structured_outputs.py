@@ -356,3 +356,36 @@ def test_a_constraint_after_a_token_leaves_the_text_before_it_free(llm):
     with pytest.raises(ValueError, match="structured_outputs_after_token_id has the token id 99999"):
         llm.engine.add_request("x", SamplingParams.greedy(4, structured_outputs=spec,
                                                            structured_outputs_after_token_id=99999))
+
+
+def test_a_deferring_first_token_puts_the_constraint_off_until_the_closing_one(llm):
+    """structured_outputs_deferred_by_token_id (a hybrid reasoning model's <think>, under --reasoning-parser qwen3):
+    the first token may be that one besides what the spec allows — then the output is free up to the closing token
+    and matches the spec after it — or any the spec allows, and then the spec holds from the first token."""
+    tok = llm.engine.tokenizer
+    opener, closer = (tok.convert_tokens_to_ids(tok.tokenize(w)[0]) for w in ("Q", " "))
+    eos = llm.engine.eos_token_ids
+    spec = StructuredOutputs(regex="[0-9]{3}")
+
+    def outputs(bias: dict[int, float]) -> list[list[int]]:
+        params = [SamplingParams(temperature=1.0, seed=s, max_tokens=200, structured_outputs=spec,
+                                 structured_outputs_after_token_id=closer,
+                                 structured_outputs_deferred_by_token_id=opener,
+                                 logit_bias={**bias, **{e: -100.0 for e in eos}}) for s in SEEDS]
+        return [list(out.outputs[0].token_ids) for out in llm.generate(["the answer:"] * len(params), params)]
+
+    free = ""
+    for ids in outputs({opener: 8.0, closer: 6.0}):  # the opener first (its bias): free text, then the spec
+        assert ids[0] == opener and closer in ids, ids
+        at = ids.index(closer)
+        assert re.fullmatch("[0-9]{3}", tok.decode(ids[at + 1:], skip_special_tokens=True)), ids
+        free += tok.decode(ids[1:at])
+    assert re.search("[^0-9]", free), free  # (between them the mask was off: the random model's own text)
+    for ids in outputs({opener: -100.0, closer: 4.0}):  # anything else first: the spec from there on, whole
+        assert re.fullmatch("[0-9]{3}", tok.decode(ids, skip_special_tokens=True)), ids
+    with pytest.raises(ValueError, match="needs a different structured_outputs_after_token_id"):
+        SamplingParams.greedy(4, structured_outputs=spec, structured_outputs_deferred_by_token_id=opener)
+    with pytest.raises(ValueError, match="structured_outputs_deferred_by_token_id has the token id 99999"):
+        llm.engine.add_request("x", SamplingParams.greedy(4, structured_outputs=spec,
+                                                           structured_outputs_after_token_id=closer,
+                                                           structured_outputs_deferred_by_token_id=99999))

@@ -845,3 +845,32 @@ def test_the_free_text_of_a_structural_tag_takes_the_added_tokens_but_its_trigge
     assert grammar.matcher().accept_tokens([think, *tok.encode("hmm"), thought, *tok.encode(" ok "), opened,
                                             *tok.encode('\n{"name": "f", "arguments": {"n": 1}}\n'), closed, EOS])
     assert not grammar.matcher().accept_tokens([thought, opened, *tok.encode("free text")])
+
+
+def test_a_guides_opener_is_allowed_as_its_first_token_only_drawn_first_or_masked() -> None:
+    """RequestGuide.opener (a hybrid reasoning model's <think>): the first token may be it besides what the grammar
+    allows — a greedy row whose argmax it is keeps it, drawn before its mask or after — and once a token is out it
+    is a token like any other (refused here)."""
+    from accelkit.serve.sampler import Sampler
+    from accelkit.serve.sampling import SamplingParams
+
+    spec = StructuredOutputs(regex="[a-c]x")
+    allowed = start_allowed(spec)
+    opener = EOS + 1
+    assert opener not in allowed
+    logits = torch.zeros(1, VOCAB_SIZE)
+    logits[0, opener], logits[0, allowed[0]] = 9.0, 3.0
+    greedy = [SamplingParams.greedy(max_tokens=4)]
+    for first in (True, False):
+        sampler = Sampler(torch.device("cpu"), seed=0)
+        sampler.draw_first = first
+        (seq,) = guided_rows(spec, greedy)
+        guide: Any = seq.guide
+        guide.opener = opener
+        assert guide.allows(opener) and not guide.allows(EOS + 2)
+        assert sampler(logits, greedy, [seq.seq_id], [seq]) == [opener]
+        (seq,) = guided_rows(spec, greedy)  # one token in: the grammar alone
+        seq.guide.opener = opener  # type: ignore[attr-defined]
+        seq.token_ids.append(allowed[0])
+        assert sampler(logits, greedy, [seq.seq_id], [seq]) != [opener]
+        assert not seq.guide.allows(opener)  # type: ignore[attr-defined]

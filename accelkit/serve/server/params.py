@@ -114,7 +114,7 @@ def _check_token_ids(body: GenerationRequest, vocab: int) -> None:
 
 def sampling_params(body: GenerationRequest, *, max_tokens: int, choice: int, logprobs: int | None,
                     prompt_logprobs: int | None, structured: StructuredOutputs | None,
-                    structured_after: int | None = None) -> SamplingParams:
+                    structured_after: tuple[int, int | None] | None = None) -> SamplingParams:
     """The engine's parameters for choice ``choice`` of the request (its seed derived from the request's)."""
     temperature, top_p = _number("temperature", body.temperature), _number("top_p", body.top_p)
     try:
@@ -132,7 +132,8 @@ def sampling_params(body: GenerationRequest, *, max_tokens: int, choice: int, lo
             allowed_token_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
             include_stop_str_in_output=body.include_stop_str_in_output,
             truncate_prompt_tokens=body.truncate_prompt_tokens, structured_outputs=structured,
-            structured_outputs_after_token_id=structured_after,
+            structured_outputs_after_token_id=structured_after[0] if structured_after else None,
+            structured_outputs_deferred_by_token_id=structured_after[1] if structured_after else None,
         )
     except ValueError as exc:
         field = leading_field(exc)

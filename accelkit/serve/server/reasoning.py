@@ -89,13 +89,13 @@ def split_reasoning(fmt: ReasoningFormat, text: str) -> tuple[str | None, str]:
     return "".join(reasoning) or None, "".join(content)
 
 
-def thinks_first(fmt: ReasoningFormat, prompt_ids: list[int], start_id: int, end_id: int) -> bool:
+def thinks_first(fmt: ReasoningFormat, prompt_ids: list[int], start_id: int, end_id: int) -> bool | None:
     """Whether the output begins with thinking, as the prompt leaves it: the prompt opened ``<think>`` and did not
-    close it (DeepSeek-R1's, QwQ's and Qwen3-Thinking-2507's templates open it); closed it (Qwen3's template with
-    ``enable_thinking: false``) — no; neither — the model opens it itself, as deepseek_r1 takes for granted, and as
-    qwen3 cannot tell (Qwen3's hybrid models decide for themselves)."""
+    close it (DeepSeek-R1's, QwQ's and Qwen3-Thinking-2507's templates open it) — True; closed it (Qwen3's template
+    with ``enable_thinking: false``) — False; neither — the model opens it itself, as deepseek_r1 takes for granted
+    (True), or None: qwen3's hybrid models decide for themselves (their first token is ``<think>`` or not)."""
     last_start = max((i for i, t in enumerate(prompt_ids) if t == start_id), default=-1)
     last_end = max((i for i, t in enumerate(prompt_ids) if t == end_id), default=-1)
     if last_start != last_end:
         return last_start > last_end
-    return not fmt.opened_by_start
+    return None if fmt.opened_by_start else True

@@ -71,13 +71,17 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         unknown = getattr(tokenizer, "unk_token_id", None)
         self._think_ids = tuple(ids) if all(isinstance(i, int) and i != unknown for i in ids) else None
 
-    def structured_after(self, body: ChatCompletionRequest, prompt_ids: list[int]) -> int | None:
+    def structured_after(self, body: ChatCompletionRequest, prompt_ids: list[int]) -> tuple[int, int | None] | None:
         """With ``--reasoning-parser``, a model that thinks first gets its structured output after ``</think>``,
-        as vLLM does it (the tags single tokens, else from the first token: then, but for "auto"'s free text, the
-        output is all answer)."""
+        as vLLM does it; a hybrid one that may or may not (qwen3, no tag in the prompt) after ``</think>`` if its
+        first token is ``<think>``, else from its first token (the tags single tokens; else from the first token:
+        then, but for "auto"'s free text, the output is all answer)."""
         fmt = body.server_reasoning_format
-        if fmt is not None and self._think_ids is not None and thinks_first(fmt, prompt_ids, *self._think_ids):
-            return int(self._think_ids[1])
+        if fmt is not None and self._think_ids is not None:
+            start_id, end_id = self._think_ids
+            first = thinks_first(fmt, prompt_ids, start_id, end_id)
+            if first is not False:
+                return int(end_id), (None if first else int(start_id))
         if body.tool_calling is None or body.tool_calling.kind != "auto":
             body.answer_only()
         return None

@@ -187,9 +187,10 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
             await self._echo(body, prepared, prompt_ids)
         return prepared
 
-    def structured_after(self, body: R, prompt_ids: list[int]) -> int | None:
-        """The token after which a structured output's constraint starts (a reasoning model's ``</think>``: chat,
-        ``--reasoning-parser``); None: from the first token."""
+    def structured_after(self, body: R, prompt_ids: list[int]) -> tuple[int, int | None] | None:
+        """Where a structured output's constraint starts: (the token after which — a reasoning model's ``</think>``:
+        chat, ``--reasoning-parser`` —, the token that must open the output for it to wait so — ``<think>`` — or
+        None: it always waits); None: from the first token."""
         return None
 
     def _check_ready(self, body: R) -> None:
