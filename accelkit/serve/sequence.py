@@ -85,7 +85,7 @@ class Sequence:
         self.sleeping_guide: object | None = None
         self.wake_token = -1
         # with params.structured_outputs_deferred_by_token_id, until the first output token: that token, which puts
-        # the guide to sleep if it comes first (``defer_guide``); -1 once the first token is out, or without it
+        # the guide to sleep if it comes first (``first_token``); -1 once the first token is out, or without it
         self.defer_token = -1
         # with params.logprobs: one (logprob of the sampled token, [(id, logprob) of the most likely]) per output
         # token, appended by the runner when it reads the sampled ids (grows by appends only, like token_ids)
