@@ -45,35 +45,41 @@ def _fast_backend(tokenizer: Any) -> tuple[Any, bool] | None:
 
 class TokenDecoder:
     """``decode(ids)`` is ``tokenizer.decode(ids, skip_special_tokens=True)`` as a string, cheaper (see the
-    module doc). One per engine; used from the engine thread only."""
+    module doc); ``decode_special(ids)`` the same with ``skip_special_tokens=False`` (special tokens in the text: a
+    request's ``SamplingParams.skip_special_tokens``). One per engine; used from the engine thread only."""
 
-    __slots__ = ("decode", "is_fast")
+    __slots__ = ("decode", "decode_special", "is_fast")
 
     def __init__(self, tokenizer: Any) -> None:
         fast = _fast_backend(tokenizer)
         self.is_fast = fast is not None
-        single: dict[int, str] = {}  # token id → its text alone (bounded by the vocabulary)
-        if fast is not None:
-            backend_decode, clean_up = fast[0].decode, fast[1]
-            clean = tokenizer.clean_up_tokenization
+        # closures in instance slots rather than methods: one plain call per decode on the hottest path
+        self.decode: Callable[[list[int]], str] = _decoder(tokenizer, fast, skip_special_tokens=True)
+        self.decode_special: Callable[[list[int]], str] = _decoder(tokenizer, fast, skip_special_tokens=False)
 
-            def decode_many(ids: list[int]) -> str:
-                text: str = backend_decode(ids, True)  # skip_special_tokens
-                return clean(text) if clean_up else text
-        else:
-            def decode_many(ids: list[int]) -> str:
-                return str(tokenizer.decode(ids, skip_special_tokens=True))
 
-        def decode(ids: list[int]) -> str:
-            if len(ids) != 1:
-                return decode_many(ids)
-            text = single.get(ids[0])
-            if text is None:
-                text = single[ids[0]] = decode_many(ids)
-            return text
+def _decoder(tokenizer: Any, fast: tuple[Any, bool] | None, *, skip_special_tokens: bool) -> Callable[[list[int]], str]:
+    single: dict[int, str] = {}  # token id → its text alone (bounded by the vocabulary)
+    if fast is not None:
+        backend_decode, clean_up = fast[0].decode, fast[1]
+        clean = tokenizer.clean_up_tokenization
 
-        # a closure in an instance slot rather than a method: one plain call per decode on the hottest path
-        self.decode: Callable[[list[int]], str] = decode
+        def decode_many(ids: list[int]) -> str:
+            text: str = backend_decode(ids, skip_special_tokens)
+            return clean(text) if clean_up else text
+    else:
+        def decode_many(ids: list[int]) -> str:
+            return str(tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def decode(ids: list[int]) -> str:
+        if len(ids) != 1:
+            return decode_many(ids)
+        text = single.get(ids[0])
+        if text is None:
+            text = single[ids[0]] = decode_many(ids)
+        return text
+
+    return decode
 
 
 class IncrementalDetokenizer:
@@ -82,9 +88,11 @@ class IncrementalDetokenizer:
 
     __slots__ = ("decode", "ids", "prefix_offset", "prefix_text", "read_offset")
 
-    def __init__(self, decoder: TokenDecoder | Any, prompt_token_ids: list[int]) -> None:
+    def __init__(self, decoder: TokenDecoder | Any, prompt_token_ids: list[int], *,
+                 skip_special_tokens: bool = True) -> None:
         """``decoder``: the engine's :class:`TokenDecoder` (or a tokenizer, wrapped in one)."""
-        self.decode = (decoder if isinstance(decoder, TokenDecoder) else TokenDecoder(decoder)).decode
+        decoders = decoder if isinstance(decoder, TokenDecoder) else TokenDecoder(decoder)
+        self.decode = decoders.decode if skip_special_tokens else decoders.decode_special
         self.ids = list(prompt_token_ids[-_CONTEXT_TOKENS:])
         self.prefix_offset = 0
         self.read_offset = len(self.ids)

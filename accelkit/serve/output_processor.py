@@ -57,7 +57,8 @@ class OutputProcessor:
 
     def new_request(self, seq: Sequence, *, final_only: bool = False) -> RequestState:
         """The output state of a request not yet added (any thread: it touches nothing shared)."""
-        detok = IncrementalDetokenizer(self._decoder, seq.token_ids) if self._decoder is not None else None
+        detok = (IncrementalDetokenizer(self._decoder, seq.token_ids, skip_special_tokens=seq.params.skip_special_tokens)
+                 if self._decoder is not None else None)
         return RequestState(seq, detok, final_only)
 
     def add(self, state: RequestState) -> None:
@@ -98,8 +99,12 @@ class OutputProcessor:
         start = seq.num_prompt_tokens + req.num_detokenized
         new_ids = seq.token_ids[start:]
         req.num_detokenized += len(new_ids)
-        delta = req.detokenizer.add(new_ids, final=seq.status is SequenceStatus.FINISHED)
         params = seq.params
+        done = seq.status is SequenceStatus.FINISHED
+        if (done and not params.skip_special_tokens and not params.include_stop_str_in_output and new_ids
+                and new_ids[-1] in seq.stop_token_ids):  # the stop token (EOS): not text, as vLLM leaves it out
+            new_ids = new_ids[:-1]
+        delta = req.detokenizer.add(new_ids, final=done)
         stops = params.stop
         if not stops:
             req.text += delta

@@ -257,6 +257,11 @@ class SamplingParams(Spec):
         False, doc="vLLM's: the stop string that ends generation stays at the end of the text (cut after it, not "
         "before). Streamed text is then handed out as it comes (nothing is held back for a stop string's start).",
     )
+    skip_special_tokens: bool = spec_field(
+        True, doc="vLLM's: special tokens (the tokenizer's, EOS and control tokens such as Mistral's [TOOL_CALLS]) are "
+        "left out of the text; False keeps them — but for the stop token that ended the output, left out as vLLM "
+        "does unless include_stop_str_in_output. The token ids are the same either way.",
+    )
     truncate_prompt_tokens: int | None = spec_field(
         None, min=1, doc="vLLM's: only the last k prompt tokens run (a shorter prompt runs whole); None = all of "
         "it. Applied after tokenizing, before the context-length check; RequestOutput.prompt_token_ids are the "

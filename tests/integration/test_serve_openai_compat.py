@@ -133,7 +133,6 @@ REFUSED = [
      "tool_choice"),
     (CHAT, {"echo": True}, "echo"),
     (CHAT, {"continue_final_message": True}, "continue_final_message"),  # with add_generation_prompt's default
-    (CHAT, {"skip_special_tokens": False}, "skip_special_tokens"),
     (COMP, {"use_beam_search": True}, "use_beam_search"),
     (CHAT, {"priority": 3}, "priority"),  # this server schedules first come, first served
 ]

@@ -150,7 +150,7 @@ class StructuredOutputsBody(_Body):
 
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
 _NEUTRAL_EXTENSIONS: dict[str, Any] = {
-    "skip_special_tokens": True, "use_beam_search": False,
+    "use_beam_search": False,
 }
 
 
@@ -208,8 +208,10 @@ class _Sampling(_Request):
         "likely; it may be past k) and the k most likely there (ranks 1..k). The model's raw logprobs. Not with "
         "stream (as vLLM); vLLM's -1 (the whole vocabulary) is a 400. Such a request skips the prefix cache."
     )
+    skip_special_tokens: Bool = Field(True, description="vLLM extension: false keeps special tokens (control tokens "
+                                      "such as Mistral's [TOOL_CALLS]) in the text; the stop token that ended the "
+                                      "output is left out all the same, as in vLLM.")
     # vLLM extensions, accepted at their neutral values only (_NEUTRAL_EXTENSIONS)
-    skip_special_tokens: Bool = Field(True, description="vLLM extension: only true (special tokens are never in the text).")
     use_beam_search: Bool = False
     # structured outputs, vLLM's ways of asking (besides response_format): at most one of them per request
     structured_outputs: StructuredOutputsBody | None = Field(
