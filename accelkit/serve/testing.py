@@ -234,17 +234,21 @@ def build_bytelevel_tokenizer(vocab_size: int = 512, corpus: Iterable[str] | Non
     )
 
 
-def save_bytelevel_model(path: str | Path, *, seed: int = 0, added_tokens: Sequence[str] = ()) -> Path:
+def save_bytelevel_model(path: str | Path, *, seed: int = 0, added_tokens: Sequence[str] = (),
+                         special_tokens: Sequence[str] = ()) -> Path:
     """:func:`save_tiny_model` with :func:`build_bytelevel_tokenizer` (and a plain chat template) in place of the
     word-level tokenizer: a model structured outputs can guide (they need a byte-level or SentencePiece decoder).
     ``added_tokens``: ordinary added tokens (ids 512 on, not special: in the text), as Qwen's ``<tool_call>`` and
-    ``</tool_call>`` are; the model's vocabulary grows to hold them."""
+    ``</tool_call>`` are; ``special_tokens``: special ones after them (left out of the text unless a request keeps
+    special tokens), as Mistral's ``[TOOL_CALLS]`` is; the model's vocabulary grows to hold them."""
     from tokenizers import AddedToken
 
-    overrides: dict[str, Any] = {"vocab_size": 512 + len(added_tokens)} if added_tokens else {}
+    extra = len(added_tokens) + len(special_tokens)
+    overrides: dict[str, Any] = {"vocab_size": 512 + extra} if extra else {}
     path = save_tiny_model(path, seed=seed, **overrides)
     tokenizer = build_bytelevel_tokenizer(vocab_size=512)
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added_tokens])
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens], special_tokens=True)
     tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                                "{% if add_generation_prompt %}assistant:{% endif %}")
     tokenizer.save_pretrained(path)  # replaces the word-level tokenizer

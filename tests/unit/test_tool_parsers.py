@@ -53,9 +53,10 @@ def test_a_call_the_model_writes_verbatim_gives_its_arguments_back_as_json_text(
     assert calls == [("get_weather", '{"city": "Zürich"}')]
 
 
-LLAMA = FORMATS["llama3_json"]
+LLAMA, MISTRAL = FORMATS["llama3_json"], FORMATS["mistral"]
 PIECES = ["<tool_call>", "</tool_call>", "<tool", "_call>", "<", "/", ">", "\n", " ", "hi", "{", "}", '"name"', ": ",
           '"add"', ", ", '"arguments"', '{"a": 1}', '{"name": "add", "arguments": {"a": 1}}', "é", ";", '{"name": ',
+          "[TOOL_CALLS]", "[TOOL", "_CALLS]", "[", "]", ' [{"name": "add", "arguments": {"b": 2}}]',
           call("add", {"a": 1}), call("get_weather", {"city": " <tool"}), call("mul", {}),
           '{"name": "add", "parameters": {"a": "}"}}', '{"name": "get_weather", "parameters": {}}; ']
 
@@ -69,7 +70,7 @@ def fed_in_pieces(scanner: MarkerScanner[Any], text: str, cuts: list[int]) -> li
     return events + scanner.feed("", finished=True)
 
 
-@pytest.mark.parametrize("fmt", [HERMES, LLAMA], ids=lambda f: f.name)
+@pytest.mark.parametrize("fmt", [HERMES, LLAMA, MISTRAL], ids=lambda f: f.name)
 @settings(max_examples=200, deadline=None)
 @given(pieces=st.lists(st.sampled_from(PIECES), max_size=40),
        cuts=st.lists(st.integers(1, 12), min_size=1, max_size=40))
@@ -99,6 +100,22 @@ def test_llama_calls_are_json_objects_separated_by_semicolons() -> None:
     assert LLAMA.structural_tag([("add", {"type": "object"})]) == {
         "structures": [{"begin": '{"name": "add", "parameters": ', "schema": {"type": "object"}, "end": "}"}],
         "triggers": ['{"name": ']}
+
+
+def test_mistral_calls_are_a_json_array_after_its_special_token() -> None:
+    """Mistral writes [TOOL_CALLS] (a special token: in the text only where special tokens are kept), then one
+    JSON array of calls; every element must be a call to a given tool, or the whole array stays content."""
+    two = '[TOOL_CALLS] [{"name": "add", "arguments": {"a": 1}}, {"name": "get_weather", "arguments": {"city": "]"}}]'
+    assert split_calls(MISTRAL, NAMES, "Sure. " + two) == ("Sure.", [("add", '{"a": 1}'),
+                                                                    ("get_weather", '{"city": "]"}')])
+    unknown = '[TOOL_CALLS] [{"name": "add", "arguments": {}}, {"name": "rm", "arguments": {}}]'
+    for text in (unknown, "[TOOL_CALLS] []", '[TOOL_CALLS] {"name": "add", "arguments": {}}',
+                 '[TOOL_CALLS] [{"name": "add", "arguments"'):
+        assert split_calls(MISTRAL, NAMES, text) == (text, []), text
+    assert MISTRAL.structural_tag([("add", {"type": "object"})]) == {
+        "structures": [{"begin": '[TOOL_CALLS] [{"name": "add", "arguments": ', "schema": {"type": "object"},
+                        "end": "}]"}],
+        "triggers": ["[TOOL_CALLS]"]}
 
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {

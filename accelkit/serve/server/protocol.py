@@ -462,6 +462,9 @@ class ChatCompletionRequest(_Sampling):
 
     def configure(self, config: ServerConfig) -> None:
         self._call_format = FORMATS[config.tool_call_parser] if config.tool_call_parser is not None else None
+        if self._call_format is not None and self._call_format.special_start and self.tools \
+                and self.tool_choice in (None, "auto"):  # its call marker must be in the text (vLLM's parser too)
+            self.skip_special_tokens = False
         self._reasoning_format = (REASONING_FORMATS[config.reasoning_parser] if config.reasoning_parser is not None
                                   else None)
 

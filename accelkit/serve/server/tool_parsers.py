@@ -16,6 +16,12 @@ free — and the calls are then read back out of the text, here.
 ``llama3_json`` is Llama 3.1–3.3's JSON tool calling (vLLM's ``llama3_json``): the call is the JSON object itself,
 ``{"name": "get_weather", "parameters": {"city": "Paris"}}``, several separated by ``;``.
 
+``mistral`` is Mistral's (7B-Instruct-v0.3, Nemo, Small in their Hugging Face tokenizers; vLLM's ``mistral``): a
+special token, then a JSON array of calls, ``[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]``.
+The token is special, so requests with tools are decoded with ``skip_special_tokens`` false (as vLLM's parser does);
+the constraint makes each array the model opens one whole call (an array of several, written unconstrained, is read
+too).
+
 :class:`CallScanner` reads a text, whole or as it streams, into content and calls: a complete call to a tool the
 request gave becomes a call; anything else — text outside calls, a call cut short by ``max_tokens``, a call the
 model wrote to an unknown tool or that is not JSON (possible only where the constraint was not in force) — stays
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,10 @@ class CallFormat:
     end: str | None
     arguments_key: str = "arguments"
     separator: str = ""  # text the model writes between calls, not content (Llama's ";")
+    array: bool = False  # the calls after ``start`` are one JSON array of call objects (Mistral's)
+    # ``start`` is a special token of the tokenizers that use this format (Mistral's [TOOL_CALLS]): left out of the
+    # text unless a request is decoded with skip_special_tokens false, which its requests with tools then are
+    special_start: bool = False
 
     def begin(self, function: str) -> str:
         """The text a call to ``function`` starts with, up to its arguments (a structural tag's ``begin``)."""
@@ -60,6 +70,15 @@ class CallFormat:
         return {"structures": [{"begin": self.begin(name), "schema": parameters, "end": self.close}
                                for name, parameters in functions],
                 "triggers": [self.start]}
+
+    def read_all(self, document: Any) -> list[tuple[str, Any]] | None:
+        """The (name, arguments) of each call a call's JSON document holds (an array's elements, in an ``array``
+        format), or None where one of them is not a call."""
+        if not self.array:
+            call = self.read(document)
+            return None if call is None else [call]
+        calls = [self.read(c) for c in document] if isinstance(document, list) and document else [None]
+        return None if None in calls else cast("list[tuple[str, Any]]", calls)
 
     def read(self, call: Any) -> tuple[str, Any] | None:
         """(name, arguments) of a call's JSON object, or None where it is not one (the arguments under
@@ -79,6 +98,9 @@ FORMATS: dict[str, CallFormat] = {
     # <|python_tag|> some put first is a special token, not in the text)
     "llama3_json": CallFormat("llama3_json", '{"name": ', prefix="", suffix="", end=None,
                               arguments_key="parameters", separator=";"),
+    # Mistral (v0.3 tokenizer and later in Hugging Face form): [TOOL_CALLS] [{"name": …, "arguments": {…}}, …]
+    "mistral": CallFormat("mistral", "[TOOL_CALLS]", prefix="[TOOL_CALLS] [", suffix="]", end=None, array=True,
+                          special_start=True),
 }
 
 
@@ -150,11 +172,11 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
         length, document = whole
         text, self._buffer, self._in_call = fmt.start + self._buffer[:length], self._buffer[length:], False
         self._after_call = True
-        call = fmt.read(document)
-        if call is None or call[0] not in self.names:
+        calls = fmt.read_all(document)
+        if calls is None or any(name not in self.names for name, _ in calls):
             self._content(text)
         else:
-            self._events.append(("call", call[0], json.dumps(call[1], ensure_ascii=False)))
+            self._events += [("call", name, json.dumps(arguments, ensure_ascii=False)) for name, arguments in calls]
         return True
 
     def _whole_call(self) -> tuple[int, Any] | None:
@@ -169,6 +191,13 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
                 return at + len(fmt.end), json.loads(self._buffer[:at])  # (the newlines around it: JSON's spaces)
             except ValueError:
                 return at + len(fmt.end), None
+        if fmt.array:  # closed where the array after the start ends
+            body = self._buffer.lstrip()
+            try:
+                document, length = json.JSONDecoder().raw_decode(body)
+            except ValueError:  # (not yet whole — or never, which the end of the output shows)
+                return None
+            return len(self._buffer) - len(body) + length, document
         try:  # closed where its JSON object ends (the start is the object's beginning)
             document, length = json.JSONDecoder().raw_decode(fmt.start + self._buffer)
         except ValueError:  # (not yet whole — or never, which the end of the output shows)
