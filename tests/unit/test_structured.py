@@ -848,6 +848,10 @@ def test_the_free_text_of_a_structural_tag_takes_the_added_tokens_but_its_trigge
 
 
 def test_a_guides_opener_is_allowed_as_its_first_token_only_drawn_first_or_masked() -> None:
+    check_opener(backend())
+
+
+def check_opener(using: Any) -> None:
     """RequestGuide.opener (a hybrid reasoning model's <think>): the first token may be it besides what the grammar
     allows — a greedy row whose argmax it is keeps it, drawn before its mask or after — and once a token is out it
     is a token like any other (refused here)."""
@@ -864,12 +868,12 @@ def test_a_guides_opener_is_allowed_as_its_first_token_only_drawn_first_or_maske
     for first in (True, False):
         sampler = Sampler(torch.device("cpu"), seed=0)
         sampler.draw_first = first
-        (seq,) = guided_rows(spec, greedy)
+        (seq,) = guided_rows(spec, greedy, using)
         guide: Any = seq.guide
         guide.opener = opener
         assert guide.allows(opener) and not guide.allows(EOS + 2)
         assert sampler(logits, greedy, [seq.seq_id], [seq]) == [opener]
-        (seq,) = guided_rows(spec, greedy)  # one token in: the grammar alone
+        (seq,) = guided_rows(spec, greedy, using)  # one token in: the grammar alone
         seq.guide.opener = opener  # type: ignore[attr-defined]
         seq.token_ids.append(allowed[0])
         assert sampler(logits, greedy, [seq.seq_id], [seq]) != [opener]

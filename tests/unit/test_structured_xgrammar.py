@@ -32,6 +32,7 @@ from tests.unit.test_structured import (
     check_allows_agrees_with_the_mask,
     check_choice_walks,
     check_json_object_walks,
+    check_opener,
     check_pydantic_walks,
     check_regex_walks,
     check_structural_tag_walks,
@@ -366,3 +367,8 @@ def test_xgrammar_rows_are_masked_first() -> None:
     tokens = sampler(torch.zeros(4, VOCAB_SIZE), params, [s.seq_id for s in seqs], seqs)
     assert all(re.fullmatch("[a-c]x?", tokenizer().decode([t])) for t in tokens), tokens
     assert sampler.first_draws_allowed == sampler.first_draws_refused == 0
+
+
+def test_a_guides_opener_works_on_xgrammar_as_on_llguidance() -> None:
+    """The opener (a hybrid reasoning model's <think>) is the sampler's, whichever engine fills the mask."""
+    check_opener(backend())
