@@ -16,8 +16,9 @@ free — and the calls are then read back out of the text, here.
 ``llama3_json`` is Llama 3.1–3.3's JSON tool calling (vLLM's ``llama3_json``): the call is the JSON object itself,
 ``{"name": "get_weather", "parameters": {"city": "Paris"}}``, several separated by ``;``.
 
-``mistral`` is Mistral's (7B-Instruct-v0.3, Nemo, Small in their Hugging Face tokenizers; vLLM's ``mistral``): a
-special token, then a JSON array of calls, ``[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]``.
+``mistral`` is Mistral's before its v11 tokenizers (7B-Instruct-v0.3, Nemo, Small 2409, in Hugging Face form;
+vLLM's ``mistral``): a special token, then a JSON array of calls,
+``[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]``.
 The token is special, so requests with tools are decoded with ``skip_special_tokens`` false (as vLLM's parser does);
 the constraint makes each array the model opens one whole call (an array of several, written unconstrained, is read
 too).
