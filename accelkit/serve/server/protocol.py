@@ -460,11 +460,15 @@ class ChatCompletionRequest(_Sampling):
 
     _reasoning_format: ReasoningFormat | None = PrivateAttr(None)  # (``--reasoning-parser``, set there too)
 
+    @property
+    def _asks_auto(self) -> bool:
+        """Tools with tool_choice "auto" or omitted: text or calls in the model's own format."""
+        return bool(self.tools) and self.tool_choice in (None, "auto")
+
     def configure(self, config: ServerConfig) -> None:
         self._call_format = FORMATS[config.tool_call_parser] if config.tool_call_parser is not None else None
-        if self._call_format is not None and self._call_format.special_start and self.tools \
-                and self.tool_choice in (None, "auto"):  # its call marker must be in the text (vLLM's parser too)
-            self.skip_special_tokens = False
+        if self._call_format is not None and self._call_format.special_start and self._asks_auto:
+            self.skip_special_tokens = False  # (its call marker must be in the text, as for vLLM's parser)
         self._reasoning_format = (REASONING_FORMATS[config.reasoning_parser] if config.reasoning_parser is not None
                                   else None)
 
@@ -486,10 +490,10 @@ class ChatCompletionRequest(_Sampling):
         return None if self._answer_only else self._reasoning_format
 
     def unsupported(self) -> tuple[str, str] | None:
-        if self.tools and self.tool_choice in (None, "auto") and self._call_format is None:
+        if self._asks_auto and self._call_format is None:
             return "tool_choice", ("tool_choice 'auto' (the default with tools) needs the model's tool-call format, "
                                    "and this server was started without one; start it with --tool-call-parser "
-                                   "(hermes: Qwen2.5, Qwen3, Hermes; llama3_json: Llama 3.1-3.3), or send tool_choice 'required' or "
+                                   f"({' | '.join(FORMATS)}), or send tool_choice 'required' or "
                                    "{\"type\": \"function\", \"function\": {\"name\": …}} (the output is then "
                                    "constrained to the call), or 'none'")
         if self.functions:

@@ -78,7 +78,9 @@ class CallFormat:
         if not self.array:
             call = self.read(document)
             return None if call is None else [call]
-        calls = [self.read(c) for c in document] if isinstance(document, list) and document else [None]
+        if not isinstance(document, list) or not document:
+            return None
+        calls = [self.read(c) for c in document]
         return None if None in calls else cast("list[tuple[str, Any]]", calls)
 
     def read(self, call: Any) -> tuple[str, Any] | None:
@@ -192,18 +194,13 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
                 return at + len(fmt.end), json.loads(self._buffer[:at])  # (the newlines around it: JSON's spaces)
             except ValueError:
                 return at + len(fmt.end), None
-        if fmt.array:  # closed where the array after the start ends
-            body = self._buffer.lstrip()
-            try:
-                document, length = json.JSONDecoder().raw_decode(body)
-            except ValueError:  # (not yet whole — or never, which the end of the output shows)
-                return None
-            return len(self._buffer) - len(body) + length, document
-        try:  # closed where its JSON object ends (the start is the object's beginning)
-            document, length = json.JSONDecoder().raw_decode(fmt.start + self._buffer)
+        # closed where its JSON ends: the array after the start (Mistral's), or the object the start begins (Llama's)
+        body = self._buffer.lstrip() if fmt.array else fmt.start + self._buffer
+        try:
+            document, length = json.JSONDecoder().raw_decode(body)
         except ValueError:  # (not yet whole — or never, which the end of the output shows)
             return None
-        return length - len(fmt.start), document
+        return length + len(self._buffer) - len(body), document
 
     def _content(self, text: str) -> None:
         if not self._started:
