@@ -106,6 +106,13 @@ def _one_line(error: str, schema: Any = None, *, tag_grammar: str | None = None)
     return (named or first)[:400]
 
 
+def _refused(spec: StructuredOutputs, exc: ValueError, schema: Any, grammar: str) -> ValueError:
+    """The one-line error of a spec llguidance refused (``grammar``: what it was given, read for a structural tag's
+    error location)."""
+    tag_grammar = grammar if spec.kind == "structural_tag" else None
+    return ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema, tag_grammar=tag_grammar)}")
+
+
 def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special: dict[str, int],
                         text_token_ids: Iterable[int] = ()) -> str:
     """A structural tag as llguidance's Lark: free text (``TAG_TEXT``), in which each structure's trigger begins
@@ -283,9 +290,7 @@ class LLGuidanceBackend:
         try:
             return schema, self.grammar_text(spec, schema)
         except ValueError as exc:  # (a tag's grammar is not written yet: "" for no line to name)
-            tag_grammar = "" if spec.kind == "structural_tag" else None
-            raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema, tag_grammar=tag_grammar)}"
-                             ) from None
+            raise _refused(spec, exc, schema, "") from None
 
     def compile(self, spec: StructuredOutputs, prepared: tuple[Any, str] | None = None) -> LLGuidanceGrammar:
         import torch
@@ -311,9 +316,7 @@ class LLGuidanceBackend:
             if matcher.is_error():
                 raise ValueError(matcher.get_error())  # (made one line below, with every other error here)
         except ValueError as exc:
-            tag_grammar = grammar if spec.kind == "structural_tag" else None
-            raise ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema, tag_grammar=tag_grammar)}"
-                             ) from None
+            raise _refused(spec, exc, schema, grammar) from None
         start_mask = first.numpy().copy()
         start_mask.flags.writeable = False  # (shared by every request of this grammar)
         return LLGuidanceGrammar(matcher, grammar, self.eos_token_ids, start_mask)
