@@ -4,8 +4,8 @@ A full collection walks every object the collector tracks: 435,000 in what ``acc
 test model (torch, transformers, FastAPI, the engine), 214 ms a walk on this project's 2-core VM
 (``benchmarks/gc_pause.py``) — the interpreter lock held all along, so the engine's step, the event loop and every
 request stop with it. Python starts one whenever enough new objects have outlived two younger collections, which a
-server under load reaches again and again (a profile of ``benchmarks/structured_hostile.py`` found a tenth of the
-event loop's time in collections, set off while large JSON schemas became objects). Frozen (``gc.freeze``), the
+server under load reaches again and again (a profile of ``benchmarks/structured_hostile.py`` found the event loop
+in such collections, set off while large JSON schemas became objects). Frozen (``gc.freeze``), the
 objects of the start-up are never walked again; a full collection walks only what came after. vLLM
 (``freeze_gc_heap`` after its warm-up) and SGLang (``freeze_gc``) do the same.
 """
