@@ -335,9 +335,16 @@ class GrammarCompiler:
             raise ValueError(self._timeout_message(spec)) from None
 
     async def compile_async(self, spec: StructuredOutputs) -> CompiledGrammar:
-        """:meth:`compile` for an event loop: it awaits, the loop stays free, no thread of its pool is taken."""
-        await asyncio.wrap_future(self._backend_future())
+        """:meth:`compile` for an event loop: it awaits, the loop stays free, no thread of its pool is taken. A spec
+        already compiled (or refused) returns (or raises) at once, without suspending: wrapping a finished future
+        still costs a wake-up of the loop through its self-pipe and a turn of it, on every guided request."""
+        backend = self._backend_future()
+        if not backend.done():
+            await asyncio.wrap_future(backend)
+        backend.result()  # (a backend that cannot be made: its ValueError)
         future, waiters = self._submit(spec)
+        if future.done():
+            return future.result()
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.timeout_s)
         except TimeoutError:

@@ -5,6 +5,7 @@ is refused, never a crash), and the compiler's limits: time, size, bounded cache
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import functools
 import json
@@ -878,3 +879,22 @@ def check_opener(using: Any) -> None:
         seq.token_ids.append(allowed[0])
         assert sampler(logits, greedy, [seq.seq_id], [seq]) != [opener]
         assert not seq.guide.allows(opener)  # type: ignore[attr-defined]
+
+
+def test_an_async_compile_of_a_cached_or_refused_spec_ends_without_suspending() -> None:
+    compiler = GrammarCompiler(backend)
+    spec, bad = StructuredOutputs(regex="[a-z]{3}"), StructuredOutputs(regex="(?=a)b")
+    grammar = compiler.compile(spec)
+    with pytest.raises(ValueError):
+        compiler.compile(bad)
+    # one send of the coroutine: it returns (StopIteration) or raises, never yields to a loop
+    coroutine = compiler.compile_async(spec)
+    with pytest.raises(StopIteration) as stopped:
+        coroutine.send(None)
+    assert stopped.value.value is grammar
+    with pytest.raises(ValueError, match="structured_outputs.regex"):
+        compiler.compile_async(bad).send(None)
+    assert compiler.num_compiles == 2
+    # a spec not compiled yet still awaits its compile
+    assert asyncio.run(compiler.compile_async(StructuredOutputs(regex="[0-9]+"))) is not None
+    assert compiler.num_compiles == 3
