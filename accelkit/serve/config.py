@@ -70,7 +70,9 @@ class EngineConfig(Spec):
         None, min=1, max=4096, doc="On the CPU: torch's intra-op threads for the engine's steps (set on the thread that "
         "steps it); None = torch's default, one per usable core. Fewer can be faster: a small model gains little from "
         "a second thread, and every parallel region waits for its slowest thread, so a core another process (or the "
-        "HTTP server's own thread) takes stalls each step (docs/engine.md, 'Threads on a CPU').",
+        "HTTP server's own thread) takes stalls each step; a server that shares its machine, or whose latency under "
+        "load matters more than its peak throughput, does better with the usable cores less one (docs/engine.md, "
+        "'Threads on a CPU').",
     )
     max_cuda_graph_batch_size: int | None = spec_field(
         None, min=1, doc="Largest decode batch replayed from a CUDA graph (larger ones run eagerly); None = max_num_seqs, at most 512.",
