@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,7 @@ MAX_SPEC_CHARS = 262_144  # a regex's, a grammar's or a JSON schema's text, and 
 
 #: the constraints given as text (the choice is a list, json_object a flag)
 _TEXT_KINDS = ("json", "regex", "grammar", "structural_tag")
+MAX_WHITESPACE_PATTERN_CHARS = 256  # structured_outputs.whitespace_pattern: a regex for the gaps between JSON tokens
 _TAG_FIELD = "structured_outputs.structural_tag"
 _TAG_SHAPE = '{"structures": [{"begin": "<function=f>", "schema": {...}, "end": "</function>"}], "triggers": ["<function="]}'
 
@@ -84,6 +86,40 @@ class _NotJSON(ValueError):
     pass
 
 
+# what a whitespace_pattern may be built of: JSON's four whitespace characters (as themselves or escaped), groups,
+# alternation, classes of those characters and quantifiers; nothing that could match another character
+_WS_ESCAPES = re.compile(r"\\(?:[ ntr]|x(?:20|09|0[aAdD]))")
+_WS_CHARS = " \t\n\r"
+
+
+def _check_whitespace_pattern(pattern: str) -> None:
+    """ValueError unless ``pattern`` can match JSON whitespace only (a token mask lets through whatever it
+    matches: ``x`` would put x between the document's tokens, and the output would not be JSON)."""
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        escape = _WS_ESCAPES.match(pattern, i)
+        if escape is not None or (not in_class and pattern.startswith("(?:", i)):
+            i = escape.end() if escape is not None else i + 3
+            continue
+        quantifier = re.match(r"\{\d+(,\d*)?\}", pattern[i:]) if not in_class else None
+        if quantifier is not None:
+            i += quantifier.end()
+            continue
+        allowed = _WS_CHARS + ("]" if in_class else "[()|?*+")
+        if c not in allowed:  # (a "(?" other than "(?:" fails at what follows it: i, =, !, <, P)
+            raise ValueError(f"structured_outputs.whitespace_pattern {pattern!r}: {pattern[i:i + 8]!r} at character "
+                             f"{i} may match more than JSON's whitespace; build it from spaces, \\t, \\n and \\r (or "
+                             "\\x20 \\x09 \\x0a \\x0d), (?:groups), |, [classes] of those and ?, *, +, {m,n}")
+        in_class = c == "[" or (in_class and c != "]")
+        i += 1
+    try:  # (what is left to get wrong is the structure, which Python's re reads as llguidance's regex does here)
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"structured_outputs.whitespace_pattern {pattern!r} is not a regular expression ({exc}); "
+                         "fix it or leave it out") from None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StructuredOutputs(Spec):
     """vLLM's ``StructuredOutputsParams``: the output must match exactly one of these (the sampler masks every token
@@ -109,6 +145,15 @@ class StructuredOutputs(Spec):
         "(which starts with one of the triggers) is followed by one JSON document valid under its schema, then its "
         "end: tool calls in the middle of running text.",
     )
+    whitespace_pattern: str | None = spec_field(
+        None, doc="json and json_object only: a regular expression for the whitespace allowed between the JSON "
+        "document's tokens (vLLM's whitespace_pattern, guided_whitespace_pattern); None = at most 2 spaces or "
+        "newlines. The llguidance engine only.",
+    )
+    disable_any_whitespace: bool = spec_field(
+        False, doc="json and json_object only: no whitespace between the JSON document's tokens — compact JSON, "
+        "`{\"a\":1}` (vLLM's disable_any_whitespace).",
+    )
 
     def __post_init__(self) -> None:
         for name in ("json", "structural_tag"):  # a dict (vLLM's json=...): its text, in its key order
@@ -133,6 +178,7 @@ class StructuredOutputs(Spec):
                                  f"{MAX_SPEC_CHARS:,}")
         if self.json is not None:
             _strict_json(self.json, "structured_outputs.json", "a JSON schema")
+        self._check_whitespace()
         if self.structural_tag is not None:
             self.structural_tags()
         if self.choice is not None:
@@ -146,6 +192,23 @@ class StructuredOutputs(Spec):
             if total > MAX_SPEC_CHARS:
                 raise ValueError(f"structured_outputs.choice has {total:,} characters in all; the size limit is "
                                  f"{MAX_SPEC_CHARS:,}")
+
+    def _check_whitespace(self) -> None:
+        asked = [n for n in ("whitespace_pattern", "disable_any_whitespace") if getattr(self, n) not in (None, False)]
+        if not asked:
+            return
+        if len(asked) > 1:
+            raise ValueError("structured_outputs sets both whitespace_pattern and disable_any_whitespace; send one of "
+                             "them (disable_any_whitespace: no whitespace at all)")
+        if self.kind not in ("json", "json_object"):
+            raise ValueError(f"structured_outputs.{asked[0]} applies to JSON outputs (json, json_object), not to "
+                             f"{self.kind}; leave it out")
+        pattern = self.whitespace_pattern
+        if pattern is not None and not 1 <= len(pattern) <= MAX_WHITESPACE_PATTERN_CHARS:
+            raise ValueError(f"structured_outputs.whitespace_pattern has {len(pattern)} characters; give a regular "
+                             f"expression of 1 to {MAX_WHITESPACE_PATTERN_CHARS}")
+        if pattern is not None:
+            _check_whitespace_pattern(pattern)
 
     @property
     def kind(self) -> str:

@@ -39,6 +39,16 @@ MAX_GRAMMAR_SIZE = 500_000  # symbols in the grammar's productions (llguidance's
 # pretty-printing fit, and a model cannot pad forever)
 JSON_OPTIONS = {"whitespace_pattern": r"[\x20\x0A]{0,2}"}
 
+
+def json_options(spec: StructuredOutputs) -> dict[str, Any]:
+    """llguidance's JSON options for ``spec``: its whitespace_pattern, none at all (disable_any_whitespace: the
+    separators alone, ``,`` and ``:``), or :data:`JSON_OPTIONS`."""
+    if spec.disable_any_whitespace:
+        return {"whitespace_flexible": False}
+    if spec.whitespace_pattern is not None:
+        return {"whitespace_pattern": spec.whitespace_pattern}
+    return JSON_OPTIONS
+
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*?)\]")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (.*)")
 _MAX_FORMATS_DROPPED = 16
@@ -263,11 +273,11 @@ class LLGuidanceBackend:
         llg = self._llg
         kind = spec.kind
         if kind == "json_object":
-            return str(llg.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS))
+            return str(llg.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=json_options(spec)))
         if kind == "json":
             if not isinstance(schema, (dict, bool)):
                 raise ValueError("a JSON schema is an object (or true/false)")
-            return str(llg.LLMatcher.grammar_from_json_schema(close_objects(schema), defaults=JSON_OPTIONS))
+            return str(llg.LLMatcher.grammar_from_json_schema(close_objects(schema), defaults=json_options(spec)))
         if kind == "choice":
             assert spec.choice is not None
             return str(llg.grammar_from("choice", json.dumps(list(spec.choice))))

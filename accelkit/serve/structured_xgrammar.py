@@ -297,6 +297,10 @@ class XGrammarBackend:
         """(what to compile: json, regex, ebnf, lark or structural_tag; its text): the Python-side part of a compile
         (see :meth:`GrammarCompiler._compile`); ValueError as :meth:`compile`."""
         kind = spec.kind
+        if spec.whitespace_pattern is not None:
+            raise ValueError("structured_outputs.whitespace_pattern: the xgrammar engine takes no whitespace pattern; "
+                             "send disable_any_whitespace (no whitespace) or leave it out (at most 2 spaces or "
+                             "newlines), or serve with --structured-outputs-backend llguidance")
         if kind == "json_object":
             return "json", '{"type": "object"}'
         for text in (spec.regex or "", spec.grammar or "", *(spec.choice or ())):
@@ -345,8 +349,12 @@ class XGrammarBackend:
         compiler = self.compiler
         try:
             if what == "json":
-                compiled = compiler.compile_json_schema(text, any_whitespace=True, strict_mode=False,
-                                                        max_whitespace_cnt=MAX_WHITESPACE)
+                if spec.disable_any_whitespace:  # (compact: both separators without their default spaces)
+                    compiled = compiler.compile_json_schema(text, any_whitespace=False, separators=(",", ":"),
+                                                            strict_mode=False)
+                else:
+                    compiled = compiler.compile_json_schema(text, any_whitespace=True, strict_mode=False,
+                                                            max_whitespace_cnt=MAX_WHITESPACE)
             elif what == "regex":
                 compiled = compiler.compile_regex(text)
             elif what == "ebnf":

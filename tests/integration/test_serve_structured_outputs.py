@@ -179,6 +179,27 @@ def test_http_completions_vllm_fields(served):
     check_schema(json.loads(r.json()["choices"][0]["text"]))
 
 
+def test_http_compact_json_and_a_whitespace_pattern(served):
+    """vLLM's disable_any_whitespace and (guided_)whitespace_pattern over HTTP: compact JSON has no whitespace outside
+    its strings; a pattern of one optional newline allows nothing else between tokens."""
+    strings = re.compile(r'"(?:[^"\\]|\\.)*"')
+    for seed in range(3):
+        r = post(served, "completions", {"prompt": "p:", "max_tokens": 256, "seed": seed,
+                                         "structured_outputs": {"json": SCHEMA, "disable_any_whitespace": True}})
+        assert r.status_code == 200, r.text
+        text = r.json()["choices"][0]["text"]
+        check_schema(json.loads(text))
+        assert not re.search(r"\s", strings.sub("\"\"", text)), text
+        r = post(served, "chat/completions", {
+            "messages": [{"role": "user", "content": "a person"}], "max_tokens": 256, "seed": seed,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
+            "guided_whitespace_pattern": r"\n?"})
+        assert r.status_code == 200, r.text
+        text = r.json()["choices"][0]["message"]["content"]
+        check_schema(json.loads(text))
+        assert not re.search(r"[ \t\r]|\n\n", strings.sub("\"\"", text)), text
+
+
 def test_http_streamed_deltas_join_to_a_valid_output(served):
     with httpx.stream("POST", f"{served}/v1/completions", timeout=120, json={
         "model": "tiny", "prompt": "p:", "max_tokens": 256, "seed": 7, "stream": True,
@@ -209,6 +230,11 @@ def test_http_streamed_deltas_join_to_a_valid_output(served):
     ({"structured_outputs": {"structural_tag": {"structures": [{"begin": "<f", "schema": {"not": {}}, "end": ""}],
                                                 "triggers": ["<f"]}}}, "structured_outputs", "structural_tag"),
     ({"guided_regex": "a+", "min_tokens": 2}, "min_tokens", "min_tokens"),
+    ({"guided_json": SCHEMA, "guided_whitespace_pattern": "x*"}, "guided_whitespace_pattern",
+     "may match more than JSON's whitespace"),
+    ({"guided_whitespace_pattern": " "}, "guided_whitespace_pattern", "no field asks for one"),
+    ({"structured_outputs": {"regex": "a", "disable_any_whitespace": True}}, "structured_outputs",
+     "applies to JSON outputs"),
 ])
 def test_http_bad_structured_requests_are_400s_naming_the_field(served, body, param, words):
     r = post(served, "completions", {"prompt": "p:", "max_tokens": 4, **body})

@@ -898,3 +898,54 @@ def test_an_async_compile_of_a_cached_or_refused_spec_ends_without_suspending() 
     # a spec not compiled yet still awaits its compile
     assert asyncio.run(compiler.compile_async(StructuredOutputs(regex="[0-9]+"))) is not None
     assert compiler.num_compiles == 3
+
+
+# ---- the whitespace between a JSON output's tokens ----------------------------------------------------------------
+
+NO_STRINGS = json.dumps({"type": "object", "properties": {"a": {"type": "integer"},
+                                                         "b": {"type": "array", "items": {"type": "boolean"}}},
+                         "required": ["a", "b"]})
+
+
+def check_whitespace_walks(using: Any = None, seeds: int = 12) -> None:
+    """Compact JSON (disable_any_whitespace) has no whitespace at all where the default has some (a schema without
+    free strings: every whitespace character is one between tokens); every walk is a valid document."""
+    def texts(**whitespace: Any) -> list[str]:
+        out = []
+        for seed in range(seeds):
+            text, ended = walk(StructuredOutputs(json=NO_STRINGS, **whitespace), seed, using=using, eos_after=4)
+            assert ended, text
+            jsonschema.validate(json.loads(text), json.loads(NO_STRINGS))
+            out.append(text)
+        return out
+
+    assert any(c in text for text in texts() for c in " \n")  # (the default lets the walks write some)
+    assert not any(c in text for text in texts(disable_any_whitespace=True) for c in " \t\n\r")
+
+
+def test_disable_any_whitespace_writes_compact_json_and_a_pattern_bounds_the_whitespace() -> None:
+    check_whitespace_walks()
+    newlines = [walk(StructuredOutputs(json=NO_STRINGS, whitespace_pattern=r"\n?"), seed, eos_after=4)[0]
+                for seed in range(12)]
+    assert any("\n" in t for t in newlines) and not any(c in t for t in newlines for c in " \t\r")
+    assert not any("\n\n" in t for t in newlines)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"regex": "a+", "disable_any_whitespace": True}, "applies to JSON outputs (json, json_object), not to regex"),
+    ({"json_object": True, "whitespace_pattern": "x"}, r"'x' at character 0 may match more than JSON's whitespace"),
+    ({"json_object": True, "whitespace_pattern": r"\s*"}, "may match more than JSON's whitespace"),
+    ({"json_object": True, "whitespace_pattern": "[^a]"}, "may match more than JSON's whitespace"),
+    ({"json_object": True, "whitespace_pattern": "[\\t-\\r]"}, "may match more than JSON's whitespace"),
+    ({"json_object": True, "whitespace_pattern": " " * 300}, "has 300 characters; give a regular expression of 1 to"),
+    ({"json_object": True, "whitespace_pattern": " ", "disable_any_whitespace": True}, "sets both"),
+])
+def test_a_whitespace_setting_that_cannot_hold_is_refused_naming_it(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message) if "(" in message else message):
+        StructuredOutputs(**fields)
+
+
+def test_a_whitespace_pattern_that_is_no_regular_expression_is_refused_naming_it() -> None:
+    for pattern in ("( ", "[ ", " )", "[]", " {2,1}"):
+        with pytest.raises(ValueError, match=r"^structured_outputs\.whitespace_pattern .* is not a regular expression"):
+            StructuredOutputs(json_object=True, whitespace_pattern=pattern)

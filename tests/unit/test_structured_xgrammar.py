@@ -36,6 +36,7 @@ from tests.unit.test_structured import (
     check_pydantic_walks,
     check_regex_walks,
     check_structural_tag_walks,
+    check_whitespace_walks,
     guided_rows,
     tokenizer,
     walk,
@@ -372,3 +373,10 @@ def test_xgrammar_rows_are_masked_first() -> None:
 def test_a_guides_opener_works_on_xgrammar_as_on_llguidance() -> None:
     """The opener (a hybrid reasoning model's <think>) is the sampler's, whichever engine fills the mask."""
     check_opener(backend())
+
+
+def test_compact_json_on_xgrammar_too_and_its_refusal_of_a_whitespace_pattern() -> None:
+    check_whitespace_walks(using=backend())
+    with pytest.raises(ValueError, match=r"^structured_outputs.whitespace_pattern: the xgrammar engine takes no "
+                                         r"whitespace pattern; .* --structured-outputs-backend llguidance$"):
+        GrammarCompiler(backend).compile(StructuredOutputs(json_object=True, whitespace_pattern=" ?"))

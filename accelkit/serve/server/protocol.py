@@ -146,6 +146,11 @@ class StructuredOutputsBody(_Body):
     structural_tag: dict[str, Any] | Str | None = Field(
         None, description='vLLM\'s structural tag (object or its text): {"structures": [{"begin", "schema", "end"}], '
         '"triggers": [...]}; tool calls as JSON between a begin and an end, in free text.')
+    whitespace_pattern: Str | None = Field(
+        None, description="json and json_object: a regex for the whitespace allowed between the JSON tokens, built "
+        "of spaces, \\t, \\n and \\r (default: at most 2 spaces or newlines); the llguidance engine only.")
+    disable_any_whitespace: Bool | None = Field(
+        None, description="json and json_object: true = no whitespace between the JSON tokens (compact JSON).")
 
 
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
@@ -222,6 +227,9 @@ class _Sampling(_Request):
     guided_regex: Str | None = Field(None, description="vLLM extension (older name): a regex the output matches.")
     guided_choice: list[Str] | None = Field(None, description="vLLM extension (older name): the output is one of these.")
     guided_grammar: Str | None = Field(None, description="vLLM extension (older name): a Lark (or GBNF) grammar.")
+    guided_whitespace_pattern: Str | None = Field(
+        None, description="vLLM extension (older name): structured_outputs.whitespace_pattern, for the JSON output "
+        "another field asks for.")
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, message) for a feature asked for that the engine does not implement."""
@@ -260,27 +268,47 @@ class _Sampling(_Request):
                                  if v is not None}
             if so.json_object:
                 given["json_object"] = True
+            if so.whitespace_pattern is not None:
+                given["whitespace_pattern"] = so.whitespace_pattern
+            if so.disable_any_whitespace:
+                given["disable_any_whitespace"] = True
             asked.append(("structured_outputs", given))
         for name, key in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice"),
                           ("guided_grammar", "grammar")):
             value = getattr(self, name)
             if value is not None:
                 asked.append((name, {key: value}))
+        pattern = self.guided_whitespace_pattern
         if not asked:
+            if pattern is not None:
+                raise APIError(400, "guided_whitespace_pattern shapes the whitespace of a JSON output, and no field "
+                               "asks for one; send guided_json or response_format with it, or leave it out",
+                               param="guided_whitespace_pattern")
             return None
         if len(asked) > 1:
             names = ", ".join(name for name, _ in asked)
             raise APIError(400, f"{names} each ask for structured output; send only one of them",
                            param=asked[1][0])
         name, fields = asked[0]
+        if pattern is not None:
+            if "whitespace_pattern" in fields or "disable_any_whitespace" in fields:
+                raise APIError(400, "guided_whitespace_pattern and structured_outputs' own whitespace setting both "
+                               "shape the output's whitespace; send only one of them",
+                               param="guided_whitespace_pattern")
+            fields = {**fields, "whitespace_pattern": pattern}
         try:
             return name, StructuredOutputs(**fields)
         except ValueError as exc:
-            raise APIError(400, self.structured_message(name, str(exc)), param=name) from exc
+            message = self.structured_message(name, str(exc))
+            param = "guided_whitespace_pattern" if message.startswith("guided_whitespace_pattern") else name
+            raise APIError(400, message, param=param) from exc
 
     def structured_message(self, name: str, message: str) -> str:
         """A StructuredOutputs or compile error in the words of the field the client sent (``guided_json: …``)."""
         if name == "structured_outputs":
+            return message
+        message = message.replace("structured_outputs.whitespace_pattern", "guided_whitespace_pattern")
+        if message.startswith("guided_whitespace_pattern"):
             return message
         for key in ("json", "regex", "choice", "grammar", "structural_tag"):
             message = message.replace(f"structured_outputs.{key}", name)
