@@ -49,6 +49,7 @@ def json_options(spec: StructuredOutputs) -> dict[str, Any]:
         return {"whitespace_pattern": spec.whitespace_pattern}
     return JSON_OPTIONS
 
+
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*?)\]")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (.*)")
 _MAX_FORMATS_DROPPED = 16

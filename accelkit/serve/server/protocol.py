@@ -152,6 +152,16 @@ class StructuredOutputsBody(_Body):
     disable_any_whitespace: Bool | None = Field(
         None, description="json and json_object: true = no whitespace between the JSON tokens (compact JSON).")
 
+    def spec_fields(self) -> dict[str, Any]:
+        """The fields given, as :class:`StructuredOutputs` takes them."""
+        given: dict[str, Any] = {k: v for k, v in (
+            ("json", self.json_), ("regex", self.regex), ("choice", self.choice), ("grammar", self.grammar),
+            ("structural_tag", self.structural_tag), ("whitespace_pattern", self.whitespace_pattern)) if v is not None}
+        for flag in ("json_object", "disable_any_whitespace"):
+            if getattr(self, flag):
+                given[flag] = True
+        return given
+
 
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
 _NEUTRAL_EXTENSIONS: dict[str, Any] = {
@@ -261,18 +271,8 @@ class _Sampling(_Request):
         elif fmt is not None and fmt.type == "structural_tag":
             asked.append(("response_format", {"structural_tag": {"structures": fmt.structures,
                                                                  "triggers": fmt.triggers}}))
-        so = self.structured_outputs
-        if so is not None:
-            given: dict[str, Any] = {k: v for k, v in (("json", so.json_), ("regex", so.regex), ("choice", so.choice),
-                                                       ("grammar", so.grammar), ("structural_tag", so.structural_tag))
-                                 if v is not None}
-            if so.json_object:
-                given["json_object"] = True
-            if so.whitespace_pattern is not None:
-                given["whitespace_pattern"] = so.whitespace_pattern
-            if so.disable_any_whitespace:
-                given["disable_any_whitespace"] = True
-            asked.append(("structured_outputs", given))
+        if self.structured_outputs is not None:
+            asked.append(("structured_outputs", self.structured_outputs.spec_fields()))
         for name, key in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice"),
                           ("guided_grammar", "grammar")):
             value = getattr(self, name)
