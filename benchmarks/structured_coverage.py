@@ -209,6 +209,15 @@ class Worker:
         self.proc.join()
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name (Linux's /proc/cpuinfo; None elsewhere): the VMs this runs on change CPUs."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        return None
+
+
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -307,7 +316,8 @@ def main() -> None:
         "what": f"JSONSchemaBench coverage of accelkit's structured outputs ({args.backend} backend)",
         "backend": args.backend,
         "command": " ".join(["benchmarks/structured_coverage.py", *sys.argv[1:]]),
-        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
+        "machine": {"cpu": platform.processor() or platform.machine(), "cpu_model": _cpu_model(),
+                    "python": platform.python_version(),
                     args.backend: importlib.metadata.version(args.backend), "cpus": os.cpu_count(),
                     "loadavg_before": [round(x, 2) for x in load_before],
                     "loadavg_after": [round(x, 2) for x in os.getloadavg()],
