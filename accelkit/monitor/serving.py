@@ -16,6 +16,9 @@ _LATENCY = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.
 #: the engine's finish reasons (``vllm:request_success_total``'s ``finished_reason`` label)
 FINISH_REASONS = ("stop", "length", "abort", "error")
 _TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+# a structured-output compile: llguidance's take a millisecond or so, its slowest real schemas seconds, and the
+# server gives up waiting at 5 s (a compile past it still ends, by the engine's own limits)
+_COMPILE = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class ServingMetrics:
@@ -63,6 +66,22 @@ class ServingMetrics:
         self.structured_first_draws = Counter(
             "accelkit_structured_first_draws", "Guided tokens drawn before their mask, by whether the grammar allowed "
             "them (refused ones are drawn again from the masked logits).", [*m, "result"], registry=registry)
+        self.structured_compiles = Counter(
+            "accelkit_structured_compiles", "Structured-output specs compiled, by result (compiled, or refused with a "
+            "400); a spec compiled or refused before is not compiled again.", [*m, "result"], registry=registry)
+        self.structured_compile_seconds = Histogram(
+            "accelkit_structured_compile_seconds", "Time of each structured-output compile (either result), on a "
+            "compile thread, queueing not included.", m, buckets=_COMPILE, registry=registry)
+        self.structured_specs_reused = Counter(
+            "accelkit_structured_specs_reused", "Structured-output requests that needed no compile of their own: "
+            "their spec was compiled or refused before (cached), or its compile was in flight (in_flight).",
+            [*m, "source"], registry=registry)
+        self.structured_compile_timeouts = Counter(
+            "accelkit_structured_compile_timeouts", "Structured-output requests refused because their spec did not "
+            "compile within the compile limit (queueing included).", m, registry=registry)
+        self.structured_cache_bytes = Gauge(
+            "accelkit_structured_grammar_cache_bytes", "What the cached compiled grammars hold (their weights, as "
+            "the cache bounds them).", m, registry=registry)
 
     def start(self, model_name: str) -> None:
         """Create every series of ``model_name`` at zero now, as vLLM does at start-up: a series that appears only
@@ -74,5 +93,11 @@ class ServingMetrics:
             elif family is self.structured_first_draws:
                 for result in ("allowed", "refused"):
                     family.labels(model_name, result)
+            elif family is self.structured_compiles:
+                for result in ("compiled", "refused"):
+                    family.labels(model_name, result)
+            elif family is self.structured_specs_reused:
+                for source in ("cached", "in_flight"):
+                    family.labels(model_name, source)
             else:
                 family.labels(model_name)

@@ -29,6 +29,7 @@ import functools
 import os
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -320,6 +321,11 @@ class GrammarCompiler:
         # spec → (its compile in flight, requests waiting on it): N requests with one spec share one compile
         self._inflight: dict[StructuredOutputs, tuple[concurrent.futures.Future[CompiledGrammar], list[int]]] = {}
         self.num_compiles = 0  # compiles started (a cache hit or a shared compile starts none)
+        # told how each spec was settled (any thread; it must not raise): "compiled" / "refused" (a compile ended,
+        # with its seconds), "timeout" (a caller stopped waiting at timeout_s) and, for compile_async — the server's
+        # request path; make_request looks the spec up again — "hit" (compiled or refused before) or "shared" (a
+        # compile in flight joined). The server's /metrics counts them
+        self.observer: Callable[[str, float | None], None] | None = None
 
     # ---- public --------------------------------------------------------------------------------------------
 
@@ -327,11 +333,12 @@ class GrammarCompiler:
         """The compiled ``spec``, waiting at most ``timeout_s`` (after the backend is made, on the first call: that
         is the tokenizer's conversion, not the spec's compile); ValueError naming what is wrong or the limit."""
         self._backend_future().result()
-        future, waiters = self._submit(spec)
+        future, waiters, _ = self._submit(spec)
         try:
             return future.result(timeout=self.timeout_s)
         except concurrent.futures.TimeoutError:
             self._give_up(spec, future, waiters)
+            self._observe("timeout")
             raise ValueError(self._timeout_message(spec)) from None
 
     async def compile_async(self, spec: StructuredOutputs) -> CompiledGrammar:
@@ -342,13 +349,16 @@ class GrammarCompiler:
         if not backend.done():
             await asyncio.wrap_future(backend)
         backend.result()  # (a backend that cannot be made: its ValueError)
-        future, waiters = self._submit(spec)
-        if future.done():
+        future, waiters, how = self._submit(spec)
+        if how != "new":
+            self._observe("hit" if how == "settled" else "shared")
+        if how == "settled":
             return future.result()
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.timeout_s)
         except TimeoutError:
             self._give_up(spec, future, waiters)
+            self._observe("timeout")
             raise ValueError(self._timeout_message(spec)) from None
 
     def guide(self, grammar: CompiledGrammar) -> RequestGuide:
@@ -365,26 +375,33 @@ class GrammarCompiler:
         return (f"structured_outputs.{spec.kind}: did not compile within the {self.timeout_s:g} s compile limit "
                 "(the server was compiling others, or this one is too complex); simplify it or retry")
 
-    def _submit(self, spec: StructuredOutputs) -> tuple[concurrent.futures.Future[CompiledGrammar], list[int]]:
+    def _observe(self, event: str, seconds: float | None = None) -> None:
+        if self.observer is not None:
+            self.observer(event, seconds)
+
+    def _submit(self, spec: StructuredOutputs) -> tuple[concurrent.futures.Future[CompiledGrammar], list[int], str]:
+        """(the spec's compile, its waiter count, how it was found: "new" — a compile started —, "shared" — one in
+        flight joined — or "settled": compiled or refused before, the future done)."""
         with self._lock:
             cached = self._grammars.get(spec)
             grammar = cached[0] if cached is not None else None
             error = self._errors.get(spec)
             if grammar is None and error is None:
                 entry = self._inflight.get(spec)
+                how = "shared" if entry is not None else "new"
                 if entry is None:
                     future = self._pool.submit(self._compile, spec)
                     entry = self._inflight[spec] = (future, [0])
                     self.num_compiles += 1
                 entry[1][0] += 1
-                return entry
+                return entry[0], entry[1], how
             done: concurrent.futures.Future[CompiledGrammar] = concurrent.futures.Future()
             if grammar is not None:
                 self._grammars.move_to_end(spec)
                 done.set_result(grammar)
             else:
                 done.set_exception(ValueError(error))
-            return done, [1]
+            return done, [1], "settled"
 
     def _give_up(self, spec: StructuredOutputs, future: concurrent.futures.Future[CompiledGrammar],
                  waiters: list[int]) -> None:
@@ -401,6 +418,7 @@ class GrammarCompiler:
         scheduled rarely and keeps it long, and every other thread — the event loop, the engine — waits for the lock
         meanwhile (a profile of the hostile-request benchmark found the compile threads holding it in the rewrite
         of its large schemas). The engine's own compile (llguidance's Rust, the lock released) is what runs niced."""
+        start = time.perf_counter()
         try:
             backend = self.backend()
             prepared = self._prepare_pool.submit(backend.prepare, spec).result()
@@ -412,6 +430,7 @@ class GrammarCompiler:
                 self._errors[spec] = str(exc)
                 while len(self._errors) > MAX_CACHED_ERRORS:
                     self._errors.popitem(last=False)
+            self._observe("refused", time.perf_counter() - start)
             raise
         except BaseException:
             with self._lock:
@@ -429,6 +448,7 @@ class GrammarCompiler:
                 while self.cached_bytes > self.max_cache_bytes:
                     _, (_, old_weight) = self._grammars.popitem(last=False)
                     self.cached_bytes -= old_weight
+        self._observe("compiled", time.perf_counter() - start)
         return grammar
 
     def _backend_future(self) -> concurrent.futures.Future[StructuredBackend]:

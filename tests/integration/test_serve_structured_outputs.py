@@ -4,6 +4,7 @@ character of a valid output is the mask's doing, and the text checked is what th
 
 import json
 import re
+import uuid
 
 import httpx
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.testing import save_bytelevel_model, save_tiny_model
-from tests.integration.serve_server_util import running_server
+from tests.integration.serve_server_util import metric, running_server
 from tests.unit.test_structured import CALL, split_calls
 
 KV_BYTES = 8 * 2**20
@@ -198,6 +199,25 @@ def test_http_compact_json_and_a_whitespace_pattern(served):
         text = r.json()["choices"][0]["message"]["content"]
         check_schema(json.loads(text))
         assert not re.search(r"[ \t\r]|\n\n", strings.sub("\"\"", text)), text
+
+
+def test_http_compiles_reuse_and_the_grammar_cache_are_on_metrics(served):
+    def read(name: str, label: str = "") -> float:
+        return metric(served, f'accelkit_structured_{name}{{model_name="tiny"{label}}}')
+
+    names = [("compiles_total", ',result="compiled"'), ("compiles_total", ',result="refused"'),
+             ("specs_reused_total", ',source="cached"'), ("compile_seconds_count", "")]
+    before = [read(*n) for n in names]
+    nonce = uuid.uuid4().hex
+    for _ in range(2):  # compiled, then found compiled
+        r = post(served, "completions", {"prompt": "p:", "max_tokens": 4, "guided_regex": f"{nonce}[0-9]+"})
+        assert r.status_code == 200, r.text
+    for _ in range(2):  # refused (look-around), then found refused
+        r = post(served, "completions", {"prompt": "p:", "max_tokens": 4, "guided_regex": f"(?={nonce}){nonce}"})
+        assert r.status_code == 400, r.text
+    assert [read(*n) - b for n, b in zip(names, before, strict=True)] == [1, 1, 2, 2]
+    assert read("grammar_cache_bytes") > 0
+    assert read("compile_timeouts_total") == 0
 
 
 def test_http_streamed_deltas_join_to_a_valid_output(served):

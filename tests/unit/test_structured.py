@@ -949,3 +949,36 @@ def test_a_whitespace_pattern_that_is_no_regular_expression_is_refused_naming_it
     for pattern in ("( ", "[ ", " )", "[]", " {2,1}"):
         with pytest.raises(ValueError, match=r"^structured_outputs\.whitespace_pattern .* is not a regular expression"):
             StructuredOutputs(json_object=True, whitespace_pattern=pattern)
+
+
+def test_the_compilers_observer_hears_how_each_spec_was_settled() -> None:
+    events: list[tuple[str, float | None]] = []
+    gated = GatedBackend()
+    compiler = GrammarCompiler(lambda: gated, timeout_s=30)
+    compiler.observer = lambda event, seconds: events.append((event, seconds))
+    gated.gate.set()
+    spec, bad = StructuredOutputs(regex="[a-z]{2}"), StructuredOutputs(regex="(?=a)b")
+    asyncio.run(compiler.compile_async(spec))
+    asyncio.run(compiler.compile_async(spec))
+    compiler.compile(spec)  # (make_request's look-up, after the server's: not a request of its own)
+    with pytest.raises(ValueError):
+        compiler.compile(bad)
+    with pytest.raises(ValueError):
+        asyncio.run(compiler.compile_async(bad))
+    assert [e for e, _ in events] == ["compiled", "hit", "refused", "hit"]
+    assert all(s is not None and 0 <= s < 30 for e, s in events if e in ("compiled", "refused"))
+    # a compile in flight joined, then a wait given up at the limit
+    events.clear()
+    gated.gate.clear()
+    while gated.started.acquire(blocking=False):  # (the compiles above each released it once)
+        pass
+    slow = StructuredOutputs(regex="[0-9]{4}")
+    future, _, how = compiler._submit(slow)  # a compile started, held at the gate, no waiter's limit on it
+    assert how == "new"
+    assert gated.started.acquire(timeout=30)
+    compiler.timeout_s = 0.1
+    with pytest.raises(ValueError, match="compile limit"):
+        asyncio.run(compiler.compile_async(slow))
+    gated.gate.set()
+    future.result(timeout=30)
+    assert [e for e, _ in events] == ["shared", "timeout", "compiled"]

@@ -75,6 +75,19 @@ class MetricsBridge:
             self._inc(m.request_success, count, last.requests_finished.get(reason, 0) if last else 0, reason)
         self._last = stats
 
+    def on_structured(self, event: str, seconds: float | None) -> None:
+        """:attr:`GrammarCompiler.observer <accelkit.serve.structured.GrammarCompiler.observer>`: a request's spec
+        settled (any thread)."""
+        m, name = self.m, self.model
+        if event in ("compiled", "refused"):
+            m.structured_compiles.labels(name, event).inc()
+            if seconds is not None:
+                m.structured_compile_seconds.labels(name).observe(seconds)
+        elif event in ("hit", "shared"):
+            m.structured_specs_reused.labels(name, "cached" if event == "hit" else "in_flight").inc()
+        elif event == "timeout":
+            m.structured_compile_timeouts.labels(name).inc()
+
     def on_output(self, out: RequestOutput) -> None:
         now = time.monotonic()
         if out.num_new_tokens:
@@ -154,6 +167,9 @@ class ServingState:
         self.engine = engine
         self.admission = Admission(engine.config.max_num_seqs, config.max_queue)
         self.bridge = MetricsBridge(metrics, config.served_model_name)
+        compiler = engine.structured_compiler  # its compiles and cache on /metrics (the cache's size read at scrape)
+        compiler.observer = self.bridge.on_structured
+        metrics.structured_cache_bytes.labels(config.served_model_name).set_function(lambda: compiler.cached_bytes)
         self.created = int(time.time())
         self.accepting = True  # False once shutdown began: new requests get 503
         self.aborted_for_shutdown = False
