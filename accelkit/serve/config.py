@@ -141,7 +141,8 @@ class ServerConfig(Spec):
         None, doc="The model's tool-call format, for chat requests with tools and tool_choice 'auto' (the default "
         "with tools): hermes = Hermes 2/3, Qwen2.5, Qwen3, QwQ (<tool_call>{\"name\": …, \"arguments\": …}"
         "</tool_call>); llama3_json = Llama 3.1-3.3 ({\"name\": …, \"parameters\": …}); mistral = Mistral 7B v0.3, "
-        "Nemo, Small 2409 ([TOOL_CALLS] [{\"name\": …, \"arguments\": …}]). Each call the model opens "
+        "Nemo, Small 2409 ([TOOL_CALLS] [{\"name\": …, \"arguments\": …}]) and, where the tokenizer has the [ARGS] "
+        "token (v11 on: Small 3.1+, Magistral, Devstral), [TOOL_CALLS]name[ARGS]{…}. Each call the model opens "
         "is constrained to a whole call to one of the request's tools with valid arguments, and returned as "
         "tool_calls. None: 'auto' with tools is a 400.",
     )
@@ -163,7 +164,7 @@ class ServerConfig(Spec):
         if self.enable_auto_tool_choice and self.tool_call_parser is None:
             raise ValueError("enable_auto_tool_choice needs tool_call_parser, the model's tool-call format; give "
                              "tool_call_parser hermes (Hermes, Qwen2.5, Qwen3), llama3_json (Llama 3.1-3.3) or "
-                             "mistral (Mistral 7B v0.3, Nemo, Small 2409)")
+                             "mistral (Mistral 7B v0.3, Nemo, Small 2409, Small 3.1 and later)")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key is empty; give a non-empty key or none at all")
         for name in (self.served_model_name, *self.served_model_aliases):

@@ -17,8 +17,10 @@ from tests.integration.test_serve_tool_calls import MESSAGES, SCHEMAS, TEMPLATE,
 SEEDS = range(3)
 
 
-ADDED = {"hermes": ("<tool_call>", "</tool_call>"), "llama3_json": ('{"name": ',), "mistral": ("[TOOL_CALLS]",)}
-SPECIAL = {"mistral"}  # formats whose call start is a special token
+ADDED = {"hermes": ("<tool_call>", "</tool_call>"), "llama3_json": ('{"name": ',), "mistral": ("[TOOL_CALLS]",),
+         "mistral_v11": ("[TOOL_CALLS]", "[ARGS]")}
+SPECIAL = {"mistral", "mistral_v11"}  # formats whose call start is a special token
+PARSER = {"mistral_v11": "mistral"}  # (the tokenizer's [ARGS] token makes mistral the v11 form)
 
 
 @pytest.fixture(scope="module", params=list(ADDED))
@@ -28,7 +30,8 @@ def served(request, tmp_path_factory):
     model_dir = save_bytelevel_model(tmp_path_factory.mktemp("auto") / "m", seed=4, **tokens)
     opened = AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids(ADDED[request.param][0])
     with running_server(str(model_dir), max_model_len=512,
-                        server={"chat_template": TEMPLATE, "tool_call_parser": request.param}) as (url, _):
+                        server={"chat_template": TEMPLATE,
+                                "tool_call_parser": PARSER.get(request.param, request.param)}) as (url, _):
         yield url, opened, request.param
 
 
@@ -56,6 +59,17 @@ def test_every_call_the_model_opens_is_a_whole_call_to_a_given_tool_with_valid_a
         assert choice.finish_reason == "length", choice
         assert choice.message.content is None or ADDED[served[2]][0] in choice.message.content, choice
     assert names == set(SCHEMAS)
+
+
+@pytest.mark.parametrize("served", ["mistral", "mistral_v11"], indirect=True)
+def test_mistral_calls_take_the_form_the_tokenizer_has_tokens_for(client, served):
+    """With the [ARGS] token in the tokenizer, each call is written [TOOL_CALLS]name[ARGS]{…}: the model's tokens
+    (its logprobs) hold [ARGS] after the name; without it, the pre-v11 array."""
+    choice = ask(client, served, max_tokens=60, seed=0, logprobs=True).choices[0]
+    tokens = [t.token for t in choice.logprobs.content]
+    assert choice.message.tool_calls, choice
+    assert ("[ARGS]" in tokens) is (served[2] == "mistral_v11"), tokens
+    assert ('"name"' in "".join(tokens)) is (served[2] == "mistral"), tokens
 
 
 @pytest.mark.parametrize("served", ["hermes"], indirect=True)  # (a llama3_json call has no closing marker)

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from accelkit.serve.sampling import structural_tags
 from accelkit.serve.server.errors import APIError
 from accelkit.serve.server.reasoning import REASONING_FORMATS, ReasoningSplitter, split_reasoning, thinks_first
-from accelkit.serve.server.tool_parsers import FORMATS, CallScanner, MarkerScanner, split_calls
+from accelkit.serve.server.tool_parsers import (
+    FORMATS,
+    MISTRAL_V11,
+    CallScanner,
+    MarkerScanner,
+    call_format,
+    split_calls,
+)
 from accelkit.serve.server.tools import ToolCallDeltas, tool_calling
 
 HERMES = FORMATS["hermes"]
@@ -58,7 +65,8 @@ PIECES = ["<tool_call>", "</tool_call>", "<tool", "_call>", "<", "/", ">", "\n",
           '"add"', ", ", '"arguments"', '{"a": 1}', '{"name": "add", "arguments": {"a": 1}}', "é", ";", '{"name": ',
           "[TOOL_CALLS]", "[TOOL", "_CALLS]", "[", "]", ' [{"name": "add", "arguments": {"b": 2}}]',
           call("add", {"a": 1}), call("get_weather", {"city": " <tool"}), call("mul", {}),
-          '{"name": "add", "parameters": {"a": "}"}}', '{"name": "get_weather", "parameters": {}}; ']
+          '{"name": "add", "parameters": {"a": "}"}}', '{"name": "get_weather", "parameters": {}}; ',
+          "[ARGS]", "[CALL_ID]", "add", "get_weather", "x9Kq2", '{"city": "Oslo"}', "[TOOL_CALLS]add[ARGS]{}"]
 
 
 def fed_in_pieces(scanner: MarkerScanner[Any], text: str, cuts: list[int]) -> list[Any]:
@@ -70,7 +78,8 @@ def fed_in_pieces(scanner: MarkerScanner[Any], text: str, cuts: list[int]) -> li
     return events + scanner.feed("", finished=True)
 
 
-@pytest.mark.parametrize("fmt", [HERMES, LLAMA, MISTRAL], ids=lambda f: f.name)
+@pytest.mark.parametrize("fmt", [HERMES, LLAMA, MISTRAL, MISTRAL_V11],
+                         ids=lambda f: f.name + ("_v11" if f.args_marker else ""))
 @settings(max_examples=200, deadline=None)
 @given(pieces=st.lists(st.sampled_from(PIECES), max_size=40),
        cuts=st.lists(st.integers(1, 12), min_size=1, max_size=40))
@@ -116,6 +125,26 @@ def test_mistral_calls_are_a_json_array_after_its_special_token() -> None:
         "structures": [{"begin": '[TOOL_CALLS] [{"name": "add", "arguments": ', "schema": {"type": "object"},
                         "end": "}]"}],
         "triggers": ["[TOOL_CALLS]"]}
+
+
+def test_mistral_v11_calls_are_a_name_and_arguments_after_each_special_token() -> None:
+    """From v11 on, each call is [TOOL_CALLS], the bare name, [ARGS] and the arguments object (v13 may put [CALL_ID]
+    and an id before [ARGS]: read and dropped); a call to an unknown tool, or cut short, stays content."""
+    two = '[TOOL_CALLS]add[ARGS]{"a": 1}[TOOL_CALLS]get_weather[CALL_ID]x9Kq2mN0p[ARGS] {"city": "}"}'
+    assert split_calls(MISTRAL_V11, NAMES, "Sure. " + two) == ("Sure.", [("add", '{"a": 1}'),
+                                                                        ("get_weather", '{"city": "}"}')])
+    for text in ('[TOOL_CALLS]rm[ARGS]{"a": 1}', "[TOOL_CALLS]add", '[TOOL_CALLS]add[ARGS]{"a": 1',
+                 "[TOOL_CALLS]add[ARGS]"):
+        assert split_calls(MISTRAL_V11, NAMES, text) == (text, []), text
+    assert MISTRAL_V11.structural_tag([("add", {"type": "object"})]) == {
+        "structures": [{"begin": "[TOOL_CALLS]add[ARGS]", "schema": {"type": "object"}, "end": ""}],
+        "triggers": ["[TOOL_CALLS]"]}
+
+
+def test_mistral_is_the_v11_form_where_the_tokenizer_has_its_args_token() -> None:
+    assert call_format("mistral", {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"}) is MISTRAL_V11
+    assert call_format("mistral", {"[TOOL_CALLS]"}) is MISTRAL
+    assert call_format("hermes", {"[ARGS]"}) is HERMES and call_format(None, {"[ARGS]"}) is None
 
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar
@@ -37,7 +37,7 @@ from accelkit.serve.config import ServerConfig
 from accelkit.serve.sampling import StructuredOutputs
 from accelkit.serve.server.errors import APIError, prompt_too_long, validation_message
 from accelkit.serve.server.reasoning import REASONING_FORMATS, ReasoningFormat
-from accelkit.serve.server.tool_parsers import FORMATS, CallFormat
+from accelkit.serve.server.tool_parsers import FORMATS, CallFormat, call_format
 from accelkit.serve.server.tools import ToolCalling, tool_calling
 
 
@@ -75,9 +75,9 @@ class _Body(BaseModel):
         return {k: v for k, v in data.items()
                 if v is not None or k not in fields or fields[k].is_required() or fields[k].default is None}
 
-    def configure(self, config: ServerConfig) -> None:
-        """Learn what the request needs to know of the server's settings, before it is checked (nothing, but
-        for chat)."""
+    def configure(self, config: ServerConfig, added_tokens: Collection[str] = ()) -> None:
+        """Learn what the request needs to know of the server's settings (and of the tokenizer's added tokens,
+        which pick a parser's form), before it is checked (nothing, but for chat)."""
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, message) for a feature asked for that the engine does not implement; None when there is none."""
@@ -493,8 +493,8 @@ class ChatCompletionRequest(_Sampling):
         """Tools with tool_choice "auto" or omitted: text or calls in the model's own format."""
         return bool(self.tools) and self.tool_choice in (None, "auto")
 
-    def configure(self, config: ServerConfig) -> None:
-        self._call_format = FORMATS[config.tool_call_parser] if config.tool_call_parser is not None else None
+    def configure(self, config: ServerConfig, added_tokens: Collection[str] = ()) -> None:
+        self._call_format = call_format(config.tool_call_parser, added_tokens)
         if self._call_format is not None and self._call_format.special_start and self._asks_auto:
             self.skip_special_tokens = False  # (its call marker must be in the text, as for vLLM's parser)
         self._reasoning_format = (REASONING_FORMATS[config.reasoning_parser] if config.reasoning_parser is not None

@@ -69,6 +69,8 @@ class ServingBase:
         self.state, self.models = state, models
         self.engine = state.engine
         self._template_args = chat_template_arguments(self.engine.tokenizer)
+        # the tokenizer's added tokens (a parser's form follows them: Mistral's v11 calls where it has [ARGS])
+        self._added_tokens = frozenset(getattr(self.engine.tokenizer, "get_added_vocab", dict)())
 
     async def accept(self, cls: type[B], raw: bytes, content_type: str | None, *, route: str) -> B:
         """A body parsed and validated in a worker thread (``parse_body``), then the checks every body gets first:
@@ -76,7 +78,7 @@ class ServingBase:
         body, ignored = await asyncio.to_thread(parse_body, cls, raw, content_type,
                                                 max_model_len=self.engine.max_model_len)
         self.models.check(body.model)
-        body.configure(self.state.config)
+        body.configure(self.state.config, self._added_tokens)
         unsupported = body.unsupported()
         if unsupported:
             raise APIError(400, unsupported[1], param=unsupported[0], code="unsupported")

@@ -22,6 +22,11 @@ vLLM's ``mistral``): a special token, then a JSON array of calls,
 The token is special, so requests with tools are decoded with ``skip_special_tokens`` false (as vLLM's parser does);
 the constraint makes each array the model opens one whole call (an array of several, written unconstrained, is read
 too).
+From its v11 tokenizers on (Small 3.1 and later, Magistral, Devstral, Ministral 3) Mistral writes a call as the
+token, the function's name, a second special token and the arguments, ``[TOOL_CALLS]get_weather[ARGS]{"city":
+"Paris"}``, each call opening with its own ``[TOOL_CALLS]`` (v13 puts ``[CALL_ID]`` and an id before ``[ARGS]``,
+read and dropped, as vLLM does: the response's ids are ours). ``mistral`` takes this form where the model's
+tokenizer has the ``[ARGS]`` token (:func:`call_format`), as vLLM's parser picks by tokenizer version.
 
 :class:`CallScanner` reads a text, whole or as it streams, into content and calls: a complete call to a tool the
 request gave becomes a call; anything else — text outside calls, a call cut short by ``max_tokens``, a call the
@@ -32,6 +37,7 @@ content, as written. The content is stripped of the whitespace around it (a mode
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
@@ -54,16 +60,20 @@ class CallFormat:
     # ``start`` is a special token of the tokenizers that use this format (Mistral's [TOOL_CALLS]): left out of the
     # text unless a request is decoded with skip_special_tokens false, which its requests with tools then are
     special_start: bool = False
+    # the marker between a call's bare name and its arguments object (Mistral's v11 [ARGS]): no JSON wraps the call
+    args_marker: str | None = None
 
     def begin(self, function: str) -> str:
         """The text a call to ``function`` starts with, up to its arguments (a structural tag's ``begin``)."""
+        if self.args_marker is not None:
+            return f"{self.prefix}{function}{self.args_marker}"
         name = json.dumps(function, ensure_ascii=False)
         return f'{self.prefix}{{"name": {name}, {json.dumps(self.arguments_key)}: '
 
     @property
     def close(self) -> str:
         """The text after a call's arguments (a structural tag's ``end``)."""
-        return "}" + self.suffix
+        return self.suffix if self.args_marker is not None else "}" + self.suffix
 
     def structural_tag(self, functions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         """The structural tag that makes every call the model opens a whole call to one of ``functions``
@@ -105,6 +115,20 @@ FORMATS: dict[str, CallFormat] = {
     "mistral": CallFormat("mistral", "[TOOL_CALLS]", prefix="[TOOL_CALLS] [", suffix="]", end=None, array=True,
                           special_start=True),
 }
+#: Mistral's from its v11 tokenizers on: [TOOL_CALLS]name[ARGS]{…} (what ``mistral`` means for such a tokenizer)
+MISTRAL_V11 = CallFormat("mistral", "[TOOL_CALLS]", prefix="[TOOL_CALLS]", suffix="", end=None, special_start=True,
+                         args_marker="[ARGS]")
+CALL_ID = "[CALL_ID]"  # (v13: between a call's name and [ARGS], an id of the model's)
+
+
+def call_format(parser: str | None, added_tokens: Collection[str]) -> CallFormat | None:
+    """The format ``--tool-call-parser`` names, for a tokenizer with these added tokens: ``mistral`` is the v11
+    form where the tokenizer has ``[ARGS]``."""
+    if parser is None:
+        return None
+    if parser == "mistral" and MISTRAL_V11.args_marker in added_tokens:
+        return MISTRAL_V11
+    return FORMATS[parser]
 
 
 E = TypeVar("E")
@@ -194,6 +218,8 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
                 return at + len(fmt.end), json.loads(self._buffer[:at])  # (the newlines around it: JSON's spaces)
             except ValueError:
                 return at + len(fmt.end), None
+        if fmt.args_marker is not None:  # name[ARGS]{…}: closed where its arguments object ends
+            return self._named_call(fmt.args_marker)
         # closed where its JSON ends: the array after the start (Mistral's), or the object the start begins (Llama's)
         body = self._buffer.lstrip() if fmt.array else fmt.start + self._buffer
         try:
@@ -201,6 +227,21 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
         except ValueError:  # (not yet whole — or never, which the end of the output shows)
             return None
         return length + len(self._buffer) - len(body), document
+
+    def _named_call(self, marker: str) -> tuple[int, Any] | None:
+        """:meth:`_whole_call` for a bare name, ``marker`` and an arguments object (``[CALL_ID]`` and an id may come
+        between the name and the marker): the call as the JSON object the other formats write."""
+        at = self._buffer.find(marker)
+        if at < 0:
+            return None
+        body = self._buffer[at + len(marker):]
+        stripped = body.lstrip()
+        try:
+            arguments, length = json.JSONDecoder().raw_decode(stripped)
+        except ValueError:
+            return None
+        name = self._buffer[:at].partition(CALL_ID)[0].strip()
+        return at + len(marker) + len(body) - len(stripped) + length, {"name": name, "arguments": arguments}
 
     def _content(self, text: str) -> None:
         if not self._started:
