@@ -70,8 +70,8 @@ class ServingMetrics:
             "accelkit_structured_compiles", "Structured-output specs compiled, by result (compiled, or refused with a "
             "400); a spec compiled or refused before is not compiled again.", [*m, "result"], registry=registry)
         self.structured_compile_seconds = Histogram(
-            "accelkit_structured_compile_seconds", "Time of each structured-output compile (either result), on a "
-            "compile thread, queueing not included.", m, buckets=_COMPILE, registry=registry)
+            "accelkit_structured_compile_seconds", "Time of each structured-output compile (either result), from when "
+            "a compile thread takes it up.", m, buckets=_COMPILE, registry=registry)
         self.structured_specs_reused = Counter(
             "accelkit_structured_specs_reused", "Structured-output requests that needed no compile of their own: "
             "their spec was compiled or refused before (cached), or its compile was in flight (in_flight).",

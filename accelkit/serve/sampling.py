@@ -102,20 +102,21 @@ def _check_whitespace_pattern(pattern: str) -> None:
         if escape is not None or (not in_class and pattern.startswith("(?:", i)):
             i = escape.end() if escape is not None else i + 3
             continue
-        quantifier = re.match(r"\{\d+(,\d*)?\}", pattern[i:]) if not in_class else None
+        quantifier = re.match(r"\{[0-9]{1,4}(,[0-9]{0,4})?\}", pattern[i:]) if not in_class else None
         if quantifier is not None:
             i += quantifier.end()
             continue
-        allowed = _WS_CHARS + ("]" if in_class else "[()|?*+")
-        if c not in allowed:  # (a "(?" other than "(?:" fails at what follows it: i, =, !, <, P)
+        allowed = _WS_CHARS + ("]" if in_class and pattern[i - 1] != "[" else "" if in_class else "[()|?*+")
+        if c not in allowed:  # (a "(?" other than "(?:" fails at what follows it: i, =, !, <, P; "[]" and "[^" too)
             raise ValueError(f"structured_outputs.whitespace_pattern {pattern!r}: {pattern[i:i + 8]!r} at character "
                              f"{i} may match more than JSON's whitespace; build it from spaces, \\t, \\n and \\r (or "
-                             "\\x20 \\x09 \\x0a \\x0d), (?:groups), |, [classes] of those and ?, *, +, {m,n}")
+                             "\\x20 \\x09 \\x0a \\x0d), (?:groups), |, [classes] of those and ?, *, +, {m,n} (counts up "
+                             "to 9999)")
         in_class = c == "[" or (in_class and c != "]")
         i += 1
-    try:  # (what is left to get wrong is the structure, which Python's re reads as llguidance's regex does here)
+    try:  # (what is left to get wrong is the structure: groups and classes closed, counts in order)
         re.compile(pattern)
-    except re.error as exc:
+    except (re.error, OverflowError) as exc:
         raise ValueError(f"structured_outputs.whitespace_pattern {pattern!r} is not a regular expression ({exc}); "
                          "fix it or leave it out") from None
 

@@ -278,6 +278,10 @@ class LLGuidanceBackend:
         if kind == "json":
             if not isinstance(schema, (dict, bool)):
                 raise ValueError("a JSON schema is an object (or true/false)")
+            if isinstance(schema, dict) and "x-guidance" in schema:  # llguidance's own options, read at the root:
+                # the client's would override the server's whitespace and separators, and "lenient" would let
+                # keywords through unenforced; an x- key, it is an annotation to a validator
+                schema = {k: v for k, v in schema.items() if k != "x-guidance"}
             return str(llg.LLMatcher.grammar_from_json_schema(close_objects(schema), defaults=json_options(spec)))
         if kind == "choice":
             assert spec.choice is not None

@@ -199,6 +199,15 @@ def test_http_compact_json_and_a_whitespace_pattern(served):
         text = r.json()["choices"][0]["message"]["content"]
         check_schema(json.loads(text))
         assert not re.search(r"[ \t\r]|\n\n", strings.sub("\"\"", text)), text
+        # a structured_outputs that holds only a whitespace setting shapes the field that asks
+        r = post(served, "chat/completions", {
+            "messages": [{"role": "user", "content": "a person"}], "max_tokens": 256, "seed": seed,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
+            "structured_outputs": {"disable_any_whitespace": True}})
+        assert r.status_code == 200, r.text
+        text = r.json()["choices"][0]["message"]["content"]
+        check_schema(json.loads(text))
+        assert not re.search(r"\s", strings.sub("\"\"", text)), text
 
 
 def test_http_compiles_reuse_and_the_grammar_cache_are_on_metrics(served):
@@ -255,6 +264,12 @@ def test_http_streamed_deltas_join_to_a_valid_output(served):
     ({"guided_whitespace_pattern": " "}, "guided_whitespace_pattern", "no field asks for one"),
     ({"structured_outputs": {"regex": "a", "disable_any_whitespace": True}}, "structured_outputs",
      "applies to JSON outputs"),
+    ({"structured_outputs": {"json": SCHEMA}, "guided_whitespace_pattern": "x"}, "guided_whitespace_pattern",
+     "guided_whitespace_pattern 'x'"),
+    ({"response_format": {"type": "json_object"}, "structured_outputs": {"whitespace_pattern": "."}},
+     "structured_outputs", "structured_outputs.whitespace_pattern '.'"),
+    ({"guided_json": SCHEMA, "guided_whitespace_pattern": " {0,4294967295}"}, "guided_whitespace_pattern",
+     "may match more than JSON's whitespace"),
 ])
 def test_http_bad_structured_requests_are_400s_naming_the_field(served, body, param, words):
     r = post(served, "completions", {"prompt": "p:", "max_tokens": 4, **body})

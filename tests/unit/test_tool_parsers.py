@@ -141,6 +141,22 @@ def test_mistral_v11_calls_are_a_name_and_arguments_after_each_special_token() -
         "triggers": ["[TOOL_CALLS]"]}
 
 
+def test_mistral_v11_arguments_are_an_object_and_names_are_bare() -> None:
+    """What follows [ARGS] is a call only as an object (decided on its first character, so streamed and whole
+    agree); the constraint writes an object where a tool's schema names no type, and a name that cannot stand
+    bare before [ARGS] is a 400."""
+    for text in ("[TOOL_CALLS]add[ARGS]12", "[TOOL_CALLS]add[ARGS] null"):
+        assert split_calls(MISTRAL_V11, NAMES, text) == (text, []), text
+    assert split_calls(MISTRAL_V11, NAMES, '[TOOL_CALLS]add[ARGS]1[TOOL_CALLS]add[ARGS]{"a": 1}') == (
+        "[TOOL_CALLS]add[ARGS]1", [("add", '{"a": 1}')])
+    tag = MISTRAL_V11.structural_tag([("add", {}), ("mul", {"type": "object", "properties": {}})])
+    assert [s["schema"] for s in tag["structures"]] == [{"type": "object"}, {"type": "object", "properties": {}}]
+    spaced = [{"type": "function", "function": {"name": "get weather"}}]
+    with pytest.raises(APIError, match=r"tools\[0\].function.name 'get weather': .* write a function's name bare"):
+        tool_calling(spaced, "auto", parallel_tool_calls=None, call_format=MISTRAL_V11)
+    assert tool_calling(spaced, "auto", parallel_tool_calls=None, call_format=HERMES) is not None
+
+
 def test_mistral_is_the_v11_form_where_the_tokenizer_has_its_args_token() -> None:
     assert call_format("mistral", {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"}) is MISTRAL_V11
     assert call_format("mistral", {"[TOOL_CALLS]"}) is MISTRAL

@@ -134,6 +134,9 @@ class ResponseFormat(_Body):
                                        "starts with.")
 
 
+_WHITESPACE_FIELDS = ("whitespace_pattern", "disable_any_whitespace")  # JSON whitespace: they shape, not ask
+
+
 class StructuredOutputsBody(_Body):
     """vLLM's ``structured_outputs`` object: exactly one of json, regex, choice, grammar, structural_tag or
     json_object."""
@@ -258,7 +261,33 @@ class _Sampling(_Request):
 
     def structured(self) -> tuple[str, StructuredOutputs] | None:
         """(the request field that asked, its spec) for structured outputs, or None; an APIError (400) when more
-        than one field asks or the one that does is malformed."""
+        than one field asks or the one that does is malformed. JSON whitespace settings given apart from the
+        field that asks — ``guided_whitespace_pattern``, or a ``structured_outputs`` that holds nothing else —
+        shape that field's output."""
+        asked = self._asked()
+        shaping, shaper = self._whitespace_shaping()
+        if not asked:
+            if shaper is not None:
+                raise APIError(400, f"{shaper} shapes the whitespace of a JSON output, and no field asks for one; "
+                               "send guided_json or response_format with it, or leave it out", param=shaper)
+            return None
+        if len(asked) > 1:
+            names = ", ".join(name for name, _ in asked)
+            raise APIError(400, f"{names} each ask for structured output; send only one of them",
+                           param=asked[1][0])
+        name, fields = asked[0]
+        if shaper is not None:
+            if any(k in fields for k in _WHITESPACE_FIELDS):
+                raise APIError(400, f"{shaper} and structured_outputs' own whitespace setting both shape the "
+                               "output's whitespace; send only one of them", param=shaper)
+            fields = {**fields, **shaping}
+        try:
+            return name, StructuredOutputs(**fields)
+        except ValueError as exc:
+            raise self.structured_error(name, str(exc)) from exc
+
+    def _asked(self) -> list[tuple[str, dict[str, Any]]]:
+        """(field, StructuredOutputs fields) of each field that asks for a structured output."""
         asked: list[tuple[str, dict[str, Any]]] = []
         fmt = self.response_format
         if fmt is not None and fmt.type == "json_object":
@@ -271,44 +300,49 @@ class _Sampling(_Request):
         elif fmt is not None and fmt.type == "structural_tag":
             asked.append(("response_format", {"structural_tag": {"structures": fmt.structures,
                                                                  "triggers": fmt.triggers}}))
-        if self.structured_outputs is not None:
-            asked.append(("structured_outputs", self.structured_outputs.spec_fields()))
+        so = self.structured_outputs.spec_fields() if self.structured_outputs is not None else {}
+        if any(k not in _WHITESPACE_FIELDS for k in so):
+            asked.append(("structured_outputs", so))
         for name, key in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice"),
                           ("guided_grammar", "grammar")):
             value = getattr(self, name)
             if value is not None:
                 asked.append((name, {key: value}))
+        return asked
+
+    def _whitespace_shaping(self) -> tuple[dict[str, Any], str | None]:
+        """(JSON whitespace settings given apart from the field that asks, the field they came in, or None)."""
+        so = self.structured_outputs.spec_fields() if self.structured_outputs is not None else {}
+        alone = so if so and all(k in _WHITESPACE_FIELDS for k in so) else {}
         pattern = self.guided_whitespace_pattern
-        if not asked:
-            if pattern is not None:
-                raise APIError(400, "guided_whitespace_pattern shapes the whitespace of a JSON output, and no field "
-                               "asks for one; send guided_json or response_format with it, or leave it out",
-                               param="guided_whitespace_pattern")
-            return None
-        if len(asked) > 1:
-            names = ", ".join(name for name, _ in asked)
-            raise APIError(400, f"{names} each ask for structured output; send only one of them",
-                           param=asked[1][0])
-        name, fields = asked[0]
+        if pattern is not None and alone:
+            raise APIError(400, "guided_whitespace_pattern and structured_outputs' own whitespace setting both shape "
+                           "the output's whitespace; send only one of them", param="guided_whitespace_pattern")
         if pattern is not None:
-            if "whitespace_pattern" in fields or "disable_any_whitespace" in fields:
-                raise APIError(400, "guided_whitespace_pattern and structured_outputs' own whitespace setting both "
-                               "shape the output's whitespace; send only one of them",
-                               param="guided_whitespace_pattern")
-            fields = {**fields, "whitespace_pattern": pattern}
-        try:
-            return name, StructuredOutputs(**fields)
-        except ValueError as exc:
-            message = self.structured_message(name, str(exc))
-            param = "guided_whitespace_pattern" if message.startswith("guided_whitespace_pattern") else name
-            raise APIError(400, message, param=param) from exc
+            self._whitespace_from = "guided_whitespace_pattern"
+            return {"whitespace_pattern": pattern}, "guided_whitespace_pattern"
+        if alone:
+            self._whitespace_from = "structured_outputs"
+            return alone, "structured_outputs"
+        return {}, None
+
+    #: where the request's JSON whitespace setting came from when not in the field that asks (see structured)
+    _whitespace_from: str | None = PrivateAttr(None)
+
+    def structured_error(self, name: str, message: str) -> APIError:
+        """A 400 for a StructuredOutputs or compile error of the spec ``name`` asked for, in the words of the field
+        the client sent — the whitespace setting's own where the error is about it."""
+        source = self._whitespace_from
+        if source is not None and (any(f"structured_outputs.{k}" in message for k in _WHITESPACE_FIELDS)
+                                   or "sets both whitespace_pattern" in message):
+            if source == "guided_whitespace_pattern":
+                message = message.replace("structured_outputs.whitespace_pattern", source)
+            return APIError(400, message, param=source)
+        return APIError(400, self.structured_message(name, message), param=name)
 
     def structured_message(self, name: str, message: str) -> str:
         """A StructuredOutputs or compile error in the words of the field the client sent (``guided_json: …``)."""
         if name == "structured_outputs":
-            return message
-        message = message.replace("structured_outputs.whitespace_pattern", "guided_whitespace_pattern")
-        if message.startswith("guided_whitespace_pattern"):
             return message
         for key in ("json", "regex", "choice", "grammar", "structural_tag"):
             message = message.replace(f"structured_outputs.{key}", name)

@@ -214,7 +214,7 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
         try:
             await self.engine.structured_compiler.compile_async(structured[1])
         except ValueError as exc:
-            raise APIError(400, body.structured_message(structured[0], str(exc)), param=structured[0]) from exc
+            raise body.structured_error(structured[0], str(exc)) from exc
         return structured[1]
 
     async def _prompt_ids(self, body: R, prompt: str | list[int]) -> tuple[list[int], bool]:

@@ -37,6 +37,7 @@ content, as written. The content is stripped of the whitespace around it (a mode
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
@@ -77,8 +78,12 @@ class CallFormat:
 
     def structural_tag(self, functions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         """The structural tag that makes every call the model opens a whole call to one of ``functions``
-        ((name, parameters schema) each) with valid arguments."""
-        return {"structures": [{"begin": self.begin(name), "schema": parameters, "end": self.close}
+        ((name, parameters schema) each) with valid arguments (an object, in the ``args_marker`` form, where the
+        schema names no type: it is what that form's reader takes for a call)."""
+        def arguments(parameters: dict[str, Any]) -> dict[str, Any]:
+            return {**parameters, "type": "object"} if self.args_marker and "type" not in parameters else parameters
+
+        return {"structures": [{"begin": self.begin(name), "schema": arguments(parameters), "end": self.close}
                                for name, parameters in functions],
                 "triggers": [self.start]}
 
@@ -115,6 +120,8 @@ FORMATS: dict[str, CallFormat] = {
     "mistral": CallFormat("mistral", "[TOOL_CALLS]", prefix="[TOOL_CALLS] [", suffix="]", end=None, array=True,
                           special_start=True),
 }
+#: a function's name as Mistral's v11 form writes it, bare before [ARGS] (Mistral's tool names: these characters)
+BARE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: Mistral's from its v11 tokenizers on: [TOOL_CALLS]name[ARGS]{…} (what ``mistral`` means for such a tokenizer)
 MISTRAL_V11 = CallFormat("mistral", "[TOOL_CALLS]", prefix="[TOOL_CALLS]", suffix="", end=None, special_start=True,
                          args_marker="[ARGS]")
@@ -236,6 +243,10 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
             return None
         body = self._buffer[at + len(marker):]
         stripped = body.lstrip()
+        if not stripped:
+            return None
+        if not stripped.startswith("{"):  # arguments are an object: anything else is no call, up to the marker
+            return at + len(marker), None  # (decided on its first character: streamed or whole, the same)
         try:
             arguments, length = json.JSONDecoder().raw_decode(stripped)
         except ValueError:

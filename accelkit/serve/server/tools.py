@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from accelkit.serve.sampling import MAX_STRUCTURES, StructuredOutputs
 from accelkit.serve.server.errors import APIError
-from accelkit.serve.server.tool_parsers import CallFormat, CallScanner, split_calls
+from accelkit.serve.server.tool_parsers import BARE_NAME, CallFormat, CallScanner, split_calls
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # a function that takes no arguments
 _DEFS_KEYS = ("$defs", "definitions")  # where "$ref"s point; lifted to the root of the "required" schema
@@ -182,6 +182,15 @@ def _functions(tools: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     return functions
 
 
+def _check_bare_names(functions: list[tuple[str, dict[str, Any]]]) -> None:
+    """A 400 for a function name Mistral's v11 form cannot write bare, before its [ARGS] token."""
+    for i, (name, _) in enumerate(functions):
+        if not BARE_NAME.fullmatch(name):
+            raise APIError(400, f"tools[{i}].function.name {name!r}: this model's tool calls (Mistral's "
+                           "[TOOL_CALLS]name[ARGS]{…}) write a function's name bare; give names of 1 to 64 letters, "
+                           "digits, _ or -", param="tools")
+
+
 def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | None, *,
                  parallel_tool_calls: bool | None, call_format: CallFormat | None = None) -> ToolCalling | None:
     """The constraint ``tools`` and ``tool_choice`` ask for (None: generate text), or a 400 naming the field.
@@ -195,6 +204,8 @@ def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | No
         if len(functions) > MAX_STRUCTURES:  # (one structure per tool)
             raise APIError(400, f"tools has {len(functions)} functions; tool_choice 'auto' constrains at most "
                            f"{MAX_STRUCTURES} (one structure each): send fewer tools", param="tools")
+        if call_format.args_marker is not None:
+            _check_bare_names(functions)
         return ToolCalling("auto", call_format.structural_tag(functions), format=call_format,
                            names=frozenset(name for name, _ in functions))
     if isinstance(tool_choice, str) and tool_choice != "required":
