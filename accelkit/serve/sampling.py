@@ -90,6 +90,7 @@ class _NotJSON(ValueError):
 # alternation, classes of those characters and quantifiers; nothing that could match another character
 _WS_ESCAPES = re.compile(r"\\(?:[ ntr]|x(?:20|09|0[aAdD]))")
 _WS_CHARS = " \t\n\r"
+_WS_COUNT = re.compile(r"\{[0-9]{1,4}(,[0-9]{0,4})?\}")  # a {m} or {m,n} quantifier (outside a class)
 
 
 def _check_whitespace_pattern(pattern: str) -> None:
@@ -102,11 +103,14 @@ def _check_whitespace_pattern(pattern: str) -> None:
         if escape is not None or (not in_class and pattern.startswith("(?:", i)):
             i = escape.end() if escape is not None else i + 3
             continue
-        quantifier = re.match(r"\{[0-9]{1,4}(,[0-9]{0,4})?\}", pattern[i:]) if not in_class else None
+        quantifier = _WS_COUNT.match(pattern, i) if not in_class else None
         if quantifier is not None:
-            i += quantifier.end()
+            i = quantifier.end()
             continue
-        allowed = _WS_CHARS + ("]" if in_class and pattern[i - 1] != "[" else "" if in_class else "[()|?*+")
+        if in_class:  # (a class closes, but not empty: "[]" is not one)
+            allowed = _WS_CHARS if pattern[i - 1] == "[" else _WS_CHARS + "]"
+        else:
+            allowed = _WS_CHARS + "[()|?*+"
         if c not in allowed:  # (a "(?" other than "(?:" fails at what follows it: i, =, !, <, P; "[]" and "[^" too)
             raise ValueError(f"structured_outputs.whitespace_pattern {pattern!r}: {pattern[i:i + 8]!r} at character "
                              f"{i} may match more than JSON's whitespace; build it from spaces, \\t, \\n and \\r (or "
@@ -205,10 +209,10 @@ class StructuredOutputs(Spec):
             raise ValueError(f"structured_outputs.{asked[0]} applies to JSON outputs (json, json_object), not to "
                              f"{self.kind}; leave it out")
         pattern = self.whitespace_pattern
-        if pattern is not None and not 1 <= len(pattern) <= MAX_WHITESPACE_PATTERN_CHARS:
-            raise ValueError(f"structured_outputs.whitespace_pattern has {len(pattern)} characters; give a regular "
-                             f"expression of 1 to {MAX_WHITESPACE_PATTERN_CHARS}")
         if pattern is not None:
+            if not 1 <= len(pattern) <= MAX_WHITESPACE_PATTERN_CHARS:
+                raise ValueError(f"structured_outputs.whitespace_pattern has {len(pattern)} characters; give a regular "
+                                 f"expression of 1 to {MAX_WHITESPACE_PATTERN_CHARS}")
             _check_whitespace_pattern(pattern)
 
     @property

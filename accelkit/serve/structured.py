@@ -350,10 +350,11 @@ class GrammarCompiler:
             await asyncio.wrap_future(backend)
         backend.result()  # (a backend that cannot be made: its ValueError)
         future, waiters, how = self._submit(spec)
-        if how != "new":
-            self._observe("hit" if how == "settled" else "shared")
         if how == "settled":
+            self._observe("hit")
             return future.result()
+        if how == "shared":
+            self._observe("shared")
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.timeout_s)
         except TimeoutError:

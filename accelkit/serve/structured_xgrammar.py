@@ -349,12 +349,11 @@ class XGrammarBackend:
         compiler = self.compiler
         try:
             if what == "json":
-                if spec.disable_any_whitespace:  # (compact: both separators without their default spaces)
-                    compiled = compiler.compile_json_schema(text, any_whitespace=False, separators=(",", ":"),
-                                                            strict_mode=False)
-                else:
-                    compiled = compiler.compile_json_schema(text, any_whitespace=True, strict_mode=False,
-                                                            max_whitespace_cnt=MAX_WHITESPACE)
+                # compact: both separators without the spaces xgrammar's own default keeps after them
+                whitespace: dict[str, Any] = ({"any_whitespace": False, "separators": (",", ":")}
+                                              if spec.disable_any_whitespace else
+                                              {"any_whitespace": True, "max_whitespace_cnt": MAX_WHITESPACE})
+                compiled = compiler.compile_json_schema(text, strict_mode=False, **whitespace)
             elif what == "regex":
                 compiled = compiler.compile_regex(text)
             elif what == "ebnf":

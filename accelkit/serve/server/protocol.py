@@ -137,6 +137,11 @@ class ResponseFormat(_Body):
 _WHITESPACE_FIELDS = ("whitespace_pattern", "disable_any_whitespace")  # JSON whitespace: they shape, not ask
 
 
+def _both_whitespace(shaper: str) -> APIError:
+    return APIError(400, f"{shaper} and structured_outputs' own whitespace setting both shape the output's "
+                    "whitespace; send only one of them", param=shaper)
+
+
 class StructuredOutputsBody(_Body):
     """vLLM's ``structured_outputs`` object: exactly one of json, regex, choice, grammar, structural_tag or
     json_object."""
@@ -264,8 +269,10 @@ class _Sampling(_Request):
         than one field asks or the one that does is malformed. JSON whitespace settings given apart from the
         field that asks — ``guided_whitespace_pattern``, or a ``structured_outputs`` that holds nothing else —
         shape that field's output."""
-        asked = self._asked()
-        shaping, shaper = self._whitespace_shaping()
+        so = self.structured_outputs.spec_fields() if self.structured_outputs is not None else {}
+        asked = self._asked(so)
+        shaping, shaper = self._whitespace_shaping(so)
+        self._whitespace_from = shaper
         if not asked:
             if shaper is not None:
                 raise APIError(400, f"{shaper} shapes the whitespace of a JSON output, and no field asks for one; "
@@ -278,16 +285,16 @@ class _Sampling(_Request):
         name, fields = asked[0]
         if shaper is not None:
             if any(k in fields for k in _WHITESPACE_FIELDS):
-                raise APIError(400, f"{shaper} and structured_outputs' own whitespace setting both shape the "
-                               "output's whitespace; send only one of them", param=shaper)
+                raise _both_whitespace(shaper)
             fields = {**fields, **shaping}
         try:
             return name, StructuredOutputs(**fields)
         except ValueError as exc:
             raise self.structured_error(name, str(exc)) from exc
 
-    def _asked(self) -> list[tuple[str, dict[str, Any]]]:
-        """(field, StructuredOutputs fields) of each field that asks for a structured output."""
+    def _asked(self, so: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """(field, StructuredOutputs fields) of each field that asks for a structured output (``so``:
+        structured_outputs' fields)."""
         asked: list[tuple[str, dict[str, Any]]] = []
         fmt = self.response_format
         if fmt is not None and fmt.type == "json_object":
@@ -300,7 +307,6 @@ class _Sampling(_Request):
         elif fmt is not None and fmt.type == "structural_tag":
             asked.append(("response_format", {"structural_tag": {"structures": fmt.structures,
                                                                  "triggers": fmt.triggers}}))
-        so = self.structured_outputs.spec_fields() if self.structured_outputs is not None else {}
         if any(k not in _WHITESPACE_FIELDS for k in so):
             asked.append(("structured_outputs", so))
         for name, key in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice"),
@@ -310,21 +316,16 @@ class _Sampling(_Request):
                 asked.append((name, {key: value}))
         return asked
 
-    def _whitespace_shaping(self) -> tuple[dict[str, Any], str | None]:
-        """(JSON whitespace settings given apart from the field that asks, the field they came in, or None)."""
-        so = self.structured_outputs.spec_fields() if self.structured_outputs is not None else {}
+    def _whitespace_shaping(self, so: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """(JSON whitespace settings given apart from the field that asks, the field they came in, or None;
+        ``so``: structured_outputs' fields)."""
         alone = so if so and all(k in _WHITESPACE_FIELDS for k in so) else {}
         pattern = self.guided_whitespace_pattern
-        if pattern is not None and alone:
-            raise APIError(400, "guided_whitespace_pattern and structured_outputs' own whitespace setting both shape "
-                           "the output's whitespace; send only one of them", param="guided_whitespace_pattern")
         if pattern is not None:
-            self._whitespace_from = "guided_whitespace_pattern"
+            if alone:
+                raise _both_whitespace("guided_whitespace_pattern")
             return {"whitespace_pattern": pattern}, "guided_whitespace_pattern"
-        if alone:
-            self._whitespace_from = "structured_outputs"
-            return alone, "structured_outputs"
-        return {}, None
+        return (alone, "structured_outputs") if alone else ({}, None)
 
     #: where the request's JSON whitespace setting came from when not in the field that asks (see structured)
     _whitespace_from: str | None = PrivateAttr(None)
