@@ -511,13 +511,18 @@ class Sampler:
     def _first_draw_rows(params: list[SamplingParams], rows: Rows[SampledRow]) -> list[int]:
         """The guided rows that draw their token before their mask (:meth:`_check_first`): those whose draw is
         the same with the mask applied after as before — greedy, or temperature alone (``top_k``, ``top_p`` and
-        ``min_p`` cut the distribution relative to its best tokens, which the mask changes) — whose backend
-        ``draws_first`` and whose guide expects its draw to be allowed (:meth:`RequestGuide.samples_first`)."""
+        ``min_p`` cut the distribution relative to its best tokens, which the mask changes) and no ``seed`` — whose
+        backend ``draws_first`` and whose guide expects its draw to be allowed (:meth:`RequestGuide.samples_first`).
+
+        A seeded row that samples is masked first: drawing first gives the same distribution, not the same tokens
+        (a refused draw takes a second number from the row's generator), and whether a row draws first depends on
+        how long masks took — so the same seed would give other tokens on a busier server. A greedy row draws
+        the same token either way."""
         first = []
         for i, (p, r) in enumerate(zip(params, rows, strict=True)):
             guide: Any = r.guide
             if (guide is None or not guide.backend.draws_first  # (allowed_token_ids never come with a guide)
-                    or not (p.is_greedy or (p.top_k is None and p.top_p >= 1.0 and p.min_p == 0))):
+                    or not (p.is_greedy or (p.top_k is None and p.top_p >= 1.0 and p.min_p == 0 and p.seed is None))):
                 continue
             if guide.samples_first():
                 first.append(i)

@@ -275,14 +275,23 @@ def test_continuous_usage_stats_put_the_usage_so_far_on_every_chunk(server):
 
 def test_assistant_tool_calls_reach_the_chat_template(model_dir):
     """A conversation with a tool call in its history renders it (vLLM passes tool_calls and tool_call_id to the
-    template; they were dropped as unknown fields)."""
-    template = ("{% for m in messages %}{% if m.tool_calls %}w{{ m.tool_calls | length + 6 }} {% endif %}"
-                "{% if m.tool_call_id == 'c1' %}w9 {% endif %}{% endfor %}")
-    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    template; they were dropped as unknown fields), each call's arguments as the object its JSON text holds (as
+    vLLM gives them: templates write them with tojson, and a string would be encoded twice), an empty list of
+    calls as none (the template's plain assistant turn); arguments that are not JSON are a 400 naming the call."""
+    template = ("{% for m in messages %}{% if m.tool_calls %}w{{ m.tool_calls | length + 6 }} "
+                "w{{ m.tool_calls[0].function.arguments.n }} {% elif m.role == 'assistant' %}{{ m.content }} "
+                "{% endif %}{% if m.tool_call_id == 'c1' %}w9 {% endif %}{% endfor %}")
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"n": 4}'}}
     messages = [{"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "content": "w5", "tool_call_id": "c1"}]
+                {"role": "tool", "content": "w5", "tool_call_id": "c1"},
+                {"role": "assistant", "content": "w3", "tool_calls": []}]
+    bad = {**call, "function": {"name": "lookup", "arguments": "{n: 4}"}}
     with running_server(model_dir, max_model_len=MAX_MODEL_LEN, server={"chat_template": template}) as (url, _):
         rendered = httpx.post(f"{url}/tokenize", json={"add_generation_prompt": False, "messages": messages})
-        expected = httpx.post(f"{url}/tokenize", json={"prompt": "w7 w9", "add_special_tokens": False})
+        expected = httpx.post(f"{url}/tokenize", json={"prompt": "w7 w4 w9 w3", "add_special_tokens": False})
+        refused = httpx.post(f"{url}/v1/chat/completions", json={"messages": [messages[0] | {"tool_calls": [call, bad]}]})
     assert rendered.status_code == 200, rendered.text
     assert rendered.json()["tokens"] == expected.json()["tokens"]
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    assert message.startswith("messages.0.tool_calls: tool call 1's function.arguments is not JSON"), message

@@ -5,6 +5,8 @@ token here only so that ``logit_bias`` can make the model open calls (a random m
 token, as Mistral's ``[TOOL_CALLS]`` is (mistral: the requests with tools keep it in their text). Everything after
 the start is the constraint's doing, and each call's arguments are checked against its tool's schema."""
 
+import re
+
 import httpx
 import openai
 import pytest
@@ -18,12 +20,15 @@ SEEDS = range(3)
 
 
 ADDED = {"hermes": ("<tool_call>", "</tool_call>"), "llama3_json": ('{"name": ',), "mistral": ("[TOOL_CALLS]",),
-         "mistral_v11": ("[TOOL_CALLS]", "[ARGS]")}
-SPECIAL = {"mistral", "mistral_v11"}  # formats whose call start is a special token
-PARSER = {"mistral_v11": "mistral"}  # (the tokenizer's [ARGS] token makes mistral the v11 form)
+         "mistral_v11": ("[TOOL_CALLS]", "[ARGS]"), "hermes_special": ("<tool_call>", "</tool_call>")}
+# formats whose call markers are special tokens: Mistral's always, Hermes' in some tokenizers (Hermes 2 Pro's)
+SPECIAL = {"mistral", "mistral_v11", "hermes_special"}
+# (the tokenizer's [ARGS] token makes mistral the v11 form)
+PARSER = {"mistral_v11": "mistral", "hermes_special": "hermes"}
 
 
-@pytest.fixture(scope="module", params=list(ADDED))
+# (hermes_special only where a test asks for it)
+@pytest.fixture(scope="module", params=[p for p in ADDED if p != "hermes_special"])
 def served(request, tmp_path_factory):
     """(the server's URL, the id of the token that opens a call, the parser's name)."""
     tokens = {"special_tokens" if request.param in SPECIAL else "added_tokens": ADDED[request.param]}
@@ -70,6 +75,19 @@ def test_mistral_calls_take_the_form_the_tokenizer_has_tokens_for(client, served
     assert choice.message.tool_calls, choice
     assert ("[ARGS]" in tokens) is (served[2] == "mistral_v11"), tokens
     assert ('"name"' in "".join(tokens)) is (served[2] == "mistral"), tokens
+    # (Mistral's templates raise on a call id that is not 9 letters and digits when the calls come back)
+    assert all(re.fullmatch("[A-Za-z0-9]{9}", call.id) for call in choice.message.tool_calls), choice
+
+
+@pytest.mark.parametrize("served", ["hermes_special"], indirect=True)
+def test_hermes_calls_are_read_where_its_markers_are_special_tokens(client, served):
+    """Hermes 2 Pro's tokenizer marks <tool_call> and </tool_call> special: requests with tools keep them in the
+    text (as vLLM's hermes parser has them), so the calls are read, not lost as content."""
+    choice = ask(client, served, max_tokens=160, seed=0).choices[0]
+    assert choice.message.tool_calls, choice
+    for call in choice.message.tool_calls:
+        check_call(call)
+        assert re.fullmatch("call_[0-9a-f]{24}", call.id), call
 
 
 @pytest.mark.parametrize("served", ["hermes"], indirect=True)  # (a llama3_json call has no closing marker)

@@ -743,6 +743,34 @@ def test_a_greedy_row_drawn_first_takes_the_masked_argmax_and_cut_rows_are_maske
     assert sampler.first_draws_allowed == sampler.first_draws_refused == 0
 
 
+def test_a_seeded_row_that_samples_is_masked_first_so_its_tokens_do_not_depend_on_timing() -> None:
+    """Drawing first keeps the distribution, not the tokens: a refused draw takes a second number from the row's
+    generator, and whether a row draws first depends on how long its masks took. A seeded row that samples is
+    therefore always masked first: the same seed gives the same tokens whether the sampler would draw first or
+    not (a greedy row still draws first: its token is the masked argmax either way)."""
+    from accelkit.serve.sampler import Sampler
+    from accelkit.serve.sampling import SamplingParams
+
+    spec = StructuredOutputs(regex="[a-c]x")
+    allowed = start_allowed(spec)
+    logits = torch.zeros(64, VOCAB_SIZE)
+    logits[:, EOS + 1] = 3.0  # (a disallowed token the model likes: first draws would often be refused)
+    seeded = [SamplingParams(temperature=1.0, seed=i, max_tokens=4) for i in range(64)]
+    tokens = {}
+    for first in (True, False):
+        sampler = Sampler(torch.device("cpu"), seed=0)
+        sampler.draw_first = first
+        seqs = guided_rows(spec, seeded)
+        tokens[first] = sampler(logits, seeded, [s.seq_id for s in seqs], seqs)
+        assert sampler.first_draws_allowed == sampler.first_draws_refused == 0
+    assert tokens[True] == tokens[False] and set(tokens[True]) <= set(allowed) and len(set(tokens[True])) > 1
+    greedy = [SamplingParams.greedy(max_tokens=4, seed=7)]
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    seqs = guided_rows(spec, greedy)
+    sampler(logits[:1], greedy, [s.seq_id for s in seqs], seqs)
+    assert sampler.first_draws_refused == 1
+
+
 def test_a_guide_draws_first_where_masks_cost_while_its_draws_are_allowed() -> None:
     """Never where its last mask was cheap; where it cost, drawing first while draws are kept (every
     SAMPLE_FIRST_RETRY-th step masked, to measure a mask again), and after refusals only every

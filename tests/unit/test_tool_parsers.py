@@ -5,6 +5,7 @@ its answer (``reasoning``)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -143,18 +144,77 @@ def test_mistral_v11_calls_are_a_name_and_arguments_after_each_special_token() -
 
 def test_mistral_v11_arguments_are_an_object_and_names_are_bare() -> None:
     """What follows [ARGS] is a call only as an object (decided on its first character, so streamed and whole
-    agree); the constraint writes an object where a tool's schema names no type, and a name that cannot stand
-    bare before [ARGS] is a 400."""
+    agree), and a name that cannot stand bare before [ARGS] is a 400."""
     for text in ("[TOOL_CALLS]add[ARGS]12", "[TOOL_CALLS]add[ARGS] null"):
         assert split_calls(MISTRAL_V11, NAMES, text) == (text, []), text
     assert split_calls(MISTRAL_V11, NAMES, '[TOOL_CALLS]add[ARGS]1[TOOL_CALLS]add[ARGS]{"a": 1}') == (
         "[TOOL_CALLS]add[ARGS]1", [("add", '{"a": 1}')])
-    tag = MISTRAL_V11.structural_tag([("add", {}), ("mul", {"type": "object", "properties": {}})])
-    assert [s["schema"] for s in tag["structures"]] == [{"type": "object"}, {"type": "object", "properties": {}}]
     spaced = [{"type": "function", "function": {"name": "get weather"}}]
     with pytest.raises(APIError, match=r"tools\[0\].function.name 'get weather': .* write a function's name bare"):
         tool_calling(spaced, "auto", parallel_tool_calls=None, call_format=MISTRAL_V11)
     assert tool_calling(spaced, "auto", parallel_tool_calls=None, call_format=HERMES) is not None
+
+
+def test_numbers_past_a_floats_range_stay_as_written_so_the_arguments_are_json() -> None:
+    """JSON has no range limit and a grammar lets ``1e400`` through; read into a float and written again it would be
+    ``Infinity``, which is not JSON: such numbers are given back as the model wrote them, in every path."""
+    def strict(text: str) -> Any:
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {text}"))
+
+    arguments = '{"x": 1e400, "y": [2.5, -1E+999, {"z": 1e-999}]}'
+    written = '{"x": 1e400, "y": [2.5, -1E+999, {"z": 0.0}]}'  # (an underflow is a float: written as one)
+    _, made = split_calls(HERMES, NAMES, f'<tool_call>\n{{"name": "add", "arguments": {arguments}}}\n</tool_call>')
+    assert made == [("add", written)] and strict(made[0][1])["y"][2] == {"z": 0.0}
+    _, made = split_calls(MISTRAL_V11, NAMES, f"[TOOL_CALLS]add[ARGS]{arguments}")
+    assert made == [("add", written)]
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    required = tool_calling(tools, "required", parallel_tool_calls=None)
+    assert required is not None
+    calls = required.calls(f'[{{"name": "add", "parameters": {arguments}}}]')
+    assert calls is not None and calls[0]["function"]["arguments"] == written
+
+
+@pytest.mark.parametrize("fmt", [None, HERMES, LLAMA, MISTRAL, MISTRAL_V11])
+def test_arguments_are_an_object_where_a_tools_parameters_name_no_type(fmt) -> None:
+    """``"parameters": {}`` (the usual way to declare no arguments) and a schema without a type still give an
+    object — a call's arguments are one in OpenAI's format — for every tool_choice and every format."""
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {}}},
+             {"type": "function", "function": {"name": "mul", "parameters": {"properties": {"a": {}}}}},
+             {"type": "function", "function": {"name": "neg", "parameters": {"type": "object", "properties": {}}}}]
+    want = [{"type": "object"}, {"properties": {"a": {}}, "type": "object"}, {"type": "object", "properties": {}}]
+    if fmt is not None:
+        tag = tool_calling(tools, "auto", parallel_tool_calls=None, call_format=fmt)
+        assert tag is not None and [s["schema"] for s in tag.schema["structures"]] == want
+    named = tool_calling(tools, {"type": "function", "function": {"name": "add"}}, parallel_tool_calls=None,
+                         call_format=fmt)
+    assert named is not None and named.schema == want[0]
+    required = tool_calling(tools, "required", parallel_tool_calls=None, call_format=fmt)
+    assert required is not None
+    branches = required.schema["items"]["anyOf"]
+    assert [b["properties"]["parameters"] for b in branches] == want
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "add"}}])
+def test_call_ids_are_the_nine_characters_mistral_templates_take_back_with_its_parser(choice) -> None:
+    """Mistral's chat templates raise on a call id that is not 9 letters and digits when the conversation comes
+    back with the call: with its parser every call's id is one (vLLM's Mistral parser's form); OpenAI's
+    ``call_…`` otherwise."""
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    texts = {"auto": '[TOOL_CALLS] [{"name": "add", "arguments": {}}]', "required": '[{"name": "add", "parameters": {}}]'}
+    text = texts.get(choice, "{}") if isinstance(choice, str) else "{}"
+    for fmt, pattern in ((MISTRAL, r"[A-Za-z0-9]{9}"), (HERMES, r"call_[0-9a-f]{24}")):
+        if choice == "auto" and fmt is HERMES:
+            text = '<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>'
+        calling = tool_calling(tools, choice, parallel_tool_calls=None, call_format=fmt)
+        assert calling is not None
+        _, calls = calling.message(text)
+        assert calls is not None and len(calls) == 1 and re.fullmatch(pattern, calls[0]["id"]), (fmt.name, calls)
+        deltas = ToolCallDeltas(calling)
+        streamed = deltas.step(text, finished=True)
+        ids = [c["id"] for d in streamed for c in d.get("tool_calls", []) if "id" in c]
+        assert len(ids) == 1 and re.fullmatch(pattern, ids[0]), (fmt.name, streamed)
+    assert len({tool_calling(tools, choice, parallel_tool_calls=None, call_format=MISTRAL).new_id()
+                for _ in range(50)}) == 50  # (random, not a counter that two servers would repeat)
 
 
 def test_mistral_is_the_v11_form_where_the_tokenizer_has_its_args_token() -> None:

@@ -29,6 +29,7 @@ from pydantic import (
     StrictBool,
     StrictStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -439,13 +440,42 @@ class TextPart(_Body):
     text: Str
 
 
+def _call_for_template(j: int, call: dict[str, Any]) -> dict[str, Any]:
+    """An assistant turn's tool call with its ``function.arguments`` read from JSON text into what it holds ({} for
+    none or ""), as vLLM's chat handling does before the template; arguments that are not JSON: a ValueError."""
+    function = call.get("function")
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if not isinstance(function, dict) or isinstance(arguments, (dict, list)):
+        return call
+    if arguments is None or arguments == "":
+        parsed: Any = {}
+    elif isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError as exc:
+            raise ValueError(f"tool call {j}'s function.arguments is not JSON ({exc}); send the arguments as the "
+                             "JSON text the call came with") from None
+    else:
+        return call
+    return {**call, "function": {**function, "arguments": parsed}}
+
+
 class ChatMessage(_Body):
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: Str | list[TextPart] | None = None
     name: Str | None = None
-    tool_calls: list[dict[str, Any]] | None = Field(None, description="An assistant turn's tool calls, passed to the "
-                                                    "chat template as sent (as vLLM passes them).")
+    tool_calls: list[dict[str, Any]] | None = Field(
+        None, description="An assistant turn's tool calls, passed to the chat template as vLLM passes them: each "
+        "call's function.arguments (OpenAI's JSON text) as the object it holds — chat templates write it with "
+        "tojson, so a string would be encoded twice — and an empty list as none.")
     tool_call_id: Str | None = Field(None, description="A tool turn's call id, passed to the chat template.")
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _calls_for_template(cls, calls: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if not calls:  # ([]: the template's plain assistant turn, not its tool-call one)
+            return None
+        return [_call_for_template(j, call) for j, call in enumerate(calls)]
 
     def text(self) -> str:
         """The content as one string: text parts joined by newlines, as vLLM joins them."""
@@ -530,8 +560,8 @@ class ChatCompletionRequest(_Sampling):
 
     def configure(self, config: ServerConfig, added_tokens: Collection[str] = ()) -> None:
         self._call_format = call_format(config.tool_call_parser, added_tokens)
-        if self._call_format is not None and self._call_format.special_start and self._asks_auto:
-            self.skip_special_tokens = False  # (its call marker must be in the text, as for vLLM's parser)
+        if self._call_format is not None and self._call_format.keeps_special_tokens and self._asks_auto:
+            self.skip_special_tokens = False  # (its call markers must be in the text, as for vLLM's parsers)
         self._reasoning_format = (REASONING_FORMATS[config.reasoning_parser] if config.reasoning_parser is not None
                                   else None)
 

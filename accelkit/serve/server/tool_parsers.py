@@ -37,6 +37,7 @@ content, as written. The content is stripped of the whitespace around it (a mode
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -63,6 +64,16 @@ class CallFormat:
     special_start: bool = False
     # the marker between a call's bare name and its arguments object (Mistral's v11 [ARGS]): no JSON wraps the call
     args_marker: str | None = None
+    # the format's markers are special tokens in some of its tokenizers (Hermes 2 Pro's <tool_call>), so requests
+    # with tools are decoded with skip_special_tokens false, as vLLM's parser has them (``special_start`` implies it)
+    markers_may_be_special: bool = False
+    # the format's chat templates take back only 9-character alphanumeric call ids (Mistral's)
+    short_ids: bool = False
+
+    @property
+    def keeps_special_tokens(self) -> bool:
+        """Whether requests with tools ("auto") are decoded with ``skip_special_tokens`` false."""
+        return self.special_start or self.markers_may_be_special
 
     def begin(self, function: str) -> str:
         """The text a call to ``function`` starts with, up to its arguments (a structural tag's ``begin``)."""
@@ -78,12 +89,8 @@ class CallFormat:
 
     def structural_tag(self, functions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         """The structural tag that makes every call the model opens a whole call to one of ``functions``
-        ((name, parameters schema) each) with valid arguments (an object, in the ``args_marker`` form, where the
-        schema names no type: it is what that form's reader takes for a call)."""
-        def arguments(parameters: dict[str, Any]) -> dict[str, Any]:
-            return {**parameters, "type": "object"} if self.args_marker and "type" not in parameters else parameters
-
-        return {"structures": [{"begin": self.begin(name), "schema": arguments(parameters), "end": self.close}
+        ((name, parameters schema) each) with valid arguments."""
+        return {"structures": [{"begin": self.begin(name), "schema": parameters, "end": self.close}
                                for name, parameters in functions],
                 "triggers": [self.start]}
 
@@ -107,24 +114,59 @@ class CallFormat:
         return None if key is None else (call["name"], call[key])
 
 
+class _Number:
+    """A JSON number no float holds (``1e400``, which JSON allows): kept as written, so that the arguments given back
+    are JSON (``json.dumps`` of the float would write ``Infinity``, which is not)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _number(text: str) -> float | _Number:
+    value = float(text)
+    return value if math.isfinite(value) else _Number(text)
+
+
+#: what reads calls' JSON: as ``json.loads``, numbers past a float's range kept as written (:func:`dump_json`)
+DECODER = json.JSONDecoder(parse_float=_number)
+
+
+def dump_json(value: Any) -> str:
+    """A call's arguments read by :data:`DECODER` as JSON text again (``json.dumps``' spacing, ``ensure_ascii``
+    false), numbers past a float's range as the model wrote them."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except TypeError:  # (a _Number inside: rare, so written out by hand only then)
+        if isinstance(value, _Number):
+            return value.text
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {dump_json(v)}"
+                                   for k, v in value.items()) + "}"
+        if isinstance(value, list):
+            return "[" + ", ".join(map(dump_json, value)) + "]"
+        raise
+
+
 #: the formats ``--tool-call-parser`` names (vLLM's parser names)
 FORMATS: dict[str, CallFormat] = {
     # Hermes 2/3, Qwen2.5, Qwen3, QwQ: <tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>
     "hermes": CallFormat("hermes", "<tool_call>", prefix="<tool_call>\n", suffix="\n</tool_call>",
-                         end="</tool_call>"),
+                         end="</tool_call>", markers_may_be_special=True),
     # Llama 3.1, 3.2, 3.3 (JSON tool calling): {"name": …, "parameters": {…}}, several separated by ";" (the
     # <|python_tag|> some put first is a special token, not in the text)
     "llama3_json": CallFormat("llama3_json", '{"name": ', prefix="", suffix="", end=None,
                               arguments_key="parameters", separator=";"),
     # Mistral (v0.3 tokenizer and later in Hugging Face form): [TOOL_CALLS] [{"name": …, "arguments": {…}}, …]
     "mistral": CallFormat("mistral", "[TOOL_CALLS]", prefix="[TOOL_CALLS] [", suffix="]", end=None, array=True,
-                          special_start=True),
+                          special_start=True, short_ids=True),
 }
 #: a function's name as Mistral's v11 form writes it, bare before [ARGS] (Mistral's tool names: these characters)
 BARE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: Mistral's from its v11 tokenizers on: [TOOL_CALLS]name[ARGS]{…} (what ``mistral`` means for such a tokenizer)
 MISTRAL_V11 = CallFormat("mistral", "[TOOL_CALLS]", prefix="[TOOL_CALLS]", suffix="", end=None, special_start=True,
-                         args_marker="[ARGS]")
+                         args_marker="[ARGS]", short_ids=True)
 CALL_ID = "[CALL_ID]"  # (v13: between a call's name and [ARGS], an id of the model's)
 
 
@@ -210,7 +252,7 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
         if calls is None or any(name not in self.names for name, _ in calls):
             self._content(text)
         else:
-            self._events += [("call", name, json.dumps(arguments, ensure_ascii=False)) for name, arguments in calls]
+            self._events += [("call", name, dump_json(arguments)) for name, arguments in calls]
         return True
 
     def _whole_call(self) -> tuple[int, Any] | None:
@@ -222,7 +264,7 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
             if at < 0:
                 return None
             try:
-                return at + len(fmt.end), json.loads(self._buffer[:at])  # (the newlines around it: JSON's spaces)
+                return at + len(fmt.end), DECODER.decode(self._buffer[:at])  # (the newlines around it: JSON's spaces)
             except ValueError:
                 return at + len(fmt.end), None
         if fmt.args_marker is not None:  # name[ARGS]{…}: closed where its arguments object ends
@@ -230,7 +272,7 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
         # closed where its JSON ends: the array after the start (Mistral's), or the object the start begins (Llama's)
         body = self._buffer.lstrip() if fmt.array else fmt.start + self._buffer
         try:
-            document, length = json.JSONDecoder().raw_decode(body)
+            document, length = DECODER.raw_decode(body)
         except ValueError:  # (not yet whole — or never, which the end of the output shows)
             return None
         return length + len(self._buffer) - len(body), document
@@ -248,7 +290,7 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
         if not stripped.startswith("{"):  # arguments are an object: anything else is no call, up to the marker
             return at + len(marker), None  # (decided on its first character: streamed or whole, the same)
         try:
-            arguments, length = json.JSONDecoder().raw_decode(stripped)
+            arguments, length = DECODER.raw_decode(stripped)
         except ValueError:
             return None
         name = self._buffer[:at].partition(CALL_ID)[0].strip()

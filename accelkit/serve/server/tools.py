@@ -16,19 +16,29 @@ from __future__ import annotations
 import copy
 import json
 import re
+import secrets
+import string
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from accelkit.serve.sampling import MAX_STRUCTURES, StructuredOutputs
 from accelkit.serve.server.errors import APIError
-from accelkit.serve.server.tool_parsers import BARE_NAME, CallFormat, CallScanner, split_calls
+from accelkit.serve.server.tool_parsers import BARE_NAME, DECODER, CallFormat, CallScanner, dump_json, split_calls
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # a function that takes no arguments
 _DEFS_KEYS = ("$defs", "definitions")  # where "$ref"s point; lifted to the root of the "required" schema
 
 
-def call_id() -> str:
+_ALPHANUMERIC = string.ascii_letters + string.digits
+
+
+def call_id(short: bool = False) -> str:
+    """A new tool call's id: OpenAI's form (``call_`` and 24 hex digits), or ``short``, 9 letters and digits —
+    what Mistral's chat templates require of the ids a client sends back with the calls (they raise "Tool call IDs
+    should be alphanumeric strings with length 9" otherwise; vLLM's Mistral parser makes them so too)."""
+    if short:
+        return "".join(secrets.choice(_ALPHANUMERIC) for _ in range(9))
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
@@ -44,6 +54,10 @@ class ToolCalling:
     index: int | None = None
     format: CallFormat | None = None  # "auto": the model's call format
     names: frozenset[str] = frozenset()  # "auto": the tools' names (a call to another is text)
+    short_ids: bool = False  # the server's format is Mistral's: its templates take 9-character ids only
+
+    def new_id(self) -> str:
+        return call_id(self.short_ids)
 
     def spec(self) -> StructuredOutputs:
         if self.kind == "auto":
@@ -67,7 +81,7 @@ class ToolCalling:
         if self.kind == "auto":
             assert self.format is not None
             content, made = split_calls(self.format, self.names, text)
-            return content, [_call(call_id(), name, arguments) for name, arguments in made] or None
+            return content, [_call(self.new_id(), name, arguments) for name, arguments in made] or None
         calls = self.calls(text)
         return (None, calls) if calls is not None else (text, None)
 
@@ -75,15 +89,15 @@ class ToolCalling:
         """The ``tool_calls`` of a forced call's output; None when it holds no complete list of calls ("required"
         cut short)."""
         if self.kind == "named":
-            return [_call(call_id(), str(self.name), text)]
+            return [_call(self.new_id(), str(self.name), text)]
         try:
-            items = json.loads(text)
+            items = DECODER.decode(text)
         except ValueError:
             return None
         if not isinstance(items, list) or not items or \
                 not all(isinstance(item, dict) and {"name", "parameters"} <= item.keys() for item in items):
             return None
-        return [_call(call_id(), item["name"], json.dumps(item["parameters"], ensure_ascii=False))
+        return [_call(self.new_id(), item["name"], dump_json(item["parameters"]))
                 for item in items]
 
     def finish_reason(self, reason: str | None, *, called: bool) -> str | None:
@@ -111,7 +125,7 @@ class ToolCallDeltas:
         self.calling = calling
         self.text = ""
         self.called = False
-        self.id = call_id()
+        self.id = calling.new_id()
         self.num_calls = 0
         self.scanner = CallScanner(calling.format, calling.names) if calling.format is not None else None
 
@@ -146,7 +160,7 @@ class ToolCallDeltas:
             _, name, arguments = event
             self.called, i = True, self.num_calls
             self.num_calls += 1
-            deltas += _whole_call_deltas(i, call_id(), name, arguments)
+            deltas += _whole_call_deltas(i, self.calling.new_id(), name, arguments)
         return deltas
 
     def finish_reason(self, reason: str | None) -> str | None:
@@ -178,6 +192,10 @@ def _functions(tools: list[Any]) -> list[tuple[str, dict[str, Any]]]:
         if not isinstance(parameters, dict):
             raise APIError(400, f"tools[{i}].function.parameters must be a JSON schema object, not "
                            f"{type(parameters).__name__}", param="tools")
+        # ({} is the usual way to declare no arguments: a call's arguments are an object all the same, as OpenAI's
+        # format has them; a root $ref is left as it points — a type beside it can make a recursive one unsupported)
+        if "type" not in parameters and "$ref" not in parameters:
+            parameters = {**parameters, "type": "object"}
         functions.append((name, parameters))
     return functions
 
@@ -194,7 +212,9 @@ def _check_bare_names(functions: list[tuple[str, dict[str, Any]]]) -> None:
 def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | None, *,
                  parallel_tool_calls: bool | None, call_format: CallFormat | None = None) -> ToolCalling | None:
     """The constraint ``tools`` and ``tool_choice`` ask for (None: generate text), or a 400 naming the field.
-    ``call_format``: the server's parser, which "auto" with tools needs (without one it is refused before this)."""
+    ``call_format``: the server's parser, which "auto" with tools needs (without one it is refused before this);
+    Mistral's also makes every call's id one its chat templates take back, whatever ``tool_choice``."""
+    short_ids = call_format is not None and call_format.short_ids
     if tool_choice is None or tool_choice in ("none", "auto"):
         if not tools:
             return None
@@ -207,7 +227,7 @@ def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | No
         if call_format.args_marker is not None:
             _check_bare_names(functions)
         return ToolCalling("auto", call_format.structural_tag(functions), format=call_format,
-                           names=frozenset(name for name, _ in functions))
+                           names=frozenset(name for name, _ in functions), short_ids=short_ids)
     if isinstance(tool_choice, str) and tool_choice != "required":
         raise APIError(400, f"tool_choice={tool_choice!r} is not one of 'none', 'auto', 'required' or "
                        "{\"type\": \"function\", \"function\": {\"name\": …}}", param="tool_choice")
@@ -226,8 +246,8 @@ def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | No
             names = ", ".join(repr(n) for n, _ in functions)
             raise APIError(400, f"tool_choice names function {name!r}, which is not in tools ({names})",
                            param="tool_choice")
-        return ToolCalling("named", functions[index][1], name=name, index=index)
-    return ToolCalling("required", _array_of_calls(functions, parallel_tool_calls is not False))
+        return ToolCalling("named", functions[index][1], name=name, index=index, short_ids=short_ids)
+    return ToolCalling("required", _array_of_calls(functions, parallel_tool_calls is not False), short_ids=short_ids)
 
 
 def _array_of_calls(functions: list[tuple[str, dict[str, Any]]], parallel: bool) -> dict[str, Any]:
