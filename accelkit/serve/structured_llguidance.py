@@ -20,6 +20,7 @@ from accelkit.serve.structured_schema import (
     check_depth,
     close_objects,
     keyword_path,
+    map_subschemas,
 )
 
 if TYPE_CHECKING:
@@ -56,14 +57,14 @@ _MAX_FORMATS_DROPPED = 16
 
 
 def _drop_format(schema: Any, name: str) -> Any:
-    """``schema`` without ``"format": name`` anywhere (the same object when it has none)."""
-    if isinstance(schema, list):
-        items = [_drop_format(s, name) for s in schema]
-        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
+    """``schema`` without ``"format": name`` wherever it is a keyword (schema positions only: a ``const`` or an
+    ``enum`` value holding such a key stays as it is, and so does a property named ``format``)."""
     if not isinstance(schema, dict):
         return schema
-    out = {k: _drop_format(v, name) for k, v in schema.items() if not (k == "format" and v == name)}
-    return schema if len(out) == len(schema) and all(out[k] is schema[k] for k in out) else out
+    out = map_subschemas(schema, lambda sub: _drop_format(sub, name))
+    if out.get("format") == name:
+        del out["format"]
+    return out
 
 
 _LARK_AT = re.compile(r"^at (\d+)\(\d+\): ")
@@ -276,7 +277,11 @@ class LLGuidanceBackend:
         if kind == "json_object":
             return str(llg.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=json_options(spec)))
         if kind == "json":
-            if not isinstance(schema, (dict, bool)):
+            if schema is False:  # (the schema no document is valid under)
+                raise ValueError("no text matches it")
+            if schema is True:  # (any document: the empty schema's meaning)
+                schema = {}
+            if not isinstance(schema, dict):
                 raise ValueError("a JSON schema is an object (or true/false)")
             if isinstance(schema, dict) and "x-guidance" in schema:  # llguidance's own options, read at the root:
                 # the client's would override the server's whitespace and separators, and "lenient" would let
@@ -319,7 +324,7 @@ class LLGuidanceBackend:
                     break
                 # a format llguidance does not know is an annotation, as a validator reads it: it constrains nothing
                 dropped = _drop_format(schema, unknown.group(1))
-                if dropped is schema:
+                if dropped == schema:
                     break
                 schema = dropped
                 grammar = self.grammar_text(spec, schema)

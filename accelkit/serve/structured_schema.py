@@ -74,18 +74,102 @@ def map_subschemas(schema: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str
     return out
 
 
+# beside an object's own ``properties``, what can let its documents hold other keys (a node with one of these is not
+# closed: closing it could leave no document valid)
+_EXTENDED_BY = ("allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "if", "then", "else", "dependentSchemas",
+                "dependencies", "unevaluatedProperties")
+# what keeps an anyOf/oneOf's branches from being whole alternatives: keys this node itself declares or requires,
+# or another part that is intersected with the chosen branch
+_BRANCHES_SHARE = ("properties", "patternProperties", "additionalProperties", "required", "allOf", "$ref",
+                   "$dynamicRef", "if", "dependentSchemas", "dependencies", "minProperties", "maxProperties",
+                   "propertyNames", "unevaluatedProperties")
+# subschemas intersected with the node they are in (never closed themselves): allOf's, if/then/else's,
+# dependentSchemas'; "not"'s is negated (closing it would widen what the node allows)
+_INTERSECTED = ("allOf", "if", "then", "else", "dependentSchemas", "not")
+
+
 def close_objects(schema: Any) -> Any:
     """A copy of ``schema`` where an object with ``properties`` and no ``additionalProperties`` gets
     ``additionalProperties: false`` (vLLM's ``disable_additional_properties``): the output has the declared keys
-    only, as OpenAI's strict mode writes it and as accelkit always did."""
+    only, as OpenAI's strict mode writes it and as accelkit always did — only where the declared keys alone can
+    satisfy the object: not where ``required`` names others or ``patternProperties``/``min/maxProperties`` ask for
+    more, not where something else adds keys (``allOf``, ``anyOf``/``oneOf`` beside the node's own keys, a ``$ref``
+    beside them, ``if``/``then``, ``dependentSchemas``), not in what is intersected with another part (``allOf``'s
+    branches, those of an ``anyOf`` beside declared keys, a definition a ``$ref`` reaches from such a place)."""
+    open_refs: set[str] = set()
+    while True:  # (a definition left open can leave open what it refers to: until nothing more is found)
+        found = _refs_left_open(schema, open_refs)
+        if found <= open_refs:
+            return _close(schema, open_refs, "#" not in open_refs)
+        open_refs |= found
+
+
+def _closable(node: dict[str, Any], key: str, name: str | None, open_refs: set[str], may_close: bool) -> bool:
+    """Whether a subschema under ``key`` (``name``: its name in a map) in ``node`` may be closed itself; ``may_close``:
+    whether ``node`` may."""
+    if key in ("$defs", "definitions"):  # (a definition some $ref reaches from an open place stays open)
+        at = f"#/{key}/{str(name).replace('~', '~0').replace('/', '~1')}"
+        return not any(ref == at or ref.startswith(at + "/") for ref in open_refs)
+    if key in _INTERSECTED:
+        return False
+    if key in ("anyOf", "oneOf"):  # whole alternatives only where nothing else is intersected with them
+        other = "oneOf" if key == "anyOf" else "anyOf"
+        return may_close and other not in node and not any(k in node for k in _BRANCHES_SHARE)
+    return True
+
+
+def _children(node: dict[str, Any], open_refs: set[str], may_close: bool) -> Iterator[tuple[Any, bool]]:
+    """(subschema, whether it may be closed) of each schema directly inside ``node``."""
+    for key in SCHEMA_LISTS:
+        if isinstance(node.get(key), list):
+            closable = _closable(node, key, None, open_refs, may_close)
+            yield from ((sub, closable) for sub in node[key])
+    for key in SCHEMA_MAPS:
+        if isinstance(node.get(key), dict):
+            yield from ((sub, _closable(node, key, name, open_refs, may_close)) for name, sub in node[key].items())
+    for key in SCHEMA_ONES:
+        if key in node:
+            yield node[key], _closable(node, key, None, open_refs, may_close)
+
+
+def _refs_left_open(schema: Any, open_refs: set[str]) -> set[str]:
+    """The ``$ref``s of every node :func:`_close` leaves open, given the definitions ``open_refs`` it already leaves
+    open (what those refer to must stay open too); without recursing."""
+    found: set[str] = set()
+    stack: list[tuple[Any, bool]] = [(schema, "#" not in open_refs)]
+    while stack:
+        node, may_close = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        ref = node.get("$ref")
+        if isinstance(ref, str) and (not may_close or any(k in node for k in _BRANCHES_SHARE if k != "$ref")):
+            found.add(ref)
+        stack += _children(node, open_refs, may_close)
+    return found
+
+
+def _close(schema: Any, open_refs: set[str], may_close: bool) -> Any:
     if not isinstance(schema, dict):
         return schema
-    out = map_subschemas(schema, close_objects)
+    out = dict(schema)
+    for key in SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            closable = _closable(schema, key, None, open_refs, may_close)
+            out[key] = [_close(sub, open_refs, closable) for sub in out[key]]
+    for key in SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: _close(sub, open_refs, _closable(schema, key, name, open_refs, may_close))
+                        for name, sub in out[key].items()}
+    for key in SCHEMA_ONES:
+        if key in out:
+            out[key] = _close(out[key], open_refs, _closable(schema, key, None, open_refs, may_close))
     declared = out.get("properties")
     required = out.get("required", [])
-    if (isinstance(declared, dict) and "additionalProperties" not in out and "patternProperties" not in out
-            and "minProperties" not in out and "maxProperties" not in out
-            and isinstance(required, list) and set(required) <= set(declared)):
+    if (may_close and isinstance(declared, dict) and "additionalProperties" not in out
+            and "patternProperties" not in out and "minProperties" not in out and "maxProperties" not in out
+            and not any(k in out for k in _EXTENDED_BY)
+            and isinstance(required, list) and all(isinstance(r, str) for r in required)
+            and set(required) <= set(declared)):
         out["additionalProperties"] = False  # (only where the schema stays satisfiable by the declared keys alone)
     return out
 

@@ -79,6 +79,16 @@ def _dropped_here(node: dict[str, Any]) -> str | None:
             return bound
     if isinstance(node.get("allOf"), list) and len(node["allOf"]) > 1:
         return "allOf"
+    # a required key that properties do not declare: xgrammar writes the declared ones and drops the requirement
+    required, declared = node.get("required"), node.get("properties")
+    if isinstance(required, list) and required and not (isinstance(declared, dict)
+                                                        and all(isinstance(r, str) and r in declared for r in required)):
+        return "required"
+    # a $ref by anchor, $id or URL (xgrammar resolves JSON pointers in the document, "#/…", only: it logs a
+    # warning for the others and leaves the value unconstrained)
+    ref = node.get("$ref")
+    if isinstance(ref, str) and not (ref == "#" or ref.startswith("#/")):
+        return "$ref"
     return _beside_an_alone_keyword(node)
 
 
@@ -141,16 +151,23 @@ def rewritten(schema: Any) -> Any:
 
 
 def _ebnf_string(text: str) -> str:
-    """``text`` as an EBNF string literal: quotes and backslashes escaped, control characters as ``\\xNN``."""
-    out = []
+    """``text`` as an EBNF sequence of string literals: quotes and backslashes escaped, each control character a
+    literal of its own, ``"\\xNN"`` — xgrammar reads the hex digits after ``\\x`` greedily, so a newline written
+    ``\\x0a`` before "bye" would be read as U+0AB then "ye" (found in review: a choice came out as text no choice
+    has); the closing quote ends the escape."""
+    parts: list[str] = []
+    run: list[str] = []
     for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ch == "\x7f":
-            out.append(f"\\x{ord(ch):02x}")
+        if ord(ch) < 0x20 or ch == "\x7f":
+            if run:
+                parts.append('"' + "".join(run) + '"')
+                run = []
+            parts.append(f'"\\x{ord(ch):02x}"')
         else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+            run.append("\\" + ch if ch in '"\\' else ch)
+    if run or not parts:
+        parts.append('"' + "".join(run) + '"')
+    return parts[0] if len(parts) == 1 else "(" + " ".join(parts) + ")"
 
 
 def choice_grammar(choices: Sequence[str]) -> str:
