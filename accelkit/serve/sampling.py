@@ -222,8 +222,11 @@ class StructuredOutputs(Spec):
             not self.json_object) else "json_object"
 
     def structural_tags(self) -> list[tuple[str, str, Any, str]]:
-        """The structural tag's structures (:func:`structural_tags`); ValueError naming what is malformed."""
-        return structural_tags(_strict_json(self.structural_tag or "", _TAG_FIELD, _TAG_SHAPE))
+        """The structural tag's structures (:func:`structural_tags`, its answer checked too:
+        :func:`structural_tag_answer`); ValueError naming what is malformed."""
+        tag = _strict_json(self.structural_tag or "", _TAG_FIELD, _TAG_SHAPE)
+        structural_tag_answer(tag)
+        return structural_tags(tag)
 
 
 def structural_tags(tag: Any) -> list[tuple[str, str, Any, str]]:
@@ -241,6 +244,26 @@ def structural_tags(tag: Any) -> list[tuple[str, str, Any, str]]:
                          f"{MAX_STRUCTURES} of each")
     _check_triggers(triggers)
     return [_structure(i, st, triggers) for i, st in enumerate(structures)]
+
+
+MAX_SEPARATOR_CHARS = 16
+
+
+def structural_tag_answer(tag: Any) -> tuple[dict[str, Any] | None, str]:
+    """(answer, separator) of accelkit's extension of a structural tag, or (None, "") without it: with ``"answer"``
+    (a JSON schema) the output is either one JSON document valid under it or one or more of the structures with
+    ``"separator"`` (text, none by default) between them — no free text (what tools and a ``response_format``
+    together ask). ValueError naming what is malformed."""
+    if not isinstance(tag, dict) or ("answer" not in tag and "separator" not in tag):
+        return None, ""
+    answer, separator = tag.get("answer"), tag.get("separator", "")
+    if not isinstance(answer, dict):
+        raise ValueError(f"{_TAG_FIELD}.answer is {_short_json(answer)}; give a JSON schema object (the answer the "
+                         "output is when it makes no call), or leave answer and separator out")
+    if not isinstance(separator, str) or len(separator) > MAX_SEPARATOR_CHARS:
+        raise ValueError(f"{_TAG_FIELD}.separator is {_short_json(separator)}; give the text between calls, at most "
+                         f"{MAX_SEPARATOR_CHARS} characters")
+    return answer, separator
 
 
 def _check_triggers(triggers: list[Any]) -> None:

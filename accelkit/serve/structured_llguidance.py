@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accelkit.serve.sampling import StructuredOutputs, structural_tags
+from accelkit.serve.sampling import StructuredOutputs, structural_tag_answer, structural_tags
 from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, parallel_fill
 from accelkit.serve.structured_schema import (
     TOO_DEEP,
@@ -68,7 +68,7 @@ def _drop_format(schema: Any, name: str) -> Any:
 
 
 _LARK_AT = re.compile(r"^at (\d+)\(\d+\): ")
-_TAG_RULE = re.compile(r"^tag_(\d+)\b")
+_TAG_RULE = re.compile(r"^(?:tag|call)_(\d+)\b|^answer\b")
 
 
 def _where(schema: Any, keyword: str, tag: bool) -> str | None:
@@ -80,7 +80,8 @@ def _where(schema: Any, keyword: str, tag: bool) -> str | None:
         where = keyword_path(structure.get("schema") if isinstance(structure, dict) else None, keyword)
         if where is not None:
             return f"structures[{i}].schema" + (f".{where}" if where else "")
-    return None
+    where = keyword_path(schema.get("answer"), keyword) if isinstance(schema, dict) else None
+    return None if where is None else "answer" + (f".{where}" if where else "")
 
 
 def _one_line(error: str, schema: Any = None, *, tag_grammar: str | None = None) -> str:
@@ -104,7 +105,8 @@ def _one_line(error: str, schema: Any = None, *, tag_grammar: str | None = None)
         lines = tag_grammar.splitlines()
         rule = _TAG_RULE.match(lines[int(m.group(1)) - 1]) if 0 < int(m.group(1)) <= len(lines) else None
         if rule is not None:
-            return _one_line(f"structures[{rule.group(1)}].schema: {error[m.end():]}")
+            where = "answer" if rule.group(1) is None else f"structures[{rule.group(1)}].schema"
+            return _one_line(f"{where}: {error[m.end():]}")
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     named = next((line[len("error: "):] for line in lines if line.startswith("error: ")), None)
     first = lines[0] if lines else "it does not compile"
@@ -125,8 +127,29 @@ def _refused(spec: StructuredOutputs, exc: ValueError, schema: Any, grammar: str
     return ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema, tag_grammar=tag_grammar)}")
 
 
+def _token_items(special: dict[str, int]) -> Callable[[str], str]:
+    """A function writing a text as Lark items: its added tokens llguidance matches as tokens (``special``: text →
+    id) as those tokens (``<[id]>``), the rest as strings."""
+    found = re.compile("|".join(map(re.escape, sorted(special, key=len, reverse=True)))) if special else None
+
+    def items(text: str) -> str:
+        out, at = [], 0
+        for m in found.finditer(text) if found is not None else ():
+            out += [json.dumps(text[at:m.start()])] if m.start() > at else []
+            out.append(f"<[{special[m.group()]}]>")
+            at = m.end()
+        return " ".join(out + ([json.dumps(text[at:])] if at < len(text) else []))
+
+    return items
+
+
+def _json_item(schema: Any) -> str:
+    """A schema as a Lark item (``%json``, objects closed, JSON's whitespace)."""
+    return "%json " + json.dumps({**close_objects(schema), "x-guidance": JSON_OPTIONS})
+
+
 def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special: dict[str, int],
-                        text_token_ids: Iterable[int] = ()) -> str:
+                        text_token_ids: Iterable[int] = (), answer: tuple[dict[str, Any], str] | None = None) -> str:
     """A structural tag as llguidance's Lark: free text (``TAG_TEXT``), in which each structure's trigger begins
     it — a lazy lexeme, so the text ends at the trigger's first occurrence —, then the rest of its begin, its schema
     (``%json``, objects closed, JSON's whitespace) and its end. llguidance's own ``StructTag.to_grammar`` writes the
@@ -138,21 +161,22 @@ def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special
     Those tokens are no text to llguidance, so the free text matches none of them: a rule of its own lets the model
     write those of ``text_token_ids`` — the ids of ``special`` the tokenizer does not mark special, which are in
     the text — between calls (``free_token``), all but the triggers: Qwen3's ``</think>``, that ends its thinking
-    before it answers."""
+    before it answers.
+
+    ``answer`` ((schema, separator): :func:`~accelkit.serve.sampling.structural_tag_answer`): no free text — the
+    output is one JSON document valid under the schema, or one or more structures, the separator between them."""
+    items = _token_items(special)
+    if answer is not None:
+        calls = [f"call_{i}: {' '.join(x for x in (items(begin), _json_item(schema), items(end)) if x)}"
+                 for i, (_, begin, schema, end) in enumerate(structures)]
+        separator = f" {items(answer[1])}" if answer[1] else ""
+        return "\n".join(["%llguidance {}", "start: answer | calls", f"answer: {_json_item(answer[0])}",
+                          f"calls: call ({separator.strip()} call)*" if separator else "calls: call+",
+                          f"call: {' | '.join(f'call_{i}' for i in range(len(structures)))}", *calls]) + "\n"
     found = re.compile("|".join(map(re.escape, sorted(special, key=len, reverse=True)))) if special else None
-
-    def items(text: str) -> str:
-        out, at = [], 0
-        for m in found.finditer(text) if found is not None else ():
-            out += [json.dumps(text[at:m.start()])] if m.start() > at else []
-            out.append(f"<[{special[m.group()]}]>")
-            at = m.end()
-        return " ".join(out + ([json.dumps(text[at:])] if at < len(text) else []))
-
     rules = []
     for i, (trigger, begin, schema, end) in enumerate(structures):
-        body = " ".join(x for x in (items(begin[len(trigger):]), "%json " + json.dumps(
-            {**close_objects(schema), "x-guidance": JSON_OPTIONS}), items(end)) if x)
+        body = " ".join(x for x in (items(begin[len(trigger):]), _json_item(schema), items(end)) if x)
         inside = found.search(trigger) if found is not None else None
         if trigger in special:
             rules.append(f"tag_{i}: TAG_TEXT <[{special[trigger]}]> {body}")
@@ -295,9 +319,10 @@ class LLGuidanceBackend:
             assert spec.regex is not None
             return str(llg.LLMatcher.grammar_from_regex(spec.regex))
         if kind == "structural_tag":
-            return str(llg.LLMatcher.grammar_from_lark(structural_tag_lark(structural_tags(schema),
-                                                                           self.added_token_ids,
-                                                                           self.text_token_ids)))
+            answer, separator = structural_tag_answer(schema)
+            return str(llg.LLMatcher.grammar_from_lark(structural_tag_lark(
+                structural_tags(schema), self.added_token_ids, self.text_token_ids,
+                None if answer is None else (answer, separator))))
         assert spec.grammar is not None
         return str(llg.grammar_from("grammar", spec.grammar))
 

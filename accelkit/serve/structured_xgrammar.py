@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accelkit.serve.sampling import StructuredOutputs, structural_tags
+from accelkit.serve.sampling import StructuredOutputs, structural_tag_answer, structural_tags
 from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, parallel_fill
 from accelkit.serve.structured_schema import (
     check_decoder,
@@ -346,6 +346,11 @@ class XGrammarBackend:
                 raise ValueError(f"structured_outputs.structural_tag: the triggers {special} are special tokens of "
                                  "this model's tokenizer, which the xgrammar engine cannot match; serve with "
                                  "--structured-outputs-backend llguidance")
+            answer, separator = structural_tag_answer(tag)
+            if answer is not None:  # (the answer, or calls alone: tools beside a response_format)
+                return "structural_tag", json.dumps({"type": "structural_tag", "format": {"type": "or", "elements": [
+                    {"type": "json_schema", "json_schema": _enforceable(answer, kind)},
+                    {"type": "tags_with_separator", "tags": tags, "separator": separator, "at_least_one": True}]}})
             return "structural_tag", json.dumps({"type": "structural_tag", "format": {
                 "type": "triggered_tags", "triggers": triggers, "tags": tags}})
         if kind == "regex":

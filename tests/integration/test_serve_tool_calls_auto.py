@@ -5,9 +5,11 @@ token here only so that ``logit_bias`` can make the model open calls (a random m
 token, as Mistral's ``[TOOL_CALLS]`` is (mistral: the requests with tools keep it in their text). Everything after
 the start is the constraint's doing, and each call's arguments are checked against its tool's schema."""
 
+import json
 import re
 
 import httpx
+import jsonschema
 import openai
 import pytest
 from transformers import AutoTokenizer
@@ -138,8 +140,45 @@ def test_required_and_named_choices_are_served_as_without_a_parser(client, serve
     check_call(named.message.tool_calls[0], "add")
 
 
+ANSWER = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "maximum": 9}},
+          "required": ["ok", "n"]}
+
+
+def test_tools_beside_a_response_format_give_calls_or_the_answer_and_nothing_else(client, served):
+    """As OpenAI serves them (agent SDKs send both on every turn): the model calls tools — each call whole and
+    valid — or answers with one JSON document valid under the response_format's schema; no free text. Pushed to
+    open a call, it calls; kept from it, it answers. Streamed, the same message."""
+    response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}
+    called = answered = 0
+    for seed in SEEDS:
+        choice = ask(client, served, max_tokens=200, seed=seed, response_format=response_format).choices[0]
+        assert choice.message.tool_calls, choice
+        for call in choice.message.tool_calls:
+            check_call(call)
+        called += 1
+        kept_from_calls = {str(served[1]): -100}
+        choice = ask(client, served, max_tokens=200, seed=seed, response_format=response_format,
+                     logit_bias=kept_from_calls).choices[0]
+        if choice.finish_reason == "stop":
+            assert choice.message.tool_calls is None, choice
+            jsonschema.validate(json.loads(choice.message.content), ANSWER)
+            answered += 1
+        stream = ask(client, served, max_tokens=200, seed=seed, response_format=response_format,
+                     logit_bias=kept_from_calls, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == (choice.message.content or ""), (text, choice)
+    assert called == len(SEEDS) and answered >= 1
+    json_object = ask(client, served, max_tokens=200, seed=0, response_format={"type": "json_object"},
+                      logit_bias={str(served[1]): -100}).choices[0]
+    assert json_object.finish_reason != "stop" or isinstance(json.loads(json_object.message.content), dict)
+
+
 @pytest.mark.parametrize(("body", "param", "words"), [
-    ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format", "tool_choice 'none'"),
+    ({"tools": TOOLS, "structured_outputs": {"regex": "[a-z]+"}}, "structured_outputs",
+     "(regex) that cannot go beside tool_choice 'auto'"),
+    ({"tools": TOOLS, "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+        "type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}}}}}, "response_format",
+     "response_format: the JSON Schema keyword uniqueItems (at properties.n)"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}}}}]}, "tools",
      "tool_choice 'auto': the JSON Schema keyword uniqueItems (at tools[0].function.parameters.properties.n)"),

@@ -158,6 +158,36 @@ def check_structural_tag_walks(seeds: int = 6, using: Any = None) -> None:
     assert calls >= 2 and outside, (calls, outside)
 
 
+ANSWER = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+def check_answer_tag_walks(seeds: int = 12, using: Any = None) -> None:
+    """A structural tag with an answer (accelkit's extension: tools beside a response_format): every walk that ends
+    is one JSON document the answer's schema accepts, or calls alone — whole, valid, the separator between them,
+    no other text; both come out."""
+    tag = json.dumps({**TAG, "answer": ANSWER, "separator": "|"})
+    answers = call_walks = 0
+    for seed in range(seeds):
+        text, ended = walk(StructuredOutputs(structural_tag=tag), seed, max_steps=200, using=using, eos_after=2)
+        if not ended:
+            continue
+        if text.startswith("t="):
+            docs = [json.loads(part[2:-1]) for part in text.split("|")]
+            assert all(part.startswith("t=") and part.endswith(";") for part in text.split("|")), text
+            assert all(jsonschema.Draft202012Validator(CALL).is_valid(doc) for doc in docs), text
+            call_walks += 1
+        else:
+            jsonschema.validate(json.loads(text), ANSWER)
+            answers += 1
+    assert answers and call_walks, (answers, call_walks)
+    with pytest.raises(ValueError, match=r"structural_tag.answer is \[1\]; give a JSON schema object"):
+        StructuredOutputs(structural_tag=json.dumps({**TAG, "answer": [1]})).validate()
+
+
+def test_a_tags_answer_gives_that_answer_or_calls_alone() -> None:
+    check_answer_tag_walks()
+
+
 @pytest.mark.parametrize("pattern", REGEXES)
 def test_regex_walks_end_in_full_matches(pattern: str) -> None:
     check_regex_walks(pattern, 4)

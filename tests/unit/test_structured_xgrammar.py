@@ -30,6 +30,7 @@ from tests.unit.test_structured import (
     VOCAB_SIZE,
     allowed_ids,
     check_allows_agrees_with_the_mask,
+    check_answer_tag_walks,
     check_choice_walks,
     check_json_object_walks,
     check_opener,
@@ -79,6 +80,10 @@ def test_json_object_walks_end_in_json_objects() -> None:
 
 def test_structural_tag_walks_write_a_whole_valid_call_after_each_trigger() -> None:
     check_structural_tag_walks(using=backend())
+
+
+def test_a_tags_answer_gives_that_answer_or_calls_alone_on_xgrammar_too() -> None:
+    check_answer_tag_walks(using=backend())
 
 
 def test_a_structural_tag_triggered_by_a_special_token_is_refused_naming_the_other_backend() -> None:

@@ -600,11 +600,18 @@ class ChatCompletionRequest(_Sampling):
             _Sampling.unsupported(self)
 
     @cached_property
+    def _calling(self) -> ToolCalling | None:
+        return tool_calling(self.tools, self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
+                            call_format=self._call_format)
+
+    #: "auto" with the answer a response_format asks for beside the tools (set by :meth:`structured`)
+    _answered: ToolCalling | None = PrivateAttr(None)
+
+    @property
     def tool_calling(self) -> ToolCalling | None:
         """What tools and tool_choice ask for (None: text), or an APIError (400) naming the field; worked out once
         per request (the endpoint, structured() and an error message all read it)."""
-        return tool_calling(self.tools, self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
-                            call_format=self._call_format)
+        return self._answered if self._answered is not None else self._calling
 
     def structured(self) -> tuple[str, StructuredOutputs] | None:
         """The tool call's constraint ("tools" asks), else :meth:`_Sampling.structured`; both is a 400."""
@@ -613,16 +620,32 @@ class ChatCompletionRequest(_Sampling):
         if calling is None:
             return asked
         if asked is not None and calling.kind == "auto":
-            raise APIError(400, f"{asked[0]} asks for structured output, and tool_choice 'auto' (the default with "
-                           "tools) constrains the model's tool calls; send tool_choice 'none' for the structured "
-                           "output alone", param=asked[0])
-        if asked is not None:
+            field, spec = asked
+            if spec.kind not in ("json", "json_object") or spec.whitespace_pattern is not None \
+                    or spec.disable_any_whitespace:
+                what = spec.kind if spec.kind not in ("json", "json_object") else f"{spec.kind}, a whitespace setting"
+                raise APIError(400, f"{field} asks for structured output ({what}) that cannot go beside tool_choice "
+                               "'auto' (the default with tools), which constrains the model's calls: beside tools "
+                               "the answer can be a JSON schema or a JSON object (response_format json_schema or "
+                               "json_object); or send tool_choice 'none' for the structured output alone", param=field)
+            schema = json.loads(spec.json) if spec.json is not None else {"type": "object"}
+            if schema is False:
+                raise APIError(400, f"{field}: no document is valid under the schema false", param=field)
+            self._answered = calling = calling.with_answer(field, {} if schema is True else schema)
+        elif asked is not None:
             raise APIError(400, f"{asked[0]} asks for structured output, and tool_choice constrains the output to "
                            "the tool call; send only one of them", param=asked[0])
         try:
             return "tools", calling.spec()
         except ValueError as exc:  # (a schema past the size limit)
             raise APIError(400, calling.error_message(str(exc)), param="tools") from exc
+
+    def structured_error(self, name: str, message: str) -> APIError:
+        error = _Sampling.structured_error(self, name, message)
+        calling = self.tool_calling if name == "tools" else None
+        if calling is not None and calling.answer is not None and error.message.startswith(f"{calling.answer[0]}: "):
+            error.param = calling.answer[0]  # (about the answer's schema: the field that gave it)
+        return error
 
     def structured_message(self, name: str, message: str) -> str:
         calling = self.tool_calling if name == "tools" else None

@@ -71,6 +71,12 @@ class CallFormat:
     short_ids: bool = False
 
     @property
+    def between_calls(self) -> str:
+        """What the model writes between two calls where nothing else may come between them (tools beside a
+        ``response_format``): the separator, or a newline after an end marker (Hermes'), else nothing."""
+        return self.separator or ("\n" if self.end is not None else "")
+
+    @property
     def keeps_special_tokens(self) -> bool:
         """Whether requests with tools ("auto") are decoded with ``skip_special_tokens`` false."""
         return self.special_start or self.markers_may_be_special

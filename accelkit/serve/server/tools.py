@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import secrets
@@ -55,22 +56,39 @@ class ToolCalling:
     format: CallFormat | None = None  # "auto": the model's call format
     names: frozenset[str] = frozenset()  # "auto": the tools' names (a call to another is text)
     short_ids: bool = False  # the server's format is Mistral's: its templates take 9-character ids only
+    # "auto" beside a JSON answer (response_format): (the field that asked for it, its schema) — the output is then
+    # that answer or calls alone, no free text
+    answer: tuple[str, dict[str, Any]] | None = None
 
     def new_id(self) -> str:
         return call_id(self.short_ids)
 
+    def with_answer(self, field: str, schema: dict[str, Any]) -> ToolCalling:
+        """"auto" whose output is either one JSON document valid under ``schema`` (asked for by the request's
+        ``field``) or the model's calls alone, as OpenAI serves tools beside a ``response_format``."""
+        assert self.kind == "auto" and self.format is not None
+        return dataclasses.replace(self, answer=(field, schema))
+
     def spec(self) -> StructuredOutputs:
         if self.kind == "auto":
-            return StructuredOutputs(structural_tag=json.dumps(self.schema, separators=(",", ":")))
+            tag = self.schema
+            if self.answer is not None:
+                assert self.format is not None
+                tag = {**tag, "answer": self.answer[1], "separator": self.format.between_calls}
+            return StructuredOutputs(structural_tag=json.dumps(tag, separators=(",", ":")))
         return StructuredOutputs(json=json.dumps(self.schema, separators=(",", ":")))
 
     def error_message(self, message: str) -> str:
-        """A structured-output error about ``schema`` said in terms of the request's ``tools``."""
+        """A structured-output error about ``schema`` said in terms of the request's ``tools`` (and of the field
+        that asked for the answer beside them)."""
         message = message.removeprefix("structured_outputs.json: ")
         if self.kind == "named":
             return f"tools[{self.index}].function.parameters: {message}"
         if self.kind == "auto":  # (structure i is tools[i]'s call)
             message = message.removeprefix("structured_outputs.structural_tag: ")
+            if self.answer is not None and (message.startswith("answer: ") or "(at answer" in message):
+                message = re.sub(r"\(at answer\.", "(at ", message.removeprefix("answer: "))
+                return f"{self.answer[0]}: {message.replace('(at answer)', '(at the root)')}"
             message = re.sub(r"structures\[(\d+)\]\.schema", r"tools[\1].function.parameters", message)
             return f"tool_choice 'auto': {message}"
         message = re.sub(r"items\.anyOf\[(\d+)\]\.properties\.parameters", r"tools[\1].function.parameters", message)
