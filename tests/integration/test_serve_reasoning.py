@@ -15,6 +15,10 @@ from tests.integration.serve_server_util import running_server
 from tests.integration.test_serve_tool_calls import MESSAGES, TEMPLATE, TOOLS, check_call
 
 SEEDS = range(4)
+# the test template, its generation prompt closing the thinking with enable_thinking false, as Qwen3's does
+THINK_TEMPLATE = TEMPLATE.replace("assistant:{% endif %}", "assistant:{% if enable_thinking is defined and not "
+                                  "enable_thinking %}<think></think>{% endif %}{% endif %}")
+assert THINK_TEMPLATE != TEMPLATE
 
 
 @pytest.fixture(scope="module", params=["deepseek_r1", "qwen3"])
@@ -24,7 +28,7 @@ def served(request, tmp_path_factory):
                                      added_tokens=("<think>", "</think>", "<tool_call>", "</tool_call>"))
     ids = AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids(["<think>", "</think>"])
     bias = {str(ids[0]): 4, str(ids[1]): 5}
-    server = {"chat_template": TEMPLATE, "reasoning_parser": request.param, "tool_call_parser": "hermes"}
+    server = {"chat_template": THINK_TEMPLATE, "reasoning_parser": request.param, "tool_call_parser": "hermes"}
     with running_server(str(model_dir), max_model_len=512, server=server) as (url, _):
         yield url, bias, request.param
 
@@ -48,8 +52,8 @@ def expected(parser: str, raw: str) -> tuple[str | None, str | None]:
     head = raw.lstrip()
     if head.startswith("<think>"):
         raw = head[len("<think>"):]
-    elif parser == "qwen3":
-        return None, head or None
+    elif parser == "qwen3":  # (thinking off: the answer as written, its leading spaces too)
+        return None, raw or None
     reasoning, _, content = raw.partition("</think>")
     return reasoning or None, content.lstrip() or None
 
@@ -130,14 +134,39 @@ def test_a_structured_output_starts_after_the_thinking_where_the_model_thinks_fi
 
 
 def test_a_prompt_that_closed_the_thinking_gets_its_structured_output_from_the_first_token(client, served):
-    """Qwen3's template with enable_thinking false ends the prompt with an empty <think></think>: the model does not
-    think, and the mask starts at once — for either parser."""
-    template_closed = [*MESSAGES[:-1], {"role": "user", "content": MESSAGES[-1]["content"] + " <think></think>"}]
+    """Qwen3's template with enable_thinking false ends the generation prompt with an empty <think></think>: the
+    model does not think, and the mask starts at once — for either parser — and the whole output is the answer,
+    as written (it was parsed as reasoning by deepseek_r1, and stripped of its leading spaces by qwen3)."""
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
     choice = client.chat.completions.create(
-        model="tiny", messages=template_closed, max_tokens=200, seed=0, temperature=1.0, logit_bias=served[1],
-        response_format={"type": "json_schema", "json_schema": {"name": "u", "schema": UNIT}}).choices[0]
+        model="tiny", messages=MESSAGES, max_tokens=200, seed=0, temperature=1.0, logit_bias=served[1],
+        response_format={"type": "json_schema", "json_schema": {"name": "u", "schema": UNIT}},
+        extra_body=off).choices[0]
     assert choice.finish_reason == "stop" and json.loads(choice.message.content) in ({"unit": "c"}, {"unit": "f"})
     assert "reasoning" not in (choice.message.model_extra or {}), choice
+    for seed in SEEDS:
+        free = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=24, seed=seed,
+                                              temperature=1.0, logit_bias=served[1], extra_body=off).choices[0]
+        prompt = httpx.post(f"{served[0]}/tokenize", json={"messages": MESSAGES, **off}, timeout=60).json()["tokens"]
+        raw = httpx.post(f"{served[0]}/v1/completions", json={
+            "model": "tiny", "prompt": prompt, "max_tokens": 24, "seed": seed, "temperature": 1.0,
+            "logit_bias": served[1]}, timeout=60).json()["choices"][0]["text"]
+        assert free.message.content == raw and free.message.model_extra.get("reasoning") is None, (free, raw)
+
+
+def test_thinking_kept_in_the_history_does_not_decide_this_turns(client, served):
+    """An earlier assistant turn's <think>…</think>, kept in the messages, is not this output's: with deepseek_r1
+    the output still starts inside its thinking; with qwen3 the model still decides."""
+    history = [*MESSAGES, {"role": "assistant", "content": "<think>a</think>b"}, {"role": "user", "content": "c"}]
+    for seed in SEEDS:
+        choice = client.chat.completions.create(model="tiny", messages=history, max_tokens=24, seed=seed,
+                                                temperature=1.0, logit_bias=served[1]).choices[0]
+        prompt = httpx.post(f"{served[0]}/tokenize", json={"messages": history}, timeout=60).json()["tokens"]
+        raw = httpx.post(f"{served[0]}/v1/completions", json={
+            "model": "tiny", "prompt": prompt, "max_tokens": 24, "seed": seed, "temperature": 1.0,
+            "logit_bias": served[1]}, timeout=60).json()["choices"][0]["text"]
+        extra = choice.message.model_extra or {}
+        assert (extra.get("reasoning"), choice.message.content) == expected(served[2], raw), (choice, raw)
 
 
 def test_calls_are_read_from_the_answer_and_streamed_as_they_are_returned(client, served):

@@ -4,6 +4,7 @@ its answer (``reasoning``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -309,12 +310,31 @@ def test_streamed_reasoning_and_content_join_to_the_whole_split(fmt, pieces: lis
     assert (parts["reasoning"] or None, parts["content"]) == split_reasoning(fmt, text), text
 
 
-@pytest.mark.parametrize(("prompt", "r1", "qwen3"), [
-    ([5, 6, 100], True, True),  # the template opened <think> (DeepSeek-R1, QwQ, Qwen3-Thinking-2507)
-    ([5, 100, 7, 101, 8], False, False),  # it opened and closed it (Qwen3 with enable_thinking false)
-    ([5, 6], True, None),  # neither: deepseek_r1 takes it that the model thinks; qwen3's model decides
-    ([100, 1, 101, 9, 100, 3], True, True),  # an earlier turn closed, this one open
+@pytest.mark.parametrize(("generation_prompt", "r1", "qwen3"), [
+    ("<|Assistant|><think>\n", True, True),  # the template opened <think> (DeepSeek-R1, QwQ, Qwen3-Thinking-2507)
+    ("<|im_start|>assistant\n<think>\n\n</think>\n\n", False, False),  # Qwen3 with enable_thinking false
+    ("<|im_start|>assistant\n", True, None),  # neither: deepseek_r1 takes it that the model thinks; qwen3's decides
+    (None, True, None),  # none known (continue_final_message): the same
+    ("</think>x<think>", True, True),  # closed, then opened again
 ])
-def test_whether_the_output_begins_with_thinking_is_read_from_the_prompt(prompt, r1: bool, qwen3: bool | None
-                                                                        ) -> None:
-    assert thinks_first(R1, prompt, 100, 101) is r1 and thinks_first(QWEN3, prompt, 100, 101) is qwen3
+def test_whether_the_output_begins_with_thinking_is_read_from_the_generation_prompt(
+        generation_prompt, r1: bool, qwen3: bool | None) -> None:
+    """Only what the template adds for the model's turn counts: an earlier turn's thinking, kept in the messages,
+    says nothing about this output (it is not in the generation prompt)."""
+    assert thinks_first(R1, generation_prompt) is r1 and thinks_first(QWEN3, generation_prompt) is qwen3
+
+
+@pytest.mark.parametrize(("fmt", "opens", "text", "split"), [
+    (QWEN3, False, "  {\"a\": 1}", (None, "  {\"a\": 1}")),  # closed in the prompt: all answer, as written
+    (R1, False, "<think>x</think>y", (None, "<think>x</think>y")),
+    (QWEN3, True, "still thinking</think> answer", ("still thinking", "answer")),  # opened: inside it from the start
+    (QWEN3, None, " 42", (None, " 42")),  # thinking off, no tag: as written (no </think>, so no space dropped)
+])
+def test_the_split_starts_where_the_prompt_leaves_the_thinking(fmt, opens, text: str, split) -> None:
+    fmt = dataclasses.replace(fmt, prompt_opens=opens)
+    assert split_reasoning(fmt, text) == split
+    splitter, parts = ReasoningSplitter(fmt), {"reasoning": "", "content": ""}
+    for i, ch in enumerate(text):  # (streamed a character at a time: the same split)
+        for kind, part in splitter.feed(ch, i == len(text) - 1):
+            parts[kind] += part
+    assert (parts["reasoning"] or None, parts["content"]) == split

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import threading
@@ -572,6 +573,12 @@ class ChatCompletionRequest(_Sampling):
     @property
     def server_reasoning_format(self) -> ReasoningFormat | None:
         return self._reasoning_format
+
+    def prompt_thinking(self, opens: bool | None) -> None:
+        """How the rendered prompt leaves the thinking (:func:`~accelkit.serve.server.reasoning.thinks_first`): what
+        splits this request's output starts from there."""
+        if self._reasoning_format is not None:
+            self._reasoning_format = dataclasses.replace(self._reasoning_format, prompt_opens=opens)
 
     def answer_only(self) -> None:
         self._answer_only = True

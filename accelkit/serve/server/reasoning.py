@@ -27,6 +27,10 @@ class ReasoningFormat:
     start: str = "<think>"
     end: str = "</think>"
     opened_by_start: bool = False  # reasoning only when the output opens with ``start`` (qwen3)
+    # how one request's prompt leaves the thinking (:func:`thinks_first`, set per request): True, opened and not
+    # closed — the output starts inside it, whichever the format; False, closed (``enable_thinking: false``) — the
+    # output is all answer, as written; None, neither — the format decides
+    prompt_opens: bool | None = None
 
 
 #: the formats ``--reasoning-parser`` names (vLLM's parser names)
@@ -50,13 +54,18 @@ class ReasoningSplitter(MarkerScanner[tuple[str, str]]):
     def _step(self, finished: bool) -> bool:
         fmt, buffer = self.fmt, self._buffer
         if self._state == "opening":  # does the output open with <think>? (spaces before it do not count)
+            if fmt.prompt_opens is False:  # (the prompt closed the thinking: all answer, as written)
+                self._state = "content"
+                return True
             head = buffer.lstrip()
             if head.startswith(fmt.start):
                 self._buffer, self._state = head[len(fmt.start):], "reasoning"
                 return True
             if fmt.start.startswith(head) and not finished:
                 return False
-            self._state = "answer" if fmt.opened_by_start else "reasoning"
+            # no <think>: inside the thinking where the prompt opened it or the format has it start there (R1);
+            # else (qwen3, thinking off) all content, as written — no </think> came, so no space is dropped
+            self._state = "content" if fmt.opened_by_start and not fmt.prompt_opens else "reasoning"
             return True
         if self._state == "reasoning":
             at = buffer.find(fmt.end)
@@ -89,13 +98,15 @@ def split_reasoning(fmt: ReasoningFormat, text: str) -> tuple[str | None, str]:
     return "".join(reasoning) or None, "".join(content)
 
 
-def thinks_first(fmt: ReasoningFormat, prompt_ids: list[int], start_id: int, end_id: int) -> bool | None:
-    """Whether the output begins with thinking, as the prompt leaves it: the prompt opened ``<think>`` and did not
-    close it (DeepSeek-R1's, QwQ's and Qwen3-Thinking-2507's templates open it) — True; closed it (Qwen3's template
-    with ``enable_thinking: false``) — False; neither — the model opens it itself, as deepseek_r1 takes for granted
-    (True), or None: qwen3's hybrid models decide for themselves (their first token is ``<think>`` or not)."""
-    last_start = max((i for i, t in enumerate(prompt_ids) if t == start_id), default=-1)
-    last_end = max((i for i, t in enumerate(prompt_ids) if t == end_id), default=-1)
-    if last_start != last_end:
-        return last_start > last_end
+def thinks_first(fmt: ReasoningFormat, generation_prompt: str | None) -> bool | None:
+    """Whether the output begins with thinking, as the chat template's generation prompt (what it adds after the
+    messages) leaves it: opens ``<think>`` (DeepSeek-R1's, QwQ's, Qwen3-Thinking-2507's and Qwen3.5's templates) —
+    True; closes it (Qwen3's template with ``enable_thinking: false``: ``<think>\\n\\n</think>\\n\\n``) — False;
+    neither (or no generation prompt known: None) — the model opens it itself, as deepseek_r1 takes for granted
+    (True), or None: qwen3's hybrid models decide for themselves (their first token is ``<think>`` or not). Tags in
+    the messages — an earlier turn's thinking kept in the history — say nothing about this output."""
+    text = generation_prompt or ""
+    opened, closed = text.rfind(fmt.start), text.rfind(fmt.end)
+    if opened != closed:  # (both -1: neither)
+        return opened > closed
     return None if fmt.opened_by_start else True

@@ -79,12 +79,21 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         fmt = body.server_reasoning_format
         if fmt is not None and self._think_ids is not None:
             start_id, end_id = self._think_ids
-            first = thinks_first(fmt, prompt_ids, start_id, end_id)
+            first = fmt.prompt_opens  # (create_chat_completion read it from the generation prompt)
             if first is not False:
                 return int(end_id), (None if first else int(start_id))
         if body.tool_calling is None or body.tool_calling.kind != "auto":
             body.answer_only()
         return None
+
+    async def _generation_prompt(self, body: ChatCompletionRequest, prompt: str) -> str | None:
+        """What the chat template adds after the messages for the model's turn (``prompt`` rendered without it is
+        its start), or None where there is none (``continue_final_message``) or it is not a suffix."""
+        if not body.add_generation_prompt or body.continue_final_message:
+            return None
+        bare = await self.render_chat(body.messages, add_generation_prompt=False, continue_final_message=False,
+                                      chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None)
+        return prompt[len(bare):] if prompt.startswith(bare) else None
 
     async def create_chat_completion(self, body: ChatCompletionRequest, *, disconnected: Disconnected | None = None
                                      ) -> dict[str, Any] | AsyncIterator[str] | None:
@@ -94,6 +103,9 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         prompt = await self.render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
                                         continue_final_message=body.continue_final_message,
                                         chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None)
+        fmt = body.server_reasoning_format
+        if fmt is not None:  # (where the output's thinking starts: its structured output and its split)
+            body.prompt_thinking(thinks_first(fmt, await self._generation_prompt(body, prompt)))
         prepared = await self.prepare(body, [prompt], limit=body.token_limit, limit_field=body.token_limit_field,
                                       default_limit=None)
         return await self.answer(body, prepared, disconnected)
