@@ -17,10 +17,12 @@ class ChatTemplateError(ValueError):
 
 def render_conversation(tokenizer: Any, conversation: list[dict[str, Any]], *, chat_template: str | None,
                         add_generation_prompt: bool, continue_final_message: bool, variables: dict[str, Any],
-                        reserved: frozenset[str], tools: list[Any] | None = None) -> str:
+                        reserved: frozenset[str], tools: list[Any] | None = None,
+                        documents: list[Any] | None = None) -> str:
     """The chat template rendered to text (a ChatTemplateError naming what is wrong: a variable that would replace one
     of ``apply_chat_template``'s own arguments, or whatever the template refused). ``tools``: the request's, as sent
-    (OpenAI's tool objects, which ``apply_chat_template`` takes as they are)."""
+    (OpenAI's tool objects, which ``apply_chat_template`` takes as they are); ``documents``: retrieved documents for
+    a RAG template (``apply_chat_template``'s, each a dict such as ``{"title": …, "text": …}``)."""
     clash = sorted(reserved & variables.keys())
     if clash:
         raise ChatTemplateError(f"chat_template_kwargs cannot set {', '.join(clash)}: the caller sets "
@@ -29,7 +31,8 @@ def render_conversation(tokenizer: Any, conversation: list[dict[str, Any]], *, c
     try:
         return str(tokenizer.apply_chat_template(
             conversation, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
-            tokenize=False, chat_template=chat_template, **({"tools": tools} if tools else {}), **variables,
+            tokenize=False, chat_template=chat_template, **({"tools": tools} if tools else {}),
+            **({"documents": documents} if documents else {}), **variables,
         ))
     except Exception as exc:  # no tokenizer or template, or the template rejects these messages or variables
         raise ChatTemplateError(f"cannot apply the chat template: {type(exc).__name__}: {exc}",

@@ -273,6 +273,29 @@ def test_continuous_usage_stats_put_the_usage_so_far_on_every_chunk(server):
         assert completion == sorted(completion) and completion[-1] == 4 and len(set(u["prompt_tokens"] for u in usages)) == 1
 
 
+def test_documents_and_past_reasoning_reach_the_chat_template_and_a_requests_own_template_is_refused(model_dir):
+    """vLLM passes a request's RAG documents to the template, and an assistant turn's reasoning (as reasoning and
+    reasoning_content: Qwen3's templates write a past turn's thinking back); a chat template in the request is a
+    400, as vLLM answers without --trust-request-chat-template (it was ignored: the server's template rendered)."""
+    template = ("{% for d in documents or [] %}{{ d.text }} {% endfor %}{% for m in messages %}"
+                "{% if m.reasoning_content %}{{ m.reasoning_content }} {{ m.reasoning }} {% endif %}"
+                "{{ m.content }} {% endfor %}")
+    messages = [{"role": "user", "content": "w1"}, {"role": "assistant", "content": "w3", "reasoning": "w2"},
+                {"role": "user", "content": "w4"}]
+    with running_server(model_dir, max_model_len=MAX_MODEL_LEN, server={"chat_template": template}) as (url, _):
+        rendered = httpx.post(f"{url}/tokenize", json={"add_generation_prompt": False, "messages": messages,
+                                                       "documents": [{"title": "t", "text": "w9"}]})
+        expected = httpx.post(f"{url}/tokenize", json={"prompt": "w9 w1 w2 w2 w3 w4", "add_special_tokens": False})
+        chat = httpx.post(f"{url}/v1/chat/completions", json={"messages": messages, "max_tokens": 1,
+                                                               "chat_template": "{{ 'x' }}"})
+        tokenize = httpx.post(f"{url}/tokenize", json={"messages": messages, "chat_template": "{{ 'x' }}"})
+    assert rendered.status_code == 200, rendered.text
+    assert rendered.json()["tokens"] == expected.json()["tokens"]
+    for r in (chat, tokenize):
+        assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template", r.text
+        assert "--trust-request-chat-template" in r.json()["error"]["message"]
+
+
 def test_assistant_tool_calls_reach_the_chat_template(model_dir):
     """A conversation with a tool call in its history renders it (vLLM passes tool_calls and tool_call_id to the
     template; they were dropped as unknown fields), each call's arguments as the object its JSON text holds (as

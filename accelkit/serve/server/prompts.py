@@ -75,12 +75,13 @@ def output_budget(*, max_model_len: int, num_prompt_tokens: int, requested: int 
 
 def render_chat_template(tokenizer: Any, conversation: list[dict[str, str]], *, chat_template: str | None,
                          add_generation_prompt: bool, continue_final_message: bool, variables: dict[str, Any],
-                         reserved: frozenset[str], tools: list[Any] | None = None) -> str:
+                         reserved: frozenset[str], tools: list[Any] | None = None,
+                         documents: list[Any] | None = None) -> str:
     """``chat_template.render_conversation`` with its refusals as 400s naming the field."""
     try:
         return render_conversation(tokenizer, conversation, chat_template=chat_template,
                                    add_generation_prompt=add_generation_prompt,
                                    continue_final_message=continue_final_message, variables=variables,
-                                   reserved=reserved, tools=tools)
+                                   reserved=reserved, tools=tools, documents=documents)
     except ChatTemplateError as exc:
         raise APIError(400, str(exc), param=exc.param) from exc

@@ -470,6 +470,10 @@ class ChatMessage(_Body):
         "call's function.arguments (OpenAI's JSON text) as the object it holds — chat templates write it with "
         "tojson, so a string would be encoded twice — and an empty list as none.")
     tool_call_id: Str | None = Field(None, description="A tool turn's call id, passed to the chat template.")
+    reasoning: Str | None = Field(None, description="An assistant turn's thinking, passed to the chat template as both "
+                                  "reasoning and reasoning_content (as vLLM passes it: Qwen3's templates write a past "
+                                  "turn's thinking back in agent loops).")
+    reasoning_content: Str | None = Field(None, description="The older name of reasoning (the same).")
 
     @field_validator("tool_calls")
     @classmethod
@@ -493,7 +497,18 @@ class ChatMessage(_Body):
         for key in ("name", "tool_calls", "tool_call_id"):
             if getattr(self, key) is not None:
                 message[key] = getattr(self, key)
+        thought = self.reasoning if self.reasoning is not None else self.reasoning_content
+        if thought is not None:
+            message["reasoning"] = message["reasoning_content"] = thought
         return message
+
+
+def _request_template_problem(template: str | None) -> tuple[str, str] | None:
+    if template is None:
+        return None
+    return "chat_template", ("a chat template in the request is not accepted: the server renders with its own "
+                             "(--chat-template, or the model's), as vLLM does unless started with "
+                             "--trust-request-chat-template; leave chat_template out")
 
 
 def _template_flags_problem(add_generation_prompt: bool, continue_final_message: bool) -> tuple[str, str] | None:
@@ -538,6 +553,12 @@ class ChatCompletionRequest(_Sampling):
     add_special_tokens: Bool = Field(
         False, description="vLLM extension: add the tokenizer's special tokens again to the rendered template."
     )
+    documents: list[dict[str, Any]] | None = Field(
+        None, description="vLLM extension: retrieved documents for a RAG chat template (apply_chat_template's "
+        "documents, each e.g. {\"title\": …, \"text\": …}).")
+    chat_template: Str | None = Field(
+        None, description="Refused (a 400): the server renders with its own template (--chat-template or the "
+        "model's), as vLLM does unless started with --trust-request-chat-template.")
 
     @property
     def num_logprobs(self) -> int | None:
@@ -603,7 +624,8 @@ class ChatCompletionRequest(_Sampling):
                                      "serve; use tools with tool_choice")
         if self.echo:
             return "echo", "echo is not supported by accelkit serve for chat"
-        return _template_flags_problem(self.add_generation_prompt, self.continue_final_message) or \
+        return _request_template_problem(self.chat_template) or \
+            _template_flags_problem(self.add_generation_prompt, self.continue_final_message) or \
             _Sampling.unsupported(self)
 
     @cached_property
@@ -683,10 +705,14 @@ class TokenizeRequest(_Request):
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[Any] | None = Field(None, description="With messages: function tools passed to the chat template, "
                                     "as chat completions passes them (so the count matches that prompt's).")
+    documents: list[dict[str, Any]] | None = Field(None, description="With messages: RAG documents for the chat "
+                                                   "template, as chat completions passes them.")
+    chat_template: Str | None = Field(None, description="Refused (a 400), as in chat completions.")
     return_token_strs: Bool = False
 
     def unsupported(self) -> tuple[str, str] | None:
-        return _template_flags_problem(self.add_generation_prompt, self.continue_final_message)
+        return _request_template_problem(self.chat_template) or \
+            _template_flags_problem(self.add_generation_prompt, self.continue_final_message)
 
 
 class DetokenizeRequest(_Request):

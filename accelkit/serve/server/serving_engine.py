@@ -90,14 +90,14 @@ class ServingBase:
 
     async def render_chat(self, messages: list[ChatMessage], *, add_generation_prompt: bool,
                           continue_final_message: bool, chat_template_kwargs: dict[str, Any] | None,
-                          tools: list[Any] | None = None) -> str:
+                          tools: list[Any] | None = None, documents: list[Any] | None = None) -> str:
         """The chat template rendered to text, in a worker thread (the messages turned into dicts there too)."""
         def render() -> str:
             return render_chat_template(
                 self.engine.tokenizer, [m.for_template() for m in messages],
                 chat_template=self.state.config.chat_template, add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message, variables=chat_template_kwargs or {},
-                reserved=self._template_args, tools=tools,
+                reserved=self._template_args, tools=tools, documents=documents,
             )
 
         return await asyncio.to_thread(render)

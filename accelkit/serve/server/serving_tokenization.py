@@ -23,7 +23,8 @@ class ServingTokenization(ServingBase):
         if body.messages is not None:
             text = await self.render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
                                           continue_final_message=body.continue_final_message,
-                                          chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None)
+                                          chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None,
+                                          documents=body.documents)
             special = bool(body.add_special_tokens)  # a rendered template holds its BOS already
         else:
             text = body.prompt or ""
