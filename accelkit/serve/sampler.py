@@ -209,11 +209,22 @@ def _with_greedy_rows(x: torch.Tensor, params: list[SamplingParams], greedy: tor
 
 
 def _exponential_(uniform: torch.Tensor) -> torch.Tensor:
-    """``uniform`` (values in [0, 1)) made Exp(1) in place: ``-log(1 - U)``. torch's own ``exponential_`` is one
-    slow CPU loop (9.5 ms for a 64 x 8,192 batch on a 2-core Xeon, against 1.8 ms for ``uniform_`` and the log
-    together: ``benchmarks/sampler_noise.py``) — at batch 64 the sampler was a third of a decode step at
-    temperature 1.0, the default of every OpenAI client (``benchmarks/engine_step_breakdown.py``)."""
-    return uniform.neg_().log1p_().neg_()
+    """``uniform`` (values in [0, 1)) made Exp(1) in place: ``-log(U)``, in (0, +inf] — never 0. torch's own
+    ``exponential_`` is one slow CPU loop (9.5 ms for a 64 x 8,192 batch on a 2-core Xeon, against 1.8 ms for
+    ``uniform_`` and the log together: ``benchmarks/sampler_noise.py``) — at batch 64 the sampler was a third of a
+    decode step at temperature 1.0, the default of every OpenAI client (``benchmarks/engine_step_breakdown.py``).
+
+    Not ``-log(1 - U)``: CUDA's ``uniform_`` returns exactly 0 (curand's 1.0, mapped), about once in 2^25 draws,
+    and that made ``E`` 0 — ``p / 0`` is +inf, and ``0 / 0`` NaN for a masked token, so the race picked that
+    entry whatever its probability, past top-k/top-p/min-p, allowed ids and structured-output masks (~0.4% of
+    sampled tokens at a 128K vocabulary; found in review, on the CPU with the GPU path's code: no GPU was lent).
+    ``-log(U)`` makes such an entry +inf, capped at :data:`_MAX_EXPONENTIAL` so that ``p / E`` stays above 0 for
+    every token the row allows (an allowed token whose every rival drew a 0 still wins over the masked ones, whose
+    ``0 / E`` is 0); no float32 draw but 0 comes near the cap (``-log(2^-24)`` is 16.6)."""
+    return uniform.log_().neg_().clamp_(max=_MAX_EXPONENTIAL)
+
+
+_MAX_EXPONENTIAL = 100.0
 
 
 class Sampler:

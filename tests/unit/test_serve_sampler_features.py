@@ -286,3 +286,27 @@ def test_scratch_logits_are_masked_in_place_and_logprobs_stay_those_of_the_raw_l
     reference = torch.log_softmax(logits.double(), dim=-1)
     for i in range(3):
         assert logprobs[i][0] == pytest.approx(float(reference[i, tokens[i]]), abs=1e-5)
+
+
+def test_the_gpu_race_never_picks_a_token_of_probability_zero_and_draws_from_p() -> None:
+    """The GPU draw, ``argmax(p / E)``, ``E`` made from uniform noise: CUDA's ``uniform_`` returns exactly 0 now and
+    then, and ``E = -log(1 - 0) = 0`` made ``p / E`` +inf (or NaN where p is 0), so that entry won whatever its
+    probability — past top-k and every mask (found in review). Run here on the CPU with the GPU path's code: noise
+    with zeros planted never picks a masked token, and the race's draws follow p."""
+    from accelkit.serve.sampler import _exponential_, greedy_ids
+
+    probs = torch.zeros(4096, V)
+    probs[:, 3], probs[:, 7] = 0.25, 0.75  # (every other token masked: probability 0)
+    noise = torch.rand(4096, V)
+    noise[torch.rand(4096, V) < 0.05] = 0.0  # (planted: far more often than curand's 1 in 2^25)
+    drawn = greedy_ids(probs.clone().div_(_exponential_(noise)))
+    assert set(drawn.tolist()) <= {3, 7}
+    only = torch.zeros(64, V)
+    only[:, 5] = 1.0  # (top_k=1: one token left) — its own draw a 0
+    noise = torch.rand(64, V)
+    noise[:, 5] = 0.0
+    assert set(greedy_ids(only.div_(_exponential_(noise))).tolist()) == {5}
+    torch.manual_seed(0)
+    drawn = greedy_ids(probs.clone().div_(_exponential_(torch.rand(4096, V))))
+    share = (drawn == 7).double().mean().item()
+    assert abs(share - 0.75) <= 4 * (0.75 * 0.25 / 4096) ** 0.5, share
