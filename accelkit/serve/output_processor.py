@@ -101,9 +101,9 @@ class OutputProcessor:
         req.num_detokenized += len(new_ids)
         params = seq.params
         done = seq.status is SequenceStatus.FINISHED
-        if (done and not params.skip_special_tokens and not params.include_stop_str_in_output and new_ids
-                and new_ids[-1] in seq.stop_token_ids):  # the stop token (EOS): not text, as vLLM leaves it out
-            new_ids = new_ids[:-1]
+        if (done and not params.include_stop_str_in_output and new_ids and seq.finish_reason == "stop"
+                and new_ids[-1] in seq.stop_token_ids):  # the stop token that ended it (EOS, or one of
+            new_ids = new_ids[:-1]  # stop_token_ids): not text, as vLLM leaves it out unless include_stop_str…
         delta = req.detokenizer.add(new_ids, final=done)
         stops = params.stop
         if not stops:
@@ -113,13 +113,15 @@ class OutputProcessor:
         # within min_tokens a stop string ends nothing (vLLM's: checked once more than min_tokens tokens exist)
         if delta and len(seq.token_ids) - seq.num_prompt_tokens > params.min_tokens:
             text = req.text + delta
+            # each stop string where it ends in the new text (as vLLM searches: from len(s) - 1 characters before
+            # it — not from the longest one's reach, which found a short one that had ended within min_tokens)
+            hits = [(j, s) for s in stops if (j := text.find(s, max(0, len(req.text) - len(s) + 1))) >= 0]
             if params.include_stop_str_in_output:
-                # cut after the first stop string to complete, which ends in the new text (the text before was
-                # all handed out: nothing is held back in this mode)
-                ends = [(j + len(s), s) for s in stops if (j := text.find(s, max(0, len(req.text) - len(s) + 1))) >= 0]
+                # cut after the first stop string to complete (the text before was all handed out: nothing is held
+                # back in this mode)
+                ends = [(j + len(s), s) for j, s in hits]
                 first = min(ends) if ends else None
             else:
-                hits = [(j, s) for s in stops if (j := text.find(s, max(0, len(req.text) - reach))) >= 0]
                 first = min(hits) if hits else None
             if first is not None:
                 cut, seq.stop_reason = first

@@ -306,7 +306,8 @@ class SamplingParams(Spec):
         "complete (after it with include_stop_str_in_output)."
     )
     stop_token_ids: tuple[int, ...] = spec_field(
-        (), doc=f"Up to {MAX_STOP_TOKEN_IDS} token ids that end generation (kept in the output)."
+        (), doc=f"Up to {MAX_STOP_TOKEN_IDS} token ids that end generation: the one that does is in the token ids, "
+        "its text left out unless include_stop_str_in_output (vLLM's)."
     )
     ignore_eos: bool = spec_field(False, doc="Keep generating after the end-of-sequence token.")
     seed: int | None = spec_field(
@@ -345,8 +346,9 @@ class SamplingParams(Spec):
         "token: 125 KiB at V=128,256).",
     )
     include_stop_str_in_output: bool = spec_field(
-        False, doc="vLLM's: the stop string that ends generation stays at the end of the text (cut after it, not "
-        "before). Streamed text is then handed out as it comes (nothing is held back for a stop string's start).",
+        False, doc="vLLM's: the stop string (or stop token) that ends generation stays at the end of the text (cut "
+        "after it, not before). Streamed text is then handed out as it comes (nothing is held back for a stop "
+        "string's start).",
     )
     skip_special_tokens: bool = spec_field(
         True, doc="vLLM's: special tokens (the tokenizer's, EOS and control tokens such as Mistral's [TOOL_CALLS]) are "

@@ -202,13 +202,40 @@ def test_stop_token_ids_end_generation_at_that_token(server, offline, tokenizer)
     stop_at = tokens[2]
     cut = tokens.index(stop_at) + 1  # generation ends at the first time that token comes
     expected, _ = offline(ids, cut)
-    resp = post(url, COMP, {"model": "tiny", "prompt": "w5 w6", "max_tokens": 6, "temperature": 0, "ignore_eos": True,
-                            "stop_token_ids": [stop_at]})
+    without_it, _ = offline(ids, cut - 1)
+    body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+            "stop_token_ids": [stop_at]}
+    resp = post(url, COMP, body)
     choice = resp.json()["choices"][0]
     assert choice["finish_reason"] == "stop" and resp.json()["usage"]["completion_tokens"] == cut, resp.text
-    assert choice["text"] == expected  # a word token, not a special one: its text stays in the output
+    # the token that ended it is counted, its text left out — a word token too — as vLLM leaves it out unless
+    # include_stop_str_in_output (it was kept: found in review); stop_reason names it, as vLLM's choices do
+    assert choice["text"] == without_it and choice["stop_reason"] == stop_at, choice
+    kept = post(url, COMP, {**body, "include_stop_str_in_output": True}).json()["choices"][0]
+    assert kept["text"] == expected and kept["stop_reason"] == stop_at, kept
+    streamed = post(url, COMP, {**body, "stream": True}).text
+    chunks = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == without_it
+    assert [c["choices"][0]["stop_reason"] for c in chunks][-1] == stop_at
+    chat = post(url, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "w5"}],
+                                              "max_tokens": 6, "stop": ["w9"], "temperature": 0})
+    assert "stop_reason" in chat.json()["choices"][0], chat.text
     bad = post(url, COMP, {"model": "tiny", "prompt": "w5", "stop_token_ids": [5, -1]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "stop_token_ids", bad.text
+
+
+def test_a_stop_string_within_min_tokens_ends_nothing_whatever_other_stop_strings_there_are(server, tokenizer):
+    """A stop string that ended within min_tokens does not stop the output later: each stop string is searched where
+    it could end in the new text (a longer, unrelated one widened the search back into the min_tokens window:
+    found in review)."""
+    url, _ = server
+    body = {"model": "tiny", "prompt": "w5 w6 w7", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    text = post(url, COMP, body).json()["choices"][0]["text"]
+    second = text.split()[1]  # (the output's second word: it ends within min_tokens=2)
+    alone = post(url, COMP, {**body, "stop": [second], "min_tokens": 2}).json()["choices"][0]
+    beside = post(url, COMP, {**body, "stop": [second, "z" * 16], "min_tokens": 2}).json()["choices"][0]
+    assert (alone["text"], alone["finish_reason"]) == (beside["text"], beside["finish_reason"]), (alone, beside)
+    assert text.count(second) > 1 or alone["text"] == text, (text, alone)
 
 
 @pytest.mark.parametrize("top_k", [0, -1])

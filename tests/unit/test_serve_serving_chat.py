@@ -96,14 +96,15 @@ def _output(text: str, finish_reason: str = "stop") -> RequestOutput:
 
 def test_a_message_holds_the_text_or_the_tool_calls_it_makes():
     assert chat_message(_output("hello"), None) == {"message": {"role": "assistant", "content": "hello"},
-                                                    "finish_reason": "stop"}
+                                                    "finish_reason": "stop", "stop_reason": None}
     required = tool_calling(TOOLS, "required", parallel_tool_calls=None)
     made = chat_message(_output('[{"name": "lookup", "parameters": {"q": 1}}]'), required)
     (call,) = made["message"]["tool_calls"]
     assert made["finish_reason"] == "tool_calls" and made["message"]["content"] is None
     assert call["function"] == {"name": "lookup", "arguments": '{"q": 1}'} and call["id"].startswith("call_")
     cut_short = chat_message(_output('[{"name": "look', "length"), required)  # no complete call: the text
-    assert cut_short == {"message": {"role": "assistant", "content": '[{"name": "look'}, "finish_reason": "length"}
+    assert cut_short == {"message": {"role": "assistant", "content": '[{"name": "look'}, "finish_reason": "length",
+                         "stop_reason": None}
     named = chat_message(_output('{"q": 2}'), tool_calling(TOOLS, {"type": "function", "function": {"name": "lookup"}},
                                                     parallel_tool_calls=None))
     assert named["finish_reason"] == "stop" and named["message"]["tool_calls"][0]["function"]["arguments"] == '{"q": 2}'

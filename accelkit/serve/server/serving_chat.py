@@ -32,7 +32,8 @@ def chat_message(out: RequestOutput, tools: ToolCalling | None, reasoning: Reaso
         reason = tools.finish_reason(reason, called=True)
     if reasoning is not None and include_reasoning:
         message["reasoning"] = message["reasoning_content"] = thought
-    return {"message": message, "finish_reason": reason}
+    # (vLLM's: the stop string or stop token id that ended the output, else null)
+    return {"message": message, "finish_reason": reason, "stop_reason": out.stop_reason}
 
 
 class MessageDeltas:
@@ -138,15 +139,16 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
             if first:  # the role goes out with the first engine output, as in vLLM: clients (vLLM's benchmark
                 # among them) time the first token by the first chunk with choices
                 yield {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                       "finish_reason": None}
+                       "finish_reason": None, "stop_reason": None}
             new_text, new_logprobs = out.new_text, out.new_logprobs if want else None
             if not new_text and not out.finished and not new_logprobs:
                 return
             reason = out.finish_reason if out.finished else None
+            stop_reason = out.stop_reason if out.finished else None
             lp = fmt.chat(out.new_token_ids, new_logprobs) if new_logprobs is not None else None
             if tools is None and reasoning is None:
                 yield {"index": index, "delta": {"content": new_text} if new_text else {}, "logprobs": lp,
-                       "finish_reason": reason}
+                       "finish_reason": reason, "stop_reason": stop_reason}
                 return
             if index not in streams:
                 streams[index] = MessageDeltas(tools, reasoning, body.include_reasoning)
@@ -157,7 +159,8 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
             reason = stream.finish_reason(reason)
             deltas = deltas or [{}]
             for k, delta in enumerate(deltas):
+                last = k == len(deltas) - 1
                 yield {"index": index, "delta": delta, "logprobs": lp if k == 0 else None,
-                       "finish_reason": reason if k == len(deltas) - 1 else None}
+                       "finish_reason": reason if last else None, "stop_reason": stop_reason if last else None}
 
         return choices

@@ -50,6 +50,7 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
         choices = [{"index": i, "text": (echoes[i // n] if echoes else "") + ("" if echo_only else o.text),
                     "logprobs": self._logprobs(run, o, i // n) if want else None,
                     "finish_reason": "length" if echo_only else o.finish_reason,
+                    "stop_reason": None if echo_only else o.stop_reason,
                     **({"prompt_logprobs": prompt_lp[i // n]} if prompt_lp is not None else {})}
                    for i, o in sorted(outs.items())]
         return {"id": run.id, "object": "text_completion", "created": run.created, "model": self.models.name,
@@ -92,6 +93,7 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
                     lp = _joined(fmt.prompt_completion(  # chunk, as its text does
                         out.prompt_token_ids, out.prompt_logprobs or [], prepared.echo_offsets[index // n],
                         top=prepared.echo_logprobs), lp)
-            yield {"index": index, "text": echo + new_text, "logprobs": lp, "finish_reason": reason}
+            yield {"index": index, "text": echo + new_text, "logprobs": lp, "finish_reason": reason,
+                   "stop_reason": None if echo_only or reason is None else out.stop_reason}
 
         return choices
