@@ -48,24 +48,51 @@ def _origins(text: str) -> tuple[str, ...]:
     return origins
 
 
-def _chat_template(path: Path) -> str:
-    """The template's text, checked to compile — a broken one would otherwise fail every chat request."""
-    if not path.is_file():
+def _chat_template(given: str) -> str:
+    """The template's text — ``given`` names a file, or is the template itself (vLLM's "file path or the template in
+    single-line form": text with ``{``, ``}`` or a newline; its backslash escapes decoded, so ``\\n`` is a newline)
+    — checked to compile as transformers compiles chat templates (its ``{% generation %}`` tag and loop controls
+    such as ``{% break %}``): a broken one would otherwise fail every chat request."""
+    path = Path(given)
+    if path.is_file():
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(f"--chat-template {path} is not UTF-8 text (byte {exc.start}); give a Jinja template "
+                            "file") from None
+        except OSError as exc:
+            raise UserError(f"--chat-template {path} cannot be read ({exc.strerror})") from None
+        where = str(path)
+    elif any(c in given for c in "{}\n"):
+        try:
+            text = given.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        except UnicodeDecodeError as exc:
+            raise UserError(f"--chat-template: the template's escapes do not decode ({exc.reason}); give a Jinja "
+                            "template file instead") from None
+        where = "(the template given)"
+    else:
         what = "a directory" if path.is_dir() else "missing"
-        raise UserError(f"--chat-template {path} is {what}; give a Jinja template file")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"--chat-template {path} is not UTF-8 text (byte {exc.start}); give a Jinja template file") from None
-    except OSError as exc:
-        raise UserError(f"--chat-template {path} cannot be read ({exc.strerror})") from None
+        raise UserError(f"--chat-template {path} is {what}; give a Jinja template file, or the template itself")
     import jinja2
 
     try:
-        jinja2.Environment().parse(text)
+        _compile_chat_template(text)
     except jinja2.TemplateSyntaxError as exc:
-        raise UserError(f"--chat-template {path}: line {exc.lineno}: {exc.message}; fix the template") from None
+        raise UserError(f"--chat-template {where}: line {exc.lineno}: {exc.message}; fix the template") from None
     return text
+
+
+def _compile_chat_template(text: str) -> None:
+    """Compile ``text`` as transformers does a chat template (TemplateSyntaxError where it cannot)."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # (a private function: where transformers moves it, jinja2 with its loop controls)
+        import jinja2
+        import jinja2.ext
+
+        jinja2.Environment(extensions=[jinja2.ext.loopcontrols]).parse(text)
+        return
+    _compile_jinja_template(text)
 
 
 EXAMPLES = examples(
@@ -102,7 +129,9 @@ def serve_cmd(
         help="Model id for clients (default: the directory name); repeat it for aliases — responses report the first.",
     ),
     api_key: str | None = typer.Option(None, "--api-key", envvar="ACCELKIT_API_KEY", help="Require 'Authorization: Bearer KEY' on every route except /health, /ping and /metrics."),
-    chat_template: Path | None = typer.Option(None, "--chat-template", help="Jinja file overriding the tokenizer's chat template."),
+    chat_template: str | None = typer.Option(
+        None, "--chat-template", help="Jinja file overriding the tokenizer's chat template, or the template itself "
+        "(text with {, } or a newline; \\n escapes decoded), as vLLM's flag takes it."),
     progress: bool | None = ProgressOption,
     *,
     engine: dict[str, Any],
