@@ -111,16 +111,19 @@ def test_n_with_a_list_of_prompts_indexes_prompt_times_n_and_streams_interleaved
     assert order != sorted(order)  # the choices' chunks interleave as the engine steps them together
 
 
-def test_best_of_returns_the_choice_with_the_highest_cumulative_logprob(server):
+def test_best_of_returns_the_choice_with_the_highest_logprob_per_token(server):
+    """OpenAI's rule ("the highest log probability per token"): a sum — vLLM v0's — would rank an output that ends
+    at once first. Choice i samples with seed + i either way, so best_of's candidates are n's choices."""
     url, _ = server
-    kwargs = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 6, "temperature": 1.0, "seed": 3,
-              "extra_body": {"ignore_eos": True}}
-    all3 = client(url).completions.create(n=3, logprobs=0, **kwargs)
-    best = client(url).completions.create(n=1, best_of=3, **kwargs)
-    ranked = sorted(all3.choices, key=lambda c: -sum(c.logprobs.token_logprobs))
-    assert len(best.choices) == 1 and best.choices[0].index == 0
-    assert best.choices[0].text == ranked[0].text
-    assert best.choices[0].logprobs is None  # ranked by logprobs the client did not ask for: not returned
+    for extra in ({"ignore_eos": True}, {}):  # (equal lengths, then whatever lengths EOS makes)
+        kwargs = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 6, "temperature": 1.0, "seed": 3,
+                  "extra_body": extra}
+        all4 = client(url).completions.create(n=4, logprobs=0, **kwargs)
+        best = client(url).completions.create(n=1, best_of=4, **kwargs)
+        per_token = [sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs) for c in all4.choices]
+        assert len(best.choices) == 1 and best.choices[0].index == 0
+        assert best.choices[0].text == all4.choices[per_token.index(max(per_token))].text, (per_token, all4)
+        assert best.choices[0].logprobs is None  # ranked by logprobs the client did not ask for: not returned
     with pytest.raises(openai.BadRequestError, match="best_of"):
         client(url).completions.create(n=1, best_of=3, stream=True, **kwargs)
 

@@ -151,7 +151,7 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
                       capacity=self.state.admission.capacity)
         n, per_prompt = body.n, body.num_generated
         user_logprobs = body.num_logprobs
-        # best_of ranks by cumulative logprob: the engine computes them even when the client did not ask
+        # best_of ranks by logprob per token: the engine computes them even when the client did not ask
         logprobs = user_logprobs if user_logprobs is not None or per_prompt == n else 0
         # completions' echo with logprobs carries the prompt tokens' logprobs first (what scores a text: lm-eval's
         # loglikelihood); max_tokens=0 with echo returns the prompt alone (the engine still samples one token)
@@ -284,7 +284,7 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
     async def collect(self, run: Submitted, disconnected: Disconnected | None = None
                       ) -> tuple[dict[int, RequestOutput], dict[int, RequestOutput]] | None:
         """Every engine request's last output (by engine request) and the returned choices (by choice index: with
-        best_of, the n of each prompt with the highest cumulative logprob, as vLLM and OpenAI pick them); None when
+        best_of, the n of each prompt with the highest logprob per token, as OpenAI picks them); None when
         the client left first (``disconnected`` returned: the requests are aborted)."""
         last: dict[int, RequestOutput] = {}
 
@@ -301,8 +301,8 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
         n, per_prompt = prepared.n, prepared.per_prompt
         for p in range(len(prepared.prompts)):
             candidates = [last[p * per_prompt + j] for j in range(per_prompt)]
-            if per_prompt > n:
-                candidates.sort(key=lambda o: -sum(chosen for chosen, _ in o.logprobs or ()))
+            if per_prompt > n:  # (OpenAI's "highest log probability per token"; a sum — vLLM v0's — ranked an
+                candidates.sort(key=_logprob_per_token, reverse=True)  # output that ends at once first)
             for j, out in enumerate(candidates[:n]):
                 outs[p * n + j] = out
         return last, outs
@@ -371,3 +371,9 @@ async def _until_done_or(work: Awaitable[None], disconnected: Disconnected | Non
         task.result()
         return True
     return False
+
+
+def _logprob_per_token(out: RequestOutput) -> float:
+    """A best_of candidate's mean logprob per generated token (-inf for none: it is ranked last)."""
+    chosen = [lp for lp, _ in out.logprobs or ()]
+    return sum(chosen) / len(chosen) if chosen else float("-inf")
