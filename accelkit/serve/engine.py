@@ -20,7 +20,7 @@ import numbers
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -206,6 +206,8 @@ class LLMEngine:
             rid, token_ids, params, prompt=text, priority=priority,
             arrival_time=time.monotonic() if arrival_time is None else arrival_time,
         )
+        if params.bad_words:
+            seq.bad_words_ids = self.bad_words_ids(params.bad_words)
         deferred_by = params.structured_outputs_deferred_by_token_id
         if params.structured_outputs_after_token_id is not None and deferred_by is None:  # (asleep until it: Sequence)
             seq.sleeping_guide, seq.wake_token = guide, params.structured_outputs_after_token_id
@@ -214,6 +216,20 @@ class LLMEngine:
             if deferred_by is not None and guide is not None:  # (the first token may be it: then the guide sleeps)
                 guide.opener = seq.defer_token = deferred_by
         return seq
+
+    def bad_words_ids(self, words: Iterable[str]) -> tuple[tuple[int, ...], ...]:
+        """vLLM's tokenization of ``bad_words``: each word (its leading spaces dropped) alone, and after a space where
+        that gives as many tokens, the first one different (the word as it comes mid-text); empty ones dropped."""
+        if self.tokenizer is None:
+            raise ValueError("bad_words needs the model's tokenizer, and this model has none")
+        out: list[tuple[int, ...]] = []
+        for word in words:
+            alone = tuple(self.encode(word.lstrip(), add_special_tokens=False))
+            spaced = tuple(self.encode(" " + word.lstrip(), add_special_tokens=False))
+            out += [ids for ids in (alone,) if ids]
+            if spaced and (not alone or (spaced[0] != alone[0] and len(spaced) == len(alone))):
+                out.append(spaced)
+        return tuple(out)
 
     def _prompt_token_ids(self, prompt: str | list[int], params: SamplingParams, *, add_special_tokens: bool
                           ) -> list[int]:

@@ -201,6 +201,21 @@ def _held_stops(p: SamplingParams, row: SampledRow, vocab: int) -> list[int]:
     return []
 
 
+def _bad_word_ends(row: SampledRow, vocab: int) -> list[int]:
+    """The tokens ``bad_words`` forbid ``row`` now (vLLM's rule): of each word's token sequence, its last token where
+    the output's last tokens are the rest of it — a one-token word's always."""
+    words: tuple[tuple[int, ...], ...] = getattr(row, "bad_words_ids", ())
+    if not words:
+        return []
+    generated = len(row.token_ids) - row.num_prompt_tokens
+    banned = []
+    for ids in words:
+        k = len(ids) - 1
+        if k <= generated and (k == 0 or tuple(row.token_ids[len(row.token_ids) - k:]) == ids[:-1]) and ids[-1] < vocab:
+            banned.append(ids[-1])
+    return banned
+
+
 def _with_greedy_rows(x: torch.Tensor, params: list[SamplingParams], greedy: torch.Tensor, sampled: torch.Tensor
                       ) -> torch.Tensor:
     """``sampled`` with the greedy rows' (``greedy``: (N,) bool) replaced by the argmax of ``x``; when no row is
@@ -476,7 +491,7 @@ class Sampler:
                 disallowed.append(self._disallowed_mask(r.seq_id, p.allowed_token_ids, vocab, up))
             elif r.guide is not None and i not in unmasked:
                 guided.append(i)
-            stops = _held_stops(p, r, vocab)
+            stops = _held_stops(p, r, vocab) + (_bad_word_ends(r, vocab) if p.bad_words else [])
             mask_rows += [i] * len(stops)
             mask_tokens += stops
             if p.logit_bias:

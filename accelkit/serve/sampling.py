@@ -18,6 +18,8 @@ from accelkit.core.spec import Spec, spec_field
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # the range torch.Generator.manual_seed accepts
 GREEDY_BELOW = 1e-5  # a temperature under this is argmax, as in vLLM: logits / 1e-40 overflow float32
 MAX_STOP_STRINGS = 64  # each is searched for after every token, on the engine thread
+MAX_BAD_WORDS = 128  # each is compared with the output's last tokens at every step, on the engine thread
+MAX_BAD_WORD_CHARS = 256
 MAX_STOP_TOKEN_IDS = 1024
 MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit (and vLLM's default max_logprobs)
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
@@ -331,6 +333,12 @@ class SamplingParams(Spec):
         0.0, min=0.0, max=1.0,
         doc="Drop tokens less likely than min_p × the most likely one's probability (after temperature), in [0, 1].",
     )
+    bad_words: tuple[str, ...] = spec_field(
+        (), doc=f"vLLM's: up to {MAX_BAD_WORDS} words (each 1 to {MAX_BAD_WORD_CHARS} characters) the output never "
+        "holds as tokens: each word is tokenized alone and after a space, and the last token of either is masked "
+        "wherever the output's last tokens are the rest of it (a one-token word: everywhere). Not with "
+        "structured_outputs.",
+    )
     min_tokens: int = spec_field(
         0, min=0, doc="Generate at least this many tokens: EOS and stop_token_ids cannot be sampled before, and "
         "stop strings do not end generation within them (vLLM's); <= max_tokens.",
@@ -431,13 +439,23 @@ class SamplingParams(Spec):
                 if not -LOGIT_BIAS_RANGE <= bias <= LOGIT_BIAS_RANGE:
                     raise ValueError(f"logit_bias[{token}]={bias!r} is out of range; expected a bias in "
                                      f"[-{LOGIT_BIAS_RANGE:g}, {LOGIT_BIAS_RANGE:g}]")
+        self._check_masks()
+        self._check_structured()
+
+    def _check_masks(self) -> None:
+        """bad_words and allowed_token_ids (what the sampler masks)."""
+        if len(self.bad_words) > MAX_BAD_WORDS:
+            raise ValueError(f"bad_words has {len(self.bad_words)} words; at most {MAX_BAD_WORDS} are allowed")
+        long = next((w for w in self.bad_words if not 1 <= len(w.strip()) <= MAX_BAD_WORD_CHARS), None)
+        if long is not None:
+            raise ValueError(f"bad_words has {long[:40]!r}{'…' if len(long) > 40 else ''} ({len(long)} characters); "
+                             f"give words of 1 to {MAX_BAD_WORD_CHARS} characters, not only spaces")
         if self.allowed_token_ids is not None:
             if not self.allowed_token_ids:  # nothing could be sampled
                 raise ValueError("allowed_token_ids is empty; give at least one token id, or None to allow any")
             negative = next((t for t in self.allowed_token_ids if t < 0), None)
             if negative is not None:
                 raise ValueError(f"allowed_token_ids has the negative token id {negative}; token ids are >= 0")
-        self._check_structured()
 
     def _check_structured(self) -> None:
         after, deferred_by = self.structured_outputs_after_token_id, self.structured_outputs_deferred_by_token_id
@@ -458,6 +476,9 @@ class SamplingParams(Spec):
         if self.allowed_token_ids is not None:
             raise ValueError("allowed_token_ids cannot be combined with structured_outputs (the constraint decides "
                              "which tokens are allowed); leave allowed_token_ids out")
+        if self.bad_words:
+            raise ValueError("bad_words cannot be combined with structured_outputs (the constraint decides which "
+                             "tokens are allowed: a masked word could leave none); leave bad_words out")
 
     @property
     def needs_processing(self) -> bool:
@@ -467,7 +488,7 @@ class SamplingParams(Spec):
         return bool(
             self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0 or self.min_p
             or self.min_tokens or self.logit_bias or self.allowed_token_ids is not None or self.logprobs is not None
-            or self.structured_outputs is not None
+            or self.structured_outputs is not None or self.bad_words
         )
 
     @property

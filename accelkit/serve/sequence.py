@@ -29,12 +29,12 @@ class Sequence:
     """
 
     __slots__ = (
-        "arrival_order", "arrival_time", "block_hashes", "block_table", "defer_token", "finish_reason",
-        "finished_time", "first_scheduled_time", "first_token_time", "guide", "last_token_time", "logprobs",
-        "max_num_tokens", "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks", "num_preemptions",
-        "num_prompt_tokens", "order_key", "params", "priority", "prompt", "prompt_logprob_ranks", "prompt_logprobs",
-        "request_id", "sampling_extras", "seq_id", "sleeping_guide", "status", "stop_reason", "stop_token_ids",
-        "token_ids", "wake_token",
+        "arrival_order", "arrival_time", "bad_words_ids", "block_hashes", "block_table", "defer_token",
+        "finish_reason", "finished_time", "first_scheduled_time", "first_token_time", "guide", "last_token_time",
+        "logprobs", "max_num_tokens", "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks",
+        "num_preemptions", "num_prompt_tokens", "order_key", "params", "priority", "prompt", "prompt_logprob_ranks",
+        "prompt_logprobs", "request_id", "sampling_extras", "seq_id", "sleeping_guide", "status", "stop_reason",
+        "stop_token_ids", "token_ids", "wake_token",
     )
 
     def __init__(
@@ -73,6 +73,8 @@ class Sequence:
         # the stop conditions as one set lookup and one length compare per sampled token; the scheduler
         # folds in the EOS ids and the context limit when the sequence is added
         self.stop_token_ids: frozenset[int] = frozenset(params.stop_token_ids)
+        # params.bad_words as token id sequences (the engine tokenizes them when it makes the request)
+        self.bad_words_ids: tuple[tuple[int, ...], ...] = ()
         self.max_num_tokens = self.num_prompt_tokens + params.max_tokens
         self.order_key: tuple[int, int] = (0, self.arrival_order)  # the scheduler's order (set by its policy)
         # read by the runner every step: a batch where no row has it samples exactly as without these features

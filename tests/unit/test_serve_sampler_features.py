@@ -22,6 +22,7 @@ class Row:  # what the sampler reads of a sequence
     num_prompt_tokens: int
     stop_token_ids: frozenset[int] = frozenset()
     guide: object | None = None  # (structured outputs: tests/integration/test_serve_structured_outputs.py)
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
 
 
 def _rows(params: list[SamplingParams], histories: list[tuple[list[int], list[int]]]) -> list[Row]:
@@ -310,3 +311,18 @@ def test_the_gpu_race_never_picks_a_token_of_probability_zero_and_draws_from_p()
     drawn = greedy_ids(probs.clone().div_(_exponential_(torch.rand(4096, V))))
     share = (drawn == 7).double().mean().item()
     assert abs(share - 0.75) <= 4 * (0.75 * 0.25 / 4096) ** 0.5, share
+
+
+def test_bad_words_mask_a_words_last_token_where_the_output_ends_with_the_rest_of_it() -> None:
+    """vLLM's rule: a one-token word is masked always; a longer word's last token only where the output's last
+    tokens are the word's first ones (the prompt does not count); rows without bad words are untouched."""
+    params = [SamplingParams(bad_words=("x",))] * 3 + [SamplingParams()]
+    words = ((7,), (3, 4, 5))
+    rows = [Row(0, params[0], [1, 2, 3, 4], 2, bad_words_ids=words),  # output 3 4: the word's start → 5 masked
+            Row(1, params[1], [3, 4, 9], 3, bad_words_ids=words),  # 3 4 in the prompt only: 5 stays
+            Row(2, params[2], [1, 2, 4], 2, bad_words_ids=words),  # output 4, not 3 4: 5 stays
+            Row(3, params[3], [1, 3, 4], 1)]  # no bad words
+    logits = torch.zeros(4, V)
+    x = Sampler(torch.device("cpu"), seed=0).process(logits, params, rows)
+    masked = [set(torch.nonzero(torch.isinf(row)).flatten().tolist()) for row in x]
+    assert masked == [{5, 7}, {7}, {7}, set()]

@@ -70,3 +70,13 @@ def test_vllms_extensions_are_typed_fields_and_only_allowed_token_ids_takes_the_
     assert SamplingParams.from_dict(params.to_dict()) == params
     assert SamplingParams(allowed_token_ids=(5,)).needs_processing
     assert not SamplingParams(include_stop_str_in_output=True, truncate_prompt_tokens=3).needs_processing
+
+
+def test_bad_words_are_checked_and_not_combined_with_structured_outputs():
+    from accelkit.serve.sampling import StructuredOutputs
+
+    with pytest.raises(ValueError, match="^bad_words cannot be combined with structured_outputs"):
+        SamplingParams(bad_words=("x",), structured_outputs=StructuredOutputs(regex="a"))
+    with pytest.raises(ValueError, match="^bad_words has '  ' .*not only spaces"):
+        SamplingParams(bad_words=("  ",))
+    assert SamplingParams(bad_words=("x",)).needs_processing and not SamplingParams().needs_processing

@@ -130,6 +130,7 @@ def sampling_params(body: GenerationRequest, *, max_tokens: int, choice: int, lo
             if body.logit_bias else None,
             logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             allowed_token_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
+            bad_words=tuple(body.bad_words or ()),
             include_stop_str_in_output=body.include_stop_str_in_output, skip_special_tokens=body.skip_special_tokens,
             truncate_prompt_tokens=body.truncate_prompt_tokens, structured_outputs=structured,
             structured_outputs_after_token_id=structured_after[0] if structured_after else None,

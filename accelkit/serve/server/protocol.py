@@ -189,8 +189,12 @@ class _Sampling(_Request):
     top_k: Int | None = Field(None, description="vLLM extension: keep the k most likely tokens; 0, -1 or null = no limit.")
     stop: Str | list[Str] | None = None
     stop_token_ids: list[Int] | None = Field(
-        None, description="vLLM extension: token ids that end generation (counted in the usage; a special token's "
-        "text is not in the output)."
+        None, description="vLLM extension: token ids that end generation (counted in the usage; the one that does "
+        "has its text left out unless include_stop_str_in_output)."
+    )
+    bad_words: list[Str] | None = Field(
+        None, description="vLLM extension: words the output never holds as tokens (each tokenized alone and after a "
+        "space; its last token masked wherever the output ends with the rest of it). Not with structured outputs."
     )
     seed: Int | None = None
     stream: Bool = False
