@@ -224,6 +224,26 @@ def test_stop_token_ids_end_generation_at_that_token(server, offline, tokenizer)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "stop_token_ids", bad.text
 
 
+def test_return_tokens_as_token_ids_names_logprobs_tokens_by_id(server, tokenizer):
+    """vLLM's return_tokens_as_token_ids (dropped with a log line until a review found it): completions' and chat's
+    logprobs name each token token_id:<id> — the same tokens, by id."""
+    url, _ = server
+    body = {"model": "tiny", "prompt": "w5 w6", "max_tokens": 4, "temperature": 0, "ignore_eos": True,
+            "logprobs": 2}
+    plain = post(url, COMP, body).json()["choices"][0]["logprobs"]
+    named = post(url, COMP, {**body, "return_tokens_as_token_ids": True}).json()["choices"][0]["logprobs"]
+    ids = [int(t.removeprefix("token_id:")) for t in named["tokens"]]
+    assert all(t.startswith("token_id:") for t in named["tokens"]) and named["token_logprobs"] == plain["token_logprobs"]
+    assert [tokenizer.decode([i]) for i in ids] == plain["tokens"]
+    assert all(all(k.startswith("token_id:") for k in top) for top in named["top_logprobs"])
+    chat = post(url, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "w5"}],
+                                              "max_tokens": 3, "temperature": 0, "logprobs": True, "top_logprobs": 1,
+                                              "return_tokens_as_token_ids": True}).json()["choices"][0]["logprobs"]
+    for entry in chat["content"]:
+        assert entry["token"].startswith("token_id:") and bytes(entry["bytes"]).decode() == entry["token"], entry
+        assert all(t["token"].startswith("token_id:") for t in entry["top_logprobs"])
+
+
 def test_bad_words_never_come_out_in_completions_or_chat(server):
     """vLLM's bad_words, on both endpoints (chat's was ignored with a log line: found in review): the greedy output's
     own second word, masked, is in neither output; past the limit, a 400 naming the field."""

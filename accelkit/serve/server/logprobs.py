@@ -20,6 +20,7 @@ A token's text is ``tokenizer.decode([id])``, as vLLM names it. Two fields need 
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -71,6 +72,10 @@ def _decoder_types(tokenizer: Any) -> set[str]:
     return types
 
 
+def _id_name(token: int) -> str:
+    return f"token_id:{token}"
+
+
 class LogprobFormatter:
     """Formats the engine's per-token logprobs for one server (one tokenizer); thread-safe (its caches are)."""
 
@@ -83,6 +88,18 @@ class LogprobFormatter:
         )
         self.token_text: Callable[[int], str] = functools.lru_cache(maxsize=1 << 16)(self._token_text)
         self.token_bytes: Callable[[int], list[int]] = functools.lru_cache(maxsize=1 << 16)(self._token_bytes)
+        self._by_id: LogprobFormatter | None = None
+
+    def by_id(self) -> LogprobFormatter:
+        """This formatter naming every token ``token_id:<id>`` (its bytes those of that name), as vLLM's
+        ``return_tokens_as_token_ids`` has them — for clients that need the exact ids, a token's text being
+        ambiguous (two ids may decode alike, a byte-level piece to U+FFFD)."""
+        if self._by_id is None:
+            named = copy.copy(self)
+            named.token_text = _id_name
+            named.token_bytes = lambda token: list(_id_name(token).encode())
+            self._by_id = named
+        return self._by_id
 
     def _token_text(self, token: int) -> str:
         """One token's text, as logprobs name it (vLLM's decoded token)."""

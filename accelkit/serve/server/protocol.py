@@ -221,6 +221,10 @@ class _Sampling(_Request):
         "vocabulary size); at least one. EOS too: unless it is listed, generation ends only by max_tokens or stop. "
         "Logprobs stay the model's raw ones (top_logprobs may name other tokens)."
     )
+    return_tokens_as_token_ids: Bool | None = Field(
+        None, description="vLLM extension: logprobs name each token token_id:<id> (its bytes those of that name), "
+        "not by its text, which can be ambiguous."
+    )
     include_stop_str_in_output: Bool = Field(
         False, description="vLLM extension: the stop string that ended generation stays at the end of the text "
         "(streamed too: the deltas joined are the same text)."

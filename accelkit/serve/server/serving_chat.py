@@ -119,7 +119,7 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         prompt_lp = self.prompt_logprobs(body, run, last)
         choices = [{"index": i, **chat_message(o, tools, body.reasoning_format,
                                                include_reasoning=body.include_reasoning),
-                    "logprobs": self.logprobs_format.chat(o.token_ids, o.logprobs or []) if want else None}
+                    "logprobs": self.formatter(run.prepared).chat(o.token_ids, o.logprobs or []) if want else None}
                    for i, o in sorted(outs.items())]
         data: dict[str, Any] = {"id": run.id, "object": "chat.completion", "created": run.created,
                                 "model": self.models.name, "choices": choices, "usage": usage(outs, run.prepared.n)}
@@ -131,7 +131,7 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         """The role first, then content deltas — or with tool_choice the tool-call deltas, and with a reasoning
         parser the reasoning deltas first —, one chunk each (the logprobs on the first, the finish reason on the
         last)."""
-        tools, fmt, reasoning = body.tool_calling, self.logprobs_format, body.reasoning_format
+        tools, fmt, reasoning = body.tool_calling, self.formatter(run.prepared), body.reasoning_format
         want = run.prepared.user_logprobs is not None
         streams: dict[int, MessageDeltas] = {}  # with tools or a reasoning format: each choice's deltas
 

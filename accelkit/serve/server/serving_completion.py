@@ -58,7 +58,7 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
 
     def _logprobs(self, run: Submitted, o: RequestOutput, prompt: int) -> dict[str, Any]:
         """A choice's logprobs object: its tokens' (none with echo only), after its prompt's with echo."""
-        prepared, fmt = run.prepared, self.logprobs_format
+        prepared, fmt = run.prepared, self.formatter(run.prepared)
         token_ids, logprobs = ([], []) if prepared.echo_only else (o.token_ids, o.logprobs or [])
         start = len(prepared.echoes[prompt]) if prepared.echoes else 0
         offsets = fmt.offsets(o.prompt_token_ids, start=start).add(token_ids, final=True)
@@ -71,7 +71,7 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
     def stream_choices(self, body: CompletionRequest, run: Submitted) -> StreamChoices:
         """Text deltas, the prompt first with echo (each choice's text offsets kept across its outputs). (per_prompt
         is n here: best_of > n is refused with stream.)"""
-        prepared, fmt = run.prepared, self.logprobs_format
+        prepared, fmt = run.prepared, self.formatter(run.prepared)
         n, echoes, echo_only = prepared.n, prepared.echoes, prepared.echo_only
         want = prepared.user_logprobs is not None
         offsets: dict[int, TextOffsets] = {}  # each choice's text_offset so far

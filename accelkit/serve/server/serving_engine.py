@@ -117,6 +117,7 @@ class PreparedRequest:
     echo_logprobs: int | None = None  # echo with logprobs: the prompt tokens' logprobs first
     echoes: list[str] | None = None  # each prompt's text, before its choices' (echo)
     echo_offsets: list[list[int]] | None = None  # where each prompt token starts in that text (echo with logprobs)
+    token_ids_as_tokens: bool = False  # vLLM's return_tokens_as_token_ids: logprobs name tokens token_id:<id>
 
 
 @dataclass(slots=True)
@@ -168,7 +169,8 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
             limit = 1
         spec = await self._structured(body)
         prepared = PreparedRequest(prompts=prompts, seqs=[], n=n, per_prompt=per_prompt, user_logprobs=user_logprobs,
-                                   echo_only=echo_only, echo_logprobs=echo_logprobs)
+                                   echo_only=echo_only, echo_logprobs=echo_logprobs,
+                                   token_ids_as_tokens=bool(body.return_tokens_as_token_ids))
         prompt_ids = []
         for i, p in enumerate(prompts):  # validate every prompt before queueing any
             ids, truncated = await self._prompt_ids(body, p)
@@ -306,6 +308,10 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
             for j, out in enumerate(candidates[:n]):
                 outs[p * n + j] = out
         return last, outs
+
+    def formatter(self, prepared: PreparedRequest) -> LogprobFormatter:
+        """The logprobs formatter of a request: tokens named by their text, or by id (return_tokens_as_token_ids)."""
+        return self.logprobs_format.by_id() if prepared.token_ids_as_tokens else self.logprobs_format
 
     def prompt_logprobs(self, body: R, run: Submitted,
                         last: dict[int, RequestOutput]) -> list[Any] | None:
