@@ -12,7 +12,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from accelkit.monitor.registry import REGISTRY
 
-_LATENCY = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+# TTFT (to 2,560 s) and the per-request times (end to end, queue, prefill, decode: to 7,680 s) in vLLM's bucket
+# boundaries (vllm/v1/metrics/loggers.py), so that histogram_quantile reads as on vLLM: a time past the last bound
+# lands in +Inf, where histogram_quantile can only answer the last bound. Inter-token gaps: to 80 s, as vLLM's.
+_ITL = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+TTFT_BUCKETS = (*_ITL, 160.0, 640.0, 2560.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                           480.0, 960.0, 1920.0, 7680.0)
 #: the engine's finish reasons (``vllm:request_success_total``'s ``finished_reason`` label)
 FINISH_REASONS = ("stop", "length", "abort", "error")
 _TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
@@ -50,19 +56,23 @@ class ServingMetrics:
         self.num_preemptions = Counter("vllm:num_preemptions", "Preemptions (KV blocks ran out).", m, registry=registry)
         self.prefix_cache_queries = Counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", m, registry=registry)
         self.prefix_cache_hits = Counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", m, registry=registry)
-        self.time_to_first_token = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", m, buckets=_LATENCY, registry=registry)
+        # TTFT is observed when a request's first token comes out; the four per-request times when it finishes
+        lat = REQUEST_LATENCY_BUCKETS
+        self.time_to_first_token = Histogram("vllm:time_to_first_token_seconds", "Time to first token, arrival to the "
+                                             "first output token (observed then).", m, buckets=TTFT_BUCKETS, registry=registry)
         self.inter_token_latency = Histogram("vllm:inter_token_latency_seconds", "Time between output tokens.", m,
-                                             buckets=_LATENCY, registry=registry)
+                                             buckets=_ITL, registry=registry)
         self.e2e_request_latency = Histogram("vllm:e2e_request_latency_seconds", "Request latency, arrival to finish.", m,
-                                             buckets=_LATENCY, registry=registry)
+                                             buckets=lat, registry=registry)
         self.request_queue_time = Histogram("vllm:request_queue_time_seconds", "Time waiting before first scheduled.", m,
-                                            buckets=_LATENCY, registry=registry)
-        self.request_prefill_time = Histogram("vllm:request_prefill_time_seconds", "Time in prefill.", m, buckets=_LATENCY, registry=registry)
-        self.request_decode_time = Histogram("vllm:request_decode_time_seconds", "Time in decode.", m, buckets=_LATENCY, registry=registry)
+                                            buckets=lat, registry=registry)
+        self.request_prefill_time = Histogram("vllm:request_prefill_time_seconds", "Time in prefill.", m, buckets=lat, registry=registry)
+        self.request_decode_time = Histogram("vllm:request_decode_time_seconds", "Time in decode.", m, buckets=lat, registry=registry)
         self.request_prompt_tokens = Histogram("vllm:request_prompt_tokens", "Prompt tokens per request.", m, buckets=_TOKENS, registry=registry)
         self.request_generation_tokens = Histogram("vllm:request_generation_tokens", "Generated tokens per request.", m,
                                                    buckets=_TOKENS, registry=registry)
-        self.iteration_tokens_total = Histogram("vllm:iteration_tokens_total", "Tokens per engine step.", m, buckets=_TOKENS, registry=registry)
+        self.iteration_tokens_total = Histogram("vllm:iteration_tokens_total", "Tokens per engine step (steps that ran "
+                                                "something).", m, buckets=_TOKENS, registry=registry)
         self.structured_first_draws = Counter(
             "accelkit_structured_first_draws", "Guided tokens drawn before their mask, by whether the grammar allowed "
             "them (refused ones are drawn again from the masked logits).", [*m, "result"], registry=registry)

@@ -360,15 +360,16 @@ class LLMEngine:
     def _schedule(self, outputs: list[RequestOutput]) -> ScheduledBatch | None:
         """The next batch, None when there is nothing to run (or scheduling raised: every request failed, their
         outputs added to ``outputs``)."""
+        self._last_step_tokens = 0  # until a batch runs: a step that runs nothing has no tokens (and no iteration)
         try:
             batch = self.scheduler.schedule()
         except Exception as exc:
             outputs += self._recover(exc)
             return None
         self._num_steps += 1
-        self._last_step_tokens = batch.total_tokens
         if not batch.seqs:
             return None
+        self._last_step_tokens = batch.total_tokens
         now = time.monotonic()
         for seq in batch.seqs:
             if seq.first_scheduled_time is None:

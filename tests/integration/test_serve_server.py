@@ -2,17 +2,26 @@
 disconnects, bad input, auth, health, SIGTERM, and a schema-driven fuzz."""
 
 import asyncio
+import contextlib
 import json
 import signal
+import threading
 import time
 
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import metric, running_server, serve_on_a_free_port, wait_healthy
+from tests.integration.serve_server_util import (
+    metric,
+    running_server,
+    serve_on_a_free_port,
+    settled_metric,
+    wait_healthy,
+)
 
 PROMPTS = [" ".join(f"w{(7 * i + 3 * k) % 500 + 4}" for k in range(1 + i % 23)) for i in range(240)]
 
@@ -274,6 +283,92 @@ def test_a_stream_cut_by_the_engine_dying_leaves_no_metrics_state_behind(model_d
         assert any('"text"' in line for line in lines)  # tokens arrived before the failure
         assert "simulated device failure" in lines[-1] or "simulated device failure" in lines[-2]
         assert state.bridge._last_token_time == {}
+
+
+TTFT, E2E = "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count"
+FINISHED = "vllm:request_success_total"
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """One /metrics read, parsed by prometheus_client: each sample's value by name, summed over its labels (the
+    buckets left out)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        for sample in family.samples:
+            if not sample.name.endswith("_bucket"):
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+def test_ttft_is_observed_at_each_choices_first_token_while_the_request_runs(model_dir):
+    """vLLM observes TTFT in the step that gives a request its first token; ours waited for the request to finish,
+    so dashboards lagged by the whole generation and a running request never showed. n=2: one per choice (each an
+    engine request, as vLLM's child requests), none again at finish."""
+    with running_server(model_dir) as (url, _):
+        body = {"model": "tiny", "prompt": "w5 w6 w7", "max_tokens": 1500, "ignore_eos": True, "stream": True, "n": 2}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as resp:
+            started: set[int] = set()
+            lines = resp.iter_lines()  # (held: a generator dropped mid-way closes the connection, and the client leaves)
+            for line in lines:
+                if line.startswith("data: {"):
+                    started.update(choice["index"] for choice in json.loads(line[6:])["choices"])
+                    if started == {0, 1}:
+                        break
+            running = _scrape(url)
+        assert running[E2E] == 0 and running[FINISHED] == 0  # (still running: neither choice has finished)
+        assert running[TTFT] == 2
+        assert settled_metric(url, FINISHED, 2) == 2  # leaving mid-stream aborted both
+        done = _scrape(url)
+        assert done[TTFT] == 2 and done[E2E] == 2
+
+
+def test_ttft_of_a_request_not_streamed_is_observed_before_it_finishes(model_dir):
+    with running_server(model_dir) as (url, _):
+        body = {"model": "tiny", "prompt": "w5 w6 w7", "max_tokens": 500, "ignore_eos": True}
+        responses: list[httpx.Response] = []
+        client = threading.Thread(target=lambda: responses.append(
+            httpx.post(f"{url}/v1/completions", json=body, timeout=60)))
+        client.start()
+        seen = _scrape(url)
+        while seen[TTFT] == 0 and client.is_alive():
+            time.sleep(0.01)
+            seen = _scrape(url)
+        assert seen[TTFT] == 1 and seen[E2E] == 0  # the first token counted while the request ran
+        client.join(60)
+        assert responses[0].status_code == 200
+        assert settled_metric(url, E2E, 1) == 1 and _scrape(url)[TTFT] == 1
+
+
+def test_a_request_aborted_while_queued_has_no_ttft_and_steps_that_ran_nothing_are_no_iterations(model_dir):
+    """One sequence at a time: a second request waits, its client leaves, it is aborted before its first token
+    (no TTFT). Then the first one's client leaves too: the engine step that only takes in that abort runs nothing
+    and was observed as a 0-token iteration (vLLM records iterations of steps that ran)."""
+    with running_server(model_dir, max_num_seqs=1) as (url, _):
+        long = {"model": "tiny", "prompt": "w5 w6 w7", "max_tokens": 1500, "ignore_eos": True, "stream": True}
+
+        async def run() -> None:
+            async with httpx.AsyncClient(timeout=60) as client, \
+                    client.stream("POST", f"{url}/v1/completions", json=long) as resp:
+                lines = resp.aiter_lines()  # (held, as above)
+                async for line in lines:
+                    if line.startswith("data: {"):
+                        break
+                waiting = asyncio.create_task(client.post(f"{url}/v1/completions", json={**long, "stream": False}))
+                while metric(url, "vllm:num_requests_waiting") < 1:
+                    await asyncio.sleep(0.01)
+                waiting.cancel()  # its client leaves while it waits
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+                while metric(url, FINISHED) < 1:
+                    await asyncio.sleep(0.01)
+                assert metric(url, "vllm:num_requests_running") == 1  # (the first one still runs)
+
+        asyncio.run(run())
+        assert settled_metric(url, FINISHED, 2) == 2
+        done = _scrape(url)
+        assert done[TTFT] == 1  # the first request's only
+        # one request ran alone, one token a step: as many iterations as tokens generated, none of 0 tokens
+        assert done["vllm:iteration_tokens_total_count"] == done["vllm:generation_tokens_total"] > 0
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_0(model_dir, tmp_path):

@@ -44,7 +44,8 @@ class Admission:
 
 class MetricsBridge:
     """Engine → Prometheus. ``on_step`` runs on the engine thread after every step; ``on_output`` for
-    every output of every request (inter-token gaps, and the per-request histograms at finish)."""
+    every output of every request (TTFT at the first token, inter-token gaps, the other per-request histograms at
+    finish)."""
 
     def __init__(self, metrics: ServingMetrics, model_name: str):
         self.m, self.model = metrics, model_name
@@ -53,6 +54,7 @@ class MetricsBridge:
         self._last_token_time: dict[str, float] = {}
         # the labelled children, looked up once: on_output runs for every request on every step
         self._itl = metrics.inter_token_latency.labels(model_name)
+        self._ttft = metrics.time_to_first_token.labels(model_name)
 
     def _inc(self, counter, now: int, before: int, *labels: str) -> None:  # type: ignore[no-untyped-def]
         if now > before:
@@ -63,7 +65,8 @@ class MetricsBridge:
         m.num_requests_running.labels(name).set(stats.num_running)
         m.num_requests_waiting.labels(name).set(stats.num_waiting)
         m.kv_cache_usage_perc.labels(name).set(stats.kv_cache_usage)
-        m.iteration_tokens_total.labels(name).observe(stats.last_step_num_tokens)
+        if stats.last_step_num_tokens:  # a step that ran nothing (one that only took in an abort) is no iteration
+            m.iteration_tokens_total.labels(name).observe(stats.last_step_num_tokens)
         for counter, field in ((m.prompt_tokens, "prompt_tokens"), (m.generation_tokens, "generation_tokens"),
                                (m.num_preemptions, "num_preemptions"), (m.prefix_cache_queries, "prefix_cache_queries"),
                                (m.prefix_cache_hits, "prefix_cache_hits")):
@@ -89,17 +92,24 @@ class MetricsBridge:
             m.structured_compile_timeouts.labels(name).inc()
 
     def on_output(self, out: RequestOutput) -> None:
-        now = time.monotonic()
+        """TTFT in the step that gave the request its first token (as vLLM: a running request counts, and a
+        request that ends before its first token does not); inter-token gaps after it; the rest at finish. Each
+        engine request counts apart: n > 1 and best_of are one TTFT per choice, as vLLM's child requests."""
         if out.num_new_tokens:
+            now = time.monotonic()
             before = self._last_token_time.get(out.request_id)
             if before is not None:
                 self._itl.observe(now - before)
+            else:  # its first tokens
+                ttft = out.metrics.ttft_s
+                if ttft is not None:
+                    self._ttft.observe(ttft)
             self._last_token_time[out.request_id] = now
         if not out.finished:
             return
         self._last_token_time.pop(out.request_id, None)
         r, m, name = out.metrics, self.m, self.model
-        for hist, value in ((m.time_to_first_token, r.ttft_s), (m.e2e_request_latency, r.e2e_s),
+        for hist, value in ((m.e2e_request_latency, r.e2e_s),
                             (m.request_queue_time, r.queue_time_s), (m.request_prefill_time, r.prefill_time_s),
                             (m.request_decode_time, r.decode_time_s)):
             if value is not None:
