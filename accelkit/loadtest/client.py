@@ -106,7 +106,10 @@ class OpenAIStreamClient:
         headers = {"Content-Type": "application/json", "User-Agent": "accelkit-loadtest"}
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
-        # httpx caps a pool at 100 connections by default, which would silently cap concurrency
+        # one connection per request in flight, no other cap than --max-concurrency: vLLM's client does the same
+        # (aiohttp.TCPConnector(limit=max_concurrency or 0), 0 = no limit). httpx's default pool (100) would silently
+        # cap concurrency, and a request waiting for a pooled connection would count that wait in its TTFT (its send
+        # time is taken before); a server that refuses the excess answers 429, which the runner reports
         limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
         self._client = httpx.AsyncClient(headers=headers, limits=limits, timeout=httpx.Timeout(config.timeout_s))
 

@@ -97,6 +97,9 @@ class LoadTestConfig(Spec):
     random_output_len: int = spec_field(128, min=1, max=1_000_000,
                                         doc="random dataset (and jsonl lines without output_len): max_tokens.")
     random_range_ratio: float = spec_field(0.0, min=0.0, doc="random dataset: lengths uniform in L·[1−x, 1+x], x < 1.")
+    sharegpt_output_len: int | None = spec_field(
+        None, min=1, max=1_000_000, doc="sharegpt dataset: max_tokens of every request (vLLM's --sharegpt-output-len); "
+        "None: the reference reply's estimated length.")
     ignore_eos: bool = spec_field(False, doc="Send ignore_eos=true (vLLM/SGLang extension) so every request runs to max_tokens.")
     structured_outputs: OutputConstraint | None = spec_field(
         None, doc="Every request asks for this structured output, and each output is checked against it.")
@@ -171,6 +174,9 @@ class LoadTestConfig(Spec):
             # max_tokens, counted truncated, and the run would measure EOS padding
             raise ValueError("ignore_eos and structured_outputs together: a constrained output ends where its match "
                              "ends; drop --ignore-eos (raise --random-output-len if outputs are cut short)")
+        if self.sharegpt_output_len is not None and not self.dataset.startswith("sharegpt:"):
+            raise ValueError(f"sharegpt_output_len applies to a sharegpt:PATH dataset, not {self.dataset!r}; for the "
+                             "random dataset (and jsonl lines without output_len) give random_output_len")
         if self.guided_fields and self.structured_outputs is None:
             raise ValueError("guided_fields names the fields that carry structured_outputs; give structured_outputs "
                              "too, or drop guided_fields")

@@ -2,9 +2,9 @@
 
 No tokenizer is used (the load tester must work against any server without its tokenizer), so lengths
 here are *targets*: a random prompt of L words, built from words that are single tokens in common BPE
-vocabularies, is about L tokens; a ShareGPT reply's token count is estimated as ceil(chars / 4). The
-lengths actually sent are what the server reports in ``usage.prompt_tokens`` / ``completion_tokens``,
-and the metrics use those.
+vocabularies, is about L tokens; a ShareGPT prompt's or reply's token count is estimated as ceil(chars / 4)
+(for vLLM's length filter and max_tokens). The lengths actually sent are what the server reports in
+``usage.prompt_tokens`` / ``completion_tokens``, and the metrics use those.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 
 from accelkit.core import UserError
 
-__all__ = ["SampleRequest", "jsonl_requests", "load_dataset", "parse_dataset", "random_requests", "sharegpt_requests"]
+__all__ = ["SampleRequest", "jsonl_requests", "load_dataset", "parse_dataset", "random_requests", "sharegpt_note",
+           "sharegpt_requests", "sharegpt_skip_reason"]
 
 #: common English words; each is one token (with its leading space) in the GPT-2/Llama/Qwen vocabularies
 WORDS = (
@@ -64,9 +65,10 @@ def parse_dataset(spec: str) -> tuple[str, Path | None]:
 
 def load_dataset(
     spec: str, num_prompts: int, *, input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
-    seed: int = 0,
+    seed: int = 0, sharegpt_output_len: int | None = None,
 ) -> tuple[list[SampleRequest], dict[str, Any]]:
-    """``num_prompts`` requests from the dataset ``spec`` and a description of what was drawn."""
+    """``num_prompts`` requests from the dataset ``spec`` and a description of what was drawn (ShareGPT: also what
+    was skipped, :func:`sharegpt_requests`; ``sharegpt_output_len`` fixes its max_tokens)."""
     kind, path = parse_dataset(spec)
     rng = random.Random(seed)
     info: dict[str, Any] = {"dataset": spec, "kind": kind}
@@ -76,13 +78,15 @@ def load_dataset(
         info.update(random_input_len=input_len, random_output_len=output_len, random_range_ratio=range_ratio)
         return requests, info
     assert path is not None
-    pool = sharegpt_requests(path, rng) if kind == "sharegpt" else jsonl_requests(path, output_len)
+    if kind == "sharegpt":  # shuffled with the seed, first N taken (vLLM's order)
+        pool, selection = sharegpt_requests(path, rng, output_len=sharegpt_output_len)
+        info.update(selection)
+    else:
+        pool = jsonl_requests(path, output_len)
     if not pool:
-        raise UserError(f"--dataset {spec}: no usable prompts in the file")
+        raise UserError(f"--dataset {spec}: no usable prompts in the file" + (f": {_skipped(info)}" if kind == "sharegpt" else ""))
     info["input_len_unit"] = f"estimated tokens (chars / {RATIO_CHARS_PER_TOKEN})"
     info["num_available"] = len(pool)
-    if kind == "sharegpt":
-        rng.shuffle(pool)  # vLLM shuffles with the seed and takes the first N
     if len(pool) < num_prompts:
         info["oversampled"] = True  # cycle through the file again: same prompts sent more than once
     return [pool[i % len(pool)] for i in range(num_prompts)], info
@@ -114,11 +118,87 @@ def estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / RATIO_CHARS_PER_TOKEN))
 
 
-def sharegpt_requests(path: Path, rng: random.Random | None = None) -> list[SampleRequest]:
-    """ShareGPT JSON: a list of ``{"conversations": [{"from": "human"|"gpt", "value": str}, …]}``.
-    The prompt is the first human turn, max_tokens the estimated length of the gpt reply after it;
-    entries with no such pair are skipped (as vLLM skips conversations under two turns). A malformed
-    file raises UserError naming the entry and field."""
+#: vLLM's ShareGPT filter (``is_valid_sequence`` in vllm/benchmarks/datasets): a pair is kept when its prompt and
+#: its output have at least ``SHAREGPT_MIN_TOKENS`` tokens each (the output's minimum is waived when the output length
+#: is fixed), the prompt at most ``SHAREGPT_MAX_PROMPT_TOKENS`` and both together at most ``SHAREGPT_MAX_TOTAL_TOKENS``
+SHAREGPT_MIN_TOKENS = 4
+SHAREGPT_MAX_PROMPT_TOKENS = 1024
+SHAREGPT_MAX_TOTAL_TOKENS = 2048
+#: why a conversation is skipped, in the order the checks run (the first that applies is counted)
+SHAREGPT_SKIP_REASONS = ("under_2_turns", "prompt_under_4_tokens", "output_under_4_tokens", "prompt_over_1024_tokens",
+                         "total_over_2048_tokens")
+
+SHAREGPT_SKIP_RULE = (
+    f"as vLLM's ShareGPT dataset: prompt = conversations[0], completion = conversations[1]; skipped when under 2 turns, "
+    f"a prompt or completion under {SHAREGPT_MIN_TOKENS} tokens (no completion minimum with --sharegpt-output-len), a "
+    f"prompt over {SHAREGPT_MAX_PROMPT_TOKENS} or prompt + output over {SHAREGPT_MAX_TOTAL_TOKENS} tokens; tokens "
+    f"estimated as chars / {RATIO_CHARS_PER_TOKEN}"
+)
+
+
+def sharegpt_skip_reason(prompt_len: int, output_len: int, *, fixed_output_len: bool = False) -> str | None:
+    """Why vLLM's ShareGPT dataset drops a (prompt, output) pair of these token lengths, or None when it keeps it."""
+    if prompt_len < SHAREGPT_MIN_TOKENS:
+        return "prompt_under_4_tokens"
+    if not fixed_output_len and output_len < SHAREGPT_MIN_TOKENS:
+        return "output_under_4_tokens"
+    if prompt_len > SHAREGPT_MAX_PROMPT_TOKENS:
+        return "prompt_over_1024_tokens"
+    if prompt_len + output_len > SHAREGPT_MAX_TOTAL_TOKENS:
+        return "total_over_2048_tokens"
+    return None
+
+
+def sharegpt_requests(
+    path: Path, rng: random.Random, *, output_len: int | None = None,
+) -> tuple[list[SampleRequest], dict[str, Any]]:
+    """ShareGPT JSON (a list of ``{"conversations": [{"from": …, "value": str}, …]}``), selected as `vllm bench
+    serve` selects it: conversations with fewer than two turns are dropped, the rest shuffled with ``rng`` (vLLM seeds
+    Python's ``random`` with the same seed: the same order); each gives ``conversations[0]`` as the prompt and
+    ``conversations[1]`` as the reference completion, whose length is max_tokens unless ``output_len`` fixes it; a
+    pair outside vLLM's length limits (:func:`sharegpt_skip_reason`) is skipped. Token lengths are estimated as
+    chars / 4 (no tokenizer). Returns the usable requests in shuffled order and what was skipped, by reason. A
+    malformed file raises UserError naming the entry and field."""
+    conversations = _sharegpt_conversations(path)
+    skipped = dict.fromkeys(SHAREGPT_SKIP_REASONS, 0)
+    paired = []
+    for turns in conversations:
+        if len(turns) < 2:
+            skipped["under_2_turns"] += 1
+        else:
+            paired.append(turns)
+    rng.shuffle(paired)
+    requests = []
+    for turns in paired:
+        prompt, completion = turns[0]["value"], turns[1]["value"]
+        prompt_len = estimate_tokens(prompt)
+        max_tokens = estimate_tokens(completion) if output_len is None else output_len
+        reason = sharegpt_skip_reason(prompt_len, max_tokens, fixed_output_len=output_len is not None)
+        if reason is not None:
+            skipped[reason] += 1
+            continue
+        requests.append(SampleRequest(prompt=prompt, input_len=prompt_len, output_len=max_tokens))
+    info = {"num_conversations": len(conversations), "num_skipped": sum(skipped.values()), "skipped": skipped,
+            "skip_rule": SHAREGPT_SKIP_RULE,
+            "output_len": "the reference reply's estimated length" if output_len is None else output_len}
+    return requests, info
+
+
+def sharegpt_note(spec: str, info: dict[str, Any]) -> str | None:
+    """The line that says how many conversations of a ShareGPT file were skipped and why (None when none were)."""
+    if not info.get("num_skipped"):
+        return None
+    return f"note: --dataset {spec}: {_skipped(info)}; {info['num_available']} usable"
+
+
+def _skipped(info: dict[str, Any]) -> str:
+    why = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in info["skipped"].items() if n)
+    return (f"skipped {info['num_skipped']} of {info['num_conversations']} conversations as `vllm bench serve` skips "
+            f"them ({why or 'none'}; token lengths estimated as chars / {RATIO_CHARS_PER_TOKEN})")
+
+
+def _sharegpt_conversations(path: Path) -> list[list[dict[str, Any]]]:
+    """Every entry's turns; the two turns a pair is made of must carry a string 'value'."""
     where = f"sharegpt:{path}"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -128,28 +208,18 @@ def sharegpt_requests(path: Path, rng: random.Random | None = None) -> list[Samp
         raise UserError(f"{where}: cannot read the file ({exc})") from None
     if not isinstance(data, list):
         raise UserError(f"{where}: expected a JSON list of conversations, got {type(data).__name__}")
-    requests = []
+    conversations = []
     for i, entry in enumerate(data):
         if not isinstance(entry, dict) or "conversations" not in entry:
             raise UserError(f"{where}: entry {i} has no 'conversations' field")
         turns = entry["conversations"]
         if not isinstance(turns, list):
             raise UserError(f"{where}: entry {i} field 'conversations' must be a list of turns")
-        for j, turn in enumerate(turns):
-            if not isinstance(turn, dict) or not isinstance(turn.get("from"), str) or not isinstance(turn.get("value"), str):
-                raise UserError(f"{where}: entry {i} conversations[{j}] needs string fields 'from' and 'value'")
-        pair = _first_exchange(turns)
-        if pair is not None:
-            prompt, reply = pair
-            requests.append(SampleRequest(prompt=prompt, input_len=estimate_tokens(prompt), output_len=estimate_tokens(reply)))
-    return requests
-
-
-def _first_exchange(turns: list[dict[str, str]]) -> tuple[str, str] | None:
-    for j in range(len(turns) - 1):
-        if turns[j]["from"] == "human" and turns[j + 1]["from"] == "gpt" and turns[j]["value"].strip() and turns[j + 1]["value"].strip():
-            return turns[j]["value"], turns[j + 1]["value"]
-    return None
+        for j, turn in enumerate(turns[:2]):  # vLLM reads these two only
+            if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+                raise UserError(f"{where}: entry {i} conversations[{j}] needs a string field 'value'")
+        conversations.append(turns)
+    return conversations
 
 
 def jsonl_requests(path: Path, default_output_len: int) -> list[SampleRequest]:

@@ -11,6 +11,7 @@ server's usage counts it. For the requests that succeeded (a token time and no e
 - request throughput      = completed requests / duration
 - output token throughput = Σ completion tokens / duration
 - total token throughput  = (Σ prompt tokens + Σ completion tokens) / duration
+- peak concurrency = most successful requests in flight at once, send → last token time (failed ones not counted)
 - goodput = requests meeting every SLO given / duration. This is vLLM's *per-request* goodput, not
   DistServe's "highest rate at which X% of requests meet the SLOs". As in vLLM, a request with one
   output token counts TPOT = 0 for the SLO check.
@@ -34,7 +35,7 @@ from typing import Any
 from accelkit.core.stats import min_samples_for, percentile, summarize
 from accelkit.loadtest.config import SLO
 
-__all__ = ["RequestRecord", "compute_metrics", "distribution", "is_backed", "peak_concurrency", "pkey"]
+__all__ = ["RequestRecord", "compute_metrics", "distribution", "http_429_count", "is_backed", "peak_concurrency", "pkey"]
 
 
 @dataclass(slots=True)
@@ -156,17 +157,23 @@ def is_backed(q: float, n: int) -> bool:
 
 
 def peak_concurrency(records: Iterable[RequestRecord]) -> int:
-    """Most requests in flight at once (between send and done), from the records."""
+    """Most successful requests in flight at once, each from its send to its last token time (send + E2E), as vLLM's
+    "Peak concurrent requests": a failed request is not counted — a refusal (HTTP 429 …) held no place on the server."""
     events = []
     for r in records:
-        if r.send_s is not None and r.done_s is not None:
-            events += [(r.send_s, 1), (r.done_s, -1)]
-    events.sort(key=lambda e: (e[0], e[1]))  # at a tie, an end before a start
+        if r.success and r.send_s is not None:
+            events += [(r.send_s, 1), (r.send_s + r.e2e_s, -1)]  # type: ignore[operator]
+    events.sort(key=lambda e: (e[0], e[1]))  # at a tie, an end before a start (half-open intervals)
     peak = now = 0
     for _, step in events:
         now += step
         peak = max(peak, now)
     return peak
+
+
+def http_429_count(records: Iterable[RequestRecord]) -> int:
+    """Requests the server refused with HTTP 429 Too Many Requests (a queue or connection limit)."""
+    return sum(r.status_code == 429 for r in records)
 
 
 def is_good(record: RequestRecord, slo: SLO) -> bool:
@@ -205,6 +212,7 @@ def compute_metrics(
         "good_requests": good,
         **_latencies(ok, qs),
         "peak_concurrency": peak_concurrency(records),
+        "http_429": http_429_count(records),
         "lengths": _lengths(records, ok, qs),
         "failures": _failures(failed),
     }

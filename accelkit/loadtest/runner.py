@@ -19,7 +19,9 @@ import asyncio
 import math
 import re
 import secrets
+import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -30,13 +32,14 @@ from accelkit.hardware.detect import environment
 from accelkit.loadtest.arrivals import arrival_offsets, describe_arrivals
 from accelkit.loadtest.client import OpenAIStreamClient
 from accelkit.loadtest.config import LoadTestConfig, rate_json
-from accelkit.loadtest.datasets import SampleRequest, load_dataset
+from accelkit.loadtest.datasets import SampleRequest, load_dataset, sharegpt_note
 from accelkit.loadtest.metrics import RequestRecord, compute_metrics, pkey
 from accelkit.loadtest.structured import OutputChecker, sent_as
 
 __all__ = ["run_loadtest", "run_loadtest_async", "run_pass"]
 
 Progress = Callable[[str], None]
+Notice = Callable[[str], None]
 
 GOODPUT_DEFINITION = (
     "per-request goodput (vLLM bench serve): requests meeting every given SLO / duration; "
@@ -134,11 +137,14 @@ def context_hint(error: str, config: LoadTestConfig, request: SampleRequest) -> 
 
 def _load(config: LoadTestConfig, num_prompts: int, seed: int) -> tuple[list[SampleRequest], dict[str, Any]]:
     return load_dataset(config.dataset, num_prompts, input_len=config.random_input_len,
-                        output_len=config.random_output_len, range_ratio=config.random_range_ratio, seed=seed)
+                        output_len=config.random_output_len, range_ratio=config.random_range_ratio, seed=seed,
+                        sharegpt_output_len=config.sharegpt_output_len)
 
 
-async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None) -> tuple[dict[str, Any], list[tuple[float, list[RequestRecord], dict[str, Any]]], dict[str, Any]]:
+async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None, on_notice: Notice) -> tuple[dict[str, Any], list[tuple[float, list[RequestRecord], dict[str, Any]]], dict[str, Any]]:
     requests, dataset_info = _load(config, config.num_prompts + config.warmup, config.seed)
+    if (note := sharegpt_note(config.dataset, dataset_info)) is not None:
+        on_notice(note)
     warm, measured = requests[: config.warmup], requests[config.warmup:]
     del requests  # the slices are copies: keep one pass's prompts in memory, not two
     fresh = dataset_info["kind"] == "random"  # a file has only its own prompts to send again
@@ -165,8 +171,11 @@ async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None
     return dataset_info, passes, warmup_info
 
 
-def run_loadtest(config: LoadTestConfig, *, on_progress: Progress | None = None) -> Measurement:
+def run_loadtest(config: LoadTestConfig, *, on_progress: Progress | None = None,
+                 on_notice: Notice | None = None) -> Measurement:
     """Run the whole load test and return it as a Measurement (kind 'loadtest'); see :func:`to_measurement`.
+    ``on_notice`` gets the lines a user must read — what a ShareGPT file's filter skipped (at the start), the requests
+    the server refused with HTTP 429 (at the end, also in ``details.warnings``); by default they go to stderr.
 
     Called where an event loop is already running (Jupyter, an async app), the test runs on a worker thread with
     its own loop — a loop cannot be re-entered — and this call blocks that loop until it ends (``on_progress`` is
@@ -174,19 +183,61 @@ def run_loadtest(config: LoadTestConfig, *, on_progress: Progress | None = None)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(run_loadtest_async(config, on_progress=on_progress))
+        return asyncio.run(run_loadtest_async(config, on_progress=on_progress, on_notice=on_notice))
     with ThreadPoolExecutor(1, thread_name_prefix="accelkit-loadtest") as worker:
-        return worker.submit(asyncio.run, run_loadtest_async(config, on_progress=on_progress)).result()
+        return worker.submit(asyncio.run, run_loadtest_async(config, on_progress=on_progress,
+                                                             on_notice=on_notice)).result()
 
 
-async def run_loadtest_async(config: LoadTestConfig, *, on_progress: Progress | None = None) -> Measurement:
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+async def run_loadtest_async(config: LoadTestConfig, *, on_progress: Progress | None = None,
+                             on_notice: Notice | None = None) -> Measurement:
     """:func:`run_loadtest` as a coroutine, for a caller that is already inside an event loop."""
+    notice = on_notice or _to_stderr
     run_id = f"accelkit-{secrets.token_hex(4)}"  # new each run: the server's logs tell runs apart
-    dataset_info, passes, warmup_info = await _run(config, run_id, on_progress)
+    dataset_info, passes, warmup_info = await _run(config, run_id, on_progress, notice)
+    refused = refusal_warning(passes)
+    if refused is not None:  # before the error below too: a run that every 429 failed says why
+        notice(refused)
     if all(m["completed"] == 0 for _, _, m in passes):
         first = passes[0][2]["failures"][0]["error"] if passes[0][2]["failures"] else "unknown"
         raise AccelkitError(f"no request to {config.url} completed; first error: {first}")
-    return to_measurement(config, dataset_info, passes, warmup_info, run_id=run_id)
+    return to_measurement(config, dataset_info, passes, warmup_info, run_id=run_id,
+                          warnings=[] if refused is None else [refused])
+
+
+#: what a 429 from `accelkit serve` says (accelkit/serve/server), and the server flags that raise that limit
+_SERVER_LIMITS = (
+    ("--max-connections-per-client", "--max-connections-per-client (open connections one client address may hold; "
+                                     "default --max-num-seqs + --max-queue + 32)"),
+    ("waiting queue is full", "--max-queue (requests that may wait beyond the --max-num-seqs running; default 256)"),
+)
+
+
+def refusal_warning(passes: list[tuple[float, list[RequestRecord], dict[str, Any]]]) -> str | None:
+    """The warning for the requests the server refused with HTTP 429 (None when none was): how many, at which rates,
+    the server's own messages, and what to change — send fewer at once (--max-concurrency) or raise the server's
+    limits (the `accelkit serve` flags its messages name). Such a refusal is a failed request, as in vLLM."""
+    refused = [(rate, r) for rate, records, _ in passes for r in records if r.status_code == 429]
+    if not refused:
+        return None
+    total = sum(len(records) for _, records, _ in passes)
+    by_rate = Counter(f"{rate:g}" for rate, _ in refused)
+    where = "" if len(passes) == 1 else " (" + ", ".join(f"rate {k}: {n}" for k, n in by_rate.items()) + ")"
+    said = Counter((r.error or "").removeprefix("HTTP 429: ") for _, r in refused).most_common()
+    messages = "; ".join(f"{n} × {text!r}" for text, n in said[:3]) + ("; …" if len(said) > 3 else "")
+    flags = [hint for needle, hint in _SERVER_LIMITS if any(needle in text for text, _ in said)]
+    fix = "with --max-concurrency N (at most what the server admits), or raise the server's limits"
+    if flags:  # the server is `accelkit serve`: its messages name its limits
+        fix = ("with --max-concurrency N (for `accelkit serve`, N at most its --max-num-seqs + --max-queue), or start "
+               "`accelkit serve` with a higher " + " and ".join(flags))
+    return (f"warning: {len(refused)} of {total} requests{where} got HTTP 429 Too Many Requests and count as failed — "
+            f"the server refused them: {messages}. The load tester opens one connection per request in flight, as "
+            f"`vllm bench serve` does, and at a high --request-rate (inf: all at once) that is more than this server "
+            f"admits (vLLM's own server queues without a limit). Cap the requests in flight {fix}.")
 
 
 def curve_point(rate: float, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -204,7 +255,7 @@ def curve_point(rate: float, metrics: dict[str, Any]) -> dict[str, Any]:
 
 def to_measurement(config: LoadTestConfig, dataset_info: dict[str, Any],
                    passes: list[tuple[float, list[RequestRecord], dict[str, Any]]], warmup_info: dict[str, Any],
-                   *, run_id: str | None = None) -> Measurement:
+                   *, run_id: str | None = None, warnings: list[str] | None = None) -> Measurement:
     """details: config, arrival model, dataset, warm-up, ``structured_outputs`` (the constraint and the field that
     carried it; None without one), ``curve`` (one point per rate), ``passes`` (full metrics, with
     ``structured_outputs`` counts when constrained, and per-request records); samples: ``ttft_s``/``tpot_s``/``itl_s``/``e2e_s`` of the last pass
@@ -248,6 +299,7 @@ def to_measurement(config: LoadTestConfig, dataset_info: dict[str, Any],
             "passes": [{"rate": rate_json(rate), **m, "requests": [r.to_dict() for r in records]}
                        for rate, records, m in passes],
             "summary_rate": rate_json(last_rate),
+            "warnings": list(warnings or []),
         },
         samples=samples,
         environment=_environment(),

@@ -104,8 +104,20 @@ def test_unbacked_percentiles_any_q():
 
 
 def test_peak_concurrency():
-    rs = [rec(i, [0.1], send=s, done=d) for i, (s, d) in enumerate([(0, 1), (0.5, 1.5), (1.0, 2), (1.2, 1.3)])]
+    # each in flight from its send to its last token (send + E2E), as vLLM's "Peak concurrent requests"
+    rs = [rec(i, [0.1, d - s], send=s, done=d + 0.001) for i, (s, d) in enumerate([(0, 1), (0.5, 1.5), (1.0, 2), (1.2, 1.3)])]
     assert peak_concurrency(rs) == 3  # at 1.0 one ends as another starts: ends first
+
+
+def test_peak_concurrency_counts_successful_requests_only():
+    """Refused requests (HTTP 429 at once, at rate inf all sent before any answer) counted as in flight: 1,000 sent
+    against a server admitting 544 reported a peak of 1,000. vLLM counts the successful requests only."""
+    ok = [rec(i, [0.5, 1.0], send=0.0) for i in range(3)]
+    refused = [RequestRecord(index=3 + i, input_len=7, max_tokens=8, send_s=0.0, done_s=0.2, status_code=429,
+                             error="HTTP 429: the waiting queue is full") for i in range(5)]
+    assert peak_concurrency(ok + refused) == 3
+    m = compute_metrics(ok + refused, 1.0)
+    assert (m["peak_concurrency"], m["http_429"], m["failed"]) == (3, 5, 5)
 
 
 def test_slo_parse():
