@@ -102,10 +102,19 @@ def loadtest_cmd(
         config = LoadTestConfig(**load)
     store = open_for_saving(save)  # before sending: an unwritable store fails now, not after the test
     writer = StoreWriter(store)
+    later: list[str] = []  # the run's warnings (HTTP 429s): printed after the tables, where they are read
+
+    def notice(line: str) -> None:
+        if line.startswith("warning:"):
+            later.append(line)
+        else:
+            err.print(line, highlight=False, markup=False, soft_wrap=True)
+
     try:
         try:
             with Progress("load test", show=progress) as bar:
-                result = run_loadtest(config, on_progress=lambda text: bar.update(text, step=text.split(":")[0]))
+                result = run_loadtest(config, on_progress=lambda text: bar.update(text, step=text.split(":")[0]),
+                                      on_notice=notice)
         except KeyboardInterrupt:  # the result is one row, written after the last pass: a Ctrl-C before keeps none
             err.print("interrupted: the load test did not finish; nothing was stored" + ("" if save else " (--no-save)"),
                       highlight=False, markup=False, soft_wrap=True)
@@ -118,6 +127,8 @@ def loadtest_cmd(
     if writer.error is not None:  # the same document, with why it was not stored: printed rather than lost
         print_unstored(data, writer.error)
     emit(data, as_json, lambda: _render(result.details, result_id))
+    for line in later:
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _ms(value: float | None) -> str | None:
