@@ -373,6 +373,8 @@ def _broken_copy(model_dir, tmp_path, name, *, config=None, raw_config=None, wei
     ("garbage", {"weights": b"not a safetensors file" * 20}, [], "is not a safetensors file"),
     ("tokenizer", {"drop": ("tokenizer.json", "tokenizer_config.json")}, [], "cannot load the tokenizer"),
     ("kv", {}, ["--kv-cache-memory", "100TiB"], "--kv-cache-memory"),
+    # (transformers would not tie them, and would use the checkpoint's head: tying here served other logits)
+    ("tied-head", {"config": {"tie_word_embeddings": True}}, [], "tie_word_embeddings=true, but the checkpoint's"),
     ("template-missing", {}, ["--chat-template", "/nonexistent/t.jinja"], "--chat-template"),
     ("template-dir", {}, ["--chat-template", "/"], "is a directory"),
 ])

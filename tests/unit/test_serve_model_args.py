@@ -45,3 +45,32 @@ def test_routing_normalisation_and_expert_names_per_architecture():
 def test_unsupported_settings_are_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
         args("Qwen3MoeForCausalLM", **fields)
+
+
+def test_fields_config_json_leaves_out_take_each_architectures_transformers_default():
+    """Found in review, each checked against transformers' own model: MixtralConfig's rope_theta is 1e6 and its
+    rms_norm_eps 1e-5 (not Llama's 1e4 and 1e-6); MistralConfig's sliding_window is 4096 when the key is absent
+    (an explicit null: none)."""
+    mixtral = args("MixtralForCausalLM", num_local_experts=4, num_experts_per_tok=2)
+    assert (mixtral.rope_theta, mixtral.rms_norm_eps, mixtral.sliding_window) == (1e6, 1e-5, None)
+    llama = args("LlamaForCausalLM")
+    assert (llama.rope_theta, llama.rms_norm_eps, llama.sliding_window) == (10000.0, 1e-6, None)
+    assert args("MistralForCausalLM").sliding_window == 4096
+    assert args("MistralForCausalLM", sliding_window=None).sliding_window is None
+    assert args("MistralForCausalLM", sliding_window=300).sliding_window == 300
+
+
+@pytest.mark.parametrize(("top", "inner", "want"), [
+    (None, None, 1024),  # neither: the context (transformers' default; it was a bare KeyError)
+    (None, 64, 64),
+    (32, 64, 32),  # a top-level value goes first, as transformers reads it (Phi-3 style)
+])
+def test_llama3_rope_scalings_original_length_is_read_as_transformers_reads_it(top, inner, want):
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    if inner is not None:
+        rope["original_max_position_embeddings"] = inner
+    fields = {"rope_scaling": rope, "max_position_embeddings": 1024}
+    if top is not None:
+        fields["original_max_position_embeddings"] = top
+    a = args("LlamaForCausalLM", **fields)
+    assert a.rope_scaling is not None and a.rope_scaling["original_max_position_embeddings"] == want

@@ -84,8 +84,13 @@ class ModelArgs:
             raise ValueError(f"hidden_act={cfg['hidden_act']!r} in config.json is not supported; expected 'silu'")
         # transformers >= 5 writes rope_parameters (theta inside); older files have rope_theta + rope_scaling
         rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-        theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
+        # transformers' defaults where config.json leaves a field out: Mixtral's differ (MixtralConfig)
+        mixtral = arch == "MixtralForCausalLM"
+        theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 1e6 if mixtral else 10000.0)))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type == "llama3":  # (transformers: a top-level value first, then the dict's, then the context)
+            rope["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings") or rope.get(
+                "original_max_position_embeddings") or cfg.get("max_position_embeddings", 2048)
         if rope_type not in _ROPE_TYPES:
             raise ValueError(f"rope_parameters.rope_type={rope_type!r} is not supported; expected one of {_ROPE_TYPES}")
         if rope.get("partial_rotary_factor", 1.0) != 1.0:
@@ -93,7 +98,9 @@ class ModelArgs:
         if arch.startswith("Qwen") and cfg.get("use_sliding_window"):
             raise ValueError(f"use_sliding_window=true ({arch} per-layer windows) is not supported")
         heads = cfg["num_attention_heads"]
-        window = (cfg.get("sliding_window") or None) if arch in ("MistralForCausalLM", "MixtralForCausalLM") else None
+        # (left out of config.json, MistralConfig's window is 4096, MixtralConfig's none; null is none for both)
+        window = (cfg.get("sliding_window", 4096 if arch == "MistralForCausalLM" else None) or None) if arch in (
+            "MistralForCausalLM", "MixtralForCausalLM") else None
         # transformers builds biases from these flags in Llama (attention_bias: q, k, v and o; mlp_bias: gate, up,
         # down) and Qwen3 (attention_bias); Qwen2 has q/k/v biases always, Qwen2-MoE by its qkv_bias (default
         # true), Mistral and Mixtral none, whatever config.json says — honouring the flags there would ask the
@@ -114,7 +121,7 @@ class ModelArgs:
             num_kv_heads=cfg.get("num_key_value_heads") or heads,
             head_dim=config_head_dim(cfg),
             intermediate_size=cfg["intermediate_size"],
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5 if mixtral else 1e-6)),
             rope_theta=theta,
             rope_scaling={**rope, "rope_type": rope_type} if rope_type != "default" else None,
             max_position_embeddings=cfg.get("max_position_embeddings", 2048),

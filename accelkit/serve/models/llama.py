@@ -240,6 +240,17 @@ def _checkpoint_names(param: str, args: ModelArgs) -> list[list[str]]:
     return [[name]]
 
 
+def _check_tied_head(model_dir: Path, args: ModelArgs, tensors: dict[str, torch.Tensor]) -> None:
+    """A config that ties the LM head to the embeddings over a checkpoint whose ``lm_head.weight`` differs from them
+    is refused: transformers then does not tie them and uses that head (its warning says so), so tying here would
+    serve other logits (found in review)."""
+    head, embed = tensors.get("lm_head.weight"), tensors.get("model.embed_tokens.weight")
+    if args.tie_word_embeddings and head is not None and embed is not None and not torch.equal(head, embed):
+        raise ValueError(f"config.json in {str(model_dir)!r} has tie_word_embeddings=true, but the checkpoint's "
+                         "lm_head.weight differs from model.embed_tokens.weight (transformers would use that head, "
+                         "untied); set tie_word_embeddings to false in config.json")
+
+
 def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, device: torch.device,
                shard: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
                quantization: QuantConfig | None = None) -> LlamaForCausalLM:
@@ -251,6 +262,7 @@ def load_model(model_dir: str | Path, args: ModelArgs, *, dtype: torch.dtype, de
     with torch.device("meta"):
         model = LlamaForCausalLM(args)
     tensors = _read_safetensors(model_dir)
+    _check_tied_head(model_dir, args, tensors)
     keep_dtype: set[str] = set()  # quantized codes and their scales: loaded as the checkpoint stores them
     if quantization is not None:
         keep_dtype = quantize_model(model, tensors, quantization, args, _checkpoint_names)
