@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from accelkit.serve import LLM, SamplingParams
 from accelkit.serve.preflight import checkpoint_tensors
+from accelkit.serve.quant.config import parse_quantization_config
 from accelkit.serve.quant.linear import Fp8Linear, Int4Linear, pack_int4, unpack_int4
 from accelkit.serve.testing import build_tokenizer, hf_model, random_prompts, save_model_dir
 from tests.conftest import main_in_process
@@ -308,6 +309,28 @@ def test_the_cli_refuses_an_unsupported_scheme_in_one_line_with_exit_2(checkpoin
     code, _, err = main_in_process(capsys, "serve", "--model", str(model_dir), "--device", "cpu")
     assert code == 2
     assert len([line for line in err.splitlines() if "quantization_config.quant_method='awq'" in line]) == 1, err
+
+
+def test_weight_only_fp8_as_llm_compressor_writes_it_is_served_weight_only(checkpoints, tmp_path):
+    """llm-compressor's W8A16 FP8 says format 'naive-quantized' (compressed-tensors keeps 'float-quantized' for FP8
+    activations) — the same tensors; it was refused. Its layers are marked weight-only, so that a Hopper GPU never
+    quantizes their activations (it did: found in review); and a quantized MoE router is refused by name."""
+    from accelkit.serve.quant.load import _refuse_unserved
+
+    source = checkpoints("FP8_DYNAMIC")
+    quant = json.loads((source / "config.json").read_text())["quantization_config"]
+    w8a16 = _group(quant, format="naive-quantized", input_activations=None) | {"format": "naive-quantized"}
+    model_dir = _with_quant_config(source, tmp_path / "w8a16", w8a16)
+    llm = _llm(model_dir, dtype="float32")
+    layers = [m for m in llm.engine.runner.model.modules() if isinstance(m, Fp8Linear)]
+    assert len(layers) == 2 * 4 and all(m.weight_only and not m.scaled_mm for m in layers)
+    torch.testing.assert_close(_engine_logits(llm), _dequantized_reference(source), atol=ATOL, rtol=0)
+    dynamic = _llm(source, dtype="float32")
+    assert not any(m.weight_only for m in dynamic.engine.runner.model.modules() if isinstance(m, Fp8Linear))
+    router = {"model.layers.0.mlp.gate.weight": torch.zeros(4, 8, dtype=torch.float8_e4m3fn),
+              "model.layers.0.mlp.gate.weight_scale": torch.ones(4)}
+    with pytest.raises(ValueError, match=r"a quantized MoE router \(model.layers.0.mlp.gate.weight\) is not served"):
+        _refuse_unserved(router, parse_quantization_config(quant))
 
 
 def test_online_fp8_of_a_quantized_checkpoint_is_refused(checkpoints):

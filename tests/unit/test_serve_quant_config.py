@@ -32,6 +32,13 @@ STATIC = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": Tru
      {"gptq_zero_offset": 1, "symmetric": True}),
     ({"quant_method": "gptq", "bits": 4, "group_size": 64, "sym": False, "checkpoint_format": "gptq_v2"}, "int4",
      {"gptq_zero_offset": 0, "group_size": 64}),
+    # GPTQModel's own field (checkpoint_format is its older alias): v2 said there only was read as v1 (review)
+    ({"quant_method": "gptq", "bits": 4, "group_size": 64, "sym": False, "format": "gptq_v2"}, "int4",
+     {"gptq_zero_offset": 0}),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 64, "format": "gptq", "checkpoint_format": "gptq_v2"}, "int4",
+     {"gptq_zero_offset": 1}),
+    # llm-compressor's weight-only FP8 is 'naive-quantized': the same tensors (it was refused: review)
+    (_ct(FP8_W, fmt="naive-quantized"), "fp8", {"activations": None}),
 ])
 def test_supported_schemes_parse(quant, kind, extra):
     config = parse_quantization_config(quant)
@@ -45,7 +52,7 @@ def test_supported_schemes_parse(quant, kind, extra):
     ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "quant_method='fp8'"),  # transformers' block FP8
     ({"quant_method": "bitsandbytes"}, "quant_method='bitsandbytes'"),
     (_ct(FP8_W | {"strategy": "block", "block_structure": [128, 128]}), "weights.strategy='block'"),
-    (_ct(FP8_W, fmt="naive-quantized"), "format='naive-quantized'"),
+    (_ct(FP8_W, TOKEN, fmt="naive-quantized"), "format='naive-quantized'"),  # (with FP8 activations: float-quantized)
     (_ct(FP8_W | {"type": "int"}, fmt="int-quantized"), "weights={'type': 'int', 'num_bits': 8}"),
     (_ct(INT4_W | {"strategy": "channel"}, fmt="pack-quantized"), "weights.strategy='channel'"),
     (_ct(INT4_W | {"actorder": "group"}, fmt="pack-quantized"), "weights.actorder='group'"),
@@ -59,6 +66,9 @@ def test_supported_schemes_parse(quant, kind, extra):
     ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True}, "desc_act=True"),
     ({"quant_method": "gptq", "bits": 4, "group_size": -1}, "group_size=-1"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"}, "checkpoint_format='marlin'"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "format": "marlin"}, "format='marlin'"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "is_marlin_format": True}, "is_marlin_format=True"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "pack_dtype": "int16"}, "pack_dtype='int16'"),
     ("fp8", "quantization_config='fp8'"),
 ])
 def test_unsupported_schemes_are_refused_naming_the_field(quant, field):

@@ -127,8 +127,12 @@ def _ct_group(quant: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def _ct_fp8(at: str, group: dict[str, Any], fmt: Any, ignore: tuple[str, ...]) -> QuantConfig:
     weights = group["weights"]
-    if fmt != "float-quantized":
-        raise _refuse("format", fmt, "'float-quantized' for FP8 weights")
+    # compressed-tensors names weight-only FP8 (W8A16) 'naive-quantized' — the same e4m3 weight and weight_scale
+    # tensors as 'float-quantized', which it gives schemes with FP8 activations (refusing it turned away
+    # llm-compressor's own W8A16 output: found in review)
+    if fmt not in ("float-quantized", "naive-quantized") or (fmt == "naive-quantized"
+                                                             and group.get("input_activations")):
+        raise _refuse("format", fmt, "'float-quantized' for FP8 weights ('naive-quantized' for FP8 weights alone)")
     if weights.get("symmetric") is False:
         raise _refuse(f"{at}.weights.symmetric", False, "true for float weights")
     if weights.get("strategy") not in ("tensor", "channel"):
@@ -194,8 +198,15 @@ def _gptq(quant: dict[str, Any]) -> QuantConfig:
         raise _refuse("lm_head", quant["lm_head"], "false (a quantized lm_head is not served)")
     if quant.get("dynamic"):
         raise _refuse("dynamic", quant["dynamic"], "none (per-module GPTQ overrides are not served)")
-    fmt = quant.get("checkpoint_format", "gptq")
+    # GPTQModel's and transformers' field is format (checkpoint_format its older alias): a gptq_v2 checkpoint that
+    # says so only in format was read as v1, its zero points off by one (found in review)
+    key = "format" if quant.get("format") is not None else "checkpoint_format"
+    fmt = quant.get(key) or "gptq"
     if fmt not in ("gptq", "gptq_v2"):
-        raise _refuse("checkpoint_format", fmt, "'gptq' or 'gptq_v2'")
+        raise _refuse(key, fmt, "'gptq' or 'gptq_v2' (Marlin-format and other repacked checkpoints are not served)")
+    if quant.get("is_marlin_format"):
+        raise _refuse("is_marlin_format", quant["is_marlin_format"], "false (Marlin-repacked checkpoints are not served)")
+    if quant.get("pack_dtype", "int32") not in ("int32", "torch.int32"):
+        raise _refuse("pack_dtype", quant["pack_dtype"], "'int32' (codes packed eight to an int32)")
     return QuantConfig(method="gptq", kind="int4", group_size=group_size, symmetric=quant.get("sym", True) is not False,
                        gptq_zero_offset=1 if fmt == "gptq" else 0)

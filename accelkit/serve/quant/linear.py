@@ -34,7 +34,7 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> nn.Parameter:
 
 class Fp8Linear(nn.Module):
     def __init__(self, in_features: int, partition_sizes: tuple[int, ...], *, per_channel: bool, scale_dtype: torch.dtype,
-                 has_input_scale: bool, has_bias: bool, dynamic_activations: bool) -> None:
+                 has_input_scale: bool, has_bias: bool, dynamic_activations: bool, weight_only: bool = False) -> None:
         """``partition_sizes``: output rows of each fused part (``q, k, v`` or ``gate, up``; one entry unfused)."""
         super().__init__()
         out = sum(partition_sizes)
@@ -45,6 +45,9 @@ class Fp8Linear(nn.Module):
         self.input_scale = _empty((len(partition_sizes),), scale_dtype) if has_input_scale else None
         self.bias = _empty((out,), torch.float32) if has_bias else None
         self.dynamic_activations = dynamic_activations  # the FP8 matmul scales its input per token, not statically
+        # W8A16: the checkpoint's activations are 16-bit, so its matmuls never quantize them (no _scaled_mm: that
+        # would add FP8 activation error the checkpoint was never calibrated for)
+        self.weight_only = weight_only
         self.scaled_mm = False  # torch._scaled_mm (use_scaled_mm); False: dequantize and run a 16-bit matmul
         self.row_scale: torch.Tensor | None = None  # (1, out) float32 for _scaled_mm, made by use_scaled_mm
 

@@ -184,7 +184,7 @@ def _drop_kv_scales(tensors: dict[str, torch.Tensor]) -> None:
 
 
 def _refuse_unserved(tensors: dict[str, torch.Tensor], quant: QuantConfig) -> None:
-    """A quantized lm_head or embedding: refused by name rather than left for the loader to trip on."""
+    """A quantized lm_head, embedding or MoE router: refused by name rather than left for the loader to trip on."""
     for n in tensors:
         is_quantized = n.endswith(_QUANT_SUFFIXES) or tensors[n].dtype == FP8_DTYPE
         if not is_quantized:
@@ -192,6 +192,10 @@ def _refuse_unserved(tensors: dict[str, torch.Tensor], quant: QuantConfig) -> No
         if n.startswith(("lm_head.", "model.embed_tokens.")):
             raise ValueError(f"a quantized {n.split('.')[0] if n.startswith('lm_head') else 'embedding'} ({n}) is not "
                              "served; re-export the checkpoint with it in the ignore list")
+        module = n.rsplit(".", 1)[0]
+        if module.endswith(_NOT_QUANTIZED):
+            raise ValueError(f"a quantized MoE router ({n}) is not served (routers run 16-bit, as vLLM builds them); "
+                             "re-export the checkpoint with the routers in the ignore list")
 
 
 def _quantize_fp8_per_channel(prefix: str, tensors: dict[str, torch.Tensor]) -> None:
@@ -232,7 +236,7 @@ def _fp8_module(prefixes: list[str], tensors: dict[str, torch.Tensor], quant: Qu
     scale_dtype = tensors[prefixes[0] + ".weight_scale"].dtype
     return Fp8Linear(in_features, sizes, per_channel=per_channel.pop(), scale_dtype=scale_dtype,
                      has_input_scale=has_input.pop(), has_bias=has_bias,
-                     dynamic_activations=quant.activations != "static-tensor")
+                     dynamic_activations=quant.activations != "static-tensor", weight_only=quant.activations is None)
 
 
 def _int4_module(prefixes: list[str], tensors: dict[str, torch.Tensor], quant: QuantConfig, in_features: int,
