@@ -35,7 +35,7 @@ from accelkit.serve.kv_cache import KVCache, kv_cache_class
 from accelkit.serve.models.args import ModelArgs
 from accelkit.serve.models.llama import load_model
 from accelkit.serve.quant.config import online_quantization
-from accelkit.serve.quant.linear import Fp8Linear
+from accelkit.serve.quant.linear import Fp8Linear, dequant_workspace_bytes
 from accelkit.serve.sampler import Sampler
 from accelkit.serve.scheduler import ScheduledBatch
 from accelkit.serve.sequence import Sequence
@@ -187,8 +187,14 @@ class ModelRunner:
             num_layers=a.num_layers, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim,
             kv_cache_dtype=cfg.kv_cache_dtype, dtype_bytes=self.dtype.itemsize,
         )
-        # on CUDA: what the weights and RoPE tables, just loaded, left free
-        free = int(torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" else None
+        # on CUDA: what the weights and RoPE tables, just loaded, left free — less what dequantizing the largest
+        # quantized weight for its matmul takes at once (it happens in every forward; 0 without quantization)
+        free = None
+        if self.device.type == "cuda":
+            workspace = dequant_workspace_bytes(self.model) if self.quantization is not None else 0
+            free = max(0, int(torch.cuda.mem_get_info(self.device)[0]) - workspace)
+            if workspace:
+                log.info("KV cache: %s kept free for dequantizing quantized weights per matmul", fmt_bytes(workspace))
         budget = kv_budget_bytes(kv_cache_memory_bytes=cfg.kv_cache_memory_bytes, device_free_bytes=free,
                                  gpu_memory_utilization=cfg.gpu_memory_utilization)
         per_token, bs = self.kv_bytes_per_token, self.block_size

@@ -333,6 +333,17 @@ def test_weight_only_fp8_as_llm_compressor_writes_it_is_served_weight_only(check
         _refuse_unserved(router, parse_quantization_config(quant))
 
 
+@pytest.mark.parametrize(("scheme", "per_element"), [("FP8_DYNAMIC", 10), ("W4A16", 14)])
+def test_the_dequantization_workspace_is_the_largest_weight_times_its_peak_bytes(scheme, per_element, checkpoints):
+    """What a GPU keeps out of the KV cache for per-matmul dequantization: the largest quantized weight (here the
+    fused gate‖up, 2·intermediate × hidden) times the bytes live per element while it is dequantized."""
+    from accelkit.serve.quant.linear import dequant_workspace_bytes
+
+    model = _llm(checkpoints(scheme), dtype="float32").engine.runner.model
+    largest = max(m.out_features * m.in_features for m in model.modules() if isinstance(m, (Fp8Linear, Int4Linear)))
+    assert dequant_workspace_bytes(model) == largest * per_element > 0
+
+
 def test_online_fp8_of_a_quantized_checkpoint_is_refused(checkpoints):
     with pytest.raises(ValueError, match=r"quantization='fp8' quantizes a 16-bit checkpoint.*leave quantization out"):
         _llm(checkpoints("W4A16"), quantization="fp8")

@@ -197,3 +197,29 @@ class Int4Experts(Experts):
         down = dequantize_int4(self.down_proj_packed[expert], self.down_proj_scale[expert],
                                zero(self.down_proj_zero_point), self.group_size, dtype)
         return gate_up, down
+
+
+# bytes live at the peak of dequantizing one weight element for a matmul, read off the code above: FP8 — its float32
+# copy, the scaled product, the result in the compute dtype (4 + 4 + 2); INT4 — two int32 steps of the unpacking, the
+# float32 codes and their scaled product, the result (4 + 4 + 4 + 2)
+FP8_DEQUANT_BYTES = 10
+INT4_DEQUANT_BYTES = 14
+
+
+def dequant_workspace_bytes(model: nn.Module) -> int:
+    """The most memory one matmul's dequantization takes at once in ``model``: its largest weight that is
+    dequantized per matmul (an FP8 layer off ``_scaled_mm``, an INT4 layer, one MoE expert's two weights) times the
+    bytes that are live per element meanwhile. On a GPU this is kept out of the KV cache: sizing the cache from the
+    memory free after loading left nothing for it (found in review; not measured on a GPU)."""
+    largest = 0
+    for m in model.modules():
+        if isinstance(m, Fp8Linear) and not m.scaled_mm:
+            largest = max(largest, m.weight.numel() * FP8_DEQUANT_BYTES)
+        elif isinstance(m, Int4Linear):
+            largest = max(largest, m.out_features * m.in_features * INT4_DEQUANT_BYTES)
+        elif isinstance(m, Fp8Experts):
+            largest = max(largest, (m.gate_up_proj[0].numel() + m.down_proj[0].numel()) * FP8_DEQUANT_BYTES)
+        elif isinstance(m, Int4Experts):
+            per_expert = (m.gate_up_proj_packed[0].numel() + m.down_proj_packed[0].numel()) * 8
+            largest = max(largest, per_expert * INT4_DEQUANT_BYTES)
+    return largest
