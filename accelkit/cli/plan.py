@@ -170,7 +170,7 @@ def plan_cmd(
         docs[0]["overflow"]["would_fit"] = would_fit(rows[0][1], fixed=common["fixed"],
                                                      global_batch=req.global_batch, batch=req.batch)
     _store([to_estimate(c, ctx) for c, ctx in rows])
-    for warning in dict.fromkeys(w for _, ctx in rows for w in ctx.warnings):  # once each, in order
+    for warning in dict.fromkeys(w for doc in docs for w in doc["warnings"]):  # once each, in order
         err.print(f"warning: {warning}", highlight=False)
 
     def render() -> None:

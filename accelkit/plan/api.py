@@ -75,6 +75,14 @@ def _bytes(x: float | None) -> int | None:
     return None if x is None else round(x)
 
 
+def _mfu_warning(c: Candidate, ctx: PlanContext) -> list[str]:
+    """An MFU above 100% is no plan: the model's FLOPs would run faster than the device's peak allows."""
+    if c.mfu <= 1.0:
+        return []
+    return [f"the plan's MFU is {c.mfu:.0%}, above the {ctx.peak_dtype} peak: the time model is inconsistent for "
+            "this workload — do not use these times"]
+
+
 def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
     """The issue-3 document for one candidate."""
     m, w = ctx.model, ctx.workload
@@ -103,7 +111,7 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
         "energy_j_per_token": None if m.kind == "cnn" else c.energy_j_per_token,
         "assumptions": list(ctx.assumptions) + layout_assumptions(ctx, lay),
         "assumed_efficiency": {k: getattr(ctx.efficiency, k) for k in ctx.efficiency.assumed},
-        "warnings": list(ctx.warnings),
+        "warnings": list(ctx.warnings) + _mfu_warning(c, ctx),
     }
     if ctx.compare_basis is not None:
         doc["compare_basis"] = ctx.compare_basis

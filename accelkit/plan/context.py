@@ -57,6 +57,9 @@ class PlanContext:
     peak: float
     e: int  # activation bytes per element
     weight_bytes: float  # per parameter (training weight copy, or inference weight incl. quantization)
+    # per parameter of the embedding and the head: inference keeps them 16-bit under fp8 or weight quantization (as
+    # accelkit serve and vLLM do, and torchao's quantize_, which converts Linears only); else weight_bytes
+    end_weight_bytes: float = 0.0
     layer_params: float = 0.0  # one block, dense part (+ router)
     layer_expert_params: float = 0.0  # one block, all experts
     embedding_params: float = 0.0
@@ -64,7 +67,7 @@ class PlanContext:
     layer_matmul_active: float = 0.0
     column_share: float = 0.5  # of a layer's matmul weights in column-parallel layers (QKV, MLP in): their dW window
     cnn: dict[str, Any] | None = None  # traced per-sample figures for CNNs
-    peak_16: float = 0.0  # dense 16-bit peak: attention runs in bf16/fp16 even when matmuls run in fp8
+    peak_16: float = 0.0  # the attention kernels' dense peak: bf16/fp16 (fp8 matmuls too), fp32 at fp32/tf32
     sustained: float = 1.0  # fitted.py: sustained tensor-core factor of this device's generation
     sustained_source: str = ""
     serving_attained: float = 1.0  # fitted.py: fraction of the prior rates a serving engine attains (inference only)
@@ -104,10 +107,11 @@ def _split_params(model: ModelSpec) -> tuple[float, float, float, float]:
     if model.pooler:
         head += h * h + h
     experts = 0.0
-    if model.num_experts is not None:
+    if model.num_experts is not None and model.experts_per_token != model.num_experts:
         idle = model.num_params() - model.num_active_params()
         per_expert = idle / (model.num_layers * (model.num_experts - model.experts_per_token))  # type: ignore[operator]
         experts = per_expert * model.num_experts
+    # (every expert active on every token — k = E: they are read and run as a dense MLP, counted in the layer)
     layer = (model.num_params() - emb - head) / model.num_layers - experts
     return layer, experts, emb, head
 
@@ -148,7 +152,13 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
     else:
         wbytes = weight_bytes_per_param(recipe.quantization or recipe.precision)  # the engine's table too
     eff = efficiency(cluster.device, dtype, use_calibration=options.use_calibration)
-    peak_16 = cluster.device.peak("bf16") or cluster.device.peak("fp16") or peak
+    # attention runs in bf16/fp16 even where the matmuls run in fp8; at fp32/tf32 in fp32 — flash attention has no
+    # fp32 kernel, so it is SDPA's memory-efficient or math path on the fp32 units (timing it at the bf16 peak put
+    # an fp32 plan's MFU past 100%: found in review)
+    if ACT_BYTES[recipe.precision] == 4:
+        peak_16 = cluster.device.peak("fp32") or peak
+    else:
+        peak_16 = cluster.device.peak("bf16") or cluster.device.peak("fp16") or peak
     sustained, sustained_source = (1.0, "a CPU's peak is its measured matmul") if cluster.device.vendor == "cpu" \
         else sustained_tensor(family(cluster.device))
     # fitted on LLM serving engines' published figures: a decoder's inference only, not training, not a CNN
@@ -156,6 +166,7 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
     attained, attained_source = serving_attained(family(cluster.device)) if serving else (1.0, "")
     ctx = PlanContext(workload=workload, cluster=cluster, options=options, efficiency=eff, peak_dtype=dtype,
                       peak=peak, e=ACT_BYTES[recipe.precision], weight_bytes=wbytes, peak_16=peak_16,
+                      end_weight_bytes=wbytes if workload.task == "train" else max(wbytes, ACT_BYTES[recipe.precision]),
                       sustained=sustained, sustained_source=sustained_source, serving_attained=attained,
                       serving_attained_source=attained_source,
                       price_source=None if options.price_per_device_hour is None else "given")

@@ -18,7 +18,12 @@ from accelkit.plan.memory import (
     layer_activation_bytes,
     model_state_bytes,
 )
-from accelkit.plan.stages import stage_blocks, stage_param_split, stage_params, stage_recompute_share
+from accelkit.plan.stages import (
+    stage_blocks,
+    stage_param_split,
+    stage_recompute_share,
+    stage_weight_bytes,
+)
 from accelkit.plan.time import expert_dp, infer_time, train_time
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "other")
@@ -217,7 +222,7 @@ def evaluate_train(ctx: PlanContext, layout: Layout) -> Candidate:
 def infer_memory(ctx: PlanContext, layout: Layout, batch: int) -> tuple[dict[str, float], float]:
     """Bytes per device at ``batch`` sequences, and the KV-cache bytes one more sequence costs."""
     m, w, o = ctx.model, ctx.workload, ctx.options
-    weights = stage_params(ctx, layout) * ctx.weight_bytes
+    weights = stage_weight_bytes(ctx, layout)
     if ctx.cnn is not None:
         acts = 2 * ctx.cnn["largest_output_bytes"] * batch
         return {"weights": weights, "gradients": 0.0, "optimizer": 0.0, "activations": acts, "kv_cache": 0.0,

@@ -17,7 +17,7 @@ from accelkit.core.units import fmt_bytes
 from accelkit.plan.context import PlanContext
 from accelkit.plan.layout import Layout
 from accelkit.plan.memory import kv_heads_per_rank
-from accelkit.plan.stages import stage_params
+from accelkit.plan.stages import stage_weight_bytes
 
 BudgetSource = Literal["kv_cache_memory_bytes", "gpu_memory_utilization", "cpu_default"]
 
@@ -48,7 +48,7 @@ def kv_capacity(ctx: PlanContext, layout: Layout) -> KVCapacity | None:
         kv_cache_dtype=w.recipe.kv_cache_dtype, dtype_bytes=ctx.e, kv_scales=o.kv_cache_scales,
     )
     # on a GPU the engine measures what the loaded weights left free; here: memory − this device's weights − allowance
-    weights = stage_params(ctx, layout) * ctx.weight_bytes
+    weights = stage_weight_bytes(ctx, layout)
     free = None if ctx.device.vendor == "cpu" else int(ctx.device.memory_bytes - weights - o.overhead_bytes)
     budget = kv_budget_bytes(kv_cache_memory_bytes=o.kv_cache_memory_bytes, device_free_bytes=free,
                              gpu_memory_utilization=o.gpu_memory_utilization)

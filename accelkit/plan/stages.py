@@ -37,20 +37,38 @@ def stage_blocks(ctx: PlanContext, layout: Layout) -> tuple[int, int, int]:
     return layers, layers, layers
 
 
+def _stage_blocks_and_ends(ctx: PlanContext, layout: Layout) -> tuple[int, float]:
+    """(transformer blocks, embedding and head parameters) on the heaviest pipeline stage, before tensor parallelism."""
+    layers = stage_layers(ctx, layout)  # uneven stages: the heaviest
+    ends = ctx.embedding_params + ctx.head_params if layout.pp == 1 else max(ctx.embedding_params, ctx.head_params)
+    if layout.pp > 1 and ctx.options.pp_embedding_as_layer:
+        if ends > ctx.layer_params + ctx.layer_expert_params / layout.ep:  # beside the embedding or head: one block fewer
+            layers -= 1
+        else:  # a middle stage, all blocks
+            ends = 0.0
+    return layers, ends
+
+
 def stage_param_split(ctx: PlanContext, layout: Layout) -> tuple[float, float]:
     """(dense, expert) parameters on one device of the heaviest pipeline stage; the experts already ÷ ep. The two
     parts are data-parallel over different groups (``time.expert_dp``), so ZeRO shards and reduces them apart."""
     if ctx.cnn is not None:
         return float(ctx.model.num_params()), 0.0
-    layers = stage_layers(ctx, layout)  # uneven stages: the heaviest
+    layers, ends = _stage_blocks_and_ends(ctx, layout)
     experts = ctx.layer_expert_params / layout.ep
-    ends = ctx.embedding_params + ctx.head_params if layout.pp == 1 else max(ctx.embedding_params, ctx.head_params)
-    if layout.pp > 1 and ctx.options.pp_embedding_as_layer:
-        if ends > ctx.layer_params + experts:  # the stage beside the embedding or the head, one block fewer
-            layers -= 1
-        else:  # a middle stage, all blocks
-            ends = 0.0
     return (layers * ctx.layer_params + ends) / layout.tp, layers * experts / layout.tp
+
+
+def stage_end_params(ctx: PlanContext, layout: Layout) -> float:
+    """The embedding and head parameters among :func:`stage_param_split`'s dense ones (on one device)."""
+    return 0.0 if ctx.cnn is not None else _stage_blocks_and_ends(ctx, layout)[1] / layout.tp
+
+
+def stage_weight_bytes(ctx: PlanContext, layout: Layout) -> float:
+    """The bytes of the weights one device of the heaviest stage holds: the embedding and head at
+    ``end_weight_bytes`` (16-bit when inference quantizes the rest), everything else at ``weight_bytes``."""
+    ends = stage_end_params(ctx, layout)
+    return (stage_params(ctx, layout) - ends) * ctx.weight_bytes + ends * ctx.end_weight_bytes
 
 
 def stage_params(ctx: PlanContext, layout: Layout) -> float:

@@ -425,7 +425,8 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     flop_s, bw = tensor_flop_s(ctx) * attained, byte_s(ctx) * attained
     tp_links = links(ctx, tp, 1)
     pp_links = links(ctx, max(pp, 1), tp * layout.dp)
-    weights = (m.num_params() * ctx.weight_bytes) / tp  # a batch passes every stage in turn
+    ends = ctx.embedding_params + ctx.head_params  # (16-bit where the rest is quantized: end_weight_bytes)
+    weights = ((m.num_params() - ends) * ctx.weight_bytes + ends * ctx.end_weight_bytes) / tp  # every stage in turn
     if ctx.cnn is not None:
         fl = ctx.cnn["forward_flops"] * batch
         compute = fl / flop_s
@@ -475,16 +476,18 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
     context = prompt + w.output_len / 2
     read = layer_w
     if m.num_experts:  # a decode step touches only the experts its tokens are routed to: this device's E/ep
-        # experts receive the routed tokens of all ep replicas, batch·k·ep/E per expert on average
+        # experts receive the routed tokens of all ep replicas; under uniform routing an expert is missed by each of
+        # those batch·ep tokens with probability 1 − k/E, so the share touched is 1 − (1 − k/E)^(batch·ep) — the
+        # expected tokens per expert, batch·k·ep/E, overstated it until the batch saturated them (found in review)
         experts = ctx.layer_expert_params / ep * ctx.weight_bytes / tp
-        read -= experts * (1 - min(1.0, batch * k_routed * ep / m.num_experts))
+        read -= experts * (1 - min(1.0, 1 - (1 - k_routed / m.num_experts) ** (batch * ep)))
     mm_c, mm_m = _roofline(2.0 * batch * ctx.layer_matmul_active / tp / flop_s, read / bw)
     kept = m.kv_cache_tokens(context)  # cached tokens a layer reads (mean over layers): min(context, window)
     at_c, at_m = _roofline(F.attention_flops(m, batch=batch, q_len=1, kv_len=int(context)) / m.num_layers / tp / flop_s,
                            batch * kept * kv_tok / bw)
     ew = batch * (traffic.replicated_bytes + traffic.sharded_bytes / tp + kv_tok) / bw
     hd_c, hd_m = _roofline(2.0 * batch * F.head_matmul_params(m) / tp / flop_s,
-                           F.head_matmul_params(m) * ctx.weight_bytes / tp / bw)
+                           F.head_matmul_params(m) * ctx.end_weight_bytes / tp / bw)
     d_compute = m.num_layers * (mm_c + at_c) + hd_c
     d_memory = m.num_layers * (mm_m + at_m + ew) + hd_m
     d_comm = 2 * m.num_layers * tp_links.all_reduce_s(h_bytes * batch)
