@@ -111,6 +111,12 @@ def tensor_flop_s(ctx: PlanContext) -> float:
     return ctx.peak * ctx.efficiency.compute * ctx.sustained
 
 
+def experts_read_share(tokens: float, k: float, num_experts: int) -> float:
+    """The share of a MoE layer's experts that ``tokens`` tokens, each routed to ``k`` of ``num_experts`` uniformly,
+    touch: an expert is missed by each token with probability 1 − k/E."""
+    return 1 - (1 - min(1.0, k / num_experts)) ** tokens
+
+
 def attention_flop_s(ctx: PlanContext, seq: int, *, causal: bool) -> float:
     """Flash-attention FLOP/s (useful FLOPs) at query/key length ``seq``; ``seq`` is the band of keys a causal
     kernel's query sees (``causal_block_factor``: a sliding window's w when shorter than the sequence)."""
@@ -480,7 +486,7 @@ def infer_time(ctx: PlanContext, layout: Layout, batch: int) -> dict[str, float]
         # those batch·ep tokens with probability 1 − k/E, so the share touched is 1 − (1 − k/E)^(batch·ep) — the
         # expected tokens per expert, batch·k·ep/E, overstated it until the batch saturated them (found in review)
         experts = ctx.layer_expert_params / ep * ctx.weight_bytes / tp
-        read -= experts * (1 - min(1.0, 1 - (1 - k_routed / m.num_experts) ** (batch * ep)))
+        read -= experts * (1 - experts_read_share(batch * ep, k_routed, m.num_experts))
     mm_c, mm_m = _roofline(2.0 * batch * ctx.layer_matmul_active / tp / flop_s, read / bw)
     kept = m.kv_cache_tokens(context)  # cached tokens a layer reads (mean over layers): min(context, window)
     at_c, at_m = _roofline(F.attention_flops(m, batch=batch, q_len=1, kv_len=int(context)) / m.num_layers / tp / flop_s,

@@ -2,6 +2,8 @@
 collectives checked against published nccl-tests bus bandwidths, the memory-bound kernels, attention
 efficiency by sequence length, FSDP overlap, launch overhead, inference phases."""
 
+from dataclasses import replace
+
 import pytest
 
 from accelkit.core import Cluster, Recipe, Workload
@@ -12,7 +14,7 @@ from accelkit.plan.comm import Links
 from accelkit.plan.kernels import layer_traffic
 from accelkit.plan.priors import FLASH_TRITON_SLOWDOWN, OVERLAP_SLOWDOWN
 from accelkit.plan.stages import stage_params
-from accelkit.plan.time import attention_flop_s, links, overlapped, train_time
+from accelkit.plan.time import attention_flop_s, byte_s, links, overlapped, train_time
 
 H100 = get_device("h100")
 NO_CAL = PlanOptions(use_calibration=False)
@@ -241,7 +243,7 @@ def test_decode_is_bandwidth_bound_and_fp8_kv_helps_at_long_context():
 
 def test_moe_optimizer_step_and_expert_gradient_reduction_use_the_expert_data_parallel_group():
     from accelkit.plan.stages import stage_param_split
-    from accelkit.plan.time import byte_s, dp_groups
+    from accelkit.plan.time import dp_groups
 
     lay = dict(model="mixtral-8x7b", micro_batch=1, grad_accum=1, recompute="full")
     ctx, all8 = _train(ep=8, zero=1, **lay)
@@ -406,3 +408,72 @@ def test_a_window_not_shorter_than_the_sequence_keeps_the_sequence_factor():
         prefill = [{k: v for k, v in infer_time(c, Layout(dp=1, tp=1, pp=1), 4).items() if k.startswith("prefill")}
                    for c in (ctx, plain)]
         assert prefill[0] == prefill[1]
+
+
+def test_fp32_attention_runs_at_the_fp32_peak_and_the_mfu_stays_under_one():
+    """Flash attention has no fp32 kernel: an fp32 plan's attention runs on the fp32 units. Timed at the bf16 peak
+    (found in review) a 128K-token fp32 run of Llama 3.1 8B planned at MFU 1.78; a plan past 100% also warns."""
+    from accelkit.plan.api import _mfu_warning, to_json
+    from accelkit.plan.evaluate import evaluate
+
+    w = Workload(model=get_preset("llama-3.1-8b"), task="train", seq_len=131072, recipe=Recipe(precision="fp32"))
+    ctx = make_context(w, Cluster(device=H100, num_devices=8), NO_CAL)
+    assert ctx.peak_16 == H100.peak("fp32") < H100.peak("bf16")
+    assert attention_flop_s(ctx, 131072, causal=True) <= H100.peak("fp32")
+    c = evaluate(ctx, Layout(dp=1, tp=8, pp=1, micro_batch=1, grad_accum=8))
+    assert 0 < c.mfu <= 1 and _mfu_warning(c, ctx) == [] and to_json(c, ctx)["warnings"] == []
+    assert "above the fp32 peak" in _mfu_warning(replace(c, mfu=1.2), ctx)[0]
+    bf16 = make_context(replace(w, recipe=Recipe(precision="bf16")), Cluster(device=H100, num_devices=8), NO_CAL)
+    assert bf16.peak_16 == H100.peak("bf16")
+
+
+def test_moe_decode_reads_the_share_of_experts_its_batch_touches():
+    """Under uniform routing, k of E experts per token: 1 − (1 − k/E)^batch of them are read in a decode step. The
+    expected tokens per expert, batch·k/E, read every Mixtral expert from batch 4 on (found in review): at batch 4
+    the share is 68%, at 16 99%; one token reads k/E."""
+    from accelkit.plan.time import experts_read_share, infer_time
+
+    assert experts_read_share(1, 2, 8) == pytest.approx(0.25)
+    assert experts_read_share(4, 2, 8) == pytest.approx(1 - 0.75 ** 4) == pytest.approx(0.6836, abs=1e-4)
+    assert experts_read_share(16, 2, 8) == pytest.approx(1 - 0.75 ** 16)
+    assert experts_read_share(3, 8, 8) == 1.0
+
+    def decode_memory(batch):
+        w = Workload(model=get_preset("mixtral-8x7b"), task="infer", prompt_len=512, output_len=128,
+                     batch_size=batch, recipe=Recipe(precision="bf16"))
+        ctx = make_context(w, Cluster(device=H100, num_devices=1), NO_CAL)
+        return infer_time(ctx, Layout(dp=1, tp=1, pp=1), batch)["decode_memory"]
+
+    assert decode_memory(1) < decode_memory(4) < decode_memory(16)  # (more experts touched, up to all)
+
+
+def test_fp8_and_quantized_serving_keep_the_embedding_and_head_at_16_bits():
+    """As the engines hold them (accelkit serve refuses a quantized head; vLLM and torchao keep both 16-bit): Llama 3.1
+    8B at fp8 holds 6.98 G layer weights at 1 byte and 1.05 G embedding/head/norm weights at 2 — 9.08 GB (the
+    planner said 8.03 GB: found in review)."""
+    from accelkit.plan.stages import stage_weight_bytes
+
+    def ctx(precision, quantization=None):
+        w = Workload(model=get_preset("llama-3.1-8b"), task="infer", prompt_len=512, output_len=128, batch_size=1,
+                     recipe=Recipe(precision=precision, quantization=quantization))
+        return make_context(w, Cluster(device=H100, num_devices=1), NO_CAL)
+
+    fp8, bf16 = ctx("fp8"), ctx("bf16")
+    one = Layout(dp=1, tp=1, pp=1)
+    ends = fp8.embedding_params + fp8.head_params
+    assert fp8.end_weight_bytes == 2 and stage_weight_bytes(fp8, one) == pytest.approx(
+        (fp8.model.num_params() - ends) * 1 + ends * 2)
+    assert stage_weight_bytes(fp8, one) == pytest.approx(9.08e9, rel=0.005)
+    assert stage_weight_bytes(bf16, one) == pytest.approx(fp8.model.num_params() * 2)  # (16-bit: nothing changes)
+    trained = make_context(Workload(model=get_preset("llama-3.1-8b"), task="train", seq_len=4096,
+                                    recipe=Recipe(precision="fp8")), Cluster(device=H100, num_devices=8), NO_CAL)
+    assert trained.end_weight_bytes == trained.weight_bytes
+
+
+def test_an_moe_with_every_expert_active_plans_as_a_dense_mlp():
+    """k = E (a config may say so): every expert runs on every token, so none is idle — it divided by k − E = 0."""
+    model = get_preset("mixtral-8x7b")
+    w = Workload(model=model.replace(experts_per_token=model.num_experts), task="train", seq_len=4096,
+                 recipe=Recipe(precision="bf16"))
+    ctx = make_context(w, Cluster(device=H100, num_devices=8), NO_CAL)
+    assert ctx.layer_expert_params == 0 and ctx.layer_params * model.num_layers > 0.9 * model.num_params()
