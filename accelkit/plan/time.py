@@ -114,7 +114,7 @@ def tensor_flop_s(ctx: PlanContext) -> float:
 def experts_read_share(tokens: float, k: float, num_experts: int) -> float:
     """The share of a MoE layer's experts that ``tokens`` tokens, each routed to ``k`` of ``num_experts`` uniformly,
     touch: an expert is missed by each token with probability 1 − k/E."""
-    return 1 - (1 - min(1.0, k / num_experts)) ** tokens
+    return float(1 - (1 - min(1.0, k / num_experts)) ** tokens)
 
 
 def attention_flop_s(ctx: PlanContext, seq: int, *, causal: bool) -> float:
