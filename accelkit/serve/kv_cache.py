@@ -89,6 +89,11 @@ class KVCache:
         """Per-token-per-head scales of one layer ``(num_blocks, block_size, Hkv)``; None when unquantized."""
         return None, None
 
+    def as_stored(self, x: torch.Tensor) -> torch.Tensor:
+        """K or V of a step's tokens, (T, Hkv, D), as the cache returns them when gathered: what attention over
+        fresh tokens must read, so that it sees what every later read of them sees (the values themselves here)."""
+        return x
+
     def gather(self, layer: int, block_ids: torch.Tensor, scratch: GatherScratch | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of whole blocks: ``block_ids`` (..., nb) → two (..., nb * block_size, Hkv, D) tensors. With a
@@ -136,6 +141,13 @@ class _QuantizedKVCache(KVCache):
             q, s = self._quantize(x)
             codes[layer].view(-1, h, d).index_copy_(0, slot_mapping, q)
             scales[layer].view(-1, h).index_copy_(0, slot_mapping, s)
+
+    def as_stored(self, x: torch.Tensor) -> torch.Tensor:
+        """Quantized and decoded as :meth:`gather` decodes them: a prompt chunk with no cached context attends to
+        these, not to its unquantized K/V, or its output would differ from a chunked or cached run's (found in
+        review: greedy tokens changed with max_num_batched_tokens on fp8/int8 caches; Triton reads the codes)."""
+        codes, scale = self._quantize(x)
+        return self._decode(codes).to(self.dtype) * scale.to(self.dtype).unsqueeze(-1)
 
     def gather(self, layer: int, block_ids: torch.Tensor, scratch: GatherScratch | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -133,6 +133,26 @@ def test_triton_backend_quantized_cache_agrees_with_the_sdpa_reference(llama, tr
     assert same >= len(PROMPTS) - 1, (sdpa, triton)
 
 
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+def test_a_quantized_cache_gives_the_same_output_whatever_the_chunking(llama, kind):
+    """On the SDPA path a prompt chunk with no cached context attended to its own K/V unquantized, every later read
+    (a chunk with context, a prefix hit, a decode) to their quantized codes: the output changed with
+    max_num_batched_tokens (found in review, 11 of 40 greedy outputs). Fresh chunks now read what the cache holds."""
+    model_dir, _, _ = llama
+    prompts = random_prompts(6, min_len=20, max_len=60, seed=5)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=0)
+    runs = {}
+    for chunk in (256, 8):
+        llm = LLM(str(model_dir), **COMMON, kv_cache_dtype=kind, attention_backend="sdpa", max_num_seqs=4,
+                  max_num_batched_tokens=chunk, enable_prefix_caching=False)
+        runs[chunk] = llm.generate(prompts, params)
+    for whole, chunked in zip(runs[256], runs[8], strict=True):
+        assert whole.token_ids == chunked.token_ids
+        got = [lp for lp, _ in chunked.logprobs]
+        want = [lp for lp, _ in whole.logprobs]
+        assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-4, (got, want)
+
+
 # ---- the CUDA-graph path, run eagerly -------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["sdpa", "triton"])
 def test_padded_decode_path_gives_the_same_tokens(llama, backend):

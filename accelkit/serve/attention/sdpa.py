@@ -131,9 +131,9 @@ class SdpaAttention(AttentionBackend):
         for p in meta.prefills:
             n = p.end - p.start
             qp = q[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, Hq, n, D)
-            if p.block_ids is None:
-                kp = k[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, Hkv, n, D)
-                vp = v[p.start : p.end].transpose(0, 1).unsqueeze(0)
+            if p.block_ids is None:  # (as the cache holds them: a quantized cache's codes decoded)
+                kp = cache.as_stored(k[p.start : p.end]).transpose(0, 1).unsqueeze(0)  # (1, Hkv, n, D)
+                vp = cache.as_stored(v[p.start : p.end]).transpose(0, 1).unsqueeze(0)
             else:
                 total = p.context_len + n
                 kc, vc = cache.gather(layer, p.block_ids, self.scratch)  # (nb * bs, Hkv, D)
