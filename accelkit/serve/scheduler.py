@@ -139,10 +139,14 @@ class Scheduler:
                     continue
                 num_new = budget
             while not bm.append_slots(seq, num_new):
-                victim = max(
-                    (s for s in self.running if s.seq_id not in scheduled and s.seq_id not in preempted),
-                    key=_order_key,
-                )
+                # the last in scheduling order (under priority: the lowest priority, the newest of it), even one
+                # this step already scheduled — it gives its tokens back — as vLLM's scheduler takes it; choosing
+                # only among the unscheduled made a high-priority prefill preempt itself while lower-priority
+                # decodes went on (found in review)
+                victim = max((s for s in self.running if s.seq_id not in preempted), key=_order_key)
+                if victim.seq_id in scheduled:
+                    budget += _unschedule(batch, victim)
+                    scheduled.discard(victim.seq_id)
                 self._preempt(victim)
                 preempted.add(victim.seq_id)
                 batch.num_preempted += 1
@@ -174,7 +178,9 @@ class Scheduler:
             if not bm.allocate(seq, cached, num_cached + num_new):
                 break
             self.waiting.pop()
-            if not seq.needs_prompt_logprobs:  # (such a request does not look the cache up: no query to count)
+            # (a request that looks the cache up for the first time: one that does not — prompt logprobs — or that
+            # comes back after a preemption is no query, as vLLM counts them; re-admissions inflated the hit rate)
+            if not seq.needs_prompt_logprobs and seq.num_preemptions == 0:
                 self.counters.prefix_cache_queries += seq.num_tokens
                 self.counters.prefix_cache_hits += num_cached
             if seq.num_preemptions == 0:
@@ -260,3 +266,10 @@ class Scheduler:
 
 def _order_key(seq: Sequence) -> tuple[int, int]:
     return seq.order_key
+
+
+def _unschedule(batch: ScheduledBatch, seq: Sequence) -> int:
+    """Take ``seq`` out of ``batch`` (it is being preempted): the tokens it had been given, back to the budget."""
+    at = next(i for i, s in enumerate(batch.seqs) if s is seq)
+    del batch.seqs[at]
+    return batch.num_tokens.pop(at)

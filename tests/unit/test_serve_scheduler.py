@@ -225,8 +225,13 @@ class ReferenceScheduler(Scheduler):
                     continue
                 num_new = budget
             while not bm.append_slots(seq, num_new):
-                victim = max((s for s in self.running if s.seq_id not in scheduled and s.seq_id not in preempted),
-                             key=order)
+                # the last in scheduling order, already scheduled or not (then it gives its tokens back)
+                victim = max((s for s in self.running if s.seq_id not in preempted), key=order)
+                if victim.seq_id in scheduled:
+                    at = batch.seqs.index(victim)
+                    batch.seqs.pop(at)
+                    budget += batch.num_tokens.pop(at)
+                    scheduled.discard(victim.seq_id)
                 self._preempt(victim)
                 preempted.add(victim.seq_id)
                 batch.num_preempted += 1
@@ -252,8 +257,9 @@ class ReferenceScheduler(Scheduler):
             if not bm.allocate(seq, cached, num_cached + num_new):
                 break
             self.waiting.pop()
-            self.counters.prefix_cache_queries += seq.num_tokens
-            self.counters.prefix_cache_hits += num_cached
+            if seq.num_preemptions == 0:  # (a re-admission is no new query, as vLLM counts them)
+                self.counters.prefix_cache_queries += seq.num_tokens
+                self.counters.prefix_cache_hits += num_cached
             if seq.num_preemptions == 0:
                 seq.num_cached_tokens = num_cached
             seq.num_computed_tokens = num_cached
@@ -382,4 +388,28 @@ def test_a_twin_held_back_is_admitted_when_the_request_computing_its_prefix_goes
     sched.block_manager.check_invariants(sched.running)
     batch = sched.schedule()
     assert [s.request_id for s in batch.seqs] == ["b"] and sched.get("b").num_cached_tokens == 8  # a's 2 blocks
+    sched.block_manager.check_invariants(sched.running)
+
+
+def test_under_priority_a_prefill_preempts_the_lower_priority_decode_not_itself():
+    """Decodes are scheduled first, and a victim was chosen among the requests this step had not scheduled yet: a
+    high-priority prompt arriving beside a low-priority decode, with too few blocks for both, preempted itself step
+    after step while the decode went on (found in review). The victim is now the last in scheduling order whether
+    scheduled or not — the low-priority decode, which gives its token back — as vLLM's scheduler picks it. Its
+    re-admission is no new prefix-cache query."""
+    sched = make(num_blocks=8, block_size=4, max_num_batched_tokens=8, policy="priority", max_model_len=32)
+    low = req("low", 12, max_tokens=20, priority=10, ignore_eos=True)
+    sched.add(low)
+    while low.num_computed_tokens < 16:  # its prompt, then decodes: 4 of the 8 blocks
+        step(sched)
+    queries = sched.counters.prefix_cache_queries
+    high = req("high", 16, max_tokens=4, priority=0, first=40, ignore_eos=True)  # 4 blocks, then a 5th
+    sched.add(high)
+    for _ in range(12):
+        step(sched)
+        if high.is_finished:
+            break
+    assert high.is_finished and high.num_preemptions == 0, (high.num_preemptions, low.num_preemptions)
+    assert low.num_preemptions >= 1 and not low.is_finished
+    assert sched.counters.prefix_cache_queries == queries + 16  # (high's prompt; low's re-admissions are none)
     sched.block_manager.check_invariants(sched.running)
