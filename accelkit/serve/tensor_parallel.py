@@ -86,14 +86,17 @@ def check_tensor_parallel_size(size: int, args: ModelArgs) -> None:
     widths = []
     if args.moe is None or len(args.moe.sparse_layers) < args.num_layers:
         widths.append(("intermediate_size", args.intermediate_size))
-    if args.moe is not None:
-        widths.append(("moe_intermediate_size", args.moe.intermediate_size))
+    if args.moe is not None:  # (Mixtral's experts are intermediate_size wide: the field its config.json has)
+        expert_field = "intermediate_size" if args.architecture == "MixtralForCausalLM" else "moe_intermediate_size"
+        widths.append((expert_field, args.moe.intermediate_size))
         if args.moe.shared_expert_intermediate_size is not None:
             widths.append(("shared_expert_intermediate_size", args.moe.shared_expert_intermediate_size))
-    for name, width in widths:
-        if width % size:
+    for name, width in dict(widths).items():
+        if width % size:  # (the sizes every check here takes: the heads' and every width's)
+            fits = [d for d in range(1, args.num_heads + 1) if not args.num_heads % d
+                    and ((kv >= d and not kv % d) or (kv < d and not d % kv)) and not any(w % d for _, w in widths)]
             raise ValueError(f"tensor_parallel_size={size} does not divide {name}={width} of this model; use one of "
-                             f"{_divisors(width)}")
+                             f"{', '.join(map(str, fits))}")
 
 
 def check_tensor_parallel_ranks(size: int, device: str) -> None:
@@ -335,7 +338,10 @@ class TensorParallelLeader(RankComm):
         if self._dead is not None:
             return WorkerDiedError(self._dead)
         what = describe(exc) if exc is not None else "a worker did not answer"
-        return WorkerDiedError(f"tensor-parallel step failed ({what}); the engine stopped — restart it")
+        message = f"tensor-parallel step failed ({what}); the engine stopped — restart it"
+        with self._lock:  # the ranks are out of step for good: the next call fails at once, as after a worker died
+            self._dead = message  # (it hung in the next collective until its timeout: found in review)
+        return WorkerDiedError(message)
 
     def check_alive(self) -> None:
         if self._dead is not None:

@@ -35,7 +35,11 @@ def worker_main(rank: int, size: int, store_port: int, config: EngineConfig, dev
                 conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
     """Rank ``rank``: join the group, load this rank's shard, then run every step rank 0 sends until told to stop."""
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle: it stops the workers
+    # Ctrl-C and SIGTERM are rank 0's to handle: it drains its requests, then stops the workers (a SIGTERM to the
+    # whole process group — systemd's default, a shell's kill %1 — killed a worker first, and a graceful stop
+    # became a crash: found in review); a worker whose rank 0 is gone stops by itself (_watch_parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     code = 0
     try:
         if not device.startswith("cuda"):  # the cores are shared by the ranks
