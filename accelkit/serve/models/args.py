@@ -82,19 +82,8 @@ class ModelArgs:
         quantization = parse_quantization_config(quant) if quant is not None else None
         if cfg.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act={cfg['hidden_act']!r} in config.json is not supported; expected 'silu'")
-        # transformers >= 5 writes rope_parameters (theta inside); older files have rope_theta + rope_scaling
-        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-        # transformers' defaults where config.json leaves a field out: Mixtral's differ (MixtralConfig)
-        mixtral = arch == "MixtralForCausalLM"
-        theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 1e6 if mixtral else 10000.0)))
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type == "llama3":  # (transformers: a top-level value first, then the dict's, then the context)
-            rope["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings") or rope.get(
-                "original_max_position_embeddings") or cfg.get("max_position_embeddings", 2048)
-        if rope_type not in _ROPE_TYPES:
-            raise ValueError(f"rope_parameters.rope_type={rope_type!r} is not supported; expected one of {_ROPE_TYPES}")
-        if rope.get("partial_rotary_factor", 1.0) != 1.0:
-            raise ValueError("rope_parameters.partial_rotary_factor != 1 is not supported")
+        mixtral = arch == "MixtralForCausalLM"  # (transformers' defaults for left-out fields differ: MixtralConfig)
+        theta, rope, rope_type = _rope(cfg, default_theta=1e6 if mixtral else 10000.0)
         if arch.startswith("Qwen") and cfg.get("use_sliding_window"):
             raise ValueError(f"use_sliding_window=true ({arch} per-layer windows) is not supported")
         heads = cfg["num_attention_heads"]
@@ -135,6 +124,23 @@ class ModelArgs:
             moe=_moe_args(cfg, arch, num_layers) if arch in MOE_ARCHITECTURES else None,
             quantization=quantization,
         )
+
+
+def _rope(cfg: dict[str, Any], *, default_theta: float) -> tuple[float, dict[str, Any], str]:
+    """(rope_theta, the scaling's fields, its type) read as transformers reads them; ValueError for a type or a
+    partial rotary factor that is not served."""
+    # transformers >= 5 writes rope_parameters (theta inside); older files have rope_theta + rope_scaling
+    rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    theta = float(rope.pop("rope_theta", cfg.get("rope_theta", default_theta)))
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type == "llama3":  # (transformers: a top-level value first, then the dict's, then the context)
+        rope["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings") or rope.get(
+            "original_max_position_embeddings") or cfg.get("max_position_embeddings", 2048)
+    if rope_type not in _ROPE_TYPES:
+        raise ValueError(f"rope_parameters.rope_type={rope_type!r} is not supported; expected one of {_ROPE_TYPES}")
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError("rope_parameters.partial_rotary_factor != 1 is not supported")
+    return theta, rope, rope_type
 
 
 def config_head_dim(cfg: dict[str, Any]) -> int:
