@@ -226,7 +226,8 @@ class LLMEngine:
         for word in words:
             alone = tuple(self.encode(word.lstrip(), add_special_tokens=False))
             spaced = tuple(self.encode(" " + word.lstrip(), add_special_tokens=False))
-            out += [ids for ids in (alone,) if ids]
+            if alone:
+                out.append(alone)
             if spaced and (not alone or (spaced[0] != alone[0] and len(spaced) == len(alone))):
                 out.append(spaced)
         return tuple(out)

@@ -170,7 +170,7 @@ class ModelRunner:
         if layers and all(m.weight_only for m in layers):  # W8A16: activations stay 16-bit (found in review: they
             why_not = "the checkpoint's activations are 16-bit (W8A16)"  # were quantized to FP8 on Hopper)
         if why_not is None:
-            unfit = [m for m in layers if m.weight_only or m.in_features % 16 or m.out_features % 16]
+            unfit = [m for m in layers if m.in_features % 16 or m.out_features % 16]
             for m in layers:
                 if m not in unfit:
                     m.use_scaled_mm()

@@ -39,6 +39,7 @@ class SampledRow(Protocol):
     num_prompt_tokens: int
     stop_token_ids: frozenset[int]
     guide: object | None  # a structured.RequestGuide with SamplingParams.structured_outputs
+    bad_words_ids: tuple[tuple[int, ...], ...]  # SamplingParams.bad_words as token id sequences
 
 
 class TokenCounts:
@@ -204,12 +205,9 @@ def _held_stops(p: SamplingParams, row: SampledRow, vocab: int) -> list[int]:
 def _bad_word_ends(row: SampledRow, vocab: int) -> list[int]:
     """The tokens ``bad_words`` forbid ``row`` now (vLLM's rule): of each word's token sequence, its last token where
     the output's last tokens are the rest of it — a one-token word's always."""
-    words: tuple[tuple[int, ...], ...] = getattr(row, "bad_words_ids", ())
-    if not words:
-        return []
     generated = len(row.token_ids) - row.num_prompt_tokens
     banned = []
-    for ids in words:
+    for ids in row.bad_words_ids:
         k = len(ids) - 1
         if k <= generated and (k == 0 or tuple(row.token_ids[len(row.token_ids) - k:]) == ids[:-1]) and ids[-1] < vocab:
             banned.append(ids[-1])

@@ -127,10 +127,15 @@ def _refused(spec: StructuredOutputs, exc: ValueError, schema: Any, grammar: str
     return ValueError(f"structured_outputs.{spec.kind}: {_one_line(str(exc), schema, tag_grammar=tag_grammar)}")
 
 
+def _special_pattern(special: dict[str, int]) -> re.Pattern[str] | None:
+    """A pattern finding ``special``'s token texts (the longest first where one begins another), or None."""
+    return re.compile("|".join(map(re.escape, sorted(special, key=len, reverse=True)))) if special else None
+
+
 def _token_items(special: dict[str, int]) -> Callable[[str], str]:
     """A function writing a text as Lark items: its added tokens llguidance matches as tokens (``special``: text →
     id) as those tokens (``<[id]>``), the rest as strings."""
-    found = re.compile("|".join(map(re.escape, sorted(special, key=len, reverse=True)))) if special else None
+    found = _special_pattern(special)
 
     def items(text: str) -> str:
         out, at = [], 0
@@ -169,11 +174,11 @@ def structural_tag_lark(structures: Sequence[tuple[str, str, Any, str]], special
     if answer is not None:
         calls = [f"call_{i}: {' '.join(x for x in (items(begin), _json_item(schema), items(end)) if x)}"
                  for i, (_, begin, schema, end) in enumerate(structures)]
-        separator = f" {items(answer[1])}" if answer[1] else ""
+        separator = items(answer[1])
         return "\n".join(["%llguidance {}", "start: answer | calls", f"answer: {_json_item(answer[0])}",
-                          f"calls: call ({separator.strip()} call)*" if separator else "calls: call+",
+                          f"calls: call ({separator} call)*" if separator else "calls: call+",
                           f"call: {' | '.join(f'call_{i}' for i in range(len(structures)))}", *calls]) + "\n"
-    found = re.compile("|".join(map(re.escape, sorted(special, key=len, reverse=True)))) if special else None
+    found = _special_pattern(special)
     rules = []
     for i, (trigger, begin, schema, end) in enumerate(structures):
         body = " ".join(x for x in (items(begin[len(trigger):]), _json_item(schema), items(end)) if x)

@@ -813,6 +813,22 @@ def test_a_token_drawn_before_its_mask_comes_from_the_masked_distribution() -> N
     assert abs(refused_share - (1 - p_allowed)) <= 4 * (p_allowed * (1 - p_allowed) / n) ** 0.5, refused_share
 
 
+def drawn_both_ways(spec: StructuredOutputs, params: list[Any], logits: torch.Tensor
+                    ) -> tuple[dict[bool, list[int]], dict[bool, tuple[int, int]]]:
+    """The tokens fresh guided rows over ``spec`` draw from ``logits`` with the sampler drawing before the mask
+    (True) and masking first (False), and each way's (first draws allowed, refused)."""
+    from accelkit.serve.sampler import Sampler
+
+    tokens, draws = {}, {}
+    for first in (True, False):
+        sampler = Sampler(torch.device("cpu"), seed=0)
+        sampler.draw_first = first
+        seqs = guided_rows(spec, params)
+        tokens[first] = sampler(logits, params, [s.seq_id for s in seqs], seqs)
+        draws[first] = (sampler.first_draws_allowed, sampler.first_draws_refused)
+    return tokens, draws
+
+
 def test_a_greedy_row_drawn_first_takes_the_masked_argmax_and_cut_rows_are_masked_first() -> None:
     """Greedy: the argmax kept when the grammar allows it, the best allowed token when not — the tokens of masking
     first. Rows with top_k, top_p or min_p are masked first (those cuts depend on which tokens the mask leaves)."""
@@ -825,13 +841,8 @@ def test_a_greedy_row_drawn_first_takes_the_masked_argmax_and_cut_rows_are_maske
     logits[0, allowed[1]] = 5.0  # an allowed argmax
     logits[1, EOS + 1], logits[1, allowed[-1]] = 9.0, 3.0  # a refused argmax, then the best allowed one
     greedy = [SamplingParams.greedy(max_tokens=4)] * 2
-    tokens = {}
-    for first in (True, False):
-        sampler = Sampler(torch.device("cpu"), seed=0)
-        sampler.draw_first = first
-        seqs = guided_rows(spec, greedy)
-        tokens[first] = sampler(logits, greedy, [s.seq_id for s in seqs], seqs)
-        assert (sampler.first_draws_allowed, sampler.first_draws_refused) == ((1, 1) if first else (0, 0))
+    tokens, draws = drawn_both_ways(spec, greedy, logits)
+    assert draws == {True: (1, 1), False: (0, 0)}
     assert tokens[True] == tokens[False] == [allowed[1], allowed[-1]]
     cut = [SamplingParams(temperature=1.0, top_k=3), SamplingParams(temperature=1.0, top_p=0.5),
            SamplingParams(temperature=1.0, min_p=0.2)]
@@ -854,13 +865,8 @@ def test_a_seeded_row_that_samples_is_masked_first_so_its_tokens_do_not_depend_o
     logits = torch.zeros(64, VOCAB_SIZE)
     logits[:, EOS + 1] = 3.0  # (a disallowed token the model likes: first draws would often be refused)
     seeded = [SamplingParams(temperature=1.0, seed=i, max_tokens=4) for i in range(64)]
-    tokens = {}
-    for first in (True, False):
-        sampler = Sampler(torch.device("cpu"), seed=0)
-        sampler.draw_first = first
-        seqs = guided_rows(spec, seeded)
-        tokens[first] = sampler(logits, seeded, [s.seq_id for s in seqs], seqs)
-        assert sampler.first_draws_allowed == sampler.first_draws_refused == 0
+    tokens, draws = drawn_both_ways(spec, seeded, logits)
+    assert draws == {True: (0, 0), False: (0, 0)}
     assert tokens[True] == tokens[False] and set(tokens[True]) <= set(allowed) and len(set(tokens[True])) > 1
     greedy = [SamplingParams.greedy(max_tokens=4, seed=7)]
     sampler = Sampler(torch.device("cpu"), seed=0)
