@@ -376,9 +376,10 @@ def _names_it(o: Outcome, line: str) -> str | None:
     value = (o.value or "").strip()
     if not value:
         return None  # an empty value cannot be quoted back; any one-line error will do
-    shown = printable(value)  # how a value with control characters is printed (#30 item 5)
-    if value.lower()[:40] in low or repr(value)[1:40].lower() in low or shown.lower()[:40] in low:
-        return None
+    for form in {value, o.value or ""}:  # quoted back as typed ('\xa0' kept) or stripped
+        shown = printable(form)  # how a value with control characters is printed (#30 item 5)
+        if form.lower()[:40] in low or repr(form)[1:40].lower() in low or shown.lower()[:40] in low:
+            return None
     if any(repr(item.strip()).lower() in low for item in value.split(",") if item.strip()):
         return None  # a comma list: the item that is wrong
     _, sentinel = BASE.get(o.param.path, ((), None))
