@@ -36,7 +36,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -204,9 +204,56 @@ class RankComm:
         dist.broadcast(buffer, src=0, group=self.cpu_group)
 
 
+def loopback_store(size: int, timeout: timedelta) -> Any:
+    """Rank 0's rendezvous store, listening on 127.0.0.1 only: torch's TCPStore binds every interface, so a
+    server's ranks offered an unauthenticated port to the network (found in review). The socket is ours, handed
+    to the store (``master_listen_fd``), which owns it from then on."""
+    import socket
+
+    import torch.distributed as dist
+
+    sock = socket.create_server(("127.0.0.1", 0), backlog=max(128, size))
+    port = sock.getsockname()[1]
+    fd = sock.detach()
+    try:
+        return dist.TCPStore(  # type: ignore[attr-defined]
+            "127.0.0.1", port, size, is_master=True, timeout=timeout, wait_for_workers=False, master_listen_fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def loopback_interface() -> str | None:
+    """The name of the interface that holds 127.0.0.1 (``lo`` on Linux, ``lo0`` on macOS), if one does."""
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address == "127.0.0.1" for a in addresses):
+            return str(name)
+    return None
+
+
+@contextlib.contextmanager
+def _loopback_transport() -> Iterator[None]:
+    """gloo and NCCL's sockets on the loopback interface while the group forms: both bind the address the host name
+    resolves to (a LAN address on most servers), and every rank is on this host. A user's own GLOO_SOCKET_IFNAME /
+    NCCL_SOCKET_IFNAME is kept; the variables are restored after (the engine may live in a user's process)."""
+    interface = loopback_interface()
+    names = [n for n in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if n not in os.environ]
+    if interface is None:
+        names = []
+    for name in names:
+        os.environ[name] = interface  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name in names:
+            os.environ.pop(name, None)
+
+
 def init_rank(rank: int, size: int, store_port: int, device: str, timeout_s: float, *, store: Any = None) -> RankComm:
     """Join the group: the default process group on gloo (CPU) or NCCL (CUDA), plus a gloo group for host tensors
-    on CUDA."""
+    on CUDA — all of it on the loopback interface."""
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -221,8 +268,9 @@ def init_rank(rank: int, size: int, store_port: int, device: str, timeout_s: flo
         import torch
 
         torch.cuda.set_device(device)
-    init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=size, timeout=timeout)
-    cpu_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
+    with _loopback_transport():
+        init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+        cpu_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
     return RankComm(rank, size, cpu_group)
 
 
@@ -241,8 +289,6 @@ class TensorParallelLeader(RankComm):
                  worker: Callable[..., None]) -> None:
         """``worker``: what each spawned rank runs (``tensor_parallel_worker.worker_main``: it builds a ModelRunner,
         which imports this module, so it is handed in rather than imported here)."""
-        import torch.distributed as dist
-
         size = config.tensor_parallel_size
         self._procs: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[multiprocessing.connection.Connection] = []
@@ -250,9 +296,7 @@ class TensorParallelLeader(RankComm):
         self._dead: str | None = None
         self._death_callbacks: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
-        timeout = timedelta(seconds=COLLECTIVE_TIMEOUT_S)
-        store = dist.TCPStore(  # type: ignore[attr-defined]
-            "127.0.0.1", 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
+        store = loopback_store(size, timedelta(seconds=COLLECTIVE_TIMEOUT_S))
         ctx = multiprocessing.get_context("spawn")
         for rank in range(1, size):
             parent, child = ctx.Pipe()
@@ -262,16 +306,43 @@ class TensorParallelLeader(RankComm):
             child.close()
             self._procs.append(proc)
             self._conns.append(parent)
-        self._finalizer = weakref.finalize(self, _stop_workers, self._procs, self._conns)
-        threading.Thread(target=self._watch, name="accelkit-tp-watchdog", daemon=True).start()
+        self._finalizer = weakref.finalize(self, _release, self._procs, self._conns)  # (also when dropped unclosed)
+        # the watchdog holds the leader weakly: a dropped engine (an LLM that goes out of scope) is collected, and
+        # its finalizer stops the workers — a bound method kept it, and its workers, alive to the process's end
+        threading.Thread(target=_watch, args=(weakref.ref(self), self._procs), name="accelkit-tp-watchdog",
+                         daemon=True).start()
         try:
             for rank, conn in enumerate(self._conns, start=1):
                 self._expect(conn, rank, "hello", _HELLO_TIMEOUT_S)
-            comm = init_rank(0, size, store.port, device, COLLECTIVE_TIMEOUT_S, store=store)
+            comm = self._join(size, store, device)
         except BaseException:
             self.shutdown()
             raise
         super().__init__(0, size, comm.cpu_group)
+
+    def _join(self, size: int, store: Any, device: str) -> RankComm:
+        """Rank 0 joins the group while the watchdog watches the workers: a worker that dies before it joins (its
+        device cannot be set, it is killed as it starts) fails the start at once — the rendezvous itself waits
+        for every rank until COLLECTIVE_TIMEOUT_S, and the engine's start hung for 300 s (found in review). The
+        join thread is left to that timeout; it holds nothing but the store."""
+        joined: list[RankComm] = []
+        failed: list[BaseException] = []
+
+        def join() -> None:
+            try:
+                joined.append(init_rank(0, size, store.port, device, COLLECTIVE_TIMEOUT_S, store=store))
+            except BaseException as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=join, name="accelkit-tp-join", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.05)
+            if self._dead is not None and thread.is_alive():
+                raise WorkerDiedError(self._dead)
+        if failed:
+            raise failed[0]
+        return joined[0]
 
     def _expect(self, conn: multiprocessing.connection.Connection, rank: int, what: str, timeout_s: float) -> None:
         """Wait for ``what`` from a worker; WorkerDiedError if it dies, says otherwise or stays silent."""
@@ -285,13 +356,10 @@ class TensorParallelLeader(RankComm):
         raise self.error(None)
 
     # ---- failure ------------------------------------------------------------------------------------
-    def _watch(self) -> None:
-        """Wait for any worker to end; if the engine was not stopping it, record why and tell the callbacks."""
-        sentinels = {p.sentinel: rank for rank, p in enumerate(self._procs, start=1)}
-        ended = multiprocessing.connection.wait(list(sentinels))
+    def _worker_ended(self, rank: int) -> None:
+        """Worker ``rank`` ended: if the engine was not stopping it, record why and tell the callbacks."""
         if self._closing:
             return
-        rank = sentinels[ended[0]]  # type: ignore[index]  # (wait returns the sentinels, ints, it was given)
         proc, conn = self._procs[rank - 1], self._conns[rank - 1]
         proc.join(1.0)
         code = proc.exitcode
@@ -365,13 +433,22 @@ class TensorParallelLeader(RankComm):
         if self._closing:
             return
         self._closing = True
-        _stop_workers(self._procs, self._conns)
-        self._finalizer.detach()
-        with contextlib.suppress(Exception):
-            destroy_group()
+        self._finalizer()  # (runs once: not again when collected)
 
 
-def _stop_workers(procs: list[Any], conns: list[multiprocessing.connection.Connection]) -> None:
+def _watch(leader: weakref.ref[TensorParallelLeader], procs: list[multiprocessing.process.BaseProcess]) -> None:
+    """The watchdog's thread: wait for any worker to end, then tell the leader, if it is still there."""
+    sentinels = {p.sentinel: rank for rank, p in enumerate(procs, start=1)}
+    ended = multiprocessing.connection.wait(list(sentinels))
+    alive = leader()
+    if alive is not None:
+        alive._worker_ended(sentinels[ended[0]])  # type: ignore[index]  # (wait returns the sentinels it was given)
+    del alive
+
+
+def _release(procs: list[Any], conns: list[multiprocessing.connection.Connection]) -> None:
+    """Stop the workers, then leave the group: a dropped engine stayed in it, and the next engine in the process was
+    refused ("one is already running": found in review)."""
     for conn in conns:
         with contextlib.suppress(OSError, ValueError):
             conn.send(("stop",))
@@ -383,3 +460,5 @@ def _stop_workers(procs: list[Any], conns: list[multiprocessing.connection.Conne
             proc.join(1.0)
     for conn in conns:
         conn.close()
+    with contextlib.suppress(Exception):
+        destroy_group()

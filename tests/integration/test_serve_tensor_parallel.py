@@ -95,6 +95,22 @@ def test_tp2_greedy_tokens_equal_tp1(name, model_dir):
                     engine.step()
 
 
+def test_a_dropped_engine_stops_its_worker(model_dir):
+    """An LLM that goes out of scope unclosed (a notebook cell run again) is collected and its worker stops: the
+    watchdog thread held the engine, and each dropped engine's workers lived to the process's end (found in
+    review)."""
+    import gc
+
+    import torch.distributed
+
+    llm = LLM(str(model_dir("llama")), tensor_parallel_size=2, **ENGINE)
+    worker = next(c for c in psutil.Process().children() if "spawn_main" in " ".join(c.cmdline()))
+    del llm
+    gc.collect()
+    worker.wait(timeout=30)  # (psutil.TimeoutExpired if it lives on)
+    assert not torch.distributed.is_initialized()  # it left the group: the next engine here can form its own
+
+
 def test_a_failed_step_on_rank_0_stops_the_engine_at_once():
     """A step that fails on rank 0 (an exception, Ctrl-C) leaves the workers inside its collectives: the ranks are
     out of step for good. The next call fails at once saying so (it hung in the next collective until its 300 s
@@ -112,6 +128,24 @@ def test_a_failed_step_on_rank_0_stops_the_engine_at_once():
         leader.check_alive()
 
 
+def test_a_worker_that_dies_before_joining_fails_the_start_at_once(model_dir):
+    """A worker that fails between its hello and the group's rendezvous (its device cannot be set, it is killed as
+    it starts) fails the engine's start within seconds, with its error — rank 0 waited in the rendezvous for all 300 s
+    of its timeout (found in review)."""
+    import time
+
+    from accelkit.serve.config import EngineConfig
+    from accelkit.serve.tensor_parallel import TensorParallelLeader
+    from tests.integration.tp_fault import dies_after_hello
+
+    config = EngineConfig(model=str(model_dir("llama")), tensor_parallel_size=2, **ENGINE)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerDiedError, match=r"worker rank 1 \(pid \d+\) exited with code 1: RuntimeError: rank 1 "
+                                              r"cannot use device cpu; the engine stopped"):
+        TensorParallelLeader(config, device="cpu", max_model_len=160, worker=dies_after_hello)
+    assert time.monotonic() - t0 < 60
+
+
 def test_serve_tp2_answers_as_tp1_and_exits_when_a_worker_dies(model_dir, tmp_path):
     path = str(model_dir("llama"))
     prompt = PROMPTS[2]
@@ -126,6 +160,11 @@ def test_serve_tp2_answers_as_tp1_and_exits_when_a_worker_dies(model_dir, tmp_pa
         # kill the worker while the server is idle: nothing is stepping, yet the server must go down by itself
         workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
         assert len(workers) == 1
+        # every port the ranks listen on (the rendezvous store, gloo's) is on the loopback interface: torch's store
+        # listened on every interface (found in review)
+        listening = {c.laddr for p in (psutil.Process(proc.pid), workers[0])
+                     for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        assert len(listening) >= 3 and {a.ip for a in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
         workers[0].send_signal(signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
     finally:
