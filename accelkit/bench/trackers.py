@@ -180,11 +180,20 @@ def _nvml_handle(device: str) -> tuple[object | None, str | None]:
     return handle, None
 
 
+def _is_package(zone: Path) -> bool:
+    """A top-level zone named ``package-N``: psys (the whole platform) is top-level too but holds the
+    packages, so summing it with them counted the CPU twice (found in review)."""
+    try:
+        return (zone / "name").read_text().strip().startswith("package-")
+    except OSError:
+        return False
+
+
 def rapl_domains(root: Path = RAPL_ROOT) -> tuple[list[Path], str | None]:
     """Readable top-level RAPL package domains, or ([], why not)."""
     if not root.exists():
         return [], f"no RAPL interface ({root} does not exist: not an Intel/AMD host kernel, or a container)"
-    packages = sorted(p for p in root.glob("intel-rapl:*") if re.fullmatch(r"intel-rapl:\d+", p.name))
+    packages = sorted(p for p in root.glob("intel-rapl:*") if re.fullmatch(r"intel-rapl:\d+", p.name) and _is_package(p))
     if not packages:
         return [], f"no RAPL package domain under {root}"
     try:

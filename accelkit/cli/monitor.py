@@ -61,7 +61,7 @@ def monitor_cmd(
     from prometheus_client import CollectorRegistry
 
     # lazy: prometheus_client, only when the exporter runs
-    from accelkit.monitor.exporter import Exporter, exposition_of
+    from accelkit.monitor.exporter import Exporter, exposition_of, host_in_url
     from accelkit.monitor.registry import REGISTRY
 
     if as_json and not once:
@@ -84,7 +84,8 @@ def monitor_cmd(
     for note in server.notes:  # said once, at start; scrapes stay quiet
         err.print(f"note: {note}")
     bound = server.start()  # a port or host it cannot bind is a UserError naming both and the fix
-    err.print(f"serving metrics on http://{config.host}:{bound}/metrics (every {config.interval:g} s); Ctrl-C stops")
+    err.print(f"serving metrics on http://{host_in_url(config.host)}:{bound}/metrics (every {config.interval:g} s); "
+              "Ctrl-C stops", markup=False)  # an IPv6 host in brackets, so the URL can be fetched as printed
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -2,6 +2,8 @@
 shipped dashboard against a live scrape, and `accelkit profile`."""
 
 import gc
+import gzip
+import itertools
 import json
 import re
 import time
@@ -117,7 +119,7 @@ def test_a_failing_collector_leaves_a_gap_and_the_sampler_goes_on(live, monkeypa
     _wait_for(lambda: not has_host(), "the failed collector's series to go")  # a gap, not a frozen value
     broken["on"] = False
     _wait_for(has_host, "the collector's series to come back")  # the sampler thread survived
-    assert exporter._thread.is_alive()
+    assert all(thread.is_alive() for thread, _ in exporter._threads)
     assert "host collector failed (OSError: transient read error)" in caplog.text
 
 
@@ -125,7 +127,7 @@ def test_device_backends_merge_into_one_family_per_scrape_without_growing():
     from prometheus_client.metrics_core import GaugeMetricFamily
 
     from accelkit.monitor.collectors.base import Collector
-    from accelkit.monitor.exporter import _DeviceMetrics
+    from accelkit.monitor.exporter import _LatestSamples
 
     class Backend(Collector):  # two device libraries on one host (NVML and amdsmi), one GPU each
         def __init__(self, gpu: str):
@@ -140,11 +142,42 @@ def test_device_backends_merge_into_one_family_per_scrape_without_growing():
     backends = [Backend("0"), Backend("1")]
     for b in backends:
         b.sample()
-    view = _DeviceMetrics(backends)
+    view = _LatestSamples(backends)
     for _ in range(3):  # every scrape the same two series; the backends' own samples untouched
         (family,) = view.collect()
         assert [s.labels["gpu"] for s in family.samples] == ["0", "1"]
     assert [len(next(b.collect()).samples) for b in backends] == [1, 1]
+
+
+#: what Prometheus 2.x sends (no escaping scheme): OpenMetrics first
+PROMETHEUS_2_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                       "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+def test_prometheus_2_gets_vllm_names_as_declared(live):
+    # prometheus_client's server answered this Accept header with OpenMetrics, declaring `vllm:prompt_tokens`
+    # but writing its samples as `vllm_prompt_tokens_total`: Prometheus stored the vllm_* names and the
+    # dashboard's vllm:* queries were empty
+    _, registry, port = live
+    serving = ServingMetrics.get(registry)
+    serving.start("tiny")
+    serving.prompt_tokens.labels("tiny").inc(42)
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Accept": PROMETHEUS_2_ACCEPT, "Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert response.headers["Content-Encoding"] == "gzip"
+        text = gzip.decompress(response.read()).decode()
+    lines = text.splitlines()
+    declared = [i for i, line in enumerate(lines) if line.startswith("# TYPE vllm:prompt_tokens")]
+    assert declared  # vllm:prompt_tokens_total and _created, in this format
+    for i in declared:
+        samples = list(itertools.takewhile(lambda line: not line.startswith("#"), lines[i + 1:]))
+        assert samples and all(line.startswith("vllm:prompt_tokens") for line in samples), (lines[i], samples)
+    families = {f.name: f for f in text_string_to_metric_families(text)}  # the body parses
+    (total,) = [s for s in families["vllm:prompt_tokens"].samples if s.name == "vllm:prompt_tokens_total"]
+    assert total.labels == {"model_name": "tiny"} and total.value == 42
+    assert "accelkit_host_memory_total_bytes" in families
 
 
 def test_track_exports_step_metrics(live):

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -30,7 +34,7 @@ def _registry() -> CollectorRegistry:
 
 
 def _samplers() -> int:
-    return sum(t.name == "accelkit-monitor-sampler" for t in threading.enumerate())
+    return sum(t.name.startswith("accelkit-monitor-sampler") for t in threading.enumerate())
 
 
 def _scrape(port: int) -> str:
@@ -72,9 +76,9 @@ def test_stop_ends_the_sampler_and_a_second_start_is_refused():
     exporter.start()
     with pytest.raises(UserError, match=r"already serves on port \d+"):
         exporter.start()
-    thread = exporter._thread
+    threads = [thread for thread, _ in exporter._threads]
     exporter.stop()
-    assert thread is not None and not thread.is_alive()
+    assert len(threads) == 2 and not any(thread.is_alive() for thread in threads)  # host, and NVML's (no GPU)
     assert b"accelkit_host" not in generate_latest(registry)
     with pytest.raises(UserError, match=r"was stopped .*create a new Exporter"):
         exporter.start()
@@ -90,7 +94,7 @@ def test_two_exporters_on_one_registry_is_one_error():
         second = Exporter(ExporterConfig(host="127.0.0.1", port=0), registry=registry)
         with pytest.raises(UserError, match="already in this registry; stop"):
             second.start()
-        assert second._thread is None and second._server is None
+        assert second._threads == [] and second._server is None
     finally:
         first.stop()
 
@@ -101,6 +105,47 @@ def test_monitor_cli_on_a_busy_port_is_one_line_exit_2(cli, busy_port):
     errors = [line for line in proc.stderr.splitlines() if not line.startswith("note: ")]
     assert errors == [f"error: cannot listen on 127.0.0.1:{busy_port} (Address already in use); pick another port "
                       "(--port, ExporterConfig(port=...); 0 picks a free one) or stop what holds it"]
+
+
+@pytest.fixture
+def busy_ipv6_port() -> Iterator[int]:
+    try:
+        sock = socket.socket(socket.AF_INET6)
+        sock.bind(("::1", 0))
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here ({exc})")
+    with sock:
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_an_ipv6_host_is_bracketed_in_the_error(cli, busy_ipv6_port):
+    # "cannot listen on ::1:PORT" read as a host "::1:PORT" with no port
+    proc = cli("monitor", "--host", "::1", "--port", str(busy_ipv6_port), timeout=120)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("note: ")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: cannot listen on [::1]:{busy_ipv6_port} (Address already in use); pick another port"), errors
+
+
+def test_monitor_prints_an_ipv6_url_that_can_be_fetched(busy_ipv6_port):
+    # it printed http://::1:PORT/metrics, which no client can fetch; and SIGTERM ends it with exit 0
+    proc = subprocess.Popen([sys.executable, "-m", "accelkit", "monitor", "--host", "::1", "--port", "0"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while "serving metrics on" not in line:
+            line = proc.stderr.readline()
+            assert line, "the exporter exited before serving"
+        url = re.search(r"http://\S+/metrics", line).group(0)
+        assert url.startswith("http://[::1]:")
+        assert "accelkit_host_memory_total_bytes" in urllib.request.urlopen(url, timeout=10).read().decode()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
 
 
 TINY = get_preset("tiny-llama")

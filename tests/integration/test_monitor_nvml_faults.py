@@ -1,14 +1,18 @@
 """The NVML collector against a fake ``pynvml`` with two GPUs (tests/integration/fake_nvml, first on the
 path): one GPU that NVML cannot read — lost at start-up or later — is left out alone, said once, and the
 other keeps reporting, as the DCGM exporter does. Before, a GPU lost at start-up crashed the exporter
-("internal error (NVMLError: GPU is lost)", exit 1) and one lost later hid every GPU."""
+("internal error (NVMLError: GPU is lost)", exit 1) and one lost later hid every GPU. A call into NVML that
+never returns leaves a gap for the GPUs only, and the host series go on."""
 
 import os
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from accelkit.monitor import Exporter, ExporterConfig
 from accelkit.monitor.collectors import NvmlCollector
@@ -25,7 +29,8 @@ def fake_nvml(monkeypatch):
     assert Path(pynvml.__file__) == FAKE / "pynvml.py"
     monkeypatch.setitem(sys.modules, "pynvml", pynvml)  # dropped again after the test
     monkeypatch.setattr(pynvml, "LOST", set())
-    return pynvml
+    yield pynvml
+    pynvml.HANG.clear()  # a sampler thread still inside a hung call returns and ends
 
 
 def _gpus(families, name="DCGM_FI_DEV_GPU_UTIL") -> list[str]:
@@ -77,3 +82,47 @@ def test_monitor_once_with_a_lost_gpu_exits_0_and_says_so(cli):
     assert len(util) == 1 and 'gpu="0"' in util[0] and util[0].endswith(" 87.0")
     assert 'gpu="1"' not in proc.stdout
     assert proc.stderr.count("GPU 1 cannot be read (NVMLError: GPU is lost)") == 1
+
+
+def _scrape(port: int) -> dict:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _wait_for(predicate, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_hung_nvml_call_leaves_a_gap_for_the_gpus_and_the_host_goes_on(fake_nvml, caplog):
+    # one sampler thread read every collector in turn: a hung NVML call froze every series, the host's too, at
+    # its last value, and stop() waited on it, then shut NVML down under the call still in it
+    exporter = Exporter(ExporterConfig(port=0, interval=0.05), registry=CollectorRegistry())
+    assert exporter.stale_after_s == 5.0  # max(3 × interval, 5 s)
+    exporter.stale_after_s = 0.5  # so the test takes about a second
+    port = exporter.start()
+    shutdowns = fake_nvml.SHUTDOWNS
+    try:
+        gpu_series = lambda: _scrape(port)["DCGM_FI_DEV_GPU_UTIL"].samples  # noqa: E731
+        cpu_seconds = lambda: sum(s.value for s in _scrape(port)["accelkit_host_cpu_seconds"].samples)  # noqa: E731
+        assert [s.labels["gpu"] for s in gpu_series()] == ["0", "1"]
+        fake_nvml.HANG.set()
+        _wait_for(lambda: "DCGM_FI_DEV_GPU_UTIL" not in _scrape(port), "the hung collector's series to go")
+        before = cpu_seconds()
+        _wait_for(lambda: cpu_seconds() > before, "the host counter to move while NVML hangs")
+        assert caplog.text.count("the nvml collector has not read for over 0.5 s") == 1  # once, not per scrape
+        fake_nvml.HANG.clear()
+        _wait_for(lambda: "DCGM_FI_DEV_GPU_UTIL" in _scrape(port) and len(gpu_series()) == 2, "the GPUs to come back")
+        assert "the nvml collector reads again" in caplog.text
+        fake_nvml.HANG.set()
+        _wait_for(lambda: "DCGM_FI_DEV_GPU_UTIL" not in _scrape(port), "the second hang's gap")
+        started = time.monotonic()
+        exporter.stop()
+        assert time.monotonic() - started < 2.0  # not the 10 s it waits for a read that may still finish
+        assert shutdowns == fake_nvml.SHUTDOWNS  # NVML left open under the call still in it
+        assert "the nvml collector is still inside a call into its library; it is left open" in caplog.text
+    finally:
+        fake_nvml.HANG.clear()
+        exporter.stop()

@@ -1,5 +1,6 @@
 """A real Prometheus (Debian's package; .ci/run installs it) scrapes an accelkit exporter that also
-tracks a job, and its HTTP API returns the host metrics and the job's step-time metric."""
+tracks a job and holds the serving metrics, and its HTTP API returns the host metrics, the job's step-time
+metric and the vLLM-named series under their own names."""
 
 import json
 import os
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.skipif(
 JOB = textwrap.dedent("""
     import sys, time
     from accelkit.monitor import Exporter, ExporterConfig, track
+    from accelkit.monitor.serving import ServingMetrics
+    ServingMetrics.get().start("prom-test")  # what `accelkit serve` registers, in the same registry
     exporter = Exporter(ExporterConfig(port=0, interval=0.2))
     print(exporter.start(), flush=True)  # the port it bound
     deadline = time.monotonic() + float(sys.argv[1])
@@ -61,20 +64,25 @@ def test_prometheus_scrapes_host_and_job_metrics(tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        host = steps = []
+        host = steps = running = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
                 host = _query(prom_port, "accelkit_host_memory_total_bytes")
                 steps = _query(prom_port, 'accelkit_job_step_seconds_count{job_name="prom-test"}')
+                running = _query(prom_port, 'vllm:num_requests_running{model_name="prom-test"}')
             except OSError:  # Prometheus still starting
                 pass
-            if host and steps:
+            if host and steps and running:
                 break
             time.sleep(0.5)
         assert host, "Prometheus never returned the host metrics"
         assert float(host[0]["value"][1]) > 1e8 and host[0]["metric"]["job"] == "accelkit"
         assert steps and float(steps[0]["value"][1]) >= 1
+        # Prometheus 2.x asks for OpenMetrics first: answered in it, the vllm:* samples went out as vllm_*
+        assert running and float(running[0]["value"][1]) == 0, "Prometheus stored no vllm:* series"
+        assert _query(prom_port, 'vllm:prompt_tokens_total{model_name="prom-test"}')
+        assert not _query(prom_port, "vllm_num_requests_running")
         cores = _query(prom_port, "accelkit_host_cpu_utilization_percent")
         assert len(cores) == os.cpu_count()
         tps = _query(prom_port, 'accelkit_job_tokens_per_second{job_name="prom-test"}')

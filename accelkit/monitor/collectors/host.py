@@ -1,6 +1,8 @@
 """Host metrics through psutil — CPU per core, memory, network, disk — and CPU energy from RAPL
 (``/sys/class/powercap``) where readable. Package domains only: they contain the core and uncore
-sub-domains, and DRAM is reported separately, so nothing is counted twice.
+sub-domains, DRAM is reported separately, and psys (the whole platform) contains the packages, so nothing
+is counted twice. Disk bytes likewise come from the physical disks only: I/O through a loop, device-mapper
+or md device is counted again on the disk beneath it.
 
 CPU time goes out twice: as node_exporter's counter (seconds per core and mode, so ``rate()`` works at
 any scrape interval) and as a utilisation gauge, the busy share of the time between this collector's
@@ -19,6 +21,10 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from accelkit.monitor.collectors.base import Collector
 
 POWERCAP = Path("/sys/class/powercap")
+SYS_BLOCK = Path("/sys/block")
+#: block devices stacked on others (loop, device-mapper, md RAID) or in memory (zram, ramdisks): their I/O is
+#: either counted again on a physical disk or is no disk I/O at all
+VIRTUAL_DISKS = ("loop", "dm-", "md", "zram", "ram")
 #: cpu_times fields left out of the modes: on Linux guest time is already inside user (guest_nice inside
 #: nice), so summing them too would count it twice — node_exporter leaves them out of its modes as well
 GUEST_MODES = ("guest", "guest_nice")
@@ -42,7 +48,7 @@ def busy_percent(before: dict[str, float], after: dict[str, float]) -> float:
 
 
 def rapl_domains(root: Path = POWERCAP) -> dict[str, tuple[Path, int]]:
-    """Readable top-level RAPL domains: name → (energy_uj file, max_energy_range_uj for wrap-around)."""
+    """Readable RAPL package domains: name → (energy_uj file, max_energy_range_uj for wrap-around)."""
     domains: dict[str, tuple[Path, int]] = {}
     if not root.is_dir():
         return domains
@@ -51,6 +57,10 @@ def rapl_domains(root: Path = POWERCAP) -> dict[str, tuple[Path, int]]:
             continue
         try:
             name = (zone / "name").read_text().strip()
+            # psys (the whole platform) is a top-level zone too, but it holds the packages: exported as CPU
+            # energy, the packages were counted twice (found in review)
+            if not name.startswith("package-"):
+                continue
             int((zone / "energy_uj").read_text())
             max_range = int((zone / "max_energy_range_uj").read_text())
         except (OSError, ValueError):
@@ -59,20 +69,34 @@ def rapl_domains(root: Path = POWERCAP) -> dict[str, tuple[Path, int]]:
     return domains
 
 
+def physical_disk_bytes(sys_block: Path = SYS_BLOCK) -> tuple[int, int] | None:
+    """(read, written) bytes summed over the physical whole disks — those with a ``device`` under
+    ``sys_block`` — or None when psutil sees none. psutil's own total sums every device under /sys/block, so a
+    byte written through a loop, dm (LVM, dm-crypt) or md device was counted on it and again on the disk
+    beneath (found in review); partitions are not under /sys/block and are inside their disk's counts."""
+    disks = [io for name, io in (psutil.disk_io_counters(perdisk=True) or {}).items()
+             if not name.startswith(VIRTUAL_DISKS) and (sys_block / name.replace("/", "!") / "device").exists()]
+    if not disks:
+        return None
+    return sum(io.read_bytes for io in disks), sum(io.write_bytes for io in disks)
+
+
 class HostCollector(Collector):
     """CPU, memory, network, disk and RAPL energy of this host."""
 
     name = "host"
 
-    def __init__(self) -> None:
+    def __init__(self, *, powercap: Path = POWERCAP, sys_block: Path = SYS_BLOCK) -> None:
         super().__init__()
         self.hostname = socket.gethostname()
+        self.sys_block = sys_block
         # the utilisation gauge is the change since the previous reading: this one is the first
         self._cpu_modes = [cpu_modes(t) for t in psutil.cpu_times(percpu=True)]
         self._cpu_read_at = time.monotonic()
         #: seconds the latest utilisation sample covers (None before the first sample)
         self.cpu_window_s: float | None = None
-        self._rapl = rapl_domains()
+        self._rapl = rapl_domains(powercap)
+        self._powercap = powercap
         self._energy_j: dict[str, float] = {d: 0.0 for d in self._rapl}
         self._last_uj: dict[str, int] = {}
 
@@ -80,7 +104,7 @@ class HostCollector(Collector):
     def rapl_note(self) -> str | None:
         if self._rapl:
             return None
-        return "no readable RAPL counters under /sys/class/powercap: CPU energy is not reported (not estimated)"
+        return f"no readable RAPL counters under {self._powercap}: CPU energy is not reported (not estimated)"
 
     def seconds_since_cpu_reading(self) -> float:
         """How long the next utilisation sample would cover if taken now."""
@@ -122,11 +146,12 @@ class HostCollector(Collector):
         for nic, c in psutil.net_io_counters(pernic=True).items():
             net.add_metric([nic, "rx", self.hostname], c.bytes_recv)
             net.add_metric([nic, "tx", self.hostname], c.bytes_sent)
-        disk = CounterMetricFamily("accelkit_host_disk_bytes", "Bytes read/written by block devices.", labels=["direction", "Hostname"])
-        io = psutil.disk_io_counters()
+        disk = CounterMetricFamily("accelkit_host_disk_bytes", "Bytes read/written by the physical disks (loop, dm, md "
+                                   "devices left out: their I/O is counted on the disk beneath).", labels=["direction", "Hostname"])
+        io = physical_disk_bytes(self.sys_block)
         if io is not None:
-            disk.add_metric(["read", self.hostname], io.read_bytes)
-            disk.add_metric(["write", self.hostname], io.write_bytes)
+            disk.add_metric(["read", self.hostname], io[0])
+            disk.add_metric(["write", self.hostname], io[1])
         families: list[Metric] = [cpu, cpu_seconds, used, total, net, disk]
         if self._rapl:
             energy = CounterMetricFamily("accelkit_host_cpu_energy_joules", "CPU package energy from RAPL since the exporter started.",

@@ -4,9 +4,13 @@ without one. Tests put this folder first on ``sys.path`` (or ``PYTHONPATH`` for 
 ``LOST`` holds the indices of GPUs that fell off the bus: every call on one raises ``NVMLError("GPU is
 lost")``, its handle lookup included, unless ``NAMES_CACHED`` is set (a driver may still answer name
 and UUID from its cache while every reading fails). ``FAKE_NVML_LOST=1`` (comma-separated indices)
-fills it at import, for a subprocess. Values are in NVML's units (bytes, mW, mJ)."""
+fills it at import, for a subprocess. ``HANG`` set makes every reading block until it is cleared (a
+driver call that does not return, as after an Xid); ``SHUTDOWNS`` counts ``nvmlShutdown`` calls. Values
+are in NVML's units (bytes, mW, mJ)."""
 
 import os
+import threading
+import time
 
 
 class NVMLError(Exception):
@@ -17,6 +21,8 @@ NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 LOST: set[int] = {int(i) for i in os.environ.get("FAKE_NVML_LOST", "").split(",") if i}
 NAMES_CACHED = False
+HANG = threading.Event()
+SHUTDOWNS = 0
 
 
 class _Memory:
@@ -31,6 +37,8 @@ class _Utilization:
 
 
 def _check(handle: int, *, label: bool = False) -> int:
+    while HANG.is_set() and not label:
+        time.sleep(0.01)
     if handle in LOST and not (label and NAMES_CACHED):
         raise NVMLError("GPU is lost")
     return handle
@@ -41,7 +49,8 @@ def nvmlInit() -> None:
 
 
 def nvmlShutdown() -> None:
-    pass
+    global SHUTDOWNS
+    SHUTDOWNS += 1
 
 
 def nvmlDeviceGetCount() -> int:
