@@ -58,7 +58,7 @@ LONG_CASE_WALL_S = 3.0
 LONG_COPY_BYTES = 256 << 20  # `hw probe --copy-size` at or beyond this may run past a case's time, rightly
 PROBE_LOOPS = 4  # `hw probe --min-time S` of the base (one dtype) measures S in each of 4 loops (matmul, copy, …)
 MIN_CASES = 1000
-RANDOM_CASES = 700  # hypothesis draws, on top of the systematic pass over every option
+RANDOM_CASES = 400  # hypothesis draws, on top of the systematic pass over every option (~1,380 cases)
 
 #: every bench run of a case: the CPU, nothing stored, no probe, no warm-up, one measured iteration, no progress lines
 #: (on by default off a terminal since #29 item 8: they would stand beside the one error line)
