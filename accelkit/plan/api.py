@@ -16,6 +16,7 @@ from accelkit.plan.layout import (
     check_compression,
     check_frozen,
     check_interleaving,
+    check_layout_fields,
     check_user_layout,
     checkpointed_blocks,
 )
@@ -51,6 +52,7 @@ def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = Non
     """
     if layout is None:
         layout = layout_of(workload)
+    check_layout_fields(layout)
     if layout.recompute == "budget":
         raise UserError("recompute 'budget' is not modelled by the planner; use none, selective or full")
     if layout.num_devices != cluster.num_devices:
@@ -61,7 +63,8 @@ def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = Non
     ctx = make_context(workload, cluster, options)
     train = workload.task == "train"
     check_user_layout(workload.model, cluster, layout.to_dict(), cluster.num_devices,
-                      seq_len=workload.seq_len if train else None, embedding_as_layer=ctx.options.pp_embedding_as_layer)
+                      seq_len=workload.seq_len if train else None, embedding_as_layer=ctx.options.pp_embedding_as_layer,
+                      train=train)
     if train:
         check_interleaving(layout)
     check_compression(workload.recipe, layout.zero)

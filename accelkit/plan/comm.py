@@ -33,6 +33,17 @@ def placement(cluster: Cluster, size: int, stride: int = 1) -> tuple[int, int]:
     return per_node, math.ceil(size / per_node)
 
 
+def scaleout_bandwidth(cluster: Cluster) -> float:
+    """Per-device one-direction network bandwidth (bytes/s, line rate): the cluster's NIC rate, capped on a PCIe card
+    (no scale-up fabric; the catalog's scale-up figure is its own PCIe link) at that link, which all its traffic to
+    a NIC or a peer crosses. Uncapped, 8 PCIe 4.0 cards planned collectives at 0.8 × 50 = 40 GB/s each, above their
+    32 GB/s link (found in review)."""
+    device, rate = cluster.device, cluster.scaleout_bandwidth_bytes_per_s
+    if device.scaleup_domain == 1 and device.scaleup_fabric.startswith("PCIe") and device.scaleup_bandwidth_bytes_per_s:
+        return min(rate, device.scaleup_bandwidth_bytes_per_s)
+    return rate
+
+
 class Links:
     """The links of one group: scale-up bandwidth toward its node peers and scale-out bandwidth per NIC,
     both already × efficiency, and the per-collective latency."""
@@ -45,7 +56,7 @@ class Links:
         self.k, self.m = placement(cluster, size, stride)
         device = cluster.device
         up = device.scaleup_group_bandwidth(self.k) if device.scaleup_bandwidth_bytes_per_s > 0 else 0.0
-        self.out = cluster.scaleout_bandwidth_bytes_per_s * scaleout_eff
+        self.out = scaleout_bandwidth(cluster) * scaleout_eff
         # no scale-up fabric (PCIe cards): peers inside a node talk at the network rate at best
         self.up = up * comm_eff if up > 0 else self.out
         self.latency_s = latency_s

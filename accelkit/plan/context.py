@@ -10,6 +10,7 @@ from accelkit.core import Cluster, DeviceSpec, ModelSpec, UserError, Workload
 from accelkit.core.serving_memory import weight_bytes_per_param
 from accelkit.plan import flops as F
 from accelkit.plan.calibrate import efficiency, missing_cpu_peak
+from accelkit.plan.comm import scaleout_bandwidth
 from accelkit.plan.fitted import FIT_SOURCE, serving_attained, sustained_tensor
 from accelkit.plan.layout import check_inference_workload
 from accelkit.plan.memory import ACT_BYTES, TRAIN_WEIGHT_BYTES
@@ -245,7 +246,7 @@ def _communication_assumption(ctx: PlanContext) -> str:
     return (
         f"communication: ring collectives inside a node (one-direction link bandwidth × efficiency); groups that span "
         f"nodes run two-level, pipelined, every GPU on its own NIC at {ctx.cluster.scaleout_bandwidth_bytes_per_s / 1e9:g} "
-        "GB/s; tensor-parallel collectives " + ("overlap the layer's matmuls" if o.tp_comm_overlap else "are exposed")
+        "GB/s" + _host_link_cap(ctx) + "; tensor-parallel collectives " + ("overlap the layer's matmuls" if o.tp_comm_overlap else "are exposed")
         + ("" if o.tp_comm_overlap or not o.tp_backward_overlap else " (the backward ones behind the "
                                                                       "weight-gradient matmuls)")
         + "; pipeline sends are exposed" + (" (scatter/gather: 1/tp across nodes)" if o.pp_scatter_gather else "")
@@ -260,6 +261,14 @@ def _communication_assumption(ctx: PlanContext) -> str:
     )
 
 
+def _host_link_cap(ctx: PlanContext) -> str:
+    """The PCIe cap on a card's network bandwidth (comm.scaleout_bandwidth), when it applies."""
+    capped = scaleout_bandwidth(ctx.cluster)
+    if capped >= ctx.cluster.scaleout_bandwidth_bytes_per_s:
+        return ""
+    return f", capped at the card's own {ctx.device.scaleup_fabric} link, {capped / 1e9:g} GB/s, which that traffic crosses"
+
+
 def _train_memory_assumption(ctx: PlanContext) -> str:
     """How training memory is modelled: the optimizer states, the activations term by term, the pipeline's."""
     o = ctx.options
@@ -267,6 +276,9 @@ def _train_memory_assumption(ctx: PlanContext) -> str:
     if ctx.model.gated_mlp:
         kept.append("SwiGLU keeps gate, up, silu(gate) and their product, 4 ffn-sized tensors" if o.kernels == "eager"
                  else "one fused SwiGLU kernel keeps its [gate|up] input and fc2 its input, 3 ffn-sized tensors")
+    if ctx.model.qk_norm:
+        kept.append("the per-head q/k RMSNorms keep " + ("their fp32 upcast and normalised output" if o.kernels == "eager"
+                                                         else "their input") + " and an fp32 rsqrt per head")
     if ctx.model.num_experts:
         kept.append("each of a token's k routed copies keeps the expert input and its output before the routing "
                  "weight scales it")
@@ -277,8 +289,12 @@ def _train_memory_assumption(ctx: PlanContext) -> str:
     if o.frozen_weights:
         states = ("memory: frozen weights (--frozen-weights, LoRA): no gradients or optimizer states for them, "
                "the adapters not counted; ")
+    grads = "gradients in the weight dtype"
+    if o.grad_reduce_fp32 and TRAIN_WEIGHT_BYTES[ctx.workload.recipe.precision] < 4 and not o.autocast_fp32_params:
+        grads = ("gradients in fp32, as they are reduced (--grad-reduce-fp32: Megatron's fp32 main grads; under ZeRO 3 "
+                 "FSDP2's fp32 parameter shards, which are then the master weights)")
     return (states
-            + "SGD is taken with momentum; gradients in the weight dtype; activations per Korthikanti et al. "
+            + f"SGD is taken with momentum; {grads}; activations per Korthikanti et al. "
             f"2022 term by term ({o.kernels} kernels" + "".join(f"; {k}" for k in kept)
             + "); 1F1B pipeline keeps min(pp, micro-batches) in flight, "
             "interleaved (vp > 1) pp + (pp−1)/vp (Korthikanti et al. 2022 §4.2.3)")

@@ -147,7 +147,8 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     states = model_state_bytes(dense, precision=w.recipe.precision, optimizer=w.optimizer, zero=layout.zero,
                                dp=layout.shard_ranks, offload=w.recipe.offload, expert_params=expert,
                                expert_dp=expert_dp(layout), fp32_params=o.autocast_fp32_params,
-                               optimizer_states=o.optimizer_states, frozen=o.frozen_weights)
+                               optimizer_states=o.optimizer_states, frozen=o.frozen_weights,
+                               grad_fp32=o.grad_reduce_fp32)
     other = float(o.overhead_bytes)
     if layout.dp * layout.cp > 1 and not o.frozen_weights:
         other += powersgd_memory_bytes(ctx, params)  # PowerSGD's error-feedback copy of the gradients

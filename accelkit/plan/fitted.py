@@ -1,10 +1,11 @@
 """The time model's free parameters: the only numbers set from training runs rather than from a datasheet,
 a paper's kernel benchmark or a probe. Each is one global constant — not per model, not per run — and
-was fitted by ``benchmarks/plan_validation.py --fit`` on the runs marked ``"calibration"`` in that script
-(NVIDIA's DGX Cloud benchmarks for H100, torchtitan's published tables for A100: one source per GPU
-generation). The runs marked ``"holdout"`` (MosaicML llm-foundry, Megatron-LM SC21 and 2022, BLOOM) were
-never used to set them; docs/validation.md reports the error on each set and
-``tests/unit/test_plan_validation.py`` checks that these values are what the fit returns.
+was fitted by ``benchmarks/plan_validation.py --fit`` on the 10 runs marked ``shipped_calibration`` in
+benchmarks/validation_runs/ (NVIDIA's DGX Cloud benchmarks for H100, torchtitan's published tables for A100: one
+source per GPU generation). docs/validation.md reports the error on all 142 published runs from 13 sources, in
+sample and leave-one-source-out (each source predicted with the factors fitted without it), and
+``tests/unit/test_plan_validation.py`` checks that these values are what the fit returns and that these counts are
+the committed benchmarks/results/plan_validation.json's.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def serving_attained(family: str | None) -> tuple[float, str]:
 
 #: data set the constants above were fitted on (shown in assumptions and docs)
 FIT_SOURCE = ("fitted once on the calibration runs of benchmarks/plan_validation.py (NVIDIA DGX Cloud "
-              "benchmarks, torchtitan); held-out runs report their error in docs/validation.md")
+              "benchmarks, torchtitan); docs/validation.md reports the error on every published run, in sample and "
+              "leave-one-source-out")
 
 FREE_PARAMETERS = {**{f"sustained_tensor[{k}]": v for k, v in SUSTAINED_TENSOR.items()},
                    **{f"serving_attained[{k}]": v for k, v in SERVING_ATTAINED.items()}}

@@ -56,6 +56,9 @@ def layer_traffic(model: ModelSpec, *, e: int, stack: str, dropout: bool) -> Lay
     replicated = 2 * norm_b * h + 2 * 3 * e * h  # two norms; two residual adds (read 2h, write h)
     fwd_k = 2 * norm_k + 2
     sharded = 0.0
+    if model.qk_norm:  # Qwen3: an RMSNorm over head_dim on every q and k head (found in review: not counted)
+        sharded += norm_b * (q_dim + kv_dim)
+        fwd_k += 2 * norm_k
     if model.position == "rope":
         if stack == "eager":  # rotate_half: 2 muls, neg, cat, add on q and k — ~10 passes of r/w
             sharded += 10 * e * (q_dim + kv_dim)

@@ -55,6 +55,29 @@ class Layout(NamedTuple):
         return self._asdict()
 
 
+#: the Layout fields that count something: each at least 1
+COUNT_FIELDS = ("dp", "tp", "pp", "ep", "cp", "vp", "micro_batch", "grad_accum", "recompute_every")
+
+
+def check_layout_fields(layout: Layout) -> None:
+    """Raise UserError naming the first Layout field out of its range. ``plan(layout=...)`` takes a NamedTuple, which
+    checks nothing: micro_batch=0 or grad_accum=0 raised ZeroDivisionError deep in the time model, and a negative
+    count a ValueError only after the whole plan was computed (found in review)."""
+    for name in COUNT_FIELDS:
+        value = getattr(layout, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise UserError(f"Layout {name}={value!r} is not valid; give an integer >= 1")
+    if not isinstance(layout.zero, int) or isinstance(layout.zero, bool) or not 0 <= layout.zero <= 3:
+        raise UserError(f"Layout zero={layout.zero!r} is not valid; give a ZeRO stage 0, 1, 2 or 3")
+    if layout.recompute not in ("none", "selective", "full", "budget"):
+        raise UserError(f"Layout recompute={layout.recompute!r} is not valid; give 'none', 'selective' or 'full'")
+    group = layout.shard_group
+    if group is not None and (not isinstance(group, int) or isinstance(group, bool) or group < 1):
+        raise UserError(f"Layout shard_group={group!r} is not valid; give an integer >= 1, or None for all dp ranks")
+    if not isinstance(layout.sequence_parallel, bool):
+        raise UserError(f"Layout sequence_parallel={layout.sequence_parallel!r} is not valid; give True or False")
+
+
 #: the largest device count the planner accepts (2^20): trial division stays under a millisecond
 MAX_DEVICES = 1 << 20
 
@@ -74,21 +97,23 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
-def splits_heads(model: ModelSpec, tp: int) -> bool:
+def splits_heads(model: ModelSpec, tp: int, *, train: bool = False) -> bool:
     """Whether ``tp`` ranks can split the attention: each rank gets whole query heads (heads % tp == 0) and
-    whole KV heads — kv_heads % tp == 0, or tp % kv_heads == 0 with each KV head replicated on tp/kv_heads
-    ranks (vLLM's rule; the memory model's max(kv_heads/tp, 1) heads per rank). Megatron-LM is stricter
-    (query groups % tp == 0) and is not assumed."""
+    whole KV heads. Inference: kv_heads % tp == 0, or tp % kv_heads == 0 with each KV head replicated on
+    tp/kv_heads ranks (vLLM's rule; the memory model's max(kv_heads/tp, 1) heads per rank). Training
+    (``train``): kv_heads % tp == 0 — Megatron-Core asserts num_query_groups % tp == 0, and torchtitan's
+    column-parallel wk/wv would hand a rank part of a head; the vLLM rule let a training plan put 4 KV heads on
+    8 ranks (found in review)."""
     kv = model.kv_heads
-    return model.num_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+    return model.num_heads % tp == 0 and (kv % tp == 0 or (not train and tp % kv == 0))
 
 
-def tp_choices(model: ModelSpec, cluster: Cluster, num_devices: int) -> list[int]:
+def tp_choices(model: ModelSpec, cluster: Cluster, num_devices: int, *, train: bool = False) -> list[int]:
     """tp that splits the heads (``splits_heads``), divides the device count and stays inside the scale-up domain."""
     if not model.is_transformer:
         return [1]
     limit = scaleup_limit(cluster)
-    return [t for t in divisors(num_devices) if t <= limit and splits_heads(model, t)]
+    return [t for t in divisors(num_devices) if t <= limit and splits_heads(model, t, train=train)]
 
 
 def pp_choices(model: ModelSpec, num_devices: int) -> list[int]:
@@ -184,17 +209,18 @@ def scaleup_limit(cluster: Cluster) -> int:
 
 
 def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, object], num_devices: int, *,
-                      seq_len: int | None = None, embedding_as_layer: bool = False) -> None:
+                      seq_len: int | None = None, embedding_as_layer: bool = False, train: bool = False) -> None:
     """Raise UserError for a layout field the user gave that can never work (one sentence, with the fix).
     ``seq_len``: the training sequence, which a ``cp`` above 1 must split evenly (``check_context_parallel``).
-    ``embedding_as_layer``: the pipeline partition counts the embedding and the head as blocks (``pipeline_blocks``)."""
+    ``embedding_as_layer``: the pipeline partition counts the embedding and the head as blocks (``pipeline_blocks``).
+    ``train``: the layout trains, so tp must divide the KV heads (``splits_heads``)."""
     tp, pp, dp, ep, cp, vp = (_int(fixed, k) for k in ("tp", "pp", "dp", "ep", "cp", "vp"))
     if not model.is_transformer:
         for name, value in (("tp", tp), ("pp", pp)):
             if value not in (None, 1):
                 raise UserError(f"--{name} {value} is not supported for the CNN {model.name}; it trains data-parallel only")
     if tp is not None:
-        _check_tp(model, cluster, tp)
+        _check_tp(model, cluster, tp, train=train)
     if pp is not None and model.is_transformer and pp > model.num_layers:
         raise UserError(f"--pp {pp} exceeds the {model.num_layers} layers of {model.name}; a stage needs at least one layer")
     if ep is not None and ep > 1:
@@ -219,20 +245,23 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
         raise UserError("--sequence-parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
 
 
-def _check_tp(model: ModelSpec, cluster: Cluster, tp: int) -> None:
-    """A given tp splits the attention heads (and whole KV heads) and fits the scale-up domain."""
+def _check_tp(model: ModelSpec, cluster: Cluster, tp: int, *, train: bool = False) -> None:
+    """A given tp splits the attention heads (and whole KV heads: ``splits_heads``) and fits the scale-up domain."""
     heads, domain = model.num_heads, cluster.device.scaleup_domain
     if model.is_transformer and heads % tp:
         ok = ", ".join(str(d) for d in divisors(heads) if d <= domain)
         raise UserError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}; use one of {ok}")
-    if model.is_transformer and not splits_heads(model, tp):
-        kv = model.kv_heads
-        ok = ", ".join(str(d) for d in divisors(heads) if splits_heads(model, d) and d <= domain)
-        raise UserError(f"--tp {tp} neither divides nor is a multiple of the {kv} KV heads of {model.name} "
-                        f"(a rank holds whole KV heads: kv_heads % tp == 0 or tp % kv_heads == 0); use one of {ok}")
-    if tp > domain:
+    if tp > domain:  # before the KV-head rule: a tp past the fabric is refused whatever the heads
         raise UserError(f"--tp {tp} exceeds the scale-up domain of {cluster.device.name} "
                         f"({domain} devices); tensor parallelism needs the fast fabric")
+    if model.is_transformer and not splits_heads(model, tp, train=train):
+        kv = model.kv_heads
+        ok = ", ".join(str(d) for d in divisors(heads) if splits_heads(model, d, train=train) and d <= domain)
+        if train:
+            raise UserError(f"--tp {tp} does not divide the {kv} KV heads of {model.name}, which training shards whole "
+                            f"(Megatron-Core: num_query_groups % tp == 0); use one of {ok}")
+        raise UserError(f"--tp {tp} neither divides nor is a multiple of the {kv} KV heads of {model.name} "
+                        f"(a rank holds whole KV heads: kv_heads % tp == 0 or tp % kv_heads == 0); use one of {ok}")
 
 
 def _check_vp(model: ModelSpec, pp: int | None, vp: int, embedding_as_layer: bool = False) -> None:

@@ -57,7 +57,7 @@ def optimizer_bytes_per_param(optimizer: str, precision: str, states: str = "fp3
 def model_state_bytes(
     params: float, *, precision: str, optimizer: str, zero: int, dp: int, offload: bool = False,
     expert_params: float = 0.0, expert_dp: int = 1, fp32_params: bool = False, optimizer_states: str = "fp32",
-    frozen: bool = False,
+    frozen: bool = False, grad_fp32: bool = False,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states per device for ``params`` parameters on this device's
     model-parallel shard, ZeRO stage ``zero`` over ``dp`` ranks (Rajbhandari et al. 2020, Figure 1).
@@ -69,15 +69,26 @@ def model_state_bytes(
     ``fp32_params``: autocast over fp32 parameters (``PlanOptions.autocast_fp32_params``, accelkit's bench) — the
     weights and their gradients are fp32 and are the master copy, so the optimizer keeps no second one.
     ``optimizer_states``: fp32 or bf16 (``optimizer_bytes_per_param``). ``frozen``: the weights do not train (LoRA),
-    so there are neither gradients nor optimizer states for them."""
+    so there are neither gradients nor optimizer states for them.
+
+    ``grad_fp32`` (``PlanOptions.grad_reduce_fp32``): the gradients are kept — and reduced — in fp32 under mixed
+    precision, 4 B each, sharded as the ZeRO stage shards them: Megatron's fp32 main-grad buffer, 6 + 12/d bytes per
+    parameter with the distributed optimizer (ZeRO 1). Under ZeRO 3 that is FSDP2 with ``reduce_dtype=float32``: the
+    sharded parameters stay fp32 and are the master copy the optimizer steps (``param_dtype`` bf16 only for the
+    gathered copies), so weights 4/d, gradients 4/d, Adam's m and v 8/d — the 16/d of the ZeRO paper, with no
+    second master copy (with ZeRO-Offload or bf16 optimizer states the master copy stays where it was). Before, the
+    gradients stayed 2 B while the reduction moved 4 B per element (found in review)."""
     def per_device(bytes_per_param: float, sharded: bool) -> float:
         if not sharded:
             return bytes_per_param * (params + expert_params)
         return bytes_per_param * (params / dp + expert_params / expert_dp)
 
+    if grad_fp32 and zero >= 3 and not offload and optimizer_states == "fp32":
+        fp32_params = True  # FSDP2: the fp32 shards are the master weights
     wb = 4 if fp32_params else TRAIN_WEIGHT_BYTES[precision]
     w = per_device(wb, zero >= 3)
-    g = 0.0 if frozen else per_device(wb, zero >= 2)  # gradients in the weight dtype, as the ZeRO paper counts them
+    # gradients in the weight dtype, as the ZeRO paper counts them, or fp32 when they are reduced in fp32
+    g = 0.0 if frozen else per_device(4 if grad_fp32 else wb, zero >= 2)
     o = 0.0 if frozen else per_device(
         optimizer_bytes_per_param(optimizer, "fp32" if fp32_params else precision, optimizer_states), zero >= 1)
     return {"weights": w, "gradients": g, "optimizer": 0.0 if offload else o, "optimizer_offloaded": o if offload else 0.0}
@@ -90,6 +101,21 @@ def _norm_bytes(model: ModelSpec, e: int, kernels: str) -> float:
     stats = 4 if model.norm == "rmsnorm" else 8
     upcast = 4 * h if (kernels == "eager" and model.norm == "rmsnorm") else 0
     return 2 * e * h + stats + upcast
+
+
+def _qk_norm_bytes(model: ModelSpec, *, e: int, tp: int, kernels: str) -> float:
+    """Per token, what the per-head RMSNorms on q and k (Qwen3's q_norm, k_norm) keep for backward on one tp rank.
+
+    HF's eager RMSNorm keeps its fp32 upcast of q and k (4 B an element; under fp32 that is the projection's output
+    itself) and the normalised output cast back to the activation dtype, which the weight multiply saves (e B);
+    a fused norm (TE, Megatron) keeps only its input (e B). Both keep one fp32 rsqrt per head and token. RoPE keeps
+    nothing of its input (cos and sin are counted with the embedding), so the q and k the attention keeps are
+    counted once, as before. Per element of q and k: 4 + e eager, e fused; + 4 B per head. Left out, a Qwen3 layer
+    planned 15-17% fewer bytes than autograd saves and a plan said it fits when it did not (found in review;
+    tests/integration/test_plan_torch.py measures it on tiny-qwen3 and tiny-qwen3-moe)."""
+    heads = model.num_heads / tp + max(model.kv_heads / tp, 1)  # a rank holds at least one KV head
+    kept = (4 if kernels == "eager" else 0) + e
+    return heads * (kept * model.head_size + 4)
 
 
 def layer_activation_parts(
@@ -108,6 +134,7 @@ def layer_activation_parts(
     RMSNorm keeps its fp32 upcast and SwiGLU keeps gate, up, silu(gate) and their product (4 ffn-sized tensors);
     ``fused`` (Megatron, TE, compile) keeps no upcast and one SwiGLU kernel keeps its [gate|up] input, fc2 its input
     (3). A GELU MLP keeps the fc1 output and the fc2 input (2) either way, except GPT-2's eager ``gelu_new`` (5).
+    Qwen3's per-head RMSNorms on q and k keep what ``_qk_norm_bytes`` counts.
 
     Dropout masks are 1 byte an element: CUDA's fused ``native_dropout`` keeps a bool mask. Two CPU-only effects
     are not modelled (checked in tests/integration/test_plan_torch.py): on a CPU ``torch.dropout`` keeps its mask
@@ -130,6 +157,8 @@ def layer_activation_parts(
     k = model.experts_per_token or 1
     replicated = 2 * _norm_bytes(model, e, kernels) + (2 * h if dropout else 0)  # + masks after proj / MLP
     attn = e * (q_dim / tp + 2 * kv_dim) + e * q_dim / tp  # q, k, v for the attention; its output
+    if model.qk_norm:
+        attn += _qk_norm_bytes(model, e=e, tp=tp, kernels=kernels)
     if fp8_te:  # the two norm outputs as FP8 GEMM inputs; the projection's FP8 copy of the attention output
         replicated -= 2 * e * h - 3 * h  # QKV input 1 B (2 B under sp) + fc1 input 2 B (1 B): 3 B either way
         attn += q_dim / tp

@@ -3,7 +3,8 @@
 * FLOPs within 2% of ``torch.utils.flop_counter.FlopCounterMode`` for a tiny Llama and a tiny BERT,
   forward and forward+backward;
 * activation bytes within 10% of what autograd saves for backward (``saved_tensors_hooks``, each storage
-  counted once, parameters excluded) for a tiny Llama in fp32 and bf16, without and with full recompute;
+  counted once, parameters excluded) for a tiny Llama in fp32 and bf16, without and with full recompute, and within
+  1% / 3% for a tiny Qwen3 / Qwen3-MoE (their per-head q/k RMSNorms);
 * within 1% for two tiny GPT-2s (HF's ``gelu_new`` formula, the fused q/k/v projection), without dropout
   (flash path) in fp32 and bf16, and with dropout on the CPU math path once the CPU's own mask size is added.
 """
@@ -61,10 +62,17 @@ def _saved_bytes(model, ids):
     return sum(seen.values())
 
 
+#: how close each model's prediction must be. Qwen3's per-head q/k RMSNorms were once not counted (0.78-0.81 of the
+#: measured bytes for tiny-qwen3, 0.86-0.89 for tiny-qwen3-moe: found in review); counted, the dense Qwen3 is exact and
+#: the MoE leaves out only the int64 routing indices and top-k weights (~84 B a token, as for Mixtral below)
+ACTIVATION_REL = {"tiny-llama": 0.10, "tiny-qwen3": 0.01, "tiny-qwen3-moe": 0.03}
+
+
+@pytest.mark.parametrize("name", list(ACTIVATION_REL))
 @pytest.mark.parametrize("dtype,e", [(torch.float32, 4), (torch.bfloat16, 2)], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("recompute", ["none", "full"])
-def test_activation_bytes_match_saved_tensors(dtype, e, recompute):
-    spec = get_preset("tiny-llama")
+def test_activation_bytes_match_saved_tensors(name, dtype, e, recompute):
+    spec = get_preset(name)
     model = build_model(spec, dtype=dtype).train()
     if recompute == "full":  # reentrant checkpointing saves each block's input where the hook sees it
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
@@ -77,7 +85,7 @@ def test_activation_bytes_match_saved_tensors(dtype, e, recompute):
     if recompute == "full":  # RoPE tables are not checkpoint inputs (passed as keyword arguments)
         ends["first"] -= 2 * SEQ * spec.head_size * e
     predicted = spec.num_layers * per_layer + ends["first"] + ends["last"]
-    assert predicted == pytest.approx(measured, rel=0.10), (predicted, measured)
+    assert predicted == pytest.approx(measured, rel=ACTIVATION_REL[name]), (predicted, measured)
 
 
 @pytest.mark.parametrize("dtype,e", [(torch.float32, 4), (torch.bfloat16, 2)], ids=["fp32", "bf16"])

@@ -220,3 +220,76 @@ def test_bf16_optimizer_states_take_6_bytes_per_parameter():
     bf16 = model_state_bytes(1e9, precision="bf16", optimizer="adam", zero=1, dp=2, optimizer_states="bf16")
     assert (fp32["optimizer"], bf16["optimizer"]) == (6e9, 3e9)
     assert bf16["weights"] == fp32["weights"] and bf16["gradients"] == fp32["gradients"]
+
+
+@pytest.mark.parametrize("kernels,per_element", [("eager", 4 + 2), ("fused", 2)])
+@pytest.mark.parametrize("tp", [1, 8])
+def test_qwen3_per_head_q_k_norms_keep_their_tensors(kernels, per_element, tp):
+    # found in review: Qwen3's q_norm/k_norm (an RMSNorm over head_dim on every q and k head) kept nothing in the
+    # plan — 15-17% of a layer's saved bytes (tests/integration/test_plan_torch.py measures them with
+    # saved_tensors_hooks): eager keeps the fp32 upcast and the normalised bf16 output, fused its bf16 input, both an
+    # fp32 rsqrt per head and token
+    from accelkit.plan.kernels import layer_traffic
+
+    m, s = get_preset("qwen3-8b"), 4096  # 32 heads and 8 KV heads of 128
+    plain = m.replace(qk_norm=False)
+    kw = dict(tokens=s, seq=s, e=2, tp=tp, kernels=kernels, sequence_parallel=tp > 1)
+    got = layer_activation_bytes(m, **kw) - layer_activation_bytes(plain, **kw)
+    heads = 32 / tp + 8 / tp
+    assert got == pytest.approx(s * heads * (per_element * 128 + 4))
+    # full recompute keeps the layer input only, as before
+    assert layer_activation_bytes(m, recompute="full", **kw) == layer_activation_bytes(plain, recompute="full", **kw)
+    # and the norms' traffic is timed: one more RMSNorm over q and over k
+    stack_norm = {"eager": (3 * 2 + 24 + 2, 6), "fused": (2 * 2, 1)}[kernels]
+    with_norms, without = (layer_traffic(x, e=2, stack=kernels, dropout=False) for x in (m, plain))
+    assert with_norms.sharded_bytes - without.sharded_bytes == stack_norm[0] * (32 + 8) * 128
+    assert with_norms.forward_kernels - without.forward_kernels == 2 * stack_norm[1]
+
+
+def test_qwen3_8b_layout_the_review_found_over_capacity_no_longer_fits():
+    # found in review: qwen3-8b on 8 × H100 at seq 8192 — the search's best layout (dp 8, ZeRO 3, no recompute)
+    # planned 73.5 GiB and fits, while with the q/k-norm tensors it holds 82.0 GiB of the 79.65
+    from accelkit.plan import Layout
+
+    w = Workload(model=get_preset("qwen3-8b"), task="train", seq_len=8192, recipe=Recipe(precision="bf16"))
+    d = plan(w, Cluster(device=get_device("h100"), num_devices=8),
+             layout=Layout(dp=8, tp=1, pp=1, zero=3, micro_batch=1, grad_accum=64)).details
+    assert not d["fits"]
+    assert d["memory_per_device_bytes"]["total"] / 2**30 == pytest.approx(82.0, abs=0.1)
+
+
+@pytest.mark.parametrize("zero,per_param", [(0, 2 + 4 + 12), (1, 2 + 4 + 12 / 8), (2, 2 + (4 + 12) / 8),
+                                            (3, (4 + 4 + 8) / 8)])
+def test_grad_reduce_fp32_keeps_fp32_gradients_in_memory(zero, per_param):
+    # found in review: --grad-reduce-fp32 reduced a 4 B/element gradient buffer while memory kept 2 B gradients.
+    # Megatron's fp32 main grads with the distributed optimizer: 6 + 12/d B per parameter; ZeRO 3 is FSDP2 with
+    # reduce_dtype fp32, whose fp32 parameter shards are the master weights: 4/d + 4/d + m, v 8/d, the same 16/d
+    # as bf16 weights, bf16 gradients and a 12/d optimizer
+    params = 1e9
+    states = model_state_bytes(params, precision="bf16", optimizer="adam", zero=zero, dp=8, grad_fp32=True)
+    assert states["gradients"] == (4 if zero < 2 else 0.5) * params
+    assert states["weights"] + states["gradients"] + states["optimizer"] == pytest.approx(per_param * params)
+    plain = model_state_bytes(params, precision="bf16", optimizer="adam", zero=zero, dp=8)
+    if zero == 3:  # the totals agree: only where the master copy sits differs
+        assert sum(states.values()) == pytest.approx(sum(plain.values()))
+    # nothing changes where the gradients are already fp32
+    for kw in ({"precision": "fp32"}, {"precision": "bf16", "fp32_params": True}):
+        assert model_state_bytes(params, optimizer="adam", zero=zero, dp=8, grad_fp32=True, **kw) == \
+            model_state_bytes(params, optimizer="adam", zero=zero, dp=8, **kw)
+
+
+def test_grad_reduce_fp32_plan_holds_the_buffer_it_reduces():
+    # the review's case: llama-3-8b on 8 × H100, dp 8, ZeRO 1 — the reduction moves 29.92 GiB of fp32 gradients
+    # per step while the memory counted 14.96 GiB of them
+    from accelkit.plan import Layout, PlanOptions
+
+    w = Workload(model=get_preset("llama-3-8b"), task="train", seq_len=4096, recipe=Recipe(precision="bf16"))
+    cluster = Cluster(device=get_device("h100"), num_devices=8)
+    lay = Layout(dp=8, tp=1, pp=1, zero=1, micro_batch=1, grad_accum=128)
+    d = plan(w, cluster, PlanOptions(grad_reduce_fp32=True), layout=lay).details
+    assert d["memory_per_device_bytes"]["gradients"] == d["grad_reduction"]["buffer_bytes"]
+    assert d["grad_reduction"]["gradient_element_bytes"] == 4
+    assert not d["fits"]  # 84.7 GiB of the 79.65
+    assert any("gradients in fp32, as they are reduced" in a for a in d["assumptions"])
+    base = plan(w, cluster, layout=lay).details
+    assert base["memory_per_device_bytes"]["gradients"] == base["grad_reduction"]["buffer_bytes"]  # 2 B both

@@ -6,6 +6,7 @@ from accelkit.core import Cluster, Measurement, Recipe, UnknownNameError, UserEr
 from accelkit.hardware import get_device
 from accelkit.models import get_preset
 from accelkit.plan import Layout, PlanOptions, compare, make_context, plan, search
+from accelkit.plan.evaluate import evaluate_train
 from accelkit.plan.search import enumerate_layouts
 
 TRAIN_70B = Workload(model=get_preset("llama-3.1-70b"), task="train", seq_len=4096, recipe=Recipe(precision="bf16"))
@@ -290,3 +291,69 @@ def test_an_unreachable_target_is_a_warning():
         "no device count up to --max-devices 16 reaches --target-tokens-per-s 1,000,000,000,000; showing the best "
         "layout on 16"]
     assert best.layout.num_devices == 16 and best.fits
+
+
+@pytest.mark.parametrize("seq,expected", [(4096, 1024), (2048, 2048), (3072, 1024), (197, 16384), (128, 32768),
+                                          (6144, 512), (8 * 2**20, 1)])
+def test_default_global_batch_is_the_nearest_power_of_two(seq, expected):
+    # found in review: ⌊4 Mi / seq_len⌋ is odd for most lengths that are not powers of two (1365 at 3072, 21290 for
+    # ViT's 197 tokens), and dp must divide it: llama-3-8b on 64 H100 at seq 3072 planned dp 1 tp 8 pp 8
+    from accelkit.plan.search import default_global_batch
+
+    assert default_global_batch(_8b(seq)) == expected
+
+
+def test_default_global_batch_lets_dp_use_every_device_and_is_stated():
+    # before: `plan --model vit-b16 --hardware h100 --num-devices 64` failed (no dp divides 21290) and llama-3-8b at
+    # seq 3072 ran 4,944 tokens/s per device where --global-batch 1024 gives 9,434
+    vit = Workload(model=get_preset("vit-b16"), task="train", seq_len=get_preset("vit-b16").max_seq_len,
+                   recipe=Recipe(precision="bf16"))
+    for workload in (vit, _8b(3072)):
+        best = search(workload, Cluster(device=get_device("h100"), num_devices=64), top=1)[0]
+        assert best.layout.dp == 64 and best.batch in (1024, 16384), best.layout
+        said = [a for a in best.extra["context"].assumptions if a.startswith(f"global batch {best.batch:,} ")]
+        assert said and "the default, the power of two nearest 4 Mi tokens per step" in said[0]
+    given = search(_8b(3072), Cluster(device=get_device("h100"), num_devices=8), global_batch=64, top=1)[0]
+    assert not any(a.startswith("global batch") for a in given.extra["context"].assumptions)  # the user's own
+
+
+def test_search_tries_micro_batches_past_8_while_they_fit():
+    # found in review: micro-batches 1/2/4/8 only; bert-base at seq 128 is launch-bound there and a pinned
+    # --micro-batch 64 ran 1.85× faster (0.750 s against 1.384 s a step) than the search's best
+    bert = Workload(model=get_preset("bert-base"), task="train", seq_len=128, recipe=Recipe(precision="bf16"))
+    cluster = Cluster(device=get_device("h100"), num_devices=8)
+    best = search(bert, cluster, top=1)[0]
+    pinned = search(bert, cluster, fixed={"micro_batch": 64}, top=1)[0]
+    assert best.layout.micro_batch > 8 and best.fits
+    assert best.step_time_s <= pinned.step_time_s * 1.0001 and best.step_time_s < 1.384 / 1.8
+    # a larger micro-batch is tried only while the one half its size fits, so the search stays small: llama-3.1-70b
+    # on 64 H100 tries 16, 32, 64 only where 8 (16, 32) fits
+    ctx = make_context(TRAIN_70B, Cluster(device=get_device("h100"), num_devices=64), PlanOptions(attention="math"))
+    layouts = list(enumerate_layouts(ctx, 64, {}, 1024))
+    fits = {lay: evaluate_train(ctx, lay).fits for lay in layouts if lay.micro_batch >= 8}
+    for lay in layouts:
+        if lay.micro_batch > 8:
+            assert fits[lay._replace(micro_batch=lay.micro_batch // 2, grad_accum=lay.grad_accum * 2)], lay
+    assert {lay.micro_batch for lay in layouts} > {1, 2, 4, 8} and len(layouts) < 2000
+
+
+def test_training_tp_divides_the_kv_heads_inference_may_replicate_them(capsys):
+    # found in review: --task train planned (and chose) tp 8 for qwen3-30b-a3b's 4 KV heads — vLLM's inference rule;
+    # Megatron-Core asserts num_query_groups % tp == 0 and torchtitan's column-parallel wk/wv would split a head
+    from accelkit.cli.app import main
+
+    moe = Workload(model=get_preset("qwen3-30b-a3b"), task="train", seq_len=16384, recipe=Recipe(precision="bf16"))
+    cluster = Cluster(device=get_device("h100"), num_devices=8)
+    assert all(4 % c.layout.tp == 0 for c in search(moe, cluster))
+    with pytest.raises(UserError, match=r"^--tp 8 does not divide the 4 KV heads of qwen3-30b-a3b, which training "
+                                        r"shards whole \(Megatron-Core: num_query_groups % tp == 0\); use one of 1, 2, 4$"):
+        plan(moe, cluster, layout=Layout(dp=1, tp=8, pp=1, grad_accum=16))
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--model", "qwen3-30b-a3b", "--hardware", "h100", "--num-devices", "8", "--tp", "8"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.startswith("error: --tp 8 does not divide the 4 KV heads") \
+        and len(err.strip().splitlines()) == 1
+    # inference keeps vLLM's rule: a KV head replicated on tp / kv_heads ranks
+    serve = Workload(model=get_preset("qwen3-30b-a3b"), task="infer", prompt_len=1024, output_len=128,
+                     recipe=Recipe(precision="bf16"))
+    assert search(serve, cluster, fixed={"tp": 8}, top=1)[0].layout.tp == 8

@@ -80,3 +80,24 @@ def test_cli_still_exits_2_with_one_line(capsys, flags):
         main(["plan", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "2", *flags])
     err = capsys.readouterr().err.strip()
     assert info.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error: "), err
+
+
+@pytest.mark.parametrize("fields,named", [
+    ({"micro_batch": 0}, "Layout micro_batch=0 is not valid; give an integer >= 1"),  # before: ZeroDivisionError
+    ({"grad_accum": 0}, "Layout grad_accum=0 is not valid; give an integer >= 1"),  # before: ZeroDivisionError
+    ({"grad_accum": -3}, "Layout grad_accum=-3 is not valid"),  # before: a ValueError after the whole plan
+    ({"micro_batch": 2.0}, "Layout micro_batch=2.0 is not valid"),
+    ({"vp": 0}, "Layout vp=0 is not valid"),
+    ({"recompute_every": 0}, "Layout recompute_every=0 is not valid"),
+    ({"zero": 7}, "Layout zero=7 is not valid; give a ZeRO stage 0, 1, 2 or 3"),
+    ({"recompute": "bogus"}, "Layout recompute='bogus' is not valid; give 'none', 'selective' or 'full'"),
+    ({"shard_group": 0}, "Layout shard_group=0 is not valid"),
+    ({"sequence_parallel": 1}, "Layout sequence_parallel=1 is not valid; give True or False"),
+])
+def test_plan_refuses_a_layout_field_out_of_range_in_one_line(fields, named):
+    # found in review: plan(layout=Layout(micro_batch=0)) raised ZeroDivisionError; a Layout is a NamedTuple that
+    # checks nothing, so plan() checks its fields first
+    from accelkit.plan import Layout, plan
+
+    layout = Layout(**{"dp": 2, "tp": 1, "pp": 1, **fields})
+    assert _refused(plan, TRAIN, TWO_H100, layout=layout).startswith(named)

@@ -477,3 +477,24 @@ def test_an_moe_with_every_expert_active_plans_as_a_dense_mlp():
                  recipe=Recipe(precision="bf16"))
     ctx = make_context(w, Cluster(device=H100, num_devices=8), NO_CAL)
     assert ctx.layer_expert_params == 0 and ctx.layer_params * model.num_layers > 0.9 * model.num_params()
+
+
+def test_pcie_card_network_is_capped_at_its_own_pcie_link():
+    # found in review: a PCIe card (scale-up domain 1) planned its data-parallel collectives at 0.8 × the 50 GB/s NIC
+    # = 40 GB/s, above its own PCIe 4.0 x16 link (32 GB/s one direction), which all its traffic crosses
+    from accelkit.plan.comm import scaleout_bandwidth
+
+    for name, link in (("a100-pcie", 32e9), ("l40s", 32e9)):
+        cluster = Cluster(device=get_device(name), num_devices=8)
+        assert scaleout_bandwidth(cluster) == link
+        group = Links(cluster, 8, 1, comm_eff=0.8, scaleout_eff=0.8, latency_s=0.0)
+        assert group.out == pytest.approx(0.8 * link) and comm.bus_bandwidth("reduce_scatter", 1e9, group) == \
+            pytest.approx(0.8 * link)
+        # a slower network is not raised to the link
+        assert scaleout_bandwidth(cluster.replace(scaleout_bandwidth_bytes_per_s=12.5e9)) == 12.5e9
+        w = Workload(model=get_preset("llama-3.1-8b"), task="train", seq_len=4096, recipe=Recipe(precision="bf16"))
+        ctx = make_context(w, cluster, NO_CAL)
+        assert any("capped at the card's own PCIe4 link, 32 GB/s" in a for a in ctx.assumptions)
+    # H100-PCIe's PCIe 5.0 link (63 GB/s) is above the NIC; an NVLink node's NICs are not capped
+    assert scaleout_bandwidth(Cluster(device=get_device("h100-pcie"), num_devices=8)) == 50e9
+    assert scaleout_bandwidth(Cluster(device=H100, num_devices=16)) == 50e9

@@ -266,3 +266,29 @@ def test_torchtitan_selective_layer_rows_are_banded_over_the_unpublished_n(commi
         shipped = rows[rid]["shipped"]["band"]
         assert shipped["low_combo"]["recompute_every"] == 2 and shipped["high_combo"]["recompute_every"] == 4, rid
         assert band.low <= run.published.value <= band.high, rid
+
+
+def test_plan_docs_and_fitted_quote_the_committed_figures(committed):
+    # docs/plan.md's "How it is checked" and "Free parameters" and accelkit/plan/fitted.py quoted an old revision
+    # (46 runs from 6 sources, 5.6%, 36 hold-out runs) long after the JSON held 142 runs from 13 sources (found in
+    # review): every figure they quote is read from the committed JSON here
+    from accelkit.plan import fitted
+
+    s, serving = committed["summary"], committed["serving"]["summary"]
+    shipped, loso = s["in_sample_shipped"], s["leave_one_source_out"]
+    runs, sources = committed["set"]["training_runs"], len(committed["set"]["sources"])
+    calibration = sum(r["shipped_calibration"] for r in committed["training"])
+    claim = (f"| {runs} published training runs from {sources} sources ({len(committed['set']['organisations'])} "
+             f"organisations): mean \\|error\\| {shipped['mean_of_source_means']:.1%} (mean of the sources' means; "
+             f"pooled {shipped['pooled']['mean_abs_error']:.1%}), worst {shipped['pooled']['worst_abs_error']:.1%}, "
+             f"leave-one-source-out {loso['mean_of_source_means']:.1%}; serving {serving['shipped']['all']['n']} points "
+             f"from {len(serving['shipped']['by_source'])} sources, mean {serving['shipped']['all']['mean_abs_error']:.1%} "
+             f"(leave-one-source-out {serving['loso']['all']['mean_abs_error']:.1%}) |")
+    doc = (ROOT / "docs" / "plan.md").read_text()
+    assert claim in doc, f"docs/plan.md's validation claim is out of date; it should read:\n{claim}"
+    free = " ".join(doc.split("**Free parameters**")[1].split("\n\n")[0].split())
+    assert f"fitted on {calibration} published calibration runs" in free
+    assert f"the error on all {runs} published runs from {sources} sources" in free
+    text = " ".join((fitted.__doc__ or "").split())
+    assert f"on the {calibration} runs marked ``shipped_calibration``" in text
+    assert f"all {runs} published runs from {sources} sources" in text
