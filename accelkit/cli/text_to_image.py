@@ -12,6 +12,7 @@ from accelkit.core.units import fmt_bytes, fmt_count
 from accelkit.models.diffusion import DiffusionSpec, default_generation, pipeline_count, resolve_diffusion
 from accelkit.models.diffusion.pipeline import check_generation
 from accelkit.models.diffusion.spec import DENOISER_CLASS, PIPELINE_CLASS
+from accelkit.models.diffusion.unet import per_block
 from accelkit.plan.diffusion import compare_image
 from accelkit.plan.layout import TRAIN_ONLY_REQUEST, flag_text
 from accelkit.plan.options import PlanOptions
@@ -35,8 +36,9 @@ def spec_json(spec: DiffusionSpec) -> dict[str, Any]:
 def _denoiser_shape(spec: DiffusionSpec) -> str:
     d = spec.denoiser
     if spec.family == "sdxl":
-        return (f"UNet {'-'.join(map(str, d['block_out_channels']))} ch, transformer layers "
-                f"{'/'.join(map(str, d.get('transformer_layers_per_block', [1])))}")
+        # an int for every level, diffusers' default type, or a list (an int was an internal error; found in review)
+        depth = per_block(d.get("transformer_layers_per_block", 1), len(d["block_out_channels"]))
+        return f"UNet {'-'.join(map(str, d['block_out_channels']))} ch, transformer layers {'/'.join(map(str, depth))}"
     heads = f"{d['num_attention_heads']}×{d['attention_head_dim']}"
     if spec.family == "flux":
         return f"{d['num_layers']} double + {d['num_single_layers']} single blocks, heads {heads}"
@@ -65,7 +67,8 @@ def show(spec: DiffusionSpec, as_json: bool) -> None:
             ("denoiser", f"{data['denoiser_class']}: {params['denoiser']:,} — {_denoiser_shape(spec)}"),
             ("text encoders", f"{params['text_encoders']:,}: " + ", ".join(
                 f"{e.kind} h{e.config.get('hidden_size', e.config.get('d_model'))} ×{e.max_length} tokens"
-                for e in spec.text_encoders)),
+                for e in spec.text_encoders) + (f"; no T5 (the MMDiT gets {spec.max_sequence_length} zero tokens "
+                                                "in its place)" if spec.max_sequence_length else "")),
             ("vae", f"{params['vae']:,}: latent {spec.vae['latent_channels']} ch, {spec.vae_scale_factor}× down"),
             ("default", f"{gen['width']}×{gen['height']}, {gen['steps']} steps, guidance {gen['guidance']:g}"
                         + (" (CFG)" if spec.uses_cfg(gen["guidance"]) else "")),

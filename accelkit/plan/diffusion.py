@@ -82,7 +82,9 @@ def _activations(spec: DiffusionSpec, gen: Generation, precision: str) -> dict[s
     text = max((e_.max_length * e_.config.get("d_model", e_.config.get("hidden_size", 0)) for e_ in
                 spec.text_encoders), default=0) * BLOCK_VALUES_PER_WIDTH
     widths = list(spec.vae["block_out_channels"])
-    vae_e = 4 if precision == "fp16" and spec.vae.get("force_upcast") else e  # the pipelines upcast a fp16 VAE
+    # only SDXL's pipeline upcasts a fp16 VAE (diffusers 0.42); SD3's and FLUX's decode in fp16, though their VAE
+    # configs set force_upcast too (4 bytes for them added 1.5 GiB to sd3-medium's fp16 plan: found in review)
+    vae_e = 4 if precision == "fp16" and spec.family == "sdxl" and spec.vae.get("force_upcast") else e
     vae = gen.height * gen.width * 2 * (widths[0] + widths[min(1, len(widths) - 1)]) * gen.batch_size * vae_e
     return {"text_encoders": float(text * gen.batch_size * 2 * e), "denoiser": float(den * batch * e),
             "vae_decode": float(vae)}

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from accelkit.models.diffusion.local import weights_variant
 from accelkit.models.diffusion.spec import (
     DENOISER_CLASS,
     ENCODER_SLOTS,
@@ -69,11 +70,31 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, _DTYPES[name])  # type: ignore[no-any-return]
 
 
+def _kept_in_fp32(module: torch.nn.Module, dtype: str) -> tuple[str, ...]:
+    """The name patterns of ``module``'s weights that transformers keeps in fp32 at ``dtype``: its
+    ``_keep_in_fp32_modules`` in fp16 (T5's ``wo``, its guard against fp16 overflow), its ``…_strict`` ones in fp16
+    and bf16. None of the diffusers models here has any."""
+    keep = list(getattr(module, "_keep_in_fp32_modules_strict", None) or ()) if dtype in ("fp16", "bf16") else []
+    if dtype == "fp16":
+        keep += getattr(module, "_keep_in_fp32_modules", None) or ()
+    return tuple(keep)
+
+
 def cast(module: torch.nn.Module, dtype: str) -> torch.nn.Module:
     """``module``'s floating parameters and buffers in ``dtype`` (fp32, bf16, fp16) — ``Module.float/bfloat16/half``,
-    which diffusers' ``ModelMixin.to`` would also do, without its warning about modules to keep in fp32 (none of
-    the models here has any)."""
-    return {"fp32": module.float, "bf16": module.bfloat16, "fp16": module.half}[dtype]()
+    which diffusers' ``ModelMixin.to`` would also do, without its warning about modules to keep in fp32 — but for
+    the weights transformers keeps in fp32 as ``from_pretrained(torch_dtype=…)`` loads them (``_kept_in_fp32``:
+    T5's ``wo`` had been cast to fp16; found in review). A weight's pattern anywhere in its name keeps it, as
+    transformers matches them."""
+    keep = _kept_in_fp32(module, dtype)
+    if not keep:
+        return {"fp32": module.float, "bf16": module.bfloat16, "fp16": module.half}[dtype]()
+    import torch
+
+    for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+        if tensor.is_floating_point():  # in place, as Module._apply does: no second copy of the weights
+            tensor.data = tensor.data.to(torch.float32 if any(k in name for k in keep) else torch_dtype(dtype))
+    return module
 
 
 def build_text_encoder(encoder: TextEncoder) -> torch.nn.Module:
@@ -117,6 +138,20 @@ def prompt(index: int, words: int = 12) -> str:
     return " ".join(f"w{4 + (index * 7 + i) % (TOKENIZER_WORDS - 4)}" for i in range(words))
 
 
+#: the text encoder slots of each family's pipeline
+_PIPELINE_SLOTS = {"sd3": 3, "flux": 2, "sdxl": 2}
+
+
+def empty_slots(spec: DiffusionSpec) -> dict[str, None]:
+    """The pipeline's text encoder and tokenizer slots that ``spec`` leaves empty (SD3 without its T5), as None:
+    diffusers' pipelines and their ``from_pretrained`` take an empty slot only when it is passed so, whatever
+    model_index.json says (without it an SD3 directory saved without T5 failed to load; found in review)."""
+    empty: dict[str, None] = {}
+    for slot in ENCODER_SLOTS[len(spec.text_encoders):_PIPELINE_SLOTS[spec.family]]:
+        empty[slot] = empty[slot.replace("text_encoder", "tokenizer")] = None
+    return empty
+
+
 def build_pipeline(spec: DiffusionSpec, *, device: str = "cpu", dtype: str = "fp32", seed: int = 0) -> Any:
     """The diffusers pipeline of ``spec`` on ``device`` with random weights from ``seed``, each component built in
     fp32 and then cast to ``dtype`` (fp32, bf16, fp16) — so every precision runs the fp32 reference's weights,
@@ -131,6 +166,7 @@ def build_pipeline(spec: DiffusionSpec, *, device: str = "cpu", dtype: str = "fp
             parts[slot.replace("text_encoder", "tokenizer")] = build_tokenizer(encoder)
         parts["unet" if spec.family == "sdxl" else "transformer"] = cast(build_denoiser(spec), dtype)
         parts["vae"] = cast(build_vae(spec), dtype)
+    parts.update(empty_slots(spec))
     scheduler_cls = diffusers_attr("diffusers", SCHEDULER_CLASS[spec.family])
     parts["scheduler"] = scheduler_cls.from_config(spec.scheduler)
     if spec.family == "sdxl":
@@ -160,11 +196,13 @@ def _no_progress_bars() -> Iterator[None]:
 
 def load_pipeline(spec: DiffusionSpec, path: str, *, dtype: str = "fp32") -> Any:
     """A diffusers pipeline directory's weights (``save_pretrained`` / a hub snapshot on disk), loaded offline in
-    the dtype they were saved in, then every component cast to ``dtype`` (as ``build_pipeline`` does)."""
+    the dtype they were saved in — the variant's files where the denoiser has only those (``*.fp16.safetensors``) —
+    then every component cast to ``dtype`` (as ``build_pipeline`` does)."""
     import torch
 
     with _quiet_import(), _no_progress_bars():
-        pipe = pipeline_class(spec).from_pretrained(path, local_files_only=True)
+        pipe = pipeline_class(spec).from_pretrained(path, local_files_only=True, variant=weights_variant(path),
+                                                    **empty_slots(spec))
     for component in pipe.components.values():
         if isinstance(component, torch.nn.Module):
             cast(component, dtype)

@@ -45,8 +45,9 @@ def check_generation(spec: DiffusionSpec, gen: Generation, names: dict[str, str]
     for key, side in (("height", gen.height), ("width", gen.width)):
         flag = names.get(key, key)
         if side % multiple:
-            return (f"{flag} {side} is not a multiple of {multiple} ({spec.name}: the VAE's {spec.vae_scale_factor}× "
-                    f"and the latent patching); use {max(multiple, side // multiple * multiple)} or "
+            why = f"the VAE's {spec.vae_scale_factor}×" + ("" if spec.family == "sdxl" else " and the latent patching")
+            return (f"{flag} {side} is not a multiple of {multiple} ({spec.name}: {why}); use "
+                    f"{max(multiple, side // multiple * multiple)} or "
                     f"{(side // multiple + 1) * multiple}")
     if spec.family == "sd3":
         max_side = spec.denoiser.get("pos_embed_max_size", 96) * spec.side_multiple
@@ -57,14 +58,14 @@ def check_generation(spec: DiffusionSpec, gen: Generation, names: dict[str, str]
 
 
 def text_tokens(spec: DiffusionSpec) -> int:
-    """Prompt tokens the denoiser attends to: SD3 joins the CLIP tokens (77) and T5's; FLUX takes T5's; SDXL's UNet
-    cross-attends to the CLIP tokens (77)."""
-    t5 = [e.max_length for e in spec.text_encoders if e.kind == "t5"]
+    """Prompt tokens the denoiser attends to: SD3 joins the CLIP tokens (77) and T5's — max_sequence_length of them
+    even without its T5, whose tokens are then zeros (counting 77 alone put its FLOPs 3.2× low on tiny-sd3; found in
+    review); FLUX takes T5's; SDXL's UNet cross-attends to the CLIP tokens (77)."""
     clip = max((e.max_length for e in spec.text_encoders if e.kind != "t5"), default=0)
     if spec.family == "sd3":
-        return clip + sum(t5)
+        return clip + spec.t5_tokens
     if spec.family == "flux":
-        return sum(t5)
+        return spec.t5_tokens
     return clip
 
 

@@ -56,6 +56,10 @@ class DiffusionSpec(Spec):
     guidance: float = spec_field(7.0, min=0.0, doc="Default guidance scale (CFG above 1; FLUX: the embedded scale).")
     force_zeros_for_empty_prompt: bool = spec_field(
         False, doc="SDXL: an empty negative prompt is zeros, not encoded (the pipeline's config).")
+    max_sequence_length: int = spec_field(
+        0, min=0, doc="SD3 without its T5 (text_encoder_3 null in model_index.json, diffusers' way to save its memory): "
+                      "the pipeline's max_sequence_length, the zero T5 tokens it still feeds the MMDiT beside CLIP's "
+                      "77. 0 otherwise (a T5 encoder's max_length gives them).")
     source: str = spec_field("", doc="Where the configs come from.")
 
     def validate(self) -> None:
@@ -64,6 +68,15 @@ class DiffusionSpec(Spec):
         if len(self.text_encoders) > len(ENCODER_SLOTS):
             raise ValueError(f"text_encoders has {len(self.text_encoders)} encoders; a pipeline has at most "
                              f"{len(ENCODER_SLOTS)}")
+        has_t5 = any(e.kind == "t5" for e in self.text_encoders)
+        if has_t5 and self.max_sequence_length:
+            raise ValueError("max_sequence_length is for an SD3 pipeline without its T5; give the T5 encoder's "
+                             "tokens as its max_length")
+        if self.family == "sd3" and not has_t5 and not self.max_sequence_length:
+            raise ValueError("an SD3 pipeline without its T5 still feeds the MMDiT max_sequence_length zero T5 tokens "
+                             "(diffusers' default 256); set max_sequence_length")
+        if self.family == "flux" and not has_t5:
+            raise ValueError("FLUX's pipeline needs its T5 encoder (text_encoder_2)")
         if self.family == "sd3" and self.denoiser.get("dual_attention_layers"):
             raise ValueError("dual_attention_layers (SD3.5's MMDiT-X) is not modelled; give an SD3-medium-style "
                              "transformer config")
@@ -74,14 +87,22 @@ class DiffusionSpec(Spec):
         return 1 << (len(self.vae.get("block_out_channels", (128, 256, 512, 512))) - 1)
 
     @property
+    def t5_tokens(self) -> int:
+        """T5 tokens per prompt, the pipeline's max_sequence_length: the T5 encoder's max_length, or
+        ``max_sequence_length`` where SD3 runs without its T5; 0 without T5 (SDXL)."""
+        return next((e.max_length for e in self.text_encoders if e.kind == "t5"), self.max_sequence_length)
+
+    @property
     def side_multiple(self) -> int:
         """Image sides must be multiples of this: the VAE's factor times the latent patch (FLUX packs 2×2; SD3
-        patchifies by patch_size; the SDXL UNet halves the latent once per down block but the last)."""
+        patchifies by patch_size). The SDXL UNet takes any latent size — it halves odd sides rounding up and
+        up-samples back to each skip's size, as StableDiffusionXLPipeline checks only for multiples of 8 (an
+        earlier 8·2^(levels−1) refused sizes it runs, 1080 among them; found in review)."""
         if self.family == "flux":
             return self.vae_scale_factor * 2
         if self.family == "sd3":
             return self.vae_scale_factor * int(self.denoiser.get("patch_size", 2))
-        return self.vae_scale_factor << (len(self.denoiser.get("block_out_channels", (320, 640, 1280))) - 1)
+        return self.vae_scale_factor
 
     def uses_cfg(self, guidance: float) -> bool:
         """Whether the denoiser runs twice per step (classifier-free guidance: a conditional and an unconditional

@@ -42,7 +42,9 @@ def build_variant(spec: DiffusionSpec, variant: Variant, device: str, *, seed: i
     """The pipeline of ``spec`` as ``variant`` runs it on ``device`` (module docstring)."""
     notes = notes if notes is not None else []
     if model_dir and is_pipeline_dir(model_dir) and has_weights(model_dir) and device != "meta":
-        pipe = load_pipeline(spec, model_dir, dtype=dtype).to(device)
+        pipe = load_pipeline(spec, model_dir, dtype=dtype)
+        if device != "cpu":  # (it loads there; diffusers' .to("cpu") of a fp16 pipeline warns that it cannot run)
+            pipe = pipe.to(device)
         notes.append(f"weights from {model_dir}, in {dtype}")
     else:
         pipe = build_pipeline(spec, device=device, dtype=dtype, seed=seed)

@@ -171,8 +171,8 @@ class Diffusion(BenchWorkload):
         notes: list[str] = []
         pipe = self.build(variant, device, seed=seed, notes=notes)
         recorder = phase_recorder(pipe, device)
-        extra = {"max_sequence_length": max(e.max_length for e in spec.text_encoders if e.kind == "t5")} \
-            if any(e.kind == "t5" for e in spec.text_encoders) else {}
+        # SD3 and FLUX: T5's tokens, passed on every call — SD3 without its T5 feeds the MMDiT that many zeros
+        extra = {"max_sequence_length": spec.t5_tokens} if spec.family != "sdxl" else {}
         generator_device = device if device.startswith("cuda") else "cpu"
 
         def generate(batch: int, **kwargs: Any) -> Any:
