@@ -232,7 +232,7 @@ class Recorder:
             return None
         dtype = lane.variant.matmul_dtype
         out = []
-        for row in lane.step.phases():
+        for row in lane.step.phases(len(lane.samples)):
             flops, seconds = row.pop("flops", None), row.get("median_s")
             mfu = None if not flops else mfu_result(
                 flops, 1 / seconds if seconds else None, self.peaks.get(dtype), self.reference.flops_source,

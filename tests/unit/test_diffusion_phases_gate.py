@@ -69,3 +69,20 @@ def test_the_gate_passes_close_outputs_and_fails_broken_or_overflowed_ones():
     one_off = image.clone()
     one_off[1] = 1 - one_off[1]
     assert psnr_db(image[:1], one_off[:1]) == math.inf and psnr_db(image, one_off) < IMAGE_PSNR_MIN_DB
+
+
+def test_the_summary_reads_the_measured_calls_only():
+    """The warm-up's calls go through the same wrapped step as the measured ones: a summary given the number of
+    measured calls reads those, the last ones (it summarised 13 of 14 calls beside 5 measured: found in review)."""
+    recorder, call = _pipeline()
+    timed = recorder.wrap(call)
+    for _ in range(9):  # the first call and the warm-up
+        timed()
+    for call_s in recorder.timed:
+        call_s.total_s = 100.0  # slow, as a cold warm-up is: marked so the measured calls' median cannot be it
+    for _ in range(5):
+        timed()
+    rows = {r["phase"]: r for r in recorder.summary(measured=5)}
+    assert len(recorder.timed) == 14
+    assert rows[OTHER]["median_s"] < 50  # the measured calls' own: none of the marked warm-up calls
+    assert rows[DENOISER]["share"] is not None and rows[DENOISER]["share"] < 1

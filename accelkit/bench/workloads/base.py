@@ -58,9 +58,10 @@ class Step:
     #: warm-up, the first call's time ÷ this sizes the measured blocks
     first_call_calls: int = 1
     #: phases timed inside the call (text-to-image: text encoders, denoiser steps, VAE decode), read once the lane
-    #: is measured: one dict per phase with the fields of ``core.bench_result.PhaseTime`` less its MFU, and "flops"
-    #: (the phase's model FLOPs per call, or None); None: the step has no phases
-    phases: Callable[[], list[dict[str, Any]]] | None = None
+    #: is measured, given the number of measured calls (the last ones; the warm-up's come before): one dict per phase
+    #: with the fields of ``core.bench_result.PhaseTime`` less its MFU, and "flops" (the phase's model FLOPs per call,
+    #: or None); None: the step has no phases
+    phases: Callable[[int], list[dict[str, Any]]] | None = None
 
 
 @dataclass(slots=True)

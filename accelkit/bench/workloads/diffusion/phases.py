@@ -137,13 +137,15 @@ class PhaseRecorder:
             self.timed.append(_Timed(self._seconds(call.start, call.end), spans))
         self._pending = keep
 
-    def summary(self, *, skip: int = 1) -> list[dict[str, Any]]:
-        """Per phase, over every call but the first ``skip`` (the cold first call): calls of the phase per generation
-        call, the median seconds it takes per generation call and its share of the median call, the median of one
-        call of it (one denoiser step), FLOPs per generation call when they were counted — and, for the denoiser,
-        the median of each step. The ``other`` phase is the call minus the hooked phases."""
+    def summary(self, *, measured: int | None = None) -> list[dict[str, Any]]:
+        """Per phase, over the last ``measured`` calls (the measured blocks' calls; None: every call but the cold
+        first): calls of the phase per generation call, the median seconds it takes per generation call and its share
+        of the median call, the median of one call of it (one denoiser step), FLOPs per generation call when they were
+        counted — and, for the denoiser, the median of each step. The ``other`` phase is the call minus the hooked
+        phases. The warm-up's calls go through the same wrapped step, and they were summarised with the measured ones
+        (8 warm-up calls beside 5 measured: found in review)."""
         self._collect(wait=True)
-        calls = self.timed[skip:] or self.timed
+        calls = (self.timed[-measured:] if measured else self.timed[1:]) or self.timed
         if not calls:
             return []
         call_s = statistics.median(c.total_s for c in calls)

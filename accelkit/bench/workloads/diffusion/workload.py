@@ -201,8 +201,8 @@ class Diffusion(BenchWorkload):
             self.phase_flops = dict(recorder.flops)
             return total
 
-        def phases() -> list[dict[str, Any]]:
-            rows = recorder.summary()
+        def phases(measured: int) -> list[dict[str, Any]]:
+            rows = recorder.summary(measured=measured)
             for row in rows:
                 row["flops"] = self.phase_flops.get(row["phase"])
             return rows
