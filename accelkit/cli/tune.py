@@ -221,7 +221,9 @@ def tune_table(result: TuneResult) -> Any:
             "yes" if t.pareto else "", t.reason,
         ))
     baseline = next((t.name for t in result.trials if (t.vs_baseline or {}).get("verdict") == "baseline"), "fp32")
-    return table(f"tune {result.workload} — objective: {result.objective} ({result.device})",
+    # a workload with several steps per recipe (llm: prefill, decode) is ranked on one: the title names it
+    step = f", {result.ranked_step} step" if result.ranked_step else ""
+    return table(f"tune {result.workload} — objective: {result.objective}{step} ({result.device})",
                  ["recipe", "status", "throughput", "unit", f"vs {baseline} [p25–p75]", "p50 ms", "memory", "accuracy",
                   "gate", "pareto", "why"], rows, right=(2, 4, 5))
 
@@ -233,7 +235,7 @@ def winner_line(result: TuneResult) -> str:
     if result.winner_unsupported is None:
         return f"Fastest recipe within the gate ({result.objective}): {name}"
     return (f"No firm winner within the gate ({result.objective}): {name} ranks first, but "
-            f"{result.winner_unsupported} — re-run with --no-quick on a quiet machine to separate them; {name}'s "
+            f"{result.winner_unsupported} — re-run with --thorough on a quiet machine to separate them; {name}'s "
             "recipe:")
 
 

@@ -10,7 +10,7 @@ Order (each step sees the model the previous one produced):
 5. fp8 training     — Float8Linear swap (torchao.float8), fed bf16 copies of the fp32 master weights
 6. checkpointing    — per-block full/selective recompute
 7. mixed precision  — autocast wrapper (outermost numerics; bf16 around the fp8 linears for precision='fp8')
-8. compile          — torch.compile over all of the above
+8. compile          — torch.compile of the model inside the autocast wrapper, in place
 9. warm allocator   — one step to size the CUDA caching allocator, on the final model
 
 Every wanted technique is checked before any is applied — against the recipe and device (``refusal``), then

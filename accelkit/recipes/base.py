@@ -93,3 +93,36 @@ class Technique:
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
         """Transform ``model`` (in place or by wrapping) and return the model to use."""
         raise NotImplementedError
+
+
+class _RenameKeys:
+    """A state-dict hook that renames the keys under ``prefix + old`` to ``prefix + new`` in place, keeping their
+    order. A class, not a closure: a model with the hook still pickles (``torch.save(model)``)."""
+
+    def __init__(self, old: str, new: str, *, subtree: bool):
+        self.old, self.new, self.subtree = old, new, subtree
+
+    def __call__(self, module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        old, new = prefix + self.old, prefix + self.new
+
+        def renamed(key: str) -> str:
+            hit = key.startswith(old) if self.subtree else key == old
+            return new + key[len(old):] if hit else key
+
+        items = list(state_dict.items())
+        if any(renamed(key) != key for key, _ in items):
+            state_dict.clear()  # (a state_dict's _metadata is an attribute: it stays)
+            state_dict.update((renamed(key), value) for key, value in items)
+
+
+def keep_state_dict_keys(module: torch.nn.Module, stored: str, shown: str = "") -> None:
+    """Make ``module.state_dict()`` name what the module keeps under ``stored`` (relative to it) as ``shown``, and
+    ``load_state_dict`` take those names back, as torch's ``checkpoint_wrapper`` does for the module it wraps: a
+    wrapper (``stored='inner.'``) or a parametrized weight (``'parametrizations.weight.original'`` → ``'weight'``)
+    then saves and loads the keys of the model as it was built. (found in review: after a recompute or autocast
+    wrapper, or fp8 training's weight cast, ``save_pretrained`` wrote keys the architecture lacks, and
+    ``from_pretrained`` re-initialised those weights — the training was lost.) A ``stored`` ending in '.' renames
+    every key under it, else the one key."""
+    subtree = stored.endswith(".")
+    module.register_state_dict_post_hook(_RenameKeys(stored, shown, subtree=subtree))  # type: ignore[no-untyped-call]
+    module.register_load_state_dict_pre_hook(_RenameKeys(shown, stored, subtree=subtree))  # type: ignore[no-untyped-call]

@@ -18,7 +18,7 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 
 from accelkit.core import Recipe
 from accelkit.models.build import count_parameters
-from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
+from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique, keep_state_dict_keys
 
 #: ops whose outputs selective recompute keeps (the expensive ones to redo)
 _SAVE_OPS = {
@@ -40,12 +40,14 @@ def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Checkpoin
 
 
 class CheckpointedBlock(torch.nn.Module):
-    """Runs ``block`` under non-reentrant checkpointing (full or selective)."""
+    """Runs ``block`` under non-reentrant checkpointing (full or selective). Its state_dict keys are the block's own
+    (no ``block.``), so a checkpoint saved after training loads into the model as built."""
 
     def __init__(self, block: torch.nn.Module, *, selective: bool):
         super().__init__()
         self.block = block
         self.selective = selective
+        keep_state_dict_keys(self, "block.")
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():

@@ -1,4 +1,5 @@
-"""torch.compile with its modes; ``reduce-overhead`` (CUDA graphs) only on CUDA. Under
+"""torch.compile with its modes, in place (``nn.Module.compile``: the model's own calls, ``generate`` included, run
+compiled, and its state_dict keys do not change); ``reduce-overhead`` (CUDA graphs) only on CUDA. Under
 recompute='budget' the compiled forward runs with functorch's ``activation_memory_budget`` patched for the
 call (compilation happens inside it), so no global config is left changed."""
 
@@ -9,8 +10,9 @@ from typing import Any
 import torch
 
 from accelkit.core import Recipe
-from accelkit.recipes.base import ApplyContext, Technique
+from accelkit.recipes.base import ApplyContext, Technique, keep_state_dict_keys
 from accelkit.recipes.checkpointing import DEFAULT_BUDGET
+from accelkit.recipes.precision import AutocastModule
 
 
 class _BudgetedModule(torch.nn.Module):
@@ -19,6 +21,7 @@ class _BudgetedModule(torch.nn.Module):
     def __init__(self, inner: torch.nn.Module, budget: float):
         super().__init__()
         self.inner, self.budget = inner, budget
+        keep_state_dict_keys(self, "inner.")
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         import torch._functorch.config as functorch_config
@@ -49,8 +52,12 @@ class Compile(Technique):
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
         assert recipe.compile is not False  # wanted() said so
-        compiled: torch.nn.Module = torch.compile(model, mode=recipe.compile)  # type: ignore[assignment]  # a module in, an OptimizedModule out
+        # in place (nn.Module.compile), on the model inside the autocast wrapper: every call of the model — its own
+        # generate() included — runs compiled, and its state_dict keys stay its own. torch.compile(model) returned
+        # an OptimizedModule whose generate was the eager model's (found in review), and keys under "_orig_mod."
+        inner = model.inner if isinstance(model, AutocastModule) else model
+        inner.compile(mode=recipe.compile)
         ctx.notes.append(f"torch.compile mode={recipe.compile}")
         if recipe.recompute == "budget":
-            return _BudgetedModule(compiled, DEFAULT_BUDGET)
-        return compiled
+            return _BudgetedModule(model, DEFAULT_BUDGET)
+        return model

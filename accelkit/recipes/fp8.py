@@ -24,7 +24,7 @@ import torch
 from torch.nn.utils import parametrize
 
 from accelkit.core import Recipe
-from accelkit.recipes.base import ApplyContext, Technique
+from accelkit.recipes.base import ApplyContext, Technique, keep_state_dict_keys
 from accelkit.recipes.coverage import coverage, matmul_weights
 
 SCALINGS = ("tensorwise", "rowwise")
@@ -147,6 +147,8 @@ class Float8Training(Technique):
                 module.__class__ = operand_cls
                 # unsafe: the whole point is a dtype change (fp32 master → bf16 operand); shapes are unchanged
                 parametrize.register_parametrization(module, "weight", _CastTo(OPERAND_DTYPE), unsafe=True)
+                # the fp32 master is saved and loaded as ``weight``, the key of the model as built
+                keep_state_dict_keys(module, "parametrizations.weight.original", "weight")
                 converted.add(fqn)
         ctx.notes.append(f"fp8 training ({self.scaling}{', emulated' if ctx.emulate_fp8 else ''}): {len(converted)} of "
                          f"{num_linears} linear layers as Float8Linear on bf16 copies of fp32 master weights"

@@ -15,13 +15,14 @@ flag defaults to True, so "fp32" convolutions otherwise use TF32).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from accelkit.core import Recipe
-from accelkit.recipes.base import ApplyContext, Technique
+from accelkit.recipes.base import ApplyContext, Technique, keep_state_dict_keys
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 
@@ -41,28 +42,51 @@ def tf32_enabled(enabled: bool) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
+#: methods of the wrapped model that run its forward themselves (Hugging Face's ``generate``): reached through the
+#: wrapper, they run under its autocast too
+THROUGH_FORWARD = ("generate",)
+
+
 class AutocastModule(torch.nn.Module):
     """Runs ``inner``'s forward under autocast to ``dtype`` (or fp32 with TF32 when ``tf32``). Forward only: for
-    TF32 training, enter ``tf32_enabled(True)`` around backward and the optimizer step too (module docstring)."""
+    TF32 training, enter ``tf32_enabled(True)`` around backward and the optimizer step too (module docstring).
+    Its state_dict keys are ``inner``'s own (no ``inner.``), so a checkpoint saved after training loads into the
+    model as built."""
 
     def __init__(self, inner: torch.nn.Module, *, device_type: str, dtype: torch.dtype | None, tf32: bool = False):
         super().__init__()
         self.inner = inner
         self.device_type, self.dtype, self.tf32 = device_type, dtype, tf32
+        keep_state_dict_keys(self, "inner.")
+
+    def _contexts(self) -> list[contextlib.AbstractContextManager[Any]]:
+        """The autocast (and TF32 flags) this wrapper runs its model under, not yet entered."""
+        return ([torch.autocast(self.device_type, dtype=self.dtype)] if self.dtype is not None else []) + (
+            [tf32_enabled(True)] if self.tf32 else [])
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with contextlib.ExitStack() as stack:
-            if self.dtype is not None:
-                stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
-            if self.tf32:
-                stack.enter_context(tf32_enabled(True))
+            for context in self._contexts():
+                stack.enter_context(context)
             return self.inner(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
         except AttributeError:  # reach through to the wrapped model's attributes (config, generate …)
-            return getattr(super().__getattr__("inner"), name)
+            value = getattr(super().__getattr__("inner"), name)
+        if name in THROUGH_FORWARD and callable(value):
+            # generate calls the wrapped model's own forward, not this one: without the context it ran in fp32
+            # (found in review)
+            @functools.wraps(value)
+            def in_context(*args: Any, **kwargs: Any) -> Any:
+                with contextlib.ExitStack() as stack:
+                    for context in self._contexts():
+                        stack.enter_context(context)
+                    return value(*args, **kwargs)
+
+            return in_context
+        return value
 
 
 class MixedPrecision(Technique):

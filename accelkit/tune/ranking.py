@@ -79,9 +79,10 @@ def accuracy_order(a: Trial, b: Trial) -> int:
     return 1 if va - vb > tie else -1 if vb - va > tie else 0
 
 
-def dominates(a: Trial, b: Trial) -> bool:
-    """``a`` is clearly better than ``b`` on speed, memory or accuracy, and clearly worse on none."""
-    orders = (speed_order(a, b), memory_order(a, b), accuracy_order(a, b))
+def dominates(a: Trial, b: Trial, *, memory: bool = True) -> bool:
+    """``a`` is clearly better than ``b`` on speed, memory or accuracy, and clearly worse on none. ``memory=False``
+    leaves memory out (a CPU's measured RSS peaks, which depend on the order the recipes ran in)."""
+    orders = (speed_order(a, b), memory_order(a, b) if memory else 0, accuracy_order(a, b))
     return min(orders) >= 0 and max(orders) > 0
 
 
@@ -93,14 +94,15 @@ def _shown(t: Trial) -> str:
     return f"{t.name} at {t.throughput:.3g} {t.unit or ''}".rstrip()
 
 
-def unsupported(winner: Trial, passing: Sequence[Trial], objective: str) -> str | None:
+def unsupported(winner: Trial, passing: Sequence[Trial], objective: str, *, memory: bool = True) -> str | None:
     """Why the table does not support starring ``winner`` on ``objective``, or None when it does: a runner-up within
-    the noise of it, or — ranked by the paired ratios — a higher total throughput in the table's own column."""
+    the noise of it, or — ranked by the paired ratios — a higher total throughput in the table's own column.
+    ``memory=False``: memory is left out of the dominance (as :func:`dominates`)."""
     others = [t for t in passing if t is not winner]
     if not others:
         return None
     reasons = []
-    if dominators := [t.name for t in others if dominates(t, winner)]:
+    if dominators := [t.name for t in others if dominates(t, winner, memory=memory)]:
         reasons.append(f"{', '.join(dominators)} {'is' if len(dominators) == 1 else 'are'} at least as good on every "
                        f"axis within the noise and clearly better on one, so {winner.name} is off the Pareto front")
     if objective == "throughput":

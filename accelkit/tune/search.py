@@ -12,6 +12,7 @@ the phase and the error) or interrupted (Ctrl-C stopped the search before it was
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -91,6 +92,10 @@ class Trial:
     ranked_speed: float | None = None
     #: the bench's measured peak (``memory_bytes`` may show the planner's estimate instead): what the budget checks
     measured_peak_bytes: int | None = None
+    #: the step of the workload the figures above are of (llm: decode), and every step's own figures (llm: prefill
+    #: and decode) — the run's document listed both, and keeping one entry per recipe name dropped prefill unseen
+    step: str | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,7 +103,7 @@ class Trial:
             "estimated_bytes": self.estimated_bytes, "throughput": self.throughput, "unit": self.unit,
             "latency_s": self.latency_s, "memory_bytes": self.memory_bytes, "memory_basis": self.memory_basis, "accuracy": self.accuracy,
             "gate": self.gate, "passed": self.passed, "pareto": self.pareto, "result_ids": self.result_ids,
-            "vs_baseline": self.vs_baseline,
+            "vs_baseline": self.vs_baseline, "step": self.step, "steps": self.steps,
         }
 
 
@@ -123,10 +128,13 @@ class TuneResult:
     #: why the store refused a write: the trials without result_ids, and the summary, are not stored (nothing later
     #: was tried); every measured trial is in the result all the same
     store_error: str | None = None
+    #: the step speed and latency are ranked on when the workload measures several per recipe (llm: decode)
+    ranked_step: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "workload": self.workload, "objective": self.objective, "device": self.device, "run_id": self.run_id,
+            "ranked_step": self.ranked_step,
             "winner": self.winner.to_json() if self.winner else None, "snippet": self.snippet,
             "winner_firm": self.winner is not None and self.winner_unsupported is None,
             "winner_unsupported": self.winner_unsupported,
@@ -169,6 +177,9 @@ def candidate_recipes(workload: BenchWorkload, *, compile: bool = True, cuda: bo
             ("bf16+recompute=selective", Recipe(precision="bf16", recompute="selective")),
             ("recompute=full", Recipe(recompute="full")),
         ]
+        if workload.is_cnn:  # Conv-BN folding is for inference: a training CNN gets the layout only
+            out[2:2] = [("bf16+channels_last", Recipe(precision="bf16", channels_last=True)),
+                        ("channels_last", Recipe(channels_last=True))]
         if compile:
             out += [("bf16+compile", Recipe(precision="bf16", compile="default")), ("compile", Recipe(compile="default"))]
         return out
@@ -296,18 +307,24 @@ def _distinct(value: float, limit: float) -> tuple[str, str]:
     return repr(value), repr(limit)
 
 
-def snippet(recipe: Recipe, *, training: bool = False) -> str:
+def snippet(recipe: Recipe, *, training: bool = False, device_type: str = "cuda") -> str:
     """Paste-ready code for a recipe (only the fields that differ from the defaults). ``apply`` reads
     ``model.training`` to choose the training or the inference form of a recipe, so the comment names the mode the
-    workload was tuned in (an ``llm-train`` snippet said "model.eval() first for inference")."""
+    workload was tuned in (an ``llm-train`` snippet said "model.eval() first for inference"). fp16 training adds the
+    GradScaler the measured step used (``device_type``'s): printed without it, fp16 gradients underflow to zero."""
     defaults = Recipe().to_dict()
     fields = ", ".join(f"{k}={v!r}" for k, v in recipe.to_dict().items() if defaults[k] != v)
     mode = "model.train() first: tuned for training" if training else "model.eval() first: tuned for inference"
-    return (
+    code = (
         "from accelkit.core import Recipe\n"
         "from accelkit.recipes import apply\n\n"
         f"model = apply(model, Recipe({fields}))  # {mode}"
     )
+    if training and recipe.precision == "fp16":  # as accelkit.bench.workloads.base.train_step runs it
+        code = "import torch\n" + code + (
+            f"\nscaler = torch.amp.GradScaler({device_type!r})  # fp16 training needs loss scaling, as measured\n"
+            "# each step: scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()")
+    return code
 
 
 def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: ResultStore | None = None,
@@ -335,26 +352,46 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     _refuse(trials, workload, device, step)                                          # 1. what cannot run here
     unestimated = _prune_by_estimate(trials, workload, device, catalog, config, step)  # 2. the memory budget
     measured = _select(trials, config, unestimated, notes)                           # 3. the trial budget
+    check_memory_objective(config, device, measured, unestimated)
     # 4. measure, interleaved, with the fp32 output as the accuracy reference
     run = _measure(workload, measured, config, device, store, reporter, run_id, step,
                    save=writer.can_write, auto_probe=not (ran_quick_probe and quick_probe_id is None))
     step("gating accuracy against fp32 and finding the Pareto frontier")
     doc = run.to_json()
-    _record_measured(measured, doc, config, interrupted=run.interrupted, logits=workload.output_is_logits)
+    training = workload.task == "train"
+    ranked_step = _record_measured(measured, doc, config, interrupted=run.interrupted,
+                                   logits=workload.output_is_logits, training=training)
+    _note_gates(measured, ranked_step, training, notes)
     check_measured_budget(measured, config.memory_budget_bytes)
     _choose_memory_basis(measured, device)
     # 5. Pareto frontier (speed, memory, accuracy) among the passing, and the winner by objective
     winner, passing = _rank(trials, config, device, notes)
-    training = workload.task == "train"
     result = TuneResult(workload=workload.label, objective=config.objective, device=device, trials=trials,
-                        winner=winner, winner_unsupported=unsupported(winner, passing, config.objective) if winner
-                        else None, snippet=snippet(winner.recipe, training=training) if winner else None, run_id=run_id,
-                        notes=notes + run.notes, ran_quick_probe=ran_quick_probe, quick_probe_id=quick_probe_id,
-                        store_error=writer.error)
+                        winner=winner, winner_unsupported=unsupported(
+                            winner, passing, config.objective, memory=memory_ranked(trials, device)) if winner else None,
+                        snippet=snippet(winner.recipe, training=training, device_type=device.split(":")[0])
+                        if winner else None, run_id=run_id, notes=notes + run.notes, ran_quick_probe=ran_quick_probe,
+                        quick_probe_id=quick_probe_id, store_error=writer.error, ranked_step=ranked_step)
     result.record_run(doc)  # the trials that were measured are all in the result, stored or not
     result.store_summary(writer, name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
                          details={"config": config.to_dict()}, run_id=run_id)
     return result
+
+
+def _note_gates(measured: list[Trial], ranked_step: str | None, training: bool, notes: list[str]) -> None:
+    """Notes on what was ranked and gated: the step of a workload that measures several per recipe, and the
+    training check (with why it could not tell, where it could not)."""
+    if ranked_step is not None:
+        names = next((", ".join(str(s["step"]) for s in t.steps) for t in measured if len(t.steps) > 1), "")
+        notes.append(f"each recipe measures {names}: speed and latency are ranked on the {ranked_step} step (memory on "
+                     "the highest peak of its steps); every step's figures are in each trial's `steps` (--json)")
+    if training:
+        notes.append(f"training gate: besides the forward before any step, each recipe's loss must fall over its first "
+                     f"steps at least {MIN_TRAIN_PROGRESS:.0%} as far as fp32's (same weights, same data)")
+        unsure = [t for t in measured if (t.gate or {}).get("inconclusive")]
+        if unsure:
+            notes.append(f"training gate inconclusive for {', '.join(t.name for t in unsure)}: "
+                         f"{(unsure[0].gate or {}).get('reason')}")
 
 
 def _quick_probe(device: str, hardware: str, store: ResultStore | None, writer: StoreWriter,
@@ -391,7 +428,8 @@ def _refuse(trials: list[Trial], workload: BenchWorkload, device: str, step: Cal
 def _prune_by_estimate(trials: list[Trial], workload: BenchWorkload, device: str, catalog: Any, config: TuneConfig,
                        step: Callable[[str], None]) -> dict[str, list[str]]:
     """The planner's memory estimate against the budget: prune what is over it. Returns why the planner has no
-    estimate → the recipes it has none for (with a budget: they are held to it by their measured peak)."""
+    estimate → the recipes it has none for (with a budget they are held to it by their measured peak; on a CPU they
+    leave memory unranked)."""
     step("estimating each recipe's memory with the planner")
     budget = config.memory_budget_bytes
     unestimated: dict[str, list[str]] = {}
@@ -404,8 +442,8 @@ def _prune_by_estimate(trials: list[Trial], workload: BenchWorkload, device: str
         if budget is not None and t.estimated_bytes and t.estimated_bytes > budget:
             t.status = "pruned"
             t.reason = over_budget("planner estimates", t.estimated_bytes, budget)
-        elif estimate is None and budget is not None:
-            unestimated.setdefault(str(why), []).append(t.name)
+        elif t.estimated_bytes is None:
+            unestimated.setdefault(str(why or "its estimate has no total"), []).append(t.name)
     return unestimated
 
 
@@ -422,11 +460,30 @@ def _select(trials: list[Trial], config: TuneConfig, unestimated: dict[str, list
     for t in runnable[config.max_trials:]:
         t.status, t.reason = "skipped", f"beyond --max-trials {config.max_trials}"
     measured = runnable[: config.max_trials]
-    for why, names in unestimated.items():
-        if names := [n for n in names if any(t.name == n for t in measured)]:
+    for why, names in _among(unestimated, measured).items():
+        if config.memory_budget_bytes is not None:
             notes.append(f"no memory estimate for {', '.join(names)} ({why}): measured, then held to --memory-budget "
                          "by the measured peak")
     return measured
+
+
+def _among(unestimated: dict[str, list[str]], trials: list[Trial]) -> dict[str, list[str]]:
+    """``unestimated`` (why → recipe names) restricted to ``trials``, leaving out reasons with none of them."""
+    names = {t.name for t in trials}
+    return {why: kept for why, all_names in unestimated.items() if (kept := [n for n in all_names if n in names])}
+
+
+def check_memory_objective(config: TuneConfig, device: str, measured: list[Trial],
+                           unestimated: dict[str, list[str]]) -> None:
+    """Refuse ``--objective memory`` on a CPU where the planner has no estimate for every recipe to measure: their
+    measured RSS peaks depend on the order the recipes run in — the first (fp32, always) is charged the runtime's
+    own warm-up, and the same two recipes swapped places when run in the other order (found in review)."""
+    missing = _among(unestimated, measured)
+    if config.objective == "memory" and not device.startswith("cuda") and missing:
+        why = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in missing.items())
+        raise UserError(f"--objective memory on a CPU ranks the planner's memory estimates, and it has none for {why} "
+                        "(measured RSS peaks depend on the order the recipes run in); use --objective throughput or "
+                        "latency, or tune on a GPU")
 
 
 def _measure(workload: BenchWorkload, measured: list[Trial], config: TuneConfig, device: str,
@@ -444,34 +501,102 @@ def _measure(workload: BenchWorkload, measured: list[Trial], config: TuneConfig,
 
 
 def _record_measured(measured: list[Trial], doc: dict[str, Any], config: TuneConfig, *, interrupted: bool,
-                     logits: bool | None) -> None:
-    """Each measured trial's figures and accuracy gate from the run's document; a trial with no entry is refused,
-    failed or interrupted, as the document says. ``logits`` None: guessed from the output's shape."""
-    entries = {e["name"]: e for e in doc["variants"]}
+                     logits: bool | None, training: bool = False) -> str | None:
+    """Each measured trial's figures and accuracy gate from the run's document (``training``: the loss check too); a
+    trial with no entry is refused, failed or interrupted, as the document says. ``logits`` None: guessed from the
+    output's shape. Returns the step ranked where the workload measures several per recipe (None: one)."""
+    entries: dict[str, list[dict[str, Any]]] = {}
+    for e in doc["variants"]:  # every step of a recipe (llm: prefill, decode), in the order the workload runs them
+        entries.setdefault(e["name"], []).append(e)
     failures = {f["name"]: f"{f['phase']}: {f['error']}" for f in doc["failed"]}
     for refused in doc["refused"]:
         t = next(x for x in measured if x.name == refused["name"])
         t.status, t.reason = "refused", refused["reason"]
+    reference_losses = (entries.get("fp32") or [{}])[-1].get("loss_first_steps")
+    ranked = None
     for t in measured:
-        entry = entries.get(t.name)
-        if entry is None:
+        steps = entries.get(t.name)
+        if not steps:
             if t.status == "pending":
                 t.status, t.reason = (("failed", failures[t.name]) if t.name in failures else
                                       ("interrupted", "not measured (interrupted)") if interrupted else
                                       ("failed", "not measured"))
             continue
         t.status = "measured"
-        t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
-        t.latency_s = entry["latency_s"]["median"]
-        t.memory_bytes = t.measured_peak_bytes = entry["memory_bytes"].get("peak")
-        t.memory_basis = "measured peak"
-        t.accuracy = entry.get("accuracy")
-        t.vs_baseline = entry.get("comparison")
+        _figures(t, steps)
+        ranked = t.step if len(steps) > 1 else ranked
         t.gate = _gate(t.accuracy, config.max_accuracy_drop, logits=logits) if t.name != "fp32" else {
             "passed": True, "criterion": "reference", "candidate_value": 1.0, "threshold": 1 - config.max_accuracy_drop}
+        if training and t.name != "fp32" and t.gate["passed"]:
+            _gate_training(t.gate, reference_losses, steps[-1].get("loss_first_steps"))
         t.passed = bool(t.gate["passed"])
         if not t.passed and t.gate.get("reason"):  # the figure and the threshold it missed, or why there is none
-            t.reason = f"accuracy gate: {t.gate['reason']}"
+            which = "training" if (t.gate.get("training") or {}).get("passed") is False else "accuracy"
+            t.reason = f"{which} gate: {t.gate['reason']}"
+    return ranked
+
+
+def _figures(t: Trial, steps: list[dict[str, Any]]) -> None:
+    """A trial's figures from its entries in the run's document: speed and latency of the last step the workload
+    runs (llm: decode, the steady state of generation — prefill is the time to its first token), memory the highest
+    peak of its steps, and every step's own figures in ``steps``."""
+    entry = steps[-1]
+    t.step = entry.get("step")
+    t.steps = [{"step": e.get("step"), "throughput": e["throughput"]["value"], "unit": e["throughput"]["unit"],
+                "latency_s": e["latency_s"]["median"], "memory_bytes": e["memory_bytes"].get("peak"),
+                "vs_baseline": e.get("comparison")} for e in steps]
+    t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
+    t.latency_s = entry["latency_s"]["median"]
+    peaks = [e["memory_bytes"]["peak"] for e in steps if e["memory_bytes"].get("peak") is not None]
+    t.memory_bytes = t.measured_peak_bytes = max(peaks) if peaks else None
+    t.memory_basis = "measured peak"
+    t.accuracy = entry.get("accuracy")
+    t.vs_baseline = entry.get("comparison")
+
+
+#: a training recipe's loss must fall over the first steps at least this share as far as fp32's: the gate on one
+#: eval-mode forward before any step passed a recompute whose blocks got no gradient (found in review) — its loss
+#: fell 36% as far as fp32's; bf16, fp16 and working recompute 98–100% (tiny Llama and ResNet)
+MIN_TRAIN_PROGRESS = 0.8
+
+
+def training_gate(reference: list[float] | None, losses: list[float] | None) -> dict[str, Any]:
+    """Whether a training recipe learns as fp32 does, from the losses of the first steps the bench records
+    (``loss_first_steps``: the first call and the warm-up, from the same weights on the same data for every recipe).
+    ``candidate_value`` is its progress: the sum over steps 2…n of its loss's fall from its own first loss ÷ the
+    same sum for fp32 (each from its own first loss: a precision's offset in the forward is not progress); at least
+    MIN_TRAIN_PROGRESS passes. Inconclusive with fewer than two steps in common, or where fp32's loss fell too
+    little for the recipe's first-loss offset from fp32 not to swing the ratio by the allowed shortfall."""
+    ref, mine = list(reference or []), list(losses or [])
+    n = min(len(ref), len(mine))
+    gate: dict[str, Any] = {"criterion": f"loss fall over the first {n} steps vs fp32's", "steps": n,
+                            "threshold": MIN_TRAIN_PROGRESS}
+    if n < 2:
+        return {**gate, "passed": False, "inconclusive": True, "reason": f"{n} training step's loss recorded for "
+                "comparing with fp32; raise --warmup so that several are"}
+    ref, mine = ref[:n], mine[:n]
+    if not all(math.isfinite(x) for x in mine):
+        step = next(i for i, x in enumerate(mine) if not math.isfinite(x)) + 1
+        return {**gate, "passed": False, "reason": f"its training loss was not finite at step {step} of {n}"}
+    ref_fall = sum(ref[0] - x for x in ref[1:]) if all(math.isfinite(x) for x in ref) else 0.0
+    if ref_fall * (1 - MIN_TRAIN_PROGRESS) <= abs(mine[0] - ref[0]) * (n - 1):
+        return {**gate, "passed": False, "inconclusive": True, "reason": f"fp32's loss fell too little over the first "
+                f"{n} steps ({ref[0]:.6g} → {ref[-1]:.6g}) to tell whether this recipe trains; raise --lr or --warmup"}
+    progress = sum(mine[0] - x for x in mine[1:]) / ref_fall
+    gate.update(passed=progress >= MIN_TRAIN_PROGRESS, candidate_value=progress)
+    if not gate["passed"]:
+        gate["reason"] = (f"its loss fell {progress:.0%} as far as fp32's over the first {n} steps (< "
+                          f"{MIN_TRAIN_PROGRESS:.0%}): it does not train as fp32 does")
+    return gate
+
+
+def _gate_training(gate: dict[str, Any], reference: list[float] | None, losses: list[float] | None) -> None:
+    """Add the training check to a passed forward ``gate``: it fails (or is inconclusive) with the check."""
+    training = gate["training"] = training_gate(reference, losses)
+    if not training["passed"]:
+        gate["passed"], gate["reason"] = False, training["reason"]
+        if training.get("inconclusive"):
+            gate["inconclusive"] = True
 
 
 def _choose_memory_basis(measured: list[Trial], device: str) -> None:
@@ -483,25 +608,34 @@ def _choose_memory_basis(measured: list[Trial], device: str) -> None:
             t.memory_bytes, t.memory_basis = t.estimated_bytes, "planner estimate"
 
 
+def memory_ranked(trials: list[Trial], device: str) -> bool:
+    """Whether the memory figures may rank recipes: CUDA's measured peaks, or a CPU's planner estimates. A CPU's
+    measured RSS peaks are not comparable: they depend on the order the recipes run in (the first measured, always
+    fp32, is charged the runtime's own warm-up), so they are shown but rank nothing."""
+    basis = next((t.memory_basis for t in trials if t.memory_basis), None)
+    return device.startswith("cuda") or basis != "measured peak"
+
+
 def _rank(trials: list[Trial], config: TuneConfig, device: str, notes: list[str]) -> tuple[Trial | None, list[Trial]]:
     """The Pareto frontier (speed, memory, accuracy) among the passing trials, and the winner by objective; returns
-    (winner, the passing trials)."""
+    (winner, the passing trials). Memory counts only where :func:`memory_ranked`."""
     basis = next((t.memory_basis for t in trials if t.memory_basis), None)
+    memory = memory_ranked(trials, device)
     if basis == "planner estimate":
         notes.append("memory column: the planner's estimate (on a CPU the RSS deltas of a small model are mostly "
                      "noise; the bench rows keep the measured RSS)")
-    elif basis is not None and not device.startswith("cuda"):
-        notes.append("memory column: measured RSS peak (the planner had no estimate for every recipe); on a CPU "
-                     "it is noisy for small models")
+    elif not memory:
+        notes.append("memory column: measured RSS peak (the planner had no estimate for every recipe); on a CPU it "
+                     "depends on the order the recipes run in, so the Pareto column and the winner leave memory out")
     passing = [t for t in trials if t.passed and t.status == "measured"]  # over-budget: passed, not ranked
     if (ranked := rank_by_paired_ratios(passing)) is not None:
         notes.append(ranked)
     for t in passing:
-        t.pareto = not any(_dominates(o, t) for o in passing if o is not t)
+        t.pareto = not any(dominates(o, t, memory=memory) for o in passing if o is not t)
     winner = min(passing, key=lambda t: _objective_key(t, config.objective)) if passing else None
     if passing:
         notes.append(f"pareto: {sum(t.pareto for t in passing)} of {len(passing)} passing recipes — one is off the "
-                     "front when another is clearly better on speed, memory or accuracy and clearly worse on none "
-                     "(differences inside the run-to-run spread, 5% of memory or a tenth of the allowed accuracy "
-                     "drop are ties)")
+                     f"front when another is clearly better on speed{', memory' if memory else ''} or accuracy and "
+                     "clearly worse on none (differences inside the run-to-run spread"
+                     f"{', 5% of memory' if memory else ''} or a tenth of the allowed accuracy drop are ties)")
     return winner, passing
