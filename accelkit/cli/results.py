@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import difflib
 import errno
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +22,7 @@ from accelkit.hardware.catalog import list_devices, match_device_name
 from accelkit.hardware.probe_quality import best_matmul, dtypes_of, probe_quality
 from accelkit.results import ResultStore, StoredResult, export, flat_row
 from accelkit.results.importing import read_export
+from accelkit.results.out_file import write_whole
 from accelkit.results.store import MAX_ROW_ID, RESULT_KINDS
 
 app = typer.Typer(cls=HelpGroup, help="The results store: every estimate and measurement.", no_args_is_help=True,
@@ -239,9 +238,11 @@ def import_cmd(
     name = "standard input" if source == "-" else source
     items = read_export(_read_text(source), name)  # the whole file is checked before anything is stored
     with ResultStore() as store:
-        ids, held = store.add_new(items)
+        added = store.add_new(items)
         path = store.path
-    summary = {"store": str(path), "imported": len(ids), "already_stored": held, "ids": ids}
+    ids, held, cleared = added.ids, added.held, added.cleared
+    summary = {"store": str(path), "imported": len(ids), "already_stored": held, "ids": ids,
+               "references_cleared": cleared}
 
     def render() -> None:
         line = f"imported {len(ids)} of {len(items)} results from {name} into {path}"
@@ -249,6 +250,9 @@ def import_cmd(
             line += f" (ids {ids[0]}–{ids[-1]})" if len(ids) > 1 else f" (id {ids[0]})"
         if held:
             line += f"; {held} already stored, skipped"
+        if cleared:  # an export filtered by --kind or --run: what they cite stayed behind
+            line += (f"; {cleared} reference{'s' if cleared > 1 else ''} (estimate_id, result_ids) to results not in "
+                     f"{name} cleared")
         out.print(line, highlight=False)
 
     emit(summary, as_json, render)
@@ -301,31 +305,12 @@ def _check_out(path: Path) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    """A regular file is written whole or not at all (temporary file + rename); a device or pipe
-    (/dev/stdout, a FIFO) is written in place."""
+    """Written whole or not at all, through a symlink into its target (``accelkit.results.out_file``)."""
     try:
-        if path.exists() and not path.is_file():
-            with open(path, "w") as f:
-                f.write(text)
-            return
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_whole(path, text)
     except OSError as exc:
         why = exc.strerror or str(exc)
         if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
             raise AccelkitError(f"cannot write --out {path} ({why}); nothing was written — free some space or pick "
                                 "another path") from exc
         raise UserError(f"cannot write --out {path} ({why}); pick another path") from exc
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

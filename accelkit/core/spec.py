@@ -93,6 +93,8 @@ def _check_union(name: str, value: Any, tp: Any) -> Any:
     for arm in get_args(tp):
         try:
             return _check(name, value, arm)
+        except _OutOfRange:
+            raise
         except ValueError:
             continue
     raise ValueError(f"{name}={value!r} is not valid; expected {_describe(tp)}")
@@ -116,11 +118,18 @@ def _check_int(name: str, value: Any) -> int:
     raise ValueError(f"{name}={value!r} is not valid; expected an integer")
 
 
+class _OutOfRange(ValueError):
+    """A number no float can hold: no other arm of a union takes it either, so its own message stands."""
+
+
 def _check_float(name: str, value: Any) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, float) and math.isnan(value):
             raise ValueError(f"{name} is NaN; expected a number")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer literal past 1.8e308 (JSON and YAML read 1 and 400 zeros as an int)
+            raise _OutOfRange(f"{name} is an integer beyond ±1.8e308: out of range; expected a finite number") from None
     raise ValueError(f"{name}={value!r} is not valid; expected a number")
 
 

@@ -49,10 +49,15 @@ def latest_probe(device_name: str) -> Any | None:
 
 
 def cpu_probes() -> list[StoredResult]:
-    """This CPU's stored probes, newest first: those of the newest CPU probe's ``hardware`` ('cpu: <model>', the
-    name the bench looks its peaks up by), so a store carried over from another machine does not mix CPUs."""
-    found = [s for s in _probes() if (s.result.details or {}).get("device") == "cpu"]
-    return [s for s in found if s.result.hardware == found[0].result.hardware] if found else []
+    """This CPU's stored probes, newest first: those stored under this machine's CPU name ('cpu: <model>', the name
+    the bench looks its peaks up by), so a store carried over from another machine does not mix CPUs — the newest CPU
+    probe's name, which an imported export's probe could be, planned this CPU with another's peaks (found in
+    review)."""
+    try:
+        with ResultStore(readonly=True) as store:  # reading: never waits on a writer's lock, creates nothing
+            return store.cpu_probes()
+    except Exception:  # an unreadable store must not stop a plan; the plan then uses the priors
+        return []
 
 
 def _cpu_peaks(probes: list[StoredResult]) -> dict[Any, tuple[float, StoredResult, str | None]]:

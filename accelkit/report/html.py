@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +22,10 @@ from accelkit.core.bench_result import BenchResult, Comparison, comparison_again
 from accelkit.hardware.probe_quality import best_copy, best_matmul, dtypes_of
 from accelkit.loadtest import plot_data
 from accelkit.report.images import images_traces, phase_traces
-from accelkit.report.tables import has_nonfinite_output, mfu_text
+from accelkit.report.tables import has_nonfinite_output, median_text, mfu_text, throughput_text
 from accelkit.report.template import TEMPLATE
 from accelkit.results import ResultStore, StoredResult
+from accelkit.results.out_file import write_whole
 
 #: at most this many benchmark rows are drawn (newest first); the table lists them all
 MAX_PLOTTED = 60
@@ -193,7 +193,7 @@ def mfu_figure(rows: list[BenchRow], notes: list[str] | None = None) -> dict[str
         if why is not None:
             hover_primary[-1] = f"⚠ above peak: {why}<br>{hover_primary[-1]}"
             if notes is not None:
-                notes.append(f"MFU above 100% ({r.short}, result {r.result.result_id}): {why}")
+                notes.append(f"MFU above 100% ({r.short}, result {r.id}): {why}")  # (result_id: None on a stored row)
     if not names:
         return None
 
@@ -389,8 +389,8 @@ def _table_rows(rows: list[BenchRow]) -> list[dict[str, Any]]:
         out.append({
             "id": r.id, "created": r.created_at, "run": r.run_id or "", "hardware": r.hardware,
             "workload": r.label, "variant": b.name, "step": b.step,
-            "throughput": f"{b.throughput.value:,.2f} {b.throughput.unit}" if b.throughput.value is not None else "-",
-            "p50": f"{b.latency_s.median * 1e3:.3f} ms" if b.latency_s else "-",
+            # as the bench's terminal table writes them: ',.2f' and '.3f ms' showed 0.00123 samples/s as '0.00'
+            "throughput": throughput_text(b), "p50": median_text(b),
             "cv": f"{b.latency_s.cv * 100:.1f}%" if b.latency_s else "-",
             "mfu": mfu,
             "memory": f"{b.memory_bytes.peak / 2**20:.1f} MiB" if b.memory_bytes.peak is not None else "-",
@@ -490,20 +490,5 @@ def write_report(path: str | Path, *, store: ResultStore | None = None, run_id: 
     finally:
         if own:
             store.close()
-    _write_whole(path, html)
+    write_whole(path, html)  # whole or not at all, through a symlink into its target (accelkit.results.out_file)
     return path
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """A regular file is written whole or not at all (a temporary file renamed into place): a full disk left a
-    0-byte report.html behind. A device or pipe (/dev/stdout) is written in place."""
-    if path.exists() and not path.is_file():
-        path.write_text(text, encoding="utf-8")
-        return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -28,6 +28,16 @@ def _seconds(value: float | None) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
+def throughput_text(v: BenchResult) -> str:
+    """A throughput as the bench table writes it: '1,234.50 samples/s', '1.23e-03 samples/s' (not '0.00')."""
+    return "-" if v.throughput.value is None else f"{_num(v.throughput.value)} {v.throughput.unit}"
+
+
+def median_text(v: BenchResult) -> str:
+    """The median latency as the bench table writes it: 252 ms, 1.2 s, 40 µs."""
+    return "-" if v.latency_s is None else _seconds(v.latency_s.median)
+
+
 def _ratio(cmp: Comparison | None) -> str:
     if cmp is None or cmp.ratio is None:
         return "-"

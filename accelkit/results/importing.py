@@ -10,7 +10,7 @@ from typing import Any
 from accelkit.core import Estimate, Measurement, UserError
 from accelkit.core.json_ints import max_int_digits, overlong_int
 from accelkit.results.import_checks import check_record
-from accelkit.results.store import MAX_ROW_ID
+from accelkit.results.store import MAX_ROW_ID, check_typed
 
 _WHAT = "import takes what `accelkit results export --format json` writes"
 
@@ -63,6 +63,11 @@ def _record(record: Any, index: int, source: str) -> tuple[int | None, str | Non
     if problem is not None:
         raise UserError(f"{where} {problem}; {_WHAT}")
     try:
-        return old_id, run_id, cls.from_dict(data)
+        result = cls.from_dict(data)
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
         raise UserError(f"{where} does not describe a {kind} ({exc}); {_WHAT}") from None
+    try:
+        check_typed(result)  # as the store reads it back: a row every listing would skip is refused here
+    except ValueError as exc:
+        raise UserError(f"{where} ({result.kind} {result.name[:60]!r}): {exc}; {_WHAT}") from None
+    return old_id, run_id, result

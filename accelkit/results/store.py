@@ -80,6 +80,14 @@ def default_path() -> Path:
     return accelkit_home() / "results.db"
 
 
+def this_cpu() -> str:
+    """This machine's CPU as a stored row's ``hardware`` names it ('cpu: <model>', as `hw probe` and the bench
+    write it)."""
+    from accelkit.hardware.detect import cpu_info  # lazy: reading the store needs no hardware detection
+
+    return "cpu: " + str(cpu_info(with_torch=False)["model"])
+
+
 @dataclass(frozen=True, slots=True)
 class StoredResult:
     """A result with its row id and group."""
@@ -98,8 +106,30 @@ class StoredResult:
         return data
 
 
+@dataclass(frozen=True, slots=True)
+class Added:
+    """What :meth:`ResultStore.add_new` did: the new rows' ids, how many items were held already (or repeated), and
+    how many references it cleared because they named a result that was not among the items."""
+
+    ids: list[int]
+    held: int
+    cleared: int
+
+
 def _type_of(result: Estimate | Measurement) -> str:
     return "measurement" if isinstance(result, Measurement) else "estimate"
+
+
+def check_typed(result: Estimate | Measurement) -> None:
+    """A ValueError when ``result`` cannot be read the way its consumers read it: a bench row's details as a
+    :class:`BenchResult` (``results list``, the CSV, the report). Checked on import (refused) and on reading
+    (skipped with a warning): one bench row with ``mfu.value = "41%"`` made every listing and report of the whole
+    store an internal error (found in review)."""
+    if result.kind == "bench" and isinstance(result, Measurement):
+        try:
+            BenchResult.from_measurement(result)
+        except (TypeError, KeyError, AttributeError, ValueError) as exc:
+            raise ValueError(f"details do not read as a bench result ({exc})") from None
 
 
 DEFAULT_TIMEOUT_S = 60.0  # how long a write waits for another writer's lock
@@ -424,32 +454,58 @@ class ResultStore:
         rows = [self._row(r, run_id) for r in results]
         return self._writing(lambda conn: [int(conn.execute(_INSERT, row).lastrowid) for row in rows])  # type: ignore[arg-type]
 
-    def add_new(self, items: Iterable[tuple[int | None, str | None, Estimate | Measurement]]) -> tuple[list[int], int]:
+    def add_new(self, items: Iterable[tuple[int | None, str | None, Estimate | Measurement]]) -> Added:
         """Store each (its id in the store it came from, run id, result) that this store does not hold yet, in one
-        transaction (all or none): a result is held when a row has its type, kind, name, hardware, creation time and
-        run id — so importing the same export twice stores it once. References between them (a bench's
-        ``estimate_id``, a tune summary's ``result_ids``) are rewritten to the ids here. Returns the new ids and how
-        many were already held (or repeated in ``items``)."""
+        transaction (all or none): a result is held when a row is the same in every column — payload, samples and
+        environment too — so importing the same export twice stores it once, while results that share a name, a
+        hardware, a second and a run (a bench's precisions, a plan sweep's layouts) are each kept (comparing the
+        first columns alone dropped all but one of them, found in review). References between them (a bench's
+        ``estimate_id``, a tune summary's ``result_ids``) are rewritten to the ids here; one to a result not among
+        ``items`` (an export filtered by --kind) is cleared, never left naming an unrelated row of this store."""
         items = list(items)
 
-        def work(conn: sqlite3.Connection) -> list[int]:
-            held = {tuple(row[1:]): int(row[0]) for row in conn.execute(f"SELECT id, {_IDENTITY} FROM results")}
+        def work(conn: sqlite3.Connection) -> tuple[list[int], int]:
+            held: dict[tuple[Any, ...], list[int]] = {}  # the first columns → the ids of the rows that have them
+            for row in conn.execute(f"SELECT id, {_IDENTITY} FROM results"):
+                held.setdefault(tuple(row[1:]), []).append(int(row[0]))
+            rows: dict[int, tuple[Any, ...] | None] = {}  # id → its row as _row writes it (read when first compared)
             ids: dict[int, int] = {}  # the exporting store's id → this store's
-            new = []
+            new, cleared = [], 0
             for old_id, run_id, result in items:  # in id order: a row comes after the rows it cites
-                if ids and result.details:
-                    result = result.replace(details=remap_ids(result.details, ids))
-                row = self._row(result, run_id)
-                key = row[:6]
-                if key not in held:
-                    held[key] = int(conn.execute(_INSERT, row).lastrowid)  # type: ignore[arg-type]
-                    new.append(held[key])
+                dangling: list[int] = []
+                mapped = result.replace(details=remap_ids(result.details, ids, dangling)) if result.details else result
+                row = self._row(mapped, run_id)
+                same = self._held(conn, held, rows, row)
+                if same is None and dangling:  # as exported: this is the store it came from (its references hold)
+                    same = self._held(conn, held, rows, self._row(result, run_id))
+                if same is None:
+                    same = int(conn.execute(_INSERT, row).lastrowid)  # type: ignore[arg-type]
+                    held.setdefault(row[:6], []).append(same)  # (read back only if compared: no second copy)
+                    new.append(same)
+                    cleared += len(dangling)
                 if old_id is not None:
-                    ids[old_id] = held[key]
-            return new
+                    ids[old_id] = same
+            return new, cleared
 
-        new = self._writing(work)
-        return new, len(items) - len(new)
+        new, cleared = self._writing(work)
+        return Added(ids=new, held=len(items) - len(new), cleared=cleared)
+
+    def _held(self, conn: sqlite3.Connection, held: dict[tuple[Any, ...], list[int]],
+              rows: dict[int, tuple[Any, ...] | None], row: tuple[Any, ...]) -> int | None:
+        """The id of a stored row equal to ``row`` in every column, or None. A stored row is compared as this version
+        writes it (decoded and encoded again), so a row stored by an earlier version still matches its own export."""
+        for rid in held.get(row[:6], ()):
+            if rid not in rows:
+                found = conn.execute(f"SELECT {self._COLUMNS} FROM results WHERE id = ?", (rid,)).fetchone()
+                try:
+                    stored = self._from_row(found)
+                except ValueError:  # an unreadable row equals nothing
+                    rows[rid] = None
+                else:
+                    rows[rid] = self._row(stored.result, stored.run_id)
+            if rows[rid] == row:
+                return rid
+        return None
 
     def _writing(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """``work`` in one write transaction; a failure is an AccelkitError saying why and what to do."""
@@ -480,7 +536,7 @@ class ResultStore:
         )
 
     # ---- reading ----------------------------------------------------------------------------------
-    _COLUMNS = "id, type, run_id, payload, samples, environment, kind, hardware"
+    _COLUMNS = "id, type, run_id, payload, samples, environment, kind, hardware, created_at"
 
     @staticmethod
     def _from_row(row: tuple[Any, ...]) -> StoredResult:
@@ -503,16 +559,16 @@ class ResultStore:
             data["samples"] = load("samples", samples)
         non_finite = put_back(data, data.pop(NON_FINITE, None))
         group = run_id if isinstance(run_id, str) else None
+        if rtype not in ("measurement", "estimate"):
+            raise ValueError(f"type {rtype!r} is neither measurement nor estimate")
         try:
-            if rtype == "measurement":
-                return StoredResult(rid, group, Measurement.from_dict(data), non_finite)
-            if rtype == "estimate":
-                return StoredResult(rid, group, Estimate.from_dict(data), non_finite)
+            result = Measurement.from_dict(data) if rtype == "measurement" else Estimate.from_dict(data)
         except (TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"payload does not describe a result ({exc})") from None
         except ValueError as exc:
             raise ValueError(f"payload: {exc}") from None
-        raise ValueError(f"type {rtype!r} is neither measurement nor estimate")
+        check_typed(result)
+        return StoredResult(rid, group, result, non_finite)
 
     def _decode(self, row: tuple[Any, ...]) -> StoredResult | None:
         try:
@@ -629,24 +685,34 @@ class ResultStore:
         limit: int | None = None,
         newest_first: bool = True,
     ) -> list[StoredResult]:
-        """Results filtered by producer kind(s), hardware name(s) and run, newest first by default. Rows that
-        cannot be decoded are left out and recorded in ``skipped``."""
+        """Results filtered by producer kind(s), hardware name(s) and run, newest first by default: by creation time,
+        then id — an imported row keeps its own time, so the newest is not simply the highest id (an older probe of
+        another machine, imported last, read as the newest; found in review). Rows that cannot be decoded are left
+        out and recorded in ``skipped``."""
         kinds, hardware_names = _names(kind), _names(hardware)
         where, params = self._where(kinds, hardware_names, run_id)
-        sql = f"SELECT {self._COLUMNS} FROM results{where} ORDER BY id {'DESC' if newest_first else 'ASC'}"
+        order = "DESC" if newest_first else "ASC"
+        sql = f"SELECT {self._COLUMNS} FROM results{where} ORDER BY created_at {order}, id {order}"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(min(max(limit, 0), MAX_ROW_ID))  # SQLite's INTEGER: a larger limit would not bind
         rows = self._select(sql, params)
         if rows is None:
-            rows = [r for r in self._scan() if self._matches(r, kinds, hardware_names, run_id)]
-            rows = (rows[::-1] if newest_first else rows)[:limit]
+            rows = sorted((r for r in self._scan() if self._matches(r, kinds, hardware_names, run_id)),
+                          key=lambda r: (str(r[8]), r[0]), reverse=newest_first)[:limit]
         return [s for s in map(self._decode, rows) if s is not None]
 
     def latest(self, kind: str, *, hardware: str | None = None) -> StoredResult | None:
         """The newest result of ``kind`` (e.g. the last probe of this CPU), or None."""
         found = self.query(kind=kind, hardware=hardware, limit=1)
         return found[0] if found else None
+
+    def cpu_probes(self, *, limit: int = 200) -> list[StoredResult]:
+        """This machine's CPU probes, newest first: those stored under this CPU's name (:func:`this_cpu`, the name
+        `hw probe` and the bench store). An imported export carries the other machine's CPU probe; taking the newest
+        CPU probe whatever its CPU planned this one with another CPU's peaks (found in review)."""
+        return [s for s in self.query(kind="probe", hardware=this_cpu(), limit=limit)
+                if (s.result.details or {}).get("device") == "cpu"]
 
     def count(self, *, kind: str | Iterable[str] | None = None, hardware: str | Iterable[str] | None = None,
               run_id: str | None = None) -> int:

@@ -89,7 +89,9 @@ def plan_workload(p: Point) -> Workload:
     model = resolve_model(p.workload)
     c = dict(p.config)
     task = c.pop("task", "train")
-    seq = c.pop("seq_len", None) or min(4096, model.max_seq_len or 4096)
+    seq = c.pop("seq_len", None)
+    if seq is None:  # not `or`: seq_len 0 ran at 4096 instead of being refused as `plan --seq-len 0` is (found in review)
+        seq = min(4096, model.max_seq_len or 4096)
     layout = dict(p.layout)
     batch = p.batch_size or 1
     recipe = Recipe(precision=p.precision, micro_batch=batch if task == "train" else 1, **layout)  # type: ignore[arg-type]

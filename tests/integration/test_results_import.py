@@ -157,6 +157,11 @@ HUGE = "9" * 5000
     (json.dumps([{**GOOD, "details": {"a": []}}]).replace("[]", "[" * 900 + "]" * 900), "more than 64 deep"),
     (json.dumps([GOOD]).replace('"x"', '"x\\ud800"'), "not valid Unicode (a lone surrogate) at name"),
     (json.dumps([{**GOOD, "details": {"k": 1}}]).replace('"k"', '"\\udfff"'), "key that is not valid Unicode"),
+    # an integer literal no float holds (1 and 400 zeros) was an OverflowError: an internal error, exit 1
+    (json.dumps([{**GOOD, "throughput": 0}]).replace(": 0", ": 1" + "0" * 400),
+     "throughput is an integer beyond ±1.8e308: out of range; expected a finite number"),
+    (json.dumps([{**GOOD, "samples": {"latency_s": [1.0, 0]}}]).replace(" 0]", " 1" + "0" * 400 + "]"),
+     "samples['latency_s'][1] is an integer beyond ±1.8e308: out of range"),
 ])
 def test_wrong_data_is_refused_in_one_line_and_nothing_is_stored(tmp_path, capsys, content, needle):
     """#30 item 4: each of these was stored and listed (or was an "internal error")."""

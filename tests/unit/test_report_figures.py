@@ -19,6 +19,7 @@ from accelkit.core.bench_result import (
 )
 from accelkit.report.html import (
     BenchRow,
+    _table_rows,
     comparison_figure,
     latency_figure,
     mfu_figure,
@@ -102,3 +103,22 @@ def test_comparison_traces_name_their_run_and_hardware():
     names = [t["name"] for t in comparison_figure(rows)["data"]]
     assert names == ["bert tiny · forward · run r1 · H200", "bert tiny · forward · run r2 · cpu: other"]
     assert all("run r" in text for t in comparison_figure(rows)["data"] for text in t["text"])
+
+
+def test_the_runs_table_writes_small_figures_as_the_bench_table_does():
+    """A CPU text-to-image row at 0.00123 images/s read '0.00 images/s' (',.2f') in the report's runs table, where the
+    terminal table wrote 1.23e-03; the median latency is in the terminal's units too."""
+    (cells,) = _table_rows([row(7, "fp32", "images/s", 0.00123, None)])
+    assert cells["throughput"] == "1.23e-03 images/s" and cells["p50"] == "15 ms"
+    (cells,) = _table_rows([row(8, "fp32", "samples/s", 1234.5, None)])
+    assert cells["throughput"] == "1,234.50 samples/s"
+
+
+def test_the_mfu_above_peak_note_names_the_stored_row():
+    """The note said 'result None': it named the bench entry's result_id, which a stored row never has."""
+    r = row(12, "fp32", "samples/s", 1, None)
+    r = dataclasses.replace(r, result=r.result.replace(mfu=r.result.mfu.replace(value=1.35)))
+    notes: list[str] = []
+    mfu_figure([r], notes)
+    (note,) = notes
+    assert note.startswith("MFU above 100% (#12 fp32 · bert tiny · forward, result 12): ") and "None" not in note
