@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.core import Cluster, Estimate, Workload
 from accelkit.core.bench_result import Prediction
+from accelkit.core.units import fmt_ratio
 from accelkit.plan import PlanOptions, plan, resolve_hardware
 
 if TYPE_CHECKING:
@@ -105,6 +106,6 @@ def explain(ratio: float | None, predicted: float | None, unit: str, mfu: float 
     elif ratio > 1:
         verdict = f"{ratio:.2f}× faster than the planner expects: its efficiency for this device and shape is too low"
     else:
-        verdict = (f"{ratio:.2f}× the planner's figure: the planner expects more than this run delivered "
+        verdict = (f"{fmt_ratio(ratio)}× the planner's figure: the planner expects more than this run delivered "
                    "(overheads it does not model: small kernels, Python, launch latency)")
-    return f"measured ÷ predicted = {ratio:.2f} — {verdict} (it predicts {predicted:.4g} {unit}, {planned}{at})"
+    return f"measured ÷ predicted = {fmt_ratio(ratio)} — {verdict} (it predicts {predicted:.4g} {unit}, {planned}{at})"

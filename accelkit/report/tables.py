@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from accelkit.core.bench_result import Accuracy, BenchResult, BenchRunResult, Comparison, MfuResult
-from accelkit.core.units import fmt_bytes
+from accelkit.core.units import fmt_bytes, fmt_ratio
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -107,7 +107,7 @@ def bench_table(run: BenchRunResult) -> Table:
             _seconds(lat.median), p90, f"{lat.cv * 100:.1f}% · {lat.iqr_over_median * 100:.1f}%{noise}",
             _ratio(v.comparison), mfu_text(v),
             fmt_bytes(mem) if mem is not None else "-", _num(v.energy_j_per_item, 4), _drift(v.accuracy),
-            "-" if pred is None else f"{pred:.2f}",
+            "-" if pred is None else fmt_ratio(pred),
         )
     return t
 
