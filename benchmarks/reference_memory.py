@@ -2,12 +2,14 @@
 
 Runs, for each checkout given (default: this one), the shape of tests/integration/test_bench_reference_memory.py —
 a logits-dominated decoder (vocabulary 32000 on hidden 64) at batch 16 × 256 on the CPU — twice, each in its own
-process, and reads that process's own peak RSS from ``os.wait4``:
+process, and reads that process's own peak RSS (VmHWM; the bench's ``peak_memory_bytes`` keeps it across its
+per-block resets of the high-water mark, which ``os.wait4``'s ``ru_maxrss`` does not survive):
 
 1. the bf16 training step alone (the workload's ``prepare`` and three steps: the variant's own peak);
 2. the whole ``accelkit bench llm-train --precision bf16`` command (reference pass, load, warm-up, measure).
 
-The ratio whole ÷ alone is what issue 13 bounds at 1.2. Pass an older checkout too to see what it did:
+The ratio whole ÷ alone is what issue 13 bounds at 1.2. Pass an older checkout too to see what it did (one from
+before the bench kept VmHWM across its resets reports only the peak since its last measured block began):
 
     .venv/bin/python benchmarks/reference_memory.py [--repo /path/to/other/checkout ...]
 
@@ -26,29 +28,32 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
-from tests.integration.test_bench_reference_memory import CONFIG, SHAPE, VARIANT_ALONE  # noqa: E402
+from tests.integration.test_bench_reference_memory import CONFIG, SHAPE, VARIANT_ALONE, peak_mib  # noqa: E402
 
 OUT = HERE / "benchmarks" / "results" / "reference_memory_cpu.json"
 
 
-def peak_mib(repo: Path, args: list[str], home: Path) -> tuple[float, str]:
+def run_python(repo: Path, args: list[str], home: Path) -> str:
+    """Run Python in ``repo``; its stdout."""
     env = {**os.environ, "PYTHONPATH": str(repo), "ACCELKIT_HOME": str(home)}
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, *args], cwd=repo, env=env, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            err.seek(0)
-            raise SystemExit(f"{repo}: {' '.join(args[:4])} failed:\n{err.read()[-2000:]}")
-        out.seek(0)
-        return usage.ru_maxrss / 1024, out.read()
+    proc = subprocess.run([sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{repo}: {' '.join(args[:4])} failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout
 
 
 def measure(repo: Path, config: Path, home: Path) -> dict:
-    alone, _ = peak_mib(repo, ["-c", VARIANT_ALONE, json.dumps({"model": str(config), **SHAPE}), "bf16"], home)
-    whole, _ = peak_mib(repo, [
+    alone = peak_mib(run_python(repo, ["-c", VARIANT_ALONE, json.dumps({"model": str(config), **SHAPE}), "bf16"],
+                                home), bench=False)
+    stdout = run_python(repo, [
         "-m", "accelkit", "bench", "llm-train", "--model", str(config), "--batch-size", str(SHAPE["batch_size"]),
         "--seq-len", str(SHAPE["seq_len"]), "--precision", "bf16", "--device", "cpu", "--warmup", "0",
         "--warmup-time", "0", "--min-iterations", "2", "--min-time", "0", "--no-probe", "--no-save", "--json"], home)
+    try:
+        whole = peak_mib(stdout, bench=True)
+    except KeyError:
+        raise SystemExit(f"{repo}: its bench JSON has no peak_memory_bytes (a checkout from before it was recorded)"
+                         ) from None
     commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     return {"repo": str(repo), "git_commit": commit, "variant_alone_peak_mib": alone, "whole_command_peak_mib": whole,
             "ratio": whole / alone, "within_1_2x": whole <= 1.2 * alone}

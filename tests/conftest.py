@@ -199,7 +199,7 @@ def probe_db(tmp_path_factory) -> Path:
     """One quick `hw probe` (fp32, bf16; 0.1 s loops) shared by the tests, so MFU has a measured CPU peak and the
     planner a description of this CPU."""
     home = tmp_path_factory.mktemp("probe-home")
-    proc = accelkit("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32,bf16", "--size", "512",
+    proc = accelkit("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32,bf16",
                     "--copy-size", "16MiB", "--min-time", "0.1", env={"ACCELKIT_HOME": str(home)})
     assert proc.returncode == 0, proc.stderr
     return home / "results.db"

@@ -12,8 +12,9 @@ from accelkit.hardware.probe import ProbeConfig, probe
 from accelkit.hardware.probe_quality import small_copy, small_matmul, small_probe
 from accelkit.plan import resolve_hardware
 from accelkit.results import ResultStore
+from accelkit.results.store import this_cpu
 
-CPU = "cpu: Test CPU 9000"
+CPU = this_cpu()  # the planner reads the probes of the CPU it runs on
 
 
 def _cpu_probe(size: int, copy_mib: int, *, tflops: float, gbps: float, quick: bool = True) -> Measurement:

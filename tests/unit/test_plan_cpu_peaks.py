@@ -8,8 +8,9 @@ from accelkit.core import Cluster, Measurement, Recipe, UserError, Workload
 from accelkit.models import get_preset
 from accelkit.plan import make_context, resolve_hardware
 from accelkit.results import ResultStore
+from accelkit.results.store import this_cpu
 
-CPU = "cpu: Test CPU 9000"
+CPU = this_cpu()  # the planner reads the probes of the CPU it runs on
 
 
 def _cpu_probe(tflops: dict[str, float], *, gbps: float = 20.0, hardware: str = CPU, fp32_attention: bool = True):

@@ -17,8 +17,9 @@ from accelkit.core import Measurement
 from accelkit.hardware.probe import ProbeConfig, probe
 from accelkit.hardware.probe_quality import matmul_quality, probe_quality
 from accelkit.results import ResultStore
+from accelkit.results.store import this_cpu
 
-CPU = "cpu: Test CPU 9000"
+CPU = this_cpu()  # the planner reads the probes of the CPU it runs on
 
 
 def _probe(*, quick: bool, rows: dict[str, tuple[float, int]], reduced: bool = False) -> Measurement:

@@ -5,13 +5,20 @@ loss_fn)`` (or a dict with those keys). ``example_inputs`` is a tensor, a tuple 
 dict of keyword tensors; with a ``loss_fn(output) -> scalar`` the step is a training step (SGD), without
 one it is inference. Items per step default to the batch dimension (dim 0) of the input that carries the batch
 (:func:`batch_input`).
+
+Every variant gets a model of its own, and none changes the model the factory returned to someone else: the factory
+is called once per variant (after the seed is set), a model it returned before (a module-level ``MODEL``) is
+deep-copied, and FLOPs are counted on a meta-device copy (:func:`meta_copy`).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 import sys
+import traceback
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,10 +44,40 @@ def load_factory(target: str, *, what: str = "--module") -> Callable[[], Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UserError(f"{what} {target!r}: cannot import {module_name!r} ({exc})") from exc
+    except Exception as exc:  # the user's module failed as it ran (a SyntaxError, NameError, raise): theirs, exit 2
+        raise UserError(f"{what} {target!r}: importing {module_name} raised {_import_failure(exc)}; fix the module "
+                        f"(`python -c 'import {module_name}'` shows the traceback)") from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise UserError(f"{what} {target!r}: {module_name} has no callable {attr!r}")
     return factory  # type: ignore[no-any-return]
+
+
+def _import_failure(exc: Exception) -> str:
+    """"NameError: name 'x' is not defined (/path/mymodels.py, line 2)": what a module raised as it was imported, and
+    where — the innermost module-level line that ran (a SyntaxError: the line that does not parse). A SyntaxError,
+    NameError or raise in the user's module was reported as an accelkit internal error (found in review)."""
+    if isinstance(exc, SyntaxError):
+        return f"{type(exc).__name__}: {exc.msg} ({exc.filename}, line {exc.lineno})"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.name == "<module>" and not f.filename.startswith("<")]
+    lines = str(exc).splitlines()
+    where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}{where}"
+
+
+def meta_copy(model: Any) -> Any:
+    """``model`` on the meta device, ``model`` itself untouched: a copy whose parameters and buffers are meta tensors
+    of their shapes (no data is copied; tied weights stay tied). ``model.to("meta")`` emptied the factory's own
+    object: one that returns a module-level model then had only meta weights, and every variant failed
+    ("Cannot copy out of meta tensor") (found in review)."""
+    import torch
+
+    memo: dict[int, Any] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        meta = tensor.detach().to("meta")
+        memo[id(tensor)] = (torch.nn.Parameter(meta, requires_grad=tensor.requires_grad)
+                            if isinstance(tensor, torch.nn.Parameter) else meta)
+    return copy.deepcopy(model, memo)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,9 +126,30 @@ class Custom(BenchWorkload):
 
     def __init__(self, config: Spec):
         super().__init__(config)
-        self._made: tuple[Any, Any, Any] | None = None
+        #: (a loss_fn given, a Conv2d in the model), from the factory's first call: the flags, not its model, which
+        #: kept here stayed alive beside every variant's own (two copies during each measured forward; found in review)
+        self._facts: tuple[bool, bool] | None = None
+        #: that first call's result until the first prepare: a meta-device one (counting FLOPs, where weights and
+        #: inputs do not matter) takes it instead of calling the factory again; any other drops it
+        self._spare: tuple[Any, Any, Any] | None = None
+        #: id → weak reference of each model the factory has returned: one returned again is the factory's own
+        #: (shared); by id, as a model's class may define its own ``==`` or none of ``hash``
+        self._returned: dict[int, weakref.ref[Any]] = {}
 
-    def _make(self) -> tuple[Any, Any, Any]:
+    def _first(self) -> tuple[bool, bool]:
+        """``_facts``, from one call of the factory (its result kept as ``_spare`` for the first prepare)."""
+        import torch
+
+        if self._facts is None:
+            self._spare = self._make(copy_shared=False)
+            model, _, loss_fn = self._spare
+            self._facts = (loss_fn is not None, any(isinstance(m, torch.nn.Conv2d) for m in model.modules()))
+        return self._facts
+
+    def _make(self, *, copy_shared: bool = True) -> tuple[Any, Any, Any]:
+        """Call the factory; with ``copy_shared``, a model it returned before (and holds, e.g. a module-level
+        ``MODEL``) comes back as a deep copy, so that a variant's recipe, device move or training steps never reach
+        the factory's object, nor through it the next variant."""
         import torch
 
         target = self.config.module
@@ -105,13 +163,26 @@ class Custom(BenchWorkload):
         model, inputs, loss_fn = _unpack(made, target)
         if not isinstance(model, torch.nn.Module):
             raise UserError(f"--module {self.config.module!r} returned a {type(model).__name__}, not a torch nn.Module")
+        seen = self._returned.get(id(model))
+        if seen is None or seen() is not model:  # a new model (an id a freed one had is no match)
+            self._returned[id(model)] = weakref.ref(model)
+        elif copy_shared:
+            try:
+                model = copy.deepcopy(model)
+            except Exception as exc:
+                raise UserError(f"--module {target!r} returns the same model object on every call and it cannot be "
+                                f"copied ({type(exc).__name__}: {exc}); build the model inside the factory") from exc
         return model, inputs, loss_fn
 
     @property
     def is_training(self) -> bool:
-        if self._made is None:
-            self._made = self._make()
-        return self._made[2] is not None
+        return self._first()[0]
+
+    @property
+    def is_cnn(self) -> bool:  # type: ignore[override]
+        """True when the user's model has a convolution (an nn.Conv2d): tune then tries the CNN recipes
+        (channels_last, and Conv-BN folding for inference). Always False before, so they were never tried."""
+        return self._first()[1]
 
     @property
     def task(self) -> str:  # type: ignore[override]
@@ -131,7 +202,13 @@ class Custom(BenchWorkload):
         import torch
 
         torch.manual_seed(seed)
-        model, inputs, loss_fn = self._make()  # a fresh model per variant
+        spare, self._spare = self._spare, None
+        if device == "meta":  # FLOPs: a meta copy, the factory's model untouched (its first result will do)
+            model, inputs, loss_fn = spare or self._make(copy_shared=False)
+            model = meta_copy(model)
+        else:
+            del spare
+            model, inputs, loss_fn = self._make()  # a model of this variant's own, made after the seed
         model = model.to(device)
         def to(value: Any) -> Any:
             if not isinstance(value, torch.Tensor):
