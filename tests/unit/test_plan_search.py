@@ -137,11 +137,12 @@ def test_calibration_from_probe_in_store():
 def test_local_cpu_plan_uses_probe():
     from accelkit.plan import resolve_hardware
     from accelkit.results import ResultStore
+    from accelkit.results.store import this_cpu
 
     with pytest.raises(UserError, match="hw probe"):
         resolve_hardware("cpu")
     with ResultStore() as store:
-        store.add(_probe(None, "cpu: test", 1.0, device="cpu"))
+        store.add(_probe(None, this_cpu(), 1.0, device="cpu"))  # the planner reads the probes of the CPU it runs on
     cpu = resolve_hardware("cpu")
     assert cpu.vendor == "cpu" and cpu.peak("bf16") == 989e12 and cpu.memory_bandwidth_bytes_per_s == 2500e9
     w = Workload(model=get_preset("tiny-llama"), task="train", seq_len=128, recipe=Recipe(precision="fp32"))
