@@ -120,7 +120,7 @@ def test_a_hung_nvml_call_leaves_a_gap_for_the_gpus_and_the_host_goes_on(fake_nv
         _wait_for(lambda: "DCGM_FI_DEV_GPU_UTIL" not in _scrape(port), "the second hang's gap")
         started = time.monotonic()
         exporter.stop()
-        assert time.monotonic() - started < 2.0  # not the 10 s it waits for a read that may still finish
+        assert time.monotonic() - started < 5.0  # not the 10 s it waits for a read that may still finish
         assert shutdowns == fake_nvml.SHUTDOWNS  # NVML left open under the call still in it
         assert "the nvml collector is still inside a call into its library; it is left open" in caplog.text
     finally:
