@@ -103,8 +103,10 @@ def test_a_dropped_engine_stops_its_worker(model_dir):
 
     import torch.distributed
 
+    before = {c.pid for c in psutil.Process().children()}
     llm = LLM(str(model_dir("llama")), tensor_parallel_size=2, **ENGINE)
-    worker = next(c for c in psutil.Process().children() if "spawn_main" in " ".join(c.cmdline()))
+    (worker,) = [c for c in psutil.Process().children()
+                 if c.pid not in before and "spawn_main" in " ".join(c.cmdline())]  # (not another test's process)
     del llm
     gc.collect()
     worker.wait(timeout=30)  # (psutil.TimeoutExpired if it lives on)
