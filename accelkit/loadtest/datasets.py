@@ -161,12 +161,8 @@ def sharegpt_requests(
     malformed file raises UserError naming the entry and field."""
     conversations = _sharegpt_conversations(path)
     skipped = dict.fromkeys(SHAREGPT_SKIP_REASONS, 0)
-    paired = []
-    for turns in conversations:
-        if len(turns) < 2:
-            skipped["under_2_turns"] += 1
-        else:
-            paired.append(turns)
+    paired = [turns for turns in conversations if len(turns) >= 2]
+    skipped["under_2_turns"] = len(conversations) - len(paired)
     rng.shuffle(paired)
     requests = []
     for turns in paired:

@@ -475,11 +475,11 @@ class ModelRunner:
         if isinstance(self.tp, TensorParallelLeader):
             try:  # the workers run this step too: a failure here leaves the ranks out of step for good
                 logits = self.forward(step)
-            except BaseException as exc:  # (Ctrl-C too: the engine is marked stopped, the interrupt goes on)
-                if not isinstance(exc, Exception):
-                    self.tp.error(exc, wait_s=0.0)
-                    raise
+            except Exception as exc:
                 raise self.tp.error(exc) from exc
+            except BaseException as exc:  # (Ctrl-C too: the engine is marked stopped, the interrupt goes on)
+                self.tp.error(exc, wait_s=0.0)
+                raise
         else:
             logits = self.forward(step)
         if logits is None:

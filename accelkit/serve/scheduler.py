@@ -178,12 +178,13 @@ class Scheduler:
             if not bm.allocate(seq, cached, num_cached + num_new):
                 break
             self.waiting.pop()
-            # (a request that looks the cache up for the first time: one that does not — prompt logprobs — or that
-            # comes back after a preemption is no query, as vLLM counts them; re-admissions inflated the hit rate)
-            if not seq.needs_prompt_logprobs and seq.num_preemptions == 0:
-                self.counters.prefix_cache_queries += seq.num_tokens
-                self.counters.prefix_cache_hits += num_cached
             if seq.num_preemptions == 0:
+                # (a request that looks the cache up for the first time: one that does not — prompt logprobs — or
+                # that comes back after a preemption is no query, as vLLM counts them; re-admissions inflated the
+                # hit rate)
+                if not seq.needs_prompt_logprobs:
+                    self.counters.prefix_cache_queries += seq.num_tokens
+                    self.counters.prefix_cache_hits += num_cached
                 seq.num_cached_tokens = num_cached
             seq.num_computed_tokens = num_cached
             seq.status = SequenceStatus.RUNNING

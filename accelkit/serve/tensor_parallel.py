@@ -71,6 +71,11 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
+def _kv_splits(kv: int, size: int) -> bool:
+    """``kv`` K/V heads fit ``size`` ranks: split evenly, or replicated when fewer (one divides the other)."""
+    return not (kv % size if kv >= size else size % kv)
+
+
 def check_tensor_parallel_size(size: int, args: ModelArgs) -> None:
     """ValueError naming the value when ``size`` ranks cannot split this model evenly."""
     if size == 1:
@@ -79,7 +84,7 @@ def check_tensor_parallel_size(size: int, args: ModelArgs) -> None:
     if args.num_heads % size:
         raise ValueError(f"tensor_parallel_size={size} does not divide num_attention_heads={args.num_heads} of this "
                          f"model; use one of {_divisors(args.num_heads)}")
-    if (kv >= size and kv % size) or (kv < size and size % kv):
+    if not _kv_splits(kv, size):
         raise ValueError(f"tensor_parallel_size={size} and num_key_value_heads={kv} of this model: one must divide the "
                          f"other (K/V heads split, or replicated when fewer); use one of {_divisors(args.num_heads)} "
                          f"that does")
@@ -93,8 +98,8 @@ def check_tensor_parallel_size(size: int, args: ModelArgs) -> None:
             widths.append(("shared_expert_intermediate_size", args.moe.shared_expert_intermediate_size))
     for name, width in dict(widths).items():
         if width % size:  # (the sizes every check here takes: the heads' and every width's)
-            fits = [d for d in range(1, args.num_heads + 1) if not args.num_heads % d
-                    and ((kv >= d and not kv % d) or (kv < d and not d % kv)) and not any(w % d for _, w in widths)]
+            fits = [d for d in range(1, args.num_heads + 1) if not args.num_heads % d and _kv_splits(kv, d)
+                    and not any(w % d for _, w in widths)]
             raise ValueError(f"tensor_parallel_size={size} does not divide {name}={width} of this model; use one of "
                              f"{', '.join(map(str, fits))}")
 
@@ -239,9 +244,8 @@ def _loopback_transport() -> Iterator[None]:
     resolves to (a LAN address on most servers), and every rank is on this host. A user's own GLOO_SOCKET_IFNAME /
     NCCL_SOCKET_IFNAME is kept; the variables are restored after (the engine may live in a user's process)."""
     interface = loopback_interface()
-    names = [n for n in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if n not in os.environ]
-    if interface is None:
-        names = []
+    names = [] if interface is None else [
+        n for n in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if n not in os.environ]
     for name in names:
         os.environ[name] = interface  # type: ignore[assignment]
     try:
