@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from accelkit.core.bench_result import DISAGREE, Accuracy, Comparison, MfuResult, PeakShare
 from accelkit.core.stats import percentile
 from accelkit.hardware import get_device
-from accelkit.hardware.probe_quality import best_matmul
+from accelkit.hardware.probe_quality import ProbeFigure, best_matmul
 
 if TYPE_CHECKING:
     import torch
@@ -157,6 +157,12 @@ def probe_peak(store: ResultStore, hardware: str, dtype: str) -> tuple[Peak, int
     """The ``hw probe`` matmul peak for ``dtype`` on ``hardware``: the best full probe stored — a quick one only when
     no full one is, a smaller one only when neither is, the source saying so (``accelkit.hardware.probe_quality``).
     (Peak(None, why), None) if none."""
+    peak, best = stored_probe_peak(store, hardware, dtype)
+    return peak, None if best is None else best.id
+
+
+def stored_probe_peak(store: ResultStore, hardware: str, dtype: str) -> tuple[Peak, ProbeFigure | None]:
+    """``probe_peak``, with the stored figure it rests on (None when there is none) instead of its id."""
     probes = store.query(kind="probe", hardware=hardware, limit=200)
     if not probes:
         return Peak(None, f"no `accelkit hw probe` result for {hardware!r} in the store"), None
@@ -175,7 +181,7 @@ def probe_peak(store: ResultStore, hardware: str, dtype: str) -> tuple[Peak, int
                f"`accelkit hw probe` without --size for the peak")
     return Peak(
         flops, f"measured: `accelkit hw probe` result {best.id} ({best.stored.result.created_at}), {figure}{why}",
-    ), best.id
+    ), best
 
 
 def matmul_figure(matmul: dict[str, Any], dtype: str) -> tuple[float, str]:

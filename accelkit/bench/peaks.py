@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from accelkit.bench.metrics import Peak, catalog_peak, matmul_figure, probe_peak
+from accelkit.bench.metrics import Peak, catalog_peak, matmul_figure, stored_probe_peak
 from accelkit.hardware.probe import ProbeConfig, probe, quick_probe_min_time, supported_dtypes
-from accelkit.hardware.probe_quality import best_matmul
 
 if TYPE_CHECKING:
     from accelkit.bench.record import StoreWriter
@@ -71,9 +70,7 @@ class Peaks:
         whether it is a stored probe below the default size, no peak (``accelkit.hardware.probe_quality``): taken,
         saying so, only when no other is to be had."""
         assert self.store is not None
-        peak, _ = probe_peak(self.store, self.hardware, dtype)
-        best = best_matmul(self.store.query(kind="probe", hardware=self.hardware, limit=200), dtype) \
-            if peak.flops is not None else None
+        peak, best = stored_probe_peak(self.store, self.hardware, dtype)
         small = best is not None and best.quality == "small"
         if peak.flops is not None and not small:
             return peak, False

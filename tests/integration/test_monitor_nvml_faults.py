@@ -7,7 +7,6 @@ never returns leaves a gap for the GPUs only, and the host series go on."""
 import os
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accelkit.monitor import Exporter, ExporterConfig
 from accelkit.monitor.collectors import NvmlCollector
+from tests.integration.test_monitor import _scrape as scrape_text
+from tests.integration.test_monitor import _wait_for
 
 FAKE = Path(__file__).parent / "fake_nvml"
 
@@ -85,15 +86,7 @@ def test_monitor_once_with_a_lost_gpu_exits_0_and_says_so(cli):
 
 
 def _scrape(port: int) -> dict:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return {f.name: f for f in text_string_to_metric_families(text)}
-
-
-def _wait_for(predicate, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    return {f.name: f for f in text_string_to_metric_families(scrape_text(port))}
 
 
 def test_a_hung_nvml_call_leaves_a_gap_for_the_gpus_and_the_host_goes_on(fake_nvml, caplog):
