@@ -32,7 +32,7 @@ from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
 from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware import match_device_name
-from accelkit.hardware.detect import cpu_info, environment
+from accelkit.hardware.detect import environment, this_cpu
 from accelkit.hardware.device import free_memory_bytes, resolve_device
 from accelkit.timing import LoopConfig, timer_name
 
@@ -82,7 +82,7 @@ class Reporter:
 def identify(device: str) -> tuple[str, str | None]:
     """(hardware name as the store spells it, catalog name or None) — the same names `hw probe` uses."""
     if device == "cpu":
-        return "cpu: " + str(cpu_info(with_torch=False)["model"]), None
+        return this_cpu(), None
     import torch
 
     name = torch.cuda.get_device_properties(device).name

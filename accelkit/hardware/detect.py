@@ -37,6 +37,12 @@ def _cpuinfo() -> dict[str, str]:
     return info
 
 
+def this_cpu() -> str:
+    """This machine's CPU as a stored result's ``hardware`` names it ('cpu: <model>'): what `hw probe` and the bench
+    store, and what the planner looks this CPU's probes up by — one spelling for all three."""
+    return "cpu: " + str(cpu_info(with_torch=False)["model"])
+
+
 def cpu_info(*, with_torch: bool = True) -> dict[str, Any]:
     """Model, core counts, torch threads (``with_torch``) and vector extensions of the host CPU."""
     import psutil

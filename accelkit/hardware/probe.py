@@ -12,7 +12,7 @@ from typing import Any
 from accelkit.core import DeviceSpec, Measurement, UserError, summarize
 from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.catalog import match_device_name
-from accelkit.hardware.detect import cpu_info, environment
+from accelkit.hardware.detect import environment, this_cpu
 from accelkit.hardware.device import free_memory_bytes, resolve_device
 from accelkit.hardware.kernel_probe import attention_shape, probe_kernels
 from accelkit.hardware.probe_quality import copy_quality, default_sizes, matmul_quality, mib, probe_quality
@@ -259,7 +259,7 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
     dtypes = _probed_dtypes(device, config.dtypes)
     catalog: DeviceSpec | None = None
     if device == "cpu":
-        hardware = "cpu: " + str(cpu_info()["model"])
+        hardware = this_cpu()
     else:
         gpu_name = torch.cuda.get_device_properties(device).name
         catalog = match_device_name(gpu_name)

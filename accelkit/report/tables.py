@@ -104,7 +104,7 @@ def bench_table(run: BenchRunResult) -> Table:
         t.add_row(
             v.name, v.step, f"{_num(v.throughput.value)} {v.throughput.unit}",
             # the noise flag is IQR/median's (robust to the few outliers that make a CV of 800%): shown beside it
-            _seconds(lat.median), p90, f"{lat.cv * 100:.1f}% · {lat.iqr_over_median * 100:.1f}%{noise}",
+            median_text(v), p90, f"{lat.cv * 100:.1f}% · {lat.iqr_over_median * 100:.1f}%{noise}",
             _ratio(v.comparison), mfu_text(v),
             fmt_bytes(mem) if mem is not None else "-", _num(v.energy_j_per_item, 4), _drift(v.accuracy),
             "-" if pred is None else fmt_ratio(pred),

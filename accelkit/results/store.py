@@ -80,14 +80,6 @@ def default_path() -> Path:
     return accelkit_home() / "results.db"
 
 
-def this_cpu() -> str:
-    """This machine's CPU as a stored row's ``hardware`` names it ('cpu: <model>', as `hw probe` and the bench
-    write it)."""
-    from accelkit.hardware.detect import cpu_info  # lazy: reading the store needs no hardware detection
-
-    return "cpu: " + str(cpu_info(with_torch=False)["model"])
-
-
 @dataclass(frozen=True, slots=True)
 class StoredResult:
     """A result with its row id and group."""
@@ -145,7 +137,7 @@ _SHM_CODES = (4618, 4874, 5386)  # SQLITE_IOERR_SHMOPEN, SQLITE_IOERR_SHMSIZE, S
 
 
 T = TypeVar("T")
-_IDENTITY = "type, kind, name, hardware, created_at, run_id"  # what makes a row the same result (the first columns)
+_IDENTITY = "type, kind, name, hardware, created_at, run_id"  # the first columns: add_new compares the rest too
 _INSERT = f"INSERT INTO results ({_IDENTITY}, payload, samples, environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
@@ -711,6 +703,8 @@ class ResultStore:
         """This machine's CPU probes, newest first: those stored under this CPU's name (:func:`this_cpu`, the name
         `hw probe` and the bench store). An imported export carries the other machine's CPU probe; taking the newest
         CPU probe whatever its CPU planned this one with another CPU's peaks (found in review)."""
+        from accelkit.hardware.detect import this_cpu  # lazy: reading the store needs no hardware detection
+
         return [s for s in self.query(kind="probe", hardware=this_cpu(), limit=limit)
                 if (s.result.details or {}).get("device") == "cpu"]
 

@@ -91,8 +91,7 @@ def test_references_to_results_left_out_of_the_export_are_cleared_and_counted(cl
     with ResultStore() as store:
         store.add(Measurement(kind="tune", name="summary", created_at=T,
                               details={"trials": [{"result_ids": [ids["plan fp32"], ids["fp32"]]}]}), run_id="t")
-    with ResultStore() as store:
-        (tmp_path / "bench.json").write_text(export(store.query(kind=["bench", "tune"], newest_first=False), "json"))
+    _export(tmp_path / "bench.json", kind=["bench", "tune"])
     monkeypatch.setenv("ACCELKIT_HOME", str(tmp_path / "laptop"))
     with ResultStore() as store:
         store.add_many([Estimate(kind="plan", name=f"unrelated {i}") for i in range(7)])

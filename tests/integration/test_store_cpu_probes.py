@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from accelkit.core import Measurement
+from accelkit.hardware.detect import this_cpu
 from accelkit.results import ResultStore
-from accelkit.results.store import this_cpu
 
 
 def _cpu_probe(hardware: str, created_at: str, tflops: float) -> Measurement:

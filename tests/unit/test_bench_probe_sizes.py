@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from accelkit.bench.metrics import probe_peak
 from accelkit.core import Measurement
+from accelkit.hardware.detect import this_cpu
 from accelkit.hardware.probe import ProbeConfig, probe
 from accelkit.hardware.probe_quality import small_copy, small_matmul, small_probe
 from accelkit.plan import resolve_hardware
 from accelkit.results import ResultStore
-from accelkit.results.store import this_cpu
 
 CPU = this_cpu()  # the planner reads the probes of the CPU it runs on
 

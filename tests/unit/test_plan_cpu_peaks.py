@@ -5,10 +5,10 @@ dtype no probe measured is an error that names the command measuring it."""
 import pytest
 
 from accelkit.core import Cluster, Measurement, Recipe, UserError, Workload
+from accelkit.hardware.detect import this_cpu
 from accelkit.models import get_preset
 from accelkit.plan import make_context, resolve_hardware
 from accelkit.results import ResultStore
-from accelkit.results.store import this_cpu
 
 CPU = this_cpu()  # the planner reads the probes of the CPU it runs on
 

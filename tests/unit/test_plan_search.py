@@ -135,9 +135,9 @@ def test_calibration_from_probe_in_store():
 
 
 def test_local_cpu_plan_uses_probe():
+    from accelkit.hardware.detect import this_cpu
     from accelkit.plan import resolve_hardware
     from accelkit.results import ResultStore
-    from accelkit.results.store import this_cpu
 
     with pytest.raises(UserError, match="hw probe"):
         resolve_hardware("cpu")

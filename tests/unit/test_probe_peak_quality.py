@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from accelkit.bench.metrics import Peak, mfu_result, probe_peak
 from accelkit.cli.app import app
 from accelkit.core import Measurement
+from accelkit.hardware.detect import this_cpu
 from accelkit.hardware.probe import ProbeConfig, probe
 from accelkit.hardware.probe_quality import matmul_quality, probe_quality
 from accelkit.results import ResultStore
-from accelkit.results.store import this_cpu
 
 CPU = this_cpu()  # the planner reads the probes of the CPU it runs on
 
