@@ -27,17 +27,24 @@ from accelkit.plan.priors import (
 from accelkit.results import ResultStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from accelkit.results import StoredResult
 
 LOCAL_NAMES = ("cpu", "local", "local-cpu")
 
 
-def _probes(limit: int = 200) -> list[StoredResult]:
+def _stored(read: Callable[[ResultStore], list[StoredResult]]) -> list[StoredResult]:
+    """What ``read`` finds in the results store, or nothing where the store cannot be read."""
     try:
         with ResultStore(readonly=True) as store:  # reading: never waits on a writer's lock, creates nothing
-            return store.query(kind="probe", limit=limit)
+            return read(store)
     except Exception:  # an unreadable store must not stop a plan; the plan then uses the priors
         return []
+
+
+def _probes(limit: int = 200) -> list[StoredResult]:
+    return _stored(lambda store: store.query(kind="probe", limit=limit))
 
 
 def latest_probe(device_name: str) -> Any | None:
@@ -53,11 +60,7 @@ def cpu_probes() -> list[StoredResult]:
     the bench looks its peaks up by), so a store carried over from another machine does not mix CPUs — the newest CPU
     probe's name, which an imported export's probe could be, planned this CPU with another's peaks (found in
     review)."""
-    try:
-        with ResultStore(readonly=True) as store:  # reading: never waits on a writer's lock, creates nothing
-            return store.cpu_probes()
-    except Exception:  # an unreadable store must not stop a plan; the plan then uses the priors
-        return []
+    return _stored(ResultStore.cpu_probes)
 
 
 def _cpu_peaks(probes: list[StoredResult]) -> dict[Any, tuple[float, StoredResult, str | None]]:
@@ -108,12 +111,7 @@ def missing_cpu_peak(device: DeviceSpec, dtype: str) -> str:
 def latest_collectives(device_name: str | None) -> Any | None:
     """Newest `hw probe --collectives` of the local CPU (``device_name`` None) or of catalog device
     ``device_name``; its ``details['bus_bandwidth_gbps']['all_reduce']`` is the measured bus bandwidth."""
-    try:
-        with ResultStore(readonly=True) as store:  # reading: never waits on a writer's lock, creates nothing
-            found = [r.result for r in store.query(kind="collectives", limit=50)]
-    except Exception:  # an unreadable store must not stop a plan; the plan then uses the priors
-        return None
-    for result in found:
+    for result in (r.result for r in _stored(lambda store: store.query(kind="collectives", limit=50))):
         details = result.details or {}
         if not (details.get("bus_bandwidth_gbps") or {}).get("all_reduce"):
             continue

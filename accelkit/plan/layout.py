@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 from accelkit.core import Cluster, ModelSpec, Recipe, UserError, Workload
 from accelkit.plan.options import PlanOptions
@@ -55,6 +55,11 @@ class Layout(NamedTuple):
         return self._asdict()
 
 
+def is_int(value: object) -> TypeGuard[int]:
+    """An int, and not a bool (which Python counts as one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 #: the Layout fields that count something: each at least 1
 COUNT_FIELDS = ("dp", "tp", "pp", "ep", "cp", "vp", "micro_batch", "grad_accum", "recompute_every")
 
@@ -65,14 +70,14 @@ def check_layout_fields(layout: Layout) -> None:
     count a ValueError only after the whole plan was computed (found in review)."""
     for name in COUNT_FIELDS:
         value = getattr(layout, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_int(value) or value < 1:
             raise UserError(f"Layout {name}={value!r} is not valid; give an integer >= 1")
-    if not isinstance(layout.zero, int) or isinstance(layout.zero, bool) or not 0 <= layout.zero <= 3:
+    if not is_int(layout.zero) or not 0 <= layout.zero <= 3:
         raise UserError(f"Layout zero={layout.zero!r} is not valid; give a ZeRO stage 0, 1, 2 or 3")
     if layout.recompute not in ("none", "selective", "full", "budget"):
         raise UserError(f"Layout recompute={layout.recompute!r} is not valid; give 'none', 'selective' or 'full'")
     group = layout.shard_group
-    if group is not None and (not isinstance(group, int) or isinstance(group, bool) or group < 1):
+    if group is not None and (not is_int(group) or group < 1):
         raise UserError(f"Layout shard_group={group!r} is not valid; give an integer >= 1, or None for all dp ranks")
     if not isinstance(layout.sequence_parallel, bool):
         raise UserError(f"Layout sequence_parallel={layout.sequence_parallel!r} is not valid; give True or False")
@@ -171,7 +176,7 @@ def _int(fixed: dict[str, object], key: str) -> int | None:
     value = fixed.get(key)
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value):
         raise UserError(f"--{key.replace('_', '-')} {value!r} is not valid; give a positive integer")
     return value
 

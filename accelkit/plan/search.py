@@ -29,6 +29,7 @@ from accelkit.plan.layout import (
     ep_choices,
     flag_text,
     interleaving_fits,
+    is_int,
     pinned_pp_fits,
     pp_choices,
     scaleup_limit,
@@ -114,10 +115,10 @@ def enumerate_layouts(ctx: PlanContext, num_devices: int, fixed: dict[str, Any],
         mbs = _micro_batches(fixed, per_rank, pp, vp)
         fitted: dict[tuple[Any, ...], bool] = {}  # (zero, rc, sp) → whether its last micro-batch of 8 or more fits
         for zero, mb, rc, sp in itertools.product(zeros, mbs, _pick(fixed, "recompute", recomputes), sps):
-            layout = Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp, every if rc == "full" else 1,
-                            group)
             if mb > MICRO_BATCHES[-1] and not fitted.get((zero, rc, sp), True):
                 continue  # half this micro-batch did not fit: neither does this one
+            layout = Layout(dp, tp, pp, ep, zero, mb, per_rank // mb, rc, sp, cp, vp, every if rc == "full" else 1,
+                            group)
             if MICRO_BATCHES[-1] <= mb < mbs[-1]:  # a larger one follows: it is tried only if this one fits
                 fitted[zero, rc, sp] = _fits_memory(ctx, layout, None)
             yield layout
@@ -363,7 +364,7 @@ def check_arguments(fixed: dict[str, Any] | None, **counts: int | None) -> None:
         except ValueError as e:
             raise UserError(f"fixed: {e}") from None
     for name, value in counts.items():
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if value is not None and (not is_int(value) or value < 1):
             what, default = _COUNTS[name]
             raise UserError(f"{name}={value!r} is not valid; give a positive integer ({what}), or None for {default}")
 
@@ -385,7 +386,7 @@ def _check_pinned_fields(ctx: PlanContext, fixed: dict[str, Any]) -> None:
     count = 1
     for key in ("dp", "tp", "pp", "cp"):
         value = given.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if is_int(value) and value > 0:
             count *= value
     train = ctx.workload.task == "train"
     check_user_layout(ctx.model, ctx.cluster, given, count, seq_len=ctx.workload.seq_len if train else None,

@@ -59,15 +59,11 @@ def stage_param_split(ctx: PlanContext, layout: Layout) -> tuple[float, float]:
     return (layers * ctx.layer_params + ends) / layout.tp, layers * experts / layout.tp
 
 
-def stage_end_params(ctx: PlanContext, layout: Layout) -> float:
-    """The embedding and head parameters among :func:`stage_param_split`'s dense ones (on one device)."""
-    return 0.0 if ctx.cnn is not None else _stage_blocks_and_ends(ctx, layout)[1] / layout.tp
-
-
 def stage_weight_bytes(ctx: PlanContext, layout: Layout) -> float:
-    """The bytes of the weights one device of the heaviest stage holds: the embedding and head at
-    ``end_weight_bytes`` (16-bit when inference quantizes the rest), everything else at ``weight_bytes``."""
-    ends = stage_end_params(ctx, layout)
+    """The bytes of the weights one device of the heaviest stage holds: the embedding and head (among
+    :func:`stage_param_split`'s dense parameters) at ``end_weight_bytes`` (16-bit when inference quantizes the rest),
+    everything else at ``weight_bytes``."""
+    ends = 0.0 if ctx.cnn is not None else _stage_blocks_and_ends(ctx, layout)[1] / layout.tp
     return (stage_params(ctx, layout) - ends) * ctx.weight_bytes + ends * ctx.end_weight_bytes
 
 
