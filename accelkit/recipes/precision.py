@@ -59,15 +59,18 @@ class AutocastModule(torch.nn.Module):
         self.device_type, self.dtype, self.tf32 = device_type, dtype, tf32
         keep_state_dict_keys(self, "inner.")
 
-    def _contexts(self) -> list[contextlib.AbstractContextManager[Any]]:
-        """The autocast (and TF32 flags) this wrapper runs its model under, not yet entered."""
-        return ([torch.autocast(self.device_type, dtype=self.dtype)] if self.dtype is not None else []) + (
-            [tf32_enabled(True)] if self.tf32 else [])
+    @contextlib.contextmanager
+    def _context(self) -> Iterator[None]:
+        """The autocast (and TF32 flags) this wrapper runs its model under."""
+        with contextlib.ExitStack() as stack:
+            if self.dtype is not None:
+                stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
+            if self.tf32:
+                stack.enter_context(tf32_enabled(True))
+            yield
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        with contextlib.ExitStack() as stack:
-            for context in self._contexts():
-                stack.enter_context(context)
+        with self._context():
             return self.inner(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -80,9 +83,7 @@ class AutocastModule(torch.nn.Module):
             # (found in review)
             @functools.wraps(value)
             def in_context(*args: Any, **kwargs: Any) -> Any:
-                with contextlib.ExitStack() as stack:
-                    for context in self._contexts():
-                        stack.enter_context(context)
+                with self._context():
                     return value(*args, **kwargs)
 
             return in_context

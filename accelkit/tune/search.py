@@ -460,8 +460,8 @@ def _select(trials: list[Trial], config: TuneConfig, unestimated: dict[str, list
     for t in runnable[config.max_trials:]:
         t.status, t.reason = "skipped", f"beyond --max-trials {config.max_trials}"
     measured = runnable[: config.max_trials]
-    for why, names in _among(unestimated, measured).items():
-        if config.memory_budget_bytes is not None:
+    if config.memory_budget_bytes is not None:
+        for why, names in _among(unestimated, measured).items():
             notes.append(f"no memory estimate for {', '.join(names)} ({why}): measured, then held to --memory-budget "
                          "by the measured peak")
     return measured
@@ -540,18 +540,16 @@ def _figures(t: Trial, steps: list[dict[str, Any]]) -> None:
     """A trial's figures from its entries in the run's document: speed and latency of the last step the workload
     runs (llm: decode, the steady state of generation — prefill is the time to its first token), memory the highest
     peak of its steps, and every step's own figures in ``steps``."""
-    entry = steps[-1]
-    t.step = entry.get("step")
     t.steps = [{"step": e.get("step"), "throughput": e["throughput"]["value"], "unit": e["throughput"]["unit"],
                 "latency_s": e["latency_s"]["median"], "memory_bytes": e["memory_bytes"].get("peak"),
                 "vs_baseline": e.get("comparison")} for e in steps]
-    t.throughput, t.unit = entry["throughput"]["value"], entry["throughput"]["unit"]
-    t.latency_s = entry["latency_s"]["median"]
-    peaks = [e["memory_bytes"]["peak"] for e in steps if e["memory_bytes"].get("peak") is not None]
-    t.memory_bytes = t.measured_peak_bytes = max(peaks) if peaks else None
+    last = t.steps[-1]
+    t.step, t.throughput, t.unit, t.latency_s = last["step"], last["throughput"], last["unit"], last["latency_s"]
+    t.vs_baseline = last["vs_baseline"]
+    t.memory_bytes = t.measured_peak_bytes = max((s["memory_bytes"] for s in t.steps if s["memory_bytes"] is not None),
+                                                 default=None)
     t.memory_basis = "measured peak"
-    t.accuracy = entry.get("accuracy")
-    t.vs_baseline = entry.get("comparison")
+    t.accuracy = steps[-1].get("accuracy")
 
 
 #: a training recipe's loss must fall over the first steps at least this share as far as fp32's: the gate on one
