@@ -412,8 +412,9 @@ class TensorParallelLeader(RankComm):
         what = describe(exc) if exc is not None else "a worker did not answer"
         message = f"tensor-parallel step failed ({what}); the engine stopped — restart it"
         with self._lock:  # the ranks are out of step for good: the next call fails at once, as after a worker died
-            self._dead = message  # (it hung in the next collective until its timeout: found in review)
-        return WorkerDiedError(message)
+            if self._dead is None:  # (it hung in the next collective until its timeout: found in review)
+                self._dead = message  # (a worker's death the watchdog recorded meanwhile is the better account)
+            return WorkerDiedError(self._dead)
 
     def check_alive(self) -> None:
         if self._dead is not None:

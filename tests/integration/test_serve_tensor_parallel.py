@@ -130,6 +130,32 @@ def test_a_failed_step_on_rank_0_stops_the_engine_at_once():
         leader.check_alive()
 
 
+def test_a_failed_step_keeps_the_watchdogs_account_of_a_dead_worker():
+    """The watchdog may record a worker's death after ``error`` stopped waiting for it and before it takes the lock:
+    the worker's account (which rank, how it ended) is kept, not replaced by "a step failed"."""
+    import threading as _threading
+
+    from accelkit.serve.tensor_parallel import TensorParallelLeader
+
+    leader = object.__new__(TensorParallelLeader)
+
+    class WatchdogFirst:  # the lock, taken by the watchdog just before error() takes it
+        def __init__(self) -> None:
+            self._lock = _threading.Lock()
+
+        def __enter__(self) -> None:
+            leader._dead = "tensor-parallel worker rank 1 (pid 7) was killed by SIGKILL; the engine stopped"
+            self._lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self._lock.release()
+
+    leader._dead, leader._lock, leader._closing = None, WatchdogFirst(), False
+    error = leader.error(RuntimeError("boom"), wait_s=0.0)
+    assert "rank 1 (pid 7) was killed by SIGKILL" in str(error)
+    assert "rank 1 (pid 7)" in (leader.dead or "")
+
+
 def test_a_worker_that_dies_before_joining_fails_the_start_at_once(model_dir):
     """A worker that fails between its hello and the group's rendezvous (its device cannot be set, it is killed as
     it starts) fails the engine's start within seconds, with its error — rank 0 waited in the rendezvous for all 300 s
