@@ -133,7 +133,8 @@ class PhaseTime(Spec):
     phase: str = spec_field(doc="The phase: 'text encoders', 'denoiser', 'vae decode' or 'other'.")
     calls: int = spec_field(0, min=0, doc="Calls of the phase's modules per measured call (the denoiser: steps).")
     median_s: float | None = spec_field(None, min=0.0, doc="Median seconds the phase takes per measured call.")
-    share: float | None = spec_field(None, min=0.0, doc="median_s ÷ the median measured call.")
+    share: float | None = spec_field(None, min=0.0, doc="The phase's seconds over the measured calls ÷ those calls' "
+                                     "seconds ('other' the rest: the shares add to 1).")
     call_median_s: float | None = spec_field(None, min=0.0, doc="Median seconds of one call of it (one step).")
     per_step_s: list[float] | None = spec_field(None, doc="The denoiser: median seconds of each step, in order.")
     mfu: MfuResult | None = spec_field(
