@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from accelkit.core.serving_memory import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, KVCacheDtype
 from accelkit.core.spec import Spec, spec_field
-from accelkit.serve.sampling import SEED_MAX, SEED_MIN
+from accelkit.serve.sampling import SEED_MAX
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 AttentionBackendName = Literal["auto", "sdpa", "cpu", "triton"]
@@ -47,8 +47,9 @@ class EngineConfig(Spec):
     enable_prefix_caching: bool = spec_field(True, doc="Reuse KV blocks of identical prompt prefixes.")
     enable_chunked_prefill: bool = spec_field(True, doc="Split long prompts across steps to fit max_num_batched_tokens.")
     scheduling_policy: Literal["fcfs", "priority"] = spec_field("fcfs", doc="Order of waiting requests.")
-    seed: int = spec_field(
-        0, min=SEED_MIN, max=SEED_MAX, doc="Seed of the engine's sampling stream (requests without their own seed)."
+    seed: int = spec_field(  # (torch seeds a generator with s < 0 as with s + 2**64: one range names every stream)
+        0, min=0, max=SEED_MAX, doc="Seed of the engine's sampling stream (requests without their own seed), "
+        "0 to 2**64 - 1.",
     )
     attention_backend: AttentionBackendName = spec_field(
         "auto", doc="Paged attention: triton = kernels reading K/V in place from the cache (CUDA); cpu = a compiled C "

@@ -69,16 +69,23 @@ def _eos_token_ids(model_dir: Path, cfg: dict[str, Any], tokenizer: Any) -> froz
     return frozenset(ids)
 
 
+# a tokenizer's own files: with none of them the directory has no tokenizer; with any, a failure is in them (or in
+# what transformers reads beside them, config.json included) and its message says more than a list of file names
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                    "merges.txt", "spiece.model")
+
+
 def _load_tokenizer(model_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(model_dir))
     except Exception as exc:  # transformers raises OSError, ValueError, its own validation errors …
-        raise ValueError(
-            f"cannot load the tokenizer of {model_dir} ({describe(exc)}); the directory needs tokenizer.json or "
-            "tokenizer_config.json with its vocabulary files"
-        ) from None
+        # (found in review: "needs tokenizer.json" was said of a directory holding one, when config.json failed)
+        missing = not any((model_dir / name).is_file() for name in _TOKENIZER_FILES)
+        hint = ("; the directory needs tokenizer.json or tokenizer_config.json with its vocabulary files" if missing
+                else "")
+        raise ValueError(f"cannot load the tokenizer of {model_dir} ({describe(exc)}){hint}") from None
 
 
 class LLMEngine:

@@ -53,6 +53,22 @@ def test_unknown_architecture_names_the_field(tmp_path, model_dir):
         LLM(str(tmp_path / "missing"))
 
 
+def test_a_tokenizer_that_fails_to_load_says_why_and_asks_for_files_only_when_there_are_none(tmp_path, model_dir):
+    """Found in review: a directory holding tokenizer.json was told it "needs tokenizer.json" whatever failed."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model_dir, broken)
+    (broken / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "NoSuchModel"}}')
+    with pytest.raises(ValueError, match="cannot load the tokenizer") as refused:
+        LLM(str(broken), kv_cache_memory_bytes=KV_BYTES)
+    assert "needs tokenizer.json" not in str(refused.value) and "Error" in str(refused.value)  # the library's own
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (broken / name).unlink()
+    with pytest.raises(ValueError, match="the directory needs tokenizer.json"):
+        LLM(str(broken), kv_cache_memory_bytes=KV_BYTES)
+
+
 def test_engine_config_errors_name_the_field(model_dir):
     for kwargs, field in [({"kv_cache_dtype": "fp4"}, "kv_cache_dtype"), ({"block_size": 0}, "block_size"),
                           ({"max_model_len": 4096}, "max_model_len"), ({"kv_cache_memory_bytes": 1000}, "kv_cache_memory_bytes")]:

@@ -46,3 +46,37 @@ def test_nothing_points_outside_the_repository():
     offenders = [str(p.relative_to(REPO)) for p in [*DOCS, *(REPO / "accelkit").rglob("*.py")]
                  if re.search(r"shared/(reference|ARCHITECTURE|STYLE)", p.read_text())]
     assert not offenders, f"these point at files outside the repository: {offenders}"
+
+
+def _undocumented_flags(command: tuple[str, ...], docs: list[str]) -> list[str]:
+    """The options of ``accelkit <command> --help`` that none of ``docs`` names (an on/off flag by either spelling)."""
+    import typer
+
+    from accelkit.cli.app import app
+
+    cli = typer.main.get_command(app)
+    for name in command:
+        cli = cli.commands[name]
+    text = "\n".join((REPO / "docs" / doc).read_text() for doc in docs)
+    missing = []
+    for param in cli.params:
+        spellings = [*param.opts, *getattr(param, "secondary_opts", [])]
+        if "--help" not in spellings and not any(re.search(re.escape(s) + r"(?![\w-])", text) for s in spellings):
+            missing.append("/".join(spellings))
+    return missing
+
+
+def test_every_serve_flag_is_documented():
+    """`serve --help` lists the flags generated from EngineConfig/ServerConfig; each is named in the serve or engine
+    docs, where a user looks (--block-size, --seed, --chunked-prefill … were in the help alone)."""
+    assert not _undocumented_flags(("serve",), ["serve.md", "engine.md"])
+
+
+def test_serve_seed_flag_shows_the_one_range_the_engine_takes():
+    """Its help showed -9223372036854775808<=x<=18446744073709551615, two spellings of every negative seed's stream."""
+    from typer.testing import CliRunner
+
+    from accelkit.cli.app import app
+
+    help_text = " ".join(CliRunner().invoke(app, ["serve", "--help"], terminal_width=200).output.split())
+    assert "0<=x<=18446744073709551615" in help_text and "-9223372036854775808" not in help_text

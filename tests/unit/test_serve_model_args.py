@@ -74,3 +74,32 @@ def test_llama3_rope_scalings_original_length_is_read_as_transformers_reads_it(t
         fields["original_max_position_embeddings"] = top
     a = args("LlamaForCausalLM", **fields)
     assert a.rope_scaling is not None and a.rope_scaling["original_max_position_embeddings"] == want
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+@pytest.mark.parametrize(("rope", "message"), [
+    ({"rope_type": "linear"}, r"rope_parameters.factor is missing .*'linear' needs factor\); add it"),
+    ({"rope_type": "llama3", "factor": 8.0}, "rope_parameters.low_freq_factor is missing"),
+    ({**LLAMA3, "high_freq_factor": None}, "rope_parameters.high_freq_factor is missing"),
+    ({**LLAMA3, "factor": 0}, r"rope_parameters.factor=0 in config.json is not valid; expected a positive number"),
+    ({**LLAMA3, "low_freq_factor": "1"}, r"low_freq_factor='1' .* expected a positive number"),
+    ({**LLAMA3, "factor": True}, "factor=True"),
+    ({**LLAMA3, "original_max_position_embeddings": -8}, "original_max_position_embeddings=-8"),
+    ({**LLAMA3, "high_freq_factor": 1.0}, r"high_freq_factor=1.0 in config.json must be greater than low_freq"),
+])
+def test_a_rope_scaling_without_the_fields_its_type_computes_with_is_refused_naming_the_field(rope, message):
+    """Found in review: these passed here and failed later, inside transformers' tokenizer loading (which reads
+    config.json), reported as a missing tokenizer.json."""
+    with pytest.raises(ValueError, match=message):
+        args("LlamaForCausalLM", rope_parameters={**rope, "rope_theta": 500000.0})
+
+
+def test_an_older_config_names_rope_scaling_and_a_complete_scaling_is_kept():
+    with pytest.raises(ValueError, match=r"rope_scaling.factor is missing"):
+        args("LlamaForCausalLM", rope_scaling={"type": "linear"})
+    assert args("LlamaForCausalLM", rope_scaling={"type": "linear", "factor": 2}).rope_scaling == {
+        "type": "linear", "factor": 2, "rope_type": "linear"}
+    a = args("LlamaForCausalLM", rope_parameters={**LLAMA3, "rope_theta": 500000.0}, max_position_embeddings=512)
+    assert a.rope_scaling == {**LLAMA3, "original_max_position_embeddings": 512} and a.rope_theta == 500000.0

@@ -20,6 +20,9 @@ SUPPORTED_ARCHITECTURES = (
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
 _QWEN_MOE = ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
 _ROPE_TYPES = ("default", "linear", "llama3")
+# the fields each scaling type computes with (transformers' rope validation requires them too)
+_ROPE_FIELDS = {"linear": ("factor",),
+                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 # transformers' config defaults for fields save_pretrained may leave out (configuration_qwen{2,3}_moe.py,
 # configuration_mixtral.py): (num_experts, num_experts_per_tok)
 _MOE_DEFAULTS = {"MixtralForCausalLM": (8, 2), "Qwen2MoeForCausalLM": (60, 4), "Qwen3MoeForCausalLM": (128, 8)}
@@ -140,7 +143,24 @@ def _rope(cfg: dict[str, Any], *, default_theta: float) -> tuple[float, dict[str
         raise ValueError(f"rope_parameters.rope_type={rope_type!r} is not supported; expected one of {_ROPE_TYPES}")
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError("rope_parameters.partial_rotary_factor != 1 is not supported")
+    _check_rope_fields(rope, rope_type, "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling")
     return theta, rope, rope_type
+
+
+def _check_rope_fields(rope: dict[str, Any], rope_type: str, where: str) -> None:
+    """Every field the type's inverse frequencies read (``llama.rope_inv_freq``) is a positive number. (Found in
+    review: a llama3 scaling without low_freq_factor passed here and failed later, in transformers' tokenizer
+    loading, reported as a missing tokenizer.json.)"""
+    for key in _ROPE_FIELDS.get(rope_type, ()):
+        value = rope.get(key)
+        if value is None:
+            raise ValueError(f"{where}.{key} is missing (rope_type {rope_type!r} needs "
+                             f"{', '.join(_ROPE_FIELDS[rope_type])}); add it")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+            raise ValueError(f"{where}.{key}={value!r} in config.json is not valid; expected a positive number")
+    if rope_type == "llama3" and rope["high_freq_factor"] <= rope["low_freq_factor"]:
+        raise ValueError(f"{where}.high_freq_factor={rope['high_freq_factor']!r} in config.json must be greater than "
+                         f"low_freq_factor={rope['low_freq_factor']!r} (Llama 3.1's: 4.0 and 1.0)")
 
 
 def config_head_dim(cfg: dict[str, Any]) -> int:

@@ -156,9 +156,12 @@ class LogprobFormatter:
             return None
         if list(encoded["input_ids"]) != list(ids) or len(mapping) != len(ids):
             return None
+        # contiguous: the characters between two spans belong to the token after them (a ByteLevel post-processor
+        # with trim_offsets, GPT-2's and Pythia's, leaves a token's leading space out of its span: found in review),
+        # and the tokens of a split character share its span, so its start
         offsets, end = [], 0
         for start, stop in mapping:
-            offsets.append(start if stop > start else end)  # (0, 0): a special token, no characters of its own
+            offsets.append(min(start, end) if stop > start else end)  # (0, 0): a special token, no characters
             end = max(end, stop)
         return offsets
 
@@ -217,20 +220,50 @@ class _WithSpecials(TokenDecoder):
 
 class TextOffsets:
     """``text_offset`` of one choice's tokens, fed in order as they are generated (all at once, or chunk by chunk
-    while streaming: the offsets are the same)."""
+    while streaming: the offsets are the same).
 
-    __slots__ = ("_detokenizer", "offset")
+    Tokens the detokenizer holds back (their text ends in an unfinished character) are counted once the text
+    comes out; meanwhile each token starts where its text first differs from the held text: the pieces of a
+    character split across tokens all start where that character does, and held bytes that never complete a
+    character (a lone ``e4`` before ``-``) are a U+FFFD of their own, before the token after them. (Found in
+    review: a token that released held text took the held text's offset.)"""
+
+    __slots__ = ("_detokenizer", "_held", "offset")
 
     def __init__(self, decoder: TokenDecoder | None, prompt_token_ids: list[int], start: int) -> None:
         self._detokenizer = IncrementalDetokenizer(decoder, prompt_token_ids) if decoder is not None else None
         self.offset = start  # characters of text before the next token
+        self._held = ""  # the text of the tokens held back since, not yet in ``offset``
 
     def add(self, token_ids: list[int], *, final: bool) -> list[int]:
         """The offsets of ``token_ids``, the next tokens of the choice; ``final`` when they are its last."""
+        detokenizer = self._detokenizer
+        if detokenizer is None:  # (without a tokenizer the text is empty)
+            return [self.offset] * len(token_ids)
         offsets = []
         last = len(token_ids) - 1
         for i, token in enumerate(token_ids):
-            offsets.append(self.offset)
-            if self._detokenizer is not None:  # (without a tokenizer the text is empty)
-                self.offset += len(self._detokenizer.add([token], final=final and i == last))
+            emitted = detokenizer.add([token], final=final and i == last)
+            # the text through this token, past what was emitted before (held text included)
+            text = emitted or detokenizer.decode(detokenizer.ids[detokenizer.prefix_offset:])[
+                len(detokenizer.prefix_text or ""):]
+            offsets.append(self.offset + _settled(self._held, text))
+            if emitted:
+                self.offset, self._held = self.offset + len(emitted), ""
+            else:
+                self._held = text
         return offsets
+
+
+def _settled(held: str, text: str) -> int:
+    """Characters of ``held`` (the text before a token) that ``text`` (the text with it) keeps as they were: their
+    common start, less a U+FFFD that ends ``text`` (bytes that may still complete a character, which then starts
+    there)."""
+    if text.endswith("\ufffd"):
+        text = text[:-1]
+    n = 0
+    for a, b in zip(held, text, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
