@@ -3,6 +3,7 @@ per hardware with --compare. Thin: parse flags → ``accelkit.plan`` → render.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import typer
@@ -54,7 +55,11 @@ class _PerHardware(dict[str, float]):
 def _prices(text: str) -> float | dict[str, float]:
     """'2.5' (every device) or 'h100=2.5,h200=3.1' (per hardware name or alias)."""
     if "=" not in text:
-        return float(text)
+        price = float(text)
+        if math.isinf(price):  # past the flag's bounds, as NAME=inf is: it printed $inf and a null JSON cost
+            raise UserError(f"--price-per-device-hour {text!r} is not valid; give dollars per device-hour, e.g. 2.5, "
+                            "or NAME=DOLLARS per hardware (h100=2.5,h200=3.1)")
+        return price
     prices = _PerHardware()
     prices.text = text
     for item in csv_list(text, field="--price-per-device-hour") or []:
@@ -92,8 +97,11 @@ EXAMPLES = examples(
                                           "here (vLLM max_num_seqs); default 256.",
                      "prefill_chunk_tokens": "Inference: prefill tokens processed per step (chunked prefill); "
                                              "default 8192.",
-                     "max_decode_latency_s": "Inference search: drop layouts whose per-token decode time exceeds "
-                                             "this; default none.",
+                     "max_decode_latency_s": "Inference: the most seconds per decode step (one token per "
+                                             "sequence): the search keeps layouts within it (without --num-devices "
+                                             "the smallest count that has one) and, without --batch, lowers the "
+                                             "batch until decode meets it; a warning when nothing does. Default "
+                                             "none.",
                      "kv_cache_memory_bytes": "Inference: the KV budget `accelkit serve --kv-cache-memory` gets, e.g. "
                                               "2GiB, for the KV tokens that fit (kv_cache_capacity); default as the "
                                               "engine: --gpu-memory-utilization of what the weights leave, 1 GiB on "
@@ -151,6 +159,8 @@ def plan_cmd(
         choice = LayoutChoice(**layout)
         plan_options = PlanOptions(**options)
         names = csv_list(req.compare, field="--compare")
+        if req.compare is not None and not names:  # it planned hardware 'None' (found in review)
+            raise UserError(f"--compare {req.compare!r} names no hardware; give a comma list, e.g. h100,h200")
         workload = _workload(model, req, request, names)
     common: dict[str, Any] = dict(fixed=choice.fixed(), global_batch=req.global_batch, batch=req.batch,
                                   num_devices=req.num_devices)
@@ -344,6 +354,15 @@ def _kv_capacity_rows(d: dict[str, Any]) -> list[tuple[str, Any]]:
                             f"{cap['num_seqs_at_context']:,} sequences of {context:,} tokens (accelkit serve)")]
 
 
+def _budget_note(d: dict[str, Any]) -> str:
+    """A --kv-cache-memory budget above the batch's KV: the engine holds all of it (what ``fits`` counts)."""
+    cap = d.get("kv_cache_capacity") or {}
+    if cap.get("budget_source") != "kv_cache_memory_bytes" or cap["budget_bytes"] <= d["memory_per_device_bytes"][
+            "kv_cache"]:
+        return ""
+    return f"; the engine allocates the whole {fmt_bytes(cap['budget_bytes'])} KV budget up front (fits counts it)"
+
+
 def _money(doc: dict[str, Any]) -> str | None:
     cost = doc.get("cost")
     if not cost or cost.get("per_million_tokens") is None:
@@ -354,7 +373,9 @@ def _money(doc: dict[str, Any]) -> str | None:
 def _assumed(d: dict[str, Any]) -> str | None:
     """The efficiencies a plan ASSUMES for this device (no published or measured figure), in words; None when none."""
     assumed = d.get("assumed_efficiency") or {}
-    return ", ".join(f"{k} {v:.2f}" for k, v in assumed.items()) or None
+    # the serving fraction to the 3 places its assumption line gives (0.545), the kernel efficiencies to 2
+    return ", ".join(f"{k.replace('_', ' ')} {v:.{3 if k == 'serving_attained' else 2}f}"
+                     for k, v in assumed.items()) or None
 
 
 def _price_note(d: dict[str, Any]) -> str | None:
@@ -435,7 +456,8 @@ def _render_one(d: dict[str, Any]) -> None:
                                          f"{', '.join(d['overflow']['largest'])}"
                                          + _would_fit(d['overflow'].get('would_fit'))),
         ("memory / device", f"{fmt_bytes(mem['total'])} of {fmt_bytes(d['memory_capacity_bytes'])} — "
-                            + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in mem.items() if k != "total" and v)),
+                            + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in mem.items() if k != "total" and v)
+                            + _budget_note(d)),
     ]
     if d.get("host_memory_bytes"):  # --offload: what each rank keeps in host memory
         rows.append(("host memory / rank", ", ".join(f"{k} {fmt_bytes(v)}" for k, v in d["host_memory_bytes"].items())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelkit.core import Cluster, Estimate, UserError, Workload
+from accelkit.core.units import fmt_bytes
 from accelkit.plan.context import PlanContext, kv_cache_dtype, make_context
 from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate
 from accelkit.plan.grad_comm import PowerSGDSplit, describe, grad_reduction, rank_split
@@ -86,6 +87,34 @@ def _mfu_warning(c: Candidate, ctx: PlanContext) -> list[str]:
             "this workload — do not use these times"]
 
 
+def _kv_budget_warning(c: Candidate, ctx: PlanContext) -> list[str]:
+    """A --kv-cache-memory budget that does not fit beside this device's weights, the step's activations and the
+    framework allowance: `accelkit serve` refuses it (serve/preflight.py check_memory: weights + KV budget over the
+    device), so the plan says so with the figures and the largest budget that fits."""
+    budget = ctx.options.kv_cache_memory_bytes
+    if budget is None or ctx.workload.task == "train" or ctx.model.kind not in ("decoder", "moe"):
+        return []
+    mem = c.memory
+    rest = mem["weights"] + mem["activations"] + mem["other"]
+    if rest + budget <= mem["capacity"]:
+        return []
+    room = int(mem["capacity"] - rest) >> 20  # whole MiB, rounded down: the flag value that fits
+    lower = f"lower --kv-cache-memory to {room}MiB or less, or " if room > 0 else ""
+    return [f"--kv-cache-memory {fmt_bytes(budget)} + this device's weights {fmt_bytes(mem['weights'])}, activations "
+            f"{fmt_bytes(mem['activations'])} and --overhead {fmt_bytes(mem['other'])} = {fmt_bytes(rest + budget)}, "
+            f"more than the {fmt_bytes(mem['capacity'])} of one {ctx.device.name}: `accelkit serve` refuses this "
+            f"budget; {lower}spread the weights over more devices (--tp, --pp)"]
+
+
+def _assumed_efficiency(ctx: PlanContext) -> dict[str, float]:
+    """The figures this plan ASSUMES for the card, by name: its kernel efficiencies with no published or measured
+    value, and a serving fraction borrowed from another family (MI325X: MI300X's)."""
+    out = {k: getattr(ctx.efficiency, k) for k in ctx.efficiency.assumed}
+    if ctx.serving_attained_assumed:
+        out["serving_attained"] = ctx.serving_attained
+    return out
+
+
 def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
     """The issue-3 document for one candidate."""
     m, w = ctx.model, ctx.workload
@@ -113,8 +142,8 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
         "bottleneck": c.bottleneck,
         "energy_j_per_token": None if m.kind == "cnn" else c.energy_j_per_token,
         "assumptions": list(ctx.assumptions) + layout_assumptions(ctx, lay),
-        "assumed_efficiency": {k: getattr(ctx.efficiency, k) for k in ctx.efficiency.assumed},
-        "warnings": list(ctx.warnings) + _mfu_warning(c, ctx),
+        "assumed_efficiency": _assumed_efficiency(ctx),
+        "warnings": list(ctx.warnings) + _mfu_warning(c, ctx) + _kv_budget_warning(c, ctx),
     }
     if ctx.compare_basis is not None:
         doc["compare_basis"] = ctx.compare_basis

@@ -8,6 +8,7 @@ from typing import Any
 
 from accelkit.core import Cluster, DeviceSpec, ModelSpec, UserError, Workload
 from accelkit.core.serving_memory import weight_bytes_per_param
+from accelkit.core.units import fmt_bytes
 from accelkit.plan import flops as F
 from accelkit.plan.calibrate import efficiency, missing_cpu_peak
 from accelkit.plan.comm import scaleout_bandwidth
@@ -73,6 +74,8 @@ class PlanContext:
     sustained_source: str = ""
     serving_attained: float = 1.0  # fitted.py: fraction of the prior rates a serving engine attains (inference only)
     serving_attained_source: str = ""
+    #: ``serving_attained`` is borrowed from another family (fitted.SERVING_ATTAINED_ASSUMED), not fitted on this one
+    serving_attained_assumed: bool = False
     assumptions: list[str] = field(default_factory=list)
     #: what the user should see before the plan (the CLI prints each as a ``warning:`` line; ``--json``: ``warnings``),
     #: e.g. that no device count reached the target
@@ -131,6 +134,25 @@ def check_fp8_activations(workload: Workload, options: PlanOptions) -> None:
                                                                                 "is not one)"))
 
 
+def check_device_memory(workload: Workload, device: DeviceSpec, options: PlanOptions) -> None:
+    """Refuse what no device count can hold, one device alone being too small for it: an ``--overhead`` allowance
+    (per device) of the whole memory or more, which searched every count up to --max-devices and showed 65,536
+    devices that do not fit, and an inference ``--kv-cache-memory`` budget (each device's) above the memory, which
+    the engine refuses (serve/preflight.py check_memory) — both found in review."""
+    memory = device.memory_bytes
+    if not memory:
+        return
+    if options.overhead_bytes >= memory:
+        raise UserError(f"--overhead {fmt_bytes(options.overhead_bytes)} is not less than the {fmt_bytes(memory)} of "
+                        f"one {device.name}: no device would hold anything else; lower it (it is the framework "
+                        "allowance per device, default 2 GiB)")
+    budget = options.kv_cache_memory_bytes
+    if budget is not None and workload.task != "train" and workload.model.kind in ("decoder", "moe") \
+            and budget > memory:
+        raise UserError(f"--kv-cache-memory {fmt_bytes(budget)} is more than the {fmt_bytes(memory)} of one "
+                        f"{device.name} (the budget is each device's; `accelkit serve` refuses it); lower it")
+
+
 def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | None = None) -> PlanContext:
     """Resolve peaks and efficiencies (calibrated or prior) and the model's split of parameters. An inference
     workload that sets a training-only field (optimizer, offload, grad_compression) is refused here: every plan,
@@ -148,6 +170,7 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
                         "choose another --precision")
     if options.fp8_activations == "te":
         check_fp8_activations(workload, options)
+    check_device_memory(workload, cluster.device, options)
     if workload.task == "train":
         wbytes: float = TRAIN_WEIGHT_BYTES[recipe.precision]
     else:
@@ -164,12 +187,13 @@ def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | No
         else sustained_tensor(family(cluster.device))
     # fitted on LLM serving engines' published figures: a decoder's inference only, not training, not a CNN
     serving = workload.task != "train" and model.kind in ("decoder", "moe") and cluster.device.vendor != "cpu"
-    attained, attained_source = serving_attained(family(cluster.device)) if serving else (1.0, "")
+    attained, attained_source, attained_assumed = serving_attained(family(cluster.device)) if serving \
+        else (1.0, "", False)
     ctx = PlanContext(workload=workload, cluster=cluster, options=options, efficiency=eff, peak_dtype=dtype,
                       peak=peak, e=ACT_BYTES[recipe.precision], weight_bytes=wbytes, peak_16=peak_16,
                       end_weight_bytes=wbytes if workload.task == "train" else max(wbytes, ACT_BYTES[recipe.precision]),
                       sustained=sustained, sustained_source=sustained_source, serving_attained=attained,
-                      serving_attained_source=attained_source,
+                      serving_attained_source=attained_source, serving_attained_assumed=attained_assumed,
                       price_source=None if options.price_per_device_hour is None else "given")
     if model.kind == "cnn":
         from accelkit.plan.cnn import trace_cnn  # imports torch: only CNN plans pay for it
@@ -204,7 +228,8 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         f"sustained tensor-core factor {ctx.sustained:.3f} × the matmul and attention efficiencies above (free "
         f"parameter, {ctx.sustained_source}: {FIT_SOURCE})",
         *([f"serving attained {ctx.serving_attained:.3f} × the matmul, attention and memory-bound rates above, "
-           f"prefill and decode (free parameter, {ctx.serving_attained_source})"] if ctx.serving_attained != 1.0 else []),
+           f"prefill and decode ({'' if ctx.serving_attained_assumed else 'free parameter, '}"
+           f"{ctx.serving_attained_source})"] if ctx.serving_attained != 1.0 else []),
         f"memory-bound kernels: {o.kernels} stack (accelkit/plan/kernels.py: bytes per token of every norm, residual "
         "add, rotary, activation, dropout and copy, forward ×(1 + 2 eager | 1.5 fused) for backward; the loss over "
         "the logits; the optimizer step reads and writes its states once) at HBM bandwidth × memory efficiency",

@@ -61,6 +61,11 @@ class Candidate:
         return self.tokens_per_step / self.step_time_s if self.step_time_s > 0 else 0.0
 
     @property
+    def latency_s(self) -> float:
+        """What ``max_decode_latency_s`` bounds: the per-token decode time, else (no decode) the batch's prefill."""
+        return self.decode_time_per_token_s or self.prefill_time_s or 0.0
+
+    @property
     def bottleneck(self) -> str:
         return max(self.time_breakdown, key=self.time_breakdown.__getitem__)
 
@@ -69,14 +74,25 @@ class Candidate:
         """When it does not fit: how much over, and the components in order of size."""
         if self.fits:
             return None
-        parts = sorted(((k, v) for k, v in self.memory.items() if k in MEMORY_KEYS and v > 0), key=lambda kv: -kv[1])
-        return {"over_by_bytes": self.memory["total"] - self.memory["capacity"], "largest": [k for k, _ in parts[:3]]}
+        held = {k: self.memory[k] for k in MEMORY_KEYS}
+        held["kv_cache"] = max(held["kv_cache"], self.memory.get("kv_budget", 0.0))  # the engine's whole budget
+        parts = sorted(((k, v) for k, v in held.items() if v > 0), key=lambda kv: -kv[1])
+        return {"over_by_bytes": self.memory["required"] - self.memory["capacity"],
+                "largest": [k for k, _ in parts[:3]]}
+
+
+def required_bytes(parts: dict[str, float]) -> float:
+    """What one device must hold: the memory components, the KV cache at least the ``kv_budget`` an inference
+    engine allocates up front (``--kv-cache-memory``; its part stays the batch's own KV)."""
+    kv = parts["kv_cache"]
+    return sum(parts[k] for k in MEMORY_KEYS) - kv + max(kv, parts.get("kv_budget", 0.0))
 
 
 def _finish_memory(ctx: PlanContext, parts: dict[str, float]) -> tuple[dict[str, float], bool]:
     total = sum(parts[k] for k in MEMORY_KEYS)
+    required = required_bytes(parts)
     capacity = float(ctx.device.memory_bytes)
-    return {**parts, "total": total, "capacity": capacity}, total <= capacity
+    return {**parts, "total": total, "required": required, "capacity": capacity}, required <= capacity
 
 
 def inflight_micro_batches(pp: int, vp: int, grad_accum: int, rank: int = 0) -> float:
@@ -221,7 +237,8 @@ def evaluate_train(ctx: PlanContext, layout: Layout) -> Candidate:
 
 
 def infer_memory(ctx: PlanContext, layout: Layout, batch: int) -> tuple[dict[str, float], float]:
-    """Bytes per device at ``batch`` sequences, and the KV-cache bytes one more sequence costs."""
+    """Bytes per device at ``batch`` sequences, and the KV-cache bytes one more sequence costs. With
+    ``kv_cache_memory_bytes`` a decoder's parts add ``kv_budget``, the KV cache the engine allocates up front."""
     m, w, o = ctx.model, ctx.workload, ctx.options
     weights = stage_weight_bytes(ctx, layout)
     if ctx.cnn is not None:
@@ -241,8 +258,14 @@ def infer_memory(ctx: PlanContext, layout: Layout, batch: int) -> tuple[dict[str
         acts += batch * 4 * m.vocab_size / layout.tp
     else:  # an encoder returns every position's hidden state: the whole batch's output stays in memory
         acts += batch * w.seq_len * m.hidden_size * ctx.e
-    return {"weights": weights, "gradients": 0.0, "optimizer": 0.0, "activations": acts,
-            "kv_cache": per_seq * batch, "other": float(o.overhead_bytes)}, per_seq
+    parts = {"weights": weights, "gradients": 0.0, "optimizer": 0.0, "activations": acts,
+             "kv_cache": per_seq * batch, "other": float(o.overhead_bytes)}
+    if is_lm and o.kv_cache_memory_bytes is not None:
+        # the engine allocates the whole --kv-cache-memory budget up front, whatever the batch uses of it: weights +
+        # budget over the device is a plan `accelkit serve` refuses (serve/preflight.py check_memory), not one that
+        # fits with room to spare (found in review). ``required_bytes`` holds it against the device.
+        parts["kv_budget"] = float(o.kv_cache_memory_bytes)
+    return parts, per_seq
 
 
 #: the largest batch ``max_fitting_batch`` looks for (a reported maximum at this bound means "at least")
@@ -251,7 +274,7 @@ MAX_BATCH_SEARCHED = 1 << 24
 
 def _infer_fits(ctx: PlanContext, layout: Layout, batch: int) -> bool:
     parts, _ = infer_memory(ctx, layout, batch)
-    return sum(parts[k] for k in MEMORY_KEYS) <= ctx.device.memory_bytes
+    return required_bytes(parts) <= ctx.device.memory_bytes
 
 
 def max_fitting_batch(ctx: PlanContext, layout: Layout) -> int:
@@ -271,11 +294,37 @@ def max_fitting_batch(ctx: PlanContext, layout: Layout) -> int:
     return lo
 
 
+def _latency_s(ctx: PlanContext, layout: Layout, batch: int) -> float:
+    """What ``max_decode_latency_s`` bounds at ``batch``: the per-token decode time; for a run with no decode (output
+    length 0, an encoder, a CNN) the batch's prefill. ``Candidate.latency_s`` is the same figure."""
+    t = infer_time(ctx, layout, batch)
+    decodes = ctx.model.kind in ("decoder", "moe") and ctx.workload.output_len > 0
+    return t["decode"] if decodes else t["prefill"]
+
+
+def batch_within_latency(ctx: PlanContext, layout: Layout, batch: int, bound: float) -> int:
+    """The largest batch up to ``batch`` whose latency (``_latency_s``) is within ``bound`` — a bisection: a larger
+    batch reads more KV and runs more FLOPs per step, never fewer — or 1 when not even one sequence meets it (the
+    layout's fastest). The search ranked layouts by the bound but planned each at its largest batch, so a plan
+    above the bound was shown where a smaller batch met it (found in review)."""
+    if batch <= 1 or _latency_s(ctx, layout, batch) <= bound:
+        return batch
+    if _latency_s(ctx, layout, 1) > bound:
+        return 1
+    lo, hi = 1, batch  # invariant: lo meets the bound, hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _latency_s(ctx, layout, mid) <= bound else (lo, mid)
+    return lo
+
+
 def evaluate_infer(ctx: PlanContext, layout: Layout, batch: int | None) -> Candidate:
     w, m = ctx.workload, ctx.model
     max_batch = max_fitting_batch(ctx, layout)
-    if batch is None:  # the default fits by construction (when anything fits at all)
+    if batch is None:  # the default fits by construction (when anything fits at all) and meets the latency bound
         batch = max(1, min(ctx.options.max_serving_batch, max_batch))
+        if ctx.options.max_decode_latency_s is not None:
+            batch = batch_within_latency(ctx, layout, batch, ctx.options.max_decode_latency_s)
     parts, _ = infer_memory(ctx, layout, batch)
     memory, fits = _finish_memory(ctx, parts)
     t = infer_time(ctx, layout, batch)

@@ -104,7 +104,10 @@ class PlanOptions(Spec):
         None, min=0.0, doc="Without a device count: the smallest count that also reaches this throughput."
     )
     max_decode_latency_s: float | None = spec_field(
-        None, min=0.0, doc="Inference search: drop layouts whose per-token decode time exceeds this."
+        None, min=0.0, doc="Inference: the most seconds a decode step (one token per sequence) may take. The search "
+                           "keeps layouts within it (without a device count: the smallest count that has one) and, "
+                           "without a batch, lowers the batch until decode meets it; when nothing does, the plan "
+                           "closest to it, with a warning."
     )
     overhead_bytes: int = spec_field(2 * 2**30, min=0, doc="Framework allowance per device (context, buffers).")
     max_serving_batch: int = spec_field(

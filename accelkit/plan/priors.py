@@ -144,11 +144,21 @@ class Efficiency:
     assumed: tuple[str, ...] = ()
 
 
+#: devices with no figures of their own that carry another family's chip: their name prefix → that family. Every
+#: prior (MAMF, attention) and the fitted factors (fitted.py) are looked up through ``family``, so an alias makes them
+#: all resolve the same way. GH200 is an H100 die (the same 989 TF dense bf16 tensor cores, more and faster HBM) beside
+#: a Grace CPU: matching names by prefix alone gave it the generic ASSUMED priors, and --compare ranked it below H100
+#: on a compute-bound plan although it is at least H100 on every figure (found in review)
+FAMILY_ALIASES: dict[str, str] = {"GH200": "H100"}
+
+
 def family(device: DeviceSpec) -> str | None:
-    """The catalog family a device's priors are filed under ('H100', 'A100' …), or None."""
-    for key in sorted({*_MAMF, *_ATTENTION}, key=len, reverse=True):
-        if device.name.upper().startswith(key):
-            return key
+    """The catalog family a device's priors are filed under ('H100', 'A100' …; a ``FAMILY_ALIASES`` name resolved:
+    GH200 → H100), or None. The longest matching name prefix wins (GH200 is not H200)."""
+    name = device.name.upper()
+    for key in sorted({*_MAMF, *_ATTENTION, *FAMILY_ALIASES}, key=len, reverse=True):
+        if name.startswith(key):
+            return FAMILY_ALIASES.get(key, key)
     return None
 
 
@@ -172,9 +182,11 @@ def prior_efficiency(device: DeviceSpec, dtype: str) -> Efficiency:
     fam = family(device)
     table = _MAMF.get(fam or "", {})
     assumed: list[str] = []
+    # an alias (GH200 → H100) says whose figures these are
+    label = fam if fam is None or device.name.upper().startswith(fam) else f"{fam}: {device.name} has its chip"
     if dtype in table:
         compute = table[dtype]
-        csrc = f"compute efficiency {compute:.2f} of dense {dtype} peak ({fam}): {MAMF_SOURCE}"
+        csrc = f"compute efficiency {compute:.2f} of dense {dtype} peak ({label}): {MAMF_SOURCE}"
     else:
         compute, csrc = assumed_compute(device.name, dtype, table, "MAMF tables")
         assumed.append("compute")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from accelkit.core import Cluster, UserError, Workload
+from accelkit.core import Cluster, DeviceSpec, UserError, Workload
 from accelkit.hardware.prices import catalog_price
 from accelkit.plan.calibrate import resolve_hardware
 from accelkit.plan.context import PlanContext, make_context
@@ -53,7 +53,7 @@ def compare(workload: Workload, hardware: str | Sequence[str], *, options: PlanO
         raise UserError(f"--budget-per-hour {budget_per_hour:g} applies to --compare-basis budget; add it, or drop "
                         "--budget-per-hour")
     options = options or PlanOptions()
-    devices = [resolve_hardware(n) for n in names]
+    devices = _devices(names)
     given = {}
     for key, value in (prices or {}).items():
         name = resolve_hardware(key).name
@@ -104,6 +104,17 @@ def compare(workload: Workload, hardware: str | Sequence[str], *, options: PlanO
         found.extra["context"].compare_basis = words
         rows.append((found, found.extra["context"]))
     return rows
+
+
+def _devices(names: list[str]) -> list[DeviceSpec]:
+    """The catalog device of each name, refusing one card named twice: two spellings of it (h100,H100-SXM5-80GB) gave
+    two identical rows (found in review)."""
+    devices = [resolve_hardware(n) for n in names]
+    for i, device in enumerate(devices):
+        if (j := next(j for j, d in enumerate(devices) if d.name == device.name)) != i:
+            raise UserError(f"--compare {','.join(names)} names {device.name} twice ({names[j]} and {names[i]}); drop "
+                            "one")
+    return devices
 
 
 def _price(name: str, given: dict[str, float], options: PlanOptions) -> tuple[float | None, str | None]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from accelkit.core import Cluster, DeviceSpec, UserError, Workload
 from accelkit.plan.context import DEFAULT_STEP_TOKENS, PlanContext, make_context
-from accelkit.plan.evaluate import MEMORY_KEYS, Candidate, evaluate, infer_memory, train_memory
+from accelkit.plan.evaluate import Candidate, evaluate, infer_memory, required_bytes, train_memory
 from accelkit.plan.layout import (
     Layout,
     check_compression,
@@ -148,12 +148,39 @@ def _micro_batches(fixed: dict[str, Any], per_rank: int, pp: int, vp: int) -> li
 
 
 def _rank_key(ctx: PlanContext, c: Candidate) -> tuple[Any, ...]:
-    over = c.memory["total"] - c.memory["capacity"]
+    over = c.memory["required"] - c.memory["capacity"]
     if ctx.workload.task == "train":
         return (not c.fits, over if not c.fits else 0.0, c.step_time_s)
+    slow = _slow(ctx, c)
+    # layouts over the latency bound come last, the nearest to it first
+    return (not c.fits, slow, over if not c.fits else 0.0, c.latency_s if slow else -c.tokens_per_s / c.layout.num_devices)
+
+
+def _slow(ctx: PlanContext, c: Candidate) -> bool:
+    """Whether an inference candidate's latency is over ``options.max_decode_latency_s``."""
     bound = ctx.options.max_decode_latency_s
-    slow = bound is not None and (c.decode_time_per_token_s or c.prefill_time_s or 0.0) > bound
-    return (not c.fits, slow, over if not c.fits else 0.0, -c.tokens_per_s / c.layout.num_devices)
+    return ctx.workload.task != "train" and bound is not None and c.latency_s > bound
+
+
+def _meets(ctx: PlanContext, c: Candidate) -> bool:
+    """Whether a candidate reaches ``options.target_tokens_per_s`` and keeps ``options.max_decode_latency_s``."""
+    target = ctx.options.target_tokens_per_s
+    return (target is None or c.tokens_per_s >= target) and not _slow(ctx, c)
+
+
+def _constraints(ctx: PlanContext) -> str:
+    """What ``min_devices`` asks of a count beyond a fitting layout, in the flags' words."""
+    o = ctx.options
+    parts = ["fits"]
+    if o.target_tokens_per_s is not None:
+        parts.append(f"reaches --target-tokens-per-s {o.target_tokens_per_s:,.0f}")
+    if o.max_decode_latency_s is not None and ctx.workload.task != "train":
+        parts.append(f"decodes within --max-decode-latency-s {o.max_decode_latency_s:g}")
+    return _and(parts[1:]) if len(parts) > 1 else parts[0]
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _fits_memory(ctx: PlanContext, layout: Layout, batch: int | None) -> bool:
@@ -161,7 +188,7 @@ def _fits_memory(ctx: PlanContext, layout: Layout, batch: int | None) -> bool:
         parts = train_memory(ctx, layout)
     else:
         parts, _ = infer_memory(ctx, layout, batch or 1)
-    return sum(parts[k] for k in MEMORY_KEYS) <= ctx.device.memory_bytes
+    return required_bytes(parts) <= ctx.device.memory_bytes
 
 
 def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] | None = None,
@@ -265,15 +292,16 @@ def _cluster_for(cluster: Cluster, n: int) -> Cluster:
 
 def min_devices(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_batch: int | None = None,
                 batch: int | None = None) -> tuple[int | None, PlanContext]:
-    """Smallest device count with a fitting layout (and meeting the target throughput, if any); None when no count
-    up to ``options.max_devices`` has one."""
+    """Smallest device count with a fitting layout (that also reaches the target throughput and keeps the decode
+    latency bound, when given); None when no count up to ``options.max_devices`` has one."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
     train = ctx.workload.task == "train"
     if not train:
         check_inference_layout(fixed, global_batch)
     elif fixed.get("cp"):  # whatever the count: the sequence must split over cp
         check_context_parallel(fixed["cp"], ctx.workload.seq_len)
-    target = ctx.options.target_tokens_per_s
+    constrained = ctx.options.target_tokens_per_s is not None or (
+        not train and ctx.options.max_decode_latency_s is not None)
     if train and global_batch is None:
         global_batch = default_global_batch(ctx.workload)
     for n in _counts_for(ctx, fixed):
@@ -285,7 +313,7 @@ def min_devices(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global
         fitting = [lay for lay in enumerate_layouts(sized, n, fixed, global_batch) if _fits_memory(sized, lay, batch)]
         if not fitting:
             continue
-        if target is None or any(evaluate(sized, lay, batch).tokens_per_s >= target for lay in fitting):
+        if not constrained or any(_meets(sized, evaluate(sized, lay, batch)) for lay in fitting):
             return n, sized
     return None, ctx
 
@@ -411,14 +439,20 @@ def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_
                                     "); give --num-devices, or raise --max-devices")
                 n, count_flag = accepted, f"nor any other count up to --max-devices {limit}"
             sized = _with_cluster(ctx, _cluster_for(ctx.cluster, n))
-            target = ctx.options.target_tokens_per_s
-            why = f"reaches --target-tokens-per-s {target:,.0f}" if target is not None else "fits"
-            note = f"no device count up to --max-devices {limit} {why}; showing the best layout on {n}"
+            note = f"no device count up to --max-devices {limit} {_constraints(ctx)}; showing the best layout on {n}"
             sized.assumptions.append(note)
             sized.warnings.append(note)
     else:
         n, sized = num_devices, _with_cluster(ctx, _cluster_for(ctx.cluster, num_devices))
     found = search_context(sized, n, fixed=fixed, global_batch=global_batch, batch=batch, count_flag=count_flag)
+    if _slow(sized, found[0]) and num_devices is not None:  # a pinned count (or batch) where no layout keeps the bound
+        best = found[0]
+        took = f"{best.latency_s * 1e3:.3g} ms" + (" per token" if best.decode_time_per_token_s else " of prefill")
+        note = (f"no layout on {n} × {sized.device.name} decodes within --max-decode-latency-s "
+                f"{sized.options.max_decode_latency_s:g}; showing the fastest, {took} at batch {best.batch}"
+                + ("" if batch is None else " (--batch)"))
+        sized.assumptions.append(note)
+        sized.warnings.append(note)
     for c in found:
         c.extra["context"] = sized
     return found[:top] if top else found

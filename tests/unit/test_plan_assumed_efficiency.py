@@ -71,3 +71,34 @@ def test_a_probe_of_the_card_caps_the_assumed_dtype_too():
     assert ctx.efficiency.compute == pytest.approx(0.40) and "compute" in ctx.efficiency.assumed
     assert ctx.efficiency.attention == pytest.approx(0.20) and "attention" in ctx.efficiency.assumed  # half of it
     assert any("capped at the same card's measured bf16 0.40 (`hw probe` on this machine" in a for a in ctx.assumptions)
+
+
+def test_gh200_takes_h100s_priors_and_fitted_factor_through_one_alias():
+    """GH200 is an H100 die: family() matched name prefixes only, so "GH200-96GB" got the generic ASSUMED compute 0.75
+    and attention 0.375 and an unfitted sustained factor, and --compare ranked it below H100 on a compute-bound plan
+    although it is at least H100 on every figure (found in review). One alias table (priors.FAMILY_ALIASES) now
+    resolves every prior and the fitted factor the same way."""
+    from accelkit.core import Cluster, Recipe, Workload
+    from accelkit.hardware import get_device
+    from accelkit.models import get_preset
+    from accelkit.plan import PlanOptions, make_context
+    from accelkit.plan.priors import family
+
+    gh200, h100 = get_device("gh200"), get_device("h100")
+    assert family(gh200) == "H100" and family(get_device("h200")) == "H200"  # GH200 is not H200 either
+    for dtype in MATMUL_DTYPES:
+        ours, theirs = prior_efficiency(gh200, dtype), prior_efficiency(h100, dtype)
+        assert (ours.compute, ours.attention, ours.flash2, ours.assumed) == (
+            theirs.compute, theirs.attention, theirs.flash2, theirs.assumed), dtype
+    assert "(H100: GH200-96GB has its chip)" in prior_efficiency(gh200, "bf16").sources[0]
+    w = Workload(model=get_preset("llama-3.1-8b"), task="infer", recipe=Recipe(precision="bf16"))
+    ctx = make_context(w, Cluster(device=gh200, num_devices=1), PlanOptions(use_calibration=False))
+    assert ctx.sustained_source == "fitted on the H100 calibration runs"
+
+
+def test_compare_does_not_rank_gh200_below_h100(capsys):
+    code, out, err = _main(capsys, "--model", "llama-3.1-8b", "--task", "infer", "--compare", "h100,gh200", "--json")
+    assert code == 0, err
+    h100, gh200 = json.loads(out)
+    assert gh200["assumed_efficiency"] == {} and gh200["bottleneck"] == h100["bottleneck"] == "compute"
+    assert gh200["tokens_per_s_per_device"] >= h100["tokens_per_s_per_device"]

@@ -137,3 +137,20 @@ def test_a_card_that_fits_nowhere_keeps_its_warning_and_the_others_their_common_
     assert h100["fits"] and not rtx["fits"] and rtx["warnings"]
     assert h100["compare_basis"].startswith("same device count: 2 each, the smallest at which every compared "
                                             "hardware but RTX-4090 fits (it fits at no count up to --max-devices")
+
+
+def test_an_empty_or_repeated_compare_list_and_an_infinite_price_are_one_line(capsys):
+    """`--compare ,` said "unknown hardware 'None'", `--compare h100,H100-SXM5-80GB` printed two identical rows, and
+    `--price-per-device-hour inf` planned "$inf/M tok" (and a null cost in --json) where NAME=inf is refused (found in
+    review)."""
+    base = ["--model", "llama-3.1-8b", "--task", "infer"]
+    for args, needle in (
+        (["--compare", ","], "--compare ',' names no hardware; give a comma list, e.g. h100,h200"),
+        (["--compare", "h100,H100-SXM5-80GB"],
+         "--compare h100,H100-SXM5-80GB names H100-SXM5-80GB twice (h100 and H100-SXM5-80GB); drop one"),
+        (["--hardware", "h100", "--price-per-device-hour", "inf"], "--price-per-device-hour 'inf' is not valid"),
+        (["--compare", "h100,h200", "--price-per-device-hour", "inf"], "--price-per-device-hour 'inf' is not valid"),
+    ):
+        code, out, err = _main(capsys, *base, *args)
+        lines = err.strip().splitlines()
+        assert code == 2 and out == "" and len(lines) == 1 and needle in lines[0], (args, err)

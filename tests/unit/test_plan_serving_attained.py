@@ -44,3 +44,32 @@ def test_training_and_other_families_do_not_take_it():
     est = plan(_infer("MI300X"), Cluster(device=get_device("MI300X"), num_devices=8),
                PlanOptions(use_calibration=False), layout=Layout(dp=1, tp=8, pp=1))
     assert any(f"serving attained {fitted.SERVING_ATTAINED['MI300X']:.3f}" in a for a in est.details["assumptions"])
+
+
+def test_mi325x_serves_at_mi300xs_fraction_marked_assumed(capsys):
+    """MI325X is MI300X's CDNA3 die under the same vLLM-on-ROCm stack, with no serving figures of its own: planned at
+    1.0 it came out 2.15× MI300X per device on a compute-bound plan where its datasheet allows at most 1.18× (found in
+    review). It takes MI300X's fraction as an ASSUMPTION: the assumptions, assumed_efficiency and the tables say so,
+    and it is no free parameter."""
+    import json
+
+    from tests.conftest import main_in_process
+
+    ctx = make_context(_infer("MI325X"), Cluster(device=get_device("MI325X"), num_devices=8),
+                       PlanOptions(use_calibration=False))
+    assert ctx.serving_attained == fitted.SERVING_ATTAINED["MI300X"] and ctx.serving_attained_assumed
+    assert any(a.startswith("serving attained 0.545") and "ASSUMED — no published MI325X serving figures" in a
+               for a in ctx.assumptions)
+    assert "serving_attained[MI325X]" not in fitted.FREE_PARAMETERS
+    code, out, err = main_in_process(capsys, "plan", "--model", "llama-3.1-8b", "--task", "infer", "--compare",
+                                     "mi300x,mi325x", "--num-devices", "1", "--batch", "256", "--json")
+    assert code == 0, err
+    mi300x, mi325x = json.loads(out)
+    assert mi325x["assumed_efficiency"]["serving_attained"] == 0.545 and "serving_attained" not in mi300x[
+        "assumed_efficiency"]  # MI300X's is fitted
+    ratio = mi325x["tokens_per_s_per_device"] / mi300x["tokens_per_s_per_device"]
+    assert 1.0 < ratio <= 0.60 / 0.51 * 1.001  # no more than its matmul prior's edge (same peak, MAMF 0.60 vs 0.51)
+    code, out, _ = main_in_process(capsys, "plan", "--model", "llama-3.1-8b", "--task", "infer", "--compare",
+                                   "mi300x,mi325x", "--num-devices", "1")
+    assert code == 0 and "* MI325X: efficiency ASSUMED (no published or measured figure): attention 0.30, serving " \
+                         "attained 0.545" in out
