@@ -48,7 +48,7 @@ def test_verdicts_agree_with_their_figures_under_a_bursty_load(probed):
     try:
         result = CliRunner().invoke(app, ["bench", "bert", "--size", "tiny", "--seq-len", "32", "--batch-size", "2",
                                           "--precision", "fp32,bf16", "--warmup", "2", "--warmup-time", "0",
-                                          "--min-iterations", "10", "--min-time", "4", "--no-predict", "--no-save",
+                                          "--min-iterations", "10", "--min-time", "2", "--no-predict", "--no-save",
                                           "--json"])
     finally:
         stop.set()
