@@ -11,7 +11,9 @@ import re
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-RAPL_ROOT = Path("/sys/class/powercap")
+from accelkit.hardware.detect import POWERCAP, rapl_packages
+
+RAPL_ROOT = POWERCAP
 
 
 class Tracker(Protocol):
@@ -195,20 +197,11 @@ def _nvml_handle(device: str) -> tuple[object | None, str | None]:
     return handle, None
 
 
-def _is_package(zone: Path) -> bool:
-    """A top-level zone named ``package-N``: psys (the whole platform) is top-level too but holds the
-    packages, so summing it with them counted the CPU twice (found in review)."""
-    try:
-        return (zone / "name").read_text().strip().startswith("package-")
-    except OSError:
-        return False
-
-
 def rapl_domains(root: Path = RAPL_ROOT) -> tuple[list[Path], str | None]:
     """Readable top-level RAPL package domains, or ([], why not)."""
     if not root.exists():
         return [], f"no RAPL interface ({root} does not exist: not an Intel/AMD host kernel, or a container)"
-    packages = sorted(p for p in root.glob("intel-rapl:*") if re.fullmatch(r"intel-rapl:\d+", p.name) and _is_package(p))
+    packages = rapl_packages(root)
     if not packages:
         return [], f"no RAPL package domain under {root}"
     try:

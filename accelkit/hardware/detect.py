@@ -43,6 +43,27 @@ def this_cpu() -> str:
     return "cpu: " + str(cpu_info(with_torch=False)["model"])
 
 
+#: Linux's powercap tree, where the RAPL energy counters are
+POWERCAP = Path("/sys/class/powercap")
+
+
+def rapl_packages(root: Path = POWERCAP) -> list[Path]:
+    """The top-level RAPL zones named ``package-N`` under ``root``, in order — the CPU packages' energy counters
+    (monitor and bench both count these). psys (the whole platform) is a top-level zone too but holds the packages,
+    so summing it with them counted the CPU twice (found in review); sub-zones (core, uncore, dram) are inside their
+    package's count."""
+    zones = []
+    for zone in sorted(root.glob("intel-rapl:*")) if root.is_dir() else []:
+        if zone.name.count(":") != 1:
+            continue
+        try:
+            if (zone / "name").read_text().strip().startswith("package-"):
+                zones.append(zone)
+        except OSError:
+            continue
+    return zones
+
+
 def cpu_info(*, with_torch: bool = True) -> dict[str, Any]:
     """Model, core counts, torch threads (``with_torch``) and vector extensions of the host CPU."""
     import psutil

@@ -18,9 +18,9 @@ from typing import Any
 import psutil
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from accelkit.hardware.detect import POWERCAP, rapl_packages
 from accelkit.monitor.collectors.base import Collector
 
-POWERCAP = Path("/sys/class/powercap")
 SYS_BLOCK = Path("/sys/block")
 #: block devices stacked on others (loop, device-mapper, md RAID) or in memory (zram, ramdisks): their I/O is
 #: either counted again on a physical disk or is no disk I/O at all
@@ -50,17 +50,9 @@ def busy_percent(before: dict[str, float], after: dict[str, float]) -> float:
 def rapl_domains(root: Path = POWERCAP) -> dict[str, tuple[Path, int]]:
     """Readable RAPL package domains: name → (energy_uj file, max_energy_range_uj for wrap-around)."""
     domains: dict[str, tuple[Path, int]] = {}
-    if not root.is_dir():
-        return domains
-    for zone in sorted(root.glob("intel-rapl:*")):
-        if zone.name.count(":") != 1:  # top-level package zones only (sub-zones are inside them)
-            continue
+    for zone in rapl_packages(root):
         try:
             name = (zone / "name").read_text().strip()
-            # psys (the whole platform) is a top-level zone too, but it holds the packages: exported as CPU
-            # energy, the packages were counted twice (found in review)
-            if not name.startswith("package-"):
-                continue
             int((zone / "energy_uj").read_text())
             max_range = int((zone / "max_energy_range_uj").read_text())
         except (OSError, ValueError):
