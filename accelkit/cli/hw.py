@@ -176,7 +176,9 @@ def _copy_size(text: str) -> int:
 def probe_cmd(
     save: bool = typer.Option(True, "--save/--no-save", help="Store the result in the results store."),
     collectives: bool = typer.Option(False, "--collectives", help="Measure all-reduce/all-gather/reduce-scatter bandwidth instead (torchrun)."),
-    nproc_per_node: int = typer.Option(2, "--nproc-per-node", min=1, max=4096, help="--collectives: ranks on this node (one per GPU)."),
+    nproc_per_node: int | None = typer.Option(
+        None, "--nproc-per-node", min=1, max=4096,
+        help="--collectives: ranks on this node (one per GPU, or per CPU core; default 2)."),
     max_message_size: str | None = typer.Option(
         None, "--max-message-size", metavar="SIZE", help="--collectives: the largest message, e.g. 1MiB (4 B to 1 GiB): "
         "the sizes go ×4 from 1 KiB (CPU) or 1 MiB (GPU) up to it; default 64 MiB CPU, 1 GiB GPU."),
@@ -191,11 +193,15 @@ def probe_cmd(
         if probe.get("min_time_s") is not None:  # (absent when not given) the collectives' loops are --quick's or full, per message size
             raise UserError("--min-time applies to the matmul and copy probe, not --collectives; use --quick for "
                             "short collective loops, or drop --min-time")
-        _collectives(quick=probe["quick"], device=probe["device"], nproc_per_node=nproc_per_node, dist=dist,
-                     save=save, as_json=as_json, progress=progress, max_message_size=max_message_size)
+        _collectives(quick=probe["quick"], device=probe["device"], dist=dist, save=save, as_json=as_json,
+                     nproc_per_node=2 if nproc_per_node is None else nproc_per_node, progress=progress,
+                     max_message_size=max_message_size)
         return
-    if dist or max_message_size is not None:
-        given = ", ".join([DIST_FLAGS.get(f, f) for f in dist] + ["--max-message-size"] * (max_message_size is not None))
+    # the launch's flags without the launch: refused, not ignored (a matmul probe with --nproc-per-node 7 ran as one
+    # process and said nothing; found in review)
+    launch_flags = {"--nproc-per-node": nproc_per_node, "--max-message-size": max_message_size}
+    if dist or any(v is not None for v in launch_flags.values()):
+        given = ", ".join([DIST_FLAGS.get(f, f) for f in dist] + [f for f, v in launch_flags.items() if v is not None])
         raise UserError(f"{given} applies to --collectives (the torchrun launch); add --collectives or drop it")
 
     with flag_values():

@@ -16,6 +16,7 @@ transport:
 - ``quality.py`` — the quality check of a compression: K steps on a learnable synthetic task, evaluation loss;
 - ``agreed_loop.py`` — the bench timing helpers with a stopping rule every rank agrees on;
 - ``collectives.py`` — all-reduce / all-gather / reduce-scatter bandwidth (nccl-tests definitions);
+- ``loopback.py`` — the loopback interface's name (a one-node launch's and a tensor-parallel server's gloo sockets);
 
-Only ``launch``, ``collectives`` (arithmetic) and ``quality`` (its config) import without torch. Sweeps live in ``accelkit.sweep``.
+Only ``launch``, ``loopback``, ``collectives`` (arithmetic) and ``quality`` (its config) import without torch. Sweeps live in ``accelkit.sweep``.
 """

@@ -21,8 +21,7 @@ from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_v
 from accelkit.bench.workloads.base import check_workload
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
-from accelkit.core.device import usable_cores
-from accelkit.distributed.launch import DistConfig, LaunchInterrupted, launch
+from accelkit.distributed.launch import DistConfig, LaunchInterrupted, check_processes, launch
 from accelkit.distributed.parallel import refusal
 from accelkit.distributed.quality import QualityConfig
 from accelkit.hardware.device import resolve_device
@@ -60,7 +59,7 @@ def run_distributed_bench(
                                       extra_refusal=lambda v: refusal(workload, v), world_size=world_size,
                                       zero=dist.zero)
     check_workload(workload, device)
-    _check_processes(dist.nproc_per_node, device)
+    check_processes(dist.nproc_per_node, device)
     hardware, catalog = identify(device)
     writer = StoreWriter(store if config.save else None)  # the quick probe's row (the ranks store their own)
     peaks = Peaks(device, hardware, catalog, store, config.auto_probe, reporter, writer=writer,
@@ -136,19 +135,6 @@ def _job(workload: BenchWorkload, group: list[Variant], config: BenchConfig, dis
         **peaks, "bench_config": config.to_dict(),
         "rendezvous": dist.rendezvous, "refused": refused, "notes": notes,
     }
-
-
-def _check_processes(nproc_per_node: int, device: str) -> None:
-    """One process per GPU, or per CPU core this process may use."""
-    if device.startswith("cuda"):
-        import torch
-
-        if nproc_per_node > torch.cuda.device_count():
-            raise UserError(f"--nproc-per-node {nproc_per_node} exceeds the {torch.cuda.device_count()} GPUs "
-                            "this node has; use one process per GPU")
-    elif nproc_per_node > (cores := usable_cores()):
-        raise UserError(f"--nproc-per-node {nproc_per_node} exceeds the {cores} CPU cores this process may use; "
-                        "a CPU rank needs a core of its own — give at most that many")
 
 
 def _notes(runnable: list[Variant], dist: DistConfig, quality: QualityConfig, *, compressed: bool) -> list[str]:

@@ -27,10 +27,11 @@ from accelkit.bench.runner import identify
 from accelkit.core import Measurement, UserError, summarize
 from accelkit.core.spec import Spec, spec_field
 from accelkit.distributed.agreed_loop import agreed_loop
-from accelkit.distributed.launch import launch
+from accelkit.distributed.launch import check_processes, launch
 from accelkit.distributed.rank import RankContext, gather_to_rank0
 from accelkit.distributed.rank_results import open_writer
 from accelkit.hardware.detect import environment
+from accelkit.hardware.device import resolve_device
 from accelkit.timing import LoopConfig
 
 if TYPE_CHECKING:
@@ -204,6 +205,9 @@ def probe_collectives(config: CollectiveConfig, dist: DistConfig, *, store: Resu
     ``warnings`` when a rank failed after every rank had finished (``LaunchResult.teardown_error``)."""
     if dist.nproc_per_node * dist.nnodes_range[0] < 2:
         raise UserError("a collective needs at least 2 ranks; give --nproc-per-node 2 or more")
+    # as the bench refuses it: more CPU ranks than cores measured the oversubscription, and stored it as this
+    # host's bus bandwidth for the planner (found in review)
+    check_processes(dist.nproc_per_node, "cpu" if config.device == "cpu" else resolve_device(config.device))
     job = {"task": "collectives", "device": config.device, "backend": dist.backend, "run_id": uuid.uuid4().hex[:12],
            "save": save, "store_path": str(store.path) if store is not None else None,
            "collectives": config.to_dict()}

@@ -2,12 +2,18 @@
 
 The rendezvous is torchrun's, chosen from the flags:
 
-- one node, no endpoint → ``--standalone`` (a local c10d store on a free port; nothing hard-coded);
+- one node, no endpoint → ``--standalone`` (torchrun's c10d store on a free port; nothing hard-coded);
 - a fixed ``--nnodes M`` with ``--node-rank R`` → static rendezvous at ``--rdzv-endpoint HOST:PORT``
-  (the address of node 0; every node runs the same command with its own rank);
+  (the address of node 0; every node runs the same command with its own rank; node 0's torchrun hosts the store
+  there, so a PORT already in use on node 0 is refused before torchrun starts: :func:`check_endpoint`);
 - otherwise (``--nnodes M`` without a rank, or elastic ``--nnodes MIN:MAX``) → c10d rendezvous at the
   endpoint under ``--rdzv-id``; ranks are assigned when the nodes meet, and torchrun's elastic agent
   restarts the worker group (``--max-restarts``) when membership changes.
+
+The rendezvous store is torch's TCPStore, unauthenticated, and it listens on **every interface** (torch binds ``::``,
+or ``0.0.0.0``, whatever host it is given) — on one node too, ``--standalone`` included: anyone who can reach the
+host can reach it while the launch runs. The ranks' own gloo sockets of a one-node CPU launch are kept on the
+loopback interface (``GLOO_SOCKET_IFNAME``, :func:`worker_env`); the store's port is the user's to firewall.
 
 The job travels as a JSON file; global rank 0 writes the result document to ``job['out']`` after the job's
 last barrier (so it proves every rank finished), and may keep a partial one at ``job['progress']`` as it goes
@@ -19,11 +25,14 @@ multi-node run only the node that hosts global rank 0 gets those files; the othe
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
 import queue
+import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,9 +46,10 @@ from typing import Any, Literal
 
 import psutil
 
-from accelkit.core import AccelkitError
+from accelkit.core import AccelkitError, UserError
 from accelkit.core.device import usable_cores
 from accelkit.core.spec import Spec, spec_field
+from accelkit.distributed.loopback import loopback_interface
 from accelkit.distributed.rank_failures import failed_ranks, failure_message
 
 WORKER_MODULE = "accelkit.distributed.worker"
@@ -139,14 +149,73 @@ def torchrun_command(config: DistConfig, *args: str, module: str = WORKER_MODULE
     return [*cmd, "-m", module, *args]
 
 
-def worker_env(config: DistConfig, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The ranks' environment. torchrun sets OMP_NUM_THREADS=1 when it is unset; on a CPU that starves a
-    rank of the cores it has, so give each local rank an equal share of this process's usable cores."""
+def worker_env(config: DistConfig, base: dict[str, str] | None = None, *, device: str = "auto") -> dict[str, str]:
+    """The ranks' environment (``device``: the job's, ``cpu`` or ``auto``). torchrun sets OMP_NUM_THREADS=1 when it is
+    unset; on a CPU that starves a rank of the cores it has, so give each local rank an equal share of this process's
+    usable cores. A one-node CPU launch's gloo sockets go on the loopback interface (``GLOO_SOCKET_IFNAME``): gloo
+    binds the address the host name resolves to, a LAN address on most servers, and every rank is on this host — the
+    ranks offered their ports to the network (found in review). A user's own GLOO_SOCKET_IFNAME is kept."""
     env = dict(os.environ if base is None else base)
     if "OMP_NUM_THREADS" not in env:
         usable = usable_cores()
         env["OMP_NUM_THREADS"] = str(max(1, usable // config.nproc_per_node))
+    one_node_cpu = device == "cpu" and config.nnodes_range == (1, 1)
+    if one_node_cpu and "GLOO_SOCKET_IFNAME" not in env and (interface := loopback_interface()) is not None:
+        env["GLOO_SOCKET_IFNAME"] = interface
     return env
+
+
+def check_processes(nproc_per_node: int, device: str) -> None:
+    """One process per GPU, or per CPU core this process may use (``device``: resolved, ``cpu`` or ``cuda…``): more
+    ranks than that share cores, and what they measure is the oversubscription."""
+    if device.startswith("cuda"):
+        import torch  # (lazy: only a GPU launch asks torch, and this module imports without it)
+
+        if nproc_per_node > torch.cuda.device_count():
+            raise UserError(f"--nproc-per-node {nproc_per_node} exceeds the {torch.cuda.device_count()} GPUs "
+                            "this node has; use one process per GPU")
+    elif nproc_per_node > (cores := usable_cores()):
+        raise UserError(f"--nproc-per-node {nproc_per_node} exceeds the {cores} CPU cores this process may use; "
+                        "a CPU rank needs a core of its own — give at most that many")
+
+
+def check_endpoint(config: DistConfig) -> None:
+    """Node 0 of a static rendezvous hosts its store: torchrun's TCPStore listens on the endpoint's PORT on every
+    interface, whatever HOST names. A PORT already in use there was a 1,759-character torchrun traceback (found in
+    review): bind it as torch will (``::`` dual-stack, else ``0.0.0.0``; SO_REUSEADDR, so a closed connection's
+    TIME_WAIT does not count) and say so in one line. Only EADDRINUSE is refused here; any other failure is left to
+    torchrun's own error."""
+    if config.rendezvous != "static" or config.node_rank != 0:
+        return
+    endpoint = str(config.rdzv_endpoint)
+    port = int(endpoint.rpartition(":")[2])
+    dualstack = socket.has_dualstack_ipv6()
+    try:
+        socket.create_server(("", port), family=socket.AF_INET6 if dualstack else socket.AF_INET,
+                             dualstack_ipv6=dualstack).close()
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise UserError(_endpoint_in_use(endpoint, port)) from None
+
+
+def _endpoint_in_use(endpoint: str | None, port: int) -> str:
+    where = f"the rendezvous endpoint {endpoint} (--rdzv-endpoint)" if endpoint else "the rendezvous store"
+    return (f"{where}: port {port} is already in use on this node (EADDRINUSE), and this node's torchrun hosts the "
+            f"rendezvous store there — stop what listens on it (`ss -ltnp 'sport = :{port}'`) or give every node "
+            "another free port")
+
+
+#: torchrun's line when its store could not listen (torch.distributed.DistNetworkError … name: EADDRINUSE …)
+_STORE_PORT_IN_USE = re.compile(r"DistNetworkError\b.*\bport: (\d+)\b.*\bEADDRINUSE\b")
+
+
+def _store_port_in_use(output: list[str], config: DistConfig) -> str | None:
+    """The one-line error for a torchrun that failed because its store's port was taken (another process took it
+    after :func:`check_endpoint`, or an endpoint it does not check), or None."""
+    for line in reversed(output):
+        if match := _STORE_PORT_IN_USE.search(line):
+            return _endpoint_in_use(config.rdzv_endpoint, int(match.group(1)))
+    return None
 
 
 #: lines of torchrun's output a LaunchResult keeps
@@ -183,8 +252,8 @@ class LaunchInterrupted(KeyboardInterrupt):
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived while a launch ran (raised by the handler ``launch`` installs). A BaseException, like
-    KeyboardInterrupt: no ``except Exception`` on the way out may swallow it."""
+    """SIGTERM, SIGHUP or SIGQUIT arrived while a launch ran (raised by the handler ``launch`` installs). A
+    BaseException, like KeyboardInterrupt: no ``except Exception`` on the way out may swallow it."""
 
 
 def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], None] | None = None,
@@ -197,11 +266,13 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
     first failure first (``rank_failures.py``) — unless every rank had finished the job (rank 0 wrote its
     document after the last barrier): then the document comes back with the failure in ``teardown_error``. Past ``timeout_s`` seconds the launch is stopped and that is an
     AccelkitError naming the timeout; Ctrl-C is :class:`LaunchInterrupted`, with what rank 0 had written. However
-    the launch ends — failure, timeout, Ctrl-C, SIGTERM — torchrun and every rank are stopped (SIGTERM, then SIGKILL
-    after ``STOP_GRACE_S``) and the job's temporary directory is removed; a SIGTERM is then handed to the handler
-    that was installed before (by default: this process ends)."""
+    the launch ends — failure, timeout, Ctrl-C, SIGTERM, SIGHUP, SIGQUIT — torchrun and every rank are stopped
+    (SIGTERM, then SIGKILL after ``STOP_GRACE_S``) and the job's temporary directory is removed; such a signal is then
+    handed to the handler that was installed before (by default: this process ends). A static rendezvous whose port is
+    taken on node 0 is a UserError in one line, before torchrun starts (:func:`check_endpoint`) or from its output."""
     check_timeouts(config, timeout_s)
-    with _sigterm_raises():
+    check_endpoint(config)
+    with _stop_signals_raise():
         return _launch(job, config, on_line=on_line, timeout_s=timeout_s)
 
 
@@ -237,7 +308,7 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
         # its own session: torchrun and anything left in its process group can be signalled at once (the ranks
         # get sessions of their own from torchrun; _stop snapshots them as descendants)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                env=worker_env(config), start_new_session=True)
+                                env=worker_env(config, device=str(job.get("device", "auto"))), start_new_session=True)
         try:
             lines = _read_lines(proc)
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -263,6 +334,8 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
         document = _document(out_path)
         if rc == 0:
             return LaunchResult(document, cmd, output[-OUTPUT_TAIL_LINES:])
+        if document is None and (in_use := _store_port_in_use(output, config)) is not None:
+            raise UserError(in_use)  # the user's endpoint, not a rank: one line, not torchrun's traceback
         error = _failure(rc, log_dir, output, cmd, config)
         if document is None:
             raise AccelkitError(error)
@@ -346,35 +419,47 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+#: the signals that end a launcher: a scheduler, `timeout` or `kill` (SIGTERM), a closed terminal or a dropped ssh
+#: session (SIGHUP), Ctrl-\ (SIGQUIT). Each raises :class:`Terminated` while a launch runs, so that its cleanup runs —
+#: SIGHUP and SIGQUIT once ended the launcher without it: the temporary directory stayed, and torchrun and the ranks
+#: stopped only if the hang-up happened to reach them (found in review)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """While the block runs, SIGTERM raises :class:`Terminated` (so the launch's cleanup runs); afterwards the
-    previous handler is back, and a caught SIGTERM is passed on to it. Only in the main thread (signal handlers
-    live there); an ignored SIGTERM stays ignored."""
+def _stop_signals_raise() -> Iterator[None]:
+    """While the block runs, each of :data:`STOP_SIGNALS` raises :class:`Terminated` (so the launch's cleanup runs);
+    afterwards the previous handlers are back, and the caught signal is passed on to its own. Only in the main thread
+    (signal handlers live there); an ignored signal stays ignored (``nohup``: SIGHUP), and so does one whose handler
+    was not installed from Python."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous == signal.SIG_IGN:
-        yield
-        return
-
-    received: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    caught = [sig for sig, before in previous.items() if before is not None and before != signal.SIG_IGN]
+    received: list[signal.Signals] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if not received:  # once: a second SIGTERM must not cut the cleanup the first one started
-            received.append(signum)
-            raise Terminated(f"received signal {signum} (SIGTERM) during a torchrun launch")
+        if not received:  # once: a second signal must not cut the cleanup the first one started
+            received.append(signal.Signals(signum))
+            raise Terminated(f"received signal {signum} ({signal.Signals(signum).name}) during a torchrun launch")
 
-    signal.signal(signal.SIGTERM, handler)
+    def restore() -> None:
+        for sig in caught:
+            signal.signal(sig, previous[sig])
+
+    for sig in caught:
+        signal.signal(sig, handler)
     try:
         yield
     except Terminated:
-        signal.signal(signal.SIGTERM, previous)
-        if callable(previous):
-            previous(signal.SIGTERM, None)
-        elif previous == signal.SIG_DFL:
-            os.kill(os.getpid(), signal.SIGTERM)  # end as SIGTERM would have, now that nothing is left behind
+        restore()
+        sig = received[0]
+        before = previous[sig]
+        if callable(before):
+            before(sig, None)
+        elif before == signal.SIG_DFL:
+            os.kill(os.getpid(), sig)  # end as the signal would have, now that nothing is left behind
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        restore()

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.core import AccelkitError
 from accelkit.core.device import usable_cores
+from accelkit.distributed.loopback import loopback_interface
 from accelkit.distributed.process_group import destroy_process_group, init_process_group
 from accelkit.serve.isolation import EngineDeadError, describe
 from accelkit.serve.models.args import ModelArgs
@@ -226,16 +227,6 @@ def loopback_store(size: int, timeout: timedelta) -> Any:
     except BaseException:
         os.close(fd)
         raise
-
-
-def loopback_interface() -> str | None:
-    """The name of the interface that holds 127.0.0.1 (``lo`` on Linux, ``lo0`` on macOS), if one does."""
-    import psutil
-
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(a.address == "127.0.0.1" for a in addresses):
-            return str(name)
-    return None
 
 
 @contextlib.contextmanager

@@ -64,6 +64,13 @@ class SweepSpec(Spec):
     resources: dict[str, float] = spec_field(
         default_factory=lambda: {"num_cpus": 1}, doc="Ray: resources each point asks for (num_cpus, num_gpus).")
 
+    def __post_init__(self) -> None:
+        # YAML reads `nnodes: 2` as an int, and the launch's nnodes is text (N, or MIN:MAX): the layout was refused
+        # "nnodes=2 is not valid; expected a string" (found in review). A whole number of nodes is taken as its text.
+        if isinstance(self.layouts, (tuple, list)):
+            object.__setattr__(self, "layouts", tuple(_nnodes_as_text(layout) for layout in self.layouts))
+        Spec.__post_init__(self)
+
     def validate(self) -> None:
         if not self.workloads:
             raise ValueError("workloads is empty; give at least one (name: {config fields})")
@@ -210,6 +217,32 @@ class SweepSpec(Spec):
                              "{device: cpu}); use backend gloo, or auto (NCCL on GPUs, gloo on CPUs)")
 
 
+def _nnodes_as_text(layout: Any) -> Any:
+    """``layout`` with an integer ``nnodes`` as its text (a bool is no node count: left for the check to refuse)."""
+    if isinstance(layout, dict) and type(layout.get("nnodes")) is int:
+        return {**layout, "nnodes": str(layout["nnodes"])}
+    return layout
+
+
+def _sweep_loader() -> Any:
+    """PyYAML's safe loader, except that digits joined by colons (``2:4``) are text: YAML 1.1 reads them as a
+    base-60 integer, so an elastic ``nnodes: 2:4`` arrived as 124 — which, now that an integer node count is taken,
+    would have run as 124 nodes. Nothing in a sweep file is written in base 60."""
+    import re
+
+    import yaml
+
+    class SweepLoader(yaml.SafeLoader):  # type: ignore[misc]  # (PyYAML has no type stubs here)
+        pass
+
+    resolvers = {first: list(rs) for first, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    text = ("tag:yaml.org,2002:str", re.compile(r"^[0-9]+(?::[0-9]+)+$"))
+    for digit in "0123456789":  # before the int resolver: the first that matches decides
+        resolvers.setdefault(digit, []).insert(0, text)
+    SweepLoader.yaml_implicit_resolvers = resolvers
+    return SweepLoader
+
+
 def _flow(value: Any) -> str:
     """A value as the sweep file writes it: {nproc_per_node: 2}, fp32, 2."""
     if isinstance(value, dict):
@@ -227,7 +260,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     if path.exists() and not path.is_file():  # /dev/zero, a FIFO: reading would never end
         raise UserError(f"sweep file {str(path)!r} is not a regular file; give a YAML file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_sweep_loader())  # a SafeLoader: no Python objects
     except FileNotFoundError:
         raise UserError(f"sweep file {str(path)!r} does not exist") from None
     except RecursionError:  # the YAML composer recurses per level: a file nested thousands deep

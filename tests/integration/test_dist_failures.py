@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from accelkit.distributed.launch import _read_lines
+from accelkit.distributed.loopback import loopback_interface
 from tests.conftest import accelkit
 
 FAULT = Path(__file__).parent / "dist_fault"
@@ -176,11 +177,17 @@ def _hung_launch():
         _kill_leftovers(proc, family)
 
 
-def test_sigterm_stops_torchrun_and_every_rank():
-    """launch() had no SIGTERM handler: the launcher died and torchrun and both ranks (one hung) ran on."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stop_signal_stops_torchrun_and_every_rank(sig):
+    """launch() had no SIGTERM handler: the launcher died and torchrun and both ranks (one hung) ran on. Then SIGHUP
+    (a closed terminal, a dropped ssh session) still ended the launcher at once: the job's temporary directory stayed,
+    and torchrun and the ranks were stopped only when the hang-up happened to reach them too."""
     with _hung_launch() as (proc, report, family):
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=DEADLINE_S) == -signal.SIGTERM  # it still ends as SIGTERM ends it
+        ranks = [p for p in family if "torch.distributed.run" not in p.cmdline()]
+        # (while they run) a one-node CPU launch keeps the ranks' gloo sockets on the loopback interface
+        assert [p.environ().get("GLOO_SOCKET_IFNAME") for p in ranks] == [loopback_interface()] * 2
+        proc.send_signal(sig)
+        assert proc.wait(timeout=DEADLINE_S) == -sig  # it still ends as the signal ends it
         assert not _alive(family), [p.cmdline() for p in _alive(family)]
         assert not Path(report["tmp"]).exists()
 
