@@ -1,6 +1,6 @@
 """`accelkit results list|show|export`: read the store (read-only: a store on read-only media lists fine);
 --kind and --hardware accept what the rest of the CLI accepts and say so when nothing matches. `results import`
-merges another store's export into this one."""
+merges another store's export into this one; `results delete ID --yes` removes one row, readable or not."""
 
 from __future__ import annotations
 
@@ -256,6 +256,24 @@ def import_cmd(
         out.print(line, highlight=False)
 
     emit(summary, as_json, render)
+
+
+@app.command("delete", epilog=examples("accelkit results delete 12 --yes   # the id a `skipped result 12` warning names",
+                                        "accelkit results delete 12 --yes --json"))
+def delete_cmd(
+    result_id: int = typer.Argument(..., help="Result id from `accelkit results list` (or a skipped row's warning)."),
+    yes: bool = typer.Option(False, "--yes", help="Delete it: required, as nothing brings a deleted result back."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Delete one result from the store, one that cannot be read too (its id from the warning that skips it)."""
+    if not yes:
+        raise UserError(f"`results delete {result_id}` removes the result for good; add --yes to delete it "
+                        f"(`accelkit results export --out backup.json` keeps a copy of every readable result)")
+    with ResultStore() as store:
+        kind, name = store.delete(result_id)
+        path = store.path
+    emit({"store": str(path), "deleted": result_id, "kind": kind, "name": name}, as_json,
+         lambda: out.print(f"deleted result {result_id} ({kind} {name!r}) from {path}", highlight=False))
 
 
 def _read_stdin() -> str:

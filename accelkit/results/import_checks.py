@@ -7,6 +7,9 @@ have written. Each check returns the sentence that says what is wrong (the recor
 - ``created_at`` an ISO-8601 time between :data:`EARLIEST` and a day from now;
 - ``num_devices`` at most :data:`MAX_NUM_DEVICES`, memory figures whole bytes in SQLite's integer range;
 - ``non_finite`` what the export writes: JSON Pointer → 'inf', '-inf' or 'nan', each naming a null of the record.
+
+:func:`loadtest_problem` and :func:`probe_problem` check the figures the report reads of a loadtest and a probe row;
+``accelkit.results.store.check_typed`` runs them on import (refused) and on reading (the row skipped, named).
 """
 
 from __future__ import annotations
@@ -112,3 +115,62 @@ def check_record(data: dict[str, Any], kind: str) -> str | None:
     the figures ``non_finite`` named are back in place (inf, -inf, NaN) and the key is gone."""
     return (_shape(data) or _kind_agrees(data, kind) or _created_at(data.get("created_at")) or _numbers(data)
             or _non_finite(data))
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float the report can take as a float (JSON reads 1 and 400 zeros as an int: float() overflows)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+#: a loadtest curve point's latency distributions (``accelkit.loadtest.runner.curve_point``): {p50, p90, p99} in ms
+CURVE_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+
+
+def _curve_point(point: Any, where: str) -> str | None:
+    if not isinstance(point, dict):
+        return f"{where}={point!r:.60} is not an object (rate, request_throughput, ttft_ms, …)"
+    for key, fits, expected in (("rate", lambda v: _is_number(v) or v == "inf", "a number or 'inf'"),
+                                ("request_throughput", _is_number, "a number")):
+        if key not in point:
+            return f"{where} has no {key} ({expected})"
+        if not fits(point[key]):
+            return f"{where}.{key}={point[key]!r:.40} is not {expected}"
+    for name in CURVE_METRICS:
+        metric = point.get(name, {})
+        if metric is None:
+            continue
+        if not isinstance(metric, dict):
+            return f"{where}.{name}={metric!r:.60} is not an object of percentiles ({{p50, p90, p99}} in ms)"
+        bad = next((k for k, v in metric.items() if v is not None and not _is_number(v)), None)
+        if bad is not None:
+            return f"{where}.{name}.{bad}={metric[bad]!r:.40} is not a number (ms) or null"
+    return None
+
+
+def loadtest_problem(details: dict[str, Any]) -> str | None:
+    """What the report cannot read in a loadtest row's ``details.curve`` (as ``accelkit loadtest`` writes it: a
+    list of points, each a number or 'inf' as its rate, a number as its request_throughput, and its TTFT/TPOT/ITL/E2E
+    percentiles numbers or null), or None. One imported point without request_throughput made every report of the
+    store an internal error (found in review)."""
+    curve = details.get("curve", [])
+    if not isinstance(curve, list):
+        return f"details.curve={curve!r:.60} is not a list of points (rate, request_throughput, …)"
+    return next((p for i, point in enumerate(curve) if (p := _curve_point(point, f"details.curve[{i}]"))), None)
+
+
+def probe_problem(details: dict[str, Any]) -> str | None:
+    """What the report's roofline cannot read in a probe row: a datasheet figure (``bandwidth.catalog_gbps``,
+    ``matmul.<dtype>.catalog_peak_tflops``) that is neither a number nor null (found in review: 'x' stopped the
+    report), or None."""
+    bandwidth, matmul = details.get("bandwidth"), details.get("matmul")
+    figures = [("details.bandwidth.catalog_gbps", bandwidth.get("catalog_gbps"))] if isinstance(bandwidth, dict) else []
+    figures += [(f"details.matmul.{dtype}.catalog_peak_tflops", row.get("catalog_peak_tflops"))
+                for dtype, row in (matmul.items() if isinstance(matmul, dict) else ()) if isinstance(row, dict)]
+    return next((f"{where}={value!r:.40} is not a number or null" for where, value in figures
+                 if value is not None and not _is_number(value)), None)

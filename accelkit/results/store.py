@@ -41,6 +41,7 @@ from accelkit.core import AccelkitError, Estimate, Measurement, UserError, stric
 from accelkit.core.bench_result import BenchResult
 from accelkit.hardware.probe_quality import probe_quality
 from accelkit.results.finite_rows import NON_FINITE, put_back, take_out
+from accelkit.results.import_checks import loadtest_problem, probe_problem
 from accelkit.results.references import remap_ids
 
 MIGRATIONS: list[str] = [
@@ -114,14 +115,21 @@ def _type_of(result: Estimate | Measurement) -> str:
 
 def check_typed(result: Estimate | Measurement) -> None:
     """A ValueError when ``result`` cannot be read the way its consumers read it: a bench row's details as a
-    :class:`BenchResult` (``results list``, the CSV, the report). Checked on import (refused) and on reading
-    (skipped with a warning): one bench row with ``mfu.value = "41%"`` made every listing and report of the whole
-    store an internal error (found in review)."""
-    if result.kind == "bench" and isinstance(result, Measurement):
+    :class:`BenchResult` (``results list``, the CSV, the report), a loadtest row's curve and a probe row's datasheet
+    figures as the report reads them (``accelkit.results.import_checks``). Checked on import (refused) and on reading
+    (skipped with a warning): one bench row with ``mfu.value = "41%"``, one loadtest curve point without its
+    request_throughput, made every listing or report of the whole store an internal error (found in review)."""
+    if not isinstance(result, Measurement):
+        return
+    if result.kind == "bench":
         try:
             BenchResult.from_measurement(result)
         except (TypeError, KeyError, AttributeError, ValueError) as exc:
             raise ValueError(f"details do not read as a bench result ({exc})") from None
+    problem = {"loadtest": loadtest_problem, "probe": probe_problem}.get(result.kind)
+    found = problem(result.details) if problem is not None else None
+    if found is not None:
+        raise ValueError(f"{found}, which the report reads")
 
 
 DEFAULT_TIMEOUT_S = 60.0  # how long a write waits for another writer's lock
@@ -498,6 +506,22 @@ class ResultStore:
             if rows[rid] == row:
                 return rid
         return None
+
+    def delete(self, result_id: int) -> tuple[str, str]:
+        """Delete one row by id — read or not: a row every listing skips is the one to remove — and return its (kind,
+        name); a missing id is a UserError. Ids are never given again (AUTOINCREMENT), so a reference to the deleted
+        row (a bench's ``estimate_id``) can never name another one."""
+        if not 1 <= result_id <= MAX_ROW_ID:
+            raise UserError(f"no result with id {result_id} in {self.path}; `accelkit results list` shows the ids")
+
+        def work(conn: sqlite3.Connection) -> tuple[str, str]:
+            row = conn.execute("SELECT kind, name FROM results WHERE id = ?", (result_id,)).fetchone()
+            if row is None:
+                raise UserError(f"no result with id {result_id} in {self.path}; `accelkit results list` shows the ids")
+            conn.execute("DELETE FROM results WHERE id = ?", (result_id,))
+            return str(row[0]), str(row[1])
+
+        return self._writing(work)
 
     def _writing(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """``work`` in one write transaction; a failure is an AccelkitError saying why and what to do."""
