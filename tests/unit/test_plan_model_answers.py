@@ -5,7 +5,7 @@ fit says what would, each suggestion checked by planning it. In process."""
 import json
 
 from accelkit.models import get_preset
-from tests.conftest import accelkit_subprocess
+from tests.conftest import run_cli
 
 #: Llama 2 13B's Hugging Face config.json (meta-llama/Llama-2-13b-hf): no preset, so it also takes the path route
 LLAMA2_13B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 5120,
@@ -15,9 +15,11 @@ LLAMA2_13B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
 
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:
-    """`accelkit plan ARGS` as its own process: (exit code, stdout, stderr)."""
+    """`accelkit plan ARGS` through the console script's entry point in this process, with its own stdout and stderr
+    (`run_cli`): (exit code, stdout, stderr). What these answers say does not depend on a new process (each command
+    as its own process is test_cli_processes.py's)."""
     del capsys
-    proc = accelkit_subprocess("plan", *args)
+    proc = run_cli("plan", *args)
     return proc.returncode, proc.stdout, proc.stderr
 
 

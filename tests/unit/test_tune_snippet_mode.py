@@ -16,11 +16,11 @@ def test_a_memory_budget_that_prunes_the_baseline_says_so(capsys, probed):
     """--memory-budget 1GiB pruned fp32 (every planner estimate includes its 2 GiB framework allowance) and the
     error blamed the device: 'the fp32 baseline cannot run here'. (``probed``: the planner models a CPU from its
     stored probe.)"""
-    from tests.conftest import accelkit_subprocess
+    from tests.conftest import run_cli
 
     del capsys
-    proc = accelkit_subprocess("tune", "bert", "--size", "tiny", "--device", "cpu", "--memory-budget", "1GiB",
-                               "--no-save", "--no-progress")
+    proc = run_cli("tune", "bert", "--size", "tiny", "--device", "cpu", "--memory-budget", "1GiB",
+                   "--no-save", "--no-progress")
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()[-1:]
     assert line.startswith("error: --memory-budget prunes the fp32 baseline: planner estimates ") and \
