@@ -4,6 +4,8 @@ construction; no torch here, so the CLI can build its flags from them without im
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -160,6 +162,11 @@ class ServerConfig(Spec):
     allowed_origins: tuple[str, ...] = spec_field(
         (), doc="Browser origins allowed to call the API (CORS): '*' or 'https://host[:port]' each; none = no CORS headers."
     )
+    allowed_hosts: str | None = spec_field(
+        None, doc="Host names the server answers besides localhost and loopback addresses, comma-separated (any port), "
+        "or '*' for any. Checked only where it listens on a loopback address without an API key: a web page that "
+        "rebinds its own name to 127.0.0.1 would otherwise be same-origin with the server; other Hosts get 400.",
+    )
 
     def validate(self) -> None:
         if self.enable_auto_tool_choice and self.tool_call_parser is None:
@@ -175,11 +182,34 @@ class ServerConfig(Spec):
             problem = origin_problem(origin)
             if problem:
                 raise ValueError(f"allowed_origins {origin!r} {problem}")
+        for host in self.host_names:
+            if not _is_host_name(host):
+                raise ValueError(f"allowed_hosts {self.allowed_hosts!r}: {host!r} is not a host name; give names or "
+                                 "addresses such as myhost.internal or 10.0.0.5, comma-separated (no scheme, port or "
+                                 "path), or '*'")
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        """``allowed_hosts`` as a Host header's name is compared with them: lower case, an IPv6 address without its
+        brackets, no trailing dot."""
+        if self.allowed_hosts is None:
+            return ()
+        return tuple(part.strip().lower().removeprefix("[").removesuffix("]").rstrip(".")
+                     for part in self.allowed_hosts.split(","))
 
     @property
     def model_names(self) -> tuple[str, ...]:
         """Every model id clients may send; the first is what responses report."""
         return (self.served_model_name, *self.served_model_aliases)
+
+
+def _is_host_name(name: str) -> bool:
+    """'*', a DNS name (letters, digits, '-', '_', dots between), or an IP address."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return name == "*" or re.fullmatch(r"[a-z0-9_]+([.-]+[a-z0-9_]+)*", name) is not None
 
 
 def origin_problem(origin: str) -> str | None:

@@ -9,8 +9,10 @@ follows the block table; PyTorch has none for a CPU, and the maintained ones tha
 (vLLM's ``_C`` CPU ops) or to a torch version we cannot use (Intel's extension). So this is ~60 lines of C,
 compiled on first use with the machine's C compiler (``cc``, ``-O3 -march=native``, OpenMP from the same
 ``libgomp`` torch loads) into ``~/.cache/accelkit/cpu_decode/`` under a name that hashes the source, the
-compiler and this CPU's flags. Where it cannot be built (no compiler) or cannot run (a quantized or non-float32
-cache), ``attention_backend='auto'`` falls back to ``sdpa`` and says why once in the log.
+compiler and this CPU's flags — or, where the home is read-only, ``<tmp>/accelkit-<uid>/``; a folder or file there
+that another user could have written is never loaded from (the kernel is built for the process alone instead).
+Where it cannot be built (no compiler) or cannot run (a quantized or non-float32 cache),
+``attention_backend='auto'`` falls back to ``sdpa`` and says why once in the log.
 
 One OpenMP work item per sequence: it walks the sequence's blocks, reads each cached K row (every KV head of it,
 contiguous) once for all the query heads (GQA), keeps the scores, takes the softmax, then walks the V rows and sums
@@ -30,6 +32,7 @@ import os
 import platform
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -142,6 +145,66 @@ def _cache_dir() -> Path:
     return Path(base) / "accelkit" / "cpu_decode"
 
 
+def _unsafe(path: Path, *, folder: bool) -> str | None:
+    """Why loading a kernel from ``path`` (a folder, or the kernel file in one) could run another user's code (None
+    when it cannot): it must be this user's own, no symlink, and writable by no one else. (found in review: the
+    shared-temp fallback was made with exist_ok and its file loaded unchecked, so another local user could plant
+    the kernel there, under a name anyone can compute, and have it run as the server's user.)"""
+    st = os.lstat(path)
+    if not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
+        return f"is not a {'folder' if folder else 'regular file'} (a symlink?)"
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if uid is not None and st.st_uid != uid:
+        return f"is owned by uid {st.st_uid}, not this user (uid {uid})"
+    if st.st_mode & 0o022:
+        return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o}); `chmod go-w` it"
+    return None
+
+
+def _kernel_dir() -> tuple[Path, bool]:
+    """Where the kernel is cached, and whether that folder is this process's own (to remove once it is loaded): the
+    user's cache, else (a read-only home) ``<tmp>/accelkit-<uid>``, each only if this user alone can write it; else
+    a new private folder — the kernel is built again (a second or so), never loaded from where others can write."""
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    refused = []
+    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"accelkit-{user}"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            problem = _unsafe(folder, folder=True)
+        except OSError:  # (a read-only home: the next one)
+            continue
+        if problem is None:
+            return folder, False
+        refused.append(f"{folder} {problem}")
+    if refused:
+        log.warning("not caching the CPU decode kernel where another user could replace it (%s); building it for "
+                    "this process alone", "; ".join(refused))
+    return Path(tempfile.mkdtemp(prefix="accelkit-cpu-decode-")), True
+
+
+def _compile(command: list[str], target: Path) -> None:
+    compiler, started = command[0], time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        src, out = Path(tmp) / "paged_decode.c", Path(tmp) / "paged_decode.so"
+        src.write_text(_SOURCE)
+        done = subprocess.run([*command, *_FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True,
+                              text=True, timeout=120)
+        if done.returncode != 0:
+            last = ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"{compiler} could not build the CPU decode kernel ({last})")
+        os.chmod(out, 0o755)  # writable by this user alone whatever the umask (a group-writable one is not loaded)
+        os.replace(out, target)  # atomic: a process building beside this one reads a whole file or none
+    log.info("built the CPU decode kernel with %s in %.1f s: %s", compiler, time.perf_counter() - started, target)
+
+
+def kernel_file_name(command: list[str]) -> str:
+    """The kernel's file name for the compiler ``command``: a hash of the source, the flags, the compiler's version
+    and this CPU's flags (a home shared with a different CPU or compiler gets its own build)."""
+    version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256("\0".join([_SOURCE, *_FLAGS, version, _cpu_flags()]).encode()).hexdigest()[:16]
+    return f"paged_decode_{key}.so"
+
+
 def _build() -> Any:
     found = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if found is None:
@@ -149,31 +212,23 @@ def _build() -> Any:
     command = shlex.split(found)  # (CC may carry flags of its own)
     compiler = command[0]
     try:
-        version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30).stdout
+        name = kernel_file_name(command)
     except OSError as exc:
         raise RuntimeError(f"the C compiler {compiler!r} does not run ({exc.strerror}); install one (Debian: apt "
                            "install gcc) or point CC at it") from exc
-    key = hashlib.sha256("\0".join([_SOURCE, *_FLAGS, version, _cpu_flags()]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"paged_decode_{key}.so"
+    folder, private = _kernel_dir()
+    target = folder / name
+    built = os.path.lexists(target)
+    problem = _unsafe(target, folder=False) if built else None
+    if problem is not None:  # (in a folder only this user writes: replaced by a build of its own)
+        log.warning("not loading the CPU decode kernel %s: it %s; building it again", target, problem)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:  # (a read-only home: build where this user can write)
-        user = os.getuid() if hasattr(os, "getuid") else "user"
-        target = Path(tempfile.gettempdir()) / f"accelkit-{user}" / target.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-    if not target.exists():
-        started = time.perf_counter()
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            src, out = Path(tmp) / "paged_decode.c", Path(tmp) / "paged_decode.so"
-            src.write_text(_SOURCE)
-            done = subprocess.run([*command, *_FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True,
-                                  text=True, timeout=120)
-            if done.returncode != 0:
-                last = ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
-                raise RuntimeError(f"{compiler} could not build the CPU decode kernel ({last})")
-            os.replace(out, target)  # atomic: a process building beside this one reads a whole file or none
-        log.info("built the CPU decode kernel with %s in %.1f s: %s", compiler, time.perf_counter() - started, target)
-    lib = ctypes.CDLL(str(target))
+        if not built or problem is not None:
+            _compile(command, target)
+        lib = ctypes.CDLL(str(target))
+    finally:
+        if private:  # (the loaded library stays mapped)
+            shutil.rmtree(folder, ignore_errors=True)
     fn = lib.accelkit_paged_decode_f32
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     fn.argtypes = [p, i64, p, p, p, i64, p, i64, i64, i64, i64, i64, ctypes.c_float, i64, p, ctypes.c_int]

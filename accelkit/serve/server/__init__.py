@@ -97,6 +97,7 @@ def run_server(app: Any, state: ServingState, sock: socket.socket, *, log_level:
     """Serve on ``sock`` (from :func:`bind_socket`) until SIGINT/SIGTERM, then shut down as ``lifecycle`` says.
     ``log_level`` is uvicorn's own; accelkit's log (a line per request) goes to stderr at info level."""
     log_to_stderr()
+    app.state.host_check.listening_on(sock.getsockname()[0])  # on loopback without a key: only its own Host names
     server = ServeServer(server_config(app, state, log_level=log_level), state)
     # uvicorn re-raises the captured signal once it has shut down gracefully; with these no-op handlers
     # in place that re-raise is harmless and the process exits 0 after a clean shutdown

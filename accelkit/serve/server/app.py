@@ -25,8 +25,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 import accelkit
+from accelkit.core.terminal import printable
 from accelkit.serve.server.errors import APIError, error_response, http_error_response, request_validation_response
-from accelkit.serve.server.middleware import ServerMiddleware
+from accelkit.serve.server.middleware import HostCheck, ServerMiddleware
 from accelkit.serve.server.protocol import (
     B,
     ChatCompletionRequest,
@@ -91,9 +92,11 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     """The FastAPI application for one engine loop: routes that parse a request and hand it to a serving class."""
     app = FastAPI(title="accelkit serve", version=accelkit.__version__)
     app.state.serving = state
+    # checked once the listening address is known (run_server: HostCheck.listening_on)
+    app.state.host_check = HostCheck(state.config.host_names, api_key=state.config.api_key is not None)
     app.add_middleware(ServerMiddleware, api_key=state.config.api_key, max_body_bytes=state.config.max_body_bytes,
                        is_shutting_down=lambda: not state.accepting, body_timeout_s=state.config.body_timeout_s,
-                       log_requests=state.config.log_requests)
+                       log_requests=state.config.log_requests, host_check=app.state.host_check)
     if state.config.allowed_origins:  # added last = outermost: a preflight is answered before the API key check
         app.add_middleware(CORSMiddleware, allow_origins=list(state.config.allowed_origins), allow_methods=["*"],
                            allow_headers=["*"])
@@ -124,7 +127,8 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:  # never a bare 500 page
-        log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc, exc_info=exc)
+        log.error("%s %s failed: %s: %s", request.method, printable(request.url.path, single_line=True),
+                  type(exc).__name__, exc, exc_info=exc)
         return error_response(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
 
     # ---- plain routes -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The server's one middleware, plain ASGI: API key, body-size limit, body-read deadline, ``x-request-id`` echo,
-quiet shutdown, and one info-level log line per request (client, method, path, status, milliseconds).
+"""The server's one middleware, plain ASGI: the Host check (``HostCheck``), API key, body-size limit, body-read
+deadline, ``x-request-id`` echo, quiet shutdown, and one info-level log line per request (client, method, path,
+status, milliseconds).
 
 Plain ASGI rather than Starlette's ``BaseHTTPMiddleware`` on purpose: that class wraps ``receive`` so that a
 route can never see ``http.disconnect`` — a non-streaming request would keep generating for a client that has
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
 import time
@@ -18,6 +20,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
+from accelkit.core.terminal import printable
 from accelkit.serve.server.errors import error_body
 
 Scope = MutableMapping[str, Any]
@@ -38,13 +41,57 @@ def authorized(header: bytes | None, key: bytes) -> bool:
     return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), key)
 
 
+def _is_loopback(name: str) -> bool:
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class HostCheck:
+    """Which ``Host`` headers the server answers: any until :meth:`listening_on` says it listens on a loopback
+    address without an API key; then only localhost, loopback addresses and ``--allowed-hosts`` (any port). A web
+    page can rebind its own name to 127.0.0.1 (DNS rebinding): the browser then treats the server as the page's own
+    origin, CORS or not, and the page could use it and read its answers — the Host header, the page's name, is what
+    tells such a request apart (found in review). With an API key the page cannot use it anyway; a server listening
+    beyond loopback is reached by names this one cannot know."""
+
+    def __init__(self, allowed: tuple[str, ...], *, api_key: bool) -> None:
+        self.allowed = frozenset({"localhost", *allowed})
+        self.api_key = api_key
+        self.active = False
+
+    def listening_on(self, address: str) -> None:
+        """The address the server's socket is bound to (``getsockname()[0]``)."""
+        self.active = _is_loopback(address) and not self.api_key and "*" not in self.allowed
+
+    def refused(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        """The Host a request must not be answered for (None when it may be). A request without one passes: every
+        browser sends it."""
+        if not self.active:
+            return None
+        for key, value in headers:
+            if key != b"host":
+                continue
+            host = value.decode("latin-1").strip()
+            name = host.lower()
+            name = name[1:name.find("]")] if name.startswith("[") else name.partition(":")[0]
+            name = name.rstrip(".")
+            if name not in self.allowed and not _is_loopback(name):
+                return host
+        return None
+
+
 class ServerMiddleware:
     def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int,
-                 is_shutting_down: Callable[[], bool], body_timeout_s: float, log_requests: bool = True) -> None:
+                 is_shutting_down: Callable[[], bool], body_timeout_s: float, log_requests: bool = True,
+                 host_check: HostCheck | None = None) -> None:
         """``body_timeout_s``: a body must arrive in full within this many seconds of the route's first read, else
         408 and the connection closes: a client that sends headers and part of a body would otherwise hold its
-        socket and its handler forever (slowloris), and enough of them exhaust the process's file descriptors."""
+        socket and its handler forever (slowloris), and enough of them exhaust the process's file descriptors.
+        ``host_check``: whose ``Host`` is answered (every one's when not given)."""
         self.app = app
+        self.host_check = host_check
         self.body_timeout_s = body_timeout_s
         self.key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
@@ -67,10 +114,12 @@ class ServerMiddleware:
             raise
         finally:
             # one line per request once it ended (a stream: when its last event went), 4xx and 5xx too;
-            # 499: the client left before any response
+            # 499: the client left before any response. The path is the client's (%0A decodes to a newline): one
+            # line whatever it holds, or a client could write log lines of its own (found in review)
             client = scope.get("client")
-            log.info("%s %s %s %d %.1f ms", client[0] if client else "-", scope.get("method"), scope.get("path"),
-                     status[0] if status else 499, (time.perf_counter() - start) * 1e3)
+            log.info("%s %s %s %d %.1f ms", client[0] if client else "-", scope.get("method"),
+                     printable(scope.get("path") or "", single_line=True), status[0] if status else 499,
+                     (time.perf_counter() - start) * 1e3)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, status: list[int]) -> None:
         headers = dict(scope.get("headers") or ())
@@ -83,6 +132,13 @@ class ServerMiddleware:
                     message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id)]
             await send(message)
 
+        host = self.host_check.refused(scope.get("headers") or []) if self.host_check is not None else None
+        if host is not None:  # before anything else, /health and /metrics too: a page must learn nothing
+            await _reply(send_with_id, 400, f"Host {host[:200]!r} is not a name of this server: listening on a "
+                         "loopback address without --api-key, it answers only localhost and loopback addresses "
+                         "(a web page could reach it by DNS rebinding otherwise); add the name to --allowed-hosts, "
+                         "or set --api-key", code="invalid_host")
+            return
         if self.key is not None and scope["path"] not in OPEN_PATHS and not authorized(headers.get(b"authorization"),
                                                                                         self.key):
             await _reply(send_with_id, 401, "missing or wrong API key: send 'Authorization: Bearer <key>'",

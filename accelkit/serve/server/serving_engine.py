@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from accelkit.core import strict_json
+from accelkit.core.terminal import printable
 from accelkit.serve.chat_template import chat_template_arguments
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
@@ -84,8 +85,8 @@ class ServingBase:
             raise APIError(400, unsupported[1], param=unsupported[0], code="unsupported")
         if ignored:
             more = f" and {len(ignored) - MAX_IGNORED_NAMED} more" if len(ignored) > MAX_IGNORED_NAMED else ""
-            log.warning("POST %s: ignoring unknown field(s) %s%s, as vLLM does", route,
-                        ", ".join(ignored[:MAX_IGNORED_NAMED]), more)
+            named = ", ".join(printable(name, single_line=True) for name in ignored[:MAX_IGNORED_NAMED])
+            log.warning("POST %s: ignoring unknown field(s) %s%s, as vLLM does", route, named, more)  # (one line)
         return body
 
     async def render_chat(self, messages: list[ChatMessage], *, add_generation_prompt: bool,
