@@ -43,6 +43,7 @@ MONITOR_EXAMPLES = examples(
 PROFILE_EXAMPLES = examples(
     "accelkit profile bert --size tiny",
     "accelkit profile llm-train --model tiny-llama --precision bf16 --out prof",
+    "accelkit profile llm --model tiny-llama --step decode",
     "accelkit profile --module mypkg.models:factory --steps 3",
 )
 
@@ -115,7 +116,9 @@ def profile_cmd(
     size: str | None = typer.Option(None, "--size", help="Workload size (e.g. tiny, base, large)."),
     model: str | None = typer.Option(None, "--model", help="Model preset or config.json for the workload."),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Items per step; not given: the workload's default."),
-    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Tokens per sequence (bert, llm, llm-train)."),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Tokens per sequence (bert, llm-train)."),
+    step: str | None = typer.Option(None, "--step", help="Which step of the workload to profile (llm: prefill or "
+                                    "decode); default: its first."),
     precision: BenchPrecision = typer.Option("fp32", "--precision", help="Numerics of the profiled step (a bench variant)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the summary in the results store."),
@@ -136,7 +139,7 @@ def profile_cmd(
     try:
         with Progress("profiling", show=progress) as bar:
             summary, measurement = profile_workload(workload or "custom", options, config, precision=precision,
-                                                    device=device,
+                                                    device=device, step_name=step,
                                                     on_step=lambda text: bar.update(text, step=text))  # a phase: a line
         result_id = writer.add(measurement)
     finally:

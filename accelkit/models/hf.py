@@ -272,8 +272,20 @@ def load_config(path: str | Path) -> ModelSpec:
     # a Hub-style folder's config.json is named after its folder ('config.json' given from inside it too); any
     # other file after itself — two configs side by side must not share a name in results and sweeps
     # (absolute, not resolved: a Hub cache's snapshots/<sha>/config.json links into blobs/, which would name them all)
-    name = (p.absolute().parent.name or None) if p.name == "config.json" else p.stem
+    folder = p.absolute().parent
+    name = (_hub_cache_name(folder) or folder.name or None) if p.name == "config.json" else p.stem
     return from_hf_config(data, name=name, source=str(p))
+
+
+def _hub_cache_name(folder: Path) -> str | None:
+    """``ORG/NAME`` for a Hugging Face Hub cache snapshot (``models--ORG--NAME/snapshots/<sha>``), else None.
+
+    The snapshot folder is a commit hash: named after it, every cached model read as a 40-digit hex (found in
+    review). The cache joins the repo id's parts with '--', which a Hub name cannot contain."""
+    repo = folder.parent.parent.name
+    if folder.parent.name != "snapshots" or not repo.startswith("models--") or len(repo) == len("models--"):
+        return None
+    return repo[len("models--"):].replace("--", "/")
 
 
 def to_hf_config(spec: ModelSpec) -> dict[str, Any]:

@@ -6,13 +6,46 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from accelkit.bench.runner import identify
+from accelkit.bench.runner import Reporter, identify, plan_variants
 from accelkit.bench.variants import Variant
-from accelkit.bench.workloads import get_workload, make_workload
+from accelkit.bench.workloads import WORKLOADS, get_workload, make_workload
 from accelkit.core import AccelkitError, Measurement, UserError
 from accelkit.hardware.detect import environment
 from accelkit.hardware.device import resolve_device
 from accelkit.monitor.profiler import ProfileConfig, profile_step
+
+
+def _fields(name: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
+
+
+def _workload_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The flags given, checked against the workload's config: one it does not take is refused in `bench`'s words,
+    naming the workloads that take it (they were dropped silently, found in review: `profile resnet --seq-len 4096`
+    profiled the default image size)."""
+    fields = _fields(name)
+    given = {k: v for k, v in options.items() if v is not None}
+    for key in given:
+        if key not in fields:
+            def command(workload: str) -> str:
+                return "`profile --module`" if workload == "custom" else f"`profile {workload}`"
+
+            takers = [command(w) for w in WORKLOADS if key in _fields(w)]
+            raise UserError(f"--{key.replace('_', '-')} does not apply to {command(name)}"
+                            + (f"; it applies to {', '.join(takers)}" if takers else ""))
+    return given
+
+
+def _pick_step(prepared: Any, name: str | None, label: str) -> Any:
+    """The step called ``name`` (default: the workload's first, e.g. llm's prefill); an unknown name is refused
+    with the names there are."""
+    if name is None:
+        return prepared.steps[0]
+    for step in prepared.steps:
+        if step.name == name:
+            return step
+    names = ", ".join(repr(s.name) for s in prepared.steps)
+    raise UserError(f"--step {name!r}: {label} has no such step; its steps are {names}")
 
 
 def profile_workload(
@@ -23,14 +56,15 @@ def profile_workload(
     precision: str = "fp32",
     device: str = "auto",
     seed: int = 0,
+    step_name: str | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], Measurement]:
-    """Build the workload's first step (the bench workloads' own ``prepare``), profile it; returns the summary
-    and the Measurement to store (kind 'profile', hardware named as `hw probe` and `bench` name it)."""
+    """Build the workload (the bench workloads' own ``prepare``, its first variant that can run as `bench` plans
+    them), profile its first step or ``step_name``; returns the summary and the Measurement to store (kind
+    'profile', hardware named as `hw probe` and `bench` name it)."""
 
     step_note = on_step or (lambda text: None)
-    fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
-    cfg = {k: v for k, v in options.items() if v is not None and k in fields}
+    cfg = _workload_options(name, options)
     dev = resolve_device(device)
     try:
         workload = make_workload(name, cfg)
@@ -39,7 +73,9 @@ def profile_workload(
     try:
         workload.check(dev)
         step_note(f"building {workload.label} ({precision}) on {dev}")  # .label calls a custom factory
-        prepared = workload.prepare(Variant(precision=precision), dev, seed=seed)  # type: ignore[arg-type]
+        # as bench plans them: the data loader's variants are its worker settings (a bare Variant lacked them)
+        variant = plan_variants(workload, [Variant(precision=precision)], dev, Reporter())[0][0]  # type: ignore[arg-type]
+        prepared = workload.prepare(variant, dev, seed=seed)
     except AccelkitError:
         raise
     except Exception as exc:
@@ -49,13 +85,13 @@ def profile_workload(
         raise AccelkitError(f"--module {options.get('module')}: building the model failed "
                             f"({type(exc).__name__}: {exc})") from exc
     try:
-        step = prepared.steps[0]
+        step = _pick_step(prepared, step_name, workload.label)
         step_note(f"profiling {config.wait} + {config.warmup} + {config.steps} steps of {step.name}")
         summary = profile_step(step.fn, config, device=dev)
     finally:
         prepared.close()
     summary = {"workload": workload.label, "step": step.name, **summary}
     hardware, _ = identify(dev)
-    measurement = Measurement(kind="profile", name=f"profile {workload.label}", hardware=hardware,
+    measurement = Measurement(kind="profile", name=f"profile {workload.label} {step.name}", hardware=hardware,
                               details=summary, environment=environment(with_torch=True))
     return summary, measurement

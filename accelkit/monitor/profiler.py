@@ -21,6 +21,9 @@ from accelkit.core import UserError
 from accelkit.core.spec import Spec, spec_field
 from accelkit.monitor.trace_analysis import analyze_trace
 
+#: ProfileConfig's default out_dir: a folder of runs, one sub-folder each (``_run_folder``)
+DEFAULT_OUT_DIR = "accelkit-profile"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProfileConfig(Spec):
@@ -30,7 +33,10 @@ class ProfileConfig(Spec):
     warmup: int = spec_field(2, min=0, max=10_000, doc="Steps recorded then discarded (tracing warm-up).")
     steps: int = spec_field(5, min=1, max=10_000, doc="Steps profiled (the active window).")
     top: int = spec_field(15, min=1, max=10_000, doc="Operators listed per table.")
-    out_dir: str = spec_field("accelkit-profile", doc="Directory for trace.json and summary.json.")
+    out_dir: str = spec_field(
+        DEFAULT_OUT_DIR,
+        doc="Directory for trace.json and summary.json; the default puts each run in a folder of its own "
+            "(accelkit-profile/<date>-<time>/).")
     record_shapes: bool = spec_field(False, doc="Record input shapes (bigger trace).")
 
 
@@ -124,18 +130,38 @@ def _top_ops(averages: Any, key: str, top: int, steps: int) -> list[dict[str, An
     ]
 
 
+def _run_folder(out_dir: str) -> Path:
+    """The folder this run writes into: ``out_dir`` as given, or under the default a new ``<date>-<time>`` folder.
+
+    One shared default folder let each run overwrite the last one's trace.json, which stored results still named
+    (found in review); a folder given with --out is the user's to reuse."""
+    base = Path(out_dir)
+    try:
+        if out_dir != DEFAULT_OUT_DIR:
+            base.mkdir(parents=True, exist_ok=True)
+            return base
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for n in range(1, 1000):  # two runs in one second: -2, -3 …
+            run = base / (stamp if n == 1 else f"{stamp}-{n}")
+            try:
+                run.mkdir(parents=True)
+                return run
+            except FileExistsError:
+                continue
+        raise FileExistsError(f"{base / stamp}-* all exist")
+    except OSError as exc:
+        raise UserError(f"the profile folder {base} cannot be created ({exc.strerror or exc}); give another (--out)") from exc
+
+
 def profile_step(step: Callable[[], object], config: ProfileConfig | None = None, *, device: str = "cpu") -> dict[str, Any]:
-    """Profile ``step`` and return the summary (also written to ``out_dir/summary.json``)."""
+    """Profile ``step`` and return the summary (also written to ``summary.json`` beside the trace)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
     config = config or ProfileConfig()
-    out = Path(config.out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"the profile folder {out} cannot be created ({exc.strerror or exc}); give another (--out)") from exc
-    trace_path = out / "trace.json"
+    out = _run_folder(config.out_dir)
+    # absolute: a stored result names its trace from any working directory
+    trace_path = (out / "trace.json").resolve()
     on_cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
     if on_cuda:

@@ -46,6 +46,7 @@ RUNS = {
     "results show": (["999"], 2, "no result with id 999"),
     "results export": (["--out", "{tmp}/out.json"], 0, ""),
     "results import": (["{tmp}/none.json"], 2, "does not exist"),
+    "results delete": (["1"], 2, "add --yes"),
     "bench suite": (["nope"], 2, "unknown suite 'nope'"),
     "bench bert": (["--size", "huge"], 2, "'huge' is not one of"),
     "bench llm": (["--batch-size", "0"], 2, "--batch-size"),
