@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -58,12 +60,28 @@ def _undocumented_flags(command: tuple[str, ...], docs: list[str]) -> list[str]:
     for name in command:
         cli = cli.commands[name]
     text = "\n".join((REPO / "docs" / doc).read_text() for doc in docs)
+    text = re.sub(r"--\[no-\]([\w-]+)", r"--\1 --no-\1", text)  # `--[no-]x`: both spellings
     missing = []
     for param in cli.params:
         spellings = [*param.opts, *getattr(param, "secondary_opts", [])]
         if "--help" not in spellings and not any(re.search(re.escape(s) + r"(?![\w-])", text) for s in spellings):
             missing.append("/".join(spellings))
     return missing
+
+
+#: each command's docs: where a user of that command looks for its flags
+COMMAND_DOCS = {
+    ("plan",): ["plan.md"], ("tune",): ["recipes.md"], ("loadtest",): ["loadtest.md"], ("monitor",): ["monitor.md"],
+    ("profile",): ["monitor.md"], ("hw", "probe"): ["hw.md", "bench.md", "distributed.md"],
+    ("sweep",): ["distributed.md"], ("report",): ["bench.md", "python-api.md"],
+    **{("bench", w): ["bench.md", "distributed.md"] for w in
+       ("suite", "bert", "llm", "llm-train", "resnet", "diffusion", "custom", "dataloader")},
+}
+
+
+@pytest.mark.parametrize("command", list(COMMAND_DOCS), ids=" ".join)
+def test_every_flag_of_the_measuring_and_planning_commands_is_documented(command):
+    assert not _undocumented_flags(command, COMMAND_DOCS[command])
 
 
 def test_every_serve_flag_is_documented():
