@@ -313,7 +313,10 @@ def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: di
 def _sigterm_as_interrupt() -> Iterator[list[str]]:
     """SIGTERM (a scheduler, `timeout`, `kill`) stops a bench as Ctrl-C does — the finished variants stay stored and
     the run says so — instead of ending it silently; the list it yields names the signal once received. While the
-    variants are measured, the runner's own handler does the same and records it on the run (``stopped_by``)."""
+    variants are measured, the runner's own handler does the same and records it on the run (``stopped_by``).
+    A SIGTERM whose interrupt escapes the block (the command had nothing to keep yet, e.g. during the automatic
+    quick probe) ends it here, ``error: terminated by SIGTERM``, exit 143 — it reached main() as a plain
+    Ctrl-C, ``error: interrupted``, 130 (found in review)."""
     received: list[str] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -326,8 +329,17 @@ def _sigterm_as_interrupt() -> Iterator[list[str]]:
     previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield received
+    except KeyboardInterrupt:
+        if "SIGTERM" not in received:
+            raise
+        err.print("[bold red]error:[/] terminated by SIGTERM", highlight=False, markup=True, soft_wrap=True)
+        sys.exit(SIGTERM_EXIT)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+#: a command SIGTERM stopped exits as a shell reports a process that signal killed: 128 + 15
+SIGTERM_EXIT = 128 + signal.SIGTERM
 
 
 def _dist_config(dist: dict[str, Any] | None) -> Any:
@@ -418,7 +430,7 @@ def _exit_status(result: Any, data: dict[str, Any], runs: list[Any], received: l
         err.print(f"{'terminated by SIGTERM' if by_term else 'interrupted'}: kept {finished} finished variant(s) in "
                   f"the store (result ids {', '.join(map(str, data['result_ids'])) or 'none'}); not finished: "
                   f"{_unfinished(runs, suite='suite' in data)}", highlight=False, markup=False, soft_wrap=True)
-        sys.exit(128 + signal.SIGTERM if by_term else 130)
+        sys.exit(SIGTERM_EXIT if by_term else 130)
     failed = [f"{f.name} ({f.phase})" for r in runs for f in r.failed] + [f["key"] for f in data.get("failed", [])
                                                                           if isinstance(f, dict) and "key" in f]
     if failed:

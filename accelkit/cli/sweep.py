@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from accelkit.cli.bench import SIGTERM_EXIT, _sigterm_as_interrupt
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
@@ -40,7 +41,9 @@ def sweep_cmd(
     store = open_for_saving(True)  # before the first point; a sweep always stores (its run id groups the rows)
     assert store is not None
     try:
-        with Progress(f"sweep {spec.name}", show=progress) as bar:
+        # SIGTERM stops the sweep as Ctrl-C does (the points finished and the summary kept, its workers stopped); it
+        # ended the driver silently and left its pool worker running, holding stdout (found in review)
+        with _sigterm_as_interrupt() as received, Progress(f"sweep {spec.name}", show=progress) as bar:
             def on_point(line: dict[str, Any]) -> None:
                 ids = ", ".join(map(str, line["result_ids"]))
                 what = f"stored {ids}" if line["status"] == "ok" and ids else (
@@ -53,7 +56,8 @@ def sweep_cmd(
                     what += ("; " if what else "") + f"not stored ({line.get('store_error') or 'saving was off'})"
                 bar.log(f"point {line['index']} ({line['key']}): {what}")
 
-            run = run_sweep(spec, ray=ray, workers=override.get("workers"), store=store, on_point=on_point)
+            run = run_sweep(spec, ray=ray, workers=override.get("workers"), store=store, on_point=on_point,
+                            terminated=lambda: "SIGTERM" in received)
         rows_by_id = {} if run.store_error else {i: store.get(i).result for p in run.points for i in p["result_ids"]}
     finally:
         store.close()
@@ -98,9 +102,10 @@ def sweep_cmd(
 
     emit(data, as_json, render)
     if run.interrupted:
-        err.print(f"interrupted: kept {len(run.points)} finished point(s) in the store (summary result "
+        by_term = "SIGTERM" in received
+        err.print(f"{'terminated by SIGTERM' if by_term else 'interrupted'}: kept {len(run.points)} finished point(s) in the store (summary result "
                   f"{run.summary_id}); not finished: {unfinished}", highlight=False, markup=False, soft_wrap=True)
-        sys.exit(130)
+        sys.exit(SIGTERM_EXIT if by_term else 130)
     if run.points and len(run.failed) == len(run.points):
         raise typer.Exit(1)
 

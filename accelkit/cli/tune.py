@@ -11,7 +11,14 @@ import typer
 
 from accelkit.bench.runner import Reporter
 from accelkit.bench.workloads import get_workload, make_workload
-from accelkit.cli.bench import DIST_FLAGS, LOOP_FLAGS, LOOP_PARSE, collective_timeout_option
+from accelkit.cli.bench import (
+    DIST_FLAGS,
+    LOOP_FLAGS,
+    LOOP_PARSE,
+    SIGTERM_EXIT,
+    _sigterm_as_interrupt,
+    collective_timeout_option,
+)
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
@@ -150,7 +157,8 @@ def tune_cmd(
         _build_custom(wl, module)
     store = open_for_saving(save)  # before the search: an unwritable store fails now, not after it
     try:
-        with Progress(f"tune {name}", show=progress) as bar:
+        # SIGTERM stops the search as Ctrl-C does, and says so (exit 143); it exited 130 "interrupted" (found in review)
+        with _sigterm_as_interrupt() as received, Progress(f"tune {name}", show=progress) as bar:
             reporter = _Reporter(bar, saving=save)
             if nproc_per_node > 1:
                 # lazy: the torchrun launcher's modules (accelkit.distributed) load only for a multi-process run
@@ -172,7 +180,10 @@ def tune_cmd(
 
     def render() -> None:
         out.print(tune_table(result))
-        if result.winner is None:
+        if result.winner is None and result.interrupted and not any(
+                t.status in ("measured", "over-budget") for t in result.trials):
+            out.print("No verdict: the search was stopped before any recipe was measured.")
+        elif result.winner is None:
             out.print("No winner: the quality check was inconclusive (see the note below)." if any(
                 (t.gate or {}).get("inconclusive") for t in result.trials) else
                 "No recipe within --memory-budget passed the accuracy gate (over-budget: see why)." if any(
@@ -187,9 +198,11 @@ def tune_cmd(
 
     emit(data, as_json, render)
     if result.interrupted:
-        err.print(f"interrupted: stored {', '.join(_stored(result)) or 'nothing'}; not finished: {unfinished}",
+        by_term = "SIGTERM" in received or result.stopped_by == "SIGTERM"
+        err.print(f"{'terminated by SIGTERM' if by_term else 'interrupted'}: stored "
+                  f"{', '.join(_stored(result)) or 'nothing'}; not finished: {unfinished}",
                   highlight=False, markup=False, soft_wrap=True)
-        sys.exit(130)
+        sys.exit(SIGTERM_EXIT if by_term else 130)
 
 
 def _vs_baseline(t: Any) -> str | None:

@@ -3,7 +3,10 @@ finish, so that the driver collects (and stores) one before the next is handed o
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import signal
 import socket
 from collections.abc import Callable, Generator
 from typing import Any
@@ -15,34 +18,68 @@ from accelkit.sweep.spec import SweepSpec
 
 
 def local_pool(points: list[Point], spec: SweepSpec, run_id: str, workers: int,
-           save: Callable[[], bool]) -> Generator[tuple[Point, dict[str, Any]], None, None]:
+           save: Callable[[], bool],
+           terminated: Callable[[], bool] = lambda: False) -> Generator[tuple[Point, dict[str, Any]], None, None]:
     """A spawn-context process pool (no fork of a process that may hold torch threads). A point is handed out when
     a worker is free, with ``save()`` as it stands then: once the store has refused a write, no point started
     later writes to it. On Ctrl-C no point is started; those running finish and are collected (a bench point
-    keeps the variants it finished), then the interrupt goes on."""
+    keeps the variants it finished), then the interrupt goes on. ``terminated()`` true at the interrupt (a SIGTERM,
+    which reached only this process, where a terminal's Ctrl-C reaches the workers too): the workers get the
+    Ctrl-C, and those still running after ``STOP_GRACE_S`` are killed with their points unfinished. However it
+    ends, no worker outlives the pool (found in review: after a SIGTERM the worker ran on, re-parented to init,
+    holding the driver's stdout)."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
+    from concurrent.futures import TimeoutError as FuturesTimeout
+    from concurrent.futures.process import BrokenProcessPool
 
     todo = iter(points)
     running: dict[Future[dict[str, Any]], Point] = {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        def start() -> None:
-            for p in itertools.islice(todo, workers - len(running)):
-                running[pool.submit(run_point, p.to_dict(), spec.to_dict(), run_id, save())] = p
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
 
-        try:
+    def start() -> None:
+        for p in itertools.islice(todo, workers - len(running)):
+            running[pool.submit(run_point, p.to_dict(), spec.to_dict(), run_id, save())] = p
+
+    try:
+        start()
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                point = running.pop(future)
+                yield point, _outcome(future)  # collected (and stored) before the next point starts
             start()
-            while running:
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    point = running.pop(future)
-                    yield point, _outcome(future)  # collected (and stored) before the next point starts
-                start()
-        except KeyboardInterrupt:
-            for future in as_completed(running):
-                if not isinstance(future.exception(), KeyboardInterrupt):  # a point Ctrl-C stopped is unfinished
+    except KeyboardInterrupt:
+        grace = None
+        if terminated():
+            _signal_workers(pool, signal.SIGINT)
+            grace = STOP_GRACE_S
+        try:
+            for future in as_completed(running, timeout=grace):
+                # a point Ctrl-C stopped is unfinished; so is one whose worker the passed-on Ctrl-C ended outright
+                if not isinstance(future.exception(), (KeyboardInterrupt, *((BrokenProcessPool,) if grace else ()))):
                     yield running[future], _outcome(future)
-            raise
+        except FuturesTimeout:  # a worker that did not stop: its point is unfinished, the worker killed below
+            pass
+        raise
+    finally:
+        if any(not future.done() for future in running):  # a point that did not stop: shutdown would wait on it
+            _signal_workers(pool, signal.SIGKILL)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+#: seconds the workers get, after a SIGTERM to the sweep, to stop their points as on Ctrl-C before they are killed
+#: (a scheduler's SIGKILL follows its SIGTERM after a grace of its own, commonly 30 s)
+STOP_GRACE_S = 10.0
+
+
+def _signal_workers(pool: Any, signum: int) -> None:
+    """Send ``signum`` to each of the pool's live worker processes (``_processes``: the executor has no public
+    handle on them)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signum)
 
 
 def _outcome(future: Any) -> dict[str, Any]:

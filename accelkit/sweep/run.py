@@ -41,7 +41,7 @@ class SweepRun:
     executor: str
     points: list[dict[str, Any]] = field(default_factory=list)
     summary_id: int | None = None
-    interrupted: bool = False  # Ctrl-C: ``unfinished`` lists the points that did not run
+    interrupted: bool = False  # Ctrl-C or SIGTERM: ``unfinished`` lists the points that did not run
     unfinished: list[str] = field(default_factory=list)
     #: why a store refused a write: the points' ``unstored`` documents and (when it is the driver's) the summary
     #: were not stored, and nothing more was written to that store
@@ -60,10 +60,13 @@ class SweepRun:
 
 def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = None,
               store: ResultStore | None = None, run_id: str | None = None,
-              on_point: Callable[[dict[str, Any]], None] | None = None) -> SweepRun:
+              on_point: Callable[[dict[str, Any]], None] | None = None,
+              terminated: Callable[[], bool] = lambda: False) -> SweepRun:
     """Run every point of ``spec``; each lands in ``store`` (default: this machine's) under one run id. A store that
     refuses a write fails nothing: what it did not take is in the result (``store_error`` says why), and no later
-    write to it is tried. Ctrl-C stops the sweep with the points finished so far (``interrupted``)."""
+    write to it is tried. Ctrl-C stops the sweep with the points finished so far (``interrupted``); ``terminated()``
+    true at that interrupt says it was a signal to this process alone (SIGTERM turned into KeyboardInterrupt, as the
+    CLI does), so the local pool passes it on to its workers and kills those that do not stop."""
     points = expand(spec)
     run = SweepRun(spec.name, spec.kind, run_id or uuid.uuid4().hex[:12], f"ray ({ray})" if ray else
                    f"local process pool ({workers or spec.workers} workers)")
@@ -72,7 +75,8 @@ def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = 
     lines: dict[int, dict[str, Any]] = {}
     try:
         outcomes = (ray_tasks(points, spec, run.run_id, ray, lambda: writer.can_write) if ray else
-                    local_pool(points, spec, run.run_id, workers or spec.workers, lambda: writer.can_write))
+                    local_pool(points, spec, run.run_id, workers or spec.workers, lambda: writer.can_write,
+                               terminated))
         try:
             for point, outcome in outcomes:
                 lines[point.index] = collect(point, outcome, writer, run.run_id, spec.name)

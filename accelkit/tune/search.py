@@ -122,6 +122,7 @@ class TuneResult:
     notes: list[str] = field(default_factory=list)
     result_id: int | None = None  # the summary row
     interrupted: bool = False  # Ctrl-C stopped the measuring: ``unfinished`` names the recipes it cut short
+    stopped_by: str | None = None  # the signal that stopped the measuring, SIGINT or SIGTERM (the CLI exits 130/143)
     unfinished: list[str] = field(default_factory=list)
     ran_quick_probe: bool = False  # no probe of this CPU was stored, so the search ran a quick one …
     quick_probe_id: int | None = None  # … stored as this row (None: the store did not take it)
@@ -151,6 +152,7 @@ class TuneResult:
         for t in self.trials:
             t.result_ids = [e["result_id"] for e in doc["variants"] if e["name"] == t.name and e["result_id"] is not None]
         self.interrupted, self.unfinished = bool(doc.get("interrupted")), list(doc.get("unfinished") or [])
+        self.stopped_by = doc.get("stopped_by")
         self.store_error = self.store_error or doc.get("store_error")
 
     def store_summary(self, writer: StoreWriter, *, name: str, hardware: str, details: dict[str, Any],
