@@ -3,8 +3,9 @@ Thin: parse flags → ``accelkit.loadtest.run_loadtest`` → render (and store).
 
 from __future__ import annotations
 
+import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -23,8 +24,8 @@ from accelkit.cli.output import (
     table,
 )
 from accelkit.cli.spec_options import field_flags, spec_options
-from accelkit.cli.store import open_for_saving, print_unstored
-from accelkit.core import UserError
+from accelkit.cli.store import open_for_saving, print_unsaved, print_unstored
+from accelkit.core import AccelkitError, UserError
 from accelkit.core.stats import min_samples_for
 from accelkit.loadtest.config import SLO, LoadTestConfig, parse_rate
 from accelkit.loadtest.datasets import parse_dataset
@@ -95,9 +96,6 @@ def loadtest_cmd(
 ) -> None:
     """Load-test an OpenAI-compatible server: TTFT, TPOT, ITL, E2E, throughput and goodput per request rate (and,
     with --structured-outputs, the share of outputs that obey the constraint)."""
-    # lazy: the runner imports httpx; only a real test needs it
-    from accelkit.loadtest import run_loadtest
-
     with flag_values(FLAGS):
         config = LoadTestConfig(**load)
     store = open_for_saving(save)  # before sending: an unwritable store fails now, not after the test
@@ -111,24 +109,60 @@ def loadtest_cmd(
             err.print(line, highlight=False, markup=False, soft_wrap=True)
 
     try:
-        try:
-            with Progress("load test", show=progress) as bar:
-                result = run_loadtest(config, on_progress=lambda text: bar.update(text, step=text.split(":")[0]),
-                                      on_notice=notice)
-        except KeyboardInterrupt:  # the result is one row, written after the last pass: a Ctrl-C before keeps none
-            err.print("interrupted: the load test did not finish; nothing was stored" + ("" if save else " (--no-save)"),
-                      highlight=False, markup=False, soft_wrap=True)
-            sys.exit(130)
+        result, received = _measure(config, progress, notice, save=save)
         result_id = writer.add(result)
     finally:
         if store is not None:
             store.close()
     data = {**result.to_dict(), "result_id": result_id}
+    interrupted = result.details.get("interrupted", False)
     if writer.error is not None:  # the same document, with why it was not stored: printed rather than lost
+        if interrupted:
+            print_unsaved({**data, "result_id": None, "store_error": writer.error}, AccelkitError(writer.error),
+                          interrupted="not finished: " + ", ".join(result.details["unfinished"]))
         print_unstored(data, writer.error)
     emit(data, as_json, lambda: _render(result.details, result_id))
     for line in later:
         err.print(line, highlight=False, markup=False, soft_wrap=True)
+    if interrupted:
+        _exit_interrupted(result, result_id, received, save=save)
+
+
+def _measure(config: LoadTestConfig, progress: bool | None, notice: Any, *, save: bool) -> tuple[Any, list[str]]:
+    """The run, and the signal that stopped it (``["SIGTERM"]``; empty for Ctrl-C or none). An interrupt after a pass
+    finished returns the finished passes (``details.interrupted``); before any, it exits 130 (143 for SIGTERM)."""
+    from accelkit.cli.bench import _sigterm_as_interrupt  # lazy, as the command's other heavy imports
+    from accelkit.loadtest.runner import LoadTestInterrupted, run_loadtest  # lazy: the runner imports httpx
+
+    with _sigterm_as_interrupt() as received:  # SIGTERM stops it as Ctrl-C does, instead of silently
+        try:
+            with Progress("load test", show=progress) as bar:
+                result = run_loadtest(config, on_progress=lambda text: bar.update(text, step=text.split(":")[0]),
+                                      on_notice=notice)
+        except LoadTestInterrupted as exc:
+            return exc.result, list(received)
+        except KeyboardInterrupt:  # no pass finished: nothing to keep
+            err.print(f"{_stopped_by(received)}: the load test did not finish; nothing was stored"
+                      + ("" if save else " (--no-save)"), highlight=False, markup=False, soft_wrap=True)
+            sys.exit(_status(received))
+    return result, list(received)
+
+
+def _stopped_by(received: list[str]) -> str:
+    return "terminated by SIGTERM" if "SIGTERM" in received else "interrupted"
+
+
+def _status(received: list[str]) -> int:
+    return 128 + signal.SIGTERM if "SIGTERM" in received else 130
+
+
+def _exit_interrupted(result: Any, result_id: int | None, received: list[str], *, save: bool) -> NoReturn:
+    """After the document: what an interrupt kept (the finished passes) and what it did not, exit 130 (143)."""
+    kept = ", ".join(f"rate {_rate(p['rate'])}" for p in result.details["passes"])
+    where = f"result {result_id}" if result_id is not None else "not stored: --no-save" if not save else "not stored"
+    err.print(f"{_stopped_by(received)}: kept the finished pass(es) {kept} ({where}); not finished: "
+              f"{', '.join(result.details['unfinished'])}", highlight=False, markup=False, soft_wrap=True)
+    sys.exit(_status(received))
 
 
 def _ms(value: float | None) -> str | None:

@@ -19,7 +19,9 @@ import asyncio
 import math
 import re
 import secrets
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -36,10 +38,21 @@ from accelkit.loadtest.datasets import SampleRequest, load_dataset, sharegpt_not
 from accelkit.loadtest.metrics import RequestRecord, compute_metrics, pkey
 from accelkit.loadtest.structured import OutputChecker, sent_as
 
-__all__ = ["run_loadtest", "run_loadtest_async", "run_pass"]
+__all__ = ["LoadTestInterrupted", "run_loadtest", "run_loadtest_async", "run_pass"]
 
 Progress = Callable[[str], None]
 Notice = Callable[[str], None]
+
+
+class LoadTestInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM turned into it) after at least one pass finished: ``result`` is the Measurement of the
+    finished passes (``details.interrupted`` true, ``details.unfinished`` naming the rates not measured), so a sweep
+    keeps what it measured, as `accelkit bench` keeps its finished variants. A KeyboardInterrupt, so a caller with
+    nothing to keep is interrupted as before."""
+
+    def __init__(self, result: Measurement) -> None:
+        super().__init__(f"interrupted; not finished: {', '.join(result.details['unfinished'])}")
+        self.result = result
 
 GOODPUT_DEFINITION = (
     "per-request goodput (vLLM bench serve): requests meeting every given SLO / duration; "
@@ -141,7 +154,11 @@ def _load(config: LoadTestConfig, num_prompts: int, seed: int) -> tuple[list[Sam
                         sharegpt_output_len=config.sharegpt_output_len)
 
 
-async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None, on_notice: Notice) -> tuple[dict[str, Any], list[tuple[float, list[RequestRecord], dict[str, Any]]], dict[str, Any]]:
+async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None, on_notice: Notice,
+               state: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[float, list[RequestRecord], dict[str, Any]]], dict[str, Any]]:
+    """``state`` (when given) holds the dataset, the warm-up and each pass as it finishes: what an interrupt that
+    never reaches this coroutine (a SIGTERM raised in the event loop's select) still leaves to keep."""
+    state = {} if state is None else state
     requests, dataset_info = _load(config, config.num_prompts + config.warmup, config.seed)
     if (note := sharegpt_note(config.dataset, dataset_info)) is not None:
         on_notice(note)
@@ -152,10 +169,11 @@ async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None
         dataset_info["sweep_prompts"] = (
             "fresh random prompts each pass (pass i drawn with seed + i)" if fresh else
             "the same prompts every pass: passes after the first may hit the server's prefix cache")
-    passes = []
+    passes: list[tuple[float, list[RequestRecord], dict[str, Any]]] = state.setdefault("passes", [])
+    state["dataset"] = dataset_info
     checker = None if config.structured_outputs is None else OutputChecker(config.structured_outputs)
     async with OpenAIStreamClient(config) as client:
-        warmup_info = await _warmup(client, warm, config, run_id, on_progress)
+        warmup_info = state["warmup"] = await _warmup(client, warm, config, run_id, on_progress)
         for i, rate in enumerate(config.rates):
             if i > 0 and fresh:  # drawn between passes, outside their clocks, one pass in memory at a time
                 measured, _ = _load(config, config.num_prompts, config.seed + i)
@@ -183,10 +201,60 @@ def run_loadtest(config: LoadTestConfig, *, on_progress: Progress | None = None,
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(run_loadtest_async(config, on_progress=on_progress, on_notice=on_notice))
+        return _run_own_loop(config, on_progress, on_notice)
     with ThreadPoolExecutor(1, thread_name_prefix="accelkit-loadtest") as worker:
         return worker.submit(asyncio.run, run_loadtest_async(config, on_progress=on_progress,
                                                              on_notice=on_notice)).result()
+
+
+def _run_own_loop(config: LoadTestConfig, on_progress: Progress | None, on_notice: Notice | None) -> Measurement:
+    """The test on a loop of its own (no loop was running); an interrupt after a pass raises
+    :class:`LoadTestInterrupted` with the finished passes, before any a plain KeyboardInterrupt."""
+    state: dict[str, Any] = {}
+    result: Measurement | None = None
+    try:
+        result = asyncio.run(_collecting(config, state, on_progress, on_notice))
+    except KeyboardInterrupt:  # raised in the event loop itself (a second Ctrl-C)
+        state["interrupted"] = True
+    if (deferred := state.pop("sigterm", None)) is not None:  # the caller's SIGTERM handler, now the loop is shut
+        try:
+            deferred[0](deferred[1], None)
+        except KeyboardInterrupt:
+            state["interrupted"] = True
+    if not state.get("interrupted") and result is not None:  # None only when interrupted
+        return result
+    # the passes finished before the interrupt are kept (found in review: they were all lost)
+    partial = _interrupted_result(config, state)
+    if partial is None:
+        raise KeyboardInterrupt
+    raise LoadTestInterrupted(partial)
+
+
+async def _collecting(config: LoadTestConfig, state: dict[str, Any], on_progress: Progress | None,
+                      on_notice: Notice | None) -> Measurement | None:
+    """:func:`run_loadtest_async` for :func:`run_loadtest`'s own loop: an interrupt ends it with None and
+    ``state["interrupted"]`` (the passes finished so far in ``state``). Ctrl-C cancels the task (asyncio.run's own
+    handler); a SIGTERM handler of the caller's (the CLI turns SIGTERM into KeyboardInterrupt) is deferred the same
+    way — the task is cancelled and the handler runs after the loop (``state["sigterm"]``): raised inside the loop,
+    the KeyboardInterrupt could land in a task (left unretrieved, its traceback printed) or in an async generator's
+    finalizer, where Python ignores it and the run went on (found in review)."""
+    task, loop = asyncio.current_task(), asyncio.get_running_loop()
+    previous: Any = None
+    if task is not None and threading.current_thread() is threading.main_thread() \
+            and callable(signal.getsignal(signal.SIGTERM)):
+        def on_sigterm(signum: int, frame: Any) -> None:
+            state["sigterm"] = (previous, signum)
+            loop.call_soon_threadsafe(task.cancel)
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return await run_loadtest_async(config, on_progress=on_progress, on_notice=on_notice, _state=state)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        state["interrupted"] = True
+        return None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _to_stderr(text: str) -> None:
@@ -194,11 +262,13 @@ def _to_stderr(text: str) -> None:
 
 
 async def run_loadtest_async(config: LoadTestConfig, *, on_progress: Progress | None = None,
-                             on_notice: Notice | None = None) -> Measurement:
+                             on_notice: Notice | None = None, _state: dict[str, Any] | None = None) -> Measurement:
     """:func:`run_loadtest` as a coroutine, for a caller that is already inside an event loop."""
     notice = on_notice or _to_stderr
     run_id = f"accelkit-{secrets.token_hex(4)}"  # new each run: the server's logs tell runs apart
-    dataset_info, passes, warmup_info = await _run(config, run_id, on_progress, notice)
+    state = {} if _state is None else _state
+    state.update(run_id=run_id, notice=notice)
+    dataset_info, passes, warmup_info = await _run(config, run_id, on_progress, notice, state)
     refused = refusal_warning(passes)
     if refused is not None:  # before the error below too: a run that every 429 failed says why
         notice(refused)
@@ -207,6 +277,21 @@ async def run_loadtest_async(config: LoadTestConfig, *, on_progress: Progress | 
         raise AccelkitError(f"no request to {config.url} completed; first error: {first}")
     return to_measurement(config, dataset_info, passes, warmup_info, run_id=run_id,
                           warnings=[] if refused is None else [refused])
+
+
+def _interrupted_result(config: LoadTestConfig, state: dict[str, Any]) -> Measurement | None:
+    """The Measurement of the passes an interrupt left finished (None when none finished, or none of them completed a
+    request): ``details.interrupted`` true and ``details.unfinished`` the rates not measured, e.g. ``["rate 10"]``."""
+    passes = state.get("passes") or []
+    if not passes or all(m["completed"] == 0 for _, _, m in passes):
+        return None
+    refused = refusal_warning(passes)
+    if refused is not None:
+        state["notice"](refused)
+    result = to_measurement(config, state["dataset"], passes, state["warmup"], run_id=state["run_id"],
+                            warnings=[] if refused is None else [refused])
+    result.details.update(interrupted=True, unfinished=[f"rate {r:g}" for r in config.rates[len(passes):]])
+    return result
 
 
 #: what a 429 from `accelkit serve` says (accelkit/serve/server), and the server flags that raise that limit
@@ -300,6 +385,8 @@ def to_measurement(config: LoadTestConfig, dataset_info: dict[str, Any],
                        for rate, records, m in passes],
             "summary_rate": rate_json(last_rate),
             "warnings": list(warnings or []),
+            "interrupted": False,  # Ctrl-C/SIGTERM: the finished passes only, ``unfinished`` naming the other rates
+            "unfinished": [],
         },
         samples=samples,
         environment=_environment(),
