@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import typer
 
 from accelkit.bench.record import StoreWriter
+from accelkit.cli.bench import SIGTERM_EXIT, _sigterm_as_interrupt
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
@@ -20,7 +22,7 @@ from accelkit.core.units import fmt_bytes
 from accelkit.monitor.config import ExporterConfig
 from accelkit.monitor.dashboard import dashboard as build_dashboard
 from accelkit.monitor.profile_workload import profile_workload
-from accelkit.monitor.profiler import ProfileConfig
+from accelkit.monitor.profiler import ProfileConfig, ProfileInterrupted
 
 #: the precisions a bench variant takes (accelkit.bench.variants.BenchPrecision)
 BenchPrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
@@ -109,6 +111,16 @@ def _memory_rows(memory: dict[str, Any]) -> list[tuple[str, str]]:
     return rows + ([("what it is", str(memory["note"]))] if memory.get("note") else [])
 
 
+def _interrupted_profile(stopped: ProfileInterrupted, received: list[str]) -> NoReturn:
+    """Say what an interrupted profile left (the partial trace, or nothing) and exit 130, or 143 for SIGTERM."""
+    how = "terminated by SIGTERM" if received else "interrupted"
+    left = (f"the partial trace of the steps recorded so far is at {stopped.trace} (no summary; open it in Perfetto)"
+            if stopped.trace is not None else "nothing was written")
+    err.print(f"{how}: not profiled to the end; {left}; nothing was stored", highlight=False, markup=False,
+              soft_wrap=True)
+    sys.exit(SIGTERM_EXIT if received else 130)
+
+
 @spec_options(ProfileConfig, into="profiler", names={"out_dir": "--out", "record_shapes": "--record-shapes/--no-record-shapes"})
 def profile_cmd(
     workload: str | None = typer.Argument(None, help="bert, resnet, llm, llm-train … (or use --module)."),
@@ -137,10 +149,16 @@ def profile_cmd(
     store = open_for_saving(save)  # before profiling: an unwritable store fails now, not after the run
     writer = StoreWriter(store)
     try:
-        with Progress("profiling", show=progress) as bar:
-            summary, measurement = profile_workload(workload or "custom", options, config, precision=precision,
-                                                    device=device, step_name=step,
-                                                    on_step=lambda text: bar.update(text, step=text))  # a phase: a line
+        stopped = None
+        with _sigterm_as_interrupt() as received, Progress("profiling", show=progress) as bar:
+            try:
+                summary, measurement = profile_workload(workload or "custom", options, config, precision=precision,
+                                                        device=device, step_name=step,
+                                                        on_step=lambda text: bar.update(text, step=text))
+            except ProfileInterrupted as exc:  # (said once the progress display is closed)
+                stopped = exc
+        if stopped is not None:
+            _interrupted_profile(stopped, received)
         result_id = writer.add(measurement)
     finally:
         if store is not None:

@@ -156,7 +156,7 @@ def _run_folder(out_dir: str) -> Path:
 def profile_step(step: Callable[[], object], config: ProfileConfig | None = None, *, device: str = "cpu") -> dict[str, Any]:
     """Profile ``step`` and return the summary (also written to ``summary.json`` beside the trace)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import ProfilerActivity
 
     config = config or ProfileConfig()
     out = _run_folder(config.out_dir)
@@ -169,6 +169,41 @@ def profile_step(step: Callable[[], object], config: ProfileConfig | None = None
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     total_steps = config.wait + config.warmup + config.steps
     t0 = time.perf_counter()
+    try:
+        prof = _run_profiled(step, config, activities, trace_path, total_steps, on_cuda)
+    except KeyboardInterrupt:
+        raise ProfileInterrupted(_left_behind(out, trace_path, remove=config.out_dir == DEFAULT_OUT_DIR)) from None
+    wall_s = time.perf_counter() - t0
+    return _summarize(prof, config, trace_path, wall_s, rss_before, device)
+
+
+class ProfileInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM turned into it) while profiling: ``trace`` is the partial trace the profiler wrote on its
+    way out (the steps recorded so far, no summary), or None — the run's own empty folder is removed. The command
+    said only "interrupted" and left a trace of tens of MB nobody was told of, or an empty folder (found in
+    review)."""
+
+    def __init__(self, trace: Path | None) -> None:
+        super().__init__()
+        self.trace = trace
+
+
+def _left_behind(out: Path, trace_path: Path, *, remove: bool) -> Path | None:
+    """The partial trace an interrupted run left, if any; otherwise the run's own folder (``remove``: one made for
+    this run under the default --out) is removed when empty."""
+    if trace_path.is_file():
+        return trace_path
+    if remove:
+        with contextlib.suppress(OSError):
+            out.rmdir()  # (only when empty)
+    return None
+
+
+def _run_profiled(step: Callable[[], object], config: ProfileConfig, activities: list[Any], trace_path: Path,
+                  total_steps: int, on_cuda: bool) -> Any:
+    import torch
+    from torch.profiler import profile, schedule
+
     with _without_kineto_chatter(), profile(
         activities=activities,
         schedule=schedule(wait=config.wait, warmup=config.warmup, active=config.steps, repeat=1),
@@ -181,7 +216,16 @@ def profile_step(step: Callable[[], object], config: ProfileConfig | None = None
             if on_cuda:
                 torch.cuda.synchronize()
             prof.step()
-    wall_s = time.perf_counter() - t0
+    return prof
+
+
+def _summarize(prof: Any, config: ProfileConfig, trace_path: Path, wall_s: float, rss_before: int,
+               device: str) -> dict[str, Any]:
+    """The summary of a finished run, written to ``summary.json`` beside its trace."""
+    import torch
+
+    on_cuda = device.startswith("cuda")
+
     averages = prof.key_averages()
     trace = json.loads(trace_path.read_text())
     summary: dict[str, Any] = {
@@ -201,5 +245,5 @@ def profile_step(step: Callable[[], object], config: ProfileConfig | None = None
         "trace": str(trace_path),
         "python": sys.version.split()[0],
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (trace_path.parent / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
