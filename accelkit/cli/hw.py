@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import typer
 
 from accelkit.bench.record import StoreWriter
-from accelkit.cli.bench import DIST_FLAGS, LOOP_PARSE, collective_timeout_option
+from accelkit.cli.bench import DIST_FLAGS, LOOP_PARSE, SIGTERM_EXIT, _sigterm_as_interrupt, collective_timeout_option
 from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import (
     JsonOption,
@@ -30,7 +31,7 @@ from accelkit.distributed.launch import DistConfig
 from accelkit.hardware import get_device, list_devices
 from accelkit.hardware.detect import detect
 from accelkit.hardware.device import resolve_device
-from accelkit.hardware.probe import ProbeConfig
+from accelkit.hardware.probe import ProbeConfig, ProbeInterrupted
 from accelkit.hardware.probe import probe as run_probe
 
 PROBE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -208,8 +209,14 @@ def probe_cmd(
         config = ProbeConfig(**probe)
     store = open_for_saving(save)  # before measuring: an unwritable store fails now, not after the probe
     try:
-        with Progress("probing", show=progress) as bar:
-            result = run_probe(config, on_step=lambda text: bar.update(text, step=text))
+        stopped = None
+        with _sigterm_as_interrupt() as received, Progress("probing", show=progress) as bar:
+            try:
+                result = run_probe(config, on_step=lambda text: bar.update(text, step=text))
+            except ProbeInterrupted as exc:  # (said once the progress display is closed)
+                stopped = exc
+        if stopped is not None:
+            _interrupted_probe(stopped, received)
         writer = StoreWriter(store)
         result_id = writer.add(result)
     finally:
@@ -270,6 +277,22 @@ def roofline_rows(d: dict[str, Any]) -> list[tuple[Any, ...]]:
             rows.append((label, sig(k.get("gbps", k.get("tflops"))), unit, sig(ref), _pct(k["fraction_of_peak"]),
                          k.get("reference") if ref else None, f"{k['stats']['cv'] * 100:.1f}%", k["stats"]["n"]))
     return rows
+
+
+def _interrupted_probe(stopped: ProbeInterrupted, received: list[str]) -> NoReturn:
+    """Print the matmul dtypes measured before the interrupt (a probe is stored whole: nothing was) and exit 130, or
+    143 for SIGTERM."""
+    how = "terminated by SIGTERM" if received else "interrupted"
+    if stopped.matmul:
+        measured = ", ".join(f"{d} {m['tflops']:.4g} TFLOP/s (matmul {m['size']}×{m['size']}, CV "
+                             f"{m['stats']['cv']:.1%})" for d, m in stopped.matmul.items())
+        left = f"measured before it on {stopped.hardware}: {measured}"
+    else:
+        left = "nothing was measured yet"
+    unfinished = ", ".join(stopped.unfinished) + (" and " if stopped.unfinished else "") + "the copy and kernel probes"
+    err.print(f"{how}: {left}; not measured: {unfinished}; nothing was stored (a probe is stored whole)",
+              highlight=False, markup=False, soft_wrap=True)
+    sys.exit(SIGTERM_EXIT if received else 130)
 
 
 def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[str, Any], save: bool, as_json: bool,

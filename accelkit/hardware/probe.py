@@ -250,6 +250,17 @@ def _probe_matmul(device: str, dtype: str, size: int, config: ProbeConfig, catal
     }, tflops
 
 
+class ProbeInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, turned into it) while the matmul dtypes were probed: ``matmul`` holds the dtypes measured
+    before it, each row complete (``unfinished`` the rest). A probe is stored whole — the planner and the report read
+    its bandwidth and kernel sections beside the matmul peaks — so these are printed, not stored; before, the command
+    said only "interrupted" and the finished dtypes were gone (found in review)."""
+
+    def __init__(self, hardware: str, matmul: dict[str, Any], unfinished: list[str]) -> None:
+        super().__init__()
+        self.hardware, self.matmul, self.unfinished = hardware, matmul, unfinished
+
+
 def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] | None = None) -> Measurement:
     """Measure matmul TFLOP/s per dtype and copy bandwidth on one device; return a Measurement."""
     import torch
@@ -271,8 +282,12 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
     _check_memory(device, size, copy_bytes)
     matmul: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
-    for dtype in dtypes:
-        matmul[dtype], samples[f"matmul_{dtype}_tflops"] = _probe_matmul(device, dtype, size, config, catalog, on_step)
+    try:
+        for dtype in dtypes:
+            matmul[dtype], samples[f"matmul_{dtype}_tflops"] = _probe_matmul(device, dtype, size, config, catalog,
+                                                                             on_step)
+    except KeyboardInterrupt:
+        raise ProbeInterrupted(hardware, matmul, [d for d in dtypes if d not in matmul]) from None
 
     if on_step:
         on_step(f"copy {copy_bytes >> 20} MiB")
