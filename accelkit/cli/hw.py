@@ -283,13 +283,13 @@ def _interrupted_probe(stopped: ProbeInterrupted, received: list[str]) -> NoRetu
     """Print the matmul dtypes measured before the interrupt (a probe is stored whole: nothing was) and exit 130, or
     143 for SIGTERM."""
     how = "terminated by SIGTERM" if received else "interrupted"
-    if stopped.matmul:
-        measured = ", ".join(f"{d} {m['tflops']:.4g} TFLOP/s (matmul {m['size']}×{m['size']}, CV "
-                             f"{m['stats']['cv']:.1%})" for d, m in stopped.matmul.items())
-        left = f"measured before it on {stopped.hardware}: {measured}"
-    else:
-        left = "nothing was measured yet"
-    unfinished = ", ".join(stopped.unfinished) + (" and " if stopped.unfinished else "") + "the copy and kernel probes"
+    figures = [f"{d} {m['tflops']:.4g} TFLOP/s (matmul {m['size']}×{m['size']}, CV {m['stats']['cv']:.1%})"
+               for d, m in stopped.matmul.items()]
+    if stopped.copy_gbps is not None:
+        figures.append(f"copy {stopped.copy_gbps:.4g} GB/s")
+    left = f"measured before it on {stopped.hardware}: {', '.join(figures)}" if figures else "nothing was measured yet"
+    *rest, last = stopped.unfinished
+    unfinished = f"{', '.join(rest)} and {last}" if rest else last
     err.print(f"{how}: {left}; not measured: {unfinished}; nothing was stored (a probe is stored whole)",
               highlight=False, markup=False, soft_wrap=True)
     sys.exit(SIGTERM_EXIT if received else 130)

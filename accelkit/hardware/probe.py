@@ -251,14 +251,15 @@ def _probe_matmul(device: str, dtype: str, size: int, config: ProbeConfig, catal
 
 
 class ProbeInterrupted(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM, turned into it) while the matmul dtypes were probed: ``matmul`` holds the dtypes measured
-    before it, each row complete (``unfinished`` the rest). A probe is stored whole — the planner and the report read
+    """Ctrl-C (or SIGTERM, turned into it) during a probe: ``matmul`` holds the dtypes measured before it, each row
+    complete, ``copy_gbps`` the copy bandwidth if it was measured, ``unfinished`` the parts that were not. A probe is stored whole — the planner and the report read
     its bandwidth and kernel sections beside the matmul peaks — so these are printed, not stored; before, the command
     said only "interrupted" and the finished dtypes were gone (found in review)."""
 
-    def __init__(self, hardware: str, matmul: dict[str, Any], unfinished: list[str]) -> None:
+    def __init__(self, hardware: str, matmul: dict[str, Any], unfinished: list[str], *,
+                 copy_gbps: float | None = None) -> None:
         super().__init__()
-        self.hardware, self.matmul, self.unfinished = hardware, matmul, unfinished
+        self.hardware, self.matmul, self.unfinished, self.copy_gbps = hardware, matmul, unfinished, copy_gbps
 
 
 def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] | None = None) -> Measurement:
@@ -282,30 +283,31 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
     _check_memory(device, size, copy_bytes)
     matmul: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
+    bandwidth: dict[str, Any] = {}
     try:
         for dtype in dtypes:
             matmul[dtype], samples[f"matmul_{dtype}_tflops"] = _probe_matmul(device, dtype, size, config, catalog,
                                                                              on_step)
-    except KeyboardInterrupt:
-        raise ProbeInterrupted(hardware, matmul, [d for d in dtypes if d not in matmul]) from None
-
-    if on_step:
-        on_step(f"copy {copy_bytes >> 20} MiB")
-    result, moved = _time_copy(device, copy_bytes, config.loop)
-    gbps = [moved / t / 1e9 for t in result.samples_s]
-    stats = summarize(gbps)
-    catalog_bw = catalog.memory_bandwidth_bytes_per_s if catalog else None
-    bandwidth = {
-        "gbps": stats.median,
-        "stats": stats.to_dict(),
-        "bytes_per_iteration": moved,
-        "catalog_gbps": catalog_bw / 1e9 if catalog_bw else None,
-        "fraction_of_peak": _fraction(stats.median * 1e9, catalog_bw),
-    }
-    samples["copy_gbps"] = gbps
-    # elementwise bandwidth and attention efficiency: the planner's other kernel classes
-    kernels, kernel_samples = probe_kernels(device, config.loop, catalog=catalog, copy_gbps=stats.median,
-                                            matmul=matmul, elementwise_bytes=copy_bytes, on_step=on_step)
+        if on_step:
+            on_step(f"copy {copy_bytes >> 20} MiB")
+        result, moved = _time_copy(device, copy_bytes, config.loop)
+        gbps = [moved / t / 1e9 for t in result.samples_s]
+        stats = summarize(gbps)
+        catalog_bw = catalog.memory_bandwidth_bytes_per_s if catalog else None
+        bandwidth = {
+            "gbps": stats.median,
+            "stats": stats.to_dict(),
+            "bytes_per_iteration": moved,
+            "catalog_gbps": catalog_bw / 1e9 if catalog_bw else None,
+            "fraction_of_peak": _fraction(stats.median * 1e9, catalog_bw),
+        }
+        samples["copy_gbps"] = gbps
+        # elementwise bandwidth and attention efficiency: the planner's other kernel classes
+        kernels, kernel_samples = probe_kernels(device, config.loop, catalog=catalog, copy_gbps=stats.median,
+                                                matmul=matmul, elementwise_bytes=copy_bytes, on_step=on_step)
+    except KeyboardInterrupt:  # the interrupt may land in any part; what finished before it is said
+        unfinished = [d for d in dtypes if d not in matmul] + ([] if bandwidth else ["the copy"]) + ["the kernel probes"]
+        raise ProbeInterrupted(hardware, matmul, unfinished, copy_gbps=bandwidth.get("gbps")) from None
     samples.update(kernel_samples)
 
     details: dict[str, Any] = {

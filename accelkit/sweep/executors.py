@@ -18,16 +18,19 @@ from accelkit.sweep.spec import SweepSpec
 
 
 def local_pool(points: list[Point], spec: SweepSpec, run_id: str, workers: int,
-           save: Callable[[], bool],
-           terminated: Callable[[], bool] = lambda: False) -> Generator[tuple[Point, dict[str, Any]], None, None]:
+               save: Callable[[], bool],
+               terminated: Callable[[], bool] = lambda: False) -> Generator[tuple[Point, dict[str, Any]], None, None]:
     """A spawn-context process pool (no fork of a process that may hold torch threads). A point is handed out when
     a worker is free, with ``save()`` as it stands then: once the store has refused a write, no point started
     later writes to it. On Ctrl-C no point is started; those running finish and are collected (a bench point
     keeps the variants it finished), then the interrupt goes on. ``terminated()`` true at the interrupt (a SIGTERM,
-    which reached only this process, where a terminal's Ctrl-C reaches the workers too): the workers get the
-    Ctrl-C, and those still running after ``STOP_GRACE_S`` are killed with their points unfinished. However it
-    ends, no worker outlives the pool (found in review: after a SIGTERM the worker ran on, re-parented to init,
-    holding the driver's stdout)."""
+    which reached only this process, where a terminal's Ctrl-C reaches the workers too): the workers running a point
+    get the Ctrl-C, and those still running after ``STOP_GRACE_S`` are killed with their points unfinished. The same
+    holds when the driver stops the generator (an interrupt that landed while it stored a point): the running
+    points are stopped as gently, never killed at once. However it ends, no worker outlives the pool (found in
+    review: after a SIGTERM the worker ran on, re-parented to init, holding the driver's stdout). An idle worker
+    ignores SIGINT — only a point is interrupted (``_interruptible``): an idle one died with a traceback and broke
+    the pool (found in review)."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
     from concurrent.futures import TimeoutError as FuturesTimeout
@@ -35,11 +38,22 @@ def local_pool(points: list[Point], spec: SweepSpec, run_id: str, workers: int,
 
     todo = iter(points)
     running: dict[Future[dict[str, Any]], Point] = {}
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_sigint)
+    signalled = [False]
 
     def start() -> None:
         for p in itertools.islice(todo, workers - len(running)):
-            running[pool.submit(run_point, p.to_dict(), spec.to_dict(), run_id, save())] = p
+            running[pool.submit(_interruptible, p.to_dict(), spec.to_dict(), run_id, save())] = p
+
+    def stop_running() -> float | None:
+        """Pass a SIGTERM's interrupt on to the workers once; the seconds to wait for them (None: until done)."""
+        if not terminated():
+            return None
+        if not signalled[0]:
+            signalled[0] = True
+            _signal_workers(pool, signal.SIGINT)
+        return STOP_GRACE_S
 
     try:
         start()
@@ -50,10 +64,7 @@ def local_pool(points: list[Point], spec: SweepSpec, run_id: str, workers: int,
                 yield point, _outcome(future)  # collected (and stored) before the next point starts
             start()
     except KeyboardInterrupt:
-        grace = None
-        if terminated():
-            _signal_workers(pool, signal.SIGINT)
-            grace = STOP_GRACE_S
+        grace = stop_running()
         try:
             for future in as_completed(running, timeout=grace):
                 # a point Ctrl-C stopped is unfinished; so is one whose worker the passed-on Ctrl-C ended outright
@@ -63,14 +74,33 @@ def local_pool(points: list[Point], spec: SweepSpec, run_id: str, workers: int,
             pass
         raise
     finally:
+        pending = [future for future in running if not future.done()]
+        if pending:  # the generator was closed mid-run (GeneratorExit), or the grace ran out
+            wait(pending, timeout=stop_running())
         if any(not future.done() for future in running):  # a point that did not stop: shutdown would wait on it
             _signal_workers(pool, signal.SIGKILL)
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-#: seconds the workers get, after a SIGTERM to the sweep, to stop their points as on Ctrl-C before they are killed
-#: (a scheduler's SIGKILL follows its SIGTERM after a grace of its own, commonly 30 s)
-STOP_GRACE_S = 10.0
+#: seconds the workers get, after a SIGTERM to the sweep, to stop their points as on Ctrl-C before they are killed:
+#: more than a distributed point's own launcher takes to stop torchrun and its ranks (``launch.STOP_GRACE_S``), so a
+#: worker is not killed in the middle of that (a scheduler's SIGKILL follows its SIGTERM after a grace of its own,
+#: commonly 30 s)
+STOP_GRACE_S = 20.0
+
+
+def _ignore_sigint() -> None:
+    """A pool worker's start: SIGINT ignored while it waits for a point (``_interruptible`` takes it for a point)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _interruptible(*args: Any) -> dict[str, Any]:
+    """``run_point(*args)`` with Ctrl-C raising KeyboardInterrupt in it, as in any process; ignored again after."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return run_point(*args)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _signal_workers(pool: Any, signum: int) -> None:

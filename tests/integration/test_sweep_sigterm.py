@@ -92,3 +92,31 @@ def test_sigterm_stops_a_sweep_with_its_summary_and_leaves_no_worker(_isolated_h
         rows = store.query()
     assert [(r.id, r.result.kind) for r in rows] == [(1, "sweep")]
     assert rows[0].result.name == "sweep held: 2 points, 0 failed, 2 not run (interrupted)"
+
+
+def test_a_pool_worker_takes_ctrl_c_only_while_it_runs_a_point():
+    """An idle worker, blocked waiting for a point, ignores SIGINT: the SIGINT a SIGTERM is passed on as (and a
+    terminal's Ctrl-C) killed it with a traceback on the user's terminal and broke the pool (found in review); a
+    worker running a point gets KeyboardInterrupt there, as any process does."""
+    from accelkit.sweep import executors
+
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+    try:
+        executors._ignore_sigint()  # the pool's initializer
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+        def point(*args):
+            seen.append(signal.getsignal(signal.SIGINT))
+            return {"status": "ok"}
+
+        real = executors.run_point
+        executors.run_point = point
+        try:
+            assert executors._interruptible({}, {}, "run", True) == {"status": "ok"}
+        finally:
+            executors.run_point = real
+        assert seen == [signal.default_int_handler]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # idle again
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -22,7 +22,7 @@ def test_an_interrupt_prints_the_dtypes_measured_before_it(capsys, monkeypatch):
     assert code == 130 and out == "", err
     line = err.strip().splitlines()[-1]
     assert re.fullmatch(r"interrupted: measured before it on .+: fp32 [\d.e+-]+ TFLOP/s \(matmul 64×64, CV [\d.]+%\); "
-                        r"not measured: bf16 and the copy and kernel probes; nothing was stored \(a probe is stored "
+                        r"not measured: bf16, the copy and the kernel probes; nothing was stored \(a probe is stored "
                         r"whole\)", line), line
 
 
@@ -34,4 +34,19 @@ def test_an_interrupt_before_any_dtype_says_nothing_was_measured(capsys, monkeyp
     code, _, err = main_in_process(capsys, "hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32",
                                    "--no-save")
     assert code == 130
-    assert err.strip().splitlines()[-1].startswith("interrupted: nothing was measured yet; not measured: fp32 and")
+    assert err.strip().splitlines()[-1].startswith("interrupted: nothing was measured yet; not measured: fp32, the copy and")
+
+
+def test_an_interrupt_in_the_kernel_probes_keeps_the_matmul_and_copy_figures(capsys, monkeypatch):
+    """The copy and kernel probes take about half a run: an interrupt there said only "interrupted" too."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(probe_module, "probe_kernels", interrupted)
+    code, _, err = main_in_process(capsys, "hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32",
+                                   "--size", "64", "--copy-size", "1MiB", "--min-time", "0.05", "--no-save")
+    assert code == 130
+    line = err.strip().splitlines()[-1]
+    assert re.fullmatch(r"interrupted: measured before it on .+: fp32 [\d.e+-]+ TFLOP/s \(matmul 64×64, CV [\d.]+%\), "
+                        r"copy [\d.e+-]+ GB/s; not measured: the kernel probes; nothing was stored \(a probe is stored "
+                        r"whole\)", line), line
