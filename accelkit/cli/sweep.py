@@ -103,8 +103,9 @@ def sweep_cmd(
     emit(data, as_json, render)
     if run.interrupted:
         by_term = "SIGTERM" in received
-        err.print(f"{'terminated by SIGTERM' if by_term else 'interrupted'}: kept {len(run.points)} finished point(s) in the store (summary result "
-                  f"{run.summary_id}); not finished: {unfinished}", highlight=False, markup=False, soft_wrap=True)
+        err.print(f"{'terminated by SIGTERM' if by_term else 'interrupted'}: kept {len(run.points)} finished point(s) "
+                  f"in the store (summary result {run.summary_id}); not finished: {unfinished}", highlight=False,
+                  markup=False, soft_wrap=True)
         sys.exit(SIGTERM_EXIT if by_term else 130)
     if run.points and len(run.failed) == len(run.points):
         raise typer.Exit(1)

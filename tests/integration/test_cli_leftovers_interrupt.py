@@ -48,8 +48,9 @@ def test_ctrl_c_in_a_loadtest_says_nothing_was_stored(_isolated_home):
         assert store.count() == 0  # what the line says
 
 
-def test_ctrl_c_in_a_command_that_keeps_nothing_says_only_interrupted():
-    """`hw probe` stores its one row at the end: main's line claims nothing about the store."""
+def test_ctrl_c_in_hw_probe_says_what_it_measured_and_that_nothing_was_stored():
+    """`hw probe` stores its one row at the end (whole): its line says what was measured before the interrupt and
+    that nothing was stored — nothing about a store it did not write."""
     proc = accelkit_popen("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32", "--no-save", "--progress")
     lines: list[str] = []
 
@@ -60,7 +61,9 @@ def test_ctrl_c_in_a_command_that_keeps_nothing_says_only_interrupted():
     stdout, stderr = _interrupt(proc, probing)
     assert proc.returncode == 130, "".join(lines) + stderr
     assert stdout == "" and "Traceback" not in stderr
-    assert stderr.strip().splitlines()[-1] == "error: interrupted", stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted: ") and "not measured: " in last, stderr
+    assert last.endswith("; nothing was stored (a probe is stored whole)"), stderr
 
 
 def test_a_sweep_whose_every_point_failed_exits_1(tmp_path: Path):
