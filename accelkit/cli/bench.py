@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from typer.core import TyperCommand
@@ -342,6 +342,14 @@ def _sigterm_as_interrupt() -> Iterator[list[str]]:
 SIGTERM_EXIT = 128 + signal.SIGTERM
 
 
+def exit_stopped(by_sigterm: bool, what: str) -> NoReturn:
+    """The last line of a command a signal stopped, ``interrupted: WHAT`` (Ctrl-C, exit 130) or ``terminated by
+    SIGTERM: WHAT`` (exit 143), and that exit: what it kept and what it did not."""
+    err.print(f"{'terminated by SIGTERM' if by_sigterm else 'interrupted'}: {what}", highlight=False, markup=False,
+              soft_wrap=True)
+    sys.exit(SIGTERM_EXIT if by_sigterm else 130)
+
+
 def _dist_config(dist: dict[str, Any] | None) -> Any:
     """The torchrun layout when any distributed flag differs from one process (else None)."""
     if dist is None:
@@ -427,10 +435,9 @@ def _exit_status(result: Any, data: dict[str, Any], runs: list[Any], received: l
         finished = sum(len({v.name for v in r.variants}) for r in runs)
         by_term = "SIGTERM" in (received or []) or any(getattr(r, "stopped_by", None) == "SIGTERM" for r in runs) \
             or getattr(result, "stopped_by", None) == "SIGTERM"
-        err.print(f"{'terminated by SIGTERM' if by_term else 'interrupted'}: kept {finished} finished variant(s) in "
-                  f"the store (result ids {', '.join(map(str, data['result_ids'])) or 'none'}); not finished: "
-                  f"{_unfinished(runs, suite='suite' in data)}", highlight=False, markup=False, soft_wrap=True)
-        sys.exit(SIGTERM_EXIT if by_term else 130)
+        exit_stopped(by_term, f"kept {finished} finished variant(s) in the store (result ids "
+                              f"{', '.join(map(str, data['result_ids'])) or 'none'}); not finished: "
+                              f"{_unfinished(runs, suite='suite' in data)}")
     failed = [f"{f.name} ({f.phase})" for r in runs for f in r.failed] + [f["key"] for f in data.get("failed", [])
                                                                           if isinstance(f, dict) and "key" in f]
     if failed:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any, NoReturn
 
 import typer
 
 from accelkit.bench.record import StoreWriter
-from accelkit.cli.bench import DIST_FLAGS, LOOP_PARSE, SIGTERM_EXIT, _sigterm_as_interrupt, collective_timeout_option
+from accelkit.cli.bench import DIST_FLAGS, LOOP_PARSE, _sigterm_as_interrupt, collective_timeout_option, exit_stopped
 from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import (
     JsonOption,
@@ -282,7 +281,6 @@ def roofline_rows(d: dict[str, Any]) -> list[tuple[Any, ...]]:
 def _interrupted_probe(stopped: ProbeInterrupted, received: list[str]) -> NoReturn:
     """Print the matmul dtypes measured before the interrupt (a probe is stored whole: nothing was) and exit 130, or
     143 for SIGTERM."""
-    how = "terminated by SIGTERM" if received else "interrupted"
     figures = [f"{d} {m['tflops']:.4g} TFLOP/s (matmul {m['size']}×{m['size']}, CV {m['stats']['cv']:.1%})"
                for d, m in stopped.matmul.items()]
     if stopped.copy_gbps is not None:
@@ -290,9 +288,7 @@ def _interrupted_probe(stopped: ProbeInterrupted, received: list[str]) -> NoRetu
     left = f"measured before it on {stopped.hardware}: {', '.join(figures)}" if figures else "nothing was measured yet"
     *rest, last = stopped.unfinished
     unfinished = f"{', '.join(rest)} and {last}" if rest else last
-    err.print(f"{how}: {left}; not measured: {unfinished}; nothing was stored (a probe is stored whole)",
-              highlight=False, markup=False, soft_wrap=True)
-    sys.exit(SIGTERM_EXIT if received else 130)
+    exit_stopped(bool(received), f"{left}; not measured: {unfinished}; nothing was stored (a probe is stored whole)")
 
 
 def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[str, Any], save: bool, as_json: bool,

@@ -3,8 +3,6 @@ Thin: parse flags → ``accelkit.loadtest.run_loadtest`` → render (and store).
 
 from __future__ import annotations
 
-import signal
-import sys
 from typing import Any, NoReturn
 
 import typer
@@ -131,7 +129,7 @@ def loadtest_cmd(
 def _measure(config: LoadTestConfig, progress: bool | None, notice: Any, *, save: bool) -> tuple[Any, list[str]]:
     """The run, and the signal that stopped it (``["SIGTERM"]``; empty for Ctrl-C or none). An interrupt after a pass
     finished returns the finished passes (``details.interrupted``); before any, it exits 130 (143 for SIGTERM)."""
-    from accelkit.cli.bench import _sigterm_as_interrupt  # lazy, as the command's other heavy imports
+    from accelkit.cli.bench import _sigterm_as_interrupt, exit_stopped  # lazy, as the command's other heavy imports
     from accelkit.loadtest.runner import LoadTestInterrupted, run_loadtest  # lazy: the runner imports httpx
 
     with _sigterm_as_interrupt() as received:  # SIGTERM stops it as Ctrl-C does, instead of silently
@@ -142,27 +140,18 @@ def _measure(config: LoadTestConfig, progress: bool | None, notice: Any, *, save
         except LoadTestInterrupted as exc:
             return exc.result, list(received)
         except KeyboardInterrupt:  # no pass finished: nothing to keep
-            err.print(f"{_stopped_by(received)}: the load test did not finish; nothing was stored"
-                      + ("" if save else " (--no-save)"), highlight=False, markup=False, soft_wrap=True)
-            sys.exit(_status(received))
+            exit_stopped("SIGTERM" in received,
+                         "the load test did not finish; nothing was stored" + ("" if save else " (--no-save)"))
     return result, list(received)
-
-
-def _stopped_by(received: list[str]) -> str:
-    return "terminated by SIGTERM" if "SIGTERM" in received else "interrupted"
-
-
-def _status(received: list[str]) -> int:
-    return 128 + signal.SIGTERM if "SIGTERM" in received else 130
 
 
 def _exit_interrupted(result: Any, result_id: int | None, received: list[str], *, save: bool) -> NoReturn:
     """After the document: what an interrupt kept (the finished passes) and what it did not, exit 130 (143)."""
+    from accelkit.cli.bench import exit_stopped
     kept = ", ".join(f"rate {_rate(p['rate'])}" for p in result.details["passes"])
     where = f"result {result_id}" if result_id is not None else "not stored: --no-save" if not save else "not stored"
-    err.print(f"{_stopped_by(received)}: kept the finished pass(es) {kept} ({where}); not finished: "
-              f"{', '.join(result.details['unfinished'])}", highlight=False, markup=False, soft_wrap=True)
-    sys.exit(_status(received))
+    exit_stopped("SIGTERM" in received, f"kept the finished pass(es) {kept} ({where}); not finished: "
+                                        f"{', '.join(result.details['unfinished'])}")
 
 
 def _ms(value: float | None) -> str | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -12,7 +11,7 @@ from typing import Any, Literal, NoReturn
 import typer
 
 from accelkit.bench.record import StoreWriter
-from accelkit.cli.bench import SIGTERM_EXIT, _sigterm_as_interrupt
+from accelkit.cli.bench import _sigterm_as_interrupt, exit_stopped
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
@@ -113,12 +112,9 @@ def _memory_rows(memory: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _interrupted_profile(stopped: ProfileInterrupted, received: list[str]) -> NoReturn:
     """Say what an interrupted profile left (the partial trace, or nothing) and exit 130, or 143 for SIGTERM."""
-    how = "terminated by SIGTERM" if received else "interrupted"
     left = (f"the partial trace of the steps recorded so far is at {stopped.trace} (no summary; open it in Perfetto)"
             if stopped.trace is not None else "nothing was written")
-    err.print(f"{how}: not profiled to the end; {left}; nothing was stored", highlight=False, markup=False,
-              soft_wrap=True)
-    sys.exit(SIGTERM_EXIT if received else 130)
+    exit_stopped(bool(received), f"not profiled to the end; {left}; nothing was stored")
 
 
 @spec_options(ProfileConfig, into="profiler", names={"out_dir": "--out", "record_shapes": "--record-shapes/--no-record-shapes"})

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from accelkit.cli.bench import SIGTERM_EXIT, _sigterm_as_interrupt
+from accelkit.cli.bench import _sigterm_as_interrupt, exit_stopped
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
@@ -102,11 +101,8 @@ def sweep_cmd(
 
     emit(data, as_json, render)
     if run.interrupted:
-        by_term = "SIGTERM" in received
-        err.print(f"{'terminated by SIGTERM' if by_term else 'interrupted'}: kept {len(run.points)} finished point(s) "
-                  f"in the store (summary result {run.summary_id}); not finished: {unfinished}", highlight=False,
-                  markup=False, soft_wrap=True)
-        sys.exit(SIGTERM_EXIT if by_term else 130)
+        exit_stopped("SIGTERM" in received, f"kept {len(run.points)} finished point(s) in the store (summary "
+                                            f"result {run.summary_id}); not finished: {unfinished}")
     if run.points and len(run.failed) == len(run.points):
         raise typer.Exit(1)
 

@@ -4,7 +4,6 @@ workload's own config (a flag it does not take is a usage error that lists the o
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any
 
 import typer
@@ -15,9 +14,9 @@ from accelkit.cli.bench import (
     DIST_FLAGS,
     LOOP_FLAGS,
     LOOP_PARSE,
-    SIGTERM_EXIT,
     _sigterm_as_interrupt,
     collective_timeout_option,
+    exit_stopped,
 )
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
@@ -198,11 +197,8 @@ def tune_cmd(
 
     emit(data, as_json, render)
     if result.interrupted:
-        by_term = "SIGTERM" in received or result.stopped_by == "SIGTERM"
-        err.print(f"{'terminated by SIGTERM' if by_term else 'interrupted'}: stored "
-                  f"{', '.join(_stored(result)) or 'nothing'}; not finished: {unfinished}",
-                  highlight=False, markup=False, soft_wrap=True)
-        sys.exit(SIGTERM_EXIT if by_term else 130)
+        exit_stopped("SIGTERM" in received or result.stopped_by == "SIGTERM",
+                     f"stored {', '.join(_stored(result)) or 'nothing'}; not finished: {unfinished}")
 
 
 def _vs_baseline(t: Any) -> str | None:
