@@ -13,6 +13,7 @@ import openai
 import pytest
 import torch
 
+from accelkit.serve.server.logprobs import _byte_level_table
 from accelkit.serve.testing import hf_model, save_tiny_model
 from tests.integration.serve_server_util import running_server
 
@@ -21,12 +22,9 @@ EURO = "€".encode()  # b"\xe2\x82\xac"
 
 
 def byte_level_table() -> dict[int, str]:
-    """GPT-2's bytes_to_unicode: the character a byte-level BPE piece uses for each byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {b: chr(b) for b in printable}
-    for n, b in enumerate(b for b in range(256) if b not in table):
-        table[b] = chr(256 + n)
-    return table
+    """GPT-2's bytes_to_unicode, byte → the character a byte-level BPE piece uses for it: the server's own table
+    inverted (the ``tokenizers`` ByteLevel decoder built from it checks it)."""
+    return {b: c for c, b in _byte_level_table().items()}
 
 
 def euro_splitting_tokenizer():

@@ -9,19 +9,29 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
-class InterruptedOnItsFifthCall(torch.nn.Module):
-    """A real Linear; its fifth call raises KeyboardInterrupt, as Ctrl-C does in the middle of a measurement."""
+class CountingLinear(torch.nn.Module):
+    """A real Linear that counts its calls, and calls ``on_call(n)`` before the n-th computes."""
 
     def __init__(self):
         super().__init__()
         self.linear = torch.nn.Linear(8, 4)
         self.calls = 0
 
+    def on_call(self, n: int) -> None:
+        pass
+
     def forward(self, x):
         self.calls += 1
-        if self.calls == 5:
-            raise KeyboardInterrupt
+        self.on_call(self.calls)
         return self.linear(x)
+
+
+class InterruptedOnItsFifthCall(CountingLinear):
+    """Its fifth call raises KeyboardInterrupt, as Ctrl-C does in the middle of a measurement."""
+
+    def on_call(self, n: int) -> None:
+        if n == 5:
+            raise KeyboardInterrupt
 
 
 def make_interrupted():

@@ -17,6 +17,7 @@ import pytest
 
 from accelkit.results import ResultStore
 from tests.conftest import REPO
+from tests.integration.test_sweep_point_interrupt import CountingLinear
 
 torch = pytest.importorskip("torch")
 
@@ -25,21 +26,14 @@ HELD = "tests.integration.test_sweep_sigterm:make_held"
 MARK = "ACCELKIT_TEST_HELD_MARK"
 
 
-class Held(torch.nn.Module):
-    """A real Linear that sleeps in each call (a busy worker at almost no CPU) and, once it is being measured,
-    touches the file ``$ACCELKIT_TEST_HELD_MARK`` names."""
+class Held(CountingLinear):
+    """Sleeps in each call (a busy worker at almost no CPU) and, once it is being measured, touches the file
+    ``$ACCELKIT_TEST_HELD_MARK`` names."""
 
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(8, 4)
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        if self.calls == 4:
+    def on_call(self, n: int) -> None:
+        if n == 4:
             Path(os.environ[MARK]).touch()
         time.sleep(0.02)
-        return self.linear(x)
 
 
 def make_held():

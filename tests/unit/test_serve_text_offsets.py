@@ -3,18 +3,15 @@ built here: the 256 bytes, a piece ``Ġc`` (a space and ``c``) and a piece holdi
 
 import pytest
 
-from accelkit.serve.server.logprobs import LogprobFormatter
+from accelkit.serve.server.logprobs import LogprobFormatter, _byte_level_table
 
 SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
 
 
 def byte_level_table() -> dict[int, str]:
-    """GPT-2's bytes_to_unicode: the character a byte-level BPE piece uses for each byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {b: chr(b) for b in printable}
-    for n, b in enumerate(b for b in range(256) if b not in table):
-        table[b] = chr(256 + n)
-    return table
+    """GPT-2's bytes_to_unicode, byte → the character a byte-level BPE piece uses for it: the server's own table
+    inverted (the ``tokenizers`` ByteLevel decoder built from it checks it)."""
+    return {b: c for c, b in _byte_level_table().items()}
 
 
 TABLE = byte_level_table()
