@@ -147,7 +147,7 @@ def _measure(config: LoadTestConfig, progress: bool | None, notice: Any, *, save
 
 def _exit_interrupted(result: Any, result_id: int | None, received: list[str], *, save: bool) -> NoReturn:
     """After the document: what an interrupt kept (the finished passes) and what it did not, exit 130 (143)."""
-    from accelkit.cli.bench import exit_stopped
+    from accelkit.cli.bench import exit_stopped  # lazy, as the command's other heavy imports
     kept = ", ".join(f"rate {_rate(p['rate'])}" for p in result.details["passes"])
     where = f"result {result_id}" if result_id is not None else "not stored: --no-save" if not save else "not stored"
     exit_stopped("SIGTERM" in received, f"kept the finished pass(es) {kept} ({where}); not finished: "
