@@ -25,7 +25,7 @@ from accelkit.cli.output import (
 from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unstored
 from accelkit.core import DeviceSpec, UserError
-from accelkit.core.units import parse_size
+from accelkit.core.units import and_list, parse_size
 from accelkit.distributed.launch import DistConfig
 from accelkit.hardware import get_device, list_devices
 from accelkit.hardware.detect import detect
@@ -286,9 +286,7 @@ def _interrupted_probe(stopped: ProbeInterrupted, received: list[str]) -> NoRetu
     if stopped.copy_gbps is not None:
         figures.append(f"copy {stopped.copy_gbps:.4g} GB/s")
     left = f"measured before it on {stopped.hardware}: {', '.join(figures)}" if figures else "nothing was measured yet"
-    *rest, last = stopped.unfinished
-    unfinished = f"{', '.join(rest)} and {last}" if rest else last
-    exit_stopped(bool(received), f"{left}; not measured: {unfinished}; nothing was stored (a probe is stored whole)")
+    exit_stopped(bool(received), f"{left}; not measured: {and_list(stopped.unfinished)}; nothing was stored (a probe is stored whole)")
 
 
 def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[str, Any], save: bool, as_json: bool,

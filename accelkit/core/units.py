@@ -61,3 +61,8 @@ def fmt_ratio(ratio: float) -> str:
     """A ratio such as measured ÷ predicted: 2 decimals, or 2 significant figures below 0.1 — a tiny model on a CPU
     runs at 0.00029 of the planner's figure, and '0.00' read as 'measured nothing' (found in review)."""
     return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
+
+
+def and_list(items: list[str]) -> str:
+    """``['a', 'b', 'c']`` as ``'a, b and c'`` (one item as itself)."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -17,6 +17,7 @@ from dataclasses import fields
 from typing import Any
 
 from accelkit.core import Cluster, DeviceSpec, UserError, Workload
+from accelkit.core.units import and_list
 from accelkit.plan.context import DEFAULT_STEP_TOKENS, PlanContext, make_context
 from accelkit.plan.evaluate import Candidate, evaluate, infer_memory, required_bytes, train_memory
 from accelkit.plan.layout import (
@@ -176,11 +177,7 @@ def _constraints(ctx: PlanContext) -> str:
         parts.append(f"reaches --target-tokens-per-s {o.target_tokens_per_s:,.0f}")
     if o.max_decode_latency_s is not None and ctx.workload.task != "train":
         parts.append(f"decodes within --max-decode-latency-s {o.max_decode_latency_s:g}")
-    return _and(parts[1:]) if len(parts) > 1 else parts[0]
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    return and_list(parts[1:]) if len(parts) > 1 else parts[0]
 
 
 def _fits_memory(ctx: PlanContext, layout: Layout, batch: int | None) -> bool:
