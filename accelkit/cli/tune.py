@@ -3,13 +3,12 @@ workload's own config (a flag it does not take is a usage error that lists the o
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import typer
 
 from accelkit.bench.runner import Reporter
-from accelkit.bench.workloads import get_workload, make_workload
+from accelkit.bench.workloads import config_fields, make_workload
 from accelkit.cli.bench import (
     DIST_FLAGS,
     LOOP_FLAGS,
@@ -38,7 +37,7 @@ def _memory_budget(text: str) -> int:
 
 def _workload_flags(name: str, flags: dict[str, Any]) -> dict[str, Any]:
     """The given workload flags, checked against the fields of that workload's config."""
-    fields = {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
+    fields = config_fields(name)
     given = {k: v for k, v in flags.items() if v is not None}
     unknown = sorted(set(given) - fields)
     if unknown:

@@ -2,35 +2,30 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from accelkit.bench.runner import Reporter, identify, plan_variants
 from accelkit.bench.variants import Variant
-from accelkit.bench.workloads import WORKLOADS, get_workload, make_workload
+from accelkit.bench.workloads import WORKLOADS, config_fields, make_workload
 from accelkit.core import AccelkitError, Measurement, UserError
 from accelkit.hardware.detect import environment
 from accelkit.hardware.device import resolve_device
 from accelkit.monitor.profiler import ProfileConfig, profile_step
 
 
-def _fields(name: str) -> set[str]:
-    return {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
-
-
 def _workload_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """The flags given, checked against the workload's config: one it does not take is refused in `bench`'s words,
     naming the workloads that take it (they were dropped silently, found in review: `profile resnet --seq-len 4096`
     profiled the default image size)."""
-    fields = _fields(name)
+    fields = config_fields(name)
     given = {k: v for k, v in options.items() if v is not None}
     for key in given:
         if key not in fields:
             def command(workload: str) -> str:
                 return "`profile --module`" if workload == "custom" else f"`profile {workload}`"
 
-            takers = [command(w) for w in WORKLOADS if key in _fields(w)]
+            takers = [command(w) for w in WORKLOADS if key in config_fields(w)]
             raise UserError(f"--{key.replace('_', '-')} does not apply to {command(name)}"
                             + (f"; it applies to {', '.join(takers)}" if takers else ""))
     return given

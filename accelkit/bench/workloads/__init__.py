@@ -3,6 +3,7 @@ module with a config and a BenchWorkload subclass, and a line here."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
@@ -28,6 +29,11 @@ def get_workload(name: str) -> type[BenchWorkload]:
     return WORKLOADS[name]
 
 
+def config_fields(name: str) -> set[str]:
+    """The field names of a workload's config: the workload flags it takes (``--seq-len`` is ``seq_len``)."""
+    return {f.name for f in dataclasses.fields(get_workload(name).config_cls)}  # type: ignore[arg-type]
+
+
 def make_workload(name: str, config: Spec | dict[str, Any] | None = None) -> BenchWorkload:
     """``make_workload("bert", {"size": "tiny"})`` — the config as a Spec or a dict of its fields."""
     cls = get_workload(name)
@@ -37,7 +43,18 @@ def make_workload(name: str, config: Spec | dict[str, Any] | None = None) -> Ben
 
 
 __all__ = [
-    "WORKLOADS", "BenchWorkload", "BertConfig", "CustomConfig", "DataLoaderConfig", "DiffusionConfig", "LLMConfig",
+    "WORKLOADS",
+    "BenchWorkload",
+    "BertConfig",
+    "CustomConfig",
+    "DataLoaderConfig",
+    "DiffusionConfig",
+    "LLMConfig",
     "LLMTrainConfig",
-    "Prepared", "ResNetConfig", "Step", "get_workload", "make_workload",
+    "Prepared",
+    "ResNetConfig",
+    "Step",
+    "config_fields",
+    "get_workload",
+    "make_workload",
 ]
