@@ -166,8 +166,8 @@ def test_tokenization_runs_off_the_event_loop(server, monkeypatch):
     monkeypatch.setattr(tokenizer, "encode", encode)
     order = []
 
-    def slow():
-        _greedy(url, "w77 w78")
+    def slow():  # (longer than INLINE_PROMPT_LEN: a short prompt is tokenized on the event loop, in microseconds)
+        _greedy(url, "w77 w78 " + "w5 " * 400)
         order.append("slow")
 
     thread = threading.Thread(target=slow)

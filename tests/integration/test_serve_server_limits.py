@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from accelkit.serve.server import connections, lifecycle, protocol
+from accelkit.serve.server.serving_engine import INLINE_BODY_BYTES
 from accelkit.serve.testing import save_tiny_model
 from tests.integration.serve_server_util import running_server
 
@@ -48,7 +49,8 @@ def _read_all(sock: socket.socket) -> bytes:
     return data
 
 
-def test_bodies_are_parsed_and_validated_off_the_event_loop(server, monkeypatch):
+def test_large_bodies_are_parsed_and_validated_off_the_event_loop(server, monkeypatch):
+    """(A body of at most INLINE_BODY_BYTES is parsed on the event loop: test_serve_request_path.)"""
     url, _ = server
     seen = []
     loads, ignored = json.loads, protocol._Body.ignored_fields
@@ -74,7 +76,8 @@ def test_bodies_are_parsed_and_validated_off_the_event_loop(server, monkeypatch)
     monkeypatch.setattr(protocol._Body, "ignored_fields", spy_ignored)
     for path, body in (("/v1/completions", {"prompt": "w5", "max_tokens": 1}),
                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "w5"}], "max_tokens": 1})):
-        resp = httpx.post(f"{url}{path}", json={**body, "marker-field": [{"a": 1}]}, timeout=30)
+        resp = httpx.post(f"{url}{path}", json={**body, "marker-field": [{"a": 1}], "padding": "x" * INLINE_BODY_BYTES},
+                          timeout=30)
         assert resp.status_code == 200, resp.text
     assert {name for name, _ in seen} == {"json.loads", "ignored_fields"}
     assert not any(loop for _, loop in seen), seen

@@ -4,10 +4,11 @@ class (``serving_*.py``) that answers without HTTP.
 Routes: GET /v1/models (and /v1/models/{id}) · POST /v1/completions · POST /v1/chat/completions (streaming by
 SSE, with ``stream_options.include_usage``) · POST /tokenize · POST /detokenize (vLLM's) · GET /health · GET /ping ·
 GET /metrics · GET /version. The engine runs on its own thread; each request gets an asyncio queue that the engine
-thread feeds through the event loop's ``Mailbox`` (one ``call_soon_threadsafe`` per engine step, not per output).
-Tokenization and chat templating run in worker threads, never on the event loop. A client that disconnects
-— streaming or not — aborts its request, which frees its KV blocks. A request that fails inside the engine
-gets a 500 naming the error; the engine and every other request go on.
+thread feeds through the event loop's ``Mailbox`` (one ``call_soon_threadsafe`` per engine step, not per output;
+a response that is not streamed gets only its finished output). Parsing, tokenization and chat templating run in
+worker threads when their input is large, on the event loop when it is small (``serving_engine``). A client that
+disconnects — streaming or not — aborts its request, which frees its KV blocks. A request that fails inside the
+engine gets a 500 naming the error; the engine and every other request go on.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ _BODIES = (CompletionRequest, ChatCompletionRequest, TokenizeRequest, Detokenize
 
 def _request_body(cls: type[Any]) -> dict[str, Any]:
     """The OpenAPI request body FastAPI writes for a typed body parameter. The routes take the raw request instead
-    (its body parsed and validated in a worker thread), so they declare it; ``_with_body_schemas`` adds the models."""
+    (its body parsed and validated by parse_body), so they declare it; ``_with_body_schemas`` adds the models."""
     return {"requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": f"#/components/schemas/{cls.__name__}"}}}}}
 

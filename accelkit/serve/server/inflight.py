@@ -26,10 +26,14 @@ class InFlight:
     entered ``len(seqs)`` into admission, and ``cleanup`` (or a failed submission) leaves it."""
 
     def __init__(self, state: ServingState, seqs: list[tuple[list[int], SamplingParams]], *, base_id: str,
-                 priority: int, per_prompt: int, n: int, fields: frozenset[str]) -> None:
+                 priority: int, per_prompt: int, n: int, fields: frozenset[str], final_only: bool = False) -> None:
         """``per_prompt``: engine requests per prompt (best_of, else n); ``fields``: the body's field names (an
-        engine refusal that names one of them is a 400 with that param)."""
+        engine refusal that names one of them is a 400 with that param); ``final_only``: only each engine
+        request's finished output is brought to the event loop (vLLM's FINAL_ONLY: a response that is not streamed
+        is built from the last outputs alone, and the loop is not woken for the others — a 2,000-token answer
+        would wake it 2,000 times)."""
         self.state, self.num_seqs, self.per_prompt, self.n = state, len(seqs), per_prompt, n
+        self.final_only = final_only
         self.request_ids = [f"{base_id}-{i}" for i in range(len(seqs))]
         self.finished: set[str] = set()
         self._cleaned_up = False
@@ -50,14 +54,16 @@ class InFlight:
             raise APIError(400, str(exc), param=field if field in fields else None) from exc
 
     def _sink(self, index: int) -> Callable[[RequestOutput | BaseException], None]:
-        state, mailbox, queue = self.state, self._mailbox, self._queue
+        state, mailbox, queue, final_only = self.state, self._mailbox, self._queue, self.final_only
 
         def deliver(item: RequestOutput | BaseException) -> None:  # on the engine thread
             if isinstance(item, RequestOutput):
                 try:
-                    state.bridge.on_output(item)
+                    state.bridge.on_output(item)  # (every output: time to first token, inter-token latency)
                 except Exception as exc:  # metrics must not cost the request
                     log.warning("metrics for request %s failed: %s", item.request_id, exc)
+                if final_only and not item.finished:
+                    return
             else:  # the engine loop died: no finished output will come for this request
                 state.bridge.forget(self.request_ids[index])
             mailbox.put(queue, (index, item))  # one event-loop wake-up per engine step, not per output

@@ -1,6 +1,7 @@
 """From a request to the token ids the engine runs: the chat template, tokenization, and the context's limits.
 
-Everything here runs in worker threads (tokenizing and templating can take milliseconds), never on the event loop.
+Everything here runs in a worker thread when its input is large (tokenizing and templating can take milliseconds),
+on the event loop when it is small (``serving_engine.off_loop_unless``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class ContextLengthExceeded(ValueError):
 def prompt_token_ids(engine: LLMEngine, prompt: str | list[int], *, add_special_tokens: bool = True,
                      truncate_prompt_tokens: int | None = None) -> tuple[list[int], bool]:
     """Tokenize and validate one prompt (ValueError naming the problem; ContextLengthExceeded when it does not fit):
-    its token ids, and whether ``truncate_prompt_tokens`` (k >= 1: keep the last k) cut it. Runs in a worker thread.
+    its token ids, and whether ``truncate_prompt_tokens`` (k >= 1: keep the last k) cut it.
     A rendered chat template already holds its special tokens (BOS): it is tokenized with
     ``add_special_tokens=False``, as ``apply_chat_template(tokenize=True)`` does."""
     limit = engine.max_model_len

@@ -68,6 +68,14 @@ class _Body(BaseModel):
 
     model_config = ConfigDict(extra="allow", json_schema_extra=_nullable_in_schema)
 
+    _num_bytes: int = PrivateAttr(0)  # the body's size as received (set by parse_body)
+
+    @property
+    def num_bytes(self) -> int:
+        """The size of the body this was parsed from, in bytes: what bounds the work of anything made from it
+        (0 for one built in code)."""
+        return self._num_bytes
+
     @model_validator(mode="before")
     @classmethod
     def _null_is_default(cls, data: Any) -> Any:
@@ -730,7 +738,7 @@ class DetokenizeRequest(_Request):
     tokens: list[Int]
 
 
-# ---- parsing a body, in a worker thread -------------------------------------------------------------------------
+# ---- parsing a body (in a worker thread when large) ---------------------------------------------------------------
 
 B = TypeVar("B", bound=_Request)
 _gc_lock = threading.Lock()
@@ -782,8 +790,8 @@ NOT_AN_OBJECT = "the request body must be a JSON object, sent with 'Content-Type
 
 def parse_body(cls: type[B], raw: bytes, content_type: str | None, *, max_model_len: int) -> tuple[B, list[str]]:
     """(request, its ignored fields' paths) from a body's bytes, or an :class:`APIError` as OpenAI's server words
-    it. Runs in a worker thread: JSON decoding and validation of an 8 MiB body take seconds, which on the event
-    loop would stall every stream and /health. A prompt of more token ids than the context holds is refused
+    it. Runs in a worker thread for a large body: JSON decoding and validation of an 8 MiB body take seconds, which
+    on the event loop would stall every stream and /health. A prompt of more token ids than the context holds is refused
     before each id is validated (a few megabytes of ids would cost seconds of validation for the same 400)."""
     if not raw:
         raise APIError(400, "the request body is empty; send a JSON object with 'Content-Type: application/json'",
@@ -813,6 +821,7 @@ def parse_body(cls: type[B], raw: bytes, content_type: str | None, *, max_model_
         except ValidationError as exc:
             message, param = validation_message(list(exc.errors(include_url=False, include_input=False)))
             raise APIError(400, message, param=param, code="invalid_value") from None
+        body._num_bytes = len(raw)
         return body, body.ignored_fields()
 
 

@@ -3,7 +3,6 @@ vLLM's prompt_logprobs; a full response or a stream of SSE events."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -11,7 +10,15 @@ from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.server.errors import APIError
 from accelkit.serve.server.logprobs import TextOffsets
 from accelkit.serve.server.protocol import CompletionRequest
-from accelkit.serve.server.serving_engine import Disconnected, GenerationServing, StreamChoices, Submitted, usage
+from accelkit.serve.server.serving_engine import (
+    Disconnected,
+    GenerationServing,
+    StreamChoices,
+    Submitted,
+    off_loop_unless,
+    small_body,
+    usage,
+)
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's (and vLLM's) default for /v1/completions
 
@@ -30,7 +37,8 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
                                 ) -> dict[str, Any] | AsyncIterator[str] | None:
         """The response (a dict), or with ``stream`` its SSE events; None when the client left (``disconnected``
         returned) before it was complete. An :class:`APIError` for anything refused before the engine ran."""
-        prompts = await asyncio.to_thread(body.prompts)  # a copy of every token id: not on the event loop
+        # (a copy of every token id: in a worker thread for a large body)
+        prompts = await off_loop_unless(small_body(body), body.prompts)
         if not prompts or any(p == "" or p == [] for p in prompts):
             raise APIError(400, "prompt is empty; give at least one token", param="prompt")
         if body.max_tokens == 0 and not body.echo:

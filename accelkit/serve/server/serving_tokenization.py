@@ -3,12 +3,11 @@ and token ids back to text."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from accelkit.serve.server.errors import APIError
 from accelkit.serve.server.protocol import DetokenizeRequest, TokenizeRequest
-from accelkit.serve.server.serving_engine import ServingBase
+from accelkit.serve.server.serving_engine import INLINE_PROMPT_LEN, ServingBase, off_loop_unless
 
 
 class ServingTokenization(ServingBase):
@@ -24,7 +23,7 @@ class ServingTokenization(ServingBase):
             text = await self.render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
                                           continue_final_message=body.continue_final_message,
                                           chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None,
-                                          documents=body.documents)
+                                          documents=body.documents, body_bytes=body.num_bytes)
             special = bool(body.add_special_tokens)  # a rendered template holds its BOS already
         else:
             text = body.prompt or ""
@@ -34,10 +33,11 @@ class ServingTokenization(ServingBase):
         if tokenizer is None:
             raise APIError(400, "this model has no tokenizer", param="prompt")
         try:
-            ids = await asyncio.to_thread(engine.encode, text, add_special_tokens=special)
+            ids = await off_loop_unless(len(text) <= INLINE_PROMPT_LEN, engine.encode, text, add_special_tokens=special)
         except ValueError as exc:
             raise APIError(400, str(exc), param="prompt") from exc
-        strs = await asyncio.to_thread(tokenizer.convert_ids_to_tokens, ids) if body.return_token_strs else None
+        strs = await off_loop_unless(len(ids) <= INLINE_PROMPT_LEN, tokenizer.convert_ids_to_tokens, ids) \
+            if body.return_token_strs else None
         return {"count": len(ids), "max_model_len": engine.max_model_len, "tokens": ids, "token_strs": strs}
 
     async def detokenize(self, body: DetokenizeRequest) -> dict[str, Any]:
@@ -49,4 +49,4 @@ class ServingTokenization(ServingBase):
             if not 0 <= t < vocab:
                 raise APIError(400, f"tokens[{i}]={t} is not a token id; expected an int in [0, {vocab})",
                                param="tokens")
-        return {"prompt": str(await asyncio.to_thread(tokenizer.decode, body.tokens))}
+        return {"prompt": str(await off_loop_unless(len(body.tokens) <= INLINE_PROMPT_LEN, tokenizer.decode, body.tokens))}

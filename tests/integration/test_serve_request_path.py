@@ -1,0 +1,100 @@
+"""Where a request's own work runs (``serving_engine.off_loop_unless``): small work on the event loop, large work in
+a worker thread; and a response that is not streamed wakes the event loop once, for its finished output. Real
+server on 127.0.0.1, tiny real model."""
+
+import asyncio
+
+import httpx
+import pytest
+
+from accelkit.serve.server import serving_engine
+from accelkit.serve.server.serving_engine import INLINE_BODY_BYTES, INLINE_PROMPT_LEN
+from accelkit.serve.server.state import Mailbox
+from accelkit.serve.testing import save_tiny_model
+from tests.integration.serve_server_util import running_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    model_dir = save_tiny_model(tmp_path_factory.mktemp("path") / "tiny", "tiny-llama")
+    with running_server(str(model_dir), max_num_seqs=8) as (url, state):
+        yield url, state
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _complete(url, prompt, **extra):
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 4, "temperature": 0, "ignore_eos": True, **extra}
+    return httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+
+
+def test_a_short_prompt_is_tokenized_on_the_event_loop_and_a_long_one_in_a_worker(server, monkeypatch):
+    url, state = server
+    tokenizer = state.engine.tokenizer
+    real_encode = tokenizer.encode
+    where: dict[str, bool] = {}
+
+    def encode(text, *args, **kwargs):
+        where.setdefault(text[:3], _on_event_loop())
+        return real_encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "encode", encode)
+    short, long = "w51 w6", "w52 " + "w6 " * (INLINE_PROMPT_LEN // 3)
+    assert len(short) <= INLINE_PROMPT_LEN < len(long)
+    assert _complete(url, short).status_code == 200
+    _complete(url, long)  # (past the tiny model's context: a 400, after tokenizing)
+    assert where == {"w51": True, "w52": False}
+
+
+def test_a_small_body_is_parsed_on_the_event_loop_and_a_large_one_in_a_worker(server, monkeypatch):
+    url, _ = server
+    real_parse = serving_engine.parse_body
+    where: list[tuple[int, bool]] = []
+
+    def parse_body(cls, raw, *args, **kwargs):
+        where.append((len(raw), _on_event_loop()))
+        return real_parse(cls, raw, *args, **kwargs)
+
+    monkeypatch.setattr(serving_engine, "parse_body", parse_body)
+    assert _complete(url, "w5 w6").status_code == 200
+    # an unknown field pads the body past the limit (logged and ignored, as vLLM does)
+    assert _complete(url, "w5 w6", padding="x" * INLINE_BODY_BYTES).status_code == 200
+    (small, small_inline), (large, large_inline) = where
+    assert small <= INLINE_BODY_BYTES < large
+    assert small_inline and not large_inline
+
+
+def test_a_response_that_is_not_streamed_wakes_the_event_loop_only_for_its_finished_output(server, monkeypatch):
+    url, _ = server
+    real_put = Mailbox.put
+    finished: list[bool] = []
+
+    def put(self, queue, item):
+        finished.append(item[1].finished)
+        return real_put(self, queue, item)
+
+    monkeypatch.setattr(Mailbox, "put", put)
+    plain = _complete(url, "w5 w6", max_tokens=6)
+    assert plain.status_code == 200 and plain.json()["usage"]["completion_tokens"] == 6
+    assert finished == [True]
+    finished.clear()
+    with httpx.stream("POST", f"{url}/v1/completions", timeout=60, json={
+            "model": "tiny", "prompt": "w5 w6", "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+            "stream": True}) as streamed:
+        text = "".join(streamed.iter_text())
+    assert text.count("data: {") == 6 and finished == [False] * 5 + [True]  # one output per token
+    assert plain.json()["choices"][0]["text"] == "".join(
+        chunk["choices"][0]["text"] for chunk in map(_event, text.split("\n\n")) if chunk)
+
+
+def _event(block: str):
+    import json
+
+    data = block.removeprefix("data: ").strip()
+    return None if not data or data == "[DONE]" else json.loads(data)
