@@ -277,7 +277,7 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
         dist_config = _dist_config(dist)
         quality_config = _quality_config(quality)
     # the store before measuring: an unwritable store fails now, not after it
-    with _sigterm_as_interrupt() as received, measuring(config.save) as store, \
+    with sigterm_as_interrupt() as received, measuring(config.save) as store, \
             closing(_CliReporter(progress=progress, saving=config.save)) as reporter:
         reporter.note(f"bench {name}: starting")
         if dist_config is not None:
@@ -293,7 +293,7 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
 
 def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: dict[str, Any], *, quick: bool,
                progress: bool | None, as_json: bool) -> None:
-    with _sigterm_as_interrupt() as received, closing(_CliReporter(progress=progress, saving=True)) as reporter:
+    with sigterm_as_interrupt() as received, closing(_CliReporter(progress=progress, saving=True)) as reporter:
         # the first line before torch and the workloads are imported (seconds on a busy machine)
         reporter.note(f"bench suite {name}{' --quick' if quick else ''}: starting")
         from accelkit.bench.suite import get_suite, run_suite  # lazy: after the first progress line (above)
@@ -310,7 +310,7 @@ def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: di
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[list[str]]:
+def sigterm_as_interrupt() -> Iterator[list[str]]:
     """SIGTERM (a scheduler, `timeout`, `kill`) stops a bench as Ctrl-C does — the finished variants stay stored and
     the run says so — instead of ending it silently; the list it yields names the signal once received. While the
     variants are measured, the runner's own handler does the same and records it on the run (``stopped_by``).

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import typer
 
 from accelkit.bench.record import StoreWriter
-from accelkit.cli.bench import DIST_FLAGS, LOOP_PARSE, _sigterm_as_interrupt, collective_timeout_option, exit_stopped
+from accelkit.cli.bench import DIST_FLAGS, LOOP_PARSE, collective_timeout_option, exit_stopped, sigterm_as_interrupt
 from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import (
     JsonOption,
@@ -209,7 +209,7 @@ def probe_cmd(
     store = open_for_saving(save)  # before measuring: an unwritable store fails now, not after the probe
     try:
         stopped = None
-        with _sigterm_as_interrupt() as received, Progress("probing", show=progress) as bar:
+        with sigterm_as_interrupt() as received, Progress("probing", show=progress) as bar:
             try:
                 result = run_probe(config, on_step=lambda text: bar.update(text, step=text))
             except ProbeInterrupted as exc:  # (said once the progress display is closed)

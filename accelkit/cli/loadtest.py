@@ -129,10 +129,10 @@ def loadtest_cmd(
 def _measure(config: LoadTestConfig, progress: bool | None, notice: Any, *, save: bool) -> tuple[Any, list[str]]:
     """The run, and the signal that stopped it (``["SIGTERM"]``; empty for Ctrl-C or none). An interrupt after a pass
     finished returns the finished passes (``details.interrupted``); before any, it exits 130 (143 for SIGTERM)."""
-    from accelkit.cli.bench import _sigterm_as_interrupt, exit_stopped  # lazy, as the command's other heavy imports
+    from accelkit.cli.bench import exit_stopped, sigterm_as_interrupt  # lazy, as the command's other heavy imports
     from accelkit.loadtest.runner import LoadTestInterrupted, run_loadtest  # lazy: the runner imports httpx
 
-    with _sigterm_as_interrupt() as received:  # SIGTERM stops it as Ctrl-C does, instead of silently
+    with sigterm_as_interrupt() as received:  # SIGTERM stops it as Ctrl-C does, instead of silently
         try:
             with Progress("load test", show=progress) as bar:
                 result = run_loadtest(config, on_progress=lambda text: bar.update(text, step=text.split(":")[0]),

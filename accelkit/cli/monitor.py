@@ -11,7 +11,7 @@ from typing import Any, Literal, NoReturn
 import typer
 
 from accelkit.bench.record import StoreWriter
-from accelkit.cli.bench import _sigterm_as_interrupt, exit_stopped
+from accelkit.cli.bench import exit_stopped, sigterm_as_interrupt
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
@@ -146,7 +146,7 @@ def profile_cmd(
     writer = StoreWriter(store)
     try:
         stopped = None
-        with _sigterm_as_interrupt() as received, Progress("profiling", show=progress) as bar:
+        with sigterm_as_interrupt() as received, Progress("profiling", show=progress) as bar:
             try:
                 summary, measurement = profile_workload(workload or "custom", options, config, precision=precision,
                                                         device=device, step_name=step,

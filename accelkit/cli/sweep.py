@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from accelkit.cli.bench import _sigterm_as_interrupt, exit_stopped
+from accelkit.cli.bench import exit_stopped, sigterm_as_interrupt
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
@@ -42,7 +42,7 @@ def sweep_cmd(
     try:
         # SIGTERM stops the sweep as Ctrl-C does (the points finished and the summary kept, its workers stopped); it
         # ended the driver silently and left its pool worker running, holding stdout (found in review)
-        with _sigterm_as_interrupt() as received, Progress(f"sweep {spec.name}", show=progress) as bar:
+        with sigterm_as_interrupt() as received, Progress(f"sweep {spec.name}", show=progress) as bar:
             def on_point(line: dict[str, Any]) -> None:
                 ids = ", ".join(map(str, line["result_ids"]))
                 what = f"stored {ids}" if line["status"] == "ok" and ids else (

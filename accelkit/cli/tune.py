@@ -13,9 +13,9 @@ from accelkit.cli.bench import (
     DIST_FLAGS,
     LOOP_FLAGS,
     LOOP_PARSE,
-    _sigterm_as_interrupt,
     collective_timeout_option,
     exit_stopped,
+    sigterm_as_interrupt,
 )
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
@@ -156,7 +156,7 @@ def tune_cmd(
     store = open_for_saving(save)  # before the search: an unwritable store fails now, not after it
     try:
         # SIGTERM stops the search as Ctrl-C does, and says so (exit 143); it exited 130 "interrupted" (found in review)
-        with _sigterm_as_interrupt() as received, Progress(f"tune {name}", show=progress) as bar:
+        with sigterm_as_interrupt() as received, Progress(f"tune {name}", show=progress) as bar:
             reporter = _Reporter(bar, saving=save)
             if nproc_per_node > 1:
                 # lazy: the torchrun launcher's modules (accelkit.distributed) load only for a multi-process run

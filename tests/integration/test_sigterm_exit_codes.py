@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from accelkit.cli.bench import SIGTERM_EXIT, _sigterm_as_interrupt
+from accelkit.cli.bench import SIGTERM_EXIT, sigterm_as_interrupt
 from tests.conftest import accelkit_popen
 
 
 def test_a_sigterm_that_escapes_the_block_exits_143_saying_so(capsys):
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as exc, _sigterm_as_interrupt() as received:
+    with pytest.raises(SystemExit) as exc, sigterm_as_interrupt() as received:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler raises here, at once
     assert exc.value.code == SIGTERM_EXIT == 143
@@ -26,7 +26,7 @@ def test_a_sigterm_that_escapes_the_block_exits_143_saying_so(capsys):
 
 
 def test_a_ctrl_c_through_the_block_stays_a_ctrl_c():
-    with pytest.raises(KeyboardInterrupt), _sigterm_as_interrupt() as received:
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt() as received:
         raise KeyboardInterrupt
     assert received == []
 
