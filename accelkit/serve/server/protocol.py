@@ -791,8 +791,8 @@ NOT_AN_OBJECT = "the request body must be a JSON object, sent with 'Content-Type
 def parse_body(cls: type[B], raw: bytes, content_type: str | None, *, max_model_len: int) -> tuple[B, list[str]]:
     """(request, its ignored fields' paths) from a body's bytes, or an :class:`APIError` as OpenAI's server words
     it. Runs in a worker thread for a large body: JSON decoding and validation of an 8 MiB body take seconds, which
-    on the event loop would stall every stream and /health. A prompt of more token ids than the context holds is refused
-    before each id is validated (a few megabytes of ids would cost seconds of validation for the same 400)."""
+    on the event loop would stall every stream and /health. A prompt of more token ids than the context holds is
+    refused before each id is validated (a few megabytes of ids would cost seconds of validation for the same 400)."""
     if not raw:
         raise APIError(400, "the request body is empty; send a JSON object with 'Content-Type: application/json'",
                        code="invalid_json")

@@ -12,8 +12,8 @@ run in a worker thread when their input is large, so that their milliseconds sta
 it is small (most requests) they run on the event loop. A hop to a worker thread and back costs more than such work
 (an 8 KiB body parses in ~25 µs, a 1,000-character prompt tokenizes in ~250 µs) and, under load, waits behind every
 other request's hops for the pool and for the interpreter lock: a 4-token completion of the tiny test model took
-6.5 ms idle with three hops and 4.9 ms without, 19 ms and 10–12 ms beside 8 busy clients on 2 cores
-(``benchmarks/serve_request_path.py``).
+5.1 ms idle without the three hops and 6.0 ms with them, 17 ms and 21 ms beside 8 busy clients (medians of 3 servers
+each way in one run on a 2-core VM: ``benchmarks/results/serve_request_path.json``).
 """
 
 from __future__ import annotations

@@ -49,4 +49,5 @@ class ServingTokenization(ServingBase):
             if not 0 <= t < vocab:
                 raise APIError(400, f"tokens[{i}]={t} is not a token id; expected an int in [0, {vocab})",
                                param="tokens")
-        return {"prompt": str(await off_loop_unless(len(body.tokens) <= INLINE_PROMPT_LEN, tokenizer.decode, body.tokens))}
+        text = await off_loop_unless(len(body.tokens) <= INLINE_PROMPT_LEN, tokenizer.decode, body.tokens)
+        return {"prompt": str(text)}
