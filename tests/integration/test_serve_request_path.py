@@ -52,6 +52,31 @@ def test_a_short_prompt_is_tokenized_on_the_event_loop_and_a_long_one_in_a_worke
     assert where == {"w51": True, "w52": False}
 
 
+def test_many_short_prompts_of_one_request_are_tokenized_in_a_worker(server, monkeypatch):
+    """The decision is the request's: 512 prompts of 1,000 characters each, each short, held the event loop for half
+    a second tokenized one after another (found in review)."""
+    url, state = server
+    tokenizer = state.engine.tokenizer
+    real_encode = tokenizer.encode
+    where: list[bool] = []
+
+    def encode(text, *args, **kwargs):
+        if text.startswith("w53"):
+            where.append(_on_event_loop())
+        return real_encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "encode", encode)
+    prompt = "w53 w6 w7"
+    prompts = [prompt] * (INLINE_PROMPT_LEN // len(prompt) + 1)
+    assert len(prompt) * len(prompts) > INLINE_PROMPT_LEN
+    resp = _complete(url, prompts, max_tokens=1)
+    assert resp.status_code == 200 and len(resp.json()["choices"]) == len(prompts)
+    assert where == [False] * len(prompts)
+    where.clear()
+    assert _complete(url, [prompt] * 2, max_tokens=1).status_code == 200
+    assert where == [True, True]
+
+
 def test_a_small_body_is_parsed_on_the_event_loop_and_a_large_one_in_a_worker(server, monkeypatch):
     url, _ = server
     real_parse = serving_engine.parse_body

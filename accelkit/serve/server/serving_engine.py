@@ -9,11 +9,12 @@ or an async iterator of SSE events; errors are :class:`APIError`. ``app.py`` doe
 
 Where a request's own work runs (:func:`off_loop_unless`): parsing a body, templating a chat and tokenizing a prompt
 run in a worker thread when their input is large, so that their milliseconds stall no stream and no /health; when
-it is small (most requests) they run on the event loop. A hop to a worker thread and back costs more than such work
-(an 8 KiB body parses in ~25 µs, a 1,000-character prompt tokenizes in ~250 µs) and, under load, waits behind every
-other request's hops for the pool and for the interpreter lock: a 4-token completion of the tiny test model took
-5.1 ms idle without the three hops and 6.0 ms with them, 17 ms and 21 ms beside 8 busy clients (medians of 3 servers
-each way in one run on a 2-core VM: ``benchmarks/results/serve_request_path.json``).
+it is small (most requests) they run on the event loop. A plain body parses in ~25 µs, and the slowest small inputs
+found take 0.6 ms (a 2 KiB body of a thousand token ids) and 0.5 ms (512 emoji to tokenize with a 50K BPE): about
+what a hop to a worker thread and back costs idle, and under load the hop also waits behind every other request's
+hops for the pool and for the interpreter lock. A 4-token completion of the tiny test model took 5.9 ms idle
+without the three hops and 7.0 ms with them, 18 ms and 28 ms beside 8 busy clients (medians of 6 servers each way in
+one run on a 2-core VM: ``benchmarks/results/serve_request_path.json``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,13 @@ from accelkit.serve.server.state import ServingState
 log = logging.getLogger("accelkit.serve")
 
 RETRY_AFTER_S = 1  # the Retry-After of a 429: a queue slot frees as soon as one request finishes
-INLINE_BODY_BYTES = 8 * 1024  # a body at most this large is parsed, and its chat templated, on the event loop
-INLINE_PROMPT_LEN = 1024  # a prompt of at most this many characters (or token ids) is tokenized on the event loop
+# a body at most this large is parsed, and its chat templated, on the event loop: the slowest found take 0.6 ms to
+# parse (a thousand token ids) and 0.4 ms to template (70 empty messages), and bodies sent at once queue that on the
+# loop back to back (at 8 KiB, four times the work, 32 of them stalled /health for 0.1–0.2 s: found in review)
+INLINE_BODY_BYTES = 2 * 1024
+# a request's prompts of at most this many characters (or token ids) together are tokenized on the event loop:
+# ~0.1 ms for ASCII text with a 50K BPE, ~0.5 ms for 512 emoji (4 bytes each)
+INLINE_PROMPT_LEN = 512
 MAX_IGNORED_NAMED = 20  # unknown fields named in one log line
 DONE = "data: [DONE]\n\n"
 
@@ -200,8 +206,11 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
                                    echo_only=echo_only, echo_logprobs=echo_logprobs,
                                    token_ids_as_tokens=bool(body.return_tokens_as_token_ids))
         prompt_ids = []
+        # one decision for the whole request: 512 prompts of 1,000 characters each, tokenized one after another on the
+        # event loop, held it for half a second (found in review)
+        small = sum(map(len, prompts)) <= INLINE_PROMPT_LEN
         for i, p in enumerate(prompts):  # validate every prompt before queueing any
-            ids, truncated = await self._prompt_ids(body, p)
+            ids, truncated = await self._prompt_ids(body, p, small=small)
             max_tokens = output_budget(max_model_len=self.engine.max_model_len, num_prompt_tokens=len(ids),
                                        requested=limit, field=limit_field, default=default_limit)
             # one engine request per choice: the prefix cache shares the prompt's KV blocks between them. Prompt
@@ -247,10 +256,11 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
             raise body.structured_error(structured[0], str(exc)) from exc
         return structured[1]
 
-    async def _prompt_ids(self, body: R, prompt: str | list[int]) -> tuple[list[int], bool]:
+    async def _prompt_ids(self, body: R, prompt: str | list[int], *, small: bool) -> tuple[list[int], bool]:
+        """``small``: the request's prompts together are short enough to tokenize on the event loop."""
         param = self.prompt_field
         try:
-            return await off_loop_unless(len(prompt) <= INLINE_PROMPT_LEN, prompt_token_ids, self.engine, prompt,
+            return await off_loop_unless(small, prompt_token_ids, self.engine, prompt,
                                          add_special_tokens=body.add_special_tokens,
                                          truncate_prompt_tokens=body.truncate_prompt_tokens)
         except ContextLengthExceeded as exc:
