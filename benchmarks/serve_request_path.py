@@ -17,6 +17,10 @@ ones (each, and the first and second of each round apart), loaded ÷ idle, and t
 
     .venv/bin/python benchmarks/serve_request_path.py [--repeats 3] [--rounds 60]
 
+``--one-thread`` adds a third way, the server as now with ``--cpu-threads 1``: with torch's two OpenMP threads on
+two cores, every parallel region of a step waits for a thread the clients' burst has taken the core from, which
+the canary that arrives with the burst pays for (docs/engine.md, "Threads on a CPU").
+
 Writes benchmarks/results/serve_request_path.json (the environment included).
 """
 
@@ -57,7 +61,9 @@ sys.argv[0] = "accelkit"
 main()
 """
 NOW = "import sys; from accelkit.cli.app import main; sys.argv[0] = 'accelkit'; main()"
-WAYS = {"now": NOW, "hops": HOPS}
+#: way → (the server's code, its extra flags); ``--one-thread`` adds "now_1_thread"
+WAYS: dict[str, tuple[str, list[str]]] = {"now": (NOW, []), "hops": (HOPS, [])}
+ONE_THREAD = ("now_1_thread", (NOW, ["--cpu-threads", "1"]))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -69,13 +75,14 @@ def ms(values: list[float]) -> dict[str, float]:
     return {"n": len(values), "p50": round(statistics.median(values) * 1e3, 3), "p90": round(pct(values, 0.9) * 1e3, 3)}
 
 
-def measure(way: str, model: Path, log_file: Path, idle_n: int, rounds: int, clients: ProcessPoolExecutor
-            ) -> dict[str, Any]:
+def measure(way: tuple[str, list[str]], model: Path, log_file: Path, idle_n: int, rounds: int,
+            clients: ProcessPoolExecutor) -> dict[str, Any]:
     import httpx
     import psutil
 
     port = free_port()
-    cmd = [sys.executable, "-c", WAYS[way], "serve", "--model", str(model), "--port", str(port),
+    code, flags = way
+    cmd = [sys.executable, "-c", code, "serve", "--model", str(model), "--port", str(port), *flags,
            "--served-model-name", "tiny", "--kv-cache-memory", "8MiB", "--max-model-len", "256", "--no-progress"]
     with serving_process(cmd, log_file, port, timeout_s=300) as (proc, _), httpx.Client(timeout=120) as client:
         url = f"http://127.0.0.1:{port}"
@@ -114,8 +121,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="servers of each way, alternating")
     ap.add_argument("--idle", type=int, default=200, help="canaries on the idle server")
     ap.add_argument("--rounds", type=int, default=60, help="loaded rounds per server")
+    ap.add_argument("--one-thread", action="store_true",
+                    help="a third way: the server as now with --cpu-threads 1 (a core left to its event loop and to "
+                    "the clients): what torch's second OpenMP thread costs a request arriving with a burst")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
+    ways = dict([*WAYS.items(), ONE_THREAD]) if args.one_thread else WAYS
     if args.repeats < 1 or args.idle < 10 or args.rounds < 5:
         ap.error(f"--repeats {args.repeats} --idle {args.idle} --rounds {args.rounds}: need repeats ≥ 1, idle ≥ 10, "
                  "rounds ≥ 5")
@@ -125,13 +136,13 @@ def main() -> None:
     from accelkit.serve.testing import save_bytelevel_model
 
     load_before = [round(v, 2) for v in os.getloadavg()]
-    runs: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
+    runs: dict[str, list[dict[str, Any]]] = {way: [] for way in ways}
     with tempfile.TemporaryDirectory() as tmp, \
             ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as clients:
         model = save_bytelevel_model(Path(tmp) / "m", seed=2)
         for r in range(args.repeats):
-            for way in WAYS:
-                run = measure(way, model, Path(tmp) / f"{way}-{r}.log", args.idle, args.rounds, clients)
+            for way in ways:
+                run = measure(ways[way], model, Path(tmp) / f"{way}-{r}.log", args.idle, args.rounds, clients)
                 runs[way].append(run)
                 print(f"[{r + 1}/{args.repeats}] {way}: idle p50 {run['idle_ms']['p50']:.2f} ms, loaded p50 "
                       f"{run['loaded_ms']['p50']:.2f} ms ({run['p50_over_idle']:.2f}×), p90 "
@@ -150,7 +161,8 @@ def main() -> None:
                 f"{BURST} at once; 'now' places small request work on the event loop and wakes it once for a "
                 "response that is not streamed, 'hops' is the same code with every parse, prompt list and "
                 "tokenization in a worker thread and every output delivered (the placement before)",
-        "settings": {"repeats": args.repeats, "idle": args.idle, "rounds": args.rounds, "burst": BURST,
+        "settings": {"ways": {way: flags for way, (_, flags) in ways.items()}, "repeats": args.repeats,
+                     "idle": args.idle, "rounds": args.rounds, "burst": BURST,
                      "clients": "8 threads in their own process; the canary in this one"},
         "load_average": {"before": load_before, "after": [round(v, 2) for v in os.getloadavg()]},
         "median_of_runs": summary,
