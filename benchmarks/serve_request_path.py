@@ -124,7 +124,7 @@ def main() -> None:
     ap.add_argument("--one-thread", action="store_true",
                     help="a third way: the server as now with --cpu-threads 1 (a core left to its event loop and to "
                     "the clients): what torch's second OpenMP thread costs a request arriving with a burst")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, default=OUT, help="default: benchmarks/results/serve_request_path.json")
     args = ap.parse_args()
     ways = dict([*WAYS.items(), ONE_THREAD]) if args.one_thread else WAYS
     if args.repeats < 1 or args.idle < 10 or args.rounds < 5:

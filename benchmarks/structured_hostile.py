@@ -257,7 +257,7 @@ def main() -> None:
                         help="the tiny model's attention heads: 4 of 16 (accelkit's default) or 1 of 64 (vLLM's CPU "
                              "attention has no kernel for 16: the default with --server vllm; give it to accelkit to "
                              "compare on the same model)")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=OUT, help="default: benchmarks/results/structured_hostile.json")
     args = parser.parse_args()
     head_dim = args.head_dim or (64 if args.server == "vllm" else 16)
     if args.server == "vllm" and head_dim != 64:

@@ -27,7 +27,9 @@ def _digest(path):
 
 
 @pytest.mark.parametrize(("script", "committed"), [("plan_search.py", "plan_search.json"),
-                                                   ("grad_compression.py", "grad_compression_cpu.json")])
+                                                   ("grad_compression.py", "grad_compression_cpu.json"),
+                                                   ("serve_request_path.py", "serve_request_path.json"),
+                                                   ("structured_hostile.py", "structured_hostile.json")])
 def test_help_runs_nothing(script, committed):
     before = _digest(RESULTS / committed)
     proc = _script(script, "--help")
