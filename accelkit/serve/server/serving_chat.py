@@ -9,7 +9,14 @@ from typing import Any
 from accelkit.serve.outputs import RequestOutput
 from accelkit.serve.server.protocol import ChatCompletionRequest
 from accelkit.serve.server.reasoning import ReasoningFormat, ReasoningSplitter, split_reasoning, thinks_first
-from accelkit.serve.server.serving_engine import Disconnected, GenerationServing, StreamChoices, Submitted, usage
+from accelkit.serve.server.serving_engine import (
+    Disconnected,
+    GenerationServing,
+    StreamChoices,
+    Submitted,
+    small_body,
+    usage,
+)
 from accelkit.serve.server.tools import ToolCallDeltas, ToolCalling
 
 
@@ -94,7 +101,7 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
             return None
         bare = await self.render_chat(body.messages, add_generation_prompt=False, continue_final_message=False,
                                       chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None,
-                                      documents=body.documents, body_bytes=body.num_bytes)
+                                      documents=body.documents, small=small_body(body))
         return prompt[len(bare):] if prompt.startswith(bare) else None
 
     async def create_chat_completion(self, body: ChatCompletionRequest, *, disconnected: Disconnected | None = None
@@ -105,7 +112,7 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         prompt = await self.render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
                                         continue_final_message=body.continue_final_message,
                                         chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None,
-                                        documents=body.documents, body_bytes=body.num_bytes)
+                                        documents=body.documents, small=small_body(body))
         fmt = body.server_reasoning_format
         if fmt is not None:  # (where the output's thinking starts: its structured output and its split)
             body.prompt_thinking(thinks_first(fmt, await self._generation_prompt(body, prompt)))

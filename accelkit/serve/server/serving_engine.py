@@ -123,9 +123,9 @@ class ServingBase:
     async def render_chat(self, messages: list[ChatMessage], *, add_generation_prompt: bool,
                           continue_final_message: bool, chat_template_kwargs: dict[str, Any] | None,
                           tools: list[Any] | None = None, documents: list[Any] | None = None,
-                          body_bytes: int) -> str:
-        """The chat template rendered to text (the messages turned into dicts first): in a worker thread when the body
-        they came from (``body_bytes``) is large."""
+                          small: bool) -> str:
+        """The chat template rendered to text (the messages turned into dicts first): on the event loop when the body
+        they came from is ``small`` (:func:`small_body`), else in a worker thread."""
         def render() -> str:
             return render_chat_template(
                 self.engine.tokenizer, [m.for_template() for m in messages],
@@ -134,7 +134,7 @@ class ServingBase:
                 reserved=self._template_args, tools=tools, documents=documents,
             )
 
-        return await off_loop_unless(body_bytes <= INLINE_BODY_BYTES, render)
+        return await off_loop_unless(small, render)
 
 
 @dataclass(slots=True, kw_only=True)

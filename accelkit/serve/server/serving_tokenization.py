@@ -7,7 +7,7 @@ from typing import Any
 
 from accelkit.serve.server.errors import APIError
 from accelkit.serve.server.protocol import DetokenizeRequest, TokenizeRequest
-from accelkit.serve.server.serving_engine import INLINE_PROMPT_LEN, ServingBase, off_loop_unless
+from accelkit.serve.server.serving_engine import INLINE_PROMPT_LEN, ServingBase, off_loop_unless, small_body
 
 
 class ServingTokenization(ServingBase):
@@ -23,7 +23,7 @@ class ServingTokenization(ServingBase):
             text = await self.render_chat(body.messages, add_generation_prompt=body.add_generation_prompt,
                                           continue_final_message=body.continue_final_message,
                                           chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None,
-                                          documents=body.documents, body_bytes=body.num_bytes)
+                                          documents=body.documents, small=small_body(body))
             special = bool(body.add_special_tokens)  # a rendered template holds its BOS already
         else:
             text = body.prompt or ""
