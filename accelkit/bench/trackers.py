@@ -13,8 +13,6 @@ from typing import ClassVar, Protocol
 
 from accelkit.hardware.detect import POWERCAP, rapl_packages
 
-RAPL_ROOT = POWERCAP
-
 
 class Tracker(Protocol):
     #: what the number covers, e.g. "GPU board (NVML total-energy counter)"
@@ -197,7 +195,7 @@ def _nvml_handle(device: str) -> tuple[object | None, str | None]:
     return handle, None
 
 
-def rapl_domains(root: Path = RAPL_ROOT) -> tuple[list[Path], str | None]:
+def rapl_domains(root: Path = POWERCAP) -> tuple[list[Path], str | None]:
     """Readable top-level RAPL package domains, or ([], why not)."""
     if not root.exists():
         return [], f"no RAPL interface ({root} does not exist: not an Intel/AMD host kernel, or a container)"
@@ -215,7 +213,7 @@ def rapl_domains(root: Path = RAPL_ROOT) -> tuple[list[Path], str | None]:
     return packages, None
 
 
-def energy_tracker(device: str, *, rapl_root: Path = RAPL_ROOT) -> tuple[Tracker | None, str | None]:
+def energy_tracker(device: str, *, rapl_root: Path = POWERCAP) -> tuple[Tracker | None, str | None]:
     if device.startswith("cuda"):
         handle, reason = _nvml_handle(device)
         return (NvmlEnergy(handle), None) if handle is not None else (None, reason)

@@ -286,7 +286,8 @@ def _interrupted_probe(stopped: ProbeInterrupted, received: list[str]) -> NoRetu
     if stopped.copy_gbps is not None:
         figures.append(f"copy {stopped.copy_gbps:.4g} GB/s")
     left = f"measured before it on {stopped.hardware}: {', '.join(figures)}" if figures else "nothing was measured yet"
-    exit_stopped(bool(received), f"{left}; not measured: {and_list(stopped.unfinished)}; nothing was stored (a probe is stored whole)")
+    exit_stopped(bool(received), f"{left}; not measured: {and_list(stopped.unfinished)}; nothing was stored (a probe is "
+                                 "stored whole)")
 
 
 def _collectives(*, quick: bool, device: str, nproc_per_node: int, dist: dict[str, Any], save: bool, as_json: bool,

@@ -252,9 +252,10 @@ def _probe_matmul(device: str, dtype: str, size: int, config: ProbeConfig, catal
 
 class ProbeInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM, turned into it) during a probe: ``matmul`` holds the dtypes measured before it, each row
-    complete, ``copy_gbps`` the copy bandwidth if it was measured, ``unfinished`` the parts that were not. A probe is stored whole — the planner and the report read
-    its bandwidth and kernel sections beside the matmul peaks — so these are printed, not stored; before, the command
-    said only "interrupted" and the finished dtypes were gone (found in review)."""
+    complete, ``copy_gbps`` the copy bandwidth if it was measured, ``unfinished`` the parts that were not. A probe is
+    stored whole — the planner and the report read its bandwidth and kernel sections beside the matmul peaks — so
+    these are printed, not stored; before, the command said only "interrupted" and the finished dtypes were gone
+    (found in review)."""
 
     def __init__(self, hardware: str, matmul: dict[str, Any], unfinished: list[str], *,
                  copy_gbps: float | None = None) -> None:
@@ -306,7 +307,8 @@ def probe(config: ProbeConfig | None = None, *, on_step: Callable[[str], None] |
         kernels, kernel_samples = probe_kernels(device, config.loop, catalog=catalog, copy_gbps=stats.median,
                                                 matmul=matmul, elementwise_bytes=copy_bytes, on_step=on_step)
     except KeyboardInterrupt:  # the interrupt may land in any part; what finished before it is said
-        unfinished = [d for d in dtypes if d not in matmul] + ([] if bandwidth else ["the copy"]) + ["the kernel probes"]
+        unfinished = [*(d for d in dtypes if d not in matmul), *([] if bandwidth else ["the copy"]),
+                      "the kernel probes"]
         raise ProbeInterrupted(hardware, matmul, unfinished, copy_gbps=bandwidth.get("gbps")) from None
     samples.update(kernel_samples)
 

@@ -22,13 +22,15 @@ def _workload_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     given = {k: v for k, v in options.items() if v is not None}
     for key in given:
         if key not in fields:
-            def command(workload: str) -> str:
-                return "`profile --module`" if workload == "custom" else f"`profile {workload}`"
-
-            takers = [command(w) for w in WORKLOADS if key in config_fields(w)]
-            raise UserError(f"--{key.replace('_', '-')} does not apply to {command(name)}"
+            takers = [_command(w) for w in WORKLOADS if key in config_fields(w)]
+            raise UserError(f"--{key.replace('_', '-')} does not apply to {_command(name)}"
                             + (f"; it applies to {', '.join(takers)}" if takers else ""))
     return given
+
+
+def _command(workload: str) -> str:
+    """The command that profiles ``workload``, as an error names it."""
+    return "`profile --module`" if workload == "custom" else f"`profile {workload}`"
 
 
 def _pick_step(prepared: Any, name: str | None, label: str) -> Any:

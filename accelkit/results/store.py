@@ -511,13 +511,14 @@ class ResultStore:
         """Delete one row by id — read or not: a row every listing skips is the one to remove — and return its (kind,
         name); a missing id is a UserError. Ids are never given again (AUTOINCREMENT), so a reference to the deleted
         row (a bench's ``estimate_id``) can never name another one."""
+        missing = UserError(f"no result with id {result_id} in {self.path}; `accelkit results list` shows the ids")
         if not 1 <= result_id <= MAX_ROW_ID:
-            raise UserError(f"no result with id {result_id} in {self.path}; `accelkit results list` shows the ids")
+            raise missing
 
         def work(conn: sqlite3.Connection) -> tuple[str, str]:
             row = conn.execute("SELECT kind, name FROM results WHERE id = ?", (result_id,)).fetchone()
             if row is None:
-                raise UserError(f"no result with id {result_id} in {self.path}; `accelkit results list` shows the ids")
+                raise missing
             conn.execute("DELETE FROM results WHERE id = ?", (result_id,))
             return str(row[0]), str(row[1])
 
