@@ -3,6 +3,7 @@ CLI in its own process."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -23,6 +24,15 @@ import psutil
 from prometheus_client import CollectorRegistry
 
 from accelkit.serve.server import EngineConfig, ServerConfig, build_server
+
+
+def on_event_loop() -> bool:
+    """Whether the calling code runs on an event loop's thread (the server's work placement tests)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@
 a worker thread; and a response that is not streamed wakes the event loop once, for its finished output. Real
 server on 127.0.0.1, tiny real model."""
 
-import asyncio
+import json
 
 import httpx
 import pytest
@@ -11,7 +11,7 @@ from accelkit.serve.server import serving_engine
 from accelkit.serve.server.serving_engine import INLINE_BODY_BYTES, INLINE_PROMPT_LEN
 from accelkit.serve.server.state import Mailbox
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import running_server
+from tests.integration.serve_server_util import on_event_loop, running_server
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +19,6 @@ def server(tmp_path_factory):
     model_dir = save_tiny_model(tmp_path_factory.mktemp("path") / "tiny", "tiny-llama")
     with running_server(str(model_dir), max_num_seqs=8) as (url, state):
         yield url, state
-
-
-def _on_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _complete(url, prompt, **extra):
@@ -41,7 +33,7 @@ def test_a_short_prompt_is_tokenized_on_the_event_loop_and_a_long_one_in_a_worke
     where: dict[str, bool] = {}
 
     def encode(text, *args, **kwargs):
-        where.setdefault(text[:3], _on_event_loop())
+        where.setdefault(text[:3], on_event_loop())
         return real_encode(text, *args, **kwargs)
 
     monkeypatch.setattr(tokenizer, "encode", encode)
@@ -62,7 +54,7 @@ def test_many_short_prompts_of_one_request_are_tokenized_in_a_worker(server, mon
 
     def encode(text, *args, **kwargs):
         if text.startswith("w53"):
-            where.append(_on_event_loop())
+            where.append(on_event_loop())
         return real_encode(text, *args, **kwargs)
 
     monkeypatch.setattr(tokenizer, "encode", encode)
@@ -83,7 +75,7 @@ def test_a_small_body_is_parsed_on_the_event_loop_and_a_large_one_in_a_worker(se
     where: list[tuple[int, bool]] = []
 
     def parse_body(cls, raw, *args, **kwargs):
-        where.append((len(raw), _on_event_loop()))
+        where.append((len(raw), on_event_loop()))
         return real_parse(cls, raw, *args, **kwargs)
 
     monkeypatch.setattr(serving_engine, "parse_body", parse_body)
@@ -119,7 +111,5 @@ def test_a_response_that_is_not_streamed_wakes_the_event_loop_only_for_its_finis
 
 
 def _event(block: str):
-    import json
-
     data = block.removeprefix("data: ").strip()
     return None if not data or data == "[DONE]" else json.loads(data)

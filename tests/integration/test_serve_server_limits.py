@@ -15,7 +15,7 @@ import pytest
 from accelkit.serve.server import connections, lifecycle, protocol
 from accelkit.serve.server.serving_engine import INLINE_BODY_BYTES
 from accelkit.serve.testing import save_tiny_model
-from tests.integration.serve_server_util import running_server
+from tests.integration.serve_server_util import on_event_loop, running_server
 
 MAX_MODEL_LEN = 64
 JSON = {"content-type": "application/json"}
@@ -55,21 +55,14 @@ def test_large_bodies_are_parsed_and_validated_off_the_event_loop(server, monkey
     seen = []
     loads, ignored = json.loads, protocol._Body.ignored_fields
 
-    def on_loop() -> bool:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        return True
-
     def spy_loads(s, *args, **kwargs):  # type: ignore[no-untyped-def]
         if b"marker-field" in (s if isinstance(s, bytes) else s.encode()):
-            seen.append(("json.loads", on_loop()))
+            seen.append(("json.loads", on_event_loop()))
         return loads(s, *args, **kwargs)
 
     def spy_ignored(self, prefix=""):  # type: ignore[no-untyped-def]
         if not prefix:
-            seen.append(("ignored_fields", on_loop()))
+            seen.append(("ignored_fields", on_event_loop()))
         return ignored(self, prefix)
 
     monkeypatch.setattr(json, "loads", spy_loads)
