@@ -40,8 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from structured_hostile import body, post, send_all  # noqa: E402  (after the path)
-from vs_vllm import free_port, serving_process  # noqa: E402
+from structured_hostile import body, post, send_all, served  # noqa: E402  (after the path)
 
 OUT = Path(__file__).resolve().parent / "results" / "serve_request_path.json"
 BURST = 22  # completions a round's clients send (as many as structured_hostile.py's hostile round)
@@ -80,13 +79,10 @@ def measure(way: tuple[str, list[str]], model: Path, log_file: Path, idle_n: int
     import httpx
     import psutil
 
-    port = free_port()
     code, flags = way
-    cmd = [sys.executable, "-c", code, "serve", "--model", str(model), "--port", str(port), *flags,
-           "--served-model-name", "tiny", "--kv-cache-memory", "8MiB", "--max-model-len", "256", "--no-progress"]
-    with serving_process(cmd, log_file, port, timeout_s=300) as (proc, _), httpx.Client(timeout=120) as client:
-        url = f"http://127.0.0.1:{port}"
-        server = psutil.Process(proc.pid)
+    with served(model, log_file, flags, launcher=[sys.executable, "-c", code]) as (url, pid), \
+            httpx.Client(timeout=120) as client:
+        server = psutil.Process(pid)
 
         def cpu() -> float:
             times = server.cpu_times()
@@ -152,7 +148,8 @@ def main() -> None:
                "loaded_p90_ms": ("loaded_ms", "p90"), "loaded_first_p50_ms": ("loaded_first_ms", "p50"),
                "loaded_second_p50_ms": ("loaded_second_ms", "p50")}
     summary = {way: {**{name: statistics.median(run[key][q] for run in rs) for name, (key, q) in figures.items()},
-                     **{name: statistics.median(run[name] for run in rs) for name in ("p50_over_idle", "p90_over_idle")}}
+                     **{name: statistics.median(run[name] for run in rs)
+                        for name in ("p50_over_idle", "p90_over_idle")}}
                for way, rs in runs.items()}
     doc = {
         "benchmark": "serve_request_path",

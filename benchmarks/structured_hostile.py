@@ -63,13 +63,14 @@ def log(msg: str) -> None:
 
 @contextlib.contextmanager
 def served(model_dir: Path, log_file: Path, extra: list[str], *, vllm_python: str | None = None,
-           vllm_backend: str = "guidance"):
-    """``accelkit serve`` of ``model_dir`` (and the flags ``extra``) as its own process — or, with ``vllm_python``,
-    ``vllm serve`` from that interpreter with ``vllm_backend`` for structured outputs, as its CPU docs run it —:
-    (base URL, the server's pid)."""
+           vllm_backend: str = "guidance", launcher: list[str] | None = None):
+    """``accelkit serve`` of ``model_dir`` (and the flags ``extra``) as its own process — started by ``launcher``
+    (default ``python -m accelkit``) — or, with ``vllm_python``, ``vllm serve`` from that interpreter with
+    ``vllm_backend`` for structured outputs, as its CPU docs run it —: (base URL, the server's pid)."""
     port = free_port()
     if vllm_python is None:
-        cmd = [sys.executable, "-m", "accelkit", "serve", "--model", str(model_dir), "--port", str(port),
+        cmd = [*(launcher or [sys.executable, "-m", "accelkit"]), "serve", "--model", str(model_dir),
+               "--port", str(port),
                "--served-model-name", "tiny", "--kv-cache-memory", "8MiB", "--max-model-len", "256", "--no-progress",
                *extra]
         env = None
