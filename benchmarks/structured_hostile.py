@@ -243,7 +243,8 @@ def main() -> None:
     parser.add_argument("--idle-window", type=float, default=0.3,
                         help="seconds of each interleaved idle round (the canary alone): the ratios' denominator")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between canary requests")
-    parser.add_argument("--server-args", default="", help="more `accelkit serve` flags, e.g. '--cpu-threads 1'")
+    parser.add_argument("--server-args", default="", help="more `accelkit serve` flags, e.g. '--cpu-threads 2' (torch on both of two "
+                        "cores; by default the server leaves one core to its HTTP server)")
     parser.add_argument("--clients-nice", type=int, default=0,
                         help="niceness of the clients' process (0–19): on a small machine, 10 leaves the server the "
                              "CPU that clients on other hosts would not take from it")
@@ -335,13 +336,16 @@ def main() -> None:
                        if "p50_over_plain" in p else ""))
             rss_mib = [r["server_rss_mib"] for rs in rounds.values() for r in rs]
             threads = psutil.Process(pid).num_threads()
+            # accelkit's ready line says torch's threads on the engine's thread (its default depends on the cores)
+            ready = next((line for line in (Path(tmp) / "server.log").read_text(errors="replace").splitlines()
+                          if line.startswith("serving ")), None)
     doc = {
         "benchmark": "structured_hostile",
         "command": "python benchmarks/structured_hostile.py " + " ".join(sys.argv[1:]),
         "settings": {"clients": CLIENTS, "clients_process": "their own (8 threads); the canary in the benchmark's",
                      "clients_nice": args.clients_nice,
                      "idle_requests": args.idle, "interval_s": args.interval, "idle_window_s": args.idle_window,
-                     "server_args": args.server_args,
+                     "server_args": args.server_args, "server_ready_line": ready,
                      "server": args.server if args.server == "accelkit" else f"vllm ({args.vllm_backend})",
                      "head_dim": head_dim,
                      **({"vllm": vllm_version(args.vllm_python)} if args.server == "vllm" else {}),

@@ -13,7 +13,7 @@ from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.core import UserError
 from accelkit.core.units import parse_size
 from accelkit.serve import preflight
-from accelkit.serve.config import EngineConfig, ServerConfig, origin_problem
+from accelkit.serve.config import EngineConfig, ServerConfig, origin_problem, served_cpu_threads
 from accelkit.serve.heap import frozen_heap
 from accelkit.serve.listen import BACKLOG, bind_socket
 from accelkit.serve.tensor_parallel import check_tensor_parallel_size
@@ -46,6 +46,13 @@ def _origins(text: str) -> tuple[str, ...]:
         if problem:
             raise UserError(f"--allowed-origins {text!r}: {origin!r} {problem}")
     return origins
+
+
+def _threads_said(cpu_threads: int | None) -> str:
+    """The ready line's word on torch's threads: on a CPU only (None: the model is on a GPU)."""
+    if cpu_threads is None:
+        return ""
+    return f"; torch on {cpu_threads} CPU thread{'s' if cpu_threads != 1 else ''}"
 
 
 def _chat_template(given: str) -> str:
@@ -109,7 +116,11 @@ SERVER_FLAGS = {"shutdown_timeout_s": "--shutdown-timeout", "header_timeout_s": 
 @spec_options(
     EngineConfig, into="engine", exclude=("model",), names=ENGINE_FLAGS,
     parse={"kv_cache_memory_bytes": _kv_memory},
-    helps={"kv_cache_memory_bytes": "KV budget, e.g. 2GiB (default 1 GiB on CPU, gpu_memory_utilization of free GPU memory)."},
+    helps={"kv_cache_memory_bytes": "KV budget, e.g. 2GiB (default 1 GiB on CPU, gpu_memory_utilization of free GPU memory).",
+           "cpu_threads": "On a CPU: torch's threads for the engine's steps. Default: the usable cores less one (at "
+           "least 1), a core left to the HTTP server and the clients beside it (a burst of requests waits far longer "
+           "when torch holds every core); torch's own count where OMP_NUM_THREADS is set. The usable cores give the "
+           "most throughput at saturation on a machine the server has to itself."},
 )
 @spec_options(
     ServerConfig, into="server", exclude=("served_model_name", "served_model_aliases", "api_key", "chat_template"),
@@ -150,6 +161,8 @@ def serve_cmd(
     blank = next((n for n in names if not n.strip()), None)
     if blank is not None:
         raise UserError(f"--served-model-name {blank!r} is blank; give the model id clients send")
+    if engine["cpu_threads"] is None:  # (a core left to the HTTP server on a CPU, unless OMP_NUM_THREADS chose)
+        engine["cpu_threads"] = served_cpu_threads()
     with flag_values({**field_flags(EngineConfig, ENGINE_FLAGS, engine), **field_flags(ServerConfig, SERVER_FLAGS, server)}):
         engine_config = EngineConfig(model=str(model), **engine)
         server_config = ServerConfig(
@@ -180,7 +193,8 @@ def serve_cmd(
             err.print(f"serving {' = '.join(repr(n) for n in names)} on http://{host}:{bound_port}/v1 "
                       f"(context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "
                       f"{engine_config.block_size} tokens; structured outputs by "
-                      f"{engine_config.structured_outputs_backend}); Ctrl-C or SIGTERM stops")
+                      f"{engine_config.structured_outputs_backend}{_threads_said(state.engine.cpu_threads)}); "
+                      "Ctrl-C or SIGTERM stops")
             run_server(app, state, sock)
     finally:
         sock.close()

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
+from accelkit.core.device import usable_cores
 from accelkit.core.serving_memory import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, KVCacheDtype
 from accelkit.core.spec import Spec, spec_field
 from accelkit.serve.sampling import SEED_MAX
@@ -71,11 +74,10 @@ class EngineConfig(Spec):
     )
     cpu_threads: int | None = spec_field(
         None, min=1, max=4096, doc="On the CPU: torch's intra-op threads for the engine's steps (set on the thread that "
-        "steps it); None = torch's default, one per usable core. Fewer can be faster: a small model gains little from "
-        "a second thread, and every parallel region waits for its slowest thread, so a core another process (or the "
-        "HTTP server's own thread) takes stalls each step; a server that shares its machine, or whose latency under "
-        "load matters more than its peak throughput, does better with the usable cores less one (docs/engine.md, "
-        "'Threads on a CPU').",
+        "steps it); None = torch's default, one per usable core (`accelkit serve` leaves one core to its HTTP server "
+        "instead: served_cpu_threads). Fewer can be faster: a small model gains little from a second thread, and every "
+        "parallel region waits for its slowest thread, so a core another process (or the HTTP server's own thread) "
+        "takes stalls each step (docs/engine.md, 'Threads on a CPU').",
     )
     max_cuda_graph_batch_size: int | None = spec_field(
         None, min=1, doc="Largest decode batch replayed from a CUDA graph (larger ones run eagerly); None = max_num_seqs, at most 512.",
@@ -98,6 +100,18 @@ class EngineConfig(Spec):
             raise ValueError("structured_outputs_backend='xgrammar' needs the xgrammar package, which is not "
                              "installed; pip install 'accelkit[xgrammar]', or leave structured_outputs_backend at "
                              "llguidance")
+
+
+def served_cpu_threads(environ: Mapping[str, str] | None = None, cores: int | None = None) -> int | None:
+    """``accelkit serve``'s torch threads on a CPU when ``--cpu-threads`` is not given: the usable cores less one (at
+    least one), so that the event loop, the structured-output compile threads and the clients on the same host have
+    a core that no parallel region of a step waits for — as vLLM's CPU backend keeps a core for its API server. None
+    (torch's own count) where ``OMP_NUM_THREADS`` is set: whoever set it chose. A burst of requests arriving at a
+    two-core server waited 4x longer with torch on both cores, whose gain is at saturation only (docs/engine.md,
+    'Threads on a CPU')."""
+    if "OMP_NUM_THREADS" in (os.environ if environ is None else environ):
+        return None
+    return max(1, (usable_cores() if cores is None else cores) - 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

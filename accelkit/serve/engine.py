@@ -109,6 +109,8 @@ class LLMEngine:
         check_tensor_parallel_ranks(config.tensor_parallel_size, device)
         if config.cpu_threads is not None and device == "cpu":  # (this thread's OpenMP team: the one that steps)
             torch.set_num_threads(config.cpu_threads)
+        #: on a CPU, torch's intra-op threads for the steps (read back on the thread that steps); None on a GPU
+        self.cpu_threads = torch.get_num_threads() if device == "cpu" else None
         self.tokenizer = _load_tokenizer(model_dir)
         self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
         tp = None

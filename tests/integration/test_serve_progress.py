@@ -1,12 +1,13 @@
 """`accelkit serve` shows its start-up (weights, KV cache, engine loop) as progress lines on stderr before the ready
 line, where stderr is a pipe (#29 acceptance 6); ``--no-progress`` silences them; the one-line errors of a bad flag
-or model directory (tests/integration/test_serve_robustness.py) come before any of it. The heap the start-up built
-is frozen while it serves."""
+or model directory (tests/integration/test_serve_robustness.py) come before any of it. The ready line says torch's
+threads on a CPU (by default the usable cores less one). The heap the start-up built is frozen while it serves."""
 
 import re
 
 import pytest
 
+from accelkit.core.device import usable_cores
 from accelkit.serve.testing import save_tiny_model
 from tests.integration.serve_server_util import serve_in_process
 
@@ -42,14 +43,20 @@ def test_serve_shows_each_start_up_step_before_the_ready_line(model_dir):
     assert said == sorted(said), steps  # in the order they run
 
 
-def test_no_progress_leaves_the_ready_line_alone_and_the_default_only_adds_progress_lines(model_dir):
+def test_no_progress_leaves_the_ready_line_alone_and_the_default_only_adds_progress_lines(model_dir, monkeypatch):
+    # torch's threads by default on a CPU: the usable cores less one, read back from the engine's own thread (two
+    # more cores than this machine's said here, so that the default differs from any count torch takes by itself)
+    cores = usable_cores() + 2
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("accelkit.serve.config.usable_cores", lambda: cores)
     head = _lines_until_ready(model_dir, "--no-progress", "--structured-outputs-backend", "xgrammar")
     assert len(head) == 1 and "structured outputs by xgrammar" in head[0], head  # (the line says which engine)
+    assert f"; torch on {cores - 1} CPU threads)" in head[0], head
     # the default shows a step only once start-up has run 0.5 s (how long a tiny model takes varies): whatever
-    # comes before the ready line is progress
-    head = _lines_until_ready(model_dir)
+    # comes before the ready line is progress; --cpu-threads is taken as given
+    head = _lines_until_ready(model_dir, "--cpu-threads", "1")
     assert all(PROGRESS_LINE.match(line) for line in head[:-1]), head
-    assert "structured outputs by llguidance" in head[-1], head
+    assert "structured outputs by llguidance; torch on 1 CPU thread)" in head[-1], head
 
 
 def test_the_start_up_heap_is_frozen_while_it_serves_and_handed_back_after(model_dir):
