@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from accelkit.serve.server import serving_engine
-from accelkit.serve.server.serving_engine import INLINE_BODY_BYTES, INLINE_PROMPT_LEN
+from accelkit.serve.server.serving_engine import INLINE_BODY_BYTES, INLINE_CHAT_MESSAGES, INLINE_PROMPT_LEN
 from accelkit.serve.server.state import Mailbox
 from accelkit.serve.testing import save_tiny_model
 from tests.integration.serve_server_util import on_event_loop, running_server
@@ -85,6 +85,26 @@ def test_a_small_body_is_parsed_on_the_event_loop_and_a_large_one_in_a_worker(se
     (small, small_inline), (large, large_inline) = where
     assert small <= INLINE_BODY_BYTES < large
     assert small_inline and not large_inline
+
+
+def test_a_chat_of_a_few_messages_is_templated_on_the_event_loop_and_a_long_one_in_a_worker(server, monkeypatch):
+    """A small body can hold dozens of empty messages, and the template's work grows with them: such a chat is
+    templated in a worker thread, a chat of a few messages on the event loop (its body small either way)."""
+    url, _ = server
+    real_render = serving_engine.render_chat_template
+    where: list[tuple[int, bool]] = []
+
+    def render(tokenizer, conversation, **kwargs):
+        where.append((len(conversation), on_event_loop()))
+        return real_render(tokenizer, conversation, **kwargs)
+
+    monkeypatch.setattr(serving_engine, "render_chat_template", render)
+    for count in (2, INLINE_CHAT_MESSAGES + 1):
+        messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": ""} for i in range(count - 1)]
+        body = {"model": "tiny", "messages": [*messages, {"role": "user", "content": "w5"}], "max_tokens": 1}
+        assert len(json.dumps(body)) <= INLINE_BODY_BYTES
+        assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).status_code == 200
+    assert where == [(2, True), (INLINE_CHAT_MESSAGES + 1, False)]
 
 
 def test_a_response_that_is_not_streamed_wakes_the_event_loop_only_for_its_finished_output(server, monkeypatch):

@@ -57,6 +57,10 @@ INLINE_BODY_BYTES = 2 * 1024
 # a request's prompts of at most this many characters (or token ids) together are tokenized on the event loop:
 # ~0.1 ms for ASCII text with a 50K BPE, ~0.5 ms for 512 emoji (4 bytes each)
 INLINE_PROMPT_LEN = 512
+# a small body's chat of at most this many messages is templated on the event loop: the template's work grows with
+# the messages, and 2 KiB holds 70 empty ones (32 such chats at once lagged /health up to twice as long as in worker
+# threads: found in review), where a real chat of a few messages templates in tens of microseconds
+INLINE_CHAT_MESSAGES = 8
 MAX_IGNORED_NAMED = 20  # unknown fields named in one log line
 DONE = "data: [DONE]\n\n"
 
@@ -125,7 +129,8 @@ class ServingBase:
                           tools: list[Any] | None = None, documents: list[Any] | None = None,
                           small: bool) -> str:
         """The chat template rendered to text (the messages turned into dicts first): on the event loop when the body
-        they came from is ``small`` (:func:`small_body`), else in a worker thread."""
+        they came from is ``small`` (:func:`small_body`) and they are at most :data:`INLINE_CHAT_MESSAGES`, else in a
+        worker thread."""
         def render() -> str:
             return render_chat_template(
                 self.engine.tokenizer, [m.for_template() for m in messages],
@@ -134,7 +139,7 @@ class ServingBase:
                 reserved=self._template_args, tools=tools, documents=documents,
             )
 
-        return await off_loop_unless(small, render)
+        return await off_loop_unless(small and len(messages) <= INLINE_CHAT_MESSAGES, render)
 
 
 @dataclass(slots=True, kw_only=True)
