@@ -1,3 +1,4 @@
+import gc
 import io
 import json
 import os
@@ -37,6 +38,35 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # tests send reaches the commands whatever started the run.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _heap_frozen_between_modules():
+    """What the process holds as each test module starts — pytest, torch, transformers, every module imported so far,
+    the session's fixtures: over 500,000 objects in a test worker — collected once and frozen (``gc.freeze``), so that
+    the full collections the code under test runs (a bench variant ends in one: accelkit.bench.reference.free) or
+    Python starts by itself walk only what came after: one walk of that heap took about 0.2 s, and tests ran hundreds.
+    Collected first, and only at a module's start (the last module's fixtures are gone by then), so that no garbage is
+    frozen; a frozen object is only out of the collector's walks, and an in-process server's ``frozen_heap`` hands
+    the heap back unfrozen on its way out, which the next module's start freezes again. transformers and the
+    commands' modules are imported first: most modules' first test would import them (over 250,000 objects), and
+    the freeze would miss them."""
+    import transformers  # noqa: F401
+    from transformers import PreTrainedModel  # noqa: F401
+
+    import accelkit.bench.runner
+    import accelkit.cli.app
+    import accelkit.serve.engine  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The heap handed back to the collector before the interpreter's shutdown, which finalizes only what the collector
+    sees (native modules report what it leaves alive as leaks: nanobind's at the end of every run)."""
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)
