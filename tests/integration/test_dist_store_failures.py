@@ -9,17 +9,23 @@ import re
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 
 from accelkit.results import ResultStore
 from tests.conftest import REPO
 from tests.integration.dist_fault.full_disk import NUM_ROWS, full_store, small_files
 
 
-def test_a_probe_the_store_refused_stops_the_ranks_writes(_isolated_home):
+def test_a_probe_the_store_refused_stops_the_ranks_writes(_isolated_home, monkeypatch):
     """d80f0bd: the quick probe's row is the run's first write; when the store refused it, the launch still told
     rank 0 to save, so a store that took writes again (here: the other writer's lock, released as torchrun
     starts) got the run's rows after the bench had stopped writing — unlike a single-process bench, whose
-    StoreWriter stops at the first refusal, and unlike what the document's store_error says."""
+    StoreWriter stops at the first refusal, and unlike what the document's store_error says.
+
+    The quick probe is the real one at a small size (256² matmuls, 1 MiB copies): at the default 2048² and
+    256 MiB it took 5-8 s (3.5 CPU-seconds) on a test worker's one thread, and its figures are not what is tested
+    — its row is."""
+    import accelkit.bench.peaks as peaks
     from accelkit.bench.runner import BenchConfig, Reporter
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads import make_workload
@@ -27,6 +33,9 @@ def test_a_probe_the_store_refused_stops_the_ranks_writes(_isolated_home):
     from accelkit.distributed.launch import DistConfig
     from accelkit.timing import LoopConfig
 
+    probe = peaks.probe
+    monkeypatch.setattr(peaks, "probe", lambda config, **kw: probe(replace(config, matmul_size=256,
+                                                                          copy_bytes=1 << 20), **kw))
     path = _isolated_home / "results.db"
     store = ResultStore(path, timeout_s=0.05)  # no probe stored: the bench runs a quick one and stores it first
     holder = sqlite3.connect(path, isolation_level=None)
