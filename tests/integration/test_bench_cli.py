@@ -11,10 +11,14 @@ import pytest
 from tests.conftest import accelkit
 
 FAST = ("--warmup", "2", "--warmup-time", "0", "--min-iterations", "5", "--min-time", "0.2")
+#: the loops of this file's in-process runs, which check each command's document, table, store rows and refusals,
+#: not its figures: the fewest iterations that still run every phase (a warm-up call, three measured — the paired
+#: blocks a comparison needs — and no minimum time). FAST (imported by other test files) stays as it was.
+SHORT = ("--warmup", "1", "--warmup-time", "0", "--min-iterations", "3", "--min-time", "0")
 
 
 def bench_json(*args: str) -> dict:
-    proc = accelkit("bench", *args, *FAST, "--json")
+    proc = accelkit("bench", *args, *SHORT, "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -52,7 +56,7 @@ def test_bert_precision_matrix_json(probed):
 
 
 def test_resnet_tiny_training_prints_table_and_mfu(probed):
-    proc = accelkit("bench", "resnet", "--size", "tiny", "--batch-size", "4", *FAST)
+    proc = accelkit("bench", "resnet", "--size", "tiny", "--batch-size", "4", *SHORT)
     assert proc.returncode == 0, proc.stderr
     assert "resnet tiny-resnet train" in proc.stdout and "images/s" in proc.stdout
     assert "MFU peak (fp32): measured: `accelkit hw probe`" in proc.stdout
@@ -99,7 +103,7 @@ def test_custom_module(probed, factory, step):
 
 
 def test_unrunnable_variant_is_refused_with_one_line_and_never_substituted(probed):
-    proc = accelkit("bench", "bert", "--size", "tiny", "--seq-len", "32", "--precision", "fp32,fp8", *FAST, "--json")
+    proc = accelkit("bench", "bert", "--size", "tiny", "--seq-len", "32", "--precision", "fp32,fp8", *SHORT, "--json")
     assert proc.returncode == 0, proc.stderr
     refused = [line for line in proc.stderr.splitlines() if line.startswith("refused")]
     assert refused == ["refused fp8: fp8 matmuls need an NVIDIA SM89+ or AMD MI300-class GPU; this is a CPU"]
@@ -108,7 +112,7 @@ def test_unrunnable_variant_is_refused_with_one_line_and_never_substituted(probe
 
 
 def test_all_refused_is_a_usage_error(probed):
-    proc = accelkit("bench", "bert", "--size", "tiny", "--precision", "tf32,fp8", *FAST)
+    proc = accelkit("bench", "bert", "--size", "tiny", "--precision", "tf32,fp8", *SHORT)
     assert proc.returncode == 2
     assert "nothing to run" in proc.stderr and "a CPU has no tf32" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -163,7 +167,7 @@ def test_a_suite_whose_precisions_cannot_run_here_is_refused_before_it_starts(_i
 def test_progress_is_on_stderr_unless_turned_off(probed):
     """Issue 18: every long phase shows progress on stderr, never on stdout; issue 29: on a pipe too by default (a
     suite printed nothing for 600 s), --no-progress turns it off."""
-    args = ("bench", "bert", "--size", "tiny", "--seq-len", "16", "--batch-size", "2", "--no-save", *FAST, "--json")
+    args = ("bench", "bert", "--size", "tiny", "--seq-len", "16", "--batch-size", "2", "--no-save", *SHORT, "--json")
     quiet = accelkit(*args, "--no-progress")
     assert quiet.returncode == 0 and json.loads(quiet.stdout)["variants"]
     assert "fp32 reference" not in quiet.stderr and "warm-up" not in quiet.stderr
@@ -174,19 +178,31 @@ def test_progress_is_on_stderr_unless_turned_off(probed):
         assert phase in loud.stderr, (phase, loud.stderr)
 
 
-def test_a_terminal_gets_the_live_progress_bar(probed):
-    """stderr on a pseudo-terminal (stdout a pipe): rich draws its live display there."""
+@pytest.fixture(scope="module")
+def user_run_on_a_terminal(tmp_path_factory, probe_db) -> tuple[int, str, str]:
+    """`accelkit bench custom --module mymodels:make --json` as a user starts it: the installed console script (not
+    `python -m`), in a folder holding mymodels.py, without PYTHONPATH, its stdout a pipe and its stderr a
+    pseudo-terminal (COLUMNS=120, TERM=xterm), on a store holding the suite's shared probe. The two tests below read
+    different parts of this one process (a new interpreter importing torch is most of either's time). Returns (exit
+    code, stdout, what the terminal showed)."""
     import os
     import pty
+    import shutil
     import subprocess
     import sys
 
-    from tests.conftest import REPO
-
+    script = Path(sys.executable).parent / "accelkit"
+    assert script.exists(), f"the console script is installed beside {sys.executable}"
+    folder = tmp_path_factory.mktemp("user-folder")
+    (folder / "mymodels.py").write_text(
+        "import torch\n\ndef make():\n    return torch.nn.Linear(8, 4), torch.randn(4, 8)\n")
+    home = tmp_path_factory.mktemp("user-home")
+    shutil.copy(probe_db, home / "results.db")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(ACCELKIT_HOME=str(home), COLUMNS="120", TERM="xterm")
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "accelkit", "bench", "bert", "--size", "tiny", "--seq-len", "16",
-                             "--batch-size", "2", "--no-save", *FAST, "--json"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=slave, env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
+    proc = subprocess.Popen([str(script), "bench", "custom", "--module", "mymodels:make", *FAST, "--no-save", "--json"],
+                            cwd=folder, env=env, stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
     chunks = []
     while True:
@@ -197,11 +213,16 @@ def test_a_terminal_gets_the_live_progress_bar(probed):
         if not data:
             break
         chunks.append(data)
-    stdout = proc.stdout.read()
+    stdout = proc.stdout.read().decode()
     proc.wait(timeout=300)
     os.close(master)
-    shown = b"".join(chunks).decode(errors="replace")
-    assert proc.returncode == 0 and json.loads(stdout)["variants"]
+    return proc.returncode, stdout, b"".join(chunks).decode(errors="replace")
+
+
+def test_a_terminal_gets_the_live_progress_bar(user_run_on_a_terminal):
+    """stderr on a pseudo-terminal (stdout a pipe): rich draws its live display there."""
+    code, stdout, shown = user_run_on_a_terminal
+    assert code == 0 and json.loads(stdout)["variants"]
     assert "\x1b[" in shown and "fp32 · forward" in shown  # a live (ANSI) display with the lane
 
 
@@ -224,20 +245,10 @@ def test_input_bound_compares_the_wall_time_per_batch_with_the_step():
     assert bound.batch_time_s == pytest.approx(entry.phases.measured_s / 40)
 
 
-def test_a_module_beside_the_user_is_found_by_the_installed_command(tmp_path, probed):
+def test_a_module_beside_the_user_is_found_by_the_installed_command(user_run_on_a_terminal):
     """`accelkit bench custom --module mymodels:make` with mymodels.py in the working directory failed with "cannot
     import 'mymodels'" unless PYTHONPATH=. was set: the installed `accelkit` script (unlike `python -m`) does not put
     the working directory on the import path. It now does, first, as `python -m` and uvicorn do."""
-    import os
-    import subprocess
-    import sys
-
-    script = Path(sys.executable).parent / "accelkit"
-    assert script.exists(), f"the console script is installed beside {sys.executable}"
-    (tmp_path / "mymodels.py").write_text(
-        "import torch\n\ndef make():\n    return torch.nn.Linear(8, 4), torch.randn(4, 8)\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([str(script), "bench", "custom", "--module", "mymodels:make", *FAST, "--no-save", "--json"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["variants"][0]["throughput"]["value"] > 0
+    code, stdout, shown = user_run_on_a_terminal
+    assert code == 0, shown
+    assert json.loads(stdout)["variants"][0]["throughput"]["value"] > 0

@@ -21,7 +21,7 @@ from accelkit.models.diffusion.build import build_denoiser, denoiser_of
 from accelkit.models.diffusion.pipeline import text_tokens
 from accelkit.timing import LoopConfig
 from tests.conftest import REPO, accelkit
-from tests.integration.test_bench_cli import FAST, stored_bench
+from tests.integration.test_bench_cli import SHORT, stored_bench
 
 SMALL = {"size": "tiny", "steps": 2, "height": 64, "width": 64}
 QUICK = BenchConfig(device="cpu", loop=LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=2,
@@ -174,7 +174,7 @@ def test_a_local_diffusers_directory_is_read_and_its_weights_used(tmp_path):
 
 def test_cli_bench_diffusion_table_json_store_and_report(probed):
     proc = accelkit("bench", "diffusion", "--size", "tiny", "--steps", "2", "--height", "64", "--width", "64",
-                    "--precision", "fp32,bf16", "--device", "cpu", *FAST, "--json")
+                    "--precision", "fp32,bf16", "--device", "cpu", *SHORT, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["workload"] == "diffusion" and [v["name"] for v in doc["variants"]] == ["fp32", "bf16"]

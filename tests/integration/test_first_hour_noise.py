@@ -52,7 +52,7 @@ def test_the_docs_dataloader_example_prints_no_torch_warning():
     creation". The bench says it in its own words, once, as a note of the variant."""
     cores = len(os.sched_getaffinity(0))
     proc = accelkit_subprocess("bench", "dataloader", "--num-workers", f"0,{cores + 1}", "--image-size", "16", "--batch-size", "4",
-               "--quick", "--no-save", "--no-probe", "--no-predict", "--min-time", "0.2", "--warmup-time", "0")
+               "--quick", "--no-save", "--no-probe", "--no-predict", "--min-time", "0", "--warmup-time", "0")
     assert proc.returncode == 0, proc.stderr
     assert not _warnings(proc.stderr), proc.stderr
     assert f"{cores + 1} worker processes on {cores} usable CPU core(s)" in proc.stdout, proc.stdout
@@ -103,8 +103,10 @@ def test_a_suites_shared_footnotes_print_once():
 
 def test_a_long_command_shows_progress_on_a_pipe_unless_silenced(cli):
     """stderr a pipe and no flag: the old default printed nothing until the end (a CI log looked hung)."""
+    # 4 timed loops of at least 0.15 s, each after a warm-up as long: at least 1.2 s, past the 0.5 s before a first
+    # line (so that the quiet run too runs long enough to have shown one)
     args = ("hw", "probe", "--quick", "--device", "cpu", "--dtype", "fp32", "--size", "256", "--copy-size", "1MiB",
-            "--min-time", "0.3", "--no-save", "--json")  # (4 timed loops: past the 0.5 s before a first line)
+            "--min-time", "0.15", "--no-save", "--json")
     shown = cli(*args)
     assert shown.returncode == 0 and json.loads(shown.stdout)["kind"] == "probe"
     lines = shown.stderr.splitlines()
