@@ -155,12 +155,13 @@ def test_tokenization_runs_off_the_event_loop(server, monkeypatch):
     url, state = server
     tokenizer = state.engine.tokenizer
     real_encode = tokenizer.encode
-    slow_started = threading.Event()
+    slow_started, slow_done = threading.Event(), threading.Event()
 
     def encode(text, *args, **kwargs):
         if text.startswith("w77"):
             slow_started.set()
             time.sleep(3)  # a tokenizer busy for seconds: it must not hold up anyone else
+            slow_done.set()
         return real_encode(text, *args, **kwargs)
 
     monkeypatch.setattr(tokenizer, "encode", encode)
@@ -174,9 +175,12 @@ def test_tokenization_runs_off_the_event_loop(server, monkeypatch):
     thread.start()
     assert slow_started.wait(30)
     assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+    # on the event loop, /health would wait for the tokenizer (and, answered the moment it returns, still come
+    # before the slow request's reply: the order alone let an encode on the loop pass)
+    assert not slow_done.is_set()
     order.append("health")
     thread.join(60)
-    assert order == ["health", "slow"]  # on the event loop, /health would wait for the tokenizer
+    assert order == ["health", "slow"]
 
 
 def test_a_prompt_far_beyond_the_context_is_refused_without_tokenizing_all_of_it(server, monkeypatch):

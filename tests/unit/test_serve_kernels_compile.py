@@ -2,7 +2,8 @@
 through ptxas from the triton wheel, no GPU needed — in every variant the engine launches (bf16/fp32, KV
 bf16/fp8/int8, decode/split-K/prefill, sliding window, the fused layer ops). The interpreter tests check
 their numerics; this checks what the interpreter lets through (types, layouts, register allocation).
-Runs in a subprocess: the kernels must be imported without TRITON_INTERPRET."""
+Runs in a subprocess (one for both tests: importing torch and triton is a good part of each run): the kernels must
+be imported without TRITON_INTERPRET."""
 
 import json
 import os
@@ -77,6 +78,30 @@ print(json.dumps({"done": done, "failed": failed}))
 '''
 
 
+# SCRIPT (argv[1]), then scripts/kernel_jit_check.py (argv[2]) as its command line runs it, in one interpreter: each
+# one's exit code (1 for an exception, its traceback on stderr) and stdout, as the JSON line the process prints last
+BOTH = r'''
+import contextlib, io, json, runpy, sys, traceback
+
+def run(what):
+    out, code = io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(out):
+            what()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    return [code, out.getvalue()]
+
+signatures = run(lambda: exec(compile(sys.argv[1], "<SCRIPT>", "exec"), {"__name__": "__main__"}))
+sys.argv = [sys.argv[2], "--arch", "90", "--json"]
+launches = run(lambda: runpy.run_path(sys.argv[0], run_name="__main__"))
+print(json.dumps({"signatures": signatures, "launches": launches}))
+'''
+
+
 def _compile_env() -> dict[str, str]:
     """This environment without TRITON_INTERPRET: the kernels must be compiled, not interpreted."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -84,29 +109,37 @@ def _compile_env() -> dict[str, str]:
     return env
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not PTXAS.exists(), reason=f"this triton wheel has no ptxas ({PTXAS})")
-def test_every_kernel_variant_compiles_for_sm90_and_sm80():
+@pytest.fixture(scope="module")
+def compiled() -> tuple[dict, str]:
+    """Both runs' {"signatures": [exit code, stdout], "launches": [...]}, and the process's stderr."""
     env = _compile_env()
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", BOTH, SCRIPT, str(REPO / "scripts" / "kernel_jit_check.py")],
+                          capture_output=True, text=True, env=env, timeout=1800, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PTXAS.exists(), reason=f"this triton wheel has no ptxas ({PTXAS})")
+def test_every_kernel_variant_compiles_for_sm90_and_sm80(compiled):
+    (code, stdout), stderr = compiled[0]["signatures"], compiled[1]
+    assert code == 0, stderr[-3000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
     assert not result["failed"], "\n".join(result["failed"])
     assert len(result["done"]) == 2 * (4 * 6 + 2 * 4)  # per arch: 4 dtype/KV kinds x 6, + 4 per unquantized dtype
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not PTXAS.exists(), reason=f"this triton wheel has no ptxas ({PTXAS})")
-def test_every_launch_the_engine_makes_compiles_as_the_jit_would_for_sm90():
+def test_every_launch_the_engine_makes_compiles_as_the_jit_would_for_sm90(compiled):
     """scripts/kernel_jit_check.py: the real engine (1B widths, one layer; bf16 with KV bf16/fp8/int8, fp32)
     steps through prefill chunks, prefix-cache hits, bucket-padded decodes and split-K, and each launch goes
     through Triton's own binding and specialization to a cubin — with the arguments the engine really passes."""
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "kernel_jit_check.py"), "--arch", "90", "--json"],
-                          capture_output=True, text=True, env=_compile_env(), timeout=900, cwd=REPO)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    (code, stdout), stderr = compiled[0]["launches"], compiled[1]
+    result = json.loads(stdout.strip().splitlines()[-1])
     assert not result["failed"], "\n".join(result["failed"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert code == 0, stderr[-3000:]
     kernels = {v["kernel"] for v in result["variants"].values()}
     assert kernels == {"_paged_attention_kernel", "_merge_splits_kernel", "_rope_kv_write_kernel", "_rms_norm_kernel",
                        "_silu_mul_kernel"}
