@@ -243,8 +243,9 @@ def main() -> None:
     parser.add_argument("--idle-window", type=float, default=0.3,
                         help="seconds of each interleaved idle round (the canary alone): the ratios' denominator")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between canary requests")
-    parser.add_argument("--server-args", default="", help="more `accelkit serve` flags, e.g. '--cpu-threads 2' (torch on both of two "
-                        "cores; by default the server leaves one core to its HTTP server)")
+    parser.add_argument("--server-args", default="",
+                        help="more `accelkit serve` flags, e.g. '--cpu-threads 2' (torch on both of two cores; by "
+                        "default the server leaves one core to its HTTP server)")
     parser.add_argument("--clients-nice", type=int, default=0,
                         help="niceness of the clients' process (0–19): on a small machine, 10 leaves the server the "
                              "CPU that clients on other hosts would not take from it")

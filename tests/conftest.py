@@ -51,8 +51,7 @@ def _heap_frozen_between_modules():
     the heap back unfrozen on its way out, which the next module's start freezes again. transformers and the
     commands' modules are imported first: most modules' first test would import them (over 250,000 objects), and
     the freeze would miss them."""
-    import transformers  # noqa: F401
-    from transformers import PreTrainedModel  # noqa: F401
+    from transformers import PreTrainedModel  # noqa: F401  (transformers and its modelling stack)
 
     import accelkit.bench.runner
     import accelkit.cli.app
