@@ -83,6 +83,35 @@ def test_the_decode_kernel_matches_float64_attention_over_the_paged_cache(heads,
 
 
 @needs_cc
+def test_the_kernel_starts_no_more_threads_than_the_step_has_sequences():
+    """One work item per sequence: a team of torch's whole thread count for one sequence only adds threads to wake
+    and a barrier to wait at (on a busy machine, for a thread taken off its core)."""
+    block_size, lens = 4, [5, 9, 2]
+    cache = KVCache(num_layers=1, num_blocks=8, block_size=block_size, num_kv_heads=2, head_dim=16,
+                    dtype=torch.float32, device=CPU)
+    tables = np.arange(9, dtype=np.int64).reshape(3, 3) % 8
+    backend = make_attention_backend("cpu", cache, num_heads=4, head_dim=16, sliding_window=None)
+    asked: list[int] = []
+    kernel = backend._kernel
+
+    def counting(*args):  # the real kernel, its last argument (the team's size) noted
+        asked.append(args[-1])
+        return kernel(*args)
+
+    backend._kernel = counting
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        for n in (1, 3):
+            meta = backend.prepare(_step(lens[:n], tables[:n], block_size))
+            out = backend._decodes(torch.randn(n, 4, 16), 0, meta)[0]
+            assert out.shape == (n, 64) and torch.isfinite(out).all()
+    finally:
+        torch.set_num_threads(threads)
+    assert asked == [1, 3]
+
+
+@needs_cc
 def test_auto_takes_the_kernel_on_a_cpu_and_gives_way_to_sdpa_where_it_cannot_read_the_cache():
     assert resolve_attention_backend("auto", CPU) == "cpu"
     with pytest.raises(ValueError, match=r"attention_backend='cpu' runs on a CPU"):

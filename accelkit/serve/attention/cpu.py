@@ -292,10 +292,12 @@ class CpuPagedAttention(SdpaAttention):
         assert tables.dtype == np.int64 and lens.dtype == np.int64 and tables.strides[1] == 8
         out = torch.empty(n, num_heads * head_dim, dtype=torch.float32)
         cache = self.cache
+        # One work item per sequence: a team larger than the batch only adds threads to wake and, on a busy machine,
+        # a barrier that waits for one taken off its core (benchmarks/cpu_decode_team.py measures it).
         failed = self._kernel(
             q.data_ptr(), q.stride(0), cache.k[layer].data_ptr(), cache.v[layer].data_ptr(), tables.ctypes.data,
             tables.strides[0] // 8, lens.ctypes.data, n, num_heads, cache.num_kv_heads, head_dim, cache.block_size,
-            self.scale, self._window, out.data_ptr(), torch.get_num_threads(),
+            self.scale, self._window, out.data_ptr(), min(n, torch.get_num_threads()),
         )
         if failed:
             raise MemoryError("the CPU decode kernel could not allocate its scores buffer")
