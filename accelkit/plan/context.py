@@ -85,6 +85,12 @@ class PlanContext:
     price_source: str | None = None
     #: ``compare``: the basis its rows share, in words (the same device count, or the same budget)
     compare_basis: str | None = None
+    #: the layout-level estimates already made on this context, keyed by the layout fields they read: a layout's
+    #: training memory and the activations and pipeline-stage time that the ZeRO stages of one shape share
+    #: (evaluate.py ``train_memory``, time.py ``train_time``). The device-count search checks a layout's memory up to
+    #: three times (a micro-batch's fit decides whether the next is tried; the count it settles on is ranked in
+    #: full). Not an init field, so ``dataclasses.replace`` (another cluster, other options) starts an empty one.
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def model(self) -> ModelSpec:

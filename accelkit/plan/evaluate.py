@@ -156,7 +156,17 @@ def _chunks(blocks: int, vp: int, per_layer: float, *, end_slot: bool, end_bytes
 
 
 def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
-    """Bytes on one device of the heaviest pipeline stage."""
+    """Bytes on one device of the heaviest pipeline stage. Computed once per layout and context (``ctx.memo``): the
+    device-count search checks a layout's fit, may check it again (``enumerate_layouts`` tries a larger micro-batch
+    only when this one fits) and ranks the count it settles on with ``evaluate``; each gets a copy to keep."""
+    key = ("train_memory", layout)
+    parts = ctx.memo.get(key)
+    if parts is None:
+        parts = ctx.memo[key] = _train_memory(ctx, layout)
+    return dict(parts)
+
+
+def _train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     w, o = ctx.workload, ctx.options
     dense, expert = stage_param_split(ctx, layout)
     params = dense + expert
@@ -171,43 +181,58 @@ def train_memory(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     if ctx.cnn is not None:
         acts = ctx.cnn["saved_bytes"] * layout.micro_batch
     else:
-        m, tokens = ctx.model, layout.micro_batch * w.seq_len // layout.cp  # the part of the sequence this rank holds
-        kw = dict(tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels, attention=o.attention,
-                  dropout=o.dropout, fp8_te=o.fp8_activations == "te")
-        per_layer = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, recompute=layout.recompute,
-                                           selective=o.selective_recompute, **kw)  # type: ignore[arg-type]
-        checkpointed = stage_recompute_share(ctx, layout)
-        kept = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, **kw)  # type: ignore[arg-type]
-        if layout.recompute == "full" and checkpointed < 1:  # every n-th block: the others keep all they save
-            per_layer = checkpointed * per_layer + (1 - checkpointed) * kept
-        head = head_activation_bytes(m, tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels,
-                                     sequence_parallel=layout.sequence_parallel, dropout=o.dropout)
-        # the first stage keeps the most micro-batches in flight; with lighter first/last stages (uneven, the
-        # embedding and head counted as blocks) the second stage, one micro-batch fewer, can hold more
-        first_blocks, mid_blocks, last_blocks = stage_blocks(ctx, layout)
-        pp, vp, ga = layout.pp, layout.vp, layout.grad_accum
-        if vp > 1:  # interleaved: play the schedule chunk by chunk (the embedding and the head sit in end chunks)
-            ends = o.pp_embedding_as_layer
-            first = interleaved_peak_bytes(pp, vp, ga, 0, _chunks(first_blocks, vp, per_layer, end_slot=ends,
-                                                                  end_bytes=head["first"], first=True))
-            middle = interleaved_peak_bytes(pp, vp, ga, 1, _chunks(mid_blocks, vp, per_layer, end_slot=False,
-                                                                   end_bytes=0.0, first=True)) if pp > 2 else 0.0
-            last = interleaved_peak_bytes(pp, vp, ga, pp - 1, _chunks(last_blocks, vp, per_layer, end_slot=ends,
-                                                                      end_bytes=head["last"], first=False))
-        else:
-            inflight = inflight_micro_batches(pp, vp, ga)
-            first = inflight * (first_blocks * per_layer + head["first"])
-            middle = 0.0
-            if pp > 2 and mid_blocks > first_blocks:
-                middle = inflight_micro_batches(pp, vp, ga, rank=1) * mid_blocks * per_layer
-            last = last_blocks * per_layer + head["last"] + (head["first"] if pp == 1 else 0.0)
-        acts = max(first, middle, last)
-        if layout.recompute == "full" and checkpointed > 0:  # backward rebuilds one layer's activations at a time
-            acts += kept
+        # the activations do not depend on how the data-parallel ranks shard the states (dp, ep, ZeRO, shard group):
+        # the ZeRO stages the search tries for one shape share them
+        # (keyed by the layout with those fields blanked, so a field added to Layout later is in the key by default)
+        key = ("activations", layout._replace(dp=1, ep=1, zero=0, shard_group=None))
+        acts = ctx.memo.get(key)
+        if acts is None:
+            acts = ctx.memo[key] = _activation_bytes(ctx, layout)
         if layout.zero >= 3:  # the gathered weights of the current and the prefetched layer
             other += 2 * (ctx.layer_params + ctx.layer_expert_params / layout.ep) / layout.tp * ctx.weight_bytes
     return {"weights": states["weights"], "gradients": states["gradients"], "optimizer": states["optimizer"],
             "activations": acts, "kv_cache": 0.0, "other": other, "host_optimizer": states["optimizer_offloaded"]}
+
+
+def _activation_bytes(ctx: PlanContext, layout: Layout) -> float:
+    """Activation bytes a transformer keeps on one device of its heaviest pipeline stage: the peak over the first,
+    a middle and the last stage of what the pipeline schedule holds in flight. Reads only the layout fields
+    ``_train_memory`` keys it by: neither dp, ep, the ZeRO stage nor the shard group."""
+    w, o = ctx.workload, ctx.options
+    m, tokens = ctx.model, layout.micro_batch * w.seq_len // layout.cp  # the part of the sequence this rank holds
+    kw = dict(tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels, attention=o.attention,
+              dropout=o.dropout, fp8_te=o.fp8_activations == "te")
+    per_layer = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, recompute=layout.recompute,
+                                       selective=o.selective_recompute, **kw)  # type: ignore[arg-type]
+    checkpointed = stage_recompute_share(ctx, layout)
+    kept = layer_activation_bytes(m, sequence_parallel=layout.sequence_parallel, **kw)  # type: ignore[arg-type]
+    if layout.recompute == "full" and checkpointed < 1:  # every n-th block: the others keep all they save
+        per_layer = checkpointed * per_layer + (1 - checkpointed) * kept
+    head = head_activation_bytes(m, tokens=tokens, seq=w.seq_len, e=ctx.e, tp=layout.tp, kernels=o.kernels,
+                                 sequence_parallel=layout.sequence_parallel, dropout=o.dropout)
+    # the first stage keeps the most micro-batches in flight; with lighter first/last stages (uneven, the
+    # embedding and head counted as blocks) the second stage, one micro-batch fewer, can hold more
+    first_blocks, mid_blocks, last_blocks = stage_blocks(ctx, layout)
+    pp, vp, ga = layout.pp, layout.vp, layout.grad_accum
+    if vp > 1:  # interleaved: play the schedule chunk by chunk (the embedding and the head sit in end chunks)
+        ends = o.pp_embedding_as_layer
+        first = interleaved_peak_bytes(pp, vp, ga, 0, _chunks(first_blocks, vp, per_layer, end_slot=ends,
+                                                              end_bytes=head["first"], first=True))
+        middle = interleaved_peak_bytes(pp, vp, ga, 1, _chunks(mid_blocks, vp, per_layer, end_slot=False,
+                                                               end_bytes=0.0, first=True)) if pp > 2 else 0.0
+        last = interleaved_peak_bytes(pp, vp, ga, pp - 1, _chunks(last_blocks, vp, per_layer, end_slot=ends,
+                                                                  end_bytes=head["last"], first=False))
+    else:
+        inflight = inflight_micro_batches(pp, vp, ga)
+        first = inflight * (first_blocks * per_layer + head["first"])
+        middle = 0.0
+        if pp > 2 and mid_blocks > first_blocks:
+            middle = inflight_micro_batches(pp, vp, ga, rank=1) * mid_blocks * per_layer
+        last = last_blocks * per_layer + head["last"] + (head["first"] if pp == 1 else 0.0)
+    acts = max(first, middle, last)
+    if layout.recompute == "full" and checkpointed > 0:  # backward rebuilds one layer's activations at a time
+        acts += kept
+    return acts
 
 
 def evaluate_train(ctx: PlanContext, layout: Layout) -> Candidate:

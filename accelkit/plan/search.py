@@ -190,9 +190,10 @@ def _fits_memory(ctx: PlanContext, layout: Layout, batch: int | None) -> bool:
 
 def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] | None = None,
                    global_batch: int | None = None, batch: int | None = None,
-                   count_flag: str | None = None) -> list[Candidate]:
+                   count_flag: str | None = None, top: int | None = None) -> list[Candidate]:
     """Evaluate and rank every layout on ``num_devices`` (best first). ``count_flag``: how the user chose the count,
-    for the error when no layout is valid (default ``--num-devices N``)."""
+    for the error when no layout is valid (default ``--num-devices N``). ``top``: only the best K are wanted — when
+    at least K training layouts fit, only those are ranked (the others rank after every one that fits)."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
     train = ctx.workload.task == "train"
     if not train:
@@ -205,7 +206,14 @@ def search_context(ctx: PlanContext, num_devices: int, *, fixed: dict[str, Any] 
     if train and global_batch is None:
         global_batch = default_global_batch(ctx.workload)
         ctx.assumptions.append(default_batch_assumption(ctx.workload, global_batch))
-    found = [evaluate(ctx, layout, batch) for layout in enumerate_layouts(ctx, num_devices, fixed, global_batch)]
+    layouts = list(enumerate_layouts(ctx, num_devices, fixed, global_batch))
+    if train and top is not None:
+        # a layout's fit is its memory alone (cached for evaluate): the step time, most of an evaluation, is then
+        # computed for the fitting layouts only — at the smallest count that fits, a few of hundreds
+        fitting = [layout for layout in layouts if _fits_memory(ctx, layout, None)]
+        if len(fitting) >= top:
+            layouts = fitting
+    found = [evaluate(ctx, layout, batch) for layout in layouts]
     if not found:
         raise UserError(_no_layout_message(ctx, num_devices, fixed, global_batch,
                                            count_flag or f"--num-devices {num_devices}"))
@@ -441,7 +449,8 @@ def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_
             sized.warnings.append(note)
     else:
         n, sized = num_devices, _with_cluster(ctx, _cluster_for(ctx.cluster, num_devices))
-    found = search_context(sized, n, fixed=fixed, global_batch=global_batch, batch=batch, count_flag=count_flag)
+    found = search_context(sized, n, fixed=fixed, global_batch=global_batch, batch=batch, count_flag=count_flag,
+                           top=top)
     if _slow(sized, found[0]) and num_devices is not None:  # a pinned count (or batch) where no layout keeps the bound
         best = found[0]
         took = f"{best.latency_s * 1e3:.3g} ms" + (" per token" if best.decode_time_per_token_s else " of prefill")

@@ -193,27 +193,13 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
     o = ctx.options
     pp, vp = layout.pp, layout.vp
     bw = byte_s(ctx)
-    tokens = layout.micro_batch * ctx.workload.seq_len / layout.cp  # tokens this rank holds per micro-batch
-    # ---- one layer, one micro-batch
-    gemm, attention, memory, launch, matmul_fwd = _layer_s(ctx, layout, tokens)
-    tp_comm, cp_comm, ep_comm = _layer_comm_s(ctx, layout, tokens, gemm, attention, matmul_fwd)
-    # ---- one stage (the heaviest: ceil(L/pp) layers, plus the LM head on the last), one micro-batch
-    layers = stage_layers(ctx, layout)
-    head_gemm, head_mem = _head_s(ctx, layout, tokens)
-    blocks = layers
-    if pp > 1 and o.pp_embedding_as_layer:  # the head shares its stage with one block fewer: the heavier one runs
-        block = gemm + attention + memory + launch + tp_comm + cp_comm + ep_comm
-        if block >= head_gemm + head_mem:
-            head_gemm = head_mem = 0.0
-        else:
-            blocks = layers - 1
-    st_compute = blocks * (gemm + attention) + head_gemm
-    st_memory = blocks * memory + head_mem
-    st_launch = blocks * launch
-    st_comm = blocks * (tp_comm + cp_comm + ep_comm)
-    if pp > 1:
-        st_comm += 2 * vp * _stage_send_s(ctx, layout, tokens)
-    stage = st_compute + st_memory + st_launch + st_comm
+    # the stage's time does not depend on the ZeRO stage or the shard group: the ZeRO stages the search tries for
+    # one shape share it (``ctx.memo``)
+    key = ("stage_s", layout._replace(zero=0, shard_group=None))
+    stage_s = ctx.memo.get(key)
+    if stage_s is None:
+        stage_s = ctx.memo[key] = _stage_s(ctx, layout)
+    layers, st_compute, st_memory, st_launch, st_comm, stage = stage_s
     mb = layout.grad_accum
 
     # ---- data parallel and the optimizer
@@ -231,6 +217,35 @@ def train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None = N
         "bubble": (pp - 1) / vp * stage,
         "launch": mb * st_launch,
     }
+
+
+def _stage_s(ctx: PlanContext, layout: Layout) -> tuple[int, float, float, float, float, float]:
+    """The heaviest pipeline stage (ceil(L/pp) layers, plus the LM head on the last), one micro-batch: its layers and
+    the seconds of its compute, memory-bound kernels, launch excess and exposed communication, and their sum."""
+    o = ctx.options
+    pp, vp = layout.pp, layout.vp
+    tokens = layout.micro_batch * ctx.workload.seq_len / layout.cp  # tokens this rank holds per micro-batch
+    # ---- one layer, one micro-batch
+    gemm, attention, memory, launch, matmul_fwd = _layer_s(ctx, layout, tokens)
+    tp_comm, cp_comm, ep_comm = _layer_comm_s(ctx, layout, tokens, gemm, attention, matmul_fwd)
+    # ---- one stage, one micro-batch
+    layers = stage_layers(ctx, layout)
+    head_gemm, head_mem = _head_s(ctx, layout, tokens)
+    blocks = layers
+    if pp > 1 and o.pp_embedding_as_layer:  # the head shares its stage with one block fewer: the heavier one runs
+        block = gemm + attention + memory + launch + tp_comm + cp_comm + ep_comm
+        if block >= head_gemm + head_mem:
+            head_gemm = head_mem = 0.0
+        else:
+            blocks = layers - 1
+    st_compute = blocks * (gemm + attention) + head_gemm
+    st_memory = blocks * memory + head_mem
+    st_launch = blocks * launch
+    st_comm = blocks * (tp_comm + cp_comm + ep_comm)
+    if pp > 1:
+        st_comm += 2 * vp * _stage_send_s(ctx, layout, tokens)
+    stage = st_compute + st_memory + st_launch + st_comm
+    return layers, st_compute, st_memory, st_launch, st_comm, stage
 
 
 def _layer_s(ctx: PlanContext, layout: Layout, tokens: float) -> tuple[float, float, float, float, float]:
