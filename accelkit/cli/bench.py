@@ -6,7 +6,9 @@ still works as the older spelling of `accelkit bench suite NAME`.
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
 import signal
 import sys
 import threading
@@ -21,6 +23,7 @@ from typer.core import TyperCommand
 from accelkit.bench.runner import BenchConfig, Reporter, run_benchmark
 from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
 from accelkit.bench.workloads import (
+    BenchWorkload,
     BertConfig,
     CustomConfig,
     DataLoaderConfig,
@@ -257,6 +260,44 @@ class _CliReporter(Reporter):
             self.bar.stop()
 
 
+# ---- checks that need no torch -------------------------------------------------------------------------
+def check_target(target: str, what: str = "--module") -> None:
+    """A ``package.module:factory`` that cannot load, refused as ``load_factory`` refuses it but without importing
+    anything: a malformed one, or one whose top-level module is not there (the working directory counted, as
+    ``load_factory`` adds it). The command then refuses it in a second, not after torch's import (~2 s) and its
+    "starting" line; a module that is there is imported later, by the run, after that line."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:  # load_factory's own rule and words
+        raise UserError(f"{what} {target!r} is not valid; write package.module:factory")
+    top = module_name.split(".")[0]
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        found = importlib.util.find_spec(top) is not None  # a top-level name: finds it, runs none of its code
+    except (ImportError, ValueError):  # a name no import takes (a relative one, ''): load_factory says why
+        found = True
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    if not found:
+        raise UserError(f"{what} {target!r}: cannot import {module_name!r} (No module named {top!r})")
+
+
+def check_workload(wl: BenchWorkload) -> None:
+    """What a workload's flags name that can be checked without torch, checked before a command imports it or
+    says it is starting: a custom --module (a dataloader --dataset) as :func:`check_target` checks it, and any other
+    workload's model (its label resolves the preset or config.json: `bench llm --model nope` was refused after
+    2 s of importing torch). A custom label would call the user's factory: not here."""
+    if wl.name == "custom":
+        check_target(wl.config.module)
+        return
+    if wl.name == "dataloader" and wl.config.dataset:
+        check_target(wl.config.dataset, "--dataset")
+    wl.label  # noqa: B018 — resolves the model a workload names
+
+
 # ---- running ---------------------------------------------------------------------------------------------
 def _configs(bench: dict[str, Any], loop: dict[str, Any], quick: bool, default_loop: LoopConfig) -> BenchConfig:
     with flag_values():
@@ -270,6 +311,7 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
     config = _configs(bench, loop, quick, LoopConfig())
     with flag_values():
         wl = make_workload(name, workload)
+        check_workload(wl)
     # 'powersgd_rank applies to …' → '--powersgd-rank 8 …', a switch turned off by its --no- form
     with flag_values(field_flags(Matrix, MATRIX_NAMES, matrix)):
         variants = Matrix(**matrix).variants() if matrix is not None else []

@@ -11,7 +11,8 @@ from typing import Any, Literal, NoReturn
 import typer
 
 from accelkit.bench.record import StoreWriter
-from accelkit.cli.bench import exit_stopped, sigterm_as_interrupt
+from accelkit.bench.workloads import config_fields, make_workload
+from accelkit.cli.bench import check_workload, exit_stopped, sigterm_as_interrupt
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
 from accelkit.cli.spec_options import spec_options
@@ -34,6 +35,20 @@ def _check_out_dir(path: Path) -> None:
             if not parent.is_dir():
                 raise UserError(f"--out {path}: {parent} is a file, not a folder; give a folder for trace.json")
             break
+
+
+def _check_workload_flags(name: str, options: dict[str, Any]) -> None:
+    """The workload flags' values, checked as the profile will check them but before it imports torch (~2 s) and
+    starts its progress: `profile bert --size huge` was refused after both. A flag the workload does not take is
+    left to the profile, which refuses it, naming the workloads that take it, before torch too."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if set(given) - config_fields(name):
+        return
+    try:
+        workload = make_workload(name, given)
+    except ValueError as exc:  # a value the workload's config refuses: the user's to fix, as the profile says it
+        raise UserError(str(exc)) from exc
+    check_workload(workload)
 
 
 MONITOR_EXAMPLES = examples(
@@ -136,12 +151,16 @@ def profile_cmd(
     profiler: dict[str, Any],
 ) -> None:
     """Profile one workload step: top operators, time breakdown, overlap, peak memory, and a trace."""
+    # `profile custom --module X` is `profile --module X`; `profile custom` alone built a CustomConfig without its
+    # module (an internal error) and is now refused as a missing --module
+    workload = None if workload == "custom" else workload
     if (workload is None) == (module is None):
         raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory, not both")
     options = {"size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "module": module}
     with flag_values():
         config = ProfileConfig(**profiler)
     _check_out_dir(Path(config.out_dir))
+    _check_workload_flags(workload or "custom", options)
     store = open_for_saving(save)  # before profiling: an unwritable store fails now, not after the run
     writer = StoreWriter(store)
     try:

@@ -14,8 +14,11 @@ defaults included). Fields typed as containers (tuples, lists, dicts, nested spe
 ``parse`` function turns the flag's text into the value; ``parse`` also serves scalar fields whose flag takes
 another notation (``--kv-cache-memory 2GiB`` for ``kv_cache_memory_bytes``): such a flag defaults to ``None``
 and the field keeps its spec default when the flag is not given. A ``ValueError`` from ``parse``, or a parsed
-number outside the field's bounds, is a usage error (exit 2) that names the flag and the text given. A field
-without a default becomes a required flag.
+number outside the field's bounds, is a usage error (exit 2) that names the flag and the text given. So is a float
+flag given inf, -inf or a number past ±1.8e308 (which reads as inf) — a plan's --target-tokens-per-s inf searched
+65,536 devices and printed a warning — unless the command names the field in ``infinite``, where inf means
+something (--request-rate inf: every request at once) or the spec refuses it in its own words. A field without a
+default becomes a required flag.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class GeneratedOption:
     required: bool = False  # the field has no default: the flag must be given
     optional: bool = False  # the flag defaults to None (not given: the field keeps its own default)
     custom_help: bool = False  # the command gave its own help text (``helps``) instead of the field's doc
+    infinite: bool = False  # a float flag that passes inf on to the spec (``infinite``) instead of refusing it
 
 
 def _flag(name: str) -> str:
@@ -72,15 +76,15 @@ def _is_scalar(tp: Any) -> bool:
 def generated_options(
     spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
     parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
-    only: Iterable[str] | None = None, optional: Iterable[str] = (),
+    only: Iterable[str] | None = None, optional: Iterable[str] = (), infinite: Iterable[str] = (),
 ) -> list[GeneratedOption]:
     """The options :func:`spec_options` adds for ``spec`` (also what the consistency test checks)."""
     names, parse, helps = dict(names or {}), dict(parse or {}), dict(helps or {})
-    excluded, overrides = set(exclude), set(optional)
+    excluded, overrides, unbounded = set(exclude), set(optional), set(infinite)
     hints = typing.get_type_hints(spec)
     known = {f.name for f in dataclasses.fields(spec)}  # type: ignore[arg-type]
     chosen = known if only is None else set(only)
-    for extra in (set(names) | set(parse) | set(helps) | excluded | chosen | overrides) - known:
+    for extra in (set(names) | set(parse) | set(helps) | excluded | chosen | overrides | unbounded) - known:
         raise TypeError(f"{spec.__name__} has no field {extra!r} (spec_options)")
     options = []
     for f in dataclasses.fields(spec):  # type: ignore[arg-type]
@@ -98,6 +102,7 @@ def generated_options(
             default=None if parser is not None or required or is_optional else f.default,
             help=_for_users(helps.get(f.name, f.metadata.get("doc", ""))),
             parse=parser, required=required, optional=is_optional, custom_help=f.name in helps,
+            infinite=f.name in unbounded,
         ))
     return options
 
@@ -187,6 +192,37 @@ def _num(x: float) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
+#: what a float flag's number is, by how its field's name ends, and an example of one (shown when the field has no
+#: finite default of its own): the fix a non-finite value's error gives
+_NUMBER_WORDS = (("tokens_per_s", "a throughput in tokens/s", "2e6"), ("_per_hour", "dollars per hour", "100"),
+                 ("_gbps", "a bandwidth in Gb/s", "400"), ("_ms", "milliseconds", "200"), ("_s", "seconds", "0.05"),
+                 ("lr", "a learning rate", "1e-3"))
+
+
+def finite_fix(field: str, default: Any = None) -> str:
+    """What to give instead of a non-finite value for ``field``: 'a throughput in tokens/s such as 2e6', 'a
+    learning rate such as 0.0001' (the field's own finite default as the example where it has one)."""
+    what, example = next(((w, e) for end, w, e in _NUMBER_WORDS if field.endswith(end)), ("a number", "1"))
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and math.isfinite(default) and default:
+        example = f"{default:g}"
+    return f"{what} such as {example}"
+
+
+def refuse_infinite(flag: str, value: Any, field: str, *, default: Any = None, text: str | None = None) -> None:
+    """The usage error for a float flag given inf or -inf (or a number past ±1.8e308, which reads as inf) where the
+    field has no meaning for it: one line naming the value (``text`` as typed, where the command has it) and what to
+    give instead. Anything else passes."""
+    if isinstance(value, float) and math.isinf(value):
+        shown = text.strip() if text is not None else f"{value:g}"
+        raise UserError(f"{flag} {shown} is not a finite number; give {finite_fix(field, default)}")
+
+
+def _default(spec: type[Spec], field: str) -> Any:
+    """The spec's own default of ``field`` (None when it has none): the example of a non-finite value's error."""
+    f = next(x for x in dataclasses.fields(spec) if x.name == field)  # type: ignore[arg-type]
+    return None if f.default is dataclasses.MISSING else f.default
+
+
 def _parsed(spec: type[Spec], opt: GeneratedOption, text: str) -> Any:
     """``opt.parse(text)``, with its ValueError and the field's bounds turned into a usage error naming the flag."""
     flag = opt.flag.split("/")[0]
@@ -205,13 +241,15 @@ def _parsed(spec: type[Spec], opt: GeneratedOption, text: str) -> Any:
             raise UserError(f"{flag} {text!r} is out of range; the least is {_num(lo)}")
         if hi is not None and value > hi:
             raise UserError(f"{flag} {text!r} is out of range; the most is {_num(hi)}")
+    if not opt.infinite:  # after the bounds: a bounded field keeps its range message
+        refuse_infinite(flag, value, opt.field, default=_default(spec, opt.field), text=text)
     return value
 
 
 def spec_options(
     spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
     parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
-    only: Iterable[str] | None = None, optional: Iterable[str] = (),
+    only: Iterable[str] | None = None, optional: Iterable[str] = (), infinite: Iterable[str] = (),
 ) -> Callable[[F], F]:
     """Add one option per scalar field of ``spec`` to a typer command; it receives them as the dict ``into``.
 
@@ -219,10 +257,11 @@ def spec_options(
     other than ``--field-name`` (a bool field gets ``--x/--no-x`` unless its name already holds a ``/``);
     ``parse``: text → value for fields whose flag uses another notation; ``helps``: help text other than the
     field's doc; ``optional``: fields whose flag defaults to None and, when not given, is left out of the dict
-    (an override of a value that comes from elsewhere, e.g. a file), keeping its type and bounds.
+    (an override of a value that comes from elsewhere, e.g. a file), keeping its type and bounds; ``infinite``:
+    float fields whose flag passes inf on to the spec (every other float flag refuses it, naming the value).
     """
     options = generated_options(spec, into=into, exclude=exclude, names=names, parse=parse, helps=helps, only=only,
-                                optional=optional)
+                                optional=optional, infinite=infinite)
 
     def decorate(fn: F) -> F:
         sig = inspect.signature(fn)
@@ -241,7 +280,9 @@ def spec_options(
                     if value is None:
                         continue  # flag not given: the spec's own default applies
                     if o.parse is not None:
-                        value = _parsed(spec, o, value)
+                        value = _parsed(spec, o, value)  # (refuses inf itself, naming the text as typed)
+                if o.parse is None and not o.infinite:  # typer read the number: inf, or 1e400 read as inf
+                    refuse_infinite(o.flag.split("/")[0], value, o.field, default=_default(spec, o.field))
                 values[o.field] = value
             return fn(*args, **kwargs, **{into: values})
 

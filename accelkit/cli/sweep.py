@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +13,9 @@ import typer
 from accelkit.cli.bench import exit_stopped, sigterm_as_interrupt
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, fmt_num, out, table
-from accelkit.cli.spec_options import spec_options
+from accelkit.cli.spec_options import finite_fix, spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
-from accelkit.core import AccelkitError
+from accelkit.core import AccelkitError, UserError
 from accelkit.core.units import fmt_bytes
 from accelkit.sweep import load_sweep, run_sweep
 from accelkit.sweep.point import failure_text
@@ -37,6 +39,7 @@ def sweep_cmd(
 ) -> None:
     """Run a grid of bench / plan / loadtest points; every result lands in the store under one run id."""
     spec = load_sweep(path)
+    _refuse_infinite(path, spec)
     store = open_for_saving(True)  # before the first point; a sweep always stores (its run id groups the rows)
     assert store is not None
     try:
@@ -105,6 +108,33 @@ def sweep_cmd(
                                             f"result {run.summary_id}); not finished: {unfinished}")
     if run.points and len(run.failed) == len(run.points):
         raise typer.Exit(1)
+
+
+#: the keys of a sweep file whose numbers may be inf: request rates (inf sends every request at once)
+RATE_KEYS = ("rates", "request_rate", "sweep_rates")
+
+
+def _refuse_infinite(path: Path, spec: SweepSpec) -> None:
+    """A number in a sweep file is finite, as its flag is (`bench llm-train --lr inf` is refused), but for a request
+    rate: YAML reads `.inf` (and 1.0e+400) as infinity, and `workloads: {llm-train: {lr: .inf}}` trained at lr=inf."""
+    for where, key, value in _numbers(spec.to_dict(), ""):
+        if math.isinf(value):
+            raise UserError(f"{path}: {where}={value:g} is not a finite number; give {finite_fix(key)}")
+
+
+def _numbers(value: Any, where: str, key: str = "") -> Iterator[tuple[str, str, float]]:
+    """(where, the key it is under, value) of every float under ``value``; ``where`` as the sweep's errors spell it:
+    workloads['llm-train'].lr, layouts[0].collective_timeout_s. A rate list's items are not walked."""
+    if isinstance(value, float):
+        yield where, key, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if str(k) not in RATE_KEYS:
+                inner = f"{where}[{k!r}]" if where == "workloads" else f"{where}.{k}" if where else str(k)
+                yield from _numbers(v, inner, str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _numbers(v, f"{where}[{i}]", key)
 
 
 def _memory(point: dict[str, Any], shown: Any) -> list[str]:

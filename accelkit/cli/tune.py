@@ -13,13 +13,14 @@ from accelkit.cli.bench import (
     DIST_FLAGS,
     LOOP_FLAGS,
     LOOP_PARSE,
+    check_workload,
     collective_timeout_option,
     exit_stopped,
     sigterm_as_interrupt,
 )
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
-from accelkit.cli.spec_options import spec_options
+from accelkit.cli.spec_options import refuse_infinite, spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, parse_size
@@ -130,6 +131,9 @@ def tune_cmd(
     dist: dict[str, Any],
 ) -> None:
     """Find the fastest recipe for a workload that stays within the accuracy gate (Pareto frontier + snippet)."""
+    # `tune custom --module X` is `tune --module X`; `tune custom` alone built a CustomConfig without its module
+    # (an internal error) and is now refused as a missing --module
+    workload = None if workload == "custom" else workload
     if (workload is None) == (module is None):
         raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory")
     if dist and nproc_per_node == 1:  # one process: no launch, no process group for it to bound
@@ -142,6 +146,7 @@ def tune_cmd(
     name = workload or "custom"
     if name not in TUNE_WORKLOADS:
         raise UnknownNameError("workload", name, TUNE_WORKLOADS)
+    refuse_infinite("--lr", lr, "lr")  # (typer's float takes inf: it trained at lr=inf)
 
     with flag_values():
         config = TuneConfig(**search)
@@ -151,6 +156,7 @@ def tune_cmd(
             "size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "prompt_len": prompt_len,
             "output_len": output_len, "module": module, "lr": lr,
         }))
+        check_workload(wl)  # before the factory's call below imports torch (`tune --module nope` took 2 s)
     if name == "custom":
         _build_custom(wl, module)
     store = open_for_saving(save)  # before the search: an unwritable store fails now, not after it

@@ -3,6 +3,7 @@ spelled out; nothing here guesses which one a bare number meant."""
 
 from __future__ import annotations
 
+import math
 import re
 
 KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
@@ -30,7 +31,11 @@ def parse_size(text: str | int, *, field: str = "size") -> int:
     unit = match.group(2).lower() if match else None
     if not match or unit not in _SIZE_UNITS:
         raise ValueError(f"{field}={text!r} is not a size; write e.g. 512MiB, 16GiB or 80GB")
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+    size = float(match.group(1)) * _SIZE_UNITS[unit]
+    if not math.isfinite(size):  # 400 digits read as inf: int() raised OverflowError (an internal error, exit 1)
+        raise ValueError(f"{field}={text!r} is past any size (more than 1.8e308 bytes); write e.g. 512MiB, 16GiB "
+                         "or 80GB")
+    return int(size)
 
 
 def fmt_bytes(num_bytes: float | None, *, binary: bool = True) -> str:
