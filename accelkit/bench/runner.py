@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from accelkit.bench.peaks import Peaks
 from accelkit.bench.predict import predict_variant
 from accelkit.bench.record import Recorder, RunRecord, StoreWriter
-from accelkit.bench.reference import build_reference
+from accelkit.bench.reference import build_reference, freezing_heap
 from accelkit.bench.session import Measurer
 from accelkit.bench.trackers import run_peak_bytes
 from accelkit.bench.variants import Variant, device_refusal
@@ -147,7 +147,8 @@ def run_benchmark(
     config = config or BenchConfig()
     device = resolve_device(config.device)
     gpus = [torch.device(device).index or 0] if device.startswith("cuda") else []
-    with torch.random.fork_rng(devices=gpus, device_type="cuda"):
+    # freezing_heap: what survives a collection with no variant loaded is frozen for the run, handed back after it
+    with torch.random.fork_rng(devices=gpus, device_type="cuda"), freezing_heap():
         return _run_benchmark(workload, requested, config, device, store=store, reporter=reporter or Reporter(),
                               run_id=run_id)
 

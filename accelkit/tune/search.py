@@ -24,7 +24,7 @@ from accelkit.core import Measurement, Recipe, UserError
 from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.detect import environment
 from accelkit.hardware.device import resolve_device
-from accelkit.hardware.probe import ProbeConfig, probe, quick_probe_min_time
+from accelkit.hardware.probe import ProbeConfig, probe, quick_probe_min_time, supported_dtypes
 from accelkit.timing import LoopConfig
 from accelkit.tune.ranking import dominates, speed, unsupported
 
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from accelkit.bench.workloads.base import BenchWorkload
     from accelkit.core.bench_result import BenchRunResult
     from accelkit.results import ResultStore
+
+#: the matmul dtypes `hw probe` measures on a CPU when it is not told which (``accelkit.hardware.probe``)
+DEFAULT_CPU_DTYPES = ("fp32", "bf16")
 
 Objective = Literal["throughput", "latency", "memory"]
 TrialStatus = Literal["pending", "measured", "refused", "pruned", "over-budget", "skipped", "failed", "interrupted"]
@@ -346,12 +349,13 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
     hardware, catalog = identify(device)
     notes: list[str] = []
     writer = StoreWriter(store)  # the probe's and the summary's rows (the bench's own writer stores the trials)
-    ran_quick_probe, quick_probe_id = _quick_probe(device, hardware, store, writer, step, notes,
-                                                   min_time_s=quick_probe_min_time(config.measurement_loop.min_time_s))
     trials = [Trial(name, recipe) for name, recipe in candidate_recipes(workload, compile=config.compile,
                                                                         cuda=device.startswith("cuda"))]
     run_id = uuid.uuid4().hex[:12]
     _refuse(trials, workload, device, step)                                          # 1. what cannot run here
+    ran_quick_probe, quick_probe_id = _quick_probe(device, hardware, store, writer, step, notes,
+                                                   min_time_s=quick_probe_min_time(config.measurement_loop.min_time_s),
+                                                   dtypes=probe_dtypes(trials, config, device))
     unestimated = _prune_by_estimate(trials, workload, device, catalog, config, step)  # 2. the memory budget
     measured = _select(trials, config, unestimated, notes)                           # 3. the trial budget
     check_memory_objective(config, device, measured, unestimated)
@@ -396,17 +400,31 @@ def _note_gates(measured: list[Trial], ranked_step: str | None, training: bool, 
                          f"{(unsure[0].gate or {}).get('reason')}")
 
 
+def probe_dtypes(trials: list[Trial], config: TuneConfig, device: str) -> tuple[str, ...]:
+    """The matmul dtypes of tune's quick probe: `hw probe`'s own (fp32 and bf16 on a CPU: the planner's), then the
+    MFU dtype of each recipe the search will measure — the runnable ones up to --max-trials (the bench's MFU peaks
+    read them from this probe's row). Without them the bench ran a second quick probe for a dtype this one lacked
+    (fp16), which measured the copy bandwidth and the kernel probes again: a tiny BERT tune probed for 17 s on the
+    2-core VM, 12 s with one probe. With --memory-budget the planner may prune one of these and let a later recipe
+    in: a dtype of its that is not here is still probed by the bench."""
+    support = supported_dtypes(device)
+    runnable = [t for t in trials if t.status == "pending"][: config.max_trials]
+    wanted = [*DEFAULT_CPU_DTYPES, *(Variant(explicit_recipe=t.recipe, label=t.name).matmul_dtype for t in runnable)]
+    return tuple(d for d in dict.fromkeys(wanted) if support.get(d, "not probed") is None)
+
+
 def _quick_probe(device: str, hardware: str, store: ResultStore | None, writer: StoreWriter,
-                 step: Callable[[str], None], notes: list[str], *, min_time_s: float | None = None
-                 ) -> tuple[bool, int | None]:
+                 step: Callable[[str], None], notes: list[str], *, min_time_s: float | None = None,
+                 dtypes: tuple[str, ...] | None = None) -> tuple[bool, int | None]:
     """On a CPU with no stored probe: a quick one (the planner models a CPU from its probe; without one every memory
-    estimate would be missing), measuring no longer a loop than ``min_time_s`` (None: --quick's). Whether it ran, and
-    its stored id (None: not stored)."""
+    estimate would be missing), measuring no longer a loop than ``min_time_s`` (None: --quick's) and the matmuls
+    of ``dtypes`` (None: `hw probe`'s own; :func:`probe_dtypes`). Whether it ran, and its stored id (None: not
+    stored)."""
     if not (device == "cpu" and store is not None and store.latest("probe", hardware=hardware) is None):
         return False, None
 
     step("no stored probe of this CPU: a quick `hw probe` for the planner's estimates")
-    measured_probe = probe(ProbeConfig(device="cpu", quick=True, min_time_s=min_time_s),
+    measured_probe = probe(ProbeConfig(device="cpu", dtypes=dtypes, quick=True, min_time_s=min_time_s),
                            on_step=lambda text: step(f"quick probe: {text}"))
     quick_probe_id = writer.add(measured_probe)
     if quick_probe_id is not None:
