@@ -6,9 +6,7 @@ still works as the older spelling of `accelkit bench suite NAME`.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 import signal
 import sys
 import threading
@@ -33,6 +31,7 @@ from accelkit.bench.workloads import (
     ResNetConfig,
     make_workload,
 )
+from accelkit.bench.workloads.custom import check_target
 from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import JsonOption, csv_list, emit, err, flag_values, fmt_num, out, table, whole_words
 from accelkit.cli.spec_options import field_flags, spec_options
@@ -41,6 +40,7 @@ from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes
 from accelkit.distributed.launch import DistConfig
 from accelkit.distributed.quality import QualityConfig
+from accelkit.hardware.device import check_device_name
 from accelkit.timing import LoopConfig
 
 WORKLOAD_NAMES = ("bert", "resnet", "llm", "llm-train", "dataloader", "diffusion", "custom")
@@ -261,30 +261,6 @@ class _CliReporter(Reporter):
 
 
 # ---- checks that need no torch -------------------------------------------------------------------------
-def check_target(target: str, what: str = "--module") -> None:
-    """A ``package.module:factory`` that cannot load, refused as ``load_factory`` refuses it but without importing
-    anything: a malformed one, or one whose top-level module is not there (the working directory counted, as
-    ``load_factory`` adds it). The command then refuses it in a second, not after torch's import (~2 s) and its
-    "starting" line; a module that is there is imported later, by the run, after that line."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:  # load_factory's own rule and words
-        raise UserError(f"{what} {target!r} is not valid; write package.module:factory")
-    top = module_name.split(".")[0]
-    cwd = os.getcwd()
-    added = cwd not in sys.path and "" not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        found = importlib.util.find_spec(top) is not None  # a top-level name: finds it, runs none of its code
-    except (ImportError, ValueError):  # a name no import takes (a relative one, ''): load_factory says why
-        found = True
-    finally:
-        if added:
-            sys.path.remove(cwd)
-    if not found:
-        raise UserError(f"{what} {target!r}: cannot import {module_name!r} (No module named {top!r})")
-
-
 def check_workload(wl: BenchWorkload) -> None:
     """What a workload's flags name that can be checked without torch, checked before a command imports it or
     says it is starting: a custom --module (a dataloader --dataset) as :func:`check_target` checks it, and any other
@@ -309,6 +285,7 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
                   loop: dict[str, Any], *, quick: bool, progress: bool | None, as_json: bool,
                   dist: dict[str, Any] | None = None, quality: dict[str, Any] | None = None) -> None:
     config = _configs(bench, loop, quick, LoopConfig())
+    check_device_name(config.device)  # --device nope: refused before torch's import and the starting line
     with flag_values():
         wl = make_workload(name, workload)
         check_workload(wl)

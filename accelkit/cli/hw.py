@@ -29,7 +29,7 @@ from accelkit.core.units import and_list, parse_size
 from accelkit.distributed.launch import DistConfig
 from accelkit.hardware import get_device, list_devices
 from accelkit.hardware.detect import detect
-from accelkit.hardware.device import resolve_device
+from accelkit.hardware.device import check_device_name, resolve_device
 from accelkit.hardware.probe import ProbeConfig, ProbeInterrupted
 from accelkit.hardware.probe import probe as run_probe
 
@@ -206,6 +206,7 @@ def probe_cmd(
 
     with flag_values():
         config = ProbeConfig(**probe)
+    check_device_name(config.device)  # --device nope: before torch's import and the progress line
     store = open_for_saving(save)  # before measuring: an unwritable store fails now, not after the probe
     try:
         stopped = None

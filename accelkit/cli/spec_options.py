@@ -36,7 +36,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import typer
 
 from accelkit.core import UserError
-from accelkit.core.spec import Spec
+from accelkit.core.spec import Spec, finite_fix
 
 F = TypeVar("F", bound=Callable[..., Any])
 _SCALARS = (bool, int, float, str)
@@ -190,22 +190,6 @@ def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
 
 def _num(x: float) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:g}"
-
-
-#: what a float flag's number is, by how its field's name ends, and an example of one (shown when the field has no
-#: finite default of its own): the fix a non-finite value's error gives
-_NUMBER_WORDS = (("tokens_per_s", "a throughput in tokens/s", "2e6"), ("_per_hour", "dollars per hour", "100"),
-                 ("_gbps", "a bandwidth in Gb/s", "400"), ("_ms", "milliseconds", "200"), ("_s", "seconds", "0.05"),
-                 ("lr", "a learning rate", "1e-3"))
-
-
-def finite_fix(field: str, default: Any = None) -> str:
-    """What to give instead of a non-finite value for ``field``: 'a throughput in tokens/s such as 2e6', 'a
-    learning rate such as 0.0001' (the field's own finite default as the example where it has one)."""
-    what, example = next(((w, e) for end, w, e in _NUMBER_WORDS if field.endswith(end)), ("a number", "1"))
-    if isinstance(default, (int, float)) and not isinstance(default, bool) and math.isfinite(default) and default:
-        example = f"{default:g}"
-    return f"{what} such as {example}"
 
 
 def refuse_infinite(flag: str, value: Any, field: str, *, default: Any = None, text: str | None = None) -> None:

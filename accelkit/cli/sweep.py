@@ -13,9 +13,10 @@ import typer
 from accelkit.cli.bench import exit_stopped, sigterm_as_interrupt
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, fmt_num, out, table
-from accelkit.cli.spec_options import finite_fix, spec_options
+from accelkit.cli.spec_options import spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError, UserError
+from accelkit.core.spec import finite_fix
 from accelkit.core.units import fmt_bytes
 from accelkit.sweep import load_sweep, run_sweep
 from accelkit.sweep.point import failure_text

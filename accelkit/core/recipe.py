@@ -54,8 +54,9 @@ class Recipe(Spec):
         True, doc="PowerSGD use_error_feedback: add the last step's compression error to the next gradient.")
     powersgd_warm_start: bool = spec_field(True, doc="PowerSGD warm_start: reuse the last step's Q instead of a random one.")
     powersgd_min_compression_rate: float = spec_field(
-        2.0, min=0.0, doc="PowerSGD min_compression_rate: a matrix is compressed only when (n+m)·r × this < n·m; "
-                          "others (and every 1-D tensor) are all-reduced as they are.")
+        2.0, min=0.0, finite=True,
+        doc="PowerSGD min_compression_rate: a matrix is compressed only when (n+m)·r × this < n·m; others (and every "
+            "1-D tensor) are all-reduced as they are.")
 
     def validate(self) -> None:
         if self.sequence_parallel and self.tp == 1:

@@ -1,7 +1,9 @@
 """The one mechanism behind every vocabulary type: typed fields, validation, JSON round trip.
 
 A spec is a frozen, slotted, keyword-only dataclass. Each field is declared with :func:`spec_field`,
-which carries its help text and numeric bounds; ``Literal[...]`` annotations carry the accepted choices.
+which carries its help text, numeric bounds and whether it must be finite; ``Literal[...]`` annotations carry the
+accepted choices. NaN is refused in every float field; inf only in those declared ``finite=True`` — a field may
+mean something by it (a load test's request rate inf: every request at once) and results carry it (a ratio over 0).
 ``__post_init__`` checks every field against its annotation, so a bad value fails at construction with a
 ``ValueError`` that names the field and what it accepts. ``to_dict``/``from_dict`` are lossless for the
 types used here (bool, int, float, str, None, Literal, tuples, lists, dicts and nested specs).
@@ -16,7 +18,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-__all__ = ["Spec", "spec_field"]
+__all__ = ["Spec", "finite_fix", "spec_field"]
 
 T = TypeVar("T", bound="Spec")
 _MISSING = dataclasses.MISSING
@@ -29,13 +31,32 @@ def spec_field(
     doc: str,
     min: float | None = None,
     max: float | None = None,
+    finite: bool = False,
     default_factory: Any = _MISSING,
 ) -> Any:
-    """Declare a spec field with its help text and optional inclusive numeric bounds."""
-    meta = {"doc": doc, "min": min, "max": max}
+    """Declare a spec field with its help text and optional inclusive numeric bounds. ``finite``: inf and -inf are
+    refused too (after the bounds, whose message a bounded field keeps), for a number where infinity means nothing:
+    ``PlanOptions(target_tokens_per_s=math.inf)`` searched 65,536 devices, a learning rate of inf trained on it."""
+    meta = {"doc": doc, "min": min, "max": max, "finite": finite}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+#: what a float field's number is, by how its name ends, and an example of one (shown when the field has no finite
+#: default of its own): the fix a non-finite value's error gives
+_NUMBER_WORDS = (("tokens_per_s", "a throughput in tokens/s", "2e6"), ("_hour", "dollars per hour", "100"),
+                 ("_gbps", "a bandwidth in Gb/s", "400"), ("_ms", "milliseconds", "200"), ("_s", "seconds", "0.05"),
+                 ("lr", "a learning rate", "1e-3"))
+
+
+def finite_fix(field: str, default: Any = None) -> str:
+    """What to give instead of a non-finite value for ``field``: 'a throughput in tokens/s such as 2e6', 'a
+    learning rate such as 0.0001' (the field's own finite default as the example where it has one)."""
+    what, example = next(((w, e) for end, w, e in _NUMBER_WORDS if field.endswith(end)), ("a number", "1"))
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and math.isfinite(default) and default:
+        example = f"{default:g}"
+    return f"{what} such as {example}"
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -192,6 +213,9 @@ class Spec:
                     raise ValueError(f"{f.name}={value!r} is out of range; expected >= {lo}")
                 if hi is not None and value > hi:
                     raise ValueError(f"{f.name}={value!r} is out of range; expected <= {hi}")
+                if isinstance(value, float) and math.isinf(value) and f.metadata.get("finite"):
+                    raise ValueError(f"{f.name}={value!r} is not a finite number; expected "
+                                     f"{finite_fix(f.name, f.default)}")
             object.__setattr__(self, f.name, value)
         self.validate()
 

@@ -10,19 +10,32 @@ from __future__ import annotations
 from accelkit.core.errors import UserError
 
 
+def check_device_name(name: str) -> str:
+    """``name`` as :func:`resolve_device` reads it (stripped, lower case), or the same UserError it raises for a name
+    of no accepted shape — without importing torch (~2 s), so a command can refuse `--device nope` before it says
+    it is starting. Whether a cuda device exists (cuda:3 on a machine with one GPU) needs torch: resolve_device."""
+    name = name.strip().lower()
+    if name in ("auto", "cpu"):
+        return name
+    kind, _, number = name.partition(":")
+    if kind != "cuda" or (number and not number.isdigit()):
+        raise UserError(f"device {name!r} is not valid; use auto, cpu, cuda or cuda:N")
+    return name
+
+
 def resolve_device(name: str, *, index: int = 0) -> str:
     """``name`` ('auto', 'cpu', 'cuda', 'cuda:N') → the device string torch takes, e.g. 'cuda:0' or 'cpu'."""
+    name = check_device_name(name)  # a malformed name is refused before torch's import
+    if name == "cpu":
+        return "cpu"
     import torch
 
-    name = name.strip().lower()
     has_gpu = torch.cuda.is_available()
     if name == "auto":
         name = "cuda" if has_gpu else "cpu"
     if name == "cpu":
         return "cpu"
-    kind, _, number = name.partition(":")
-    if kind != "cuda" or (number and not number.isdigit()):
-        raise UserError(f"device {name!r} is not valid; use auto, cpu, cuda or cuda:N")
+    _, _, number = name.partition(":")
     if not has_gpu:
         raise UserError(f"device {name!r} was asked for but torch sees no CUDA/ROCm device; use --device cpu "
                         "(or install a CUDA/ROCm build of torch)")

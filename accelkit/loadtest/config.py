@@ -33,9 +33,10 @@ class SLO(Spec):
     """Per-request service-level objectives in milliseconds; None means not checked. A request is
     "good" when it meets every SLO given (measured value <= the SLO), as `vllm bench serve --goodput`."""
 
-    ttft_ms: float | None = spec_field(None, min=0.0, doc="Time to first output-bearing chunk, ms.")
-    tpot_ms: float | None = spec_field(None, min=0.0, doc="Time per output token after the first, ms.")
-    e2e_ms: float | None = spec_field(None, min=0.0, doc="Send to the end of the request (its finish chunk), ms.")
+    ttft_ms: float | None = spec_field(None, min=0.0, finite=True, doc="Time to first output-bearing chunk, ms.")
+    tpot_ms: float | None = spec_field(None, min=0.0, finite=True, doc="Time per output token after the first, ms.")
+    e2e_ms: float | None = spec_field(
+        None, min=0.0, finite=True, doc="Send to the end of the request (its finish chunk), ms.")
 
     @property
     def is_empty(self) -> bool:

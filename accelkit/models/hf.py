@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,16 @@ class _Reader:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._fail(key, f"must be a number, got {value!r}")
-        return float(value)
+        return self.finite(key, float(value), default)
+
+    def finite(self, key: str, value: builtins.float, default: builtins.float | None = None) -> builtins.float:
+        """``value`` read from ``key``, refused unless finite: Python's json reads Infinity, -Infinity and NaN (and
+        1e400 as Infinity), which no strict JSON parser takes; a rope_theta of Infinity was planned as given."""
+        if math.isfinite(value):
+            return value
+        shown = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+        fix = f"write one such as {default:g}, or leave the key out" if default is not None else "write one"
+        raise self._fail(key, f"must be a finite number, got {shown}; {fix}")
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
@@ -76,9 +86,14 @@ def _rope(r: _Reader) -> tuple[float, dict[str, Any] | None]:
     theta = params.get("rope_theta", r.data.get("rope_theta", 10000.0))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)):
         raise r._fail("rope_theta", f"must be a number, got {theta!r}")
-    scaling = {k: v for k, v in params.items() if k != "rope_theta"} or r.data.get("rope_scaling")
+    r.finite("rope_parameters.rope_theta" if "rope_theta" in params else "rope_theta", float(theta), 10000.0)
+    own = {k: v for k, v in params.items() if k != "rope_theta"}
+    where, scaling = ("rope_parameters", own) if own else ("rope_scaling", r.data.get("rope_scaling"))
     if scaling is not None and not isinstance(scaling, dict):
         raise r._fail("rope_scaling", "must be an object or null")
+    for key, value in (scaling or {}).items():  # a factor of Infinity went into the spec as it was
+        if isinstance(value, builtins.float):
+            r.finite(f"{where}.{key}", value)
     if scaling and scaling.get("rope_type", scaling.get("type")) == "default":
         scaling = None
     return float(theta), scaling or None

@@ -99,15 +99,16 @@ class PlanOptions(Spec):
     activity_factor: float = spec_field(
         0.75, min=0.0, max=1.0, doc="Average power as a fraction of TDP (energy = TDP × factor × time)."
     )
-    price_per_device_hour: float | None = spec_field(None, min=0.0, doc="Price of one device-hour, for cost.")
+    price_per_device_hour: float | None = spec_field(
+        None, min=0.0, finite=True, doc="Price of one device-hour, for cost.")
     target_tokens_per_s: float | None = spec_field(
-        None, min=0.0, doc="Without a device count: the smallest count that also reaches this throughput."
+        None, min=0.0, finite=True, doc="Without a device count: the smallest count that also reaches this throughput."
     )
     max_decode_latency_s: float | None = spec_field(
-        None, min=0.0, doc="Inference: the most seconds a decode step (one token per sequence) may take. The search "
-                           "keeps layouts within it (without a device count: the smallest count that has one) and, "
-                           "without a batch, lowers the batch until decode meets it; when nothing does, the plan "
-                           "closest to it, with a warning."
+        None, min=0.0, finite=True,
+        doc="Inference: the most seconds a decode step (one token per sequence) may take. The search keeps layouts "
+            "within it (without a device count: the smallest count that has one) and, without a batch, lowers the "
+            "batch until decode meets it; when nothing does, the plan closest to it, with a warning."
     )
     overhead_bytes: int = spec_field(2 * 2**30, min=0, doc="Framework allowance per device (context, buffers).")
     max_serving_batch: int = spec_field(

@@ -26,8 +26,9 @@ class PlanRequest(Spec):
                   "smallest at which every compared hardware fits), budget (the same $/hour: each gets the devices "
                   "its price buys) or min-devices (each at its own smallest count that fits).")
     budget_per_hour: float | None = spec_field(
-        None, min=0.0, doc="--compare-basis budget: dollars per hour for each hardware (default: the least at which "
-                           "every compared hardware fits).")
+        None, min=0.0, finite=True,
+        doc="--compare-basis budget: dollars per hour for each hardware (default: the least at which every compared "
+            "hardware fits).")
     num_devices: int | None = spec_field(
         None, min=1, max=MAX_DEVICES, doc="Devices; omitted: the smallest count that fits.")
     seq_len: int | None = spec_field(
@@ -44,7 +45,8 @@ class PlanRequest(Spec):
     kv_dtype: Literal["auto", "fp8", "int8"] = spec_field("auto", doc="KV cache: auto (model dtype), fp8 or int8.")
     top: int | None = spec_field(None, min=1, max=10_000, doc="Show the best K layouts.")
     scaleout_gbps: float | None = spec_field(
-        None, min=0.001, doc="Scale-out network per device in Gb/s, e.g. 100 (default 400: one 400 Gb/s NIC per GPU).")
+        None, min=0.001, finite=True,
+        doc="Scale-out network per device in Gb/s, e.g. 100 (default 400: one 400 Gb/s NIC per GPU).")
     grad_compression: Literal["none", "bf16", "fp16", "powersgd"] = spec_field(
         "none", doc="Data-parallel gradient compression: none, bf16/fp16 (2 B per element: DDP compress hook, FSDP2 "
                     "reduce_dtype) or powersgd (rank-r P and Q per gradient matrix; DDP, zero 0).")

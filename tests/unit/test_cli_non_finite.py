@@ -109,8 +109,9 @@ def test_a_sweep_file_number_is_finite(cli, tmp_path):
     """`workloads: {llm-train: {lr: .inf}}` ran its point at lr=inf, as the flag did."""
     path = tmp_path / "sweep.yaml"
     path.write_text("name: s\nkind: bench\nworkloads: {llm-train: {model: tiny-llama, lr: .inf}}\n")
+    # (the workload's config refuses it as the file is read: LLMTrainConfig's lr is finite, its default the example)
     assert _one_error(cli("sweep", str(path))) == \
-        f"error: {path}: workloads['llm-train'].lr=inf is not a finite number; give a learning rate such as 1e-3"
+        f"error: {path}: workloads['llm-train']: lr=inf is not a finite number; expected a learning rate such as 0.0001"
     # (YAML 1.1 reads a number past 1.8e308 as inf when it is written as a float: 1.0e+400)
     path.write_text("name: s\nkind: bench\nworkloads: {llm-train: {model: tiny-llama}}\n"
                     "resources: {num_cpus: 1.0e+400}\n")

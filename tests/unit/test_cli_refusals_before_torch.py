@@ -12,8 +12,7 @@ import sys
 
 import pytest
 
-from accelkit.bench.workloads.custom import load_factory
-from accelkit.cli.bench import check_target
+from accelkit.bench.workloads.custom import check_target, load_factory
 from accelkit.core import UserError
 
 MISSING = "accelkit_no_such_module"

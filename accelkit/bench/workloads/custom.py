@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.util
 import os
 import sys
 import traceback
@@ -29,14 +30,42 @@ from accelkit.core import UserError
 from accelkit.core.spec import Spec, spec_field
 
 
+def _split_target(target: str, what: str) -> tuple[str, str]:
+    """'package.module:function' → (module, function), or the UserError that says what to write."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"{what} {target!r} is not valid; write package.module:factory")
+    return module_name, attr
+
+
+def check_target(target: str, what: str = "--module") -> None:
+    """A target :func:`load_factory` would refuse for its shape or for a top-level module that is nowhere (the
+    working directory counted, as it counts it), refused in its words without importing anything: a command calls
+    this before it imports torch (~2 s) and says it is starting. A module that is there is imported later, by the
+    run; a name no import takes (a relative one) is left to load_factory to explain."""
+    module_name, _ = _split_target(target, what)
+    top = module_name.split(".")[0]
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        found = importlib.util.find_spec(top) is not None  # a top-level name: finds it, runs none of its code
+    except (ImportError, ValueError):
+        found = True
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    if not found:
+        raise UserError(f"{what} {target!r}: cannot import {module_name!r} (No module named {top!r})")
+
+
 def load_factory(target: str, *, what: str = "--module") -> Callable[[], Any]:
     """'package.module:function' → the function; a bad target is a UserError that says what to write.
 
     The working directory is importable, first, as under ``python -m`` (and uvicorn's ``--app-dir .``): a
     ``mymodels.py`` beside the user is found without ``PYTHONPATH=.``."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise UserError(f"{what} {target!r} is not valid; write package.module:factory")
+    module_name, attr = _split_target(target, what)
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
@@ -86,7 +115,7 @@ class CustomConfig(Spec):
 
     module: str = spec_field(doc="'package.module:factory' returning (model, example_inputs[, loss_fn]).")
     items_per_step: int | None = spec_field(None, min=1, max=MAX_SIZE, doc="Items one step processes; None = first input's dim 0.")
-    lr: float = spec_field(1e-3, min=0.0, doc="SGD learning rate when a loss_fn makes it a training step.")
+    lr: float = spec_field(1e-3, min=0.0, finite=True, doc="SGD learning rate when a loss_fn makes it a training step.")
 
 
 #: keyword inputs that carry the batch in transformers' models (text, images, audio, embeddings), in that order

@@ -31,7 +31,7 @@ class LLMTrainConfig(Spec):
     model: str = spec_field("llama-3.1-8b", doc="Decoder preset or config.json (random weights).")
     batch_size: int = spec_field(1, min=1, max=MAX_SIZE, doc="Sequences per step.")
     seq_len: int = spec_field(512, min=2, max=MAX_SIZE, doc="Tokens per sequence.")
-    lr: float = spec_field(1e-4, min=0.0, doc="AdamW learning rate.")
+    lr: float = spec_field(1e-4, min=0.0, finite=True, doc="AdamW learning rate.")
 
 
 class LLMTrain(BenchWorkload):

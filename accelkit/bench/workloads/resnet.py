@@ -35,7 +35,7 @@ class ResNetConfig(Spec):
     model: str | None = spec_field(None, doc="Any CNN preset or config.json instead of --size.")
     batch_size: int = spec_field(32, min=1, max=MAX_SIZE, doc="Images per step.")
     image_size: int | None = spec_field(None, min=8, max=MAX_SIZE, doc="Image side in pixels; None = the model's (224, tiny 64).")
-    lr: float = spec_field(0.1, min=0.0, doc="SGD learning rate (momentum 0.9).")
+    lr: float = spec_field(0.1, min=0.0, finite=True, doc="SGD learning rate (momentum 0.9).")
 
 
 class ResNet(BenchWorkload):
