@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -98,7 +99,9 @@ def free(device: str, *, idle: bool = False) -> None:
     back, and the next variant would be measured beside it."""
     global _heap_frozen_here
     gc.collect()
-    if idle:
+    # (not while an exception is being handled: its traceback's frames may still hold the model that failed, which
+    # a freeze would keep alive beside every later variant)
+    if idle and sys.exc_info()[0] is None:
         with _heap_lock:
             if _heap_runs == 1 and (_heap_frozen_here or not gc.get_freeze_count()):
                 gc.freeze()

@@ -122,8 +122,9 @@ class Measurer:
         failure = Failure(name=name, phase=phase, error=error)
         self.failures.append(failure)
         self.reporter.failed(name, phase, failure.error)
+        self._drop(name)  # while its lanes are still listed: their step functions (and the model) are let go too
         self.lanes = [lane for lane in self.lanes if lane.variant.name != name]
-        self.close(name)
+        free(self.device, idle=not self.prepared)
 
     def _load(self, variant: Variant) -> list[Lane]:
         self.checkpoint()

@@ -151,8 +151,10 @@ def profile_cmd(
     profiler: dict[str, Any],
 ) -> None:
     """Profile one workload step: top operators, time breakdown, overlap, peak memory, and a trace."""
-    # `profile custom --module X` is `profile --module X`; `profile custom` alone built a CustomConfig without its
-    # module (an internal error) and is now refused as a missing --module
+    # `profile custom --module X` is `profile --module X` (`profile custom` alone built a CustomConfig without its
+    # module: an internal error)
+    if workload == "custom" and module is None:
+        raise UserError("`profile custom` needs --module package.module:factory")
     workload = None if workload == "custom" else workload
     if (workload is None) == (module is None):
         raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory, not both")

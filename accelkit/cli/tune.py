@@ -131,8 +131,10 @@ def tune_cmd(
     dist: dict[str, Any],
 ) -> None:
     """Find the fastest recipe for a workload that stays within the accuracy gate (Pareto frontier + snippet)."""
-    # `tune custom --module X` is `tune --module X`; `tune custom` alone built a CustomConfig without its module
-    # (an internal error) and is now refused as a missing --module
+    # `tune custom --module X` is `tune --module X` (`tune custom` alone built a CustomConfig without its module:
+    # an internal error)
+    if workload == "custom" and module is None:
+        raise UserError("`tune custom` needs --module package.module:factory")
     workload = None if workload == "custom" else workload
     if (workload is None) == (module is None):
         raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory")

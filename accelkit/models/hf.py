@@ -52,14 +52,20 @@ class _Reader:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._fail(key, f"must be a number, got {value!r}")
-        return self.finite(key, float(value), default)
+        return self.finite(key, value, default)
 
-    def finite(self, key: str, value: builtins.float, default: builtins.float | None = None) -> builtins.float:
-        """``value`` read from ``key``, refused unless finite: Python's json reads Infinity, -Infinity and NaN (and
-        1e400 as Infinity), which no strict JSON parser takes; a rope_theta of Infinity was planned as given."""
-        if math.isfinite(value):
-            return value
-        shown = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    def finite(self, key: str, value: builtins.int | builtins.float,
+               default: builtins.float | None = None) -> builtins.float:
+        """``value`` read from ``key`` as a float, refused unless finite: Python's json reads Infinity, -Infinity and
+        NaN (and 1e400 as Infinity), which no strict JSON parser takes, and an integer of 400 digits, which no float
+        holds (float() raised OverflowError: an internal error); a rope_theta of Infinity was planned as given."""
+        try:
+            number = builtins.float(value)
+        except OverflowError:
+            number = math.inf if value > 0 else -math.inf
+        if math.isfinite(number):
+            return number
+        shown = "NaN" if math.isnan(number) else "Infinity" if number > 0 else "-Infinity"
         fix = f"write one such as {default:g}, or leave the key out" if default is not None else "write one"
         raise self._fail(key, f"must be a finite number, got {shown}; {fix}")
 
@@ -86,17 +92,17 @@ def _rope(r: _Reader) -> tuple[float, dict[str, Any] | None]:
     theta = params.get("rope_theta", r.data.get("rope_theta", 10000.0))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)):
         raise r._fail("rope_theta", f"must be a number, got {theta!r}")
-    r.finite("rope_parameters.rope_theta" if "rope_theta" in params else "rope_theta", float(theta), 10000.0)
+    theta = r.finite("rope_parameters.rope_theta" if "rope_theta" in params else "rope_theta", theta, 10000.0)
     own = {k: v for k, v in params.items() if k != "rope_theta"}
     where, scaling = ("rope_parameters", own) if own else ("rope_scaling", r.data.get("rope_scaling"))
     if scaling is not None and not isinstance(scaling, dict):
         raise r._fail("rope_scaling", "must be an object or null")
     for key, value in (scaling or {}).items():  # a factor of Infinity went into the spec as it was
-        if isinstance(value, builtins.float):
+        if isinstance(value, (builtins.float, int)) and not isinstance(value, bool):
             r.finite(f"{where}.{key}", value)
     if scaling and scaling.get("rope_type", scaling.get("type")) == "default":
         scaling = None
-    return float(theta), scaling or None
+    return theta, scaling or None
 
 
 def from_hf_config(data: dict[str, Any], *, name: str | None = None, source: str = "config.json") -> ModelSpec:

@@ -89,7 +89,8 @@ class PlanContext:
     #: training memory and the activations and pipeline-stage time that the ZeRO stages of one shape share
     #: (evaluate.py ``train_memory``, time.py ``train_time``). The device-count search checks a layout's memory up to
     #: three times (a micro-batch's fit decides whether the next is tried; the count it settles on is ranked in
-    #: full). Not an init field, so ``dataclasses.replace`` (another cluster, other options) starts an empty one.
+    #: full); emptied when the search returns (its plans keep the context, not the cache). Not an init field, so
+    #: ``dataclasses.replace`` (another cluster, other options) starts an empty one.
     memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property

@@ -461,4 +461,5 @@ def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_
         sized.warnings.append(note)
     for c in found:
         c.extra["context"] = sized
+    sized.memo.clear()  # the estimates served this search; the plans it returns keep their context, not the cache
     return found[:top] if top else found

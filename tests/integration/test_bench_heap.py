@@ -26,22 +26,29 @@ nn = torch.nn
 class Cyclic(nn.Module):
     """A Linear in a reference cycle with itself. Each forward on a real device records how many of the models that
     ran one are alive (a variant's; the factory's first model only runs on the meta device) and whether the heap is
-    frozen; with ``fail_fp16``, under fp16 autocast it raises (a variant that fails in its first call)."""
+    frozen; with ``fail_fp16``, under fp16 autocast it raises (a variant that fails in its first call); with
+    ``fail_fp32_after`` N, without autocast it raises on its (N+1)-th call (a variant that fails while measured)."""
 
     ran: ClassVar[weakref.WeakSet] = weakref.WeakSet()
     most: ClassVar[int] = 0
     frozen: ClassVar[list[int]] = []
     fail_fp16: ClassVar[bool] = False
+    fail_fp32_after: ClassVar[int | None] = None
 
     def __init__(self) -> None:
         super().__init__()
         self.linear = nn.Linear(16, 8)
         self.cycle = [self]
+        self.calls = 0
 
     def forward(self, x):
         if x.device.type != "meta":
             if Cyclic.fail_fp16 and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16:
                 raise RuntimeError("no fp16 here")
+            self.calls += 1
+            if Cyclic.fail_fp32_after is not None and not torch.is_autocast_enabled("cpu") \
+                    and self.calls > Cyclic.fail_fp32_after:
+                raise RuntimeError("fp32 fails while measured")
             Cyclic.ran.add(self)
             Cyclic.most = max(Cyclic.most, len(Cyclic.ran))
             Cyclic.frozen.append(gc.get_freeze_count())
@@ -52,13 +59,13 @@ def cyclic():
     return Cyclic(), torch.randn(4, 16)
 
 
-def run(precisions: list[str], *, interleave: bool, fail_fp16: bool = False):
+def run(precisions: list[str], *, interleave: bool, fail_fp16: bool = False, fail_fp32_after: int | None = None):
     from accelkit.bench.runner import BenchConfig, run_benchmark
     from accelkit.bench.variants import Variant
     from accelkit.bench.workloads import make_workload
     from accelkit.timing import LoopConfig
 
-    Cyclic.most, Cyclic.frozen, Cyclic.fail_fp16 = 0, [], fail_fp16
+    Cyclic.most, Cyclic.frozen, Cyclic.fail_fp16, Cyclic.fail_fp32_after = 0, [], fail_fp16, fail_fp32_after
     workload = make_workload("custom", {"module": f"{__name__}:cyclic"})
     loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
     bench = BenchConfig(device="cpu", loop=loop, interleave=interleave, predict=False, auto_probe=False, save=False)
@@ -96,6 +103,16 @@ def test_a_variant_failing_beside_a_loaded_one_freezes_nothing(unfrozen):
     assert not any(Cyclic.frozen)
     assert gc.get_freeze_count() == 0
     assert len(Cyclic.ran) == 0  # fp32's and bf16's models: freed by the collection at the end of the run
+
+
+def test_a_variant_failing_while_measured_is_freed_before_the_next(unfrozen):
+    """fp32 fails after its warm-up, one after another: its model must be gone before bf16 runs — neither kept by its
+    lanes nor by the exception's traceback, and not frozen by the collection that should have freed it (a frozen
+    cycle outlives the run: on a GPU, memory held beside every later variant)."""
+    result = run(["fp32", "bf16", "fp16"], interleave=False, fail_fp32_after=3)
+    assert [(f.name, f.phase) for f in result.failed] == [("fp32", "measure")] and len(result.variants) == 2
+    assert Cyclic.most == 1  # no forward ran beside the failed model
+    assert gc.get_freeze_count() == 0 and len(Cyclic.ran) == 0
 
 
 def test_a_run_leaves_nothing_frozen_at_exit(tmp_path):

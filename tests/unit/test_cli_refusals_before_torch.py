@@ -40,9 +40,17 @@ def _load_factory_error(target: str, what: str = "--module") -> str:
     (("tune", "--module", "nope"), "nope", "--module"),
     (("profile", "--module", f"{MISSING}:factory"), f"{MISSING}:factory", "--module"),
     (("bench", "dataloader", "--dataset", "nope"), "nope", "--dataset"),
+    (("bench", "custom", "--module", ".models:factory"), ".models:factory", "--module"),
 ])
 def test_a_target_that_cannot_load_is_refused_in_load_factorys_words(cli, args, target, what):
     assert _one_error(cli(*args)) == _load_factory_error(target, what)
+
+
+def test_a_relative_target_is_named_as_one():
+    """import_module('.models') raised a TypeError, which load_factory reported as the user's module failing to
+    import ('fix the module', `python -c 'import .models'`)."""
+    assert _load_factory_error(".models:make") == \
+        "error: --module '.models:make' names a relative module; write its full name, package.module:factory"
 
 
 @pytest.mark.parametrize(("args", "expected"), [
@@ -59,7 +67,7 @@ def test_a_workload_value_is_refused_before_the_run(cli, args, expected):
 def test_custom_is_the_workload_of_module(cli, command):
     """`tune custom` (its help lists custom) without --module was an internal error (CustomConfig() without its
     module); with --module it is `tune --module`, checked as that is."""
-    assert "or --module package.module:factory" in _one_error(cli(command, "custom"))
+    assert _one_error(cli(command, "custom")) == f"error: `{command} custom` needs --module package.module:factory"
     assert _one_error(cli(command, "custom", "--module", "nope")) == _load_factory_error("nope")
 
 

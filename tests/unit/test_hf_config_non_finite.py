@@ -31,6 +31,10 @@ def _with(data: dict, key: str, literal: str) -> str:
 @pytest.mark.parametrize(("data", "key", "literal", "named", "fix"), [
     (V4, "rope_theta", "Infinity", "'rope_theta'", "got Infinity; write one such as 10000, or leave the key out"),
     (V4, "rope_theta", "1e400", "'rope_theta'", "got Infinity; write one such as 10000, or leave the key out"),
+    # an integer no float holds: float() raised OverflowError, an internal error
+    (V4, "rope_theta", "1" + "0" * 400, "'rope_theta'", "got Infinity; write one such as 10000, or leave the key out"),
+    (BASE, "rms_norm_eps", "1" + "0" * 400, "'rms_norm_eps'",
+     "got Infinity; write one such as 1e-06, or leave the key out"),
     (BASE, "rms_norm_eps", "NaN", "'rms_norm_eps'", "got NaN; write one such as 1e-06, or leave the key out"),
     (BASE, "rms_norm_eps", "-Infinity", "'rms_norm_eps'",
      "got -Infinity; write one such as 1e-06, or leave the key out"),

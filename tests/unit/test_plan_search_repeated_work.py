@@ -95,6 +95,8 @@ def test_device_count_search_estimates_each_memory_once(monkeypatch: pytest.Monk
     assert not _repeated([(id(ctx), _activation_shape(layout)) for ctx, layout, *_ in activations])
     assert stages and not _repeated([(id(ctx), layout._replace(zero=0, shard_group=None))
                                      for ctx, layout, *_ in stages])
+    # a plan keeps its context (extra["context"]), not the thousands of estimates that served the search
+    assert all(not c.extra["context"].memo for c in found)
 
 
 def test_top_k_times_only_fitting_layouts_when_k_of_them_fit(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,6 +35,8 @@ def _split_target(target: str, what: str) -> tuple[str, str]:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise UserError(f"{what} {target!r} is not valid; write package.module:factory")
+    if module_name.startswith("."):  # import_module raised a TypeError for it, reported as the user's module failing
+        raise UserError(f"{what} {target!r} names a relative module; write its full name, package.module:factory")
     return module_name, attr
 
 
@@ -42,7 +44,7 @@ def check_target(target: str, what: str = "--module") -> None:
     """A target :func:`load_factory` would refuse for its shape or for a top-level module that is nowhere (the
     working directory counted, as it counts it), refused in its words without importing anything: a command calls
     this before it imports torch (~2 s) and says it is starting. A module that is there is imported later, by the
-    run; a name no import takes (a relative one) is left to load_factory to explain."""
+    run."""
     module_name, _ = _split_target(target, what)
     top = module_name.split(".")[0]
     cwd = os.getcwd()
