@@ -7,12 +7,13 @@ transformers model built from the same config — the test suite checks every pr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 from accelkit.core.serving_memory import KVCacheDtype
 from accelkit.core.serving_memory import kv_bytes_per_token as _kv_bytes_per_token
-from accelkit.core.spec import Spec, spec_field
+from accelkit.core.spec import Spec, finite_fix, spec_field
 
 ModelKind = Literal["decoder", "encoder", "moe", "cnn"]
 Family = Literal["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt2", "bert", "vit", "resnet"]
@@ -53,9 +54,9 @@ class ModelSpec(Spec):
     linear_bias: bool = spec_field(False, doc="Bias on every linear layer (GPT-2/3, BERT, ViT).")
     norm: Literal["rmsnorm", "layernorm"] = spec_field("rmsnorm", doc="RMSNorm (weight) or LayerNorm (weight+bias).")
     position: Literal["rope", "learned"] = spec_field("rope", doc="Rotary or learned absolute positions.")
-    rope_theta: float = spec_field(10000.0, min=0.0, doc="RoPE base frequency.")
+    rope_theta: float = spec_field(10000.0, min=0.0, finite=True, doc="RoPE base frequency.")
     rope_scaling: dict[str, float | int | str] | None = spec_field(None, doc="RoPE scaling (e.g. Llama 3 'llama3').")
-    norm_eps: float = spec_field(1e-5, min=0.0, doc="Epsilon of the normalisation layers.")
+    norm_eps: float = spec_field(1e-5, min=0.0, finite=True, doc="Epsilon of the normalisation layers.")
     type_vocab_size: int = spec_field(0, min=0, doc="BERT token-type embeddings.")
     pooler: bool = spec_field(False, doc="Encoder pooler (dense + tanh on the first token).")
     image_size: int | None = spec_field(None, min=1, doc="Input image side in pixels (vision models).")
@@ -67,6 +68,7 @@ class ModelSpec(Spec):
     num_labels: int | None = spec_field(None, min=1, doc="Classifier outputs (CNNs); None for no head.")
 
     def validate(self) -> None:
+        self._check_rope_scaling()
         if self.family == "resnet":
             if self.kind != "cnn":
                 raise ValueError("kind must be 'cnn' for family 'resnet'")
@@ -100,6 +102,13 @@ class ModelSpec(Spec):
         if self.num_full_attention_layers >= max(self.num_layers, 1):
             raise ValueError(f"num_full_attention_layers={self.num_full_attention_layers} must be < num_layers="
                              f"{self.num_layers} (with no windowed layer, set sliding_window None)")
+
+    def _check_rope_scaling(self) -> None:
+        """Each number of rope_scaling is finite, as rope_theta is (NaN is refused by its type check already); a
+        config.json's are refused as it is read, naming its key (models/hf.py)."""
+        for key, value in (self.rope_scaling or {}).items():
+            if isinstance(value, float) and math.isinf(value):
+                raise ValueError(f"rope_scaling[{key!r}]={value!r} is not a finite number; expected {finite_fix(key)}")
 
     # ---- derived dimensions -------------------------------------------------------------------
     @property

@@ -45,9 +45,10 @@ def spec_field(
 
 #: what a float field's number is, by how its name ends, and an example of one (shown when the field has no finite
 #: default of its own): the fix a non-finite value's error gives
-_NUMBER_WORDS = (("tokens_per_s", "a throughput in tokens/s", "2e6"), ("_hour", "dollars per hour", "100"),
-                 ("_gbps", "a bandwidth in Gb/s", "400"), ("_ms", "milliseconds", "200"), ("_s", "seconds", "0.05"),
-                 ("lr", "a learning rate", "1e-3"))
+_NUMBER_WORDS = (("tokens_per_s", "a throughput in tokens/s", "2e6"), ("bytes_per_s", "a bandwidth in bytes/s", "5e11"),
+                 ("_hour", "dollars per hour", "100"), ("_gbps", "a bandwidth in Gb/s", "400"),
+                 ("_gb", "gigabytes", "80"), ("_w", "watts", "700"), ("_ms", "milliseconds", "200"),
+                 ("_s", "seconds", "0.05"), ("lr", "a learning rate", "1e-3"))
 
 
 def finite_fix(field: str, default: Any = None) -> str:

@@ -39,6 +39,8 @@ BENCH_LAYOUT_KEYS = ("nproc_per_node", "zero", "nnodes", "rdzv_endpoint", "node_
                      "collective_timeout_s")
 PLAN_LAYOUT_KEYS = ("dp", "tp", "pp", "ep", "zero", "grad_accum", "recompute", "sequence_parallel")
 PLAN_CONFIG_KEYS = ("task", "seq_len", "prompt_len", "output_len", "optimizer")
+#: a valid server root, standing in for the one a loadtest point takes from the section not being checked
+_ANY_BASE_URL = "http://127.0.0.1:8000"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,7 +194,8 @@ class SweepSpec(Spec):
                 raise ValueError(f"point {p.index} ({p.key}): {e}") from None
 
     def _check_loadtest(self) -> None:
-        """Each point's LoadTestConfig as `accelkit.sweep.point` builds it (the rate is checked above)."""
+        """Each point's LoadTestConfig as `accelkit.sweep.point` builds it (the rate is checked above); an error names
+        the section its value came from (see :meth:`_loadtest_section`)."""
         for name, config in self.workloads.items():
             if "base_url" not in {**self.loadtest, **config}:  # the one field without a default
                 raise ValueError("loadtest has no base_url; give the server's root for every point, e.g. loadtest: "
@@ -200,7 +203,21 @@ class SweepSpec(Spec):
             try:
                 loadtest_config(name, config, self.loadtest, math.inf)
             except (ValueError, TypeError) as e:
-                raise ValueError(f"workloads[{name!r}]: {e}") from None
+                raise ValueError(f"{self._loadtest_section(name, config, str(e))}: {e}") from None
+
+    def _loadtest_section(self, name: str, config: dict[str, Any], error: str) -> str:
+        """Where the point ``name``'s failing ``error`` comes from: 'loadtest' when the shared section's fields that
+        this workload does not set fail alone with it, 'workloads[name]' when the workload's own fields do, else
+        'workloads[name] with loadtest' (a rule both break together). `loadtest: {slo: {ttft_ms: 1.0e+400}}` was
+        reported as "workloads['m']: ttft_ms=inf …", in a section that has no ttft_ms."""
+        shared = {k: v for k, v in self.loadtest.items() if k not in config}  # what the point takes from loadtest
+        for section, fields, own in (("loadtest", shared, {}), (f"workloads[{name!r}]", {}, config)):
+            try:  # the other section left out; a base_url that only it gives stands in as any valid one would
+                loadtest_config(name, own, {"base_url": _ANY_BASE_URL, **fields}, math.inf)
+            except (ValueError, TypeError) as e:
+                if str(e) == error:
+                    return section
+        return f"workloads[{name!r}] with loadtest"
 
     def _check_launch(self, i: int, layout: dict[str, Any]) -> None:
         """A bench layout with keys is a torchrun launch: the checks `bench --nproc-per-node` makes before it."""
