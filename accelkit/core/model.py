@@ -8,6 +8,7 @@ transformers model built from the same config — the test suite checks every pr
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -107,8 +108,11 @@ class ModelSpec(Spec):
         """Each number of rope_scaling is finite, as rope_theta is (NaN is refused by its type check already); a
         config.json's are refused as it is read, naming its key (models/hf.py)."""
         for key, value in (self.rope_scaling or {}).items():
-            if isinstance(value, float) and math.isinf(value):
-                raise ValueError(f"rope_scaling[{key!r}]={value!r} is not a finite number; expected {finite_fix(key)}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if (isinstance(value, int) and abs(value) > sys.float_info.max) or math.isinf(value):  # no float holds it
+                shown = f"{value!r}" if isinstance(value, float) else f"an integer of {len(str(abs(value)))} digits"
+                raise ValueError(f"rope_scaling[{key!r}]={shown} is not a finite number; expected {finite_fix(key)}")
 
     # ---- derived dimensions -------------------------------------------------------------------
     @property

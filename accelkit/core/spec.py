@@ -56,7 +56,7 @@ def finite_fix(field: str, default: Any = None) -> str:
     learning rate such as 0.0001' (the field's own finite default as the example where it has one)."""
     what, example = next(((w, e) for end, w, e in _NUMBER_WORDS if field.endswith(end)), ("a number", "1"))
     if isinstance(default, (int, float)) and not isinstance(default, bool) and math.isfinite(default) and default:
-        example = f"{default:g}"
+        example = f"{default:g}".replace("e+", "e")  # 5e10, as the table's examples are written
     return f"{what} such as {example}"
 
 

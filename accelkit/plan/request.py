@@ -45,7 +45,7 @@ class PlanRequest(Spec):
     kv_dtype: Literal["auto", "fp8", "int8"] = spec_field("auto", doc="KV cache: auto (model dtype), fp8 or int8.")
     top: int | None = spec_field(None, min=1, max=10_000, doc="Show the best K layouts.")
     scaleout_gbps: float | None = spec_field(
-        None, min=0.001, finite=True,
+        None, min=0.001, max=1e7, finite=True,  # (above ~1e299 the bytes/s overflowed: an internal error)
         doc="Scale-out network per device in Gb/s, e.g. 100 (default 400: one 400 Gb/s NIC per GPU).")
     grad_compression: Literal["none", "bf16", "fp16", "powersgd"] = spec_field(
         "none", doc="Data-parallel gradient compression: none, bf16/fp16 (2 B per element: DDP compress hook, FSDP2 "

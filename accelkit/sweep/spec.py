@@ -211,9 +211,12 @@ class SweepSpec(Spec):
         'workloads[name] with loadtest' (a rule both break together). `loadtest: {slo: {ttft_ms: 1.0e+400}}` was
         reported as "workloads['m']: ttft_ms=inf …", in a section that has no ttft_ms."""
         shared = {k: v for k, v in self.loadtest.items() if k not in config}  # what the point takes from loadtest
-        for section, fields, own in (("loadtest", shared, {}), (f"workloads[{name!r}]", {}, config)):
-            try:  # the other section left out; a base_url that only it gives stands in as any valid one would
-                loadtest_config(name, own, {"base_url": _ANY_BASE_URL, **fields}, math.inf)
+        # the other section left out: a base_url that only it gives, and for the shared section the workload's name
+        # (an empty one is the workload's error), stand in as any valid one would
+        for section, model, fields, own in (("loadtest", "model", shared, {}),
+                                            (f"workloads[{name!r}]", name, {}, config)):
+            try:
+                loadtest_config(model, own, {"base_url": _ANY_BASE_URL, **fields}, math.inf)
             except (ValueError, TypeError) as e:
                 if str(e) == error:
                     return section

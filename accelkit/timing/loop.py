@@ -205,7 +205,9 @@ def interleaved_blocks(
     ``before(index)`` runs just before a block (start counters);
     the consumer reads them when the block is yielded (the block has synchronized by then).
     ``on_error(index, exc)``: a function that raises is reported there and dropped from the rounds, the
-    others go on (without it the exception propagates)."""
+    others go on (without it the exception propagates). It is called outside the ``except`` block, with the
+    exception's traceback dropped and this loop's reference to the function gone: the traceback's frames held what
+    the function held (a bench variant's model), which the callback may want to free."""
     counts = [0] * len(fns)
     measured = [0.0] * len(fns)
     dropped: set[int] = set()
@@ -215,19 +217,24 @@ def interleaved_blocks(
         return i in dropped or lane_done(counts[i], measured[i], config)
 
     while not all(finished(i) for i in range(len(fns))):
-        for i, fn in enumerate(fns):
+        for i in range(len(fns)):  # (not enumerate: its reused result tuple kept the last function alive)
             n = capped_iterations(config, iterations[i], done=counts[i])
             if i in dropped or n <= 0:
                 continue
+            fn = fns[i]
             if before is not None:
                 before(i)
+            error: Exception | None = None
             try:
                 block = time_block(fn, device=device, iterations=n, max_s=max_s)
             except Exception as exc:
                 if on_error is None:
                     raise
+                error = exc.with_traceback(None)
+            if error is not None and on_error is not None:
                 dropped.add(i)
-                on_error(i, exc)
+                del fn
+                on_error(i, error)
                 continue
             counts[i] += len(block.samples_s)
             measured[i] += block.wall_s

@@ -35,8 +35,11 @@ def _one_error(proc) -> str:
     # 1e400 overflows to inf as it is read; the message names the number read
     ((*PLAN, "--target-tokens-per-s", "1e400"),
      "error: --target-tokens-per-s inf is not a finite number; give a throughput in tokens/s such as 2e6"),
+    # bounded: a finite 1e300 Gb/s overflowed to inf bytes/s, which the cluster refused as an internal error
     ((*PLAN, "--scaleout-gbps", "Infinity"),
-     "error: --scaleout-gbps inf is not a finite number; give a bandwidth in Gb/s such as 400"),
+     "error: Invalid value for '--scaleout-gbps': Input should be less than or equal to 10000000 (got 'Infinity')"),
+    ((*PLAN, "--scaleout-gbps", "1e300"),
+     "error: Invalid value for '--scaleout-gbps': Input should be less than or equal to 10000000 (got '1e300')"),
     ((*PLAN, "--task", "infer", "--max-decode-latency-s", "inf"),
      "error: --max-decode-latency-s inf is not a finite number; give seconds such as 0.05"),
     # refused for what it is, before the check that --budget-per-hour needs --compare-basis budget

@@ -40,12 +40,15 @@ LLAMA = get_preset("llama-3.1-8b")  # rope_scaling llama3: factor 8.0, low/high_
      "memory_bandwidth_bytes_per_s=inf is not a finite number; expected a bandwidth in bytes/s such as 5e11"),
     # the field's own default is the example
     (lambda: Cluster(device=H100, scaleout_bandwidth_bytes_per_s=math.inf),
-     "scaleout_bandwidth_bytes_per_s=inf is not a finite number; expected a bandwidth in bytes/s such as 5e+10"),
+     "scaleout_bandwidth_bytes_per_s=inf is not a finite number; expected a bandwidth in bytes/s such as 5e10"),
     (lambda: LLAMA.replace(rope_theta=math.inf),
      "rope_theta=inf is not a finite number; expected a number such as 10000"),
     (lambda: LLAMA.replace(norm_eps=math.inf), "norm_eps=inf is not a finite number; expected a number such as 1e-05"),
     (lambda: LLAMA.replace(rope_scaling={**(LLAMA.rope_scaling or {}), "factor": math.inf}),
      "rope_scaling['factor']=inf is not a finite number; expected a number such as 1"),
+    # an integer no float holds (config.json's reader refuses it as it reads it)
+    (lambda: LLAMA.replace(rope_scaling={**(LLAMA.rope_scaling or {}), "factor": 10**400}),
+     "rope_scaling['factor']=an integer of 401 digits is not a finite number; expected a number such as 1"),
 ])
 def test_an_infinite_figure_is_refused_naming_the_field_and_the_fix(build, expected):
     with pytest.raises(ValueError) as info:

@@ -37,6 +37,9 @@ def _refusal(tmp_path, text: str) -> str:
     ("workloads: {m: {slo: {ttft_ms: .inf}}}\nloadtest: {" + URL + "}\n",
      "workloads['m']: ttft_ms=inf is not a finite number; expected milliseconds such as 200"),
     ("workloads: {m: {" + URL + ", timeout_s: -1.0}}\n", "workloads['m']: timeout_s=-1.0 is out of range"),
+    # a blank workload name is the workload's, not the (valid) shared section's: the shared section is checked with
+    # a stand-in model, not this one's name
+    ("workloads: {a: {}, '  ': {num_prompts: 5}}\nloadtest: {" + URL + "}\n", "workloads['  ']: model "),
     # the shared section's fields that the model sets itself are not the shared section's error
     ("workloads: {m: {timeout_s: -1.0}}\nloadtest: {" + URL + ", timeout_s: -1.0}\n",
      "workloads['m']: timeout_s=-1.0 is out of range"),
