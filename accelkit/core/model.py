@@ -56,7 +56,10 @@ class ModelSpec(Spec):
     norm: Literal["rmsnorm", "layernorm"] = spec_field("rmsnorm", doc="RMSNorm (weight) or LayerNorm (weight+bias).")
     position: Literal["rope", "learned"] = spec_field("rope", doc="Rotary or learned absolute positions.")
     rope_theta: float = spec_field(10000.0, min=0.0, finite=True, doc="RoPE base frequency.")
-    rope_scaling: dict[str, float | int | str] | None = spec_field(None, doc="RoPE scaling (e.g. Llama 3 'llama3').")
+    # (lists and nulls as real configs carry them: Phi-3's longrope factors, YaRN's attention_factor null, gpt-oss's
+    # truncate false — each refused before, so `plan --model` of those checkpoints failed)
+    rope_scaling: dict[str, float | int | str | bool | list[float] | None] | None = spec_field(
+        None, doc="RoPE scaling (e.g. Llama 3 'llama3'; Phi-3 'longrope' with its factor lists).")
     norm_eps: float = spec_field(1e-5, min=0.0, finite=True, doc="Epsilon of the normalisation layers.")
     type_vocab_size: int = spec_field(0, min=0, doc="BERT token-type embeddings.")
     pooler: bool = spec_field(False, doc="Encoder pooler (dense + tanh on the first token).")
@@ -107,12 +110,14 @@ class ModelSpec(Spec):
     def _check_rope_scaling(self) -> None:
         """Each number of rope_scaling is finite, as rope_theta is (NaN is refused by its type check already); a
         config.json's are refused as it is read, naming its key (models/hf.py)."""
-        for key, value in (self.rope_scaling or {}).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            if (isinstance(value, int) and abs(value) > sys.float_info.max) or math.isinf(value):  # no float holds it
-                shown = f"{value!r}" if isinstance(value, float) else f"an integer of {len(str(abs(value)))} digits"
-                raise ValueError(f"rope_scaling[{key!r}]={shown} is not a finite number; expected {finite_fix(key)}")
+        for key, values in (self.rope_scaling or {}).items():
+            for i, value in enumerate(values if isinstance(values, list) else [values]):
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    continue
+                if (isinstance(value, int) and abs(value) > sys.float_info.max) or math.isinf(value):  # no float holds
+                    shown = f"{value!r}" if isinstance(value, float) else f"an integer of {len(str(abs(value)))} digits"
+                    where = f"rope_scaling[{key!r}]" + (f"[{i}]" if isinstance(values, list) else "")
+                    raise ValueError(f"{where}={shown} is not a finite number; expected {finite_fix(key)}")
 
     # ---- derived dimensions -------------------------------------------------------------------
     @property

@@ -97,9 +97,10 @@ def _rope(r: _Reader) -> tuple[float, dict[str, Any] | None]:
     where, scaling = ("rope_parameters", own) if own else ("rope_scaling", r.data.get("rope_scaling"))
     if scaling is not None and not isinstance(scaling, dict):
         raise r._fail("rope_scaling", "must be an object or null")
-    for key, value in (scaling or {}).items():  # a factor of Infinity went into the spec as it was
-        if isinstance(value, (builtins.float, int)) and not isinstance(value, bool):
-            r.finite(f"{where}.{key}", value)
+    for key, values in (scaling or {}).items():  # a factor of Infinity went into the spec as it was
+        for i, value in enumerate(values if isinstance(values, list) else [values]):  # (Phi-3's factor lists)
+            if isinstance(value, (builtins.float, int)) and not isinstance(value, bool):
+                r.finite(f"{where}.{key}" + (f"[{i}]" if isinstance(values, list) else ""), value)
     if scaling and scaling.get("rope_type", scaling.get("type")) == "default":
         scaling = None
     return theta, scaling or None

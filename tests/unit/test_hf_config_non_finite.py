@@ -55,6 +55,8 @@ def test_a_non_finite_number_is_refused_naming_the_file_and_key(tmp_path, cli, d
      "'rope_parameters.factor' must be a finite number, got NaN; write one"),
     ({**V4, "rope_scaling": {"rope_type": "linear", "factor": float("inf")}},
      "'rope_scaling.factor' must be a finite number, got Infinity; write one"),
+    ({**V4, "rope_scaling": {"rope_type": "longrope", "long_factor": [1.0, float("inf")], "short_factor": [1.0]}},
+     "'rope_scaling.long_factor[1]' must be a finite number, got Infinity; write one"),
 ])
 def test_rope_parameters_are_named_where_they_are(tmp_path, data, named):
     folder = _write(tmp_path, json.dumps(data))  # json.dumps writes inf and nan as Infinity and NaN
@@ -73,3 +75,14 @@ def test_a_key_that_is_not_read_may_hold_anything(tmp_path):
     """Only the numbers the model is built from are checked: a key accelkit does not read is as before."""
     folder = _write(tmp_path, _with(BASE, "initializer_range", "NaN"))
     assert load_config(folder).num_params() == get_preset("tiny-llama").num_params()
+
+
+def test_rope_scaling_as_real_configs_write_it_is_read(tmp_path):
+    """Nulls, booleans and lists of factors, as checkpoints ship them (a Qwen3 with YaRN's `attention_factor: null`
+    and `truncate: false`; Phi-3's longrope factor lists): `plan --model` refused each ("rope_scaling=… is not
+    valid; expected dict[str, float | int | str]"). Kept as written, through the JSON round trip."""
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+               "attention_factor": None, "truncate": False, "long_factor": [1.0, 1.25]}
+    model = load_config(_write(tmp_path, json.dumps({**V4, "rope_scaling": scaling})))
+    assert model.rope_scaling == scaling
+    assert type(model).from_dict(json.loads(json.dumps(model.to_dict()))) == model
