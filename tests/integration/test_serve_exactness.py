@@ -1,6 +1,6 @@
 """Greedy outputs are token-identical to transformers ``generate`` (fp32, same weights) — for mixed prompt
 lengths, with prefix caching on and off, chunked prefill, preemption forced by a tiny KV budget, sharded
-checkpoints, tied (Qwen2) and untied (Llama, Llama-3 rope scaling) embeddings, a Mistral window, and the
+checkpoints, tied (Qwen2) and untied (Llama, Llama-3 rope scaling) embeddings, a Mistral window, YaRN, and the
 biases config.json's attention_bias / mlp_bias give each family."""
 
 import json
@@ -89,6 +89,20 @@ def test_sharded_checkpoint_and_mistral_sliding_window(tmp_path):
     ref = reference(d, prompts)
     got, _ = generate(d, prompts, max_num_batched_tokens=16)
     assert got == ref
+
+
+def test_qwen3_with_yarn_rope_scaling(tmp_path):
+    """YaRN as Qwen documents it for long contexts (factor 4 over the pretrained length), here over 32 pretrained
+    positions so that prompts of up to 90 tokens cross it: frequencies blended along the ramp and cos/sin scaled by
+    the attention factor, token-identical to transformers."""
+    d = save_tiny_model(tmp_path / "qwen3", "tiny-qwen3", seed=4)
+    config = json.loads((d / "config.json").read_text())
+    config.pop("rope_parameters", None)
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    (d / "config.json").write_text(json.dumps(config))
+    prompts = PROMPTS[:4]
+    got, _ = generate(d, prompts, max_num_batched_tokens=32)
+    assert got == reference(d, prompts)
 
 
 def with_random_biases(model):

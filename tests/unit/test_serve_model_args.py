@@ -103,3 +103,45 @@ def test_an_older_config_names_rope_scaling_and_a_complete_scaling_is_kept():
         "type": "linear", "factor": 2, "rope_type": "linear"}
     a = args("LlamaForCausalLM", rope_parameters={**LLAMA3, "rope_theta": 500000.0}, max_position_embeddings=512)
     assert a.rope_scaling == {**LLAMA3, "original_max_position_embeddings": 512} and a.rope_theta == 500000.0
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+@pytest.mark.parametrize("rope", [
+    YARN,  # Qwen's documented long-context setting
+    {**YARN, "attention_factor": None, "truncate": False},  # nulls and the unrounded ramp, as newer configs write them
+    {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
+     "mscale": 1.0, "mscale_all_dim": 1.0},  # DeepSeek-V3's: the attention factor a ratio of two mscales
+    {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096, "mscale": 0.707,
+     "mscale_all_dim": 1.0},
+    {**YARN, "attention_factor": 1.2},
+    {"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8192, "beta_fast": 16, "beta_slow": 2},
+])
+def test_yarn_inverse_frequencies_and_attention_factor_are_transformers_own(rope):
+    """The same float32 bits as transformers' YaRN (ROPE_INIT_FUNCTIONS['yarn']), and the same factor on cos/sin."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from accelkit.serve.models.llama import rope_attention_factor, rope_inv_freq
+
+    fields = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=64, vocab_size=300, max_position_embeddings=131072,
+                  rope_theta=1000000.0, rms_norm_eps=1e-6)
+    ours = args("Qwen3ForCausalLM", **fields, rope_scaling=dict(rope))
+    inv_freq, factor = ROPE_INIT_FUNCTIONS["yarn"](transformers.Qwen3Config(**fields, rope_scaling=dict(rope)), "cpu")
+    assert rope_inv_freq(ours).equal(inv_freq)
+    assert rope_attention_factor(ours) == factor
+
+
+@pytest.mark.parametrize(("rope", "message"), [
+    ({"rope_type": "yarn", "factor": 4.0}, r"rope_scaling.original_max_position_embeddings is missing"),
+    ({"rope_type": "yarn", "original_max_position_embeddings": 32768}, r"rope_scaling.factor is missing"),
+    ({**YARN, "beta_fast": "32"}, r"rope_scaling.beta_fast='32' in config.json is not valid; expected a positive "
+                                  r"number or null"),
+    ({**YARN, "attention_factor": 0}, r"rope_scaling.attention_factor=0"),
+    ({**YARN, "truncate": "no"}, r"rope_scaling.truncate='no' in config.json is not valid; expected true or false"),
+])
+def test_a_yarn_scaling_it_cannot_compute_with_is_refused_naming_the_field(rope, message):
+    with pytest.raises(ValueError, match=message):
+        args("Qwen3ForCausalLM", rope_scaling=rope)

@@ -19,10 +19,13 @@ SUPPORTED_ARCHITECTURES = (
 )
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
 _QWEN_MOE = ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
-_ROPE_TYPES = ("default", "linear", "llama3")
+_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 # the fields each scaling type computes with (transformers' rope validation requires them too)
 _ROPE_FIELDS = {"linear": ("factor",),
-                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+                "yarn": ("factor", "original_max_position_embeddings")}
+# YaRN's optional numbers (null or absent: the paper's defaults, as transformers takes them)
+_YARN_OPTIONAL = ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
 # transformers' config defaults for fields save_pretrained may leave out (configuration_qwen{2,3}_moe.py,
 # configuration_mixtral.py): (num_experts, num_experts_per_tok)
 _MOE_DEFAULTS = {"MixtralForCausalLM": (8, 2), "Qwen2MoeForCausalLM": (60, 4), "Qwen3MoeForCausalLM": (128, 8)}
@@ -139,6 +142,9 @@ def _rope(cfg: dict[str, Any], *, default_theta: float) -> tuple[float, dict[str
     if rope_type == "llama3":  # (transformers: a top-level value first, then the dict's, then the context)
         rope["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings") or rope.get(
             "original_max_position_embeddings") or cfg.get("max_position_embeddings", 2048)
+    if rope_type == "yarn":
+        original = rope.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
+        rope["original_max_position_embeddings"] = original  # (factor required, as transformers requires it)
     if rope_type not in _ROPE_TYPES:
         raise ValueError(f"rope_parameters.rope_type={rope_type!r} is not supported; expected one of {_ROPE_TYPES}")
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
@@ -158,6 +164,13 @@ def _check_rope_fields(rope: dict[str, Any], rope_type: str, where: str) -> None
                              f"{', '.join(_ROPE_FIELDS[rope_type])}); add it")
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
             raise ValueError(f"{where}.{key}={value!r} in config.json is not valid; expected a positive number")
+    for key in _YARN_OPTIONAL if rope_type == "yarn" else ():
+        value = rope.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0 < value < float("inf")):
+            raise ValueError(f"{where}.{key}={value!r} in config.json is not valid; expected a positive number or null")
+    if rope_type == "yarn" and not isinstance(rope.get("truncate", True), bool):
+        raise ValueError(f"{where}.truncate={rope['truncate']!r} in config.json is not valid; expected true or false")
     if rope_type == "llama3" and rope["high_freq_factor"] <= rope["low_freq_factor"]:
         raise ValueError(f"{where}.high_freq_factor={rope['high_freq_factor']!r} in config.json must be greater than "
                          f"low_freq_factor={rope['low_freq_factor']!r} (Llama 3.1's: 4.0 and 1.0)")

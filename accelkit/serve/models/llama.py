@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +29,7 @@ from accelkit.serve.quant.load import quantize_model
 
 
 def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
-    """Inverse frequencies, computed as transformers does (float32), with linear or Llama-3 scaling."""
+    """Inverse frequencies, computed as transformers does (float32), with linear, Llama-3 or YaRN scaling."""
     dim = args.head_dim
     inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
     scaling = args.rope_scaling
@@ -37,6 +38,8 @@ def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
     factor = float(scaling["factor"])
     if scaling["rope_type"] == "linear":
         return inv_freq / factor
+    if scaling["rope_type"] == "yarn":
+        return _yarn_inv_freq(scaling, dim, args.rope_theta)
     # llama3: long wavelengths divided by factor, short kept, a smooth blend in between
     low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
     old_len = scaling["original_max_position_embeddings"]
@@ -49,11 +52,50 @@ def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
+def _yarn_inv_freq(scaling: dict[str, Any], dim: int, base: float) -> torch.Tensor:
+    """YaRN (Peng et al. 2023): dimensions that turn fewer than ``beta_slow`` times over the pretrained context are
+    interpolated (divided by the factor), those that turn more than ``beta_fast`` times kept, a linear ramp between;
+    the bounds rounded outwards unless ``truncate`` is false — transformers' reading of the paper."""
+    factor, original = float(scaling["factor"]), float(scaling["original_max_position_embeddings"])
+    beta_fast, beta_slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+
+    def dimension(rotations: float) -> float:  # the dimension that turns ``rotations`` times over the context
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dimension(beta_fast), dimension(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    ramp = (torch.arange(dim // 2, dtype=torch.float32) - low) / ((high - low) or 0.001)
+    kept = 1 - ramp.clamp(0, 1)  # the share of each dimension's own frequency
+    wavelength = base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)  # (in transformers' order of
+    return 1.0 / (factor * wavelength) * (1 - kept) + 1.0 / wavelength * kept  # operations: the same float32 bits)
+
+
+def rope_attention_factor(args: ModelArgs) -> float:
+    """What cos and sin are multiplied by: 1, or YaRN's attention factor — given, else 0.1·ln(factor)+1 (the
+    paper's), or with DeepSeek's ``mscale``/``mscale_all_dim`` the ratio of the two."""
+    scaling = args.rope_scaling
+    if scaling is None or scaling["rope_type"] != "yarn":
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    factor = float(scaling["factor"])
+
+    def mscale(weight: float = 1.0) -> float:
+        return 1.0 if factor <= 1 else 0.1 * weight * math.log(factor) + 1.0
+
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        return mscale(float(scaling["mscale"])) / mscale(float(scaling["mscale_all_dim"]))
+    return mscale()
+
+
 def rope_cache(args: ModelArgs, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin: (max_len, head_dim) float32 — rows gathered by position each step."""
     freqs = torch.arange(max_len, dtype=torch.float32)[:, None] * rope_inv_freq(args)[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos(), emb.sin()
+    scale = rope_attention_factor(args)
+    return emb.cos() * scale, emb.sin() * scale
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
