@@ -86,11 +86,18 @@ def freezing_heap() -> Iterator[None]:
 
 
 def free(device: str, *, idle: bool = False) -> None:
-    """Free what the last variant (or the reference model) left: a full collection — its model may be held in
-    reference cycles, which only a collection frees — then the device's cache back to the device (the CUDA caching
-    allocator keeps it otherwise).
+    """Free what the last variant (or the reference model) left: a full collection (:func:`collect`) — its model
+    may be held in reference cycles, which only a collection frees — then the device's cache back to the device (the
+    CUDA caching allocator keeps it otherwise)."""
+    collect(idle=idle)
+    if device.startswith("cuda"):
+        import torch
 
-    ``idle``: no variant is loaded now, so what survives the collection is the process's own: modules (torch,
+        torch.cuda.empty_cache()
+
+
+def collect(*, idle: bool = False) -> None:
+    """A full collection. ``idle``: no variant is loaded now, so what survives the collection is the process's own: modules (torch,
     transformers, what a variant's load imported — torch.compile's alone some 230,000 objects), the run's records.
     Inside :func:`freezing_heap` it is then frozen, so that the next collection walks only what came after: each
     full collection walked the whole heap, 0.2–0.6 s on the 2-core VM once a compile variant had run (600,000
@@ -106,10 +113,6 @@ def free(device: str, *, idle: bool = False) -> None:
             if _heap_runs == 1 and (_heap_frozen_here or not gc.get_freeze_count()):
                 gc.freeze()
                 _heap_frozen_here = True
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.empty_cache()
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import json
 import os
 import signal
@@ -29,6 +28,7 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, recor
 
 from accelkit.bench.metrics import count_flops
 from accelkit.bench.record import RankMeasurement
+from accelkit.bench.reference import collect, freezing_heap
 from accelkit.bench.variants import Variant
 from accelkit.bench.workloads import make_workload
 from accelkit.bench.workloads.base import run_in, train_step
@@ -41,19 +41,6 @@ from accelkit.distributed.quality import EVAL_BATCHES, EVAL_STEP, lead_in_steps,
 from accelkit.distributed.rank import RankContext, gather_to_rank0, start
 from accelkit.distributed.rank_results import BenchDocument, open_writer
 from accelkit.timing import LoopConfig
-
-
-def collect_garbage() -> None:
-    """A full collection between variants, so that one variant's model is gone before the next is built; the first
-    one then freezes what survived it (``gc.freeze``): torch, transformers and the workload's modules, some 400,000
-    objects that every later collection would walk again for nothing — 0.2 s of CPU each on a 2-core VM, a fifth of
-    a rank's CPU in a tune launch of tiny models (``accelkit.serve.heap`` does the same for a server). Handed back
-    at exit: the interpreter's shutdown finalizes only what the collector sees, and native modules report what it
-    leaves alive as leaks."""
-    gc.collect()
-    if not gc.get_freeze_count():
-        gc.freeze()
-        atexit.register(gc.unfreeze)
 
 
 def sync(device: str) -> None:
@@ -117,7 +104,7 @@ def bench_variant(ctx: RankContext, workload: Any, variant: Any, job: dict[str, 
     analytic = (parts.analytic_flops_per_item, parts.analytic_formula)
     recipe_notes = parts.recipe_notes
     step = optimizer = model = parts = None  # type: ignore[assignment]  # free before the next variant
-    collect_garbage()
+    collect(idle=True)  # the next variant is built without this one beside it
     return RankMeasurement(
         rank=ctx.rank, local_rank=ctx.local_rank, host=ctx.host, device=ctx.device, items=items, unit=unit,
         analytic_flops_per_item=analytic[0], analytic_formula=analytic[1], load_s=load_s, first_call_s=first_call_s,
@@ -152,7 +139,7 @@ def quality_losses(ctx: Any, workload: Any, variant: Any, job: dict[str, Any], s
         eval_losses: list[float] = evaluate()  # type: ignore[assignment]
     batch[0] = None
     step = optimizer = model = parts = evaluate = None  # type: ignore[assignment]  # the collect below frees them
-    collect_garbage()  # (it ran while these still held the model: DDP's first construction leaves a reference cycle)
+    collect(idle=True)  # (it ran while these still held the model: DDP's first construction leaves a reference cycle)
     return {"losses": losses, "eval_loss": sum(eval_losses) / len(eval_losses), "lead_in_steps": lead_in}
 
 
@@ -191,7 +178,10 @@ def run_bench(ctx: RankContext, job: dict[str, Any]) -> dict[str, Any] | None:
             ctx.say(f"{variant.name}: finished" + (f", stored as result {entry.result_id}"
                                                    if entry.result_id is not None else ""))
 
-    with open_writer(job) if ctx.rank == 0 else contextlib.nullcontext(None) as writer:
+    # freezing_heap: what survives a collection between variants (torch, transformers, the workload's modules, some
+    # 400,000 objects) is frozen for the job, so later collections do not walk it again (0.2 s of CPU each on a
+    # 2-core VM, a fifth of a rank's CPU in a tune launch of tiny models); handed back when the job ends
+    with freezing_heap(), (open_writer(job) if ctx.rank == 0 else contextlib.nullcontext(None)) as writer:
         document = BenchDocument(ctx, workload, job, writer) if writer is not None else None
         for variant in variants:
             torch.manual_seed(job["seed"])
