@@ -5,25 +5,15 @@ are the ones the later check (``load_factory``, the workload's config, the model
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 
 import pytest
 
 from accelkit.bench.workloads.custom import check_target, load_factory
 from accelkit.core import UserError
+from tests.unit.cli_refusal_util import one_error, refusals_in_a_fresh_interpreter
 
 MISSING = "accelkit_no_such_module"
-
-
-def _one_error(proc) -> str:
-    """The command's one stderr line (exit 2, nothing on stdout): no "starting" or progress line before it."""
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stdout == "" and "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
-    return line
 
 
 def _load_factory_error(target: str, what: str = "--module") -> str:
@@ -43,7 +33,7 @@ def _load_factory_error(target: str, what: str = "--module") -> str:
     (("bench", "custom", "--module", ".models:factory"), ".models:factory", "--module"),
 ])
 def test_a_target_that_cannot_load_is_refused_in_load_factorys_words(cli, args, target, what):
-    assert _one_error(cli(*args)) == _load_factory_error(target, what)
+    assert one_error(cli(*args)) == _load_factory_error(target, what)
 
 
 def test_a_relative_target_is_named_as_one():
@@ -60,15 +50,15 @@ def test_a_relative_target_is_named_as_one():
      "error: 'bert-base' is an encoder model; llm-train needs a decoder (e.g. tiny-llama, llama-3.1-8b)"),
 ])
 def test_a_workload_value_is_refused_before_the_run(cli, args, expected):
-    assert _one_error(cli(*args)).startswith(expected)
+    assert one_error(cli(*args)).startswith(expected)
 
 
 @pytest.mark.parametrize("command", ["tune", "profile"])
 def test_custom_is_the_workload_of_module(cli, command):
     """`tune custom` (its help lists custom) without --module was an internal error (CustomConfig() without its
     module); with --module it is `tune --module`, checked as that is."""
-    assert _one_error(cli(command, "custom")) == f"error: `{command} custom` needs --module package.module:factory"
-    assert _one_error(cli(command, "custom", "--module", "nope")) == _load_factory_error("nope")
+    assert one_error(cli(command, "custom")) == f"error: `{command} custom` needs --module package.module:factory"
+    assert one_error(cli(command, "custom", "--module", "nope")) == _load_factory_error("nope")
 
 
 def test_a_target_that_is_there_is_not_imported_by_the_check(tmp_path, monkeypatch):
@@ -94,26 +84,10 @@ FRESH = [
     ["tune", "--module", "nope"],
     ["plan", "--model", "llama-3.1-8b", "--hardware", "h100", "--target-tokens-per-s", "inf"],
 ]
-_SCRIPT = """import contextlib, io, json, sys
-from accelkit.cli.app import main
-runs = []
-for argv in json.loads(sys.argv[1]):
-    err, code = io.StringIO(), 0
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    runs.append([code, err.getvalue(), "torch" in sys.modules])
-print(json.dumps(runs))
-"""
 
 
 def test_the_refusals_do_not_import_torch(tmp_path):
     """Import state is what is tested: a new interpreter, one for all the commands."""
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(FRESH)], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path, env={**os.environ, "ACCELKIT_HOME": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for argv, (code, err, torch_loaded) in zip(FRESH, json.loads(proc.stdout), strict=True):
+    for argv, (code, err, torch_loaded) in zip(FRESH, refusals_in_a_fresh_interpreter(FRESH, tmp_path), strict=True):
         assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), (argv, code, err)
         assert not torch_loaded, f"accelkit {' '.join(argv)} imported torch before refusing: {err}"

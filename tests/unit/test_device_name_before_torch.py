@@ -5,15 +5,11 @@ one GPU, or none) is still judged by ``resolve_device`` after torch's import, in
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from accelkit.core import UserError
 from accelkit.hardware.device import check_device_name, resolve_device
+from tests.unit.cli_refusal_util import one_error, refusals_in_a_fresh_interpreter
 
 INVALID = ["nope", "tpu", "gpu", "cuda:x", "cuda:-1", "cuda:0:1", "", "mps:0"]
 
@@ -34,50 +30,28 @@ def test_the_check_passes_every_shape_resolve_device_takes(name, read):
     assert check_device_name(name) == read
 
 
-def _one_error(proc) -> str:
-    """The command's one stderr line (exit 2, nothing on stdout): no "starting" or progress line before it."""
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stdout == "" and "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
-    return line
-
-
 @pytest.mark.parametrize("args", [("bench", "bert", "--device", "nope"), ("bench", "llm", "--device", "cuda:x"),
                                   ("profile", "bert", "--device", "nope")])
 def test_a_command_refuses_the_name_before_it_starts(cli, args):
-    assert _one_error(cli(*args)) == f"error: device {args[-1]!r} is not valid; use auto, cpu, cuda or cuda:N"
+    assert one_error(cli(*args)) == f"error: device {args[-1]!r} is not valid; use auto, cpu, cuda or cuda:N"
 
 
 #: run one after another in one fresh interpreter (this one imported torch long ago)
 FRESH = [["bench", "bert", "--device", "nope"], ["bench", "resnet", "--device", "cuda:x"],
          ["profile", "bert", "--device", "nope"], ["hw", "probe", "--device", "nope"]]
-_SCRIPT = """import contextlib, io, json, sys
-from accelkit.cli.app import main
-from accelkit.core import UserError
+#: the library call, in the same interpreter after the commands
+_THEN = """from accelkit.core import UserError
 from accelkit.hardware.device import resolve_device
-runs = []
-for argv in json.loads(sys.argv[1]):
-    err, code = io.StringIO(), 0
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    runs.append([code, err.getvalue(), "torch" in sys.modules])
 try:
     resolve_device("nope")
 except UserError as exc:
     runs.append([2, f"error: {exc}", "torch" in sys.modules])
-print(json.dumps(runs))
 """
 
 
 def test_the_refusals_do_not_import_torch(tmp_path):
     """Import state is what is tested: a new interpreter, one for all the commands and a library call."""
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(FRESH)], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path, env={**os.environ, "ACCELKIT_HOME": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = json.loads(proc.stdout)
+    runs = refusals_in_a_fresh_interpreter(FRESH, tmp_path, then=_THEN)
     for argv, (code, err, torch_loaded) in zip([*FRESH, ["resolve_device('nope')"]], runs, strict=True):
         assert code == 2 and len(err.strip().splitlines()) == 1 and "is not valid; use auto" in err, (argv, code, err)
         assert not torch_loaded, f"{' '.join(argv)} imported torch before refusing: {err}"
