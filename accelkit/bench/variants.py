@@ -35,9 +35,10 @@ _NO_COMPRESSION: dict[str, Any] = {f: _RECIPE_FIELDS[f].default for f in ("grad_
 
 
 def _recipe_field(name: str) -> Any:
-    """The same field as the Recipe's (default, doc, bounds)."""
+    """The same field as the Recipe's (default, doc, bounds, whether it must be finite)."""
     f = _RECIPE_FIELDS[name]
-    return spec_field(f.default, doc=f.metadata["doc"], min=f.metadata["min"], max=f.metadata["max"])
+    return spec_field(f.default, doc=f.metadata["doc"], min=f.metadata["min"], max=f.metadata["max"],
+                      finite=f.metadata["finite"])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -61,9 +61,6 @@ def _slo(text: str) -> SLO:
 NAMES = {"timeout_s": "--timeout", "warmup_timeout_s": "--warmup-timeout", "ignore_eos": "--ignore-eos/--no-ignore-eos"}
 #: every LoadTestConfig field's flag: the config's errors name fields (timeout_s=inf), the user typed flags
 FLAGS = field_flags(LoadTestConfig, NAMES)
-#: float flags whose inf goes on to LoadTestConfig: --request-rate inf sends every request at once (as `vllm bench
-#: serve`); the config refuses the others' inf in its own words (--timeout inf: "expected a finite number of seconds")
-INFINITE = ("request_rate", "burstiness", "random_range_ratio", "timeout_s", "warmup_timeout_s")
 
 
 EXAMPLES = examples(
@@ -73,7 +70,7 @@ EXAMPLES = examples(
 )
 
 @spec_options(
-    LoadTestConfig, into="load", names=NAMES, infinite=INFINITE,
+    LoadTestConfig, into="load", names=NAMES,
     parse={"request_rate": lambda text: parse_rate(text), "slo": _slo, "dataset": _dataset,
            "percentiles": lambda text: _floats(text, "--percentiles"),
            "sweep_rates": lambda text: _floats(text, "--sweep-rates", rates=True),

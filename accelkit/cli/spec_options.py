@@ -15,9 +15,10 @@ defaults included). Fields typed as containers (tuples, lists, dicts, nested spe
 another notation (``--kv-cache-memory 2GiB`` for ``kv_cache_memory_bytes``): such a flag defaults to ``None``
 and the field keeps its spec default when the flag is not given. A ``ValueError`` from ``parse``, or a parsed
 number outside the field's bounds, is a usage error (exit 2) that names the flag and the text given. So is a float
-flag given inf, -inf or a number past ±1.8e308 (which reads as inf) — a plan's --target-tokens-per-s inf searched
-65,536 devices and printed a warning — unless the command names the field in ``infinite``, where inf means
-something (--request-rate inf: every request at once) or the spec refuses it in its own words. A field without a
+flag given inf, -inf or a number past ±1.8e308 (which reads as inf) whose field is declared finite
+(``spec_field(..., finite=True)``: the spec's own rule, worded here for the flag) — a plan's --target-tokens-per-s
+inf searched 65,536 devices and printed a warning; a field where inf means something (--request-rate inf: every
+request at once) is not declared so. A field without a
 default becomes a required flag.
 """
 
@@ -55,7 +56,7 @@ class GeneratedOption:
     required: bool = False  # the field has no default: the flag must be given
     optional: bool = False  # the flag defaults to None (not given: the field keeps its own default)
     custom_help: bool = False  # the command gave its own help text (``helps``) instead of the field's doc
-    infinite: bool = False  # a float flag that passes inf on to the spec (``infinite``) instead of refusing it
+    finite: bool = False  # the field refuses inf (``spec_field(finite=True)``): the flag says so in its own words
 
 
 def _flag(name: str) -> str:
@@ -76,15 +77,15 @@ def _is_scalar(tp: Any) -> bool:
 def generated_options(
     spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
     parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
-    only: Iterable[str] | None = None, optional: Iterable[str] = (), infinite: Iterable[str] = (),
+    only: Iterable[str] | None = None, optional: Iterable[str] = (),
 ) -> list[GeneratedOption]:
     """The options :func:`spec_options` adds for ``spec`` (also what the consistency test checks)."""
     names, parse, helps = dict(names or {}), dict(parse or {}), dict(helps or {})
-    excluded, overrides, unbounded = set(exclude), set(optional), set(infinite)
+    excluded, overrides = set(exclude), set(optional)
     hints = typing.get_type_hints(spec)
     known = {f.name for f in dataclasses.fields(spec)}  # type: ignore[arg-type]
     chosen = known if only is None else set(only)
-    for extra in (set(names) | set(parse) | set(helps) | excluded | chosen | overrides | unbounded) - known:
+    for extra in (set(names) | set(parse) | set(helps) | excluded | chosen | overrides) - known:
         raise TypeError(f"{spec.__name__} has no field {extra!r} (spec_options)")
     options = []
     for f in dataclasses.fields(spec):  # type: ignore[arg-type]
@@ -102,7 +103,7 @@ def generated_options(
             default=None if parser is not None or required or is_optional else f.default,
             help=_for_users(helps.get(f.name, f.metadata.get("doc", ""))),
             parse=parser, required=required, optional=is_optional, custom_help=f.name in helps,
-            infinite=f.name in unbounded,
+            finite=bool(f.metadata.get("finite")),
         ))
     return options
 
@@ -225,7 +226,7 @@ def _parsed(spec: type[Spec], opt: GeneratedOption, text: str) -> Any:
             raise UserError(f"{flag} {text!r} is out of range; the least is {_num(lo)}")
         if hi is not None and value > hi:
             raise UserError(f"{flag} {text!r} is out of range; the most is {_num(hi)}")
-    if not opt.infinite:  # after the bounds: a bounded field keeps its range message
+    if opt.finite:  # after the bounds: a bounded field keeps its range message
         refuse_infinite(flag, value, opt.field, default=_default(spec, opt.field), text=text)
     return value
 
@@ -233,7 +234,7 @@ def _parsed(spec: type[Spec], opt: GeneratedOption, text: str) -> Any:
 def spec_options(
     spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
     parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
-    only: Iterable[str] | None = None, optional: Iterable[str] = (), infinite: Iterable[str] = (),
+    only: Iterable[str] | None = None, optional: Iterable[str] = (),
 ) -> Callable[[F], F]:
     """Add one option per scalar field of ``spec`` to a typer command; it receives them as the dict ``into``.
 
@@ -241,11 +242,11 @@ def spec_options(
     other than ``--field-name`` (a bool field gets ``--x/--no-x`` unless its name already holds a ``/``);
     ``parse``: text → value for fields whose flag uses another notation; ``helps``: help text other than the
     field's doc; ``optional``: fields whose flag defaults to None and, when not given, is left out of the dict
-    (an override of a value that comes from elsewhere, e.g. a file), keeping its type and bounds; ``infinite``:
-    float fields whose flag passes inf on to the spec (every other float flag refuses it, naming the value).
+    (an override of a value that comes from elsewhere, e.g. a file), keeping its type and bounds. A float field
+    declared finite refuses inf as its flag's usage error, naming the value.
     """
     options = generated_options(spec, into=into, exclude=exclude, names=names, parse=parse, helps=helps, only=only,
-                                optional=optional, infinite=infinite)
+                                optional=optional)
 
     def decorate(fn: F) -> F:
         sig = inspect.signature(fn)
@@ -265,7 +266,7 @@ def spec_options(
                         continue  # flag not given: the spec's own default applies
                     if o.parse is not None:
                         value = _parsed(spec, o, value)  # (refuses inf itself, naming the text as typed)
-                if o.parse is None and not o.infinite:  # typer read the number: inf, or 1e400 read as inf
+                if o.parse is None and o.finite:  # typer read the number: inf, or 1e400 read as inf
                     refuse_infinite(o.flag.split("/")[0], value, o.field, default=_default(spec, o.field))
                 values[o.field] = value
             return fn(*args, **kwargs, **{into: values})

@@ -16,16 +16,9 @@ from typer.testing import CliRunner
 from accelkit.cli.spec_options import spec_options
 from accelkit.core import UserError
 from accelkit.core.spec import Spec, spec_field
+from tests.unit.cli_refusal_util import one_error
 
 PLAN = ("plan", "--model", "llama-3.1-8b", "--hardware", "h100")
-
-
-def _one_error(proc) -> str:
-    """The command's one stderr line (exit 2, nothing on stdout)."""
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stdout == "" and "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
-    return line
 
 
 @pytest.mark.parametrize(("args", "expected"), [
@@ -55,12 +48,12 @@ def _one_error(proc) -> str:
      "error: --lr inf is not a finite number; give a learning rate such as 1e-3"),
 ])
 def test_an_infinite_float_flag_is_one_line_naming_it(cli, args, expected):
-    assert _one_error(cli(*args)) == expected
+    assert one_error(cli(*args)) == expected
 
 
 def test_a_range_error_keeps_its_words(cli):
     """A bounded flag's inf is out of its range, said as before (`--warmup-time 'inf' is out of range`)."""
-    assert _one_error(cli("bench", "bert", "--warmup-time", "inf")) == \
+    assert one_error(cli("bench", "bert", "--warmup-time", "inf")) == \
         "error: --warmup-time 'inf' is out of range; the most is 86400"
 
 
@@ -74,22 +67,23 @@ def test_request_rate_inf_still_sends_everything_at_once(cli):
 
 
 def test_spec_options_refuse_inf_unless_the_field_takes_it():
-    """The rule in ``spec_options`` itself: typer-read and ``parse``-read float flags refuse inf after their bounds
-    (a bounded flag keeps its range message; a parsed one is named as typed), and a field listed in ``infinite``
-    passes it on."""
+    """The rule in ``spec_options`` itself: typer-read and ``parse``-read flags of fields declared finite refuse inf
+    after their bounds (a bounded flag keeps its range message; a parsed one is named as typed), and a field not
+    declared finite passes it on."""
 
     @dataclass(frozen=True, slots=True, kw_only=True)
     class Demo(Spec):
-        target_tokens_per_s: float | None = spec_field(None, doc="Typer reads it (no bounds: -inf reaches the rule).")
-        timeout_s: float = spec_field(10.0, min=0.0, doc="Read by a parse function.")
-        cap_s: float = spec_field(1.0, min=0.0, max=5.0, doc="Bounded, read by a parse function.")
+        target_tokens_per_s: float | None = spec_field(
+            None, finite=True, doc="Typer reads it (no bounds: -inf reaches the rule).")
+        timeout_s: float = spec_field(10.0, min=0.0, finite=True, doc="Read by a parse function.")
+        cap_s: float = spec_field(1.0, min=0.0, max=5.0, finite=True, doc="Bounded, read by a parse function.")
         rate: float = spec_field(math.inf, min=0.0, doc="inf means something here.")
 
     seen: dict = {}
     app = typer.Typer()
 
     @app.command()
-    @spec_options(Demo, into="demo", parse={"timeout_s": float, "cap_s": float}, infinite=("rate",))
+    @spec_options(Demo, into="demo", parse={"timeout_s": float, "cap_s": float})
     def cmd(*, demo: dict) -> None:
         seen.update(demo)
 
@@ -113,12 +107,12 @@ def test_a_sweep_file_number_is_finite(cli, tmp_path):
     path = tmp_path / "sweep.yaml"
     path.write_text("name: s\nkind: bench\nworkloads: {llm-train: {model: tiny-llama, lr: .inf}}\n")
     # (the workload's config refuses it as the file is read: LLMTrainConfig's lr is finite, its default the example)
-    assert _one_error(cli("sweep", str(path))) == \
+    assert one_error(cli("sweep", str(path))) == \
         f"error: {path}: workloads['llm-train']: lr=inf is not a finite number; expected a learning rate such as 0.0001"
     # (YAML 1.1 reads a number past 1.8e308 as inf when it is written as a float: 1.0e+400)
     path.write_text("name: s\nkind: bench\nworkloads: {llm-train: {model: tiny-llama}}\n"
                     "resources: {num_cpus: 1.0e+400}\n")
-    assert _one_error(cli("sweep", str(path))) == \
+    assert one_error(cli("sweep", str(path))) == \
         f"error: {path}: resources.num_cpus=inf is not a finite number; give a number such as 1"
 
 
@@ -139,7 +133,7 @@ def test_a_size_past_any_float_is_a_usage_error(cli):
     """400 digits of bytes read as inf, and int(inf) raised OverflowError: `hw probe --max-message-size` reported it
     as an internal error (exit 1), the other size flags as "cannot convert float infinity to integer"."""
     digits = "9" * 400
-    assert _one_error(cli("hw", "probe", "--collectives", "--device", "cpu", "--max-message-size", digits)) == \
+    assert one_error(cli("hw", "probe", "--collectives", "--device", "cpu", "--max-message-size", digits)) == \
         f"error: --max-message-size {digits!r} is past any size (more than 1.8e308 bytes); write e.g. 512MiB, " \
         "16GiB or 80GB"
-    assert "is past any size" in _one_error(cli(*PLAN, "--task", "infer", "--kv-cache-memory", digits + "GiB"))
+    assert "is past any size" in one_error(cli(*PLAN, "--task", "infer", "--kv-cache-memory", digits + "GiB"))
