@@ -20,6 +20,8 @@ from accelkit.timing import LoopConfig, LoopResult, time_loop
 from accelkit.timing.loop import MAX_TIME_S
 
 CPU_DTYPES = ("fp32", "bf16", "fp16")
+#: what a CPU probe measures when it is not told which dtypes (fp16 matmuls are slow there)
+CPU_DEFAULT_DTYPES = ("fp32", "bf16")
 #: a CPU dtype whose default-side matmul would take longer than this a call has no fast kernel there (fp16 on a CPU
 #: without AVX512-FP16 or AMX-FP16: 0.24 GFLOP/s, 70 s a 2048² call, 9 min for a quick probe's eight calls): it is
 #: probed at the largest side from SCOUT_SIDE up, doubling, whose call takes at most this long (cpu_side_for)
@@ -213,7 +215,7 @@ def _probed_dtypes(device: str, given: tuple[str, ...] | None) -> list[str]:
     defaults."""
     support = supported_dtypes(device)
     if given is None:
-        return [d for d in (("fp32", "bf16") if device == "cpu" else CUDA_DTYPES) if support.get(d) is None]
+        return [d for d in (CPU_DEFAULT_DTYPES if device == "cpu" else CUDA_DTYPES) if support.get(d) is None]
     dtypes = list(given)
     for d in dtypes:
         if d not in support:

@@ -24,7 +24,7 @@ from accelkit.core import Measurement, Recipe, UserError
 from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.detect import environment
 from accelkit.hardware.device import resolve_device
-from accelkit.hardware.probe import ProbeConfig, probe, quick_probe_min_time, supported_dtypes
+from accelkit.hardware.probe import CPU_DEFAULT_DTYPES, ProbeConfig, probe, quick_probe_min_time, supported_dtypes
 from accelkit.timing import LoopConfig
 from accelkit.tune.ranking import dominates, speed, unsupported
 
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from accelkit.bench.workloads.base import BenchWorkload
     from accelkit.core.bench_result import BenchRunResult
     from accelkit.results import ResultStore
-
-#: the matmul dtypes `hw probe` measures on a CPU when it is not told which (``accelkit.hardware.probe``)
-DEFAULT_CPU_DTYPES = ("fp32", "bf16")
 
 Objective = Literal["throughput", "latency", "memory"]
 TrialStatus = Literal["pending", "measured", "refused", "pruned", "over-budget", "skipped", "failed", "interrupted"]
@@ -409,7 +406,7 @@ def probe_dtypes(trials: list[Trial], config: TuneConfig, device: str) -> tuple[
     in: a dtype of its that is not here is still probed by the bench."""
     support = supported_dtypes(device)
     runnable = [t for t in trials if t.status == "pending"][: config.max_trials]
-    wanted = [*DEFAULT_CPU_DTYPES, *(Variant(explicit_recipe=t.recipe, label=t.name).matmul_dtype for t in runnable)]
+    wanted = [*CPU_DEFAULT_DTYPES, *(Variant(explicit_recipe=t.recipe, label=t.name).matmul_dtype for t in runnable)]
     return tuple(d for d in dict.fromkeys(wanted) if support.get(d, "not probed") is None)
 
 
