@@ -209,13 +209,20 @@ class Worker:
         self.proc.join()
 
 
-def _cpu_model() -> str | None:
-    """The CPU's model name (Linux's /proc/cpuinfo; None elsewhere): the VMs this runs on change CPUs."""
+def _cpu_details() -> dict[str, Any]:
+    """The CPU as Linux's /proc/cpuinfo names it (empty elsewhere): model, clock, cache and the vector extensions
+    of note. The VMs this runs on change CPUs from day to day, and "AMD EPYC" alone names several generations whose
+    mask times differ by a fifth."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+            fields = dict(line.split(":", 1) for line in f.read().split("\n\n", 1)[0].splitlines() if ":" in line)
     except OSError:
-        return None
+        return {}
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return {"cpu_model": fields.get("model name"), "cpu_mhz": fields.get("cpu MHz"),
+            "cpu_cache": fields.get("cache size"),
+            "cpu_isa": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]}
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -316,7 +323,7 @@ def main() -> None:
         "what": f"JSONSchemaBench coverage of accelkit's structured outputs ({args.backend} backend)",
         "backend": args.backend,
         "command": " ".join(["benchmarks/structured_coverage.py", *sys.argv[1:]]),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cpu_model": _cpu_model(),
+        "machine": {"cpu": platform.processor() or platform.machine(), **_cpu_details(),
                     "python": platform.python_version(),
                     args.backend: importlib.metadata.version(args.backend), "cpus": os.cpu_count(),
                     "loadavg_before": [round(x, 2) for x in load_before],
