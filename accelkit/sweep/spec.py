@@ -196,6 +196,17 @@ class SweepSpec(Spec):
     def _check_loadtest(self) -> None:
         """Each point's LoadTestConfig as `accelkit.sweep.point` builds it (the rate is checked above); an error names
         the section its value came from (see :meth:`_loadtest_section`)."""
+        # fields a point sets itself: given in the file they were silently replaced (`loadtest: {request_rate: 5}`
+        # ran every point at inf, `loadtest: {model: other}` served the workload's name)
+        for section, fields in (("loadtest", self.loadtest),
+                                *((f"workloads[{name!r}]", config) for name, config in self.workloads.items())):
+            if "request_rate" in fields:
+                raise ValueError(f"{section} sets request_rate, which a sweep point does not read: its rate comes "
+                                 f"from the sweep's rates axis; give rates: [{_flow(fields['request_rate'])}] instead")
+        if "model" in self.loadtest:
+            raise ValueError(f"loadtest sets model={_flow(self.loadtest['model'])}, which a sweep point does not "
+                             "read: each point serves its workload's name (or its own model field); name the "
+                             "served model under workloads instead")
         for name, config in self.workloads.items():
             if "base_url" not in {**self.loadtest, **config}:  # the one field without a default
                 raise ValueError("loadtest has no base_url; give the server's root for every point, e.g. loadtest: "
