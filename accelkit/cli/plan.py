@@ -33,6 +33,13 @@ from accelkit.results import ResultStore
 INFER_ONLY_REQUEST = ("batch", "prompt_len", "output_len", "kv_dtype")
 INFER_ONLY_OPTIONS = ("max_serving_batch", "prefill_chunk_tokens", "max_decode_latency_s", "kv_cache_memory_bytes",
                       "gpu_memory_utilization", "block_size", "kv_cache_scales", "inflight_batching")
+#: PlanOptions fields only the training model reads (train_memory, train_time, the activation terms): the inference
+#: model (evaluate_infer, infer_time: fused kernels, no dropout, exposed tensor-parallel all-reduces, no optimizer or
+#: gradient reduction) never looks at them, so --task infer refuses one set away from its default instead of planning
+#: as if it were not there (the diffusion path refuses them too)
+TRAIN_ONLY_OPTIONS = ("optimizer_states", "frozen_weights", "selective_recompute", "grad_reduce_fp32",
+                      "grad_reduce_overlap", "fsdp_backward_prefetch", "autocast_fp32_params", "dropout", "fused_loss",
+                      "tp_comm_overlap", "tp_backward_overlap", "pp_scatter_gather")
 
 
 def _bytes(text: str) -> int:
@@ -150,6 +157,9 @@ def plan_cmd(
             # the training-only flags (TRAIN_ONLY_REQUEST) default to None, so one given even at its default value is
             # refused; the library (make_context) refuses a workload that sets one away from its default, in these words
             refuse_train_only(request, TRAIN_ONLY_REQUEST)
+            defaults = PlanOptions()  # the option flags arrive with their defaults: one set away from it was given
+            refuse_train_only({k: options[k] for k in TRAIN_ONLY_OPTIONS
+                               if k in options and options[k] != getattr(defaults, k)}, TRAIN_ONLY_OPTIONS)
         else:
             _refuse_inference_flags(request, options)
         prices = options.pop("price_per_device_hour", None)
@@ -161,7 +171,7 @@ def plan_cmd(
         names = csv_list(req.compare, field="--compare")
         if req.compare is not None and not names:  # it planned hardware 'None' (found in review)
             raise UserError(f"--compare {req.compare!r} names no hardware; give a comma list, e.g. h100,h200")
-        workload = _workload(model, req, request, names)
+        workload, notes = _workload(model, req, request, names, options)
     common: dict[str, Any] = dict(fixed=choice.fixed(), global_batch=req.global_batch, batch=req.batch,
                                   num_devices=req.num_devices)
     top = req.top
@@ -173,13 +183,15 @@ def plan_cmd(
     else:
         rows, plan_options = _search_one(workload, req, plan_options, prices, common)
         if req.compare_compression:
-            _compare_compression(workload, rows[0], plan_options, req.powersgd_rank, as_json)
+            _compare_compression(workload, rows[0], plan_options, req.powersgd_rank, as_json, notes)
             return
     docs = [to_json(c, ctx) for c, ctx in rows]
     if not names and not docs[0]["fits"]:  # say what would fit: --offload, the smallest count
         docs[0]["overflow"]["would_fit"] = would_fit(rows[0][1], fixed=common["fixed"],
                                                      global_batch=req.global_batch, batch=req.batch)
     _store([to_estimate(c, ctx) for c, ctx in rows])
+    for note in notes:  # after the plan: a refusal of the same command is its one error line, with no note before it
+        err.print(note, highlight=False)
     for warning in dict.fromkeys(w for doc in docs for w in doc["warnings"]):  # once each, in order
         err.print(f"warning: {warning}", highlight=False)
 
@@ -192,10 +204,15 @@ def plan_cmd(
     emit(docs if (names or top) else docs[0], as_json, render)
 
 
-def _workload(model: str, req: PlanRequest, request: dict[str, Any], names: list[str] | None) -> Workload:
+def _workload(model: str, req: PlanRequest, request: dict[str, Any], names: list[str] | None,
+              options: dict[str, Any]) -> tuple[Workload, list[str]]:
     """The planner's workload from the flags (a flag the model cannot take is an error; a length past its context
-    is one when the positions are learned, a note otherwise)."""
+    is one when the positions are learned, a note otherwise), and the notes to print once the plan is made."""
     spec = resolve_model(model)
+    if req.seq_len is not None:
+        _check_seq_len(spec, req)
+    if req.task == "infer":
+        _check_kv_flags(spec, request, options)
     decoder_only = [k for k in ("prompt_len", "output_len") if k in request]
     if req.task == "infer" and spec.kind not in ("decoder", "moe") and decoder_only:
         key = decoder_only[0]
@@ -211,36 +228,77 @@ def _workload(model: str, req: PlanRequest, request: dict[str, Any], names: list
     if req.hardware and names:
         raise UserError(f"--hardware {req.hardware} and --compare {req.compare} are exclusive (one plan, or one row "
                         f"per hardware); drop --hardware, or add {req.hardware} to the --compare list")
-    _check_context(spec, req)
+    notes = _check_context(spec, req)
     return Workload(
         model=spec, task=req.task, seq_len=seq, prompt_len=req.prompt_len, output_len=req.output_len,
         optimizer=req.optimizer, batch_size=req.batch or 1,
         recipe=Recipe(precision=req.precision, kv_cache_dtype=req.kv_dtype, offload=req.offload,
                       grad_compression=req.grad_compression,
                       powersgd_rank=req.powersgd_rank if req.grad_compression == "powersgd" else 4),
-    )
+    ), notes
 
 
-def _check_context(spec: ModelSpec, req: PlanRequest) -> None:
+def _check_seq_len(spec: ModelSpec, req: PlanRequest) -> None:
+    """--seq-len where the model takes no such length — a decoder's inference (its lengths are --prompt-len and
+    --output-len), a ViT (its patches) or a CNN (an image) — is an error, not a flag planned as if not given
+    (`--task infer --seq-len 32768` planned 512-token prompts; a CNN's default batch was 4 Mi ÷ --seq-len images)."""
+    if spec.kind == "cnn":
+        raise UserError(f"--seq-len {req.seq_len} applies to transformers; {spec.name} is a CNN (one image per batch "
+                        "element) — drop it")
+    if spec.family == "vit":
+        raise UserError(f"--seq-len {req.seq_len} does not apply to {spec.name}: a ViT's sequence is its "
+                        f"{spec.num_patches} patches and the class token ({spec.num_patches + 1}) — drop it")
+    if req.task == "infer" and spec.kind in ("decoder", "moe"):
+        raise UserError(f"--seq-len {req.seq_len} is the training sequence length; {spec.name}'s inference takes "
+                        f"--prompt-len and --output-len (prompt and generated tokens per sequence) — use those")
+
+
+#: inference flags that size or schedule a decoder's KV cache and decode steps: an encoder, a ViT or a CNN has neither
+KV_FLAGS = (("kv_dtype", "kv_dtype"), ("kv_cache_memory_bytes", "kv_cache_memory"),
+            ("gpu_memory_utilization", "gpu_memory_utilization"), ("block_size", "block_size"),
+            ("kv_cache_scales", "kv_cache_scales"), ("inflight_batching", "inflight_batching"))
+
+
+def _check_kv_flags(spec: ModelSpec, request: dict[str, Any], options: dict[str, Any]) -> None:
+    """A KV-cache flag the plan cannot read is an error, not planned as if not given: any of them for a model without a
+    decoder's KV cache (bert-base planned the same with --kv-dtype fp8 or --kv-cache-memory 1GiB), --kv-cache-scales
+    for a cache without scales (--kv-dtype auto: the model dtype)."""
+    given = {**{k: request[k] for k in ("kv_dtype",) if k in request},
+             **{k: options[k] for k, _ in KV_FLAGS if k in options}}
+    if spec.kind not in ("decoder", "moe"):
+        for key, name in KV_FLAGS:
+            if key in given:
+                what = "a CNN" if spec.kind == "cnn" else f"an {spec.kind} model"
+                value = fmt_bytes(given[key]) if key == "kv_cache_memory_bytes" else given[key]
+                raise UserError(f"{flag_text(name, value)} applies to a decoder's KV cache and decode steps; "
+                                f"{spec.name} is {what} and has neither — drop it")
+    if "kv_cache_scales" in given and request.get("kv_dtype", "auto") not in ("fp8", "int8"):
+        raise UserError(f"--kv-cache-scales {given['kv_cache_scales']} says where an fp8 or int8 KV cache keeps its "
+                        f"scales; --kv-dtype {request.get('kv_dtype', 'auto')} keeps the model dtype, with none — add "
+                        "--kv-dtype fp8 (or int8), or drop it")
+
+
+def _check_context(spec: ModelSpec, req: PlanRequest) -> list[str]:
     """A sequence (train) or prompt + output (infer) past the model's context: an error when its positions are a
-    learned table (max_seq_len rows: no position past it exists), a note when rotary. A ViT takes its sequence from
-    its patches, not --seq-len."""
+    learned table (max_seq_len rows: no position past it exists), a note when rotary (returned, for the caller to
+    print once the plan is made). A ViT takes its sequence from its patches, not --seq-len."""
+    notes = []
     learned = spec.position == "learned" and spec.is_transformer and spec.family != "vit"
     if req.seq_len and spec.max_seq_len and req.seq_len > spec.max_seq_len:
         if learned:
             raise UserError(f"--seq-len {req.seq_len} exceeds the {spec.max_seq_len} learned positions of "
                             f"{spec.name} (its position-embedding table has {spec.max_seq_len} rows); use "
                             f"--seq-len {spec.max_seq_len} or less")
-        err.print(f"note: --seq-len {req.seq_len} exceeds {spec.name}'s context of {spec.max_seq_len}",
-                  highlight=False)
+        notes.append(f"note: --seq-len {req.seq_len} exceeds {spec.name}'s context of {spec.max_seq_len}")
     context = req.prompt_len + req.output_len
     if req.task == "infer" and spec.kind in ("decoder", "moe") and spec.max_seq_len and context > spec.max_seq_len:
         if learned:
             raise UserError(f"--prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens "
                             f"exceeds the {spec.max_seq_len} learned positions of {spec.name} (its position-"
                             f"embedding table has {spec.max_seq_len} rows); shorten them")
-        err.print(f"note: --prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens exceeds "
-                  f"{spec.name}'s context of {spec.max_seq_len}", highlight=False)
+        notes.append(f"note: --prompt-len {req.prompt_len} + --output-len {req.output_len} = {context} tokens "
+                     f"exceeds {spec.name}'s context of {spec.max_seq_len}")
+    return notes
 
 
 def _search_one(workload: Workload, req: PlanRequest, options: PlanOptions, prices: dict[str, float] | None,
@@ -284,10 +342,12 @@ def _refuse_inference_flags(request: dict[str, Any], options: dict[str, Any]) ->
 
 
 def _compare_compression(workload: Workload, best: tuple[Any, Any], options: PlanOptions, rank: int,
-                         as_json: bool) -> None:
+                         as_json: bool, notes: list[str]) -> None:
     candidate, ctx = best
     with flag_values():
         doc = compare_compression(workload, ctx.cluster, candidate.layout, options, powersgd_rank=rank)
+    for note in notes:
+        err.print(note, highlight=False)
 
     def fits(r: dict[str, Any]) -> str:
         """'yes', or 'NO: 142.9 GiB > 80 GiB' — a layout that does not fit is shown as such, not only in --json."""

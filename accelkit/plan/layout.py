@@ -253,20 +253,23 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
 def _check_tp(model: ModelSpec, cluster: Cluster, tp: int, *, train: bool = False) -> None:
     """A given tp splits the attention heads (and whole KV heads: ``splits_heads``) and fits the scale-up domain."""
     heads, domain = model.num_heads, cluster.device.scaleup_domain
+
+    def ok() -> str:  # the values offered pass every rule here (whole KV heads too): Qwen2.5 7B's --tp 8 offered 7,
+        # which divides its 28 query heads but not its 4 KV heads — refused in turn by the KV-head rule
+        return ", ".join(str(d) for d in divisors(heads) if splits_heads(model, d, train=train) and d <= domain)
+
     if model.is_transformer and heads % tp:
-        ok = ", ".join(str(d) for d in divisors(heads) if d <= domain)
-        raise UserError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}; use one of {ok}")
+        raise UserError(f"--tp {tp} does not divide the {heads} attention heads of {model.name}; use one of {ok()}")
     if tp > domain:  # before the KV-head rule: a tp past the fabric is refused whatever the heads
         raise UserError(f"--tp {tp} exceeds the scale-up domain of {cluster.device.name} "
                         f"({domain} devices); tensor parallelism needs the fast fabric")
     if model.is_transformer and not splits_heads(model, tp, train=train):
         kv = model.kv_heads
-        ok = ", ".join(str(d) for d in divisors(heads) if splits_heads(model, d, train=train) and d <= domain)
         if train:
             raise UserError(f"--tp {tp} does not divide the {kv} KV heads of {model.name}, which training shards whole "
-                            f"(Megatron-Core: num_query_groups % tp == 0); use one of {ok}")
+                            f"(Megatron-Core: num_query_groups % tp == 0); use one of {ok()}")
         raise UserError(f"--tp {tp} neither divides nor is a multiple of the {kv} KV heads of {model.name} "
-                        f"(a rank holds whole KV heads: kv_heads % tp == 0 or tp % kv_heads == 0); use one of {ok}")
+                        f"(a rank holds whole KV heads: kv_heads % tp == 0 or tp % kv_heads == 0); use one of {ok()}")
 
 
 def _check_vp(model: ModelSpec, pp: int | None, vp: int, embedding_as_layer: bool = False) -> None:

@@ -459,6 +459,14 @@ def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_
                 + ("" if batch is None else " (--batch)"))
         sized.assumptions.append(note)
         sized.warnings.append(note)
+    target = sized.options.target_tokens_per_s
+    if target is not None and num_devices is not None and found[0].tokens_per_s < target:
+        # a count given (--num-devices, or a --compare basis): the target chose no count here, so say it is missed
+        # rather than drop it silently, as --max-decode-latency-s does
+        note = (f"the best layout on {n} × {sized.device.name} reaches {found[0].tokens_per_s:,.0f} tokens/s, short of "
+                f"--target-tokens-per-s {target:,.0f}")
+        sized.assumptions.append(note)
+        sized.warnings.append(note)
     for c in found:
         c.extra["context"] = sized
     sized.memo.clear()  # the estimates served this search; the plans it returns keep their context, not the cache
