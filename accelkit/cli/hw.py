@@ -224,7 +224,7 @@ def probe_cmd(
             store.close()
     document = {**result.to_dict(), "result_id": result_id}
     if writer.error is not None:
-        print_unstored(document, writer.error, name=document["name"])
+        print_unstored(document, writer.error, name=document["name"], importable=True)
 
     def render() -> None:
         out.print(table(f"Measured roofline — {result.hardware} ({result.details['timer']})",

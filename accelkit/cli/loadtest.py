@@ -117,8 +117,8 @@ def loadtest_cmd(
     if writer.error is not None:  # the same document, with why it was not stored: printed rather than lost
         if interrupted:
             print_unsaved({**data, "result_id": None, "store_error": writer.error}, AccelkitError(writer.error),
-                          interrupted="not finished: " + ", ".join(result.details["unfinished"]))
-        print_unstored(data, writer.error)
+                          interrupted="not finished: " + ", ".join(result.details["unfinished"]), importable=True)
+        print_unstored(data, writer.error, importable=True)
     emit(data, as_json, lambda: _render(result.details, result_id))
     for line in later:
         err.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -210,7 +210,7 @@ def _print_structured(structured: dict[str, Any], passes: list[dict[str, Any]]) 
 
 
 def _render(d: dict[str, Any], result_id: int | None) -> None:
-    qs = [f"p{q:g}" for q in d["percentiles"]]
+    qs = list(dict.fromkeys(f"p{q:g}" for q in d["percentiles"]))  # --percentiles 50,50: one column, not two
     passes = d["passes"]
     starred: set[str] = set()
     if len(passes) == 1:
@@ -218,6 +218,7 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
     structured = d.get("structured_outputs")  # absent from results stored before structured outputs
     if len(passes) > 1:
         _render_curve(d, passes, starred, structured=bool(structured))
+        _render_curve_percentiles(d, passes, qs, starred)
     if structured:
         _print_structured(structured, passes)
     if starred:
@@ -274,6 +275,18 @@ def _render_curve(d: dict[str, Any], passes: list[dict[str, Any]], starred: set[
                "TPOT p50 ms", "TPOT p99 ms", "E2E p50 ms", *(["valid"] if structured else [])]
     out.print(table(f"Latency-throughput curve — {d['config']['model']} via {d['url']} · ignore_eos={d['ignore_eos']}",
                     headers, rows, right=tuple(range(0, len(headers)))))
+
+
+def _render_curve_percentiles(d: dict[str, Any], passes: list[dict[str, Any]], qs: list[str], starred: set[str]) -> None:
+    """A sweep's --percentiles: the curve's columns are fixed (p50, p99), so percentiles asked for beyond the default
+    50,90,99 were stored but never shown; they get a table of their own, a row per rate and metric."""
+    if sorted(float(q) for q in d["percentiles"]) == [50.0, 90.0, 99.0]:
+        return
+    rows = [(_rate(p["rate"]), name, p[key]["n"], *(_pct(p[key], q, starred) for q in qs))
+            for p in passes
+            for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms"))]
+    out.print(table("Latency (ms) per rate, --percentiles", ["rate req/s", "", "n", *qs], rows,
+                    right=(0, *range(2, 3 + len(qs)))))
 
 
 def _render_warnings(d: dict[str, Any], passes: list[dict[str, Any]]) -> None:

@@ -87,11 +87,12 @@ def measuring(save: bool) -> Iterator[ResultStore | None]:
 
 
 def print_unsaved(document: dict[str, Any], exc: Exception, *, stored: Sequence[str] = (),
-                  unstored: Sequence[str] = (), interrupted: str | None = None) -> NoReturn:
+                  unstored: Sequence[str] = (), interrupted: str | None = None, importable: bool = False) -> NoReturn:
     """The measurement could not be (wholly) stored: its JSON goes to stdout, the reason to stderr, exit 1.
     ``stored`` names what made it into the store before the failure (e.g. 'fp32 · forward (result 12)') and
     ``unstored`` what did not; ``interrupted`` (what Ctrl-C left unfinished) makes it exit 130, as an interrupted
-    run whose store took everything does."""
+    run whose store took everything does. ``importable``: the document is one Measurement that `accelkit results
+    import` takes as it is, and the message says so (the way to store it once the store takes writes again)."""
     sys.stdout.write(strict_json.dumps(document, indent=2, default=str) + "\n")
     sys.stdout.flush()
     if stored:
@@ -100,7 +101,9 @@ def print_unsaved(document: dict[str, Any], exc: Exception, *, stored: Sequence[
                 "stdout above")
     else:
         what = "The measurement was not stored; its JSON is printed on stdout above"
-    message = f"{exc}. {what} (redirect stdout to keep it)"
+    keep = ("redirect stdout to a file to keep it, and `accelkit results import FILE` stores it later" if importable
+            else "redirect stdout to keep it")
+    message = f"{exc}. {what} ({keep})"
     if unstored and not stored:  # several results, none stored: name them all
         message += f"; not stored: {', '.join(unstored)}"
     if interrupted is not None:
@@ -109,9 +112,10 @@ def print_unsaved(document: dict[str, Any], exc: Exception, *, stored: Sequence[
     raise AccelkitError(message)
 
 
-def print_unstored(document: dict[str, Any], error: str, *, name: str | None = None) -> NoReturn:
+def print_unstored(document: dict[str, Any], error: str, *, name: str | None = None,
+                   importable: bool = False) -> NoReturn:
     """One result the store refused, as `accelkit bench` reports it: the command's JSON document (``result_id``
     None, ``store_error`` why) on stdout whatever --json says, why (and ``name``, what was not stored) on stderr,
-    exit 1."""
+    exit 1 (``importable``: see :func:`print_unsaved`)."""
     print_unsaved({**document, "result_id": None, "store_error": error}, AccelkitError(error),
-                  unstored=[name] if name else ())
+                  unstored=[name] if name else (), importable=importable)

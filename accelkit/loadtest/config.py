@@ -64,6 +64,9 @@ class SLO(Spec):
                 raise ValueError(f"{field} {key}={raw.strip()!r} is not a number of milliseconds") from None
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{field} {key}={raw.strip()} must be a positive number of milliseconds")
+            if key in values:  # the last one silently won: a run judged against an SLO the user did not mean
+                raise ValueError(f"{field} gives {key} twice ({key}={values[key]:g} and {key}={value:g}); give each "
+                                 f"SLO once, e.g. {field} ttft_ms=200,tpot_ms=50")
             values[key] = value
         return cls(**values)
 

@@ -58,7 +58,9 @@ def parse_dataset(spec: str) -> tuple[str, Path | None]:
     if not sep or kind not in ("sharegpt", "jsonl") or not path:
         raise UserError(f"--dataset {spec!r} is not valid; use random, sharegpt:PATH or jsonl:PATH")
     file = Path(path).expanduser()
-    if not file.is_file():
+    if file.is_dir():
+        raise UserError(f"--dataset {spec}: {str(file)!r} is a directory; give the {kind} file in it")
+    if not file.exists():  # a pipe (jsonl:<(head -100 big.jsonl)) is read as a file is
         raise UserError(f"--dataset {spec}: no such file {str(file)!r}")
     return kind, file
 
@@ -197,7 +199,7 @@ def _sharegpt_conversations(path: Path) -> list[list[dict[str, Any]]]:
     """Every entry's turns; the two turns a pair is made of must carry a string 'value'."""
     where = f"sharegpt:{path}"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a BOM (Windows editors) is not JSON
     except json.JSONDecodeError as exc:
         raise UserError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -223,9 +225,12 @@ def jsonl_requests(path: Path, default_output_len: int) -> list[SampleRequest]:
     Blank lines are skipped; a bad line raises UserError naming the line number and field."""
     where = f"jsonl:{path}"
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a BOM (Windows editors) is not JSON
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{where}: cannot read the file ({exc})") from None
+    # JSON Lines ends a line at \n (\r\n too) only: str.splitlines() also split at U+2028, U+2029 and U+0085, which JSON
+    # allows raw inside a string (json.dumps(..., ensure_ascii=False) writes them), and refused a valid line
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
     requests = []
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():

@@ -51,6 +51,13 @@ def _record(record: Any, index: int, source: str) -> tuple[int | None, str | Non
     if old_id is not None and (not isinstance(old_id, int) or isinstance(old_id, bool)):
         raise UserError(f"{where} has id={old_id!r}; a result id is an integer")
     run_id, kind = data.pop("run_id", None), data.pop("type", None)
+    if kind is None and "result_id" in data and "samples" in data:
+        # a measuring command's --json document (`accelkit loadtest --json`, `hw probe --json`): the Measurement
+        # plus its result_id, and store_error when the store refused it — the JSON printed "rather than lost",
+        # which must go back into a store as it is
+        data.pop("result_id")
+        data.pop("store_error", None)
+        kind = "measurement"
     if run_id is not None and not isinstance(run_id, str):
         raise UserError(f"{where} has run_id={run_id!r}; a run id is a string or null")
     classes: dict[str, type[Estimate] | type[Measurement]] = {"measurement": Measurement, "estimate": Estimate}
