@@ -184,6 +184,7 @@ class StructuredOutputsBody(_Body):
 # vLLM's sampling extensions the engine does not implement, at the value that changes nothing: any other is a 400
 _NEUTRAL_EXTENSIONS: dict[str, Any] = {
     "use_beam_search": False,
+    "logits_processors": None,  # (vLLM too refuses them unless started with --logits-processor-pattern)
 }
 
 
@@ -233,6 +234,12 @@ class _Sampling(_Request):
         None, description="vLLM extension: logprobs name each token token_id:<id> (its bytes those of that name), "
         "not by its text, which can be ambiguous."
     )
+    return_token_ids: Bool | None = Field(
+        None, description="vLLM extension: the token ids beside the text — completions: each choice's "
+        "prompt_token_ids (those that ran) and token_ids (its output's); chat: the response's prompt_token_ids and "
+        "each choice's token_ids. Streamed: prompt_token_ids with a choice's first chunk (chat: beside its choices, as vLLM), "
+        "the chunk's new token_ids on every chunk (joined: the full list)."
+    )
     include_stop_str_in_output: Bool = Field(
         False, description="vLLM extension: the stop string that ended generation stays at the end of the text "
         "(streamed too: the deltas joined are the same text)."
@@ -254,6 +261,9 @@ class _Sampling(_Request):
                                       "output is left out all the same, as in vLLM.")
     # vLLM extensions, accepted at their neutral values only (_NEUTRAL_EXTENSIONS)
     use_beam_search: Bool = False
+    logits_processors: list[Any] | None = Field(
+        None, description="vLLM extension: refused (a 400) unless empty — the server runs no custom logits "
+        "processors (vLLM refuses them too unless started with --logits-processor-pattern).")
     # structured outputs, vLLM's ways of asking (besides response_format): at most one of them per request
     structured_outputs: StructuredOutputsBody | None = Field(
         None, description="vLLM extension: {json: schema} | {regex} | {choice: [...]} | {grammar} | {structural_tag} "
@@ -275,6 +285,8 @@ class _Sampling(_Request):
                                        "'json_object', 'json_schema' or 'structural_tag'")
         for name, neutral in _NEUTRAL_EXTENSIONS.items():
             value = getattr(self, name)
+            if neutral is None and not value:  # ([] asks for nothing either, as in vLLM)
+                continue
             if value != neutral:  # the types are strict: 0 == 0.0 is the only coincidence, and a harmless one
                 return name, (f"{name}={_short(value)} is not supported by accelkit serve; "
                               f"{'omit it' if neutral is None else f'omit it or send {neutral!r}'}")
@@ -418,7 +430,7 @@ class CompletionRequest(_Sampling):
                        "prompt tokens' logprobs first (the first token's null); with max_tokens=0, the prompt alone.")
     logprobs: Int | None = Field(None, description="The logprobs of each token and of the most likely ones (0..20).")
     best_of: Int | None = Field(None, description="Generate this many (>= n) per prompt and return the n with the "
-                                "highest cumulative logprob; not with stream.")
+                                "highest logprob per token (OpenAI's rule); not with stream unless equal to n.")
     suffix: Str | None = None
     add_special_tokens: Bool = Field(True, description="vLLM extension: add the tokenizer's special tokens (BOS) to a text prompt.")
 

@@ -70,6 +70,7 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
     prompt_field = "messages"
     chunk_object = "chat.completion.chunk"
+    prompt_ids_on_chunk = True  # (return_token_ids: vLLM's place, the first chunk's, not a choice's)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -122,16 +123,19 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
 
     def response(self, body: ChatCompletionRequest, run: Submitted, last: dict[int, RequestOutput],
                  outs: dict[int, RequestOutput]) -> dict[str, Any]:
-        want, tools = run.prepared.user_logprobs is not None, body.tool_calling
+        want, tools, want_ids = run.prepared.user_logprobs is not None, body.tool_calling, run.prepared.return_token_ids
         prompt_lp = self.prompt_logprobs(body, run, last)
         choices = [{"index": i, **chat_message(o, tools, body.reasoning_format,
                                                include_reasoning=body.include_reasoning),
-                    "logprobs": self.formatter(run.prepared).chat(o.token_ids, o.logprobs or []) if want else None}
+                    "logprobs": self.formatter(run.prepared).chat(o.token_ids, o.logprobs or []) if want else None,
+                    **({"token_ids": o.token_ids} if want_ids else {})}
                    for i, o in sorted(outs.items())]
         data: dict[str, Any] = {"id": run.id, "object": "chat.completion", "created": run.created,
                                 "model": self.models.name, "choices": choices, "usage": usage(outs, run.prepared.n)}
         if prompt_lp is not None:  # vLLM's place for chat: the response's (one prompt), not a choice's
             data["prompt_logprobs"] = prompt_lp[0]
+        if want_ids:  # (vLLM's: the rendered template's ids, as they ran)
+            data["prompt_token_ids"] = outs[0].prompt_token_ids
         return data
 
     def stream_choices(self, body: ChatCompletionRequest, run: Submitted) -> StreamChoices:
@@ -139,35 +143,40 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         parser the reasoning deltas first —, one chunk each (the logprobs on the first, the finish reason on the
         last)."""
         tools, fmt, reasoning = body.tool_calling, self.formatter(run.prepared), body.reasoning_format
-        want = run.prepared.user_logprobs is not None
+        want, want_ids = run.prepared.user_logprobs is not None, run.prepared.return_token_ids
         streams: dict[int, MessageDeltas] = {}  # with tools or a reasoning format: each choice's deltas
+
+        def ids(new_ids: list[int]) -> dict[str, Any]:  # return_token_ids: each chunk's new ids (joined: all)
+            return {"token_ids": list(new_ids)} if want_ids else {}
 
         def choices(index: int, out: RequestOutput, first: bool) -> Iterator[dict[str, Any]]:
             if first:  # the role goes out with the first engine output, as in vLLM: clients (vLLM's benchmark
                 # among them) time the first token by the first chunk with choices
                 yield {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                       "finish_reason": None, "stop_reason": None}
+                       "finish_reason": None, "stop_reason": None, **ids([])}
             new_text, new_logprobs = out.new_text, out.new_logprobs if want else None
-            if not new_text and not out.finished and not new_logprobs:
+            new_ids = out.new_token_ids if want_ids else []
+            if not new_text and not out.finished and not new_logprobs and not new_ids:
                 return
             reason = out.finish_reason if out.finished else None
             stop_reason = out.stop_reason if out.finished else None
             lp = fmt.chat(out.new_token_ids, new_logprobs) if new_logprobs is not None else None
             if tools is None and reasoning is None:
                 yield {"index": index, "delta": {"content": new_text} if new_text else {}, "logprobs": lp,
-                       "finish_reason": reason, "stop_reason": stop_reason}
+                       "finish_reason": reason, "stop_reason": stop_reason, **ids(new_ids)}
                 return
             if index not in streams:
                 streams[index] = MessageDeltas(tools, reasoning, body.include_reasoning)
             stream = streams[index]
             deltas = stream.step(new_text, out.finished)
-            if not deltas and lp is None and reason is None:
+            if not deltas and lp is None and reason is None and not new_ids:
                 return
             reason = stream.finish_reason(reason)
             deltas = deltas or [{}]
             for k, delta in enumerate(deltas):
                 last = k == len(deltas) - 1
                 yield {"index": index, "delta": delta, "logprobs": lp if k == 0 else None,
-                       "finish_reason": reason if last else None, "stop_reason": stop_reason if last else None}
+                       "finish_reason": reason if last else None, "stop_reason": stop_reason if last else None,
+                       **ids(new_ids if k == 0 else [])}
 
         return choices

@@ -59,7 +59,9 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
                     "logprobs": self._logprobs(run, o, i // n) if want else None,
                     "finish_reason": "length" if echo_only else o.finish_reason,
                     "stop_reason": None if echo_only else o.stop_reason,
-                    **({"prompt_logprobs": prompt_lp[i // n]} if prompt_lp is not None else {})}
+                    **({"prompt_logprobs": prompt_lp[i // n]} if prompt_lp is not None else {}),
+                    **({"prompt_token_ids": o.prompt_token_ids, "token_ids": [] if echo_only else o.token_ids}
+                       if prepared.return_token_ids else {})}
                    for i, o in sorted(outs.items())]
         return {"id": run.id, "object": "text_completion", "created": run.created, "model": self.models.name,
                 "choices": choices, "usage": usage(outs, n, generated=not echo_only)}
@@ -81,16 +83,17 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
         is n here: best_of > n is refused with stream.)"""
         prepared, fmt = run.prepared, self.formatter(run.prepared)
         n, echoes, echo_only = prepared.n, prepared.echoes, prepared.echo_only
-        want = prepared.user_logprobs is not None
+        want, want_ids = prepared.user_logprobs is not None, prepared.return_token_ids
         offsets: dict[int, TextOffsets] = {}  # each choice's text_offset so far
+        ids_sent: set[int] = set()  # return_token_ids: the choices whose prompt ids went out
 
         def choices(index: int, out: RequestOutput, first: bool) -> Iterator[dict[str, Any]]:
             new_text, new_ids = ("", []) if echo_only else (out.new_text, out.new_token_ids)
             new_logprobs = ([] if echo_only else out.new_logprobs) if want else None
             echoing = first and echoes is not None  # the prompt goes out with the choice's first chunk
             echo = echoes[index // n] if echoing and echoes is not None else ""
-            if not new_text and not out.finished and not new_logprobs and not echoing:
-                return
+            if not new_text and not out.finished and not new_logprobs and not echoing and not (want_ids and new_ids):
+                return  # (a token with no text yet — part of a character — still has its id to hand out)
             reason = ("length" if echo_only else out.finish_reason) if out.finished else None
             lp = None
             if new_logprobs is not None:
@@ -101,7 +104,12 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
                     lp = _joined(fmt.prompt_completion(  # chunk, as its text does
                         out.prompt_token_ids, out.prompt_logprobs or [], prepared.echo_offsets[index // n],
                         top=prepared.echo_logprobs), lp)
-            yield {"index": index, "text": echo + new_text, "logprobs": lp, "finish_reason": reason,
-                   "stop_reason": None if echo_only or reason is None else out.stop_reason}
+            choice: dict[str, Any] = {"index": index, "text": echo + new_text, "logprobs": lp, "finish_reason": reason,
+                                      "stop_reason": None if echo_only or reason is None else out.stop_reason}
+            if want_ids:  # (vLLM's: the prompt's ids with the choice's first chunk, the new ids with every chunk)
+                choice.update({} if index in ids_sent else {"prompt_token_ids": out.prompt_token_ids},
+                              token_ids=list(new_ids))
+                ids_sent.add(index)
+            yield choice
 
         return choices

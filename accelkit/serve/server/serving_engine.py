@@ -157,6 +157,7 @@ class PreparedRequest:
     echoes: list[str] | None = None  # each prompt's text, before its choices' (echo)
     echo_offsets: list[list[int]] | None = None  # where each prompt token starts in that text (echo with logprobs)
     token_ids_as_tokens: bool = False  # vLLM's return_tokens_as_token_ids: logprobs name tokens token_id:<id>
+    return_token_ids: bool = False  # vLLM's return_token_ids: the prompt's and each choice's token ids beside the text
 
 
 @dataclass(slots=True)
@@ -176,6 +177,8 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
     id_prefix = "cmpl"  # of the response's id (and its engine requests')
     prompt_field = "prompt"  # the field a prompt's 400 names
     chunk_object = "text_completion"  # the ``object`` of a stream's chunks
+    # return_token_ids: the prompt's ids on the chunk (chat, vLLM's place), else in the choice (stream_choices')
+    prompt_ids_on_chunk = False
 
     def __init__(self, state: ServingState, models: ServingModels) -> None:
         super().__init__(state, models)
@@ -209,7 +212,8 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
         spec = await self._structured(body)
         prepared = PreparedRequest(prompts=prompts, seqs=[], n=n, per_prompt=per_prompt, user_logprobs=user_logprobs,
                                    echo_only=echo_only, echo_logprobs=echo_logprobs,
-                                   token_ids_as_tokens=bool(body.return_tokens_as_token_ids))
+                                   token_ids_as_tokens=bool(body.return_tokens_as_token_ids),
+                                   return_token_ids=bool(body.return_token_ids))
         prompt_ids = []
         # one decision for the whole request: 512 prompts of 1,000 characters each, tokenized one after another on the
         # event loop, held it for half a second (found in review)
@@ -378,20 +382,25 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
         continuous = include_usage and bool(body.stream_options and body.stream_options.continuous_usage_stats)
         last: dict[int, RequestOutput] = {}
 
-        def chunk(choice_list: list[dict[str, Any]], final: bool = False) -> str:
+        def chunk(choice_list: list[dict[str, Any]], final: bool = False,
+                  prompt_token_ids: list[int] | None = None) -> str:
             data: dict[str, Any] = {"id": run.id, "object": object_name, "created": run.created,
                                     "model": self.models.name, "choices": choice_list}
             if include_usage:
                 data["usage"] = usage(last, prepared.n, generated=not prepared.echo_only) \
                     if final or continuous else None
+            if prompt_token_ids is not None:
+                data["prompt_token_ids"] = prompt_token_ids
             return sse(data)
 
+        prompt_ids_on_chunk = prepared.return_token_ids and self.prompt_ids_on_chunk
         try:
             async for index, out in run.inflight.outputs():  # (one engine request per choice: its index is the choice's)
                 first = index not in last
                 last[index] = out
-                for choice in choices(index, out, first):
-                    yield chunk([choice])
+                for k, choice in enumerate(choices(index, out, first)):  # (a choice's first chunk: its prompt's ids)
+                    yield chunk([choice], prompt_token_ids=out.prompt_token_ids
+                                if prompt_ids_on_chunk and first and k == 0 else None)
             if include_usage:
                 yield chunk([], final=True)
             yield DONE
