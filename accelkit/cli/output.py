@@ -96,10 +96,18 @@ def whole_words(t: Table, width: int | None = None) -> Table:
 
 
 def csv_list(value: str | None, *, field: str, choices: Sequence[str] | None = None) -> list[str] | None:
-    """'fp32,bf16' → ['fp32', 'bf16']; an item outside ``choices`` is a usage error naming it."""
+    """'fp32,bf16' → ['fp32', 'bf16']; an item outside ``choices`` is a usage error naming it, and so is an empty
+    item between commas (`--sweep-rates 1,,2` ran rates 1 and 2, silently dropping whatever was meant between them).
+    A value with no items at all ('' or ' ') is [] for the caller to refuse in its own words."""
     if value is None:
         return None
-    items = [v.strip() for v in value.split(",") if v.strip()]
+    items = [v.strip() for v in value.split(",")]
+    if any(items):
+        empty = [i for i, item in enumerate(items, start=1) if not item]
+        if empty:
+            raise UserError(f"{field} {value!r} has an empty item (item {empty[0]} of {len(items)}); give the values "
+                            "separated by single commas, e.g. " + ",".join(item for item in items if item))
+    items = [item for item in items if item]
     if choices is not None:
         for item in items:
             if item not in choices:
