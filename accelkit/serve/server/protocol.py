@@ -44,7 +44,9 @@ from accelkit.serve.server.tools import ToolCalling, tool_calling
 
 
 def _whole_float(value: Any) -> Any:
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    # up to 2**53, where every whole float is the integer it reads as: past it (`"n": 1e300`) the value stays a float,
+    # refused as one is (the 400 quoted all 301 digits of the integer it became, twice)
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53 else value
 
 
 Int = Annotated[int, Field(strict=True), BeforeValidator(_whole_float)]
