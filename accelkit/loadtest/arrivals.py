@@ -46,5 +46,5 @@ def describe_arrivals(request_rate: float, burstiness: float) -> str:
     """One line for reports: 'Poisson, 4 req/s' / 'gamma (burstiness 0.5), 4 req/s' / 'all at once (rate inf)'."""
     if math.isinf(request_rate):
         return "all at once (rate inf)"
-    shape = "Poisson" if burstiness == 1.0 else f"gamma (burstiness {burstiness:g}, CV {1 / math.sqrt(burstiness):.2f})"
+    shape = "Poisson" if burstiness == 1.0 else f"gamma (burstiness {burstiness:g}, CV {1 / math.sqrt(burstiness):.3g})"
     return f"{shape}, {request_rate:g} req/s"

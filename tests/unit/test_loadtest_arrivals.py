@@ -52,3 +52,9 @@ def test_seeded_and_inf():
 def test_bad_arguments(args, needle):
     with pytest.raises(ValueError, match=needle):
         arrival_offsets(*args)
+
+
+def test_the_arrivals_line_stays_short_at_any_burstiness() -> None:
+    """CV printed with .2f: burstiness 1e-300 put a 150-digit CV in the report's title."""
+    assert describe_arrivals(4, 1e-300) == "gamma (burstiness 1e-300, CV 1e+150), 4 req/s"
+    assert describe_arrivals(4, 0.5) == "gamma (burstiness 0.5, CV 1.41), 4 req/s"
