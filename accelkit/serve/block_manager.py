@@ -75,7 +75,8 @@ class BlockManager:
         hashes, bs = seq.block_hashes, self.block_size
         while len(hashes) < num_blocks:
             i = len(hashes)
-            parent = hashes[-1] if hashes else _ROOT_HASH
+            salt = seq.params.cache_salt  # (a salted request's chain starts elsewhere: it meets only its own salt's)
+            parent = hashes[-1] if hashes else (_ROOT_HASH if salt is None else hash((_ROOT_HASH, salt)))
             hashes.append(hash((parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]))))
         return hashes[:num_blocks]
 

@@ -52,6 +52,7 @@ class FrozenBias(dict[int, float]):
         return FrozenBias, (dict(self),)
 
 
+MAX_CACHE_SALT_CHARS = 1024  # cache_salt: hashed into a request's first prompt block
 MAX_CHOICES = 256  # structured_outputs.choice: each choice is a branch of the request's grammar
 MAX_STRUCTURES = 256  # structured_outputs.structural_tag: structures and triggers each (past ~1,000 llguidance's
 # per-step limits stop a request mid-generation instead of refusing it at compile)
@@ -396,6 +397,12 @@ class SamplingParams(Spec):
         "cache (a cached token has no logits), as vLLM's does.",
     )
 
+    cache_salt: str | None = spec_field(
+        None, doc=f"vLLM's: prompt blocks cached for a request with a salt serve only requests with the same salt (1 to "
+        f"{MAX_CACHE_SALT_CHARS} characters), so tenants that share a server cannot time each other's prompts through "
+        "the prefix cache; None = shared with every request without one.",
+    )
+
     def __post_init__(self) -> None:
         if type(self.top_k) is int and self.top_k in (0, -1):  # vLLM's "no limit", as the server maps it
             object.__setattr__(self, "top_k", None)
@@ -439,6 +446,9 @@ class SamplingParams(Spec):
                 if not -LOGIT_BIAS_RANGE <= bias <= LOGIT_BIAS_RANGE:
                     raise ValueError(f"logit_bias[{token}]={bias!r} is out of range; expected a bias in "
                                      f"[-{LOGIT_BIAS_RANGE:g}, {LOGIT_BIAS_RANGE:g}]")
+        if self.cache_salt is not None and not 1 <= len(self.cache_salt) <= MAX_CACHE_SALT_CHARS:
+            raise ValueError(f"cache_salt has {len(self.cache_salt)} characters; give 1 to {MAX_CACHE_SALT_CHARS} (or "
+                             "leave it out to share the prefix cache)")
         self._check_masks()
         self._check_structured()
 

@@ -135,6 +135,7 @@ def sampling_params(body: GenerationRequest, *, max_tokens: int, choice: int, lo
             truncate_prompt_tokens=body.truncate_prompt_tokens, structured_outputs=structured,
             structured_outputs_after_token_id=structured_after[0] if structured_after else None,
             structured_outputs_deferred_by_token_id=structured_after[1] if structured_after else None,
+            cache_salt=body.cache_salt,
         )
     except ValueError as exc:
         field = leading_field(exc)

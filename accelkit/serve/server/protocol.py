@@ -242,6 +242,11 @@ class _Sampling(_Request):
         "each choice's token_ids. Streamed: prompt_token_ids with a choice's first chunk (chat: beside its choices, as vLLM), "
         "the chunk's new token_ids on every chunk (joined: the full list)."
     )
+    cache_salt: Str | None = Field(
+        None, description="vLLM extension: prompt blocks cached for a request with a salt serve only requests with "
+        "the same salt (1 to 1,024 characters): tenants sharing a server cannot time each other's prompts through the "
+        "prefix cache."
+    )
     include_stop_str_in_output: Bool = Field(
         False, description="vLLM extension: the stop string that ended generation stays at the end of the text "
         "(streamed too: the deltas joined are the same text)."
