@@ -91,7 +91,8 @@ def cpu_info(*, with_torch: bool = True) -> dict[str, Any]:
 
 
 def _nvml_info() -> dict[int, dict[str, Any]]:
-    """Per-GPU driver, power limit and clocks from NVML; {} when NVML is not available."""
+    """Per-GPU driver, UUID, power limit and clocks from NVML by NVML's index (every GPU of the machine, in PCI
+    order, whatever CUDA_VISIBLE_DEVICES says); {} when NVML is not available."""
     try:
         import pynvml  # provided by the nvidia-ml-py distribution
     except ImportError:
@@ -105,7 +106,8 @@ def _nvml_info() -> dict[int, dict[str, Any]]:
         out: dict[int, dict[str, Any]] = {}
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            entry: dict[str, Any] = {"driver": driver, "uuid": pynvml.nvmlDeviceGetUUID(handle)}
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            entry: dict[str, Any] = {"driver": driver, "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid}
             readers: tuple[tuple[str, Callable[[Any], Any]], ...] = (
                 ("power_limit_w", lambda h: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000),
                 ("sm_clock_max_mhz", lambda h: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
@@ -130,11 +132,18 @@ def accelerators() -> list[dict[str, Any]]:
     if not torch.cuda.is_available():
         return []
     nvml = _nvml_info()
+    by_uuid = {str(e["uuid"]).lower().removeprefix("gpu-"): e for e in nvml.values() if e.get("uuid")}
+    machine = {"driver": next(iter(nvml.values()))["driver"]} if nvml else {}  # one for every GPU (a MIG instance too)
     is_rocm = torch.version.hip is not None
     devices = []
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
         match = match_device_name(props.name)
+        # torch's index is not NVML's: under CUDA_VISIBLE_DEVICES=2,3 (a scheduler's usual slice) cuda:0 is NVML's GPU
+        # 2, and CUDA orders the fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; taken by index, a GPU got another
+        # one's UUID and power limit (found in review). The UUID both report ties them; a torch without it keeps the index.
+        uuid = getattr(props, "uuid", None)
+        record = by_uuid.get(str(uuid).lower().removeprefix("gpu-"), {}) if uuid is not None and by_uuid else nvml.get(i, {})
         devices.append(
             {
                 "index": i,
@@ -145,7 +154,7 @@ def accelerators() -> list[dict[str, Any]]:
                 "gcn_arch": getattr(props, "gcnArchName", None) if is_rocm else None,
                 "multiprocessors": props.multi_processor_count,
                 "catalog_name": match.name if match else None,
-                **nvml.get(i, {}),
+                **machine, **record,
             }
         )
     return devices

@@ -11,7 +11,10 @@ from typing import Any
 ROWS: list[tuple[str, list[tuple[str, str, list[str]]]]] = [
     ("Devices", [
         ("GPU utilization", "percent", ["DCGM_FI_DEV_GPU_UTIL"]),
-        ("GPU memory used", "decmbytes", ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE"]),
+        # DCGM's FB figures are MiB: Grafana's "mbytes" (mebibytes); "decmbytes" (10^6 B) showed an H100's 81,559 MiB
+        # as 81.6 GB, neither its 85.5 GB nor the 79.6 GiB nvidia-smi's MiB make (found in review)
+        ("GPU memory used", "mbytes", ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE",
+                                       "DCGM_FI_DEV_FB_RESERVED"]),
         ("Power", "watt", ["DCGM_FI_DEV_POWER_USAGE"]),
         ("Energy rate (from the counter)", "watt", ["rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[1m]) / 1000"]),
         ("Temperature", "celsius", ["DCGM_FI_DEV_GPU_TEMP"]),

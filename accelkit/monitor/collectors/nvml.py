@@ -29,12 +29,17 @@ DCGM_METRICS: dict[str, str] = {
     "DCGM_FI_DEV_GPU_UTIL": "GPU utilization (in %).",
     "DCGM_FI_DEV_FB_USED": "Framebuffer memory used (in MiB).",
     "DCGM_FI_DEV_FB_FREE": "Framebuffer memory free (in MiB).",
+    "DCGM_FI_DEV_FB_RESERVED": "Framebuffer memory reserved (in MiB).",
     "DCGM_FI_DEV_POWER_USAGE": "Power draw (in W).",
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "Total energy consumption since boot (in mJ).",
     "DCGM_FI_DEV_GPU_TEMP": "GPU temperature (in C).",
     "DCGM_FI_DEV_SM_CLOCK": "SM clock frequency (in MHz).",
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "Current clock throttle reasons (bitmask of NVML reasons).",
 }
+
+
+#: NVML's answers when the driver lacks the version-2 memory call (before R510): the original one is asked instead
+NO_MEMORY_V2 = ("NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH")
 
 
 def dcgm_family(name: str) -> GaugeMetricFamily:
@@ -73,6 +78,9 @@ class NvmlCollector(Collector):
             pynvml.nvmlShutdown()
             return
         self._nvml = pynvml
+        #: NVML's version-2 memory struct (``used`` without the driver's reserve, as nvidia-smi shows it); None
+        #: with an nvidia-ml-py or a driver that lacks it
+        self._memory_v2: Any = getattr(pynvml, "nvmlMemory_v2", None)
         #: GPU index → handle, None until NVML hands one out (a GPU lost at start-up is asked again each sample)
         self._handles: dict[int, Any] = dict.fromkeys(range(count))
         #: GPU index → why its last read failed; a GPU is logged when it enters and when it leaves this
@@ -108,6 +116,23 @@ class NvmlCollector(Collector):
         if self._failing.pop(i, None) is not None:
             log.warning("monitor: nvml: GPU %d reads again", i)
 
+    def _memory(self, handle: Any) -> tuple[Any, int | None]:
+        """(the memory info, the bytes the driver reserves, or None when NVML cannot say). NVML's version-2 call,
+        as ``nvidia-smi`` and the DCGM exporter read it: ``used`` is what allocations hold, the driver's reserve
+        apart. The original call (drivers before R510, nvidia-ml-py without ``nvmlMemory_v2``) folds the reserve
+        into ``used`` (total − free): an idle H100 read about 500 MiB used where nvidia-smi says 0 (found in
+        review)."""
+        n = self._nvml
+        if self._memory_v2 is not None:
+            try:
+                mem = n.nvmlDeviceGetMemoryInfo(handle, version=self._memory_v2)
+                return mem, mem.reserved
+            except n.NVMLError as exc:
+                if getattr(exc, "value", None) not in {getattr(n, code, None) for code in NO_MEMORY_V2}:
+                    raise  # a lost GPU, not an old driver: the caller leaves it out
+                self._memory_v2 = None  # this driver has no version 2: ask the original call from now on
+        return n.nvmlDeviceGetMemoryInfo(handle), None
+
     def _read(self, handle: Any) -> dict[str, float | None]:
         """Every field of one GPU; a field the board does not support is None. When no field reads at all
         the GPU is gone, not short of features: the first NVML error is raised."""
@@ -121,15 +146,16 @@ class NvmlCollector(Collector):
                 errors.append(exc)
                 return None
 
-        try:  # one read, so used + free add up to the total
-            mem = n.nvmlDeviceGetMemoryInfo(handle)
+        try:  # one read, so used + free (+ reserved) add up to the total
+            mem, reserved = self._memory(handle)
         except Exception as exc:
             errors.append(exc)
-            mem = None
+            mem, reserved = None, None
         values = {
             "DCGM_FI_DEV_GPU_UTIL": safe(lambda: n.nvmlDeviceGetUtilizationRates(handle).gpu),
             "DCGM_FI_DEV_FB_USED": None if mem is None else mem.used / 2**20,
             "DCGM_FI_DEV_FB_FREE": None if mem is None else mem.free / 2**20,
+            "DCGM_FI_DEV_FB_RESERVED": None if reserved is None else reserved / 2**20,
             "DCGM_FI_DEV_POWER_USAGE": safe(lambda: n.nvmlDeviceGetPowerUsage(handle) / 1000.0),
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": safe(lambda: n.nvmlDeviceGetTotalEnergyConsumption(handle)),
             "DCGM_FI_DEV_GPU_TEMP": safe(lambda: n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU)),
