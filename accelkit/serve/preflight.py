@@ -25,7 +25,13 @@ from accelkit.core.serving_memory import KVCacheDtype
 from accelkit.core.units import fmt_bytes
 from accelkit.hardware.device import free_memory_bytes
 from accelkit.serve.isolation import describe
-from accelkit.serve.models.args import MOE_ARCHITECTURES, SUPPORTED_ARCHITECTURES, ModelArgs, config_head_dim
+from accelkit.serve.models.args import (
+    MOE_ARCHITECTURES,
+    SUPPORTED_ARCHITECTURES,
+    ModelArgs,
+    config_head_dim,
+    unsupported_architectures,
+)
 
 _MAX_DIM = 2**31 - 1  # no dimension of a real model comes near; beyond it every tensor index overflows int32
 _MAX_HEADER_BYTES = 100 * 2**20  # safetensors' own limit on the JSON header
@@ -71,8 +77,7 @@ def read_config(model_dir: Path) -> dict[str, Any]:
     # would send its user to fix a file that is fine
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not any(a in SUPPORTED_ARCHITECTURES for a in archs):
-        raise ValueError(f"architectures={archs!r} in {path} is not supported; expected one of "
-                         f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+        raise unsupported_architectures(archs, cfg.get("model_type"), str(path))
     _check_fields(cfg, path)
     modelopt = model_dir / "hf_quant_config.json"
     if "quantization_config" not in cfg and modelopt.is_file():  # ModelOpt's export keeps its scheme there (vLLM reads it)
@@ -266,9 +271,12 @@ def check_model_dir(model_dir: Path, max_model_len: int | None) -> CheckedModel:
     except (KeyError, TypeError, AttributeError) as exc:  # a field missing or of the wrong type
         raise ValueError(f"{model_dir / 'config.json'}: {describe(exc)}; fix the file or re-download it") from None
     length = max_model_len or model_args.max_position_embeddings
-    if length > model_args.max_position_embeddings:
+    if length > model_args.max_context_len:
+        scaling = model_args.rope_scaling
+        stretched = (f", {scaling['rope_type']} RoPE scaling by {scaling['factor']} to {model_args.max_context_len}"
+                     if model_args.max_context_len > model_args.max_position_embeddings and scaling else "")
         raise ValueError(f"max_model_len={length} exceeds the model's max_position_embeddings="
-                         f"{model_args.max_position_embeddings}")
+                         f"{model_args.max_position_embeddings}{stretched}; lower max_model_len (--max-model-len)")
     tensors = checkpoint_tensors(model_dir)
     check_checkpoint(hf_config, tensors, model_dir)
     return CheckedModel(hf_config, model_args, length, tensors)

@@ -29,6 +29,21 @@ _YARN_OPTIONAL = ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscal
 # transformers' config defaults for fields save_pretrained may leave out (configuration_qwen{2,3}_moe.py,
 # configuration_mixtral.py): (num_experts, num_experts_per_tok)
 _MOE_DEFAULTS = {"MixtralForCausalLM": (8, 2), "Qwen2MoeForCausalLM": (60, 4), "Qwen3MoeForCausalLM": (128, 8)}
+# config.json's model_type → the architecture transformers' AutoModelForCausalLM builds for it
+_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                "qwen3_moe": "Qwen3MoeForCausalLM"}
+
+
+def unsupported_architectures(archs: Any, model_type: Any, where: str) -> ValueError:
+    """The error for a config.json naming no supported architecture; ``where``: the file, for the message. One that
+    names none at all but a served ``model_type`` (a config saved from a config object alone) is told what to add:
+    "architectures=None is not supported" read as if Llama itself were not served (found in the hunt)."""
+    if not archs and isinstance(model_type, str) and model_type in _MODEL_TYPES:
+        return ValueError(f"{where} has model_type={model_type!r} but no architectures; add "
+                          f"\"architectures\": [\"{_MODEL_TYPES[model_type]}\"] to it")
+    return ValueError(f"architectures={archs!r} in {where} is not supported; expected one of "
+                      f"{', '.join(SUPPORTED_ARCHITECTURES)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +89,27 @@ class ModelArgs:
     def is_sparse_layer(self, layer: int) -> bool:
         return self.moe is not None and layer in self.moe.sparse_layers
 
+    @property
+    def max_context_len(self) -> int:
+        """The longest ``max_model_len`` served: ``max_position_embeddings``, or the context a linear or YaRN RoPE
+        scaling stretches the positions to, as vLLM derives it — linear ``factor`` × ``max_position_embeddings``,
+        YaRN ``factor`` × ``original_max_position_embeddings`` — when that is longer. (Llama 3's scaling comes with
+        the long ``max_position_embeddings`` already.) Without it, YaRN added to config.json as Qwen documents it
+        (factor 4 over 32,768 positions, ``--max-model-len 131072``) was refused at max_position_embeddings."""
+        scaling = self.rope_scaling
+        if scaling is None or scaling["rope_type"] not in ("linear", "yarn"):
+            return self.max_position_embeddings
+        base = (scaling["original_max_position_embeddings"] if scaling["rope_type"] == "yarn"
+                else self.max_position_embeddings)
+        return max(self.max_position_embeddings, int(float(scaling["factor"]) * base))
+
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> ModelArgs:
         """Parse a Hugging Face config dict; unsupported models raise ValueError naming the field."""
         archs = cfg.get("architectures") or []
         arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
         if arch is None:
-            raise ValueError(
-                f"architectures={archs!r} in config.json is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
-            )
+            raise unsupported_architectures(cfg.get("architectures"), cfg.get("model_type"), "config.json")
         quant = cfg.get("quantization_config")
         # parsed first: an unsupported scheme is refused by its field, never loaded as if its codes were 16-bit
         quantization = parse_quantization_config(quant) if quant is not None else None
@@ -142,8 +169,9 @@ def _rope(cfg: dict[str, Any], *, default_theta: float) -> tuple[float, dict[str
     if rope_type == "llama3":  # (transformers: a top-level value first, then the dict's, then the context)
         rope["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings") or rope.get(
             "original_max_position_embeddings") or cfg.get("max_position_embeddings", 2048)
-    if rope_type == "yarn":
-        original = rope.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
+    if rope_type == "yarn":  # (a top-level value first, as transformers reads it: the dict's first served other
+        # frequencies than transformers computes when the two differ; found in the hunt)
+        original = cfg.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
         rope["original_max_position_embeddings"] = original  # (factor required, as transformers requires it)
     if rope_type not in _ROPE_TYPES:
         raise ValueError(f"rope_parameters.rope_type={rope_type!r} is not supported; expected one of {_ROPE_TYPES}")

@@ -72,6 +72,7 @@ def quantize_model(model: nn.Module, tensors: dict[str, torch.Tensor], quant: Qu
         if fmt is None and not quant.is_online:
             continue  # kept 16-bit by the checkpoint (its ignore list)
         has_bias = module.bias is not None
+        _drop_zero_biases(prefixes, tensors, quant, has_bias=has_bias)
         if quant.is_online:
             if fmt is not None:
                 raise ValueError(f"quantization={quant.method!r} quantizes a 16-bit checkpoint, but {prefixes[0]} is "
@@ -110,6 +111,7 @@ def _quantized_experts(name: str, tensors: dict[str, torch.Tensor], quant: Quant
     found = {_format_of(p, tensors) for p in prefixes}
     if found == {None} and not quant.is_online:
         return None
+    _drop_zero_biases(prefixes, tensors, quant, has_bias=False)
     if quant.is_online:
         if found != {None}:
             raise ValueError(f"quantization={quant.method!r} quantizes a 16-bit checkpoint, but the experts of {name} "
@@ -172,6 +174,22 @@ def _format_of(prefix: str, tensors: dict[str, torch.Tensor]) -> str | None:
             raise ValueError(f"{prefix}.weight is FP8 but the checkpoint has no {prefix}.weight_scale")
         return "fp8"
     return None
+
+
+def _drop_zero_biases(prefixes: list[str], tensors: dict[str, torch.Tensor], quant: QuantConfig, *,
+                      has_bias: bool) -> None:
+    """The all-zero ``bias`` a quantizer stored for a quantized Linear the architecture builds without one
+    (``has_bias`` false; a pre-quantized checkpoint, not ``quant.is_online``'s 16-bit one): GPTQ-for-LLaMa's
+    and early AutoGPTQ's ``QuantLinear`` registered a zero bias buffer for every layer, so their Llama checkpoints carry
+    ``q_proj.bias`` ... ``down_proj.bias`` full of zeros (vLLM skips such biases). Dropped: adding zeros changes
+    nothing. A bias holding anything else is left in place, for the loader to refuse as a tensor this model does not
+    use."""
+    if has_bias or quant.is_online:
+        return
+    for p in prefixes:
+        bias = tensors.get(p + ".bias")
+        if bias is not None and not torch.any(bias):
+            del tensors[p + ".bias"]
 
 
 def _drop_kv_scales(tensors: dict[str, torch.Tensor]) -> None:
