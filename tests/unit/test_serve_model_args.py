@@ -41,10 +41,16 @@ def test_routing_normalisation_and_expert_names_per_architecture():
     ({"num_experts": 4, "num_experts_per_tok": 5}, "num_experts_per_tok=5"),
     ({"use_sliding_window": True}, "use_sliding_window=true"),
     ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "quantization_config.quant_method='awq'"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu' in config.json is not supported"),
 ])
 def test_unsupported_settings_are_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
         args("Qwen3MoeForCausalLM", **fields)
+
+
+def test_swish_is_silu_as_transformers_reads_it():
+    """transformers' ACT2FN maps "swish" to SiLU; it was refused as unsupported."""
+    assert args("Qwen3ForCausalLM", hidden_act="swish") == args("Qwen3ForCausalLM", hidden_act="silu")
 
 
 def test_fields_config_json_leaves_out_take_each_architectures_transformers_default():

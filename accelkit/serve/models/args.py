@@ -113,7 +113,7 @@ class ModelArgs:
         quant = cfg.get("quantization_config")
         # parsed first: an unsupported scheme is refused by its field, never loaded as if its codes were 16-bit
         quantization = parse_quantization_config(quant) if quant is not None else None
-        if cfg.get("hidden_act", "silu") != "silu":
+        if cfg.get("hidden_act", "silu") not in ("silu", "swish"):  # (transformers' ACT2FN: swish is SiLU)
             raise ValueError(f"hidden_act={cfg['hidden_act']!r} in config.json is not supported; expected 'silu'")
         mixtral = arch == "MixtralForCausalLM"  # (transformers' defaults for left-out fields differ: MixtralConfig)
         theta, rope, rope_type = _rope(cfg, default_theta=1e6 if mixtral else 10000.0)
