@@ -207,10 +207,16 @@ def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: Be
         restore()
         measurer.close_all()
         record.failed = list(measurer.failures)
+        record.refused.extend(measurer.refusals)  # refused by a recipe as it was applied (after those known before)
         if (note := reference.flops_note(device, measurer.reference_variant_failure)) is not None:
             record.notes.insert(flops_note_at, note)
         record.peak_memory_bytes, record.peak_memory_scope = run_peak_bytes(device, measurer.memory)
         record.store_error = writer.error
+    if measurer.refusals and len(measurer.refusals) == len(runnable):
+        # every variant refused by its recipe as it was applied (`bench custom --precision int8` on a model without a
+        # Linear): nothing ran, as when the device refuses them all before loading — a usage error, exit 2, not 0
+        raise UserError("nothing to run: every variant was refused (" + "; ".join(
+            f"{r.name}: {r.reason}" for r in record.refused) + ")")
     return record.result()
 
 

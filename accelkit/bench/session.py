@@ -17,7 +17,7 @@ from accelkit.bench.reference import Reference, free, step_flops
 from accelkit.bench.trackers import energy_tracker, memory_tracker
 from accelkit.bench.variants import Variant
 from accelkit.bench.workloads.base import BenchWorkload, Prepared, Step
-from accelkit.core.bench_result import Accuracy, Failure, OutputGate, finite
+from accelkit.core.bench_result import Accuracy, Failure, OutputGate, Refusal, finite
 from accelkit.timing import Block, LoopConfig, block_iterations, interleaved_blocks, lane_done, warm_up
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ class Measurer:
         self.lanes: list[Lane] = []
         self.prepared: dict[str, Prepared] = {}
         self.failures: list[Failure] = []
+        self.refusals: list[Refusal] = []  # variants a recipe refused as it was applied (``refuse``)
         self.interrupt_requested = False
         self.interrupt_signal = "SIGINT"  # or SIGTERM: which one stopped the run (runner._catch_sigint)
         self.phase = "load"
@@ -101,7 +102,8 @@ class Measurer:
     def setup(self, variant: Variant) -> list[Lane]:
         """Load, first call and warm-up of ``variant``; [] when it failed (recorded, freed)."""
         self.phase = "load"
-        error = None
+        error = ""
+        refused = None
         try:
             lanes = self._load(variant)
             self.phase = "warm-up"
@@ -109,13 +111,38 @@ class Measurer:
                 self._warm(lane)
             return lanes
         except Exception as exc:  # one variant's failure is data; its siblings go on
-            error = _error(exc)  # (not the exception: its traceback would keep the model alive)
+            # (lazy: the recipes import torch, and the CLI imports this module before it says it is starting)
+            from accelkit.recipes.base import RecipeRefused
+
+            # a recipe refuses as it is applied, while loading: a refusal (later it would be a failure)
+            if isinstance(exc, RecipeRefused) and self.phase == "load":
+                refused = str(exc)
+            else:
+                error = _error(exc)  # (not the exception: its traceback would keep the model alive)
+        if refused is not None:
+            self.refuse(variant, refused)
+            return []
         if variant.is_reference:
             self.reference_variant_failure = f"the reference variant {variant.name} failed in its {self.phase}: {error}"
             if self.reference.output is None:  # the others' drift had no reference to go on
                 self.reference_failure = self.reference_variant_failure
         self.fail(variant.name, self.phase, error)
         return []
+
+    def refuse(self, variant: Variant, reason: str) -> None:
+        """Record ``variant`` as refused: a recipe it asks for refused this model as it was applied (``--recompute``
+        on a model without repeated blocks, int8 where no Linear qualifies) — the same one line and ``refused``
+        entry as a variant the device cannot run, not a failure (it was 'FAILED …(load): RecipeRefused', exit 1,
+        and a `tune` trial 'failed'). Its lanes are dropped and its model freed."""
+        if variant.is_reference:  # (plain fp32 applies no recipe; kept in step with ``setup``'s failure path)
+            self.reference_variant_failure = f"the reference variant {variant.name} was refused: {reason}"
+            if self.reference.output is None:
+                self.reference_failure = self.reference_variant_failure
+        self.refusals.append(Refusal(name=variant.name, reason=reason))
+        self.reporter.refused(variant.name, reason)
+        self._drop(variant.name)
+        self.lanes = [lane for lane in self.lanes if lane.variant.name != variant.name]
+        free(self.device, idle=not self.prepared)
 
     def fail(self, name: str, phase: str, error: str) -> None:
         """Record ``name`` as failed, drop its lanes and free its model."""

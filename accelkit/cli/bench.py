@@ -281,9 +281,36 @@ def _configs(bench: dict[str, Any], loop: dict[str, Any], quick: bool, default_l
         return BenchConfig(**bench, loop=base.replace(**loop))
 
 
+#: flags that pick a built-in model, which --model replaces (the workload's config reads --model first)
+MODEL_PICKERS = {"bert": ("size",), "resnet": ("size",), "diffusion": ("arch", "size")}
+
+
+def refuse_shadowed(command: str, workload: dict[str, Any], given: Callable[[str], bool]) -> None:
+    """--model with a flag it replaces (``MODEL_PICKERS``), both given: one line naming both, exit 2. The model
+    --model names was run and the other flag dropped without a word — `bench bert --size large --model tiny-bert`
+    measured tiny-bert and stored ``size: large`` beside it in the result's config."""
+    name = command.split()[-1]
+    shadowed = [f for f in MODEL_PICKERS.get(name, ()) if given(f)]
+    if workload.get("model") is None or not shadowed:
+        return
+    flags = " ".join(f"--{f} {workload[f]}" for f in shadowed)
+    raise UserError(f"{flags} and --model {workload['model']} both pick the model, and --model replaces "
+                    f"{'them' if len(shadowed) > 1 else 'it'}; give one (`{command} --model {workload['model']}` or "
+                    f"`{command} {flags}`)")
+
+
+def _given(ctx: Any) -> Callable[[str], bool]:
+    """Whether the workload flag of a field was given in ``ctx``'s command (not left at its default)."""
+    def given(field: str) -> bool:
+        source = ctx.get_parameter_source(f"workload__{field}") if ctx is not None else None
+        return source is not None and getattr(source, "name", "DEFAULT") != "DEFAULT"
+    return given
+
+
 def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | None, bench: dict[str, Any],
                   loop: dict[str, Any], *, quick: bool, progress: bool | None, as_json: bool,
-                  dist: dict[str, Any] | None = None, quality: dict[str, Any] | None = None) -> None:
+                  dist: dict[str, Any] | None = None, quality: dict[str, Any] | None = None, ctx: Any = None) -> None:
+    refuse_shadowed(f"accelkit bench {name}", workload, _given(ctx))
     config = _configs(bench, loop, quick, LoopConfig())
     check_device_name(config.device)  # --device nope: refused before torch's import and the starting line
     with flag_values():
@@ -588,10 +615,11 @@ def suite_cmd(
 @_run_options
 @_matrix(exclude=("recompute", "channels_last", "fp8_scalings", *COMPRESSION_FIELDS))
 @spec_options(BertConfig, into="workload")
-def bert_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
-             workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
+def bert_cmd(ctx: typer.Context, quick: bool = QuickOption, progress: bool | None = ProgressOption,
+             as_json: bool = JsonOption, *, workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any],
+             loop: dict[str, Any]) -> None:
     """Encoder inference (BERT tiny/base/large): samples/s."""
-    _run_workload("bert", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
+    _run_workload("bert", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json, ctx=ctx)
 
 
 @app.command("llm", cls=BenchCommand, epilog=examples(
@@ -661,13 +689,13 @@ def llm_train_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOpt
 @_dist_options
 @_matrix()
 @spec_options(ResNetConfig, into="workload")
-def resnet_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
-               workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any], quality: dict[str, Any],
-               bench: dict[str, Any], loop: dict[str, Any]) -> None:
+def resnet_cmd(ctx: typer.Context, quick: bool = QuickOption, progress: bool | None = ProgressOption,
+               as_json: bool = JsonOption, *, workload: dict[str, Any], matrix: dict[str, Any], dist: dict[str, Any],
+               quality: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
     """Image-classification training step with SGD (ResNet-50/152/tiny): images/s; distributed with
     --nproc-per-node, gradient compression with --grad-compression."""
     _run_workload("resnet", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json,
-                  dist=dist, quality=quality)
+                  dist=dist, quality=quality, ctx=ctx)
 
 
 ATTENTION_BACKENDS = ("default", "flash", "efficient", "cudnn", "math")
@@ -682,12 +710,13 @@ ATTENTION_BACKENDS = ("default", "flash", "efficient", "cudnn", "math")
 @spec_options(DiffusionConfig, into="workload", parse={"attention": _list("--attention", ATTENTION_BACKENDS)},
               helps={"attention": "SDPA backends, comma list of default, flash, efficient, cudnn, math (efficient, "
                                   "cudnn: CUDA only); each but default is its own variant (default: default)."})
-def diffusion_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
-                  workload: dict[str, Any], matrix: dict[str, Any], bench: dict[str, Any],
-                  loop: dict[str, Any]) -> None:
+def diffusion_cmd(ctx: typer.Context, quick: bool = QuickOption, progress: bool | None = ProgressOption,
+                  as_json: bool = JsonOption, *, workload: dict[str, Any], matrix: dict[str, Any],
+                  bench: dict[str, Any], loop: dict[str, Any]) -> None:
     """Text-to-image generation through diffusers (SD3 MMDiT, FLUX, SDXL UNet): images/s, s/image, the phases
     inside a call (text encoders, denoiser steps, VAE decode) with their MFU, J/image, an image accuracy gate."""
-    _run_workload("diffusion", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json)
+    _run_workload("diffusion", workload, matrix, bench, loop, quick=quick, progress=progress, as_json=as_json,
+                  ctx=ctx)
 
 
 @app.command("custom", cls=BenchCommand, epilog=examples(
@@ -719,7 +748,14 @@ def custom_cmd(
               helps={"num_workers": "Worker process counts to try, comma list (default 0,2).",
                      "pin_memory": "pin_memory settings to try, comma list of off,on (default off).",
                      "prefetch_factor": "Batches prefetched per worker, comma list (default 2)."})
-def dataloader_cmd(quick: bool = QuickOption, progress: bool | None = ProgressOption, as_json: bool = JsonOption, *,
-                   workload: dict[str, Any], bench: dict[str, Any], loop: dict[str, Any]) -> None:
+def dataloader_cmd(ctx: typer.Context, quick: bool = QuickOption, progress: bool | None = ProgressOption,
+                   as_json: bool = JsonOption, *, workload: dict[str, Any], bench: dict[str, Any],
+                   loop: dict[str, Any]) -> None:
     """Input-pipeline throughput across DataLoader settings, and whether --step-time would be input-bound."""
+    workers = workload.get("num_workers")
+    if _given(ctx)("prefetch_factor") and workers is not None and not any(w > 0 for w in workers):
+        # prefetching is what worker processes do: with none, the settings were run once, the flag dropped unsaid
+        raise UserError(f"--prefetch-factor {','.join(map(str, workload['prefetch_factor']))} applies to worker "
+                        f"processes, and --num-workers {','.join(map(str, workers))} starts none; add a count above 0 "
+                        "(e.g. --num-workers 0,2) or drop --prefetch-factor")
     _run_workload("dataloader", workload, None, bench, loop, quick=quick, progress=progress, as_json=as_json)

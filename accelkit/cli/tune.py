@@ -16,6 +16,7 @@ from accelkit.cli.bench import (
     check_workload,
     collective_timeout_option,
     exit_stopped,
+    refuse_shadowed,
     sigterm_as_interrupt,
 )
 from accelkit.cli.helptext import examples
@@ -149,6 +150,7 @@ def tune_cmd(
     if name not in TUNE_WORKLOADS:
         raise UnknownNameError("workload", name, TUNE_WORKLOADS)
     refuse_infinite("--lr", lr, "lr")  # (typer's float takes inf: it trained at lr=inf)
+    refuse_shadowed(f"accelkit tune {name}", {"size": size, "model": model}, lambda field: size is not None)
 
     with flag_values():
         config = TuneConfig(**search)

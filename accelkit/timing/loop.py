@@ -198,8 +198,9 @@ def interleaved_blocks(
     on_error: Callable[[int, Exception], None] | None = None,
 ) -> Iterator[tuple[int, Block]]:
     """Rounds of blocks over ``fns`` (A B A B …) until every one meets the stopping rule; yields
-    ``(index, block)`` after each block. A block is ``iterations[index]`` calls, ended early by
-    :func:`block_time_limit`. A function that met ``min_iterations`` and ``min_time_s`` stays in the rounds
+    ``(index, block)`` after each block. A lane's first block is ``iterations[index]`` calls (sized from its
+    warm-up), each later one sized by :func:`block_iterations` from that lane's measured blocks so far (with a
+    ``min_time_s``; a block is ended early by :func:`block_time_limit`). A function that met ``min_iterations`` and ``min_time_s`` stays in the rounds
     while others still run (more pairs to compare); one that reached ``max_iterations`` leaves them — its
     last block cut to the count remaining — so the cap holds for every function, not only the slowest.
     ``before(index)`` runs just before a block (start counters);
@@ -210,6 +211,7 @@ def interleaved_blocks(
     the function held (a bench variant's model), which the callback may want to free."""
     counts = [0] * len(fns)
     measured = [0.0] * len(fns)
+    sizes = list(iterations)
     dropped: set[int] = set()
     max_s = block_time_limit(config)
 
@@ -218,7 +220,7 @@ def interleaved_blocks(
 
     while not all(finished(i) for i in range(len(fns))):
         for i in range(len(fns)):  # (not enumerate: its reused result tuple kept the last function alive)
-            n = capped_iterations(config, iterations[i], done=counts[i])
+            n = capped_iterations(config, sizes[i], done=counts[i])
             if i in dropped or n <= 0:
                 continue
             fn = fns[i]
@@ -238,6 +240,13 @@ def interleaved_blocks(
                 continue
             counts[i] += len(block.samples_s)
             measured[i] += block.wall_s
+            if config.min_time_s > 0 and counts[i]:
+                # the next block is sized from this lane's measured blocks, not its warm-up: one stalled warm-up
+                # call (--warmup 1, or a --warmup 0 first call that compiled) sized a 0.1 ms step's blocks at one
+                # call, the lane needed thousands of rounds to fill --min-time, and every other lane ran a full
+                # block each round meanwhile (--min-time 0.2 measured its sibling for 2.5 s). Without a
+                # --min-time, blocks are sized by count alone and no estimate enters.
+                sizes[i] = block_iterations(config, measured[i] / counts[i])
             yield i, block
 
 

@@ -41,8 +41,12 @@ class DataLoaderConfig(Spec):
         for name in ("num_workers", "prefetch_factor", "pin_memory"):
             if not getattr(self, name):
                 raise ValueError(f"{name} needs at least one value")
-        if any(w < 0 for w in self.num_workers) or any(p < 1 for p in self.prefetch_factor):
-            raise ValueError("num_workers must be >= 0 and prefetch_factor >= 1")
+        # the value and the flag, as every other out-of-range flag is refused ("num_workers must be >= 0 and
+        # prefetch_factor >= 1" named neither the value given nor which of the two it was)
+        if bad := [w for w in self.num_workers if w < 0]:
+            raise ValueError(f"--num-workers {bad[0]} is out of range; the least is 0 (0: load in the training process)")
+        if bad := [p for p in self.prefetch_factor if p < 1]:
+            raise ValueError(f"--prefetch-factor {bad[0]} is out of range; the least is 1 (batches per worker)")
 
 
 #: worker processes per usable core above which a setting is refused (torch's DataLoader warns above one per core)
