@@ -141,17 +141,27 @@ DECODER = json.JSONDecoder(parse_float=_number)
 
 def dump_json(value: Any) -> str:
     """A call's arguments read by :data:`DECODER` as JSON text again (``json.dumps``' spacing, ``ensure_ascii``
-    false), numbers past a float's range as the model wrote them."""
+    false), numbers past a float's range as the model wrote them, and a lone surrogate (``"\\ud83d"``, which JSON's
+    escapes allow and the constraint lets a model write) escaped as it was written: raw, it is no UTF-8, and the
+    response could not be sent."""
+    text = _dump_json(value)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # (only in a JSON string of the text: escaping it keeps the value)
+
+
+def _dump_json(value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=False)
     except TypeError:  # (a _Number inside: rare, so written out by hand only then)
         if isinstance(value, _Number):
             return value.text
         if isinstance(value, dict):
-            return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {dump_json(v)}"
+            return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {_dump_json(v)}"
                                    for k, v in value.items()) + "}"
         if isinstance(value, list):
-            return "[" + ", ".join(map(dump_json, value)) + "]"
+            return "[" + ", ".join(map(_dump_json, value)) + "]"
         raise
 
 
@@ -245,7 +255,7 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
                 return True
             self._content(self._take_before(fmt.start, finished))
             return False
-        whole = self._whole_call()
+        whole = self._whole_call(finished)
         if whole is None:
             if finished:  # a call cut short: its text as content
                 self._content(fmt.start + self._buffer)
@@ -261,26 +271,36 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
             self._events += [("call", name, dump_json(arguments)) for name, arguments in calls]
         return True
 
-    def _whole_call(self) -> tuple[int, Any] | None:
+    def _whole_call(self, finished: bool) -> tuple[int, Any] | None:
         """(the length of the call in the buffer after its start, its JSON document — None where it is not JSON)
         once the call is closed; None while it is open."""
         fmt = self.fmt
-        if fmt.end is not None:  # closed by its end marker
-            at = self._buffer.find(fmt.end)
-            if at < 0:
-                return None
-            try:
-                return at + len(fmt.end), DECODER.decode(self._buffer[:at])  # (the newlines around it: JSON's spaces)
-            except ValueError:
-                return at + len(fmt.end), None
+        if fmt.end is not None:  # closed by its end marker: the first that is not inside one of the call's strings
+            first = at = self._buffer.find(fmt.end)
+            while at >= 0:
+                try:  # (the newlines around the JSON: JSON's spaces)
+                    return at + len(fmt.end), DECODER.decode(self._buffer[:at])
+                except json.JSONDecodeError as exc:
+                    # whole JSON so far but for a string still open: the marker is that string's text (code, a
+                    # file's content), which the constraint lets arguments hold — the call may close at a later one
+                    if not exc.msg.startswith("Unterminated string"):
+                        break
+                except RecursionError:  # (nested past what Python's decoder takes: no call we can read)
+                    break
+                at = self._buffer.find(fmt.end, at + 1)
+            else:
+                if not finished or first < 0:
+                    return None
+            # not JSON (or never closed): the call is no call up to its first end marker, and what follows is read on
+            return first + len(fmt.end), None
         if fmt.args_marker is not None:  # name[ARGS]{…}: closed where its arguments object ends
             return self._named_call(fmt.args_marker)
         # closed where its JSON ends: the array after the start (Mistral's), or the object the start begins (Llama's)
         body = self._buffer.lstrip() if fmt.array else fmt.start + self._buffer
         try:
             document, length = DECODER.raw_decode(body)
-        except ValueError:  # (not yet whole — or never, which the end of the output shows)
-            return None
+        except (ValueError, RecursionError):  # (not yet whole — or never, which the end of the output shows; or
+            return None  # nested past what Python's decoder takes — a model repeating "[" —: never a call)
         return length + len(self._buffer) - len(body), document
 
     def _named_call(self, marker: str) -> tuple[int, Any] | None:
@@ -297,7 +317,7 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
             return at + len(marker), None  # (decided on its first character: streamed or whole, the same)
         try:
             arguments, length = DECODER.raw_decode(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):  # (as in _whole_call)
             return None
         name = self._buffer[:at].partition(CALL_ID)[0].strip()
         return at + len(marker) + len(body) - len(stripped) + length, {"name": name, "arguments": arguments}

@@ -110,7 +110,7 @@ class ToolCalling:
             return [_call(self.new_id(), str(self.name), text)]
         try:
             items = DECODER.decode(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # (not JSON; or nested past what Python's decoder takes)
             return None
         if not isinstance(items, list) or not items or \
                 not all(isinstance(item, dict) and {"name", "parameters"} <= item.keys() for item in items):
