@@ -108,3 +108,22 @@ def test_a_message_holds_the_text_or_the_tool_calls_it_makes():
     named = chat_message(_output('{"q": 2}'), tool_calling(TOOLS, {"type": "function", "function": {"name": "lookup"}},
                                                     parallel_tool_calls=None))
     assert named["finish_reason"] == "stop" and named["message"]["tool_calls"][0]["function"]["arguments"] == '{"q": 2}'
+
+
+def test_a_named_call_is_made_only_once_the_output_holds_its_arguments():
+    """A reasoning model cut off while thinking has given no answer: a named tool_choice returned a call with empty
+    arguments anyway (and streamed its header as soon as the output started). Whole and streamed agree: no call."""
+    from accelkit.serve.server.reasoning import REASONING_FORMATS
+    from accelkit.serve.server.serving_chat import MessageDeltas
+
+    named = tool_calling(TOOLS, {"type": "function", "function": {"name": "lookup"}}, parallel_tool_calls=None)
+    thinking = "<think>still working it out"
+    whole = chat_message(_output(thinking, "length"), named, REASONING_FORMATS["deepseek_r1"])
+    assert "tool_calls" not in whole["message"] and whole["finish_reason"] == "length"
+    assert whole["message"]["reasoning"] == "still working it out"
+    stream = MessageDeltas(named, REASONING_FORMATS["deepseek_r1"], True)
+    deltas = [d for piece in ("<think>still ", "working it out") for d in stream.step(piece, False)]
+    deltas += stream.step("", True)
+    assert deltas and not any("tool_calls" in d for d in deltas)
+    answered = chat_message(_output(thinking + '</think>{"q": 2}'), named, REASONING_FORMATS["deepseek_r1"])
+    assert answered["message"]["tool_calls"][0]["function"]["arguments"] == '{"q": 2}'

@@ -106,8 +106,8 @@ class ToolCalling:
     def calls(self, text: str) -> list[dict[str, Any]] | None:
         """The ``tool_calls`` of a forced call's output; None when it holds no complete list of calls ("required"
         cut short)."""
-        if self.kind == "named":
-            return [_call(self.new_id(), str(self.name), text)]
+        if self.kind == "named":  # (no text: nothing was called — a reasoning model cut off while thinking)
+            return [_call(self.new_id(), str(self.name), text)] if text else None
         try:
             items = DECODER.decode(text)
         except (ValueError, RecursionError):  # (not JSON; or nested past what Python's decoder takes)
@@ -134,7 +134,7 @@ def _whole_call_deltas(index: int, id_: str, name: str, arguments: str) -> list[
 
 
 class ToolCallDeltas:
-    """One streamed choice's ``delta`` objects: a named call's header as soon as the output starts, then its argument
+    """One streamed choice's ``delta`` objects: a named call's header with its first argument text, then the rest of its argument
     text as it is generated; "required"'s calls once the whole array is out (each: its header, then its
     arguments); "auto"'s content as it is generated and each call once it is closed. The deltas' content and
     arguments joined are the non-streamed ``content`` and ``arguments``."""
@@ -151,12 +151,13 @@ class ToolCallDeltas:
         if self.scanner is not None:
             return self._scanned(new_text, finished)
         if self.calling.kind == "named":
+            if not new_text:  # (the header waits for the first argument text: an output that ends while a reasoning
+                return []  # model thinks made no call — it was sent as soon as the output started)
             deltas = []
             if not self.called:
                 self.called = True
                 deltas.append({"tool_calls": [{"index": 0, **_call(self.id, str(self.calling.name), "")}]})
-            if new_text:
-                deltas.append({"tool_calls": [{"index": 0, "function": {"arguments": new_text}}]})
+            deltas.append({"tool_calls": [{"index": 0, "function": {"arguments": new_text}}]})
             return deltas
         self.text += new_text
         if not finished:
