@@ -194,6 +194,16 @@ def inverse_transform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tenso
     return torch.minimum(ids, last).clamp_(max=cum.shape[-1] - 1).squeeze(1)  # (a NaN row stays in the vocabulary)
 
 
+def nucleus_drop(sorted_probs: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
+    """(N, V) bool, True for the tokens top-p removes from ``sorted_probs`` (each row in descending order): vLLM's
+    and transformers' rule, the smallest set of most likely tokens whose mass reaches ``top_p`` — a token goes once
+    the mass before it does (``>=``: four tokens of 0.25 at top_p=0.5 keep two, not three). A row with top_p=1.0
+    keeps every token: its float32 running sum passes 1.0 in a large vocabulary's tail, which cut most of that tail
+    from a row without top_p whenever a neighbour in its batch had one (and changed a seeded row's draws with it)."""
+    before = sorted_probs.cumsum(-1) - sorted_probs  # the mass of the tokens more likely than each (0 for the first)
+    return (before >= top_ps[:, None]) & (top_ps < 1.0)[:, None]
+
+
 def _held_stops(p: SamplingParams, row: SampledRow, vocab: int) -> list[int]:
     """The stop ids ``row`` may not draw yet (``min_tokens`` not reached), those inside the vocabulary (an id past
     it is never drawn)."""
@@ -371,8 +381,7 @@ class Sampler:
             scaled = scaled.masked_fill(scaled < kth, float("-inf"))
         if any(p.top_p < 1.0 for p in params):
             sorted_logits, order = scaled.sort(dim=-1, descending=True)
-            cum = sorted_logits.softmax(-1).cumsum(-1)
-            drop = (cum - sorted_logits.softmax(-1)) > top_ps[:, None]  # mass before this token already enough
+            drop = nucleus_drop(sorted_logits.softmax(-1), top_ps)
             scaled = scaled.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
         probs = scaled.softmax(dim=-1)
         cpu = probs.device.type == "cpu"
