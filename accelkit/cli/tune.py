@@ -33,6 +33,24 @@ from accelkit.tune.search import TuneConfig, TuneResult
 TUNE_WORKLOADS = ("bert", "resnet", "llm", "llm-train", "custom")
 
 
+def _chosen_workload(workload: str | None, module: str | None) -> str | None:
+    """The built-in workload to tune (None: ``--module``'s factory), or the usage error for what was given."""
+    # `tune custom --module X` is `tune --module X` (`tune custom` alone built a CustomConfig without its module:
+    # an internal error)
+    if workload == "custom" and module is None:
+        raise UserError("`tune custom` needs --module package.module:factory")
+    workload = None if workload == "custom" else workload
+    if workload is not None and module is not None:  # (it said "give a WORKLOAD … or --module", given both)
+        raise UserError(f"give a WORKLOAD or --module, not both: `tune {workload}` tunes the built-in workload, "
+                        f"`tune --module {module}` your factory's model")
+    if workload is None and module is None:
+        raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory")
+    if workload == "diffusion":  # a bench workload (its pipelines' recipes are measured there), not a tune one
+        raise UserError("tune has no diffusion workload; measure a pipeline's recipes with `accelkit bench diffusion`, "
+                        "or tune bert, resnet, llm, llm-train or --module")
+    return workload
+
+
 def _memory_budget(text: str) -> int:
     return parse_size(text, field="--memory-budget")
 
@@ -132,19 +150,7 @@ def tune_cmd(
     dist: dict[str, Any],
 ) -> None:
     """Find the fastest recipe for a workload that stays within the accuracy gate (Pareto frontier + snippet)."""
-    # `tune custom --module X` is `tune --module X` (`tune custom` alone built a CustomConfig without its module:
-    # an internal error)
-    if workload == "custom" and module is None:
-        raise UserError("`tune custom` needs --module package.module:factory")
-    workload = None if workload == "custom" else workload
-    if workload is not None and module is not None:  # (it said "give a WORKLOAD … or --module", given both)
-        raise UserError(f"give a WORKLOAD or --module, not both: `tune {workload}` tunes the built-in workload, "
-                        f"`tune --module {module}` your factory's model")
-    if workload is None and module is None:
-        raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory")
-    if workload == "diffusion":  # a bench workload (its pipelines' recipes are measured there), not a tune one
-        raise UserError("tune has no diffusion workload; measure a pipeline's recipes with `accelkit bench diffusion`, "
-                        "or tune bert, resnet, llm, llm-train or --module")
+    workload = _chosen_workload(workload, module)
     if dist and nproc_per_node == 1:  # one process: no launch, no process group for it to bound
         given = ", ".join(DIST_FLAGS.get(f, f) for f in dist)
         raise UserError(f"{given} applies to --nproc-per-node N (the torchrun launch that tunes gradient "
