@@ -160,7 +160,15 @@ def apply(
         device=device_info(device), example_inputs=example_inputs,
         training=model.training if training is None else training, emulate_fp8=emulate,
     )
-    steps = [s for s in techniques(quant_backend=quant_backend, fp8_scaling=fp8_scaling) if s.name not in without]
+    every = techniques(quant_backend=quant_backend, fp8_scaling=fp8_scaling)
+    names = {s.name for s in every}
+    if isinstance(without, str):  # a str is a sequence of letters: "compile" in "compile" held by accident
+        raise ValueError(f"without={without!r} is a str; pass a tuple of technique names: without=({without!r},)")
+    unknown = [name for name in without if name not in names]
+    if unknown:  # a misspelt name left the technique in without a word
+        raise ValueError(f"without names {', '.join(map(repr, unknown))}, not a technique; expected names among "
+                         f"{', '.join(s.name for s in every)}, e.g. without=('mixed-precision',)")
+    steps = [s for s in every if s.name not in without]
     reason = _first_refusal(recipe, ctx, steps) or _first_model_refusal(model, recipe, ctx, steps)
     if reason:
         raise RecipeRefused(reason)

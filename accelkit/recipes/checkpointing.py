@@ -47,6 +47,7 @@ class CheckpointedBlock(torch.nn.Module):
         super().__init__()
         self.block = block
         self.selective = selective
+        self.training = block.training
         keep_state_dict_keys(self, "block.")
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -108,6 +109,14 @@ class ActivationCheckpointing(Technique):
         return None
 
     def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        done = sum(isinstance(m, CheckpointedBlock) for m in model.modules())
+        if done:  # a second apply wrapped each wrapper in another: checkpoints nested, two policies mixed
+            return (f"recompute={recipe.recompute!r}: {type(model).__name__} already has {done} checkpointed blocks "
+                    "(an earlier apply); apply one Recipe, with all its fields, to the model as built")
+        if any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()):
+            return (f"recompute={recipe.recompute!r}: {type(model).__name__} already checkpoints its layers itself "
+                    "(transformers' gradient_checkpointing_enable), and would nest the two checkpoints; call "
+                    "model.gradient_checkpointing_disable() first, or keep it and use recompute='none'")
         if recipe.recompute != "budget" and not find_blocks(model):
             return (f"recompute={recipe.recompute!r} found no repeated blocks (an nn.ModuleList of one module type "
                     f"holding ≥ {MIN_BLOCKS_PARAM_SHARE:.0%} of the parameters) in {type(model).__name__}; checkpoint "

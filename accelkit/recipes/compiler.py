@@ -21,6 +21,7 @@ class _BudgetedModule(torch.nn.Module):
     def __init__(self, inner: torch.nn.Module, budget: float):
         super().__init__()
         self.inner, self.budget = inner, budget
+        self.training = inner.training  # the model's mode, as AutocastModule keeps it
         keep_state_dict_keys(self, "inner.")
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

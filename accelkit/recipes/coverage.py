@@ -58,6 +58,19 @@ def matmul_weights(model: torch.nn.Module) -> list[MatmulWeight]:
     return found
 
 
+def weight_read_by_parent(model: torch.nn.Module) -> set[str]:
+    """Names of the Linears whose parent reads their weight itself instead of calling them: ``nn.MultiheadAttention``
+    passes ``out_proj.weight`` to its attention kernel (``out_proj`` is torch's ``NonDynamicallyQuantizableLinear``
+    for that reason). Converting one changes nothing that runs — a Float8Linear never called — or breaks the parent:
+    every torchao quantization of an ``nn.TransformerEncoder`` died in ``aten.t`` on the quantized weight."""
+    return {f"{fqn}.out_proj".lstrip(".") for fqn, m in model.named_modules()
+            if isinstance(m, torch.nn.MultiheadAttention) and isinstance(getattr(m, "out_proj", None), torch.nn.Linear)}
+
+
+#: how a note names what :func:`weight_read_by_parent` finds
+READ_BY_PARENT = "nn.MultiheadAttention's out_proj, whose weight it reads itself"
+
+
 def _pct(share: float) -> str:
     # whole percent, except where rounding would say 0 % or 100 % of something that is not
     return f"{share:.1%}" if 0 < share < 0.01 or 0.99 < share < 1 else f"{share:.0%}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from torch.nn.utils import parametrize
 
 from accelkit.core import Recipe
 from accelkit.recipes.base import ApplyContext, Technique, keep_state_dict_keys
-from accelkit.recipes.coverage import coverage, matmul_weights
+from accelkit.recipes.coverage import READ_BY_PARENT, coverage, matmul_weights, weight_read_by_parent
 
 SCALINGS = ("tensorwise", "rowwise")
 #: the dtype of the GEMM operands fed to the fp8 casts (torchao's rowwise recipe accepts only this one)
@@ -46,18 +47,29 @@ def _fp8_shape(linear: torch.nn.Linear) -> bool:
     return linear.in_features % 16 == 0 and linear.out_features % 16 == 0
 
 
-def _fp8_linear_filter(module: torch.nn.Module, fqn: str) -> bool:
-    return isinstance(module, torch.nn.Linear) and _fp8_shape(module) and not _is_head(fqn)
+def _fp8_linear_filter(model: torch.nn.Module) -> Callable[[torch.nn.Module, str], bool]:
+    """The Linears of ``model`` to convert: dims multiples of 16, no output head, and called as a module — not
+    nn.MultiheadAttention's out_proj, whose weight the attention reads itself: converted, it was counted as fp8 while
+    its GEMM ran on the bf16 weight cast, the Float8Linear never called."""
+    skip = weight_read_by_parent(model)
+
+    def keep(module: torch.nn.Module, fqn: str) -> bool:
+        return isinstance(module, torch.nn.Linear) and _fp8_shape(module) and not _is_head(fqn) and fqn not in skip
+
+    return keep
 
 
 def _kept(model: torch.nn.Module) -> tuple[int, str]:
     """(number of Linears, why those the filter keeps in high precision are kept: 'N output heads, M with dims not
     multiples of 16'; empty when none is)."""
     linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    skip = weight_read_by_parent(model)
     heads = sum(_is_head(fqn) for fqn, _ in linears)
     narrow = sum(not _is_head(fqn) and not _fp8_shape(m) for fqn, m in linears)
+    read = sum(not _is_head(fqn) and _fp8_shape(m) and fqn in skip for fqn, m in linears)
     why = [f"{heads} output head{'s' * (heads != 1)} ({'/'.join(HEADS)})"] if heads else []
     why += [f"{narrow} with dims not multiples of 16"] if narrow else []
+    why += [f"{read} {READ_BY_PARENT}"] if read else []
     return len(linears), ", ".join(why)
 
 
@@ -122,14 +134,20 @@ class Float8Training(Technique):
                 "use precision='bf16', or pass emulate=True to test the numerics without a speed-up")
 
     def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        done = [fqn for fqn, m in model.named_modules() if any(c.__name__ == "Float8Linear" for c in type(m).__mro__)]
+        if done:  # torchao cannot convert a Float8Linear again (a TypeError deep in the swap)
+            return (f"precision='fp8': {type(model).__name__} already has {len(done)} Float8Linear layers (e.g. "
+                    f"{done[0]}: an earlier apply or convert_to_float8_training); apply it once, to the model as built")
         # a recipe that converts nothing would be measured as fp8 while running bf16 autocast only
-        if any(_fp8_linear_filter(m, fqn) for fqn, m in model.named_modules()):
+        keep = _fp8_linear_filter(model)
+        if any(keep(m, fqn) for fqn, m in model.named_modules()):
             return None
         num_linears, why = _kept(model)
         if not num_linears:
             return f"precision='fp8' trains nn.Linear layers in fp8 and {type(model).__name__} has none; use precision='bf16'"
         return (f"precision='fp8' would convert none of the {num_linears} Linear layers of {type(model).__name__} ({why}"
-                "; FP8 GEMMs need both dims multiples of 16, and output heads stay in high precision); "
+                "; FP8 GEMMs need both dims multiples of 16, output heads stay in high precision, and a Linear whose "
+                "parent reads its weight is never called); "
                 "use precision='bf16'")
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
@@ -139,7 +157,7 @@ class Float8Training(Technique):
         config = float8_config(self.scaling, emulate=ctx.emulate_fp8)
         num_linears, kept = _kept(model)
         weights = matmul_weights(model)  # before the swap: what the note's share is of
-        convert_to_float8_training(model, config=config, module_filter_fn=_fp8_linear_filter)
+        convert_to_float8_training(model, config=config, module_filter_fn=_fp8_linear_filter(model))
         operand_cls = bf16_operand_linear()
         converted: set[str] = set()
         for fqn, module in model.named_modules():

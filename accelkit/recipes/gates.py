@@ -103,7 +103,9 @@ def drift(reference: torch.Tensor, candidate: torch.Tensor, *, logits: bool | No
     noise = (cand - ref).pow(2).sum(dtype=f64).item()
     signal = ref.pow(2).sum(dtype=f64).item()
     norms = math.sqrt(signal * cand.pow(2).sum(dtype=f64).item())
-    cosine = (ref * cand).sum(dtype=f64).item() / norms if norms > 0 else 0.0
+    # two all-zero outputs (a ReLU's, a masked one) are identical: cosine 1, not the 0 of a zero norm, which failed
+    # every cosine gate on an unchanged output
+    cosine = (ref * cand).sum(dtype=f64).item() / norms if norms > 0 else (1.0 if noise == 0 else 0.0)
     top1, num_top1 = _top1(ref, cand) if logits and ref.dim() > 0 else (None, None)
     return Drift(
         max_abs_error=(cand - ref).abs().max().item(),
@@ -134,7 +136,8 @@ class GateResult(Spec):
     reference_value: float = spec_field(doc="Reference's value of the criterion.")
     candidate_value: float | None = spec_field(
         doc="Candidate's value; None when an output has inf/NaN and the criterion is a drift figure (there is none), "
-            "or for an explicit top1 criterion with no position whose reference top-1 is clear (the gate fails).")
+            "or for an explicit top1 criterion with no position whose reference top-1 is clear, or when the task "
+            "metric gave inf/NaN for the candidate (the gate fails).")
     threshold: float = spec_field(doc="Candidate must reach at least this.")
     drift: Drift = spec_field(doc="Output drift figures.")
 
@@ -163,6 +166,11 @@ def check(
         if metric is None:
             raise ValueError("criterion='task' needs a metric function")
         ref_value, cand_value = float(metric(ref)), float(metric(cand))
+        if not math.isfinite(ref_value):  # nothing to hold the candidate to
+            raise ValueError(f"the task metric gave {ref_value} for the reference output; it must be a finite "
+                             "number (check the metric, or gate on cosine/top1)")
+        if not math.isfinite(cand_value):  # an overflowed perplexity or an empty accuracy is no score: it fails
+            cand_value = None
         # the allowed drop is a fraction of the reference's magnitude: ref·(1 − max_drop) lies *above* a negative
         # reference (a mean log-likelihood), which failed even an identical candidate
         threshold = ref_value - config.max_drop * abs(ref_value)

@@ -25,6 +25,7 @@ from accelkit.core import Recipe
 from accelkit.recipes.base import ApplyContext, Technique, keep_state_dict_keys
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+_SHORT = {torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast", None: "no autocast"}
 
 
 @contextlib.contextmanager
@@ -57,6 +58,9 @@ class AutocastModule(torch.nn.Module):
         super().__init__()
         self.inner = inner
         self.device_type, self.dtype, self.tf32 = device_type, dtype, tf32
+        # the model's mode, not a new Module's True: apply() reads ``model.training`` to pick the inference or the
+        # training form of a recipe, and a second apply on an eval model took this wrapper for a training one
+        self.training = inner.training
         keep_state_dict_keys(self, "inner.")
 
     @contextlib.contextmanager
@@ -106,6 +110,21 @@ class MixedPrecision(Technique):
                     "tensor cores — use precision='bf16' or 'fp32'")
         if recipe.precision in ("bf16", "fp8") and dev.is_cuda and not dev.is_rocm and not dev.sm_at_least(8, 0):
             return f"precision='bf16' needs SM80+ for tensor-core bf16; {dev.name} is older — use precision='fp16'"
+        return None
+
+    def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
+        wrapped = next((m for m in model.modules() if isinstance(m, AutocastModule)), None)
+        if wrapped is not None:
+            # the inner autocast wins: a second apply asking for fp16 ran bf16 without a word
+            now = "tf32" if wrapped.tf32 else _SHORT.get(wrapped.dtype, str(wrapped.dtype))
+            return (f"precision={recipe.precision!r}: {type(wrapped.inner).__name__} already runs under {now} (an "
+                    "AutocastModule from an earlier apply), which would override it; apply one Recipe, with all its "
+                    "fields, to the model as built")
+        if recipe.precision in ("bf16", "fp16") and any(
+                type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules()):
+            return (f"precision={recipe.precision!r}: {type(model).__name__} holds torch.ao int8 dynamic-quantized "
+                    "Linears (an earlier apply of quantization='int8-dynamic'), whose kernels take fp32 activations "
+                    "only; keep it fp32, or apply precision without the quantization to the model as built")
         return None
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:

@@ -37,7 +37,8 @@ import torch
 
 from accelkit.core import Recipe
 from accelkit.recipes.base import ApplyContext, RecipeRefused, Technique
-from accelkit.recipes.coverage import coverage, matmul_weights
+from accelkit.recipes.coverage import READ_BY_PARENT, coverage, matmul_weights, weight_read_by_parent
+from accelkit.recipes.precision import AutocastModule
 
 Backend = Literal["auto", "torchao", "torch.ao"]
 INT4_GROUP_CPU, INT4_GROUP_GPU = 32, 128
@@ -55,36 +56,84 @@ def _config(cls: Any, **kwargs: Any) -> Any:
     return cls(**kwargs)
 
 
-def _linear_filter(multiple: int) -> Callable[[torch.nn.Module, str], bool]:
+class KernelShape(NamedTuple):
+    """What a Linear's shape must be for torchao's kernels of one scheme here."""
+
+    multiple: int  # in_features (and out_features, when ``both``) must divide by it
+    both: bool  # out_features too: fp8-dynamic's ``_scaled_mm`` takes both dims in tiles of 16
+    why: str  # ", the int4 group size"
+
+    def takes(self, linear: torch.nn.Linear) -> bool:
+        return linear.in_features % self.multiple == 0 and (not self.both or linear.out_features % self.multiple == 0)
+
+    def rule(self) -> str:
+        """'in_features must be a multiple of 32, the int4 group size'"""
+        what = "in_features and out_features must both be multiples" if self.both else "in_features must be a multiple"
+        return f"{what} of {self.multiple}{self.why}"
+
+    def kept(self) -> str:
+        """Why a Linear was not converted: 'in_features not a multiple of 32, the int4 group size'."""
+        what = "in_features or out_features" if self.both else "in_features"
+        return f"{what} not a multiple of {self.multiple}{self.why}"
+
+    def shapes(self, linears: list[torch.nn.Linear]) -> str:
+        """The shapes the rule is about: 'widths here: 20, 48' or 'shapes here: 32→8, 8→10'."""
+        if self.both:
+            return "shapes here: " + ", ".join(sorted({f"{m.in_features}→{m.out_features}" for m in linears}))
+        return "widths here: " + ", ".join(sorted({str(m.in_features) for m in linears}))
+
+
+def _linear_filter(shape: KernelShape, skip: set[str]) -> Callable[[torch.nn.Module, str], bool]:
     def keep(module: torch.nn.Module, fqn: str) -> bool:
-        return isinstance(module, torch.nn.Linear) and module.in_features % multiple == 0
+        return isinstance(module, torch.nn.Linear) and shape.takes(module) and fqn not in skip
     return keep
 
 
-def _kernel_multiple(q: str, ctx: ApplyContext) -> tuple[int, str]:
-    """What a Linear's ``in_features`` must divide by for torchao's kernels of ``q`` here, and why."""
+def _kernel_shape(q: str, ctx: ApplyContext) -> KernelShape:
+    """What a Linear's shape must be for torchao's kernels of ``q`` here. fp8-dynamic's GEMM (``_scaled_mm``) needs
+    both dims multiples of 16: torchao leaves any other Linear as it was without a word (its ``_fp8_mm_compat``),
+    so a model whose Linears all had an out_features of 8 or 10 was "converted" to nothing and measured as fp8
+    (found in review). fp8-weight dequantizes and multiplies in bf16/fp16: only in_features matters to it."""
     if q == "int4-weight":
-        return (INT4_GROUP_GPU if ctx.device.is_cuda else INT4_GROUP_CPU), ", the int4 group size"
-    if q in FP8:
-        return 16, ", the fp8 GEMM's tile"
-    return 1, ""
+        return KernelShape(INT4_GROUP_GPU if ctx.device.is_cuda else INT4_GROUP_CPU, False, ", the int4 group size")
+    if q == "fp8-dynamic":
+        return KernelShape(16, True, ", the fp8 GEMM's tile")
+    if q == "fp8-weight":
+        return KernelShape(16, False, ", the fp8 GEMM's tile")
+    return KernelShape(1, False, "")
 
 
-def _none_converted(linears: list[torch.nn.Linear], q: str, multiple: int, why: str) -> str:
-    return (f"quantization={q!r} converted none of the {len(linears)} Linear layers: in_features must be a multiple "
-            f"of {multiple}{why} (widths here: {', '.join(sorted({str(m.in_features) for m in linears}))}); "
-            "use quantization='int8-weight' or 'int8-dynamic'")
+def _none_converted(named: list[tuple[str, torch.nn.Linear]], q: str, shape: KernelShape, skip: set[str]) -> str:
+    by_parent = sum(fqn in skip for fqn, _ in named)
+    others = [m for fqn, m in named if fqn not in skip]
+    why = [f"{shape.rule()} ({shape.shapes(others)})"] if others else []
+    why += [f"{by_parent} {'is' if by_parent == 1 else 'are'} {READ_BY_PARENT}"] if by_parent else []
+    fix = "use quantization='int8-weight' or 'int8-dynamic'" if others else "quantize the model's other layers yourself"
+    return f"quantization={q!r} converted none of the {len(named)} Linear layers: {'; '.join(why)}; {fix}"
 
 
-def _linears_refusal(model: torch.nn.Module, q: str, multiple: int, why: str) -> str | None:
+def _linears_refusal(model: torch.nn.Module, q: str, shape: KernelShape) -> str | None:
     """Why ``model`` has no Linear that ``q`` would convert (None if it has one): checked before anything is cast
     or quantized, so the refusal leaves the model as it was."""
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    if not linears:
+    named = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    if not named:
         return f"quantization={q!r} converts nn.Linear layers and {type(model).__name__} has none"
-    if not any(m.in_features % multiple == 0 for m in linears):
-        return _none_converted(linears, q, multiple, why)
+    skip = weight_read_by_parent(model)
+    if not any(_linear_filter(shape, skip)(m, fqn) for fqn, m in named):
+        return _none_converted(named, q, shape, skip)
     return None
+
+
+def _kept(named: list[tuple[str, torch.nn.Linear]], converted: set[str], shape: KernelShape, skip: set[str]) -> str:
+    """'; 3 kept in full precision (2 with in_features not a multiple of 32 …, 1 nn.MultiheadAttention's out_proj …)'"""
+    left = [fqn for fqn, _ in named if fqn not in converted]
+    if not left:
+        return ""
+    by_parent = sum(fqn in skip for fqn in left)
+    by_shape = len(left) - by_parent
+    why = ([f"{by_shape} with {shape.kept()}" if by_parent else shape.kept()] if by_shape else [])
+    why += [f"{by_parent} {READ_BY_PARENT}" if by_shape else READ_BY_PARENT] if by_parent else []
+    return f"; {len(left)} kept in full precision ({', '.join(why)})"
 
 
 def _weights_dtype(model: torch.nn.Module) -> str:
@@ -102,8 +151,7 @@ class Converted(NamedTuple):
 
 
 def _quantize_linears(model: torch.nn.Module, config: Any, q: str, ctx: ApplyContext) -> Converted:
-    """torchao ``quantize_`` on the Linears whose ``in_features`` divide by its kernels' group or tile
-    (:func:`_kernel_multiple`); says how many were converted and why the others were not, and the share of the
+    """torchao ``quantize_`` on the Linears whose shape its kernels take (:func:`_kernel_shape`); says how many were converted and why the others were not, and the share of the
     matmul weights that is (experts stored as 3-D parameters are no Linear, and stay as they were). A model where none
     qualifies was refused before (``Quantization.model_refusal``): a recipe that changed nothing must not be
     measured as if it had (int4 on a CPU once skipped every Linear of width 20 and still said "int4-weight
@@ -111,19 +159,32 @@ def _quantize_linears(model: torch.nn.Module, config: Any, q: str, ctx: ApplyCon
     changed."""
     from torchao import quantization as tq
 
-    multiple, why = _kernel_multiple(q, ctx)
+    shape = _kernel_shape(q, ctx)
     named = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     linears = [m for _, m in named]
     weights = {id(m): m.weight for m in linears}
     survey, rest = matmul_weights(model), _weights_dtype(model)
-    tq.quantize_(model, config, filter_fn=_linear_filter(multiple))
-    converted = {fqn for fqn, m in named if m.weight is not weights[id(m)]}  # quantize_ swaps in a quantized weight
+    skip = weight_read_by_parent(model)
+    tq.quantize_(model, config, filter_fn=_linear_filter(shape, skip))
+    # a converted Linear holds a quantized tensor subclass; a new Parameter of the same class is not one — torchao's
+    # fp8 config wraps a weight it skips (its own shape check) in a fresh Parameter, which an identity test counted
+    converted = {fqn for fqn, m in named if type(m.weight) is not type(weights[id(m)])}
     if not converted:
-        raise RecipeRefused(_none_converted(linears, q, multiple, why))
-    skipped = len(linears) - len(converted)
-    return Converted(converted, f"{len(converted)} of {len(linears)} Linear layers" + (
-        f"; {skipped} kept in full precision (in_features not a multiple of {multiple}{why})" if skipped else ""),
+        raise RecipeRefused(_none_converted(named, q, shape, skip))
+    return Converted(converted, f"{len(converted)} of {len(linears)} Linear layers" + _kept(named, converted, shape, skip),
         coverage(survey, converted, what=q, rest=rest))
+
+
+def quantized_layers(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """(name, what) of each layer a quantization already converted: a torch.ao quantized module, or a Linear whose
+    weight is a tensor subclass (torchao's ``Int8Tensor``, ``Float8Tensor`` …)."""
+    found = []
+    for fqn, m in model.named_modules():
+        if type(m).__module__.startswith("torch.ao.nn.quantized") and not type(m).__name__.endswith("PackedParams"):
+            found.append((fqn, f"torch.ao {type(m).__name__}"))
+        elif isinstance(m, torch.nn.Linear) and type(m.weight) not in (torch.nn.Parameter, torch.Tensor):
+            found.append((fqn, f"{type(m.weight).__name__} weight"))
+    return found
 
 
 class Quantization(Technique):
@@ -166,17 +227,40 @@ class Quantization(Technique):
 
     def model_refusal(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> str | None:
         q = str(recipe.quantization)
-        multiple, why = (1, "") if self._backend(recipe, ctx) == "torch.ao" else _kernel_multiple(q, ctx)
-        return _linears_refusal(model, q, multiple, why)
+        done = quantized_layers(model)
+        if done:  # torchao fails deep in its dispatch on its own tensors, torch.ao said "has no Linear"
+            fqn, kind = done[0]
+            return (f"quantization={q!r}: {type(model).__name__} is already quantized ({len(done)} layers, e.g. "
+                    f"{fqn or 'the model'}: {kind}, from an earlier apply); apply one quantization to the model as "
+                    "built")
+        backend = self._backend(recipe, ctx, model)
+        wrapped = next((m for m in model.modules() if isinstance(m, AutocastModule)), None)
+        if backend == "torch.ao" and wrapped is not None and wrapped.dtype in (torch.bfloat16, torch.float16):
+            # what refusal() says of Recipe(precision='bf16', quantization='int8-dynamic'), for the two applied
+            # one after the other: the forward died with "expected scalar type Float but found BFloat16"
+            return (f"quantization='int8-dynamic' on a CPU runs torch.ao's fp32-activation int8 kernels, and "
+                    f"{type(wrapped.inner).__name__} already runs under {_SHORT[wrapped.dtype]} autocast (an earlier apply); "
+                    "apply Recipe(quantization='int8-dynamic') to the model as built, in fp32")
+        if backend == "torch.ao" and _has_encoder_fast_path(model):
+            return (f"quantization='int8-dynamic' through torch.ao breaks {type(model).__name__}'s "
+                    "nn.TransformerEncoderLayer, whose inference fast path reads linear1.weight itself "
+                    "(\"'function' object has no attribute 'device'\"); use quant_backend='torchao' or 'auto'")
+        shape = KernelShape(1, False, "") if backend == "torch.ao" else _kernel_shape(q, ctx)
+        return _linears_refusal(model, q, shape)
 
-    def _backend(self, recipe: Recipe, ctx: ApplyContext) -> str:
+    def _backend(self, recipe: Recipe, ctx: ApplyContext, model: torch.nn.Module | None = None) -> str:
         if self.backend != "auto":
             return self.backend
+        if model is not None and _has_encoder_fast_path(model):
+            return "torchao"
         return "torch.ao" if recipe.quantization == "int8-dynamic" and not ctx.device.is_cuda and recipe.compile is False else "torchao"
 
     def apply(self, model: torch.nn.Module, recipe: Recipe, ctx: ApplyContext) -> torch.nn.Module:
         q = recipe.quantization
-        backend = self._backend(recipe, ctx)
+        backend = self._backend(recipe, ctx, model)
+        if backend != self._backend(recipe, ctx):
+            ctx.notes.append("torchao, not torch.ao: torch.ao's quantized Linears break nn.TransformerEncoderLayer's "
+                             "inference fast path")
         if backend == "torch.ao":
             linear_fqns = {fqn for fqn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
             survey, rest = matmul_weights(model), _weights_dtype(model)
@@ -185,7 +269,9 @@ class Quantization(Technique):
                 model = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]  # torch.ao is untyped
                     model, {torch.nn.Linear}, dtype=torch.qint8)
             # quantize_dynamic swaps each Linear for its own dynamic-quantized module, at the same name
-            converted = {fqn for fqn, m in model.named_modules() if fqn in linear_fqns and type(m) is not torch.nn.Linear}
+            # (its own modules: a subclass it leaves alone, such as MultiheadAttention's out_proj, is not converted)
+            converted = {fqn for fqn, m in model.named_modules()
+                         if fqn in linear_fqns and type(m).__module__.startswith("torch.ao.nn.quantized")}
             ctx.notes.append(f"int8 dynamic quantization (torch.ao quantize_dynamic) of {len(converted)} of "
                              f"{len(linear_fqns)} Linear layers; {coverage(survey, converted, what=str(q), rest=rest)}")
             return model
@@ -208,6 +294,12 @@ class Quantization(Technique):
         done = _quantize_linears(model, config, q, ctx)
         ctx.notes.append(f"{q} quantization (torchao {type(config).__name__}) of {done.counted}; {done.covered}")
         return model
+
+
+def _has_encoder_fast_path(model: torch.nn.Module) -> bool:
+    """``nn.TransformerEncoderLayer``'s inference fast path hands ``linear1.weight`` and the rest to a fused kernel
+    itself; a torch.ao dynamic-quantized Linear's ``weight`` is a method there, and the forward raised."""
+    return any(isinstance(m, torch.nn.TransformerEncoderLayer) for m in model.modules())
 
 
 def int4_gpu_config() -> Any:
