@@ -9,6 +9,7 @@ A probe is used when planning for the local CPU (``--hardware cpu``) or when the
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -195,17 +196,39 @@ def efficiency(device: DeviceSpec, dtype: str, *, use_calibration: bool = True) 
         return _cpu_efficiency(device)
     prior = prior_efficiency(device, dtype)
     coll = latest_collectives(device.name) if use_calibration else None
-    if coll is not None and device.scaleup_bandwidth_bytes_per_s > 0:
+    link, link_words = _probed_link(device, coll) if coll is not None else (0.0, "")
+    if coll is not None and link > 0:
         busbw, note = _busbw_note(coll)
-        comm = busbw / device.scaleup_bandwidth_bytes_per_s  # busbw is what a ring achieves per link
+        comm = busbw / link  # busbw is what a ring achieves per link
         kept = tuple(s for s in prior.sources if not s.startswith("communication"))
         prior = replace(prior, comm=comm, calibrated=True, sources=(
-            *kept, f"communication efficiency {comm:.2f} = {note} ÷ scale-up link "
-                   f"{device.scaleup_bandwidth_bytes_per_s / 1e9:g} GB/s"))
+            *kept, f"communication efficiency {comm:.2f} = {note} ÷ {link_words}"))
     probe = latest_probe(device.name) if use_calibration else None
     if probe is None:
         return prior
     return _probed_efficiency(device, dtype, prior, probe)
+
+
+def _probed_link(device: DeviceSpec, coll: Any) -> tuple[float, str]:
+    """(the scale-up bandwidth the probe's ring had, in words): the planner takes ``comm`` × the link a group of k
+    ranks per node has (``DeviceSpec.scaleup_group_bandwidth``), so the probe's busbw is divided by the same link at
+    its own k. On a mesh (xGMI) that is per_peer · (k − 1), not the 8-device headline: a 2-rank MI300X probe
+    (busbw 47.7 GB/s of a 64 GB/s peer link) ÷ the 448 GB/s headline gave efficiency 0.11, and an 8-MI300X plan
+    then moved its all-reduces at 47.7 GB/s instead of the ~313 measured there. (0.0, "") when the probe had no two
+    ranks on one node (nothing it measured crossed the scale-up fabric) or the device has no scale-up fabric."""
+    if device.scaleup_bandwidth_bytes_per_s <= 0:
+        return 0.0, ""
+    d = coll.details
+    nodes = int(d.get("num_nodes") or 1)
+    ranks = int(d.get("nproc_per_node") or max(1, int(d.get("world_size") or 1) // max(1, nodes)))
+    link = device.scaleup_group_bandwidth(ranks)
+    if ranks < 2 or math.isinf(link):
+        return 0.0, ""
+    if link == device.scaleup_bandwidth_bytes_per_s:
+        return link, f"scale-up link {link / 1e9:g} GB/s"
+    per_peer = (device.per_peer_bandwidth_bytes_per_s or 0.0) / 1e9
+    return link, (f"scale-up link of {ranks} ranks {link / 1e9:g} GB/s ({per_peer:g} GB/s per peer × {ranks - 1}, of "
+                  f"the {device.scaleup_bandwidth_bytes_per_s / 1e9:g} GB/s mesh)")
 
 
 def _cpu_efficiency(device: DeviceSpec) -> Efficiency:
