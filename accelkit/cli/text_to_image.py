@@ -155,7 +155,9 @@ def _refuse_flags(model: str, request: dict[str, Any], layout: dict[str, Any], o
     given += [(k, v) for k, v in options.items() if k not in _IMAGE_OPTIONS and v != getattr(PlanOptions(), k, v)]
     if given:
         key, value = given[0]
-        raise UserError(f"{flag_text(key, value)} does not apply to a text-to-image model ({model}: one pipeline per "
+        # a flag spelled apart from its field (the field is kv_cache_memory_bytes: found in review)
+        flag = f"--kv-cache-memory {fmt_bytes(value)}" if key == "kv_cache_memory_bytes" else flag_text(key, value)
+        raise UserError(f"{flag} does not apply to a text-to-image model ({model}: one pipeline per "
                         "device, a fused attention kernel); drop it — the image flags are --resolution, --height, "
                         "--width, --steps, --guidance and --batch (images per call)")
 
@@ -166,9 +168,13 @@ def plan(model: str, request: dict[str, Any], layout: dict[str, Any], options: d
     _refuse_flags(model, request, layout, options)
     spec = resolve_diffusion(model)
     names = [n.strip() for n in str(request.get("compare") or "").split(",") if n.strip()]
+    if request.get("compare") is not None and not names:  # it planned hardware 'None' (found in review)
+        raise UserError(f"--compare {request['compare']!r} names no hardware; give a comma list, e.g. h100,h200")
     if request.get("hardware") and names:
         raise UserError(f"--hardware {request['hardware']} and --compare {request['compare']} are exclusive; drop one")
-    hardware = names or [str(request.get("hardware"))]
+    if not names and not request.get("hardware"):  # it planned hardware 'None' (found in review)
+        raise UserError("give --hardware NAME (e.g. h100) or --compare A,B,…")
+    hardware = names or [str(request["hardware"])]
     side = image.get("resolution")
     gen = default_generation(spec, height=image.get("height") or side, width=image.get("width") or side,
                              steps=image.get("steps"), guidance=image.get("guidance"), batch_size=request.get("batch"))

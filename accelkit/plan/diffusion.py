@@ -53,11 +53,20 @@ class ImageRequest(Spec):
                                                                        "default the model's.")
 
 
-def _weights(count: PipelineCount, precision: str) -> dict[str, float]:
+def vae_upcast(spec: DiffusionSpec, precision: str) -> bool:
+    """Whether the pipeline decodes in fp32 a VAE built in fp16: SDXL's does (``needs_upcasting``: a fp16 VAE whose
+    config sets force_upcast is moved to fp32 for the decode, diffusers 0.42); SD3's and FLUX's decode in fp16,
+    though their VAE configs set force_upcast too."""
+    return precision == "fp16" and spec.family == "sdxl" and bool(spec.vae.get("force_upcast"))
+
+
+def _weights(spec: DiffusionSpec, count: PipelineCount, precision: str) -> dict[str, float]:
     """Bytes of each component's weights: the pipeline dtype; fp8: the denoiser's Linear weights as torchao's
-    fp8-dynamic stores them."""
+    fp8-dynamic stores them; an upcast VAE (``vae_upcast``): fp32, as it is held while it decodes."""
     size = weight_bytes_per_param(PIPELINE_DTYPE[precision])
     out = {k: float(v * size) for k, v in count.params.items()}
+    if vae_upcast(spec, precision):
+        out["vae"] = float(count.params["vae"] * weight_bytes_per_param("fp32"))
     if precision == "fp8":
         linear = count.linear_params["denoiser"]
         out["denoiser"] = float((count.params["denoiser"] - linear) * size + linear * weight_bytes_per_param(
@@ -82,9 +91,9 @@ def _activations(spec: DiffusionSpec, gen: Generation, precision: str) -> dict[s
     text = max((e_.max_length * e_.config.get("d_model", e_.config.get("hidden_size", 0)) for e_ in
                 spec.text_encoders), default=0) * BLOCK_VALUES_PER_WIDTH
     widths = list(spec.vae["block_out_channels"])
-    # only SDXL's pipeline upcasts a fp16 VAE (diffusers 0.42); SD3's and FLUX's decode in fp16, though their VAE
-    # configs set force_upcast too (4 bytes for them added 1.5 GiB to sd3-medium's fp16 plan: found in review)
-    vae_e = 4 if precision == "fp16" and spec.family == "sdxl" and spec.vae.get("force_upcast") else e
+    # only SDXL's pipeline upcasts a fp16 VAE (``vae_upcast``); 4 bytes for SD3's and FLUX's added 1.5 GiB to
+    # sd3-medium's fp16 plan (found in review)
+    vae_e = 4 if vae_upcast(spec, precision) else e
     vae = gen.height * gen.width * 2 * (widths[0] + widths[min(1, len(widths) - 1)]) * gen.batch_size * vae_e
     return {"text_encoders": float(text * gen.batch_size * 2 * e), "denoiser": float(den * batch * e),
             "vae_decode": float(vae)}
@@ -129,7 +138,7 @@ def plan_image(spec: DiffusionSpec, gen: Generation, device: DeviceSpec, *, prec
     lin_eff = efficiency(device, "fp8", use_calibration=options.use_calibration) if precision == "fp8" else eff
     sustained, sustained_source = (1.0, "a CPU's peak is its measured matmul") if device.vendor == "cpu" \
         else sustained_tensor(family(device))
-    weights, acts = _weights(count, precision), _activations(spec, gen, precision)
+    weights, acts = _weights(spec, count, precision), _activations(spec, gen, precision)
     bw = device.memory_bandwidth_bytes_per_s * eff.memory
     b = gen.batch_size
     gemm, attn = peak * eff.compute * sustained, peak * eff.attention * sustained
@@ -137,7 +146,16 @@ def plan_image(spec: DiffusionSpec, gen: Generation, device: DeviceSpec, *, prec
     den_linear = lin_peak * lin_eff.compute * sustained
     text_s, text_by = _phase_time(count.text, b, weights["text_encoders"], (gemm, gemm, attn), bw)
     step_s, step_by = _phase_time(count.step, b, weights["denoiser"], (den_linear, gemm, attn), bw)
-    vae_s, vae_by = _phase_time(count.vae, b, weights["vae"], (gemm, gemm, attn), bw)
+    if vae_upcast(spec, precision):
+        # SDXL decodes a fp16 VAE in fp32: the fp32 peak and efficiencies, as an fp32 plan's decode (the 16-bit
+        # peak put the decode 16× fast on an H100; the bench runs fp32 with TF32 off)
+        peak32 = _peaks(device, "fp32")[1]
+        eff32 = efficiency(device, "fp32", use_calibration=options.use_calibration)
+        vae_rates = (peak32 * eff32.compute * sustained,) * 2 + (peak32 * eff32.attention * sustained,)
+        vae_bw = device.memory_bandwidth_bytes_per_s * eff32.memory
+    else:
+        vae_rates, vae_bw = (gemm, gemm, attn), bw
+    vae_s, vae_by = _phase_time(count.vae, b, weights["vae"], vae_rates, vae_bw)
     call_s = text_s + gen.steps * step_s + vae_s
     breakdown = {"text_encoders": text_s, "denoiser": gen.steps * step_s, "vae_decode": vae_s}
     bound = {"text_encoders": text_by, "denoiser": step_by, "vae_decode": vae_by}
@@ -207,6 +225,9 @@ def _assumptions(spec: DiffusionSpec, gen: Generation, device: DeviceSpec, preci
         + f"; activations ≈ {BLOCK_VALUES_PER_WIDTH} values per token per width in a transformer block (SDXL: per "
         "pixel per channel at the widest level, plus the skip connections) and the VAE decoder's full-resolution "
         "working set: ASSUMED from the blocks' structure",
+        *([f"VAE decode in fp32: {PIPELINE_CLASS[spec.family]} moves a fp16 VAE whose config sets force_upcast to "
+           "fp32 for the decode (diffusers), so the decode runs at the fp32 peak (TF32 off) and its weights are "
+           "held in fp32"] if vae_upcast(spec, precision) else []),
         f"framework allowance {options.overhead_bytes / 2**30:g} GiB per device: assumed",
         f"CFG (diffusers' {PIPELINE_CLASS[spec.family]}): "
         + ("yes — the denoiser runs the conditional and unconditional batch in one call" if spec.uses_cfg(gen.guidance)

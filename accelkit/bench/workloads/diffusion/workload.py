@@ -115,10 +115,11 @@ class Diffusion(BenchWorkload):
 
     # ---- what can run ----------------------------------------------------------------------------------------
     def variants(self, requested: list[Variant]) -> list[Variant]:
-        """Each requested variant once per SDPA backend of ``--attention`` (default: as requested)."""
+        """Each requested variant once per SDPA backend of ``--attention`` (default: as requested); a backend listed
+        twice is one variant (``--attention math,math`` ran and printed two identical rows: found in review)."""
         out = []
         for v in requested:
-            for backend in self.config.attention:
+            for backend in dict.fromkeys(self.config.attention):
                 out.append(v if backend == "default" else
                            v.replace(settings={**v.settings, "attention": backend}, label=f"{v.name}+sdpa-{backend}"))
         return out
