@@ -26,6 +26,28 @@ REQUIRED = {
 }
 
 
+#: transformers' own defaults (configuration_<model_type>.py, 5.x) for the decoder keys a config.json may leave out,
+#: where they differ between model types — read as one value for all (the heads, a 2048 context, no window, θ 10000),
+#: a Mistral config without num_key_value_heads planned 4× its KV cache and 11% more parameters than transformers
+#: builds from the same file, one without sliding_window no window (transformers: 4096)
+_DECODER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"num_key_value_heads": None, "max_position_embeddings": 2048, "rope_theta": 10000.0,
+              "rms_norm_eps": 1e-6},
+    "mistral": {"num_key_value_heads": 8, "max_position_embeddings": 131072, "rope_theta": 10000.0,
+                "rms_norm_eps": 1e-6, "sliding_window": 4096},
+    "mixtral": {"num_key_value_heads": 8, "max_position_embeddings": 131072, "rope_theta": 1e6, "rms_norm_eps": 1e-5,
+                "sliding_window": None},
+    "qwen2": {"num_key_value_heads": 32, "max_position_embeddings": 32768, "rope_theta": 10000.0,
+              "rms_norm_eps": 1e-6},
+    "qwen3": {"num_key_value_heads": 32, "max_position_embeddings": 32768, "rope_theta": 10000.0,
+              "rms_norm_eps": 1e-6},
+    "qwen3_moe": {"num_key_value_heads": 4, "max_position_embeddings": 32768, "rope_theta": 10000.0,
+                  "rms_norm_eps": 1e-6},
+}
+_CONFIG_CLASS = {"llama": "LlamaConfig", "mistral": "MistralConfig", "mixtral": "MixtralConfig",
+                 "qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig"}
+
+
 class _Reader:
     """Typed access to a config dict; every error names the file and the field."""
 
@@ -84,15 +106,17 @@ class _Reader:
         return tuple(value)
 
 
-def _rope(r: _Reader) -> tuple[float, dict[str, Any] | None]:
+def _rope(r: _Reader, default_theta: float = 10000.0) -> tuple[float, dict[str, Any] | None]:
     """RoPE base and scaling, from transformers v4 (rope_theta/rope_scaling) or v5 (rope_parameters)."""
     params = r.data.get("rope_parameters") or {}
     if not isinstance(params, dict):
         raise r._fail("rope_parameters", "must be an object")
-    theta = params.get("rope_theta", r.data.get("rope_theta", 10000.0))
+    theta = params.get("rope_theta", r.data.get("rope_theta", default_theta))
+    if theta is None:
+        theta = default_theta
     if isinstance(theta, bool) or not isinstance(theta, (int, float)):
         raise r._fail("rope_theta", f"must be a number, got {theta!r}")
-    theta = r.finite("rope_parameters.rope_theta" if "rope_theta" in params else "rope_theta", theta, 10000.0)
+    theta = r.finite("rope_parameters.rope_theta" if "rope_theta" in params else "rope_theta", theta, default_theta)
     own = {k: v for k, v in params.items() if k != "rope_theta"}
     where, scaling = ("rope_parameters", own) if own else ("rope_scaling", r.data.get("rope_scaling"))
     if scaling is not None and not isinstance(scaling, dict):
@@ -135,15 +159,26 @@ def from_hf_config(data: dict[str, Any], *, name: str | None = None, source: str
 
 def _decoder(r: _Reader, name: str) -> ModelSpec:
     mt = r.data["model_type"]
-    theta, scaling = _rope(r)
+    defaults = _DECODER_DEFAULTS[mt]
+    theta, scaling = _rope(r, defaults["rope_theta"])
     heads, hidden = r.int("num_attention_heads"), r.int("hidden_size")
+    # 0 heads read as "0 KV heads" (the one-per-head default), 0 positions as a model of an empty context (a 0 B
+    # KV cache per sequence): each names its own key
+    positions = r.int("max_position_embeddings", defaults["max_position_embeddings"])
+    for key, value in (("num_attention_heads", heads), ("max_position_embeddings", positions)):
+        if value == 0:
+            raise r._fail(key, "must be at least 1, got 0")
+    kv_heads = _kv_heads(r, heads, defaults["num_key_value_heads"])
     head_dim = r.int("head_dim", 128 if mt == "qwen3" else None)  # Qwen3Config's default is 128, not h / heads
     moe = mt in ("mixtral", "qwen3_moe")
     qwen3 = mt in ("qwen3", "qwen3_moe")
     if mt == "qwen3_moe":
         _check_every_layer_sparse(r)
     # transformers' Qwen3MoeConfig defaults (configuration_qwen3_moe.py) for fields save_pretrained leaves out
-    num_experts = r.int("num_local_experts", None) or r.int("num_experts", 128 if mt == "qwen3_moe" else 8)
+    # transformers 5 maps num_experts onto num_local_experts for both (and saves the latter): whichever is given; a
+    # num_local_experts of 0 is refused by ModelSpec, not read as "absent" (it became 8 experts)
+    given = "num_local_experts" if r.data.get("num_local_experts") is not None else "num_experts"
+    num_experts = r.int(given, 128 if mt == "qwen3_moe" else 8)
     return ModelSpec(
         name=name,
         kind="moe" if moe else "decoder",
@@ -151,13 +186,13 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
         num_layers=r.int("num_hidden_layers"),
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=r.int("num_key_value_heads", heads),
+        num_kv_heads=kv_heads,
         head_dim=None if heads and head_dim == hidden // heads else head_dim,  # None = the default split
         # Qwen3-MoE: the routed experts' width (intermediate_size is for dense layers, which _check_every_layer_sparse
         # rules out)
         ffn_hidden_size=r.int("moe_intermediate_size", 768) if mt == "qwen3_moe" else r.int("intermediate_size"),
         vocab_size=r.int("vocab_size"),
-        max_seq_len=r.int("max_position_embeddings", 2048),
+        max_seq_len=positions,
         **_window(r, mt),
         num_experts=num_experts if moe else None,
         experts_per_token=r.int("num_experts_per_tok", 8 if mt == "qwen3_moe" else 2) if moe else None,
@@ -171,8 +206,23 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
         qk_norm=qwen3,
         rope_theta=theta,
         rope_scaling=scaling,
-        norm_eps=r.float("rms_norm_eps", 1e-6),
+        norm_eps=r.float("rms_norm_eps", defaults["rms_norm_eps"]),
     )
+
+
+def _kv_heads(r: _Reader, heads: int, default: int | None) -> int:
+    """num_key_value_heads as transformers reads it: its model type's default when the key is absent (Mistral's and
+    Mixtral's 8, Qwen2's and Qwen3's 32, Qwen3-MoE's 4; Llama's one per head), one per head when it is null."""
+    if "num_key_value_heads" in r.data:
+        return int(r.int("num_key_value_heads", heads))
+    if default is None:
+        return heads
+    if heads and heads % default:
+        cls = _CONFIG_CLASS[r.data["model_type"]]
+        raise r._fail("num_key_value_heads", f"is missing: transformers' {cls} then uses {default}, which "
+                                             f"num_attention_heads {heads} is not a multiple of; write the model's "
+                                             "num_key_value_heads")
+    return default
 
 
 def _check_every_layer_sparse(r: _Reader) -> None:
@@ -197,7 +247,9 @@ def _window(r: _Reader, mt: str) -> dict[str, Any]:
     false) is true, and layer_types — when the config does not list them — marks layer i "sliding_attention" iff
     i >= max_window_layers (default 28); Qwen2Attention gives only those layers the window
     (modeling_qwen2: ``config.sliding_window if self.layer_type == "sliding_attention" else None``)."""
-    if mt in ("mistral", "mixtral"):
+    if mt in ("mistral", "mixtral"):  # absent: MistralConfig's 4096, MixtralConfig's none; null: none
+        if "sliding_window" not in r.data:
+            return {"sliding_window": _DECODER_DEFAULTS[mt]["sliding_window"]}
         return {"sliding_window": r.int("sliding_window", None) or None}
     if mt == "qwen3_moe" and r.bool("use_sliding_window", False):  # Qwen3MoeAttention: every layer
         return {"sliding_window": r.int("sliding_window", 4096) or None}
@@ -256,7 +308,9 @@ def _resnet(r: _Reader, name: str) -> ModelSpec:
     if r.data.get("layer_type", "bottleneck") != "bottleneck":
         raise UserError(f"{r.source}: field 'layer_type' = {r.data['layer_type']!r}; only 'bottleneck' is supported")
     labels = r.data.get("id2label")
-    num_labels = len(labels) if isinstance(labels, dict) and labels else r.int("num_labels", None)
+    # neither: transformers' default of 2 labels (PretrainedConfig), the classifier ResNetForImageClassification
+    # builds — read as "no head", the count left it out and a bench drew labels 0…999 for its 2 outputs (IndexError)
+    num_labels = len(labels) if isinstance(labels, dict) and labels else r.int("num_labels", 2)
     return ModelSpec(
         name=name, kind="cnn", family="resnet", stage_depths=r.int_list("depths", [3, 4, 6, 3]),
         stage_widths=r.int_list("hidden_sizes", [256, 512, 1024, 2048]), stem_width=r.int("embedding_size", 64),

@@ -77,6 +77,54 @@ def weights_variant(path: str) -> str | None:
     return variants[0]
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: keys whose published value is one number where diffusers takes a list as well (a (height, width) sample_size, a
+#: cross_attention_dim per block)
+_NUMBER_OR_LIST = ("sample_size", "cross_attention_dim")
+
+
+def _fits(key: str, value: object, reference: object) -> bool:
+    """Whether a config value has the JSON type of the published config's (the full preset's) value: a flag, a
+    number, text, or a list of them; where the published value is a list of numbers one number stands for it too
+    (diffusers takes either for transformer_layers_per_block, attention_head_dim, …)."""
+    if value is None or reference is None:
+        return True  # null: the count's own default or its refusal
+    if isinstance(reference, bool):
+        return isinstance(value, bool)
+    if isinstance(reference, str):
+        return isinstance(value, str)
+    numbers = isinstance(value, list) and bool(value) and all(_number(v) for v in value)
+    if _number(reference):
+        return _number(value) or (key in _NUMBER_OR_LIST and numbers)
+    if isinstance(reference, list) and reference and all(_number(v) for v in reference):
+        return _number(value) or numbers
+    if isinstance(reference, list) and reference and all(isinstance(v, str) for v in reference):
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return True
+
+
+def _check_types(root: Path, family: DiffusionFamily, folders: dict[str, tuple[str, dict[str, Any]]]) -> None:
+    """Refuse, in one line naming the file and the key, a value of another type than the published config's (a
+    "patch_size": "2" was an internal error, exit 1, in `models show` and `plan`; found in a hunt). ``folders``:
+    folder → (text encoder kind or '', its config)."""
+    from accelkit.models.diffusion.presets import get_diffusion_preset
+
+    full = {"sd3": "sd3-medium", "flux": "flux-dev", "sdxl": "sdxl-base"}
+    own = get_diffusion_preset(full[family])
+    encoders: dict[str, dict[str, Any]] = {e.kind: e.config for name in full.values()
+                                          for e in get_diffusion_preset(name).text_encoders}
+    for folder, (kind, config) in folders.items():
+        reference = encoders.get(kind, {}) if kind else own.vae if folder == "vae" else own.denoiser
+        for key, value in config.items():
+            if key in reference and not _fits(key, value, reference[key]):
+                raise UserError(f"{root / folder / 'config.json'}: {key!r} is {json.dumps(value)}, where diffusers "
+                                f"writes a value like {json.dumps(reference[key])}; fix it (or save the pipeline "
+                                "again with save_pretrained)")
+
+
 def _check_keys(root: Path, spec: DiffusionSpec, slots: list[str]) -> None:
     """Each component's closed-form count once, so that a config without a key the counts read is refused here, in
     one line naming its file and the key — not a KeyError in `models show`, `plan` or a bench (found in review)."""
@@ -92,6 +140,10 @@ def _check_keys(root: Path, spec: DiffusionSpec, slots: list[str]) -> None:
         except KeyError as exc:
             raise UserError(f"{root / folder / 'config.json'} has no {exc.args[0]!r}, which accelkit reads to count "
                             "that component; add it (diffusers' save_pretrained writes every key)") from exc
+        except (TypeError, ValueError, ArithmeticError, IndexError) as exc:  # a value of the right type that no
+            # model has (a patch_size of 0, a list where one number goes): the file, not an internal error
+            raise UserError(f"{root / folder / 'config.json'}: its values do not describe a model accelkit can count "
+                            f"({type(exc).__name__}: {exc}); compare it with diffusers' save_pretrained output") from exc
 
 
 def load_dir(path: str) -> DiffusionSpec:
@@ -115,16 +167,28 @@ def load_dir(path: str) -> DiffusionSpec:
         if kind is None:
             raise UserError(f"{path}: text encoder {slot} is a {entry[1]}; supported: {', '.join(_ENCODER_KIND)}")
         config = _config(root, slot)
-        tokens = t5_tokens if kind == "t5" else int(config.get("max_position_embeddings", CLIP_TOKENS))
+        _check_types(root, family, {slot: (kind, config)})
+        tokens = t5_tokens if kind == "t5" else config.get("max_position_embeddings", CLIP_TOKENS)
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+            raise UserError(f"{root / slot / 'config.json'}: 'max_position_embeddings' is {json.dumps(tokens)}; "
+                            f"expected a positive integer (CLIP's is {CLIP_TOKENS})")
         encoders.append(TextEncoder(kind=kind, config=config, max_length=tokens))  # type: ignore[arg-type]
         slots.append(slot)
-    denoiser = _config(root, "unet" if family == "sdxl" else "transformer")
+    denoiser_folder = "unet" if family == "sdxl" else "transformer"
+    denoiser = _config(root, denoiser_folder)
     vae = _config(root, "vae")
+    _check_types(root, family, {denoiser_folder: ("", denoiser), "vae": ("", vae)})
     factor = 2 ** (len(vae.get("block_out_channels", (0, 0, 0, 0))) - 1)
+    sample = denoiser.get("sample_size") or 128
+    if isinstance(sample, list):  # (height, width): diffusers' default size is square in every published config
+        if len(set(sample)) != 1:
+            raise UserError(f"{root / denoiser_folder / 'config.json'}: 'sample_size' is {json.dumps(sample)}, not "
+                            "square; accelkit models one resolution: write one number")
+        sample = sample[0]
     try:
         spec = DiffusionSpec(
             name=root.resolve().name, family=family, denoiser=denoiser, vae=vae, text_encoders=tuple(encoders),
-            scheduler=_config(root, "scheduler"), resolution=int(denoiser.get("sample_size") or 128) * factor,
+            scheduler=_config(root, "scheduler"), resolution=int(sample) * factor,
             steps=steps, guidance=guidance, force_zeros_for_empty_prompt=bool(index.get(
                 "force_zeros_for_empty_prompt", family == "sdxl")), max_sequence_length=dropped_t5,
             source=f"local directory {root.resolve()}",
