@@ -106,16 +106,16 @@ def _fits(key: str, value: object, reference: object) -> bool:
     return True
 
 
-def _check_types(root: Path, family: DiffusionFamily, folders: dict[str, tuple[str, dict[str, Any]]]) -> None:
+def _check_types(root: Path, family: DiffusionFamily, folders: dict[str, tuple[str, dict[str, Any]]],
+                 published: Callable[[str], DiffusionSpec]) -> None:
     """Refuse, in one line naming the file and the key, a value of another type than the published config's (a
     "patch_size": "2" was an internal error, exit 1, in `models show` and `plan`; found in a hunt). ``folders``:
-    folder → (text encoder kind or '', its config)."""
-    from accelkit.models.diffusion.presets import get_diffusion_preset
-
+    folder → (text encoder kind or '', its config); ``published``: a preset by name (the presets module's lookup,
+    passed in: that module reads pipeline folders through this one)."""
     full = {"sd3": "sd3-medium", "flux": "flux-dev", "sdxl": "sdxl-base"}
-    own = get_diffusion_preset(full[family])
+    own = published(full[family])
     encoders: dict[str, dict[str, Any]] = {e.kind: e.config for name in full.values()
-                                          for e in get_diffusion_preset(name).text_encoders}
+                                          for e in published(name).text_encoders}
     for folder, (kind, config) in folders.items():
         reference = encoders.get(kind, {}) if kind else own.vae if folder == "vae" else own.denoiser
         for key, value in config.items():
@@ -146,8 +146,9 @@ def _check_keys(root: Path, spec: DiffusionSpec, slots: list[str]) -> None:
                             f"({type(exc).__name__}: {exc}); compare it with diffusers' save_pretrained output") from exc
 
 
-def load_dir(path: str) -> DiffusionSpec:
-    """The DiffusionSpec of a diffusers pipeline directory (SD3, FLUX or SDXL pipelines)."""
+def load_dir(path: str, published: Callable[[str], DiffusionSpec]) -> DiffusionSpec:
+    """The DiffusionSpec of a diffusers pipeline directory (SD3, FLUX or SDXL pipelines); ``published``: a preset by
+    name, whose configs the directory's values are checked against (:func:`_check_types`)."""
     root = Path(path)
     index = _read(root / "model_index.json")
     by_class: dict[str, DiffusionFamily] = {cls: fam for fam, cls in PIPELINE_CLASS.items()}  # type: ignore[misc]
@@ -167,7 +168,7 @@ def load_dir(path: str) -> DiffusionSpec:
         if kind is None:
             raise UserError(f"{path}: text encoder {slot} is a {entry[1]}; supported: {', '.join(_ENCODER_KIND)}")
         config = _config(root, slot)
-        _check_types(root, family, {slot: (kind, config)})
+        _check_types(root, family, {slot: (kind, config)}, published)
         tokens = t5_tokens if kind == "t5" else config.get("max_position_embeddings", CLIP_TOKENS)
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
             raise UserError(f"{root / slot / 'config.json'}: 'max_position_embeddings' is {json.dumps(tokens)}; "
@@ -177,7 +178,7 @@ def load_dir(path: str) -> DiffusionSpec:
     denoiser_folder = "unet" if family == "sdxl" else "transformer"
     denoiser = _config(root, denoiser_folder)
     vae = _config(root, "vae")
-    _check_types(root, family, {denoiser_folder: ("", denoiser), "vae": ("", vae)})
+    _check_types(root, family, {denoiser_folder: ("", denoiser), "vae": ("", vae)}, published)
     factor = 2 ** (len(vae.get("block_out_channels", (0, 0, 0, 0))) - 1)
     sample = denoiser.get("sample_size") or 128
     if isinstance(sample, list):  # (height, width): diffusers' default size is square in every published config

@@ -186,7 +186,7 @@ def get_diffusion_preset(name: str) -> DiffusionSpec:
 def resolve_diffusion(name_or_path: str) -> DiffusionSpec:
     """A text-to-image preset name, or a local diffusers pipeline directory (model_index.json)."""
     if name_or_path not in DIFFUSION_PRESETS and is_pipeline_dir(name_or_path):
-        return load_dir(name_or_path)
+        return load_dir(name_or_path, get_diffusion_preset)
     return get_diffusion_preset(name_or_path)
 
 
