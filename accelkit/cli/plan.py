@@ -254,9 +254,8 @@ def _check_seq_len(spec: ModelSpec, req: PlanRequest) -> None:
 
 
 #: inference flags that size or schedule a decoder's KV cache and decode steps: an encoder, a ViT or a CNN has neither
-KV_FLAGS = (("kv_dtype", "kv_dtype"), ("kv_cache_memory_bytes", "kv_cache_memory"),
-            ("gpu_memory_utilization", "gpu_memory_utilization"), ("block_size", "block_size"),
-            ("kv_cache_scales", "kv_cache_scales"), ("inflight_batching", "inflight_batching"))
+KV_FLAGS = ("kv_dtype", "kv_cache_memory_bytes", "gpu_memory_utilization", "block_size", "kv_cache_scales",
+            "inflight_batching")
 
 
 def _check_kv_flags(spec: ModelSpec, request: dict[str, Any], options: dict[str, Any]) -> None:
@@ -264,13 +263,13 @@ def _check_kv_flags(spec: ModelSpec, request: dict[str, Any], options: dict[str,
     decoder's KV cache (bert-base planned the same with --kv-dtype fp8 or --kv-cache-memory 1GiB), --kv-cache-scales
     for a cache without scales (--kv-dtype auto: the model dtype)."""
     given = {**{k: request[k] for k in ("kv_dtype",) if k in request},
-             **{k: options[k] for k, _ in KV_FLAGS if k in options}}
+             **{k: options[k] for k in KV_FLAGS if k in options}}
     if spec.kind not in ("decoder", "moe"):
-        for key, name in KV_FLAGS:
+        for key in KV_FLAGS:
             if key in given:
                 what = "a CNN" if spec.kind == "cnn" else f"an {spec.kind} model"
                 value = fmt_bytes(given[key]) if key == "kv_cache_memory_bytes" else given[key]
-                raise UserError(f"{flag_text(name, value)} applies to a decoder's KV cache and decode steps; "
+                raise UserError(f"{flag_text(key, value)} applies to a decoder's KV cache and decode steps; "
                                 f"{spec.name} is {what} and has neither — drop it")
     if "kv_cache_scales" in given and request.get("kv_dtype", "auto") not in ("fp8", "int8"):
         raise UserError(f"--kv-cache-scales {given['kv_cache_scales']} says where an fp8 or int8 KV cache keeps its "
@@ -336,7 +335,6 @@ def _refuse_inference_flags(request: dict[str, Any], options: dict[str, Any]) ->
     flags += [(k, options[k]) for k in INFER_ONLY_OPTIONS if k in options]
     if flags:
         key, value = flags[0]
-        key = {"kv_cache_memory_bytes": "kv_cache_memory"}.get(key, key)  # the flag's name (its value: bytes)
         raise UserError(f"{flag_text(key, value)} applies to --task infer; training does not model it — drop it, or "
                         "add --task infer")
 

@@ -155,8 +155,7 @@ def _refuse_flags(model: str, request: dict[str, Any], layout: dict[str, Any], o
     given += [(k, v) for k, v in options.items() if k not in _IMAGE_OPTIONS and v != getattr(PlanOptions(), k, v)]
     if given:
         key, value = given[0]
-        # a flag spelled apart from its field (the field is kv_cache_memory_bytes: found in review)
-        flag = f"--kv-cache-memory {fmt_bytes(value)}" if key == "kv_cache_memory_bytes" else flag_text(key, value)
+        flag = flag_text(key, fmt_bytes(value) if key == "kv_cache_memory_bytes" else value)
         raise UserError(f"{flag} does not apply to a text-to-image model ({model}: one pipeline per "
                         "device, a fused attention kernel); drop it — the image flags are --resolution, --height, "
                         "--width, --steps, --guidance and --batch (images per call)")

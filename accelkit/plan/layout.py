@@ -337,9 +337,13 @@ def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int 
 TRAIN_ONLY_FIELDS = ("zero", "micro_batch", "recompute", "recompute_every", "sequence_parallel", "shard_group")
 
 
+#: fields whose flag is spelled apart from the field (the bytes fields take a size: ``--kv-cache-memory 4GiB``)
+FLAG_NAMES = {"kv_cache_memory_bytes": "kv-cache-memory", "overhead_bytes": "overhead"}
+
+
 def flag_text(key: str, value: object) -> str:
     """How a user gave a field on the command line: ``--micro-batch 4``, ``--sequence-parallel``, ``--no-offload``."""
-    name = key.replace("_", "-")
+    name = FLAG_NAMES.get(key) or key.replace("_", "-")
     if isinstance(value, bool):
         return f"--{name}" if value else f"--no-{name}"
     return f"--{name} {value}"
