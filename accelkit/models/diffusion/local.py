@@ -106,16 +106,23 @@ def _fits(key: str, value: object, reference: object) -> bool:
     return True
 
 
-def _check_types(root: Path, family: DiffusionFamily, folders: dict[str, tuple[str, dict[str, Any]]],
-                 published: Callable[[str], DiffusionSpec]) -> None:
-    """Refuse, in one line naming the file and the key, a value of another type than the published config's (a
-    "patch_size": "2" was an internal error, exit 1, in `models show` and `plan`; found in a hunt). ``folders``:
-    folder → (text encoder kind or '', its config); ``published``: a preset by name (the presets module's lookup,
-    passed in: that module reads pipeline folders through this one)."""
+def _published_configs(family: DiffusionFamily, published: Callable[[str], DiffusionSpec]
+                       ) -> tuple[DiffusionSpec, dict[str, dict[str, Any]]]:
+    """(the full preset of ``family``, every text encoder kind's published config): what :func:`_check_types` holds
+    a directory's values to. ``published``: a preset by name (the presets module's lookup, passed in: that module
+    reads pipeline folders through this one)."""
     full = {"sd3": "sd3-medium", "flux": "flux-dev", "sdxl": "sdxl-base"}
-    own = published(full[family])
     encoders: dict[str, dict[str, Any]] = {e.kind: e.config for name in full.values()
                                           for e in published(name).text_encoders}
+    return published(full[family]), encoders
+
+
+def _check_types(root: Path, folders: dict[str, tuple[str, dict[str, Any]]],
+                 published: tuple[DiffusionSpec, dict[str, dict[str, Any]]]) -> None:
+    """Refuse, in one line naming the file and the key, a value of another type than the published config's (a
+    "patch_size": "2" was an internal error, exit 1, in `models show` and `plan`; found in a hunt). ``folders``:
+    folder → (text encoder kind or '', its config); ``published``: :func:`_published_configs`."""
+    own, encoders = published
     for folder, (kind, config) in folders.items():
         reference = encoders.get(kind, {}) if kind else own.vae if folder == "vae" else own.denoiser
         for key, value in config.items():
@@ -157,6 +164,7 @@ def load_dir(path: str, published: Callable[[str], DiffusionSpec]) -> DiffusionS
         raise UserError(f"{path}: pipeline {index.get('_class_name')!r} is not one accelkit models; supported: "
                         f"{', '.join(sorted(by_class))}")
     steps, guidance, t5_tokens = _DEFAULTS[family]
+    reference = _published_configs(family, published)
     encoders, slots, dropped_t5 = [], [], 0
     for slot in ENCODER_SLOTS:
         entry = index.get(slot)
@@ -168,7 +176,7 @@ def load_dir(path: str, published: Callable[[str], DiffusionSpec]) -> DiffusionS
         if kind is None:
             raise UserError(f"{path}: text encoder {slot} is a {entry[1]}; supported: {', '.join(_ENCODER_KIND)}")
         config = _config(root, slot)
-        _check_types(root, family, {slot: (kind, config)}, published)
+        _check_types(root, {slot: (kind, config)}, reference)
         tokens = t5_tokens if kind == "t5" else config.get("max_position_embeddings", CLIP_TOKENS)
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
             raise UserError(f"{root / slot / 'config.json'}: 'max_position_embeddings' is {json.dumps(tokens)}; "
@@ -178,7 +186,7 @@ def load_dir(path: str, published: Callable[[str], DiffusionSpec]) -> DiffusionS
     denoiser_folder = "unet" if family == "sdxl" else "transformer"
     denoiser = _config(root, denoiser_folder)
     vae = _config(root, "vae")
-    _check_types(root, family, {denoiser_folder: ("", denoiser), "vae": ("", vae)}, published)
+    _check_types(root, {denoiser_folder: ("", denoiser), "vae": ("", vae)}, reference)
     factor = 2 ** (len(vae.get("block_out_channels", (0, 0, 0, 0))) - 1)
     sample = denoiser.get("sample_size") or 128
     if isinstance(sample, list):  # (height, width): diffusers' default size is square in every published config

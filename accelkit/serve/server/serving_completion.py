@@ -85,7 +85,6 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
         n, echoes, echo_only = prepared.n, prepared.echoes, prepared.echo_only
         want, want_ids = prepared.user_logprobs is not None, prepared.return_token_ids
         offsets: dict[int, TextOffsets] = {}  # each choice's text_offset so far
-        ids_sent: set[int] = set()  # return_token_ids: the choices whose prompt ids went out
 
         def choices(index: int, out: RequestOutput, first: bool) -> Iterator[dict[str, Any]]:
             new_text, new_ids = ("", []) if echo_only else (out.new_text, out.new_token_ids)
@@ -106,10 +105,9 @@ class ServingCompletion(GenerationServing[CompletionRequest]):
                         top=prepared.echo_logprobs), lp)
             choice: dict[str, Any] = {"index": index, "text": echo + new_text, "logprobs": lp, "finish_reason": reason,
                                       "stop_reason": None if echo_only or reason is None else out.stop_reason}
-            if want_ids:  # (vLLM's: the prompt's ids with the choice's first chunk, the new ids with every chunk)
-                choice.update({} if index in ids_sent else {"prompt_token_ids": out.prompt_token_ids},
-                              token_ids=list(new_ids))
-                ids_sent.add(index)
+            if want_ids:  # (vLLM's: the prompt's ids with the choice's first chunk, the new ids with every chunk; a
+                # choice's first output always makes a chunk here: it holds a token, or the echo)
+                choice.update({"prompt_token_ids": out.prompt_token_ids} if first else {}, token_ids=list(new_ids))
             yield choice
 
         return choices

@@ -144,8 +144,7 @@ def dump_json(value: Any) -> str:
     false), numbers past a float's range as the model wrote them, and a lone surrogate (``"\\ud83d"``, which JSON's
     escapes allow and the constraint lets a model write) escaped as it was written: raw, it is no UTF-8, and the
     response could not be sent."""
-    text = _dump_json(value)
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", _dump_json(value))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # (only in a JSON string of the text: escaping it keeps the value)
