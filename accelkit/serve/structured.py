@@ -83,6 +83,14 @@ class CompiledGrammar(Protocol):
         """A fresh matcher at the grammar's start."""
 
 
+Native = Callable[..., Any]  # how a backend's compile calls its grammar engine: native(fn, *args, **kwargs)
+
+
+def run_here(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """A :data:`Native` that calls ``fn`` on this thread."""
+    return fn(*args, **kwargs)
+
+
 class StructuredBackend(Protocol):
     """A grammar engine over one tokenizer's vocabulary of ``vocab_size`` ids."""
 
@@ -96,9 +104,10 @@ class StructuredBackend(Protocol):
         """What :meth:`compile` takes as ``prepared``: the compile's Python-side work (parsing and rewriting the spec,
         writing the engine's grammar), done apart because it holds the interpreter lock. ValueError as compile."""
 
-    def compile(self, spec: StructuredOutputs, prepared: Any = None) -> CompiledGrammar:
+    def compile(self, spec: StructuredOutputs, prepared: Any = None, *, native: Native = run_here) -> CompiledGrammar:
         """``spec`` compiled (from :meth:`prepare`'s result, or doing that work itself when None); ValueError with one
-        line naming the field (``structured_outputs.regex: ...``)."""
+        line naming the field (``structured_outputs.regex: ...``). ``native(fn, *args)`` runs each call into the
+        grammar engine that does the compile's heavy work (:class:`GrammarCompiler`: on a niced thread)."""
 
     def fill_bitmasks(self, rows: Sequence[tuple[GrammarMatcher, int]], bitmask: torch.Tensor) -> None:
         """Write each matcher's next-token mask into row ``i`` of ``bitmask`` ((R, ceil(vocab_size / 32)) int32 on
@@ -308,12 +317,14 @@ class GrammarCompiler:
         self.timeout_s, self.max_cache_bytes = timeout_s, max_cache_bytes
         self._make_backend = make_backend
         self._backend_made: concurrent.futures.Future[StructuredBackend] | None = None
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="accelkit-compile",
-                                                           initializer=lower_thread_priority, initargs=(COMPILE_NICE,))
-        # a compile's Python-side part (see _compile) runs here, at the server's own priority: its one thread is
-        # started now, from this thread (a thread inherits its creator's nice value, and a compile thread's is raised)
-        self._prepare_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="accelkit-grammar-prepare")
-        self._prepare_pool.submit(int).result()
+        # a compile's Python side runs on _pool's threads at the server's own priority; the grammar engine's own work
+        # on _native_pool's, niced (see _compile). Each pool's threads are started by a thread at the server's
+        # priority (a thread inherits its creator's nice value): _pool's by a caller of compile, _native_pool's by
+        # _pool's threads — and by the first caller for the backend's making
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="accelkit-compile")
+        self._native_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers, thread_name_prefix="accelkit-compile-native", initializer=lower_thread_priority,
+            initargs=(COMPILE_NICE,))
         self._lock = threading.Lock()
         self._grammars: OrderedDict[StructuredOutputs, tuple[CompiledGrammar, int]] = OrderedDict()  # (its weight)
         self._errors: OrderedDict[StructuredOutputs, str] = OrderedDict()
@@ -368,7 +379,7 @@ class GrammarCompiler:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._prepare_pool.shutdown(wait=False, cancel_futures=True)
+        self._native_pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- internals -----------------------------------------------------------------------------------------
 
@@ -413,18 +424,24 @@ class GrammarCompiler:
             if waiters[0] <= 0 and future.cancel():
                 self._inflight.pop(spec, None)
 
+    def _native(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on a niced thread (a backend's ``native``), this thread waiting for it."""
+        return self._native_pool.submit(fn, *args, **kwargs).result()
+
     def _compile(self, spec: StructuredOutputs) -> CompiledGrammar:
-        """On a niced compile thread. The spec's parsing and rewriting (Python, holding the interpreter lock) is
-        handed to a thread at the server's priority first: a niced thread holding the lock on a busy machine is
-        scheduled rarely and keeps it long, and every other thread — the event loop, the engine — waits for the lock
-        meanwhile (a profile of the hostile-request benchmark found the compile threads holding it in the rewrite
-        of its large schemas). The engine's own compile (llguidance's Rust, the lock released) is what runs niced."""
+        """On a compile thread at the server's priority: the spec's parsing and rewriting, the checks of what the
+        grammar engine built, the cache's bookkeeping (an evicted grammar is freed here: llguidance frees a lexer's
+        tables holding the interpreter lock) — all of it Python, holding the interpreter lock. Only the grammar
+        engine's own work (``native``: llguidance's Rust, the lock released) runs on a niced thread: a niced thread
+        that holds the lock on a busy machine is scheduled rarely and keeps it long, and every other thread — the
+        event loop, the engine — waits for the lock meanwhile (profiles of the hostile-request benchmark found the
+        niced compile threads holding it in the rewrite of large schemas, then in freeing evicted grammars)."""
         start = time.perf_counter()
         try:
             backend = self.backend()
-            prepared = self._prepare_pool.submit(backend.prepare, spec).result()
+            prepared = backend.prepare(spec)
             before = allocated_bytes()
-            grammar = backend.compile(spec, prepared)
+            grammar = backend.compile(spec, prepared, native=self._native)
         except ValueError as exc:
             with self._lock:
                 self._inflight.pop(spec, None)
@@ -456,7 +473,7 @@ class GrammarCompiler:
         """The backend, made once on the pool (a backend that cannot be made raises its ValueError every time)."""
         with self._lock:
             if self._backend_made is None:
-                self._backend_made = self._pool.submit(self._make_backend)
+                self._backend_made = self._native_pool.submit(self._make_backend)
             return self._backend_made
 
     def backend(self) -> StructuredBackend:

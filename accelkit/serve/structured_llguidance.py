@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from accelkit.serve.sampling import StructuredOutputs, structural_tag_answer, structural_tags
-from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, parallel_fill
+from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, Native, parallel_fill, run_here
 from accelkit.serve.structured_schema import (
     TOO_DEEP,
     check_decoder,
@@ -342,13 +342,14 @@ class LLGuidanceBackend:
         except ValueError as exc:  # (a tag's grammar is not written yet: "" for no line to name)
             raise _refused(spec, exc, schema, "") from None
 
-    def compile(self, spec: StructuredOutputs, prepared: tuple[Any, str] | None = None) -> LLGuidanceGrammar:
+    def compile(self, spec: StructuredOutputs, prepared: tuple[Any, str] | None = None, *,
+                native: Native = run_here) -> LLGuidanceGrammar:
         import torch
 
         schema, grammar = prepared if prepared is not None else self.prepare(spec)
         try:
             for _ in range(_MAX_FORMATS_DROPPED + 1):
-                matcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0, limits=self.limits)
+                matcher = native(self._llg.LLMatcher, self.tokenizer, grammar, log_level=0, limits=self.limits)
                 unknown = _UNKNOWN_FORMAT.search(matcher.get_error()) if matcher.is_error() else None
                 if unknown is None:
                     break
@@ -360,7 +361,7 @@ class LLGuidanceBackend:
                 grammar = self.grammar_text(spec, schema)
             if not matcher.is_error():  # the first mask: it is where a lexer past its limits or matching nothing shows
                 first = torch.zeros((self.vocab_size + 31) // 32, dtype=torch.int32)
-                matcher.unsafe_compute_mask_ptr(first.data_ptr(), first.numel() * 4)
+                native(matcher.unsafe_compute_mask_ptr, first.data_ptr(), first.numel() * 4)
                 if not matcher.is_error() and not self._eos.allows_more(first):
                     raise ValueError("no text matches it")
             if matcher.is_error():

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from accelkit.serve.sampling import StructuredOutputs, structural_tag_answer, structural_tags
-from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, parallel_fill
+from accelkit.serve.structured import SAMPLE_FIRST_MIN, EosBits, Native, parallel_fill, run_here
 from accelkit.serve.structured_schema import (
     check_decoder,
     check_depth,
@@ -362,7 +362,8 @@ class XGrammarBackend:
         assert spec.grammar is not None
         return ("ebnf" if is_ebnf(spec.grammar) else "lark"), spec.grammar
 
-    def compile(self, spec: StructuredOutputs, prepared: tuple[str, str] | None = None) -> XGrammarGrammar:
+    def compile(self, spec: StructuredOutputs, prepared: tuple[str, str] | None = None, *,
+                native: Native = run_here) -> XGrammarGrammar:
         """``spec`` compiled (xgrammar's C++, no limit of its own: see the module's docstring); ValueError with one
         line naming the field."""
         import torch
@@ -375,15 +376,15 @@ class XGrammarBackend:
                 whitespace: dict[str, Any] = ({"any_whitespace": False, "separators": (",", ":")}
                                               if spec.disable_any_whitespace else
                                               {"any_whitespace": True, "max_whitespace_cnt": MAX_WHITESPACE})
-                compiled = compiler.compile_json_schema(text, strict_mode=False, **whitespace)
+                compiled = native(compiler.compile_json_schema, text, strict_mode=False, **whitespace)
             elif what == "regex":
-                compiled = compiler.compile_regex(text)
+                compiled = native(compiler.compile_regex, text)
             elif what == "ebnf":
-                compiled = compiler.compile_grammar(text)
+                compiled = native(compiler.compile_grammar, text)
             elif what == "structural_tag":
-                compiled = compiler.compile_structural_tag(text)
+                compiled = native(compiler.compile_structural_tag, text)
             else:
-                compiled = compiler.compile_lark(text)
+                compiled = native(compiler.compile_lark, text)
         except Exception as exc:  # (xgrammar raises RuntimeError, and its own errors, from C++)
             message = _one_line(str(exc))
             if spec.kind == "grammar":
@@ -391,7 +392,7 @@ class XGrammarBackend:
                             "rules name: ... from start; llguidance's Lark extensions are not read)")
             raise ValueError(f"structured_outputs.{spec.kind}: {message}") from None
         first = torch.zeros((1, self.width), dtype=torch.int32)
-        self._xgr.GrammarMatcher(compiled).fill_next_token_bitmask(first, 0)
+        native(self._xgr.GrammarMatcher(compiled).fill_next_token_bitmask, first, 0)
         if self._tail is not None:
             first[0, -1:].numpy().view(np.uint32)[0] &= self._tail
         if not self._eos.allows_more(first[0]):

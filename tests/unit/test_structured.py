@@ -29,6 +29,7 @@ from accelkit.serve.structured import (
     GrammarCompiler,
     allocated_bytes,
     apply_token_bitmask_,
+    run_here,
     unpack_bits,
 )
 from accelkit.serve.structured_llguidance import LLGuidanceBackend
@@ -635,11 +636,11 @@ class GatedBackend:
     def prepare(self, spec: StructuredOutputs) -> Any:
         return backend().prepare(spec)
 
-    def compile(self, spec: StructuredOutputs, prepared: Any = None) -> Any:
+    def compile(self, spec: StructuredOutputs, prepared: Any = None, *, native: Any = run_here) -> Any:
         self.compiles.append(spec)
         self.started.release()
         self.gate.wait()
-        return backend().compile(spec, prepared)
+        return backend().compile(spec, prepared, native=native)
 
     def fill_bitmasks(self, rows: Any, bitmask: torch.Tensor) -> None:
         backend().fill_bitmasks(rows, bitmask)
@@ -678,24 +679,51 @@ def test_a_compile_past_the_time_limit_is_refused_naming_it_and_queued_ones_are_
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
-def test_compiles_run_nicer_than_the_server_threads() -> None:
+def test_only_the_grammar_engines_own_work_runs_nicer_than_the_server_threads() -> None:
+    """llguidance's compile (the interpreter lock released) runs niced; everything that holds the lock — the spec's
+    rewrite, the compile's own Python, freeing an evicted grammar — at the server's priority: a niced thread that
+    holds the lock on a busy machine is scheduled rarely and keeps every other thread waiting for it."""
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    class Recorded:  # a compiled grammar that notes the thread it is freed on
+        def __init__(self, grammar: Any) -> None:
+            self.grammar, self.num_bytes = grammar, grammar.num_bytes
+
+        def __del__(self) -> None:
+            recorder.dropped_nice.append(nice())
+
     class NiceRecorder(GatedBackend):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate.set()
+            self.native_nice: list[int] = []
+            self.dropped_nice: list[int] = []
+
         def prepare(self, spec: StructuredOutputs) -> Any:
-            self.prepare_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            self.prepare_nice = nice()
             return backend().prepare(spec)
 
-        def compile(self, spec: StructuredOutputs, prepared: Any = None) -> Any:
-            self.nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-            assert prepared is not None  # (the Python-side work was done before, elsewhere)
-            return backend().compile(spec, prepared)
+        def compile(self, spec: StructuredOutputs, prepared: Any = None, *, native: Any = run_here) -> Any:
+            self.compile_nice = nice()
+            assert prepared is not None  # (the Python-side work was done before)
+
+            def recorded(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+                self.native_nice.append(native(nice))
+                return native(fn, *args, **kwargs)
+
+            return Recorded(backend().compile(spec, prepared, native=recorded))  # (freed when the cache evicts it)
 
     recorder = NiceRecorder()
-    GrammarCompiler(lambda: recorder).compile(StructuredOutputs(json='{"type": "object"}'))
+    compiler = GrammarCompiler(lambda: recorder, max_cache_bytes=1 << 20)
+    compiler.compile(StructuredOutputs(json='{"type": "object"}'))
     main = os.getpriority(os.PRIO_PROCESS, os.getpid())
-    assert recorder.nice == min(19, main + COMPILE_NICE)
-    # the part that holds the interpreter lock runs at the server's priority: a niced holder stalls every thread
-    assert recorder.prepare_nice == main
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # the caller's thread is untouched
+    assert recorder.native_nice and set(recorder.native_nice) == {min(19, main + COMPILE_NICE)}
+    assert recorder.prepare_nice == main and recorder.compile_nice == main
+    for n in range(1, 40):  # past the cache's bytes: the first grammars are evicted, and freed
+        compiler.compile(StructuredOutputs(regex=f"[a-z]{{{n}}}"))
+    assert recorder.dropped_nice and set(recorder.dropped_nice) == {main}
+    assert nice() == main  # the caller's thread is untouched
 
 
 def test_the_cache_is_bounded_by_bytes_and_errors_are_remembered() -> None:
