@@ -29,8 +29,9 @@ REQUIRED = {
 #: transformers' own defaults (configuration_<model_type>.py, 5.x) for the decoder keys a config.json may leave out,
 #: where they differ between model types — read as one value for all (the heads, a 2048 context, no window, θ 10000),
 #: a Mistral config without num_key_value_heads planned 4× its KV cache and 11% more parameters than transformers
-#: builds from the same file, one without sliding_window no window (transformers: 4096)
-_DECODER_DEFAULTS: dict[str, dict[str, Any]] = {
+#: builds from the same file, one without sliding_window no window (transformers: 4096). The planner and the serving
+#: engine (accelkit.serve.models.args) both read them: num_key_value_heads None is one KV head per head.
+DECODER_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {"num_key_value_heads": None, "max_position_embeddings": 2048, "rope_theta": 10000.0,
               "rms_norm_eps": 1e-6},
     "mistral": {"num_key_value_heads": 8, "max_position_embeddings": 131072, "rope_theta": 10000.0,
@@ -41,11 +42,18 @@ _DECODER_DEFAULTS: dict[str, dict[str, Any]] = {
               "rms_norm_eps": 1e-6},
     "qwen3": {"num_key_value_heads": 32, "max_position_embeddings": 32768, "rope_theta": 10000.0,
               "rms_norm_eps": 1e-6},
+    "qwen2_moe": {"num_key_value_heads": 16, "max_position_embeddings": 32768, "rope_theta": 10000.0,
+                  "rms_norm_eps": 1e-6},
     "qwen3_moe": {"num_key_value_heads": 4, "max_position_embeddings": 32768, "rope_theta": 10000.0,
                   "rms_norm_eps": 1e-6},
 }
+#: the architecture (config.json's "architectures") of each decoder model type above
+DECODER_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
+                         "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                         "qwen3_moe": "Qwen3MoeForCausalLM"}
 _CONFIG_CLASS = {"llama": "LlamaConfig", "mistral": "MistralConfig", "mixtral": "MixtralConfig",
-                 "qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig"}
+                 "qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "qwen2_moe": "Qwen2MoeConfig",
+                 "qwen3_moe": "Qwen3MoeConfig"}
 
 
 class _Reader:
@@ -159,7 +167,7 @@ def from_hf_config(data: dict[str, Any], *, name: str | None = None, source: str
 
 def _decoder(r: _Reader, name: str) -> ModelSpec:
     mt = r.data["model_type"]
-    defaults = _DECODER_DEFAULTS[mt]
+    defaults = DECODER_DEFAULTS[mt]
     theta, scaling = _rope(r, defaults["rope_theta"])
     heads, hidden = r.int("num_attention_heads"), r.int("hidden_size")
     # 0 heads read as "0 KV heads" (the one-per-head default), 0 positions as a model of an empty context (a 0 B
@@ -168,7 +176,7 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
     for key, value in (("num_attention_heads", heads), ("max_position_embeddings", positions)):
         if value == 0:
             raise r._fail(key, "must be at least 1, got 0")
-    kv_heads = _kv_heads(r, heads, defaults["num_key_value_heads"])
+    kv_heads = _kv_heads(r, heads)
     head_dim = r.int("head_dim", 128 if mt == "qwen3" else None)  # Qwen3Config's default is 128, not h / heads
     moe = mt in ("mixtral", "qwen3_moe")
     qwen3 = mt in ("qwen3", "qwen3_moe")
@@ -210,19 +218,28 @@ def _decoder(r: _Reader, name: str) -> ModelSpec:
     )
 
 
-def _kv_heads(r: _Reader, heads: int, default: int | None) -> int:
-    """num_key_value_heads as transformers reads it: its model type's default when the key is absent (Mistral's and
-    Mixtral's 8, Qwen2's and Qwen3's 32, Qwen3-MoE's 4; Llama's one per head), one per head when it is null."""
-    if "num_key_value_heads" in r.data:
-        return int(r.int("num_key_value_heads", heads))
+def default_kv_heads(model_type: str, heads: int) -> int:
+    """num_key_value_heads where config.json leaves the key out, as transformers' config class of ``model_type``
+    sets it (Mistral's and Mixtral's 8, Qwen2's and Qwen3's 32, Qwen2-MoE's 16, Qwen3-MoE's 4; Llama's one per head);
+    ValueError (what is wrong with the missing key) where ``heads`` is not a multiple of it."""
+    default = DECODER_DEFAULTS[model_type]["num_key_value_heads"]
     if default is None:
         return heads
     if heads and heads % default:
-        cls = _CONFIG_CLASS[r.data["model_type"]]
-        raise r._fail("num_key_value_heads", f"is missing: transformers' {cls} then uses {default}, which "
-                                             f"num_attention_heads {heads} is not a multiple of; write the model's "
-                                             "num_key_value_heads")
-    return default
+        raise ValueError(f"is missing: transformers' {_CONFIG_CLASS[model_type]} then uses {default}, which "
+                         f"num_attention_heads {heads} is not a multiple of; write the model's num_key_value_heads")
+    return int(default)
+
+
+def _kv_heads(r: _Reader, heads: int) -> int:
+    """num_key_value_heads as transformers reads it: :func:`default_kv_heads` when the key is absent, one per head when
+    it is null."""
+    if "num_key_value_heads" in r.data:
+        return int(r.int("num_key_value_heads", heads))
+    try:
+        return default_kv_heads(r.data["model_type"], heads)
+    except ValueError as exc:
+        raise r._fail("num_key_value_heads", str(exc)) from None
 
 
 def _check_every_layer_sparse(r: _Reader) -> None:
@@ -249,7 +266,7 @@ def _window(r: _Reader, mt: str) -> dict[str, Any]:
     (modeling_qwen2: ``config.sliding_window if self.layer_type == "sliding_attention" else None``)."""
     if mt in ("mistral", "mixtral"):  # absent: MistralConfig's 4096, MixtralConfig's none; null: none
         if "sliding_window" not in r.data:
-            return {"sliding_window": _DECODER_DEFAULTS[mt]["sliding_window"]}
+            return {"sliding_window": DECODER_DEFAULTS[mt]["sliding_window"]}
         return {"sliding_window": r.int("sliding_window", None) or None}
     if mt == "qwen3_moe" and r.bool("use_sliding_window", False):  # Qwen3MoeAttention: every layer
         return {"sliding_window": r.int("sliding_window", 4096) or None}

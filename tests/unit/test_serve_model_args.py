@@ -151,3 +151,32 @@ def test_yarn_inverse_frequencies_and_attention_factor_are_transformers_own(rope
 def test_a_yarn_scaling_it_cannot_compute_with_is_refused_naming_the_field(rope, message):
     with pytest.raises(ValueError, match=message):
         args("Qwen3ForCausalLM", rope_scaling=rope)
+
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM",
+                                  "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"])
+def test_a_config_without_the_kv_heads_context_eps_and_theta_is_served_as_transformers_builds_it(arch):
+    """The engine read a left-out num_key_value_heads as one per head and max_position_embeddings as 2048 for every
+    architecture (the planner had transformers' per-model-type table): a Mistral config without the key built 32 KV
+    heads where transformers builds 8 — its checkpoint's k_proj did not load — and a Qwen2 one was capped at 2,048
+    tokens of context where transformers allows 32,768. Both now read the one table."""
+    import transformers
+
+    from accelkit.models.hf import DECODER_ARCHITECTURES
+
+    minimal = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 32, "intermediate_size": 32,
+               "vocab_size": 64}
+    model_type = next(t for t, a in DECODER_ARCHITECTURES.items() if a == arch)
+    reference = transformers.AutoConfig.for_model(model_type, **minimal)
+    a = ModelArgs.from_config({"architectures": [arch], **minimal})
+    assert a.num_kv_heads == reference.num_key_value_heads
+    assert a.max_position_embeddings == reference.max_position_embeddings
+    assert a.rms_norm_eps == reference.rms_norm_eps
+    assert a.rope_theta == reference.rope_parameters["rope_theta"]
+
+
+def test_a_left_out_kv_heads_default_that_does_not_divide_the_heads_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match=r"num_key_value_heads in config.json is missing: transformers' MistralConfig "
+                                         r"then uses 8, which num_attention_heads 4 is not a multiple of"):
+        ModelArgs.from_config({"architectures": ["MistralForCausalLM"], **{k: v for k, v in BASE.items()
+                                                                          if k != "num_key_value_heads"}})

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from accelkit.models.hf import DECODER_ARCHITECTURES, DECODER_DEFAULTS, default_kv_heads
 from accelkit.serve.quant.config import QuantConfig, parse_quantization_config
 
 SUPPORTED_ARCHITECTURES = (
@@ -29,10 +30,9 @@ _YARN_OPTIONAL = ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscal
 # transformers' config defaults for fields save_pretrained may leave out (configuration_qwen{2,3}_moe.py,
 # configuration_mixtral.py): (num_experts, num_experts_per_tok)
 _MOE_DEFAULTS = {"MixtralForCausalLM": (8, 2), "Qwen2MoeForCausalLM": (60, 4), "Qwen3MoeForCausalLM": (128, 8)}
-# config.json's model_type → the architecture transformers' AutoModelForCausalLM builds for it
-_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-                "qwen3_moe": "Qwen3MoeForCausalLM"}
+# config.json's model_type → the architecture transformers' AutoModelForCausalLM builds for it, and back
+_MODEL_TYPES = DECODER_ARCHITECTURES
+_ARCH_MODEL_TYPES = {arch: model_type for model_type, arch in DECODER_ARCHITECTURES.items()}
 
 
 def unsupported_architectures(archs: Any, model_type: Any, where: str) -> ValueError:
@@ -115,14 +115,24 @@ class ModelArgs:
         quantization = parse_quantization_config(quant) if quant is not None else None
         if cfg.get("hidden_act", "silu") not in ("silu", "swish"):  # (transformers' ACT2FN: swish is SiLU)
             raise ValueError(f"hidden_act={cfg['hidden_act']!r} in config.json is not supported; expected 'silu'")
-        mixtral = arch == "MixtralForCausalLM"  # (transformers' defaults for left-out fields differ: MixtralConfig)
-        theta, rope, rope_type = _rope(cfg, default_theta=1e6 if mixtral else 10000.0)
+        # transformers' defaults for the fields config.json leaves out differ by model type (the planner's table)
+        model_type = _ARCH_MODEL_TYPES[arch]
+        defaults = DECODER_DEFAULTS[model_type]
+        positions = cfg.get("max_position_embeddings", defaults["max_position_embeddings"])
+        theta, rope, rope_type = _rope(cfg, default_theta=defaults["rope_theta"], default_positions=positions)
         if arch.startswith("Qwen") and cfg.get("use_sliding_window"):
             raise ValueError(f"use_sliding_window=true ({arch} per-layer windows) is not supported")
         heads = cfg["num_attention_heads"]
+        if "num_key_value_heads" in cfg:  # (null: one per head)
+            kv_heads = cfg["num_key_value_heads"] or heads
+        else:
+            try:
+                kv_heads = default_kv_heads(model_type, heads)
+            except ValueError as exc:
+                raise ValueError(f"num_key_value_heads in config.json {exc}") from None
         # (left out of config.json, MistralConfig's window is 4096, MixtralConfig's none; null is none for both)
-        window = (cfg.get("sliding_window", 4096 if arch == "MistralForCausalLM" else None) or None) if arch in (
-            "MistralForCausalLM", "MixtralForCausalLM") else None
+        window = (cfg.get("sliding_window", defaults["sliding_window"]) or None) if model_type in (
+            "mistral", "mixtral") else None
         # transformers builds biases from these flags in Llama (attention_bias: q, k, v and o; mlp_bias: gate, up,
         # down) and Qwen3 (attention_bias); Qwen2 has q/k/v biases always, Qwen2-MoE by its qkv_bias (default
         # true), Mistral and Mixtral none, whatever config.json says — honouring the flags there would ask the
@@ -140,13 +150,13 @@ class ModelArgs:
             hidden_size=cfg["hidden_size"],
             num_layers=num_layers,
             num_heads=heads,
-            num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            num_kv_heads=kv_heads,
             head_dim=config_head_dim(cfg),
             intermediate_size=cfg["intermediate_size"],
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5 if mixtral else 1e-6)),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", defaults["rms_norm_eps"])),
             rope_theta=theta,
             rope_scaling={**rope, "rope_type": rope_type} if rope_type != "default" else None,
-            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+            max_position_embeddings=positions,
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=qkv_bias,
             o_bias=attention_bias,
@@ -159,16 +169,17 @@ class ModelArgs:
         )
 
 
-def _rope(cfg: dict[str, Any], *, default_theta: float) -> tuple[float, dict[str, Any], str]:
-    """(rope_theta, the scaling's fields, its type) read as transformers reads them; ValueError for a type or a
-    partial rotary factor that is not served."""
+def _rope(cfg: dict[str, Any], *, default_theta: float, default_positions: int) -> tuple[float, dict[str, Any], str]:
+    """(rope_theta, the scaling's fields, its type) read as transformers reads them (``default_positions``: the
+    context length, config.json's or its model type's default); ValueError for a type or a partial rotary factor
+    that is not served."""
     # transformers >= 5 writes rope_parameters (theta inside); older files have rope_theta + rope_scaling
     rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
     theta = float(rope.pop("rope_theta", cfg.get("rope_theta", default_theta)))
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type == "llama3":  # (transformers: a top-level value first, then the dict's, then the context)
         rope["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings") or rope.get(
-            "original_max_position_embeddings") or cfg.get("max_position_embeddings", 2048)
+            "original_max_position_embeddings") or default_positions
     if rope_type == "yarn":  # (a top-level value first, as transformers reads it: the dict's first served other
         # frequencies than transformers computes when the two differ; found in the hunt)
         original = cfg.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
