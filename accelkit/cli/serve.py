@@ -154,6 +154,10 @@ def serve_cmd(
     except OSError as exc:  # a name too long for the file system, say: is_file() lets that through
         raise UserError(f"--model {str(model)[:200]!r} cannot be read ({exc.strerror}); give a Hugging Face-format "
                         "model directory") from None
+    if not has_config and (model / "model_index.json").is_file():  # (a diffusers pipeline: is_file() read the dir)
+        raise UserError(f"--model {model} is a diffusers text-to-image pipeline (model_index.json), and serve runs "
+                        f"language models; plan it with `accelkit plan --model {model}` or measure it with "
+                        f"`accelkit bench diffusion --model {model}`")
     if not has_config:
         raise UserError(f"--model {model} has no config.json; give a Hugging Face-format model directory")
     template = _chat_template(chat_template) if chat_template is not None else None
