@@ -162,6 +162,39 @@ def send_all(url: str, bodies: list[bytes]) -> list[tuple[int, float, str]]:
         return list(pool.map(lambda content: post(client, url, content), bodies))
 
 
+STEP_SERIES = ("accelkit_engine_step_seconds_sum", "accelkit_engine_step_seconds_count",
+               "accelkit_engine_step_cpu_seconds_total")
+
+
+def engine_steps(client: Any, url: str) -> dict[str, float] | None:
+    """The server's engine-step series from /metrics (their sums over every model), None where it has none (vLLM)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = client.get(f"{url}/metrics")
+    if r.status_code != 200:
+        return None
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(r.text):
+        for sample in family.samples:
+            if sample.name in STEP_SERIES:
+                found[sample.name] = found.get(sample.name, 0.0) + sample.value
+    return found if len(found) == len(STEP_SERIES) else None
+
+
+def step_summary(rounds: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The engine's steps over every round of a kind: how many, their mean wall time, and the share of it the engine
+    thread ran (its CPU time over the steps' wall time; on a CPU engine the rest it waited — for the interpreter
+    lock another thread held, or for a free core)."""
+    steps = [r["engine_steps"] for r in rounds if r.get("engine_steps")]
+    if not steps:
+        return None
+    count = sum(s["count"] for s in steps)
+    wall = sum(s["seconds"] for s in steps)
+    cpu = sum(s["cpu_seconds"] for s in steps)
+    return {"steps": count, "mean_step_ms": wall / count * 1e3 if count else 0.0,
+            "engine_thread_ran_share": cpu / wall if wall else 0.0}
+
+
 def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]],
                clients: ProcessPoolExecutor, idle_window: float = 0.0) -> dict[str, Any]:
     """``fields`` sent by CLIENTS threads at once (each a 4-token completion) from the clients' process, a canary
@@ -184,6 +217,7 @@ def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]
             stop.wait(interval)
 
     bodies = [body(f) for f in fields]  # (encoded before the canary starts: its thread shares this interpreter)
+    steps_before = engine_steps(canary_client, url)  # (read outside the measured window, as is the one after)
     thread = threading.Thread(target=canary_loop)
     start = time.perf_counter()
     thread.start()
@@ -198,7 +232,12 @@ def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]
         thread.join()
     wall = time.perf_counter() - start
     rss.append(server.memory_info().rss)
+    steps_after = engine_steps(canary_client, url)
     canary_client.close()
+    steps = None
+    if steps_before is not None and steps_after is not None:
+        steps = {name: steps_after[series] - steps_before[series]
+                 for name, series in zip(("seconds", "count", "cpu_seconds"), STEP_SERIES, strict=True)}
     return {
         "wall_s": wall,
         "requests": [{"request": describe(f), "status": status, "seconds": seconds, "error": message[:300]}
@@ -208,13 +247,15 @@ def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]
         "canary_s": [seconds for _, seconds in canary],
         "canary_statuses": sorted({status for status, _ in canary}),
         "server_rss_mib": {"before": rss[0] / 2**20, "peak": max(rss) / 2**20, "after": rss[-1] / 2**20},
+        "engine_steps": steps,  # (the round's engine steps: their summed wall and CPU time; None for vLLM)
     }
 
 
 def pooled(rounds: list[dict[str, Any]], idle: dict[str, float]) -> dict[str, Any]:
     """The canary over every round of a kind, and its ratio to the idle canary."""
     canary = summary_ms([t for r in rounds for t in r["canary_s"]])
-    return {"canary_ms": canary, "p50_over_idle": canary["p50"] / idle["p50"], "p90_over_idle": canary["p90"] / idle["p90"]}
+    return {"canary_ms": canary, "p50_over_idle": canary["p50"] / idle["p50"], "p90_over_idle": canary["p90"] / idle["p90"],
+            "engine_steps": step_summary(rounds)}
 
 
 def ratio_interval(rounds: dict[str, list[dict[str, Any]]], kind: str, base: str, q: float,
@@ -327,7 +368,12 @@ def main() -> None:
                     summary[kind][f"{name}_over_plain"] = (summary[kind]["canary_ms"][name]
                                                            / summary["plain"]["canary_ms"][name])
                     summary[kind][f"{name}_over_plain_90pct_interval"] = ratio_interval(rounds, kind, "plain", q)
+            idle_steps = step_summary(rounds["idle"])
             log(f"idle canary (interleaved): p50 {idle_summary['p50']:.1f} ms, p90 {idle_summary['p90']:.1f} ms")
+            for kind, steps in (("idle", idle_steps), *((k, p["engine_steps"]) for k, p in summary.items())):
+                if steps is not None:
+                    log(f"{kind}: {steps['steps']:.0f} engine steps, mean {steps['mean_step_ms']:.2f} ms, the engine "
+                        f"thread ran {steps['engine_thread_ran_share']:.0%} of it")
             for kind, p in summary.items():
                 lo, hi = p["p50_over_idle_90pct_interval"]
                 log(f"{kind}: canary p50 {p['canary_ms']['p50']:.1f} ms = {p['p50_over_idle']:.2f}× idle "
@@ -356,6 +402,7 @@ def main() -> None:
         "server_threads_at_end": threads,
         "warmup_idle_canary_ms": warmup_idle,
         "idle_canary_ms": idle_summary,
+        "idle_engine_steps": idle_steps,
         "summary": summary,
         "server_rss_mib": {"first": rss_mib[0]["before"], "peak": max(r["peak"] for r in rss_mib),
                            "last": rss_mib[-1]["after"]},

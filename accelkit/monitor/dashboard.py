@@ -59,6 +59,13 @@ ROWS: list[tuple[str, list[tuple[str, str, list[str]]]]] = [
         ("Prefix-cache hit rate", "percentunit", [
             "rate(vllm:prefix_cache_hits_total[5m]) / rate(vllm:prefix_cache_queries_total[5m])",
         ]),
+        ("Engine step p50 / p99", "s", [
+            "histogram_quantile(0.5, sum by (le) (rate(accelkit_engine_step_seconds_bucket[5m])))",
+            "histogram_quantile(0.99, sum by (le) (rate(accelkit_engine_step_seconds_bucket[5m])))",
+        ]),
+        ("Engine thread ran (share of step time)", "percentunit", [
+            "rate(accelkit_engine_step_cpu_seconds_total[1m]) / rate(accelkit_engine_step_seconds_sum[1m])",
+        ]),
     ]),
 ]
 

@@ -24,6 +24,7 @@ FINISH_REASONS = ("stop", "length", "abort", "error")
 _TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 # a structured-output compile: llguidance's take a millisecond or so, its slowest real schemas seconds, and the
 # server gives up waiting at 5 s (a compile past it still ends, by the engine's own limits)
+_STEP = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _COMPILE = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -73,6 +74,13 @@ class ServingMetrics:
                                                    buckets=_TOKENS, registry=registry)
         self.iteration_tokens_total = Histogram("vllm:iteration_tokens_total", "Tokens per engine step (steps that ran "
                                                 "something).", m, buckets=_TOKENS, registry=registry)
+        self.engine_step_seconds = Histogram(
+            "accelkit_engine_step_seconds", "Wall time of each engine step that ran something (schedule, forward, "
+            "sampling, outputs).", m, buckets=_STEP, registry=registry)
+        self.engine_step_cpu_seconds = Counter(
+            "accelkit_engine_step_cpu_seconds", "CPU time of the engine thread in those steps: over "
+            "accelkit_engine_step_seconds_sum, the share of step time the engine thread ran (on a CPU engine the rest "
+            "is waiting: for the interpreter lock another thread holds, or for a free core).", m, registry=registry)
         self.structured_first_draws = Counter(
             "accelkit_structured_first_draws", "Guided tokens drawn before their mask, by whether the grammar allowed "
             "them (refused ones are drawn again from the masked logits).", [*m, "result"], registry=registry)

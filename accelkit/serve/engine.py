@@ -150,6 +150,8 @@ class LLMEngine:
         self._aborts: list[str] = []
         self._known_ids: set[str] = set()  # accepted and not yet finished (inbox included)
         self._num_steps = self._last_step_tokens = 0
+        # steps that ran something: their wall time, the last one's, and the engine thread's CPU time in them
+        self._step_seconds = self._step_cpu_seconds = self._last_step_seconds = 0.0
         overlap = config.overlap_postprocess
         self.overlap_postprocess = self.runner.device.type == "cuda" if overlap is None else overlap
         # with overlap: the sequences that got a token in the last step, postprocessed during the next one
@@ -354,10 +356,15 @@ class LLMEngine:
         recover from raises (:class:`EngineDeadError`).
         """
         self._deliver = deliver
+        start, cpu = time.perf_counter(), time.thread_time()
         try:
             return self._step()
         finally:
             self._deliver = None
+            if self._last_step_tokens:  # (a step that ran nothing is no iteration: see get_stats)
+                self._last_step_seconds = time.perf_counter() - start
+                self._step_seconds += self._last_step_seconds
+                self._step_cpu_seconds += time.thread_time() - cpu
 
     def _step(self) -> list[RequestOutput]:
         outputs = self._drain_inbox()  # new requests in, aborted ones out
@@ -512,4 +519,6 @@ class LLMEngine:
             num_blocks=self.block_manager.num_blocks, block_size=self.block_manager.block_size,
             requests_finished=dict(processor.num_finished),
             first_draws_allowed=sampler.first_draws_allowed, first_draws_refused=sampler.first_draws_refused,
+            step_seconds=self._step_seconds, step_cpu_seconds=self._step_cpu_seconds,
+            last_step_seconds=self._last_step_seconds,
         )

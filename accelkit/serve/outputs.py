@@ -255,3 +255,9 @@ class EngineStats:
     # refused them (drawn again from the masked logits)
     first_draws_allowed: int = 0
     first_draws_refused: int = 0
+    # steps that ran something (accelkit_engine_step_seconds observes last_step_seconds after each): their wall time in
+    # all, and the engine thread's CPU time in them (accelkit_engine_step_cpu_seconds) — on a CPU engine the difference
+    # is time the engine thread could not run: the interpreter lock held by another thread, or no core free
+    step_seconds: float = 0.0
+    step_cpu_seconds: float = 0.0
+    last_step_seconds: float = 0.0

@@ -2,12 +2,17 @@
 loop hands them over, read back through prometheus_client's exposition and parser: when each histogram is observed,
 and in which buckets (vLLM's)."""
 
+import dataclasses
+
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from accelkit.monitor.serving import ServingMetrics
 from accelkit.serve.outputs import EngineStats, RequestMetrics, RequestOutput
+from accelkit.serve.sampling import SamplingParams
 from accelkit.serve.server.state import MetricsBridge
+from tests.unit.serving_util import serving_state
 
 # vLLM's boundaries (vllm/v1/metrics/loggers.py): TTFT to 2,560 s, the per-request times to 7,680 s
 VLLM_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
@@ -106,3 +111,26 @@ def test_a_step_that_ran_nothing_is_not_an_iteration():
     samples = _samples(registry)
     assert samples[("vllm:iteration_tokens_total_count", "")] == 3
     assert samples[("vllm:iteration_tokens_total_sum", "")] == 10
+
+
+def test_engine_step_time_and_the_engine_threads_cpu_in_it_are_exported():
+    """Each step that ran something is observed with its wall time; the engine thread's CPU time in steps is a
+    counter whose ratio to the steps' summed time says how much of it the engine thread ran (the rest it waited)."""
+    bridge, registry = _bridge()
+    for tokens, wall, cpu_total in ((8, 0.004, 0.003), (0, 0.0, 0.003), (1, 0.010, 0.005)):
+        bridge.on_step(dataclasses.replace(_stats(tokens), last_step_seconds=wall, step_cpu_seconds=cpu_total))
+    samples = _samples(registry)
+    assert samples[("accelkit_engine_step_seconds_count", "")] == 2  # (the step that ran nothing is none)
+    assert samples[("accelkit_engine_step_seconds_sum", "")] == pytest.approx(0.014)
+    assert samples[("accelkit_engine_step_seconds_bucket", "0.005")] == 1
+    assert samples[("accelkit_engine_step_cpu_seconds_total", "")] == pytest.approx(0.005)
+
+
+def test_a_running_engine_counts_its_steps_wall_and_cpu_time():
+    state = serving_state()
+    before = state.engine.get_stats()
+    state.loop.add_request("hello world", SamplingParams.greedy(6, ignore_eos=True)).result()
+    after = state.engine.get_stats()
+    wall, cpu = after.step_seconds - before.step_seconds, after.step_cpu_seconds - before.step_cpu_seconds
+    assert after.num_steps - before.num_steps >= 6 and after.last_step_seconds > 0
+    assert 0 < cpu <= wall * 1.01 + 1e-4  # (the thread's CPU time cannot pass its wall time)

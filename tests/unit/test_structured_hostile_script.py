@@ -52,3 +52,14 @@ def test_a_missing_vllm_python_is_one_error_line(tmp_path):
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("error: --vllm-python ") and proc.stderr.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_kinds_engine_steps_pool_their_rounds_sums(bench):
+    """The share the engine thread ran is the kind's CPU time over its wall time (rounds weigh by their steps, not
+    one each), and a server without the series (vLLM) gives none."""
+    rounds = [{"engine_steps": {"seconds": 0.010, "count": 10, "cpu_seconds": 0.009}},
+              {"engine_steps": {"seconds": 0.090, "count": 30, "cpu_seconds": 0.030}}]
+    steps = bench.step_summary(rounds)
+    assert steps["steps"] == 40 and steps["mean_step_ms"] == pytest.approx(2.5)
+    assert steps["engine_thread_ran_share"] == pytest.approx(0.39)
+    assert bench.step_summary([{"engine_steps": None}]) is None

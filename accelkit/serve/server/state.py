@@ -67,6 +67,10 @@ class MetricsBridge:
         m.kv_cache_usage_perc.labels(name).set(stats.kv_cache_usage)
         if stats.last_step_num_tokens:  # a step that ran nothing (one that only took in an abort) is no iteration
             m.iteration_tokens_total.labels(name).observe(stats.last_step_num_tokens)
+            m.engine_step_seconds.labels(name).observe(stats.last_step_seconds)
+        cpu = stats.step_cpu_seconds - (last.step_cpu_seconds if last else 0.0)
+        if cpu > 0:
+            m.engine_step_cpu_seconds.labels(name).inc(cpu)
         for counter, field in ((m.prompt_tokens, "prompt_tokens"), (m.generation_tokens, "generation_tokens"),
                                (m.num_preemptions, "num_preemptions"), (m.prefix_cache_queries, "prefix_cache_queries"),
                                (m.prefix_cache_hits, "prefix_cache_hits")):
