@@ -130,10 +130,11 @@ def list_cmd(
         peaks = _probe_peaks(found)
         for s in found:
             f = flat_row(s)
-            headline = f"{fmt_num(f['throughput'], 3)} {f['throughput_unit']}" if f["throughput"] is not None else None
+            headline = (f"{_figure(f['throughput'])} {f['throughput_unit'] or ''}".rstrip()  # no unit: not 'None'
+                        if f["throughput"] is not None else None)
             if s.id in peaks:
                 headline = f"{headline or '-'} · {peaks[s.id]}"
-            mfu = fmt_num(f["mfu"], 3)
+            mfu = _figure(f["mfu"])
             if f["mfu_above_peak"] is not None:  # explained in full by --json and `results show`
                 mfu = f"{mfu} ⚠ above peak"
             rows.append((s.id, f["created_at"], f["type"], f["kind"], f["name"], f["hardware"], headline,
@@ -154,6 +155,16 @@ def list_cmd(
 
     roles = _probe_peaks(found)
     emit([{**flat_row(s), **({"peak_role": roles[s.id]} if s.id in roles else {})} for s in found], as_json, render)
+
+
+def _figure(value: float | None, digits: int = 3) -> str | None:
+    """A headline or MFU cell: '1,234.500', or '5.56e-04' for a figure too small for ``digits`` decimals (a CPU
+    prefill's MFU of 0.00056 read '0.000', a slow pipeline's 0.0004 images/s '0.000 images/s')."""
+    if value is None:
+        return None
+    if value != 0 and abs(value) < 10 ** -digits:
+        return f"{value:.2e}"
+    return fmt_num(value, digits)
 
 
 def _probe_peaks(found: list[StoredResult]) -> dict[int, str]:
@@ -218,7 +229,10 @@ def export_cmd(
         skipped = len(store.skipped)
     text = export(results, fmt)
     if output is None:  # on a terminal, a name's escape sequence is shown, not run (a file or pipe gets it exact)
-        typer.echo(printable(text) if sys.stdout.isatty() else text, nl=not text.endswith("\n"))
+        # not typer.echo: off a terminal it strips what looks like an ANSI style ('\x1b[31m') from the text, so a CSV
+        # piped to a file lost those characters of a stored name (the JSON escapes them itself)
+        sys.stdout.write((printable(text) if sys.stdout.isatty() else text) + ("" if text.endswith("\n") else "\n"))
+        sys.stdout.flush()
         return
     _write(output, text)
     err.print(f"wrote {len(results)} results to {output}" + (f" ({skipped} unreadable skipped)" if skipped else ""),

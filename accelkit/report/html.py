@@ -432,7 +432,10 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
     from plotly.offline import get_plotlyjs
 
     notes: list[str] = []
+    before = set(store.skipped)
     rows = bench_rows(store, run_id, limit)
+    # bench rows within the limit that could not be read (warned about by name): no larger --limit shows them
+    unreadable = len(set(store.skipped) - before)
     bench_total = store.count(kind="bench", run_id=run_id)
     plotted = rows[:MAX_PLOTTED]
     loadtests = _loadtests(store, run_id)
@@ -475,6 +478,7 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
     return template.render(
         plotly_js=get_plotlyjs(), figures=figures, rows=_table_rows(rows), verdicts=run_verdicts(rows),
         hardware=hardware, store_path=str(store.path), total=store.count(), run_id=run_id, bench_total=bench_total,
+        unreadable=unreadable,
         notes=notes, contents="" if rows else _store_contents(store, run_id),
     )
 

@@ -26,8 +26,10 @@ TEMPLATE = r"""<!doctype html>
 </head>
 <body>
 <h1>accelkit report</h1>
-<p class="meta">{% if rows|length < bench_total %}the newest {{ rows|length }} of {{ bench_total }} benchmark results
-(<code>accelkit report --limit {{ bench_total }}</code> lists all){% else %}{{ rows|length }} benchmark results{% endif %}
+<p class="meta">{% if rows|length + unreadable < bench_total %}the newest {{ rows|length }} of {{ bench_total }} benchmark results
+(<code>accelkit report --limit {{ bench_total }}</code> lists all){% elif unreadable %}{{ rows|length }} of
+{{ bench_total }} benchmark results{% else %}{{ rows|length }} benchmark results{% endif %}
+{%- if unreadable %} ({{ unreadable }} could not be read: see the warnings <code>accelkit report</code> printed){% endif %}
 {%- if run_id %} of run {{ run_id }}{% endif %} · {{ total }} results
 in <code>{{ store_path }}</code> · figures drawn from the newest 60 · sections without data are left out ·
 self-contained (plotly.js inlined)</p>

@@ -13,6 +13,8 @@ from accelkit.results.import_checks import check_record
 from accelkit.results.store import MAX_ROW_ID, check_typed
 
 _WHAT = "import takes what `accelkit results export --format json` writes"
+#: columns of `results list --json` (the CSV's flat rows) that no exported record has
+_FLAT_ONLY = frozenset({"latency_median_s", "latency_n", "memory_total_bytes", "mfu_above_peak"})
 
 
 def read_export(text: str, source: str) -> list[tuple[int | None, str | None, Estimate | Measurement]]:
@@ -66,13 +68,17 @@ def _record(record: Any, index: int, source: str) -> tuple[int | None, str | Non
         raise UserError(f"{where} has type={kind!r}; expected 'measurement' or 'estimate' ({_WHAT})")
     if old_id is not None and not 0 < old_id <= MAX_ROW_ID:
         raise UserError(f"{where} has id={old_id}; a result id is between 1 and {MAX_ROW_ID}")
+    if _FLAT_ONLY & data.keys() and "latency_s" not in data:  # `results list --json`: flat rows, no samples
+        raise UserError(f"{where} is a row of `accelkit results list --json` (flat columns, no raw samples), not an "
+                        f"exported result; {_WHAT}")
     problem = check_record(data, kind)
     if problem is not None:
         raise UserError(f"{where} {problem}; {_WHAT}")
     try:
         result = cls.from_dict(data)
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
-        raise UserError(f"{where} does not describe a {kind} ({exc}); {_WHAT}") from None
+        raise UserError(f"{where} does not describe {'an' if kind == 'estimate' else 'a'} {kind} ({exc}); "
+                        f"{_WHAT}") from None
     try:
         check_typed(result)  # as the store reads it back: a row every listing would skip is refused here
     except ValueError as exc:
