@@ -4,6 +4,7 @@ stderr and exit code 2; runtime failures exit 1; never a traceback for a user mi
 from __future__ import annotations
 
 import contextlib
+import errno
 import re
 import sys
 from typing import NoReturn
@@ -163,10 +164,24 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(exc), 1)
     except BrokenPipeError:
         _quiet_broken_pipe()
+    except OSError as exc:
+        if exc.errno not in _NO_ROOM:
+            _internal_error(exc)
+        where = f" to {exc.filename}" if exc.filename else ""
+        _fail(f"writing{where} failed: {exc.strerror or exc}; free some space or write elsewhere", 1)
     except Exception as exc:  # a bug: one line for the user, the traceback on request
-        import os
+        _internal_error(exc)
 
-        if os.environ.get(DEBUG_ENV):
-            raise
-        _fail(f"{INTERNAL_ERROR} ({type(exc).__name__}: {exc}) — a bug in accelkit; rerun with {DEBUG_ENV}=1 "
-              "to see the traceback, and please report it", 1)
+
+#: a write that found no room (a full disk — or standard output sent to /dev/full —, a quota, a file-size limit):
+#: said as such, not as a bug
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _internal_error(exc: BaseException) -> NoReturn:
+    import os
+
+    if os.environ.get(DEBUG_ENV):
+        raise exc
+    _fail(f"{INTERNAL_ERROR} ({type(exc).__name__}: {exc}) — a bug in accelkit; rerun with {DEBUG_ENV}=1 "
+          "to see the traceback, and please report it", 1)
