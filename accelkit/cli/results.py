@@ -227,6 +227,10 @@ def export_cmd(
                             "the run ids (leave --run out to export every result)")
         results = filters.query(store, newest_first=False)
         skipped = len(store.skipped)
+        total = store.count()
+    if not results:  # (an empty export on stdout is otherwise a silent `[]`)
+        err.print(f"no result matches {filters.describe()}; {total} results in {store.path}" if filters.describe()
+                  else f"no results yet in {store.path}", highlight=False)
     text = export(results, fmt)
     if output is None:  # on a terminal, a name's escape sequence is shown, not run (a file or pipe gets it exact)
         # not typer.echo: off a terminal it strips what looks like an ANSI style ('\x1b[31m') from the text, so a CSV

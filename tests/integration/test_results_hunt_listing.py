@@ -80,3 +80,12 @@ def test_report_does_not_offer_a_limit_for_an_unreadable_row(_isolated_home):
         html = build_report(store)
     assert "--limit 2</code> lists all" not in html
     assert "1 of\n2 benchmark results (1 could not be read" in html
+
+
+def test_an_empty_export_to_stdout_says_why_on_stderr(cli, _isolated_home):
+    """`results export --hardware h100` with no H100 row printed `[]` and nothing else (`results list` says why)."""
+    with ResultStore() as store:
+        _bench(store, "bert")
+    proc = cli("results", "export", "--kind", "loadtest")
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]"
+    assert "no result matches --kind loadtest; 1 results in" in proc.stderr
