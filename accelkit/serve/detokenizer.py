@@ -84,9 +84,14 @@ def _decoder(tokenizer: Any, fast: tuple[Any, bool] | None, *, skip_special_toke
 
 class IncrementalDetokenizer:
     """Decodes a sliding window ``ids[prefix_offset:]`` and emits what lies past ``ids[prefix_offset:read_offset]``
-    (the approach of TGI and vLLM); a trailing U+FFFD means an unfinished multi-byte character: wait."""
+    (the approach of TGI and vLLM); a trailing U+FFFD means an unfinished multi-byte character: wait.
 
-    __slots__ = ("decode", "ids", "prefix_offset", "prefix_text", "read_offset")
+    A prompt may end inside a character (token ids that split it): the first output tokens then complete it, and
+    the character is the output's, as vLLM's ``DecodeStream`` gives it — the prefix's trailing U+FFFD are left out
+    of what the window's text is compared with, and any of them the window still decodes to (bytes that stayed
+    invalid) are the prompt's, not emitted."""
+
+    __slots__ = ("decode", "ids", "prefix_offset", "prefix_pending", "prefix_text", "read_offset")
 
     def __init__(self, decoder: TokenDecoder | Any, prompt_token_ids: list[int], *,
                  skip_special_tokens: bool = True) -> None:
@@ -96,17 +101,30 @@ class IncrementalDetokenizer:
         self.ids = list(prompt_token_ids[-_CONTEXT_TOKENS:])
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
-        self.prefix_text: str | None = None  # decode(ids[prefix_offset:read_offset]), once computed
+        # decode(ids[prefix_offset:read_offset]) without its trailing U+FFFD, once computed, and how many there were
+        self.prefix_text: str | None = None
+        self.prefix_pending = 0
 
     def add(self, token_ids: list[int], *, final: bool = False) -> str:
         ids = self.ids
         ids.extend(token_ids)
         prefix = self.prefix_text
         if prefix is None:
-            prefix = self.prefix_text = self.decode(ids[self.prefix_offset : self.read_offset])
+            prefix = self.decode(ids[self.prefix_offset : self.read_offset])
+            if prefix.endswith("\ufffd"):  # (the prompt's context ends inside a character)
+                full = len(prefix)
+                prefix = prefix.rstrip("\ufffd")
+                self.prefix_pending = full - len(prefix)
+            self.prefix_text = prefix
         text = self.decode(ids[self.prefix_offset :])
         if len(text) > len(prefix) and (final or not text.endswith("\ufffd")):
+            new = text[len(prefix) :]
+            pending = self.prefix_pending
+            if pending:  # the prefix's unfinished bytes that the new tokens did not complete: not output
+                kept = new.lstrip("\ufffd")
+                new = new[min(pending, len(new) - len(kept)) :]
+                self.prefix_pending = 0
             self.prefix_offset, self.read_offset = self.read_offset, len(ids)
             self.prefix_text = None
-            return text[len(prefix) :]
+            return new
         return ""
