@@ -408,6 +408,12 @@ class GenerationServing(ServingBase, ABC, Generic[R]):
             yield sse({"error": {"message": exc.message, "type": "internal_error" if exc.status == 500
                                  else "service_unavailable", "param": None, "code": exc.code}})
             yield DONE
+        except Exception as exc:  # (a bug, or a tokenizer failing on an id): said too, as vLLM does — the stream
+            # just stopped, with no reason given; logged with its traceback
+            log.error("%s stream %s failed: %s: %s", object_name, run.id, type(exc).__name__, exc, exc_info=exc)
+            yield sse({"error": {"message": f"internal error: {type(exc).__name__}: {exc}", "type": "internal_error",
+                                 "param": None, "code": "internal_error"}})
+            yield DONE
         finally:
             run.inflight.cleanup()
 
