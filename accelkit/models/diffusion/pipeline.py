@@ -46,9 +46,9 @@ def check_generation(spec: DiffusionSpec, gen: Generation, names: dict[str, str]
         flag = names.get(key, key)
         if side % multiple:
             why = f"the VAE's {spec.vae_scale_factor}×" + ("" if spec.family == "sdxl" else " and the latent patching")
-            return (f"{flag} {side} is not a multiple of {multiple} ({spec.name}: {why}); use "
-                    f"{max(multiple, side // multiple * multiple)} or "
-                    f"{(side // multiple + 1) * multiple}")
+            below = side // multiple * multiple
+            sizes = f"{below} or {below + multiple}" if below else f"{multiple}"  # (below one multiple: only up)
+            return f"{flag} {side} is not a multiple of {multiple} ({spec.name}: {why}); use {sizes}"
     if spec.family == "sd3":
         max_side = spec.denoiser.get("pos_embed_max_size", 96) * spec.side_multiple
         if max(gen.height, gen.width) > max_side:
