@@ -16,7 +16,9 @@ import re
 
 #: logger name → messages (regexes, searched in the formatted message) that are dropped
 KNOWN_HARMLESS: dict[str, tuple[re.Pattern[str], ...]] = {
-    "torchao": (re.compile(r"^Failed to load \S*_C_(mxfp8|cutlass_90a)\S*\.so"),),
+    # the file is the path up to its first ".so" (torchao logs f"Failed to load {file}: {error}"); the path may hold
+    # spaces ("/Users/Jane Doe/…": \S* let the line through there), never another ".so" before the file's own
+    "torchao": (re.compile(r"^Failed to load (?:(?!\.so\b).)*[/\\]_C_(mxfp8|cutlass_90a)[^/\\]*\.so\b"),),
     "torch.utils._pytree": (
         re.compile(r"is an Enum subclass and is now natively supported by torch\.compile .*register_constant\(\) "
                    r"on Enum subclasses is deprecated", re.DOTALL),

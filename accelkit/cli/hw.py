@@ -34,6 +34,8 @@ from accelkit.hardware.probe import ProbeConfig, ProbeInterrupted
 from accelkit.hardware.probe import probe as run_probe
 
 PROBE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+#: ProbeConfig fields (→ their flags) that only the matmul and copy probe reads; --collectives refuses them
+_MATMUL_ONLY = {"matmul_size": "--size", "copy_bytes": "--copy-size", "dtypes": "--dtype"}
 
 app = typer.Typer(cls=HelpGroup, help="Accelerator catalog, local detection and the measured roofline.", no_args_is_help=True,
                   epilog=examples("accelkit hw list", "accelkit hw show h200", "accelkit hw probe --quick"))
@@ -148,7 +150,7 @@ def _dtypes(text: str) -> tuple[str, ...]:
     dtypes = csv_list(text, field="--dtype", choices=PROBE_DTYPES)
     if not dtypes:
         raise UserError(f"--dtype {text!r} names no dtype; give a comma list of {','.join(PROBE_DTYPES)}")
-    return tuple(dtypes)
+    return tuple(dict.fromkeys(dtypes))  # once each: `--dtype fp32,fp32` timed fp32 twice and kept one of them
 
 
 def _copy_size(text: str) -> int:
@@ -193,6 +195,13 @@ def probe_cmd(
         if probe.get("min_time_s") is not None:  # (absent when not given) the collectives' loops are --quick's or full, per message size
             raise UserError("--min-time applies to the matmul and copy probe, not --collectives; use --quick for "
                             "short collective loops, or drop --min-time")
+        # the matmul and copy probe's sizes and dtypes: refused, not ignored (`--collectives --copy-size 1GiB` ran
+        # the default message sizes and said nothing)
+        if matmul_only := [flag for key, flag in _MATMUL_ONLY.items() if probe.get(key) is not None]:
+            one = len(matmul_only) == 1
+            raise UserError(f"{', '.join(matmul_only)} {'applies' if one else 'apply'} to the matmul and copy probe, "
+                            f"not --collectives; drop {'it' if one else 'them'} (--max-message-size sets the largest "
+                            "collective message)")
         _collectives(quick=probe["quick"], device=probe["device"], dist=dist, save=save, as_json=as_json,
                      nproc_per_node=2 if nproc_per_node is None else nproc_per_node, progress=progress,
                      max_message_size=max_message_size)
@@ -210,9 +219,10 @@ def probe_cmd(
     store = open_for_saving(save)  # before measuring: an unwritable store fails now, not after the probe
     try:
         stopped = None
-        with sigterm_as_interrupt() as received, Progress("probing", show=progress) as bar:
-            try:
-                result = run_probe(config, on_step=lambda text: bar.update(text, step=text))
+        with sigterm_as_interrupt() as received:
+            try:  # outside the progress display: it closes seeing the interrupt, so it says no "probing: done"
+                with Progress("probing", show=progress) as bar:
+                    result = run_probe(config, on_step=lambda text: bar.update(text, step=text))
             except ProbeInterrupted as exc:  # (said once the progress display is closed)
                 stopped = exc
         if stopped is not None:

@@ -2,12 +2,13 @@
 
 * **elementwise bandwidth** — ``torch.add(a, b, out=c)`` over a large buffer (reads two, writes one): the
   bandwidth residual adds, norms, activations and rotary kernels really reach, as a fraction of the
-  catalog's HBM bandwidth (on a CPU: of the measured copy bandwidth);
+  catalog's HBM bandwidth (on a CPU or a GPU the catalog lacks: of the measured copy bandwidth);
 * **attention efficiency** — causal ``scaled_dot_product_attention`` forward + backward at head dim 128
   (64 on a CPU), in the planner's FLOP convention: useful causal FLOPs (½ of 4·b·s²·H·d forward) × 3.5
   (backward 2.5×, it recomputes QKᵀ), as a fraction of the dense 16-bit peak (on a CPU: of the probe's
-  measured matmul), and that fraction divided by the causal block factor s/(s+128) — the long-sequence
-  figure the planner's prior is written in.
+  measured fp32 matmul; on a GPU the catalog lacks: of its bf16 one — the attention's own dtype), and that
+  fraction divided by the causal block factor s/(s+128) — the long-sequence figure the planner's prior is written
+  in.
 
 ``accelkit.plan.calibrate`` uses both in place of the published priors when the probe's device matches the
 planned one. torch is imported by the functions only (the planner never imports this module).
@@ -68,6 +69,20 @@ def _attention_fn(shape: dict[str, int], device: str) -> Callable[[], object]:
     return step
 
 
+def attention_reference(device: str, catalog: DeviceSpec | None, matmul: dict[str, Any]) -> tuple[float | None, str]:
+    """(TFLOP/s, what it is) the attention figure is a fraction of: the catalog's dense 16-bit peak on a catalog GPU;
+    elsewhere this probe's matmul of the attention's own dtype — fp32 on a CPU, bf16 on a GPU (or fp16 where no bf16
+    was probed). A GPU the catalog does not know (H100 NVL, L4) once had its bf16 attention divided by its fp32
+    matmul: 'of ref' read several hundred percent."""
+    if catalog is not None:
+        peak = catalog.peak("bf16") or catalog.peak("fp16")
+        return (peak / 1e12 if peak else None), "catalog dense bf16 peak"
+    for dtype in ("fp32",) if device == "cpu" else ("bf16", "fp16"):
+        if tflops := (matmul.get(dtype) or {}).get("tflops"):
+            return tflops, f"this probe's {dtype} matmul"
+    return None, f"this probe's {'fp32' if device == 'cpu' else 'bf16'} matmul"
+
+
 def probe_kernels(device: str, loop: LoopConfig, *, catalog: DeviceSpec | None, copy_gbps: float,
                   matmul: dict[str, Any], elementwise_bytes: int,
                   on_step: Callable[[str], None] | None = None) -> tuple[dict[str, Any], dict[str, list[float]]]:
@@ -93,13 +108,7 @@ def probe_kernels(device: str, loop: LoopConfig, *, catalog: DeviceSpec | None, 
     flops = attention_flops(shape)
     tflops = [flops / t / 1e12 for t in result.samples_s]
     astats = summarize(tflops)
-    if catalog is not None:
-        peak = catalog.peak("bf16") or catalog.peak("fp16")
-        peak_tflops = peak / 1e12 if peak else None
-        peak_what = "catalog dense bf16 peak"
-    else:  # a CPU's peak is what its matmul reached in this probe (fp32: the attention runs in fp32 there)
-        peak_tflops = (matmul.get("fp32") or {}).get("tflops")
-        peak_what = "this probe's fp32 matmul"
+    peak_tflops, peak_what = attention_reference(device, catalog, matmul)
     fraction = astats.median / peak_tflops if peak_tflops else None
     useful = shape["seq"] / (shape["seq"] + FLASH_BLOCK)
     attention = {"tflops": astats.median, "stats": astats.to_dict(), "shape": shape, "causal": True,
