@@ -173,7 +173,7 @@ def profile_cmd(
                                                         device=device, step_name=step,
                                                         on_step=lambda text: bar.update(text, step=text))
             except ProfileInterrupted as exc:  # (said once the progress display is closed)
-                stopped = exc
+                stopped, bar.stopped = exc, True
         if stopped is not None:
             _interrupted_profile(stopped, received)
         result_id = writer.add(measurement)

@@ -167,6 +167,9 @@ class Progress:
 
     def __init__(self, title: str, *, show: bool | None = None, min_interval_s: float = 2.0):
         self.title = title
+        #: set when the work was stopped (Ctrl-C, SIGTERM) and returned what it finished: the last line then says
+        #: "stopped", not "done", before the command says what it kept
+        self.stopped = False
         self.live = err.is_terminal and show is not False
         self.lines = show is not False and not self.live
         self.min_interval_s = min_interval_s
@@ -238,7 +241,7 @@ class Progress:
             assert self._beat is not None
             self._beat.close()
             if exc[0] is None and self._started:
-                self._line(f"{self.title}: done")
+                self._line(f"{self.title}: {'stopped' if self.stopped else 'done'}")
 
 
 @contextmanager

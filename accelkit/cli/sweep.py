@@ -61,6 +61,7 @@ def sweep_cmd(
 
             run = run_sweep(spec, ray=ray, workers=override.get("workers"), store=store, on_point=on_point,
                             terminated=lambda: "SIGTERM" in received)
+            bar.stopped = run.interrupted
         rows_by_id = {} if run.store_error else {i: store.get(i).result for p in run.points for i in p["result_ids"]}
     finally:
         store.close()

@@ -189,6 +189,7 @@ def tune_cmd(
                                           collective_timeout_s=dist.get("collective_timeout_s"))
             else:
                 result = tune(wl, config, store=store, reporter=reporter, on_step=lambda text: bar.update(text, step=text))
+            bar.stopped = result.interrupted
     finally:
         if store is not None:
             store.close()
