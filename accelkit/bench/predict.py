@@ -63,7 +63,8 @@ def predict_variant(
         # 4 B with no master copy, each forward casting them
         fp32_params = spec.task == "train" and spec.recipe.precision in ("bf16", "fp16", "fp8")
         return plan(spec, Cluster(device=hw, num_devices=dp, devices_per_node=devices_per_node),
-                    PlanOptions(grad_reduce_fp32=dp > 1, autocast_fp32_params=fp32_params)), None
+                    PlanOptions(grad_reduce_fp32=spec.task == "train" and dp > 1,  # (an inference plan refuses it)
+                                autocast_fp32_params=fp32_params)), None
     except Exception as exc:  # a planner gap must not lose a measurement
         return None, f"the planner could not estimate this workload ({type(exc).__name__}: {exc})"
 

@@ -23,23 +23,21 @@ from accelkit.plan.context import make_context
 from accelkit.plan.diffusion import ImageRequest
 from accelkit.plan.diffusion import to_estimate as image_estimate
 from accelkit.plan.fit_hints import would_fit
-from accelkit.plan.layout import TRAIN_ONLY_REQUEST, flag_text, refuse_train_only
+from accelkit.plan.layout import (
+    INFER_ONLY_OPTIONS,
+    TRAIN_ONLY_OPTIONS,
+    TRAIN_ONLY_REQUEST,
+    flag_text,
+    refuse_train_only,
+)
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.request import LayoutChoice, PlanRequest
 from accelkit.results import ResultStore
 
-#: PlanRequest and PlanOptions fields only inference reads (evaluate_infer, infer_memory, infer_time, the inference
-#: search): refused with --task train the same way
+#: PlanRequest fields only inference reads (evaluate_infer, infer_memory, infer_time, the inference search): refused
+#: with --task train the same way as the planner's INFER_ONLY_OPTIONS; --task infer refuses TRAIN_ONLY_OPTIONS set away
+#: from their defaults instead of planning as if they were not there (the library and the diffusion path too)
 INFER_ONLY_REQUEST = ("batch", "prompt_len", "output_len", "kv_dtype")
-INFER_ONLY_OPTIONS = ("max_serving_batch", "prefill_chunk_tokens", "max_decode_latency_s", "kv_cache_memory_bytes",
-                      "gpu_memory_utilization", "block_size", "kv_cache_scales", "inflight_batching")
-#: PlanOptions fields only the training model reads (train_memory, train_time, the activation terms): the inference
-#: model (evaluate_infer, infer_time: fused kernels, no dropout, exposed tensor-parallel all-reduces, no optimizer or
-#: gradient reduction) never looks at them, so --task infer refuses one set away from its default instead of planning
-#: as if it were not there (the diffusion path refuses them too)
-TRAIN_ONLY_OPTIONS = ("optimizer_states", "frozen_weights", "selective_recompute", "grad_reduce_fp32",
-                      "grad_reduce_overlap", "fsdp_backward_prefetch", "autocast_fp32_params", "dropout", "fused_loss",
-                      "tp_comm_overlap", "tp_backward_overlap", "pp_scatter_gather")
 
 
 def _bytes(text: str) -> int:

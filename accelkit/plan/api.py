@@ -16,6 +16,7 @@ from accelkit.plan.layout import (
     Layout,
     check_compression,
     check_frozen,
+    check_inference_plan_layout,
     check_interleaving,
     check_layout_fields,
     check_user_layout,
@@ -54,6 +55,8 @@ def plan(workload: Workload, cluster: Cluster, options: PlanOptions | None = Non
     if layout is None:
         layout = layout_of(workload)
     check_layout_fields(layout)
+    if workload.task != "train":
+        check_inference_plan_layout(layout)
     if layout.recompute == "budget":
         raise UserError("recompute 'budget' is not modelled by the planner; use none, selective or full")
     if layout.num_devices != cluster.num_devices:

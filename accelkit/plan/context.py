@@ -13,7 +13,7 @@ from accelkit.plan import flops as F
 from accelkit.plan.calibrate import efficiency, missing_cpu_peak
 from accelkit.plan.comm import scaleout_bandwidth
 from accelkit.plan.fitted import FIT_SOURCE, serving_attained, sustained_tensor
-from accelkit.plan.layout import check_inference_workload
+from accelkit.plan.layout import check_inference_workload, check_task_options
 from accelkit.plan.memory import ACT_BYTES, TRAIN_WEIGHT_BYTES
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.priors import (
@@ -162,10 +162,12 @@ def check_device_memory(workload: Workload, device: DeviceSpec, options: PlanOpt
 
 def make_context(workload: Workload, cluster: Cluster, options: PlanOptions | None = None) -> PlanContext:
     """Resolve peaks and efficiencies (calibrated or prior) and the model's split of parameters. An inference
-    workload that sets a training-only field (optimizer, offload, grad_compression) is refused here: every plan,
-    search and comparison starts with a context."""
+    workload that sets a training-only field (optimizer, offload, grad_compression) or option (optimizer_states,
+    dropout, ...), or a training workload that sets an inference-only option (max_serving_batch, block_size, ...) or
+    KV-cache dtype, is refused here: every plan, search and comparison starts with a context."""
     check_inference_workload(workload)
     options = options or PlanOptions()
+    check_task_options(workload, options)
     model, recipe = workload.model, workload.recipe
     dtype = peak_dtype(recipe.precision, recipe.quantization, workload.task)
     peak = cluster.device.peak(dtype)

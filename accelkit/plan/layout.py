@@ -382,6 +382,55 @@ def check_inference_workload(workload: Workload) -> None:
         refuse_train_only(train_only_settings(workload), TRAIN_ONLY_REQUEST)
 
 
+#: PlanOptions fields only the training model reads (train_memory, train_time, the activation terms): the inference
+#: model (evaluate_infer, infer_time: fused kernels, no dropout, exposed tensor-parallel all-reduces, no optimizer or
+#: gradient reduction) never looks at them
+TRAIN_ONLY_OPTIONS = ("optimizer_states", "frozen_weights", "selective_recompute", "grad_reduce_fp32",
+                      "grad_reduce_overlap", "fsdp_backward_prefetch", "autocast_fp32_params", "dropout", "fused_loss",
+                      "tp_comm_overlap", "tp_backward_overlap", "pp_scatter_gather")
+#: PlanOptions fields only inference reads (evaluate_infer, infer_memory, infer_time, the inference search)
+INFER_ONLY_OPTIONS = ("max_serving_batch", "prefill_chunk_tokens", "max_decode_latency_s", "kv_cache_memory_bytes",
+                      "gpu_memory_utilization", "block_size", "kv_cache_scales", "inflight_batching")
+
+
+def refuse_infer_only(given: Mapping[str, object], keys: Iterable[str]) -> None:
+    """Raise UserError naming the first of ``keys`` in ``given``: a field only inference reads, which a training plan
+    would ignore (`accelkit plan` without --task infer refuses the same flags, in these words)."""
+    for key in keys:
+        if key in given:
+            raise UserError(f"{flag_text(key, given[key])} applies to --task infer; training does not model it — drop "
+                            "it, or add --task infer")
+
+
+def check_task_options(workload: Workload, options: PlanOptions) -> None:
+    """Raise UserError for a planner option (or a Workload field) set away from its default that the workload's task
+    never reads: a training-only option on an inference plan, an inference-only one (or an fp8/int8 KV cache) on a
+    training plan — the plan would be the same without it. `make_context` calls this for every plan, search and
+    comparison, so the library refuses what `accelkit plan` refuses, in the same words."""
+    defaults = type(options)()
+    if workload.task == "train":
+        given = {k: getattr(options, k) for k in INFER_ONLY_OPTIONS if getattr(options, k) != getattr(defaults, k)}
+        if workload.recipe.kv_cache_dtype != "auto":
+            given = {"kv_dtype": workload.recipe.kv_cache_dtype, **given}
+        refuse_infer_only(given, ("kv_dtype", *INFER_ONLY_OPTIONS))
+    else:
+        refuse_train_only({k: getattr(options, k) for k in TRAIN_ONLY_OPTIONS
+                           if getattr(options, k) != getattr(defaults, k)}, TRAIN_ONLY_OPTIONS)
+
+
+def check_inference_plan_layout(layout: Layout) -> None:
+    """``plan`` of an inference workload: the recipe's (or the given layout's) training-only fields set away from their
+    defaults — ZeRO, micro-batch, gradient accumulation, recompute, sequence parallelism, hybrid sharding, cp, vp —
+    are refused as `search(fixed=...)` and `accelkit plan --task infer` refuse them: inference plans
+    ``workload.batch_size`` sequences per replica and would ignore them."""
+    defaults = Layout(dp=1, tp=1, pp=1)
+    given = {k: v for k, v in layout.to_dict().items() if k not in ("dp", "tp", "pp", "ep") and v != getattr(defaults, k)}
+    if "grad_accum" in given:
+        raise UserError(f"grad_accum={given['grad_accum']} applies to --task train (micro-batches per optimizer step); "
+                        "inference plans workload.batch_size sequences per replica — drop it")
+    check_inference_layout(given, None)
+
+
 def check_inference_layout(fixed: dict[str, object], global_batch: int | None) -> None:
     """Raise UserError for a pinned field that inference would ignore (it would be reported but change nothing).
 

@@ -430,6 +430,9 @@ def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_
                batch: int | None = None, num_devices: int | None = None, top: int | None = None) -> list[Candidate]:
     """``search`` on a made context (``num_devices`` None: the smallest count that fits)."""
     check_arguments(fixed, global_batch=global_batch, batch=batch, num_devices=num_devices, top=top)
+    if ctx.workload.task == "train" and batch is not None:  # read by inference only: a training plan ignored it
+        raise UserError(f"--batch {batch} applies to --task infer (concurrent sequences per replica); for training "
+                        "give --global-batch (sequences per step)")
     count_flag = None
     if num_devices is None:
         _check_pinned_fields(ctx, fixed or {})
