@@ -221,6 +221,15 @@ def track(
 ) -> Iterator[JobTracker]:
     """Track a loop. Give ``flops_per_step``, or ``model`` + ``samples_per_step`` + ``seq_len`` for the
     planner to count them; MFU needs ``peak_flops`` (the dense peak of the dtype in use)."""
+    if model is not None and not isinstance(model, ModelSpec):  # a preset name was a bare AttributeError
+        raise UserError(f"model={model!r} is not a ModelSpec; pass accelkit.models.get_preset(name) or "
+                        "accelkit.models.resolve_model(path), or give flops_per_step")
+    if model is not None and flops_per_step is not None:  # the model was ignored: say which count is meant
+        raise UserError("model= and flops_per_step= both count a step's FLOPs; give one of them (model= with "
+                        "samples_per_step and seq_len, or flops_per_step alone)")
+    if seq_len is not None and model is None:  # read only to count a model's FLOPs: it was ignored
+        raise UserError(f"seq_len={seq_len!r} is read only with model= (to count its FLOPs and tokens); give "
+                        "model=, or tokens_per_step for tokens/s")
     if flops_per_step is None and model is not None:
         if samples_per_step is None or seq_len is None:
             raise UserError("model= needs samples_per_step (sequences per step) and seq_len to count FLOPs")

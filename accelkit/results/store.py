@@ -190,10 +190,26 @@ def _has_utf8(value: Any) -> bool:
     return True
 
 
-def _names(value: str | Iterable[str] | None) -> list[str] | None:
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _names(value: str | Iterable[str] | None, field: str = "kind") -> list[str] | None:
+    """A filter of one name or several; anything else is a TypeError naming the argument (``kind=3`` was a bare
+    "'int' object is not iterable")."""
     if value is None:
         return None
-    return [value] if isinstance(value, str) else list(value)
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"{field}={value!r} is not valid; give a name, a list of names, or None for all")
+    return names
+
+
+def _check_run_id(run_id: object) -> None:
+    """A run id is text (the CLI's --run): an int was stored as an integer that no ``run_id="…"`` filter matches."""
+    if run_id is not None and not isinstance(run_id, str):
+        raise TypeError(f"run_id={run_id!r} is not valid; give a string (e.g. a uuid4 hex), or None")
 
 
 class ResultStore:
@@ -541,6 +557,10 @@ class ResultStore:
         # strict JSON in every column (jq, JSON.parse, sqlite's json_valid reject Infinity/NaN): a non-finite
         # figure is stored as null and named, with its value, under the payload's 'non_finite'; reading puts it back
         # (a null alone would fail the row's typed read — an inf latency sample — and so lose the row)
+        if not isinstance(result, (Estimate, Measurement)):  # was a bare AttributeError ('str' has no 'to_dict')
+            raise TypeError(f"result={_short(result)} is not an accelkit.core Estimate or Measurement; store what "
+                            "accelkit.plan.plan / to_estimate or a bench returns")
+        _check_run_id(run_id)
         non_finite: dict[str, str] = {}
         data = take_out(result.to_dict(), "", non_finite)
         samples = data.pop("samples", {})
@@ -706,13 +726,25 @@ class ResultStore:
         then id — an imported row keeps its own time, so the newest is not simply the highest id (an older probe of
         another machine, imported last, read as the newest; found in review). Rows that cannot be decoded are left
         out and recorded in ``skipped``."""
-        kinds, hardware_names = _names(kind), _names(hardware)
+        kinds, hardware_names = _names(kind), _names(hardware, "hardware")
+        _check_run_id(run_id)
+        if limit is not None:  # a str was a bare TypeError, a float "cannot read the results store (datatype
+            # mismatch)", and -1 an empty list (the CLI's --limit takes 1 or more); numpy's integers are taken
+            fix = f"limit={limit!r} is not valid; give a whole number of results (>= 0), or None for all"
+            try:
+                if isinstance(limit, bool):
+                    raise TypeError
+                limit = operator.index(limit)
+            except TypeError:
+                raise TypeError(fix) from None
+            if limit < 0:
+                raise ValueError(fix)
         where, params = self._where(kinds, hardware_names, run_id)
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT {self._COLUMNS} FROM results{where} ORDER BY created_at {order}, id {order}"
         if limit is not None:
             sql += " LIMIT ?"
-            params.append(min(max(limit, 0), MAX_ROW_ID))  # SQLite's INTEGER: a larger limit would not bind
+            params.append(min(limit, MAX_ROW_ID))  # SQLite's INTEGER: a larger limit would not bind
         rows = self._select(sql, params)
         if rows is None:
             rows = sorted((r for r in self._scan() if self._matches(r, kinds, hardware_names, run_id)),
@@ -736,7 +768,8 @@ class ResultStore:
     def count(self, *, kind: str | Iterable[str] | None = None, hardware: str | Iterable[str] | None = None,
               run_id: str | None = None) -> int:
         """Rows matching the filters (all rows without filters), readable or not."""
-        kinds, hardware_names = _names(kind), _names(hardware)
+        kinds, hardware_names = _names(kind), _names(hardware, "hardware")
+        _check_run_id(run_id)
         where, params = self._where(kinds, hardware_names, run_id)
         rows = self._select(f"SELECT COUNT(*) FROM results{where}", params)
         if rows is None:

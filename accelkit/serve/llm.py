@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import difflib
 import numbers
+import os
 from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as Seq
 from typing import Any, TypedDict
@@ -76,7 +79,17 @@ class LLM:
     stops the worker processes; they also end with this process."""
 
     def __init__(self, model: str, **kwargs: Any) -> None:
-        self.engine = LLMEngine(EngineConfig(model=str(model), **kwargs))
+        if not isinstance(model, (str, os.PathLike)):  # None read as the directory 'None'
+            raise ValueError(f"model={_short(model)} is not valid; give the path of a Hugging Face-format model "
+                             "directory (config.json, *.safetensors, tokenizer files)")
+        known = [f.name for f in dataclasses.fields(EngineConfig) if f.name != "model"]
+        for key in kwargs:  # a bare TypeError "EngineConfig.__init__() got an unexpected keyword argument"
+            if key not in known:
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise ValueError(f"LLM() has no option {key!r}; {hint}the options are EngineConfig's fields: "
+                                 f"{', '.join(known)}")
+        self.engine = LLMEngine(EngineConfig(model=os.fspath(model), **kwargs))
         self._counter = 0
 
     def shutdown(self) -> None:
@@ -173,7 +186,16 @@ class LLM:
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params_list = [sampling_params or SamplingParams()] * len(prompt_list)
         else:
+            # a dict was iterated as its keys ("prompts[0]: sampling_params='max_tokens' is not valid") and a str as its
+            # letters ("sampling_params has 6 entries for 1 prompts")
+            if isinstance(sampling_params, (str, bytes, Mapping)) or not isinstance(sampling_params, Iterable):
+                raise ValueError(f"sampling_params={_short(sampling_params)} is not valid; expected a SamplingParams "
+                                 "(e.g. SamplingParams(max_tokens=16)), or a list of them, one per prompt")
             params_list = list(sampling_params)
+            bad = next((i for i, p in enumerate(params_list) if not isinstance(p, SamplingParams)), None)
+            if bad is not None:
+                raise ValueError(f"sampling_params[{bad}]={_short(params_list[bad])} is not valid; expected a "
+                                 "SamplingParams (e.g. SamplingParams(max_tokens=16))")
             if len(params_list) != len(prompt_list):
                 raise ValueError(f"sampling_params has {len(params_list)} entries for {len(prompt_list)} prompts")
         priorities = self._priorities(priority, len(prompt_list))
