@@ -458,14 +458,17 @@ class GrammarCompiler:
         # what it holds: malloc's growth across the compile where that can be read (a compile beside it may add its
         # own: the weight errs high, the cache evicts sooner), never less than the backend's own estimate
         weight = max(grammar.num_bytes, after - before if before is not None and after is not None else 0)
+        evicted: list[CompiledGrammar] = []
         with self._lock:
             self._inflight.pop(spec, None)
             if spec not in self._grammars and weight <= self.max_cache_bytes:
                 self._grammars[spec] = (grammar, weight)
                 self.cached_bytes += weight
                 while self.cached_bytes > self.max_cache_bytes:
-                    _, (_, old_weight) = self._grammars.popitem(last=False)
+                    _, (old, old_weight) = self._grammars.popitem(last=False)
+                    evicted.append(old)
                     self.cached_bytes -= old_weight
+        evicted.clear()  # freed after the lock (milliseconds for a large lexer): look-ups of the cache do not wait
         self._observe("compiled", time.perf_counter() - start)
         return grammar
 
