@@ -9,7 +9,7 @@ import typer
 from accelkit.cli import text_to_image
 from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import JsonOption, emit, out, table
-from accelkit.core import ModelSpec
+from accelkit.core import ModelSpec, UserError
 from accelkit.core.units import fmt_bytes, fmt_count
 from accelkit.models import PRESETS, resolve_model
 from accelkit.models.diffusion import DIFFUSION_PRESETS, is_diffusion_model, resolve_diffusion
@@ -35,6 +35,8 @@ def _shape(s: ModelSpec) -> str:
     if s.kind == "cnn":
         return f"stages {'-'.join(map(str, s.stage_depths))}, widths {s.stage_widths[0]}…{s.stage_widths[-1]}"
     heads = f"{s.num_heads}/{s.kv_heads}" if s.kv_heads != s.num_heads else str(s.num_heads)
+    if s.head_size != s.hidden_size // max(s.num_heads, 1):  # Qwen3-32B: 64 heads of 128 in h 5120, not of 80
+        heads += f"×{s.head_size}"
     moe = f", {s.num_experts}×top{s.experts_per_token}" if s.num_experts else ""
     return f"L{s.num_layers} h{s.hidden_size} heads {heads} ffn {s.ffn_hidden_size}{moe}"
 
@@ -68,6 +70,18 @@ def _kept(spec: ModelSpec) -> str:
             f"{spec.num_layers - windowed} keep every position)")
 
 
+def _not_shown(spec: ModelSpec) -> set[str]:
+    """Spec fields that describe nothing this architecture has: ModelSpec's defaults (RMSNorm, RoPE at θ 10000) read
+    as facts — `models show resnet-50` listed 'norm rmsnorm, position rope, rope_theta 10000', GPT-3 and BERT a
+    rope_theta beside their learned positions."""
+    hidden = set() if spec.family in ("vit", "resnet") else {"num_channels", "stem_width"}
+    if spec.kind == "cnn":
+        hidden |= {"norm", "position", "rope_theta", "rope_scaling", "norm_eps"}
+    elif spec.position != "rope":
+        hidden |= {"rope_theta", "rope_scaling"}
+    return hidden
+
+
 @app.command("show", epilog=examples(
     "accelkit models show llama-3.1-70b",
     "accelkit models show path/to/config.json --json",
@@ -79,6 +93,9 @@ def show_cmd(
 ) -> None:
     """Show one architecture: dimensions, exact parameter count (total and active), KV bytes per token; a
     text-to-image pipeline: its components, parameters and FLOPs per image and per step."""
+    if not model.strip():  # Path("") is ".": an empty "$MODEL" showed whatever ./config.json holds, as if asked for
+        raise UserError("models show: the model is empty; give a preset name (`accelkit models list`), a config.json, "
+                        "or a directory holding one")
     if is_diffusion_model(model):
         text_to_image.show(resolve_diffusion(model), as_json)
         return
@@ -98,9 +115,8 @@ def show_cmd(
                          f"{fmt_bytes(per_token)} in bf16"))
             rows.append(("KV cache / sequence", f"{fmt_bytes(data['kv_bytes_per_sequence_bf16'])} in bf16 at "
                          f"{spec.max_seq_len:,} positions{_kept(spec)}"))
-        vision_only = () if spec.family in ("vit", "resnet") else ("num_channels", "stem_width")
         rows += [(k, v) for k, v in spec.to_dict().items()
-                 if v not in (None, (), [], False, 0) and k != "name" and k not in vision_only]
+                 if v not in (None, (), [], False, 0) and k != "name" and k not in _not_shown(spec)]
         out.print(table(spec.name, ["field", "value"], rows))
 
     emit(data, as_json, render)

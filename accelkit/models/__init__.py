@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from accelkit.core import ModelSpec, UnknownNameError
+from accelkit.core import ModelSpec, UnknownNameError, UserError
 from accelkit.models.hf import from_hf_config, load_config, to_hf_config
 from accelkit.models.presets import PRESETS, get_preset
 
@@ -17,7 +17,11 @@ def resolve_model(name_or_path: str) -> ModelSpec:
     """A preset name, a ``config.json`` path, or a directory holding one → ModelSpec.
 
     A Hub id that is no path here (nothing is downloaded) is refused with the closest presets (it read "no
-    config.json at Qwen/Qwen3-8B", found in review)."""
+    config.json at Qwen/Qwen3-8B", found in review). A blank name is refused: ``Path("")`` is the current directory,
+    and an unset ``--model "$MODEL"`` planned whatever ./config.json holds."""
+    if not name_or_path.strip():
+        raise UserError("the model is empty; give a preset name (`accelkit models list`), a config.json, or a "
+                        "directory holding one")
     if _HUB_ID.fullmatch(name_or_path) and not name_or_path.endswith(".json") and not Path(name_or_path).exists():
         raise UnknownNameError("model", name_or_path, PRESETS, listing=list(PRESETS),
                                more="a Hub id is not downloaded: give a preset, or the path of the model's "

@@ -53,7 +53,9 @@ def llama3_405b() -> ModelSpec:
 
 
 def qwen25_7b() -> ModelSpec:
-    """Qwen2.5 7B: 28 layers, h 3584, 28 heads / 4 KV heads, q/k/v bias, SwiGLU 18944, vocab 152064."""
+    """Qwen2.5-7B-Instruct: 28 layers, h 3584, 28 heads / 4 KV heads, q/k/v bias, SwiGLU 18944, vocab 152064, 32768
+    positions (θ 1e6, rms_norm_eps 1e-6), as its config.json lists them. The base Qwen2.5-7B has the same dimensions but
+    lists max_position_embeddings 131072: give its config.json to plan that context."""
     return ModelSpec(
         name="qwen2.5-7b", kind="decoder", family="qwen2", num_layers=28, hidden_size=3584, num_heads=28,
         num_kv_heads=4, ffn_hidden_size=18944, vocab_size=152064, max_seq_len=32768, gated_mlp=True,
@@ -62,15 +64,16 @@ def qwen25_7b() -> ModelSpec:
 
 
 def qwen25_72b() -> ModelSpec:
-    """Qwen2.5 72B: 80 layers, h 8192, 64 heads / 8 KV heads, SwiGLU 29568."""
+    """Qwen2.5-72B-Instruct: 80 layers, h 8192, 64 heads / 8 KV heads, SwiGLU 29568, 32768 positions, rms_norm_eps
+    1e-6 (its config.json; 72.7B parameters, its model card). The base Qwen2.5-72B lists 131072 positions."""
     return qwen25_7b().replace(
         name="qwen2.5-72b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8, ffn_hidden_size=29568
     )
 
 
 def qwen3_8b() -> ModelSpec:
-    """Qwen3 8B: 36 layers, h 4096, 32 heads / 8 KV heads of 128, per-head q/k RMSNorm, no bias, SwiGLU 12288,
-    vocab 151936, 40960 positions."""
+    """Qwen3-8B (the post-trained release): 36 layers, h 4096, 32 heads / 8 KV heads of 128, per-head q/k RMSNorm, no
+    bias, SwiGLU 12288, vocab 151936, 40960 positions. Qwen3-8B-Base has the same dimensions with 32768 positions."""
     return ModelSpec(
         name="qwen3-8b", kind="decoder", family="qwen3", num_layers=36, hidden_size=4096, num_heads=32,
         num_kv_heads=8, ffn_hidden_size=12288, vocab_size=151936, max_seq_len=40960, gated_mlp=True,
@@ -79,14 +82,14 @@ def qwen3_8b() -> ModelSpec:
 
 
 def qwen3_32b() -> ModelSpec:
-    """Qwen3 32B: 64 layers, h 5120, 64 heads / 8 KV heads of 128, SwiGLU 25600."""
+    """Qwen3-32B (post-trained): 64 layers, h 5120, 64 heads / 8 KV heads of 128, SwiGLU 25600, 40960 positions."""
     return qwen3_8b().replace(name="qwen3-32b", num_layers=64, hidden_size=5120, num_heads=64, head_dim=128,
                               ffn_hidden_size=25600)
 
 
 def qwen3_30b_a3b() -> ModelSpec:
-    """Qwen3-30B-A3B: 48 layers, h 2048, 32 heads / 4 KV heads of 128, 128 SwiGLU experts of 768 per layer, top-8
-    (norm_topk_prob), every layer sparse."""
+    """Qwen3-30B-A3B (post-trained): 48 layers, h 2048, 32 heads / 4 KV heads of 128, 128 SwiGLU experts of 768 per
+    layer, top-8 (norm_topk_prob), every layer sparse, no shared expert, 40960 positions (the -Base release: 32768)."""
     return qwen3_8b().replace(
         name="qwen3-30b-a3b", kind="moe", family="qwen3_moe", num_layers=48, hidden_size=2048, num_heads=32,
         num_kv_heads=4, head_dim=128, ffn_hidden_size=768, num_experts=128, experts_per_token=8,
@@ -94,7 +97,8 @@ def qwen3_30b_a3b() -> ModelSpec:
 
 
 def qwen3_235b_a22b() -> ModelSpec:
-    """Qwen3-235B-A22B: 94 layers, h 4096, 64 heads / 4 KV heads of 128, 128 experts of 1536, top-8."""
+    """Qwen3-235B-A22B (post-trained): 94 layers, h 4096, 64 heads / 4 KV heads of 128, 128 experts of 1536, top-8,
+    40960 positions."""
     return qwen3_30b_a3b().replace(
         name="qwen3-235b-a22b", num_layers=94, hidden_size=4096, num_heads=64, ffn_hidden_size=1536,
     )
