@@ -15,8 +15,8 @@ from typing import Any, TypedDict
 from accelkit.serve.chat_template import ChatTemplateError, chat_template_arguments, render_conversation
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.engine import LLMEngine
-from accelkit.serve.outputs import RequestOutput
-from accelkit.serve.sampling import SamplingParams
+from accelkit.serve.outputs import CompletionOutput, RequestOutput
+from accelkit.serve.sampling import SEED_MAX, SEED_MIN, SamplingParams
 
 
 class TextPrompt(TypedDict):
@@ -72,6 +72,48 @@ def _unpack(prompt: object) -> object:
     return ids
 
 
+def _choice_params(params: SamplingParams, choice: int) -> SamplingParams:
+    """Choice ``choice`` of an ``n > 1`` request as one engine request: n=1, its seed ``seed + choice`` (vLLM's, wrapped
+    into the range a generator takes), so the choices differ and the request stays reproducible."""
+    seed = params.seed
+    if seed is not None and choice:
+        seed = (seed + choice - SEED_MIN) % (SEED_MAX - SEED_MIN + 1) + SEED_MIN
+    return params.replace(n=1, seed=seed)
+
+
+class _Choices(RequestOutput):
+    """One prompt's ``n`` choices as vLLM returns them: one RequestOutput whose ``outputs`` holds n
+    CompletionOutputs (index 0..n-1); its own text, token ids, finish reason and metrics are choice 0's."""
+
+    __slots__ = ("_choices",)
+    _choices: list[RequestOutput]
+
+    @classmethod
+    def merge(cls, request_id: str, choices: list[RequestOutput]) -> _Choices:
+        out = cls.__new__(cls)
+        for name in RequestOutput.__slots__:
+            setattr(out, name, getattr(choices[0], name))
+        out.request_id, out._choices = request_id, choices
+        return out
+
+    @property
+    def outputs(self) -> list[CompletionOutput]:
+        return [dataclasses.replace(c.outputs[0], index=i) for i, c in enumerate(self._choices)]
+
+
+def _check_message(where: str, message: Mapping[str, Any]) -> None:
+    """ValueError naming a message without a role, or without content (an assistant's tool calls may stand in for
+    it, as OpenAI's): a template renders the missing key as nothing, and the model answers a conversation that was
+    not the one sent."""
+    role = message.get("role")
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"{where}={_short(dict(message))} has no role; give 'role' ('system', 'user', 'assistant', "
+                         "...) and 'content'")
+    if message.get("content") is None and not (role == "assistant" and message.get("tool_calls")):
+        raise ValueError(f"{where}={_short(dict(message))} has no content; give 'content' (text, or a list of parts; "
+                         "\"\" for an empty message)")
+
+
 class LLM:
     """An engine for offline use. Keywords are :class:`EngineConfig` fields (dtype, kv_cache_dtype,
     kv_cache_memory_bytes, block_size, max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
@@ -91,9 +133,12 @@ class LLM:
                                  f"{', '.join(known)}")
         self.engine = LLMEngine(EngineConfig(model=os.fspath(model), **kwargs))
         self._counter = 0
+        self._shut_down = False
 
     def shutdown(self) -> None:
-        """Stop the engine's worker processes (tensor parallelism); the LLM cannot generate after this."""
+        """Stop the engine's worker processes (tensor parallelism); the LLM cannot generate after this (generate and
+        chat raise RuntimeError). Safe to repeat."""
+        self._shut_down = True
         self.engine.shutdown()
 
     def __enter__(self) -> LLM:
@@ -169,6 +214,8 @@ class LLM:
             if bad:
                 raise ValueError(f"{where} holds {_short(bad[0])}, which is not a message; expected "
                                  "{'role': ..., 'content': ...}")
+            for j, m in enumerate(conversation):
+                _check_message(f"{where}[{j}]", m)
             try:
                 rendered.append(render_conversation(
                     self.engine.tokenizer, [dict(m) for m in conversation], chat_template=chat_template,
@@ -182,7 +229,11 @@ class LLM:
 
     def _run(self, prompt_list: list[object], sampling_params: SamplingParams | Seq[SamplingParams] | None,
              priority: int | Seq[int] | None, *, add_special_tokens: bool) -> list[RequestOutput]:
-        """Validate every request, queue them all, and step until each has finished; outputs in prompt order."""
+        """Validate every request, queue them all, and step until each has finished; outputs in prompt order (a
+        prompt's ``n`` choices in one output)."""
+        if self._shut_down:  # (one process would still generate; tensor-parallel workers are gone)
+            raise RuntimeError("this LLM was shut down (LLM.shutdown() or the end of its `with` block); make a new "
+                               "LLM(...) to generate")
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params_list = [sampling_params or SamplingParams()] * len(prompt_list)
         else:
@@ -199,13 +250,17 @@ class LLM:
             if len(params_list) != len(prompt_list):
                 raise ValueError(f"sampling_params has {len(params_list)} entries for {len(prompt_list)} prompts")
         priorities = self._priorities(priority, len(prompt_list))
-        seqs = []
+        seqs, ids = [], []  # ids: per prompt, its request id and its choices' (one each unless n > 1)
         for i, (prompt, params, prio) in enumerate(zip(prompt_list, params_list, priorities, strict=True)):
+            rid = f"offline-{self._counter + i}"
+            choice_ids = [rid] if params.n == 1 else [f"{rid}-{j}" for j in range(params.n)]
+            ids.append((rid, choice_ids))
             try:
-                seqs.append(self.engine.make_request(
-                    prompt, params, request_id=f"offline-{self._counter + i}", priority=prio,  # type: ignore[arg-type]
-                    add_special_tokens=add_special_tokens,
-                ))
+                for j, choice_id in enumerate(choice_ids):
+                    seqs.append(self.engine.make_request(
+                        prompt, params if params.n == 1 else _choice_params(params, j),  # type: ignore[arg-type]
+                        request_id=choice_id, priority=prio, add_special_tokens=add_special_tokens,
+                    ))
             except ValueError as e:
                 raise ValueError(f"prompts[{i}]: {e}") from None
         self._counter += len(prompt_list)
@@ -224,7 +279,8 @@ class LLM:
             with contextlib.suppress(Exception):  # the original error is the one worth raising
                 self.engine.step()
             raise
-        return [final[seq.request_id] for seq in seqs]
+        return [final[choice_ids[0]] if len(choice_ids) == 1 else _Choices.merge(rid, [final[c] for c in choice_ids])
+                for rid, choice_ids in ids]
 
     def _priorities(self, priority: int | Seq[int] | None, num_prompts: int) -> list[int]:
         """One priority per prompt (one integer: the same for every prompt); any but 0 needs the priority policy, as

@@ -23,6 +23,7 @@ MAX_BAD_WORD_CHARS = 256
 MAX_STOP_TOKEN_IDS = 1024
 MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit (and vLLM's default max_logprobs)
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
+MAX_N = 256  # choices per prompt (each its own engine request, so each holds its own KV blocks)
 PENALTY_RANGE = 2.0  # presence/frequency penalties lie in [-2, 2], as in OpenAI and vLLM
 LOGIT_BIAS_RANGE = 100.0
 # repetition_penalty divides or multiplies float32 logits: 1e-300 rounds to 0 there (logits become inf, the
@@ -296,6 +297,12 @@ def _structure(i: int, st: Any, triggers: list[str]) -> tuple[str, str, Any, str
 class SamplingParams(Spec):
     """How one request picks its tokens and when it stops. ``temperature=0`` is greedy decoding."""
 
+    n: int = spec_field(
+        1, min=1, max=MAX_N,
+        doc=f"vLLM's: outputs per prompt (1..{MAX_N}); LLM.generate and LLM.chat return them in one RequestOutput's "
+        "``outputs`` (each choice is its own engine request; with a seed, choice i samples with seed + i). An engine "
+        "request (LLMEngine, EngineLoop) makes one output: it refuses n > 1.",
+    )
     temperature: float = spec_field(
         1.0, min=0.0, doc=f"Softmax temperature, finite; 0 (or anything below {GREEDY_BELOW}) = greedy (argmax)."
     )
@@ -303,7 +310,9 @@ class SamplingParams(Spec):
     top_k: int | None = spec_field(
         None, min=1, doc="Keep only the k most likely tokens; None (or vLLM's 0 and -1, stored as None) = no limit."
     )
-    max_tokens: int = spec_field(16, min=1, doc="Most tokens to generate for this request.")
+    max_tokens: int | None = spec_field(
+        16, min=1, doc="Most tokens to generate for this request; None = up to the context limit (vLLM's).",
+    )
     stop: tuple[str, ...] = spec_field(
         (), doc=f"Up to {MAX_STOP_STRINGS} strings that end generation; the text is cut before the first to "
         "complete (after it with include_stop_str_in_output)."
@@ -434,7 +443,7 @@ class SamplingParams(Spec):
         if not low <= self.repetition_penalty <= high:  # (NaN fails it too)
             raise ValueError(f"repetition_penalty={self.repetition_penalty!r} is out of range; expected a number in "
                              f"[{low:g}, {high:g}] (1 = off)")
-        if self.min_tokens > self.max_tokens:
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens={self.min_tokens} is larger than max_tokens={self.max_tokens}; expected "
                              "min_tokens <= max_tokens")
         if self.logit_bias:

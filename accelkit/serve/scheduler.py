@@ -90,7 +90,8 @@ class Scheduler:
         params = seq.params
         seq.order_key = (seq.priority if self.config.policy == "priority" else 0, seq.arrival_order)
         seq.stop_token_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
-        seq.max_num_tokens = min(seq.num_prompt_tokens + params.max_tokens, self.config.max_model_len)
+        limit = self.config.max_model_len
+        seq.max_num_tokens = limit if params.max_tokens is None else min(seq.num_prompt_tokens + params.max_tokens, limit)
         self.waiting.push(seq)
 
     def get(self, request_id: str) -> Sequence | None:

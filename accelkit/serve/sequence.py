@@ -47,6 +47,9 @@ class Sequence:
         priority: int = 0,
         arrival_time: float = 0.0,
     ) -> None:
+        if params.n != 1:  # (else the engine would run one choice and silently drop the rest)
+            raise ValueError(f"n={params.n}: an engine request makes one output; LLM.generate/LLM.chat and the server "
+                             "take n (one request per choice), or add n requests with n=1 (seeds seed, seed + 1, ...)")
         self.seq_id = next(_seq_counter)
         self.request_id = request_id
         self.prompt = prompt
@@ -75,7 +78,8 @@ class Sequence:
         self.stop_token_ids: frozenset[int] = frozenset(params.stop_token_ids)
         # params.bad_words as token id sequences (the engine tokenizes them when it makes the request)
         self.bad_words_ids: tuple[tuple[int, ...], ...] = ()
-        self.max_num_tokens = self.num_prompt_tokens + params.max_tokens
+        # (the scheduler caps it at the context limit when the sequence is added; max_tokens=None: only that)
+        self.max_num_tokens = self.num_prompt_tokens + params.max_tokens if params.max_tokens is not None else 2**62
         self.order_key: tuple[int, int] = (0, self.arrival_order)  # the scheduler's order (set by its policy)
         # read by the runner every step: a batch where no row has it samples exactly as without these features
         self.sampling_extras = params.needs_processing
