@@ -273,7 +273,9 @@ class LLMEngine:
         """What ``params`` asks of this model: token ids in its vocabulary, and something min_tokens can sample."""
         vocab = self.model_args.vocab_size
         after, deferred_by = params.structured_outputs_after_token_id, params.structured_outputs_deferred_by_token_id
+        # (a stop id past the vocabulary can never be sampled: it would never end anything — another model's ids)
         for field, ids in (("logit_bias", params.logit_bias or ()), ("allowed_token_ids", params.allowed_token_ids or ()),
+                           ("stop_token_ids", params.stop_token_ids),
                            ("structured_outputs_after_token_id", () if after is None else (after,)),
                            ("structured_outputs_deferred_by_token_id", () if deferred_by is None else (deferred_by,))):
             past = next((t for t in ids if t >= vocab), None)

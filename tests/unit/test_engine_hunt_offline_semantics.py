@@ -69,3 +69,12 @@ def test_max_tokens_none_generates_up_to_the_context_limit(llm):
     out = llm.generate([list(range(4, 20))], SamplingParams(max_tokens=None, min_tokens=2, ignore_eos=True))[0]
     assert (len(out.token_ids), out.finish_reason) == (8, "length")
     assert SamplingParams.from_dict(SamplingParams(max_tokens=None).to_dict()).max_tokens is None
+
+
+def test_a_stop_token_id_past_the_vocabulary_is_refused_naming_it(llm):
+    """It could never be sampled, so it would never stop anything (a stop list of another model's ids); logit_bias and
+    allowed_token_ids were checked against the vocabulary, stop_token_ids not."""
+    vocab = llm.engine.model_args.vocab_size
+    with pytest.raises(ValueError, match=rf"stop_token_ids has the token id {vocab + 5}, which is not in the "
+                                         rf"vocabulary; expected ids in \[0, {vocab}\)"):
+        llm.generate("hello", SamplingParams(max_tokens=2, stop_token_ids=[1, vocab + 5]))
