@@ -2,9 +2,12 @@
 
 A block holds the K/V of ``block_size`` consecutive tokens of a sequence. Blocks are shared by
 reference count: with prefix caching, a *full* block whose tokens are computed is registered under a
-chained hash ``hash((hash of the previous block, its token ids))``, so a later sequence whose prefix
+chained hash — SHA-256 of (the previous block's hash, its token ids) — so a later sequence whose prefix
 has the same tokens reuses it instead of recomputing it. Only full, computed blocks are ever shared,
-so a shared block is never written again.
+so a shared block is never written again. The hash is cryptographic, as vLLM's is since a report that its
+builtin ``hash()`` let crafted prompts collide: Python's hash of a tuple of ints is the same in every process,
+so a client could search offline for a prompt whose chain meets another's, and be served K/V computed from
+someone else's prefix (the check of the block's own tokens cannot see a difference in the blocks before it).
 
 Freed blocks go to an LRU free list: registered (hashed) blocks at the back, keeping their contents so
 that a later request can still hit them; unregistered ones at the front, reused first. Taking a free
@@ -19,11 +22,13 @@ and admits it when that block is registered — a cache hit.
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
 
 from accelkit.serve.sequence import Sequence
 
-_ROOT_HASH = 0x5EED  # parent hash of a sequence's first block
+_ROOT_HASH = hashlib.sha256(b"accelkit prefix cache").digest()  # parent hash of a sequence's first block
 
 
 class Block:
@@ -32,7 +37,7 @@ class Block:
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_count = 0
-        self.block_hash: int | None = None  # set while registered in the prefix cache
+        self.block_hash: bytes | None = None  # set while registered in the prefix cache
         self.token_ids: tuple[int, ...] | None = None  # the tokens behind block_hash (guards against collisions)
 
 
@@ -49,11 +54,11 @@ class BlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_block_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # front = evict first
-        self.cached_block_ids: dict[int, int] = {}  # block hash → block id
+        self.cached_block_ids: dict[bytes, int] = {}  # block hash → block id
         self.num_evictions = 0
         # prompt blocks running sequences will register once computed: hash → how many; seq_id → the range
         # [first, end) of its block indices still counted
-        self._in_flight: dict[int, int] = {}
+        self._in_flight: dict[bytes, int] = {}
         self._in_flight_of: dict[int, tuple[int, int]] = {}
 
     # ---- queries -----------------------------------------------------------------------------------
@@ -70,14 +75,20 @@ class BlockManager:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
-        """Chained hashes of the first ``num_blocks`` full blocks of ``seq`` (memoised on the sequence)."""
+    def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[bytes]:
+        """Chained hashes of the first ``num_blocks`` full blocks of ``seq`` (memoised on the sequence): SHA-256 of the
+        parent's digest and the block's token ids as 64-bit integers."""
         hashes, bs = seq.block_hashes, self.block_size
         while len(hashes) < num_blocks:
             i = len(hashes)
-            salt = seq.params.cache_salt  # (a salted request's chain starts elsewhere: it meets only its own salt's)
-            parent = hashes[-1] if hashes else (_ROOT_HASH if salt is None else hash((_ROOT_HASH, salt)))
-            hashes.append(hash((parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]))))
+            if hashes:
+                parent = hashes[-1]
+            else:  # (a salted request's chain starts elsewhere: it meets only its own salt's)
+                salt = seq.params.cache_salt
+                parent = _ROOT_HASH if salt is None else hashlib.sha256(
+                    _ROOT_HASH + b"salt" + salt.encode("utf-8", "surrogatepass")).digest()
+            block = array("q", seq.token_ids[i * bs : (i + 1) * bs]).tobytes()
+            hashes.append(hashlib.sha256(parent + block).digest())
         return hashes[:num_blocks]
 
     def _num_candidates(self, seq: Sequence) -> int:
@@ -223,7 +234,7 @@ class BlockManager:
             assert (block.ref_count == 0) == (block.block_id in self.free_block_ids), f"block {block.block_id} free list"
         for block_hash, block_id in self.cached_block_ids.items():
             assert self.blocks[block_id].block_hash == block_hash, f"hash map points at block {block_id} wrongly"
-        expected: dict[int, int] = {}
+        expected: dict[bytes, int] = {}
         for seq in live:
             first, end = self._in_flight_of.get(seq.seq_id, (0, 0))
             for block_hash in seq.block_hashes[first:end]:

@@ -61,7 +61,7 @@ class Sequence:
         self.arrival_time = arrival_time
         self.status = SequenceStatus.WAITING
         self.block_table: list[int] = []
-        self.block_hashes: list[int] = []  # chained hash of each full block of token_ids (prefix caching)
+        self.block_hashes: list[bytes] = []  # chained hash of each full block of token_ids (prefix caching)
         self.num_hashed_blocks = 0  # leading blocks of block_table already registered in the prefix cache
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at first admission

@@ -159,3 +159,19 @@ TestBlockManagerMachine = BlockManagerMachine.TestCase
 TestBlockManagerMachine.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+def test_block_hashes_are_a_sha256_chain_over_the_whole_prefix():
+    """A block is found by the hash of its prefix; the check of its own tokens cannot see a difference in the blocks
+    before it. With Python's hash() — the same in every process for ints — a client could search offline for a
+    prompt whose chain meets another's and be served K/V computed from someone else's prefix (vLLM moved to SHA-256
+    for that report). The chain is SHA-256 of the parent's digest and the block's ids as 64-bit integers."""
+    import hashlib
+    from array import array
+
+    from accelkit.serve import block_manager
+
+    bm = BlockManager(num_blocks=8, block_size=2)
+    first = hashlib.sha256(block_manager._ROOT_HASH + array("q", [1, 2]).tobytes()).digest()
+    second = hashlib.sha256(first + array("q", [3, 4]).tobytes()).digest()
+    assert bm._block_hashes(seq_of([1, 2, 3, 4, 5]), 2) == [first, second]
