@@ -185,17 +185,80 @@ def check_endpoint(config: DistConfig) -> None:
     review): bind it as torch will (``::`` dual-stack, else ``0.0.0.0``; SO_REUSEADDR, so a closed connection's
     TIME_WAIT does not count) and say so in one line. Only EADDRINUSE is refused here; any other failure is left to
     torchrun's own error."""
+    if config.rendezvous == "c10d":
+        _check_c10d_endpoint(config)
     if config.rendezvous != "static" or config.node_rank != 0:
         return
     endpoint = str(config.rdzv_endpoint)
     port = int(endpoint.rpartition(":")[2])
+    if _port_in_use(port):
+        raise UserError(_endpoint_in_use(endpoint, port))
+
+
+def _port_in_use(port: int) -> bool:
+    """Whether binding ``port`` as torch's TCPStore binds it (``::`` dual-stack, else ``0.0.0.0``; SO_REUSEADDR) fails
+    with EADDRINUSE; any other failure is left to torchrun's own error."""
     dualstack = socket.has_dualstack_ipv6()
     try:
         socket.create_server(("", port), family=socket.AF_INET6 if dualstack else socket.AF_INET,
                              dualstack_ipv6=dualstack).close()
     except OSError as e:
-        if e.errno == errno.EADDRINUSE:
-            raise UserError(_endpoint_in_use(endpoint, port)) from None
+        return e.errno == errno.EADDRINUSE
+    return False
+
+
+#: seconds a store on a c10d endpoint's taken port gets to answer as one (:func:`_check_c10d_endpoint`)
+STORE_PROBE_TIMEOUT_S = 5.0
+#: a TCPStore client against ``host port``; prints ``ready`` once torch is imported, so the deadline counts the connect
+_STORE_PROBE = ("import sys, datetime\nfrom torch.distributed import TCPStore\nprint('ready', flush=True)\n"
+                "TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, multi_tenant=True, "
+                "timeout=datetime.timedelta(seconds=5))\nprint('store', flush=True)\n")
+
+
+def _is_this_host(host: str) -> bool:
+    """Whether ``host`` names this machine (as torchrun's c10d backend decides whether it hosts the store)."""
+    host = host.strip("[]")
+    if host == "localhost" or host == socket.gethostname():
+        return True
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    local = {a.address.split("%")[0] for nic in psutil.net_if_addrs().values() for a in nic}
+    return any(a.startswith("127.") or a == "::1" or a in local for a in addresses)
+
+
+def _check_c10d_endpoint(config: DistConfig) -> None:
+    """A c10d endpoint on this machine whose port is taken by something other than a rendezvous store: torchrun
+    cannot host the store there, falls back to joining it as a client, and that client waits for an answer that never
+    comes — the launch hung, silently, for as long as it was let run (over 7 minutes; found in review). A port held by
+    a store (another agent of the same job on this machine) is legitimate: ask it, as a TCPStore client in a
+    subprocess that is killed past :data:`STORE_PROBE_TIMEOUT_S` (torch's client does not time out on its own)."""
+    endpoint = str(config.rdzv_endpoint)
+    host, _, port_text = endpoint.rpartition(":")
+    port = int(port_text)
+    if not _is_this_host(host) or not _port_in_use(port):
+        return
+    probe = subprocess.Popen([sys.executable, "-c", _STORE_PROBE, host.strip("[]"), str(port)], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert probe.stdout is not None
+        lines = _read_lines(probe)
+        answered = False
+        with contextlib.suppress(queue.Empty):
+            if lines.get(timeout=120) == "ready":  # torch's import: not the store's to answer for
+                answered = lines.get(timeout=STORE_PROBE_TIMEOUT_S) == "store"
+    finally:
+        _signal_group(probe.pid, signal.SIGKILL)
+        probe.wait()
+        if probe.stdout is not None:
+            probe.stdout.close()
+    if not answered:
+        raise UserError(
+            f"the rendezvous endpoint {endpoint} (--rdzv-endpoint): port {port} on this node is held by a process "
+            f"that is not a torch rendezvous store (it did not answer as one within {STORE_PROBE_TIMEOUT_S:g} s), "
+            f"and torchrun would wait for it without end — stop what listens on it (`ss -ltnp 'sport = :{port}'`) "
+            "or give every node another free port")
 
 
 def _endpoint_in_use(endpoint: str | None, port: int) -> str:
