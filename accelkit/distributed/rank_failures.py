@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -111,6 +112,9 @@ def _signal_name(exit_code: int) -> str | None:
         return None
 
 
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
 def from_torchrun_summary(lines: Iterable[str]) -> list[RankFailure]:
     """The failures torchrun's ChildFailedError summary lists (``[i]:`` blocks of ``time``, ``host``, ``rank``,
     ``exitcode``, ``error_file``)."""
@@ -129,7 +133,10 @@ def from_torchrun_summary(lines: Iterable[str]) -> list[RankFailure]:
                 when = int(time.mktime(time.strptime(block.get("time", ""), "%Y-%m-%d_%H:%M:%S")))
             except ValueError:
                 when = 0
-            failures.setdefault(rank, RankFailure(rank=rank, local_rank=local, host=block.get("host"), what=what,
+            host = block.get("host")
+            if host in _LOOPBACK:  # (torchrun on this node lists only this node's ranks, by its loopback name: a rank
+                host = socket.gethostname()  # that raised names the machine — "localhost" read as another host)
+            failures.setdefault(rank, RankFailure(rank=rank, local_rank=local, host=host, what=what,
                                                   time_s=when, is_exception=False))
         block.clear()
 

@@ -4,6 +4,7 @@ files and grid expansion, copying a remote point's rows, and calibration from a 
 from __future__ import annotations
 
 import math
+import socket
 
 import pytest
 
@@ -234,9 +235,10 @@ def test_a_killed_rank_comes_from_torchruns_summary_and_before_its_peer(tmp_path
         "timestamp": str(when), "rank": "0", "local_rank": "0", "host": "h", "time_ns": when * 10**9 + 5}}}))
     failures = failed_ranks(tmp_path, SUMMARY)
     assert [f.rank for f in failures] == [1, 0]  # same second: the rank without an exception was lost first
+    # (torchrun's "localhost" is this node: named by its host name, as a rank that raised names it)
     assert failure_message(failures) == (
-        "first failure — rank 1 (host localhost, local rank 1): killed by SIGKILL (exit code -9), no Python exception; "
-        "then 1 more — rank 0 (host h, local rank 0): RuntimeError: Connection reset by peer")
+        f"first failure — rank 1 (host {socket.gethostname()}, local rank 1): killed by SIGKILL (exit code -9), no "
+        "Python exception; then 1 more — rank 0 (host h, local rank 0): RuntimeError: Connection reset by peer")
 
 
 def test_a_rank_that_lost_its_peer_comes_after_the_peer_that_died_a_second_later_on_torchruns_clock(tmp_path):
@@ -254,7 +256,8 @@ def test_a_rank_that_lost_its_peer_comes_after_the_peer_that_died_a_second_later
         "[127.0.0.1]:6023: Connection reset by peer", "extraInfo": {"timestamp": str(when - 1), "rank": "0",
         "local_rank": "0", "host": "h", "time_ns": (when - 1) * 10**9}}}))
     message = failure_message(failed_ranks(tmp_path, SUMMARY))
-    assert message.startswith("first failure — rank 1 (host localhost, local rank 1): killed by SIGKILL"), message
+    assert message.startswith(f"first failure — rank 1 (host {socket.gethostname()}, local rank 1): killed by "
+                              "SIGKILL"), message
     # a peer's own error (not a lost connection) a second earlier is still first
     (peer / "error.json").write_text(json.dumps({"message": {"message": "ValueError: bad batch", "extraInfo": {
         "timestamp": str(when - 1), "rank": "0", "local_rank": "0", "host": "h", "time_ns": (when - 1) * 10**9}}}))
