@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,14 +285,19 @@ def _probe_peaks(details: dict[str, Any]) -> tuple[float, dict[str, dict[str, An
     return (gbps, peaks) if peaks else None
 
 
-def roofline_figure(store: ResultStore, notes: list[str] | None = None) -> dict[str, Any] | None:
+def roofline_figure(store: ResultStore, notes: list[str] | None = None,
+                    hardware_names: Collection[str] | None = None) -> dict[str, Any] | None:
     """Attainable FLOP/s = min(peak, bandwidth × arithmetic intensity) per hardware and probed dtype, each from the
     best stored probe of that dtype (``accelkit.hardware.probe_quality``: the best full probe; a quick or smaller
     one only where no better is stored, named in its trace and in ``notes``), the bandwidth likewise; a probe row
-    without the figures is named in ``notes``. The catalog roofline (dashed) where the device is in the catalog."""
+    without the figures is named in ``notes``. The catalog roofline (dashed) where the device is in the catalog.
+    ``hardware_names``: only those machines' (a report of one run: the hardware its results ran on — a probe is of a
+    machine, not of a run, and `report --run` drew every other machine's roofline beside its own)."""
     by_hardware: dict[str, list[StoredResult]] = {}
     for s in store.query(kind="probe", limit=200):  # newest first
         hardware = s.result.hardware or "?"
+        if hardware_names is not None and hardware not in hardware_names:
+            continue
         if _probe_peaks(s.result.details) is None:
             if notes is not None:
                 notes.append(f"probe #{s.id} ({hardware}) has no bandwidth or matmul figures; it is left out of the "
@@ -464,7 +469,8 @@ def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = 
          "not model: small kernels, Python, launch latency). Hover for each ratio in words.", predicted_figure(plotted)),
         ("roofline", "Measured roofline", "min(peak, bandwidth × intensity), per device and dtype from the best "
          "stored `accelkit hw probe` of that dtype: the best full probe — a --quick or smaller one only where no "
-         "full one is stored, marked in its name — never simply the newest.", roofline_figure(store, notes)),
+         "full one is stored, marked in its name — never simply the newest.",
+         roofline_figure(store, notes, None if run_id is None else {r.hardware for r in rows})),
         ("serving", "Serving: latency vs throughput", "Each `accelkit loadtest` (a `--sweep-rates` run gives a "
          "curve): TTFT p50/p99 and TPOT p50 against the request throughput achieved.", serving_curve_figure(loadtests)),
         ("serving-dist", "Serving: TTFT and TPOT distributions", "Per request rate, newest load test.",

@@ -132,3 +132,17 @@ def test_the_side_doubles_while_a_call_fits(monkeypatch):
     monkeypatch.setattr(probe_module, "SLOW_CALL_S", calls[512] * 2.5)  # 512 fits; 1024 (≈8×) does not
     side, why = probe_module.cpu_side_for("fp32", 2048)
     assert side in (256, 512) and why is not None and f"probed at {side}×{side}" in why
+
+
+def test_the_roofline_of_one_runs_report_is_only_its_machines(tmp_path):
+    """A probe is of a machine, not of a run: `report --run` drew every stored machine's roofline beside the run's."""
+    from accelkit.report.html import roofline_figure
+
+    with ResultStore(tmp_path / "r.db") as store:
+        ours = store.add(_cpu_probe(**FULL))
+        other = _cpu_probe(**FULL)
+        store.add(Measurement(kind="probe", name="hw probe", hardware="another cpu", details=other.details))
+        every = [t["name"] for t in roofline_figure(store)["data"]]
+        mine = [t["name"] for t in roofline_figure(store, hardware_names={CPU})["data"]]
+    assert any(n.startswith("another cpu") for n in every)
+    assert mine == [f"{CPU} fp32 (measured, #{ours})", f"{CPU} bf16 (measured, #{ours})"]
