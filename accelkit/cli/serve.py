@@ -160,6 +160,10 @@ def serve_cmd(
                         f"`accelkit bench diffusion --model {model}`")
     if not has_config:
         raise UserError(f"--model {model} has no config.json; give a Hugging Face-format model directory")
+    if api_key and api_key.strip() != api_key:  # (the key itself is never printed)
+        what = "is blank" if not api_key.strip() else "has leading or trailing whitespace (a newline from a key file?)"
+        raise UserError(f"--api-key (or ACCELKIT_API_KEY) {what}: a client cannot send that in its Authorization "
+                        "header, so every request would get 401; strip the whitespace from the key")
     template = _chat_template(chat_template) if chat_template is not None else None
     names = list(dict.fromkeys(served_model_name or [model.resolve().name]))  # a repeated name is listed once
     blank = next((n for n in names if not n.strip()), None)

@@ -21,7 +21,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry, generate_latest
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -89,6 +91,24 @@ def _disconnected(request: Request) -> Disconnected:
     return wait
 
 
+class _CORS(CORSMiddleware):
+    """Starlette's CORS with a refused preflight answered as an OpenAI error object naming what was refused, not
+    its plain-text "Disallowed CORS origin" (found by a hunt: every failure is an error object)."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        failures = bytes(response.body).decode().removeprefix("Disallowed CORS ").split(", ")
+        said = {"origin": f"origin {request_headers.get('origin', '')[:200]!r} is not one of --allowed-origins",
+                "method": f"method {request_headers.get('access-control-request-method', '')[:50]!r} is not allowed",
+                "headers": "a requested header is not allowed",
+                "private-network": "private network access (Access-Control-Request-Private-Network) is not allowed"}
+        headers = {k: v for k, v in response.headers.items() if k not in ("content-type", "content-length")}
+        return error_response(400, "CORS preflight refused: " + "; ".join(said.get(f, f) for f in failures),
+                              code="cors_refused", headers=headers)
+
+
 def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
     """The FastAPI application for one engine loop: routes that parse a request and hand it to a serving class."""
     app = FastAPI(title="accelkit serve", version=accelkit.__version__)
@@ -99,7 +119,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
                        is_shutting_down=lambda: not state.accepting, body_timeout_s=state.config.body_timeout_s,
                        log_requests=state.config.log_requests, host_check=app.state.host_check)
     if state.config.allowed_origins:  # added last = outermost: a preflight is answered before the API key check
-        app.add_middleware(CORSMiddleware, allow_origins=list(state.config.allowed_origins), allow_methods=["*"],
+        app.add_middleware(_CORS, allow_origins=list(state.config.allowed_origins), allow_methods=["*"],
                            allow_headers=["*"])
     serving_models = ServingModels(state.config.model_names, created=state.created,
                                    max_model_len=state.engine.max_model_len)
@@ -187,5 +207,12 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
         """vLLM's /detokenize: token ids to text (special tokens included, as tokenizer.decode gives them)."""
         return await serving_tokenization.detokenize(await accept(request, DetokenizeRequest))
 
+    # HEAD wherever GET is answered (RFC 9110: a server that has GET has HEAD): `curl -I /health` and uptime
+    # monitors that probe with HEAD got 405 (found by a hunt). uvicorn sends the GET answer's head without its body;
+    # out of /openapi.json, where each would repeat its GET operation's id.
+    for route in list(app.routes):
+        if isinstance(route, APIRoute) and "GET" in (route.methods or ()):
+            app.add_api_route(route.path, route.endpoint, methods=["HEAD"], include_in_schema=False,
+                              name=f"{route.name}_head")
     _with_body_schemas(app)
     return app

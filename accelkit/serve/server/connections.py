@@ -75,6 +75,13 @@ class ConnectionGuard:
             self._last_log = now
 
 
+_MALFORMED_BODY = json.dumps(error_body(
+    400, "the request is not valid HTTP/1.1 (a malformed request line or header, or headers over the size limit; "
+    "a TLS handshake? this server speaks plain HTTP)", code="invalid_http")).encode()
+_MALFORMED = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
+              + str(len(_MALFORMED_BODY)).encode() + b"\r\nconnection: close\r\n\r\n" + _MALFORMED_BODY)
+
+
 def guarded_protocol(base: type[Any], guard: ConnectionGuard) -> type[Any]:
     """uvicorn's HTTP/1.1 protocol class ``base`` with the per-address cap, idle-first dropping and the header
     deadline of ``guard`` (see the module docstring)."""
@@ -142,6 +149,19 @@ def guarded_protocol(base: type[Any], guard: ConnectionGuard) -> type[Any]:
             for conn in sorted(idle, key=lambda c: (not c._over_cap, c._last_active))[:num]:
                 guard.num_idle_closed += 1
                 conn.transport.close()
+
+        def send_400_response(self, msg: str) -> None:
+            """uvicorn's answer to bytes that are not HTTP/1.1 (a malformed request line or header, a header over
+            its size limit, a TLS handshake on the plain-HTTP port) as an OpenAI error object, not its plain text
+            (found by a hunt: every failure is an error object); the connection then closes, as uvicorn's does."""
+            self.transport.write(_MALFORMED)
+            self.transport.close()
+
+        def _unsupported_upgrade_warning(self) -> None:
+            """An ``Upgrade`` request (the server speaks no WebSocket: ``lifecycle.server_config``) is answered as a
+            plain request; uvicorn's two warnings for each — one telling the operator to install a WebSocket library
+            — were two log lines any client could write at will."""
+            log.debug("ignoring a request's Upgrade header (this server has no WebSocket routes)")
 
         def _see_request(self) -> None:
             if self.cycle is not self._cycle_seen:

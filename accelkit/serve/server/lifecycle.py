@@ -109,5 +109,8 @@ def server_config(app: Any, state: ServingState, **kwargs: Any) -> uvicorn.Confi
     """uvicorn's config with the backstop after accelkit's own shutdown deadline (whole seconds, as it wants), the
     connection limits and the header timeout."""
     backstop = math.ceil(state.config.shutdown_timeout_s + _BACKSTOP_S)
+    # ws="none": the API has no WebSocket routes, and an upgraded connection leaves uvicorn's protocol object
+    # without its connection_lost, so its address's count in the connection guard would never drop (with
+    # websockets or wsproto installed: 40 upgrades and that address, a reverse proxy's, was refused for good)
     return uvicorn.Config(app, timeout_graceful_shutdown=backstop, limit_concurrency=concurrency_limit(state),
-                          http=guarded_protocol(AutoHTTPProtocol, connection_guard(state)), **kwargs)
+                          http=guarded_protocol(AutoHTTPProtocol, connection_guard(state)), ws="none", **kwargs)

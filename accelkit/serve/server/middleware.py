@@ -144,6 +144,13 @@ class ServerMiddleware:
             await _reply(send_with_id, 401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                          code="invalid_api_key", extra_headers=[(b"www-authenticate", b"Bearer")])
             return
+        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
+        if encoding not in (b"identity", b""):
+            # a gzip body read as JSON was "not UTF-8 text (byte 1 is b'\\x8b')": say what is refused, and the fix
+            await _reply(send_with_id, 415, f"Content-Encoding {encoding.decode('latin-1')[:50]!r} is not supported; "
+                         "send the request body uncompressed (no Content-Encoding header)",
+                         code="unsupported_content_encoding")
+            return
         declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
             # answered before a byte of the body is read or parsed; the connection closes after this response
@@ -170,7 +177,9 @@ class ServerMiddleware:
                 received += len(message.get("body", b""))
                 body_done = not message.get("more_body", False)
                 if received > self.max_body_bytes:
-                    raise HTTPException(413, self._too_large(f"more than {received}"))
+                    # the rest of a chunked body cannot be skipped on a kept-alive connection: close it, as the
+                    # 413 from Content-Length does (it stayed open until --header-timeout: found by a hunt)
+                    raise HTTPException(413, self._too_large(f"more than {received}"), headers={"connection": "close"})
             else:
                 body_done = True
             return message
@@ -193,7 +202,7 @@ async def _reply(send: Send, status: int, message: str, *, code: str,
     body = json.dumps(error_body(status, message, code=code)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                *(extra_headers or [])]
-    if status == 413:
+    if status in (413, 415):
         headers.append((b"connection", b"close"))  # the unread body cannot be skipped on a kept-alive connection
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
