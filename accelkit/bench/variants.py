@@ -187,6 +187,10 @@ class Matrix(Spec):
     def validate(self) -> None:
         if not self.precisions or not self.fp8_scalings or not self.grad_compressions:
             raise ValueError("precisions, fp8_scalings and grad_compressions need at least one value each")
+        if "fp8" not in self.precisions and set(self.fp8_scalings) != {"tensorwise"}:
+            # the scalings shape only the fp8 variants: without fp8 a rowwise run measured plain fp32 and said nothing
+            raise ValueError(f"fp8_scalings={','.join(self.fp8_scalings)} applies to precisions=fp8, not "
+                             f"{','.join(self.precisions)}: add fp8, e.g. precisions={','.join(self.precisions)},fp8")
         if "powersgd" not in self.grad_compressions:
             changed = [f for f in POWERSGD_FIELDS if getattr(self, f) != _RECIPE_FIELDS[f].default]
             if changed:

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, nullcontext, redirect_stdout
 from typing import Any, NoReturn
 
 import typer
@@ -323,8 +323,11 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
         dist_config = _dist_config(dist)
         quality_config = _quality_config(quality)
     # the store before measuring: an unwritable store fails now, not after it
+    # --json: stdout holds the document alone — what the user's code prints (a custom factory's "loading…", a
+    # dataset's, a forward's) goes to stderr while it runs; it used to come before the document and break `| jq`
     with sigterm_as_interrupt() as received, measuring(config.save) as store, \
-            closing(_CliReporter(progress=progress, saving=config.save)) as reporter:
+            closing(_CliReporter(progress=progress, saving=config.save)) as reporter, \
+            redirect_stdout(sys.stderr) if as_json else nullcontext():
         reporter.note(f"bench {name}: starting")
         if dist_config is not None:
             # lazy: the torchrun launcher's modules (accelkit.distributed) load only for a multi-process run
@@ -339,6 +342,12 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
 
 def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: dict[str, Any], *, quick: bool,
                progress: bool | None, as_json: bool) -> None:
+    from accelkit.bench.suite import SUITES  # (no torch: the suites' names and their constructors)
+
+    # bad input before the starting line: `bench suite nope` and `--precision fp64` said "starting" first
+    if name not in SUITES:
+        raise UnknownNameError("suite", name, SUITES)
+    precisions = list(_list("--precision", PRECISIONS)(precision)) if precision is not None else None
     with sigterm_as_interrupt() as received, closing(_CliReporter(progress=progress, saving=True)) as reporter:
         # the first line before torch and the workloads are imported (seconds on a busy machine)
         reporter.note(f"bench suite {name}{' --quick' if quick else ''}: starting")
@@ -347,7 +356,6 @@ def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: di
         suite = get_suite(name)
         config = _configs(bench, loop, quick, suite.loop)
         reporter.saving = config.save
-        precisions = list(_list("--precision", PRECISIONS)(precision)) if precision is not None else None
         reporter.note(f"bench suite {name}: {len(suite.items)} workloads ({', '.join(i.key for i in suite.items)})"
                       + (f" — {suite.duration}" if suite.duration else ""))
         with measuring(config.save) as store:

@@ -47,7 +47,8 @@ class Bert(BenchWorkload):
     def model_spec(self) -> ModelSpec:
         spec = resolve_model(self.config.model or SIZES[self.config.size])
         if spec.family != "bert":
-            raise UserError(f"bert needs a BERT-family model; {spec.name} is {spec.family}")
+            raise UserError(f"--model {self.config.model} is a {spec.family} model; bert needs a BERT-family encoder: give "
+                            f"--size {'|'.join(SIZES)} or --model {', '.join(SIZES.values())} (or a BERT config.json)")
         if self.config.seq_len > spec.max_seq_len:
             raise UserError(f"--seq-len {self.config.seq_len} exceeds {spec.name}'s {spec.max_seq_len} positions")
         return spec

@@ -144,10 +144,23 @@ def batch_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, str
 
 def _unpack(made: Any, target: str) -> tuple[Any, Any, Any]:
     if isinstance(made, dict):
-        return made.get("model"), made.get("inputs", made.get("example_inputs")), made.get("loss_fn")
+        inputs = made.get("inputs", made.get("example_inputs"))
+        if "model" not in made or inputs is None:  # a misspelt key read as None: every variant failed, exit 1
+            raise UserError(f"--module {target!r} returned a dict with the keys {', '.join(map(repr, made)) or 'none'}; "
+                            "it needs 'model' and 'inputs' (or 'example_inputs'), and 'loss_fn' to train")
+        return made["model"], inputs, made.get("loss_fn")
     if isinstance(made, (tuple, list)) and len(made) in (2, 3):
         return made[0], made[1], made[2] if len(made) == 3 else None
     raise UserError(f"--module {target!r} must return (model, example_inputs[, loss_fn]); got {type(made).__name__}")
+
+
+def _check_inputs(inputs: Any, target: str) -> None:
+    """example_inputs as the step takes them: a tensor, a tuple or list of positional ones, a dict of keyword ones."""
+    import torch
+
+    if not isinstance(inputs, (torch.Tensor, dict, tuple, list)):
+        raise UserError(f"--module {target!r}: example_inputs is a {type(inputs).__name__}; give a tensor, a tuple of "
+                        "tensors or a dict of keyword tensors")
 
 
 class Custom(BenchWorkload):
@@ -175,7 +188,34 @@ class Custom(BenchWorkload):
             self._spare = self._make(copy_shared=False)
             model, _, loss_fn = self._spare
             self._facts = (loss_fn is not None, any(isinstance(m, torch.nn.Conv2d) for m in model.modules()))
+            self._check_first(model, self._spare[1], loss_fn)
         return self._facts
+
+    def _check_first(self, model: Any, inputs: Any, loss_fn: Any) -> None:
+        """What the factory's first result says about the flags and the step, refused in one line (exit 2) before
+        any variant runs: each of these failed every variant (exit 1) or was measured as something else."""
+        import torch
+
+        target = self.config.module
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()
+                         if p.is_floating_point() and p.dtype != torch.float32})
+        if dtypes:  # its "fp32" variant ran bf16 matmuls and read MFU 329% against the fp32 peak
+            raise UserError(f"--module {target!r} returns a model with {', '.join(dtypes)} parameters; every variant "
+                            "starts from fp32 weights (--precision bf16/fp16 autocast over them, and MFU divides by "
+                            "that precision's peak): return the model in fp32 (model.float()) and choose the precision "
+                            "with --precision")
+        default_lr = CustomConfig.__dataclass_fields__["lr"].default
+        if loss_fn is None and self.config.lr != default_lr:  # an inference step has no optimizer to take it
+            raise UserError(f"--lr {self.config.lr:g} sets the SGD step of a training run, but {target} returns no "
+                            "loss_fn, so its step is inference; drop --lr, or return (model, example_inputs, loss_fn) "
+                            "to train")
+        if self.config.items_per_step is None:
+            args = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs) if isinstance(inputs, (tuple, list)) \
+                else ()
+            found = batch_input(args, inputs if isinstance(inputs, dict) else {})
+            if found is not None and found[0] == 0:  # items per step 0: throughput divided by it (ZeroDivisionError)
+                raise UserError(f"--module {target!r}: the batch input ({found[1]}) has 0 rows, so a step processes "
+                                "no items; give example inputs with a batch, or --items-per-step")
 
     def _make(self, *, copy_shared: bool = True) -> tuple[Any, Any, Any]:
         """Call the factory; with ``copy_shared``, a model it returned before (and holds, e.g. a module-level
@@ -192,6 +232,7 @@ class Custom(BenchWorkload):
                             f"{exc}; the factory takes no arguments and returns (model, example_inputs[, loss_fn])"
                             ) from exc
         model, inputs, loss_fn = _unpack(made, target)
+        _check_inputs(inputs, target)  # here, at the first call: one line, exit 2 — not every variant FAILED, exit 1
         if not isinstance(model, torch.nn.Module):
             raise UserError(f"--module {self.config.module!r} returned a {type(model).__name__}, not a torch nn.Module")
         seen = self._returned.get(id(model))
@@ -256,9 +297,8 @@ class Custom(BenchWorkload):
             kwargs = {k: to(v) for k, v in inputs.items()}
         elif isinstance(inputs, (tuple, list)):
             args = tuple(to(v) for v in inputs)
-        else:
-            raise UserError(f"--module {self.config.module!r}: example_inputs is a {type(inputs).__name__}; give a "
-                            "tensor, a tuple of tensors or a dict of keyword tensors")
+        else:  # (checked as the factory returned it: _check_inputs)
+            raise AssertionError(type(inputs))
         notes: list[str] = []  # what the recipe did, and which input's dim 0 the items are, for the run's notes
         items = self.config.items_per_step
         if items is None:

@@ -49,7 +49,8 @@ class ResNet(BenchWorkload):
     def model_spec(self) -> ModelSpec:
         spec = resolve_model(self.config.model or SIZES[self.config.size])
         if spec.family != "resnet":
-            raise UserError(f"resnet needs a ResNet model; {spec.name} is {spec.family}")
+            raise UserError(f"--model {self.config.model} is a {spec.family} model; resnet needs a ResNet: give "
+                            f"--size {'|'.join(SIZES)} or --model {', '.join(SIZES.values())} (or a ResNet config.json)")
         return spec
 
     @property
