@@ -84,6 +84,8 @@ class ModelSpec(Spec):
         for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 for a transformer model")
+        if self.position == "rope" and self.rope_theta == 0:  # (θ^(-2i/d) of 0 is inf: every frequency but the first)
+            raise ValueError("rope_theta=0 gives RoPE no frequencies; give the model's RoPE base (10000, 500000, 1e6…)")
         if self.head_dim is None and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "

@@ -86,3 +86,15 @@ def test_rope_scaling_as_real_configs_write_it_is_read(tmp_path):
     model = load_config(_write(tmp_path, json.dumps({**V4, "rope_scaling": scaling})))
     assert model.rope_scaling == scaling
     assert type(model).from_dict(json.loads(json.dumps(model.to_dict()))) == model
+
+
+def test_a_rope_theta_of_zero_is_refused_naming_it():
+    """θ = 0 gives RoPE no frequencies (0 to a negative power is inf); it was planned as any other base."""
+    from accelkit.core import UserError
+    from accelkit.models import from_hf_config
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+           "intermediate_size": 32, "vocab_size": 64, "rope_theta": 0}
+    with pytest.raises(UserError, match="rope_theta=0 gives RoPE no frequencies"):
+        from_hf_config(cfg)
+    assert from_hf_config({**cfg, "rope_theta": 500000.0}).rope_theta == 500000.0
