@@ -50,14 +50,14 @@ out = SafeConsole(soft_wrap=True, width=None if sys.stdout.isatty() else 150)
 err = SafeConsole(stderr=True, soft_wrap=True)
 
 JsonOption = typer.Option(False, "--json", help="Print one JSON document on stdout and nothing else there.")
-ProgressOption = typer.Option(
-    None, "--progress/--no-progress",
-    help="Progress on stderr (stdout keeps the output): a live line on a terminal, else a line per step and at "
-         "least one every 10 s; --progress shows every step from the start, --no-progress silences it.")
 #: where stderr is not a terminal, a long command's first progress line comes within this many seconds …
 FIRST_LINE_S = 0.5
 #: … and then a line at least this often, even while one step runs on (a log shows the command is alive)
 HEARTBEAT_S = 8.0
+ProgressOption = typer.Option(
+    None, "--progress/--no-progress",
+    help="Progress on stderr (stdout keeps the output): a live line on a terminal, else a line per step and at "
+         f"least one every {HEARTBEAT_S:g} s; --progress shows every step from the start, --no-progress silences it.")
 
 
 def emit(data: Any, as_json: bool, render: Callable[[], None]) -> None:

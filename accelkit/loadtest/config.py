@@ -186,8 +186,11 @@ class LoadTestConfig(Spec):
                              "too, or drop guided_fields")
         words = (self.num_prompts + self.warmup) * self.random_input_len * (1 + self.random_range_ratio)
         if self.dataset == "random" and words > MAX_RANDOM_WORDS:
-            raise ValueError(f"num_prompts × random_input_len = {words:,.0f} words of prompts to build in memory (at "
-                             f"most {MAX_RANDOM_WORDS:,}); lower --num-prompts or --random-input-len")
+            # the count is of what is built: the warm-up's prompts too, each up to its longest (range ratio)
+            raise ValueError(f"(num_prompts={self.num_prompts} + warmup={self.warmup}) × random_input_len="
+                             f"{self.random_input_len} × (1 + random_range_ratio={self.random_range_ratio:g}) = "
+                             f"{words:,.0f} words of prompts to build in memory, at their longest (at most "
+                             f"{MAX_RANDOM_WORDS:,}); lower --num-prompts or --random-input-len")
 
     @property
     def rates(self) -> tuple[float, ...]:

@@ -33,7 +33,8 @@ def _error(capsys, *args: str) -> str:
     (("--model", " "), "error: --model is empty"),
     (("--base-url", "http://h:99999"), "error: --base-url 'http://h:99999' is not valid: the port must be"),
     (("--num-prompts", "1000000", "--random-input-len", "1000000"),
-     "error: --num-prompts × --random-input-len = 1,000,001,000,000 words"),
+     "error: (--num-prompts 1000000 + --warmup 1) × --random-input-len 1000000 × (1 + --random-range-ratio 0) = "
+     "1,000,001,000,000 words"),
     (("--request-rate", "-1"), "error: --request-rate '-1' is not valid"),
     # a rate whose schedule runs past 7 days: its first gap alone once kept the command waiting without a word
     (("--request-rate", "2.6e-235"), "error: --request-rate 2.6e-235 spreads 1000 requests over"),
