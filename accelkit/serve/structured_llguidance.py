@@ -68,6 +68,12 @@ def _drop_format(schema: Any, name: str) -> Any:
 
 
 _LARK_AT = re.compile(r"^at (\d+)\(\d+\): ")
+# a zero-width assertion llguidance's regex lexer has no state for (regex-syntax's Look names)
+_LOOK = re.compile(r"lookarounds not supported yet; (\w+) in regex")
+_LOOK_NAMES = {"WordUnicode": "the word boundary \\b", "WordAscii": "the word boundary \\b",
+               "WordUnicodeNegate": "the non-boundary \\B", "WordAsciiNegate": "the non-boundary \\B",
+               "StartLF": "^ in multi-line mode", "EndLF": "$ in multi-line mode", "StartCRLF": "^ in multi-line mode",
+               "EndCRLF": "$ in multi-line mode"}
 _TAG_RULE = re.compile(r"^(?:tag|call)_(\d+)\b|^answer\b")
 
 
@@ -101,6 +107,9 @@ def _one_line(error: str, schema: Any = None, *, tag_grammar: str | None = None)
         return (f"the JSON Schema keyword oneOf (at {where or 'the root'}) has branches one document could match "
                 "together, and the llguidance engine cannot enforce that exactly one matches; make the branches "
                 "disjoint (a const or enum discriminator) or use anyOf")
+    if m := _LOOK.search(error):  # (its own words name regex-syntax's enum: "WordUnicode in regex /\bab/")
+        what = _LOOK_NAMES.get(m.group(1), f"the zero-width assertion {m.group(1)}")
+        return f"{what} is a look-around, which the llguidance engine cannot enforce; remove it"
     if tag_grammar is not None and (m := _LARK_AT.match(error)):
         lines = tag_grammar.splitlines()
         rule = _TAG_RULE.match(lines[int(m.group(1)) - 1]) if 0 < int(m.group(1)) <= len(lines) else None
