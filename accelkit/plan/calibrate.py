@@ -44,6 +44,18 @@ def _stored(read: Callable[[ResultStore], list[StoredResult]]) -> list[StoredRes
         return []
 
 
+def _refuse_unreadable_store() -> None:
+    """Raise UserError naming why the results store cannot be read (an ACCELKIT_HOME that is a file, an empty or
+    damaged store file): `_stored` reads such a store as empty, and `--hardware cpu` then said "no probe of this
+    CPU … run `accelkit hw probe` first", which fails the same way (found in a docs hunt)."""
+    try:
+        with ResultStore(readonly=True):
+            return
+    except Exception as exc:  # whatever keeps the store from opening is what the user must fix
+        raise UserError(f"--hardware cpu plans from this CPU's `accelkit hw probe` results, but the results store "
+                        f"cannot be read: {exc}") from None
+
+
 def _probes(limit: int = 200) -> list[StoredResult]:
     return _stored(lambda store: store.query(kind="probe", limit=limit))
 
@@ -140,6 +152,7 @@ def local_cpu_device() -> tuple[DeviceSpec, Any]:
 
     probes = cpu_probes()
     if not probes:
+        _refuse_unreadable_store()
         raise UserError("no probe of this CPU in the results store; run `accelkit hw probe --device cpu` first, "
                         "then plan with --hardware cpu")
     newest = probes[0]
@@ -178,8 +191,9 @@ def _kernel_notes(details: dict[str, Any], created_at: str) -> tuple[dict[str, f
     ew = details.get("elementwise") or {}
     if ew.get("fraction_of_peak"):
         found["memory"] = min(1.0, float(ew["fraction_of_peak"]))
+        ref = str(ew.get("reference") or "reference")  # "catalog HBM bandwidth", or "this probe's copy bandwidth"
         notes.append(f"memory efficiency {found['memory']:.2f} measured by `hw probe` elementwise add on this machine "
-                     f"(of the {ew.get('reference', 'reference')}; {created_at})")
+                     f"(of {ref if ref.startswith('this ') else 'the ' + ref}; {created_at})")
     attn = details.get("attention") or {}
     if attn.get("fraction_at_long_sequence"):
         found["attention"] = float(attn["fraction_at_long_sequence"])

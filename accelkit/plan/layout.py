@@ -455,6 +455,21 @@ def check_frozen(options: PlanOptions, zero: int) -> None:
                         "use --zero 0, 1 or 2, which plan the same for frozen weights")
 
 
+def check_selective_recompute(model: ModelSpec, options: PlanOptions, recompute: object) -> None:
+    """``--selective-recompute op`` says what ``--recompute selective`` recomputes: with a pinned ``--recompute`` none
+    or full, or a CNN (whose recompute is none or full), no layout reads it — refused rather than silently ignored,
+    as ``--recompute-every`` without ``--recompute full`` is."""
+    if options.selective_recompute != "op":
+        return
+    if not model.is_transformer:
+        raise UserError(f"--selective-recompute op chooses what --recompute selective recomputes in a transformer "
+                        f"block; the CNN {model.name} has none — drop --selective-recompute")
+    if recompute not in (None, "selective"):
+        raise UserError(f"--selective-recompute op chooses what --recompute selective recomputes; --recompute "
+                        f"{recompute} recomputes {'nothing' if recompute == 'none' else 'every block'} — use "
+                        "--recompute selective, or drop --selective-recompute")
+
+
 def check_compression(recipe: Recipe, zero: int) -> None:
     """PowerSGD is a DDP communication hook: it cannot compress a ZeRO reduce-scatter."""
     if recipe.grad_compression == "powersgd" and zero > 0:

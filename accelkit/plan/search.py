@@ -26,6 +26,7 @@ from accelkit.plan.layout import (
     check_context_parallel,
     check_frozen,
     check_inference_layout,
+    check_selective_recompute,
     check_user_layout,
     ep_choices,
     flag_text,
@@ -422,6 +423,8 @@ def _check_pinned_fields(ctx: PlanContext, fixed: dict[str, Any]) -> None:
         if is_int(value) and value > 0:
             count *= value
     train = ctx.workload.task == "train"
+    if not train:  # as search_context does, first: --vp 2 was refused as needing --pp > 1, and --pp 2 --vp 2 then as
+        check_inference_layout(given, None)  # not modelled for inference (found in a docs hunt)
     check_user_layout(ctx.model, ctx.cluster, given, count, seq_len=ctx.workload.seq_len if train else None,
                       embedding_as_layer=ctx.options.pp_embedding_as_layer, train=train)
 
@@ -433,6 +436,8 @@ def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_
     if ctx.workload.task == "train" and batch is not None:  # read by inference only: a training plan ignored it
         raise UserError(f"--batch {batch} applies to --task infer (concurrent sequences per replica); for training "
                         "give --global-batch (sequences per step)")
+    if ctx.workload.task == "train":
+        check_selective_recompute(ctx.model, ctx.options, (fixed or {}).get("recompute"))
     count_flag = None
     if num_devices is None:
         _check_pinned_fields(ctx, fixed or {})
