@@ -196,11 +196,15 @@ def _kernel_notes(details: dict[str, Any], created_at: str) -> tuple[dict[str, f
                      f"(of {ref if ref.startswith('this ') else 'the ' + ref}; {created_at})")
     attn = details.get("attention") or {}
     if attn.get("fraction_at_long_sequence"):
-        found["attention"] = float(attn["fraction_at_long_sequence"])
+        measured = float(attn["fraction_at_long_sequence"])
+        # past 1 the attention ran faster than the probe's own matmul — a matmul that read low (a small or quick
+        # probe) —, and a plan on it showed an MFU of 384%: capped at 1, as the memory efficiency is
+        found["attention"] = min(1.0, measured)
         shape = attn.get("shape", {})
+        capped = f" — measured {measured:.2f}, past the probe's matmul peak: capped at 1" if measured > 1 else ""
         notes.append(f"attention efficiency {found['attention']:.2f} measured by `hw probe` causal attention fwd+bwd "
                      f"(seq {shape.get('seq')}, head dim {shape.get('head_dim')}, ÷ the causal block factor; "
-                     f"{created_at})")
+                     f"{created_at}){capped}")
     return found, notes
 
 

@@ -45,3 +45,15 @@ def test_the_memory_efficiency_note_names_its_reference_in_plain_words():
                              ("catalog HBM bandwidth", "(of the catalog HBM bandwidth; t)")):
         found, notes = _kernel_notes({"elementwise": {"fraction_of_peak": 0.9, "reference": reference}}, "t")
         assert found == {"memory": 0.9} and notes[0].endswith(words), notes
+
+
+def test_an_attention_efficiency_past_the_probes_matmul_is_capped_and_said():
+    """A small or quick probe's matmul can read below its own attention: the efficiency read 7.81 and the plan's MFU
+    384%. Capped at 1, as the memory efficiency is, and the note says what was measured."""
+    from accelkit.plan.calibrate import _kernel_notes
+
+    shape = {"seq": 512, "head_dim": 64}
+    found, notes = _kernel_notes({"attention": {"fraction_at_long_sequence": 7.81, "shape": shape}}, "t")
+    assert found == {"attention": 1.0} and notes[0].endswith("— measured 7.81, past the probe's matmul peak: capped at 1")
+    found, notes = _kernel_notes({"attention": {"fraction_at_long_sequence": 0.4, "shape": shape}}, "t")
+    assert found == {"attention": 0.4} and "capped" not in notes[0]
