@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperCommand
 
 from accelkit.bench.runner import BenchConfig, Reporter, run_benchmark
+from accelkit.bench.suite import SUITES
 from accelkit.bench.variants import GRAD_COMPRESSIONS, Matrix
 from accelkit.bench.workloads import (
     BenchWorkload,
@@ -91,6 +92,23 @@ LOOP_HELPS = {"warmup_iterations": "Minimum warm-up iterations (default 10; --qu
               "min_iterations": "Measure at least N iterations (default 10; --quick 5) …",
               "min_time_s": "… and at least S seconds (default 10; --quick 1).",
               "max_iterations": "Hard cap on measured iterations (default none)."}
+
+
+def _suite_loop_helps() -> dict[str, str]:
+    """LOOP_HELPS for `bench suite` (and `bench --suite`): a suite's loop is its own, not the workloads' default —
+    `bench suite --help` said "default 10" warm-up iterations where the quick suite runs 5."""
+    loops = {name: make().loop for name, make in SUITES.items()}
+    quick = LoopConfig.quick()
+    words = {"warmup_iterations": "Minimum warm-up iterations", "warmup_time_s": "Minimum warm-up seconds",
+             "min_iterations": "Measure at least N iterations", "min_time_s": "… and at least S seconds"}
+    helps = {field: f"{text} (default: the suite's — "
+                    f"{', '.join(f'{name} {getattr(loop, field):g}' for name, loop in loops.items())}; "
+                    f"--quick {getattr(quick, field):g}){' …' if field == 'min_iterations' else '.'}"
+             for field, text in words.items()}
+    return {**LOOP_HELPS, **helps}
+
+
+SUITE_LOOP_HELPS = _suite_loop_helps()
 MATRIX_PARSE = {"precisions": _list("--precision", PRECISIONS), "fp8_scalings": _list("--fp8-scaling",
                                                                                       ("tensorwise", "rowwise")),
                 "grad_compressions": _list("--grad-compression", GRAD_COMPRESSIONS)}
@@ -114,10 +132,15 @@ ProgressOption = typer.Option(None, "--progress/--no-progress", help="Progress l
 HEARTBEAT_S = 5.0
 
 
-def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """BenchConfig and LoopConfig options (every bench run takes them)."""
-    fn = spec_options(LoopConfig, into="loop", names=LOOP_FLAGS, parse=LOOP_PARSE, helps=LOOP_HELPS)(fn)
+def _run_options(fn: Callable[..., Any], helps: dict[str, str] = LOOP_HELPS) -> Callable[..., Any]:
+    """BenchConfig and LoopConfig options (every bench run takes them); ``helps``: the loop flags' help texts."""
+    fn = spec_options(LoopConfig, into="loop", names=LOOP_FLAGS, parse=LOOP_PARSE, helps=helps)(fn)
     return spec_options(BenchConfig, into="bench", names={"auto_probe": "--probe/--no-probe"})(fn)
+
+
+def _suite_run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``_run_options`` of a suite run: the loop flags' defaults are the suite's."""
+    return _run_options(fn, SUITE_LOOP_HELPS)
 
 
 def _matrix(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -275,7 +298,17 @@ def check_workload(wl: BenchWorkload) -> None:
 
 
 # ---- running ---------------------------------------------------------------------------------------------
+def check_loop_flags(loop: dict[str, Any]) -> None:
+    """--max-iterations below a --min-iterations also given: one line, exit 2. The cap won without a word (`--min-
+    iterations 20 --max-iterations 5` measured 5). The cap alone below a default minimum is the cap, as documented."""
+    low, cap = loop.get("min_iterations"), loop.get("max_iterations")
+    if low is not None and cap is not None and cap < low:
+        raise UserError(f"--max-iterations {cap} is below --min-iterations {low}: the cap would stop each variant "
+                        f"before the minimum; raise --max-iterations to at least {low} or lower --min-iterations")
+
+
 def _configs(bench: dict[str, Any], loop: dict[str, Any], quick: bool, default_loop: LoopConfig) -> BenchConfig:
+    check_loop_flags(loop)
     with flag_values():
         base = LoopConfig.quick() if quick else default_loop
         return BenchConfig(**bench, loop=base.replace(**loop))
@@ -348,6 +381,7 @@ def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: di
     if name not in SUITES:
         raise UnknownNameError("suite", name, SUITES)
     precisions = list(_list("--precision", PRECISIONS)(precision)) if precision is not None else None
+    check_loop_flags(loop)
     with sigterm_as_interrupt() as received, closing(_CliReporter(progress=progress, saving=True)) as reporter:
         # the first line before torch and the workloads are imported (seconds on a busy machine)
         reporter.note(f"bench suite {name}{' --quick' if quick else ''}: starting")
@@ -564,7 +598,7 @@ SuitePrecision = typer.Option(None, "--precision", help="Comma list replacing th
 
 
 @app.callback()
-@_run_options
+@_suite_run_options  # its loop flags serve only `--suite NAME` (after a workload they are refused)
 def bench_root(
     ctx: typer.Context,
     suite: str = SuiteOption,
@@ -599,7 +633,7 @@ def bench_root(
     "accelkit bench suite quick                # tiny sizes of every workload",
     "accelkit bench suite reference --quick    # the published-comparison sizes, short loops",
 ))
-@_run_options
+@_suite_run_options
 def suite_cmd(
     name: str = typer.Argument(..., help="quick (tiny sizes of every workload, about a minute on a CPU) or reference "
                                          "(BERT-large, ResNet-50 training, Llama-3.1-8B decode, SDXL text-to-image; "

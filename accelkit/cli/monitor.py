@@ -11,7 +11,7 @@ from typing import Any, Literal, NoReturn
 import typer
 
 from accelkit.bench.record import StoreWriter
-from accelkit.bench.workloads import config_fields, make_workload
+from accelkit.bench.workloads import WORKLOADS, config_fields, make_workload
 from accelkit.cli.bench import check_workload, exit_stopped, sigterm_as_interrupt
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
@@ -113,6 +113,9 @@ def monitor_cmd(
         server.stop()
 
 
+#: the built-in workloads `profile` takes by name (every bench workload; `custom` is --module)
+PROFILE_WORKLOADS = tuple(name for name in WORKLOADS if name != "custom")
+
 #: the profile's peak-memory keys in words (a key not named here is shown as it is)
 MEMORY_NAMES = {"cuda_max_allocated_bytes": "CUDA max allocated", "cuda_max_reserved_bytes": "CUDA max reserved",
                 "process_peak_rss_bytes": "process peak RSS", "peak_rss_increase_bytes": "RSS increase while profiled"}
@@ -140,6 +143,11 @@ def profile_cmd(
     model: str | None = typer.Option(None, "--model", help="Model preset or config.json for the workload."),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Items per step; not given: the workload's default."),
     seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Tokens per sequence (bert, llm-train)."),
+    prompt_len: int | None = typer.Option(None, "--prompt-len", min=1, help="llm: prompt tokens per sequence."),
+    output_len: int | None = typer.Option(None, "--output-len", min=1, help="llm: generated tokens per sequence (the "
+                                          "decode cycle)."),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help="resnet, dataloader: image side in "
+                                          "pixels."),
     step: str | None = typer.Option(None, "--step", help="Which step of the workload to profile (llm: prefill or "
                                     "decode); default: its first."),
     precision: BenchPrecision = typer.Option("fp32", "--precision", help="Numerics of the profiled step (a bench variant)."),
@@ -156,9 +164,13 @@ def profile_cmd(
     if workload == "custom" and module is None:
         raise UserError("`profile custom` needs --module package.module:factory")
     workload = None if workload == "custom" else workload
-    if (workload is None) == (module is None):
-        raise UserError("give a WORKLOAD (bert, resnet, llm, llm-train) or --module package.module:factory, not both")
-    options = {"size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "module": module}
+    if workload is not None and module is not None:
+        raise UserError(f"give a WORKLOAD or --module, not both: `profile {workload}` profiles the built-in workload, "
+                        f"`profile --module {module}` your factory's model")
+    if workload is None and module is None:  # (it said "…, not both" here too, and named 4 of the 6 workloads)
+        raise UserError(f"give a WORKLOAD ({', '.join(PROFILE_WORKLOADS)}) or --module package.module:factory")
+    options = {"size": size, "model": model, "batch_size": batch_size, "seq_len": seq_len, "prompt_len": prompt_len,
+               "output_len": output_len, "image_size": image_size, "module": module}
     with flag_values():
         config = ProfileConfig(**profiler)
     _check_out_dir(Path(config.out_dir))

@@ -13,6 +13,7 @@ from accelkit.cli.bench import (
     DIST_FLAGS,
     LOOP_FLAGS,
     LOOP_PARSE,
+    check_loop_flags,
     check_workload,
     collective_timeout_option,
     exit_stopped,
@@ -166,6 +167,7 @@ def tune_cmd(
 
     with flag_values():
         config = TuneConfig(**search)
+        check_loop_flags(loop)  # a --max-iterations below a --min-iterations also given is refused, as bench does
         if loop:  # the given loop flags replace those fields of --quick's (or --thorough's) loop
             config = config.replace(loop=config.measurement_loop.replace(**loop))
         wl = make_workload(name, _workload_flags(name, {
