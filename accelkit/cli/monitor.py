@@ -101,10 +101,12 @@ def monitor_cmd(
     for note in server.notes:  # said once, at start; scrapes stay quiet
         err.print(f"note: {note}")
     bound = server.start()  # a port or host it cannot bind is a UserError naming both and the fix
-    err.print(f"serving metrics on http://{host_in_url(config.host)}:{bound}/metrics (every {config.interval:g} s); "
-              "Ctrl-C stops", markup=False)  # an IPv6 host in brackets, so the URL can be fetched as printed
+    # SIGTERM's handler before the line that says it serves: a supervisor (or a test) that stops it as soon as it
+    # reads the line found the default handler still there and saw exit -15 instead of a clean stop
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    err.print(f"serving metrics on http://{host_in_url(config.host)}:{bound}/metrics (every {config.interval:g} s); "
+              "Ctrl-C stops", markup=False)  # an IPv6 host in brackets, so the URL can be fetched as printed
     try:
         stop.wait()
     except KeyboardInterrupt:

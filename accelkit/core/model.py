@@ -81,11 +81,7 @@ class ModelSpec(Spec):
             if any(w % 4 for w in self.stage_widths):
                 raise ValueError("stage_widths must be multiples of 4 (bottleneck reduction)")
             return
-        for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1 for a transformer model")
-        if self.position == "rope" and self.rope_theta == 0:  # (θ^(-2i/d) of 0 is inf: every frequency but the first)
-            raise ValueError("rope_theta=0 gives RoPE no frequencies; give the model's RoPE base (10000, 500000, 1e6…)")
+        self._check_transformer_sizes()
         if self.head_dim is None and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
@@ -108,6 +104,13 @@ class ModelSpec(Spec):
         if self.num_full_attention_layers >= max(self.num_layers, 1):
             raise ValueError(f"num_full_attention_layers={self.num_full_attention_layers} must be < num_layers="
                              f"{self.num_layers} (with no windowed layer, set sliding_window None)")
+
+    def _check_transformer_sizes(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 for a transformer model")
+        if self.position == "rope" and self.rope_theta == 0:  # (θ^(-2i/d) of 0 is inf: every frequency but the first)
+            raise ValueError("rope_theta=0 gives RoPE no frequencies; give the model's RoPE base (10000, 500000, 1e6…)")
 
     def _check_rope_scaling(self) -> None:
         """Each number of rope_scaling is finite, as rope_theta is (NaN is refused by its type check already); a

@@ -101,6 +101,25 @@ class _Choices(RequestOutput):
         return [dataclasses.replace(c.outputs[0], index=i) for i, c in enumerate(self._choices)]
 
 
+def _params_list(sampling_params: SamplingParams | Seq[SamplingParams] | None, num_prompts: int) -> list[SamplingParams]:
+    """One SamplingParams per prompt (one given, or none: the same for every prompt); ValueError naming what is not
+    one — a dict was iterated as its keys ("prompts[0]: sampling_params='max_tokens' is not valid") and a str as its
+    letters ("sampling_params has 6 entries for 1 prompts")."""
+    if sampling_params is None or isinstance(sampling_params, SamplingParams):
+        return [sampling_params or SamplingParams()] * num_prompts
+    if isinstance(sampling_params, (str, bytes, Mapping)) or not isinstance(sampling_params, Iterable):
+        raise ValueError(f"sampling_params={_short(sampling_params)} is not valid; expected a SamplingParams "
+                         "(e.g. SamplingParams(max_tokens=16)), or a list of them, one per prompt")
+    params_list = list(sampling_params)
+    bad = next((i for i, p in enumerate(params_list) if not isinstance(p, SamplingParams)), None)
+    if bad is not None:
+        raise ValueError(f"sampling_params[{bad}]={_short(params_list[bad])} is not valid; expected a "
+                         "SamplingParams (e.g. SamplingParams(max_tokens=16))")
+    if len(params_list) != num_prompts:
+        raise ValueError(f"sampling_params has {len(params_list)} entries for {num_prompts} prompts")
+    return params_list
+
+
 def _check_message(where: str, message: Mapping[str, Any]) -> None:
     """ValueError naming a message without a role, or without content (an assistant's tool calls may stand in for
     it, as OpenAI's): a template renders the missing key as nothing, and the model answers a conversation that was
@@ -234,21 +253,7 @@ class LLM:
         if self._shut_down:  # (one process would still generate; tensor-parallel workers are gone)
             raise RuntimeError("this LLM was shut down (LLM.shutdown() or the end of its `with` block); make a new "
                                "LLM(...) to generate")
-        if sampling_params is None or isinstance(sampling_params, SamplingParams):
-            params_list = [sampling_params or SamplingParams()] * len(prompt_list)
-        else:
-            # a dict was iterated as its keys ("prompts[0]: sampling_params='max_tokens' is not valid") and a str as its
-            # letters ("sampling_params has 6 entries for 1 prompts")
-            if isinstance(sampling_params, (str, bytes, Mapping)) or not isinstance(sampling_params, Iterable):
-                raise ValueError(f"sampling_params={_short(sampling_params)} is not valid; expected a SamplingParams "
-                                 "(e.g. SamplingParams(max_tokens=16)), or a list of them, one per prompt")
-            params_list = list(sampling_params)
-            bad = next((i for i, p in enumerate(params_list) if not isinstance(p, SamplingParams)), None)
-            if bad is not None:
-                raise ValueError(f"sampling_params[{bad}]={_short(params_list[bad])} is not valid; expected a "
-                                 "SamplingParams (e.g. SamplingParams(max_tokens=16))")
-            if len(params_list) != len(prompt_list):
-                raise ValueError(f"sampling_params has {len(params_list)} entries for {len(prompt_list)} prompts")
+        params_list = _params_list(sampling_params, len(prompt_list))
         priorities = self._priorities(priority, len(prompt_list))
         seqs, ids = [], []  # ids: per prompt, its request id and its choices' (one each unless n > 1)
         for i, (prompt, params, prio) in enumerate(zip(prompt_list, params_list, priorities, strict=True)):
