@@ -376,7 +376,10 @@ def _names_it(o: Outcome, line: str) -> str | None:
     value = (o.value or "").strip()
     if not value:
         return None  # an empty value cannot be quoted back; any one-line error will do
-    for form in {value, o.value or ""}:  # quoted back as typed ('\xa0' kept) or stripped
+    forms = {value, o.value or ""}
+    if "_" in value and value.replace("_", "").lstrip("+-").isdigit():
+        forms.add(str(int(value)))  # ("1_000" is Python's — and click's — 1000: said as the number it was read as)
+    for form in forms:  # quoted back as typed ('\xa0' kept) or stripped
         shown = printable(form)  # how a value with control characters is printed (#30 item 5)
         if form.lower()[:40] in low or repr(form)[1:40].lower() in low or shown.lower()[:40] in low:
             return None
