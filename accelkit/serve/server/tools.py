@@ -277,7 +277,11 @@ def _array_of_calls(functions: list[tuple[str, dict[str, Any]]], parallel: bool)
     for i, (name, parameters) in enumerate(functions):
         parameters = copy.copy(parameters)
         for key in _DEFS_KEYS:
-            for def_name, definition in (parameters.pop(key, None) or {}).items():
+            definitions = parameters.pop(key, None)
+            if definitions and not isinstance(definitions, dict):  # (a 500 until a hunt found it)
+                raise APIError(400, f"tools[{i}].function.parameters.{key} must be an object of named schemas "
+                               f"({{\"name\": {{…}}}}), not {type(definitions).__name__}", param="tools")
+            for def_name, definition in (definitions or {}).items():
                 if defs.setdefault(key, {}).setdefault(def_name, definition) != definition:
                     raise APIError(400, f"tools[{i}].function.parameters.{key}.{def_name} differs from another "
                                    "tool's of that name; with tool_choice 'required' their definitions share one "
