@@ -66,7 +66,7 @@ def sweep_cmd(
     finally:
         store.close()
     data = run.to_json()
-    unfinished = ", ".join(run.unfinished) or "none"
+    unfinished = unfinished_text(run.unfinished)
     if run.store_error is not None:  # every point's figures are in the document: print it rather than lose them
         print_unsaved(
             data, AccelkitError(run.store_error),
@@ -110,6 +110,21 @@ def sweep_cmd(
                                             f"result {run.summary_id}); not finished: {unfinished}")
     if run.points and len(run.failed) == len(run.points):
         raise typer.Exit(1)
+
+
+#: how many unfinished points the stop message names; the rest are counted (all are in the summary and --json)
+SHOWN_UNFINISHED = 10
+
+
+def unfinished_text(unfinished: list[str]) -> str:
+    """The points an interrupt left, for one stderr line: a 10,000-point grid stopped early printed all 9,967 of
+    them, one ~430 KB line (found in review); the first few are named, the rest counted."""
+    if not unfinished:
+        return "none"
+    shown = ", ".join(unfinished[:SHOWN_UNFINISHED])
+    rest = len(unfinished) - SHOWN_UNFINISHED
+    return shown if rest <= 0 else (f"{shown} … and {rest} more ({len(unfinished)} in all; the summary's "
+                                    "unfinished, or --json, lists every one)")
 
 
 #: the keys of a sweep file whose numbers may be inf: request rates (inf sends every request at once)

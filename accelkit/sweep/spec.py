@@ -264,7 +264,24 @@ def _sweep_loader() -> Any:
     import yaml
 
     class SweepLoader(yaml.SafeLoader):  # type: ignore[misc]  # (PyYAML has no type stubs here)
-        pass
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            """A key given twice is refused: PyYAML keeps the last silently, so a second `llama-3-8b:` under
+            workloads (or a second `precisions:`) dropped the first from the grid without a word (found in review)."""
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, Any] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` overrides by design
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.setdefault(key, key_node.start_mark)
+                    except TypeError:  # an unhashable key: the constructor's own error says so
+                        continue
+                    if first is not key_node.start_mark:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"{key} is given twice (first on line {first.line + 1}), and only the last "
+                            "would be used; give each key once", key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
 
     resolvers = {first: list(rs) for first, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()}
     text = ("tag:yaml.org,2002:str", re.compile(r"^[0-9]+(?::[0-9]+)+$"))
@@ -279,6 +296,34 @@ def _flow(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
     return str(value)
+
+
+#: each axis: what one of its values is, and an example list (for the error that names a value of the wrong type)
+_AXES: dict[str, tuple[tuple[type, ...], str, str]] = {
+    "precisions": ((str,), "a precision name", "[fp32, bf16]"),
+    "batch_sizes": ((int,), "an integer", "[1, 2, 4]"),
+    "layouts": ((dict,), "a mapping", "[{}, {nproc_per_node: 2}]"),
+    "rates": ((int, float, str), "a number or inf", "[1, 4, inf]"),
+}
+
+
+def _check_axis_types(path: Path, data: dict[str, Any]) -> None:
+    """An axis is a list of values of its type: `batch_sizes: 4` and `batch_sizes: [a]` were refused as "expected
+    tuple[int, ...] or None", which names no fix (found in review)."""
+    for axis, (types, what, example) in _AXES.items():
+        if axis == "layouts" and data.get("kind") == "plan":
+            example = "[{dp: 8}, {tp: 2, dp: 4}]"
+        value = data.get(axis)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            one = f"; for the one value write {axis}: [{_flow(value)}]" if isinstance(value, (*types, dict)) else ""
+            raise UserError(f"{path}: {axis}={_flow(value)} is not valid; expected a list such as {axis}: "
+                            f"{example}{one}")
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, types):
+                raise UserError(f"{path}: {axis}[{i}]={_flow(item)} is not valid; expected {what}, as in {axis}: "
+                                f"{example}")
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
@@ -318,6 +363,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     for key in ("workloads",):  # `llm-train:` with no config parses as None
         if isinstance(data.get(key), dict):
             data[key] = {k: (v or {}) for k, v in data[key].items()}
+    _check_axis_types(path, data)
     try:
         return SweepSpec.from_dict(data)
     except (ValueError, TypeError) as exc:  # TypeError: a key that is not a string (`1: x`)
