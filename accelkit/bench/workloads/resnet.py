@@ -69,13 +69,6 @@ class ResNet(BenchWorkload):
 
     def check(self, device: str) -> None:
         spec, c, side = self.model_spec, self.config, self.image_size
-        last = side
-        for _ in range(2 + len(spec.stage_depths) - 1):  # the stem's conv and pool, then each later stage: stride 2
-            last = -(-last // 2)
-        if c.batch_size * last * last < 2:  # (the reference step died: "Expected more than 1 value per channel")
-            raise UserError(f"--batch-size {c.batch_size} at --image-size {side} leaves the last stage's BatchNorm one "
-                            f"value per channel ({last}×{last} per image), which training cannot normalize; give "
-                            "--batch-size 2 or more, or a larger --image-size")
         # fp32 input images, and the stem's output (half the side) kept for the backward
         data = c.batch_size * spec.num_channels * side * side * 4 + c.batch_size * spec.stem_width * (side // 2) ** 2 * ACT_BYTES
         check_fits(spec.num_params() * 4, device, spec.name, data_bytes=data,  # weights, grads, momentum
