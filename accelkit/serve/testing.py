@@ -234,6 +234,29 @@ def build_bytelevel_tokenizer(vocab_size: int = 512, corpus: Iterable[str] | Non
     )
 
 
+def build_euro_splitting_tokenizer() -> Any:
+    """A byte-level BPE whose vocabulary holds ``€`` (e2 82 ac) only as the piece e2 82 (id 260) plus the byte ac:
+    specials 0–3, the 256 bytes 4–259 (byte b is id 4 + b), and that one merge — a character split across tokens,
+    on demand. Its chat template writes the messages' contents one after another."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    # lazy: the server package's import brings in FastAPI; its byte table is GPT-2's bytes_to_unicode
+    from accelkit.serve.server.logprobs import _byte_level_table
+
+    table = {b: c for c, b in _byte_level_table().items()}  # byte → the character a byte-level piece uses for it
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    vocab.update({table[b]: len(SPECIAL_TOKENS) + b for b in range(256)})
+    vocab[table[0xE2] + table[0x82]] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(table[0xE2], table[0x82])]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves __init__ untyped
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        chat_template="{% for m in messages %}{{ m['content'] }}{% endfor %}",
+    )
+
+
 def save_bytelevel_model(path: str | Path, *, seed: int = 0, added_tokens: Sequence[str] = (),
                          special_tokens: Sequence[str] = (), **overrides: Any) -> Path:
     """:func:`save_tiny_model` with :func:`build_bytelevel_tokenizer` (and a plain chat template) in place of the

@@ -13,45 +13,19 @@ import openai
 import pytest
 import torch
 
-from accelkit.serve.server.logprobs import _byte_level_table
-from accelkit.serve.testing import hf_model, save_tiny_model
+from accelkit.serve.testing import SPECIAL_TOKENS, build_euro_splitting_tokenizer, hf_model, save_tiny_model
 from tests.integration.serve_server_util import running_server
 
-SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
 EURO = "€".encode()  # b"\xe2\x82\xac"
 
 
-def byte_level_table() -> dict[int, str]:
-    """GPT-2's bytes_to_unicode, byte → the character a byte-level BPE piece uses for it: the server's own table
-    inverted (the ``tokenizers`` ByteLevel decoder built from it checks it)."""
-    return {b: c for c, b in _byte_level_table().items()}
-
-
-def euro_splitting_tokenizer():
-    """Specials 0–3, the 256 bytes 4–259, and 260 = the piece e2 82 (the first two bytes of €)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    table = byte_level_table()
-    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
-    vocab.update({table[b]: len(SPECIALS) + b for b in range(256)})
-    vocab[table[0xE2] + table[0x82]] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(table[0xE2], table[0x82])]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-        chat_template="{% for m in messages %}{{ m['content'] }}{% endfor %}",
-    )
-
-
-LEAD, CONT = 260, len(SPECIALS) + 0xAC  # e2 82 | ac
+LEAD, CONT = 260, len(SPECIAL_TOKENS) + 0xAC  # e2 82 | ac
 STEER = {"logit_bias": {str(LEAD): 100, str(CONT): 99}, "frequency_penalty": 2.0, "temperature": 0, "max_tokens": 4}
 
 
 @pytest.fixture(scope="module")
 def euro_server(tmp_path_factory):
-    tokenizer = euro_splitting_tokenizer()
+    tokenizer = build_euro_splitting_tokenizer()
     assert tokenizer.encode("€", add_special_tokens=False) == [LEAD, CONT]
     model = hf_model("tiny-llama", vocab_size=len(tokenizer))
     with torch.no_grad():

@@ -6,27 +6,9 @@ import functools
 import pytest
 
 from accelkit.serve.detokenizer import IncrementalDetokenizer
-from accelkit.serve.server.logprobs import _byte_level_table
+from accelkit.serve.testing import build_euro_splitting_tokenizer
 
-SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
-
-
-@functools.lru_cache(maxsize=1)
-def euro_tokenizer():
-    """Specials 0–3, the 256 bytes 4–259, and 260 = the piece e2 82 (the first two bytes of €, e2 82 ac)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    table = {b: c for c, b in _byte_level_table().items()}
-    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
-    vocab.update({table[b]: len(SPECIALS) + b for b in range(256)})
-    vocab[table[0xE2] + table[0x82]] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(table[0xE2], table[0x82])]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>")
-
+euro_tokenizer = functools.cache(build_euro_splitting_tokenizer)  # (specials 0–3, byte b is 4 + b, 260 = e2 82)
 
 A, LEAD, CONT, BYTE_FF = 4 + ord("a"), 260, 4 + 0xAC, 4 + 0xFF  # a | e2 82 | ac | ff (never UTF-8)
 
