@@ -16,7 +16,7 @@ from accelkit.serve.chat_template import ChatTemplateError, chat_template_argume
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.engine import LLMEngine
 from accelkit.serve.outputs import CompletionOutput, RequestOutput
-from accelkit.serve.sampling import SEED_MAX, SEED_MIN, SamplingParams
+from accelkit.serve.sampling import SamplingParams, derived_seed
 
 
 class TextPrompt(TypedDict):
@@ -75,10 +75,7 @@ def _unpack(prompt: object) -> object:
 def _choice_params(params: SamplingParams, choice: int) -> SamplingParams:
     """Choice ``choice`` of an ``n > 1`` request as one engine request: n=1, its seed ``seed + choice`` (vLLM's, wrapped
     into the range a generator takes), so the choices differ and the request stays reproducible."""
-    seed = params.seed
-    if seed is not None and choice:
-        seed = (seed + choice - SEED_MIN) % (SEED_MAX - SEED_MIN + 1) + SEED_MIN
-    return params.replace(n=1, seed=seed)
+    return params.replace(n=1, seed=derived_seed(params.seed, choice))
 
 
 class _Choices(RequestOutput):

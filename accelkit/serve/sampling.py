@@ -31,6 +31,14 @@ LOGIT_BIAS_RANGE = 100.0
 REPETITION_PENALTY_RANGE = (1e-4, 1e4)
 
 
+def derived_seed(seed: int | None, choice: int) -> int | None:
+    """Choice ``choice``'s seed: distinct per choice (so n choices differ), fixed by the request's seed (so the
+    request is reproducible) — vLLM's ``seed + index``, wrapped into the range a generator takes."""
+    if seed is None or choice == 0:
+        return seed
+    return (seed + choice - SEED_MIN) % (SEED_MAX - SEED_MIN + 1) + SEED_MIN
+
+
 class FrozenBias(dict[int, float]):
     """``SamplingParams.logit_bias``: a dict that refuses changes. The engine reads the params of a running request
     at every step, so a caller's later ``params.logit_bias[t] = …`` would change (or, with an id past the vocabulary

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from accelkit.core.json_ints import int_literal_too_long
-from accelkit.serve.sampling import MAX_LOGPROBS, SEED_MAX, SEED_MIN, SamplingParams, StructuredOutputs
+from accelkit.serve.sampling import MAX_LOGPROBS, SamplingParams, StructuredOutputs, derived_seed
 from accelkit.serve.server.errors import APIError
 from accelkit.serve.server.protocol import ChatCompletionRequest, CompletionRequest
 
@@ -21,14 +21,6 @@ GenerationRequest = CompletionRequest | ChatCompletionRequest
 def leading_field(exc: ValueError) -> str:
     """The field a validation message starts with: 'top_k=0 is …', 'logit_bias[5]=…', 'prompt is empty …'."""
     return str(exc).split("=")[0].split("[")[0].split()[0]
-
-
-def derived_seed(seed: int | None, choice: int) -> int | None:
-    """Choice ``choice``'s seed: distinct per choice (so n choices differ), fixed by the request's seed (so the
-    request is reproducible) — vLLM's ``seed + index``, wrapped into the range a generator takes."""
-    if seed is None or choice == 0:
-        return seed
-    return (seed + choice - SEED_MIN) % (SEED_MAX - SEED_MIN + 1) + SEED_MIN
 
 
 def _number(name: str, value: int | float) -> float:
