@@ -189,6 +189,10 @@ class ServerConfig(Spec):
                              "mistral (Mistral 7B v0.3, Nemo, Small 2409, Small 3.1 and later)")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key is empty; give a non-empty key or none at all")
+        if self.api_key is not None and self.api_key.strip() != self.api_key:  # (the key itself is never said)
+            what = "is blank" if not self.api_key.strip() else "has leading or trailing whitespace (a newline from a key file?)"
+            raise ValueError(f"api_key {what}: a client cannot send that in its Authorization header, so every request "
+                             "would get 401; strip the whitespace from the key")
         for name in (self.served_model_name, *self.served_model_aliases):
             if not name.strip():
                 raise ValueError(f"served_model_name {name!r} is blank; give each model id some text")
