@@ -33,9 +33,14 @@ def make_elementwise():
     return Scale(), torch.randn(8, 256)
 
 
-def make_no_params_train():
-    """Training a model without parameters: the optimizer refuses it, so every variant fails at load."""
-    return nn.ReLU(), torch.randn(4, 8, requires_grad=True), lambda out: out.sum()
+class CannotBeMoved(nn.Linear):
+    def to(self, *args, **kwargs):
+        raise RuntimeError("this model cannot be moved")
+
+
+def make_unmovable_train():
+    """A model whose .to(device) raises: every variant fails at load."""
+    return CannotBeMoved(8, 8), torch.randn(4, 8), lambda out: out.sum()
 
 
 def _run(factory: str, precisions: list[str], *, store: ResultStore | None = None, **config):
@@ -78,11 +83,11 @@ def test_a_model_with_no_model_flops_says_mfu_does_not_apply():
 
 
 def test_when_every_variant_fails_the_cli_does_not_say_the_others_were_stored(cli):
-    proc = cli("bench", "custom", "--module", f"{MODULE}:make_no_params_train", "--no-save", "--quick",
+    proc = cli("bench", "custom", "--module", f"{MODULE}:make_unmovable_train", "--no-save", "--quick",
                "--no-probe", "--no-predict")
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: 1 variant(s) failed: fp32 (load)") and "empty parameter list" in proc.stderr
+    assert last.startswith("error: 1 variant(s) failed: fp32 (load)") and "this model cannot be moved" in proc.stderr
     assert last.endswith("their errors are above; no variant was measured"), last
 
 

@@ -1,6 +1,6 @@
 """`accelkit sweep` on what `accelkit bench` would fail, refuse or flag:
 
-* a point whose every variant raises at run time (ResNet's BatchNorm at batch 1; a CUDA OOM on a GPU) is an error
+* a point whose every variant raises at run time (a model whose forward raises; a CUDA OOM on a GPU) is an error
   with a 'sweep-error' row — it was "ok" with no results, so a sweep of only such points exited 0;
 * a point with some variants measured and some raised stays ok, and carries (and prints) the failures;
 * a mistake in the sweep file fails the load in one line (exit 2) instead of every point at run time;
@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 LOOP = "loop: {warmup_iterations: 1, warmup_time_s: 0, min_iterations: 2, min_time_s: 0}\n"
 #: by its path from the repository root: the CLI's pool worker imports it there (pytest's __name__ is the bare file)
 DATASET = "tests.integration.test_sweep_failed_points:make_dataset"
+RAISES = "tests.integration.test_sweep_failed_points:make_raising_model"
 WIDE = {"COLUMNS": "250"}  # a table row on one line
 BENCH = "bench: {device: cpu, predict: false, auto_probe: false, accuracy: false}\n"
 
@@ -42,6 +43,21 @@ def make_dataset():
     return RaisesInADataLoaderWorker()
 
 
+class RaisesInItsForward(torch.nn.Module):
+    """A model whose every call raises: each variant fails in its first call."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        raise ValueError("raised on purpose")
+
+
+def make_raising_model():
+    return RaisesInItsForward(), torch.zeros(2, 4)
+
+
 def _run(spec: SweepSpec) -> list[dict]:
     """Each point run here (no pool) and collected into this test's store, as run_sweep does."""
     from accelkit.bench.record import StoreWriter
@@ -57,10 +73,10 @@ def _run(spec: SweepSpec) -> list[dict]:
 
 def test_a_point_whose_only_variant_raised_is_an_error_with_its_phase(tmp_path: Path):
     path = tmp_path / "s.yaml"
-    path.write_text("name: b1\nworkloads: {resnet: {size: tiny, image_size: 32}}\nbatch_sizes: [1]\n" + LOOP + BENCH)
+    path.write_text(f"name: b1\nworkloads: {{custom: {{module: '{RAISES}'}}}}\n" + LOOP + BENCH)
     (line,) = _run(load_sweep(path))
     assert line["status"] == "error"
-    assert line["error"].startswith("fp32 (first call): ValueError: Expected more than 1 value per channel")
+    assert line["error"].startswith("fp32 (first call): ValueError: raised on purpose")
     assert line["kinds"] == ["sweep-error"]
     assert line["failed"][0]["phase"] == "first call"
 
@@ -78,13 +94,13 @@ def test_a_point_with_one_variant_measured_and_one_raised_stays_ok_and_lists_the
 
 def test_cli_shows_a_failed_point_and_a_point_with_failed_variants(tmp_path: Path):
     path = tmp_path / "s.yaml"
-    path.write_text("name: mixed\nworkloads:\n  resnet: {size: tiny, image_size: 32, batch_size: 1}\n"
+    path.write_text(f"name: mixed\nworkloads:\n  custom: {{module: '{RAISES}'}}\n"
                     f"  dataloader: {{dataset: '{DATASET}', batch_size: 2, num_workers: [0, 1]}}\n"
                     + LOOP + BENCH)
     proc = accelkit("sweep", str(path), "--no-progress", env=WIDE)
     assert proc.returncode == 0, proc.stderr[-3000:]  # one point measured something
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("│ 0 ", "│ 1 "))]
-    assert "│ error " in rows[0] and "│ fp32 (first call): ValueError: Expected more than 1" in rows[0]
+    assert "│ error " in rows[0] and "│ fp32 (first call): ValueError: raised on purpose" in rows[0]
     assert "│ ok " in rows[1] and "samples/s" in rows[1] and "│ FAILED workers=1 pin=off" in rows[1]
     assert "2 points, 1 failed, 1 with failed variants" in proc.stderr
     # (a sweep whose every point failed exits 1: num_failed == points, test_cli_leftovers_interrupt)

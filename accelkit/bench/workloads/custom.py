@@ -204,6 +204,17 @@ class Custom(BenchWorkload):
                             "starts from fp32 weights (--precision bf16/fp16 autocast over them, and MFU divides by "
                             "that precision's peak): return the model in fp32 (model.float()) and choose the precision "
                             "with --precision")
+        if loss_fn is not None and not callable(loss_fn):  # every variant FAILED in its first call, exit 1
+            raise UserError(f"--module {target!r} returns a loss_fn that is not callable ({type(loss_fn).__name__}); "
+                            "give a function loss_fn(output) -> scalar tensor to train, or return (model, "
+                            "example_inputs) to measure inference")
+        if loss_fn is not None and not any(p.requires_grad for p in model.parameters()):
+            # SGD refused an empty parameter list, or the loss had no grad_fn: every variant FAILED, exit 1
+            has = "only frozen parameters (requires_grad=False)" if any(True for _ in model.parameters()) \
+                else "no parameters"
+            raise UserError(f"--module {target!r} returns a loss_fn (a training step) but a model with {has}, so SGD "
+                            "has nothing to train; return a model with trainable parameters, or return (model, "
+                            "example_inputs) without the loss_fn to measure inference")
         default_lr = CustomConfig.__dataclass_fields__["lr"].default
         if loss_fn is None and self.config.lr != default_lr:  # an inference step has no optimizer to take it
             raise UserError(f"--lr {self.config.lr:g} sets the SGD step of a training run, but {target} returns no "

@@ -69,6 +69,13 @@ class ResNet(BenchWorkload):
 
     def check(self, device: str) -> None:
         spec, c, side = self.model_spec, self.config, self.image_size
+        halvings = 1 + len(spec.stage_depths)  # the stem's conv and pool, then every stage after the first: stride 2
+        last = -(-side // 2 ** halvings)  # (each rounds up, and ⌈⌈s/2⌉/2⌉ = ⌈s/4⌉)
+        if c.batch_size * last * last < 2:  # training's BatchNorm raised "Expected more than 1 value per channel"
+            given = f"--image-size {side}" if c.image_size else f"image size {side} (the model's; --image-size sets it)"
+            raise UserError(f"--batch-size {c.batch_size} with {given} leaves {spec.name}'s last stage {last}×{last} "
+                            "pixels, so its BatchNorm sees one value per channel, which training cannot normalize; "
+                            f"give --image-size {2 ** halvings + 1} or more, or --batch-size 2 or more")
         # fp32 input images, and the stem's output (half the side) kept for the backward
         data = c.batch_size * spec.num_channels * side * side * 4 + c.batch_size * spec.stem_width * (side // 2) ** 2 * ACT_BYTES
         check_fits(spec.num_params() * 4, device, spec.name, data_bytes=data,  # weights, grads, momentum
