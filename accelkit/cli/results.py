@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import typer
+from typer.core import TyperCommand
 
 from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
@@ -190,7 +191,21 @@ def _probe_peaks(found: list[StoredResult]) -> dict[int, str]:
     return out
 
 
-@app.command("show", epilog=examples("accelkit results show 12", "accelkit results show 12 --json"))
+class _IdCommand(TyperCommand):
+    """A command taking a result id: ``-1`` is refused as an id, not parsed as an unknown option ('No such option:
+    -1', found in a hunt). Ids count from 1; no negative id counts from the end."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        for arg in args:
+            if arg == "--":
+                break
+            if len(arg) > 1 and arg[0] == "-" and (arg[1].isdigit() or arg[1] == "."):
+                raise UserError(f"result id {arg} is not valid: ids are whole numbers from 1 (no negative ids); "
+                                "`accelkit results list` shows them")
+        return super().parse_args(ctx, args)
+
+
+@app.command("show", cls=_IdCommand, epilog=examples("accelkit results show 12", "accelkit results show 12 --json"))
 def show_cmd(result_id: int = typer.Argument(..., help="Result id from `accelkit results list`."), as_json: bool = JsonOption) -> None:
     """Show one result in full (payload, environment, sample counts)."""
     with reading() as store:
@@ -276,7 +291,7 @@ def import_cmd(
     emit(summary, as_json, render)
 
 
-@app.command("delete", epilog=examples("accelkit results delete 12 --yes   # the id a `skipped result 12` warning names",
+@app.command("delete", cls=_IdCommand, epilog=examples("accelkit results delete 12 --yes   # the id a `skipped result 12` warning names",
                                         "accelkit results delete 12 --yes --json"))
 def delete_cmd(
     result_id: int = typer.Argument(..., help="Result id from `accelkit results list` (or a skipped row's warning)."),

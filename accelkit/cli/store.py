@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from accelkit.cli.output import err
-from accelkit.core import AccelkitError, strict_json
+from accelkit.core import AccelkitError, UserError, strict_json
 from accelkit.results import ResultStore
 
 #: skipped rows named one by one before the rest are summed up
@@ -62,7 +62,9 @@ def open_for_saving(save: bool) -> ResultStore | None:
     try:
         return ResultStore()
     except AccelkitError as exc:
-        raise AccelkitError(f"{exc}; or pass --no-save to measure without storing") from exc
+        # (the same kind: a bad ACCELKIT_HOME is the user's to fix, exit 2; a store that fails is exit 1)
+        raise (UserError if isinstance(exc, UserError) else AccelkitError)(
+            f"{exc}; or pass --no-save to measure without storing") from exc
 
 
 @contextmanager

@@ -251,7 +251,8 @@ class ResultStore:
                                 "ACCELKIT_HOME to another folder")
         folder = next((p for p in self.path.parents if p.exists()), None)
         if folder is not None and not folder.is_dir():  # reading said 'No results yet', writing '(File exists)'
-            raise AccelkitError(f"{folder} is a file, not a folder, so the results store {self.path} cannot be there; "
+            # the user's setting (ACCELKIT_HOME), not a failure: exit 2, as any bad input (was exit 1)
+            raise UserError(f"{folder} is a file, not a folder, so the results store {self.path} cannot be there; "
                                 "set ACCELKIT_HOME to a folder")
         if self.path.is_file() and self.path.stat().st_size == 0:
             raise AccelkitError(

@@ -132,8 +132,15 @@ def ray_tasks(points: list[Point], spec: SweepSpec, run_id: str, address: str,
         raise UserError("--ray needs Ray: pip install 'accelkit[ray]' (or pip install 'ray[default]')") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=None if address == "local" else address, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        if address != "local":  # an address with nothing behind it: ray.init retried for minutes (found in a hunt)
+            env = os.environ.get("RAY_ADDRESS") if address == "auto" else None  # auto: ray.init reads it first
+            if address != "auto" or env:
+                check_reachable(env or address, f"--ray {address}" + (f" (RAY_ADDRESS={env})" if env else ""))
+        try:  # "local", not None: None connects to $RAY_ADDRESS instead of starting a runtime here
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        except ConnectionError as exc:  # auto with no cluster found: was an 'internal error', exit 1
+            raise UserError(f"--ray {address}: {exc} — start one (`ray start --head`), give its address "
+                            "(--ray HOST:PORT), or run on a Ray runtime started here with --ray local") from None
     try:
         task = ray.remote(run_point).options(**spec.resources)
         refs = {task.remote(p.to_dict(), spec.to_dict(), run_id, save()): p for p in points}
@@ -154,3 +161,26 @@ def ray_tasks(points: list[Point], spec: SweepSpec, run_id: str, address: str,
     finally:
         if started:
             ray.shutdown()
+
+
+#: seconds a --ray address gets to accept a TCP connection before the sweep is refused
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str, flag: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise UserError when ``address`` (HOST:PORT, [IPv6]:PORT or ray://HOST:PORT) takes no TCP connection within
+    ``timeout_s``: ray.init retries an unreachable head for minutes without a word. ``flag`` names it in the error."""
+    hint = ("give HOST:PORT (the head's GCS port, 6379 unless `ray start --head --port` set another), "
+            "ray://HOST:10001 (Ray Client), auto or local")
+    target = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port_text = target.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UserError(f"{flag}: {address!r} is not a Ray address; {hint}")
+    try:
+        socket.create_connection((host, int(port_text)), timeout=timeout_s).close()
+    except OSError as exc:
+        why = f"no answer in {timeout_s:g} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise UserError(f"{flag}: cannot connect to {host}:{port_text} ({why}); is a Ray head running there? Start "
+                        "one (`ray start --head`) or give the address `ray status` prints on a running cluster's "
+                        "head") from None

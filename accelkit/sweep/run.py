@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accelkit.bench.record import StoreWriter
-from accelkit.core import Measurement
+from accelkit.core import Measurement, UserError
 from accelkit.results import ResultStore
 from accelkit.sweep.collect import collect
 from accelkit.sweep.executors import local_pool, ray_tasks
@@ -67,14 +67,17 @@ def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = 
     write to it is tried. Ctrl-C stops the sweep with the points finished so far (``interrupted``); ``terminated()``
     true at that interrupt says it was a signal to this process alone (SIGTERM turned into KeyboardInterrupt, as the
     CLI does), so the local pool passes it on to its workers and kills those that do not stop."""
+    if ray is not None and not ray.strip():  # `--ray "$HEAD"` with HEAD unset ran in the local pool without a word
+        raise UserError(f"--ray {ray!r} names no Ray cluster; give auto, HOST:PORT, ray://HOST:10001 or local, or "
+                        "leave --ray out to run in the local process pool")
     points = expand(spec)
-    run = SweepRun(spec.name, spec.kind, run_id or uuid.uuid4().hex[:12], f"ray ({ray})" if ray else
+    run = SweepRun(spec.name, spec.kind, run_id or uuid.uuid4().hex[:12], f"ray ({ray})" if ray is not None else
                    f"local process pool ({workers or spec.workers} workers)")
     own = store is None
     writer = StoreWriter(store or ResultStore())
     lines: dict[int, dict[str, Any]] = {}
     try:
-        outcomes = (ray_tasks(points, spec, run.run_id, ray, lambda: writer.can_write) if ray else
+        outcomes = (ray_tasks(points, spec, run.run_id, ray, lambda: writer.can_write) if ray is not None else
                     local_pool(points, spec, run.run_id, workers or spec.workers, lambda: writer.can_write,
                                terminated))
         try:

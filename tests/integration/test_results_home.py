@@ -43,10 +43,10 @@ def test_accelkit_home_that_is_a_file_is_one_line(tmp_path):
     afile.write_text("hi\n")
     for args in (("results", "list"), ("results", "export")):  # (in-process: run_cli, with the variable set)
         proc = run_cli(*args, env={"ACCELKIT_HOME": str(afile)})
-        assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout  # (the user's setting: exit 2)
         assert proc.stderr == (f"error: {afile} is a file, not a folder, so the results store {afile}/results.db "
                                "cannot be there; set ACCELKIT_HOME to a folder\n"), proc.stderr
     proc = run_cli("hw", "probe", "--quick", "--device", "cpu", "--size", "64", "--copy-size", "1MiB",
                    env={"ACCELKIT_HOME": str(afile / "sub")})
-    assert proc.returncode == 1 and f"{afile} is a file, not a folder" in proc.stderr and "--no-save" in proc.stderr
+    assert proc.returncode == 2 and f"{afile} is a file, not a folder" in proc.stderr and "--no-save" in proc.stderr
     assert afile.read_text() == "hi\n"
