@@ -236,10 +236,10 @@ def post(url: str, body: dict) -> httpx.Response:
     ({"tools": [TOOLS[0], TOOLS[0]], "tool_choice": named("get_weather")}, "tools", "twice"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}}}}], "tool_choice": named("f")},
-     "tools", "tools[0].function.parameters: the JSON Schema keyword uniqueItems (at properties.n)"),
+     "tools", "tools[0] ('f').function.parameters: the JSON Schema keyword uniqueItems (at properties.n)"),
     ({"tools": [TOOLS[0], {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}}}}], "tool_choice": "required"},
-     "tools", "(at tools[1].function.parameters.properties.n)"),
+     "tools", "(at tools[1] ('f').function.parameters.properties.n)"),
     ({"tools": [{"type": "function", "function": {"name": n, "parameters": {
         "type": "object", "properties": {"x": {"$ref": "#/$defs/X"}}, "$defs": {"X": {"type": t}}}}}
         for n, t in (("f", "integer"), ("g", "string"))], "tool_choice": "required"}, "tools", "$defs.X differs"),

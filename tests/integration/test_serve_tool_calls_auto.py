@@ -181,9 +181,10 @@ def test_tools_beside_a_response_format_give_calls_or_the_answer_and_nothing_els
      "response_format: the JSON Schema keyword uniqueItems (at properties.n)"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}}}}]}, "tools",
-     "tool_choice 'auto': the JSON Schema keyword uniqueItems (at tools[0].function.parameters.properties.n)"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "integer", "minimum": 5, "maximum": 1}}}]}, "tools", "tools[0].function.parameters: "),
+     "tool_choice 'auto': the JSON Schema keyword uniqueItems (at tools[0] ('f').function.parameters.properties.n)"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 5, "maximum": 1}}, "required": ["n"]}}}]}, "tools",
+     "tool_choice 'auto': tools[0] ('f').function.parameters: "),
 ])
 def test_bad_auto_requests_are_400s_naming_the_field(served, body, param, words):
     r = httpx.post(f"{served[0]}/v1/chat/completions", json={"model": "tiny", "messages": MESSAGES, "max_tokens": 8,

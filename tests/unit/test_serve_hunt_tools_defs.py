@@ -18,7 +18,7 @@ def test_required_with_defs_that_are_not_an_object_is_a_400_naming_them(key, val
     with pytest.raises(APIError) as err:
         tool_calling(tools, "required", parallel_tool_calls=None)
     assert err.value.status == 400 and err.value.param == "tools"
-    assert f"tools[1].function.parameters.{key} must be an object" in err.value.message and kind in err.value.message
+    assert f"tools[1] ('f').function.parameters.{key} must be an object" in err.value.message and kind in err.value.message
 
 
 def test_required_with_object_or_empty_defs_still_lifts_them_to_the_root() -> None:

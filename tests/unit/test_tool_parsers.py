@@ -258,7 +258,7 @@ def test_a_constraint_error_names_the_tool() -> None:
     message = ("structured_outputs.structural_tag: the JSON Schema keyword uniqueItems (at "
                "structures[1].schema.properties.n) cannot be enforced")
     assert calling.error_message(message) == ("tool_choice 'auto': the JSON Schema keyword uniqueItems (at "
-                                              "tools[1].function.parameters.properties.n) cannot be enforced")
+                                              "tools[1] ('add').function.parameters.properties.n) cannot be enforced")
 
 
 def test_streamed_deltas_give_content_then_each_call_with_its_own_index() -> None:

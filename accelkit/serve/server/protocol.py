@@ -569,7 +569,8 @@ class ChatCompletionRequest(_Sampling):
         "format, which needs a server started with --tool-call-parser (each call the model opens is masked to a "
         "whole, valid call)."
     )
-    parallel_tool_calls: Bool | None = Field(None, description="false: 'required' makes exactly one call.")
+    parallel_tool_calls: Bool | None = Field(None, description="false: at most one call ('required' makes exactly "
+                                             "one; 'auto' returns the model's first call only, as vLLM).")
     functions: list[Any] | None = None
     function_call: Str | dict[str, Any] | None = Field(None, description="'none' or 'auto' only (no functions).")
     echo: Bool = Field(False, description="vLLM extension: only false.")

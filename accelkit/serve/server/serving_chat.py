@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from accelkit.serve.outputs import RequestOutput
+from accelkit.serve.sampling import StructuredOutputs
+from accelkit.serve.server.errors import APIError
 from accelkit.serve.server.protocol import ChatCompletionRequest
 from accelkit.serve.server.reasoning import ReasoningFormat, ReasoningSplitter, split_reasoning, thinks_first
 from accelkit.serve.server.serving_engine import (
@@ -17,7 +20,7 @@ from accelkit.serve.server.serving_engine import (
     small_body,
     usage,
 )
-from accelkit.serve.server.tools import ToolCallDeltas, ToolCalling
+from accelkit.serve.server.tools import EMPTY_PARAMETERS, ToolCallDeltas, ToolCalling
 
 
 def chat_message(out: RequestOutput, tools: ToolCalling | None, reasoning: ReasoningFormat | None = None, *,
@@ -41,6 +44,26 @@ def chat_message(out: RequestOutput, tools: ToolCalling | None, reasoning: Reaso
         message["reasoning"] = message["reasoning_content"] = thought
     # (vLLM's: the stop string or stop token id that ended the output, else null)
     return {"message": message, "finish_reason": reason, "stop_reason": out.stop_reason}
+
+
+async def tool_at_fault(calling: ToolCalling, compile_: Callable[[StructuredOutputs], Awaitable[object]]) -> str | None:
+    """The error of the first of ``calling``'s tools whose parameters schema alone does not compile (``compile_``),
+    as a named choice of it would say it, in the words of ``calling``'s tool_choice; None where a schema any tool
+    could have (no arguments) does not compile either (the error is not about the tools: the tokenizer, a time
+    limit) or each tool's compiles alone."""
+    tools = calling.each_tool()
+    if not tools:
+        return None
+    try:
+        await compile_(dataclasses.replace(tools[0], schema=EMPTY_PARAMETERS).spec())
+    except ValueError:
+        return None
+    for alone in tools:
+        try:
+            await compile_(alone.spec())
+        except ValueError as exc:
+            return f"tool_choice {calling.kind!r}: {alone.error_message(str(exc))}"
+    return None
 
 
 class MessageDeltas:
@@ -94,6 +117,21 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         if body.tool_calling is None or body.tool_calling.kind != "auto":
             body.answer_only()
         return None
+
+    async def _structured(self, body: ChatCompletionRequest) -> StructuredOutputs | None:
+        """:meth:`GenerationServing._structured`; a compile error of several tools' schemas together ("required")
+        that does not say which tool it is about is said of the tool whose schema alone fails so."""
+        try:
+            return await super()._structured(body)
+        except APIError as exc:
+            calling = body.tool_calling
+            if exc.param != "tools" or calling is None or "tools[" in exc.message or calling.answer is not None \
+                    or "compile limit" in exc.message:  # (each tool alone could take as long)
+                raise
+            message = await tool_at_fault(calling, self.engine.structured_compiler.compile_async)
+            if message is None:
+                raise
+            raise APIError(400, message, param="tools") from exc
 
     async def _generation_prompt(self, body: ChatCompletionRequest, prompt: str) -> str | None:
         """What the chat template adds after the messages for the model's turn (``prompt`` rendered without it is

@@ -59,6 +59,11 @@ class ToolCalling:
     # "auto" beside a JSON answer (response_format): (the field that asked for it, its schema) — the output is then
     # that answer or calls alone, no free text
     answer: tuple[str, dict[str, Any]] | None = None
+    # every tool's (function name, parameters schema), in the order of tools (for error messages)
+    functions: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # "auto" with parallel_tool_calls false: only the first call the model makes is returned (as vLLM does it:
+    # nothing in a structural tag stops the model opening a second)
+    single: bool = False
 
     def new_id(self) -> str:
         return call_id(self.short_ids)
@@ -82,23 +87,39 @@ class ToolCalling:
         """A structured-output error about ``schema`` said in terms of the request's ``tools`` (and of the field
         that asked for the answer beside them)."""
         message = message.removeprefix("structured_outputs.json: ")
+        tool = self._tool_parameters
         if self.kind == "named":
-            return f"tools[{self.index}].function.parameters: {message}"
+            return f"{tool(self.index)}: {message}"
         if self.kind == "auto":  # (structure i is tools[i]'s call)
             message = message.removeprefix("structured_outputs.structural_tag: ")
             if self.answer is not None and (message.startswith("answer: ") or "(at answer" in message):
                 message = re.sub(r"\(at answer\.", "(at ", message.removeprefix("answer: "))
                 return f"{self.answer[0]}: {message.replace('(at answer)', '(at the root)')}"
-            message = re.sub(r"structures\[(\d+)\]\.schema", r"tools[\1].function.parameters", message)
+            message = re.sub(r"structures\[(\d+)\]\.schema", lambda m: tool(int(m.group(1))), message)
             return f"tool_choice 'auto': {message}"
-        message = re.sub(r"items\.anyOf\[(\d+)\]\.properties\.parameters", r"tools[\1].function.parameters", message)
+        message = re.sub(r"items\.anyOf\[(\d+)\]\.properties\.parameters", lambda m: tool(int(m.group(1))),
+                         message)
         return f"tool_choice 'required': {message}"
+
+    def _tool_parameters(self, index: int | None) -> str:
+        """``tools[1] ('get_weather').function.parameters``: where a schema error is, with the function's name."""
+        name = self.functions[index][0] if index is not None and index < len(self.functions) else None
+        return f"{_tool(index, name)}.function.parameters"
+
+    def each_tool(self) -> list[ToolCalling]:
+        """"required" or "auto": each tool's parameters alone, as a named choice of it would constrain them — to
+        find the one a compile error of them all together is about, where the error does not say."""
+        if self.kind == "named":
+            return []
+        return [ToolCalling("named", parameters, name=name, index=i, functions=self.functions)
+                for i, (name, parameters) in enumerate(self.functions)]
 
     def message(self, text: str) -> tuple[str | None, list[dict[str, Any]] | None]:
         """An output's (content, tool_calls): the calls, or None and the text as content where it holds none."""
         if self.kind == "auto":
             assert self.format is not None
             content, made = split_calls(self.format, self.names, text)
+            made = made[:1] if self.single else made
             return content, [_call(self.new_id(), name, arguments) for name, arguments in made] or None
         calls = self.calls(text)
         return (None, calls) if calls is not None else (text, None)
@@ -121,6 +142,11 @@ class ToolCalling:
     def finish_reason(self, reason: str | None, *, called: bool) -> str | None:
         """OpenAI's: "tool_calls" when "required" or "auto" made calls; a named function's call ends with "stop"."""
         return "tool_calls" if called and self.kind != "named" and reason == "stop" else reason
+
+
+def _tool(index: int | None, name: str | None) -> str:
+    """``tools[1] ('get_weather')``: a tool in an error message, by its place and its function's name."""
+    return f"tools[{index}]" + (f" ({name!r})" if name is not None else "")
 
 
 def _call(id_: str, name: str, arguments: str) -> dict[str, Any]:
@@ -177,6 +203,8 @@ class ToolCallDeltas:
                 deltas.append({"content": event[1]})
                 continue
             _, name, arguments = event
+            if self.calling.single and self.called:  # (parallel_tool_calls false: the first call only)
+                continue
             self.called, i = True, self.num_calls
             self.num_calls += 1
             deltas += _whole_call_deltas(i, self.calling.new_id(), name, arguments)
@@ -199,22 +227,38 @@ def _functions(tools: list[Any]) -> list[tuple[str, dict[str, Any]]]:
             raise APIError(400, f"tools[{i}].function is missing; give {{\"name\": …, \"parameters\": {{…}}}}",
                            param="tools")
         name = function.get("name")
-        if not isinstance(name, str) or not name:
+        if name is None or name == "":
             raise APIError(400, f"tools[{i}].function.name is missing; every tool needs a function name",
                            param="tools")
+        if not isinstance(name, str):
+            raise APIError(400, f"tools[{i}].function.name must be a string (the function's name), not "
+                           f"{json.dumps(name, default=repr)}", param="tools")
         if any(name == seen for seen, _ in functions):
             raise APIError(400, f"tools[{i}].function.name {name!r} is given twice; give each function once",
                            param="tools")
+        description = function.get("description")
+        if description is not None and not isinstance(description, str):
+            raise APIError(400, f"{_tool(i, name)}.function.description must be a string, not "
+                           f"{json.dumps(description, default=repr)}", param="tools")
+        strict = function.get("strict")
+        if strict is not None and not isinstance(strict, bool):  # (OpenAI's: true, false or null)
+            raise APIError(400, f"{_tool(i, name)}.function.strict: Input should be a valid boolean (true or false), "
+                           f"not {json.dumps(strict, default=repr)}", param="tools", code="invalid_value")
         parameters = function.get("parameters")
         if parameters is None:
             parameters = EMPTY_PARAMETERS
         if not isinstance(parameters, dict):
-            raise APIError(400, f"tools[{i}].function.parameters must be a JSON schema object, not "
+            raise APIError(400, f"{_tool(i, name)}.function.parameters must be a JSON schema object, not "
                            f"{type(parameters).__name__}", param="tools")
         # ({} is the usual way to declare no arguments: a call's arguments are an object all the same, as OpenAI's
         # format has them; a root $ref is left as it points — a type beside it can make a recursive one unsupported)
         if "type" not in parameters and "$ref" not in parameters:
             parameters = {**parameters, "type": "object"}
+        elif parameters.get("type", "object") not in ("object", ["object"]):  # (a call's arguments are an object)
+            said = json.dumps(parameters["type"], default=repr)
+            raise APIError(400, f"{_tool(i, name)}.function.parameters must have type \"object\" (a call's arguments "
+                           f"are a JSON object of named arguments), not {said}; put the value in a property",
+                           param="tools")
         functions.append((name, parameters))
     return functions
 
@@ -246,7 +290,8 @@ def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | No
         if call_format.args_marker is not None:
             _check_bare_names(functions)
         return ToolCalling("auto", call_format.structural_tag(functions), format=call_format,
-                           names=frozenset(name for name, _ in functions), short_ids=short_ids)
+                           names=frozenset(name for name, _ in functions), short_ids=short_ids,
+                           functions=tuple(functions), single=parallel_tool_calls is False)
     if isinstance(tool_choice, str) and tool_choice != "required":
         raise APIError(400, f"tool_choice={tool_choice!r} is not one of 'none', 'auto', 'required' or "
                        "{\"type\": \"function\", \"function\": {\"name\": …}}", param="tool_choice")
@@ -265,8 +310,10 @@ def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | No
             names = ", ".join(repr(n) for n, _ in functions)
             raise APIError(400, f"tool_choice names function {name!r}, which is not in tools ({names})",
                            param="tool_choice")
-        return ToolCalling("named", functions[index][1], name=name, index=index, short_ids=short_ids)
-    return ToolCalling("required", _array_of_calls(functions, parallel_tool_calls is not False), short_ids=short_ids)
+        return ToolCalling("named", functions[index][1], name=name, index=index, short_ids=short_ids,
+                           functions=tuple(functions))
+    return ToolCalling("required", _array_of_calls(functions, parallel_tool_calls is not False), short_ids=short_ids,
+                       functions=tuple(functions))
 
 
 def _array_of_calls(functions: list[tuple[str, dict[str, Any]]], parallel: bool) -> dict[str, Any]:
@@ -275,15 +322,15 @@ def _array_of_calls(functions: list[tuple[str, dict[str, Any]]], parallel: bool)
     defs: dict[str, dict[str, Any]] = {}
     branches = []
     for i, (name, parameters) in enumerate(functions):
-        parameters = copy.copy(parameters)
+        parameters, tool = copy.copy(parameters), _tool(i, name)
         for key in _DEFS_KEYS:
             definitions = parameters.pop(key, None)
             if definitions and not isinstance(definitions, dict):  # (a 500 until a hunt found it)
-                raise APIError(400, f"tools[{i}].function.parameters.{key} must be an object of named schemas "
+                raise APIError(400, f"{tool}.function.parameters.{key} must be an object of named schemas "
                                f"({{\"name\": {{…}}}}), not {type(definitions).__name__}", param="tools")
             for def_name, definition in (definitions or {}).items():
                 if defs.setdefault(key, {}).setdefault(def_name, definition) != definition:
-                    raise APIError(400, f"tools[{i}].function.parameters.{key}.{def_name} differs from another "
+                    raise APIError(400, f"{tool}.function.parameters.{key}.{def_name} differs from another "
                                    "tool's of that name; with tool_choice 'required' their definitions share one "
                                    "namespace, so give them distinct names", param="tools")
         branches.append({"type": "object", "properties": {"name": {"const": name}, "parameters": parameters},
