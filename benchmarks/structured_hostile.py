@@ -163,7 +163,8 @@ def send_all(url: str, bodies: list[bytes]) -> list[tuple[int, float, str]]:
 
 
 STEP_SERIES = ("accelkit_engine_step_seconds_sum", "accelkit_engine_step_seconds_count",
-               "accelkit_engine_step_cpu_seconds_total")
+               "accelkit_engine_step_cpu_seconds_total", "accelkit_engine_thread_runqueue_seconds_total")
+STEP_FIELDS = ("seconds", "count", "cpu_seconds", "runqueue_seconds")
 
 
 def engine_steps(client: Any, url: str) -> dict[str, float] | None:
@@ -182,17 +183,21 @@ def engine_steps(client: Any, url: str) -> dict[str, float] | None:
 
 
 def step_summary(rounds: list[dict[str, Any]]) -> dict[str, float] | None:
-    """The engine's steps over every round of a kind: how many, their mean wall time, and the share of it the engine
-    thread ran (its CPU time over the steps' wall time; on a CPU engine the rest it waited — for the interpreter
-    lock another thread held, or for a free core)."""
+    """The engine's steps over every round of a kind: how many, their mean wall time, the share of it the engine
+    thread ran (its CPU time over the steps' wall time), the share it was ready to run but had no core (the
+    scheduler's run-queue wait), and the rest: the share it waited on a lock — on a CPU engine the interpreter lock
+    another thread held — or for I/O."""
     steps = [r["engine_steps"] for r in rounds if r.get("engine_steps")]
     if not steps:
         return None
     count = sum(s["count"] for s in steps)
     wall = sum(s["seconds"] for s in steps)
     cpu = sum(s["cpu_seconds"] for s in steps)
+    runqueue = sum(s.get("runqueue_seconds", 0.0) for s in steps)
     return {"steps": count, "mean_step_ms": wall / count * 1e3 if count else 0.0,
-            "engine_thread_ran_share": cpu / wall if wall else 0.0}
+            "engine_thread_ran_share": cpu / wall if wall else 0.0,
+            "waited_for_a_core_share": runqueue / wall if wall else 0.0,
+            "waited_on_a_lock_share": max(0.0, wall - cpu - runqueue) / wall if wall else 0.0}
 
 
 def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]],
@@ -237,7 +242,7 @@ def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]
     steps = None
     if steps_before is not None and steps_after is not None:
         steps = {name: steps_after[series] - steps_before[series]
-                 for name, series in zip(("seconds", "count", "cpu_seconds"), STEP_SERIES, strict=True)}
+                 for name, series in zip(STEP_FIELDS, STEP_SERIES, strict=True)}
     return {
         "wall_s": wall,
         "requests": [{"request": describe(f), "status": status, "seconds": seconds, "error": message[:300]}
@@ -247,7 +252,7 @@ def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]
         "canary_s": [seconds for _, seconds in canary],
         "canary_statuses": sorted({status for status, _ in canary}),
         "server_rss_mib": {"before": rss[0] / 2**20, "peak": max(rss) / 2**20, "after": rss[-1] / 2**20},
-        "engine_steps": steps,  # (the round's engine steps: their summed wall and CPU time; None for vLLM)
+        "engine_steps": steps,  # (the round's engine steps: their summed wall, CPU and run-queue time; None for vLLM)
     }
 
 
@@ -373,7 +378,8 @@ def main() -> None:
             for kind, steps in (("idle", idle_steps), *((k, p["engine_steps"]) for k, p in summary.items())):
                 if steps is not None:
                     log(f"{kind}: {steps['steps']:.0f} engine steps, mean {steps['mean_step_ms']:.2f} ms, the engine "
-                        f"thread ran {steps['engine_thread_ran_share']:.0%} of it")
+                        f"thread ran {steps['engine_thread_ran_share']:.0%} of it, waited for a core "
+                        f"{steps['waited_for_a_core_share']:.0%}, on a lock {steps['waited_on_a_lock_share']:.0%}")
             for kind, p in summary.items():
                 lo, hi = p["p50_over_idle_90pct_interval"]
                 log(f"{kind}: canary p50 {p['canary_ms']['p50']:.1f} ms = {p['p50_over_idle']:.2f}× idle "

@@ -63,8 +63,9 @@ ROWS: list[tuple[str, list[tuple[str, str, list[str]]]]] = [
             "histogram_quantile(0.5, sum by (le) (rate(accelkit_engine_step_seconds_bucket[5m])))",
             "histogram_quantile(0.99, sum by (le) (rate(accelkit_engine_step_seconds_bucket[5m])))",
         ]),
-        ("Engine thread ran (share of step time)", "percentunit", [
+        ("Engine thread ran / waited for a core (share of step time)", "percentunit", [
             "rate(accelkit_engine_step_cpu_seconds_total[1m]) / rate(accelkit_engine_step_seconds_sum[1m])",
+            "rate(accelkit_engine_thread_runqueue_seconds_total[1m]) / rate(accelkit_engine_step_seconds_sum[1m])",
         ]),
     ]),
 ]

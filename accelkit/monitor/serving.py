@@ -81,6 +81,12 @@ class ServingMetrics:
             "accelkit_engine_step_cpu_seconds", "CPU time of the engine thread in those steps: over "
             "accelkit_engine_step_seconds_sum, the share of step time the engine thread ran (on a CPU engine the rest "
             "is waiting: for the interpreter lock another thread holds, or for a free core).", m, registry=registry)
+        self.engine_thread_runqueue_seconds = Counter(
+            "accelkit_engine_thread_runqueue_seconds", "Time the engine thread was ready to run but had no free core "
+            "(Linux scheduler statistics, read at each scrape; 0 elsewhere). The thread sleeps while idle, so this is "
+            "time lost in its work: over accelkit_engine_step_seconds_sum, the share of step time spent waiting for "
+            "a core; the share neither run nor waited for a core is waiting on a lock, mostly the interpreter lock.",
+            m, registry=registry)
         self.structured_first_draws = Counter(
             "accelkit_structured_first_draws", "Guided tokens drawn before their mask, by whether the grammar allowed "
             "them (refused ones are drawn again from the masked logits).", [*m, "result"], registry=registry)

@@ -120,6 +120,11 @@ class EngineLoop:
             return "the engine loop was stopped"
         return None if self._thread.is_alive() else "the engine loop has not started"
 
+    @property
+    def thread_id(self) -> int | None:
+        """The loop thread's id in the operating system (None before it starts)."""
+        return self._thread.native_id
+
     def start(self) -> EngineLoop:
         self._thread.start()
         return self

@@ -4,7 +4,10 @@ disconnects, bad input, auth, health, SIGTERM, and a schema-driven fuzz."""
 import asyncio
 import contextlib
 import json
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -283,6 +286,30 @@ def test_a_stream_cut_by_the_engine_dying_leaves_no_metrics_state_behind(model_d
         assert any('"text"' in line for line in lines)  # tokens arrived before the failure
         assert "simulated device failure" in lines[-1] or "simulated device failure" in lines[-2]
         assert state.bridge._last_token_time == {}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the scheduler's statistics are Linux's")
+def test_the_engine_threads_wait_for_a_core_is_on_metrics(model_dir):
+    """The engine thread pinned to one core beside a busy shell loop on it waits for that core while it generates:
+    /metrics says so (read from the kernel for the engine's thread at each scrape)."""
+    RUNQUEUE = "accelkit_engine_thread_runqueue_seconds_total"
+    with running_server(model_dir) as (url, state):
+        before = _scrape(url)[RUNQUEUE]
+        core, allowed = {min(os.sched_getaffinity(0))}, os.sched_getaffinity(0)
+        os.sched_setaffinity(state.loop.thread_id, core)
+        os.sched_setaffinity(0, core)  # (the shell started from this thread runs where it does)
+        try:
+            spinner = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+        finally:
+            os.sched_setaffinity(0, allowed)
+        try:
+            body = {"model": "tiny", "prompt": "w5", "max_tokens": 200, "ignore_eos": True}
+            assert httpx.post(f"{url}/v1/completions", json=body, timeout=60).status_code == 200
+        finally:
+            spinner.kill()
+            spinner.wait()
+            os.sched_setaffinity(state.loop.thread_id, allowed)
+        assert _scrape(url)[RUNQUEUE] - before > 0.005
 
 
 TTFT, E2E = "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count"

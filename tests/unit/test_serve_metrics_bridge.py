@@ -3,6 +3,11 @@ loop hands them over, read back through prometheus_client's exposition and parse
 and in which buckets (vLLM's)."""
 
 import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -11,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from accelkit.monitor.serving import ServingMetrics
 from accelkit.serve.outputs import EngineStats, RequestMetrics, RequestOutput
 from accelkit.serve.sampling import SamplingParams
-from accelkit.serve.server.state import MetricsBridge
+from accelkit.serve.server.state import MetricsBridge, thread_runqueue_seconds
 from tests.unit.serving_util import serving_state
 
 # vLLM's boundaries (vllm/v1/metrics/loggers.py): TTFT to 2,560 s, the per-request times to 7,680 s
@@ -134,3 +139,38 @@ def test_a_running_engine_counts_its_steps_wall_and_cpu_time():
     wall, cpu = after.step_seconds - before.step_seconds, after.step_cpu_seconds - before.step_cpu_seconds
     assert after.num_steps - before.num_steps >= 6 and after.last_step_seconds > 0
     assert 0 < cpu <= wall * 1.01 + 1e-4  # (the thread's CPU time cannot pass its wall time)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the scheduler's statistics are Linux's")
+def test_the_engine_threads_wait_for_a_core_is_read_from_the_scheduler_at_each_scrape():
+    """Pinned to one core beside a busy (niced) shell loop, this busy thread is runnable all the time and runs about
+    three quarters of it (less when other work shares the core): its wait for the core is its wall time less its CPU
+    time — what the bridge adds to accelkit_engine_thread_runqueue_seconds between two scrapes (not the time it ran);
+    the first scrape is only the baseline."""
+    bridge, registry = _bridge()
+    me = threading.get_native_id()
+    bridge.on_scrape(me)
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})  # this thread, and the shell it starts, on one core
+    try:
+        spinner = subprocess.Popen(["nice", "-n", "5", "sh", "-c", "while :; do :; done"])
+        try:
+            time.sleep(0.02)  # (the shell started)
+            before, start, cpu = thread_runqueue_seconds(me), time.perf_counter(), time.thread_time()
+            bridge.on_scrape(me)
+            while time.perf_counter() - start < 0.4:
+                pass
+            bridge.on_scrape(me)
+            wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
+        finally:
+            spinner.kill()
+            spinner.wait()
+    finally:
+        os.sched_setaffinity(0, allowed)
+    after = thread_runqueue_seconds(me)
+    assert before is not None and after is not None
+    exported = _samples(registry)[("accelkit_engine_thread_runqueue_seconds_total", "")]
+    assert exported == pytest.approx(wall - cpu, abs=0.04) and exported > 0.03
+    assert exported <= after - before + 1e-9  # (nothing from before the first scrape)
+    bridge.on_scrape(None)  # a loop not started, or another system: nothing read, nothing added
+    assert thread_runqueue_seconds(2**31 - 1) is None  # (no such thread)

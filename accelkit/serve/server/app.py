@@ -166,6 +166,7 @@ def create_app(state: ServingState, *, registry: CollectorRegistry) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
+        state.bridge.on_scrape(state.loop.thread_id)
         return PlainTextResponse(generate_latest(registry).decode(), media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")

@@ -42,6 +42,17 @@ class Admission:
         return self._in_flight
 
 
+def thread_runqueue_seconds(native_id: int) -> float | None:
+    """How long the thread ``native_id`` of this process has been ready to run but waiting for a core, in all: the
+    second field of Linux's ``/proc/self/task/<id>/schedstat`` (ns). None where the kernel keeps no such statistics
+    (other systems) or the thread is gone."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class MetricsBridge:
     """Engine → Prometheus. ``on_step`` runs on the engine thread after every step; ``on_output`` for
     every output of every request (TTFT at the first token, inter-token gaps, the other per-request histograms at
@@ -51,14 +62,26 @@ class MetricsBridge:
         self.m, self.model = metrics, model_name
         metrics.start(model_name)  # every series at zero from start-up, as vLLM exports them
         self._last: EngineStats | None = None
+        self._runqueue: float | None = None  # the engine thread's run-queue time at the last scrape
         self._last_token_time: dict[str, float] = {}
         # the labelled children, looked up once: on_output runs for every request on every step
         self._itl = metrics.inter_token_latency.labels(model_name)
         self._ttft = metrics.time_to_first_token.labels(model_name)
 
-    def _inc(self, counter, now: int, before: int, *labels: str) -> None:  # type: ignore[no-untyped-def]
+    def _inc(self, counter, now: float, before: float, *labels: str) -> None:  # type: ignore[no-untyped-def]
         if now > before:
             counter.labels(self.model, *labels).inc(now - before)
+
+    def on_scrape(self, engine_thread_id: int | None) -> None:
+        """Before ``/metrics`` is written: the engine thread's time waiting for a core since the last scrape, read
+        here — on the scraping thread — from the kernel (a read on the engine thread would hand the interpreter lock
+        to another thread at every step, costing the very wait it measures)."""
+        now = thread_runqueue_seconds(engine_thread_id) if engine_thread_id is not None else None
+        if now is None:
+            return
+        if self._runqueue is not None:  # (the first read is the baseline: the thread's time before serving began)
+            self._inc(self.m.engine_thread_runqueue_seconds, now, self._runqueue)
+        self._runqueue = now
 
     def on_step(self, stats: EngineStats) -> None:
         m, name, last = self.m, self.model, self._last
@@ -68,9 +91,7 @@ class MetricsBridge:
         if stats.last_step_num_tokens:  # a step that ran nothing (one that only took in an abort) is no iteration
             m.iteration_tokens_total.labels(name).observe(stats.last_step_num_tokens)
             m.engine_step_seconds.labels(name).observe(stats.last_step_seconds)
-        cpu = stats.step_cpu_seconds - (last.step_cpu_seconds if last else 0.0)
-        if cpu > 0:
-            m.engine_step_cpu_seconds.labels(name).inc(cpu)
+        self._inc(m.engine_step_cpu_seconds, stats.step_cpu_seconds, last.step_cpu_seconds if last else 0.0)
         for counter, field in ((m.prompt_tokens, "prompt_tokens"), (m.generation_tokens, "generation_tokens"),
                                (m.num_preemptions, "num_preemptions"), (m.prefix_cache_queries, "prefix_cache_queries"),
                                (m.prefix_cache_hits, "prefix_cache_hits")):
