@@ -163,8 +163,9 @@ def send_all(url: str, bodies: list[bytes]) -> list[tuple[int, float, str]]:
 
 
 STEP_SERIES = ("accelkit_engine_step_seconds_sum", "accelkit_engine_step_seconds_count",
-               "accelkit_engine_step_cpu_seconds_total", "accelkit_engine_thread_runqueue_seconds_total")
-STEP_FIELDS = ("seconds", "count", "cpu_seconds", "runqueue_seconds")
+               "accelkit_engine_step_cpu_seconds_total", "accelkit_engine_thread_runqueue_seconds_total",
+               "accelkit_structured_mask_wait_seconds_total")
+STEP_FIELDS = ("seconds", "count", "cpu_seconds", "runqueue_seconds", "mask_wait_seconds")
 
 
 def engine_steps(client: Any, url: str) -> dict[str, float] | None:
@@ -185,8 +186,8 @@ def engine_steps(client: Any, url: str) -> dict[str, float] | None:
 def step_summary(rounds: list[dict[str, Any]]) -> dict[str, float] | None:
     """The engine's steps over every round of a kind: how many, their mean wall time, the share of it the engine
     thread ran (its CPU time over the steps' wall time), the share it was ready to run but had no core (the
-    scheduler's run-queue wait), and the rest: the share it waited on a lock — on a CPU engine the interpreter lock
-    another thread held — or for I/O."""
+    scheduler's run-queue wait), the share it waited for structured-output masks still being filled, and the rest:
+    the share it waited on a lock — on a CPU engine the interpreter lock another thread held — or for I/O."""
     steps = [r["engine_steps"] for r in rounds if r.get("engine_steps")]
     if not steps:
         return None
@@ -194,10 +195,12 @@ def step_summary(rounds: list[dict[str, Any]]) -> dict[str, float] | None:
     wall = sum(s["seconds"] for s in steps)
     cpu = sum(s["cpu_seconds"] for s in steps)
     runqueue = sum(s.get("runqueue_seconds", 0.0) for s in steps)
+    masks = sum(s.get("mask_wait_seconds", 0.0) for s in steps)
     return {"steps": count, "mean_step_ms": wall / count * 1e3 if count else 0.0,
             "engine_thread_ran_share": cpu / wall if wall else 0.0,
             "waited_for_a_core_share": runqueue / wall if wall else 0.0,
-            "waited_on_a_lock_share": max(0.0, wall - cpu - runqueue) / wall if wall else 0.0}
+            "waited_for_masks_share": masks / wall if wall else 0.0,
+            "waited_on_a_lock_share": max(0.0, wall - cpu - runqueue - masks) / wall if wall else 0.0}
 
 
 def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]],
@@ -252,7 +255,7 @@ def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]
         "canary_s": [seconds for _, seconds in canary],
         "canary_statuses": sorted({status for status, _ in canary}),
         "server_rss_mib": {"before": rss[0] / 2**20, "peak": max(rss) / 2**20, "after": rss[-1] / 2**20},
-        "engine_steps": steps,  # (the round's engine steps: their summed wall, CPU and run-queue time; None for vLLM)
+        "engine_steps": steps,  # (the round's engine steps: their summed wall, CPU, run-queue and mask-wait time; None for vLLM)
     }
 
 
@@ -379,7 +382,8 @@ def main() -> None:
                 if steps is not None:
                     log(f"{kind}: {steps['steps']:.0f} engine steps, mean {steps['mean_step_ms']:.2f} ms, the engine "
                         f"thread ran {steps['engine_thread_ran_share']:.0%} of it, waited for a core "
-                        f"{steps['waited_for_a_core_share']:.0%}, on a lock {steps['waited_on_a_lock_share']:.0%}")
+                        f"{steps['waited_for_a_core_share']:.0%}, for masks {steps['waited_for_masks_share']:.0%}, "
+                        f"on a lock {steps['waited_on_a_lock_share']:.0%}")
             for kind, p in summary.items():
                 lo, hi = p["p50_over_idle_90pct_interval"]
                 log(f"{kind}: canary p50 {p['canary_ms']['p50']:.1f} ms = {p['p50_over_idle']:.2f}× idle "

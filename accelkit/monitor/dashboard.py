@@ -63,9 +63,10 @@ ROWS: list[tuple[str, list[tuple[str, str, list[str]]]]] = [
             "histogram_quantile(0.5, sum by (le) (rate(accelkit_engine_step_seconds_bucket[5m])))",
             "histogram_quantile(0.99, sum by (le) (rate(accelkit_engine_step_seconds_bucket[5m])))",
         ]),
-        ("Engine thread ran / waited for a core (share of step time)", "percentunit", [
+        ("Engine thread ran / waited for a core / for masks (share of step time)", "percentunit", [
             "rate(accelkit_engine_step_cpu_seconds_total[1m]) / rate(accelkit_engine_step_seconds_sum[1m])",
             "rate(accelkit_engine_thread_runqueue_seconds_total[1m]) / rate(accelkit_engine_step_seconds_sum[1m])",
+            "rate(accelkit_structured_mask_wait_seconds_total[1m]) / rate(accelkit_engine_step_seconds_sum[1m])",
         ]),
     ]),
 ]

@@ -87,6 +87,11 @@ class ServingMetrics:
             "time lost in its work: over accelkit_engine_step_seconds_sum, the share of step time spent waiting for "
             "a core; the share neither run nor waited for a core is waiting on a lock, mostly the interpreter lock.",
             m, registry=registry)
+        self.structured_mask_wait_seconds = Counter(
+            "accelkit_structured_mask_wait_seconds", "Time the engine thread waited for structured-output masks "
+            "(filled on a helper thread beside the forward) after the forward was done: over "
+            "accelkit_engine_step_seconds_sum, the share of step time a batch spent waiting for its guided rows' "
+            "grammars.", m, registry=registry)
         self.structured_first_draws = Counter(
             "accelkit_structured_first_draws", "Guided tokens drawn before their mask, by whether the grammar allowed "
             "them (refused ones are drawn again from the masked logits).", [*m, "result"], registry=registry)

@@ -522,5 +522,6 @@ class LLMEngine:
             requests_finished=dict(processor.num_finished),
             first_draws_allowed=sampler.first_draws_allowed, first_draws_refused=sampler.first_draws_refused,
             step_seconds=self._step_seconds, step_cpu_seconds=self._step_cpu_seconds,
+            mask_wait_seconds=sampler.mask_wait_seconds,
             last_step_seconds=self._last_step_seconds,
         )

@@ -260,4 +260,7 @@ class EngineStats:
     # is time the engine thread could not run: the interpreter lock held by another thread, or no core free
     step_seconds: float = 0.0
     step_cpu_seconds: float = 0.0
+    # the engine thread's time in those steps waiting for structured-output masks filled beside the forward
+    # (accelkit_structured_mask_wait_seconds): part of the time it did not run
+    mask_wait_seconds: float = 0.0
     last_step_seconds: float = 0.0

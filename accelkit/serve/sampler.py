@@ -4,6 +4,7 @@ structured outputs, min_tokens, logprobs, per-request seeds — one batch, one s
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import Collection
 from collections.abc import Sequence as Rows
 from dataclasses import dataclass
@@ -292,6 +293,7 @@ class Sampler:
         self.draw_first = True
         self.first_draws_allowed = 0
         self.first_draws_refused = 0
+        self.mask_wait_seconds = 0.0  # the engine thread's time waiting for masks begun beside the forward
 
     def forget(self, seq_id: int) -> None:
         self._seeded.pop(seq_id, None)
@@ -436,7 +438,11 @@ class Sampler:
         host = None
         if early is not None:
             if early.rows is rows and early.guided == guided and (early.vocab + 31) // 32 == (vocab + 31) // 32:
-                host = early.future.result()  # (a fill that raised raises here, as it would have inline)
+                start = time.perf_counter()
+                try:
+                    host = early.future.result()  # (a fill that raised raises here, as it would have inline)
+                finally:
+                    self.mask_wait_seconds += time.perf_counter() - start
             else:  # begun for other rows (a step that failed): done with the matchers before they are used here
                 concurrent.futures.wait([early.future])
         if host is None:

@@ -348,8 +348,11 @@ def test_masks_filled_beside_the_forward_give_the_same_tokens_as_filled_after_it
     for spare in (True, False):
         monkeypatch.setattr(ModelRunner, "_spare_core", lambda self, spare=spare: spare)
         started.clear()
+        waited = llm.engine.get_stats().mask_wait_seconds
         runs[spare] = llm.generate(["x"] * len(specs), params)
         assert bool(started) is spare
+        # the engine thread's wait for those masks is counted (accelkit_structured_mask_wait_seconds), only theirs
+        assert (llm.engine.get_stats().mask_wait_seconds > waited) is spare
     assert [(o.token_ids, o.finish_reason) for o in runs[True]] == [(o.token_ids, o.finish_reason) for o in runs[False]]
     schema_row = runs[True][1]
     if schema_row.finish_reason == "stop":

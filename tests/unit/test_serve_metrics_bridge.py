@@ -122,13 +122,16 @@ def test_engine_step_time_and_the_engine_threads_cpu_in_it_are_exported():
     """Each step that ran something is observed with its wall time; the engine thread's CPU time in steps is a
     counter whose ratio to the steps' summed time says how much of it the engine thread ran (the rest it waited)."""
     bridge, registry = _bridge()
-    for tokens, wall, cpu_total in ((8, 0.004, 0.003), (0, 0.0, 0.003), (1, 0.010, 0.005)):
-        bridge.on_step(dataclasses.replace(_stats(tokens), last_step_seconds=wall, step_cpu_seconds=cpu_total))
+    for tokens, wall, cpu_total, masks_total in ((8, 0.004, 0.003, 0.001), (0, 0.0, 0.003, 0.001),
+                                                 (1, 0.010, 0.005, 0.004)):
+        bridge.on_step(dataclasses.replace(_stats(tokens), last_step_seconds=wall, step_cpu_seconds=cpu_total,
+                                           mask_wait_seconds=masks_total))
     samples = _samples(registry)
     assert samples[("accelkit_engine_step_seconds_count", "")] == 2  # (the step that ran nothing is none)
     assert samples[("accelkit_engine_step_seconds_sum", "")] == pytest.approx(0.014)
     assert samples[("accelkit_engine_step_seconds_bucket", "0.005")] == 1
     assert samples[("accelkit_engine_step_cpu_seconds_total", "")] == pytest.approx(0.005)
+    assert samples[("accelkit_structured_mask_wait_seconds_total", "")] == pytest.approx(0.004)
 
 
 def test_a_running_engine_counts_its_steps_wall_and_cpu_time():

@@ -56,13 +56,17 @@ def test_a_missing_vllm_python_is_one_error_line(tmp_path):
 
 def test_a_kinds_engine_steps_pool_their_rounds_sums(bench):
     """The share the engine thread ran is the kind's CPU time over its wall time (rounds weigh by their steps, not
-    one each), the share it waited for a core its run-queue time over the wall time, the rest a lock's; and a server
+    one each), the share it waited for a core its run-queue time over the wall time, for masks its mask-wait time,
+    the rest a lock's; and a server
     without the series (vLLM) gives none."""
-    rounds = [{"engine_steps": {"seconds": 0.010, "count": 10, "cpu_seconds": 0.009, "runqueue_seconds": 0.001}},
-              {"engine_steps": {"seconds": 0.090, "count": 30, "cpu_seconds": 0.030, "runqueue_seconds": 0.019}}]
+    rounds = [{"engine_steps": {"seconds": 0.010, "count": 10, "cpu_seconds": 0.009, "runqueue_seconds": 0.001,
+                                "mask_wait_seconds": 0.0}},
+              {"engine_steps": {"seconds": 0.090, "count": 30, "cpu_seconds": 0.030, "runqueue_seconds": 0.019,
+                                "mask_wait_seconds": 0.011}}]
     steps = bench.step_summary(rounds)
     assert steps["steps"] == 40 and steps["mean_step_ms"] == pytest.approx(2.5)
     assert steps["engine_thread_ran_share"] == pytest.approx(0.39)
     assert steps["waited_for_a_core_share"] == pytest.approx(0.20)
-    assert steps["waited_on_a_lock_share"] == pytest.approx(0.41)
+    assert steps["waited_for_masks_share"] == pytest.approx(0.11)
+    assert steps["waited_on_a_lock_share"] == pytest.approx(0.30)
     assert bench.step_summary([{"engine_steps": None}]) is None

@@ -92,6 +92,7 @@ class MetricsBridge:
             m.iteration_tokens_total.labels(name).observe(stats.last_step_num_tokens)
             m.engine_step_seconds.labels(name).observe(stats.last_step_seconds)
         self._inc(m.engine_step_cpu_seconds, stats.step_cpu_seconds, last.step_cpu_seconds if last else 0.0)
+        self._inc(m.structured_mask_wait_seconds, stats.mask_wait_seconds, last.mask_wait_seconds if last else 0.0)
         for counter, field in ((m.prompt_tokens, "prompt_tokens"), (m.generation_tokens, "generation_tokens"),
                                (m.num_preemptions, "num_preemptions"), (m.prefix_cache_queries, "prefix_cache_queries"),
                                (m.prefix_cache_hits, "prefix_cache_hits")):
