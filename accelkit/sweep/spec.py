@@ -153,6 +153,10 @@ class SweepSpec(Spec):
         if "loop" in self.bench:
             raise ValueError("bench has no field loop; give the warm-up and stopping rule as the sweep's own loop: "
                              "{…} (it applies to every point)")
+        if "save" in self.bench:  # (false measured every point, stored none: a table of '-' and no result ids)
+            raise ValueError("bench has no field save; a sweep stores every point it measures (its table and "
+                             "`accelkit results list --run` read them back): to measure without storing, run "
+                             "`accelkit bench … --no-save`")
         try:
             BenchConfig.from_dict({**self.bench, "loop": loop.to_dict()})
         except (ValueError, TypeError) as e:

@@ -114,6 +114,7 @@ def test_cli_shows_a_failed_point_and_a_point_with_failed_variants(tmp_path: Pat
     ("workloads: {resnet: {}}\nloop: {warmup: 2}\n", r"loop: LoopConfig has no field warmup"),
     ("workloads: {resnet: {}}\nbench: {devise: cpu}\n", r"bench: BenchConfig has no field devise"),
     ("workloads: {resnet: {}}\nbench: {loop: {min_time_s: 1}}\n", r"bench has no field loop; .* loop:"),
+    ("workloads: {resnet: {}}\nbench: {save: false}\n", r"bench has no field save; a sweep stores every point"),
     ("workloads: {bert: {size: tiny}, resnet: {}}\nlayouts: [{}, {nproc_per_node: 2}]\n",
      r"layouts\[1\]=\{nproc_per_node: 2\} is a torchrun launch, which runs the training workloads llm-train, "
      r"resnet; bert is not one"),

@@ -45,6 +45,8 @@ def test_dataloader_variants_are_loader_settings_and_pinning_needs_a_gpu():
     assert dl.input_bound(0.02) is None  # no --step-time given
     slow = make_workload("dataloader", {"step_time_s": 0.01})
     assert slow.input_bound(0.02)["verdict"].startswith("input-bound")
+    with pytest.raises(ValueError, match=r"^--step-time 0 is no training step"):  # (every setting 'input-bound')
+        make_workload("dataloader", {"step_time_s": 0})
 
 
 def test_custom_module_errors_are_one_sentence():

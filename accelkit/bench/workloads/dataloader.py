@@ -47,6 +47,9 @@ class DataLoaderConfig(Spec):
             raise ValueError(f"--num-workers {bad[0]} is out of range; the least is 0 (0: load in the training process)")
         if bad := [p for p in self.prefetch_factor if p < 1]:
             raise ValueError(f"--prefetch-factor {bad[0]} is out of range; the least is 1 (batches per worker)")
+        if self.step_time_s == 0:  # (every setting came out input-bound against a step of 0.0 ms)
+            raise ValueError("--step-time 0 is no training step; give the seconds one step takes at this batch size "
+                             "(more than 0), or leave it out")
 
 
 #: worker processes per usable core above which a setting is refused (torch's DataLoader warns above one per core)
