@@ -480,8 +480,12 @@ def _call_for_template(j: int, call: dict[str, Any]) -> dict[str, Any]:
     """An assistant turn's tool call with its ``function.arguments`` read from JSON text into what it holds ({} for
     none or ""), as vLLM's chat handling does before the template; arguments that are not JSON: a ValueError."""
     function = call.get("function")
-    arguments = function.get("arguments") if isinstance(function, dict) else None
-    if not isinstance(function, dict) or isinstance(arguments, (dict, list)):
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        # (a call without its function rendered as nothing: the template skipped it, the model never saw it)
+        raise ValueError(f"tool call {j} has no function name; send each call as it came back: {{\"id\": …, "
+                         "\"type\": \"function\", \"function\": {\"name\": …, \"arguments\": \"…\"}}")
+    arguments = function.get("arguments")
+    if isinstance(arguments, (dict, list)):
         return call
     if arguments is None or arguments == "":
         parsed: Any = {}
