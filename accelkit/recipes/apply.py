@@ -54,6 +54,11 @@ def _layout_refusal(recipe: Recipe) -> str | None:
     if recipe.num_devices > 1 or recipe.zero > 0 or recipe.ep > 1:
         return ("the parallel layout (dp/tp/pp/ep, zero) is applied by accelkit.distributed across processes, not by "
                 "recipes.apply on one module; pass a single-device Recipe here")
+    if recipe.grad_compression != "none":  # a DDP communication hook: dropped without a word here before
+        return (f"grad_compression={recipe.grad_compression!r} compresses the data-parallel gradient reduction: a DDP "
+                "communication hook, registered on the DistributedDataParallel model with "
+                "accelkit.distributed.grad_comm.register_ddp_hook(ddp_model, recipe), not something recipes.apply "
+                "does to one module; leave it at 'none' here")
     return None
 
 
