@@ -109,6 +109,12 @@ class Measurer:
             self.phase = "warm-up"
             for lane in lanes:
                 self._warm(lane)
+            if self._counts_flops(variant) and self.workload.task == "train":
+                # after the warm-up: counting runs training steps on this very model, and before the first steps'
+                # losses were kept it moved the reference's weights ahead of every other recipe's (the training
+                # gate then refused recipes bit-identical to fp32)
+                self.phase = "counting FLOPs"
+                self._count_flops(variant)
             return lanes
         except Exception as exc:  # one variant's failure is data; its siblings go on
             # (lazy: the recipes import torch, and the CLI imports this module before it says it is starting)
@@ -180,12 +186,11 @@ class Measurer:
                 lane.losses.append(result.detach())  # type: ignore[attr-defined]
         if output is None:
             output = self._output(prepared, before_first_call=False)
-        if variant.is_reference and self.workload.task != "input":
-            if self.reference.output is None and output is not None:
-                self.reference.output = output  # plain fp32 is its own reference
-            if not self.reference.flops:  # the meta device could not count them: count on this variant
-                self.reporter.phase(name, "counting FLOPs")
-                self.reference.flops = step_flops(prepared)
+        if variant.is_reference and self.workload.task != "input" and self.reference.output is None \
+                and output is not None:
+            self.reference.output = output  # plain fp32 is its own reference
+        if self._counts_flops(variant) and self.workload.task != "train":  # (training: after its warm-up)
+            self._count_flops(variant)
         accuracy = drift(self.reference.output, output, logits=self.workload.output_is_logits) \
             if output is not None and self.reference.output is not None \
             else None
@@ -197,6 +202,14 @@ class Measurer:
         for lane in lanes:
             lane.accuracy, lane.gate = accuracy, gate
         return lanes
+
+    def _counts_flops(self, variant: Variant) -> bool:
+        """Whether ``variant`` counts the run's FLOPs: the reference, where the meta device could not count them."""
+        return variant.is_reference and self.workload.task != "input" and not self.reference.flops
+
+    def _count_flops(self, variant: Variant) -> None:
+        self.reporter.phase(variant.name, "counting FLOPs")
+        self.reference.flops = step_flops(self.prepared[variant.name])
 
     def _output(self, prepared: Prepared, *, before_first_call: bool) -> Any:
         """The output on the evaluation slice, for drift. A training step changes the weights, so training
