@@ -7,6 +7,8 @@ flags) does not import prometheus_client."""
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,3 +34,18 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'accelkit.monitor' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """``accelkit.monitor.track`` is the function, however the submodule of the same name was imported: the import
+    system binds a submodule on its package once it has loaded it, so ``from accelkit.monitor.track import
+    JobTracker`` (or any import of that file) before ``from accelkit.monitor import track`` made ``track`` the module
+    — ``track("train")`` was "TypeError: 'module' object is not callable" (found by the Python API hunt)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "track" and isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.track":
+            value = value.track
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

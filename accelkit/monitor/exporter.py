@@ -134,6 +134,14 @@ class Exporter:
     """Samples each collector in a background thread of its own and serves them through ``registry``."""
 
     def __init__(self, config: ExporterConfig | None = None, *, registry: CollectorRegistry = REGISTRY):
+        # checked before any device library is opened: a dict or a port number was an AttributeError at start()
+        # ('dict' object has no attribute 'interval'), after NVML had been initialised (found by the Python API hunt)
+        if config is not None and not isinstance(config, ExporterConfig):
+            raise TypeError(f"config={config!r} is not an ExporterConfig; pass ExporterConfig(host=..., port=..., "
+                            "interval=...), or nothing for 127.0.0.1:9400")
+        if not isinstance(registry, CollectorRegistry):
+            raise TypeError(f"registry={registry!r} is not a prometheus_client CollectorRegistry; leave it out for "
+                            "accelkit's (accelkit.monitor.REGISTRY) or pass CollectorRegistry()")
         self.config = config or ExporterConfig()
         self.registry = registry
         self.host = HostCollector()

@@ -149,8 +149,11 @@ class JobTracker:
         peak_flops: float | None = None,
         registry: CollectorRegistry = REGISTRY,
     ):
-        if not job:
-            raise UserError("job must be a non-empty name")
+        if not isinstance(job, str) or not job:  # a number became a label silently ('3')
+            raise UserError(f"job={job!r} is not a name; give the job a non-empty string such as 'train'")
+        if not isinstance(registry, CollectorRegistry):  # was "cannot create weak reference to 'str' object"
+            raise TypeError(f"registry={registry!r} is not a prometheus_client CollectorRegistry; leave it out for "
+                            "accelkit's (accelkit.monitor.REGISTRY) or pass CollectorRegistry()")
         for name, value in (("samples_per_step", samples_per_step), ("tokens_per_step", tokens_per_step),
                             ("flops_per_step", flops_per_step), ("peak_flops", peak_flops)):
             if value is not None:
@@ -230,6 +233,12 @@ def track(
     if seq_len is not None and model is None:  # read only to count a model's FLOPs: it was ignored
         raise UserError(f"seq_len={seq_len!r} is read only with model= (to count its FLOPs and tokens); give "
                         "model=, or tokens_per_step for tokens/s")
+    if not isinstance(training, bool):  # training="no" counted a training step (a truthy string)
+        raise UserError(f"training={training!r} is not True or False; True counts a training step's FLOPs (6N), "
+                        "False a forward pass's (2N)")
+    if not training and model is None:  # read only to count a model's FLOPs: it was ignored
+        raise UserError("training=False is read only with model= (to count a forward pass's FLOPs); with "
+                        "flops_per_step give the forward FLOPs yourself and leave training out")
     if flops_per_step is None and model is not None:
         if samples_per_step is None or seq_len is None:
             raise UserError("model= needs samples_per_step (sequences per step) and seq_len to count FLOPs")
@@ -237,6 +246,7 @@ def track(
         # nothing they passed
         batch, seq = _whole("samples_per_step", samples_per_step), _whole("seq_len", seq_len)
         flops_per_step = flops_per_step_for(model, batch=batch, seq=seq, training=training)
-        tokens_per_step = tokens_per_step or batch * seq
+        # a tokens_per_step of 0 given with model= was replaced by batch × seq; it is refused as without model=
+        tokens_per_step = batch * seq if tokens_per_step is None else tokens_per_step
     yield JobTracker(job, samples_per_step=samples_per_step, tokens_per_step=tokens_per_step,
                      flops_per_step=flops_per_step, peak_flops=peak_flops, registry=registry)

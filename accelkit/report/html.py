@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelkit.core import UserError
 from accelkit.core.bench_result import BenchResult, Comparison, comparison_against, verdicts
 from accelkit.hardware.probe_quality import best_copy, best_matmul, dtypes_of
 from accelkit.loadtest import plot_data
@@ -430,9 +431,30 @@ def _store_contents(store: ResultStore, run_id: str | None) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in counts if n)
 
 
+def _check_store(store: Any) -> None:
+    """A store that is not a ResultStore (a path, as a notebook might pass) is one line naming it, not an
+    AttributeError from deep inside (found by the Python API hunt)."""
+    if not isinstance(store, ResultStore):
+        raise TypeError(f"store={store!r} is not a ResultStore; pass accelkit.results.ResultStore(path) (or, to "
+                        "write_report, leave store out for the default store)")
+
+
+def _check_out(path: Path) -> None:
+    """Refuse, before the report is built, a path that is a directory or lies in a directory that does not exist:
+    one line naming it (the write failed afterwards with IsADirectoryError, or a FileNotFoundError naming the
+    temporary file beside it, ``.accelkit-….tmp``, which the caller never gave)."""
+    if path.is_dir():
+        raise UserError(f"path={str(path)!r} is a directory; give a file path such as {str(path / 'report.html')!r}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"path={str(path)!r}: the directory {str(parent)!r} does not exist; create it first or "
+                        "choose another path")
+
+
 def build_report(store: ResultStore, *, run_id: str | None = None, limit: int = DEFAULT_LIMIT) -> str:
     """The report as an HTML string: the newest ``limit`` benchmark results in the table (the header says how many
     there are), the newest MAX_PLOTTED of them in the figures."""
+    _check_store(store)
     from jinja2 import Environment
     from plotly.offline import get_plotlyjs
 
@@ -493,6 +515,9 @@ def write_report(path: str | Path, *, store: ResultStore | None = None, run_id: 
                  limit: int = DEFAULT_LIMIT) -> Path:
     """Write the report to ``path`` (its directory must exist) and return it."""
     path = Path(path)
+    if store is not None:
+        _check_store(store)
+    _check_out(path)
     own = store is None
     store = store or ResultStore(readonly=True)
     try:

@@ -389,6 +389,10 @@ class ResultStore:
 
     def _failure(self, action: str, exc: sqlite3.Error) -> str:
         """One sentence for an SQLite error: what happened to which file, and what to do."""
+        if isinstance(exc, sqlite3.ProgrammingError) and "closed database" in str(exc):  # not the file's fault:
+            # "check that it is readable" sent the user to look at a file that is fine (found by the Python API hunt)
+            return (f"cannot {action} the results store {self.path}: this ResultStore was closed (close() or the end "
+                    "of its `with` block); open a new ResultStore(...)")
         code = _code(exc)
         if code == 26 or (code is None and "not a database" in str(exc)):  # SQLITE_NOTADB
             return (f"the results store {self.path} is not an SQLite database ({exc}): another file, or its first "
