@@ -239,6 +239,7 @@ def check_checkpoint(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_
             f"num_hidden_layers={num_layers} in {model_dir / 'config.json'} but the checkpoint holds {num_found} "
             "layers: config.json and the weights do not belong together — re-download one of them"
         )
+    _check_quantized_without_config(cfg, tensors, model_dir)
     for name, info in tensors.items():
         key = _EXPERT.sub(".experts.{e}.", _LAYER.sub("model.layers.{i}.", name))
         want = shapes.get(key)
@@ -247,6 +248,31 @@ def check_checkpoint(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_
                 f"config.json in {model_dir} implies {name} of shape {list(want)}, but the checkpoint holds "
                 f"{list(info.shape)}: config.json and the weights do not belong together — re-download one of them"
             )
+
+
+_QUANTIZED_TENSORS = (".qweight", ".qzeros", ".weight_packed", ".weight_scale")  # GPTQ / AWQ, compressed-tensors
+
+
+def _check_quantized_without_config(cfg: dict[str, Any], tensors: dict[str, TensorInfo], model_dir: Path) -> None:
+    """Quantized tensors (GPTQ's ``qweight``, compressed-tensors' ``weight_packed``, FP8 codes with a ``weight_scale``)
+    under a config.json with no ``quantization_config`` are refused naming one and where the scheme is: AutoGPTQ's
+    older checkpoints keep it in ``quantize_config.json`` alone, older compressed-tensors ones under
+    ``compression_config``. (Found in the hunt: such a GPTQ directory got "the checkpoint lacks 7 tensors, e.g.
+    q_proj.weight", as if the download were broken.)"""
+    if cfg.get("quantization_config") is not None:
+        return
+    name = next((n for n, t in tensors.items() if n.endswith(_QUANTIZED_TENSORS) or t.dtype.startswith("F8_")), None)
+    if name is None:
+        return
+    if "compression_config" in cfg:
+        fix = "rename its compression_config (an older compressed-tensors name) to quantization_config"
+    elif (model_dir / "quantize_config.json").is_file():
+        fix = ('AutoGPTQ left the scheme in quantize_config.json: add that object to config.json as '
+               '"quantization_config", with "quant_method": "gptq"')
+    else:
+        fix = "add the quantizer's quantization_config to it (the model's original config.json has it)"
+    raise ValueError(f"the checkpoint in {model_dir} holds quantized weights ({name}), but {model_dir / 'config.json'} "
+                     f"has no quantization_config; {fix}")
 
 
 class CheckedModel(NamedTuple):

@@ -153,11 +153,27 @@ def _check_int4_part(p: str, tensors: dict[str, torch.Tensor], quant: QuantConfi
     rows = int(tensors[p + ".weight_packed"].shape[0])
     if shape is not None and (int(shape[1]) != in_features or int(shape[0]) != rows):
         raise ValueError(f"{p}.weight_shape is {shape.tolist()}, not [{rows}, {in_features}]")
+    _check_groups(p, "weight_scale", int(tensors[p + ".weight_scale"].shape[-1]), in_features, quant)
     if (p + ".weight_zero_point" in tensors) == quant.symmetric:
         raise ValueError(f"{p}: quantization_config says symmetric={quant.symmetric}, but the checkpoint "
                          f"{'has' if quant.symmetric else 'lacks'} {p}.weight_zero_point")
     if rows % 8 and not quant.symmetric:
         raise ValueError(f"{p} has {rows} rows; packed zero points need a multiple of 8")
+
+
+def _check_groups(prefix: str, scale: str, num_groups: int, in_features: int, quant: QuantConfig) -> None:
+    """The checkpoint's scales hold one group per ``group_size`` inputs, as quantization_config says. (Found in the
+    hunt: a group_size that disagrees with the tensors failed in load_state_dict — "internal error … a bug in
+    accelkit", exit 1 — or, for GPTQ, was reported as act-order.)"""
+    assert quant.group_size is not None
+    if in_features % quant.group_size:
+        raise ValueError(f"{prefix} has {in_features} inputs, not a multiple of quantization_config.group_size="
+                         f"{quant.group_size}: INT4 groups that do not divide the layer are not served")
+    if num_groups * quant.group_size != in_features:
+        implied = f" (group size {in_features // num_groups})" if num_groups and not in_features % num_groups else ""
+        raise ValueError(f"quantization_config.group_size={quant.group_size} in config.json, but {prefix}.{scale} holds "
+                         f"{num_groups} groups for its {in_features} inputs{implied}: config.json and the weights do "
+                         "not belong together")
 
 
 def _format_of(prefix: str, tensors: dict[str, torch.Tensor]) -> str | None:
@@ -279,6 +295,7 @@ def _gptq_to_packed(prefix: str, tensors: dict[str, torch.Tensor], quant: QuantC
     qweight, qzeros = tensors.pop(prefix + ".qweight"), tensors.pop(prefix + ".qzeros")
     scales, g_idx = tensors.pop(prefix + ".scales"), tensors.pop(prefix + ".g_idx", None)
     in_features = qweight.shape[0] * 8
+    _check_groups(prefix, "scales", int(scales.shape[0]), in_features, quant)
     if g_idx is not None and not torch.equal(g_idx.long(), torch.arange(in_features) // quant.group_size):
         raise ValueError(f"{prefix}.g_idx is not input // group_size (act-order); act-order GPTQ is not served")
     codes = unpack_int4(qweight.t().contiguous())  # (out, in) signed = unsigned − 8
