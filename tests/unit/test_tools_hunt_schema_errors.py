@@ -68,9 +68,20 @@ def test_a_strict_that_is_not_a_boolean_is_refused(tool_choice, strict, said) ->
                              f"false), not {said}")
 
 
+@pytest.mark.parametrize("tool_choice", [*CHOICES, "none"])
+@pytest.mark.parametrize(("key", "said"), [("$defs", '"string"'), ("definitions", '"integer"')])
+def test_a_root_ref_to_a_schema_that_is_not_an_object_is_refused_naming_it(tool_choice, key, said) -> None:
+    parameters = {"$ref": f"#/{key}/A", key: {"A": {"type": said.strip('"')}}}
+    message = refused([OK, weather(parameters=parameters)], tool_choice).message
+    assert message.startswith(f"tools[1] ('get_weather').function.parameters.{key}.A (its $ref) must have type "
+                              '"object" '), message
+    assert f"not {said}" in message
+
+
 @pytest.mark.parametrize("strict", [True, False, None])
 def test_a_boolean_or_null_strict_and_an_object_schema_are_taken(strict) -> None:
-    for parameters in ({"type": "object"}, {"type": ["object"]}, {}, None):
+    for parameters in ({"type": "object"}, {"type": ["object"]}, {}, None, {"$ref": "#/$defs/A", "$defs": {"A": {
+            "type": "object", "properties": {"n": {"type": "integer"}}}}}, {"$ref": "#/$defs/A", "$defs": {"A": {}}}):
         tools = [OK, weather(strict=strict, parameters=parameters)]
         assert tool_calling(tools, "required", parallel_tool_calls=None, call_format=HERMES) is not None
 

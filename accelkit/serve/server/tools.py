@@ -254,13 +254,29 @@ def _functions(tools: list[Any]) -> list[tuple[str, dict[str, Any]]]:
         # format has them; a root $ref is left as it points — a type beside it can make a recursive one unsupported)
         if "type" not in parameters and "$ref" not in parameters:
             parameters = {**parameters, "type": "object"}
-        elif parameters.get("type", "object") not in ("object", ["object"]):  # (a call's arguments are an object)
-            said = json.dumps(parameters["type"], default=repr)
-            raise APIError(400, f"{_tool(i, name)}.function.parameters must have type \"object\" (a call's arguments "
-                           f"are a JSON object of named arguments), not {said}; put the value in a property",
-                           param="tools")
+        else:
+            _check_object_root(i, name, parameters)
         functions.append((name, parameters))
     return functions
+
+
+def _check_object_root(i: int, name: str, parameters: dict[str, Any]) -> None:
+    """A 400 unless ``parameters`` describes an object — a call's arguments are a JSON object of named arguments —:
+    its own ``type``, or, for a root ``$ref`` into its ``$defs``/``definitions``, the type of what it points at (a
+    ``$ref`` to a string schema was accepted, and a named call's arguments came back as a JSON string)."""
+    where, schema = f"{_tool(i, name)}.function.parameters", parameters
+    ref = parameters.get("$ref")
+    if "type" not in parameters and isinstance(ref, str):
+        key, _, def_name = ref.removeprefix("#/").partition("/")
+        target = parameters.get(key, {}).get(def_name) if key in _DEFS_KEYS and def_name else None
+        if not isinstance(target, dict):  # (a $ref elsewhere: left for the structured-output engine to judge)
+            return
+        where, schema = f"{where}.{key}.{def_name} (its $ref)", target
+    said = schema.get("type", "object")
+    if said not in ("object", ["object"]):
+        raise APIError(400, f"{where} must have type \"object\" (a call's arguments are a JSON object of named "
+                       f"arguments), not {json.dumps(said, default=repr)}; put the value in a property",
+                       param="tools")
 
 
 def _check_bare_names(functions: list[tuple[str, dict[str, Any]]]) -> None:
