@@ -200,9 +200,13 @@ def nucleus_drop(sorted_probs: torch.Tensor, top_ps: torch.Tensor) -> torch.Tens
     and transformers' rule, the smallest set of most likely tokens whose mass reaches ``top_p`` — a token goes once
     the mass before it does (``>=``: four tokens of 0.25 at top_p=0.5 keep two, not three). A row with top_p=1.0
     keeps every token: its float32 running sum passes 1.0 in a large vocabulary's tail, which cut most of that tail
-    from a row without top_p whenever a neighbour in its batch had one (and changed a seeded row's draws with it)."""
+    from a row without top_p whenever a neighbour in its batch had one (and changed a seeded row's draws with it).
+    The most likely token always stays, as vLLM keeps it: a top_p too small for float32 (1e-300 from a client) was
+    0 there, dropped every token, and the draw took the vocabulary's last id whatever the logits."""
     before = sorted_probs.cumsum(-1) - sorted_probs  # the mass of the tokens more likely than each (0 for the first)
-    return (before >= top_ps[:, None]) & (top_ps < 1.0)[:, None]
+    drop = (before >= top_ps[:, None]) & (top_ps < 1.0)[:, None]
+    drop[:, 0] = False
+    return drop
 
 
 def _held_stops(p: SamplingParams, row: SampledRow, vocab: int) -> list[int]:

@@ -126,10 +126,21 @@ class LogprobFormatter:
         """OpenAI's completions logprobs: token texts, their logprobs, the most likely (the sampled token among
         them, as vLLM's) and each token's character offset in the text (``offsets``, from :meth:`offsets`)."""
         text = self.token_text
-        top = [{text(t): logprob_value(lp) for t, lp in [(token, chosen), *alternatives]}
-               for token, (chosen, alternatives) in zip(token_ids, logprobs, strict=True)]
+        top = [self._named(token, chosen, alternatives) for token, (chosen, alternatives) in
+               zip(token_ids, logprobs, strict=True)]
         return {"tokens": [text(t) for t in token_ids], "token_logprobs": [logprob_value(c) for c, _ in logprobs],
                 "top_logprobs": top, "text_offset": offsets}
+
+    def _named(self, token: int, chosen: float, alternatives: list[tuple[int, float]]) -> dict[str, float | None]:
+        """Completions' ``top_logprobs`` entry: ``{text: logprob}`` of the token, first, and of the most likely. Ids
+        that decode alike (byte-level pieces of characters all decode to U+FFFD) share a key: the token's own logprob
+        keeps it, so that ``top_logprobs[i][tokens[i]]`` is ``token_logprobs[i]``, else the likeliest's (the last of
+        them overwrote it: the chosen piece of a split character was shown with another piece's, lower, logprob)."""
+        text = self.token_text
+        named = {text(token): logprob_value(chosen)}
+        for t, lp in alternatives:  # (most likely first)
+            named.setdefault(text(t), logprob_value(lp))
+        return named
 
     def prompt_offsets(self, prompt: str | list[int], ids: list[int], *, add_special_tokens: bool) -> list[int]:
         """Where each token of an echoed prompt starts in the echoed text: the text as sent (a string prompt), or
@@ -171,8 +182,7 @@ class LogprobFormatter:
         null (nothing precedes it, as OpenAI's and vLLM's); ``offsets`` from :meth:`prompt_offsets`; the ``top``
         most likely of each entry (None: all it holds)."""
         text = self.token_text
-        most = [None if entry is None else
-                {text(t): logprob_value(lp) for t, lp in [(token, entry[0]), *entry[1][:top]]}
+        most = [None if entry is None else self._named(token, entry[0], entry[1][:top])
                 for token, entry in zip(prompt_token_ids, logprobs, strict=True)]
         return {"tokens": [text(t) for t in prompt_token_ids],
                 "token_logprobs": [None if e is None else logprob_value(e[0]) for e in logprobs],

@@ -578,6 +578,11 @@ class ChatCompletionRequest(_Sampling):
     functions: list[Any] | None = None
     function_call: Str | dict[str, Any] | None = Field(None, description="'none' or 'auto' only (no functions).")
     echo: Bool = Field(False, description="vLLM extension: only false.")
+    # OpenAI's audio output: refused, not ignored (a 200 of text alone is not what was asked for)
+    modalities: list[Str] | None = Field(None, description="Only [\"text\"] (or null): the server writes text, no "
+                                         "audio.")
+    audio: dict[str, Any] | None = Field(None, description="OpenAI's audio output parameters: refused (a 400), "
+                                         "the server makes no audio.")
     include_reasoning: Bool = Field(
         True, description="vLLM extension: with a server started with --reasoning-parser, false leaves the model's "
         "reasoning out of the response (it is generated all the same)."
@@ -664,6 +669,11 @@ class ChatCompletionRequest(_Sampling):
                                      "serve; use tools with tool_choice")
         if self.echo:
             return "echo", "echo is not supported by accelkit serve for chat"
+        if self.modalities is not None and any(m != "text" for m in self.modalities):
+            return "modalities", (f"modalities={_short(self.modalities)} asks for output accelkit serve does not make "
+                                  "(it writes text only); send [\"text\"] or omit it")
+        if self.audio is not None:
+            return "audio", "audio output is not supported by accelkit serve; omit audio and send modalities [\"text\"]"
         return _request_template_problem(self.chat_template) or \
             _template_flags_problem(self.add_generation_prompt, self.continue_final_message) or \
             _Sampling.unsupported(self)
