@@ -18,6 +18,7 @@ from accelkit.models import resolve_model
 from accelkit.models.diffusion import is_diffusion_model
 from accelkit.plan import compare as compare_hw
 from accelkit.plan import resolve_hardware, search_ctx, to_estimate, to_json
+from accelkit.plan.calibrate import hardware_key
 from accelkit.plan.compression import compare_compression
 from accelkit.plan.context import make_context
 from accelkit.plan.diffusion import ImageRequest
@@ -76,6 +77,8 @@ def _prices(text: str) -> float | dict[str, float]:
         if not name.strip() or not price >= 0 or price == float("inf"):
             raise UserError(f"--price-per-device-hour {item!r} is not valid; give NAME=DOLLARS per hardware, e.g. "
                             "h100=2.5,h200=3.1, or one number for every device")
+        if name.strip().lower() in {key.lower() for key in prices}:  # a dict keeps only the last
+            raise UserError(f"--price-per-device-hour {text!r} names {name.strip()} twice; give it one price")
         prices[name.strip()] = price
     return prices
 
@@ -314,12 +317,15 @@ def _search_one(workload: Workload, req: PlanRequest, options: PlanOptions, pric
 
 def _own_price(prices: dict[str, float], device_name: str) -> float:
     """The price NAME=X gives the one --hardware planned; a name that is not it is an error, not ignored."""
-    own = None
+    own, own_name = None, ""
     for name, price in prices.items():
         if resolve_hardware(name).name != device_name:
             raise UserError(f"--price-per-device-hour names {name}, which is not --hardware {device_name}; drop it, or "
                             "give one number")
-        own = price
+        if own is not None:  # h100=2.5,h100-sxm5=3: the first was dropped without a word
+            raise UserError(f"--price-per-device-hour prices {device_name} twice ({own_name} and {name}); give it one "
+                            "price")
+        own, own_name = price, name
     assert own is not None
     return own
 
@@ -421,9 +427,18 @@ def _budget_note(d: dict[str, Any]) -> str:
 
 def _money(doc: dict[str, Any]) -> str | None:
     cost = doc.get("cost")
-    if not cost or cost.get("per_million_tokens") is None:
+    if not cost:
+        return None
+    if cost.get("per_million_samples") is not None:  # a CNN: per image
+        return f"${cost['per_million_samples']:,.2f}/M samples"
+    if cost.get("per_million_tokens") is None:
         return None
     return f"${cost['per_million_tokens']:,.2f}/M tok"
+
+
+def _energy(d: dict[str, Any]) -> float | None:
+    """J per item: per token, or per sample for a CNN (its energy_j_per_token is null)."""
+    return d["energy_j_per_token"] if d["energy_j_per_token"] is not None else d.get("energy_j_per_sample")
 
 
 def _assumed(d: dict[str, Any]) -> str | None:
@@ -447,6 +462,8 @@ def _render_rows(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
     infer = docs[0]["task"] != "train"
     cols = ["hardware", "devices", "layout", "fits", "step s", "tok/s", "tok/s/dev", "MFU", "J/token", "cost",
             "bottleneck"]
+    if docs[0]["tokens_per_s"] is None and docs[0].get("samples_per_s") is not None:  # a CNN counts images
+        cols[5:9] = ["samples/s", "samples/s/dev", "MFU", "J/sample"]
     if infer:
         cols[4:5] = ["prefill s", "decode ms/tok", "max batch"]  # prefill of the whole batch, not one request
     rows = [_row(d, infer=infer, by_hardware=by_hardware) for d in docs]
@@ -470,7 +487,7 @@ def _row(d: dict[str, Any], *, infer: bool, by_hardware: bool) -> list[Any]:
         row += [fmt_num(d["step_time_s"], 2)]
     row += [fmt_num(tps, 0), fmt_num(tps / n if tps else None, 0),
             f"{d['mfu']:.3f}" + ("*" if _assumed(d) else ""),  # * = rests on an assumed efficiency (footnote)
-            fmt_num(d["energy_j_per_token"], 3), _money(d) or ("no price" if by_hardware else None), d["bottleneck"]]
+            fmt_num(_energy(d), 3), _money(d) or ("no price" if by_hardware else None), d["bottleneck"]]
     return row
 
 
@@ -490,7 +507,7 @@ def _render_row_notes(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
     unpriced = [d["hardware"]["name"] for d in docs if not d.get("cost")] if by_hardware else []
     if unpriced:
         out.print(f"no price: the price catalog has none for {', '.join(unpriced)}; give --price-per-device-hour "
-                  f"{unpriced[0].split('-')[0].lower()}=X", highlight=False)
+                  f"{','.join(hardware_key(name) + '=X' for name in unpriced)}", highlight=False)
 
 
 def _would_fit(hints: list[str] | None) -> str:
@@ -519,7 +536,9 @@ def _render_one(d: dict[str, Any]) -> None:
         rows.append(("host memory / rank", ", ".join(f"{k} {fmt_bytes(v)}" for k, v in d["host_memory_bytes"].items())
                      + " (a node's host holds this for each of its ranks)"))
     if d["task"] == "train":
-        rows += [("step", f"{d['step_time_s']:.3f} s for {d['global_batch']} × {d['seq_len']} tokens")]
+        items = (f"{d['global_batch']} × {d['seq_len']} tokens" if d["tokens_per_s"] is not None
+                 else f"{d['global_batch']} samples")  # a CNN: images, no sequence
+        rows += [("step", f"{d['step_time_s']:.3f} s for {items}")]
     else:
         dec = d["decode_time_per_token_s"]
         rows += [("batch", f"{d['batch']} (max that fits: {d['max_batch']})"
@@ -536,7 +555,8 @@ def _render_one(d: dict[str, Any]) -> None:
         ("MFU", f"{d['mfu']:.3f}" + (f" (efficiency ASSUMED: {assumed}; see assumptions)"
                                       if (assumed := _assumed(d)) else "")),
         ("time", ", ".join(f"{k} {v:.3g} s" for k, v in d["time_breakdown_s"].items()) + f" → {d['bottleneck']}"),
-        ("energy", f"{d['energy_j_per_token']:.4g} J/token (estimated)" if d["energy_j_per_token"] else "-"),
+        ("energy", f"{_energy(d):.4g} J/{'token' if d['tokens_per_s'] is not None else 'sample'} (estimated)"
+                   if _energy(d) is not None else "-"),
     ]
     if _money(d):
         rows.append(("cost", f"{_money(d)} at {_price_note(d)}"))

@@ -173,6 +173,8 @@ def to_json(c: Candidate, ctx: PlanContext) -> dict[str, Any]:
                        "per_step": c.cost_per_step,
                        "per_hour": c.cost_per_step / c.step_time_s * 3600 if c.step_time_s else None,
                        "per_million_tokens": None if per_token is None else per_token * 1e6}
+        if m.kind == "cnn":  # its items are images, as samples_per_s and energy_j_per_sample say
+            doc["cost"]["per_million_samples"] = doc["cost"].pop("per_million_tokens")
     return doc
 
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from accelkit.core import DeviceSpec, UserError
+from accelkit.core import DeviceSpec, UnknownNameError, UserError
 from accelkit.hardware import get_device
 from accelkit.hardware.probe import CPU_DTYPES
 from accelkit.hardware.probe_quality import small_copy, small_matmul, small_probe
@@ -182,6 +182,18 @@ def resolve_hardware(name: str) -> DeviceSpec:
     if name.strip().lower() in LOCAL_NAMES:
         return local_cpu_device()[0]
     return get_device(name)
+
+
+def hardware_key(device_name: str) -> str:
+    """The shortest name that ``resolve_hardware`` takes back to this device (a ``--price-per-device-hour NAME=X``
+    a hint can name): 'h100-pcie' for H100-PCIe-80GB (its alias 'h100' is the SXM5 card's), 'rtx-4090', 'tpu-v5e';
+    'cpu' for the probed CPU, which is not in the catalog."""
+    try:
+        spec = get_device(device_name)
+    except UnknownNameError:
+        return LOCAL_NAMES[0]
+    own = [n for n in (spec.name, *spec.aliases) if get_device(n).name == spec.name]  # the full name always is
+    return min(own, key=len).lower()
 
 
 def _kernel_notes(details: dict[str, Any], created_at: str) -> tuple[dict[str, float], list[str]]:

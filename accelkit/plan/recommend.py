@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from accelkit.core import Cluster, DeviceSpec, UserError, Workload
 from accelkit.hardware.prices import catalog_price
-from accelkit.plan.calibrate import resolve_hardware
+from accelkit.plan.calibrate import hardware_key, resolve_hardware
 from accelkit.plan.context import PlanContext, make_context
 from accelkit.plan.evaluate import Candidate
 from accelkit.plan.options import PlanOptions
@@ -54,13 +54,17 @@ def compare(workload: Workload, hardware: str | Sequence[str], *, options: PlanO
                         "--budget-per-hour")
     options = options or PlanOptions()
     devices = _devices(names)
-    given = {}
+    given: dict[str, float] = {}
+    given_as: dict[str, str] = {}
     for key, value in (prices or {}).items():
         name = resolve_hardware(key).name
         if name not in {d.name for d in devices}:
             raise UserError(f"--price-per-device-hour names {key} ({name}), which is not in --compare "
                             f"{','.join(names)}; drop it or add it to the list")
-        given[name] = float(value)
+        if name in given:  # h100=2.5,h100-sxm5=3: one of the two would be dropped without a word
+            raise UserError(f"--price-per-device-hour prices {name} twice ({given_as[name]} and {key}); give it one "
+                            "price")
+        given[name], given_as[name] = float(value), key
     contexts = []
     for device in devices:
         price, source = _price(device.name, given, options)
@@ -158,7 +162,8 @@ def _same_budget(contexts: list[PlanContext], mins: list[int | None], budget: fl
     unpriced = [ctx.device.name for ctx in contexts if not ctx.options.price_per_device_hour]
     if unpriced:
         raise UserError(f"--compare-basis budget needs a price above 0 for {', '.join(unpriced)} (the price catalog "
-                        f"has none); give --price-per-device-hour {unpriced[0].split('-')[0].lower()}=X")
+                        f"has none); give --price-per-device-hour "
+                        f"{','.join(hardware_key(name) + '=X' for name in unpriced)}")
     prices = [float(ctx.options.price_per_device_hour or 0.0) for ctx in contexts]
     if budget is None:
         costs = [n * p for n, p in zip(mins, prices, strict=True) if n is not None]

@@ -417,6 +417,11 @@ def _optimizer_s(ctx: PlanContext, layout: Layout, dense: float, expert: float, 
     return local * (2 * (states + wb) + wb) / bw  # read+write states and weights, read gradients
 
 
+#: kernels a CNN training micro-batch launches per conv/linear layer, at least: its forward, and the input- and
+#: weight-gradient kernels of its backward (batch norms, activations and residual adds come on top: a lower bound)
+CNN_KERNELS_PER_LAYER = 3
+
+
 def _cnn_train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | None) -> dict[str, float]:
     cnn = ctx.cnn
     assert cnn is not None
@@ -427,12 +432,17 @@ def _cnn_train_time(ctx: PlanContext, layout: Layout, split: PowerSGDSplit | Non
     bw = byte_s(ctx)
     memory = 6.0 * saved / bw  # each saved byte: written, read forward and backward, gradient written and read
     params = float(ctx.model.num_params())
-    stage = compute + memory
+    # the host launches at least one kernel per conv/linear forward and two backward (input and weight gradients;
+    # the norms, activations and adds not counted): a micro-batch whose kernels run shorter waits for it — without
+    # this floor micro-batch 1 timed as fast per image as 256, and the search chose it
+    kernels = CNN_KERNELS_PER_LAYER * len(cnn["layers"]) * (1 + (1 / 3 if layout.recompute == "full" else 0.0))
+    launch = max(0.0, kernels * ctx.efficiency.launch_s - (compute + memory))
+    stage = compute + memory + launch
     red = dp_reduction(ctx, layout, params, split)
     dp_exposed = _dp_exposed(ctx, layout, params, 0.0, split, 1, stage, compute)
     opt = _optimizer_s(ctx, layout, params, 0.0, bw) + compression_s(ctx, layout, red)
     return {"compute": layout.grad_accum * compute, "memory": layout.grad_accum * memory + opt,
-            "communication": dp_exposed, "bubble": 0.0, "launch": 0.0}
+            "communication": dp_exposed, "bubble": 0.0, "launch": layout.grad_accum * launch}
 
 
 # ---- inference ------------------------------------------------------------------------------------------
