@@ -88,6 +88,12 @@ def _time(seconds: float) -> str:
     return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
 
 
+def _joules(j: float | None) -> str:
+    """J/image: whole joules from 100 up (12,560, not 1.256e+04), three figures below (a tiny model's 0.000151, not
+    0: found in review)."""
+    return "-" if j is None else f"{j:,.0f}" if j >= 100 else f"{j:.3g}"
+
+
 def render_plans(docs: list[dict[str, Any]], *, compare: bool) -> None:
     """One row per hardware (``compare``), or the one plan in detail; the assumptions under it."""
     first = docs[0]
@@ -101,7 +107,7 @@ def render_plans(docs: list[dict[str, Any]], *, compare: bool) -> None:
             rows.append([d["hardware"]["name"], "yes" if d["fits"] else "NO", fmt_bytes(mem["total"]),
                          _time(d["time_per_image_s"]), fmt_num(d["images_per_s_per_device"], 3),
                          fmt_num(d["images_per_s"], 3), f"{d['mfu']:.3f}",
-                         fmt_num(d["energy_j_per_image"], 0), d["bottleneck"]])
+                         _joules(d["energy_j_per_image"]), d["bottleneck"]])
         out.print(table(f"{shape}: one row per hardware",
                         ["hardware", "fits", "memory/dev", "s/image", "images/s/dev", "images/s", "MFU",
                          "J/image", "slowest phase"], rows, right=(2, 3, 4, 5, 6, 7)))
@@ -116,14 +122,23 @@ def render_plans(docs: list[dict[str, Any]], *, compare: bool) -> None:
                                 f"{fmt_bytes(mem['weights'])}, activations {fmt_bytes(mem['activations'])}, overhead "
                                 f"{fmt_bytes(mem['overhead'])}"),
             ("FLOPs", f"{fmt_count(d['flops_per_image'])} per image, {fmt_count(d['flops_per_step'])} per step"),
-            ("time / image", f"{_time(d['time_per_image_s'])} — text {_time(by['text_encoders'])}, denoiser "
-                             f"{_time(by['denoiser'])} ({_time(d['step_time_s'])}/step), VAE {_time(by['vae_decode'])}"),
+            # the phases are one call's; with --batch above 1 a call is that many images (its phases read as one
+            # image's put the denoiser alone above the time per image; found in review)
+            ("time / image", f"{_time(d['time_per_image_s'])} — "
+                             + (f"a call of {g['batch_size']} images {_time(d['generate_time_s'])}: "
+                                if g["batch_size"] > 1 else "")
+                             + f"text {_time(by['text_encoders'])}, denoiser {_time(by['denoiser'])} "
+                             f"({_time(d['step_time_s'])}/step), VAE {_time(by['vae_decode'])}"),
             ("images/s", f"{fmt_num(d['images_per_s'], 3)} ({fmt_num(d['images_per_s_per_device'], 3)} per device)"),
             ("MFU", f"{d['mfu']:.3f}"),
-            ("energy", "-" if d["energy_j_per_image"] is None else f"{d['energy_j_per_image']:.4g} J/image (estimated)"),
+            ("energy", "-" if d["energy_j_per_image"] is None else f"{_joules(d['energy_j_per_image'])} J/image "
+                                                                  "(estimated)"),
             ("bottleneck", d["bottleneck"]),
         ]
         out.print(table(f"Plan: {shape}", ["", ""], rows2))
+    for d in docs:  # a plan that does not fit says what to change (the documents held it unprinted; found in review)
+        for w in d.get("warnings", []):
+            out.print(f"warning: {w}", highlight=False)
     out.print("energy is ESTIMATED from TDP × activity factor; assumptions:")
     common = [a for a in first["assumptions"] if all(a in d["assumptions"] for d in docs)]
     for a in common:

@@ -193,9 +193,18 @@ def plan_image(spec: DiffusionSpec, gen: Generation, device: DeviceSpec, *, prec
         "assumptions": _assumptions(spec, gen, device, precision, eff, lin_eff, sustained, sustained_source, options),
         "warnings": [] if memory["total"] <= device.memory_bytes else [
             f"{spec.name} needs about {memory['total'] / 1e9:.1f} GB per device and {device.name} has "
-            f"{device.memory_bytes / 1e9:.1f} GB: lower --batch or the resolution, or offload the text encoders"],
+            f"{device.memory_bytes / 1e9:.1f} GB: " + _fit_advice(gen, precision)],
     }
     return doc
+
+
+def _fit_advice(gen: Generation, precision: str) -> str:
+    """What would shrink a plan that does not fit: only the levers it has (--batch 1 cannot be lowered; found in
+    review)."""
+    levers = (["lower --batch"] if gen.batch_size > 1 else []) + (
+        ["a 16-bit --precision (bf16)"] if precision in ("fp32", "tf32") else []) + [
+        "a lower resolution", "offload the text encoders"]
+    return ", ".join(levers[:-1]) + " or " + levers[-1]
 
 
 def _assumptions(spec: DiffusionSpec, gen: Generation, device: DeviceSpec, precision: str, eff: Efficiency,
