@@ -463,7 +463,7 @@ class ResultStore:
 
     @property
     def schema_version(self) -> int:
-        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+        return int(self._pragma("user_version"))
 
     # ---- writing ----------------------------------------------------------------------------------
     def add(self, result: Estimate | Measurement, *, run_id: str | None = None) -> int:
@@ -792,7 +792,14 @@ class ResultStore:
         return sorted({r[0] for r in rows if isinstance(r[0], str)})
 
     def integrity_ok(self) -> bool:
-        return bool(self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok")
+        return bool(self._pragma("integrity_check") == "ok")
+
+    def _pragma(self, name: str) -> Any:
+        """One PRAGMA's answer; an SQLite error (this store closed, the file gone) said as every read's is."""
+        try:
+            return self._conn.execute(f"PRAGMA {name}").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise AccelkitError(self._failure("read", exc)) from exc
 
 
 # ---- export ----------------------------------------------------------------------------------------
