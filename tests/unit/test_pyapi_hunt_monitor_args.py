@@ -45,3 +45,12 @@ def test_track_still_counts_a_forward_pass_with_a_model():
                registry=CollectorRegistry()) as job:
         assert job.tokens_per_step == 32
         assert job.flops_per_step is not None and job.flops_per_step > 0
+
+
+@pytest.mark.parametrize("host", ["", "  "])
+def test_an_exporter_host_that_names_no_address_is_refused_up_front(host):
+    """It was taken, and start() then said 'cannot listen on :9400 (Name or service not known)'."""
+    from accelkit.monitor.config import ExporterConfig
+
+    with pytest.raises(ValueError, match=r"\(--host\) names no address; give 127\.0\.0\.1"):
+        ExporterConfig(host=host)
