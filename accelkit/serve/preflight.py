@@ -309,7 +309,7 @@ def check_model_dir(model_dir: Path, max_model_len: int | None) -> CheckedModel:
 
 
 _FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
-_QUANT_PARAMS = ("_scale", ".weight_zero_point", ".qzeros", ".g_idx", ".weight_shape")
+_QUANT_PARAMS = ("_scale", ".scales", ".weight_zero_point", ".qzeros", ".g_idx", ".weight_shape")  # as stored
 _NOT_ONLINE_FP8 = ("norm.weight", ".gate.weight", "shared_expert_gate.weight", "bias")  # norms, routers stay 16-bit
 
 

@@ -71,3 +71,14 @@ def test_the_group_size_the_scales_hold_loads(tmp_path, layout):
     model = _load(_checkpoint(tmp_path / "m", layout), layout, STORED_GROUP)
     assert isinstance(model.layers[0].mlp.down_proj, Int4Linear)
     assert model.layers[0].mlp.down_proj.group_size == STORED_GROUP
+
+
+def test_gptq_scales_count_at_their_stored_size_in_the_preflight_estimate():
+    """A GPTQ layer's fp16 ``scales`` stay fp16 once loaded (the Linear keeps the checkpoint's scale dtype): the
+    estimate counted them at the engine's dtype — twice their size at fp32 — against its 'lower bound' promise."""
+    from accelkit.serve.preflight import TensorInfo, loaded_weight_bytes
+
+    tensors = {"model.layers.0.mlp.down_proj.qweight": TensorInfo("I32", (8, 64), 8 * 64 * 4),
+               "model.layers.0.mlp.down_proj.scales": TensorInfo("F16", (2, 64), 2 * 64 * 2),
+               "model.layers.0.mlp.down_proj.qzeros": TensorInfo("I32", (2, 8), 2 * 8 * 4)}
+    assert loaded_weight_bytes(tensors, dtype="float32") == 8 * 64 * 4 + 2 * 64 * 2 + 2 * 8 * 4
