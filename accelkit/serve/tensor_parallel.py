@@ -288,6 +288,7 @@ class TensorParallelLeader(RankComm):
         self._procs: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[multiprocessing.connection.Connection] = []
         self._closing = False
+        self._greeted: set[int] = set()  # the ranks that said hello (started: their module imports were done)
         self._dead: str | None = None
         self._death_callbacks: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
@@ -347,6 +348,8 @@ class TensorParallelLeader(RankComm):
             with contextlib.suppress(EOFError, OSError):
                 msg = conn.recv()
                 if msg[0] == what:
+                    if what == "hello":
+                        self._greeted.add(rank)
                     return
         raise self.error(None)
 
@@ -368,6 +371,12 @@ class TensorParallelLeader(RankComm):
                 msg = conn.recv()
                 if msg[0] == "error":
                     reason = msg[1]
+        if reason is None and rank not in self._greeted and code == 1:
+            # (a script without the main guard: the spawned worker ran the script's top level again and failed
+            # there, before it could say anything — "restart it" pointed the wrong way)
+            reason = ("it failed while starting, before it could say why (its traceback is on stderr above); a script "
+                      "that starts tensor parallelism must run it under `if __name__ == \"__main__\":` — each worker "
+                      "is spawned and imports the script again")
         message = (f"tensor-parallel worker rank {rank} (pid {proc.pid}) {how}"
                    + (f": {reason}" if reason else "") + "; the engine stopped — restart it")
         with self._lock:

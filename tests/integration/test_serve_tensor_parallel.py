@@ -185,6 +185,19 @@ def test_a_worker_that_dies_before_joining_fails_the_start_at_once(model_dir):
     assert time.monotonic() - t0 < 60
 
 
+def test_a_worker_that_dies_before_its_hello_names_the_main_guard(model_dir):
+    """A worker that fails before it can say anything — a script without `if __name__ == "__main__":` re-runs its top
+    level in the spawned worker — says where to look and what the usual cause is, not only "restart it"."""
+    from accelkit.serve.config import EngineConfig
+    from accelkit.serve.tensor_parallel import TensorParallelLeader
+    from tests.integration.tp_fault import dies_before_hello
+
+    config = EngineConfig(model=str(model_dir("llama")), tensor_parallel_size=2, **ENGINE)
+    with pytest.raises(WorkerDiedError, match=r"exited with code 1: it failed while starting, before it could say "
+                                              r"why .* `if __name__ == \"__main__\":`"):
+        TensorParallelLeader(config, device="cpu", max_model_len=160, worker=dies_before_hello)
+
+
 def test_serve_tp2_answers_as_tp1_and_exits_when_a_worker_dies(model_dir, tmp_path):
     path = str(model_dir("llama"))
     prompt = PROMPTS[2]

@@ -11,3 +11,8 @@ def dies_after_hello(rank, size, store_port, config, device, max_model_len, conn
     conn.send(("error", f"RuntimeError: rank {rank} cannot use device {device}"))
     conn.close()
     os._exit(1)
+
+
+def dies_before_hello(rank, size, store_port, config, device, max_model_len, conn, parent_pid):
+    """Fail before saying anything, as a worker does whose spawn re-ran a script without the main guard."""
+    raise RuntimeError("the script's top level ran again in the worker")
