@@ -40,7 +40,7 @@ from accelkit.cli.store import measuring, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes
 from accelkit.distributed.launch import DistConfig
-from accelkit.distributed.quality import QualityConfig
+from accelkit.distributed.quality import QualityConfig, check_quality_flags
 from accelkit.hardware.device import check_device_name
 from accelkit.timing import LoopConfig
 
@@ -355,6 +355,8 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
     with flag_values():
         dist_config = _dist_config(dist)
         quality_config = _quality_config(quality)
+    # (here, not in the distributed launch: `accelkit tune` launches with its own quality settings and no flags)
+    check_quality_flags(quality_config, compressed=any(v.grad_compression != "none" for v in variants))
     # the store before measuring: an unwritable store fails now, not after it
     # --json: stdout holds the document alone — what the user's code prints (a custom factory's "loading…", a
     # dataset's, a forward's) goes to stderr while it runs; it used to come before the document and break `| jq`

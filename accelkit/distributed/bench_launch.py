@@ -21,7 +21,7 @@ from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_v
 from accelkit.bench.workloads.base import check_workload
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchRunResult, Refusal
-from accelkit.distributed.launch import DistConfig, LaunchInterrupted, check_processes, launch
+from accelkit.distributed.launch import DistConfig, LaunchInterrupted, check_processes, check_rdzv_id, launch
 from accelkit.distributed.parallel import refusal
 from accelkit.distributed.quality import QualityConfig
 from accelkit.hardware.device import resolve_device
@@ -54,6 +54,7 @@ def run_distributed_bench(
     if dist.backend == "nccl" and not device.startswith("cuda"):
         raise UserError(f"--backend nccl needs CUDA GPUs, but this run is on the CPU (--device {config.device}); use "
                         "--backend gloo (or auto: NCCL on GPUs, gloo on CPUs)")
+    check_rdzv_id(dist)
     world_size = dist.nproc_per_node * dist.nnodes_range[0]
     runnable, refused = plan_variants(workload, requested, device, reporter,
                                       extra_refusal=lambda v: refusal(workload, v), world_size=world_size,

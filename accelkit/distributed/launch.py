@@ -179,6 +179,20 @@ def check_processes(nproc_per_node: int, device: str) -> None:
                         "a CPU rank needs a core of its own — give at most that many")
 
 
+def check_rdzv_id(config: DistConfig) -> None:
+    """``--rdzv-id`` names the job only at a c10d rendezvous: torchrun's ``--standalone`` draws its own id and a static
+    rendezvous has none, so the launch command carries it only there. Given to another rendezvous it was dropped
+    without a word (found in a hunt): a user who set a per-job id to keep two jobs apart had nothing keeping them."""
+    if config.rdzv_id == DistConfig().rdzv_id or config.rendezvous == "c10d":
+        return
+    why = ("this launch is one node's --standalone rendezvous (no --rdzv-endpoint), which draws its own id — drop "
+           "--rdzv-id, or give --rdzv-endpoint HOST:PORT for a c10d rendezvous" if config.rendezvous == "standalone"
+           else "with --node-rank the rendezvous is static, where nodes meet by their ranks and no id is used — drop "
+                "--rdzv-id, or drop --node-rank for a c10d rendezvous")
+    raise UserError(f"--rdzv-id {config.rdzv_id} applies to a c10d rendezvous (--rdzv-endpoint without --node-rank); "
+                    f"{why}")
+
+
 def check_endpoint(config: DistConfig) -> None:
     """Node 0 of a static rendezvous hosts its store: torchrun's TCPStore listens on the endpoint's PORT on every
     interface, whatever HOST names. A PORT already in use there was a 1,759-character torchrun traceback (found in
@@ -334,6 +348,7 @@ def launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str], 
     handed to the handler that was installed before (by default: this process ends). A static rendezvous whose port is
     taken on node 0 is a UserError in one line, before torchrun starts (:func:`check_endpoint`) or from its output."""
     check_timeouts(config, timeout_s)
+    check_rdzv_id(config)
     check_endpoint(config)
     with _stop_signals_raise():
         return _launch(job, config, on_line=on_line, timeout_s=timeout_s)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from accelkit.core import UserError
 from accelkit.core.spec import Spec, spec_field
 
 if TYPE_CHECKING:
@@ -49,6 +50,24 @@ class QualityConfig(Spec):
     max_loss_increase: float = spec_field(
         0.02, min=0.0, max=10.0, doc="Quality gate: a compressed variant's final loss may exceed none's by this "
                                      "fraction (0.02 = within 2%).")
+
+
+def check_quality_flags(quality: QualityConfig, *, compressed: bool) -> None:
+    """The quality check runs only for compressed variants (and their twins), and the loss allowance only when it runs:
+    ``--quality-steps`` / ``--max-loss-increase`` given without ``--grad-compression`` (or the allowance with
+    ``--quality-steps 0``) were dropped without a word (found in a hunt) — a UserError naming the flag instead."""
+    default = QualityConfig()
+    if not compressed:
+        given = [f"--{f.replace('_', '-')} {getattr(quality, f):g}" for f in ("quality_steps", "max_loss_increase")
+                 if getattr(quality, f) != getattr(default, f)]
+        if given:
+            raise UserError(f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the quality check of "
+                            "gradient compression, and no variant here compresses its gradients: add "
+                            "--grad-compression none,bf16 (or fp16, powersgd), or drop "
+                            f"{'it' if len(given) == 1 else 'them'}")
+    elif quality.quality_steps == 0 and quality.max_loss_increase != default.max_loss_increase:
+        raise UserError(f"--max-loss-increase {quality.max_loss_increase:g} is the quality check's allowance, and "
+                        "--quality-steps 0 turns the check off: give --quality-steps N, or drop --max-loss-increase")
 
 
 def _generator(seed: int, step: int, rank: int) -> torch.Generator:
