@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import json
 import numbers
 import os
 from collections.abc import Iterable, Mapping
@@ -130,6 +131,45 @@ def _check_message(where: str, message: Mapping[str, Any]) -> None:
                          "\"\" for an empty message)")
 
 
+def _for_template(where: str, message: Mapping[str, Any]) -> dict[str, Any]:
+    """The message as the chat template sees it, as vLLM's ``LLM.chat`` (and the server) hand it over: a ``content``
+    list of text parts as their texts joined by newlines (the template printed the list's Python repr), and each tool
+    call's ``function.arguments`` — OpenAI's JSON text — as the object it holds (templates write it with ``tojson``,
+    which encoded the text a second time). A part that is not text, or arguments that are not JSON: ValueError."""
+    out = dict(message)
+    content = out.get("content")
+    if isinstance(content, (list, tuple)):
+        texts = []
+        for k, part in enumerate(content):
+            if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                kind = f"a part of type {part.get('type')!r}" if isinstance(part, Mapping) else _short(part)
+                raise ValueError(f"{where}.content[{k}] is {kind}; this engine takes text only: a string, or parts "
+                                 "{'type': 'text', 'text': ...}")
+        out["content"] = "\n".join(texts)
+    calls = out.get("tool_calls")
+    if isinstance(calls, (list, tuple)):
+        out["tool_calls"] = [_call_for_template(f"{where}.tool_calls[{k}]", c) for k, c in enumerate(calls)] or None
+        if out["tool_calls"] is None:  # [] is no calls: the template's plain assistant turn
+            del out["tool_calls"]
+    return out
+
+
+def _call_for_template(where: str, call: Any) -> Any:
+    """A tool call with its ``function.arguments`` JSON text read into what it holds ("" as {}); else as given."""
+    function: Any = call.get("function") if isinstance(call, Mapping) else None
+    arguments = function.get("arguments") if isinstance(function, Mapping) else None
+    if not isinstance(arguments, str) or function is None:  # (an object already, or none: as given)
+        return call
+    try:
+        parsed = json.loads(arguments) if arguments else {}
+    except ValueError as e:
+        raise ValueError(f"{where}.function.arguments={_short(arguments)} is not JSON ({e}); give the JSON text the "
+                         "call came with, or the arguments as a dict") from None
+    return {**call, "function": {**function, "arguments": parsed}}
+
+
 class LLM:
     """An engine for offline use. Keywords are :class:`EngineConfig` fields (dtype, kv_cache_dtype,
     kv_cache_memory_bytes, block_size, max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
@@ -234,8 +274,8 @@ class LLM:
                 _check_message(f"{where}[{j}]", m)
             try:
                 rendered.append(render_conversation(
-                    self.engine.tokenizer, [dict(m) for m in conversation], chat_template=chat_template,
-                    add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
+                    self.engine.tokenizer, [_for_template(f"{where}[{j}]", m) for j, m in enumerate(conversation)],
+                    chat_template=chat_template, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
                     variables=dict(chat_template_kwargs or {}), reserved=reserved, tools=tools,
                 ))
             except ChatTemplateError as e:
