@@ -464,7 +464,9 @@ def _render_rows(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
             "bottleneck"]
     if docs[0]["tokens_per_s"] is None and docs[0].get("samples_per_s") is not None:  # a CNN counts images
         cols[5:9] = ["samples/s", "samples/s/dev", "MFU", "J/sample"]
-    if infer:
+    if infer and _one_pass(docs[0]):  # a CNN or an encoder: one forward per batch, no prefill and no decode
+        cols[4:5] = ["batch s", "batch", "max batch"]
+    elif infer:
         cols[4:5] = ["prefill s", "decode ms/tok", "max batch"]  # prefill of the whole batch, not one request
     rows = [_row(d, infer=infer, by_hardware=by_hardware) for d in docs]
     title = f"{docs[0]['model']['name']} {docs[0]['task']}: " + ("one row per hardware" if by_hardware else "best layouts")
@@ -475,12 +477,21 @@ def _render_rows(docs: list[dict[str, Any]], *, by_hardware: bool) -> None:
     out.print("energy is ESTIMATED from TDP × activity factor; `--json` lists every assumption")
 
 
+def _one_pass(d: dict[str, Any]) -> bool:
+    """An inference plan of a model that runs one forward pass per batch — a CNN (it counts samples) or an encoder (its
+    input tokens) — whose time is the batch's, with no prefill or decode to speak of (a decoder's prefill-only run
+    still prefills)."""
+    return d["task"] != "train" and d.get("tokens_counted") in (None, "input")
+
+
 def _row(d: dict[str, Any], *, infer: bool, by_hardware: bool) -> list[Any]:
     """One plan's row of the table (inference: prefill, decode and max batch in place of the step)."""
     n = d["hardware"]["num_devices"]
     tps = d["tokens_per_s"] if d["tokens_per_s"] is not None else d.get("samples_per_s")
     row: list[Any] = [d["hardware"]["name"], n, _layout_str(d["layout"]), "yes" if d["fits"] else "NO"]
-    if infer:
+    if infer and _one_pass(d):
+        row += [fmt_num(d["prefill_time_s"], 3), d["batch"], d["max_batch"]]
+    elif infer:
         dec = d["decode_time_per_token_s"]
         row += [fmt_num(d["prefill_time_s"], 3), fmt_num(dec * 1e3 if dec else None, 2), d["max_batch"]]
     else:
@@ -539,6 +550,10 @@ def _render_one(d: dict[str, Any]) -> None:
         items = (f"{d['global_batch']} × {d['seq_len']} tokens" if d["tokens_per_s"] is not None
                  else f"{d['global_batch']} samples")  # a CNN: images, no sequence
         rows += [("step", f"{d['step_time_s']:.3f} s for {items}")]
+    elif _one_pass(d):  # one forward pass per batch: its time, not a prefill and an empty decode
+        items = ("sample" if d["tokens_per_s"] is None else "sequence") + ("s" if d["batch"] != 1 else "")
+        rows += [("batch", f"{d['batch']} (max that fits: {d['max_batch']})"),
+                 ("latency", f"{d['prefill_time_s'] * 1e3:.4g} ms per batch of {d['batch']} {items} (one forward pass)")]
     else:
         dec = d["decode_time_per_token_s"]
         rows += [("batch", f"{d['batch']} (max that fits: {d['max_batch']})"

@@ -263,6 +263,14 @@ def _base_assumptions(ctx: PlanContext) -> list[str]:
         out.append(f"energy not estimated: {d.name} has no published TDP")
     if w.task == "train":
         out.append(_train_memory_assumption(ctx))
+    elif ctx.cnn is not None:  # one forward pass per batch (time.infer_time): no prefill chunks, decode or KV cache
+        out.append("inference: one forward pass per batch — the traced forward FLOPs at the matmul rate plus the "
+                   "weights and twice the saved activations at HBM bandwidth; no decode, no KV cache")
+    elif ctx.model.kind not in ("decoder", "moe"):  # an encoder or a ViT: one pass over its input, no cache
+        out.append("inference: one forward pass per batch, in chunks of "
+                   f"{o.prefill_chunk_tokens} tokens; pipeline stages run one batch after another (pp adds capacity, "
+                   "not speed); per layer a roofline of the matmuls against the weight reads, attention and the "
+                   "memory-bound kernels (fused, CUDA graphs: no launch cost); no decode, no KV cache")
     else:
         out.append("inference: pipeline stages run one batch after another (pp adds capacity, not speed); "
                    f"prefill in chunks of {o.prefill_chunk_tokens} tokens; decode time at the mean context "

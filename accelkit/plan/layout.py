@@ -223,7 +223,8 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
     if not model.is_transformer:
         for name, value in (("tp", tp), ("pp", pp)):
             if value not in (None, 1):
-                raise UserError(f"--{name} {value} is not supported for the CNN {model.name}; it trains data-parallel only")
+                raise UserError(f"--{name} {value} is not supported for the CNN {model.name}; it "
+                                f"{'trains' if train else 'runs'} data-parallel only")
     if tp is not None:
         _check_tp(model, cluster, tp, train=train)
     if pp is not None and model.is_transformer and pp > model.num_layers:
@@ -239,7 +240,7 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
         check_context_parallel(cp, seq_len)
     if vp not in (None, 1):
         _check_vp(model, pp, vp, embedding_as_layer)
-    _check_device_count(dp, tp, pp, cp, num_devices)
+    _check_device_count(dp, tp, pp, cp, num_devices, train=train)
     every = _int(fixed, "recompute_every")
     if every not in (None, 1):
         _check_recompute_every(model, fixed.get("recompute"), every)
@@ -320,16 +321,19 @@ def _check_shard_group(group: int, dp: int | None, ep: int | None, cp: int | Non
                         "data-parallel group); drop one of them")
 
 
-def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int | None, num_devices: int) -> None:
-    """The given dp·tp·pp·cp divides the device count (equals it when dp, tp and pp are all given)."""
+def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int | None, num_devices: int, *,
+                        train: bool = True) -> None:
+    """The given dp·tp·pp·cp divides the device count (equals it when dp, tp and pp are all given). Inference has
+    no cp (refused above 1): its product is dp·tp·pp, dp replicas of tp·pp devices each."""
     product = 1
     for v in (dp, tp, pp, cp):
         if v is not None:
             product *= v
+    what = "dp·tp·pp·cp" if train else "dp·tp·pp (dp replicas of tp·pp devices each)"
     if num_devices % product:
-        raise UserError(f"dp·tp·pp·cp = {product} does not divide --num-devices {num_devices}")
+        raise UserError(f"{what} = {product} does not divide --num-devices {num_devices}")
     if dp is not None and tp is not None and pp is not None and product != num_devices:  # cp not given: searched as 1
-        raise UserError(f"dp·tp·pp·cp = {product} but --num-devices is {num_devices}; they must be equal")
+        raise UserError(f"{what} = {product} but --num-devices is {num_devices}; they must be equal")
 
 
 #: layout fields only training uses: the inference model (plan/evaluate.py infer_memory, plan/time.py infer_time)

@@ -24,7 +24,7 @@ from accelkit.plan.calibrate import hardware_key, resolve_hardware
 from accelkit.plan.context import PlanContext, make_context
 from accelkit.plan.evaluate import Candidate
 from accelkit.plan.options import PlanOptions
-from accelkit.plan.search import _counts, check_arguments, min_devices, search_ctx
+from accelkit.plan.search import _constraints, _counts, check_arguments, min_devices, search_ctx
 
 CompareBasis = Literal["devices", "budget", "min-devices"]
 COMPARE_BASES: tuple[str, ...] = ("devices", "budget", "min-devices")
@@ -132,20 +132,35 @@ def _price(name: str, given: dict[str, float], options: PlanOptions) -> tuple[fl
     return catalog.usd_per_device_hour, "catalog: " + catalog.describe()
 
 
+def _nowhere(contexts: list[PlanContext]) -> str:
+    """The basis when no count meets what min_devices asks on any device, in the flags' words: "no device count fits"
+    was said of hardware that fits where only --max-decode-latency-s or --target-tokens-per-s was out of reach."""
+    limit = min(ctx.options.max_devices for ctx in contexts)
+    return f"no device count up to --max-devices {limit} {_constraints(contexts[0])} on any compared hardware (see warnings)"
+
+
+def _it(n: int, fits: bool) -> str:
+    return ("it fits" if n == 1 else "they fit") if fits else ("it does" if n == 1 else "they do")
+
+
 def _same_count(contexts: list[PlanContext], mins: list[int | None],
                 fits: Callable[[int, int], bool]) -> tuple[list[int | None], str]:
     """The smallest count at which every device fits: the largest of their own smallest counts, or — where some
     layout rule (heads, batch) leaves a device nothing at that count — the next count on the ladder where all fit."""
     found = [n for n in mins if n is not None]
     if not found:  # nothing fits anywhere: each shows its largest count with a layout, and says so
-        return [None] * len(contexts), "no device count fits any compared hardware (see warnings)"
+        return [None] * len(contexts), _nowhere(contexts)
     start = max(found)
     limit = min(ctx.options.max_devices for ctx in contexts)
     ladder = sorted({n for ctx in contexts for n in _counts(ctx.device, limit) if n >= start})
     missing = [ctx.device.name for ctx, m in zip(contexts, mins, strict=True) if m is None]
-    which = "every compared hardware fits" if not missing else (
-        f"every compared hardware but {', '.join(missing)} fits ({'it fits' if len(missing) == 1 else 'they fit'} at "
-        "no count up to --max-devices: see warnings)")
+    # what each device's smallest count met: memory, and --max-decode-latency-s / --target-tokens-per-s when given
+    # (a device that fit but missed the latency bound was said to fit at no count)
+    cond = _constraints(contexts[0])
+    cond = cond if cond == "fits" else f"fits and {cond}"
+    which = f"every compared hardware {cond}" if not missing else (
+        f"every compared hardware but {', '.join(missing)} {cond} ({_it(len(missing), cond == 'fits')} "
+        "at no count up to --max-devices: see warnings)")
     for n in ladder:
         if all(fits(i, n) for i, m in enumerate(mins) if m is not None):
             # a device that fits nowhere keeps its own fallback (the largest count with a layout, and a warning)
@@ -159,6 +174,12 @@ def _same_budget(contexts: list[PlanContext], mins: list[int | None], budget: fl
                  fits: Callable[[int, int], bool]) -> tuple[list[int | None], str]:
     """Each device at the most devices ``budget`` dollars per hour buys (the largest count on its ladder with a
     fitting layout); default budget: the least at which every device fits at its own smallest count."""
+    free = [ctx.device.name for ctx in contexts if ctx.options.price_per_device_hour is not None
+            and not ctx.options.price_per_device_hour]
+    if free:  # given as 0: the catalog was not asked, and a free device would buy any count
+        raise UserError(f"--compare-basis budget cannot use a price of 0 for {', '.join(free)} (a free device buys "
+                        "any count); give --price-per-device-hour "
+                        f"{','.join(hardware_key(name) + '=X' for name in free)} above 0, or use --compare-basis devices")
     unpriced = [ctx.device.name for ctx in contexts if not ctx.options.price_per_device_hour]
     if unpriced:
         raise UserError(f"--compare-basis budget needs a price above 0 for {', '.join(unpriced)} (the price catalog "
@@ -168,7 +189,7 @@ def _same_budget(contexts: list[PlanContext], mins: list[int | None], budget: fl
     if budget is None:
         costs = [n * p for n, p in zip(mins, prices, strict=True) if n is not None]
         if not costs:
-            return [None] * len(contexts), "no device count fits any compared hardware (see warnings)"
+            return [None] * len(contexts), _nowhere(contexts)
         budget, how = max(costs), "the least at which every compared hardware fits"
     else:
         how = "--budget-per-hour"

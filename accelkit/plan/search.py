@@ -13,7 +13,7 @@ import difflib
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from accelkit.core import Cluster, DeviceSpec, UserError, Workload
@@ -231,14 +231,16 @@ def _rule(ctx: PlanContext, key: str) -> str:
     m = ctx.model
     train = ctx.workload.task == "train"
     rules = {
-        "dp": "dp is the devices tp·pp·cp leave and divides the global batch",
+        "dp": "dp is the devices tp·pp·cp leave and divides the global batch" if train else
+              "dp is the replicas the devices leave, each of tp·pp devices",
         "tp": f"tp divides the {m.num_heads} heads, "
               + (f"divides the {m.kv_heads} KV heads (training shards whole KV heads), " if train else
                  f"divides or is a multiple of the {m.kv_heads} KV heads, ")
               + f"divides the device count and stays inside the scale-up domain ({scaleup_limit(ctx.cluster)} devices)",
-        "pp": "pp divides the device count left by tp·cp; a free pp also divides the "
+        "pp": f"pp divides the device count left by {'tp·cp' if train else 'tp'}; a free pp also divides the "
               f"{m.num_layers} layers (the search tries even stages), a pinned one may leave them uneven",
-        "ep": f"ep divides dp (the experts are spread over ep of the data-parallel ranks) and the {m.num_experts} experts",
+        "ep": f"ep divides dp (the experts are spread over ep of the {'data-parallel ranks' if train else 'replicas'}) "
+              f"and the {m.num_experts} experts",
         "cp": "cp divides the device count",
         "vp": f"pp·vp chunks hold at least one of the {m.num_layers} layers each (dividing them when pp is free) and, "
               "interleaved, the micro-batches per step are a multiple of pp (Megatron-LM's interleaved 1F1B)",
@@ -277,9 +279,12 @@ def _no_layout_message(ctx: PlanContext, n: int, fixed: dict[str, Any], global_b
     if train and global_batch is not None and dps and all(global_batch % dp for dp in dps):
         return (f"{head}: dp must divide the global batch and here dp can only be {_or([str(d) for d in dps])}; give a "
                 "--global-batch that is a multiple of one")
-    kv_rule = "divide the KV heads" if train else "divide or be a multiple of the KV heads"
-    return (f"{head}: dp·tp·pp·cp must equal the device count, tp divide the heads (and {kv_rule}) and stay inside "
-            "the scale-up domain, pp the layers, dp the global batch; change one of them")
+    if train:
+        return (f"{head}: dp·tp·pp·cp must equal the device count, tp divide the heads (and the KV heads) and stay "
+                "inside the scale-up domain, pp the layers, dp the global batch; change one of them")
+    return (f"{head}: dp·tp·pp (dp replicas of tp·pp devices each) must equal the device count, tp divide the heads "
+            "(and divide or be a multiple of the KV heads) and stay inside the scale-up domain, pp the layers; change "
+            "one of them")
 
 
 def _counts(device: DeviceSpec, limit: int) -> Iterator[int]:
@@ -324,6 +329,30 @@ def min_devices(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global
     return None, ctx
 
 
+def _fastest_count(ctx: PlanContext, fixed: dict[str, Any], batch: int | None) -> tuple[Candidate, int] | None:
+    """Inference under ``options.max_decode_latency_s``: the fastest fitting candidate of every count ``min_devices``
+    tries (each planned at its fastest batch when none meets the bound) and the smallest count that reaches it
+    (None: nothing fits anywhere). More dp never lowers a replica's latency and pp does not either, so a bound no
+    count meets was planned on the largest count (65,536 H100s for what tp 8 on 8 does); this finds the count to
+    plan instead."""
+    fixed = {k: v for k, v in fixed.items() if v is not None}
+    best: tuple[Candidate, int] | None = None
+    for n in _counts_for(ctx, fixed):
+        sized = _with_cluster(ctx, _cluster_for(ctx.cluster, n))
+        try:
+            check_user_layout(ctx.model, sized.cluster, fixed, n, train=False)
+        except UserError:
+            continue
+        for lay in enumerate_layouts(sized, n, fixed, None):
+            if not _fits_memory(sized, lay, batch):
+                continue
+            c = evaluate(sized, lay, batch)
+            # a later count must be faster by more than rounding to count (dp replicas decode at the same speed)
+            if c.fits and (best is None or c.latency_s < best[0].latency_s * (1 - 1e-9)):
+                best = c, n
+    return best
+
+
 def _largest_counts(ctx: PlanContext, fixed: dict[str, Any], global_batch: int | None) -> tuple[int | None, int | None]:
     """Of the counts ``min_devices`` tries: the largest the pinned fields accept (``check_user_layout``) and the
     largest with any valid layout, fitting or not (None: no such count)."""
@@ -355,8 +384,6 @@ def _counts_for(ctx: PlanContext, fixed: dict[str, Any]) -> Iterator[int]:
 
 def _with_cluster(ctx: PlanContext, cluster: Cluster) -> PlanContext:
     """The same context on a cluster of another size (peaks and efficiencies do not change)."""
-    from dataclasses import replace
-
     return replace(ctx, cluster=cluster, assumptions=list(ctx.assumptions), warnings=list(ctx.warnings))
 
 
@@ -429,6 +456,61 @@ def _check_pinned_fields(ctx: PlanContext, fixed: dict[str, Any]) -> None:
                       embedding_as_layer=ctx.options.pp_embedding_as_layer, train=train)
 
 
+def _fastest_reachable(ctx: PlanContext, fixed: dict[str, Any], batch: int | None) -> tuple[int | None, PlanContext]:
+    """Inference whose ``--max-decode-latency-s`` no count meets: the smallest count with the best latency there is
+    (and the target throughput at that latency, when one is given), with a warning naming it — not the largest
+    count. (None, ctx) where that does not apply."""
+    bound = ctx.options.max_decode_latency_s
+    fastest = None if bound is None or ctx.workload.task == "train" else _fastest_count(ctx, fixed, batch)
+    if fastest is None or bound is None or fastest[0].latency_s <= bound:
+        return None, ctx
+    best, at = fastest
+    relaxed = replace(ctx.options, max_decode_latency_s=best.latency_s * (1 + 1e-9))
+    n, _ = min_devices(replace(ctx, options=relaxed), fixed=fixed, batch=batch)
+    if n is None:
+        return None, ctx
+    took = (f"decode is {best.latency_s * 1e3:.3g} ms per token" if best.decode_time_per_token_s else
+            f"batch takes {best.latency_s * 1e3:.3g} ms")  # no decode: the batch's prefill (_latency_s)
+    lay = best.layout
+    where = (f"tp {lay.tp}" + (f", pp {lay.pp}" if lay.pp > 1 else "") + (f", ep {lay.ep}" if lay.ep > 1 else "")
+             + f" on {at} × {ctx.device.name}")
+    sized = _with_cluster(ctx, _cluster_for(ctx.cluster, n))
+    note = (f"--max-decode-latency-s {bound:g} is not reachable on any device count up to --max-devices "
+            f"{ctx.options.max_devices}: the fastest {took} ({where}, batch {best.batch}); "
+            f"showing the smallest count that reaches it"
+            + ("" if ctx.options.target_tokens_per_s is None else
+               f" and --target-tokens-per-s {ctx.options.target_tokens_per_s:,.0f}"))
+    sized.assumptions.append(note)
+    sized.warnings.append(note)
+    return n, sized
+
+
+def _largest_fallback(ctx: PlanContext, fixed: dict[str, Any],
+                      global_batch: int | None) -> tuple[int, PlanContext, str | None]:
+    """Nothing fits (or meets the target) at any count tried: the largest count with a layout, a warning saying so,
+    and the count flag ``search_context`` names when even that has no layout."""
+    limit, count_flag = ctx.options.max_devices, None
+    accepted, n = _largest_counts(ctx, fixed, global_batch)
+    if n is None:  # no count has a valid layout: search_context says why, at the largest it accepts
+        pinned = {k: v for k, v in fixed.items() if v is not None}
+        if accepted is None and all(is_int(pinned.get(k)) for k in ("dp", "tp", "pp")):
+            # the pinned fields name one count, above the limit: say it (the words below named no cause)
+            count = pinned["dp"] * pinned["tp"] * pinned["pp"] * (pinned.get("cp") or 1)
+            product = "dp·tp·pp·cp" if ctx.workload.task == "train" else "dp·tp·pp"
+            raise UserError(f"{product} = {count} devices is above --max-devices {limit}; raise --max-devices "
+                            f"to {count} or more, or pin smaller values")
+        if accepted is None:
+            raise UserError(f"no device count up to --max-devices {limit} can hold the layout fields given "
+                            f"({', '.join(flag_text(k, v) for k, v in pinned.items())}"
+                            "); give --num-devices, or raise --max-devices")
+        n, count_flag = accepted, f"nor any other count up to --max-devices {limit}"
+    sized = _with_cluster(ctx, _cluster_for(ctx.cluster, n))
+    note = f"no device count up to --max-devices {limit} {_constraints(ctx)}; showing the best layout on {n}"
+    sized.assumptions.append(note)
+    sized.warnings.append(note)
+    return n, sized, count_flag
+
+
 def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_batch: int | None = None,
                batch: int | None = None, num_devices: int | None = None, top: int | None = None) -> list[Candidate]:
     """``search`` on a made context (``num_devices`` None: the smallest count that fits)."""
@@ -442,19 +524,10 @@ def search_ctx(ctx: PlanContext, *, fixed: dict[str, Any] | None = None, global_
     if num_devices is None:
         _check_pinned_fields(ctx, fixed or {})
         n, sized = min_devices(ctx, fixed=fixed, global_batch=global_batch, batch=batch)
+        if n is None:
+            n, sized = _fastest_reachable(ctx, fixed or {}, batch)
         if n is None:  # nothing fits (or meets the target) anywhere we looked: the largest count with a layout
-            limit = ctx.options.max_devices
-            accepted, n = _largest_counts(ctx, fixed or {}, global_batch)
-            if n is None:  # no count has a valid layout: search_context says why, at the largest it accepts
-                if accepted is None:
-                    raise UserError(f"no device count up to --max-devices {limit} can hold the layout fields given "
-                                    f"({', '.join(flag_text(k, v) for k, v in (fixed or {}).items() if v is not None)}"
-                                    "); give --num-devices, or raise --max-devices")
-                n, count_flag = accepted, f"nor any other count up to --max-devices {limit}"
-            sized = _with_cluster(ctx, _cluster_for(ctx.cluster, n))
-            note = f"no device count up to --max-devices {limit} {_constraints(ctx)}; showing the best layout on {n}"
-            sized.assumptions.append(note)
-            sized.warnings.append(note)
+            n, sized, count_flag = _largest_fallback(ctx, fixed or {}, global_batch)
     else:
         n, sized = num_devices, _with_cluster(ctx, _cluster_for(ctx.cluster, num_devices))
     found = search_context(sized, n, fixed=fixed, global_batch=global_batch, batch=batch, count_flag=count_flag,

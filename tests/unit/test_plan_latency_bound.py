@@ -35,12 +35,15 @@ def test_the_smallest_device_count_is_one_with_a_layout_within_the_bound():
     found = _best(0.010, batch=256, minimize_devices=True)
     assert found.layout.num_devices == 2 and found.layout.tp == 2 and found.decode_time_per_token_s <= 0.010
     assert found.extra["context"].warnings == []
-    # a bound no count meets: a warning, as an unreachable --target-tokens-per-s gives
+    # a bound no count meets: the smallest count that reaches the best latency any count has (more replicas never
+    # lower a replica's decode time: this planned every device up to --max-devices), and a warning naming that latency
     nowhere = search(W, H100, options=PlanOptions(max_decode_latency_s=1e-4, max_devices=16), minimize_devices=True,
                      top=1)[0]
+    assert nowhere.layout.num_devices == 8 and nowhere.layout.tp == 8
     assert nowhere.extra["context"].warnings == [
-        "no device count up to --max-devices 16 decodes within --max-decode-latency-s 0.0001; showing the best layout "
-        "on 16"]
+        "--max-decode-latency-s 0.0001 is not reachable on any device count up to --max-devices 16: the fastest decode "
+        f"is {nowhere.decode_time_per_token_s * 1e3:.3g} ms per token (tp 8 on 8 × H100-SXM5-80GB, batch 1); showing "
+        "the smallest count that reaches it"]
 
 
 def test_a_pinned_count_that_cannot_meet_the_bound_warns_with_its_fastest(capsys):
