@@ -227,15 +227,19 @@ class Recorder:
 
     def _phases(self, lane: Lane) -> list[PhaseTime] | None:
         """The step's phases (``Step.phases``), each with its MFU: its FLOPs per call over its median seconds, against
-        the same peaks as the step's."""
+        the same peaks as the step's. ``mfu.flops_per_item`` is per item, as the step's own is (the phases' figures
+        add up to it): the call's FLOPs ÷ the step's items; a phase's items/s is the step's items ÷ its median
+        seconds, so its achieved FLOP/s and MFU are the call's (per call at --batch-size 2 they read twice the step's
+        flops_per_item under the same key; found in a hunt)."""
         if lane.step.phases is None:
             return None
         dtype = lane.variant.matmul_dtype
+        items = lane.step.items
         out = []
         for row in lane.step.phases(len(lane.samples)):
             flops, seconds = row.pop("flops", None), row.get("median_s")
             mfu = None if not flops else mfu_result(
-                flops, 1 / seconds if seconds else None, self.peaks.get(dtype), self.reference.flops_source,
+                flops / items, items / seconds if seconds else None, self.peaks.get(dtype), self.reference.flops_source,
                 datasheet=self.peaks.datasheet(dtype), probe=self.peaks.probe(dtype))
             out.append(PhaseTime.from_dict({**row, "mfu": mfu}))
         return out

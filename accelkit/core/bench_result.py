@@ -138,8 +138,9 @@ class PhaseTime(Spec):
     call_median_s: float | None = spec_field(None, min=0.0, doc="Median seconds of one call of it (one step).")
     per_step_s: list[float] | None = spec_field(None, doc="The denoiser: median seconds of each step, in order.")
     mfu: MfuResult | None = spec_field(
-        None, doc="The phase's model FLOPs per measured call (FlopCounterMode, read at its hooks) over median_s, "
-                  "against the datasheet and the probe.")
+        None, doc="The phase's model FLOPs per image (FlopCounterMode, read at its hooks: its FLOPs per measured call ÷ "
+                  "the images per call, as the step's flops_per_item), at the call's rate (FLOPs per call over "
+                  "median_s), against the datasheet and the probe.")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

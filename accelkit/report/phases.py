@@ -29,7 +29,7 @@ def phase_table(run: BenchRunResult) -> Table | None:
         return None
     t = Table(title="where a generation call's time goes (timed inside the pipeline call; median over the calls after "
                     "the first)", title_justify="left", header_style="bold")
-    for i, col in enumerate(("variant", "phase", "calls", "per call", "share", "one call", "FLOPs/call", "MFU")):
+    for i, col in enumerate(("variant", "phase", "calls", "per call", "share", "one call", "FLOPs/image", "MFU")):
         t.add_column(col, justify="left" if i < 2 else "right")
     for v in entries:
         for p in v.phase_breakdown or []:

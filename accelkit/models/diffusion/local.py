@@ -15,6 +15,7 @@ from accelkit.core import UserError
 from accelkit.models.diffusion.pipeline import denoiser_count
 from accelkit.models.diffusion.spec import (
     CLIP_TOKENS,
+    DENOISER_CLASS,
     ENCODER_SLOTS,
     PIPELINE_CLASS,
     DiffusionFamily,
@@ -26,6 +27,9 @@ from accelkit.models.diffusion.unet import vae_decoder, vae_params
 
 #: the pipeline defaults a directory does not hold: steps, guidance, T5 tokens (max_sequence_length)
 _DEFAULTS = {"sd3": (28, 7.0, 256), "flux": (28, 3.5, 512), "sdxl": (50, 5.0, 0)}
+#: FLUX.1-schnell (a FLUX transformer without guidance_embeds: timestep-distilled): 4 steps, no guidance, 256 T5
+#: tokens, as diffusers' FluxPipeline example and docs run it (FLUX-dev's 28 steps at 3.5 were used; found in a hunt)
+_SCHNELL_DEFAULTS = (4, 0.0, 256)
 _ENCODER_KIND = {"CLIPTextModel": "clip", "CLIPTextModelWithProjection": "clip-projection",
                  "T5EncoderModel": "t5"}
 _WEIGHTS = ("*.safetensors", "*.bin")
@@ -153,17 +157,35 @@ def _check_keys(root: Path, spec: DiffusionSpec, slots: list[str]) -> None:
                             f"({type(exc).__name__}: {exc}); compare it with diffusers' save_pretrained output") from exc
 
 
+def _family(root: Path, index: dict[str, Any]) -> DiffusionFamily:
+    """The pipeline family ``model_index.json``'s ``_class_name`` names; a UserError naming what to write where it is
+    missing ('pipeline None is not one accelkit models' said nothing of the key; found in a hunt) or not modelled."""
+    by_class: dict[str, DiffusionFamily] = {cls: fam for fam, cls in PIPELINE_CLASS.items()}  # type: ignore[misc]
+    if "_class_name" not in index:
+        by_denoiser = {cls: PIPELINE_CLASS[fam] for fam, cls in DENOISER_CLASS.items()}
+        denoiser_class = next((e[1] for e in (index.get("transformer"), index.get("unet"))
+                               if isinstance(e, list) and len(e) == 2 and e[1] in by_denoiser), None)
+        raise UserError(f"{root / 'model_index.json'} has no '_class_name', the pipeline's diffusers class; add "
+                        + (f'"_class_name": "{by_denoiser[denoiser_class]}" (its denoiser is a {denoiser_class})'
+                           if denoiser_class else f"one of {', '.join(sorted(by_class))}"))
+    family = by_class.get(str(index.get("_class_name")))
+    if family is None:
+        raise UserError(f"{root}: pipeline {index.get('_class_name')!r} is not one accelkit models; supported: "
+                        f"{', '.join(sorted(by_class))}")
+    return family
+
+
 def load_dir(path: str, published: Callable[[str], DiffusionSpec]) -> DiffusionSpec:
     """The DiffusionSpec of a diffusers pipeline directory (SD3, FLUX or SDXL pipelines); ``published``: a preset by
     name, whose configs the directory's values are checked against (:func:`_check_types`)."""
     root = Path(path)
     index = _read(root / "model_index.json")
-    by_class: dict[str, DiffusionFamily] = {cls: fam for fam, cls in PIPELINE_CLASS.items()}  # type: ignore[misc]
-    family = by_class.get(str(index.get("_class_name")))
-    if family is None:
-        raise UserError(f"{path}: pipeline {index.get('_class_name')!r} is not one accelkit models; supported: "
-                        f"{', '.join(sorted(by_class))}")
-    steps, guidance, t5_tokens = _DEFAULTS[family]
+    family = _family(root, index)
+    denoiser_folder = "unet" if family == "sdxl" else "transformer"
+    denoiser = _config(root, denoiser_folder)
+    # diffusers' FluxTransformer2DModel defaults guidance_embeds to False, and FluxPipeline then passes no guidance
+    schnell = family == "flux" and not denoiser.get("guidance_embeds", False)
+    steps, guidance, t5_tokens = _SCHNELL_DEFAULTS if schnell else _DEFAULTS[family]
     reference = _published_configs(family, published)
     encoders, slots, dropped_t5 = [], [], 0
     for slot in ENCODER_SLOTS:
@@ -183,8 +205,6 @@ def load_dir(path: str, published: Callable[[str], DiffusionSpec]) -> DiffusionS
                             f"expected a positive integer (CLIP's is {CLIP_TOKENS})")
         encoders.append(TextEncoder(kind=kind, config=config, max_length=tokens))  # type: ignore[arg-type]
         slots.append(slot)
-    denoiser_folder = "unet" if family == "sdxl" else "transformer"
-    denoiser = _config(root, denoiser_folder)
     vae = _config(root, "vae")
     _check_types(root, {denoiser_folder: ("", denoiser), "vae": ("", vae)}, reference)
     factor = 2 ** (len(vae.get("block_out_channels", (0, 0, 0, 0))) - 1)

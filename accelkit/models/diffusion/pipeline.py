@@ -38,8 +38,9 @@ def default_generation(spec: DiffusionSpec, **overrides: Any) -> Generation:
 
 
 def check_generation(spec: DiffusionSpec, gen: Generation, names: dict[str, str] | None = None) -> str | None:
-    """Why ``spec`` cannot generate at ``gen``'s size (None if it can), naming the sizes that work; ``names`` spells
-    the height and width as the caller's user gave them (``{"height": "--resolution", …}``)."""
+    """Why ``spec`` cannot generate at ``gen``'s size (None if it can), naming the sizes that work, or with its
+    guidance (a guidance scale for a pipeline that has no use for one); ``names`` spells the height, width and
+    guidance as the caller's user gave them (``{"height": "--resolution", …}``)."""
     multiple = spec.side_multiple
     names = names or {}
     for key, side in (("height", gen.height), ("width", gen.width)):
@@ -49,6 +50,10 @@ def check_generation(spec: DiffusionSpec, gen: Generation, names: dict[str, str]
             below = side // multiple * multiple
             sizes = f"{below} or {below + multiple}" if below else f"{multiple}"  # (below one multiple: only up)
             return f"{flag} {side} is not a multiple of {multiple} ({spec.name}: {why}); use {sizes}"
+    if gen.guidance and not spec.takes_guidance:  # diffusers' FluxPipeline drops it without a word (a hunt)
+        flag = names.get("guidance", "--guidance")  # every command spells it so
+        return (f"{flag} {gen.guidance:g} has no effect on {spec.name}: its transformer has no guidance embedding "
+                "(guidance_embeds false, as FLUX.1-schnell's) and FluxPipeline runs no CFG; leave out " + flag)
     if spec.family == "sd3":
         max_side = spec.denoiser.get("pos_embed_max_size", 96) * spec.side_multiple
         if max(gen.height, gen.width) > max_side:

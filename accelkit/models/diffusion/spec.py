@@ -104,6 +104,13 @@ class DiffusionSpec(Spec):
             return self.vae_scale_factor * int(self.denoiser.get("patch_size", 2))
         return self.vae_scale_factor
 
+    @property
+    def takes_guidance(self) -> bool:
+        """Whether a guidance scale changes the call: CFG (SD3, SDXL) or FLUX's guidance embedding; a FLUX transformer
+        without ``guidance_embeds`` (FLUX.1-schnell, timestep-distilled) has neither — FluxPipeline ignores the
+        scale (diffusers' FluxTransformer2DModel defaults the key to False)."""
+        return self.family != "flux" or bool(self.denoiser.get("guidance_embeds", False))
+
     def uses_cfg(self, guidance: float) -> bool:
         """Whether the denoiser runs twice per step (classifier-free guidance: a conditional and an unconditional
         batch in one call). FLUX.1-dev is guidance-distilled: the scale is an input, one pass per step."""
