@@ -146,34 +146,33 @@ def test_a_running_engine_counts_its_steps_wall_and_cpu_time():
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the scheduler's statistics are Linux's")
 def test_the_engine_threads_wait_for_a_core_is_read_from_the_scheduler_at_each_scrape():
-    """Pinned to one core beside a busy (niced) shell loop, this busy thread is runnable all the time and runs about
-    three quarters of it (less when other work shares the core): its wait for the core is its wall time less its CPU
-    time — what the bridge adds to accelkit_engine_thread_runqueue_seconds between two scrapes (not the time it ran);
-    the first scrape is only the baseline."""
+    """Pinned to one core beside three busy shell loops, this busy thread gets about a quarter of the core (less when
+    other work shares it): between two scrapes the bridge adds its wait for the core to
+    accelkit_engine_thread_runqueue_seconds — several times the time it ran (what a read of the wrong field of the
+    kernel's statistics would give) and no more than the wall time; the first scrape is only the baseline."""
     bridge, registry = _bridge()
     me = threading.get_native_id()
-    bridge.on_scrape(me)
     allowed = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(allowed)})  # this thread, and the shell it starts, on one core
+    os.sched_setaffinity(0, {min(allowed)})  # this thread, and the shells it starts, on one core
+    spinners = []
     try:
-        spinner = subprocess.Popen(["nice", "-n", "5", "sh", "-c", "while :; do :; done"])
-        try:
-            time.sleep(0.02)  # (the shell started)
-            before, start, cpu = thread_runqueue_seconds(me), time.perf_counter(), time.thread_time()
-            bridge.on_scrape(me)
-            while time.perf_counter() - start < 0.4:
-                pass
-            bridge.on_scrape(me)
-            wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
-        finally:
+        spinners = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(3)]
+        time.sleep(0.02)  # (the shells started)
+        before, start, cpu = thread_runqueue_seconds(me), time.perf_counter(), time.thread_time()
+        bridge.on_scrape(me)  # the baseline: the thread's wait before serving began is not counted
+        assert _samples(registry)[("accelkit_engine_thread_runqueue_seconds_total", "")] == 0
+        while time.perf_counter() - start < 0.4:
+            pass
+        bridge.on_scrape(me)
+        wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
+        after = thread_runqueue_seconds(me)
+    finally:
+        for spinner in spinners:
             spinner.kill()
             spinner.wait()
-    finally:
         os.sched_setaffinity(0, allowed)
-    after = thread_runqueue_seconds(me)
     assert before is not None and after is not None
     exported = _samples(registry)[("accelkit_engine_thread_runqueue_seconds_total", "")]
-    assert exported == pytest.approx(wall - cpu, abs=0.04) and exported > 0.03
-    assert exported <= after - before + 1e-9  # (nothing from before the first scrape)
+    assert 1.5 * cpu < exported <= min(wall, after - before), (exported, cpu, wall)
     bridge.on_scrape(None)  # a loop not started, or another system: nothing read, nothing added
     assert thread_runqueue_seconds(2**31 - 1) is None  # (no such thread)
