@@ -112,3 +112,14 @@ def test_only_sdxl_plans_its_fp16_vae_decode_in_fp32(name):
     fp16, bf16 = (plan_image(spec, gen, h200, precision=p)["activations_by_phase_bytes"]["vae_decode"]
                   for p in ("fp16", "bf16"))
     assert fp16 == (2 * bf16 if name == "sdxl-base" else bf16)
+
+
+def test_a_side_past_sd3s_position_embeddings_names_the_flag_and_value():
+    """The refusal named neither (the CLI fuzz test caught `--height 355687428096000`): it says which side, as the
+    caller spells it, and the largest that works."""
+    spec = get_diffusion_preset("tiny-sd3")
+    gen = default_generation(spec, height=512, width=1024)
+    why = check_generation(spec, gen, {"height": "--height", "width": "--width"})
+    assert why is not None and why.startswith("--width 1024 is past tiny-sd3's position embeddings") \
+        and why.endswith("use 512 or less")
+    assert check_generation(spec, default_generation(spec, height=512, width=512)) is None

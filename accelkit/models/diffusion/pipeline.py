@@ -57,8 +57,10 @@ def check_generation(spec: DiffusionSpec, gen: Generation, names: dict[str, str]
     if spec.family == "sd3":
         max_side = spec.denoiser.get("pos_embed_max_size", 96) * spec.side_multiple
         if max(gen.height, gen.width) > max_side:
-            return (f"{spec.name} has position embeddings for images up to {max_side} pixels a side "
-                    f"(pos_embed_max_size {spec.denoiser.get('pos_embed_max_size', 96)}); use a smaller size")
+            key = "height" if gen.height >= gen.width else "width"  # (the side past the table, named as given)
+            return (f"{names.get(key, key)} {getattr(gen, key)} is past {spec.name}'s position embeddings, which hold "
+                    f"images up to {max_side} pixels a side (pos_embed_max_size "
+                    f"{spec.denoiser.get('pos_embed_max_size', 96)}); use {max_side} or less")
     return None
 
 
