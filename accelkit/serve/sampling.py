@@ -7,11 +7,13 @@ temperature) is a ``ValueError`` naming the field before the request is queued.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from accelkit.core.spec import Spec, spec_field
 
@@ -381,6 +383,16 @@ class SamplingParams(Spec):
         "left out of the text; False keeps them — but for the stop token that ended the output, left out as vLLM "
         "does unless include_stop_str_in_output. The token ids are the same either way.",
     )
+    spaces_between_special_tokens: bool = spec_field(
+        True, doc="vLLM's; accepted for its clients and has no effect: the text is the tokenizer's own decode at its "
+        "own spacing, and a fast (tokenizers) tokenizer — what transformers 5 loads from a tokenizer.json — places "
+        "special tokens by its decoder whatever this is (transformers' decode and vLLM's fast detokenizer ignore it "
+        "too).",
+    )
+    detokenize: bool = spec_field(
+        True, doc="vLLM's: False (text left empty, token ids only) is refused — accelkit always decodes the text; the "
+        "token ids are in every output as well.",
+    )
     truncate_prompt_tokens: int | None = spec_field(
         None, min=1, doc="vLLM's: only the last k prompt tokens run (a shorter prompt runs whole); None = all of "
         "it. Applied after tokenizing, before the context-length check; RequestOutput.prompt_token_ids are the "
@@ -466,6 +478,9 @@ class SamplingParams(Spec):
         if self.cache_salt is not None and not 1 <= len(self.cache_salt) <= MAX_CACHE_SALT_CHARS:
             raise ValueError(f"cache_salt has {len(self.cache_salt)} characters; give 1 to {MAX_CACHE_SALT_CHARS} (or "
                              "leave it out to share the prefix cache)")
+        if not self.detokenize:  # (the output processor decodes every request: a 200 with text would ignore it)
+            raise ValueError("detokenize=False is not supported: accelkit always decodes the output text (the token "
+                             "ids are in every output as well); leave detokenize out")
         self._check_masks()
         self._check_structured()
 
@@ -526,3 +541,29 @@ class SamplingParams(Spec):
     def greedy(cls, max_tokens: int = 16, **kwargs: object) -> SamplingParams:
         """Argmax decoding — what the exactness tests compare against ``transformers.generate``."""
         return cls(temperature=0.0, max_tokens=max_tokens, **kwargs)  # type: ignore[arg-type]
+
+
+_S = TypeVar("_S", bound=type)
+
+
+def _name_unknown_keywords(cls: _S) -> _S:
+    """``cls(**kwargs)`` with a keyword it has no field for: one line naming it and the closest field (the
+    dataclass's own TypeError, "__init__() got an unexpected keyword argument", named no field it has; a hunt)."""
+    init = vars(cls)["__init__"]  # (the dataclass's own)
+    known = [f for f in cls.__dataclass_fields__ if not f.startswith("_")]  # type: ignore[attr-defined]
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for key in kwargs:
+            if key not in cls.__dataclass_fields__:  # type: ignore[attr-defined]
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean {near[0]!r}?" if near else f"its fields are {', '.join(known)}"
+                raise TypeError(f"{cls.__name__} has no field {key!r}; {hint}")
+        init(self, *args, **kwargs)
+
+    setattr(cls, "__init__", __init__)  # noqa: B010  (mypy refuses assigning to a method)
+    return cls
+
+
+_name_unknown_keywords(StructuredOutputs)
+_name_unknown_keywords(SamplingParams)

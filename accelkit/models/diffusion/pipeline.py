@@ -61,7 +61,23 @@ def check_generation(spec: DiffusionSpec, gen: Generation, names: dict[str, str]
             return (f"{names.get(key, key)} {getattr(gen, key)} is past {spec.name}'s position embeddings, which hold "
                     f"images up to {max_side} pixels a side (pos_embed_max_size "
                     f"{spec.denoiser.get('pos_embed_max_size', 96)}); use {max_side} or less")
-    return None
+    return _steps_past_schedule(spec, gen.steps, names.get("steps", "--steps"))
+
+
+def _steps_past_schedule(spec: DiffusionSpec, steps: int, flag: str) -> str | None:
+    """Why ``steps`` denoise nothing on ``spec``'s scheduler (None if they can): SDXL's EulerDiscreteScheduler with
+    "leading" timestep spacing (sdxl-base's, as the published scheduler_config.json) spaces its timesteps
+    num_train_timesteps // steps apart — 0 past num_train_timesteps, so every step runs at the same last timestep
+    and the image stays noise, without a word from diffusers (a hunt). "linspace" and "trailing" spacing and SD3's
+    and FLUX's flow-matching scheduler (a linspace of sigmas) space any number of steps."""
+    if spec.family != "sdxl" or spec.scheduler.get("timestep_spacing", "linspace") != "leading":
+        return None
+    train = int(spec.scheduler.get("num_train_timesteps", 1000))
+    if steps <= train:
+        return None
+    return (f"{flag} {steps} is more than {spec.name}'s scheduler can space: its \"leading\" timestep spacing puts "
+            f"the steps num_train_timesteps // steps = {train} // {steps} = 0 timesteps apart, so every step runs at "
+            f"timestep {spec.scheduler.get('steps_offset', 0)} and the image stays noise; use {train} or less")
 
 
 def text_tokens(spec: DiffusionSpec) -> int:
