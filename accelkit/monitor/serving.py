@@ -22,6 +22,8 @@ REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
 #: the engine's finish reasons (``vllm:request_success_total``'s ``finished_reason`` label)
 FINISH_REASONS = ("stop", "length", "abort", "error")
 _TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+# a request's mean time per output token: vLLM's buckets (its inter-token ones, 10 ms to 80 s)
+_TPOT = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 # a structured-output compile: llguidance's take a millisecond or so, its slowest real schemas seconds, and the
 # server gives up waiting at 5 s (a compile past it still ends, by the engine's own limits)
 _STEP = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -69,6 +71,18 @@ class ServingMetrics:
                                             buckets=lat, registry=registry)
         self.request_prefill_time = Histogram("vllm:request_prefill_time_seconds", "Time in prefill.", m, buckets=lat, registry=registry)
         self.request_decode_time = Histogram("vllm:request_decode_time_seconds", "Time in decode.", m, buckets=lat, registry=registry)
+        self.request_inference_time = Histogram("vllm:request_inference_time_seconds", "Time running: first scheduled "
+                                                "to last token.", m, buckets=lat, registry=registry)
+        self.request_time_per_output_token = Histogram(
+            "vllm:request_time_per_output_token_seconds", "Mean time per output token after the first, per request "
+            "(0 for one of a single token).", m, buckets=_TPOT, registry=registry)
+        self.request_params_max_tokens = Histogram("vllm:request_params_max_tokens", "The max_tokens of each request.",
+                                                   m, buckets=_TOKENS, registry=registry)
+        self.request_params_n = Histogram("vllm:request_params_n", "The n of each request (observed once per prompt, "
+                                          "when its last choice finishes).", m, buckets=(1, 2, 5, 10, 20), registry=registry)
+        self.request_max_num_generation_tokens = Histogram(
+            "vllm:request_max_num_generation_tokens", "The most tokens any choice of a prompt generated (observed once "
+            "per prompt, when its last choice finishes).", m, buckets=_TOKENS, registry=registry)
         self.request_prompt_tokens = Histogram("vllm:request_prompt_tokens", "Prompt tokens per request.", m, buckets=_TOKENS, registry=registry)
         self.request_generation_tokens = Histogram("vllm:request_generation_tokens", "Generated tokens per request.", m,
                                                    buckets=_TOKENS, registry=registry)

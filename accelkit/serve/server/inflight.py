@@ -36,6 +36,10 @@ class InFlight:
         self.final_only = final_only
         self.request_ids = [f"{base_id}-{i}" for i in range(len(seqs))]
         self.finished: set[str] = set()
+        self._max_tokens = [params.max_tokens for _, params in seqs]
+        # per prompt, on the engine thread: its engine requests still running, the most tokens one of them generated
+        self._prompt_left = [per_prompt] * (len(seqs) // per_prompt)
+        self._prompt_most = [0] * len(self._prompt_left)
         self._cleaned_up = False
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._mailbox = state.mailbox(asyncio.get_running_loop())
@@ -55,11 +59,18 @@ class InFlight:
 
     def _sink(self, index: int) -> Callable[[RequestOutput | BaseException], None]:
         state, mailbox, queue, final_only = self.state, self._mailbox, self._queue, self.final_only
+        max_tokens = self._max_tokens[index]
 
         def deliver(item: RequestOutput | BaseException) -> None:  # on the engine thread
             if isinstance(item, RequestOutput):
                 try:
-                    state.bridge.on_output(item)  # (every output: time to first token, inter-token latency)
+                    state.bridge.on_output(item, max_tokens)  # (every output: time to first token, inter-token latency)
+                    if item.finished:
+                        prompt = index // self.per_prompt
+                        self._prompt_most[prompt] = max(self._prompt_most[prompt], item.metrics.num_generation_tokens)
+                        self._prompt_left[prompt] -= 1
+                        if not self._prompt_left[prompt]:
+                            state.bridge.on_prompt_finished(self.n, self._prompt_most[prompt])
                 except Exception as exc:  # metrics must not cost the request
                     log.warning("metrics for request %s failed: %s", item.request_id, exc)
                 if final_only and not item.finished:

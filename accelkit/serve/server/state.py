@@ -117,10 +117,11 @@ class MetricsBridge:
         elif event == "timeout":
             m.structured_compile_timeouts.labels(name).inc()
 
-    def on_output(self, out: RequestOutput) -> None:
+    def on_output(self, out: RequestOutput, max_tokens: int | None = None) -> None:
         """TTFT in the step that gave the request its first token (as vLLM: a running request counts, and a
-        request that ends before its first token does not); inter-token gaps after it; the rest at finish. Each
-        engine request counts apart: n > 1 and best_of are one TTFT per choice, as vLLM's child requests."""
+        request that ends before its first token does not); inter-token gaps after it; the rest at finish
+        (``max_tokens``: the request's, for ``vllm:request_params_max_tokens``). Each engine request counts apart:
+        n > 1 and best_of are one TTFT per choice, as vLLM's child requests."""
         if out.num_new_tokens:
             now = time.monotonic()
             before = self._last_token_time.get(out.request_id)
@@ -140,8 +141,22 @@ class MetricsBridge:
                             (m.request_decode_time, r.decode_time_s)):
             if value is not None:
                 hist.labels(name).observe(value)
+        if r.last_token_time is not None and r.first_scheduled_time is not None:
+            m.request_inference_time.labels(name).observe(r.last_token_time - r.first_scheduled_time)
+        decode = r.decode_time_s
+        if decode is not None:  # (vLLM's: 0 for a request of one token)
+            per_token = decode / (r.num_generation_tokens - 1) if r.num_generation_tokens > 1 else 0.0
+            m.request_time_per_output_token.labels(name).observe(per_token)
         m.request_prompt_tokens.labels(name).observe(r.num_prompt_tokens)
         m.request_generation_tokens.labels(name).observe(r.num_generation_tokens)
+        if max_tokens:
+            m.request_params_max_tokens.labels(name).observe(max_tokens)
+
+    def on_prompt_finished(self, n: int, max_generation_tokens: int) -> None:
+        """Every engine request of one prompt (its choices, or best_of candidates) finished: the request's ``n``
+        and the most tokens one of them generated, once per prompt as vLLM observes them per parent request."""
+        self.m.request_params_n.labels(self.model).observe(n)
+        self.m.request_max_num_generation_tokens.labels(self.model).observe(max_generation_tokens)
 
     def forget(self, request_id: str) -> None:
         """A request that will get no finished output (the engine loop died under it): drop its last-token time."""
