@@ -3,6 +3,7 @@ Thin: parse flags → ``accelkit.loadtest.run_loadtest`` → render (and store).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, NoReturn
 
 import typer
@@ -120,6 +121,9 @@ def loadtest_cmd(
                           interrupted="not finished: " + ", ".join(result.details["unfinished"]), importable=True)
         print_unstored(data, writer.error, importable=True)
     emit(data, as_json, lambda: _render(result.details, result_id))
+    _print_warnings(result.details, result.details["passes"])  # with --json too: stderr, never in the document
+    if as_json:  # the table view lists the failed requests; --json alone said nothing of them on stderr
+        _print_failed(result.details["passes"])
     for line in later:
         err.print(line, highlight=False, markup=False, soft_wrap=True)
     if interrupted:
@@ -194,7 +198,7 @@ def _validity_rows(v: dict[str, Any] | None) -> list[tuple[Any, ...]]:
 
 
 def _print_structured(structured: dict[str, Any], passes: list[dict[str, Any]]) -> None:
-    """What was asked for, the first invalid outputs, and a warning when max_tokens cut outputs short."""
+    """What was asked for and the first invalid outputs (the warning for outputs max_tokens cut: _print_warnings)."""
     out.print(f"structured outputs: {structured['constraint']}, sent as {structured['sent_as']}; valid share = valid "
               "/ checked, outputs cut by max_tokens (truncated) included", highlight=False, markup=False, soft_wrap=True)
     examples = [(_rate(p["rate"]), e["index"], e["reason"], e["text"]) for p in passes
@@ -202,11 +206,6 @@ def _print_structured(structured: dict[str, Any], passes: list[dict[str, Any]]) 
     if examples:
         out.print(table("Invalid outputs (first of each pass)", ["rate", "request", "why", "output (start)"], examples,
                         right=(1,)))
-    truncated = sum((p.get("structured_outputs") or {}).get("truncated", 0) for p in passes)
-    if truncated:
-        err.print(f"warning: {truncated} outputs were cut by max_tokens (finish_reason length) before their match "
-                  "ended and count as not valid; raise --random-output-len (or the dataset's output_len)",
-                  highlight=False, markup=False, soft_wrap=True)
 
 
 def _render(d: dict[str, Any], result_id: int | None) -> None:
@@ -229,7 +228,6 @@ def _render(d: dict[str, Any], result_id: int | None) -> None:
     if d["slo"] and any(v is not None for v in d["slo"].values()):
         out.print(f"goodput: {d['goodput_definition']}; SLOs " +
                   ", ".join(f"{k}<={v:g}" for k, v in d["slo"].items() if v is not None))
-    _render_warnings(d, passes)
     if result_id is not None:
         err.print(f"stored as result {result_id}")
 
@@ -289,8 +287,25 @@ def _render_curve_percentiles(d: dict[str, Any], passes: list[dict[str, Any]], q
                     right=(0, *range(2, 3 + len(qs)))))
 
 
-def _render_warnings(d: dict[str, Any], passes: list[dict[str, Any]]) -> None:
-    """Token counts without usage, a warm-up that timed out, prompts a prefix cache may serve."""
+def _print_failed(passes: list[dict[str, Any]]) -> None:
+    """With --json: how many requests failed (HTTP 429s aside, which have their own warning) and why, on stderr —
+    a run whose server died half-way otherwise exited 0 with nothing said, its throughput counting the survivors."""
+    errors: Counter[str] = Counter()
+    for p in passes:
+        errors.update({f["error"]: f["count"] for f in p["failures"] if not f["error"].startswith("HTTP 429")})
+    failed = sum(errors.values())
+    if not failed:
+        return
+    total = sum(p["num_requests"] for p in passes)
+    said = "; ".join(f"{n} × {text!r}" for text, n in errors.most_common(3)) + ("; …" if len(errors) > 3 else "")
+    err.print(f"warning: {failed} of {total} requests failed and count in no latency or throughput: {said} "
+              "(details.passes[].failures)", highlight=False, markup=False, soft_wrap=True)
+
+
+def _print_warnings(d: dict[str, Any], passes: list[dict[str, Any]]) -> None:
+    """On stderr, with --json as without (they were printed by the table view only, so a --json run dropped them):
+    token counts without usage, a warm-up that timed out, prompts a prefix cache may serve, structured outputs cut
+    by max_tokens."""
     missing = sum(p["lengths"]["requests_without_usage"] for p in passes)
     if missing:
         err.print(f"warning: {missing} requests came without usage; their token counts are chunk counts")
@@ -305,3 +320,8 @@ def _render_warnings(d: dict[str, Any], passes: list[dict[str, Any]]) -> None:
     if "prefix cache" in sweep_prompts:
         err.print(f"warning: --dataset {d['dataset']['dataset']} sends {sweep_prompts} (--dataset random draws "
                   "fresh prompts for each pass)", highlight=False, markup=False, soft_wrap=True)
+    truncated = sum((p.get("structured_outputs") or {}).get("truncated", 0) for p in passes)
+    if truncated:
+        err.print(f"warning: {truncated} outputs were cut by max_tokens (finish_reason length) before their match "
+                  "ended and count as not valid; raise --random-output-len (or the dataset's output_len)",
+                  highlight=False, markup=False, soft_wrap=True)

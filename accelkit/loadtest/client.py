@@ -166,7 +166,7 @@ class OpenAIStreamClient:
         except httpx.ConnectError as exc:
             record.error = f"cannot connect to {self.url}: {exc}"[:_MAX_ERROR_CHARS]
         except httpx.HTTPError as exc:
-            record.error = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS] or type(exc).__name__
+            record.error = _http_error_text(exc)
         except Exception as exc:  # last resort: whatever a server sends fails this request, never the pass
             record.error = (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)[:_MAX_ERROR_CHARS]
         finally:
@@ -242,6 +242,21 @@ def _content(data: dict[str, Any], endpoint: str) -> str | None:
     choice = data["choices"][0]
     text = choice.get("text") if endpoint == "completions" else choice["delta"].get("content")
     return text if isinstance(text, str) else None
+
+
+#: what an httpx error that carries no message of its own means (a reset connection raises ReadError(''))
+_SILENT_ERRORS: dict[type[httpx.HTTPError], str] = {
+    httpx.ReadError: "the connection broke while reading the response (the server reset or closed it)",
+    httpx.WriteError: "the connection broke while sending the request (the server reset or closed it)",
+    httpx.RemoteProtocolError: "the server broke the HTTP protocol (it closed the connection mid-response?)",
+    httpx.NetworkError: "the connection failed",
+}
+
+
+def _http_error_text(exc: httpx.HTTPError) -> str:
+    """'ReadError: <message>'; an error without a message ('ReadError: ' said nothing) gets what it means."""
+    message = str(exc) or next((text for kind, text in _SILENT_ERRORS.items() if isinstance(exc, kind)), "no message")
+    return f"{type(exc).__name__}: {message}"[:_MAX_ERROR_CHARS]
 
 
 def _json_not_stream(content_type: str) -> str:
