@@ -121,13 +121,18 @@ def unsupported(winner: Trial, passing: Sequence[Trial], objective: str, *, memo
 
 
 def _throughput_doubts(winner: Trial, others: Sequence[Trial], passing: Sequence[Trial]) -> list[str]:
-    """Why a throughput winner is not clear: its own comparison is inconclusive, the runner-up is within the spread,
-    or another has the higher total throughput in the table."""
+    """Why a throughput winner is not clear: its own comparison is inconclusive (the baseline's: the runner-up's
+    comparison with it), the runner-up is within the spread, or another has the higher total throughput in the
+    table."""
     reasons = []
     verdict = str((winner.vs_baseline or {}).get("verdict") or "")
+    runner = max(others, key=speed)
     if verdict.startswith("inconclusive"):  # e.g. its total throughput and median latency disagree with its ratio
         reasons.append(f"its own comparison with the baseline is {verdict}")
-    runner = max(others, key=speed)
+    elif verdict == "baseline":  # the baseline's lead is the runner-up's comparison with it, read the other way
+        theirs = str((runner.vs_baseline or {}).get("verdict") or "")
+        if theirs.startswith("inconclusive"):  # (3 pairs starred fp32 while the same 3 pairs left bf16 unstarred)
+            reasons.append(f"the runner-up {runner.name}'s comparison with it is {theirs}")
     if speed_order(winner, runner) == 0:
         reasons.append(f"the runner-up {_shown(runner)} is within the run-to-run spread of {_shown(winner)}")
     top = max(passing, key=lambda t: t.throughput or 0.0)

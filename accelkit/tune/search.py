@@ -26,7 +26,7 @@ from accelkit.hardware.detect import environment
 from accelkit.hardware.device import resolve_device
 from accelkit.hardware.probe import CPU_DEFAULT_DTYPES, ProbeConfig, probe, quick_probe_min_time, supported_dtypes
 from accelkit.timing import LoopConfig
-from accelkit.tune.ranking import dominates, speed, unsupported
+from accelkit.tune.ranking import dominates, speed, speed_order, unsupported
 
 if TYPE_CHECKING:
     from accelkit.bench.workloads.base import BenchWorkload
@@ -256,8 +256,9 @@ def rank_by_paired_ratios(trials: list[Trial]) -> str | None:
 
     note = (f"speed ranked by the median of paired blocks against {cmps[0]['baseline']} (the bench's verdict), not "  # type: ignore[index]
             f"total throughput: fastest {shown(first)}, next {shown(second)}")
-    lo, hi = (first.vs_baseline or {}).get("p25"), (second.vs_baseline or {}).get("p75")
-    if lo is not None and hi is not None and hi >= lo:
+    # the baseline's spread is exactly 1 (it has no p25/p75 of its own): fp32 1× beside bf16 0.702× [0.656–1.3] is
+    # within the spread, and the note said nothing of it
+    if speed_order(first, second) == 0:
         note += " — within the run-to-run spread of each other"
     return note
 
