@@ -272,6 +272,12 @@ class Quantization(Technique):
             # (its own modules: a subclass it leaves alone, such as MultiheadAttention's out_proj, is not converted)
             converted = {fqn for fqn, m in model.named_modules()
                          if fqn in linear_fqns and type(m).__module__.startswith("torch.ao.nn.quantized")}
+            if linear_fqns and not converted:  # (measured as int8, it was the fp32 model under that name)
+                raise RecipeRefused(
+                    f"quantization={q!r} through torch.ao's quantize_dynamic converted none of {type(model).__name__}'s "
+                    f"{len(linear_fqns)} Linear layer(s): it leaves a model that is itself an nn.Linear as it is, and "
+                    "subclasses of nn.Linear; wrap such a model (torch.nn.Sequential(model)) or use "
+                    "quant_backend='torchao'")
             ctx.notes.append(f"int8 dynamic quantization (torch.ao quantize_dynamic) of {len(converted)} of "
                              f"{len(linear_fqns)} Linear layers; {coverage(survey, converted, what=str(q), rest=rest)}")
             return model
