@@ -76,7 +76,7 @@ EXAMPLES = examples(
            "percentiles": lambda text: _floats(text, "--percentiles"),
            "sweep_rates": lambda text: _floats(text, "--sweep-rates", rates=True),
            "structured_outputs": lambda text: parse_constraint(text)},
-    helps={"base_url": "Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine).",
+    helps={"base_url": "Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine; not the endpoint path).",
            "dataset": "random, sharegpt:PATH or jsonl:PATH (one {\"prompt\", \"output_len\"?} per line).",
            "request_rate": "Mean requests/s (gamma arrivals), or inf: all at once (default inf).",
            "slo": "Per-request SLOs for goodput, e.g. ttft_ms=200,tpot_ms=50,e2e_ms=5000.",

@@ -18,8 +18,9 @@ number outside the field's bounds, is a usage error (exit 2) that names the flag
 flag given inf, -inf or a number past ±1.8e308 (which reads as inf) whose field is declared finite
 (``spec_field(..., finite=True)``: the spec's own rule, worded here for the flag) — a plan's --target-tokens-per-s
 inf searched 65,536 devices and printed a warning; a field where inf means something (--request-rate inf: every
-request at once) is not declared so. A field without a
-default becomes a required flag.
+request at once) is not declared so. Any float flag given NaN says that it is not a number, with the flag's range
+and an example (typer's range check said ``--max-accuracy-drop nan`` should be "less than or equal to 1"). A field
+without a default becomes a required flag.
 """
 
 from __future__ import annotations
@@ -167,6 +168,38 @@ def in_flag_words(message: str, flags: Mapping[str, str]) -> str:
     return "".join(part if i % 2 else pattern.sub(flag, part) for i, part in enumerate(parts))
 
 
+def _float_reader(field: str, lo: float | None, hi: float | None, default: Any) -> Callable[[Any], float]:
+    """A float flag's reader: its bounds checked as typer checks them (the same words, ``Input should be less than
+    or equal to 1``), but NaN named first — it compares false with every bound, so typer said ``--max-accuracy-drop
+    nan`` should be ``less than or equal to 1`` (and took it where the flag has no bounds)."""
+    from pydantic import Field, TypeAdapter, ValidationError
+
+    bounds = {k: v for k, v in (("ge", lo), ("le", hi)) if v is not None}
+    span = f" from {_num(lo)} to {_num(hi)}" if lo is not None and hi is not None else (
+        f" ≥ {_num(lo)}" if lo is not None else f" ≤ {_num(hi)}" if hi is not None else "")
+
+    @functools.cache  # built when the flag is given: every command's options are declared at each start
+    def adapter() -> TypeAdapter[float]:
+        return TypeAdapter(typing.Annotated[float, Field(**bounds)] if bounds else float)
+
+    def read(text: Any) -> float:
+        if isinstance(text, float):  # the default, already a number
+            return text
+        try:
+            value = adapter().validate_python(text)
+        except ValidationError as exc:
+            nan = isinstance(text, str) and text.strip().lower().lstrip("+-") == "nan"
+            if not nan:  # typer's own words for a bound or a word that is not a number
+                raise ValueError(exc.errors()[0]["msg"]) from None
+            value = math.nan
+        if math.isnan(value):
+            fix = finite_fix(field, default).replace(" such as ", f"{span} such as ", 1)
+            raise ValueError(f"{str(text).strip()!r} is not a number (NaN); give {fix}")
+        return value
+
+    return read
+
+
 def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
     f = next(x for x in dataclasses.fields(spec) if x.name == opt.field)  # type: ignore[arg-type]
     tp = typing.get_type_hints(spec)[opt.field]
@@ -181,6 +214,10 @@ def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
             kwargs["min"] = f.metadata["min"]
         if f.metadata.get("max") is not None:
             kwargs["max"] = f.metadata["max"]
+        if tp is float or (get_origin(tp) in (Union, types.UnionType) and float in get_args(tp)
+                           and set(get_args(tp)) <= {float, type(None)}):
+            kwargs["parser"] = _float_reader(opt.field, f.metadata.get("min"), f.metadata.get("max"),
+                                             None if f.default is dataclasses.MISSING else f.default)
         if (tp is bool or set(typing.get_args(tp)) == {bool, type(None)}) and "/" not in opt.flag:  # bool | None too
             decls = [f"{opt.flag}/--no-{opt.flag.removeprefix('--')}"]
     option = typer.Option(... if opt.required else opt.default, *decls, **kwargs)

@@ -89,7 +89,7 @@ def parse_rate(text: str, *, field: str = "--request-rate") -> float:
 class LoadTestConfig(Spec):
     """One load test: a pass per request rate (with the random dataset each pass draws fresh prompts)."""
 
-    base_url: str = spec_field(doc="Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted).")
+    base_url: str = spec_field(doc="Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted; not /v1/completions).")
     model: str = spec_field(doc="Model name the server knows (`GET /v1/models`).")
     endpoint: Endpoint = spec_field("completions", doc="completions (/v1/completions) or chat (/v1/chat/completions).")
     dataset: str = spec_field("random", doc="random, sharegpt:PATH or jsonl:PATH.")
@@ -239,9 +239,23 @@ def _check_base_url(url: str) -> None:
             reason = "the port must be a whole number in 1-65535"
         elif parts.query or parts.fragment:
             reason = "a base URL has no ?query or #fragment"
+        elif (endpoint := _endpoint_path_in(url)) is not None:  # http://HOST:PORT/v1/completions, as vLLM users type
+            name, path = endpoint
+            root = url.rstrip("/")[: -len(path)] or url
+            raise ValueError(f"base_url={url!r} ends in the endpoint path {path}, which loadtest adds itself: give the "
+                             f"server root {root!r}" + ("" if name == "completions" else f" with --endpoint {name}")
+                             + " (as vllm bench serve's --base-url)")
     if reason is not None:
         raise ValueError(f"base_url={url!r} is not valid: {reason}; expected http://HOST:PORT or https://HOST[:PORT], "
                          "e.g. http://127.0.0.1:8000")
+
+
+def _endpoint_path_in(url: str) -> tuple[str, str] | None:
+    """(endpoint, its path) where ``url`` ends in an endpoint's path (a trailing / too): loadtest adds that path to
+    the base URL, so ``--base-url http://h:8000/v1/completions`` asked for /v1/completions/v1/completions (a 404 at
+    warm-up, exit 1)."""
+    path = urlsplit(url).path.rstrip("/").lower()
+    return next(((name, p) for name, p in ENDPOINT_PATHS.items() if path.endswith(p)), None)
 
 
 def rate_json(rate: float) -> float | str:

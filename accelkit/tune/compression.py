@@ -17,6 +17,7 @@ recipes are tuned on one process (`accelkit tune WORKLOAD`); this searches the c
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -86,14 +87,22 @@ def _gate(entry: dict[str, Any], inconclusive: str | None, *, reference: bool = 
         return {"passed": True, "criterion": "reference", "candidate_value": 1.0}
     if "passed" not in quality:
         return {"passed": False, "criterion": "none", "reason": quality.get("note") or "no quality check ran"}
+    message = _in_tune_words(quality.get("message"))
     if inconclusive is not None:
         return {"passed": False, "criterion": "loss vs none", "inconclusive": True, "reason": inconclusive,
-                "message": quality.get("message")}
+                "message": message}
     ratio = quality.get("ratio")
     # the accuracy axis of the Pareto frontier: none's loss ÷ this loss (1 = as good, lower = worse)
     return {"passed": bool(quality["passed"]), "criterion": "loss vs none",
             "candidate_value": 1.0 / ratio if ratio else 0.0, "threshold": 1.0 / quality["threshold"],
-            "message": quality.get("message")}
+            "message": message}
+
+
+def _in_tune_words(message: str | None) -> str | None:
+    """The bench's gate message as tune says it: the bench names its allowance --max-loss-increase (an inconclusive
+    gate's "5 × --max-loss-increase 0.01"), a flag tune does not take; tune's --max-accuracy-drop is that allowance."""
+    return None if message is None else re.sub(r"(?<![\w-])--max-loss-increase(?![\w-])", "--max-accuracy-drop",
+                                                message)
 
 
 def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, *, nproc_per_node: int,

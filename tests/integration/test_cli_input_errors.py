@@ -34,7 +34,7 @@ def files(tmp_path):
     # spelled 1000, naming neither the value as typed nor the option)
     (("plan", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-devices", "1_000"),
      "on 1000 × H100-SXM5-80GB (--num-devices 1000) with no layout flags and global batch 1024 (--global-batch)"),
-    (("monitor", "--once", "--interval", "nan"), "--interval': Input should be less than or equal to 86400 (got 'nan')"),
+    (("monitor", "--once", "--interval", "nan"), "--interval': 'nan' is not a number (NaN)"),
     (("loadtest", "--base-url", "http://127.0.0.1:9", "--model", "m", "--num-prompts", "1000000",
       "--random-input-len", "1000000"), "words of prompts to build in memory"),
 ])
