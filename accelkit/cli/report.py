@@ -20,6 +20,11 @@ def check_out_path(path: Path) -> None:
         raise UserError(f"--out {path} is a directory; give a file path such as {path / 'report.html'}")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
+        # the nearest part of the path that exists: a file there (`--out results.db/report.html`) is named as one,
+        # not as a directory that "does not exist"
+        blocking = next((p for p in (parent, *parent.parents) if p.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            raise UserError(f"--out {path}: {blocking} is a file, not a directory; choose a path in a directory")
         raise UserError(f"--out {path}: the directory {parent} does not exist; create it first or choose another path")
     import os
 

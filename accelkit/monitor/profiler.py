@@ -174,7 +174,22 @@ def profile_step(step: Callable[[], object], config: ProfileConfig | None = None
     except KeyboardInterrupt:
         raise ProfileInterrupted(_left_behind(out, trace_path, remove=config.out_dir == DEFAULT_OUT_DIR)) from None
     wall_s = time.perf_counter() - t0
+    _check_trace_written(trace_path)
     return _summarize(prof, config, trace_path, wall_s, rss_before, device)
+
+
+def _check_trace_written(trace_path: Path) -> None:
+    """torch writes the trace to ``trace.json.tmp`` and renames it, and says nothing when either fails (a folder
+    that cannot be written, a ``trace.json`` that is a folder): the summary's read of the trace was then an internal
+    error (IsADirectoryError, FileNotFoundError) and the ``.tmp`` file was left behind. One line naming the path and
+    the fix instead, its leftover removed."""
+    if trace_path.is_file():
+        return
+    leftover = trace_path.with_name(trace_path.name + ".tmp")
+    with contextlib.suppress(OSError):
+        leftover.unlink()
+    why = "it is a folder" if trace_path.is_dir() else "the folder cannot be written"
+    raise UserError(f"the profiler could not write its trace to {trace_path} ({why}); give another folder (--out)")
 
 
 class ProfileInterrupted(KeyboardInterrupt):
@@ -245,5 +260,9 @@ def _summarize(prof: Any, config: ProfileConfig, trace_path: Path, wall_s: float
         "trace": str(trace_path),
         "python": sys.version.split()[0],
     }
-    (trace_path.parent / "summary.json").write_text(json.dumps(summary, indent=2))
+    try:
+        (trace_path.parent / "summary.json").write_text(json.dumps(summary, indent=2))
+    except OSError as exc:  # a full disk, or a summary.json that is a folder: the user's to fix (an internal error)
+        raise UserError(f"cannot write {trace_path.parent / 'summary.json'} ({exc.strerror or exc}); the trace is at "
+                        f"{trace_path}; give another folder (--out)") from exc
     return summary

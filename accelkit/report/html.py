@@ -20,6 +20,7 @@ from typing import Any
 
 from accelkit.core import UserError
 from accelkit.core.bench_result import BenchResult, Comparison, comparison_against, verdicts
+from accelkit.core.units import fmt_bytes, fmt_ratio
 from accelkit.hardware.probe_quality import best_copy, best_matmul, dtypes_of
 from accelkit.loadtest import plot_data
 from accelkit.report.images import images_traces, phase_traces
@@ -399,10 +400,12 @@ def _table_rows(rows: list[BenchRow]) -> list[dict[str, Any]]:
             "throughput": throughput_text(b), "p50": median_text(b),
             "cv": f"{b.latency_s.cv * 100:.1f}%" if b.latency_s else "-",
             "mfu": mfu,
-            "memory": f"{b.memory_bytes.peak / 2**20:.1f} MiB" if b.memory_bytes.peak is not None else "-",
+            # fmt_bytes and fmt_ratio, as the bench table: '.1f MiB' showed 20 KiB as '0.0 MiB', and '.2f' a
+            # measured ÷ predicted of 0.0024 (a tiny model on a CPU) as '0.00' — 'measured nothing'
+            "memory": fmt_bytes(b.memory_bytes.peak) if b.memory_bytes.peak is not None else "-",
             "energy": f"{b.energy_j_per_item:.4g}" if b.energy_j_per_item is not None else "-",
             "drift": _drift_cell(acc, sqnr),
-            "predicted": f"{pred:.2f}" if pred is not None else "-",
+            "predicted": fmt_ratio(pred) if pred is not None else "-",
             "predicted_title": b.predicted.explanation if b.predicted and b.predicted.explanation else "",
         })
     return out
