@@ -168,7 +168,7 @@ def in_flag_words(message: str, flags: Mapping[str, str]) -> str:
     return "".join(part if i % 2 else pattern.sub(flag, part) for i, part in enumerate(parts))
 
 
-def _float_reader(field: str, lo: float | None, hi: float | None, default: Any) -> Callable[[Any], float]:
+def float_reader(field: str, lo: float | None, hi: float | None, default: Any) -> Callable[[Any], float]:
     """A float flag's reader: its bounds checked as typer checks them (the same words, ``Input should be less than
     or equal to 1``), but NaN named first — it compares false with every bound, so typer said ``--max-accuracy-drop
     nan`` should be ``less than or equal to 1`` (and took it where the flag has no bounds)."""
@@ -216,7 +216,7 @@ def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
             kwargs["max"] = f.metadata["max"]
         if tp is float or (get_origin(tp) in (Union, types.UnionType) and float in get_args(tp)
                            and set(get_args(tp)) <= {float, type(None)}):
-            kwargs["parser"] = _float_reader(opt.field, f.metadata.get("min"), f.metadata.get("max"),
+            kwargs["parser"] = float_reader(opt.field, f.metadata.get("min"), f.metadata.get("max"),
                                              None if f.default is dataclasses.MISSING else f.default)
         if (tp is bool or set(typing.get_args(tp)) == {bool, type(None)}) and "/" not in opt.flag:  # bool | None too
             decls = [f"{opt.flag}/--no-{opt.flag.removeprefix('--')}"]

@@ -22,7 +22,7 @@ from accelkit.cli.bench import (
 )
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
-from accelkit.cli.spec_options import refuse_infinite, spec_options
+from accelkit.cli.spec_options import float_reader, refuse_infinite, spec_options
 from accelkit.cli.store import open_for_saving, print_unsaved
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, parse_size
@@ -134,7 +134,7 @@ def tune_cmd(
     seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="bert, llm-train: tokens per sequence."),
     prompt_len: int | None = typer.Option(None, "--prompt-len", min=1, help="llm: prompt tokens per sequence."),
     output_len: int | None = typer.Option(None, "--output-len", min=1, help="llm: generated tokens per sequence."),
-    lr: float | None = typer.Option(None, "--lr", min=0.0, help="llm-train, resnet: the training step's learning "
+    lr: float | None = typer.Option(None, "--lr", min=0.0, parser=float_reader("lr", 0.0, None, None), help="llm-train, resnet: the training step's learning "
                                     "rate (default: the bench's, 1e-4 AdamW | 0.1 SGD); with --nproc-per-node the "
                                     "quality check trains at it — e.g. 3e-3 for llm-train."),
     quality_steps: int | None = typer.Option(None, "--quality-steps", min=1, help="--nproc-per-node: training steps "

@@ -24,6 +24,12 @@ def test_the_reported_case_names_nan(cli):
         "such as 0.01"
 
 
+def test_tunes_own_lr_flag_names_nan_too(cli):
+    """--lr is declared by tune itself, not generated: it takes the same reader."""
+    assert one_error(cli("tune", "bert", "--size", "tiny", "--lr", "nan")) == \
+        "error: Invalid value for '--lr': 'nan' is not a number (NaN); give a learning rate ≥ 0 such as 1e-3"
+
+
 def _generated_float_flags() -> list[tuple[list[str], str]]:
     """(command path, flag) of every float flag that ``spec_options`` generates, across the whole CLI."""
     found = []
