@@ -137,6 +137,9 @@ class SuiteRun:
     published: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
     stopped_by: str | None = None  # SIGINT or SIGTERM, when one stopped it
+    #: the suite item of each run (parallel to ``runs``), and the items an interruption left without a run
+    keys: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
     store_error: str | None = None  # the store refused a write: the runs from then on are kept here, not stored
 
     @property
@@ -147,6 +150,15 @@ class SuiteRun:
     def any_failed(self) -> bool:
         return bool(self.failed) or any(r.failed for r in self.runs)
 
+    def unfinished_text(self) -> str:
+        """What an interruption left undone, per suite item: ``resnet-tiny-train (fp32, bf16); not run: llm-tiny,
+        …`` — it said ``not finished: fp32, bf16``, naming neither the workload nor the ones that never ran."""
+        parts = [f"{key} ({', '.join(run.unfinished)})" for key, run in zip(self.keys, self.runs, strict=True)
+                 if run.unfinished]
+        if self.not_run:
+            parts.append(f"not run: {', '.join(self.not_run)}")
+        return "; ".join(parts) or "none"
+
     def to_json(self) -> dict[str, Any]:
         runs = [r.to_json() for r in self.runs]
         environment = runs[0].pop("environment") if runs else {}
@@ -154,7 +166,7 @@ class SuiteRun:
             r.pop("environment")
         return {"suite": self.suite, "run_id": self.run_id, "interrupted": self.interrupted, "runs": runs,
                 "skipped": self.skipped, "failed": self.failed, "published": self.published,
-                "environment": environment, "result_ids": self.result_ids,
+                "environment": environment, "result_ids": self.result_ids, "not_run": self.not_run,
                 **({"store_error": self.store_error} if self.store_error is not None else {}),
                 **({"stopped_by": self.stopped_by} if self.stopped_by is not None else {})}
 
@@ -192,7 +204,7 @@ def run_suite(
     on_gpu = device.startswith("cuda")
     out = SuiteRun(suite=suite.name, run_id=uuid.uuid4().hex[:12])
     reporter = reporter or Reporter()
-    for item in suite.items:
+    for index, item in enumerate(suite.items):
         own = item.gpu_precisions if on_gpu else item.cpu_precisions
         variants = matrix((precisions or own or ("fp32",)) if own else ("fp32",))
         try:
@@ -201,7 +213,8 @@ def run_suite(
             reporter.note(f"suite {suite.name}: {item.key} ({workload.label})")
             run = run_benchmark(workload, variants, config, store=store, reporter=reporter, run_id=out.run_id)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM between measurements (building a model): the runs so far stand
-            out.interrupted = True
+            out.interrupted, out.stopped_by = True, out.stopped_by or "SIGINT"
+            out.not_run = [i.key for i in suite.items[index:]]
             break
         except UserError as exc:
             out.skipped.append({"key": item.key, "reason": str(exc)})
@@ -213,6 +226,7 @@ def run_suite(
             reporter.failed(item.key, "setup", error)
             continue
         out.runs.append(run)
+        out.keys.append(item.key)
         if run.store_error is not None and out.store_error is None:
             # measure the rest without storing: each write would wait out the lock timeout and fail again
             out.store_error = run.store_error
@@ -220,6 +234,7 @@ def run_suite(
         out.published.extend(published_next_to(item.key, run))
         if run.interrupted:
             out.interrupted, out.stopped_by = True, run.stopped_by
+            out.not_run = [i.key for i in suite.items[index + 1:]]
             break
     return out
 

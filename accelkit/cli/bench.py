@@ -396,6 +396,8 @@ def _run_suite(name: str, precision: str | None, bench: dict[str, Any], loop: di
                       + (f" — {suite.duration}" if suite.duration else ""))
         with measuring(config.save) as store:
             result = run_suite(name, config, loop=config.loop, store=store, reporter=reporter, precisions=precisions)
+        if result.interrupted and "SIGTERM" in received:  # one that came while a model was built: the suite saw
+            result.stopped_by = "SIGTERM"                  # only the KeyboardInterrupt our handler raised
     _render(result, as_json, received)
 
 
@@ -482,7 +484,8 @@ def _render(result: Any, as_json: bool, received: list[str] | None = None) -> No
         print_unsaved(data, AccelkitError(data["store_error"]),
                       stored=[f"{v.key} (result {v.result_id})" for v in entries if v.result_id is not None],
                       unstored=[v.key for v in entries if v.result_id is None],
-                      interrupted=f"not finished: {_unfinished(runs, suite='suite' in data)}" if data["interrupted"] else None)
+                      interrupted=f"not finished: {_unfinished(runs, suite='suite' in data, result=result)}"
+                      if data["interrupted"] else None)
 
     def render() -> None:
         # a footnote every workload of a suite shares (energy, memory, timer notes …) is printed once, after them all
@@ -527,7 +530,7 @@ def _exit_status(result: Any, data: dict[str, Any], runs: list[Any], received: l
             or getattr(result, "stopped_by", None) == "SIGTERM"
         exit_stopped(by_term, f"kept {finished} finished variant(s) in the store (result ids "
                               f"{', '.join(map(str, data['result_ids'])) or 'none'}); not finished: "
-                              f"{_unfinished(runs, suite='suite' in data)}")
+                              f"{_unfinished(runs, suite='suite' in data, result=result)}")
     failed = [f"{f.name} ({f.phase})" for r in runs for f in r.failed] + [f["key"] for f in data.get("failed", [])
                                                                           if isinstance(f, dict) and "key" in f]
     if failed:
@@ -551,8 +554,11 @@ def _the_others(runs: list[Any]) -> str:
     return f"{what}, none stored" + ("" if any(getattr(r, "store_error", None) for r in runs) else " (--no-save)")
 
 
-def _unfinished(runs: list[Any], *, suite: bool) -> str:
-    """The variants Ctrl-C left unfinished, for the interrupted message."""
+def _unfinished(runs: list[Any], *, suite: bool, result: Any = None) -> str:
+    """The variants Ctrl-C left unfinished, for the interrupted message; a suite's per workload, and the workloads
+    it never ran."""
+    if suite and hasattr(result, "unfinished_text"):
+        return str(result.unfinished_text())
     return ", ".join(u for r in runs for u in r.unfinished) or ("the rest of the suite" if suite else "none")
 
 
