@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,10 @@ from accelkit.cli.helptext import examples
 from accelkit.cli.output import Progress, ProgressOption, err, flag_values
 from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.core import UserError
+from accelkit.core.serving_memory import DEFAULT_GPU_MEMORY_UTILIZATION
 from accelkit.core.units import parse_size
 from accelkit.serve import preflight
-from accelkit.serve.config import EngineConfig, ServerConfig, origin_problem, served_cpu_threads
+from accelkit.serve.config import DType, EngineConfig, ServerConfig, origin_problem, served_cpu_threads
 from accelkit.serve.heap import frozen_heap
 from accelkit.serve.listen import BACKLOG, bind_socket
 from accelkit.serve.tensor_parallel import check_tensor_parallel_size
@@ -31,6 +33,20 @@ def _size(text: str, flag: str) -> int:
 
 def _kv_memory(text: str) -> int:
     return _size(text, "--kv-cache-memory")
+
+
+# vLLM's --dtype names: "half" is float16 and "float" float32 (as in torch), beside the names the config holds
+DTYPE_ALIASES = {"half": "float16", "float": "float32"}
+
+
+def _dtype(text: str) -> str:
+    """``--dtype`` as vLLM takes it: auto, float16 (or half), bfloat16, float32 (or float)."""
+    choices = typing.get_args(DType)
+    value = DTYPE_ALIASES.get(text.strip().lower(), text.strip().lower())
+    if value not in choices:
+        raise UserError(f"--dtype {text!r} is not a dtype; give one of {', '.join(choices)} (or vLLM's half = "
+                        "float16, float = float32)")
+    return value
 
 
 def _body_size(text: str) -> int:
@@ -53,6 +69,26 @@ def _threads_said(cpu_threads: int | None) -> str:
     if cpu_threads is None:
         return ""
     return f"; torch on {cpu_threads} CPU thread{'s' if cpu_threads != 1 else ''}"
+
+
+def _weights_said(device: str, dtype: str, quantization: str | None) -> str:
+    """The ready line's word on where and how the weights run: ``cpu, float16`` — what --dtype (vLLM's half and
+    float included) and --quantization became."""
+    return f"{device}, {dtype}" + (f", {quantization}" if quantization else "")
+
+
+def _ignored_note(device_type: str, config: EngineConfig) -> str | None:
+    """A line for a flag given that the device makes moot: --gpu-memory-utilization off CUDA (the KV budget there
+    is --kv-cache-memory, 1 GiB by default), or beside --kv-cache-memory, which sets the budget itself."""
+    if config.gpu_memory_utilization == DEFAULT_GPU_MEMORY_UTILIZATION:
+        return None
+    if config.kv_cache_memory_bytes is not None:
+        return (f"note: --gpu-memory-utilization {config.gpu_memory_utilization} is not used: --kv-cache-memory sets "
+                "the KV budget")
+    if device_type != "cuda":
+        return (f"note: --gpu-memory-utilization {config.gpu_memory_utilization} is not used on {device_type}: the KV "
+                "budget there is --kv-cache-memory (default 1 GiB)")
+    return None
 
 
 def _chat_template(given: str) -> str:
@@ -102,6 +138,18 @@ def _compile_chat_template(text: str) -> None:
     _compile_jinja_template(text)
 
 
+def _check_step_budget(config: EngineConfig, max_model_len: int, is_default: bool) -> None:
+    """Without chunked prefill a whole prompt must fit one step: said here, before the weights load (the scheduler
+    refuses it too, but only once the weights and the KV cache are in memory)."""
+    if config.enable_chunked_prefill or config.max_num_batched_tokens >= max_model_len:
+        return
+    context = (f"the model's context of {max_model_len} tokens" if is_default
+               else f"--max-model-len {max_model_len}")
+    raise UserError(f"--max-num-batched-tokens {config.max_num_batched_tokens} is below {context}, and with "
+                    "--no-chunked-prefill a whole prompt must fit one step; raise --max-num-batched-tokens to at "
+                    f"least {max_model_len}, lower --max-model-len, or drop --no-chunked-prefill")
+
+
 EXAMPLES = examples(
     "accelkit serve --model path/to/hf-model --served-model-name tiny --port 8000",
     "accelkit serve --model path/to/hf-model --kv-cache-dtype fp8 --max-model-len 8192",
@@ -115,8 +163,10 @@ SERVER_FLAGS = {"shutdown_timeout_s": "--shutdown-timeout", "header_timeout_s": 
 
 @spec_options(
     EngineConfig, into="engine", exclude=("model",), names=ENGINE_FLAGS,
-    parse={"kv_cache_memory_bytes": _kv_memory},
-    helps={"kv_cache_memory_bytes": "KV budget, e.g. 2GiB (default 1 GiB on CPU, gpu_memory_utilization of free GPU memory).",
+    parse={"kv_cache_memory_bytes": _kv_memory, "dtype": _dtype},
+    helps={"dtype": "Weights and activations: auto (the checkpoint's dtype, float32 if unset), float16 (or vLLM's "
+           "half), bfloat16, float32 (or vLLM's float).",
+           "kv_cache_memory_bytes": "KV budget, e.g. 2GiB (default 1 GiB on CPU, gpu_memory_utilization of free GPU memory).",
            "cpu_threads": "On a CPU: torch's threads for the engine's steps. Default: the usable cores less one (at "
            "least 1), a core left to the HTTP server and the clients beside it (a burst of requests waits far longer "
            "when torch holds every core); torch's own count where OMP_NUM_THREADS is set. The usable cores give the "
@@ -139,7 +189,10 @@ def serve_cmd(
         None, "--served-model-name", metavar="NAME",
         help="Model id for clients (default: the directory name); repeat it for aliases — responses report the first.",
     ),
-    api_key: str | None = typer.Option(None, "--api-key", envvar="ACCELKIT_API_KEY", help="Require 'Authorization: Bearer KEY' on every route except /health, /ping and /metrics."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar=["ACCELKIT_API_KEY", "VLLM_API_KEY"],
+        help="Require 'Authorization: Bearer KEY' on every route except /health, /ping and /metrics (also read from "
+        "ACCELKIT_API_KEY, or vLLM's VLLM_API_KEY)."),
     chat_template: str | None = typer.Option(
         None, "--chat-template", help="Jinja file overriding the tokenizer's chat template, or the template itself "
         "(text with {, } or a newline; \\n escapes decoded), as vLLM's flag takes it."),
@@ -168,7 +221,7 @@ def serve_cmd(
     if engine["cpu_threads"] is None:  # (a core left to the HTTP server on a CPU, unless OMP_NUM_THREADS chose)
         engine["cpu_threads"] = served_cpu_threads()
     with flag_values({**field_flags(EngineConfig, ENGINE_FLAGS, engine), **field_flags(ServerConfig, SERVER_FLAGS, server),
-                      "api_key": "--api-key (or ACCELKIT_API_KEY)"}):
+                      "api_key": "--api-key (or ACCELKIT_API_KEY, VLLM_API_KEY)"}):
         engine_config = EngineConfig(model=str(model), **engine)
         server_config = ServerConfig(
             served_model_name=names[0], served_model_aliases=tuple(names[1:]), api_key=api_key,
@@ -178,6 +231,7 @@ def serve_cmd(
         # one error line within a second
         checked = preflight.check_model_dir(model, engine_config.max_model_len)
         check_tensor_parallel_size(engine_config.tensor_parallel_size, checked.args)
+        _check_step_budget(engine_config, checked.max_model_len, engine["max_model_len"] is None)
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
         # progress begins here, within FIRST_LINE_S where stderr is no terminal: importing torch and the web server
@@ -195,8 +249,15 @@ def serve_cmd(
         # what the startup built (torch, the model, the web stack) out of every collection's walk (accelkit.serve.heap)
         with frozen_heap():
             sock.listen(BACKLOG)  # a client told the address below connects at once (uvicorn accepts it when it starts)
+            runner = state.engine.runner
+            note = _ignored_note(runner.device.type, engine_config)
+            if note:
+                err.print(note)
+            quant = runner.quantization
+            quant_said = None if quant is None else "fp8 weights quantized at load" if quant.is_online else quant.description
             err.print(f"serving {' = '.join(repr(n) for n in names)} on http://{host}:{bound_port}/v1 "
-                      f"(context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "
+                      f"({_weights_said(str(runner.device), str(runner.dtype).removeprefix('torch.'), quant_said)}; "
+                      f"context {state.engine.max_model_len}, {state.engine.runner.num_blocks} KV blocks of "
                       f"{engine_config.block_size} tokens; structured outputs by "
                       f"{engine_config.structured_outputs_backend}{_threads_said(state.engine.cpu_threads)}); "
                       "Ctrl-C or SIGTERM stops")
