@@ -4,7 +4,6 @@ merges another store's export into this one; `results delete ID --yes` removes o
 
 from __future__ import annotations
 
-import difflib
 import errno
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
 from accelkit.cli.store import reading
 from accelkit.core import AccelkitError, UnknownNameError, UserError
+from accelkit.core.errors import closest
 from accelkit.core.terminal import printable
 from accelkit.hardware import get_device
 from accelkit.hardware.catalog import list_devices, match_device_name
@@ -74,8 +74,8 @@ def _kind(store: ResultStore, kind: str) -> str:
     known = sorted(set(RESULT_KINDS) | set(store.distinct("kind")))
     if kind in known:
         return kind
-    close = difflib.get_close_matches(kind, known, n=1)
-    hint = f"did you mean {close[0]}? " if close else ""
+    near = closest(kind, known)
+    hint = f"did you mean {near}? " if near else ""
     raise UserError(f"--kind {kind!r} is not a result kind; {hint}choose from {', '.join(known)}")
 
 

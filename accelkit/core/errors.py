@@ -6,6 +6,12 @@ import difflib
 from collections.abc import Iterable
 
 
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The one of ``known`` closest to ``name`` (a typo's fix, difflib's usual cutoff), or None when none is close."""
+    near = difflib.get_close_matches(name, list(known), n=1)
+    return near[0] if near else None
+
+
 class AccelkitError(Exception):
     """A failure to report to a person without a traceback (runtime failure: CLI exit 1)."""
 

@@ -9,7 +9,6 @@ doubling) and stops at the first that fits and meets the throughput target; when
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from accelkit.core import Cluster, DeviceSpec, UserError, Workload
+from accelkit.core.errors import closest
 from accelkit.core.units import and_list
 from accelkit.plan.context import DEFAULT_STEP_TOKENS, PlanContext, make_context
 from accelkit.plan.evaluate import Candidate, evaluate, infer_memory, required_bytes, train_memory
@@ -417,8 +417,8 @@ def check_arguments(fixed: dict[str, Any] | None, **counts: int | None) -> None:
         known = [f.name for f in fields(LayoutChoice)]
         for key in fixed:
             if key not in known:
-                near = difflib.get_close_matches(str(key), known, n=1)
-                hint = f"did you mean {near[0]!r}? " if near else ""
+                near = closest(str(key), known)
+                hint = f"did you mean {near!r}? " if near else ""
                 raise UserError(f"fixed has no layout field {key!r}; {hint}the fields are {', '.join(known)}")
         try:
             LayoutChoice(**fixed)

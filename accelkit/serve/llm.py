@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import json
 import numbers
 import os
@@ -13,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as Seq
 from typing import Any, TypedDict
 
+from accelkit.core.errors import closest
 from accelkit.serve.chat_template import ChatTemplateError, chat_template_arguments, render_conversation
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.engine import LLMEngine
@@ -183,8 +183,8 @@ class LLM:
         known = [f.name for f in dataclasses.fields(EngineConfig) if f.name != "model"]
         for key in kwargs:  # a bare TypeError "EngineConfig.__init__() got an unexpected keyword argument"
             if key not in known:
-                near = difflib.get_close_matches(key, known, n=1)
-                hint = f"did you mean {near[0]!r}? " if near else ""
+                near = closest(key, known)
+                hint = f"did you mean {near!r}? " if near else ""
                 raise ValueError(f"LLM() has no option {key!r}; {hint}the options are EngineConfig's fields: "
                                  f"{', '.join(known)}")
         self.engine = LLMEngine(EngineConfig(model=os.fspath(model), **kwargs))

@@ -7,7 +7,6 @@ temperature) is a ``ValueError`` naming the field before the request is queued.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import math
@@ -15,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from accelkit.core.errors import closest
 from accelkit.core.spec import Spec, spec_field
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # the range torch.Generator.manual_seed accepts
@@ -556,8 +556,8 @@ def _name_unknown_keywords(cls: _S) -> _S:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         for key in kwargs:
             if key not in cls.__dataclass_fields__:  # type: ignore[attr-defined]
-                near = difflib.get_close_matches(key, known, n=1)
-                hint = f"did you mean {near[0]!r}?" if near else f"its fields are {', '.join(known)}"
+                near = closest(key, known)
+                hint = f"did you mean {near!r}?" if near else f"its fields are {', '.join(known)}"
                 raise TypeError(f"{cls.__name__} has no field {key!r}; {hint}")
         init(self, *args, **kwargs)
 
