@@ -54,7 +54,6 @@ class ToolCalling:
     name: str | None = None
     index: int | None = None
     format: CallFormat | None = None  # "auto": the model's call format
-    names: frozenset[str] = frozenset()  # "auto": the tools' names (a call to another is text)
     short_ids: bool = False  # the server's format is Mistral's: its templates take 9-character ids only
     # "auto" beside a JSON answer (response_format): (the field that asked for it, its schema) — the output is then
     # that answer or calls alone, no free text
@@ -64,6 +63,11 @@ class ToolCalling:
     # "auto" with parallel_tool_calls false: only the first call the model makes is returned (as vLLM does it:
     # nothing in a structural tag stops the model opening a second)
     single: bool = False
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The tools' function names ("auto": a call to another is text)."""
+        return frozenset(name for name, _ in self.functions)
 
     def new_id(self) -> str:
         return call_id(self.short_ids)
@@ -306,7 +310,7 @@ def tool_calling(tools: list[Any] | None, tool_choice: str | dict[str, Any] | No
         if call_format.args_marker is not None:
             _check_bare_names(functions)
         return ToolCalling("auto", call_format.structural_tag(functions), format=call_format,
-                           names=frozenset(name for name, _ in functions), short_ids=short_ids,
+                           short_ids=short_ids,
                            functions=tuple(functions), single=parallel_tool_calls is False)
     if isinstance(tool_choice, str) and tool_choice != "required":
         raise APIError(400, f"tool_choice={tool_choice!r} is not one of 'none', 'auto', 'required' or "
