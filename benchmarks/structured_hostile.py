@@ -162,10 +162,11 @@ def send_all(url: str, bodies: list[bytes]) -> list[tuple[int, float, str]]:
         return list(pool.map(lambda content: post(client, url, content), bodies))
 
 
-STEP_SERIES = ("accelkit_engine_step_seconds_sum", "accelkit_engine_step_seconds_count",
-               "accelkit_engine_step_cpu_seconds_total", "accelkit_engine_thread_runqueue_seconds_total",
-               "accelkit_structured_mask_wait_seconds_total")
-STEP_FIELDS = ("seconds", "count", "cpu_seconds", "runqueue_seconds", "mask_wait_seconds")
+#: each engine-step field a round records, and the /metrics series (summed over models) it is read from
+STEP_SERIES = {"seconds": "accelkit_engine_step_seconds_sum", "count": "accelkit_engine_step_seconds_count",
+               "cpu_seconds": "accelkit_engine_step_cpu_seconds_total",
+               "runqueue_seconds": "accelkit_engine_thread_runqueue_seconds_total",
+               "mask_wait_seconds": "accelkit_structured_mask_wait_seconds_total"}
 
 
 def engine_steps(client: Any, url: str) -> dict[str, float] | None:
@@ -178,7 +179,7 @@ def engine_steps(client: Any, url: str) -> dict[str, float] | None:
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(r.text):
         for sample in family.samples:
-            if sample.name in STEP_SERIES:
+            if sample.name in STEP_SERIES.values():
                 found[sample.name] = found.get(sample.name, 0.0) + sample.value
     return found if len(found) == len(STEP_SERIES) else None
 
@@ -245,7 +246,7 @@ def load_round(url: str, pid: int, interval: float, fields: list[dict[str, Any]]
     steps = None
     if steps_before is not None and steps_after is not None:
         steps = {name: steps_after[series] - steps_before[series]
-                 for name, series in zip(STEP_FIELDS, STEP_SERIES, strict=True)}
+                 for name, series in STEP_SERIES.items()}
     return {
         "wall_s": wall,
         "requests": [{"request": describe(f), "status": status, "seconds": seconds, "error": message[:300]}
