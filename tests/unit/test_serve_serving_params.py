@@ -49,14 +49,6 @@ def test_chat_names_top_logprobs():
     assert err.value.param == "top_logprobs"
 
 
-@pytest.mark.parametrize("best_of", ["x", [], 0, 99])
-def test_chat_has_no_best_of_and_an_extra_one_is_ignored_as_the_log_says(best_of):
-    """Chat declares no best_of (it is logged as an ignored field), yet it was read: "x" was compared with n (a 500),
-    0 refused as "best_of=0 must be at least n=1"."""
-    body = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], best_of=best_of)
-    check_choices(body, 1, vocab_size=VOCAB, capacity=4)
-
-
 def test_each_choice_gets_its_own_seed_fixed_by_the_request():
     params = [sampling_params(completion(seed=SEED_MAX, temperature=0.5), max_tokens=3, choice=j, logprobs=None,
                               prompt_logprobs=None, structured=None) for j in range(3)]

@@ -39,9 +39,7 @@ def check_choices(body: GenerationRequest, num_prompts: int, *, vocab_size: int,
     (``capacity``: the engine requests it admits at once; each choice of each prompt is one)."""
     if body.n < 1:
         raise APIError(400, f"n={body.n} must be at least 1", param="n")
-    # (a declared field only: chat has none, and its unknown fields are kept as extras — a chat "best_of": "x" was
-    # compared with n, a 500)
-    best_of = getattr(body, "best_of", None) if "best_of" in type(body).model_fields else None
+    best_of = body.best_of  # (completions' and, as vLLM v0's, chat's: it was an ignored unknown field there)
     if best_of is not None:
         if best_of < body.n:
             raise APIError(400, f"best_of={best_of} must be at least n={body.n}", param="best_of")

@@ -458,7 +458,7 @@ class CompletionRequest(_Sampling):
 
     def unsupported(self) -> tuple[str, str] | None:
         if self.suffix is not None:
-            return "suffix", "suffix is not supported by accelkit serve"
+            return "suffix", "suffix is not supported by accelkit serve (as in vLLM); omit it or send null"
         return _Sampling.unsupported(self)
 
     @property
@@ -578,6 +578,9 @@ class ChatCompletionRequest(_Sampling):
     functions: list[Any] | None = None
     function_call: Str | dict[str, Any] | None = Field(None, description="'none' or 'auto' only (no functions).")
     echo: Bool = Field(False, description="vLLM extension: only false.")
+    best_of: Int | None = Field(None, description="vLLM extension (v0's; its v1 engine refuses it): generate this "
+                                "many (>= n) and return the n with the highest logprob per token, as completions' "
+                                "best_of; not with stream unless equal to n.")
     # OpenAI's audio output: refused, not ignored (a 200 of text alone is not what was asked for)
     modalities: list[Str] | None = Field(None, description="Only [\"text\"] (or null): the server writes text, no "
                                          "audio.")
@@ -612,7 +615,8 @@ class ChatCompletionRequest(_Sampling):
 
     @property
     def num_generated(self) -> int:
-        return self.n
+        """Engine requests per prompt: best_of when given (it is >= n), else n."""
+        return self.best_of if self.best_of is not None else self.n
 
     #: the server's tool-call format (``--tool-call-parser``), set by :meth:`configure` before anything reads the
     #: request: "auto" with tools needs it
@@ -668,7 +672,9 @@ class ChatCompletionRequest(_Sampling):
             return "function_call", (f"function_call={_short(self.function_call)} is not supported by accelkit "
                                      "serve; use tools with tool_choice")
         if self.echo:
-            return "echo", "echo is not supported by accelkit serve for chat"
+            return "echo", ("echo is not supported by accelkit serve for chat; omit it or send false (to continue "
+                            "an assistant message, send it last with continue_final_message true and "
+                            "add_generation_prompt false)")
         if self.modalities is not None and any(m != "text" for m in self.modalities):
             return "modalities", (f"modalities={_short(self.modalities)} asks for output accelkit serve does not make "
                                   "(it writes text only); send [\"text\"] or omit it")

@@ -66,6 +66,25 @@ async def tool_at_fault(calling: ToolCalling, compile_: Callable[[StructuredOutp
     return None
 
 
+async def tool_never_called(calling: ToolCalling, compile_: Callable[[StructuredOutputs], Awaitable[object]]
+                            ) -> str | None:
+    """"required" with several tools whose schemas compile together: the error of the first tool whose parameters
+    schema alone does not compile (``compile_``) — its branch of the calls' ``anyOf`` matches nothing, and the
+    grammar engine drops it without a word: the model could never call it —, else None. A compile time limit met
+    by one alone is no error of the tool (they all compiled together within it)."""
+    if calling.kind != "required" or len(calling.functions) < 2:
+        return None
+    for alone in calling.each_tool():
+        try:
+            await compile_(alone.spec())
+        except ValueError as exc:
+            if "compile limit" in str(exc):
+                continue
+            return (f"tool_choice 'required': {alone.error_message(str(exc))}; no call of it could be made — fix "
+                    "its parameters, or leave the tool out")
+    return None
+
+
 class MessageDeltas:
     """One streamed choice's ``delta`` objects past the role: with a reasoning format, the thinking as
     ``reasoning`` (and ``reasoning_content``) deltas first; then content — or, with tools, :class:`ToolCallDeltas`'
@@ -120,9 +139,10 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
 
     async def _structured(self, body: ChatCompletionRequest) -> StructuredOutputs | None:
         """:meth:`GenerationServing._structured`; a compile error of several tools' schemas together ("required")
-        that does not say which tool it is about is said of the tool whose schema alone fails so."""
+        that does not say which tool it is about is said of the tool whose schema alone fails so; and "required"'s
+        tools that compile together are refused where one alone does not (:func:`tool_never_called`)."""
         try:
-            return await super()._structured(body)
+            spec = await super()._structured(body)
         except APIError as exc:
             calling = body.tool_calling
             if exc.param != "tools" or calling is None or "tools[" in exc.message or calling.answer is not None \
@@ -132,6 +152,12 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
             if message is None:
                 raise
             raise APIError(400, message, param="tools") from exc
+        calling = body.tool_calling
+        if spec is not None and calling is not None:
+            message = await tool_never_called(calling, self.engine.structured_compiler.compile_async)
+            if message is not None:
+                raise APIError(400, message, param="tools")
+        return spec
 
     async def _generation_prompt(self, body: ChatCompletionRequest, prompt: str) -> str | None:
         """What the chat template adds after the messages for the model's turn (``prompt`` rendered without it is
