@@ -7,12 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from accelkit.cli.output import emit, fmt_num, out, table
-from accelkit.core import UserError
+from accelkit.core import UnknownNameError, UserError
 from accelkit.core.units import fmt_bytes, fmt_count
+from accelkit.hardware import get_device
 from accelkit.models.diffusion import DiffusionSpec, default_generation, pipeline_count, resolve_diffusion
 from accelkit.models.diffusion.pipeline import check_generation
 from accelkit.models.diffusion.spec import DENOISER_CLASS, PIPELINE_CLASS
 from accelkit.models.diffusion.unet import per_block
+from accelkit.plan.calibrate import LOCAL_NAMES
 from accelkit.plan.diffusion import compare_image
 from accelkit.plan.layout import TRAIN_ONLY_REQUEST, flag_text
 from accelkit.plan.options import PlanOptions
@@ -176,6 +178,20 @@ def _refuse_flags(model: str, request: dict[str, Any], layout: dict[str, Any], o
                         "--width, --steps, --guidance and --batch (images per call)")
 
 
+def _refuse_twice(names: list[str]) -> None:
+    """One card named twice in --compare (h100,H100-SXM5-80GB) gave two identical rows; `plan --compare` of an LLM
+    refuses it, and so does this (found in a hunt). An unknown name is left to the plan, which names it."""
+    seen: dict[str, str] = {}
+    for name in names:
+        try:
+            key = "cpu" if name.strip().lower() in LOCAL_NAMES else get_device(name).name
+        except UnknownNameError:
+            continue
+        if key in seen:
+            raise UserError(f"--compare {','.join(names)} names {key} twice ({seen[key]} and {name}); drop one")
+        seen[key] = name
+
+
 def plan(model: str, request: dict[str, Any], layout: dict[str, Any], options: dict[str, Any],
          image: dict[str, Any], *, as_json: bool) -> list[dict[str, Any]]:
     """`accelkit plan` of a text-to-image model: the documents, rendered (and returned, for the store)."""
@@ -189,6 +205,7 @@ def plan(model: str, request: dict[str, Any], layout: dict[str, Any], options: d
     if not names and not request.get("hardware"):  # it planned hardware 'None' (found in review)
         raise UserError("give --hardware NAME (e.g. h100) or --compare A,B,…")
     hardware = names or [str(request["hardware"])]
+    _refuse_twice(names)
     side = image.get("resolution")
     gen = default_generation(spec, height=image.get("height") or side, width=image.get("width") or side,
                              steps=image.get("steps"), guidance=image.get("guidance"), batch_size=request.get("batch"))

@@ -123,20 +123,51 @@ def _agrees(spec: DeviceSpec, tokens: list[str]) -> bool:
     return form is None or own is None or form == own  # an entry without one comes in one form
 
 
+#: words a driver's name carries beside the model that say nothing of the chip: the vendor, the brand, and 'VF' (an
+#: SR-IOV virtual function of the whole GPU: Azure's ND MI300X v5 reports 'AMD Instinct MI300X VF')
+_BRAND_WORDS = frozenset({"nvidia", "amd", "geforce", "tesla", "instinct", "vf"})
+#: words a driver's name may carry that name another product besides the entry's: AMD's device table (amdgpu.ids,
+#: 0x740C) names MI250 and MI250X boards alike 'AMD Instinct MI250X / MI250'. Kept on the MI250X entry, as before, so
+#: an MI250 GCD (104 CUs, not 110) still takes the MI250X's peaks — ~6% high; the CU count torch reports would tell them
+#: apart, which the callers do not pass yet
+_DRIVER_EXTRAS: dict[str, frozenset[str]] = {"MI250X-GCD": frozenset({"mi250"})}
+
+
+def _describes(token: str) -> bool:
+    """Whether a token of a driver's name only describes the board (a memory size, a memory type, a form factor, the
+    vendor or brand) — what :func:`_agrees` checks against the entry — rather than naming another chip (the '4090 D',
+    a 'Laptop GPU', a MIG slice)."""
+    return (token in _BRAND_WORDS or re.fullmatch(r"\d+gb?|hbm\d*e?|gddr\d+x?", token) is not None
+            or _form_factor([token]) is not None)
+
+
+def _runs(tokens: list[str], key: str, extras: frozenset[str]) -> bool:
+    """Whether ``key`` is a run of whole tokens of ``tokens`` with every other token one that only describes the board
+    (or one of the entry's ``extras``)."""
+    for i in range(len(tokens)):
+        for j in range(i + 1, len(tokens) + 1):
+            if "".join(tokens[i:j]) == key and all(_describes(t) or t in extras for t in tokens[:i] + tokens[j:]):
+                return True
+    return False
+
+
 def match_device_name(reported: str) -> DeviceSpec | None:
     """Catalog entry for a name a driver reports ('NVIDIA H200', 'NVIDIA A100 80GB PCIe', 'AMD Instinct MI300X'),
     or None.
 
     An entry matches when its name or an alias is a run of whole tokens of the reported name ('H200' is not in
-    'GH200') and the memory size, memory type (HBM3, HBM2e …) and form factor (SXM, PCIe, NVL) the reported
-    name carries agree with it — 'NVIDIA A100-SXM4-40GB' and 'NVIDIA H100 NVL' match nothing rather than an
-    80 GB SXM entry. The longest matching name wins, then the earlier catalog row.
+    'GH200'), every other token only describes the board — the vendor or brand, a memory size or type, a form factor:
+    'NVIDIA GeForce RTX 4090 D' (a cut-down chip), '… RTX 4090 Laptop GPU' (another chip) and '… MIG 1g.10gb' (a
+    slice) match nothing rather than the RTX 4090's or the whole GPU's peaks — and the memory size, memory type
+    (HBM3, HBM2e …) and form factor (SXM, PCIe, NVL) the reported name carries agree with it — 'NVIDIA
+    A100-SXM4-40GB' and 'NVIDIA H100 NVL' match nothing rather than an 80 GB SXM entry. The longest matching name
+    wins, then the earlier catalog row.
     """
     tokens = _tokens(reported)
-    runs = {"".join(tokens[i:j]) for i in range(len(tokens)) for j in range(i + 1, len(tokens) + 1)}
     best: tuple[int, DeviceSpec] | None = None
     for spec in list_devices():
-        length = max((len(k) for k in map(_key, (spec.name, *spec.aliases)) if k in runs), default=0)
+        extras = _DRIVER_EXTRAS.get(spec.name, frozenset())
+        length = max((len(k) for k in map(_key, (spec.name, *spec.aliases)) if _runs(tokens, k, extras)), default=0)
         if length and (best is None or length > best[0]) and _agrees(spec, tokens):
             best = (length, spec)
     return best[1] if best else None

@@ -136,6 +136,36 @@ def _check_types(root: Path, folders: dict[str, tuple[str, dict[str, Any]]],
                                 "again with save_pretrained)")
 
 
+#: scheduler keys diffusers' schedulers read as they build or space their steps, and the values they take (a whole
+#: number from a minimum, or one of some words): another value failed inside diffusers, exit 1, in the bench's first
+#: call, and a null num_train_timesteps was an internal error in `plan` (found in a hunt)
+_SCHEDULER_VALUES: dict[str, int | tuple[str, ...]] = {
+    "num_train_timesteps": 1, "steps_offset": 0, "timestep_spacing": ("linspace", "leading", "trailing"),
+    "beta_schedule": ("linear", "scaled_linear", "squaredcos_cap_v2"),
+}
+
+
+def _check_scheduler(root: Path, family: DiffusionFamily, config: dict[str, Any]) -> None:
+    """Refuse, in one line naming the file and the key, a scheduler value that diffusers' scheduler of ``family``
+    cannot run (the SDXL keys apply to its EulerDiscreteScheduler; SD3's and FLUX's flow-matching one reads
+    num_train_timesteps only)."""
+    path = root / "scheduler" / "scheduler_config.json"
+    if not path.is_file():
+        path = root / "scheduler" / "config.json"
+    for key, allowed in _SCHEDULER_VALUES.items():
+        if key not in config or (family != "sdxl" and key != "num_train_timesteps"):
+            continue
+        value = config[key]
+        if isinstance(allowed, int):
+            if not isinstance(value, int) or isinstance(value, bool) or value < allowed:
+                raise UserError(f"{path}: {key!r} is {json.dumps(value)}; diffusers' scheduler takes a whole number "
+                                f"of at least {allowed} (the published configs': "
+                                f"{1000 if key == 'num_train_timesteps' else 1}); fix it")
+        elif value not in allowed:
+            raise UserError(f"{path}: {key!r} is {json.dumps(value)}; diffusers' EulerDiscreteScheduler takes "
+                            f"{', '.join(map(json.dumps, allowed))}; fix it")
+
+
 def _check_keys(root: Path, spec: DiffusionSpec, slots: list[str]) -> None:
     """Each component's closed-form count once, so that a config without a key the counts read is refused here, in
     one line naming its file and the key — not a KeyError in `models show`, `plan` or a bench (found in review)."""
@@ -214,10 +244,12 @@ def load_dir(path: str, published: Callable[[str], DiffusionSpec]) -> DiffusionS
             raise UserError(f"{root / denoiser_folder / 'config.json'}: 'sample_size' is {json.dumps(sample)}, not "
                             "square; accelkit models one resolution: write one number")
         sample = sample[0]
+    scheduler = _config(root, "scheduler")
+    _check_scheduler(root, family, scheduler)
     try:
         spec = DiffusionSpec(
             name=root.resolve().name, family=family, denoiser=denoiser, vae=vae, text_encoders=tuple(encoders),
-            scheduler=_config(root, "scheduler"), resolution=int(sample) * factor,
+            scheduler=scheduler, resolution=int(sample) * factor,
             steps=steps, guidance=guidance, force_zeros_for_empty_prompt=bool(index.get(
                 "force_zeros_for_empty_prompt", family == "sdxl")), max_sequence_length=dropped_t5,
             source=f"local directory {root.resolve()}",

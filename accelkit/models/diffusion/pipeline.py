@@ -64,20 +64,43 @@ def check_generation(spec: DiffusionSpec, gen: Generation, names: dict[str, str]
     return _steps_past_schedule(spec, gen.steps, names.get("steps", "--steps"))
 
 
+def _leading_fits(train: int, steps: int) -> bool:
+    """Whether "leading" spacing starts ``steps`` steps near the top of ``train`` training timesteps: it spaces them
+    train // steps apart from timestep 0 and so leaves out the top train % steps timesteps (beyond one spacing);
+    up to a tenth of the schedule is what the usual counts leave (30 steps: 10; the first step at 958)."""
+    return steps <= train and train % steps <= train // 10
+
+
 def _steps_past_schedule(spec: DiffusionSpec, steps: int, flag: str) -> str | None:
-    """Why ``steps`` denoise nothing on ``spec``'s scheduler (None if they can): SDXL's EulerDiscreteScheduler with
-    "leading" timestep spacing (sdxl-base's, as the published scheduler_config.json) spaces its timesteps
-    num_train_timesteps // steps apart — 0 past num_train_timesteps, so every step runs at the same last timestep
-    and the image stays noise, without a word from diffusers (a hunt). "linspace" and "trailing" spacing and SD3's
-    and FLUX's flow-matching scheduler (a linspace of sigmas) space any number of steps."""
+    """Why ``steps`` denoise nothing, or start far below the noisiest timestep, on ``spec``'s scheduler (None if they
+    are fine): SDXL's EulerDiscreteScheduler with "leading" timestep spacing (sdxl-base's, as the published
+    scheduler_config.json) spaces its timesteps num_train_timesteps // steps apart from timestep 0 — 0 past
+    num_train_timesteps, so every step runs at the same last timestep and the image stays noise; and from 501 to
+    999 steps (and e.g. 334, 400: wherever num_train_timesteps % steps is large) the steps stop short of the top:
+    `--steps 600` runs timesteps 600 … 1 from pure noise, so the image comes out noisy — diffusers says nothing of
+    either (hunts). "linspace" and "trailing" spacing and SD3's and FLUX's flow-matching scheduler (a linspace of
+    sigmas) space any number of steps."""
     if spec.family != "sdxl" or spec.scheduler.get("timestep_spacing", "linspace") != "leading":
         return None
-    train = int(spec.scheduler.get("num_train_timesteps", 1000))
-    if steps <= train:
+    train = spec.scheduler.get("num_train_timesteps", 1000)
+    offset = spec.scheduler.get("steps_offset", 0)
+    if not isinstance(train, int) or isinstance(train, bool) or train < 1 or not isinstance(offset, int):
+        return None  # (a scheduler config no diffusers scheduler takes: its own error, where it is built)
+    if steps > train:
+        return (f"{flag} {steps} is more than {spec.name}'s scheduler can space: its \"leading\" timestep spacing puts "
+                f"the steps num_train_timesteps // steps = {train} // {steps} = 0 timesteps apart, so every step runs "
+                f"at timestep {offset} and the image stays noise; use {train} or less")
+    if _leading_fits(train, steps):
         return None
-    return (f"{flag} {steps} is more than {spec.name}'s scheduler can space: its \"leading\" timestep spacing puts "
-            f"the steps num_train_timesteps // steps = {train} // {steps} = 0 timesteps apart, so every step runs at "
-            f"timestep {spec.scheduler.get('steps_offset', 0)} and the image stays noise; use {train} or less")
+    ratio = train // steps
+    first = (steps - 1) * ratio + offset
+    below = next(n for n in range(steps - 1, 0, -1) if _leading_fits(train, n))  # (every n up to train // 10 fits)
+    above = next((n for n in range(steps + 1, train + 1) if _leading_fits(train, n)), None)
+    use = f"{below} or {above}" if above is not None else f"{below}"
+    return (f"{flag} {steps} stops short of the noisiest timesteps on {spec.name}: its \"leading\" timestep spacing "
+            f"puts the steps {train} // {steps} = {ratio} apart from timestep {offset}, so the first runs at timestep "
+            f"{first}, not near {train - 1}, and the image, started from pure noise, comes out noisy; use {use} (the first step "
+            "then within the top tenth of the schedule)")
 
 
 def text_tokens(spec: DiffusionSpec) -> int:
