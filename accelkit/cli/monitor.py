@@ -51,6 +51,23 @@ def _check_workload_flags(name: str, options: dict[str, Any]) -> None:
     check_workload(workload)
 
 
+#: the parameters `--dashboard` never reads (spec_options names the generated ones ``<into>__<field>``)
+_NOT_FOR_DASHBOARD = ("once", "exporter__host", "exporter__port", "exporter__interval")
+
+
+def _refuse_unused_flags(ctx: typer.Context, *, dashboard: bool) -> None:
+    """`--dashboard` prints the dashboard and exits: --once, --host, --port and --interval given with it were
+    dropped without a word (`monitor --once --dashboard` printed no sample), so they are refused."""
+    if not dashboard:
+        return
+    flags = {p.name: p.opts[0] for p in ctx.command.params if p.name is not None}
+    unused = [flags[n] for n in _NOT_FOR_DASHBOARD
+              if n in flags and getattr(ctx.get_parameter_source(n), "name", "DEFAULT") != "DEFAULT"]
+    if unused:
+        raise UserError(f"--dashboard prints the Grafana dashboard and exits, so {', '.join(unused)} would do nothing; "
+                        "give --dashboard alone, or leave it out to sample (--once) or serve")
+
+
 MONITOR_EXAMPLES = examples(
     "accelkit monitor                          # Prometheus metrics on http://127.0.0.1:9400/metrics",
     "accelkit monitor --once --json            # one sample, then exit",
@@ -65,6 +82,7 @@ PROFILE_EXAMPLES = examples(
 
 @spec_options(ExporterConfig, into="exporter")
 def monitor_cmd(
+    ctx: typer.Context,
     dashboard: bool = typer.Option(False, "--dashboard", help="Print the Grafana dashboard JSON and exit."),
     once: bool = typer.Option(False, "--once", help="Sample once, print the exposition (or --json families) and exit."),
     as_json: bool = JsonOption,
@@ -72,6 +90,7 @@ def monitor_cmd(
     exporter: dict[str, Any],
 ) -> None:
     """Serve device (DCGM names), host and job metrics for Prometheus on /metrics."""
+    _refuse_unused_flags(ctx, dashboard=dashboard)
     if dashboard:
         typer.echo(json.dumps(build_dashboard(), indent=2))
         return

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import os
+import sys
 from pathlib import Path
 
 import typer
@@ -11,6 +14,17 @@ from accelkit.cli.output import JsonOption, emit, err, out
 from accelkit.cli.store import reading
 from accelkit.core import UserError
 from accelkit.results.store import MAX_ROW_ID
+
+
+def is_stdout(path: Path) -> bool:
+    """``--out -``, or a path that is this process's stdout (``/dev/stdout``, ``/dev/fd/1``, the file stdout is
+    redirected to): the report goes to stdout, and what the command says goes to stderr, not into the HTML."""
+    if str(path) == "-":
+        return True
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # no such path; a stdout with no fd
+        return False
 
 
 def check_out_path(path: Path) -> None:
@@ -26,8 +40,6 @@ def check_out_path(path: Path) -> None:
         if blocking is not None and not blocking.is_dir():
             raise UserError(f"--out {path}: {blocking} is a file, not a directory; choose a path in a directory")
         raise UserError(f"--out {path}: the directory {parent} does not exist; create it first or choose another path")
-    import os
-
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UserError(f"--out {path} cannot be written (permission denied); choose a path you can write")
 
@@ -38,7 +50,7 @@ EXAMPLES = examples(
 )
 
 def report_cmd(
-    out_path: Path = typer.Option(Path("report.html"), "--out", help="Where to write the HTML file."),
+    out_path: Path = typer.Option(Path("report.html"), "--out", help="Where to write the HTML file (- for stdout)."),
     run: str | None = typer.Option(None, "--run", help="Only the results of this run id (default: all)."),
     limit: int = typer.Option(500, "--limit", min=1, max=MAX_ROW_ID,
                               help="The newest N benchmark results in the runs table (the figures draw the newest 60)."),
@@ -47,23 +59,38 @@ def report_cmd(
 ) -> None:
     """Write one self-contained HTML report (tables and plots, no network needed) from the results store."""
     # lazy: report's modules load to write a report, not at every command's start-up
-    from accelkit.report import write_report
+    from accelkit.report.html import build_report, write_html
 
-    check_out_path(out_path)
+    to_stdout = is_stdout(out_path)
+    if to_stdout and as_json:
+        raise UserError(f"--out {out_path} writes the report to stdout, where --json writes its document; give --out "
+                        "a file path, or leave --json out")
+    if to_stdout and open_:
+        raise UserError(f"--open opens a file, and --out {out_path} writes the report to stdout; give --out a file "
+                        "path to open it")
+    if not to_stdout:
+        check_out_path(out_path)
     with reading() as store:  # read-only: never waits on a writer's lock, creates no store, reports skipped rows
         if run is not None and (not run.strip() or not store.count(run_id=run)):
             raise UserError(f"--run {run!r}: no result in {store.path} has this run id; `accelkit bench` prints the "
                             "run id of what it stores (leave --run out to report every result)")
-        try:
-            path = write_report(out_path, store=store, run_id=run, limit=limit)
-        except OSError as exc:  # e.g. a full disk (/dev/full): the report is rebuilt from the store on a rerun
-            raise UserError(f"--out {out_path}: cannot write the report ({exc.strerror or exc}); "
-                            "choose another path") from exc
+        html = build_report(store, run_id=run, limit=limit)
         total = store.count()
-    data = {"path": str(path.resolve()), "bytes": path.stat().st_size, "results_in_store": total}
+    path = out_path
+    if to_stdout:  # a closed reader (`| head`) is the CLI's quiet BrokenPipeError, not a path to blame
+        size = _to_stdout(html)
+        err.print(f"wrote the report to stdout ({size / 2**20:.1f} MiB, {total} results in the store)",
+                  highlight=False)
+        return
+    try:
+        size = write_html(path, html)
+    except OSError as exc:  # e.g. a full disk (/dev/full): the report is rebuilt from the store on a rerun
+        raise UserError(f"--out {out_path}: cannot write the report ({exc.strerror or exc}); "
+                        "choose another path") from exc
+    data = {"path": str(path.resolve()), "bytes": size, "results_in_store": total}
 
     def render() -> None:
-        out.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, {total} results in the store)", highlight=False)
+        out.print(f"wrote {path} ({size / 2**20:.1f} MiB, {total} results in the store)", highlight=False)
 
     emit(data, as_json, render)
     if open_:
@@ -71,3 +98,16 @@ def report_cmd(
 
         if not webbrowser.open(path.resolve().as_uri()):
             err.print(f"could not open a browser; open {path.resolve()} yourself", highlight=False)
+
+
+def _to_stdout(html: str) -> int:
+    data = html.encode("utf-8")
+    stream = getattr(sys.stdout, "buffer", None)
+    sys.stdout.flush()
+    if stream is not None:
+        stream.write(data)
+        stream.flush()
+    else:
+        sys.stdout.write(html)
+        sys.stdout.flush()
+    return len(data)

@@ -139,6 +139,22 @@ class OpenAIStreamClient:
                                        guided_fields=self.config.guided_fields))
         return body
 
+    async def served_models(self) -> list[str] | None:
+        """The model names ``GET /v1/models`` lists, or None when the server does not say (no such route, an
+        error, a body of another shape, no answer within min(--timeout, 10 s)): not every OpenAI-compatible
+        server has the route, and the warm-up reports a server that cannot be reached."""
+        try:
+            response = await self._client.get(self.config.models_url, timeout=min(self.config.timeout_s, 10.0))
+            body = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list) or not data:
+            return None
+        ids = [m.get("id") if isinstance(m, dict) else None for m in data]
+        names = [i for i in ids if isinstance(i, str)]
+        return names if len(names) == len(ids) else None
+
     async def send(self, request: SampleRequest, record: RequestRecord, t0: float, *, request_id: str | None = None) -> RequestRecord:
         """Send one request and fill ``record``; never raises for anything the server or the network does
         (the error text goes into ``record.error``), so one request cannot sink a pass. ``t0`` is the

@@ -198,11 +198,20 @@ class LoadTestConfig(Spec):
         return self.sweep_rates if self.sweep_rates is not None else (self.request_rate,)
 
     @property
+    def root_url(self) -> str:
+        """The server root: ``base_url`` without a trailing / or /v1."""
+        root = self.base_url.rstrip("/")
+        return root[: -len("/v1")] if root.endswith("/v1") else root
+
+    @property
     def url(self) -> str:
         """The full endpoint URL."""
-        root = self.base_url.rstrip("/")
-        root = root[: -len("/v1")] if root.endswith("/v1") else root
-        return root + ENDPOINT_PATHS[self.endpoint]
+        return self.root_url + ENDPOINT_PATHS[self.endpoint]
+
+    @property
+    def models_url(self) -> str:
+        """``GET /v1/models``: the names the server serves."""
+        return self.root_url + "/v1/models"
 
     def public_dict(self) -> dict[str, Any]:
         """``to_dict`` for storage: the API key redacted, inf rates as the string 'inf' (valid JSON)."""

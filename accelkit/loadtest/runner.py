@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any
 
-from accelkit.core import AccelkitError, Measurement, summarize
+from accelkit.core import AccelkitError, Measurement, UserError, summarize
 from accelkit.hardware.detect import environment
 from accelkit.loadtest.arrivals import arrival_offsets, describe_arrivals
 from accelkit.loadtest.client import OpenAIStreamClient
@@ -118,6 +118,8 @@ async def _warmup(client: OpenAIStreamClient, requests: list[SampleRequest], con
                 duration_s=time.perf_counter() - t)
     if info["completed"] == 0:
         first = next(r.error for r in records if r.error)
+        if first.startswith("HTTP 404"):
+            await check_served(client, config)
         raise AccelkitError(f"warm-up: none of {n} requests to {config.url} succeeded; first error: {first}"
                             f"{context_hint(first, config, requests[0])}")
     return info
@@ -186,7 +188,28 @@ async def _run(config: LoadTestConfig, run_id: str, on_progress: Progress | None
             if checker is not None:  # after the pass, outside its clock
                 metrics["structured_outputs"] = checker.check_records(records)
             passes.append((rate, records, metrics))
+            if i == 0 and metrics["completed"] == 0 and _is_404(metrics):  # --warmup 0: the first pass is the check
+                await check_served(client, config)
     return dataset_info, passes, warmup_info
+
+
+def _is_404(metrics: dict[str, Any]) -> bool:
+    return any(f["error"].startswith("HTTP 404") for f in metrics["failures"])
+
+
+async def check_served(client: OpenAIStreamClient, config: LoadTestConfig) -> None:
+    """After every request failed with HTTP 404: a model that ``GET /v1/models`` does not list is the user's
+    mistake — one line naming it and the served names (exit 2), not a runtime failure (exit 1). Asked only then:
+    servers such as SGLang and TGI answer any model name, so a model missing from their list is no reason to refuse
+    a run up front. Nothing when the server does not list its models, or lists this one (a 404 for another reason)."""
+    served = await client.served_models()
+    if served is None or config.model in served:
+        return
+    names = ", ".join(repr(name) for name in served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
+    close = [name for name in served if name.lower() == config.model.lower() or name.endswith("/" + config.model)]
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise UserError(f"--model {config.model!r} is not served by {config.root_url} (HTTP 404): GET /v1/models lists "
+                    f"{names}; {hint}pass one of these names as --model")
 
 
 def run_loadtest(config: LoadTestConfig, *, on_progress: Progress | None = None,
@@ -198,6 +221,7 @@ def run_loadtest(config: LoadTestConfig, *, on_progress: Progress | None = None,
     Called where an event loop is already running (Jupyter, an async app), the test runs on a worker thread with
     its own loop — a loop cannot be re-entered — and this call blocks that loop until it ends (``on_progress`` is
     then called from the worker); ``await run_loadtest_async(config)`` there leaves the loop free instead."""
+    _check_config(config)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -257,6 +281,14 @@ async def _collecting(config: LoadTestConfig, state: dict[str, Any], on_progress
             signal.signal(signal.SIGTERM, previous)
 
 
+def _check_config(config: Any) -> None:
+    """A dict of settings (or None) was an AttributeError ('dict' object has no attribute 'num_prompts') from inside
+    the run: one line naming it and what to pass."""
+    if not isinstance(config, LoadTestConfig):
+        raise TypeError(f"config={config!r} is not a LoadTestConfig; pass LoadTestConfig(base_url=..., model=..., ...) "
+                        "(LoadTestConfig(**settings) for a dict)")
+
+
 def _to_stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -264,6 +296,7 @@ def _to_stderr(text: str) -> None:
 async def run_loadtest_async(config: LoadTestConfig, *, on_progress: Progress | None = None,
                              on_notice: Notice | None = None, _state: dict[str, Any] | None = None) -> Measurement:
     """:func:`run_loadtest` as a coroutine, for a caller that is already inside an event loop."""
+    _check_config(config)
     notice = on_notice or _to_stderr
     run_id = f"accelkit-{secrets.token_hex(4)}"  # new each run: the server's logs tell runs apart
     state = {} if _state is None else _state

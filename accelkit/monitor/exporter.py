@@ -61,9 +61,9 @@ def metrics_app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         method = environ["REQUEST_METHOD"]
         if method == "OPTIONS":
-            status, headers, body = "200 OK", [("Allow", "OPTIONS,GET")], b""
-        elif method != "GET":
-            status, headers = "405 Method Not Allowed", [("Allow", "OPTIONS,GET")]
+            status, headers, body = "200 OK", [("Allow", "OPTIONS,GET,HEAD")], b""
+        elif method not in ("GET", "HEAD"):  # HEAD (curl -I, an uptime check) was a 405
+            status, headers = "405 Method Not Allowed", [("Allow", "OPTIONS,GET,HEAD")]
             body = f"# HTTP 405: {method}; use GET\n".encode()
         elif environ.get("PATH_INFO") == "/favicon.ico":
             status, headers, body = "200 OK", [], b""
@@ -74,8 +74,9 @@ def metrics_app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
             if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
                 body = gzip.compress(body)
                 headers.append(("Content-Encoding", "gzip"))
+        headers.append(("Content-Length", str(len(body))))
         start_response(status, headers)
-        return [body]
+        return [] if method == "HEAD" else [body]  # HEAD: GET's headers, no body
 
     return app
 

@@ -163,12 +163,42 @@ class JobTracker:
         self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
         self._m = _JobMetrics.get(registry)
         self._last = time.perf_counter()
+        self._scalars: set[str] = set()  # the scalar names published, for close() to withdraw
+        self._closed = False
         self.records: list[StepRecord] = []
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:  # published after the end, its gauges would stay on /metrics for the process's life
+            raise UserError(f"job {self.job!r} has ended (its `with track(...)` block exited); call {what} inside "
+                            f"the block, or start a new track({self.job!r})")
+
+    @staticmethod
+    def _remove(gauge: Gauge, *labels: str) -> None:
+        with contextlib.suppress(KeyError):  # prometheus_client before 0.20 raised KeyError for an absent series
+            gauge.remove(*labels)
+
+    def close(self) -> None:
+        """End the job: its gauges (rates, MFU, last step time, memory, scalars) leave the registry, so a scrape no
+        longer shows a finished job's last values as if it still ran; the cumulative ``accelkit_job_steps_total``
+        and ``accelkit_job_step_seconds`` stay (they remain true). ``track()`` calls it when its block exits;
+        ``step()`` and ``log()`` after it are refused. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        m, job = self._m, self.job
+        for gauge in (m.last_step_seconds, m.samples_per_s, m.tokens_per_s, m.mfu):
+            self._remove(gauge, job)
+        for kind in ("allocated", "reserved"):
+            self._remove(m.device_memory, job, kind)
+        self._remove(m.host_memory, job, "rss")
+        for name in self._scalars:
+            self._remove(m.scalar, job, name)
 
     def step(self, *, samples: float | None = None, tokens: float | None = None, flops: float | None = None,
              **scalars: float) -> StepRecord:
         """Close a step. Counts given here override the per-step defaults; keyword scalars are logged."""
         now = time.perf_counter()
+        self._check_open("step()")
         # checked before anything is published: a bad count must not leave half a step in the registry
         samples = _count("samples", samples, zero_ok=True) if samples is not None else self.samples_per_step
         tokens = _count("tokens", tokens, zero_ok=True) if tokens is not None else self.tokens_per_step
@@ -185,11 +215,19 @@ class JobTracker:
         for gauge, value in ((m.samples_per_s, sps), (m.tokens_per_s, tps), (m.mfu, mfu)):
             if value is not None:
                 gauge.labels(job).set(value)
-        for gauge, values in ((m.device_memory, _device_memory()), (m.host_memory, _host_memory())):
-            for kind, value in values.items():
-                gauge.labels(job, kind).set(value)
+            else:  # a step with no count (samples=0) has no rate: the previous step's must not stand for it
+                self._remove(gauge, job)
+        device = _device_memory()
+        for kind in ("allocated", "reserved"):
+            if kind in device:
+                m.device_memory.labels(job, kind).set(device[kind])
+            else:
+                self._remove(m.device_memory, job, kind)
+        for kind, value in _host_memory().items():
+            m.host_memory.labels(job, kind).set(value)
         for name, number in logged.items():
             m.scalar.labels(job, name).set(number)
+        self._scalars.update(logged)
         record = StepRecord(len(self.records), dt, sps, tps, mfu)
         self.records.append(record)
         return record
@@ -198,8 +236,10 @@ class JobTracker:
 
     def log(self, **scalars: float) -> None:
         """Export scalars (loss, lr, grad norm …) without closing a step."""
+        self._check_open("log()")
         for name, number in _scalars(scalars).items():
             self._m.scalar.labels(self.job, name).set(number)
+            self._scalars.add(name)
 
 
 def flops_per_step_for(model: ModelSpec, *, batch: int, seq: int, training: bool = True) -> float:
@@ -223,7 +263,8 @@ def track(
     registry: CollectorRegistry = REGISTRY,
 ) -> Iterator[JobTracker]:
     """Track a loop. Give ``flops_per_step``, or ``model`` + ``samples_per_step`` + ``seq_len`` for the
-    planner to count them; MFU needs ``peak_flops`` (the dense peak of the dtype in use)."""
+    planner to count them; MFU needs ``peak_flops`` (the dense peak of the dtype in use). When the block exits
+    (an exception too) the job's gauges leave the registry (:meth:`JobTracker.close`)."""
     if model is not None and not isinstance(model, ModelSpec):  # a preset name was a bare AttributeError
         raise UserError(f"model={model!r} is not a ModelSpec; pass accelkit.models.get_preset(name) or "
                         "accelkit.models.resolve_model(path), or give flops_per_step")
@@ -248,5 +289,9 @@ def track(
         flops_per_step = flops_per_step_for(model, batch=batch, seq=seq, training=training)
         # a tokens_per_step of 0 given with model= was replaced by batch × seq; it is refused as without model=
         tokens_per_step = batch * seq if tokens_per_step is None else tokens_per_step
-    yield JobTracker(job, samples_per_step=samples_per_step, tokens_per_step=tokens_per_step,
-                     flops_per_step=flops_per_step, peak_flops=peak_flops, registry=registry)
+    tracker = JobTracker(job, samples_per_step=samples_per_step, tokens_per_step=tokens_per_step,
+                         flops_per_step=flops_per_step, peak_flops=peak_flops, registry=registry)
+    try:
+        yield tracker
+    finally:  # on an exception too: a crashed job's last rates must not go on being scraped
+        tracker.close()

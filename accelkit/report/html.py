@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -528,5 +530,23 @@ def write_report(path: str | Path, *, store: ResultStore | None = None, run_id: 
     finally:
         if own:
             store.close()
-    write_whole(path, html)  # whole or not at all, through a symlink into its target (accelkit.results.out_file)
+    write_html(path, html)
     return path
+
+
+def write_html(path: Path, html: str) -> int:
+    """Write ``html`` to ``path`` and return the bytes written. A regular file (or a new one) is written whole or
+    not at all, through a symlink into its target (accelkit.results.out_file); a device or a pipe that exists
+    (``/dev/stdout`` piped, a FIFO, ``/dev/null``) is written in place — out_file resolves ``/dev/stdout`` to
+    ``/proc/<pid>/fd/pipe:[…]``, which is no path, and the report failed (``No such file or directory``)."""
+    data = html.encode("utf-8")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # not there (yet): a new regular file
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        with open(path, "wb") as f:
+            f.write(data)
+    else:
+        write_whole(path, html)
+    return len(data)

@@ -135,6 +135,6 @@ def test_bad_jsonl_line_exit_2(server, tmp_path):
     assert proc.returncode == 2 and "line 2: field 'prompt'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_unknown_model_exit_1(server):
+def test_unknown_model_exit_2(server):
     proc = loadtest("--base-url", server.base_url, "--model", "nope", "--num-prompts", "2")
-    assert proc.returncode == 1 and "HTTP 404" in proc.stderr and "does not exist" in proc.stderr
+    assert proc.returncode == 2 and "HTTP 404" in proc.stderr and "GET /v1/models lists 'fake-model'" in proc.stderr

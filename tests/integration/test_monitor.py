@@ -187,8 +187,8 @@ def test_track_exports_step_metrics(live):
         for i in range(5):
             time.sleep(0.02)
             record = job.step(loss=1.0 / (i + 1))
+        families = {f.name: f for f in text_string_to_metric_families(_scrape(port))}  # while the job runs
     assert record.seconds > 0.015 and record.mfu == pytest.approx(2e9 / record.seconds / 1e12)
-    families = {f.name: f for f in text_string_to_metric_families(_scrape(port))}
     count = [s for s in families["accelkit_job_step_seconds"].samples if s.name.endswith("_count")]
     assert count[0].value == 5 and count[0].labels["job_name"] == "unit-job"
     assert families["accelkit_job_tokens_per_second"].samples[0].value == pytest.approx(512 / record.seconds, rel=1e-6)
