@@ -183,6 +183,36 @@ def check_precisions(precisions: list[str], device: str) -> None:
         raise UserError("nothing to run: " + "; ".join(f"--precision {p}: {r}" for p, r in reasons.items()))
 
 
+class _ItemReporter(Reporter):
+    """``reporter`` for one suite item: a refusal or failure names the workload it is about (``refused int8 in
+    resnet-tiny-train: …``) — in a suite, ``refused fp8: …`` came once per workload with nothing saying whose, and
+    with ``--no-progress`` those lines are all stderr has. Everything else is passed on as it is."""
+
+    def __init__(self, inner: Reporter, key: str) -> None:
+        self.inner, self.key = inner, key
+
+    def refused(self, variant: str, reason: str) -> None:
+        self.inner.refused(f"{variant} in {self.key}", reason)
+
+    def failed(self, variant: str, phase: str, error: str) -> None:
+        self.inner.failed(f"{variant} in {self.key}", phase, error)
+
+    def status(self, text: str) -> None:
+        self.inner.status(text)
+
+    def phase(self, lane: str, text: str) -> None:
+        self.inner.phase(lane, text)
+
+    def progress(self, lane: str, iterations: int, measured_s: float, config: LoopConfig) -> None:
+        self.inner.progress(lane, iterations, measured_s, config)
+
+    def note(self, text: str) -> None:
+        self.inner.note(text)
+
+    def stored(self, variant: str, result_ids: list[int]) -> None:
+        self.inner.stored(f"{variant} in {self.key}", result_ids)
+
+
 def run_suite(
     name: str,
     config: BenchConfig | None = None,
@@ -194,9 +224,14 @@ def run_suite(
 ) -> SuiteRun:
     """Run every workload of suite ``name``; one that cannot run here is skipped with its reason, one that fails
     is recorded with its error and the suite goes on. ``precisions`` replaces the suite's own per device. When
-    the store refuses a write, the suite goes on without storing and ``store_error`` says why."""
+    the store refuses a write, the suite goes on without storing and ``store_error`` says why.
+
+    The loop is ``loop`` when given, else ``config.loop`` when it is not the default ``LoopConfig()``, else the
+    suite's own (``run_suite("quick", BenchConfig(loop=LoopConfig(min_time_s=5)))`` ran the suite's 1.5 s)."""
     suite = get_suite(name)
-    config = (config or BenchConfig()).replace(loop=loop or suite.loop)
+    if loop is None:
+        loop = config.loop if config is not None and config.loop != LoopConfig() else suite.loop
+    config = (config or BenchConfig()).replace(loop=loop)
     device = resolve_device(config.device)
     config = config.replace(device=device)
     if precisions:
@@ -211,7 +246,8 @@ def run_suite(
             reporter.note(f"suite {suite.name}: {item.key} — building {item.workload}")
             workload = make_workload(item.workload, {**item.config, **(item.gpu_config if on_gpu else {})})
             reporter.note(f"suite {suite.name}: {item.key} ({workload.label})")
-            run = run_benchmark(workload, variants, config, store=store, reporter=reporter, run_id=out.run_id)
+            run = run_benchmark(workload, variants, config, store=store, reporter=_ItemReporter(reporter, item.key),
+                                run_id=out.run_id)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM between measurements (building a model): the runs so far stand
             out.interrupted, out.stopped_by = True, out.stopped_by or "SIGINT"
             out.not_run = [i.key for i in suite.items[index:]]

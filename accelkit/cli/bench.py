@@ -352,8 +352,10 @@ def _run_workload(name: str, workload: dict[str, Any], matrix: dict[str, Any] | 
     # 'powersgd_rank applies to …' → '--powersgd-rank 8 …', a switch turned off by its --no- form
     with flag_values(field_flags(Matrix, MATRIX_NAMES, matrix)):
         variants = Matrix(**matrix).variants() if matrix is not None else []
-    with flag_values():
+    # "nnodes='2' needs rdzv_endpoint HOST:PORT" → "--nnodes '2' needs --rdzv-endpoint HOST:PORT": the flags typed
+    with flag_values(field_flags(DistConfig, DIST_FLAGS, dist)):
         dist_config = _dist_config(dist)
+    with flag_values(field_flags(QualityConfig, None, quality)):
         quality_config = _quality_config(quality)
     # (here, not in the distributed launch: `accelkit tune` launches with its own quality settings and no flags)
     check_quality_flags(quality_config, compressed=any(v.grad_compression != "none" for v in variants))

@@ -15,14 +15,14 @@ from accelkit.bench.workloads import WORKLOADS, config_fields, make_workload
 from accelkit.cli.bench import check_workload, exit_stopped, sigterm_as_interrupt
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, Progress, ProgressOption, emit, err, flag_values, fmt_num, out, table
-from accelkit.cli.spec_options import spec_options
+from accelkit.cli.spec_options import in_flag_words, spec_options
 from accelkit.cli.store import open_for_saving, print_unstored
 from accelkit.core import UserError
 from accelkit.core.units import fmt_bytes
 from accelkit.monitor.config import ExporterConfig
 from accelkit.monitor.dashboard import dashboard as build_dashboard
 from accelkit.monitor.profile_workload import profile_workload
-from accelkit.monitor.profiler import ProfileConfig, ProfileInterrupted
+from accelkit.monitor.profiler import DEFAULT_OUT_DIR, ProfileConfig, ProfileInterrupted
 
 #: the precisions a bench variant takes (accelkit.bench.variants.BenchPrecision)
 BenchPrecision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
@@ -35,6 +35,11 @@ def _check_out_dir(path: Path) -> None:
             if not parent.is_dir():
                 raise UserError(f"--out {path}: {parent} is a file, not a folder; give a folder for trace.json")
             break
+    if str(path) != DEFAULT_OUT_DIR:  # made now, as the profile would make it: `--out /proc/nope` failed after the
+        try:                          # model was built (torch imported, ~6 s)
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"--out {path}: the folder cannot be created ({exc.strerror or exc}); give another") from exc
 
 
 def _check_workload_flags(name: str, options: dict[str, Any]) -> None:
@@ -46,8 +51,8 @@ def _check_workload_flags(name: str, options: dict[str, Any]) -> None:
         return
     try:
         workload = make_workload(name, given)
-    except ValueError as exc:  # a value the workload's config refuses: the user's to fix, as the profile says it
-        raise UserError(str(exc)) from exc
+    except ValueError as exc:  # a value the workload's config refuses: the user's to fix, named by its flag
+        raise UserError(in_flag_words(str(exc), {f: "--" + f.replace("_", "-") for f in given})) from exc
     check_workload(workload)
 
 
@@ -194,11 +199,11 @@ def profile_cmd(
                "output_len": output_len, "image_size": image_size, "module": module}
     with flag_values():
         config = ProfileConfig(**profiler)
-    _check_out_dir(Path(config.out_dir))
     _check_workload_flags(workload or "custom", options)
     store = open_for_saving(save)  # before profiling: an unwritable store fails now, not after the run
     writer = StoreWriter(store)
     try:
+        _check_out_dir(Path(config.out_dir))  # (last: it makes the folder)
         stopped = None
         with sigterm_as_interrupt() as received, Progress("profiling", show=progress) as bar:
             try:
@@ -223,6 +228,10 @@ def profile_cmd(
                 rows: list[tuple[Any, ...]] = [(o["name"], fmt_num(o["self_ms_per_step"], 3), f"{o['share'] * 100:.1f}%", fmt_num(o["calls_per_step"], 1))
                         for o in summary[key]]
                 out.print(table(title, ["operator", "ms / step", "share", "calls / step"], rows, right=(1, 2, 3)))
+        step = summary.get("profiler_step")
+        if step:  # the profiler's step range is no operator: its self time is the Python between the ops
+            out.print(f"host time outside any operator (ProfilerStep*, not ranked above): "
+                      f"{fmt_num(step['self_cpu_ms_per_step'], 3)} ms / step", highlight=False)
         b = summary["breakdown"]
         ex = b["exclusive_fraction"]
         rows = [(k, f"{v * 100:.1f}%") for k, v in ex.items()]

@@ -113,9 +113,17 @@ def _is_device_side(event: Any) -> bool:
     return event.device_type != DeviceType.CPU and not getattr(event, "is_user_annotation", False)
 
 
+def _is_profiler_step(event: Any) -> bool:
+    """Whether ``event`` is the profiler's own ``ProfilerStep#N`` range (``ProfilerStep*`` once averaged): an
+    annotation spanning the whole step, not an operator — its self time is the Python between the step's ops."""
+    return str(event.key).startswith(("ProfilerStep#", "ProfilerStep*"))
+
+
 def _top_ops(averages: Any, key: str, top: int, steps: int) -> list[dict[str, Any]]:
-    """The ``top`` rows of ``averages`` by ``key`` (device time: device-side rows only); shares are of their total."""
-    kept = [e for e in averages if key != "self_device_time_total" or _is_device_side(e)]
+    """The ``top`` rows of ``averages`` by ``key`` (device time: device-side rows only); shares are of their total.
+    The ``ProfilerStep*`` annotation is no operator: it is left out of the rows and of the total (it topped the CPU
+    table of a GPU run, whose CPU ops only launch kernels); ``_profiler_step`` reports it apart."""
+    kept = [e for e in averages if (key != "self_device_time_total" or _is_device_side(e)) and not _is_profiler_step(e)]
     rows = sorted(kept, key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
     total = sum(getattr(e, key, 0.0) for e in kept) or 1.0
     return [
@@ -128,6 +136,21 @@ def _top_ops(averages: Any, key: str, top: int, steps: int) -> list[dict[str, An
         for e in rows
         if getattr(e, key, 0.0) > 0
     ]
+
+
+def _profiler_step(averages: Any, steps: int) -> dict[str, Any] | None:
+    """The ``ProfilerStep*`` row(s), apart from the operators: their self CPU time per step is the host time between
+    the step's operators (Python, framework dispatch) that the op table leaves out."""
+    from torch.profiler import DeviceType
+
+    rows = [e for e in averages if _is_profiler_step(e) and e.device_type == DeviceType.CPU]
+    if not rows:
+        return None
+    return {"name": "ProfilerStep*",
+            "self_cpu_ms_per_step": sum(e.self_cpu_time_total for e in rows) / 1e3 / steps,
+            "cpu_ms_per_step": sum(e.cpu_time_total for e in rows) / 1e3 / steps,
+            "note": "the profiler's step annotation: its self time is host time outside any operator (Python "
+                    "between ops); not ranked with the operators"}
 
 
 def _run_folder(out_dir: str) -> Path:
@@ -249,6 +272,7 @@ def _summarize(prof: Any, config: ProfileConfig, trace_path: Path, wall_s: float
         "wall_s": wall_s,
         "top_cpu_ops": _top_ops(averages, "self_cpu_time_total", config.top, config.steps),
         "top_device_ops": _top_ops(averages, "self_device_time_total", config.top, config.steps) if on_cuda else [],
+        "profiler_step": _profiler_step(averages, config.steps),
         "breakdown": analyze_trace(trace),
         "peak_memory": (
             {"cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(), "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved()}

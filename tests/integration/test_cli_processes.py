@@ -35,7 +35,7 @@ RUNS = {
     "serve": (["--model", "{tmp}/none"], 2, "has no config.json"),
     "loadtest": (["--base-url", "http://127.0.0.1:9", "--model", "m", "--num-prompts", "0"], 2, "--num-prompts"),
     "monitor": (["--interval", "0"], 2, "--interval"),
-    "profile": (["bert", "--size", "huge"], 2, "size='huge' is not valid"),
+    "profile": (["bert", "--size", "huge"], 2, "--size 'huge' is not valid"),
     "hw list": (["--json"], 0, "H100-SXM5-80GB"),
     "hw show": (["h100", "--json"], 0, "H100-SXM5-80GB"),
     "hw detect": (["--json"], 0, "cpu"),

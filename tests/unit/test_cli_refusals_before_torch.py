@@ -44,7 +44,7 @@ def test_a_relative_target_is_named_as_one():
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (("profile", "bert", "--size", "huge"), "error: size='huge' is not valid; expected one of 'tiny', 'base', 'large'"),
+    (("profile", "bert", "--size", "huge"), "error: --size 'huge' is not valid; expected one of 'tiny', 'base', 'large'"),
     (("bench", "llm", "--model", "nope-model"), "error: unknown model 'nope-model'"),
     (("profile", "llm-train", "--model", "bert-base"),
      "error: 'bert-base' is an encoder model; llm-train needs a decoder (e.g. tiny-llama, llama-3.1-8b)"),

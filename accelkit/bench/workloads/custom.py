@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 import traceback
@@ -163,6 +164,28 @@ def _check_inputs(inputs: Any, target: str) -> None:
                         "tensors or a dict of keyword tensors")
 
 
+def _check_call(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], target: str) -> None:
+    """Refuse (one line, exit 2) example_inputs that ``model.forward`` cannot take — the Python error every variant
+    then raised in its first call (``FAILED fp32 (first call): TypeError: Linear.forward() missing 1 required
+    positional argument``, once per variant, exit 1). A model with forward pre-hooks (which may supply or rewrite
+    the inputs) is left to its first call."""
+    from torch.nn.modules import module as torch_module
+
+    if getattr(model, "_forward_pre_hooks", None) or torch_module._global_forward_pre_hooks:
+        return
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):  # a builtin or C forward: nothing to check here
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        given = f"{len(args)} positional" + (f" and keyword {', '.join(map(repr, kwargs))}" if kwargs else "")
+        raise UserError(f"--module {target!r}: the example inputs ({given}) do not fit "
+                        f"{type(model).__name__}.forward{signature}: {exc}; return the inputs forward takes (a "
+                        "tensor, a tuple of positional tensors, or a dict of keyword ones)") from None
+
+
 class Custom(BenchWorkload):
     name = "custom"
     config_cls = CustomConfig
@@ -220,9 +243,10 @@ class Custom(BenchWorkload):
             raise UserError(f"--lr {self.config.lr:g} sets the SGD step of a training run, but {target} returns no "
                             "loss_fn, so its step is inference; drop --lr, or return (model, example_inputs, loss_fn) "
                             "to train")
+        args = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs) if isinstance(inputs, (tuple, list)) \
+            else ()
+        _check_call(model, args, inputs if isinstance(inputs, dict) else {}, target)
         if self.config.items_per_step is None:
-            args = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs) if isinstance(inputs, (tuple, list)) \
-                else ()
             found = batch_input(args, inputs if isinstance(inputs, dict) else {})
             if found is not None and found[0] == 0:  # items per step 0: throughput divided by it (ZeroDivisionError)
                 raise UserError(f"--module {target!r}: the batch input ({found[1]}) has 0 rows, so a step processes "
