@@ -138,7 +138,12 @@ def _run(argv: list[str] | None) -> None:
     typer turns a Ctrl-C into a *returned* 130 (older typer: an ``Abort``) and returns the code of a command's
     ``typer.Exit`` instead of raising it when it is not standalone, so a Ctrl-C or an ``Exit(1)`` exited 0."""
     command = _command()
-    with command.make_context("accelkit", list(sys.argv[1:] if argv is None else argv)) as ctx:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["serve"]:  # vLLM's argparse forms of a pasted `vllm serve` line
+        from accelkit.cli.serve import vllm_argv
+
+        args = ["serve", *vllm_argv(args[1:])]
+    with command.make_context("accelkit", args) as ctx:
         command.invoke(ctx)
 
 

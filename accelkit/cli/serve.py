@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import typing
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,48 @@ def _dtype(text: str) -> str:
         raise UserError(f"--dtype {text!r} is not a dtype; give one of {', '.join(choices)} (or vLLM's half = "
                         "float16, float = float32)")
     return value
+
+
+# vLLM's token counts (its human_readable_int): k m g t multiply by 10**3, 10**6, 10**9, 10**12 and take decimals (25.6k);
+# K M G T by 2**10, 2**20, 2**30, 2**40 and take whole numbers only
+_TOKEN_COUNT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _token_count(text: str, flag: str) -> int:
+    """A number of tokens as vLLM reads it: 32768, 32k (32,000), 32K (32,768), 25.6k (25,600)."""
+    value = text.strip()
+    match = _TOKEN_COUNT.fullmatch(value)
+    if match is None:
+        try:
+            return int(value)
+        except ValueError:
+            raise UserError(f"{flag} {text!r} is not a number of tokens; give e.g. 32768, 32k (= 32,000) or 32K "
+                            "(= 32,768)") from None
+    number, suffix = match.groups()
+    if suffix in _BINARY_SUFFIX:
+        if "." in number:
+            raise UserError(f"{flag} {text!r}: decimals go with the decimal suffixes only (k = 1,000; {suffix} = "
+                            f"{_BINARY_SUFFIX[suffix]:,}), as in vLLM; write {number}{suffix.lower()} or a whole "
+                            f"number of {suffix}")
+        return int(number) * _BINARY_SUFFIX[suffix]
+    count = Fraction(number) * _DECIMAL_SUFFIX[suffix]
+    if count.denominator != 1:
+        raise UserError(f"{flag} {text!r} is not a whole number of tokens ({float(count):g}); give e.g. "
+                        f"{int(count)} or {round(count)}")
+    return int(count)
+
+
+def _max_model_len(text: str) -> int | None:
+    """``--max-model-len``: a token count, or vLLM's ``auto`` / ``-1`` — the model's own context (None)."""
+    if text.strip().lower() in ("auto", "-1"):
+        return None
+    return _token_count(text, "--max-model-len")
+
+
+def _batched_tokens(text: str) -> int:
+    return _token_count(text, "--max-num-batched-tokens")
 
 
 def _body_size(text: str) -> int:
@@ -150,6 +194,89 @@ def _check_step_budget(config: EngineConfig, max_model_len: int, is_default: boo
                     f"least {max_model_len}, lower --max-model-len, or drop --no-chunked-prefill")
 
 
+def vllm_argv(args: list[str]) -> list[str]:
+    """``accelkit serve``'s arguments with vLLM's argparse forms made click's: ``--served-model-name a b`` (several
+    ids after one flag — each word up to the next flag) becomes the flag repeated, and ``--max_model_len`` (vLLM takes
+    underscores) ``--max-model-len``. Done on the words as typed, so a bare word elsewhere (``--prefix-caching
+    true``) is never taken for a served name."""
+    out: list[str] = []
+    names = False  # inside --served-model-name's words
+    for i, word in enumerate(args):
+        if word == "--":  # what follows is no flag
+            return out + args[i:]
+        if word.startswith("--"):
+            flag, eq, value = word.partition("=")
+            word = flag.replace("_", "-") + eq + value
+            names = word == "--served-model-name"
+            out.append(word)
+        elif names and out[-1] != "--served-model-name":
+            out += ["--served-model-name", word]
+        else:
+            out.append(word)
+    return out
+
+
+def _model_and_names(model: Path | None, words: list[str]) -> Path:
+    """The model directory from ``--model`` or, as ``vllm serve MODEL`` takes it, the first bare word."""
+    words = list(words)
+    if model is None:
+        if not words:
+            raise UserError("no model given; give its directory: --model DIR, or first, as in `vllm serve DIR`")
+        model = Path(words.pop(0))
+    if words:
+        raise UserError(f"{words[0]!r} is an extra argument beside the model {str(model)!r}; give the model once "
+                        "(--model DIR, or first), and several model ids right after --served-model-name "
+                        "(--served-model-name a b)")
+    return model
+
+
+def _looks_like_hub_id(model: Path) -> bool:
+    """``org/name`` that is nothing on this disk: a Hugging Face Hub id, as `vllm serve` takes it."""
+    text = str(model)
+    return (re.fullmatch(r"[\w.-]+/[\w.-]+", text) is not None and not text.startswith(".")
+            and not model.exists() and not model.parent.exists())
+
+
+# vLLM's serve flags that accelkit takes with nothing to do: the flag, then why nothing is done (its --help text)
+VLLM_NO_OPS = {
+    "trust_remote_code": ("--trust-remote-code", "vLLM's flag, accepted and changes nothing: accelkit reads a model's "
+                          "config.json, safetensors and tokenizer files and runs no code from its directory (an "
+                          "architecture it does not implement is refused at start-up, naming it)."),
+    "disable_log_requests": ("--disable-log-requests", "vLLM's flag, accepted and changes nothing: accelkit never "
+                             "logs a request's prompt or parameters (--no-log-requests drops its one line per request "
+                             "too)."),
+    "disable_log_stats": ("--disable-log-stats", "vLLM's flag, accepted and changes nothing: accelkit logs no "
+                          "periodic statistics (/metrics has them)."),
+}
+# vLLM's parallel layouts beside tensor parallelism: 1 is what accelkit does, more is refused
+VLLM_ONE_ONLY = {"pipeline_parallel_size": ("--pipeline-parallel-size", "-pp"),
+                 "data_parallel_size": ("--data-parallel-size", "-dp")}
+UVICORN_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+def _vllm_refusal(*, pipeline_parallel_size: int | None, data_parallel_size: int | None,
+                  generation_config: str | None, tokenizer: Path | None, enable_log_requests: bool,
+                  model: Path) -> str | None:
+    """Why a vLLM flag given asks for what accelkit cannot do (None when each given asks for what it does)."""
+    if pipeline_parallel_size is not None and pipeline_parallel_size > 1:
+        return (f"--pipeline-parallel-size {pipeline_parallel_size}: accelkit serve splits a model by tensor "
+                "parallelism only; give --tensor-parallel-size N instead (the GPUs of one node)")
+    if data_parallel_size is not None and data_parallel_size > 1:
+        return (f"--data-parallel-size {data_parallel_size}: accelkit serve runs one replica; start one server per "
+                "GPU (--device cuda:N, --port) behind a load balancer")
+    if generation_config is not None and generation_config != "vllm":
+        return (f"--generation-config {generation_config!r}: accelkit serve takes no sampling defaults from "
+                "generation_config.json (only its EOS ids) — a request's omitted fields get OpenAI's defaults, as "
+                "vLLM's --generation-config vllm; drop the flag and send temperature, top_p … in the requests")
+    if tokenizer is not None and tokenizer.resolve() != model.resolve():
+        return (f"--tokenizer {str(tokenizer)!r}: accelkit serve reads the tokenizer from the model directory; copy "
+                f"the tokenizer's files into {str(model)!r} and drop --tokenizer")
+    if enable_log_requests:
+        return ("--enable-log-requests: accelkit serve does not log requests' prompts or parameters; its one line per "
+                "request (client, path, status, time) is --log-requests, on by default")
+    return None
+
+
 EXAMPLES = examples(
     "accelkit serve --model path/to/hf-model --served-model-name tiny --port 8000",
     "accelkit serve --model path/to/hf-model --kv-cache-dtype fp8 --max-model-len 8192",
@@ -157,14 +284,25 @@ EXAMPLES = examples(
 
 ENGINE_FLAGS = {"kv_cache_memory_bytes": "--kv-cache-memory", "enable_prefix_caching": "--prefix-caching/--no-prefix-caching",
                 "enable_chunked_prefill": "--chunked-prefill/--no-chunked-prefill"}
+# vLLM's spellings of the same flags (a pasted vLLM command line runs)
+ENGINE_ALIASES = {"enable_prefix_caching": ("--enable-prefix-caching/--no-enable-prefix-caching",),
+                  "enable_chunked_prefill": ("--enable-chunked-prefill/--no-enable-chunked-prefill",),
+                  "tensor_parallel_size": ("-tp",)}
 SERVER_FLAGS = {"shutdown_timeout_s": "--shutdown-timeout", "header_timeout_s": "--header-timeout",
                 "body_timeout_s": "--body-timeout", "max_body_bytes": "--max-body-size"}
 
 
 @spec_options(
-    EngineConfig, into="engine", exclude=("model",), names=ENGINE_FLAGS,
-    parse={"kv_cache_memory_bytes": _kv_memory, "dtype": _dtype},
-    helps={"dtype": "Weights and activations: auto (the checkpoint's dtype, float32 if unset), float16 (or vLLM's "
+    EngineConfig, into="engine", exclude=("model",), names=ENGINE_FLAGS, aliases=ENGINE_ALIASES,
+    parse={"kv_cache_memory_bytes": _kv_memory, "dtype": _dtype, "max_model_len": _max_model_len,
+           "max_num_batched_tokens": _batched_tokens},
+    helps={"max_model_len": "Context length in tokens, as vLLM reads it: 32768, 32k (= 32,000: k m g are 10**3, "
+           "10**6, 10**9) or 32K (= 32,768: K M G are 2**10, 2**20, 2**30). Not given, auto or -1: the model's "
+           "max_position_embeddings — refused at start-up where that does not fit the KV budget (vLLM's auto "
+           "shrinks it to fit instead).",
+           "max_num_batched_tokens": "Token budget of one step (decodes + prefill chunks), as --max-model-len takes "
+           "it (8192, 8k, 8K). Default 2048.",
+           "dtype": "Weights and activations: auto (the checkpoint's dtype, float32 if unset), float16 (or vLLM's "
            "half), bfloat16, float32 (or vLLM's float).",
            "kv_cache_memory_bytes": "KV budget, e.g. 2GiB (default 1 GiB on CPU, gpu_memory_utilization of free GPU memory).",
            "cpu_threads": "On a CPU: torch's threads for the engine's steps. Default: the usable cores less one (at "
@@ -178,16 +316,21 @@ SERVER_FLAGS = {"shutdown_timeout_s": "--shutdown-timeout", "header_timeout_s": 
     parse={"max_body_bytes": _body_size, "allowed_origins": _origins},
     helps={"max_body_bytes": "Largest request body, e.g. 8MiB (default); a larger one gets 413 before it is read.",
            "allowed_origins": "Browser origins allowed to call the API (CORS), comma-separated, e.g. "
-           "https://app.example.com,http://localhost:3000, or '*' for any; default none (no CORS headers)."},
+           "https://app.example.com,http://localhost:3000, or '*' for any; default none (no CORS headers).",
+           "log_requests": "Log one line per request at info level (client, method, path, status, milliseconds), 4xx "
+           "and 5xx included; vLLM's --disable-uvicorn-access-log is --no-log-requests."},
 )
 def serve_cmd(
-    model: Path = typer.Option(..., "--model", help="Hugging Face-format directory (config.json, *.safetensors, tokenizer)."),
+    model: Path | None = typer.Option(
+        None, "--model", show_default=False, help="Hugging Face-format directory (config.json, *.safetensors, "
+        "tokenizer); required, here or as the first argument (`accelkit serve DIR`, as `vllm serve DIR`)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to expose beyond this machine)."),
     port: int = typer.Option(8000, "--port", min=0, max=65535,
                       help="Port to listen on (0 picks a free one; stderr says which)."),
     served_model_name: list[str] | None = typer.Option(
         None, "--served-model-name", metavar="NAME",
-        help="Model id for clients (default: the directory name); repeat it for aliases — responses report the first.",
+        help="Model id for clients (default: the directory name); several ids, as vLLM takes them (--served-model-name "
+        "a b) or by repeating the flag, are each accepted — responses report the first.",
     ),
     api_key: str | None = typer.Option(
         None, "--api-key", envvar=["ACCELKIT_API_KEY", "VLLM_API_KEY"],
@@ -197,11 +340,50 @@ def serve_cmd(
         None, "--chat-template", help="Jinja file overriding the tokenizer's chat template, or the template itself "
         "(text with {, } or a newline; \\n escapes decoded), as vLLM's flag takes it."),
     progress: bool | None = ProgressOption,
+    words: list[str] | None = typer.Argument(
+        None, metavar="MODEL", show_default=False,
+        help="The model directory (as --model), first, as vLLM's command line gives it."),
+    uvicorn_log_level: str = typer.Option(
+        "warning", "--uvicorn-log-level", metavar="<" + "|".join(UVICORN_LOG_LEVELS) + ">",
+        help="uvicorn's own log (vLLM's flag; accelkit's line per request is --log-requests)."),
+    trust_remote_code: bool = typer.Option(False, VLLM_NO_OPS["trust_remote_code"][0],
+                                           help=VLLM_NO_OPS["trust_remote_code"][1]),
+    disable_log_requests: bool = typer.Option(False, VLLM_NO_OPS["disable_log_requests"][0],
+                                              help=VLLM_NO_OPS["disable_log_requests"][1]),
+    disable_log_stats: bool = typer.Option(False, VLLM_NO_OPS["disable_log_stats"][0],
+                                           help=VLLM_NO_OPS["disable_log_stats"][1]),
+    disable_uvicorn_access_log: bool = typer.Option(
+        False, "--disable-uvicorn-access-log", help="vLLM's flag: the same as --no-log-requests."),
+    enable_log_requests: bool = typer.Option(
+        False, "--enable-log-requests", help="vLLM's flag (log each request's prompt and parameters): refused, "
+        "accelkit does not log them."),
+    pipeline_parallel_size: int | None = typer.Option(
+        None, *VLLM_ONE_ONLY["pipeline_parallel_size"], min=1, help="vLLM's flag: 1 only (accelkit splits a model "
+        "by --tensor-parallel-size)."),
+    data_parallel_size: int | None = typer.Option(
+        None, *VLLM_ONE_ONLY["data_parallel_size"], min=1, help="vLLM's flag: 1 only (one replica per server)."),
+    generation_config: str | None = typer.Option(
+        None, "--generation-config", help="vLLM's flag: vllm only — requests' omitted sampling fields get OpenAI's "
+        "defaults, not generation_config.json's (vLLM's default, auto, is refused)."),
+    tokenizer: Path | None = typer.Option(
+        None, "--tokenizer", help="vLLM's flag: the model directory only (the tokenizer is read from there)."),
     *,
     engine: dict[str, Any],
     server: dict[str, Any],
 ) -> None:
     """Serve a model behind an OpenAI-compatible API (completions, chat, SSE streaming, /metrics)."""
+    model = _model_and_names(model, words or [])
+    level = uvicorn_log_level.strip().lower()
+    if level not in UVICORN_LOG_LEVELS:
+        raise UserError(f"--uvicorn-log-level {uvicorn_log_level!r} is not a level; give one of "
+                        f"{', '.join(UVICORN_LOG_LEVELS)}")
+    refusal = _vllm_refusal(pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size,
+                            generation_config=generation_config, tokenizer=tokenizer,
+                            enable_log_requests=enable_log_requests, model=model)
+    if refusal:
+        raise UserError(refusal)
+    if disable_uvicorn_access_log:
+        server["log_requests"] = False
     try:
         has_config = (model / "config.json").is_file()
     except OSError as exc:  # a name too long for the file system, say: is_file() lets that through
@@ -211,6 +393,10 @@ def serve_cmd(
         raise UserError(f"--model {model} is a diffusers text-to-image pipeline (model_index.json), and serve runs "
                         f"language models; plan it with `accelkit plan --model {model}` or measure it with "
                         f"`accelkit bench diffusion --model {model}`")
+    if not has_config and _looks_like_hub_id(model):  # `vllm serve org/name` downloads it; accelkit does not
+        raise UserError(f"--model {model} is not a directory here; accelkit serves a local Hugging Face-format "
+                        f"directory and downloads nothing: fetch it first (huggingface-cli download {model} "
+                        "--local-dir DIR) and give DIR")
     if not has_config:
         raise UserError(f"--model {model} has no config.json; give a Hugging Face-format model directory")
     template = _chat_template(chat_template) if chat_template is not None else None
@@ -231,7 +417,7 @@ def serve_cmd(
         # one error line within a second
         checked = preflight.check_model_dir(model, engine_config.max_model_len)
         check_tensor_parallel_size(engine_config.tensor_parallel_size, checked.args)
-        _check_step_budget(engine_config, checked.max_model_len, engine["max_model_len"] is None)
+        _check_step_budget(engine_config, checked.max_model_len, engine.get("max_model_len") is None)
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
         # progress begins here, within FIRST_LINE_S where stderr is no terminal: importing torch and the web server
@@ -261,7 +447,7 @@ def serve_cmd(
                       f"{engine_config.block_size} tokens; structured outputs by "
                       f"{engine_config.structured_outputs_backend}{_threads_said(state.engine.cpu_threads)}); "
                       "Ctrl-C or SIGTERM stops")
-            run_server(app, state, sock)
+            run_server(app, state, sock, log_level=level)
     finally:
         sock.close()
     err.print("stopped")

@@ -58,6 +58,7 @@ class GeneratedOption:
     optional: bool = False  # the flag defaults to None (not given: the field keeps its own default)
     custom_help: bool = False  # the command gave its own help text (``helps``) instead of the field's doc
     finite: bool = False  # the field refuses inf (``spec_field(finite=True)``): the flag says so in its own words
+    aliases: tuple[str, ...] = ()  # further spellings of the flag (``aliases``), e.g. vLLM's --enable-prefix-caching
 
 
 def _flag(name: str) -> str:
@@ -79,14 +80,16 @@ def generated_options(
     spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
     parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
     only: Iterable[str] | None = None, optional: Iterable[str] = (),
+    aliases: Mapping[str, Iterable[str]] | None = None,
 ) -> list[GeneratedOption]:
     """The options :func:`spec_options` adds for ``spec`` (also what the consistency test checks)."""
     names, parse, helps = dict(names or {}), dict(parse or {}), dict(helps or {})
+    more = {field: tuple(spellings) for field, spellings in (aliases or {}).items()}
     excluded, overrides = set(exclude), set(optional)
     hints = typing.get_type_hints(spec)
     known = {f.name for f in dataclasses.fields(spec)}  # type: ignore[arg-type]
     chosen = known if only is None else set(only)
-    for extra in (set(names) | set(parse) | set(helps) | excluded | chosen | overrides) - known:
+    for extra in (set(names) | set(parse) | set(helps) | set(more) | excluded | chosen | overrides) - known:
         raise TypeError(f"{spec.__name__} has no field {extra!r} (spec_options)")
     options = []
     for f in dataclasses.fields(spec):  # type: ignore[arg-type]
@@ -104,7 +107,7 @@ def generated_options(
             default=None if parser is not None or required or is_optional else f.default,
             help=_for_users(helps.get(f.name, f.metadata.get("doc", ""))),
             parse=parser, required=required, optional=is_optional, custom_help=f.name in helps,
-            finite=bool(f.metadata.get("finite")),
+            finite=bool(f.metadata.get("finite")), aliases=more.get(f.name, ()),
         ))
     return options
 
@@ -165,7 +168,10 @@ def in_flag_words(message: str, flags: Mapping[str, str]) -> str:
 
     # the user's own values, quoted in the message ('ftp://h/?model=x'), are theirs: only the text between them
     parts = re.split(r"('[^']*'|\"[^\"]*\")", message)
-    return "".join(part if i % 2 else pattern.sub(flag, part) for i, part in enumerate(parts))
+    text = "".join(part if i % 2 else pattern.sub(flag, part) for i, part in enumerate(parts))
+    # a message for Python callers that names the flag beside its field ("lower max_model_len (--max-model-len)")
+    # said the flag twice
+    return re.sub(r"(--[\w-]+) \(\1\)", r"\1", text)
 
 
 def float_reader(field: str, lo: float | None, hi: float | None, default: Any) -> Callable[[Any], float]:
@@ -220,6 +226,7 @@ def _parameter(spec: type[Spec], opt: GeneratedOption) -> inspect.Parameter:
                                              None if f.default is dataclasses.MISSING else f.default)
         if (tp is bool or set(typing.get_args(tp)) == {bool, type(None)}) and "/" not in opt.flag:  # bool | None too
             decls = [f"{opt.flag}/--no-{opt.flag.removeprefix('--')}"]
+    decls += opt.aliases
     option = typer.Option(... if opt.required else opt.default, *decls, **kwargs)
     if opt.default is None and not opt.required and get_origin(tp) not in (Union, types.UnionType):
         tp = tp | None  # the flag is optional: typer reads `str | None` as "no value given"
@@ -272,6 +279,7 @@ def spec_options(
     spec: type[Spec], *, into: str, exclude: Iterable[str] = (), names: Mapping[str, str] | None = None,
     parse: Mapping[str, Callable[[str], Any]] | None = None, helps: Mapping[str, str] | None = None,
     only: Iterable[str] | None = None, optional: Iterable[str] = (),
+    aliases: Mapping[str, Iterable[str]] | None = None,
 ) -> Callable[[F], F]:
     """Add one option per scalar field of ``spec`` to a typer command; it receives them as the dict ``into``.
 
@@ -279,11 +287,13 @@ def spec_options(
     other than ``--field-name`` (a bool field gets ``--x/--no-x`` unless its name already holds a ``/``);
     ``parse``: text → value for fields whose flag uses another notation; ``helps``: help text other than the
     field's doc; ``optional``: fields whose flag defaults to None and, when not given, is left out of the dict
-    (an override of a value that comes from elsewhere, e.g. a file), keeping its type and bounds. A float field
+    (an override of a value that comes from elsewhere, e.g. a file), keeping its type and bounds; ``aliases``: further
+    spellings of a field's flag, each a click declaration (``"--enable-prefix-caching/--no-enable-prefix-caching"``
+    for a bool, ``"-tp"``), for users of another tool's names — errors still name the primary flag. A float field
     declared finite refuses inf as its flag's usage error, naming the value.
     """
     options = generated_options(spec, into=into, exclude=exclude, names=names, parse=parse, helps=helps, only=only,
-                                optional=optional)
+                                optional=optional, aliases=aliases)
 
     def decorate(fn: F) -> F:
         sig = inspect.signature(fn)
