@@ -161,6 +161,11 @@ def plan_cmd(
             defaults = PlanOptions()  # the option flags arrive with their defaults: one set away from it was given
             refuse_train_only({k: options[k] for k in TRAIN_ONLY_OPTIONS
                                if k in options and options[k] != getattr(defaults, k)}, TRAIN_ONLY_OPTIONS)
+            cap = options.get("max_serving_batch")
+            if cap is not None and request.get("batch", 0) > cap:  # the cap was dropped without a word
+                raise UserError(f"--batch {request['batch']} is above --max-serving-batch {cap} (the engine's "
+                                f"max_num_seqs: no more sequences run at once); use --batch {cap} or less, or raise "
+                                "--max-serving-batch")
         else:
             _refuse_inference_flags(request, options)
         prices = options.pop("price_per_device_hour", None)
@@ -199,6 +204,10 @@ def plan_cmd(
     def render() -> None:
         if names or (top and top > 1):
             _render_rows(docs, by_hardware=bool(names))
+            if not names and top and len(docs) < top:  # --top 5 printed one row without saying why
+                hw = docs[0]["hardware"]
+                out.print(f"--top {top}: {len(docs)} layout{'s' if len(docs) > 1 else ''} on {hw['num_devices']} × "
+                          f"{hw['name']} — all there are", highlight=False)
         else:
             _render_one(docs[0])
 
@@ -549,7 +558,7 @@ def _render_one(d: dict[str, Any]) -> None:
     if d["task"] == "train":
         items = (f"{d['global_batch']} × {d['seq_len']} tokens" if d["tokens_per_s"] is not None
                  else f"{d['global_batch']} samples")  # a CNN: images, no sequence
-        rows += [("step", f"{d['step_time_s']:.3f} s for {items}")]
+        rows += [("step", f"{fmt_num(d['step_time_s'], 3)} s for {items}")]
     elif _one_pass(d):  # one forward pass per batch: its time, not a prefill and an empty decode
         items = ("sample" if d["tokens_per_s"] is None else "sequence") + ("s" if d["batch"] != 1 else "")
         rows += [("batch", f"{d['batch']} (max that fits: {d['max_batch']})"),
@@ -559,10 +568,10 @@ def _render_one(d: dict[str, Any]) -> None:
         rows += [("batch", f"{d['batch']} (max that fits: {d['max_batch']})"
                            + (f", KV cache {d['kv_cache_dtype']}" if d.get("kv_cache_dtype") else "")),
                  *_kv_capacity_rows(d),
-                 ("prefill", f"{d['prefill_time_s']:.4f} s for the whole batch"
+                 ("prefill", f"{fmt_num(d['prefill_time_s'], 4)} s for the whole batch"
                              + (f" ({d['batch']} × {d['prompt_len']} tokens: a request's TTFT when all arrive at once)"
                                 if d.get("prompt_len") else "")),
-                 ("decode", f"{dec * 1e3:.3f} ms/token" if dec else "-")]
+                 ("decode", f"{fmt_num(dec * 1e3, 3)} ms/token" if dec else "-")]
     tps = d["tokens_per_s"] if d["tokens_per_s"] is not None else d.get("samples_per_s")
     unit = "samples/s" if d["tokens_per_s"] is None else "tokens/s"
     rows += [

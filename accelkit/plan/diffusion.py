@@ -29,6 +29,7 @@ from accelkit.plan.energy import energy_j
 from accelkit.plan.fitted import FIT_SOURCE, sustained_tensor
 from accelkit.plan.options import PlanOptions
 from accelkit.plan.priors import Efficiency, family
+from accelkit.plan.recommend import drop_from_compare
 
 #: the dtype every component but the fp8 Linear layers computes in, per precision
 PIPELINE_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
@@ -234,6 +235,13 @@ def _assumptions(spec: DiffusionSpec, gen: Generation, device: DeviceSpec, preci
         + f"; activations ≈ {BLOCK_VALUES_PER_WIDTH} values per token per width in a transformer block (SDXL: per "
         "pixel per channel at the widest level, plus the skip connections) and the VAE decoder's full-resolution "
         "working set: ASSUMED from the blocks' structure",
+        *(["fp32 is IEEE fp32: the Linear layers, the convolutions and the attention core at the fp32 peak"
+           + (", TF32 off for matmuls and cuDNN convolutions (torch.backends.cuda.matmul.allow_tf32 and "
+              "torch.backends.cudnn.allow_tf32 False) as `accelkit bench` runs fp32 — PyTorch's own default runs cuDNN "
+              "convolutions in TF32, so a pipeline left at its defaults runs its convolutions faster than this plan"
+              if device.vendor == "nvidia" and device.peak("tf32") is not None else "")
+           + "; flash attention has no fp32 kernel, so the attention efficiency above is applied to the fp32 peak"]
+          if precision == "fp32" else []),
         *([f"VAE decode in fp32: {PIPELINE_CLASS[spec.family]} moves a fp16 VAE whose config sets force_upcast to "
            "fp32 for the decode (diffusers), so the decode runs at the fp32 peak (TF32 off) and its weights are "
            "held in fp32"] if vae_upcast(spec, precision) else []),
@@ -264,8 +272,14 @@ def compare_image(spec: DiffusionSpec, gen: Generation, hardware: Sequence[str],
     """One plan document per hardware name, in the order given."""
     if not hardware:
         raise UserError("compare needs at least one hardware name, e.g. h100,b200")
-    return [plan_image(spec, gen, resolve_hardware(name), precision=precision, options=options,
-                       num_devices=num_devices) for name in hardware]
+    docs = []
+    for name in hardware:
+        device = resolve_hardware(name)
+        try:
+            docs.append(plan_image(spec, gen, device, precision=precision, options=options, num_devices=num_devices))
+        except UserError as exc:  # one device's: no peak for the --precision, no CPU probe
+            raise UserError(drop_from_compare(exc, name, device.name, len(hardware))) from None
+    return docs
 
 
 def estimate_variant(spec: DiffusionSpec, gen: Generation, precision: str, device: str,

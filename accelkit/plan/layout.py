@@ -233,7 +233,8 @@ def check_user_layout(model: ModelSpec, cluster: Cluster, fixed: dict[str, objec
         if model.num_experts is None:
             raise UserError(f"--ep {ep} needs a mixture-of-experts model; {model.name} is dense")
         if model.num_experts % ep:
-            raise UserError(f"--ep {ep} does not divide the {model.num_experts} experts of {model.name}")
+            raise UserError(f"--ep {ep} does not divide the {model.num_experts} experts of {model.name}; use one of "
+                            f"{', '.join(str(d) for d in divisors(model.num_experts))}")
     if cp not in (None, 1) and not model.is_transformer:
         raise UserError(f"--cp {cp} needs a transformer; {model.name} has no sequence to split")
     if cp is not None and seq_len is not None:

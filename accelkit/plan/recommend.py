@@ -30,6 +30,14 @@ CompareBasis = Literal["devices", "budget", "min-devices"]
 COMPARE_BASES: tuple[str, ...] = ("devices", "budget", "min-devices")
 
 
+def drop_from_compare(exc: UserError, name: str, device_name: str, compared: int) -> str:
+    """An error of one compared hardware (it starts with its name: no peak for the --precision, no CPU probe), with
+    the other way out: drop it from --compare — the fix it gave alone ("choose another --precision") reads as if the
+    whole comparison could not run the precision."""
+    text = str(exc)
+    return f"{text} — or drop {name} from --compare" if compared > 1 and text.startswith(device_name) else text
+
+
 def compare(workload: Workload, hardware: str | Sequence[str], *, options: PlanOptions | None = None,
             fixed: dict[str, Any] | None = None, global_batch: int | None = None, batch: int | None = None,
             num_devices: int | None = None, scaleout_bandwidth_bytes_per_s: float | None = None,
@@ -66,12 +74,15 @@ def compare(workload: Workload, hardware: str | Sequence[str], *, options: PlanO
                             "price")
         given[name], given_as[name] = float(value), key
     contexts = []
-    for device in devices:
+    for name, device in zip(names, devices, strict=True):
         price, source = _price(device.name, given, options)
         cluster = Cluster(device=device, num_devices=num_devices or 1)
         if scaleout_bandwidth_bytes_per_s is not None:
             cluster = cluster.replace(scaleout_bandwidth_bytes_per_s=scaleout_bandwidth_bytes_per_s)
-        ctx = make_context(workload, cluster, replace(options, price_per_device_hour=price))
+        try:
+            ctx = make_context(workload, cluster, replace(options, price_per_device_hour=price))
+        except UserError as exc:
+            raise UserError(drop_from_compare(exc, name, device.name, len(devices))) from None
         ctx.price_source = source
         contexts.append(ctx)
     search: dict[str, Any] = dict(fixed=fixed, global_batch=global_batch, batch=batch)

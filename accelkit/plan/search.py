@@ -277,8 +277,11 @@ def _no_layout_message(ctx: PlanContext, n: int, fixed: dict[str, Any], global_b
         return f"{head}: {'; '.join(rules)} — use {_or(fixes)}"
     dps = sorted({dp for _, _, dp, _ in _shapes(ctx, n, fixed)})
     if train and global_batch is not None and dps and all(global_batch % dp for dp in dps):
+        d = dps[0]  # the nearest multiples of the smallest dp ("a multiple of one" said nothing when dp was one value)
+        near = [m for m in (global_batch // d * d, global_batch // d * d + d) if m > 0]
         return (f"{head}: dp must divide the global batch and here dp can only be {_or([str(d) for d in dps])}; give a "
-                "--global-batch that is a multiple of one")
+                f"--global-batch that is a multiple of {d if len(dps) == 1 else 'one of them'}, e.g. "
+                f"{_or([str(m) for m in near])}")
     if train:
         return (f"{head}: dp·tp·pp·cp must equal the device count, tp divide the heads (and the KV heads) and stay "
                 "inside the scale-up domain, pp the layers, dp the global batch; change one of them")
