@@ -11,7 +11,7 @@ import typer
 
 from accelkit.cli.helptext import examples
 from accelkit.cli.output import JsonOption, emit, err, out
-from accelkit.cli.store import reading
+from accelkit.cli.store import reading, refuse_store_file
 from accelkit.core import UserError
 from accelkit.results.store import MAX_ROW_ID
 
@@ -70,6 +70,7 @@ def report_cmd(
                         "path to open it")
     if not to_stdout:
         check_out_path(out_path)
+        refuse_store_file(out_path, "the report", "report.html")
     with reading() as store:  # read-only: never waits on a writer's lock, creates no store, reports skipped rows
         if run is not None and (not run.strip() or not store.count(run_id=run)):
             raise UserError(f"--run {run!r}: no result in {store.path} has this run id; `accelkit bench` prints the "

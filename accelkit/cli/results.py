@@ -14,7 +14,7 @@ from typer.core import TyperCommand
 
 from accelkit.cli.helptext import HelpGroup, examples
 from accelkit.cli.output import JsonOption, emit, err, fmt_num, out, table
-from accelkit.cli.store import reading
+from accelkit.cli.store import reading, refuse_store_file
 from accelkit.core import AccelkitError, UnknownNameError, UserError
 from accelkit.core.errors import closest
 from accelkit.core.terminal import printable
@@ -353,6 +353,7 @@ def _check_out(path: Path) -> None:
                         "another path")
     if not parent.is_dir():
         raise UserError(f"--out {path}: {parent} is not a folder; pick another path")
+    refuse_store_file(path, "the export", "export.json")
 
 
 def _write(path: Path, text: str) -> None:

@@ -4,14 +4,17 @@ second, not after an hour of measuring), and a result that still cannot be store
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 from accelkit.cli.output import err
 from accelkit.core import AccelkitError, UserError, strict_json
 from accelkit.results import ResultStore
+from accelkit.results.store import default_path
 
 #: skipped rows named one by one before the rest are summed up
 MAX_NAMED_SKIPS = 10
@@ -44,6 +47,18 @@ def _ranges(ids: list[int]) -> str:
     return ", ".join(parts)
 
 
+def refuse_store_file(path: Path, what: str, example: str) -> None:
+    """Refuse an ``--out`` that is the results store's own file (or its WAL/SHM/journal): ``what`` was written over
+    it, and every later command said "not an SQLite database" — `results export --out ~/.accelkit/results.db` and
+    `report --out` alike (found in a hunt)."""
+    store = default_path()
+    target = os.path.realpath(path)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        if target == os.path.realpath(f"{store}{suffix}"):
+            raise UserError(f"--out {path} is the results store's own file {store}{suffix}; writing {what} there "
+                            f"would destroy the store — pick another path, e.g. --out {store.parent / example}")
+
+
 @contextmanager
 def reading() -> Iterator[ResultStore]:
     """The store opened read-only; what could not be read is reported when the block ends."""
@@ -55,8 +70,10 @@ def reading() -> Iterator[ResultStore]:
         store.close()
 
 
-def open_for_saving(save: bool) -> ResultStore | None:
-    """The writable store for a measuring command, opened before it measures (None with --no-save)."""
+def open_for_saving(save: bool, *, no_save: bool = True) -> ResultStore | None:
+    """The writable store for a measuring command, opened before it measures (None with --no-save). ``no_save``:
+    the command has --no-save, which the error offers (`accelkit sweep` has none: it always stores, and its error
+    offered a flag that the command refused)."""
     if not save:
         return None
     try:
@@ -64,7 +81,7 @@ def open_for_saving(save: bool) -> ResultStore | None:
     except AccelkitError as exc:
         # (the same kind: a bad ACCELKIT_HOME is the user's to fix, exit 2; a store that fails is exit 1)
         raise (UserError if isinstance(exc, UserError) else AccelkitError)(
-            f"{exc}; or pass --no-save to measure without storing") from exc
+            f"{exc}; or pass --no-save to measure without storing" if no_save else str(exc)) from exc
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from accelkit.core.spec import finite_fix
 from accelkit.core.units import fmt_bytes
 from accelkit.sweep import load_sweep, run_sweep
 from accelkit.sweep.point import failure_text
+from accelkit.sweep.run import refuse_replaced_rates
 from accelkit.sweep.spec import SweepSpec
 
 EXAMPLES = examples(
@@ -41,7 +42,12 @@ def sweep_cmd(
     """Run a grid of bench / plan / loadtest points; every result lands in the store under one run id."""
     spec = load_sweep(path)
     _refuse_infinite(path, spec)
-    store = open_for_saving(True)  # before the first point; a sweep always stores (its run id groups the rows)
+    try:  # (run_sweep checks it too; here it is refused before the store is opened, naming the file)
+        refuse_replaced_rates(spec)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
+    # before the first point; a sweep always stores (its run id groups the rows), so it has no --no-save to offer
+    store = open_for_saving(True, no_save=False)
     assert store is not None
     try:
         # SIGTERM stops the sweep as Ctrl-C does (the points finished and the summary kept, its workers stopped); it
@@ -93,7 +99,7 @@ def sweep_cmd(
                 row = [p["index"], p["key"], p["status"], value]
                 if plan:  # a layout that does not fit is no candidate, however high its tokens/s
                     row += _memory(p, shown)
-                rows.append((*row, ", ".join(map(str, p["result_ids"])), error[:80]))
+                rows.append((*row, ", ".join(map(str, p["result_ids"])), _cell(error, p, rows_by_id, run.summary_id)))
             cols = ["#", "point", "status", "throughput", *(["fits", "memory / device"] if plan else []), "result ids",
                     "error"]
             out.print(table(f"sweep {run.name} · {workload}", cols, rows, right=(0,)))
@@ -110,6 +116,21 @@ def sweep_cmd(
                                             f"result {run.summary_id}); not finished: {unfinished}")
     if run.points and len(run.failed) == len(run.points):
         raise typer.Exit(1)
+
+
+#: the longest error a table cell shows whole; a longer one is cut, and the cell names where the whole text is
+ERROR_CELL = 80
+
+
+def _cell(error: str, point: dict[str, Any], rows: dict[int, Any], summary_id: int | None) -> str:
+    """A point's error for its table cell: cut to ``ERROR_CELL`` characters it lost its fix without a mark (`… run
+    `accelkit hw probe --d`; found in the hunt), so a cut one ends in … and names the stored row with the whole text
+    (the point's sweep-error row, else the sweep summary, which lists every point's error; --json has them too)."""
+    if len(error) <= ERROR_CELL:
+        return error
+    row = next((i for i in point["result_ids"] if rows[i].kind == "sweep-error"), summary_id)
+    where = f"`accelkit results show {row}`" if row is not None else "--json"
+    return f"{error[:ERROR_CELL - 1]}… (whole error: {where})"
 
 
 #: how many unfinished points the stop message names; the rest are counted (all are in the summary and --json)

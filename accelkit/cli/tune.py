@@ -201,11 +201,15 @@ def tune_cmd(
         print_unsaved(data, AccelkitError(result.store_error), stored=_stored(result), unstored=_unstored(result),
                       interrupted=f"not finished: {unfinished}" if result.interrupted else None)
 
+    failed = all_failed(result)
+
     def render() -> None:
         out.print(tune_table(result))
         if result.winner is None and result.interrupted and not any(
                 t.status in ("measured", "over-budget") for t in result.trials):
             out.print("No verdict: the search was stopped before any recipe was measured.")
+        elif failed is not None:
+            out.print("No verdict: every recipe tried failed (the why column says how).")
         elif result.winner is None:
             out.print("No winner: the quality check was inconclusive (see the note below)." if any(
                 (t.gate or {}).get("inconclusive") for t in result.trials) else
@@ -223,6 +227,19 @@ def tune_cmd(
     if result.interrupted:
         exit_stopped("SIGTERM" in received or result.stopped_by == "SIGTERM",
                      f"stored {', '.join(_stored(result)) or 'nothing'}; not finished: {unfinished}")
+    if failed is not None:  # as `accelkit bench` exits 1 when no variant was measured (tune said "No recipe passed
+        raise AccelkitError(failed)  # the accuracy gate", exit 0, for a model whose every run raised; found in the hunt)
+
+
+def all_failed(result: TuneResult) -> str | None:
+    """Why nothing was measured when every recipe tried raised (the model's forward fails, an OOM), else None."""
+    if result.interrupted or any(t.status in ("measured", "over-budget") for t in result.trials):
+        return None
+    failed = [t for t in result.trials if t.status == "failed"]
+    if not failed:
+        return None
+    return (f"no recipe was measured: all {len(failed)} tried failed ({failed[0].name} — {failed[0].reason}"
+            f"{'; the others: see the why column' if len(failed) > 1 else ''})")
 
 
 def _vs_baseline(t: Any) -> str | None:

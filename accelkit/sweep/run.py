@@ -70,6 +70,7 @@ def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = 
     if ray is not None and not ray.strip():  # `--ray "$HEAD"` with HEAD unset ran in the local pool without a word
         raise UserError(f"--ray {ray!r} names no Ray cluster; give auto, HOST:PORT, ray://HOST:10001 or local, or "
                         "leave --ray out to run in the local process pool")
+    refuse_replaced_rates(spec)
     points = expand(spec)
     run = SweepRun(spec.name, spec.kind, run_id or uuid.uuid4().hex[:12], f"ray ({ray})" if ray is not None else
                    f"local process pool ({workers or spec.workers} workers)")
@@ -102,3 +103,20 @@ def run_sweep(spec: SweepSpec, *, ray: str | None = None, workers: int | None = 
         if own and writer.store is not None:
             writer.store.close()
     return run
+
+
+def refuse_replaced_rates(spec: SweepSpec) -> None:
+    """A loadtest point runs at its rate from the ``rates`` axis; a ``sweep_rates`` in the ``loadtest`` section (or
+    under a workload) replaced it, so every point of the axis ran the same rates and was stored as 'rate 1', 'rate 4'
+    (found in the hunt). Refused before any point runs. (Without a rates axis, sweep_rates is each point's own curve.)"""
+    if spec.kind != "loadtest" or spec.rates is None:
+        return
+    for section, fields in (("loadtest", spec.loadtest),
+                            *((f"workloads[{name!r}]", config) for name, config in spec.workloads.items())):
+        rates = fields.get("sweep_rates")
+        if rates is not None:
+            shown = ", ".join("inf" if r == float("inf") else f"{r:g}" if isinstance(r, float) else str(r)
+                              for r in rates) if isinstance(rates, (list, tuple)) else str(rates)
+            raise UserError(f"{section} sets sweep_rates, which replaces the rate each point takes from the sweep's "
+                            f"rates axis (every point would run the same rates, labelled with its own); give the "
+                            f"rates once, as rates: [{shown}], or drop rates to run sweep_rates at each point")

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from accelkit.bench.runner import BenchConfig
 from accelkit.bench.workloads import get_workload
 from accelkit.core import UserError
+from accelkit.core.errors import closest
 from accelkit.core.spec import Spec, spec_field
 from accelkit.distributed.launch import DistConfig
 from accelkit.hardware import get_device
@@ -39,6 +40,8 @@ BENCH_LAYOUT_KEYS = ("nproc_per_node", "zero", "nnodes", "rdzv_endpoint", "node_
                      "collective_timeout_s")
 PLAN_LAYOUT_KEYS = ("dp", "tp", "pp", "ep", "zero", "grad_accum", "recompute", "sequence_parallel")
 PLAN_CONFIG_KEYS = ("task", "seq_len", "prompt_len", "output_len", "optimizer")
+#: the numeric options of a Ray task that a sweep's ``resources`` may set (Ray refuses any other keyword)
+RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "object_store_memory", "max_retries")
 #: a valid server root, standing in for the one a loadtest point takes from the section not being checked
 _ANY_BASE_URL = "http://127.0.0.1:8000"
 
@@ -82,6 +85,7 @@ class SweepSpec(Spec):
         for i, r in enumerate(self.rates or ()):
             parse_rate(r, f"rates[{i}]")
         self._check_repeats()
+        self._check_resources()
         if self.kind == "plan":
             for name, config in self.workloads.items():
                 unknown = sorted(set(config or {}) - set(PLAN_CONFIG_KEYS))
@@ -103,6 +107,14 @@ class SweepSpec(Spec):
                     raise ValueError(f"{name} does not apply to kind loadtest (its axes: workloads, rates)")
         elif self.rates is not None:
             raise ValueError(f"rates applies to kind loadtest, not {self.kind}")
+        # the sections only one kind reads: given to another they were dropped without a word (`loop:` in a plan
+        # sweep, `hardware: h100` in a bench sweep — which measures the machine it runs on; found in the hunt)
+        for name, kind, given in (("loop", "bench", bool(self.loop)), ("bench", "bench", bool(self.bench)),
+                                  ("hardware", "plan", self.hardware is not None),
+                                  ("loadtest", "loadtest", bool(self.loadtest))):
+            if given and self.kind != kind:
+                raise ValueError(f"{name} applies to kind {kind}, not {self.kind} (no {self.kind} point reads it); "
+                                 f"remove it, or set kind: {kind}")
         if self.kind == "plan" and not self.hardware:
             raise ValueError("hardware is required for kind plan (a catalog name such as h100, or cpu)")
 
@@ -127,6 +139,23 @@ class SweepSpec(Spec):
                 raise ValueError(f"layouts[{i}] has no field {', '.join(unknown)}; known: {', '.join(keys)}")
             if self.kind == "bench" and layout:  # the launch's own checks, before any point runs
                 self._check_launch(i, layout)
+
+    def _check_resources(self) -> None:
+        """What each Ray task asks for, checked as Ray checks it (a misspelt `num_gpu`, a negative or a fractional
+        count above 1 was an internal error once Ray had started — found in the hunt); an infinite one is left to the
+        CLI's finite-number check."""
+        for key, value in self.resources.items():
+            if key not in RESOURCE_KEYS:
+                near = closest(key, RESOURCE_KEYS)
+                hint = f"did you mean {near}? " if near else ""
+                raise ValueError(f"resources has no field {key}; {hint}known: {', '.join(RESOURCE_KEYS)}")
+            if not math.isfinite(value) or key == "max_retries":  # (max_retries -1: retry without end, as Ray)
+                continue
+            if value < 0:
+                raise ValueError(f"resources.{key}={value:g} is out of range; expected >= 0")
+            if key in ("num_cpus", "num_gpus") and value > 1 and not float(value).is_integer():
+                raise ValueError(f"resources.{key}={value:g} is not valid; above 1 Ray takes whole {key[4:]} only "
+                                 f"(e.g. {math.floor(value)} or {math.ceil(value)}; a fraction below 1 shares one)")
 
     def _check_repeats(self) -> None:
         """A value given twice on an axis would measure the same points twice (and store them twice)."""
