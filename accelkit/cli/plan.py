@@ -41,6 +41,14 @@ from accelkit.results import ResultStore
 INFER_ONLY_REQUEST = ("batch", "prompt_len", "output_len", "kv_dtype")
 
 
+def _refuse_batch_above_cap(request: dict[str, Any], options: dict[str, Any]) -> None:
+    """An inference ``--batch`` above ``--max-serving-batch``: the cap was dropped without a word."""
+    cap = options.get("max_serving_batch")
+    if cap is not None and request.get("batch", 0) > cap:
+        raise UserError(f"--batch {request['batch']} is above --max-serving-batch {cap} (the engine's max_num_seqs: "
+                        f"no more sequences run at once); use --batch {cap} or less, or raise --max-serving-batch")
+
+
 def _bytes(text: str) -> int:
     return parse_size(text, field="--overhead")
 
@@ -161,11 +169,7 @@ def plan_cmd(
             defaults = PlanOptions()  # the option flags arrive with their defaults: one set away from it was given
             refuse_train_only({k: options[k] for k in TRAIN_ONLY_OPTIONS
                                if k in options and options[k] != getattr(defaults, k)}, TRAIN_ONLY_OPTIONS)
-            cap = options.get("max_serving_batch")
-            if cap is not None and request.get("batch", 0) > cap:  # the cap was dropped without a word
-                raise UserError(f"--batch {request['batch']} is above --max-serving-batch {cap} (the engine's "
-                                f"max_num_seqs: no more sequences run at once); use --batch {cap} or less, or raise "
-                                "--max-serving-batch")
+            _refuse_batch_above_cap(request, options)
         else:
             _refuse_inference_flags(request, options)
         prices = options.pop("price_per_device_hour", None)

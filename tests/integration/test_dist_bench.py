@@ -89,7 +89,7 @@ def test_distributed_flags_are_checked_before_launch(_isolated_home):
     proc = accelkit("bench", "bert", "--size", "tiny", "--nproc-per-node", "2", "--device", "cpu", *FAST)
     assert proc.returncode == 2 and "applies to `bench llm-train`, `bench resnet`" in proc.stderr
     proc = accelkit("bench", "llm-train", "--model", "tiny-llama", "--nproc-per-node", "2", "--nnodes", "2:4")
-    assert proc.returncode == 2 and "rdzv_endpoint" in proc.stderr
+    assert proc.returncode == 2 and "--nnodes '2:4' needs --rdzv-endpoint HOST:PORT" in proc.stderr
     assert "Traceback" not in proc.stderr
     proc = accelkit("bench", "resnet", "--size", "tiny", "--device", "cpu", "--nproc-per-node", "2", "--nnodes", "2",
                     "--node-rank", "0", "--rdzv-endpoint", "h:99999", *FAST)

@@ -233,7 +233,7 @@ def test_serve_tp2_answers_as_tp1_and_exits_when_a_worker_dies(model_dir, tmp_pa
 def test_bad_tensor_parallel_sizes_are_one_line_errors(model_dir, capsys):
     path = str(model_dir("llama"))  # 4 query heads, 2 K/V heads
     capsys.readouterr()  # (saving the model prints a progress bar)
-    cases = {"0": "--tensor-parallel-size': Input should be greater than or equal to 1 (got '0')",
+    cases = {"0": "--tensor-parallel-size' / '-tp': Input should be greater than or equal to 1 (got '0')",
              "3": "--tensor-parallel-size 3 does not divide num_attention_heads=4 of this model; use one of 1, 2, 4"}
     for value, message in cases.items():
         code, _, err = main_in_process(capsys, "serve", "--model", path, "--tensor-parallel-size", value, "--port", "0")
