@@ -136,7 +136,7 @@ EXAMPLES = examples(
               helps={"batch": "Inference: concurrent sequences per replica; default the most that fit, ≤ 256.",
                      "prompt_len": "Inference prompt tokens; default 512.",
                      "output_len": "Inference generated tokens; default 128.",
-                     "kv_dtype": "Inference KV cache: auto (the model dtype), fp8 or int8; default auto.",
+                     "kv_dtype": "Inference KV cache: auto (the --precision's activation dtype: bf16 at fp8), fp8 or int8; default auto.",
                      "optimizer": "Training: adam or sgd (with momentum); default adam.",
                      "offload": "Training: optimizer states in host memory (ZeRO-Offload); default off.",
                      "grad_compression": "Training: data-parallel gradient compression, default none: bf16/fp16 (2 B "

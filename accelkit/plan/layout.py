@@ -332,7 +332,9 @@ def _check_device_count(dp: int | None, tp: int | None, pp: int | None, cp: int 
             product *= v
     what = "dp·tp·pp·cp" if train else "dp·tp·pp (dp replicas of tp·pp devices each)"
     if num_devices % product:
-        raise UserError(f"{what} = {product} does not divide --num-devices {num_devices}")
+        more = -(-num_devices // product) * product
+        raise UserError(f"{what} = {product} does not divide --num-devices {num_devices}; give --num-devices {more} "
+                        f"(or another multiple of {product}), or sizes whose product divides {num_devices}")
     if dp is not None and tp is not None and pp is not None and product != num_devices:  # cp not given: searched as 1
         raise UserError(f"{what} = {product} but --num-devices is {num_devices}; they must be equal")
 

@@ -40,7 +40,8 @@ def test_one_pass_inference_shows_its_batch_time_not_prefill_and_decode(capsys, 
 
 @pytest.mark.parametrize("args,message", [
     (["--model", "llama-3.1-8b", "--num-devices", "8", "--dp", "3"],
-     "error: dp·tp·pp (dp replicas of tp·pp devices each) = 3 does not divide --num-devices 8"),
+     "error: dp·tp·pp (dp replicas of tp·pp devices each) = 3 does not divide --num-devices 8; give --num-devices 9 "
+     "(or another multiple of 3), or sizes whose product divides 8"),
     (["--model", "llama-3.1-8b", "--num-devices", "8", "--dp", "2", "--tp", "2", "--pp", "1"],
      "error: dp·tp·pp (dp replicas of tp·pp devices each) = 4 but --num-devices is 8; they must be equal"),
     (["--model", "mixtral-8x7b", "--num-devices", "2", "--dp", "1", "--ep", "2"],
@@ -62,7 +63,7 @@ def test_training_keeps_its_words():
     from accelkit.plan import search
 
     w = Workload(model=get_preset("llama-3.1-8b"), task="train", seq_len=4096, recipe=Recipe(precision="bf16"))
-    with pytest.raises(UserError, match=r"^dp·tp·pp·cp = 3 does not divide --num-devices 8$"):
+    with pytest.raises(UserError, match=r"^dp·tp·pp·cp = 3 does not divide --num-devices 8; give --num-devices 9 \(or another multiple of 3\), or sizes whose product divides 8$"):
         search(w, Cluster(device=get_device("h100"), num_devices=8), fixed={"dp": 3})
 
 
