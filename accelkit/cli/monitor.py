@@ -56,21 +56,28 @@ def _check_workload_flags(name: str, options: dict[str, Any]) -> None:
     check_workload(workload)
 
 
-#: the parameters `--dashboard` never reads (spec_options names the generated ones ``<into>__<field>``)
+#: the parameters `--dashboard` never reads (spec_options names the generated ones ``<into>__<field>``), and those
+#: `--once` never reads (it samples and prints: no server binds)
 _NOT_FOR_DASHBOARD = ("once", "exporter__host", "exporter__port", "exporter__interval")
+_NOT_FOR_ONCE = ("exporter__host", "exporter__port")
 
 
-def _refuse_unused_flags(ctx: typer.Context, *, dashboard: bool) -> None:
+def _refuse_unused_flags(ctx: typer.Context, *, dashboard: bool, once: bool) -> None:
     """`--dashboard` prints the dashboard and exits: --once, --host, --port and --interval given with it were
-    dropped without a word (`monitor --once --dashboard` printed no sample), so they are refused."""
-    if not dashboard:
-        return
+    dropped without a word (`monitor --once --dashboard` printed no sample), so they are refused; and so are --host
+    and --port with --once, which serves nothing."""
     flags = {p.name: p.opts[0] for p in ctx.command.params if p.name is not None}
-    unused = [flags[n] for n in _NOT_FOR_DASHBOARD
-              if n in flags and getattr(ctx.get_parameter_source(n), "name", "DEFAULT") != "DEFAULT"]
-    if unused:
+
+    def given(names: tuple[str, ...]) -> list[str]:
+        return [flags[n] for n in names
+                if n in flags and getattr(ctx.get_parameter_source(n), "name", "DEFAULT") != "DEFAULT"]
+
+    if dashboard and (unused := given(_NOT_FOR_DASHBOARD)):
         raise UserError(f"--dashboard prints the Grafana dashboard and exits, so {', '.join(unused)} would do nothing; "
                         "give --dashboard alone, or leave it out to sample (--once) or serve")
+    if once and (unused := given(_NOT_FOR_ONCE)):
+        raise UserError(f"--once samples and prints, serving nothing, so {', '.join(unused)} would do nothing; drop "
+                        f"{'them' if len(unused) > 1 else 'it'}, or leave --once out to serve /metrics")
 
 
 MONITOR_EXAMPLES = examples(
@@ -95,7 +102,7 @@ def monitor_cmd(
     exporter: dict[str, Any],
 ) -> None:
     """Serve device (DCGM names), host and job metrics for Prometheus on /metrics."""
-    _refuse_unused_flags(ctx, dashboard=dashboard)
+    _refuse_unused_flags(ctx, dashboard=dashboard, once=once)
     if dashboard:
         typer.echo(json.dumps(build_dashboard(), indent=2))
         return

@@ -25,3 +25,12 @@ def test_the_dashboard_alone_and_with_json_still_prints(capsys):
         code, out, err = main_in_process(capsys, "monitor", "--dashboard", *flags)
         assert code == 0, err
         assert json.loads(out)["uid"] == "accelkit-overview"
+
+
+@pytest.mark.parametrize(("flags", "named"), [(("--port", "9500"), "--port"),
+                                              (("--host", "0.0.0.0", "--port", "1"), "--host, --port")])
+def test_once_refuses_the_server_flags(capsys, flags, named):
+    """`monitor --once --port 9500` printed a sample and served nothing: the port was dropped without a word."""
+    code, out, err = main_in_process(capsys, "monitor", "--once", *flags)
+    assert (code, out) == (2, "")
+    assert err.strip().startswith(f"error: --once samples and prints, serving nothing, so {named} would do nothing;")
