@@ -25,6 +25,7 @@ from accelkit.core.bench_result import (
     Throughput,
     verdicts,
 )
+from accelkit.results.store import unstored_record
 from accelkit.timing import timer_name
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ class StoreWriter:
     def __init__(self, store: ResultStore | None):
         self.store = store
         self.error: str | None = None
+        #: what was to be stored and was not (the failed write and every later one), as exported records: the
+        #: caller prints them under ``unstored_results`` for `accelkit results import` — raw samples included
+        self.unstored: list[dict[str, Any]] = []
 
     @property
     def can_write(self) -> bool:
@@ -57,13 +61,15 @@ class StoreWriter:
 
     def add(self, result: Estimate | Measurement, *, run_id: str | None = None) -> int | None:
         """The stored row's id, or None: not saving, or this or an earlier write failed."""
-        if self.store is None or self.error is not None:
+        if self.store is None and self.error is None:  # not saving (--no-save)
             return None
-        try:
-            return self.store.add(result, run_id=run_id)
-        except AccelkitError as exc:
-            self.error = str(exc)
-            return None
+        if self.store is not None and self.error is None:
+            try:
+                return self.store.add(result, run_id=run_id)
+            except AccelkitError as exc:
+                self.error = str(exc)
+        self.unstored.append(unstored_record(result, run_id))
+        return None
 
 
 @dataclass
@@ -89,6 +95,7 @@ class RunRecord:
     peak_memory_bytes: int | None = None
     peak_memory_scope: str | None = None
     store_error: str | None = None
+    unstored_results: list[dict[str, Any]] | None = None  # (with store_error: what the writer could not store)
     # distributed runs (``accelkit.distributed``): the launch, and the per-rank detail of the first variant
     world_size: int | None = None
     num_nodes: int | None = None
@@ -106,6 +113,7 @@ class RunRecord:
             environment=self.environment, result_ids=self.result_ids, peak_memory_bytes=self.peak_memory_bytes,
             peak_memory_scope=self.peak_memory_scope, store_error=self.store_error, world_size=self.world_size,
             num_nodes=self.num_nodes, layout=self.layout, zero=self.zero, ranks=self.ranks,
+            unstored_results=self.unstored_results,
         )
 
     @classmethod
@@ -120,6 +128,7 @@ class RunRecord:
             verdicts=list(run.verdicts), peak_memory_bytes=run.peak_memory_bytes,
             peak_memory_scope=run.peak_memory_scope, store_error=run.store_error, world_size=run.world_size,
             num_nodes=run.num_nodes, layout=run.layout, zero=run.zero, ranks=run.ranks,
+            unstored_results=None if run.unstored_results is None else list(run.unstored_results),
         )
 
 

@@ -212,6 +212,8 @@ def _run_benchmark(workload: BenchWorkload, requested: list[Variant], config: Be
             record.notes.insert(flops_note_at, note)
         record.peak_memory_bytes, record.peak_memory_scope = run_peak_bytes(device, measurer.memory)
         record.store_error = writer.error
+        if writer.unstored:  # (after a resumed record's own: a distributed run's launches add theirs)
+            record.unstored_results = [*(record.unstored_results or []), *writer.unstored]
     if measurer.refusals and len(measurer.refusals) == len(runnable):
         # every variant refused by its recipe as it was applied (`bench custom --precision int8` on a model without a
         # Linear): nothing ran, as when the device refuses them all before loading — a usage error, exit 2, not 0

@@ -42,6 +42,7 @@ from accelkit.core.units import fmt_bytes
 from accelkit.distributed.launch import DistConfig
 from accelkit.distributed.quality import QualityConfig, check_quality_flags
 from accelkit.hardware.device import check_device_name
+from accelkit.results.importing import unstored_in
 from accelkit.timing import LoopConfig
 
 WORKLOAD_NAMES = ("bert", "resnet", "llm", "llm-train", "dataloader", "diffusion", "custom")
@@ -487,7 +488,7 @@ def _render(result: Any, as_json: bool, received: list[str] | None = None) -> No
                       stored=[f"{v.key} (result {v.result_id})" for v in entries if v.result_id is not None],
                       unstored=[v.key for v in entries if v.result_id is None],
                       interrupted=f"not finished: {_unfinished(runs, suite='suite' in data, result=result)}"
-                      if data["interrupted"] else None)
+                      if data["interrupted"] else None, importable=bool(unstored_in(data)))
 
     def render() -> None:
         # a footnote every workload of a suite shares (energy, memory, timer notes …) is printed once, after them all

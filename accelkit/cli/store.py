@@ -110,8 +110,9 @@ def print_unsaved(document: dict[str, Any], exc: Exception, *, stored: Sequence[
     """The measurement could not be (wholly) stored: its JSON goes to stdout, the reason to stderr, exit 1.
     ``stored`` names what made it into the store before the failure (e.g. 'fp32 · forward (result 12)') and
     ``unstored`` what did not; ``interrupted`` (what Ctrl-C left unfinished) makes it exit 130, as an interrupted
-    run whose store took everything does. ``importable``: the document is one Measurement that `accelkit results
-    import` takes as it is, and the message says so (the way to store it once the store takes writes again)."""
+    run whose store took everything does. ``importable``: `accelkit results import` takes the document as it is —
+    one Measurement, or a document whose ``unstored_results`` hold what was not stored — and the message says so
+    (the way to store it once the store takes writes again)."""
     sys.stdout.write(strict_json.dumps(document, indent=2, default=str) + "\n")
     sys.stdout.flush()
     if stored:

@@ -199,7 +199,8 @@ def tune_cmd(
     unfinished = ", ".join(result.unfinished) or "none"
     if result.store_error is not None:  # every measured trial is in the document: print it rather than lose it
         print_unsaved(data, AccelkitError(result.store_error), stored=_stored(result), unstored=_unstored(result),
-                      interrupted=f"not finished: {unfinished}" if result.interrupted else None)
+                      interrupted=f"not finished: {unfinished}" if result.interrupted else None,
+                      importable=bool(result.unstored_results))
 
     failed = all_failed(result)
 

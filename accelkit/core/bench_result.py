@@ -311,7 +311,7 @@ def _known(cls: type[Spec], data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
-_RUN_OPTIONAL = ("world_size", "num_nodes", "layout", "zero", "ranks", "store_error", "stopped_by")
+_RUN_OPTIONAL = ("world_size", "num_nodes", "layout", "zero", "ranks", "store_error", "stopped_by", "unstored_results")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -345,6 +345,10 @@ class BenchRunResult(Spec):
     store_error: str | None = spec_field(
         None, doc="Why the results store could not take this run's results (absent when it could): the entries "
                   "from the failed write on have no result_id, and no later write was tried.")
+    unstored_results: list[dict[str, Any]] | None = spec_field(
+        None, doc="With store_error: the results that were not stored (estimates and measurements, raw samples "
+                  "included), as `accelkit results export` writes them — `accelkit results import` takes the "
+                  "printed document and stores them.")
 
     @property
     def status(self) -> Literal["ok", "failed", "interrupted"]:

@@ -179,6 +179,8 @@ def _run_result(docs: _Documents, workload: BenchWorkload, runnable: list[Varian
             ranks=[], notes=[*notes, "global rank 0 ran on another node: the result is stored there"]).result()
     record = _merge(docs.docs)
     record.store_error = docs.store_error() or record.store_error
+    if docs.writer.unstored:  # (the quick probe's row)
+        record.unstored_results = [*docs.writer.unstored, *(record.unstored_results or [])]
     if interrupted:
         finished = {e.name for e in record.entries}
         record.interrupted, record.unfinished = True, [v.name for v in runnable if v.name not in finished]
@@ -193,6 +195,8 @@ def _merge(docs: list[dict[str, Any]]) -> RunRecord:
         later = BenchRunResult.from_dict(doc)
         record.entries += later.variants
         record.result_ids += later.result_ids
+        if later.unstored_results:
+            record.unstored_results = [*(record.unstored_results or []), *later.unstored_results]
         # the run's notes are in every launch's document; a later launch's own were dropped here
         seen = set(record.notes)  # each launch's warning stays, even when it reads as another's
         record.notes += [n for n in later.notes if n.startswith("warning: ") or n not in seen]

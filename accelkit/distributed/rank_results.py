@@ -127,4 +127,5 @@ class BenchDocument:
                                                       for e in record.entries if e.recipe_notes)]
         record.ranks = record.entries[0].ranks if record.entries else []
         record.store_error = self.writer.error
+        record.unstored_results = list(self.writer.unstored) or None
         return record.result().to_json()

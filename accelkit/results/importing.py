@@ -10,7 +10,7 @@ from typing import Any
 from accelkit.core import Estimate, Measurement, UserError
 from accelkit.core.json_ints import max_int_digits, overlong_int
 from accelkit.results.import_checks import check_record
-from accelkit.results.store import MAX_ROW_ID, check_typed
+from accelkit.results.store import MAX_ROW_ID, UNSTORED_KEY, check_typed
 
 _WHAT = "import takes what `accelkit results export --format json` writes"
 #: columns of `results list --json` (the CSV's flat rows) that no exported record has
@@ -36,12 +36,38 @@ def read_export(text: str, source: str) -> list[tuple[int | None, str | None, Es
         where = f"record {index} has {name or 'a field'}" if index.isdigit() else "has an integer"
         raise UserError(f"{source}: {where} of {digits} digits; no figure of a result is longer than "
                         f"{max_int_digits()} digits ({_WHAT})") from None
-    if isinstance(data, dict):  # one record: `accelkit results show ID --json`
+    unstored = unstored_in(data) if isinstance(data, dict) else []
+    if unstored:  # a bench/tune/suite document printed because the store refused it: the rows it could not store
+        data = unstored
+    elif isinstance(data, dict):  # one record: `accelkit results show ID --json`
         data = [data]
     if not isinstance(data, list):
         raise UserError(f"{source} holds a JSON {type(data).__name__}, not a list of results; {_WHAT}")
     records = [_record(record, i, source) for i, record in enumerate(data)]
     return sorted(records, key=lambda r: -1 if r[0] is None else r[0])  # (stable: records without an id keep order)
+
+
+def unstored_in(document: dict[str, Any]) -> list[Any]:
+    """The records under every ``unstored_results`` of a command's document (a suite's are in each of its runs), in
+    document order."""
+    found: list[Any] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == UNSTORED_KEY and isinstance(value, list):
+                    found.extend(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    try:
+        walk(document)
+    except RecursionError:
+        raise UserError(f"the document nests JSON arrays or objects too deeply to be an export; {_WHAT}") from None
+    return found
 
 
 def _record(record: Any, index: int, source: str) -> tuple[int | None, str | None, Estimate | Measurement]:

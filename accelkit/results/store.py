@@ -113,6 +113,16 @@ def _type_of(result: Estimate | Measurement) -> str:
     return "measurement" if isinstance(result, Measurement) else "estimate"
 
 
+#: the key under which a command's JSON document, printed because the store refused a write, holds the results it
+#: could not store — each as `accelkit results export` writes a record, so `accelkit results import` stores them later
+UNSTORED_KEY = "unstored_results"
+
+
+def unstored_record(result: Estimate | Measurement, run_id: str | None) -> dict[str, Any]:
+    """``result`` as an exported record (no id: it has none yet), raw samples included."""
+    return {"run_id": run_id, "type": _type_of(result), **result.to_dict()}
+
+
 def check_typed(result: Estimate | Measurement) -> None:
     """A ValueError when ``result`` cannot be read the way its consumers read it: a bench row's details as a
     :class:`BenchResult` (``results list``, the CSV, the report), a loadtest row's curve and a probe row's datasheet

@@ -25,6 +25,7 @@ from accelkit.core.spec import Spec, spec_field
 from accelkit.hardware.detect import environment
 from accelkit.hardware.device import resolve_device
 from accelkit.hardware.probe import CPU_DEFAULT_DTYPES, ProbeConfig, probe, quick_probe_min_time, supported_dtypes
+from accelkit.results.store import UNSTORED_KEY, unstored_record
 from accelkit.timing import LoopConfig
 from accelkit.tune.ranking import dominates, speed, speed_order, unsupported
 
@@ -131,6 +132,9 @@ class TuneResult:
     store_error: str | None = None
     #: the step speed and latency are ranked on when the workload measures several per recipe (llm: decode)
     ranked_step: str | None = None
+    #: with store_error: what was not stored (the quick probe, the trials' rows, the summary), as exported records —
+    #: the printed document goes back into a store with `accelkit results import`
+    unstored_results: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,6 +148,7 @@ class TuneResult:
             "unfinished": self.unfinished,
             "quick_probe": {"result_id": self.quick_probe_id} if self.ran_quick_probe else None,
             **({"store_error": self.store_error} if self.store_error is not None else {}),
+            **({UNSTORED_KEY: self.unstored_results} if self.unstored_results else {}),
         }
 
     def record_run(self, doc: dict[str, Any]) -> None:
@@ -154,19 +159,26 @@ class TuneResult:
         self.interrupted, self.unfinished = bool(doc.get("interrupted")), list(doc.get("unfinished") or [])
         self.stopped_by = doc.get("stopped_by")
         self.store_error = self.store_error or doc.get("store_error")
+        self.unstored_results += doc.get(UNSTORED_KEY) or []
 
     def store_summary(self, writer: StoreWriter, *, name: str, hardware: str, details: dict[str, Any],
                       run_id: str) -> None:
         """Store the search's own row (kind ``tune``: the winner's throughput, this result and ``details``) unless
         the store already refused a row of this run — a refused summary stays in the result, not lost."""
-        if not writer.can_write or self.store_error is not None:
+        if writer.store is None and writer.error is None:  # not saving
             return
         winner = self.winner
-        self.result_id = writer.add(Measurement(
+        own = {k: v for k, v in self.to_json().items() if k != UNSTORED_KEY}
+        summary = Measurement(
             kind="tune", name=name, hardware=hardware, throughput=winner.throughput if winner else None,
-            throughput_unit=winner.unit if winner else None, details={**self.to_json(), **details},
-            environment=environment(with_torch=True)), run_id=run_id)
+            throughput_unit=winner.unit if winner else None, details={**own, **details},
+            environment=environment(with_torch=True))
+        if self.store_error is not None:  # a write of this run was refused: no later one is tried, the row is kept
+            self.unstored_results.append(unstored_record(summary, run_id))
+            return
+        self.result_id = writer.add(summary, run_id=run_id)
         self.store_error = writer.error
+        self.unstored_results += writer.unstored
 
 
 def candidate_recipes(workload: BenchWorkload, *, compile: bool = True, cuda: bool = False) -> list[tuple[str, Recipe]]:
@@ -376,6 +388,8 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
                         snippet=snippet(winner.recipe, training=training, device_type=device.split(":")[0])
                         if winner else None, run_id=run_id, notes=notes + run.notes, ran_quick_probe=ran_quick_probe,
                         quick_probe_id=quick_probe_id, store_error=writer.error, ranked_step=ranked_step)
+    result.unstored_results += writer.unstored  # (the quick probe's row)
+    writer.unstored.clear()
     result.record_run(doc)  # the trials that were measured are all in the result, stored or not
     result.store_summary(writer, name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
                          details={"config": config.to_dict()}, run_id=run_id)
