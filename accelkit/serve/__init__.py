@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from accelkit.serve.config import EngineConfig
-from accelkit.serve.outputs import CompletionOutput, EngineStats, RequestMetrics, RequestOutput
-from accelkit.serve.sampling import SamplingParams, StructuredOutputs
+from accelkit.serve.outputs import CompletionOutput, EngineStats, Logprob, RequestMetrics, RequestOutput
+from accelkit.serve.sampling import SamplingParams, StructuredOutputs, StructuredOutputsParams
 
 if TYPE_CHECKING:
     from accelkit.serve.engine import LLMEngine
@@ -34,6 +34,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "LLM", "CompletionOutput", "EngineConfig", "EngineLoop", "EngineStats", "LLMEngine", "RequestMetrics", "RequestOutput",
-    "RequestStream", "SamplingParams", "StructuredOutputs",
+    "LLM", "CompletionOutput", "EngineConfig", "EngineLoop", "EngineStats", "LLMEngine", "Logprob", "RequestMetrics",
+    "RequestOutput", "RequestStream", "SamplingParams", "StructuredOutputs", "StructuredOutputsParams",
 ]

@@ -114,8 +114,16 @@ def _params_list(sampling_params: SamplingParams | Seq[SamplingParams] | None, n
         raise ValueError(f"sampling_params[{bad}]={_short(params_list[bad])} is not valid; expected a "
                          "SamplingParams (e.g. SamplingParams(max_tokens=16))")
     if len(params_list) != num_prompts:
-        raise ValueError(f"sampling_params has {len(params_list)} entries for {num_prompts} prompts")
+        raise ValueError(f"sampling_params has {len(params_list)} entries for {num_prompts} prompts; give one "
+                         "SamplingParams for all of them, or a list of one per prompt")
     return params_list
+
+
+def _no_lora(lora_request: object) -> None:
+    """vLLM's ``lora_request``: None is taken (scripts pass it); an adapter is refused rather than not applied."""
+    if lora_request is not None:
+        raise ValueError(f"lora_request={_short(lora_request)}: LoRA adapters are not supported; merge the adapter "
+                         "into the model's weights and serve that directory, or leave lora_request out")
 
 
 def _check_message(where: str, message: Mapping[str, Any]) -> None:
@@ -217,17 +225,20 @@ class LLM:
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
         *,
         use_tqdm: bool = True,
+        lora_request: Any = None,
         priority: int | Seq[int] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt, all batched together; outputs in prompt order. A prompt is text, token ids,
         or vLLM's ``{"prompt": text}`` / ``{"prompt_token_ids": ids}``; one alone or a list of them.
         ``priority``: one integer for all prompts or one per prompt (lower runs first), with
         ``scheduling_policy="priority"`` only. ``use_tqdm`` is taken for vLLM's signature; no progress bar is shown.
+        ``lora_request``: vLLM's, None only (no LoRA adapters are served).
 
         Every request is validated before any is queued, so a bad one raises ``ValueError`` (naming the field)
         and nothing runs.
         """
         del use_tqdm
+        _no_lora(lora_request)
         one = isinstance(prompts, (str, Mapping)) or _is_token_ids(prompts)
         if not one and (not isinstance(prompts, Iterable) or isinstance(prompts, bytes)):
             raise ValueError(f"prompts={_short(prompts)} is not a prompt; expected text, token ids, {_PROMPT_FORMS}, "
@@ -241,6 +252,7 @@ class LLM:
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
         *,
         use_tqdm: bool = True,
+        lora_request: Any = None,
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
@@ -251,6 +263,7 @@ class LLM:
         rendered with the model's chat template (or ``chat_template``) and generated for as ``generate`` does; the
         rendered text is each output's ``prompt``. A template that refuses the messages raises ``ValueError``."""
         del use_tqdm
+        _no_lora(lora_request)
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
             raise ValueError(f"messages={_short(messages)} is not a conversation; expected a list of "
                              "{'role': ..., 'content': ...} messages, or a list of such lists")

@@ -426,8 +426,7 @@ class ModelRunner:
         for start in range(0, len(prompt.rows), _PROMPT_LOGPROB_ROWS):
             chunk = rows[index[start : start + _PROMPT_LOGPROB_ROWS]]
             logits = chunk if computed else self.model.compute_logits(chunk)
-            parts.append(Sampler.pack_logprobs(logits.float(), targets[start : start + _PROMPT_LOGPROB_ROWS], k,
-                                               with_rank=True))
+            parts.append(Sampler.pack_logprobs(logits.float(), targets[start : start + _PROMPT_LOGPROB_ROWS], k))
         return torch.cat(parts)
 
     @staticmethod
@@ -498,9 +497,10 @@ class ModelRunner:
         tokens, logprobs = Sampler.read(pending)  # the step's one host sync (ids, and logprobs when asked for)
         self._store_prompt_logprobs(step)
         if logprobs is not None:  # kept on the sequence, one entry per sampled token
-            for seq, (chosen, top) in zip(seqs, logprobs, strict=True):
+            for seq, (chosen, top, rank) in zip(seqs, logprobs, strict=True):
                 if seq.logprobs is not None:
                     seq.logprobs.append((chosen, top[: seq.params.logprobs]))
+                    seq.logprob_ranks.append(rank)
         if every_row:
             return cast("list[int | None]", tokens)
         sampled: list[int | None] = [None] * len(batch.seqs)

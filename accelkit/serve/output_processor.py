@@ -48,6 +48,8 @@ class OutputProcessor:
         ``finish_sequence(seq, reason)`` ends a sequence that is not finished yet (a stop string, a failure);
         ``release(seq)`` runs once for every request that ends and must not raise."""
         self._decoder = decoder
+        # one token's text (special tokens kept, memoised by the decoder): the decoded_token of vLLM-shaped logprobs
+        self._token_text = (lambda token: decoder.decode_special([token])) if decoder is not None else None
         self._finish_sequence = finish_sequence
         self._release = release
         self.requests: dict[str, RequestState] = {}
@@ -151,7 +153,7 @@ class OutputProcessor:
         seq = req.seq
         # (what a stop string holds back is left out; a whole-string slice copies nothing)
         out = RequestOutput.of(seq, text=req.text[: req.num_sent_chars], new_text=new_text,
-                               num_returned_tokens=req.num_returned_tokens, error=error)
+                               num_returned_tokens=req.num_returned_tokens, error=error, token_text=self._token_text)
         req.num_returned_tokens = len(seq.token_ids) - seq.num_prompt_tokens
         return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from accelkit.serve.sequence import Sequence, SequenceStatus
@@ -10,17 +11,53 @@ TokenLogprobs = tuple[float, list[tuple[int, float]]]  # a token's logprob, and 
 
 
 @dataclass(frozen=True, slots=True)
+class Logprob:
+    """vLLM's ``Logprob``: one token's log-probability, its rank in the vocabulary there (1 = the most likely; 1 +
+    the tokens strictly more likely, so ties share a rank) and its text alone (``tokenizer.decode([id])``; None for
+    a model without a tokenizer)."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+def vllm_logprobs(token_ids: list[int], logprobs: list[TokenLogprobs], token_text: Callable[[int], str] | None,
+                  ranks: list[int] | None = None) -> list[dict[int, Logprob]]:
+    """The engine's per-token ``(logprob, [(id, logprob)] most likely first)`` as vLLM's ``CompletionOutput.logprobs``:
+    per token a dict ``{id: Logprob}`` holding the token itself first, then the k most likely (ranked 1.. k, ties
+    sharing the better rank). The token's rank is the engine's (``ranks``, entry by entry: 1 + the tokens strictly
+    more likely in the whole vocabulary); without it, exact when the token is at least as likely as the k-th (every
+    token more likely than it is then among the k), else None."""
+    out = []
+    for i, (token, (chosen, top)) in enumerate(zip(token_ids, logprobs, strict=False)):
+        if ranks is not None and i < len(ranks):
+            rank: int | None = ranks[i]
+        else:
+            rank = 1 + sum(lp > chosen for _, lp in top) if top and chosen >= top[-1][1] else None
+        entry = {token: Logprob(chosen, rank, token_text(token) if token_text is not None else None)}
+        place = 0
+        for i, (t, lp) in enumerate(top):
+            if i == 0 or lp < top[i - 1][1]:  # a tie keeps the rank of the one before it
+                place = i + 1
+            if t not in entry:
+                entry[t] = Logprob(lp, place, token_text(t) if token_text is not None else None)
+        out.append(entry)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class CompletionOutput:
     """One completion of a request, as vLLM's ``RequestOutput.outputs[i]`` holds it (the engine runs one per
     request: ``index`` is 0). ``cumulative_logprob`` is the sum of the sampled tokens' logprobs, with
-    ``SamplingParams.logprobs`` only (None without, as vLLM gives it). ``stop_reason``: the stop string or stop token id
+    ``SamplingParams.logprobs`` only (None without, as vLLM gives it); ``logprobs`` is vLLM's shape then: per token
+    ``{token id: Logprob(logprob, rank, decoded_token)}``, the token itself first, then the k most likely. ``stop_reason``: the stop string or stop token id
     that ended it; None when EOS, the length limit or an abort did."""
 
     index: int
     text: str
     token_ids: list[int]
     cumulative_logprob: float | None
-    logprobs: list[TokenLogprobs] | None
+    logprobs: list[dict[int, Logprob]] | None
     finish_reason: str | None
     stop_reason: int | str | None = None
 
@@ -81,7 +118,7 @@ class RequestOutput:
     __slots__ = (
         "_end", "_last_token_time", "_logprobs", "_metrics", "_new_logprobs", "_new_start", "_new_token_ids",
         "_num_preemptions", "_prompt_logprob_ranks", "_prompt_logprobs", "_prompt_token_ids", "_seq", "_token_ids",
-        "error", "finish_reason", "finished", "new_text", "prompt", "request_id", "text",
+        "_token_text", "error", "finish_reason", "finished", "new_text", "prompt", "request_id", "text",
     )
 
     def __init__(
@@ -89,7 +126,7 @@ class RequestOutput:
         new_text: str, new_token_ids: list[int], finished: bool, finish_reason: str | None, metrics: RequestMetrics,
         error: str | None = None, logprobs: list[TokenLogprobs] | None = None,
         new_logprobs: list[TokenLogprobs] | None = None, prompt_logprobs: list[TokenLogprobs | None] | None = None,
-        prompt_logprob_ranks: list[int | None] | None = None,
+        prompt_logprob_ranks: list[int | None] | None = None, token_text: Callable[[int], str] | None = None,
     ) -> None:
         self.request_id, self.prompt, self.text, self.new_text = request_id, prompt, text, new_text
         self._logprobs, self._new_logprobs, self._prompt_logprobs = logprobs, new_logprobs, prompt_logprobs
@@ -102,12 +139,15 @@ class RequestOutput:
         self._seq: Sequence | None = None
         self._end = self._new_start = self._num_preemptions = 0
         self._last_token_time: float | None = None
+        self._token_text = token_text
 
     @classmethod
-    def of(cls, seq: Sequence, *, text: str, new_text: str, num_returned_tokens: int,
-           error: str | None = None) -> RequestOutput:
-        """The engine's snapshot of ``seq`` now: the output tokens past ``num_returned_tokens`` are new."""
+    def of(cls, seq: Sequence, *, text: str, new_text: str, num_returned_tokens: int, error: str | None = None,
+           token_text: Callable[[int], str] | None = None) -> RequestOutput:
+        """The engine's snapshot of ``seq`` now: the output tokens past ``num_returned_tokens`` are new.
+        ``token_text(id)``: one token's text, for the ``decoded_token`` of ``outputs[0].logprobs``."""
         out = cls.__new__(cls)
+        out._token_text = token_text
         out.request_id, out.prompt, out.text, out.new_text = seq.request_id, seq.prompt, text, new_text
         out.finished, out.finish_reason, out.error = seq.status is SequenceStatus.FINISHED, seq.finish_reason, error
         out._seq, out._end, out._new_start = seq, len(seq.token_ids), seq.num_prompt_tokens + num_returned_tokens
@@ -198,10 +238,12 @@ class RequestOutput:
     def outputs(self) -> list[CompletionOutput]:
         """vLLM's view of this output: one ``CompletionOutput`` (text and tokens generated so far), so code written
         for ``vllm.LLM`` reads ``output.outputs[0].text`` unchanged."""
-        logprobs = self.logprobs
+        logprobs, token_ids = self.logprobs, self.token_ids
         cumulative = sum(lp for lp, _ in logprobs) if logprobs is not None else None
-        return [CompletionOutput(index=0, text=self.text, token_ids=self.token_ids, cumulative_logprob=cumulative,
-                                 logprobs=logprobs, finish_reason=self.finish_reason, stop_reason=self.stop_reason)]
+        ranks = self._seq.logprob_ranks[: len(logprobs)] if self._seq is not None and logprobs is not None else None
+        shaped = vllm_logprobs(token_ids, logprobs, self._token_text, ranks) if logprobs is not None else None
+        return [CompletionOutput(index=0, text=self.text, token_ids=token_ids, cumulative_logprob=cumulative,
+                                 logprobs=shaped, finish_reason=self.finish_reason, stop_reason=self.stop_reason)]
 
     @property
     def num_cached_tokens(self) -> int:

@@ -341,15 +341,15 @@ class Sampler:
         return tokens
 
     @staticmethod
-    def read(pending: torch.Tensor) -> tuple[list[int], list[tuple[float, list[tuple[int, float]]]] | None]:
+    def read(pending: torch.Tensor) -> tuple[list[int], list[tuple[float, list[tuple[int, float]], int]] | None]:
         """The step's one host sync: the ids :meth:`launch` queued, and, when it packed them, each row's
-        (logprob of its token, [(id, logprob) of the most likely]) — as many as the batch's largest ``logprobs``
-        (the caller keeps each row's own number)."""
+        (logprob of its token, [(id, logprob) of the most likely], the token's rank in the vocabulary) — as many as
+        the batch's largest ``logprobs`` (the caller keeps each row's own number)."""
         values = pending.tolist()
         if not values or not isinstance(values[0], list):
             return values, None
         tokens = [int(v[0]) for v in values]
-        return tokens, [(v[1], _top(v, 2)) for v in values]
+        return tokens, _ranked(values)
 
     @torch.inference_mode()
     def launch(self, logits: torch.Tensor, params: list[SamplingParams], seq_ids: list[int],
@@ -656,25 +656,22 @@ class Sampler:
 
     @staticmethod
     def read_ranked(pending: torch.Tensor) -> list[tuple[float, list[tuple[int, float]], int]]:
-        """The host sync of :meth:`pack_logprobs` rows packed ``with_rank``: per row (logprob of its token, [(id,
-        logprob) of the most likely], the token's rank) — as many as the batch's largest k."""
-        return [(v[1], _top(v, 3), int(v[2])) for v in pending.tolist()]
+        """The host sync of :meth:`pack_logprobs` rows: per row (logprob of its token, [(id, logprob) of the most
+        likely], the token's rank) — as many as the batch's largest k."""
+        return _ranked(pending.tolist())
 
     @staticmethod
-    def pack_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int, *, with_rank: bool = False) -> torch.Tensor:
-        """(N, V) float32 logits and (N,) token ids → the (N, 2 + 2k) float64 rows :meth:`read` unpacks: each id, its
-        logprob (``log_softmax``), the k most likely ids and their logprobs. Sampled tokens and prompt tokens alike.
-
-        ``with_rank`` (prompt logprobs, vLLM's ``rank``): (N, 3 + 2k) rows for :meth:`read_ranked`, the token's rank
-        in the vocabulary after its logprob — 1 + the tokens strictly more likely, so the argmax is 1 and ties share
-        the better rank (vLLM counts a tie against the token). One compare-and-sum over (N, V) in the same batch,
-        read back with the rest: no sync of its own."""
+    def pack_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> torch.Tensor:
+        """(N, V) float32 logits and (N,) token ids → the (N, 3 + 2k) float64 rows :meth:`read` and
+        :meth:`read_ranked` unpack: each id, its logprob (``log_softmax``), its rank in the vocabulary (vLLM's
+        ``Logprob.rank``: 1 + the tokens strictly more likely, so the argmax is 1 and ties share the better rank —
+        vLLM counts a tie against the token), the k most likely ids and their logprobs. Sampled tokens and prompt
+        tokens alike; the rank is one compare-and-sum over (N, V) in the same batch, read back with the rest."""
         logprobs = logits.log_softmax(dim=-1)
         chosen = logprobs.gather(1, tokens[:, None])  # (N, 1)
         top = logprobs.topk(k, dim=-1) if k else None
-        parts = [tokens[:, None].double(), chosen.double()]
-        if with_rank:
-            parts.append((logprobs > chosen).sum(dim=-1, keepdim=True).add_(1).double())
+        parts = [tokens[:, None].double(), chosen.double(),
+                 (logprobs > chosen).sum(dim=-1, keepdim=True).add_(1).double()]
         if top is not None:
             parts += [top.indices.double(), top.values.double()]
         return torch.cat(parts, dim=1)  # float64 holds any token id exactly
@@ -695,6 +692,11 @@ class Sampler:
         sub = torch.where(sub > 0, sub / rep, sub * rep)
         sub = sub - frequency * counts - presence * seen.float()
         return x.index_copy(0, idx, sub)
+
+
+def _ranked(values: list[list[float]]) -> list[tuple[float, list[tuple[int, float]], int]]:
+    """Packed rows on the host → (logprob of the token, [(id, logprob)] of the most likely, the token's rank)."""
+    return [(v[1], _top(v, 3), int(v[2])) for v in values]
 
 
 def _top(row: list[float], start: int) -> list[tuple[int, float]]:

@@ -440,6 +440,13 @@ class SamplingParams(Spec):
                              "no limit")
         if isinstance(self.stop, str):  # one stop string, as vLLM and OpenAI take it
             object.__setattr__(self, "stop", (self.stop,))
+        for name in ("logprobs", "prompt_logprobs"):  # vLLM's -1: every token of the vocabulary
+            if type(getattr(self, name)) is int and getattr(self, name) == -1:
+                raise ValueError(f"{name}=-1 (vLLM's whole vocabulary) is not supported; give k in 0..{MAX_LOGPROBS} "
+                                 "(the k most likely tokens beside each token)")
+        if type(self.truncate_prompt_tokens) is int and self.truncate_prompt_tokens == -1:
+            raise ValueError("truncate_prompt_tokens=-1 (vLLM's: cut to the model's context length) is not supported; "
+                             "give the number of prompt tokens to keep (>= 1), or leave it out")
         Spec.__post_init__(self)  # (it checks each field and stores a copy of logit_bias: a caller's dict stays theirs)
         if self.logit_bias is not None:
             object.__setattr__(self, "logit_bias", FrozenBias(self.logit_bias))
@@ -537,6 +544,10 @@ class SamplingParams(Spec):
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
 
+    def clone(self) -> SamplingParams:
+        """vLLM's ``SamplingParams.clone()``: an equal copy (params are frozen: change one with :meth:`replace`)."""
+        return self.replace()
+
     @classmethod
     def greedy(cls, max_tokens: int = 16, **kwargs: object) -> SamplingParams:
         """Argmax decoding — what the exactness tests compare against ``transformers.generate``."""
@@ -544,6 +555,25 @@ class SamplingParams(Spec):
 
 
 _S = TypeVar("_S", bound=type)
+
+#: vLLM's fields these classes do not have, and what to do instead (a script ported from vLLM names them)
+_VLLM_ONLY = {
+    "SamplingParams": {
+        "guided_decoding": "guided_decoding is vLLM's older name for structured_outputs; give "
+        "structured_outputs=StructuredOutputs(json=..., regex=..., choice=[...], grammar=...)",
+        "output_kind": "LLM.generate and LLM.chat return each request's final output (vLLM's FINAL_ONLY); leave "
+        "output_kind out (EngineLoop streams per-step outputs)",
+        "logits_processors": "custom logits processors are not supported; use logit_bias, allowed_token_ids, "
+        "bad_words or structured_outputs, or leave logits_processors out",
+        "best_of": "best_of is not supported offline; generate n choices and "
+        "rank them, or send best_of to the server's /v1/completions",
+        "extra_args": "extra_args is not supported; leave it out",
+    },
+    "StructuredOutputs": {
+        "backend": "the backend is the engine's, not the request's: EngineConfig(structured_outputs_backend=...) "
+        "(LLM(..., structured_outputs_backend=...)); leave backend out",
+    },
+}
 
 
 def _name_unknown_keywords(cls: _S) -> _S:
@@ -556,6 +586,8 @@ def _name_unknown_keywords(cls: _S) -> _S:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         for key in kwargs:
             if key not in cls.__dataclass_fields__:  # type: ignore[attr-defined]
+                if key in _VLLM_ONLY.get(cls.__name__, {}):
+                    raise TypeError(f"{cls.__name__} has no field {key!r}: {_VLLM_ONLY[cls.__name__][key]}")
                 near = closest(key, known)
                 hint = f"did you mean {near!r}?" if near else f"its fields are {', '.join(known)}"
                 raise TypeError(f"{cls.__name__} has no field {key!r}; {hint}")
@@ -567,3 +599,6 @@ def _name_unknown_keywords(cls: _S) -> _S:
 
 _name_unknown_keywords(StructuredOutputs)
 _name_unknown_keywords(SamplingParams)
+
+#: vLLM's name for :class:`StructuredOutputs` (``from vllm.sampling_params import StructuredOutputsParams``)
+StructuredOutputsParams = StructuredOutputs

@@ -31,7 +31,7 @@ class Sequence:
     __slots__ = (
         "arrival_order", "arrival_time", "bad_words_ids", "block_hashes", "block_table", "defer_token",
         "finish_reason", "finished_time", "first_scheduled_time", "first_token_time", "guide", "last_token_time",
-        "logprobs", "max_num_tokens", "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks",
+        "logprob_ranks", "logprobs", "max_num_tokens", "num_cached_tokens", "num_computed_tokens", "num_hashed_blocks",
         "num_preemptions", "num_prompt_tokens", "order_key", "params", "priority", "prompt", "prompt_logprob_ranks",
         "prompt_logprobs", "request_id", "sampling_extras", "seq_id", "sleeping_guide", "status", "stop_reason",
         "stop_token_ids", "token_ids", "wake_token",
@@ -98,6 +98,9 @@ class Sequence:
         self.logprobs: list[tuple[float, list[tuple[int, float]]]] | None = (
             [] if params.logprobs is not None else None
         )
+        # beside logprobs, entry by entry: each sampled token's rank in the vocabulary (1 = the most likely; vLLM's
+        # Logprob.rank: 1 + the tokens strictly more likely), empty without params.logprobs
+        self.logprob_ranks: list[int] = []
         # with params.prompt_logprobs: one entry per prompt token, the first None (nothing precedes it); the runner
         # appends the rest as the prompt's chunks are computed (a recompute after preemption adds none twice)
         self.prompt_logprobs: list[tuple[float, list[tuple[int, float]]] | None] | None = (

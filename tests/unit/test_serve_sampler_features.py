@@ -186,8 +186,9 @@ def test_logprobs_are_the_raw_log_softmax_and_its_top_k(k):
     assert logprobs is not None
     reference = torch.log_softmax(logits.double(), dim=-1)
     for i in range(3):
-        chosen, top = logprobs[i]
+        chosen, top, rank = logprobs[i]
         assert chosen == pytest.approx(float(reference[i, tokens[i]]), abs=1e-5)
+        assert rank == 1 + int((reference[i] > reference[i, tokens[i]]).sum())  # the sampled token's place too
         values, ids = reference[i].topk(k)
         assert [t for t, _ in top] == ids.tolist()
         assert [lp for _, lp in top] == pytest.approx(values.tolist(), abs=1e-5)
@@ -209,7 +210,7 @@ def test_a_seeded_row_samples_the_same_tokens_whatever_shares_its_batch():
 
 @pytest.mark.parametrize("k", [0, 3])
 def test_prompt_logprob_ranks_are_each_tokens_place_in_the_sorted_vocabulary(k):
-    """``pack_logprobs(with_rank=True)``: per row the token's logprob, its top k and its rank = 1 + the tokens
+    """``pack_logprobs``: per row the token's logprob, its top k and its rank = 1 + the tokens
     strictly more likely (the argmax is 1; ties share the better rank), checked against a sort of the row."""
     gen = torch.Generator().manual_seed(9)
     logits = torch.randn(6, V, generator=gen)
@@ -217,7 +218,7 @@ def test_prompt_logprob_ranks_are_each_tokens_place_in_the_sorted_vocabulary(k):
     reference = torch.log_softmax(logits, dim=-1)
     order = reference.argsort(dim=-1, descending=True)
     tokens = torch.tensor([int(order[0, 0]), int(order[1, 1]), int(order[2, 7]), int(order[3, V - 1]), 13, 2])
-    rows = Sampler.read_ranked(Sampler.pack_logprobs(logits, tokens, k, with_rank=True))
+    rows = Sampler.read_ranked(Sampler.pack_logprobs(logits, tokens, k))
     assert len(rows) == 6
     for i, (chosen, top, rank) in enumerate(rows):
         row, token = reference[i], int(tokens[i])
@@ -228,9 +229,9 @@ def test_prompt_logprob_ranks_are_each_tokens_place_in_the_sorted_vocabulary(k):
         assert [lp for _, lp in top] == pytest.approx(values.tolist(), abs=1e-6)
     assert [rank for _, _, rank in rows[:4]] == [1, 2, 8, V]  # the place in the sorted row, past k too
     assert rows[5][2] == 1  # one of four tied at the top
-    # without ranks, the rows are what read() unpacks, as before
-    _, plain = Sampler.read(Sampler.pack_logprobs(logits, tokens, k))
-    assert plain == [(chosen, top) for chosen, top, _ in rows]
+    # read() unpacks the same rows, with the ids
+    ids, read = Sampler.read(Sampler.pack_logprobs(logits, tokens, k))
+    assert ids == tokens.tolist() and read == rows
 
 
 
