@@ -195,9 +195,8 @@ def plan_cmd(
         if req.compare_compression:
             _compare_compression(workload, rows[0], plan_options, req.powersgd_rank, as_json, notes)
             return
-    docs = [to_json(c, ctx) for c, ctx in rows]
-    for doc in docs:  # (a --json reader saw the context note nowhere: it went to stderr alone)
-        doc["notes"] = [note.removeprefix("note: ") for note in notes]
+    # (each with the notes printed on stderr: a --json reader saw the context note nowhere)
+    docs = [{**to_json(c, ctx), "notes": [note.removeprefix("note: ") for note in notes]} for c, ctx in rows]
     if not names and not docs[0]["fits"]:  # say what would fit: --offload, the smallest count
         docs[0]["overflow"]["would_fit"] = would_fit(rows[0][1], fixed=common["fixed"],
                                                      global_batch=req.global_batch, batch=req.batch)
