@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import typing
 from fractions import Fraction
@@ -14,12 +15,13 @@ from accelkit.cli.helptext import examples
 from accelkit.cli.output import Progress, ProgressOption, err, flag_values
 from accelkit.cli.spec_options import field_flags, spec_options
 from accelkit.core import UserError
-from accelkit.core.serving_memory import DEFAULT_GPU_MEMORY_UTILIZATION
-from accelkit.core.units import parse_size
+from accelkit.core.serving_memory import DEFAULT_GPU_MEMORY_UTILIZATION, KVCacheDtype, kv_budget_bytes
+from accelkit.core.units import fmt_bytes, parse_size
 from accelkit.serve import preflight
 from accelkit.serve.config import DType, EngineConfig, ServerConfig, origin_problem, served_cpu_threads
 from accelkit.serve.heap import frozen_heap
 from accelkit.serve.listen import BACKLOG, bind_socket
+from accelkit.serve.quant.config import QUANTIZATION_NAMES, SERVED_FORMAT_NAMES, quantization_name_problem
 from accelkit.serve.tensor_parallel import check_tensor_parallel_size
 
 
@@ -82,11 +84,51 @@ def _token_count(text: str, flag: str) -> int:
     return int(count)
 
 
+#: ``--max-model-len auto`` (or -1) as parsed: serve_cmd fits the context to the KV budget (the field gets None first)
+AUTO_LEN = "auto"
+
+
 def _max_model_len(text: str) -> int | None:
     """``--max-model-len``: a token count, or vLLM's ``auto`` / ``-1`` — the model's own context (None)."""
     if text.strip().lower() in ("auto", "-1"):
         return None
     return _token_count(text, "--max-model-len")
+
+
+def _max_model_len_flag(text: str) -> int | str:
+    """The flag's value: a token count, or :data:`AUTO_LEN` for ``auto`` / ``-1`` — the model's own context, shrunk
+    to what the KV budget holds where that is known before the weights load (:func:`_fit_context`)."""
+    length = _max_model_len(text)
+    return AUTO_LEN if length is None else length
+
+
+def _quantization(text: str) -> str:
+    """``--quantization`` (``-q``) as vLLM names it: fp8 (at load), or a quantized checkpoint's own format — checked
+    against the checkpoint once its config is read (:func:`quantization_name_problem`)."""
+    value = text.strip().lower()
+    if value not in QUANTIZATION_NAMES:
+        raise UserError(f"--quantization {text!r} is not a quantization accelkit serves; give fp8 (a 16-bit checkpoint "
+                        f"quantized at load), or the quantized checkpoint's own format ({SERVED_FORMAT_NAMES}) — or "
+                        "leave it out: a quantized checkpoint is served from its own quantization_config")
+    return value
+
+
+#: vLLM's --kv-cache-dtype names of the fp8 cache: accelkit's fp8 cache stores e4m3 codes (kv_cache.Fp8KVCache)
+KV_CACHE_DTYPE_ALIASES = {"fp8_e4m3": "fp8"}
+
+
+def _kv_cache_dtype(text: str) -> str:
+    """``--kv-cache-dtype`` with vLLM's spellings: fp8_e4m3 is accelkit's fp8 (e4m3 codes); fp8_e5m2 is refused."""
+    choices = typing.get_args(KVCacheDtype)
+    value = text.strip().lower()
+    value = KV_CACHE_DTYPE_ALIASES.get(value, value)
+    if value == "fp8_e5m2":
+        raise UserError(f"--kv-cache-dtype {text!r}: accelkit's fp8 KV cache stores e4m3 codes (with a scale per "
+                        "token and KV head), not e5m2; give fp8 (= fp8_e4m3), int8 or auto")
+    if value not in choices:
+        raise UserError(f"--kv-cache-dtype {text!r} is not a KV cache dtype; give one of {', '.join(choices)} (or "
+                        "vLLM's fp8_e4m3 = fp8)")
+    return value
 
 
 def _batched_tokens(text: str) -> int:
@@ -182,16 +224,108 @@ def _compile_chat_template(text: str) -> None:
     _compile_jinja_template(text)
 
 
-def _check_step_budget(config: EngineConfig, max_model_len: int, is_default: bool) -> None:
+def _check_step_budget(config: EngineConfig, max_model_len: int, is_default: bool, *, fitted: bool = False) -> None:
     """Without chunked prefill a whole prompt must fit one step: said here, before the weights load (the scheduler
-    refuses it too, but only once the weights and the KV cache are in memory)."""
+    refuses it too, but only once the weights and the KV cache are in memory). ``fitted``: the context is
+    ``--max-model-len auto``'s, below the model's: what the KV budget holds."""
     if config.enable_chunked_prefill or config.max_num_batched_tokens >= max_model_len:
         return
-    context = (f"the model's context of {max_model_len} tokens" if is_default
+    context = (f"--max-model-len auto's context of {max_model_len} tokens (what the KV budget holds)" if fitted
+               else f"the model's context of {max_model_len} tokens" if is_default
                else f"--max-model-len {max_model_len}")
     raise UserError(f"--max-num-batched-tokens {config.max_num_batched_tokens} is below {context}, and with "
                     "--no-chunked-prefill a whole prompt must fit one step; raise --max-num-batched-tokens to at "
                     f"least {max_model_len}, lower --max-model-len, or drop --no-chunked-prefill")
+
+
+def _fit_context(config: EngineConfig, checked: preflight.CheckedModel, device: str
+                 ) -> tuple[EngineConfig, str | None]:
+    """``--max-model-len auto`` as vLLM takes it: the model's context (``checked.max_model_len``), shrunk to the
+    longest the KV budget holds where that budget is known before the weights load — ``--kv-cache-memory``, or a
+    CPU's default — with the note to print; on a GPU without ``--kv-cache-memory`` the budget is a share of the
+    memory the loaded weights leave, so the context stays the model's (said in the note)."""
+    model_max = checked.max_model_len
+    if config.kv_cache_memory_bytes is None and device != "cpu":
+        return config, (f"note: --max-model-len auto is the model's context ({model_max:,} tokens) on {device}, where "
+                        "the KV budget is known only once the weights are loaded; give --kv-cache-memory too to fit "
+                        "the context to the budget")
+    budget = kv_budget_bytes(kv_cache_memory_bytes=config.kv_cache_memory_bytes, device_free_bytes=None,
+                             gpu_memory_utilization=config.gpu_memory_utilization)
+    dtype = config.dtype if config.dtype != "auto" else (checked.args.torch_dtype or "float32")
+    per_token = preflight.kv_bytes_per_token(checked.config, dtype=dtype, kv_cache_dtype=config.kv_cache_dtype,
+                                             tensor_parallel_size=config.tensor_parallel_size)
+    length = preflight.fit_max_model_len(checked.config, model_max=model_max, budget_bytes=budget, dtype=dtype,
+                                         kv_cache_dtype=config.kv_cache_dtype, block_size=config.block_size,
+                                         tensor_parallel_size=config.tensor_parallel_size)
+    where = (f"--kv-cache-memory {fmt_bytes(budget)}" if config.kv_cache_memory_bytes is not None
+             else f"the KV budget of {fmt_bytes(budget)} (a CPU's default; --kv-cache-memory sets it)")
+    if length < 2:
+        raise UserError(f"--max-model-len auto: {where} holds no context: {per_token:,} bytes a token, blocks of "
+                        f"{config.block_size} tokens and one kept for padding; raise --kv-cache-memory to at least "
+                        f"{fmt_bytes((-(-2 // config.block_size) + 1) * config.block_size * per_token)}")
+    if length == model_max:
+        return config, None
+    return (dataclasses.replace(config, max_model_len=length),
+            f"note: --max-model-len auto: context {length:,} tokens, the most {where} holds ({per_token:,} bytes a "
+            f"token), below the model's {model_max:,} (max_position_embeddings)")
+
+
+def _context_before_load(config: EngineConfig, checked: preflight.CheckedModel) -> int | None:
+    """``--max-model-len auto``'s context where it is known before torch's import (which tells whether ``--device
+    auto`` is a GPU): with ``--kv-cache-memory`` or ``--device cpu``, what that budget holds; otherwise the model's
+    where a CPU's default budget holds it too (a GPU without ``--kv-cache-memory`` takes the model's); None: known
+    once the device is (:func:`_fit_context` raises the same errors there)."""
+    if config.device.strip().lower() == "cpu" or config.kv_cache_memory_bytes is not None:
+        fitted, _ = _fit_context(config, checked, "cpu")
+        return fitted.max_model_len or checked.max_model_len
+    try:
+        fitted, _ = _fit_context(config, checked, "cpu")
+    except UserError:
+        return None
+    return checked.max_model_len if fitted.max_model_len is None else None
+
+
+def _fit_after_import(config: EngineConfig, checked: preflight.CheckedModel, context: int | None
+                      ) -> tuple[EngineConfig, str | None]:
+    """``--max-model-len auto`` once torch tells the device: the config with the context fitted and the note
+    (:func:`_fit_context`); the step budget checked here when the context was not known before (``context`` None)."""
+    from accelkit.hardware.device import resolve_device
+
+    config, note = _fit_context(config, checked, resolve_device(config.device))
+    if context is None:
+        _check_step_budget(config, config.max_model_len or checked.max_model_len, True,
+                           fitted=config.max_model_len is not None)
+    return config, note
+
+
+def _check_model_dir(model: Path) -> None:
+    """``--model`` is a Hugging Face-format directory here: one line naming what it is instead (a diffusers pipeline,
+    a Hub id, a path without config.json, a name the file system refuses)."""
+    try:
+        has_config = (model / "config.json").is_file()
+    except OSError as exc:  # a name too long for the file system, say: is_file() lets that through
+        raise UserError(f"--model {str(model)[:200]!r} cannot be read ({exc.strerror}); give a Hugging Face-format "
+                        "model directory") from None
+    if has_config:
+        return
+    if (model / "model_index.json").is_file():  # (a diffusers pipeline: is_file() read the dir)
+        raise UserError(f"--model {model} is a diffusers text-to-image pipeline (model_index.json), and serve runs "
+                        f"language models; plan it with `accelkit plan --model {model}` or measure it with "
+                        f"`accelkit bench diffusion --model {model}`")
+    if _looks_like_hub_id(model):  # `vllm serve org/name` downloads it; accelkit does not
+        raise UserError(f"--model {model} is not a directory here; accelkit serves a local Hugging Face-format "
+                        f"directory and downloads nothing: fetch it first (huggingface-cli download {model} "
+                        "--local-dir DIR) and give DIR")
+    raise UserError(f"--model {model} has no config.json; give a Hugging Face-format model directory")
+
+
+def _served_names(served_model_name: list[str] | None, model: Path) -> list[str]:
+    """The ids clients send: ``--served-model-name``'s (a repeated one listed once), else the directory's name."""
+    names = list(dict.fromkeys(served_model_name or [model.resolve().name]))
+    blank = next((n for n in names if not n.strip()), None)
+    if blank is not None:
+        raise UserError(f"--served-model-name {blank!r} is blank; give the model id clients send")
+    return names
 
 
 def vllm_argv(args: list[str]) -> list[str]:
@@ -287,19 +421,28 @@ ENGINE_FLAGS = {"kv_cache_memory_bytes": "--kv-cache-memory", "enable_prefix_cac
 # vLLM's spellings of the same flags (a pasted vLLM command line runs)
 ENGINE_ALIASES = {"enable_prefix_caching": ("--enable-prefix-caching/--no-enable-prefix-caching",),
                   "enable_chunked_prefill": ("--enable-chunked-prefill/--no-enable-chunked-prefill",),
-                  "tensor_parallel_size": ("-tp",)}
+                  "tensor_parallel_size": ("-tp",), "quantization": ("-q",)}
 SERVER_FLAGS = {"shutdown_timeout_s": "--shutdown-timeout", "header_timeout_s": "--header-timeout",
                 "body_timeout_s": "--body-timeout", "max_body_bytes": "--max-body-size"}
 
 
 @spec_options(
     EngineConfig, into="engine", exclude=("model",), names=ENGINE_FLAGS, aliases=ENGINE_ALIASES,
-    parse={"kv_cache_memory_bytes": _kv_memory, "dtype": _dtype, "max_model_len": _max_model_len,
-           "max_num_batched_tokens": _batched_tokens},
+    parse={"kv_cache_memory_bytes": _kv_memory, "dtype": _dtype, "max_model_len": _max_model_len_flag,
+           "max_num_batched_tokens": _batched_tokens, "quantization": _quantization,
+           "kv_cache_dtype": _kv_cache_dtype},
     helps={"max_model_len": "Context length in tokens, as vLLM reads it: 32768, 32k (= 32,000: k m g are 10**3, "
-           "10**6, 10**9) or 32K (= 32,768: K M G are 2**10, 2**20, 2**30). Not given, auto or -1: the model's "
-           "max_position_embeddings — refused at start-up where that does not fit the KV budget (vLLM's auto "
-           "shrinks it to fit instead).",
+           "10**6, 10**9) or 32K (= 32,768: K M G are 2**10, 2**20, 2**30). Not given: the model's "
+           "max_position_embeddings, refused at start-up where that does not fit the KV budget. auto or -1 (vLLM's): "
+           "the same, shrunk to the longest context the KV budget holds where that budget is known before the "
+           "weights load (--kv-cache-memory, or a CPU's default); on a GPU without --kv-cache-memory, the model's.",
+           "quantization": "fp8: quantize a 16-bit checkpoint's Linear weights at load (e4m3, a scale per output "
+           "channel; FP8 matmuls on SM90+ GPUs, dequantized per matmul elsewhere). A quantized checkpoint needs no "
+           "flag (its config.json's quantization_config is read); vLLM's name of its own format is accepted for it — "
+           "gptq, compressed-tensors, modelopt (gptq_marlin, awq_marlin: vLLM's kernels for GPTQ and AWQ "
+           "checkpoints, selecting nothing here; AWQ checkpoints are not served) — and another one refused.",
+           "kv_cache_dtype": "KV storage: auto (the model dtype), fp8 (e4m3 codes + a scale per token and KV head; "
+           "vLLM's fp8_e4m3 is the same, its fp8_e5m2 is refused), int8 (the same in int8). Default auto.",
            "max_num_batched_tokens": "Token budget of one step (decodes + prefill chunks), as --max-model-len takes "
            "it (8192, 8k, 8K). Default 2048.",
            "dtype": "Weights and activations: auto (the checkpoint's dtype, float32 if unset), float16 (or vLLM's "
@@ -384,28 +527,17 @@ def serve_cmd(
         raise UserError(refusal)
     if disable_uvicorn_access_log:
         server["log_requests"] = False
-    try:
-        has_config = (model / "config.json").is_file()
-    except OSError as exc:  # a name too long for the file system, say: is_file() lets that through
-        raise UserError(f"--model {str(model)[:200]!r} cannot be read ({exc.strerror}); give a Hugging Face-format "
-                        "model directory") from None
-    if not has_config and (model / "model_index.json").is_file():  # (a diffusers pipeline: is_file() read the dir)
-        raise UserError(f"--model {model} is a diffusers text-to-image pipeline (model_index.json), and serve runs "
-                        f"language models; plan it with `accelkit plan --model {model}` or measure it with "
-                        f"`accelkit bench diffusion --model {model}`")
-    if not has_config and _looks_like_hub_id(model):  # `vllm serve org/name` downloads it; accelkit does not
-        raise UserError(f"--model {model} is not a directory here; accelkit serves a local Hugging Face-format "
-                        f"directory and downloads nothing: fetch it first (huggingface-cli download {model} "
-                        "--local-dir DIR) and give DIR")
-    if not has_config:
-        raise UserError(f"--model {model} has no config.json; give a Hugging Face-format model directory")
+    _check_model_dir(model)
     template = _chat_template(chat_template) if chat_template is not None else None
-    names = list(dict.fromkeys(served_model_name or [model.resolve().name]))  # a repeated name is listed once
-    blank = next((n for n in names if not n.strip()), None)
-    if blank is not None:
-        raise UserError(f"--served-model-name {blank!r} is blank; give the model id clients send")
+    names = _served_names(served_model_name, model)
     if engine["cpu_threads"] is None:  # (a core left to the HTTP server on a CPU, unless OMP_NUM_THREADS chose)
         engine["cpu_threads"] = served_cpu_threads()
+    auto_len = engine.get("max_model_len") == AUTO_LEN
+    if auto_len:  # the model's context until _fit_context fits it to the KV budget
+        engine["max_model_len"] = None
+    # vLLM's name of the checkpoint's own format: checked against the checkpoint below, which serves itself
+    quant_name = engine.get("quantization")
+    engine["quantization"] = "fp8" if quant_name == "fp8" else None
     with flag_values({**field_flags(EngineConfig, ENGINE_FLAGS, engine), **field_flags(ServerConfig, SERVER_FLAGS, server),
                       "api_key": "--api-key (or ACCELKIT_API_KEY, VLLM_API_KEY)"}):
         engine_config = EngineConfig(model=str(model), **engine)
@@ -416,8 +548,15 @@ def serve_cmd(
         # the config, its architecture, max_model_len and the checkpoint's headers, without torch: a bad directory is
         # one error line within a second
         checked = preflight.check_model_dir(model, engine_config.max_model_len)
+        if quant_name is not None:
+            problem = quantization_name_problem(quant_name, checked.args.quantization, str(model / "config.json"))
+            if problem:
+                raise UserError(problem)
         check_tensor_parallel_size(engine_config.tensor_parallel_size, checked.args)
-        _check_step_budget(engine_config, checked.max_model_len, engine.get("max_model_len") is None)
+        context = _context_before_load(engine_config, checked) if auto_len else checked.max_model_len
+        if context is not None:  # (else once the device, and so the KV budget, is known: below)
+            _check_step_budget(engine_config, context, engine.get("max_model_len") is None,
+                               fitted=context < checked.max_model_len)
         sock = bind_socket(host, port)  # before the slow part: a busy port is said at once, and only once
     try:
         # progress begins here, within FIRST_LINE_S where stderr is no terminal: importing torch and the web server
@@ -426,6 +565,9 @@ def serve_cmd(
         with Progress("serve", show=progress) as bar, flag_values():
             bar.update("importing torch and the server", step="import")
             from accelkit.serve.server import build_server, run_server  # lazy: torch, transformers, FastAPI
+
+            engine_config, fit_note = _fit_after_import(engine_config, checked, context) if auto_len \
+                else (engine_config, None)
 
             def on_step(text: str) -> None:
                 bar.update(text, step=text)
@@ -436,9 +578,9 @@ def serve_cmd(
         with frozen_heap():
             sock.listen(BACKLOG)  # a client told the address below connects at once (uvicorn accepts it when it starts)
             runner = state.engine.runner
-            note = _ignored_note(runner.device.type, engine_config)
-            if note:
-                err.print(note)
+            for note in (fit_note, _ignored_note(runner.device.type, engine_config)):
+                if note:
+                    err.print(note)
             quant = runner.quantization
             quant_said = None if quant is None else "fp8 weights quantized at load" if quant.is_online else quant.description
             err.print(f"serving {' = '.join(repr(n) for n in names)} on http://{host}:{bound_port}/v1 "

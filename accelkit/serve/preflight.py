@@ -336,6 +336,30 @@ def available_memory(device: str) -> tuple[str, int]:
     return ("host memory" if device == "cpu" else device), free_memory_bytes(device)
 
 
+def kv_bytes_per_token(cfg: dict[str, Any], *, dtype: str, kv_cache_dtype: KVCacheDtype,
+                       tensor_parallel_size: int = 1) -> int:
+    """The engine's own KV bytes per token on one rank (its K/V heads: 1/N of them with N tensor-parallel ranks, at
+    least one): fp8/int8 hold a float16 scale per token and KV head besides the codes; ``dtype`` the resolved one."""
+    heads = cfg["num_attention_heads"]
+    return serving_memory.kv_bytes_per_token(
+        num_layers=cfg["num_hidden_layers"],
+        num_kv_heads=max(1, (cfg.get("num_key_value_heads") or heads) // tensor_parallel_size),
+        head_dim=config_head_dim(cfg), kv_cache_dtype=kv_cache_dtype, dtype_bytes=_TORCH_BYTES.get(dtype, 4))
+
+
+def fit_max_model_len(cfg: dict[str, Any], *, model_max: int, budget_bytes: int, dtype: str,
+                      kv_cache_dtype: KVCacheDtype, block_size: int, tensor_parallel_size: int = 1) -> int:
+    """vLLM's ``--max-model-len auto`` for a KV budget known before the weights load (``--kv-cache-memory``, or a
+    CPU's default): the longest context, at most ``model_max``, that the blocks of ``budget_bytes`` hold — counted
+    as the engine counts them (``kv_cache_num_blocks``: whole blocks, less the padding block), so the engine takes
+    it; 0 where not one block fits."""
+    per_token = kv_bytes_per_token(cfg, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+                                   tensor_parallel_size=tensor_parallel_size)
+    blocks = serving_memory.kv_cache_num_blocks(budget_bytes=budget_bytes, bytes_per_token=per_token,
+                                                block_size=block_size)
+    return min(model_max, blocks * block_size)
+
+
 def check_memory(
     model_dir: Path, cfg: dict[str, Any], tensors: dict[str, TensorInfo], *, dtype: str, kv_cache_dtype: KVCacheDtype,
     kv_cache_memory_bytes: int | None, max_model_len: int, block_size: int, host_available: int,
@@ -355,16 +379,10 @@ def check_memory(
             f"the checkpoint in {model_dir} is {fmt_bytes(ckpt_bytes)}{readers}, more than the "
             f"{fmt_bytes(host_available)} of host memory available; free memory or use a machine with more"
         )
-    itemsize = _TORCH_BYTES.get(dtype, 4)
     weight_bytes = loaded_weight_bytes(tensors, dtype=dtype, online_fp8=online_fp8) // tp
-    heads = cfg["num_attention_heads"]
     head_dim = config_head_dim(cfg)
     rope_bytes = 2 * max_model_len * head_dim * 4  # cos and sin, float32, one row per position
-    # the engine's own bytes per token: fp8/int8 hold a float16 scale per token and KV head besides the codes
-    kv_per_token = serving_memory.kv_bytes_per_token(
-        num_layers=cfg["num_hidden_layers"], num_kv_heads=max(1, (cfg.get("num_key_value_heads") or heads) // tp),
-        head_dim=head_dim,
-        kv_cache_dtype=kv_cache_dtype, dtype_bytes=itemsize)
+    kv_per_token = kv_bytes_per_token(cfg, dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tp)
     full_context = serving_memory.min_kv_cache_bytes(max_model_len=max_model_len, block_size=block_size,
                                                      bytes_per_token=kv_per_token)
     kv_bytes = kv_cache_memory_bytes

@@ -30,6 +30,16 @@ WeightKind = Literal["fp8", "int4"]
 #: how FP8 activations are scaled where the matmul runs in FP8 (``None``: weight-only, 16-bit activations)
 ActivationScheme = Literal["static-tensor", "dynamic-token", "dynamic-tensor"]
 ONLINE_METHODS = ("fp8",)
+#: vLLM's ``--quantization`` names of a checkpoint's own format → that format (its ``quant_method``). vLLM's marlin
+#: names pick a kernel for the same checkpoint; here they select nothing: a quantized checkpoint is served from its
+#: own ``quantization_config``, and the name given only has to be the checkpoint's (AWQ is named so that an AWQ
+#: checkpoint gets the refusal of its format, not of the flag)
+CHECKPOINT_METHOD_NAMES: dict[str, str] = {"gptq": "gptq", "gptq_marlin": "gptq", "awq": "awq", "awq_marlin": "awq",
+                                           "compressed-tensors": "compressed-tensors", "modelopt": "modelopt"}
+#: the formats of those a checkpoint is served in, as a message lists them
+SERVED_FORMAT_NAMES = "gptq (or vLLM's gptq_marlin), compressed-tensors, modelopt"
+#: every ``--quantization`` value taken: fp8 at load, or the checkpoint's own format
+QUANTIZATION_NAMES = (*ONLINE_METHODS, *CHECKPOINT_METHOD_NAMES)
 _SUPPORTED = ("compressed-tensors (FP8 float-quantized W8A8/W8A16, INT4 pack-quantized W4A16), modelopt (FP8, "
               "FP8_PER_CHANNEL_PER_TOKEN), gptq (4-bit)")
 
@@ -63,6 +73,32 @@ def online_quantization(name: str) -> QuantConfig:
     if name != "fp8":
         raise ValueError(f"quantization={name!r} is not supported; expected 'fp8' (or none)")
     return QuantConfig(method="fp8", kind="fp8", activations="dynamic-token")
+
+
+def quantization_name_problem(name: str, checkpoint: QuantConfig | None, config_path: str) -> str | None:
+    """Why ``--quantization name`` (vLLM's names, :data:`QUANTIZATION_NAMES`) does not fit the checkpoint whose
+    ``quantization_config`` parsed to ``checkpoint`` (None: a 16-bit checkpoint); None when it does — ``fp8`` of a
+    16-bit checkpoint (quantized at load), or the name of the checkpoint's own format (served from its config, as
+    vLLM serves it). vLLM refuses a name other than the checkpoint's too."""
+    if name in ONLINE_METHODS:
+        if checkpoint is None:
+            return None
+        return (f"--quantization {name} quantizes a 16-bit checkpoint at load, but {config_path} describes a quantized "
+                f"one ({checkpoint.description}), served from its own quantization_config; drop --quantization or "
+                f"give --quantization {checkpoint.method}")
+    fmt = CHECKPOINT_METHOD_NAMES.get(name)
+    if fmt is None:
+        return (f"--quantization {name!r} is not a quantization accelkit serves; give fp8 (a 16-bit checkpoint "
+                f"quantized at load) or the checkpoint's own format ({SERVED_FORMAT_NAMES})")
+    if checkpoint is None:
+        return (f"--quantization {name} names the {fmt} format of a quantized checkpoint, but {config_path} has no "
+                "quantization_config (16-bit weights), and accelkit quantizes at load to fp8 only: give "
+                "--quantization fp8, serve a checkpoint quantized that way, or drop --quantization")
+    if checkpoint.method != fmt:
+        return (f"--quantization {name} names the {fmt} format, but {config_path} describes a {checkpoint.method} "
+                f"checkpoint ({checkpoint.description}); drop --quantization (the checkpoint is served from its own "
+                f"quantization_config) or give --quantization {checkpoint.method}")
+    return None
 
 
 def parse_quantization_config(quant: Any) -> QuantConfig:
