@@ -26,8 +26,9 @@ def render_conversation(tokenizer: Any, conversation: list[dict[str, Any]], *, c
     clash = sorted(reserved & variables.keys())
     if clash:
         raise ChatTemplateError(f"chat_template_kwargs cannot set {', '.join(clash)}: the caller sets "
-                                f"{'it' if len(clash) == 1 else 'them'} (add_generation_prompt and "
-                                "continue_final_message are arguments of their own)", param="chat_template_kwargs")
+                                f"{'it' if len(clash) == 1 else 'them'} (tools, documents, add_generation_prompt and "
+                                "continue_final_message are fields of their own: send them there)",
+                                param="chat_template_kwargs")
     try:
         return str(tokenizer.apply_chat_template(
             conversation, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,

@@ -237,6 +237,10 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
     _spaces: str = ""  # whitespace after the content given so far: given only when more content follows
     _started: bool = False  # some content given (whitespace before it is dropped)
     _after_call: bool = False  # a call just closed: a separator may follow
+    # how far the open call's JSON is scanned: (the index scanned to, its nesting depth there, inside a string) —
+    # or None once it is known never to be JSON (:meth:`_json_end`)
+    _scan: tuple[int, int, bool] | None = (0, 0, False)
+    _end_from: int = 0  # the open call's text holds no end marker before this (where the search for one resumes)
     _events: list[tuple[str, ...]] = field(default_factory=list)
 
     def _step(self, finished: bool) -> bool:
@@ -251,6 +255,7 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
             if at >= 0:
                 self._content(self._buffer[:at])
                 self._buffer, self._in_call = self._buffer[at + len(fmt.start):], True
+                self._scan, self._end_from = (0, 0, False), 0
                 return True
             self._content(self._take_before(fmt.start, finished))
             return False
@@ -275,7 +280,7 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
         once the call is closed; None while it is open."""
         fmt = self.fmt
         if fmt.end is not None:  # closed by its end marker: the first that is not inside one of the call's strings
-            first = at = self._buffer.find(fmt.end)
+            first = at = self._buffer.find(fmt.end, self._end_from)
             while at >= 0:
                 try:  # (the newlines around the JSON: JSON's spaces)
                     return at + len(fmt.end), DECODER.decode(self._buffer[:at])
@@ -288,19 +293,43 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
                     break
                 at = self._buffer.find(fmt.end, at + 1)
             else:
-                if not finished or first < 0:
+                if first < 0:  # (none yet: the next search starts where one may begin)
+                    self._end_from = max(0, len(self._buffer) - len(fmt.end) + 1)
+                if not finished:
                     return None
+                # the output ends in the call, its end marker never written: a call all the same where the rest is
+                # its whole JSON (a stop string "</tool_call>" took the marker; vLLM's parser reads such a call)
+                try:
+                    return len(self._buffer), DECODER.decode(self._buffer)
+                except (ValueError, RecursionError):
+                    if first < 0:
+                        return None
             # not JSON (or never closed): the call is no call up to its first end marker, and what follows is read on
             return first + len(fmt.end), None
         if fmt.args_marker is not None:  # name[ARGS]{…}: closed where its arguments object ends
             return self._named_call(fmt.args_marker)
         # closed where its JSON ends: the array after the start (Mistral's), or the object the start begins (Llama's)
         body = self._buffer.lstrip() if fmt.array else fmt.start + self._buffer
-        try:
-            document, length = DECODER.raw_decode(body)
-        except (ValueError, RecursionError):  # (not yet whole — or never, which the end of the output shows; or
-            return None  # nested past what Python's decoder takes — a model repeating "[" —: never a call)
-        return length + len(self._buffer) - len(body), document
+        whole = self._decode(body)
+        return None if whole is None else (whole[1] + len(self._buffer) - len(body), whole[0])
+
+    def _decode(self, body: str) -> tuple[Any, int] | None:
+        """(the JSON value ``body`` opens, its length) once it is whole; None while it is not — or never will be,
+        which the end of the output shows (not JSON; or nested past what Python's decoder takes, a model repeating
+        "[": never a call). An object or array is decoded once, when :meth:`_json_end` finds it closed: decoding the
+        text at every piece streamed was quadratic in a call's length (seconds for a file's text as arguments)."""
+        if body[:1] in ("{", "["):
+            if self._json_end(body) is None:
+                return None
+            try:
+                return DECODER.raw_decode(body)
+            except (ValueError, RecursionError):
+                self._scan = None  # (its text up to its last bracket is no JSON, whatever follows)
+                return None
+        try:  # (nothing yet, or a value of another kind, written unconstrained: rare, decoded as it comes)
+            return DECODER.raw_decode(body)
+        except (ValueError, RecursionError):
+            return None
 
     def _named_call(self, marker: str) -> tuple[int, Any] | None:
         """:meth:`_whole_call` for a bare name, ``marker`` and an arguments object (``[CALL_ID]`` and an id may come
@@ -314,12 +343,40 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
             return None
         if not stripped.startswith("{"):  # arguments are an object: anything else is no call, up to the marker
             return at + len(marker), None  # (decided on its first character: streamed or whole, the same)
-        try:
-            arguments, length = DECODER.raw_decode(stripped)
-        except (ValueError, RecursionError):  # (as in _whole_call)
+        decoded = self._decode(stripped)
+        if decoded is None:
             return None
+        arguments, length = decoded
         name = self._buffer[:at].partition(CALL_ID)[0].strip()
         return at + len(marker) + len(body) - len(stripped) + length, {"name": name, "arguments": arguments}
+
+    def _json_end(self, body: str) -> int | None:
+        """Where the object or array that opens ``body`` closes (the index after its last bracket), or None while
+        it is open. ``body`` grows from one call to the next while the call is open; only what is new is scanned."""
+        if self._scan is None:
+            return None
+        at, depth, in_string = self._scan
+        while True:
+            if in_string:  # (a backslash escapes the next character: scanned from it again once that is here)
+                found = _IN_STRING.search(body, at)
+                if found is None or (found.group() == "\\" and found.end() == len(body)):
+                    at = len(body) if found is None else found.start()
+                    break
+                at, in_string = (found.end() + 1, True) if found.group() == "\\" else (found.end(), False)
+                continue
+            found = _STRUCTURE.search(body, at)
+            if found is None:
+                at = len(body)
+                break
+            mark, at = found.group(), found.end()
+            if mark == '"':
+                in_string = True
+            else:
+                depth += 1 if mark in "{[" else -1
+                if depth == 0:
+                    return at
+        self._scan = (at, depth, in_string)
+        return None
 
     def _content(self, text: str) -> None:
         if not self._started:
@@ -331,6 +388,10 @@ class CallScanner(MarkerScanner[tuple[str, ...]]):
             text = text[len(body):]
         if self._started:
             self._spaces += text
+
+
+_STRUCTURE = re.compile(r'["{}\[\]]')  # (outside a JSON string: what opens one, and the brackets)
+_IN_STRING = re.compile(r'["\\]')  # (inside one: what ends it, and escapes)
 
 
 def held_back(text: str, marker: str) -> int:
