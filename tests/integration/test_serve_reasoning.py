@@ -169,6 +169,23 @@ def test_thinking_kept_in_the_history_does_not_decide_this_turns(client, served)
         assert (extra.get("reasoning"), choice.message.content) == expected(served[2], raw), (choice, raw)
 
 
+def test_a_continued_message_that_opened_the_thinking_goes_on_thinking(client, served):
+    """continue_final_message on an assistant message that opens <think> and does not close it: the output goes on
+    inside the thinking, for qwen3 too (it was read as the model's own choice, and its whole output — </think>
+    included — came back as content)."""
+    history = [*MESSAGES, {"role": "assistant", "content": "<think>let me see"}]
+    flags = {"continue_final_message": True, "add_generation_prompt": False}
+    for seed in range(2):
+        choice = client.chat.completions.create(model="tiny", messages=history, max_tokens=24, seed=seed,
+                                                temperature=1.0, logit_bias=served[1], extra_body=flags).choices[0]
+        prompt = httpx.post(f"{served[0]}/tokenize", json={"messages": history, **flags}, timeout=60).json()["tokens"]
+        raw = httpx.post(f"{served[0]}/v1/completions", json={
+            "model": "tiny", "prompt": prompt, "max_tokens": 24, "seed": seed, "temperature": 1.0,
+            "logit_bias": served[1]}, timeout=60).json()["choices"][0]["text"]
+        extra = choice.message.model_extra or {}
+        assert (extra.get("reasoning"), choice.message.content) == expected(served[2], "<think>" + raw), (choice, raw)
+
+
 def test_calls_are_read_from_the_answer_and_streamed_as_they_are_returned(client, served):
     """With --tool-call-parser too: the reasoning is split off first, the calls are read from the answer; streamed,
     the reasoning, content and calls join to the non-streamed message."""

@@ -161,8 +161,12 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
 
     async def _generation_prompt(self, body: ChatCompletionRequest, prompt: str) -> str | None:
         """What the chat template adds after the messages for the model's turn (``prompt`` rendered without it is
-        its start), or None where there is none (``continue_final_message``) or it is not a suffix."""
-        if not body.add_generation_prompt or body.continue_final_message:
+        its start), or None where there is none or it is not a suffix. With ``continue_final_message`` the output
+        goes on from the final message: its text is what precedes the output (a continued ``<think>`` that it opens
+        and does not close is thinking still — the whole output was content, ``</think>`` included)."""
+        if body.continue_final_message:
+            return body.messages[-1].text()
+        if not body.add_generation_prompt:
             return None
         bare = await self.render_chat(body.messages, add_generation_prompt=False, continue_final_message=False,
                                       chat_template_kwargs=body.chat_template_kwargs, tools=body.tools or None,
