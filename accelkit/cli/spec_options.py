@@ -129,6 +129,8 @@ def _metavar(name: str, tp: Any) -> str | None:
         return "<size>" if name.endswith("_bytes") else "<int>"
     if base is float:
         return "<seconds>" if name.endswith("_s") else "<float>"
+    if get_origin(base) is Literal:  # the choices the field holds (the parser may take other spellings of them)
+        return "<" + "|".join(map(str, get_args(base))) + ">"
     return None
 
 
