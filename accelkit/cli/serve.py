@@ -289,7 +289,7 @@ def _fit_after_import(config: EngineConfig, checked: preflight.CheckedModel, con
                       ) -> tuple[EngineConfig, str | None]:
     """``--max-model-len auto`` once torch tells the device: the config with the context fitted and the note
     (:func:`_fit_context`); the step budget checked here when the context was not known before (``context`` None)."""
-    from accelkit.hardware.device import resolve_device
+    from accelkit.hardware.device import resolve_device  # lazy: it asks torch, imported after the checks
 
     config, note = _fit_context(config, checked, resolve_device(config.device))
     if context is None:
