@@ -20,8 +20,16 @@ from accelkit.bench.record import RunRecord, StoreWriter
 from accelkit.bench.runner import BenchConfig, Peaks, Reporter, identify, plan_variants
 from accelkit.bench.workloads.base import check_workload
 from accelkit.core import UserError
-from accelkit.core.bench_result import BenchRunResult, Refusal
-from accelkit.distributed.launch import DistConfig, LaunchInterrupted, check_processes, check_rdzv_id, launch
+from accelkit.core.bench_result import BenchRunResult, Failure, Refusal
+from accelkit.distributed.launch import (
+    DistConfig,
+    LaunchFailed,
+    LaunchInterrupted,
+    check_endpoint_host,
+    check_processes,
+    check_rdzv_id,
+    launch,
+)
 from accelkit.distributed.parallel import refusal
 from accelkit.distributed.quality import QualityConfig
 from accelkit.hardware.device import resolve_device
@@ -55,6 +63,7 @@ def run_distributed_bench(
         raise UserError(f"--backend nccl needs CUDA GPUs, but this run is on the CPU (--device {config.device}); use "
                         "--backend gloo (or auto: NCCL on GPUs, gloo on CPUs)")
     check_rdzv_id(dist)
+    check_endpoint_host(dist)  # before the quick probe: seconds to a refusal, not after it
     world_size = dist.nproc_per_node * dist.nnodes_range[0]
     runnable, refused = plan_variants(workload, requested, device, reporter,
                                       extra_refusal=lambda v: refusal(workload, v), world_size=world_size,
@@ -84,7 +93,11 @@ def run_distributed_bench(
                        compressed=compressed, peaks=_peaks_job(peaks, dtype), refused=refused, notes=notes)
             reporter.phase(", ".join(v.name for v in group), f"torchrun: {dist.nproc_per_node} per node × "
                            f"{dist.nnodes} node(s), {dist.rendezvous} rendezvous, zero {dist.zero}")
-            result = launch(job, dist, on_line=reporter.note)
+            try:
+                result = launch(job, dist, on_line=reporter.note)
+            except LaunchFailed as failed:
+                docs.failed(failed, group)  # the next launch runs, as a single-process bench's next variant does
+                continue
             if result.document is not None:
                 if result.teardown_error is not None:
                     result.document["notes"] = [*result.document.get("notes", []),
@@ -95,9 +108,11 @@ def run_distributed_bench(
         # its last progress document, LaunchInterrupted), the others are named; no later launch starts
         if isinstance(stop, LaunchInterrupted) and stop.document is not None:
             docs.keep(stop.document)
-        if not any(d["variants"] for d in docs.docs):
+        if not docs.measured():
             raise  # nothing finished, nothing to keep: a plain interrupt (a sweep counts its point as not run)
         interrupted = True
+    if docs.first_failure is not None and not docs.measured():
+        raise docs.first_failure  # nothing measured: the ranks' error is the whole answer, as before
     return _run_result(docs, workload, runnable, interrupted=interrupted, device=device, hardware=hardware,
                        run_id=run_id, refused=refused, notes=notes)
 
@@ -108,6 +123,26 @@ class _Documents:
     def __init__(self, writer: StoreWriter, reporter: Reporter):
         self.writer, self.reporter = writer, reporter
         self.docs: list[dict[str, Any]] = []
+        #: the variants of launches whose ranks failed, and the first such failure
+        self.failures: list[Failure] = []
+        self.first_failure: LaunchFailed | None = None
+
+    def measured(self) -> bool:
+        return any(d["variants"] for d in self.docs)
+
+    def failed(self, failed: LaunchFailed, group: list[Variant]) -> None:
+        """A launch's ranks failed: as a single-process bench's variant that raises, the variants measured before it
+        — an earlier launch's, or this one's that rank 0 had stored (its progress document) — are kept and the rest
+        of ``group`` is failed (a later precision's failure threw away the measurements printed and stored before
+        it, under --no-save lost for good; found in a hunt)."""
+        self.first_failure = self.first_failure or failed
+        if failed.document is not None:
+            self.keep(failed.document)
+        done = {e["name"] for e in (failed.document or {}).get("variants", [])}
+        for v in group:
+            if v.name not in done:
+                self.failures.append(Failure(name=v.name, phase="launch", error=str(failed)))
+                self.reporter.failed(v.name, "launch", str(failed))
 
     def store_error(self) -> str | None:
         """The first refused write: the probe's row, or a launch's rank 0 (the CLI prints what was not stored)."""
@@ -179,6 +214,7 @@ def _run_result(docs: _Documents, workload: BenchWorkload, runnable: list[Varian
             ranks=[], notes=[*notes, "global rank 0 ran on another node: the result is stored there"]).result()
     record = _merge(docs.docs)
     record.store_error = docs.store_error() or record.store_error
+    record.failed = [*record.failed, *docs.failures]
     if docs.writer.unstored:  # (the quick probe's row)
         record.unstored_results = [*docs.writer.unstored, *(record.unstored_results or [])]
     if interrupted:

@@ -205,6 +205,12 @@ def probe_collectives(config: CollectiveConfig, dist: DistConfig, *, store: Resu
     ``warnings`` when a rank failed after every rank had finished (``LaunchResult.teardown_error``)."""
     if dist.nproc_per_node * dist.nnodes_range[0] < 2:
         raise UserError("a collective needs at least 2 ranks; give --nproc-per-node 2 or more")
+    # the smallest message the ranks split evenly is one fp32 element each (message_elements): below it, the probe
+    # measured that larger size (`--max-message-size 4` on 2 ranks ran 8-byte messages; found in a hunt)
+    world = dist.nproc_per_node * dist.nnodes_range[1]
+    if config.max_size_bytes is not None and config.max_size_bytes < 4 * world:
+        raise UserError(f"--max-message-size {config.max_size_bytes}B is below {4 * world} B, the smallest message "
+                        f"{world} ranks split evenly (one 4-byte element each); give {4 * world}B or more")
     # as the bench refuses it: more CPU ranks than cores measured the oversubscription, and stored it as this
     # host's bus bandwidth for the planner (found in review)
     check_processes(dist.nproc_per_node, "cpu" if config.device == "cpu" else resolve_device(config.device))

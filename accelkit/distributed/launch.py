@@ -87,7 +87,9 @@ class DistConfig(Spec):
             raise ValueError(f"nnodes={self.nnodes!r} needs rdzv_endpoint HOST:PORT (a node every node can reach)")
         if self.rdzv_endpoint is not None:
             host, sep, port = self.rdzv_endpoint.rpartition(":")
-            if not sep or not host or not port.isdigit():
+            # ASCII digits only: str.isdigit() takes '²' (int() then failed with a bare "invalid literal") and '٢٩٤٠٠'
+            # (int() took it, and torchrun failed on it with a traceback; found in a hunt)
+            if not sep or not host or not (port.isascii() and port.isdigit()):
                 raise ValueError(f"rdzv_endpoint={self.rdzv_endpoint!r} is not valid; expected HOST:PORT")
             if not 1 <= int(port) <= 65535:
                 raise ValueError(f"rdzv_endpoint={self.rdzv_endpoint!r} has port {int(port)}, out of range; expected "
@@ -199,6 +201,7 @@ def check_endpoint(config: DistConfig) -> None:
     review): bind it as torch will (``::`` dual-stack, else ``0.0.0.0``; SO_REUSEADDR, so a closed connection's
     TIME_WAIT does not count) and say so in one line. Only EADDRINUSE is refused here; any other failure is left to
     torchrun's own error."""
+    check_endpoint_host(config)
     if config.rendezvous == "c10d":
         _check_c10d_endpoint(config)
     if config.rendezvous != "static" or config.node_rank != 0:
@@ -207,6 +210,24 @@ def check_endpoint(config: DistConfig) -> None:
     port = int(endpoint.rpartition(":")[2])
     if _port_in_use(port):
         raise UserError(_endpoint_in_use(endpoint, port))
+
+
+def check_endpoint_host(config: DistConfig) -> None:
+    """The ``--rdzv-endpoint`` HOST must resolve on this node: every node's torchrun connects to it (node 0's ranks
+    too, through MASTER_ADDR). A HOST that does not (a typo, a short name outside the search domains) made torchrun
+    retry its connection with a warning every few seconds, for as long as the launch was let run (minutes; and a
+    name no resolver takes, ``a..b``, was an internal error; found in a hunt): say so in one line before it starts."""
+    if config.rdzv_endpoint is None:
+        return
+    endpoint = config.rdzv_endpoint
+    host = endpoint.rpartition(":")[0].strip("[]")
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError) as e:  # socket.gaierror; UnicodeError: a name IDNA cannot encode
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise UserError(f"--rdzv-endpoint {endpoint}: the host {host!r} does not resolve on this node ({why}), and "
+                        "torchrun would keep retrying it instead of failing — give node 0's (or the c10d store's) host name or IP "
+                        "address as every node resolves it") from None
 
 
 def _port_in_use(port: int) -> bool:
@@ -328,6 +349,20 @@ class LaunchInterrupted(KeyboardInterrupt):
         return type(self), (self.document,)
 
 
+class LaunchFailed(AccelkitError):
+    """The ranks failed before rank 0 wrote its document (the message names every failed rank). ``document``: rank 0's
+    latest progress document (a bench: the variants it had stored before the failure), or None — kept by the caller,
+    as :class:`LaunchInterrupted`'s is."""
+
+    def __init__(self, message: str, document: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.document = document
+
+    def __reduce__(self) -> tuple[type[LaunchFailed], tuple[str, dict[str, Any] | None]]:
+        """Picklable with its document (a process pool hands a worker's exception back pickled)."""
+        return type(self), (str(self), self.document)
+
+
 class Terminated(BaseException):
     """SIGTERM, SIGHUP or SIGQUIT arrived while a launch ran (raised by the handler ``launch`` installs). A
     BaseException, like KeyboardInterrupt: no ``except Exception`` on the way out may swallow it."""
@@ -415,8 +450,8 @@ def _launch(job: dict[str, Any], config: DistConfig, *, on_line: Callable[[str],
         if document is None and (in_use := _store_port_in_use(output, config)) is not None:
             raise UserError(in_use)  # the user's endpoint, not a rank: one line, not torchrun's traceback
         error = _failure(rc, log_dir, output, cmd, config)
-        if document is None:
-            raise AccelkitError(error)
+        if document is None:  # what rank 0 had finished (its progress document) goes with the error
+            raise LaunchFailed(error, _document(progress_path))
         # rank 0 writes the document after the job's last barrier: every rank had finished the job, and the failure
         # came as they shut down. The measurements are whole (and stored): kept, with the failure as a warning.
         return LaunchResult(document, cmd, output[-OUTPUT_TAIL_LINES:],

@@ -43,7 +43,7 @@ def test_a_refused_bench_run_keeps_its_rows_and_they_import(capsys, locked_store
     from accelkit.bench.workloads import make_workload
     from accelkit.timing import LoopConfig
 
-    path, store = locked_store
+    _, store = locked_store
     loop = LoopConfig(warmup_iterations=1, warmup_time_s=0, min_iterations=3, min_time_s=0)
     config = BenchConfig(device="cpu", loop=loop, predict=False, auto_probe=False, accuracy=False)
     run = run_benchmark(make_workload("custom", {"module": f"{__name__}:mlp"}),
