@@ -702,7 +702,19 @@ def _seconds(flag: str) -> Callable[[str], float]:
 
 #: DistConfig flags spelled otherwise than --field-name, and how they are read (also `hw probe --collectives`'s)
 DIST_FLAGS = {"collective_timeout_s": "--collective-timeout"}
-DIST_PARSE = {"collective_timeout_s": _seconds("--collective-timeout")}
+def _zero(text: str) -> int:
+    """``--zero``: 0, 2 or 3; ZeRO-1 said apart (the choice error named the three and not why)."""
+    value = text.strip()
+    if value == "1":
+        raise UserError("--zero 1 (ZeRO-1: optimizer states sharded, gradients not) is not offered: torch's FSDP2 "
+                        "shards gradients with them; give --zero 2 (the same memory for the states, gradients sharded "
+                        "too), 3 (parameters as well) or 0 (DDP) — `accelkit plan --zero 1` models ZeRO-1")
+    if value not in ("0", "2", "3"):
+        raise UserError(f"--zero {text!r} is not a stage; give 0 (DDP), 2 or 3 (FSDP2)")
+    return int(value)
+
+
+DIST_PARSE = {"collective_timeout_s": _seconds("--collective-timeout"), "zero": _zero}
 
 
 def collective_timeout_option(needs: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
