@@ -21,6 +21,8 @@ DType = Literal["auto", "float32", "bfloat16", "float16"]
 AttentionBackendName = Literal["auto", "sdpa", "cpu", "triton"]
 StructuredOutputsBackendName = Literal["llguidance", "xgrammar"]
 ToolCallParserName = Literal["hermes", "llama3_json", "mistral"]
+#: vLLM's quantization names taken (quant.config.QUANTIZATION_NAMES): fp8 at load, or a quantized checkpoint's format
+QuantizationName = Literal["fp8", "gptq", "gptq_marlin", "awq", "awq_marlin", "compressed-tensors", "modelopt"]
 ReasoningParserName = Literal["deepseek_r1", "qwen3"]  # (reasoning.REASONING_FORMATS)  # (tool_parsers.FORMATS: each has its format there)
 
 
@@ -31,10 +33,11 @@ class EngineConfig(Spec):
     model: str = spec_field(doc="Hugging Face-format directory: config.json, *.safetensors, tokenizer files.")
     dtype: DType = spec_field("auto", doc="Weights and activations; auto = the checkpoint's dtype (float32 if unset).")
     device: str = spec_field("auto", doc="'cpu', 'cuda', 'cuda:N', or auto (cuda when available).")
-    quantization: Literal["fp8"] | None = spec_field(
+    quantization: QuantizationName | None = spec_field(
         None, doc="Quantize a 16-bit checkpoint's Linear weights at load (vLLM's --quantization): fp8 = e4m3 with a "
         "scale per output channel, FP8 matmuls on SM90+ GPUs in bfloat16, dequantized per matmul elsewhere. A "
-        "quantized checkpoint needs none: its config.json's quantization_config is read.",
+        "quantized checkpoint needs none: its config.json's quantization_config is read; vLLM's name of its own "
+        "format (gptq, gptq_marlin, compressed-tensors, modelopt …) is taken for it, and another refused.",
     )
     kv_cache_dtype: KVCacheDtype = spec_field(
         "auto", doc="KV storage: auto = the model dtype; fp8 = e4m3 + per-token-per-head scales; int8 = the same in int8."

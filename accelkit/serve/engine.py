@@ -36,6 +36,7 @@ from accelkit.serve.isolation import EngineDeadError, canary_ok, describe, execu
 from accelkit.serve.model_runner import ModelRunner
 from accelkit.serve.output_processor import OutputProcessor, RequestState
 from accelkit.serve.outputs import EngineStats, RequestOutput
+from accelkit.serve.quant.config import ONLINE_METHODS, quantization_name_problem
 from accelkit.serve.sampling import SamplingParams, StructuredOutputs
 from accelkit.serve.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from accelkit.serve.sequence import Sequence
@@ -97,11 +98,13 @@ class LLMEngine:
         checked = preflight.check_model_dir(model_dir, config.max_model_len)
         hf_config, self.model_args, self.max_model_len = checked.config, checked.args, checked.max_model_len
         check_tensor_parallel_size(config.tensor_parallel_size, self.model_args)
-        if config.quantization is not None and self.model_args.quantization is not None:
-            raise ValueError(f"quantization={config.quantization!r} quantizes a 16-bit checkpoint, but "
-                             f"{model_dir / 'config.json'} describes a quantized one "
-                             f"({self.model_args.quantization.description}); leave quantization out")
-        quantized = self.model_args.quantization.description if self.model_args.quantization else config.quantization
+        if config.quantization is not None:  # fp8 of a 16-bit checkpoint, or the name of the checkpoint's own format
+            problem = quantization_name_problem(config.quantization, self.model_args.quantization,
+                                                str(model_dir / "config.json"), flag="quantization")
+            if problem:
+                raise ValueError(problem)
+        online = config.quantization if config.quantization in ONLINE_METHODS else None
+        quantized = self.model_args.quantization.description if self.model_args.quantization else online
         if quantized and config.tensor_parallel_size > 1:  # the ranks' shards are cut from 16-bit tensors only
             raise ValueError(f"tensor_parallel_size={config.tensor_parallel_size} with quantized weights ({quantized}) "
                              "is not supported yet; serve it with tensor_parallel_size=1")

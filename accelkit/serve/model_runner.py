@@ -34,7 +34,7 @@ from accelkit.serve.input_buffers import HostBlockTables, InputBuffers, Layout
 from accelkit.serve.kv_cache import KVCache, kv_cache_class
 from accelkit.serve.models.args import ModelArgs
 from accelkit.serve.models.llama import load_model
-from accelkit.serve.quant.config import online_quantization
+from accelkit.serve.quant.config import ONLINE_METHODS, online_quantization
 from accelkit.serve.quant.linear import Fp8Linear, dequant_workspace_bytes
 from accelkit.serve.sampler import Sampler
 from accelkit.serve.scheduler import ScheduledBatch
@@ -118,8 +118,9 @@ class ModelRunner:
         if tp is not None:
             def shard(name: str, tensor: torch.Tensor) -> torch.Tensor:
                 return shard_tensor(name, tensor, args=self.full_args, rank=tp.rank, size=tp.size)
-        self.quantization = args.quantization or (online_quantization(config.quantization) if config.quantization
-                                                  else None)
+        # (a checkpoint's own format named in config.quantization is served from its quantization_config: args')
+        self.quantization = args.quantization or (online_quantization(config.quantization)
+                                                  if config.quantization in ONLINE_METHODS else None)
         self.model = load_model(config.model, args, dtype=self.dtype, device=self.device, shard=shard,
                                 quantization=self.quantization)
         if tp is not None:

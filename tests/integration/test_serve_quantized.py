@@ -345,8 +345,26 @@ def test_the_dequantization_workspace_is_the_largest_weight_times_its_peak_bytes
 
 
 def test_online_fp8_of_a_quantized_checkpoint_is_refused(checkpoints):
-    with pytest.raises(ValueError, match=r"quantization='fp8' quantizes a 16-bit checkpoint.*leave quantization out"):
+    with pytest.raises(ValueError, match=r"quantization='fp8' quantizes a 16-bit checkpoint.*leave quantization out "
+                                         r"or give quantization='compressed-tensors'"):
         _llm(checkpoints("W4A16"), quantization="fp8")
+
+
+def test_the_checkpoints_own_format_is_taken_by_name_and_another_refused(checkpoints, tmp_path):
+    """vLLM scripts name the checkpoint's format (LLM(model, quantization="gptq")): it was a field error ('gptq' is
+    not one of 'fp8'); the checkpoint is served from its own quantization_config, and another format is refused."""
+    ct_dir = checkpoints("W4A16")
+    gptq_dir = _gptq_from(ct_dir, tmp_path / "gptq", symmetric=True)
+    for name in ("gptq", "gptq_marlin"):
+        llm = _llm(gptq_dir, quantization=name)
+        assert llm.engine.model_args.quantization.method == "gptq" and not llm.engine.runner.quantization.is_online
+    assert _llm(ct_dir, quantization="compressed-tensors").engine.model_args.quantization.method == "compressed-tensors"
+    with pytest.raises(ValueError, match=r"quantization='gptq' names the gptq format, but .* describes a "
+                                         r"compressed-tensors checkpoint"):
+        _llm(ct_dir, quantization="gptq")
+    with pytest.raises(ValueError, match=r"quantization='gptq' names the gptq format of a quantized checkpoint, but "
+                                         r".* has no quantization_config"):
+        _llm(save_model_dir(_base_model(), tmp_path / "bf16"), quantization="gptq")
 
 
 def test_quantized_weights_with_tensor_parallelism_are_refused(checkpoints, tmp_path):

@@ -75,29 +75,35 @@ def online_quantization(name: str) -> QuantConfig:
     return QuantConfig(method="fp8", kind="fp8", activations="dynamic-token")
 
 
-def quantization_name_problem(name: str, checkpoint: QuantConfig | None, config_path: str) -> str | None:
+def quantization_name_problem(name: str, checkpoint: QuantConfig | None, config_path: str, *,
+                              flag: str = "--quantization") -> str | None:
     """Why ``--quantization name`` (vLLM's names, :data:`QUANTIZATION_NAMES`) does not fit the checkpoint whose
     ``quantization_config`` parsed to ``checkpoint`` (None: a 16-bit checkpoint); None when it does — ``fp8`` of a
     16-bit checkpoint (quantized at load), or the name of the checkpoint's own format (served from its config, as
-    vLLM serves it). vLLM refuses a name other than the checkpoint's too."""
+    vLLM serves it). vLLM refuses a name other than the checkpoint's too. ``flag``: how the message names the
+    setting — the CLI's flag, or ``quantization`` (``EngineConfig``/``LLM(quantization=…)``), said ``quantization='x'``."""
+    def said(value: str) -> str:
+        return f"{flag} {value}" if flag.startswith("-") else f"{flag}={value!r}"
+
+    drop = f"drop {flag}" if flag.startswith("-") else f"leave {flag} out"
     if name in ONLINE_METHODS:
         if checkpoint is None:
             return None
-        return (f"--quantization {name} quantizes a 16-bit checkpoint at load, but {config_path} describes a quantized "
-                f"one ({checkpoint.description}), served from its own quantization_config; drop --quantization or "
-                f"give --quantization {checkpoint.method}")
+        return (f"{said(name)} quantizes a 16-bit checkpoint at load, but {config_path} describes a quantized one "
+                f"({checkpoint.description}), served from its own quantization_config; {drop} or give "
+                f"{said(checkpoint.method)}")
     fmt = CHECKPOINT_METHOD_NAMES.get(name)
     if fmt is None:
-        return (f"--quantization {name!r} is not a quantization accelkit serves; give fp8 (a 16-bit checkpoint "
-                f"quantized at load) or the checkpoint's own format ({SERVED_FORMAT_NAMES})")
+        return (f"{flag} {name!r} is not a quantization accelkit serves; give fp8 (a 16-bit checkpoint quantized at "
+                f"load) or the checkpoint's own format ({SERVED_FORMAT_NAMES})")
     if checkpoint is None:
-        return (f"--quantization {name} names the {fmt} format of a quantized checkpoint, but {config_path} has no "
+        return (f"{said(name)} names the {fmt} format of a quantized checkpoint, but {config_path} has no "
                 "quantization_config (16-bit weights), and accelkit quantizes at load to fp8 only: give "
-                "--quantization fp8, serve a checkpoint quantized that way, or drop --quantization")
+                f"{said('fp8')}, serve a checkpoint quantized that way, or {drop}")
     if checkpoint.method != fmt:
-        return (f"--quantization {name} names the {fmt} format, but {config_path} describes a {checkpoint.method} "
-                f"checkpoint ({checkpoint.description}); drop --quantization (the checkpoint is served from its own "
-                f"quantization_config) or give --quantization {checkpoint.method}")
+        return (f"{said(name)} names the {fmt} format, but {config_path} describes a {checkpoint.method} checkpoint "
+                f"({checkpoint.description}); {drop} (the checkpoint is served from its own quantization_config) or "
+                f"give {said(checkpoint.method)}")
     return None
 
 
