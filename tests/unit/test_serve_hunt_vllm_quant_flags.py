@@ -168,3 +168,13 @@ def test_auto_context_on_the_command_line(capsys, dirs, busy_port, auto):
     # a number is not fitted (the engine refuses it where the budget cannot hold it, as before)
     line = _serve(capsys, *base[:2], "64", *base[3:], "--max-num-batched-tokens", "48")
     assert "48 is below --max-model-len 64" in line, line
+
+
+def test_the_engine_config_takes_every_name_the_flag_takes():
+    """EngineConfig.quantization's choices are the names quant.config checks (LLM(quantization="gptq") as the CLI)."""
+    from typing import get_args
+
+    from accelkit.serve.config import QuantizationName
+    from accelkit.serve.quant.config import QUANTIZATION_NAMES
+
+    assert set(get_args(QuantizationName)) == set(QUANTIZATION_NAMES)
