@@ -284,8 +284,11 @@ def roofline_rows(d: dict[str, Any]) -> list[tuple[Any, ...]]:
     for key, label, unit in (("elementwise", "elementwise add", "GB/s"), ("attention", "causal attention", "TFLOP/s")):
         if k := d.get(key):  # the planner's kernel classes (accelkit/hardware/kernel_probe.py)
             ref = k.get("reference_gbps", k.get("reference_tflops"))
+            # (no reference: the one it is a fraction of was not measured — `--dtype fp16` on a CPU has no fp32
+            # matmul — and the row said nothing of why)
+            what = k.get("reference") if ref or not k.get("reference") else f"none: {k['reference']} not measured (--dtype)"
             rows.append((label, sig(k.get("gbps", k.get("tflops"))), unit, sig(ref), _pct(k["fraction_of_peak"]),
-                         k.get("reference") if ref else None, f"{k['stats']['cv'] * 100:.1f}%", k["stats"]["n"]))
+                         what, f"{k['stats']['cv'] * 100:.1f}%", k["stats"]["n"]))
     return rows
 
 

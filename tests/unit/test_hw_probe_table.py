@@ -84,3 +84,14 @@ def test_the_reduced_side_footnote_speaks_the_tables_unit(monkeypatch):
     match = re.match(r"one 256×256 fp32 matmul ran at ([0-9.e+-]+) TFLOP/s on this CPU", note)
     assert match and 0 < float(match.group(1)) < 1, note  # a CPU's figure in TFLOP/s, as the table row
     assert "TFLOP/s" in next(line for line in result.stdout.splitlines() if "matmul fp32 (256²)" in line)
+
+
+def test_a_reference_that_was_not_measured_is_said_so():
+    """`hw probe --dtype fp16` on a CPU measures no fp32 matmul: the attention row had no reference and said
+    nothing of why."""
+    details = _cpu_details()
+    details["matmul"] = {"fp16": {**details["matmul"]["fp32"], "tflops": 0.1}}
+    details["attention"] = {**details["attention"], "reference_tflops": None, "fraction_of_peak": None}
+    attn = _rows(details)["causal attention"]
+    assert (attn["reference"], attn["of ref"]) == (None, None)
+    assert attn["reference is"] == "none: this probe's fp32 matmul not measured (--dtype)"
