@@ -38,10 +38,11 @@ def client(served):
     return openai.OpenAI(base_url=f"{served[0]}/v1", api_key="unused", timeout=120, max_retries=0)
 
 
-def raw_text(served, seed: int, max_tokens: int) -> str:
-    """The chat request's output as plain text: its prompt's tokens through /v1/completions, same seed."""
+def raw_text(served, seed: int, max_tokens: int, messages=MESSAGES, **fields) -> str:
+    """The chat request's output as plain text: its prompt's tokens (``messages``, rendered with the request's other
+    chat ``fields``) through /v1/completions, same seed."""
     url, bias, _ = served
-    prompt = httpx.post(f"{url}/tokenize", json={"messages": MESSAGES}, timeout=60).json()["tokens"]
+    prompt = httpx.post(f"{url}/tokenize", json={"messages": messages, **fields}, timeout=60).json()["tokens"]
     r = httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": max_tokens,
                                                   "seed": seed, "temperature": 1.0, "logit_bias": bias}, timeout=60)
     return r.json()["choices"][0]["text"]
@@ -147,10 +148,7 @@ def test_a_prompt_that_closed_the_thinking_gets_its_structured_output_from_the_f
     for seed in SEEDS:
         free = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=24, seed=seed,
                                               temperature=1.0, logit_bias=served[1], extra_body=off).choices[0]
-        prompt = httpx.post(f"{served[0]}/tokenize", json={"messages": MESSAGES, **off}, timeout=60).json()["tokens"]
-        raw = httpx.post(f"{served[0]}/v1/completions", json={
-            "model": "tiny", "prompt": prompt, "max_tokens": 24, "seed": seed, "temperature": 1.0,
-            "logit_bias": served[1]}, timeout=60).json()["choices"][0]["text"]
+        raw = raw_text(served, seed, 24, **off)
         assert free.message.content == raw and free.message.model_extra.get("reasoning") is None, (free, raw)
 
 
@@ -161,10 +159,7 @@ def test_thinking_kept_in_the_history_does_not_decide_this_turns(client, served)
     for seed in SEEDS:
         choice = client.chat.completions.create(model="tiny", messages=history, max_tokens=24, seed=seed,
                                                 temperature=1.0, logit_bias=served[1]).choices[0]
-        prompt = httpx.post(f"{served[0]}/tokenize", json={"messages": history}, timeout=60).json()["tokens"]
-        raw = httpx.post(f"{served[0]}/v1/completions", json={
-            "model": "tiny", "prompt": prompt, "max_tokens": 24, "seed": seed, "temperature": 1.0,
-            "logit_bias": served[1]}, timeout=60).json()["choices"][0]["text"]
+        raw = raw_text(served, seed, 24, history)
         extra = choice.message.model_extra or {}
         assert (extra.get("reasoning"), choice.message.content) == expected(served[2], raw), (choice, raw)
 
@@ -178,10 +173,7 @@ def test_a_continued_message_that_opened_the_thinking_goes_on_thinking(client, s
     for seed in range(2):
         choice = client.chat.completions.create(model="tiny", messages=history, max_tokens=24, seed=seed,
                                                 temperature=1.0, logit_bias=served[1], extra_body=flags).choices[0]
-        prompt = httpx.post(f"{served[0]}/tokenize", json={"messages": history, **flags}, timeout=60).json()["tokens"]
-        raw = httpx.post(f"{served[0]}/v1/completions", json={
-            "model": "tiny", "prompt": prompt, "max_tokens": 24, "seed": seed, "temperature": 1.0,
-            "logit_bias": served[1]}, timeout=60).json()["choices"][0]["text"]
+        raw = raw_text(served, seed, 24, history, **flags)
         extra = choice.message.model_extra or {}
         assert (extra.get("reasoning"), choice.message.content) == expected(served[2], "<think>" + raw), (choice, raw)
 
