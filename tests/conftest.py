@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -193,6 +194,16 @@ def run_cli(*args: str, check: bool = False, env: dict | None = None, timeout: f
     return proc
 
 
+@pytest.fixture
+def busy_port():
+    """A port on 127.0.0.1 that a socket listens on: a server told to bind it stops there, after every check made
+    before its bind (`accelkit serve` refuses it in one line naming the port)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
 def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
     """`accelkit ARGS` through ``accelkit.cli.app.main`` in this process, read back with pytest's ``capsys``:
     (exit code, stdout, stderr)."""
@@ -205,6 +216,14 @@ def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def serve_in_process(capsys, *args: str) -> tuple[int, list[str]]:
+    """`accelkit serve ARGS` in this process (:func:`main_in_process`): (exit code, stderr's lines); stdout stays
+    empty (serve writes nothing there)."""
+    code, out, err = main_in_process(capsys, "serve", *args)
+    assert out == ""
+    return code, err.strip().splitlines()
 
 
 def accelkit(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -20,14 +20,6 @@ from accelkit.models import get_preset
 from accelkit.monitor import Exporter, ExporterConfig, track
 
 
-@pytest.fixture
-def busy_port() -> Iterator[int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield sock.getsockname()[1]
-
-
 def _registry() -> CollectorRegistry:
     """A registry made as accelkit's REGISTRY is (auto_describe: duplicate series are refused), fresh per test."""
     return CollectorRegistry(auto_describe=True)

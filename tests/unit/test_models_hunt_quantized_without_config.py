@@ -6,38 +6,13 @@ tensors, e.g. q_proj.weight", as if the download were broken."""
 import json
 
 import pytest
-import torch
-from safetensors.torch import save_file
 
 from accelkit.serve import preflight
-
-CONFIG = {"architectures": ["LlamaForCausalLM"], "vocab_size": 32, "hidden_size": 16, "num_hidden_layers": 1,
-          "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 32, "max_position_embeddings": 64}
-LINEARS = {"self_attn.q_proj": (16, 16), "self_attn.k_proj": (8, 16), "self_attn.v_proj": (8, 16),
-           "self_attn.o_proj": (16, 16), "mlp.gate_proj": (32, 16), "mlp.up_proj": (32, 16), "mlp.down_proj": (16, 32)}
+from tests.unit.quant_checkpoints import CONFIG, one_layer_checkpoint
 
 
 def _checkpoint(path, layout, cfg=CONFIG):
-    """A one-layer Llama whose Linears are stored as ``layout``: "16-bit", "gptq" (AutoGPTQ's qweight / qzeros /
-    scales) or "fp8" (e4m3 codes with a per-tensor weight_scale)."""
-    tensors = {"model.embed_tokens.weight": torch.zeros(32, 16), "lm_head.weight": torch.zeros(32, 16),
-               "model.norm.weight": torch.ones(16), "model.layers.0.input_layernorm.weight": torch.ones(16),
-               "model.layers.0.post_attention_layernorm.weight": torch.ones(16)}
-    for name, (rows, cols) in LINEARS.items():
-        p = f"model.layers.0.{name}"
-        if layout == "gptq":
-            tensors |= {p + ".qweight": torch.zeros(cols // 8, rows, dtype=torch.int32),
-                        p + ".qzeros": torch.zeros(1, rows // 8, dtype=torch.int32),
-                        p + ".scales": torch.ones(1, rows, dtype=torch.float16)}
-        elif layout == "fp8":
-            tensors |= {p + ".weight": torch.zeros(rows, cols, dtype=torch.float8_e4m3fn),
-                        p + ".weight_scale": torch.ones(1)}
-        else:
-            tensors[p + ".weight"] = torch.zeros(rows, cols)
-    path.mkdir()
-    save_file(tensors, str(path / "model.safetensors"))
-    (path / "config.json").write_text(json.dumps(cfg))
-    return path
+    return one_layer_checkpoint(path, layout, cfg)
 
 
 def _refusal(path):

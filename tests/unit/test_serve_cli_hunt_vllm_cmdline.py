@@ -8,8 +8,6 @@ proof that every flag before it was taken."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import typer
 
@@ -19,26 +17,12 @@ from accelkit.cli.spec_options import generated_options
 from accelkit.core import UserError
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.testing import save_tiny_model
-from tests.conftest import main_in_process
+from tests.conftest import serve_in_process as _serve
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("servecli_vllm") / "tiny")  # max_position_embeddings 2048
-
-
-@pytest.fixture
-def busy_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        yield sock.getsockname()[1]
-
-
-def _serve(capsys, *args):
-    code, out, err = main_in_process(capsys, "serve", *args)
-    assert out == ""
-    return code, err.strip().splitlines()
 
 
 def _reached_the_bind(code, lines, port):

@@ -15,25 +15,18 @@ busy port (bound after them) says that the command line was accepted."""
 
 from __future__ import annotations
 
-import json
-import socket
-
 import pytest
-import torch
-from safetensors.torch import save_file
 
 from accelkit.cli.serve import _fit_context, _kv_cache_dtype
 from accelkit.core import UserError
 from accelkit.core.serving_memory import kv_bytes_per_token, kv_cache_num_blocks
 from accelkit.serve import preflight
 from accelkit.serve.config import EngineConfig
-from tests.conftest import main_in_process
+from tests.conftest import serve_in_process
+from tests.unit.quant_checkpoints import CONFIG as BASE_CONFIG
+from tests.unit.quant_checkpoints import one_layer_checkpoint
 
-CONFIG = {"architectures": ["LlamaForCausalLM"], "vocab_size": 32, "hidden_size": 16, "num_hidden_layers": 1,
-          "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 32, "max_position_embeddings": 64,
-          "torch_dtype": "float32"}
-LINEARS = {"self_attn.q_proj": (16, 16), "self_attn.k_proj": (8, 16), "self_attn.v_proj": (8, 16),
-           "self_attn.o_proj": (16, 16), "mlp.gate_proj": (32, 16), "mlp.up_proj": (32, 16), "mlp.down_proj": (16, 32)}
+CONFIG = {**BASE_CONFIG, "torch_dtype": "float32"}
 GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 8, "desc_act": False, "sym": True}
 CT_FP8 = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
     "targets": ["Linear"], "weights": {"type": "float", "num_bits": 8, "strategy": "tensor", "symmetric": True}}}}
@@ -41,24 +34,9 @@ CT_FP8 = {"quant_method": "compressed-tensors", "format": "float-quantized", "co
 
 def _checkpoint(path, quant=None):
     """A one-layer Llama: 16-bit, or stored as ``quant`` says (GPTQ's qweight/qzeros/scales, or FP8 codes)."""
-    tensors = {"model.embed_tokens.weight": torch.zeros(32, 16), "lm_head.weight": torch.zeros(32, 16),
-               "model.norm.weight": torch.ones(16), "model.layers.0.input_layernorm.weight": torch.ones(16),
-               "model.layers.0.post_attention_layernorm.weight": torch.ones(16)}
-    for name, (rows, cols) in LINEARS.items():
-        p = f"model.layers.0.{name}"
-        if quant is GPTQ:
-            tensors |= {p + ".qweight": torch.zeros(cols // 8, rows, dtype=torch.int32),
-                        p + ".qzeros": torch.zeros(cols // 8, rows // 8, dtype=torch.int32),
-                        p + ".scales": torch.ones(cols // 8, rows, dtype=torch.float16)}
-        elif quant is CT_FP8:
-            tensors |= {p + ".weight": torch.zeros(rows, cols, dtype=torch.float8_e4m3fn),
-                        p + ".weight_scale": torch.ones(1)}
-        else:
-            tensors[p + ".weight"] = torch.zeros(rows, cols)
-    path.mkdir()
-    save_file(tensors, str(path / "model.safetensors"))
-    (path / "config.json").write_text(json.dumps(CONFIG if quant is None else {**CONFIG, "quantization_config": quant}))
-    return path
+    layout = "gptq" if quant is GPTQ else "fp8" if quant is CT_FP8 else "16-bit"
+    return one_layer_checkpoint(path, layout, CONFIG if quant is None else {**CONFIG, "quantization_config": quant},
+                                group_size=8)
 
 
 @pytest.fixture(scope="module")
@@ -68,30 +46,21 @@ def dirs(tmp_path_factory):
             "compressed-tensors": _checkpoint(root / "ct", CT_FP8)}
 
 
-@pytest.fixture
-def busy_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        yield str(sock.getsockname()[1])
-
-
 def _serve(capsys, *args):
-    code, out, err = main_in_process(capsys, "serve", *args)
-    lines = err.strip().splitlines()
-    assert code == 2 and out == "" and len(lines) == 1, (code, lines)
+    code, lines = serve_in_process(capsys, *args)
+    assert code == 2 and len(lines) == 1, (code, lines)
     return lines[0]
 
 
 def _accepted(line, port):
-    return port in line  # the bind, after every check of the command line, says the port is busy
+    return str(port) in line  # the bind, after every check of the command line, says the port is busy
 
 
 @pytest.mark.parametrize(("checkpoint", "flag"), [
     ("gptq", ("--quantization", "gptq")), ("gptq", ("--quantization", "gptq_marlin")), ("gptq", ("-q", "GPTQ")),
     ("compressed-tensors", ("--quantization", "compressed-tensors")), ("16-bit", ("-q", "fp8"))])
 def test_the_checkpoints_own_quantization_is_accepted(capsys, dirs, busy_port, checkpoint, flag):
-    line = _serve(capsys, str(dirs[checkpoint]), *flag, "--port", busy_port)
+    line = _serve(capsys, str(dirs[checkpoint]), *flag, "--port", str(busy_port))
     assert _accepted(line, busy_port), line
 
 
@@ -104,15 +73,15 @@ def test_the_checkpoints_own_quantization_is_accepted(capsys, dirs, busy_port, c
      "to fp8 only: give --quantization fp8"),
     ("16-bit", "bitsandbytes", "--quantization 'bitsandbytes' is not a quantization accelkit serves; give fp8")])
 def test_another_quantization_than_the_checkpoints_is_one_line(capsys, dirs, busy_port, checkpoint, name, said):
-    line = _serve(capsys, str(dirs[checkpoint]), "--quantization", name, "--port", busy_port)
+    line = _serve(capsys, str(dirs[checkpoint]), "--quantization", name, "--port", str(busy_port))
     assert line.startswith("error: ") and said.format(d=dirs[checkpoint]) in line, line
 
 
 def test_kv_cache_dtype_takes_vllms_fp8_e4m3_and_refuses_e5m2(capsys, dirs, busy_port):
     assert (_kv_cache_dtype("fp8_e4m3"), _kv_cache_dtype("FP8"), _kv_cache_dtype("auto")) == ("fp8", "fp8", "auto")
-    line = _serve(capsys, str(dirs["16-bit"]), "--kv-cache-dtype", "fp8_e4m3", "--port", busy_port)
+    line = _serve(capsys, str(dirs["16-bit"]), "--kv-cache-dtype", "fp8_e4m3", "--port", str(busy_port))
     assert _accepted(line, busy_port), line
-    line = _serve(capsys, str(dirs["16-bit"]), "--kv-cache-dtype", "fp8_e5m2", "--port", busy_port)
+    line = _serve(capsys, str(dirs["16-bit"]), "--kv-cache-dtype", "fp8_e5m2", "--port", str(busy_port))
     assert "stores e4m3 codes" in line and "give fp8 (= fp8_e4m3), int8 or auto" in line, line
     with pytest.raises(UserError, match="'bf16' is not a KV cache dtype; give one of auto, fp8, int8"):
         _kv_cache_dtype("bf16")
@@ -160,7 +129,7 @@ def test_auto_context_on_a_cpu_fits_its_default_budget_and_on_a_gpu_says_why_not
 @pytest.mark.parametrize("auto", ["auto", "-1"])
 def test_auto_context_on_the_command_line(capsys, dirs, busy_port, auto):
     base = (str(dirs["16-bit"]), "--max-model-len", auto, "--kv-cache-memory", str(4 * 16 * PER_TOKEN),
-            "--no-chunked-prefill", "--port", busy_port)
+            "--no-chunked-prefill", "--port", str(busy_port))
     # the fitted context of 48 tokens fits a step of 48: accepted (the model's 64 would not)
     assert _accepted(_serve(capsys, *base, "--max-num-batched-tokens", "48"), busy_port)
     line = _serve(capsys, *base, "--max-num-batched-tokens", "40")

@@ -6,15 +6,13 @@ slow part by a port another socket holds."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from accelkit.cli.serve import _dtype, _ignored_note, _weights_said
 from accelkit.core import UserError
 from accelkit.serve.config import EngineConfig
 from accelkit.serve.testing import save_tiny_model
-from tests.conftest import main_in_process
+from tests.conftest import serve_in_process
 
 
 @pytest.fixture(scope="module")
@@ -22,19 +20,8 @@ def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("servecli") / "tiny")  # max_position_embeddings 2048
 
 
-@pytest.fixture
-def busy_port():
-    """A port that is listened on: serve gets past every check that needs no torch and stops at the bind."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        yield sock.getsockname()[1]
-
-
 def _serve(capsys, model_dir, port, *flags):
-    code, out, err = main_in_process(capsys, "serve", "--model", str(model_dir), "--port", str(port), *flags)
-    assert out == ""
-    return code, err.strip().splitlines()
+    return serve_in_process(capsys, "--model", str(model_dir), "--port", str(port), *flags)
 
 
 def test_vllm_dtype_names_half_and_float_are_float16_and_float32(capsys, model_dir, busy_port):
