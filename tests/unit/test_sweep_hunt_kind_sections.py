@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelkit.core import UserError
-from accelkit.sweep.spec import load_sweep
+from tests.unit.sweep_util import load_text, refusal
 
 PLAN = "kind: plan\nhardware: h100\nworkloads: {tiny-llama: {task: train}}\n"
 BENCH = "kind: bench\nworkloads: {resnet: {size: tiny}}\n"
@@ -29,16 +28,10 @@ LOADTEST = "kind: loadtest\nworkloads: {m: {}}\nloadtest: {base_url: 'http://127
      "hardware applies to kind plan, not loadtest (no loadtest point reads it); remove it, or set kind: plan"),
 ])
 def test_a_section_of_another_kind_is_refused_by_name(tmp_path, text, message):
-    path = tmp_path / "s.yaml"
-    path.write_text(text)
-    with pytest.raises(UserError) as info:
-        load_sweep(path)
-    assert str(info.value) == f"{path}: {message}"
+    assert refusal(tmp_path, text) == message
 
 
 @pytest.mark.parametrize("text", [PLAN, BENCH + "loop: {min_iterations: 3}\nbench: {device: cpu}\n", LOADTEST,
                                   PLAN + "loop: {}\n"])  # an empty section asks for nothing
 def test_the_sections_of_the_kind_load(tmp_path, text):
-    path = tmp_path / "s.yaml"
-    path.write_text(text)
-    assert load_sweep(path).workloads
+    assert load_text(tmp_path, text).workloads

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelkit.core import UserError
-from accelkit.sweep.spec import load_sweep
+from tests.unit.sweep_util import load_text, refusal
 
 PLAN = "kind: plan\nhardware: h100\nworkloads: {tiny-llama: {task: train}}\nresources: "
 
@@ -23,16 +22,10 @@ PLAN = "kind: plan\nhardware: h100\nworkloads: {tiny-llama: {task: train}}\nreso
                         "fraction below 1 shares one)"),
 ])
 def test_a_resource_ray_would_refuse_is_refused_on_load(tmp_path, resources, message):
-    path = tmp_path / "s.yaml"
-    path.write_text(PLAN + resources + "\n")
-    with pytest.raises(UserError) as info:
-        load_sweep(path)
-    assert str(info.value) == f"{path}: {message}"
+    assert refusal(tmp_path, PLAN + resources + "\n") == message
 
 
 @pytest.mark.parametrize("resources", ["{num_cpus: 0.5, num_gpus: 8}", "{max_retries: -1}", "{memory: 1.0e+9}",
                                        "{num_cpus: 1.0e+400}"])  # (inf: the CLI's finite-number check names it)
 def test_what_ray_takes_loads(tmp_path, resources):
-    path = tmp_path / "s.yaml"
-    path.write_text(PLAN + resources + "\n")
-    assert load_sweep(path).resources
+    assert load_text(tmp_path, PLAN + resources + "\n").resources

@@ -8,21 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from accelkit.core import UserError
 from accelkit.sweep.spec import load_sweep
+from tests.unit.sweep_util import refusal
 
 HEAD = "name: s\nkind: loadtest\nrates: [1]\n"
 URL = "base_url: 'http://127.0.0.1:9'"
 
 
 def _refusal(tmp_path, text: str) -> str:
-    path = tmp_path / "s.yaml"
-    path.write_text(HEAD + text)
-    with pytest.raises(UserError) as info:
-        load_sweep(path)
-    message = str(info.value)
-    assert message.startswith(f"{path}: ") and "\n" not in message
-    return message.removeprefix(f"{path}: ")
+    return refusal(tmp_path, HEAD + text)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
