@@ -173,12 +173,11 @@ class TuneResult:
             kind="tune", name=name, hardware=hardware, throughput=winner.throughput if winner else None,
             throughput_unit=winner.unit if winner else None, details={**own, **details},
             environment=environment(with_torch=True))
-        if self.store_error is not None:  # a write of this run was refused: no later one is tried, the row is kept
+        if self.store_error is None:  # (after a refused write of this run no later one is tried)
+            self.result_id = writer.add(summary, run_id=run_id)
+            self.store_error = writer.error
+        if self.result_id is None:  # refused: the row is kept
             self.unstored_results.append(unstored_record(summary, run_id))
-            return
-        self.result_id = writer.add(summary, run_id=run_id)
-        self.store_error = writer.error
-        self.unstored_results += writer.unstored
 
 
 def candidate_recipes(workload: BenchWorkload, *, compile: bool = True, cuda: bool = False) -> list[tuple[str, Recipe]]:
@@ -389,7 +388,6 @@ def tune(workload: BenchWorkload, config: TuneConfig | None = None, *, store: Re
                         if winner else None, run_id=run_id, notes=notes + run.notes, ran_quick_probe=ran_quick_probe,
                         quick_probe_id=quick_probe_id, store_error=writer.error, ranked_step=ranked_step)
     result.unstored_results += writer.unstored  # (the quick probe's row)
-    writer.unstored.clear()
     result.record_run(doc)  # the trials that were measured are all in the result, stored or not
     result.store_summary(writer, name=f"tune {workload.label} ({config.objective})", hardware=run.hardware,
                          details={"config": config.to_dict()}, run_id=run_id)
