@@ -254,9 +254,8 @@ def _fit_context(config: EngineConfig, checked: preflight.CheckedModel, device: 
     dtype = config.dtype if config.dtype != "auto" else (checked.args.torch_dtype or "float32")
     per_token = preflight.kv_bytes_per_token(checked.config, dtype=dtype, kv_cache_dtype=config.kv_cache_dtype,
                                              tensor_parallel_size=config.tensor_parallel_size)
-    length = preflight.fit_max_model_len(checked.config, model_max=model_max, budget_bytes=budget, dtype=dtype,
-                                         kv_cache_dtype=config.kv_cache_dtype, block_size=config.block_size,
-                                         tensor_parallel_size=config.tensor_parallel_size)
+    length = preflight.fit_max_model_len(model_max=model_max, budget_bytes=budget, bytes_per_token=per_token,
+                                         block_size=config.block_size)
     where = (f"--kv-cache-memory {fmt_bytes(budget)}" if config.kv_cache_memory_bytes is not None
              else f"the KV budget of {fmt_bytes(budget)} (a CPU's default; --kv-cache-memory sets it)")
     if length < 2:

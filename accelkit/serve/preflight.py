@@ -347,15 +347,12 @@ def kv_bytes_per_token(cfg: dict[str, Any], *, dtype: str, kv_cache_dtype: KVCac
         head_dim=config_head_dim(cfg), kv_cache_dtype=kv_cache_dtype, dtype_bytes=_TORCH_BYTES.get(dtype, 4))
 
 
-def fit_max_model_len(cfg: dict[str, Any], *, model_max: int, budget_bytes: int, dtype: str,
-                      kv_cache_dtype: KVCacheDtype, block_size: int, tensor_parallel_size: int = 1) -> int:
+def fit_max_model_len(*, model_max: int, budget_bytes: int, bytes_per_token: int, block_size: int) -> int:
     """vLLM's ``--max-model-len auto`` for a KV budget known before the weights load (``--kv-cache-memory``, or a
-    CPU's default): the longest context, at most ``model_max``, that the blocks of ``budget_bytes`` hold — counted
-    as the engine counts them (``kv_cache_num_blocks``: whole blocks, less the padding block), so the engine takes
-    it; 0 where not one block fits."""
-    per_token = kv_bytes_per_token(cfg, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
-                                   tensor_parallel_size=tensor_parallel_size)
-    blocks = serving_memory.kv_cache_num_blocks(budget_bytes=budget_bytes, bytes_per_token=per_token,
+    CPU's default): the longest context, at most ``model_max``, that the blocks of ``budget_bytes`` hold at
+    ``bytes_per_token`` (:func:`kv_bytes_per_token`) — counted as the engine counts them (``kv_cache_num_blocks``:
+    whole blocks, less the padding block), so the engine takes it; 0 where not one block fits."""
+    blocks = serving_memory.kv_cache_num_blocks(budget_bytes=budget_bytes, bytes_per_token=bytes_per_token,
                                                 block_size=block_size)
     return min(model_max, blocks * block_size)
 
