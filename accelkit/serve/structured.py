@@ -68,6 +68,11 @@ class GrammarMatcher(Protocol):
         """Whether ``token_id`` may come next — what its mask's bit would say — without advancing."""
 
 
+class CompileTimeout(ValueError):
+    """A spec that did not compile within the compiler's time limit (a ValueError, as every refusal of a spec): no
+    fault of the spec's alone — the server may have been compiling others."""
+
+
 class CompiledGrammar(Protocol):
     """A compiled spec: immutable (but for the running share below), shared across requests and threads."""
 
@@ -350,7 +355,7 @@ class GrammarCompiler:
         except concurrent.futures.TimeoutError:
             self._give_up(spec, future, waiters)
             self._observe("timeout")
-            raise ValueError(self._timeout_message(spec)) from None
+            raise CompileTimeout(self._timeout_message(spec)) from None
 
     async def compile_async(self, spec: StructuredOutputs) -> CompiledGrammar:
         """:meth:`compile` for an event loop: it awaits, the loop stays free, no thread of its pool is taken. A spec
@@ -371,7 +376,7 @@ class GrammarCompiler:
         except TimeoutError:
             self._give_up(spec, future, waiters)
             self._observe("timeout")
-            raise ValueError(self._timeout_message(spec)) from None
+            raise CompileTimeout(self._timeout_message(spec)) from None
 
     def guide(self, grammar: CompiledGrammar) -> RequestGuide:
         """A request's guide over a grammar this compiler compiled."""

@@ -21,6 +21,7 @@ from accelkit.serve.server.serving_engine import (
     usage,
 )
 from accelkit.serve.server.tools import EMPTY_PARAMETERS, ToolCallDeltas, ToolCalling
+from accelkit.serve.structured import CompileTimeout
 
 
 def chat_message(out: RequestOutput, tools: ToolCalling | None, reasoning: ReasoningFormat | None = None, *,
@@ -77,9 +78,9 @@ async def tool_never_called(calling: ToolCalling, compile_: Callable[[Structured
     for alone in calling.each_tool():
         try:
             await compile_(alone.spec())
+        except CompileTimeout:
+            continue
         except ValueError as exc:
-            if "compile limit" in str(exc):
-                continue
             return (f"tool_choice 'required': {alone.error_message(str(exc))}; no call of it could be made — fix "
                     "its parameters, or leave the tool out")
     return None
@@ -146,7 +147,7 @@ class ServingChat(GenerationServing[ChatCompletionRequest]):
         except APIError as exc:
             calling = body.tool_calling
             if exc.param != "tools" or calling is None or "tools[" in exc.message or calling.answer is not None \
-                    or "compile limit" in exc.message:  # (each tool alone could take as long)
+                    or isinstance(exc.__cause__, CompileTimeout):  # (each tool alone could take as long)
                 raise
             message = await tool_at_fault(calling, self.engine.structured_compiler.compile_async)
             if message is None:
